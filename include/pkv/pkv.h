@@ -1,0 +1,365 @@
+/*
+ * pkv.h - the whole public ABI of libpkv, a paged KV-cache runtime for LLM inference.
+ *
+ * If it is not in this header, it is not API.
+ *
+ * Order: export macros, versions, statuses, constants, parameter and result structs, then the
+ * calls: engine, profiler, sequences (admission, append, fork, release, preemption), step
+ * planning (batches), hashing, diagnostics.
+ *
+ * General rules (they hold for every function below unless its comment says otherwise):
+ *  - Every function returns a pkv_status: PKV_OK (0) or a negative error. A failed call changes
+ *    nothing (all-or-nothing) and leaves a message in pkv_last_error() (this thread) and, for
+ *    calls on an engine, in pkv_engine_last_error(e).
+ *  - Every function may be called from any thread. Calls on one engine (and on its batches) are
+ *    serialized inside pkv; different engines run in parallel.
+ *  - Structs with a struct_size field are versioned: set struct_size = sizeof(the struct) (the
+ *    *_init functions do), pkv reads and writes only the first struct_size bytes. New fields are
+ *    only ever appended.
+ *  - Arrays are pointer + count. Variable-size outputs go into caller buffers with a capacity; the
+ *    size needed is always reported, and PKV_ERR_NO_SPACE is not used for a short buffer:
+ *    PKV_ERR_INVALID_ARGUMENT is, with the needed size written to *out_len.
+ *  - pkv never calls exit/abort and never lets a C++ exception out.
+ *
+ * Since: 0.1.0 for everything in this file.
+ */
+#ifndef PKV_PKV_H
+#define PKV_PKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- export macros */
+#if defined(_WIN32)
+#  if defined(PKV_BUILDING_LIBRARY)
+#    define PKV_API __declspec(dllexport)
+#  else
+#    define PKV_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define PKV_API __attribute__((visibility("default")))
+#else
+#  define PKV_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- versions */
+#define PKV_VERSION_MAJOR 0
+#define PKV_VERSION_MINOR 1
+#define PKV_VERSION_PATCH 0
+/* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
+ * against an older header could break. Bindings compare pkv_abi_version() with this. */
+#define PKV_ABI_VERSION 1
+
+/* The library's version as MAJOR*10000 + MINOR*100 + PATCH. */
+PKV_API uint32_t pkv_version(void);
+/* The ABI major of the loaded library; equal to PKV_ABI_VERSION of the header it was built with. */
+PKV_API uint32_t pkv_abi_version(void);
+
+/* ---------------------------------------------------------------- statuses */
+typedef int32_t pkv_status;
+
+/* The one list of statuses: X(name, value, message). Values are never renumbered; new ones are
+ * appended with the next free negative value. */
+#define PKV_STATUS_MAP(X)                                                                        \
+  X(OK, 0, "ok")                                                                                 \
+  X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                               \
+  X(ERR_NO_SPACE, -2, "not enough free KV blocks; nothing changed, retry after releasing")       \
+  X(ERR_NOT_FOUND, -3, "no such sequence")                                                       \
+  X(ERR_STATE, -4, "call not allowed in the object's current state")                            \
+  X(ERR_UNSUPPORTED, -5, "not supported by this build or configuration")                        \
+  X(ERR_NO_DEVICE, -6, "no usable CUDA device")                                                  \
+  X(ERR_OUT_OF_MEMORY, -7, "out of memory")                                                      \
+  X(ERR_DEVICE, -8, "CUDA device error")                                                         \
+  X(ERR_INTERNAL, -9, "internal error (a bug in pkv)")
+
+#define PKV_STATUS_ENUM_ENTRY_(name, value, message) PKV_##name = value,
+enum { PKV_STATUS_MAP(PKV_STATUS_ENUM_ENTRY_) }; /* C99: a trailing comma is allowed */
+#undef PKV_STATUS_ENUM_ENTRY_
+
+/* A static string describing s ("unknown status" for values not in the list). Never NULL. */
+PKV_API const char *pkv_status_string(pkv_status s);
+
+/* The message of this thread's last failed pkv call ("" if none). Valid until this thread's next
+ * failed call. Never NULL. */
+PKV_API const char *pkv_last_error(void);
+
+/* ---------------------------------------------------------------- constants */
+enum { PKV_DEVICE_AUTO = 0, PKV_DEVICE_CPU = 1, PKV_DEVICE_CUDA = 2 };
+enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2 };
+/* How pkv_kv_budget.num_blocks was decided. */
+enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET_FIXED_BLOCKS = 2 };
+/* Bits of pkv_engine_params.debug_flags: for tests of pkv itself, never for production. */
+enum { PKV_DEBUG_CONSTANT_HASH = 1 }; /* every prefix-lookup hash is 0: exactness by token compare */
+
+/* ---------------------------------------------------------------- engine parameters */
+typedef struct pkv_engine_params {
+  uint32_t struct_size;
+  /* model shape (the whole model; pkv derives this rank's share from tp_size / tp_rank) */
+  uint32_t num_layers;
+  uint32_t num_q_heads;
+  uint32_t num_kv_heads;          /* must divide num_q_heads */
+  uint32_t head_dim;
+  int32_t dtype;                  /* PKV_DTYPE_*, the KV (and activation) dtype. default BF16 */
+  uint32_t tp_size;               /* tensor-parallel ranks, default 1 */
+  uint32_t tp_rank;               /* this engine's rank, < tp_size */
+  uint32_t max_model_len;         /* longest sequence in tokens; 0 = no limit. default 0 */
+  /* paging */
+  uint32_t block_size;            /* tokens per block, >= 1 (any value). default 16 */
+  uint32_t num_blocks;            /* 0 = as many as the memory budget allows. default 0 */
+  uint32_t enable_prefix_caching; /* 0 or 1. default 1 */
+  uint64_t hash_seed;             /* seed of the canonical block hash. default 0 */
+  /* where the pool lives */
+  int32_t device;                 /* PKV_DEVICE_*. default AUTO: CUDA when a GPU is usable, else CPU */
+  int32_t device_id;              /* CUDA device ordinal. default 0 */
+  uint32_t num_threads;           /* CPU worker threads; 0 = one per core. default 0 */
+  uint32_t debug_flags;           /* PKV_DEBUG_* bits. default 0 */
+  /* memory budget (see pkv_profile): budget = total * utilization - used - reserve,
+   * or kv_cache_bytes when that is not 0. */
+  double memory_utilization;      /* in (0, 1]. default 0.9 */
+  uint64_t kv_cache_bytes;        /* absolute KV budget in bytes; 0 = use the formula. default 0 */
+  uint64_t memory_total_bytes;    /* 0 = measure the device (or host); else plan for this total */
+  uint64_t memory_used_bytes;     /* bytes in use besides the measured ones (e.g. weights not yet
+                                     loaded; all of them when memory_total_bytes is given) */
+  uint64_t reserve_bytes;         /* the host's activation peak and workspaces */
+} pkv_engine_params;
+
+/* Fills p with the defaults above. size must be sizeof *p as the caller sees it (>= 4 bytes:
+ * the struct_size field). Returns PKV_ERR_INVALID_ARGUMENT for NULL or a size pkv cannot honour. */
+PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
+
+/* Fills the model-shape fields of p (num_layers, num_q_heads, num_kv_heads, head_dim, dtype,
+ * max_model_len) from the text of a Hugging Face config.json (num_hidden_layers,
+ * num_attention_heads, num_key_value_heads or else num_attention_heads, head_dim or else
+ * hidden_size / num_attention_heads, torch_dtype or dtype, max_position_embeddings; a nested
+ * "text_config" is used when the top level has no num_hidden_layers). Other fields are left as
+ * they are. Malformed JSON or a missing/invalid field: PKV_ERR_INVALID_ARGUMENT naming the field,
+ * p unchanged. json need not be NUL-terminated. */
+PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
+                                                    size_t json_len);
+
+/* ---------------------------------------------------------------- KV profiler */
+typedef struct pkv_kv_budget {
+  uint32_t struct_size;
+  int32_t device;                 /* the device the budget is for (AUTO resolved) */
+  uint32_t source;                /* PKV_BUDGET_*: which rule decided num_blocks */
+  uint32_t kv_heads_per_rank;     /* num_kv_heads / tp_size, at least 1 */
+  uint64_t block_bytes;           /* 2 (K,V) * layers * block_size * kv_heads_per_rank * head_dim * dtype bytes */
+  uint64_t bytes_per_token;       /* block_bytes / block_size */
+  uint64_t total_bytes;           /* device (or host) memory in all */
+  uint64_t used_bytes;            /* in use before pkv: measured + memory_used_bytes */
+  uint64_t reserve_bytes;         /* the host's reserve, as given */
+  double memory_utilization;      /* as given */
+  uint64_t budget_bytes;          /* total*utilization - used - reserve, or kv_cache_bytes; 0 if negative */
+  uint64_t num_blocks;            /* blocks in the pool: budget_bytes / block_bytes, or num_blocks */
+  uint64_t pool_bytes;            /* num_blocks * block_bytes */
+  uint64_t max_tokens;            /* num_blocks * block_size */
+  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 if no limit) */
+  uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
+  uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed */
+} pkv_kv_budget;
+
+/* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
+ * needs room for one sequence of max_model_len (one block when max_model_len is 0); when it has
+ * not, returns PKV_ERR_OUT_OF_MEMORY saying how much is missing - and still fills every term of
+ * *out, shortfall_bytes included. Queries the device (cudaMemGetInfo) or /proc/meminfo unless
+ * memory_total_bytes is set. Allocates nothing. */
+PKV_API pkv_status pkv_profile(const pkv_engine_params *p, pkv_kv_budget *out);
+
+/* ---------------------------------------------------------------- engine */
+typedef struct pkv_engine pkv_engine;
+
+/* Creates an engine: validates p, sizes the pool with the profiler when p->num_blocks is 0,
+ * allocates the KV pool on the chosen device. *out is set only on success; destroy it with
+ * pkv_engine_destroy. PKV_ERR_NO_DEVICE: device CUDA asked for and no usable GPU (or a build
+ * without CUDA). PKV_ERR_OUT_OF_MEMORY: the pool could not be allocated or the budget is too
+ * small. */
+PKV_API pkv_status pkv_engine_create(const pkv_engine_params *p, pkv_engine **out);
+
+/* Frees the engine, its pool, its sequences and any batch still open (their handles become
+ * invalid). Accepts NULL. Must not race with other calls on e. */
+PKV_API void pkv_engine_destroy(pkv_engine *e);
+
+/* The message of the last failed call on e ("" after a call that succeeded). Valid until the next
+ * call on e; a host sharing e between threads reads it under its own lock. Never NULL; for NULL e
+ * it returns pkv_last_error(). */
+PKV_API const char *pkv_engine_last_error(const pkv_engine *e);
+
+/* The engine's effective parameters (num_blocks and device resolved) and its pool's budget. */
+PKV_API pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out);
+PKV_API pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out);
+
+typedef struct pkv_stats {
+  uint32_t struct_size;
+  uint32_t reserved0;
+  uint64_t num_blocks;            /* blocks in the pool */
+  uint64_t num_free_blocks;       /* ref count 0, cached or not: what allocation can use */
+  uint64_t num_cached_blocks;     /* ref count 0 and holding sealed, reusable KV */
+  uint64_t num_used_blocks;       /* ref count >= 1 */
+  uint64_t num_seqs;              /* live sequences (running or preempted) */
+  uint64_t num_preempted_seqs;    /* sequences holding tokens but no blocks */
+  uint64_t num_prefix_nodes;      /* nodes of the prefix tree (one full block under one prefix) */
+  uint64_t prefix_query_tokens;   /* prompt tokens looked up at admission (cumulative) */
+  uint64_t prefix_hit_tokens;     /* of which served from the cache (cumulative) */
+  uint64_t num_evictions;         /* cached blocks reused for other contents (cumulative) */
+  uint64_t num_cow_copies;        /* copy-on-write copies queued (cumulative) */
+  uint64_t num_preemptions;       /* sequences preempted (cumulative) */
+} pkv_stats;
+
+PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
+
+/* ---------------------------------------------------------------- sequences */
+typedef struct pkv_seq_params {
+  uint32_t struct_size;
+  uint32_t cache_salt_len;        /* bytes of cache_salt; 0 = no salt */
+  const void *cache_salt;         /* tenant / adapter key: different salts never share blocks */
+} pkv_seq_params;
+
+PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
+
+/* Admits a prompt: looks its full blocks up in the prefix cache (capped so that at least the last
+ * token is computed: a prompt of whole blocks recomputes its last block), then reserves every
+ * block the prompt needs. On success *out_seq is a new sequence id (never 0, never reused) and
+ * *out_num_cached_tokens (nullable) the tokens whose KV is already there: they count as
+ * computed. sp may be NULL. PKV_ERR_NO_SPACE: not enough free blocks, nothing changed.
+ * PKV_ERR_INVALID_ARGUMENT: num_tokens is 0 or above max_model_len. */
+PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
+                                const pkv_seq_params *sp, uint64_t *out_seq,
+                                uint32_t *out_num_cached_tokens);
+
+/* How many free blocks pkv_allocate of this prompt would take now (new blocks plus cached blocks
+ * it would revive), and how many of its tokens would be cached. Changes nothing (the query is not
+ * counted in the stats). Either out pointer may be NULL. */
+PKV_API pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
+                                      const pkv_seq_params *sp, uint32_t *out_num_blocks,
+                                      uint32_t *out_num_cached_tokens);
+
+/* Reserves slots for num_tokens more tokens of seq (decode: 1; speculative or chunked: more):
+ * new blocks when the last one is full; if the last block is shared (after a fork) and partly
+ * filled, it is first copied (copy-on-write; the copy is queued and listed by the next batch).
+ * The tokens become computed when a batch computes them. PKV_ERR_NO_SPACE: nothing changed. */
+PKV_API pkv_status pkv_append(pkv_engine *e, uint64_t seq, const int32_t *tokens,
+                              uint32_t num_tokens);
+
+/* A new sequence sharing every block of parent (ref counts + 1), with the same tokens, salt and
+ * computed count. parent must have all its tokens computed (PKV_ERR_STATE otherwise). */
+PKV_API pkv_status pkv_fork(pkv_engine *e, uint64_t parent, uint64_t *out_child);
+
+/* Ends a sequence: drops its block references; a block whose count reaches 0 becomes cached when
+ * it holds sealed KV (reusable by later prompts), else free. The id is never valid again. */
+PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
+
+/* Preemption by recompute: seq gives back all its blocks (as pkv_release does) but keeps its
+ * tokens; its computed count becomes 0. pkv_resume re-admits it like a prompt of all its tokens
+ * (prefix lookup included, its own prefix likely still cached), all-or-nothing. */
+PKV_API pkv_status pkv_preempt(pkv_engine *e, uint64_t seq);
+PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens);
+
+/* Like POSIX's struct stat and stat(), the struct and the call share a name: write
+ * `struct pkv_seq_info` (there is no typedef, which C would not allow next to the function). */
+struct pkv_seq_info {
+  uint32_t struct_size;
+  uint32_t num_tokens;            /* prompt + appended tokens */
+  uint32_t num_computed_tokens;   /* tokens whose KV is in the pool (cached ones included) */
+  uint32_t num_cached_tokens;     /* tokens served by the prefix cache at the last admission */
+  uint32_t num_blocks;            /* length of the block table */
+  uint32_t is_preempted;          /* 1 between pkv_preempt and pkv_resume */
+  uint32_t in_batch;              /* 1 while an open batch includes it */
+  uint32_t cache_salt_len;
+};
+
+PKV_API pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out);
+
+/* Copies the block table of seq (physical block ids, in order) into out[cap]; *out_len = its
+ * length. out may be NULL when cap is 0 (to ask the length). */
+PKV_API pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
+                                       uint32_t *out_len);
+
+/* Copies the token ids of seq into out[cap]; *out_len = its length. As pkv_seq_block_table. */
+PKV_API pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
+                                  uint32_t *out_len);
+
+/* ---------------------------------------------------------------- step planning */
+typedef struct pkv_batch pkv_batch;
+
+/* One forward step's plan. Memory layout (all host memory, owned by the batch, valid until
+ * pkv_batch_end / pkv_batch_abort):
+ *   seq_ids        [num_seqs]           the batch's sequences, in batch order
+ *   query_start    [num_seqs + 1]       new tokens of seq i are rows query_start[i] .. [i+1]-1
+ *   positions      [num_tokens]         position of each new token in its sequence
+ *   slot_mapping   [num_tokens]         block * block_size + offset where its K/V goes; -1 = skip
+ *   context_lens   [num_seqs]           tokens of context after this step (computed + new)
+ *   block_indptr   [num_seqs + 1]       FlashInfer's paged form: seq i's blocks are
+ *   block_indices  [block_indptr[num_seqs]]   block_indices[block_indptr[i] .. block_indptr[i+1]-1]
+ *   last_block_len [num_seqs]           tokens in seq i's last listed block (1 .. block_size)
+ *   block_tables   [num_seqs][max_blocks_per_seq]  the same tables padded with -1
+ *   copy_src, copy_dst [num_copies]     copy-on-write copies to do before any write of the step */
+typedef struct pkv_batch_view {
+  uint32_t struct_size;
+  uint32_t num_seqs;
+  uint32_t num_tokens;
+  uint32_t max_blocks_per_seq;
+  uint32_t max_query_len;
+  uint32_t max_context_len;
+  uint32_t num_copies;
+  uint32_t block_size;
+  const uint64_t *seq_ids;
+  const int32_t *query_start;
+  const int32_t *positions;
+  const int64_t *slot_mapping;
+  const int32_t *context_lens;
+  const int32_t *block_indptr;
+  const int32_t *block_indices;
+  const int32_t *last_block_len;
+  const int32_t *block_tables;
+  const int32_t *copy_src;
+  const int32_t *copy_dst;
+} pkv_batch_view;
+
+/* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
+ * computed tokens (NULL num_new_tokens = all of them; each count must be 1 .. uncomputed). The
+ * sequences must be distinct, not preempted and not in another open batch. One batch may be open
+ * per engine at a time (PKV_ERR_STATE). While it is open its sequences cannot be appended to,
+ * forked, released or preempted (PKV_ERR_STATE). The batch takes over the queued copy-on-write
+ * copies. *out is freed by pkv_batch_end or pkv_batch_abort (or pkv_engine_destroy). */
+PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
+                                   const uint32_t *num_new_tokens, uint32_t num_seqs,
+                                   pkv_batch **out);
+
+/* Points out's fields at the batch's arrays (see pkv_batch_view). */
+PKV_API pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out);
+
+/* The step ran: its new tokens become computed, blocks that are now full and computed are sealed
+ * into the prefix cache (shareable from now on), the copies are done. Frees b (even on error). */
+PKV_API pkv_status pkv_batch_end(pkv_batch *b);
+
+/* The step did not run: nothing becomes computed; the copies go back to the queue. Frees b.
+ * Accepts NULL. */
+PKV_API void pkv_batch_abort(pkv_batch *b);
+
+/* ---------------------------------------------------------------- canonical block hash */
+/* The hash other processes (routers, KV tiers) use to name a block, independent of pkv's
+ * internals:
+ *   root  = XXH3_64bits_withSeed(salt bytes, salt_len, seed)        (empty salt when none)
+ *   block = XXH3_64bits_withSeed(parent hash as u64 little-endian ++ token ids as i32
+ *                                little-endian, seed)                (parent of block 0 = root) */
+PKV_API pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len,
+                                       uint64_t *out_hash);
+PKV_API pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
+                                  uint32_t num_tokens, uint64_t *out_hash);
+
+/* ---------------------------------------------------------------- diagnostics */
+/* Checks every block-manager invariant (each block in exactly one state, ref counts equal the
+ * block-table references, the free list holds exactly the ref-0 blocks, every prefix node's
+ * copies are sealed blocks holding its tokens under its parent, counters agree). O(pool size):
+ * for tests and debugging. PKV_ERR_INTERNAL with the first violation in the message. */
+PKV_API pkv_status pkv_engine_check(pkv_engine *e);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PKV_PKV_H */

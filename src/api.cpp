@@ -1,0 +1,325 @@
+// Every extern "C" entry point: argument checks, the exception wall, status mapping.
+// Each call runs inside guard(): a pkv::Error becomes its status and message, std::bad_alloc
+// PKV_ERR_OUT_OF_MEMORY, anything else PKV_ERR_INTERNAL. Nothing is thrown past this file.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "batch.h"
+#include "block_hash.h"
+#include "engine.h"
+#include "hf_config.h"
+#include "params.h"
+#include "profiler.h"
+#include "status.h"
+
+using pkv::Engine;
+
+namespace {
+
+thread_local std::string tls_error;
+
+Engine *E(pkv_engine *e) { return reinterpret_cast<Engine *>(e); }
+const pkv::Batch *B(const pkv_batch *b) { return reinterpret_cast<const pkv::Batch *>(b); }
+
+// Runs f; on failure records the message for this thread and, when given, for the engine
+// (whose mutex the caller holds).
+template <class F> pkv_status run(std::string *engine_error, F &&f) noexcept {
+  pkv_status status;
+  const char *message;
+  std::string text;
+  try {
+    f();
+    return PKV_OK;
+  } catch (const pkv::Error &err) {
+    status = err.status();
+    message = err.what();
+  } catch (const std::bad_alloc &) {
+    status = PKV_ERR_OUT_OF_MEMORY;
+    message = "out of host memory";
+  } catch (const std::exception &err) {
+    status = PKV_ERR_INTERNAL;
+    message = err.what();
+  } catch (...) {
+    status = PKV_ERR_INTERNAL;
+    message = "unknown exception";
+  }
+  try {
+    tls_error = message;
+    if (engine_error) *engine_error = message;
+  } catch (...) {  // no memory for the message: the status still says what happened
+  }
+  return status;
+}
+
+// A call without an engine.
+template <class F> pkv_status guard(F &&f) noexcept { return run(nullptr, f); }
+
+// A call on an engine: serialized by its mutex, its last error reset.
+template <class F> pkv_status guard(pkv_engine *handle, F &&f) noexcept {
+  if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "engine is NULL"); });
+  Engine *e = E(handle);
+  std::lock_guard<std::mutex> lock(e->mutex());
+  e->last_error().clear();
+  return run(&e->last_error(), [&] { f(*e); });
+}
+
+template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f) noexcept {
+  if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "batch is NULL"); });
+  pkv::Batch *b = const_cast<pkv::Batch *>(B(handle));
+  Engine &e = b->engine();
+  std::lock_guard<std::mutex> lock(e.mutex());
+  e.last_error().clear();
+  return run(&e.last_error(), [&] {
+    if (e.open_batch() != b) pkv::fail(PKV_ERR_STATE, "batch is not the engine's open batch");
+    f(e, *b);
+  });
+}
+
+void require_tokens(const int32_t *tokens, uint32_t n) {
+  PKV_REQUIRE(n > 0, "num_tokens must be > 0");
+  PKV_REQUIRE(tokens != nullptr, "tokens is NULL with num_tokens %u", n);
+}
+
+std::string salt_of(const pkv_seq_params *sp) {
+  if (!sp) return std::string();
+  pkv_seq_params d;
+  std::memset(&d, 0, sizeof d);
+  pkv_seq_params p = pkv::read_struct(sp, d, "seq params");
+  if (p.cache_salt_len == 0) return std::string();
+  PKV_REQUIRE(p.cache_salt != nullptr, "cache_salt is NULL with cache_salt_len %u", p.cache_salt_len);
+  PKV_REQUIRE(p.cache_salt_len <= 65536, "cache_salt_len %u exceeds 65536", p.cache_salt_len);
+  return std::string(static_cast<const char *>(p.cache_salt), p.cache_salt_len);
+}
+
+// Copies a variable-size array into a caller buffer; a short buffer is refused with the length.
+template <class T> void copy_out(const std::vector<T> &src, T *out, uint32_t cap, uint32_t *out_len,
+                                 const char *what) {
+  PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+  PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
+  const uint32_t n = static_cast<uint32_t>(src.size());
+  if (out == nullptr && cap == 0) {  // asking the length
+    *out_len = n;
+    return;
+  }
+  if (cap < n) {
+    *out_len = n;
+    pkv::fail(PKV_ERR_INVALID_ARGUMENT, "%s has %u entries, the buffer holds %u", what, n, cap);
+  }
+  std::copy(src.begin(), src.end(), out);
+  *out_len = n;
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t pkv_version(void) {
+  return PKV_VERSION_MAJOR * 10000 + PKV_VERSION_MINOR * 100 + PKV_VERSION_PATCH;
+}
+uint32_t pkv_abi_version(void) { return PKV_ABI_VERSION; }
+const char *pkv_status_string(pkv_status s) { return pkv::status_string(s); }
+const char *pkv_last_error(void) { return tls_error.c_str(); }
+
+const char *pkv_engine_last_error(const pkv_engine *e) {
+  if (!e) return tls_error.c_str();
+  return reinterpret_cast<const Engine *>(e)->last_error_text();
+}
+
+pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size) {
+  return guard([&] {
+    PKV_REQUIRE(p != nullptr, "params is NULL");
+    PKV_REQUIRE(size >= pkv::kMinStructSize<pkv_engine_params>,
+                "size %u is smaller than pkv_engine_params (%u)", size,
+                pkv::kMinStructSize<pkv_engine_params>);
+    pkv_engine_params d = pkv::default_engine_params();
+    std::memset(p, 0, size);
+    std::memcpy(p, &d, sizeof d);
+    p->struct_size = size;
+  });
+}
+
+pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size) {
+  return guard([&] {
+    PKV_REQUIRE(p != nullptr, "params is NULL");
+    PKV_REQUIRE(size >= pkv::kMinStructSize<pkv_seq_params>,
+                "size %u is smaller than pkv_seq_params (%u)", size, pkv::kMinStructSize<pkv_seq_params>);
+    std::memset(p, 0, size);
+    p->struct_size = size;
+  });
+}
+
+pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json, size_t len) {
+  return guard([&] {
+    pkv_engine_params in = pkv::read_struct(p, pkv::default_engine_params(), "params");
+    PKV_REQUIRE(json != nullptr, "json is NULL");
+    pkv::write_struct(p, pkv::params_from_hf_config(in, json, len));
+  });
+}
+
+pkv_status pkv_profile(const pkv_engine_params *p, pkv_kv_budget *out) {
+  return guard([&] {
+    pkv_engine_params params = pkv::read_struct(p, pkv::default_engine_params(), "params");
+    pkv::require_out_struct(out, "out");
+    pkv_kv_budget b = pkv::profile(params);
+    pkv::write_struct(out, b);  // every term, also when the budget is too small
+    pkv::budget_error(params, b);
+  });
+}
+
+pkv_status pkv_engine_create(const pkv_engine_params *p, pkv_engine **out) {
+  return guard([&] {
+    pkv_engine_params params = pkv::read_struct(p, pkv::default_engine_params(), "params");
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    *out = reinterpret_cast<pkv_engine *>(new Engine(params));
+  });
+}
+
+void pkv_engine_destroy(pkv_engine *e) { delete E(e); }
+
+pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, en.params());
+  });
+}
+
+pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, en.budget());
+  });
+}
+
+pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, en.stats());
+  });
+}
+
+pkv_status pkv_engine_check(pkv_engine *e) {
+  return guard(e, [&](Engine &en) { en.check(); });
+}
+
+pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
+                        const pkv_seq_params *sp, uint64_t *out_seq, uint32_t *out_num_cached_tokens) {
+  return guard(e, [&](Engine &en) {
+    require_tokens(tokens, num_tokens);
+    PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
+    std::string salt = salt_of(sp);
+    uint32_t cached = 0;
+    *out_seq = en.allocate(tokens, num_tokens, salt, &cached);
+    if (out_num_cached_tokens) *out_num_cached_tokens = cached;
+  });
+}
+
+pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
+                              const pkv_seq_params *sp, uint32_t *out_num_blocks,
+                              uint32_t *out_num_cached_tokens) {
+  return guard(e, [&](Engine &en) {
+    require_tokens(tokens, num_tokens);
+    auto plan = en.query(tokens, num_tokens, salt_of(sp));
+    if (out_num_blocks) *out_num_blocks = plan.num_free_needed;
+    if (out_num_cached_tokens)
+      *out_num_cached_tokens = static_cast<uint32_t>(plan.hit_blocks.size()) * en.params().block_size;
+  });
+}
+
+pkv_status pkv_append(pkv_engine *e, uint64_t seq, const int32_t *tokens, uint32_t num_tokens) {
+  return guard(e, [&](Engine &en) {
+    require_tokens(tokens, num_tokens);
+    en.append(seq, tokens, num_tokens);
+  });
+}
+
+pkv_status pkv_fork(pkv_engine *e, uint64_t parent, uint64_t *out_child) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out_child != nullptr, "out_child is NULL");
+    *out_child = en.fork(parent);
+  });
+}
+
+pkv_status pkv_release(pkv_engine *e, uint64_t seq) {
+  return guard(e, [&](Engine &en) { en.release(seq); });
+}
+
+pkv_status pkv_preempt(pkv_engine *e, uint64_t seq) {
+  return guard(e, [&](Engine &en) { en.preempt(seq); });
+}
+
+pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens) {
+  return guard(e, [&](Engine &en) {
+    uint32_t cached = en.resume(seq);
+    if (out_num_cached_tokens) *out_num_cached_tokens = cached;
+  });
+}
+
+pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    const pkv::Sequence &s = en.seq(seq);
+    struct pkv_seq_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    info.num_tokens = s.num_tokens();
+    info.num_computed_tokens = s.num_computed;
+    info.num_cached_tokens = s.num_cached;
+    info.num_blocks = static_cast<uint32_t>(s.block_table.size());
+    info.is_preempted = s.preempted;
+    info.in_batch = s.in_batch;
+    info.cache_salt_len = static_cast<uint32_t>(s.salt.size());
+    pkv::write_struct(out, info);
+  });
+}
+
+pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
+  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).block_table, out, cap, out_len, "the block table"); });
+}
+
+pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
+  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).tokens, out, cap, out_len, "the sequence"); });
+}
+
+pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs, const uint32_t *num_new_tokens,
+                           uint32_t num_seqs, pkv_batch **out) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    *out = reinterpret_cast<pkv_batch *>(&en.begin_batch(seqs, num_new_tokens, num_seqs));
+  });
+}
+
+pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out) {
+  return guard_batch(b, [&](Engine &, pkv::Batch &batch) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, batch.view());
+  });
+}
+
+pkv_status pkv_batch_end(pkv_batch *b) {
+  return guard_batch(b, [&](Engine &en, pkv::Batch &) { en.finish_batch(true); });
+}
+
+void pkv_batch_abort(pkv_batch *b) {
+  if (!b) return;
+  guard_batch(b, [&](Engine &en, pkv::Batch &) { en.finish_batch(false); });
+}
+
+pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len, uint64_t *out_hash) {
+  return guard([&] {
+    PKV_REQUIRE(out_hash != nullptr, "out_hash is NULL");
+    PKV_REQUIRE(salt != nullptr || salt_len == 0, "salt is NULL with salt_len %u", salt_len);
+    *out_hash = pkv::root_hash(seed, salt, salt_len);
+  });
+}
+
+pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
+                          uint32_t num_tokens, uint64_t *out_hash) {
+  return guard([&] {
+    PKV_REQUIRE(out_hash != nullptr, "out_hash is NULL");
+    require_tokens(tokens, num_tokens);
+    *out_hash = pkv::block_hash(seed, parent_hash, tokens, num_tokens);
+  });
+}
+
+}  // extern "C"

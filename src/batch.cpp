@@ -1,0 +1,113 @@
+#include "batch.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "engine.h"
+#include "sequence.h"
+#include "status.h"
+
+namespace pkv {
+
+Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs)
+    : engine_(engine), block_size_(engine.params().block_size) {
+  PKV_REQUIRE(num_seqs > 0, "a batch needs at least one sequence (num_seqs is 0)");
+  PKV_REQUIRE(seqs != nullptr, "seqs is NULL");
+  std::unordered_set<uint64_t> seen;
+  uint64_t total_tokens = 0;
+  seq_ids_.assign(seqs, seqs + num_seqs);
+  num_new_.resize(num_seqs);
+  for (uint32_t i = 0; i < num_seqs; ++i) {
+    const Sequence &s = engine.seq(seqs[i]);
+    const unsigned long long id = s.id;
+    PKV_REQUIRE(seen.insert(s.id).second, "sequence %llu appears twice in the batch", id);
+    if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", id);
+    const uint32_t n = num_new_tokens ? num_new_tokens[i] : s.num_uncomputed();
+    PKV_REQUIRE(n >= 1 && n <= s.num_uncomputed(),
+                "sequence %llu: %u new tokens asked, it has %u uncomputed (1 .. that many allowed)",
+                id, n, s.num_uncomputed());
+    num_new_[i] = n;
+    total_tokens += n;
+  }
+  PKV_REQUIRE(total_tokens <= INT32_MAX, "a batch of %llu tokens is too large",
+              (unsigned long long)total_tokens);
+  positions_.reserve(total_tokens);
+  slot_mapping_.reserve(total_tokens);
+  for (uint32_t i = 0; i < num_seqs; ++i) plan_seq(engine.seq(seq_ids_[i]), num_new_[i]);
+  block_tables_.assign(size_t(num_seqs) * max_blocks_per_seq_, -1);
+  for (uint32_t i = 0; i < num_seqs; ++i)
+    std::copy(block_indices_.begin() + block_indptr_[i], block_indices_.begin() + block_indptr_[i + 1],
+              block_tables_.begin() + size_t(i) * max_blocks_per_seq_);
+  // Nothing can fail from here on: take the copies and mark the members.
+  copies_ = engine.blocks().take_copies();
+  for (const BlockCopy &c : copies_) {
+    copy_src_.push_back(c.src);
+    copy_dst_.push_back(c.dst);
+  }
+  for (uint64_t id : seq_ids_) engine.seq(id).in_batch = true;
+}
+
+void Batch::plan_seq(const Sequence &s, uint32_t num_new) {
+  // Tokens [computed, computed + num_new) are new; the context is everything up to their end.
+  const uint32_t start = s.num_computed;
+  const uint32_t context = start + num_new;
+  for (uint32_t pos = start; pos < context; ++pos) {
+    positions_.push_back(static_cast<int32_t>(pos));
+    slot_mapping_.push_back(int64_t(s.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
+  }
+  query_start_.push_back(query_start_.back() + static_cast<int32_t>(num_new));
+  context_lens_.push_back(static_cast<int32_t>(context));
+  const uint32_t num_blocks = blocks_for_tokens(context, block_size_);
+  block_indices_.insert(block_indices_.end(), s.block_table.begin(), s.block_table.begin() + num_blocks);
+  block_indptr_.push_back(static_cast<int32_t>(block_indices_.size()));
+  last_block_len_.push_back(static_cast<int32_t>(context - (num_blocks - 1) * block_size_));
+  max_blocks_per_seq_ = std::max(max_blocks_per_seq_, num_blocks);
+  max_query_len_ = std::max(max_query_len_, num_new);
+  max_context_len_ = std::max(max_context_len_, context);
+}
+
+pkv_batch_view Batch::view() const {
+  pkv_batch_view v;
+  std::memset(&v, 0, sizeof v);
+  v.struct_size = sizeof v;
+  v.num_seqs = num_seqs();
+  v.num_tokens = static_cast<uint32_t>(positions_.size());
+  v.max_blocks_per_seq = max_blocks_per_seq_;
+  v.max_query_len = max_query_len_;
+  v.max_context_len = max_context_len_;
+  v.num_copies = static_cast<uint32_t>(copies_.size());
+  v.block_size = block_size_;
+  v.seq_ids = seq_ids_.data();
+  v.query_start = query_start_.data();
+  v.positions = positions_.data();
+  v.slot_mapping = slot_mapping_.data();
+  v.context_lens = context_lens_.data();
+  v.block_indptr = block_indptr_.data();
+  v.block_indices = block_indices_.data();
+  v.last_block_len = last_block_len_.data();
+  v.block_tables = block_tables_.data();
+  v.copy_src = copy_src_.data();
+  v.copy_dst = copy_dst_.data();
+  return v;
+}
+
+void Batch::release_members() {
+  for (uint64_t id : seq_ids_) engine_.seq(id).in_batch = false;
+}
+
+void Batch::commit() {
+  release_members();
+  for (uint32_t i = 0; i < num_seqs(); ++i) {
+    Sequence &s = engine_.seq(seq_ids_[i]);
+    s.num_computed += num_new_[i];
+    engine_.blocks().seal(s);
+  }
+}
+
+void Batch::abort() {
+  release_members();
+  engine_.blocks().return_copies(std::move(copies_));
+}
+
+}  // namespace pkv

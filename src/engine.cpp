@@ -1,0 +1,177 @@
+#include "engine.h"
+
+#include "batch.h"
+#include "params.h"
+#include "profiler.h"
+#include "status.h"
+
+namespace pkv {
+namespace {
+
+pkv_kv_budget budget_for(const pkv_engine_params &p) {
+  pkv_kv_budget b = profile(p);
+  budget_error(p, b);
+  return b;
+}
+
+pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
+  p.device = b.device;
+  p.num_blocks = static_cast<uint32_t>(b.num_blocks);
+  return p;
+}
+
+}  // namespace
+
+Engine::Engine(const pkv_engine_params &params)
+    : budget_(budget_for(params)),
+      params_(resolved(params, budget_)),
+      blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
+              params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0) {
+  PoolShape shape{params_.num_layers, params_.num_blocks, params_.block_size,
+                  kv_heads_per_rank(params_), params_.head_dim, dtype_bytes(params_.dtype)};
+  backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, shape)
+                                               : make_cpu_backend(shape);
+}
+
+Engine::~Engine() = default;
+
+Sequence &Engine::seq(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    fail(PKV_ERR_NOT_FOUND, "sequence %llu does not exist (never allocated, or released)",
+         (unsigned long long)id);
+  return it->second;
+}
+
+void Engine::require_length(uint64_t num_tokens) const {
+  PKV_REQUIRE(num_tokens <= INT32_MAX, "a sequence of %llu tokens is too long",
+              (unsigned long long)num_tokens);
+  PKV_REQUIRE(params_.max_model_len == 0 || num_tokens <= params_.max_model_len,
+              "%llu tokens exceed max_model_len %u", (unsigned long long)num_tokens,
+              params_.max_model_len);
+}
+
+void Engine::require_mutable(const Sequence &s, const char *what) const {
+  if (s.in_batch)
+    fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is in the open batch (end or abort it first)",
+         what, (unsigned long long)s.id);
+}
+
+BlockManager::Admission Engine::query(const int32_t *tokens, uint32_t n, const std::string &salt) const {
+  require_length(n);
+  return blocks_.plan_admission(salt, tokens, n);
+}
+
+uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const std::string &salt, uint32_t *cached) {
+  require_length(n);
+  Sequence s;
+  s.id = next_seq_id_;
+  s.salt = salt;
+  s.tokens.assign(tokens, tokens + n);
+  auto [it, inserted] = seqs_.emplace(s.id, Sequence{});  // room first: admit must be last
+  PKV_ASSERT(inserted);
+  try {
+    blocks_.admit(s);
+  } catch (...) {
+    seqs_.erase(it);
+    throw;
+  }
+  it->second = std::move(s);
+  next_seq_id_++;
+  if (cached) *cached = it->second.num_cached;
+  return it->first;
+}
+
+void Engine::append(uint64_t id, const int32_t *tokens, uint32_t n) {
+  Sequence &s = seq(id);
+  require_mutable(s, "append to");
+  if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", (unsigned long long)id);
+  require_length(uint64_t(s.num_tokens()) + n);
+  blocks_.append(s, tokens, n);
+}
+
+uint64_t Engine::fork(uint64_t parent_id) {
+  Sequence &parent = seq(parent_id);
+  require_mutable(parent, "fork");
+  if (parent.preempted)
+    fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", (unsigned long long)parent_id);
+  if (parent.num_uncomputed())
+    fail(PKV_ERR_STATE, "sequence %llu has %u uncomputed tokens: fork it after the batch that computes them",
+         (unsigned long long)parent_id, parent.num_uncomputed());
+  Sequence child = parent;  // tokens, salt, computed and sealed counts
+  child.id = next_seq_id_;
+  auto [it, inserted] = seqs_.emplace(child.id, std::move(child));
+  PKV_ASSERT(inserted);
+  blocks_.fork(it->second);  // cannot fail: every block is already in use
+  next_seq_id_++;
+  return it->first;
+}
+
+void Engine::release(uint64_t id) {
+  Sequence &s = seq(id);
+  require_mutable(s, "release");
+  blocks_.free_blocks(s);
+  seqs_.erase(id);
+}
+
+void Engine::preempt(uint64_t id) {
+  Sequence &s = seq(id);
+  require_mutable(s, "preempt");
+  if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is already preempted", (unsigned long long)id);
+  blocks_.free_blocks(s);
+  s.preempted = true;
+  s.num_cached = 0;
+  blocks_.count_preemption();
+}
+
+uint32_t Engine::resume(uint64_t id) {
+  Sequence &s = seq(id);
+  if (!s.preempted) fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
+  blocks_.admit(s);
+  s.preempted = false;
+  return s.num_cached;
+}
+
+pkv_stats Engine::stats() const {
+  pkv_stats st;
+  std::memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  st.num_blocks = blocks_.num_blocks();
+  st.num_free_blocks = blocks_.num_free();
+  st.num_cached_blocks = blocks_.num_cached();
+  st.num_used_blocks = blocks_.num_blocks() - blocks_.num_free();
+  st.num_seqs = seqs_.size();
+  for (const auto &kv : seqs_) st.num_preempted_seqs += kv.second.preempted;
+  st.num_prefix_nodes = blocks_.num_prefix_nodes();
+  const BlockStats &b = blocks_.stats();
+  st.prefix_query_tokens = b.prefix_query_tokens;
+  st.prefix_hit_tokens = b.prefix_hit_tokens;
+  st.num_evictions = b.num_evictions;
+  st.num_cow_copies = b.num_cow_copies;
+  st.num_preemptions = b.num_preemptions;
+  return st;
+}
+
+void Engine::check() const {
+  blocks_.check(seqs_);
+  size_t in_batch = 0;
+  for (const auto &kv : seqs_) in_batch += kv.second.in_batch;
+  const size_t members = open_batch_ ? open_batch_->num_seqs() : 0;
+  if (in_batch != members)
+    fail(PKV_ERR_INTERNAL, "%zu sequences marked in a batch, the open batch has %zu", in_batch, members);
+}
+
+Batch &Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
+  if (open_batch_) fail(PKV_ERR_STATE, "a batch is already open on this engine: end or abort it first");
+  open_batch_ = std::make_unique<Batch>(*this, seqs, num_new_tokens, num_seqs);
+  return *open_batch_;
+}
+
+void Engine::finish_batch(bool ran) {
+  PKV_ASSERT(open_batch_);
+  std::unique_ptr<Batch> batch = std::move(open_batch_);
+  if (ran) batch->commit();
+  else batch->abort();
+}
+
+}  // namespace pkv

@@ -1,0 +1,68 @@
+#include "params.h"
+
+#include <cmath>
+
+namespace pkv {
+
+pkv_engine_params default_engine_params() {
+  pkv_engine_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.dtype = PKV_DTYPE_BF16;
+  p.tp_size = 1;
+  p.block_size = 16;
+  p.enable_prefix_caching = 1;
+  p.device = PKV_DEVICE_AUTO;
+  p.memory_utilization = 0.9;
+  return p;
+}
+
+uint32_t dtype_bytes(int32_t dtype) {
+  switch (dtype) {
+    case PKV_DTYPE_F32: return 4;
+    case PKV_DTYPE_F16: return 2;
+    case PKV_DTYPE_BF16: return 2;
+    default: return 0;
+  }
+}
+
+const char *dtype_name(int32_t dtype) {
+  switch (dtype) {
+    case PKV_DTYPE_F32: return "f32";
+    case PKV_DTYPE_F16: return "f16";
+    case PKV_DTYPE_BF16: return "bf16";
+    default: return "unknown";
+  }
+}
+
+void validate_engine_params(const pkv_engine_params &p) {
+  PKV_REQUIRE(p.num_layers > 0, "num_layers must be > 0");
+  PKV_REQUIRE(p.num_q_heads > 0, "num_q_heads must be > 0");
+  PKV_REQUIRE(p.num_kv_heads > 0, "num_kv_heads must be > 0");
+  PKV_REQUIRE(p.num_q_heads % p.num_kv_heads == 0,
+              "num_kv_heads (%u) must divide num_q_heads (%u)", p.num_kv_heads, p.num_q_heads);
+  PKV_REQUIRE(p.head_dim > 0 && p.head_dim <= 1024, "head_dim must be in 1..1024, got %u", p.head_dim);
+  PKV_REQUIRE(dtype_bytes(p.dtype) != 0, "dtype %d is not a PKV_DTYPE_* value", p.dtype);
+  PKV_REQUIRE(p.tp_size > 0, "tp_size must be > 0");
+  PKV_REQUIRE(p.tp_rank < p.tp_size, "tp_rank (%u) must be < tp_size (%u)", p.tp_rank, p.tp_size);
+  PKV_REQUIRE(p.num_q_heads % p.tp_size == 0, "tp_size (%u) must divide num_q_heads (%u)",
+              p.tp_size, p.num_q_heads);
+  PKV_REQUIRE(p.num_kv_heads % p.tp_size == 0 || p.tp_size % p.num_kv_heads == 0,
+              "tp_size (%u) and num_kv_heads (%u): one must divide the other", p.tp_size,
+              p.num_kv_heads);
+  PKV_REQUIRE(p.block_size > 0, "block_size must be >= 1");
+  PKV_REQUIRE(p.block_size <= (1u << 20), "block_size %u is too large (at most 2^20)", p.block_size);
+  PKV_REQUIRE(p.num_blocks <= INT32_MAX, "num_blocks %u exceeds 2^31-1", p.num_blocks);
+  PKV_REQUIRE(p.enable_prefix_caching <= 1, "enable_prefix_caching must be 0 or 1");
+  PKV_REQUIRE(p.device == PKV_DEVICE_AUTO || p.device == PKV_DEVICE_CPU || p.device == PKV_DEVICE_CUDA,
+              "device %d is not a PKV_DEVICE_* value", p.device);
+  PKV_REQUIRE(p.device_id >= 0, "device_id must be >= 0");
+  PKV_REQUIRE(p.num_threads <= 4096, "num_threads %u is too many", p.num_threads);
+  PKV_REQUIRE((p.debug_flags & ~uint32_t(PKV_DEBUG_CONSTANT_HASH)) == 0,
+              "debug_flags has unknown bits 0x%x", p.debug_flags);
+  PKV_REQUIRE(std::isfinite(p.memory_utilization) && p.memory_utilization > 0.0 &&
+                  p.memory_utilization <= 1.0,
+              "memory_utilization must be in (0, 1], got %g", p.memory_utilization);
+}
+
+}  // namespace pkv

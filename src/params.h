@@ -1,0 +1,50 @@
+// Versioned parameter and result structs (DESIGN.md §3 rule 6): defaults, validation, and
+// copying between the caller's struct_size and ours.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+
+#include "pkv/pkv.h"
+#include "status.h"
+
+namespace pkv {
+
+// The size each struct had in the first ABI (0.1.0). A caller's struct_size may be larger
+// (a newer header) or, once fields are appended, smaller down to this; never below.
+template <class T> constexpr uint32_t kMinStructSize = sizeof(T);
+
+// Reads a caller's versioned struct: fields the caller does not have keep their defaults.
+template <class T> T read_struct(const T *in, const T &defaults, const char *what) {
+  PKV_REQUIRE(in != nullptr, "%s is NULL", what);
+  PKV_REQUIRE(in->struct_size >= kMinStructSize<T>,
+              "%s->struct_size is %u, at least %u expected (set it with the *_init function)",
+              what, in->struct_size, kMinStructSize<T>);
+  T out = defaults;
+  std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+  return out;
+}
+
+// Checks a caller's output struct before anything is computed.
+template <class T> void require_out_struct(const T *out, const char *what) {
+  PKV_REQUIRE(out != nullptr, "%s is NULL", what);
+  PKV_REQUIRE(out->struct_size >= kMinStructSize<T>,
+              "%s->struct_size is %u, at least %u expected (set it to sizeof the struct)", what,
+              out->struct_size, kMinStructSize<T>);
+}
+
+// Writes our struct into the caller's, as many bytes as both know; struct_size is kept.
+template <class T> void write_struct(T *out, const T &value) {
+  const uint32_t size = out->struct_size;
+  std::memcpy(out, &value, std::min<size_t>(size, sizeof(T)));
+  out->struct_size = size;
+}
+
+pkv_engine_params default_engine_params();
+// Every rule of pkv_engine_params (shape, paging, budget fields); throws INVALID_ARGUMENT.
+void validate_engine_params(const pkv_engine_params &p);
+uint32_t dtype_bytes(int32_t dtype);
+const char *dtype_name(int32_t dtype);
+
+}  // namespace pkv

@@ -1,0 +1,158 @@
+#include "prefix_tree.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "block_hash.h"
+#include "status.h"
+
+namespace pkv {
+
+PrefixTree::PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash)
+    : block_size_(block_size), seed_(seed), constant_hash_(constant_hash) {}
+
+uint64_t PrefixTree::map_key(uint32_t parent, uint64_t hash) const {
+  // Under PKV_DEBUG_CONSTANT_HASH every block hashes alike: all children of a parent share one
+  // chain and only the token compare tells them apart.
+  uint64_t h = constant_hash_ ? 0 : hash;
+  return h ^ ((uint64_t(parent) + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+uint32_t PrefixTree::find_root(const std::string &salt) const {
+  auto it = roots_.find(salt);
+  return it == roots_.end() ? kNoNode : it->second;
+}
+
+uint32_t PrefixTree::get_or_add_root(const std::string &salt) {
+  uint32_t root = find_root(salt);
+  if (root != kNoNode) return root;
+  root = new_node();
+  Node &n = nodes_[root];
+  n.hash = root_hash(seed_, salt.data(), salt.size());
+  n.salt = salt;
+  roots_.emplace(salt, root);
+  return root;
+}
+
+uint64_t PrefixTree::child_hash(uint32_t parent, const int32_t *tokens) const {
+  return block_hash(seed_, nodes_[parent].hash, tokens, block_size_);
+}
+
+uint32_t PrefixTree::find_child(uint32_t parent, uint64_t hash, const int32_t *tokens) const {
+  auto it = children_.find(map_key(parent, hash));
+  if (it == children_.end()) return kNoNode;
+  const size_t bytes = sizeof(int32_t) * block_size_;
+  for (uint32_t n = it->second; n != kNoNode; n = nodes_[n].next_same_key) {
+    if (nodes_[n].parent == parent && std::memcmp(this->tokens(n), tokens, bytes) == 0) return n;
+  }
+  return kNoNode;
+}
+
+uint32_t PrefixTree::new_node() {
+  uint32_t id;
+  if (!free_nodes_.empty()) {
+    id = free_nodes_.back();
+    free_nodes_.pop_back();
+  } else {
+    id = static_cast<uint32_t>(nodes_.size());
+    nodes_.emplace_back();
+    tokens_.resize(tokens_.size() + block_size_);
+  }
+  nodes_[id] = Node{};
+  nodes_[id].live = true;
+  return id;
+}
+
+uint32_t PrefixTree::add_child(uint32_t parent, uint64_t hash, const int32_t *tokens) {
+  PKV_ASSERT(find_child(parent, hash, tokens) == kNoNode);
+  uint32_t id = new_node();  // may reallocate nodes_: take references after
+  Node &n = nodes_[id];
+  n.parent = parent;
+  n.hash = hash;
+  std::memcpy(&tokens_[size_t(id) * block_size_], tokens, sizeof(int32_t) * block_size_);
+  auto [it, inserted] = children_.emplace(map_key(parent, hash), id);
+  if (!inserted) {
+    n.next_same_key = it->second;
+    it->second = id;
+  }
+  nodes_[parent].num_children++;
+  num_live_++;
+  return id;
+}
+
+void PrefixTree::add_copy(uint32_t node, int32_t block) { nodes_[node].copies.push_back(block); }
+
+void PrefixTree::remove_copy(uint32_t node, int32_t block) {
+  auto &c = nodes_[node].copies;
+  auto it = std::find(c.begin(), c.end(), block);
+  PKV_ASSERT(it != c.end());
+  *it = c.back();
+  c.pop_back();
+  maybe_remove(node);
+}
+
+void PrefixTree::unlink(uint32_t node) {
+  Node &n = nodes_[node];
+  auto it = children_.find(map_key(n.parent, n.hash));
+  PKV_ASSERT(it != children_.end());
+  if (it->second == node) {
+    if (n.next_same_key == kNoNode) children_.erase(it);
+    else it->second = n.next_same_key;
+    return;
+  }
+  uint32_t prev = it->second;
+  while (nodes_[prev].next_same_key != node) {
+    prev = nodes_[prev].next_same_key;
+    PKV_ASSERT(prev != kNoNode);
+  }
+  nodes_[prev].next_same_key = n.next_same_key;
+}
+
+void PrefixTree::maybe_remove(uint32_t node) {
+  while (node != kNoNode) {
+    Node &n = nodes_[node];
+    if (!n.copies.empty() || n.num_children != 0) return;
+    uint32_t parent = n.parent;
+    if (parent == kNoNode) {
+      roots_.erase(n.salt);
+    } else {
+      unlink(node);
+      nodes_[parent].num_children--;
+      num_live_--;
+    }
+    n = Node{};
+    free_nodes_.push_back(node);
+    node = parent;
+  }
+}
+
+void PrefixTree::check() const {
+  std::vector<uint32_t> children(nodes_.size(), 0);
+  size_t live = 0;
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    const Node &n = nodes_[i];
+    if (!n.live) continue;
+    if (n.parent == kNoNode) {
+      if (find_root(n.salt) != i) fail(PKV_ERR_INTERNAL, "prefix root %u not registered", i);
+      if (n.hash != root_hash(seed_, n.salt.data(), n.salt.size()))
+        fail(PKV_ERR_INTERNAL, "prefix root %u has a wrong hash", i);
+    } else {
+      live++;
+      if (!nodes_[n.parent].live) fail(PKV_ERR_INTERNAL, "prefix node %u has a dead parent", i);
+      children[n.parent]++;
+      if (n.hash != child_hash(n.parent, tokens(i)))
+        fail(PKV_ERR_INTERNAL, "prefix node %u: hash does not match parent and tokens", i);
+      if (find_child(n.parent, n.hash, tokens(i)) != i)
+        fail(PKV_ERR_INTERNAL, "prefix node %u is not found by its own key", i);
+    }
+    if (n.copies.empty() && n.num_children == 0)
+      fail(PKV_ERR_INTERNAL, "prefix node %u has no copies and no children", i);
+  }
+  for (uint32_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].live && children[i] != nodes_[i].num_children)
+      fail(PKV_ERR_INTERNAL, "prefix node %u counts %u children, has %u", i,
+           nodes_[i].num_children, children[i]);
+  if (live != num_live_) fail(PKV_ERR_INTERNAL, "prefix tree counts %zu nodes, has %zu", num_live_, live);
+}
+
+}  // namespace pkv

@@ -1,0 +1,78 @@
+// The exact block-level prefix cache (DESIGN.md §4).
+//
+// A node is one full block of tokens under one exact prefix: (parent node, tokens). Roots are one
+// per cache salt and hold no tokens. A node keeps the physical blocks whose KV holds it (its
+// copies). Children are found through one hash map keyed by (parent, hash of the block) and the
+// tokens are compared on every hit, so a hash collision, a crafted collision or a block reused
+// under another prefix can never serve wrong KV. Nodes without copies and children are removed,
+// up the tree.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pkv {
+
+constexpr uint32_t kNoNode = UINT32_MAX;
+
+class PrefixTree {
+ public:
+  PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash);
+
+  // The root of a salt, or kNoNode when no block was ever sealed under it.
+  uint32_t find_root(const std::string &salt) const;
+  uint32_t get_or_add_root(const std::string &salt);
+
+  // The canonical hash of the child of `parent` holding `tokens` (block_size of them).
+  uint64_t child_hash(uint32_t parent, const int32_t *tokens) const;
+  // The child of parent holding exactly these tokens, whose canonical hash is `hash`; kNoNode if none.
+  uint32_t find_child(uint32_t parent, uint64_t hash, const int32_t *tokens) const;
+  uint32_t add_child(uint32_t parent, uint64_t hash, const int32_t *tokens);
+
+  void add_copy(uint32_t node, int32_t block);
+  // Removes a copy; a node left with no copies and no children is removed, and so on upwards.
+  void remove_copy(uint32_t node, int32_t block);
+
+  const std::vector<int32_t> &copies(uint32_t node) const { return nodes_[node].copies; }
+  uint64_t hash(uint32_t node) const { return nodes_[node].hash; }
+  uint32_t parent(uint32_t node) const { return nodes_[node].parent; }
+  const int32_t *tokens(uint32_t node) const { return &tokens_[size_t(node) * block_size_]; }
+  bool is_live(uint32_t node) const { return node < nodes_.size() && nodes_[node].live; }
+  bool is_root(uint32_t node) const { return nodes_[node].parent == kNoNode; }
+  size_t num_nodes() const { return num_live_; }  // roots excluded
+  size_t capacity() const { return nodes_.size(); }
+  uint32_t num_children(uint32_t node) const { return nodes_[node].num_children; }
+
+  // Structural self-check for pkv_engine_check: throws Error(PKV_ERR_INTERNAL) on a violation.
+  void check() const;
+
+ private:
+  struct Node {
+    uint32_t parent = kNoNode;
+    uint32_t num_children = 0;
+    uint32_t next_same_key = kNoNode;  // chain of nodes whose map keys are equal
+    bool live = false;
+    uint64_t hash = 0;                 // canonical hash
+    std::vector<int32_t> copies;
+    std::string salt;                  // roots only
+  };
+
+  uint64_t map_key(uint32_t parent, uint64_t hash) const;
+  uint32_t new_node();
+  void unlink(uint32_t node);
+  void maybe_remove(uint32_t node);
+
+  uint32_t block_size_;
+  uint64_t seed_;
+  bool constant_hash_;
+  std::vector<Node> nodes_;
+  std::vector<int32_t> tokens_;      // [node][block_size]
+  std::vector<uint32_t> free_nodes_;
+  size_t num_live_ = 0;
+  std::unordered_map<uint64_t, uint32_t> children_;  // map_key -> first node of its chain
+  std::unordered_map<std::string, uint32_t> roots_;
+};
+
+}  // namespace pkv
