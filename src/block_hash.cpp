@@ -1,9 +1,11 @@
 #include "block_hash.h"
 
+// The whole of XXH3 inlined from Debian's xxhash.h: the short, fixed-size inputs a block is are
+// hashed without a call into libxxhash, with the same result.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstring>
-#include <vector>
 
 namespace pkv {
 
@@ -16,6 +18,16 @@ inline void store_le32(unsigned char *dst, uint32_t v) {
   dst[3] = static_cast<unsigned char>(v >> 24);
 }
 
+inline void store_tokens_le(unsigned char *dst, const int32_t *tokens, size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (n) std::memcpy(dst, tokens, 4 * n);
+#else
+  for (size_t i = 0; i < n; ++i) store_le32(dst + 4 * i, static_cast<uint32_t>(tokens[i]));
+#endif
+}
+
+constexpr size_t kChunkTokens = 64;  // blocks up to this size hash in one shot from the stack
+
 }  // namespace
 
 uint64_t root_hash(uint64_t seed, const void *salt, size_t salt_len) {
@@ -23,20 +35,24 @@ uint64_t root_hash(uint64_t seed, const void *salt, size_t salt_len) {
 }
 
 uint64_t block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens, size_t num_tokens) {
-  // One contiguous buffer: XXH3's one-shot path is several times faster than streaming for the
-  // short inputs a block is (16 tokens = 72 bytes). The buffer is per thread and only grows.
-  thread_local std::vector<unsigned char> buf;
-  const size_t bytes = 8 + 4 * num_tokens;
-  if (buf.size() < bytes) buf.resize(bytes);
-  unsigned char *p = buf.data();
-  store_le32(p, static_cast<uint32_t>(parent_hash));
-  store_le32(p + 4, static_cast<uint32_t>(parent_hash >> 32));
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  if (num_tokens) std::memcpy(p + 8, tokens, 4 * num_tokens);
-#else
-  for (size_t i = 0; i < num_tokens; ++i) store_le32(p + 8 + 4 * i, static_cast<uint32_t>(tokens[i]));
-#endif
-  return XXH3_64bits_withSeed(p, bytes, seed);
+  unsigned char buf[8 + 4 * kChunkTokens];
+  store_le32(buf, static_cast<uint32_t>(parent_hash));
+  store_le32(buf + 4, static_cast<uint32_t>(parent_hash >> 32));
+  if (num_tokens <= kChunkTokens) {
+    store_tokens_le(buf + 8, tokens, num_tokens);
+    return XXH3_64bits_withSeed(buf, 8 + 4 * num_tokens, seed);
+  }
+  // Large blocks: streaming gives the same hash as one shot over the whole input.
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset_withSeed(&state, seed);
+  XXH3_64bits_update(&state, buf, 8);
+  for (size_t i = 0; i < num_tokens; i += kChunkTokens) {
+    const size_t n = num_tokens - i < kChunkTokens ? num_tokens - i : kChunkTokens;
+    store_tokens_le(buf, tokens + i, n);
+    XXH3_64bits_update(&state, buf, 4 * n);
+  }
+  return XXH3_64bits_digest(&state);
 }
 
 }  // namespace pkv

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "block_hash.h"
 #include "status.h"
 
 namespace pkv {
@@ -14,7 +15,8 @@ BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix
       prefix_caching_(prefix_caching),
       blocks_(size_t(num_blocks) + 1),
       num_free_(num_blocks),
-      tree_(block_size, hash_seed, constant_hash) {
+      seed_(hash_seed),
+      tree_(block_size, hash_seed, constant_hash, num_blocks) {
   // Initially every block is free, in id order: block 0 is allocated first.
   const int32_t s = sentinel();
   blocks_[s].prev = blocks_[s].next = s;
@@ -91,19 +93,36 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
   // At least the last token is computed: a prompt of whole blocks recomputes its last block.
   const uint32_t max_hits = (n - 1) / block_size_;
   uint32_t node = prefix_caching_ ? tree_.find_root(salt) : kNoNode;
-  for (uint32_t j = 0; node != kNoNode && j < max_hits; ++j) {
-    const int32_t *block_tokens = tokens + size_t(j) * block_size_;
-    uint32_t child = tree_.find_child(node, tree_.child_hash(node, block_tokens), block_tokens);
-    if (child == kNoNode || tree_.copies(child).empty()) break;
-    // Prefer a copy already in use: reviving a cached one would take it off the free list.
-    int32_t pick = -1;
-    for (int32_t c : tree_.copies(child)) {
-      if (blocks_[c].ref > 0) { pick = c; break; }
-      if (pick < 0) pick = c;
+  if (node != kNoNode && max_hits) {
+    // The chained hashes do not depend on the tree, so the walk computes them kAhead blocks
+    // early and starts loading those blocks' table slots and node tokens from memory.
+    constexpr uint32_t kAhead = 8;
+    uint64_t ahead[kAhead];
+    uint64_t last = tree_.hash(node);
+    auto hash_block = [&](uint32_t j) {
+      last = block_hash(seed_, last, tokens + size_t(j) * block_size_, block_size_);
+      ahead[j % kAhead] = last;
+      tree_.prefetch_slot(node, last);
+    };
+    for (uint32_t j = 0; j < kAhead && j < max_hits; ++j) hash_block(j);
+    plan.hit_blocks.reserve(max_hits);
+    for (uint32_t j = 0; j < max_hits; ++j) {
+      const uint64_t hash = ahead[j % kAhead];
+      if (j + kAhead < max_hits) hash_block(j + kAhead);
+      if (j + kAhead / 2 < max_hits) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
+      const int32_t *block_tokens = tokens + size_t(j) * block_size_;
+      uint32_t child = tree_.find_child(node, hash, block_tokens);
+      if (child == kNoNode || tree_.copies(child).empty()) break;
+      // Prefer a copy already in use: reviving a cached one would take it off the free list.
+      int32_t pick = -1;
+      for (int32_t c : tree_.copies(child)) {
+        if (blocks_[c].ref > 0) { pick = c; break; }
+        if (pick < 0) pick = c;
+      }
+      if (blocks_[pick].ref == 0) plan.num_free_needed++;
+      plan.hit_blocks.push_back(pick);
+      node = child;
     }
-    if (blocks_[pick].ref == 0) plan.num_free_needed++;
-    plan.hit_blocks.push_back(pick);
-    node = child;
   }
   plan.num_new_blocks = total - static_cast<uint32_t>(plan.hit_blocks.size());
   plan.num_free_needed += plan.num_new_blocks;
@@ -241,7 +260,8 @@ void BlockManager::check(const std::unordered_map<uint64_t, Sequence> &seqs) con
       parent = node;
     }
     // No write into a shared or sealed block: every slot still to compute is in a private block.
-    for (uint32_t pos = seq.num_computed; pos < seq.num_tokens(); ++pos) {
+    const uint32_t end = seq.preempted ? 0 : seq.num_tokens();  // preempted: no blocks
+    for (uint32_t pos = seq.num_computed; pos < end; ++pos) {
       int32_t b = seq.block_table[pos / block_size_];
       if (blocks_[b].ref != 1 || blocks_[b].node != kNoNode)
         fail(PKV_ERR_INTERNAL, "seq %llu: uncomputed token %u lies in shared or sealed block %d",

@@ -98,6 +98,7 @@ class BlockManager {
   std::vector<Block> blocks_;  // num_blocks_ + 1: the last is the free list's sentinel
   uint32_t num_free_;
   uint32_t num_cached_ = 0;
+  uint64_t seed_;
   PrefixTree tree_;
   std::vector<BlockCopy> pending_copies_;
   BlockStats stats_;

@@ -8,14 +8,15 @@
 
 namespace pkv {
 
-PrefixTree::PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash)
-    : block_size_(block_size), seed_(seed), constant_hash_(constant_hash) {}
+PrefixTree::PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash, size_t expected_nodes)
+    : block_size_(block_size), seed_(seed), constant_hash_(constant_hash), children_(expected_nodes) {}
 
 uint64_t PrefixTree::map_key(uint32_t parent, uint64_t hash) const {
-  // Under PKV_DEBUG_CONSTANT_HASH every block hashes alike: all children of a parent share one
-  // chain and only the token compare tells them apart.
-  uint64_t h = constant_hash_ ? 0 : hash;
-  return h ^ ((uint64_t(parent) + 1) * 0x9E3779B97F4A7C15ull);
+  // The canonical hash already chains the parent's hash, so it alone keys (parent, tokens);
+  // every hit still compares the parent node and the tokens. Under PKV_DEBUG_CONSTANT_HASH every
+  // block hashes alike: the key is the parent's alone and only the token compare decides.
+  if (constant_hash_) return (uint64_t(parent) + 1) * 0x9E3779B97F4A7C15ull;
+  return hash;
 }
 
 uint32_t PrefixTree::find_root(const std::string &salt) const {
@@ -27,10 +28,9 @@ uint32_t PrefixTree::get_or_add_root(const std::string &salt) {
   uint32_t root = find_root(salt);
   if (root != kNoNode) return root;
   root = new_node();
-  Node &n = nodes_[root];
-  n.hash = root_hash(seed_, salt.data(), salt.size());
-  n.salt = salt;
+  nodes_[root].hash = root_hash(seed_, salt.data(), salt.size());
   roots_.emplace(salt, root);
+  root_salts_.emplace(root, salt);
   return root;
 }
 
@@ -39,13 +39,11 @@ uint64_t PrefixTree::child_hash(uint32_t parent, const int32_t *tokens) const {
 }
 
 uint32_t PrefixTree::find_child(uint32_t parent, uint64_t hash, const int32_t *tokens) const {
-  auto it = children_.find(map_key(parent, hash));
-  if (it == children_.end()) return kNoNode;
   const size_t bytes = sizeof(int32_t) * block_size_;
-  for (uint32_t n = it->second; n != kNoNode; n = nodes_[n].next_same_key) {
-    if (nodes_[n].parent == parent && std::memcmp(this->tokens(n), tokens, bytes) == 0) return n;
-  }
-  return kNoNode;
+  uint32_t n = children_.find(map_key(parent, hash), [&](uint32_t node) {
+    return nodes_[node].parent == parent && std::memcmp(this->tokens(node), tokens, bytes) == 0;
+  });
+  return n == NodeTable::kEmpty ? kNoNode : n;
 }
 
 uint32_t PrefixTree::new_node() {
@@ -70,11 +68,7 @@ uint32_t PrefixTree::add_child(uint32_t parent, uint64_t hash, const int32_t *to
   n.parent = parent;
   n.hash = hash;
   std::memcpy(&tokens_[size_t(id) * block_size_], tokens, sizeof(int32_t) * block_size_);
-  auto [it, inserted] = children_.emplace(map_key(parent, hash), id);
-  if (!inserted) {
-    n.next_same_key = it->second;
-    it->second = id;
-  }
+  children_.insert(map_key(parent, hash), id);
   nodes_[parent].num_children++;
   num_live_++;
   return id;
@@ -91,32 +85,18 @@ void PrefixTree::remove_copy(uint32_t node, int32_t block) {
   maybe_remove(node);
 }
 
-void PrefixTree::unlink(uint32_t node) {
-  Node &n = nodes_[node];
-  auto it = children_.find(map_key(n.parent, n.hash));
-  PKV_ASSERT(it != children_.end());
-  if (it->second == node) {
-    if (n.next_same_key == kNoNode) children_.erase(it);
-    else it->second = n.next_same_key;
-    return;
-  }
-  uint32_t prev = it->second;
-  while (nodes_[prev].next_same_key != node) {
-    prev = nodes_[prev].next_same_key;
-    PKV_ASSERT(prev != kNoNode);
-  }
-  nodes_[prev].next_same_key = n.next_same_key;
-}
-
 void PrefixTree::maybe_remove(uint32_t node) {
   while (node != kNoNode) {
     Node &n = nodes_[node];
     if (!n.copies.empty() || n.num_children != 0) return;
     uint32_t parent = n.parent;
     if (parent == kNoNode) {
-      roots_.erase(n.salt);
+      auto it = root_salts_.find(node);
+      PKV_ASSERT(it != root_salts_.end());
+      roots_.erase(it->second);
+      root_salts_.erase(it);
     } else {
-      unlink(node);
+      PKV_ASSERT(children_.erase(map_key(parent, n.hash), node));
       nodes_[parent].num_children--;
       num_live_--;
     }
@@ -133,8 +113,10 @@ void PrefixTree::check() const {
     const Node &n = nodes_[i];
     if (!n.live) continue;
     if (n.parent == kNoNode) {
-      if (find_root(n.salt) != i) fail(PKV_ERR_INTERNAL, "prefix root %u not registered", i);
-      if (n.hash != root_hash(seed_, n.salt.data(), n.salt.size()))
+      auto it = root_salts_.find(i);
+      if (it == root_salts_.end() || find_root(it->second) != i)
+        fail(PKV_ERR_INTERNAL, "prefix root %u not registered", i);
+      if (n.hash != root_hash(seed_, it->second.data(), it->second.size()))
         fail(PKV_ERR_INTERNAL, "prefix root %u has a wrong hash", i);
     } else {
       live++;
@@ -153,6 +135,8 @@ void PrefixTree::check() const {
       fail(PKV_ERR_INTERNAL, "prefix node %u counts %u children, has %u", i,
            nodes_[i].num_children, children[i]);
   if (live != num_live_) fail(PKV_ERR_INTERNAL, "prefix tree counts %zu nodes, has %zu", num_live_, live);
+  if (children_.size() != live)
+    fail(PKV_ERR_INTERNAL, "child table holds %zu entries for %zu nodes", children_.size(), live);
 }
 
 }  // namespace pkv

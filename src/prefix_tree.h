@@ -13,13 +13,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "node_table.h"
+
 namespace pkv {
 
 constexpr uint32_t kNoNode = UINT32_MAX;
 
 class PrefixTree {
  public:
-  PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash);
+  // expected_nodes sizes the child table up front (the pool's block count): no rehash in steps.
+  PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash, size_t expected_nodes);
 
   // The root of a salt, or kNoNode when no block was ever sealed under it.
   uint32_t find_root(const std::string &salt) const;
@@ -30,6 +33,16 @@ class PrefixTree {
   // The child of parent holding exactly these tokens, whose canonical hash is `hash`; kNoNode if none.
   uint32_t find_child(uint32_t parent, uint64_t hash, const int32_t *tokens) const;
   uint32_t add_child(uint32_t parent, uint64_t hash, const int32_t *tokens);
+  // Lookups of a prompt's blocks know every canonical hash up front (it chains hashes, not
+  // nodes), so they can start loading the table slots and tokens of blocks ahead.
+  void prefetch_slot(uint32_t parent, uint64_t hash) const { children_.prefetch(map_key(parent, hash)); }
+  void prefetch_node(uint32_t parent, uint64_t hash) const {
+    uint32_t n = children_.peek(map_key(parent, hash));
+    if (n != NodeTable::kEmpty) {
+      __builtin_prefetch(&nodes_[n]);
+      __builtin_prefetch(tokens(n));
+    }
+  }
 
   void add_copy(uint32_t node, int32_t block);
   // Removes a copy; a node left with no copies and no children is removed, and so on upwards.
@@ -52,16 +65,13 @@ class PrefixTree {
   struct Node {
     uint32_t parent = kNoNode;
     uint32_t num_children = 0;
-    uint32_t next_same_key = kNoNode;  // chain of nodes whose map keys are equal
     bool live = false;
     uint64_t hash = 0;                 // canonical hash
     std::vector<int32_t> copies;
-    std::string salt;                  // roots only
   };
 
   uint64_t map_key(uint32_t parent, uint64_t hash) const;
   uint32_t new_node();
-  void unlink(uint32_t node);
   void maybe_remove(uint32_t node);
 
   uint32_t block_size_;
@@ -71,8 +81,9 @@ class PrefixTree {
   std::vector<int32_t> tokens_;      // [node][block_size]
   std::vector<uint32_t> free_nodes_;
   size_t num_live_ = 0;
-  std::unordered_map<uint64_t, uint32_t> children_;  // map_key -> first node of its chain
-  std::unordered_map<std::string, uint32_t> roots_;
+  NodeTable children_;                               // map_key(parent, hash) -> node
+  std::unordered_map<std::string, uint32_t> roots_;  // salt -> root
+  std::unordered_map<uint32_t, std::string> root_salts_;
 };
 
 }  // namespace pkv

@@ -1,0 +1,225 @@
+/* Bad input, part 2: sequence and batch calls with bad ids, counts, buffers and states. Each
+ * refused call returns its status, leaves a message in both error channels, and changes nothing. */
+#include "test_util.h"
+
+enum { BS = 4, MAX_LEN = 32 };
+
+typedef struct {
+  pkv_engine *e;
+  uint64_t live[3];    /* a: 6 tokens computed; b: 9 tokens, 4 computed; p: preempted */
+  uint64_t released;
+} fixture;
+
+static int setup(fixture *f)
+{
+  pkv_engine_params p;
+  tu_params(&p, BS, 16);
+  p.max_model_len = MAX_LEN;
+  f->e = tu_engine_p(&p);
+  if (!f->e)
+    return 0;
+  int32_t t[16];
+  tu_fill(t, 16, 1);
+  f->live[0] = tu_alloc(f->e, t, 6, NULL);
+  tu_compute1(f->e, f->live[0]);
+  f->live[1] = tu_alloc(f->e, t + 8, 9, NULL);
+  uint32_t four = 4;
+  pkv_batch *b = NULL;
+  if (CHECK_OK(pkv_batch_begin(f->e, &f->live[1], &four, 1, &b)))
+    CHECK_OK(pkv_batch_end(b));
+  f->live[2] = tu_alloc(f->e, t, 3, NULL);
+  CHECK_OK(pkv_preempt(f->e, f->live[2]));
+  f->released = tu_alloc(f->e, t, 2, NULL);
+  CHECK_OK(pkv_release(f->e, f->released));
+  return f->live[0] && f->live[1] && f->live[2];
+}
+
+/* Refused with want, both messages set, nothing observable changed. A successful call first
+ * clears the engine's message, so the one checked is this call's. */
+#define REFUSED(f, expr, want)                                                                     \
+  do {                                                                                             \
+    uint64_t st_ = tu_state((f)->e, (f)->live, 3);                                                 \
+    tu_stats((f)->e);                                                                              \
+    CHECK_ERR((f)->e, expr, want);                                                                 \
+    CHECK(tu_state((f)->e, (f)->live, 3) == st_);                                                  \
+  } while (0)
+
+static void test_bad_allocate(fixture *f)
+{
+  int32_t t[MAX_LEN + 1];
+  tu_fill(t, MAX_LEN + 1, 100);
+  uint64_t seq = 777;
+  uint32_t n = 777, m = 777;
+  const pkv_status bad = PKV_ERR_INVALID_ARGUMENT;
+  REFUSED(f, pkv_allocate(f->e, NULL, 4, NULL, &seq, &n), bad);
+  REFUSED(f, pkv_allocate(f->e, t, 0, NULL, &seq, &n), bad);
+  REFUSED(f, pkv_allocate(f->e, t, MAX_LEN + 1, NULL, &seq, &n), bad);
+  REFUSED(f, pkv_allocate(f->e, t, 4, NULL, NULL, &n), bad);
+  pkv_seq_params sp;
+  pkv_seq_params_init(&sp, sizeof sp);
+  sp.cache_salt_len = 3; /* and no salt bytes */
+  REFUSED(f, pkv_allocate(f->e, t, 4, &sp, &seq, &n), bad);
+  REFUSED(f, pkv_allocate_query(f->e, NULL, 4, NULL, &n, &m), bad);
+  REFUSED(f, pkv_allocate_query(f->e, t, 0, NULL, &n, &m), bad);
+  REFUSED(f, pkv_allocate_query(f->e, t, MAX_LEN + 1, NULL, &n, &m), bad);
+  CHECK_EQ_INT(seq, 777);
+  CHECK_EQ_INT(n, 777);
+  CHECK_EQ_INT(m, 777);
+  CHECK_OK(pkv_allocate_query(f->e, t, MAX_LEN, NULL, NULL, NULL)); /* the limit itself is fine */
+}
+
+static void test_unknown_ids(fixture *f)
+{
+  const uint64_t ids[3] = {0, f->released, 0x7fffffffffffull};
+  int32_t t[4] = {1, 2, 3, 4}, buf[8];
+  uint32_t n = 0;
+  uint64_t child = 0;
+  struct pkv_seq_info info;
+  pkv_batch *b = NULL;
+  const pkv_status nf = PKV_ERR_NOT_FOUND;
+  for (int i = 0; i < 3; i++) {
+    uint64_t id = ids[i];
+    REFUSED(f, pkv_append(f->e, id, t, 1), nf);
+    REFUSED(f, pkv_fork(f->e, id, &child), nf);
+    REFUSED(f, pkv_release(f->e, id), nf);
+    REFUSED(f, pkv_preempt(f->e, id), nf);
+    REFUSED(f, pkv_resume(f->e, id, &n), nf);
+    info.struct_size = sizeof info;
+    REFUSED(f, pkv_seq_info(f->e, id, &info), nf);
+    REFUSED(f, pkv_seq_block_table(f->e, id, buf, 8, &n), nf);
+    REFUSED(f, pkv_seq_tokens(f->e, id, buf, 8, &n), nf);
+    uint64_t pair[2] = {f->live[1], id};
+    REFUSED(f, pkv_batch_begin(f->e, pair, NULL, 2, &b), nf);
+  }
+  CHECK(b == NULL);
+}
+
+static void test_bad_seq_calls(fixture *f)
+{
+  int32_t t[MAX_LEN] = {0}, buf[8];
+  uint32_t n = 0;
+  uint64_t a = f->live[0], child = 0;
+  const pkv_status bad = PKV_ERR_INVALID_ARGUMENT;
+  REFUSED(f, pkv_append(f->e, a, NULL, 1), bad);
+  REFUSED(f, pkv_append(f->e, a, t, 0), bad);
+  REFUSED(f, pkv_append(f->e, a, t, MAX_LEN - 6 + 1), bad); /* past max_model_len */
+  REFUSED(f, pkv_fork(f->e, a, NULL), bad);
+  REFUSED(f, pkv_fork(f->e, f->live[1], &child), PKV_ERR_STATE); /* not all computed */
+  REFUSED(f, pkv_resume(f->e, a, &n), PKV_ERR_STATE);             /* not preempted */
+  REFUSED(f, pkv_seq_info(f->e, a, NULL), bad);
+  REFUSED(f, pkv_seq_block_table(f->e, a, buf, 8, NULL), bad);
+  REFUSED(f, pkv_seq_block_table(f->e, a, NULL, 8, &n), bad);
+  REFUSED(f, pkv_seq_tokens(f->e, a, buf, 8, NULL), bad);
+  REFUSED(f, pkv_seq_tokens(f->e, a, NULL, 8, &n), bad);
+  CHECK_EQ_INT(child, 0);
+}
+
+/* A short buffer: INVALID_ARGUMENT with the size needed; cap 0 asks the size. */
+static void test_short_buffers(fixture *f)
+{
+  uint64_t bq = f->live[1];
+  int32_t buf[8];
+  uint32_t n = 0;
+  REFUSED(f, pkv_seq_block_table(f->e, bq, buf, 2, &n), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(n, 3);
+  n = 0;
+  REFUSED(f, pkv_seq_tokens(f->e, bq, buf, 8, &n), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(n, 9);
+  n = 0;
+  CHECK_OK(pkv_seq_block_table(f->e, bq, NULL, 0, &n));
+  CHECK_EQ_INT(n, 3);
+  CHECK_OK(pkv_seq_tokens(f->e, bq, NULL, 0, &n));
+  CHECK_EQ_INT(n, 9);
+  CHECK_OK(pkv_seq_tokens(f->e, f->live[2], buf, 8, &n)); /* a preempted seq keeps its tokens */
+  CHECK_EQ_INT(n, 3);
+  CHECK_OK(pkv_seq_block_table(f->e, f->live[2], NULL, 0, &n));
+  CHECK_EQ_INT(n, 0);
+}
+
+static void test_bad_batch_begin(fixture *f)
+{
+  uint64_t a = f->live[0], bq = f->live[1];
+  pkv_batch *const sentinel = (pkv_batch *)(void *)f;
+  pkv_batch *b = sentinel;
+  const pkv_status bad = PKV_ERR_INVALID_ARGUMENT;
+  uint64_t dup[2] = {bq, bq}, one[1] = {bq}, pre[1] = {f->live[2]};
+  uint32_t zero = 0, too_many = 6, counts[2] = {1, 1};
+  REFUSED(f, pkv_batch_begin(f->e, NULL, NULL, 1, &b), bad);
+  REFUSED(f, pkv_batch_begin(f->e, one, NULL, 0, &b), bad);
+  REFUSED(f, pkv_batch_begin(f->e, one, NULL, 1, NULL), bad);
+  REFUSED(f, pkv_batch_begin(f->e, dup, counts, 2, &b), bad);
+  REFUSED(f, pkv_batch_begin(f->e, one, &zero, 1, &b), bad);
+  REFUSED(f, pkv_batch_begin(f->e, one, &too_many, 1, &b), bad); /* 5 uncomputed */
+  REFUSED(f, pkv_batch_begin(f->e, &a, NULL, 1, &b), bad);       /* nothing to compute */
+  REFUSED(f, pkv_batch_begin(f->e, pre, NULL, 1, &b), PKV_ERR_STATE);
+  CHECK(b == sentinel);
+}
+
+/* While a batch is open: no second one, and its members cannot change. Others can. */
+static void test_open_batch(fixture *f)
+{
+  uint64_t a = f->live[0], bq = f->live[1], child = 0;
+  int32_t t[2] = {5, 6};
+  uint32_t two = 2;
+  pkv_batch *b = NULL, *b2 = NULL;
+  if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &two, 1, &b)))
+    return;
+  REFUSED(f, pkv_batch_begin(f->e, &a, NULL, 1, &b2), PKV_ERR_STATE);
+  CHECK_OK(pkv_append(f->e, a, t, 1)); /* a is not a member */
+  REFUSED(f, pkv_batch_begin(f->e, &a, NULL, 1, &b2), PKV_ERR_STATE);
+  REFUSED(f, pkv_append(f->e, bq, t, 1), PKV_ERR_STATE);
+  REFUSED(f, pkv_fork(f->e, bq, &child), PKV_ERR_STATE);
+  REFUSED(f, pkv_release(f->e, bq), PKV_ERR_STATE);
+  REFUSED(f, pkv_preempt(f->e, bq), PKV_ERR_STATE);
+  CHECK(b2 == NULL);
+  CHECK_EQ_INT(tu_info(f->e, bq).in_batch, 1);
+  CHECK_STATUS(pkv_batch_info(b, NULL), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ENGINE(f->e);
+  CHECK_OK(pkv_batch_end(b));
+  CHECK_EQ_INT(tu_info(f->e, bq).num_computed_tokens, 6);
+  REFUSED(f, pkv_fork(f->e, a, &child), PKV_ERR_STATE); /* its appended token is not computed */
+}
+
+/* Destroying an engine with an open batch frees both (ASan checks the rest). */
+static void test_destroy_with_open_batch(void)
+{
+  pkv_engine *e = tu_engine(BS, 8, 0);
+  if (!e)
+    return;
+  int32_t t[5] = {1, 2, 3, 4, 5};
+  uint64_t a = tu_alloc(e, t, 5, NULL);
+  pkv_batch *b = NULL;
+  CHECK_OK(pkv_batch_begin(e, &a, NULL, 1, &b));
+  pkv_engine_destroy(e);
+}
+
+#define WITH_FIXTURE(fn)                                                                           \
+  static void fn##_fresh(void)                                                                     \
+  {                                                                                                \
+    fixture f;                                                                                     \
+    memset(&f, 0, sizeof f);                                                                       \
+    if (setup(&f)) {                                                                               \
+      fn(&f);                                                                                      \
+      CHECK_ENGINE(f.e);                                                                           \
+    }                                                                                              \
+    pkv_engine_destroy(f.e);                                                                       \
+  }
+
+WITH_FIXTURE(test_bad_allocate)
+WITH_FIXTURE(test_unknown_ids)
+WITH_FIXTURE(test_bad_seq_calls)
+WITH_FIXTURE(test_short_buffers)
+WITH_FIXTURE(test_bad_batch_begin)
+WITH_FIXTURE(test_open_batch)
+
+int main(void)
+{
+  TU_RUN(test_bad_allocate_fresh);
+  TU_RUN(test_unknown_ids_fresh);
+  TU_RUN(test_bad_seq_calls_fresh);
+  TU_RUN(test_short_buffers_fresh);
+  TU_RUN(test_bad_batch_begin_fresh);
+  TU_RUN(test_open_batch_fresh);
+  TU_RUN(test_destroy_with_open_batch);
+  return tu_summary();
+}

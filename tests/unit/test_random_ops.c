@@ -1,0 +1,319 @@
+/* Randomized operation sequences against the model of random_world.h: allocate (prompts from a few
+ * shared prefixes, 3 salts), append, fork, release, preempt/resume, batches begun on random
+ * subsets with random counts, ended or aborted, calls refused on batch members, and NO_SPACE when
+ * the pool runs out. After every operation the whole engine is checked against the model.
+ *
+ * Usage: test_random_ops SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS] */
+#include "random_world.h"
+
+enum { NUM_BASES = 4, BASE_LEN = 48, ALPHABET = 6 };
+enum { RUNNING = 1, IDLE = 2, PREEMPTED = 4, MEMBER = 8 };
+
+static int32_t bases[NUM_BASES][BASE_LEN];
+
+static int pick(world *w, int want)
+{
+  int cand[MAX_SEQS], n = 0;
+  for (uint32_t i = 0; i < w->nseqs; i++) {
+    const rseq *s = &w->seqs[i];
+    if (((want & RUNNING) && s->preempted) || ((want & IDLE) && s->batch_new) ||
+        ((want & PREEMPTED) && !s->preempted) || ((want & MEMBER) && !s->batch_new))
+      continue;
+    cand[n++] = (int)i;
+  }
+  return n ? cand[rnd(w, (uint64_t)n)] : -1;
+}
+
+static void random_tokens(world *w, int32_t *t, uint32_t n)
+{
+  for (uint32_t i = 0; i < n; i++)
+    t[i] = (int32_t)rnd(w, ALPHABET);
+}
+
+static void op_allocate(world *w)
+{
+  if (w->nseqs == MAX_SEQS)
+    return;
+  rseq *s = &w->seqs[w->nseqs];
+  memset(s, 0, sizeof *s);
+  s->salt = (int)rnd(w, 3);
+  int32_t t[BASE_LEN + 4];
+  uint32_t n = 1 + (uint32_t)rnd(w, 40), extra = (uint32_t)rnd(w, 4);
+  memcpy(t, bases[rnd(w, NUM_BASES)], n * sizeof t[0]);
+  random_tokens(w, t + n, extra);
+  n += extra;
+  pkv_seq_params sp;
+  pkv_seq_params_init(&sp, sizeof sp);
+  sp.cache_salt = salt_name(s->salt);
+  sp.cache_salt_len = s->salt ? 1 : 0;
+  uint32_t q_blocks = 0, q_cached = 0, cached = 0, free_before = free_blocks(w);
+  CHECK_OK(pkv_allocate_query(w->e, t, n, &sp, &q_blocks, &q_cached));
+  uint64_t st = world_state(w);
+  pkv_status r = pkv_allocate(w->e, t, n, &sp, &s->id, &cached);
+  if (r == PKV_ERR_NO_SPACE) {
+    w->num_no_space++;
+    EXPECT(q_blocks > free_before);
+    EXPECT(world_state(w) == st);
+    return;
+  }
+  if (!CHECK_OK(r))
+    return;
+  EXPECT(q_blocks <= free_before && free_blocks(w) == free_before - q_blocks);
+  EXPECT(cached == q_cached);
+  EXPECT(cached % w->bs == 0 && cached <= (n - 1) / w->bs * w->bs);
+  seq_push(s, t, n);
+  s->computed = cached;
+  w->nseqs++;
+  w->num_hits += cached > 0;
+  check_slots(w, s, 0, cached, effective(w)); /* no false hit */
+}
+
+static void op_append(world *w)
+{
+  int i = pick(w, RUNNING | IDLE);
+  if (i < 0)
+    return;
+  rseq *s = &w->seqs[i];
+  uint32_t n = 1 + (uint32_t)rnd(w, w->bs + 2);
+  if (n > MAX_LEN - s->len)
+    n = MAX_LEN - s->len;
+  if (n == 0)
+    return;
+  int32_t t[MAX_LEN], old[MAX_LEN];
+  random_tokens(w, t, n);
+  uint32_t n_old = get_table(w, s, old);
+  uint64_t st = world_state(w);
+  pkv_status r = pkv_append(w->e, s->id, t, n);
+  if (r == PKV_ERR_NO_SPACE) {
+    w->num_no_space++;
+    EXPECT(world_state(w) == st);
+    return;
+  }
+  if (!CHECK_OK(r))
+    return;
+  seq_push(s, t, n);
+  note_copies(w, s, old, n_old);
+}
+
+static void op_fork(world *w)
+{
+  int i = pick(w, IDLE);
+  if (i < 0 || w->nseqs == MAX_SEQS)
+    return;
+  rseq *p = &w->seqs[i], *c = &w->seqs[w->nseqs];
+  uint64_t child = 0;
+  if (p->computed < p->len) {
+    uint64_t st = world_state(w);
+    CHECK_ERR(w->e, pkv_fork(w->e, p->id, &child), PKV_ERR_STATE);
+    EXPECT(world_state(w) == st);
+    return;
+  }
+  if (!CHECK_OK(pkv_fork(w->e, p->id, &child)))
+    return;
+  *c = *p;
+  c->id = child;
+  w->nseqs++;
+  int32_t tp[MAX_LEN], tc[MAX_LEN];
+  uint32_t np = get_table(w, p, tp), nc = get_table(w, c, tc);
+  EXPECT(np == nc && memcmp(tp, tc, np * sizeof tp[0]) == 0);
+}
+
+static void op_release(world *w)
+{
+  int i = pick(w, IDLE);
+  if (i >= 0 && CHECK_OK(pkv_release(w->e, w->seqs[i].id)))
+    w->seqs[i] = w->seqs[--w->nseqs];
+}
+
+static void op_preempt(world *w)
+{
+  int i = pick(w, RUNNING | IDLE);
+  if (i >= 0 && CHECK_OK(pkv_preempt(w->e, w->seqs[i].id))) {
+    w->seqs[i].preempted = 1;
+    w->seqs[i].computed = 0;
+    w->num_preempt++;
+  }
+}
+
+static void op_resume(world *w)
+{
+  int i = pick(w, PREEMPTED);
+  if (i < 0)
+    return;
+  rseq *s = &w->seqs[i];
+  uint64_t st = world_state(w);
+  uint32_t cached = 0;
+  pkv_status r = pkv_resume(w->e, s->id, &cached);
+  if (r == PKV_ERR_NO_SPACE) {
+    w->num_no_space++;
+    EXPECT(world_state(w) == st);
+    return;
+  }
+  if (!CHECK_OK(r))
+    return;
+  EXPECT(cached % w->bs == 0 && cached <= (s->len - 1) / w->bs * w->bs);
+  s->preempted = 0;
+  s->computed = cached;
+  w->num_hits += cached > 0;
+  check_slots(w, s, 0, cached, effective(w)); /* no false hit */
+}
+
+/* Checks member k's rows of the view and queues its writes; none may go to a shared block. */
+static void plan_writes(world *w, const pkv_batch_view *v, uint32_t k, const rseq *s)
+{
+  int32_t table[MAX_LEN];
+  uint32_t nt = get_table(w, s, table);
+  int32_t row = v->query_start[k];
+  EXPECT(v->seq_ids[k] == s->id);
+  EXPECT(v->query_start[k + 1] - row == (int32_t)s->batch_new);
+  EXPECT(v->context_lens[k] == (int32_t)(s->computed + s->batch_new));
+  for (uint32_t j = 0; j < s->batch_new; j++) {
+    uint32_t pos = s->computed + j;
+    int64_t slot = v->slot_mapping[row + (int32_t)j];
+    EXPECT(v->positions[row + (int32_t)j] == (int32_t)pos);
+    if (!EXPECT(pos / w->bs < nt && slot == (int64_t)table[pos / w->bs] * w->bs + pos % w->bs))
+      continue;
+    if (!EXPECT(w->refs[slot / w->bs] == 1))
+      fprintf(stderr, "  write into shared block %lld\n", (long long)(slot / w->bs));
+    w->write_slot[w->nwrites] = slot;
+    w->write_ctx[w->nwrites++] = s->ctx[pos];
+  }
+}
+
+static void op_begin(world *w)
+{
+  if (w->batch)
+    return;
+  uint64_t ids[MAX_SEQS];
+  uint32_t counts[MAX_SEQS], n = 0;
+  int idx[MAX_SEQS], all = rnd(w, 4) == 0;
+  for (uint32_t i = 0; i < w->nseqs; i++) {
+    const rseq *s = &w->seqs[i];
+    if (s->preempted || s->computed == s->len || rnd(w, 2))
+      continue;
+    idx[n] = (int)i;
+    ids[n] = s->id;
+    counts[n++] = all ? s->len - s->computed : 1 + (uint32_t)rnd(w, s->len - s->computed);
+  }
+  if (n == 0 || !CHECK_OK(pkv_batch_begin(w->e, ids, all ? NULL : counts, n, &w->batch)))
+    return;
+  pkv_batch_view v = tu_view(w->batch);
+  EXPECT(v.num_seqs == n && v.block_size == w->bs);
+  count_refs(w);
+  take_copies(w, &v);
+  w->nwrites = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    w->seqs[idx[k]].batch_new = counts[k];
+    plan_writes(w, &v, k, &w->seqs[idx[k]]);
+  }
+  EXPECT(v.num_tokens == w->nwrites);
+}
+
+static void op_end(world *w, int abort)
+{
+  if (!w->batch)
+    return;
+  if (abort) {
+    pkv_batch_abort(w->batch);
+    untake_copies(w);
+  } else if (CHECK_OK(pkv_batch_end(w->batch))) {
+    for (uint32_t i = 0; i < w->ntaken; i++) /* the copies first, then the writes */
+      copy_block(w, w->shadow, w->taken[i]);
+    w->ntaken = 0;
+    for (uint32_t i = 0; i < w->nwrites; i++)
+      w->shadow[w->write_slot[i]] = w->write_ctx[i];
+    for (uint32_t i = 0; i < w->nseqs; i++)
+      w->seqs[i].computed += w->seqs[i].batch_new;
+  }
+  w->batch = NULL;
+  for (uint32_t i = 0; i < w->nseqs; i++)
+    w->seqs[i].batch_new = 0;
+}
+
+/* Calls refused while a batch is open: a second batch, changes to a member. */
+static void op_misuse(world *w)
+{
+  int i = pick(w, MEMBER);
+  if (!w->batch || i < 0)
+    return;
+  uint64_t id = w->seqs[i].id, child = 0, st = world_state(w);
+  int32_t t = 1;
+  pkv_batch *b = NULL;
+  switch (rnd(w, 5)) {
+  case 0: CHECK_ERR(w->e, pkv_batch_begin(w->e, &id, NULL, 1, &b), PKV_ERR_STATE); break;
+  case 1: CHECK_ERR(w->e, pkv_append(w->e, id, &t, 1), PKV_ERR_STATE); break;
+  case 2: CHECK_ERR(w->e, pkv_fork(w->e, id, &child), PKV_ERR_STATE); break;
+  case 3: CHECK_ERR(w->e, pkv_release(w->e, id), PKV_ERR_STATE); break;
+  default: CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE); break;
+  }
+  EXPECT(world_state(w) == st);
+}
+
+static void step(world *w)
+{
+  uint64_t r = rnd(w, 100);
+  if (r < 18) op_allocate(w);
+  else if (r < 36) op_append(w);
+  else if (r < 52) op_begin(w);
+  else if (r < 64) op_end(w, 0);
+  else if (r < 67) op_end(w, 1);
+  else if (r < 73) op_fork(w);
+  else if (r < 85) op_release(w);
+  else if (r < 89) op_preempt(w);
+  else if (r < 95) op_resume(w);
+  else op_misuse(w);
+}
+
+static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_ops, uint32_t flags)
+{
+  printf("seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u\n",
+         (unsigned long long)seed, bs, num_blocks, num_ops, flags);
+  world *w = calloc(1, sizeof *w);
+  pkv_engine_params p;
+  tu_params(&p, bs, num_blocks);
+  p.max_model_len = MAX_LEN;
+  p.debug_flags = flags;
+  if (!CHECK(w != NULL) || !(w->e = tu_engine_p(&p))) {
+    free(w);
+    return;
+  }
+  w->rng = seed, w->bs = bs, w->num_blocks = num_blocks;
+  w->shadow = calloc((size_t)num_blocks * bs, sizeof w->shadow[0]);
+  w->eff = calloc((size_t)num_blocks * bs, sizeof w->eff[0]);
+  w->refs = calloc(num_blocks, sizeof w->refs[0]);
+  if (!CHECK(w->shadow && w->eff && w->refs))
+    num_ops = 0;
+  for (int k = 0; k < NUM_BASES; k++)
+    random_tokens(w, bases[k], BASE_LEN);
+  int failed_before = tu_failed_;
+  uint32_t op = 0;
+  for (; op < num_ops && tu_failed_ == failed_before; op++) {
+    step(w);
+    check_world(w, op % 64 == 0);
+  }
+  if (tu_failed_ != failed_before)
+    fprintf(stderr, "seed %llu: first failure at operation %u\n", (unsigned long long)seed, op);
+  printf("%u ops: %llu NO_SPACE, %llu admissions with hits, %llu copies, %llu preemptions\n", op,
+         (unsigned long long)w->num_no_space, (unsigned long long)w->num_hits,
+         (unsigned long long)w->num_cow, (unsigned long long)w->num_preempt);
+  CHECK(w->num_no_space > 0 && w->num_hits > 0 && w->num_preempt > 0); /* what the run is for */
+  CHECK(w->num_cow > 0 || bs == 1);              /* block size 1 has no partly filled block */
+  pkv_batch_abort(w->batch);
+  pkv_engine_destroy(w->e);
+  free(w->shadow);
+  free(w->eff);
+  free(w->refs);
+  free(w);
+}
+
+int main(int argc, char **argv)
+{
+  if (!CHECK(argc >= 5)) {
+    fprintf(stderr, "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS]\n", argv[0]);
+    return tu_summary();
+  }
+  run(strtoull(argv[1], NULL, 0), (uint32_t)strtoul(argv[2], NULL, 0),
+      (uint32_t)strtoul(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
+      argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 0) : 0);
+  return tu_summary();
+}

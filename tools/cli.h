@@ -1,0 +1,73 @@
+/*
+ * cli.h - what the pkv tool's commands share: a table-driven flag parser (which also writes each
+ * command's --help), size parsing ("80GiB", "1.5GB"), human-readable sizes, file reading.
+ *
+ * Exit codes of every command: 0 ok, 1 the work failed (pkv said no, a file is malformed),
+ * 2 usage error (bad flag or value).
+ */
+#ifndef PKV_TOOLS_CLI_H
+#define PKV_TOOLS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/* What cli_parse returns: go on, --help was printed (exit 0), or a usage error was printed. */
+enum { CLI_PARSED = 0, CLI_HELP_SHOWN = 1, CLI_BAD_USAGE = 2 };
+
+enum cli_kind {
+  CLI_FLAG,   /* int: set to 1, takes no value */
+  CLI_U32,    /* uint32_t */
+  CLI_U64,    /* uint64_t */
+  CLI_DOUBLE, /* double, finite */
+  CLI_SIZE,   /* uint64_t bytes: "80GiB", "512MiB", "1.5GB", "4096" */
+  CLI_STRING, /* const char *, points into argv */
+};
+
+typedef struct cli_flag {
+  const char *name; /* without the leading "--" */
+  int kind;         /* enum cli_kind */
+  void *dst;        /* where the value goes */
+  const char *arg;  /* the value's name in --help ("BYTES"); NULL for CLI_FLAG */
+  const char *help; /* one line */
+  int seen;         /* set to 1 by cli_parse when the flag was given */
+} cli_flag;
+
+typedef struct cli_command {
+  const char *name;     /* "profile" */
+  const char *synopsis; /* one line after "usage: pkv " */
+  const char *about;    /* a paragraph for --help, may be NULL */
+  cli_flag *flags;
+  size_t num_flags;
+} cli_command;
+
+/* Parses argv[0 .. argc) (the words after the command name) into cmd's flags. Accepts
+ * "--name value" and "--name=value"; "-h" / "--help" print the help to stdout. Errors are printed
+ * to stderr with a hint to --help. */
+int cli_parse(const cli_command *cmd, int argc, char **argv);
+void cli_print_help(FILE *f, const cli_command *cmd);
+
+/* Number parsers: 0 on success, -1 on malformed or out-of-range text (*out untouched). */
+int cli_parse_u64(const char *s, uint64_t *out);
+int cli_parse_u32(const char *s, uint32_t *out);
+int cli_parse_double(const char *s, double *out);
+/* A byte size: a non-negative number with an optional unit, case-insensitive: B, KB MB GB TB
+ * (powers of 1000), KiB MiB GiB TiB (powers of 1024), K M G T alone (powers of 1024, like free -g). */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* "80.00 GiB", "512 B": into buf[cap]; returns buf. */
+const char *cli_format_size(uint64_t bytes, char *buf, size_t cap);
+
+/* Reads a whole file into a malloc'd buffer (NUL-terminated; *out_len excludes the NUL). On
+ * failure prints "pkv: PATH: reason" to stderr and returns -1. */
+int cli_read_file(const char *path, char **out, size_t *out_len);
+
+/* Writes s as a JSON string literal, quotes included. */
+void cli_json_string(FILE *f, const char *s);
+
+/* Seconds on CLOCK_MONOTONIC. */
+double cli_now_s(void);
+
+#endif /* PKV_TOOLS_CLI_H */

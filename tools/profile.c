@@ -1,0 +1,236 @@
+/*
+ * profile.c - `pkv profile`: how many KV blocks, tokens and sequences fit, and why.
+ *
+ * Reads a Hugging Face config.json (pkv_engine_params_from_hf_config), applies the flags, calls
+ * pkv_profile and prints every term of the budget (DESIGN.md §5) so a person can check it:
+ *   block_bytes = 2 (K,V) * layers * block_size * kv_heads_per_rank * head_dim * dtype bytes
+ *   budget      = total * utilization - used - reserve   (or --kv-cache, or --num-blocks)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <pkv/pkv.h>
+
+#include "cli.h"
+#include "commands.h"
+
+typedef struct profile_opts {
+  const char *config;
+  uint64_t memory, reserve, used, kv_cache;
+  double utilization;
+  uint32_t tp, tp_rank, block_size, max_model_len, num_blocks;
+  const char *dtype, *device;
+  int json;
+} profile_opts;
+
+static const char *device_name(int32_t d) {
+  return d == PKV_DEVICE_CPU ? "cpu" : d == PKV_DEVICE_CUDA ? "cuda" : "auto";
+}
+
+static const char *dtype_name(int32_t d) {
+  return d == PKV_DTYPE_F32 ? "f32" : d == PKV_DTYPE_F16 ? "f16" : d == PKV_DTYPE_BF16 ? "bf16" : "?";
+}
+
+static uint32_t dtype_bytes(int32_t d) { return d == PKV_DTYPE_F32 ? 4 : 2; }
+
+static int parse_dtype(const char *s, int32_t *out) {
+  static const struct { const char *name; int32_t dtype; } names[] = {
+      {"bf16", PKV_DTYPE_BF16}, {"bfloat16", PKV_DTYPE_BF16}, {"f16", PKV_DTYPE_F16},
+      {"fp16", PKV_DTYPE_F16},  {"float16", PKV_DTYPE_F16},   {"half", PKV_DTYPE_F16},
+      {"f32", PKV_DTYPE_F32},   {"fp32", PKV_DTYPE_F32},      {"float32", PKV_DTYPE_F32},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcasecmp(s, names[i].name) == 0) return *out = names[i].dtype, 0;
+  return -1;
+}
+
+static int parse_device(const char *s, int32_t *out) {
+  if (strcasecmp(s, "auto") == 0) return *out = PKV_DEVICE_AUTO, 0;
+  if (strcasecmp(s, "cpu") == 0) return *out = PKV_DEVICE_CPU, 0;
+  if (strcasecmp(s, "cuda") == 0 || strcasecmp(s, "gpu") == 0) return *out = PKV_DEVICE_CUDA, 0;
+  return -1;
+}
+
+/* Reads the config and applies the flags to p. Returns an exit code (CLI_EXIT_OK to go on). */
+static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engine_params *p) {
+  pkv_engine_params_init(p, sizeof *p);
+  char *text = NULL;
+  size_t len = 0;
+  if (cli_read_file(o->config, &text, &len) != 0) return CLI_EXIT_FAIL;
+  pkv_status s = pkv_engine_params_from_hf_config(p, text, len);
+  free(text);
+  if (s != PKV_OK) {
+    fprintf(stderr, "pkv profile: %s: %s (%s)\n", o->config, pkv_last_error(), pkv_status_string(s));
+    return CLI_EXIT_FAIL;
+  }
+  if (o->dtype != NULL && parse_dtype(o->dtype, &p->dtype) != 0) {
+    fprintf(stderr, "pkv profile: bad --dtype '%s': expected bf16, f16 or f32\n", o->dtype);
+    return CLI_EXIT_USAGE;
+  }
+  if (o->device != NULL && parse_device(o->device, &p->device) != 0) {
+    fprintf(stderr, "pkv profile: bad --device '%s': expected auto, cpu or cuda\n", o->device);
+    return CLI_EXIT_USAGE;
+  }
+  for (size_t i = 0; i < cmd->num_flags; i++) {
+    const cli_flag *f = &cmd->flags[i];
+    if (!f->seen) continue;
+    if (strcmp(f->name, "memory") == 0) p->memory_total_bytes = o->memory;
+    if (strcmp(f->name, "utilization") == 0) p->memory_utilization = o->utilization;
+    if (strcmp(f->name, "reserve") == 0) p->reserve_bytes = o->reserve;
+    if (strcmp(f->name, "used") == 0) p->memory_used_bytes = o->used;
+    if (strcmp(f->name, "kv-cache") == 0) p->kv_cache_bytes = o->kv_cache;
+    if (strcmp(f->name, "tp") == 0) p->tp_size = o->tp;
+    if (strcmp(f->name, "tp-rank") == 0) p->tp_rank = o->tp_rank;
+    if (strcmp(f->name, "block-size") == 0) p->block_size = o->block_size;
+    if (strcmp(f->name, "max-model-len") == 0) p->max_model_len = o->max_model_len;
+    if (strcmp(f->name, "num-blocks") == 0) p->num_blocks = o->num_blocks;
+  }
+  return CLI_EXIT_OK;
+}
+
+/* One row: name, human size, exact bytes, a note. */
+static void row_bytes(const char *name, uint64_t v, const char *note) {
+  char h[32];
+  printf("  %-26s %12s %16llu   %s\n", name, cli_format_size(v, h, sizeof h), (unsigned long long)v,
+         note);
+}
+
+static void row_count(const char *name, uint64_t v, const char *note) {
+  printf("  %-26s %12llu %16s   %s\n", name, (unsigned long long)v, "", note);
+}
+
+static const char *source_note(uint32_t source) {
+  switch (source) {
+    case PKV_BUDGET_FROM_BYTE_CAP: return "--kv-cache: an absolute byte cap";
+    case PKV_BUDGET_FIXED_BLOCKS: return "--num-blocks: a fixed pool";
+    default: return "total x utilization - used - reserve";
+  }
+}
+
+static void print_table(const profile_opts *o, const pkv_engine_params *p, const pkv_kv_budget *b) {
+  char note[160];
+  printf("pkv profile: %s\n", o->config);
+  printf("  model      %u layers, %u q heads, %u kv heads, head_dim %u, %s, max_model_len %u%s\n",
+         p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
+         p->max_model_len, p->max_model_len == 0 ? " (no limit)" : "");
+  printf("  parallel   tp %u, rank %u: %u kv heads per rank\n", p->tp_size, p->tp_rank,
+         b->kv_heads_per_rank);
+  printf("  device     %s%s, %s\n\n", device_name(b->device),
+         p->device == PKV_DEVICE_AUTO ? " (auto)" : "",
+         p->memory_total_bytes != 0 ? "total memory as given (--memory)" : "total memory measured");
+  printf("  %-26s %12s %16s\n", "term", "size", "bytes");
+  snprintf(note, sizeof note, "2 (K,V) x %u layers x %u tokens x %u heads x %u x %u B", p->num_layers,
+           p->block_size, b->kv_heads_per_rank, p->head_dim, dtype_bytes(p->dtype));
+  row_bytes("block bytes", b->block_bytes, note);
+  row_bytes("bytes per token", b->bytes_per_token, "block bytes / block size");
+  row_bytes("total memory", b->total_bytes, p->memory_total_bytes != 0 ? "--memory" : "measured");
+  printf("  %-26s %12.3f %16s   %s\n", "x memory utilization", b->memory_utilization, "", "--utilization");
+  row_bytes("- used", b->used_bytes, "measured in use + --used");
+  row_bytes("- reserve", b->reserve_bytes, "--reserve: activations, workspaces");
+  row_bytes("= KV budget", b->budget_bytes, source_note(b->source));
+  snprintf(note, sizeof note, "budget / block bytes%s",
+           b->source == PKV_BUDGET_FIXED_BLOCKS ? " (here: fixed)" : "");
+  row_count("blocks", b->num_blocks, note);
+  row_bytes("pool bytes", b->pool_bytes, "blocks x block bytes");
+  snprintf(note, sizeof note, "blocks x %u tokens per block", p->block_size);
+  row_count("max tokens", b->max_tokens, note);
+  snprintf(note, sizeof note, "ceil(max_model_len %u / block size %u)", p->max_model_len, p->block_size);
+  row_count("blocks per max sequence", b->blocks_per_max_seq, p->max_model_len ? note : "no max_model_len");
+  row_count("max seqs at max_model_len", b->max_seqs_at_max_model_len,
+            "blocks / blocks per max sequence");
+  if (b->shortfall_bytes != 0) row_bytes("shortfall", b->shortfall_bytes, "more KV memory needed");
+}
+
+static void json_u64(const char *name, uint64_t v, int last) {
+  printf("    \"%s\": %llu%s\n", name, (unsigned long long)v, last ? "" : ",");
+}
+
+static void print_json(const profile_opts *o, const pkv_engine_params *p, const pkv_kv_budget *b,
+                       pkv_status s, const char *error) {
+  printf("{\n  \"config\": ");
+  cli_json_string(stdout, o->config);
+  printf(",\n  \"status\": ");
+  cli_json_string(stdout, s == PKV_OK ? "ok" : pkv_status_string(s));
+  printf(",\n  \"error\": ");
+  cli_json_string(stdout, error);
+  printf(",\n  \"model\": {\"num_layers\": %u, \"num_q_heads\": %u, \"num_kv_heads\": %u, "
+         "\"head_dim\": %u, \"dtype\": \"%s\", \"max_model_len\": %u, \"block_size\": %u, "
+         "\"tp_size\": %u, \"tp_rank\": %u},\n",
+         p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
+         p->max_model_len, p->block_size, p->tp_size, p->tp_rank);
+  printf("  \"budget\": {\n    \"device\": \"%s\",\n    \"source\": %u,\n", device_name(b->device),
+         b->source);
+  json_u64("kv_heads_per_rank", b->kv_heads_per_rank, 0);
+  json_u64("block_bytes", b->block_bytes, 0);
+  json_u64("bytes_per_token", b->bytes_per_token, 0);
+  json_u64("total_bytes", b->total_bytes, 0);
+  json_u64("used_bytes", b->used_bytes, 0);
+  json_u64("reserve_bytes", b->reserve_bytes, 0);
+  printf("    \"memory_utilization\": %.6g,\n", b->memory_utilization);
+  json_u64("budget_bytes", b->budget_bytes, 0);
+  json_u64("num_blocks", b->num_blocks, 0);
+  json_u64("pool_bytes", b->pool_bytes, 0);
+  json_u64("max_tokens", b->max_tokens, 0);
+  json_u64("blocks_per_max_seq", b->blocks_per_max_seq, 0);
+  json_u64("max_seqs_at_max_model_len", b->max_seqs_at_max_model_len, 0);
+  json_u64("shortfall_bytes", b->shortfall_bytes, 1);
+  printf("  }\n}\n");
+}
+
+int cmd_profile(int argc, char **argv) {
+  profile_opts o = {0};
+  cli_flag flags[] = {
+      {"config", CLI_STRING, &o.config, "PATH", "Hugging Face config.json of the model (required)", 0},
+      {"memory", CLI_SIZE, &o.memory, "SIZE", "total device memory to plan for (default: measure)", 0},
+      {"utilization", CLI_DOUBLE, &o.utilization, "F", "fraction of total memory pkv may plan with (0.9)", 0},
+      {"reserve", CLI_SIZE, &o.reserve, "SIZE", "activation peak and workspaces to keep free (0)", 0},
+      {"used", CLI_SIZE, &o.used, "SIZE", "memory used besides pkv, e.g. the weights (0)", 0},
+      {"kv-cache", CLI_SIZE, &o.kv_cache, "SIZE", "absolute KV budget, overrides the formula", 0},
+      {"num-blocks", CLI_U32, &o.num_blocks, "N", "fixed pool size in blocks, overrides the budget", 0},
+      {"tp", CLI_U32, &o.tp, "N", "tensor-parallel ranks (1)", 0},
+      {"tp-rank", CLI_U32, &o.tp_rank, "N", "this rank (0)", 0},
+      {"block-size", CLI_U32, &o.block_size, "N", "tokens per block (16)", 0},
+      {"dtype", CLI_STRING, &o.dtype, "T", "KV dtype: bf16, f16 or f32 (default: the config's)", 0},
+      {"max-model-len", CLI_U32, &o.max_model_len, "N", "longest sequence (default: the config's)", 0},
+      {"device", CLI_STRING, &o.device, "D", "auto, cpu or cuda (auto)", 0},
+      {"json", CLI_FLAG, &o.json, NULL, "print JSON instead of a table", 0},
+  };
+  cli_command cmd = {"profile", "profile --config config.json [--memory 80GiB] [options]",
+                     "Prints how many KV blocks fit in a memory budget, and every term of it.",
+                     flags, sizeof flags / sizeof flags[0]};
+  int rc = cli_parse(&cmd, argc, argv);
+  if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+  if (o.config == NULL) {
+    fprintf(stderr, "pkv profile: --config is required\nrun 'pkv profile --help' for the options\n");
+    return CLI_EXIT_USAGE;
+  }
+  pkv_engine_params p;
+  rc = build_params(&o, &cmd, &p);
+  if (rc != CLI_EXIT_OK) return rc;
+
+  pkv_kv_budget b;
+  memset(&b, 0, sizeof b);
+  b.struct_size = sizeof b;
+  pkv_status s = pkv_profile(&p, &b);
+  char error[512];
+  snprintf(error, sizeof error, "%s", s == PKV_OK ? "" : pkv_last_error());
+  if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY) {
+    fprintf(stderr, "pkv profile: %s: %s\n", pkv_status_string(s), error);
+    return CLI_EXIT_FAIL;
+  }
+  if (o.json) {
+    print_json(&o, &p, &b, s, error);
+  } else {
+    print_table(&o, &p, &b);
+  }
+  if (s == PKV_ERR_OUT_OF_MEMORY) {
+    char h[32];
+    fprintf(stderr, "pkv profile: the KV budget is %s (%llu bytes) short: %s\n",
+            cli_format_size(b.shortfall_bytes, h, sizeof h), (unsigned long long)b.shortfall_bytes,
+            error);
+    return CLI_EXIT_FAIL;
+  }
+  return CLI_EXIT_OK;
+}
