@@ -25,24 +25,21 @@ const pkv::Batch *B(const pkv_batch *b) { return reinterpret_cast<const pkv::Bat
 // Runs f; on failure records the message for this thread and, when given, for the engine
 // (whose mutex the caller holds).
 template <class F> pkv_status run(std::string *engine_error, F &&f) noexcept {
-  pkv_status status;
-  const char *message;
-  std::string text;
+  pkv_status status = PKV_ERR_INTERNAL;
+  const char *message = "unknown exception";
+  std::string text;  // what() dies with the exception: copy it inside the handler
   try {
     f();
     return PKV_OK;
   } catch (const pkv::Error &err) {
     status = err.status();
-    message = err.what();
+    try { text = err.what(); message = text.c_str(); } catch (...) { message = "(no memory for the message)"; }
   } catch (const std::bad_alloc &) {
     status = PKV_ERR_OUT_OF_MEMORY;
     message = "out of host memory";
   } catch (const std::exception &err) {
-    status = PKV_ERR_INTERNAL;
-    message = err.what();
+    try { text = err.what(); message = text.c_str(); } catch (...) { message = "(no memory for the message)"; }
   } catch (...) {
-    status = PKV_ERR_INTERNAL;
-    message = "unknown exception";
   }
   try {
     tls_error = message;

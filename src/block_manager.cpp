@@ -7,6 +7,15 @@
 #include "status.h"
 
 namespace pkv {
+namespace {
+
+// Makes room for n more elements with geometric growth, so the push_backs after it cannot throw
+// (all-or-nothing) and repeated appends stay amortized O(1).
+template <class T> void make_room(std::vector<T> &v, size_t n) {
+  if (v.size() + n > v.capacity()) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
+}
+
+}  // namespace
 
 BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching,
                            uint64_t hash_seed, bool constant_hash)
@@ -99,17 +108,18 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
     constexpr uint32_t kAhead = 8;
     uint64_t ahead[kAhead];
     uint64_t last = tree_.hash(node);
-    auto hash_block = [&](uint32_t j) {
-      last = block_hash(seed_, last, tokens + size_t(j) * block_size_, block_size_);
-      ahead[j % kAhead] = last;
-      tree_.prefetch_slot(node, last);
-    };
-    for (uint32_t j = 0; j < kAhead && j < max_hits; ++j) hash_block(j);
+    uint32_t hashed = 0;  // blocks whose hash is computed (and slot prefetched)
     plan.hit_blocks.reserve(max_hits);
     for (uint32_t j = 0; j < max_hits; ++j) {
+      // The window grows with the hits: a prompt that misses at once hashes one block or two.
+      const uint32_t want = std::min({max_hits, j + 1 + kAhead - 1, 2 * j + 2});
+      for (; hashed < want; ++hashed) {
+        last = block_hash(seed_, last, tokens + size_t(hashed) * block_size_, block_size_);
+        ahead[hashed % kAhead] = last;
+        tree_.prefetch_slot(node, last);
+      }
       const uint64_t hash = ahead[j % kAhead];
-      if (j + kAhead < max_hits) hash_block(j + kAhead);
-      if (j + kAhead / 2 < max_hits) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
+      if (j + kAhead / 2 < hashed) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
       const int32_t *block_tokens = tokens + size_t(j) * block_size_;
       uint32_t child = tree_.find_child(node, hash, block_tokens);
       if (child == kNoNode || tree_.copies(child).empty()) break;
@@ -148,8 +158,10 @@ void BlockManager::admit(Sequence &seq) {
   seq.num_cached = hit_tokens;
   seq.num_computed = hit_tokens;
   seq.num_sealed_blocks = static_cast<uint32_t>(plan.hit_blocks.size());
-  stats_.prefix_query_tokens += seq.num_tokens();
-  stats_.prefix_hit_tokens += hit_tokens;
+  if (prefix_caching_) {
+    stats_.prefix_query_tokens += seq.num_tokens();
+    stats_.prefix_hit_tokens += hit_tokens;
+  }
 }
 
 // ---------------------------------------------------------------- append, fork, free
@@ -162,9 +174,9 @@ void BlockManager::append(Sequence &seq, const int32_t *tokens, uint32_t n) {
   // would change that sequence's KV: copy it first.
   const bool cow = old_len % block_size_ != 0 && blocks_[seq.block_table.back()].ref > 1;
   check_space(need + (cow ? 1 : 0), "appending the tokens");
-  seq.tokens.reserve(size_t(old_len) + n);
-  seq.block_table.reserve(size_t(have) + need);
-  pending_copies_.reserve(pending_copies_.size() + 1);
+  make_room(seq.tokens, n);
+  make_room(seq.block_table, need);
+  make_room(pending_copies_, 1);
   if (cow) {
     int32_t src = seq.block_table.back();
     int32_t dst = pop_free();

@@ -57,8 +57,12 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   b.max_seqs_at_max_model_len = b.num_blocks / b.blocks_per_max_seq;
   if (b.num_blocks < b.blocks_per_max_seq) {
     const uint64_t need = b.blocks_per_max_seq * b.block_bytes;
-    b.shortfall_bytes = p.num_blocks ? (b.blocks_per_max_seq - b.num_blocks) * b.block_bytes
-                                     : need - std::min(need, b.budget_bytes);
+    // From the formula, what is missing is counted from the signed budget: when used + reserve
+    // already exceed total * utilization, that excess is missing too.
+    const long double have = p.num_blocks ? (long double)b.num_blocks * b.block_bytes
+                             : p.kv_cache_bytes ? (long double)p.kv_cache_bytes
+                                                : allowed;
+    b.shortfall_bytes = static_cast<uint64_t>(std::ceil((long double)need - have));
   }
   return b;
 }

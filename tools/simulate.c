@@ -100,7 +100,7 @@ static void print_text(const sim_opts *o, const sim_workload *w, const sim_resul
          (unsigned long long)tokens, (unsigned long long)r->prompt_tokens_computed,
          (unsigned long long)r->decode_tokens_computed, (unsigned long long)r->recomputed_tokens);
   printf("  tokens sampled        %llu\n", (unsigned long long)r->sampled_tokens);
-  printf("  prefix cache hits     %.1f%% (%llu of %llu prompt tokens looked up)\n",
+  printf("  prefix cache hits     %.1f%% (%llu of %llu tokens looked up at admission and resume)\n",
          100.0 * ratio((double)st->prefix_hit_tokens, (double)st->prefix_query_tokens),
          (unsigned long long)st->prefix_hit_tokens, (unsigned long long)st->prefix_query_tokens);
   double busy = (double)(r->busy_steps ? r->busy_steps : 1);
