@@ -32,12 +32,15 @@ int pkv_header_use(void)
 {
   pkv_engine_params p;
   pkv_batch_view v;
+  struct pkv_seq_info info; /* the struct shares its name with the call, as stat() does */
+  pkv_status (*get_info)(pkv_engine *, uint64_t, struct pkv_seq_info *) = pkv_seq_info;
   pkv_status s = PKV_OK;
   p.struct_size = (uint32_t)sizeof p;
   v.num_seqs = 0;
+  info.num_tokens = 0;
   return (int)(s + PKV_ERR_INTERNAL + PKV_ABI_VERSION + PKV_DEVICE_CUDA + PKV_DTYPE_BF16 +
                PKV_DEBUG_CONSTANT_HASH + PKV_BUDGET_FIXED_BLOCKS + (int)p.struct_size +
-               (int)v.num_seqs) + (int)pkv_version();
+               (int)v.num_seqs + (int)info.num_tokens) + (int)pkv_version() + (get_info != 0);
 }
 SRC
 cp "$tmp/use.c" "$tmp/use.cpp"

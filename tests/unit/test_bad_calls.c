@@ -18,8 +18,8 @@ static int setup(fixture *f)
   f->e = tu_engine_p(&p);
   if (!f->e)
     return 0;
-  int32_t t[16];
-  tu_fill(t, 16, 1);
+  int32_t t[20];
+  tu_fill(t, 20, 1);
   f->live[0] = tu_alloc(f->e, t, 6, NULL);
   tu_compute1(f->e, f->live[0]);
   f->live[1] = tu_alloc(f->e, t + 8, 9, NULL);
