@@ -207,18 +207,32 @@ void BlockManager::free_blocks(Sequence &seq) {
 void BlockManager::seal(Sequence &seq) {
   if (!prefix_caching_) return;
   const uint32_t full = seq.num_computed / block_size_;
-  for (uint32_t j = seq.num_sealed_blocks; j < full; ++j) {
-    const int32_t block = seq.block_table[j];
-    const int32_t *block_tokens = seq.tokens.data() + size_t(j) * block_size_;
-    uint32_t parent = j == 0 ? tree_.get_or_add_root(seq.salt) : blocks_[seq.block_table[j - 1]].node;
-    PKV_ASSERT(parent != kNoNode);
-    if (blocks_[block].node != kNoNode) continue;  // shared with a sequence that sealed it
-    const uint64_t hash = tree_.child_hash(parent, block_tokens);
-    uint32_t node = tree_.find_child(parent, hash, block_tokens);
-    // Same-step duplicates (two prompts computed the same block) become copies of one node.
-    if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens);
-    tree_.add_copy(node, block);
-    blocks_[block].node = node;
+  // Chunks of blocks: their chained hashes first (they need no tree), with their table slots
+  // prefetched, then the inserts, which then rarely wait on memory.
+  constexpr uint32_t kChunk = 32;
+  uint64_t hashes[kChunk];
+  uint32_t j = seq.num_sealed_blocks;
+  uint64_t parent_hash = j == 0 ? root_hash(seed_, seq.salt.data(), seq.salt.size())
+                                : tree_.hash(blocks_[seq.block_table[j - 1]].node);
+  while (j < full) {
+    const uint32_t n = std::min(kChunk, full - j);
+    for (uint32_t i = 0; i < n; ++i) {
+      parent_hash = block_hash(seed_, parent_hash, seq.tokens.data() + size_t(j + i) * block_size_, block_size_);
+      hashes[i] = parent_hash;
+      tree_.prefetch_slot(kNoNode, parent_hash);  // a hint: exact unless PKV_DEBUG_CONSTANT_HASH
+    }
+    for (uint32_t i = 0; i < n; ++i, ++j) {
+      const int32_t block = seq.block_table[j];
+      if (blocks_[block].node != kNoNode) continue;  // shared with a sequence that sealed it
+      const int32_t *block_tokens = seq.tokens.data() + size_t(j) * block_size_;
+      const uint32_t parent = j == 0 ? tree_.get_or_add_root(seq.salt) : blocks_[seq.block_table[j - 1]].node;
+      PKV_ASSERT(parent != kNoNode);
+      uint32_t node = tree_.find_child(parent, hashes[i], block_tokens);
+      // Same-step duplicates (two prompts computed the same block) become copies of one node.
+      if (node == kNoNode) node = tree_.add_child(parent, hashes[i], block_tokens);
+      tree_.add_copy(node, block);
+      blocks_[block].node = node;
+    }
   }
   if (full > seq.num_sealed_blocks) seq.num_sealed_blocks = full;
 }

@@ -9,7 +9,11 @@
 namespace pkv {
 
 PrefixTree::PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash, size_t expected_nodes)
-    : block_size_(block_size), seed_(seed), constant_hash_(constant_hash), children_(expected_nodes) {}
+    : block_size_(block_size), seed_(seed), constant_hash_(constant_hash), children_(expected_nodes) {
+  // Address space only: pages are committed as nodes are made, and steps never reallocate.
+  nodes_.reserve(expected_nodes + 1);
+  tokens_.reserve((expected_nodes + 1) * size_t(block_size));
+}
 
 uint64_t PrefixTree::map_key(uint32_t parent, uint64_t hash) const {
   // The canonical hash already chains the parent's hash, so it alone keys (parent, tokens);
