@@ -302,6 +302,22 @@ void pkv_batch_abort(pkv_batch *b) {
   guard_batch(b, [&](Engine &en, pkv::Batch &) { en.finish_batch(false); });
 }
 
+pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v,
+                         void *out) {
+  return guard_batch(b, [&](Engine &en, pkv::Batch &batch) { en.attention(batch, layer, q, k, v, out); });
+}
+
+pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, en.pool_info());
+  });
+}
+
+pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream) {
+  return guard(e, [&](Engine &en) { en.set_stream(cuda_stream); });
+}
+
 pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len, uint64_t *out_hash) {
   return guard([&] {
     PKV_REQUIRE(out_hash != nullptr, "out_hash is NULL");

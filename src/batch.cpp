@@ -10,8 +10,9 @@
 
 namespace pkv {
 
-Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs)
-    : engine_(engine), block_size_(engine.params().block_size) {
+Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
+             uint64_t serial)
+    : engine_(engine), serial_(serial), block_size_(engine.params().block_size) {
   PKV_REQUIRE(num_seqs > 0, "a batch needs at least one sequence (num_seqs is 0)");
   PKV_REQUIRE(seqs != nullptr, "seqs is NULL");
   std::unordered_set<uint64_t> seen;
@@ -107,7 +108,8 @@ void Batch::commit() {
 
 void Batch::abort() {
   release_members();
-  engine_.blocks().return_copies(std::move(copies_));
+  // Copies pkv already did stay done: redoing them later could overwrite newer writes.
+  if (!copies_done_) engine_.blocks().return_copies(std::move(copies_));
 }
 
 }  // namespace pkv

@@ -14,20 +14,27 @@ class Engine;
 class Batch {
  public:
   // Validates everything, then marks the sequences as in the batch and takes the queued copies.
-  Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs);
+  Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
+        uint64_t serial);
 
   Engine &engine() const { return engine_; }
   uint32_t num_seqs() const { return static_cast<uint32_t>(seq_ids_.size()); }
   pkv_batch_view view() const;
+  uint64_t serial() const { return serial_; }
+  // Whether pkv itself did the copy-on-write copies (pkv_attention); then abort keeps them done.
+  bool copies_done() const { return copies_done_; }
+  void set_copies_done() { copies_done_ = true; }
 
   void commit();  // the step ran: tokens computed, full blocks sealed
-  void abort();   // it did not: copies go back to the queue
+  void abort();   // it did not: copies not done by pkv go back to the queue
 
  private:
   void plan_seq(const struct Sequence &seq, uint32_t num_new);
   void release_members();
 
   Engine &engine_;
+  uint64_t serial_;
+  bool copies_done_ = false;
   uint32_t block_size_;
   std::vector<uint64_t> seq_ids_;
   std::vector<uint32_t> num_new_;

@@ -5,6 +5,9 @@
 #include "profiler.h"
 #include "status.h"
 
+#include <cmath>
+#include <cstring>
+
 namespace pkv {
 namespace {
 
@@ -27,13 +30,57 @@ Engine::Engine(const pkv_engine_params &params)
       params_(resolved(params, budget_)),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
               params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0) {
-  PoolShape shape{params_.num_layers, params_.num_blocks, params_.block_size,
-                  kv_heads_per_rank(params_), params_.head_dim, dtype_bytes(params_.dtype)};
-  backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, shape)
-                                               : make_cpu_backend(shape);
+  backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
+                                               : make_cpu_backend(pool_shape(), params_.num_threads);
 }
 
 Engine::~Engine() = default;
+
+PoolShape Engine::pool_shape() const {
+  return PoolShape{params_.num_layers, params_.num_blocks, params_.block_size,
+                   kv_heads_per_rank(params_), params_.head_dim, dtype_bytes(params_.dtype),
+                   params_.dtype, params_.num_q_heads / params_.tp_size};
+}
+
+void Engine::attention(Batch &batch, uint32_t layer, const void *q, const void *k, const void *v, void *out) {
+  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
+  PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
+  PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
+  if (params_.head_dim % 8 != 0 || params_.head_dim > 256)
+    fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of 8 up to 256, not %u",
+         params_.head_dim);
+  const pkv_batch_view view = batch.view();
+  if (!batch.copies_done()) {
+    // Copy-on-write copies come before any write of the step, for every layer at once.
+    if (view.num_copies) backend_->copy_blocks(view.copy_src, view.copy_dst, view.num_copies);
+    batch.set_copies_done();
+  }
+  const float scale = params_.softmax_scale > 0 ? params_.softmax_scale
+                                                : 1.0f / std::sqrt(float(params_.head_dim));
+  backend_->attention(StepView{&view, batch.serial()}, AttentionCall{layer, scale, q, k, v, out});
+}
+
+struct pkv_pool_info Engine::pool_info() const {
+  const PoolShape s = pool_shape();
+  struct pkv_pool_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  info.device = backend_->device();
+  info.dtype = params_.dtype;
+  info.num_layers = s.num_layers;
+  info.num_blocks = s.num_blocks;
+  info.block_size = s.block_size;
+  info.kv_heads = s.kv_heads;
+  info.head_dim = s.head_dim;
+  info.k_base = backend_->k_pool();
+  info.v_base = backend_->v_pool();
+  info.head_stride = s.head_dim;
+  info.token_stride = uint64_t(s.kv_heads) * s.head_dim;
+  info.block_stride = info.token_stride * s.block_size;
+  info.layer_stride = info.block_stride * s.num_blocks;
+  info.bytes_per_pool = s.bytes_per_pool();
+  return info;
+}
 
 Sequence &Engine::seq(uint64_t id) {
   auto it = seqs_.find(id);
@@ -163,7 +210,7 @@ void Engine::check() const {
 
 Batch &Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
   if (open_batch_) fail(PKV_ERR_STATE, "a batch is already open on this engine: end or abort it first");
-  open_batch_ = std::make_unique<Batch>(*this, seqs, num_new_tokens, num_seqs);
+  open_batch_ = std::make_unique<Batch>(*this, seqs, num_new_tokens, num_seqs, next_batch_serial_++);
   return *open_batch_;
 }
 

@@ -38,6 +38,11 @@ class Engine {
   void preempt(uint64_t id);
   uint32_t resume(uint64_t id);
 
+  // pkv_attention: the batch's copies first (once), then write_kv + attention of one layer.
+  void attention(Batch &batch, uint32_t layer, const void *q, const void *k, const void *v, void *out);
+  struct pkv_pool_info pool_info() const;
+  void set_stream(void *stream) { backend_->set_stream(stream); }
+
   Sequence &seq(uint64_t id);  // PKV_ERR_NOT_FOUND for unknown or released ids
   pkv_stats stats() const;
   void check() const;
@@ -48,6 +53,7 @@ class Engine {
   void finish_batch(bool ran);  // ran: pkv_batch_end; else pkv_batch_abort
 
  private:
+  PoolShape pool_shape() const;
   void require_length(uint64_t num_tokens) const;
   void require_mutable(const Sequence &seq, const char *what) const;
 
@@ -60,6 +66,7 @@ class Engine {
   std::unordered_map<uint64_t, Sequence> seqs_;
   uint64_t next_seq_id_ = 1;
   std::unique_ptr<Batch> open_batch_;
+  uint64_t next_batch_serial_ = 1;
 };
 
 }  // namespace pkv

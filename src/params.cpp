@@ -63,6 +63,10 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(std::isfinite(p.memory_utilization) && p.memory_utilization > 0.0 &&
                   p.memory_utilization <= 1.0,
               "memory_utilization must be in (0, 1], got %g", p.memory_utilization);
+  PKV_REQUIRE(std::isfinite(p.softmax_scale) && p.softmax_scale >= 0.0f,
+              "softmax_scale must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g",
+              double(p.softmax_scale));
+  PKV_REQUIRE(p.reserved0 == 0, "reserved0 must be 0");
 }
 
 }  // namespace pkv

@@ -125,6 +125,9 @@ typedef struct pkv_engine_params {
   uint64_t memory_used_bytes;     /* bytes in use besides the measured ones (e.g. weights not yet
                                      loaded; all of them when memory_total_bytes is given) */
   uint64_t reserve_bytes;         /* the host's activation peak and workspaces */
+  /* compute */
+  float softmax_scale;            /* pkv_attention's scale; 0 = 1/sqrt(head_dim). default 0 */
+  uint32_t reserved0;             /* must be 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above. size must be sizeof *p as the caller sees it (>= 4 bytes:
@@ -339,6 +342,48 @@ PKV_API pkv_status pkv_batch_end(pkv_batch *b);
 /* The step did not run: nothing becomes computed; the copies go back to the queue. Frees b.
  * Accepts NULL. */
 PKV_API void pkv_batch_abort(pkv_batch *b);
+
+/* ---------------------------------------------------------------- compute */
+/* One forward step's KV side for one layer, on the engine's device (CPU: host pointers; CUDA:
+ * device pointers, on the engine's stream):
+ *   q   [num_tokens][num_q_heads / tp_size][head_dim]     the batch's new tokens, in batch order
+ *   k,v [num_tokens][kv_heads_per_rank][head_dim]        their keys and values
+ *   out [num_tokens][num_q_heads / tp_size][head_dim]    written
+ * all in the engine's dtype. Writes k and v into the tokens' slots of `layer`, then computes
+ * causal attention of every new token over its sequence's whole context (cached prefix, earlier
+ * chunks and the new tokens up to itself), GQA aware, scale softmax_scale or 1/sqrt(head_dim).
+ * The first call of a batch (any layer) first does its queued copy-on-write copies, all layers.
+ * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end.
+ * PKV_ERR_UNSUPPORTED: head_dim not a multiple of 8 or above 256. q/k/v may not alias out. */
+PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
+                                 const void *v, void *out);
+
+/* Where the pool is, so a host can run its own kernels on it. Each of K and V is
+ * [num_layers][num_blocks][block_size][kv_heads][head_dim] (NHD), contiguous; strides are in
+ * elements. Like struct pkv_seq_info, the struct shares its name with the call. */
+struct pkv_pool_info {
+  uint32_t struct_size;
+  int32_t device;                 /* PKV_DEVICE_CPU or PKV_DEVICE_CUDA */
+  int32_t dtype;
+  uint32_t num_layers;
+  uint32_t num_blocks;
+  uint32_t block_size;
+  uint32_t kv_heads;              /* per rank */
+  uint32_t head_dim;
+  void *k_base;
+  void *v_base;
+  uint64_t layer_stride;          /* num_blocks * block_stride */
+  uint64_t block_stride;          /* block_size * token_stride */
+  uint64_t token_stride;          /* kv_heads * head_dim */
+  uint64_t head_stride;           /* head_dim */
+  uint64_t bytes_per_pool;        /* bytes of K (and of V) */
+};
+
+PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
+
+/* The CUDA stream pkv_attention runs on (a cudaStream_t; NULL = the default stream). On a CPU
+ * engine only NULL is accepted. */
+PKV_API pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream);
 
 /* ---------------------------------------------------------------- canonical block hash */
 /* The hash other processes (routers, KV tiers) use to name a block, independent of pkv's

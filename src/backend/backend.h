@@ -1,5 +1,5 @@
-// The backend interface: where the KV pool lives and how much memory the device has.
-// The compute half (write_kv, attention, copy_blocks) joins this interface with the kernels.
+// The backend interface: where the KV pool lives, how much memory the device has, and the KV
+// side of a step (copy_blocks, then per layer write_kv + paged attention).
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,25 @@ struct MemoryInfo {
 // K and V pools, each [layers][num_blocks][block_size][kv_heads][head_dim] (NHD).
 struct PoolShape {
   uint32_t num_layers, num_blocks, block_size, kv_heads, head_dim, dtype_bytes;
-  uint64_t bytes_per_pool() const {
-    return uint64_t(num_layers) * num_blocks * block_size * kv_heads * head_dim * dtype_bytes;
-  }
+  int32_t dtype;
+  uint32_t q_heads;  // per rank
+  uint64_t block_bytes() const { return uint64_t(block_size) * kv_heads * head_dim * dtype_bytes; }
+  uint64_t layer_bytes() const { return block_bytes() * num_blocks; }
+  uint64_t bytes_per_pool() const { return layer_bytes() * num_layers; }
+};
+
+// A step as the kernels see it: pkv_batch_view's arrays (host memory).
+struct StepView {
+  const pkv_batch_view *view;
+  uint64_t serial;  // unique per batch: a backend may cache per-batch state (device uploads)
+};
+
+// One layer's call of pkv_attention.
+struct AttentionCall {
+  uint32_t layer;
+  float scale;
+  const void *q, *k, *v;
+  void *out;
 };
 
 class Backend {
@@ -29,6 +45,12 @@ class Backend {
   virtual int32_t device() const = 0;  // PKV_DEVICE_CPU or PKV_DEVICE_CUDA
   virtual void *k_pool() const = 0;
   virtual void *v_pool() const = 0;
+  // Block copies src[i] -> dst[i], in order, every layer, K and V.
+  virtual void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) = 0;
+  // write_kv of the step's new tokens into `layer`, then their causal paged attention.
+  virtual void attention(const StepView &step, const AttentionCall &call) = 0;
+  // CUDA: the stream to run on; CPU: only nullptr.
+  virtual void set_stream(void *stream) = 0;
 };
 
 // Host memory from /proc/meminfo.
@@ -36,7 +58,7 @@ MemoryInfo host_memory();
 
 // CPU pool: anonymous memory, committed lazily as blocks are first written. Throws
 // PKV_ERR_OUT_OF_MEMORY when the address space cannot be had.
-std::unique_ptr<Backend> make_cpu_backend(const PoolShape &shape);
+std::unique_ptr<Backend> make_cpu_backend(const PoolShape &shape, uint32_t num_threads);
 
 // True when the build has CUDA and device_id is a usable GPU; else false with the reason.
 // Makes the first CUDA call of the process (never at load time).

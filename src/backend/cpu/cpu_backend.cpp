@@ -1,10 +1,11 @@
-// CPU backend: the pool in host memory. The compute half (threads + SIMD) joins with the kernels.
+// CPU backend: the pool in host memory, the compute in cpu_kernels.cpp on a thread pool.
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "status.h"
 
 namespace pkv {
@@ -12,7 +13,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const PoolShape &shape) : bytes_(shape.bytes_per_pool()) {
+  CpuBackend(const PoolShape &shape, uint32_t num_threads)
+      : shape_(shape), bytes_(shape.bytes_per_pool()), kernels_(num_threads) {
     // One mapping for K then V. Anonymous pages are zero and committed on first write, so a
     // pool sized from the host's free memory costs only the blocks actually used.
     void *p = mmap(nullptr, 2 * bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -26,15 +28,37 @@ class CpuBackend final : public Backend {
   void *k_pool() const override { return base_; }
   void *v_pool() const override { return base_ + bytes_; }
 
+  void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) override {
+    kernels_.copy_blocks(k_pool(), v_pool(), shape_.num_layers, shape_.layer_bytes(),
+                         shape_.block_bytes(), src, dst, n);
+  }
+
+  void attention(const StepView &step, const AttentionCall &call) override {
+    const pkv_batch_view &v = *step.view;
+    CpuStep s{v.num_seqs, v.num_tokens, v.block_size, v.query_start, v.context_lens,
+              v.block_indptr, v.block_indices, v.slot_mapping};
+    const uint64_t offset = call.layer * shape_.layer_bytes();
+    CpuLayer layer{base_ + offset, base_ + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
+                   shape_.head_dim, shape_.dtype, call.scale, call.q, call.k, call.v, call.out};
+    kernels_.write_kv(s, layer);
+    kernels_.attention(s, layer);
+  }
+
+  void set_stream(void *stream) override {
+    if (stream) fail(PKV_ERR_INVALID_ARGUMENT, "a CPU engine has no CUDA stream: pass NULL");
+  }
+
  private:
+  PoolShape shape_;
   uint64_t bytes_;
   char *base_ = nullptr;
+  CpuKernels kernels_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const PoolShape &shape) {
-  return std::make_unique<CpuBackend>(shape);
+std::unique_ptr<Backend> make_cpu_backend(const PoolShape &shape, uint32_t num_threads) {
+  return std::make_unique<CpuBackend>(shape, num_threads);
 }
 
 }  // namespace pkv

@@ -33,11 +33,19 @@ class CudaBackend final : public Backend {
   int32_t device() const override { return PKV_DEVICE_CUDA; }
   void *k_pool() const override { return k_; }
   void *v_pool() const override { return v_; }
+  void copy_blocks(const int32_t *, const int32_t *, uint32_t n) override {
+    if (n) fail(PKV_ERR_UNSUPPORTED, "copy_blocks on CUDA is not wired yet");
+  }
+  void attention(const StepView &, const AttentionCall &) override {
+    fail(PKV_ERR_UNSUPPORTED, "pkv_attention on CUDA is not wired yet");
+  }
+  void set_stream(void *stream) override { stream_ = stream; }
 
  private:
   int32_t device_id_;
   void *k_ = nullptr;
   void *v_ = nullptr;
+  void *stream_ = nullptr;
 };
 
 }  // namespace
