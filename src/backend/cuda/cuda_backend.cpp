@@ -1,7 +1,15 @@
-// CUDA backend glue: device checks, memory queries and the device pool. Kernels live in kernels/.
+// CUDA backend glue: device checks, memory queries, the device pool, and the step's launches
+// (kernels/ holds the kernels). A batch's arrays go to the device once, at its first layer.
 #include <cuda_runtime_api.h>
 
+#include <cstring>
+#include <unordered_set>
+#include <vector>
+
 #include "backend/backend.h"
+#include "cache_ops.cuh"
+#include "decode_attention.cuh"
+#include "prefill_attention.cuh"
 #include "status.h"
 
 namespace pkv {
@@ -13,10 +21,32 @@ void check_cuda(cudaError_t err, const char *what) {
   fail(s, "%s: %s", what, cudaGetErrorString(err));
 }
 
+// A device buffer that only grows.
+class DeviceBuffer {
+ public:
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  void *get(size_t bytes) {
+    if (bytes > size_) {
+      cudaFree(ptr_);
+      ptr_ = nullptr;
+      size_ = 0;
+      check_cuda(cudaMalloc(&ptr_, bytes), "allocating a device workspace");
+      size_ = bytes;
+    }
+    return ptr_;
+  }
+
+ private:
+  void *ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int32_t device_id, const PoolShape &shape) : device_id_(device_id) {
+  CudaBackend(int32_t device_id, const PoolShape &shape) : device_id_(device_id), shape_(shape) {
     check_cuda(cudaSetDevice(device_id), "cudaSetDevice");
+    check_cuda(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_id),
+               "reading the SM count");
     const uint64_t bytes = shape.bytes_per_pool();
     check_cuda(cudaMalloc(&k_, bytes), "allocating the K pool");
     cudaError_t err = cudaMalloc(&v_, bytes);
@@ -33,19 +63,98 @@ class CudaBackend final : public Backend {
   int32_t device() const override { return PKV_DEVICE_CUDA; }
   void *k_pool() const override { return k_; }
   void *v_pool() const override { return v_; }
-  void copy_blocks(const int32_t *, const int32_t *, uint32_t n) override {
-    if (n) fail(PKV_ERR_UNSUPPORTED, "copy_blocks on CUDA is not wired yet");
+  void set_stream(void *stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+
+  void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) override {
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    cuda::KvPool pool{k_, v_, int32_t(shape_.num_layers), int64_t(shape_.layer_bytes()),
+                      int64_t(shape_.block_bytes())};
+    // One launch runs its pairs in no order: split the list into waves in which no block is
+    // written twice or both read and written, and launch the waves in order.
+    std::vector<int32_t> pairs;
+    std::unordered_set<int32_t> read, written;
+    auto flush = [&] {
+      if (pairs.empty()) return;
+      void *d = pairs_buf_.get(pairs.size() * sizeof(int32_t));
+      check_cuda(cudaMemcpyAsync(d, pairs.data(), pairs.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_), "uploading block copies");
+      check_cuda(cuda::launch_copy_blocks(pool, static_cast<int32_t *>(d), int32_t(pairs.size() / 2), stream_),
+                 "copy_blocks");
+      check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");  // pairs_buf_ is reused
+      pairs.clear();
+      read.clear();
+      written.clear();
+    };
+    for (uint32_t i = 0; i < n; ++i) {
+      if (written.count(src[i]) || written.count(dst[i]) || read.count(dst[i])) flush();
+      pairs.push_back(src[i]);
+      pairs.push_back(dst[i]);
+      read.insert(src[i]);
+      written.insert(dst[i]);
+    }
+    flush();
   }
-  void attention(const StepView &, const AttentionCall &) override {
-    fail(PKV_ERR_UNSUPPORTED, "pkv_attention on CUDA is not wired yet");
+
+  void attention(const StepView &step, const AttentionCall &call) override {
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    const pkv_batch_view &v = *step.view;
+    for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
+      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k, v and out must be 16-byte aligned on CUDA");
+    if (step.serial != uploaded_serial_) upload(v, step.serial);
+    const uint64_t offset = uint64_t(call.layer) * shape_.layer_bytes();
+    cuda::KvLayer layer{static_cast<char *>(k_) + offset, static_cast<char *>(v_) + offset,
+                        int32_t(shape_.block_size), int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
+                        cuda::DType(shape_.dtype)};
+    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, d_slots_, int32_t(v.num_tokens), stream_), "write_kv");
+    if (plan_.workspace_bytes) workspace_ptr_ = workspace_.get(plan_.workspace_bytes);
+    check_cuda(cuda::launch_decode_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
+                                             call.scale, plan_, workspace_ptr_, stream_),
+               "decode attention");
+    if (v.max_query_len > 1)
+      check_cuda(cuda::launch_prefill_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
+                                                call.scale, stream_),
+                 "prefill attention");
   }
-  void set_stream(void *stream) override { stream_ = stream; }
 
  private:
+  // The batch's arrays, packed into one device buffer with one copy.
+  void upload(const pkv_batch_view &v, uint64_t serial) {
+    const size_t n_seq = v.num_seqs, n_blocks = size_t(v.block_indptr[v.num_seqs]);
+    std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + v.num_tokens);
+    std::vector<int32_t> ints;
+    ints.insert(ints.end(), v.query_start, v.query_start + n_seq + 1);
+    ints.insert(ints.end(), v.context_lens, v.context_lens + n_seq);
+    ints.insert(ints.end(), v.block_indptr, v.block_indptr + n_seq + 1);
+    ints.insert(ints.end(), v.block_indices, v.block_indices + n_blocks);
+    const size_t slot_bytes = slots.size() * sizeof(int64_t), int_bytes = ints.size() * sizeof(int32_t);
+    char *d = static_cast<char *>(batch_buf_.get(slot_bytes + int_bytes + 16));
+    std::vector<char> host(slot_bytes + int_bytes);
+    std::memcpy(host.data(), slots.data(), slot_bytes);
+    std::memcpy(host.data() + slot_bytes, ints.data(), int_bytes);
+    check_cuda(cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), "uploading the batch");
+    check_cuda(cudaStreamSynchronize(stream_), "uploading the batch");
+    d_slots_ = reinterpret_cast<const int64_t *>(d);
+    const int32_t *di = reinterpret_cast<const int32_t *>(d + slot_bytes);
+    batch_ = cuda::BatchView{int32_t(v.num_seqs), int32_t(v.num_tokens), int32_t(v.max_query_len),
+                             int32_t(v.max_context_len), di, di + n_seq + 1, di + 2 * n_seq + 1,
+                             di + 3 * n_seq + 2};
+    plan_ = cuda::plan_decode(batch_, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
+                              int32_t(shape_.head_dim), num_sms_);
+    uploaded_serial_ = serial;
+  }
+
   int32_t device_id_;
+  PoolShape shape_;
+  int num_sms_ = 0;
   void *k_ = nullptr;
   void *v_ = nullptr;
-  void *stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer batch_buf_, workspace_, pairs_buf_;
+  void *workspace_ptr_ = nullptr;
+  uint64_t uploaded_serial_ = 0;
+  const int64_t *d_slots_ = nullptr;
+  cuda::BatchView batch_{};
+  cuda::DecodePlan plan_{};
 };
 
 }  // namespace
@@ -55,7 +164,7 @@ bool cuda_usable(int32_t device_id, std::string *why) {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     *why = cudaGetErrorString(err);
-    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    cudaGetLastError();  // clear the error so later calls start clean
     return false;
   }
   if (device_id < 0 || device_id >= count) {

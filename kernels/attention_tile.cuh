@@ -1,0 +1,199 @@
+// The tile loop shared by decode and prefill attention: a CTA owns a tile of rows (packed
+// (new token, q head of the group) pairs of one kv head) and walks a range of the sequence's
+// keys in tiles through the block table, with an online softmax (FlashAttention's recurrence,
+// in base 2). All in fp32; K and V tiles are staged in shared memory one after the other.
+//
+// Shared memory, floats (d = head_dim):
+//   q    [R][d]        the rows' queries, pre-multiplied by scale * log2(e)
+//   kv   [K][d + 1]    the K tile, then the V tile (+1 breaks bank conflicts of the dot products)
+//   s    [R][K]        scores, then probabilities
+//   m, l, corr [R]     running max, running sum, this tile's rescale of the accumulators
+//   last [R] (int32)   the last key position row r may see (causal), -1 for padding rows
+// Accumulators live in registers: pair i of a thread is element f = tid + i * kAttnThreads of
+// the [R][d] output tile.
+#pragma once
+
+#include "device_common.cuh"
+
+namespace pkv::cuda::dev {
+
+constexpr int kAttnThreads = 128;
+
+// What the attention kernels read, by value. Pointers are device memory.
+struct AttnArgs {
+  const void *q;  // [num_tokens][q_heads][head_dim]
+  void *out;      // [num_tokens][q_heads][head_dim]
+  const void *k_cache, *v_cache;  // [num_blocks][block_size][kv_heads][head_dim]
+  const int32_t *query_start, *context_lens, *block_indptr, *block_indices;
+  int32_t q_heads, kv_heads, head_dim, block_size, group;
+  float scale_log2;    // scale * log2(e)
+  float *ws_acc;       // decode splits: [num_seqs][q_heads][max_splits][head_dim]
+  float *ws_ml;        // decode splits: [num_seqs][q_heads][max_splits][2] = (max, sum)
+  int32_t split_tokens, max_splits;
+};
+
+// The rows a CTA computes: packed rows row0 .. row0 + num_rows - 1 of a sequence's
+// query_len * group rows, p = token * group + g (q head kv_head * group + g).
+struct RowBlock {
+  int32_t seq, kv_head, row0, num_rows, query_start, query_len, context_len;
+};
+
+template <int D, int R, int K>
+struct Tile {
+  static constexpr int kRows = R, kKeys = K;
+  static constexpr int kMaxD = D ? D : 256;
+  static constexpr int kPairs = (R * kMaxD + kAttnThreads - 1) / kAttnThreads;
+  static size_t smem_bytes(int d) { return sizeof(float) * (R * d + K * (d + 1) + R * K + 4 * R); }
+};
+
+struct TileSmem {
+  float *q, *kv, *s, *m, *l, *corr;
+  int32_t *last;
+};
+
+template <int R, int K>
+__device__ __forceinline__ TileSmem carve_smem(float *base, int d) {
+  TileSmem t;
+  t.q = base;
+  t.kv = t.q + R * d;
+  t.s = t.kv + K * (d + 1);
+  t.m = t.s + R * K;
+  t.l = t.m + R;
+  t.corr = t.l + R;
+  t.last = reinterpret_cast<int32_t *>(t.corr + R);
+  return t;
+}
+
+// Offset of row r's vector in q / out: [token][q_heads][head_dim].
+__device__ __forceinline__ int64_t row_offset(const AttnArgs &a, const RowBlock &rb, int r, int d) {
+  const int p = rb.row0 + r, token = p / a.group, g = p % a.group;
+  return (int64_t(rb.query_start + token) * a.q_heads + rb.kv_head * a.group + g) * d;
+}
+
+template <class T, int R>
+__device__ __forceinline__ void load_rows(const AttnArgs &a, const RowBlock &rb, const TileSmem &sm, int d) {
+  const int chunks = d / 8;
+  for (int c = threadIdx.x; c < R * chunks; c += kAttnThreads) {
+    const int r = c / chunks, d8 = c % chunks * 8;
+    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (r < rb.num_rows) load8(static_cast<const T *>(a.q) + row_offset(a, rb, r, d) + d8, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm.q[r * d + d8 + i] = x[i] * a.scale_log2;
+  }
+  for (int r = threadIdx.x; r < R; r += kAttnThreads) {
+    const int token = (rb.row0 + r) / a.group;
+    sm.last[r] = r < rb.num_rows ? rb.context_len - rb.query_len + token : -1;
+    sm.m[r] = -INFINITY;
+    sm.l[r] = 0.f;
+  }
+}
+
+// Keys k0 .. k0 + K - 1 of cache into kv; keys at or past key_end read as 0 (never NaN, since
+// their probability 0 multiplies them).
+template <class T, int K>
+__device__ __forceinline__ void load_kv_tile(const T *cache, const AttnArgs &a, const RowBlock &rb,
+                             const TileSmem &sm, int d, int k0, int key_end) {
+  const int chunks = d / 8;
+  const int32_t *blocks = a.block_indices + a.block_indptr[rb.seq];
+  for (int c = threadIdx.x; c < K * chunks; c += kAttnThreads) {
+    const int j = c / chunks, d8 = c % chunks * 8, key = k0 + j;
+    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (key < key_end) {
+      const int64_t slot = int64_t(blocks[key / a.block_size]) * a.block_size + key % a.block_size;
+      load8(cache + (slot * a.kv_heads + rb.kv_head) * d + d8, x);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm.kv[j * (d + 1) + d8 + i] = x[i];
+  }
+}
+
+template <int D, int R, int K>
+__device__ __forceinline__ void tile_scores(const TileSmem &sm, int d, int k0, int key_end) {
+  for (int e = threadIdx.x; e < R * K; e += kAttnThreads) {
+    const int r = e / K, j = e % K, key = k0 + j;
+    const float *qr = sm.q + r * d, *kr = sm.kv + j * (d + 1);
+    float dot = 0.f;
+#pragma unroll 8
+    for (int i = 0; i < (D ? D : d); ++i) dot += qr[i] * kr[i];
+    sm.s[e] = key < key_end && key <= sm.last[r] ? dot : -INFINITY;
+  }
+}
+
+// One warp per row: new running max, probabilities in place of the scores, rescale factor.
+template <int R, int K>
+__device__ __forceinline__ void tile_softmax(const TileSmem &sm) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < R; r += kAttnThreads / 32) {
+    float *s = sm.s + r * K;
+    float tile_max = -INFINITY;
+    for (int j = lane; j < K; j += 32) tile_max = fmaxf(tile_max, s[j]);
+    const float m_old = sm.m[r], m_new = fmaxf(m_old, warp_max(tile_max));
+    float sum = 0.f;
+    for (int j = lane; j < K; j += 32) {
+      const float p = m_new == -INFINITY ? 0.f : exp2f(s[j] - m_new);
+      s[j] = p;
+      sum += p;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      const float corr = m_new == -INFINITY ? 1.f : exp2f(m_old - m_new);
+      sm.corr[r] = corr;
+      sm.l[r] = sm.l[r] * corr + sum;
+      sm.m[r] = m_new;
+    }
+  }
+}
+
+template <int D, int R, int K, int P>
+__device__ __forceinline__ void tile_pv(const TileSmem &sm, int d, float (&acc)[P]) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int f = threadIdx.x + i * kAttnThreads;
+    if (f >= R * d) break;
+    const int r = f / d, c = f % d;
+    const float *p = sm.s + r * K;
+    float x = acc[i] * sm.corr[r];
+#pragma unroll 4
+    for (int j = 0; j < K; ++j) x += p[j] * sm.kv[j * (d + 1) + c];
+    acc[i] = x;
+  }
+}
+
+// The whole walk over keys key_begin .. key_end - 1. On return acc holds the unnormalized
+// output and sm.m / sm.l the row maxima and sums (base 2).
+template <class T, int D, int R, int K, int P>
+__device__ __forceinline__ void attend_rows(const AttnArgs &a, const RowBlock &rb, const TileSmem &sm,
+                            int key_begin, int key_end, float (&acc)[P]) {
+  const int d = D ? D : a.head_dim;
+  load_rows<T, R>(a, rb, sm, d);
+#pragma unroll
+  for (int i = 0; i < P; ++i) acc[i] = 0.f;
+  __syncthreads();
+  for (int k0 = key_begin; k0 < key_end; k0 += K) {
+    load_kv_tile<T, K>(static_cast<const T *>(a.k_cache), a, rb, sm, d, k0, key_end);
+    __syncthreads();
+    tile_scores<D, R, K>(sm, d, k0, key_end);
+    __syncthreads();
+    load_kv_tile<T, K>(static_cast<const T *>(a.v_cache), a, rb, sm, d, k0, key_end);
+    tile_softmax<R, K>(sm);
+    __syncthreads();
+    tile_pv<D, R, K>(sm, d, acc);
+    __syncthreads();
+  }
+}
+
+// out = acc / l for the real rows.
+template <class T, int D, int R, int P>
+__device__ __forceinline__ void store_rows(const AttnArgs &a, const RowBlock &rb, const TileSmem &sm,
+                           const float (&acc)[P]) {
+  const int d = D ? D : a.head_dim;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int f = threadIdx.x + i * kAttnThreads;
+    const int r = f / d, c = f % d;
+    if (f >= R * d || r >= rb.num_rows) break;
+    static_cast<T *>(a.out)[row_offset(a, rb, r, d) + c] = from_float<T>(acc[i] / sm.l[r]);
+  }
+}
+
+}  // namespace pkv::cuda::dev

@@ -1,0 +1,21 @@
+// KV cache maintenance on the device: writing new K/V rows into their slots (vLLM's
+// reshape_and_cache) and copying whole blocks (copy-on-write, all layers at once).
+#pragma once
+
+#include "kv_types.cuh"
+
+namespace pkv::cuda {
+
+// Writes k and v rows, each [num_tokens][kv_heads][head_dim] in layer.dtype, into the slots
+// slot_mapping[num_tokens] (device, int64; -1 = skip this row) of one layer. Asynchronous on
+// stream; returns the launch status. A dtype-agnostic copy: rows move as bytes.
+cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
+                            const int64_t *slot_mapping, int32_t num_tokens, cudaStream_t stream);
+
+// For every pair i and every layer, copies K and V of block block_pairs[2i] onto block
+// block_pairs[2i + 1] (device, int32 [num_pairs][2]). No block may be both a source and a
+// destination in one call. Asynchronous on stream; returns the launch status.
+cudaError_t launch_copy_blocks(const KvPool &pool, const int32_t *block_pairs, int32_t num_pairs,
+                               cudaStream_t stream);
+
+}  // namespace pkv::cuda

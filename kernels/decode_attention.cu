@@ -1,0 +1,146 @@
+// Paged decode attention with split-K and a merge pass (see decode_attention.cuh).
+#include <cmath>
+
+#include "attention_tile.cuh"
+#include "decode_attention.cuh"
+
+namespace pkv::cuda {
+namespace {
+
+using dev::AttnArgs;
+using dev::kAttnThreads;
+using dev::RowBlock;
+
+constexpr int kDecodeRows = 8;  // q heads of one kv head per CTA; larger groups take more CTAs
+constexpr int kMinSplitTokens = 256;
+constexpr int kSplitAlign = 64;
+
+template <int D>
+using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
+
+// grid = (split, kv_head * group_chunks + chunk, seq). Writes the normalized output when the
+// sequence has one split, else this split's (max, sum, acc) to the workspace.
+template <class T, int D>
+__global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
+  using Tile = DecodeTile<D>;
+  extern __shared__ float smem[];
+  const int seq = blockIdx.z, split = blockIdx.x;
+  const int query_start = a.query_start[seq];
+  if (a.query_start[seq + 1] - query_start != 1) return;
+  const int context_len = a.context_lens[seq];
+  const int key_begin = split * a.split_tokens;
+  if (key_begin >= context_len) return;
+  const int key_end = dev::imin(context_len, key_begin + a.split_tokens);
+  const int chunks = dev::ceil_div(a.group, kDecodeRows);
+  const int row0 = int(blockIdx.y) % chunks * kDecodeRows;
+  const RowBlock rb{seq, int(blockIdx.y) / chunks, row0, dev::imin(kDecodeRows, a.group - row0),
+                    query_start, 1, context_len};
+  const dev::TileSmem sm = dev::carve_smem<Tile::kRows, Tile::kKeys>(smem, D ? D : a.head_dim);
+  float acc[Tile::kPairs];
+  dev::attend_rows<T, D, Tile::kRows, Tile::kKeys>(a, rb, sm, key_begin, key_end, acc);
+  if (dev::ceil_div(context_len, a.split_tokens) == 1) {
+    dev::store_rows<T, D, Tile::kRows>(a, rb, sm, acc);
+    return;
+  }
+  const int d = D ? D : a.head_dim;
+#pragma unroll
+  for (int i = 0; i < Tile::kPairs; ++i) {
+    const int f = threadIdx.x + i * kAttnThreads, r = f / d, c = f % d;
+    if (f >= Tile::kRows * d || r >= rb.num_rows) break;
+    const int q_head = rb.kv_head * a.group + row0 + r;
+    const int64_t part = (int64_t(seq) * a.q_heads + q_head) * a.max_splits + split;
+    a.ws_acc[part * d + c] = acc[i];
+    if (c == 0) {
+      a.ws_ml[2 * part] = sm.m[r];
+      a.ws_ml[2 * part + 1] = sm.l[r];
+    }
+  }
+}
+
+// grid = (q_head, seq): out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
+template <class T>
+__global__ void __launch_bounds__(kAttnThreads) decode_merge_kernel(AttnArgs a) {
+  const int seq = blockIdx.y, q_head = blockIdx.x;
+  const int query_start = a.query_start[seq];
+  if (a.query_start[seq + 1] - query_start != 1) return;
+  const int num_splits = dev::ceil_div(a.context_lens[seq], a.split_tokens);
+  if (num_splits <= 1) return;
+  const int64_t part0 = (int64_t(seq) * a.q_heads + q_head) * a.max_splits;
+  const float *ml = a.ws_ml + 2 * part0;
+  float m = -INFINITY, l = 0.f;
+  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, ml[2 * s]);
+  for (int s = 0; s < num_splits; ++s) l += exp2f(ml[2 * s] - m) * ml[2 * s + 1];
+  T *out = static_cast<T *>(a.out) + (int64_t(query_start) * a.q_heads + q_head) * a.head_dim;
+  for (int c = threadIdx.x; c < a.head_dim; c += kAttnThreads) {
+    float x = 0.f;
+    for (int s = 0; s < num_splits; ++s)
+      x += exp2f(ml[2 * s] - m) * a.ws_acc[(part0 + s) * a.head_dim + c];
+    out[c] = dev::from_float<T>(x / l);
+  }
+}
+
+template <class T, int D>
+cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
+  const size_t smem = DecodeTile<D>::smem_bytes(a.head_dim);
+  const int chunks = dev::ceil_div(a.group, kDecodeRows);
+  const dim3 grid(uint32_t(a.max_splits), uint32_t(a.kv_heads * chunks), uint32_t(b.num_seqs));
+  decode_kernel<T, D><<<grid, kAttnThreads, smem, stream>>>(a);
+  if (a.max_splits > 1) {
+    const dim3 merge_grid(uint32_t(a.q_heads), uint32_t(b.num_seqs));
+    decode_merge_kernel<T><<<merge_grid, kAttnThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32_t head_dim,
+                                  int32_t split_tokens) {
+  DecodePlan p{};
+  p.split_tokens = dev::ceil_div(split_tokens > 0 ? split_tokens : 1, kSplitAlign) * kSplitAlign;
+  p.max_splits = dev::ceil_div(batch.max_context_len > 0 ? batch.max_context_len : 1, p.split_tokens);
+  p.workspace_bytes = p.max_splits > 1 ? sizeof(float) * size_t(batch.num_seqs) * q_heads *
+                                             p.max_splits * (size_t(head_dim) + 2)
+                                       : 0;
+  return p;
+}
+
+DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads,
+                       int32_t head_dim, int32_t num_sms) {
+  const int64_t group = kv_heads > 0 ? q_heads / kv_heads : 1;
+  const int64_t ctas = int64_t(batch.num_seqs) * kv_heads * dev::ceil_div(int32_t(group), kDecodeRows);
+  const int64_t want_splits = ctas > 0 ? (2 * int64_t(num_sms) + ctas - 1) / ctas : 1;
+  int64_t split = (int64_t(batch.max_context_len) + want_splits - 1) / want_splits;
+  if (split < kMinSplitTokens) split = kMinSplitTokens;
+  return plan_decode_with_split(batch, q_heads, head_dim, int32_t(split));
+}
+
+cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
+                                    void *out, int32_t q_heads, float scale,
+                                    const DecodePlan &plan, void *workspace, cudaStream_t stream) {
+  if (batch.num_seqs == 0) return cudaSuccess;
+  if (batch.num_seqs < 0 || batch.num_seqs > 65535 || layer.kv_heads < 1 || q_heads < 1 ||
+      q_heads % layer.kv_heads != 0 || layer.block_size < 1 || plan.split_tokens < 1 ||
+      plan.max_splits < 1 || int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
+      (plan.max_splits > 1 && !workspace) || !aligned16(q) || !aligned16(out) ||
+      !aligned16(layer.k) || !aligned16(layer.v))
+    return cudaErrorInvalidValue;
+  AttnArgs a{};
+  a.q = q, a.out = out, a.k_cache = layer.k, a.v_cache = layer.v;
+  a.query_start = batch.query_start, a.context_lens = batch.context_lens;
+  a.block_indptr = batch.block_indptr, a.block_indices = batch.block_indices;
+  a.q_heads = q_heads, a.kv_heads = layer.kv_heads, a.head_dim = layer.head_dim;
+  a.block_size = layer.block_size, a.group = q_heads / layer.kv_heads;
+  a.scale_log2 = (scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim))) * 1.4426950408889634f;  // log2(e)
+  a.split_tokens = plan.split_tokens, a.max_splits = plan.max_splits;
+  const size_t parts = size_t(batch.num_seqs) * q_heads * plan.max_splits;
+  a.ws_acc = static_cast<float *>(workspace);
+  a.ws_ml = a.ws_acc ? a.ws_acc + parts * layer.head_dim : nullptr;
+  return dispatch_dtype(layer.dtype, [&](auto t) {
+    return dispatch_head_dim(layer.head_dim, [&](auto d) {
+      return launch_typed<decltype(t), decltype(d)::value>(a, batch, stream);
+    });
+  });
+}
+
+}  // namespace pkv::cuda

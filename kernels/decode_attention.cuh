@@ -1,0 +1,34 @@
+// Paged decode attention (sequences with one new token) with split-K: one CTA per (sequence,
+// kv head, group chunk of up to 8 q heads, split) reads its slice of K/V once for all those q
+// heads (GQA), keeps an online softmax, and leaves a partial (max, sum, acc) per split; a merge
+// kernel combines the splits. A sequence whose context fits one split is written directly.
+#pragma once
+
+#include "kv_types.cuh"
+
+namespace pkv::cuda {
+
+// How a step's decode work is split; built on the host per step (plan), used per layer (run).
+struct DecodePlan {
+  int32_t split_tokens;    // keys per split, a multiple of 64
+  int32_t max_splits;      // ceil(batch.max_context_len / split_tokens)
+  size_t workspace_bytes;  // device workspace launch_decode_attention needs (0: none)
+};
+
+// Chooses split_tokens so that about two CTAs per SM are busy (num_sms: the device's SM count),
+// never fewer than 256 keys per split.
+DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads,
+                       int32_t head_dim, int32_t num_sms);
+// The same plan with a given split size (tests, tuning); split_tokens is rounded up to 64.
+DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32_t head_dim,
+                                  int32_t split_tokens);
+
+// out[t] = softmax(q[t] K^T * scale) V for every sequence whose query_len is 1 (other rows of out
+// are left untouched). q, out: [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned;
+// q_heads a multiple of layer.kv_heads; scale <= 0 means 1/sqrt(head_dim). workspace: device,
+// plan.workspace_bytes. Asynchronous on stream; returns the launch status.
+cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
+                                    void *out, int32_t q_heads, float scale,
+                                    const DecodePlan &plan, void *workspace, cudaStream_t stream);
+
+}  // namespace pkv::cuda

@@ -1,0 +1,52 @@
+// Types shared by the kernel launchers and their callers. Host-safe: no device code, only the
+// CUDA runtime API header, so src/backend/cuda/ can include it from plain C++.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pkv::cuda {
+
+// Same values as PKV_DTYPE_* in pkv.h.
+enum class DType : int32_t { f32 = 0, f16 = 1, bf16 = 2 };
+
+inline size_t dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+
+// One layer of the paged KV pool, in device memory. K and V are each
+// [num_blocks][block_size][kv_heads][head_dim] (NHD); the token in slot
+// s = block * block_size + offset starts at element s * kv_heads * head_dim.
+struct KvLayer {
+  void *k;
+  void *v;
+  int32_t block_size;  // tokens per block, any value >= 1
+  int32_t kv_heads;
+  int32_t head_dim;    // a multiple of 8, at most 256
+  DType dtype;
+};
+
+// The whole pool for block copies: K and V each [num_layers][num_blocks][block_size][kv_heads][head_dim].
+struct KvPool {
+  void *k;
+  void *v;
+  int32_t num_layers;
+  int64_t layer_stride_bytes;  // num_blocks * block_bytes
+  int64_t block_bytes;         // block_size * kv_heads * head_dim * dtype bytes
+};
+
+// One step's batch. Arrays are device memory; max_query_len and max_context_len are host values
+// that size the grids (they must be at least the true maxima).
+struct BatchView {
+  int32_t num_seqs;
+  int32_t num_tokens;
+  int32_t max_query_len;
+  int32_t max_context_len;
+  const int32_t *query_start;    // [num_seqs + 1]: seq i's new tokens are rows query_start[i] ..
+                                 // query_start[i + 1] - 1 of q, k, v and out
+  const int32_t *context_lens;   // [num_seqs]: tokens after this step; the new ones are the last
+  const int32_t *block_indptr;   // [num_seqs + 1]
+  const int32_t *block_indices;  // seq i's blocks: block_indices[block_indptr[i] .. block_indptr[i + 1] - 1]
+};
+
+}  // namespace pkv::cuda

@@ -1,0 +1,19 @@
+// Paged prefill attention with a causal mask: for sequences with more than one new token (a
+// prompt, a chunk of a longer prompt, new tokens after a cached prefix). A CTA takes a tile of
+// packed (new token, q head of the group) rows of one kv head and walks the sequence's blocks in
+// tiles of keys with an online softmax, so GQA reads each K/V tile once per row tile.
+#pragma once
+
+#include "kv_types.cuh"
+
+namespace pkv::cuda {
+
+// out[t] = causal softmax(q[t] K^T * scale) V for every sequence whose query_len is at least 2
+// (rows of query_len-1 sequences are left to launch_decode_attention). q, out:
+// [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned; q_heads a multiple of
+// layer.kv_heads; scale <= 0 means 1/sqrt(head_dim). The new tokens' K/V must already be in
+// the cache (launch_write_kv). Asynchronous on stream; returns the launch status.
+cudaError_t launch_prefill_attention(const KvLayer &layer, const BatchView &batch, const void *q,
+                                     void *out, int32_t q_heads, float scale, cudaStream_t stream);
+
+}  // namespace pkv::cuda
