@@ -11,6 +11,28 @@
 
 namespace pkv {
 
+constexpr uint32_t kAttnChunk = 32;        // keys converted to fp32 at a time
+constexpr uint32_t kAttnPrefillRows = 16;  // new tokens per item when a sequence has several
+
+// One work item: new tokens [row0, row0 + rows) of a sequence, one kv head (all its q heads),
+// keys [key0, key1). With num_splits > 1 its (max, sum, acc) go to partials + part, and the
+// num_splits consecutive items of the tile are merged after.
+struct AttnItem {
+  uint32_t seq, head, row0, rows, key0, key1;
+  int64_t part;
+  uint32_t num_splits;
+};
+
+struct AttnWork {
+  const AttnItem *items;
+  size_t num_items;
+  const size_t *groups;  // the first item of every split tile
+  size_t num_groups;
+  float *partials;
+  float *const *scratch;  // per thread, attention_scratch_floats() each
+};
+
+
 // A step's batch, host arrays (pkv_batch_view's).
 struct CpuStep {
   uint32_t num_seqs, num_tokens, block_size;
@@ -34,8 +56,9 @@ struct CpuLayer {
 
 class CpuKernels {
  public:
-  explicit CpuKernels(uint32_t num_threads) : pool_(num_threads) {}
+  explicit CpuKernels(uint32_t num_threads);
   uint32_t num_threads() const { return pool_.num_threads(); }
+  const char *isa() const { return isa_; }  // the attention variant picked for this CPU
 
   void write_kv(const CpuStep &step, const CpuLayer &layer);
   void attention(const CpuStep &step, const CpuLayer &layer);
@@ -44,9 +67,17 @@ class CpuKernels {
                    uint64_t block_bytes, const int32_t *src, const int32_t *dst, uint32_t n);
 
  private:
+  using AttentionFn = void (*)(const CpuStep &, const CpuLayer &, const AttnWork &, ThreadPool &);
+  void plan(const CpuStep &step, const CpuLayer &layer);
+
   ThreadPool pool_;
-  std::vector<float> partials_;             // split results waiting for the merge
+  AttentionFn attention_;
+  const char *isa_ = "baseline";
+  std::vector<AttnItem> items_;
+  std::vector<size_t> groups_;               // first item of each split tile
+  std::vector<float> partials_;              // split results waiting for the merge
   std::vector<std::vector<float>> scratch_;  // per thread
+  std::vector<float *> scratch_ptrs_;
 };
 
 }  // namespace pkv

@@ -1,11 +1,18 @@
 // Element conversions for the CPU kernels (f32, f16 as _Float16, bf16 as its bits) and a
-// branch-free exp, all written so loops over them vectorize.
+// branch-free exp, all written so loops over them vectorize. Included only by cpu_attention.cpp,
+// inside its instruction-set variant's namespace: each variant has its own copies, so the linker
+// can never hand the baseline code an AVX2 one.
 #pragma once
+
+#ifndef PKV_CPU_VARIANT
+#error "dtype_cvt.h belongs to cpu_attention.cpp (PKV_CPU_VARIANT)"
+#endif
 
 #include <cstdint>
 #include <cstring>
 
 namespace pkv {
+namespace PKV_CPU_VARIANT {
 
 struct Bf16 {
   uint16_t bits;
@@ -57,4 +64,5 @@ inline float fast_exp(float x) {
   return x < -87.0f ? 0.0f : p * scale;
 }
 
+}  // namespace PKV_CPU_VARIANT
 }  // namespace pkv

@@ -1,0 +1,34 @@
+// The attention math of the CPU backend, one copy per instruction-set variant (cpu_attention.cpp
+// compiled with different flags); CpuKernels plans the work and picks a variant at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace pkv {
+
+
+// Floats of per-thread scratch the math needs.
+inline size_t attention_scratch_floats(uint32_t group, uint32_t head_dim) {
+  const size_t rg = size_t(kAttnPrefillRows) * group;
+  return 2 * rg * head_dim + 2 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;
+}
+// Floats of one split item's partial result.
+inline size_t attention_partial_floats(uint32_t rows, uint32_t group, uint32_t head_dim) {
+  return size_t(rows) * group * (head_dim + 2);
+}
+
+#define PKV_DECLARE_CPU_ATTENTION(ns)                                                       \
+  namespace ns {                                                                          \
+  void attention(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,        \
+                 ThreadPool &pool);                                                       \
+  }
+
+PKV_DECLARE_CPU_ATTENTION(cpu_base)
+PKV_DECLARE_CPU_ATTENTION(cpu_v3)  // x86-64 with AVX2, FMA, F16C
+
+#undef PKV_DECLARE_CPU_ATTENTION
+
+}  // namespace pkv
