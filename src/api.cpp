@@ -255,18 +255,7 @@ pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_toke
 pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out) {
   return guard(e, [&](Engine &en) {
     pkv::require_out_struct(out, "out");
-    const pkv::Sequence &s = en.seq(seq);
-    struct pkv_seq_info info;
-    std::memset(&info, 0, sizeof info);
-    info.struct_size = sizeof info;
-    info.num_tokens = s.num_tokens();
-    info.num_computed_tokens = s.num_computed;
-    info.num_cached_tokens = s.num_cached;
-    info.num_blocks = static_cast<uint32_t>(s.block_table.size());
-    info.is_preempted = s.preempted;
-    info.in_batch = s.in_batch;
-    info.cache_salt_len = static_cast<uint32_t>(s.salt.size());
-    pkv::write_struct(out, info);
+    pkv::write_struct(out, en.seq_info(seq));
   });
 }
 
@@ -275,7 +264,13 @@ pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32
 }
 
 pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
-  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).tokens, out, cap, out_len, "the sequence"); });
+  return guard(e, [&](Engine &en) {
+    const pkv::Sequence &s = en.seq(seq);
+    if (!s.request.has_pending) return copy_out(s.tokens, out, cap, out_len, "the sequence");
+    std::vector<int32_t> tokens(s.tokens);  // a sampled token waiting for its slot counts too
+    tokens.push_back(s.request.pending);
+    copy_out(tokens, out, cap, out_len, "the sequence");
+  });
 }
 
 pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs, const uint32_t *num_new_tokens,
@@ -294,7 +289,75 @@ pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out) {
 }
 
 pkv_status pkv_batch_end(pkv_batch *b) {
-  return guard_batch(b, [&](Engine &en, pkv::Batch &) { en.finish_batch(true); });
+  return guard_batch(b, [&](Engine &en, pkv::Batch &batch) {
+    if (batch.from_step()) pkv::fail(PKV_ERR_STATE, "this batch came from pkv_step: end it with pkv_commit");
+    en.finish_batch(true);
+  });
+}
+
+pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size) {
+  return guard([&] {
+    PKV_REQUIRE(p != nullptr, "params is NULL");
+    PKV_REQUIRE(size >= pkv::kMinStructSize<pkv_request_params>,
+                "size %u is smaller than pkv_request_params (%u)", size,
+                pkv::kMinStructSize<pkv_request_params>);
+    std::memset(p, 0, size);
+    p->struct_size = size;
+    p->max_new_tokens = 16;
+    p->stop_token = -1;
+  });
+}
+
+pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
+                      const pkv_request_params *rp, uint64_t *out_seq) {
+  return guard(e, [&](Engine &en) {
+    require_tokens(prompt, num_tokens);
+    PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
+    pkv_request_params defaults;
+    pkv_request_params_init(&defaults, sizeof defaults);
+    pkv_request_params p = rp ? pkv::read_struct(rp, defaults, "request params") : defaults;
+    std::string salt;
+    if (p.cache_salt_len) {
+      PKV_REQUIRE(p.cache_salt != nullptr, "cache_salt is NULL with cache_salt_len %u", p.cache_salt_len);
+      PKV_REQUIRE(p.cache_salt_len <= 65536, "cache_salt_len %u exceeds 65536", p.cache_salt_len);
+      salt.assign(static_cast<const char *>(p.cache_salt), p.cache_salt_len);
+    }
+    *out_seq = en.scheduler().submit(en, prompt, num_tokens, p, salt);
+  });
+}
+
+pkv_status pkv_step(pkv_engine *e, pkv_batch **out) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    *out = reinterpret_cast<pkv_batch *>(en.scheduler().step(en));
+  });
+}
+
+pkv_status pkv_commit(pkv_batch *b, const int32_t *sampled_tokens) {
+  return guard_batch(b, [&](Engine &en, pkv::Batch &batch) { en.scheduler().commit(en, batch, sampled_tokens); });
+}
+
+pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+    PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
+    *out_len = static_cast<uint32_t>(en.scheduler().drain_finished(out, cap));
+  });
+}
+
+pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap, uint32_t *out_len) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+    PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
+    *out_len = static_cast<uint32_t>(en.events().drain(out, cap));
+  });
+}
+
+pkv_status pkv_reset_prefix_cache(pkv_engine *e) {
+  return guard(e, [&](Engine &en) {
+    if (en.open_batch()) pkv::fail(PKV_ERR_STATE, "a batch is open: end or abort it first");
+    en.reset_prefix_cache();
+  });
 }
 
 void pkv_batch_abort(pkv_batch *b) {

@@ -11,8 +11,8 @@
 namespace pkv {
 
 Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
-             uint64_t serial)
-    : engine_(engine), serial_(serial), block_size_(engine.params().block_size) {
+             uint64_t serial, bool from_step)
+    : engine_(engine), serial_(serial), from_step_(from_step), block_size_(engine.params().block_size) {
   PKV_REQUIRE(num_seqs > 0, "a batch needs at least one sequence (num_seqs is 0)");
   PKV_REQUIRE(seqs != nullptr, "seqs is NULL");
   std::unordered_set<uint64_t> seen;
@@ -57,6 +57,8 @@ void Batch::plan_seq(const Sequence &s, uint32_t num_new) {
     positions_.push_back(static_cast<int32_t>(pos));
     slot_mapping_.push_back(int64_t(s.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
   }
+  // The last new token's output is sampled when it is the sequence's last token.
+  sample_rows_.push_back(context == s.num_tokens() ? query_start_.back() + static_cast<int32_t>(num_new) - 1 : -1);
   query_start_.push_back(query_start_.back() + static_cast<int32_t>(num_new));
   context_lens_.push_back(static_cast<int32_t>(context));
   const uint32_t num_blocks = blocks_for_tokens(context, block_size_);
@@ -90,6 +92,7 @@ pkv_batch_view Batch::view() const {
   v.block_tables = block_tables_.data();
   v.copy_src = copy_src_.data();
   v.copy_dst = copy_dst_.data();
+  v.sample_rows = sample_rows_.data();
   return v;
 }
 

@@ -15,12 +15,13 @@ class Batch {
  public:
   // Validates everything, then marks the sequences as in the batch and takes the queued copies.
   Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
-        uint64_t serial);
+        uint64_t serial, bool from_step);
 
   Engine &engine() const { return engine_; }
   uint32_t num_seqs() const { return static_cast<uint32_t>(seq_ids_.size()); }
   pkv_batch_view view() const;
   uint64_t serial() const { return serial_; }
+  bool from_step() const { return from_step_; }  // planned by pkv_step: ends with pkv_commit
   // Whether pkv itself did the copy-on-write copies (pkv_attention); then abort keeps them done.
   bool copies_done() const { return copies_done_; }
   void set_copies_done() { copies_done_ = true; }
@@ -34,6 +35,7 @@ class Batch {
 
   Engine &engine_;
   uint64_t serial_;
+  bool from_step_;
   bool copies_done_ = false;
   uint32_t block_size_;
   std::vector<uint64_t> seq_ids_;
@@ -51,6 +53,7 @@ class Batch {
   uint32_t max_context_len_ = 0;
   std::vector<BlockCopy> copies_;
   std::vector<int32_t> copy_src_, copy_dst_;
+  std::vector<int32_t> sample_rows_;
 };
 
 }  // namespace pkv

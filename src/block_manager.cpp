@@ -237,6 +237,27 @@ void BlockManager::seal(Sequence &seq) {
   if (full > seq.num_sealed_blocks) seq.num_sealed_blocks = full;
 }
 
+void BlockManager::reset_cache() {
+  // Sealed blocks in use keep their nodes; if there are none, the cache ends empty and one
+  // ALL_CLEARED says so instead of an event per node.
+  uint32_t sealed_in_use = 0;
+  for (uint32_t b = 0; b < num_blocks_; ++b) sealed_in_use += blocks_[b].ref > 0 && blocks_[b].node != kNoNode;
+  const bool all = sealed_in_use == 0;
+  if (events_ && all) events_->mute(true);
+  for (int32_t b = blocks_[sentinel()].next; b != sentinel(); b = blocks_[b].next) {
+    Block &blk = blocks_[b];
+    if (blk.node == kNoNode) continue;
+    tree_.remove_copy(blk.node, b);
+    blk.node = kNoNode;
+    num_cached_--;
+    stats_.num_evictions++;
+  }
+  if (events_ && all) {
+    events_->mute(false);
+    events_->all_cleared();
+  }
+}
+
 // ---------------------------------------------------------------- copies
 
 std::vector<BlockCopy> BlockManager::take_copies() {

@@ -58,6 +58,9 @@ class BlockManager {
   // Seals seq's full, computed blocks into the prefix tree.
   void seal(Sequence &seq);
   void count_preemption() { stats_.num_preemptions++; }
+  // Evicts every cached block (pkv_reset_prefix_cache); events as documented there.
+  void reset_cache();
+  void set_events(KvEvents *events) { events_ = events; tree_.set_events(events); }
 
   // Copy-on-write copies not yet handed to a batch.
   std::vector<BlockCopy> take_copies();
@@ -100,6 +103,7 @@ class BlockManager {
   uint32_t num_cached_ = 0;
   uint64_t seed_;
   PrefixTree tree_;
+  KvEvents *events_ = nullptr;
   std::vector<BlockCopy> pending_copies_;
   BlockStats stats_;
 };

@@ -29,7 +29,9 @@ Engine::Engine(const pkv_engine_params &params)
     : budget_(budget_for(params)),
       params_(resolved(params, budget_)),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
-              params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0) {
+              params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0),
+      events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size) {
+  blocks_.set_events(&events_);
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
                                                : make_cpu_backend(pool_shape(), params_.num_threads);
 }
@@ -98,6 +100,43 @@ void Engine::require_length(uint64_t num_tokens) const {
               params_.max_model_len);
 }
 
+void Engine::require_manual(const Sequence &s, const char *what) const {
+  if (s.request.active)
+    fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is a request of the scheduler (pkv_submit)", what,
+         (unsigned long long)s.id);
+}
+
+uint64_t Engine::add_sequence(Sequence s) {
+  s.id = next_seq_id_;
+  auto [it, inserted] = seqs_.emplace(s.id, std::move(s));
+  PKV_ASSERT(inserted);
+  next_seq_id_++;
+  return it->first;
+}
+
+void Engine::remove_sequence(uint64_t id) { seqs_.erase(id); }
+
+struct pkv_seq_info Engine::seq_info(uint64_t id) {
+  const Sequence &s = seq(id);
+  struct pkv_seq_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  const bool has_pending = s.request.has_pending;
+  info.num_tokens = s.num_tokens() + has_pending;
+  info.num_computed_tokens = s.num_computed;
+  info.num_cached_tokens = s.num_cached;
+  info.num_blocks = static_cast<uint32_t>(s.block_table.size());
+  // A request waiting for its first admission, or finished, holds no blocks without being preempted.
+  info.is_preempted = s.preempted && !(s.request.active && (!s.request.admitted_once || s.request.finish_reason));
+  info.in_batch = s.in_batch;
+  info.cache_salt_len = static_cast<uint32_t>(s.salt.size());
+  info.is_request = s.request.active;
+  info.num_prompt_tokens = s.request.active ? s.request.prompt_len : 0;
+  info.num_generated_tokens = s.request.generated;
+  info.finish_reason = s.request.finish_reason;
+  return info;
+}
+
 void Engine::require_mutable(const Sequence &s, const char *what) const {
   if (s.in_batch)
     fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is in the open batch (end or abort it first)",
@@ -132,6 +171,7 @@ uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const std::string &
 void Engine::append(uint64_t id, const int32_t *tokens, uint32_t n) {
   Sequence &s = seq(id);
   require_mutable(s, "append to");
+  require_manual(s, "append to");
   if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", (unsigned long long)id);
   require_length(uint64_t(s.num_tokens()) + n);
   blocks_.append(s, tokens, n);
@@ -140,6 +180,7 @@ void Engine::append(uint64_t id, const int32_t *tokens, uint32_t n) {
 uint64_t Engine::fork(uint64_t parent_id) {
   Sequence &parent = seq(parent_id);
   require_mutable(parent, "fork");
+  require_manual(parent, "fork");
   if (parent.preempted)
     fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", (unsigned long long)parent_id);
   if (parent.num_uncomputed())
@@ -157,6 +198,7 @@ uint64_t Engine::fork(uint64_t parent_id) {
 void Engine::release(uint64_t id) {
   Sequence &s = seq(id);
   require_mutable(s, "release");
+  if (s.request.active) scheduler_.forget(id, s.request.finish_reason != 0);
   blocks_.free_blocks(s);
   seqs_.erase(id);
 }
@@ -164,6 +206,7 @@ void Engine::release(uint64_t id) {
 void Engine::preempt(uint64_t id) {
   Sequence &s = seq(id);
   require_mutable(s, "preempt");
+  require_manual(s, "preempt");
   if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is already preempted", (unsigned long long)id);
   blocks_.free_blocks(s);
   s.preempted = true;
@@ -173,6 +216,7 @@ void Engine::preempt(uint64_t id) {
 
 uint32_t Engine::resume(uint64_t id) {
   Sequence &s = seq(id);
+  require_manual(s, "resume");
   if (!s.preempted) fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
   blocks_.admit(s);
   s.preempted = false;
@@ -188,7 +232,15 @@ pkv_stats Engine::stats() const {
   st.num_cached_blocks = blocks_.num_cached();
   st.num_used_blocks = blocks_.num_blocks() - blocks_.num_free();
   st.num_seqs = seqs_.size();
-  for (const auto &kv : seqs_) st.num_preempted_seqs += kv.second.preempted;
+  for (const auto &kv : seqs_) {
+    const Sequence &s = kv.second;
+    st.num_preempted_seqs += s.preempted && !(s.request.active && (!s.request.admitted_once || s.request.finish_reason));
+  }
+  st.num_waiting_requests = scheduler_.num_waiting();
+  st.num_running_requests = scheduler_.num_running();
+  st.num_finished_requests = scheduler_.num_finished();
+  st.num_scheduled_tokens = scheduler_.num_scheduled_tokens();
+  st.num_steps = scheduler_.num_steps();
   st.num_prefix_nodes = blocks_.num_prefix_nodes();
   const BlockStats &b = blocks_.stats();
   st.prefix_query_tokens = b.prefix_query_tokens;
@@ -208,9 +260,15 @@ void Engine::check() const {
     fail(PKV_ERR_INTERNAL, "%zu sequences marked in a batch, the open batch has %zu", in_batch, members);
 }
 
-Batch &Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
+Batch &Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
+                           bool from_step) {
   if (open_batch_) fail(PKV_ERR_STATE, "a batch is already open on this engine: end or abort it first");
-  open_batch_ = std::make_unique<Batch>(*this, seqs, num_new_tokens, num_seqs, next_batch_serial_++);
+  if (!from_step && seqs)
+    for (uint32_t i = 0; i < num_seqs; ++i) {
+      auto it = seqs_.find(seqs[i]);
+      if (it != seqs_.end()) require_manual(it->second, "batch");
+    }
+  open_batch_ = std::make_unique<Batch>(*this, seqs, num_new_tokens, num_seqs, next_batch_serial_++, from_step);
   return *open_batch_;
 }
 

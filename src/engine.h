@@ -11,6 +11,8 @@
 
 #include "backend/backend.h"
 #include "block_manager.h"
+#include "kv_events.h"
+#include "scheduler.h"
 #include "pkv/pkv.h"
 #include "sequence.h"
 
@@ -44,18 +46,26 @@ class Engine {
   void set_stream(void *stream) { backend_->set_stream(stream); }
 
   Sequence &seq(uint64_t id);  // PKV_ERR_NOT_FOUND for unknown or released ids
+  uint64_t add_sequence(Sequence s);  // gives it the next id
+  void remove_sequence(uint64_t id);
+  Scheduler &scheduler() { return scheduler_; }
+  KvEvents &events() { return events_; }
+  void reset_prefix_cache() { blocks_.reset_cache(); }
+  struct pkv_seq_info seq_info(uint64_t id);
   pkv_stats stats() const;
   void check() const;
 
   // The one open batch (step planning); null when none.
   Batch *open_batch() const { return open_batch_.get(); }
-  Batch &begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs);
+  Batch &begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
+                     bool from_step = false);
   void finish_batch(bool ran);  // ran: pkv_batch_end; else pkv_batch_abort
 
  private:
   PoolShape pool_shape() const;
   void require_length(uint64_t num_tokens) const;
   void require_mutable(const Sequence &seq, const char *what) const;
+  void require_manual(const Sequence &seq, const char *what) const;
 
   std::mutex mutex_;
   std::string last_error_;
@@ -63,6 +73,8 @@ class Engine {
   pkv_engine_params params_;
   std::unique_ptr<Backend> backend_;
   BlockManager blocks_;
+  KvEvents events_;
+  Scheduler scheduler_;
   std::unordered_map<uint64_t, Sequence> seqs_;
   uint64_t next_seq_id_ = 1;
   std::unique_ptr<Batch> open_batch_;

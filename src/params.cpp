@@ -14,6 +14,8 @@ pkv_engine_params default_engine_params() {
   p.enable_prefix_caching = 1;
   p.device = PKV_DEVICE_AUTO;
   p.memory_utilization = 0.9;
+  p.max_num_seqs = 256;
+  p.max_num_batched_tokens = 2048;
   return p;
 }
 
@@ -67,6 +69,9 @@ void validate_engine_params(const pkv_engine_params &p) {
               "softmax_scale must be finite and >= 0 (0 = 1/sqrt(head_dim)), got %g",
               double(p.softmax_scale));
   PKV_REQUIRE(p.reserved0 == 0, "reserved0 must be 0");
+  PKV_REQUIRE(p.max_num_seqs >= 1, "max_num_seqs must be >= 1");
+  PKV_REQUIRE(p.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1");
+  PKV_REQUIRE(p.enable_kv_events <= 1, "enable_kv_events must be 0 or 1");
 }
 
 }  // namespace pkv

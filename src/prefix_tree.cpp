@@ -78,7 +78,11 @@ uint32_t PrefixTree::add_child(uint32_t parent, uint64_t hash, const int32_t *to
   return id;
 }
 
-void PrefixTree::add_copy(uint32_t node, int32_t block) { nodes_[node].copies.push_back(block); }
+void PrefixTree::add_copy(uint32_t node, int32_t block) {
+  Node &n = nodes_[node];
+  n.copies.push_back(block);
+  if (n.copies.size() == 1 && events_) events_->stored(n.hash, nodes_[n.parent].hash);
+}
 
 void PrefixTree::remove_copy(uint32_t node, int32_t block) {
   auto &c = nodes_[node].copies;
@@ -86,6 +90,7 @@ void PrefixTree::remove_copy(uint32_t node, int32_t block) {
   PKV_ASSERT(it != c.end());
   *it = c.back();
   c.pop_back();
+  if (c.empty() && events_) events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash);
   maybe_remove(node);
 }
 

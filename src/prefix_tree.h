@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv_events.h"
 #include "node_table.h"
 
 namespace pkv {
@@ -23,6 +24,8 @@ class PrefixTree {
  public:
   // expected_nodes sizes the child table up front (the pool's block count): no rehash in steps.
   PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash, size_t expected_nodes);
+  // Where STORED (a node's first copy) and REMOVED (its last copy gone) events go; may be null.
+  void set_events(KvEvents *events) { events_ = events; }
 
   // The root of a salt, or kNoNode when no block was ever sealed under it.
   uint32_t find_root(const std::string &salt) const;
@@ -74,6 +77,7 @@ class PrefixTree {
   uint32_t new_node();
   void maybe_remove(uint32_t node);
 
+  KvEvents *events_ = nullptr;
   uint32_t block_size_;
   uint64_t seed_;
   bool constant_hash_;

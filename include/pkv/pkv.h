@@ -94,6 +94,11 @@ enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2 };
 enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET_FIXED_BLOCKS = 2 };
 /* Bits of pkv_engine_params.debug_flags: for tests of pkv itself, never for production. */
 enum { PKV_DEBUG_CONSTANT_HASH = 1 }; /* every prefix-lookup hash is 0: exactness by token compare */
+/* Why a request finished. */
+enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
+/* pkv_kv_event.type */
+enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,
+       PKV_EVENT_OVERFLOW = 4 };
 
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {
@@ -128,6 +133,13 @@ typedef struct pkv_engine_params {
   /* compute */
   float softmax_scale;            /* pkv_attention's scale; 0 = 1/sqrt(head_dim). default 0 */
   uint32_t reserved0;             /* must be 0 */
+  /* scheduler (pkv_submit / pkv_step) */
+  uint32_t max_num_seqs;          /* sequences in one step, at most. default 256 */
+  uint32_t max_num_batched_tokens; /* new tokens in one step, at most (prompts are chunked). default 2048 */
+  /* observability */
+  uint32_t enable_kv_events;      /* 0 or 1: queue KV events for pkv_drain_kv_events. default 0 */
+  uint32_t kv_events_capacity;    /* events kept until drained; 0 = 65536. An overflow drops them
+                                     all and queues one PKV_EVENT_OVERFLOW. */
 } pkv_engine_params;
 
 /* Fills p with the defaults above. size must be sizeof *p as the caller sees it (>= 4 bytes:
@@ -210,6 +222,11 @@ typedef struct pkv_stats {
   uint64_t num_evictions;         /* cached blocks reused for other contents (cumulative) */
   uint64_t num_cow_copies;        /* copy-on-write copies queued (cumulative) */
   uint64_t num_preemptions;       /* sequences preempted (cumulative) */
+  uint64_t num_waiting_requests;  /* submitted, not running (new or preempted) */
+  uint64_t num_running_requests;  /* submitted and holding blocks */
+  uint64_t num_finished_requests; /* finished, not yet released */
+  uint64_t num_scheduled_tokens;  /* new tokens planned by pkv_step (cumulative) */
+  uint64_t num_steps;             /* batches returned by pkv_step (cumulative) */
 } pkv_stats;
 
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
@@ -272,6 +289,11 @@ struct pkv_seq_info {
   uint32_t is_preempted;          /* 1 between pkv_preempt and pkv_resume */
   uint32_t in_batch;              /* 1 while an open batch includes it */
   uint32_t cache_salt_len;
+  /* requests of the scheduler (pkv_submit); 0 for pkv_allocate's sequences */
+  uint32_t is_request;
+  uint32_t num_prompt_tokens;     /* the prompt as submitted */
+  uint32_t num_generated_tokens;  /* tokens sampled so far (pkv_commit) */
+  uint32_t finish_reason;         /* PKV_FINISH_*: NONE while it runs */
 };
 
 PKV_API pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out);
@@ -320,6 +342,9 @@ typedef struct pkv_batch_view {
   const int32_t *block_tables;
   const int32_t *copy_src;
   const int32_t *copy_dst;
+  const int32_t *sample_rows;     /* [num_seqs]: the row whose output is sampled (the last new
+                                     token) when this step completes the sequence's tokens; -1
+                                     for a chunk in the middle of a prompt */
 } pkv_batch_view;
 
 /* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
@@ -342,6 +367,69 @@ PKV_API pkv_status pkv_batch_end(pkv_batch *b);
 /* The step did not run: nothing becomes computed; the copies go back to the queue. Frees b.
  * Accepts NULL. */
 PKV_API void pkv_batch_abort(pkv_batch *b);
+
+/* ---------------------------------------------------------------- scheduler */
+/* Continuous batching on top of the calls above: pkv_submit queues a request, pkv_step picks the
+ * next batch, pkv_commit appends the sampled tokens and ends it. Policy: running requests decode
+ * (or continue their prompt, in chunks); waiting requests are admitted, highest priority then
+ * oldest first, while max_num_seqs, max_num_batched_tokens and free blocks allow; prompt chunks
+ * and decodes share a step. When a running request's next token finds no free block, the newest
+ * running request is preempted (its blocks given back, its tokens kept) and re-queued first; it
+ * recomputes later, its own prefix likely still cached. A finished request gives back its blocks
+ * at once and keeps its tokens (pkv_seq_tokens) until pkv_release. */
+typedef struct pkv_request_params {
+  uint32_t struct_size;
+  uint32_t max_new_tokens;        /* >= 1. default 16 */
+  int32_t stop_token;             /* finishing token (it is kept); -1 = none. default -1 */
+  int32_t priority;               /* larger runs first; ties run oldest first. default 0 */
+  uint32_t cache_salt_len;
+  uint32_t reserved0;             /* must be 0 */
+  const void *cache_salt;         /* as pkv_seq_params.cache_salt */
+} pkv_request_params;
+
+PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size);
+
+/* Queues a request; *out_seq is its sequence id (pkv_seq_info, pkv_seq_tokens, pkv_release).
+ * rp may be NULL (defaults). A request that can never run - prompt + max_new_tokens above
+ * max_model_len, or more blocks than the pool has - is refused: PKV_ERR_INVALID_ARGUMENT. */
+PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
+                              const pkv_request_params *rp, uint64_t *out_seq);
+
+/* Plans the next step over the submitted requests; *out = NULL when there is nothing to run.
+ * The batch is an ordinary one (pkv_batch_info, pkv_attention, pkv_batch_abort) that ends with
+ * pkv_commit. PKV_ERR_STATE: a batch is open. */
+PKV_API pkv_status pkv_step(pkv_engine *e, pkv_batch **out);
+
+/* Ends a batch of pkv_step: its tokens become computed (as pkv_batch_end), and every sequence
+ * whose view.sample_rows entry is not -1 takes sampled_tokens[i] (i = its index in the batch;
+ * other entries are ignored) and finishes on its stop token or its max_new_tokens. On success b
+ * is freed. sampled_tokens may be NULL only when no sequence samples. */
+PKV_API pkv_status pkv_commit(pkv_batch *b, const int32_t *sampled_tokens);
+
+/* Moves the ids of requests finished since the last call into out[cap]; *out_len = how many
+ * were moved (at most cap; call again while it equals cap). They stay readable until released. */
+PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len);
+
+/* ---------------------------------------------------------------- KV events */
+/* With enable_kv_events, pkv queues an event when a block's KV first becomes reusable under a
+ * prefix (STORED: the first copy of a prefix-tree node is sealed) and when it stops being held
+ * anywhere (REMOVED: the node's last copy is evicted), with the canonical hashes
+ * (pkv_block_hash), so KV-aware routers can track what this engine holds - vLLM's shape. */
+typedef struct pkv_kv_event {
+  uint32_t type;                  /* PKV_EVENT_* */
+  uint32_t num_tokens;            /* tokens in the block (the block size) */
+  uint64_t seq_no;                /* 1, 2, 3, ... per engine, never reused */
+  uint64_t block_hash;            /* canonical hash of the block */
+  uint64_t parent_hash;           /* of the previous block, or the salt's root hash */
+} pkv_kv_event;
+
+/* Moves up to cap queued events, oldest first, into out; *out_len = how many. */
+PKV_API pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap,
+                                       uint32_t *out_len);
+
+/* Evicts every cached (ref-0) block from the prefix cache. Blocks in use stay. Queues
+ * PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED event per node that went. */
+PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
 
 /* ---------------------------------------------------------------- compute */
 /* One forward step's KV side for one layer, on the engine's device (CPU: host pointers; CUDA:

@@ -1,0 +1,26 @@
+#include "kv_events.h"
+
+namespace pkv {
+
+void KvEvents::push(uint32_t type, uint64_t hash, uint64_t parent_hash) {
+  if (!enabled()) return;
+  if (queue_.size() >= capacity_) {
+    // The host fell behind: what it missed cannot be told in less than the whole cache, so it
+    // gets one OVERFLOW and resynchronizes (e.g. treats this engine's holdings as unknown).
+    queue_.clear();
+    queue_.push_back(pkv_kv_event{PKV_EVENT_OVERFLOW, 0, next_seq_no_++, 0, 0});
+  }
+  const uint32_t tokens = type == PKV_EVENT_BLOCK_STORED || type == PKV_EVENT_BLOCK_REMOVED ? block_size_ : 0;
+  queue_.push_back(pkv_kv_event{type, tokens, next_seq_no_++, hash, parent_hash});
+}
+
+size_t KvEvents::drain(pkv_kv_event *out, size_t cap) {
+  size_t n = 0;
+  for (; n < cap && !queue_.empty(); ++n) {
+    out[n] = queue_.front();
+    queue_.pop_front();
+  }
+  return n;
+}
+
+}  // namespace pkv

@@ -1,0 +1,37 @@
+// KV events (DESIGN.md §8): what this engine's prefix cache holds, as canonical block hashes, for
+// KV-aware routers. A bounded queue the host drains in batches.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+
+#include "pkv/pkv.h"
+
+namespace pkv {
+
+class KvEvents {
+ public:
+  KvEvents(bool enabled, uint32_t capacity, uint32_t block_size)
+      : enabled_(enabled), capacity_(capacity ? capacity : 65536), block_size_(block_size) {}
+
+  bool enabled() const { return enabled_ && !muted_; }
+  void stored(uint64_t hash, uint64_t parent_hash) { push(PKV_EVENT_BLOCK_STORED, hash, parent_hash); }
+  void removed(uint64_t hash, uint64_t parent_hash) { push(PKV_EVENT_BLOCK_REMOVED, hash, parent_hash); }
+  void all_cleared() { push(PKV_EVENT_ALL_CLEARED, 0, 0); }
+  // While muted nothing is queued (a reset that ends in one ALL_CLEARED instead).
+  void mute(bool m) { muted_ = m; }
+  size_t drain(pkv_kv_event *out, size_t cap);
+
+ private:
+  void push(uint32_t type, uint64_t hash, uint64_t parent_hash);
+
+  bool enabled_;
+  bool muted_ = false;
+  size_t capacity_;
+  uint32_t block_size_;
+  uint64_t next_seq_no_ = 1;
+  std::deque<pkv_kv_event> queue_;
+};
+
+}  // namespace pkv
