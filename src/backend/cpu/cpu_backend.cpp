@@ -14,7 +14,7 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const PoolShape &shape, uint32_t num_threads)
-      : shape_(shape), bytes_(shape.bytes_per_pool()), kernels_(num_threads) {
+      : shape_(shape), bytes_(shape.bytes_per_pool()), num_threads_(num_threads) {
     // One mapping for K then V. Anonymous pages are zero and committed on first write, so a
     // pool sized from the host's free memory costs only the blocks actually used.
     void *p = mmap(nullptr, 2 * bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -29,7 +29,7 @@ class CpuBackend final : public Backend {
   void *v_pool() const override { return base_ + bytes_; }
 
   void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) override {
-    kernels_.copy_blocks(k_pool(), v_pool(), shape_.num_layers, shape_.layer_bytes(),
+    kernels().copy_blocks(k_pool(), v_pool(), shape_.num_layers, shape_.layer_bytes(),
                          shape_.block_bytes(), src, dst, n);
   }
 
@@ -40,8 +40,8 @@ class CpuBackend final : public Backend {
     const uint64_t offset = call.layer * shape_.layer_bytes();
     CpuLayer layer{base_ + offset, base_ + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
                    shape_.head_dim, shape_.dtype, call.scale, call.q, call.k, call.v, call.out};
-    kernels_.write_kv(s, layer);
-    kernels_.attention(s, layer);
+    kernels().write_kv(s, layer);
+    kernels().attention(s, layer);
   }
 
   void set_stream(void *stream) override {
@@ -49,10 +49,18 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The worker threads start with the first computation: an engine used only for block
+  // management (or created and destroyed in a loop) never starts any.
+  CpuKernels &kernels() {
+    if (!kernels_) kernels_ = std::make_unique<CpuKernels>(num_threads_);
+    return *kernels_;
+  }
+
   PoolShape shape_;
   uint64_t bytes_;
+  uint32_t num_threads_;
   char *base_ = nullptr;
-  CpuKernels kernels_;
+  std::unique_ptr<CpuKernels> kernels_;
 };
 
 }  // namespace
