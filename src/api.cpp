@@ -63,13 +63,19 @@ template <class F> pkv_status guard(pkv_engine *handle, F &&f) noexcept {
 
 template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f) noexcept {
   if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "batch is NULL"); });
+  auto ended = [] {
+    pkv::fail(PKV_ERR_STATE, "batch is not open: it was ended, committed or aborted (or never begun)");
+  };
+  Engine *e = pkv::Batch::live_engine(handle);
+  if (!e) return run(nullptr, ended);
+  std::lock_guard<std::mutex> lock(e->mutex());
+  // Batches die only under their engine's lock: alive now means alive until we return.
+  if (pkv::Batch::live_engine(handle) != e) return run(nullptr, ended);
   pkv::Batch *b = const_cast<pkv::Batch *>(B(handle));
-  Engine &e = b->engine();
-  std::lock_guard<std::mutex> lock(e.mutex());
-  e.last_error().clear();
-  return run(&e.last_error(), [&] {
-    if (e.open_batch() != b) pkv::fail(PKV_ERR_STATE, "batch is not the engine's open batch");
-    f(e, *b);
+  e->last_error().clear();
+  return run(&e->last_error(), [&] {
+    if (e->open_batch() != b) pkv::fail(PKV_ERR_STATE, "batch is not the engine's open batch");
+    f(*e, *b);
   });
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "engine.h"
@@ -9,6 +11,26 @@
 #include "status.h"
 
 namespace pkv {
+namespace {
+
+std::mutex registry_mutex;
+std::unordered_map<const void *, Engine *> &registry() {
+  static auto *live = new std::unordered_map<const void *, Engine *>();  // never destroyed: used at exit
+  return *live;
+}
+
+}  // namespace
+
+Engine *Batch::live_engine(const void *handle) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry().find(handle);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+Batch::~Batch() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry().erase(this);
+}
 
 Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
              uint64_t serial, bool from_step)
@@ -45,6 +67,10 @@ Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_token
   for (const BlockCopy &c : copies_) {
     copy_src_.push_back(c.src);
     copy_dst_.push_back(c.dst);
+  }
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    registry().emplace(this, &engine);  // may throw: before the members are marked
   }
   for (uint64_t id : seq_ids_) engine.seq(id).in_batch = true;
 }

@@ -16,6 +16,14 @@ class Batch {
   // Validates everything, then marks the sequences as in the batch and takes the queued copies.
   Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
         uint64_t serial, bool from_step);
+  ~Batch();
+  Batch(const Batch &) = delete;
+  Batch &operator=(const Batch &) = delete;
+
+  // Every live batch is registered, so a handle used after pkv_batch_end / pkv_commit /
+  // pkv_batch_abort is refused (PKV_ERR_STATE) instead of read after free. The engine of a live
+  // batch, or null.
+  static Engine *live_engine(const void *handle);
 
   Engine &engine() const { return engine_; }
   uint32_t num_seqs() const { return static_cast<uint32_t>(seq_ids_.size()); }
