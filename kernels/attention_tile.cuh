@@ -21,14 +21,14 @@ constexpr int kAttnThreads = 128;
 
 // What the attention kernels read, by value. Pointers are device memory.
 struct AttnArgs {
-  const void *q;  // [num_tokens][q_heads][head_dim]
-  void *out;      // [num_tokens][q_heads][head_dim]
+  const void *q;                  // [num_tokens][q_heads][head_dim]
+  void *out;                      // [num_tokens][q_heads][head_dim]
   const void *k_cache, *v_cache;  // [num_blocks][block_size][kv_heads][head_dim]
   const int32_t *query_start, *context_lens, *block_indptr, *block_indices;
   int32_t q_heads, kv_heads, head_dim, block_size, group;
-  float scale_log2;    // scale * log2(e)
-  float *ws_acc;       // decode splits: [num_seqs][q_heads][max_splits][head_dim]
-  float *ws_ml;        // decode splits: [num_seqs][q_heads][max_splits][2] = (max, sum)
+  float scale_log2;  // scale * log2(e)
+  float *ws_acc;     // decode splits: [num_seqs][q_heads][max_splits][head_dim]
+  float *ws_ml;      // decode splits: [num_seqs][q_heads][max_splits][2] = (max, sum)
   int32_t split_tokens, max_splits;
 };
 
@@ -71,7 +71,8 @@ __device__ __forceinline__ int64_t row_offset(const AttnArgs &a, const RowBlock 
 }
 
 template <class T, int R>
-__device__ __forceinline__ void load_rows(const AttnArgs &a, const RowBlock &rb, const TileSmem &sm, int d) {
+__device__ __forceinline__ void load_rows(const AttnArgs &a, const RowBlock &rb, const TileSmem &sm,
+                                          int d) {
   const int chunks = d / 8;
   for (int c = threadIdx.x; c < R * chunks; c += kAttnThreads) {
     const int r = c / chunks, d8 = c % chunks * 8;
@@ -92,7 +93,7 @@ __device__ __forceinline__ void load_rows(const AttnArgs &a, const RowBlock &rb,
 // their probability 0 multiplies them).
 template <class T, int K>
 __device__ __forceinline__ void load_kv_tile(const T *cache, const AttnArgs &a, const RowBlock &rb,
-                             const TileSmem &sm, int d, int k0, int key_end) {
+                                             const TileSmem &sm, int d, int k0, int key_end) {
   const int chunks = d / 8;
   const int32_t *blocks = a.block_indices + a.block_indptr[rb.seq];
   for (int c = threadIdx.x; c < K * chunks; c += kAttnThreads) {
@@ -162,8 +163,9 @@ __device__ __forceinline__ void tile_pv(const TileSmem &sm, int d, float (&acc)[
 // The whole walk over keys key_begin .. key_end - 1. On return acc holds the unnormalized
 // output and sm.m / sm.l the row maxima and sums (base 2).
 template <class T, int D, int R, int K, int P>
-__device__ __forceinline__ void attend_rows(const AttnArgs &a, const RowBlock &rb, const TileSmem &sm,
-                            int key_begin, int key_end, float (&acc)[P]) {
+__device__ __forceinline__ void attend_rows(const AttnArgs &a, const RowBlock &rb,
+                                            const TileSmem &sm, int key_begin, int key_end,
+                                            float (&acc)[P]) {
   const int d = D ? D : a.head_dim;
   load_rows<T, R>(a, rb, sm, d);
 #pragma unroll
@@ -184,8 +186,8 @@ __device__ __forceinline__ void attend_rows(const AttnArgs &a, const RowBlock &r
 
 // out = acc / l for the real rows.
 template <class T, int D, int R, int P>
-__device__ __forceinline__ void store_rows(const AttnArgs &a, const RowBlock &rb, const TileSmem &sm,
-                           const float (&acc)[P]) {
+__device__ __forceinline__ void store_rows(const AttnArgs &a, const RowBlock &rb,
+                                           const TileSmem &sm, const float (&acc)[P]) {
   const int d = D ? D : a.head_dim;
 #pragma unroll
   for (int i = 0; i < P; ++i) {

@@ -65,7 +65,8 @@ cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
   if (num_tokens == 0) return cudaSuccess;
   const int64_t row_bytes =
       int64_t(layer.kv_heads) * layer.head_dim * int64_t(dtype_bytes(layer.dtype));
-  if (aligned16(k) && aligned16(v) && aligned16(layer.k) && aligned16(layer.v) && row_bytes % 16 == 0)
+  if (aligned16(k) && aligned16(v) && aligned16(layer.k) && aligned16(layer.v) &&
+      row_bytes % 16 == 0)
     return write_kv_as<uint4>(layer, k, v, slot_mapping, num_tokens, row_bytes, stream);
   return write_kv_as<uint8_t>(layer, k, v, slot_mapping, num_tokens, row_bytes, stream);
 }

@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
   const int key_end = dev::imin(context_len, key_begin + a.split_tokens);
   const int chunks = dev::ceil_div(a.group, kDecodeRows);
   const int row0 = int(blockIdx.y) % chunks * kDecodeRows;
-  const RowBlock rb{seq, int(blockIdx.y) / chunks, row0, dev::imin(kDecodeRows, a.group - row0),
-                    query_start, 1, context_len};
+  const int kv_head = int(blockIdx.y) / chunks, num_rows = dev::imin(kDecodeRows, a.group - row0);
+  const RowBlock rb{seq, kv_head, row0, num_rows, query_start, 1, context_len};
   const dev::TileSmem sm = dev::carve_smem<Tile::kRows, Tile::kKeys>(smem, D ? D : a.head_dim);
   float acc[Tile::kPairs];
   dev::attend_rows<T, D, Tile::kRows, Tile::kKeys>(a, rb, sm, key_begin, key_end, acc);
@@ -98,17 +98,19 @@ DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32
                                   int32_t split_tokens) {
   DecodePlan p{};
   p.split_tokens = dev::ceil_div(split_tokens > 0 ? split_tokens : 1, kSplitAlign) * kSplitAlign;
-  p.max_splits = dev::ceil_div(batch.max_context_len > 0 ? batch.max_context_len : 1, p.split_tokens);
+  p.max_splits =
+      dev::ceil_div(batch.max_context_len > 0 ? batch.max_context_len : 1, p.split_tokens);
   p.workspace_bytes = p.max_splits > 1 ? sizeof(float) * size_t(batch.num_seqs) * q_heads *
                                              p.max_splits * (size_t(head_dim) + 2)
                                        : 0;
   return p;
 }
 
-DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads,
-                       int32_t head_dim, int32_t num_sms) {
+DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads, int32_t head_dim,
+                       int32_t num_sms) {
   const int64_t group = kv_heads > 0 ? q_heads / kv_heads : 1;
-  const int64_t ctas = int64_t(batch.num_seqs) * kv_heads * dev::ceil_div(int32_t(group), kDecodeRows);
+  const int64_t ctas =
+      int64_t(batch.num_seqs) * kv_heads * dev::ceil_div(int32_t(group), kDecodeRows);
   const int64_t want_splits = ctas > 0 ? (2 * int64_t(num_sms) + ctas - 1) / ctas : 1;
   int64_t split = (int64_t(batch.max_context_len) + want_splits - 1) / want_splits;
   if (split < kMinSplitTokens) split = kMinSplitTokens;
@@ -116,8 +118,8 @@ DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads
 }
 
 cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
-                                    void *out, int32_t q_heads, float scale,
-                                    const DecodePlan &plan, void *workspace, cudaStream_t stream) {
+                                    void *out, int32_t q_heads, float scale, const DecodePlan &plan,
+                                    void *workspace, cudaStream_t stream) {
   if (batch.num_seqs == 0) return cudaSuccess;
   if (batch.num_seqs < 0 || batch.num_seqs > 65535 || layer.kv_heads < 1 || q_heads < 1 ||
       q_heads % layer.kv_heads != 0 || layer.block_size < 1 || plan.split_tokens < 1 ||
@@ -131,7 +133,8 @@ cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch
   a.block_indptr = batch.block_indptr, a.block_indices = batch.block_indices;
   a.q_heads = q_heads, a.kv_heads = layer.kv_heads, a.head_dim = layer.head_dim;
   a.block_size = layer.block_size, a.group = q_heads / layer.kv_heads;
-  a.scale_log2 = (scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim))) * 1.4426950408889634f;  // log2(e)
+  a.scale_log2 = (scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim))) *
+                 1.4426950408889634f;  // log2(e)
   a.split_tokens = plan.split_tokens, a.max_splits = plan.max_splits;
   const size_t parts = size_t(batch.num_seqs) * q_heads * plan.max_splits;
   a.ws_acc = static_cast<float *>(workspace);

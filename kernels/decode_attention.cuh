@@ -17,8 +17,8 @@ struct DecodePlan {
 
 // Chooses split_tokens so that about two CTAs per SM are busy (num_sms: the device's SM count),
 // never fewer than 256 keys per split.
-DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads,
-                       int32_t head_dim, int32_t num_sms);
+DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads, int32_t head_dim,
+                       int32_t num_sms);
 // The same plan with a given split size (tests, tuning); split_tokens is rounded up to 64.
 DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32_t head_dim,
                                   int32_t split_tokens);
@@ -28,7 +28,7 @@ DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32
 // q_heads a multiple of layer.kv_heads; scale <= 0 means 1/sqrt(head_dim). workspace: device,
 // plan.workspace_bytes. Asynchronous on stream; returns the launch status.
 cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
-                                    void *out, int32_t q_heads, float scale,
-                                    const DecodePlan &plan, void *workspace, cudaStream_t stream);
+                                    void *out, int32_t q_heads, float scale, const DecodePlan &plan,
+                                    void *workspace, cudaStream_t stream);
 
 }  // namespace pkv::cuda

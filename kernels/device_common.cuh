@@ -18,9 +18,12 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162f
 
 template <class T>
 __device__ __forceinline__ T from_float(float x) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  else return x;
+  if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return x;
 }
 
 // Eight consecutive elements as floats; p is aligned to 8 elements (16 bytes for 16-bit types).
@@ -51,10 +54,12 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-__host__ __device__ __forceinline__ int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
+__host__ __device__ __forceinline__ int32_t ceil_div(int32_t a, int32_t b) {
+  return (a + b - 1) / b;
+}
 __host__ __device__ __forceinline__ int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 
-}  // namespace pkv::cuda
+}  // namespace pkv::cuda::dev
 
 namespace pkv::cuda {
 
@@ -62,9 +67,12 @@ namespace pkv::cuda {
 template <class F>
 cudaError_t dispatch_dtype(DType t, F &&f) {
   switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f16: return f(__half{});
-    case DType::bf16: return f(__nv_bfloat16{});
+    case DType::f32:
+      return f(float{});
+    case DType::f16:
+      return f(__half{});
+    case DType::bf16:
+      return f(__nv_bfloat16{});
   }
   return cudaErrorInvalidValue;
 }
@@ -75,12 +83,18 @@ template <class F>
 cudaError_t dispatch_head_dim(int32_t head_dim, F &&f) {
   if (head_dim <= 0 || head_dim > 256 || head_dim % 8 != 0) return cudaErrorInvalidValue;
   switch (head_dim) {
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 80: return f(std::integral_constant<int, 80>{});
-    case 96: return f(std::integral_constant<int, 96>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    case 256: return f(std::integral_constant<int, 256>{});
-    default: return f(std::integral_constant<int, 0>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 80:
+      return f(std::integral_constant<int, 80>{});
+    case 96:
+      return f(std::integral_constant<int, 96>{});
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    case 256:
+      return f(std::integral_constant<int, 256>{});
+    default:
+      return f(std::integral_constant<int, 0>{});
   }
 }
 

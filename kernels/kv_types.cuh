@@ -22,11 +22,12 @@ struct KvLayer {
   void *v;
   int32_t block_size;  // tokens per block, any value >= 1
   int32_t kv_heads;
-  int32_t head_dim;    // a multiple of 8, at most 256
+  int32_t head_dim;  // a multiple of 8, at most 256
   DType dtype;
 };
 
-// The whole pool for block copies: K and V each [num_layers][num_blocks][block_size][kv_heads][head_dim].
+// The whole pool for block copies: K and V each
+// [num_layers][num_blocks][block_size][kv_heads][head_dim].
 struct KvPool {
   void *k;
   void *v;
@@ -42,11 +43,12 @@ struct BatchView {
   int32_t num_tokens;
   int32_t max_query_len;
   int32_t max_context_len;
-  const int32_t *query_start;    // [num_seqs + 1]: seq i's new tokens are rows query_start[i] ..
-                                 // query_start[i + 1] - 1 of q, k, v and out
-  const int32_t *context_lens;   // [num_seqs]: tokens after this step; the new ones are the last
-  const int32_t *block_indptr;   // [num_seqs + 1]
-  const int32_t *block_indices;  // seq i's blocks: block_indices[block_indptr[i] .. block_indptr[i + 1] - 1]
+  const int32_t *query_start;   // [num_seqs + 1]: seq i's new tokens are rows query_start[i] ..
+                                // query_start[i + 1] - 1 of q, k, v and out
+  const int32_t *context_lens;  // [num_seqs]: tokens after this step; the new ones are the last
+  const int32_t *block_indptr;  // [num_seqs + 1]
+  const int32_t
+      *block_indices;  // seq i's blocks: block_indices[block_indptr[i] .. block_indptr[i + 1] - 1]
 };
 
 }  // namespace pkv::cuda

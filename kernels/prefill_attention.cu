@@ -14,7 +14,8 @@ using dev::RowBlock;
 // Rows x keys per tile: 32 x 32 up to head_dim 128, 16 x 16 above (and for the generic path),
 // which keeps shared memory under the 48 KiB default and the accumulators at 32 per thread.
 template <int D>
-using PrefillTile = std::conditional_t<(D == 0 || D > 128), dev::Tile<D, 16, 16>, dev::Tile<D, 32, 32>>;
+using PrefillTile =
+    std::conditional_t<(D == 0 || D > 128), dev::Tile<D, 16, 16>, dev::Tile<D, 32, 32>>;
 
 // grid = (row tile, kv head, seq). Rows of a sequence are its query_len * group (token, q head)
 // pairs; a tile needs the keys up to its last row's position.
@@ -28,8 +29,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
   const int row0 = int(blockIdx.x) * Tile::kRows;
   if (query_len < 2 || row0 >= query_len * a.group) return;
   const int context_len = a.context_lens[seq];
-  const RowBlock rb{seq, int(blockIdx.y), row0, dev::imin(Tile::kRows, query_len * a.group - row0),
-                    query_start, query_len, context_len};
+  const int num_rows = dev::imin(Tile::kRows, query_len * a.group - row0);
+  const RowBlock rb{seq, int(blockIdx.y), row0, num_rows, query_start, query_len, context_len};
   const int last_token = (row0 + rb.num_rows - 1) / a.group;
   const int key_end = context_len - query_len + last_token + 1;
   const dev::TileSmem sm = dev::carve_smem<Tile::kRows, Tile::kKeys>(smem, D ? D : a.head_dim);
@@ -64,7 +65,8 @@ cudaError_t launch_prefill_attention(const KvLayer &layer, const BatchView &batc
   a.block_indptr = batch.block_indptr, a.block_indices = batch.block_indices;
   a.q_heads = q_heads, a.kv_heads = layer.kv_heads, a.head_dim = layer.head_dim;
   a.block_size = layer.block_size, a.group = q_heads / layer.kv_heads;
-  a.scale_log2 = (scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim))) * 1.4426950408889634f;
+  a.scale_log2 =
+      (scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim))) * 1.4426950408889634f;
   return dispatch_dtype(layer.dtype, [&](auto t) {
     return dispatch_head_dim(layer.head_dim, [&](auto d) {
       return launch_typed<decltype(t), decltype(d)::value>(a, batch, stream);

@@ -1,0 +1,90 @@
+/* fp64 references: see attention_ref.h. */
+#include "attention_ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void attend_row(const double *q, const double *k, const double *v, double *out,
+                       uint32_t num_keys, uint32_t kv_stride, uint32_t head_dim, double scale,
+                       double *scores) {
+  double max = -INFINITY, sum = 0.0;
+  for (uint32_t j = 0; j < num_keys; ++j) {
+    double s = 0.0;
+    for (uint32_t d = 0; d < head_dim; ++d) s += q[d] * k[(size_t)j * kv_stride + d];
+    scores[j] = s * scale;
+    if (scores[j] > max) max = scores[j];
+  }
+  for (uint32_t j = 0; j < num_keys; ++j) {
+    scores[j] = exp(scores[j] - max);
+    sum += scores[j];
+  }
+  for (uint32_t d = 0; d < head_dim; ++d) {
+    double acc = 0.0;
+    for (uint32_t j = 0; j < num_keys; ++j) acc += scores[j] * v[(size_t)j * kv_stride + d];
+    out[d] = acc / sum;
+  }
+}
+
+void pkv_ref_attention(const double *q, const double *k, const double *v, double *out,
+                       uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
+                       uint32_t head_dim, double scale) {
+  const uint32_t group = q_heads / kv_heads, kv_stride = kv_heads * head_dim;
+  double *scores = (double *)malloc(sizeof(double) * (context_len ? context_len : 1));
+  if (scale <= 0.0) scale = 1.0 / sqrt((double)head_dim);
+  for (uint32_t i = 0; i < num_q; ++i) {
+    const uint32_t pos = context_len - num_q + i;
+    for (uint32_t h = 0; h < q_heads; ++h) {
+      const size_t row = ((size_t)i * q_heads + h) * head_dim;
+      const size_t kv_off = (size_t)(h / group) * head_dim;
+      attend_row(q + row, k + kv_off, v + kv_off, out + row, pos + 1, kv_stride, head_dim, scale,
+                 scores);
+    }
+  }
+  free(scores);
+}
+
+void pkv_ref_write_kv(const void *k, const void *v, void *k_cache, void *v_cache,
+                      const int64_t *slot_mapping, uint32_t num_tokens, size_t row_bytes) {
+  for (uint32_t t = 0; t < num_tokens; ++t) {
+    if (slot_mapping[t] < 0) continue;
+    const size_t dst = (size_t)slot_mapping[t] * row_bytes, src = (size_t)t * row_bytes;
+    memcpy((char *)k_cache + dst, (const char *)k + src, row_bytes);
+    memcpy((char *)v_cache + dst, (const char *)v + src, row_bytes);
+  }
+}
+
+void pkv_ref_copy_blocks(void *k_pool, void *v_pool, uint32_t num_layers, uint32_t num_blocks,
+                         size_t block_bytes, const int32_t *pairs, uint32_t num_pairs) {
+  for (uint32_t l = 0; l < num_layers; ++l) {
+    for (uint32_t i = 0; i < num_pairs; ++i) {
+      const size_t layer = (size_t)l * num_blocks * block_bytes;
+      const size_t src = layer + (size_t)pairs[2 * i] * block_bytes;
+      const size_t dst = layer + (size_t)pairs[2 * i + 1] * block_bytes;
+      memcpy((char *)k_pool + dst, (const char *)k_pool + src, block_bytes);
+      memcpy((char *)v_pool + dst, (const char *)v_pool + src, block_bytes);
+    }
+  }
+}
+
+size_t pkv_ref_compare(const char *label, const double *got, const double *ref, size_t n,
+                       double atol, double rtol) {
+  size_t bad = 0, nans = 0;
+  double max_err = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double err = fabs(got[i] - ref[i]);
+    if (isnan(err))
+      nans++;
+    else if (err > max_err)
+      max_err = err;
+    if (err <= atol + rtol * fabs(ref[i])) continue; /* false for NaN */
+    if (bad < 10)
+      fprintf(stderr, "  %s: [%zu] got %.8g ref %.8g err %.3g\n", label, i, got[i], ref[i], err);
+    bad++;
+  }
+  if (bad)
+    fprintf(stderr, "%s: %zu of %zu elements mismatch (%zu NaN; atol %g rtol %g), max error %.3g\n",
+            label, bad, n, nans, atol, rtol, max_err);
+  return bad;
+}

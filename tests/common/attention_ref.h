@@ -1,0 +1,43 @@
+/* fp64 references for the KV-side ops: attention over contiguous K/V, write_kv, copy_blocks.
+ * Naive on purpose (llm.c's habit): every kernel and the CPU backend are checked against these.
+ * Plain C, usable from C and C++ tests. */
+#ifndef PKV_TESTS_ATTENTION_REF_H
+#define PKV_TESTS_ATTENTION_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Causal attention of one sequence's new tokens over its whole context.
+ * q:   [num_q][q_heads][head_dim]       the new tokens' queries
+ * k,v: [context_len][kv_heads][head_dim] the whole context, new tokens last
+ * out: [num_q][q_heads][head_dim]
+ * New token i sits at position context_len - num_q + i and attends to positions 0..that.
+ * q head h reads kv head h / (q_heads / kv_heads). scale <= 0 means 1/sqrt(head_dim). */
+void pkv_ref_attention(const double *q, const double *k, const double *v, double *out,
+                       uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
+                       uint32_t head_dim, double scale);
+
+/* write_kv on one layer, row_bytes = kv_heads * head_dim * dtype bytes: row t of k and v goes to
+ * slot slot_mapping[t] of k_cache and v_cache ([slots][row_bytes]); slot -1 is skipped. */
+void pkv_ref_write_kv(const void *k, const void *v, void *k_cache, void *v_cache,
+                      const int64_t *slot_mapping, uint32_t num_tokens, size_t row_bytes);
+
+/* copy_blocks: for each pair and each layer, block pairs[2i] -> pairs[2i + 1], K and V.
+ * Pools: [num_layers][num_blocks][block_bytes]. */
+void pkv_ref_copy_blocks(void *k_pool, void *v_pool, uint32_t num_layers, uint32_t num_blocks,
+                         size_t block_bytes, const int32_t *pairs, uint32_t num_pairs);
+
+/* Per element |got - ref| <= atol + rtol * |ref|, NaN never passes. Prints the first 10
+ * mismatches (with their index) and the max error under `label`; returns the mismatch count. */
+size_t pkv_ref_compare(const char *label, const double *got, const double *ref, size_t n,
+                       double atol, double rtol);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,75 @@
+// Test harness shared by the kernel tests, under the emulator (suite emu) and on a real GPU
+// (suite gpu): the same sources, linked against simt or against nvcc-built kernels and cudart.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "cache_ops.cuh"
+#include "decode_attention.cuh"
+#include "prefill_attention.cuh"
+
+namespace kvtest {
+
+using pkv::cuda::DType;
+
+const char *dtype_name(DType t);
+// Element i of a host array of dtype t, as double; store rounds x to the dtype.
+double load_elem(DType t, const void *p, size_t i);
+void store_elem(DType t, void *p, size_t i, double x);
+// Per-dtype tolerances for outputs computed in fp32 and rounded to t.
+void tolerances(DType t, double *atol, double *rtol);
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    return s;
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * double(next() >> 11) * 0x1p-53; }
+  uint32_t below(uint32_t n) { return uint32_t(next() % n); }
+};
+
+// Device memory that frees itself; aborts the test on CUDA errors.
+class DevBuf {
+ public:
+  explicit DevBuf(size_t bytes);
+  ~DevBuf();
+  DevBuf(const DevBuf &) = delete;
+  DevBuf &operator=(const DevBuf &) = delete;
+  template <class T>
+  T *as() const {
+    return static_cast<T *>(p_);
+  }
+  void upload(const void *src, size_t bytes);
+  void download(void *dst, size_t bytes) const;
+
+ private:
+  void *p_ = nullptr;
+};
+
+void check_cuda(cudaError_t e, const char *what);
+// 0 when a device is there; 77 (meson's skip) when cudaGetDeviceCount fails or finds none.
+int require_device();
+
+struct SeqSpec {
+  int32_t context_len, query_len;
+};
+
+struct StepCase {
+  DType dtype;
+  int32_t block_size, kv_heads, group, head_dim;
+  std::vector<SeqSpec> seqs;
+  int32_t split_tokens = 0;  // decode: 0 = plan_decode's choice
+};
+
+// One forward step on fresh data: prefix K/V into a shuffled paged pool, write_kv of the new
+// rows, decode + prefill attention; checks the pool and every output row against the fp64
+// reference. Returns true when everything matches.
+bool run_step(const StepCase &c, uint64_t seed);
+// run_step over every case; the process exit code (0, 1 on a failure, 77 without a device).
+int run_cases(const char *name, const std::vector<StepCase> &cases);
+
+}  // namespace kvtest

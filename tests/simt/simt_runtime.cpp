@@ -1,0 +1,187 @@
+// The CUDA runtime calls the launchers and tests use, on host memory. "Device" memory is filled
+// with 0xFF bytes (NaN in f32, f16 and bf16) so a read of anything never written shows, and ends
+// at a guard page (without ASan; with it, ASan's own redzones do the job).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "simt.h"
+#include "simt_internal.h"
+
+namespace simt {
+namespace {
+
+constexpr size_t kDefaultSmem = 48u << 10;
+constexpr size_t kMaxSmem = 227u << 10;
+
+std::mutex g_mu;
+std::map<const void *, size_t> g_smem_limit;                 // cudaFuncSetAttribute
+std::map<const void *, std::pair<void *, size_t>> g_allocs;  // ptr -> (mapping, mapping bytes)
+thread_local int tls_error = cudaSuccess;
+
+[[maybe_unused]] size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+// `bytes` of 0xFF that end 256-aligned right before a PROT_NONE page (or malloc under ASan).
+void *guarded_alloc(size_t bytes, std::pair<void *, size_t> *mapping) {
+#if defined(__SANITIZE_ADDRESS__)
+  void *p = nullptr;  // exactly `bytes`, so ASan sees an overflow of even one byte
+  if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return nullptr;
+  *mapping = {p, 0};
+  memset(p, 0xFF, bytes);
+  return p;
+#else
+  size_t body = round_up(bytes ? bytes : 1, 256);
+  size_t page = size_t(sysconf(_SC_PAGESIZE)), len = round_up(body, page) + page;
+  void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  char *guard = static_cast<char *>(m) + len - page;
+  mprotect(guard, page, PROT_NONE);
+  *mapping = {m, len};
+  memset(guard - body, 0xFF, body);
+  return guard - body;
+#endif
+}
+
+void guarded_free(const std::pair<void *, size_t> &mapping) {
+  if (mapping.second == 0)
+    free(mapping.first);
+  else
+    munmap(mapping.first, mapping.second);
+}
+
+struct Smem {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+  std::pair<void *, size_t> mapping{nullptr, 0};
+};
+thread_local Smem tls_smem;
+
+}  // namespace
+
+void set_last_error(int err) { tls_error = err; }
+
+size_t max_dynamic_smem(const void *kernel_id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_smem_limit.find(kernel_id);
+  return it == g_smem_limit.end() ? kDefaultSmem : it->second;
+}
+
+void prepare_dynamic_smem(size_t bytes) {
+  Smem &s = tls_smem;
+  if (s.bytes != bytes || !s.ptr) {
+    if (s.ptr) guarded_free(s.mapping);
+    s.ptr = guarded_alloc(bytes, &s.mapping);
+    s.bytes = bytes;
+    if (!s.ptr) die("cannot allocate %zu bytes of shared memory", bytes);
+  }
+  memset(s.ptr, 0xFF, bytes);
+}
+
+void *dynamic_smem() {
+  if (!tls_smem.ptr) die("dynamic shared memory used outside a kernel");
+  return tls_smem.ptr;
+}
+
+}  // namespace simt
+
+using simt::g_allocs;
+using simt::g_mu;
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+  std::pair<void *, size_t> mapping;
+  void *ptr = simt::guarded_alloc(bytes, &mapping);
+  if (!ptr) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_allocs[ptr] = mapping;
+  *p = ptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_allocs.find(p);
+  if (it == g_allocs.end()) return cudaErrorInvalidValue;
+  simt::guarded_free(it->second);
+  g_allocs.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
+  if (n) memmove(dst, src, n);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t) {
+  return cudaMemcpy(dst, src, n, k);
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t n) {
+  if (n) memset(p, value, n);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t) {
+  return cudaMemset(p, value, n);
+}
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = cudaError_t(simt::tls_error);
+  simt::tls_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return cudaError_t(simt::tls_error); }
+
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return "no error (simt)";
+    case cudaErrorInvalidValue:
+      return "invalid argument (simt)";
+    case cudaErrorMemoryAllocation:
+      return "out of memory (simt)";
+    case cudaErrorInvalidConfiguration:
+      return "invalid launch configuration (simt)";
+    default:
+      return "error (simt)";
+  }
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount:
+      *value = 4;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = int(simt::kMaxSmem);
+      return cudaSuccess;
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || size_t(value) > simt::kMaxSmem) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(g_mu);
+  simt::g_smem_limit[func] = size_t(value);
+  return cudaSuccess;
+}
+
+}  // extern "C"
