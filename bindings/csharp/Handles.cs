@@ -1,0 +1,93 @@
+// SafeHandles for pkv's opaque handles, the ABI check, and the error plumbing of the raw layer.
+using System;
+using System.Runtime.InteropServices;
+
+namespace Pkv
+{
+    /// <summary>A pkv_engine*; released with pkv_engine_destroy.</summary>
+    public sealed class EngineHandle : SafeHandle
+    {
+        public EngineHandle() : base(IntPtr.Zero, true) { }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+        protected override bool ReleaseHandle()
+        {
+            Native.pkv_engine_destroy(handle);
+            return true;
+        }
+    }
+
+    /// <summary>A pkv_batch*; released with pkv_batch_abort unless ended. While open it holds a
+    /// reference on its engine's handle, so the engine is never destroyed under it (not even by
+    /// finalizers running in any order).</summary>
+    public sealed class BatchHandle : SafeHandle
+    {
+        EngineHandle engine;
+        bool freedByPkv;
+        public BatchHandle() : base(IntPtr.Zero, true) { }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+
+        internal void HoldEngine(EngineHandle e)
+        {
+            bool added = false;
+            e.DangerousAddRef(ref added);
+            engine = e;
+        }
+
+        /// <summary>Gives the pointer to a call that frees it (pkv_batch_end, a successful
+        /// pkv_commit): after this the handle releases nothing but its engine reference.</summary>
+        internal IntPtr Detach()
+        {
+            freedByPkv = true;  // the handle stays valid so ReleaseHandle still drops the engine
+            return handle;
+        }
+
+        protected override bool ReleaseHandle()
+        {
+            if (!freedByPkv) Native.pkv_batch_abort(handle);
+            if (engine != null) engine.DangerousRelease();
+            engine = null;
+            return true;
+        }
+    }
+
+    public static unsafe partial class Native
+    {
+        // Runs before the first call into libpkv: the loaded library's ABI major must be ours.
+        static Native()
+        {
+            uint abi = pkv_abi_version();
+            if (abi != PKV_ABI_VERSION)
+                throw new PkvException(Status.Unsupported, string.Format(
+                    "libpkv has ABI {0}, this binding needs {1}", abi, PKV_ABI_VERSION));
+        }
+
+        internal static string Text(IntPtr s)
+        {
+            return s == IntPtr.Zero ? "" : Marshal.PtrToStringAnsi(s);
+        }
+
+        /// <summary>Throws for a failed call that has no engine (message: pkv_last_error()).</summary>
+        internal static void Check(Status s)
+        {
+            if (s != Status.Ok) throw new PkvException(s, Text(pkv_last_error()));
+        }
+    }
+
+    /// <summary>A pkv call failed: Status says how, Message is pkv's message about it.</summary>
+    public class PkvException : Exception
+    {
+        public Status Status { get; private set; }
+        /// <summary>The C name without PKV_, e.g. "ERR_NO_SPACE".</summary>
+        public string StatusName { get { return NameOf(Status); } }
+        public string Detail { get; private set; }
+
+        public PkvException(Status status, string detail)
+            : base(NameOf(status) + (string.IsNullOrEmpty(detail) ? "" : ": " + detail))
+        {
+            Status = status;
+            Detail = detail ?? "";
+        }
+
+        public static string NameOf(Status s) { return Native.StatusName(s); }
+    }
+}

@@ -1,0 +1,196 @@
+package pkv
+
+// #include <pkv/pkv.h>
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Batch is one forward step's plan (pkv_batch). Call Attention for every layer, then End (the
+// new tokens become computed) or Abort (nothing does). Typical use:
+//
+//	b, err := engine.BeginBatch(seqs, nil)
+//	defer b.Abort() // a no-op once ended
+//	... b.Attention(layer, q, k, v, out) ...
+//	err = b.End()
+type Batch struct {
+	engine *Engine
+	b      *C.pkv_batch
+	gen    uint64
+	view   BatchView
+}
+
+// BeginBatch plans one step over seqs (pkv_batch_begin); numNewTokens nil = all uncomputed
+// tokens of each.
+func (eng *Engine) BeginBatch(seqs []*Sequence, numNewTokens []uint32) (*Batch, error) {
+	ids := make([]uint64, len(seqs))
+	for i, s := range seqs {
+		ids[i] = s.ID
+	}
+	return eng.BeginBatchIDs(ids, numNewTokens)
+}
+
+// BeginBatchIDs is BeginBatch by sequence ids.
+func (eng *Engine) BeginBatchIDs(ids []uint64, numNewTokens []uint32) (*Batch, error) {
+	if numNewTokens != nil && len(numNewTokens) != len(ids) {
+		return nil, &Error{Status: StatusInvalidArgument, Message: "numNewTokens needs one count per sequence"}
+	}
+	var ptrIDs *C.uint64_t
+	var ptrCounts *C.uint32_t
+	if len(ids) > 0 {
+		ptrIDs = (*C.uint64_t)(unsafe.Pointer(&ids[0]))
+	}
+	if len(numNewTokens) > 0 {
+		ptrCounts = (*C.uint32_t)(unsafe.Pointer(&numNewTokens[0]))
+	}
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	b := &Batch{engine: eng}
+	b.view.StructSize = uint32(unsafe.Sizeof(b.view))
+	err := eng.callLocked(func(e *C.pkv_engine) C.pkv_status {
+		s := C.pkv_batch_begin(e, ptrIDs, ptrCounts, C.uint32_t(len(ids)), &b.b)
+		if s == 0 {
+			s = C.pkv_batch_info(b.b, (*C.pkv_batch_view)(unsafe.Pointer(&b.view)))
+			if s != 0 {
+				C.pkv_batch_abort(b.b)
+			}
+		}
+		return s
+	})
+	if err != nil {
+		return nil, err
+	}
+	eng.batchGen++
+	eng.batch, b.gen = b.b, eng.batchGen
+	return b, nil
+}
+
+// live is true while the batch is open (caller holds the engine's mutex).
+func (b *Batch) live() bool {
+	return b.engine.e != nil && b.engine.batch == b.b && b.engine.batchGen == b.gen
+}
+
+// call runs fn on the open batch under the engine's mutex.
+func (b *Batch) call(fn func(*C.pkv_batch) C.pkv_status) error {
+	eng := b.engine
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if !b.live() {
+		return ErrClosed
+	}
+	return eng.callLocked(func(*C.pkv_engine) C.pkv_status { return fn(b.b) })
+}
+
+// View is the raw plan: counts, and C addresses valid while the batch is open. The methods
+// below return copies of its arrays.
+func (b *Batch) View() BatchView { return b.view }
+
+// NumSeqs and NumTokens are the batch's sequences and new tokens.
+func (b *Batch) NumSeqs() int   { return int(b.view.NumSeqs) }
+func (b *Batch) NumTokens() int { return int(b.view.NumTokens) }
+
+func copyInts[T int32 | int64 | uint64](b *Batch, addr uintptr, n int) ([]T, error) {
+	out := make([]T, n)
+	err := b.call(func(*C.pkv_batch) C.pkv_status {
+		if n > 0 {
+			copy(out, unsafe.Slice((*T)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n))
+		}
+		return 0
+	})
+	return out, err
+}
+
+func (b *Batch) SeqIDs() ([]uint64, error) { return copyInts[uint64](b, b.view.SeqIds, b.NumSeqs()) }
+func (b *Batch) QueryStart() ([]int32, error) {
+	return copyInts[int32](b, b.view.QueryStart, b.NumSeqs()+1)
+}
+func (b *Batch) Positions() ([]int32, error) {
+	return copyInts[int32](b, b.view.Positions, b.NumTokens())
+}
+func (b *Batch) SlotMapping() ([]int64, error) {
+	return copyInts[int64](b, b.view.SlotMapping, b.NumTokens())
+}
+func (b *Batch) ContextLens() ([]int32, error) {
+	return copyInts[int32](b, b.view.ContextLens, b.NumSeqs())
+}
+func (b *Batch) BlockIndptr() ([]int32, error) {
+	return copyInts[int32](b, b.view.BlockIndptr, b.NumSeqs()+1)
+}
+func (b *Batch) BlockIndices() ([]int32, error) {
+	indptr, err := b.BlockIndptr()
+	if err != nil {
+		return nil, err
+	}
+	return copyInts[int32](b, b.view.BlockIndices, int(indptr[b.NumSeqs()]))
+}
+func (b *Batch) LastBlockLen() ([]int32, error) {
+	return copyInts[int32](b, b.view.LastBlockLen, b.NumSeqs())
+}
+func (b *Batch) BlockTables() ([]int32, error) {
+	return copyInts[int32](b, b.view.BlockTables, b.NumSeqs()*int(b.view.MaxBlocksPerSeq))
+}
+func (b *Batch) CopySrc() ([]int32, error) {
+	return copyInts[int32](b, b.view.CopySrc, int(b.view.NumCopies))
+}
+func (b *Batch) CopyDst() ([]int32, error) {
+	return copyInts[int32](b, b.view.CopyDst, int(b.view.NumCopies))
+}
+
+// Attention runs pkv_attention for one layer of an f32 engine. q, out: [tokens][q heads per
+// rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.
+func (b *Batch) Attention(layer int, q, k, v, out []float32) error {
+	return attention(b, layer, q, k, v, out, 4)
+}
+
+// AttentionU16 is Attention for an f16 or bf16 engine: the values' raw 16-bit patterns.
+func (b *Batch) AttentionU16(layer int, q, k, v, out []uint16) error {
+	return attention(b, layer, q, k, v, out, 2)
+}
+
+// AttentionRaw runs pkv_attention on raw addresses (device memory on a CUDA engine), unchecked.
+func (b *Batch) AttentionRaw(layer int, q, k, v, out unsafe.Pointer) error {
+	return b.call(func(p *C.pkv_batch) C.pkv_status { return C.pkv_attention(p, C.uint32_t(layer), q, k, v, out) })
+}
+
+func attention[T float32 | uint16](b *Batch, layer int, q, k, v, out []T, elem int) error {
+	n := b.NumTokens()
+	for _, a := range []struct {
+		name  string
+		len   int
+		bytes int
+	}{{"q", len(q), b.engine.qBytes}, {"k", len(k), b.engine.kvBytes},
+		{"v", len(v), b.engine.kvBytes}, {"out", len(out), b.engine.qBytes}} {
+		if a.len*elem < n*a.bytes || a.len == 0 {
+			return &Error{Status: StatusInvalidArgument,
+				Message: fmt.Sprintf("%s: %d bytes, pkv needs %d", a.name, a.len*elem, n*a.bytes)}
+		}
+	}
+	return b.AttentionRaw(layer, unsafe.Pointer(&q[0]), unsafe.Pointer(&k[0]), unsafe.Pointer(&v[0]),
+		unsafe.Pointer(&out[0]))
+}
+
+// End: the step ran; its tokens become computed and full blocks are sealed. Frees the batch.
+func (b *Batch) End() error {
+	eng := b.engine
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if !b.live() {
+		return ErrClosed
+	}
+	eng.batch = nil
+	return eng.callLocked(func(*C.pkv_engine) C.pkv_status { return C.pkv_batch_end(b.b) })
+}
+
+// Abort: the step did not run; nothing becomes computed. Frees the batch. A no-op on a batch
+// already ended or aborted, or whose engine is closed.
+func (b *Batch) Abort() {
+	eng := b.engine
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if b.live() {
+		eng.batch = nil
+		C.pkv_batch_abort(b.b)
+	}
+}

@@ -1,0 +1,3 @@
+module pkv.local/pkv
+
+go 1.19

@@ -1,0 +1,298 @@
+package pkv_test
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"pkv.local/pkv"
+)
+
+func smallParams(t *testing.T) pkv.EngineParams {
+	t.Helper()
+	p, err := pkv.DefaultParams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.NumLayers, p.NumQHeads, p.NumKVHeads, p.HeadDim = 2, 4, 2, 16
+	p.Dtype, p.BlockSize, p.NumBlocks, p.Device, p.NumThreads = pkv.DtypeF32, 4, 16, pkv.DeviceCPU, 1
+	return p
+}
+
+func newEngine(t *testing.T, p pkv.EngineParams) *pkv.Engine {
+	t.Helper()
+	e, err := pkv.NewEngine(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// must returns v, or panics (failing the test run) on an unexpected error.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func runStep(t *testing.T, e *pkv.Engine, seqs ...*pkv.Sequence) {
+	t.Helper()
+	b := must(e.BeginBatch(seqs, nil))
+	defer b.Abort()
+	q, kv := make([]float32, b.NumTokens()*64), make([]float32, b.NumTokens()*32)
+	for layer := 0; layer < 2; layer++ {
+		if err := b.Attention(layer, q, kv, kv, make([]float32, len(q))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.End(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHashVectors(t *testing.T) {
+	path := os.Getenv("PKV_HASH_VECTORS")
+	if path == "" {
+		path = filepath.Join("..", "..", "tests", "data", "hash_vectors.txt")
+	}
+	f := must(os.Open(path))
+	defer f.Close()
+	cases := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sides := strings.Split(line, "->")
+		left, right := strings.Fields(sides[0]), strings.Fields(sides[1])
+		seed := must(strconv.ParseUint(left[0], 10, 64))
+		var salt []byte
+		if left[1] != "-" {
+			salt = must(hex.DecodeString(left[1]))
+		}
+		h := must(pkv.BlockHashRoot(seed, salt))
+		got := []string{"0x" + strconv.FormatUint(h, 16)}
+		for _, block := range strings.Split(left[2], ";") {
+			var tokens []int32
+			for _, tok := range strings.Split(block, ",") {
+				tokens = append(tokens, int32(must(strconv.ParseInt(tok, 10, 32))))
+			}
+			h = must(pkv.BlockHash(seed, h, tokens))
+			got = append(got, "0x"+strconv.FormatUint(h, 16))
+		}
+		for i := range right {
+			right[i] = "0x" + strings.TrimLeft(right[i][2:], "0")
+		}
+		if !reflect.DeepEqual(got, right) {
+			t.Errorf("%s: got %v", line, got)
+		}
+		cases++
+	}
+	if cases < 5 {
+		t.Fatalf("%d vectors read", cases)
+	}
+}
+
+func expectStatus(t *testing.T, err error, sentinel *pkv.Error) {
+	t.Helper()
+	var pe *pkv.Error
+	if !errors.As(err, &pe) || !errors.Is(err, sentinel) {
+		t.Fatalf("want %v, got %v", sentinel.Status, err)
+	}
+	if pe.Message == "" || !strings.Contains(err.Error(), pe.Message) {
+		t.Fatalf("%v: no message", err)
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	for s := pkv.StatusOK; s >= pkv.StatusInternal; s-- {
+		if s.Description() == "" || !strings.HasPrefix(s.String(), map[bool]string{true: "OK", false: "ERR_"}[s == 0]) {
+			t.Errorf("status %d: %q %q", int32(s), s, s.Description())
+		}
+	}
+	if !errors.Is(&pkv.Error{Status: pkv.StatusNoSpace, Message: "x"}, pkv.ErrNoSpace) ||
+		errors.Is(&pkv.Error{Status: pkv.StatusNoSpace}, pkv.ErrNotFound) {
+		t.Fatal("errors.Is against the sentinels")
+	}
+	e := newEngine(t, smallParams(t))
+	_, err := e.Allocate(nil, nil)
+	expectStatus(t, err, pkv.ErrInvalidArgument)
+	_, err = e.Allocate(make([]int32, 4*17), nil)
+	expectStatus(t, err, pkv.ErrNoSpace)
+	expectStatus(t, e.Sequence(12345).Release(), pkv.ErrNotFound)
+	seq := must(e.Allocate([]int32{1, 2, 3, 4, 5}, nil))
+	_, err = seq.Fork()
+	expectStatus(t, err, pkv.ErrState)
+	b := must(e.BeginBatch([]*pkv.Sequence{seq}, nil))
+	expectStatus(t, seq.Append(6), pkv.ErrState)
+	b.Abort()
+	_, err = pkv.ParamsFromHFConfig(smallParams(t), []byte("{"))
+	expectStatus(t, err, pkv.ErrInvalidArgument)
+
+	p := smallParams(t)
+	p.HeadDim = 12
+	e12 := newEngine(t, p)
+	b = must(e12.BeginBatch([]*pkv.Sequence{must(e12.Allocate([]int32{1, 2, 3}, nil))}, nil))
+	buf := make([]float32, 3*4*12)
+	expectStatus(t, b.Attention(0, buf, buf, buf, make([]float32, len(buf))), pkv.ErrUnsupported)
+	b.Abort()
+
+	p = smallParams(t)
+	p.NumBlocks, p.KVCacheBytes, p.MaxModelLen = 0, 100, 4096
+	budget, err := pkv.Profile(p)
+	expectStatus(t, err, pkv.ErrOutOfMemory)
+	if budget.ShortfallBytes == 0 {
+		t.Fatal("no shortfall")
+	}
+	p = smallParams(t)
+	p.Device = pkv.DeviceCUDA
+	if e, err := pkv.NewEngine(p); err == nil {
+		e.Close()
+	} else {
+		expectStatus(t, err, pkv.ErrNoDevice)
+	}
+}
+
+func TestClosedEngineRefused(t *testing.T) {
+	e := must(pkv.NewEngine(smallParams(t)))
+	seq := must(e.Allocate([]int32{1, 2, 3}, nil))
+	b := must(e.BeginBatch([]*pkv.Sequence{seq}, nil))
+	e.Close()
+	e.Close() // idempotent
+	for _, err := range []error{seq.Release(), b.End(), e.Check(),
+		func() error { _, err := e.Stats(); return err }(),
+		func() error { _, err := e.Allocate([]int32{1}, nil); return err }(),
+		func() error { _, err := b.Positions(); return err }()} {
+		if err != pkv.ErrClosed {
+			t.Fatalf("want ErrClosed, got %v", err)
+		}
+	}
+	b.Abort() // a no-op
+	e2 := newEngine(t, smallParams(t))
+	b = must(e2.BeginBatch([]*pkv.Sequence{must(e2.Allocate([]int32{1}, nil))}, nil))
+	if err := b.End(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.End(); err != pkv.ErrClosed {
+		t.Fatalf("second End: %v", err)
+	}
+}
+
+func TestNoSpaceChangesNothing(t *testing.T) {
+	e := newEngine(t, smallParams(t))
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(i)
+	}
+	seq := must(e.Allocate(prompt, nil))
+	runStep(t, e, seq)
+	before, table := must(e.Stats()), must(seq.BlockTable())
+	_, err := e.Allocate(make([]int32, 28), nil)
+	expectStatus(t, err, pkv.ErrNoSpace)
+	expectStatus(t, seq.Append(make([]int32, 30)...), pkv.ErrNoSpace)
+	if after := must(e.Stats()); after != before || !reflect.DeepEqual(must(seq.BlockTable()), table) {
+		t.Fatalf("changed: %+v -> %+v", before, after)
+	}
+	if err := e.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSequencesAndBatches(t *testing.T) {
+	e := newEngine(t, smallParams(t))
+	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if blocks, cached, err := e.AllocateQuery(prompt, nil); err != nil || blocks != 3 || cached != 0 {
+		t.Fatal(blocks, cached, err)
+	}
+	seq := must(e.Allocate(prompt, nil))
+	if !reflect.DeepEqual(must(seq.Tokens()), prompt) {
+		t.Fatal("tokens")
+	}
+	b := must(e.BeginBatch([]*pkv.Sequence{seq}, []uint32{4}))
+	if !reflect.DeepEqual(must(b.QueryStart()), []int32{0, 4}) ||
+		!reflect.DeepEqual(must(b.SeqIDs()), []uint64{seq.ID}) ||
+		!reflect.DeepEqual(must(b.Positions()), []int32{0, 1, 2, 3}) {
+		t.Fatal("batch view")
+	}
+	b.Abort()
+	runStep(t, e, seq)
+	child := must(seq.Fork())
+	if err := seq.Preempt(); err != nil {
+		t.Fatal(err)
+	}
+	if cached := must(seq.Resume()); cached != 8 {
+		t.Fatalf("resume: %d cached", cached)
+	}
+	salted := must(e.Allocate(prompt, []byte("tenant")))
+	if info := must(salted.Info()); info.CacheSaltLen != 6 || salted.NumCachedTokens != 0 {
+		t.Fatalf("salted: %+v", info)
+	}
+	for _, s := range []*pkv.Sequence{seq, child, salted} {
+		if err := s.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pool := must(e.PoolInfo()); pool.Device != pkv.DeviceCPU || pool.NumBlocks != 16 {
+		t.Fatalf("pool %+v", pool)
+	}
+	if err := e.SetStream(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConcurrentGoroutines(t *testing.T) {
+	p := smallParams(t)
+	p.NumBlocks = 64
+	e := newEngine(t, p)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				seq, err := e.Allocate([]int32{int32(g), int32(i), 1, 2, 3}, nil)
+				if errors.Is(err, pkv.ErrNoSpace) {
+					continue
+				} else if err != nil {
+					errs <- err
+					return
+				}
+				err = e.Sequence(1 << 40).Release()
+				var pe *pkv.Error
+				if !errors.As(err, &pe) || !strings.Contains(pe.Message, "sequence") {
+					errs <- err // the message read must be this call's
+					return
+				}
+				if err := seq.Append(4); err != nil {
+					errs <- err
+					return
+				}
+				if err := seq.Release(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if st := must(e.Stats()); st.NumSeqs != 0 {
+		t.Fatalf("%d seqs left", st.NumSeqs)
+	}
+	if err := e.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

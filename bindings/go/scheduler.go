@@ -1,0 +1,128 @@
+package pkv
+
+// #include <stdlib.h>
+// #include <pkv/pkv.h>
+import "C"
+
+import "unsafe"
+
+// DefaultRequestParams are pkv's defaults for a request (pkv_request_params_init).
+func DefaultRequestParams() (RequestParams, error) {
+	var p RequestParams
+	err := check(func() C.pkv_status {
+		return C.pkv_request_params_init((*C.pkv_request_params)(unsafe.Pointer(&p)), C.uint32_t(unsafe.Sizeof(p)))
+	})
+	return p, err
+}
+
+// Submit queues a request for the scheduler (pkv_submit); rp nil = defaults, salt may be nil.
+func (eng *Engine) Submit(prompt []int32, rp *RequestParams, salt []byte) (*Sequence, error) {
+	var r RequestParams
+	if rp != nil {
+		r = *rp
+	} else {
+		var err error
+		if r, err = DefaultRequestParams(); err != nil {
+			return nil, err
+		}
+	}
+	if salt != nil {
+		c := C.CBytes(salt)
+		defer C.free(c)
+		r.CacheSalt, r.CacheSaltLen = uintptr(c), uint32(len(salt))
+	}
+	var id C.uint64_t
+	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
+		return C.pkv_submit(e, int32Ptr(prompt), C.uint32_t(len(prompt)),
+			(*C.pkv_request_params)(unsafe.Pointer(&r)), &id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Sequence{Engine: eng, ID: uint64(id)}, nil
+}
+
+// Step is the scheduler's next batch (pkv_step), or nil when nothing is to run. Run it, then
+// Commit the sampled tokens (or Abort it).
+func (eng *Engine) Step() (*Batch, error) {
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	b := &Batch{engine: eng}
+	b.view.StructSize = uint32(unsafe.Sizeof(b.view))
+	err := eng.callLocked(func(e *C.pkv_engine) C.pkv_status {
+		s := C.pkv_step(e, &b.b)
+		if s == 0 && b.b != nil {
+			if s = C.pkv_batch_info(b.b, (*C.pkv_batch_view)(unsafe.Pointer(&b.view))); s != 0 {
+				C.pkv_batch_abort(b.b)
+			}
+		}
+		return s
+	})
+	if err != nil || b.b == nil {
+		return nil, err
+	}
+	eng.batchGen++
+	eng.batch, b.gen = b.b, eng.batchGen
+	return b, nil
+}
+
+// Commit ends a batch of Step (pkv_commit): sampled[i] is the token sampled for the batch's
+// sequence i (read where SampleRows[i] != -1; nil when none samples). On failure the batch
+// stays open.
+func (b *Batch) Commit(sampled []int32) error {
+	eng := b.engine
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if !b.live() {
+		return ErrClosed
+	}
+	err := eng.callLocked(func(*C.pkv_engine) C.pkv_status { return C.pkv_commit(b.b, int32Ptr(sampled)) })
+	if err == nil {
+		eng.batch = nil
+	}
+	return err
+}
+
+// SampleRows is, per sequence, the row whose output is sampled, or -1 (a prompt chunk).
+func (b *Batch) SampleRows() ([]int32, error) {
+	return copyInts[int32](b, b.view.SampleRows, b.NumSeqs())
+}
+
+// DrainFinished returns the requests finished since the last call (release them when read).
+func (eng *Engine) DrainFinished() ([]*Sequence, error) {
+	var out []*Sequence
+	buf := make([]uint64, 256)
+	for {
+		var got C.uint32_t
+		err := eng.call(func(e *C.pkv_engine) C.pkv_status {
+			return C.pkv_drain_finished(e, (*C.uint64_t)(unsafe.Pointer(&buf[0])), C.uint32_t(len(buf)), &got)
+		})
+		if err != nil {
+			return out, err
+		}
+		for _, id := range buf[:got] {
+			out = append(out, &Sequence{Engine: eng, ID: id})
+		}
+		if int(got) < len(buf) {
+			return out, nil
+		}
+	}
+}
+
+// DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first.
+func (eng *Engine) DrainKVEvents(max int) ([]KVEvent, error) {
+	if max <= 0 {
+		return nil, nil
+	}
+	buf := make([]KVEvent, max)
+	var got C.uint32_t
+	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
+		return C.pkv_drain_kv_events(e, (*C.pkv_kv_event)(unsafe.Pointer(&buf[0])), C.uint32_t(max), &got)
+	})
+	return buf[:got], err
+}
+
+// ResetPrefixCache evicts every cached (unreferenced) block from the prefix cache.
+func (eng *Engine) ResetPrefixCache() error {
+	return eng.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_reset_prefix_cache(e) })
+}

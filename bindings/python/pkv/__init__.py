@@ -1,0 +1,47 @@
+"""pkv: a paged KV-cache runtime for LLM inference - Python binding over libpkv (ctypes).
+
+    import pkv
+    params = pkv.Params(num_layers=2, num_q_heads=4, num_kv_heads=2, head_dim=16,
+                        dtype=pkv.DTYPE_F32, num_blocks=64, device=pkv.DEVICE_CPU)
+    with pkv.Engine(params) as engine:
+        seq = engine.allocate(prompt_tokens)          # pkv.NoSpaceError when the pool is full
+        with engine.batch([seq]) as batch:            # ends on success, aborts on an exception
+            for layer in range(params.num_layers):
+                batch.attention(layer, q, k, v, out)
+        seq.release()
+
+The raw generated layer is pkv._raw (ctypes structs and prototypes, every constant) and
+pkv.lib (the loaded ctypes.CDLL, prototypes bound).
+"""
+from . import _raw
+from ._lib import lib, path as library_path, text as _text
+from .batch import Batch, BatchView
+from .engine import Engine, Sequence
+from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
+from .errors import __all__ as _error_names
+from .hashing import block_hash, block_hash_root, block_hashes
+from .params import Params, profile
+
+# every constant of pkv.h without its PKV_ prefix: DEVICE_CPU, DTYPE_F32, FINISH_LENGTH,
+# EVENT_BLOCK_STORED, ABI_VERSION, the statuses (OK, ERR_NO_SPACE == -2), ...
+_CONSTANTS = {name[len('PKV_'):]: value for name, value in vars(_raw).items()
+              if name.startswith('PKV_') and isinstance(value, int)}
+globals().update(_CONSTANTS)
+
+
+def version():
+    """The loaded library's version, MAJOR*10000 + MINOR*100 + PATCH."""
+    return lib.pkv_version()
+
+
+def abi_version():
+    return lib.pkv_abi_version()
+
+
+def status_string(status):
+    return _text(lib.pkv_status_string(status))
+
+
+__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'block_hash',
+           'block_hash_root', 'block_hashes', 'version', 'abi_version', 'status_string',
+           'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names

@@ -1,0 +1,282 @@
+"""Engine (pkv_engine) and Sequence (a sequence id on an engine)."""
+import ctypes
+import threading
+
+from . import _raw
+from ._buffers import byte_string, int32_array
+from ._lib import lib, text
+from .errors import make_error
+from .params import Params, check, record
+
+_DTYPE_BYTES = {_raw.PKV_DTYPE_F32: 4, _raw.PKV_DTYPE_F16: 2, _raw.PKV_DTYPE_BF16: 2}
+
+
+class Engine:
+    """A KV-cache engine. Use it as a context manager, or call close(); a closed engine refuses
+    every call with ValueError. Calls on one Engine may come from several threads (each runs under
+    the engine's lock, together with reading its error message).
+
+        with pkv.Engine(pkv.Params(num_layers=2, ...)) as engine:
+            seq = engine.allocate(prompt)
+    """
+
+    def __init__(self, params=None, **fields):
+        p = Params._from_struct(_raw.pkv_engine_params.from_buffer_copy(params._c)) if params \
+            else Params()
+        for name, value in fields.items():
+            setattr(p, name, value)
+        handle = ctypes.POINTER(_raw.pkv_engine)()
+        check(lib.pkv_engine_create(ctypes.byref(p._c), ctypes.byref(handle)))
+        self._handle = handle
+        self._lock = threading.RLock()
+        self._batch = None  # the open Batch, if any (pkv allows one per engine)
+        out = _raw.pkv_engine_params(struct_size=ctypes.sizeof(_raw.pkv_engine_params))
+        self._call(lib.pkv_engine_params_get, ctypes.byref(out))
+        self.params = Params._from_struct(out)
+        budget = self.budget()
+        elem = _DTYPE_BYTES[out.dtype]
+        # bytes per new token of q/out and of k/v, for pkv_attention's size checks
+        self._q_bytes = out.num_q_heads // out.tp_size * out.head_dim * elem
+        self._kv_bytes = budget.kv_heads_per_rank * out.head_dim * elem
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self):
+        """Destroys the engine, its sequences and any open batch. Idempotent."""
+        with self._lock:
+            if self._handle is None:
+                return
+            if self._batch is not None:
+                self._batch._handle = None  # freed by pkv_engine_destroy
+                self._batch = None
+            lib.pkv_engine_destroy(self._handle)
+            self._handle = None
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, '_handle', None) is not None:
+            try:
+                self.close()
+            except Exception:  # at interpreter shutdown the modules may be gone
+                pass
+
+    def _call(self, fn, *args):
+        """fn(handle, *args) under the lock; a failure raises with the engine's message."""
+        with self._lock:
+            if self._handle is None:
+                raise ValueError('pkv engine is closed')
+            status = fn(self._handle, *args)
+            if status != _raw.PKV_OK:
+                raise make_error(status, text(lib.pkv_engine_last_error(self._handle)))
+
+    @property
+    def last_error(self):
+        with self._lock:
+            return text(lib.pkv_engine_last_error(self._handle)) if self._handle else ''
+
+    # ------------------------------------------------------------------ sequences
+    def allocate(self, tokens, salt=None):
+        """Admits a prompt (pkv_allocate); returns its Sequence, whose num_cached_tokens says how
+        many tokens the prefix cache served. NoSpaceError: nothing changed."""
+        arr, n = int32_array(tokens)
+        sp, keep = _seq_params(salt)
+        seq, cached = ctypes.c_uint64(), ctypes.c_uint32()
+        self._call(lib.pkv_allocate, arr, n, sp, ctypes.byref(seq), ctypes.byref(cached))
+        del keep
+        return Sequence(self, seq.value, cached.value)
+
+    def allocate_query(self, tokens, salt=None):
+        """(free blocks pkv_allocate would take now, tokens it would find cached); changes nothing."""
+        arr, n = int32_array(tokens)
+        sp, keep = _seq_params(salt)
+        blocks, cached = ctypes.c_uint32(), ctypes.c_uint32()
+        self._call(lib.pkv_allocate_query, arr, n, sp, ctypes.byref(blocks), ctypes.byref(cached))
+        del keep
+        return blocks.value, cached.value
+
+    def sequence(self, seq_id):
+        """The Sequence object of an existing id (e.g. one read from a BatchView)."""
+        return Sequence(self, int(seq_id), 0)
+
+    # ------------------------------------------------------------------ steps
+    def batch(self, seqs, num_new_tokens=None):
+        """Plans one step over seqs (Sequence objects or ids): pkv_batch_begin. Use the Batch as
+        a context manager: it ends on success and is aborted on an exception."""
+        from .batch import Batch
+        ids, n = _ids(seqs)
+        counts = None
+        if num_new_tokens is not None:
+            counts = (ctypes.c_uint32 * n)(*num_new_tokens)
+            if len(num_new_tokens) != n:
+                raise ValueError('num_new_tokens needs one count per sequence')
+        handle = ctypes.POINTER(_raw.pkv_batch)()
+        with self._lock:
+            self._call(lib.pkv_batch_begin, ids, counts, n, ctypes.byref(handle))
+            self._batch = Batch(self, handle)
+            return self._batch
+
+    # ------------------------------------------------------------------ scheduler
+    def submit(self, prompt, max_new_tokens=16, stop_token=-1, priority=0, salt=None):
+        """Queues a request for the scheduler (pkv_submit); returns its Sequence."""
+        arr, n = int32_array(prompt, 'prompt')
+        rp = _raw.pkv_request_params()
+        check(lib.pkv_request_params_init(ctypes.byref(rp), ctypes.sizeof(rp)))
+        rp.max_new_tokens, rp.stop_token, rp.priority = max_new_tokens, stop_token, priority
+        data, rp.cache_salt_len = byte_string(salt)
+        buf = ctypes.create_string_buffer(data, rp.cache_salt_len) if data is not None else None
+        rp.cache_salt = ctypes.cast(buf, ctypes.c_void_p) if buf is not None else None
+        seq = ctypes.c_uint64()
+        self._call(lib.pkv_submit, arr, n, ctypes.byref(rp), ctypes.byref(seq))
+        return Sequence(self, seq.value, 0)
+
+    def step(self):
+        """The scheduler's next batch (pkv_step), or None when nothing is to run. Run it, then
+        batch.commit(sampled_tokens) (or abort it)."""
+        from .batch import Batch
+        handle = ctypes.POINTER(_raw.pkv_batch)()
+        with self._lock:
+            self._call(lib.pkv_step, ctypes.byref(handle))
+            if not handle:
+                return None
+            self._batch = Batch(self, handle)
+            return self._batch
+
+    def drain_finished(self):
+        """The requests finished since the last call, as Sequences (release them when read)."""
+        out, got = [], ctypes.c_uint32()
+        buf = (ctypes.c_uint64 * 256)()
+        while True:
+            self._call(lib.pkv_drain_finished, buf, len(buf), ctypes.byref(got))
+            out += [Sequence(self, i, 0) for i in buf[:got.value]]
+            if got.value < len(buf):
+                return out
+
+    def drain_kv_events(self, max_events=4096):
+        """Up to max_events queued KV events (enable_kv_events), oldest first, as namespaces
+        with type, num_tokens, seq_no, block_hash, parent_hash."""
+        buf = (_raw.pkv_kv_event * max_events)()
+        got = ctypes.c_uint32()
+        self._call(lib.pkv_drain_kv_events, buf, max_events, ctypes.byref(got))
+        return [record(ev) for ev in buf[:got.value]]
+
+    def reset_prefix_cache(self):
+        """Evicts every cached (unreferenced) block from the prefix cache."""
+        self._call(lib.pkv_reset_prefix_cache)
+
+    # ------------------------------------------------------------------ state
+    def stats(self):
+        return self._get(_raw.pkv_stats, lib.pkv_engine_stats)
+
+    def budget(self):
+        return self._get(_raw.pkv_kv_budget, lib.pkv_engine_budget)
+
+    def pool_info(self):
+        return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
+
+    def check(self):
+        """Checks every block-manager invariant (pkv_engine_check); InternalError if one fails."""
+        self._call(lib.pkv_engine_check)
+
+    def set_stream(self, cuda_stream):
+        """The CUDA stream (an int address, or None for the default one) pkv_attention runs on."""
+        self._call(lib.pkv_engine_set_stream, cuda_stream)
+
+    def _get(self, struct_type, fn, *args):
+        out = struct_type(struct_size=ctypes.sizeof(struct_type))
+        self._call(fn, *args, ctypes.byref(out))
+        return record(out)
+
+    def _array(self, fn, seq_id):
+        """A variable-size int32 output: asks the length, then copies, under one lock."""
+        n = ctypes.c_uint32()
+        with self._lock:
+            self._call(fn, ctypes.c_uint64(seq_id), None, 0, ctypes.byref(n))
+            out = (ctypes.c_int32 * n.value)()
+            self._call(fn, ctypes.c_uint64(seq_id), out, n.value, ctypes.byref(n))
+        return list(out[:n.value])
+
+    def __repr__(self):
+        return '<pkv.Engine %s>' % ('closed' if self.closed else repr(self.params))
+
+
+class Sequence:
+    """A sequence of an Engine. As a context manager it is released on exit."""
+
+    __slots__ = ('engine', 'id', 'num_cached_tokens')
+
+    def __init__(self, engine, seq_id, num_cached_tokens):
+        self.engine, self.id, self.num_cached_tokens = engine, seq_id, num_cached_tokens
+
+    def append(self, tokens):
+        """Reserves slots for more tokens (pkv_append); NoSpaceError: nothing changed."""
+        arr, n = int32_array(tokens)
+        self.engine._call(lib.pkv_append, ctypes.c_uint64(self.id), arr, n)
+
+    def fork(self):
+        """A new Sequence sharing every block of this one (copy-on-write)."""
+        child = ctypes.c_uint64()
+        self.engine._call(lib.pkv_fork, ctypes.c_uint64(self.id), ctypes.byref(child))
+        return Sequence(self.engine, child.value, self.num_cached_tokens)
+
+    def release(self):
+        self.engine._call(lib.pkv_release, ctypes.c_uint64(self.id))
+
+    def preempt(self):
+        self.engine._call(lib.pkv_preempt, ctypes.c_uint64(self.id))
+
+    def resume(self):
+        """Re-admits a preempted sequence; returns (and remembers) its cached-token count."""
+        cached = ctypes.c_uint32()
+        self.engine._call(lib.pkv_resume, ctypes.c_uint64(self.id), ctypes.byref(cached))
+        self.num_cached_tokens = cached.value
+        return cached.value
+
+    def info(self):
+        return self.engine._get(_raw.pkv_seq_info, lib.pkv_seq_info, ctypes.c_uint64(self.id))
+
+    def block_table(self):
+        return self.engine._array(lib.pkv_seq_block_table, self.id)
+
+    def tokens(self):
+        return self.engine._array(lib.pkv_seq_tokens, self.id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self.engine.closed:
+            self.release()
+
+    def __eq__(self, other):
+        return isinstance(other, Sequence) and (self.engine, self.id) == (other.engine, other.id)
+
+    def __hash__(self):
+        return hash((id(self.engine), self.id))
+
+    def __repr__(self):
+        return '<pkv.Sequence %d>' % self.id
+
+
+def _ids(seqs):
+    ids = [s.id if isinstance(s, Sequence) else int(s) for s in seqs]
+    return (ctypes.c_uint64 * len(ids))(*ids), len(ids)
+
+
+def _seq_params(salt):
+    """(pointer to pkv_seq_params or None, objects to keep alive during the call)."""
+    data, n = byte_string(salt)
+    if data is None:
+        return None, None
+    sp = _raw.pkv_seq_params()
+    check(lib.pkv_seq_params_init(ctypes.byref(sp), ctypes.sizeof(sp)))
+    buf = ctypes.create_string_buffer(data, n)
+    sp.cache_salt_len, sp.cache_salt = n, ctypes.cast(buf, ctypes.c_void_p)
+    return ctypes.byref(sp), (sp, buf)

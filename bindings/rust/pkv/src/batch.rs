@@ -1,0 +1,258 @@
+//! `Batch`: one forward step's plan (`pkv_batch_begin` .. `pkv_batch_end`), aborted on drop.
+use std::os::raw::c_void;
+use std::ptr;
+use std::slice;
+
+use pkv_sys as sys;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result, Status};
+use crate::library::{call, sized};
+use crate::params::{Device, Dtype};
+
+/// An element type `attention` takes from host slices: `f32` for F32 engines, `u16` (the raw
+/// bits) for F16 and BF16 ones.
+pub trait Element: Copy + private::Sealed {
+    #[doc(hidden)]
+    fn fits(dtype: Dtype) -> bool;
+}
+impl Element for f32 {
+    fn fits(dtype: Dtype) -> bool {
+        dtype == Dtype::F32
+    }
+}
+impl Element for u16 {
+    fn fits(dtype: Dtype) -> bool {
+        dtype == Dtype::F16 || dtype == Dtype::Bf16
+    }
+}
+mod private {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u16 {}
+}
+
+/// An open batch. It borrows its engine, so the engine cannot be closed while it is open.
+/// `end()` commits the step; dropping it without `end()` aborts it (`pkv_batch_abort`):
+///
+/// ```compile_fail,E0505
+/// let engine = pkv::Engine::new(&pkv::Params::new().unwrap()).unwrap();
+/// let batch = engine.batch(&[], None).unwrap();
+/// engine.close(); // error[E0505]: cannot move out of `engine` because it is borrowed
+/// batch.end().unwrap();
+/// ```
+pub struct Batch<'e> {
+    engine: &'e Engine,
+    raw: *mut sys::pkv_batch,
+    view: sys::pkv_batch_view,
+}
+
+// SAFETY: pkv serializes calls on an engine's batches and allows them from any thread.
+unsafe impl Send for Batch<'_> {}
+
+/// The step's plan (`pkv_batch_view`) as slices borrowed from the batch; layouts as in pkv.h.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchView<'b> {
+    pub num_seqs: u32,
+    pub num_tokens: u32,
+    pub max_blocks_per_seq: u32,
+    pub max_query_len: u32,
+    pub max_context_len: u32,
+    pub block_size: u32,
+    /// `[num_seqs]`
+    pub seq_ids: &'b [u64],
+    /// `[num_seqs + 1]`: new tokens of seq i are rows `query_start[i] .. query_start[i+1]`.
+    pub query_start: &'b [i32],
+    /// `[num_tokens]`
+    pub positions: &'b [i32],
+    /// `[num_tokens]`: block * block_size + offset; -1 = skip.
+    pub slot_mapping: &'b [i64],
+    /// `[num_seqs]`
+    pub context_lens: &'b [i32],
+    /// `[num_seqs + 1]`
+    pub block_indptr: &'b [i32],
+    /// `[block_indptr[num_seqs]]`
+    pub block_indices: &'b [i32],
+    /// `[num_seqs]`
+    pub last_block_len: &'b [i32],
+    /// `[num_seqs * max_blocks_per_seq]`, padded with -1.
+    pub block_tables: &'b [i32],
+    /// `[num_copies]`: copy-on-write copies to do before any write of the step.
+    pub copy_src: &'b [i32],
+    pub copy_dst: &'b [i32],
+    /// `[num_seqs]`: the row sampled when the step completes the sequence's tokens, else -1.
+    pub sample_rows: &'b [i32],
+}
+
+/// A slice of `len` elements at `p`; empty for len 0 (pkv may give NULL then).
+unsafe fn view_slice<'b, T>(p: *const T, len: usize) -> &'b [T] {
+    if len == 0 || p.is_null() {
+        &[]
+    } else {
+        slice::from_raw_parts(p, len)
+    }
+}
+
+impl<'e> Batch<'e> {
+    /// Takes over an open batch of `engine` (freed by end, abort or drop).
+    pub(crate) fn from_raw(engine: &'e Engine, raw: *mut sys::pkv_batch) -> Result<Batch<'e>> {
+        let mut batch = Batch { engine, raw, view: sized!(sys::pkv_batch_view) };
+        if raw.is_null() {
+            return Err(Error::new(Status::Internal, "pkv gave a NULL batch"));
+        }
+        // SAFETY: the batch is open; view is a full struct. On error, drop aborts the batch.
+        unsafe { call!(engine.library(), pkv_batch_info(raw, &mut batch.view))? };
+        Ok(batch)
+    }
+
+    pub fn engine(&self) -> &'e Engine {
+        self.engine
+    }
+
+    /// The handle, for calls through `pkv-sys`. Valid while `self` lives.
+    pub fn as_raw(&self) -> *mut sys::pkv_batch {
+        self.raw
+    }
+
+    /// New tokens in the step: the rows of q, k, v and out.
+    pub fn num_tokens(&self) -> usize {
+        self.view.num_tokens as usize
+    }
+
+    pub fn view(&self) -> BatchView<'_> {
+        let v = &self.view;
+        let (seqs, tokens) = (v.num_seqs as usize, v.num_tokens as usize);
+        // SAFETY: the arrays live as long as the batch and have the lengths pkv.h gives.
+        unsafe {
+            let indptr = view_slice(v.block_indptr, seqs + 1);
+            let num_indices = indptr.last().map_or(0, |&n| n.max(0) as usize);
+            BatchView {
+                num_seqs: v.num_seqs,
+                num_tokens: v.num_tokens,
+                max_blocks_per_seq: v.max_blocks_per_seq,
+                max_query_len: v.max_query_len,
+                max_context_len: v.max_context_len,
+                block_size: v.block_size,
+                seq_ids: view_slice(v.seq_ids, seqs),
+                query_start: view_slice(v.query_start, seqs + 1),
+                positions: view_slice(v.positions, tokens),
+                slot_mapping: view_slice(v.slot_mapping, tokens),
+                context_lens: view_slice(v.context_lens, seqs),
+                block_indptr: indptr,
+                block_indices: view_slice(v.block_indices, num_indices),
+                last_block_len: view_slice(v.last_block_len, seqs),
+                block_tables: view_slice(v.block_tables, seqs * v.max_blocks_per_seq as usize),
+                copy_src: view_slice(v.copy_src, v.num_copies as usize),
+                copy_dst: view_slice(v.copy_dst, v.num_copies as usize),
+                sample_rows: view_slice(v.sample_rows, seqs),
+            }
+        }
+    }
+
+    /// `pkv_attention` on a CPU engine, from host slices: q and out hold
+    /// `num_tokens * (num_q_heads / tp_size) * head_dim` elements, k and v
+    /// `num_tokens * kv_heads_per_rank * head_dim` (longer slices are fine; only those are used).
+    pub fn attention<T: Element>(
+        &mut self,
+        layer: u32,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
+        let engine = self.engine;
+        let (p, pool) = (engine.params(), engine.pool_info());
+        if engine.device() != Some(Device::Cpu) {
+            return Err(invalid(
+                Status::Unsupported,
+                "attention: host slices need a CPU engine; use attention_raw",
+            ));
+        }
+        if !engine.dtype().map_or(false, T::fits) {
+            return Err(invalid(
+                Status::InvalidArgument,
+                "attention: element type does not match the engine's dtype",
+            ));
+        }
+        let rows = self.num_tokens();
+        let q_len = rows * (p.raw().num_q_heads / p.raw().tp_size.max(1)) as usize * pool.head_dim as usize;
+        let kv_len = rows * pool.kv_heads as usize * pool.head_dim as usize;
+        if q.len() < q_len || out.len() < q_len || k.len() < kv_len || v.len() < kv_len {
+            return Err(invalid(
+                Status::InvalidArgument,
+                &format!("attention: q and out need {} elements, k and v {}", q_len, kv_len),
+            ));
+        }
+        // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others.
+        unsafe {
+            self.attention_raw(
+                layer,
+                q.as_ptr().cast(),
+                k.as_ptr().cast(),
+                v.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+            )
+        }
+    }
+
+    /// `pkv_attention` with raw pointers (device pointers on a CUDA engine).
+    ///
+    /// # Safety
+    /// The pointers must be valid for the sizes `pkv_attention` documents, on the engine's
+    /// device, and `out` must not alias the others.
+    pub unsafe fn attention_raw(
+        &mut self,
+        layer: u32,
+        q: *const c_void,
+        k: *const c_void,
+        v: *const c_void,
+        out: *mut c_void,
+    ) -> Result<()> {
+        call!(self.engine.library(), pkv_attention(self.raw, layer, q, k, v, out))
+    }
+
+    /// The step ran (`pkv_batch_end`): its tokens become computed, full blocks are sealed into
+    /// the prefix cache. The batch is freed even when this fails.
+    pub fn end(mut self) -> Result<()> {
+        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        // SAFETY: raw is open; pkv frees it whatever the status.
+        unsafe { call!(self.engine.library(), pkv_batch_end(raw)) }
+    }
+
+    /// The step did not run (`pkv_batch_abort`): nothing becomes computed. Dropping does the same.
+    pub fn abort(self) {}
+
+    /// Ends a batch of `Engine::step` (`pkv_commit`): `sampled_tokens[i]` for every sequence
+    /// whose `sample_rows[i]` is not -1 (the others are ignored). On error the batch is aborted.
+    pub fn commit(mut self, sampled_tokens: &[i32]) -> Result<()> {
+        if sampled_tokens.len() < self.view.num_seqs as usize
+            && self.view().sample_rows.iter().any(|&r| r >= 0)
+        {
+            return Err(invalid(
+                Status::InvalidArgument,
+                "commit: sampled_tokens needs one token per sequence of the batch",
+            ));
+        }
+        let tokens = if sampled_tokens.is_empty() { ptr::null() } else { sampled_tokens.as_ptr() };
+        // SAFETY: the batch is open; tokens has num_seqs elements or is NULL.
+        unsafe { call!(self.engine.library(), pkv_commit(self.raw, tokens))? };
+        self.raw = ptr::null_mut(); // freed by pkv_commit's success
+        Ok(())
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        if let Ok(abort) = &self.engine.library().raw().pkv_batch_abort {
+            // SAFETY: the batch is open and its engine alive (borrowed).
+            unsafe { abort(self.raw) };
+        }
+    }
+}
+
+fn invalid(status: Status, message: &str) -> Error {
+    Error::new(status, message.to_string())
+}

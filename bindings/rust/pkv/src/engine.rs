@@ -1,0 +1,285 @@
+//! `Engine`: one pkv engine (a KV pool and its sequences), destroyed on drop.
+use std::os::raw::c_void;
+use std::ptr::{self, NonNull};
+
+use pkv_sys as sys;
+
+use crate::batch::Batch;
+use crate::error::{Error, Result, Status};
+use crate::library::{call, count, sized, Library};
+use crate::params::{Device, Dtype, KvBudget, Params};
+
+/// Pool counters (`pkv_stats`).
+pub type Stats = sys::pkv_stats;
+/// One sequence's state (`struct pkv_seq_info`).
+pub type SeqInfo = sys::pkv_seq_info;
+/// Where the pool is, for a host's own kernels (`struct pkv_pool_info`).
+pub type PoolInfo = sys::pkv_pool_info;
+
+/// A sequence id of one engine (never 0, never reused). Plain data: the engine says
+/// `Status::NotFound` for one released or from another engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Seq(pub u64);
+
+/// What `Engine::allocate` admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub seq: Seq,
+    /// Prompt tokens whose KV was already cached: they count as computed.
+    pub num_cached_tokens: u32,
+}
+
+/// What `Engine::allocate_query` found, changing nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocationQuery {
+    /// Free blocks the allocation would take (new ones plus cached ones it would revive).
+    pub num_blocks: u32,
+    pub num_cached_tokens: u32,
+}
+
+/// An engine. Calls on it are serialized inside pkv, so it is `Send + Sync` and every method
+/// takes `&self`; error messages are read from the calling thread's `pkv_last_error()`.
+/// `close()` (or drop) destroys it; no handle or batch can outlive it:
+///
+/// ```compile_fail,E0382
+/// let engine = pkv::Engine::new(&pkv::Params::new().unwrap()).unwrap();
+/// engine.close();
+/// engine.stats(); // error[E0382]: use of moved value
+/// ```
+pub struct Engine {
+    raw: NonNull<sys::pkv_engine>,
+    lib: &'static Library,
+    params: sys::pkv_engine_params,
+    pool: sys::pkv_pool_info,
+}
+
+// SAFETY: pkv serializes the calls on one engine and allows them from any thread.
+unsafe impl Send for Engine {}
+unsafe impl Sync for Engine {}
+
+impl Engine {
+    /// Creates an engine (`pkv_engine_create`) in the library `params` came from.
+    pub fn new(params: &Params) -> Result<Engine> {
+        let lib = params.library();
+        let mut raw = ptr::null_mut();
+        // SAFETY: params is a full struct; raw receives the handle.
+        unsafe { call!(lib, pkv_engine_create(params.raw(), &mut raw))? };
+        let raw =
+            NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "pkv_engine_create gave NULL"))?;
+        // From here on, an early return destroys the engine (Drop).
+        let mut engine =
+            Engine { raw, lib, params: sized!(sys::pkv_engine_params), pool: sized!(sys::pkv_pool_info) };
+        let (mut p, mut pool) = (sized!(sys::pkv_engine_params), sized!(sys::pkv_pool_info));
+        // SAFETY: engine.raw is live; both structs are full ones.
+        unsafe {
+            call!(lib, pkv_engine_params_get(engine.as_raw(), &mut p))?;
+            call!(lib, pkv_pool_info(engine.as_raw(), &mut pool))?;
+        }
+        engine.params = p;
+        engine.pool = pool;
+        Ok(engine)
+    }
+
+    /// Destroys the engine now (as dropping it does).
+    pub fn close(self) {}
+
+    pub fn library(&self) -> &'static Library {
+        self.lib
+    }
+
+    /// The handle, for calls through `pkv-sys`. Valid while `self` lives.
+    pub fn as_raw(&self) -> *mut sys::pkv_engine {
+        self.raw.as_ptr()
+    }
+
+    /// The effective parameters (num_blocks and device resolved), as of creation.
+    pub fn params(&self) -> Params {
+        Params::from_raw(self.params, self.lib)
+    }
+
+    /// The pool's layout (`pkv_pool_info`), as of creation.
+    pub fn pool_info(&self) -> PoolInfo {
+        self.pool
+    }
+
+    pub fn device(&self) -> Option<Device> {
+        Device::from_code(self.pool.device)
+    }
+
+    pub fn dtype(&self) -> Option<Dtype> {
+        Dtype::from_code(self.pool.dtype)
+    }
+
+    /// The pool's KV budget (`pkv_engine_budget`).
+    pub fn budget(&self) -> Result<KvBudget> {
+        let mut out = sized!(sys::pkv_kv_budget);
+        // SAFETY: live handle, full struct.
+        unsafe { call!(self.lib, pkv_engine_budget(self.as_raw(), &mut out))? };
+        Ok(out)
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        let mut out = sized!(sys::pkv_stats);
+        // SAFETY: live handle, full struct.
+        unsafe { call!(self.lib, pkv_engine_stats(self.as_raw(), &mut out))? };
+        Ok(out)
+    }
+
+    /// Admits a prompt (`pkv_allocate`); `salt` keeps tenants' blocks apart. `Status::NoSpace`:
+    /// not enough free blocks, nothing changed.
+    pub fn allocate(&self, tokens: &[i32], salt: Option<&[u8]>) -> Result<Allocation> {
+        let n = count(tokens.len(), "tokens")?;
+        let sp = self.seq_params(salt)?;
+        let (mut seq, mut cached) = (0u64, 0u32);
+        // SAFETY: tokens has n elements; sp borrows salt, which outlives the call.
+        unsafe {
+            call!(
+                self.lib,
+                pkv_allocate(self.as_raw(), tokens.as_ptr(), n, sp_ptr(&sp), &mut seq, &mut cached)
+            )?
+        };
+        Ok(Allocation { seq: Seq(seq), num_cached_tokens: cached })
+    }
+
+    /// What `allocate` would take now (`pkv_allocate_query`); changes nothing.
+    pub fn allocate_query(&self, tokens: &[i32], salt: Option<&[u8]>) -> Result<AllocationQuery> {
+        let n = count(tokens.len(), "tokens")?;
+        let sp = self.seq_params(salt)?;
+        let (mut blocks, mut cached) = (0u32, 0u32);
+        // SAFETY: as in allocate.
+        unsafe {
+            call!(
+                self.lib,
+                pkv_allocate_query(self.as_raw(), tokens.as_ptr(), n, sp_ptr(&sp), &mut blocks, &mut cached)
+            )?
+        };
+        Ok(AllocationQuery { num_blocks: blocks, num_cached_tokens: cached })
+    }
+
+    /// Reserves slots for more tokens of `seq` (`pkv_append`); `Status::NoSpace`: nothing changed.
+    pub fn append(&self, seq: Seq, tokens: &[i32]) -> Result<()> {
+        let n = count(tokens.len(), "tokens")?;
+        // SAFETY: tokens has n elements.
+        unsafe { call!(self.lib, pkv_append(self.as_raw(), seq.0, tokens.as_ptr(), n)) }
+    }
+
+    /// A new sequence sharing every block of `parent` (`pkv_fork`).
+    pub fn fork(&self, parent: Seq) -> Result<Seq> {
+        let mut child = 0u64;
+        // SAFETY: live handle, child receives the id.
+        unsafe { call!(self.lib, pkv_fork(self.as_raw(), parent.0, &mut child))? };
+        Ok(Seq(child))
+    }
+
+    /// Ends a sequence (`pkv_release`); its full computed blocks stay cached.
+    pub fn release(&self, seq: Seq) -> Result<()> {
+        // SAFETY: live handle.
+        unsafe { call!(self.lib, pkv_release(self.as_raw(), seq.0)) }
+    }
+
+    /// Gives back `seq`'s blocks, keeping its tokens (`pkv_preempt`).
+    pub fn preempt(&self, seq: Seq) -> Result<()> {
+        // SAFETY: live handle.
+        unsafe { call!(self.lib, pkv_preempt(self.as_raw(), seq.0)) }
+    }
+
+    /// Re-admits a preempted sequence (`pkv_resume`); returns its cached-token count.
+    pub fn resume(&self, seq: Seq) -> Result<u32> {
+        let mut cached = 0u32;
+        // SAFETY: live handle.
+        unsafe { call!(self.lib, pkv_resume(self.as_raw(), seq.0, &mut cached))? };
+        Ok(cached)
+    }
+
+    pub fn seq_info(&self, seq: Seq) -> Result<SeqInfo> {
+        let mut out = sized!(sys::pkv_seq_info);
+        // SAFETY: live handle, full struct.
+        unsafe { call!(self.lib, pkv_seq_info(self.as_raw(), seq.0, &mut out))? };
+        Ok(out)
+    }
+
+    /// `seq`'s block table: physical block ids, in order (`pkv_seq_block_table`).
+    pub fn block_table(&self, seq: Seq) -> Result<Vec<i32>> {
+        self.read_i32s(|out, cap, len| unsafe {
+            // SAFETY: out has cap elements (or is NULL with cap 0).
+            call!(self.lib, pkv_seq_block_table(self.as_raw(), seq.0, out, cap, len))
+        })
+    }
+
+    /// `seq`'s token ids (`pkv_seq_tokens`).
+    pub fn tokens(&self, seq: Seq) -> Result<Vec<i32>> {
+        self.read_i32s(|out, cap, len| unsafe {
+            // SAFETY: out has cap elements (or is NULL with cap 0).
+            call!(self.lib, pkv_seq_tokens(self.as_raw(), seq.0, out, cap, len))
+        })
+    }
+
+    /// Plans one step over `seqs` (`pkv_batch_begin`): each computes its next `num_new_tokens[i]`
+    /// uncomputed tokens, or all of them when `num_new_tokens` is `None`.
+    pub fn batch(&self, seqs: &[Seq], num_new_tokens: Option<&[u32]>) -> Result<Batch<'_>> {
+        let n = count(seqs.len(), "seqs")?;
+        if num_new_tokens.map_or(false, |c| c.len() != seqs.len()) {
+            return Err(Error::new(Status::InvalidArgument, "num_new_tokens: one count per sequence"));
+        }
+        let ids: Vec<u64> = seqs.iter().map(|s| s.0).collect();
+        let counts = num_new_tokens.map_or(ptr::null(), |c| c.as_ptr());
+        let mut raw = ptr::null_mut();
+        // SAFETY: ids and counts have n elements (counts may be NULL); raw receives the batch.
+        unsafe { call!(self.lib, pkv_batch_begin(self.as_raw(), ids.as_ptr(), counts, n, &mut raw))? };
+        Batch::from_raw(self, raw)
+    }
+
+    /// Sets the CUDA stream `pkv_attention` runs on (`pkv_engine_set_stream`).
+    ///
+    /// # Safety
+    /// `stream` must be a `cudaStream_t` valid while the engine uses it (NULL on a CPU engine).
+    pub unsafe fn set_stream(&self, stream: *mut c_void) -> Result<()> {
+        call!(self.lib, pkv_engine_set_stream(self.as_raw(), stream))
+    }
+
+    /// Checks every block-manager invariant (`pkv_engine_check`): for tests.
+    pub fn check(&self) -> Result<()> {
+        // SAFETY: live handle.
+        unsafe { call!(self.lib, pkv_engine_check(self.as_raw())) }
+    }
+
+    fn seq_params(&self, salt: Option<&[u8]>) -> Result<Option<sys::pkv_seq_params>> {
+        let salt = match salt {
+            None | Some([]) => return Ok(None),
+            Some(salt) => salt,
+        };
+        let mut sp = sized!(sys::pkv_seq_params);
+        // SAFETY: sp is a full struct.
+        unsafe { call!(self.lib, pkv_seq_params_init(&mut sp, sp.struct_size))? };
+        sp.cache_salt_len = count(salt.len(), "salt")?;
+        sp.cache_salt = salt.as_ptr() as *const c_void;
+        Ok(Some(sp))
+    }
+
+    /// Reads a variable-size array: asks its length (a short buffer is InvalidArgument with the
+    /// length written), then fills a buffer of that length.
+    fn read_i32s(&self, read: impl Fn(*mut i32, u32, *mut u32) -> Result<()>) -> Result<Vec<i32>> {
+        let mut len = 0u32;
+        match read(ptr::null_mut(), 0, &mut len) {
+            Err(e) if !(e.status() == Status::InvalidArgument && len > 0) => return Err(e),
+            _ => {}
+        }
+        let mut out = vec![0i32; len as usize];
+        read(out.as_mut_ptr(), len, &mut len)?;
+        out.truncate(len as usize);
+        Ok(out)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Ok(destroy) = &self.lib.raw().pkv_engine_destroy {
+            // SAFETY: the handle is live and no batch borrows the engine any more.
+            unsafe { destroy(self.as_raw()) };
+        }
+    }
+}
+
+fn sp_ptr(sp: &Option<sys::pkv_seq_params>) -> *const sys::pkv_seq_params {
+    sp.as_ref().map_or(ptr::null(), |p| p as *const _)
+}

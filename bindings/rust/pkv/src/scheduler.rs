@@ -1,0 +1,106 @@
+//! Continuous batching (`pkv_submit`, `pkv_step`, `pkv_commit`) and KV events on an `Engine`.
+use std::os::raw::c_void;
+use std::ptr;
+
+use pkv_sys as sys;
+
+use crate::batch::Batch;
+use crate::engine::{Engine, Seq};
+use crate::error::Result;
+use crate::library::{call, count, sized};
+
+/// One KV event (`pkv_kv_event`; `type_` is a `PKV_EVENT_*`).
+pub type KvEvent = sys::pkv_kv_event;
+
+/// A request's options for `Engine::submit` (`pkv_request_params`); `Default` = pkv's defaults
+/// as documented in pkv.h (16 new tokens, no stop token, priority 0, no salt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub max_new_tokens: u32,
+    /// Finishing token (kept in the sequence).
+    pub stop_token: Option<i32>,
+    /// Larger runs first; ties run oldest first.
+    pub priority: i32,
+    pub cache_salt: &'a [u8],
+}
+
+impl Default for Request<'_> {
+    fn default() -> Self {
+        Request { max_new_tokens: 16, stop_token: None, priority: 0, cache_salt: &[] }
+    }
+}
+
+impl Engine {
+    /// Queues a request (`pkv_submit`); its id reads like any sequence's, until `release`.
+    pub fn submit(&self, prompt: &[i32], request: &Request<'_>) -> Result<Seq> {
+        let n = count(prompt.len(), "prompt")?;
+        let mut rp = sized!(sys::pkv_request_params);
+        let mut seq = 0u64;
+        // SAFETY: rp is a full struct; prompt has n elements and the salt outlives the call.
+        unsafe {
+            call!(self.library(), pkv_request_params_init(&mut rp, rp.struct_size))?;
+            rp.max_new_tokens = request.max_new_tokens;
+            rp.stop_token = request.stop_token.unwrap_or(-1);
+            rp.priority = request.priority;
+            rp.cache_salt_len = count(request.cache_salt.len(), "cache_salt")?;
+            if !request.cache_salt.is_empty() {
+                rp.cache_salt = request.cache_salt.as_ptr() as *const c_void;
+            }
+            call!(self.library(), pkv_submit(self.as_raw(), prompt.as_ptr(), n, &rp, &mut seq))?;
+        }
+        Ok(Seq(seq))
+    }
+
+    /// The scheduler's next step (`pkv_step`); `None` when nothing is left to run. End the batch
+    /// with `Batch::commit`.
+    pub fn step(&self) -> Result<Option<Batch<'_>>> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: live handle; raw receives the batch or NULL.
+        unsafe { call!(self.library(), pkv_step(self.as_raw(), &mut raw))? };
+        if raw.is_null() {
+            return Ok(None);
+        }
+        Batch::from_raw(self, raw).map(Some)
+    }
+
+    /// The requests finished since the last call (`pkv_drain_finished`).
+    pub fn drain_finished(&self) -> Result<Vec<Seq>> {
+        let mut all = Vec::new();
+        let mut chunk = [0u64; 64];
+        loop {
+            let mut len = 0u32;
+            // SAFETY: chunk has 64 elements.
+            unsafe {
+                call!(self.library(), pkv_drain_finished(self.as_raw(), chunk.as_mut_ptr(), 64, &mut len))?
+            };
+            all.extend(chunk[..len as usize].iter().map(|&id| Seq(id)));
+            if len < 64 {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// The queued KV events, oldest first (`pkv_drain_kv_events`; needs `Params::kv_events`).
+    pub fn drain_kv_events(&self) -> Result<Vec<KvEvent>> {
+        let mut all: Vec<KvEvent> = Vec::new();
+        loop {
+            all.reserve(256);
+            let (mut len, spare) = (0u32, (all.capacity() - all.len()).min(u32::MAX as usize));
+            // SAFETY: the spare capacity holds `spare` events; pkv writes `len` of them.
+            unsafe {
+                let out = all.as_mut_ptr().add(all.len());
+                call!(self.library(), pkv_drain_kv_events(self.as_raw(), out, spare as u32, &mut len))?;
+                all.set_len(all.len() + len as usize);
+            }
+            if (len as usize) < spare {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Evicts every cached (ref-0) block (`pkv_reset_prefix_cache`).
+    pub fn reset_prefix_cache(&self) -> Result<()> {
+        // SAFETY: live handle.
+        unsafe { call!(self.library(), pkv_reset_prefix_cache(self.as_raw())) }
+    }
+}
