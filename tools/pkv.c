@@ -1,6 +1,7 @@
 /*
  * pkv.c - the pkv command-line tool: dispatch to its commands.
  *
+ *   pkv demo      a tiny transformer served through pkv, against contiguous KV
  *   pkv profile   how many KV blocks (tokens, sequences) fit, from a Hugging Face config.json
  *   pkv simulate  a serving workload through the block manager, with its numbers
  *
@@ -21,6 +22,7 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"demo", cmd_demo, "serve a tiny built-in transformer through pkv, vs contiguous KV"},
     {"profile", cmd_profile, "KV budget: blocks, tokens and sequences that fit in memory"},
     {"simulate", cmd_simulate, "run a synthetic serving workload through the block manager"},
 };
@@ -45,6 +47,7 @@ static void print_usage(FILE *f) {
           "512MiB, 1.5GB or 4096 (bytes).\n"
           "\n"
           "examples:\n"
+          "  pkv demo\n"
           "  pkv profile --config tools/configs/llama-3-8b.json --memory 80GiB --tp 1\n"
           "  pkv simulate --requests 400 --seed 1\n");
 }

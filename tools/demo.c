@@ -1,0 +1,244 @@
+/*
+ * demo.c - `pkv demo`: a tiny transformer (model.c) serves a synthetic multi-tenant workload
+ * (demo_workload.c) end to end through pkv's scheduler and paged attention (demo_paged.c), then
+ * the same workload through a contiguous-KV baseline in the same memory (demo_contig.c). Prints
+ * throughput, time to first token, prefix-cache hits, KV utilization and preemptions of both, and
+ * checks that both generated the same tokens. No arguments needed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pkv/pkv.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "demo.h"
+
+static void defaults(demo_options *o) {
+  memset(o, 0, sizeof *o);
+  o->num_requests = 64, o->num_tenants = 4, o->num_layers = 2, o->seed = 1;
+  o->block_size = 16, o->num_blocks = 192, o->max_num_seqs = 32, o->step_tokens = 512;
+  o->max_model_len = 1024, o->stop_token = 2;
+}
+
+static int parse(demo_options *o, int argc, char **argv) {
+  cli_flag flags[] = {
+      {"requests", CLI_U32, &o->num_requests, "N", "requests in the workload (default 64)", 0},
+      {"tenants", CLI_U32, &o->num_tenants, "N", "tenants, each with a cache salt and a system prompt (default 4, at most 16)", 0},
+      {"seed", CLI_U64, &o->seed, "N", "seed of the weights and the workload (default 1)", 0},
+      {"layers", CLI_U32, &o->num_layers, "N", "transformer layers (default 2)", 0},
+      {"block-size", CLI_U32, &o->block_size, "TOKENS", "tokens per KV block (default 16)", 0},
+      {"num-blocks", CLI_U32, &o->num_blocks, "N", "KV blocks in the pool: the KV budget of both runs (default 192)", 0},
+      {"max-num-seqs", CLI_U32, &o->max_num_seqs, "N", "sequences per step, at most (default 32)", 0},
+      {"step-tokens", CLI_U32, &o->step_tokens, "N", "new tokens per step, at most; prompts are chunked (default 512)", 0},
+      {"max-model-len", CLI_U32, &o->max_model_len, "TOKENS", "longest sequence; each contiguous slot reserves this much (default 1024)", 0},
+      {"no-prefix-caching", CLI_FLAG, &o->no_prefix_caching, NULL, "run pkv with prefix caching off (tokens must not change)", 0},
+      {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG of KV utilization and running sequences per step", 0},
+  };
+  const cli_command cmd = {
+      "demo", "demo [options]",
+      "Serves a synthetic multi-tenant workload with a tiny built-in transformer (random weights,\n"
+      "f32, greedy) end to end through pkv_submit / pkv_step / pkv_attention / pkv_commit, then\n"
+      "through a contiguous-KV baseline in the same memory, and compares them.",
+      flags, sizeof flags / sizeof flags[0]};
+  int rc = cli_parse(&cmd, argc, argv);
+  if (rc != CLI_PARSED) return rc;
+  const char *bad = NULL;
+  if (o->num_requests == 0 || o->num_requests > 100000) bad = "--requests must be in 1 .. 100000";
+  else if (o->num_tenants == 0 || o->num_tenants > DEMO_MAX_TENANTS) bad = "--tenants must be in 1 .. 16";
+  else if (o->num_layers == 0 || o->num_layers > 16) bad = "--layers must be in 1 .. 16";
+  else if (o->block_size == 0 || o->num_blocks == 0) bad = "--block-size and --num-blocks must be at least 1";
+  else if (o->max_num_seqs == 0 || o->step_tokens == 0) bad = "--max-num-seqs and --step-tokens must be at least 1";
+  else if (o->max_model_len < 64 || o->max_model_len > 65536) bad = "--max-model-len must be in 64 .. 65536";
+  else if ((uint64_t)o->num_blocks * o->block_size < o->max_model_len)
+    bad = "the pool (--num-blocks x --block-size) must hold one --max-model-len sequence";
+  if (!bad) return CLI_PARSED;
+  fprintf(stderr, "pkv demo: %s\n", bad);
+  return CLI_BAD_USAGE;
+}
+
+static void model_config_of(const demo_options *o, model_config *c) {
+  memset(c, 0, sizeof *c);
+  c->num_layers = o->num_layers, c->hidden = 256, c->num_q_heads = 8, c->num_kv_heads = 2;
+  c->head_dim = 32, c->intermediate = 688, c->vocab = 4096, c->max_positions = o->max_model_len;
+  c->seed = o->seed;
+  c->bias_token = o->stop_token, c->bias = 0.9f; /* so that some requests stop on their own */
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Mean, p50 and p90 of the first-token times, in steps (which = 0) or ms (1). */
+static void ttft(const demo_result *r, uint32_t n, int which, double out[3]) {
+  double *v = malloc(n * sizeof *v), sum = 0;
+  if (!v) {
+    out[0] = out[1] = out[2] = 0;
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) sum += v[i] = which ? r->ttft_ms[i] : r->ttft_steps[i];
+  qsort(v, n, sizeof *v, cmp_double);
+  out[0] = sum / n, out[1] = v[(n - 1) / 2], out[2] = v[(uint32_t)(0.9 * (n - 1) + 0.5)];
+  free(v);
+}
+
+static double per_s(double x, double s) { return s > 0 ? x / s : 0; }
+
+static void print_header(const demo_options *o, const demo_workload *w, const model *m) {
+  uint32_t lo = UINT32_MAX, hi = 0, nlo = UINT32_MAX, nhi = 0;
+  for (uint32_t i = 0; i < w->num_requests; i++) {
+    const demo_request *q = &w->requests[i];
+    lo = q->prompt_len < lo ? q->prompt_len : lo, hi = q->prompt_len > hi ? q->prompt_len : hi;
+    nlo = q->max_new_tokens < nlo ? q->max_new_tokens : nlo;
+    nhi = q->max_new_tokens > nhi ? q->max_new_tokens : nhi;
+  }
+  const uint64_t pool_tokens = (uint64_t)o->num_blocks * o->block_size;
+  char size[32];
+  cli_format_size(pool_tokens * 2 * m->c.num_layers * m->kv_dim * sizeof(float), size, sizeof size);
+  printf("pkv demo: a tiny transformer served end to end through pkv (CPU engine)\n\n");
+  printf("  model      %u layers, hidden %u, %u q / %u kv heads of %u, SwiGLU %u, vocab %u, f32,\n"
+         "             %.1fM random parameters (seed %llu); GEMM: %s\n",
+         m->c.num_layers, m->c.hidden, m->c.num_q_heads, m->c.num_kv_heads, m->c.head_dim,
+         m->c.intermediate, m->c.vocab, m->num_params / 1e6, (unsigned long long)o->seed,
+         model_gemm_name());
+  printf("  workload   %u requests from %u tenants (a cache salt and a system prompt each), all\n"
+         "             at once: prompts %u-%u tokens (%llu in all), max_new_tokens %u-%u (%llu),\n"
+         "             greedy sampling, stop token %d\n",
+         w->num_requests, w->num_tenants, lo, hi, (unsigned long long)w->prompt_tokens, nlo, nhi,
+         (unsigned long long)w->max_new_tokens, o->stop_token);
+  printf("  KV budget  %u blocks x %u tokens = %llu tokens (%s), max_model_len %u\n", o->num_blocks,
+         o->block_size, (unsigned long long)pool_tokens, size, o->max_model_len);
+  printf("             pkv: paged, up to %u sequences and %u tokens per step, prefix caching %s\n",
+         o->max_num_seqs, o->step_tokens, o->no_prefix_caching ? "off" : "on");
+  printf("             contiguous: %llu slots of max_model_len (every sequence reserves %u tokens)\n\n",
+         (unsigned long long)(pool_tokens / o->max_model_len), o->max_model_len);
+}
+
+#define ROW(label, fmt_a, a, fmt_b, b)                                              \
+  do {                                                                              \
+    char cell_a_[48], cell_b_[48];                                                  \
+    snprintf(cell_a_, sizeof cell_a_, fmt_a, a);                                    \
+    snprintf(cell_b_, sizeof cell_b_, fmt_b, b);                                    \
+    printf("  %-34s %20s %20s\n", label, cell_a_, cell_b_);                         \
+  } while (0)
+
+static void print_table(const demo_workload *w, const demo_result *p, const demo_result *c) {
+  const uint32_t n = w->num_requests;
+  double ps[3], pm[3], cs[3], cm[3];
+  ttft(p, n, 0, ps), ttft(p, n, 1, pm), ttft(c, n, 0, cs), ttft(c, n, 1, cm);
+  char a[48], b[48];
+  printf("  %-34s %20s %20s\n", "", "pkv (paged)", "contiguous");
+  ROW("wall time", "%.2f s", p->wall_s, "%.2f s", c->wall_s);
+  ROW("  in the model's forward passes", "%.2f s", p->model_s, "%.2f s", c->model_s);
+  ROW("  of which attention", "%.2f s", p->attn_s, "%.2f s", c->attn_s);
+  ROW("steps", "%llu", (unsigned long long)p->steps, "%llu", (unsigned long long)c->steps);
+  snprintf(a, sizeof a, "%u / %.1f", p->max_running, (double)p->sum_running / (double)p->steps);
+  snprintf(b, sizeof b, "%u / %.1f", c->max_running, (double)c->sum_running / (double)c->steps);
+  ROW("running sequences, max / mean", "%s", a, "%s", b);
+  ROW("prompt tokens/s", "%.0f", per_s((double)w->prompt_tokens, p->wall_s), "%.0f",
+      per_s((double)w->prompt_tokens, c->wall_s));
+  ROW("generated tokens/s", "%.0f", per_s((double)p->generated_tokens, p->wall_s), "%.0f",
+      per_s((double)c->generated_tokens, c->wall_s));
+  ROW("forward rows (tokens computed)", "%llu", (unsigned long long)p->rows, "%llu",
+      (unsigned long long)c->rows);
+  const char *names[3] = {"time to first token, mean", "time to first token, p50",
+                          "time to first token, p90"};
+  for (int k = 0; k < 3; k++) {
+    snprintf(a, sizeof a, "%.0f steps %6.0f ms", ps[k], pm[k]);
+    snprintf(b, sizeof b, "%.0f steps %6.0f ms", cs[k], cm[k]);
+    printf("  %-34s %20s %20s\n", names[k], a, b);
+  }
+  snprintf(a, sizeof a, "%.1f%%", 100.0 * per_s((double)p->hit_tokens, (double)p->query_tokens));
+  ROW("prefix-cache hit rate (tokens)", "%s", p->query_tokens ? a : "off", "%s", "-");
+  snprintf(a, sizeof a, "%.0f%% / %.0f%%", 100.0 * p->util_sum / (double)p->steps, 100.0 * p->util_peak);
+  snprintf(b, sizeof b, "%.0f%% / %.0f%%", 100.0 * c->util_sum / (double)c->steps, 100.0 * c->util_peak);
+  ROW("KV utilization, mean / peak", "%s", a, "%s", b);
+  ROW("KV reserved, mean", "%s", "= utilization", "%.0f%%", 100.0 * c->reserved_sum / (double)c->steps);
+  ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%s", "-");
+  uint32_t stops[2] = {0, 0};
+  for (uint32_t i = 0; i < n; i++)
+    stops[0] += p->finish[i] == PKV_FINISH_STOP_TOKEN, stops[1] += c->finish[i] == PKV_FINISH_STOP_TOKEN;
+  snprintf(a, sizeof a, "%u / %u", stops[0], n - stops[0]);
+  snprintf(b, sizeof b, "%u / %u", stops[1], n - stops[1]);
+  ROW("finished on stop token / length", "%s", a, "%s", b);
+}
+
+/* Whether both runs generated the same tokens; prints the verdict. */
+static int compare_tokens(const demo_workload *w, const demo_result *p, const demo_result *c) {
+  uint32_t differ = 0, first = 0, at = 0;
+  for (uint32_t i = 0; i < w->num_requests; i++) {
+    uint32_t k = 0, n = p->num_generated[i];
+    while (k < n && k < c->num_generated[i] && p->generated[i][k] == c->generated[i][k]) k++;
+    if (k == n && n == c->num_generated[i]) continue;
+    if (differ++ == 0) first = i, at = k;
+  }
+  if (differ == 0) {
+    printf("  tokens identical: yes (%u requests, %llu generated tokens, pkv vs contiguous)\n",
+           w->num_requests, (unsigned long long)p->generated_tokens);
+    return 0;
+  }
+  printf("  tokens identical: NO - %u of %u requests differ; the first is request %u at generated\n"
+         "  token %u. Both use the same weights; the two attention implementations round f32\n"
+         "  differently, which flips a greedy choice only on a near tie - a difference that persists\n"
+         "  with another --seed points to a bug.\n",
+         differ, w->num_requests, first, at);
+  return -1;
+}
+
+static void print_summary(const demo_options *o, const demo_result *p, const demo_result *c) {
+  printf("\n  pkv ran %.1fx the sequences at once (mean %.1f vs %.1f), %.2fx the generated tokens/s,\n"
+         "  %s\n",
+         (double)p->max_running / (c->max_running ? c->max_running : 1),
+         (double)p->sum_running / (double)p->steps, (double)c->sum_running / (double)c->steps,
+         per_s(c->wall_s, p->wall_s),
+         o->no_prefix_caching ? "with prefix caching off."
+                              : "sharing each tenant's system prompt through the prefix cache.");
+}
+
+/* Runs one design; prints its failure. */
+static int run(int paged, const demo_options *o, const demo_workload *w, const model *m,
+               demo_result *r) {
+  if (demo_result_init(r, paged ? "pkv (paged)" : "contiguous", w) != 0) {
+    fprintf(stderr, "pkv demo: out of memory\n");
+    return -1;
+  }
+  if ((paged ? demo_run_paged : demo_run_contig)(o, w, m, r) == 0) return 0;
+  fprintf(stderr, "pkv demo: %s run failed: %s\n", r->name, r->error);
+  return -1;
+}
+
+int cmd_demo(int argc, char **argv) {
+  demo_options o;
+  defaults(&o);
+  int rc = parse(&o, argc, argv);
+  if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+  model_config mc;
+  model_config_of(&o, &mc);
+  model m;
+  demo_workload w;
+  if (model_init(&m, &mc) != 0 || demo_workload_make(&o, mc.vocab, &w) != 0) {
+    fprintf(stderr, "pkv demo: out of memory\n");
+    model_free(&m);
+    return CLI_EXIT_FAIL;
+  }
+  print_header(&o, &w, &m);
+  fflush(stdout);
+  demo_result p, c;
+  memset(&p, 0, sizeof p), memset(&c, 0, sizeof c);
+  rc = run(1, &o, &w, &m, &p) == 0 && run(0, &o, &w, &m, &c) == 0 ? 0 : -1;
+  if (rc == 0) {
+    print_table(&w, &p, &c);
+    print_summary(&o, &p, &c);
+    rc = compare_tokens(&w, &p, &c);
+  }
+  if (rc == 0 && o.plot) {
+    rc = demo_plot(o.plot, &p, &c, &o);
+    if (rc == 0) printf("  plot: %s\n", o.plot);
+  }
+  demo_result_free(&p, &w), demo_result_free(&c, &w);
+  demo_workload_free(&w);
+  model_free(&m);
+  return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}

@@ -1,0 +1,85 @@
+/*
+ * demo.h - what the parts of `pkv demo` share: options, the synthetic multi-tenant workload, and
+ * one run's result (tokens, time to first token, a per-step trace for the plot).
+ *
+ *   demo.c          the command: flags, the two runs, the report
+ *   demo_workload.c the workload and the result bookkeeping
+ *   demo_paged.c    serving through pkv: pkv_submit / pkv_step / pkv_attention / pkv_commit
+ *   demo_contig.c   the baseline: each sequence preallocates max_model_len tokens of KV
+ *   demo_plot.c     the SVG of KV utilization and running sequences per step
+ */
+#ifndef PKV_TOOLS_DEMO_H
+#define PKV_TOOLS_DEMO_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+enum { DEMO_MAX_TENANTS = 16 };
+
+typedef struct demo_options {
+  uint32_t num_requests, num_tenants, num_layers;
+  uint64_t seed;
+  uint32_t block_size, num_blocks, max_num_seqs, step_tokens, max_model_len;
+  int no_prefix_caching;
+  const char *plot;
+  int32_t stop_token;
+} demo_options;
+
+typedef struct demo_request {
+  int32_t *prompt;         /* [prompt_len]: the tenant's system prompt, then the user's part */
+  uint32_t prompt_len, system_len, tenant, max_new_tokens;
+} demo_request;
+
+typedef struct demo_workload {
+  demo_request *requests;  /* [num_requests], all arriving at step 0 */
+  uint32_t num_requests, num_tenants;
+  char salts[DEMO_MAX_TENANTS][16]; /* "tenant-N": each tenant's cache salt */
+  uint64_t prompt_tokens, max_new_tokens;
+} demo_workload;
+
+/* One run of the workload through one KV design. */
+typedef struct demo_result {
+  const char *name;
+  double wall_s, model_s, attn_s; /* all; in model_forward; in its attention */
+  uint64_t steps, rows;     /* steps; forward rows (prompt, recomputed and decode tokens) */
+  int32_t **generated;      /* [request][max_new_tokens] */
+  uint32_t *num_generated;  /* [request] */
+  uint32_t *finish;         /* [request] PKV_FINISH_* */
+  uint32_t *ttft_steps;     /* [request] steps until its first token, that step included */
+  double *ttft_ms;          /* [request] */
+  uint32_t num_finished, max_running;
+  uint64_t sum_running;     /* over steps, for the mean */
+  double util_sum, util_peak; /* KV utilization per step: sum (for the mean) and peak */
+  double reserved_sum;      /* contiguous: share of the budget reserved by running sequences */
+  uint64_t preemptions, hit_tokens, query_tokens, generated_tokens;
+  uint32_t concurrency_limit; /* the contiguous design's slots; 0 for pkv */
+  float *trace_util;        /* [steps] KV utilization, for the plot */
+  uint32_t *trace_running;  /* [steps] running sequences */
+  uint64_t trace_cap;
+  char error[256];          /* set when the run failed */
+} demo_result;
+
+/* demo_workload.c */
+int demo_workload_make(const demo_options *o, uint32_t vocab, demo_workload *w);
+void demo_workload_free(demo_workload *w);
+/* The token at position pos of request i: its prompt, then what r generated. */
+int32_t demo_token_at(const demo_workload *w, const demo_result *r, uint32_t i, uint32_t pos);
+int demo_result_init(demo_result *r, const char *name, const demo_workload *w);
+void demo_result_free(demo_result *r, const demo_workload *w);
+/* Records request i's sampled token at the end of step (1-based) and now_s into the run; returns
+ * the finish reason it causes (PKV_FINISH_NONE while it goes on). */
+uint32_t demo_result_token(demo_result *r, const demo_workload *w, uint32_t i, int32_t token,
+                           int32_t stop_token, double ms);
+/* Appends one step's KV utilization and running sequences to the trace. */
+int demo_result_trace(demo_result *r, double util, uint32_t running);
+
+/* demo_paged.c, demo_contig.c: 0, or -1 with r->error set. */
+int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m, demo_result *r);
+int demo_run_contig(const demo_options *o, const demo_workload *w, const model *m, demo_result *r);
+
+/* demo_plot.c: 0, or -1 (message printed). */
+int demo_plot(const char *path, const demo_result *paged, const demo_result *contig,
+              const demo_options *o);
+
+#endif /* PKV_TOOLS_DEMO_H */

@@ -1,0 +1,214 @@
+/*
+ * demo_paged.c - `pkv demo` served through pkv, as a host would: every request goes in with
+ * pkv_submit (its tenant's cache salt, max_new_tokens, the stop token), then each pkv_step's batch
+ * runs through the model with pkv_attention as the attention of every layer, and pkv_commit takes
+ * the greedy tokens. Finished requests are drained, checked against pkv's own record
+ * (pkv_seq_tokens, finish reason) and released.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pkv/pkv.h>
+
+#include "cli.h"
+#include "demo.h"
+
+typedef struct paged_run {
+  const demo_options *o;
+  const demo_workload *w;
+  const model *m;
+  demo_result *r;
+  pkv_engine *e;
+  uint64_t *seqs;         /* [request] its sequence id, increasing */
+  int32_t *tokens, *positions, *sample_rows, *sampled, *row_out;
+  uint32_t *sample_seq;   /* [sampling rows] index in the batch */
+  uint32_t cap_rows;
+  model_workspace ws;
+  double t0;
+} paged_run;
+
+static int fail(paged_run *p, const char *what, pkv_status s) {
+  snprintf(p->r->error, sizeof p->r->error, "%s: %s: %s", what, pkv_status_string(s),
+           pkv_engine_last_error(p->e));
+  return -1;
+}
+
+typedef struct attend_ctx {
+  pkv_batch *b;
+  demo_result *r;
+} attend_ctx;
+
+static int attend(void *ctx, uint32_t layer, const float *q, const float *k, const float *v,
+                  float *out) {
+  attend_ctx *a = ctx;
+  const double t = cli_now_s();
+  pkv_status s = pkv_attention(a->b, layer, q, k, v, out);
+  a->r->attn_s += cli_now_s() - t;
+  return s == PKV_OK ? 0 : -1;
+}
+
+static int create(paged_run *p) {
+  pkv_engine_params ep;
+  pkv_engine_params_init(&ep, sizeof ep);
+  ep.num_layers = p->m->c.num_layers;
+  ep.num_q_heads = p->m->c.num_q_heads;
+  ep.num_kv_heads = p->m->c.num_kv_heads;
+  ep.head_dim = p->m->c.head_dim;
+  ep.dtype = PKV_DTYPE_F32;
+  ep.device = PKV_DEVICE_CPU;
+  ep.max_model_len = p->o->max_model_len;
+  ep.block_size = p->o->block_size;
+  ep.num_blocks = p->o->num_blocks;
+  ep.enable_prefix_caching = p->o->no_prefix_caching ? 0 : 1;
+  ep.max_num_seqs = p->o->max_num_seqs;
+  ep.max_num_batched_tokens = p->o->step_tokens;
+  pkv_status s = pkv_engine_create(&ep, &p->e);
+  return s == PKV_OK ? 0 : fail(p, "pkv_engine_create", s);
+}
+
+static int submit_all(paged_run *p) {
+  for (uint32_t i = 0; i < p->w->num_requests; i++) {
+    const demo_request *q = &p->w->requests[i];
+    pkv_request_params rp;
+    pkv_request_params_init(&rp, sizeof rp);
+    rp.max_new_tokens = q->max_new_tokens;
+    rp.stop_token = p->o->stop_token;
+    rp.cache_salt = p->w->salts[q->tenant];
+    rp.cache_salt_len = (uint32_t)strlen(p->w->salts[q->tenant]);
+    pkv_status s = pkv_submit(p->e, q->prompt, q->prompt_len, &rp, &p->seqs[i]);
+    if (s != PKV_OK) return fail(p, "pkv_submit", s);
+    if (i > 0 && p->seqs[i] <= p->seqs[i - 1]) return fail(p, "pkv_submit: ids not increasing", PKV_OK);
+  }
+  return 0;
+}
+
+static uint32_t request_of(const paged_run *p, uint64_t seq) {
+  uint32_t lo = 0, hi = p->w->num_requests - 1;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (p->seqs[mid] < seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int reserve_rows(paged_run *p, uint32_t rows, uint32_t seqs) {
+  uint32_t need = rows > seqs ? rows : seqs;
+  if (need <= p->cap_rows) return 0;
+  free(p->tokens), free(p->positions), free(p->sample_rows), free(p->sampled), free(p->row_out),
+      free(p->sample_seq);
+  p->tokens = malloc(need * sizeof(int32_t));
+  p->positions = malloc(need * sizeof(int32_t));
+  p->sample_rows = malloc(need * sizeof(int32_t));
+  p->sampled = malloc(need * sizeof(int32_t));
+  p->row_out = malloc(need * sizeof(int32_t));
+  p->sample_seq = malloc(need * sizeof(uint32_t));
+  p->cap_rows = need;
+  return p->tokens && p->positions && p->sample_rows && p->sampled && p->row_out && p->sample_seq ? 0 : -1;
+}
+
+/* Runs the model over a batch and fills p->sampled[i] for every sampling sequence. */
+static int forward(paged_run *p, pkv_batch *b, const pkv_batch_view *v) {
+  if (reserve_rows(p, v->num_tokens, v->num_seqs) != 0) return fail(p, "out of memory", PKV_OK);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < v->num_seqs; i++) {
+    const uint32_t req = request_of(p, v->seq_ids[i]);
+    for (int32_t row = v->query_start[i]; row < v->query_start[i + 1]; row++) {
+      p->tokens[row] = demo_token_at(p->w, p->r, req, (uint32_t)v->positions[row]);
+      p->positions[row] = v->positions[row];
+    }
+    p->sampled[i] = -1;
+    if (v->sample_rows[i] >= 0) p->sample_seq[n] = i, p->sample_rows[n++] = v->sample_rows[i];
+  }
+  double t = cli_now_s();
+  attend_ctx a = {b, p->r};
+  if (model_forward(p->m, &p->ws, p->tokens, p->positions, v->num_tokens, p->sample_rows, n,
+                    attend, &a, p->row_out) != 0)
+    return fail(p, "pkv_attention", PKV_ERR_INTERNAL);
+  p->r->model_s += cli_now_s() - t;
+  p->r->rows += v->num_tokens;
+  for (uint32_t s = 0; s < n; s++) p->sampled[p->sample_seq[s]] = p->row_out[s];
+  return 0;
+}
+
+/* A finished request: pkv's tokens and finish reason must be the demo's; then it goes. */
+static int retire(paged_run *p, uint64_t seq) {
+  const uint32_t i = request_of(p, seq), n = p->w->requests[i].prompt_len + p->r->num_generated[i];
+  struct pkv_seq_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  pkv_status s = pkv_seq_info(p->e, seq, &info);
+  if (s != PKV_OK) return fail(p, "pkv_seq_info", s);
+  uint32_t len = 0;
+  if (reserve_rows(p, n, 1) != 0) return fail(p, "out of memory", PKV_OK);
+  s = pkv_seq_tokens(p->e, seq, p->tokens, p->cap_rows, &len);
+  if (s != PKV_OK) return fail(p, "pkv_seq_tokens", s);
+  int same = len == n && info.finish_reason == p->r->finish[i];
+  for (uint32_t k = 0; same && k < n; k++) same = p->tokens[k] == demo_token_at(p->w, p->r, i, k);
+  if (!same) return fail(p, "a finished request's tokens differ from what was committed", PKV_ERR_INTERNAL);
+  s = pkv_release(p->e, seq);
+  return s == PKV_OK ? 0 : fail(p, "pkv_release", s);
+}
+
+/* One pkv_step through pkv_commit; 1 = ran, 0 = nothing to run, -1 = failed. */
+static int step(paged_run *p) {
+  pkv_batch *b = NULL;
+  pkv_status s = pkv_step(p->e, &b);
+  if (s != PKV_OK) return fail(p, "pkv_step", s);
+  if (!b) return 0;
+  pkv_batch_view v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = sizeof v;
+  pkv_batch_info(b, &v);
+  if (forward(p, b, &v) != 0) {
+    pkv_batch_abort(b);
+    return -1;
+  }
+  const double ms = (cli_now_s() - p->t0) * 1e3;
+  for (uint32_t i = 0; i < v.num_seqs; i++)
+    if (p->sampled[i] >= 0)
+      demo_result_token(p->r, p->w, request_of(p, v.seq_ids[i]), p->sampled[i], p->o->stop_token, ms);
+  if ((s = pkv_commit(b, p->sampled)) != PKV_OK) return fail(p, "pkv_commit", s);
+  pkv_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  pkv_engine_stats(p->e, &st);
+  if (demo_result_trace(p->r, (double)st.num_used_blocks / (double)st.num_blocks,
+                        (uint32_t)st.num_running_requests) != 0)
+    return fail(p, "out of memory", PKV_OK);
+  uint64_t done[64];
+  uint32_t n = 0;
+  do {
+    if ((s = pkv_drain_finished(p->e, done, 64, &n)) != PKV_OK) return fail(p, "pkv_drain_finished", s);
+    for (uint32_t k = 0; k < n; k++)
+      if (retire(p, done[k]) != 0) return -1;
+  } while (n == 64);
+  return 1;
+}
+
+int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m, demo_result *r) {
+  paged_run p;
+  memset(&p, 0, sizeof p);
+  p.o = o, p.w = w, p.m = m, p.r = r;
+  p.seqs = calloc(w->num_requests, sizeof *p.seqs);
+  int rc = p.seqs ? create(&p) : -1;
+  p.t0 = cli_now_s();
+  if (rc == 0) rc = submit_all(&p);
+  while (rc == 0 && (rc = step(&p)) == 1) rc = 0;
+  r->wall_s = cli_now_s() - p.t0;
+  if (rc == 0 && r->num_finished != w->num_requests) rc = fail(&p, "pkv_step stopped early", PKV_OK);
+  pkv_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  if (p.e && pkv_engine_stats(p.e, &st) == PKV_OK) {
+    r->preemptions = st.num_preemptions;
+    r->hit_tokens = st.prefix_hit_tokens;
+    r->query_tokens = st.prefix_query_tokens;
+  }
+  pkv_engine_destroy(p.e);
+  model_workspace_free(&p.ws);
+  free(p.seqs), free(p.tokens), free(p.positions), free(p.sample_rows), free(p.sampled),
+      free(p.row_out), free(p.sample_seq);
+  return rc == 0 ? 0 : -1;
+}
