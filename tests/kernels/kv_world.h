@@ -1,0 +1,123 @@
+/*
+ * kv_world.h - the kernels suite's harness: a CPU engine, the test's own copy of every sequence,
+ * and one call (kw_step) that runs a batch through pkv_attention on every layer and checks each
+ * output against the fp64 reference (tests/common/attention_ref.h).
+ *
+ * Values: q, k and v of the token at position p are a hash of (the sequence's tokens 0..p, layer,
+ * q/k/v, head, dim), quantized to the engine's dtype. Two sequences with the same token prefix
+ * therefore have the same K/V there, so KV served by a prefix hit or shared after a fork equals
+ * what the reference regenerates from the tokens alone.
+ */
+#ifndef PKV_TESTS_KV_WORLD_H
+#define PKV_TESTS_KV_WORLD_H
+
+#include <pkv/pkv.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---------------------------------------------------------------- checks
+ * As tests/unit/test_util.h, with the counters shared by every file of a test executable. Each
+ * macro counts one pass or failure and is 1 when the check passed. */
+extern int kw_passed, kw_failed;
+int kw_result(int ok, const char *file, int line, const char *what);
+int kw_status(pkv_status got, pkv_status want, const pkv_engine *e, const char *expr,
+              const char *file, int line);
+int kw_summary(void); /* prints "N passed, N failed"; the exit status */
+
+#define CHECK(cond) kw_result(!!(cond), __FILE__, __LINE__, #cond)
+#define CHECK_OK(expr) kw_status((expr), PKV_OK, NULL, #expr, __FILE__, __LINE__)
+/* A failed call: the status and a non-empty pkv_last_error() (and engine message when e). */
+#define CHECK_ERR(e, expr, want) kw_status((expr), (want), (e), #expr, __FILE__, __LINE__)
+#define CHECK_ENGINE(e) CHECK_OK(pkv_engine_check(e))
+
+#define KW_RUN(fn)                                                                                 \
+  do {                                                                                             \
+    int failed_before_ = kw_failed;                                                                \
+    fn();                                                                                          \
+    printf("%s %s\n", kw_failed == failed_before_ ? "ok  " : "FAIL", #fn);                         \
+    fflush(stdout);                                                                                \
+  } while (0)
+
+enum { KW_MAX_SEQS = 16 };
+
+/* kw_step flags */
+enum {
+  KW_REVERSE_LAYERS = 1, /* call pkv_attention from the last layer to the first */
+  KW_TWICE = 2,          /* call every layer twice (the second call must give the same out) */
+  KW_ABORT = 4,          /* check, then pkv_batch_abort instead of pkv_batch_end */
+};
+
+typedef struct kw_config {
+  const char *name;
+  uint32_t num_layers, num_q_heads, num_kv_heads, head_dim; /* the whole model */
+  int32_t dtype;
+  uint32_t block_size, num_blocks, num_threads;
+  uint32_t tp_size, tp_rank; /* 0 = 1, 0 */
+  float softmax_scale;       /* 0 = 1/sqrt(head_dim) */
+  float q_amp;               /* q values lie in [-q_amp, q_amp] (k and v in [-1, 1]) */
+} kw_config;
+
+typedef struct kw_seq {
+  uint64_t id;      /* 0 = slot unused */
+  int32_t *tokens;  /* [cap] */
+  uint64_t *prefix; /* [cap] hash of tokens 0..p */
+  uint32_t num_tokens, num_computed, cap;
+} kw_seq;
+
+typedef struct kw_world {
+  kw_config c;
+  pkv_engine *e;
+  uint32_t q_heads, kv_heads; /* per rank */
+  size_t elt;                 /* bytes of one element */
+  double atol, rtol;
+  double scale;
+  kw_seq seqs[KW_MAX_SEQS];
+  uint64_t steps;             /* batches run, for labels */
+  /* Called by kw_step once per batch, after q/k/v ([layers][tokens][heads][head_dim]) are built
+   * and before its own pkv_attention calls: tests of failing calls set it. */
+  void (*on_batch)(struct kw_world *w, pkv_batch *b, const void *q, const void *k,
+                   const void *v, void *out);
+} kw_world;
+
+/* Creates the engine (CPU, c's shape). Returns 1 on success (failures are counted). */
+int kw_init(kw_world *w, const kw_config *c);
+void kw_free(kw_world *w);
+
+/* Sequences, by slot index. kw_alloc returns the slot (-1 on failure) and the cached count. */
+int kw_alloc(kw_world *w, const int32_t *tokens, uint32_t n, uint32_t *out_cached);
+int kw_append(kw_world *w, int s, const int32_t *tokens, uint32_t n);
+int kw_fork(kw_world *w, int parent);
+void kw_release(kw_world *w, int s);
+int kw_preempt(kw_world *w, int s);
+int kw_resume(kw_world *w, int s, uint32_t *out_cached);
+
+/* One batch: slot s[i] computes num_new[i] of its uncomputed tokens (NULL = all). q/k/v are built
+ * in the view's order, pkv_attention runs for every layer, every output row (a sample of them for
+ * big prefills) is compared with the reference, the K/V rows are read back from the pool through
+ * pkv_pool_info, and the batch ends. Returns the number of failed checks (0 = fine). */
+int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsigned flags);
+
+/* Computes the next n (0 = all) uncomputed tokens of slot s without pkv_attention: a batch whose
+ * K/V the test writes into the pool itself (pkv_pool_info + slot_mapping), as a host kernel
+ * would. For long contexts whose prefill would cost too much to check. Returns 1 on success. */
+int kw_fill_direct(kw_world *w, int s, uint32_t n);
+
+/* A token id derived from (seed, i): deterministic prompts. */
+int32_t kw_token(uint64_t seed, uint32_t i);
+void kw_tokens(int32_t *out, uint32_t n, uint64_t seed);
+
+/* Quantize / load one element of the engine's dtype (bf16: round to nearest even). */
+double kw_store(int32_t dtype, double x, void *base, size_t i);
+double kw_load(int32_t dtype, const void *base, size_t i);
+
+/* Fills dst (dtype) and dstd (double, may be NULL) with the heads * head_dim values of kind
+ * (0 q, 1 k, 2 v) of the token whose prefix hash is prefix, on layer. */
+void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, void *dst,
+                double *dstd);
+
+/* pkv_pool_info of the engine, struct_size set. */
+struct pkv_pool_info kw_pool(kw_world *w);
+
+#endif /* PKV_TESTS_KV_WORLD_H */

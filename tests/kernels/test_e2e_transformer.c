@@ -1,0 +1,437 @@
+/* End to end: a tiny transformer (3 layers, hidden 64, 4 q heads / 2 kv heads of 16, RoPE,
+ * RMSNorm, SwiGLU MLP, vocab 200, deterministic random weights, f32) generates greedily for
+ * prompts sharing a system prompt, once on pkv (block size 7, prefix caching: hits, a chunked
+ * prefill, mixed batches, a fork continuing with another token so a shared block is copied, a
+ * preemption and resume that recomputes what the cache lost) and once on a naive contiguous KV
+ * cache per sequence. The tokens must be identical and the logits equal within f32 noise.
+ * One file of ~430 lines on purpose: the model, both KV sides and the comparison read in order. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_ref.h"
+#include "kv_world.h"
+
+enum { VOCAB = 200, HID = 64, LAYERS = 3, QH = 4, KVH = 2, HD = 16, FFN = 128, BS = 7 };
+enum { NUM_PROMPTS = 4, GEN = 10, MAX_TOKENS = 64, SYS_LEN = 17 };
+#define LOGIT_ATOL 5e-5
+#define LOGIT_RTOL 5e-5
+
+typedef struct layer_w {
+  float norm1[HID], norm2[HID];
+  float wq[QH * HD][HID], wk[KVH * HD][HID], wv[KVH * HD][HID], wo[HID][QH * HD];
+  float gate[FFN][HID], up[FFN][HID], down[HID][FFN];
+} layer_w;
+
+typedef struct model {
+  float embed[VOCAB][HID];
+  layer_w layer[LAYERS];
+  float norm_f[HID];
+  float head[VOCAB][HID];
+} model;
+
+/* The KV side of one layer: rows' q [n][QH][HD], k/v [n][KVH][HD] -> out [n][QH][HD]. */
+typedef int (*attention_fn)(void *ctx, uint32_t layer, const float *q, const float *k,
+                            const float *v, float *out);
+
+static uint64_t rng_state = 42;
+static float uniform(float a)
+{
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return a * (2.0f * (float)((rng_state >> 40) * (1.0 / 16777216.0)) - 1.0f);
+}
+
+static void fill(float *w, size_t n, float a)
+{
+  for (size_t i = 0; i < n; i++)
+    w[i] = uniform(a);
+}
+
+static void init_model(model *m)
+{
+  fill(&m->embed[0][0], sizeof m->embed / 4, 1.0f);
+  for (int l = 0; l < LAYERS; l++) {
+    layer_w *w = &m->layer[l];
+    for (int i = 0; i < HID; i++)
+      w->norm1[i] = 1.0f + uniform(0.2f), w->norm2[i] = 1.0f + uniform(0.2f);
+    const float a = 1.7f / sqrtf(HID); /* uniform(a) has variance a^2/3: about 1/HID */
+    fill(&w->wq[0][0], sizeof w->wq / 4, 2 * a); /* peakier attention */
+    fill(&w->wk[0][0], sizeof w->wk / 4, 2 * a);
+    fill(&w->wv[0][0], sizeof w->wv / 4, a);
+    fill(&w->wo[0][0], sizeof w->wo / 4, 1.7f / sqrtf(QH * HD));
+    fill(&w->gate[0][0], sizeof w->gate / 4, a);
+    fill(&w->up[0][0], sizeof w->up / 4, a);
+    fill(&w->down[0][0], sizeof w->down / 4, 1.7f / sqrtf(FFN));
+  }
+  for (int i = 0; i < HID; i++)
+    m->norm_f[i] = 1.0f;
+  fill(&m->head[0][0], sizeof m->head / 4, 3.0f / sqrtf(HID));
+}
+
+/* y[rows] = W[rows][cols] x[cols] */
+static void matvec(const float *w, const float *x, float *y, int rows, int cols)
+{
+  for (int r = 0; r < rows; r++) {
+    float s = 0.0f;
+    for (int c = 0; c < cols; c++)
+      s += w[(size_t)r * cols + c] * x[c];
+    y[r] = s;
+  }
+}
+
+static void rmsnorm(const float *x, const float *g, float *y)
+{
+  float ss = 0.0f;
+  for (int i = 0; i < HID; i++)
+    ss += x[i] * x[i];
+  const float inv = 1.0f / sqrtf(ss / HID + 1e-5f);
+  for (int i = 0; i < HID; i++)
+    y[i] = x[i] * inv * g[i];
+}
+
+/* Rotary embedding (rotate-half form) of the heads of x at position pos. */
+static void rope(float *x, int heads, int32_t pos)
+{
+  for (int h = 0; h < heads; h++)
+    for (int i = 0; i < HD / 2; i++) {
+      const double angle = pos * pow(10000.0, -2.0 * i / HD);
+      const float c = (float)cos(angle), s = (float)sin(angle);
+      float *a = x + h * HD + i, *b = a + HD / 2;
+      const float x0 = *a, x1 = *b;
+      *a = x0 * c - x1 * s;
+      *b = x0 * s + x1 * c;
+    }
+}
+
+/* Runs n rows (token, position) through the model, the KV side by attn; logits [n][VOCAB]. */
+static int forward(const model *m, const int32_t *tokens, const int32_t *positions, uint32_t n,
+                   attention_fn attn, void *ctx, float *logits)
+{
+  float *x = malloc(sizeof(float) * n * HID), *q = malloc(sizeof(float) * n * QH * HD);
+  float *k = malloc(sizeof(float) * n * KVH * HD), *v = malloc(sizeof(float) * n * KVH * HD);
+  float *o = malloc(sizeof(float) * n * QH * HD);
+  float h[HID], t[HID], g[FFN], u[FFN];
+  int ok = 1;
+  for (uint32_t r = 0; r < n; r++)
+    memcpy(x + r * HID, m->embed[tokens[r]], sizeof h);
+  for (uint32_t l = 0; ok && l < LAYERS; l++) {
+    const layer_w *w = &m->layer[l];
+    for (uint32_t r = 0; r < n; r++) {
+      rmsnorm(x + r * HID, w->norm1, h);
+      matvec(&w->wq[0][0], h, q + r * QH * HD, QH * HD, HID);
+      matvec(&w->wk[0][0], h, k + r * KVH * HD, KVH * HD, HID);
+      matvec(&w->wv[0][0], h, v + r * KVH * HD, KVH * HD, HID);
+      rope(q + r * QH * HD, QH, positions[r]);
+      rope(k + r * KVH * HD, KVH, positions[r]);
+    }
+    ok = attn(ctx, l, q, k, v, o);
+    for (uint32_t r = 0; ok && r < n; r++) {
+      float *xr = x + r * HID;
+      matvec(&w->wo[0][0], o + r * QH * HD, t, HID, QH * HD);
+      for (int i = 0; i < HID; i++)
+        xr[i] += t[i];
+      rmsnorm(xr, w->norm2, h);
+      matvec(&w->gate[0][0], h, g, FFN, HID);
+      matvec(&w->up[0][0], h, u, FFN, HID);
+      for (int i = 0; i < FFN; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+      matvec(&w->down[0][0], g, t, HID, FFN);
+      for (int i = 0; i < HID; i++)
+        xr[i] += t[i];
+    }
+  }
+  for (uint32_t r = 0; ok && r < n; r++) {
+    rmsnorm(x + r * HID, m->norm_f, h);
+    matvec(&m->head[0][0], h, logits + (size_t)r * VOCAB, VOCAB, HID);
+  }
+  free(x), free(q), free(k), free(v), free(o);
+  return ok;
+}
+
+/* The best (rank 0) or second best (rank 1) token. */
+static int32_t pick(const float *logits, int rank)
+{
+  int32_t best = 0, second = -1;
+  for (int32_t i = 1; i < VOCAB; i++) {
+    if (logits[i] > logits[best])
+      second = best, best = i;
+    else if (second < 0 || logits[i] > logits[second])
+      second = i;
+  }
+  return rank ? second : best;
+}
+
+/* ---------------------------------------------------------------- the naive side */
+typedef struct naive_seq {
+  float k[LAYERS][MAX_TOKENS][KVH * HD], v[LAYERS][MAX_TOKENS][KVH * HD];
+  int32_t len; /* tokens in the cache */
+  uint32_t n;  /* rows of the current call */
+} naive_seq;
+
+static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
+                           float *out)
+{
+  naive_seq *s = ctx;
+  float p[MAX_TOKENS];
+  for (uint32_t r = 0; r < s->n; r++) {
+    const int32_t pos = s->len + (int32_t)r;
+    memcpy(s->k[l][pos], k + r * KVH * HD, sizeof s->k[l][pos]);
+    memcpy(s->v[l][pos], v + r * KVH * HD, sizeof s->v[l][pos]);
+    for (int h = 0; h < QH; h++) {
+      const float *qh = q + (r * QH + h) * HD;
+      const int kvh = h / (QH / KVH);
+      float mx = -INFINITY, sum = 0.0f;
+      for (int32_t j = 0; j <= pos; j++) {
+        float d = 0.0f;
+        for (int i = 0; i < HD; i++)
+          d += qh[i] * s->k[l][j][kvh * HD + i];
+        p[j] = d / sqrtf(HD);
+        mx = fmaxf(mx, p[j]);
+      }
+      for (int32_t j = 0; j <= pos; j++)
+        sum += p[j] = expf(p[j] - mx);
+      float *o = out + (r * QH + h) * HD;
+      for (int i = 0; i < HD; i++) {
+        float acc = 0.0f;
+        for (int32_t j = 0; j <= pos; j++)
+          acc += p[j] * s->v[l][j][kvh * HD + i];
+        o[i] = acc / sum;
+      }
+    }
+  }
+  return 1;
+}
+
+/* Greedy generation of GEN tokens after prompt (token `second_at` takes the second best). */
+static void naive_generate(const model *m, const int32_t *prompt, uint32_t len, int second_at,
+                           int32_t *out_tokens, float (*out_logits)[VOCAB])
+{
+  naive_seq *s = calloc(1, sizeof *s);
+  int32_t toks[MAX_TOKENS], pos[MAX_TOKENS];
+  memcpy(toks, prompt, len * sizeof toks[0]);
+  float *logits = malloc(sizeof(float) * MAX_TOKENS * VOCAB);
+  uint32_t n = len;
+  for (int g = 0; g < GEN; g++) {
+    for (uint32_t r = 0; r < n; r++)
+      pos[r] = s->len + (int32_t)r;
+    s->n = n;
+    forward(m, toks + s->len, pos, n, naive_attention, s, logits);
+    s->len += (int32_t)n;
+    memcpy(out_logits[g], logits + (size_t)(n - 1) * VOCAB, sizeof out_logits[g]);
+    toks[s->len] = out_tokens[g] = pick(out_logits[g], g == second_at);
+    n = 1;
+  }
+  free(logits);
+  free(s);
+}
+
+/* ---------------------------------------------------------------- the pkv side */
+typedef struct e2e_seq {
+  uint64_t id;
+  int32_t tokens[MAX_TOKENS];
+  uint32_t num_tokens, prompt_len, cached, ngen;
+  int second_at;   /* the generated token that took the second best (-1: none) */
+  int32_t pending; /* sampled by the last step, not appended yet (-1: none) */
+  float logits[GEN][VOCAB];
+} e2e_seq;
+
+typedef struct e2e_run {
+  pkv_engine *e;
+  e2e_seq seqs[NUM_PROMPTS];
+} e2e_run;
+
+static int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
+                    float *out)
+{
+  return CHECK_OK(pkv_attention((pkv_batch *)ctx, l, q, k, v, out));
+}
+
+static uint32_t uncomputed(e2e_run *run, const e2e_seq *s)
+{
+  struct pkv_seq_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_OK(pkv_seq_info(run->e, s->id, &info));
+  CHECK(info.num_tokens == s->num_tokens);
+  return info.num_tokens - info.num_computed_tokens;
+}
+
+/* One batch: seqs idx[i] compute num_new[i] tokens (0 = all uncomputed); each one whose last
+ * token got computed samples its next token (pending until append_pending). */
+static int e2e_step(const model *m, e2e_run *run, const int *idx, const uint32_t *num_new,
+                    uint32_t n)
+{
+  uint64_t ids[NUM_PROMPTS];
+  uint32_t counts[NUM_PROMPTS];
+  for (uint32_t i = 0; i < n; i++) {
+    ids[i] = run->seqs[idx[i]].id;
+    counts[i] = num_new && num_new[i] ? num_new[i] : uncomputed(run, &run->seqs[idx[i]]);
+  }
+  pkv_batch *b = NULL;
+  pkv_batch_view v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = sizeof v;
+  if (!CHECK_OK(pkv_batch_begin(run->e, ids, counts, n, &b)) || !CHECK_OK(pkv_batch_info(b, &v)))
+    return 0;
+  int32_t *tokens = calloc(v.num_tokens, sizeof(int32_t));
+  float *logits = malloc(sizeof(float) * v.num_tokens * VOCAB);
+  for (uint32_t i = 0; i < n; i++)
+    for (int32_t r = v.query_start[i]; r < v.query_start[i + 1]; r++)
+      tokens[r] = run->seqs[idx[i]].tokens[v.positions[r]];
+  int ok = forward(m, tokens, v.positions, v.num_tokens, attention_on_pkv, b, logits);
+  for (uint32_t i = 0; ok && i < n; i++) {
+    e2e_seq *s = &run->seqs[idx[i]];
+    const int32_t last = v.query_start[i + 1] - 1;
+    if ((uint32_t)v.positions[last] + 1 != s->num_tokens || s->ngen == GEN)
+      continue;
+    memcpy(s->logits[s->ngen], logits + (size_t)last * VOCAB, sizeof s->logits[0]);
+    s->pending = pick(s->logits[s->ngen], (int)s->ngen == s->second_at);
+    s->ngen++;
+  }
+  free(tokens), free(logits);
+  return CHECK_OK(pkv_batch_end(b)) && ok;
+}
+
+static void append_pending(e2e_run *run)
+{
+  for (int i = 0; i < NUM_PROMPTS; i++) {
+    e2e_seq *s = &run->seqs[i];
+    if (s->id && s->pending >= 0 && CHECK_OK(pkv_append(run->e, s->id, &s->pending, 1)))
+      s->tokens[s->num_tokens++] = s->pending;
+    s->pending = -1;
+  }
+}
+
+static int admit(e2e_run *run, int i, const int32_t *sys, const int32_t *user, uint32_t user_len)
+{
+  e2e_seq *s = &run->seqs[i];
+  memcpy(s->tokens, sys, SYS_LEN * sizeof s->tokens[0]);
+  memcpy(s->tokens + SYS_LEN, user, user_len * sizeof s->tokens[0]);
+  s->num_tokens = s->prompt_len = SYS_LEN + user_len;
+  s->second_at = s->pending = -1;
+  return CHECK_OK(pkv_allocate(run->e, s->tokens, s->num_tokens, NULL, &s->id, &s->cached));
+}
+
+/* Steps every live sequence that still generates, preempted ones excepted. */
+static int step_all(const model *m, e2e_run *run, int skip)
+{
+  int idx[NUM_PROMPTS];
+  uint32_t n = 0;
+  for (int i = 0; i < NUM_PROMPTS; i++)
+    if (run->seqs[i].id && run->seqs[i].ngen < GEN && i != skip)
+      idx[n++] = i;
+  const int ok = n == 0 || e2e_step(m, run, idx, NULL, n);
+  append_pending(run);
+  return ok;
+}
+
+/* Prompts 0..2 share a 17-token system prompt; 3 is 2's fork after its prefill, continuing with
+ * its second best token. 1 is preempted mid-generation and resumed. */
+static int run_on_pkv(const model *m, e2e_run *run)
+{
+  pkv_engine_params p;
+  pkv_engine_params_init(&p, sizeof p);
+  p.num_layers = LAYERS, p.num_q_heads = QH, p.num_kv_heads = KVH, p.head_dim = HD;
+  p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU, p.block_size = BS, p.num_blocks = 64;
+  p.num_threads = 2, p.enable_prefix_caching = 1;
+  if (!CHECK_OK(pkv_engine_create(&p, &run->e)))
+    return 0;
+  int32_t sys[SYS_LEN], user[3][9];
+  for (int i = 0; i < SYS_LEN; i++)
+    sys[i] = (int32_t)((i * 37 + 11) % VOCAB);
+  for (int u = 0; u < 3; u++)
+    for (int i = 0; i < 9; i++)
+      user[u][i] = (int32_t)((u * 53 + i * 29 + 5) % VOCAB);
+  int ok = admit(run, 0, sys, user[0], 6);
+  const int first = 0;
+  const uint32_t chunk = 12;
+  ok = ok && CHECK(run->seqs[0].cached == 0) && e2e_step(m, run, &first, &chunk, 1) &&
+       step_all(m, run, -1);
+  ok = ok && admit(run, 1, sys, user[1], 9) && admit(run, 2, sys, user[2], 5);
+  ok = ok && CHECK(run->seqs[1].cached == 14 && run->seqs[2].cached == 14);
+  if (!ok)
+    return 0;
+  /* 0 decodes, 1 prefills a chunk after its hit, 2 all of its uncached part: then fork 2. */
+  const int mixed[3] = {0, 1, 2};
+  const uint32_t counts[3] = {0, 5, 0};
+  ok = e2e_step(m, run, mixed, counts, 3);
+  e2e_seq *parent = &run->seqs[2], *child = &run->seqs[3];
+  *child = *parent;
+  ok = ok && CHECK(parent->ngen == 1) && CHECK_OK(pkv_fork(run->e, parent->id, &child->id));
+  child->second_at = 0;
+  child->pending = pick(child->logits[0], 1);
+  append_pending(run);
+  for (int step = 0; ok && step < 2; step++)
+    ok = step_all(m, run, -1);
+  /* 1 has 27 tokens computed (3 sealed blocks and 6 tokens) and its last sampled token pending
+   * in pkv: preempt, two steps without it, resume: 21 cached, 7 recomputed. */
+  ok = ok && CHECK_OK(pkv_preempt(run->e, run->seqs[1].id));
+  for (int step = 0; ok && step < 2; step++)
+    ok = step_all(m, run, 1);
+  uint32_t cached = 0;
+  ok = ok && CHECK_OK(pkv_resume(run->e, run->seqs[1].id, &cached));
+  ok = ok && CHECK(run->seqs[1].num_tokens == 28 && cached == 21);
+  for (int step = 0; ok && step < 2 * GEN; step++)
+    ok = step_all(m, run, -1);
+  pkv_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  CHECK_OK(pkv_engine_stats(run->e, &st));
+  CHECK(st.prefix_hit_tokens >= 28 + cached && st.num_cow_copies >= 1 && st.num_preemptions == 1);
+  for (int i = 0; i < NUM_PROMPTS; i++) {
+    int32_t tokens[MAX_TOKENS];
+    uint32_t len = 0;
+    CHECK(run->seqs[i].ngen == GEN);
+    CHECK_OK(pkv_seq_tokens(run->e, run->seqs[i].id, tokens, MAX_TOKENS, &len));
+    CHECK(len == run->seqs[i].num_tokens &&
+          memcmp(tokens, run->seqs[i].tokens, len * sizeof tokens[0]) == 0);
+  }
+  CHECK_ENGINE(run->e);
+  pkv_engine_destroy(run->e);
+  return ok;
+}
+
+static size_t compare_logits(const char *label, const float *got, const float *ref)
+{
+  double g[VOCAB], r[VOCAB];
+  for (int i = 0; i < VOCAB; i++)
+    g[i] = got[i], r[i] = ref[i];
+  return pkv_ref_compare(label, g, r, VOCAB, LOGIT_ATOL, LOGIT_RTOL);
+}
+
+int main(void)
+{
+  model *m = malloc(sizeof *m);
+  init_model(m);
+  e2e_run *run = calloc(1, sizeof *run);
+  float min_gap = INFINITY; /* the closest greedy choice: how far from a tie the test runs */
+  if (run_on_pkv(m, run)) {
+    for (int i = 0; i < NUM_PROMPTS; i++) {
+      const e2e_seq *s = &run->seqs[i];
+      int32_t tokens[GEN];
+      float (*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
+      naive_generate(m, s->tokens, s->prompt_len, s->second_at, tokens, logits);
+      for (int g = 0; g < GEN; g++) {
+        const float gap = logits[g][pick(logits[g], 0)] - logits[g][pick(logits[g], 1)];
+        min_gap = fminf(min_gap, g == s->second_at ? INFINITY : gap);
+        char label[64];
+        snprintf(label, sizeof label, "prompt %d token %d logits", i, g);
+        CHECK(compare_logits(label, s->logits[g], logits[g]) == 0);
+        if (!CHECK(s->tokens[s->prompt_len + g] == tokens[g]))
+          fprintf(stderr, "  prompt %d token %d: pkv %d, naive %d\n", i, g,
+                  s->tokens[s->prompt_len + g], tokens[g]);
+      }
+      printf("prompt %d (%u tokens, %u cached at admission):", i, s->prompt_len, s->cached);
+      for (int g = 0; g < GEN; g++)
+        printf(" %d", s->tokens[s->prompt_len + g]);
+      printf("\n");
+      free(logits);
+    }
+  }
+  printf("smallest top-2 logit gap of a greedy choice: %.3g (logit tolerance %g)\n", min_gap,
+         LOGIT_ATOL);
+  free(run);
+  free(m);
+  return kw_summary();
+}
