@@ -22,6 +22,7 @@ namespace PKV_CPU_VARIANT {
 }  // namespace pkv
 
 #include "backend/cpu/dtype_cvt.h"
+#include "backend/cpu/vec8.h"
 
 namespace pkv {
 namespace PKV_CPU_VARIANT {
@@ -37,28 +38,87 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using Item = AttnItem;
 
+// n is a multiple of 8 (head_dim).
 inline float dot(const float *a, const float *b, uint32_t n) {
-  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (uint32_t d = 0; d < n; d += 8)
-    for (uint32_t j = 0; j < 8; ++j) lanes[j] += a[d + j] * b[d + j];
-  return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  v8f acc0 = splat(0.0f), acc1 = splat(0.0f);
+  uint32_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    acc0 += load8(a + d) * load8(b + d);
+    acc1 += load8(a + d + 8) * load8(b + d + 8);
+  }
+  if (d < n) acc0 += load8(a + d) * load8(b + d);
+  return hsum(acc0 + acc1);
+}
+
+// q against four keys of stride `stride` at once: q is loaded once per four products.
+inline void dot4(const float *q, const float *k, size_t stride, uint32_t n, float *out) {
+  v8f a0 = splat(0.0f), a1 = splat(0.0f), a2 = splat(0.0f), a3 = splat(0.0f);
+  for (uint32_t d = 0; d < n; d += 8) {
+    const v8f qv = load8(q + d);
+    a0 += qv * load8(k + d);
+    a1 += qv * load8(k + stride + d);
+    a2 += qv * load8(k + 2 * stride + d);
+    a3 += qv * load8(k + 3 * stride + d);
+  }
+  out[0] = hsum(a0);
+  out[1] = hsum(a1);
+  out[2] = hsum(a2);
+  out[3] = hsum(a3);
+}
+
+// Converts n elements (a multiple of 8) of a KV dtype to floats.
+template <class T> inline void convert_row(const T *src, float *dst, uint32_t n) {
+  for (uint32_t d = 0; d < n; d += 8) store8(dst + d, load8(src + d));
+}
+template <> inline void convert_row(const float *src, float *dst, uint32_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+// acc = acc * alpha + sum over t < n of p[t] * v[t], for one (row, head): acc [hd] stays in
+// registers for 32 lanes at a time while the keys stream past.
+inline void accumulate(float *acc, float alpha, const float *p, const float *v, uint32_t n, uint32_t hd) {
+  const v8f a = splat(alpha);
+  uint32_t d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    v8f a0 = load8(acc + d) * a, a1 = load8(acc + d + 8) * a;
+    v8f a2 = load8(acc + d + 16) * a, a3 = load8(acc + d + 24) * a;
+    for (uint32_t t = 0; t < n; ++t) {
+      const v8f pt = splat(p[t]);
+      const float *row = v + size_t(t) * hd + d;
+      a0 += pt * load8(row);
+      a1 += pt * load8(row + 8);
+      a2 += pt * load8(row + 16);
+      a3 += pt * load8(row + 24);
+    }
+    store8(acc + d, a0);
+    store8(acc + d + 8, a1);
+    store8(acc + d + 16, a2);
+    store8(acc + d + 24, a3);
+  }
+  for (; d < hd; d += 8) {
+    v8f a0 = load8(acc + d) * a;
+    for (uint32_t t = 0; t < n; ++t) a0 += splat(p[t]) * load8(v + size_t(t) * hd + d);
+    store8(acc + d, a0);
+  }
 }
 
 struct Shape {
   uint32_t hd, group, q_heads, kv_heads, bs;
 };
 
-// Scratch of one thread: q (scaled) and acc [rows][group][hd], m and l [rows][group],
-// K and V chunks [kChunk][hd], probabilities [rows][group][kChunk].
+// Scratch of one thread, for an item's rows x q heads (at most max_q of them): q (scaled) and
+// acc [rows][q heads][hd], m, l and alpha [rows][q heads], K and V chunks [kChunk][hd],
+// probabilities [rows][q heads][kChunk].
 struct Scratch {
-  float *q, *acc, *m, *l, *kf, *vf, *p;
+  float *q, *acc, *m, *l, *alpha, *kf, *vf, *p;
   Scratch(float *base, const Shape &s) {
-    const size_t rg = size_t(kPrefillRows) * s.group;
+    const size_t rg = std::max(size_t(kPrefillRows) * s.group, size_t(s.q_heads));
     q = base;
     acc = q + rg * s.hd;
     m = acc + rg * s.hd;
     l = m + rg;
-    kf = l + rg;
+    alpha = l + rg;
+    kf = alpha + rg;
     vf = kf + size_t(kChunk) * s.hd;
     p = vf + size_t(kChunk) * s.hd;
   }
@@ -76,41 +136,64 @@ template <class T> struct ItemRunner {
       const uint32_t pos = key + t;
       const int64_t slot = int64_t(blocks[pos / s.bs]) * s.bs + pos % s.bs;
       const T *src = static_cast<const T *>(cache) + (slot * s.kv_heads + head) * s.hd;
-      to_float(src, dst + size_t(t) * s.hd, s.hd);
+      convert_row(src, dst + size_t(t) * s.hd, s.hd);
+    }
+  }
+
+  // Starts loading the K and V rows of keys [key, key + n): a kv head's row is a short run
+  // (head_dim elements) every kv_heads * head_dim, a stride the hardware prefetchers follow
+  // poorly, so the next chunk is requested while this one computes.
+  void prefetch_rows(const Item &it, uint32_t key, uint32_t n) const {
+    const int32_t *blocks = step.block_indices + step.block_indptr[it.seq];
+    const size_t bytes = size_t(it.num_heads) * s.hd * sizeof(T);  // the item's heads are adjacent
+    for (uint32_t t = 0; t < n; ++t) {
+      const uint32_t pos = key + t;
+      const int64_t slot = int64_t(blocks[pos / s.bs]) * s.bs + pos % s.bs;
+      const size_t offset = (slot * s.kv_heads + it.head) * s.hd;
+      const char *k = reinterpret_cast<const char *>(static_cast<const T *>(layer.k_cache) + offset);
+      const char *v = reinterpret_cast<const char *>(static_cast<const T *>(layer.v_cache) + offset);
+      for (size_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(k + b);
+        __builtin_prefetch(v + b);
+      }
     }
   }
 
   void run(const Item &it, Scratch &w, float *partial, void *out) const {
-    const uint32_t hd = s.hd, rg = it.rows * s.group;
+    // State index i = r * qh + j: row r, the item's q head j (kv head it.head + j / group).
+    const uint32_t hd = s.hd, qh = it.num_heads * s.group, rg = it.rows * qh;
     const uint32_t qlen = step.query_start[it.seq + 1] - step.query_start[it.seq];
     const uint32_t first_pos = step.context_lens[it.seq] - qlen + it.row0;  // of row 0
     const uint32_t token0 = step.query_start[it.seq] + it.row0;
     for (uint32_t r = 0; r < it.rows; ++r) {
       const T *qrow = static_cast<const T *>(layer.q) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * hd;
-      to_float(qrow, w.q + size_t(r) * s.group * hd, s.group * hd);
+      convert_row(qrow, w.q + size_t(r) * qh * hd, qh * hd);
     }
-    for (uint32_t i = 0; i < rg * hd; ++i) w.q[i] *= layer.scale;
+    const v8f scale = splat(layer.scale);
+    for (uint32_t i = 0; i < rg * hd; i += 8) store8(w.q + i, load8(w.q + i) * scale);
     fill(w.acc, size_t(rg) * hd, 0.0f);
     fill(w.m, rg, kNegInf);
     fill(w.l, rg, 0.0f);
+    // Two chunks in flight ahead of the one computing.
+    prefetch_rows(it, it.key0, std::min(2 * kChunk, it.key1 - it.key0));
     for (uint32_t key = it.key0; key < it.key1; key += kChunk) {
       const uint32_t n = std::min(kChunk, it.key1 - key);
-      load_rows(layer.k_cache, it.seq, it.head, key, n, w.kf);
-      for (uint32_t r = 0; r < it.rows; ++r) {
-        // Causal: row r sits at first_pos + r and sees keys up to it.
-        const int64_t visible = int64_t(first_pos + r) - key + 1;
-        const uint32_t lim = visible <= 0 ? 0 : std::min<uint32_t>(n, uint32_t(visible));
-        for (uint32_t g = 0; g < s.group; ++g) softmax_update(w, r * s.group + g, lim, n);
-      }
-      load_rows(layer.v_cache, it.seq, it.head, key, n, w.vf);
-      for (uint32_t i = 0; i < rg; ++i) {
-        float *acc = w.acc + size_t(i) * hd;
-        const float *p = w.p + size_t(i) * kChunk;
-        for (uint32_t t = 0; t < n; ++t) {
-          const float pt = p[t];
-          const float *v = w.vf + size_t(t) * hd;
-          for (uint32_t d = 0; d < hd; ++d) acc[d] += pt * v[d];
+      const uint32_t ahead = key + 2 * kChunk;
+      if (ahead < it.key1) prefetch_rows(it, ahead, std::min(kChunk, it.key1 - ahead));
+      for (uint32_t hh = 0; hh < it.num_heads; ++hh) {
+        load_rows(layer.k_cache, it.seq, it.head + hh, key, n, w.kf);
+        for (uint32_t r = 0; r < it.rows; ++r) {
+          // Causal: row r sits at first_pos + r and sees keys up to it.
+          const int64_t visible = int64_t(first_pos + r) - key + 1;
+          const uint32_t lim = visible <= 0 ? 0 : std::min<uint32_t>(n, uint32_t(visible));
+          for (uint32_t g = 0; g < s.group; ++g) softmax_update(w, r * qh + hh * s.group + g, lim, n);
         }
+        load_rows(layer.v_cache, it.seq, it.head + hh, key, n, w.vf);
+        for (uint32_t r = 0; r < it.rows; ++r)
+          for (uint32_t g = 0; g < s.group; ++g) {
+            const uint32_t i = r * qh + hh * s.group + g;
+            accumulate(w.acc + size_t(i) * hd, w.alpha[i], w.p + size_t(i) * kChunk, w.vf, n, hd);
+          }
       }
     }
     if (partial) {
@@ -121,37 +204,41 @@ template <class T> struct ItemRunner {
     }
     for (uint32_t r = 0; r < it.rows; ++r) {
       T *orow = static_cast<T *>(out) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * hd;
-      for (uint32_t g = 0; g < s.group; ++g) {
-        const uint32_t i = r * s.group + g;
+      for (uint32_t j = 0; j < qh; ++j) {
+        const uint32_t i = r * qh + j;
         const float inv = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
-        from_float_scaled(w.acc + size_t(i) * hd, inv, orow + size_t(g) * hd, hd);
+        from_float_scaled(w.acc + size_t(i) * hd, inv, orow + size_t(j) * hd, hd);
       }
     }
   }
 
-  // Scores of (row, head) i against the chunk's first lim keys; rescales its running state and
-  // leaves the chunk's probabilities in w.p (0 past lim).
+  // Scores of (row, head) i against the chunk's first lim keys: leaves the chunk's
+  // probabilities in w.p (0 past lim) and the rescale of its running state in w.alpha.
   void softmax_update(Scratch &w, uint32_t i, uint32_t lim, uint32_t n) const {
     float *p = w.p + size_t(i) * kChunk;
     const float *q = w.q + size_t(i) * s.hd;
+    w.alpha[i] = 1.0f;
+    for (uint32_t t = 0; t < kChunk; ++t) p[t] = kNegInf;
+    if (lim == 0) {
+      for (uint32_t t = 0; t < n; ++t) p[t] = 0.0f;
+      return;
+    }
+    uint32_t t = 0;
+    for (; t + 4 <= lim; t += 4) dot4(q, w.kf + size_t(t) * s.hd, s.hd, s.hd, p + t);
+    for (; t < lim; ++t) p[t] = dot(q, w.kf + size_t(t) * s.hd, s.hd);
     float mx = kNegInf;
-    for (uint32_t t = 0; t < lim; ++t) {
-      p[t] = dot(q, w.kf + size_t(t) * s.hd, s.hd);
-      mx = std::max(mx, p[t]);
-    }
-    for (uint32_t t = lim; t < n; ++t) p[t] = 0.0f;
-    if (lim == 0) return;
+    for (t = 0; t < lim; ++t) mx = std::max(mx, p[t]);
     const float m_new = std::max(w.m[i], mx);
-    const float alpha = w.m[i] == kNegInf ? 0.0f : fast_exp(w.m[i] - m_new);
-    float sum = 0.0f;
-    for (uint32_t t = 0; t < lim; ++t) {
-      p[t] = fast_exp(p[t] - m_new);
-      sum += p[t];
+    w.alpha[i] = w.m[i] == kNegInf ? 0.0f : fast_exp(w.m[i] - m_new);
+    const v8f m = splat(m_new);
+    v8f sum = splat(0.0f);
+    for (uint32_t t = 0; t < n; t += 8) {  // kChunk is a multiple of 8; past lim exp gives 0
+      const v8f e = exp8(load8(p + t) - m);
+      store8(p + t, e);
+      sum += e;
     }
-    w.l[i] = w.l[i] * alpha + sum;
+    w.l[i] = w.l[i] * w.alpha[i] + hsum(sum);
     w.m[i] = m_new;
-    float *acc = w.acc + size_t(i) * s.hd;
-    for (uint32_t d = 0; d < s.hd; ++d) acc[d] *= alpha;
   }
 };
 
@@ -159,7 +246,7 @@ template <class T> struct ItemRunner {
 template <class T> void merge(const Item *items, size_t first, const float *partials,
                               const CpuStep &step, const CpuLayer &layer, const Shape &s, float *acc) {
   const Item &it0 = items[first];
-  const uint32_t rg = it0.rows * s.group, hd = s.hd, splits = it0.num_splits;
+  const uint32_t qh = it0.num_heads * s.group, rg = it0.rows * qh, hd = s.hd, splits = it0.num_splits;
   const uint32_t token0 = step.query_start[it0.seq] + it0.row0;
   for (uint32_t i = 0; i < rg; ++i) {
     float mx = -std::numeric_limits<float>::infinity();
@@ -174,8 +261,8 @@ template <class T> void merge(const Item *items, size_t first, const float *part
       const float *a = p + 2 * rg + size_t(i) * hd;
       for (uint32_t d = 0; d < hd; ++d) acc[d] += a[d] * w;
     }
-    const uint32_t r = i / s.group, g = i % s.group;
-    T *orow = static_cast<T *>(layer.out) + (size_t(token0 + r) * s.q_heads + size_t(it0.head) * s.group + g) * hd;
+    const uint32_t r = i / qh, j = i % qh;
+    T *orow = static_cast<T *>(layer.out) + (size_t(token0 + r) * s.q_heads + size_t(it0.head) * s.group + j) * hd;
     from_float_scaled(acc, l > 0 ? 1.0f / l : 0.0f, orow, hd);
   }
 }

@@ -10,14 +10,14 @@
 namespace pkv {
 
 
-// Floats of per-thread scratch the math needs.
-inline size_t attention_scratch_floats(uint32_t group, uint32_t head_dim) {
-  const size_t rg = size_t(kAttnPrefillRows) * group;
-  return 2 * rg * head_dim + 2 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;
+// Floats of per-thread scratch the math needs, for items of at most max_q rows x q heads.
+inline size_t attention_scratch_floats(uint32_t max_q, uint32_t head_dim) {
+  const size_t rg = max_q;
+  return 2 * rg * head_dim + 3 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;
 }
 // Floats of one split item's partial result.
-inline size_t attention_partial_floats(uint32_t rows, uint32_t group, uint32_t head_dim) {
-  return size_t(rows) * group * (head_dim + 2);
+inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t head_dim) {
+  return size_t(rows) * q_heads * (head_dim + 2);
 }
 
 #define PKV_DECLARE_CPU_ATTENTION(ns)                                                       \

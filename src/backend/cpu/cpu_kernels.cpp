@@ -26,10 +26,11 @@ void CpuKernels::plan(const CpuStep &step, const CpuLayer &layer) {
   const uint32_t group = layer.q_heads / layer.kv_heads;
   items_.clear();
   groups_.clear();
-  uint64_t total_keys = 0;
+  uint64_t total_keys = 0;  // keys over all items, counting a decode's item once
   for (uint32_t i = 0; i < step.num_seqs; ++i) {
     const uint32_t qlen = step.query_start[i + 1] - step.query_start[i];
-    total_keys += uint64_t(step.context_lens[i]) * layer.kv_heads * ((qlen + kAttnPrefillRows - 1) / kAttnPrefillRows);
+    total_keys += qlen == 1 ? uint64_t(step.context_lens[i])
+                            : uint64_t(step.context_lens[i]) * layer.kv_heads * ((qlen + kAttnPrefillRows - 1) / kAttnPrefillRows);
   }
   const uint64_t target = 4ull * pool_.num_threads();
   uint64_t split = std::max<uint64_t>(512, (total_keys + target - 1) / target);
@@ -42,14 +43,17 @@ void CpuKernels::plan(const CpuStep &step, const CpuLayer &layer) {
       const uint32_t rows = std::min(kAttnPrefillRows, qlen - row0);
       const uint32_t keys = ctx - qlen + row0 + rows;  // the tile's last row sees this many
       const uint32_t splits = static_cast<uint32_t>((keys + split - 1) / split);
-      for (uint32_t h = 0; h < layer.kv_heads; ++h) {
+      // A single-row tile (a decode) takes every kv head: it then reads whole token rows of the
+      // pool (all heads, contiguous) instead of one head's slice every kv_heads * head_dim.
+      const uint32_t heads_per_item = rows == 1 ? layer.kv_heads : 1;
+      for (uint32_t h = 0; h < layer.kv_heads; h += heads_per_item) {
         if (splits > 1) groups_.push_back(items_.size());
         for (uint32_t k = 0; k < splits; ++k) {
-          AttnItem it{i, h, row0, rows, static_cast<uint32_t>(k * split),
+          AttnItem it{i, h, heads_per_item, row0, rows, static_cast<uint32_t>(k * split),
                       static_cast<uint32_t>(std::min<uint64_t>(keys, (k + 1) * split)), -1, splits};
           if (splits > 1) {
             it.part = static_cast<int64_t>(partial);
-            partial += attention_partial_floats(rows, group, layer.head_dim);
+            partial += attention_partial_floats(rows, group * heads_per_item, layer.head_dim);
           }
           items_.push_back(it);
         }
@@ -57,7 +61,7 @@ void CpuKernels::plan(const CpuStep &step, const CpuLayer &layer) {
     }
   }
   if (partials_.size() < partial) partials_.resize(partial);
-  const size_t scratch = attention_scratch_floats(group, layer.head_dim);
+  const size_t scratch = attention_scratch_floats(std::max(kAttnPrefillRows * group, layer.q_heads), layer.head_dim);
   scratch_.resize(pool_.num_threads());
   scratch_ptrs_.resize(pool_.num_threads());
   for (size_t t = 0; t < scratch_.size(); ++t) {

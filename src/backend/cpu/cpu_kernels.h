@@ -14,11 +14,12 @@ namespace pkv {
 constexpr uint32_t kAttnChunk = 32;        // keys converted to fp32 at a time
 constexpr uint32_t kAttnPrefillRows = 16;  // new tokens per item when a sequence has several
 
-// One work item: new tokens [row0, row0 + rows) of a sequence, one kv head (all its q heads),
+// One work item: new tokens [row0, row0 + rows) of a sequence, kv heads [head, head +
+// num_heads) (all their q heads: contiguous in q and out),
 // keys [key0, key1). With num_splits > 1 its (max, sum, acc) go to partials + part, and the
 // num_splits consecutive items of the tile are merged after.
 struct AttnItem {
-  uint32_t seq, head, row0, rows, key0, key1;
+  uint32_t seq, head, num_heads, row0, rows, key0, key1;  // kv heads [head, head + num_heads)
   int64_t part;
   uint32_t num_splits;
 };

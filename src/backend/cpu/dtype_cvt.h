@@ -47,6 +47,7 @@ template <class T> inline void from_float_scaled(const float *src, float scale, 
 
 // e^x for x <= 0 (softmax arguments), relative error ~2e-7; 0 below -87.
 inline float fast_exp(float x) {
+  if (x < -87.0f) return 0.0f;  // also keeps the exponent shift below in range
   const float t = x * 1.44269504088896341f;
   const int32_t n = static_cast<int32_t>(t < 0 ? t - 0.5f : t + 0.5f);  // round half away
   const float nf = static_cast<float>(n);
@@ -61,7 +62,7 @@ inline float fast_exp(float x) {
   const int32_t e = (n + 127) << 23;
   float scale;
   std::memcpy(&scale, &e, 4);
-  return x < -87.0f ? 0.0f : p * scale;
+  return p * scale;
 }
 
 }  // namespace PKV_CPU_VARIANT

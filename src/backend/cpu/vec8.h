@@ -1,0 +1,81 @@
+// Eight-lane float vectors (GCC/Clang vector extensions): one AVX2 register in the v3 variant,
+// two SSE registers in the baseline, NEON pairs on ARM. Loads convert from the KV dtypes. Like
+// dtype_cvt.h, included only by cpu_attention.cpp inside its variant's namespace.
+#pragma once
+
+#ifndef PKV_CPU_VARIANT
+#error "vec8.h belongs to cpu_attention.cpp (PKV_CPU_VARIANT)"
+#endif
+
+#include <cstdint>
+#include <cstring>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace pkv {
+namespace PKV_CPU_VARIANT {
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint16_t v8u16 __attribute__((vector_size(16)));
+
+inline v8f splat(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+inline v8f load8(const float *p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float *p, v8f v) { std::memcpy(p, &v, sizeof v); }
+inline float hsum(v8f v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
+inline float hmax(v8f v) {
+  float m = v[0];
+  for (int i = 1; i < 8; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+// Eight elements of a KV dtype as floats.
+inline v8f load8(const Bf16 *p) {
+  v8u16 h;
+  std::memcpy(&h, p, sizeof h);
+  const v8i bits = __builtin_convertvector(h, v8i) << 16;
+  v8f f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline v8f load8(const _Float16 *p) {
+#if defined(__F16C__)
+  const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+  v8f f;
+  std::memcpy(&f, &v, sizeof f);
+  return f;
+#else
+  v8f f;
+  for (int i = 0; i < 8; ++i) f[i] = static_cast<float>(p[i]);
+  return f;
+#endif
+}
+
+// e^x lane by lane for softmax arguments (x <= 0, -inf allowed): 0 below -87, rel. error ~2e-7.
+inline v8f exp8(v8f x) {
+  const v8f lo = splat(-87.0f);
+  const v8f xc = x < lo ? lo : x;  // clamped: the exponent bits below stay in range
+  const v8f t = xc * 1.44269504088896341f;
+  const v8i n = __builtin_convertvector(t + (t < 0.0f ? splat(-0.5f) : splat(0.5f)), v8i);
+  const v8f nf = __builtin_convertvector(n, v8f);
+  const v8f r = (xc - nf * 0.693359375f) + nf * 2.12194440e-4f;
+  v8f p = splat(1.9875691500E-4f);
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  const v8i e = (n + 127) << 23;
+  v8f scale;
+  std::memcpy(&scale, &e, sizeof scale);
+  return x < lo ? splat(0.0f) : p * scale;
+}
+
+}  // namespace PKV_CPU_VARIANT
+}  // namespace pkv
