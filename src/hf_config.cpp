@@ -16,8 +16,10 @@ bool read_count(const json &cfg, const char *key, uint32_t *out) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return false;
   if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > INT32_MAX)
+    // Only scalars are printed: dumping a nested value recurses once per level (a crafted config
+    // nested 100k deep would overflow the stack).
     fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be a positive integer, got %s", key,
-         it->dump().c_str());
+         it->is_primitive() ? it->dump().c_str() : it->type_name());
   *out = static_cast<uint32_t>(it->get<int64_t>());
   return true;
 }

@@ -8,5 +8,6 @@
 int cmd_profile(int argc, char **argv);  /* profile.c */
 int cmd_simulate(int argc, char **argv); /* simulate.c */
 int cmd_demo(int argc, char **argv);     /* demo.c */
+int cmd_soak(int argc, char **argv);     /* soak.c */
 
 #endif /* PKV_TOOLS_COMMANDS_H */

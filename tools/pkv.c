@@ -4,6 +4,7 @@
  *   pkv demo      a tiny transformer served through pkv, against contiguous KV
  *   pkv profile   how many KV blocks (tokens, sequences) fit, from a Hugging Face config.json
  *   pkv simulate  a serving workload through the block manager, with its numbers
+ *   pkv soak      millions of random operations with invariant checks (not part of CI)
  *
  * Written in C against pkv.h only, as any host would be.
  */
@@ -25,6 +26,7 @@ static const command commands[] = {
     {"demo", cmd_demo, "serve a tiny built-in transformer through pkv, vs contiguous KV"},
     {"profile", cmd_profile, "KV budget: blocks, tokens and sequences that fit in memory"},
     {"simulate", cmd_simulate, "run a synthetic serving workload through the block manager"},
+    {"soak", cmd_soak, "millions of random operations on one engine, checked as they go"},
 };
 
 static void print_version(void) {

@@ -361,7 +361,8 @@ PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
 PKV_API pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out);
 
 /* The step ran: its new tokens become computed, blocks that are now full and computed are sealed
- * into the prefix cache (shareable from now on), the copies are done. Frees b (even on error). */
+ * into the prefix cache (shareable from now on), the copies are done. Frees b on success; on
+ * failure b stays open (a batch of pkv_step ends with pkv_commit: PKV_ERR_STATE here). */
 PKV_API pkv_status pkv_batch_end(pkv_batch *b);
 
 /* The step did not run: nothing becomes computed; the copies go back to the queue. Frees b.

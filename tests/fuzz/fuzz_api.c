@@ -1,0 +1,126 @@
+/*
+ * fuzz_api.c - libFuzzer harness over the whole engine API: the input bytes create a small CPU
+ * engine (fuzzed shape, paging, scheduler and event fields; the pool bounded through pkv_profile
+ * before anything is allocated) and then drive it with a program of calls (fuzz_ops.h) on valid
+ * and invalid sequence ids, tokens, salts, buffers and batch handles.
+ *
+ * After every call: pkv_engine_check(e) == PKV_OK; a failed call left a message and changed
+ * nothing observable (stats and every live sequence's info, table and tokens); a successful one
+ * left a consistent state (fz_consistent).
+ */
+#include "fuzz_ops.h"
+
+/* The largest pool a fuzzed engine may allocate. */
+#define FZ_MAX_POOL_BYTES (4u << 20)
+
+/* Sets one field of p to a raw fuzzed value: the validation paths. */
+static void raw_field(fz_input *in, pkv_engine_params *p)
+{
+  uint32_t v = fz_u32(in);
+  switch (fz_pick(in, 20)) {
+  case 0: p->num_layers = v; break;
+  case 1: p->num_q_heads = v; break;
+  case 2: p->num_kv_heads = v; break;
+  case 3: p->head_dim = v; break;
+  case 4: p->dtype = (int32_t)v; break;
+  case 5: p->tp_size = v; break;
+  case 6: p->tp_rank = v; break;
+  case 7: p->block_size = v; break;
+  case 8: p->num_blocks = v; break;
+  case 9: p->device = (int32_t)v; break;
+  case 10: p->num_threads = v; break;
+  case 11: p->debug_flags = v; break;
+  case 12: p->reserved0 = v; break;
+  case 13: p->enable_prefix_caching = v; break;
+  case 14: p->max_num_seqs = v; break;
+  case 15: p->enable_kv_events = v; break;
+  case 16: memcpy(&p->softmax_scale, &v, sizeof v); break;
+  case 17: p->memory_utilization = (double)(int32_t)v / 1e9; break;
+  case 18: p->struct_size = v % 512; break;
+  default: p->max_num_batched_tokens = v; break;
+  }
+}
+
+static void fuzz_params(fz_input *in, pkv_engine_params *p)
+{
+  FZ_CHECK(pkv_engine_params_init(p, sizeof *p) == PKV_OK, "params_init");
+  p->device = PKV_DEVICE_CPU;
+  p->num_threads = 1;
+  p->num_layers = 1 + fz_pick(in, 2);
+  p->num_kv_heads = 1 + fz_pick(in, 2);
+  p->num_q_heads = p->num_kv_heads * (1 + fz_pick(in, 2));
+  static const uint32_t dims[] = {8, 16, 4, 8};
+  p->head_dim = dims[fz_pick(in, 4)];
+  p->dtype = (int32_t)fz_pick(in, 3);
+  p->block_size = 1 + fz_pick(in, 8);
+  p->num_blocks = 1 + fz_pick(in, 32);
+  p->enable_prefix_caching = fz_pick(in, 4) != 0;
+  p->hash_seed = fz_u8(in);
+  p->debug_flags = fz_pick(in, 4) == 0 ? PKV_DEBUG_CONSTANT_HASH : 0;
+  p->max_model_len = fz_pick(in, 3) == 0 ? fz_pick(in, 80) : 0;
+  p->max_num_seqs = 1 + fz_pick(in, 8);
+  p->max_num_batched_tokens = 1 + fz_pick(in, 64);
+  p->enable_kv_events = fz_pick(in, 2);
+  p->kv_events_capacity = fz_pick(in, 16);
+  switch (fz_pick(in, 8)) {
+  case 0: /* the profiler sizes the pool from a byte cap */
+    p->num_blocks = 0;
+    p->kv_cache_bytes = fz_u32(in) % 65536;
+    break;
+  case 1:
+    p->tp_size = 1 + fz_pick(in, 2);
+    p->tp_rank = fz_pick(in, 3);
+    break;
+  case 2: raw_field(in, p); break;
+  case 3: p->num_threads = 2; break; /* worker threads */
+  default: break;
+  }
+}
+
+/* Creates the engine when the fuzzed params describe a small enough one; NULL otherwise. A
+ * refusal by pkv_profile must be a refusal by pkv_engine_create too, *out untouched. */
+static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p)
+{
+  fuzz_params(in, p);
+  pkv_kv_budget b;
+  memset(&b, 0, sizeof b);
+  b.struct_size = sizeof b;
+  pkv_status ps = pkv_profile(p, &b);
+  pkv_engine *e = (pkv_engine *)&b; /* sentinel: must stay as it is on failure */
+  if (ps != PKV_OK) {
+    pkv_status s = pkv_engine_create(p, &e);
+    FZ_CHECK(s != PKV_OK && e == (pkv_engine *)&b, "profile said %d, create said %d", ps, s);
+    FZ_CHECK(pkv_last_error()[0] != '\0', "no message");
+    return NULL;
+  }
+  if (b.pool_bytes > FZ_MAX_POOL_BYTES || b.num_blocks > 4096 || p->num_threads > 2 ||
+      p->max_num_seqs > 64 || (uint64_t)p->num_q_heads * p->head_dim > 4096)
+    return NULL;
+  pkv_status s = pkv_engine_create(p, &e);
+  if (s != PKV_OK) {
+    FZ_CHECK(e == (pkv_engine *)&b, "*out written on failure");
+    FZ_CHECK(p->device != PKV_DEVICE_CPU, "create of a profiled CPU engine failed: %d", s);
+    return NULL;
+  }
+  pkv_engine_params got;
+  memset(&got, 0, sizeof got);
+  got.struct_size = sizeof got;
+  FZ_CHECK(pkv_engine_params_get(e, &got) == PKV_OK, "params_get");
+  FZ_CHECK(got.num_blocks == b.num_blocks && got.block_size == p->block_size, "effective params");
+  return e;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+  fz_input in = {data, size};
+  pkv_engine_params p;
+  pkv_engine *e = fuzz_engine(&in, &p);
+  if (!e)
+    return 0;
+  fz_world w;
+  fz_world_init(&w, e, &p);
+  for (int steps = 0; steps < 400 && in.n > 0; steps++)
+    fz_op(&w, &in);
+  fz_world_end(&w, fz_u8(&in) & 1);
+  return 0;
+}

@@ -1,0 +1,288 @@
+/*
+ * fuzz_ops.h - fuzz_api's calls: each op reads its arguments from the input (valid ones most of
+ * the time, invalid ones - unknown ids, NULL pointers, short buffers, bad struct sizes, stale
+ * handles - the rest), makes one pkv call and checks its result with fz_after.
+ */
+#ifndef PKV_FUZZ_OPS_H
+#define PKV_FUZZ_OPS_H
+
+#include "fuzz_world.h"
+
+static int32_t fz_tokens_buf[FZ_MAX_TOKENS];
+static char fz_big_salt[65537];
+
+/* n tokens from a small alphabet (prefix hits), sometimes any int32. */
+static uint32_t fz_tokens(fz_input *in, uint32_t max)
+{
+  uint32_t n = fz_pick(in, 8) == 0 ? fz_u8(in) + 40u : fz_pick(in, 40);
+  if (n > max)
+    n = max;
+  for (uint32_t i = 0; i < n; i++) {
+    uint8_t b = fz_u8(in);
+    fz_tokens_buf[i] = b < 224 ? b % 5 : b < 240 ? (int32_t)b : (int32_t)fz_u32(in);
+  }
+  return n;
+}
+
+/* A live id most of the time; else 0, a released one, the next one or any. */
+static uint64_t fz_seq(fz_world *w, fz_input *in)
+{
+  uint32_t r = fz_pick(in, 16);
+  if (r < 12 && w->nseqs)
+    return w->seqs[r % w->nseqs];
+  if (r == 13 && w->ndead)
+    return w->dead[fz_u8(in) % (w->ndead < FZ_MAX_DEAD ? w->ndead : FZ_MAX_DEAD)];
+  if (r == 14)
+    return w->max_id + 1;
+  if (r == 15)
+    return fz_u64(in);
+  return 0;
+}
+
+static const pkv_seq_params *fz_salt(fz_input *in, pkv_seq_params *sp, char *bytes)
+{
+  pkv_seq_params_init(sp, sizeof *sp);
+  switch (fz_pick(in, 9)) {
+  case 0: return NULL;
+  case 1: sp->cache_salt = "a", sp->cache_salt_len = 1; break;
+  case 2: sp->cache_salt = "b", sp->cache_salt_len = 1; break;
+  case 3:
+    sp->cache_salt_len = fz_pick(in, 4);
+    for (uint32_t i = 0; i < sp->cache_salt_len; i++)
+      bytes[i] = (char)fz_u8(in);
+    sp->cache_salt = bytes;
+    break;
+  case 4: sp->cache_salt_len = 1 + fz_pick(in, 3); break; /* NULL salt with a length */
+  case 5: sp->cache_salt = fz_big_salt, sp->cache_salt_len = 65536 + fz_pick(in, 2); break;
+  case 6: sp->struct_size = fz_pick(in, sizeof *sp); break;
+  default: break;
+  }
+  return sp;
+}
+
+static void op_allocate(fz_world *w, fz_input *in)
+{
+  pkv_seq_params sp;
+  char salt[4];
+  const pkv_seq_params *spp = fz_salt(in, &sp, salt);
+  uint32_t n = fz_tokens(in, FZ_MAX_TOKENS);
+  const int32_t *tokens = fz_pick(in, 16) ? fz_tokens_buf : NULL;
+  uint64_t before = fz_state(w);
+  uint32_t q_blocks = 0, q_cached = 0;
+  pkv_status qs = pkv_allocate_query(w->e, tokens, n, spp, &q_blocks, &q_cached);
+  fz_after(w, before, qs, "pkv_allocate_query");
+  FZ_CHECK(fz_state(w) == before, "pkv_allocate_query changed the state");
+  pkv_stats s = fz_stats(w);
+  uint64_t id = 0;
+  uint32_t cached = 0;
+  int null_out = fz_pick(in, 16) == 0;
+  pkv_status as = pkv_allocate(w->e, tokens, n, spp, null_out ? NULL : &id, &cached);
+  if (as == PKV_OK && w->nseqs == FZ_MAX_SEQS) { /* no room to track it */
+    FZ_CHECK(pkv_release(w->e, id) == PKV_OK, "release");
+    return;
+  }
+  if (as == PKV_OK)
+    fz_add_seq(w, id);
+  fz_after(w, before, as, "pkv_allocate");
+  FZ_CHECK(as != PKV_OK || (qs == PKV_OK && cached == q_cached),
+           "allocate cached %u, the query said %d/%u", cached, qs, q_cached);
+  FZ_CHECK(qs != PKV_OK || q_blocks > s.num_free_blocks || as != PKV_ERR_NO_SPACE,
+           "query: %u blocks of %llu free, allocate: no space", q_blocks,
+           (unsigned long long)s.num_free_blocks);
+  if (as == PKV_OK) {
+    FZ_CHECK(cached < n && cached % w->p.block_size == 0, "%u cached of %u", cached, n);
+    FZ_CHECK(w->p.enable_prefix_caching || cached == 0, "a hit without prefix caching");
+  }
+}
+
+static void op_append(fz_world *w, fz_input *in)
+{
+  uint64_t seq = fz_seq(w, in);
+  uint32_t n = fz_tokens(in, 12);
+  uint64_t before = fz_state(w);
+  fz_after(w, before, pkv_append(w->e, seq, fz_pick(in, 16) ? fz_tokens_buf : NULL, n), "pkv_append");
+}
+
+static void op_fork(fz_world *w, fz_input *in)
+{
+  uint64_t seq = fz_seq(w, in), child = 0;
+  int null_out = fz_pick(in, 16) == 0;
+  uint64_t before = fz_state(w);
+  pkv_status s = pkv_fork(w->e, seq, null_out ? NULL : &child);
+  if (s == PKV_OK && w->nseqs == FZ_MAX_SEQS) {
+    FZ_CHECK(pkv_release(w->e, child) == PKV_OK, "release");
+    return;
+  }
+  if (s == PKV_OK)
+    fz_add_seq(w, child);
+  fz_after(w, before, s, "pkv_fork");
+}
+
+static void op_release(fz_world *w, fz_input *in)
+{
+  uint64_t seq = fz_seq(w, in);
+  uint64_t before = fz_state(w);
+  pkv_status s = pkv_release(w->e, seq);
+  if (s == PKV_OK)
+    fz_forget_seq(w, seq);
+  fz_after(w, before, s, "pkv_release");
+}
+
+static void op_preempt_resume(fz_world *w, fz_input *in)
+{
+  uint64_t seq = fz_seq(w, in);
+  uint32_t cached = 0;
+  int resume = fz_pick(in, 2);
+  uint64_t before = fz_state(w);
+  pkv_status s = resume ? pkv_resume(w->e, seq, fz_pick(in, 4) ? &cached : NULL) : pkv_preempt(w->e, seq);
+  fz_after(w, before, s, resume ? "pkv_resume" : "pkv_preempt");
+}
+
+static void op_batch_begin(fz_world *w, fz_input *in)
+{
+  uint64_t seqs[6];
+  uint32_t counts[6];
+  uint32_t n = fz_pick(in, 6);
+  for (uint32_t i = 0; i < n; i++) {
+    seqs[i] = fz_seq(w, in);
+    counts[i] = fz_pick(in, 5);
+  }
+  int mode = fz_pick(in, 16);
+  pkv_batch *b = NULL;
+  uint64_t before = fz_state(w);
+  pkv_status s = pkv_batch_begin(w->e, mode == 0 ? NULL : seqs, mode < 8 ? counts : NULL, n,
+                                 mode == 1 ? NULL : &b);
+  if (s == PKV_OK) {
+    FZ_CHECK(w->batch == NULL && b != NULL, "a second batch opened");
+    w->batch = b, w->batch_from_step = 0;
+  }
+  fz_after(w, before, s, "pkv_batch_begin");
+}
+
+/* The open batch mostly; else NULL or a stale handle (never one that is open again). */
+static pkv_batch *fz_batch(fz_world *w, fz_input *in)
+{
+  uint32_t r = fz_pick(in, 16);
+  if (r == 0)
+    return NULL;
+  if (r == 1 && w->stale != w->batch)
+    return w->stale;
+  return w->batch;
+}
+
+static void fz_closed(fz_world *w, pkv_batch *b)
+{
+  FZ_CHECK(b == w->batch, "a handle that is not open was ended");
+  w->stale = w->batch;
+  w->batch = NULL;
+}
+
+static void op_attention(fz_world *w, fz_input *in)
+{
+  pkv_batch *b = fz_batch(w, in);
+  uint32_t rows = 1;
+  if (b && b == w->batch) {
+    pkv_batch_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    FZ_CHECK(pkv_batch_info(b, &v) == PKV_OK, "batch_info");
+    rows = v.num_tokens;
+  }
+  size_t qn = (size_t)rows * w->q_heads * w->p.head_dim * w->dtype_bytes;
+  size_t kn = (size_t)rows * w->kv_heads * w->p.head_dim * w->dtype_bytes;
+  unsigned char *q = malloc(qn), *k = malloc(kn), *v = malloc(kn), *out = malloc(qn);
+  int fill = fz_pick(in, 2) ? 0x3c : 0;
+  memset(q, fill, qn), memset(k, fill, kn), memset(v, fill, kn);
+  uint32_t layer = fz_pick(in, w->p.num_layers + 1);
+  int bad = fz_pick(in, 16);
+  uint64_t before = fz_state(w);
+  pkv_status s = pkv_attention(b, layer, bad == 0 ? NULL : q, k, v, bad == 1 ? (void *)q : out);
+  fz_after(w, before, s, "pkv_attention");
+  FZ_CHECK(s != PKV_OK || w->p.head_dim % 8 == 0, "attention with head_dim %u", w->p.head_dim);
+  free(q), free(k), free(v), free(out);
+}
+
+static void op_batch_end(fz_world *w, fz_input *in)
+{
+  pkv_batch *b = fz_batch(w, in);
+  int commit = fz_pick(in, 2);
+  int32_t sampled[8];
+  for (int i = 0; i < 8; i++)
+    sampled[i] = (int32_t)fz_pick(in, 6) - 1;
+  uint32_t num_seqs = 0;
+  if (b && b == w->batch) {
+    pkv_batch_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    FZ_CHECK(pkv_batch_info(b, &v) == PKV_OK, "batch_info");
+    num_seqs = v.num_seqs;
+  }
+  int32_t *tokens = NULL;
+  if (fz_pick(in, 8) && num_seqs) {
+    tokens = malloc(num_seqs * sizeof *tokens);
+    for (uint32_t i = 0; i < num_seqs; i++)
+      tokens[i] = sampled[i % 8];
+  }
+  uint64_t before = fz_state(w);
+  pkv_status s = commit ? pkv_commit(b, tokens) : pkv_batch_end(b);
+  free(tokens);
+  if (s == PKV_OK) {
+    FZ_CHECK(w->batch_from_step == commit, "%s took a %s batch", commit ? "commit" : "end",
+             w->batch_from_step ? "step" : "begin");
+    fz_closed(w, b);
+  }
+  fz_after(w, before, s, commit ? "pkv_commit" : "pkv_batch_end");
+}
+
+static void op_abort(fz_world *w, fz_input *in)
+{
+  pkv_batch *b = fz_batch(w, in);
+  pkv_batch_abort(b);
+  if (b && b == w->batch)
+    fz_closed(w, b);
+  fz_consistent(w);
+}
+
+static void op_step(fz_world *w, fz_input *in)
+{
+  pkv_batch *b = NULL;
+  int null_out = fz_pick(in, 16) == 0;
+  uint64_t before = fz_state(w);
+  pkv_status s = pkv_step(w->e, null_out ? NULL : &b);
+  if (s == PKV_OK && b) {
+    FZ_CHECK(w->batch == NULL, "pkv_step opened a second batch");
+    w->batch = b, w->batch_from_step = 1;
+  }
+  fz_after(w, before, s, "pkv_step");
+}
+
+static void op_submit(fz_world *w, fz_input *in)
+{
+  pkv_request_params rp;
+  pkv_request_params_init(&rp, sizeof rp);
+  rp.max_new_tokens = fz_pick(in, 8);
+  rp.stop_token = (int32_t)fz_pick(in, 6) - 1;
+  rp.priority = (int32_t)fz_pick(in, 5) - 2;
+  switch (fz_pick(in, 10)) {
+  case 0: rp.cache_salt = "a", rp.cache_salt_len = 1; break;
+  case 1: rp.cache_salt_len = 2; break;
+  case 2: rp.reserved0 = 1; break;
+  case 3: rp.struct_size = fz_pick(in, sizeof rp); break;
+  default: break;
+  }
+  uint32_t n = fz_tokens(in, FZ_MAX_TOKENS);
+  int null_rp = fz_pick(in, 8) == 0;
+  uint64_t id = 0, before = fz_state(w);
+  pkv_status s = pkv_submit(w->e, fz_tokens_buf, n, null_rp ? NULL : &rp, &id);
+  if (s == PKV_OK && w->nseqs == FZ_MAX_SEQS) {
+    FZ_CHECK(pkv_release(w->e, id) == PKV_OK, "release a queued request");
+    return;
+  }
+  if (s == PKV_OK)
+    fz_add_seq(w, id);
+  fz_after(w, before, s, "pkv_submit");
+}
+
+#include "fuzz_ops2.h"
+
+#endif /* PKV_FUZZ_OPS_H */

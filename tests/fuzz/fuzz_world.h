@@ -1,0 +1,180 @@
+/*
+ * fuzz_world.h - fuzz_api's view of one engine: the live sequence ids, the open batch, and the
+ * checks run around every call: a fingerprint of everything observable (a failed call must leave
+ * it unchanged) and the consistency of stats, infos and tables (after every call).
+ */
+#ifndef PKV_FUZZ_WORLD_H
+#define PKV_FUZZ_WORLD_H
+
+#include "fuzz_util.h"
+
+enum { FZ_MAX_SEQS = 16, FZ_MAX_DEAD = 8, FZ_MAX_TOKENS = 320, FZ_TABLE_CAP = 512 };
+
+typedef struct {
+  pkv_engine *e;
+  pkv_engine_params p;
+  uint64_t seqs[FZ_MAX_SEQS];
+  uint32_t nseqs;
+  uint64_t dead[FZ_MAX_DEAD]; /* released ids: never valid again */
+  uint32_t ndead;
+  uint64_t max_id;
+  pkv_batch *batch; /* the open batch, or NULL */
+  int batch_from_step;
+  pkv_batch *stale; /* a handle that was ended, committed or aborted */
+  uint64_t last_event_seq_no;
+  uint32_t dtype_bytes, q_heads, kv_heads; /* per rank */
+} fz_world;
+
+static inline uint64_t fz_mix(uint64_t h, const void *data, size_t n)
+{
+  const unsigned char *c = (const unsigned char *)data;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+static inline pkv_stats fz_stats(fz_world *w)
+{
+  pkv_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  FZ_CHECK(pkv_engine_stats(w->e, &s) == PKV_OK, "stats");
+  return s;
+}
+
+/* Stats, the open batch's view and every live sequence's info, block table and tokens. */
+static inline uint64_t fz_state(fz_world *w)
+{
+  pkv_stats s = fz_stats(w);
+  uint64_t h = fz_mix(14695981039346656037ull, &s, sizeof s);
+  if (w->batch) {
+    pkv_batch_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    pkv_status st = pkv_batch_info(w->batch, &v);
+    h = fz_mix(h, &st, sizeof st);
+    h = fz_mix(h, &v.num_seqs, 7 * sizeof(uint32_t));
+  }
+  static int32_t buf[FZ_TABLE_CAP];
+  for (uint32_t i = 0; i < w->nseqs; i++) {
+    struct pkv_seq_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    pkv_status st = pkv_seq_info(w->e, w->seqs[i], &info);
+    h = fz_mix(h, &st, sizeof st);
+    h = fz_mix(h, &info, sizeof info);
+    uint32_t len = 0;
+    st = pkv_seq_block_table(w->e, w->seqs[i], buf, FZ_TABLE_CAP, &len);
+    h = fz_mix(h, &st, sizeof st);
+    if (st == PKV_OK)
+      h = fz_mix(h, buf, len * sizeof buf[0]);
+    st = pkv_seq_tokens(w->e, w->seqs[i], buf, FZ_TABLE_CAP, &len);
+    h = fz_mix(h, &st, sizeof st);
+    if (st == PKV_OK)
+      h = fz_mix(h, buf, len * sizeof buf[0]);
+  }
+  return h;
+}
+
+/* Every invariant visible through the API, pkv_engine_check's included. */
+static inline void fz_consistent(fz_world *w)
+{
+  FZ_CHECK(pkv_engine_check(w->e) == PKV_OK, "pkv_engine_check: %s", pkv_engine_last_error(w->e));
+  pkv_stats s = fz_stats(w);
+  FZ_CHECK(s.num_free_blocks + s.num_used_blocks == s.num_blocks, "free %llu + used %llu != %llu",
+           (unsigned long long)s.num_free_blocks, (unsigned long long)s.num_used_blocks,
+           (unsigned long long)s.num_blocks);
+  FZ_CHECK(s.num_cached_blocks <= s.num_free_blocks, "cached > free");
+  FZ_CHECK(s.prefix_hit_tokens <= s.prefix_query_tokens, "hits > queries");
+  FZ_CHECK(s.num_seqs == w->nseqs, "num_seqs %llu, %u live", (unsigned long long)s.num_seqs, w->nseqs);
+  static int32_t table[FZ_TABLE_CAP];
+  const uint32_t bs = w->p.block_size;
+  for (uint32_t i = 0; i < w->nseqs; i++) {
+    struct pkv_seq_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    FZ_CHECK(pkv_seq_info(w->e, w->seqs[i], &info) == PKV_OK, "info of live %llu",
+             (unsigned long long)w->seqs[i]);
+    uint32_t len = 0;
+    FZ_CHECK(pkv_seq_block_table(w->e, w->seqs[i], table, FZ_TABLE_CAP, &len) == PKV_OK, "table");
+    FZ_CHECK(len == info.num_blocks, "table %u, info %u blocks", len, info.num_blocks);
+    for (uint32_t j = 0; j < len; j++)
+      FZ_CHECK(table[j] >= 0 && (uint64_t)table[j] < s.num_blocks, "block id %d", table[j]);
+    FZ_CHECK(info.num_computed_tokens <= info.num_tokens, "computed > tokens");
+    FZ_CHECK(info.num_cached_tokens <= info.num_tokens, "cached > tokens");
+    FZ_CHECK(w->batch != NULL || info.in_batch == 0, "in_batch with no batch open");
+    if (info.is_preempted)
+      FZ_CHECK(info.num_blocks == 0 && info.num_computed_tokens == 0, "preempted holds blocks");
+    if (!info.is_request && !info.is_preempted)
+      FZ_CHECK(info.num_blocks == (info.num_tokens + bs - 1) / bs, "%u blocks for %u tokens",
+               info.num_blocks, info.num_tokens);
+  }
+}
+
+/* Before a call: the fingerprint. After it: a failure left a message and changed nothing; any
+ * status is one of pkv's and never INTERNAL. */
+static inline void fz_after(fz_world *w, uint64_t before, pkv_status s, const char *what)
+{
+  FZ_CHECK(s <= PKV_OK && s >= PKV_ERR_INTERNAL, "%s: status %d is not a pkv_status", what, s);
+  FZ_CHECK(s != PKV_ERR_INTERNAL && s != PKV_ERR_OUT_OF_MEMORY, "%s: %d", what, s);
+  if (s != PKV_OK) {
+    FZ_CHECK(pkv_last_error()[0] != '\0', "%s failed (%d) without a message", what, s);
+    FZ_CHECK(fz_state(w) == before, "%s failed (%d: %s) and changed the state", what, s,
+             pkv_last_error());
+  }
+  fz_consistent(w);
+}
+
+static inline void fz_add_seq(fz_world *w, uint64_t id)
+{
+  FZ_CHECK(id != 0 && id > w->max_id, "new id %llu after %llu", (unsigned long long)id,
+           (unsigned long long)w->max_id);
+  w->max_id = id;
+  w->seqs[w->nseqs++] = id;
+}
+
+static inline void fz_forget_seq(fz_world *w, uint64_t id)
+{
+  for (uint32_t i = 0; i < w->nseqs; i++)
+    if (w->seqs[i] == id) {
+      w->seqs[i] = w->seqs[--w->nseqs];
+      break;
+    }
+  w->dead[w->ndead++ % FZ_MAX_DEAD] = id;
+}
+
+static inline void fz_world_init(fz_world *w, pkv_engine *e, const pkv_engine_params *p)
+{
+  memset(w, 0, sizeof *w);
+  w->e = e;
+  w->p.struct_size = sizeof w->p;
+  FZ_CHECK(pkv_engine_params_get(e, &w->p) == PKV_OK, "params_get");
+  w->dtype_bytes = w->p.dtype == PKV_DTYPE_F32 ? 4 : 2;
+  w->q_heads = w->p.num_q_heads / w->p.tp_size;
+  w->kv_heads = w->p.num_kv_heads / w->p.tp_size ? w->p.num_kv_heads / w->p.tp_size : 1;
+  (void)p;
+  fz_consistent(w);
+}
+
+/* Closes the batch, releases everything (the pool must then be all free) and destroys e; or
+ * destroys e with its batch and sequences still there. */
+static inline void fz_world_end(fz_world *w, int destroy_busy)
+{
+  if (!destroy_busy) {
+    pkv_batch_abort(w->batch);
+    w->batch = NULL;
+    while (w->nseqs > 0) {
+      uint64_t id = w->seqs[0];
+      FZ_CHECK(pkv_release(w->e, id) == PKV_OK, "release %llu", (unsigned long long)id);
+      fz_forget_seq(w, id);
+    }
+    fz_consistent(w);
+    pkv_stats s = fz_stats(w);
+    FZ_CHECK(s.num_used_blocks == 0 && s.num_seqs == 0 && s.num_waiting_requests == 0 &&
+                 s.num_running_requests == 0 && s.num_finished_requests == 0,
+             "leftovers after releasing everything");
+  }
+  pkv_engine_destroy(w->e);
+}
+
+#endif /* PKV_FUZZ_WORLD_H */

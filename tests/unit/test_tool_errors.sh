@@ -1,0 +1,125 @@
+#!/bin/sh
+# test_tool_errors.sh PKV_TOOL - the pkv tool refuses bad invocations cleanly: for every
+# subcommand, unknown flags, missing values, malformed / negative / huge numbers, missing files,
+# a directory as a file, empty and malformed JSON, JSON with wrong types; each must exit non-zero,
+# not by a signal (exit < 124: no crash, no timeout), with a message on stderr.
+set -u
+tool=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+
+expect_error() { # DESCRIPTION ARGS...
+  desc=$1
+  shift
+  timeout 30 "$tool" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    why="exit 0"
+  elif [ $rc -ge 124 ]; then
+    why="exit $rc: killed by a signal or timed out"
+  elif [ ! -s "$tmp/err" ]; then
+    why="exit $rc without a message on stderr"
+  else
+    passed=$((passed + 1))
+    echo "ok   $desc: exit $rc: $(head -n 1 "$tmp/err" | cut -c1-100)"
+    return
+  fi
+  failed=$((failed + 1))
+  echo "FAIL $desc ($*): $why"
+  head -n 3 "$tmp/err" | sed 's/^/     /'
+}
+
+# inputs
+mkdir "$tmp/dir"
+: >"$tmp/empty.json"
+printf '{"num_hidden_layers": 32, "num_attention_heads": ' >"$tmp/truncated.json"
+printf 'not json at all' >"$tmp/text.json"
+printf '[32, 8, 128]' >"$tmp/array.json"
+printf '{"num_hidden_layers": "32", "num_attention_heads": 32, "hidden_size": 4096}' >"$tmp/string_count.json"
+printf '{"num_hidden_layers": 32.5, "num_attention_heads": 32, "hidden_size": 4096}' >"$tmp/float_count.json"
+printf '{"num_hidden_layers": -1, "num_attention_heads": 32, "hidden_size": 4096}' >"$tmp/negative.json"
+printf '{"num_hidden_layers": 99999999999999999999999, "num_attention_heads": 32, "hidden_size": 4096}' >"$tmp/huge.json"
+printf '{"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "torch_dtype": 16}' >"$tmp/dtype_type.json"
+printf '{"num_hidden_layers": 32, "num_attention_heads": 32}' >"$tmp/missing_field.json"
+printf '{"text_config": [1]}' >"$tmp/text_config.json"
+printf '\377\376\0\1{\0}' >"$tmp/binary.json"
+# a 200 KB config nesting arrays 100000 deep where a count belongs (fuzzing found it crashing)
+{ printf '{"num_hidden_layers": '; head -c 100000 /dev/zero | tr '\0' '['
+  head -c 100000 /dev/zero | tr '\0' ']'; printf '}'; } >"$tmp/deep.json"
+good=$tmp/good.json
+printf '{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}' >"$good"
+
+# the tool itself
+expect_error "no command"
+expect_error "unknown command" frobnicate
+expect_error "unknown option" --frobnicate
+
+# profile
+expect_error "profile: no --config" profile
+expect_error "profile: unknown flag" profile --config "$good" --bogus
+expect_error "profile: missing value" profile --config
+expect_error "profile: missing file" profile --config "$tmp/nope.json"
+expect_error "profile: directory as file" profile --config "$tmp/dir"
+for f in empty truncated text array string_count float_count negative huge dtype_type \
+         missing_field text_config binary deep; do
+  expect_error "profile: $f.json" profile --config "$tmp/$f.json" --memory 1GiB
+done
+expect_error "profile: bad size" profile --config "$good" --memory 80XB
+expect_error "profile: negative size" profile --config "$good" --memory -1GiB
+expect_error "profile: huge size" profile --config "$good" --memory 99999999999999TiB
+expect_error "profile: bad number" profile --config "$good" --memory 1GiB --tp two
+expect_error "profile: tp 0" profile --config "$good" --memory 1GiB --tp 0
+expect_error "profile: block size 0" profile --config "$good" --memory 1GiB --block-size 0
+expect_error "profile: utilization 2" profile --config "$good" --memory 1GiB --utilization 2
+expect_error "profile: utilization nan" profile --config "$good" --memory 1GiB --utilization nan
+expect_error "profile: bad dtype" profile --config "$good" --memory 1GiB --dtype int8
+expect_error "profile: bad device" profile --config "$good" --memory 1GiB --device tpu
+
+# simulate
+expect_error "simulate: unknown flag" simulate --bogus
+expect_error "simulate: missing value" simulate --requests
+expect_error "simulate: bad number" simulate --requests many
+expect_error "simulate: negative" simulate --requests -5
+expect_error "simulate: huge" simulate --requests 99999999999999999999
+expect_error "simulate: block size 0" simulate --requests 4 --block-size 0
+expect_error "simulate: fraction 2" simulate --requests 4 --shared-fraction 2
+expect_error "simulate: fraction nan" simulate --requests 4 --fork-fraction nan
+expect_error "simulate: flag with a value" simulate --check=yes
+
+# demo
+expect_error "demo: unknown flag" demo --bogus
+expect_error "demo: missing value" demo --seed
+expect_error "demo: bad number" demo --requests lots
+expect_error "demo: negative" demo --layers -2
+expect_error "demo: huge" demo --num-blocks 99999999999
+expect_error "demo: too many tenants" demo --tenants 17
+expect_error "demo: plot into a missing directory" demo --requests 2 --plot "$tmp/nope/plot.svg"
+
+# soak
+expect_error "soak: unknown flag" soak --bogus
+expect_error "soak: missing value" soak --ops
+expect_error "soak: bad number" soak --ops ten
+expect_error "soak: negative" soak --seed -1
+expect_error "soak: huge" soak --ops 999999999999999999999
+expect_error "soak: zero ops" soak --ops 0
+expect_error "soak: pool too small" soak --ops 10 --num-blocks 2
+
+# numbers that parse but that pkv or the command must refuse
+expect_error "simulate: 4e9 blocks" simulate --requests 2 --num-blocks 4000000000
+expect_error "simulate: 4e9 requests" simulate --requests 4000000000
+expect_error "simulate: 4e9 block size" simulate --requests 2 --block-size 4000000000
+expect_error "simulate: 4e9 max model len" simulate --requests 2 --max-model-len 4000000000
+expect_error "simulate: step tokens 0" simulate --requests 2 --step-tokens 0
+expect_error "simulate: 1e30 prompt" simulate --requests 2 --mean-prompt 1e30
+expect_error "demo: 4e9 blocks" demo --num-blocks 4000000000
+expect_error "demo: 4e9 block size" demo --block-size 4000000000
+expect_error "demo: 1e5 layers" demo --layers 100000 --requests 1
+expect_error "demo: zero requests" demo --requests 0
+expect_error "profile: 4e9 blocks" profile --config "$good" --memory 1GiB --num-blocks 4000000000
+expect_error "profile: 4e9 block size" profile --config "$good" --memory 1GiB --block-size 4000000000
+expect_error "profile: 4e9 tp" profile --config "$good" --memory 1GiB --tp 4000000000
+expect_error "soak: 4e9 block size" soak --ops 1 --block-size 4000000000
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
