@@ -50,20 +50,34 @@ inline float dot(const float *a, const float *b, uint32_t n) {
   return hsum(acc0 + acc1);
 }
 
-// q against four keys of stride `stride` at once: q is loaded once per four products.
+// q against four keys of stride `stride` at once: q is loaded once per four products, and eight
+// independent accumulators (two per key) hide the multiply-add latency.
 inline void dot4(const float *q, const float *k, size_t stride, uint32_t n, float *out) {
   v8f a0 = splat(0.0f), a1 = splat(0.0f), a2 = splat(0.0f), a3 = splat(0.0f);
-  for (uint32_t d = 0; d < n; d += 8) {
-    const v8f qv = load8(q + d);
-    a0 += qv * load8(k + d);
-    a1 += qv * load8(k + stride + d);
-    a2 += qv * load8(k + 2 * stride + d);
-    a3 += qv * load8(k + 3 * stride + d);
+  v8f b0 = splat(0.0f), b1 = splat(0.0f), b2 = splat(0.0f), b3 = splat(0.0f);
+  uint32_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    const v8f qa = load8(q + d), qb = load8(q + d + 8);
+    a0 += qa * load8(k + d);
+    b0 += qb * load8(k + d + 8);
+    a1 += qa * load8(k + stride + d);
+    b1 += qb * load8(k + stride + d + 8);
+    a2 += qa * load8(k + 2 * stride + d);
+    b2 += qb * load8(k + 2 * stride + d + 8);
+    a3 += qa * load8(k + 3 * stride + d);
+    b3 += qb * load8(k + 3 * stride + d + 8);
   }
-  out[0] = hsum(a0);
-  out[1] = hsum(a1);
-  out[2] = hsum(a2);
-  out[3] = hsum(a3);
+  if (d < n) {
+    const v8f qa = load8(q + d);
+    a0 += qa * load8(k + d);
+    a1 += qa * load8(k + stride + d);
+    a2 += qa * load8(k + 2 * stride + d);
+    a3 += qa * load8(k + 3 * stride + d);
+  }
+  out[0] = hsum(a0 + b0);
+  out[1] = hsum(a1 + b1);
+  out[2] = hsum(a2 + b2);
+  out[3] = hsum(a3 + b3);
 }
 
 // Converts n elements (a multiple of 8) of a KV dtype to floats.
@@ -74,31 +88,31 @@ template <> inline void convert_row(const float *src, float *dst, uint32_t n) {
   std::memcpy(dst, src, n * sizeof(float));
 }
 
-// acc = acc * alpha + sum over t < n of p[t] * v[t], for one (row, head): acc [hd] stays in
-// registers for 32 lanes at a time while the keys stream past.
+// acc = acc * alpha + sum over t < n of p[t] * v[t], for one (row, head): acc stays in eight
+// registers (64 lanes) while the keys stream past — eight independent chains, enough to keep
+// both FMA units busy despite their latency.
 inline void accumulate(float *acc, float alpha, const float *p, const float *v, uint32_t n, uint32_t hd) {
   const v8f a = splat(alpha);
   uint32_t d = 0;
-  for (; d + 32 <= hd; d += 32) {
-    v8f a0 = load8(acc + d) * a, a1 = load8(acc + d + 8) * a;
-    v8f a2 = load8(acc + d + 16) * a, a3 = load8(acc + d + 24) * a;
+  for (; d + 64 <= hd; d += 64) {
+    v8f r[8];
+    for (int j = 0; j < 8; ++j) r[j] = load8(acc + d + 8 * j) * a;
     for (uint32_t t = 0; t < n; ++t) {
       const v8f pt = splat(p[t]);
       const float *row = v + size_t(t) * hd + d;
-      a0 += pt * load8(row);
-      a1 += pt * load8(row + 8);
-      a2 += pt * load8(row + 16);
-      a3 += pt * load8(row + 24);
+      for (int j = 0; j < 8; ++j) r[j] += pt * load8(row + 8 * j);
     }
-    store8(acc + d, a0);
-    store8(acc + d + 8, a1);
-    store8(acc + d + 16, a2);
-    store8(acc + d + 24, a3);
+    for (int j = 0; j < 8; ++j) store8(acc + d + 8 * j, r[j]);
   }
-  for (; d < hd; d += 8) {
-    v8f a0 = load8(acc + d) * a;
-    for (uint32_t t = 0; t < n; ++t) a0 += splat(p[t]) * load8(v + size_t(t) * hd + d);
-    store8(acc + d, a0);
+  for (; d < hd; d += 8) {  // the rest (head_dim 40, 72, 80, ...): two chains over even/odd keys
+    v8f r0 = load8(acc + d) * a, r1 = splat(0.0f);
+    uint32_t t = 0;
+    for (; t + 2 <= n; t += 2) {
+      r0 += splat(p[t]) * load8(v + size_t(t) * hd + d);
+      r1 += splat(p[t + 1]) * load8(v + size_t(t + 1) * hd + d);
+    }
+    if (t < n) r0 += splat(p[t]) * load8(v + size_t(t) * hd + d);
+    store8(acc + d, r0 + r1);
   }
 }
 
