@@ -98,8 +98,9 @@ Batch *Scheduler::step(Engine &e) {
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence &s = e.seq(running_[i]);
     const size_t before = running_.size();
-    if (s.request.has_pending && !reserve_pending(e, s, chosen)) break;  // s was the newest
+    const bool kept = !s.request.has_pending || reserve_pending(e, s, chosen);
     preempted |= running_.size() != before;
+    if (!kept) break;  // s itself was the newest and went back to the queue
     chosen.push_back(s.id);
   }
   // Budget in running order; what does not fit waits for the next step.
@@ -115,8 +116,9 @@ Batch *Scheduler::step(Engine &e) {
     counts.push_back(n);
     budget -= n;
   }
-  // Waiting requests while seats, tokens and blocks allow - not in a step that had to preempt.
-  while (!preempted && !waiting_.empty() && ids.size() < p.max_num_seqs && budget > 0) {
+  // Waiting requests while seats, tokens and blocks allow - not in a step that had to preempt,
+  // unless that left nothing to run (then the queue's front, often the preempted one, goes on).
+  while ((!preempted || ids.empty()) && !waiting_.empty() && ids.size() < p.max_num_seqs && budget > 0) {
     Sequence &s = e.seq(waiting_.front());
     try {
       e.blocks().admit(s);

@@ -396,7 +396,9 @@ PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size)
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
-/* Plans the next step over the submitted requests; *out = NULL when there is nothing to run.
+/* Plans the next step over the submitted requests; *out = NULL when there is nothing to run:
+ * no requests, or waiting ones that do not fit while pkv_allocate's sequences hold the blocks
+ * (pkv_stats.num_waiting_requests tells them apart).
  * The batch is an ordinary one (pkv_batch_info, pkv_attention, pkv_batch_abort) that ends with
  * pkv_commit. PKV_ERR_STATE: a batch is open. */
 PKV_API pkv_status pkv_step(pkv_engine *e, pkv_batch **out);

@@ -299,6 +299,39 @@ static void test_finish_reasons(void)
   pkv_engine_destroy(e);
 }
 
+/* The only running request preempts itself when pkv_allocate's sequences hold the other blocks:
+ * pkv_step then has nothing to run and says so (NULL) while the stats show the request waiting;
+ * once the blocks come back it resumes, recomputes, and finishes with the right tokens. */
+static void test_self_preempt(void)
+{
+  pkv_engine *e = su_engine(2, 4, 4, 64, 0, 1);
+  if (!e)
+    return;
+  int32_t m[4] = {50, 51, 52, 53};
+  uint64_t manual = 0;
+  CHECK_OK(pkv_allocate(e, m, 4, NULL, &manual, NULL)); /* holds 2 of the 4 blocks */
+  uint64_t a = su_submit_plain(e, 1, 4, 4, -1, 0);
+  su_plan v;
+  CHECK_EQ_INT(su_step(e, &v), 1); /* the prompt: 2 blocks, the pool is full */
+  CHECK_EQ_INT(su_step(e, &v), 0); /* its 5th token needs a 3rd block: a preempts itself */
+  pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_preemptions, 1);
+  CHECK_EQ_INT(st.num_waiting_requests, 1);
+  CHECK_EQ_INT(st.num_running_requests, 0);
+  CHECK_EQ_INT(tu_info(e, a).is_preempted, 1);
+  CHECK_EQ_INT(tu_info(e, a).num_tokens, 5);
+  CHECK_EQ_INT(su_step(e, &v), 0); /* still nothing fits */
+  CHECK_OK(pkv_release(e, manual));
+  CHECK(su_run(e, 20) >= 0);
+  int32_t t[16];
+  CHECK_EQ_INT(su_tokens(e, a, t, 16), 8);
+  for (uint32_t p = 4; p < 8; p++)
+    CHECK_EQ_INT(t[p], su_next(su_chain(t, p)));
+  CHECK_EQ_INT(tu_info(e, a).finish_reason, PKV_FINISH_LENGTH);
+  CHECK_OK(pkv_engine_check(e));
+  pkv_engine_destroy(e);
+}
+
 int main(void)
 {
   TU_RUN(test_running_decode_every_step);
@@ -308,5 +341,6 @@ int main(void)
   TU_RUN(test_preempt_newest);
   TU_RUN(test_refused_at_submit);
   TU_RUN(test_finish_reasons);
+  TU_RUN(test_self_preempt);
   return tu_summary();
 }
