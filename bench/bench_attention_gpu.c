@@ -1,0 +1,299 @@
+/*
+ * bench_attention_gpu.c - how close pkv_attention on a CUDA device runs to its memory bandwidth.
+ *
+ * The GPU twin of bench_attention.c, same shapes: decode GB/s (pools beyond free device memory
+ * skipped) as % of the theoretical bandwidth (2 * memory clock * bus width / 8), or else of a
+ * device-to-device cudaMemcpy probe; prefill GFLOP/s (2k, 8k tokens). All buffers on the device;
+ * calls on our stream (pkv_engine_set_stream), timed by cudaEvents: a warm-up (it uploads the
+ * batch), then the median of several, L2 flushed (untimed memset) before each. Without a usable
+ * GPU it says so and exits 0. Usage: bench_attention_gpu [--quick]. Not a test; not installed.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <pkv/pkv.h>
+
+#include "bench_util.h"
+
+enum { Q_HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16, MAX_SEQS = 64, MAX_RUNS = 31 };
+#define FLUSH_BYTES ((size_t)256 << 20) /* more than the L2 of any device we run on */
+#define PROBE_BYTES ((size_t)1 << 30)
+#define FILL_CHUNK ((size_t)8 << 20)
+
+static cudaStream_t stream;
+static void *flush_dev;
+
+static int cuda_fail(cudaError_t err, const char *what)
+{
+  fprintf(stderr, "bench_attention_gpu: %s: %s\n", what, cudaGetErrorString(err));
+  return -1;
+}
+
+/* Small random values of the dtype (bf16 or f16 bits), so no lane is a NaN or a denormal. */
+static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
+{
+  for (size_t i = 0; i < n; i++) {
+    const uint16_t mant = (uint16_t)(bench_next(state) & (dtype == PKV_DTYPE_BF16 ? 0x7f : 0x3ff));
+    const uint16_t sign = (uint16_t)((i & 1) << 15);
+    dst[i] = (uint16_t)(sign | (dtype == PKV_DTYPE_BF16 ? 0x3e00 : 0x3000) | mant); /* ~0.1..0.25 */
+  }
+}
+
+/* Fills `bytes` of device memory: a random chunk uploaded, then doubled in place on the device. */
+static int fill_device(void *dst, size_t bytes, int32_t dtype, uint64_t *state)
+{
+  const size_t chunk = bytes < FILL_CHUNK ? bytes : FILL_CHUNK;
+  uint16_t *host = malloc(chunk);
+  fill_values(host, chunk / 2, dtype, state);
+  cudaError_t err = cudaMemcpy(dst, host, chunk, cudaMemcpyHostToDevice);
+  free(host);
+  for (size_t done = chunk, n; err == cudaSuccess && done < bytes; done += n) {
+    n = bytes - done < done ? bytes - done : done;
+    err = cudaMemcpy((char *)dst + done, dst, n, cudaMemcpyDeviceToDevice);
+  }
+  return err == cudaSuccess ? 0 : cuda_fail(err, "filling device memory");
+}
+
+/* Best GB/s (bytes read + written) of `reps` device-to-device copies of PROBE_BYTES / 2. */
+static double probe(int reps)
+{
+  void *buf = NULL;
+  cudaEvent_t e0, e1;
+  const size_t half = PROBE_BYTES / 2;
+  double best = 0.0;
+  if (cudaMalloc(&buf, PROBE_BYTES) != cudaSuccess)
+    return 0.0;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  for (int r = 0; r <= reps; r++) {
+    cudaEventRecord(e0, stream);
+    cudaMemcpyAsync((char *)buf + half, buf, half, cudaMemcpyDeviceToDevice, stream);
+    cudaEventRecord(e1, stream);
+    float ms = 0.0f;
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+      break;
+    const double gbs = 2.0 * (double)half / (ms * 1e-3) * 1e-9;
+    if (r > 0 && gbs > best) /* r == 0: warm-up */
+      best = gbs;
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  cudaFree(buf);
+  return best;
+}
+
+/* ---------------------------------------------------------------- engines */
+typedef struct bench_run {
+  pkv_engine *e;
+  pkv_batch *b;
+  void *q, *k, *v, *out;
+} bench_run;
+
+static pkv_status make_engine(bench_run *r, int32_t dtype, uint64_t num_blocks)
+{
+  pkv_engine_params p;
+  pkv_engine_params_init(&p, sizeof p);
+  p.num_layers = 1, p.num_q_heads = Q_HEADS, p.num_kv_heads = KV_HEADS, p.head_dim = HEAD_DIM;
+  p.dtype = dtype, p.device = PKV_DEVICE_CUDA, p.device_id = 0, p.block_size = BLOCK;
+  p.num_blocks = (uint32_t)num_blocks, p.enable_prefix_caching = 0;
+  memset(r, 0, sizeof *r);
+  const pkv_status s = pkv_engine_create(&p, &r->e);
+  return s != PKV_OK ? s : pkv_engine_set_stream(r->e, stream);
+}
+
+/* num_seqs prompts of ctx tokens, computed by writing their K/V into the pool; then one appended
+ * token each and an open decode batch with q/k/v/out for it (or, decode 0, the prompts' batch). */
+static int setup_batch(bench_run *r, int32_t dtype, uint32_t num_seqs, uint32_t ctx, int decode)
+{
+  uint64_t ids[MAX_SEQS], state = 7;
+  int32_t *tokens = malloc(sizeof(int32_t) * (ctx + 1));
+  pkv_status st = PKV_OK;
+  for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++) {
+    for (uint32_t i = 0; i <= ctx; i++)
+      tokens[i] = bench_token(&state);
+    st = pkv_allocate(r->e, tokens, ctx, NULL, &ids[s], NULL);
+  }
+  /* The whole pool (K and V) random: one chunk uploaded, then copied on the device. */
+  struct pkv_pool_info pool = {.struct_size = sizeof pool};
+  if (st == PKV_OK)
+    st = pkv_pool_info(r->e, &pool);
+  if (st == PKV_OK && decode && (fill_device(pool.k_base, pool.bytes_per_pool, dtype, &state) ||
+                                 fill_device(pool.v_base, pool.bytes_per_pool, dtype, &state))) {
+    free(tokens);
+    return -1;
+  }
+  if (st == PKV_OK && decode) {
+    st = pkv_batch_begin(r->e, ids, NULL, num_seqs, &r->b);
+    if (st == PKV_OK)
+      st = pkv_batch_end(r->b);
+    for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++)
+      st = pkv_append(r->e, ids[s], tokens + ctx, 1);
+  }
+  free(tokens);
+  if (st == PKV_OK)
+    st = pkv_batch_begin(r->e, ids, NULL, num_seqs, &r->b);
+  if (st != PKV_OK)
+    return bench_fail(r->e, "building the batch", st);
+  const size_t rows = decode ? num_seqs : (size_t)num_seqs * ctx;
+  const size_t qb = rows * Q_HEADS * HEAD_DIM * 2, kb = rows * KV_HEADS * HEAD_DIM * 2; /* 16-bit */
+  cudaError_t err;
+  if ((err = cudaMalloc(&r->q, qb)) || (err = cudaMalloc(&r->out, qb)) ||
+      (err = cudaMalloc(&r->k, kb)) || (err = cudaMalloc(&r->v, kb)))
+    return cuda_fail(err, "cudaMalloc of q/k/v/out");
+  return fill_device(r->q, qb, dtype, &state) || fill_device(r->k, kb, dtype, &state) ||
+         fill_device(r->v, kb, dtype, &state) ? -1 : 0;
+}
+
+static void free_run(bench_run *r)
+{
+  pkv_batch_abort(r->b);
+  pkv_engine_destroy(r->e);
+  cudaFree(r->q), cudaFree(r->k), cudaFree(r->v), cudaFree(r->out);
+}
+
+/* An engine of num_blocks and its batch (setup_batch); 0, or -1 with everything freed. */
+static int open_run(bench_run *r, int32_t dtype, uint64_t num_blocks, uint32_t seqs, uint32_t ctx,
+                    int decode)
+{
+  const pkv_status s = make_engine(r, dtype, num_blocks);
+  if (s != PKV_OK)
+    bench_fail(r->e, "pkv_engine_create", s);
+  if (s != PKV_OK || setup_batch(r, dtype, seqs, ctx, decode)) {
+    free_run(r);
+    return -1;
+  }
+  return 0;
+}
+
+/* Median seconds of `runs` pkv_attention calls after one warm-up, cudaEvents on the engine's
+ * stream around each call; < 0 on failure. */
+static double time_calls(bench_run *r, uint32_t runs)
+{
+  double t[MAX_RUNS + 1], result = -1.0;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  for (uint32_t i = 0; i <= runs; i++) {
+    cudaMemsetAsync(flush_dev, (int)(i & 0xff), FLUSH_BYTES, stream);
+    cudaEventRecord(e0, stream);
+    const pkv_status s = pkv_attention(r->b, 0, r->q, r->k, r->v, r->out);
+    cudaEventRecord(e1, stream);
+    float ms = 0.0f;
+    cudaEventSynchronize(e1); /* when it fails, so does cudaEventElapsedTime */
+    const cudaError_t err = cudaEventElapsedTime(&ms, e0, e1);
+    if (s != PKV_OK || err != cudaSuccess) {
+      s != PKV_OK ? bench_fail(r->e, "pkv_attention", s) : cuda_fail(err, "timing pkv_attention");
+      break;
+    }
+    t[i] = ms * 1e-3;
+    if (i == runs)
+      result = bench_median(t + 1, runs);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return result;
+}
+
+static const char *dtype_name(int32_t d) { return d == PKV_DTYPE_BF16 ? "bf16" : "f16"; }
+
+static int no_device(const char *why)
+{
+  printf("bench_attention_gpu: no CUDA device: %s\n", why);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc > 2 || (argc == 2 && strcmp(argv[1], "--quick") != 0)) {
+    fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+    return 2;
+  }
+  const int quick = argc == 2;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0)
+    return no_device(err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount: 0");
+  bench_run r;
+  const pkv_status ps = make_engine(&r, PKV_DTYPE_BF16, 1); /* does pkv see it too? */
+  if (ps == PKV_ERR_NO_DEVICE)
+    return no_device(pkv_last_error()); /* r.e is NULL */
+  pkv_engine_destroy(r.e);
+  if (ps != PKV_OK)
+    return bench_fail(NULL, "pkv_engine_create", ps) != 0;
+  if ((err = cudaSetDevice(0)) || (err = cudaStreamCreate(&stream)) ||
+      (err = cudaMalloc(&flush_dev, FLUSH_BYTES))) {
+    cuda_fail(err, "setting up the device");
+    return 1;
+  }
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+    strcpy(prop.name, "?");
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess)
+    clock_khz = bus_bits = 0;
+  const double peak = 2.0 * clock_khz * 1e3 * bus_bits / 8 * 1e-9; /* GB/s; 0 if unknown */
+  const double probe0 = probe(quick ? 3 : 5);
+  const double ref = peak > 0 ? peak : probe0;
+  const char *ref_name = peak > 0 ? "of peak" : "of probe"; /* % column */
+  printf("pkv bench_attention_gpu%s: %s; 1 layer, %d q heads / %d kv heads / head_dim %d, "
+         "block size %d\n", quick ? " --quick" : "", prop.name, Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK);
+  if (peak > 0)
+    printf("peak bandwidth (2 * %d kHz * %d bits / 8): %.1f GB/s\n", clock_khz, bus_bits, peak);
+  else
+    printf("peak bandwidth: unknown (no memory clock / bus width attributes)\n");
+  printf("device-to-device copy probe (512 MiB, read + written, best of %d): %.1f GB/s\n\n",
+         quick ? 3 : 5, probe0);
+  printf("decode: 1 new token per sequence; GB/s = K/V bytes read / median time\n");
+  printf("%-5s %5s %8s %10s %10s %8s %9s\n", "dtype", "seqs", "context", "median ms", "K/V MiB",
+         "GB/s", ref_name);
+  const uint32_t all_seqs[] = {1, 8, 64}, all_ctx[] = {512, 2048, 4096, 16384};
+  const int32_t dtypes[] = {PKV_DTYPE_BF16, PKV_DTYPE_F16};
+  double worst = 1e9;
+  int rc = 0;
+  for (int d = 0; d < 2; d++)
+    for (int si = 0; si < 3; si++)
+      for (int ci = 0; ci < 4; ci++) {
+        const uint32_t seqs = all_seqs[si], ctx = all_ctx[ci];
+        const uint64_t blocks = (uint64_t)seqs * ((ctx + BLOCK) / BLOCK) + 1;
+        const double pool_bytes = (double)blocks * BLOCK * KV_HEADS * HEAD_DIM * 2 * 2;
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        if (pool_bytes > 0.8 * (double)free_bytes || (quick && (seqs == 64 || ctx == 16384)))
+          continue;
+        if (open_run(&r, dtypes[d], blocks, seqs, ctx, 1)) {
+          rc = 1;
+          continue;
+        }
+        const double sec = time_calls(&r, quick ? 5 : 15);
+        free_run(&r);
+        const double bytes = (double)seqs * 2 * (ctx + 1) * KV_HEADS * HEAD_DIM * 2;
+        const double gbs = sec > 0 ? bytes / sec * 1e-9 : 0.0;
+        rc |= sec <= 0;
+        if (ctx >= 2048 && gbs > 0 && gbs < worst)
+          worst = gbs;
+        printf("%-5s %5u %8u %10.4f %10.1f %8.1f %8.0f%%\n", dtype_name(dtypes[d]), seqs, ctx,
+               sec * 1e3, bytes / 1048576.0, gbs, 100.0 * gbs / ref);
+        fflush(stdout);
+      }
+  printf("\nprefill: one causal prompt; GFLOP/s = 4 * q_heads * head_dim * n(n+1)/2 / median\n");
+  printf("%-5s %7s %10s %9s\n", "dtype", "tokens", "median ms", "GFLOP/s");
+  for (int d = 0; d < 2; d++)
+    for (uint32_t n = 2048; n <= 8192; n *= 4) {
+      if (open_run(&r, dtypes[d], n / BLOCK + 1, 1, n, 0)) {
+        rc = 1;
+        continue;
+      }
+      const double sec = time_calls(&r, quick ? 3 : 7);
+      free_run(&r);
+      const double flops = 4.0 * Q_HEADS * HEAD_DIM * ((double)n * (n + 1) / 2);
+      printf("%-5s %7u %10.3f %9.1f\n", dtype_name(dtypes[d]), n, sec * 1e3,
+             sec > 0 ? flops / sec * 1e-9 : 0.0);
+    }
+  if (worst < 1e9)
+    printf("\ndecode, contexts >= 2k: lowest %.1f GB/s = %.0f%% %s (%.1f GB/s)\n", worst,
+           100.0 * worst / ref, ref_name, ref);
+  cudaFree(flush_dev);
+  cudaStreamDestroy(stream);
+  return rc;
+}
