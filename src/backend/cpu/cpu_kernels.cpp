@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/cpu_attention.h"
@@ -12,8 +13,12 @@ namespace pkv {
 
 CpuKernels::CpuKernels(uint32_t num_threads) : pool_(num_threads), attention_(&cpu_base::attention) {
 #if defined(PKV_HAVE_CPU_V3)
+  // PKV_CPU_ISA=baseline forces the portable variant (the tests run it on machines with AVX2).
+  const char *isa = std::getenv("PKV_CPU_ISA");
+  const bool force_baseline = isa && std::strcmp(isa, "baseline") == 0;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+  if (!force_baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
     attention_ = &cpu_v3::attention;
     isa_ = "avx2+fma+f16c";
   }
