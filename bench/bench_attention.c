@@ -155,7 +155,11 @@ static int setup_batch(bench_run *r, int32_t dtype, uint32_t num_seqs, uint32_t 
   struct pkv_pool_info pool;
   memset(&pool, 0, sizeof pool);
   pool.struct_size = sizeof pool;
-  pkv_pool_info(r->e, &pool);
+  const pkv_status ps = pkv_pool_info(r->e, &pool);
+  if (ps != PKV_OK) {
+    free(tokens);
+    return bench_fail(r->e, "pkv_pool_info", ps);
+  }
   /* Every block the same random contents: cheap to write, and the reads stay real. */
   uint16_t *block = malloc(pool.block_stride * 2);
   fill_values(block, pool.block_stride, dtype, &state);
@@ -164,17 +168,8 @@ static int setup_batch(bench_run *r, int32_t dtype, uint32_t num_seqs, uint32_t 
     memcpy((char *)pool.v_base + blk * pool.block_stride * 2, block, pool.block_stride * 2);
   }
   free(block);
-  pkv_status st = PKV_OK;
-  if (decode) {
-    st = pkv_batch_begin(r->e, ids, NULL, num_seqs, &r->b);
-    if (st == PKV_OK)
-      st = pkv_batch_end(r->b);
-    for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++)
-      st = pkv_append(r->e, ids[s], tokens + ctx, 1);
-  }
+  const pkv_status st = bench_open_batch(r->e, ids, num_seqs, tokens + ctx, decode, &r->b);
   free(tokens);
-  if (st == PKV_OK)
-    st = pkv_batch_begin(r->e, ids, NULL, num_seqs, &r->b);
   if (st != PKV_OK)
     return bench_fail(r->e, "building the batch", st);
   const size_t rows = decode ? num_seqs : (size_t)num_seqs * ctx;

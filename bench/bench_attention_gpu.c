@@ -124,16 +124,9 @@ static int setup_batch(bench_run *r, int32_t dtype, uint32_t num_seqs, uint32_t 
     free(tokens);
     return -1;
   }
-  if (st == PKV_OK && decode) {
-    st = pkv_batch_begin(r->e, ids, NULL, num_seqs, &r->b);
-    if (st == PKV_OK)
-      st = pkv_batch_end(r->b);
-    for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++)
-      st = pkv_append(r->e, ids[s], tokens + ctx, 1);
-  }
-  free(tokens);
   if (st == PKV_OK)
-    st = pkv_batch_begin(r->e, ids, NULL, num_seqs, &r->b);
+    st = bench_open_batch(r->e, ids, num_seqs, tokens + ctx, decode, &r->b);
+  free(tokens);
   if (st != PKV_OK)
     return bench_fail(r->e, "building the batch", st);
   const size_t rows = decode ? num_seqs : (size_t)num_seqs * ctx;

@@ -132,3 +132,16 @@ void bench_print_summary(const uint32_t pools[BENCH_NUM_POOLS],
          "the first block); target <= 50 ns/block: %s\n",
          hit, miss, hit <= 50.0 && miss <= 50.0 ? "met" : "NOT met");
 }
+
+pkv_status bench_open_batch(pkv_engine *e, const uint64_t *ids, uint32_t num_seqs,
+                            const int32_t *next_token, int decode, pkv_batch **out) {
+  pkv_status st = PKV_OK;
+  if (decode) {
+    st = pkv_batch_begin(e, ids, NULL, num_seqs, out);
+    if (st == PKV_OK)
+      st = pkv_batch_end(*out);
+    for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++)
+      st = pkv_append(e, ids[s], next_token, 1);
+  }
+  return st == PKV_OK ? pkv_batch_begin(e, ids, NULL, num_seqs, out) : st;
+}

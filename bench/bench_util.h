@@ -52,6 +52,12 @@ int bench_fail(const pkv_engine *e, const char *what, pkv_status s);
 int bench_alloc_prompts(int32_t **prompts, uint32_t n, int32_t **extra, uint32_t cap);
 void bench_free_prompts(int32_t **prompts, uint32_t n, int32_t *extra);
 
+/* The attention benches' batch: with decode, the prompts' tokens count as computed (the bench
+ * wrote their K/V itself), each sequence gets one more token and the batch computes just that;
+ * without, the batch computes the whole prompts. */
+pkv_status bench_open_batch(pkv_engine *e, const uint64_t *ids, uint32_t num_seqs,
+                            const int32_t *next_token, int decode, pkv_batch **out);
+
 void bench_print_header(int quick);
 void bench_print_rows(uint32_t pool_blocks, uint32_t shared_pct, const op_result r[NUM_OPS],
                       const bench_notes *notes);
