@@ -352,12 +352,20 @@ pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap, uint32
   });
 }
 
-pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap, uint32_t *out_len) {
+pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t event_size,
+                                     uint32_t cap, uint32_t *out_len) {
   return guard(e, [&](Engine &en) {
     PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
     PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
-    *out_len = static_cast<uint32_t>(en.events().drain(out, cap));
+    PKV_REQUIRE(event_size >= pkv::kMinStructSize<pkv_kv_event> && event_size % 8 == 0,
+                "event_size %u: at least %u (the 0.1 pkv_kv_event) and a multiple of 8 expected",
+                event_size, pkv::kMinStructSize<pkv_kv_event>);
+    *out_len = static_cast<uint32_t>(en.events().drain(out, event_size, cap));
   });
+}
+
+pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap, uint32_t *out_len) {
+  return pkv_drain_kv_events_sized(e, out, pkv::kMinStructSize<pkv_kv_event>, cap, out_len);
 }
 
 pkv_status pkv_reset_prefix_cache(pkv_engine *e) {

@@ -1,5 +1,8 @@
 #include "kv_events.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace pkv {
 
 void KvEvents::push(uint32_t type, uint64_t hash, uint64_t parent_hash) {
@@ -14,10 +17,13 @@ void KvEvents::push(uint32_t type, uint64_t hash, uint64_t parent_hash) {
   queue_.push_back(pkv_kv_event{type, tokens, next_seq_no_++, hash, parent_hash});
 }
 
-size_t KvEvents::drain(pkv_kv_event *out, size_t cap) {
+size_t KvEvents::drain(void *out, size_t event_size, size_t cap) {
+  char *dst = static_cast<char *>(out);
+  const size_t known = std::min(event_size, sizeof(pkv_kv_event));
   size_t n = 0;
-  for (; n < cap && !queue_.empty(); ++n) {
-    out[n] = queue_.front();
+  for (; n < cap && !queue_.empty(); ++n, dst += event_size) {
+    std::memcpy(dst, &queue_.front(), known);
+    std::memset(dst + known, 0, event_size - known);
     queue_.pop_front();
   }
   return n;

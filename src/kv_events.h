@@ -21,7 +21,9 @@ class KvEvents {
   void all_cleared() { push(PKV_EVENT_ALL_CLEARED, 0, 0); }
   // While muted nothing is queued (a reset that ends in one ALL_CLEARED instead).
   void mute(bool m) { muted_ = m; }
-  size_t drain(pkv_kv_event *out, size_t cap);
+  // Moves up to cap events into out, event_size bytes apart: each gets the fields pkv knows,
+  // cut to event_size bytes, and zeroes after them (a caller's struct that has grown).
+  size_t drain(void *out, size_t event_size, size_t cap);
 
  private:
   void push(uint32_t type, uint64_t hash, uint64_t parent_hash);

@@ -366,6 +366,9 @@ namespace Pkv
         public static extern Status pkv_drain_kv_events(EngineHandle e, KvEvent* @out, uint cap, uint* out_len);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_drain_kv_events_sized(EngineHandle e, KvEvent* @out, uint event_size, uint cap, uint* out_len);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_reset_prefix_cache(EngineHandle e);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]

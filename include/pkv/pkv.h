@@ -426,9 +426,18 @@ typedef struct pkv_kv_event {
   uint64_t parent_hash;           /* of the previous block, or the salt's root hash */
 } pkv_kv_event;
 
-/* Moves up to cap queued events, oldest first, into out; *out_len = how many. */
+/* Moves up to cap queued events, oldest first, into out; *out_len = how many. The events are
+ * written in the 0.1 layout (32 bytes each); pkv_drain_kv_events_sized writes the caller's. */
 PKV_API pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap,
                                        uint32_t *out_len);
+
+/* As pkv_drain_kv_events, for a pkv_kv_event that may have grown since 0.1: event_size is
+ * sizeof(pkv_kv_event) as the caller sees it, at least 32 (the 0.1 size) and a multiple of 8;
+ * out[i] starts at byte i * event_size. pkv writes the fields it knows up to event_size bytes
+ * and zeroes the rest of each event (a field that reads 0 is one this library does not fill).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t event_size,
+                                             uint32_t cap, uint32_t *out_len);
 
 /* Evicts every cached (ref-0) block from the prefix cache. Blocks in use stay. Queues
  * PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED event per node that went. */

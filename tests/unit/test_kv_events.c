@@ -223,6 +223,46 @@ static void test_salted_roots(void)
   pkv_engine_destroy(e);
 }
 
+/* pkv_drain_kv_events_sized: a caller's grown struct gets the known fields and zeroes after
+ * them, at its own stride; sizes below 32 or not a multiple of 8 are refused and drain nothing. */
+static void test_sized_drain(void)
+{
+  pkv_engine *e = engine(16, 1, 0);
+  if (!e)
+    return;
+  int32_t t[12];
+  tu_fill(t, 12, 1);
+  uint64_t s = tu_alloc(e, t, 12, NULL);
+  tu_compute1(e, s); /* three full blocks: three STORED */
+  uint64_t h_[4], *h = h_ + 1;
+  chain(t, 3, NULL, h);
+  enum { GROWN = 48 };
+  unsigned char buf[4 * GROWN];
+  memset(buf, 0xAB, sizeof buf);
+  uint32_t n = 9;
+  CHECK_ERR(e, pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, 24, 3, &n), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, 36, 3, &n), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(n, 9);
+  CHECK_OK(pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, GROWN, 4, &n));
+  CHECK_EQ_INT(n, 3);
+  for (uint32_t i = 0; i < 3; i++) {
+    pkv_kv_event ev;
+    memcpy(&ev, buf + i * GROWN, sizeof ev);
+    check_event(&ev, PKV_EVENT_BLOCK_STORED, i + 1, h[i], h[(int)i - 1]);
+    for (uint32_t b = sizeof ev; b < GROWN; b++)
+      CHECK_EQ_INT(buf[i * GROWN + b], 0);
+  }
+  CHECK_EQ_INT(buf[3 * GROWN], 0xAB); /* nothing past the events drained */
+  /* The 0.1 size through the sized call is the 0.1 call. */
+  CHECK_OK(pkv_release(e, s));
+  CHECK_OK(pkv_reset_prefix_cache(e));
+  pkv_kv_event ev[2];
+  CHECK_OK(pkv_drain_kv_events_sized(e, ev, (uint32_t)sizeof ev[0], 2, &n));
+  CHECK_EQ_INT(n, 1);
+  check_event(&ev[0], PKV_EVENT_ALL_CLEARED, 4, 0, 0);
+  pkv_engine_destroy(e);
+}
+
 int main(void)
 {
   TU_RUN(test_disabled_by_default);
@@ -230,5 +270,6 @@ int main(void)
   TU_RUN(test_reset);
   TU_RUN(test_overflow_and_batches);
   TU_RUN(test_salted_roots);
+  TU_RUN(test_sized_drain);
   return tu_summary();
 }

@@ -373,6 +373,16 @@ pub struct PkvLib {
         ) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_drain_kv_events_sized: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            out: *mut pkv_kv_event,
+            event_size: u32,
+            cap: u32,
+            out_len: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_reset_prefix_cache:
         Result<unsafe extern "C" fn(e: *mut pkv_engine) -> pkv_status, ::libloading::Error>,
     pub pkv_attention: Result<
@@ -463,6 +473,7 @@ impl PkvLib {
         let pkv_commit = __library.get(b"pkv_commit\0").map(|sym| *sym);
         let pkv_drain_finished = __library.get(b"pkv_drain_finished\0").map(|sym| *sym);
         let pkv_drain_kv_events = __library.get(b"pkv_drain_kv_events\0").map(|sym| *sym);
+        let pkv_drain_kv_events_sized = __library.get(b"pkv_drain_kv_events_sized\0").map(|sym| *sym);
         let pkv_reset_prefix_cache = __library.get(b"pkv_reset_prefix_cache\0").map(|sym| *sym);
         let pkv_attention = __library.get(b"pkv_attention\0").map(|sym| *sym);
         let pkv_pool_info = __library.get(b"pkv_pool_info\0").map(|sym| *sym);
@@ -506,6 +517,7 @@ impl PkvLib {
             pkv_commit,
             pkv_drain_finished,
             pkv_drain_kv_events,
+            pkv_drain_kv_events_sized,
             pkv_reset_prefix_cache,
             pkv_attention,
             pkv_pool_info,
@@ -718,6 +730,18 @@ impl PkvLib {
         out_len: *mut u32,
     ) -> pkv_status {
         (self.pkv_drain_kv_events.as_ref().expect("Expected function, got error."))(e, out, cap, out_len)
+    }
+    pub unsafe fn pkv_drain_kv_events_sized(
+        &self,
+        e: *mut pkv_engine,
+        out: *mut pkv_kv_event,
+        event_size: u32,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_drain_kv_events_sized.as_ref().expect("Expected function, got error."))(
+            e, out, event_size, cap, out_len,
+        )
     }
     pub unsafe fn pkv_reset_prefix_cache(&self, e: *mut pkv_engine) -> pkv_status {
         (self.pkv_reset_prefix_cache.as_ref().expect("Expected function, got error."))(e)
