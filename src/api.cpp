@@ -1,12 +1,14 @@
-// Every extern "C" entry point: argument checks, the exception wall, status mapping. (About 400
-// lines by design: DESIGN.md §2 keeps every entry point in this one file.)
+// Every extern "C" entry point: argument checks, the exception wall, status mapping, and the
+// registry of live batch handles. (About 450 lines by design: DESIGN.md §2 keeps every entry
+// point in this one file.)
 // Each call runs inside guard(): a pkv::Error becomes its status and message, std::bad_alloc
 // PKV_ERR_OUT_OF_MEMORY, anything else PKV_ERR_INTERNAL. Nothing is thrown past this file.
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
+#include <unordered_map>
 
-#include "batch.h"
 #include "block_hash.h"
 #include "engine.h"
 #include "hf_config.h"
@@ -21,7 +23,43 @@ namespace {
 thread_local std::string tls_error;
 
 Engine *E(pkv_engine *e) { return reinterpret_cast<Engine *>(e); }
-const pkv::Batch *B(const pkv_batch *b) { return reinterpret_cast<const pkv::Batch *>(b); }
+
+// Live batch handles. A handle is not an address but a generation number that is never given
+// twice, with the top bit set (never an address a host or a garbage collector would follow):
+// a handle used after its batch ended is refused (PKV_ERR_STATE) even when a newer batch of the
+// same engine is open. An engine has at most one live handle.
+class BatchRegistry {
+ public:
+  pkv_batch *add(Engine *e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uintptr_t handle = (uintptr_t(1) << (sizeof(uintptr_t) * 8 - 1)) | next_generation_++;
+    live_.emplace(handle, e);
+    return reinterpret_cast<pkv_batch *>(handle);
+  }
+  Engine *find(const pkv_batch *b) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(reinterpret_cast<uintptr_t>(b));
+    return it == live_.end() ? nullptr : it->second;
+  }
+  void remove(const pkv_batch *b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.erase(reinterpret_cast<uintptr_t>(b));
+  }
+  void remove_engine(const Engine *e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = live_.begin(); it != live_.end();) it = it->second == e ? live_.erase(it) : std::next(it);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<uintptr_t, Engine *> live_;
+  uint64_t next_generation_ = 1;
+};
+
+BatchRegistry &batches() {
+  static auto *registry = new BatchRegistry();  // never destroyed: handles may be used at exit
+  return *registry;
+}
 
 // Runs f; on failure records the message for this thread and, when given, for the engine
 // (whose mutex the caller holds).
@@ -62,21 +100,22 @@ template <class F> pkv_status guard(pkv_engine *handle, F &&f) noexcept {
   return run(&e->last_error(), [&] { f(*e); });
 }
 
+// A call on a live batch, under its engine's lock; f may end the batch (then its handle goes).
 template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f) noexcept {
   if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "batch is NULL"); });
   auto ended = [] {
     pkv::fail(PKV_ERR_STATE, "batch is not open: it was ended, committed or aborted (or never begun)");
   };
-  Engine *e = pkv::Batch::live_engine(handle);
+  Engine *e = batches().find(handle);
   if (!e) return run(nullptr, ended);
   std::lock_guard<std::mutex> lock(e->mutex());
-  // Batches die only under their engine's lock: alive now means alive until we return.
-  if (pkv::Batch::live_engine(handle) != e) return run(nullptr, ended);
-  pkv::Batch *b = const_cast<pkv::Batch *>(B(handle));
+  // Handles go only under their engine's lock: alive now means alive until we return.
+  if (batches().find(handle) != e) return run(nullptr, ended);
   e->last_error().clear();
   return run(&e->last_error(), [&] {
-    if (e->open_batch() != b) pkv::fail(PKV_ERR_STATE, "batch is not the engine's open batch");
-    f(*e, *b);
+    PKV_ASSERT(e->has_open_batch());
+    f(*e);
+    if (!e->has_open_batch()) batches().remove(handle);
   });
 }
 
@@ -179,7 +218,11 @@ pkv_status pkv_engine_create(const pkv_engine_params *p, pkv_engine **out) {
   });
 }
 
-void pkv_engine_destroy(pkv_engine *e) { delete E(e); }
+void pkv_engine_destroy(pkv_engine *e) {
+  if (!e) return;
+  batches().remove_engine(E(e));
+  delete E(e);
+}
 
 pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out) {
   return guard(e, [&](Engine &en) {
@@ -267,39 +310,36 @@ pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out) {
 }
 
 pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
-  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).block_table, out, cap, out_len, "the block table"); });
+  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).blocks.ids, out, cap, out_len, "the block table"); });
 }
 
 pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
-  return guard(e, [&](Engine &en) {
-    const pkv::Sequence &s = en.seq(seq);
-    if (!s.request.has_pending) return copy_out(s.tokens, out, cap, out_len, "the sequence");
-    std::vector<int32_t> tokens(s.tokens);  // a sampled token waiting for its slot counts too
-    tokens.push_back(s.request.pending);
-    copy_out(tokens, out, cap, out_len, "the sequence");
-  });
+  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).tokens, out, cap, out_len, "the sequence"); });
 }
 
 pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs, const uint32_t *num_new_tokens,
                            uint32_t num_seqs, pkv_batch **out) {
   return guard(e, [&](Engine &en) {
     PKV_REQUIRE(out != nullptr, "out is NULL");
-    *out = reinterpret_cast<pkv_batch *>(&en.begin_batch(seqs, num_new_tokens, num_seqs));
+    en.begin_batch(seqs, num_new_tokens, num_seqs);
+    try {
+      *out = batches().add(&en);
+    } catch (...) {
+      en.abort_batch();
+      throw;
+    }
   });
 }
 
 pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out) {
-  return guard_batch(b, [&](Engine &, pkv::Batch &batch) {
+  return guard_batch(b, [&](Engine &en) {
     pkv::require_out_struct(out, "out");
-    pkv::write_struct(out, batch.view());
+    pkv::write_struct(out, en.open_batch().view());
   });
 }
 
 pkv_status pkv_batch_end(pkv_batch *b) {
-  return guard_batch(b, [&](Engine &en, pkv::Batch &batch) {
-    if (batch.from_step()) pkv::fail(PKV_ERR_STATE, "this batch came from pkv_step: end it with pkv_commit");
-    en.finish_batch(true);
-  });
+  return guard_batch(b, [&](Engine &en) { en.end_batch(); });
 }
 
 pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size) {
@@ -329,26 +369,35 @@ pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
       PKV_REQUIRE(p.cache_salt_len <= 65536, "cache_salt_len %u exceeds 65536", p.cache_salt_len);
       salt.assign(static_cast<const char *>(p.cache_salt), p.cache_salt_len);
     }
-    *out_seq = en.scheduler().submit(en, prompt, num_tokens, p, salt);
+    *out_seq = en.submit(prompt, num_tokens, p, salt);
   });
 }
 
 pkv_status pkv_step(pkv_engine *e, pkv_batch **out) {
   return guard(e, [&](Engine &en) {
     PKV_REQUIRE(out != nullptr, "out is NULL");
-    *out = reinterpret_cast<pkv_batch *>(en.scheduler().step(en));
+    if (!en.step()) {
+      *out = nullptr;
+      return;
+    }
+    try {
+      *out = batches().add(&en);
+    } catch (...) {
+      en.abort_batch();
+      throw;
+    }
   });
 }
 
 pkv_status pkv_commit(pkv_batch *b, const int32_t *sampled_tokens) {
-  return guard_batch(b, [&](Engine &en, pkv::Batch &batch) { en.scheduler().commit(en, batch, sampled_tokens); });
+  return guard_batch(b, [&](Engine &en) { en.commit(sampled_tokens); });
 }
 
 pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len) {
   return guard(e, [&](Engine &en) {
     PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
     PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
-    *out_len = static_cast<uint32_t>(en.scheduler().drain_finished(out, cap));
+    *out_len = static_cast<uint32_t>(en.drain_finished(out, cap));
   });
 }
 
@@ -360,7 +409,7 @@ pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t 
     PKV_REQUIRE(event_size >= pkv::kMinStructSize<pkv_kv_event> && event_size % 8 == 0,
                 "event_size %u: at least %u (the 0.1 pkv_kv_event) and a multiple of 8 expected",
                 event_size, pkv::kMinStructSize<pkv_kv_event>);
-    *out_len = static_cast<uint32_t>(en.events().drain(out, event_size, cap));
+    *out_len = static_cast<uint32_t>(en.drain_events(out, event_size, cap));
   });
 }
 
@@ -369,20 +418,17 @@ pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap, u
 }
 
 pkv_status pkv_reset_prefix_cache(pkv_engine *e) {
-  return guard(e, [&](Engine &en) {
-    if (en.open_batch()) pkv::fail(PKV_ERR_STATE, "a batch is open: end or abort it first");
-    en.reset_prefix_cache();
-  });
+  return guard(e, [&](Engine &en) { en.reset_prefix_cache(); });
 }
 
 void pkv_batch_abort(pkv_batch *b) {
   if (!b) return;
-  guard_batch(b, [&](Engine &en, pkv::Batch &) { en.finish_batch(false); });
+  guard_batch(b, [&](Engine &en) { en.abort_batch(); });
 }
 
 pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v,
                          void *out) {
-  return guard_batch(b, [&](Engine &en, pkv::Batch &batch) { en.attention(batch, layer, q, k, v, out); });
+  return guard_batch(b, [&](Engine &en) { en.attention(layer, q, k, v, out); });
 }
 
 pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out) {

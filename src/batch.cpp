@@ -2,50 +2,30 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 #include <unordered_set>
 
-#include "engine.h"
-#include "sequence.h"
+#include "params.h"
 #include "status.h"
 
 namespace pkv {
-namespace {
 
-std::mutex registry_mutex;
-std::unordered_map<const void *, Engine *> &registry() {
-  static auto *live = new std::unordered_map<const void *, Engine *>();  // never destroyed: used at exit
-  return *live;
-}
-
-}  // namespace
-
-Engine *Batch::live_engine(const void *handle) {
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  auto it = registry().find(handle);
-  return it == registry().end() ? nullptr : it->second;
-}
-
-Batch::~Batch() {
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  registry().erase(this);
-}
-
-Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
-             uint64_t serial, bool from_step)
-    : engine_(engine), serial_(serial), from_step_(from_step), block_size_(engine.params().block_size) {
+Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t *num_new_tokens,
+             uint32_t num_seqs, uint32_t block_size, const std::vector<BlockCopy> &copies, bool from_step)
+    : from_step_(from_step), block_size_(block_size), copies_(copies) {
   PKV_REQUIRE(num_seqs > 0, "a batch needs at least one sequence (num_seqs is 0)");
-  PKV_REQUIRE(seqs != nullptr, "seqs is NULL");
+  PKV_REQUIRE(seq_ids != nullptr, "seqs is NULL");
   std::unordered_set<uint64_t> seen;
   uint64_t total_tokens = 0;
-  seq_ids_.assign(seqs, seqs + num_seqs);
+  seq_ids_.assign(seq_ids, seq_ids + num_seqs);
   num_new_.resize(num_seqs);
   for (uint32_t i = 0; i < num_seqs; ++i) {
-    const Sequence &s = engine.seq(seqs[i]);
+    const Sequence &s = seqs.get(seq_ids[i]);
     const unsigned long long id = s.id;
     PKV_REQUIRE(seen.insert(s.id).second, "sequence %llu appears twice in the batch", id);
-    if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", id);
+    if (!s.running())
+      fail(PKV_ERR_STATE, "sequence %llu is %s: only running sequences compute%s", id, state_name(s.state),
+           s.state == SeqState::kPreempted ? " (resume it first)" : "");
+    PKV_ASSERT(s.num_unslotted == 0 && !s.in_batch);
     const uint32_t n = num_new_tokens ? num_new_tokens[i] : s.num_uncomputed();
     PKV_REQUIRE(n >= 1 && n <= s.num_uncomputed(),
                 "sequence %llu: %u new tokens asked, it has %u uncomputed (1 .. that many allowed)",
@@ -53,42 +33,37 @@ Batch::Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_token
     num_new_[i] = n;
     total_tokens += n;
   }
-  PKV_REQUIRE(total_tokens <= INT32_MAX, "a batch of %llu tokens is too large",
+  PKV_REQUIRE(total_tokens <= INT32_MAX, "a batch of %llu tokens is too large (at most 2^31-1)",
               (unsigned long long)total_tokens);
   positions_.reserve(total_tokens);
   slot_mapping_.reserve(total_tokens);
-  for (uint32_t i = 0; i < num_seqs; ++i) plan_seq(engine.seq(seq_ids_[i]), num_new_[i]);
+  for (uint32_t i = 0; i < num_seqs; ++i) plan_seq(seqs.get(seq_ids_[i]), num_new_[i]);
   block_tables_.assign(size_t(num_seqs) * max_blocks_per_seq_, -1);
   for (uint32_t i = 0; i < num_seqs; ++i)
     std::copy(block_indices_.begin() + block_indptr_[i], block_indices_.begin() + block_indptr_[i + 1],
               block_tables_.begin() + size_t(i) * max_blocks_per_seq_);
-  // Nothing can fail from here on: take the copies and mark the members.
-  copies_ = engine.blocks().take_copies();
   for (const BlockCopy &c : copies_) {
     copy_src_.push_back(c.src);
     copy_dst_.push_back(c.dst);
   }
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex);
-    registry().emplace(this, &engine);  // may throw: before the members are marked
-  }
-  for (uint64_t id : seq_ids_) engine.seq(id).in_batch = true;
 }
 
 void Batch::plan_seq(const Sequence &s, uint32_t num_new) {
   // Tokens [computed, computed + num_new) are new; the context is everything up to their end.
   const uint32_t start = s.num_computed;
   const uint32_t context = start + num_new;
+  const std::vector<int32_t> &table = s.blocks.ids;
   for (uint32_t pos = start; pos < context; ++pos) {
     positions_.push_back(static_cast<int32_t>(pos));
-    slot_mapping_.push_back(int64_t(s.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
+    slot_mapping_.push_back(int64_t(table[pos / block_size_]) * block_size_ + pos % block_size_);
   }
   // The last new token's output is sampled when it is the sequence's last token.
-  sample_rows_.push_back(context == s.num_tokens() ? query_start_.back() + static_cast<int32_t>(num_new) - 1 : -1);
-  query_start_.push_back(query_start_.back() + static_cast<int32_t>(num_new));
+  const int32_t rows_before = query_start_.back();
+  sample_rows_.push_back(context == s.num_tokens() ? rows_before + static_cast<int32_t>(num_new) - 1 : -1);
+  query_start_.push_back(rows_before + static_cast<int32_t>(num_new));
   context_lens_.push_back(static_cast<int32_t>(context));
   const uint32_t num_blocks = blocks_for_tokens(context, block_size_);
-  block_indices_.insert(block_indices_.end(), s.block_table.begin(), s.block_table.begin() + num_blocks);
+  block_indices_.insert(block_indices_.end(), table.begin(), table.begin() + num_blocks);
   block_indptr_.push_back(static_cast<int32_t>(block_indices_.size()));
   last_block_len_.push_back(static_cast<int32_t>(context - (num_blocks - 1) * block_size_));
   max_blocks_per_seq_ = std::max(max_blocks_per_seq_, num_blocks);
@@ -100,7 +75,7 @@ pkv_batch_view Batch::view() const {
   pkv_batch_view v;
   std::memset(&v, 0, sizeof v);
   v.struct_size = sizeof v;
-  v.num_seqs = num_seqs();
+  v.num_seqs = static_cast<uint32_t>(seq_ids_.size());
   v.num_tokens = static_cast<uint32_t>(positions_.size());
   v.max_blocks_per_seq = max_blocks_per_seq_;
   v.max_query_len = max_query_len_;
@@ -120,25 +95,6 @@ pkv_batch_view Batch::view() const {
   v.copy_dst = copy_dst_.data();
   v.sample_rows = sample_rows_.data();
   return v;
-}
-
-void Batch::release_members() {
-  for (uint64_t id : seq_ids_) engine_.seq(id).in_batch = false;
-}
-
-void Batch::commit() {
-  release_members();
-  for (uint32_t i = 0; i < num_seqs(); ++i) {
-    Sequence &s = engine_.seq(seq_ids_[i]);
-    s.num_computed += num_new_[i];
-    engine_.blocks().seal(s);
-  }
-}
-
-void Batch::abort() {
-  release_members();
-  // Copies pkv already did stay done: redoing them later could overwrite newer writes.
-  if (!copies_done_) engine_.blocks().return_copies(std::move(copies_));
 }
 
 }  // namespace pkv

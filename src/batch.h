@@ -1,4 +1,6 @@
-// Step planning (DESIGN.md §6): built once per step, read by the kernels of every layer.
+// A step's plan (DESIGN.md §6): positions, slot mapping, block tables and copies, built once per
+// step from the sequences and read by the kernels of every layer. Plain data: the engine opens,
+// runs and ends batches.
 #pragma once
 
 #include <cstdint>
@@ -6,45 +8,29 @@
 
 #include "block_manager.h"
 #include "pkv/pkv.h"
+#include "sequence.h"
 
 namespace pkv {
 
-class Engine;
-
 class Batch {
  public:
-  // Validates everything, then marks the sequences as in the batch and takes the queued copies.
-  Batch(Engine &engine, const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
-        uint64_t serial, bool from_step);
-  ~Batch();
-  Batch(const Batch &) = delete;
-  Batch &operator=(const Batch &) = delete;
+  // Plans the next num_new_tokens[i] tokens of seq_ids[i] (null num_new_tokens: all their
+  // uncomputed tokens), with copies to do first. Validates everything; throws with nothing
+  // changed.
+  Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t *num_new_tokens,
+        uint32_t num_seqs, uint32_t block_size, const std::vector<BlockCopy> &copies, bool from_step);
 
-  // Every live batch is registered, so a handle used after pkv_batch_end / pkv_commit /
-  // pkv_batch_abort is refused (PKV_ERR_STATE) instead of read after free. The engine of a live
-  // batch, or null.
-  static Engine *live_engine(const void *handle);
-
-  Engine &engine() const { return engine_; }
-  uint32_t num_seqs() const { return static_cast<uint32_t>(seq_ids_.size()); }
   pkv_batch_view view() const;
-  uint64_t serial() const { return serial_; }
   bool from_step() const { return from_step_; }  // planned by pkv_step: ends with pkv_commit
-  // Whether pkv itself did the copy-on-write copies (pkv_attention); then abort keeps them done.
-  bool copies_done() const { return copies_done_; }
-  void set_copies_done() { copies_done_ = true; }
-
-  void commit();  // the step ran: tokens computed, full blocks sealed
-  void abort();   // it did not: copies not done by pkv go back to the queue
+  const std::vector<uint64_t> &seq_ids() const { return seq_ids_; }
+  const std::vector<uint32_t> &num_new_tokens() const { return num_new_; }
+  const std::vector<int32_t> &sample_rows() const { return sample_rows_; }
+  const std::vector<BlockCopy> &copies() const { return copies_; }
 
  private:
-  void plan_seq(const struct Sequence &seq, uint32_t num_new);
-  void release_members();
+  void plan_seq(const Sequence &s, uint32_t num_new);
 
-  Engine &engine_;
-  uint64_t serial_;
   bool from_step_;
-  bool copies_done_ = false;
   uint32_t block_size_;
   std::vector<uint64_t> seq_ids_;
   std::vector<uint32_t> num_new_;

@@ -4,18 +4,10 @@
 #include <cstring>
 
 #include "block_hash.h"
+#include "params.h"
 #include "status.h"
 
 namespace pkv {
-namespace {
-
-// Makes room for n more elements with geometric growth, so the push_backs after it cannot throw
-// (all-or-nothing) and repeated appends stay amortized O(1).
-template <class T> void make_room(std::vector<T> &v, size_t n) {
-  if (v.size() + n > v.capacity()) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
-}
-
-}  // namespace
 
 BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching,
                            uint64_t hash_seed, bool constant_hash)
@@ -139,93 +131,90 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
   return plan;
 }
 
-void BlockManager::reserve(Sequence &seq, const Admission &plan) {
-  seq.block_table.reserve(plan.hit_blocks.size() + plan.num_new_blocks);
+void BlockManager::reserve(BlockTable &table, const Admission &plan) {
+  table.ids.reserve(plan.hit_blocks.size() + plan.num_new_blocks);
   // Hits first: they leave the free list before any pop could evict them.
   for (int32_t b : plan.hit_blocks) {
     add_ref(b);
-    seq.block_table.push_back(b);
+    table.ids.push_back(b);
   }
-  for (uint32_t i = 0; i < plan.num_new_blocks; ++i) seq.block_table.push_back(pop_free());
+  for (uint32_t i = 0; i < plan.num_new_blocks; ++i) table.ids.push_back(pop_free());
 }
 
-void BlockManager::admit(Sequence &seq) {
-  PKV_ASSERT(seq.block_table.empty() && !seq.tokens.empty());
-  Admission plan = plan_admission(seq.salt, seq.tokens.data(), seq.num_tokens());
+uint32_t BlockManager::admit(BlockTable &table, const std::string &salt, const int32_t *tokens,
+                             uint32_t n) {
+  PKV_ASSERT(table.ids.empty() && n > 0);
+  Admission plan = plan_admission(salt, tokens, n);
   check_space(plan.num_free_needed, "admitting the prompt");
-  reserve(seq, plan);
-  const uint32_t hit_tokens = static_cast<uint32_t>(plan.hit_blocks.size()) * block_size_;
-  seq.num_cached = hit_tokens;
-  seq.num_computed = hit_tokens;
-  seq.num_sealed_blocks = static_cast<uint32_t>(plan.hit_blocks.size());
+  reserve(table, plan);
+  table.num_sealed = static_cast<uint32_t>(plan.hit_blocks.size());
+  const uint32_t hit_tokens = table.num_sealed * block_size_;
   if (prefix_caching_) {
-    stats_.prefix_query_tokens += seq.num_tokens();
+    stats_.prefix_query_tokens += n;
     stats_.prefix_hit_tokens += hit_tokens;
   }
+  return hit_tokens;
 }
 
 // ---------------------------------------------------------------- append, fork, free
 
-void BlockManager::append(Sequence &seq, const int32_t *tokens, uint32_t n) {
-  const uint32_t old_len = seq.num_tokens();
-  const uint32_t have = static_cast<uint32_t>(seq.block_table.size());
-  const uint32_t need = blocks_for_tokens(uint64_t(old_len) + n, block_size_) - have;
+void BlockManager::reserve_slots(BlockTable &table, uint32_t num_slotted, uint32_t n) {
+  const uint32_t have = static_cast<uint32_t>(table.ids.size());
+  const uint32_t need = blocks_for_tokens(uint64_t(num_slotted) + n, block_size_) - have;
   // Writing into a partly filled last block that another sequence also references (a fork)
   // would change that sequence's KV: copy it first.
-  const bool cow = old_len % block_size_ != 0 && blocks_[seq.block_table.back()].ref > 1;
+  const bool cow = num_slotted % block_size_ != 0 && blocks_[table.ids.back()].ref > 1;
   check_space(need + (cow ? 1 : 0), "appending the tokens");
-  make_room(seq.tokens, n);
-  make_room(seq.block_table, need);
+  make_room(table.ids, need);
   make_room(pending_copies_, 1);
   if (cow) {
-    int32_t src = seq.block_table.back();
+    int32_t src = table.ids.back();
     int32_t dst = pop_free();
     pending_copies_.push_back({src, dst});
     drop_ref(src);
-    seq.block_table.back() = dst;
+    table.ids.back() = dst;
     stats_.num_cow_copies++;
   }
-  for (uint32_t i = 0; i < need; ++i) seq.block_table.push_back(pop_free());
-  seq.tokens.insert(seq.tokens.end(), tokens, tokens + n);
+  for (uint32_t i = 0; i < need; ++i) table.ids.push_back(pop_free());
 }
 
-void BlockManager::fork(const Sequence &child) {
-  for (int32_t b : child.block_table) add_ref(b);
+void BlockManager::fork(const BlockTable &copy) {
+  for (int32_t b : copy.ids) add_ref(b);
 }
 
-void BlockManager::free_blocks(Sequence &seq) {
+void BlockManager::free(BlockTable &table) {
   // Reverse table order: the sequence's last blocks reach the free list's tail first, so they
   // are evicted before its first blocks, which other prompts are likelier to share.
-  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) drop_ref(*it);
-  seq.block_table.clear();
-  seq.num_computed = 0;
-  seq.num_sealed_blocks = 0;
+  for (auto it = table.ids.rbegin(); it != table.ids.rend(); ++it) drop_ref(*it);
+  table.ids.clear();
+  table.num_sealed = 0;
 }
 
 // ---------------------------------------------------------------- sealing
 
-void BlockManager::seal(Sequence &seq) {
+void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_t *tokens,
+                        uint32_t num_computed) {
   if (!prefix_caching_) return;
-  const uint32_t full = seq.num_computed / block_size_;
+  const uint32_t full = num_computed / block_size_;
   // Chunks of blocks: their chained hashes first (they need no tree), with their table slots
   // prefetched, then the inserts, which then rarely wait on memory.
   constexpr uint32_t kChunk = 32;
   uint64_t hashes[kChunk];
-  uint32_t j = seq.num_sealed_blocks;
-  uint64_t parent_hash = j == 0 ? root_hash(seed_, seq.salt.data(), seq.salt.size())
-                                : tree_.hash(blocks_[seq.block_table[j - 1]].node);
+  uint32_t j = table.num_sealed;
+  uint64_t parent_hash = j == 0 ? root_hash(seed_, salt.data(), salt.size())
+                                : tree_.hash(blocks_[table.ids[j - 1]].node);
   while (j < full) {
     const uint32_t n = std::min(kChunk, full - j);
     for (uint32_t i = 0; i < n; ++i) {
-      parent_hash = block_hash(seed_, parent_hash, seq.tokens.data() + size_t(j + i) * block_size_, block_size_);
+      parent_hash = block_hash(seed_, parent_hash, tokens + size_t(j + i) * block_size_, block_size_);
       hashes[i] = parent_hash;
       tree_.prefetch_slot(kNoNode, parent_hash);  // a hint: exact unless PKV_DEBUG_CONSTANT_HASH
     }
     for (uint32_t i = 0; i < n; ++i, ++j) {
-      const int32_t block = seq.block_table[j];
+      const int32_t block = table.ids[j];
       if (blocks_[block].node != kNoNode) continue;  // shared with a sequence that sealed it
-      const int32_t *block_tokens = seq.tokens.data() + size_t(j) * block_size_;
-      const uint32_t parent = j == 0 ? tree_.get_or_add_root(seq.salt) : blocks_[seq.block_table[j - 1]].node;
+      const int32_t *block_tokens = tokens + size_t(j) * block_size_;
+      const uint32_t parent = j == 0 ? tree_.get_or_add_root(salt) : blocks_[table.ids[j - 1]].node;
       PKV_ASSERT(parent != kNoNode);
       uint32_t node = tree_.find_child(parent, hashes[i], block_tokens);
       // Same-step duplicates (two prompts computed the same block) become copies of one node.
@@ -234,7 +223,7 @@ void BlockManager::seal(Sequence &seq) {
       blocks_[block].node = node;
     }
   }
-  if (full > seq.num_sealed_blocks) seq.num_sealed_blocks = full;
+  if (full > table.num_sealed) table.num_sealed = full;
 }
 
 void BlockManager::reset_cache() {
@@ -260,16 +249,10 @@ void BlockManager::reset_cache() {
 
 // ---------------------------------------------------------------- copies
 
-std::vector<BlockCopy> BlockManager::take_copies() {
-  std::vector<BlockCopy> out;
-  out.swap(pending_copies_);
-  return out;
-}
-
-void BlockManager::return_copies(std::vector<BlockCopy> copies) {
-  // Copies queued meanwhile come after the returned ones: order matters for chained copies.
-  copies.insert(copies.end(), pending_copies_.begin(), pending_copies_.end());
-  pending_copies_.swap(copies);
+void BlockManager::return_copies(const std::vector<BlockCopy> &copies) {
+  std::vector<BlockCopy> all(copies);
+  all.insert(all.end(), pending_copies_.begin(), pending_copies_.end());
+  pending_copies_.swap(all);
 }
 
 }  // namespace pkv
@@ -278,41 +261,36 @@ void BlockManager::return_copies(std::vector<BlockCopy> copies) {
 
 namespace pkv {
 
-void BlockManager::check(const std::unordered_map<uint64_t, Sequence> &seqs) const {
+void BlockManager::check(const std::vector<TableOwner> &owners) const {
   std::vector<int64_t> refs(num_blocks_, 0);
-  for (const auto &[id, seq] : seqs) {
-    const uint32_t expect = seq.preempted ? 0 : blocks_for_tokens(seq.num_tokens(), block_size_);
-    if (seq.block_table.size() != expect)
-      fail(PKV_ERR_INTERNAL, "seq %llu: %zu blocks for %u tokens", (unsigned long long)id,
-           seq.block_table.size(), seq.num_tokens());
-    if (seq.num_computed > seq.num_tokens())
-      fail(PKV_ERR_INTERNAL, "seq %llu: more computed than tokens", (unsigned long long)id);
-    if (prefix_caching_ && seq.num_sealed_blocks != seq.num_computed / block_size_)
-      fail(PKV_ERR_INTERNAL, "seq %llu: %u sealed blocks, %u full computed ones",
-           (unsigned long long)id, seq.num_sealed_blocks, seq.num_computed / block_size_);
-    for (int32_t b : seq.block_table) {
-      if (b < 0 || uint32_t(b) >= num_blocks_)
-        fail(PKV_ERR_INTERNAL, "seq %llu: block id %d out of range", (unsigned long long)id, b);
+  for (const TableOwner &o : owners) {
+    const unsigned long long id = o.id;
+    const BlockTable &t = *o.table;
+    if (t.ids.size() != blocks_for_tokens(o.num_slotted, block_size_))
+      fail(PKV_ERR_INTERNAL, "seq %llu: %zu blocks for %u tokens", id, t.ids.size(), o.num_slotted);
+    if (o.num_computed > o.num_slotted)
+      fail(PKV_ERR_INTERNAL, "seq %llu: more computed than tokens with a slot", id);
+    if (prefix_caching_ && t.num_sealed != o.num_computed / block_size_)
+      fail(PKV_ERR_INTERNAL, "seq %llu: %u sealed blocks, %u full computed ones", id, t.num_sealed,
+           o.num_computed / block_size_);
+    for (int32_t b : t.ids) {
+      if (b < 0 || uint32_t(b) >= num_blocks_) fail(PKV_ERR_INTERNAL, "seq %llu: block id %d out of range", id, b);
       refs[b]++;
     }
     // Sealed blocks are copies of the nodes of exactly this sequence's prefix.
-    uint32_t parent = seq.num_sealed_blocks ? tree_.find_root(seq.salt) : kNoNode;
-    for (uint32_t j = 0; j < seq.num_sealed_blocks; ++j) {
-      uint32_t node = blocks_[seq.block_table[j]].node;
+    uint32_t parent = t.num_sealed ? tree_.find_root(*o.salt) : kNoNode;
+    for (uint32_t j = 0; j < t.num_sealed; ++j) {
+      uint32_t node = blocks_[t.ids[j]].node;
       if (node == kNoNode || !tree_.is_live(node) || tree_.parent(node) != parent ||
-          std::memcmp(tree_.tokens(node), seq.tokens.data() + size_t(j) * block_size_,
-                      sizeof(int32_t) * block_size_) != 0)
-        fail(PKV_ERR_INTERNAL, "seq %llu: block %u is not a copy of its prefix's node",
-             (unsigned long long)id, j);
+          std::memcmp(tree_.tokens(node), o.tokens + size_t(j) * block_size_, sizeof(int32_t) * block_size_) != 0)
+        fail(PKV_ERR_INTERNAL, "seq %llu: block %u is not a copy of its prefix's node", id, j);
       parent = node;
     }
     // No write into a shared or sealed block: every slot still to compute is in a private block.
-    const uint32_t end = seq.preempted ? 0 : seq.num_tokens();  // preempted: no blocks
-    for (uint32_t pos = seq.num_computed; pos < end; ++pos) {
-      int32_t b = seq.block_table[pos / block_size_];
+    for (uint32_t pos = o.num_computed; pos < o.num_slotted; ++pos) {
+      int32_t b = t.ids[pos / block_size_];
       if (blocks_[b].ref != 1 || blocks_[b].node != kNoNode)
-        fail(PKV_ERR_INTERNAL, "seq %llu: uncomputed token %u lies in shared or sealed block %d",
-             (unsigned long long)id, pos, b);
+        fail(PKV_ERR_INTERNAL, "seq %llu: uncomputed token %u lies in shared or sealed block %d", id, pos, b);
     }
   }
   uint32_t ref0 = 0, cached = 0;

@@ -8,15 +8,37 @@
 // anything, and it is O(blocks touched), never O(pool).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "prefix_tree.h"
-#include "sequence.h"
 
 namespace pkv {
+
+// Makes room for n more elements with geometric growth, so the push_backs after it cannot throw
+// (all-or-nothing) and repeated appends stay amortized O(1).
+template <class T> void make_room(std::vector<T> &v, size_t n) {
+  if (v.size() + n > v.capacity()) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
+}
+
+// A sequence's blocks as the block manager keeps them. The owner (a Sequence) keeps the tokens;
+// every call that needs them is passed them.
+struct BlockTable {
+  std::vector<int32_t> ids;     // physical blocks, in token order
+  uint32_t num_sealed = 0;      // leading blocks that are copies of prefix-tree nodes
+};
+
+// A table's owner as check() sees it.
+struct TableOwner {
+  uint64_t id;
+  const BlockTable *table;
+  const std::string *salt;
+  const int32_t *tokens;
+  uint32_t num_slotted;         // tokens the table must cover (0 when it holds no blocks)
+  uint32_t num_computed;        // of which computed
+};
 
 struct BlockCopy {
   int32_t src;
@@ -45,27 +67,29 @@ class BlockManager {
   };
   Admission plan_admission(const std::string &salt, const int32_t *tokens, uint32_t n) const;
 
-  // Gives seq (tokens and salt set, no blocks) its blocks: prefix hits + new blocks.
-  // Throws PKV_ERR_NO_SPACE with nothing changed.
-  void admit(Sequence &seq);
-  // Reserves blocks for n more tokens (copy-on-write of a shared partial last block), then
-  // appends the tokens. Throws PKV_ERR_NO_SPACE with nothing changed.
-  void append(Sequence &seq, const int32_t *tokens, uint32_t n);
-  // child, a copy of its parent (same block table), takes a reference on each of its blocks.
-  void fork(const Sequence &child);
-  // Drops every block reference of seq; its table becomes empty (tokens are kept).
-  void free_blocks(Sequence &seq);
-  // Seals seq's full, computed blocks into the prefix tree.
-  void seal(Sequence &seq);
+  // Gives an empty table the blocks of n tokens: prefix hits, then new blocks. Returns the tokens
+  // whose KV the hits hold. Throws PKV_ERR_NO_SPACE with nothing changed.
+  uint32_t admit(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t n);
+  // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
+  // copy-on-write of a shared, partly filled last block. Throws PKV_ERR_NO_SPACE with nothing
+  // changed.
+  void reserve_slots(BlockTable &table, uint32_t num_slotted, uint32_t n);
+  // A copy of a table (a fork) takes a reference on each of its blocks.
+  void fork(const BlockTable &copy);
+  // Drops every block reference of the table, which becomes empty.
+  void free(BlockTable &table);
+  // Seals the table's full, computed blocks (of num_computed tokens) into the prefix tree.
+  void seal(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t num_computed);
   void count_preemption() { stats_.num_preemptions++; }
   // Evicts every cached block (pkv_reset_prefix_cache); events as documented there.
   void reset_cache();
   void set_events(KvEvents *events) { events_ = events; tree_.set_events(events); }
 
   // Copy-on-write copies not yet handed to a batch.
-  std::vector<BlockCopy> take_copies();
-  void return_copies(std::vector<BlockCopy> copies);
-  size_t num_pending_copies() const { return pending_copies_.size(); }
+  const std::vector<BlockCopy> &pending_copies() const { return pending_copies_; }
+  void clear_copies() { pending_copies_.clear(); }
+  // An aborted batch's copies come back, before those queued since (chained copies keep order).
+  void return_copies(const std::vector<BlockCopy> &copies);
 
   uint32_t num_blocks() const { return num_blocks_; }
   uint32_t block_size() const { return block_size_; }
@@ -75,8 +99,8 @@ class BlockManager {
   size_t num_prefix_nodes() const { return tree_.num_nodes(); }
   int32_t ref_count(int32_t block) const { return blocks_[block].ref; }
 
-  // Every invariant of DESIGN.md §9 against the live sequences. Throws PKV_ERR_INTERNAL.
-  void check(const std::unordered_map<uint64_t, Sequence> &seqs) const;
+  // Every invariant of DESIGN.md §9 against every table's owner. Throws PKV_ERR_INTERNAL.
+  void check(const std::vector<TableOwner> &owners) const;
 
  private:
   struct Block {
@@ -92,7 +116,7 @@ class BlockManager {
   int32_t pop_free();             // head of the free list, evicted if cached; ref becomes 1
   void add_ref(int32_t block);    // revives a ref-0 block when needed
   void drop_ref(int32_t block);   // at 0: cached to the tail, unsealed to the head
-  void reserve(Sequence &seq, const Admission &plan);
+  void reserve(BlockTable &table, const Admission &plan);
   void check_space(uint32_t needed, const char *what) const;
 
   uint32_t num_blocks_;

@@ -1,12 +1,11 @@
 #include "engine.h"
 
-#include "batch.h"
+#include <algorithm>
+#include <cstring>
+
 #include "params.h"
 #include "profiler.h"
 #include "status.h"
-
-#include <cmath>
-#include <cstring>
 
 namespace pkv {
 namespace {
@@ -23,14 +22,21 @@ pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
   return p;
 }
 
+SchedulerLimits limits_of(const pkv_engine_params &p) {
+  return SchedulerLimits{p.max_num_seqs, p.max_num_batched_tokens, p.max_model_len, p.block_size,
+                         p.num_blocks};
+}
+
 }  // namespace
 
 Engine::Engine(const pkv_engine_params &params)
     : budget_(budget_for(params)),
       params_(resolved(params, budget_)),
+      softmax_scale_(attention_scale(params_)),
+      events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
               params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0),
-      events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size) {
+      scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
                                                : make_cpu_backend(pool_shape(), params_.num_threads);
@@ -42,24 +48,6 @@ PoolShape Engine::pool_shape() const {
   return PoolShape{params_.num_layers, params_.num_blocks, params_.block_size,
                    kv_heads_per_rank(params_), params_.head_dim, dtype_bytes(params_.dtype),
                    params_.dtype, params_.num_q_heads / params_.tp_size};
-}
-
-void Engine::attention(Batch &batch, uint32_t layer, const void *q, const void *k, const void *v, void *out) {
-  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
-  PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
-  PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
-  if (params_.head_dim % 8 != 0 || params_.head_dim > 256)
-    fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of 8 up to 256, not %u",
-         params_.head_dim);
-  const pkv_batch_view view = batch.view();
-  if (!batch.copies_done()) {
-    // Copy-on-write copies come before any write of the step, for every layer at once.
-    if (view.num_copies) backend_->copy_blocks(view.copy_src, view.copy_dst, view.num_copies);
-    batch.set_copies_done();
-  }
-  const float scale = params_.softmax_scale > 0 ? params_.softmax_scale
-                                                : 1.0f / std::sqrt(float(params_.head_dim));
-  backend_->attention(StepView{&view, batch.serial()}, AttentionCall{layer, scale, q, k, v, out});
 }
 
 struct pkv_pool_info Engine::pool_info() const {
@@ -84,64 +72,33 @@ struct pkv_pool_info Engine::pool_info() const {
   return info;
 }
 
-Sequence &Engine::seq(uint64_t id) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end())
-    fail(PKV_ERR_NOT_FOUND, "sequence %llu does not exist (never allocated, or released)",
-         (unsigned long long)id);
-  return it->second;
-}
+// ---------------------------------------------------------------- checks
 
 void Engine::require_length(uint64_t num_tokens) const {
-  PKV_REQUIRE(num_tokens <= INT32_MAX, "a sequence of %llu tokens is too long",
+  PKV_REQUIRE(num_tokens <= INT32_MAX, "a sequence of %llu tokens is too long (at most 2^31-1)",
               (unsigned long long)num_tokens);
   PKV_REQUIRE(params_.max_model_len == 0 || num_tokens <= params_.max_model_len,
-              "%llu tokens exceed max_model_len %u", (unsigned long long)num_tokens,
-              params_.max_model_len);
+              "%llu tokens exceed max_model_len %u", (unsigned long long)num_tokens, params_.max_model_len);
 }
 
-void Engine::require_manual(const Sequence &s, const char *what) const {
-  if (s.request.active)
-    fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is a request of the scheduler (pkv_submit)", what,
-         (unsigned long long)s.id);
-}
-
-uint64_t Engine::add_sequence(Sequence s) {
-  s.id = next_seq_id_;
-  auto [it, inserted] = seqs_.emplace(s.id, std::move(s));
-  PKV_ASSERT(inserted);
-  next_seq_id_++;
-  return it->first;
-}
-
-void Engine::remove_sequence(uint64_t id) { seqs_.erase(id); }
-
-struct pkv_seq_info Engine::seq_info(uint64_t id) {
-  const Sequence &s = seq(id);
-  struct pkv_seq_info info;
-  std::memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  const bool has_pending = s.request.has_pending;
-  info.num_tokens = s.num_tokens() + has_pending;
-  info.num_computed_tokens = s.num_computed;
-  info.num_cached_tokens = s.num_cached;
-  info.num_blocks = static_cast<uint32_t>(s.block_table.size());
-  // A request waiting for its first admission, or finished, holds no blocks without being preempted.
-  info.is_preempted = s.preempted && !(s.request.active && (!s.request.admitted_once || s.request.finish_reason));
-  info.in_batch = s.in_batch;
-  info.cache_salt_len = static_cast<uint32_t>(s.salt.size());
-  info.is_request = s.request.active;
-  info.num_prompt_tokens = s.request.active ? s.request.prompt_len : 0;
-  info.num_generated_tokens = s.request.generated;
-  info.finish_reason = s.request.finish_reason;
-  return info;
-}
-
-void Engine::require_mutable(const Sequence &s, const char *what) const {
+void Engine::require_outside_batch(const Sequence &s, const char *what) const {
   if (s.in_batch)
     fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is in the open batch (end or abort it first)",
          what, (unsigned long long)s.id);
 }
+
+void Engine::require_manual(const Sequence &s, const char *what) const {
+  if (s.request.is_request)
+    fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is a request of the scheduler (pkv_submit)", what,
+         (unsigned long long)s.id);
+}
+
+void Engine::require_running(const Sequence &s) const {
+  if (!s.running())
+    fail(PKV_ERR_STATE, "sequence %llu is %s: resume it first", (unsigned long long)s.id, state_name(s.state));
+}
+
+// ---------------------------------------------------------------- sequences
 
 BlockManager::Admission Engine::query(const int32_t *tokens, uint32_t n, const std::string &salt) const {
   require_length(n);
@@ -150,77 +107,197 @@ BlockManager::Admission Engine::query(const int32_t *tokens, uint32_t n, const s
 
 uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const std::string &salt, uint32_t *cached) {
   require_length(n);
-  Sequence s;
-  s.id = next_seq_id_;
-  s.salt = salt;
-  s.tokens.assign(tokens, tokens + n);
-  auto [it, inserted] = seqs_.emplace(s.id, Sequence{});  // room first: admit must be last
-  PKV_ASSERT(inserted);
+  Sequence &s = seqs_.create();
   try {
-    blocks_.admit(s);
+    s.salt = salt;
+    s.tokens.assign(tokens, tokens + n);
+    admit(s, blocks_);
   } catch (...) {
-    seqs_.erase(it);
+    seqs_.discard(s.id);
     throw;
   }
-  it->second = std::move(s);
-  next_seq_id_++;
-  if (cached) *cached = it->second.num_cached;
-  return it->first;
+  if (cached) *cached = s.num_cached;
+  return s.id;
 }
 
 void Engine::append(uint64_t id, const int32_t *tokens, uint32_t n) {
-  Sequence &s = seq(id);
-  require_mutable(s, "append to");
+  Sequence &s = seqs_.get(id);
+  require_outside_batch(s, "append to");
   require_manual(s, "append to");
-  if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", (unsigned long long)id);
+  require_running(s);
   require_length(uint64_t(s.num_tokens()) + n);
-  blocks_.append(s, tokens, n);
+  pkv::append(s, blocks_, tokens, n);
 }
 
 uint64_t Engine::fork(uint64_t parent_id) {
-  Sequence &parent = seq(parent_id);
-  require_mutable(parent, "fork");
+  const Sequence &parent = seqs_.get(parent_id);
+  require_outside_batch(parent, "fork");
   require_manual(parent, "fork");
-  if (parent.preempted)
-    fail(PKV_ERR_STATE, "sequence %llu is preempted: resume it first", (unsigned long long)parent_id);
+  require_running(parent);
   if (parent.num_uncomputed())
     fail(PKV_ERR_STATE, "sequence %llu has %u uncomputed tokens: fork it after the batch that computes them",
          (unsigned long long)parent_id, parent.num_uncomputed());
-  Sequence child = parent;  // tokens, salt, computed and sealed counts
-  child.id = next_seq_id_;
-  auto [it, inserted] = seqs_.emplace(child.id, std::move(child));
-  PKV_ASSERT(inserted);
-  blocks_.fork(it->second);  // cannot fail: every block is already in use
-  next_seq_id_++;
-  return it->first;
+  Sequence &child = seqs_.create();  // references into the table stay valid
+  const uint64_t id = child.id;
+  try {
+    child = parent;  // tokens, salt, blocks, computed and cached counts
+  } catch (...) {
+    seqs_.discard(id);
+    throw;
+  }
+  child.id = id;
+  blocks_.fork(child.blocks);  // cannot fail: every block is already in use
+  return id;
 }
 
 void Engine::release(uint64_t id) {
-  Sequence &s = seq(id);
-  require_mutable(s, "release");
-  if (s.request.active) scheduler_.forget(id, s.request.finish_reason != 0);
-  blocks_.free_blocks(s);
+  Sequence &s = seqs_.get(id);
+  require_outside_batch(s, "release");
+  if (s.request.is_request) scheduler_.forget(s);
+  blocks_.free(s.blocks);
   seqs_.erase(id);
 }
 
 void Engine::preempt(uint64_t id) {
-  Sequence &s = seq(id);
-  require_mutable(s, "preempt");
+  Sequence &s = seqs_.get(id);
+  require_outside_batch(s, "preempt");
   require_manual(s, "preempt");
-  if (s.preempted) fail(PKV_ERR_STATE, "sequence %llu is already preempted", (unsigned long long)id);
-  blocks_.free_blocks(s);
-  s.preempted = true;
-  s.num_cached = 0;
-  blocks_.count_preemption();
+  if (!s.running()) fail(PKV_ERR_STATE, "sequence %llu is already preempted", (unsigned long long)id);
+  pkv::preempt(s, blocks_);
 }
 
 uint32_t Engine::resume(uint64_t id) {
-  Sequence &s = seq(id);
+  Sequence &s = seqs_.get(id);
   require_manual(s, "resume");
-  if (!s.preempted) fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
-  blocks_.admit(s);
-  s.preempted = false;
+  if (s.state != SeqState::kPreempted)
+    fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
+  admit(s, blocks_);
   return s.num_cached;
+}
+
+uint64_t Engine::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
+                        const std::string &salt) {
+  return scheduler_.submit(prompt, n, rp, salt);
+}
+
+struct pkv_seq_info Engine::seq_info(uint64_t id) const {
+  const Sequence &s = seqs_.get(id);
+  struct pkv_seq_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  info.num_tokens = s.num_tokens();
+  info.num_computed_tokens = s.num_computed;
+  info.num_cached_tokens = s.num_cached;
+  info.num_blocks = static_cast<uint32_t>(s.blocks.ids.size());
+  info.is_preempted = s.state == SeqState::kPreempted;
+  info.in_batch = s.in_batch;
+  info.cache_salt_len = static_cast<uint32_t>(s.salt.size());
+  info.is_request = s.request.is_request;
+  info.num_prompt_tokens = s.request.prompt_len;
+  info.num_generated_tokens = s.request.num_generated;
+  info.finish_reason = s.request.finish_reason;
+  return info;
+}
+
+// ---------------------------------------------------------------- batches
+
+const Batch &Engine::open_batch() const {
+  PKV_ASSERT(open_);
+  return *open_->batch;
+}
+
+void Engine::open(std::unique_ptr<Batch> batch) {
+  auto ob = std::make_unique<OpenBatch>();
+  ob->batch = std::move(batch);
+  // Nothing can fail from here on: the batch takes the queued copies and its members.
+  blocks_.clear_copies();
+  for (uint64_t id : ob->batch->seq_ids()) seqs_.get(id).in_batch = true;
+  open_ = std::move(ob);
+}
+
+void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
+  if (open_) fail(PKV_ERR_STATE, "a batch is already open on this engine: end or abort it first");
+  if (seqs)
+    for (uint32_t i = 0; i < num_seqs; ++i)
+      if (const Sequence *s = seqs_.find(seqs[i])) require_manual(*s, "batch");
+  open(std::make_unique<Batch>(seqs_, seqs, num_new_tokens, num_seqs, params_.block_size,
+                               blocks_.pending_copies(), false));
+}
+
+bool Engine::step() {
+  if (open_) fail(PKV_ERR_STATE, "a batch is already open on this engine: commit or abort it first");
+  const StepPlan plan = scheduler_.schedule();
+  if (plan.seq_ids.empty()) return false;
+  open(std::make_unique<Batch>(seqs_, plan.seq_ids.data(), plan.num_new_tokens.data(),
+                               static_cast<uint32_t>(plan.seq_ids.size()), params_.block_size,
+                               blocks_.pending_copies(), true));
+  scheduler_.count_step(plan.num_tokens);
+  return true;
+}
+
+void Engine::close(bool ran) {
+  std::unique_ptr<OpenBatch> ob = std::move(open_);
+  const Batch &b = *ob->batch;
+  for (size_t i = 0; i < b.seq_ids().size(); ++i) {
+    Sequence &s = seqs_.get(b.seq_ids()[i]);
+    s.in_batch = false;
+    if (ran) computed(s, blocks_, b.num_new_tokens()[i]);
+  }
+  // Copies pkv already did stay done: redoing them later could overwrite newer writes.
+  if (!ran && !ob->copies_done) blocks_.return_copies(b.copies());
+}
+
+void Engine::end_batch() {
+  PKV_ASSERT(open_);
+  if (open_->batch->from_step()) fail(PKV_ERR_STATE, "this batch came from pkv_step: end it with pkv_commit");
+  close(true);
+}
+
+void Engine::commit(const int32_t *sampled) {
+  PKV_ASSERT(open_);
+  const Batch &b = *open_->batch;
+  if (!b.from_step()) fail(PKV_ERR_STATE, "this batch came from pkv_batch_begin: end it with pkv_batch_end");
+  const std::vector<int32_t> rows = b.sample_rows();
+  const std::vector<uint64_t> ids = b.seq_ids();
+  const bool samples = std::any_of(rows.begin(), rows.end(), [](int32_t r) { return r >= 0; });
+  PKV_REQUIRE(sampled != nullptr || !samples, "sampled_tokens is NULL but this step samples");
+  for (size_t i = 0; i < ids.size(); ++i)  // room for the sampled tokens: nothing below can fail
+    if (rows[i] >= 0) make_room(seqs_.get(ids[i]).tokens, 1);
+  close(true);
+  scheduler_.commit(ids, rows, sampled);
+}
+
+void Engine::abort_batch() {
+  PKV_ASSERT(open_);
+  close(false);
+}
+
+void Engine::attention(uint32_t layer, const void *q, const void *k, const void *v, void *out) {
+  PKV_ASSERT(open_);
+  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
+  PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
+  PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
+  if (!attention_head_dim_supported(params_.head_dim))
+    fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
+         PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
+  OpenBatch &ob = *open_;
+  const pkv_batch_view view = ob.batch->view();
+  if (!ob.copies_done) {  // before any write of the step, for every layer at once
+    if (view.num_copies) backend_->copy_blocks(view.copy_src, view.copy_dst, view.num_copies);
+    ob.copies_done = true;
+  }
+  if (!ob.planned) {
+    backend_->plan(view);
+    ob.planned = true;
+  }
+  backend_->attention(AttentionCall{layer, softmax_scale_, q, k, v, out});
+}
+
+// ---------------------------------------------------------------- cache, stats, checks
+
+void Engine::reset_prefix_cache() {
+  if (open_) fail(PKV_ERR_STATE, "a batch is open: end or abort it first");
+  blocks_.reset_cache();
 }
 
 pkv_stats Engine::stats() const {
@@ -232,10 +309,7 @@ pkv_stats Engine::stats() const {
   st.num_cached_blocks = blocks_.num_cached();
   st.num_used_blocks = blocks_.num_blocks() - blocks_.num_free();
   st.num_seqs = seqs_.size();
-  for (const auto &kv : seqs_) {
-    const Sequence &s = kv.second;
-    st.num_preempted_seqs += s.preempted && !(s.request.active && (!s.request.admitted_once || s.request.finish_reason));
-  }
+  st.num_preempted_seqs = seqs_.count(SeqState::kPreempted);
   st.num_waiting_requests = scheduler_.num_waiting();
   st.num_running_requests = scheduler_.num_running();
   st.num_finished_requests = scheduler_.num_finished();
@@ -252,31 +326,19 @@ pkv_stats Engine::stats() const {
 }
 
 void Engine::check() const {
-  blocks_.check(seqs_);
+  blocks_.check(seqs_.owners());
+  scheduler_.check();
   size_t in_batch = 0;
-  for (const auto &kv : seqs_) in_batch += kv.second.in_batch;
-  const size_t members = open_batch_ ? open_batch_->num_seqs() : 0;
+  for (const auto &kv : seqs_) {
+    const Sequence &s = kv.second;
+    in_batch += s.in_batch;
+    if (s.num_unslotted > (s.request.is_request && s.running() ? 1u : 0u))
+      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) has %u tokens without a slot", (unsigned long long)s.id,
+           state_name(s.state), s.num_unslotted);
+  }
+  const size_t members = open_ ? open_->batch->seq_ids().size() : 0;
   if (in_batch != members)
     fail(PKV_ERR_INTERNAL, "%zu sequences marked in a batch, the open batch has %zu", in_batch, members);
-}
-
-Batch &Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
-                           bool from_step) {
-  if (open_batch_) fail(PKV_ERR_STATE, "a batch is already open on this engine: end or abort it first");
-  if (!from_step && seqs)
-    for (uint32_t i = 0; i < num_seqs; ++i) {
-      auto it = seqs_.find(seqs[i]);
-      if (it != seqs_.end()) require_manual(it->second, "batch");
-    }
-  open_batch_ = std::make_unique<Batch>(*this, seqs, num_new_tokens, num_seqs, next_batch_serial_++, from_step);
-  return *open_batch_;
-}
-
-void Engine::finish_batch(bool ran) {
-  PKV_ASSERT(open_batch_);
-  std::unique_ptr<Batch> batch = std::move(open_batch_);
-  if (ran) batch->commit();
-  else batch->abort();
 }
 
 }  // namespace pkv

@@ -1,28 +1,28 @@
-// Engine: owns the configuration, the block manager, the KV pool (backend) and the sequences.
-// Every public operation validates everything first and changes state only once nothing can fail
-// but a pkv bug, so a failed call leaves the engine as it was.
+// Engine: owns the configuration, the KV pool (backend), the block manager, the sequences, the
+// scheduler and the one open batch, and is the only place that ties them together. Calls flow
+// down from here; nothing below calls back up. Every public operation validates everything
+// first and changes state only once nothing can fail but a pkv bug, so a failed call leaves the
+// engine as it was.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "backend/backend.h"
+#include "batch.h"
 #include "block_manager.h"
 #include "kv_events.h"
-#include "scheduler.h"
 #include "pkv/pkv.h"
+#include "scheduler.h"
 #include "sequence.h"
 
 namespace pkv {
 
-class Batch;
-
 class Engine {
  public:
-  explicit Engine(const pkv_engine_params &params);  // validated params; throws
+  explicit Engine(const pkv_engine_params &params);  // validated here; throws
   ~Engine();
 
   std::mutex &mutex() { return mutex_; }
@@ -30,8 +30,8 @@ class Engine {
   const char *last_error_text() const { return last_error_.c_str(); }
   const pkv_engine_params &params() const { return params_; }
   const pkv_kv_budget &budget() const { return budget_; }
-  BlockManager &blocks() { return blocks_; }
 
+  // Sequences (pkv_allocate's).
   uint64_t allocate(const int32_t *tokens, uint32_t n, const std::string &salt, uint32_t *cached);
   BlockManager::Admission query(const int32_t *tokens, uint32_t n, const std::string &salt) const;
   void append(uint64_t id, const int32_t *tokens, uint32_t n);
@@ -39,46 +39,59 @@ class Engine {
   void release(uint64_t id);
   void preempt(uint64_t id);
   uint32_t resume(uint64_t id);
+  const Sequence &seq(uint64_t id) const { return seqs_.get(id); }
+  struct pkv_seq_info seq_info(uint64_t id) const;
 
-  // pkv_attention: the batch's copies first (once), then write_kv + attention of one layer.
-  void attention(Batch &batch, uint32_t layer, const void *q, const void *k, const void *v, void *out);
+  // Requests (the scheduler's).
+  uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp, const std::string &salt);
+  size_t drain_finished(uint64_t *out, size_t cap) { return scheduler_.drain_finished(out, cap); }
+
+  // The one open batch: begun by pkv_batch_begin or pkv_step, ended by pkv_batch_end or
+  // pkv_commit (it ran) or pkv_batch_abort (it did not).
+  bool has_open_batch() const { return open_ != nullptr; }
+  const Batch &open_batch() const;
+  void begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs);
+  bool step();  // false: nothing to run, no batch opened
+  void end_batch();
+  void commit(const int32_t *sampled_tokens);
+  void abort_batch();
+  // pkv_attention of the open batch: its copies and its plan first (once), then one layer.
+  void attention(uint32_t layer, const void *q, const void *k, const void *v, void *out);
+
   struct pkv_pool_info pool_info() const;
   void set_stream(void *stream) { backend_->set_stream(stream); }
-
-  Sequence &seq(uint64_t id);  // PKV_ERR_NOT_FOUND for unknown or released ids
-  uint64_t add_sequence(Sequence s);  // gives it the next id
-  void remove_sequence(uint64_t id);
-  Scheduler &scheduler() { return scheduler_; }
-  KvEvents &events() { return events_; }
-  void reset_prefix_cache() { blocks_.reset_cache(); }
-  struct pkv_seq_info seq_info(uint64_t id);
+  size_t drain_events(void *out, size_t event_size, size_t cap) { return events_.drain(out, event_size, cap); }
+  void reset_prefix_cache();
   pkv_stats stats() const;
   void check() const;
 
-  // The one open batch (step planning); null when none.
-  Batch *open_batch() const { return open_batch_.get(); }
-  Batch &begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs,
-                     bool from_step = false);
-  void finish_batch(bool ran);  // ran: pkv_batch_end; else pkv_batch_abort
-
  private:
+  // The open batch and how far the backend has taken it.
+  struct OpenBatch {
+    std::unique_ptr<Batch> batch;
+    bool copies_done = false;  // by pkv_attention; then an abort keeps them done
+    bool planned = false;      // Backend::plan ran for it
+  };
+
   PoolShape pool_shape() const;
   void require_length(uint64_t num_tokens) const;
-  void require_mutable(const Sequence &seq, const char *what) const;
-  void require_manual(const Sequence &seq, const char *what) const;
+  void require_outside_batch(const Sequence &s, const char *what) const;
+  void require_manual(const Sequence &s, const char *what) const;
+  void require_running(const Sequence &s) const;
+  void open(std::unique_ptr<Batch> batch);
+  void close(bool ran);  // members leave the batch; ran: their new tokens are computed
 
   std::mutex mutex_;
   std::string last_error_;
   pkv_kv_budget budget_;      // before params_: params_ is resolved from it
   pkv_engine_params params_;
+  float softmax_scale_;
   std::unique_ptr<Backend> backend_;
-  BlockManager blocks_;
   KvEvents events_;
+  BlockManager blocks_;
+  SequenceTable seqs_;
   Scheduler scheduler_;
-  std::unordered_map<uint64_t, Sequence> seqs_;
-  uint64_t next_seq_id_ = 1;
-  std::unique_ptr<Batch> open_batch_;
-  uint64_t next_batch_serial_ = 1;
+  std::unique_ptr<OpenBatch> open_;
 };
 
 }  // namespace pkv

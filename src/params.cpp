@@ -28,6 +28,10 @@ uint32_t dtype_bytes(int32_t dtype) {
   }
 }
 
+float attention_scale(const pkv_engine_params &p) {
+  return p.softmax_scale > 0 ? p.softmax_scale : 1.0f / std::sqrt(float(p.head_dim));
+}
+
 const char *dtype_name(int32_t dtype) {
   switch (dtype) {
     case PKV_DTYPE_F32: return "f32";

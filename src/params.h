@@ -44,10 +44,21 @@ template <class T> void write_struct(T *out, const T &value) {
   out->struct_size = size;
 }
 
+// Blocks needed to hold num_tokens tokens.
+inline uint32_t blocks_for_tokens(uint64_t num_tokens, uint32_t block_size) {
+  return static_cast<uint32_t>((num_tokens + block_size - 1) / block_size);
+}
+
 pkv_engine_params default_engine_params();
 // Every rule of pkv_engine_params (shape, paging, budget fields); throws INVALID_ARGUMENT.
 void validate_engine_params(const pkv_engine_params &p);
 uint32_t dtype_bytes(int32_t dtype);
+// pkv_attention's scale: softmax_scale, or 1/sqrt(head_dim) when it is 0.
+float attention_scale(const pkv_engine_params &p);
+// Whether pkv_attention (the CPU variants and the CUDA kernels alike) handles this head_dim.
+inline bool attention_head_dim_supported(uint32_t head_dim) {
+  return head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && head_dim <= PKV_ATTENTION_MAX_HEAD_DIM;
+}
 const char *dtype_name(int32_t dtype);
 
 }  // namespace pkv

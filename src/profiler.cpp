@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "params.h"
-#include "sequence.h"
 #include "status.h"
 
 namespace pkv {

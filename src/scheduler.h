@@ -1,6 +1,7 @@
-// Continuous batching (DESIGN.md §7): pkv_submit queues, pkv_step plans, pkv_commit samples.
-// Requests are ordinary sequences of the engine with a RequestState; the scheduler keeps which
-// are waiting, running (holding blocks) or finished.
+// Continuous batching (DESIGN.md §7): pkv_submit queues a request, schedule() picks the next
+// step's sequences and token counts, commit() takes the sampled tokens. Requests are ordinary
+// sequences of the SequenceTable; the scheduler keeps which are waiting, running or finished,
+// and works through the BlockManager alone. The engine turns its plans into batches.
 #pragma once
 
 #include <cstdint>
@@ -8,43 +9,72 @@
 #include <string>
 #include <vector>
 
+#include "block_manager.h"
 #include "pkv/pkv.h"
+#include "sequence.h"
 
 namespace pkv {
 
-class Engine;
-class Batch;
-struct Sequence;
+struct SchedulerLimits {
+  uint32_t max_num_seqs;            // sequences in one step
+  uint32_t max_num_batched_tokens;  // new tokens in one step
+  uint32_t max_model_len;           // 0 = none
+  uint32_t block_size;
+  uint32_t num_blocks;              // a request needing more can never run
+};
+
+// The next step: seq_ids[i] computes its next num_new_tokens[i] tokens.
+struct StepPlan {
+  std::vector<uint64_t> seq_ids;
+  std::vector<uint32_t> num_new_tokens;
+  uint32_t num_tokens = 0;
+};
 
 class Scheduler {
  public:
-  uint64_t submit(Engine &e, const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
+  Scheduler(const SchedulerLimits &limits, SequenceTable &seqs, BlockManager &blocks)
+      : limits_(limits), seqs_(seqs), blocks_(blocks) {}
+
+  uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                   const std::string &salt);
-  // The next batch, or null when there is nothing to run.
-  Batch *step(Engine &e);
-  // pkv_commit: validates, ends the batch, applies the sampled tokens.
-  void commit(Engine &e, Batch &batch, const int32_t *sampled);
+  // Reserves the slots of the running requests' sampled tokens (preempting the newest running
+  // request while blocks run out) and admits waiting ones; an empty plan means nothing to run.
+  StepPlan schedule();
+  // The engine made a batch of the plan.
+  void count_step(uint32_t num_tokens) {
+    num_steps_++;
+    num_scheduled_tokens_ += num_tokens;
+  }
+  // The step's tokens are computed: seq_ids[i] takes sampled[i] when sample_rows[i] >= 0 and
+  // finishes on its stop token or its length. The caller made room in their tokens (make_room).
+  void commit(const std::vector<uint64_t> &seq_ids, const std::vector<int32_t> &sample_rows,
+              const int32_t *sampled);
   size_t drain_finished(uint64_t *out, size_t cap);
-  void forget(uint64_t id, bool finished);  // pkv_release of a request
+  // pkv_release of a request: it leaves every queue.
+  void forget(const Sequence &s);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   size_t num_finished() const { return num_finished_; }
-  uint64_t num_scheduled_tokens() const { return scheduled_tokens_; }
-  uint64_t num_steps() const { return steps_; }
+  uint64_t num_scheduled_tokens() const { return num_scheduled_tokens_; }
+  uint64_t num_steps() const { return num_steps_; }
+  // The queues agree with the sequences' states. Throws PKV_ERR_INTERNAL.
+  void check() const;
 
  private:
-  void enqueue(Engine &e, uint64_t id);  // by priority, then arrival
-  void preempt(Engine &e, Sequence &s);  // back to the front of the queue
-  bool reserve_pending(Engine &e, Sequence &s, std::vector<uint64_t> &chosen);
-  void finish(Engine &e, Sequence &s, uint32_t reason);
+  void enqueue(uint64_t id);  // by priority, then arrival
+  bool reserve(Sequence &s, std::vector<uint64_t> &chosen);
+  void finish_request(Sequence &s, uint32_t reason);
 
-  std::deque<uint64_t> waiting_;
+  SchedulerLimits limits_;
+  SequenceTable &seqs_;
+  BlockManager &blocks_;
+  std::deque<uint64_t> waiting_;   // waiting and preempted requests, in admission order
   std::vector<uint64_t> running_;  // admission order: the newest is preempted first
   std::deque<uint64_t> finished_;  // not yet drained
   size_t num_finished_ = 0;        // finished and not released
-  uint64_t scheduled_tokens_ = 0;
-  uint64_t steps_ = 0;
+  uint64_t num_scheduled_tokens_ = 0;
+  uint64_t num_steps_ = 0;
 };
 
 }  // namespace pkv

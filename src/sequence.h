@@ -1,45 +1,105 @@
-// One sequence: its token ids, its block table and how far its KV is computed.
+// One sequence (DESIGN.md §2): its tokens, its block table, how far its KV is computed, and its
+// one state; SequenceTable maps ids to sequences. The operations that move a sequence between
+// states live here, once, for the engine's calls and the scheduler alike.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "block_manager.h"
 
 namespace pkv {
 
-// Blocks needed to hold num_tokens tokens.
-inline uint32_t blocks_for_tokens(uint64_t num_tokens, uint32_t block_size) {
-  return static_cast<uint32_t>((num_tokens + block_size - 1) / block_size);
-}
+// pkv_allocate's sequences start running and move running <-> preempted (pkv_preempt,
+// pkv_resume); pkv_submit's requests start waiting, run, may be preempted, and finish.
+enum class SeqState : uint8_t {
+  kWaiting,    // submitted, never admitted: tokens, no blocks
+  kRunning,    // holds blocks for its tokens (all but a sampled token awaiting its slot)
+  kPreempted,  // gave its blocks back and keeps its tokens, to be re-admitted (recompute)
+  kFinished,   // a request that reached its stop token or length: tokens kept, no blocks
+};
 
-// What the scheduler keeps of a submitted request (pkv_submit); unused for pkv_allocate's.
-struct RequestState {
-  bool active = false;           // this sequence is a scheduler request
-  bool admitted_once = false;    // has held blocks (so "preempted" is meaningful)
+// What the scheduler keeps of a request (pkv_submit).
+struct Request {
+  bool is_request = false;  // false for pkv_allocate's sequences
   uint32_t prompt_len = 0;
   uint32_t max_new_tokens = 0;
-  uint32_t generated = 0;
+  uint32_t num_generated = 0;
   int32_t stop_token = -1;
   int32_t priority = 0;
-  uint32_t finish_reason = 0;    // PKV_FINISH_*
-  bool has_pending = false;      // a sampled token whose slot is reserved at the next step
-  int32_t pending = 0;
+  uint32_t finish_reason = PKV_FINISH_NONE;
 };
 
 struct Sequence {
   uint64_t id = 0;
-  std::string salt;                  // cache salt: sequences with different salts share nothing
-  std::vector<int32_t> tokens;       // prompt + appended tokens
-  std::vector<int32_t> block_table;  // physical blocks, covering every token (empty if preempted)
-  uint32_t num_computed = 0;         // tokens whose KV is in the pool (cached ones included)
-  uint32_t num_cached = 0;           // tokens served by the prefix cache at the last admission
-  uint32_t num_sealed_blocks = 0;    // leading blocks that are copies of prefix-tree nodes
-  bool preempted = false;            // holds tokens but no blocks (also: waiting, finished)
-  bool in_batch = false;
-  RequestState request;
+  SeqState state = SeqState::kWaiting;
+  std::string salt;              // cache salt: sequences with different salts share nothing
+  std::vector<int32_t> tokens;   // prompt, appended and sampled tokens
+  BlockTable blocks;             // covers num_slotted() tokens while running, else empty
+  uint32_t num_computed = 0;     // tokens whose KV is in the pool (cached ones included)
+  uint32_t num_cached = 0;       // tokens served by the prefix cache at the last admission
+  // Trailing tokens with no slot yet: a sampled token waits for the next step to reserve it
+  // (then it may find no block and preempt someone). 0 or 1, and only while running.
+  uint32_t num_unslotted = 0;
+  bool in_batch = false;         // a member of the engine's open batch
+  Request request;
 
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }
-  uint32_t num_uncomputed() const { return num_tokens() - num_computed; }
+  uint32_t num_slotted() const { return num_tokens() - num_unslotted; }
+  uint32_t num_uncomputed() const { return num_slotted() - num_computed; }
+  bool running() const { return state == SeqState::kRunning; }
+};
+
+const char *state_name(SeqState state);
+
+// ---------------------------------------------------------------- moves between states
+// Each is all-or-nothing: it throws (PKV_ERR_NO_SPACE, out of memory) with nothing changed.
+
+// waiting / preempted -> running: blocks for every token, the prefix cache's hit counted computed.
+void admit(Sequence &s, BlockManager &blocks);
+// Running: n more tokens, with their slots.
+void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n);
+// Running: the slot of the sampled token that waits for one.
+void reserve_unslotted(Sequence &s, BlockManager &blocks);
+// Running -> preempted: the blocks go back, the tokens stay (a sampled token awaiting its slot
+// becomes an ordinary token, computed at re-admission). Cannot fail.
+void preempt(Sequence &s, BlockManager &blocks);
+// Running -> finished (a request): the blocks go back, the tokens stay. Cannot fail.
+void finish(Sequence &s, BlockManager &blocks, uint32_t reason);
+// Running: a step computed the next n tokens; full blocks are sealed into the prefix cache.
+void computed(Sequence &s, BlockManager &blocks, uint32_t n);
+// Running: a sampled token joins the tokens, its slot reserved at the next step. The caller
+// made room in s.tokens first (commit is all-or-nothing).
+void add_sampled(Sequence &s, int32_t token);
+
+// ---------------------------------------------------------------- the table
+class SequenceTable {
+ public:
+  using Map = std::unordered_map<uint64_t, Sequence>;
+
+  // The sequence with this id; PKV_ERR_NOT_FOUND for ids never given or released.
+  Sequence &get(uint64_t id);
+  const Sequence &get(uint64_t id) const;
+  const Sequence *find(uint64_t id) const;  // null when there is none
+  // A new, empty sequence with the next id (never 0, never reused once kept). A caller whose
+  // next step fails gives it back with discard(), so the id is given again.
+  Sequence &create();
+  void discard(uint64_t id);
+  // Drops a sequence; its blocks must have been freed.
+  void erase(uint64_t id);
+
+  size_t size() const { return seqs_.size(); }
+  size_t count(SeqState state) const;
+  Map::const_iterator begin() const { return seqs_.begin(); }
+  Map::const_iterator end() const { return seqs_.end(); }
+  // Every sequence's block table, as BlockManager::check wants them.
+  std::vector<TableOwner> owners() const;
+
+ private:
+  Map seqs_;
+  uint64_t next_id_ = 1;
 };
 
 }  // namespace pkv

@@ -222,6 +222,8 @@ namespace Pkv
         public const int PKV_ERR_DEVICE = -8;
         public const int PKV_ERR_INTERNAL = -9;
 
+        public const int PKV_ATTENTION_MAX_HEAD_DIM = 256;
+        public const int PKV_ATTENTION_HEAD_DIM_ALIGN = 8;
         public const int PKV_DEVICE_AUTO = 0;
         public const int PKV_DEVICE_CPU = 1;
         public const int PKV_DEVICE_CUDA = 2;

@@ -25,6 +25,11 @@ const (
 )
 
 const (
+	AttentionMaxHeadDim   = 256
+	AttentionHeadDimAlign = 8
+)
+
+const (
 	DeviceAuto = 0
 	DeviceCPU  = 1
 	DeviceCUDA = 2

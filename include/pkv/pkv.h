@@ -88,6 +88,7 @@ PKV_API const char *pkv_status_string(pkv_status s);
 PKV_API const char *pkv_last_error(void);
 
 /* ---------------------------------------------------------------- constants */
+enum { PKV_ATTENTION_MAX_HEAD_DIM = 256, PKV_ATTENTION_HEAD_DIM_ALIGN = 8 }; /* pkv_attention's head_dim: a multiple of 8, at most 256 */
 enum { PKV_DEVICE_AUTO = 0, PKV_DEVICE_CPU = 1, PKV_DEVICE_CUDA = 2 };
 enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2 };
 /* How pkv_kv_budget.num_blocks was decided. */

@@ -25,13 +25,7 @@ struct PoolShape {
   uint64_t bytes_per_pool() const { return layer_bytes() * num_layers; }
 };
 
-// A step as the kernels see it: pkv_batch_view's arrays (host memory).
-struct StepView {
-  const pkv_batch_view *view;
-  uint64_t serial;  // unique per batch: a backend may cache per-batch state (device uploads)
-};
-
-// One layer's call of pkv_attention.
+// One layer's call of pkv_attention, on the planned step.
 struct AttentionCall {
   uint32_t layer;
   float scale;
@@ -39,6 +33,9 @@ struct AttentionCall {
   void *out;
 };
 
+// Plan, then run (FlashInfer's habit): a step's metadata is prepared once, its layers run many
+// times. The engine calls copy_blocks (when the step has copies), then plan once per batch, then
+// attention for each layer, all before the batch ends.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -47,9 +44,11 @@ class Backend {
   virtual void *v_pool() const = 0;
   // Block copies src[i] -> dst[i], in order, every layer, K and V.
   virtual void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) = 0;
-  // write_kv of the step's new tokens into `layer`, then their causal paged attention.
-  virtual void attention(const StepView &step, const AttentionCall &call) = 0;
-  // CUDA: the stream to run on; CPU: only nullptr.
+  // Prepares a step: step's arrays (host memory) stay valid and unchanged until the batch ends.
+  virtual void plan(const pkv_batch_view &step) = 0;
+  // write_kv of the planned step's new tokens into `layer`, then their causal paged attention.
+  virtual void attention(const AttentionCall &call) = 0;
+  // CUDA: the stream to run on from the next call on; CPU: only nullptr.
   virtual void set_stream(void *stream) = 0;
 };
 

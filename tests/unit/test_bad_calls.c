@@ -193,6 +193,54 @@ static void test_destroy_with_open_batch(void)
   pkv_engine_destroy(e);
 }
 
+/* A handle whose batch ended is refused by every batch call, also while a newer batch of the same
+ * engine is open (in 0.1 a handle was the batch's address, which a new batch could reuse), and
+ * also after its engine is gone. The newer batch is untouched. */
+static void test_stale_handles(fixture *f)
+{
+  uint64_t a = f->live[0], bq = f->live[1];
+  int32_t t[1] = {5};
+  CHECK_OK(pkv_append(f->e, a, t, 1));
+  uint32_t one = 1;
+  pkv_batch *old = NULL, *cur = NULL;
+  if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &one, 1, &old)))
+    return;
+  CHECK_OK(pkv_batch_end(old));
+  for (int round = 0; round < 8; round++) { /* end/begin again: an allocator often reuses memory */
+    if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &one, 1, &cur)))
+      return;
+    CHECK(cur != old);
+    pkv_batch_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    float x[64];
+    int32_t sampled = 0;
+    CHECK_STATUS(pkv_batch_info(old, &v), PKV_ERR_STATE);
+    CHECK_STATUS(pkv_attention(old, 0, x, x, x, x + 32), PKV_ERR_STATE);
+    CHECK_STATUS(pkv_batch_end(old), PKV_ERR_STATE);
+    CHECK_STATUS(pkv_commit(old, &sampled), PKV_ERR_STATE);
+    pkv_batch_abort(old); /* ignored */
+    CHECK_EQ_INT(tu_info(f->e, bq).in_batch, 1);
+    CHECK_OK(pkv_batch_info(cur, &v));
+    CHECK_EQ_INT(v.num_seqs, 1);
+    if (round + 1 < 8) {
+      pkv_batch_abort(cur);
+      old = cur;
+    }
+  }
+  CHECK_OK(pkv_batch_end(cur));
+  /* A handle outlives its engine's destruction as a refused value, not a read of freed memory. */
+  pkv_engine *e = tu_engine(BS, 8, 0);
+  if (!e)
+    return;
+  uint64_t s = tu_alloc(e, t, 1, NULL);
+  pkv_batch *gone = NULL;
+  CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &gone));
+  pkv_engine_destroy(e);
+  CHECK_STATUS(pkv_batch_end(gone), PKV_ERR_STATE);
+  pkv_batch_abort(gone);
+}
+
 #define WITH_FIXTURE(fn)                                                                           \
   static void fn##_fresh(void)                                                                     \
   {                                                                                                \
@@ -211,6 +259,7 @@ WITH_FIXTURE(test_bad_seq_calls)
 WITH_FIXTURE(test_short_buffers)
 WITH_FIXTURE(test_bad_batch_begin)
 WITH_FIXTURE(test_open_batch)
+WITH_FIXTURE(test_stale_handles)
 
 int main(void)
 {
@@ -220,6 +269,7 @@ int main(void)
   TU_RUN(test_short_buffers_fresh);
   TU_RUN(test_bad_batch_begin_fresh);
   TU_RUN(test_open_batch_fresh);
+  TU_RUN(test_stale_handles_fresh);
   TU_RUN(test_destroy_with_open_batch);
   return tu_summary();
 }

@@ -36,15 +36,18 @@ class CpuBackend final : public Backend {
                          shape_.block_bytes(), src, dst, n);
   }
 
-  void attention(const StepView &step, const AttentionCall &call) override {
-    const pkv_batch_view &v = *step.view;
-    CpuStep s{v.num_seqs, v.num_tokens, v.block_size, v.query_start, v.context_lens,
-              v.block_indptr, v.block_indices, v.slot_mapping};
+  void plan(const pkv_batch_view &v) override {
+    step_ = CpuStep{v.num_seqs, v.num_tokens, v.block_size, v.query_start, v.context_lens,
+                    v.block_indptr, v.block_indices, v.slot_mapping};
+    kernels().plan(step_, shape_.q_heads, shape_.kv_heads, shape_.head_dim);
+  }
+
+  void attention(const AttentionCall &call) override {
     const uint64_t offset = call.layer * shape_.layer_bytes();
     CpuLayer layer{base_ + offset, base_ + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
                    shape_.head_dim, shape_.dtype, call.scale, call.q, call.k, call.v, call.out};
-    kernels().write_kv(s, layer);
-    kernels().attention(s, layer);
+    kernels().write_kv(step_, layer);
+    kernels().attention(step_, layer);
   }
 
   void set_stream(void *stream) override {
@@ -60,6 +63,7 @@ class CpuBackend final : public Backend {
   }
 
   PoolShape shape_;
+  CpuStep step_{};  // the planned step
   uint64_t bytes_;
   uint32_t num_threads_;
   char *base_ = nullptr;

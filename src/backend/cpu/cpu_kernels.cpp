@@ -27,15 +27,15 @@ CpuKernels::CpuKernels(uint32_t num_threads) : pool_(num_threads), attention_(&c
 
 // The items of one call: tiles of new tokens per (sequence, kv head), split over keys so that
 // about 4 items per thread exist (a decode of one long sequence still uses every core).
-void CpuKernels::plan(const CpuStep &step, const CpuLayer &layer) {
-  const uint32_t group = layer.q_heads / layer.kv_heads;
+void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim) {
+  const uint32_t group = q_heads / kv_heads;
   items_.clear();
   groups_.clear();
   uint64_t total_keys = 0;  // keys over all items, counting a decode's item once
   for (uint32_t i = 0; i < step.num_seqs; ++i) {
     const uint32_t qlen = step.query_start[i + 1] - step.query_start[i];
     total_keys += qlen == 1 ? uint64_t(step.context_lens[i])
-                            : uint64_t(step.context_lens[i]) * layer.kv_heads * ((qlen + kAttnPrefillRows - 1) / kAttnPrefillRows);
+                            : uint64_t(step.context_lens[i]) * kv_heads * ((qlen + kAttnPrefillRows - 1) / kAttnPrefillRows);
   }
   const uint64_t target = 4ull * pool_.num_threads();
   uint64_t split = std::max<uint64_t>(512, (total_keys + target - 1) / target);
@@ -50,15 +50,15 @@ void CpuKernels::plan(const CpuStep &step, const CpuLayer &layer) {
       const uint32_t splits = static_cast<uint32_t>((keys + split - 1) / split);
       // A single-row tile (a decode) takes every kv head: it then reads whole token rows of the
       // pool (all heads, contiguous) instead of one head's slice every kv_heads * head_dim.
-      const uint32_t heads_per_item = rows == 1 ? layer.kv_heads : 1;
-      for (uint32_t h = 0; h < layer.kv_heads; h += heads_per_item) {
+      const uint32_t heads_per_item = rows == 1 ? kv_heads : 1;
+      for (uint32_t h = 0; h < kv_heads; h += heads_per_item) {
         if (splits > 1) groups_.push_back(items_.size());
         for (uint32_t k = 0; k < splits; ++k) {
           AttnItem it{i, h, heads_per_item, row0, rows, static_cast<uint32_t>(k * split),
                       static_cast<uint32_t>(std::min<uint64_t>(keys, (k + 1) * split)), -1, splits};
           if (splits > 1) {
             it.part = static_cast<int64_t>(partial);
-            partial += attention_partial_floats(rows, group * heads_per_item, layer.head_dim);
+            partial += attention_partial_floats(rows, group * heads_per_item, head_dim);
           }
           items_.push_back(it);
         }
@@ -66,7 +66,7 @@ void CpuKernels::plan(const CpuStep &step, const CpuLayer &layer) {
     }
   }
   if (partials_.size() < partial) partials_.resize(partial);
-  const size_t scratch = attention_scratch_floats(std::max(kAttnPrefillRows * group, layer.q_heads), layer.head_dim);
+  const size_t scratch = attention_scratch_floats(std::max(kAttnPrefillRows * group, q_heads), head_dim);
   scratch_.resize(pool_.num_threads());
   scratch_ptrs_.resize(pool_.num_threads());
   for (size_t t = 0; t < scratch_.size(); ++t) {
@@ -76,7 +76,6 @@ void CpuKernels::plan(const CpuStep &step, const CpuLayer &layer) {
 }
 
 void CpuKernels::attention(const CpuStep &step, const CpuLayer &layer) {
-  plan(step, layer);
   const AttnWork work{items_.data(), items_.size(), groups_.data(), groups_.size(), partials_.data(),
                       scratch_ptrs_.data()};
   attention_(step, layer, work, pool_);

@@ -61,15 +61,16 @@ class CpuKernels {
   uint32_t num_threads() const { return pool_.num_threads(); }
   const char *isa() const { return isa_; }  // the attention variant picked for this CPU
 
+  // The work items of a step, for every layer of it (they depend on the shape, not the layer).
+  void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim);
   void write_kv(const CpuStep &step, const CpuLayer &layer);
-  void attention(const CpuStep &step, const CpuLayer &layer);
+  void attention(const CpuStep &step, const CpuLayer &layer);  // of the planned step
   // For every layer, block src -> dst in order (a later pair may read an earlier one's dst).
   void copy_blocks(void *k_pool, void *v_pool, uint32_t num_layers, uint64_t layer_bytes,
                    uint64_t block_bytes, const int32_t *src, const int32_t *dst, uint32_t n);
 
  private:
   using AttentionFn = void (*)(const CpuStep &, const CpuLayer &, const AttnWork &, ThreadPool &);
-  void plan(const CpuStep &step, const CpuLayer &layer);
 
   ThreadPool pool_;
   AttentionFn attention_;

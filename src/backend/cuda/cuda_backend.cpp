@@ -1,5 +1,5 @@
 // CUDA backend glue: device checks, memory queries, the device pool, and the step's launches
-// (kernels/ holds the kernels). A batch's arrays go to the device once, at its first layer.
+// (kernels/ holds the kernels). A batch's arrays go to the device once, in plan().
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -95,30 +95,9 @@ class CudaBackend final : public Backend {
     flush();
   }
 
-  void attention(const StepView &step, const AttentionCall &call) override {
+  // The step's arrays, packed into one device buffer with one copy; the decode split plan.
+  void plan(const pkv_batch_view &v) override {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
-    const pkv_batch_view &v = *step.view;
-    for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
-      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k, v and out must be 16-byte aligned on CUDA");
-    if (step.serial != uploaded_serial_) upload(v, step.serial);
-    const uint64_t offset = uint64_t(call.layer) * shape_.layer_bytes();
-    cuda::KvLayer layer{static_cast<char *>(k_) + offset, static_cast<char *>(v_) + offset,
-                        int32_t(shape_.block_size), int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
-                        cuda::DType(shape_.dtype)};
-    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, d_slots_, int32_t(v.num_tokens), stream_), "write_kv");
-    if (plan_.workspace_bytes) workspace_ptr_ = workspace_.get(plan_.workspace_bytes);
-    check_cuda(cuda::launch_decode_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
-                                             call.scale, plan_, workspace_ptr_, stream_),
-               "decode attention");
-    if (v.max_query_len > 1)
-      check_cuda(cuda::launch_prefill_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
-                                                call.scale, stream_),
-                 "prefill attention");
-  }
-
- private:
-  // The batch's arrays, packed into one device buffer with one copy.
-  void upload(const pkv_batch_view &v, uint64_t serial) {
     const size_t n_seq = v.num_seqs, n_blocks = size_t(v.block_indptr[v.num_seqs]);
     std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + v.num_tokens);
     std::vector<int32_t> ints;
@@ -132,7 +111,7 @@ class CudaBackend final : public Backend {
     std::memcpy(host.data(), slots.data(), slot_bytes);
     std::memcpy(host.data() + slot_bytes, ints.data(), int_bytes);
     check_cuda(cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), "uploading the batch");
-    check_cuda(cudaStreamSynchronize(stream_), "uploading the batch");
+    check_cuda(cudaStreamSynchronize(stream_), "uploading the batch");  // `host` dies here
     d_slots_ = reinterpret_cast<const int64_t *>(d);
     const int32_t *di = reinterpret_cast<const int32_t *>(d + slot_bytes);
     batch_ = cuda::BatchView{int32_t(v.num_seqs), int32_t(v.num_tokens), int32_t(v.max_query_len),
@@ -140,9 +119,28 @@ class CudaBackend final : public Backend {
                              di + 3 * n_seq + 2};
     plan_ = cuda::plan_decode(batch_, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
                               int32_t(shape_.head_dim), num_sms_);
-    uploaded_serial_ = serial;
+    workspace_ptr_ = plan_.workspace_bytes ? workspace_.get(plan_.workspace_bytes) : nullptr;
   }
 
+  void attention(const AttentionCall &call) override {
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
+      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k, v and out must be 16-byte aligned on CUDA");
+    const uint64_t offset = uint64_t(call.layer) * shape_.layer_bytes();
+    cuda::KvLayer layer{static_cast<char *>(k_) + offset, static_cast<char *>(v_) + offset,
+                        int32_t(shape_.block_size), int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
+                        cuda::DType(shape_.dtype)};
+    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, d_slots_, batch_.num_tokens, stream_), "write_kv");
+    check_cuda(cuda::launch_decode_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
+                                             call.scale, plan_, workspace_ptr_, stream_),
+               "decode attention");
+    if (batch_.max_query_len > 1)
+      check_cuda(cuda::launch_prefill_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
+                                                call.scale, stream_),
+                 "prefill attention");
+  }
+
+ private:
   int32_t device_id_;
   PoolShape shape_;
   int num_sms_ = 0;
@@ -151,7 +149,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   DeviceBuffer batch_buf_, workspace_, pairs_buf_;
   void *workspace_ptr_ = nullptr;
-  uint64_t uploaded_serial_ = 0;
   const int64_t *d_slots_ = nullptr;
   cuda::BatchView batch_{};
   cuda::DecodePlan plan_{};

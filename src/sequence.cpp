@@ -1,0 +1,130 @@
+#include "sequence.h"
+
+#include "status.h"
+
+namespace pkv {
+
+const char *state_name(SeqState state) {
+  switch (state) {
+    case SeqState::kWaiting: return "waiting";
+    case SeqState::kRunning: return "running";
+    case SeqState::kPreempted: return "preempted";
+    case SeqState::kFinished: return "finished";
+  }
+  return "unknown";
+}
+
+// ---------------------------------------------------------------- moves between states
+
+void admit(Sequence &s, BlockManager &blocks) {
+  PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
+  PKV_ASSERT(s.num_unslotted == 0);
+  const uint32_t hit = blocks.admit(s.blocks, s.salt, s.tokens.data(), s.num_tokens());
+  s.num_cached = hit;
+  s.num_computed = hit;
+  s.state = SeqState::kRunning;
+}
+
+void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n) {
+  PKV_ASSERT(s.running() && s.num_unslotted == 0);
+  make_room(s.tokens, n);  // before the slots: the insert below cannot fail
+  blocks.reserve_slots(s.blocks, s.num_slotted(), n);
+  s.tokens.insert(s.tokens.end(), tokens, tokens + n);
+}
+
+void reserve_unslotted(Sequence &s, BlockManager &blocks) {
+  PKV_ASSERT(s.running());
+  if (s.num_unslotted == 0) return;
+  blocks.reserve_slots(s.blocks, s.num_slotted(), s.num_unslotted);
+  s.num_unslotted = 0;
+}
+
+namespace {
+
+void give_back(Sequence &s, BlockManager &blocks, SeqState to) {
+  PKV_ASSERT(s.running());
+  blocks.free(s.blocks);
+  s.num_computed = 0;
+  s.num_unslotted = 0;
+  s.state = to;
+}
+
+}  // namespace
+
+void preempt(Sequence &s, BlockManager &blocks) {
+  give_back(s, blocks, SeqState::kPreempted);
+  s.num_cached = 0;
+  blocks.count_preemption();
+}
+
+void finish(Sequence &s, BlockManager &blocks, uint32_t reason) {
+  give_back(s, blocks, SeqState::kFinished);
+  s.request.finish_reason = reason;
+}
+
+void computed(Sequence &s, BlockManager &blocks, uint32_t n) {
+  PKV_ASSERT(s.running() && n <= s.num_uncomputed());
+  s.num_computed += n;
+  blocks.seal(s.blocks, s.salt, s.tokens.data(), s.num_computed);
+}
+
+void add_sampled(Sequence &s, int32_t token) {
+  PKV_ASSERT(s.running() && s.num_unslotted == 0 && s.tokens.size() < s.tokens.capacity());
+  s.tokens.push_back(token);
+  s.num_unslotted = 1;
+}
+
+// ---------------------------------------------------------------- the table
+
+Sequence &SequenceTable::get(uint64_t id) {
+  return const_cast<Sequence &>(static_cast<const SequenceTable &>(*this).get(id));
+}
+
+const Sequence &SequenceTable::get(uint64_t id) const {
+  const Sequence *s = find(id);
+  if (!s)
+    fail(PKV_ERR_NOT_FOUND, "sequence %llu does not exist (never allocated, or released)",
+         (unsigned long long)id);
+  return *s;
+}
+
+const Sequence *SequenceTable::find(uint64_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
+Sequence &SequenceTable::create() {
+  auto [it, inserted] = seqs_.emplace(next_id_, Sequence{});
+  PKV_ASSERT(inserted);
+  it->second.id = next_id_++;
+  return it->second;
+}
+
+void SequenceTable::discard(uint64_t id) {
+  PKV_ASSERT(id + 1 == next_id_);
+  seqs_.erase(id);
+  next_id_--;
+}
+
+void SequenceTable::erase(uint64_t id) {
+  const Sequence &s = get(id);
+  PKV_ASSERT(s.blocks.ids.empty() && !s.in_batch);
+  seqs_.erase(id);
+}
+
+size_t SequenceTable::count(SeqState state) const {
+  size_t n = 0;
+  for (const auto &kv : seqs_) n += kv.second.state == state;
+  return n;
+}
+
+std::vector<TableOwner> SequenceTable::owners() const {
+  std::vector<TableOwner> out;
+  out.reserve(seqs_.size());
+  for (const auto &[id, s] : seqs_)
+    out.push_back(TableOwner{id, &s.blocks, &s.salt, s.tokens.data(), s.running() ? s.num_slotted() : 0,
+                             s.num_computed});
+  return out;
+}
+
+}  // namespace pkv
