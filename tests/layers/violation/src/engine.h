@@ -1,0 +1,2 @@
+// Fixture for tests/layers.
+#pragma once

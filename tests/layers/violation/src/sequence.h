@@ -1,0 +1,3 @@
+// Fixture for tests/layers.
+#pragma once
+#include "block_manager.h"
