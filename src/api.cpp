@@ -126,13 +126,8 @@ void require_tokens(const int32_t *tokens, uint32_t n) {
 
 std::string salt_of(const pkv_seq_params *sp) {
   if (!sp) return std::string();
-  pkv_seq_params d;
-  std::memset(&d, 0, sizeof d);
-  pkv_seq_params p = pkv::read_struct(sp, d, "seq params");
-  if (p.cache_salt_len == 0) return std::string();
-  PKV_REQUIRE(p.cache_salt != nullptr, "cache_salt is NULL with cache_salt_len %u", p.cache_salt_len);
-  PKV_REQUIRE(p.cache_salt_len <= 65536, "cache_salt_len %u exceeds 65536", p.cache_salt_len);
-  return std::string(static_cast<const char *>(p.cache_salt), p.cache_salt_len);
+  pkv_seq_params p = pkv::read_struct(sp, pkv::default_seq_params(), "seq params");
+  return pkv::salt_bytes(p.cache_salt, p.cache_salt_len);
 }
 
 // Copies a variable-size array into a caller buffer; a short buffer is refused with the length.
@@ -170,26 +165,11 @@ const char *pkv_engine_last_error(const pkv_engine *e) {
 }
 
 pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size) {
-  return guard([&] {
-    PKV_REQUIRE(p != nullptr, "params is NULL");
-    PKV_REQUIRE(size >= pkv::kMinStructSize<pkv_engine_params>,
-                "size %u is smaller than pkv_engine_params (%u)", size,
-                pkv::kMinStructSize<pkv_engine_params>);
-    pkv_engine_params d = pkv::default_engine_params();
-    std::memset(p, 0, size);
-    std::memcpy(p, &d, sizeof d);
-    p->struct_size = size;
-  });
+  return guard([&] { pkv::init_struct(p, size, pkv::default_engine_params(), "pkv_engine_params"); });
 }
 
 pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size) {
-  return guard([&] {
-    PKV_REQUIRE(p != nullptr, "params is NULL");
-    PKV_REQUIRE(size >= pkv::kMinStructSize<pkv_seq_params>,
-                "size %u is smaller than pkv_seq_params (%u)", size, pkv::kMinStructSize<pkv_seq_params>);
-    std::memset(p, 0, size);
-    p->struct_size = size;
-  });
+  return guard([&] { pkv::init_struct(p, size, pkv::default_seq_params(), "pkv_seq_params"); });
 }
 
 pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json, size_t len) {
@@ -343,16 +323,7 @@ pkv_status pkv_batch_end(pkv_batch *b) {
 }
 
 pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size) {
-  return guard([&] {
-    PKV_REQUIRE(p != nullptr, "params is NULL");
-    PKV_REQUIRE(size >= pkv::kMinStructSize<pkv_request_params>,
-                "size %u is smaller than pkv_request_params (%u)", size,
-                pkv::kMinStructSize<pkv_request_params>);
-    std::memset(p, 0, size);
-    p->struct_size = size;
-    p->max_new_tokens = 16;
-    p->stop_token = -1;
-  });
+  return guard([&] { pkv::init_struct(p, size, pkv::default_request_params(), "pkv_request_params"); });
 }
 
 pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
@@ -360,16 +331,9 @@ pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
   return guard(e, [&](Engine &en) {
     require_tokens(prompt, num_tokens);
     PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
-    pkv_request_params defaults;
-    pkv_request_params_init(&defaults, sizeof defaults);
+    const pkv_request_params defaults = pkv::default_request_params();
     pkv_request_params p = rp ? pkv::read_struct(rp, defaults, "request params") : defaults;
-    std::string salt;
-    if (p.cache_salt_len) {
-      PKV_REQUIRE(p.cache_salt != nullptr, "cache_salt is NULL with cache_salt_len %u", p.cache_salt_len);
-      PKV_REQUIRE(p.cache_salt_len <= 65536, "cache_salt_len %u exceeds 65536", p.cache_salt_len);
-      salt.assign(static_cast<const char *>(p.cache_salt), p.cache_salt_len);
-    }
-    *out_seq = en.submit(prompt, num_tokens, p, salt);
+    *out_seq = en.submit(prompt, num_tokens, p, pkv::salt_bytes(p.cache_salt, p.cache_salt_len));
   });
 }
 

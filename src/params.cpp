@@ -19,6 +19,30 @@ pkv_engine_params default_engine_params() {
   return p;
 }
 
+pkv_seq_params default_seq_params() {
+  pkv_seq_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  return p;
+}
+
+pkv_request_params default_request_params() {
+  pkv_request_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.max_new_tokens = 16;
+  p.stop_token = -1;
+  return p;
+}
+
+std::string salt_bytes(const void *salt, uint32_t salt_len) {
+  if (salt_len == 0) return std::string();
+  PKV_REQUIRE(salt != nullptr, "cache_salt is NULL with cache_salt_len %u", salt_len);
+  PKV_REQUIRE(salt_len <= PKV_MAX_CACHE_SALT_BYTES, "cache_salt_len %u exceeds %d", salt_len,
+              PKV_MAX_CACHE_SALT_BYTES);
+  return std::string(static_cast<const char *>(salt), salt_len);
+}
+
 uint32_t dtype_bytes(int32_t dtype) {
   switch (dtype) {
     case PKV_DTYPE_F32: return 4;
@@ -47,7 +71,8 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.num_kv_heads > 0, "num_kv_heads must be > 0");
   PKV_REQUIRE(p.num_q_heads % p.num_kv_heads == 0,
               "num_kv_heads (%u) must divide num_q_heads (%u)", p.num_kv_heads, p.num_q_heads);
-  PKV_REQUIRE(p.head_dim > 0 && p.head_dim <= 1024, "head_dim must be in 1..1024, got %u", p.head_dim);
+  PKV_REQUIRE(p.head_dim > 0 && p.head_dim <= PKV_MAX_HEAD_DIM, "head_dim must be in 1..%d, got %u",
+              PKV_MAX_HEAD_DIM, p.head_dim);
   PKV_REQUIRE(dtype_bytes(p.dtype) != 0, "dtype %d is not a PKV_DTYPE_* value", p.dtype);
   PKV_REQUIRE(p.tp_size > 0, "tp_size must be > 0");
   PKV_REQUIRE(p.tp_rank < p.tp_size, "tp_rank (%u) must be < tp_size (%u)", p.tp_rank, p.tp_size);
@@ -57,13 +82,14 @@ void validate_engine_params(const pkv_engine_params &p) {
               "tp_size (%u) and num_kv_heads (%u): one must divide the other", p.tp_size,
               p.num_kv_heads);
   PKV_REQUIRE(p.block_size > 0, "block_size must be >= 1");
-  PKV_REQUIRE(p.block_size <= (1u << 20), "block_size %u is too large (at most 2^20)", p.block_size);
+  PKV_REQUIRE(p.block_size <= PKV_MAX_BLOCK_SIZE, "block_size %u is too large (at most 2^20)", p.block_size);
   PKV_REQUIRE(p.num_blocks <= INT32_MAX, "num_blocks %u exceeds 2^31-1", p.num_blocks);
   PKV_REQUIRE(p.enable_prefix_caching <= 1, "enable_prefix_caching must be 0 or 1");
   PKV_REQUIRE(p.device == PKV_DEVICE_AUTO || p.device == PKV_DEVICE_CPU || p.device == PKV_DEVICE_CUDA,
               "device %d is not a PKV_DEVICE_* value", p.device);
   PKV_REQUIRE(p.device_id >= 0, "device_id must be >= 0");
-  PKV_REQUIRE(p.num_threads <= 4096, "num_threads %u is too many", p.num_threads);
+  PKV_REQUIRE(p.num_threads <= PKV_MAX_THREADS, "num_threads %u is too many (at most %d)", p.num_threads,
+              PKV_MAX_THREADS);
   PKV_REQUIRE((p.debug_flags & ~uint32_t(PKV_DEBUG_CONSTANT_HASH)) == 0,
               "debug_flags has unknown bits 0x%x", p.debug_flags);
   PKV_REQUIRE(std::isfinite(p.memory_utilization) && p.memory_utilization > 0.0 &&

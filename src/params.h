@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "pkv/pkv.h"
 #include "status.h"
@@ -49,7 +50,22 @@ inline uint32_t blocks_for_tokens(uint64_t num_tokens, uint32_t block_size) {
   return static_cast<uint32_t>((num_tokens + block_size - 1) / block_size);
 }
 
+// The defaults of every *_init call (pkv.h documents them beside the fields).
 pkv_engine_params default_engine_params();
+pkv_seq_params default_seq_params();
+pkv_request_params default_request_params();
+
+// pkv_*_params_init: zeroes the caller's size bytes and fills the fields pkv knows.
+template <class T> void init_struct(T *p, uint32_t size, const T &defaults, const char *what) {
+  PKV_REQUIRE(p != nullptr, "params is NULL");
+  PKV_REQUIRE(size >= kMinStructSize<T>, "size %u is smaller than %s (%u)", size, what, kMinStructSize<T>);
+  std::memset(p, 0, size);
+  std::memcpy(p, &defaults, std::min<size_t>(size, sizeof(T)));
+  p->struct_size = size;
+}
+
+// A cache salt's bytes; at most PKV_MAX_CACHE_SALT_BYTES.
+std::string salt_bytes(const void *salt, uint32_t salt_len);
 // Every rule of pkv_engine_params (shape, paging, budget fields); throws INVALID_ARGUMENT.
 void validate_engine_params(const pkv_engine_params &p);
 uint32_t dtype_bytes(int32_t dtype);

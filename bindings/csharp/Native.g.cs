@@ -222,8 +222,13 @@ namespace Pkv
         public const int PKV_ERR_DEVICE = -8;
         public const int PKV_ERR_INTERNAL = -9;
 
+        public const int PKV_MAX_HEAD_DIM = 1024;
         public const int PKV_ATTENTION_MAX_HEAD_DIM = 256;
         public const int PKV_ATTENTION_HEAD_DIM_ALIGN = 8;
+        public const int PKV_MAX_BLOCK_SIZE = 1048576;
+        public const int PKV_MAX_THREADS = 4096;
+        public const int PKV_MAX_CACHE_SALT_BYTES = 65536;
+        public const int PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536;
         public const int PKV_DEVICE_AUTO = 0;
         public const int PKV_DEVICE_CPU = 1;
         public const int PKV_DEVICE_CUDA = 2;

@@ -25,8 +25,13 @@ const (
 )
 
 const (
-	AttentionMaxHeadDim   = 256
-	AttentionHeadDimAlign = 8
+	MaxHeadDim              = 1024
+	AttentionMaxHeadDim     = 256
+	AttentionHeadDimAlign   = 8
+	MaxBlockSize            = 1048576
+	MaxThreads              = 4096
+	MaxCacheSaltBytes       = 65536
+	DefaultKVEventsCapacity = 65536
 )
 
 const (

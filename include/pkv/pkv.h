@@ -88,7 +88,16 @@ PKV_API const char *pkv_status_string(pkv_status s);
 PKV_API const char *pkv_last_error(void);
 
 /* ---------------------------------------------------------------- constants */
-enum { PKV_ATTENTION_MAX_HEAD_DIM = 256, PKV_ATTENTION_HEAD_DIM_ALIGN = 8 }; /* pkv_attention's head_dim: a multiple of 8, at most 256 */
+/* Limits (each is also written beside the field or call it bounds). */
+enum {
+  PKV_MAX_HEAD_DIM = 1024,              /* pkv_engine_params.head_dim: 1 .. this */
+  PKV_ATTENTION_MAX_HEAD_DIM = 256,     /* pkv_attention: head_dim at most this ... */
+  PKV_ATTENTION_HEAD_DIM_ALIGN = 8,     /* ... and a multiple of this */
+  PKV_MAX_BLOCK_SIZE = 1048576,         /* pkv_engine_params.block_size: 1 .. this (2^20) */
+  PKV_MAX_THREADS = 4096,               /* pkv_engine_params.num_threads: 0 .. this */
+  PKV_MAX_CACHE_SALT_BYTES = 65536,     /* cache_salt_len: 0 .. this */
+  PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536 /* kv_events_capacity 0 means this */
+};
 enum { PKV_DEVICE_AUTO = 0, PKV_DEVICE_CPU = 1, PKV_DEVICE_CUDA = 2 };
 enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2 };
 /* How pkv_kv_budget.num_blocks was decided. */
