@@ -13,7 +13,7 @@ namespace pkv {
 class KvEvents {
  public:
   KvEvents(bool enabled, uint32_t capacity, uint32_t block_size)
-      : enabled_(enabled), capacity_(capacity ? capacity : PKV_DEFAULT_KV_EVENTS_CAPACITY), block_size_(block_size) {}
+      : enabled_(enabled), capacity_(capacity ? capacity : uint32_t(PKV_DEFAULT_KV_EVENTS_CAPACITY)), block_size_(block_size) {}
 
   bool enabled() const { return enabled_ && !muted_; }
   void stored(uint64_t hash, uint64_t parent_hash) { push(PKV_EVENT_BLOCK_STORED, hash, parent_hash); }

@@ -15,7 +15,9 @@
  *    serialized inside pkv; different engines run in parallel.
  *  - Structs with a struct_size field are versioned: set struct_size = sizeof(the struct) (the
  *    *_init functions do), pkv reads and writes only the first struct_size bytes. New fields are
- *    only ever appended.
+ *    only ever appended. A struct_size below the struct's size in 0.1.0 is refused
+ *    (PKV_ERR_INVALID_ARGUMENT).
+ *  - Sequence ids are never 0 and never reused within an engine. Token ids are any int32_t.
  *  - Arrays are pointer + count. Variable-size outputs go into caller buffers with a capacity; the
  *    size needed is always reported, and PKV_ERR_NO_SPACE is not used for a short buffer:
  *    PKV_ERR_INVALID_ARGUMENT is, with the needed size written to *out_len.
@@ -114,46 +116,53 @@ enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CL
 typedef struct pkv_engine_params {
   uint32_t struct_size;
   /* model shape (the whole model; pkv derives this rank's share from tp_size / tp_rank) */
-  uint32_t num_layers;
-  uint32_t num_q_heads;
-  uint32_t num_kv_heads;          /* must divide num_q_heads */
-  uint32_t head_dim;
+  uint32_t num_layers;            /* >= 1 */
+  uint32_t num_q_heads;           /* >= 1 */
+  uint32_t num_kv_heads;          /* >= 1, divides num_q_heads */
+  uint32_t head_dim;              /* 1 .. PKV_MAX_HEAD_DIM (pkv_attention: see there) */
   int32_t dtype;                  /* PKV_DTYPE_*, the KV (and activation) dtype. default BF16 */
-  uint32_t tp_size;               /* tensor-parallel ranks, default 1 */
+  uint32_t tp_size;               /* tensor-parallel ranks, >= 1, divides num_q_heads; it divides
+                                     num_kv_heads or num_kv_heads divides it. default 1 */
   uint32_t tp_rank;               /* this engine's rank, < tp_size */
-  uint32_t max_model_len;         /* longest sequence in tokens; 0 = no limit. default 0 */
+  uint32_t max_model_len;         /* longest sequence in tokens; 0 = no limit (sequences are
+                                     at most 2^31-1 tokens either way). default 0 */
   /* paging */
-  uint32_t block_size;            /* tokens per block, >= 1 (any value). default 16 */
-  uint32_t num_blocks;            /* 0 = as many as the memory budget allows. default 0 */
+  uint32_t block_size;            /* tokens per block, 1 .. PKV_MAX_BLOCK_SIZE (any value). default 16 */
+  uint32_t num_blocks;            /* 0 = as many as the memory budget allows (at most 2^31-1);
+                                     else at most 2^31-1. default 0 */
   uint32_t enable_prefix_caching; /* 0 or 1. default 1 */
   uint64_t hash_seed;             /* seed of the canonical block hash. default 0 */
   /* where the pool lives */
   int32_t device;                 /* PKV_DEVICE_*. default AUTO: CUDA when a GPU is usable, else CPU */
-  int32_t device_id;              /* CUDA device ordinal. default 0 */
-  uint32_t num_threads;           /* CPU worker threads; 0 = one per core. default 0 */
-  uint32_t debug_flags;           /* PKV_DEBUG_* bits. default 0 */
+  int32_t device_id;              /* CUDA device ordinal, >= 0. default 0 */
+  uint32_t num_threads;           /* CPU worker threads, 0 .. PKV_MAX_THREADS; 0 = one per core.
+                                     default 0 */
+  uint32_t debug_flags;           /* PKV_DEBUG_* bits (others refused). default 0 */
   /* memory budget (see pkv_profile): budget = total * utilization - used - reserve,
    * or kv_cache_bytes when that is not 0. */
-  double memory_utilization;      /* in (0, 1]. default 0.9 */
+  double memory_utilization;      /* finite, in (0, 1]. default 0.9 */
   uint64_t kv_cache_bytes;        /* absolute KV budget in bytes; 0 = use the formula. default 0 */
   uint64_t memory_total_bytes;    /* 0 = measure the device (or host); else plan for this total */
   uint64_t memory_used_bytes;     /* bytes in use besides the measured ones (e.g. weights not yet
                                      loaded; all of them when memory_total_bytes is given) */
   uint64_t reserve_bytes;         /* the host's activation peak and workspaces */
   /* compute */
-  float softmax_scale;            /* pkv_attention's scale; 0 = 1/sqrt(head_dim). default 0 */
+  float softmax_scale;            /* pkv_attention's scale, finite and >= 0; 0 = 1/sqrt(head_dim).
+                                     default 0 */
   uint32_t reserved0;             /* must be 0 */
   /* scheduler (pkv_submit / pkv_step) */
-  uint32_t max_num_seqs;          /* sequences in one step, at most. default 256 */
-  uint32_t max_num_batched_tokens; /* new tokens in one step, at most (prompts are chunked). default 2048 */
+  uint32_t max_num_seqs;          /* sequences in one step, at most; >= 1. default 256 */
+  uint32_t max_num_batched_tokens; /* new tokens in one step, at most (prompts are chunked); >= 1.
+                                     default 2048 */
   /* observability */
   uint32_t enable_kv_events;      /* 0 or 1: queue KV events for pkv_drain_kv_events. default 0 */
-  uint32_t kv_events_capacity;    /* events kept until drained; 0 = 65536. An overflow drops them
-                                     all and queues one PKV_EVENT_OVERFLOW. */
+  uint32_t kv_events_capacity;    /* events kept until drained; 0 = PKV_DEFAULT_KV_EVENTS_CAPACITY.
+                                     An overflow drops them all and queues one PKV_EVENT_OVERFLOW. */
 } pkv_engine_params;
 
-/* Fills p with the defaults above. size must be sizeof *p as the caller sees it (>= 4 bytes:
- * the struct_size field). Returns PKV_ERR_INVALID_ARGUMENT for NULL or a size pkv cannot honour. */
+/* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
+ * as the caller sees it, at least the struct's 0.1 size (PKV_ERR_INVALID_ARGUMENT for NULL or a
+ * smaller size); bytes pkv does not know are zeroed. The same holds for every *_init call. */
 PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
 
 /* Fills the model-shape fields of p (num_layers, num_q_heads, num_kv_heads, head_dim, dtype,
@@ -244,7 +253,7 @@ PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
 /* ---------------------------------------------------------------- sequences */
 typedef struct pkv_seq_params {
   uint32_t struct_size;
-  uint32_t cache_salt_len;        /* bytes of cache_salt; 0 = no salt */
+  uint32_t cache_salt_len;        /* bytes of cache_salt, 0 .. PKV_MAX_CACHE_SALT_BYTES; 0 = no salt */
   const void *cache_salt;         /* tenant / adapter key: different salts never share blocks */
 } pkv_seq_params;
 
@@ -255,7 +264,7 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
  * block the prompt needs. On success *out_seq is a new sequence id (never 0, never reused) and
  * *out_num_cached_tokens (nullable) the tokens whose KV is already there: they count as
  * computed. sp may be NULL. PKV_ERR_NO_SPACE: not enough free blocks, nothing changed.
- * PKV_ERR_INVALID_ARGUMENT: num_tokens is 0 or above max_model_len. */
+ * PKV_ERR_INVALID_ARGUMENT: tokens NULL, num_tokens 0, above max_model_len or above 2^31-1. */
 PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                 const pkv_seq_params *sp, uint64_t *out_seq,
                                 uint32_t *out_num_cached_tokens);
@@ -270,7 +279,9 @@ PKV_API pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint
 /* Reserves slots for num_tokens more tokens of seq (decode: 1; speculative or chunked: more):
  * new blocks when the last one is full; if the last block is shared (after a fork) and partly
  * filled, it is first copied (copy-on-write; the copy is queued and listed by the next batch).
- * The tokens become computed when a batch computes them. PKV_ERR_NO_SPACE: nothing changed. */
+ * The tokens become computed when a batch computes them. PKV_ERR_NO_SPACE: nothing changed.
+ * PKV_ERR_INVALID_ARGUMENT: the sequence would exceed max_model_len (or 2^31-1 tokens).
+ * PKV_ERR_STATE: seq is preempted, in the open batch, or a request of pkv_submit. */
 PKV_API pkv_status pkv_append(pkv_engine *e, uint64_t seq, const int32_t *tokens,
                               uint32_t num_tokens);
 
@@ -292,11 +303,12 @@ PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cac
  * `struct pkv_seq_info` (there is no typedef, which C would not allow next to the function). */
 struct pkv_seq_info {
   uint32_t struct_size;
-  uint32_t num_tokens;            /* prompt + appended tokens */
+  uint32_t num_tokens;            /* prompt + appended (and sampled) tokens */
   uint32_t num_computed_tokens;   /* tokens whose KV is in the pool (cached ones included) */
   uint32_t num_cached_tokens;     /* tokens served by the prefix cache at the last admission */
   uint32_t num_blocks;            /* length of the block table */
-  uint32_t is_preempted;          /* 1 between pkv_preempt and pkv_resume */
+  uint32_t is_preempted;          /* 1 from a preemption (pkv_preempt, or the scheduler's) until
+                                     the sequence is re-admitted */
   uint32_t in_batch;              /* 1 while an open batch includes it */
   uint32_t cache_salt_len;
   /* requests of the scheduler (pkv_submit); 0 for pkv_allocate's sequences */
@@ -358,11 +370,13 @@ typedef struct pkv_batch_view {
 } pkv_batch_view;
 
 /* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
- * computed tokens (NULL num_new_tokens = all of them; each count must be 1 .. uncomputed). The
- * sequences must be distinct, not preempted and not in another open batch. One batch may be open
- * per engine at a time (PKV_ERR_STATE). While it is open its sequences cannot be appended to,
- * forked, released or preempted (PKV_ERR_STATE). The batch takes over the queued copy-on-write
- * copies. *out is freed by pkv_batch_end or pkv_batch_abort (or pkv_engine_destroy). */
+ * computed tokens (NULL num_new_tokens = all of them; each count must be 1 .. uncomputed). num_seqs
+ * >= 1; the new tokens of a batch add up to at most 2^31-1. The sequences must be distinct, not
+ * preempted and not requests of pkv_submit. One batch may be open per engine at a time
+ * (PKV_ERR_STATE). While it is open its sequences cannot be appended to, forked, released or
+ * preempted (PKV_ERR_STATE). The batch takes over the queued copy-on-write copies. *out is a
+ * handle, not an address: it is never given twice, and once the batch ends (pkv_batch_end,
+ * pkv_commit, pkv_batch_abort, pkv_engine_destroy) every call with it returns PKV_ERR_STATE. */
 PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
                                    const uint32_t *num_new_tokens, uint32_t num_seqs,
                                    pkv_batch **out);
@@ -393,7 +407,7 @@ typedef struct pkv_request_params {
   uint32_t max_new_tokens;        /* >= 1. default 16 */
   int32_t stop_token;             /* finishing token (it is kept); -1 = none. default -1 */
   int32_t priority;               /* larger runs first; ties run oldest first. default 0 */
-  uint32_t cache_salt_len;
+  uint32_t cache_salt_len;        /* 0 .. PKV_MAX_CACHE_SALT_BYTES */
   uint32_t reserved0;             /* must be 0 */
   const void *cache_salt;         /* as pkv_seq_params.cache_salt */
 } pkv_request_params;
@@ -402,7 +416,9 @@ PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size)
 
 /* Queues a request; *out_seq is its sequence id (pkv_seq_info, pkv_seq_tokens, pkv_release).
  * rp may be NULL (defaults). A request that can never run - prompt + max_new_tokens above
- * max_model_len, or more blocks than the pool has - is refused: PKV_ERR_INVALID_ARGUMENT. */
+ * max_model_len or 2^31-1, or more blocks than the pool has - is refused:
+ * PKV_ERR_INVALID_ARGUMENT. A request is driven by pkv_step / pkv_commit only: pkv_append,
+ * pkv_fork, pkv_preempt, pkv_resume and pkv_batch_begin refuse it (PKV_ERR_STATE). */
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
@@ -463,8 +479,15 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  * causal attention of every new token over its sequence's whole context (cached prefix, earlier
  * chunks and the new tokens up to itself), GQA aware, scale softmax_scale or 1/sqrt(head_dim).
  * The first call of a batch (any layer) first does its queued copy-on-write copies, all layers.
- * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end.
- * PKV_ERR_UNSUPPORTED: head_dim not a multiple of 8 or above 256. q/k/v may not alias out. */
+ * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
+ * plan (on CUDA: its arrays uploaded to the device) is made once, at the batch's first call.
+ * layer < num_layers; q, k, v, out not NULL, and out aliases none of them.
+ * PKV_ERR_UNSUPPORTED: head_dim not a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN or above
+ * PKV_ATTENTION_MAX_HEAD_DIM.
+ * CUDA: q, k, v and out are device pointers aligned to 16 bytes (PKV_ERR_INVALID_ARGUMENT
+ * otherwise). The call returns once its kernels are queued on the engine's stream: the host
+ * synchronizes that stream before it reads out on the host. pkv itself waits on the stream only
+ * at a batch's first call (after uploading the plan) and between waves of block copies. */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
                                  const void *v, void *out);
 
@@ -491,8 +514,12 @@ struct pkv_pool_info {
 
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
 
-/* The CUDA stream pkv_attention runs on (a cudaStream_t; NULL = the default stream). On a CPU
- * engine only NULL is accepted. */
+/* The CUDA stream pkv's later calls run on (a cudaStream_t; NULL = the default stream; default
+ * NULL). A change takes effect at the next call, also in the middle of a batch. When the stream
+ * differs from the current one, pkv first waits for the work it queued on the current one
+ * (cudaStreamSynchronize), so its own buffers can be reused on the new one; ordering the host's
+ * own work between the two streams is the host's. On a CPU engine only NULL is accepted
+ * (PKV_ERR_INVALID_ARGUMENT). */
 PKV_API pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream);
 
 /* ---------------------------------------------------------------- canonical block hash */
@@ -503,6 +530,7 @@ PKV_API pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream);
  *                                little-endian, seed)                (parent of block 0 = root) */
 PKV_API pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len,
                                        uint64_t *out_hash);
+/* num_tokens >= 1 (tokens not NULL); salt may be NULL only when salt_len is 0. */
 PKV_API pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
                                   uint32_t num_tokens, uint64_t *out_hash);
 

@@ -63,7 +63,15 @@ class CudaBackend final : public Backend {
   int32_t device() const override { return PKV_DEVICE_CUDA; }
   void *k_pool() const override { return k_; }
   void *v_pool() const override { return v_; }
-  void set_stream(void *stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  // pkv's buffers (the batch's arrays, the split workspace, the copy pairs) are reused by later
+  // calls on the new stream: the work queued on the old one must be done with them first.
+  void set_stream(void *stream) override {
+    cudaStream_t next = static_cast<cudaStream_t>(stream);
+    if (next == stream_) return;
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    check_cuda(cudaStreamSynchronize(stream_), "waiting for pkv's work on the previous stream");
+    stream_ = next;
+  }
 
   void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) override {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
