@@ -244,14 +244,17 @@ namespace Pkv
             return all.ToArray();
         }
 
-        /// <summary>Up to maxEvents queued KV events (enable_kv_events), oldest first.</summary>
+        /// <summary>Up to maxEvents queued KV events (enable_kv_events), oldest first. They are
+        /// written at this binding's sizeof(KvEvent): a newer libpkv fills only the fields KvEvent
+        /// has, an older one zeroes those it does not know.</summary>
         public KvEvent[] DrainKvEvents(int maxEvents = 4096)
         {
             var buf = new KvEvent[maxEvents];
             uint got;
             lock (gate)
                 fixed (KvEvent* p = buf)
-                    Call(Native.pkv_drain_kv_events(Handle, p, (uint)maxEvents, &got));
+                    Call(Native.pkv_drain_kv_events_sized(Handle, p, (uint)sizeof(KvEvent), (uint)maxEvents,
+                                                          &got));
             Array.Resize(ref buf, (int)got);
             return buf;
         }

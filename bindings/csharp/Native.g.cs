@@ -207,7 +207,7 @@ namespace Pkv
         public const string Library = "pkv";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 1;
+        public const int PKV_VERSION_MINOR = 2;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 

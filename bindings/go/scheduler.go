@@ -109,15 +109,18 @@ func (eng *Engine) DrainFinished() ([]*Sequence, error) {
 	}
 }
 
-// DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first.
+// DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first. They are
+// written at this package's unsafe.Sizeof(KVEvent{}): a newer libpkv fills only the fields
+// KVEvent has, an older one zeroes those it does not know.
 func (eng *Engine) DrainKVEvents(max int) ([]KVEvent, error) {
 	if max <= 0 {
 		return nil, nil
 	}
 	buf := make([]KVEvent, max)
+	size := C.uint32_t(unsafe.Sizeof(KVEvent{}))
 	var got C.uint32_t
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_drain_kv_events(e, (*C.pkv_kv_event)(unsafe.Pointer(&buf[0])), C.uint32_t(max), &got)
+		return C.pkv_drain_kv_events_sized(e, (*C.pkv_kv_event)(unsafe.Pointer(&buf[0])), size, C.uint32_t(max), &got)
 	})
 	return buf[:got], err
 }

@@ -1,6 +1,7 @@
 package pkv_test
 
 import (
+	"reflect"
 	"sort"
 	"testing"
 
@@ -64,5 +65,43 @@ func TestScheduler(t *testing.T) {
 	}
 	if st := must(e.Stats()); st.NumCachedBlocks != 0 || st.NumSeqs != 0 {
 		t.Fatalf("after reset: %+v", st)
+	}
+}
+
+// The events come through pkv_drain_kv_events_sized at KVEvent's size: every field is filled,
+// seq numbers count up from 1, hashes are the canonical chain (pkv_block_hash).
+func TestKVEvents(t *testing.T) {
+	p := smallParams(t)
+	p.EnableKVEvents = 1
+	e := newEngine(t, p)
+	seq := must(e.Allocate([]int32{0, 1, 2, 3, 4, 5, 6, 7, 8}, nil))
+	runStep(t, e, seq)
+	root := must(pkv.BlockHashRoot(0, nil))
+	h0 := must(pkv.BlockHash(0, root, []int32{0, 1, 2, 3}))
+	h1 := must(pkv.BlockHash(0, h0, []int32{4, 5, 6, 7}))
+	want := []pkv.KVEvent{
+		{Type: pkv.EventBlockStored, NumTokens: 4, SeqNo: 1, BlockHash: h0, ParentHash: root},
+		{Type: pkv.EventBlockStored, NumTokens: 4, SeqNo: 2, BlockHash: h1, ParentHash: h0},
+	}
+	if got := must(e.DrainKVEvents(1024)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("events %+v, want %+v", got, want)
+	}
+	if err := seq.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ResetPrefixCache(); err != nil {
+		t.Fatal(err)
+	}
+	later := must(e.DrainKVEvents(1024))
+	if len(later) == 0 {
+		t.Fatal("no events after the reset")
+	}
+	for i, ev := range later {
+		if ev.SeqNo != uint64(3+i) {
+			t.Fatalf("event %d after the reset: %+v", i, ev)
+		}
+	}
+	if rest := must(e.DrainKVEvents(1024)); len(rest) != 0 {
+		t.Fatalf("drained twice: %+v", rest)
 	}
 }

@@ -3,7 +3,8 @@
 # Passes when nothing changed or functions were only added; fails on a removed or changed
 # function or type layout, which breaks binaries built against the older header.
 #   abi_gate.sh BASELINE LIBRARY SUPPRESSIONS
-# A deliberate ABI change: bump PKV_ABI_VERSION (and the SONAME), then tests/abi/update_baseline.sh.
+# A deliberate ABI change: bump PKV_ABI_VERSION in pkv.h (the SONAME follows), then
+# tests/abi/update_baseline.sh.
 set -u
 baseline=$1 lib=$2 suppr=$3
 command -v abidiff >/dev/null 2>&1 || { echo "abidiff missing: apt-get install abigail-tools"; exit 1; }

@@ -1,6 +1,6 @@
 #!/bin/sh
-# libpkv.so exports only pkv_* symbols, has SONAME libpkv.so.1, and exports every PKV_API function
-# that pkv.h declares (DESIGN.md section 3, rule 2).
+# libpkv.so exports only pkv_* symbols, has SONAME libpkv.so.<PKV_ABI_VERSION of pkv.h>, and exports
+# every PKV_API function that pkv.h declares (DESIGN.md section 3, rule 2).
 # Usage: exports.sh LIBPKV_PATH PKV_H
 set -u
 lib=$1
@@ -23,8 +23,10 @@ for sym in $exported; do
   esac
 done
 
+abi=$(sed -n 's/^#define PKV_ABI_VERSION \([0-9][0-9]*\)$/\1/p' "$header")
+[ -n "$abi" ] && ok || fail "no #define PKV_ABI_VERSION in $header"
 soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')
-[ "$soname" = "libpkv.so.1" ] && ok || fail "SONAME is '$soname', want libpkv.so.1"
+[ "$soname" = "libpkv.so.$abi" ] && ok || fail "SONAME is '$soname', want libpkv.so.$abi (PKV_ABI_VERSION)"
 
 declared=$(grep -E '^PKV_API' "$header" | sed -n 's/^PKV_API[^(]*[ *]\(pkv_[a-z0-9_]*\)(.*/\1/p' |
   sort -u)

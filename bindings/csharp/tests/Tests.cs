@@ -285,6 +285,36 @@ static class Tests
         }
     }
 
+    // The events come through pkv_drain_kv_events_sized at sizeof(KvEvent): every field filled,
+    // seq numbers counting up from 1, the hashes the canonical chain (pkv_block_hash).
+    static void KvEvents()
+    {
+        var p = Small(); p.EnableKvEvents = 1;
+        using (var e = new Engine(p))
+        {
+            var seq = e.Allocate(Enumerable.Range(0, 9).ToArray());
+            RunStep(e, seq);
+            ulong root = Library.BlockHashRoot(0, null);
+            ulong h0 = Library.BlockHash(0, root, new[] { 0, 1, 2, 3 });
+            ulong h1 = Library.BlockHash(0, h0, new[] { 4, 5, 6, 7 });
+            KvEvent[] events = e.DrainKvEvents();
+            Equal(2, events.Length, "stored events");
+            ulong[] parents = { root, h0 }, hashes = { h0, h1 };
+            for (int i = 0; i < 2; i++)
+            {
+                var want = new KvEvent { Type = Native.PKV_EVENT_BLOCK_STORED, NumTokens = 4,
+                    SeqNo = (ulong)(i + 1), BlockHash = hashes[i], ParentHash = parents[i] };
+                Equal(want, events[i], "event " + i);
+            }
+            seq.Release();
+            e.ResetPrefixCache();
+            KvEvent[] later = e.DrainKvEvents();
+            Assert(later.Length > 0, "events after the reset");
+            for (int i = 0; i < later.Length; i++) Equal((ulong)(3 + i), later[i].SeqNo, "seq_no, reset");
+            Equal(0, e.DrainKvEvents().Length, "nothing left");
+        }
+    }
+
     static string Run(string exe, string args, bool viaThisAssembly)
     {
         if (viaThisAssembly)  // the C# demo, in this process, its console captured
@@ -324,7 +354,8 @@ static class Tests
             { "statuses_from_calls", StatusesFromCalls }, { "disposed_refused", DisposedRefused },
             { "no_space_changes_nothing", NoSpaceChangesNothing },
             { "sequences_and_batches", SequencesAndBatches }, { "struct_sizes", StructSizes },
-            { "threads", Threads }, { "scheduler", Scheduler }, { "demo_output", DemoOutput },
+            { "threads", Threads }, { "scheduler", Scheduler }, { "kv_events", KvEvents },
+            { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
         {

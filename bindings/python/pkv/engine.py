@@ -161,10 +161,12 @@ class Engine:
 
     def drain_kv_events(self, max_events=4096):
         """Up to max_events queued KV events (enable_kv_events), oldest first, as namespaces
-        with type, num_tokens, seq_no, block_hash, parent_hash."""
+        with type, num_tokens, seq_no, block_hash, parent_hash (every field of pkv_kv_event)."""
         buf = (_raw.pkv_kv_event * max_events)()
         got = ctypes.c_uint32()
-        self._call(lib.pkv_drain_kv_events, buf, max_events, ctypes.byref(got))
+        # our sizeof: a library newer than _raw fills our fields only, an older one zeroes the rest
+        self._call(lib.pkv_drain_kv_events_sized, buf, ctypes.sizeof(_raw.pkv_kv_event), max_events,
+                   ctypes.byref(got))
         return [record(ev) for ev in buf[:got.value]]
 
     def reset_prefix_cache(self):

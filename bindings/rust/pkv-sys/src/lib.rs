@@ -12,5 +12,13 @@
 
 include!("bindings.rs");
 
-/// The library's file name (its SONAME): `libpkv.so.<PKV_ABI_VERSION>`.
+/// The library's file name (its SONAME): `libpkv.so.<PKV_ABI_VERSION>` (a test checks the number).
 pub const DEFAULT_LIBRARY: &str = "libpkv.so.1";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn default_library_is_the_soname_of_this_header() {
+        assert_eq!(super::DEFAULT_LIBRARY, format!("libpkv.so.{}", super::PKV_ABI_VERSION));
+    }
+}

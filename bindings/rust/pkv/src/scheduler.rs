@@ -80,16 +80,23 @@ impl Engine {
         }
     }
 
-    /// The queued KV events, oldest first (`pkv_drain_kv_events`; needs `Params::kv_events`).
+    /// The queued KV events, oldest first (`pkv_drain_kv_events_sized`; needs
+    /// `Params::kv_events`). Events are written at this crate's `size_of::<KvEvent>()`: a newer
+    /// libpkv fills only the fields this crate knows, an older one zeroes those it does not.
     pub fn drain_kv_events(&self) -> Result<Vec<KvEvent>> {
+        const EVENT_SIZE: u32 = std::mem::size_of::<KvEvent>() as u32;
         let mut all: Vec<KvEvent> = Vec::new();
         loop {
             all.reserve(256);
             let (mut len, spare) = (0u32, (all.capacity() - all.len()).min(u32::MAX as usize));
-            // SAFETY: the spare capacity holds `spare` events; pkv writes `len` of them.
+            // SAFETY: the spare capacity holds `spare` events of EVENT_SIZE bytes; pkv writes `len`
+            // of them, whole (every byte up to EVENT_SIZE).
             unsafe {
                 let out = all.as_mut_ptr().add(all.len());
-                call!(self.library(), pkv_drain_kv_events(self.as_raw(), out, spare as u32, &mut len))?;
+                call!(
+                    self.library(),
+                    pkv_drain_kv_events_sized(self.as_raw(), out, EVENT_SIZE, spare as u32, &mut len)
+                )?;
                 all.set_len(all.len() + len as usize);
             }
             if (len as usize) < spare {
