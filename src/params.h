@@ -12,9 +12,11 @@ namespace pkv {
 
 // The size each struct had in the first ABI (0.1.0). A caller's struct_size may be larger
 // (a newer header) or, once fields are appended, smaller down to this; never below.
-template <class T> constexpr uint32_t kMinStructSize = sizeof(T);
+template <class T> inline constexpr uint32_t kMinStructSize = sizeof(T);
 // pkv_kv_event has no struct_size: pkv_drain_kv_events_sized takes the caller's size instead.
-template <> constexpr uint32_t kMinStructSize<pkv_kv_event> = 32;
+// inline: an explicit specialization is not implicitly so, and clang (the fuzz build) emits a
+// definition in every file that includes this one.
+template <> inline constexpr uint32_t kMinStructSize<pkv_kv_event> = 32;
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");
 
 // Reads a caller's versioned struct: fields the caller does not have keep their defaults.
