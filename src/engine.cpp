@@ -45,30 +45,31 @@ Engine::Engine(const pkv_engine_params &params)
 Engine::~Engine() = default;
 
 PoolShape Engine::pool_shape() const {
-  return PoolShape{params_.num_layers, params_.num_blocks, params_.block_size,
-                   kv_heads_per_rank(params_), params_.head_dim, dtype_bytes(params_.dtype),
-                   params_.dtype, params_.num_q_heads / params_.tp_size};
+  const PoolLayout l = pool_layout(params_, params_.num_blocks);
+  return PoolShape{params_.num_layers, params_.num_blocks, params_.block_size, l.kv_heads,
+                   params_.head_dim, l.dtype_bytes, params_.dtype, params_.num_q_heads / params_.tp_size,
+                   {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool}};
 }
 
 struct pkv_pool_info Engine::pool_info() const {
-  const PoolShape s = pool_shape();
+  const PoolLayout l = pool_layout(params_, params_.num_blocks);  // the layout pool_shape() allocated
   struct pkv_pool_info info;
   std::memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   info.device = backend_->device();
   info.dtype = params_.dtype;
-  info.num_layers = s.num_layers;
-  info.num_blocks = s.num_blocks;
-  info.block_size = s.block_size;
-  info.kv_heads = s.kv_heads;
-  info.head_dim = s.head_dim;
+  info.num_layers = params_.num_layers;
+  info.num_blocks = params_.num_blocks;
+  info.block_size = params_.block_size;
+  info.kv_heads = l.kv_heads;
+  info.head_dim = params_.head_dim;
   info.k_base = backend_->k_pool();
   info.v_base = backend_->v_pool();
-  info.head_stride = s.head_dim;
-  info.token_stride = uint64_t(s.kv_heads) * s.head_dim;
-  info.block_stride = info.token_stride * s.block_size;
-  info.layer_stride = info.block_stride * s.num_blocks;
-  info.bytes_per_pool = s.bytes_per_pool();
+  info.head_stride = l.head_stride;
+  info.token_stride = l.token_stride;
+  info.block_stride = l.block_stride;
+  info.layer_stride = l.layer_stride;
+  info.bytes_per_pool = l.bytes_per_pool;
   return info;
 }
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <string>
 
 #include "status.h"
@@ -48,7 +49,14 @@ int32_t read_dtype(const json &cfg, int32_t fallback) {
 }  // namespace
 
 pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *text, size_t len) {
-  json root = json::parse(text, text + len, nullptr, /*allow_exceptions=*/false);
+  // nlohmann takes a NUL byte for the end of the input: "{...}\0anything" would parse. JSON text
+  // never holds one (not even inside a string), so it is refused wherever it is.
+  if (const void *nul = std::memchr(text, '\0', len))
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json is not valid JSON: a NUL byte at offset %zu",
+         size_t(static_cast<const char *>(nul) - text));
+  // parse() is strict: only whitespace may follow the value ("{...} x" or "{}{}" is malformed).
+  json root = json::parse(text, text + len, nullptr, /*allow_exceptions=*/false,
+                          /*ignore_comments=*/false);
   if (root.is_discarded()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json is not valid JSON");
   if (!root.is_object()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json must hold a JSON object");
   // Multimodal configs keep the language model's shape under "text_config".

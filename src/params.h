@@ -15,6 +15,8 @@ namespace pkv {
 // (a newer header) or, once fields are appended, smaller down to this; never below.
 template <class T> inline constexpr uint32_t kMinStructSize = sizeof(T);
 // pkv_kv_event has no struct_size: pkv_drain_kv_events_sized takes the caller's size instead.
+// inline: an explicit specialization is not implicitly so, and clang (the fuzz build) emits a
+// definition in every file that includes this one.
 template <> inline constexpr uint32_t kMinStructSize<pkv_kv_event> = 32;
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "checked.h"
 #include "params.h"
 #include "status.h"
 
@@ -13,28 +14,96 @@ uint32_t kv_heads_per_rank(const pkv_engine_params &p) {
   return std::max(1u, p.num_kv_heads / p.tp_size);
 }
 
-uint64_t kv_block_bytes(const pkv_engine_params &p) {
-  return 2ull * p.num_layers * p.block_size * kv_heads_per_rank(p) * p.head_dim * dtype_bytes(p.dtype);
+PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
+  PoolLayout l;
+  l.kv_heads = kv_heads_per_rank(p);
+  l.dtype_bytes = dtype_bytes(p.dtype);
+  l.num_blocks = num_blocks;
+  const uint64_t kv = l.kv_heads, bs = p.block_size, hd = p.head_dim, db = l.dtype_bytes;
+  // block_bytes first: every per-block figure divides it, so it is the one a shape overflows.
+  l.block_bytes = checked_product({2, p.num_layers, bs, kv, hd, db}, kMaxOffset,
+                                  "block_bytes = 2 x num_layers x block_size x kv_heads_per_rank x "
+                                  "head_dim x dtype bytes");
+  l.pool_bytes = checked_product({num_blocks, l.block_bytes}, kMaxOffset,
+                                 "pool_bytes = num_blocks x block_bytes (K and V, all layers)");
+  // Each figure below divides block_bytes or pool_bytes: the checks cannot fail past here, and
+  // stay so that no figure is computed unchecked.
+  l.head_stride = hd;
+  l.token_stride = checked_product({kv, hd}, kMaxOffset, "token_stride = kv_heads_per_rank x head_dim");
+  l.block_stride = checked_product({bs, kv, hd}, kMaxOffset,
+                                   "block_stride = block_size x kv_heads_per_rank x head_dim");
+  l.layer_stride = checked_product({num_blocks, l.block_stride}, kMaxOffset,
+                                   "layer_stride = num_blocks x block_stride");
+  l.layer_block_bytes = checked_product({l.block_stride, db}, kMaxOffset,
+                                        "block bytes of one layer = block_stride x dtype bytes");
+  l.layer_bytes = checked_product({num_blocks, l.layer_block_bytes}, kMaxOffset,
+                                  "layer bytes = num_blocks x block_stride x dtype bytes");
+  l.bytes_per_pool = checked_product({p.num_layers, l.layer_bytes}, kMaxOffset,
+                                     "bytes_per_pool = num_layers x layer_stride x dtype bytes");
+  return l;
 }
 
+uint64_t max_pool_blocks(const PoolLayout &unit) {
+  return std::min<uint64_t>(INT32_MAX, kMaxOffset / unit.block_bytes);
+}
+
+namespace {
+
+// Blocks one sequence of max_model_len needs (1 without a limit); refused when no pool of this
+// shape could hold them, as no budget would help.
+uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) {
+  if (!p.max_model_len) return 1;
+  const uint64_t n = blocks_for_tokens(p.max_model_len, p.block_size);
+  if (n > max_pool_blocks(unit))
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "max_model_len %u needs %llu blocks of %llu bytes; a pool of this shape holds at most %llu "
+         "(2^31-1 blocks, 2^63-1 bytes)",
+         p.max_model_len, (unsigned long long)n, (unsigned long long)unit.block_bytes,
+         (unsigned long long)max_pool_blocks(unit));
+  return n;
+}
+
+// What one sequence of max_model_len lacks, when num_blocks < blocks_per_max_seq. From the
+// formula it is counted from the signed budget: when used + reserve already exceed
+// total * utilization, that excess is missing too.
+uint64_t shortfall(const pkv_engine_params &p, const pkv_kv_budget &b, long double allowed) {
+  const uint64_t need = checked_product({b.blocks_per_max_seq, b.block_bytes}, kMaxOffset,
+                                        "blocks_per_max_seq x block_bytes");
+  // Integers where the budget is one: need exceeds it, as num_blocks < blocks_per_max_seq.
+  if (p.num_blocks) return need - b.pool_bytes;
+  if (p.kv_cache_bytes) return need - p.kv_cache_bytes;
+  const long double missing = std::ceil((long double)need - allowed);
+  if (missing > (long double)UINT64_MAX)
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "shortfall_bytes = blocks_per_max_seq x block_bytes - (total x utilization - used_bytes - "
+         "reserve_bytes) overflows 64 bits (used_bytes %llu, reserve_bytes %llu)",
+         (unsigned long long)b.used_bytes, (unsigned long long)b.reserve_bytes);
+  return static_cast<uint64_t>(missing);
+}
+
+}  // namespace
+
 pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured) {
+  const PoolLayout unit = pool_layout(p, 0);
   pkv_kv_budget b;
   std::memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
   b.device = device;
-  b.kv_heads_per_rank = kv_heads_per_rank(p);
-  b.block_bytes = kv_block_bytes(p);
+  b.kv_heads_per_rank = unit.kv_heads;
+  b.block_bytes = unit.block_bytes;
   b.bytes_per_token = b.block_bytes / p.block_size;
   if (p.memory_total_bytes) {
     b.total_bytes = p.memory_total_bytes;
     b.used_bytes = p.memory_used_bytes;
   } else {
     b.total_bytes = measured.total_bytes;
-    b.used_bytes = measured.total_bytes - std::min(measured.free_bytes, measured.total_bytes) +
-                   p.memory_used_bytes;
+    b.used_bytes = checked_sum(measured.total_bytes - std::min(measured.free_bytes, measured.total_bytes),
+                               p.memory_used_bytes, UINT64_MAX,
+                               "used_bytes = measured in use + memory_used_bytes");
   }
   b.reserve_bytes = p.reserve_bytes;
   b.memory_utilization = p.memory_utilization;
+  // long double holds every uint64 exactly; only total * utilization rounds (within a byte).
   const long double allowed = (long double)b.total_bytes * p.memory_utilization -
                               (long double)b.used_bytes - (long double)b.reserve_bytes;
   if (p.kv_cache_bytes) {
@@ -45,24 +114,16 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
     b.source = PKV_BUDGET_FROM_UTILIZATION;
   }
   if (p.num_blocks) {
-    b.num_blocks = p.num_blocks;
+    b.num_blocks = p.num_blocks;  // pool_layout refuses a pool that cannot be represented
     b.source = PKV_BUDGET_FIXED_BLOCKS;
   } else {
-    b.num_blocks = std::min<uint64_t>(b.budget_bytes / b.block_bytes, INT32_MAX);
+    b.num_blocks = std::min(b.budget_bytes / b.block_bytes, max_pool_blocks(unit));
   }
-  b.pool_bytes = b.num_blocks * b.block_bytes;
-  b.max_tokens = b.num_blocks * p.block_size;
-  b.blocks_per_max_seq = p.max_model_len ? blocks_for_tokens(p.max_model_len, p.block_size) : 1;
+  b.pool_bytes = pool_layout(p, b.num_blocks).pool_bytes;
+  b.max_tokens = checked_product({b.num_blocks, p.block_size}, kMaxOffset, "max_tokens = num_blocks x block_size");
+  b.blocks_per_max_seq = blocks_per_max_seq(p, unit);
   b.max_seqs_at_max_model_len = b.num_blocks / b.blocks_per_max_seq;
-  if (b.num_blocks < b.blocks_per_max_seq) {
-    const uint64_t need = b.blocks_per_max_seq * b.block_bytes;
-    // From the formula, what is missing is counted from the signed budget: when used + reserve
-    // already exceed total * utilization, that excess is missing too.
-    const long double have = p.num_blocks ? (long double)b.num_blocks * b.block_bytes
-                             : p.kv_cache_bytes ? (long double)p.kv_cache_bytes
-                                                : allowed;
-    b.shortfall_bytes = static_cast<uint64_t>(std::ceil((long double)need - have));
-  }
+  if (b.num_blocks < b.blocks_per_max_seq) b.shortfall_bytes = shortfall(p, b, allowed);
   return b;
 }
 
@@ -85,6 +146,9 @@ void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
 
 pkv_kv_budget profile(const pkv_engine_params &p) {
   validate_engine_params(p);
+  // The shape's refusals first, so they do not depend on the device or its memory.
+  const PoolLayout unit = pool_layout(p, p.num_blocks);
+  blocks_per_max_seq(p, unit);
   const int32_t device = resolve_device(p.device, p.device_id);
   MemoryInfo measured;
   if (!p.memory_total_bytes)

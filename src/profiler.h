@@ -7,7 +7,31 @@
 namespace pkv {
 
 uint32_t kv_heads_per_rank(const pkv_engine_params &p);
-uint64_t kv_block_bytes(const pkv_engine_params &p);
+
+// The pool's whole layout (pkv.h, pkv_pool_info): K and V each
+// [num_layers][num_blocks][block_size][kv_heads][head_dim]. The budget, the backends' allocation
+// (PoolShape) and pkv_pool_info all come from here, so the pool described is the pool allocated.
+struct PoolLayout {
+  uint32_t kv_heads;            // per rank
+  uint32_t dtype_bytes;
+  uint64_t num_blocks;
+  uint64_t head_stride, token_stride, block_stride, layer_stride;  // in elements
+  uint64_t layer_block_bytes;   // one block of one layer, K (or V)
+  uint64_t layer_bytes;         // one layer, K (or V): num_blocks blocks
+  uint64_t bytes_per_pool;      // all layers, K (or V)
+  uint64_t block_bytes;         // one block, K and V, all layers (pkv_kv_budget.block_bytes)
+  uint64_t pool_bytes;          // K and V: num_blocks * block_bytes = 2 * bytes_per_pool
+};
+
+// The layout of validated params with num_blocks blocks (0: the per-block figures, pool 0).
+// Every figure is checked arithmetic: each byte count and element offset, and K and V together
+// (the CPU backend maps both in one mapping), must fit in int64; else INVALID_ARGUMENT naming
+// the field.
+PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks);
+
+// The most blocks a pool of this shape can have: 2^31-1 (block ids are int32), and no more
+// than keep pool_bytes within 2^63-1. At least 1 for a layout pool_layout accepted.
+uint64_t max_pool_blocks(const PoolLayout &unit);
 
 // The budget for validated params on a resolved device. measured is the device's (or host's)
 // memory; it is ignored when p.memory_total_bytes is set. Never throws for a small budget:

@@ -7,11 +7,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- numbers and sizes */
 
@@ -43,31 +46,51 @@ int cli_parse_double(const char *s, double *out) {
 }
 
 /* The multiplier of a size unit, 0 if unknown. */
-static double size_unit(const char *u) {
-  static const struct { const char *name; double mult; } units[] = {
-      {"", 1.0},          {"b", 1.0},
-      {"k", 1024.0},      {"kib", 1024.0},  {"kb", 1e3},
-      {"m", 1048576.0},   {"mib", 1048576.0}, {"mb", 1e6},
-      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},
-      {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12},
+static uint64_t size_unit(const char *u) {
+  static const struct { const char *name; uint64_t mult; } units[] = {
+      {"", 1},           {"b", 1},
+      {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
+      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
+      {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
+      {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
   };
   while (*u == ' ') u++;
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
     if (strcasecmp(u, units[i].name) == 0) return units[i].mult;
-  return 0.0;
+  return 0;
 }
 
+/* Exact: the digits are read as one integer (int part and decimals) and scaled in 128 bits, so
+ * "1.5GiB" is 1610612736 bytes and "18446744073709551615" is 2^64-1, where going through double
+ * rounded (2^64-1 became 2^64 and was refused; 16 digits and more lost their last ones). */
 int cli_parse_size(const char *s, uint64_t *out) {
-  if (s == NULL || !(isdigit((unsigned char)s[0]) || s[0] == '.')) return -1;
-  errno = 0;
-  char *end = NULL;
-  double v = strtod(s, &end);
-  if (errno != 0 || end == s || !isfinite(v) || v < 0) return -1;
-  double mult = size_unit(end);
-  if (mult == 0.0) return -1;
-  double bytes = floor(v * mult);
-  if (bytes >= 18446744073709551616.0) return -1; /* 2^64 */
-  *out = (uint64_t)bytes;
+  __extension__ typedef unsigned __int128 u128;
+  if (s == NULL || !(isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]))))
+    return CLI_SIZE_MALFORMED;
+  u128 digits = 0, scale = 1; /* the value is digits / scale */
+  int int_digits = 0, decimals = 0;
+  const char *c = s;
+  for (; isdigit((unsigned char)*c); c++) {
+    if (digits != 0 || *c != '0') int_digits++;
+    if (int_digits > 20) return CLI_SIZE_TOO_LARGE; /* >= 10^20 > 2^64 */
+    digits = digits * 10 + (u128)(*c - '0');
+  }
+  if (*c == '.') {
+    for (c++; isdigit((unsigned char)*c); c++) {
+      if (*c == '0' && strspn(c, "0") == strspn(c, "0123456789")) continue; /* trailing zeros */
+      if (++decimals > 18) return CLI_SIZE_NOT_WHOLE;
+      digits = digits * 10 + (u128)(*c - '0');
+      scale *= 10;
+    }
+  }
+  const uint64_t mult = size_unit(c);
+  if (mult == 0) return CLI_SIZE_MALFORMED;
+  /* digits < 10^38 and mult <= 2^40: the product can pass 2^128 only for a value past 2^64 */
+  u128 bytes = 0;
+  if (__builtin_mul_overflow(digits, (u128)mult, &bytes)) return CLI_SIZE_TOO_LARGE;
+  if (bytes / scale > UINT64_MAX) return CLI_SIZE_TOO_LARGE;
+  if (bytes % scale != 0) return CLI_SIZE_NOT_WHOLE;
+  *out = (uint64_t)(bytes / scale);
   return 0;
 }
 
@@ -113,7 +136,7 @@ static cli_flag *find_flag(const cli_command *cmd, const char *name, size_t name
   return NULL;
 }
 
-/* Stores text into fl's destination; 0 or -1 (malformed). */
+/* Stores text into fl's destination; 0, or a negative code (-1 malformed; CLI_SIZE_* for sizes). */
 static int store_value(cli_flag *fl, const char *text) {
   switch (fl->kind) {
     case CLI_U32: return cli_parse_u32(text, (uint32_t *)fl->dst);
@@ -130,7 +153,7 @@ static const char *kind_expects(int kind) {
     case CLI_U32: return "a whole number (0 .. 4294967295)";
     case CLI_U64: return "a whole number";
     case CLI_DOUBLE: return "a number";
-    case CLI_SIZE: return "a size such as 80GiB, 512MiB, 1.5GB or 4096";
+    case CLI_SIZE: return "a size such as 80GiB, 512MiB, 1.5GB or 4096 (bytes)";
     default: return "a value";
   }
 }
@@ -173,9 +196,16 @@ int cli_parse(const cli_command *cmd, int argc, char **argv) {
       fprintf(stderr, "pkv %s: option '--%s' needs %s\n", cmd->name, fl->name, kind_expects(fl->kind));
       return usage_error(cmd);
     }
-    if (store_value(fl, value) != 0) {
-      fprintf(stderr, "pkv %s: bad value '%s' for --%s: expected %s\n", cmd->name, value, fl->name,
-              kind_expects(fl->kind));
+    const int stored = store_value(fl, value);
+    if (stored != 0) {
+      const char *why = stored == CLI_SIZE_TOO_LARGE ? "more than 2^64-1 bytes"
+                        : stored == CLI_SIZE_NOT_WHOLE ? "not a whole number of bytes"
+                                                       : NULL;
+      if (why != NULL)
+        fprintf(stderr, "pkv %s: bad value '%s' for --%s: %s\n", cmd->name, value, fl->name, why);
+      else
+        fprintf(stderr, "pkv %s: bad value '%s' for --%s: expected %s\n", cmd->name, value,
+                fl->name, kind_expects(fl->kind));
       return usage_error(cmd);
     }
   }
@@ -184,39 +214,60 @@ int cli_parse(const cli_command *cmd, int argc, char **argv) {
 
 /* ---------------------------------------------------------------- files and time */
 
+static const char *file_kind(mode_t m) {
+  return S_ISDIR(m)    ? "a directory"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a regular file";
+}
+
+/* Reads all of fd, which fstat says holds size bytes; -1 (errno set, or 0 when the file is not
+ * the size it said) on failure. */
+static int read_exactly(int fd, char *buf, size_t size) {
+  size_t len = 0;
+  while (len <= size) { /* one byte past size: a file that grew since fstat is refused */
+    ssize_t n = read(fd, buf + len, size + 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    len += (size_t)n;
+  }
+  errno = 0;
+  return len == size ? 0 : -1;
+}
+
 int cli_read_file(const char *path, char **out, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) {
+  /* O_NONBLOCK: opening a FIFO does not wait for a writer; fstat then refuses it. The size is
+   * checked before anything is read: /dev/zero or a huge file is never read. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     fprintf(stderr, "pkv: %s: %s\n", path, strerror(errno));
     return -1;
   }
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  while (buf != NULL) {
-    len += fread(buf + len, 1, cap - len - 1, f);
-    if (ferror(f)) {
-      fprintf(stderr, "pkv: %s: %s\n", path, strerror(errno));
-      break;
-    }
-    if (feof(f)) {
-      fclose(f);
-      buf[len] = '\0';
-      *out = buf;
-      *out_len = len;
-      return 0;
-    }
-    if (cap > ((size_t)1 << 30)) {
-      fprintf(stderr, "pkv: %s: larger than 1 GiB, not a config file\n", path);
-      break;
-    }
-    char *bigger = realloc(buf, cap * 2);
-    if (bigger == NULL) free(buf);
-    buf = bigger;
-    cap *= 2;
+  struct stat st;
+  char *buf = NULL;
+  if (fstat(fd, &st) != 0) {
+    fprintf(stderr, "pkv: %s: %s\n", path, strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    fprintf(stderr, "pkv: %s: is %s, not a regular file\n", path, file_kind(st.st_mode));
+  } else if (st.st_size > CLI_MAX_FILE_BYTES) {
+    fprintf(stderr, "pkv: %s: %lld bytes, more than the %d MiB a config file may have\n", path,
+            (long long)st.st_size, CLI_MAX_FILE_BYTES >> 20);
+  } else if ((buf = malloc((size_t)st.st_size + 2)) == NULL) {
+    fprintf(stderr, "pkv: %s: out of memory\n", path);
+  } else if (read_exactly(fd, buf, (size_t)st.st_size) != 0) {
+    fprintf(stderr, "pkv: %s: %s\n", path, errno ? strerror(errno) : "changed size while being read");
+  } else {
+    close(fd);
+    buf[st.st_size] = '\0';
+    *out = buf;
+    *out_len = (size_t)st.st_size;
+    return 0;
   }
-  if (buf == NULL) fprintf(stderr, "pkv: %s: out of memory\n", path);
   free(buf);
-  fclose(f);
+  close(fd);
   return -1;
 }
 

@@ -22,7 +22,7 @@ enum cli_kind {
   CLI_U32,    /* uint32_t */
   CLI_U64,    /* uint64_t */
   CLI_DOUBLE, /* double, finite */
-  CLI_SIZE,   /* uint64_t bytes: "80GiB", "512MiB", "1.5GB", "4096" */
+  CLI_SIZE,   /* uint64_t bytes, exact: "80GiB", "512MiB", "1.5GB", "4096" (cli_parse_size) */
   CLI_STRING, /* const char *, points into argv */
 };
 
@@ -53,15 +53,22 @@ void cli_print_help(FILE *f, const cli_command *cmd);
 int cli_parse_u64(const char *s, uint64_t *out);
 int cli_parse_u32(const char *s, uint32_t *out);
 int cli_parse_double(const char *s, double *out);
-/* A byte size: a non-negative number with an optional unit, case-insensitive: B, KB MB GB TB
- * (powers of 1000), KiB MiB GiB TiB (powers of 1024), K M G T alone (powers of 1024, like free -g). */
+/* A byte size: digits, optionally with decimals ("1.5"), then an optional unit (spaces before it
+ * allowed), case-insensitive: B, KB MB GB TB (powers of 1000), KiB MiB GiB TiB (powers of 1024),
+ * K M G T alone (powers of 1024, like free -g). Exact integer arithmetic: the size must come to a
+ * whole number of bytes (at most 18 significant decimals) and fit in 64 bits. 0 on success, else
+ * a CLI_SIZE_* code (*out untouched). */
+enum { CLI_SIZE_MALFORMED = -1, CLI_SIZE_TOO_LARGE = -2, CLI_SIZE_NOT_WHOLE = -3 };
 int cli_parse_size(const char *s, uint64_t *out);
 
 /* "80.00 GiB", "512 B": into buf[cap]; returns buf. */
 const char *cli_format_size(uint64_t bytes, char *buf, size_t cap);
 
-/* Reads a whole file into a malloc'd buffer (NUL-terminated; *out_len excludes the NUL). On
- * failure prints "pkv: PATH: reason" to stderr and returns -1. */
+/* Reads a whole regular file of at most CLI_MAX_FILE_BYTES into a malloc'd buffer
+ * (NUL-terminated; *out_len excludes the NUL). The type and size are checked before any read: a
+ * directory, a device (/dev/zero), a FIFO or a larger file is refused unread. On failure prints
+ * "pkv: PATH: reason" to stderr and returns -1. */
+#define CLI_MAX_FILE_BYTES (16 << 20)
 int cli_read_file(const char *path, char **out, size_t *out_len);
 
 /* Writes s as a JSON string literal, quotes included. */

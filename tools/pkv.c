@@ -45,8 +45,8 @@ static void print_usage(FILE *f) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(f,
-          "\n'pkv <command> --help' lists a command's options. Sizes are written like 80GiB,\n"
-          "512MiB, 1.5GB or 4096 (bytes).\n"
+          "\n'pkv <command> --help' lists a command's options. Sizes are whole byte counts,\n"
+          "written like 80GiB, 512MiB, 1.5GB or 4096 (bytes).\n"
           "\n"
           "examples:\n"
           "  pkv demo\n"

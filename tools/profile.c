@@ -53,6 +53,12 @@ static int parse_device(const char *s, int32_t *out) {
   return -1;
 }
 
+static int flag_seen(const cli_command *cmd, const char *name) {
+  for (size_t i = 0; i < cmd->num_flags; i++)
+    if (strcmp(cmd->flags[i].name, name) == 0) return cmd->flags[i].seen;
+  return 0;
+}
+
 /* Reads the config and applies the flags to p. Returns an exit code (CLI_EXIT_OK to go on). */
 static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engine_params *p) {
   pkv_engine_params_init(p, sizeof *p);
@@ -204,6 +210,17 @@ int cmd_profile(int argc, char **argv) {
   if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
   if (o.config == NULL) {
     fprintf(stderr, "pkv profile: --config is required\nrun 'pkv profile --help' for the options\n");
+    return CLI_EXIT_USAGE;
+  }
+  /* In pkv_engine_params 0 means "measure" and "use the formula": as a flag it is a mistake. */
+  if (flag_seen(&cmd, "memory") && o.memory == 0) {
+    fprintf(stderr, "pkv profile: --memory 0: the total memory must be > 0 bytes (leave --memory out "
+                    "to measure the device)\n");
+    return CLI_EXIT_USAGE;
+  }
+  if (flag_seen(&cmd, "kv-cache") && o.kv_cache == 0) {
+    fprintf(stderr, "pkv profile: --kv-cache 0: the KV budget must be > 0 bytes (leave --kv-cache out "
+                    "to use total x utilization - used - reserve)\n");
     return CLI_EXIT_USAGE;
   }
   pkv_engine_params p;

@@ -115,7 +115,8 @@ enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CL
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {
   uint32_t struct_size;
-  /* model shape (the whole model; pkv derives this rank's share from tp_size / tp_rank) */
+  /* model shape (the whole model; pkv derives this rank's share from tp_size / tp_rank). Its
+   * pkv_kv_budget.block_bytes must be <= 2^63-1, else PKV_ERR_INVALID_ARGUMENT naming it. */
   uint32_t num_layers;            /* >= 1 */
   uint32_t num_q_heads;           /* >= 1 */
   uint32_t num_kv_heads;          /* >= 1, divides num_q_heads */
@@ -124,12 +125,16 @@ typedef struct pkv_engine_params {
   uint32_t tp_size;               /* tensor-parallel ranks, >= 1, divides num_q_heads; it divides
                                      num_kv_heads or num_kv_heads divides it. default 1 */
   uint32_t tp_rank;               /* this engine's rank, < tp_size */
-  uint32_t max_model_len;         /* longest sequence in tokens; 0 = no limit (sequences are
-                                     at most 2^31-1 tokens either way). default 0 */
+  uint32_t max_model_len;         /* longest sequence in tokens; 0 = no limit (sequences are at
+                                     most 2^31-1 tokens either way). default 0. Its blocks,
+                                     ceil(max_model_len / block_size), must fit in the largest pool
+                                     (see num_blocks), else PKV_ERR_INVALID_ARGUMENT */
   /* paging */
   uint32_t block_size;            /* tokens per block, 1 .. PKV_MAX_BLOCK_SIZE (any value). default 16 */
-  uint32_t num_blocks;            /* 0 = as many as the memory budget allows (at most 2^31-1);
-                                     else at most 2^31-1. default 0 */
+  uint32_t num_blocks;            /* 0 = as many as the memory budget allows, at most 2^31-1 and
+                                     (2^63-1) / block_bytes. A fixed value must be <= 2^31-1 with
+                                     num_blocks * block_bytes <= 2^63-1, else
+                                     PKV_ERR_INVALID_ARGUMENT. default 0 */
   uint32_t enable_prefix_caching; /* 0 or 1. default 1 */
   uint64_t hash_seed;             /* seed of the canonical block hash. default 0 */
   /* where the pool lives */
@@ -144,7 +149,8 @@ typedef struct pkv_engine_params {
   uint64_t kv_cache_bytes;        /* absolute KV budget in bytes; 0 = use the formula. default 0 */
   uint64_t memory_total_bytes;    /* 0 = measure the device (or host); else plan for this total */
   uint64_t memory_used_bytes;     /* bytes in use besides the measured ones (e.g. weights not yet
-                                     loaded; all of them when memory_total_bytes is given) */
+                                     loaded; all of them when memory_total_bytes is given); the
+                                     measured ones + this must fit in 64 bits */
   uint64_t reserve_bytes;         /* the host's activation peak and workspaces */
   /* compute */
   float softmax_scale;            /* pkv_attention's scale, finite and >= 0; 0 = 1/sqrt(head_dim).
@@ -181,19 +187,22 @@ typedef struct pkv_kv_budget {
   int32_t device;                 /* the device the budget is for (AUTO resolved) */
   uint32_t source;                /* PKV_BUDGET_*: which rule decided num_blocks */
   uint32_t kv_heads_per_rank;     /* num_kv_heads / tp_size, at least 1 */
-  uint64_t block_bytes;           /* 2 (K,V) * layers * block_size * kv_heads_per_rank * head_dim * dtype bytes */
+  uint64_t block_bytes;           /* 2 (K,V) * layers * block_size * kv_heads_per_rank * head_dim * dtype bytes;
+                                     <= 2^63-1 */
   uint64_t bytes_per_token;       /* block_bytes / block_size */
   uint64_t total_bytes;           /* device (or host) memory in all */
   uint64_t used_bytes;            /* in use before pkv: measured + memory_used_bytes */
   uint64_t reserve_bytes;         /* the host's reserve, as given */
   double memory_utilization;      /* as given */
   uint64_t budget_bytes;          /* total*utilization - used - reserve, or kv_cache_bytes; 0 if negative */
-  uint64_t num_blocks;            /* blocks in the pool: budget_bytes / block_bytes, or num_blocks */
-  uint64_t pool_bytes;            /* num_blocks * block_bytes */
+  uint64_t num_blocks;            /* blocks in the pool: budget_bytes / block_bytes, or num_blocks;
+                                     at most 2^31-1 and (2^63-1) / block_bytes */
+  uint64_t pool_bytes;            /* num_blocks * block_bytes (K and V): <= 2^63-1 */
   uint64_t max_tokens;            /* num_blocks * block_size */
   uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 if no limit) */
   uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
-  uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed */
+  uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
+                                     (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */
 } pkv_kv_budget;
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
@@ -509,7 +518,9 @@ struct pkv_pool_info {
   uint64_t block_stride;          /* block_size * token_stride */
   uint64_t token_stride;          /* kv_heads * head_dim */
   uint64_t head_stride;           /* head_dim */
-  uint64_t bytes_per_pool;        /* bytes of K (and of V) */
+  uint64_t bytes_per_pool;        /* bytes of K (and of V): num_layers * layer_stride * dtype bytes;
+                                     2 * bytes_per_pool = pkv_kv_budget.pool_bytes <= 2^63-1, so
+                                     every offset fits in int64 */
 };
 
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);

@@ -20,9 +20,12 @@ struct PoolShape {
   uint32_t num_layers, num_blocks, block_size, kv_heads, head_dim, dtype_bytes;
   int32_t dtype;
   uint32_t q_heads;  // per rank
-  uint64_t block_bytes() const { return uint64_t(block_size) * kv_heads * head_dim * dtype_bytes; }
-  uint64_t layer_bytes() const { return block_bytes() * num_blocks; }
-  uint64_t bytes_per_pool() const { return layer_bytes() * num_layers; }
+  // K (or V) bytes of one block of one layer, of one layer, of the pool: from pool_layout()
+  // (profiler.h), which checks them, never recomputed here.
+  struct { uint64_t block, layer, pool; } bytes;
+  uint64_t block_bytes() const { return bytes.block; }
+  uint64_t layer_bytes() const { return bytes.layer; }
+  uint64_t bytes_per_pool() const { return bytes.pool; }
 };
 
 // One layer's call of pkv_attention, on the planned step.

@@ -8,7 +8,7 @@ INC := -I$(SRC)/include -I$(SRC)/src
 PKV_SRCS := $(filter-out %/cuda_backend.cpp,$(wildcard $(SRC)/src/*.cpp $(SRC)/src/backend/*.cpp \
               $(SRC)/src/backend/cpu/*.cpp))
 PKV_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(notdir $(PKV_SRCS)))
-HARNESSES := $(OUT)/fuzz_api $(OUT)/fuzz_hf_config
+HARNESSES := $(OUT)/fuzz_api $(OUT)/fuzz_hf_config $(OUT)/fuzz_shape
 
 all: $(HARNESSES)
 

@@ -3,7 +3,8 @@
  * the config text (exactly size bytes, not NUL-terminated: ASan sees any read past the end).
  *
  * A refusal is PKV_ERR_INVALID_ARGUMENT with a message and p unchanged; a success fills only the
- * model-shape fields, with values pkv_profile accepts or refuses cleanly.
+ * model-shape fields, with values pkv_profile accepts or refuses cleanly, and never comes from a
+ * text holding a NUL byte.
  */
 #include "fuzz_util.h"
 
@@ -26,6 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FZ_CHECK(memcmp(&p, &before, sizeof p) == 0, "params changed by a refused config");
     return 0;
   }
+  FZ_CHECK(memchr(data, 0, size) == NULL, "a config with a NUL byte accepted");
   FZ_CHECK(p.num_layers > 0 && p.num_q_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0,
            "a zero in the shape");
   FZ_CHECK(p.num_q_heads % p.num_kv_heads == 0, "kv heads do not divide q heads");

@@ -1,5 +1,6 @@
 /* pkv_engine_params_from_hf_config: Llama-like configs, GQA, head_dim explicit or derived,
- * torch_dtype, a nested text_config, and bad input leaving the params untouched. */
+ * torch_dtype, a nested text_config, and bad input (NUL bytes, bytes after the value) leaving
+ * the params untouched. */
 #include "test_util.h"
 
 static const char llama[] =
@@ -142,6 +143,49 @@ static void test_malformed(void)
   check_rejected(truncated, NULL);
 }
 
+/* check_rejected over len bytes that may hold NULs. */
+static void check_rejected_n(const char *json, size_t len, const char *field)
+{
+  pkv_engine_params p, before;
+  sentinel_params(&p);
+  before = p;
+  if (!CHECK_STATUS(pkv_engine_params_from_hf_config(&p, json, len), PKV_ERR_INVALID_ARGUMENT))
+    fprintf(stderr, "  accepted %zu bytes: %s\n", len, json);
+  if (field && !CHECK(strstr(pkv_last_error(), field) != NULL))
+    fprintf(stderr, "  message \"%s\" does not name %s\n", pkv_last_error(), field);
+  CHECK(memcmp(&p, &before, sizeof p) == 0);
+}
+
+/* A NUL byte anywhere, or anything but whitespace after the value, is malformed. nlohmann
+ * stopped at a NUL as at the end: "{...}\0garbage" was accepted. */
+static void test_nul_and_trailing_bytes(void)
+{
+  static const char ok[] = "{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"hidden_size\": 64}";
+  const size_t n = sizeof ok - 1;
+  char buf[sizeof ok + 16];
+  memcpy(buf, ok, n);
+  memcpy(buf + n, "\0garbage", 8);
+  check_rejected_n(buf, n + 1, "NUL byte at offset 69"); /* a NUL after the value */
+  check_rejected_n(buf, n + 8, "NUL byte");              /* and bytes after it */
+  buf[0] = '\0';
+  check_rejected_n(buf, n, "NUL byte at offset 0");
+  memcpy(buf, ok, n);
+  buf[22] = '\0'; /* inside a number */
+  check_rejected_n(buf, n, "NUL byte at offset 22");
+  static const char in_string[] = "{\"torch_dtype\": \"bf\0\", \"num_hidden_layers\": 2}";
+  check_rejected_n(in_string, sizeof in_string - 1, "NUL byte at offset 19");
+  check_rejected("{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"hidden_size\": 64} x", NULL);
+  check_rejected("{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"hidden_size\": 64}{}", NULL);
+  check_rejected("{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"hidden_size\": 64},", NULL);
+  check_rejected("{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"hidden_size\": 64} // c", NULL);
+  pkv_engine_params p;
+  sentinel_params(&p); /* whitespace after the value is fine */
+  memcpy(buf, ok, n);
+  memcpy(buf + n, " \r\n\t\n", 5);
+  if (CHECK_OK(pkv_engine_params_from_hf_config(&p, buf, n + 5)))
+    CHECK_EQ_INT(p.num_layers, 2);
+}
+
 static void test_missing_or_invalid_fields(void)
 {
   check_rejected("{\"num_attention_heads\": 32, \"hidden_size\": 4096, "
@@ -186,6 +230,7 @@ int main(void)
   TU_RUN(test_dtype_key);
   TU_RUN(test_text_config);
   TU_RUN(test_malformed);
+  TU_RUN(test_nul_and_trailing_bytes);
   TU_RUN(test_missing_or_invalid_fields);
   TU_RUN(test_null_arguments);
   return tu_summary();

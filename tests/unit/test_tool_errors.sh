@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_tool_errors.sh PKV_TOOL - the pkv tool refuses bad invocations cleanly: for every
 # subcommand, unknown flags, missing values, malformed / negative / huge numbers, missing files,
-# a directory as a file, empty and malformed JSON, JSON with wrong types; each must exit non-zero,
-# not by a signal (exit < 124: no crash, no timeout), with a message on stderr.
+# a directory, a device or a FIFO as a file, empty and malformed JSON, JSON with wrong types,
+# sizes that overflow or are not whole bytes; each must exit non-zero, not by a signal (exit < 124:
+# no crash, no timeout), with a message on stderr. Then sizes that must parse exactly.
 set -u
 tool=$1
 tmp=$(mktemp -d)
@@ -30,8 +31,50 @@ expect_error() { # DESCRIPTION ARGS...
   head -n 3 "$tmp/err" | sed 's/^/     /'
 }
 
+# expect_error, and stderr must say PATTERN (grep -E)
+expect_error_says() { # DESCRIPTION PATTERN ARGS...
+  desc=$1 pattern=$2
+  shift 2
+  before=$failed
+  expect_error "$desc" "$@"
+  if [ $failed -eq $before ] && ! grep -Eq -- "$pattern" "$tmp/err"; then
+    passed=$((passed - 1)) failed=$((failed + 1))
+    echo "FAIL $desc: stderr does not say /$pattern/"
+  fi
+}
+
+# a good invocation: exit 0 and stdout saying each PATTERN (grep -E), '--' before the args
+expect_output() { # DESCRIPTION PATTERN... -- ARGS...
+  desc=$1
+  shift
+  pats=""
+  while [ "$1" != "--" ]; do pats="$pats
+$1"; shift; done
+  shift
+  timeout 30 "$tool" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  rc=$?
+  why=""
+  [ $rc -eq 0 ] || why="exit $rc: $(head -n 1 "$tmp/err")"
+  if [ -z "$why" ]; then
+    while IFS= read -r pat; do
+      [ -z "$pat" ] || grep -Eq -- "$pat" "$tmp/out" || why="stdout does not say /$pat/"
+    done <<EOF_PATS
+$pats
+EOF_PATS
+  fi
+  if [ -z "$why" ]; then
+    passed=$((passed + 1))
+    echo "ok   $desc"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $desc ($*): $why"
+  fi
+}
+
 # inputs
 mkdir "$tmp/dir"
+mkfifo "$tmp/fifo"
+head -c $((16 * 1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$tmp/big.json"
 : >"$tmp/empty.json"
 printf '{"num_hidden_layers": 32, "num_attention_heads": ' >"$tmp/truncated.json"
 printf 'not json at all' >"$tmp/text.json"
@@ -68,6 +111,24 @@ done
 expect_error "profile: bad size" profile --config "$good" --memory 80XB
 expect_error "profile: negative size" profile --config "$good" --memory -1GiB
 expect_error "profile: huge size" profile --config "$good" --memory 99999999999999TiB
+# sizes are exact integers: overflow, fractions of a byte and zero budgets are refused
+expect_error_says "profile: 2^64 bytes" "more than 2\^64-1" profile --config "$good" --memory 18446744073709551616
+expect_error_says "profile: 2^64 as TiB" "more than 2\^64-1" profile --config "$good" --memory 16777216TiB
+expect_error_says "profile: reserve past 2^64" "more than 2\^64-1" profile --config "$good" --memory 1GiB --reserve 17179869184GiB
+expect_error_says "profile: huge decimal" "more than 2\^64-1" profile --config "$good" --memory 99999999999999999999.5
+expect_error_says "profile: half a byte" "whole number of bytes" profile --config "$good" --memory 1.5B
+expect_error_says "profile: 0.1GiB" "whole number of bytes" profile --config "$good" --memory 0.1GiB
+expect_error_says "profile: exponent" "expected a size" profile --config "$good" --memory 1e9
+expect_error_says "profile: hex" "expected a size" profile --config "$good" --memory 0x100000
+expect_error_says "profile: lone dot" "expected a size" profile --config "$good" --memory .GiB
+expect_error_says "profile: memory 0" "--memory 0" profile --config "$good" --memory 0
+expect_error_says "profile: memory 0GiB" "--memory 0" profile --config "$good" --memory 0GiB
+expect_error_says "profile: kv-cache 0" "--kv-cache 0" profile --config "$good" --memory 1GiB --kv-cache 0
+# config files: type and size checked before reading (never read /dev/zero for gigabytes)
+expect_error_says "profile: /dev/zero" "character device" profile --config /dev/zero --memory 1GiB
+expect_error_says "profile: a FIFO" "FIFO" profile --config "$tmp/fifo" --memory 1GiB
+expect_error_says "profile: a directory" "directory" profile --config "$tmp/dir" --memory 1GiB
+expect_error_says "profile: over 16 MiB" "16 MiB" profile --config "$tmp/big.json" --memory 1GiB
 expect_error "profile: bad number" profile --config "$good" --memory 1GiB --tp two
 expect_error "profile: tp 0" profile --config "$good" --memory 1GiB --tp 0
 expect_error "profile: block size 0" profile --config "$good" --memory 1GiB --block-size 0
@@ -120,6 +181,32 @@ expect_error "profile: 4e9 blocks" profile --config "$good" --memory 1GiB --num-
 expect_error "profile: 4e9 block size" profile --config "$good" --memory 1GiB --block-size 4000000000
 expect_error "profile: 4e9 tp" profile --config "$good" --memory 1GiB --tp 4000000000
 expect_error "soak: 4e9 block size" soak --ops 1 --block-size 4000000000
+
+# sizes that must still parse, exactly
+llama=$(dirname "$0")/../../tools/configs/llama-3-8b.json
+expect_output "profile: llama-3-8b at 80GiB" "total memory +80.00 GiB +85899345920" \
+  "= KV budget +72.00 GiB +77309411328" "blocks +36864 " "max tokens +589824 " \
+  -- profile --config "$llama" --memory 80GiB
+for m in 1TiB 1099511627776 "1 TiB" 1024GiB 1048576MiB 0.5TiB 512GiB 1.5GB 1500000000 \
+         18446744073709551615; do
+  timeout 30 "$tool" profile --config "$llama" --memory "$m" --json >"$tmp/$m.out" 2>&1
+done
+expect_same() { # DESCRIPTION A B: the outputs for sizes A and B are identical
+  if cmp -s "$tmp/$2.out" "$tmp/$3.out" && grep -q total_bytes "$tmp/$2.out"; then
+    passed=$((passed + 1)); echo "ok   $1"
+  else
+    failed=$((failed + 1)); echo "FAIL $1: --memory $2 and --memory $3 differ"
+    diff "$tmp/$2.out" "$tmp/$3.out" | head -n 6 | sed 's/^/     /'
+  fi
+}
+expect_same "profile: 1TiB is 1099511627776 bytes" 1TiB 1099511627776
+expect_same "profile: '1 TiB' is 1TiB" "1 TiB" 1TiB
+expect_same "profile: 1024GiB is 1TiB" 1024GiB 1TiB
+expect_same "profile: 1048576MiB is 1TiB" 1048576MiB 1TiB
+expect_same "profile: 0.5TiB is 512GiB" 0.5TiB 512GiB
+expect_same "profile: 1.5GB is 1500000000" 1.5GB 1500000000
+expect_output "profile: 2^64-1 bytes exactly" '"total_bytes": 18446744073709551615,' \
+  -- profile --config "$llama" --memory 18446744073709551615 --json
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
