@@ -51,16 +51,19 @@ struct TileSmem {
   int32_t *last;
 };
 
+// base: the kernel's dynamic shared memory, declared as bytes because it holds floats and
+// int32s (a float array read as int32 would be type punning).
 template <int R, int K>
-__device__ __forceinline__ TileSmem carve_smem(float *base, int d) {
+__device__ __forceinline__ TileSmem carve_smem(unsigned char *base, int d) {
   TileSmem t;
-  t.q = base;
+  t.q = reinterpret_cast<float *>(base);
   t.kv = t.q + R * d;
   t.s = t.kv + K * (d + 1);
   t.m = t.s + R * K;
   t.l = t.m + R;
   t.corr = t.l + R;
-  t.last = reinterpret_cast<int32_t *>(t.corr + R);
+  const int floats = R * d + K * (d + 1) + R * K + 3 * R;  // q, kv, s, m, l, corr
+  t.last = reinterpret_cast<int32_t *>(base + sizeof(float) * floats);
   return t;
 }
 

@@ -23,7 +23,7 @@ using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
 template <class T, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
   using Tile = DecodeTile<D>;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char smem[];
   const int seq = blockIdx.z, split = blockIdx.x;
   const int query_start = a.query_start[seq];
   if (a.query_start[seq + 1] - query_start != 1) return;

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kv_types.cuh"
@@ -26,7 +27,19 @@ __device__ __forceinline__ T from_float(float x) {
     return x;
 }
 
+// The 16-bit element whose bits are b: CUDA's bit conversion, not a cast of memory.
+template <class T>
+__device__ __forceinline__ T from_bits(uint16_t b) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __ushort_as_half(b);
+  else
+    return __ushort_as_bfloat16(b);
+}
+
 // Eight consecutive elements as floats; p is aligned to 8 elements (16 bytes for 16-bit types).
+// One or two 16-byte global loads. The 16-bit elements come out of the loaded uint4 by a copy of
+// its bytes (which nvcc turns into register moves), never by reading it through a T pointer:
+// that type punning is undefined behaviour an optimizing compiler may act on.
 template <class T>
 __device__ __forceinline__ void load8(const T *p, float (&out)[8]) {
   if constexpr (sizeof(T) == 4) {
@@ -36,9 +49,10 @@ __device__ __forceinline__ void load8(const T *p, float (&out)[8]) {
     out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
   } else {
     const uint4 raw = *reinterpret_cast<const uint4 *>(p);
-    const T *e = reinterpret_cast<const T *>(&raw);
+    uint16_t bits[8];
+    memcpy(bits, &raw, sizeof bits);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = to_float(e[i]);
+    for (int i = 0; i < 8; ++i) out[i] = to_float(from_bits<T>(bits[i]));
   }
 }
 

@@ -22,7 +22,7 @@ using PrefillTile =
 template <class T, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
   using Tile = PrefillTile<D>;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char smem[];
   const int seq = blockIdx.z;
   const int query_start = a.query_start[seq];
   const int query_len = a.query_start[seq + 1] - query_start;

@@ -14,28 +14,38 @@ const char *dtype_name(DType t) {
   return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16";
 }
 
+// Host buffers are bytes (std::vector<unsigned char>): elements are copied out and in, never read
+// through a pointer of another type.
+template <class E>
+E load_as(const void *p, size_t i) {
+  E e;
+  std::memcpy(&e, static_cast<const unsigned char *>(p) + i * sizeof(E), sizeof(E));
+  return e;
+}
+template <class E>
+void store_as(void *p, size_t i, E e) {
+  std::memcpy(static_cast<unsigned char *>(p) + i * sizeof(E), &e, sizeof(E));
+}
+
 double load_elem(DType t, const void *p, size_t i) {
   switch (t) {
     case DType::f32:
-      return static_cast<const float *>(p)[i];
+      return load_as<float>(p, i);
     case DType::f16:
-      return __half2float(static_cast<const __half *>(p)[i]);
+      return __half2float(load_as<__half>(p, i));
     default:
-      return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+      return __bfloat162float(load_as<__nv_bfloat16>(p, i));
   }
 }
 
 void store_elem(DType t, void *p, size_t i, double x) {
   switch (t) {
     case DType::f32:
-      static_cast<float *>(p)[i] = float(x);
-      break;
+      return store_as(p, i, float(x));
     case DType::f16:
-      static_cast<__half *>(p)[i] = __float2half_rn(float(x));
-      break;
+      return store_as(p, i, __float2half_rn(float(x)));
     default:
-      static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(float(x));
-      break;
+      return store_as(p, i, __float2bfloat16_rn(float(x)));
   }
 }
 
