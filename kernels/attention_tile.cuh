@@ -13,24 +13,11 @@
 // the [R][d] output tile.
 #pragma once
 
-#include "device_common.cuh"
+#include "attention_args.cuh"
 
 namespace pkv::cuda::dev {
 
 constexpr int kAttnThreads = 128;
-
-// What the attention kernels read, by value. Pointers are device memory.
-struct AttnArgs {
-  const void *q;                  // [num_tokens][q_heads][head_dim]
-  void *out;                      // [num_tokens][q_heads][head_dim]
-  const void *k_cache, *v_cache;  // [num_blocks][block_size][kv_heads][head_dim]
-  const int32_t *query_start, *context_lens, *block_indptr, *block_indices;
-  int32_t q_heads, kv_heads, head_dim, block_size, group;
-  float scale_log2;  // scale * log2(e)
-  float *ws_acc;     // decode splits: [num_seqs][q_heads][max_splits][head_dim]
-  float *ws_ml;      // decode splits: [num_seqs][q_heads][max_splits][2] = (max, sum)
-  int32_t split_tokens, max_splits;
-};
 
 // The rows a CTA computes: packed rows row0 .. row0 + num_rows - 1 of a sequence's
 // query_len * group rows, p = token * group + g (q head kv_head * group + g).
