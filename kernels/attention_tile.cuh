@@ -28,7 +28,7 @@ struct RowBlock {
 template <int D, int R, int K>
 struct Tile {
   static constexpr int kRows = R, kKeys = K;
-  static constexpr int kMaxD = D ? D : 256;
+  static constexpr int kMaxD = D ? D : PKV_ATTENTION_MAX_HEAD_DIM;
   static constexpr int kPairs = (R * kMaxD + kAttnThreads - 1) / kAttnThreads;
   static size_t smem_bytes(int d) { return sizeof(float) * (R * d + K * (d + 1) + R * K + 4 * R); }
 };

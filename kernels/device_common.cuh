@@ -10,8 +10,11 @@
 #include <type_traits>
 
 #include "kv_types.cuh"
+#include "pkv/pkv.h"
 
 namespace pkv::cuda::dev {
+
+static_assert(PKV_ATTENTION_HEAD_DIM_ALIGN % 8 == 0, "the tiles move head_dim in load8's chunks");
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -92,10 +95,13 @@ cudaError_t dispatch_dtype(DType t, F &&f) {
 }
 
 // Runtime head_dim -> compile-time: the specialized sizes, else 0 (the generic path, which reads
-// head_dim at run time). Never a wrong answer: unsupported sizes are refused here.
+// head_dim at run time). Never a wrong answer: unsupported sizes are refused here, by the limits
+// pkv.h states for pkv_attention (load8 moves 8 elements at a time; tiles are sized for 256).
 template <class F>
 cudaError_t dispatch_head_dim(int32_t head_dim, F &&f) {
-  if (head_dim <= 0 || head_dim > 256 || head_dim % 8 != 0) return cudaErrorInvalidValue;
+  if (head_dim <= 0 || head_dim > PKV_ATTENTION_MAX_HEAD_DIM ||
+      head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN != 0)
+    return cudaErrorInvalidValue;
   switch (head_dim) {
     case 64:
       return f(std::integral_constant<int, 64>{});
