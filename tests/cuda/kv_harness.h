@@ -74,7 +74,8 @@ bool run_step(const StepCase &c, uint64_t seed);
 // q_heads not a multiple of kv_heads, q not 16-byte aligned. True when all are refused and the
 // limits themselves are accepted.
 bool check_refused_launches();
-// run_step over every case; the process exit code (0, 1 on a failure, 77 without a device).
+// check_refused_launches, then run_step over every case; the process exit code (0, 1 on a
+// failure, 77 without a device).
 int run_cases(const char *name, const std::vector<StepCase> &cases);
 
 }  // namespace kvtest
