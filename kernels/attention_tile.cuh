@@ -13,24 +13,11 @@
 // the [R][d] output tile.
 #pragma once
 
-#include "device_common.cuh"
+#include "attention_args.cuh"
 
 namespace pkv::cuda::dev {
 
 constexpr int kAttnThreads = 128;
-
-// What the attention kernels read, by value. Pointers are device memory.
-struct AttnArgs {
-  const void *q;                  // [num_tokens][q_heads][head_dim]
-  void *out;                      // [num_tokens][q_heads][head_dim]
-  const void *k_cache, *v_cache;  // [num_blocks][block_size][kv_heads][head_dim]
-  const int32_t *query_start, *context_lens, *block_indptr, *block_indices;
-  int32_t q_heads, kv_heads, head_dim, block_size, group;
-  float scale_log2;  // scale * log2(e)
-  float *ws_acc;     // decode splits: [num_seqs][q_heads][max_splits][head_dim]
-  float *ws_ml;      // decode splits: [num_seqs][q_heads][max_splits][2] = (max, sum)
-  int32_t split_tokens, max_splits;
-};
 
 // The rows a CTA computes: packed rows row0 .. row0 + num_rows - 1 of a sequence's
 // query_len * group rows, p = token * group + g (q head kv_head * group + g).
@@ -41,7 +28,7 @@ struct RowBlock {
 template <int D, int R, int K>
 struct Tile {
   static constexpr int kRows = R, kKeys = K;
-  static constexpr int kMaxD = D ? D : 256;
+  static constexpr int kMaxD = D ? D : PKV_ATTENTION_MAX_HEAD_DIM;
   static constexpr int kPairs = (R * kMaxD + kAttnThreads - 1) / kAttnThreads;
   static size_t smem_bytes(int d) { return sizeof(float) * (R * d + K * (d + 1) + R * K + 4 * R); }
 };
@@ -51,16 +38,19 @@ struct TileSmem {
   int32_t *last;
 };
 
+// base: the kernel's dynamic shared memory, declared as bytes because it holds floats and
+// int32s (a float array read as int32 would be type punning).
 template <int R, int K>
-__device__ __forceinline__ TileSmem carve_smem(float *base, int d) {
+__device__ __forceinline__ TileSmem carve_smem(unsigned char *base, int d) {
   TileSmem t;
-  t.q = base;
+  t.q = reinterpret_cast<float *>(base);
   t.kv = t.q + R * d;
   t.s = t.kv + K * (d + 1);
   t.m = t.s + R * K;
   t.l = t.m + R;
   t.corr = t.l + R;
-  t.last = reinterpret_cast<int32_t *>(t.corr + R);
+  const int floats = R * d + K * (d + 1) + R * K + 3 * R;  // q, kv, s, m, l, corr
+  t.last = reinterpret_cast<int32_t *>(base + sizeof(float) * floats);
   return t;
 }
 

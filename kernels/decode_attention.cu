@@ -23,7 +23,7 @@ using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
 template <class T, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
   using Tile = DecodeTile<D>;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char smem[];
   const int seq = blockIdx.z, split = blockIdx.x;
   const int query_start = a.query_start[seq];
   if (a.query_start[seq + 1] - query_start != 1) return;
@@ -121,20 +121,13 @@ cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch
                                     void *out, int32_t q_heads, float scale, const DecodePlan &plan,
                                     void *workspace, cudaStream_t stream) {
   if (batch.num_seqs == 0) return cudaSuccess;
-  if (batch.num_seqs < 0 || batch.num_seqs > 65535 || layer.kv_heads < 1 || q_heads < 1 ||
-      q_heads % layer.kv_heads != 0 || layer.block_size < 1 || plan.split_tokens < 1 ||
-      plan.max_splits < 1 || int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
-      (plan.max_splits > 1 && !workspace) || !aligned16(q) || !aligned16(out) ||
-      !aligned16(layer.k) || !aligned16(layer.v))
+  if (plan.split_tokens < 1 || plan.max_splits < 1 ||
+      int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
+      (plan.max_splits > 1 && !workspace))
     return cudaErrorInvalidValue;
-  AttnArgs a{};
-  a.q = q, a.out = out, a.k_cache = layer.k, a.v_cache = layer.v;
-  a.query_start = batch.query_start, a.context_lens = batch.context_lens;
-  a.block_indptr = batch.block_indptr, a.block_indices = batch.block_indices;
-  a.q_heads = q_heads, a.kv_heads = layer.kv_heads, a.head_dim = layer.head_dim;
-  a.block_size = layer.block_size, a.group = q_heads / layer.kv_heads;
-  a.scale_log2 = (scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim))) *
-                 1.4426950408889634f;  // log2(e)
+  AttnArgs a;
+  if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a))
+    return e;
   a.split_tokens = plan.split_tokens, a.max_splits = plan.max_splits;
   const size_t parts = size_t(batch.num_seqs) * q_heads * plan.max_splits;
   a.ws_acc = static_cast<float *>(workspace);

@@ -6,11 +6,15 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kv_types.cuh"
+#include "pkv/pkv.h"
 
 namespace pkv::cuda::dev {
+
+static_assert(PKV_ATTENTION_HEAD_DIM_ALIGN % 8 == 0, "the tiles move head_dim in load8's chunks");
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -26,7 +30,19 @@ __device__ __forceinline__ T from_float(float x) {
     return x;
 }
 
+// The 16-bit element whose bits are b: CUDA's bit conversion, not a cast of memory.
+template <class T>
+__device__ __forceinline__ T from_bits(uint16_t b) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __ushort_as_half(b);
+  else
+    return __ushort_as_bfloat16(b);
+}
+
 // Eight consecutive elements as floats; p is aligned to 8 elements (16 bytes for 16-bit types).
+// One or two 16-byte global loads. The 16-bit elements come out of the loaded uint4 by a copy of
+// its bytes (which nvcc turns into register moves), never by reading it through a T pointer:
+// that type punning is undefined behaviour an optimizing compiler may act on.
 template <class T>
 __device__ __forceinline__ void load8(const T *p, float (&out)[8]) {
   if constexpr (sizeof(T) == 4) {
@@ -36,9 +52,10 @@ __device__ __forceinline__ void load8(const T *p, float (&out)[8]) {
     out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
   } else {
     const uint4 raw = *reinterpret_cast<const uint4 *>(p);
-    const T *e = reinterpret_cast<const T *>(&raw);
+    uint16_t bits[8];
+    memcpy(bits, &raw, sizeof bits);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = to_float(e[i]);
+    for (int i = 0; i < 8; ++i) out[i] = to_float(from_bits<T>(bits[i]));
   }
 }
 
@@ -78,10 +95,13 @@ cudaError_t dispatch_dtype(DType t, F &&f) {
 }
 
 // Runtime head_dim -> compile-time: the specialized sizes, else 0 (the generic path, which reads
-// head_dim at run time). Never a wrong answer: unsupported sizes are refused here.
+// head_dim at run time). Never a wrong answer: unsupported sizes are refused here, by the limits
+// pkv.h states for pkv_attention (load8 moves 8 elements at a time; tiles are sized for 256).
 template <class F>
 cudaError_t dispatch_head_dim(int32_t head_dim, F &&f) {
-  if (head_dim <= 0 || head_dim > 256 || head_dim % 8 != 0) return cudaErrorInvalidValue;
+  if (head_dim <= 0 || head_dim > PKV_ATTENTION_MAX_HEAD_DIM ||
+      head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN != 0)
+    return cudaErrorInvalidValue;
   switch (head_dim) {
     case 64:
       return f(std::integral_constant<int, 64>{});

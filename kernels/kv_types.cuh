@@ -22,7 +22,7 @@ struct KvLayer {
   void *v;
   int32_t block_size;  // tokens per block, any value >= 1
   int32_t kv_heads;
-  int32_t head_dim;  // a multiple of 8, at most 256
+  int32_t head_dim;  // a multiple of 8, at most 256: pkv.h's PKV_ATTENTION_* limits
   DType dtype;
 };
 

@@ -1,6 +1,4 @@
 // Paged prefill attention with a causal mask (see prefill_attention.cuh).
-#include <cmath>
-
 #include "attention_tile.cuh"
 #include "prefill_attention.cuh"
 
@@ -22,7 +20,7 @@ using PrefillTile =
 template <class T, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
   using Tile = PrefillTile<D>;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char smem[];
   const int seq = blockIdx.z;
   const int query_start = a.query_start[seq];
   const int query_len = a.query_start[seq + 1] - query_start;
@@ -54,19 +52,9 @@ cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t str
 cudaError_t launch_prefill_attention(const KvLayer &layer, const BatchView &batch, const void *q,
                                      void *out, int32_t q_heads, float scale, cudaStream_t stream) {
   if (batch.num_seqs == 0 || batch.max_query_len < 2) return cudaSuccess;
-  if (batch.num_seqs < 0 || batch.num_seqs > 65535 || layer.kv_heads < 1 ||
-      layer.kv_heads > 65535 || q_heads < 1 || q_heads % layer.kv_heads != 0 ||
-      layer.block_size < 1 || !aligned16(q) || !aligned16(out) || !aligned16(layer.k) ||
-      !aligned16(layer.v))
-    return cudaErrorInvalidValue;
-  AttnArgs a{};
-  a.q = q, a.out = out, a.k_cache = layer.k, a.v_cache = layer.v;
-  a.query_start = batch.query_start, a.context_lens = batch.context_lens;
-  a.block_indptr = batch.block_indptr, a.block_indices = batch.block_indices;
-  a.q_heads = q_heads, a.kv_heads = layer.kv_heads, a.head_dim = layer.head_dim;
-  a.block_size = layer.block_size, a.group = q_heads / layer.kv_heads;
-  a.scale_log2 =
-      (scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim))) * 1.4426950408889634f;
+  AttnArgs a;
+  if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a))
+    return e;
   return dispatch_dtype(layer.dtype, [&](auto t) {
     return dispatch_head_dim(layer.head_dim, [&](auto d) {
       return launch_typed<decltype(t), decltype(d)::value>(a, batch, stream);

@@ -1,10 +1,11 @@
 // A flat open-addressing multimap from a 64-bit key to prefix-node ids, for PrefixTree's child
 // lookups: one probe sequence over 16-byte slots instead of a std::unordered_map's chain of heap
 // nodes. Linear probing, power-of-two capacity at most half full, backward-shift deletion (no
-// tombstones). Equal keys may repeat: find_next walks every slot of a key, and the caller tells
-// the nodes apart (PrefixTree compares parent and tokens).
+// tombstones). Equal keys may repeat: find offers every node stored under a key, and the caller
+// tells the nodes apart (PrefixTree compares parent and tokens).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -35,12 +36,13 @@ class NodeTable {
     size_++;
   }
 
-  // Removes the slot holding (key, node); it must be there.
+  // Removes the slot holding (key, node); false (nothing changed) when there is none. Both must
+  // match: the same node may sit under another key earlier in this key's probe sequence.
   bool erase(uint64_t key, uint32_t node) {
     size_t i = home(key);
     for (;; i = (i + 1) & mask_) {
       if (slots_[i].node == kEmpty) return false;
-      if (slots_[i].node == node) break;
+      if (slots_[i].node == node && slots_[i].key == key) break;
     }
     // Backward shift: pull later slots of the cluster into the hole when their home allows.
     for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {

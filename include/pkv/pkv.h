@@ -111,6 +111,7 @@ enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
 /* pkv_kv_event.type */
 enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,
        PKV_EVENT_OVERFLOW = 4 };
+enum { PKV_ATTENTION_MAX_HEAD_DIM = 256, PKV_ATTENTION_HEAD_DIM_ALIGN = 8 }; /* pkv_attention's head_dim: a multiple of 8, at most 256 */
 
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {

@@ -4,7 +4,7 @@
 // and `extern __shared__` are rewritten) and compiled by g++ with `-include simt.h`. The types come
 // from CUDA's own headers (cuda_runtime_api.h, cuda_fp16.h, cuda_bf16.h compile as host code);
 // this header supplies what only nvcc knows: thread indices, barriers, warp collectives, shared
-// memory, intrinsics. simt.cpp runs each CUDA thread as a fiber; the threads of a block take
+// memory, intrinsics. simt_sched.cpp runs each CUDA thread as a fiber; the threads of a block take
 // turns and meet at real barriers:
 //   - __syncthreads(): every thread of the block must reach the same call site; a thread that
 //     exits or waits at another barrier while others wait aborts the run with the sites named.

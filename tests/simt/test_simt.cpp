@@ -20,6 +20,15 @@ void expect(bool ok, const char *what) {
   if (!ok) fprintf(stderr, "FAIL %s\n", what), failures++;
 }
 
+// Device memory for n elements of T. Through a void * of its own: cudaMalloc writing a void *
+// into an int * object (the usual cast of &d to void **) is type punning.
+template <class T>
+T *dev_alloc(size_t n) {
+  void *p = nullptr;
+  expect(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess, "cudaMalloc");
+  return static_cast<T *>(p);
+}
+
 // Runs f in a child; expects it to abort with `message` in its stderr.
 template <class F>
 void expect_abort(const char *what, const char *message, F f) {
@@ -44,8 +53,8 @@ void expect_abort(const char *what, const char *message, F f) {
 }
 
 void test_collectives() {
-  int *d = nullptr, h[64 * 6];
-  cudaMalloc(reinterpret_cast<void **>(&d), sizeof h);
+  int h[64 * 6];
+  int *d = dev_alloc<int>(64 * 6);
   selftest_collectives(d);
   cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
   cudaFree(d);
@@ -61,15 +70,14 @@ void test_collectives() {
 }
 
 void test_memory() {
-  int *counter = nullptr, got = 0;
-  cudaMalloc(reinterpret_cast<void **>(&counter), sizeof(int));
+  int *counter = dev_alloc<int>(1), got = 0;
   cudaMemset(counter, 0, sizeof(int));
   selftest_atomic(counter);
   cudaMemcpy(&got, counter, sizeof got, cudaMemcpyDeviceToHost);
   expect(got == 8 * 64, "atomicAdd over blocks");
   cudaFree(counter);
-  float *d = nullptr, h[32];
-  cudaMalloc(reinterpret_cast<void **>(&d), sizeof h);
+  float h[32];
+  float *d = dev_alloc<float>(32);
   cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
   expect(std::isnan(h[0]) && std::isnan(h[31]), "cudaMalloc memory reads as NaN");
   selftest_smem_poison(d);
@@ -86,8 +94,7 @@ void test_memory() {
 int main() {
   test_collectives();
   test_memory();
-  int *d = nullptr;
-  cudaMalloc(reinterpret_cast<void **>(&d), 32 * sizeof(int));
+  int *d = dev_alloc<int>(32);
   expect_abort("divergent barrier", "divergent __syncthreads",
                [] { selftest_divergent_barrier(); });
   expect_abort("exit before barrier", "exited", [] { selftest_exit_before_barrier(); });

@@ -2,24 +2,19 @@
 // namespace; meson builds a baseline and, on x86-64, an AVX2+FMA+F16C one picked at run time).
 // Everything here has internal linkage or lives in the variant's namespace, and no out-of-line
 // library template (vector growth, std::fill) is instantiated: the linker merges such copies
-// across variants and could give the baseline an AVX2 body. The caller sizes the buffers. Work items are (sequence, kv head, tile of new tokens, range of keys);
-// an item reads its keys' K/V once for all q heads of the kv head and all rows of its tile.
+// across variants and could give the baseline an AVX2 body. The caller sizes the buffers.
+// Work items are (sequence, kv head, tile of new tokens, range of keys); an item reads its keys'
+// K/V once for all q heads of the kv head and all rows of its tile.
 // Sequences with long contexts and few rows are split over keys, and a merge pass combines the
 // splits' (max, sum, acc). Inner loops are written for the compiler's vectorizer (head_dim is a
 // multiple of 8; lanes of 8), exp is a branch-free polynomial so it vectorizes too.
 #include "backend/cpu/cpu_attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "pkv/pkv.h"
-
-namespace pkv {
-namespace PKV_CPU_VARIANT {
-}  // namespace PKV_CPU_VARIANT
-}  // namespace pkv
 
 #include "backend/cpu/dtype_cvt.h"
 #include "backend/cpu/vec8.h"
@@ -263,7 +258,7 @@ template <class T> void merge(const Item *items, size_t first, const float *part
   const uint32_t qh = it0.num_heads * s.group, rg = it0.rows * qh, hd = s.hd, splits = it0.num_splits;
   const uint32_t token0 = step.query_start[it0.seq] + it0.row0;
   for (uint32_t i = 0; i < rg; ++i) {
-    float mx = -std::numeric_limits<float>::infinity();
+    float mx = kNegInf;
     for (uint32_t k = 0; k < splits; ++k) mx = std::max(mx, partials[items[first + k].part + i]);
     float l = 0.0f;
     fill(acc, hd, 0.0f);

@@ -9,7 +9,6 @@
 
 namespace pkv {
 
-
 // Floats of per-thread scratch the math needs, for items of at most max_q rows x q heads.
 inline size_t attention_scratch_floats(uint32_t max_q, uint32_t head_dim) {
   const size_t rg = max_q;

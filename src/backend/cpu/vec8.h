@@ -28,11 +28,6 @@ inline v8f load8(const float *p) {
 }
 inline void store8(float *p, v8f v) { std::memcpy(p, &v, sizeof v); }
 inline float hsum(v8f v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
-inline float hmax(v8f v) {
-  float m = v[0];
-  for (int i = 1; i < 8; ++i) m = v[i] > m ? v[i] : m;
-  return m;
-}
 
 // Eight elements of a KV dtype as floats.
 inline v8f load8(const Bf16 *p) {
@@ -76,6 +71,10 @@ inline v8f exp8(v8f x) {
   std::memcpy(&scale, &e, sizeof scale);
   return x < lo ? splat(0.0f) : p * scale;
 }
+
+// e^x of one softmax argument (a rescale factor): a lane of exp8, so the scalar and vector paths
+// round alike and the polynomial lives in one place.
+inline float fast_exp(float x) { return exp8(splat(x))[0]; }
 
 }  // namespace PKV_CPU_VARIANT
 }  // namespace pkv

@@ -38,6 +38,26 @@ int kw_summary(void)
   return kw_failed ? 1 : 0;
 }
 
+int kw_main(int argc, char **argv, const kw_config *configs, int num_configs,
+            void (*run)(const kw_config *c))
+{
+  int ran = 0;
+  for (int i = 0; i < num_configs; i++) {
+    if (argc > 1 && strcmp(argv[1], configs[i].name) != 0)
+      continue;
+    const int failed_before = kw_failed;
+    run(&configs[i]);
+    printf("%s %s\n", kw_failed == failed_before ? "ok  " : "FAIL", configs[i].name);
+    fflush(stdout);
+    ran++;
+  }
+  if (!ran) {
+    fprintf(stderr, "no config named %s\n", argv[1]);
+    return 1;
+  }
+  return kw_summary();
+}
+
 static uint64_t mix(uint64_t x)
 {
   x += 0x9e3779b97f4a7c15ull; /* splitmix64 */

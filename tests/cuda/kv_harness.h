@@ -69,7 +69,13 @@ struct StepCase {
 // rows, decode + prefill attention; checks the pool and every output row against the fp64
 // reference. Returns true when everything matches.
 bool run_step(const StepCase &c, uint64_t seed);
-// run_step over every case; the process exit code (0, 1 on a failure, 77 without a device).
+// Launches both attention launchers must refuse (cudaErrorInvalidValue) before any work:
+// head_dim outside pkv.h's limits (PKV_ATTENTION_MAX_HEAD_DIM, PKV_ATTENTION_HEAD_DIM_ALIGN),
+// q_heads not a multiple of kv_heads, q not 16-byte aligned. True when all are refused and the
+// limits themselves are accepted.
+bool check_refused_launches();
+// check_refused_launches, then run_step over every case; the process exit code (0, 1 on a
+// failure, 77 without a device).
 int run_cases(const char *name, const std::vector<StepCase> &cases);
 
 }  // namespace kvtest

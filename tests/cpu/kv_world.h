@@ -120,4 +120,10 @@ void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kin
 /* pkv_pool_info of the engine, struct_size set. */
 struct pkv_pool_info kw_pool(kw_world *w);
 
+/* A test's main over its named configs: runs run(c) for every config, or only for the one named
+ * by argv[1] (meson runs one per test, in parallel), printing "ok" or "FAIL" and its name after
+ * each. Returns the exit status (1 for an unknown name). */
+int kw_main(int argc, char **argv, const kw_config *configs, int num_configs,
+            void (*run)(const kw_config *c));
+
 #endif /* PKV_TESTS_KV_WORLD_H */

@@ -7,7 +7,6 @@
  * (kw_fill_direct): checking their prefill would cost minutes of reference time.
  *
  * Usage: test_attention_long [CONFIG]   (no argument: every config) */
-#include <stdio.h>
 #include <string.h>
 
 #include "kv_world.h"
@@ -76,19 +75,5 @@ static void run_config(const kw_config *c)
 
 int main(int argc, char **argv)
 {
-  int ran = 0;
-  for (int i = 0; i < NUM_CONFIGS; i++) {
-    if (argc > 1 && strcmp(argv[1], configs[i].name) != 0)
-      continue;
-    const int failed_before = kw_failed;
-    run_config(&configs[i]);
-    printf("%s %s\n", kw_failed == failed_before ? "ok  " : "FAIL", configs[i].name);
-    fflush(stdout);
-    ran++;
-  }
-  if (!ran) {
-    fprintf(stderr, "no config named %s\n", argv[1]);
-    return 1;
-  }
-  return kw_summary();
+  return kw_main(argc, argv, configs, NUM_CONFIGS, run_config);
 }

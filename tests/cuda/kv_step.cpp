@@ -179,11 +179,13 @@ bool run_step(const StepCase &c, uint64_t seed) {
 
 int run_cases(const char *name, const std::vector<StepCase> &cases) {
   if (int skip = require_device()) return skip;
+  const bool refused = check_refused_launches();
   int failures = 0;
   uint64_t seed = 1;
   for (const StepCase &c : cases) failures += !run_step(c, seed++);
-  printf("%s: %d of %zu cases passed\n", name, int(cases.size()) - failures, cases.size());
-  return failures ? 1 : 0;
+  printf("%s: %d of %zu cases passed%s\n", name, int(cases.size()) - failures, cases.size(),
+         refused ? "" : "; a bad launch was not refused");
+  return failures || !refused ? 1 : 0;
 }
 
 }  // namespace kvtest

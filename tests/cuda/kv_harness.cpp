@@ -1,0 +1,156 @@
+// Shared test harness: see kv_harness.h.
+#include "kv_harness.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "pkv/pkv.h"
+
+namespace kvtest {
+
+const char *dtype_name(DType t) {
+  return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16";
+}
+
+// Host buffers are bytes (std::vector<unsigned char>): elements are copied out and in, never read
+// through a pointer of another type.
+template <class E>
+E load_as(const void *p, size_t i) {
+  E e;
+  std::memcpy(&e, static_cast<const unsigned char *>(p) + i * sizeof(E), sizeof(E));
+  return e;
+}
+template <class E>
+void store_as(void *p, size_t i, E e) {
+  std::memcpy(static_cast<unsigned char *>(p) + i * sizeof(E), &e, sizeof(E));
+}
+
+double load_elem(DType t, const void *p, size_t i) {
+  switch (t) {
+    case DType::f32:
+      return load_as<float>(p, i);
+    case DType::f16:
+      return __half2float(load_as<__half>(p, i));
+    default:
+      return __bfloat162float(load_as<__nv_bfloat16>(p, i));
+  }
+}
+
+void store_elem(DType t, void *p, size_t i, double x) {
+  switch (t) {
+    case DType::f32:
+      return store_as(p, i, float(x));
+    case DType::f16:
+      return store_as(p, i, __float2half_rn(float(x)));
+    default:
+      return store_as(p, i, __float2bfloat16_rn(float(x)));
+  }
+}
+
+void tolerances(DType t, double *atol, double *rtol) {
+  if (t == DType::f32)
+    *atol = 2e-5, *rtol = 2e-4;
+  else if (t == DType::f16)
+    *atol = 1e-3, *rtol = 2e-3;
+  else
+    *atol = 8e-3, *rtol = 8e-3;
+}
+
+void check_cuda(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+  exit(1);
+}
+
+DevBuf::DevBuf(size_t bytes) { check_cuda(cudaMalloc(&p_, bytes ? bytes : 1), "cudaMalloc"); }
+DevBuf::~DevBuf() { cudaFree(p_); }
+void DevBuf::upload(const void *src, size_t bytes) {
+  check_cuda(cudaMemcpy(p_, src, bytes, cudaMemcpyHostToDevice), "upload");
+}
+void DevBuf::download(void *dst, size_t bytes) const {
+  check_cuda(cudaMemcpy(dst, p_, bytes, cudaMemcpyDeviceToHost), "download");
+}
+
+int require_device() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  return 0;
+}
+
+namespace {
+
+// One decode-only sequence of 8 tokens in one block; nothing is launched when the arguments are
+// refused, and the accepted launches read what they are given (the data is not checked here).
+cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_offset) {
+  const int32_t kv_heads = 2, block_size = 16, tokens = decode ? 1 : 8;
+  const int32_t query_start[2] = {0, tokens}, context_len[1] = {8}, indptr[2] = {0, 1};
+  const int32_t indices[1] = {0};
+  DevBuf qs(sizeof query_start), cl(sizeof context_len), ip(sizeof indptr), bi(sizeof indices);
+  qs.upload(query_start, sizeof query_start), cl.upload(context_len, sizeof context_len);
+  ip.upload(indptr, sizeof indptr), bi.upload(indices, sizeof indices);
+  const size_t row = size_t(head_dim > 0 ? head_dim : 1) * 4;
+  DevBuf kp(size_t(block_size) * kv_heads * row), vp(size_t(block_size) * kv_heads * row);
+  DevBuf q(tokens * size_t(q_heads) * row + 16), out(tokens * size_t(q_heads) * row);
+  check_cuda(cudaMemset(kp.as<void>(), 0, size_t(block_size) * kv_heads * row), "memset");
+  check_cuda(cudaMemset(vp.as<void>(), 0, size_t(block_size) * kv_heads * row), "memset");
+  check_cuda(cudaMemset(q.as<void>(), 0, tokens * size_t(q_heads) * row + 16), "memset");
+  const pkv::cuda::KvLayer layer{kp.as<void>(), vp.as<void>(), block_size,
+                                 kv_heads,      head_dim,      DType::f32};
+  const pkv::cuda::BatchView batch{1, tokens, tokens, 8, qs.as<int32_t>(), cl.as<int32_t>(),
+                                   ip.as<int32_t>(), bi.as<int32_t>()};
+  const void *qp = q.as<char>() + q_offset;
+  cudaError_t e;
+  if (decode) {
+    const pkv::cuda::DecodePlan plan = pkv::cuda::plan_decode_with_split(batch, q_heads, head_dim, 64);
+    e = pkv::cuda::launch_decode_attention(layer, batch, qp, out.as<void>(), q_heads, 0.f, plan,
+                                           nullptr, nullptr);
+  } else {
+    e = pkv::cuda::launch_prefill_attention(layer, batch, qp, out.as<void>(), q_heads, 0.f,
+                                            nullptr);
+  }
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  return e;
+}
+
+}  // namespace
+
+bool check_refused_launches() {
+  struct Case {
+    const char *what;
+    int32_t head_dim, q_heads;
+    size_t q_offset;
+    bool ok;
+  };
+  const Case cases[] = {
+      {"head_dim = PKV_ATTENTION_MAX_HEAD_DIM", PKV_ATTENTION_MAX_HEAD_DIM, 4, 0, true},
+      {"head_dim = PKV_ATTENTION_HEAD_DIM_ALIGN", PKV_ATTENTION_HEAD_DIM_ALIGN, 4, 0, true},
+      {"head_dim over the maximum", PKV_ATTENTION_MAX_HEAD_DIM + PKV_ATTENTION_HEAD_DIM_ALIGN, 4,
+       0, false},
+      {"head_dim not a multiple of the alignment", PKV_ATTENTION_HEAD_DIM_ALIGN * 8 + 4, 4, 0,
+       false},
+      {"head_dim 0", 0, 4, 0, false},
+      {"q_heads not a multiple of kv_heads", 64, 3, 0, false},
+      {"q not 16-byte aligned", 64, 4, 4, false},
+  };
+  bool all = true;
+  for (const Case &c : cases) {
+    for (bool decode : {true, false}) {
+      const cudaError_t e = try_launch(decode, c.head_dim, c.q_heads, c.q_offset);
+      const bool ok = c.ok ? e == cudaSuccess : e == cudaErrorInvalidValue;
+      if (!ok)
+        fprintf(stderr, "FAIL %s launch, %s: got %s\n", decode ? "decode" : "prefill", c.what,
+                cudaGetErrorString(e));
+      all = all && ok;
+    }
+  }
+  return all;
+}
+
+}  // namespace kvtest
