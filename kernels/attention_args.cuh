@@ -2,7 +2,6 @@
 // launcher's inputs and fills them. Host code that .cu files share; no device code.
 #pragma once
 
-#include <cmath>
 
 #include "device_common.cuh"
 
@@ -22,14 +21,15 @@ struct AttnArgs {
 };
 
 // The launchers' common rules (grid dimensions y and z hold kv heads and sequences, so at most
-// 65535 of each; 16-byte aligned q, out and pool for the vector loads), then every field but the
-// decode workspace. scale <= 0 means 1/sqrt(head_dim). head_dim is checked by dispatch_head_dim.
+// PKV_CUDA_MAX_GRID of each; 16-byte aligned q, out and pool for the vector loads), then every field but the
+// decode workspace. scale > 0 (the engine resolves softmax_scale's default). head_dim is checked by
+// dispatch_head_dim.
 inline cudaError_t make_attn_args(const KvLayer &layer, const BatchView &batch, const void *q,
                                   void *out, int32_t q_heads, float scale, AttnArgs *a) {
-  if (batch.num_seqs < 0 || batch.num_seqs > 65535 || layer.kv_heads < 1 ||
-      layer.kv_heads > 65535 || q_heads < 1 || q_heads % layer.kv_heads != 0 ||
+  if (batch.num_seqs < 0 || batch.num_seqs > PKV_CUDA_MAX_GRID || layer.kv_heads < 1 ||
+      layer.kv_heads > PKV_CUDA_MAX_GRID || q_heads < 1 || q_heads % layer.kv_heads != 0 ||
       layer.block_size < 1 || !aligned16(q) || !aligned16(out) || !aligned16(layer.k) ||
-      !aligned16(layer.v))
+      !aligned16(layer.v) || !(scale > 0.f))
     return cudaErrorInvalidValue;
   *a = AttnArgs{};
   a->q = q, a->out = out, a->k_cache = layer.k, a->v_cache = layer.v;
@@ -37,8 +37,7 @@ inline cudaError_t make_attn_args(const KvLayer &layer, const BatchView &batch, 
   a->block_indptr = batch.block_indptr, a->block_indices = batch.block_indices;
   a->q_heads = q_heads, a->kv_heads = layer.kv_heads, a->head_dim = layer.head_dim;
   a->block_size = layer.block_size, a->group = q_heads / layer.kv_heads;
-  const float s = scale > 0.f ? scale : 1.f / std::sqrt(float(layer.head_dim));
-  a->scale_log2 = s * 1.4426950408889634f;  // log2(e): the kernels' softmax is in base 2
+  a->scale_log2 = scale * 1.4426950408889634f;  // log2(e): the kernels' softmax is in base 2
   return cudaSuccess;
 }
 

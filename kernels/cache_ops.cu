@@ -73,7 +73,7 @@ cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
 
 cudaError_t launch_copy_blocks(const KvPool &pool, const int32_t *block_pairs, int32_t num_pairs,
                                cudaStream_t stream) {
-  if (num_pairs < 0 || pool.num_layers < 0 || pool.num_layers > 65535 || pool.block_bytes < 0)
+  if (num_pairs < 0 || pool.num_layers < 0 || pool.num_layers > PKV_CUDA_MAX_GRID || pool.block_bytes < 0)
     return cudaErrorInvalidValue;
   if (num_pairs == 0 || pool.num_layers == 0 || pool.block_bytes == 0) return cudaSuccess;
   if (aligned16(pool.k) && aligned16(pool.v) && pool.block_bytes % 16 == 0 &&

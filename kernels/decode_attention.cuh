@@ -25,7 +25,7 @@ DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32
 
 // out[t] = softmax(q[t] K^T * scale) V for every sequence whose query_len is 1 (other rows of out
 // are left untouched). q, out: [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned;
-// q_heads a multiple of layer.kv_heads; scale <= 0 means 1/sqrt(head_dim). workspace: device,
+// q_heads a multiple of layer.kv_heads; scale > 0 (pkv resolves the default). workspace: device,
 // plan.workspace_bytes. Asynchronous on stream; returns the launch status.
 cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
                                     void *out, int32_t q_heads, float scale, const DecodePlan &plan,

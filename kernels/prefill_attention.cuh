@@ -11,7 +11,7 @@ namespace pkv::cuda {
 // out[t] = causal softmax(q[t] K^T * scale) V for every sequence whose query_len is at least 2
 // (rows of query_len-1 sequences are left to launch_decode_attention). q, out:
 // [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned; q_heads a multiple of
-// layer.kv_heads; scale <= 0 means 1/sqrt(head_dim). The new tokens' K/V must already be in
+// layer.kv_heads; scale > 0 (pkv resolves the default). The new tokens' K/V must already be in
 // the cache (launch_write_kv). Asynchronous on stream; returns the launch status.
 cudaError_t launch_prefill_attention(const KvLayer &layer, const BatchView &batch, const void *q,
                                      void *out, int32_t q_heads, float scale, cudaStream_t stream);

@@ -28,6 +28,7 @@ const (
 	MaxHeadDim              = 1024
 	AttentionMaxHeadDim     = 256
 	AttentionHeadDimAlign   = 8
+	CUDAMaxGrid             = 65535
 	MaxBlockSize            = 1048576
 	MaxThreads              = 4096
 	MaxCacheSaltBytes       = 65536

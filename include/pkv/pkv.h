@@ -95,6 +95,7 @@ enum {
   PKV_MAX_HEAD_DIM = 1024,              /* pkv_engine_params.head_dim: 1 .. this */
   PKV_ATTENTION_MAX_HEAD_DIM = 256,     /* pkv_attention: head_dim at most this ... */
   PKV_ATTENTION_HEAD_DIM_ALIGN = 8,     /* ... and a multiple of this */
+  PKV_CUDA_MAX_GRID = 65535,            /* CUDA: layers, kv heads per rank, sequences per batch */
   PKV_MAX_BLOCK_SIZE = 1048576,         /* pkv_engine_params.block_size: 1 .. this (2^20) */
   PKV_MAX_THREADS = 4096,               /* pkv_engine_params.num_threads: 0 .. this */
   PKV_MAX_CACHE_SALT_BYTES = 65536,     /* cache_salt_len: 0 .. this */
@@ -111,7 +112,6 @@ enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
 /* pkv_kv_event.type */
 enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,
        PKV_EVENT_OVERFLOW = 4 };
-enum { PKV_ATTENTION_MAX_HEAD_DIM = 256, PKV_ATTENTION_HEAD_DIM_ALIGN = 8 }; /* pkv_attention's head_dim: a multiple of 8, at most 256 */
 
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {
@@ -217,7 +217,8 @@ PKV_API pkv_status pkv_profile(const pkv_engine_params *p, pkv_kv_budget *out);
 typedef struct pkv_engine pkv_engine;
 
 /* Creates an engine: validates p, sizes the pool with the profiler when p->num_blocks is 0,
- * allocates the KV pool on the chosen device. *out is set only on success; destroy it with
+ * allocates the KV pool on the chosen device. A CUDA engine takes at most PKV_CUDA_MAX_GRID
+ * layers and kv heads per rank (they are grid dimensions of its kernels). *out is set only on success; destroy it with
  * pkv_engine_destroy. PKV_ERR_NO_DEVICE: device CUDA asked for and no usable GPU (or a build
  * without CUDA). PKV_ERR_OUT_OF_MEMORY: the pool could not be allocated or the budget is too
  * small. */
@@ -494,8 +495,8 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  * layer < num_layers; q, k, v, out not NULL, and out aliases none of them.
  * PKV_ERR_UNSUPPORTED: head_dim not a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN or above
  * PKV_ATTENTION_MAX_HEAD_DIM.
- * CUDA: q, k, v and out are device pointers aligned to 16 bytes (PKV_ERR_INVALID_ARGUMENT
- * otherwise). The call returns once its kernels are queued on the engine's stream: the host
+ * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
+ * PKV_CUDA_MAX_GRID sequences (PKV_ERR_INVALID_ARGUMENT otherwise). The call returns once its kernels are queued on the engine's stream: the host
  * synchronizes that stream before it reads out on the host. pkv itself waits on the stream only
  * at a batch's first call (after uploading the plan) and between waves of block copies. */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,

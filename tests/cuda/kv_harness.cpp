@@ -88,7 +88,7 @@ namespace {
 
 // One decode-only sequence of 8 tokens in one block; nothing is launched when the arguments are
 // refused, and the accepted launches read what they are given (the data is not checked here).
-cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_offset) {
+cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_offset, float scale) {
   const int32_t kv_heads = 2, block_size = 16, tokens = decode ? 1 : 8;
   const int32_t query_start[2] = {0, tokens}, context_len[1] = {8}, indptr[2] = {0, 1};
   const int32_t indices[1] = {0};
@@ -109,10 +109,10 @@ cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_
   cudaError_t e;
   if (decode) {
     const pkv::cuda::DecodePlan plan = pkv::cuda::plan_decode_with_split(batch, q_heads, head_dim, 64);
-    e = pkv::cuda::launch_decode_attention(layer, batch, qp, out.as<void>(), q_heads, 0.f, plan,
+    e = pkv::cuda::launch_decode_attention(layer, batch, qp, out.as<void>(), q_heads, scale, plan,
                                            nullptr, nullptr);
   } else {
-    e = pkv::cuda::launch_prefill_attention(layer, batch, qp, out.as<void>(), q_heads, 0.f,
+    e = pkv::cuda::launch_prefill_attention(layer, batch, qp, out.as<void>(), q_heads, scale,
                                             nullptr);
   }
   check_cuda(cudaDeviceSynchronize(), "sync");
@@ -127,6 +127,7 @@ bool check_refused_launches() {
     int32_t head_dim, q_heads;
     size_t q_offset;
     bool ok;
+    float scale = 0.125f;
   };
   const Case cases[] = {
       {"head_dim = PKV_ATTENTION_MAX_HEAD_DIM", PKV_ATTENTION_MAX_HEAD_DIM, 4, 0, true},
@@ -138,11 +139,13 @@ bool check_refused_launches() {
       {"head_dim 0", 0, 4, 0, false},
       {"q_heads not a multiple of kv_heads", 64, 3, 0, false},
       {"q not 16-byte aligned", 64, 4, 4, false},
+      {"scale 0 (the engine resolves the default)", 64, 4, 0, false, 0.f},
+      {"scale NaN", 64, 4, 0, false, std::nanf("")},
   };
   bool all = true;
   for (const Case &c : cases) {
     for (bool decode : {true, false}) {
-      const cudaError_t e = try_launch(decode, c.head_dim, c.q_heads, c.q_offset);
+      const cudaError_t e = try_launch(decode, c.head_dim, c.q_heads, c.q_offset, c.scale);
       const bool ok = c.ok ? e == cudaSuccess : e == cudaErrorInvalidValue;
       if (!ok)
         fprintf(stderr, "FAIL %s launch, %s: got %s\n", decode ? "decode" : "prefill", c.what,

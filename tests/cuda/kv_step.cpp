@@ -1,5 +1,6 @@
 // run_step: one forward step through write_kv, decode and prefill attention (see kv_harness.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -147,10 +148,10 @@ bool run_step(const StepCase &c, uint64_t seed) {
                                         h.num_tokens, nullptr),
              "launch_write_kv");
   check_cuda(pkv::cuda::launch_decode_attention(layer, batch, q.as<void>(), out.as<void>(), q_heads,
-                                                0.f, plan, ws.as<void>(), nullptr),
+                                                1.f / std::sqrt(float(c.head_dim)), plan, ws.as<void>(), nullptr),
              "launch_decode_attention");
   check_cuda(pkv::cuda::launch_prefill_attention(layer, batch, q.as<void>(), out.as<void>(),
-                                                 q_heads, 0.f, nullptr),
+                                                 q_heads, 1.f / std::sqrt(float(c.head_dim)), nullptr),
              "launch_prefill_attention");
   check_cuda(cudaDeviceSynchronize(), "sync");
 

@@ -44,6 +44,10 @@ class DeviceBuffer {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int32_t device_id, const PoolShape &shape) : device_id_(device_id), shape_(shape) {
+    // Layers and kv heads are grid dimensions of the kernels.
+    PKV_REQUIRE(shape.num_layers <= PKV_CUDA_MAX_GRID && shape.kv_heads <= PKV_CUDA_MAX_GRID,
+                "a CUDA engine takes at most %d layers and kv heads per rank (%u, %u given)",
+                PKV_CUDA_MAX_GRID, shape.num_layers, shape.kv_heads);
     check_cuda(cudaSetDevice(device_id), "cudaSetDevice");
     check_cuda(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_id),
                "reading the SM count");
@@ -105,6 +109,8 @@ class CudaBackend final : public Backend {
 
   // The step's arrays, packed into one device buffer with one copy; the decode split plan.
   void plan(const pkv_batch_view &v) override {
+    PKV_REQUIRE(v.num_seqs <= PKV_CUDA_MAX_GRID, "a CUDA batch holds at most %d sequences, not %u",
+                PKV_CUDA_MAX_GRID, v.num_seqs);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     const size_t n_seq = v.num_seqs, n_blocks = size_t(v.block_indptr[v.num_seqs]);
     std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + v.num_tokens);

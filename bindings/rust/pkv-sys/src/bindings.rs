@@ -23,6 +23,7 @@ pub type _bindgen_ty_1 = ::std::os::raw::c_int;
 pub const PKV_MAX_HEAD_DIM: _bindgen_ty_2 = 1024;
 pub const PKV_ATTENTION_MAX_HEAD_DIM: _bindgen_ty_2 = 256;
 pub const PKV_ATTENTION_HEAD_DIM_ALIGN: _bindgen_ty_2 = 8;
+pub const PKV_CUDA_MAX_GRID: _bindgen_ty_2 = 65535;
 pub const PKV_MAX_BLOCK_SIZE: _bindgen_ty_2 = 1048576;
 pub const PKV_MAX_THREADS: _bindgen_ty_2 = 4096;
 pub const PKV_MAX_CACHE_SALT_BYTES: _bindgen_ty_2 = 65536;
