@@ -19,6 +19,7 @@ pkv_kv_budget budget_for(const pkv_engine_params &p) {
 pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
   p.device = b.device;
   p.num_blocks = static_cast<uint32_t>(b.num_blocks);
+  p.host_num_blocks = static_cast<uint32_t>(b.host_num_blocks);
   return p;
 }
 
@@ -46,9 +47,11 @@ Engine::~Engine() = default;
 
 PoolShape Engine::pool_shape() const {
   const PoolLayout l = pool_layout(params_, params_.num_blocks);
+  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
   return PoolShape{params_.num_layers, params_.num_blocks, params_.block_size, l.kv_heads,
                    params_.head_dim, l.dtype_bytes, params_.dtype, params_.num_q_heads / params_.tp_size,
-                   {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool}};
+                   {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool},
+                   params_.host_num_blocks, {h.layer_bytes, h.bytes_per_pool}};
 }
 
 struct pkv_pool_info Engine::pool_info() const {
@@ -70,6 +73,12 @@ struct pkv_pool_info Engine::pool_info() const {
   info.block_stride = l.block_stride;
   info.layer_stride = l.layer_stride;
   info.bytes_per_pool = l.bytes_per_pool;
+  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
+  info.host_num_blocks = params_.host_num_blocks;
+  info.host_k_base = backend_->host_k_pool();
+  info.host_v_base = backend_->host_v_pool();
+  info.host_layer_stride = h.layer_stride;
+  info.host_bytes_per_pool = h.bytes_per_pool;
   return info;
 }
 

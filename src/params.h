@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -18,6 +19,13 @@ template <class T> inline constexpr uint32_t kMinStructSize = sizeof(T);
 // inline: an explicit specialization is not implicitly so, and clang (the fuzz build) emits a
 // definition in every file that includes this one.
 template <> inline constexpr uint32_t kMinStructSize<pkv_kv_event> = 32;
+// Structs that grew in 0.2.0: a 0.1 caller's struct ends where the new fields start.
+template <> inline constexpr uint32_t kMinStructSize<pkv_engine_params> =
+    offsetof(pkv_engine_params, host_num_blocks);
+template <> inline constexpr uint32_t kMinStructSize<pkv_kv_budget> =
+    offsetof(pkv_kv_budget, host_num_blocks);
+template <> inline constexpr uint32_t kMinStructSize<struct pkv_pool_info> =
+    offsetof(struct pkv_pool_info, host_k_base);
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");
 
 // Reads a caller's versioned struct: fields the caller does not have keep their defaults.

@@ -83,7 +83,29 @@ uint64_t shortfall(const pkv_engine_params &p, const pkv_kv_budget &b, long doub
 
 }  // namespace
 
-pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured) {
+namespace {
+
+// The host tier's terms: its blocks from host_num_blocks or host_cache_bytes, its bytes, and the
+// host memory it comes from (host: zero when not measured).
+void host_tier(const pkv_engine_params &p, const PoolLayout &unit, const MemoryInfo &host, pkv_kv_budget &b) {
+  if (p.host_num_blocks) {
+    b.host_num_blocks = p.host_num_blocks;
+  } else if (p.host_cache_bytes) {
+    b.host_num_blocks = std::min(p.host_cache_bytes / unit.block_bytes, max_pool_blocks(unit));
+    if (b.host_num_blocks == 0)
+      fail(PKV_ERR_INVALID_ARGUMENT, "host_cache_bytes %llu holds no block of %llu bytes",
+           (unsigned long long)p.host_cache_bytes, (unsigned long long)unit.block_bytes);
+  }
+  b.host_pool_bytes = checked_product({b.host_num_blocks, unit.block_bytes}, kMaxOffset,
+                                      "host_pool_bytes = host_num_blocks x block_bytes");
+  b.host_total_bytes = host.total_bytes;
+  b.host_available_bytes = std::min(host.free_bytes, host.total_bytes);
+}
+
+}  // namespace
+
+pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured,
+                             const MemoryInfo &host) {
   const PoolLayout unit = pool_layout(p, 0);
   pkv_kv_budget b;
   std::memset(&b, 0, sizeof b);
@@ -124,12 +146,19 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   b.blocks_per_max_seq = blocks_per_max_seq(p, unit);
   b.max_seqs_at_max_model_len = b.num_blocks / b.blocks_per_max_seq;
   if (b.num_blocks < b.blocks_per_max_seq) b.shortfall_bytes = shortfall(p, b, allowed);
+  host_tier(p, unit, host, b);
   return b;
 }
 
 void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
-  if (b.shortfall_bytes == 0) return;
   const double mib = 1024.0 * 1024.0;
+  if (b.host_total_bytes && b.host_pool_bytes > b.host_available_bytes)
+    fail(PKV_ERR_OUT_OF_MEMORY,
+         "the host tier's %llu blocks take %.1f MiB; the host has %.1f MiB available (of %.1f MiB): "
+         "%.1f MiB missing (lower host_num_blocks or host_cache_bytes)",
+         (unsigned long long)b.host_num_blocks, b.host_pool_bytes / mib, b.host_available_bytes / mib,
+         b.host_total_bytes / mib, (b.host_pool_bytes - b.host_available_bytes) / mib);
+  if (b.shortfall_bytes == 0) return;
   if (b.source == PKV_BUDGET_FIXED_BLOCKS)
     fail(PKV_ERR_INVALID_ARGUMENT,
          "num_blocks %u cannot hold one sequence of max_model_len %u (needs %llu blocks of %u tokens)",
@@ -150,10 +179,13 @@ pkv_kv_budget profile(const pkv_engine_params &p) {
   const PoolLayout unit = pool_layout(p, p.num_blocks);
   blocks_per_max_seq(p, unit);
   const int32_t device = resolve_device(p.device, p.device_id);
-  MemoryInfo measured;
-  if (!p.memory_total_bytes)
+  MemoryInfo measured, host;
+  if (!p.memory_total_bytes) {
     measured = device == PKV_DEVICE_CUDA ? cuda_memory(p.device_id) : host_memory();
-  return compute_budget(p, device, measured);
+    // The host tier comes from host memory whatever the device; measured with the device's.
+    if (p.host_num_blocks || p.host_cache_bytes) host = device == PKV_DEVICE_CUDA ? host_memory() : measured;
+  }
+  return compute_budget(p, device, measured, host);
 }
 
 }  // namespace pkv

@@ -34,12 +34,15 @@ PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks);
 uint64_t max_pool_blocks(const PoolLayout &unit);
 
 // The budget for validated params on a resolved device. measured is the device's (or host's)
-// memory; it is ignored when p.memory_total_bytes is set. Never throws for a small budget:
-// shortfall_bytes > 0 says so (see budget_error).
-pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured);
+// memory; it is ignored when p.memory_total_bytes is set. host is the host memory the host tier
+// comes from (zero: not measured). Never throws for a small budget: shortfall_bytes > 0 says so
+// (see budget_error).
+pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured,
+                             const MemoryInfo &host);
 
 // Throws PKV_ERR_OUT_OF_MEMORY (or INVALID_ARGUMENT for a fixed num_blocks) naming what is
-// missing when the budget cannot hold one sequence of max_model_len.
+// missing when the budget cannot hold one sequence of max_model_len, or the host memory the
+// host tier.
 void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b);
 
 // Resolves the device, measures memory (unless memory_total_bytes is set), computes the budget.

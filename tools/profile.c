@@ -18,9 +18,9 @@
 
 typedef struct profile_opts {
   const char *config;
-  uint64_t memory, reserve, used, kv_cache;
+  uint64_t memory, reserve, used, kv_cache, host_cache;
   double utilization;
-  uint32_t tp, tp_rank, block_size, max_model_len, num_blocks;
+  uint32_t tp, tp_rank, block_size, max_model_len, num_blocks, host_blocks;
   const char *dtype, *device;
   int json;
 } profile_opts;
@@ -92,6 +92,8 @@ static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engin
     if (strcmp(f->name, "block-size") == 0) p->block_size = o->block_size;
     if (strcmp(f->name, "max-model-len") == 0) p->max_model_len = o->max_model_len;
     if (strcmp(f->name, "num-blocks") == 0) p->num_blocks = o->num_blocks;
+    if (strcmp(f->name, "host-cache") == 0) p->host_cache_bytes = o->host_cache;
+    if (strcmp(f->name, "host-blocks") == 0) p->host_num_blocks = o->host_blocks;
   }
   return CLI_EXIT_OK;
 }
@@ -147,6 +149,19 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   row_count("max seqs at max_model_len", b->max_seqs_at_max_model_len,
             "blocks / blocks per max sequence");
   if (b->shortfall_bytes != 0) row_bytes("shortfall", b->shortfall_bytes, "more KV memory needed");
+  if (b->host_num_blocks == 0) return;
+  printf("\n  host tier (swapped-out sequences, evicted prefix blocks)\n");
+  row_bytes("host block bytes", b->block_bytes, "as block bytes");
+  row_count("host blocks", b->host_num_blocks,
+            p->host_num_blocks ? "--host-blocks" : "--host-cache / block bytes");
+  row_bytes("host pool bytes", b->host_pool_bytes,
+            b->device == PKV_DEVICE_CUDA ? "host blocks x block bytes, pinned" : "host blocks x block bytes");
+  if (b->host_total_bytes == 0) {
+    printf("  %-26s %12s %16s   %s\n", "host memory", "-", "", "not measured (--memory plans)");
+    return;
+  }
+  row_bytes("host memory", b->host_total_bytes, "measured (MemTotal)");
+  row_bytes("host memory available", b->host_available_bytes, "measured (MemAvailable): >= host pool bytes");
 }
 
 static void json_u64(const char *name, uint64_t v, int last) {
@@ -181,7 +196,11 @@ static void print_json(const profile_opts *o, const pkv_engine_params *p, const 
   json_u64("max_tokens", b->max_tokens, 0);
   json_u64("blocks_per_max_seq", b->blocks_per_max_seq, 0);
   json_u64("max_seqs_at_max_model_len", b->max_seqs_at_max_model_len, 0);
-  json_u64("shortfall_bytes", b->shortfall_bytes, 1);
+  json_u64("shortfall_bytes", b->shortfall_bytes, 0);
+  json_u64("host_num_blocks", b->host_num_blocks, 0);
+  json_u64("host_pool_bytes", b->host_pool_bytes, 0);
+  json_u64("host_total_bytes", b->host_total_bytes, 0);
+  json_u64("host_available_bytes", b->host_available_bytes, 1);
   printf("  }\n}\n");
 }
 
@@ -195,6 +214,8 @@ int cmd_profile(int argc, char **argv) {
       {"used", CLI_SIZE, &o.used, "SIZE", "memory used besides pkv, e.g. the weights (0)", 0},
       {"kv-cache", CLI_SIZE, &o.kv_cache, "SIZE", "absolute KV budget, overrides the formula", 0},
       {"num-blocks", CLI_U32, &o.num_blocks, "N", "fixed pool size in blocks, overrides the budget", 0},
+      {"host-cache", CLI_SIZE, &o.host_cache, "SIZE", "host tier in host memory (default: none)", 0},
+      {"host-blocks", CLI_U32, &o.host_blocks, "N", "host tier in blocks, overrides --host-cache", 0},
       {"tp", CLI_U32, &o.tp, "N", "tensor-parallel ranks (1)", 0},
       {"tp-rank", CLI_U32, &o.tp_rank, "N", "this rank (0)", 0},
       {"block-size", CLI_U32, &o.block_size, "N", "tokens per block (16)", 0},
@@ -216,6 +237,11 @@ int cmd_profile(int argc, char **argv) {
   if (flag_seen(&cmd, "memory") && o.memory == 0) {
     fprintf(stderr, "pkv profile: --memory 0: the total memory must be > 0 bytes (leave --memory out "
                     "to measure the device)\n");
+    return CLI_EXIT_USAGE;
+  }
+  if ((flag_seen(&cmd, "host-cache") && o.host_cache == 0) ||
+      (flag_seen(&cmd, "host-blocks") && o.host_blocks == 0)) {
+    fprintf(stderr, "pkv profile: a host tier of 0: leave --host-cache and --host-blocks out for none\n");
     return CLI_EXIT_USAGE;
   }
   if (flag_seen(&cmd, "kv-cache") && o.kv_cache == 0) {
@@ -241,6 +267,10 @@ int cmd_profile(int argc, char **argv) {
     print_json(&o, &p, &b, s, error);
   } else {
     print_table(&o, &p, &b);
+  }
+  if (s == PKV_ERR_OUT_OF_MEMORY && b.shortfall_bytes == 0) {  /* the host tier's memory */
+    fprintf(stderr, "pkv profile: %s\n", error);
+    return CLI_EXIT_FAIL;
   }
   if (s == PKV_ERR_OUT_OF_MEMORY) {
     char h[32];

@@ -22,7 +22,7 @@ namespace Pkv
         Internal = -9,
     }
 
-    /// <summary>pkv_engine_params (136 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (152 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct EngineParams
     {
@@ -54,9 +54,12 @@ namespace Pkv
         public uint MaxNumBatchedTokens;
         public uint EnableKvEvents;
         public uint KvEventsCapacity;
+        public uint HostNumBlocks;
+        public uint Reserved1;
+        public ulong HostCacheBytes;
     }
 
-    /// <summary>pkv_kv_budget (120 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_budget (152 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvBudget
     {
@@ -77,6 +80,10 @@ namespace Pkv
         public ulong BlocksPerMaxSeq;
         public ulong MaxSeqsAtMaxModelLen;
         public ulong ShortfallBytes;
+        public ulong HostNumBlocks;
+        public ulong HostPoolBytes;
+        public ulong HostTotalBytes;
+        public ulong HostAvailableBytes;
     }
 
     /// <summary>pkv_stats (144 bytes on x86_64).</summary>
@@ -181,7 +188,7 @@ namespace Pkv
         public ulong ParentHash;
     }
 
-    /// <summary>pkv_pool_info (88 bytes on x86_64).</summary>
+    /// <summary>pkv_pool_info (128 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct PoolInfo
     {
@@ -200,6 +207,11 @@ namespace Pkv
         public ulong TokenStride;
         public ulong HeadStride;
         public ulong BytesPerPool;
+        public IntPtr HostKBase;
+        public IntPtr HostVBase;
+        public ulong HostNumBlocks;
+        public ulong HostLayerStride;
+        public ulong HostBytesPerPool;
     }
 
     public static unsafe partial class Native
@@ -250,7 +262,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo) };
-        public static readonly int[] StructSizes = { 136, 120, 144, 16, 48, 128, 32, 32, 88 };
+        public static readonly int[] StructSizes = { 152, 152, 144, 16, 48, 128, 32, 32, 128 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

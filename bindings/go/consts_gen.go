@@ -110,7 +110,7 @@ var sentinels = map[Status]*Error{
 	StatusInternal:        ErrInternal,
 }
 
-// EngineParams is C's pkv_engine_params (136 bytes on amd64; layout checked against C at init).
+// EngineParams is C's pkv_engine_params (152 bytes on amd64; layout checked against C at init).
 type EngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
@@ -140,9 +140,12 @@ type EngineParams struct {
 	MaxNumBatchedTokens uint32
 	EnableKVEvents      uint32
 	KVEventsCapacity    uint32
+	HostNumBlocks       uint32
+	Reserved1           uint32
+	HostCacheBytes      uint64
 }
 
-// KVBudget is C's pkv_kv_budget (120 bytes on amd64; layout checked against C at init).
+// KVBudget is C's pkv_kv_budget (152 bytes on amd64; layout checked against C at init).
 type KVBudget struct {
 	StructSize           uint32
 	Device               int32
@@ -161,6 +164,10 @@ type KVBudget struct {
 	BlocksPerMaxSeq      uint64
 	MaxSeqsAtMaxModelLen uint64
 	ShortfallBytes       uint64
+	HostNumBlocks        uint64
+	HostPoolBytes        uint64
+	HostTotalBytes       uint64
+	HostAvailableBytes   uint64
 }
 
 // Stats is C's pkv_stats (144 bytes on amd64; layout checked against C at init).
@@ -253,21 +260,26 @@ type KVEvent struct {
 	ParentHash uint64
 }
 
-// PoolInfo is C's pkv_pool_info (88 bytes on amd64; layout checked against C at init).
+// PoolInfo is C's pkv_pool_info (128 bytes on amd64; layout checked against C at init).
 type PoolInfo struct {
-	StructSize   uint32
-	Device       int32
-	Dtype        int32
-	NumLayers    uint32
-	NumBlocks    uint32
-	BlockSize    uint32
-	KVHeads      uint32
-	HeadDim      uint32
-	KBase        uintptr
-	VBase        uintptr
-	LayerStride  uint64
-	BlockStride  uint64
-	TokenStride  uint64
-	HeadStride   uint64
-	BytesPerPool uint64
+	StructSize       uint32
+	Device           int32
+	Dtype            int32
+	NumLayers        uint32
+	NumBlocks        uint32
+	BlockSize        uint32
+	KVHeads          uint32
+	HeadDim          uint32
+	KBase            uintptr
+	VBase            uintptr
+	LayerStride      uint64
+	BlockStride      uint64
+	TokenStride      uint64
+	HeadStride       uint64
+	BytesPerPool     uint64
+	HostKBase        uintptr
+	HostVBase        uintptr
+	HostNumBlocks    uint64
+	HostLayerStride  uint64
+	HostBytesPerPool uint64
 }

@@ -38,6 +38,9 @@ var layouts = []layout{
 		{"max_num_batched_tokens", unsafe.Offsetof(EngineParams{}.MaxNumBatchedTokens), unsafe.Offsetof(C.struct_pkv_engine_params{}.max_num_batched_tokens)},
 		{"enable_kv_events", unsafe.Offsetof(EngineParams{}.EnableKVEvents), unsafe.Offsetof(C.struct_pkv_engine_params{}.enable_kv_events)},
 		{"kv_events_capacity", unsafe.Offsetof(EngineParams{}.KVEventsCapacity), unsafe.Offsetof(C.struct_pkv_engine_params{}.kv_events_capacity)},
+		{"host_num_blocks", unsafe.Offsetof(EngineParams{}.HostNumBlocks), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_num_blocks)},
+		{"reserved1", unsafe.Offsetof(EngineParams{}.Reserved1), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved1)},
+		{"host_cache_bytes", unsafe.Offsetof(EngineParams{}.HostCacheBytes), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_cache_bytes)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(KVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(KVBudget{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_budget{}.struct_size)},
@@ -57,6 +60,10 @@ var layouts = []layout{
 		{"blocks_per_max_seq", unsafe.Offsetof(KVBudget{}.BlocksPerMaxSeq), unsafe.Offsetof(C.struct_pkv_kv_budget{}.blocks_per_max_seq)},
 		{"max_seqs_at_max_model_len", unsafe.Offsetof(KVBudget{}.MaxSeqsAtMaxModelLen), unsafe.Offsetof(C.struct_pkv_kv_budget{}.max_seqs_at_max_model_len)},
 		{"shortfall_bytes", unsafe.Offsetof(KVBudget{}.ShortfallBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.shortfall_bytes)},
+		{"host_num_blocks", unsafe.Offsetof(KVBudget{}.HostNumBlocks), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_num_blocks)},
+		{"host_pool_bytes", unsafe.Offsetof(KVBudget{}.HostPoolBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_pool_bytes)},
+		{"host_total_bytes", unsafe.Offsetof(KVBudget{}.HostTotalBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_total_bytes)},
+		{"host_available_bytes", unsafe.Offsetof(KVBudget{}.HostAvailableBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_available_bytes)},
 	}},
 	{"pkv_stats", unsafe.Sizeof(Stats{}), unsafe.Sizeof(C.struct_pkv_stats{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(Stats{}.StructSize), unsafe.Offsetof(C.struct_pkv_stats{}.struct_size)},
@@ -152,5 +159,10 @@ var layouts = []layout{
 		{"token_stride", unsafe.Offsetof(PoolInfo{}.TokenStride), unsafe.Offsetof(C.struct_pkv_pool_info{}.token_stride)},
 		{"head_stride", unsafe.Offsetof(PoolInfo{}.HeadStride), unsafe.Offsetof(C.struct_pkv_pool_info{}.head_stride)},
 		{"bytes_per_pool", unsafe.Offsetof(PoolInfo{}.BytesPerPool), unsafe.Offsetof(C.struct_pkv_pool_info{}.bytes_per_pool)},
+		{"host_k_base", unsafe.Offsetof(PoolInfo{}.HostKBase), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_k_base)},
+		{"host_v_base", unsafe.Offsetof(PoolInfo{}.HostVBase), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_v_base)},
+		{"host_num_blocks", unsafe.Offsetof(PoolInfo{}.HostNumBlocks), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_num_blocks)},
+		{"host_layer_stride", unsafe.Offsetof(PoolInfo{}.HostLayerStride), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_layer_stride)},
+		{"host_bytes_per_pool", unsafe.Offsetof(PoolInfo{}.HostBytesPerPool), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_bytes_per_pool)},
 	}},
 }

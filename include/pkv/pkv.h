@@ -165,6 +165,16 @@ typedef struct pkv_engine_params {
   uint32_t enable_kv_events;      /* 0 or 1: queue KV events for pkv_drain_kv_events. default 0 */
   uint32_t kv_events_capacity;    /* events kept until drained; 0 = PKV_DEFAULT_KV_EVENTS_CAPACITY.
                                      An overflow drops them all and queues one PKV_EVENT_OVERFLOW. */
+  /* host tier (since 0.2.0): a second pool of blocks in host memory (pinned on CUDA), below the
+   * device pool. Off when both sizes are 0 (the default). Its blocks have the pool's block_bytes;
+   * when the host memory is measured (memory_total_bytes 0), they must fit in the available host
+   * memory (PKV_ERR_OUT_OF_MEMORY otherwise). */
+  uint32_t host_num_blocks;       /* blocks of the host tier, at most 2^31-1 and (2^63-1) /
+                                     block_bytes; 0 = from host_cache_bytes. default 0 */
+  uint32_t reserved1;             /* must be 0 */
+  uint64_t host_cache_bytes;      /* when host_num_blocks is 0: the host tier's budget in bytes
+                                     (blocks = bytes / block_bytes, at least 1 when not 0);
+                                     0 = no host tier. default 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -204,6 +214,11 @@ typedef struct pkv_kv_budget {
   uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
   uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
                                      (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */
+  /* the host tier (since 0.2.0; all 0 when it is off) */
+  uint64_t host_num_blocks;       /* host_num_blocks, or host_cache_bytes / block_bytes */
+  uint64_t host_pool_bytes;       /* host_num_blocks * block_bytes: pinned (CUDA) or mapped (CPU) */
+  uint64_t host_total_bytes;      /* the host memory it is taken from (MemTotal); 0 = not measured */
+  uint64_t host_available_bytes;  /* of which available before pkv (MemAvailable); 0 = not measured */
 } pkv_kv_budget;
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
@@ -523,6 +538,13 @@ struct pkv_pool_info {
   uint64_t bytes_per_pool;        /* bytes of K (and of V): num_layers * layer_stride * dtype bytes;
                                      2 * bytes_per_pool = pkv_kv_budget.pool_bytes <= 2^63-1, so
                                      every offset fits in int64 */
+  /* the host tier (since 0.2.0): the same layout with host_num_blocks blocks, in host memory
+     (pinned on CUDA); NULL bases and 0 when it is off */
+  void *host_k_base;
+  void *host_v_base;
+  uint64_t host_num_blocks;
+  uint64_t host_layer_stride;     /* host_num_blocks * block_stride */
+  uint64_t host_bytes_per_pool;   /* bytes of K (and of V) of the host tier */
 };
 
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);

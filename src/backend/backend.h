@@ -23,6 +23,9 @@ struct PoolShape {
   // K (or V) bytes of one block of one layer, of one layer, of the pool: from pool_layout()
   // (profiler.h), which checks them, never recomputed here.
   struct { uint64_t block, layer, pool; } bytes;
+  // The host tier (0 blocks: none): the same layout with host_num_blocks blocks.
+  uint32_t host_num_blocks;
+  struct { uint64_t layer, pool; } host_bytes;
   uint64_t block_bytes() const { return bytes.block; }
   uint64_t layer_bytes() const { return bytes.layer; }
   uint64_t bytes_per_pool() const { return bytes.pool; }
@@ -45,6 +48,9 @@ class Backend {
   virtual int32_t device() const = 0;  // PKV_DEVICE_CPU or PKV_DEVICE_CUDA
   virtual void *k_pool() const = 0;
   virtual void *v_pool() const = 0;
+  // The host tier's K and V (host memory, pinned on CUDA); null when it has no blocks.
+  virtual void *host_k_pool() const = 0;
+  virtual void *host_v_pool() const = 0;
   // Block copies src[i] -> dst[i], in order, every layer, K and V.
   virtual void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) = 0;
   // Prepares a step: step's arrays (host memory) stay valid and unchanged until the batch ends.

@@ -124,6 +124,9 @@ expect_error_says "profile: lone dot" "expected a size" profile --config "$good"
 expect_error_says "profile: memory 0" "--memory 0" profile --config "$good" --memory 0
 expect_error_says "profile: memory 0GiB" "--memory 0" profile --config "$good" --memory 0GiB
 expect_error_says "profile: kv-cache 0" "--kv-cache 0" profile --config "$good" --memory 1GiB --kv-cache 0
+expect_error_says "profile: host-cache 0" "host tier of 0" profile --config "$good" --memory 1GiB --host-cache 0
+expect_error_says "profile: host-blocks 0" "host tier of 0" profile --config "$good" --memory 1GiB --host-blocks 0
+expect_error_says "profile: host tier beyond the host" "host tier.*missing" profile --config "$good" --device cpu --host-cache 1000TiB
 # config files: type and size checked before reading (never read /dev/zero for gigabytes)
 expect_error_says "profile: /dev/zero" "character device" profile --config /dev/zero --memory 1GiB
 expect_error_says "profile: a FIFO" "FIFO" profile --config "$tmp/fifo" --memory 1GiB
@@ -184,6 +187,10 @@ expect_error "soak: 4e9 block size" soak --ops 1 --block-size 4000000000
 
 # sizes that must still parse, exactly
 llama=$(dirname "$0")/../../tools/configs/llama-3-8b.json
+expect_output "profile: a host tier, planned" "host blocks +32768 +--host-cache" "host pool bytes +64.00 GiB +68719476736" \
+  "host memory +- +not measured" -- profile --config "$llama" --memory 80GiB --host-cache 64GiB
+expect_output "profile: a host tier in blocks" '"host_num_blocks": 100,' '"host_pool_bytes": 209715200,' -- \
+  profile --config "$llama" --memory 80GiB --host-blocks 100 --host-cache 1GiB --json
 expect_output "profile: llama-3-8b at 80GiB" "total memory +80.00 GiB +85899345920" \
   "= KV budget +72.00 GiB +77309411328" "blocks +36864 " "max tokens +589824 " \
   -- profile --config "$llama" --memory 80GiB

@@ -100,6 +100,9 @@ class pkv_engine_params(_c.Structure):
         ('max_num_batched_tokens', _c.c_uint32),
         ('enable_kv_events', _c.c_uint32),
         ('kv_events_capacity', _c.c_uint32),
+        ('host_num_blocks', _c.c_uint32),
+        ('reserved1', _c.c_uint32),
+        ('host_cache_bytes', _c.c_uint64),
     ]
 
 
@@ -122,6 +125,10 @@ class pkv_kv_budget(_c.Structure):
         ('blocks_per_max_seq', _c.c_uint64),
         ('max_seqs_at_max_model_len', _c.c_uint64),
         ('shortfall_bytes', _c.c_uint64),
+        ('host_num_blocks', _c.c_uint64),
+        ('host_pool_bytes', _c.c_uint64),
+        ('host_total_bytes', _c.c_uint64),
+        ('host_available_bytes', _c.c_uint64),
     ]
 
 
@@ -238,20 +245,25 @@ class pkv_pool_info(_c.Structure):
         ('token_stride', _c.c_uint64),
         ('head_stride', _c.c_uint64),
         ('bytes_per_pool', _c.c_uint64),
+        ('host_k_base', _c.c_void_p),
+        ('host_v_base', _c.c_void_p),
+        ('host_num_blocks', _c.c_uint64),
+        ('host_layer_stride', _c.c_uint64),
+        ('host_bytes_per_pool', _c.c_uint64),
     ]
 
 
 # sizeof of each struct as clang sees it on x86_64 Linux (checked by the tests)
 SIZES = {
-    'pkv_engine_params': 136,
-    'pkv_kv_budget': 120,
+    'pkv_engine_params': 152,
+    'pkv_kv_budget': 152,
     'pkv_stats': 144,
     'pkv_seq_params': 16,
     'pkv_seq_info': 48,
     'pkv_batch_view': 128,
     'pkv_request_params': 32,
     'pkv_kv_event': 32,
-    'pkv_pool_info': 88,
+    'pkv_pool_info': 128,
 }
 
 # name: (restype, argtypes); the parameter names are in PARAM_NAMES

@@ -11,25 +11,48 @@
 namespace pkv {
 namespace {
 
-class CpuBackend final : public Backend {
+// Anonymous memory: zero, committed on first write, so a pool sized from the host's free memory
+// costs only the blocks actually used. None when bytes is 0.
+class Mapping {
  public:
-  CpuBackend(const PoolShape &shape, uint32_t num_threads)
-      : shape_(shape), bytes_(shape.bytes_per_pool()), num_threads_(num_threads) {
-    // One mapping for K then V. Anonymous pages are zero and committed on first write, so a
-    // pool sized from the host's free memory costs only the blocks actually used.
-    void *p = mmap(nullptr, 2 * bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  Mapping(uint64_t bytes, const char *what) : bytes_(bytes) {
+    if (!bytes_) return;
+    void *p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
-      fail(PKV_ERR_OUT_OF_MEMORY, "cannot map a %llu-byte KV pool: %s",
-           (unsigned long long)(2 * bytes_), std::strerror(errno));
+      fail(PKV_ERR_OUT_OF_MEMORY, "cannot map a %llu-byte %s: %s", (unsigned long long)bytes_, what,
+           std::strerror(errno));
     base_ = static_cast<char *>(p);
     // Huge pages where the kernel allows: attention strides through the pool, and 4 KiB pages
     // would cost a TLB miss every few rows. Only advice: failure changes nothing.
-    madvise(p, 2 * bytes_, MADV_HUGEPAGE);
+    madvise(p, bytes_, MADV_HUGEPAGE);
   }
-  ~CpuBackend() override { munmap(base_, 2 * bytes_); }
+  ~Mapping() {
+    if (base_) munmap(base_, bytes_);
+  }
+  Mapping(const Mapping &) = delete;
+  Mapping &operator=(const Mapping &) = delete;
+  char *base() const { return base_; }
+
+ private:
+  uint64_t bytes_;
+  char *base_ = nullptr;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  // One mapping for the pool's K then V, one for the host tier's.
+  CpuBackend(const PoolShape &shape, uint32_t num_threads)
+      : shape_(shape),
+        bytes_(shape.bytes_per_pool()),
+        num_threads_(num_threads),
+        pool_(2 * bytes_, "KV pool"),
+        host_(2 * shape.host_bytes.pool, "host tier") {}
+
   int32_t device() const override { return PKV_DEVICE_CPU; }
-  void *k_pool() const override { return base_; }
-  void *v_pool() const override { return base_ + bytes_; }
+  void *k_pool() const override { return pool_.base(); }
+  void *v_pool() const override { return pool_.base() + bytes_; }
+  void *host_k_pool() const override { return host_.base(); }
+  void *host_v_pool() const override { return host_.base() ? host_.base() + shape_.host_bytes.pool : nullptr; }
 
   void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) override {
     kernels().copy_blocks(k_pool(), v_pool(), shape_.num_layers, shape_.layer_bytes(),
@@ -44,7 +67,7 @@ class CpuBackend final : public Backend {
 
   void attention(const AttentionCall &call) override {
     const uint64_t offset = call.layer * shape_.layer_bytes();
-    CpuLayer layer{base_ + offset, base_ + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
+    CpuLayer layer{pool_.base() + offset, pool_.base() + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
                    shape_.head_dim, shape_.dtype, call.scale, call.q, call.k, call.v, call.out};
     kernels().write_kv(step_, layer);
     kernels().attention(step_, layer);
@@ -66,7 +89,7 @@ class CpuBackend final : public Backend {
   CpuStep step_{};  // the planned step
   uint64_t bytes_;
   uint32_t num_threads_;
-  char *base_ = nullptr;
+  Mapping pool_, host_;
   std::unique_ptr<CpuKernels> kernels_;
 };
 

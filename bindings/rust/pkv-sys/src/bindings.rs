@@ -83,6 +83,9 @@ pub struct pkv_engine_params {
     pub max_num_batched_tokens: u32,
     pub enable_kv_events: u32,
     pub kv_events_capacity: u32,
+    pub host_num_blocks: u32,
+    pub reserved1: u32,
+    pub host_cache_bytes: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -104,6 +107,10 @@ pub struct pkv_kv_budget {
     pub blocks_per_max_seq: u64,
     pub max_seqs_at_max_model_len: u64,
     pub shortfall_bytes: u64,
+    pub host_num_blocks: u64,
+    pub host_pool_bytes: u64,
+    pub host_total_bytes: u64,
+    pub host_available_bytes: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -223,6 +230,11 @@ pub struct pkv_pool_info {
     pub token_stride: u64,
     pub head_stride: u64,
     pub bytes_per_pool: u64,
+    pub host_k_base: *mut ::std::os::raw::c_void,
+    pub host_v_base: *mut ::std::os::raw::c_void,
+    pub host_num_blocks: u64,
+    pub host_layer_stride: u64,
+    pub host_bytes_per_pool: u64,
 }
 extern crate libloading;
 pub struct PkvLib {
