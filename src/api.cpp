@@ -282,6 +282,14 @@ pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_toke
   });
 }
 
+pkv_status pkv_swap_out(pkv_engine *e, uint64_t seq) {
+  return guard(e, [&](Engine &en) { en.swap_out(seq); });
+}
+
+pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq) {
+  return guard(e, [&](Engine &en) { en.swap_in(seq); });
+}
+
 pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out) {
   return guard(e, [&](Engine &en) {
     pkv::require_out_struct(out, "out");
@@ -316,6 +324,10 @@ pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out) {
     pkv::require_out_struct(out, "out");
     pkv::write_struct(out, en.open_batch().view());
   });
+}
+
+pkv_status pkv_batch_copy(pkv_batch *b) {
+  return guard_batch(b, [&](Engine &en) { en.do_copies(); });
 }
 
 pkv_status pkv_batch_end(pkv_batch *b) {

@@ -45,6 +45,7 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
   for (const BlockCopy &c : copies_) {
     copy_src_.push_back(c.src);
     copy_dst_.push_back(c.dst);
+    copy_kind_.push_back(c.kind);
   }
 }
 
@@ -94,6 +95,7 @@ pkv_batch_view Batch::view() const {
   v.copy_src = copy_src_.data();
   v.copy_dst = copy_dst_.data();
   v.sample_rows = sample_rows_.data();
+  v.copy_kind = copy_kind_.data();
   return v;
 }
 

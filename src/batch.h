@@ -46,7 +46,7 @@ class Batch {
   uint32_t max_query_len_ = 0;
   uint32_t max_context_len_ = 0;
   std::vector<BlockCopy> copies_;
-  std::vector<int32_t> copy_src_, copy_dst_;
+  std::vector<int32_t> copy_src_, copy_dst_, copy_kind_;
   std::vector<int32_t> sample_rows_;
 };
 

@@ -10,14 +10,15 @@
 namespace pkv {
 
 BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching,
-                           uint64_t hash_seed, bool constant_hash)
+                           uint64_t hash_seed, bool constant_hash, uint32_t host_num_blocks)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       prefix_caching_(prefix_caching),
       blocks_(size_t(num_blocks) + 1),
       num_free_(num_blocks),
       seed_(hash_seed),
-      tree_(block_size, hash_seed, constant_hash, num_blocks) {
+      tree_(block_size, hash_seed, constant_hash, num_blocks),
+      host_(host_num_blocks) {
   // Initially every block is free, in id order: block 0 is allocated first.
   const int32_t s = sentinel();
   blocks_[s].prev = blocks_[s].next = s;
@@ -70,6 +71,7 @@ void BlockManager::drop_ref(int32_t block) {
   Block &b = blocks_[block];
   PKV_ASSERT(b.ref > 0);
   if (--b.ref > 0) return;
+  forget_device_twin(block);  // its KV may be overwritten from now on
   num_free_++;
   if (b.node != kNoNode) {
     num_cached_++;
@@ -170,10 +172,14 @@ void BlockManager::reserve_slots(BlockTable &table, uint32_t num_slotted, uint32
   if (cow) {
     int32_t src = table.ids.back();
     int32_t dst = pop_free();
-    pending_copies_.push_back({src, dst});
+    // A copy-on-write source is not held: the sharers that keep it are no reason to copy again
+    // when they append, and one freed meanwhile is overwritten only after the step's copies.
+    pending_copies_.push_back({src, dst, PKV_COPY_COW});
     drop_ref(src);
     table.ids.back() = dst;
     stats_.num_cow_copies++;
+  } else if (num_slotted % block_size_ != 0) {
+    forget_device_twin(table.ids.back());  // about to be written: no longer its twin's KV
   }
   for (uint32_t i = 0; i < need; ++i) table.ids.push_back(pop_free());
 }
@@ -247,12 +253,102 @@ void BlockManager::reset_cache() {
   }
 }
 
-// ---------------------------------------------------------------- copies
+// ---------------------------------------------------------------- copies and the host tier
 
-void BlockManager::return_copies(const std::vector<BlockCopy> &copies) {
-  std::vector<BlockCopy> all(copies);
-  all.insert(all.end(), pending_copies_.begin(), pending_copies_.end());
-  pending_copies_.swap(all);
+void BlockManager::copies_done(size_t n) {
+  PKV_ASSERT(n <= pending_copies_.size());
+  for (size_t i = 0; i < n; ++i) {
+    const BlockCopy &c = pending_copies_[i];
+    if (c.kind == PKV_COPY_SWAP_IN) drop_host_ref(c.src);
+    if (c.kind == PKV_COPY_SWAP_OUT) drop_ref(c.src);
+  }
+  pending_copies_.erase(pending_copies_.begin(), pending_copies_.begin() + n);
+}
+
+void BlockManager::add_twins(int32_t device, int32_t host) {
+  host_twin_[device] = host;
+  device_twin_[host] = device;
+}
+
+void BlockManager::forget_device_twin(int32_t device) {
+  auto it = host_twin_.find(device);
+  if (it == host_twin_.end()) return;
+  device_twin_.erase(it->second);
+  host_twin_.erase(it);
+}
+
+void BlockManager::forget_host_twin(int32_t host) {
+  auto it = device_twin_.find(host);
+  if (it == device_twin_.end()) return;
+  host_twin_.erase(it->second);
+  device_twin_.erase(it);
+}
+
+void BlockManager::drop_host_ref(int32_t host) {
+  if (host_.drop_ref(host)) forget_host_twin(host);
+}
+
+void BlockManager::swap_out(BlockTable &table, std::vector<int32_t> &host) {
+  if (host_.num_blocks() == 0)
+    fail(PKV_ERR_UNSUPPORTED, "swapping out needs a host tier (host_num_blocks or host_cache_bytes)");
+  PKV_ASSERT(host.empty());
+  uint32_t need = 0;
+  for (int32_t d : table.ids) need += host_twin_.count(d) == 0;
+  if (need > host_.num_free())
+    fail(PKV_ERR_NO_SPACE, "swapping out needs %u free host-tier blocks, %u are free (of %u)", need,
+         host_.num_free(), host_.num_blocks());
+  // Room first: nothing below can fail.
+  host.reserve(table.ids.size());
+  make_room(pending_copies_, need);
+  host_twin_.reserve(host_twin_.size() + need);
+  device_twin_.reserve(device_twin_.size() + need);
+  for (int32_t d : table.ids) {
+    auto twin = host_twin_.find(d);
+    if (twin != host_twin_.end()) {  // a sharer moved it already: share its host copy
+      host_.add_ref(twin->second);
+      host.push_back(twin->second);
+      drop_ref(d);
+      continue;
+    }
+    const int32_t h = host_.pop_free();
+    pending_copies_.push_back({d, h, PKV_COPY_SWAP_OUT});  // the table's reference now holds d
+    add_twins(d, h);
+    host.push_back(h);
+    stats_.num_swapped_out_blocks++;
+  }
+  table.ids.clear();
+  table.num_sealed = 0;
+}
+
+void BlockManager::swap_in(std::vector<int32_t> &host, BlockTable &table) {
+  PKV_ASSERT(table.ids.empty());
+  uint32_t need = 0;
+  for (int32_t h : host) need += device_twin_.count(h) == 0;
+  check_space(need, "swapping in");
+  table.ids.reserve(host.size());
+  make_room(pending_copies_, need);
+  host_twin_.reserve(host_twin_.size() + need);
+  device_twin_.reserve(device_twin_.size() + need);
+  for (int32_t h : host) {
+    auto twin = device_twin_.find(h);
+    if (twin != device_twin_.end()) {  // the same KV is still in a pool block: share it
+      add_ref(twin->second);
+      table.ids.push_back(twin->second);
+      drop_host_ref(h);
+      continue;
+    }
+    const int32_t d = pop_free();
+    pending_copies_.push_back({h, d, PKV_COPY_SWAP_IN});  // the table's reference now holds h
+    add_twins(d, h);
+    table.ids.push_back(d);
+    stats_.num_swapped_in_blocks++;
+  }
+  host.clear();
+}
+
+void BlockManager::free_host(std::vector<int32_t> &host) {
+  for (int32_t h : host) drop_host_ref(h);
+  host.clear();
 }
 
 }  // namespace pkv
@@ -262,8 +358,17 @@ void BlockManager::return_copies(const std::vector<BlockCopy> &copies) {
 namespace pkv {
 
 void BlockManager::check(const std::vector<TableOwner> &owners) const {
-  std::vector<int64_t> refs(num_blocks_, 0);
+  std::vector<int64_t> refs(num_blocks_, 0), host_refs(host_.num_blocks(), 0);
+  for (const BlockCopy &c : pending_copies_) {  // a queued copy between the tiers holds its source
+    if (c.kind == PKV_COPY_SWAP_IN) host_refs.at(c.src)++;
+    if (c.kind == PKV_COPY_SWAP_OUT) refs.at(c.src)++;
+  }
   for (const TableOwner &o : owners) {
+    for (int32_t h : *o.host_table) {
+      if (h < 0 || uint32_t(h) >= host_.num_blocks())
+        fail(PKV_ERR_INTERNAL, "seq %llu: host block id %d out of range", (unsigned long long)o.id, h);
+      host_refs[h]++;
+    }
     const unsigned long long id = o.id;
     const BlockTable &t = *o.table;
     if (t.ids.size() != blocks_for_tokens(o.num_slotted, block_size_))
@@ -324,6 +429,18 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
     if (blocks_[blocks_[b].next].prev != b) fail(PKV_ERR_INTERNAL, "free list links broken at %d", b);
   }
   if (walked != num_free_) fail(PKV_ERR_INTERNAL, "free list holds %u of %u free blocks", walked, num_free_);
+  for (uint32_t h = 0; h < host_.num_blocks(); ++h)
+    if (host_.ref(h) != host_refs[h])
+      fail(PKV_ERR_INTERNAL, "host block %u: ref count %d, %lld references", h, host_.ref(h),
+           (long long)host_refs[h]);
+  host_.check();
+  if (host_twin_.size() != device_twin_.size())
+    fail(PKV_ERR_INTERNAL, "twins: %zu pool blocks, %zu host blocks", host_twin_.size(), device_twin_.size());
+  for (const auto &[d, h] : host_twin_) {
+    auto back = device_twin_.find(h);
+    if (back == device_twin_.end() || back->second != d || blocks_[d].ref == 0 || host_.ref(h) == 0)
+      fail(PKV_ERR_INTERNAL, "twins: pool block %d and host block %d disagree or one is free", d, h);
+  }
   tree_.check();
 }
 

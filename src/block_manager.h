@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "prefix_tree.h"
+#include "tiers/host_tier.h"
 
 namespace pkv {
 
@@ -38,11 +40,16 @@ struct TableOwner {
   const int32_t *tokens;
   uint32_t num_slotted;         // tokens the table must cover (0 when it holds no blocks)
   uint32_t num_computed;        // of which computed
+  const std::vector<int32_t> *host_table;  // host-tier blocks (swapped out), else empty
 };
 
+// A queued block copy; ids are in the tiers its kind names (PKV_COPY_*). Until a copy between the
+// tiers is done its source stays held (one reference), so no call hands the block out before it
+// is read.
 struct BlockCopy {
   int32_t src;
   int32_t dst;
+  int32_t kind;
 };
 
 struct BlockStats {
@@ -51,12 +58,14 @@ struct BlockStats {
   uint64_t num_evictions = 0;
   uint64_t num_cow_copies = 0;
   uint64_t num_preemptions = 0;
+  uint64_t num_swapped_out_blocks = 0;
+  uint64_t num_swapped_in_blocks = 0;
 };
 
 class BlockManager {
  public:
   BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching, uint64_t hash_seed,
-               bool constant_hash);
+               bool constant_hash, uint32_t host_num_blocks);
 
   // What admitting these tokens under this salt would take: the cached blocks it would reuse
   // (in order) and how many free blocks it would consume.
@@ -78,6 +87,14 @@ class BlockManager {
   void fork(const BlockTable &copy);
   // Drops every block reference of the table, which becomes empty.
   void free(BlockTable &table);
+  // Swap-out: the table's KV moves to host-tier blocks (appended to host, which was empty) and
+  // the table becomes empty; swap-in: back into pool blocks. A block with a twin in the other tier
+  // (the same KV, from an earlier move of a sharer) is not copied again. PKV_ERR_UNSUPPORTED
+  // without a host tier, PKV_ERR_NO_SPACE with nothing changed.
+  void swap_out(BlockTable &table, std::vector<int32_t> &host);
+  void swap_in(std::vector<int32_t> &host, BlockTable &table);
+  // Drops the references of a swapped-out table's host blocks; it becomes empty.
+  void free_host(std::vector<int32_t> &host);
   // Seals the table's full, computed blocks (of num_computed tokens) into the prefix tree.
   void seal(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t num_computed);
   void count_preemption() { stats_.num_preemptions++; }
@@ -86,15 +103,17 @@ class BlockManager {
   void set_events(KvEvents *events) { events_ = events; tree_.set_events(events); }
 
   // Copy-on-write copies not yet handed to a batch.
+  // Copies queued and not yet done, in order. A batch lists those queued before it began.
   const std::vector<BlockCopy> &pending_copies() const { return pending_copies_; }
-  void clear_copies() { pending_copies_.clear(); }
-  // An aborted batch's copies come back, before those queued since (chained copies keep order).
-  void return_copies(const std::vector<BlockCopy> &copies);
+  // The first n pending copies are done: their sources are released.
+  void copies_done(size_t n);
 
   uint32_t num_blocks() const { return num_blocks_; }
   uint32_t block_size() const { return block_size_; }
   uint32_t num_free() const { return num_free_; }
   uint32_t num_cached() const { return num_cached_; }
+  uint32_t num_host_blocks() const { return host_.num_blocks(); }
+  uint32_t num_host_free() const { return host_.num_free(); }
   const BlockStats &stats() const { return stats_; }
   size_t num_prefix_nodes() const { return tree_.num_nodes(); }
   int32_t ref_count(int32_t block) const { return blocks_[block].ref; }
@@ -117,6 +136,12 @@ class BlockManager {
   void add_ref(int32_t block);    // revives a ref-0 block when needed
   void drop_ref(int32_t block);   // at 0: cached to the tail, unsealed to the head
   void reserve(BlockTable &table, const Admission &plan);
+  // Twins: a pool block and a host-tier block holding the same KV. A pair lives while both blocks
+  // are referenced and the pool block is not written.
+  void add_twins(int32_t device, int32_t host);
+  void forget_device_twin(int32_t device);
+  void forget_host_twin(int32_t host);
+  void drop_host_ref(int32_t host);
   void check_space(uint32_t needed, const char *what) const;
 
   uint32_t num_blocks_;
@@ -129,6 +154,9 @@ class BlockManager {
   PrefixTree tree_;
   KvEvents *events_ = nullptr;
   std::vector<BlockCopy> pending_copies_;
+  HostTier host_;
+  std::unordered_map<int32_t, int32_t> host_twin_;    // pool block -> host-tier block
+  std::unordered_map<int32_t, int32_t> device_twin_;  // host-tier block -> pool block
   BlockStats stats_;
 };
 

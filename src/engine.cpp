@@ -36,7 +36,8 @@ Engine::Engine(const pkv_engine_params &params)
       softmax_scale_(attention_scale(params_)),
       events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
-              params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0),
+              params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0,
+              params_.host_num_blocks),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
@@ -164,7 +165,7 @@ void Engine::release(uint64_t id) {
   Sequence &s = seqs_.get(id);
   require_outside_batch(s, "release");
   if (s.request.is_request) scheduler_.forget(s);
-  blocks_.free(s.blocks);
+  free_kv(s, blocks_);
   seqs_.erase(id);
 }
 
@@ -183,6 +184,22 @@ uint32_t Engine::resume(uint64_t id) {
     fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
   admit(s, blocks_);
   return s.num_cached;
+}
+
+void Engine::swap_out(uint64_t id) {
+  Sequence &s = seqs_.get(id);
+  require_outside_batch(s, "swap out");
+  require_manual(s, "swap out");
+  if (!s.running()) fail(PKV_ERR_STATE, "sequence %llu is %s, not running", (unsigned long long)id, state_name(s.state));
+  pkv::swap_out(s, blocks_);
+}
+
+void Engine::swap_in(uint64_t id) {
+  Sequence &s = seqs_.get(id);
+  require_manual(s, "swap in");
+  if (s.state != SeqState::kSwapped)
+    fail(PKV_ERR_STATE, "sequence %llu is %s, not swapped out", (unsigned long long)id, state_name(s.state));
+  pkv::swap_in(s, blocks_);
 }
 
 uint64_t Engine::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
@@ -206,6 +223,8 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
   info.num_prompt_tokens = s.request.prompt_len;
   info.num_generated_tokens = s.request.num_generated;
   info.finish_reason = s.request.finish_reason;
+  info.kv_tier = s.running() ? PKV_TIER_DEVICE : s.state == SeqState::kSwapped ? PKV_TIER_HOST : PKV_TIER_NONE;
+  info.num_host_blocks = static_cast<uint32_t>(s.host_blocks.size());
   return info;
 }
 
@@ -219,8 +238,8 @@ const Batch &Engine::open_batch() const {
 void Engine::open(std::unique_ptr<Batch> batch) {
   auto ob = std::make_unique<OpenBatch>();
   ob->batch = std::move(batch);
-  // Nothing can fail from here on: the batch takes the queued copies and its members.
-  blocks_.clear_copies();
+  // Nothing can fail from here on: the batch takes its members. (The copies it lists stay queued
+  // in the block manager until they are done.)
   for (uint64_t id : ob->batch->seq_ids()) seqs_.get(id).in_batch = true;
   open_ = std::move(ob);
 }
@@ -253,8 +272,9 @@ void Engine::close(bool ran) {
     s.in_batch = false;
     if (ran) computed(s, blocks_, b.num_new_tokens()[i]);
   }
-  // Copies pkv already did stay done: redoing them later could overwrite newer writes.
-  if (!ran && !ob->copies_done) blocks_.return_copies(b.copies());
+  // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
+  // leaves them queued for the next batch, unless pkv already did them.
+  if (ran && !ob->copies_done) blocks_.copies_done(b.copies().size());
 }
 
 void Engine::end_batch() {
@@ -282,6 +302,15 @@ void Engine::abort_batch() {
   close(false);
 }
 
+void Engine::do_copies() {
+  PKV_ASSERT(open_);
+  if (open_->copies_done) return;
+  const pkv_batch_view view = open_->batch->view();
+  if (view.num_copies) backend_->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
+  blocks_.copies_done(view.num_copies);
+  open_->copies_done = true;
+}
+
 void Engine::attention(uint32_t layer, const void *q, const void *k, const void *v, void *out) {
   PKV_ASSERT(open_);
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
@@ -291,11 +320,8 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
     fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
          PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
   OpenBatch &ob = *open_;
+  do_copies();  // before any write of the step, for every layer at once
   const pkv_batch_view view = ob.batch->view();
-  if (!ob.copies_done) {  // before any write of the step, for every layer at once
-    if (view.num_copies) backend_->copy_blocks(view.copy_src, view.copy_dst, view.num_copies);
-    ob.copies_done = true;
-  }
   if (!ob.planned) {
     backend_->plan(view);
     ob.planned = true;
@@ -332,6 +358,11 @@ pkv_stats Engine::stats() const {
   st.num_evictions = b.num_evictions;
   st.num_cow_copies = b.num_cow_copies;
   st.num_preemptions = b.num_preemptions;
+  st.num_host_blocks = blocks_.num_host_blocks();
+  st.num_host_free_blocks = blocks_.num_host_free();
+  st.num_swapped_seqs = seqs_.count(SeqState::kSwapped);
+  st.num_swapped_out_blocks = b.num_swapped_out_blocks;
+  st.num_swapped_in_blocks = b.num_swapped_in_blocks;
   return st;
 }
 
@@ -342,6 +373,10 @@ void Engine::check() const {
   for (const auto &kv : seqs_) {
     const Sequence &s = kv.second;
     in_batch += s.in_batch;
+    const bool swapped = s.state == SeqState::kSwapped;
+    if (s.host_blocks.size() != (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
+      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens", (unsigned long long)s.id,
+           state_name(s.state), s.host_blocks.size(), s.num_slotted());
     if (s.num_unslotted > (s.request.is_request && s.running() ? 1u : 0u))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) has %u tokens without a slot", (unsigned long long)s.id,
            state_name(s.state), s.num_unslotted);

@@ -39,6 +39,8 @@ class Engine {
   void release(uint64_t id);
   void preempt(uint64_t id);
   uint32_t resume(uint64_t id);
+  void swap_out(uint64_t id);
+  void swap_in(uint64_t id);
   const Sequence &seq(uint64_t id) const { return seqs_.get(id); }
   struct pkv_seq_info seq_info(uint64_t id) const;
 
@@ -55,6 +57,8 @@ class Engine {
   void end_batch();
   void commit(const int32_t *sampled_tokens);
   void abort_batch();
+  // The open batch's copies, once (pkv_batch_copy; the first pkv_attention calls it).
+  void do_copies();
   // pkv_attention of the open batch: its copies and its plan first (once), then one layer.
   void attention(uint32_t layer, const void *q, const void *k, const void *v, void *out);
 

@@ -26,6 +26,10 @@ template <> inline constexpr uint32_t kMinStructSize<pkv_kv_budget> =
     offsetof(pkv_kv_budget, host_num_blocks);
 template <> inline constexpr uint32_t kMinStructSize<struct pkv_pool_info> =
     offsetof(struct pkv_pool_info, host_k_base);
+template <> inline constexpr uint32_t kMinStructSize<pkv_stats> = offsetof(pkv_stats, num_host_blocks);
+template <> inline constexpr uint32_t kMinStructSize<struct pkv_seq_info> =
+    offsetof(struct pkv_seq_info, kv_tier);
+template <> inline constexpr uint32_t kMinStructSize<pkv_batch_view> = offsetof(pkv_batch_view, copy_kind);
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");
 
 // Reads a caller's versioned struct: fields the caller does not have keep their defaults.

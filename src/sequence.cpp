@@ -10,6 +10,7 @@ const char *state_name(SeqState state) {
     case SeqState::kRunning: return "running";
     case SeqState::kPreempted: return "preempted";
     case SeqState::kFinished: return "finished";
+    case SeqState::kSwapped: return "swapped";
   }
   return "unknown";
 }
@@ -62,6 +63,26 @@ void finish(Sequence &s, BlockManager &blocks, uint32_t reason) {
   s.request.finish_reason = reason;
 }
 
+void swap_out(Sequence &s, BlockManager &blocks) {
+  PKV_ASSERT(s.running() && s.num_unslotted == 0);
+  blocks.swap_out(s.blocks, s.host_blocks);
+  s.state = SeqState::kSwapped;
+}
+
+void swap_in(Sequence &s, BlockManager &blocks) {
+  PKV_ASSERT(s.state == SeqState::kSwapped);
+  blocks.swap_in(s.host_blocks, s.blocks);
+  s.state = SeqState::kRunning;
+  // The blocks' KV is the computed tokens' (their copies come first in the next step): its
+  // full blocks join the prefix tree as copies of their nodes again.
+  blocks.seal(s.blocks, s.salt, s.tokens.data(), s.num_computed);
+}
+
+void free_kv(Sequence &s, BlockManager &blocks) {
+  blocks.free(s.blocks);
+  blocks.free_host(s.host_blocks);
+}
+
 void computed(Sequence &s, BlockManager &blocks, uint32_t n) {
   PKV_ASSERT(s.running() && n <= s.num_uncomputed());
   s.num_computed += n;
@@ -108,7 +129,7 @@ void SequenceTable::discard(uint64_t id) {
 
 void SequenceTable::erase(uint64_t id) {
   const Sequence &s = get(id);
-  PKV_ASSERT(s.blocks.ids.empty() && !s.in_batch);
+  PKV_ASSERT(s.blocks.ids.empty() && s.host_blocks.empty() && !s.in_batch);
   seqs_.erase(id);
 }
 
@@ -123,7 +144,7 @@ std::vector<TableOwner> SequenceTable::owners() const {
   out.reserve(seqs_.size());
   for (const auto &[id, s] : seqs_)
     out.push_back(TableOwner{id, &s.blocks, &s.salt, s.tokens.data(), s.running() ? s.num_slotted() : 0,
-                             s.num_computed});
+                             s.running() ? s.num_computed : 0, &s.host_blocks});
   return out;
 }
 

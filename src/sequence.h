@@ -13,12 +13,14 @@
 namespace pkv {
 
 // pkv_allocate's sequences start running and move running <-> preempted (pkv_preempt,
-// pkv_resume); pkv_submit's requests start waiting, run, may be preempted, and finish.
+// pkv_resume) and running <-> swapped (pkv_swap_out, pkv_swap_in); pkv_submit's requests start
+// waiting, run, may be preempted, and finish.
 enum class SeqState : uint8_t {
   kWaiting,    // submitted, never admitted: tokens, no blocks
   kRunning,    // holds blocks for its tokens (all but a sampled token awaiting its slot)
   kPreempted,  // gave its blocks back and keeps its tokens, to be re-admitted (recompute)
   kFinished,   // a request that reached its stop token or length: tokens kept, no blocks
+  kSwapped,    // its KV moved to the host tier: tokens, computed count and host blocks kept
 };
 
 // What the scheduler keeps of a request (pkv_submit).
@@ -38,6 +40,7 @@ struct Sequence {
   std::string salt;              // cache salt: sequences with different salts share nothing
   std::vector<int32_t> tokens;   // prompt, appended and sampled tokens
   BlockTable blocks;             // covers num_slotted() tokens while running, else empty
+  std::vector<int32_t> host_blocks;  // host-tier blocks while swapped, else empty
   uint32_t num_computed = 0;     // tokens whose KV is in the pool (cached ones included)
   uint32_t num_cached = 0;       // tokens served by the prefix cache at the last admission
   // Trailing tokens with no slot yet: a sampled token waits for the next step to reserve it
@@ -66,6 +69,12 @@ void reserve_unslotted(Sequence &s, BlockManager &blocks);
 // Running -> preempted: the blocks go back, the tokens stay (a sampled token awaiting its slot
 // becomes an ordinary token, computed at re-admission). Cannot fail.
 void preempt(Sequence &s, BlockManager &blocks);
+// Running -> swapped: the KV moves to the host tier (copies queued); computed tokens stay computed.
+void swap_out(Sequence &s, BlockManager &blocks);
+// Swapped -> running: back into pool blocks (copies queued), full computed blocks sealed again.
+void swap_in(Sequence &s, BlockManager &blocks);
+// Gives back whatever the sequence holds, in either tier (pkv_release).
+void free_kv(Sequence &s, BlockManager &blocks);
 // Running -> finished (a request): the blocks go back, the tokens stay. Cannot fail.
 void finish(Sequence &s, BlockManager &blocks, uint32_t reason);
 // Running: a step computed the next n tokens; full blocks are sealed into the prefix cache.

@@ -86,7 +86,7 @@ namespace Pkv
         public ulong HostAvailableBytes;
     }
 
-    /// <summary>pkv_stats (144 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (184 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -109,6 +109,11 @@ namespace Pkv
         public ulong NumFinishedRequests;
         public ulong NumScheduledTokens;
         public ulong NumSteps;
+        public ulong NumHostBlocks;
+        public ulong NumHostFreeBlocks;
+        public ulong NumSwappedSeqs;
+        public ulong NumSwappedOutBlocks;
+        public ulong NumSwappedInBlocks;
     }
 
     /// <summary>pkv_seq_params (16 bytes on x86_64).</summary>
@@ -120,7 +125,7 @@ namespace Pkv
         public IntPtr CacheSalt;
     }
 
-    /// <summary>pkv_seq_info (48 bytes on x86_64).</summary>
+    /// <summary>pkv_seq_info (56 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct SeqInfo
     {
@@ -136,9 +141,11 @@ namespace Pkv
         public uint NumPromptTokens;
         public uint NumGeneratedTokens;
         public uint FinishReason;
+        public uint KvTier;
+        public uint NumHostBlocks;
     }
 
-    /// <summary>pkv_batch_view (128 bytes on x86_64).</summary>
+    /// <summary>pkv_batch_view (136 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct BatchView
     {
@@ -162,6 +169,7 @@ namespace Pkv
         public IntPtr CopySrc;
         public IntPtr CopyDst;
         public IntPtr SampleRows;
+        public IntPtr CopyKind;
     }
 
     /// <summary>pkv_request_params (32 bytes on x86_64).</summary>
@@ -255,6 +263,12 @@ namespace Pkv
         public const int PKV_FINISH_NONE = 0;
         public const int PKV_FINISH_STOP_TOKEN = 1;
         public const int PKV_FINISH_LENGTH = 2;
+        public const int PKV_COPY_COW = 1;
+        public const int PKV_COPY_SWAP_OUT = 2;
+        public const int PKV_COPY_SWAP_IN = 3;
+        public const int PKV_TIER_NONE = 0;
+        public const int PKV_TIER_DEVICE = 1;
+        public const int PKV_TIER_HOST = 2;
         public const int PKV_EVENT_BLOCK_STORED = 1;
         public const int PKV_EVENT_BLOCK_REMOVED = 2;
         public const int PKV_EVENT_ALL_CLEARED = 3;
@@ -262,7 +276,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo) };
-        public static readonly int[] StructSizes = { 152, 152, 144, 16, 48, 128, 32, 32, 128 };
+        public static readonly int[] StructSizes = { 152, 152, 184, 16, 56, 136, 32, 32, 128 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -347,6 +361,12 @@ namespace Pkv
         public static extern Status pkv_resume(EngineHandle e, ulong seq, uint* out_num_cached_tokens);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_swap_out(EngineHandle e, ulong seq);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_swap_in(EngineHandle e, ulong seq);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_seq_info(EngineHandle e, ulong seq, SeqInfo* @out);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
@@ -360,6 +380,9 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_batch_info(BatchHandle b, BatchView* @out);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_batch_copy(BatchHandle b);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_batch_end(IntPtr b);

@@ -64,6 +64,18 @@ const (
 )
 
 const (
+	CopyCow     = 1
+	CopySwapOut = 2
+	CopySwapIn  = 3
+)
+
+const (
+	TierNone   = 0
+	TierDevice = 1
+	TierHost   = 2
+)
+
+const (
 	EventBlockStored  = 1
 	EventBlockRemoved = 2
 	EventAllCleared   = 3
@@ -170,7 +182,7 @@ type KVBudget struct {
 	HostAvailableBytes   uint64
 }
 
-// Stats is C's pkv_stats (144 bytes on amd64; layout checked against C at init).
+// Stats is C's pkv_stats (184 bytes on amd64; layout checked against C at init).
 type Stats struct {
 	StructSize          uint32
 	Reserved0           uint32
@@ -191,6 +203,11 @@ type Stats struct {
 	NumFinishedRequests uint64
 	NumScheduledTokens  uint64
 	NumSteps            uint64
+	NumHostBlocks       uint64
+	NumHostFreeBlocks   uint64
+	NumSwappedSeqs      uint64
+	NumSwappedOutBlocks uint64
+	NumSwappedInBlocks  uint64
 }
 
 // SeqParams is C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
@@ -200,7 +217,7 @@ type SeqParams struct {
 	CacheSalt    uintptr
 }
 
-// SeqInfo is C's pkv_seq_info (48 bytes on amd64; layout checked against C at init).
+// SeqInfo is C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
 type SeqInfo struct {
 	StructSize         uint32
 	NumTokens          uint32
@@ -214,9 +231,11 @@ type SeqInfo struct {
 	NumPromptTokens    uint32
 	NumGeneratedTokens uint32
 	FinishReason       uint32
+	KVTier             uint32
+	NumHostBlocks      uint32
 }
 
-// BatchView is C's pkv_batch_view (128 bytes on amd64; layout checked against C at init).
+// BatchView is C's pkv_batch_view (136 bytes on amd64; layout checked against C at init).
 type BatchView struct {
 	StructSize      uint32
 	NumSeqs         uint32
@@ -238,6 +257,7 @@ type BatchView struct {
 	CopySrc         uintptr
 	CopyDst         uintptr
 	SampleRows      uintptr
+	CopyKind        uintptr
 }
 
 // RequestParams is C's pkv_request_params (32 bytes on amd64; layout checked against C at init).

@@ -85,6 +85,11 @@ var layouts = []layout{
 		{"num_finished_requests", unsafe.Offsetof(Stats{}.NumFinishedRequests), unsafe.Offsetof(C.struct_pkv_stats{}.num_finished_requests)},
 		{"num_scheduled_tokens", unsafe.Offsetof(Stats{}.NumScheduledTokens), unsafe.Offsetof(C.struct_pkv_stats{}.num_scheduled_tokens)},
 		{"num_steps", unsafe.Offsetof(Stats{}.NumSteps), unsafe.Offsetof(C.struct_pkv_stats{}.num_steps)},
+		{"num_host_blocks", unsafe.Offsetof(Stats{}.NumHostBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_blocks)},
+		{"num_host_free_blocks", unsafe.Offsetof(Stats{}.NumHostFreeBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_free_blocks)},
+		{"num_swapped_seqs", unsafe.Offsetof(Stats{}.NumSwappedSeqs), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_seqs)},
+		{"num_swapped_out_blocks", unsafe.Offsetof(Stats{}.NumSwappedOutBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_out_blocks)},
+		{"num_swapped_in_blocks", unsafe.Offsetof(Stats{}.NumSwappedInBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_in_blocks)},
 	}},
 	{"pkv_seq_params", unsafe.Sizeof(SeqParams{}), unsafe.Sizeof(C.struct_pkv_seq_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(SeqParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_seq_params{}.struct_size)},
@@ -104,6 +109,8 @@ var layouts = []layout{
 		{"num_prompt_tokens", unsafe.Offsetof(SeqInfo{}.NumPromptTokens), unsafe.Offsetof(C.struct_pkv_seq_info{}.num_prompt_tokens)},
 		{"num_generated_tokens", unsafe.Offsetof(SeqInfo{}.NumGeneratedTokens), unsafe.Offsetof(C.struct_pkv_seq_info{}.num_generated_tokens)},
 		{"finish_reason", unsafe.Offsetof(SeqInfo{}.FinishReason), unsafe.Offsetof(C.struct_pkv_seq_info{}.finish_reason)},
+		{"kv_tier", unsafe.Offsetof(SeqInfo{}.KVTier), unsafe.Offsetof(C.struct_pkv_seq_info{}.kv_tier)},
+		{"num_host_blocks", unsafe.Offsetof(SeqInfo{}.NumHostBlocks), unsafe.Offsetof(C.struct_pkv_seq_info{}.num_host_blocks)},
 	}},
 	{"pkv_batch_view", unsafe.Sizeof(BatchView{}), unsafe.Sizeof(C.struct_pkv_batch_view{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(BatchView{}.StructSize), unsafe.Offsetof(C.struct_pkv_batch_view{}.struct_size)},
@@ -126,6 +133,7 @@ var layouts = []layout{
 		{"copy_src", unsafe.Offsetof(BatchView{}.CopySrc), unsafe.Offsetof(C.struct_pkv_batch_view{}.copy_src)},
 		{"copy_dst", unsafe.Offsetof(BatchView{}.CopyDst), unsafe.Offsetof(C.struct_pkv_batch_view{}.copy_dst)},
 		{"sample_rows", unsafe.Offsetof(BatchView{}.SampleRows), unsafe.Offsetof(C.struct_pkv_batch_view{}.sample_rows)},
+		{"copy_kind", unsafe.Offsetof(BatchView{}.CopyKind), unsafe.Offsetof(C.struct_pkv_batch_view{}.copy_kind)},
 	}},
 	{"pkv_request_params", unsafe.Sizeof(RequestParams{}), unsafe.Sizeof(C.struct_pkv_request_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(RequestParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_request_params{}.struct_size)},

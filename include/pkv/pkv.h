@@ -109,6 +109,12 @@ enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET
 enum { PKV_DEBUG_CONSTANT_HASH = 1 }; /* every prefix-lookup hash is 0: exactness by token compare */
 /* Why a request finished. */
 enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
+/* pkv_batch_view.copy_kind: what a listed block copy moves (ids are in the tiers it names). */
+enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write */
+       PKV_COPY_SWAP_OUT = 2,     /* device block -> host-tier block: pkv_swap_out */
+       PKV_COPY_SWAP_IN = 3 };    /* host-tier block -> device block: pkv_swap_in */
+/* struct pkv_seq_info.kv_tier: where a sequence's KV is. */
+enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2 };
 /* pkv_kv_event.type */
 enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,
        PKV_EVENT_OVERFLOW = 4 };
@@ -272,6 +278,12 @@ typedef struct pkv_stats {
   uint64_t num_finished_requests; /* finished, not yet released */
   uint64_t num_scheduled_tokens;  /* new tokens planned by pkv_step (cumulative) */
   uint64_t num_steps;             /* batches returned by pkv_step (cumulative) */
+  /* the host tier (since 0.2.0) */
+  uint64_t num_host_blocks;       /* blocks of the host tier (0: off) */
+  uint64_t num_host_free_blocks;  /* of which free */
+  uint64_t num_swapped_seqs;      /* sequences whose KV is in the host tier (pkv_swap_out) */
+  uint64_t num_swapped_out_blocks; /* device -> host block copies queued by swap-outs (cumulative) */
+  uint64_t num_swapped_in_blocks; /* host -> device block copies queued by swap-ins (cumulative) */
 } pkv_stats;
 
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
@@ -325,6 +337,19 @@ PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
 PKV_API pkv_status pkv_preempt(pkv_engine *e, uint64_t seq);
 PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens);
 
+/* Preemption by swapping (since 0.2.0; needs the host tier, PKV_ERR_UNSUPPORTED without):
+ * pkv_swap_out moves seq's KV to host-tier blocks and gives its pool blocks back, keeping its
+ * tokens and computed count; pkv_swap_in brings it back into pool blocks, all or nothing. The
+ * moves are block copies listed by the next batch (copy_kind SWAP_OUT / SWAP_IN) and done before
+ * its first write; a block shared with other sequences is copied once and its copies stay shared
+ * (a sharer swapped out later, or swapped in while an identical block is still in the pool,
+ * copies nothing). PKV_ERR_NO_SPACE: too few free blocks in the tier moved to; nothing changed.
+ * PKV_ERR_STATE: seq is not running (swap_out) / not swapped (swap_in), is in the open batch,
+ * or is a request of pkv_submit. A swapped sequence cannot be appended to, forked or batched
+ * (PKV_ERR_STATE); pkv_release frees its host blocks. */
+PKV_API pkv_status pkv_swap_out(pkv_engine *e, uint64_t seq);
+PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
+
 /* Like POSIX's struct stat and stat(), the struct and the call share a name: write
  * `struct pkv_seq_info` (there is no typedef, which C would not allow next to the function). */
 struct pkv_seq_info {
@@ -342,6 +367,11 @@ struct pkv_seq_info {
   uint32_t num_prompt_tokens;     /* the prompt as submitted */
   uint32_t num_generated_tokens;  /* tokens sampled so far (pkv_commit) */
   uint32_t finish_reason;         /* PKV_FINISH_*: NONE while it runs */
+  /* since 0.2.0 */
+  uint32_t kv_tier;               /* PKV_TIER_*: DEVICE while it holds pool blocks, HOST while
+                                     swapped out, NONE when it holds no KV (waiting, preempted,
+                                     finished) */
+  uint32_t num_host_blocks;       /* host-tier blocks it holds while swapped out */
 };
 
 PKV_API pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out);
@@ -369,7 +399,15 @@ typedef struct pkv_batch pkv_batch;
  *   block_indices  [block_indptr[num_seqs]]   block_indices[block_indptr[i] .. block_indptr[i+1]-1]
  *   last_block_len [num_seqs]           tokens in seq i's last listed block (1 .. block_size)
  *   block_tables   [num_seqs][max_blocks_per_seq]  the same tables padded with -1
- *   copy_src, copy_dst [num_copies]     copy-on-write copies to do before any write of the step */
+ *   copy_src, copy_dst [num_copies]     block copies to do, in this order, before any write of
+ *                                       the step: copy-on-write, and with a host tier swap-outs
+ *                                       and swap-ins (copy_kind says which; since 0.2.0)
+ *   copy_kind      [num_copies]         PKV_COPY_*: COW device->device, SWAP_OUT device->host
+ *                                       tier, SWAP_IN host tier->device (whole blocks: every
+ *                                       layer, K and V; pkv_pool_info gives both tiers' layout).
+ * Until the step's copies are done the sources of SWAP_OUT and SWAP_IN copies stay held: no later
+ * call hands them out. (Copy-on-write sources may be freed and handed out meanwhile: any write
+ * into them comes after the copies of the step that does them.) */
 typedef struct pkv_batch_view {
   uint32_t struct_size;
   uint32_t num_seqs;
@@ -393,6 +431,7 @@ typedef struct pkv_batch_view {
   const int32_t *sample_rows;     /* [num_seqs]: the row whose output is sampled (the last new
                                      token) when this step completes the sequence's tokens; -1
                                      for a chunk in the middle of a prompt */
+  const int32_t *copy_kind;       /* [num_copies] PKV_COPY_* (since 0.2.0) */
 } pkv_batch_view;
 
 /* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
@@ -409,6 +448,12 @@ PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
 
 /* Points out's fields at the batch's arrays (see pkv_batch_view). */
 PKV_API pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out);
+
+/* Does the batch's listed copies (pkv_batch_view copy_*) now, on the engine's device, unless they
+ * are done already: for hosts that run no pkv_attention but let pkv move the blocks (the first
+ * pkv_attention of a batch calls it). On CUDA it returns once they are queued on the engine's
+ * stream. Since 0.2.0. */
+PKV_API pkv_status pkv_batch_copy(pkv_batch *b);
 
 /* The step ran: its new tokens become computed, blocks that are now full and computed are sealed
  * into the prefix cache (shareable from now on), the copies are done. Frees b on success; on

@@ -51,8 +51,9 @@ class Backend {
   // The host tier's K and V (host memory, pinned on CUDA); null when it has no blocks.
   virtual void *host_k_pool() const = 0;
   virtual void *host_v_pool() const = 0;
-  // Block copies src[i] -> dst[i], in order, every layer, K and V.
-  virtual void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) = 0;
+  // Block copies src[i] -> dst[i], in order, every layer, K and V; kind[i] (PKV_COPY_*) says
+  // which tier each id is in.
+  virtual void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) = 0;
   // Prepares a step: step's arrays (host memory) stay valid and unchanged until the batch ends.
   virtual void plan(const pkv_batch_view &step) = 0;
   // write_kv of the planned step's new tokens into `layer`, then their causal paged attention.

@@ -42,6 +42,12 @@ PKV_DEBUG_CONSTANT_HASH = 1
 PKV_FINISH_NONE = 0
 PKV_FINISH_STOP_TOKEN = 1
 PKV_FINISH_LENGTH = 2
+PKV_COPY_COW = 1
+PKV_COPY_SWAP_OUT = 2
+PKV_COPY_SWAP_IN = 3
+PKV_TIER_NONE = 0
+PKV_TIER_DEVICE = 1
+PKV_TIER_HOST = 2
 PKV_EVENT_BLOCK_STORED = 1
 PKV_EVENT_BLOCK_REMOVED = 2
 PKV_EVENT_ALL_CLEARED = 3
@@ -153,6 +159,11 @@ class pkv_stats(_c.Structure):
         ('num_finished_requests', _c.c_uint64),
         ('num_scheduled_tokens', _c.c_uint64),
         ('num_steps', _c.c_uint64),
+        ('num_host_blocks', _c.c_uint64),
+        ('num_host_free_blocks', _c.c_uint64),
+        ('num_swapped_seqs', _c.c_uint64),
+        ('num_swapped_out_blocks', _c.c_uint64),
+        ('num_swapped_in_blocks', _c.c_uint64),
     ]
 
 
@@ -178,6 +189,8 @@ class pkv_seq_info(_c.Structure):
         ('num_prompt_tokens', _c.c_uint32),
         ('num_generated_tokens', _c.c_uint32),
         ('finish_reason', _c.c_uint32),
+        ('kv_tier', _c.c_uint32),
+        ('num_host_blocks', _c.c_uint32),
     ]
 
 
@@ -203,6 +216,7 @@ class pkv_batch_view(_c.Structure):
         ('copy_src', _c.POINTER(_c.c_int32)),
         ('copy_dst', _c.POINTER(_c.c_int32)),
         ('sample_rows', _c.POINTER(_c.c_int32)),
+        ('copy_kind', _c.POINTER(_c.c_int32)),
     ]
 
 
@@ -257,10 +271,10 @@ class pkv_pool_info(_c.Structure):
 SIZES = {
     'pkv_engine_params': 152,
     'pkv_kv_budget': 152,
-    'pkv_stats': 144,
+    'pkv_stats': 184,
     'pkv_seq_params': 16,
-    'pkv_seq_info': 48,
-    'pkv_batch_view': 128,
+    'pkv_seq_info': 56,
+    'pkv_batch_view': 136,
     'pkv_request_params': 32,
     'pkv_kv_event': 32,
     'pkv_pool_info': 128,
@@ -289,11 +303,14 @@ FUNCTIONS = {
     'pkv_release': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
     'pkv_preempt': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
     'pkv_resume': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(_c.c_uint32)]),
+    'pkv_swap_out': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
+    'pkv_swap_in': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
     'pkv_seq_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(pkv_seq_info)]),
     'pkv_seq_block_table': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_seq_tokens': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_batch_begin': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_uint64), _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.POINTER(pkv_batch))]),
     'pkv_batch_info': (pkv_status, [_c.POINTER(pkv_batch), _c.POINTER(pkv_batch_view)]),
+    'pkv_batch_copy': (pkv_status, [_c.POINTER(pkv_batch)]),
     'pkv_batch_end': (pkv_status, [_c.POINTER(pkv_batch)]),
     'pkv_batch_abort': (None, [_c.POINTER(pkv_batch)]),
     'pkv_request_params_init': (pkv_status, [_c.POINTER(pkv_request_params), _c.c_uint32]),
@@ -334,11 +351,14 @@ PARAM_NAMES = {
     'pkv_release': ('e', 'seq'),
     'pkv_preempt': ('e', 'seq'),
     'pkv_resume': ('e', 'seq', 'out_num_cached_tokens'),
+    'pkv_swap_out': ('e', 'seq'),
+    'pkv_swap_in': ('e', 'seq'),
     'pkv_seq_info': ('e', 'seq', 'out'),
     'pkv_seq_block_table': ('e', 'seq', 'out', 'cap', 'out_len'),
     'pkv_seq_tokens': ('e', 'seq', 'out', 'cap', 'out_len'),
     'pkv_batch_begin': ('e', 'seqs', 'num_new_tokens', 'num_seqs', 'out'),
     'pkv_batch_info': ('b', 'out'),
+    'pkv_batch_copy': ('b',),
     'pkv_batch_end': ('b',),
     'pkv_batch_abort': ('b',),
     'pkv_request_params_init': ('p', 'size'),

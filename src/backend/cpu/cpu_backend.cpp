@@ -54,9 +54,10 @@ class CpuBackend final : public Backend {
   void *host_k_pool() const override { return host_.base(); }
   void *host_v_pool() const override { return host_.base() ? host_.base() + shape_.host_bytes.pool : nullptr; }
 
-  void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) override {
-    kernels().copy_blocks(k_pool(), v_pool(), shape_.num_layers, shape_.layer_bytes(),
-                         shape_.block_bytes(), src, dst, n);
+  void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) override {
+    const CpuTier tiers[2] = {{pool_.base(), pool_.base() + bytes_, shape_.layer_bytes()},
+                              {host_.base(), host_.base() + shape_.host_bytes.pool, shape_.host_bytes.layer}};
+    kernels().copy_blocks(tiers, shape_.num_layers, shape_.block_bytes(), src, dst, kind, n);
   }
 
   void plan(const pkv_batch_view &v) override {

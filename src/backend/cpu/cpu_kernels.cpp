@@ -97,12 +97,17 @@ void CpuKernels::write_kv(const CpuStep &step, const CpuLayer &layer) {
   });
 }
 
-void CpuKernels::copy_blocks(void *k_pool, void *v_pool, uint32_t num_layers, uint64_t layer_bytes,
-                             uint64_t block_bytes, const int32_t *src, const int32_t *dst, uint32_t n) {
+void CpuKernels::copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint64_t block_bytes,
+                             const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) {
   pool_.parallel_for(size_t(num_layers) * 2, [&](size_t i, uint32_t) {
-    char *base = static_cast<char *>(i % 2 ? v_pool : k_pool) + (i / 2) * layer_bytes;
-    for (uint32_t c = 0; c < n; ++c)  // in order: chained copies read earlier destinations
-      std::memmove(base + uint64_t(dst[c]) * block_bytes, base + uint64_t(src[c]) * block_bytes, block_bytes);
+    const uint64_t layer = i / 2;
+    char *base[2];  // this layer's K (or V) in each tier
+    for (int t = 0; t < 2; ++t) base[t] = (i % 2 ? tiers[t].v : tiers[t].k) + layer * tiers[t].layer_bytes;
+    for (uint32_t c = 0; c < n; ++c) {  // in order: chained copies read earlier destinations
+      const int from = kind[c] == PKV_COPY_SWAP_IN, to = kind[c] == PKV_COPY_SWAP_OUT;
+      std::memmove(base[to] + uint64_t(dst[c]) * block_bytes, base[from] + uint64_t(src[c]) * block_bytes,
+                   block_bytes);
+    }
   });
 }
 

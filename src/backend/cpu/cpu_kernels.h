@@ -34,6 +34,12 @@ struct AttnWork {
 };
 
 
+// Where one tier's blocks are: K and V, each [layers][blocks][block bytes].
+struct CpuTier {
+  char *k, *v;
+  uint64_t layer_bytes;
+};
+
 // A step's batch, host arrays (pkv_batch_view's).
 struct CpuStep {
   uint32_t num_seqs, num_tokens, block_size;
@@ -65,9 +71,10 @@ class CpuKernels {
   void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim);
   void write_kv(const CpuStep &step, const CpuLayer &layer);
   void attention(const CpuStep &step, const CpuLayer &layer);  // of the planned step
-  // For every layer, block src -> dst in order (a later pair may read an earlier one's dst).
-  void copy_blocks(void *k_pool, void *v_pool, uint32_t num_layers, uint64_t layer_bytes,
-                   uint64_t block_bytes, const int32_t *src, const int32_t *dst, uint32_t n);
+  // For every layer, block src[c] -> dst[c] in order (a later pair may read an earlier one's
+  // dst), each in the tier its kind names (PKV_COPY_*): tiers[0] the pool, tiers[1] the host tier.
+  void copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint64_t block_bytes,
+                   const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n);
 
  private:
   using AttentionFn = void (*)(const CpuStep &, const CpuLayer &, const AttnWork &, ThreadPool &);

@@ -80,12 +80,13 @@ class CudaBackend final : public Backend {
     stream_ = next;
   }
 
-  void copy_blocks(const int32_t *src, const int32_t *dst, uint32_t n) override {
+  void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) override {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     cuda::KvPool pool{k_, v_, int32_t(shape_.num_layers), int64_t(shape_.layer_bytes()),
                       int64_t(shape_.block_bytes())};
-    // One launch runs its pairs in no order: split the list into waves in which no block is
-    // written twice or both read and written, and launch the waves in order.
+    // One launch runs its pairs in no order: split the copy-on-write pairs into waves in which no
+    // block is written twice or both read and written, and launch the waves in order. A copy
+    // between the tiers ends the wave before it (the list's order is kept).
     std::vector<int32_t> pairs;
     std::unordered_set<int32_t> read, written;
     auto flush = [&] {
@@ -101,6 +102,11 @@ class CudaBackend final : public Backend {
       written.clear();
     };
     for (uint32_t i = 0; i < n; ++i) {
+      if (kind[i] != PKV_COPY_COW) {
+        flush();
+        copy_tier_block(src[i], dst[i], kind[i] == PKV_COPY_SWAP_OUT);
+        continue;
+      }
       if (written.count(src[i]) || written.count(dst[i]) || read.count(dst[i])) flush();
       pairs.push_back(src[i]);
       pairs.push_back(dst[i]);
@@ -158,6 +164,25 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // One block between the pool and the pinned host tier, every layer, K and V: a strided copy
+  // each (rows = layers). On the engine's stream, asynchronous.
+  void copy_tier_block(int32_t from, int32_t to, bool device_to_host) {
+    const size_t width = shape_.block_bytes(), layers = shape_.num_layers;
+    const size_t pool_pitch = shape_.layer_bytes(), host_pitch = shape_.host_bytes.layer;
+    char *pools[2] = {static_cast<char *>(k_), static_cast<char *>(v_)};
+    char *hosts[2] = {static_cast<char *>(host_), static_cast<char *>(host_) + shape_.host_bytes.pool};
+    for (int kv = 0; kv < 2; ++kv) {
+      char *dev = pools[kv] + width * size_t(device_to_host ? from : to);
+      char *host = hosts[kv] + width * size_t(device_to_host ? to : from);
+      check_cuda(device_to_host
+                     ? cudaMemcpy2DAsync(host, host_pitch, dev, pool_pitch, width, layers,
+                                         cudaMemcpyDeviceToHost, stream_)
+                     : cudaMemcpy2DAsync(dev, pool_pitch, host, host_pitch, width, layers,
+                                         cudaMemcpyHostToDevice, stream_),
+                 "copying a block between the pool and the host tier");
+    }
+  }
+
   void release() {
     cudaSetDevice(device_id_);
     cudaFree(k_);

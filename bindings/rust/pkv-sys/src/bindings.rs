@@ -47,11 +47,19 @@ pub const PKV_FINISH_NONE: _bindgen_ty_7 = 0;
 pub const PKV_FINISH_STOP_TOKEN: _bindgen_ty_7 = 1;
 pub const PKV_FINISH_LENGTH: _bindgen_ty_7 = 2;
 pub type _bindgen_ty_7 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_8 = 1;
-pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_8 = 2;
-pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_8 = 3;
-pub const PKV_EVENT_OVERFLOW: _bindgen_ty_8 = 4;
+pub const PKV_COPY_COW: _bindgen_ty_8 = 1;
+pub const PKV_COPY_SWAP_OUT: _bindgen_ty_8 = 2;
+pub const PKV_COPY_SWAP_IN: _bindgen_ty_8 = 3;
 pub type _bindgen_ty_8 = ::std::os::raw::c_uint;
+pub const PKV_TIER_NONE: _bindgen_ty_9 = 0;
+pub const PKV_TIER_DEVICE: _bindgen_ty_9 = 1;
+pub const PKV_TIER_HOST: _bindgen_ty_9 = 2;
+pub type _bindgen_ty_9 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_10 = 1;
+pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_10 = 2;
+pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_10 = 3;
+pub const PKV_EVENT_OVERFLOW: _bindgen_ty_10 = 4;
+pub type _bindgen_ty_10 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_engine_params {
@@ -139,6 +147,11 @@ pub struct pkv_stats {
     pub num_finished_requests: u64,
     pub num_scheduled_tokens: u64,
     pub num_steps: u64,
+    pub num_host_blocks: u64,
+    pub num_host_free_blocks: u64,
+    pub num_swapped_seqs: u64,
+    pub num_swapped_out_blocks: u64,
+    pub num_swapped_in_blocks: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -162,6 +175,8 @@ pub struct pkv_seq_info {
     pub num_prompt_tokens: u32,
     pub num_generated_tokens: u32,
     pub finish_reason: u32,
+    pub kv_tier: u32,
+    pub num_host_blocks: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -191,6 +206,7 @@ pub struct pkv_batch_view {
     pub copy_src: *const i32,
     pub copy_dst: *const i32,
     pub sample_rows: *const i32,
+    pub copy_kind: *const i32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -319,6 +335,10 @@ pub struct PkvLib {
         unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, out_num_cached_tokens: *mut u32) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_swap_out:
+        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
+    pub pkv_swap_in:
+        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
     pub pkv_seq_info: Result<
         unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, out: *mut pkv_seq_info) -> pkv_status,
         ::libloading::Error,
@@ -357,6 +377,7 @@ pub struct PkvLib {
         unsafe extern "C" fn(b: *const pkv_batch, out: *mut pkv_batch_view) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_batch_copy: Result<unsafe extern "C" fn(b: *mut pkv_batch) -> pkv_status, ::libloading::Error>,
     pub pkv_batch_end: Result<unsafe extern "C" fn(b: *mut pkv_batch) -> pkv_status, ::libloading::Error>,
     pub pkv_batch_abort: Result<unsafe extern "C" fn(b: *mut pkv_batch), ::libloading::Error>,
     pub pkv_request_params_init: Result<
@@ -481,11 +502,14 @@ impl PkvLib {
         let pkv_release = __library.get(b"pkv_release\0").map(|sym| *sym);
         let pkv_preempt = __library.get(b"pkv_preempt\0").map(|sym| *sym);
         let pkv_resume = __library.get(b"pkv_resume\0").map(|sym| *sym);
+        let pkv_swap_out = __library.get(b"pkv_swap_out\0").map(|sym| *sym);
+        let pkv_swap_in = __library.get(b"pkv_swap_in\0").map(|sym| *sym);
         let pkv_seq_info = __library.get(b"pkv_seq_info\0").map(|sym| *sym);
         let pkv_seq_block_table = __library.get(b"pkv_seq_block_table\0").map(|sym| *sym);
         let pkv_seq_tokens = __library.get(b"pkv_seq_tokens\0").map(|sym| *sym);
         let pkv_batch_begin = __library.get(b"pkv_batch_begin\0").map(|sym| *sym);
         let pkv_batch_info = __library.get(b"pkv_batch_info\0").map(|sym| *sym);
+        let pkv_batch_copy = __library.get(b"pkv_batch_copy\0").map(|sym| *sym);
         let pkv_batch_end = __library.get(b"pkv_batch_end\0").map(|sym| *sym);
         let pkv_batch_abort = __library.get(b"pkv_batch_abort\0").map(|sym| *sym);
         let pkv_request_params_init = __library.get(b"pkv_request_params_init\0").map(|sym| *sym);
@@ -525,11 +549,14 @@ impl PkvLib {
             pkv_release,
             pkv_preempt,
             pkv_resume,
+            pkv_swap_out,
+            pkv_swap_in,
             pkv_seq_info,
             pkv_seq_block_table,
             pkv_seq_tokens,
             pkv_batch_begin,
             pkv_batch_info,
+            pkv_batch_copy,
             pkv_batch_end,
             pkv_batch_abort,
             pkv_request_params_init,
@@ -667,6 +694,12 @@ impl PkvLib {
     ) -> pkv_status {
         (self.pkv_resume.as_ref().expect("Expected function, got error."))(e, seq, out_num_cached_tokens)
     }
+    pub unsafe fn pkv_swap_out(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
+        (self.pkv_swap_out.as_ref().expect("Expected function, got error."))(e, seq)
+    }
+    pub unsafe fn pkv_swap_in(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
+        (self.pkv_swap_in.as_ref().expect("Expected function, got error."))(e, seq)
+    }
     pub unsafe fn pkv_seq_info(&self, e: *mut pkv_engine, seq: u64, out: *mut pkv_seq_info) -> pkv_status {
         (self.pkv_seq_info.as_ref().expect("Expected function, got error."))(e, seq, out)
     }
@@ -708,6 +741,9 @@ impl PkvLib {
     }
     pub unsafe fn pkv_batch_info(&self, b: *const pkv_batch, out: *mut pkv_batch_view) -> pkv_status {
         (self.pkv_batch_info.as_ref().expect("Expected function, got error."))(b, out)
+    }
+    pub unsafe fn pkv_batch_copy(&self, b: *mut pkv_batch) -> pkv_status {
+        (self.pkv_batch_copy.as_ref().expect("Expected function, got error."))(b)
     }
     pub unsafe fn pkv_batch_end(&self, b: *mut pkv_batch) -> pkv_status {
         (self.pkv_batch_end.as_ref().expect("Expected function, got error."))(b)

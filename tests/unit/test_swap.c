@@ -1,0 +1,237 @@
+/* Swapping (DESIGN.md §11, tier 1): pkv_swap_out moves a sequence's KV to host-tier blocks and
+ * pkv_swap_in brings it back, through copies the next batch lists (copy_kind) and does first
+ * (pkv_batch_copy here, as a host without pkv_attention would). The KV that comes back is the KV
+ * that left, byte for byte; a block shared by a fork moves once; NO_SPACE and bad states change
+ * nothing. */
+#include "test_util.h"
+
+enum { BS = 4, BLOCKS = 12, HOST_BLOCKS = 6, D = 8, KVH = 2, LAYERS = 2 };
+
+static pkv_engine *engine(uint32_t host_blocks)
+{
+  pkv_engine_params p;
+  tu_params(&p, BS, BLOCKS); /* f32, 2 layers, 2 kv heads of 8 */
+  p.host_num_blocks = host_blocks;
+  return tu_engine_p(&p);
+}
+
+static struct pkv_pool_info pool(pkv_engine *e)
+{
+  struct pkv_pool_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_OK(pkv_pool_info(e, &info));
+  return info;
+}
+
+/* The floats of block `block` (K or V, one layer) in a tier: [block_size][kv_heads][head_dim]. */
+static float *block_at(const struct pkv_pool_info *in, int host, int v, uint32_t layer, int32_t block)
+{
+  char *base = host ? (v ? in->host_v_base : in->host_k_base) : (v ? in->v_base : in->k_base);
+  const uint64_t layer_stride = host ? in->host_layer_stride : in->layer_stride;
+  return (float *)base + layer * layer_stride + (uint64_t)block * in->block_stride;
+}
+
+/* What a host's kernels would write for token pos of a sequence tagged tag. */
+static float value(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i)
+{
+  return (float)(tag * 100000 + v * 50000 + layer * 10000 + pos * 100 + i);
+}
+
+/* Writes (or, check != 0, checks) the K/V of seq's first `computed` tokens through its block table. */
+static void kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t computed, int check)
+{
+  const struct pkv_pool_info in = pool(e);
+  int32_t table[64];
+  const uint32_t n = tu_table(e, seq, table, 64);
+  CHECK(n * BS >= computed);
+  uint32_t bad = 0;
+  for (uint32_t pos = 0; pos < computed; pos++)
+    for (int v = 0; v < 2; v++)
+      for (uint32_t l = 0; l < LAYERS; l++) {
+        float *row = block_at(&in, 0, v, l, table[pos / BS]) + (pos % BS) * in.token_stride;
+        for (uint32_t i = 0; i < KVH * D; i++) {
+          if (!check)
+            row[i] = value(tag, v, l, pos, i);
+          else
+            bad += row[i] != value(tag, v, l, pos, i);
+        }
+      }
+  CHECK_EQ_INT(bad, 0);
+}
+
+/* Runs a batch of seq's uncomputed tokens whose only work is the listed copies (and checks
+ * their kinds); returns how many there were. */
+static uint32_t run_copies(pkv_engine *e, uint64_t seq, int32_t want_kind)
+{
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b)))
+    return 0;
+  const pkv_batch_view v = tu_view(b);
+  for (uint32_t i = 0; i < v.num_copies; i++)
+    CHECK(v.copy_kind[i] == want_kind || v.copy_kind[i] == PKV_COPY_COW);
+  CHECK_OK(pkv_batch_copy(b));
+  CHECK_OK(pkv_batch_copy(b)); /* once only */
+  CHECK_OK(pkv_batch_end(b));
+  return v.num_copies;
+}
+
+static void test_round_trip(void)
+{
+  pkv_engine *e = engine(HOST_BLOCKS);
+  if (!e)
+    return;
+  int32_t t[16];
+  tu_fill(t, 16, 1);
+  const uint64_t a = tu_alloc(e, t, 10, NULL);
+  tu_compute1(e, a);
+  kv_pattern(e, a, 7, 10, 0);
+  const uint32_t free0 = (uint32_t)tu_stats(e).num_free_blocks;
+  CHECK_OK(pkv_swap_out(e, a));
+  struct pkv_seq_info in = tu_info(e, a);
+  CHECK_EQ_INT(in.kv_tier, PKV_TIER_HOST);
+  CHECK_EQ_INT(in.num_host_blocks, 3);
+  CHECK_EQ_INT(in.num_blocks, 0);
+  CHECK_EQ_INT(in.num_computed_tokens, 10);
+  pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_swapped_seqs, 1);
+  CHECK_EQ_INT(st.num_host_free_blocks, HOST_BLOCKS - 3);
+  CHECK_EQ_INT(st.num_swapped_out_blocks, 3);
+  CHECK_EQ_INT(st.num_free_blocks, free0); /* held until the copies are done */
+  CHECK_ENGINE(e);
+  /* A swapped sequence cannot grow, fork, be batched or swapped out again. */
+  uint64_t child = 0;
+  pkv_batch *b = NULL;
+  CHECK_ERR(e, pkv_append(e, a, t, 1), PKV_ERR_STATE);
+  CHECK_ERR(e, pkv_fork(e, a, &child), PKV_ERR_STATE);
+  CHECK_ERR(e, pkv_batch_begin(e, &a, NULL, 1, &b), PKV_ERR_STATE);
+  CHECK_ERR(e, pkv_swap_out(e, a), PKV_ERR_STATE);
+  CHECK_ERR(e, pkv_resume(e, a, NULL), PKV_ERR_STATE);
+  /* The next step does the copies; the pool blocks come back, and others overwrite them. */
+  const uint64_t o = tu_alloc(e, t + 10, 6, NULL);
+  CHECK_EQ_INT(run_copies(e, o, PKV_COPY_SWAP_OUT), 3);
+  CHECK_EQ_INT(tu_stats(e).num_free_blocks, free0 + 3 - 2);
+  const uint64_t fill = tu_alloc(e, t, 16, NULL); /* takes the freed blocks */
+  tu_compute1(e, fill);
+  kv_pattern(e, fill, 9, 16, 0);
+  CHECK_OK(pkv_release(e, fill));
+  /* Back: its blocks hold exactly what they held. */
+  CHECK_OK(pkv_swap_in(e, a));
+  in = tu_info(e, a);
+  CHECK_EQ_INT(in.kv_tier, PKV_TIER_DEVICE);
+  CHECK_EQ_INT(in.num_blocks, 3);
+  CHECK_EQ_INT(in.num_host_blocks, 0);
+  CHECK_EQ_INT(tu_stats(e).num_swapped_in_blocks, 3);
+  CHECK_OK(pkv_append(e, a, t, 1));
+  CHECK_EQ_INT(run_copies(e, a, PKV_COPY_SWAP_IN), 3);
+  CHECK_EQ_INT(tu_stats(e).num_host_free_blocks, HOST_BLOCKS);
+  kv_pattern(e, a, 7, 10, 1);
+  CHECK_ENGINE(e);
+  /* Its full blocks are cached again: the same prompt hits them. */
+  uint32_t cached = 0;
+  const uint64_t again = tu_alloc_salt(e, t, 9, NULL, &cached);
+  CHECK_EQ_INT(cached, 8);
+  CHECK_OK(pkv_release(e, again));
+  CHECK_OK(pkv_release(e, a));
+  CHECK_OK(pkv_release(e, o));
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
+/* A forked pair: swapped out one after the other, its shared blocks move once; swapped in while
+ * the sharer still holds the same blocks, nothing is copied. */
+static void test_shared_blocks_move_once(void)
+{
+  pkv_engine *e = engine(HOST_BLOCKS);
+  if (!e)
+    return;
+  int32_t t[12];
+  tu_fill(t, 12, 1);
+  const uint64_t a = tu_alloc(e, t, 10, NULL);
+  tu_compute1(e, a);
+  kv_pattern(e, a, 3, 10, 0);
+  uint64_t f = 0;
+  CHECK_OK(pkv_fork(e, a, &f));
+  CHECK_OK(pkv_swap_out(e, a));
+  CHECK_EQ_INT(tu_stats(e).num_swapped_out_blocks, 3);
+  CHECK_OK(pkv_swap_out(e, f)); /* its blocks are a's: their host copies are shared */
+  CHECK_EQ_INT(tu_stats(e).num_swapped_out_blocks, 3);
+  CHECK_EQ_INT(tu_stats(e).num_host_free_blocks, HOST_BLOCKS - 3);
+  CHECK_ENGINE(e);
+  CHECK_OK(pkv_swap_in(e, f)); /* a's pool blocks are still held by the pending copies */
+  CHECK_EQ_INT(tu_stats(e).num_swapped_in_blocks, 0);
+  CHECK_OK(pkv_append(e, f, t, 1)); /* copy-on-write of the shared partial block */
+  CHECK_EQ_INT(run_copies(e, f, PKV_COPY_SWAP_OUT), 4);
+  kv_pattern(e, f, 3, 10, 1);
+  CHECK_OK(pkv_swap_in(e, a)); /* f appended into a copy: a's partial block is still a twin */
+  CHECK_ENGINE(e);
+  CHECK_OK(pkv_append(e, a, t, 1));
+  run_copies(e, a, PKV_COPY_SWAP_IN);
+  kv_pattern(e, a, 3, 10, 1);
+  CHECK_OK(pkv_release(e, a));
+  CHECK_OK(pkv_release(e, f));
+  pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_host_free_blocks, HOST_BLOCKS);
+  CHECK_EQ_INT(st.num_free_blocks, BLOCKS);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
+/* Too few blocks in the tier moved to, no host tier, bad states: refused, nothing changed. */
+static void test_refusals(void)
+{
+  pkv_engine *none = engine(0);
+  pkv_engine *e = engine(2);
+  if (!none || !e)
+    return;
+  int32_t t[16];
+  tu_fill(t, 16, 1);
+  const uint64_t x = tu_alloc(none, t, 5, NULL);
+  CHECK_ERR(none, pkv_swap_out(none, x), PKV_ERR_UNSUPPORTED);
+  CHECK_EQ_INT(tu_info(none, x).kv_tier, PKV_TIER_DEVICE);
+  CHECK_ERR(none, pkv_swap_in(none, x), PKV_ERR_STATE);
+  CHECK_ERR(none, pkv_swap_out(none, 999), PKV_ERR_NOT_FOUND);
+  pkv_engine_destroy(none);
+
+  const uint64_t a = tu_alloc(e, t, 12, NULL); /* 3 blocks, the host tier has 2 */
+  const uint64_t st0 = tu_state(e, &a, 1);
+  CHECK_ERR(e, pkv_swap_out(e, a), PKV_ERR_NO_SPACE);
+  CHECK(tu_state(e, &a, 1) == st0);
+  const uint64_t s = tu_alloc(e, t, 6, NULL); /* 2 blocks: fits */
+  tu_compute1(e, s);
+  CHECK_OK(pkv_swap_out(e, s));
+  CHECK_OK(pkv_preempt(e, a));
+  CHECK_ERR(e, pkv_swap_out(e, a), PKV_ERR_STATE); /* preempted: nothing to move */
+  /* While its copies are pending, s's pool blocks are held and still its KV's twins: a swap-in
+   * would take them back without a copy. Once a step did the copies they are free. */
+  const uint64_t o = tu_alloc(e, t, 1, NULL);
+  CHECK_EQ_INT(run_copies(e, o, PKV_COPY_SWAP_OUT), 2);
+  CHECK_OK(pkv_release(e, o));
+  /* Swap-in needs 2 free pool blocks: take all but one. */
+  int32_t many[4 * BLOCKS];
+  tu_fill(many, 4 * BLOCKS, 100);
+  const uint64_t big = tu_alloc(e, many, 4 * (BLOCKS - 1), NULL);
+  const uint64_t st1 = tu_state(e, &s, 1);
+  CHECK_ERR(e, pkv_swap_in(e, s), PKV_ERR_NO_SPACE);
+  CHECK(tu_state(e, &s, 1) == st1);
+  CHECK_EQ_INT(tu_info(e, s).kv_tier, PKV_TIER_HOST);
+  CHECK_OK(pkv_release(e, big));
+  /* A request of the scheduler is moved by the scheduler only. */
+  uint64_t r = 0;
+  CHECK_OK(pkv_submit(e, t, 3, NULL, &r));
+  CHECK_ERR(e, pkv_swap_out(e, r), PKV_ERR_STATE);
+  /* Released while swapped: its host blocks come back. */
+  CHECK_OK(pkv_release(e, s));
+  CHECK_EQ_INT(tu_stats(e).num_host_free_blocks, 2);
+  CHECK_EQ_INT(tu_stats(e).num_swapped_seqs, 0);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
+int main(void)
+{
+  TU_RUN(test_round_trip);
+  TU_RUN(test_shared_blocks_move_once);
+  TU_RUN(test_refusals);
+  return tu_summary();
+}
