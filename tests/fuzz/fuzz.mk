@@ -6,13 +6,13 @@ CXX ?= clang++-14
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -g -O1
 INC := -I$(SRC)/include -I$(SRC)/src
 PKV_SRCS := $(filter-out %/cuda_backend.cpp,$(wildcard $(SRC)/src/*.cpp $(SRC)/src/backend/*.cpp \
-              $(SRC)/src/backend/cpu/*.cpp))
+              $(SRC)/src/backend/cpu/*.cpp $(SRC)/src/tiers/*.cpp))
 PKV_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(notdir $(PKV_SRCS)))
 HARNESSES := $(OUT)/fuzz_api $(OUT)/fuzz_hf_config $(OUT)/fuzz_shape
 
 all: $(HARNESSES)
 
-vpath %.cpp $(SRC)/src $(SRC)/src/backend $(SRC)/src/backend/cpu
+vpath %.cpp $(SRC)/src $(SRC)/src/backend $(SRC)/src/backend/cpu $(SRC)/src/tiers
 
 # clang 14 has no _Float16 on x86-64: the shim stands in (float16_shim.h); base variant only.
 $(OUT)/obj/cpu_attention.o: EXTRA := -DPKV_CPU_VARIANT=cpu_base -include $(SRC)/tests/fuzz/float16_shim.h
