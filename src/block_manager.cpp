@@ -172,8 +172,6 @@ void BlockManager::reserve_slots(BlockTable &table, uint32_t num_slotted, uint32
   if (cow) {
     int32_t src = table.ids.back();
     int32_t dst = pop_free();
-    // A copy-on-write source is not held: the sharers that keep it are no reason to copy again
-    // when they append, and one freed meanwhile is overwritten only after the step's copies.
     pending_copies_.push_back({src, dst, PKV_COPY_COW});
     drop_ref(src);
     table.ids.back() = dst;
@@ -257,11 +255,6 @@ void BlockManager::reset_cache() {
 
 void BlockManager::copies_done(size_t n) {
   PKV_ASSERT(n <= pending_copies_.size());
-  for (size_t i = 0; i < n; ++i) {
-    const BlockCopy &c = pending_copies_[i];
-    if (c.kind == PKV_COPY_SWAP_IN) drop_host_ref(c.src);
-    if (c.kind == PKV_COPY_SWAP_OUT) drop_ref(c.src);
-  }
   pending_copies_.erase(pending_copies_.begin(), pending_copies_.begin() + n);
 }
 
@@ -311,8 +304,9 @@ void BlockManager::swap_out(BlockTable &table, std::vector<int32_t> &host) {
       continue;
     }
     const int32_t h = host_.pop_free();
-    pending_copies_.push_back({d, h, PKV_COPY_SWAP_OUT});  // the table's reference now holds d
-    add_twins(d, h);
+    pending_copies_.push_back({d, h, PKV_COPY_SWAP_OUT});
+    add_twins(d, h);  // for the sharers still holding d
+    drop_ref(d);      // free now: the copy comes before any write of the next step
     host.push_back(h);
     stats_.num_swapped_out_blocks++;
   }
@@ -338,8 +332,9 @@ void BlockManager::swap_in(std::vector<int32_t> &host, BlockTable &table) {
       continue;
     }
     const int32_t d = pop_free();
-    pending_copies_.push_back({h, d, PKV_COPY_SWAP_IN});  // the table's reference now holds h
-    add_twins(d, h);
+    pending_copies_.push_back({h, d, PKV_COPY_SWAP_IN});
+    add_twins(d, h);  // for the swapped-out sharers of h
+    drop_host_ref(h);
     table.ids.push_back(d);
     stats_.num_swapped_in_blocks++;
   }
@@ -359,10 +354,6 @@ namespace pkv {
 
 void BlockManager::check(const std::vector<TableOwner> &owners) const {
   std::vector<int64_t> refs(num_blocks_, 0), host_refs(host_.num_blocks(), 0);
-  for (const BlockCopy &c : pending_copies_) {  // a queued copy between the tiers holds its source
-    if (c.kind == PKV_COPY_SWAP_IN) host_refs.at(c.src)++;
-    if (c.kind == PKV_COPY_SWAP_OUT) refs.at(c.src)++;
-  }
   for (const TableOwner &o : owners) {
     for (int32_t h : *o.host_table) {
       if (h < 0 || uint32_t(h) >= host_.num_blocks())

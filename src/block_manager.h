@@ -43,9 +43,9 @@ struct TableOwner {
   const std::vector<int32_t> *host_table;  // host-tier blocks (swapped out), else empty
 };
 
-// A queued block copy; ids are in the tiers its kind names (PKV_COPY_*). Until a copy between the
-// tiers is done its source stays held (one reference), so no call hands the block out before it
-// is read.
+// A queued block copy; ids are in the tiers its kind names (PKV_COPY_*). Its source may be given
+// up and handed out again at once: the copies of a step come, in order, before any write of it,
+// so the copy reads the block before its new owner writes it (vLLM's blocks_to_swap_out).
 struct BlockCopy {
   int32_t src;
   int32_t dst;

@@ -405,9 +405,9 @@ typedef struct pkv_batch pkv_batch;
  *   copy_kind      [num_copies]         PKV_COPY_*: COW device->device, SWAP_OUT device->host
  *                                       tier, SWAP_IN host tier->device (whole blocks: every
  *                                       layer, K and V; pkv_pool_info gives both tiers' layout).
- * Until the step's copies are done the sources of SWAP_OUT and SWAP_IN copies stay held: no later
- * call hands them out. (Copy-on-write sources may be freed and handed out meanwhile: any write
- * into them comes after the copies of the step that does them.) */
+ * A copy's source block may have been given up and handed out again (a swap frees the blocks it
+ * leaves at once): the copies come first, in order, so each reads its source before the step
+ * writes anything; a host running its own kernels must keep that order too. */
 typedef struct pkv_batch_view {
   uint32_t struct_size;
   uint32_t num_seqs;
