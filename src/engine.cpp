@@ -25,7 +25,7 @@ pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
 
 SchedulerLimits limits_of(const pkv_engine_params &p) {
   return SchedulerLimits{p.max_num_seqs, p.max_num_batched_tokens, p.max_model_len, p.block_size,
-                         p.num_blocks};
+                         p.num_blocks, p.preemption_mode};
 }
 
 }  // namespace
@@ -363,6 +363,7 @@ pkv_stats Engine::stats() const {
   st.num_swapped_seqs = seqs_.count(SeqState::kSwapped);
   st.num_swapped_out_blocks = b.num_swapped_out_blocks;
   st.num_swapped_in_blocks = b.num_swapped_in_blocks;
+  st.num_swap_preemptions = scheduler_.num_swap_preemptions();
   return st;
 }
 
@@ -377,7 +378,7 @@ void Engine::check() const {
     if (s.host_blocks.size() != (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens", (unsigned long long)s.id,
            state_name(s.state), s.host_blocks.size(), s.num_slotted());
-    if (s.num_unslotted > (s.request.is_request && s.running() ? 1u : 0u))
+    if (s.num_unslotted > (s.request.is_request && (s.running() || swapped) ? 1u : 0u))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) has %u tokens without a slot", (unsigned long long)s.id,
            state_name(s.state), s.num_unslotted);
   }

@@ -59,11 +59,37 @@ bool Scheduler::reserve(Sequence &s, std::vector<uint64_t> &chosen) {
     }
     Sequence &victim = seqs_.get(running_.back());
     chosen.erase(std::remove(chosen.begin(), chosen.end(), victim.id), chosen.end());
-    preempt(victim, blocks_);
+    if (swap_out_victim(victim)) {
+      swapped_.push_front(victim.id);
+    } else {
+      preempt(victim, blocks_);
+      waiting_.push_front(victim.id);
+    }
     running_.pop_back();
-    waiting_.push_front(victim.id);
     if (victim.id == s.id) return false;
   }
+}
+
+bool Scheduler::wants_swap(const Sequence &victim) const {
+  switch (limits_.preemption_mode) {
+    case PKV_PREEMPT_SWAP: return true;
+    case PKV_PREEMPT_AUTO:  // recomputing more than one step's prefill costs more than copying
+      return blocks_.num_host_blocks() > 0 && victim.num_computed > limits_.max_num_batched_tokens;
+    default: return false;
+  }
+}
+
+bool Scheduler::swap_out_victim(Sequence &victim) {
+  if (!wants_swap(victim)) return false;
+  try {
+    swap_out(victim, blocks_);
+  } catch (const Error &err) {
+    if (err.status() != PKV_ERR_NO_SPACE) throw;
+    return false;  // the host tier is full: recompute
+  }
+  blocks_.count_preemption();
+  num_swap_preemptions_++;
+  return true;
 }
 
 StepPlan Scheduler::schedule() {
@@ -92,9 +118,29 @@ StepPlan Scheduler::schedule() {
     if (plan.seq_ids.size() == limits_.max_num_seqs || budget == 0) break;
     if (s.num_uncomputed() > 0) add(s);
   }
-  // Waiting requests while seats, tokens and blocks allow - not in a step that had to preempt,
-  // unless that left nothing to run (then the queue's front, often the preempted one, goes on).
-  while ((!preempted || plan.seq_ids.empty()) && !waiting_.empty() &&
+  // Swapped-out requests come back first, then waiting ones, while seats, tokens and blocks
+  // allow - not in a step that had to preempt, unless that left nothing to run (then the front
+  // of the queue, often the preempted one, goes on).
+  while ((!preempted || plan.seq_ids.empty()) && !swapped_.empty() &&
+         plan.seq_ids.size() < limits_.max_num_seqs && budget > 0) {
+    Sequence &s = seqs_.get(swapped_.front());
+    try {
+      swap_in(s, blocks_);
+    } catch (const Error &err) {
+      if (err.status() != PKV_ERR_NO_SPACE) throw;
+      break;
+    }
+    swapped_.pop_front();
+    running_.push_back(s.id);
+    try {  // its sampled token's slot; without one it waits for the next step, running
+      reserve_unslotted(s, blocks_);
+    } catch (const Error &err) {
+      if (err.status() != PKV_ERR_NO_SPACE) throw;
+      break;
+    }
+    if (s.num_uncomputed() > 0) add(s);
+  }
+  while ((!preempted || plan.seq_ids.empty()) && swapped_.empty() && !waiting_.empty() &&
          plan.seq_ids.size() < limits_.max_num_seqs && budget > 0) {
     Sequence &s = seqs_.get(waiting_.front());
     try {
@@ -140,6 +186,7 @@ void Scheduler::forget(const Sequence &s) {
     if (it != c.end()) c.erase(it);
   };
   drop(waiting_);
+  drop(swapped_);
   drop(running_);
   drop(finished_);
 }
@@ -155,6 +202,7 @@ void Scheduler::check() const {
     const SeqState st = seqs_.get(id).state;
     expect(id, st == SeqState::kWaiting || st == SeqState::kPreempted, "waiting");
   }
+  for (uint64_t id : swapped_) expect(id, seqs_.get(id).state == SeqState::kSwapped, "swapped");
   for (uint64_t id : running_) expect(id, seqs_.get(id).running(), "running");
   for (uint64_t id : finished_) expect(id, seqs_.get(id).state == SeqState::kFinished, "finished");
   size_t requests = 0, finished = 0;
@@ -162,7 +210,7 @@ void Scheduler::check() const {
     requests += kv.second.request.is_request;
     finished += kv.second.request.is_request && kv.second.state == SeqState::kFinished;
   }
-  if (requests != waiting_.size() + running_.size() + finished || finished != num_finished_)
+  if (requests != waiting_.size() + swapped_.size() + running_.size() + finished || finished != num_finished_)
     fail(PKV_ERR_INTERNAL, "%zu requests: %zu waiting, %zu running, %zu finished (counted %zu)", requests,
          waiting_.size(), running_.size(), finished, num_finished_);
 }

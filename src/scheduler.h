@@ -21,6 +21,7 @@ struct SchedulerLimits {
   uint32_t max_model_len;           // 0 = none
   uint32_t block_size;
   uint32_t num_blocks;              // a request needing more can never run
+  uint32_t preemption_mode;         // PKV_PREEMPT_*
 };
 
 // The next step: seq_ids[i] computes its next num_new_tokens[i] tokens.
@@ -53,7 +54,8 @@ class Scheduler {
   // pkv_release of a request: it leaves every queue.
   void forget(const Sequence &s);
 
-  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_waiting() const { return waiting_.size() + swapped_.size(); }
+  uint64_t num_swap_preemptions() const { return num_swap_preemptions_; }
   size_t num_running() const { return running_.size(); }
   size_t num_finished() const { return num_finished_; }
   uint64_t num_scheduled_tokens() const { return num_scheduled_tokens_; }
@@ -64,17 +66,21 @@ class Scheduler {
  private:
   void enqueue(uint64_t id);  // by priority, then arrival
   bool reserve(Sequence &s, std::vector<uint64_t> &chosen);
+  bool swap_out_victim(Sequence &victim);  // false: it is preempted by recompute instead
+  bool wants_swap(const Sequence &victim) const;
   void finish_request(Sequence &s, uint32_t reason);
 
   SchedulerLimits limits_;
   SequenceTable &seqs_;
   BlockManager &blocks_;
   std::deque<uint64_t> waiting_;   // waiting and preempted requests, in admission order
+  std::deque<uint64_t> swapped_;   // swapped out by a preemption; they come back first
   std::vector<uint64_t> running_;  // admission order: the newest is preempted first
   std::deque<uint64_t> finished_;  // not yet drained
   size_t num_finished_ = 0;        // finished and not released
   uint64_t num_scheduled_tokens_ = 0;
   uint64_t num_steps_ = 0;
+  uint64_t num_swap_preemptions_ = 0;
 };
 
 }  // namespace pkv

@@ -64,14 +64,14 @@ void finish(Sequence &s, BlockManager &blocks, uint32_t reason) {
 }
 
 void swap_out(Sequence &s, BlockManager &blocks) {
-  PKV_ASSERT(s.running() && s.num_unslotted == 0);
+  PKV_ASSERT(s.running());  // a request's sampled token awaiting its slot stays so, swapped
   blocks.swap_out(s.blocks, s.host_blocks);
   s.state = SeqState::kSwapped;
 }
 
 void swap_in(Sequence &s, BlockManager &blocks) {
   PKV_ASSERT(s.state == SeqState::kSwapped);
-  blocks.swap_in(s.host_blocks, s.blocks);
+  blocks.swap_in(s.host_blocks, s.blocks);  // the slotted tokens' blocks
   s.state = SeqState::kRunning;
   // The blocks' KV is the computed tokens' (their copies come first in the next step): its
   // full blocks join the prefix tree as copies of their nodes again.

@@ -22,7 +22,7 @@ namespace Pkv
         Internal = -9,
     }
 
-    /// <summary>pkv_engine_params (152 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (160 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct EngineParams
     {
@@ -57,6 +57,8 @@ namespace Pkv
         public uint HostNumBlocks;
         public uint Reserved1;
         public ulong HostCacheBytes;
+        public uint PreemptionMode;
+        public uint Reserved2;
     }
 
     /// <summary>pkv_kv_budget (152 bytes on x86_64).</summary>
@@ -86,7 +88,7 @@ namespace Pkv
         public ulong HostAvailableBytes;
     }
 
-    /// <summary>pkv_stats (184 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (192 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -114,6 +116,7 @@ namespace Pkv
         public ulong NumSwappedSeqs;
         public ulong NumSwappedOutBlocks;
         public ulong NumSwappedInBlocks;
+        public ulong NumSwapPreemptions;
     }
 
     /// <summary>pkv_seq_params (16 bytes on x86_64).</summary>
@@ -266,6 +269,9 @@ namespace Pkv
         public const int PKV_COPY_COW = 1;
         public const int PKV_COPY_SWAP_OUT = 2;
         public const int PKV_COPY_SWAP_IN = 3;
+        public const int PKV_PREEMPT_RECOMPUTE = 0;
+        public const int PKV_PREEMPT_SWAP = 1;
+        public const int PKV_PREEMPT_AUTO = 2;
         public const int PKV_TIER_NONE = 0;
         public const int PKV_TIER_DEVICE = 1;
         public const int PKV_TIER_HOST = 2;
@@ -276,7 +282,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo) };
-        public static readonly int[] StructSizes = { 152, 152, 184, 16, 56, 136, 32, 32, 128 };
+        public static readonly int[] StructSizes = { 160, 152, 192, 16, 56, 136, 32, 32, 128 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

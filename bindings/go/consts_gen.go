@@ -70,6 +70,12 @@ const (
 )
 
 const (
+	PreemptRecompute = 0
+	PreemptSwap      = 1
+	PreemptAuto      = 2
+)
+
+const (
 	TierNone   = 0
 	TierDevice = 1
 	TierHost   = 2
@@ -122,7 +128,7 @@ var sentinels = map[Status]*Error{
 	StatusInternal:        ErrInternal,
 }
 
-// EngineParams is C's pkv_engine_params (152 bytes on amd64; layout checked against C at init).
+// EngineParams is C's pkv_engine_params (160 bytes on amd64; layout checked against C at init).
 type EngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
@@ -155,6 +161,8 @@ type EngineParams struct {
 	HostNumBlocks       uint32
 	Reserved1           uint32
 	HostCacheBytes      uint64
+	PreemptionMode      uint32
+	Reserved2           uint32
 }
 
 // KVBudget is C's pkv_kv_budget (152 bytes on amd64; layout checked against C at init).
@@ -182,7 +190,7 @@ type KVBudget struct {
 	HostAvailableBytes   uint64
 }
 
-// Stats is C's pkv_stats (184 bytes on amd64; layout checked against C at init).
+// Stats is C's pkv_stats (192 bytes on amd64; layout checked against C at init).
 type Stats struct {
 	StructSize          uint32
 	Reserved0           uint32
@@ -208,6 +216,7 @@ type Stats struct {
 	NumSwappedSeqs      uint64
 	NumSwappedOutBlocks uint64
 	NumSwappedInBlocks  uint64
+	NumSwapPreemptions  uint64
 }
 
 // SeqParams is C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).

@@ -41,6 +41,8 @@ var layouts = []layout{
 		{"host_num_blocks", unsafe.Offsetof(EngineParams{}.HostNumBlocks), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_num_blocks)},
 		{"reserved1", unsafe.Offsetof(EngineParams{}.Reserved1), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved1)},
 		{"host_cache_bytes", unsafe.Offsetof(EngineParams{}.HostCacheBytes), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_cache_bytes)},
+		{"preemption_mode", unsafe.Offsetof(EngineParams{}.PreemptionMode), unsafe.Offsetof(C.struct_pkv_engine_params{}.preemption_mode)},
+		{"reserved2", unsafe.Offsetof(EngineParams{}.Reserved2), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved2)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(KVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(KVBudget{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_budget{}.struct_size)},
@@ -90,6 +92,7 @@ var layouts = []layout{
 		{"num_swapped_seqs", unsafe.Offsetof(Stats{}.NumSwappedSeqs), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_seqs)},
 		{"num_swapped_out_blocks", unsafe.Offsetof(Stats{}.NumSwappedOutBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_out_blocks)},
 		{"num_swapped_in_blocks", unsafe.Offsetof(Stats{}.NumSwappedInBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_in_blocks)},
+		{"num_swap_preemptions", unsafe.Offsetof(Stats{}.NumSwapPreemptions), unsafe.Offsetof(C.struct_pkv_stats{}.num_swap_preemptions)},
 	}},
 	{"pkv_seq_params", unsafe.Sizeof(SeqParams{}), unsafe.Sizeof(C.struct_pkv_seq_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(SeqParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_seq_params{}.struct_size)},

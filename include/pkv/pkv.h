@@ -113,6 +113,12 @@ enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
 enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write */
        PKV_COPY_SWAP_OUT = 2,     /* device block -> host-tier block: pkv_swap_out */
        PKV_COPY_SWAP_IN = 3 };    /* host-tier block -> device block: pkv_swap_in */
+/* pkv_engine_params.preemption_mode: what pkv_step does to the request it preempts. */
+enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when re-admitted */
+       PKV_PREEMPT_SWAP = 1,      /* swap it out to the host tier (recompute when the tier is full) */
+       PKV_PREEMPT_AUTO = 2 };    /* swap when the host tier has room and its computed tokens are
+                                     more than one step's prefill (max_num_batched_tokens): copying
+                                     is then cheaper than recomputing; else recompute */
 /* struct pkv_seq_info.kv_tier: where a sequence's KV is. */
 enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2 };
 /* pkv_kv_event.type */
@@ -181,6 +187,9 @@ typedef struct pkv_engine_params {
   uint64_t host_cache_bytes;      /* when host_num_blocks is 0: the host tier's budget in bytes
                                      (blocks = bytes / block_bytes, at least 1 when not 0);
                                      0 = no host tier. default 0 */
+  uint32_t preemption_mode;       /* PKV_PREEMPT_*; SWAP needs the host tier, AUTO without one
+                                     recomputes. default RECOMPUTE */
+  uint32_t reserved2;             /* must be 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -273,7 +282,7 @@ typedef struct pkv_stats {
   uint64_t num_evictions;         /* cached blocks reused for other contents (cumulative) */
   uint64_t num_cow_copies;        /* copy-on-write copies queued (cumulative) */
   uint64_t num_preemptions;       /* sequences preempted (cumulative) */
-  uint64_t num_waiting_requests;  /* submitted, not running (new or preempted) */
+  uint64_t num_waiting_requests;  /* submitted, not running (new, preempted or swapped out) */
   uint64_t num_running_requests;  /* submitted and holding blocks */
   uint64_t num_finished_requests; /* finished, not yet released */
   uint64_t num_scheduled_tokens;  /* new tokens planned by pkv_step (cumulative) */
@@ -284,6 +293,7 @@ typedef struct pkv_stats {
   uint64_t num_swapped_seqs;      /* sequences whose KV is in the host tier (pkv_swap_out) */
   uint64_t num_swapped_out_blocks; /* device -> host block copies queued by swap-outs (cumulative) */
   uint64_t num_swapped_in_blocks; /* host -> device block copies queued by swap-ins (cumulative) */
+  uint64_t num_swap_preemptions;  /* of num_preemptions, by swapping (preemption_mode) */
 } pkv_stats;
 
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);

@@ -45,6 +45,9 @@ PKV_FINISH_LENGTH = 2
 PKV_COPY_COW = 1
 PKV_COPY_SWAP_OUT = 2
 PKV_COPY_SWAP_IN = 3
+PKV_PREEMPT_RECOMPUTE = 0
+PKV_PREEMPT_SWAP = 1
+PKV_PREEMPT_AUTO = 2
 PKV_TIER_NONE = 0
 PKV_TIER_DEVICE = 1
 PKV_TIER_HOST = 2
@@ -109,6 +112,8 @@ class pkv_engine_params(_c.Structure):
         ('host_num_blocks', _c.c_uint32),
         ('reserved1', _c.c_uint32),
         ('host_cache_bytes', _c.c_uint64),
+        ('preemption_mode', _c.c_uint32),
+        ('reserved2', _c.c_uint32),
     ]
 
 
@@ -164,6 +169,7 @@ class pkv_stats(_c.Structure):
         ('num_swapped_seqs', _c.c_uint64),
         ('num_swapped_out_blocks', _c.c_uint64),
         ('num_swapped_in_blocks', _c.c_uint64),
+        ('num_swap_preemptions', _c.c_uint64),
     ]
 
 
@@ -269,9 +275,9 @@ class pkv_pool_info(_c.Structure):
 
 # sizeof of each struct as clang sees it on x86_64 Linux (checked by the tests)
 SIZES = {
-    'pkv_engine_params': 152,
+    'pkv_engine_params': 160,
     'pkv_kv_budget': 152,
-    'pkv_stats': 184,
+    'pkv_stats': 192,
     'pkv_seq_params': 16,
     'pkv_seq_info': 56,
     'pkv_batch_view': 136,

@@ -51,15 +51,19 @@ pub const PKV_COPY_COW: _bindgen_ty_8 = 1;
 pub const PKV_COPY_SWAP_OUT: _bindgen_ty_8 = 2;
 pub const PKV_COPY_SWAP_IN: _bindgen_ty_8 = 3;
 pub type _bindgen_ty_8 = ::std::os::raw::c_uint;
-pub const PKV_TIER_NONE: _bindgen_ty_9 = 0;
-pub const PKV_TIER_DEVICE: _bindgen_ty_9 = 1;
-pub const PKV_TIER_HOST: _bindgen_ty_9 = 2;
+pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_9 = 0;
+pub const PKV_PREEMPT_SWAP: _bindgen_ty_9 = 1;
+pub const PKV_PREEMPT_AUTO: _bindgen_ty_9 = 2;
 pub type _bindgen_ty_9 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_10 = 1;
-pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_10 = 2;
-pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_10 = 3;
-pub const PKV_EVENT_OVERFLOW: _bindgen_ty_10 = 4;
+pub const PKV_TIER_NONE: _bindgen_ty_10 = 0;
+pub const PKV_TIER_DEVICE: _bindgen_ty_10 = 1;
+pub const PKV_TIER_HOST: _bindgen_ty_10 = 2;
 pub type _bindgen_ty_10 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_11 = 1;
+pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_11 = 2;
+pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_11 = 3;
+pub const PKV_EVENT_OVERFLOW: _bindgen_ty_11 = 4;
+pub type _bindgen_ty_11 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_engine_params {
@@ -94,6 +98,8 @@ pub struct pkv_engine_params {
     pub host_num_blocks: u32,
     pub reserved1: u32,
     pub host_cache_bytes: u64,
+    pub preemption_mode: u32,
+    pub reserved2: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -152,6 +158,7 @@ pub struct pkv_stats {
     pub num_swapped_seqs: u64,
     pub num_swapped_out_blocks: u64,
     pub num_swapped_in_blocks: u64,
+    pub num_swap_preemptions: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
