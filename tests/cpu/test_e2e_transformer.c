@@ -2,7 +2,8 @@
  * RMSNorm, SwiGLU MLP, vocab 200, deterministic random weights, f32) generates greedily for
  * prompts sharing a system prompt, once on pkv (block size 7, prefix caching: hits, a chunked
  * prefill, mixed batches, a fork continuing with another token so a shared block is copied, a
- * preemption and resume that recomputes what the cache lost) and once on a naive contiguous KV
+ * preemption and resume that recomputes what the cache lost, a forked pair swapped out to the
+ * host tier and back) and once on a naive contiguous KV
  * cache per sequence. The tokens must be identical and the logits equal within f32 noise.
  * One file of ~430 lines on purpose: the model, both KV sides and the comparison read in order. */
 #include <math.h>
@@ -313,13 +314,14 @@ static int admit(e2e_run *run, int i, const int32_t *sys, const int32_t *user, u
   return CHECK_OK(pkv_allocate(run->e, s->tokens, s->num_tokens, NULL, &s->id, &s->cached));
 }
 
-/* Steps every live sequence that still generates, preempted ones excepted. */
-static int step_all(const model *m, e2e_run *run, int skip)
+/* Steps every live sequence that still generates, but those in the mask (1 << i: preempted or
+ * swapped out). */
+static int step_all(const model *m, e2e_run *run, unsigned skip)
 {
   int idx[NUM_PROMPTS];
   uint32_t n = 0;
   for (int i = 0; i < NUM_PROMPTS; i++)
-    if (run->seqs[i].id && run->seqs[i].ngen < GEN && i != skip)
+    if (run->seqs[i].id && run->seqs[i].ngen < GEN && !(skip >> i & 1))
       idx[n++] = i;
   const int ok = n == 0 || e2e_step(m, run, idx, NULL, n);
   append_pending(run);
@@ -334,7 +336,7 @@ static int run_on_pkv(const model *m, e2e_run *run)
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = LAYERS, p.num_q_heads = QH, p.num_kv_heads = KVH, p.head_dim = HD;
   p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU, p.block_size = BS, p.num_blocks = 64;
-  p.num_threads = 2, p.enable_prefix_caching = 1;
+  p.num_threads = 2, p.enable_prefix_caching = 1, p.host_num_blocks = 32;
   if (!CHECK_OK(pkv_engine_create(&p, &run->e)))
     return 0;
   int32_t sys[SYS_LEN], user[3][9];
@@ -347,7 +349,7 @@ static int run_on_pkv(const model *m, e2e_run *run)
   const int first = 0;
   const uint32_t chunk = 12;
   ok = ok && CHECK(run->seqs[0].cached == 0) && e2e_step(m, run, &first, &chunk, 1) &&
-       step_all(m, run, -1);
+       step_all(m, run, 0);
   ok = ok && admit(run, 1, sys, user[1], 9) && admit(run, 2, sys, user[2], 5);
   ok = ok && CHECK(run->seqs[1].cached == 14 && run->seqs[2].cached == 14);
   if (!ok)
@@ -363,22 +365,40 @@ static int run_on_pkv(const model *m, e2e_run *run)
   child->pending = pick(child->logits[0], 1);
   append_pending(run);
   for (int step = 0; ok && step < 2; step++)
-    ok = step_all(m, run, -1);
+    ok = step_all(m, run, 0);
   /* 1 has 27 tokens computed (3 sealed blocks and 6 tokens) and its last sampled token pending
    * in pkv: preempt, two steps without it, resume: 21 cached, 7 recomputed. */
   ok = ok && CHECK_OK(pkv_preempt(run->e, run->seqs[1].id));
   for (int step = 0; ok && step < 2; step++)
-    ok = step_all(m, run, 1);
+    ok = step_all(m, run, 1u << 1);
   uint32_t cached = 0;
   ok = ok && CHECK_OK(pkv_resume(run->e, run->seqs[1].id, &cached));
   ok = ok && CHECK(run->seqs[1].num_tokens == 28 && cached == 21);
+  /* 2 and its fork 3 share their prompt's blocks: swapped out, those move once; two steps run
+   * without them (others take their pool blocks); swapped in, their KV is back, byte for byte. */
+  ok = ok && CHECK_OK(pkv_swap_out(run->e, run->seqs[2].id)) && CHECK_OK(pkv_swap_out(run->e, run->seqs[3].id));
+  struct pkv_seq_info i2, i3;
+  memset(&i2, 0, sizeof i2), memset(&i3, 0, sizeof i3);
+  i2.struct_size = i3.struct_size = sizeof i2;
+  ok = ok && CHECK_OK(pkv_seq_info(run->e, run->seqs[2].id, &i2)) &&
+       CHECK_OK(pkv_seq_info(run->e, run->seqs[3].id, &i3));
+  pkv_stats sw;
+  memset(&sw, 0, sizeof sw);
+  sw.struct_size = sizeof sw;
+  CHECK_OK(pkv_engine_stats(run->e, &sw));
+  CHECK(i2.kv_tier == PKV_TIER_HOST && i3.kv_tier == PKV_TIER_HOST);
+  CHECK(sw.num_swapped_out_blocks < (uint64_t)i2.num_host_blocks + i3.num_host_blocks);
+  for (int step = 0; ok && step < 2; step++)
+    ok = step_all(m, run, 1u << 2 | 1u << 3);
+  ok = ok && CHECK_OK(pkv_swap_in(run->e, run->seqs[3].id)) && CHECK_OK(pkv_swap_in(run->e, run->seqs[2].id));
   for (int step = 0; ok && step < 2 * GEN; step++)
-    ok = step_all(m, run, -1);
+    ok = step_all(m, run, 0);
   pkv_stats st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
   CHECK_OK(pkv_engine_stats(run->e, &st));
   CHECK(st.prefix_hit_tokens >= 28 + cached && st.num_cow_copies >= 1 && st.num_preemptions == 1);
+  CHECK(st.num_swapped_in_blocks >= 1 && st.num_swapped_seqs == 0);
   for (int i = 0; i < NUM_PROMPTS; i++) {
     int32_t tokens[MAX_TOKENS];
     uint32_t len = 0;
