@@ -4,6 +4,17 @@ using System.Runtime.InteropServices;
 
 namespace Pkv
 {
+    /// <summary>What a listed block copy moves (BatchView.CopyKind, PKV_COPY_*).</summary>
+    public enum CopyKind
+    {
+        /// <summary>Pool block to pool block: copy-on-write.</summary>
+        Cow = Native.PKV_COPY_COW,
+        /// <summary>Pool block to host-tier block: Sequence.SwapOut.</summary>
+        SwapOut = Native.PKV_COPY_SWAP_OUT,
+        /// <summary>Host-tier block to pool block: Sequence.SwapIn.</summary>
+        SwapIn = Native.PKV_COPY_SWAP_IN,
+    }
+
     /// <summary>One step's plan, from Engine.BeginBatch. Call Attention for every layer, then
     /// End(). Dispose() without End() aborts it (nothing becomes computed), like a transaction:
     /// <c>using (var b = engine.BeginBatch(seqs)) { ...; b.End(); }</c>. A batch that is ended,
@@ -91,6 +102,22 @@ namespace Pkv
         public int[] BlockTables() { return Ints(view.BlockTables, (long)view.NumSeqs * view.MaxBlocksPerSeq); }
         public int[] CopySrc() { return Ints(view.CopySrc, view.NumCopies); }
         public int[] CopyDst() { return Ints(view.CopyDst, view.NumCopies); }
+
+        /// <summary>What each listed copy moves (empty from a library older than 0.2, whose
+        /// copies are all copy-on-write).</summary>
+        public CopyKind[] CopyKinds()
+        {
+            int[] kinds = Ints(view.CopyKind, view.CopyKind == IntPtr.Zero ? 0 : view.NumCopies);
+            return Array.ConvertAll(kinds, k => (CopyKind)k);
+        }
+
+        /// <summary>Does the listed block copies now (pkv_batch_copy), unless they are done
+        /// already: for hosts that run no Attention but let pkv move the blocks (the first
+        /// Attention does them too).</summary>
+        public void Copy()
+        {
+            lock (engine.Gate) Check(Native.pkv_batch_copy(Handle));
+        }
 
         /// <summary>pkv_attention for one layer, f32 engine. q, output: [tokens][q heads per
         /// rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.</summary>

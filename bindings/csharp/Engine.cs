@@ -37,6 +37,23 @@ namespace Pkv
         }
     }
 
+    /// <summary>Where a sequence's KV is (SeqInfo.KvTier, PKV_TIER_*).</summary>
+    public enum Tier
+    {
+        /// <summary>No KV held: waiting, preempted or finished.</summary>
+        None = Native.PKV_TIER_NONE,
+        /// <summary>In pool blocks.</summary>
+        Device = Native.PKV_TIER_DEVICE,
+        /// <summary>In host-tier blocks: swapped out (Sequence.SwapOut).</summary>
+        Host = Native.PKV_TIER_HOST,
+    }
+
+    public partial struct SeqInfo
+    {
+        /// <summary>KvTier as a Tier.</summary>
+        public Tier Tier { get { return (Tier)KvTier; } }
+    }
+
     /// <summary>Library-wide calls: versions, the KV profiler, the canonical block hash.</summary>
     public static unsafe class Library
     {
@@ -341,6 +358,16 @@ namespace Pkv
             lock (Engine.Gate) Engine.Call(Native.pkv_resume(Engine.Handle, Id, &cached));
             return NumCachedTokens = cached;
         }
+
+        /// <summary>Moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and
+        /// computed count; the next batch lists the copies (CopyKind.SwapOut). PkvException
+        /// Unsupported: no host tier; NoSpace: too few host blocks, nothing changed; State: not
+        /// running.</summary>
+        public void SwapOut() { lock (Engine.Gate) Engine.Call(Native.pkv_swap_out(Engine.Handle, Id)); }
+
+        /// <summary>Brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or
+        /// nothing; the next batch lists the copies (CopyKind.SwapIn). State: not swapped out.</summary>
+        public void SwapIn() { lock (Engine.Gate) Engine.Call(Native.pkv_swap_in(Engine.Handle, Id)); }
 
         public SeqInfo Info()
         {

@@ -138,6 +138,22 @@ func (b *Batch) CopyDst() ([]int32, error) {
 	return copyInts[int32](b, b.view.CopyDst, int(b.view.NumCopies))
 }
 
+// CopyKind is, per listed copy, what it moves: CopyCow, CopySwapOut or CopySwapIn (empty from a
+// library older than 0.2, whose copies are all copy-on-write).
+func (b *Batch) CopyKind() ([]int32, error) {
+	n := int(b.view.NumCopies)
+	if b.view.CopyKind == 0 {
+		n = 0
+	}
+	return copyInts[int32](b, b.view.CopyKind, n)
+}
+
+// Copy does the batch's listed block copies now (pkv_batch_copy), unless they are done already:
+// for hosts that run no Attention but let pkv move the blocks (the first Attention does them).
+func (b *Batch) Copy() error {
+	return b.call(func(p *C.pkv_batch) C.pkv_status { return C.pkv_batch_copy(p) })
+}
+
 // Attention runs pkv_attention for one layer of an f32 engine. q, out: [tokens][q heads per
 // rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.
 func (b *Batch) Attention(layer int, q, k, v, out []float32) error {

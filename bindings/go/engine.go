@@ -217,6 +217,19 @@ func (s *Sequence) Resume() (uint32, error) {
 	return uint32(cached), err
 }
 
+// SwapOut moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and
+// computed count; the next batch lists the copies (CopySwapOut). ErrUnsupported: the engine has
+// no host tier; ErrNoSpace: too few host blocks, nothing changed; ErrState: not running.
+func (s *Sequence) SwapOut() error {
+	return s.Engine.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_swap_out(e, C.uint64_t(s.ID)) })
+}
+
+// SwapIn brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or
+// nothing; the next batch lists the copies (CopySwapIn). ErrState: not swapped out.
+func (s *Sequence) SwapIn() error {
+	return s.Engine.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_swap_in(e, C.uint64_t(s.ID)) })
+}
+
 // Info is the sequence's state (pkv_seq_info).
 func (s *Sequence) Info() (SeqInfo, error) {
 	i := SeqInfo{StructSize: uint32(unsafe.Sizeof(SeqInfo{}))}

@@ -11,7 +11,7 @@ using System.Runtime.InteropServices;
 using System.Threading;
 using Pkv;
 
-static class Tests
+static partial class Tests
 {
     static string hashVectors, cDemo, demoExe;
     static int passed, failed;
@@ -355,6 +355,8 @@ static class Tests
             { "no_space_changes_nothing", NoSpaceChangesNothing },
             { "sequences_and_batches", SequencesAndBatches }, { "struct_sizes", StructSizes },
             { "threads", Threads }, { "scheduler", Scheduler }, { "kv_events", KvEvents },
+            { "host_tier", HostTier }, { "swap_out_and_in", SwapOutAndIn },
+            { "swap_without_host_tier", SwapWithoutHostTier }, { "limits_and_kinds", LimitsAndKinds },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

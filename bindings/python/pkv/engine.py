@@ -241,6 +241,18 @@ class Sequence:
         self.num_cached_tokens = cached.value
         return cached.value
 
+    def swap_out(self):
+        """Moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and computed
+        count; the next batch lists the copies (view.copy_kind COPY_SWAP_OUT). UnsupportedError:
+        the engine has no host tier; NoSpaceError: too few host blocks, nothing changed;
+        StateError: not running."""
+        self.engine._call(lib.pkv_swap_out, ctypes.c_uint64(self.id))
+
+    def swap_in(self):
+        """Brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or nothing;
+        the next batch lists the copies (COPY_SWAP_IN). StateError: not swapped out."""
+        self.engine._call(lib.pkv_swap_in, ctypes.c_uint64(self.id))
+
     def info(self):
         return self.engine._get(_raw.pkv_seq_info, lib.pkv_seq_info, ctypes.c_uint64(self.id))
 

@@ -32,6 +32,30 @@ mod private {
     impl Sealed for u16 {}
 }
 
+/// What a listed block copy moves (`pkv_batch_view.copy_kind`, a `PKV_COPY_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    /// Pool block to pool block: copy-on-write.
+    Cow,
+    /// Pool block to host-tier block: `Engine::swap_out`.
+    SwapOut,
+    /// Host-tier block to pool block: `Engine::swap_in`.
+    SwapIn,
+}
+
+impl CopyKind {
+    pub fn code(self) -> i32 {
+        (match self {
+            CopyKind::Cow => sys::PKV_COPY_COW,
+            CopyKind::SwapOut => sys::PKV_COPY_SWAP_OUT,
+            CopyKind::SwapIn => sys::PKV_COPY_SWAP_IN,
+        }) as i32
+    }
+    pub fn from_code(code: i32) -> Option<CopyKind> {
+        [CopyKind::Cow, CopyKind::SwapOut, CopyKind::SwapIn].into_iter().find(|k| k.code() == code)
+    }
+}
+
 /// An open batch. It borrows its engine, so the engine cannot be closed while it is open.
 /// `end()` commits the step; dropping it without `end()` aborts it (`pkv_batch_abort`):
 ///
@@ -77,9 +101,13 @@ pub struct BatchView<'b> {
     pub last_block_len: &'b [i32],
     /// `[num_seqs * max_blocks_per_seq]`, padded with -1.
     pub block_tables: &'b [i32],
-    /// `[num_copies]`: copy-on-write copies to do before any write of the step.
+    /// `[num_copies]`: block copies to do, in order, before any write of the step (ids in the
+    /// tiers `copy_kind` names).
     pub copy_src: &'b [i32],
     pub copy_dst: &'b [i32],
+    /// `[num_copies]`: `PKV_COPY_*` codes (`CopyKind::from_code`); empty from a library older
+    /// than 0.2, whose copies are all copy-on-write.
+    pub copy_kind: &'b [i32],
     /// `[num_seqs]`: the row sampled when the step completes the sequence's tokens, else -1.
     pub sample_rows: &'b [i32],
 }
@@ -144,6 +172,7 @@ impl<'e> Batch<'e> {
                 block_tables: view_slice(v.block_tables, seqs * v.max_blocks_per_seq as usize),
                 copy_src: view_slice(v.copy_src, v.num_copies as usize),
                 copy_dst: view_slice(v.copy_dst, v.num_copies as usize),
+                copy_kind: view_slice(v.copy_kind, v.num_copies as usize),
                 sample_rows: view_slice(v.sample_rows, seqs),
             }
         }
@@ -209,6 +238,14 @@ impl<'e> Batch<'e> {
         out: *mut c_void,
     ) -> Result<()> {
         call!(self.engine.library(), pkv_attention(self.raw, layer, q, k, v, out))
+    }
+
+    /// Does the step's listed block copies now (`pkv_batch_copy`), unless they are done already:
+    /// for hosts that run no `attention` but let pkv move the blocks (the first `attention` does
+    /// them too).
+    pub fn copy(&mut self) -> Result<()> {
+        // SAFETY: the batch is open.
+        unsafe { call!(self.engine.library(), pkv_batch_copy(self.raw)) }
     }
 
     /// The step ran (`pkv_batch_end`): its tokens become computed, full blocks are sealed into

@@ -16,6 +16,34 @@ pub type SeqInfo = sys::pkv_seq_info;
 /// Where the pool is, for a host's own kernels (`struct pkv_pool_info`).
 pub type PoolInfo = sys::pkv_pool_info;
 
+/// Where a sequence's KV is (`struct pkv_seq_info.kv_tier`, a `PKV_TIER_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// No KV held: waiting, preempted or finished.
+    None,
+    /// In pool blocks.
+    Device,
+    /// In host-tier blocks: swapped out (`Engine::swap_out`).
+    Host,
+}
+
+impl Tier {
+    pub fn code(self) -> u32 {
+        (match self {
+            Tier::None => sys::PKV_TIER_NONE,
+            Tier::Device => sys::PKV_TIER_DEVICE,
+            Tier::Host => sys::PKV_TIER_HOST,
+        }) as u32
+    }
+    pub fn from_code(code: u32) -> Option<Tier> {
+        [Tier::None, Tier::Device, Tier::Host].into_iter().find(|t| t.code() == code)
+    }
+    /// The tier of a `SeqInfo` (`None` for a code this binding does not know).
+    pub fn of(info: &SeqInfo) -> Option<Tier> {
+        Tier::from_code(info.kv_tier)
+    }
+}
+
 /// A sequence id of one engine (never 0, never reused). Plain data: the engine says
 /// `Status::NotFound` for one released or from another engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -189,6 +217,22 @@ impl Engine {
         // SAFETY: live handle.
         unsafe { call!(self.lib, pkv_resume(self.as_raw(), seq.0, &mut cached))? };
         Ok(cached)
+    }
+
+    /// Moves `seq`'s KV to the host tier (`pkv_swap_out`), keeping its tokens and computed
+    /// count; the next batch lists the copies (`CopyKind::SwapOut`). `Status::Unsupported`: no
+    /// host tier; `Status::NoSpace`: too few host blocks, nothing changed; `Status::State`: not
+    /// running.
+    pub fn swap_out(&self, seq: Seq) -> Result<()> {
+        // SAFETY: live handle.
+        unsafe { call!(self.lib, pkv_swap_out(self.as_raw(), seq.0)) }
+    }
+
+    /// Brings a swapped-out sequence back into pool blocks (`pkv_swap_in`), all or nothing; the
+    /// next batch lists the copies (`CopyKind::SwapIn`). `Status::State`: not swapped out.
+    pub fn swap_in(&self, seq: Seq) -> Result<()> {
+        // SAFETY: live handle.
+        unsafe { call!(self.lib, pkv_swap_in(self.as_raw(), seq.0)) }
     }
 
     pub fn seq_info(&self, seq: Seq) -> Result<SeqInfo> {

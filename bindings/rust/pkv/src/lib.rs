@@ -26,8 +26,8 @@ mod error;
 mod params;
 mod scheduler;
 
-pub use batch::{Batch, BatchView, Element};
-pub use engine::{Allocation, AllocationQuery, Engine, PoolInfo, Seq, SeqInfo, Stats};
+pub use batch::{Batch, BatchView, CopyKind, Element};
+pub use engine::{Allocation, AllocationQuery, Engine, PoolInfo, Seq, SeqInfo, Stats, Tier};
 pub use error::{Error, Result, Status};
 pub use library::{library, Library};
 pub use params::{profile, Device, Dtype, KvBudget, Params};

@@ -188,6 +188,10 @@ impl Params {
         max_num_batched_tokens: u32 => max_num_batched_tokens;
         /// Events kept until drained; 0 = 65536.
         kv_events_capacity: u32 => kv_events_capacity;
+        /// Blocks of the host tier (swap space); 0 = from `host_cache_bytes`.
+        host_num_blocks: u32 => host_num_blocks;
+        /// The host tier's budget in bytes when `host_num_blocks` is 0; 0 = no host tier.
+        host_cache_bytes: u64 => host_cache_bytes;
     }
 
     /// The KV budget these parameters give (`pkv_profile`); see `profile_detailed` for every
