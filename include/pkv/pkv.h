@@ -354,8 +354,9 @@ PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cac
  * its first write; a block shared with other sequences is copied once and its copies stay shared
  * (a sharer swapped out later, or swapped in while an identical block is still in the pool,
  * copies nothing). PKV_ERR_NO_SPACE: too few free blocks in the tier moved to; nothing changed.
- * PKV_ERR_STATE: seq is not running (swap_out) / not swapped (swap_in), is in the open batch,
- * or is a request of pkv_submit. A swapped sequence cannot be appended to, forked or batched
+ * PKV_ERR_UNSUPPORTED: pkv_swap_out on an engine without a host tier. PKV_ERR_STATE: seq is not
+ * running (swap_out) / not swapped (swap_in), is in the open batch, or is a request of
+ * pkv_submit (the scheduler swaps its own requests: preemption_mode). A swapped sequence cannot be appended to, forked or batched
  * (PKV_ERR_STATE); pkv_release frees its host blocks. */
 PKV_API pkv_status pkv_swap_out(pkv_engine *e, uint64_t seq);
 PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
@@ -449,7 +450,8 @@ typedef struct pkv_batch_view {
  * >= 1; the new tokens of a batch add up to at most 2^31-1. The sequences must be distinct, not
  * preempted and not requests of pkv_submit. One batch may be open per engine at a time
  * (PKV_ERR_STATE). While it is open its sequences cannot be appended to, forked, released or
- * preempted (PKV_ERR_STATE). The batch takes over the queued copy-on-write copies. *out is a
+ * preempted (PKV_ERR_STATE). The batch lists every block copy queued so far (copy-on-write, swaps);
+ * they count as done when it ends having run (pkv_batch_end, pkv_commit). *out is a
  * handle, not an address: it is never given twice, and once the batch ends (pkv_batch_end,
  * pkv_commit, pkv_batch_abort, pkv_engine_destroy) every call with it returns PKV_ERR_STATE. */
 PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
@@ -559,7 +561,8 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  * all in the engine's dtype. Writes k and v into the tokens' slots of `layer`, then computes
  * causal attention of every new token over its sequence's whole context (cached prefix, earlier
  * chunks and the new tokens up to itself), GQA aware, scale softmax_scale or 1/sqrt(head_dim).
- * The first call of a batch (any layer) first does its queued copy-on-write copies, all layers.
+ * The first call of a batch (any layer) first does its listed block copies (pkv_batch_copy), all
+ * layers.
  * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
  * plan (on CUDA: its arrays uploaded to the device) is made once, at the batch's first call.
  * layer < num_layers; q, k, v, out not NULL, and out aliases none of them.
