@@ -34,6 +34,8 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"step-tokens", CLI_U32, &o->step_tokens, "N", "new tokens per step, at most; prompts are chunked (default 512)", 0},
       {"max-model-len", CLI_U32, &o->max_model_len, "TOKENS", "longest sequence; each contiguous slot reserves this much (default 1024)", 0},
       {"no-prefix-caching", CLI_FLAG, &o->no_prefix_caching, NULL, "run pkv with prefix caching off (tokens must not change)", 0},
+      {"host-cache", CLI_SIZE, &o->host_cache, "SIZE", "also run pkv with a host tier of this size, preempting by swapping (default: no)", 0},
+      {"preemption", CLI_STRING, &o->preemption, "MODE", "that run's preemption: swap or auto (default swap)", 0},
       {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG of KV utilization and running sequences per step", 0},
   };
   const cli_command cmd = {
@@ -53,6 +55,10 @@ static int parse(demo_options *o, int argc, char **argv) {
   else if (o->max_model_len < 64 || o->max_model_len > 65536) bad = "--max-model-len must be in 64 .. 65536";
   else if ((uint64_t)o->num_blocks * o->block_size < o->max_model_len)
     bad = "the pool (--num-blocks x --block-size) must hold one --max-model-len sequence";
+  else if (o->preemption && strcmp(o->preemption, "swap") != 0 && strcmp(o->preemption, "auto") != 0)
+    bad = "--preemption must be swap or auto";
+  else if (o->preemption && !o->host_cache)
+    bad = "--preemption needs --host-cache";
   if (!bad) return CLI_PARSED;
   fprintf(stderr, "pkv demo: %s\n", bad);
   return CLI_BAD_USAGE;
@@ -197,10 +203,35 @@ static void print_summary(const demo_options *o, const demo_result *p, const dem
                               : "sharing each tenant's system prompt through the prefix cache.");
 }
 
+/* The third run: the host tier against recompute (p): preemptions, forward rows, same tokens. */
+static int print_host_tier(const demo_options *o, const demo_workload *w, const demo_result *p,
+                           const demo_result *h) {
+  char size[32];
+  printf("\n  with a host tier of %s (%llu blocks), preemption by %s:\n",
+         cli_format_size(o->host_cache, size, sizeof size), (unsigned long long)h->host_blocks,
+         o->preemption ? o->preemption : "swap");
+  printf("  preemptions %llu: %llu swapped out (%llu blocks out, %llu back in), %llu recomputed\n",
+         (unsigned long long)h->preemptions, (unsigned long long)h->swap_preemptions,
+         (unsigned long long)h->swapped_out_blocks, (unsigned long long)h->swapped_in_blocks,
+         (unsigned long long)(h->preemptions - h->swap_preemptions));
+  const long long saved = (long long)p->rows - (long long)h->rows;
+  printf("  forward rows %llu, against %llu preempting by recompute: %lld saved (%.1f%%); "
+         "%.0f generated tokens/s\n",
+         (unsigned long long)h->rows, (unsigned long long)p->rows, saved,
+         p->rows ? 100.0 * (double)saved / (double)p->rows : 0.0,
+         h->wall_s > 0 ? (double)h->generated_tokens / h->wall_s : 0.0);
+  uint32_t differ = 0;
+  for (uint32_t i = 0; i < w->num_requests; i++)
+    differ += h->num_generated[i] != p->num_generated[i] ||
+              memcmp(h->generated[i], p->generated[i], p->num_generated[i] * sizeof(int32_t)) != 0;
+  printf("  tokens identical to preempting by recompute: %s\n", differ ? "NO" : "yes");
+  return differ ? -1 : 0;
+}
+
 /* Runs one design; prints its failure. */
 static int run(int paged, const demo_options *o, const demo_workload *w, const model *m,
                demo_result *r) {
-  if (demo_result_init(r, paged ? "pkv (paged)" : "contiguous", w) != 0) {
+  if (demo_result_init(r, !paged ? "contiguous" : o->preemption_mode ? "pkv + host tier" : "pkv (paged)", w) != 0) {
     fprintf(stderr, "pkv demo: out of memory\n");
     return -1;
   }
@@ -225,13 +256,20 @@ int cmd_demo(int argc, char **argv) {
   }
   print_header(&o, &w, &m);
   fflush(stdout);
-  demo_result p, c;
-  memset(&p, 0, sizeof p), memset(&c, 0, sizeof c);
+  demo_result p, c, h;
+  memset(&p, 0, sizeof p), memset(&c, 0, sizeof c), memset(&h, 0, sizeof h);
   rc = run(1, &o, &w, &m, &p) == 0 && run(0, &o, &w, &m, &c) == 0 ? 0 : -1;
   if (rc == 0) {
     print_table(&w, &p, &c);
     print_summary(&o, &p, &c);
     rc = compare_tokens(&w, &p, &c);
+  }
+  if (rc == 0 && o.host_cache) {
+    demo_options oh = o;
+    oh.preemption_mode = o.preemption && strcmp(o.preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
+    rc = run(1, &oh, &w, &m, &h);
+    if (rc == 0) rc = print_host_tier(&o, &w, &p, &h);
+    demo_result_free(&h, &w);
   }
   if (rc == 0 && o.plot) {
     rc = demo_plot(o.plot, &p, &c, &o);

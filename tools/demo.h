@@ -22,6 +22,9 @@ typedef struct demo_options {
   uint64_t seed;
   uint32_t block_size, num_blocks, max_num_seqs, step_tokens, max_model_len;
   int no_prefix_caching;
+  uint64_t host_cache;      /* bytes of the host tier of the third run; 0 = no third run */
+  const char *preemption;   /* its preemption mode: "swap" (default) or "auto" */
+  uint32_t preemption_mode; /* PKV_PREEMPT_* of a paged run (set per run by demo.c) */
   const char *plot;
   int32_t stop_token;
 } demo_options;
@@ -53,6 +56,7 @@ typedef struct demo_result {
   double util_sum, util_peak; /* KV utilization per step: sum (for the mean) and peak */
   double reserved_sum;      /* contiguous: share of the budget reserved by running sequences */
   uint64_t preemptions, hit_tokens, query_tokens, generated_tokens;
+  uint64_t swap_preemptions, swapped_out_blocks, swapped_in_blocks, host_blocks; /* host tier */
   uint32_t concurrency_limit; /* the contiguous design's slots; 0 for pkv */
   float *trace_util;        /* [steps] KV utilization, for the plot */
   uint32_t *trace_running;  /* [steps] running sequences */

@@ -63,6 +63,8 @@ static int create(paged_run *p) {
   ep.enable_prefix_caching = p->o->no_prefix_caching ? 0 : 1;
   ep.max_num_seqs = p->o->max_num_seqs;
   ep.max_num_batched_tokens = p->o->step_tokens;
+  ep.preemption_mode = p->o->preemption_mode;
+  ep.host_cache_bytes = p->o->preemption_mode != PKV_PREEMPT_RECOMPUTE ? p->o->host_cache : 0;
   pkv_status s = pkv_engine_create(&ep, &p->e);
   return s == PKV_OK ? 0 : fail(p, "pkv_engine_create", s);
 }
@@ -205,6 +207,10 @@ int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m
     r->preemptions = st.num_preemptions;
     r->hit_tokens = st.prefix_hit_tokens;
     r->query_tokens = st.prefix_query_tokens;
+    r->swap_preemptions = st.num_swap_preemptions;
+    r->swapped_out_blocks = st.num_swapped_out_blocks;
+    r->swapped_in_blocks = st.num_swapped_in_blocks;
+    r->host_blocks = st.num_host_blocks;
   }
   pkv_engine_destroy(p.e);
   model_workspace_free(&p.ws);

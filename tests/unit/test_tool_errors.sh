@@ -159,6 +159,8 @@ expect_error "demo: negative" demo --layers -2
 expect_error "demo: huge" demo --num-blocks 99999999999
 expect_error "demo: too many tenants" demo --tenants 17
 expect_error "demo: plot into a missing directory" demo --requests 2 --plot "$tmp/nope/plot.svg"
+expect_error_says "demo: preemption mode" "--preemption must be swap or auto" demo --host-cache 8MiB --preemption later
+expect_error_says "demo: preemption without a host tier" "--preemption needs --host-cache" demo --preemption swap
 
 # soak
 expect_error "soak: unknown flag" soak --bogus
@@ -187,6 +189,8 @@ expect_error "soak: 4e9 block size" soak --ops 1 --block-size 4000000000
 
 # sizes that must still parse, exactly
 llama=$(dirname "$0")/../../tools/configs/llama-3-8b.json
+expect_output "demo: a host tier" "preemptions [0-9]+: [1-9][0-9]* swapped out" "tokens identical to preempting by recompute: yes" -- \
+  demo --requests 24 --num-blocks 96 --host-cache 8MiB
 expect_output "profile: a host tier, planned" "host blocks +32768 +--host-cache" "host pool bytes +64.00 GiB +68719476736" \
   "host memory +- +not measured" -- profile --config "$llama" --memory 80GiB --host-cache 64GiB
 expect_output "profile: a host tier in blocks" '"host_num_blocks": 100,' '"host_pool_bytes": 209715200,' -- \
