@@ -6,6 +6,20 @@
 #include "status.h"
 
 namespace pkv {
+namespace {
+
+// Runs f; false when it found too few free blocks (PKV_ERR_NO_SPACE: it changed nothing).
+template <class F> bool fits(F &&f) {
+  try {
+    f();
+    return true;
+  } catch (const Error &err) {
+    if (err.status() != PKV_ERR_NO_SPACE) throw;
+    return false;
+  }
+}
+
+}  // namespace
 
 uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                            const std::string &salt) {
@@ -51,12 +65,7 @@ void Scheduler::finish_request(Sequence &s, uint32_t reason) {
 // front of the queue) while there is no free block. False when s itself had to go.
 bool Scheduler::reserve(Sequence &s, std::vector<uint64_t> &chosen) {
   for (;;) {
-    try {
-      reserve_unslotted(s, blocks_);
-      return true;
-    } catch (const Error &err) {
-      if (err.status() != PKV_ERR_NO_SPACE) throw;
-    }
+    if (fits([&] { reserve_unslotted(s, blocks_); })) return true;
     Sequence &victim = seqs_.get(running_.back());
     chosen.erase(std::remove(chosen.begin(), chosen.end(), victim.id), chosen.end());
     if (swap_out_victim(victim)) {
@@ -80,13 +89,7 @@ bool Scheduler::wants_swap(const Sequence &victim) const {
 }
 
 bool Scheduler::swap_out_victim(Sequence &victim) {
-  if (!wants_swap(victim)) return false;
-  try {
-    swap_out(victim, blocks_);
-  } catch (const Error &err) {
-    if (err.status() != PKV_ERR_NO_SPACE) throw;
-    return false;  // the host tier is full: recompute
-  }
+  if (!wants_swap(victim) || !fits([&] { swap_out(victim, blocks_); })) return false;  // full: recompute
   blocks_.count_preemption();
   num_swap_preemptions_++;
   return true;
@@ -121,34 +124,21 @@ StepPlan Scheduler::schedule() {
   // Swapped-out requests come back first, then waiting ones, while seats, tokens and blocks
   // allow - not in a step that had to preempt, unless that left nothing to run (then the front
   // of the queue, often the preempted one, goes on).
-  while ((!preempted || plan.seq_ids.empty()) && !swapped_.empty() &&
-         plan.seq_ids.size() < limits_.max_num_seqs && budget > 0) {
+  auto room = [&] {
+    return (!preempted || plan.seq_ids.empty()) && plan.seq_ids.size() < limits_.max_num_seqs && budget > 0;
+  };
+  while (room() && !swapped_.empty()) {
     Sequence &s = seqs_.get(swapped_.front());
-    try {
-      swap_in(s, blocks_);
-    } catch (const Error &err) {
-      if (err.status() != PKV_ERR_NO_SPACE) throw;
-      break;
-    }
+    if (!fits([&] { swap_in(s, blocks_); })) break;
     swapped_.pop_front();
     running_.push_back(s.id);
-    try {  // its sampled token's slot; without one it waits for the next step, running
-      reserve_unslotted(s, blocks_);
-    } catch (const Error &err) {
-      if (err.status() != PKV_ERR_NO_SPACE) throw;
-      break;
-    }
+    // Its sampled token's slot; without one it waits for the next step, running.
+    if (!fits([&] { reserve_unslotted(s, blocks_); })) break;
     if (s.num_uncomputed() > 0) add(s);
   }
-  while ((!preempted || plan.seq_ids.empty()) && swapped_.empty() && !waiting_.empty() &&
-         plan.seq_ids.size() < limits_.max_num_seqs && budget > 0) {
+  while (room() && swapped_.empty() && !waiting_.empty()) {
     Sequence &s = seqs_.get(waiting_.front());
-    try {
-      admit(s, blocks_);
-    } catch (const Error &err) {
-      if (err.status() != PKV_ERR_NO_SPACE) throw;
-      break;
-    }
+    if (!fits([&] { admit(s, blocks_); })) break;
     waiting_.pop_front();
     running_.push_back(s.id);
     add(s);
