@@ -358,10 +358,10 @@ void BlockManager::free_host(std::vector<int32_t> &host) {
 namespace pkv {
 
 void BlockManager::check(const std::vector<TableOwner> &owners) const {
-  std::vector<int64_t> refs(num_blocks_, 0), host_refs(host_.num_blocks(), 0);
+  std::vector<int64_t> refs(num_blocks_, 0), host_refs(host_.num_blocks(), 0), held(num_blocks_, 0);
   for (const BlockCopy &c : pending_copies_) {  // a queued copy between the tiers holds its source
     if (c.kind == PKV_COPY_SWAP_IN) host_refs.at(c.src)++;
-    if (c.kind == PKV_COPY_SWAP_OUT) refs.at(c.src)++;
+    if (c.kind == PKV_COPY_SWAP_OUT) refs.at(c.src)++, held.at(c.src)++;
   }
   for (const TableOwner &o : owners) {
     for (int32_t h : *o.host_table) {
@@ -392,9 +392,11 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
       parent = node;
     }
     // No write into a shared or sealed block: every slot still to compute is in a private block.
+    // A pending swap-out copy's hold is no sharer: it reads the block before the step's writes
+    // (a sequence swapped back in before its copies are done takes its held blocks back).
     for (uint32_t pos = o.num_computed; pos < o.num_slotted; ++pos) {
       int32_t b = t.ids[pos / block_size_];
-      if (blocks_[b].ref != 1 || blocks_[b].node != kNoNode)
+      if (blocks_[b].ref - held[b] != 1 || blocks_[b].node != kNoNode)
         fail(PKV_ERR_INTERNAL, "seq %llu: uncomputed token %u lies in shared or sealed block %d", id, pos, b);
     }
   }

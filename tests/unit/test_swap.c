@@ -177,6 +177,43 @@ static void test_shared_blocks_move_once(void)
   pkv_engine_destroy(e);
 }
 
+/* Swapped back in before its swap-out copies are done: it takes its held pool blocks back (no
+ * copy), and the copies' holds are no sharers: its uncomputed tokens are written there after the
+ * copies (pkv_engine_check once said "uncomputed token 0 lies in shared or sealed block"). */
+static void test_back_before_copies(void)
+{
+  pkv_engine *e = engine(HOST_BLOCKS);
+  if (!e)
+    return;
+  int32_t t[16];
+  tu_fill(t, 16, 1);
+  const uint64_t a = tu_alloc(e, t, 10, NULL);
+  const uint32_t eight = 8;
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(e, &a, &eight, 1, &b)) || !CHECK_OK(pkv_batch_end(b)))
+    return;
+  kv_pattern(e, a, 5, 8, 0);
+  const uint64_t fresh = tu_alloc(e, t + 10, 3, NULL); /* nothing computed at all */
+  CHECK_OK(pkv_swap_out(e, a));
+  CHECK_OK(pkv_swap_out(e, fresh));
+  CHECK_ENGINE(e);
+  CHECK_OK(pkv_swap_in(e, fresh));
+  CHECK_OK(pkv_swap_in(e, a));
+  CHECK_EQ_INT(tu_stats(e).num_swapped_in_blocks, 0);
+  CHECK_EQ_INT(tu_info(e, a).num_computed_tokens, 8);
+  CHECK_ENGINE(e);
+  CHECK_EQ_INT(run_copies(e, a, PKV_COPY_SWAP_OUT), 4); /* and a's last 2 tokens */
+  kv_pattern(e, a, 5, 8, 1);
+  CHECK_ENGINE(e);
+  CHECK_OK(pkv_release(e, a));
+  CHECK_OK(pkv_release(e, fresh));
+  const pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_host_free_blocks, HOST_BLOCKS);
+  CHECK_EQ_INT(st.num_free_blocks, BLOCKS);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
 /* Too few blocks in the tier moved to, no host tier, bad states: refused, nothing changed. */
 static void test_refusals(void)
 {
@@ -232,6 +269,7 @@ int main(void)
 {
   TU_RUN(test_round_trip);
   TU_RUN(test_shared_blocks_move_once);
+  TU_RUN(test_back_before_copies);
   TU_RUN(test_refusals);
   return tu_summary();
 }
