@@ -260,7 +260,7 @@ void BlockManager::copies_done(size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const BlockCopy &c = pending_copies_[i];
     if (c.kind == PKV_COPY_SWAP_IN) drop_host_ref(c.src);
-    if (c.kind == PKV_COPY_SWAP_OUT) drop_ref(c.src);
+    if (c.kind == PKV_COPY_SWAP_OUT && c.holds) drop_ref(c.src);
   }
   pending_copies_.erase(pending_copies_.begin(), pending_copies_.begin() + n);
 }
@@ -285,7 +285,19 @@ void BlockManager::forget_host_twin(int32_t host) {
 }
 
 void BlockManager::drop_host_ref(int32_t host) {
-  if (host_.drop_ref(host)) forget_host_twin(host);
+  if (!host_.drop_ref(host)) return;
+  forget_host_twin(host);
+  release_holds_into(host);
+}
+
+void BlockManager::release_holds_into(int32_t host) {
+  // Without this a released swapped sequence's pool blocks stayed held until some step ran:
+  // with no other sequence, forever.
+  for (BlockCopy &c : pending_copies_)
+    if (c.kind == PKV_COPY_SWAP_OUT && c.dst == host && c.holds) {
+      c.holds = false;
+      drop_ref(c.src);
+    }
 }
 
 void BlockManager::swap_out(BlockTable &table, std::vector<int32_t> &host) {
@@ -361,7 +373,7 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
   std::vector<int64_t> refs(num_blocks_, 0), host_refs(host_.num_blocks(), 0), held(num_blocks_, 0);
   for (const BlockCopy &c : pending_copies_) {  // a queued copy between the tiers holds its source
     if (c.kind == PKV_COPY_SWAP_IN) host_refs.at(c.src)++;
-    if (c.kind == PKV_COPY_SWAP_OUT) refs.at(c.src)++, held.at(c.src)++;
+    if (c.kind == PKV_COPY_SWAP_OUT && c.holds) refs.at(c.src)++, held.at(c.src)++;
   }
   for (const TableOwner &o : owners) {
     for (int32_t h : *o.host_table) {

@@ -50,6 +50,9 @@ struct BlockCopy {
   int32_t src;
   int32_t dst;
   int32_t kind;
+  // A swap-out copy holds its source until done, unless its host block was freed meanwhile (its
+  // sequence released or swapped back in): then the copy writes a block nobody reads.
+  bool holds = true;
 };
 
 struct BlockStats {
@@ -142,6 +145,7 @@ class BlockManager {
   void forget_device_twin(int32_t device);
   void forget_host_twin(int32_t host);
   void drop_host_ref(int32_t host);
+  void release_holds_into(int32_t host);  // a freed host block: swap-outs into it hold nothing
   void check_space(uint32_t needed, const char *what) const;
 
   uint32_t num_blocks_;

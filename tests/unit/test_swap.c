@@ -214,6 +214,35 @@ static void test_back_before_copies(void)
   pkv_engine_destroy(e);
 }
 
+/* Released while its swap-out copies are pending: nothing will read their host blocks, so they
+ * hold no pool block. (They held them until some step ran: with no other sequence, the pool was
+ * lost for good, every allocation NO_SPACE.) Its blocks stay cached: a prompt hits them. */
+static void test_released_before_copies(void)
+{
+  pkv_engine *e = engine(HOST_BLOCKS);
+  if (!e)
+    return;
+  int32_t t[4 * BLOCKS];
+  tu_fill(t, 4 * BLOCKS, 1);
+  const uint64_t a = tu_alloc(e, t, 4 * (BLOCKS / 2), NULL); /* half the pool: 6 blocks */
+  tu_compute1(e, a);
+  CHECK_OK(pkv_swap_out(e, a));
+  CHECK_OK(pkv_release(e, a));
+  pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_used_blocks, 0);
+  CHECK_EQ_INT(st.num_cached_blocks, BLOCKS / 2);
+  CHECK_EQ_INT(st.num_host_free_blocks, HOST_BLOCKS);
+  CHECK_ENGINE(e);
+  uint32_t cached = 0;
+  const uint64_t all = tu_alloc_salt(e, t, 4 * BLOCKS, NULL, &cached); /* the whole pool */
+  CHECK_EQ_INT(cached, 4 * (BLOCKS / 2));
+  /* The copies still run (into free host blocks) before any write of the next step. */
+  CHECK_EQ_INT(run_copies(e, all, PKV_COPY_SWAP_OUT), 6);
+  CHECK_OK(pkv_release(e, all));
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
 /* Too few blocks in the tier moved to, no host tier, bad states: refused, nothing changed. */
 static void test_refusals(void)
 {
@@ -270,6 +299,7 @@ int main(void)
   TU_RUN(test_round_trip);
   TU_RUN(test_shared_blocks_move_once);
   TU_RUN(test_back_before_copies);
+  TU_RUN(test_released_before_copies);
   TU_RUN(test_refusals);
   return tu_summary();
 }
