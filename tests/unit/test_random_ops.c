@@ -428,6 +428,25 @@ static void report(const world *w, uint32_t ops)
     CHECK(w->num_unsupported > 0);
 }
 
+/* Everything released and one step's copies done (the probe's batch, aborted after
+ * pkv_batch_copy): both tiers are free again, but for the probe's block. */
+static void drain(world *w)
+{
+  op_end(w, 0);
+  while (w->nseqs)
+    if (!CHECK_OK(pkv_release(w->e, w->seqs[--w->nseqs].id)))
+      return;
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b)))
+    return;
+  CHECK_OK(pkv_batch_copy(b));
+  pkv_batch_abort(b);
+  CHECK_ENGINE(w->e);
+  const pkv_stats st = tu_stats(w->e);
+  CHECK(st.num_used_blocks == 1 && st.num_host_free_blocks == w->host_blocks &&
+        st.num_seqs == 1 && st.num_swapped_seqs == 0);
+}
+
 static int setup(world *w, uint32_t flags)
 {
   pkv_engine_params p;
@@ -471,8 +490,10 @@ static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_op
   }
   if (tu_failed_ != failed_before)
     fprintf(stderr, "seed %llu: first failure at operation %u\n", (unsigned long long)seed, op);
-  else if (num_ops)
+  else if (num_ops) {
     report(w, op);
+    drain(w);
+  }
   pkv_batch_abort(w->batch);
   pkv_engine_destroy(w->e);
   free(w->shadow);
