@@ -137,14 +137,26 @@ static inline void probe_copies(world *w)
   w->num_probes++;
 }
 
-/* A batch begins: it takes over every queued copy; none copies into a shared pool block. */
+/* Queued copy i writes pool block dst, and no later one does. */
+static inline int last_write(const world *w, uint32_t i, int32_t dst)
+{
+  for (uint32_t j = i + 1; j < w->nqueued; j++)
+    if (w->queued[j].dst == dst && w->queued[j].kind != PKV_COPY_SWAP_OUT)
+      return 0;
+  return 1;
+}
+
+/* A batch begins: it takes over every queued copy. None gives a shared pool block content of its
+ * own: a copy-on-write copy into a shared block is one whose sequence is gone (the block was
+ * freed, then taken by a swap-in that a fork shared), and a later copy overwrites it. */
 static inline void take_copies(world *w, const pkv_batch_view *v)
 {
   learn_copies(w, v);
   for (uint32_t i = 0; i < w->nqueued; i++) {
     const rcopy *c = &w->queued[i];
-    if (c->kind == PKV_COPY_COW && c->dst >= 0 && (uint32_t)c->dst < w->num_blocks)
-      EXPECT(w->refs[c->dst] <= 1);
+    if (c->kind == PKV_COPY_COW && c->dst >= 0 && (uint32_t)c->dst < w->num_blocks &&
+        !EXPECT(w->refs[c->dst] <= 1 || !last_write(w, i, c->dst)))
+      fprintf(stderr, "  copy %u: %d -> %d into a shared block\n", i, c->src, c->dst);
   }
   memcpy(w->taken, w->queued, w->nqueued * sizeof w->taken[0]);
   w->ntaken = w->nqueued;
