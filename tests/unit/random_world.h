@@ -209,6 +209,23 @@ static inline void check_world(world *w, int deep)
   check_pool(w);
 }
 
+/* Which sequences an operation may pick. */
+enum { RUNNING = 1, IDLE = 2, PREEMPTED = 4, MEMBER = 8, SWAPPED = 16 };
+
+static inline int pick(world *w, int want)
+{
+  int cand[MAX_SEQS], n = 0;
+  for (uint32_t i = 0; i < w->nseqs; i++) {
+    const rseq *s = &w->seqs[i];
+    if (((want & RUNNING) && (s->preempted || s->swapped)) || ((want & IDLE) && s->batch_new) ||
+        ((want & PREEMPTED) && !s->preempted) || ((want & MEMBER) && !s->batch_new) ||
+        ((want & SWAPPED) && !s->swapped))
+      continue;
+    cand[n++] = (int)i;
+  }
+  return n ? cand[rnd(w, (uint64_t)n)] : -1;
+}
+
 /* refs[b] = how many live tables hold block b. */
 static inline void count_refs(world *w)
 {

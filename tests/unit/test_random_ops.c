@@ -8,25 +8,11 @@
  *
  * Usage: test_random_ops SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS]] */
 #include "random_world.h"
+#include "random_swap.h"
 
 enum { NUM_BASES = 4, BASE_LEN = 48, ALPHABET = 6 };
-enum { RUNNING = 1, IDLE = 2, PREEMPTED = 4, MEMBER = 8, SWAPPED = 16 };
 
 static int32_t bases[NUM_BASES][BASE_LEN];
-
-static int pick(world *w, int want)
-{
-  int cand[MAX_SEQS], n = 0;
-  for (uint32_t i = 0; i < w->nseqs; i++) {
-    const rseq *s = &w->seqs[i];
-    if (((want & RUNNING) && (s->preempted || s->swapped)) || ((want & IDLE) && s->batch_new) ||
-        ((want & PREEMPTED) && !s->preempted) || ((want & MEMBER) && !s->batch_new) ||
-        ((want & SWAPPED) && !s->swapped))
-      continue;
-    cand[n++] = (int)i;
-  }
-  return n ? cand[rnd(w, (uint64_t)n)] : -1;
-}
 
 static void random_tokens(world *w, int32_t *t, uint32_t n)
 {
@@ -179,73 +165,6 @@ static void op_resume(world *w)
   check_hit(w, s, cached);
 }
 
-/* Running -> swapped: its table's blocks are copied (a block whose KV a sharer's earlier swap-out
- * already holds is not), the host tier loses as many free blocks. */
-static void op_swap_out(world *w)
-{
-  int i = pick(w, RUNNING | IDLE);
-  if (i < 0 || w->ncands == MAX_CANDS)
-    return;
-  rseq *s = &w->seqs[i];
-  int32_t old[MAX_LEN];
-  const uint32_t n = get_table(w, s, old);
-  const pkv_stats st0 = tu_stats(w->e);
-  const uint64_t state = world_state(w);
-  const pkv_status r = pkv_swap_out(w->e, s->id);
-  if (w->host_blocks == 0 || r == PKV_ERR_NO_SPACE) {
-    CHECK_ERR(w->e, r, w->host_blocks ? PKV_ERR_NO_SPACE : PKV_ERR_UNSUPPORTED);
-    EXPECT(world_state(w) == state);
-    EXPECT(w->host_blocks == 0 || st0.num_host_free_blocks < n);
-    w->num_unsupported += w->host_blocks == 0;
-    w->num_swap_no_space += w->host_blocks != 0;
-    return;
-  }
-  if (!CHECK_OK(r))
-    return;
-  const pkv_stats st1 = tu_stats(w->e);
-  const uint32_t k = (uint32_t)(st1.num_swapped_out_blocks - st0.num_swapped_out_blocks);
-  EXPECT(k <= n && st0.num_host_free_blocks - st1.num_host_free_blocks == k);
-  EXPECT(st1.num_free_blocks >= st0.num_free_blocks &&
-         st1.num_free_blocks - st0.num_free_blocks <= n - k); /* copied blocks stay held */
-  s->swapped = 1;
-  w->num_swap_out++;
-  w->num_twin_shares += n - k;
-  queue_unknown(w, PKV_COPY_SWAP_OUT, k, old, n);
-}
-
-/* Swapped -> running, all or nothing: new pool blocks for the blocks whose KV is not still in the
- * pool (a sharer's), each with a copy; computed tokens stay computed. */
-static void op_swap_in(world *w)
-{
-  int i = pick(w, SWAPPED);
-  if (i < 0 || w->ncands == MAX_CANDS)
-    return;
-  rseq *s = &w->seqs[i];
-  const uint32_t nb = num_table_blocks(w, s);
-  const pkv_stats st0 = tu_stats(w->e);
-  const uint64_t state = world_state(w);
-  const pkv_status r = pkv_swap_in(w->e, s->id);
-  if (r == PKV_ERR_NO_SPACE) {
-    CHECK_ERR(w->e, r, PKV_ERR_NO_SPACE);
-    EXPECT(world_state(w) == state);
-    EXPECT(st0.num_free_blocks < nb);
-    w->num_swap_in_no_space++;
-    return;
-  }
-  if (!CHECK_OK(r))
-    return;
-  s->swapped = 0;
-  int32_t table[MAX_LEN];
-  const uint32_t n = get_table(w, s, table);
-  const pkv_stats st1 = tu_stats(w->e);
-  const uint32_t k = (uint32_t)(st1.num_swapped_in_blocks - st0.num_swapped_in_blocks);
-  EXPECT(n == nb && k <= nb && st0.num_free_blocks - st1.num_free_blocks == k);
-  EXPECT(st1.num_host_free_blocks >= st0.num_host_free_blocks);
-  w->num_swap_in++;
-  w->num_twin_shares += nb - k;
-  queue_unknown(w, PKV_COPY_SWAP_IN, k, table, n);
-}
-
 /* Checks member k's rows of the view and queues its writes; none may go to a shared block. */
 static void plan_writes(world *w, const pkv_batch_view *v, uint32_t k, const rseq *s)
 {
@@ -351,37 +270,6 @@ static void misuse_member(world *w)
   case 4: CHECK_ERR(w->e, pkv_swap_out(w->e, id), PKV_ERR_STATE); break;
   case 5: CHECK_ERR(w->e, pkv_swap_in(w->e, id), PKV_ERR_STATE); break;
   default: CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE); break;
-  }
-  EXPECT(world_state(w) == st);
-}
-
-/* Calls refused by a sequence's state: a swapped one cannot grow, fork, compute, be preempted,
- * resumed or swapped out again; a preempted one has nothing to swap; a running one is not
- * swapped or preempted. */
-static void misuse_state(world *w)
-{
-  int i = pick(w, IDLE);
-  if (i < 0)
-    return;
-  const rseq *s = &w->seqs[i];
-  uint64_t id = s->id, child = 0, st = world_state(w);
-  int32_t t = 1;
-  pkv_batch *b = NULL;
-  uint32_t cached = 0;
-  const uint64_t r = rnd(w, 6);
-  if (s->swapped) {
-    switch (r) {
-    case 0: CHECK_ERR(w->e, pkv_append(w->e, id, &t, 1), PKV_ERR_STATE); break;
-    case 1: CHECK_ERR(w->e, pkv_fork(w->e, id, &child), PKV_ERR_STATE); break;
-    case 2: CHECK_ERR(w->e, pkv_batch_begin(w->e, &id, NULL, 1, &b), PKV_ERR_STATE); break;
-    case 3: CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE); break;
-    case 4: CHECK_ERR(w->e, pkv_resume(w->e, id, &cached), PKV_ERR_STATE); break;
-    default: CHECK_ERR(w->e, pkv_swap_out(w->e, id), PKV_ERR_STATE); break;
-    }
-  } else if (s->preempted) {
-    CHECK_ERR(w->e, r % 2 ? pkv_swap_out(w->e, id) : pkv_swap_in(w->e, id), PKV_ERR_STATE);
-  } else {
-    CHECK_ERR(w->e, r % 2 ? pkv_swap_in(w->e, id) : pkv_resume(w->e, id, &cached), PKV_ERR_STATE);
   }
   EXPECT(world_state(w) == st);
 }
