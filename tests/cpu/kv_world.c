@@ -142,6 +142,11 @@ struct pkv_pool_info kw_pool(kw_world *w)
 
 int kw_init(kw_world *w, const kw_config *c)
 {
+  return kw_init_host(w, c, 0);
+}
+
+int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks)
+{
   memset(w, 0, sizeof *w);
   w->c = *c;
   if (w->c.q_amp == 0.0f)
@@ -168,6 +173,7 @@ int kw_init(kw_world *w, const kw_config *c)
   p.device = PKV_DEVICE_CPU;
   p.num_threads = c->num_threads;
   p.softmax_scale = c->softmax_scale;
+  p.host_num_blocks = host_num_blocks;
   w->e = NULL;
   return CHECK_OK(pkv_engine_create(&p, &w->e)) && CHECK(w->e != NULL);
 }

@@ -83,6 +83,8 @@ typedef struct kw_world {
 
 /* Creates the engine (CPU, c's shape). Returns 1 on success (failures are counted). */
 int kw_init(kw_world *w, const kw_config *c);
+/* The same with a host tier of host_num_blocks blocks (pkv_swap_out). */
+int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks);
 void kw_free(kw_world *w);
 
 /* Sequences, by slot index. kw_alloc returns the slot (-1 on failure) and the cached count. */

@@ -1,8 +1,9 @@
 /*
  * fuzz_api.c - libFuzzer harness over the whole engine API: the input bytes create a small CPU
- * engine (fuzzed shape, paging, scheduler and event fields; the pool bounded through pkv_profile
- * before anything is allocated) and then drive it with a program of calls (fuzz_ops.h) on valid
- * and invalid sequence ids, tokens, salts, buffers and batch handles.
+ * engine (fuzzed shape, paging, scheduler and event fields, a host tier or none; the pool and
+ * the host tier bounded through pkv_profile before anything is allocated) and then drive it with
+ * a program of calls (fuzz_ops.h) on valid and invalid sequence ids, tokens, salts, buffers and
+ * batch handles.
  *
  * After every call: pkv_engine_check(e) == PKV_OK; a failed call left a message and changed
  * nothing observable (stats and every live sequence's info, table and tokens); a successful one
@@ -17,7 +18,7 @@
 static void raw_field(fz_input *in, pkv_engine_params *p)
 {
   uint32_t v = fz_u32(in);
-  switch (fz_pick(in, 20)) {
+  switch (fz_pick(in, 23)) {
   case 0: p->num_layers = v; break;
   case 1: p->num_q_heads = v; break;
   case 2: p->num_kv_heads = v; break;
@@ -37,6 +38,9 @@ static void raw_field(fz_input *in, pkv_engine_params *p)
   case 16: memcpy(&p->softmax_scale, &v, sizeof v); break;
   case 17: p->memory_utilization = (double)(int32_t)v / 1e9; break;
   case 18: p->struct_size = v % 512; break;
+  case 19: p->host_num_blocks = v; break;
+  case 20: p->host_cache_bytes = fz_u64(in); break;
+  case 21: p->reserved1 = v; break;
   default: p->max_num_batched_tokens = v; break;
   }
 }
@@ -62,6 +66,11 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
   p->max_num_batched_tokens = 1 + fz_pick(in, 64);
   p->enable_kv_events = fz_pick(in, 2);
   p->kv_events_capacity = fz_pick(in, 16);
+  switch (fz_pick(in, 4)) { /* the host tier: a few blocks (swap NO_SPACE), bytes, or none */
+  case 0: break;
+  case 1: p->host_cache_bytes = fz_u32(in) % 65536; break;
+  default: p->host_num_blocks = 1 + fz_pick(in, 12); break;
+  }
   switch (fz_pick(in, 8)) {
   case 0: /* the profiler sizes the pool from a byte cap */
     p->num_blocks = 0;
@@ -94,6 +103,7 @@ static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p)
     return NULL;
   }
   if (b.pool_bytes > FZ_MAX_POOL_BYTES || b.num_blocks > 4096 || p->num_threads > 2 ||
+      b.host_pool_bytes > FZ_MAX_POOL_BYTES || b.host_num_blocks > 4096 ||
       p->max_num_seqs > 64 || (uint64_t)p->num_q_heads * p->head_dim > 4096)
     return NULL;
   pkv_status s = pkv_engine_create(p, &e);
@@ -107,6 +117,8 @@ static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p)
   got.struct_size = sizeof got;
   FZ_CHECK(pkv_engine_params_get(e, &got) == PKV_OK, "params_get");
   FZ_CHECK(got.num_blocks == b.num_blocks && got.block_size == p->block_size, "effective params");
+  FZ_CHECK(got.host_num_blocks == b.host_num_blocks, "host tier: %u blocks, the budget said %llu",
+           got.host_num_blocks, (unsigned long long)b.host_num_blocks);
   return e;
 }
 

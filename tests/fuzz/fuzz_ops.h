@@ -283,6 +283,60 @@ static void op_submit(fz_world *w, fz_input *in)
   fz_after(w, before, s, "pkv_submit");
 }
 
+/* pkv_swap_out / pkv_swap_in: without a host tier swap-out is refused; a move keeps the tokens
+ * and the computed count and moves the sequence between the tiers. */
+static void op_swap(fz_world *w, fz_input *in)
+{
+  const int out = fz_pick(in, 2);
+  uint64_t seq = fz_seq(w, in);
+  const int want_swapped = !out && fz_pick(in, 2); /* for a swap-in, a swapped one mostly */
+  for (uint32_t i = 0; want_swapped && i < w->nseqs; i++) {
+    struct pkv_seq_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    if (pkv_seq_info(w->e, w->seqs[i], &info) == PKV_OK && info.kv_tier == PKV_TIER_HOST) {
+      seq = w->seqs[i];
+      break;
+    }
+  }
+  struct pkv_seq_info i0, i1;
+  memset(&i0, 0, sizeof i0);
+  i0.struct_size = sizeof i0;
+  i1 = i0;
+  const pkv_status s0 = pkv_seq_info(w->e, seq, &i0);
+  uint64_t before = fz_state(w);
+  pkv_status s = out ? pkv_swap_out(w->e, seq) : pkv_swap_in(w->e, seq);
+  fz_after(w, before, s, out ? "pkv_swap_out" : "pkv_swap_in");
+  if (out && w->p.host_num_blocks == 0)
+    FZ_CHECK(s != PKV_OK && s != PKV_ERR_NO_SPACE, "swap-out without a host tier: %d", s);
+  if (s != PKV_OK)
+    return;
+  FZ_CHECK(s0 == PKV_OK && pkv_seq_info(w->e, seq, &i1) == PKV_OK, "info");
+  FZ_CHECK(i0.kv_tier == (out ? PKV_TIER_DEVICE : PKV_TIER_HOST) &&
+               i1.kv_tier == (out ? PKV_TIER_HOST : PKV_TIER_DEVICE),
+           "tier %u -> %u", i0.kv_tier, i1.kv_tier);
+  FZ_CHECK(i1.num_tokens == i0.num_tokens && i1.num_computed_tokens == i0.num_computed_tokens &&
+               i1.num_cached_tokens == i0.num_cached_tokens,
+           "a move changed the tokens: %u/%u -> %u/%u", i0.num_tokens, i0.num_computed_tokens,
+           i1.num_tokens, i1.num_computed_tokens);
+}
+
+/* pkv_batch_copy on the open batch (twice: the second does nothing), NULL or a stale handle. */
+static void op_batch_copy(fz_world *w, fz_input *in)
+{
+  pkv_batch *b = fz_batch(w, in);
+  uint64_t before = fz_state(w);
+  pkv_status s = pkv_batch_copy(b);
+  fz_after(w, before, s, "pkv_batch_copy");
+  FZ_CHECK((s == PKV_OK) == (b != NULL && b == w->batch), "pkv_batch_copy -> %d", s);
+  if (s == PKV_OK && fz_pick(in, 2)) {
+    before = fz_state(w);
+    s = pkv_batch_copy(b);
+    FZ_CHECK(s == PKV_OK && fz_state(w) == before, "a second pkv_batch_copy -> %d", s);
+    fz_consistent(w);
+  }
+}
+
 #include "fuzz_ops2.h"
 
 #endif /* PKV_FUZZ_OPS_H */

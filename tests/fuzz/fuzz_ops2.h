@@ -138,6 +138,7 @@ static const fz_op_fn fz_ops[] = {
     op_allocate, op_allocate, op_append, op_append, op_fork,     op_release, op_release,
     op_preempt_resume, op_batch_begin, op_batch_begin, op_attention, op_batch_end, op_batch_end,
     op_abort, op_step, op_step, op_submit, op_table, op_info, op_drain, op_reset, op_misc, op_hash,
+    op_swap, op_swap, op_batch_copy,
 };
 
 static inline void fz_op(fz_world *w, fz_input *in)

@@ -87,8 +87,12 @@ static inline void fz_consistent(fz_world *w)
   FZ_CHECK(s.num_cached_blocks <= s.num_free_blocks, "cached > free");
   FZ_CHECK(s.prefix_hit_tokens <= s.prefix_query_tokens, "hits > queries");
   FZ_CHECK(s.num_seqs == w->nseqs, "num_seqs %llu, %u live", (unsigned long long)s.num_seqs, w->nseqs);
+  FZ_CHECK(s.num_host_blocks == w->p.host_num_blocks && s.num_host_free_blocks <= s.num_host_blocks,
+           "host tier: %llu free of %llu, params %u", (unsigned long long)s.num_host_free_blocks,
+           (unsigned long long)s.num_host_blocks, w->p.host_num_blocks);
   static int32_t table[FZ_TABLE_CAP];
   const uint32_t bs = w->p.block_size;
+  uint64_t swapped = 0;
   for (uint32_t i = 0; i < w->nseqs; i++) {
     struct pkv_seq_info info;
     memset(&info, 0, sizeof info);
@@ -105,10 +109,24 @@ static inline void fz_consistent(fz_world *w)
     FZ_CHECK(w->batch != NULL || info.in_batch == 0, "in_batch with no batch open");
     if (info.is_preempted)
       FZ_CHECK(info.num_blocks == 0 && info.num_computed_tokens == 0, "preempted holds blocks");
-    if (!info.is_request && !info.is_preempted)
+    FZ_CHECK(info.kv_tier <= PKV_TIER_HOST, "kv_tier %u", info.kv_tier);
+    FZ_CHECK((info.kv_tier == PKV_TIER_DEVICE) == (info.num_blocks > 0), "tier %u with %u blocks",
+             info.kv_tier, info.num_blocks);
+    FZ_CHECK((info.kv_tier == PKV_TIER_HOST) == (info.num_host_blocks > 0),
+             "tier %u with %u host blocks", info.kv_tier, info.num_host_blocks);
+    if (info.kv_tier == PKV_TIER_HOST) { /* swapped out: pkv_allocate's, idle, all its tokens */
+      swapped++;
+      FZ_CHECK(!info.is_request && !info.is_preempted && !info.in_batch, "swapped and more");
+      FZ_CHECK(info.num_host_blocks == (info.num_tokens + bs - 1) / bs &&
+                   info.num_host_blocks <= s.num_host_blocks - s.num_host_free_blocks,
+               "%u host blocks for %u tokens", info.num_host_blocks, info.num_tokens);
+    }
+    if (!info.is_request && !info.is_preempted && info.kv_tier != PKV_TIER_HOST)
       FZ_CHECK(info.num_blocks == (info.num_tokens + bs - 1) / bs, "%u blocks for %u tokens",
                info.num_blocks, info.num_tokens);
   }
+  FZ_CHECK(s.num_swapped_seqs == swapped, "%llu swapped, %llu seen",
+           (unsigned long long)s.num_swapped_seqs, (unsigned long long)swapped);
 }
 
 /* Before a call: the fingerprint. After it: a failure left a message and changed nothing; any
@@ -156,6 +174,28 @@ static inline void fz_world_init(fz_world *w, pkv_engine *e, const pkv_engine_pa
   fz_consistent(w);
 }
 
+/* With every sequence released, swap-in copies may still hold host-tier blocks until a step does
+ * them: one step of a 1-token sequence does (pkv_batch_copy, then aborted); then both tiers are
+ * free. */
+static inline void fz_drain_copies(fz_world *w)
+{
+  const int32_t t = 0;
+  uint64_t id = 0;
+  pkv_batch *b = NULL;
+  FZ_CHECK(pkv_allocate(w->e, &t, 1, NULL, &id, NULL) == PKV_OK, "allocate in an empty pool");
+  FZ_CHECK(pkv_batch_begin(w->e, &id, NULL, 1, &b) == PKV_OK && pkv_batch_copy(b) == PKV_OK,
+           "a step of the copies");
+  pkv_batch_abort(b);
+  FZ_CHECK(pkv_release(w->e, id) == PKV_OK, "release");
+  FZ_CHECK(pkv_engine_check(w->e) == PKV_OK, "pkv_engine_check: %s", pkv_engine_last_error(w->e));
+  pkv_stats s = fz_stats(w);
+  FZ_CHECK(s.num_used_blocks == 0 && s.num_host_free_blocks == s.num_host_blocks,
+           "held after the copies: %llu pool blocks, %llu of %llu host-tier blocks",
+           (unsigned long long)s.num_used_blocks,
+           (unsigned long long)(s.num_host_blocks - s.num_host_free_blocks),
+           (unsigned long long)s.num_host_blocks);
+}
+
 /* Closes the batch, releases everything (the pool must then be all free) and destroys e; or
  * destroys e with its batch and sequences still there. */
 static inline void fz_world_end(fz_world *w, int destroy_busy)
@@ -171,8 +211,10 @@ static inline void fz_world_end(fz_world *w, int destroy_busy)
     fz_consistent(w);
     pkv_stats s = fz_stats(w);
     FZ_CHECK(s.num_used_blocks == 0 && s.num_seqs == 0 && s.num_waiting_requests == 0 &&
-                 s.num_running_requests == 0 && s.num_finished_requests == 0,
+                 s.num_running_requests == 0 && s.num_finished_requests == 0 &&
+                 s.num_swapped_seqs == 0,
              "leftovers after releasing everything");
+    fz_drain_copies(w);
   }
   pkv_engine_destroy(w->e);
 }

@@ -1,25 +1,32 @@
 /*
  * random_world.h - the model test_random_ops.c keeps beside a pkv engine: every live sequence's
- * tokens, salt and computed count, and a shadow of the KV pool that records, for every slot
- * (block * block_size + offset), the identity of the full token context (salt + every token up to
- * and including that position) whose K/V was written there.
+ * tokens, salt, computed count and state (running, preempted, swapped out), and a shadow of both
+ * KV tiers (the pool and the host tier) that records, for every slot (block * block_size +
+ * offset), the identity of the full token context (salt + every token up to and including that
+ * position) whose K/V is there. The test writes those identities into the real pool as a host's
+ * kernels would (random_pool.h), so the shadow is also checked against the bytes.
  *
  * check_world() compares the engine with the model after every operation: pkv_engine_check, the
- * stats, each sequence's info and table, and that every computed token's slot still holds that
- * token's context (nothing overwrote or evicted KV in use, no hit served foreign KV).
+ * stats, each sequence's info and table, that every computed token's slot holds that token's
+ * context (nothing overwrote or evicted KV in use, no hit served foreign KV, a sequence swapped
+ * back in holds exactly the KV it left with), and that the real pool holds the shadow.
  *
- * Copy-on-write copies are seen at append (the sequence's last block id changes), must be listed
- * by the next batch_begin, and are done in the shadow in their listed order when that batch ends,
- * before its writes; an aborted batch gives them back. (Doing them at batch_begin would be wrong
- * after an abort: a copy's source block may be freed and become the destination of a later copy
- * before the copy is listed again.) Until done, checks read the shadow with them applied.
+ * Block copies (random_copies.h) are queued in pkv's order: copy-on-write copies seen at append
+ * (the sequence's last block id changes), swap-out and swap-in copies seen as counts in the stats
+ * (pkv_seq_block_table does not show host-tier blocks): their ids are learnt from the next batch
+ * view that lists them, a batch begun and aborted at once on a private probe sequence when no
+ * batch is open. A batch's copies are done, in their listed order and before its writes, by
+ * pkv_batch_copy or by the test itself at batch end (a host with its own kernels); an aborted
+ * batch whose copies are not done gives them back. Until done, checks read the shadow with them
+ * applied.
  */
 #ifndef PKV_RANDOM_WORLD_H
 #define PKV_RANDOM_WORLD_H
 
 #include "test_util.h"
 
-enum { MAX_SEQS = 24, MAX_LEN = 96, MAX_WRITES = MAX_SEQS * MAX_LEN, MAX_COPIES = 256 };
+enum { MAX_SEQS = 24, MAX_LEN = 96, MAX_WRITES = MAX_SEQS * MAX_LEN, MAX_COPIES = 1024,
+       MAX_CANDS = 64 };
 
 /* Only failures are counted in the hot loops; passes would be millions of lines of nothing. */
 #define EXPECT(cond) ((cond) ? 1 : CHECK(cond))
@@ -28,33 +35,44 @@ typedef struct {
   uint64_t id;
   int salt; /* 0 = none, 1 = "a", 2 = "b" */
   uint32_t len, computed, batch_new;
-  int preempted;
+  int preempted, swapped;
   int32_t tokens[MAX_LEN];
   uint64_t ctx[MAX_LEN]; /* ctx[i]: identity of (salt, tokens[0..i]) */
 } rseq;
 
+/* A queued block copy (PKV_COPY_* kind). A swap copy is known by its count before a view lists
+ * it: src and dst are -1 and cand names the pool blocks it may read (swap-out) or write
+ * (swap-in): the sequence's table at the swap. */
 typedef struct {
-  int32_t src, dst;
+  int32_t src, dst, kind, cand;
 } rcopy;
 
 typedef struct {
   pkv_engine *e;
-  uint32_t bs, num_blocks;
+  uint32_t bs, num_blocks, host_blocks;
   uint64_t rng;
   rseq seqs[MAX_SEQS];
   uint32_t nseqs;
-  uint64_t *shadow; /* [num_blocks * bs], 0 = never written */
-  uint64_t *eff;    /* [num_blocks * bs] scratch: the shadow after the copies not yet done */
-  uint32_t *refs;   /* [num_blocks] scratch: live tables referencing each block */
-  rcopy queued[MAX_COPIES]; /* copy-on-write copies seen at append, not yet taken by a batch */
-  uint32_t nqueued;
-  rcopy taken[MAX_COPIES]; /* the open batch's copies, done (in order) when it ends */
+  uint64_t probe;    /* a 1-token sequence outside seqs, never computed: batches that list copies */
+  uint64_t *shadow;  /* [num_blocks * bs] then [host_blocks * bs]; 0 = never written */
+  uint64_t *eff;     /* the same, scratch: the shadow after the copies not yet done */
+  uint32_t *refs;    /* [num_blocks] scratch: live tables referencing each block */
+  struct pkv_pool_info pool; /* where the real K/V are */
+  rcopy queued[MAX_COPIES]; /* copies not yet taken by a batch, in pkv's order */
+  uint32_t nqueued, nunknown; /* of which swap copies not yet seen in a view */
+  rcopy taken[MAX_COPIES]; /* the open batch's copies, done (in order) by batch_copy or its end */
   uint32_t ntaken;
+  int32_t cands[MAX_CANDS][MAX_LEN]; /* the tables unknown copies name; freed when none is left */
+  uint32_t ncand_len[MAX_CANDS], ncands;
   pkv_batch *batch;
+  int copies_done;  /* the open batch's copies were done by pkv_batch_copy */
   uint32_t nwrites; /* the open batch's writes, done at batch_end */
   int64_t write_slot[MAX_WRITES];
   uint64_t write_ctx[MAX_WRITES];
-  uint64_t num_no_space, num_hits, num_cow, num_preempt; /* what the run exercised */
+  /* what the run exercised */
+  uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out,
+      num_swap_in, num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release,
+      num_batch_copy, num_probes;
 } world;
 
 static inline uint64_t rnd(world *w, uint64_t n)
@@ -95,12 +113,18 @@ static inline uint32_t get_table(world *w, const rseq *s, int32_t *out)
   return len;
 }
 
+static inline uint32_t num_table_blocks(const world *w, const rseq *s)
+{
+  return (s->len + w->bs - 1) / w->bs;
+}
+
 static inline uint64_t world_state(world *w)
 {
-  uint64_t ids[MAX_SEQS];
+  uint64_t ids[MAX_SEQS + 1];
   for (uint32_t i = 0; i < w->nseqs; i++)
     ids[i] = w->seqs[i].id;
-  return tu_state(w->e, ids, w->nseqs);
+  ids[w->nseqs] = w->probe;
+  return tu_state(w->e, ids, w->nseqs + 1);
 }
 
 static inline uint32_t free_blocks(world *w)
@@ -108,31 +132,12 @@ static inline uint32_t free_blocks(world *w)
   return (uint32_t)tu_stats(w->e).num_free_blocks;
 }
 
-static inline void copy_block(world *w, uint64_t *pool, rcopy c)
-{
-  if (!EXPECT(c.src >= 0 && c.dst >= 0 && (uint32_t)c.src < w->num_blocks &&
-              (uint32_t)c.dst < w->num_blocks && c.src != c.dst))
-    return;
-  memcpy(pool + (size_t)c.dst * w->bs, pool + (size_t)c.src * w->bs, w->bs * sizeof pool[0]);
-}
+#include "random_pool.h"
+#include "random_copies.h"
 
-/* What the pool will hold once the copies taken and queued are done, in order: the content a
- * sequence's computed tokens refer to. */
-static inline const uint64_t *effective(world *w)
-{
-  if (w->ntaken + w->nqueued == 0)
-    return w->shadow;
-  memcpy(w->eff, w->shadow, (size_t)w->num_blocks * w->bs * sizeof w->eff[0]);
-  for (uint32_t i = 0; i < w->ntaken; i++)
-    copy_block(w, w->eff, w->taken[i]);
-  for (uint32_t i = 0; i < w->nqueued; i++)
-    copy_block(w, w->eff, w->queued[i]);
-  return w->eff;
-}
-
-/* Positions [from, to) of s hold s's contexts in pool. */
+/* Positions [from, to) of s hold s's contexts in the pool tier of shadow. */
 static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t to,
-                               const uint64_t *pool)
+                               const uint64_t *shadow)
 {
   int32_t table[MAX_LEN];
   uint32_t n = get_table(w, s, table);
@@ -140,7 +145,7 @@ static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t 
     if (!EXPECT(pos / w->bs < n))
       return;
     int64_t slot = (int64_t)table[pos / w->bs] * w->bs + pos % w->bs;
-    if (!EXPECT(pool[slot] == s->ctx[pos])) {
+    if (!EXPECT(shadow[slot] == s->ctx[pos])) {
       fprintf(stderr, "  seq %llu pos %u: block %d holds another context\n",
               (unsigned long long)s->id, pos, table[pos / w->bs]);
       return;
@@ -148,17 +153,21 @@ static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t 
   }
 }
 
-static inline void check_seq(world *w, const rseq *s, const uint64_t *pool)
+/* shadow: NULL while swap copies are not yet known (the content is checked once they are). */
+static inline void check_seq(world *w, const rseq *s, const uint64_t *shadow)
 {
   struct pkv_seq_info info = tu_info(w->e, s->id);
+  const uint32_t nb = num_table_blocks(w, s);
   EXPECT(info.num_tokens == s->len);
   EXPECT(info.num_computed_tokens == s->computed);
   EXPECT(info.is_preempted == (uint32_t)s->preempted);
   EXPECT(info.in_batch == (s->batch_new > 0));
   EXPECT(info.cache_salt_len == (s->salt ? 1u : 0u));
-  EXPECT(info.num_blocks == (s->preempted ? 0 : (s->len + w->bs - 1) / w->bs));
-  if (!s->preempted)
-    check_slots(w, s, 0, s->computed, pool);
+  EXPECT(info.num_blocks == (s->preempted || s->swapped ? 0 : nb));
+  EXPECT(info.num_host_blocks == (s->swapped ? nb : 0));
+  EXPECT(info.kv_tier == (s->swapped ? PKV_TIER_HOST : s->preempted ? PKV_TIER_NONE : PKV_TIER_DEVICE));
+  if (!s->preempted && !s->swapped && shadow)
+    check_slots(w, s, 0, s->computed, shadow);
 }
 
 static inline void check_tokens(world *w, const rseq *s)
@@ -171,25 +180,50 @@ static inline void check_tokens(world *w, const rseq *s)
 
 static inline void check_world(world *w, int deep)
 {
+  if (w->nunknown && !w->batch)
+    probe_copies(w);
   if (!EXPECT(pkv_engine_check(w->e) == PKV_OK))
     fprintf(stderr, "  pkv_engine_check: %s\n", pkv_engine_last_error(w->e));
   pkv_stats st = tu_stats(w->e);
-  uint32_t preempted = 0;
-  for (uint32_t i = 0; i < w->nseqs; i++)
+  uint32_t preempted = 0, swapped = 0;
+  for (uint32_t i = 0; i < w->nseqs; i++) {
     preempted += (uint32_t)w->seqs[i].preempted;
+    swapped += (uint32_t)w->seqs[i].swapped;
+  }
   EXPECT(st.num_blocks == w->num_blocks);
   EXPECT(st.num_free_blocks + st.num_used_blocks == st.num_blocks);
   EXPECT(st.num_cached_blocks <= st.num_free_blocks);
-  EXPECT(st.num_seqs == w->nseqs);
+  EXPECT(st.num_seqs == w->nseqs + 1); /* and the probe */
   EXPECT(st.num_preempted_seqs == preempted);
   EXPECT(st.num_cow_copies == w->num_cow);
   EXPECT(st.num_preemptions == w->num_preempt);
-  const uint64_t *pool = effective(w);
+  EXPECT(st.num_host_blocks == w->host_blocks);
+  EXPECT(st.num_host_free_blocks <= st.num_host_blocks);
+  EXPECT(st.num_swapped_seqs == swapped);
+  const uint64_t *shadow = effective(w);
   for (uint32_t i = 0; i < w->nseqs; i++) {
-    check_seq(w, &w->seqs[i], pool);
+    check_seq(w, &w->seqs[i], shadow);
     if (deep)
       check_tokens(w, &w->seqs[i]);
   }
+  check_pool(w);
+}
+
+/* Which sequences an operation may pick. */
+enum { RUNNING = 1, IDLE = 2, PREEMPTED = 4, MEMBER = 8, SWAPPED = 16 };
+
+static inline int pick(world *w, int want)
+{
+  int cand[MAX_SEQS], n = 0;
+  for (uint32_t i = 0; i < w->nseqs; i++) {
+    const rseq *s = &w->seqs[i];
+    if (((want & RUNNING) && (s->preempted || s->swapped)) || ((want & IDLE) && s->batch_new) ||
+        ((want & PREEMPTED) && !s->preempted) || ((want & MEMBER) && !s->batch_new) ||
+        ((want & SWAPPED) && !s->swapped))
+      continue;
+    cand[n++] = (int)i;
+  }
+  return n ? cand[rnd(w, (uint64_t)n)] : -1;
 }
 
 /* refs[b] = how many live tables hold block b. */
@@ -198,72 +232,13 @@ static inline void count_refs(world *w)
   memset(w->refs, 0, w->num_blocks * sizeof w->refs[0]);
   int32_t table[MAX_LEN];
   for (uint32_t i = 0; i < w->nseqs; i++) {
-    if (w->seqs[i].preempted)
+    if (w->seqs[i].preempted || w->seqs[i].swapped)
       continue;
     uint32_t n = get_table(w, &w->seqs[i], table);
     for (uint32_t k = 0; k < n; k++)
       if (EXPECT(table[k] >= 0 && (uint32_t)table[k] < w->num_blocks))
         w->refs[table[k]]++;
   }
-}
-
-/* After an append to s whose table was old[0..n_old): a changed entry is a copy-on-write copy,
- * queued in pkv for the next batch. Only the last old block may change. */
-static inline void note_copies(world *w, const rseq *s, const int32_t *old, uint32_t n_old)
-{
-  int32_t table[MAX_LEN];
-  uint32_t n = get_table(w, s, table);
-  EXPECT(n >= n_old);
-  for (uint32_t k = 0; k < n_old && k < n; k++) {
-    if (table[k] == old[k])
-      continue;
-    EXPECT(k + 1 == n_old);
-    if (EXPECT(w->nqueued < MAX_COPIES))
-      w->queued[w->nqueued++] = (rcopy){old[k], table[k]};
-    w->num_cow++;
-  }
-}
-
-static inline int listed(const pkv_batch_view *v, rcopy c)
-{
-  for (uint32_t k = 0; k < v->num_copies; k++)
-    if (v->copy_src[k] == c.src && v->copy_dst[k] == c.dst)
-      return 1;
-  return 0;
-}
-
-/* A batch takes over every queued copy (one whose sequence is gone may be dropped) and lists only
- * those; none copies into a shared block. They are done when the batch ends. */
-static inline void take_copies(world *w, const pkv_batch_view *v)
-{
-  for (uint32_t i = 0; i < w->nqueued; i++) {
-    rcopy c = w->queued[i];
-    if (!EXPECT(listed(v, c) || w->refs[c.dst] == 0))
-      fprintf(stderr, "  copy %d -> %d not listed\n", c.src, c.dst);
-  }
-  w->ntaken = 0;
-  for (uint32_t k = 0; k < v->num_copies && EXPECT(k < MAX_COPIES); k++) {
-    rcopy c = {v->copy_src[k], v->copy_dst[k]};
-    int queued = 0;
-    for (uint32_t i = 0; i < w->nqueued; i++)
-      queued |= w->queued[i].src == c.src && w->queued[i].dst == c.dst;
-    EXPECT(queued);
-    if (EXPECT(c.dst >= 0 && (uint32_t)c.dst < w->num_blocks))
-      EXPECT(w->refs[c.dst] <= 1);
-    w->taken[w->ntaken++] = c;
-  }
-  w->nqueued = 0;
-}
-
-/* The batch was aborted: its copies go back to the head of the queue. */
-static inline void untake_copies(world *w)
-{
-  if (!EXPECT(w->ntaken + w->nqueued <= MAX_COPIES))
-    return;
-  memmove(w->queued + w->ntaken, w->queued, w->nqueued * sizeof w->queued[0]);
-  memcpy(w->queued, w->taken, w->ntaken * sizeof w->queued[0]);
-  w->nqueued += w->ntaken;
-  w->ntaken = 0;
 }
 
 #endif /* PKV_RANDOM_WORLD_H */

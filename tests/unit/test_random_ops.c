@@ -1,33 +1,32 @@
 /* Randomized operation sequences against the model of random_world.h: allocate (prompts from a few
- * shared prefixes, 3 salts), append, fork, release, preempt/resume, batches begun on random
- * subsets with random counts, ended or aborted, calls refused on batch members, and NO_SPACE when
- * the pool runs out. After every operation the whole engine is checked against the model.
+ * shared prefixes, 3 salts), append, fork, release, preempt/resume, swap-out/swap-in (a host tier
+ * of HOST_BLOCKS, small enough to run out; none: swap-out is UNSUPPORTED and changes nothing),
+ * batches begun on random subsets with random counts, their copies done by pkv_batch_copy or by
+ * the test, ended or aborted, calls refused on batch members and on sequences in the wrong state,
+ * and NO_SPACE when either tier runs out. After every operation the whole engine is checked
+ * against the model, the real K/V of both tiers included.
  *
- * Usage: test_random_ops SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS] */
+ * Usage: test_random_ops SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS]] */
 #include "random_world.h"
+#include "random_swap.h"
 
 enum { NUM_BASES = 4, BASE_LEN = 48, ALPHABET = 6 };
-enum { RUNNING = 1, IDLE = 2, PREEMPTED = 4, MEMBER = 8 };
 
 static int32_t bases[NUM_BASES][BASE_LEN];
-
-static int pick(world *w, int want)
-{
-  int cand[MAX_SEQS], n = 0;
-  for (uint32_t i = 0; i < w->nseqs; i++) {
-    const rseq *s = &w->seqs[i];
-    if (((want & RUNNING) && s->preempted) || ((want & IDLE) && s->batch_new) ||
-        ((want & PREEMPTED) && !s->preempted) || ((want & MEMBER) && !s->batch_new))
-      continue;
-    cand[n++] = (int)i;
-  }
-  return n ? cand[rnd(w, (uint64_t)n)] : -1;
-}
 
 static void random_tokens(world *w, int32_t *t, uint32_t n)
 {
   for (uint32_t i = 0; i < n; i++)
     t[i] = (int32_t)rnd(w, ALPHABET);
+}
+
+/* No false hit: a new sequence's cached tokens hold its contexts (later, when copies are
+ * pending that no view has listed yet: check_world checks every computed token then). */
+static void check_hit(world *w, const rseq *s, uint32_t cached)
+{
+  const uint64_t *shadow = effective(w);
+  if (shadow)
+    check_slots(w, s, 0, cached, shadow);
 }
 
 static void op_allocate(world *w)
@@ -65,7 +64,7 @@ static void op_allocate(world *w)
   s->computed = cached;
   w->nseqs++;
   w->num_hits += cached > 0;
-  check_slots(w, s, 0, cached, effective(w)); /* no false hit */
+  check_hit(w, s, cached);
 }
 
 static void op_append(world *w)
@@ -102,7 +101,7 @@ static void op_fork(world *w)
     return;
   rseq *p = &w->seqs[i], *c = &w->seqs[w->nseqs];
   uint64_t child = 0;
-  if (p->computed < p->len) {
+  if (p->computed < p->len || p->swapped) {
     uint64_t st = world_state(w);
     CHECK_ERR(w->e, pkv_fork(w->e, p->id, &child), PKV_ERR_STATE);
     EXPECT(world_state(w) == st);
@@ -121,8 +120,16 @@ static void op_fork(world *w)
 static void op_release(world *w)
 {
   int i = pick(w, IDLE);
-  if (i >= 0 && CHECK_OK(pkv_release(w->e, w->seqs[i].id)))
-    w->seqs[i] = w->seqs[--w->nseqs];
+  if (i < 0)
+    return;
+  const int swapped = w->seqs[i].swapped;
+  const uint64_t host_free = tu_stats(w->e).num_host_free_blocks;
+  if (!CHECK_OK(pkv_release(w->e, w->seqs[i].id)))
+    return;
+  w->seqs[i] = w->seqs[--w->nseqs];
+  w->num_swapped_release += (uint64_t)swapped;
+  EXPECT(swapped ? tu_stats(w->e).num_host_free_blocks >= host_free
+                 : tu_stats(w->e).num_host_free_blocks == host_free);
 }
 
 static void op_preempt(world *w)
@@ -155,7 +162,7 @@ static void op_resume(world *w)
   s->preempted = 0;
   s->computed = cached;
   w->num_hits += cached > 0;
-  check_slots(w, s, 0, cached, effective(w)); /* no false hit */
+  check_hit(w, s, cached);
 }
 
 /* Checks member k's rows of the view and queues its writes; none may go to a shared block. */
@@ -189,7 +196,7 @@ static void op_begin(world *w)
   int idx[MAX_SEQS], all = rnd(w, 4) == 0;
   for (uint32_t i = 0; i < w->nseqs; i++) {
     const rseq *s = &w->seqs[i];
-    if (s->preempted || s->computed == s->len || rnd(w, 2))
+    if (s->preempted || s->swapped || s->computed == s->len || rnd(w, 2))
       continue;
     idx[n] = (int)i;
     ids[n] = s->id;
@@ -209,29 +216,45 @@ static void op_begin(world *w)
   EXPECT(v.num_tokens == w->nwrites);
 }
 
+/* pkv does the open batch's copies now (a host without pkv_attention); once only. */
+static void op_batch_copy(world *w)
+{
+  if (!w->batch || !CHECK_OK(pkv_batch_copy(w->batch)) || w->copies_done)
+    return;
+  do_taken(w, 0);
+  w->num_batch_copy++;
+}
+
 static void op_end(world *w, int abort)
 {
   if (!w->batch)
     return;
   if (abort) {
     pkv_batch_abort(w->batch);
-    untake_copies(w);
-  } else if (CHECK_OK(pkv_batch_end(w->batch))) {
-    for (uint32_t i = 0; i < w->ntaken; i++) /* the copies first, then the writes */
-      copy_block(w, w->shadow, w->taken[i]);
-    w->ntaken = 0;
+    if (!w->copies_done)
+      untake_copies(w);
+  } else {
+    if (!w->copies_done && rnd(w, 2))
+      op_batch_copy(w);
+    if (!w->copies_done)
+      do_taken(w, 1); /* the host's own kernels: the copies first, then the writes */
     for (uint32_t i = 0; i < w->nwrites; i++)
-      w->shadow[w->write_slot[i]] = w->write_ctx[i];
-    for (uint32_t i = 0; i < w->nseqs; i++)
-      w->seqs[i].computed += w->seqs[i].batch_new;
+      pool_write(w, w->write_slot[i], w->write_ctx[i]);
+    if (CHECK_OK(pkv_batch_end(w->batch))) {
+      for (uint32_t i = 0; i < w->nwrites; i++)
+        w->shadow[w->write_slot[i]] = w->write_ctx[i];
+      for (uint32_t i = 0; i < w->nseqs; i++)
+        w->seqs[i].computed += w->seqs[i].batch_new;
+    }
   }
   w->batch = NULL;
+  w->copies_done = 0;
   for (uint32_t i = 0; i < w->nseqs; i++)
     w->seqs[i].batch_new = 0;
 }
 
 /* Calls refused while a batch is open: a second batch, changes to a member. */
-static void op_misuse(world *w)
+static void misuse_member(world *w)
 {
   int i = pick(w, MEMBER);
   if (!w->batch || i < 0)
@@ -239,11 +262,13 @@ static void op_misuse(world *w)
   uint64_t id = w->seqs[i].id, child = 0, st = world_state(w);
   int32_t t = 1;
   pkv_batch *b = NULL;
-  switch (rnd(w, 5)) {
+  switch (rnd(w, 7)) {
   case 0: CHECK_ERR(w->e, pkv_batch_begin(w->e, &id, NULL, 1, &b), PKV_ERR_STATE); break;
   case 1: CHECK_ERR(w->e, pkv_append(w->e, id, &t, 1), PKV_ERR_STATE); break;
   case 2: CHECK_ERR(w->e, pkv_fork(w->e, id, &child), PKV_ERR_STATE); break;
   case 3: CHECK_ERR(w->e, pkv_release(w->e, id), PKV_ERR_STATE); break;
+  case 4: CHECK_ERR(w->e, pkv_swap_out(w->e, id), PKV_ERR_STATE); break;
+  case 5: CHECK_ERR(w->e, pkv_swap_in(w->e, id), PKV_ERR_STATE); break;
   default: CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE); break;
   }
   EXPECT(world_state(w) == st);
@@ -251,7 +276,7 @@ static void op_misuse(world *w)
 
 static void step(world *w)
 {
-  uint64_t r = rnd(w, 100);
+  uint64_t r = rnd(w, 114);
   if (r < 18) op_allocate(w);
   else if (r < 36) op_append(w);
   else if (r < 52) op_begin(w);
@@ -261,27 +286,87 @@ static void step(world *w)
   else if (r < 85) op_release(w);
   else if (r < 89) op_preempt(w);
   else if (r < 95) op_resume(w);
-  else op_misuse(w);
+  else if (r < 98) misuse_member(w);
+  else if (r < 100) misuse_state(w);
+  else if (r < 105) op_swap_out(w);
+  else if (r < 110) op_swap_in(w);
+  else op_batch_copy(w);
 }
 
-static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_ops, uint32_t flags)
+static void report(const world *w, uint32_t ops)
 {
-  printf("seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u\n",
-         (unsigned long long)seed, bs, num_blocks, num_ops, flags);
-  world *w = calloc(1, sizeof *w);
+  printf("%u ops: %llu NO_SPACE, %llu admissions with hits, %llu copies, %llu preemptions\n", ops,
+         (unsigned long long)w->num_no_space, (unsigned long long)w->num_hits,
+         (unsigned long long)w->num_cow, (unsigned long long)w->num_preempt);
+  printf("swap: %llu out, %llu in, NO_SPACE %llu out / %llu in, %llu blocks shared with a twin, "
+         "%llu released swapped, %llu batch_copy, %llu probes, %llu UNSUPPORTED\n",
+         (unsigned long long)w->num_swap_out, (unsigned long long)w->num_swap_in,
+         (unsigned long long)w->num_swap_no_space, (unsigned long long)w->num_swap_in_no_space,
+         (unsigned long long)w->num_twin_shares, (unsigned long long)w->num_swapped_release,
+         (unsigned long long)w->num_batch_copy, (unsigned long long)w->num_probes,
+         (unsigned long long)w->num_unsupported);
+  /* what the run is for */
+  CHECK(w->num_no_space > 0 && w->num_hits > 0 && w->num_preempt > 0);
+  CHECK(w->num_cow > 0 || w->bs == 1); /* block size 1 has no partly filled block */
+  if (w->host_blocks)
+    CHECK(w->num_swap_out > 0 && w->num_swap_in > 0 && w->num_swap_no_space > 0 &&
+          w->num_swap_in_no_space > 0 && w->num_twin_shares > 0 && w->num_swapped_release > 0 &&
+          w->num_batch_copy > 0 && w->num_probes > 0);
+  else
+    CHECK(w->num_unsupported > 0);
+}
+
+/* Everything released and one step's copies done (the probe's batch, aborted after
+ * pkv_batch_copy): both tiers are free again, but for the probe's block. */
+static void drain(world *w)
+{
+  op_end(w, 0);
+  while (w->nseqs)
+    if (!CHECK_OK(pkv_release(w->e, w->seqs[--w->nseqs].id)))
+      return;
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b)))
+    return;
+  CHECK_OK(pkv_batch_copy(b));
+  pkv_batch_abort(b);
+  CHECK_ENGINE(w->e);
+  const pkv_stats st = tu_stats(w->e);
+  CHECK(st.num_used_blocks == 1 && st.num_host_free_blocks == w->host_blocks &&
+        st.num_seqs == 1 && st.num_swapped_seqs == 0);
+}
+
+static int setup(world *w, uint32_t flags)
+{
   pkv_engine_params p;
-  tu_params(&p, bs, num_blocks);
+  tu_params(&p, w->bs, w->num_blocks);
   p.max_model_len = MAX_LEN;
   p.debug_flags = flags;
-  if (!CHECK(w != NULL) || !(w->e = tu_engine_p(&p))) {
-    free(w);
+  p.host_num_blocks = w->host_blocks;
+  if (!(w->e = tu_engine_p(&p)))
+    return 0;
+  w->shadow = calloc(shadow_len(w), sizeof w->shadow[0]);
+  w->eff = calloc(shadow_len(w), sizeof w->eff[0]);
+  w->refs = calloc(w->num_blocks, sizeof w->refs[0]);
+  if (!CHECK(w->shadow && w->eff && w->refs) || !pool_init(w))
+    return 0;
+  pkv_seq_params sp;
+  pkv_seq_params_init(&sp, sizeof sp);
+  sp.cache_salt = "probe";
+  sp.cache_salt_len = 5;
+  const int32_t t = 0;
+  return CHECK_OK(pkv_allocate(w->e, &t, 1, &sp, &w->probe, NULL));
+}
+
+static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_ops, uint32_t flags,
+                uint32_t host_blocks)
+{
+  printf("seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u, %u host-tier blocks\n",
+         (unsigned long long)seed, bs, num_blocks, num_ops, flags, host_blocks);
+  world *w = calloc(1, sizeof *w);
+  if (!CHECK(w != NULL))
     return;
-  }
-  w->rng = seed, w->bs = bs, w->num_blocks = num_blocks;
-  w->shadow = calloc((size_t)num_blocks * bs, sizeof w->shadow[0]);
-  w->eff = calloc((size_t)num_blocks * bs, sizeof w->eff[0]);
-  w->refs = calloc(num_blocks, sizeof w->refs[0]);
-  if (!CHECK(w->shadow && w->eff && w->refs))
+  w->rng = seed, w->bs = bs, w->num_blocks = num_blocks, w->host_blocks = host_blocks;
+  if (!setup(w, flags))
     num_ops = 0;
   for (int k = 0; k < NUM_BASES; k++)
     random_tokens(w, bases[k], BASE_LEN);
@@ -293,11 +378,10 @@ static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_op
   }
   if (tu_failed_ != failed_before)
     fprintf(stderr, "seed %llu: first failure at operation %u\n", (unsigned long long)seed, op);
-  printf("%u ops: %llu NO_SPACE, %llu admissions with hits, %llu copies, %llu preemptions\n", op,
-         (unsigned long long)w->num_no_space, (unsigned long long)w->num_hits,
-         (unsigned long long)w->num_cow, (unsigned long long)w->num_preempt);
-  CHECK(w->num_no_space > 0 && w->num_hits > 0 && w->num_preempt > 0); /* what the run is for */
-  CHECK(w->num_cow > 0 || bs == 1);              /* block size 1 has no partly filled block */
+  else if (num_ops) {
+    report(w, op);
+    drain(w);
+  }
   pkv_batch_abort(w->batch);
   pkv_engine_destroy(w->e);
   free(w->shadow);
@@ -309,11 +393,13 @@ static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_op
 int main(int argc, char **argv)
 {
   if (!CHECK(argc >= 5)) {
-    fprintf(stderr, "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS]\n", argv[0]);
+    fprintf(stderr, "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS]]\n",
+            argv[0]);
     return tu_summary();
   }
   run(strtoull(argv[1], NULL, 0), (uint32_t)strtoul(argv[2], NULL, 0),
       (uint32_t)strtoul(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
-      argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 0) : 0);
+      argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 0) : 0,
+      argc > 6 ? (uint32_t)strtoul(argv[6], NULL, 0) : 0);
   return tu_summary();
 }

@@ -187,6 +187,74 @@ static void test_shared_blocks_move_once(void)
   pkv_engine_destroy(e);
 }
 
+/* Swapped back in before its swap-out copies are done: its KV comes back through the host blocks
+ * those copies fill first (the step's copies run in order, out then in), its uncomputed tokens are
+ * written after them, and pkv_engine_check holds throughout. */
+static void test_back_before_copies(void)
+{
+  pkv_engine *e = engine(HOST_BLOCKS);
+  if (!e)
+    return;
+  int32_t t[16];
+  tu_fill(t, 16, 1);
+  const uint64_t a = tu_alloc(e, t, 10, NULL);
+  const uint32_t eight = 8;
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(e, &a, &eight, 1, &b)) || !CHECK_OK(pkv_batch_end(b)))
+    return;
+  kv_pattern(e, a, 5, 8, 0);
+  const uint64_t fresh = tu_alloc(e, t + 10, 3, NULL); /* nothing computed at all */
+  CHECK_OK(pkv_swap_out(e, a));
+  CHECK_OK(pkv_swap_out(e, fresh));
+  CHECK_ENGINE(e);
+  CHECK_OK(pkv_swap_in(e, fresh));
+  CHECK_OK(pkv_swap_in(e, a));
+  CHECK_EQ_INT(tu_stats(e).num_swapped_in_blocks, 3 + 1);
+  CHECK_EQ_INT(tu_info(e, a).num_computed_tokens, 8);
+  CHECK_ENGINE(e);
+  /* and a's last 2 tokens */
+  CHECK_EQ_INT(run_copies(e, a, 1u << PKV_COPY_SWAP_OUT | 1u << PKV_COPY_SWAP_IN), 2 * (3 + 1));
+  kv_pattern(e, a, 5, 8, 1);
+  CHECK_ENGINE(e);
+  CHECK_OK(pkv_release(e, a));
+  CHECK_OK(pkv_release(e, fresh));
+  const pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_host_free_blocks, HOST_BLOCKS);
+  CHECK_EQ_INT(st.num_free_blocks, BLOCKS);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
+/* Released while its swap-out copies are pending: its pool blocks are free (cached: a prompt hits
+ * them) and its host blocks too; the copies still run, into blocks nobody reads. (When a swap
+ * held its pool blocks until the copies ran, a released swapped sequence left them held: with no
+ * other sequence, the pool was lost for good.) */
+static void test_released_before_copies(void)
+{
+  pkv_engine *e = engine(HOST_BLOCKS);
+  if (!e)
+    return;
+  int32_t t[4 * BLOCKS];
+  tu_fill(t, 4 * BLOCKS, 1);
+  const uint64_t a = tu_alloc(e, t, 4 * (BLOCKS / 2), NULL); /* half the pool: 6 blocks */
+  tu_compute1(e, a);
+  CHECK_OK(pkv_swap_out(e, a));
+  CHECK_OK(pkv_release(e, a));
+  pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_used_blocks, 0);
+  CHECK_EQ_INT(st.num_cached_blocks, BLOCKS / 2);
+  CHECK_EQ_INT(st.num_host_free_blocks, HOST_BLOCKS);
+  CHECK_ENGINE(e);
+  uint32_t cached = 0;
+  const uint64_t all = tu_alloc_salt(e, t, 4 * BLOCKS, NULL, &cached); /* the whole pool */
+  CHECK_EQ_INT(cached, 4 * (BLOCKS / 2));
+  /* The copies still run (into free host blocks) before any write of the next step. */
+  CHECK_EQ_INT(run_copies(e, all, 1u << PKV_COPY_SWAP_OUT), 6);
+  CHECK_OK(pkv_release(e, all));
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
 /* Too few blocks in the tier moved to, no host tier, bad states: refused, nothing changed. */
 static void test_refusals(void)
 {
@@ -237,6 +305,8 @@ int main(void)
 {
   TU_RUN(test_round_trip);
   TU_RUN(test_shared_blocks_move_once);
+  TU_RUN(test_back_before_copies);
+  TU_RUN(test_released_before_copies);
   TU_RUN(test_refusals);
   return tu_summary();
 }

@@ -1,0 +1,191 @@
+/*
+ * random_copies.h - random_world.h's model of pkv's queue of block copies (pkv.h, pkv_batch_view
+ * copy_src / copy_dst / copy_kind): queued in pkv's order as the operations that make them
+ * happen, learnt exactly from the batch view that lists them, done in the shadow (and, by the
+ * host, in the real pool) in that order. Included by random_world.h.
+ *
+ * The shadow holds both tiers: [num_blocks * bs] pool slots, then [host_blocks * bs] host-tier
+ * slots; a copy's ids are in the tiers its kind names.
+ */
+#ifndef PKV_RANDOM_COPIES_H
+#define PKV_RANDOM_COPIES_H
+
+static inline size_t shadow_len(const world *w)
+{
+  return ((size_t)w->num_blocks + w->host_blocks) * w->bs;
+}
+
+static inline int copy_valid(const world *w, const rcopy *c)
+{
+  const uint32_t src_n = c->kind == PKV_COPY_SWAP_IN ? w->host_blocks : w->num_blocks;
+  const uint32_t dst_n = c->kind == PKV_COPY_SWAP_OUT ? w->host_blocks : w->num_blocks;
+  return (c->kind == PKV_COPY_COW || c->kind == PKV_COPY_SWAP_OUT || c->kind == PKV_COPY_SWAP_IN) &&
+         c->src >= 0 && c->dst >= 0 && (uint32_t)c->src < src_n && (uint32_t)c->dst < dst_n &&
+         (c->kind != PKV_COPY_COW || c->src != c->dst);
+}
+
+static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c)
+{
+  if (!EXPECT(copy_valid(w, c)))
+    return;
+  const size_t host0 = (size_t)w->num_blocks * w->bs;
+  const uint64_t *from = shadow + (c->kind == PKV_COPY_SWAP_IN ? host0 : 0) + (size_t)c->src * w->bs;
+  uint64_t *to = shadow + (c->kind == PKV_COPY_SWAP_OUT ? host0 : 0) + (size_t)c->dst * w->bs;
+  memmove(to, from, w->bs * sizeof to[0]);
+}
+
+/* What both tiers will hold once the copies taken and queued are done, in order: the content a
+ * sequence's computed tokens refer to. NULL while some queued copy is not known yet. */
+static inline const uint64_t *effective(world *w)
+{
+  if (w->nunknown)
+    return NULL;
+  if (w->ntaken + w->nqueued == 0)
+    return w->shadow;
+  memcpy(w->eff, w->shadow, shadow_len(w) * sizeof w->eff[0]);
+  for (uint32_t i = 0; i < w->ntaken; i++)
+    copy_block(w, w->eff, &w->taken[i]);
+  for (uint32_t i = 0; i < w->nqueued; i++)
+    copy_block(w, w->eff, &w->queued[i]);
+  return w->eff;
+}
+
+static inline void queue_copy(world *w, rcopy c)
+{
+  if (EXPECT(w->nqueued < MAX_COPIES))
+    w->queued[w->nqueued++] = c;
+}
+
+/* k copies of kind queued by a swap of a sequence whose pool table is (or was) table[0..n). The
+ * caller checked w->ncands < MAX_CANDS. */
+static inline void queue_unknown(world *w, int32_t kind, uint32_t k, const int32_t *table, uint32_t n)
+{
+  if (k == 0)
+    return;
+  memcpy(w->cands[w->ncands], table, n * sizeof table[0]);
+  w->ncand_len[w->ncands] = n;
+  for (uint32_t i = 0; i < k; i++)
+    queue_copy(w, (rcopy){-1, -1, kind, (int32_t)w->ncands});
+  w->nunknown += k;
+  w->ncands++;
+}
+
+/* After an append to s whose table was old[0..n_old): a changed entry is a copy-on-write copy,
+ * queued in pkv for the next batch. Only the last old block may change. */
+static inline void note_copies(world *w, const rseq *s, const int32_t *old, uint32_t n_old)
+{
+  int32_t table[MAX_LEN];
+  uint32_t n = get_table(w, s, table);
+  EXPECT(n >= n_old);
+  for (uint32_t k = 0; k < n_old && k < n; k++) {
+    if (table[k] == old[k])
+      continue;
+    EXPECT(k + 1 == n_old);
+    queue_copy(w, (rcopy){old[k], table[k], PKV_COPY_COW, -1});
+    w->num_cow++;
+  }
+}
+
+static inline int in_cand(const world *w, int32_t cand, int32_t block)
+{
+  for (uint32_t i = 0; i < w->ncand_len[cand]; i++)
+    if (w->cands[cand][i] == block)
+      return 1;
+  return 0;
+}
+
+/* A view lists exactly the queued copies, in order: the known ones as they are, the unknown ones
+ * with their kind and a pool block of the swapped table; from now on those are known. */
+static inline void learn_copies(world *w, const pkv_batch_view *v)
+{
+  EXPECT(w->ntaken == 0);
+  if (!EXPECT(v->num_copies == w->nqueued)) {
+    fprintf(stderr, "  the view lists %u copies, the model queued %u\n", v->num_copies, w->nqueued);
+    return;
+  }
+  for (uint32_t k = 0; k < v->num_copies; k++) {
+    rcopy *q = &w->queued[k];
+    const rcopy got = {v->copy_src[k], v->copy_dst[k], v->copy_kind[k], -1};
+    int ok = EXPECT(got.kind == q->kind) && EXPECT(copy_valid(w, &got));
+    if (q->cand < 0)
+      ok = ok && EXPECT(got.src == q->src && got.dst == q->dst);
+    else
+      ok = ok && EXPECT(in_cand(w, q->cand, q->kind == PKV_COPY_SWAP_OUT ? got.src : got.dst));
+    if (!ok)
+      fprintf(stderr, "  copy %u: listed %d -> %d kind %d, the model %d -> %d kind %d\n", k,
+              got.src, got.dst, got.kind, q->src, q->dst, q->kind);
+    w->nunknown -= q->cand >= 0;
+    *q = got;
+  }
+  EXPECT(w->nunknown == 0);
+  w->nunknown = 0;
+  w->ncands = 0;
+}
+
+/* No batch is open: the copies are learnt from a batch of the probe, aborted at once (the abort
+ * gives them back, nothing changes). */
+static inline void probe_copies(world *w)
+{
+  const uint64_t st = world_state(w);
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b)))
+    return;
+  const pkv_batch_view v = tu_view(b);
+  learn_copies(w, &v);
+  pkv_batch_abort(b);
+  EXPECT(world_state(w) == st);
+  w->num_probes++;
+}
+
+/* Queued copy i writes pool block dst, and no later one does. */
+static inline int last_write(const world *w, uint32_t i, int32_t dst)
+{
+  for (uint32_t j = i + 1; j < w->nqueued; j++)
+    if (w->queued[j].dst == dst && w->queued[j].kind != PKV_COPY_SWAP_OUT)
+      return 0;
+  return 1;
+}
+
+/* A batch begins: it takes over every queued copy. None gives a shared pool block content of its
+ * own: a copy-on-write copy into a shared block is one whose sequence is gone (the block was
+ * freed, then taken by a swap-in that a fork shared), and a later copy overwrites it. */
+static inline void take_copies(world *w, const pkv_batch_view *v)
+{
+  learn_copies(w, v);
+  for (uint32_t i = 0; i < w->nqueued; i++) {
+    const rcopy *c = &w->queued[i];
+    if (c->kind == PKV_COPY_COW && c->dst >= 0 && (uint32_t)c->dst < w->num_blocks &&
+        !EXPECT(w->refs[c->dst] <= 1 || !last_write(w, i, c->dst)))
+      fprintf(stderr, "  copy %u: %d -> %d into a shared block\n", i, c->src, c->dst);
+  }
+  memcpy(w->taken, w->queued, w->nqueued * sizeof w->taken[0]);
+  w->ntaken = w->nqueued;
+  w->nqueued = 0;
+  w->copies_done = 0;
+}
+
+/* The open batch's copies are done, in order: in the shadow, and in the real pool when the host
+ * does them (pkv did them otherwise). */
+static inline void do_taken(world *w, int by_host)
+{
+  for (uint32_t i = 0; i < w->ntaken; i++) {
+    copy_block(w, w->shadow, &w->taken[i]);
+    if (by_host && copy_valid(w, &w->taken[i]))
+      pool_copy(w, &w->taken[i]);
+  }
+  w->ntaken = 0;
+  w->copies_done = 1;
+}
+
+/* The batch was aborted before its copies were done: they go back to the head of the queue. */
+static inline void untake_copies(world *w)
+{
+  if (!EXPECT(w->ntaken + w->nqueued <= MAX_COPIES))
+    return;
+  memmove(w->queued + w->ntaken, w->queued, w->nqueued * sizeof w->queued[0]);
+  memcpy(w->queued, w->taken, w->ntaken * sizeof w->queued[0]);
+  w->nqueued += w->ntaken;
+  w->ntaken = 0;
+}
+
+#endif /* PKV_RANDOM_COPIES_H */
