@@ -192,6 +192,9 @@ impl Params {
         host_num_blocks: u32 => host_num_blocks;
         /// The host tier's budget in bytes when `host_num_blocks` is 0; 0 = no host tier.
         host_cache_bytes: u64 => host_cache_bytes;
+        /// `pkv_step`'s preemption: `sys::PKV_PREEMPT_RECOMPUTE` (default), `_SWAP` (needs the
+        /// host tier) or `_AUTO`.
+        preemption_mode: u32 => preemption_mode;
     }
 
     /// The KV budget these parameters give (`pkv_profile`); see `profile_detailed` for every

@@ -111,3 +111,12 @@ fn codes_and_limits() {
     p.raw_mut().reserved1 = 1;
     assert_eq!(p.profile().unwrap_err().status(), Status::InvalidArgument);
 }
+
+#[test]
+fn preemption_by_swapping_needs_the_host_tier() {
+    let swap = sys::PKV_PREEMPT_SWAP as u32;
+    let e = Engine::new(&common::params(4, 16).host_num_blocks(HOST_BLOCKS).preemption_mode(swap)).unwrap();
+    assert_eq!(e.params().raw().preemption_mode, swap);
+    let err = Engine::new(&common::params(4, 16).preemption_mode(swap)).err().unwrap();
+    assert_eq!(err.status(), Status::InvalidArgument);
+}
