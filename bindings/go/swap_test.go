@@ -172,3 +172,14 @@ func TestLimitsAndKinds(t *testing.T) {
 	_, err = pkv.Profile(p)
 	expectStatus(t, err, pkv.ErrInvalidArgument)
 }
+
+func TestPreemptionBySwappingNeedsTheHostTier(t *testing.T) {
+	p := hostParams(t)
+	p.PreemptionMode = pkv.PreemptSwap
+	e := newEngine(t, p)
+	defer e.Close()
+	p = smallParams(t)
+	p.PreemptionMode = pkv.PreemptSwap
+	_, err := pkv.NewEngine(p)
+	expectStatus(t, err, pkv.ErrInvalidArgument)
+}

@@ -105,6 +105,16 @@ static partial class Tests
         }
     }
 
+    static void PreemptionBySwapping()
+    {
+        var p = WithHostTier();
+        p.PreemptionMode = Native.PKV_PREEMPT_SWAP;
+        using (var e = new Engine(p)) { e.Check(); }
+        var q = Small();
+        q.PreemptionMode = Native.PKV_PREEMPT_SWAP;
+        Throws(Status.InvalidArgument, () => new Engine(q).Dispose());  // needs the host tier
+    }
+
     static void SwapWithoutHostTier()
     {
         using (var e = new Engine(Small()))

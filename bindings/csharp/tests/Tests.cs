@@ -356,7 +356,7 @@ static partial class Tests
             { "sequences_and_batches", SequencesAndBatches }, { "struct_sizes", StructSizes },
             { "threads", Threads }, { "scheduler", Scheduler }, { "kv_events", KvEvents },
             { "host_tier", HostTier }, { "swap_out_and_in", SwapOutAndIn },
-            { "swap_without_host_tier", SwapWithoutHostTier }, { "limits_and_kinds", LimitsAndKinds },
+            { "swap_without_host_tier", SwapWithoutHostTier }, { "preemption_by_swapping", PreemptionBySwapping }, { "limits_and_kinds", LimitsAndKinds },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

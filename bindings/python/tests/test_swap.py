@@ -82,6 +82,13 @@ class HostTier(unittest.TestCase):
             b.release()
             engine.check()
 
+    def test_preemption_by_swapping_needs_the_host_tier(self):
+        params = small_params(host_num_blocks=HOST_BLOCKS, preemption_mode=pkv.PREEMPT_SWAP)
+        with pkv.Engine(params) as engine:
+            self.assertEqual(engine.params.preemption_mode, pkv.PREEMPT_SWAP)
+        with self.assertRaises(pkv.InvalidArgumentError):
+            pkv.Engine(small_params(preemption_mode=pkv.PREEMPT_SWAP))
+
     def test_swap_out_needs_a_host_tier(self):
         with pkv.Engine(small_params()) as engine:
             seq = engine.allocate([1, 2, 3, 4, 5])
