@@ -389,6 +389,9 @@ pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t 
   });
 }
 
+// The symbol of 0.1, for binaries built against it; pkv.h's macro of this name sends code built
+// against newer headers to the sized call.
+#undef pkv_drain_kv_events
 pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap, uint32_t *out_len) {
   return pkv_drain_kv_events_sized(e, out, pkv::kMinStructSize<pkv_kv_event>, cap, out_len);
 }

@@ -9,82 +9,65 @@
 
 namespace pkv {
 
+static_assert(BlockPool::kNoNode == kNoNode, "one 'no node' value for the pools and the tree");
+
 BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching,
-                           uint64_t hash_seed, bool constant_hash, uint32_t host_num_blocks)
-    : num_blocks_(num_blocks),
-      block_size_(block_size),
+                           uint64_t hash_seed, bool constant_hash, uint32_t host_num_blocks, bool offload)
+    : block_size_(block_size),
       prefix_caching_(prefix_caching),
-      blocks_(size_t(num_blocks) + 1),
-      num_free_(num_blocks),
+      offload_(offload && prefix_caching && host_num_blocks > 0),
       seed_(hash_seed),
-      tree_(block_size, hash_seed, constant_hash, num_blocks),
-      host_(host_num_blocks) {
-  // Initially every block is free, in id order: block 0 is allocated first.
-  const int32_t s = sentinel();
-  blocks_[s].prev = blocks_[s].next = s;
-  for (int32_t b = 0; b < s; ++b) list_insert_after(blocks_[s].prev, b);
-}
+      pool_(num_blocks),
+      host_(host_num_blocks),
+      tree_(block_size, hash_seed, constant_hash, size_t(num_blocks) + host_num_blocks) {}
 
-// ---------------------------------------------------------------- free list
-
-void BlockManager::list_insert_after(int32_t at, int32_t block) {
-  int32_t next = blocks_[at].next;
-  blocks_[block].prev = at;
-  blocks_[block].next = next;
-  blocks_[at].next = block;
-  blocks_[next].prev = block;
-}
-
-void BlockManager::list_remove(int32_t block) {
-  Block &b = blocks_[block];
-  blocks_[b.prev].next = b.next;
-  blocks_[b.next].prev = b.prev;
-  b.prev = b.next = -1;
-}
+// ---------------------------------------------------------------- taking and evicting blocks
 
 int32_t BlockManager::pop_free() {
-  int32_t block = blocks_[sentinel()].next;
-  PKV_ASSERT(block != sentinel());
-  Block &b = blocks_[block];
-  list_remove(block);
-  num_free_--;
-  if (b.node != kNoNode) {  // eviction: the block's KV is about to be overwritten
-    num_cached_--;
-    tree_.remove_copy(b.node, block);
-    b.node = kNoNode;
-    stats_.num_evictions++;
-  }
-  b.ref = 1;
-  return block;
+  const int32_t block = pool_.head();
+  PKV_ASSERT(block >= 0);
+  if (pool_.node(block) != kNoNode) evict(block, offload_);
+  return pool_.take();
 }
 
-void BlockManager::add_ref(int32_t block) {
-  Block &b = blocks_[block];
-  if (b.ref++ == 0) {
-    list_remove(block);
-    num_free_--;
-    if (b.node != kNoNode) num_cached_--;
+int32_t BlockManager::pop_host() {
+  const int32_t host = host_.head();
+  PKV_ASSERT(host >= 0);
+  if (host_.node(host) != kNoNode) evict_host(host);
+  return host_.take();
+}
+
+void BlockManager::evict(int32_t block, bool offload) {
+  const uint32_t node = pool_.node(block);
+  if (offload && tree_.host(node) < 0 && host_.num_free() > 0) {
+    // The copy is queued before anything the block's next owner writes (see BlockCopy).
+    const int32_t host = pop_host();
+    pending_copies_.push_back({block, host, PKV_COPY_OFFLOAD});
+    host_.set_node(host, node);
+    tree_.set_host(node, host);
+    host_.drop_ref(host);  // cached: the newest of the host tier's LRU
+    stats_.num_offloaded_blocks++;
   }
+  pool_.set_node(block, kNoNode);
+  tree_.remove_copy(node, block);
+  stats_.num_evictions++;
+}
+
+void BlockManager::evict_host(int32_t host) {
+  const uint32_t node = host_.node(host);
+  host_.set_node(host, kNoNode);
+  tree_.clear_host(node);
+  stats_.num_host_evictions++;
 }
 
 void BlockManager::drop_ref(int32_t block) {
-  Block &b = blocks_[block];
-  PKV_ASSERT(b.ref > 0);
-  if (--b.ref > 0) return;
-  forget_device_twin(block);  // its KV may be overwritten from now on
-  num_free_++;
-  if (b.node != kNoNode) {
-    num_cached_++;
-    list_insert_after(blocks_[sentinel()].prev, block);  // tail: evicted last
-  } else {
-    list_insert_after(sentinel(), block);  // head: holds nothing worth keeping
-  }
+  if (pool_.drop_ref(block)) forget_device_twin(block);  // its KV may be overwritten from now on
 }
 
 void BlockManager::check_space(uint32_t needed, const char *what) const {
-  if (needed > num_free_)
+  if (needed > pool_.num_free())
     fail(PKV_ERR_NO_SPACE, "%s needs %u free blocks, %u are free (of %u)", what, needed,
-         num_free_, num_blocks_);
+         pool_.num_free(), pool_.num_blocks());
 }
 
 // ---------------------------------------------------------------- admission
@@ -104,6 +87,7 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
     uint64_t last = tree_.hash(node);
     uint32_t hashed = 0;  // blocks whose hash is computed (and slot prefetched)
     plan.hit_blocks.reserve(max_hits);
+    plan.hit_nodes.reserve(max_hits);
     for (uint32_t j = 0; j < max_hits; ++j) {
       // The window grows with the hits: a prompt that misses at once hashes one block or two.
       const uint32_t want = std::min({max_hits, j + 1 + kAhead - 1, 2 * j + 2});
@@ -116,15 +100,19 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
       if (j + kAhead / 2 < hashed) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
       const int32_t *block_tokens = tokens + size_t(j) * block_size_;
       uint32_t child = tree_.find_child(node, hash, block_tokens);
-      if (child == kNoNode || tree_.copies(child).empty()) break;
+      if (child == kNoNode) break;
       // Prefer a copy already in use: reviving a cached one would take it off the free list.
+      // A node held only in the host tier is loaded into a new pool block.
       int32_t pick = -1;
       for (int32_t c : tree_.copies(child)) {
-        if (blocks_[c].ref > 0) { pick = c; break; }
+        if (pool_.ref(c) > 0) { pick = c; break; }
         if (pick < 0) pick = c;
       }
-      if (blocks_[pick].ref == 0) plan.num_free_needed++;
+      if (pick < 0 && tree_.host(child) < 0) break;
+      if (pick < 0) plan.num_loads++;
+      if (pick < 0 || pool_.ref(pick) == 0) plan.num_free_needed++;
       plan.hit_blocks.push_back(pick);
+      plan.hit_nodes.push_back(child);
       node = child;
     }
   }
@@ -134,13 +122,32 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
 }
 
 void BlockManager::reserve(BlockTable &table, const Admission &plan) {
-  table.ids.reserve(plan.hit_blocks.size() + plan.num_new_blocks);
-  // Hits first: they leave the free list before any pop could evict them.
-  for (int32_t b : plan.hit_blocks) {
-    add_ref(b);
-    table.ids.push_back(b);
+  const size_t num_hits = plan.hit_blocks.size();
+  // Room first (a load, and an offload per eviction): nothing below can throw.
+  table.ids.reserve(num_hits + plan.num_new_blocks);
+  make_room(pending_copies_, 2 * (size_t(plan.num_loads) + plan.num_new_blocks));
+  // Hits first: they leave the free lists before any pop could evict them (host copies to load
+  // are held the same way until their loads are queued).
+  for (size_t i = 0; i < num_hits; ++i) {
+    if (plan.hit_blocks[i] >= 0) add_ref(plan.hit_blocks[i]);
+    else host_.add_ref(tree_.host(plan.hit_nodes[i]));
+  }
+  for (size_t i = 0; i < num_hits; ++i) {
+    if (plan.hit_blocks[i] >= 0) {
+      table.ids.push_back(plan.hit_blocks[i]);
+      continue;
+    }
+    const uint32_t node = plan.hit_nodes[i];
+    const int32_t block = pop_free();
+    pending_copies_.push_back({tree_.host(node), block, PKV_COPY_LOAD});
+    pool_.set_node(block, node);  // a sealed copy from now on: the load precedes any read
+    tree_.add_copy(node, block);
+    table.ids.push_back(block);
+    stats_.num_loaded_blocks++;
   }
   for (uint32_t i = 0; i < plan.num_new_blocks; ++i) table.ids.push_back(pop_free());
+  for (size_t i = 0; i < num_hits; ++i)  // back to the host tier's LRU, as its newest
+    if (plan.hit_blocks[i] < 0) host_.drop_ref(tree_.host(plan.hit_nodes[i]));
 }
 
 uint32_t BlockManager::admit(BlockTable &table, const std::string &salt, const int32_t *tokens,
@@ -154,6 +161,7 @@ uint32_t BlockManager::admit(BlockTable &table, const std::string &salt, const i
   if (prefix_caching_) {
     stats_.prefix_query_tokens += n;
     stats_.prefix_hit_tokens += hit_tokens;
+    stats_.host_hit_tokens += uint64_t(plan.num_loads) * block_size_;
   }
   return hit_tokens;
 }
@@ -165,10 +173,10 @@ void BlockManager::reserve_slots(BlockTable &table, uint32_t num_slotted, uint32
   const uint32_t need = blocks_for_tokens(uint64_t(num_slotted) + n, block_size_) - have;
   // Writing into a partly filled last block that another sequence also references (a fork)
   // would change that sequence's KV: copy it first.
-  const bool cow = num_slotted % block_size_ != 0 && blocks_[table.ids.back()].ref > 1;
+  const bool cow = num_slotted % block_size_ != 0 && pool_.ref(table.ids.back()) > 1;
   check_space(need + (cow ? 1 : 0), "appending the tokens");
   make_room(table.ids, need);
-  make_room(pending_copies_, 1);
+  make_room(pending_copies_, 2 * (size_t(need) + 1));  // the copy-on-write, an offload per eviction
   if (cow) {
     int32_t src = table.ids.back();
     int32_t dst = pop_free();
@@ -206,7 +214,7 @@ void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_
   uint64_t hashes[kChunk];
   uint32_t j = table.num_sealed;
   uint64_t parent_hash = j == 0 ? root_hash(seed_, salt.data(), salt.size())
-                                : tree_.hash(blocks_[table.ids[j - 1]].node);
+                                : tree_.hash(pool_.node(table.ids[j - 1]));
   while (j < full) {
     const uint32_t n = std::min(kChunk, full - j);
     for (uint32_t i = 0; i < n; ++i) {
@@ -216,15 +224,15 @@ void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_
     }
     for (uint32_t i = 0; i < n; ++i, ++j) {
       const int32_t block = table.ids[j];
-      if (blocks_[block].node != kNoNode) continue;  // shared with a sequence that sealed it
+      if (pool_.node(block) != kNoNode) continue;  // shared with a sequence that sealed it
       const int32_t *block_tokens = tokens + size_t(j) * block_size_;
-      const uint32_t parent = j == 0 ? tree_.get_or_add_root(salt) : blocks_[table.ids[j - 1]].node;
+      const uint32_t parent = j == 0 ? tree_.get_or_add_root(salt) : pool_.node(table.ids[j - 1]);
       PKV_ASSERT(parent != kNoNode);
       uint32_t node = tree_.find_child(parent, hashes[i], block_tokens);
       // Same-step duplicates (two prompts computed the same block) become copies of one node.
       if (node == kNoNode) node = tree_.add_child(parent, hashes[i], block_tokens);
       tree_.add_copy(node, block);
-      blocks_[block].node = node;
+      pool_.set_node(block, node);
     }
   }
   if (full > table.num_sealed) table.num_sealed = full;
@@ -232,19 +240,20 @@ void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_
 
 void BlockManager::reset_cache() {
   // Sealed blocks in use keep their nodes; if there are none, the cache ends empty and one
-  // ALL_CLEARED says so instead of an event per node.
+  // ALL_CLEARED says so instead of an event per node. Both tiers are cleared; nothing is offloaded.
   uint32_t sealed_in_use = 0;
-  for (uint32_t b = 0; b < num_blocks_; ++b) sealed_in_use += blocks_[b].ref > 0 && blocks_[b].node != kNoNode;
+  for (uint32_t b = 0; b < pool_.num_blocks(); ++b)
+    sealed_in_use += pool_.ref(int32_t(b)) > 0 && pool_.node(int32_t(b)) != kNoNode;
   const bool all = sealed_in_use == 0;
   if (events_ && all) events_->mute(true);
-  for (int32_t b = blocks_[sentinel()].next; b != sentinel(); b = blocks_[b].next) {
-    Block &blk = blocks_[b];
-    if (blk.node == kNoNode) continue;
-    tree_.remove_copy(blk.node, b);
-    blk.node = kNoNode;
-    num_cached_--;
-    stats_.num_evictions++;
-  }
+  pool_.for_each_free([&](int32_t b) {
+    if (pool_.node(b) != kNoNode) evict(b, false);
+    return true;
+  });
+  host_.for_each_free([&](int32_t h) {
+    if (host_.node(h) != kNoNode) evict_host(h);
+    return true;
+  });
   if (events_ && all) {
     events_->mute(false);
     events_->all_cleared();
@@ -303,7 +312,7 @@ void BlockManager::swap_out(BlockTable &table, std::vector<int32_t> &host) {
       drop_ref(d);
       continue;
     }
-    const int32_t h = host_.pop_free();
+    const int32_t h = pop_host();
     pending_copies_.push_back({d, h, PKV_COPY_SWAP_OUT});
     add_twins(d, h);  // for the sharers still holding d
     drop_ref(d);      // free now: the copy comes before any write of the next step
@@ -320,7 +329,7 @@ void BlockManager::swap_in(std::vector<int32_t> &host, BlockTable &table) {
   for (int32_t h : host) need += device_twin_.count(h) == 0;
   check_space(need, "swapping in");
   table.ids.reserve(host.size());
-  make_room(pending_copies_, need);
+  make_room(pending_copies_, 2 * size_t(need));  // a swap-in, an offload per eviction
   host_twin_.reserve(host_twin_.size() + need);
   device_twin_.reserve(device_twin_.size() + need);
   for (int32_t h : host) {
@@ -353,7 +362,8 @@ void BlockManager::free_host(std::vector<int32_t> &host) {
 namespace pkv {
 
 void BlockManager::check(const std::vector<TableOwner> &owners) const {
-  std::vector<int64_t> refs(num_blocks_, 0), host_refs(host_.num_blocks(), 0);
+  const uint32_t num_blocks = pool_.num_blocks();
+  std::vector<int64_t> refs(num_blocks, 0), host_refs(host_.num_blocks(), 0);
   for (const TableOwner &o : owners) {
     for (int32_t h : *o.host_table) {
       if (h < 0 || uint32_t(h) >= host_.num_blocks())
@@ -370,13 +380,13 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
       fail(PKV_ERR_INTERNAL, "seq %llu: %u sealed blocks, %u full computed ones", id, t.num_sealed,
            o.num_computed / block_size_);
     for (int32_t b : t.ids) {
-      if (b < 0 || uint32_t(b) >= num_blocks_) fail(PKV_ERR_INTERNAL, "seq %llu: block id %d out of range", id, b);
+      if (b < 0 || uint32_t(b) >= num_blocks) fail(PKV_ERR_INTERNAL, "seq %llu: block id %d out of range", id, b);
       refs[b]++;
     }
     // Sealed blocks are copies of the nodes of exactly this sequence's prefix.
     uint32_t parent = t.num_sealed ? tree_.find_root(*o.salt) : kNoNode;
     for (uint32_t j = 0; j < t.num_sealed; ++j) {
-      uint32_t node = blocks_[t.ids[j]].node;
+      uint32_t node = pool_.node(t.ids[j]);
       if (node == kNoNode || !tree_.is_live(node) || tree_.parent(node) != parent ||
           std::memcmp(tree_.tokens(node), o.tokens + size_t(j) * block_size_, sizeof(int32_t) * block_size_) != 0)
         fail(PKV_ERR_INTERNAL, "seq %llu: block %u is not a copy of its prefix's node", id, j);
@@ -385,51 +395,49 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
     // No write into a shared or sealed block: every slot still to compute is in a private block.
     for (uint32_t pos = o.num_computed; pos < o.num_slotted; ++pos) {
       int32_t b = t.ids[pos / block_size_];
-      if (blocks_[b].ref != 1 || blocks_[b].node != kNoNode)
+      if (pool_.ref(b) != 1 || pool_.node(b) != kNoNode)
         fail(PKV_ERR_INTERNAL, "seq %llu: uncomputed token %u lies in shared or sealed block %d", id, pos, b);
     }
   }
-  uint32_t ref0 = 0, cached = 0;
-  for (uint32_t b = 0; b < num_blocks_; ++b) {
-    const Block &blk = blocks_[b];
-    if (blk.ref != refs[b])
-      fail(PKV_ERR_INTERNAL, "block %u: ref count %d, %lld table references", b, blk.ref,
+  // Each block is in one state per tier: its references are its owners', and a node it holds
+  // lists it (a pool block among its node's copies, a host-tier block as its node's host copy,
+  // only while no swapped-out sequence uses it).
+  for (uint32_t b = 0; b < num_blocks; ++b) {
+    if (pool_.ref(int32_t(b)) != refs[b])
+      fail(PKV_ERR_INTERNAL, "block %u: ref count %d, %lld table references", b, pool_.ref(int32_t(b)),
            (long long)refs[b]);
-    if (blk.ref == 0) ref0++;
-    if (blk.ref == 0 && blk.node != kNoNode) cached++;
-    if (blk.node != kNoNode) {
-      const auto &c = tree_.is_live(blk.node) ? tree_.copies(blk.node) : std::vector<int32_t>{};
+    const uint32_t node = pool_.node(int32_t(b));
+    if (node != kNoNode) {
+      const auto &c = tree_.is_live(node) ? tree_.copies(node) : std::vector<int32_t>{};
       if (std::count(c.begin(), c.end(), int32_t(b)) != 1)
         fail(PKV_ERR_INTERNAL, "block %u: not listed once among its node's copies", b);
     }
   }
+  for (uint32_t h = 0; h < host_.num_blocks(); ++h) {
+    if (host_.ref(int32_t(h)) != host_refs[h])
+      fail(PKV_ERR_INTERNAL, "host block %u: ref count %d, %lld references", h, host_.ref(int32_t(h)),
+           (long long)host_refs[h]);
+    const uint32_t node = host_.node(int32_t(h));
+    if (node != kNoNode && (host_.ref(int32_t(h)) != 0 || !tree_.is_live(node) || tree_.host(node) != int32_t(h)))
+      fail(PKV_ERR_INTERNAL, "host block %u: holds node %u, which does not hold it, or is in use", h, node);
+  }
   for (uint32_t n = 0; n < tree_.capacity(); ++n) {
     if (!tree_.is_live(n)) continue;
     for (int32_t c : tree_.copies(n))
-      if (c < 0 || uint32_t(c) >= num_blocks_ || blocks_[c].node != n)
+      if (c < 0 || uint32_t(c) >= num_blocks || pool_.node(c) != n)
         fail(PKV_ERR_INTERNAL, "prefix node %u lists block %d that is not its copy", n, c);
+    const int32_t h = tree_.host(n);
+    if (h >= 0 && (uint32_t(h) >= host_.num_blocks() || host_.node(h) != n))
+      fail(PKV_ERR_INTERNAL, "prefix node %u lists host block %d that is not its copy", n, h);
+    if (h >= 0 && !offload_) fail(PKV_ERR_INTERNAL, "prefix node %u has a host copy without offload", n);
   }
-  if (ref0 != num_free_ || cached != num_cached_)
-    fail(PKV_ERR_INTERNAL, "counters: free %u (actual %u), cached %u (actual %u)", num_free_,
-         ref0, num_cached_, cached);
-  // The free list holds exactly the ref-0 blocks, linked both ways.
-  uint32_t walked = 0;
-  for (int32_t b = blocks_[sentinel()].next; b != sentinel(); b = blocks_[b].next) {
-    if (b < 0 || uint32_t(b) >= num_blocks_ || blocks_[b].ref != 0 || ++walked > num_free_)
-      fail(PKV_ERR_INTERNAL, "free list holds block %d wrongly or loops", b);
-    if (blocks_[blocks_[b].next].prev != b) fail(PKV_ERR_INTERNAL, "free list links broken at %d", b);
-  }
-  if (walked != num_free_) fail(PKV_ERR_INTERNAL, "free list holds %u of %u free blocks", walked, num_free_);
-  for (uint32_t h = 0; h < host_.num_blocks(); ++h)
-    if (host_.ref(h) != host_refs[h])
-      fail(PKV_ERR_INTERNAL, "host block %u: ref count %d, %lld references", h, host_.ref(h),
-           (long long)host_refs[h]);
-  host_.check();
+  pool_.check("pool");
+  host_.check("host tier");
   if (host_twin_.size() != device_twin_.size())
     fail(PKV_ERR_INTERNAL, "twins: %zu pool blocks, %zu host blocks", host_twin_.size(), device_twin_.size());
   for (const auto &[d, h] : host_twin_) {
     auto back = device_twin_.find(h);
-    if (back == device_twin_.end() || back->second != d || blocks_[d].ref == 0 || host_.ref(h) == 0)
+    if (back == device_twin_.end() || back->second != d || pool_.ref(d) == 0 || host_.ref(h) == 0)
       fail(PKV_ERR_INTERNAL, "twins: pool block %d and host block %d disagree or one is free", d, h);
   }
   tree_.check();

@@ -1,11 +1,15 @@
-// The block manager (DESIGN.md §4): which physical blocks each sequence uses.
+// The block manager (DESIGN.md §4, §11): which physical blocks each sequence uses, in the device
+// pool and the host tier.
 //
-// A block is free (ref 0, nothing reusable), cached (ref 0, sealed KV a prefix node points at,
-// evictable) or used (ref >= 1). Ref-0 blocks sit on one intrusive doubly linked free list:
-// allocation pops the head; a release appends the sequence's sealed blocks to the tail in reverse
-// table order (its tail blocks are evicted first) and puts unsealed ones at the head (reused first).
-// Every call is all-or-nothing: it checks that enough free blocks exist before it changes
-// anything, and it is O(blocks touched), never O(pool).
+// In each tier a block is free (ref 0, nothing reusable), cached (ref 0, sealed KV a prefix node
+// points at, evictable) or used (ref >= 1); see tiers/block_pool.h. Allocation takes the head of
+// the pool's free list; a release appends the sequence's sealed blocks to the tail in reverse
+// table order (its tail blocks are evicted first) and puts unsealed ones at the head (reused
+// first). With a host tier, a sealed block evicted from the pool is offloaded: copied into a
+// host-tier block that its node keeps (host cached blocks have their own LRU list), and a later
+// prefix hit on that node loads it back into a pool block. Host-tier blocks in use (ref >= 1)
+// hold swapped-out sequences. Every call is all-or-nothing: it checks that enough free blocks
+// exist before it changes anything, and it is O(blocks touched), never O(pool).
 #pragma once
 
 #include <algorithm>
@@ -15,7 +19,7 @@
 #include <vector>
 
 #include "prefix_tree.h"
-#include "tiers/host_tier.h"
+#include "tiers/block_pool.h"
 
 namespace pkv {
 
@@ -60,24 +64,32 @@ struct BlockStats {
   uint64_t num_preemptions = 0;
   uint64_t num_swapped_out_blocks = 0;
   uint64_t num_swapped_in_blocks = 0;
+  uint64_t host_hit_tokens = 0;  // of prefix_hit_tokens
+  uint64_t num_offloaded_blocks = 0;
+  uint64_t num_loaded_blocks = 0;
+  uint64_t num_host_evictions = 0;
 };
 
 class BlockManager {
  public:
+  // offload: sealed blocks evicted from the pool go to the host tier (when it has blocks).
   BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching, uint64_t hash_seed,
-               bool constant_hash, uint32_t host_num_blocks);
+               bool constant_hash, uint32_t host_num_blocks, bool offload);
 
   // What admitting these tokens under this salt would take: the cached blocks it would reuse
   // (in order) and how many free blocks it would consume.
   struct Admission {
-    std::vector<int32_t> hit_blocks;
+    std::vector<int32_t> hit_blocks;  // the pool block of each hit; -1: a load from the host tier
+    std::vector<uint32_t> hit_nodes;  // the prefix node of each hit
+    uint32_t num_loads = 0;
     uint32_t num_new_blocks = 0;
-    uint32_t num_free_needed = 0;  // new blocks + cached hit blocks revived from the free list
+    uint32_t num_free_needed = 0;  // new blocks + loads + cached hit blocks revived from the free list
   };
   Admission plan_admission(const std::string &salt, const int32_t *tokens, uint32_t n) const;
 
-  // Gives an empty table the blocks of n tokens: prefix hits, then new blocks. Returns the tokens
-  // whose KV the hits hold. Throws PKV_ERR_NO_SPACE with nothing changed.
+  // Gives an empty table the blocks of n tokens: prefix hits (pool blocks shared, host-tier ones
+  // loaded into new pool blocks), then new blocks. Returns the tokens whose KV the hits hold.
+  // Throws PKV_ERR_NO_SPACE with nothing changed.
   uint32_t admit(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t n);
   // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
   // copy-on-write of a shared, partly filled last block. Throws PKV_ERR_NO_SPACE with nothing
@@ -102,38 +114,33 @@ class BlockManager {
   void reset_cache();
   void set_events(KvEvents *events) { events_ = events; tree_.set_events(events); }
 
-  // Copy-on-write copies not yet handed to a batch.
   // Copies queued and not yet done, in order. A batch lists those queued before it began.
   const std::vector<BlockCopy> &pending_copies() const { return pending_copies_; }
   // The first n pending copies are done: their sources are released.
   void copies_done(size_t n);
 
-  uint32_t num_blocks() const { return num_blocks_; }
+  uint32_t num_blocks() const { return pool_.num_blocks(); }
   uint32_t block_size() const { return block_size_; }
-  uint32_t num_free() const { return num_free_; }
-  uint32_t num_cached() const { return num_cached_; }
+  uint32_t num_free() const { return pool_.num_free(); }
+  uint32_t num_cached() const { return pool_.num_cached(); }
   uint32_t num_host_blocks() const { return host_.num_blocks(); }
   uint32_t num_host_free() const { return host_.num_free(); }
+  uint32_t num_host_cached() const { return host_.num_cached(); }
   const BlockStats &stats() const { return stats_; }
   size_t num_prefix_nodes() const { return tree_.num_nodes(); }
-  int32_t ref_count(int32_t block) const { return blocks_[block].ref; }
+  int32_t ref_count(int32_t block) const { return pool_.ref(block); }
 
   // Every invariant of DESIGN.md §9 against every table's owner. Throws PKV_ERR_INTERNAL.
   void check(const std::vector<TableOwner> &owners) const;
 
  private:
-  struct Block {
-    int32_t ref = 0;
-    int32_t prev = -1;  // free-list links, valid while ref == 0
-    int32_t next = -1;
-    uint32_t node = kNoNode;  // prefix node this block is a sealed copy of
-  };
-
-  int32_t sentinel() const { return static_cast<int32_t>(num_blocks_); }
-  void list_insert_after(int32_t at, int32_t block);
-  void list_remove(int32_t block);
-  int32_t pop_free();             // head of the free list, evicted if cached; ref becomes 1
-  void add_ref(int32_t block);    // revives a ref-0 block when needed
+  int32_t pop_free();             // head of the pool's free list, evicted if cached; ref becomes 1
+  int32_t pop_host();             // the same in the host tier
+  // A cached pool block's KV is about to be overwritten: its node forgets it, after a copy to
+  // the host tier when offloading and the node has none there yet.
+  void evict(int32_t block, bool offload);
+  void evict_host(int32_t host);
+  void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
   void drop_ref(int32_t block);   // at 0: cached to the tail, unsealed to the head
   void reserve(BlockTable &table, const Admission &plan);
   // Twins: a pool block and a host-tier block holding the same KV. A pair lives while both blocks
@@ -144,17 +151,15 @@ class BlockManager {
   void drop_host_ref(int32_t host);
   void check_space(uint32_t needed, const char *what) const;
 
-  uint32_t num_blocks_;
   uint32_t block_size_;
   bool prefix_caching_;
-  std::vector<Block> blocks_;  // num_blocks_ + 1: the last is the free list's sentinel
-  uint32_t num_free_;
-  uint32_t num_cached_ = 0;
+  bool offload_;
   uint64_t seed_;
+  BlockPool pool_;  // tier 0; a block's node is the prefix node it is a sealed copy of
+  BlockPool host_;  // tier 1; a cached block's node is the node it holds offloaded
   PrefixTree tree_;
   KvEvents *events_ = nullptr;
   std::vector<BlockCopy> pending_copies_;
-  HostTier host_;
   std::unordered_map<int32_t, int32_t> host_twin_;    // pool block -> host-tier block
   std::unordered_map<int32_t, int32_t> device_twin_;  // host-tier block -> pool block
   BlockStats stats_;

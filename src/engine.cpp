@@ -37,7 +37,7 @@ Engine::Engine(const pkv_engine_params &params)
       events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
               params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0,
-              params_.host_num_blocks),
+              params_.host_num_blocks, params_.host_offload != 0),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
@@ -364,6 +364,12 @@ pkv_stats Engine::stats() const {
   st.num_swapped_out_blocks = b.num_swapped_out_blocks;
   st.num_swapped_in_blocks = b.num_swapped_in_blocks;
   st.num_swap_preemptions = scheduler_.num_swap_preemptions();
+  st.num_host_cached_blocks = blocks_.num_host_cached();
+  st.host_hit_tokens = b.host_hit_tokens;
+  st.device_hit_tokens = b.prefix_hit_tokens - b.host_hit_tokens;
+  st.num_offloaded_blocks = b.num_offloaded_blocks;
+  st.num_loaded_blocks = b.num_loaded_blocks;
+  st.num_host_evictions = b.num_host_evictions;
   return st;
 }
 

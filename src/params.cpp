@@ -16,6 +16,7 @@ pkv_engine_params default_engine_params() {
   p.memory_utilization = 0.9;
   p.max_num_seqs = 256;
   p.max_num_batched_tokens = 2048;
+  p.host_offload = 1;
   return p;
 }
 
@@ -103,7 +104,7 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1");
   PKV_REQUIRE(p.enable_kv_events <= 1, "enable_kv_events must be 0 or 1");
   PKV_REQUIRE(p.reserved1 == 0, "reserved1 must be 0");
-  PKV_REQUIRE(p.reserved2 == 0, "reserved2 must be 0");
+  PKV_REQUIRE(p.host_offload <= 1, "host_offload must be 0 or 1, not %u", p.host_offload);
   PKV_REQUIRE(p.preemption_mode <= PKV_PREEMPT_AUTO, "preemption_mode %u is not a PKV_PREEMPT_* value",
               p.preemption_mode);
   PKV_REQUIRE(p.preemption_mode != PKV_PREEMPT_SWAP || p.host_num_blocks || p.host_cache_bytes,

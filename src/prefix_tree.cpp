@@ -81,7 +81,7 @@ uint32_t PrefixTree::add_child(uint32_t parent, uint64_t hash, const int32_t *to
 void PrefixTree::add_copy(uint32_t node, int32_t block) {
   Node &n = nodes_[node];
   n.copies.push_back(block);
-  if (n.copies.size() == 1 && events_) events_->stored(n.hash, nodes_[n.parent].hash);
+  if (n.copies.size() == 1 && events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_DEVICE);
 }
 
 void PrefixTree::remove_copy(uint32_t node, int32_t block) {
@@ -90,14 +90,29 @@ void PrefixTree::remove_copy(uint32_t node, int32_t block) {
   PKV_ASSERT(it != c.end());
   *it = c.back();
   c.pop_back();
-  if (c.empty() && events_) events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash);
+  if (c.empty() && events_) events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash, PKV_TIER_DEVICE);
+  maybe_remove(node);
+}
+
+void PrefixTree::set_host(uint32_t node, int32_t host_block) {
+  Node &n = nodes_[node];
+  PKV_ASSERT(n.host < 0 && host_block >= 0);
+  n.host = host_block;
+  if (events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST);
+}
+
+void PrefixTree::clear_host(uint32_t node) {
+  Node &n = nodes_[node];
+  PKV_ASSERT(n.host >= 0);
+  n.host = -1;
+  if (events_) events_->removed(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST);
   maybe_remove(node);
 }
 
 void PrefixTree::maybe_remove(uint32_t node) {
   while (node != kNoNode) {
     Node &n = nodes_[node];
-    if (!n.copies.empty() || n.num_children != 0) return;
+    if (!n.copies.empty() || n.host >= 0 || n.num_children != 0) return;
     uint32_t parent = n.parent;
     if (parent == kNoNode) {
       auto it = root_salts_.find(node);
@@ -136,8 +151,10 @@ void PrefixTree::check() const {
       if (find_child(n.parent, n.hash, tokens(i)) != i)
         fail(PKV_ERR_INTERNAL, "prefix node %u is not found by its own key", i);
     }
-    if (n.copies.empty() && n.num_children == 0)
+    if (n.copies.empty() && n.host < 0 && n.num_children == 0)
       fail(PKV_ERR_INTERNAL, "prefix node %u has no copies and no children", i);
+    if (n.parent == kNoNode && (!n.copies.empty() || n.host >= 0))
+      fail(PKV_ERR_INTERNAL, "prefix root %u holds a copy", i);
   }
   for (uint32_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].live && children[i] != nodes_[i].num_children)

@@ -1,11 +1,11 @@
 // The exact block-level prefix cache (DESIGN.md §4).
 //
 // A node is one full block of tokens under one exact prefix: (parent node, tokens). Roots are one
-// per cache salt and hold no tokens. A node keeps the physical blocks whose KV holds it (its
-// copies). Children are found through one hash map keyed by (parent, hash of the block) and the
+// per cache salt and hold no tokens. A node keeps the pool blocks whose KV holds it (its copies)
+// and at most one host-tier block (its offloaded copy, DESIGN.md §11). Children are found through one hash map keyed by (parent, hash of the block) and the
 // tokens are compared on every hit, so a hash collision, a crafted collision or a block reused
-// under another prefix can never serve wrong KV. Nodes without copies and children are removed,
-// up the tree.
+// under another prefix can never serve wrong KV. Nodes without copies in either tier and without
+// children are removed, up the tree.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,8 @@ class PrefixTree {
  public:
   // expected_nodes sizes the child table up front (the pool's block count): no rehash in steps.
   PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash, size_t expected_nodes);
-  // Where STORED (a node's first copy) and REMOVED (its last copy gone) events go; may be null.
+  // Where STORED (a node's first copy in a tier) and REMOVED (its last copy in a tier gone)
+  // events go, with the tier as their medium; may be null.
   void set_events(KvEvents *events) { events_ = events; }
 
   // The root of a salt, or kNoNode when no block was ever sealed under it.
@@ -50,6 +51,10 @@ class PrefixTree {
   void add_copy(uint32_t node, int32_t block);
   // Removes a copy; a node left with no copies and no children is removed, and so on upwards.
   void remove_copy(uint32_t node, int32_t block);
+  // The node's host-tier copy: set when it has none; cleared as remove_copy.
+  void set_host(uint32_t node, int32_t host_block);
+  void clear_host(uint32_t node);
+  int32_t host(uint32_t node) const { return nodes_[node].host; }
 
   const std::vector<int32_t> &copies(uint32_t node) const { return nodes_[node].copies; }
   uint64_t hash(uint32_t node) const { return nodes_[node].hash; }
@@ -70,7 +75,8 @@ class PrefixTree {
     uint32_t num_children = 0;
     bool live = false;
     uint64_t hash = 0;                 // canonical hash
-    std::vector<int32_t> copies;
+    std::vector<int32_t> copies;       // pool blocks
+    int32_t host = -1;                 // host-tier block, -1 when none
   };
 
   uint64_t map_key(uint32_t parent, uint64_t hash) const;

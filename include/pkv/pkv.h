@@ -112,14 +112,18 @@ enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
 /* pkv_batch_view.copy_kind: what a listed block copy moves (ids are in the tiers it names). */
 enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write */
        PKV_COPY_SWAP_OUT = 2,     /* device block -> host-tier block: pkv_swap_out */
-       PKV_COPY_SWAP_IN = 3 };    /* host-tier block -> device block: pkv_swap_in */
+       PKV_COPY_SWAP_IN = 3,      /* host-tier block -> device block: pkv_swap_in */
+       PKV_COPY_OFFLOAD = 4,      /* device block -> host-tier block: a sealed block evicted from
+                                     the pool keeps its KV in the host tier */
+       PKV_COPY_LOAD = 5 };       /* host-tier block -> device block: a prefix hit on a block held
+                                     only in the host tier */
 /* pkv_engine_params.preemption_mode: what pkv_step does to the request it preempts. */
 enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when re-admitted */
        PKV_PREEMPT_SWAP = 1,      /* swap it out to the host tier (recompute when the tier is full) */
        PKV_PREEMPT_AUTO = 2 };    /* swap when the host tier has room and its computed tokens are
                                      more than one step's prefill (max_num_batched_tokens): copying
                                      is then cheaper than recomputing; else recompute */
-/* struct pkv_seq_info.kv_tier: where a sequence's KV is. */
+/* struct pkv_seq_info.kv_tier: where a sequence's KV is; pkv_kv_event.medium: where a block is. */
 enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2 };
 /* pkv_kv_event.type */
 enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,
@@ -189,7 +193,10 @@ typedef struct pkv_engine_params {
                                      0 = no host tier. default 0 */
   uint32_t preemption_mode;       /* PKV_PREEMPT_*; SWAP needs the host tier, AUTO without one
                                      recomputes. default RECOMPUTE */
-  uint32_t reserved2;             /* must be 0 */
+  uint32_t host_offload;          /* 0 or 1: with a host tier and prefix caching, a sealed block
+                                     evicted from the pool is copied to the host tier, and a later
+                                     prefix hit on it loads it back (PKV_COPY_OFFLOAD / LOAD).
+                                     0: the host tier holds swapped-out sequences only. default 1 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -289,11 +296,19 @@ typedef struct pkv_stats {
   uint64_t num_steps;             /* batches returned by pkv_step (cumulative) */
   /* the host tier (since 0.2.0) */
   uint64_t num_host_blocks;       /* blocks of the host tier (0: off) */
-  uint64_t num_host_free_blocks;  /* of which free */
+  uint64_t num_host_free_blocks;  /* of which ref count 0, cached or not: what swap-outs and
+                                     offloads can use */
   uint64_t num_swapped_seqs;      /* sequences whose KV is in the host tier (pkv_swap_out) */
   uint64_t num_swapped_out_blocks; /* device -> host block copies queued by swap-outs (cumulative) */
   uint64_t num_swapped_in_blocks; /* host -> device block copies queued by swap-ins (cumulative) */
   uint64_t num_swap_preemptions;  /* of num_preemptions, by swapping (preemption_mode) */
+  uint64_t num_host_cached_blocks; /* of num_host_free_blocks, holding an offloaded prefix block */
+  uint64_t device_hit_tokens;     /* of prefix_hit_tokens, served by pool blocks (cumulative) */
+  uint64_t host_hit_tokens;       /* of prefix_hit_tokens, served by host-tier blocks: loaded
+                                     back, not recomputed (cumulative) */
+  uint64_t num_offloaded_blocks;  /* evicted pool blocks copied to the host tier (cumulative) */
+  uint64_t num_loaded_blocks;     /* host-tier blocks copied back by prefix hits (cumulative) */
+  uint64_t num_host_evictions;    /* offloaded blocks dropped from the host tier (cumulative) */
 } pkv_stats;
 
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
@@ -411,14 +426,16 @@ typedef struct pkv_batch pkv_batch;
  *   last_block_len [num_seqs]           tokens in seq i's last listed block (1 .. block_size)
  *   block_tables   [num_seqs][max_blocks_per_seq]  the same tables padded with -1
  *   copy_src, copy_dst [num_copies]     block copies to do, in this order, before any write of
- *                                       the step: copy-on-write, and with a host tier swap-outs
- *                                       and swap-ins (copy_kind says which; since 0.2.0)
- *   copy_kind      [num_copies]         PKV_COPY_*: COW device->device, SWAP_OUT device->host
- *                                       tier, SWAP_IN host tier->device (whole blocks: every
- *                                       layer, K and V; pkv_pool_info gives both tiers' layout).
- * A copy's source block may have been given up and handed out again (a swap frees the blocks it
- * leaves at once): the copies come first, in order, so each reads its source before the step
- * writes anything; a host running its own kernels must keep that order too. */
+ *                                       the step: copy-on-write, and with a host tier swap-outs,
+ *                                       swap-ins, offloads and loads (copy_kind; since 0.2.0)
+ *   copy_kind      [num_copies]         PKV_COPY_*: COW device->device, SWAP_OUT and OFFLOAD
+ *                                       device->host tier, SWAP_IN and LOAD host tier->device
+ *                                       (whole blocks: every layer, K and V; pkv_pool_info gives
+ *                                       both tiers' layout).
+ * A copy's source block may have been given up and handed out again (a swap-out or an offload
+ * frees the pool block it leaves at once, as vLLM's swap does): the copies come first, in order,
+ * so each reads its source before the step writes anything; a host running its own kernels must
+ * keep that order too (copies of one direction with no block in common may run together). */
 typedef struct pkv_batch_view {
   uint32_t struct_size;
   uint32_t num_seqs;
@@ -533,10 +550,16 @@ typedef struct pkv_kv_event {
   uint64_t seq_no;                /* 1, 2, 3, ... per engine, never reused */
   uint64_t block_hash;            /* canonical hash of the block */
   uint64_t parent_hash;           /* of the previous block, or the salt's root hash */
+  /* since 0.2.0 (40 bytes; the 0.1 event ends above, at 32) */
+  uint32_t medium;                /* PKV_TIER_* the block was stored in or removed from: DEVICE
+                                     (the pool) or HOST (the host tier, offload); NONE for
+                                     ALL_CLEARED and OVERFLOW, which concern every medium */
+  uint32_t reserved0;             /* 0 */
 } pkv_kv_event;
 
-/* Moves up to cap queued events, oldest first, into out; *out_len = how many. The events are
- * written in the 0.1 layout (32 bytes each); pkv_drain_kv_events_sized writes the caller's. */
+/* Moves up to cap queued events, oldest first, into out; *out_len = how many. The symbol writes
+ * the 0.1 layout (32 bytes each, for binaries built against 0.1); code compiled against this
+ * header calls pkv_drain_kv_events_sized through the macro below, at its sizeof(pkv_kv_event). */
 PKV_API pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap,
                                        uint32_t *out_len);
 
@@ -547,6 +570,8 @@ PKV_API pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_
  * Since 0.2.0. */
 PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t event_size,
                                              uint32_t cap, uint32_t *out_len);
+#define pkv_drain_kv_events(e, out, cap, out_len) \
+  pkv_drain_kv_events_sized((e), (out), (uint32_t)sizeof(pkv_kv_event), (cap), (out_len))
 
 /* Evicts every cached (ref-0) block from the prefix cache. Blocks in use stay. Queues
  * PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED event per node that went. */

@@ -31,6 +31,10 @@ struct PoolShape {
   uint64_t bytes_per_pool() const { return bytes.pool; }
 };
 
+// The tiers a queued copy (PKV_COPY_*) reads and writes: false = the pool, true = the host tier.
+constexpr bool copy_reads_host(int32_t kind) { return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD; }
+constexpr bool copy_writes_host(int32_t kind) { return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD; }
+
 // One layer's call of pkv_attention, on the planned step.
 struct AttentionCall {
   uint32_t layer;

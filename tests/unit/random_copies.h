@@ -6,6 +6,12 @@
  *
  * The shadow holds both tiers: [num_blocks * bs] pool slots, then [host_blocks * bs] host-tier
  * slots; a copy's ids are in the tiers its kind names.
+ *
+ * Offloads and loads (PKV_COPY_OFFLOAD / LOAD) depend on pkv's LRU lists, which the model does
+ * not keep: it counts them in the stats after each operation (note_tier_copies) and learns them,
+ * where they fall among the copies it predicts, from the next view. Their content is then
+ * checked like every other copy's: a sequence admitted with a host-tier hit must hold exactly its
+ * contexts once the listed copies are done.
  */
 #ifndef PKV_RANDOM_COPIES_H
 #define PKV_RANDOM_COPIES_H
@@ -17,9 +23,9 @@ static inline size_t shadow_len(const world *w)
 
 static inline int copy_valid(const world *w, const rcopy *c)
 {
-  const uint32_t src_n = c->kind == PKV_COPY_SWAP_IN ? w->host_blocks : w->num_blocks;
-  const uint32_t dst_n = c->kind == PKV_COPY_SWAP_OUT ? w->host_blocks : w->num_blocks;
-  return (c->kind == PKV_COPY_COW || c->kind == PKV_COPY_SWAP_OUT || c->kind == PKV_COPY_SWAP_IN) &&
+  const uint32_t src_n = reads_host(c->kind) ? w->host_blocks : w->num_blocks;
+  const uint32_t dst_n = writes_host(c->kind) ? w->host_blocks : w->num_blocks;
+  return c->kind >= PKV_COPY_COW && c->kind <= PKV_COPY_LOAD &&
          c->src >= 0 && c->dst >= 0 && (uint32_t)c->src < src_n && (uint32_t)c->dst < dst_n &&
          (c->kind != PKV_COPY_COW || c->src != c->dst);
 }
@@ -29,8 +35,8 @@ static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c)
   if (!EXPECT(copy_valid(w, c)))
     return;
   const size_t host0 = (size_t)w->num_blocks * w->bs;
-  const uint64_t *from = shadow + (c->kind == PKV_COPY_SWAP_IN ? host0 : 0) + (size_t)c->src * w->bs;
-  uint64_t *to = shadow + (c->kind == PKV_COPY_SWAP_OUT ? host0 : 0) + (size_t)c->dst * w->bs;
+  const uint64_t *from = shadow + (reads_host(c->kind) ? host0 : 0) + (size_t)c->src * w->bs;
+  uint64_t *to = shadow + (writes_host(c->kind) ? host0 : 0) + (size_t)c->dst * w->bs;
   memmove(to, from, w->bs * sizeof to[0]);
 }
 
@@ -70,6 +76,18 @@ static inline void queue_unknown(world *w, int32_t kind, uint32_t k, const int32
   w->ncands++;
 }
 
+/* Offloads and loads queued since the last call, counted in the stats: unknown until a view lists
+ * them. */
+static inline void note_tier_copies(world *w)
+{
+  const pkv_stats st = tu_stats(w->e);
+  const uint64_t total = st.num_offloaded_blocks + st.num_loaded_blocks;
+  EXPECT(total >= w->tier_copies);
+  w->nextra += (uint32_t)(total - w->tier_copies);
+  w->nunknown += (uint32_t)(total - w->tier_copies);
+  w->tier_copies = total;
+}
+
 /* After an append to s whose table was old[0..n_old): a changed entry is a copy-on-write copy,
  * queued in pkv for the next batch. Only the last old block may change. */
 static inline void note_copies(world *w, const rseq *s, const int32_t *old, uint32_t n_old)
@@ -95,30 +113,45 @@ static inline int in_cand(const world *w, int32_t cand, int32_t block)
 }
 
 /* A view lists exactly the queued copies, in order: the known ones as they are, the unknown ones
- * with their kind and a pool block of the swapped table; from now on those are known. */
+ * with their kind and a pool block of the swapped table, and the offloads and loads counted
+ * (anywhere among them); from now on all are known. */
 static inline void learn_copies(world *w, const pkv_batch_view *v)
 {
   EXPECT(w->ntaken == 0);
-  if (!EXPECT(v->num_copies == w->nqueued)) {
-    fprintf(stderr, "  the view lists %u copies, the model queued %u\n", v->num_copies, w->nqueued);
+  if (!EXPECT(v->num_copies == w->nqueued + w->nextra)) {
+    fprintf(stderr, "  the view lists %u copies, the model queued %u and counted %u offloads and loads\n",
+            v->num_copies, w->nqueued, w->nextra);
     return;
   }
+  static rcopy learnt[MAX_COPIES];
+  uint32_t m = 0, extra = 0;
   for (uint32_t k = 0; k < v->num_copies; k++) {
-    rcopy *q = &w->queued[k];
     const rcopy got = {v->copy_src[k], v->copy_dst[k], v->copy_kind[k], -1};
-    int ok = EXPECT(got.kind == q->kind) && EXPECT(copy_valid(w, &got));
-    if (q->cand < 0)
-      ok = ok && EXPECT(got.src == q->src && got.dst == q->dst);
-    else
-      ok = ok && EXPECT(in_cand(w, q->cand, q->kind == PKV_COPY_SWAP_OUT ? got.src : got.dst));
-    if (!ok)
+    learnt[k] = got;
+    const rcopy *q = m < w->nqueued ? &w->queued[m] : NULL;
+    const int matches = q && got.kind == q->kind &&
+                        (q->cand < 0 ? got.src == q->src && got.dst == q->dst
+                                     : in_cand(w, q->cand, writes_host(q->kind) ? got.src : got.dst));
+    if (!matches && tier_copy(got.kind) && extra < w->nextra) {
+      extra++;  /* an offload or a load the model counted but could not place */
+      if (!EXPECT(copy_valid(w, &got)))
+        fprintf(stderr, "  copy %u: listed %d -> %d kind %d\n", k, got.src, got.dst, got.kind);
+      continue;
+    }
+    if (!EXPECT(q != NULL))
+      return;
+    m++;
+    if (!(EXPECT(matches) && EXPECT(copy_valid(w, &got))))
       fprintf(stderr, "  copy %u: listed %d -> %d kind %d, the model %d -> %d kind %d\n", k,
               got.src, got.dst, got.kind, q->src, q->dst, q->kind);
     w->nunknown -= q->cand >= 0;
-    *q = got;
   }
+  EXPECT(extra == w->nextra && m == w->nqueued);
+  w->nunknown -= extra;
   EXPECT(w->nunknown == 0);
-  w->nunknown = 0;
+  memcpy(w->queued, learnt, v->num_copies * sizeof learnt[0]);
+  w->nqueued = v->num_copies;
+  w->nunknown = w->nextra = 0;
   w->ncands = 0;
 }
 
@@ -141,7 +174,7 @@ static inline void probe_copies(world *w)
 static inline int last_write(const world *w, uint32_t i, int32_t dst)
 {
   for (uint32_t j = i + 1; j < w->nqueued; j++)
-    if (w->queued[j].dst == dst && w->queued[j].kind != PKV_COPY_SWAP_OUT)
+    if (w->queued[j].dst == dst && !writes_host(w->queued[j].kind))
       return 0;
   return 1;
 }

@@ -68,7 +68,7 @@ static inline void pool_write(world *w, int64_t slot, uint64_t ctx)
 /* A copy done by the host: the whole block, every layer, K and V. */
 static inline void pool_copy(world *w, const rcopy *c)
 {
-  const int from = c->kind == PKV_COPY_SWAP_IN, to = c->kind == PKV_COPY_SWAP_OUT;
+  const int from = reads_host(c->kind), to = writes_host(c->kind);
   const size_t bb = block_bytes(w);
   for (uint32_t l = 0; l < w->pool.num_layers; l++)
     for (int v = 0; v < 2; v++)

@@ -60,6 +60,9 @@ typedef struct {
   struct pkv_pool_info pool; /* where the real K/V are */
   rcopy queued[MAX_COPIES]; /* copies not yet taken by a batch, in pkv's order */
   uint32_t nqueued, nunknown; /* of which swap copies not yet seen in a view */
+  uint32_t nextra;           /* offloads and loads queued in pkv, not yet seen in a view */
+  uint64_t tier_copies;      /* offloads and loads counted in the stats so far */
+  int offload;               /* pkv_engine_params.host_offload */
   rcopy taken[MAX_COPIES]; /* the open batch's copies, done (in order) by batch_copy or its end */
   uint32_t ntaken;
   int32_t cands[MAX_CANDS][MAX_LEN]; /* the tables unknown copies name; freed when none is left */
@@ -132,6 +135,22 @@ static inline uint32_t free_blocks(world *w)
   return (uint32_t)tu_stats(w->e).num_free_blocks;
 }
 
+/* The tiers a copy (PKV_COPY_*) reads and writes: 0 the pool, 1 the host tier. */
+static inline int reads_host(int32_t kind)
+{
+  return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD;
+}
+
+static inline int writes_host(int32_t kind)
+{
+  return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD;
+}
+
+static inline int tier_copy(int32_t kind)
+{
+  return kind == PKV_COPY_OFFLOAD || kind == PKV_COPY_LOAD;
+}
+
 #include "random_pool.h"
 #include "random_copies.h"
 
@@ -180,6 +199,7 @@ static inline void check_tokens(world *w, const rseq *s)
 
 static inline void check_world(world *w, int deep)
 {
+  note_tier_copies(w);
   if (w->nunknown && !w->batch)
     probe_copies(w);
   if (!EXPECT(pkv_engine_check(w->e) == PKV_OK))
@@ -200,6 +220,10 @@ static inline void check_world(world *w, int deep)
   EXPECT(st.num_host_blocks == w->host_blocks);
   EXPECT(st.num_host_free_blocks <= st.num_host_blocks);
   EXPECT(st.num_swapped_seqs == swapped);
+  EXPECT(st.num_host_cached_blocks <= st.num_host_free_blocks);
+  EXPECT(st.device_hit_tokens + st.host_hit_tokens == st.prefix_hit_tokens);
+  EXPECT(st.host_hit_tokens == st.num_loaded_blocks * w->bs);
+  EXPECT(w->offload || st.num_offloaded_blocks + st.num_host_cached_blocks == 0);
   const uint64_t *shadow = effective(w);
   for (uint32_t i = 0; i < w->nseqs; i++) {
     check_seq(w, &w->seqs[i], shadow);

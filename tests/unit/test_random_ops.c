@@ -24,6 +24,7 @@ static void random_tokens(world *w, int32_t *t, uint32_t n)
  * pending that no view has listed yet: check_world checks every computed token then). */
 static void check_hit(world *w, const rseq *s, uint32_t cached)
 {
+  note_tier_copies(w); /* loads of host-tier hits, offloads of the blocks it evicted */
   const uint64_t *shadow = effective(w);
   if (shadow)
     check_slots(w, s, 0, cached, shadow);
@@ -314,6 +315,13 @@ static void report(const world *w, uint32_t ops)
           w->num_batch_copy > 0 && w->num_probes > 0);
   else
     CHECK(w->num_unsupported > 0);
+  const pkv_stats st = tu_stats(w->e);
+  printf("offload: %llu blocks offloaded, %llu loaded (%llu hit tokens from the host tier), "
+         "%llu evicted from the host tier\n",
+         (unsigned long long)st.num_offloaded_blocks, (unsigned long long)st.num_loaded_blocks,
+         (unsigned long long)st.host_hit_tokens, (unsigned long long)st.num_host_evictions);
+  if (w->host_blocks && w->offload)
+    CHECK(st.num_offloaded_blocks > 0 && st.num_loaded_blocks > 0 && st.num_host_evictions > 0);
 }
 
 /* Everything released and one step's copies done (the probe's batch, aborted after
@@ -342,6 +350,7 @@ static int setup(world *w, uint32_t flags)
   p.max_model_len = MAX_LEN;
   p.debug_flags = flags;
   p.host_num_blocks = w->host_blocks;
+  p.host_offload = (uint32_t)w->offload;
   if (!(w->e = tu_engine_p(&p)))
     return 0;
   w->shadow = calloc(shadow_len(w), sizeof w->shadow[0]);
@@ -358,14 +367,15 @@ static int setup(world *w, uint32_t flags)
 }
 
 static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_ops, uint32_t flags,
-                uint32_t host_blocks)
+                uint32_t host_blocks, int offload)
 {
-  printf("seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u, %u host-tier blocks\n",
-         (unsigned long long)seed, bs, num_blocks, num_ops, flags, host_blocks);
+  printf("seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u, %u host-tier blocks, offload %d\n",
+         (unsigned long long)seed, bs, num_blocks, num_ops, flags, host_blocks, offload);
   world *w = calloc(1, sizeof *w);
   if (!CHECK(w != NULL))
     return;
   w->rng = seed, w->bs = bs, w->num_blocks = num_blocks, w->host_blocks = host_blocks;
+  w->offload = offload;
   if (!setup(w, flags))
     num_ops = 0;
   for (int k = 0; k < NUM_BASES; k++)
@@ -393,13 +403,13 @@ static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_op
 int main(int argc, char **argv)
 {
   if (!CHECK(argc >= 5)) {
-    fprintf(stderr, "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS]]\n",
+    fprintf(stderr, "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD]]]\n",
             argv[0]);
     return tu_summary();
   }
   run(strtoull(argv[1], NULL, 0), (uint32_t)strtoul(argv[2], NULL, 0),
       (uint32_t)strtoul(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
       argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 0) : 0,
-      argc > 6 ? (uint32_t)strtoul(argv[6], NULL, 0) : 0);
+      argc > 6 ? (uint32_t)strtoul(argv[6], NULL, 0) : 0, argc > 7 ? atoi(argv[7]) : 1);
   return tu_summary();
 }

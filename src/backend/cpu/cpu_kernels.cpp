@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
 #include "pkv/pkv.h"
 
@@ -104,7 +105,7 @@ void CpuKernels::copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uin
     char *base[2];  // this layer's K (or V) in each tier
     for (int t = 0; t < 2; ++t) base[t] = (i % 2 ? tiers[t].v : tiers[t].k) + layer * tiers[t].layer_bytes;
     for (uint32_t c = 0; c < n; ++c) {  // in order: chained copies read earlier destinations
-      const int from = kind[c] == PKV_COPY_SWAP_IN, to = kind[c] == PKV_COPY_SWAP_OUT;
+      const int from = copy_reads_host(kind[c]), to = copy_writes_host(kind[c]);
       std::memmove(base[to] + uint64_t(dst[c]) * block_bytes, base[from] + uint64_t(src[c]) * block_bytes,
                    block_bytes);
     }
