@@ -58,7 +58,7 @@ namespace Pkv
         public uint Reserved1;
         public ulong HostCacheBytes;
         public uint PreemptionMode;
-        public uint Reserved2;
+        public uint HostOffload;
     }
 
     /// <summary>pkv_kv_budget (152 bytes on x86_64).</summary>
@@ -88,7 +88,7 @@ namespace Pkv
         public ulong HostAvailableBytes;
     }
 
-    /// <summary>pkv_stats (192 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (240 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -117,6 +117,12 @@ namespace Pkv
         public ulong NumSwappedOutBlocks;
         public ulong NumSwappedInBlocks;
         public ulong NumSwapPreemptions;
+        public ulong NumHostCachedBlocks;
+        public ulong DeviceHitTokens;
+        public ulong HostHitTokens;
+        public ulong NumOffloadedBlocks;
+        public ulong NumLoadedBlocks;
+        public ulong NumHostEvictions;
     }
 
     /// <summary>pkv_seq_params (16 bytes on x86_64).</summary>
@@ -188,7 +194,7 @@ namespace Pkv
         public IntPtr CacheSalt;
     }
 
-    /// <summary>pkv_kv_event (32 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_event (40 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvEvent
     {
@@ -197,6 +203,8 @@ namespace Pkv
         public ulong SeqNo;
         public ulong BlockHash;
         public ulong ParentHash;
+        public uint Medium;
+        public uint Reserved0;
     }
 
     /// <summary>pkv_pool_info (128 bytes on x86_64).</summary>
@@ -269,6 +277,8 @@ namespace Pkv
         public const int PKV_COPY_COW = 1;
         public const int PKV_COPY_SWAP_OUT = 2;
         public const int PKV_COPY_SWAP_IN = 3;
+        public const int PKV_COPY_OFFLOAD = 4;
+        public const int PKV_COPY_LOAD = 5;
         public const int PKV_PREEMPT_RECOMPUTE = 0;
         public const int PKV_PREEMPT_SWAP = 1;
         public const int PKV_PREEMPT_AUTO = 2;
@@ -282,7 +292,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo) };
-        public static readonly int[] StructSizes = { 160, 152, 192, 16, 56, 136, 32, 32, 128 };
+        public static readonly int[] StructSizes = { 160, 152, 240, 16, 56, 136, 32, 40, 128 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

@@ -67,6 +67,8 @@ const (
 	CopyCow     = 1
 	CopySwapOut = 2
 	CopySwapIn  = 3
+	CopyOffload = 4
+	CopyLoad    = 5
 )
 
 const (
@@ -162,7 +164,7 @@ type EngineParams struct {
 	Reserved1           uint32
 	HostCacheBytes      uint64
 	PreemptionMode      uint32
-	Reserved2           uint32
+	HostOffload         uint32
 }
 
 // KVBudget is C's pkv_kv_budget (152 bytes on amd64; layout checked against C at init).
@@ -190,7 +192,7 @@ type KVBudget struct {
 	HostAvailableBytes   uint64
 }
 
-// Stats is C's pkv_stats (192 bytes on amd64; layout checked against C at init).
+// Stats is C's pkv_stats (240 bytes on amd64; layout checked against C at init).
 type Stats struct {
 	StructSize          uint32
 	Reserved0           uint32
@@ -217,6 +219,12 @@ type Stats struct {
 	NumSwappedOutBlocks uint64
 	NumSwappedInBlocks  uint64
 	NumSwapPreemptions  uint64
+	NumHostCachedBlocks uint64
+	DeviceHitTokens     uint64
+	HostHitTokens       uint64
+	NumOffloadedBlocks  uint64
+	NumLoadedBlocks     uint64
+	NumHostEvictions    uint64
 }
 
 // SeqParams is C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
@@ -280,13 +288,15 @@ type RequestParams struct {
 	CacheSalt    uintptr
 }
 
-// KVEvent is C's pkv_kv_event (32 bytes on amd64; layout checked against C at init).
+// KVEvent is C's pkv_kv_event (40 bytes on amd64; layout checked against C at init).
 type KVEvent struct {
 	Type       uint32
 	NumTokens  uint32
 	SeqNo      uint64
 	BlockHash  uint64
 	ParentHash uint64
+	Medium     uint32
+	Reserved0  uint32
 }
 
 // PoolInfo is C's pkv_pool_info (128 bytes on amd64; layout checked against C at init).

@@ -42,7 +42,7 @@ var layouts = []layout{
 		{"reserved1", unsafe.Offsetof(EngineParams{}.Reserved1), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved1)},
 		{"host_cache_bytes", unsafe.Offsetof(EngineParams{}.HostCacheBytes), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_cache_bytes)},
 		{"preemption_mode", unsafe.Offsetof(EngineParams{}.PreemptionMode), unsafe.Offsetof(C.struct_pkv_engine_params{}.preemption_mode)},
-		{"reserved2", unsafe.Offsetof(EngineParams{}.Reserved2), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved2)},
+		{"host_offload", unsafe.Offsetof(EngineParams{}.HostOffload), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_offload)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(KVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(KVBudget{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_budget{}.struct_size)},
@@ -93,6 +93,12 @@ var layouts = []layout{
 		{"num_swapped_out_blocks", unsafe.Offsetof(Stats{}.NumSwappedOutBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_out_blocks)},
 		{"num_swapped_in_blocks", unsafe.Offsetof(Stats{}.NumSwappedInBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_swapped_in_blocks)},
 		{"num_swap_preemptions", unsafe.Offsetof(Stats{}.NumSwapPreemptions), unsafe.Offsetof(C.struct_pkv_stats{}.num_swap_preemptions)},
+		{"num_host_cached_blocks", unsafe.Offsetof(Stats{}.NumHostCachedBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_cached_blocks)},
+		{"device_hit_tokens", unsafe.Offsetof(Stats{}.DeviceHitTokens), unsafe.Offsetof(C.struct_pkv_stats{}.device_hit_tokens)},
+		{"host_hit_tokens", unsafe.Offsetof(Stats{}.HostHitTokens), unsafe.Offsetof(C.struct_pkv_stats{}.host_hit_tokens)},
+		{"num_offloaded_blocks", unsafe.Offsetof(Stats{}.NumOffloadedBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_offloaded_blocks)},
+		{"num_loaded_blocks", unsafe.Offsetof(Stats{}.NumLoadedBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_loaded_blocks)},
+		{"num_host_evictions", unsafe.Offsetof(Stats{}.NumHostEvictions), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_evictions)},
 	}},
 	{"pkv_seq_params", unsafe.Sizeof(SeqParams{}), unsafe.Sizeof(C.struct_pkv_seq_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(SeqParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_seq_params{}.struct_size)},
@@ -153,6 +159,8 @@ var layouts = []layout{
 		{"seq_no", unsafe.Offsetof(KVEvent{}.SeqNo), unsafe.Offsetof(C.struct_pkv_kv_event{}.seq_no)},
 		{"block_hash", unsafe.Offsetof(KVEvent{}.BlockHash), unsafe.Offsetof(C.struct_pkv_kv_event{}.block_hash)},
 		{"parent_hash", unsafe.Offsetof(KVEvent{}.ParentHash), unsafe.Offsetof(C.struct_pkv_kv_event{}.parent_hash)},
+		{"medium", unsafe.Offsetof(KVEvent{}.Medium), unsafe.Offsetof(C.struct_pkv_kv_event{}.medium)},
+		{"reserved0", unsafe.Offsetof(KVEvent{}.Reserved0), unsafe.Offsetof(C.struct_pkv_kv_event{}.reserved0)},
 	}},
 	{"pkv_pool_info", unsafe.Sizeof(PoolInfo{}), unsafe.Sizeof(C.struct_pkv_pool_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(PoolInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_pool_info{}.struct_size)},

@@ -45,6 +45,8 @@ PKV_FINISH_LENGTH = 2
 PKV_COPY_COW = 1
 PKV_COPY_SWAP_OUT = 2
 PKV_COPY_SWAP_IN = 3
+PKV_COPY_OFFLOAD = 4
+PKV_COPY_LOAD = 5
 PKV_PREEMPT_RECOMPUTE = 0
 PKV_PREEMPT_SWAP = 1
 PKV_PREEMPT_AUTO = 2
@@ -113,7 +115,7 @@ class pkv_engine_params(_c.Structure):
         ('reserved1', _c.c_uint32),
         ('host_cache_bytes', _c.c_uint64),
         ('preemption_mode', _c.c_uint32),
-        ('reserved2', _c.c_uint32),
+        ('host_offload', _c.c_uint32),
     ]
 
 
@@ -170,6 +172,12 @@ class pkv_stats(_c.Structure):
         ('num_swapped_out_blocks', _c.c_uint64),
         ('num_swapped_in_blocks', _c.c_uint64),
         ('num_swap_preemptions', _c.c_uint64),
+        ('num_host_cached_blocks', _c.c_uint64),
+        ('device_hit_tokens', _c.c_uint64),
+        ('host_hit_tokens', _c.c_uint64),
+        ('num_offloaded_blocks', _c.c_uint64),
+        ('num_loaded_blocks', _c.c_uint64),
+        ('num_host_evictions', _c.c_uint64),
     ]
 
 
@@ -245,6 +253,8 @@ class pkv_kv_event(_c.Structure):
         ('seq_no', _c.c_uint64),
         ('block_hash', _c.c_uint64),
         ('parent_hash', _c.c_uint64),
+        ('medium', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
     ]
 
 
@@ -277,12 +287,12 @@ class pkv_pool_info(_c.Structure):
 SIZES = {
     'pkv_engine_params': 160,
     'pkv_kv_budget': 152,
-    'pkv_stats': 192,
+    'pkv_stats': 240,
     'pkv_seq_params': 16,
     'pkv_seq_info': 56,
     'pkv_batch_view': 136,
     'pkv_request_params': 32,
-    'pkv_kv_event': 32,
+    'pkv_kv_event': 40,
     'pkv_pool_info': 128,
 }
 

@@ -50,6 +50,8 @@ pub type _bindgen_ty_7 = ::std::os::raw::c_uint;
 pub const PKV_COPY_COW: _bindgen_ty_8 = 1;
 pub const PKV_COPY_SWAP_OUT: _bindgen_ty_8 = 2;
 pub const PKV_COPY_SWAP_IN: _bindgen_ty_8 = 3;
+pub const PKV_COPY_OFFLOAD: _bindgen_ty_8 = 4;
+pub const PKV_COPY_LOAD: _bindgen_ty_8 = 5;
 pub type _bindgen_ty_8 = ::std::os::raw::c_uint;
 pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_9 = 0;
 pub const PKV_PREEMPT_SWAP: _bindgen_ty_9 = 1;
@@ -99,7 +101,7 @@ pub struct pkv_engine_params {
     pub reserved1: u32,
     pub host_cache_bytes: u64,
     pub preemption_mode: u32,
-    pub reserved2: u32,
+    pub host_offload: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -159,6 +161,12 @@ pub struct pkv_stats {
     pub num_swapped_out_blocks: u64,
     pub num_swapped_in_blocks: u64,
     pub num_swap_preemptions: u64,
+    pub num_host_cached_blocks: u64,
+    pub device_hit_tokens: u64,
+    pub host_hit_tokens: u64,
+    pub num_offloaded_blocks: u64,
+    pub num_loaded_blocks: u64,
+    pub num_host_evictions: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -234,6 +242,8 @@ pub struct pkv_kv_event {
     pub seq_no: u64,
     pub block_hash: u64,
     pub parent_hash: u64,
+    pub medium: u32,
+    pub reserved0: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
