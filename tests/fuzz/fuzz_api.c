@@ -18,7 +18,7 @@
 static void raw_field(fz_input *in, pkv_engine_params *p)
 {
   uint32_t v = fz_u32(in);
-  switch (fz_pick(in, 23)) {
+  switch (fz_pick(in, 24)) {
   case 0: p->num_layers = v; break;
   case 1: p->num_q_heads = v; break;
   case 2: p->num_kv_heads = v; break;
@@ -41,6 +41,7 @@ static void raw_field(fz_input *in, pkv_engine_params *p)
   case 19: p->host_num_blocks = v; break;
   case 20: p->host_cache_bytes = fz_u64(in); break;
   case 21: p->reserved1 = v; break;
+  case 22: p->host_offload = v; break;
   default: p->max_num_batched_tokens = v; break;
   }
 }
@@ -71,6 +72,7 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
   case 1: p->host_cache_bytes = fz_u32(in) % 65536; break;
   default: p->host_num_blocks = 1 + fz_pick(in, 12); break;
   }
+  p->host_offload = fz_pick(in, 4) != 0; /* offload of evicted prefix blocks, mostly on */
   switch (fz_pick(in, 8)) {
   case 0: /* the profiler sizes the pool from a byte cap */
     p->num_blocks = 0;

@@ -90,6 +90,14 @@ static inline void fz_consistent(fz_world *w)
   FZ_CHECK(s.num_host_blocks == w->p.host_num_blocks && s.num_host_free_blocks <= s.num_host_blocks,
            "host tier: %llu free of %llu, params %u", (unsigned long long)s.num_host_free_blocks,
            (unsigned long long)s.num_host_blocks, w->p.host_num_blocks);
+  FZ_CHECK(s.device_hit_tokens + s.host_hit_tokens == s.prefix_hit_tokens &&
+               s.host_hit_tokens == s.num_loaded_blocks * w->p.block_size &&
+               s.num_host_cached_blocks <= s.num_host_free_blocks &&
+               (w->p.host_offload || s.num_offloaded_blocks == 0),
+           "per-tier hits: device %llu + host %llu of %llu, %llu loads, %llu host cached of %llu free",
+           (unsigned long long)s.device_hit_tokens, (unsigned long long)s.host_hit_tokens,
+           (unsigned long long)s.prefix_hit_tokens, (unsigned long long)s.num_loaded_blocks,
+           (unsigned long long)s.num_host_cached_blocks, (unsigned long long)s.num_host_free_blocks);
   static int32_t table[FZ_TABLE_CAP];
   const uint32_t bs = w->p.block_size;
   uint64_t swapped = 0;
