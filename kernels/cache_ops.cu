@@ -88,7 +88,8 @@ cudaError_t launch_copy_tier_blocks(const KvPool &from, const KvPool &to,
                                     const int32_t *block_pairs, int32_t num_pairs,
                                     cudaStream_t stream) {
   if (num_pairs < 0 || from.num_layers < 0 || from.num_layers > PKV_CUDA_MAX_GRID ||
-      from.block_bytes < 0 || to.num_layers != from.num_layers || to.block_bytes != from.block_bytes)
+      from.block_bytes < 0 || to.num_layers != from.num_layers ||
+      to.block_bytes != from.block_bytes)
     return cudaErrorInvalidValue;
   if (num_pairs == 0 || from.num_layers == 0 || from.block_bytes == 0) return cudaSuccess;
   if (pool_aligned16(from) && pool_aligned16(to))

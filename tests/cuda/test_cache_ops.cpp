@@ -114,8 +114,10 @@ bool test_copy_tier_blocks(const TierCase &c, uint64_t seed) {
   for (int kv = 0; kv < 2; ++kv) {
     pool[kv].resize(pool_bytes);
     host[kv].resize(host_bytes);
-    for (size_t i = 0; i < pool_bytes / eb; ++i) store_elem(c.dtype, pool[kv].data(), i, rng.uniform(-1, 1));
-    for (size_t i = 0; i < host_bytes / eb; ++i) store_elem(c.dtype, host[kv].data(), i, rng.uniform(-1, 1));
+    for (size_t i = 0; i < pool_bytes / eb; ++i)
+      store_elem(c.dtype, pool[kv].data(), i, rng.uniform(-1, 1));
+    for (size_t i = 0; i < host_bytes / eb; ++i)
+      store_elem(c.dtype, host[kv].data(), i, rng.uniform(-1, 1));
   }
   const int32_t from_blocks = c.to_host ? pool_blocks : host_blocks;
   const int32_t to_blocks = c.to_host ? host_blocks : pool_blocks;

@@ -17,12 +17,12 @@ using pkv::CopyPlan;
 
 int g_failures = 0;
 
-#define CHECK(cond)                                                     \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      g_failures++;                                                     \
-    }                                                                   \
+      g_failures++;                                                            \
+    }                                                                          \
   } while (0)
 
 struct Copy {
@@ -33,7 +33,8 @@ CopyPlan plan_of(const std::vector<Copy> &copies) {
   std::vector<int32_t> src, dst, kind;
   for (const Copy &c : copies) src.push_back(c.src), dst.push_back(c.dst), kind.push_back(c.kind);
   CopyPlan plan;
-  CHECK(pkv::plan_block_copies(src.data(), dst.data(), kind.data(), uint32_t(copies.size()), &plan));
+  const uint32_t n = uint32_t(copies.size());
+  CHECK(pkv::plan_block_copies(src.data(), dst.data(), kind.data(), n, &plan));
   return plan;
 }
 

@@ -103,11 +103,10 @@ class CudaBackend final : public Backend {
     check_cuda(cudaMemcpyAsync(pairs, plan.pairs.data(), bytes, cudaMemcpyHostToDevice, stream_),
                "uploading block copies");
     for (const CopyLaunch &l : plan.launches) {
-      const bool from_host = l.direction == CopyDirection::host_to_device;
-      const bool to_host = l.direction == CopyDirection::device_to_host;
-      check_cuda(cuda::launch_copy_tier_blocks(from_host ? host_tier : pool, to_host ? host_tier : pool,
-                                               pairs + 2 * size_t(l.first_pair), int32_t(l.num_pairs),
-                                               stream_),
+      const cuda::KvPool &from = l.direction == CopyDirection::host_to_device ? host_tier : pool;
+      const cuda::KvPool &to = l.direction == CopyDirection::device_to_host ? host_tier : pool;
+      check_cuda(cuda::launch_copy_tier_blocks(from, to, pairs + 2 * size_t(l.first_pair),
+                                               int32_t(l.num_pairs), stream_),
                  "copy_blocks");
     }
     check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");
