@@ -1,5 +1,6 @@
-// write_kv and copy_blocks: plain copies, moved in 16-byte chunks when everything is aligned
-// (a row of head_dim elements is always a multiple of 16 bytes) and in bytes otherwise.
+// write_kv, copy_blocks and copy_tier_blocks: plain copies, moved in 16-byte chunks when
+// everything is aligned (a row of head_dim elements is always a multiple of 16 bytes) and in bytes
+// otherwise. One block-copy kernel serves both copies: within the pool, and between two pools.
 #include <cstdint>
 
 #include "cache_ops.cuh"
@@ -26,15 +27,20 @@ __global__ void __launch_bounds__(kWriteThreads)
   }
 }
 
-// grid = (pair, layer, 0 for K / 1 for V). Pools: [layers][layer_chunks] of [blocks][block_chunks].
+// grid = (pair, layer, 0 for K / 1 for V). Each pool: [layers][layer_chunks] of
+// [blocks][block_chunks], with a layer stride of its own; the two may be one pool (copy_blocks).
+// The pairs of a launch are independent (cache_ops.cuh), so the CTAs run in any order.
 template <class Chunk>
 __global__ void __launch_bounds__(kCopyThreads)
-    copy_blocks_kernel(Chunk *k_pool, Chunk *v_pool, const int32_t *__restrict__ block_pairs,
-                       int64_t layer_chunks, int64_t block_chunks) {
-  Chunk *base = (blockIdx.z == 0 ? k_pool : v_pool) + int64_t(blockIdx.y) * layer_chunks;
-  const int64_t src = int64_t(block_pairs[2 * int64_t(blockIdx.x)]) * block_chunks;
-  const int64_t dst = int64_t(block_pairs[2 * int64_t(blockIdx.x) + 1]) * block_chunks;
-  for (int64_t c = threadIdx.x; c < block_chunks; c += blockDim.x) base[dst + c] = base[src + c];
+    copy_blocks_kernel(const Chunk *src_k, const Chunk *src_v, Chunk *dst_k, Chunk *dst_v,
+                       const int32_t *__restrict__ block_pairs, int64_t src_layer_chunks,
+                       int64_t dst_layer_chunks, int64_t block_chunks) {
+  const int64_t pair = blockIdx.x, layer = blockIdx.y;
+  const Chunk *from = (blockIdx.z == 0 ? src_k : src_v) + layer * src_layer_chunks +
+                      int64_t(block_pairs[2 * pair]) * block_chunks;
+  Chunk *to = (blockIdx.z == 0 ? dst_k : dst_v) + layer * dst_layer_chunks +
+              int64_t(block_pairs[2 * pair + 1]) * block_chunks;
+  for (int64_t c = threadIdx.x; c < block_chunks; c += blockDim.x) to[c] = from[c];
 }
 
 template <class Chunk>
@@ -47,13 +53,20 @@ cudaError_t write_kv_as(const KvLayer &layer, const void *k, const void *v, cons
 }
 
 template <class Chunk>
-cudaError_t copy_blocks_as(const KvPool &pool, const int32_t *pairs, int32_t num_pairs,
-                           cudaStream_t stream) {
-  const dim3 grid(uint32_t(num_pairs), uint32_t(pool.num_layers), 2);
+cudaError_t copy_blocks_as(const KvPool &from, const KvPool &to, const int32_t *pairs,
+                           int32_t num_pairs, cudaStream_t stream) {
+  const dim3 grid(uint32_t(num_pairs), uint32_t(from.num_layers), 2);
+  const int64_t chunk = sizeof(Chunk);
   copy_blocks_kernel<Chunk><<<grid, kCopyThreads, 0, stream>>>(
-      static_cast<Chunk *>(pool.k), static_cast<Chunk *>(pool.v), pairs,
-      pool.layer_stride_bytes / int64_t(sizeof(Chunk)), pool.block_bytes / int64_t(sizeof(Chunk)));
+      static_cast<const Chunk *>(from.k), static_cast<const Chunk *>(from.v),
+      static_cast<Chunk *>(to.k), static_cast<Chunk *>(to.v), pairs,
+      from.layer_stride_bytes / chunk, to.layer_stride_bytes / chunk, from.block_bytes / chunk);
   return cudaGetLastError();
+}
+
+bool pool_aligned16(const KvPool &p) {
+  return aligned16(p.k) && aligned16(p.v) && p.layer_stride_bytes % 16 == 0 &&
+         p.block_bytes % 16 == 0;
 }
 
 }  // namespace
@@ -71,15 +84,22 @@ cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
   return write_kv_as<uint8_t>(layer, k, v, slot_mapping, num_tokens, row_bytes, stream);
 }
 
+cudaError_t launch_copy_tier_blocks(const KvPool &from, const KvPool &to,
+                                    const int32_t *block_pairs, int32_t num_pairs,
+                                    cudaStream_t stream) {
+  if (num_pairs < 0 || from.num_layers < 0 || from.num_layers > PKV_CUDA_MAX_GRID ||
+      from.block_bytes < 0 || to.num_layers != from.num_layers ||
+      to.block_bytes != from.block_bytes)
+    return cudaErrorInvalidValue;
+  if (num_pairs == 0 || from.num_layers == 0 || from.block_bytes == 0) return cudaSuccess;
+  if (pool_aligned16(from) && pool_aligned16(to))
+    return copy_blocks_as<uint4>(from, to, block_pairs, num_pairs, stream);
+  return copy_blocks_as<uint8_t>(from, to, block_pairs, num_pairs, stream);
+}
+
 cudaError_t launch_copy_blocks(const KvPool &pool, const int32_t *block_pairs, int32_t num_pairs,
                                cudaStream_t stream) {
-  if (num_pairs < 0 || pool.num_layers < 0 || pool.num_layers > PKV_CUDA_MAX_GRID || pool.block_bytes < 0)
-    return cudaErrorInvalidValue;
-  if (num_pairs == 0 || pool.num_layers == 0 || pool.block_bytes == 0) return cudaSuccess;
-  if (aligned16(pool.k) && aligned16(pool.v) && pool.block_bytes % 16 == 0 &&
-      pool.layer_stride_bytes % 16 == 0)
-    return copy_blocks_as<uint4>(pool, block_pairs, num_pairs, stream);
-  return copy_blocks_as<uint8_t>(pool, block_pairs, num_pairs, stream);
+  return launch_copy_tier_blocks(pool, pool, block_pairs, num_pairs, stream);
 }
 
 }  // namespace pkv::cuda

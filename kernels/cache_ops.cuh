@@ -1,5 +1,6 @@
 // KV cache maintenance on the device: writing new K/V rows into their slots (vLLM's
-// reshape_and_cache) and copying whole blocks (copy-on-write, all layers at once).
+// reshape_and_cache) and copying whole blocks, all layers at once: within the pool (copy-on-write)
+// and between the pool and the pinned host tier (swap and offload; DESIGN.md §11).
 #pragma once
 
 #include "kv_types.cuh"
@@ -17,5 +18,18 @@ cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
 // destination in one call. Asynchronous on stream; returns the launch status.
 cudaError_t launch_copy_blocks(const KvPool &pool, const int32_t *block_pairs, int32_t num_pairs,
                                cudaStream_t stream);
+
+// For every pair i and every layer, copies K and V of block block_pairs[2i] of `from` onto block
+// block_pairs[2i + 1] of `to` (device, int32 [num_pairs][2]): pool -> host tier (a scatter into
+// host memory, swap-out and offload) or host tier -> pool (a gather, swap-in and load), in one
+// launch. The two pools have their own block counts (layer strides) but the same num_layers and
+// block_bytes (else cudaErrorInvalidValue). Host memory must be pinned and mapped
+// (cudaHostAlloc) and named by its device pointer (cudaHostGetDevicePointer); the kernel reads or
+// writes it over the bus. The pairs must be independent: no block of `to` written twice, and
+// when `from` and `to` are one pool, no block both a source and a destination. Asynchronous on
+// stream; returns the launch status.
+cudaError_t launch_copy_tier_blocks(const KvPool &from, const KvPool &to,
+                                    const int32_t *block_pairs, int32_t num_pairs,
+                                    cudaStream_t stream);
 
 }  // namespace pkv::cuda

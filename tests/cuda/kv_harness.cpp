@@ -75,6 +75,12 @@ void DevBuf::download(void *dst, size_t bytes) const {
   check_cuda(cudaMemcpy(dst, p_, bytes, cudaMemcpyDeviceToHost), "download");
 }
 
+PinnedBuf::PinnedBuf(size_t bytes) {
+  check_cuda(cudaHostAlloc(&host_, bytes ? bytes : 1, cudaHostAllocMapped), "cudaHostAlloc");
+  check_cuda(cudaHostGetDevicePointer(&device_, host_, 0), "cudaHostGetDevicePointer");
+}
+PinnedBuf::~PinnedBuf() { cudaFreeHost(host_); }
+
 int require_device() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {

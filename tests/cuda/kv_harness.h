@@ -50,6 +50,22 @@ class DevBuf {
   void *p_ = nullptr;
 };
 
+// Pinned, mapped host memory (cudaHostAlloc), as the CUDA backend's host tier: host() for the
+// host, device() (cudaHostGetDevicePointer) for kernels. The emulator models both as one address.
+class PinnedBuf {
+ public:
+  explicit PinnedBuf(size_t bytes);
+  ~PinnedBuf();
+  PinnedBuf(const PinnedBuf &) = delete;
+  PinnedBuf &operator=(const PinnedBuf &) = delete;
+  unsigned char *host() const { return static_cast<unsigned char *>(host_); }
+  unsigned char *device() const { return static_cast<unsigned char *>(device_); }
+
+ private:
+  void *host_ = nullptr;
+  void *device_ = nullptr;
+};
+
 void check_cuda(cudaError_t e, const char *what);
 // 0 when a device is there; 77 (meson's skip) when cudaGetDeviceCount fails or finds none.
 int require_device();

@@ -1,6 +1,7 @@
 // kernels/cache_ops.cu against the references of tests/common/attention_ref.h: write_kv over block
-// sizes, head dims and dtypes with skipped (-1) slots, and copy_blocks over all layers. The whole
-// pool is compared byte for byte, so a write outside the named slots shows too.
+// sizes, head dims and dtypes with skipped (-1) slots, copy_blocks over all layers, and
+// copy_tier_blocks between a pool and a pinned host tier both ways. The whole pool (and tier) is
+// compared byte for byte, so a write outside the named slots or blocks shows too.
 #include <cstring>
 #include <vector>
 
@@ -91,6 +92,104 @@ bool test_copy_blocks(DType dtype, int32_t block_size, int32_t head_dim, uint64_
   return ok;
 }
 
+struct TierCase {
+  DType dtype;
+  int32_t block_size, kv_heads, head_dim, layers, num_pairs;
+  bool to_host;          // pool -> host tier (swap-out, offload); else host tier -> pool
+  size_t misalign = 0;   // offsets the host tier's K and V by that many bytes (byte-copy path)
+};
+
+// Random K/V in a pool of num_pairs + 5 blocks and a host tier of num_pairs + 3 (so the layer
+// strides differ); num_pairs copies one way onto distinct blocks, from random (maybe repeated)
+// ones. The reference is a memcpy per pair, layer, K and V.
+bool test_copy_tier_blocks(const TierCase &c, uint64_t seed) {
+  Rng rng(seed);
+  const size_t eb = pkv::cuda::dtype_bytes(c.dtype);
+  const size_t block_bytes = size_t(c.block_size) * c.kv_heads * c.head_dim * eb;
+  const int32_t pool_blocks = c.num_pairs + 5, host_blocks = c.num_pairs + 3;
+  const size_t pool_bytes = size_t(c.layers) * pool_blocks * block_bytes;
+  const size_t host_bytes = size_t(c.layers) * host_blocks * block_bytes;
+  // [0] K, [1] V of the pool and of the host tier, then the expected contents.
+  std::vector<unsigned char> pool[2], host[2];
+  for (int kv = 0; kv < 2; ++kv) {
+    pool[kv].resize(pool_bytes);
+    host[kv].resize(host_bytes);
+    for (size_t i = 0; i < pool_bytes / eb; ++i)
+      store_elem(c.dtype, pool[kv].data(), i, rng.uniform(-1, 1));
+    for (size_t i = 0; i < host_bytes / eb; ++i)
+      store_elem(c.dtype, host[kv].data(), i, rng.uniform(-1, 1));
+  }
+  const int32_t from_blocks = c.to_host ? pool_blocks : host_blocks;
+  const int32_t to_blocks = c.to_host ? host_blocks : pool_blocks;
+  std::vector<int32_t> dsts(size_t(to_blocks), 0), pairs;
+  for (int32_t b = 0; b < to_blocks; ++b) dsts[b] = b;
+  for (size_t i = dsts.size(); i > 1; --i) std::swap(dsts[i - 1], dsts[rng.below(uint32_t(i))]);
+  for (int32_t i = 0; i < c.num_pairs; ++i) {
+    pairs.push_back(int32_t(rng.below(uint32_t(from_blocks))));
+    pairs.push_back(dsts[i]);
+  }
+  std::vector<unsigned char> want_pool[2] = {pool[0], pool[1]}, want_host[2] = {host[0], host[1]};
+  for (int kv = 0; kv < 2; ++kv) {
+    const std::vector<unsigned char> &from = c.to_host ? pool[kv] : host[kv];
+    std::vector<unsigned char> &to = c.to_host ? want_host[kv] : want_pool[kv];
+    for (int32_t l = 0; l < c.layers; ++l)
+      for (int32_t i = 0; i < c.num_pairs; ++i)
+        std::memcpy(&to[(size_t(l) * to_blocks + pairs[2 * i + 1]) * block_bytes],
+                    &from[(size_t(l) * from_blocks + pairs[2 * i]) * block_bytes], block_bytes);
+  }
+
+  DevBuf dk(pool_bytes), dv(pool_bytes), dp(pairs.size() * 4);
+  PinnedBuf tier(2 * (host_bytes + c.misalign));
+  unsigned char *hk = tier.host() + c.misalign, *hv = hk + host_bytes + c.misalign;
+  dk.upload(pool[0].data(), pool_bytes);
+  dv.upload(pool[1].data(), pool_bytes);
+  std::memcpy(hk, host[0].data(), host_bytes);
+  std::memcpy(hv, host[1].data(), host_bytes);
+  dp.upload(pairs.data(), pairs.size() * 4);
+  const size_t hv_offset = size_t(hv - tier.host());
+  const pkv::cuda::KvPool dev_pool{dk.as<void>(), dv.as<void>(), c.layers,
+                                   int64_t(pool_blocks * block_bytes), int64_t(block_bytes)};
+  const pkv::cuda::KvPool host_pool{tier.device() + c.misalign, tier.device() + hv_offset, c.layers,
+                                    int64_t(host_blocks * block_bytes), int64_t(block_bytes)};
+  check_cuda(pkv::cuda::launch_copy_tier_blocks(c.to_host ? dev_pool : host_pool,
+                                                c.to_host ? host_pool : dev_pool, dp.as<int32_t>(),
+                                                c.num_pairs, nullptr),
+             "launch_copy_tier_blocks");
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  std::vector<unsigned char> got_pool[2] = {std::vector<unsigned char>(pool_bytes),
+                                            std::vector<unsigned char>(pool_bytes)};
+  dk.download(got_pool[0].data(), pool_bytes);
+  dv.download(got_pool[1].data(), pool_bytes);
+  const bool ok = got_pool[0] == want_pool[0] && got_pool[1] == want_pool[1] &&
+                  std::memcmp(hk, want_host[0].data(), host_bytes) == 0 &&
+                  std::memcmp(hv, want_host[1].data(), host_bytes) == 0;
+  if (!ok)
+    fprintf(stderr,
+            "FAIL copy_tier_blocks %s %s block_size %d kv_heads %d head_dim %d layers %d pairs %d "
+            "misalign %zu\n",
+            c.to_host ? "pool->host" : "host->pool", dtype_name(c.dtype), c.block_size, c.kv_heads,
+            c.head_dim, c.layers, c.num_pairs, c.misalign);
+  return ok;
+}
+
+// Pools that differ in layers or block bytes are refused before any work.
+bool test_copy_tier_refused() {
+  DevBuf a(4096), b(4096), pairs(8);
+  const pkv::cuda::KvPool p{a.as<void>(), b.as<void>(), 2, 1024, 512};
+  pkv::cuda::KvPool other_layers = p, other_block = p;
+  other_layers.num_layers = 1;
+  other_block.block_bytes = 256;
+  const bool ok =
+      pkv::cuda::launch_copy_tier_blocks(p, other_layers, pairs.as<int32_t>(), 1, nullptr) ==
+          cudaErrorInvalidValue &&
+      pkv::cuda::launch_copy_tier_blocks(p, other_block, pairs.as<int32_t>(), 1, nullptr) ==
+          cudaErrorInvalidValue &&
+      pkv::cuda::launch_copy_tier_blocks(p, p, pairs.as<int32_t>(), -1, nullptr) ==
+          cudaErrorInvalidValue;
+  if (!ok) fprintf(stderr, "FAIL copy_tier_blocks accepted mismatched pools\n");
+  return ok;
+}
+
 }  // namespace
 
 int main() {
@@ -111,6 +210,25 @@ int main() {
     }
   }
   failures += !test_write_kv(DType::f16, 7, 3, 72, 19, seed++, 2);
+  cases++;
+  // copy_tier_blocks: batch sizes 1, 3, 64 both ways in every dtype (16-byte chunks), then block
+  // bytes that are not a multiple of 16 (head_dim 5 in f16: 30-byte blocks) and a misaligned host
+  // tier (the byte path).
+  for (DType t : dtypes) {
+    for (int32_t pairs : {1, 3, 64}) {
+      for (bool to_host : {true, false}) {
+        const int32_t bs = pairs == 64 ? 4 : 16;
+        failures += !test_copy_tier_blocks({t, bs, 2, 64, 3, pairs, to_host}, seed++);
+        cases++;
+      }
+    }
+  }
+  for (bool to_host : {true, false}) {
+    failures += !test_copy_tier_blocks({DType::f16, 3, 1, 5, 2, 7, to_host}, seed++);
+    failures += !test_copy_tier_blocks({DType::bf16, 16, 2, 64, 2, 5, to_host, 4}, seed++);
+    cases += 2;
+  }
+  failures += !test_copy_tier_refused();
   cases++;
   printf("cache_ops: %d of %d cases passed\n", cases - failures, cases);
   return failures ? 1 : 0;

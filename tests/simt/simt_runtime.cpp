@@ -1,6 +1,8 @@
 // The CUDA runtime calls the launchers and tests use, on host memory. "Device" memory is filled
 // with 0xFF bytes (NaN in f32, f16 and bf16) so a read of anything never written shows, and ends
-// at a guard page (without ASan; with it, ASan's own redzones do the job).
+// at a guard page (without ASan; with it, ASan's own redzones do the job). Pinned host memory
+// (cudaHostAlloc) is the same, kept apart so cudaFree / cudaFreeHost of the wrong kind fail; its
+// device pointer (cudaHostGetDevicePointer) is the host pointer, as under UVA.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -21,6 +23,11 @@ constexpr size_t kMaxSmem = 227u << 10;
 std::mutex g_mu;
 std::map<const void *, size_t> g_smem_limit;                 // cudaFuncSetAttribute
 std::map<const void *, std::pair<void *, size_t>> g_allocs;  // ptr -> (mapping, mapping bytes)
+struct HostAlloc {
+  std::pair<void *, size_t> mapping;
+  size_t bytes;
+};
+std::map<const void *, HostAlloc> g_host_allocs;  // cudaHostAlloc: ptr -> its allocation
 thread_local int tls_error = cudaSuccess;
 
 [[maybe_unused]] size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
@@ -110,6 +117,38 @@ cudaError_t cudaFree(void *p) {
   if (it == g_allocs.end()) return cudaErrorInvalidValue;
   simt::guarded_free(it->second);
   g_allocs.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
+  std::pair<void *, size_t> mapping;
+  void *ptr = simt::guarded_alloc(bytes, &mapping);
+  if (!ptr) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> lock(g_mu);
+  simt::g_host_allocs[ptr] = {mapping, bytes};
+  *p = ptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = simt::g_host_allocs.find(p);
+  if (it == simt::g_host_allocs.end()) return cudaErrorInvalidValue;
+  simt::guarded_free(it->second.mapping);
+  simt::g_host_allocs.erase(it);
+  return cudaSuccess;
+}
+
+// Any address inside a cudaHostAlloc allocation; flags must be 0, as CUDA requires.
+cudaError_t cudaHostGetDevicePointer(void **device, void *host, unsigned int flags) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = simt::g_host_allocs.upper_bound(host);
+  if (flags != 0 || it == simt::g_host_allocs.begin()) return cudaErrorInvalidValue;
+  --it;
+  const char *base = static_cast<const char *>(it->first), *h = static_cast<const char *>(host);
+  if (h >= base + (it->second.bytes ? it->second.bytes : 1)) return cudaErrorInvalidValue;
+  *device = host;
   return cudaSuccess;
 }
 

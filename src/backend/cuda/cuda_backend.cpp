@@ -3,10 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
-#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/copy_plan.h"
 #include "cache_ops.cuh"
 #include "decode_attention.cuh"
 #include "prefill_attention.cuh"
@@ -54,9 +54,11 @@ class CudaBackend final : public Backend {
     const uint64_t bytes = shape.bytes_per_pool();
     check_cuda(cudaMalloc(&k_, bytes), "allocating the K pool");
     cudaError_t err = cudaMalloc(&v_, bytes);
-    // The host tier: pinned, so its copies are DMA at full bus speed. K then V in one allocation.
+    // The host tier: pinned and mapped, K then V in one allocation. The copy kernels read and
+    // write it over the bus through its device pointer (the same address under UVA).
     if (err == cudaSuccess && shape.host_num_blocks)
-      err = cudaHostAlloc(&host_, 2 * shape.host_bytes.pool, cudaHostAllocDefault);
+      err = cudaHostAlloc(&host_, 2 * shape.host_bytes.pool, cudaHostAllocMapped);
+    if (err == cudaSuccess && host_) err = cudaHostGetDevicePointer(&host_dev_, host_, 0);
     if (err != cudaSuccess) {
       release();
       check_cuda(err, "allocating the KV pool and its host tier");
@@ -80,40 +82,34 @@ class CudaBackend final : public Backend {
     stream_ = next;
   }
 
+  // One plan (copy_plan.h): waves of independent copies, each at most one launch per direction;
+  // all pairs uploaded at once; one wait at the end, as pairs_buf_ is reused by the next call.
   void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) override {
+    CopyPlan plan;
+    if (!plan_block_copies(src, dst, kind, n, &plan))
+      fail(PKV_ERR_INTERNAL, "copy_blocks: a queued copy of an unknown kind");
+    if (plan.launches.empty()) return;
+    for (const CopyLaunch &l : plan.launches)
+      PKV_ASSERT(host_dev_ || l.direction == CopyDirection::device_to_device);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
-    cuda::KvPool pool{k_, v_, int32_t(shape_.num_layers), int64_t(shape_.layer_bytes()),
-                      int64_t(shape_.block_bytes())};
-    // One launch runs its pairs in no order: split the copy-on-write pairs into waves in which no
-    // block is written twice or both read and written, and launch the waves in order. A copy
-    // between the tiers ends the wave before it (the list's order is kept).
-    std::vector<int32_t> pairs;
-    std::unordered_set<int32_t> read, written;
-    auto flush = [&] {
-      if (pairs.empty()) return;
-      void *d = pairs_buf_.get(pairs.size() * sizeof(int32_t));
-      check_cuda(cudaMemcpyAsync(d, pairs.data(), pairs.size() * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, stream_), "uploading block copies");
-      check_cuda(cuda::launch_copy_blocks(pool, static_cast<int32_t *>(d), int32_t(pairs.size() / 2), stream_),
+    const cuda::KvPool pool{k_, v_, int32_t(shape_.num_layers), int64_t(shape_.layer_bytes()),
+                            int64_t(shape_.block_bytes())};
+    char *host = static_cast<char *>(host_dev_);
+    const cuda::KvPool host_tier{host, host ? host + shape_.host_bytes.pool : nullptr,
+                                 int32_t(shape_.num_layers), int64_t(shape_.host_bytes.layer),
+                                 int64_t(shape_.block_bytes())};
+    const size_t bytes = plan.pairs.size() * sizeof(int32_t);
+    int32_t *pairs = static_cast<int32_t *>(pairs_buf_.get(bytes));
+    check_cuda(cudaMemcpyAsync(pairs, plan.pairs.data(), bytes, cudaMemcpyHostToDevice, stream_),
+               "uploading block copies");
+    for (const CopyLaunch &l : plan.launches) {
+      const cuda::KvPool &from = l.direction == CopyDirection::host_to_device ? host_tier : pool;
+      const cuda::KvPool &to = l.direction == CopyDirection::device_to_host ? host_tier : pool;
+      check_cuda(cuda::launch_copy_tier_blocks(from, to, pairs + 2 * size_t(l.first_pair),
+                                               int32_t(l.num_pairs), stream_),
                  "copy_blocks");
-      check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");  // pairs_buf_ is reused
-      pairs.clear();
-      read.clear();
-      written.clear();
-    };
-    for (uint32_t i = 0; i < n; ++i) {
-      if (kind[i] != PKV_COPY_COW) {
-        flush();
-        copy_tier_block(src[i], dst[i], kind[i] == PKV_COPY_SWAP_OUT);
-        continue;
-      }
-      if (written.count(src[i]) || written.count(dst[i]) || read.count(dst[i])) flush();
-      pairs.push_back(src[i]);
-      pairs.push_back(dst[i]);
-      read.insert(src[i]);
-      written.insert(dst[i]);
     }
-    flush();
+    check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");
   }
 
   // The step's arrays, packed into one device buffer with one copy; the decode split plan.
@@ -164,31 +160,12 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // One block between the pool and the pinned host tier, every layer, K and V: a strided copy
-  // each (rows = layers). On the engine's stream, asynchronous.
-  void copy_tier_block(int32_t from, int32_t to, bool device_to_host) {
-    const size_t width = shape_.block_bytes(), layers = shape_.num_layers;
-    const size_t pool_pitch = shape_.layer_bytes(), host_pitch = shape_.host_bytes.layer;
-    char *pools[2] = {static_cast<char *>(k_), static_cast<char *>(v_)};
-    char *hosts[2] = {static_cast<char *>(host_), static_cast<char *>(host_) + shape_.host_bytes.pool};
-    for (int kv = 0; kv < 2; ++kv) {
-      char *dev = pools[kv] + width * size_t(device_to_host ? from : to);
-      char *host = hosts[kv] + width * size_t(device_to_host ? to : from);
-      check_cuda(device_to_host
-                     ? cudaMemcpy2DAsync(host, host_pitch, dev, pool_pitch, width, layers,
-                                         cudaMemcpyDeviceToHost, stream_)
-                     : cudaMemcpy2DAsync(dev, pool_pitch, host, host_pitch, width, layers,
-                                         cudaMemcpyHostToDevice, stream_),
-                 "copying a block between the pool and the host tier");
-    }
-  }
-
   void release() {
     cudaSetDevice(device_id_);
     cudaFree(k_);
     cudaFree(v_);
     if (host_) cudaFreeHost(host_);
-    k_ = v_ = host_ = nullptr;
+    k_ = v_ = host_ = host_dev_ = nullptr;
   }
 
   int32_t device_id_;
@@ -196,7 +173,8 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   void *k_ = nullptr;
   void *v_ = nullptr;
-  void *host_ = nullptr;
+  void *host_ = nullptr;      // the host tier, for the host (host_k_pool)
+  void *host_dev_ = nullptr;  // the same memory, for kernels
   cudaStream_t stream_ = nullptr;
   DeviceBuffer batch_buf_, workspace_, pairs_buf_;
   void *workspace_ptr_ = nullptr;
