@@ -43,7 +43,7 @@ uint32_t num_waves(const std::vector<Copy> &copies) {
 }
 
 constexpr int32_t COW = PKV_COPY_COW, OUT = PKV_COPY_SWAP_OUT, IN = PKV_COPY_SWAP_IN;
-constexpr int32_t OFFLOAD = 4, LOAD = 5;  // PKV_COPY_OFFLOAD, PKV_COPY_LOAD
+constexpr int32_t OFFLOAD = PKV_COPY_OFFLOAD, LOAD = PKV_COPY_LOAD;
 
 // A step's usual copies, no hazards: one wave, one launch per direction in a fixed order, the
 // pairs of each launch together and in list order.

@@ -17,18 +17,17 @@ enum class CopyDirection : int32_t { device_to_device = 0, device_to_host = 1, h
 constexpr int32_t kNumCopyDirections = 3;
 
 // The direction of a PKV_COPY_* kind; false for a kind this file does not know.
-// 4 and 5 are PKV_COPY_OFFLOAD and PKV_COPY_LOAD (pkv.h 0.2.0).
 inline bool copy_direction(int32_t kind, CopyDirection *out) {
   switch (kind) {
     case PKV_COPY_COW:
       *out = CopyDirection::device_to_device;
       return true;
     case PKV_COPY_SWAP_OUT:
-    case 4:
+    case PKV_COPY_OFFLOAD:
       *out = CopyDirection::device_to_host;
       return true;
     case PKV_COPY_SWAP_IN:
-    case 5:
+    case PKV_COPY_LOAD:
       *out = CopyDirection::host_to_device;
       return true;
     default:
