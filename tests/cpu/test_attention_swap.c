@@ -5,7 +5,8 @@
  * depends on every K/V row of the context) and the context's K/V read back from the pool byte for
  * byte. The copies are done by pkv_batch_copy in one step, by the first pkv_attention (layers
  * last to first) in the other; a sequence swapped back in before its copies ran (it takes its
- * pool blocks back) decodes too.
+ * pool blocks back) decodes too. Last, a prompt whose blocks were offloaded hits the host tier
+ * and its loaded KV is attended over (host_tier_hit).
  *
  * Usage: test_attention_swap [CONFIG]   (no argument: every config) */
 #include <string.h>
@@ -122,6 +123,48 @@ static void copy_first(kw_world *w, pkv_batch *b, const void *q, const void *k, 
   copied = view.num_copies;
   CHECK_OK(pkv_batch_copy(b));
   w->on_batch = NULL;
+}
+
+/* Offload and a host-tier hit: D's prompt is computed and released, E's prompt takes every pool
+ * block (D's blocks are offloaded, their copies done by E's first pkv_attention, and E's prefill
+ * overwrites them), and D's prompt again hits the host tier: its blocks are loaded back (the
+ * copies done by its first pkv_attention), its last tokens and decodes attend over them against
+ * the reference, and its context reads back byte for byte. */
+static void host_tier_hit(kw_world *w, uint64_t seed)
+{
+  const uint32_t bs = w->c.block_size, ld = 3 * bs + 2;
+  int32_t td[4 * MAX_BLOCKS], t[MAX_BLOCKS * 32];
+  kw_tokens(td, ld, seed + 5);
+  int d = kw_alloc(w, td, ld, NULL);
+  if (d < 0)
+    return;
+  kw_step(w, &d, NULL, 1, 0);
+  kw_release(w, d);
+  const pkv_stats st0 = stats(w);
+  const uint32_t all = (uint32_t)st0.num_free_blocks;
+  kw_tokens(t, all * bs, seed + 6);
+  const int e = kw_alloc(w, t, all * bs, NULL);
+  if (e < 0)
+    return;
+  const pkv_stats st1 = stats(w);
+  CHECK(st1.num_offloaded_blocks - st0.num_offloaded_blocks >= 3);
+  kw_step(w, &e, NULL, 1, KW_REVERSE_LAYERS);
+  kw_release(w, e);
+  uint32_t cached = 0;
+  d = kw_alloc(w, td, ld, &cached);
+  if (d < 0)
+    return;
+  const pkv_stats st2 = stats(w);
+  CHECK(cached == 3 * bs);
+  CHECK(st2.host_hit_tokens - st1.host_hit_tokens == 3 * bs && st2.num_loaded_blocks - st1.num_loaded_blocks == 3);
+  kw_step(w, &d, NULL, 1, 0);
+  check_context(w, d, "after a host-tier hit");
+  for (uint32_t i = 0; i < 2; i++) {
+    append1(w, d, 90 + i);
+    kw_step(w, &d, NULL, 1, 0);
+  }
+  check_context(w, d, "decoding after a host-tier hit");
+  kw_release(w, d);
 }
 
 static void run_config(const kw_config *c)
@@ -244,6 +287,7 @@ static void run_config(const kw_config *c)
   kw_release(&w, b);
   const pkv_stats end = stats(&w);
   CHECK(end.num_used_blocks == 0 && end.num_host_free_blocks == HOST && end.num_swapped_seqs == 0);
+  host_tier_hit(&w, seed);
   kw_free(&w);
 }
 
