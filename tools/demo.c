@@ -34,7 +34,7 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"step-tokens", CLI_U32, &o->step_tokens, "N", "new tokens per step, at most; prompts are chunked (default 512)", 0},
       {"max-model-len", CLI_U32, &o->max_model_len, "TOKENS", "longest sequence; each contiguous slot reserves this much (default 1024)", 0},
       {"no-prefix-caching", CLI_FLAG, &o->no_prefix_caching, NULL, "run pkv with prefix caching off (tokens must not change)", 0},
-      {"host-cache", CLI_SIZE, &o->host_cache, "SIZE", "also run pkv with a host tier of this size, preempting by swapping (default: no)", 0},
+      {"host-cache", CLI_SIZE, &o->host_cache, "SIZE", "also run pkv with a host tier of this size: preemption by swapping, evicted prefix blocks offloaded (default: no)", 0},
       {"preemption", CLI_STRING, &o->preemption, "MODE", "that run's preemption: swap or auto (default swap)", 0},
       {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG of KV utilization and running sequences per step", 0},
   };
@@ -203,7 +203,8 @@ static void print_summary(const demo_options *o, const demo_result *p, const dem
                               : "sharing each tenant's system prompt through the prefix cache.");
 }
 
-/* The third run: the host tier against recompute (p): preemptions, forward rows, same tokens. */
+/* The third run: the host tier against recompute (p): preemptions, forward rows, prefix hits by
+ * tier (offload), same tokens. */
 static int print_host_tier(const demo_options *o, const demo_workload *w, const demo_result *p,
                            const demo_result *h) {
   char size[32];
@@ -224,6 +225,11 @@ static int print_host_tier(const demo_options *o, const demo_workload *w, const 
   for (uint32_t i = 0; i < w->num_requests; i++)
     differ += h->num_generated[i] != p->num_generated[i] ||
               memcmp(h->generated[i], p->generated[i], p->num_generated[i] * sizeof(int32_t)) != 0;
+  printf("  prefix hits by tier: %llu tokens from the pool, %llu from the host tier (%llu evicted\n"
+         "  blocks offloaded, %llu loaded back: %llu prompt rows not recomputed)\n",
+         (unsigned long long)h->device_hit_tokens, (unsigned long long)h->host_hit_tokens,
+         (unsigned long long)h->offloaded_blocks, (unsigned long long)h->loaded_blocks,
+         (unsigned long long)h->host_hit_tokens);
   printf("  tokens identical to preempting by recompute: %s\n", differ ? "NO" : "yes");
   return differ ? -1 : 0;
 }

@@ -57,6 +57,7 @@ typedef struct demo_result {
   double reserved_sum;      /* contiguous: share of the budget reserved by running sequences */
   uint64_t preemptions, hit_tokens, query_tokens, generated_tokens;
   uint64_t swap_preemptions, swapped_out_blocks, swapped_in_blocks, host_blocks; /* host tier */
+  uint64_t device_hit_tokens, host_hit_tokens, offloaded_blocks, loaded_blocks;  /* hits by tier */
   uint32_t concurrency_limit; /* the contiguous design's slots; 0 for pkv */
   float *trace_util;        /* [steps] KV utilization, for the plot */
   uint32_t *trace_running;  /* [steps] running sequences */

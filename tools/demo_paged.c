@@ -211,6 +211,10 @@ int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m
     r->swapped_out_blocks = st.num_swapped_out_blocks;
     r->swapped_in_blocks = st.num_swapped_in_blocks;
     r->host_blocks = st.num_host_blocks;
+    r->device_hit_tokens = st.device_hit_tokens;
+    r->host_hit_tokens = st.host_hit_tokens;
+    r->offloaded_blocks = st.num_offloaded_blocks;
+    r->loaded_blocks = st.num_loaded_blocks;
   }
   pkv_engine_destroy(p.e);
   model_workspace_free(&p.ws);
