@@ -78,8 +78,9 @@ func TestOffloadAndLoadBack(t *testing.T) {
 	if err := a.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if got := eventHashes(must(e.DrainKVEvents(64)), pkv.EventBlockStored, pkv.TierDevice); !reflect.DeepEqual(got, firstHashes) {
-		t.Fatalf("stored in the pool: %v, want %v", got, firstHashes)
+	stored := eventHashes(must(e.DrainKVEvents(64)), pkv.EventBlockStored, pkv.TierDevice)
+	if !reflect.DeepEqual(stored, firstHashes) {
+		t.Fatalf("stored in the pool: %v, want %v", stored, firstHashes)
 	}
 	// offloadOther takes every pool block: the 3 cached ones are offloaded, and its batch lists
 	// the copies out (pool -> host tier) before anything is written.
@@ -89,7 +90,8 @@ func TestOffloadAndLoadBack(t *testing.T) {
 		t.Fatalf("after the eviction: %+v", st)
 	}
 	batch := must(e.BeginBatch([]*pkv.Sequence{b}, nil))
-	if kinds := must(batch.CopyKind()); !reflect.DeepEqual(kinds, []int32{pkv.CopyOffload, pkv.CopyOffload, pkv.CopyOffload}) {
+	offloads3 := []int32{pkv.CopyOffload, pkv.CopyOffload, pkv.CopyOffload}
+	if kinds := must(batch.CopyKind()); !reflect.DeepEqual(kinds, offloads3) {
 		t.Fatalf("copy kinds %v", kinds)
 	}
 	if dst := sortedInts(must(batch.CopyDst())); !reflect.DeepEqual(dst, []int32{0, 1, 2}) {
