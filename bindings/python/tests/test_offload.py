@@ -1,6 +1,7 @@
 """Offload to the host tier (pkv 0.2, Params.host_offload): a cached block evicted from the pool is
 copied to the host tier (COPY_OFFLOAD, a STORED event of medium TIER_HOST) and a later prefix hit
 loads it back (COPY_LOAD); the per-tier stats; host_offload=0 drops evicted blocks."""
+import ctypes
 import unittest
 
 from _util import pkv, small_params
@@ -23,6 +24,7 @@ class Offload(unittest.TestCase):
     def test_on_by_default(self):
         self.assertEqual(pkv.Params().host_offload, 1)
         self.assertEqual((pkv.COPY_OFFLOAD, pkv.COPY_LOAD), (4, 5))
+        self.assertEqual(ctypes.sizeof(pkv._raw.pkv_kv_event), 40)  # drained at this size
 
     def test_evicted_blocks_go_to_the_host_tier_and_come_back(self):
         first_hashes = pkv.block_hashes([FIRST[0:4], FIRST[4:8], FIRST[8:12]])[1:]
