@@ -13,6 +13,12 @@ namespace Pkv
         SwapOut = Native.PKV_COPY_SWAP_OUT,
         /// <summary>Host-tier block to pool block: Sequence.SwapIn.</summary>
         SwapIn = Native.PKV_COPY_SWAP_IN,
+        /// <summary>Pool block to host-tier block: a cached block evicted from the pool keeps its
+        /// KV in the host tier (EngineParams.HostOffload).</summary>
+        Offload = Native.PKV_COPY_OFFLOAD,
+        /// <summary>Host-tier block to pool block: a prefix hit on a block held only in the host
+        /// tier.</summary>
+        Load = Native.PKV_COPY_LOAD,
     }
 
     /// <summary>One step's plan, from Engine.BeginBatch. Call Attention for every layer, then

@@ -37,14 +37,17 @@ namespace Pkv
         }
     }
 
-    /// <summary>Where a sequence's KV is (SeqInfo.KvTier, PKV_TIER_*).</summary>
+    /// <summary>Where a sequence's KV is (SeqInfo.KvTier) or a block is (KvEvent.Medium),
+    /// PKV_TIER_*.</summary>
     public enum Tier
     {
-        /// <summary>No KV held: waiting, preempted or finished.</summary>
+        /// <summary>No KV held: waiting, preempted or finished; for an event, every medium
+        /// (ALL_CLEARED, OVERFLOW).</summary>
         None = Native.PKV_TIER_NONE,
         /// <summary>In pool blocks.</summary>
         Device = Native.PKV_TIER_DEVICE,
-        /// <summary>In host-tier blocks: swapped out (Sequence.SwapOut).</summary>
+        /// <summary>In host-tier blocks: swapped out (Sequence.SwapOut), or an offloaded cached
+        /// block (EngineParams.HostOffload).</summary>
         Host = Native.PKV_TIER_HOST,
     }
 
@@ -52,6 +55,12 @@ namespace Pkv
     {
         /// <summary>KvTier as a Tier.</summary>
         public Tier Tier { get { return (Tier)KvTier; } }
+    }
+
+    public partial struct KvEvent
+    {
+        /// <summary>Medium as a Tier: where the block was stored or removed.</summary>
+        public Tier Tier { get { return (Tier)Medium; } }
     }
 
     /// <summary>Library-wide calls: versions, the KV profiler, the canonical block hash.</summary>
@@ -261,8 +270,9 @@ namespace Pkv
             return all.ToArray();
         }
 
-        /// <summary>Up to maxEvents queued KV events (enable_kv_events), oldest first. They are
-        /// written at this binding's sizeof(KvEvent): a newer libpkv fills only the fields KvEvent
+        /// <summary>Up to maxEvents queued KV events (enable_kv_events), oldest first; an event's
+        /// Tier (Medium) says where its block was stored or removed. They are written at this
+        /// binding's sizeof(KvEvent) (40 bytes): a newer libpkv fills only the fields KvEvent
         /// has, an older one zeroes those it does not know.</summary>
         public KvEvent[] DrainKvEvents(int maxEvents = 4096)
         {

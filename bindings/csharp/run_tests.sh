@@ -13,6 +13,6 @@ mcs -nologo -warnaserror -unsafe -target:library -out:"$out/Pkv.dll" \
 mcs -nologo -warnaserror -r:"$out/Pkv.dll" -r:System.Numerics.dll -out:"$out/Demo.exe" \
   "$here/examples/Demo.cs"
 mcs -nologo -warnaserror -unsafe -r:"$out/Pkv.dll" -r:System.Core.dll -out:"$out/Tests.exe" \
-  "$here/tests/Tests.cs" "$here/tests/SwapTests.cs"
+  "$here/tests/Tests.cs" "$here/tests/SwapTests.cs" "$here/tests/OffloadTests.cs"
 cd "$out"
 exec mono --debug Tests.exe "$PKV_HASH_VECTORS" "$PKV_DEMO" "$out/Demo.exe"

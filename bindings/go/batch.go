@@ -138,8 +138,9 @@ func (b *Batch) CopyDst() ([]int32, error) {
 	return copyInts[int32](b, b.view.CopyDst, int(b.view.NumCopies))
 }
 
-// CopyKind is, per listed copy, what it moves: CopyCow, CopySwapOut or CopySwapIn (empty from a
-// library older than 0.2, whose copies are all copy-on-write).
+// CopyKind is, per listed copy, what it moves: CopyCow, CopySwapOut, CopySwapIn, CopyOffload (a
+// cached block evicted from the pool, kept in the host tier) or CopyLoad (a prefix hit on a block
+// held in the host tier only). Empty from a library older than 0.2, whose copies are all COW.
 func (b *Batch) CopyKind() ([]int32, error) {
 	n := int(b.view.NumCopies)
 	if b.view.CopyKind == 0 {

@@ -109,9 +109,11 @@ func (eng *Engine) DrainFinished() ([]*Sequence, error) {
 	}
 }
 
-// DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first. They are
-// written at this package's unsafe.Sizeof(KVEvent{}): a newer libpkv fills only the fields
-// KVEvent has, an older one zeroes those it does not know.
+// DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first; an event's
+// Medium is the tier its block was stored in or removed from (TierDevice, or TierHost for an
+// offloaded block), TierNone for EventAllCleared and EventOverflow. They are written at this
+// package's unsafe.Sizeof(KVEvent{}) (40 bytes): a newer libpkv fills only the fields KVEvent
+// has, an older one zeroes those it does not know.
 func (eng *Engine) DrainKVEvents(max int) ([]KVEvent, error) {
 	if max <= 0 {
 		return nil, nil

@@ -69,7 +69,8 @@ func TestScheduler(t *testing.T) {
 }
 
 // The events come through pkv_drain_kv_events_sized at KVEvent's size: every field is filled,
-// seq numbers count up from 1, hashes are the canonical chain (pkv_block_hash).
+// seq numbers count up from 1, hashes are the canonical chain (pkv_block_hash), the medium is
+// the pool's.
 func TestKVEvents(t *testing.T) {
 	p := smallParams(t)
 	p.EnableKVEvents = 1
@@ -80,8 +81,8 @@ func TestKVEvents(t *testing.T) {
 	h0 := must(pkv.BlockHash(0, root, []int32{0, 1, 2, 3}))
 	h1 := must(pkv.BlockHash(0, h0, []int32{4, 5, 6, 7}))
 	want := []pkv.KVEvent{
-		{Type: pkv.EventBlockStored, NumTokens: 4, SeqNo: 1, BlockHash: h0, ParentHash: root},
-		{Type: pkv.EventBlockStored, NumTokens: 4, SeqNo: 2, BlockHash: h1, ParentHash: h0},
+		{Type: pkv.EventBlockStored, NumTokens: 4, SeqNo: 1, BlockHash: h0, ParentHash: root, Medium: pkv.TierDevice},
+		{Type: pkv.EventBlockStored, NumTokens: 4, SeqNo: 2, BlockHash: h1, ParentHash: h0, Medium: pkv.TierDevice},
 	}
 	if got := must(e.DrainKVEvents(1024)); !reflect.DeepEqual(got, want) {
 		t.Fatalf("events %+v, want %+v", got, want)

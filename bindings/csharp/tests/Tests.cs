@@ -286,7 +286,8 @@ static partial class Tests
     }
 
     // The events come through pkv_drain_kv_events_sized at sizeof(KvEvent): every field filled,
-    // seq numbers counting up from 1, the hashes the canonical chain (pkv_block_hash).
+    // seq numbers counting up from 1, the hashes the canonical chain (pkv_block_hash), the
+    // medium the pool.
     static void KvEvents()
     {
         var p = Small(); p.EnableKvEvents = 1;
@@ -303,7 +304,8 @@ static partial class Tests
             for (int i = 0; i < 2; i++)
             {
                 var want = new KvEvent { Type = Native.PKV_EVENT_BLOCK_STORED, NumTokens = 4,
-                    SeqNo = (ulong)(i + 1), BlockHash = hashes[i], ParentHash = parents[i] };
+                    SeqNo = (ulong)(i + 1), BlockHash = hashes[i], ParentHash = parents[i],
+                    Medium = Native.PKV_TIER_DEVICE };
                 Equal(want, events[i], "event " + i);
             }
             seq.Release();
@@ -357,6 +359,7 @@ static partial class Tests
             { "threads", Threads }, { "scheduler", Scheduler }, { "kv_events", KvEvents },
             { "host_tier", HostTier }, { "swap_out_and_in", SwapOutAndIn },
             { "swap_without_host_tier", SwapWithoutHostTier }, { "preemption_by_swapping", PreemptionBySwapping }, { "limits_and_kinds", LimitsAndKinds },
+            { "offload_and_load_back", OffloadAndLoadBack }, { "host_offload_off", HostOffloadOff },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

@@ -55,8 +55,8 @@ class Batch:
 
     def copy(self):
         """Does the batch's listed block copies now (pkv_batch_copy: copy-on-write, swap-out,
-        swap-in; view.copy_kind says which), unless done already: for hosts that run no
-        attention() but let pkv move the blocks. The first attention() call does them too."""
+        swap-in, offload, load; view.copy_kind says which), unless done already: for hosts that
+        run no attention() but let pkv move the blocks. The first attention() call does them too."""
         with self._engine._lock:
             self._check(lib.pkv_batch_copy(self._live()))
 
@@ -111,7 +111,7 @@ class BatchView:
         'last_block_len': lambda v: v.num_seqs,
         'block_tables': lambda v: v.num_seqs * v.max_blocks_per_seq,
         'copy_src': lambda v: v.num_copies, 'copy_dst': lambda v: v.num_copies,
-        'copy_kind': lambda v: v.num_copies,  # COPY_COW, COPY_SWAP_OUT or COPY_SWAP_IN
+        'copy_kind': lambda v: v.num_copies,  # COPY_COW, _SWAP_OUT, _SWAP_IN, _OFFLOAD, _LOAD
         'sample_rows': lambda v: v.num_seqs,
     }
 

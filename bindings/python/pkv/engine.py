@@ -161,7 +161,9 @@ class Engine:
 
     def drain_kv_events(self, max_events=4096):
         """Up to max_events queued KV events (enable_kv_events), oldest first, as namespaces
-        with type, num_tokens, seq_no, block_hash, parent_hash (every field of pkv_kv_event)."""
+        with type, num_tokens, seq_no, block_hash, parent_hash and medium (every field of
+        pkv_kv_event but reserved0; medium: TIER_DEVICE or TIER_HOST where the block was stored
+        or removed, TIER_NONE for EVENT_ALL_CLEARED and EVENT_OVERFLOW)."""
         buf = (_raw.pkv_kv_event * max_events)()
         got = ctypes.c_uint32()
         # our sizeof: a library newer than _raw fills our fields only, an older one zeroes the rest

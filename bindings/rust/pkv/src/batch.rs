@@ -41,6 +41,11 @@ pub enum CopyKind {
     SwapOut,
     /// Host-tier block to pool block: `Engine::swap_in`.
     SwapIn,
+    /// Pool block to host-tier block: a cached block evicted from the pool keeps its KV in the
+    /// host tier (`Params::host_offload`).
+    Offload,
+    /// Host-tier block to pool block: a prefix hit on a block held only in the host tier.
+    Load,
 }
 
 impl CopyKind {
@@ -49,10 +54,14 @@ impl CopyKind {
             CopyKind::Cow => sys::PKV_COPY_COW,
             CopyKind::SwapOut => sys::PKV_COPY_SWAP_OUT,
             CopyKind::SwapIn => sys::PKV_COPY_SWAP_IN,
+            CopyKind::Offload => sys::PKV_COPY_OFFLOAD,
+            CopyKind::Load => sys::PKV_COPY_LOAD,
         }) as i32
     }
     pub fn from_code(code: i32) -> Option<CopyKind> {
-        [CopyKind::Cow, CopyKind::SwapOut, CopyKind::SwapIn].into_iter().find(|k| k.code() == code)
+        [CopyKind::Cow, CopyKind::SwapOut, CopyKind::SwapIn, CopyKind::Offload, CopyKind::Load]
+            .into_iter()
+            .find(|k| k.code() == code)
     }
 }
 

@@ -8,6 +8,7 @@ use crate::batch::Batch;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, sized, Library};
 use crate::params::{Device, Dtype, KvBudget, Params};
+use crate::scheduler::KvEvent;
 
 /// Pool counters (`pkv_stats`).
 pub type Stats = sys::pkv_stats;
@@ -16,14 +17,17 @@ pub type SeqInfo = sys::pkv_seq_info;
 /// Where the pool is, for a host's own kernels (`struct pkv_pool_info`).
 pub type PoolInfo = sys::pkv_pool_info;
 
-/// Where a sequence's KV is (`struct pkv_seq_info.kv_tier`, a `PKV_TIER_*`).
+/// Where a sequence's KV is (`struct pkv_seq_info.kv_tier`) or a KV event's block is
+/// (`pkv_kv_event.medium`), a `PKV_TIER_*`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
-    /// No KV held: waiting, preempted or finished.
+    /// No KV held: waiting, preempted or finished; for an event, every medium (`ALL_CLEARED`,
+    /// `OVERFLOW`).
     None,
     /// In pool blocks.
     Device,
-    /// In host-tier blocks: swapped out (`Engine::swap_out`).
+    /// In host-tier blocks: swapped out (`Engine::swap_out`), or an offloaded cached block
+    /// (`Params::host_offload`).
     Host,
 }
 
@@ -41,6 +45,10 @@ impl Tier {
     /// The tier of a `SeqInfo` (`None` for a code this binding does not know).
     pub fn of(info: &SeqInfo) -> Option<Tier> {
         Tier::from_code(info.kv_tier)
+    }
+    /// Where a KV event's block was stored or removed (`medium`; `None` for an unknown code).
+    pub fn of_event(event: &KvEvent) -> Option<Tier> {
+        Tier::from_code(event.medium)
     }
 }
 

@@ -157,6 +157,13 @@ impl Params {
         self.raw.enable_kv_events = u32::from(on);
         self
     }
+    /// With a host tier and prefix caching, keep cached blocks evicted from the pool in the host
+    /// tier, and load them back on a later prefix hit (`CopyKind::Offload` / `Load`). On by
+    /// default; off, the host tier holds swapped-out sequences only.
+    pub fn host_offload(mut self, on: bool) -> Params {
+        self.raw.host_offload = u32::from(on);
+        self
+    }
 
     setters! {
         num_layers: u32 => num_layers;

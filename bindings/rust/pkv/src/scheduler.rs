@@ -9,7 +9,8 @@ use crate::engine::{Engine, Seq};
 use crate::error::Result;
 use crate::library::{call, count, sized};
 
-/// One KV event (`pkv_kv_event`; `type_` is a `PKV_EVENT_*`).
+/// One KV event (`pkv_kv_event`; `type_` is a `PKV_EVENT_*`, `medium` a `PKV_TIER_*`: read it
+/// with `Tier::of_event`).
 pub type KvEvent = sys::pkv_kv_event;
 
 /// A request's options for `Engine::submit` (`pkv_request_params`); `Default` = pkv's defaults
@@ -81,8 +82,9 @@ impl Engine {
     }
 
     /// The queued KV events, oldest first (`pkv_drain_kv_events_sized`; needs
-    /// `Params::kv_events`). Events are written at this crate's `size_of::<KvEvent>()`: a newer
-    /// libpkv fills only the fields this crate knows, an older one zeroes those it does not.
+    /// `Params::kv_events`). Events are written at this crate's `size_of::<KvEvent>()` (40 bytes):
+    /// a newer libpkv fills only the fields this crate knows, an older one zeroes those it does
+    /// not.
     pub fn drain_kv_events(&self) -> Result<Vec<KvEvent>> {
         const EVENT_SIZE: u32 = std::mem::size_of::<KvEvent>() as u32;
         let mut all: Vec<KvEvent> = Vec::new();

@@ -70,6 +70,7 @@ fn kv_events_carry_seq_numbers_and_canonical_hashes() {
         events.iter().map(|ev| (ev.type_, ev.num_tokens, ev.seq_no, ev.parent_hash, ev.block_hash)).collect();
     let stored = pkv::sys::PKV_EVENT_BLOCK_STORED;
     assert_eq!(got, vec![(stored, 4, 1, hashes[0], hashes[1]), (stored, 4, 2, hashes[1], hashes[2])]);
+    assert!(events.iter().all(|ev| pkv::Tier::of_event(ev) == Some(pkv::Tier::Device)), "{:?}", events);
     e.release(a.seq).unwrap();
     e.reset_prefix_cache().unwrap();
     let later = e.drain_kv_events().unwrap();
