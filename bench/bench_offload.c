@@ -122,10 +122,12 @@ int main(int argc, char **argv)
     }
   }
   const uint32_t requests = quick ? 32 : 96, prompt_len = 256, new_tokens = 64, reps = quick ? 1 : 5;
-  printf("pkv bench_offload: CPU engine (%u threads: %s), %u layers, %u q / %u kv heads of %u, bf16, "
+  char th[32];
+  snprintf(th, sizeof th, threads ? "%u threads" : "a thread per core", threads);
+  printf("pkv bench_offload: CPU engine (%s), %u layers, %u q / %u kv heads of %u, bf16, "
          "block size %u;\n%u unique prompts of %u tokens, %u new tokens each, up to %u running; "
          "host tier = pool size\n\n",
-         threads, threads ? "as given" : "one per core", LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM, BS,
+         th, LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM, BS,
          requests, prompt_len, new_tokens, MAX_SEQS);
   printf("%4s %8s %14s %12s %12s %12s %10s\n", "rep", "offload", "decode step us", "run ms",
          "evictions", "offloaded", "hit tokens");
