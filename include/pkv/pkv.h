@@ -76,7 +76,8 @@ typedef int32_t pkv_status;
   X(ERR_NO_DEVICE, -6, "no usable CUDA device")                                                  \
   X(ERR_OUT_OF_MEMORY, -7, "out of memory")                                                      \
   X(ERR_DEVICE, -8, "CUDA device error")                                                         \
-  X(ERR_INTERNAL, -9, "internal error (a bug in pkv)")
+  X(ERR_INTERNAL, -9, "internal error (a bug in pkv)")                                          \
+  X(ERR_STORE, -10, "the KV store cannot be used (pkv_store_params)")
 
 #define PKV_STATUS_ENUM_ENTRY_(name, value, message) PKV_##name = value,
 enum { PKV_STATUS_MAP(PKV_STATUS_ENUM_ENTRY_) }; /* C99: a trailing comma is allowed */
@@ -124,10 +125,77 @@ enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when
                                      more than one step's prefill (max_num_batched_tokens): copying
                                      is then cheaper than recomputing; else recompute */
 /* struct pkv_seq_info.kv_tier: where a sequence's KV is; pkv_kv_event.medium: where a block is. */
-enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2 };
+enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2, PKV_TIER_STORE = 3 };
+/* pkv_store_params.kind */
+enum { PKV_STORE_NONE = 0, PKV_STORE_FILE = 1, PKV_STORE_REDIS = 2, PKV_STORE_CALLBACK = 3 };
+/* pkv_store_params.write_mode: when blocks are written to the store. */
+enum { PKV_STORE_WRITE_THROUGH = 0, /* when a block is sealed into the prefix cache */
+       PKV_STORE_WRITE_BACK = 1,    /* when an offloaded block leaves the host tier */
+       PKV_STORE_READ_ONLY = 2 };   /* never: the store is only read */
 /* pkv_kv_event.type */
 enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,
        PKV_EVENT_OVERFLOW = 4 };
+
+/* ---------------------------------------------------------------- the store tier */
+/* A store key: SHA-256 of (the parent block's key, the block's token ids), chained from a root of
+ * the cache salt and the model's fingerprint (DESIGN.md §11). */
+typedef struct pkv_store_key {
+  uint8_t bytes[32];
+} pkv_store_key;
+
+/* A store of the host's own (PKV_STORE_CALLBACK): a byte map from keys to values of one size per
+ * engine (value_bytes: a header pkv writes and verifies, then the block's K and V of every layer).
+ * pkv calls these from the engine's thread (lookups) and from its writer thread (puts), possibly
+ * at the same time; user is passed back as is. Each returns 0 on success; anything else makes
+ * every key of the call a miss (nothing fails because of it) and, when message is set (at most
+ * message_cap bytes, NUL-terminated), says why through pkv_engine_store_error. A store may lose or
+ * damage values: pkv checks every value it reads before it can hit. */
+typedef struct pkv_store_callbacks {
+  uint32_t struct_size;
+  uint32_t reserved0;             /* must be 0 */
+  void *user;
+  /* out[i] = 1 when keys[i] is held, else 0 (a hint). May be NULL: get is used instead. */
+  int (*exists)(void *user, const pkv_store_key *keys, uint32_t n, uint8_t *out, char *message,
+                uint32_t message_cap);
+  /* For each key held: its value into values + i * value_bytes, found[i] = 1; else found[i] = 0.
+   * Should return within timeout_ms (0: no limit asked). */
+  int (*get)(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
+             uint8_t *found, uint32_t timeout_ms, char *message, uint32_t message_cap);
+  /* Stores value i (values + i * value_bytes) under keys[i], replacing any. */
+  int (*put)(void *user, const pkv_store_key *keys, uint32_t n, const void *values,
+             uint64_t value_bytes, char *message, uint32_t message_cap);
+} pkv_store_callbacks;
+
+typedef struct pkv_store_params {
+  uint32_t struct_size;
+  uint32_t kind;                  /* PKV_STORE_* (NONE: no store). default NONE */
+  uint32_t write_mode;            /* PKV_STORE_WRITE_*. default WRITE_THROUGH */
+  uint32_t lookup_timeout_ms;     /* how long pkv_allocate / pkv_resume wait for the store, >= 1.
+                                     default 200 */
+  uint32_t write_queue_blocks;    /* blocks waiting for the writer thread, >= 1; a block that finds
+                                     the queue full is dropped and counted. default 256 */
+  uint32_t reserved0;             /* must be 0 */
+  /* FILE */
+  const char *path;               /* the directory (made if missing); required */
+  uint64_t max_bytes;             /* size cap of the directory's blocks; the least recently used
+                                     go first. 0 = none. default 0 */
+  /* REDIS (or Valkey) */
+  const char *host;               /* default "127.0.0.1" (NULL) */
+  uint32_t port;                  /* 1 .. 65535. default 6379 */
+  uint32_t database;              /* SELECT; default 0 */
+  const char *username;           /* AUTH user (ACL); NULL = the default user */
+  const char *password;           /* AUTH password; NULL = none */
+  const char *key_prefix;         /* prepended to every key; default "pkv:" (NULL) */
+  uint32_t ttl_seconds;           /* expiry of written blocks; 0 = none. default 0 */
+  uint32_t connect_timeout_ms;    /* >= 1. default 1000 */
+  uint32_t io_timeout_ms;         /* each command batch, >= 1. default 1000 */
+  uint32_t reserved1;             /* must be 0 */
+  /* CALLBACK */
+  const pkv_store_callbacks *callbacks; /* required; copied at engine create */
+} pkv_store_params;
+
+/* Fills p with the defaults above; as pkv_engine_params_init. */
+PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
 
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {
@@ -197,6 +265,10 @@ typedef struct pkv_engine_params {
                                      evicted from the pool is copied to the host tier, and a later
                                      prefix hit on it loads it back (PKV_COPY_OFFLOAD / LOAD).
                                      0: the host tier holds swapped-out sequences only. default 1 */
+  /* the store tier (since 0.2.0): prefix blocks kept in a directory, a Redis/Valkey server or the
+   * host's callbacks, across restarts and engines. Needs prefix caching and a host tier (store
+   * blocks are fetched into host-tier blocks, then loaded like offloaded ones). */
+  const struct pkv_store_params *store; /* NULL = no store (the default); read at create only */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -309,9 +381,25 @@ typedef struct pkv_stats {
   uint64_t num_offloaded_blocks;  /* evicted pool blocks copied to the host tier (cumulative) */
   uint64_t num_loaded_blocks;     /* host-tier blocks copied back by prefix hits (cumulative) */
   uint64_t num_host_evictions;    /* offloaded blocks dropped from the host tier (cumulative) */
+  /* the store tier (since 0.2.0); blocks unless said otherwise, cumulative */
+  uint64_t store_hit_tokens;      /* of prefix_hit_tokens, fetched from the store */
+  uint64_t num_store_lookups;     /* blocks asked of the store after the prefix tree stopped */
+  uint64_t num_store_hits;        /* of which fetched, verified and used */
+  uint64_t num_store_misses;      /* of which the store did not hold */
+  uint64_t num_store_rejected;    /* of which held but failing a check (header, fingerprint, key,
+                                     tokens, size or checksum): never used */
+  uint64_t num_store_errors;      /* of which lost to a store error or a timeout */
+  uint64_t num_store_puts;        /* blocks written to the store */
+  uint64_t num_store_put_dropped; /* blocks not written: the write queue was full */
+  uint64_t num_store_put_errors;  /* blocks not written: the store failed (full disk, server gone) */
 } pkv_stats;
 
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
+
+/* The store's last problem (a miss by error, a rejected value, a failed write), as text, into
+ * out[cap] (NUL-terminated, cut to fit); *out_len = its full length. "" when there was none or
+ * the engine has no store. out may be NULL when cap is 0. Since 0.2.0. */
+PKV_API pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len);
 
 /* ---------------------------------------------------------------- sequences */
 typedef struct pkv_seq_params {

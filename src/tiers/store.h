@@ -1,0 +1,59 @@
+// Tier 2 of DESIGN.md §11: a store of whole blocks (K and V of every layer) by store key, below
+// the host tier: a directory (file_store), a Redis or Valkey server (redis_store), or the host's
+// callbacks (callback_store). A store holds opaque values of one size per engine
+// (store_format.h); everything it returns is verified by the caller before it can hit, so a store
+// only has to be a byte map: it may lose, truncate or corrupt values, and that is a miss.
+//
+// Each engine makes two stores from the same parameters: one for lookups (the engine's thread),
+// one for writes (its writer thread), so an implementation needs no locking of its own beyond
+// what two instances sharing a backend need (e.g. two connections, or one directory).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pkv/pkv.h"
+
+namespace pkv {
+
+// SHA-256 (store_format.h): the chained key of one block under one salt and model.
+struct StoreKey {
+  uint8_t bytes[32];
+  bool operator==(const StoreKey &o) const;
+  std::string hex() const;  // 64 lowercase hex digits: the name of a file, the tail of a Redis key
+};
+
+// What a call did: ok, or not and why (a message the host can read through the engine). A failed
+// call's outputs are misses; nothing it left half done may be mistaken for a value.
+struct StoreStatus {
+  bool ok = true;
+  std::string error;
+  static StoreStatus failure(std::string why) { return StoreStatus{false, std::move(why)}; }
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  // "file", "redis" or "callback", for messages.
+  virtual const char *kind() const = 0;
+  // Whether each key is held: out[i] 1 or 0 (a hint: a later get may still miss).
+  virtual StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) = 0;
+  // For each key held with a value of exactly value_bytes bytes: the value into
+  // values + i * value_bytes and found[i] = 1; else found[i] = 0. timeout_ms bounds the whole
+  // call where the backend can be slow (0: the store's own timeout).
+  virtual StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
+                          uint8_t *found, uint32_t timeout_ms) = 0;
+  // Stores value i (value_bytes each) under keys[i], replacing any. A value is either stored
+  // whole or not at all (readers never see part of one).
+  virtual StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) = 0;
+};
+
+// The store pkv_store_params describe (kind FILE, REDIS or CALLBACK). Throws
+// PKV_ERR_INVALID_ARGUMENT for bad parameters and PKV_ERR_STORE (with the reason) when the store
+// cannot be reached or opened at all (a missing directory that cannot be made, a refused
+// connection, a wrong password).
+std::unique_ptr<Store> make_store(const pkv_store_params &p);
+
+}  // namespace pkv

@@ -1,0 +1,174 @@
+#include "tiers/store_format.h"
+
+#include <openssl/evp.h>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "status.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the store format is little-endian");
+
+namespace pkv {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'K', 'V', 'S', 'T', 'O', 'R', 'E'};
+constexpr uint32_t kFormatVersion = 1;
+
+// The header's fixed part, at the start of every value.
+struct Header {
+  char magic[8];
+  uint32_t format_version;
+  uint32_t header_bytes;        // sizeof(Header)
+  uint8_t fingerprint[32];
+  uint8_t key[32];
+  uint8_t parent[32];
+  uint32_t num_tokens;
+  uint32_t reserved0;
+  uint64_t payload_bytes;
+  uint64_t payload_checksum;    // XXH3-64 of the payload
+  uint64_t header_checksum;     // XXH3-64 of the header up to here, then of the tokens
+  uint64_t reserved1;
+};
+static_assert(sizeof(Header) == 160, "the header's layout is the format");
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1)
+      fail(PKV_ERR_OUT_OF_MEMORY, "SHA-256: libcrypto could not start a digest");
+  }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  Sha256 &add(const void *data, size_t n) {
+    if (n && EVP_DigestUpdate(ctx_, data, n) != 1) fail(PKV_ERR_INTERNAL, "SHA-256: update failed");
+    return *this;
+  }
+  void done(uint8_t out[32]) {
+    unsigned len = 0;
+    if (EVP_DigestFinal_ex(ctx_, out, &len) != 1 || len != 32) fail(PKV_ERR_INTERNAL, "SHA-256: final failed");
+  }
+
+ private:
+  EVP_MD_CTX *ctx_;
+};
+
+template <class T> void add_le(Sha256 &h, T v) { h.add(&v, sizeof v); }
+
+uint64_t header_checksum(const Header &h, const int32_t *tokens) {
+  XXH3_state_t *st = XXH3_createState();
+  if (!st) fail(PKV_ERR_OUT_OF_MEMORY, "no memory for a checksum");
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, &h, offsetof(Header, header_checksum));
+  XXH3_64bits_update(st, tokens, sizeof(int32_t) * h.num_tokens);
+  const uint64_t sum = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return sum;
+}
+
+}  // namespace
+
+bool StoreKey::operator==(const StoreKey &o) const { return std::memcmp(bytes, o.bytes, 32) == 0; }
+
+std::string StoreKey::hex() const {
+  static const char digits[] = "0123456789abcdef";
+  std::string s(64, '0');
+  for (int i = 0; i < 32; ++i) {
+    s[2 * i] = digits[bytes[i] >> 4];
+    s[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  return s;
+}
+
+uint64_t StoreShape::value_bytes() const { return payload_offset(*this) + payload_bytes(); }
+
+uint64_t payload_offset(const StoreShape &shape) { return sizeof(Header) + sizeof(int32_t) * uint64_t(shape.block_size); }
+
+StoreFingerprint store_fingerprint(const StoreShape &s) {
+  Sha256 h;
+  h.add("pkv-store-fingerprint-v1", 24);
+  add_le(h, s.num_layers), add_le(h, s.kv_heads), add_le(h, s.head_dim), add_le(h, s.dtype);
+  add_le(h, s.block_size), add_le(h, s.tp_rank), add_le(h, s.tp_size), add_le(h, s.block_bytes);
+  StoreFingerprint fp;
+  h.done(fp.bytes);
+  return fp;
+}
+
+StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt) {
+  Sha256 h;
+  h.add("pkv-store-root-v1", 17).add(fp.bytes, 32);
+  add_le(h, uint64_t(salt.size()));
+  h.add(salt.data(), salt.size());
+  StoreKey k;
+  h.done(k.bytes);
+  return k;
+}
+
+StoreKey store_block_key(const StoreKey &parent, const int32_t *tokens, uint32_t n) {
+  Sha256 h;
+  h.add(parent.bytes, 32).add(tokens, sizeof(int32_t) * n);
+  StoreKey k;
+  h.done(k.bytes);
+  return k;
+}
+
+void encode_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,
+                  const StoreKey &parent, const int32_t *tokens, uint8_t *value) {
+  Header h;
+  std::memset(&h, 0, sizeof h);
+  std::memcpy(h.magic, kMagic, 8);
+  h.format_version = kFormatVersion;
+  h.header_bytes = sizeof(Header);
+  std::memcpy(h.fingerprint, fp.bytes, 32);
+  std::memcpy(h.key, key.bytes, 32);
+  std::memcpy(h.parent, parent.bytes, 32);
+  h.num_tokens = shape.block_size;
+  h.payload_bytes = shape.payload_bytes();
+  h.payload_checksum = XXH3_64bits(value + payload_offset(shape), shape.payload_bytes());
+  h.header_checksum = header_checksum(h, tokens);
+  std::memcpy(value, &h, sizeof h);
+  std::memcpy(value + sizeof h, tokens, sizeof(int32_t) * shape.block_size);
+}
+
+std::string verify_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,
+                         const StoreKey &parent, const int32_t *tokens, const uint8_t *value) {
+  Header h;
+  std::memcpy(&h, value, sizeof h);
+  if (std::memcmp(h.magic, kMagic, 8) != 0) return "not a pkv block (magic)";
+  if (h.format_version != kFormatVersion || h.header_bytes != sizeof(Header))
+    return "format version " + std::to_string(h.format_version) + ", this pkv reads 1";
+  if (h.num_tokens != shape.block_size || h.payload_bytes != shape.payload_bytes())
+    return "another block size or payload size";
+  const int32_t *stored = reinterpret_cast<const int32_t *>(value + sizeof h);
+  if (h.header_checksum != header_checksum(h, stored)) return "header checksum mismatch";
+  if (std::memcmp(h.fingerprint, fp.bytes, 32) != 0) return "another model fingerprint";
+  if (std::memcmp(h.key, key.bytes, 32) != 0) return "stored under another key";
+  if (std::memcmp(h.parent, parent.bytes, 32) != 0) return "another parent block";
+  if (std::memcmp(stored, tokens, sizeof(int32_t) * shape.block_size) != 0) return "other tokens";
+  if (h.payload_checksum != XXH3_64bits(value + payload_offset(shape), shape.payload_bytes()))
+    return "payload checksum mismatch";
+  return std::string();
+}
+
+bool read_value_header(const uint8_t *value, size_t size, StoreValueInfo *out, std::string *why) {
+  Header h;
+  if (size < sizeof h) return *why = "shorter than a header", false;
+  std::memcpy(&h, value, sizeof h);
+  if (std::memcmp(h.magic, kMagic, 8) != 0) return *why = "not a pkv block (magic)", false;
+  if (h.format_version != kFormatVersion || h.header_bytes != sizeof(Header))
+    return *why = "format version " + std::to_string(h.format_version), false;
+  const uint64_t tokens_bytes = sizeof(int32_t) * uint64_t(h.num_tokens);
+  if (size != sizeof h + tokens_bytes + h.payload_bytes) return *why = "truncated or padded", false;
+  if (h.header_checksum != header_checksum(h, reinterpret_cast<const int32_t *>(value + sizeof h)))
+    return *why = "header checksum mismatch", false;
+  if (h.payload_checksum != XXH3_64bits(value + sizeof h + tokens_bytes, h.payload_bytes))
+    return *why = "payload checksum mismatch", false;
+  std::memcpy(out->key.bytes, h.key, 32);
+  std::memcpy(out->parent.bytes, h.parent, 32);
+  std::memcpy(out->fingerprint.bytes, h.fingerprint, 32);
+  out->num_tokens = h.num_tokens;
+  out->payload_bytes = h.payload_bytes;
+  return true;
+}
+
+}  // namespace pkv

@@ -1,0 +1,66 @@
+// The store tier's keys and values (DESIGN.md §11), the same for every store kind, so engines of
+// any machine that share a store read each other's blocks.
+//
+// Keys: SHA-256 chains (OpenSSL's libcrypto: the hashing library every Debian machine already
+// has, with SHA-NI/AVX2 code paths picked at run time). The root of a salt is
+// SHA-256("pkv-store-root-v1" | fingerprint | salt length | salt); a block's key is
+// SHA-256(parent key | its token ids as int32 little-endian). The fingerprint is SHA-256 of the
+// model's KV shape on this rank (layers, kv heads per rank, head_dim, KV dtype, block size, tp
+// rank and size), so engines of other models or ranks never share a key.
+//
+// A value is a fixed-size header, the block's tokens, then the payload: for each layer, the
+// block's K then its V, as the pool holds them (bytes.block each). Every field is little-endian.
+// verify_value() checks everything before a block can hit: magic, format version, sizes, the
+// fingerprint, the key asked for, the parent key, the tokens, and XXH3-64 checksums of the
+// header and of the payload.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tiers/store.h"
+
+namespace pkv {
+
+// The KV shape the fingerprint covers, and the sizes of a value.
+struct StoreShape {
+  uint32_t num_layers, kv_heads, head_dim, block_size, tp_rank, tp_size;
+  int32_t dtype;
+  uint64_t block_bytes;  // K (or V) bytes of one block of one layer
+
+  uint64_t payload_bytes() const { return 2 * uint64_t(num_layers) * block_bytes; }
+  uint64_t value_bytes() const;  // header + tokens + payload
+};
+
+struct StoreFingerprint {
+  uint8_t bytes[32];
+};
+
+StoreFingerprint store_fingerprint(const StoreShape &shape);
+StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt);
+StoreKey store_block_key(const StoreKey &parent, const int32_t *tokens, uint32_t n);
+
+// Writes the header and tokens of a value into value[0 .. value_bytes - payload_bytes); the
+// payload (already in place after them) is checksummed.
+void encode_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,
+                  const StoreKey &parent, const int32_t *tokens, uint8_t *value);
+// Where a value's payload starts.
+uint64_t payload_offset(const StoreShape &shape);
+
+// "" when value (value_bytes long) is the block of key under parent holding tokens for this
+// fingerprint, else why not (for pkv_engine_store_error).
+std::string verify_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,
+                         const StoreKey &parent, const int32_t *tokens, const uint8_t *value);
+
+// What a value says of itself, for `pkv store ls|verify`: its key, parent and tokens; false
+// (with why) when its header is not one of this format.
+struct StoreValueInfo {
+  StoreKey key, parent;
+  StoreFingerprint fingerprint;
+  uint32_t num_tokens;
+  uint64_t payload_bytes;
+};
+bool read_value_header(const uint8_t *value, size_t size, StoreValueInfo *out, std::string *why);
+
+}  // namespace pkv
