@@ -218,6 +218,19 @@ pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out) {
   });
 }
 
+pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+    PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
+    const std::string text = en.store_error();
+    *out_len = static_cast<uint32_t>(text.size());
+    if (cap == 0) return;
+    const size_t n = std::min<size_t>(text.size(), cap - 1);
+    std::memcpy(out, text.data(), n);
+    out[n] = '\0';
+  });
+}
+
 pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out) {
   return guard(e, [&](Engine &en) {
     pkv::require_out_struct(out, "out");
@@ -332,6 +345,10 @@ pkv_status pkv_batch_copy(pkv_batch *b) {
 
 pkv_status pkv_batch_end(pkv_batch *b) {
   return guard_batch(b, [&](Engine &en) { en.end_batch(); });
+}
+
+pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size) {
+  return guard([&] { pkv::init_struct(p, size, pkv::default_store_params(), "pkv_store_params"); });
 }
 
 pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "block_hash.h"
 #include "params.h"
@@ -230,7 +231,10 @@ void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_
       PKV_ASSERT(parent != kNoNode);
       uint32_t node = tree_.find_child(parent, hashes[i], block_tokens);
       // Same-step duplicates (two prompts computed the same block) become copies of one node.
-      if (node == kNoNode) node = tree_.add_child(parent, hashes[i], block_tokens);
+      if (node == kNoNode) {
+        node = tree_.add_child(parent, hashes[i], block_tokens);
+        if (collect_sealed_) sealed_.push_back({block, j, hashes[i], tree_.hash(parent)});
+      }
       tree_.add_copy(node, block);
       pool_.set_node(block, node);
     }
@@ -258,6 +262,62 @@ void BlockManager::reset_cache() {
     events_->mute(false);
     events_->all_cleared();
   }
+}
+
+// ---------------------------------------------------------------- the store tier's blocks
+
+uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *tokens,
+                                        const Admission &plan, uint32_t n, std::vector<int32_t> *host_out) {
+  host_out->clear();
+  if (!prefix_caching_ || host_.num_blocks() == 0 || n == 0) return 0;
+  const uint32_t first = static_cast<uint32_t>(plan.hit_blocks.size());
+  // Host blocks that may not take new contents now: those a queued copy reads or writes (their
+  // bytes are not yet what the queue says they will be), and the prompt's own host-tier hits.
+  std::unordered_set<int32_t> busy;
+  for (const BlockCopy &c : pending_copies_) {
+    if (c.kind == PKV_COPY_LOAD || c.kind == PKV_COPY_SWAP_IN) busy.insert(c.src);
+    if (c.kind == PKV_COPY_OFFLOAD || c.kind == PKV_COPY_SWAP_OUT) busy.insert(c.dst);
+  }
+  for (size_t i = 0; i < plan.hit_blocks.size(); ++i)
+    if (plan.hit_blocks[i] < 0) busy.insert(tree_.host(plan.hit_nodes[i]));
+  host_out->reserve(n);
+  std::vector<int32_t> held;  // host blocks taken, held (ref 1) until the end
+  // The root is made only when a node is added under it: an empty one may not stay.
+  uint32_t parent = first ? plan.hit_nodes[first - 1] : tree_.find_root(salt);
+  uint64_t parent_hash = parent != kNoNode ? tree_.hash(parent) : root_hash(seed_, salt.data(), salt.size());
+  uint32_t done = 0;
+  for (; done < n; ++done) {
+    const int32_t *block_tokens = tokens + size_t(first + done) * block_size_;
+    const uint64_t hash = block_hash(seed_, parent_hash, block_tokens, block_size_);
+    uint32_t node = parent != kNoNode ? tree_.find_child(parent, hash, block_tokens) : kNoNode;
+    if (node != kNoNode && (!tree_.copies(node).empty() || tree_.host(node) >= 0)) {
+      host_out->push_back(-1);  // held here already (past a node kept only by its children)
+      if (tree_.host(node) >= 0) busy.insert(tree_.host(node));  // on the path: kept
+      parent = node;
+      parent_hash = hash;
+      continue;
+    }
+    int32_t host = -1;
+    host_.for_each_free([&](int32_t h) {
+      if (busy.count(h)) return true;
+      host = h;
+      return false;
+    });
+    if (host < 0) break;
+    if (host_.node(host) != kNoNode) evict_host(host);
+    host_.take(host);
+    held.push_back(host);
+    if (parent == kNoNode) parent = tree_.get_or_add_root(salt);
+    if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens);
+    host_.set_node(host, node);
+    tree_.set_host(node, host);
+    if (events_) events_->stored(hash, parent_hash, PKV_TIER_STORE);
+    host_out->push_back(host);
+    parent = node;
+    parent_hash = hash;
+  }
+  for (int32_t h : held) host_.drop_ref(h);  // cached: the host tier's newest
+  return done;
 }
 
 // ---------------------------------------------------------------- copies and the host tier

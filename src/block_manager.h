@@ -56,6 +56,14 @@ struct BlockCopy {
   int32_t kind;
 };
 
+// A block sealed into a new prefix node (for the store's write-through): its pool block, its
+// index in the sequence, and the node's canonical hashes (for KV events).
+struct SealedBlock {
+  int32_t block;
+  uint32_t index;
+  uint64_t hash, parent_hash;
+};
+
 struct BlockStats {
   uint64_t prefix_query_tokens = 0;
   uint64_t prefix_hit_tokens = 0;
@@ -64,7 +72,8 @@ struct BlockStats {
   uint64_t num_preemptions = 0;
   uint64_t num_swapped_out_blocks = 0;
   uint64_t num_swapped_in_blocks = 0;
-  uint64_t host_hit_tokens = 0;  // of prefix_hit_tokens
+  uint64_t host_hit_tokens = 0;  // of prefix_hit_tokens, loaded from the host tier
+  uint64_t store_hit_tokens = 0; // of prefix_hit_tokens, fetched from the store (not in host_hit_tokens)
   uint64_t num_offloaded_blocks = 0;
   uint64_t num_loaded_blocks = 0;
   uint64_t num_host_evictions = 0;
@@ -109,6 +118,25 @@ class BlockManager {
   void free_host(std::vector<int32_t> &host);
   // Seals the table's full, computed blocks (of num_computed tokens) into the prefix tree.
   void seal(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t num_computed);
+  // With collect on, seal() records the blocks that made new prefix nodes; take_sealed() hands
+  // them over (and forgets them).
+  void collect_sealed(bool collect) { collect_sealed_ = collect; }
+  std::vector<SealedBlock> take_sealed() { return std::move(sealed_); }
+
+  // The store tier's fetched blocks enter the prefix tree as nodes held in the host tier, so a
+  // later admission loads them like offloaded ones. For a prompt whose prefix walk (plan) stopped
+  // at block `first`: nodes for blocks [first, first + n) of tokens, each in a host-tier block
+  // (host_out[i]) the caller fills at once with the block's K/V, or -1 where a node already holds
+  // the block's KV in a tier. Host blocks a queued copy reads or writes are not used, nor those of
+  // the prompt's own prefix. Returns how many leading blocks got a node or had one (fewer than n
+  // when the host tier has no room). Emits a STORED event of medium STORE for each block given.
+  uint32_t stage_from_store(const std::string &salt, const int32_t *tokens, const Admission &plan,
+                            uint32_t n, std::vector<int32_t> *host_out);
+  // n blocks of an admission's hits came from the store: counted there, not as host-tier hits.
+  void count_store_hits(uint32_t n) {
+    stats_.host_hit_tokens -= uint64_t(n) * block_size_;
+    stats_.store_hit_tokens += uint64_t(n) * block_size_;
+  }
   void count_preemption() { stats_.num_preemptions++; }
   // Evicts every cached block (pkv_reset_prefix_cache); events as documented there.
   void reset_cache();
@@ -160,6 +188,8 @@ class BlockManager {
   PrefixTree tree_;
   KvEvents *events_ = nullptr;
   std::vector<BlockCopy> pending_copies_;
+  bool collect_sealed_ = false;
+  std::vector<SealedBlock> sealed_;
   std::unordered_map<int32_t, int32_t> host_twin_;    // pool block -> host-tier block
   std::unordered_map<int32_t, int32_t> device_twin_;  // host-tier block -> pool block
   BlockStats stats_;

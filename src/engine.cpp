@@ -40,8 +40,23 @@ Engine::Engine(const pkv_engine_params &params)
               params_.host_num_blocks, params_.host_offload != 0),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
+  if (params.store) {
+    store_config_ = std::make_unique<StoreConfig>(params.store);
+    params_.store = &store_config_->params();
+    PKV_REQUIRE(params_.enable_prefix_caching, "a store needs prefix caching (enable_prefix_caching 1)");
+    PKV_REQUIRE(params_.host_num_blocks > 0,
+                "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");
+  }
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
                                                : make_cpu_backend(pool_shape(), params_.num_threads);
+  if (store_config_) {
+    const PoolShape shape = pool_shape();
+    store_ = std::make_unique<StoreTier>(
+        store_config_->params(),
+        StoreShape{params_.num_layers, shape.kv_heads, params_.head_dim, params_.block_size, params_.tp_rank,
+                   params_.tp_size, params_.dtype, shape.block_bytes()});
+    blocks_.collect_sealed(store_->writes_through());
+  }
 }
 
 Engine::~Engine() = default;
@@ -122,7 +137,9 @@ uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const std::string &
   try {
     s.salt = salt;
     s.tokens.assign(tokens, tokens + n);
+    const uint32_t from_store = consult_store(salt, tokens, n);
     admit(s, blocks_);
+    blocks_.count_store_hits(from_store);
   } catch (...) {
     seqs_.discard(s.id);
     throw;
@@ -182,7 +199,9 @@ uint32_t Engine::resume(uint64_t id) {
   require_manual(s, "resume");
   if (s.state != SeqState::kPreempted)
     fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
+  const uint32_t from_store = consult_store(s.salt, s.tokens.data(), s.num_tokens());
   admit(s, blocks_);
+  blocks_.count_store_hits(from_store);
   return s.num_cached;
 }
 
@@ -270,7 +289,9 @@ void Engine::close(bool ran) {
   for (size_t i = 0; i < b.seq_ids().size(); ++i) {
     Sequence &s = seqs_.get(b.seq_ids()[i]);
     s.in_batch = false;
-    if (ran) computed(s, blocks_, b.num_new_tokens()[i]);
+    if (!ran) continue;
+    computed(s, blocks_, b.num_new_tokens()[i]);
+    if (store_ && store_->writes_through()) write_sealed(s);
   }
   // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
   // leaves them queued for the next batch, unless pkv already did them.
@@ -329,6 +350,70 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
   backend_->attention(AttentionCall{layer, softmax_scale_, q, k, v, out});
 }
 
+// ---------------------------------------------------------------- the store tier
+
+uint32_t Engine::consult_store(const std::string &salt, const int32_t *tokens, uint32_t n) {
+  if (!store_ || n == 0) return 0;
+  const BlockManager::Admission plan = blocks_.plan_admission(salt, tokens, n);
+  const uint32_t max_hits = (n - 1) / params_.block_size;  // as plan_admission: the last token computes
+  const uint32_t first = static_cast<uint32_t>(plan.hit_blocks.size());
+  // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
+  // pool block as a new one would): the store is not touched.
+  if (first >= max_hits || plan.num_free_needed > blocks_.num_free()) return 0;
+  std::vector<StoreKey> keys;
+  store_->keys(salt, tokens, max_hits, &keys);
+  std::vector<uint8_t> values;
+  const uint32_t got = store_->fetch(keys, tokens, first, max_hits - first, &values);
+  if (got == 0) return 0;
+  std::vector<int32_t> host;
+  const uint32_t staged = blocks_.stage_from_store(salt, tokens, plan, got, &host);
+  const StoreShape &shape = store_->shape();
+  const uint64_t vb = shape.value_bytes(), offset = payload_offset(shape);
+  const PoolShape ps = pool_shape();
+  char *host_k = static_cast<char *>(backend_->host_k_pool()), *host_v = static_cast<char *>(backend_->host_v_pool());
+  uint32_t from_store = 0;
+  for (uint32_t i = 0; i < staged; ++i) {
+    if (host[i] < 0) continue;
+    // The payload is layer by layer, K then V: into the host tier's layout.
+    const uint8_t *payload = values.data() + size_t(i) * vb + offset;
+    for (uint32_t l = 0; l < params_.num_layers; ++l) {
+      const uint64_t at = l * ps.host_bytes.layer + uint64_t(host[i]) * ps.block_bytes();
+      std::memcpy(host_k + at, payload + (2 * uint64_t(l)) * ps.block_bytes(), ps.block_bytes());
+      std::memcpy(host_v + at, payload + (2 * uint64_t(l) + 1) * ps.block_bytes(), ps.block_bytes());
+    }
+    from_store++;
+  }
+  return from_store;
+}
+
+void Engine::write_sealed(const Sequence &s) {
+  const std::vector<SealedBlock> sealed = blocks_.take_sealed();
+  if (sealed.empty()) return;
+  uint32_t last = 0;
+  for (const SealedBlock &b : sealed) last = std::max(last, b.index);
+  std::vector<StoreKey> keys;
+  store_->keys(s.salt, s.tokens.data(), last + 1, &keys);
+  const StoreShape &shape = store_->shape();
+  const uint64_t offset = payload_offset(shape);
+  for (const SealedBlock &b : sealed) {
+    std::vector<uint8_t> value(shape.value_bytes());
+    backend_->read_block(b.block, value.data() + offset);
+    store_->encode(keys[b.index + 1], keys[b.index], s.tokens.data() + size_t(b.index) * params_.block_size,
+                   value.data());
+    store_->write(keys[b.index + 1], std::move(value), StoreWritten{b.hash, b.parent_hash});
+  }
+}
+
+void Engine::note_store_events() {
+  if (!store_) return;
+  for (const StoreWritten &w : store_->take_written()) events_.stored(w.hash, w.parent_hash, PKV_TIER_STORE);
+}
+
+size_t Engine::drain_events(void *out, size_t event_size, size_t cap) {
+  note_store_events();
+  return events_.drain(out, event_size, cap);
+}
+
 // ---------------------------------------------------------------- cache, stats, checks
 
 void Engine::reset_prefix_cache() {
@@ -366,10 +451,17 @@ pkv_stats Engine::stats() const {
   st.num_swap_preemptions = scheduler_.num_swap_preemptions();
   st.num_host_cached_blocks = blocks_.num_host_cached();
   st.host_hit_tokens = b.host_hit_tokens;
-  st.device_hit_tokens = b.prefix_hit_tokens - b.host_hit_tokens;
   st.num_offloaded_blocks = b.num_offloaded_blocks;
   st.num_loaded_blocks = b.num_loaded_blocks;
   st.num_host_evictions = b.num_host_evictions;
+  st.store_hit_tokens = b.store_hit_tokens;
+  st.device_hit_tokens = b.prefix_hit_tokens - b.host_hit_tokens - b.store_hit_tokens;
+  if (store_) {
+    const StoreCounters &c = store_->counters();
+    st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;
+    st.num_store_rejected = c.rejected, st.num_store_errors = c.errors, st.num_store_puts = c.puts;
+    st.num_store_put_dropped = c.put_dropped, st.num_store_put_errors = c.put_errors;
+  }
   return st;
 }
 

@@ -14,9 +14,11 @@
 #include "batch.h"
 #include "block_manager.h"
 #include "kv_events.h"
+#include "params.h"
 #include "pkv/pkv.h"
 #include "scheduler.h"
 #include "sequence.h"
+#include "tiers/store_tier.h"
 
 namespace pkv {
 
@@ -64,7 +66,8 @@ class Engine {
 
   struct pkv_pool_info pool_info() const;
   void set_stream(void *stream) { backend_->set_stream(stream); }
-  size_t drain_events(void *out, size_t event_size, size_t cap) { return events_.drain(out, event_size, cap); }
+  size_t drain_events(void *out, size_t event_size, size_t cap);
+  std::string store_error() const { return store_ ? store_->last_error() : std::string(); }
   void reset_prefix_cache();
   pkv_stats stats() const;
   void check() const;
@@ -84,6 +87,13 @@ class Engine {
   void require_running(const Sequence &s) const;
   void open(std::unique_ptr<Batch> batch);
   void close(bool ran);  // members leave the batch; ran: their new tokens are computed
+  // The store tier. Before an admission of tokens under salt: the blocks after where the prefix
+  // tree stops are asked of the store and those verified are staged in the host tier, for the
+  // admission to load; returns how many. Never throws for the store's sake.
+  uint32_t consult_store(const std::string &salt, const int32_t *tokens, uint32_t n);
+  // After s's blocks were sealed (write-through): the new prefix blocks go to the writer.
+  void write_sealed(const Sequence &s);
+  void note_store_events();
 
   std::mutex mutex_;
   std::string last_error_;
@@ -96,6 +106,8 @@ class Engine {
   SequenceTable seqs_;
   Scheduler scheduler_;
   std::unique_ptr<OpenBatch> open_;
+  std::unique_ptr<StoreConfig> store_config_;  // the caller's pkv_store_params, owned
+  std::unique_ptr<StoreTier> store_;
 };
 
 }  // namespace pkv

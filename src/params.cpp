@@ -20,6 +20,62 @@ pkv_engine_params default_engine_params() {
   return p;
 }
 
+pkv_store_params default_store_params() {
+  pkv_store_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.kind = PKV_STORE_NONE;
+  p.write_mode = PKV_STORE_WRITE_THROUGH;
+  p.lookup_timeout_ms = 200;
+  p.write_queue_blocks = 256;
+  p.port = 6379;
+  p.connect_timeout_ms = 1000;
+  p.io_timeout_ms = 1000;
+  return p;
+}
+
+StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, default_store_params(), "store")) {
+  std::memset(&callbacks_, 0, sizeof callbacks_);
+  PKV_REQUIRE(p_.kind >= PKV_STORE_FILE && p_.kind <= PKV_STORE_CALLBACK,
+              "store->kind %u: PKV_STORE_FILE, REDIS or CALLBACK expected (NONE: pass no store)", p_.kind);
+  PKV_REQUIRE(p_.write_mode <= PKV_STORE_READ_ONLY, "store->write_mode %u is not a PKV_STORE_WRITE_* value",
+              p_.write_mode);
+  PKV_REQUIRE(p_.lookup_timeout_ms >= 1, "store->lookup_timeout_ms must be >= 1");
+  PKV_REQUIRE(p_.write_queue_blocks >= 1 && p_.write_queue_blocks <= (1u << 20),
+              "store->write_queue_blocks must be in 1 .. 2^20, got %u", p_.write_queue_blocks);
+  PKV_REQUIRE(p_.reserved0 == 0 && p_.reserved1 == 0, "store->reserved0 and reserved1 must be 0");
+  auto own = [](const char *s, std::string &keep, const char *fallback) -> const char * {
+    if (!s && !fallback) return nullptr;
+    keep = s ? s : fallback;
+    return keep.c_str();
+  };
+  switch (p_.kind) {
+    case PKV_STORE_FILE:
+      PKV_REQUIRE(p_.path && p_.path[0], "store->path (the directory) is required for a FILE store");
+      break;
+    case PKV_STORE_REDIS:
+      PKV_REQUIRE(p_.port >= 1 && p_.port <= 65535, "store->port %u is not in 1 .. 65535", p_.port);
+      PKV_REQUIRE(p_.connect_timeout_ms >= 1 && p_.io_timeout_ms >= 1,
+                  "store->connect_timeout_ms and io_timeout_ms must be >= 1");
+      PKV_REQUIRE(!p_.username || p_.password, "store->username needs a password");
+      break;
+    case PKV_STORE_CALLBACK:
+      PKV_REQUIRE(p_.callbacks, "store->callbacks is required for a CALLBACK store");
+      PKV_REQUIRE(p_.callbacks->struct_size >= sizeof callbacks_,
+                  "store->callbacks->struct_size is %u, %zu expected", p_.callbacks->struct_size, sizeof callbacks_);
+      std::memcpy(&callbacks_, p_.callbacks, sizeof callbacks_);
+      PKV_REQUIRE(callbacks_.reserved0 == 0, "store->callbacks->reserved0 must be 0");
+      PKV_REQUIRE(callbacks_.get && callbacks_.put, "store->callbacks: get and put are required");
+      break;
+  }
+  p_.path = own(p_.path, path_, nullptr);
+  p_.host = own(p_.host, host_, "127.0.0.1");
+  p_.username = own(p_.username, username_, nullptr);
+  p_.password = own(p_.password, password_, nullptr);
+  p_.key_prefix = own(p_.key_prefix, key_prefix_, "pkv:");
+  p_.callbacks = p_.kind == PKV_STORE_CALLBACK ? &callbacks_ : nullptr;
+}
+
 pkv_seq_params default_seq_params() {
   pkv_seq_params p;
   std::memset(&p, 0, sizeof p);

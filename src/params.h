@@ -66,6 +66,7 @@ inline uint32_t blocks_for_tokens(uint64_t num_tokens, uint32_t block_size) {
 
 // The defaults of every *_init call (pkv.h documents them beside the fields).
 pkv_engine_params default_engine_params();
+pkv_store_params default_store_params();
 pkv_seq_params default_seq_params();
 pkv_request_params default_request_params();
 
@@ -77,6 +78,21 @@ template <class T> void init_struct(T *p, uint32_t size, const T &defaults, cons
   std::memcpy(p, &defaults, std::min<size_t>(size, sizeof(T)));
   p->struct_size = size;
 }
+
+// The engine's own copy of the caller's pkv_store_params (read at the caller's struct_size,
+// checked): its strings and callback table are owned here, and params points into them.
+class StoreConfig {
+ public:
+  explicit StoreConfig(const pkv_store_params *in);
+  StoreConfig(const StoreConfig &) = delete;
+  StoreConfig &operator=(const StoreConfig &) = delete;
+  const pkv_store_params &params() const { return p_; }
+
+ private:
+  pkv_store_params p_;
+  std::string path_, host_, username_, password_, key_prefix_;
+  pkv_store_callbacks callbacks_;
+};
 
 // A cache salt's bytes; at most PKV_MAX_CACHE_SALT_BYTES.
 std::string salt_bytes(const void *salt, uint32_t salt_len);

@@ -58,6 +58,9 @@ class Backend {
   // Block copies src[i] -> dst[i], in order, every layer, K and V; kind[i] (PKV_COPY_*) says
   // which tier each id is in.
   virtual void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) = 0;
+  // Pool block `block`'s K and V of every layer into dst (host memory), layer by layer, K then V
+  // (bytes.block each): the store tier's payload. After the work queued so far (synchronous).
+  virtual void read_block(int32_t block, void *dst) = 0;
   // Prepares a step: step's arrays (host memory) stay valid and unchanged until the batch ends.
   virtual void plan(const pkv_batch_view &step) = 0;
   // write_kv of the planned step's new tokens into `layer`, then their causal paged attention.

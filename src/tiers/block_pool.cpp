@@ -32,11 +32,16 @@ void BlockPool::link(int32_t b) {
 
 int32_t BlockPool::take() {
   const int32_t b = head();
-  PKV_ASSERT(b >= 0 && blocks_[b].node == kNoNode);
+  PKV_ASSERT(b >= 0);
+  take(b);
+  return b;
+}
+
+void BlockPool::take(int32_t b) {
+  PKV_ASSERT(blocks_[b].ref == 0 && blocks_[b].node == kNoNode);
   remove(b);
   num_free_--;
   blocks_[b].ref = 1;
-  return b;
 }
 
 void BlockPool::add_ref(int32_t b) {

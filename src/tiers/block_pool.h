@@ -36,6 +36,8 @@ class BlockPool {
 
   // The head of the list, its ref count 1. It must not be cached (the caller evicts first).
   int32_t take();
+  // The same for a given ref-0 block anywhere on the list.
+  void take(int32_t b);
   // One more reference; a ref-0 block (a cached hit) leaves the list and keeps its node.
   void add_ref(int32_t b);
   // One reference less; at 0 the block joins the list (tail when cached, head when free) and

@@ -31,7 +31,7 @@ struct Header {
   uint64_t header_checksum;     // XXH3-64 of the header up to here, then of the tokens
   uint64_t reserved1;
 };
-static_assert(sizeof(Header) == 160, "the header's layout is the format");
+static_assert(sizeof(Header) == 152, "the header's layout is the format");
 
 class Sha256 {
  public:

@@ -23,6 +23,6 @@ $(OUT)/obj/%.o: %.cpp
 
 $(OUT)/fuzz_%: $(SRC)/tests/fuzz/fuzz_%.c $(PKV_OBJS)
 	$(CXX) -fsanitize=fuzzer $(SAN) $(INC) -x c -std=c11 -Wall -Wextra -MD -MP -MF $@.d $< \
-	  -x none $(PKV_OBJS) -lxxhash -lpthread -o $@
+	  -x none $(PKV_OBJS) -lxxhash -lcrypto -lhiredis -lpthread -o $@
 
 -include $(PKV_OBJS:.o=.d) $(HARNESSES:=.d)

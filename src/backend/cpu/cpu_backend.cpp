@@ -60,6 +60,16 @@ class CpuBackend final : public Backend {
     kernels().copy_blocks(tiers, shape_.num_layers, shape_.block_bytes(), src, dst, kind, n);
   }
 
+  void read_block(int32_t block, void *dst) override {
+    char *out = static_cast<char *>(dst);
+    const uint64_t bb = shape_.block_bytes();
+    for (uint32_t l = 0; l < shape_.num_layers; ++l) {
+      const uint64_t at = l * shape_.layer_bytes() + uint64_t(block) * bb;
+      std::memcpy(out + 2 * l * bb, pool_.base() + at, bb);
+      std::memcpy(out + (2 * l + 1) * bb, pool_.base() + bytes_ + at, bb);
+    }
+  }
+
   void plan(const pkv_batch_view &v) override {
     step_ = CpuStep{v.num_seqs, v.num_tokens, v.block_size, v.query_start, v.context_lens,
                     v.block_indptr, v.block_indices, v.slot_mapping};

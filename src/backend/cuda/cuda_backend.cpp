@@ -112,6 +112,20 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");
   }
 
+  void read_block(int32_t block, void *dst) override {
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    // Every layer's K (then V) of the block: a strided run per layer, into the payload's layout
+    // (layer by layer, K then V): destination pitch two blocks.
+    const size_t bb = shape_.block_bytes();
+    char *out = static_cast<char *>(dst);
+    const char *pools[2] = {static_cast<const char *>(k_), static_cast<const char *>(v_)};
+    for (int kv = 0; kv < 2; ++kv)
+      check_cuda(cudaMemcpy2DAsync(out + kv * bb, 2 * bb, pools[kv] + bb * size_t(block), shape_.layer_bytes(), bb,
+                                   shape_.num_layers, cudaMemcpyDeviceToHost, stream_),
+                 "reading a block for the store");
+    check_cuda(cudaStreamSynchronize(stream_), "reading a block for the store");
+  }
+
   // The step's arrays, packed into one device buffer with one copy; the decode split plan.
   void plan(const pkv_batch_view &v) override {
     PKV_REQUIRE(v.num_seqs <= PKV_CUDA_MAX_GRID, "a CUDA batch holds at most %d sequences, not %u",

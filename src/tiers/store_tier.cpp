@@ -1,0 +1,149 @@
+#include "tiers/store_tier.h"
+
+#include "status.h"
+
+namespace pkv {
+
+StoreTier::StoreTier(const pkv_store_params &p, const StoreShape &shape)
+    : shape_(shape),
+      fingerprint_(store_fingerprint(shape)),
+      write_mode_(p.write_mode),
+      lookup_timeout_ms_(p.lookup_timeout_ms),
+      queue_cap_(p.write_queue_blocks),
+      lookup_(make_store(p)) {
+  if (write_mode_ != PKV_STORE_READ_ONLY) {
+    writer_store_ = make_store(p);
+    writer_ = std::thread([this] { writer_loop(); });
+  }
+}
+
+StoreTier::~StoreTier() {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  writer_.join();
+}
+
+void StoreTier::keys(const std::string &salt, const int32_t *tokens, uint32_t n, std::vector<StoreKey> *out) const {
+  out->resize(size_t(n) + 1);
+  (*out)[0] = store_root_key(fingerprint_, salt);
+  for (uint32_t j = 0; j < n; ++j)
+    (*out)[j + 1] = store_block_key((*out)[j], tokens + size_t(j) * shape_.block_size, shape_.block_size);
+}
+
+uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
+                          std::vector<uint8_t> *values) {
+  values->clear();
+  if (n == 0) return 0;
+  PKV_ASSERT(keys.size() > size_t(first) + n);
+  counters_.lookups += n;
+  const uint64_t vb = shape_.value_bytes();
+  values->resize(size_t(n) * vb);
+  std::vector<uint8_t> found(n, 0);
+  const StoreStatus st = lookup_->get(&keys[first + 1], n, values->data(), vb, found.data(), lookup_timeout_ms_);
+  if (!st.ok) {
+    counters_.errors += n;
+    note_error(std::string(lookup_->kind()) + " store: " + st.error);
+    values->clear();
+    return 0;
+  }
+  uint32_t good = 0;
+  for (; good < n; ++good) {
+    const uint32_t j = first + good;  // block j: key keys[j + 1], parent keys[j]
+    if (!found[good]) {
+      counters_.misses += n - good;
+      break;
+    }
+    const std::string why = verify_value(shape_, fingerprint_, keys[j + 1], keys[j],
+                                         tokens + size_t(j) * shape_.block_size, values->data() + size_t(good) * vb);
+    if (!why.empty()) {
+      counters_.rejected++;
+      counters_.misses += n - good - 1;
+      note_error(std::string(lookup_->kind()) + " store: block " + keys[j + 1].hex() + " rejected: " + why);
+      break;
+    }
+  }
+  counters_.hits += good;
+  values->resize(size_t(good) * vb);
+  return good;
+}
+
+void StoreTier::write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written) {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.size() >= queue_cap_) {
+      counters_.put_dropped++;
+      return;
+    }
+    queue_.push_back(Job{key, std::move(value), written});
+  }
+  wake_.notify_one();
+}
+
+std::vector<StoreWritten> StoreTier::take_written() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(written_);
+}
+
+void StoreTier::flush() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
+}
+
+std::string StoreTier::last_error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_error_;
+}
+
+void StoreTier::note_error(std::string what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_error_ = std::move(what);
+}
+
+void StoreTier::writer_loop() {
+  // Takes what is queued (up to a batch) and puts it in one call; the engine never waits for it.
+  constexpr size_t kBatch = 32;
+  std::vector<Job> jobs;
+  std::vector<StoreKey> keys;
+  std::vector<uint8_t> values;
+  const uint64_t vb = shape_.value_bytes();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued is written
+      jobs.clear();
+      while (!queue_.empty() && jobs.size() < kBatch) {
+        jobs.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      busy_ = jobs.size();
+    }
+    keys.resize(jobs.size());
+    values.resize(jobs.size() * vb);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      keys[i] = jobs[i].key;
+      std::copy(jobs[i].value.begin(), jobs[i].value.end(), values.begin() + i * vb);
+    }
+    const StoreStatus st = writer_store_->put(keys.data(), jobs.size(), values.data(), vb);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (st.ok) {
+        counters_.puts += jobs.size();
+        for (const Job &j : jobs) written_.push_back(j.written);
+      } else {
+        counters_.put_errors += jobs.size();
+        last_error_ = std::string(writer_store_->kind()) + " store: writing " + std::to_string(jobs.size()) +
+                      " blocks failed: " + st.error;
+      }
+      busy_ = 0;
+    }
+    idle_.notify_all();
+  }
+}
+
+}  // namespace pkv

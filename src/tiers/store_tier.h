@@ -1,0 +1,95 @@
+// The engine's side of the store tier (DESIGN.md §11): the lookup store (the engine's thread),
+// the writer (a thread of its own with its own store, fed by a bounded queue that drops and
+// counts what does not fit), the counters of pkv_stats, and the last problem as text. Lookups
+// verify every value (store_format.h) before it can hit; a store error, a timeout or a bad value
+// is a miss, counted and explained, never a failed call.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tiers/store.h"
+#include "tiers/store_format.h"
+
+namespace pkv {
+
+struct StoreCounters {
+  std::atomic<uint64_t> lookups{0}, hits{0}, misses{0}, rejected{0}, errors{0};
+  std::atomic<uint64_t> puts{0}, put_dropped{0}, put_errors{0};
+};
+
+// A block written to the store, for a KV event of medium STORE.
+struct StoreWritten {
+  uint64_t hash, parent_hash;
+};
+
+class StoreTier {
+ public:
+  // Opens the lookup store and, unless read-only, the writer's store and thread. Throws as
+  // make_store.
+  StoreTier(const pkv_store_params &p, const StoreShape &shape);
+  ~StoreTier();  // the writer finishes the queued writes first
+  StoreTier(const StoreTier &) = delete;
+  StoreTier &operator=(const StoreTier &) = delete;
+
+  const StoreShape &shape() const { return shape_; }
+  bool writes_through() const { return write_mode_ == PKV_STORE_WRITE_THROUGH; }
+  uint32_t lookup_timeout_ms() const { return lookup_timeout_ms_; }
+
+  // The salt's root key, then the keys of blocks [0, n) of tokens under salt (n + 1 keys).
+  void keys(const std::string &salt, const int32_t *tokens, uint32_t n, std::vector<StoreKey> *out) const;
+  // Asks the store for blocks [first, first + n) (keys from keys(): block j's is keys[j + 1]) in one call
+  // and verifies them in order; values gets the leading verified ones (value_bytes each) and
+  // their number is returned. Counted in the counters.
+  uint32_t fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
+                 std::vector<uint8_t> *values);
+  // Encodes a value (value_bytes) whose payload is in place: header and tokens. key/parent: the
+  // block's store keys.
+  void encode(const StoreKey &key, const StoreKey &parent, const int32_t *tokens, uint8_t *value) const {
+    encode_value(shape_, fingerprint_, key, parent, tokens, value);
+  }
+  // Queues a complete value for the writer; dropped (and counted) when the queue is full.
+  void write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written);
+  // Blocks the writer stored since the last call.
+  std::vector<StoreWritten> take_written();
+  // Waits until every queued write is done (tests, shutdown).
+  void flush();
+
+  const StoreCounters &counters() const { return counters_; }
+  std::string last_error() const;
+
+ private:
+  struct Job {
+    StoreKey key;
+    std::vector<uint8_t> value;
+    StoreWritten written;
+  };
+
+  void note_error(std::string what);
+  void writer_loop();
+
+  StoreShape shape_;
+  StoreFingerprint fingerprint_;
+  uint32_t write_mode_, lookup_timeout_ms_, queue_cap_;
+  std::unique_ptr<Store> lookup_;
+  std::unique_ptr<Store> writer_store_;
+  StoreCounters counters_;
+
+  mutable std::mutex mutex_;  // the queue, the written list, the last error
+  std::condition_variable wake_, idle_;
+  std::deque<Job> queue_;
+  size_t busy_ = 0;           // jobs the writer has taken and not finished
+  bool stop_ = false;
+  std::vector<StoreWritten> written_;
+  std::string last_error_;
+  std::thread writer_;
+};
+
+}  // namespace pkv
