@@ -164,6 +164,7 @@ uint32_t BlockManager::admit(BlockTable &table, const std::string &salt, const i
     stats_.prefix_hit_tokens += hit_tokens;
     stats_.host_hit_tokens += uint64_t(plan.num_loads) * block_size_;
   }
+  last_loads_ = plan.num_loads;
   return hit_tokens;
 }
 

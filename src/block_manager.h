@@ -100,6 +100,8 @@ class BlockManager {
   // loaded into new pool blocks), then new blocks. Returns the tokens whose KV the hits hold.
   // Throws PKV_ERR_NO_SPACE with nothing changed.
   uint32_t admit(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t n);
+  // Of the last successful admit's hits, how many were loaded from the host tier.
+  uint32_t last_admission_loads() const { return last_loads_; }
   // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
   // copy-on-write of a shared, partly filled last block. Throws PKV_ERR_NO_SPACE with nothing
   // changed.
@@ -189,6 +191,7 @@ class BlockManager {
   KvEvents *events_ = nullptr;
   std::vector<BlockCopy> pending_copies_;
   bool collect_sealed_ = false;
+  uint32_t last_loads_ = 0;
   std::vector<SealedBlock> sealed_;
   std::unordered_map<int32_t, int32_t> host_twin_;    // pool block -> host-tier block
   std::unordered_map<int32_t, int32_t> device_twin_;  // host-tier block -> pool block

@@ -54,8 +54,11 @@ Engine::Engine(const pkv_engine_params &params)
     store_ = std::make_unique<StoreTier>(
         store_config_->params(),
         StoreShape{params_.num_layers, shape.kv_heads, params_.head_dim, params_.block_size, params_.tp_rank,
-                   params_.tp_size, params_.dtype, shape.block_bytes()});
+                   params_.tp_size, params_.dtype, shape.block_bytes()},
+        HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
+                     shape.host_bytes.layer, shape.block_bytes(), params_.num_layers});
     blocks_.collect_sealed(store_->writes_through());
+    scheduler_.set_store(store_.get());
   }
 }
 
@@ -274,7 +277,13 @@ void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, u
 
 bool Engine::step() {
   if (open_) fail(PKV_ERR_STATE, "a batch is already open on this engine: commit or abort it first");
-  const StepPlan plan = scheduler_.schedule();
+  StepPlan plan = scheduler_.schedule();
+  // Nothing to run but requests loading from the store: wait for their fetches (each bounded by
+  // the store's timeouts) rather than report an idle engine.
+  while (plan.seq_ids.empty() && scheduler_.num_loading() > 0) {
+    store_->wait_fetched(store_->lookup_timeout_ms());
+    plan = scheduler_.schedule();
+  }
   if (plan.seq_ids.empty()) return false;
   open(std::make_unique<Batch>(seqs_, plan.seq_ids.data(), plan.num_new_tokens.data(),
                                static_cast<uint32_t>(plan.seq_ids.size()), params_.block_size,
@@ -364,26 +373,7 @@ uint32_t Engine::consult_store(const std::string &salt, const int32_t *tokens, u
   store_->keys(salt, tokens, max_hits, &keys);
   std::vector<uint8_t> values;
   const uint32_t got = store_->fetch(keys, tokens, first, max_hits - first, &values);
-  if (got == 0) return 0;
-  std::vector<int32_t> host;
-  const uint32_t staged = blocks_.stage_from_store(salt, tokens, plan, got, &host);
-  const StoreShape &shape = store_->shape();
-  const uint64_t vb = shape.value_bytes(), offset = payload_offset(shape);
-  const PoolShape ps = pool_shape();
-  char *host_k = static_cast<char *>(backend_->host_k_pool()), *host_v = static_cast<char *>(backend_->host_v_pool());
-  uint32_t from_store = 0;
-  for (uint32_t i = 0; i < staged; ++i) {
-    if (host[i] < 0) continue;
-    // The payload is layer by layer, K then V: into the host tier's layout.
-    const uint8_t *payload = values.data() + size_t(i) * vb + offset;
-    for (uint32_t l = 0; l < params_.num_layers; ++l) {
-      const uint64_t at = l * ps.host_bytes.layer + uint64_t(host[i]) * ps.block_bytes();
-      std::memcpy(host_k + at, payload + (2 * uint64_t(l)) * ps.block_bytes(), ps.block_bytes());
-      std::memcpy(host_v + at, payload + (2 * uint64_t(l) + 1) * ps.block_bytes(), ps.block_bytes());
-    }
-    from_store++;
-  }
-  return from_store;
+  return got ? stage_fetched(blocks_, *store_, salt, tokens, n, first, got, values) : 0;
 }
 
 void Engine::write_sealed(const Sequence &s) {
@@ -461,6 +451,7 @@ pkv_stats Engine::stats() const {
     st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;
     st.num_store_rejected = c.rejected, st.num_store_errors = c.errors, st.num_store_puts = c.puts;
     st.num_store_put_dropped = c.put_dropped, st.num_store_put_errors = c.put_errors;
+    st.num_loading_requests = scheduler_.num_loading();
   }
   return st;
 }

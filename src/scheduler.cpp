@@ -21,6 +21,24 @@ template <class F> bool fits(F &&f) {
 
 }  // namespace
 
+uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt, const int32_t *tokens,
+                       uint32_t n, uint32_t first, uint32_t got, const std::vector<uint8_t> &values) {
+  const BlockManager::Admission plan = blocks.plan_admission(salt, tokens, n);
+  const uint32_t now = static_cast<uint32_t>(plan.hit_blocks.size());
+  if (now < first || now >= first + got) return 0;  // a gap before them, or nothing left to add
+  const uint32_t skip = now - first;
+  std::vector<int32_t> host;
+  const uint32_t staged = blocks.stage_from_store(salt, tokens, plan, got - skip, &host);
+  const uint64_t vb = store.shape().value_bytes();
+  uint32_t from_store = 0;
+  for (uint32_t i = 0; i < staged; ++i) {
+    if (host[i] < 0) continue;
+    store.stage(values.data() + size_t(skip + i) * vb, host[i]);
+    from_store++;
+  }
+  return from_store;
+}
+
 uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                            const std::string &salt) {
   PKV_REQUIRE(rp.max_new_tokens >= 1, "max_new_tokens must be >= 1");
@@ -95,7 +113,37 @@ bool Scheduler::swap_out_victim(Sequence &victim) {
   return true;
 }
 
+void Scheduler::absorb_fetched() {
+  if (!store_) return;
+  for (StoreFetched &f : store_->take_fetched()) {
+    const Sequence *found = seqs_.find(f.id);
+    if (!found || found->state != SeqState::kLoading) continue;  // released meanwhile
+    Sequence *s = &seqs_.get(f.id);
+    num_loading_--;
+    s->state = SeqState::kWaiting;
+    s->request.store_staged = f.got ? stage_fetched(blocks_, *store_, s->salt, s->tokens.data(), s->num_tokens(),
+                                                    f.first, f.got, f.values)
+                                    : 0;
+  }
+}
+
+bool Scheduler::start_lookup(Sequence &s) {
+  s.request.store_looked_up = true;
+  const uint32_t n = s.num_tokens();
+  const BlockManager::Admission plan = blocks_.plan_admission(s.salt, s.tokens.data(), n);
+  const uint32_t max_hits = (n - 1) / limits_.block_size, first = static_cast<uint32_t>(plan.hit_blocks.size());
+  if (first >= max_hits) return false;
+  std::vector<StoreKey> keys;
+  store_->keys(s.salt, s.tokens.data(), max_hits, &keys);
+  store_->fetch_async(s.id, std::move(keys), std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + size_t(max_hits) * limits_.block_size),
+                      first, max_hits - first);
+  s.state = SeqState::kLoading;
+  num_loading_++;
+  return true;
+}
+
 StepPlan Scheduler::schedule() {
+  absorb_fetched();
   std::vector<uint64_t> chosen;
   bool preempted = false;
   // Running requests first, oldest first: their sampled tokens get slots, then they compute.
@@ -136,11 +184,19 @@ StepPlan Scheduler::schedule() {
     if (!fits([&] { reserve_unslotted(s, blocks_); })) break;
     if (s.num_uncomputed() > 0) add(s);
   }
-  while (room() && swapped_.empty() && !waiting_.empty()) {
-    Sequence &s = seqs_.get(waiting_.front());
+  // A request not yet asked of the store starts loading and lets the ones behind it go first.
+  for (size_t i = 0; room() && swapped_.empty() && i < waiting_.size();) {
+    Sequence &s = seqs_.get(waiting_[i]);
+    if (s.state == SeqState::kLoading || (store_ && !s.request.store_looked_up && start_lookup(s))) {
+      ++i;
+      continue;
+    }
     if (!fits([&] { admit(s, blocks_); })) break;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + long(i));
     running_.push_back(s.id);
+    const uint32_t loads = blocks_.last_admission_loads();
+    blocks_.count_store_hits(std::min(s.request.store_staged, loads));
+    s.request.store_staged = 0;
     add(s);
   }
   plan.num_tokens = limits_.max_num_batched_tokens - budget;
@@ -171,6 +227,7 @@ size_t Scheduler::drain_finished(uint64_t *out, size_t cap) {
 
 void Scheduler::forget(const Sequence &s) {
   if (s.state == SeqState::kFinished) num_finished_--;
+  if (s.state == SeqState::kLoading) num_loading_--;  // its fetch's result will be dropped
   auto drop = [id = s.id](auto &c) {
     auto it = std::find(c.begin(), c.end(), id);
     if (it != c.end()) c.erase(it);
@@ -188,10 +245,14 @@ void Scheduler::check() const {
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) is in the %s queue", (unsigned long long)id,
            state_name(s.state), queue);
   };
+  size_t loading = 0;
   for (uint64_t id : waiting_) {
     const SeqState st = seqs_.get(id).state;
-    expect(id, st == SeqState::kWaiting || st == SeqState::kPreempted, "waiting");
+    expect(id, st == SeqState::kWaiting || st == SeqState::kPreempted || st == SeqState::kLoading, "waiting");
+    loading += st == SeqState::kLoading;
   }
+  if (loading != num_loading_)
+    fail(PKV_ERR_INTERNAL, "%zu requests loading from the store, %zu counted", loading, num_loading_);
   for (uint64_t id : swapped_) expect(id, seqs_.get(id).state == SeqState::kSwapped, "swapped");
   for (uint64_t id : running_) expect(id, seqs_.get(id).running(), "running");
   for (uint64_t id : finished_) expect(id, seqs_.get(id).state == SeqState::kFinished, "finished");

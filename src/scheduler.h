@@ -12,6 +12,7 @@
 #include "block_manager.h"
 #include "pkv/pkv.h"
 #include "sequence.h"
+#include "tiers/store_tier.h"
 
 namespace pkv {
 
@@ -31,6 +32,12 @@ struct StepPlan {
   uint32_t num_tokens = 0;
 };
 
+// Stages store blocks fetched for tokens under salt (blocks [first, first + got), values
+// value_bytes each) in the host tier, where the prefix tree now stops (what it already holds is
+// skipped; nothing when it stops before `first`). Returns how many blocks came from the store.
+uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt, const int32_t *tokens,
+                       uint32_t n, uint32_t first, uint32_t got, const std::vector<uint8_t> &values);
+
 class Scheduler {
  public:
   Scheduler(const SchedulerLimits &limits, SequenceTable &seqs, BlockManager &blocks)
@@ -38,6 +45,10 @@ class Scheduler {
 
   uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                   const std::string &salt);
+  // With a store, a waiting request is first looked up there in the background (loading); it is
+  // admitted once the fetch came back, while others run.
+  void set_store(StoreTier *store) { store_ = store; }
+  size_t num_loading() const { return num_loading_; }
   // Reserves the slots of the running requests' sampled tokens (preempting the newest running
   // request while blocks run out) and admits waiting ones; an empty plan means nothing to run.
   StepPlan schedule();
@@ -69,6 +80,10 @@ class Scheduler {
   bool swap_out_victim(Sequence &victim);  // false: it is preempted by recompute instead
   bool wants_swap(const Sequence &victim) const;
   void finish_request(Sequence &s, uint32_t reason);
+  // The fetches that came back: their requests stage the blocks and wait to be admitted.
+  void absorb_fetched();
+  // Starts the store lookup of a waiting request; false when there is nothing to ask.
+  bool start_lookup(Sequence &s);
 
   SchedulerLimits limits_;
   SequenceTable &seqs_;
@@ -81,6 +96,8 @@ class Scheduler {
   uint64_t num_scheduled_tokens_ = 0;
   uint64_t num_steps_ = 0;
   uint64_t num_swap_preemptions_ = 0;
+  StoreTier *store_ = nullptr;
+  size_t num_loading_ = 0;
 };
 
 }  // namespace pkv

@@ -11,6 +11,7 @@ const char *state_name(SeqState state) {
     case SeqState::kPreempted: return "preempted";
     case SeqState::kFinished: return "finished";
     case SeqState::kSwapped: return "swapped";
+    case SeqState::kLoading: return "loading";
   }
   return "unknown";
 }

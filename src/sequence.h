@@ -21,6 +21,7 @@ enum class SeqState : uint8_t {
   kPreempted,  // gave its blocks back and keeps its tokens, to be re-admitted (recompute)
   kFinished,   // a request that reached its stop token or length: tokens kept, no blocks
   kSwapped,    // its KV moved to the host tier: tokens, computed count and host blocks kept
+  kLoading,    // a waiting request whose prefix blocks are being fetched from the store
 };
 
 // What the scheduler keeps of a request (pkv_submit).
@@ -32,6 +33,8 @@ struct Request {
   int32_t stop_token = -1;
   int32_t priority = 0;
   uint32_t finish_reason = PKV_FINISH_NONE;
+  bool store_looked_up = false;  // its prompt was asked of the store (once per admission)
+  uint32_t store_staged = 0;     // blocks the store gave it, staged in the host tier
 };
 
 struct Sequence {

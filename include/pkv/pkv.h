@@ -392,6 +392,9 @@ typedef struct pkv_stats {
   uint64_t num_store_puts;        /* blocks written to the store */
   uint64_t num_store_put_dropped; /* blocks not written: the write queue was full */
   uint64_t num_store_put_errors;  /* blocks not written: the store failed (full disk, server gone) */
+  uint64_t num_loading_requests;  /* submitted requests whose prefix is being fetched from the store
+                                     (counted in num_waiting_requests); pkv_step admits them when
+                                     their fetch is back, and waits for it when nothing else runs */
 } pkv_stats;
 
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);

@@ -1,16 +1,21 @@
 #include "tiers/store_tier.h"
 
+#include <chrono>
+#include <cstring>
+
 #include "status.h"
 
 namespace pkv {
 
-StoreTier::StoreTier(const pkv_store_params &p, const StoreShape &shape)
+StoreTier::StoreTier(const pkv_store_params &p, const StoreShape &shape, const HostTierView &host)
     : shape_(shape),
       fingerprint_(store_fingerprint(shape)),
       write_mode_(p.write_mode),
       lookup_timeout_ms_(p.lookup_timeout_ms),
       queue_cap_(p.write_queue_blocks),
-      lookup_(make_store(p)) {
+      lookup_(make_store(p)),
+      host_(host),
+      params_(p) {
   if (write_mode_ != PKV_STORE_READ_ONLY) {
     writer_store_ = make_store(p);
     writer_ = std::thread([this] { writer_loop(); });
@@ -18,6 +23,14 @@ StoreTier::StoreTier(const pkv_store_params &p, const StoreShape &shape)
 }
 
 StoreTier::~StoreTier() {
+  if (fetcher_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(fetch_mutex_);
+      fetch_stop_ = true;
+    }
+    fetch_wake_.notify_all();
+    fetcher_.join();
+  }
   if (!writer_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -36,6 +49,65 @@ void StoreTier::keys(const std::string &salt, const int32_t *tokens, uint32_t n,
 
 uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
                           std::vector<uint8_t> *values) {
+  return fetch_from(*lookup_, keys, tokens, first, n, values);
+}
+
+void StoreTier::fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first,
+                            uint32_t n) {
+  if (!fetcher_.joinable()) {
+    fetcher_store_ = make_store(params_);  // throws before anything changed
+    fetcher_ = std::thread([this] { fetcher_loop(); });
+  }
+  {
+    std::lock_guard<std::mutex> lock(fetch_mutex_);
+    fetch_queue_.push_back(FetchJob{id, std::move(keys), std::move(tokens), first, n});
+  }
+  fetch_wake_.notify_one();
+}
+
+std::vector<StoreFetched> StoreTier::take_fetched() {
+  std::lock_guard<std::mutex> lock(fetch_mutex_);
+  return std::move(fetched_);
+}
+
+bool StoreTier::wait_fetched(uint32_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(fetch_mutex_);
+  return fetch_done_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !fetched_.empty(); });
+}
+
+void StoreTier::fetcher_loop() {
+  for (;;) {
+    FetchJob job;
+    {
+      std::unique_lock<std::mutex> lock(fetch_mutex_);
+      fetch_wake_.wait(lock, [&] { return fetch_stop_ || !fetch_queue_.empty(); });
+      if (fetch_stop_) return;
+      job = std::move(fetch_queue_.front());
+      fetch_queue_.pop_front();
+    }
+    StoreFetched out{job.id, job.first, 0, {}};
+    out.got = fetch_from(*fetcher_store_, job.keys, job.tokens.data(), job.first, job.n, &out.values);
+    {
+      std::lock_guard<std::mutex> lock(fetch_mutex_);
+      fetched_.push_back(std::move(out));
+    }
+    fetch_done_.notify_all();
+  }
+}
+
+void StoreTier::stage(const uint8_t *value, int32_t host) const {
+  // The payload is layer by layer, K then V: into the host tier's layout.
+  const uint8_t *payload = value + payload_offset(shape_);
+  const uint64_t bb = host_.block_bytes;
+  for (uint32_t l = 0; l < host_.num_layers; ++l) {
+    const uint64_t at = l * host_.layer_bytes + uint64_t(host) * bb;
+    std::memcpy(host_.k + at, payload + 2 * uint64_t(l) * bb, bb);
+    std::memcpy(host_.v + at, payload + (2 * uint64_t(l) + 1) * bb, bb);
+  }
+}
+
+uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, const int32_t *tokens,
+                               uint32_t first, uint32_t n, std::vector<uint8_t> *values) {
   values->clear();
   if (n == 0) return 0;
   PKV_ASSERT(keys.size() > size_t(first) + n);
@@ -43,10 +115,10 @@ uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *toke
   const uint64_t vb = shape_.value_bytes();
   values->resize(size_t(n) * vb);
   std::vector<uint8_t> found(n, 0);
-  const StoreStatus st = lookup_->get(&keys[first + 1], n, values->data(), vb, found.data(), lookup_timeout_ms_);
+  const StoreStatus st = store.get(&keys[first + 1], n, values->data(), vb, found.data(), lookup_timeout_ms_);
   if (!st.ok) {
     counters_.errors += n;
-    note_error(std::string(lookup_->kind()) + " store: " + st.error);
+    note_error(std::string(store.kind()) + " store: " + st.error);
     values->clear();
     return 0;
   }
@@ -62,7 +134,7 @@ uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *toke
     if (!why.empty()) {
       counters_.rejected++;
       counters_.misses += n - good - 1;
-      note_error(std::string(lookup_->kind()) + " store: block " + keys[j + 1].hex() + " rejected: " + why);
+      note_error(std::string(store.kind()) + " store: block " + keys[j + 1].hex() + " rejected: " + why);
       break;
     }
   }

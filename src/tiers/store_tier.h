@@ -30,11 +30,26 @@ struct StoreWritten {
   uint64_t hash, parent_hash;
 };
 
+// Where the host tier's bytes are (host memory on every backend): fetched blocks are staged there.
+struct HostTierView {
+  char *k, *v;
+  uint64_t layer_bytes, block_bytes;
+  uint32_t num_layers;
+};
+
+// A finished background fetch (fetch_async): blocks [first, first + got) of the request's tokens,
+// verified, values value_bytes each.
+struct StoreFetched {
+  uint64_t id;
+  uint32_t first, got;
+  std::vector<uint8_t> values;
+};
+
 class StoreTier {
  public:
   // Opens the lookup store and, unless read-only, the writer's store and thread. Throws as
   // make_store.
-  StoreTier(const pkv_store_params &p, const StoreShape &shape);
+  StoreTier(const pkv_store_params &p, const StoreShape &shape, const HostTierView &host);
   ~StoreTier();  // the writer finishes the queued writes first
   StoreTier(const StoreTier &) = delete;
   StoreTier &operator=(const StoreTier &) = delete;
@@ -50,6 +65,15 @@ class StoreTier {
   // their number is returned. Counted in the counters.
   uint32_t fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
                  std::vector<uint8_t> *values);
+  // The scheduler's lookups: the fetch runs on a thread of its own (with its own store) and its
+  // result comes back through take_fetched(); keys and tokens as for fetch().
+  void fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first, uint32_t n);
+  std::vector<StoreFetched> take_fetched();
+  // Waits until a fetch has finished (true) or timeout_ms passed (false).
+  bool wait_fetched(uint32_t timeout_ms);
+  // Copies a fetched value's payload into host-tier block `host`.
+  void stage(const uint8_t *value, int32_t host) const;
+
   // Encodes a value (value_bytes) whose payload is in place: header and tokens. key/parent: the
   // block's store keys.
   void encode(const StoreKey &key, const StoreKey &parent, const int32_t *tokens, uint8_t *value) const {
@@ -72,8 +96,19 @@ class StoreTier {
     StoreWritten written;
   };
 
+  struct FetchJob {
+    uint64_t id;
+    std::vector<StoreKey> keys;
+    std::vector<int32_t> tokens;
+    uint32_t first, n;
+  };
+
   void note_error(std::string what);
   void writer_loop();
+  void fetcher_loop();
+  // fetch() on a given store.
+  uint32_t fetch_from(Store &store, const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first,
+                      uint32_t n, std::vector<uint8_t> *values);
 
   StoreShape shape_;
   StoreFingerprint fingerprint_;
@@ -90,6 +125,16 @@ class StoreTier {
   std::vector<StoreWritten> written_;
   std::string last_error_;
   std::thread writer_;
+
+  HostTierView host_;
+  std::unique_ptr<Store> fetcher_store_;  // made at the first fetch_async
+  std::mutex fetch_mutex_;
+  std::condition_variable fetch_wake_, fetch_done_;
+  std::deque<FetchJob> fetch_queue_;
+  std::vector<StoreFetched> fetched_;
+  bool fetch_stop_ = false;
+  std::thread fetcher_;
+  pkv_store_params params_;  // the engine's copy (its strings outlive this)
 };
 
 }  // namespace pkv

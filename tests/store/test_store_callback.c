@@ -291,6 +291,67 @@ static void test_failing_store(void)
   map_free(&m);
 }
 
+/* The scheduler's path: a submitted request whose prefix is in the store loads in the background
+ * (another request runs meanwhile), then is admitted with the store's blocks as cached tokens;
+ * pkv_step waits for the fetch when nothing else can run. */
+static void test_scheduler_loads(void)
+{
+  map m = {0};
+  const pkv_store_callbacks cb = callbacks(&m);
+  int32_t t[13], other[3];
+  tu_fill(t, 13, 300);
+  tu_fill(other, 3, 900); /* shorter than a block: nothing to ask of the store */
+  pkv_engine *a = engine(&cb, D);
+  if (!a)
+    return;
+  compute(a, t, 13, NULL, 9);
+  pkv_engine_destroy(a);
+  pkv_engine *b = engine(&cb, D);
+  if (!b)
+    return;
+  pkv_request_params rp;
+  pkv_request_params_init(&rp, sizeof rp);
+  rp.max_new_tokens = 2;
+  uint64_t x = 0, y = 0;
+  CHECK_OK(pkv_submit(b, t, 13, &rp, &x));
+  CHECK_OK(pkv_submit(b, other, 3, &rp, &y));
+  /* Step 1: x starts loading, y runs. */
+  pkv_batch *bt = NULL;
+  CHECK_OK(pkv_step(b, &bt));
+  if (!CHECK(bt != NULL))
+    return;
+  pkv_batch_view v = tu_view(bt);
+  CHECK_EQ_INT(v.num_seqs, 1);
+  CHECK(v.seq_ids[0] == y);
+  CHECK_EQ_INT(tu_stats(b).num_loading_requests, 1);
+  CHECK_ENGINE(b);
+  int32_t sampled[2] = {5, 5};
+  CHECK_OK(pkv_commit(bt, sampled));
+  /* Then x comes in with 12 cached tokens (the store's), 1 to compute, once its fetch is back. */
+  int admitted = 0;
+  for (int step = 0; step < 50 && !admitted; step++) {
+    if (!CHECK_OK(pkv_step(b, &bt)) || !bt)
+      break;
+    v = tu_view(bt);
+    CHECK_OK(pkv_batch_copy(bt)); /* the loads, before anything reads the pool */
+    for (uint32_t i = 0; i < v.num_seqs; i++) {
+      if (v.seq_ids[i] != x)
+        continue;
+      admitted = 1;
+      CHECK_EQ_INT(v.query_start[i + 1] - v.query_start[i], 1);
+      CHECK_EQ_INT(kv_pattern(b, x, 9, 12, 1), 0);
+    }
+    CHECK_OK(pkv_commit(bt, sampled));
+  }
+  CHECK(admitted);
+  const pkv_stats st = tu_stats(b);
+  CHECK_EQ_INT(st.store_hit_tokens, 12);
+  CHECK_EQ_INT(st.num_loading_requests, 0);
+  CHECK_ENGINE(b);
+  pkv_engine_destroy(b);
+  map_free(&m);
+}
+
 /* Bad store parameters are refused at create, naming the field. */
 static void test_bad_params(void)
 {
@@ -331,6 +392,7 @@ int main(void)
   TU_RUN(test_share_between_engines);
   TU_RUN(test_damaged_values);
   TU_RUN(test_failing_store);
+  TU_RUN(test_scheduler_loads);
   TU_RUN(test_bad_params);
   return tu_summary();
 }
