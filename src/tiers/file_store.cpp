@@ -332,6 +332,7 @@ std::string FileStore::write_block(const StoreKey &key, const uint8_t *value, si
   if (fd < 0 && errno == ENOENT) {  // the shard's first block (or the directory was removed)
     const std::string shard = shard_of(key.hex());
     if (mkdir(shard.c_str(), 0755) == 0) fsync_dir(dir_);
+    else if (errno != EEXIST) return why("mkdir", shard, errno);
     fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   }
   if (fd < 0) return why("create", temp, errno);
