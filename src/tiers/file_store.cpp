@@ -60,7 +60,9 @@ std::string temp_name(const std::string &final_path, const std::string &host) {
 }
 
 bool parse_hex_key(const char *s, StoreKey *key) {
-  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
   for (int i = 0; i < 32; ++i) {
     const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
     if (hi < 0 || lo < 0) return false;
@@ -128,7 +130,8 @@ class XfszBlock {
     if (!active_) return;
     sigset_t pending;
     const timespec zero{};
-    while (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) && sigtimedwait(&xfsz_, nullptr, &zero) > 0) {
+    while (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) &&
+           sigtimedwait(&xfsz_, nullptr, &zero) > 0) {
     }
     pthread_sigmask(SIG_SETMASK, &old_, nullptr);
   }
@@ -150,7 +153,8 @@ struct KeyHash {
 
 class FileStore final : public Store {
  public:
-  FileStore(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), host_(host_tag()), max_bytes_(max_bytes) {
+  FileStore(std::string dir, uint64_t max_bytes)
+      : dir_(std::move(dir)), host_(host_tag()), max_bytes_(max_bytes) {
     scan();
   }
   const char *kind() const override { return "file"; }
@@ -172,7 +176,12 @@ class FileStore final : public Store {
     return shard_of(hex) + "/" + hex + kBlockSuffix;
   }
   void scan();
-  void scan_shard(const std::string &shard, std::vector<std::pair<int64_t, std::pair<StoreKey, uint64_t>>> *found);
+  struct Found {
+    int64_t used_ns;
+    StoreKey key;
+    uint64_t bytes;
+  };
+  void scan_shard(const std::string &shard, std::vector<Found> *found);
   void remove_if_stale_temp(int dirfd, const char *name);
   void remember(const StoreKey &key, uint64_t bytes, int64_t seen_ns);
   void forget(const StoreKey &key);
@@ -218,8 +227,7 @@ void FileStore::remove_if_stale_temp(int dirfd, const char *name) {
   if (stale) unlinkat(dirfd, name, 0);  // ENOENT: another store cleaned it first
 }
 
-void FileStore::scan_shard(const std::string &shard,
-                           std::vector<std::pair<int64_t, std::pair<StoreKey, uint64_t>>> *found) {
+void FileStore::scan_shard(const std::string &shard, std::vector<Found> *found) {
   DIR *d = opendir((dir_ + "/" + shard).c_str());
   if (!d) return;  // a stray file named like a shard, or unreadable: its keys will read as errors
   while (const dirent *e = readdir(d)) {
@@ -229,7 +237,7 @@ void FileStore::scan_shard(const std::string &shard,
     if (len == 64 + 4 && std::strcmp(e->d_name + 64, kBlockSuffix) == 0 &&
         std::strncmp(e->d_name, shard.c_str(), 2) == 0 && parse_hex_key(e->d_name, &key)) {
       if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-        found->push_back({used_ns(st), {key, uint64_t(st.st_size)}});
+        found->push_back({used_ns(st), key, uint64_t(st.st_size)});
     } else {
       remove_if_stale_temp(dirfd(d), e->d_name);
     }
@@ -241,7 +249,7 @@ void FileStore::scan_shard(const std::string &shard,
 void FileStore::scan() {
   DIR *d = opendir(dir_.c_str());
   if (!d) fail(PKV_ERR_STORE, "file store: cannot open %s: %s", dir_.c_str(), std::strerror(errno));
-  std::vector<std::pair<int64_t, std::pair<StoreKey, uint64_t>>> found;
+  std::vector<Found> found;
   while (const dirent *e = readdir(d)) {
     const char *n = e->d_name;
     if (std::strlen(n) == 2 && std::isxdigit(uint8_t(n[0])) && std::isxdigit(uint8_t(n[1])) &&
@@ -251,8 +259,8 @@ void FileStore::scan() {
       remove_if_stale_temp(dirfd(d), n);
   }
   closedir(d);
-  std::sort(found.begin(), found.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
-  for (const auto &[seen, kb] : found) remember(kb.first, kb.second, seen);
+  std::sort(found.begin(), found.end(), [](const Found &a, const Found &b) { return a.used_ns < b.used_ns; });
+  for (const Found &f : found) remember(f.key, f.bytes, f.used_ns);
 }
 
 StoreStatus FileStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
@@ -268,8 +276,8 @@ StoreStatus FileStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
 }
 
 // Local files: timeout_ms does not apply (a read is not abandoned half way).
-StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes, uint8_t *found,
-                           uint32_t /*timeout_ms*/) {
+StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
+                           uint8_t *found, uint32_t /*timeout_ms*/) {
   std::string error;
   size_t failed = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -289,7 +297,8 @@ StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size
     if (fstat(fd, &st) != 0) {
       error = why("stat", path, errno), ++failed;
     } else if (S_ISREG(st.st_mode)) {  // a wrong size (truncated, padded) is a miss
-      const int err = uint64_t(st.st_size) != value_bytes ? -1 : read_full(fd, values + i * value_bytes, value_bytes);
+      uint8_t *value = values + i * value_bytes;
+      const int err = uint64_t(st.st_size) != value_bytes ? -1 : read_full(fd, value, value_bytes);
       if (err > 0) error = why("read", path, err), ++failed;
       found[i] = err == 0;
       remember(keys[i], uint64_t(st.st_size), used_ns(st));
@@ -318,14 +327,16 @@ std::string FileStore::make_room(const StoreKey &key, uint64_t value_bytes) {
       remember(victim, uint64_t(st.st_size), used_ns(st));
       continue;
     }
-    if (unlink(path.c_str()) != 0 && errno != ENOENT) return "cannot make room: " + why("unlink", path, errno);
+    if (unlink(path.c_str()) != 0 && errno != ENOENT)
+      return "cannot make room: " + why("unlink", path, errno);
     forget(victim);
   }
   return "";
 }
 
 // Temp file, write, fsync, rename: "" or why not (the temp file is gone either way).
-std::string FileStore::write_block(const StoreKey &key, const uint8_t *value, size_t value_bytes, int64_t *seen_ns) {
+std::string FileStore::write_block(const StoreKey &key, const uint8_t *value, size_t value_bytes,
+                                   int64_t *seen_ns) {
   const std::string final_path = path_of(key);
   std::string temp = temp_name(final_path, host_);
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -2,8 +2,9 @@
 // (missing, truncated, padded); a restart; the size cap's LRU, also across the engine's two stores
 // (reads on one, writes and evictions on the other) and across a restart; a value over the cap;
 // a full disk (RLIMIT_FSIZE: EFBIG, not SIGXFSZ); an I/O error on one key of a batch; kill -9
-// during writes (no torn block under a final name, temp files cleaned on open); which temp files
-// open removes; a read-only directory (as a non-root user: root ignores modes); bad parameters.
+// during writes (no torn block under a final name, temp files cleaned on open); a reader and a
+// writer thread on their own stores at once; which temp files an open removes; a read-only
+// directory (as a non-root user: root ignores modes); bad parameters.
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -13,10 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "status.h"
@@ -95,17 +98,18 @@ pkv::StoreStatus put(Store &s, const std::vector<uint64_t> &ids, size_t n) {
 }
 
 // 1 per key found with its right value, 0 per miss; -1 for a wrong value.
-std::vector<int> get(Store &s, const std::vector<uint64_t> &ids, size_t n, pkv::StoreStatus *status = nullptr) {
+std::vector<int> get(Store &s, const std::vector<uint64_t> &ids, size_t n,
+                     pkv::StoreStatus *status = nullptr) {
   std::vector<StoreKey> keys;
   for (uint64_t id : ids) keys.push_back(key_of(id));
   std::vector<uint8_t> values(ids.size() * n), found(ids.size(), 7);
   const pkv::StoreStatus st = s.get(keys.data(), keys.size(), values.data(), n, found.data(), 0);
   if (status) *status = st;
   std::vector<int> out;
-  for (size_t i = 0; i < ids.size(); ++i)
-    out.push_back(found[i] == 1 ? (value_of(keys[i], n) == std::vector<uint8_t>(values.begin() + i * n,
-                                                                            values.begin() + (i + 1) * n) ? 1 : -1)
-                                : found[i] == 0 ? 0 : -2);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<uint8_t> got(values.begin() + i * n, values.begin() + (i + 1) * n);
+    out.push_back(found[i] == 1 ? (got == value_of(keys[i], n) ? 1 : -1) : found[i] == 0 ? 0 : -2);
+  }
   return out;
 }
 
@@ -295,6 +299,26 @@ void test_kill9() {
   CHECK(found == blocks && bad == 0);
 }
 
+// The engine's pair at once: a writer thread (evicting under a small cap) and a reader thread on
+// their own stores. A read sees a whole value or a miss, never part of one.
+void test_reader_and_writer_threads() {
+  const std::string dir = new_dir();
+  const size_t n = 65536 + 3;
+  auto writer = open_store(dir, 8 * n), reader = open_store(dir);
+  std::atomic<bool> done{false};
+  std::thread w([&] {
+    for (uint64_t i = 0; i < 400; ++i) put(*writer, {i * 7 % 24, i * 11 % 24}, n);
+    done = true;
+  });
+  int hits = 0, bad = 0;
+  for (uint64_t i = 0; !done; ++i)
+    for (int r : get(*reader, {i % 24, i * 5 % 24}, n)) hits += r == 1, bad += r < 0;
+  w.join();
+  fprintf(stderr, "  (threads: %d hits)\n", hits);
+  CHECK(bad == 0 && hits > 0);
+  CHECK(count_temps(dir) == 0);
+}
+
 std::string host_tag() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
@@ -317,7 +341,8 @@ void test_temp_cleanup() {
   const std::string old_tmp = base + host + "." + std::to_string(getpid()) + ".2";
   const std::string foreign_tmp = base + "other-host." + std::to_string(dead) + ".3";
   const std::string probe_tmp = dir + "/.probe.tmp." + host + "." + std::to_string(dead) + ".4";
-  for (const std::string &p : {dead_tmp, live_tmp, old_tmp, foreign_tmp, probe_tmp}) fclose(fopen(p.c_str(), "w"));
+  for (const std::string &p : {dead_tmp, live_tmp, old_tmp, foreign_tmp, probe_tmp})
+    fclose(fopen(p.c_str(), "w"));
   const timespec two_minutes_ago[2] = {{time(nullptr) - 120, 0}, {time(nullptr) - 120, 0}};
   CHECK(utimensat(AT_FDCWD, old_tmp.c_str(), two_minutes_ago, 0) == 0);
   auto s = open_store(dir);
@@ -340,8 +365,8 @@ void test_read_only() {
 #define BAD(x) (!check(!(x), #x, __LINE__))
     auto s = open_store(dir);
     bad += BAD(!put(*s, {1, 2}, 100).ok);
-    for (const std::string &shard : {dir + "/" + key_of(1).hex().substr(0, 2), dir + "/" + key_of(2).hex().substr(0, 2), dir})
-      chmod(shard.c_str(), 0555);
+    for (uint64_t id : {1, 2}) chmod((dir + "/" + key_of(id).hex().substr(0, 2)).c_str(), 0555);
+    chmod(dir.c_str(), 0555);
     const pkv::StoreStatus st = put(*s, {1, 3}, 100);
     bad += BAD(st.ok || st.error.find(strerror(EACCES)) == std::string::npos);
     bad += BAD(count_temps(dir) != 0);
@@ -403,7 +428,9 @@ int main() {
   } tests[] = {{"round_trip", test_round_trip}, {"wrong_sizes", test_wrong_sizes}, {"restart", test_restart},
                {"cap", test_cap}, {"cap_two_stores_and_restart", test_cap_two_stores_and_restart},
                {"full_disk", test_full_disk}, {"io_error", test_io_error}, {"kill9", test_kill9},
-               {"temp_cleanup", test_temp_cleanup}, {"read_only", test_read_only}, {"bad_params", test_bad_params}};
+               {"reader_and_writer_threads", test_reader_and_writer_threads},
+               {"temp_cleanup", test_temp_cleanup}, {"read_only", test_read_only},
+               {"bad_params", test_bad_params}};
   for (const auto &t : tests) {
     fprintf(stderr, "%s\n", t.name);
     try {
