@@ -217,10 +217,13 @@ void FileStore::remove_if_stale_temp(int dirfd, const char *name) {
   const char *mark = std::strstr(name, kTempMark);
   struct stat st;
   if (!mark || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return;
-  const std::string tail(mark + std::strlen(kTempMark));  // <host>.<pid>.<n>
+  const std::string tail(mark + std::strlen(kTempMark));  // <host>.<pid>.<n>, or not ours
   const size_t dot1 = tail.find('.'), dot2 = tail.rfind('.');
+  if (dot1 == std::string::npos || dot2 <= dot1 + 1 || dot2 + 1 == tail.size() ||
+      tail.find_first_not_of("0123456789.", dot1) != std::string::npos || tail.find('.', dot1 + 1) != dot2)
+    return;
   bool stale = now_ns() - ns_of(st.st_mtim) > kStaleTempNs;
-  if (!stale && dot1 != std::string::npos && dot2 > dot1 && tail.substr(0, dot1) == host_) {
+  if (!stale && tail.compare(0, dot1, host_) == 0 && dot1 == host_.size()) {
     const long pid = std::strtol(tail.c_str() + dot1 + 1, nullptr, 10);
     stale = pid > 0 && pid != getpid() && kill(pid_t(pid), 0) != 0 && errno == ESRCH;
   }

@@ -341,14 +341,17 @@ void test_temp_cleanup() {
   const std::string old_tmp = base + host + "." + std::to_string(getpid()) + ".2";
   const std::string foreign_tmp = base + "other-host." + std::to_string(dead) + ".3";
   const std::string probe_tmp = dir + "/.probe.tmp." + host + "." + std::to_string(dead) + ".4";
-  for (const std::string &p : {dead_tmp, live_tmp, old_tmp, foreign_tmp, probe_tmp})
+  const std::string not_ours = dir + "/notes.tmp.keep";  // not a temp name of the store's
+  for (const std::string &p : {dead_tmp, live_tmp, old_tmp, foreign_tmp, probe_tmp, not_ours})
     fclose(fopen(p.c_str(), "w"));
   const timespec two_minutes_ago[2] = {{time(nullptr) - 120, 0}, {time(nullptr) - 120, 0}};
   CHECK(utimensat(AT_FDCWD, old_tmp.c_str(), two_minutes_ago, 0) == 0);
+  CHECK(utimensat(AT_FDCWD, not_ours.c_str(), two_minutes_ago, 0) == 0);
   auto s = open_store(dir);
   CHECK(access(dead_tmp.c_str(), F_OK) != 0 && access(old_tmp.c_str(), F_OK) != 0);
   CHECK(access(probe_tmp.c_str(), F_OK) != 0);
   CHECK(access(live_tmp.c_str(), F_OK) == 0 && access(foreign_tmp.c_str(), F_OK) == 0);
+  CHECK(access(not_ours.c_str(), F_OK) == 0);
   CHECK(get(*s, {1}, 100) == Ints({1}));
 }
 
