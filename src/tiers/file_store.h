@@ -7,6 +7,36 @@
 // recently used blocks (by access time kept in the store's own index) are removed to make room.
 // A write that fails (a full disk, EFBIG under RLIMIT_FSIZE, a read-only directory) leaves
 // nothing behind and is reported: the engine counts it and keeps serving.
+//
+// Layout: <path>/<hh>/<key hex>.blk, hh the key's first byte in hex (256 shards, made on their
+// first write), so no directory grows past 1/256 of the store. A block is found only when its
+// file is exactly value_bytes long (truncated or padded: a miss). Other names are left alone.
+//
+// Temporary files: <final name>.tmp.<host>.<pid>.<n> in the block's shard (the open's write probe:
+// <path>/.probe.tmp.<host>.<pid>.<n>). Opening a store removes those over a minute old, and those
+// of this host (gethostname, [A-Za-z0-9-] only) whose pid is gone; others may be live writers.
+//
+// Index and LRU: each store keeps its own index (key, size, last use), built at open from the
+// files (last use = the later of atime and mtime) and kept by its own calls. get() sets the
+// file's atime (futimens; best effort) so uses made through another store on the directory
+// (the engine's reader, another engine) show: before removing a block, put() stats it and moves
+// it up instead when it was used since this store last looked. File times tick coarsely (a few
+// ms), so a use within that tick of the write may not count.
+//
+// The cap is per store and approximate: a store counts the blocks present at its open, its own
+// writes and blocks its gets met; blocks other engines wrote since are not counted, so with
+// several writers the directory may pass max_bytes by what the others wrote. A value over
+// max_bytes is refused (a failed put). A block another store removed is a miss (ENOENT), never
+// an error; any other error (EACCES, EIO, ENOTDIR) fails that key (found 0) and the call's
+// status carries the count and the last message; the other keys go on. get() ignores timeout_ms.
+//
+// SIGXFSZ: a write past RLIMIT_FSIZE raises it, and at SIG_DFL it kills the process. put()
+// blocks SIGXFSZ in its own thread for the call (the write fails with EFBIG) and consumes the
+// signal its writes raised before restoring the mask: the process's disposition is not changed.
+// A host that handles, ignores or blocks SIGXFSZ itself is left as it is.
+//
+// Threads: one store is used by one thread at a time; two stores on one directory (the engine's
+// reader and writer, other processes) need no lock between them.
 #pragma once
 
 #include <memory>

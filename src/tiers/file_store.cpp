@@ -1,0 +1,411 @@
+// The file store (file_store.h). Layout, temp-file names, the LRU index and SIGXFSZ are described
+// there; this file keeps to how. Every error a call meets is reported with the path and strerror;
+// a file that vanishes under us (another engine evicted it) is a miss, never an error.
+#include "tiers/file_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "status.h"
+
+namespace pkv {
+namespace {
+
+constexpr char kBlockSuffix[] = ".blk";
+constexpr char kTempMark[] = ".tmp.";            // <final name>.tmp.<host>.<pid>.<n>
+constexpr int64_t kStaleTempNs = 60'000'000'000;  // a temp file this old is a dead writer's
+
+std::atomic<uint64_t> g_temp_counter{0};  // per process: the two stores of an engine never collide
+
+int64_t ns_of(const timespec &t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
+// When a block was last written or read, as the file says (reads set atime explicitly).
+int64_t used_ns(const struct stat &st) { return std::max(ns_of(st.st_atim), ns_of(st.st_mtim)); }
+int64_t now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return ns_of(t);
+}
+
+std::string why(const std::string &what, const std::string &path, int err) {
+  return what + " " + path + ": " + std::strerror(err);
+}
+
+// This machine's name as it appears in temp names: [A-Za-z0-9-] only, so names parse back.
+std::string host_tag() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || !name[0]) return "unknown";
+  std::string tag(name);
+  for (char &c : tag)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
+  return tag.substr(0, 64);
+}
+
+std::string temp_name(const std::string &final_path, const std::string &host) {
+  return final_path + kTempMark + host + "." + std::to_string(getpid()) + "." +
+         std::to_string(g_temp_counter.fetch_add(1));
+}
+
+bool parse_hex_key(const char *s, StoreKey *key) {
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  for (int i = 0; i < 32; ++i) {
+    const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    key->bytes[i] = uint8_t(hi << 4 | lo);
+  }
+  return true;
+}
+
+// 0, an errno, or -1 when the file ended first (truncated under us: a miss).
+int read_full(int fd, uint8_t *out, size_t n) {
+  for (size_t done = 0; done < n;) {
+    const ssize_t r = pread(fd, out + done, n - done, off_t(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (r == 0) return -1;
+    done += size_t(r);
+  }
+  return 0;
+}
+
+int write_full(int fd, const uint8_t *in, size_t n) {
+  for (size_t done = 0; done < n;) {
+    const ssize_t r = write(fd, in + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    done += size_t(r);  // a short write (a size limit reached) fails on the next call with why
+  }
+  return 0;
+}
+
+int fsync_dir(const std::string &dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int err = fsync(fd) == 0 ? 0 : errno;
+  close(fd);
+  return err;
+}
+
+// mkdir -p with mode 0755: 0 or an errno.
+int make_dirs(const std::string &dir) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    if (mkdir(dir.substr(0, i).c_str(), 0755) != 0 && errno != EEXIST) return errno;
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+// SIGXFSZ kills the process when a write passes RLIMIT_FSIZE and the signal is at SIG_DFL. A put
+// blocks it in its own thread for the call instead (the write then fails with EFBIG) and takes
+// the signal its writes raised before unblocking: nothing process-wide changes. A host that
+// handles or ignores SIGXFSZ, or blocks it itself, is left alone.
+class XfszBlock {
+ public:
+  XfszBlock() {
+    struct sigaction sa;
+    sigemptyset(&xfsz_);
+    sigaddset(&xfsz_, SIGXFSZ);
+    if (sigaction(SIGXFSZ, nullptr, &sa) != 0 || (sa.sa_flags & SA_SIGINFO) || sa.sa_handler != SIG_DFL)
+      return;
+    if (pthread_sigmask(SIG_BLOCK, &xfsz_, &old_) == 0) active_ = !sigismember(&old_, SIGXFSZ);
+  }
+  ~XfszBlock() {
+    if (!active_) return;
+    sigset_t pending;
+    const timespec zero{};
+    while (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) &&
+           sigtimedwait(&xfsz_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  XfszBlock(const XfszBlock &) = delete;
+  XfszBlock &operator=(const XfszBlock &) = delete;
+
+ private:
+  sigset_t xfsz_, old_;
+  bool active_ = false;
+};
+
+struct KeyHash {
+  size_t operator()(const StoreKey &k) const {
+    size_t h;
+    std::memcpy(&h, k.bytes, sizeof h);  // SHA-256: any 8 bytes are uniform
+    return h;
+  }
+};
+
+class FileStore final : public Store {
+ public:
+  FileStore(std::string dir, uint64_t max_bytes)
+      : dir_(std::move(dir)), host_(host_tag()), max_bytes_(max_bytes) {
+    scan();
+  }
+  const char *kind() const override { return "file"; }
+  StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
+  StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes, uint8_t *found,
+                  uint32_t timeout_ms) override;
+  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
+
+ private:
+  struct Entry {
+    uint64_t bytes;
+    uint64_t tick;    // its place in lru_
+    int64_t seen_ns;  // used_ns() of the file when this store last looked at it
+  };
+
+  std::string shard_of(const std::string &hex) const { return dir_ + "/" + hex.substr(0, 2); }
+  std::string path_of(const StoreKey &k) const {
+    const std::string hex = k.hex();
+    return shard_of(hex) + "/" + hex + kBlockSuffix;
+  }
+  void scan();
+  struct Found {
+    int64_t used_ns;
+    StoreKey key;
+    uint64_t bytes;
+  };
+  void scan_shard(const std::string &shard, std::vector<Found> *found);
+  void remove_if_stale_temp(int dirfd, const char *name);
+  void remember(const StoreKey &key, uint64_t bytes, int64_t seen_ns);
+  void forget(const StoreKey &key);
+  std::string make_room(const StoreKey &key, uint64_t value_bytes);
+  std::string write_block(const StoreKey &key, const uint8_t *value, size_t value_bytes, int64_t *seen_ns);
+
+  std::string dir_, host_;
+  uint64_t max_bytes_;
+  std::unordered_map<StoreKey, Entry, KeyHash> index_;
+  std::map<uint64_t, StoreKey> lru_;  // tick -> key, least recently used first
+  uint64_t total_bytes_ = 0, next_tick_ = 0;
+};
+
+void FileStore::remember(const StoreKey &key, uint64_t bytes, int64_t seen_ns) {
+  auto [it, fresh] = index_.try_emplace(key, Entry{0, 0, 0});
+  if (!fresh) lru_.erase(it->second.tick);
+  total_bytes_ += bytes - it->second.bytes;
+  it->second = Entry{bytes, next_tick_, seen_ns};
+  lru_.emplace(next_tick_++, key);
+}
+
+void FileStore::forget(const StoreKey &key) {
+  const auto it = index_.find(key);
+  if (it == index_.end()) return;
+  total_bytes_ -= it->second.bytes;
+  lru_.erase(it->second.tick);
+  index_.erase(it);
+}
+
+// A temp file is a crashed writer's when it is over a minute old, or when its writer was on this
+// machine and is gone. Another live writer's (this process's other store included) is kept.
+void FileStore::remove_if_stale_temp(int dirfd, const char *name) {
+  const char *mark = std::strstr(name, kTempMark);
+  struct stat st;
+  if (!mark || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return;
+  const std::string tail(mark + std::strlen(kTempMark));  // <host>.<pid>.<n>, or not ours
+  const size_t dot1 = tail.find('.'), dot2 = tail.rfind('.');
+  if (dot1 == std::string::npos || dot2 <= dot1 + 1 || dot2 + 1 == tail.size() ||
+      tail.find_first_not_of("0123456789.", dot1) != std::string::npos || tail.find('.', dot1 + 1) != dot2)
+    return;
+  bool stale = now_ns() - ns_of(st.st_mtim) > kStaleTempNs;
+  if (!stale && tail.compare(0, dot1, host_) == 0 && dot1 == host_.size()) {
+    const long pid = std::strtol(tail.c_str() + dot1 + 1, nullptr, 10);
+    stale = pid > 0 && pid != getpid() && kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+  }
+  if (stale) unlinkat(dirfd, name, 0);  // ENOENT: another store cleaned it first
+}
+
+void FileStore::scan_shard(const std::string &shard, std::vector<Found> *found) {
+  DIR *d = opendir((dir_ + "/" + shard).c_str());
+  if (!d) return;  // a stray file named like a shard, or unreadable: its keys will read as errors
+  while (const dirent *e = readdir(d)) {
+    const size_t len = std::strlen(e->d_name);
+    StoreKey key;
+    struct stat st;
+    if (len == 64 + 4 && std::strcmp(e->d_name + 64, kBlockSuffix) == 0 &&
+        std::strncmp(e->d_name, shard.c_str(), 2) == 0 && parse_hex_key(e->d_name, &key)) {
+      if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        found->push_back({used_ns(st), key, uint64_t(st.st_size)});
+    } else {
+      remove_if_stale_temp(dirfd(d), e->d_name);
+    }
+  }
+  closedir(d);
+}
+
+// The index of the blocks present, least recently used (by file times) first; stale temp files go.
+void FileStore::scan() {
+  DIR *d = opendir(dir_.c_str());
+  if (!d) fail(PKV_ERR_STORE, "file store: cannot open %s: %s", dir_.c_str(), std::strerror(errno));
+  std::vector<Found> found;
+  while (const dirent *e = readdir(d)) {
+    const char *n = e->d_name;
+    if (std::strlen(n) == 2 && std::isxdigit(uint8_t(n[0])) && std::isxdigit(uint8_t(n[1])) &&
+        !std::isupper(uint8_t(n[0])) && !std::isupper(uint8_t(n[1])))
+      scan_shard(n, &found);
+    else
+      remove_if_stale_temp(dirfd(d), n);
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end(), [](const Found &a, const Found &b) { return a.used_ns < b.used_ns; });
+  for (const Found &f : found) remember(f.key, f.bytes, f.used_ns);
+}
+
+StoreStatus FileStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
+  std::string error;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string path = path_of(keys[i]);
+    struct stat st;
+    const int r = stat(path.c_str(), &st);
+    out[i] = r == 0 && S_ISREG(st.st_mode);
+    if (r != 0 && errno != ENOENT) error = why("stat", path, errno);
+  }
+  return error.empty() ? StoreStatus{} : StoreStatus::failure("file store: " + error);
+}
+
+// Local files: timeout_ms does not apply (a read is not abandoned half way).
+StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
+                           uint8_t *found, uint32_t /*timeout_ms*/) {
+  std::string error;
+  size_t failed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    found[i] = 0;
+    const std::string path = path_of(keys[i]);
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) forget(keys[i]);  // never written, or removed by another store
+      else error = why("open", path, errno), ++failed;
+      continue;
+    }
+    // Mark the block used before reading, so other stores on this directory (the engine's writer)
+    // see the use in its atime. Best effort: a read-only file system or foreign file refuses.
+    const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    futimens(fd, times);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      error = why("stat", path, errno), ++failed;
+    } else if (S_ISREG(st.st_mode)) {  // a wrong size (truncated, padded) is a miss
+      uint8_t *value = values + i * value_bytes;
+      const int err = uint64_t(st.st_size) != value_bytes ? -1 : read_full(fd, value, value_bytes);
+      if (err > 0) error = why("read", path, err), ++failed;
+      found[i] = err == 0;
+      remember(keys[i], uint64_t(st.st_size), used_ns(st));
+    }
+    close(fd);
+  }
+  if (!failed) return {};
+  return StoreStatus::failure("file store: " + std::to_string(failed) + " of " + std::to_string(n) +
+                              " reads failed; the last: " + error);
+}
+
+// Removes least recently used blocks until key's value fits under max_bytes. A block another
+// store used since this one last looked (its atime moved) is moved up instead of removed.
+std::string FileStore::make_room(const StoreKey &key, uint64_t value_bytes) {
+  if (!max_bytes_) return "";
+  const auto self = index_.find(key);
+  const uint64_t replaced = self == index_.end() ? 0 : self->second.bytes;
+  while (total_bytes_ - replaced + value_bytes > max_bytes_) {
+    auto it = lru_.begin();
+    if (it != lru_.end() && it->second == key) ++it;
+    if (it == lru_.end()) break;  // only key itself: its old value is replaced
+    const StoreKey victim = it->second;
+    const std::string path = path_of(victim);
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && used_ns(st) > index_.at(victim).seen_ns) {
+      remember(victim, uint64_t(st.st_size), used_ns(st));
+      continue;
+    }
+    if (unlink(path.c_str()) != 0 && errno != ENOENT)
+      return "cannot make room: " + why("unlink", path, errno);
+    forget(victim);
+  }
+  return "";
+}
+
+// Temp file, write, fsync, rename: "" or why not (the temp file is gone either way).
+std::string FileStore::write_block(const StoreKey &key, const uint8_t *value, size_t value_bytes,
+                                   int64_t *seen_ns) {
+  const std::string final_path = path_of(key);
+  std::string temp = temp_name(final_path, host_);
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ENOENT) {  // the shard's first block (or the directory was removed)
+    const std::string shard = shard_of(key.hex());
+    if (mkdir(shard.c_str(), 0755) == 0) fsync_dir(dir_);
+    else if (errno != EEXIST) return why("mkdir", shard, errno);
+    fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }
+  if (fd < 0) return why("create", temp, errno);
+  int err = write_full(fd, value, value_bytes);
+  const char *step = "write";
+  struct stat st;
+  if (!err && fsync(fd) != 0) err = errno, step = "fsync";
+  if (!err && fstat(fd, &st) != 0) err = errno, step = "stat";
+  if (close(fd) != 0 && !err) err = errno, step = "close";
+  if (!err && rename(temp.c_str(), final_path.c_str()) != 0) err = errno, step = "rename";
+  if (err) {
+    unlink(temp.c_str());
+    return why(step, temp, err);
+  }
+  *seen_ns = used_ns(st);
+  return "";
+}
+
+StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) {
+  if (max_bytes_ && value_bytes > max_bytes_)
+    return StoreStatus::failure("file store: a value of " + std::to_string(value_bytes) +
+                                " bytes is over max_bytes (" + std::to_string(max_bytes_) + ")");
+  const XfszBlock xfsz;
+  std::string error;
+  size_t failed = 0;
+  std::set<std::string> shards;
+  for (size_t i = 0; i < n; ++i) {
+    std::string e = make_room(keys[i], value_bytes);
+    int64_t seen = 0;
+    if (e.empty()) e = write_block(keys[i], values + i * value_bytes, value_bytes, &seen);
+    if (!e.empty()) {
+      error = e, ++failed;
+      continue;
+    }
+    remember(keys[i], value_bytes, seen);
+    shards.insert(shard_of(keys[i].hex()));
+  }
+  // The renames, made durable once per directory. A failure here leaves whole blocks (or none).
+  for (const std::string &shard : shards)
+    if (const int err = fsync_dir(shard)) error = why("fsync", shard, err);
+  if (error.empty()) return {};
+  return StoreStatus::failure("file store: " + std::to_string(failed) + " of " + std::to_string(n) +
+                              " writes failed; the last error: " + error);
+}
+
+}  // namespace
+
+std::unique_ptr<Store> make_file_store(const pkv_store_params &p) {
+  PKV_REQUIRE(p.path && p.path[0], "pkv_store_params.path is required for a file store");
+  std::string dir = p.path;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (const int err = make_dirs(dir))
+    fail(PKV_ERR_STORE, "file store: cannot make directory %s: %s", dir.c_str(), std::strerror(err));
+  const std::string probe = temp_name(dir + "/.probe", host_tag());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail(PKV_ERR_STORE, "file store: cannot write in %s: %s", dir.c_str(), std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
+  return std::make_unique<FileStore>(std::move(dir), p.max_bytes);
+}
+
+}  // namespace pkv
