@@ -278,14 +278,14 @@ StoreStatus RedisStore::call(const char *what, Pipeline &p, const Deadline &d, c
   if (!ctx_) {
     if (Clock::now() < next_connect_) return failure("not connected (" + last_error_ + ")");
     std::string why = connect(d);
-    if (!why.empty()) return failure(why);
+    if (!why.empty()) return failure("reconnect: " + why);
     fresh = true;
   }
   Exchange x = exchange(p, d, on_reply);
   if (x.link == Link::broken && x.closed && x.num_replies == 0 && !fresh) {
     drop();  // closed while idle since the last call: try once more on a new connection
     std::string why = connect(d);
-    if (!why.empty()) return failure(why);
+    if (!why.empty()) return failure("reconnect: " + why);
     x = exchange(p, d, on_reply);
   }
   if (x.link == Link::broken) {
