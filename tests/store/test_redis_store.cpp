@@ -320,7 +320,7 @@ void test_server_gone(const std::string &bin) {
   t0 = Clock::now();
   s = store->get(keys.data(), n, got.data(), vb, found.data(), 200);
   CHECK(!s.ok && contains(s.error, "not connected"));
-  CHECK(ms_since(t0) < 50);
+  CHECK(ms_since(t0) < 100);
 
   // Still down after the back-off: a refused connect, quickly.
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
@@ -351,8 +351,8 @@ void test_server_stopped(const std::string &bin) {
   pkv_test::RedisServer server(bin, "");
   if (!CHECK(server.start())) return;
   Params p(server.port(), "stop:");
+  auto store = pkv::make_redis_store(p.p);  // io_timeout_ms 1000: get's 200 ms must bound it
   p.p.io_timeout_ms = 300;
-  auto store = pkv::make_redis_store(p.p);
   auto writer = pkv::make_redis_store(p.p);  // connected before the server stops
   const size_t vb = size_t(4) << 20;
   auto keys = keys_of(800, 4);
@@ -366,7 +366,7 @@ void test_server_stopped(const std::string &bin) {
   double get_ms = ms_since(t0);
   CHECK(!s.ok && contains(s.error, "timed out"));
   CHECK(found == std::vector<uint8_t>(4, 0));
-  CHECK(get_ms >= 190 && get_ms < 400);
+  CHECK(get_ms >= 190 && get_ms < 700);  // margins for a loaded machine
   fprintf(stderr, "  (stopped: %s, after %.0f ms)\n", s.error.c_str(), get_ms);
 
   // 16 MiB to a server that reads nothing: the socket buffers fill, then io_timeout_ms.
@@ -374,14 +374,14 @@ void test_server_stopped(const std::string &bin) {
   s = writer->put(keys.data(), 4, values.data(), vb);
   double put_ms = ms_since(t0);
   CHECK(!s.ok);
-  CHECK(put_ms >= 290 && put_ms < 600);
+  CHECK(put_ms >= 290 && put_ms < 900);
   fprintf(stderr, "  (stopped put: %s, after %.0f ms)\n", s.error.c_str(), put_ms);
 
   // A new connection to it: the kernel accepts, the handshake times out.
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the back-off
   t0 = Clock::now();
   s = store->get(keys.data(), 1, got.data(), vb, found.data(), 200);
-  CHECK(!s.ok && ms_since(t0) < 400);
+  CHECK(!s.ok && ms_since(t0) < 700);
   fprintf(stderr, "  (stopped, reconnecting: %s)\n", s.error.c_str());
 
   server.resume();
