@@ -1,0 +1,374 @@
+// The Redis store (redis_store.h): one connection per instance, driven by this file. hiredis makes
+// the connection (redisConnectWithTimeout) and parses the replies (the context's redisReader);
+// the commands are written here in RESP, with a put's values sent in place by sendmsg (a batch of
+// blocks is never copied into a command buffer), and every wait is a poll() against the call's
+// one deadline, so a slow or stopped server costs a call at most its timeout, and a closed socket
+// never raises SIGPIPE in the host (MSG_NOSIGNAL).
+//
+// A call is one pipeline, one command per key (GET, EXISTS or SET: per key rather than MGET, so
+// replies are taken one at a time as they arrive instead of one array of the whole batch), written
+// while its replies are read, so no buffer on either side fills up however large the batch.
+// A call that breaks the connection (an I/O error, a closed socket, a timeout with replies still
+// owed) drops it; a later call makes a new one, at most once per kReconnectInterval, so while the
+// server is down calls fail at once ("not connected") instead of each waiting out the connect
+// timeout. A connection found closed before any reply (the server restarted while it was idle) is
+// remade at once and the pipeline sent again: GET, EXISTS and SET can be repeated.
+#include "tiers/redis_store.h"
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "status.h"
+
+namespace pkv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kReconnectInterval = std::chrono::milliseconds(1000);
+constexpr uint32_t kDefaultTimeoutMs = 1000;  // connect_timeout_ms or io_timeout_ms given as 0
+constexpr size_t kRecvBytes = size_t(256) << 10;
+
+// The commands of one call in RESP: the protocol text, with values referred to in place.
+class Pipeline {
+ public:
+  void command(int argc) {
+    text_ += '*';
+    text_ += std::to_string(argc);
+    text_ += "\r\n";
+    ++num_commands_;
+  }
+  void arg(const char *p, size_t n) {
+    bulk_header(n);
+    text_.append(p, n);
+    text_ += "\r\n";
+  }
+  void arg(const std::string &s) { arg(s.data(), s.size()); }
+  // p is sent from where it is: it must outlive the call.
+  void arg_in_place(const void *p, size_t n) {
+    bulk_header(n);
+    cut();
+    pieces_.push_back({static_cast<const char *>(p), 0, n});
+    text_ += "\r\n";
+  }
+  size_t num_commands() const { return num_commands_; }
+
+  // The bytes to send, in order.
+  std::vector<iovec> iovecs() {
+    cut();
+    std::vector<iovec> v;
+    v.reserve(pieces_.size());
+    for (const Piece &p : pieces_) {
+      const char *base = p.external ? p.external : text_.data() + p.offset;
+      if (p.len) v.push_back({const_cast<char *>(base), p.len});
+    }
+    return v;
+  }
+
+ private:
+  struct Piece {
+    const char *external;  // a value in place, or nullptr: text_[offset, offset + len)
+    size_t offset, len;
+  };
+  void bulk_header(size_t n) {
+    text_ += '$';
+    text_ += std::to_string(n);
+    text_ += "\r\n";
+  }
+  // Ends the text piece so far (offsets, not pointers: text_ may still move).
+  void cut() {
+    if (text_.size() > cut_at_) pieces_.push_back({nullptr, cut_at_, text_.size() - cut_at_});
+    cut_at_ = text_.size();
+  }
+
+  std::string text_;
+  std::vector<Piece> pieces_;
+  size_t cut_at_ = 0, num_commands_ = 0;
+};
+
+struct Deadline {
+  uint32_t budget_ms;
+  Clock::time_point at;
+  explicit Deadline(uint32_t ms) : budget_ms(ms), at(Clock::now() + std::chrono::milliseconds(ms)) {}
+  int remaining_ms() const {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(at - Clock::now()).count();
+    return int(std::clamp<decltype(left)>(left, 0, INT_MAX));
+  }
+};
+
+class RedisStore final : public Store {
+ public:
+  explicit RedisStore(const pkv_store_params &p);
+  ~RedisStore() override { drop(); }
+  const char *kind() const override { return "redis"; }
+  StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
+  StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
+                  uint8_t *found, uint32_t timeout_ms) override;
+  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
+
+ private:
+  // Takes reply i of a pipeline: "" or why it makes the call fail (the stream stays in step).
+  using OnReply = std::function<std::string(size_t i, const redisReply *r)>;
+  enum class Link { kept, broken };
+  struct Exchange {
+    Link link = Link::kept;
+    bool closed = false;      // broken because the server closed the connection
+    size_t num_replies = 0;   // taken before it ended
+    std::string error;        // "" when every reply was taken and none failed
+  };
+
+  StoreStatus call(const char *what, Pipeline &p, const Deadline &d, const OnReply &on_reply);
+  Exchange exchange(Pipeline &p, const Deadline &d, const OnReply &on_reply);
+  std::string connect(const Deadline &d);
+  void drop() {
+    if (ctx_) redisFree(ctx_);
+    ctx_ = nullptr;
+  }
+  std::string key(const StoreKey &k) const { return prefix_ + k.hex(); }
+  std::string where() const { return "redis " + host_ + ":" + std::to_string(port_); }
+
+  std::string host_, username_, password_, prefix_;
+  int port_;
+  uint32_t database_, ttl_seconds_, connect_timeout_ms_, io_timeout_ms_;
+  bool has_username_, has_password_;
+  redisContext *ctx_ = nullptr;       // nullptr: not connected
+  Clock::time_point next_connect_{};  // no new connection before this
+  std::string last_error_;            // why the connection was lost, for "not connected"
+  std::vector<char> recv_buf_;
+};
+
+RedisStore::RedisStore(const pkv_store_params &p)
+    : host_(p.host ? p.host : "127.0.0.1"),
+      username_(p.username ? p.username : ""),
+      password_(p.password ? p.password : ""),
+      prefix_(p.key_prefix ? p.key_prefix : "pkv:"),
+      port_(p.port ? int(p.port) : 6379),
+      database_(p.database),
+      ttl_seconds_(p.ttl_seconds),
+      connect_timeout_ms_(p.connect_timeout_ms ? p.connect_timeout_ms : kDefaultTimeoutMs),
+      io_timeout_ms_(p.io_timeout_ms ? p.io_timeout_ms : kDefaultTimeoutMs),
+      has_username_(p.username != nullptr),
+      has_password_(p.password != nullptr) {
+  PKV_REQUIRE(!host_.empty(), "store host must not be empty (NULL: 127.0.0.1)");
+  PKV_REQUIRE(p.port <= 65535, "store port must be 1 .. 65535, got %u", p.port);
+  PKV_REQUIRE(!has_username_ || has_password_, "store username \"%s\" needs a password",
+              username_.c_str());
+  std::string why = connect(Deadline(connect_timeout_ms_ + io_timeout_ms_));
+  if (!why.empty()) fail(PKV_ERR_STORE, "%s: %s", where().c_str(), why.c_str());
+}
+
+// Connects, then AUTH, SELECT and PING in one pipeline (PING: a server wanting a password says so
+// now, not at the first lookup). "" or why not; either way not again before kReconnectInterval.
+std::string RedisStore::connect(const Deadline &d) {
+  next_connect_ = Clock::now() + kReconnectInterval;
+  int ms = std::min(int(std::min<uint32_t>(connect_timeout_ms_, INT_MAX)), d.remaining_ms());
+  if (ms <= 0) return last_error_ = "no time left to connect";
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  redisContext *c = redisConnectWithTimeout(host_.c_str(), port_, tv);
+  if (!c) return last_error_ = "out of memory for a connection";
+  if (c->err) {
+    last_error_ = c->errstr;
+    redisFree(c);
+    return last_error_;
+  }
+  ctx_ = c;
+  Pipeline hello;
+  if (has_password_) {
+    hello.command(has_username_ ? 3 : 2);
+    hello.arg("AUTH", 4);
+    if (has_username_) hello.arg(username_);
+    hello.arg(password_);
+  }
+  if (database_ != 0) {
+    hello.command(2);
+    hello.arg("SELECT", 6);
+    hello.arg(std::to_string(database_));
+  }
+  hello.command(1);
+  hello.arg("PING", 4);
+  Exchange x = exchange(hello, d, [](size_t, const redisReply *r) -> std::string {
+    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
+    return "";
+  });
+  if (x.error.empty()) return "";
+  drop();
+  return last_error_ = x.error;
+}
+
+// Sends p while taking its replies, until every reply is in, the connection breaks or d passes.
+RedisStore::Exchange RedisStore::exchange(Pipeline &p, const Deadline &d, const OnReply &on_reply) {
+  Exchange x;
+  auto broken = [&](std::string why, bool closed) {
+    x.link = Link::broken;
+    x.closed = closed;
+    x.error = std::move(why);
+    return x;
+  };
+  std::vector<iovec> iov = p.iovecs();
+  size_t next_iov = 0, n = p.num_commands();
+  if (recv_buf_.empty()) recv_buf_.resize(kRecvBytes);
+  std::string first_error;
+  while (x.num_replies < n) {
+    void *r = nullptr;
+    if (redisReaderGetReply(ctx_->reader, &r) != REDIS_OK)
+      return broken(std::string("bad reply: ") + ctx_->reader->errstr, false);
+    if (r) {
+      std::string e = on_reply(x.num_replies++, static_cast<const redisReply *>(r));
+      freeReplyObject(r);
+      if (first_error.empty()) first_error = std::move(e);
+      continue;
+    }
+    int left_ms = d.remaining_ms();
+    if (left_ms == 0) {
+      return broken("timed out after " + std::to_string(d.budget_ms) + " ms (" +
+                    std::to_string(x.num_replies) + " of " + std::to_string(n) + " replies)", false);
+    }
+    pollfd pfd{ctx_->fd, short(POLLIN | (next_iov < iov.size() ? POLLOUT : 0)), 0};
+    int ready = poll(&pfd, 1, left_ms);
+    if (ready < 0 && errno != EINTR) return broken(std::string("poll: ") + strerror(errno), false);
+    if (ready <= 0) continue;
+    if ((pfd.revents & POLLOUT) && next_iov < iov.size()) {
+      msghdr m{};
+      m.msg_iov = &iov[next_iov];
+      m.msg_iovlen = std::min<size_t>(iov.size() - next_iov, IOV_MAX);
+      ssize_t sent = sendmsg(ctx_->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0 && errno != EAGAIN && errno != EINTR) {
+        bool closed = errno == EPIPE || errno == ECONNRESET;
+        return broken(std::string("send: ") + strerror(errno), closed);
+      }
+      for (size_t k = sent > 0 ? size_t(sent) : 0; k > 0;) {
+        size_t step = std::min(k, iov[next_iov].iov_len);
+        iov[next_iov].iov_base = static_cast<char *>(iov[next_iov].iov_base) + step;
+        iov[next_iov].iov_len -= step;
+        k -= step;
+        if (iov[next_iov].iov_len == 0) ++next_iov;
+      }
+    }
+    if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t got = recv(ctx_->fd, recv_buf_.data(), recv_buf_.size(), MSG_DONTWAIT);
+      if (got == 0) return broken("the server closed the connection", true);
+      if (got < 0 && errno != EAGAIN && errno != EINTR) {
+        bool closed = errno == ECONNRESET || errno == EPIPE;
+        return broken(std::string("recv: ") + strerror(errno), closed);
+      }
+      if (got > 0 && redisReaderFeed(ctx_->reader, recv_buf_.data(), size_t(got)) != REDIS_OK)
+        return broken("out of memory for replies", false);
+    }
+  }
+  x.error = std::move(first_error);
+  return x;
+}
+
+// Runs one call's pipeline, connecting first when needed; any failure is "redis H:P: what: why".
+StoreStatus RedisStore::call(const char *what, Pipeline &p, const Deadline &d, const OnReply &on_reply) {
+  auto failure = [&](const std::string &why) {
+    return StoreStatus::failure(where() + ": " + what + ": " + why);
+  };
+  bool fresh = false;
+  if (!ctx_) {
+    if (Clock::now() < next_connect_) return failure("not connected (" + last_error_ + ")");
+    std::string why = connect(d);
+    if (!why.empty()) return failure("reconnect: " + why);
+    fresh = true;
+  }
+  Exchange x = exchange(p, d, on_reply);
+  if (x.link == Link::broken && x.closed && x.num_replies == 0 && !fresh) {
+    drop();  // closed while idle since the last call: try once more on a new connection
+    std::string why = connect(d);
+    if (!why.empty()) return failure("reconnect: " + why);
+    x = exchange(p, d, on_reply);
+  }
+  if (x.link == Link::broken) {
+    drop();  // replies still owed: the stream is out of step
+    last_error_ = x.error;
+    next_connect_ = Clock::now() + kReconnectInterval;
+  }
+  if (!x.error.empty()) return failure(x.error);
+  return {};
+}
+
+StoreStatus RedisStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
+  if (n == 0) return {};
+  std::memset(out, 0, n);
+  Pipeline p;
+  for (size_t i = 0; i < n; ++i) {
+    p.command(2);
+    p.arg("EXISTS", 6);
+    p.arg(key(keys[i]));
+  }
+  StoreStatus s = call("exists", p, Deadline(io_timeout_ms_), [&](size_t i, const redisReply *r) -> std::string {
+    if (r->type == REDIS_REPLY_INTEGER) {
+      out[i] = r->integer > 0;
+      return "";
+    }
+    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
+    return "unexpected reply to EXISTS (type " + std::to_string(r->type) + ")";
+  });
+  if (!s.ok) std::memset(out, 0, n);
+  return s;
+}
+
+StoreStatus RedisStore::get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
+                            uint8_t *found, uint32_t timeout_ms) {
+  if (n == 0) return {};
+  std::memset(found, 0, n);
+  Pipeline p;
+  for (size_t i = 0; i < n; ++i) {
+    p.command(2);
+    p.arg("GET", 3);
+    p.arg(key(keys[i]));
+  }
+  Deadline d(timeout_ms ? timeout_ms : io_timeout_ms_);
+  StoreStatus s = call("get", p, d, [&](size_t i, const redisReply *r) -> std::string {
+    // A string of another size is a miss: some other writer's value, or a truncated one.
+    if (r->type == REDIS_REPLY_STRING && r->len == value_bytes) {
+      std::memcpy(values + i * value_bytes, r->str, value_bytes);
+      found[i] = 1;
+      return "";
+    }
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL) return "";
+    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
+    return "unexpected reply to GET (type " + std::to_string(r->type) + ")";
+  });
+  if (!s.ok) std::memset(found, 0, n);  // a failed call's outputs are misses (store.h)
+  return s;
+}
+
+StoreStatus RedisStore::put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) {
+  if (n == 0) return {};
+  Pipeline p;
+  std::string ttl = std::to_string(ttl_seconds_);
+  for (size_t i = 0; i < n; ++i) {
+    p.command(ttl_seconds_ ? 5 : 3);
+    p.arg("SET", 3);
+    p.arg(key(keys[i]));
+    p.arg_in_place(values + i * value_bytes, value_bytes);
+    if (ttl_seconds_) {
+      p.arg("EX", 2);
+      p.arg(ttl);
+    }
+  }
+  return call("put", p, Deadline(io_timeout_ms_), [](size_t, const redisReply *r) -> std::string {
+    if (r->type == REDIS_REPLY_STATUS) return "";
+    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
+    return "unexpected reply to SET (type " + std::to_string(r->type) + ")";
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Store> make_redis_store(const pkv_store_params &p) {
+  return std::make_unique<RedisStore>(p);
+}
+
+}  // namespace pkv
