@@ -1,0 +1,252 @@
+// Engines sharing prefix KV through a store (DESIGN.md §11, tier 2), through pkv.h only:
+//  - Redis: an engine in a child process computes a prompt and exits; an engine in this process
+//    on the same server gets its blocks as cached tokens, and pkv_attention over them matches an
+//    fp64 reference computed from the K/V the child wrote. The server killed: the engine keeps
+//    serving, misses are counted as errors; back on the same port: hits again. A wrong password
+//    is PKV_ERR_STORE at create.
+//  - File: an engine restarted on the same directory gets its prefixes back; two salts never
+//    share a block.
+#include <math.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "../unit/test_util.h"
+#include "redis_server.h"
+
+namespace {
+
+constexpr uint32_t BS = 4, BLOCKS = 16, HOST = 8, LAYERS = 2, QH = 4, KVH = 2, D = 8, N = 13;
+
+pkv_engine *engine(pkv_store_params *sp) {
+  pkv_engine_params p;
+  tu_params(&p, BS, BLOCKS);  // f32, 2 layers, 4 q heads, 2 kv heads of 8
+  p.host_num_blocks = HOST;
+  p.store = sp;
+  pkv_engine *e = nullptr;
+  return pkv_engine_create(&p, &e) == PKV_OK ? e : nullptr;
+}
+
+// The K (kind 0) or V (kind 1) value the "model" gives position pos.
+float kv(int kind, uint32_t layer, uint32_t pos, uint32_t head, uint32_t i) {
+  return float(sin(0.37 * pos + 1.3 * layer + 0.7 * head + 0.11 * i + 2.1 * kind));
+}
+
+struct pkv_pool_info pool_of(pkv_engine *e) {
+  struct pkv_pool_info in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  CHECK_OK(pkv_pool_info(e, &in));
+  return in;
+}
+
+// Writes (check 0) or counts mismatches of (check 1) seq's K/V of positions [0, n).
+uint32_t pattern(pkv_engine *e, uint64_t seq, uint32_t n, int check) {
+  const struct pkv_pool_info in = pool_of(e);
+  int32_t table[16];
+  tu_table(e, seq, table, 16);
+  uint32_t bad = 0;
+  for (uint32_t pos = 0; pos < n; pos++)
+    for (int k = 0; k < 2; k++)
+      for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t h = 0; h < KVH; h++) {
+          float *row = static_cast<float *>(k ? in.v_base : in.k_base) + l * in.layer_stride +
+                       uint64_t(table[pos / BS]) * in.block_stride + (pos % BS) * in.token_stride +
+                       h * in.head_stride;
+          for (uint32_t i = 0; i < D; i++) {
+            if (check) bad += row[i] != kv(k, l, pos, h, i);
+            else row[i] = kv(k, l, pos, h, i);
+          }
+        }
+  return bad;
+}
+
+// A prompt computed as a host's kernels would: its K/V written into the pool by the batch.
+void compute_prompt(pkv_engine *e, const int32_t *t, const char *salt) {
+  const uint64_t s = tu_alloc_salt(e, t, N, salt, nullptr);
+  pkv_batch *b = nullptr;
+  if (!CHECK_OK(pkv_batch_begin(e, &s, nullptr, 1, &b))) return;
+  CHECK_OK(pkv_batch_copy(b));
+  pattern(e, s, N, 0);
+  CHECK_OK(pkv_batch_end(b));
+  CHECK_OK(pkv_release(e, s));
+}
+
+// Allocates the prompt (expecting `want_cached` cached tokens), then computes its last token with
+// pkv_attention on every layer and compares with the fp64 attention over all N positions.
+void attend_last(pkv_engine *e, const int32_t *t, uint32_t want_cached) {
+  uint32_t cached = 99;
+  const uint64_t s = tu_alloc(e, t, N, &cached);
+  CHECK_EQ_INT(cached, want_cached);
+  if (cached != N - 1) {
+    if (s) pkv_release(e, s);
+    return;
+  }
+  pkv_batch *b = nullptr;
+  if (!CHECK_OK(pkv_batch_begin(e, &s, nullptr, 1, &b))) return;
+  const uint32_t pos = N - 1;
+  std::vector<float> q(QH * D), k(KVH * D), v(KVH * D), out(QH * D);
+  double worst = 0;
+  for (uint32_t l = 0; l < LAYERS; l++) {
+    for (uint32_t h = 0; h < QH; h++)
+      for (uint32_t i = 0; i < D; i++) q[h * D + i] = float(cos(0.5 * h + 0.3 * i + l));
+    for (uint32_t h = 0; h < KVH; h++)
+      for (uint32_t i = 0; i < D; i++) k[h * D + i] = kv(0, l, pos, h, i), v[h * D + i] = kv(1, l, pos, h, i);
+    if (!CHECK_OK(pkv_attention(b, l, q.data(), k.data(), v.data(), out.data()))) break;
+    for (uint32_t h = 0; h < QH; h++) {
+      const uint32_t g = h / (QH / KVH);
+      std::vector<double> score(N);
+      double top = -1e300, sum = 0;
+      for (uint32_t p = 0; p < N; p++) {
+        double dot = 0;
+        for (uint32_t i = 0; i < D; i++) dot += double(q[h * D + i]) * double(kv(0, l, p, g, i));
+        score[p] = dot / sqrt(double(D));
+        top = score[p] > top ? score[p] : top;
+      }
+      for (uint32_t p = 0; p < N; p++) sum += (score[p] = exp(score[p] - top));
+      for (uint32_t i = 0; i < D; i++) {
+        double ref = 0;
+        for (uint32_t p = 0; p < N; p++) ref += score[p] / sum * double(kv(1, l, p, g, i));
+        worst = fmax(worst, fabs(ref - double(out[h * D + i])));
+      }
+    }
+  }
+  CHECK(worst < 1e-5);
+  if (worst >= 1e-5) fprintf(stderr, "  attention differs from the fp64 reference by %g\n", worst);
+  CHECK_OK(pkv_batch_end(b));
+  CHECK_OK(pkv_release(e, s));
+}
+
+pkv_store_params redis_params(unsigned port, const char *password) {
+  pkv_store_params sp;
+  pkv_store_params_init(&sp, sizeof sp);
+  sp.kind = PKV_STORE_REDIS;
+  sp.port = port;
+  sp.password = password;
+  sp.io_timeout_ms = 500;
+  sp.lookup_timeout_ms = 500;
+  return sp;
+}
+
+void test_redis_two_processes() {
+  pkv_test::RedisServer server(pkv_test::redis_server_or_skip(), "");
+  if (!CHECK(server.start())) return;
+  int32_t t[N];
+  tu_fill(t, N, 40);
+  pkv_store_params sp = redis_params(server.port(), nullptr);
+  // The writer: another OS process, which exits once its writes are done (engine destroyed).
+  const pid_t child = fork();
+  if (child == 0) {
+    pkv_engine *a = engine(&sp);
+    if (!a) _exit(2);
+    compute_prompt(a, t, nullptr);
+    pkv_engine_destroy(a);
+    _exit(tu_failed_ ? 1 : 0);
+  }
+  int status = -1;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  pkv_engine *b = engine(&sp);
+  if (!CHECK(b != nullptr)) return;
+  attend_last(b, t, N - 1);
+  pkv_stats st = tu_stats(b);
+  CHECK_EQ_INT(st.store_hit_tokens, N - 1);
+  CHECK_EQ_INT(st.num_store_hits, 3);
+  // Another salt shares nothing.
+  uint32_t cached = 99;
+  const uint64_t other = tu_alloc_salt(b, t, N, "tenant-b", &cached);
+  CHECK_EQ_INT(cached, 0);
+  CHECK_OK(pkv_release(b, other));
+  CHECK_OK(pkv_reset_prefix_cache(b));
+
+  // The server goes away: allocations still succeed (misses, counted as errors, explained).
+  server.kill();
+  const uint64_t errors0 = tu_stats(b).num_store_errors;
+  const uint64_t s = tu_alloc(b, t, N, &cached);
+  CHECK_EQ_INT(cached, 0);
+  CHECK(tu_stats(b).num_store_errors > errors0);
+  char why[256];
+  uint32_t len = 0;
+  CHECK_OK(pkv_engine_store_error(b, why, sizeof why, &len));
+  CHECK(len > 0 && strstr(why, "redis") != nullptr);
+  CHECK_OK(pkv_release(b, s));
+  CHECK_OK(pkv_reset_prefix_cache(b));
+  // Back on the same port (empty: no persistence): the engine reconnects; the child's blocks are
+  // gone, so it writes them again and a third engine hits them.
+  CHECK(server.restart());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // past the reconnect back-off
+  compute_prompt(b, t, nullptr);
+  pkv_engine_destroy(b);
+  pkv_engine *c = engine(&sp);
+  if (CHECK(c != nullptr)) {
+    attend_last(c, t, N - 1);
+    CHECK_ENGINE(c);
+    pkv_engine_destroy(c);
+  }
+}
+
+void test_redis_wrong_password() {
+  pkv_test::RedisServer server(pkv_test::redis_server_or_skip(), "s3cret");
+  if (!CHECK(server.start())) return;
+  pkv_store_params sp = redis_params(server.port(), "wrong");
+  pkv_engine_params p;
+  tu_params(&p, BS, BLOCKS);
+  p.host_num_blocks = HOST;
+  p.store = &sp;
+  pkv_engine *e = nullptr;
+  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_STORE);
+  CHECK(strstr(pkv_last_error(), "WRONGPASS") != nullptr || strstr(pkv_last_error(), "invalid") != nullptr);
+  sp.password = "s3cret";
+  CHECK_OK(pkv_engine_create(&p, &e));
+  pkv_engine_destroy(e);
+}
+
+void test_file_restart() {
+  char dir[] = "/tmp/pkv-store-XXXXXX";
+  if (!CHECK(mkdtemp(dir) != nullptr)) return;
+  pkv_store_params sp;
+  pkv_store_params_init(&sp, sizeof sp);
+  sp.kind = PKV_STORE_FILE;
+  sp.path = dir;
+  int32_t t[N];
+  tu_fill(t, N, 70);
+  pkv_engine *a = engine(&sp);
+  if (!CHECK(a != nullptr)) return;
+  compute_prompt(a, t, "tenant-a");
+  pkv_engine_destroy(a);
+  // Restarted on the same directory: the prefix is back (under its salt only).
+  pkv_engine *b = engine(&sp);
+  if (CHECK(b != nullptr)) {
+    uint32_t cached = 99;
+    const uint64_t none = tu_alloc(b, t, N, &cached);
+    CHECK_EQ_INT(cached, 0);  // no salt: another root, other keys
+    CHECK_OK(pkv_release(b, none));
+    const uint64_t s = tu_alloc_salt(b, t, N, "tenant-a", &cached);
+    CHECK_EQ_INT(cached, N - 1);
+    pkv_batch *bt = nullptr;
+    if (CHECK_OK(pkv_batch_begin(b, &s, nullptr, 1, &bt))) {
+      CHECK_OK(pkv_batch_copy(bt));
+      CHECK_EQ_INT(pattern(b, s, N - 1, 1), 0);
+      CHECK_OK(pkv_batch_end(bt));
+    }
+    CHECK_OK(pkv_release(b, s));
+    CHECK_EQ_INT(tu_stats(b).store_hit_tokens, N - 1);
+    CHECK_ENGINE(b);
+    pkv_engine_destroy(b);
+  }
+  std::string rm = std::string("rm -rf ") + dir;
+  CHECK(system(rm.c_str()) == 0);
+}
+
+}  // namespace
+
+int main() {
+  TU_RUN(test_file_restart);
+  TU_RUN(test_redis_wrong_password);
+  TU_RUN(test_redis_two_processes);
+  return tu_summary();
+}
