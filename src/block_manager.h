@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,6 +55,16 @@ struct BlockCopy {
   int32_t src;
   int32_t dst;
   int32_t kind;
+};
+
+// A prefix block leaving the host tier (for the store's write-back): its salt, the tokens of its
+// prefix up to and including it, its host-tier block (its bytes are valid until the call
+// returns) and its canonical hashes.
+struct EvictedHostBlock {
+  const std::string *salt;
+  std::vector<int32_t> tokens;
+  int32_t host;
+  uint64_t hash, parent_hash;
 };
 
 // A block sealed into a new prefix node (for the store's write-through): its pool block, its
@@ -123,6 +134,9 @@ class BlockManager {
   // With collect on, seal() records the blocks that made new prefix nodes; take_sealed() hands
   // them over (and forgets them).
   void collect_sealed(bool collect) { collect_sealed_ = collect; }
+  // Called with each offloaded block the host tier drops, before its host block is reused (a
+  // block whose offload copy is still queued is skipped: its bytes are not there yet).
+  void on_host_evict(std::function<void(const EvictedHostBlock &)> f) { on_host_evict_ = std::move(f); }
   std::vector<SealedBlock> take_sealed() { return std::move(sealed_); }
 
   // The store tier's fetched blocks enter the prefix tree as nodes held in the host tier, so a
@@ -191,6 +205,7 @@ class BlockManager {
   KvEvents *events_ = nullptr;
   std::vector<BlockCopy> pending_copies_;
   bool collect_sealed_ = false;
+  std::function<void(const EvictedHostBlock &)> on_host_evict_;
   uint32_t last_loads_ = 0;
   std::vector<SealedBlock> sealed_;
   std::unordered_map<int32_t, int32_t> host_twin_;    // pool block -> host-tier block

@@ -58,6 +58,8 @@ Engine::Engine(const pkv_engine_params &params)
         HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
                      shape.host_bytes.layer, shape.block_bytes(), params_.num_layers});
     blocks_.collect_sealed(store_->writes_through());
+    if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
+      blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b); });
     scheduler_.set_store(store_.get());
   }
 }
@@ -392,6 +394,18 @@ void Engine::write_sealed(const Sequence &s) {
                    value.data());
     store_->write(keys[b.index + 1], std::move(value), StoreWritten{b.hash, b.parent_hash});
   }
+}
+
+void Engine::write_back(const EvictedHostBlock &b) {
+  // The host tier's copy, read now (host memory): its block is reused right after this call.
+  const uint32_t bs = params_.block_size, index = static_cast<uint32_t>(b.tokens.size() / bs) - 1;
+  std::vector<StoreKey> keys;
+  store_->keys(*b.salt, b.tokens.data(), index + 1, &keys);
+  const StoreShape &shape = store_->shape();
+  std::vector<uint8_t> value(shape.value_bytes());
+  store_->read_host(b.host, value.data());
+  store_->encode(keys[index + 1], keys[index], b.tokens.data() + size_t(index) * bs, value.data());
+  store_->write(keys[index + 1], std::move(value), StoreWritten{b.hash, b.parent_hash});
 }
 
 void Engine::note_store_events() {

@@ -93,6 +93,8 @@ class Engine {
   uint32_t consult_store(const std::string &salt, const int32_t *tokens, uint32_t n);
   // After s's blocks were sealed (write-through): the new prefix blocks go to the writer.
   void write_sealed(const Sequence &s);
+  // An offloaded block leaving the host tier goes to the writer (write-back).
+  void write_back(const EvictedHostBlock &b);
   void note_store_events();
 
   std::mutex mutex_;

@@ -31,6 +31,8 @@ class PrefixTree {
   // The root of a salt, or kNoNode when no block was ever sealed under it.
   uint32_t find_root(const std::string &salt) const;
   uint32_t get_or_add_root(const std::string &salt);
+  // The salt of a root (a node whose parent is kNoNode).
+  const std::string &root_salt(uint32_t root) const { return root_salts_.at(root); }
 
   // The canonical hash of the child of `parent` holding `tokens` (block_size of them).
   uint64_t child_hash(uint32_t parent, const int32_t *tokens) const;

@@ -400,11 +400,15 @@ std::unique_ptr<Store> make_file_store(const pkv_store_params &p) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (const int err = make_dirs(dir))
     fail(PKV_ERR_STORE, "file store: cannot make directory %s: %s", dir.c_str(), std::strerror(err));
-  const std::string probe = temp_name(dir + "/.probe", host_tag());
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) fail(PKV_ERR_STORE, "file store: cannot write in %s: %s", dir.c_str(), std::strerror(errno));
-  close(fd);
-  unlink(probe.c_str());
+  if (p.write_mode != PKV_STORE_READ_ONLY) {  // a read-only engine may read a directory it cannot write
+    const std::string probe = temp_name(dir + "/.probe", host_tag());
+    const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) fail(PKV_ERR_STORE, "file store: cannot write in %s: %s", dir.c_str(), std::strerror(errno));
+    close(fd);
+    unlink(probe.c_str());
+  } else if (access(dir.c_str(), R_OK | X_OK) != 0) {
+    fail(PKV_ERR_STORE, "file store: cannot read %s: %s", dir.c_str(), std::strerror(errno));
+  }
   return std::make_unique<FileStore>(std::move(dir), p.max_bytes);
 }
 

@@ -106,6 +106,16 @@ void StoreTier::stage(const uint8_t *value, int32_t host) const {
   }
 }
 
+void StoreTier::read_host(int32_t host, uint8_t *value) const {
+  uint8_t *payload = value + payload_offset(shape_);
+  const uint64_t bb = host_.block_bytes;
+  for (uint32_t l = 0; l < host_.num_layers; ++l) {
+    const uint64_t at = l * host_.layer_bytes + uint64_t(host) * bb;
+    std::memcpy(payload + 2 * uint64_t(l) * bb, host_.k + at, bb);
+    std::memcpy(payload + (2 * uint64_t(l) + 1) * bb, host_.v + at, bb);
+  }
+}
+
 uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, const int32_t *tokens,
                                uint32_t first, uint32_t n, std::vector<uint8_t> *values) {
   values->clear();

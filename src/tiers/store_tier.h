@@ -71,8 +71,10 @@ class StoreTier {
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).
   bool wait_fetched(uint32_t timeout_ms);
-  // Copies a fetched value's payload into host-tier block `host`.
+  // Copies a fetched value's payload into host-tier block `host`; read_host the other way (into
+  // a value's payload, for write-back).
   void stage(const uint8_t *value, int32_t host) const;
+  void read_host(int32_t host, uint8_t *value) const;
 
   // Encodes a value (value_bytes) whose payload is in place: header and tokens. key/parent: the
   // block's store keys.

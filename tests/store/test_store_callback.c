@@ -86,12 +86,13 @@ static pkv_store_callbacks callbacks(map *m)
   return cb;
 }
 
-static pkv_engine *engine(const pkv_store_callbacks *cb, uint32_t head_dim)
+static pkv_engine *engine_mode(const pkv_store_callbacks *cb, uint32_t head_dim, uint32_t write_mode)
 {
   pkv_store_params sp;
   pkv_store_params_init(&sp, sizeof sp);
   sp.kind = PKV_STORE_CALLBACK;
   sp.callbacks = cb;
+  sp.write_mode = write_mode;
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS); /* f32, 2 layers, 2 kv heads of 8 */
   p.head_dim = head_dim;
@@ -104,6 +105,11 @@ static pkv_engine *engine(const pkv_store_callbacks *cb, uint32_t head_dim)
 static float value_of(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i)
 {
   return (float)(tag * 100000 + v * 50000 + layer * 10000 + pos * 100 + i);
+}
+
+static pkv_engine *engine(const pkv_store_callbacks *cb, uint32_t head_dim)
+{
+  return engine_mode(cb, head_dim, PKV_STORE_WRITE_THROUGH);
 }
 
 /* Writes (or checks) the pool K/V of seq's first n tokens through its block table. */
@@ -352,6 +358,50 @@ static void test_scheduler_loads(void)
   map_free(&m);
 }
 
+/* Write-back: nothing is written at sealing; a block is written when it leaves the host tier
+ * (offloaded first, then dropped for newer offloads), with the bytes it had. Read-only: never. */
+static void test_write_back(void)
+{
+  map m = {0};
+  const pkv_store_callbacks cb = callbacks(&m);
+  int32_t t[13], fill[BLOCKS * BS];
+  tu_fill(t, 13, 500);
+  pkv_engine *a = engine_mode(&cb, D, PKV_STORE_WRITE_BACK);
+  if (!a)
+    return;
+  CHECK_OK(pkv_release(a, compute(a, t, 13, NULL, 4)));
+  CHECK_EQ_INT(m.n, 0); /* nothing written at sealing */
+  /* Two pool-sized prompts: the first evicts t's blocks into the host tier, the second's blocks
+   * push them out of it (HOST blocks of room). */
+  for (int round = 0; round < 2; round++) {
+    tu_fill(fill, BLOCKS * BS, 10000 + round * 1000);
+    CHECK_OK(pkv_release(a, compute(a, fill, BLOCKS * BS, NULL, 20 + (uint32_t)round)));
+  }
+  tu_fill(fill, BLOCKS * BS, 30000);
+  const uint64_t f = tu_alloc(a, fill, BLOCKS * BS, NULL);
+  CHECK_OK(pkv_release(a, f));
+  CHECK(tu_stats(a).num_host_evictions >= 3);
+  CHECK_ENGINE(a);
+  pkv_engine_destroy(a);
+  pkv_engine *b = engine_mode(&cb, D, PKV_STORE_READ_ONLY);
+  if (!b)
+    return;
+  uint32_t cached = 0;
+  const uint64_t s = tu_alloc(b, t, 13, &cached);
+  CHECK_EQ_INT(cached, 12);
+  pkv_batch *bt = NULL;
+  if (CHECK_OK(pkv_batch_begin(b, &s, NULL, 1, &bt))) {
+    CHECK_OK(pkv_batch_copy(bt));
+    CHECK_EQ_INT(kv_pattern(b, s, 4, 12, 1), 0);
+    CHECK_OK(pkv_batch_end(bt));
+  }
+  const uint32_t before = m.puts;
+  CHECK_OK(pkv_release(b, s));
+  pkv_engine_destroy(b);
+  CHECK_EQ_INT(m.puts, before); /* read-only wrote nothing */
+  map_free(&m);
+}
+
 /* Bad store parameters are refused at create, naming the field. */
 static void test_bad_params(void)
 {
@@ -393,6 +443,7 @@ int main(void)
   TU_RUN(test_damaged_values);
   TU_RUN(test_failing_store);
   TU_RUN(test_scheduler_loads);
+  TU_RUN(test_write_back);
   TU_RUN(test_bad_params);
   return tu_summary();
 }
