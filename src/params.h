@@ -39,7 +39,9 @@ template <class T> T read_struct(const T *in, const T &defaults, const char *wha
               "%s->struct_size is %u, at least %u expected (set it with the *_init function)",
               what, in->struct_size, kMinStructSize<T>);
   T out = defaults;
-  std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof(T)));
+  // Whole 8-byte units only: a size that cuts a pointer or a 64-bit field in two (no struct of
+  // any version ends there) must not make half of one.
+  std::memcpy(&out, in, std::min<size_t>(in->struct_size & ~7u, sizeof(T)));
   out.struct_size = sizeof(T);
   return out;
 }

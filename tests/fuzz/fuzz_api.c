@@ -9,7 +9,86 @@
  * nothing observable (stats and every live sequence's info, table and tokens); a successful one
  * left a consistent state (fz_consistent).
  */
+#include <pthread.h>
+#include <stdlib.h>
+
 #include "fuzz_ops.h"
+
+/* A store of the harness's own (PKV_STORE_CALLBACK), called from pkv's writer and fetcher
+ * threads: a bounded map that also misbehaves on purpose - every 5th value it returns has a
+ * flipped byte and every 7th get fails - so the checks of every fetched value and the error
+ * paths run; whatever it does, pkv_engine_check must hold and no call may fail for it. */
+enum { FZ_STORE_CAP = 64 };
+static struct {
+  pthread_mutex_t mutex;
+  pkv_store_key keys[FZ_STORE_CAP];
+  unsigned char *values[FZ_STORE_CAP];
+  uint64_t value_bytes;
+  uint32_t n, gets, served;
+} fz_store = {PTHREAD_MUTEX_INITIALIZER};
+
+static int fz_store_get(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
+                        uint8_t *found, uint32_t timeout_ms, char *message, uint32_t cap)
+{
+  (void)user, (void)timeout_ms;
+  pthread_mutex_lock(&fz_store.mutex);
+  int rc = 0;
+  if (++fz_store.gets % 7 == 0) {
+    snprintf(message, cap, "the fuzzer's store fails this get");
+    rc = 1;
+  }
+  for (uint32_t i = 0; i < n && rc == 0; i++) {
+    found[i] = 0;
+    for (uint32_t k = 0; k < fz_store.n; k++) {
+      if (memcmp(fz_store.keys[k].bytes, keys[i].bytes, 32) != 0 || fz_store.value_bytes != value_bytes)
+        continue;
+      unsigned char *out = (unsigned char *)values + i * value_bytes;
+      memcpy(out, fz_store.values[k], value_bytes);
+      if (++fz_store.served % 5 == 0)
+        out[(fz_store.served * 131) % value_bytes] ^= 0x40;
+      found[i] = 1;
+    }
+  }
+  pthread_mutex_unlock(&fz_store.mutex);
+  return rc;
+}
+
+static int fz_store_put(void *user, const pkv_store_key *keys, uint32_t n, const void *values,
+                        uint64_t value_bytes, char *message, uint32_t cap)
+{
+  (void)user, (void)message, (void)cap;
+  pthread_mutex_lock(&fz_store.mutex);
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t k = 0;
+    while (k < fz_store.n && memcmp(fz_store.keys[k].bytes, keys[i].bytes, 32) != 0)
+      k++;
+    if (k == fz_store.n) {
+      if (fz_store.n == FZ_STORE_CAP)
+        k = (uint32_t)(keys[i].bytes[0] % FZ_STORE_CAP); /* full: replace one */
+      else
+        fz_store.n++;
+    }
+    free(fz_store.values[k]);
+    fz_store.keys[k] = keys[i];
+    fz_store.values[k] = malloc(value_bytes);
+    memcpy(fz_store.values[k], (const char *)values + i * value_bytes, value_bytes);
+    fz_store.value_bytes = value_bytes;
+  }
+  pthread_mutex_unlock(&fz_store.mutex);
+  return 0;
+}
+
+static void fz_store_clear(void)
+{
+  for (uint32_t k = 0; k < FZ_STORE_CAP; k++) {
+    free(fz_store.values[k]);
+    fz_store.values[k] = NULL;
+  }
+  fz_store.n = fz_store.gets = fz_store.served = 0;
+}
+
+static pkv_store_callbacks fz_store_cb = {sizeof(pkv_store_callbacks), 0, NULL, NULL, fz_store_get, fz_store_put};
+static pkv_store_params fz_store_params;
 
 /* The largest pool a fuzzed engine may allocate. */
 #define FZ_MAX_POOL_BYTES (4u << 20)
@@ -73,6 +152,14 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
   default: p->host_num_blocks = 1 + fz_pick(in, 12); break;
   }
   p->host_offload = fz_pick(in, 4) != 0; /* offload of evicted prefix blocks, mostly on */
+  if (p->host_num_blocks && p->enable_prefix_caching && fz_pick(in, 3) == 0) { /* a store below */
+    pkv_store_params_init(&fz_store_params, sizeof fz_store_params);
+    fz_store_params.kind = PKV_STORE_CALLBACK;
+    fz_store_params.callbacks = &fz_store_cb;
+    fz_store_params.write_mode = fz_pick(in, 3);
+    fz_store_params.write_queue_blocks = 1 + fz_pick(in, 8); /* small: drops happen */
+    p->store = &fz_store_params;
+  }
   switch (fz_pick(in, 8)) {
   case 0: /* the profiler sizes the pool from a byte cap */
     p->num_blocks = 0;
@@ -136,5 +223,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   for (int steps = 0; steps < 400 && in.n > 0; steps++)
     fz_op(&w, &in);
   fz_world_end(&w, fz_u8(&in) & 1);
+  fz_store_clear();
   return 0;
 }

@@ -46,6 +46,8 @@ static inline pkv_stats fz_stats(fz_world *w)
 static inline uint64_t fz_state(fz_world *w)
 {
   pkv_stats s = fz_stats(w);
+  /* The store's writer thread counts its writes whenever it finishes them: not the call's doing. */
+  s.num_store_puts = s.num_store_put_errors = 0;
   uint64_t h = fz_mix(14695981039346656037ull, &s, sizeof s);
   if (w->batch) {
     pkv_batch_view v;
@@ -90,8 +92,10 @@ static inline void fz_consistent(fz_world *w)
   FZ_CHECK(s.num_host_blocks == w->p.host_num_blocks && s.num_host_free_blocks <= s.num_host_blocks,
            "host tier: %llu free of %llu, params %u", (unsigned long long)s.num_host_free_blocks,
            (unsigned long long)s.num_host_blocks, w->p.host_num_blocks);
-  FZ_CHECK(s.device_hit_tokens + s.host_hit_tokens == s.prefix_hit_tokens &&
-               s.host_hit_tokens == s.num_loaded_blocks * w->p.block_size &&
+  FZ_CHECK(s.device_hit_tokens + s.host_hit_tokens + s.store_hit_tokens == s.prefix_hit_tokens &&
+               s.host_hit_tokens + s.store_hit_tokens == s.num_loaded_blocks * w->p.block_size &&
+               s.num_store_hits + s.num_store_misses + s.num_store_rejected + s.num_store_errors ==
+                   s.num_store_lookups &&
                s.num_host_cached_blocks <= s.num_host_free_blocks &&
                (w->p.host_offload || s.num_offloaded_blocks == 0),
            "per-tier hits: device %llu + host %llu of %llu, %llu loads, %llu host cached of %llu free",
@@ -141,7 +145,8 @@ static inline void fz_consistent(fz_world *w)
  * status is one of pkv's and never INTERNAL. */
 static inline void fz_after(fz_world *w, uint64_t before, pkv_status s, const char *what)
 {
-  FZ_CHECK(s <= PKV_OK && s >= PKV_ERR_INTERNAL, "%s: status %d is not a pkv_status", what, s);
+  FZ_CHECK(s <= PKV_OK && s >= PKV_ERR_STORE, "%s: status %d is not a pkv_status", what, s);
+  FZ_CHECK(s != PKV_ERR_STORE, "%s: PKV_ERR_STORE after create", what);
   FZ_CHECK(s != PKV_ERR_INTERNAL && s != PKV_ERR_OUT_OF_MEMORY, "%s: %d", what, s);
   if (s != PKV_OK) {
     FZ_CHECK(pkv_last_error()[0] != '\0', "%s failed (%d) without a message", what, s);

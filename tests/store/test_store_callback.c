@@ -4,6 +4,7 @@
  * (fetched, verified, staged in its host tier and loaded by the batch's copies) holding the same
  * bytes; a damaged value, another salt, another model and a failing store are misses, counted and
  * explained, never a failed call. */
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "../unit/test_util.h"
@@ -435,6 +436,19 @@ static void test_bad_params(void)
   CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
   CHECK(strstr(pkv_last_error(), "path") != NULL);
   CHECK(e == NULL);
+  /* A struct_size that cuts the store pointer in two (found by fuzz_api): the pointer is not
+   * read at all - no store - rather than half of it. */
+  sp.kind = PKV_STORE_CALLBACK;
+  sp.callbacks = &cb;
+  p.struct_size = (uint32_t)offsetof(pkv_engine_params, store) + 4;
+  if (CHECK_OK(pkv_engine_create(&p, &e))) {
+    int32_t t[9];
+    tu_fill(t, 9, 1);
+    const uint64_t s = tu_alloc(e, t, 9, NULL);
+    CHECK_EQ_INT(tu_stats(e).num_store_lookups, 0);
+    CHECK_OK(pkv_release(e, s));
+    pkv_engine_destroy(e);
+  }
 }
 
 int main(void)

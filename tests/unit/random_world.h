@@ -221,8 +221,8 @@ static inline void check_world(world *w, int deep)
   EXPECT(st.num_host_free_blocks <= st.num_host_blocks);
   EXPECT(st.num_swapped_seqs == swapped);
   EXPECT(st.num_host_cached_blocks <= st.num_host_free_blocks);
-  EXPECT(st.device_hit_tokens + st.host_hit_tokens == st.prefix_hit_tokens);
-  EXPECT(st.host_hit_tokens == st.num_loaded_blocks * w->bs);
+  EXPECT(st.device_hit_tokens + st.host_hit_tokens + st.store_hit_tokens == st.prefix_hit_tokens);
+  EXPECT(st.host_hit_tokens + st.store_hit_tokens == st.num_loaded_blocks * w->bs);
   EXPECT(w->offload || st.num_offloaded_blocks + st.num_host_cached_blocks == 0);
   const uint64_t *shadow = effective(w);
   for (uint32_t i = 0; i < w->nseqs; i++) {
