@@ -137,6 +137,7 @@ std::string verify_value(const StoreShape &shape, const StoreFingerprint &fp, co
   if (std::memcmp(h.magic, kMagic, 8) != 0) return "not a pkv block (magic)";
   if (h.format_version != kFormatVersion || h.header_bytes != sizeof(Header))
     return "format version " + std::to_string(h.format_version) + ", this pkv reads 1";
+  if (h.reserved0 != 0 || h.reserved1 != 0) return "reserved header bytes are not 0";
   if (h.num_tokens != shape.block_size || h.payload_bytes != shape.payload_bytes())
     return "another block size or payload size";
   const int32_t *stored = reinterpret_cast<const int32_t *>(value + sizeof h);
@@ -157,6 +158,7 @@ bool read_value_header(const uint8_t *value, size_t size, StoreValueInfo *out, s
   if (std::memcmp(h.magic, kMagic, 8) != 0) return *why = "not a pkv block (magic)", false;
   if (h.format_version != kFormatVersion || h.header_bytes != sizeof(Header))
     return *why = "format version " + std::to_string(h.format_version), false;
+  if (h.reserved0 != 0 || h.reserved1 != 0) return *why = "reserved header bytes are not 0", false;
   const uint64_t tokens_bytes = sizeof(int32_t) * uint64_t(h.num_tokens);
   if (size != sizeof h + tokens_bytes + h.payload_bytes) return *why = "truncated or padded", false;
   if (h.header_checksum != header_checksum(h, reinterpret_cast<const int32_t *>(value + sizeof h)))

@@ -8,6 +8,7 @@
 //    share a block.
 #include <math.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,13 +139,14 @@ void test_redis_two_processes() {
   tu_fill(t, N, 40);
   pkv_store_params sp = redis_params(server.port(), nullptr);
   // The writer: another OS process, which exits once its writes are done (engine destroyed).
+  const int failed_before = tu_failed_;
   const pid_t child = fork();
   if (child == 0) {
     pkv_engine *a = engine(&sp);
     if (!a) _exit(2);
     compute_prompt(a, t, nullptr);
     pkv_engine_destroy(a);
-    _exit(tu_failed_ ? 1 : 0);
+    _exit(tu_failed_ != failed_before ? 1 : 0);
   }
   int status = -1;
   waitpid(child, &status, 0);
@@ -242,9 +244,54 @@ void test_file_restart() {
   CHECK(system(rm.c_str()) == 0);
 }
 
+// A disk that is full (here: a file-size limit below one block, in a child process): the writes
+// fail, are counted and explained, and the engine keeps serving.
+void test_file_full_disk() {
+  char dir[] = "/tmp/pkv-store-XXXXXX";
+  if (!CHECK(mkdtemp(dir) != nullptr)) return;
+  const int failed_before = tu_failed_;
+  const pid_t child = fork();
+  if (child == 0) {
+    struct rlimit lim = {512, 512};  // below one value (about 1.2 KiB)
+    setrlimit(RLIMIT_FSIZE, &lim);
+    pkv_store_params sp;
+    pkv_store_params_init(&sp, sizeof sp);
+    sp.kind = PKV_STORE_FILE;
+    sp.path = dir;
+    pkv_engine *e = engine(&sp);
+    if (!e) _exit(2);
+    int32_t t[N];
+    tu_fill(t, N, 90);
+    compute_prompt(e, t, nullptr);
+    pkv_stats st = tu_stats(e);
+    for (int i = 0; i < 500 && st.num_store_put_errors + st.num_store_puts < 3; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      st = tu_stats(e);
+    }
+    CHECK_EQ_INT(st.num_store_put_errors, 3);
+    CHECK_EQ_INT(st.num_store_puts, 0);
+    char why[256];
+    uint32_t len = 0;
+    CHECK_OK(pkv_engine_store_error(e, why, sizeof why, &len));
+    CHECK(strstr(why, "File too large") != nullptr);
+    uint32_t cached = 99;
+    const uint64_t s = tu_alloc(e, t, N, &cached);  // still serving: from the pool
+    CHECK_EQ_INT(cached, N - 1);
+    CHECK_OK(pkv_release(e, s));
+    pkv_engine_destroy(e);
+    _exit(tu_failed_ != failed_before ? 1 : 0);
+  }
+  int status = -1;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string rm = std::string("rm -rf ") + dir;
+  CHECK(system(rm.c_str()) == 0);
+}
+
 }  // namespace
 
 int main() {
+  TU_RUN(test_file_full_disk);
   TU_RUN(test_file_restart);
   TU_RUN(test_redis_wrong_password);
   TU_RUN(test_redis_two_processes);

@@ -1,0 +1,129 @@
+// The store's keys and values (src/tiers/store_format.h), directly: keys are SHA-256 chains that
+// depend on every input (salt, each fingerprint field, parent, every token), and verify_value()
+// accepts exactly the value written for (fingerprint, key, parent, tokens) and rejects, with a
+// reason, every other: a flipped bit anywhere (header, tokens, payload), a truncated or padded
+// value (read_value_header), another fingerprint, key, parent or tokens.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tiers/store_format.h"
+
+namespace {
+
+int failed = 0, passed = 0;
+#define EXPECT(c)                                                   \
+  do {                                                              \
+    if (c) passed++;                                                \
+    else failed++, std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
+  } while (0)
+
+using namespace pkv;
+
+StoreShape shape() { return StoreShape{2, 2, 8, 4, 0, 1, PKV_DTYPE_F16, 4 * 2 * 8 * 2}; }
+
+std::vector<uint8_t> make_value(const StoreShape &s, const StoreFingerprint &fp, const StoreKey &key,
+                                const StoreKey &parent, const int32_t *tokens) {
+  std::vector<uint8_t> v(s.value_bytes());
+  for (uint64_t i = 0; i < s.payload_bytes(); ++i) v[payload_offset(s) + i] = uint8_t(i * 7 + 3);
+  encode_value(s, fp, key, parent, tokens, v.data());
+  return v;
+}
+
+void test_keys() {
+  const StoreShape s = shape();
+  const StoreFingerprint fp = store_fingerprint(s);
+  const int32_t t[4] = {1, 2, 3, 4}, u[4] = {1, 2, 3, 5};
+  const StoreKey root = store_root_key(fp, "a");
+  EXPECT(!(root == store_root_key(fp, "b")));
+  EXPECT(!(root == store_root_key(fp, "")));
+  EXPECT(root == store_root_key(fp, "a"));
+  const StoreKey k = store_block_key(root, t, 4);
+  EXPECT(k == store_block_key(root, t, 4));
+  EXPECT(!(k == store_block_key(root, u, 4)));
+  EXPECT(!(k == store_block_key(store_root_key(fp, "b"), t, 4)));
+  EXPECT(k.hex().size() == 64);
+  // Every field of the shape is in the fingerprint.
+  StoreShape o = s;
+  const auto differs = [&](const StoreShape &x) {
+    const StoreFingerprint f = store_fingerprint(x);
+    return std::memcmp(f.bytes, fp.bytes, 32) != 0;
+  };
+  o = s;
+  o.num_layers++;
+  EXPECT(differs(o));
+  o = s;
+  o.kv_heads++;
+  EXPECT(differs(o));
+  o = s;
+  o.head_dim++;
+  EXPECT(differs(o));
+  o = s;
+  o.block_size++;
+  EXPECT(differs(o));
+  o = s;
+  o.tp_rank++;
+  EXPECT(differs(o));
+  o = s;
+  o.tp_size++;
+  EXPECT(differs(o));
+  o = s;
+  o.dtype = PKV_DTYPE_BF16;
+  EXPECT(differs(o));
+  // A salt that is a prefix of another, or the same bytes split otherwise, is another root.
+  EXPECT(!(store_root_key(fp, std::string("ab", 2)) == store_root_key(fp, std::string("a\0", 2))));
+}
+
+void test_values() {
+  const StoreShape s = shape();
+  const StoreFingerprint fp = store_fingerprint(s);
+  const int32_t t[4] = {10, 20, 30, 40}, other[4] = {10, 20, 30, 41};
+  const StoreKey root = store_root_key(fp, "");
+  const StoreKey key = store_block_key(root, t, 4);
+  const std::vector<uint8_t> good = make_value(s, fp, key, root, t);
+  EXPECT(verify_value(s, fp, key, root, t, good.data()).empty());
+  StoreValueInfo info;
+  std::string why;
+  EXPECT(read_value_header(good.data(), good.size(), &info, &why));
+  EXPECT(info.key == key && info.parent == root && info.num_tokens == 4 && info.payload_bytes == s.payload_bytes());
+  // One flipped bit anywhere is caught (every byte tried).
+  uint64_t caught = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::vector<uint8_t> bad = good;
+    bad[i] ^= uint8_t(1u << (i % 8));
+    caught += !verify_value(s, fp, key, root, t, bad.data()).empty();
+  }
+  EXPECT(caught == good.size());
+  // Truncated or padded: not a value of this format.
+  EXPECT(!read_value_header(good.data(), good.size() - 1, &info, &why));
+  std::vector<uint8_t> padded = good;
+  padded.push_back(0);
+  EXPECT(!read_value_header(padded.data(), padded.size(), &info, &why));
+  EXPECT(!read_value_header(good.data(), 10, &info, &why));
+  // Asked for another key, parent, tokens or model: rejected, saying which.
+  const StoreKey key2 = store_block_key(root, other, 4);
+  EXPECT(verify_value(s, fp, key2, root, t, good.data()) == "stored under another key");
+  EXPECT(verify_value(s, fp, key, key2, t, good.data()) == "another parent block");
+  EXPECT(verify_value(s, fp, key, root, other, good.data()) == "other tokens");
+  StoreShape s2 = s;
+  s2.tp_rank = 1;
+  EXPECT(verify_value(s, store_fingerprint(s2), key, root, t, good.data()) == "another model fingerprint");
+  // A value of another model's shape (another block size) is refused before anything is read past it.
+  StoreShape s3 = s;
+  s3.block_size = 8;
+  s3.block_bytes *= 2;
+  std::vector<uint8_t> big(s3.value_bytes());
+  const int32_t t8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  encode_value(s3, store_fingerprint(s3), key, root, t8, big.data());
+  EXPECT(verify_value(s, fp, key, root, t, big.data()) == "another block size or payload size");
+}
+
+}  // namespace
+
+int main() {
+  test_keys();
+  test_values();
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
