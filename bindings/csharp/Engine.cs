@@ -49,6 +49,8 @@ namespace Pkv
         /// <summary>In host-tier blocks: swapped out (Sequence.SwapOut), or an offloaded cached
         /// block (EngineParams.HostOffload).</summary>
         Host = Native.PKV_TIER_HOST,
+        /// <summary>A block fetched from the store tier (a stored event's medium).</summary>
+        Store = Native.PKV_TIER_STORE,
     }
 
     public partial struct SeqInfo
@@ -116,9 +118,19 @@ namespace Pkv
         public EngineParams Params { get; private set; }
         internal uint QBytesPerToken, KvBytesPerToken;  // pkv_attention's size checks
 
-        public Engine(EngineParams p)
+        public Engine(EngineParams p) : this(p, null) { }
+
+        /// <summary>An engine with the store tier store (null: none), which needs prefix caching
+        /// and a host tier. An IStore is called by pkv until the engine is disposed (which waits
+        /// for the queued writes).</summary>
+        public Engine(EngineParams p, StoreConfig store)
         {
-            Native.Check(Native.pkv_engine_create(&p, out handle));
+            StoreBridge bridge = store == null ? null : store.Build();
+            p.Store = bridge == null ? IntPtr.Zero : (IntPtr)bridge.Params;
+            Status created = Native.pkv_engine_create(&p, out handle);
+            if (created != Status.Ok && bridge != null) bridge.Free();
+            Native.Check(created);
+            handle.Store = bridge;
             var eff = new EngineParams { StructSize = (uint)sizeof(EngineParams) };
             Call(Native.pkv_engine_params_get(handle, &eff));
             Params = eff;
@@ -294,6 +306,20 @@ namespace Pkv
             var s = new Stats { StructSize = (uint)sizeof(Stats) };
             lock (gate) Call(Native.pkv_engine_stats(Handle, &s));
             return s;
+        }
+
+        /// <summary>The store's last problem (a miss by error, a rejected value, a failed write),
+        /// "" when there was none or the engine has no store (pkv_engine_store_error).</summary>
+        public string StoreError()
+        {
+            lock (gate)
+            {
+                uint n;
+                Call(Native.pkv_engine_store_error(Handle, null, 0, &n));
+                var buf = new byte[n + 1];
+                fixed (byte* b = buf) Call(Native.pkv_engine_store_error(Handle, b, (uint)buf.Length, &n));
+                return Encoding.UTF8.GetString(buf, 0, (int)Math.Min(n, (uint)buf.Length - 1));
+            }
         }
 
         public KvBudget Budget()

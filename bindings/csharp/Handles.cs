@@ -4,14 +4,18 @@ using System.Runtime.InteropServices;
 
 namespace Pkv
 {
-    /// <summary>A pkv_engine*; released with pkv_engine_destroy.</summary>
+    /// <summary>A pkv_engine*; released with pkv_engine_destroy, then its store's memory and
+    /// delegates (which pkv calls until destroy returns) are let go.</summary>
     public sealed class EngineHandle : SafeHandle
     {
+        internal StoreBridge Store;
         public EngineHandle() : base(IntPtr.Zero, true) { }
         public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
         protected override bool ReleaseHandle()
         {
-            Native.pkv_engine_destroy(handle);
+            Native.pkv_engine_destroy(handle);  // waits for the store's queued writes
+            if (Store != null) Store.Free();
+            Store = null;
             return true;
         }
     }

@@ -20,9 +20,66 @@ namespace Pkv
         OutOfMemory = -7,
         Device = -8,
         Internal = -9,
+        Store = -10,
     }
 
-    /// <summary>pkv_engine_params (160 bytes on x86_64).</summary>
+    /// <summary>pkv_store_key (32 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public unsafe partial struct StoreKey
+    {
+        public fixed byte Bytes[32];
+    }
+
+    /// <summary>pkv_store_callbacks.exists: the delegate to pass as an IntPtr (keep it alive).</summary>
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public unsafe delegate int StoreCallbacksExistsFn(void* user, StoreKey* keys, uint n, byte* @out, byte* message, uint message_cap);
+
+    /// <summary>pkv_store_callbacks.get: the delegate to pass as an IntPtr (keep it alive).</summary>
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public unsafe delegate int StoreCallbacksGetFn(void* user, StoreKey* keys, uint n, void* values, ulong value_bytes, byte* found, uint timeout_ms, byte* message, uint message_cap);
+
+    /// <summary>pkv_store_callbacks.put: the delegate to pass as an IntPtr (keep it alive).</summary>
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public unsafe delegate int StoreCallbacksPutFn(void* user, StoreKey* keys, uint n, void* values, ulong value_bytes, byte* message, uint message_cap);
+
+    /// <summary>pkv_store_callbacks (40 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct StoreCallbacks
+    {
+        public uint StructSize;
+        public uint Reserved0;
+        public IntPtr User;
+        public IntPtr Exists;
+        public IntPtr Get;
+        public IntPtr Put;
+    }
+
+    /// <summary>pkv_store_params (104 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct StoreParams
+    {
+        public uint StructSize;
+        public uint Kind;
+        public uint WriteMode;
+        public uint LookupTimeoutMs;
+        public uint WriteQueueBlocks;
+        public uint Reserved0;
+        public IntPtr Path;
+        public ulong MaxBytes;
+        public IntPtr Host;
+        public uint Port;
+        public uint Database;
+        public IntPtr Username;
+        public IntPtr Password;
+        public IntPtr KeyPrefix;
+        public uint TtlSeconds;
+        public uint ConnectTimeoutMs;
+        public uint IoTimeoutMs;
+        public uint Reserved1;
+        public IntPtr Callbacks;
+    }
+
+    /// <summary>pkv_engine_params (168 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct EngineParams
     {
@@ -59,6 +116,7 @@ namespace Pkv
         public ulong HostCacheBytes;
         public uint PreemptionMode;
         public uint HostOffload;
+        public IntPtr Store;
     }
 
     /// <summary>pkv_kv_budget (152 bytes on x86_64).</summary>
@@ -88,7 +146,7 @@ namespace Pkv
         public ulong HostAvailableBytes;
     }
 
-    /// <summary>pkv_stats (240 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (320 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -123,6 +181,16 @@ namespace Pkv
         public ulong NumOffloadedBlocks;
         public ulong NumLoadedBlocks;
         public ulong NumHostEvictions;
+        public ulong StoreHitTokens;
+        public ulong NumStoreLookups;
+        public ulong NumStoreHits;
+        public ulong NumStoreMisses;
+        public ulong NumStoreRejected;
+        public ulong NumStoreErrors;
+        public ulong NumStorePuts;
+        public ulong NumStorePutDropped;
+        public ulong NumStorePutErrors;
+        public ulong NumLoadingRequests;
     }
 
     /// <summary>pkv_seq_params (16 bytes on x86_64).</summary>
@@ -252,6 +320,7 @@ namespace Pkv
         public const int PKV_ERR_OUT_OF_MEMORY = -7;
         public const int PKV_ERR_DEVICE = -8;
         public const int PKV_ERR_INTERNAL = -9;
+        public const int PKV_ERR_STORE = -10;
 
         public const int PKV_MAX_HEAD_DIM = 1024;
         public const int PKV_ATTENTION_MAX_HEAD_DIM = 256;
@@ -285,14 +354,22 @@ namespace Pkv
         public const int PKV_TIER_NONE = 0;
         public const int PKV_TIER_DEVICE = 1;
         public const int PKV_TIER_HOST = 2;
+        public const int PKV_TIER_STORE = 3;
+        public const int PKV_STORE_NONE = 0;
+        public const int PKV_STORE_FILE = 1;
+        public const int PKV_STORE_REDIS = 2;
+        public const int PKV_STORE_CALLBACK = 3;
+        public const int PKV_STORE_WRITE_THROUGH = 0;
+        public const int PKV_STORE_WRITE_BACK = 1;
+        public const int PKV_STORE_READ_ONLY = 2;
         public const int PKV_EVENT_BLOCK_STORED = 1;
         public const int PKV_EVENT_BLOCK_REMOVED = 2;
         public const int PKV_EVENT_ALL_CLEARED = 3;
         public const int PKV_EVENT_OVERFLOW = 4;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo) };
-        public static readonly int[] StructSizes = { 160, 152, 240, 16, 56, 136, 32, 40, 128 };
+        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo) };
+        public static readonly int[] StructSizes = { 32, 40, 104, 168, 152, 320, 16, 56, 136, 32, 40, 128 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -309,6 +386,7 @@ namespace Pkv
                 case Status.OutOfMemory: return "ERR_OUT_OF_MEMORY";
                 case Status.Device: return "ERR_DEVICE";
                 case Status.Internal: return "ERR_INTERNAL";
+                case Status.Store: return "ERR_STORE";
                 default: return "UNKNOWN";
             }
         }
@@ -324,6 +402,9 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern IntPtr pkv_last_error();
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_store_params_init(StoreParams* p, uint size);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_engine_params_init(EngineParams* p, uint size);
@@ -351,6 +432,9 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_engine_stats(EngineHandle e, Stats* @out);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_engine_store_error(EngineHandle e, byte* @out, uint cap, uint* out_len);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_seq_params_init(SeqParams* p, uint size);

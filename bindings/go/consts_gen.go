@@ -22,6 +22,7 @@ const (
 	StatusOutOfMemory     Status = -7
 	StatusDevice          Status = -8
 	StatusInternal        Status = -9
+	StatusStore           Status = -10
 )
 
 const (
@@ -81,6 +82,20 @@ const (
 	TierNone   = 0
 	TierDevice = 1
 	TierHost   = 2
+	TierStore  = 3
+)
+
+const (
+	StoreNone     = 0
+	StoreFile     = 1
+	StoreRedis    = 2
+	StoreCallback = 3
+)
+
+const (
+	StoreWriteThrough = 0
+	StoreWriteBack    = 1
+	StoreReadOnly     = 2
 )
 
 const (
@@ -102,6 +117,7 @@ var statusNames = map[Status]string{
 	StatusOutOfMemory:     "ERR_OUT_OF_MEMORY",
 	StatusDevice:          "ERR_DEVICE",
 	StatusInternal:        "ERR_INTERNAL",
+	StatusStore:           "ERR_STORE",
 }
 
 // Sentinel errors: errors.Is(err, ErrNoSpace) matches any *Error of that status.
@@ -115,6 +131,7 @@ var (
 	ErrOutOfMemory     = &Error{Status: StatusOutOfMemory}
 	ErrDevice          = &Error{Status: StatusDevice}
 	ErrInternal        = &Error{Status: StatusInternal}
+	ErrStore           = &Error{Status: StatusStore}
 )
 
 // sentinels by status
@@ -128,9 +145,48 @@ var sentinels = map[Status]*Error{
 	StatusOutOfMemory:     ErrOutOfMemory,
 	StatusDevice:          ErrDevice,
 	StatusInternal:        ErrInternal,
+	StatusStore:           ErrStore,
 }
 
-// EngineParams is C's pkv_engine_params (160 bytes on amd64; layout checked against C at init).
+// StoreKey is C's pkv_store_key (32 bytes on amd64; layout checked against C at init).
+type StoreKey struct {
+	Bytes [32]uint8
+}
+
+// StoreCallbacks is C's pkv_store_callbacks (40 bytes on amd64; layout checked against C at init).
+type StoreCallbacks struct {
+	StructSize uint32
+	Reserved0  uint32
+	User       uintptr
+	Exists     uintptr
+	Get        uintptr
+	Put        uintptr
+}
+
+// StoreParams is C's pkv_store_params (104 bytes on amd64; layout checked against C at init).
+type StoreParams struct {
+	StructSize       uint32
+	Kind             uint32
+	WriteMode        uint32
+	LookupTimeoutMs  uint32
+	WriteQueueBlocks uint32
+	Reserved0        uint32
+	Path             uintptr
+	MaxBytes         uint64
+	Host             uintptr
+	Port             uint32
+	Database         uint32
+	Username         uintptr
+	Password         uintptr
+	KeyPrefix        uintptr
+	TtlSeconds       uint32
+	ConnectTimeoutMs uint32
+	IoTimeoutMs      uint32
+	Reserved1        uint32
+	Callbacks        uintptr
+}
+
+// EngineParams is C's pkv_engine_params (168 bytes on amd64; layout checked against C at init).
 type EngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
@@ -165,6 +221,7 @@ type EngineParams struct {
 	HostCacheBytes      uint64
 	PreemptionMode      uint32
 	HostOffload         uint32
+	Store               uintptr
 }
 
 // KVBudget is C's pkv_kv_budget (152 bytes on amd64; layout checked against C at init).
@@ -192,7 +249,7 @@ type KVBudget struct {
 	HostAvailableBytes   uint64
 }
 
-// Stats is C's pkv_stats (240 bytes on amd64; layout checked against C at init).
+// Stats is C's pkv_stats (320 bytes on amd64; layout checked against C at init).
 type Stats struct {
 	StructSize          uint32
 	Reserved0           uint32
@@ -225,6 +282,16 @@ type Stats struct {
 	NumOffloadedBlocks  uint64
 	NumLoadedBlocks     uint64
 	NumHostEvictions    uint64
+	StoreHitTokens      uint64
+	NumStoreLookups     uint64
+	NumStoreHits        uint64
+	NumStoreMisses      uint64
+	NumStoreRejected    uint64
+	NumStoreErrors      uint64
+	NumStorePuts        uint64
+	NumStorePutDropped  uint64
+	NumStorePutErrors   uint64
+	NumLoadingRequests  uint64
 }
 
 // SeqParams is C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).

@@ -22,27 +22,34 @@ type Engine struct {
 	batchGen uint64
 	// bytes per new token of q/out and of k/v: pkv_attention's size checks
 	qBytes, kvBytes int
+	store           *storeMem // the store's C parameters and Store handle (NewEngineWithStore)
 }
 
-// NewEngine creates an engine (pkv_engine_create).
+// NewEngine creates an engine (pkv_engine_create); p.Store must be 0 (NewEngineWithStore).
 func NewEngine(p EngineParams) (*Engine, error) {
 	if abiError != nil {
 		return nil, abiError
 	}
+	return newEngine(p, nil)
+}
+
+func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
 	var e *C.pkv_engine
 	if err := check(func() C.pkv_status { return C.pkv_engine_create(cParams(&p), &e) }); err != nil {
 		return nil, err
 	}
-	eng := &Engine{e: e}
+	eng := &Engine{e: e, store: store}
 	runtime.SetFinalizer(eng, (*Engine).Close)
-	eng.params.StructSize = uint32(unsafe.Sizeof(eng.params))
+	// its own allocation: cgo checks all of the one a pointer is in, and an Engine holds Go pointers
+	params := &EngineParams{StructSize: uint32(unsafe.Sizeof(EngineParams{}))}
 	budget := KVBudget{StructSize: uint32(unsafe.Sizeof(KVBudget{}))}
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-		if s := C.pkv_engine_params_get(e, cParams(&eng.params)); s != 0 {
+		if s := C.pkv_engine_params_get(e, cParams(params)); s != 0 {
 			return s
 		}
 		return C.pkv_engine_budget(e, (*C.pkv_kv_budget)(unsafe.Pointer(&budget)))
 	})
+	eng.params = *params
 	if err != nil {
 		eng.Close()
 		return nil, err
@@ -61,9 +68,12 @@ func (eng *Engine) Close() error {
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
 	if eng.e != nil {
-		C.pkv_engine_destroy(eng.e)
+		C.pkv_engine_destroy(eng.e) // waits for the store's queued writes
 		eng.e, eng.batch = nil, nil
 		runtime.SetFinalizer(eng, nil)
+		if eng.store != nil {
+			eng.store.free() // pkv calls the Store no more (free is idempotent)
+		}
 	}
 	return nil
 }

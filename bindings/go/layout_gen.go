@@ -9,6 +9,38 @@ import "unsafe"
 
 // layouts pairs each generated struct with the C one: sizes, then offsets.
 var layouts = []layout{
+	{"pkv_store_key", unsafe.Sizeof(StoreKey{}), unsafe.Sizeof(C.struct_pkv_store_key{}), []fieldOffset{
+		{"bytes", unsafe.Offsetof(StoreKey{}.Bytes), unsafe.Offsetof(C.struct_pkv_store_key{}.bytes)},
+	}},
+	{"pkv_store_callbacks", unsafe.Sizeof(StoreCallbacks{}), unsafe.Sizeof(C.struct_pkv_store_callbacks{}), []fieldOffset{
+		{"struct_size", unsafe.Offsetof(StoreCallbacks{}.StructSize), unsafe.Offsetof(C.struct_pkv_store_callbacks{}.struct_size)},
+		{"reserved0", unsafe.Offsetof(StoreCallbacks{}.Reserved0), unsafe.Offsetof(C.struct_pkv_store_callbacks{}.reserved0)},
+		{"user", unsafe.Offsetof(StoreCallbacks{}.User), unsafe.Offsetof(C.struct_pkv_store_callbacks{}.user)},
+		{"exists", unsafe.Offsetof(StoreCallbacks{}.Exists), unsafe.Offsetof(C.struct_pkv_store_callbacks{}.exists)},
+		{"get", unsafe.Offsetof(StoreCallbacks{}.Get), unsafe.Offsetof(C.struct_pkv_store_callbacks{}.get)},
+		{"put", unsafe.Offsetof(StoreCallbacks{}.Put), unsafe.Offsetof(C.struct_pkv_store_callbacks{}.put)},
+	}},
+	{"pkv_store_params", unsafe.Sizeof(StoreParams{}), unsafe.Sizeof(C.struct_pkv_store_params{}), []fieldOffset{
+		{"struct_size", unsafe.Offsetof(StoreParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_store_params{}.struct_size)},
+		{"kind", unsafe.Offsetof(StoreParams{}.Kind), unsafe.Offsetof(C.struct_pkv_store_params{}.kind)},
+		{"write_mode", unsafe.Offsetof(StoreParams{}.WriteMode), unsafe.Offsetof(C.struct_pkv_store_params{}.write_mode)},
+		{"lookup_timeout_ms", unsafe.Offsetof(StoreParams{}.LookupTimeoutMs), unsafe.Offsetof(C.struct_pkv_store_params{}.lookup_timeout_ms)},
+		{"write_queue_blocks", unsafe.Offsetof(StoreParams{}.WriteQueueBlocks), unsafe.Offsetof(C.struct_pkv_store_params{}.write_queue_blocks)},
+		{"reserved0", unsafe.Offsetof(StoreParams{}.Reserved0), unsafe.Offsetof(C.struct_pkv_store_params{}.reserved0)},
+		{"path", unsafe.Offsetof(StoreParams{}.Path), unsafe.Offsetof(C.struct_pkv_store_params{}.path)},
+		{"max_bytes", unsafe.Offsetof(StoreParams{}.MaxBytes), unsafe.Offsetof(C.struct_pkv_store_params{}.max_bytes)},
+		{"host", unsafe.Offsetof(StoreParams{}.Host), unsafe.Offsetof(C.struct_pkv_store_params{}.host)},
+		{"port", unsafe.Offsetof(StoreParams{}.Port), unsafe.Offsetof(C.struct_pkv_store_params{}.port)},
+		{"database", unsafe.Offsetof(StoreParams{}.Database), unsafe.Offsetof(C.struct_pkv_store_params{}.database)},
+		{"username", unsafe.Offsetof(StoreParams{}.Username), unsafe.Offsetof(C.struct_pkv_store_params{}.username)},
+		{"password", unsafe.Offsetof(StoreParams{}.Password), unsafe.Offsetof(C.struct_pkv_store_params{}.password)},
+		{"key_prefix", unsafe.Offsetof(StoreParams{}.KeyPrefix), unsafe.Offsetof(C.struct_pkv_store_params{}.key_prefix)},
+		{"ttl_seconds", unsafe.Offsetof(StoreParams{}.TtlSeconds), unsafe.Offsetof(C.struct_pkv_store_params{}.ttl_seconds)},
+		{"connect_timeout_ms", unsafe.Offsetof(StoreParams{}.ConnectTimeoutMs), unsafe.Offsetof(C.struct_pkv_store_params{}.connect_timeout_ms)},
+		{"io_timeout_ms", unsafe.Offsetof(StoreParams{}.IoTimeoutMs), unsafe.Offsetof(C.struct_pkv_store_params{}.io_timeout_ms)},
+		{"reserved1", unsafe.Offsetof(StoreParams{}.Reserved1), unsafe.Offsetof(C.struct_pkv_store_params{}.reserved1)},
+		{"callbacks", unsafe.Offsetof(StoreParams{}.Callbacks), unsafe.Offsetof(C.struct_pkv_store_params{}.callbacks)},
+	}},
 	{"pkv_engine_params", unsafe.Sizeof(EngineParams{}), unsafe.Sizeof(C.struct_pkv_engine_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(EngineParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_engine_params{}.struct_size)},
 		{"num_layers", unsafe.Offsetof(EngineParams{}.NumLayers), unsafe.Offsetof(C.struct_pkv_engine_params{}.num_layers)},
@@ -43,6 +75,7 @@ var layouts = []layout{
 		{"host_cache_bytes", unsafe.Offsetof(EngineParams{}.HostCacheBytes), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_cache_bytes)},
 		{"preemption_mode", unsafe.Offsetof(EngineParams{}.PreemptionMode), unsafe.Offsetof(C.struct_pkv_engine_params{}.preemption_mode)},
 		{"host_offload", unsafe.Offsetof(EngineParams{}.HostOffload), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_offload)},
+		{"store", unsafe.Offsetof(EngineParams{}.Store), unsafe.Offsetof(C.struct_pkv_engine_params{}.store)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(KVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(KVBudget{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_budget{}.struct_size)},
@@ -99,6 +132,16 @@ var layouts = []layout{
 		{"num_offloaded_blocks", unsafe.Offsetof(Stats{}.NumOffloadedBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_offloaded_blocks)},
 		{"num_loaded_blocks", unsafe.Offsetof(Stats{}.NumLoadedBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_loaded_blocks)},
 		{"num_host_evictions", unsafe.Offsetof(Stats{}.NumHostEvictions), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_evictions)},
+		{"store_hit_tokens", unsafe.Offsetof(Stats{}.StoreHitTokens), unsafe.Offsetof(C.struct_pkv_stats{}.store_hit_tokens)},
+		{"num_store_lookups", unsafe.Offsetof(Stats{}.NumStoreLookups), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_lookups)},
+		{"num_store_hits", unsafe.Offsetof(Stats{}.NumStoreHits), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_hits)},
+		{"num_store_misses", unsafe.Offsetof(Stats{}.NumStoreMisses), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_misses)},
+		{"num_store_rejected", unsafe.Offsetof(Stats{}.NumStoreRejected), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_rejected)},
+		{"num_store_errors", unsafe.Offsetof(Stats{}.NumStoreErrors), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_errors)},
+		{"num_store_puts", unsafe.Offsetof(Stats{}.NumStorePuts), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_puts)},
+		{"num_store_put_dropped", unsafe.Offsetof(Stats{}.NumStorePutDropped), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_put_dropped)},
+		{"num_store_put_errors", unsafe.Offsetof(Stats{}.NumStorePutErrors), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_put_errors)},
+		{"num_loading_requests", unsafe.Offsetof(Stats{}.NumLoadingRequests), unsafe.Offsetof(C.struct_pkv_stats{}.num_loading_requests)},
 	}},
 	{"pkv_seq_params", unsafe.Sizeof(SeqParams{}), unsafe.Sizeof(C.struct_pkv_seq_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(SeqParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_seq_params{}.struct_size)},

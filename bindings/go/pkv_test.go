@@ -114,7 +114,7 @@ func expectStatus(t *testing.T, err error, sentinel *pkv.Error) {
 }
 
 func TestStatuses(t *testing.T) {
-	for s := pkv.StatusOK; s >= pkv.StatusInternal; s-- {
+	for s := pkv.StatusOK; s >= pkv.StatusStore; s-- {
 		if s.Description() == "" || !strings.HasPrefix(s.String(), map[bool]string{true: "OK", false: "ERR_"}[s == 0]) {
 			t.Errorf("status %d: %q %q", int32(s), s, s.Description())
 		}

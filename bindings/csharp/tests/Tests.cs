@@ -360,6 +360,8 @@ static partial class Tests
             { "host_tier", HostTier }, { "swap_out_and_in", SwapOutAndIn },
             { "swap_without_host_tier", SwapWithoutHostTier }, { "preemption_by_swapping", PreemptionBySwapping }, { "limits_and_kinds", LimitsAndKinds },
             { "offload_and_load_back", OffloadAndLoadBack }, { "host_offload_off", HostOffloadOff },
+            { "callback_store", CallbackStore }, { "failing_store_is_a_miss", FailingStoreIsAMiss },
+            { "file_store_and_params", FileStoreAndParams },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

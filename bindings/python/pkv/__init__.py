@@ -21,6 +21,7 @@ from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
 from .errors import __all__ as _error_names
 from .hashing import block_hash, block_hash_root, block_hashes
 from .params import Params, profile
+from .store import DictStore, StoreParams
 
 # every constant of pkv.h without its PKV_ prefix: DEVICE_CPU, DTYPE_F32, FINISH_LENGTH,
 # EVENT_BLOCK_STORED, ABI_VERSION, the statuses (OK, ERR_NO_SPACE == -2), ...
@@ -42,6 +43,6 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'block_hash',
-           'block_hash_root', 'block_hashes', 'version', 'abi_version', 'status_string',
-           'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names
+__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'StoreParams',
+           'DictStore', 'block_hash', 'block_hash_root', 'block_hashes', 'version', 'abi_version',
+           'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names

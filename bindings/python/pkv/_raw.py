@@ -20,6 +20,7 @@ PKV_ERR_NO_DEVICE = -6
 PKV_ERR_OUT_OF_MEMORY = -7
 PKV_ERR_DEVICE = -8
 PKV_ERR_INTERNAL = -9
+PKV_ERR_STORE = -10
 
 PKV_MAX_HEAD_DIM = 1024
 PKV_ATTENTION_MAX_HEAD_DIM = 256
@@ -53,6 +54,14 @@ PKV_PREEMPT_AUTO = 2
 PKV_TIER_NONE = 0
 PKV_TIER_DEVICE = 1
 PKV_TIER_HOST = 2
+PKV_TIER_STORE = 3
+PKV_STORE_NONE = 0
+PKV_STORE_FILE = 1
+PKV_STORE_REDIS = 2
+PKV_STORE_CALLBACK = 3
+PKV_STORE_WRITE_THROUGH = 0
+PKV_STORE_WRITE_BACK = 1
+PKV_STORE_READ_ONLY = 2
 PKV_EVENT_BLOCK_STORED = 1
 PKV_EVENT_BLOCK_REMOVED = 2
 PKV_EVENT_ALL_CLEARED = 3
@@ -70,6 +79,7 @@ STATUSES = (
     ('ERR_OUT_OF_MEMORY', -7, 'out of memory'),
     ('ERR_DEVICE', -8, 'CUDA device error'),
     ('ERR_INTERNAL', -9, 'internal error (a bug in pkv)'),
+    ('ERR_STORE', -10, 'the KV store cannot be used (pkv_store_params)'),
 )
 
 
@@ -79,6 +89,59 @@ class pkv_batch(_c.Structure):
 
 class pkv_engine(_c.Structure):
     """Opaque handle."""
+
+
+class pkv_store_key(_c.Structure):
+    _fields_ = [
+        ('bytes', _c.c_uint8 * 32),
+    ]
+
+
+# (user, keys, n, out, message, message_cap)
+pkv_store_callbacks_exists_fn = _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.POINTER(pkv_store_key), _c.c_uint32, _c.POINTER(_c.c_uint8), _c.POINTER(_c.c_char), _c.c_uint32)
+
+
+# (user, keys, n, values, value_bytes, found, timeout_ms, message, message_cap)
+pkv_store_callbacks_get_fn = _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.POINTER(pkv_store_key), _c.c_uint32, _c.c_void_p, _c.c_uint64, _c.POINTER(_c.c_uint8), _c.c_uint32, _c.POINTER(_c.c_char), _c.c_uint32)
+
+
+# (user, keys, n, values, value_bytes, message, message_cap)
+pkv_store_callbacks_put_fn = _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.POINTER(pkv_store_key), _c.c_uint32, _c.c_void_p, _c.c_uint64, _c.POINTER(_c.c_char), _c.c_uint32)
+
+
+class pkv_store_callbacks(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
+        ('user', _c.c_void_p),
+        ('exists', pkv_store_callbacks_exists_fn),
+        ('get', pkv_store_callbacks_get_fn),
+        ('put', pkv_store_callbacks_put_fn),
+    ]
+
+
+class pkv_store_params(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('kind', _c.c_uint32),
+        ('write_mode', _c.c_uint32),
+        ('lookup_timeout_ms', _c.c_uint32),
+        ('write_queue_blocks', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
+        ('path', _c.c_char_p),
+        ('max_bytes', _c.c_uint64),
+        ('host', _c.c_char_p),
+        ('port', _c.c_uint32),
+        ('database', _c.c_uint32),
+        ('username', _c.c_char_p),
+        ('password', _c.c_char_p),
+        ('key_prefix', _c.c_char_p),
+        ('ttl_seconds', _c.c_uint32),
+        ('connect_timeout_ms', _c.c_uint32),
+        ('io_timeout_ms', _c.c_uint32),
+        ('reserved1', _c.c_uint32),
+        ('callbacks', _c.POINTER(pkv_store_callbacks)),
+    ]
 
 
 class pkv_engine_params(_c.Structure):
@@ -116,6 +179,7 @@ class pkv_engine_params(_c.Structure):
         ('host_cache_bytes', _c.c_uint64),
         ('preemption_mode', _c.c_uint32),
         ('host_offload', _c.c_uint32),
+        ('store', _c.POINTER(pkv_store_params)),
     ]
 
 
@@ -178,6 +242,16 @@ class pkv_stats(_c.Structure):
         ('num_offloaded_blocks', _c.c_uint64),
         ('num_loaded_blocks', _c.c_uint64),
         ('num_host_evictions', _c.c_uint64),
+        ('store_hit_tokens', _c.c_uint64),
+        ('num_store_lookups', _c.c_uint64),
+        ('num_store_hits', _c.c_uint64),
+        ('num_store_misses', _c.c_uint64),
+        ('num_store_rejected', _c.c_uint64),
+        ('num_store_errors', _c.c_uint64),
+        ('num_store_puts', _c.c_uint64),
+        ('num_store_put_dropped', _c.c_uint64),
+        ('num_store_put_errors', _c.c_uint64),
+        ('num_loading_requests', _c.c_uint64),
     ]
 
 
@@ -285,9 +359,12 @@ class pkv_pool_info(_c.Structure):
 
 # sizeof of each struct as clang sees it on x86_64 Linux (checked by the tests)
 SIZES = {
-    'pkv_engine_params': 160,
+    'pkv_store_key': 32,
+    'pkv_store_callbacks': 40,
+    'pkv_store_params': 104,
+    'pkv_engine_params': 168,
     'pkv_kv_budget': 152,
-    'pkv_stats': 240,
+    'pkv_stats': 320,
     'pkv_seq_params': 16,
     'pkv_seq_info': 56,
     'pkv_batch_view': 136,
@@ -302,6 +379,7 @@ FUNCTIONS = {
     'pkv_abi_version': (_c.c_uint32, []),
     'pkv_status_string': (_c.c_char_p, [pkv_status]),
     'pkv_last_error': (_c.c_char_p, []),
+    'pkv_store_params_init': (pkv_status, [_c.POINTER(pkv_store_params), _c.c_uint32]),
     'pkv_engine_params_init': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_uint32]),
     'pkv_engine_params_from_hf_config': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_char_p, _c.c_size_t]),
     'pkv_profile': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(pkv_kv_budget)]),
@@ -311,6 +389,7 @@ FUNCTIONS = {
     'pkv_engine_params_get': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_engine_params)]),
     'pkv_engine_budget': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_kv_budget)]),
     'pkv_engine_stats': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_stats)]),
+    'pkv_engine_store_error': (pkv_status, [_c.POINTER(pkv_engine), _c.c_char_p, _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_seq_params_init': (pkv_status, [_c.POINTER(pkv_seq_params), _c.c_uint32]),
     'pkv_allocate': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_seq_params), _c.POINTER(_c.c_uint64), _c.POINTER(_c.c_uint32)]),
     'pkv_allocate_query': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_seq_params), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32)]),
@@ -350,6 +429,7 @@ PARAM_NAMES = {
     'pkv_abi_version': (),
     'pkv_status_string': ('s',),
     'pkv_last_error': (),
+    'pkv_store_params_init': ('p', 'size'),
     'pkv_engine_params_init': ('p', 'size'),
     'pkv_engine_params_from_hf_config': ('p', 'json', 'json_len'),
     'pkv_profile': ('p', 'out'),
@@ -359,6 +439,7 @@ PARAM_NAMES = {
     'pkv_engine_params_get': ('e', 'out'),
     'pkv_engine_budget': ('e', 'out'),
     'pkv_engine_stats': ('e', 'out'),
+    'pkv_engine_store_error': ('e', 'out', 'cap', 'out_len'),
     'pkv_seq_params_init': ('p', 'size'),
     'pkv_allocate': ('e', 'tokens', 'num_tokens', 'sp', 'out_seq', 'out_num_cached_tokens'),
     'pkv_allocate_query': ('e', 'tokens', 'num_tokens', 'sp', 'out_num_blocks', 'out_num_cached_tokens'),

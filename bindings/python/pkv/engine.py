@@ -7,6 +7,7 @@ from ._buffers import byte_string, int32_array
 from ._lib import lib, text
 from .errors import make_error
 from .params import Params, check, record
+from .store import StoreParams
 
 _DTYPE_BYTES = {_raw.PKV_DTYPE_F32: 4, _raw.PKV_DTYPE_F16: 2, _raw.PKV_DTYPE_BF16: 2}
 
@@ -18,13 +19,25 @@ class Engine:
 
         with pkv.Engine(pkv.Params(num_layers=2, ...)) as engine:
             seq = engine.allocate(prompt)
+
+    store: the store tier (needs prefix caching and a host tier): a StoreParams (file(),
+    redis(), callback()), or the host's own store object (get/put[/exists]: pkv.DictStore), which
+    the engine keeps alive and pkv calls from its threads until close() (which waits for the
+    queued writes).
     """
 
-    def __init__(self, params=None, **fields):
+    def __init__(self, params=None, store=None, **fields):
         p = Params._from_struct(_raw.pkv_engine_params.from_buffer_copy(params._c)) if params \
             else Params()
         for name, value in fields.items():
             setattr(p, name, value)
+        self._store_keep = None
+        p._c.store = None
+        if store is not None:
+            sp = store if isinstance(store, StoreParams) else StoreParams.callback(store)
+            c, keep = sp._struct()
+            p._c.store = ctypes.pointer(c)
+            self._store_keep = (c, keep)  # the callbacks live as long as the engine
         handle = ctypes.POINTER(_raw.pkv_engine)()
         check(lib.pkv_engine_create(ctypes.byref(p._c), ctypes.byref(handle)))
         self._handle = handle
@@ -48,8 +61,9 @@ class Engine:
             if self._batch is not None:
                 self._batch._handle = None  # freed by pkv_engine_destroy
                 self._batch = None
-            lib.pkv_engine_destroy(self._handle)
+            lib.pkv_engine_destroy(self._handle)  # waits for the store's queued writes
             self._handle = None
+            self._store_keep = None  # pkv calls the store no more
 
     @property
     def closed(self):
@@ -181,6 +195,16 @@ class Engine:
 
     def budget(self):
         return self._get(_raw.pkv_kv_budget, lib.pkv_engine_budget)
+
+    def store_error(self):
+        """The store's last problem (a miss by error, a rejected value, a failed write) as text;
+        '' when there was none or the engine has no store (pkv_engine_store_error)."""
+        n = ctypes.c_uint32()
+        with self._lock:
+            self._call(lib.pkv_engine_store_error, None, 0, ctypes.byref(n))
+            buf = ctypes.create_string_buffer(n.value + 1)
+            self._call(lib.pkv_engine_store_error, buf, len(buf), ctypes.byref(n))
+        return buf.value.decode('utf-8', 'replace')
 
     def pool_info(self):
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)

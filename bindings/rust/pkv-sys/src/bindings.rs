@@ -4,6 +4,7 @@ pub const PKV_VERSION_MAJOR: u32 = 0;
 pub const PKV_VERSION_MINOR: u32 = 2;
 pub const PKV_VERSION_PATCH: u32 = 0;
 pub const PKV_ABI_VERSION: u32 = 1;
+pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -19,6 +20,7 @@ pub const PKV_ERR_NO_DEVICE: _bindgen_ty_1 = -6;
 pub const PKV_ERR_OUT_OF_MEMORY: _bindgen_ty_1 = -7;
 pub const PKV_ERR_DEVICE: _bindgen_ty_1 = -8;
 pub const PKV_ERR_INTERNAL: _bindgen_ty_1 = -9;
+pub const PKV_ERR_STORE: _bindgen_ty_1 = -10;
 pub type _bindgen_ty_1 = ::std::os::raw::c_int;
 pub const PKV_MAX_HEAD_DIM: _bindgen_ty_2 = 1024;
 pub const PKV_ATTENTION_MAX_HEAD_DIM: _bindgen_ty_2 = 256;
@@ -60,12 +62,91 @@ pub type _bindgen_ty_9 = ::std::os::raw::c_uint;
 pub const PKV_TIER_NONE: _bindgen_ty_10 = 0;
 pub const PKV_TIER_DEVICE: _bindgen_ty_10 = 1;
 pub const PKV_TIER_HOST: _bindgen_ty_10 = 2;
+pub const PKV_TIER_STORE: _bindgen_ty_10 = 3;
 pub type _bindgen_ty_10 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_11 = 1;
-pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_11 = 2;
-pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_11 = 3;
-pub const PKV_EVENT_OVERFLOW: _bindgen_ty_11 = 4;
+pub const PKV_STORE_NONE: _bindgen_ty_11 = 0;
+pub const PKV_STORE_FILE: _bindgen_ty_11 = 1;
+pub const PKV_STORE_REDIS: _bindgen_ty_11 = 2;
+pub const PKV_STORE_CALLBACK: _bindgen_ty_11 = 3;
 pub type _bindgen_ty_11 = ::std::os::raw::c_uint;
+pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_12 = 0;
+pub const PKV_STORE_WRITE_BACK: _bindgen_ty_12 = 1;
+pub const PKV_STORE_READ_ONLY: _bindgen_ty_12 = 2;
+pub type _bindgen_ty_12 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_13 = 1;
+pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_13 = 2;
+pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_13 = 3;
+pub const PKV_EVENT_OVERFLOW: _bindgen_ty_13 = 4;
+pub type _bindgen_ty_13 = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_key {
+    pub bytes: [u8; 32usize],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_callbacks {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub user: *mut ::std::os::raw::c_void,
+    pub exists: ::std::option::Option<
+        unsafe extern "C" fn(
+            user: *mut ::std::os::raw::c_void,
+            keys: *const pkv_store_key,
+            n: u32,
+            out: *mut u8,
+            message: *mut ::std::os::raw::c_char,
+            message_cap: u32,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub get: ::std::option::Option<
+        unsafe extern "C" fn(
+            user: *mut ::std::os::raw::c_void,
+            keys: *const pkv_store_key,
+            n: u32,
+            values: *mut ::std::os::raw::c_void,
+            value_bytes: u64,
+            found: *mut u8,
+            timeout_ms: u32,
+            message: *mut ::std::os::raw::c_char,
+            message_cap: u32,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub put: ::std::option::Option<
+        unsafe extern "C" fn(
+            user: *mut ::std::os::raw::c_void,
+            keys: *const pkv_store_key,
+            n: u32,
+            values: *const ::std::os::raw::c_void,
+            value_bytes: u64,
+            message: *mut ::std::os::raw::c_char,
+            message_cap: u32,
+        ) -> ::std::os::raw::c_int,
+    >,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_params {
+    pub struct_size: u32,
+    pub kind: u32,
+    pub write_mode: u32,
+    pub lookup_timeout_ms: u32,
+    pub write_queue_blocks: u32,
+    pub reserved0: u32,
+    pub path: *const ::std::os::raw::c_char,
+    pub max_bytes: u64,
+    pub host: *const ::std::os::raw::c_char,
+    pub port: u32,
+    pub database: u32,
+    pub username: *const ::std::os::raw::c_char,
+    pub password: *const ::std::os::raw::c_char,
+    pub key_prefix: *const ::std::os::raw::c_char,
+    pub ttl_seconds: u32,
+    pub connect_timeout_ms: u32,
+    pub io_timeout_ms: u32,
+    pub reserved1: u32,
+    pub callbacks: *const pkv_store_callbacks,
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_engine_params {
@@ -102,6 +183,7 @@ pub struct pkv_engine_params {
     pub host_cache_bytes: u64,
     pub preemption_mode: u32,
     pub host_offload: u32,
+    pub store: *const pkv_store_params,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -167,6 +249,16 @@ pub struct pkv_stats {
     pub num_offloaded_blocks: u64,
     pub num_loaded_blocks: u64,
     pub num_host_evictions: u64,
+    pub store_hit_tokens: u64,
+    pub num_store_lookups: u64,
+    pub num_store_hits: u64,
+    pub num_store_misses: u64,
+    pub num_store_rejected: u64,
+    pub num_store_errors: u64,
+    pub num_store_puts: u64,
+    pub num_store_put_dropped: u64,
+    pub num_store_put_errors: u64,
+    pub num_loading_requests: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -277,6 +369,8 @@ pub struct PkvLib {
     pub pkv_status_string:
         Result<unsafe extern "C" fn(s: pkv_status) -> *const ::std::os::raw::c_char, ::libloading::Error>,
     pub pkv_last_error: Result<unsafe extern "C" fn() -> *const ::std::os::raw::c_char, ::libloading::Error>,
+    pub pkv_store_params_init:
+        Result<unsafe extern "C" fn(p: *mut pkv_store_params, size: u32) -> pkv_status, ::libloading::Error>,
     pub pkv_engine_params_init:
         Result<unsafe extern "C" fn(p: *mut pkv_engine_params, size: u32) -> pkv_status, ::libloading::Error>,
     pub pkv_engine_params_from_hf_config: Result<
@@ -310,6 +404,15 @@ pub struct PkvLib {
     >,
     pub pkv_engine_stats: Result<
         unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_stats) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_engine_store_error: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            out: *mut ::std::os::raw::c_char,
+            cap: u32,
+            out_len: *mut u32,
+        ) -> pkv_status,
         ::libloading::Error,
     >,
     pub pkv_seq_params_init:
@@ -501,6 +604,7 @@ impl PkvLib {
         let pkv_abi_version = __library.get(b"pkv_abi_version\0").map(|sym| *sym);
         let pkv_status_string = __library.get(b"pkv_status_string\0").map(|sym| *sym);
         let pkv_last_error = __library.get(b"pkv_last_error\0").map(|sym| *sym);
+        let pkv_store_params_init = __library.get(b"pkv_store_params_init\0").map(|sym| *sym);
         let pkv_engine_params_init = __library.get(b"pkv_engine_params_init\0").map(|sym| *sym);
         let pkv_engine_params_from_hf_config =
             __library.get(b"pkv_engine_params_from_hf_config\0").map(|sym| *sym);
@@ -511,6 +615,7 @@ impl PkvLib {
         let pkv_engine_params_get = __library.get(b"pkv_engine_params_get\0").map(|sym| *sym);
         let pkv_engine_budget = __library.get(b"pkv_engine_budget\0").map(|sym| *sym);
         let pkv_engine_stats = __library.get(b"pkv_engine_stats\0").map(|sym| *sym);
+        let pkv_engine_store_error = __library.get(b"pkv_engine_store_error\0").map(|sym| *sym);
         let pkv_seq_params_init = __library.get(b"pkv_seq_params_init\0").map(|sym| *sym);
         let pkv_allocate = __library.get(b"pkv_allocate\0").map(|sym| *sym);
         let pkv_allocate_query = __library.get(b"pkv_allocate_query\0").map(|sym| *sym);
@@ -549,6 +654,7 @@ impl PkvLib {
             pkv_abi_version,
             pkv_status_string,
             pkv_last_error,
+            pkv_store_params_init,
             pkv_engine_params_init,
             pkv_engine_params_from_hf_config,
             pkv_profile,
@@ -558,6 +664,7 @@ impl PkvLib {
             pkv_engine_params_get,
             pkv_engine_budget,
             pkv_engine_stats,
+            pkv_engine_store_error,
             pkv_seq_params_init,
             pkv_allocate,
             pkv_allocate_query,
@@ -604,6 +711,9 @@ impl PkvLib {
     pub unsafe fn pkv_last_error(&self) -> *const ::std::os::raw::c_char {
         (self.pkv_last_error.as_ref().expect("Expected function, got error."))()
     }
+    pub unsafe fn pkv_store_params_init(&self, p: *mut pkv_store_params, size: u32) -> pkv_status {
+        (self.pkv_store_params_init.as_ref().expect("Expected function, got error."))(p, size)
+    }
     pub unsafe fn pkv_engine_params_init(&self, p: *mut pkv_engine_params, size: u32) -> pkv_status {
         (self.pkv_engine_params_init.as_ref().expect("Expected function, got error."))(p, size)
     }
@@ -645,6 +755,15 @@ impl PkvLib {
     }
     pub unsafe fn pkv_engine_stats(&self, e: *mut pkv_engine, out: *mut pkv_stats) -> pkv_status {
         (self.pkv_engine_stats.as_ref().expect("Expected function, got error."))(e, out)
+    }
+    pub unsafe fn pkv_engine_store_error(
+        &self,
+        e: *mut pkv_engine,
+        out: *mut ::std::os::raw::c_char,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_engine_store_error.as_ref().expect("Expected function, got error."))(e, out, cap, out_len)
     }
     pub unsafe fn pkv_seq_params_init(&self, p: *mut pkv_seq_params, size: u32) -> pkv_status {
         (self.pkv_seq_params_init.as_ref().expect("Expected function, got error."))(p, size)

@@ -9,6 +9,7 @@ use crate::error::{Error, Result, Status};
 use crate::library::{call, count, sized, Library};
 use crate::params::{Device, Dtype, KvBudget, Params};
 use crate::scheduler::KvEvent;
+use crate::store::{Bridge, StoreParams};
 
 /// Pool counters (`pkv_stats`).
 pub type Stats = sys::pkv_stats;
@@ -29,6 +30,8 @@ pub enum Tier {
     /// In host-tier blocks: swapped out (`Engine::swap_out`), or an offloaded cached block
     /// (`Params::host_offload`).
     Host,
+    /// Fetched from the store tier (a stored event's medium).
+    Store,
 }
 
 impl Tier {
@@ -37,10 +40,11 @@ impl Tier {
             Tier::None => sys::PKV_TIER_NONE,
             Tier::Device => sys::PKV_TIER_DEVICE,
             Tier::Host => sys::PKV_TIER_HOST,
+            Tier::Store => sys::PKV_TIER_STORE,
         }) as u32
     }
     pub fn from_code(code: u32) -> Option<Tier> {
-        [Tier::None, Tier::Device, Tier::Host].into_iter().find(|t| t.code() == code)
+        [Tier::None, Tier::Device, Tier::Host, Tier::Store].into_iter().find(|t| t.code() == code)
     }
     /// The tier of a `SeqInfo` (`None` for a code this binding does not know).
     pub fn of(info: &SeqInfo) -> Option<Tier> {
@@ -87,6 +91,9 @@ pub struct Engine {
     lib: &'static Library,
     params: sys::pkv_engine_params,
     pool: sys::pkv_pool_info,
+    // the host's Store pkv calls; dropped after pkv_engine_destroy (Drop), which waits for the
+    // queued writes
+    _store: Option<Box<Bridge>>,
 }
 
 // SAFETY: pkv serializes the calls on one engine and allows them from any thread.
@@ -96,15 +103,41 @@ unsafe impl Sync for Engine {}
 impl Engine {
     /// Creates an engine (`pkv_engine_create`) in the library `params` came from.
     pub fn new(params: &Params) -> Result<Engine> {
+        Engine::create(params, None)
+    }
+
+    /// Creates an engine with the store tier `store` (which needs prefix caching and a host
+    /// tier). A `Store` is called by pkv until the engine is dropped (which waits for the queued
+    /// writes).
+    pub fn with_store(params: &Params, store: &StoreParams) -> Result<Engine> {
+        Engine::create(params, Some(store))
+    }
+
+    fn create(params: &Params, store: Option<&StoreParams>) -> Result<Engine> {
         let lib = params.library();
+        let mut p = *params.raw();
+        let (sp, bridge) = match store {
+            Some(s) => {
+                let (sp, bridge) = s.build();
+                (Some(sp), bridge)
+            }
+            None => (None, None),
+        };
+        p.store = sp.as_ref().map_or(ptr::null(), |sp| sp as *const _);
         let mut raw = ptr::null_mut();
-        // SAFETY: params is a full struct; raw receives the handle.
-        unsafe { call!(lib, pkv_engine_create(params.raw(), &mut raw))? };
+        // SAFETY: p is a full struct whose store (and its strings) live until the call returns;
+        // raw receives the handle.
+        unsafe { call!(lib, pkv_engine_create(&p, &mut raw))? };
         let raw =
             NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "pkv_engine_create gave NULL"))?;
         // From here on, an early return destroys the engine (Drop).
-        let mut engine =
-            Engine { raw, lib, params: sized!(sys::pkv_engine_params), pool: sized!(sys::pkv_pool_info) };
+        let mut engine = Engine {
+            raw,
+            lib,
+            params: sized!(sys::pkv_engine_params),
+            pool: sized!(sys::pkv_pool_info),
+            _store: bridge,
+        };
         let (mut p, mut pool) = (sized!(sys::pkv_engine_params), sized!(sys::pkv_pool_info));
         // SAFETY: engine.raw is live; both structs are full ones.
         unsafe {
@@ -152,6 +185,21 @@ impl Engine {
         // SAFETY: live handle, full struct.
         unsafe { call!(self.lib, pkv_engine_budget(self.as_raw(), &mut out))? };
         Ok(out)
+    }
+
+    /// The store's last problem (a miss by error, a rejected value, a failed write); "" when
+    /// there was none or the engine has no store (`pkv_engine_store_error`).
+    pub fn store_error(&self) -> Result<String> {
+        let mut len = 0u32;
+        // SAFETY: live handle; out NULL with cap 0, then a buffer of cap bytes.
+        unsafe { call!(self.lib, pkv_engine_store_error(self.as_raw(), ptr::null_mut(), 0, &mut len))? };
+        let mut buf = vec![0u8; len as usize + 1];
+        let cap = count(buf.len(), "store error")?;
+        unsafe {
+            call!(self.lib, pkv_engine_store_error(self.as_raw(), buf.as_mut_ptr() as *mut _, cap, &mut len))?
+        };
+        buf.truncate((len as usize).min(buf.len() - 1));
+        Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
     pub fn stats(&self) -> Result<Stats> {

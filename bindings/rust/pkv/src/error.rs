@@ -18,13 +18,14 @@ pub enum Status {
     OutOfMemory,
     Device,
     Internal,
+    Store,
     Unknown(i32),
     Load,
 }
 
 impl Status {
     /// Every pkv error status, in the header's order.
-    pub const ALL: [Status; 9] = [
+    pub const ALL: [Status; 10] = [
         Status::InvalidArgument,
         Status::NoSpace,
         Status::NotFound,
@@ -34,6 +35,7 @@ impl Status {
         Status::OutOfMemory,
         Status::Device,
         Status::Internal,
+        Status::Store,
     ];
 
     /// The status of a `pkv_status` value; `None` for `PKV_OK`.
@@ -49,6 +51,7 @@ impl Status {
             sys::PKV_ERR_OUT_OF_MEMORY => Status::OutOfMemory,
             sys::PKV_ERR_DEVICE => Status::Device,
             sys::PKV_ERR_INTERNAL => Status::Internal,
+            sys::PKV_ERR_STORE => Status::Store,
             other => Status::Unknown(other),
         })
     }
@@ -65,6 +68,7 @@ impl Status {
             Status::OutOfMemory => sys::PKV_ERR_OUT_OF_MEMORY,
             Status::Device => sys::PKV_ERR_DEVICE,
             Status::Internal => sys::PKV_ERR_INTERNAL,
+            Status::Store => sys::PKV_ERR_STORE,
             Status::Unknown(code) => code,
             Status::Load => return None,
         })

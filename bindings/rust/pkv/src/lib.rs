@@ -25,6 +25,7 @@ mod engine;
 mod error;
 mod params;
 mod scheduler;
+mod store;
 
 pub use batch::{Batch, BatchView, CopyKind, Element};
 pub use engine::{Allocation, AllocationQuery, Engine, PoolInfo, Seq, SeqInfo, Stats, Tier};
@@ -33,6 +34,7 @@ pub use library::{library, Library};
 pub use params::{profile, Device, Dtype, KvBudget, Params};
 pub use pkv_sys as sys;
 pub use scheduler::{KvEvent, Request};
+pub use store::{MapStore, Store, StoreKey, StoreParams, StoreResult, WriteMode};
 
 use std::os::raw::c_void;
 
