@@ -320,7 +320,14 @@ uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *
       return false;
     });
     if (host < 0) break;
-    if (host_.node(host) != kNoNode) evict_host(host);
+    if (host_.node(host) != kNoNode) {
+      evict_host(host);
+      // That may have removed nodes left with nothing: the node found (kept only by the subtree
+      // just dropped) and, for the first block, the salt's root. Look them up again. (A later
+      // block's parent holds a copy or a held host block, and is kept.)
+      if (first + done == 0) parent = tree_.find_root(salt);
+      node = parent != kNoNode ? tree_.find_child(parent, hash, block_tokens) : kNoNode;
+    }
     host_.take(host);
     held.push_back(host);
     if (parent == kNoNode) parent = tree_.get_or_add_root(salt);

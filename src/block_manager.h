@@ -131,8 +131,8 @@ class BlockManager {
   void free_host(std::vector<int32_t> &host);
   // Seals the table's full, computed blocks (of num_computed tokens) into the prefix tree.
   void seal(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t num_computed);
-  // With collect on, seal() records the blocks that made new prefix nodes; take_sealed() hands
-  // them over (and forgets them).
+  // While collect is on, seal() records the blocks that made new prefix nodes; take_sealed()
+  // hands them over (and forgets them).
   void collect_sealed(bool collect) { collect_sealed_ = collect; }
   // Called with each offloaded block the host tier drops, before its host block is reused (a
   // block whose offload copy is still queued is skipped: its bytes are not there yet).

@@ -57,7 +57,6 @@ Engine::Engine(const pkv_engine_params &params)
                    params_.tp_size, params_.dtype, shape.block_bytes()},
         HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
                      shape.host_bytes.layer, shape.block_bytes(), params_.num_layers});
-    blocks_.collect_sealed(store_->writes_through());
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
       blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b); });
     scheduler_.set_store(store_.get());
@@ -301,8 +300,13 @@ void Engine::close(bool ran) {
     Sequence &s = seqs_.get(b.seq_ids()[i]);
     s.in_batch = false;
     if (!ran) continue;
+    // Write-through: the blocks this step's tokens sealed into new prefix nodes (their KV was
+    // just computed); blocks sealed elsewhere (a swap-in resealing, its copy still queued) not.
+    const bool through = store_ && store_->writes_through();
+    blocks_.collect_sealed(through);
     computed(s, blocks_, b.num_new_tokens()[i]);
-    if (store_ && store_->writes_through()) write_sealed(s);
+    blocks_.collect_sealed(false);
+    if (through) write_sealed(s);
   }
   // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
   // leaves them queued for the next batch, unless pkv already did them.

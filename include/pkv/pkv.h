@@ -425,7 +425,9 @@ PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t n
 
 /* How many free blocks pkv_allocate of this prompt would take now (new blocks plus cached blocks
  * it would revive), and how many of its tokens would be cached. Changes nothing (the query is not
- * counted in the stats). Either out pointer may be NULL. */
+ * counted in the stats). Either out pointer may be NULL. With a store, the store is not asked:
+ * blocks pkv_allocate would fetch from it are counted as new ones (they take a free block each
+ * just the same), not as cached tokens. */
 PKV_API pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                       const pkv_seq_params *sp, uint32_t *out_num_blocks,
                                       uint32_t *out_num_cached_tokens);

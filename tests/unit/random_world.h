@@ -63,6 +63,8 @@ typedef struct {
   uint32_t nextra;           /* offloads and loads queued in pkv, not yet seen in a view */
   uint64_t tier_copies;      /* offloads and loads counted in the stats so far */
   int offload;               /* pkv_engine_params.host_offload */
+  int store;                 /* a store below the host tier (random_store.h) */
+  uint64_t store_hits_seen, num_store_synced;
   rcopy taken[MAX_COPIES]; /* the open batch's copies, done (in order) by batch_copy or its end */
   uint32_t ntaken;
   int32_t cands[MAX_CANDS][MAX_LEN]; /* the tables unknown copies name; freed when none is left */
@@ -153,6 +155,7 @@ static inline int tier_copy(int32_t kind)
 
 #include "random_pool.h"
 #include "random_copies.h"
+#include "random_store.h"
 
 /* Positions [from, to) of s hold s's contexts in the pool tier of shadow. */
 static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t to,
@@ -200,6 +203,7 @@ static inline void check_tokens(world *w, const rseq *s)
 static inline void check_world(world *w, int deep)
 {
   note_tier_copies(w);
+  store_resync(w);
   if (w->nunknown && !w->batch)
     probe_copies(w);
   if (!EXPECT(pkv_engine_check(w->e) == PKV_OK))
