@@ -3,7 +3,8 @@
  * (demo_workload.c) end to end through pkv's scheduler and paged attention (demo_paged.c), then
  * the same workload through a contiguous-KV baseline in the same memory (demo_contig.c). Prints
  * throughput, time to first token, prefix-cache hits, KV utilization and preemptions of both, and
- * checks that both generated the same tokens. No arguments needed.
+ * checks that both generated the same tokens. No arguments needed. With --store, pkv alone instead,
+ * cold and then warm from a store (demo_store.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,13 +37,17 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"no-prefix-caching", CLI_FLAG, &o->no_prefix_caching, NULL, "run pkv with prefix caching off (tokens must not change)", 0},
       {"host-cache", CLI_SIZE, &o->host_cache, "SIZE", "also run pkv with a host tier of this size: preemption by swapping, evicted prefix blocks offloaded (default: no)", 0},
       {"preemption", CLI_STRING, &o->preemption, "MODE", "that run's preemption: swap or auto (default swap)", 0},
+      {"store", CLI_STRING, &o->store, "DIR|redis://HOST:PORT", "instead: pkv cold, filling this store, then warm from it in a second process (DIR is made if missing; a Redis server is yours to start)", 0},
       {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG of KV utilization and running sequences per step", 0},
   };
   const cli_command cmd = {
       "demo", "demo [options]",
       "Serves a synthetic multi-tenant workload with a tiny built-in transformer (random weights,\n"
       "f32, greedy) end to end through pkv_submit / pkv_step / pkv_attention / pkv_commit, then\n"
-      "through a contiguous-KV baseline in the same memory, and compares them.",
+      "through a contiguous-KV baseline in the same memory, and compares them.\n"
+      "With --store, the workload runs through pkv twice instead, each time in a new process: cold\n"
+      "(the store filled as blocks are sealed), then warm from the store, with an empty pool and\n"
+      "host tier. The store's runs have a host tier: --host-cache, else the pool's size.",
       flags, sizeof flags / sizeof flags[0]};
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc;
@@ -57,8 +62,14 @@ static int parse(demo_options *o, int argc, char **argv) {
     bad = "the pool (--num-blocks x --block-size) must hold one --max-model-len sequence";
   else if (o->preemption && strcmp(o->preemption, "swap") != 0 && strcmp(o->preemption, "auto") != 0)
     bad = "--preemption must be swap or auto";
-  else if (o->preemption && !o->host_cache)
-    bad = "--preemption needs --host-cache";
+  else if (o->preemption && !o->host_cache && !o->store)
+    bad = "--preemption needs --host-cache or --store";
+  else if (o->store && demo_store_check(o->store))
+    bad = demo_store_check(o->store);
+  else if (o->store && o->no_prefix_caching)
+    bad = "--store needs prefix caching (the store holds prefix blocks): drop --no-prefix-caching";
+  else if (o->store && o->plot)
+    bad = "--plot draws pkv against the contiguous baseline, which --store does not run";
   if (!bad) return CLI_PARSED;
   fprintf(stderr, "pkv demo: %s\n", bad);
   return CLI_BAD_USAGE;
@@ -70,24 +81,6 @@ static void model_config_of(const demo_options *o, model_config *c) {
   c->head_dim = 32, c->intermediate = 688, c->vocab = 4096, c->max_positions = o->max_model_len;
   c->seed = o->seed;
   c->bias_token = o->stop_token, c->bias = 0.9f; /* so that some requests stop on their own */
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Mean, p50 and p90 of the first-token times, in steps (which = 0) or ms (1). */
-static void ttft(const demo_result *r, uint32_t n, int which, double out[3]) {
-  double *v = malloc(n * sizeof *v), sum = 0;
-  if (!v) {
-    out[0] = out[1] = out[2] = 0;
-    return;
-  }
-  for (uint32_t i = 0; i < n; i++) sum += v[i] = which ? r->ttft_ms[i] : r->ttft_steps[i];
-  qsort(v, n, sizeof *v, cmp_double);
-  out[0] = sum / n, out[1] = v[(n - 1) / 2], out[2] = v[(uint32_t)(0.9 * (n - 1) + 0.5)];
-  free(v);
 }
 
 static double per_s(double x, double s) { return s > 0 ? x / s : 0; }
@@ -118,8 +111,10 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
          o->block_size, (unsigned long long)pool_tokens, size, o->max_model_len);
   printf("             pkv: paged, up to %u sequences and %u tokens per step, prefix caching %s\n",
          o->max_num_seqs, o->step_tokens, o->no_prefix_caching ? "off" : "on");
-  printf("             contiguous: %llu slots of max_model_len (every sequence reserves %u tokens)\n\n",
-         (unsigned long long)(pool_tokens / o->max_model_len), o->max_model_len);
+  if (!o->store)
+    printf("             contiguous: %llu slots of max_model_len (every sequence reserves %u tokens)\n",
+           (unsigned long long)(pool_tokens / o->max_model_len), o->max_model_len);
+  printf("\n");
 }
 
 #define ROW(label, fmt_a, a, fmt_b, b)                                              \
@@ -133,7 +128,8 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
 static void print_table(const demo_workload *w, const demo_result *p, const demo_result *c) {
   const uint32_t n = w->num_requests;
   double ps[3], pm[3], cs[3], cm[3];
-  ttft(p, n, 0, ps), ttft(p, n, 1, pm), ttft(c, n, 0, cs), ttft(c, n, 1, cm);
+  demo_result_ttft(p, n, 0, ps), demo_result_ttft(p, n, 1, pm);
+  demo_result_ttft(c, n, 0, cs), demo_result_ttft(c, n, 1, cm);
   char a[48], b[48];
   printf("  %-34s %20s %20s\n", "", "pkv (paged)", "contiguous");
   ROW("wall time", "%.2f s", p->wall_s, "%.2f s", c->wall_s);
@@ -173,13 +169,8 @@ static void print_table(const demo_workload *w, const demo_result *p, const demo
 
 /* Whether both runs generated the same tokens; prints the verdict. */
 static int compare_tokens(const demo_workload *w, const demo_result *p, const demo_result *c) {
-  uint32_t differ = 0, first = 0, at = 0;
-  for (uint32_t i = 0; i < w->num_requests; i++) {
-    uint32_t k = 0, n = p->num_generated[i];
-    while (k < n && k < c->num_generated[i] && p->generated[i][k] == c->generated[i][k]) k++;
-    if (k == n && n == c->num_generated[i]) continue;
-    if (differ++ == 0) first = i, at = k;
-  }
+  uint32_t first = 0, at = 0;
+  const uint32_t differ = demo_result_differ(w, p, c, &first, &at);
   if (differ == 0) {
     printf("  tokens identical: yes (%u requests, %llu generated tokens, pkv vs contiguous)\n",
            w->num_requests, (unsigned long long)p->generated_tokens);
@@ -221,10 +212,8 @@ static int print_host_tier(const demo_options *o, const demo_workload *w, const 
          (unsigned long long)h->rows, (unsigned long long)p->rows, saved,
          p->rows ? 100.0 * (double)saved / (double)p->rows : 0.0,
          h->wall_s > 0 ? (double)h->generated_tokens / h->wall_s : 0.0);
-  uint32_t differ = 0;
-  for (uint32_t i = 0; i < w->num_requests; i++)
-    differ += h->num_generated[i] != p->num_generated[i] ||
-              memcmp(h->generated[i], p->generated[i], p->num_generated[i] * sizeof(int32_t)) != 0;
+  uint32_t first = 0, at = 0;
+  const uint32_t differ = demo_result_differ(w, h, p, &first, &at);
   printf("  prefix hits by tier: %llu tokens from the pool, %llu from the host tier (%llu evicted\n"
          "  blocks offloaded, %llu loaded back: %llu prompt rows not recomputed)\n",
          (unsigned long long)h->device_hit_tokens, (unsigned long long)h->host_hit_tokens,
@@ -262,6 +251,12 @@ int cmd_demo(int argc, char **argv) {
   }
   print_header(&o, &w, &m);
   fflush(stdout);
+  if (o.store) {
+    rc = demo_store_runs(&o, &w, &m);
+    demo_workload_free(&w);
+    model_free(&m);
+    return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+  }
   demo_result p, c, h;
   memset(&p, 0, sizeof p), memset(&c, 0, sizeof c), memset(&h, 0, sizeof h);
   rc = run(1, &o, &w, &m, &p) == 0 && run(0, &o, &w, &m, &c) == 0 ? 0 : -1;

@@ -7,11 +7,14 @@
  *   demo_paged.c    serving through pkv: pkv_submit / pkv_step / pkv_attention / pkv_commit
  *   demo_contig.c   the baseline: each sequence preallocates max_model_len tokens of KV
  *   demo_plot.c     the SVG of KV utilization and running sequences per step
+ *   demo_store.c    --store: a cold and a warm run in two processes sharing a store
  */
 #ifndef PKV_TOOLS_DEMO_H
 #define PKV_TOOLS_DEMO_H
 
 #include <stdint.h>
+
+#include <pkv/pkv.h>
 
 #include "model.h"
 
@@ -27,6 +30,8 @@ typedef struct demo_options {
   uint32_t preemption_mode; /* PKV_PREEMPT_* of a paged run (set per run by demo.c) */
   const char *plot;
   int32_t stop_token;
+  const char *store;        /* --store: a directory or redis://HOST[:PORT]; NULL = no store runs */
+  const pkv_store_params *store_params; /* a paged run's store (set per run by demo_store.c) */
 } demo_options;
 
 typedef struct demo_request {
@@ -58,6 +63,10 @@ typedef struct demo_result {
   uint64_t preemptions, hit_tokens, query_tokens, generated_tokens;
   uint64_t swap_preemptions, swapped_out_blocks, swapped_in_blocks, host_blocks; /* host tier */
   uint64_t device_hit_tokens, host_hit_tokens, offloaded_blocks, loaded_blocks;  /* hits by tier */
+  uint64_t store_hit_tokens, store_puts, store_hits, store_misses; /* the store tier */
+  uint64_t store_bad;       /* blocks the store held but that failed a check or an error lost */
+  uint64_t store_put_lost;  /* blocks not written: the write queue was full, or a store error */
+  double close_s;           /* pkv_engine_destroy: with a store, the queued writes finish there */
   uint32_t concurrency_limit; /* the contiguous design's slots; 0 for pkv */
   float *trace_util;        /* [steps] KV utilization, for the plot */
   uint32_t *trace_running;  /* [steps] running sequences */
@@ -78,10 +87,22 @@ uint32_t demo_result_token(demo_result *r, const demo_workload *w, uint32_t i, i
                            int32_t stop_token, double ms);
 /* Appends one step's KV utilization and running sequences to the trace. */
 int demo_result_trace(demo_result *r, double util, uint32_t running);
+/* Mean, p50 and p90 of the n requests' first-token times, in steps (ms = 0) or ms (1). */
+void demo_result_ttft(const demo_result *r, uint32_t n, int ms, double out[3]);
+/* Requests whose generated tokens differ between a and b; the first such request and the index
+ * of its first differing token into *first and *at (untouched when none differ). */
+uint32_t demo_result_differ(const demo_workload *w, const demo_result *a, const demo_result *b,
+                            uint32_t *first, uint32_t *at);
 
 /* demo_paged.c, demo_contig.c: 0, or -1 with r->error set. */
 int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m, demo_result *r);
 int demo_run_contig(const demo_options *o, const demo_workload *w, const model *m, demo_result *r);
+
+/* demo_store.c. Whether spec is a --store value the demo can use: NULL, or why not. */
+const char *demo_store_check(const char *spec);
+/* The cold and the warm run through the store, each in a process of its own, and their report;
+ * 0, or -1 (message printed). */
+int demo_store_runs(const demo_options *o, const demo_workload *w, const model *m);
 
 /* demo_plot.c: 0, or -1 (message printed). */
 int demo_plot(const char *path, const demo_result *paged, const demo_result *contig,

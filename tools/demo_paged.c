@@ -65,6 +65,7 @@ static int create(paged_run *p) {
   ep.max_num_batched_tokens = p->o->step_tokens;
   ep.preemption_mode = p->o->preemption_mode;
   ep.host_cache_bytes = p->o->preemption_mode != PKV_PREEMPT_RECOMPUTE ? p->o->host_cache : 0;
+  ep.store = p->o->store_params;
   pkv_status s = pkv_engine_create(&ep, &p->e);
   return s == PKV_OK ? 0 : fail(p, "pkv_engine_create", s);
 }
@@ -215,8 +216,17 @@ int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m
     r->host_hit_tokens = st.host_hit_tokens;
     r->offloaded_blocks = st.num_offloaded_blocks;
     r->loaded_blocks = st.num_loaded_blocks;
+    r->store_hit_tokens = st.store_hit_tokens;
+    r->store_hits = st.num_store_hits;
+    r->store_misses = st.num_store_misses;
+    r->store_bad = st.num_store_rejected + st.num_store_errors;
+    r->store_puts = st.num_store_puts;
+    r->store_put_lost = st.num_store_put_dropped + st.num_store_put_errors;
   }
+  /* With a store, destroying the engine finishes the writes still queued (not in the counts). */
+  const double t = cli_now_s();
   pkv_engine_destroy(p.e);
+  r->close_s = cli_now_s() - t;
   model_workspace_free(&p.ws);
   free(p.seqs), free(p.tokens), free(p.positions), free(p.sample_rows), free(p.sampled),
       free(p.row_out), free(p.sample_seq);

@@ -154,3 +154,32 @@ int demo_result_trace(demo_result *r, double util, uint32_t running) {
   if (running > r->max_running) r->max_running = running;
   return 0;
 }
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+void demo_result_ttft(const demo_result *r, uint32_t n, int ms, double out[3]) {
+  double *v = malloc(n * sizeof *v), sum = 0;
+  if (!v) {
+    out[0] = out[1] = out[2] = 0;
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) sum += v[i] = ms ? r->ttft_ms[i] : r->ttft_steps[i];
+  qsort(v, n, sizeof *v, cmp_double);
+  out[0] = sum / n, out[1] = v[(n - 1) / 2], out[2] = v[(uint32_t)(0.9 * (n - 1) + 0.5)];
+  free(v);
+}
+
+uint32_t demo_result_differ(const demo_workload *w, const demo_result *a, const demo_result *b,
+                            uint32_t *first, uint32_t *at) {
+  uint32_t differ = 0;
+  for (uint32_t i = 0; i < w->num_requests; i++) {
+    uint32_t k = 0, n = a->num_generated[i];
+    while (k < n && k < b->num_generated[i] && a->generated[i][k] == b->generated[i][k]) k++;
+    if (k == n && n == b->num_generated[i]) continue;
+    if (differ++ == 0) *first = i, *at = k;
+  }
+  return differ;
+}
