@@ -1,6 +1,6 @@
 // Every extern "C" entry point: argument checks, the exception wall, status mapping, and the
-// registry of live batch handles. (About 450 lines by design: DESIGN.md §2 keeps every entry
-// point in this one file.)
+// registry of live batch handles. (About 540 lines by design: DESIGN.md §2 keeps every entry
+// point in this one file; the store admin's logic is in tiers/store_admin.cpp.)
 // Each call runs inside guard(): a pkv::Error becomes its status and message, std::bad_alloc
 // PKV_ERR_OUT_OF_MEMORY, anything else PKV_ERR_INTERNAL. Nothing is thrown past this file.
 #include <cstring>

@@ -1,6 +1,7 @@
 // The file store (file_store.h). Layout, temp-file names, the LRU index and SIGXFSZ are described
 // there; this file keeps to how. Every error a call meets is reported with the path and strerror;
 // a file that vanishes under us (another engine evicted it) is a miss, never an error.
+// (~480 lines: the store's administration, list and remove, lives with the layout it walks.)
 #include "tiers/file_store.h"
 
 #include <dirent.h>

@@ -12,7 +12,8 @@
 // owed) drops it; a later call makes a new one, at most once per kReconnectInterval, so while the
 // server is down calls fail at once ("not connected") instead of each waiting out the connect
 // timeout. A connection found closed before any reply (the server restarted while it was idle) is
-// remade at once and the pipeline sent again: GET, EXISTS and SET can be repeated.
+// remade at once and the pipeline sent again: GET, EXISTS and SET can be repeated (as can the
+// administration's SCAN, STRLEN and UNLINK, which share this machinery: hence ~470 lines).
 #include "tiers/redis_store.h"
 
 #include <hiredis/hiredis.h>
