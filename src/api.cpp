@@ -1,6 +1,6 @@
 // Every extern "C" entry point: argument checks, the exception wall, status mapping, and the
-// registry of live batch handles. (About 450 lines by design: DESIGN.md §2 keeps every entry
-// point in this one file.)
+// registry of live batch handles. (About 540 lines by design: DESIGN.md §2 keeps every entry
+// point in this one file; the store admin's logic is in tiers/store_admin.cpp.)
 // Each call runs inside guard(): a pkv::Error becomes its status and message, std::bad_alloc
 // PKV_ERR_OUT_OF_MEMORY, anything else PKV_ERR_INTERNAL. Nothing is thrown past this file.
 #include <cstring>
@@ -15,6 +15,7 @@
 #include "params.h"
 #include "profiler.h"
 #include "status.h"
+#include "tiers/store_admin.h"
 
 using pkv::Engine;
 
@@ -116,6 +117,16 @@ template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f) noexce
     PKV_ASSERT(e->has_open_batch());
     f(*e);
     if (!e->has_open_batch()) batches().remove(handle);
+  });
+}
+
+// A call on a store's admin handle: serialized by its mutex.
+template <class F> pkv_status guard_store(pkv_store *handle, F &&f) noexcept {
+  return guard([&] {
+    PKV_REQUIRE(handle != nullptr, "store is NULL");
+    pkv::StoreAdmin &admin = *reinterpret_cast<pkv::StoreAdmin *>(handle);
+    std::lock_guard<std::mutex> lock(admin.mutex());
+    f(admin);
   });
 }
 
@@ -436,6 +447,75 @@ pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out) {
 
 pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream) {
   return guard(e, [&](Engine &en) { en.set_stream(cuda_stream); });
+}
+
+pkv_status pkv_store_open(const pkv_store_params *p, pkv_store **out) {
+  return guard([&] {
+    PKV_REQUIRE(p != nullptr, "params is NULL");
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    *out = reinterpret_cast<pkv_store *>(new pkv::StoreAdmin(p));
+  });
+}
+
+void pkv_store_close(pkv_store *s) { delete reinterpret_cast<pkv::StoreAdmin *>(s); }
+
+pkv_status pkv_store_info(pkv_store *s, struct pkv_store_info *out) {
+  return guard_store(s, [&](pkv::StoreAdmin &a) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, a.info());
+  });
+}
+
+pkv_status pkv_store_list(pkv_store *s, uint64_t *cursor, uint32_t flags, pkv_store_entry *out,
+                          uint32_t entry_size, uint32_t cap, uint32_t *out_len) {
+  return guard_store(s, [&](pkv::StoreAdmin &a) {
+    PKV_REQUIRE(cursor != nullptr && out_len != nullptr, "cursor and out_len must not be NULL");
+    PKV_REQUIRE((flags & ~uint32_t(PKV_STORE_LIST_KEYS_ONLY)) == 0, "flags 0x%x: only PKV_STORE_LIST_* bits", flags);
+    PKV_REQUIRE(entry_size >= sizeof(pkv_store_entry) && entry_size % 8 == 0,
+                "entry_size %u: at least %zu (sizeof pkv_store_entry) and a multiple of 8 expected", entry_size,
+                sizeof(pkv_store_entry));
+    PKV_REQUIRE(cap >= 1 && out != nullptr, "out must hold at least one entry (cap %u)", cap);
+    uint64_t next = *cursor;
+    const std::vector<pkv_store_entry> page = a.list(&next, !(flags & PKV_STORE_LIST_KEYS_ONLY), cap);
+    for (size_t i = 0; i < page.size(); ++i) {
+      char *at = reinterpret_cast<char *>(out) + i * entry_size;
+      std::memcpy(at, &page[i], sizeof page[i]);
+      std::memset(at + sizeof page[i], 0, entry_size - sizeof page[i]);
+    }
+    *out_len = static_cast<uint32_t>(page.size());
+    *cursor = next;
+  });
+}
+
+pkv_status pkv_store_verify(pkv_store *s, uint32_t remove_bad, pkv_store_verify_result *out) {
+  return guard_store(s, [&](pkv::StoreAdmin &a) {
+    pkv::require_out_struct(out, "out");
+    PKV_REQUIRE(remove_bad <= 1, "remove_bad must be 0 or 1, got %u", remove_bad);
+    pkv_store_verify_result r;
+    std::memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    try {
+      a.verify(remove_bad != 0, &r);
+    } catch (...) {
+      pkv::write_struct(out, r);  // the counts up to the failure (pkv.h)
+      throw;
+    }
+    pkv::write_struct(out, r);
+  });
+}
+
+pkv_status pkv_store_clear(pkv_store *s, uint64_t *out_removed) {
+  return guard_store(s, [&](pkv::StoreAdmin &a) {
+    PKV_REQUIRE(out_removed != nullptr, "out_removed is NULL");
+    uint64_t removed = 0;
+    try {
+      a.clear(&removed);
+    } catch (...) {
+      *out_removed = removed;
+      throw;
+    }
+    *out_removed = removed;
+  });
 }
 
 pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len, uint64_t *out_hash) {

@@ -5,6 +5,7 @@
  *   pkv profile   how many KV blocks (tokens, sequences) fit, from a Hugging Face config.json
  *   pkv simulate  a serving workload through the block manager, with its numbers
  *   pkv soak      millions of random operations with invariant checks (not part of CI)
+ *   pkv store     a store tier's blocks: stats, ls, verify, clear
  *
  * Written in C against pkv.h only, as any host would be.
  */
@@ -27,6 +28,7 @@ static const command commands[] = {
     {"profile", cmd_profile, "KV budget: blocks, tokens and sequences that fit in memory"},
     {"simulate", cmd_simulate, "run a synthetic serving workload through the block manager"},
     {"soak", cmd_soak, "millions of random operations on one engine, checked as they go"},
+    {"store", cmd_store, "a store tier's blocks (directory or Redis): stats, ls, verify, clear"},
 };
 
 static void print_version(void) {
@@ -51,7 +53,8 @@ static void print_usage(FILE *f) {
           "examples:\n"
           "  pkv demo\n"
           "  pkv profile --config tools/configs/llama-3-8b.json --memory 80GiB --tp 1\n"
-          "  pkv simulate --requests 400 --seed 1\n");
+          "  pkv simulate --requests 400 --seed 1\n"
+          "  pkv store stats --dir /var/cache/pkv\n");
 }
 
 int main(int argc, char **argv) {

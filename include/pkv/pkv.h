@@ -745,6 +745,109 @@ PKV_API pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t
 PKV_API pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
                                   uint32_t num_tokens, uint64_t *out_hash);
 
+/* ---------------------------------------------------------------- store administration */
+/* A handle on a store for its administrator (`pkv store`; since 0.2.0): how much it holds, what
+ * (key, size and, from each value's header, parent, tokens and fingerprint), whether every value
+ * is whole, and removing bad values or all of them - with no engine and no model: a value
+ * describes itself. Kinds FILE and REDIS; a CALLBACK store is the host's own to administer.
+ * Calls on one handle are serialized inside pkv; a handle may be used while engines use the same
+ * store (values written or removed meanwhile may or may not be seen). Failures leave their
+ * message in pkv_last_error(); a store error (unreadable directory, server gone, timeout) is
+ * PKV_ERR_STORE. Every call but pkv_store_open walks the whole store (a directory listing, or
+ * Redis SCAN ... MATCH prefix* COUNT, never KEYS) and takes time in proportion to it. */
+typedef struct pkv_store pkv_store;
+
+/* Opens the store p describes (as pkv_engine_params.store; the fields of the write path -
+ * write_mode aside, lookup_timeout_ms, write_queue_blocks, max_bytes, ttl_seconds - do not apply).
+ * write_mode PKV_STORE_READ_ONLY opens it for reading only: removals are then refused
+ * (PKV_ERR_STATE), and a FILE store needs no write access. FILE: path must be an existing
+ * directory (it is never made here; PKV_ERR_STORE); opening removes its stale temporary files, as
+ * an engine's open does. REDIS: connects and authenticates (PKV_ERR_STORE on failure).
+ * PKV_ERR_UNSUPPORTED: kind CALLBACK. *out is set only on success; close it with
+ * pkv_store_close. */
+PKV_API pkv_status pkv_store_open(const pkv_store_params *p, pkv_store **out);
+
+/* Closes s (the connection, the handle). Accepts NULL. Must not race with other calls on s. */
+PKV_API void pkv_store_close(pkv_store *s);
+
+/* What a store holds. Like struct pkv_seq_info, the struct shares its name with the call. */
+struct pkv_store_info {
+  uint32_t struct_size;
+  uint32_t kind;                  /* PKV_STORE_FILE or PKV_STORE_REDIS */
+  uint64_t num_blocks;            /* values under block names: <path>/<hh>/<64 hex>.blk, or
+                                     key_prefix + 64 hex (Redis strings) */
+  uint64_t total_bytes;           /* their sizes added up (file sizes, STRLEN) */
+};
+
+/* Counts the blocks and their bytes (no value is read). */
+PKV_API pkv_status pkv_store_info(pkv_store *s, struct pkv_store_info *out);
+
+/* pkv_store_list flags */
+enum { PKV_STORE_LIST_KEYS_ONLY = 1 }; /* list keys and sizes only: read no value */
+/* pkv_store_entry.state: what reading the value found. */
+enum { PKV_STORE_VALUE_UNREAD = 0,  /* not read (PKV_STORE_LIST_KEYS_ONLY) */
+       PKV_STORE_VALUE_GOOD = 1,    /* a whole pkv block: its header, tokens and payload check out
+                                       (checksums), it names this key, and the key is SHA-256 of
+                                       its parent and tokens */
+       PKV_STORE_VALUE_BAD = 2 };   /* anything else: `problem` says what; an engine never uses it */
+enum { PKV_STORE_PROBLEM_BYTES = 64 }; /* pkv_store_entry.problem, the NUL included */
+
+/* One block of a listing. Entries have no struct_size: pkv_store_list takes the caller's
+ * sizeof(pkv_store_entry) instead (fields are only appended). */
+typedef struct pkv_store_entry {
+  pkv_store_key key;
+  uint64_t value_bytes;           /* the value's size as listed */
+  uint32_t state;                 /* PKV_STORE_VALUE_* */
+  uint32_t num_tokens;            /* the block's tokens (GOOD only; else 0) */
+  uint64_t payload_bytes;         /* K and V of every layer (GOOD only) */
+  pkv_store_key parent;           /* the parent block's key, or the root of its salt and model
+                                     (GOOD only) */
+  uint8_t fingerprint[32];        /* the model's KV-shape fingerprint (GOOD only) */
+  char problem[PKV_STORE_PROBLEM_BYTES]; /* BAD: why, NUL-terminated (cut to fit); else "" */
+} pkv_store_entry;
+
+/* Lists the store a page at a time. Start with *cursor = 0; each call writes up to cap entries
+ * into out (entry i at byte i * entry_size), *out_len = how many, and sets *cursor to pass to the
+ * next call: 0 when the listing is complete (a page may hold fewer than cap entries, even none,
+ * before that). A nonzero cursor is valid only as the last one this handle returned (one listing
+ * per handle at a time; another value: PKV_ERR_INVALID_ARGUMENT); a cursor of 0 starts over.
+ * Unless flags has PKV_STORE_LIST_KEYS_ONLY, each listed value is read whole and checked (state,
+ * problem; values gone before they were read are left out); memory stays bounded however large
+ * cap or the values are. A block held throughout a listing is listed at least once (a Redis
+ * listing may list one twice). entry_size: sizeof(pkv_store_entry) as the caller sees it, at
+ * least this header's and a multiple of 8; bytes past the fields pkv knows are zeroed. cap >= 1.
+ * A failed call changes nothing: *cursor, *out_len and the listing stay as they were. */
+PKV_API pkv_status pkv_store_list(pkv_store *s, uint64_t *cursor, uint32_t flags, pkv_store_entry *out,
+                                  uint32_t entry_size, uint32_t cap, uint32_t *out_len);
+
+typedef struct pkv_store_verify_result {
+  uint32_t struct_size;
+  uint32_t reserved0;
+  uint64_t num_blocks;            /* values read */
+  uint64_t num_good;              /* of which PKV_STORE_VALUE_GOOD */
+  uint64_t num_bad;               /* of which PKV_STORE_VALUE_BAD */
+  uint64_t num_removed;           /* of num_bad, removed (remove_bad) */
+  uint64_t num_gone;              /* listed, then gone or resized before they were read (an
+                                     engine evicted or rewrote them): not counted above */
+  uint64_t good_bytes;            /* sizes of the good values */
+  uint64_t bad_bytes;             /* sizes of the bad values */
+  pkv_store_key first_bad_key;    /* the first bad value met (zeros when none) ... */
+  char first_bad_problem[PKV_STORE_PROBLEM_BYTES]; /* ... and why ("" when none) */
+} pkv_store_verify_result;
+
+/* Reads every value of the store and checks it as pkv_store_list does; with remove_bad = 1 each
+ * bad value is removed as it is found (PKV_ERR_STATE on a handle opened read-only). remove_bad is
+ * 0 or 1. Unlike most calls, a failure part way (PKV_ERR_STORE: the server gone) keeps what was
+ * removed before it, and *out then holds the counts up to the failure. A FILE store's reads mark
+ * its blocks as used (their access times), as an engine's do. */
+PKV_API pkv_status pkv_store_verify(pkv_store *s, uint32_t remove_bad, pkv_store_verify_result *out);
+
+/* Removes every block of the store (only block names: other files, or keys outside key_prefix,
+ * stay); *out_removed = how many this call removed. Blocks that engines write meanwhile may stay.
+ * PKV_ERR_STATE on a handle opened read-only. A failure part way keeps what was removed before it
+ * and still sets *out_removed. */
+PKV_API pkv_status pkv_store_clear(pkv_store *s, uint64_t *out_removed);
+
 /* ---------------------------------------------------------------- diagnostics */
 /* Checks every block-manager invariant (each block in exactly one state, ref counts equal the
  * block-table references, the free list holds exactly the ref-0 blocks, every prefix node's

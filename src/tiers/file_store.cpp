@@ -1,6 +1,7 @@
 // The file store (file_store.h). Layout, temp-file names, the LRU index and SIGXFSZ are described
 // there; this file keeps to how. Every error a call meets is reported with the path and strerror;
 // a file that vanishes under us (another engine evicted it) is a miss, never an error.
+// (~480 lines: the store's administration, list and remove, lives with the layout it walks.)
 #include "tiers/file_store.h"
 
 #include <dirent.h>
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
@@ -69,6 +71,12 @@ bool parse_hex_key(const char *s, StoreKey *key) {
     key->bytes[i] = uint8_t(hi << 4 | lo);
   }
   return true;
+}
+
+// Whether name is a block's file in shard (<shard hex><62 hex>.blk), and its key.
+bool block_file_name(const char *name, const char *shard, StoreKey *key) {
+  return std::strlen(name) == 64 + 4 && std::strcmp(name + 64, kBlockSuffix) == 0 &&
+         std::strncmp(name, shard, 2) == 0 && parse_hex_key(name, key);
 }
 
 // 0, an errno, or -1 when the file ended first (truncated under us: a miss).
@@ -162,6 +170,8 @@ class FileStore final : public Store {
   StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes, uint8_t *found,
                   uint32_t timeout_ms) override;
   StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
+  StoreStatus list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) override;
+  StoreStatus remove(const StoreKey *keys, size_t n, uint8_t *removed) override;
 
  private:
   struct Entry {
@@ -236,11 +246,9 @@ void FileStore::scan_shard(const std::string &shard, std::vector<Found> *found) 
   DIR *d = opendir((dir_ + "/" + shard).c_str());
   if (!d) return;  // a stray file named like a shard, or unreadable: its keys will read as errors
   while (const dirent *e = readdir(d)) {
-    const size_t len = std::strlen(e->d_name);
     StoreKey key;
     struct stat st;
-    if (len == 64 + 4 && std::strcmp(e->d_name + 64, kBlockSuffix) == 0 &&
-        std::strncmp(e->d_name, shard.c_str(), 2) == 0 && parse_hex_key(e->d_name, &key)) {
+    if (block_file_name(e->d_name, shard.c_str(), &key)) {
       if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
         found->push_back({used_ns(st), key, uint64_t(st.st_size)});
     } else {
@@ -428,6 +436,62 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
   if (error.empty()) return {};
   return StoreStatus::failure("file store: " + std::to_string(failed) + " of " + std::to_string(n) +
                               " writes failed; the last error: " + error);
+}
+
+// The cursor is the next shard to read (0 .. 255); a page is whole shards, in key order, until
+// it holds count entries. A shard that is not there (never written) is empty.
+StoreStatus FileStore::list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) {
+  if (*cursor > 255) return StoreStatus::failure("file store: cursor " + std::to_string(*cursor) + " is not a shard");
+  std::vector<StoreEntry> page;
+  unsigned shard = unsigned(*cursor);
+  for (; shard < 256 && (page.empty() || page.size() < count); ++shard) {
+    char name[3];
+    std::snprintf(name, sizeof name, "%02x", shard);
+    const std::string path = dir_ + "/" + name;
+    DIR *d = opendir(path.c_str());
+    if (!d) {
+      if (errno == ENOENT || errno == ENOTDIR) continue;  // a stray file there holds no blocks
+      return StoreStatus::failure("file store: " + why("open", path, errno));
+    }
+    const size_t first = page.size();
+    errno = 0;
+    while (const dirent *e = readdir(d)) {
+      StoreKey key;
+      struct stat st;
+      if (block_file_name(e->d_name, name, &key) &&
+          fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        page.push_back({key, uint64_t(st.st_size)});
+      errno = 0;
+    }
+    const int err = errno;
+    closedir(d);
+    if (err) return StoreStatus::failure("file store: " + why("read", path, err));
+    std::sort(page.begin() + std::ptrdiff_t(first), page.end(), [](const StoreEntry &a, const StoreEntry &b) {
+      return std::memcmp(a.key.bytes, b.key.bytes, 32) < 0;
+    });
+  }
+  out->insert(out->end(), page.begin(), page.end());
+  *cursor = shard < 256 ? shard : 0;
+  return {};
+}
+
+// A block another store removed first is not an error (removed 0).
+StoreStatus FileStore::remove(const StoreKey *keys, size_t n, uint8_t *removed) {
+  std::string error;
+  size_t failed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string path = path_of(keys[i]);
+    const bool gone = unlink(path.c_str()) == 0;
+    if (removed) removed[i] = gone;
+    if (!gone && errno != ENOENT) {
+      error = why("unlink", path, errno), ++failed;
+      continue;
+    }
+    forget(keys[i]);
+  }
+  if (!failed) return {};
+  return StoreStatus::failure("file store: " + std::to_string(failed) + " of " + std::to_string(n) +
+                              " removals failed; the last: " + error);
 }
 
 }  // namespace

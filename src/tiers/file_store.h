@@ -11,6 +11,8 @@
 // Layout: <path>/<hh>/<key hex>.blk, hh the key's first byte in hex (256 shards, made on their
 // first write), so no directory grows past 1/256 of the store. A block is found only when its
 // file is exactly value_bytes long (truncated or padded: a miss). Other names are left alone.
+// list() (store administration) pages through whole shards in key order (the cursor is the next
+// shard); remove() unlinks (a block already gone is no error).
 //
 // Temporary files: <final name>.tmp.<host>.<pid>.<n> in the block's shard (the open's write probe:
 // <path>/.probe.tmp.<host>.<pid>.<n>). Opening a store removes those over a minute old, and those

@@ -3,6 +3,8 @@
 // engines on any number of machines share one Redis or Valkey server. Optional TTL (SET EX),
 // AUTH (user and password) and SELECT; every call is bounded by the I/O timeout; a lost
 // connection is a failed call (a miss or a dropped write) and is remade on a later call.
+// Administration: list() is SCAN cursor MATCH <prefix, glob characters escaped>* COUNT n (never
+// KEYS) and pipelined STRLEN; remove() is pipelined UNLINK.
 #pragma once
 
 #include <memory>

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pkv/pkv.h"
 
@@ -23,6 +24,13 @@ struct StoreKey {
   uint8_t bytes[32];
   bool operator==(const StoreKey &o) const;
   std::string hex() const;  // 64 lowercase hex digits: the name of a file, the tail of a Redis key
+};
+
+// A key held, as a listing finds it: value_bytes is the value's size as the store reports it (the
+// value may change or go before it is read).
+struct StoreEntry {
+  StoreKey key;
+  uint64_t value_bytes;
 };
 
 // What a call did: ok, or not and why (a message the host can read through the engine). A failed
@@ -48,6 +56,24 @@ class Store {
   // Stores value i (value_bytes each) under keys[i], replacing any. A value is either stored
   // whole or not at all (readers never see part of one).
   virtual StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) = 0;
+
+  // Administration (store_admin.h), never on an engine's path. The file and Redis stores have
+  // them; the default (the callback store) fails saying the store cannot.
+  //
+  // One page of the keys held: from *cursor (0: the start) about `count` entries (a hint: a page
+  // may hold fewer or more) are appended to out, and *cursor is set to where the next page
+  // starts, 0 after the last. A key held from the first page to the last is listed at least
+  // once (Redis may list one twice); keys written or removed meanwhile may or may not be. A
+  // failed call changes neither *cursor nor out.
+  virtual StoreStatus list(uint64_t * /*cursor*/, size_t /*count*/, std::vector<StoreEntry> * /*out*/) {
+    return StoreStatus::failure(std::string("the ") + kind() + " store cannot list its keys");
+  }
+  // Removes each key held: removed[i] = 1 when this call removed keys[i], else 0 (removed may
+  // be NULL). A failed call may have removed some keys (removed says which).
+  virtual StoreStatus remove(const StoreKey * /*keys*/, size_t n, uint8_t *removed) {
+    for (size_t i = 0; removed && i < n; ++i) removed[i] = 0;
+    return StoreStatus::failure(std::string("the ") + kind() + " store cannot remove keys");
+  }
 };
 
 // The store pkv_store_params describe (kind FILE, REDIS or CALLBACK). Throws

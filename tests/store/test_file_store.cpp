@@ -4,7 +4,8 @@
 // a full disk (RLIMIT_FSIZE: EFBIG, not SIGXFSZ); an I/O error on one key of a batch; kill -9
 // during writes (no torn block under a final name, temp files cleaned on open); a reader and a
 // writer thread on their own stores at once; which temp files an open removes; a read-only
-// directory (as a non-root user: root ignores modes); bad parameters.
+// directory (as a non-root user: root ignores modes); bad parameters; listing (pages of shards,
+// only block files) and removing, as `pkv store` does.
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -413,6 +415,61 @@ void test_bad_params() {
   CHECK(open_store(dir + "/made/on/demand") != nullptr);
 }
 
+// Every page of a listing from the start, count entries asked each; pages counted.
+std::vector<pkv::StoreEntry> list_all(Store &s, size_t count, int *pages = nullptr) {
+  std::vector<pkv::StoreEntry> all;
+  uint64_t cursor = 0;
+  int n = 0;
+  do {
+    if (!CHECK(s.list(&cursor, count, &all).ok) || !CHECK(++n < 1000)) break;
+  } while (cursor != 0);
+  if (pages) *pages = n;
+  return all;
+}
+
+// The administrator's calls: a listing finds every block once, in pages of whole shards, with
+// its size, and nothing else (temp files, strays); remove() removes, a second time is no error.
+void test_list_and_remove() {
+  const std::string dir = new_dir();
+  auto s = open_store(dir);
+  CHECK(list_all(*s, 10).empty());  // an empty directory: one page, nothing in it
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; id < 300; ++id) ids.push_back(id);
+  CHECK(put(*s, ids, 100).ok);
+  CHECK(put(*s, {1000, 1001}, 57).ok);
+  const std::string shard = dir + "/" + key_of(5).hex().substr(0, 2);
+  fclose(fopen((shard + "/notes.txt").c_str(), "w"));                            // not a block name
+  fclose(fopen((block_path(dir, key_of(5)) + ".tmp.h.1.2").c_str(), "w"));       // a writer's temp
+  fclose(fopen((dir + "/" + key_of(6).hex() + ".blk").c_str(), "w"));            // not in its shard
+  mkdir((dir + "/" + key_of(5000).hex().substr(0, 2)).c_str(), 0755);
+  CHECK(mkdir(block_path(dir, key_of(5000)).c_str(), 0755) == 0);                // a directory
+  int pages = 0;
+  std::vector<pkv::StoreEntry> all = list_all(*s, 10, &pages);
+  CHECK(all.size() == 302);
+  CHECK(pages > 10 && pages <= 256);
+  std::map<std::string, uint64_t> sizes;
+  for (const auto &e : all) sizes[e.key.hex()] = e.value_bytes;
+  CHECK(sizes.size() == 302);
+  size_t right = 0;
+  for (uint64_t id : ids) right += sizes.count(key_of(id).hex()) && sizes[key_of(id).hex()] == 100;
+  CHECK(right == 300);
+  CHECK(sizes[key_of(1000).hex()] == 57 && sizes[key_of(1001).hex()] == 57);
+  CHECK(list_all(*s, 1000, &pages).size() == 302 && pages == 1);  // one page: every shard
+
+  std::vector<StoreKey> gone = {key_of(0), key_of(1), key_of(1000), key_of(4242)};
+  uint8_t removed[4] = {7, 7, 7, 7};
+  CHECK(s->remove(gone.data(), 4, removed).ok);
+  CHECK(removed[0] == 1 && removed[1] == 1 && removed[2] == 1 && removed[3] == 0);
+  CHECK(s->remove(gone.data(), 4, removed).ok && removed[0] == 0 && removed[2] == 0);
+  CHECK(s->remove(gone.data(), 4, nullptr).ok);
+  CHECK(get(*s, {0, 1, 2}, 100) == Ints({0, 0, 1}));
+  CHECK(list_all(*open_store(dir), 64).size() == 299);  // another store on the directory sees it
+
+  uint64_t bad = 256;
+  std::vector<pkv::StoreEntry> none;
+  CHECK(!s->list(&bad, 10, &none).ok && bad == 256 && none.empty());
+}
+
 void remove_tree(const std::string &dir) {
   nftw(dir.c_str(), [](const char *p, const struct stat *, int type, FTW *) {
     if (type == FTW_D || type == FTW_DNR) chmod(p, 0755);  // the read-only test's
@@ -433,7 +490,7 @@ int main() {
                {"full_disk", test_full_disk}, {"io_error", test_io_error}, {"kill9", test_kill9},
                {"reader_and_writer_threads", test_reader_and_writer_threads},
                {"temp_cleanup", test_temp_cleanup}, {"read_only", test_read_only},
-               {"bad_params", test_bad_params}};
+               {"bad_params", test_bad_params}, {"list_and_remove", test_list_and_remove}};
   for (const auto &t : tests) {
     fprintf(stderr, "%s\n", t.name);
     try {

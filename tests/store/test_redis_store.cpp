@@ -4,11 +4,15 @@
 // wrong, missing password; ACL user), a refused connection at create; and a server that is killed,
 // restarted (with and without the store noticing in between) or stopped (SIGSTOP): calls fail
 // within their timeouts and later ones work again. Two stores on two threads, as an engine has.
+// Listing (SCAN pages under a prefix with glob characters) and removing, as `pkv store` does.
 #include "tiers/redis_store.h"
+
+#include <hiredis/hiredis.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -243,6 +247,67 @@ void test_two_threads(unsigned port) {
   CHECK(write_ok && read_ok && values_ok);
 }
 
+// Every page of a listing: each key with its size (a key listed twice must agree).
+std::map<std::string, uint64_t> list_all(pkv::Store &s, size_t count, int *pages = nullptr) {
+  std::map<std::string, uint64_t> all;
+  uint64_t cursor = 0;
+  int n = 0;
+  do {
+    std::vector<pkv::StoreEntry> page;
+    if (!CHECK(s.list(&cursor, count, &page).ok) || !CHECK(++n < 10000)) break;
+    for (const auto &e : page) {
+      auto [it, fresh] = all.emplace(e.key.hex(), e.value_bytes);
+      CHECK(fresh || it->second == e.value_bytes);
+    }
+  } while (cursor != 0);
+  if (pages) *pages = n;
+  return all;
+}
+
+// The administrator's calls: SCAN in pages finds every block under the prefix (glob characters
+// in it match only themselves), with its STRLEN, and nothing else (other prefixes, names that are
+// not 64 hex digits, keys that are not strings); UNLINK removes, a second time is no error.
+void test_list_and_remove(unsigned port) {
+  const size_t n = 300, vb = 100;
+  auto store = pkv::make_redis_store(Params(port, "ls*[x]:").p);
+  auto other = pkv::make_redis_store(Params(port, "ls").p);  // "ls*" unescaped would match it
+  CHECK(list_all(*store, 10).empty());
+  auto keys = keys_of(3000, n);
+  auto values = values_of(15, n, vb);
+  CHECK_OK(store->put(keys.data(), n, values.data(), vb));
+  CHECK_OK(store->put(&keys[0], 1, values.data(), 57));  // another size
+  CHECK_OK(other->put(keys.data(), 5, values.data(), vb));
+  redisContext *c = redisConnect("127.0.0.1", int(port));
+  if (!CHECK(c && !c->err)) return;
+  const std::string hash_key = "ls*[x]:" + key_of(9999).hex();
+  freeReplyObject(redisCommand(c, "HSET %s f v", hash_key.c_str()));
+  freeReplyObject(redisCommand(c, "SET ls*[x]:meta 1"));
+  freeReplyObject(redisCommand(c, "SET %s 1", ("ls*[x]:" + key_of(1).hex().substr(0, 63) + "G").c_str()));
+  redisFree(c);
+
+  int pages = 0;
+  auto all = list_all(*store, 10, &pages);
+  CHECK(all.size() == n);
+  CHECK(pages > 5);
+  size_t right = 0;
+  for (size_t i = 0; i < n; ++i) right += all.count(keys[i].hex()) && all[keys[i].hex()] == (i ? vb : 57);
+  CHECK(right == n);
+  CHECK(list_all(*other, 1000).size() == 5);
+
+  std::vector<StoreKey> gone = {keys[0], keys[1], key_of(4242)};
+  uint8_t removed[3] = {7, 7, 7};
+  CHECK_OK(store->remove(gone.data(), 3, removed));
+  CHECK(removed[0] == 1 && removed[1] == 1 && removed[2] == 0);
+  CHECK_OK(store->remove(gone.data(), 3, removed));
+  CHECK(removed[0] == 0 && removed[1] == 0);
+  CHECK_OK(store->remove(gone.data(), 0, nullptr));
+  std::vector<uint8_t> held(3, 9);
+  CHECK_OK(store->exists(gone.data(), 3, held.data()));
+  CHECK(held == std::vector<uint8_t>(3, 0));
+  CHECK(list_all(*store, 100).size() == n - 2);
+  CHECK(list_all(*other, 1000).size() == 5);  // another prefix is left alone
+}
+
 void test_auth(const std::string &bin) {
   pkv_test::RedisServer server(bin, "s3cret pass");
   if (!CHECK(server.start())) return;
@@ -409,6 +474,7 @@ int main() {
       test_large_value(port);
       test_batch_256(port);
       test_two_threads(port);
+      test_list_and_remove(port);
     } catch (const pkv::Error &e) {
       check(false, e.what(), __LINE__);
     }
