@@ -301,6 +301,47 @@ namespace Pkv
         public ulong HostBytesPerPool;
     }
 
+    /// <summary>pkv_store_info (24 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct StoreInfo
+    {
+        public uint StructSize;
+        public uint Kind;
+        public ulong NumBlocks;
+        public ulong TotalBytes;
+    }
+
+    /// <summary>pkv_store_entry (184 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public unsafe partial struct StoreEntry
+    {
+        public StoreKey Key;
+        public ulong ValueBytes;
+        public uint State;
+        public uint NumTokens;
+        public ulong PayloadBytes;
+        public StoreKey Parent;
+        public fixed byte Fingerprint[32];
+        public fixed byte Problem[64];
+    }
+
+    /// <summary>pkv_store_verify_result (160 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public unsafe partial struct StoreVerifyResult
+    {
+        public uint StructSize;
+        public uint Reserved0;
+        public ulong NumBlocks;
+        public ulong NumGood;
+        public ulong NumBad;
+        public ulong NumRemoved;
+        public ulong NumGone;
+        public ulong GoodBytes;
+        public ulong BadBytes;
+        public StoreKey FirstBadKey;
+        public fixed byte FirstBadProblem[64];
+    }
+
     public static unsafe partial class Native
     {
         public const string Library = "pkv";
@@ -366,10 +407,15 @@ namespace Pkv
         public const int PKV_EVENT_BLOCK_REMOVED = 2;
         public const int PKV_EVENT_ALL_CLEARED = 3;
         public const int PKV_EVENT_OVERFLOW = 4;
+        public const int PKV_STORE_LIST_KEYS_ONLY = 1;
+        public const int PKV_STORE_VALUE_UNREAD = 0;
+        public const int PKV_STORE_VALUE_GOOD = 1;
+        public const int PKV_STORE_VALUE_BAD = 2;
+        public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo) };
-        public static readonly int[] StructSizes = { 32, 40, 104, 168, 152, 320, 16, 56, 136, 32, 40, 128 };
+        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly int[] StructSizes = { 32, 40, 104, 168, 152, 320, 16, 56, 136, 32, 40, 128, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -528,6 +574,24 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_block_hash(ulong seed, ulong parent_hash, int* tokens, uint num_tokens, ulong* out_hash);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_store_open(StoreParams* p, out StoreHandle @out);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern void pkv_store_close(StoreHandle s);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_store_info(StoreHandle s, StoreInfo* @out);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_store_list(StoreHandle s, ulong* cursor, uint flags, StoreEntry* @out, uint entry_size, uint cap, uint* out_len);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_store_verify(StoreHandle s, uint remove_bad, StoreVerifyResult* @out);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_store_clear(StoreHandle s, ulong* out_removed);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_engine_check(EngineHandle e);

@@ -357,7 +357,8 @@ def gen_go(h):
 def go_field_type(t):  # a function pointer is a uintptr too: a C function's address
     if t.depth or t.proto:
         return 'uintptr'
-    return ('[%d]' % t.length if t.length else '') + GO_SCALARS[t.base]
+    base = GO_SCALARS[t.base] if t.base in GO_SCALARS else go_type_name(t.base)  # a struct: its Go twin
+    return ('[%d]' % t.length if t.length else '') + base
 
 
 def go_type_name(c_name):

@@ -105,6 +105,20 @@ const (
 	EventOverflow     = 4
 )
 
+const (
+	StoreListKeysOnly = 1
+)
+
+const (
+	StoreValueUnread = 0
+	StoreValueGood   = 1
+	StoreValueBad    = 2
+)
+
+const (
+	StoreProblemBytes = 64
+)
+
 // statusNames are the C names without PKV_.
 var statusNames = map[Status]string{
 	StatusOK:              "OK",
@@ -388,4 +402,39 @@ type PoolInfo struct {
 	HostNumBlocks    uint64
 	HostLayerStride  uint64
 	HostBytesPerPool uint64
+}
+
+// StoreInfo is C's pkv_store_info (24 bytes on amd64; layout checked against C at init).
+type StoreInfo struct {
+	StructSize uint32
+	Kind       uint32
+	NumBlocks  uint64
+	TotalBytes uint64
+}
+
+// StoreEntry is C's pkv_store_entry (184 bytes on amd64; layout checked against C at init).
+type StoreEntry struct {
+	Key          StoreKey
+	ValueBytes   uint64
+	State        uint32
+	NumTokens    uint32
+	PayloadBytes uint64
+	Parent       StoreKey
+	Fingerprint  [32]uint8
+	Problem      [64]
+}
+
+// StoreVerifyResult is C's pkv_store_verify_result (160 bytes on amd64; layout checked against C at init).
+type StoreVerifyResult struct {
+	StructSize      uint32
+	Reserved0       uint32
+	NumBlocks       uint64
+	NumGood         uint64
+	NumBad          uint64
+	NumRemoved      uint64
+	NumGone         uint64
+	GoodBytes       uint64
+	BadBytes        uint64
+	FirstBadKey     StoreKey
+	FirstBadProblem [64]
 }

@@ -66,6 +66,11 @@ PKV_EVENT_BLOCK_STORED = 1
 PKV_EVENT_BLOCK_REMOVED = 2
 PKV_EVENT_ALL_CLEARED = 3
 PKV_EVENT_OVERFLOW = 4
+PKV_STORE_LIST_KEYS_ONLY = 1
+PKV_STORE_VALUE_UNREAD = 0
+PKV_STORE_VALUE_GOOD = 1
+PKV_STORE_VALUE_BAD = 2
+PKV_STORE_PROBLEM_BYTES = 64
 
 # (name, value, message) of every status, in PKV_STATUS_MAP order
 STATUSES = (
@@ -88,6 +93,10 @@ class pkv_batch(_c.Structure):
 
 
 class pkv_engine(_c.Structure):
+    """Opaque handle."""
+
+
+class pkv_store(_c.Structure):
     """Opaque handle."""
 
 
@@ -357,6 +366,44 @@ class pkv_pool_info(_c.Structure):
     ]
 
 
+class pkv_store_info(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('kind', _c.c_uint32),
+        ('num_blocks', _c.c_uint64),
+        ('total_bytes', _c.c_uint64),
+    ]
+
+
+class pkv_store_entry(_c.Structure):
+    _fields_ = [
+        ('key', pkv_store_key),
+        ('value_bytes', _c.c_uint64),
+        ('state', _c.c_uint32),
+        ('num_tokens', _c.c_uint32),
+        ('payload_bytes', _c.c_uint64),
+        ('parent', pkv_store_key),
+        ('fingerprint', _c.c_uint8 * 32),
+        ('problem', _c.c_char * 64),
+    ]
+
+
+class pkv_store_verify_result(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
+        ('num_blocks', _c.c_uint64),
+        ('num_good', _c.c_uint64),
+        ('num_bad', _c.c_uint64),
+        ('num_removed', _c.c_uint64),
+        ('num_gone', _c.c_uint64),
+        ('good_bytes', _c.c_uint64),
+        ('bad_bytes', _c.c_uint64),
+        ('first_bad_key', pkv_store_key),
+        ('first_bad_problem', _c.c_char * 64),
+    ]
+
+
 # sizeof of each struct as clang sees it on x86_64 Linux (checked by the tests)
 SIZES = {
     'pkv_store_key': 32,
@@ -371,6 +418,9 @@ SIZES = {
     'pkv_request_params': 32,
     'pkv_kv_event': 40,
     'pkv_pool_info': 128,
+    'pkv_store_info': 24,
+    'pkv_store_entry': 184,
+    'pkv_store_verify_result': 160,
 }
 
 # name: (restype, argtypes); the parameter names are in PARAM_NAMES
@@ -421,6 +471,12 @@ FUNCTIONS = {
     'pkv_engine_set_stream': (pkv_status, [_c.POINTER(pkv_engine), _c.c_void_p]),
     'pkv_block_hash_root': (pkv_status, [_c.c_uint64, _c.c_void_p, _c.c_uint32, _c.POINTER(_c.c_uint64)]),
     'pkv_block_hash': (pkv_status, [_c.c_uint64, _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint64)]),
+    'pkv_store_open': (pkv_status, [_c.POINTER(pkv_store_params), _c.POINTER(_c.POINTER(pkv_store))]),
+    'pkv_store_close': (None, [_c.POINTER(pkv_store)]),
+    'pkv_store_info': (pkv_status, [_c.POINTER(pkv_store), _c.POINTER(pkv_store_info)]),
+    'pkv_store_list': (pkv_status, [_c.POINTER(pkv_store), _c.POINTER(_c.c_uint64), _c.c_uint32, _c.POINTER(pkv_store_entry), _c.c_uint32, _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_store_verify': (pkv_status, [_c.POINTER(pkv_store), _c.c_uint32, _c.POINTER(pkv_store_verify_result)]),
+    'pkv_store_clear': (pkv_status, [_c.POINTER(pkv_store), _c.POINTER(_c.c_uint64)]),
     'pkv_engine_check': (pkv_status, [_c.POINTER(pkv_engine)]),
 }
 
@@ -471,6 +527,12 @@ PARAM_NAMES = {
     'pkv_engine_set_stream': ('e', 'cuda_stream'),
     'pkv_block_hash_root': ('seed', 'salt', 'salt_len', 'out_hash'),
     'pkv_block_hash': ('seed', 'parent_hash', 'tokens', 'num_tokens', 'out_hash'),
+    'pkv_store_open': ('p', 'out'),
+    'pkv_store_close': ('s',),
+    'pkv_store_info': ('s', 'out'),
+    'pkv_store_list': ('s', 'cursor', 'flags', 'out', 'entry_size', 'cap', 'out_len'),
+    'pkv_store_verify': ('s', 'remove_bad', 'out'),
+    'pkv_store_clear': ('s', 'out_removed'),
     'pkv_engine_check': ('e',),
 }
 

@@ -361,6 +361,54 @@ pub struct pkv_pool_info {
     pub host_layer_stride: u64,
     pub host_bytes_per_pool: u64,
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_info {
+    pub struct_size: u32,
+    pub kind: u32,
+    pub num_blocks: u64,
+    pub total_bytes: u64,
+}
+pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_14 = 1;
+pub type _bindgen_ty_14 = ::std::os::raw::c_uint;
+pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_15 = 0;
+pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_15 = 1;
+pub const PKV_STORE_VALUE_BAD: _bindgen_ty_15 = 2;
+pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
+pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_16 = 64;
+pub type _bindgen_ty_16 = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_entry {
+    pub key: pkv_store_key,
+    pub value_bytes: u64,
+    pub state: u32,
+    pub num_tokens: u32,
+    pub payload_bytes: u64,
+    pub parent: pkv_store_key,
+    pub fingerprint: [u8; 32usize],
+    pub problem: [::std::os::raw::c_char; 64usize],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_verify_result {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub num_blocks: u64,
+    pub num_good: u64,
+    pub num_bad: u64,
+    pub num_removed: u64,
+    pub num_gone: u64,
+    pub good_bytes: u64,
+    pub bad_bytes: u64,
+    pub first_bad_key: pkv_store_key,
+    pub first_bad_problem: [::std::os::raw::c_char; 64usize],
+}
 extern crate libloading;
 pub struct PkvLib {
     __library: ::libloading::Library,
@@ -585,6 +633,39 @@ pub struct PkvLib {
         ) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_store_open: Result<
+        unsafe extern "C" fn(p: *const pkv_store_params, out: *mut *mut pkv_store) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_store_close: Result<unsafe extern "C" fn(s: *mut pkv_store), ::libloading::Error>,
+    pub pkv_store_info: Result<
+        unsafe extern "C" fn(s: *mut pkv_store, out: *mut pkv_store_info) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_store_list: Result<
+        unsafe extern "C" fn(
+            s: *mut pkv_store,
+            cursor: *mut u64,
+            flags: u32,
+            out: *mut pkv_store_entry,
+            entry_size: u32,
+            cap: u32,
+            out_len: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_store_verify: Result<
+        unsafe extern "C" fn(
+            s: *mut pkv_store,
+            remove_bad: u32,
+            out: *mut pkv_store_verify_result,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_store_clear: Result<
+        unsafe extern "C" fn(s: *mut pkv_store, out_removed: *mut u64) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_engine_check: Result<unsafe extern "C" fn(e: *mut pkv_engine) -> pkv_status, ::libloading::Error>,
 }
 impl PkvLib {
@@ -647,6 +728,12 @@ impl PkvLib {
         let pkv_engine_set_stream = __library.get(b"pkv_engine_set_stream\0").map(|sym| *sym);
         let pkv_block_hash_root = __library.get(b"pkv_block_hash_root\0").map(|sym| *sym);
         let pkv_block_hash = __library.get(b"pkv_block_hash\0").map(|sym| *sym);
+        let pkv_store_open = __library.get(b"pkv_store_open\0").map(|sym| *sym);
+        let pkv_store_close = __library.get(b"pkv_store_close\0").map(|sym| *sym);
+        let pkv_store_info = __library.get(b"pkv_store_info\0").map(|sym| *sym);
+        let pkv_store_list = __library.get(b"pkv_store_list\0").map(|sym| *sym);
+        let pkv_store_verify = __library.get(b"pkv_store_verify\0").map(|sym| *sym);
+        let pkv_store_clear = __library.get(b"pkv_store_clear\0").map(|sym| *sym);
         let pkv_engine_check = __library.get(b"pkv_engine_check\0").map(|sym| *sym);
         Ok(PkvLib {
             __library,
@@ -696,6 +783,12 @@ impl PkvLib {
             pkv_engine_set_stream,
             pkv_block_hash_root,
             pkv_block_hash,
+            pkv_store_open,
+            pkv_store_close,
+            pkv_store_info,
+            pkv_store_list,
+            pkv_store_verify,
+            pkv_store_clear,
             pkv_engine_check,
         })
     }
@@ -986,6 +1079,40 @@ impl PkvLib {
             num_tokens,
             out_hash,
         )
+    }
+    pub unsafe fn pkv_store_open(&self, p: *const pkv_store_params, out: *mut *mut pkv_store) -> pkv_status {
+        (self.pkv_store_open.as_ref().expect("Expected function, got error."))(p, out)
+    }
+    pub unsafe fn pkv_store_close(&self, s: *mut pkv_store) -> () {
+        (self.pkv_store_close.as_ref().expect("Expected function, got error."))(s)
+    }
+    pub unsafe fn pkv_store_info(&self, s: *mut pkv_store, out: *mut pkv_store_info) -> pkv_status {
+        (self.pkv_store_info.as_ref().expect("Expected function, got error."))(s, out)
+    }
+    pub unsafe fn pkv_store_list(
+        &self,
+        s: *mut pkv_store,
+        cursor: *mut u64,
+        flags: u32,
+        out: *mut pkv_store_entry,
+        entry_size: u32,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_store_list.as_ref().expect("Expected function, got error."))(
+            s, cursor, flags, out, entry_size, cap, out_len,
+        )
+    }
+    pub unsafe fn pkv_store_verify(
+        &self,
+        s: *mut pkv_store,
+        remove_bad: u32,
+        out: *mut pkv_store_verify_result,
+    ) -> pkv_status {
+        (self.pkv_store_verify.as_ref().expect("Expected function, got error."))(s, remove_bad, out)
+    }
+    pub unsafe fn pkv_store_clear(&self, s: *mut pkv_store, out_removed: *mut u64) -> pkv_status {
+        (self.pkv_store_clear.as_ref().expect("Expected function, got error."))(s, out_removed)
     }
     pub unsafe fn pkv_engine_check(&self, e: *mut pkv_engine) -> pkv_status {
         (self.pkv_engine_check.as_ref().expect("Expected function, got error."))(e)
