@@ -20,6 +20,19 @@ namespace Pkv
         }
     }
 
+    /// <summary>A pkv_store* (the store administration calls, pkv_store_open); released with
+    /// pkv_store_close.</summary>
+    public sealed class StoreHandle : SafeHandle
+    {
+        public StoreHandle() : base(IntPtr.Zero, true) { }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+        protected override bool ReleaseHandle()
+        {
+            Native.pkv_store_close(handle);
+            return true;
+        }
+    }
+
     /// <summary>A pkv_batch*; released with pkv_batch_abort unless ended. While open it holds a
     /// reference on its engine's handle, so the engine is never destroyed under it (not even by
     /// finalizers running in any order).</summary>

@@ -579,7 +579,7 @@ namespace Pkv
         public static extern Status pkv_store_open(StoreParams* p, out StoreHandle @out);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
-        public static extern void pkv_store_close(StoreHandle s);
+        public static extern void pkv_store_close(IntPtr s);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_store_info(StoreHandle s, StoreInfo* @out);

@@ -421,7 +421,7 @@ type StoreEntry struct {
 	PayloadBytes uint64
 	Parent       StoreKey
 	Fingerprint  [32]uint8
-	Problem      [64]
+	Problem      [64]byte
 }
 
 // StoreVerifyResult is C's pkv_store_verify_result (160 bytes on amd64; layout checked against C at init).
@@ -436,5 +436,5 @@ type StoreVerifyResult struct {
 	GoodBytes       uint64
 	BadBytes        uint64
 	FirstBadKey     StoreKey
-	FirstBadProblem [64]
+	FirstBadProblem [64]byte
 }

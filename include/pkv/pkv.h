@@ -767,7 +767,8 @@ typedef struct pkv_store pkv_store;
  * pkv_store_close. */
 PKV_API pkv_status pkv_store_open(const pkv_store_params *p, pkv_store **out);
 
-/* Closes s (the connection, the handle). Accepts NULL. Must not race with other calls on s. */
+/* Frees s: closes its connection and the handle. Accepts NULL. Must not race with other calls
+ * on s. */
 PKV_API void pkv_store_close(pkv_store *s);
 
 /* What a store holds. Like struct pkv_seq_info, the struct shares its name with the call. */
