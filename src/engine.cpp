@@ -40,9 +40,10 @@ Engine::Engine(const pkv_engine_params &params)
               params_.host_num_blocks, params_.host_offload != 0),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
-  if (params.store) {
-    store_config_ = std::make_unique<StoreConfig>(params.store);
-    params_.store = &store_config_->params();
+  if (params.store) store_config_ = std::make_unique<StoreConfig>(params.store);
+  if (store_config_ && store_config_->params().kind == PKV_STORE_NONE) store_config_.reset();
+  params_.store = store_config_ ? &store_config_->params() : nullptr;
+  if (store_config_) {
     PKV_REQUIRE(params_.enable_prefix_caching, "a store needs prefix caching (enable_prefix_caching 1)");
     PKV_REQUIRE(params_.host_num_blocks > 0,
                 "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");

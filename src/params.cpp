@@ -36,8 +36,7 @@ pkv_store_params default_store_params() {
 
 StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, default_store_params(), "store")) {
   std::memset(&callbacks_, 0, sizeof callbacks_);
-  PKV_REQUIRE(p_.kind >= PKV_STORE_FILE && p_.kind <= PKV_STORE_CALLBACK,
-              "store->kind %u: PKV_STORE_FILE, REDIS or CALLBACK expected (NONE: pass no store)", p_.kind);
+  PKV_REQUIRE(p_.kind <= PKV_STORE_CALLBACK, "store->kind %u is not a PKV_STORE_* kind", p_.kind);
   PKV_REQUIRE(p_.write_mode <= PKV_STORE_READ_ONLY, "store->write_mode %u is not a PKV_STORE_WRITE_* value",
               p_.write_mode);
   PKV_REQUIRE(p_.lookup_timeout_ms >= 1, "store->lookup_timeout_ms must be >= 1");

@@ -145,8 +145,9 @@ typedef struct pkv_store_key {
 
 /* A store of the host's own (PKV_STORE_CALLBACK): a byte map from keys to values of one size per
  * engine (value_bytes: a header pkv writes and verifies, then the block's K and V of every layer).
- * pkv calls these from the engine's thread (lookups) and from its writer thread (puts), possibly
- * at the same time; user is passed back as is. Each returns 0 on success; anything else makes
+ * pkv calls these from the engine's thread (pkv_allocate's lookups) and from threads of its own
+ * (the writer's puts, the fetcher's lookups for submitted requests), possibly at the same time;
+ * user is passed back as is. Each returns 0 on success; anything else makes
  * every key of the call a miss (nothing fails because of it) and, when message is set (at most
  * message_cap bytes, NUL-terminated), says why through pkv_engine_store_error. A store may lose or
  * damage values: pkv checks every value it reads before it can hit. */
@@ -168,7 +169,7 @@ typedef struct pkv_store_callbacks {
 
 typedef struct pkv_store_params {
   uint32_t struct_size;
-  uint32_t kind;                  /* PKV_STORE_* (NONE: no store). default NONE */
+  uint32_t kind;                  /* PKV_STORE_*; NONE: no store, as a NULL store. default NONE */
   uint32_t write_mode;            /* PKV_STORE_WRITE_*. default WRITE_THROUGH */
   uint32_t lookup_timeout_ms;     /* how long pkv_allocate / pkv_resume wait for the store, >= 1.
                                      default 200 */

@@ -436,6 +436,15 @@ static void test_bad_params(void)
   CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
   CHECK(strstr(pkv_last_error(), "path") != NULL);
   CHECK(e == NULL);
+  /* Kind NONE is no store, as a NULL pointer. */
+  sp.kind = PKV_STORE_NONE;
+  if (CHECK_OK(pkv_engine_create(&p, &e))) {
+    pkv_engine_params got;
+    pkv_engine_params_init(&got, sizeof got);
+    CHECK_OK(pkv_engine_params_get(e, &got));
+    CHECK(got.store == NULL);
+    pkv_engine_destroy(e);
+  }
   /* A struct_size that cuts the store pointer in two (found by fuzz_api): the pointer is not
    * read at all - no store - rather than half of it. */
   sp.kind = PKV_STORE_CALLBACK;
