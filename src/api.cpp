@@ -295,6 +295,10 @@ pkv_status pkv_release(pkv_engine *e, uint64_t seq) {
   return guard(e, [&](Engine &en) { en.release(seq); });
 }
 
+pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens) {
+  return guard(e, [&](Engine &en) { en.truncate(seq, num_tokens); });
+}
+
 pkv_status pkv_preempt(pkv_engine *e, uint64_t seq) {
   return guard(e, [&](Engine &en) { en.preempt(seq); });
 }

@@ -188,9 +188,11 @@ uint32_t BlockManager::admit(BlockTable &table, const std::string &salt, const i
 void BlockManager::reserve_slots(BlockTable &table, uint32_t num_slotted, uint32_t n) {
   const uint32_t have = static_cast<uint32_t>(table.ids.size());
   const uint32_t need = blocks_for_tokens(uint64_t(num_slotted) + n, block_size_) - have;
-  // Writing into a partly filled last block that another sequence also references (a fork)
-  // would change that sequence's KV: copy it first.
-  const bool cow = num_slotted % block_size_ != 0 && pool_.ref(table.ids.back()) > 1;
+  // Writing into a partly filled last block that another sequence also references (a fork), or
+  // that is a prefix node's sealed copy (a block a truncation cut short), would change KV others
+  // read: copy it first.
+  const bool cow = num_slotted % block_size_ != 0 &&
+                   (pool_.ref(table.ids.back()) > 1 || pool_.node(table.ids.back()) != kNoNode);
   check_space(need + (cow ? 1 : 0), "appending the tokens");
   make_room(table.ids, need);
   make_room(pending_copies_, 2 * (size_t(need) + 1));  // the copy-on-write, an offload per eviction
@@ -217,6 +219,31 @@ void BlockManager::free(BlockTable &table) {
   for (auto it = table.ids.rbegin(); it != table.ids.rend(); ++it) drop_ref(*it);
   table.ids.clear();
   table.num_sealed = 0;
+}
+
+void BlockManager::truncate(BlockTable &table, uint32_t keep, size_t taken) {
+  const size_t need = blocks_for_tokens(keep, block_size_);
+  // From the end: the last blocks reach the free list's tail first, as in free().
+  while (table.ids.size() > need) {
+    const int32_t b = table.ids.back();
+    table.ids.pop_back();
+    drop_ref(b);
+    if (pool_.ref(b) == 0) undo_copy_into(b, taken);
+  }
+  table.num_sealed = std::min(table.num_sealed, keep / block_size_);
+}
+
+void BlockManager::undo_copy_into(int32_t block, size_t taken) {
+  // A copy-on-write only a dropped table needed: nobody will read what it writes, and the block
+  // may go to a new owner now. Kept when a batch holds it or a later copy reads the block.
+  for (size_t i = pending_copies_.size(); i-- > taken;) {
+    const BlockCopy &c = pending_copies_[i];
+    if (c.kind != PKV_COPY_COW || c.dst != block) continue;
+    for (size_t j = i + 1; j < pending_copies_.size(); ++j)
+      if (!copy_reads_host_tier(pending_copies_[j].kind) && pending_copies_[j].src == block) return;
+    pending_copies_.erase(pending_copies_.begin() + long(i));
+    return;
+  }
 }
 
 // ---------------------------------------------------------------- sealing

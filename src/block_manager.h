@@ -121,6 +121,12 @@ class BlockManager {
   void fork(const BlockTable &copy);
   // Drops every block reference of the table, which becomes empty.
   void free(BlockTable &table);
+  // Rollback (pkv_truncate): the table keeps the blocks of its first `keep` tokens; the others'
+  // references go, as free() drops them (sealed ones stay cached). A copy-on-write into a block
+  // that goes free is dropped from the queue, unless it is among the first `taken` copies (an open
+  // batch's) or a later copy reads that block. A sealed block cut short stays its node's copy:
+  // the next write into it copies it first (reserve_slots). Cannot fail.
+  void truncate(BlockTable &table, uint32_t keep, size_t taken);
   // Swap-out: the table's KV moves to host-tier blocks (appended to host, which was empty) and
   // the table becomes empty; swap-in: back into pool blocks. A block with a twin in the other tier
   // (the same KV, from an earlier move of a sharer) is not copied again. PKV_ERR_UNSUPPORTED
@@ -184,6 +190,8 @@ class BlockManager {
   // the host tier when offloading and the node has none there yet.
   void evict(int32_t block, bool offload);
   void evict_host(int32_t host);
+  void undo_copy_into(int32_t block, size_t taken);
+  static bool copy_reads_host_tier(int32_t kind) { return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD; }
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
   void drop_ref(int32_t block);   // at 0: cached to the tail, unsealed to the head
   void reserve(BlockTable &table, const Admission &plan);

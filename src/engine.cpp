@@ -199,6 +199,19 @@ void Engine::preempt(uint64_t id) {
   pkv::preempt(s, blocks_);
 }
 
+void Engine::truncate(uint64_t id, uint32_t num_tokens) {
+  Sequence &s = seqs_.get(id);
+  require_outside_batch(s, "truncate");
+  require_manual(s, "truncate");
+  if (!s.running() && s.state != SeqState::kPreempted)
+    fail(PKV_ERR_STATE, "sequence %llu is %s: truncate a running or preempted one", (unsigned long long)id,
+         state_name(s.state));
+  PKV_REQUIRE(num_tokens >= 1 && num_tokens <= s.num_tokens(),
+              "num_tokens %u: 1 .. %u (the sequence's tokens) expected", num_tokens, s.num_tokens());
+  const size_t taken = open_ && !open_->copies_done ? open_->batch->copies().size() : 0;
+  pkv::truncate(s, blocks_, num_tokens, taken);
+}
+
 uint32_t Engine::resume(uint64_t id) {
   Sequence &s = seqs_.get(id);
   require_manual(s, "resume");

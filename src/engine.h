@@ -39,6 +39,7 @@ class Engine {
   void append(uint64_t id, const int32_t *tokens, uint32_t n);
   uint64_t fork(uint64_t parent);
   void release(uint64_t id);
+  void truncate(uint64_t id, uint32_t num_tokens);
   void preempt(uint64_t id);
   uint32_t resume(uint64_t id);
   void swap_out(uint64_t id);

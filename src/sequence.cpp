@@ -1,5 +1,7 @@
 #include "sequence.h"
 
+#include <algorithm>
+
 #include "status.h"
 
 namespace pkv {
@@ -77,6 +79,15 @@ void swap_in(Sequence &s, BlockManager &blocks) {
   // The blocks' KV is the computed tokens' (their copies come first in the next step): its
   // full blocks join the prefix tree as copies of their nodes again.
   blocks.seal(s.blocks, s.salt, s.tokens.data(), s.num_computed);
+}
+
+void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken) {
+  PKV_ASSERT((s.running() || s.state == SeqState::kPreempted) && n >= 1 && n <= s.num_tokens());
+  PKV_ASSERT(s.num_unslotted == 0);  // sequences of pkv_allocate: every token has its slot
+  if (s.running()) blocks.truncate(s.blocks, n, taken);
+  s.tokens.resize(n);
+  s.num_computed = std::min(s.num_computed, n);
+  s.num_cached = std::min(s.num_cached, n);
 }
 
 void free_kv(Sequence &s, BlockManager &blocks) {

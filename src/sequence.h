@@ -76,6 +76,10 @@ void preempt(Sequence &s, BlockManager &blocks);
 void swap_out(Sequence &s, BlockManager &blocks);
 // Swapped -> running: back into pool blocks (copies queued), full computed blocks sealed again.
 void swap_in(Sequence &s, BlockManager &blocks);
+// Running or preempted: keeps the first n tokens (1 <= n <= its tokens); blocks no token needs
+// any more go back; computed and cached counts shrink with it. Cannot fail.
+// taken: the queued copies an open batch holds (BlockManager::truncate).
+void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken);
 // Gives back whatever the sequence holds, in either tier (pkv_release).
 void free_kv(Sequence &s, BlockManager &blocks);
 // Running -> finished (a request): the blocks go back, the tokens stay. Cannot fail.

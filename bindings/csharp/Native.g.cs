@@ -501,6 +501,9 @@ namespace Pkv
         public static extern Status pkv_release(EngineHandle e, ulong seq);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_truncate(EngineHandle e, ulong seq, uint num_tokens);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_preempt(EngineHandle e, ulong seq);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]

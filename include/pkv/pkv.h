@@ -450,6 +450,14 @@ PKV_API pkv_status pkv_fork(pkv_engine *e, uint64_t parent, uint64_t *out_child)
  * it holds sealed KV (reusable by later prompts), else free. The id is never valid again. */
 PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
 
+/* Rollback (rejected speculative tokens): seq keeps its first num_tokens tokens (1 .. its tokens);
+ * blocks that no longer hold a kept token go back as pkv_release gives them (sealed ones stay in
+ * the prefix cache), a copy-on-write block only the dropped tokens needed goes with them, and the
+ * computed count becomes at most num_tokens. A sealed block the cut leaves partly filled stays in
+ * the prefix cache: the next append copies it before writing. seq must be running or preempted,
+ * outside the open batch, and one of pkv_allocate's (PKV_ERR_STATE otherwise). Since 0.2.0. */
+PKV_API pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens);
+
 /* Preemption by recompute: seq gives back all its blocks (as pkv_release does) but keeps its
  * tokens; its computed count becomes 0. pkv_resume re-admits it like a prompt of all its tokens
  * (prefix lookup included, its own prefix likely still cached), all-or-nothing. */

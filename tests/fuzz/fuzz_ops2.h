@@ -132,13 +132,23 @@ static void op_hash(fz_world *w, fz_input *in)
   }
 }
 
+/* Rollback to a fuzzed length (0 and past the end included): a failure changes nothing. */
+static void op_truncate(fz_world *w, fz_input *in)
+{
+  uint64_t seq = fz_seq(w, in);
+  uint32_t n = fz_pick(in, 4) ? fz_pick(in, FZ_MAX_TOKENS + 2) : fz_u32(in);
+  uint64_t before = fz_state(w);
+  pkv_status s = pkv_truncate(w->e, seq, n);
+  fz_after(w, before, s, "pkv_truncate");
+}
+
 typedef void (*fz_op_fn)(fz_world *, fz_input *);
 
 static const fz_op_fn fz_ops[] = {
     op_allocate, op_allocate, op_append, op_append, op_fork,     op_release, op_release,
     op_preempt_resume, op_batch_begin, op_batch_begin, op_attention, op_batch_end, op_batch_end,
     op_abort, op_step, op_step, op_submit, op_table, op_info, op_drain, op_reset, op_misc, op_hash,
-    op_swap, op_swap, op_batch_copy,
+    op_swap, op_swap, op_batch_copy, op_truncate,
 };
 
 static inline void fz_op(fz_world *w, fz_input *in)

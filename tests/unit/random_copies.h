@@ -170,27 +170,30 @@ static inline void probe_copies(world *w)
   w->num_probes++;
 }
 
-/* Queued copy i writes pool block dst, and no later one does. */
-static inline int last_write(const world *w, uint32_t i, int32_t dst)
+/* pkv_truncate gave block back: the last queued copy-on-write into it goes from the queue (it is
+ * not a batch's: those are taken), unless a later queued copy reads the block (pkv's rule). */
+static inline void undo_copy_into(world *w, int32_t block)
 {
-  for (uint32_t j = i + 1; j < w->nqueued; j++)
-    if (w->queued[j].dst == dst && !writes_host(w->queued[j].kind))
-      return 0;
-  return 1;
+  for (uint32_t i = w->nqueued; i-- > 0;) {
+    const rcopy *c = &w->queued[i];
+    if (c->kind != PKV_COPY_COW || c->dst != block)
+      continue;
+    for (uint32_t j = i + 1; j < w->nqueued; j++)
+      if (!reads_host(w->queued[j].kind) && w->queued[j].src == block)
+        return;
+    memmove(&w->queued[i], &w->queued[i + 1], (w->nqueued - i - 1) * sizeof w->queued[0]);
+    w->nqueued--;
+    return;
+  }
 }
 
-/* A batch begins: it takes over every queued copy. None gives a shared pool block content of its
- * own: a copy-on-write copy into a shared block is one whose sequence is gone (the block was
- * freed, then taken by a swap-in that a fork shared), and a later copy overwrites it. */
+/* A batch begins: it takes over every queued copy. (Whether a copy gives a block the content its
+ * holders need is checked after every operation: check_slots reads the shadow with the queued
+ * copies applied, so a copy into a block a new owner took would be caught there. A copy-on-write
+ * into a shared block is right when a truncation made its sequence forkable before the copy ran.) */
 static inline void take_copies(world *w, const pkv_batch_view *v)
 {
   learn_copies(w, v);
-  for (uint32_t i = 0; i < w->nqueued; i++) {
-    const rcopy *c = &w->queued[i];
-    if (c->kind == PKV_COPY_COW && c->dst >= 0 && (uint32_t)c->dst < w->num_blocks &&
-        !EXPECT(w->refs[c->dst] <= 1 || !last_write(w, i, c->dst)))
-      fprintf(stderr, "  copy %u: %d -> %d into a shared block\n", i, c->src, c->dst);
-  }
   memcpy(w->taken, w->queued, w->nqueued * sizeof w->taken[0]);
   w->ntaken = w->nqueued;
   w->nqueued = 0;

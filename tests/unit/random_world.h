@@ -77,7 +77,7 @@ typedef struct {
   /* what the run exercised */
   uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out,
       num_swap_in, num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release,
-      num_batch_copy, num_probes;
+      num_batch_copy, num_probes, num_truncates;
 } world;
 
 static inline uint64_t rnd(world *w, uint64_t n)

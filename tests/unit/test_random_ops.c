@@ -134,6 +134,42 @@ static void op_release(world *w)
                  : tu_stats(w->e).num_host_free_blocks == host_free);
 }
 
+/* Rollback: a running or preempted sequence outside the batch keeps a random prefix of its
+ * tokens; a swapped one is refused. */
+static void op_truncate(world *w)
+{
+  int i = pick(w, IDLE);
+  if (i < 0)
+    return;
+  rseq *s = &w->seqs[i];
+  const uint32_t n = 1 + (uint32_t)rnd(w, s->len);
+  if (s->swapped) {
+    const uint64_t st = world_state(w);
+    CHECK_ERR(w->e, pkv_truncate(w->e, s->id, n), PKV_ERR_STATE);
+    EXPECT(world_state(w) == st);
+    return;
+  }
+  /* The model mirrors which queued copy-on-write pkv drops: every queued copy must be known. */
+  if (w->nunknown && !w->batch)
+    probe_copies(w);
+  if (w->nunknown)
+    return;
+  int32_t before[MAX_LEN];
+  const uint32_t nb = s->preempted ? 0 : get_table(w, s, before);
+  const uint32_t free0 = free_blocks(w);
+  if (!CHECK_OK(pkv_truncate(w->e, s->id, n)))
+    return;
+  EXPECT(free_blocks(w) >= free0);
+  s->len = n;
+  if (s->computed > n)
+    s->computed = n;
+  w->num_truncates++;
+  count_refs(w);
+  for (uint32_t k = nb; k-- > num_table_blocks(w, s) && !s->preempted;)
+    if (w->refs[before[k]] == 0)
+      undo_copy_into(w, before[k]);
+}
+
 static void op_preempt(world *w)
 {
   int i = pick(w, RUNNING | IDLE);
@@ -278,7 +314,7 @@ static void misuse_member(world *w)
 
 static void step(world *w)
 {
-  uint64_t r = rnd(w, 114);
+  uint64_t r = rnd(w, 118);
   if (r < 18) op_allocate(w);
   else if (r < 36) op_append(w);
   else if (r < 52) op_begin(w);
@@ -292,7 +328,8 @@ static void step(world *w)
   else if (r < 100) misuse_state(w);
   else if (r < 105) op_swap_out(w);
   else if (r < 110) op_swap_in(w);
-  else op_batch_copy(w);
+  else if (r < 114) op_batch_copy(w);
+  else op_truncate(w);
 }
 
 static void report(const world *w, uint32_t ops)
@@ -308,7 +345,7 @@ static void report(const world *w, uint32_t ops)
          (unsigned long long)w->num_batch_copy, (unsigned long long)w->num_probes,
          (unsigned long long)w->num_unsupported);
   /* what the run is for */
-  CHECK(w->num_no_space > 0 && w->num_hits > 0 && w->num_preempt > 0);
+  CHECK(w->num_no_space > 0 && w->num_hits > 0 && w->num_preempt > 0 && w->num_truncates > 0);
   CHECK(w->num_cow > 0 || w->bs == 1); /* block size 1 has no partly filled block */
   if (w->host_blocks)
     CHECK(w->num_swap_out > 0 && w->num_swap_in > 0 && w->num_swap_no_space > 0 &&

@@ -497,6 +497,10 @@ pub struct PkvLib {
     >,
     pub pkv_release:
         Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
+    pub pkv_truncate: Result<
+        unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, num_tokens: u32) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_preempt:
         Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
     pub pkv_resume: Result<
@@ -703,6 +707,7 @@ impl PkvLib {
         let pkv_append = __library.get(b"pkv_append\0").map(|sym| *sym);
         let pkv_fork = __library.get(b"pkv_fork\0").map(|sym| *sym);
         let pkv_release = __library.get(b"pkv_release\0").map(|sym| *sym);
+        let pkv_truncate = __library.get(b"pkv_truncate\0").map(|sym| *sym);
         let pkv_preempt = __library.get(b"pkv_preempt\0").map(|sym| *sym);
         let pkv_resume = __library.get(b"pkv_resume\0").map(|sym| *sym);
         let pkv_swap_out = __library.get(b"pkv_swap_out\0").map(|sym| *sym);
@@ -758,6 +763,7 @@ impl PkvLib {
             pkv_append,
             pkv_fork,
             pkv_release,
+            pkv_truncate,
             pkv_preempt,
             pkv_resume,
             pkv_swap_out,
@@ -911,6 +917,9 @@ impl PkvLib {
     }
     pub unsafe fn pkv_release(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
         (self.pkv_release.as_ref().expect("Expected function, got error."))(e, seq)
+    }
+    pub unsafe fn pkv_truncate(&self, e: *mut pkv_engine, seq: u64, num_tokens: u32) -> pkv_status {
+        (self.pkv_truncate.as_ref().expect("Expected function, got error."))(e, seq, num_tokens)
     }
     pub unsafe fn pkv_preempt(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
         (self.pkv_preempt.as_ref().expect("Expected function, got error."))(e, seq)
