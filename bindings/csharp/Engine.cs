@@ -388,6 +388,13 @@ namespace Pkv
         public void Release() { lock (Engine.Gate) Engine.Call(Native.pkv_release(Engine.Handle, Id)); }
         public void Preempt() { lock (Engine.Gate) Engine.Call(Native.pkv_preempt(Engine.Handle, Id)); }
 
+        /// <summary>Keeps the first <paramref name="numTokens"/> tokens, 1..length (pkv_truncate):
+        /// rollback of rejected speculative tokens.</summary>
+        public void Truncate(uint numTokens)
+        {
+            lock (Engine.Gate) Engine.Call(Native.pkv_truncate(Engine.Handle, Id, numTokens));
+        }
+
         public uint Resume()
         {
             uint cached;

@@ -212,6 +212,13 @@ func (s *Sequence) Release() error {
 	return s.Engine.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_release(e, C.uint64_t(s.ID)) })
 }
 
+// Truncate keeps the sequence's first numTokens tokens, 1..len (pkv_truncate): rollback of
+// rejected speculative tokens. StatusInvalidArgument outside that range; StatusState in the open
+// batch, swapped out, or a request of Submit.
+func (s *Sequence) Truncate(numTokens uint32) error {
+	return s.Engine.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_truncate(e, C.uint64_t(s.ID), C.uint32_t(numTokens)) })
+}
+
 // Preempt gives back the sequence's blocks, keeping its tokens (pkv_preempt).
 func (s *Sequence) Preempt() error {
 	return s.Engine.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_preempt(e, C.uint64_t(s.ID)) })

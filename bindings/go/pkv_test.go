@@ -249,6 +249,30 @@ func TestSequencesAndBatches(t *testing.T) {
 	}
 }
 
+func TestTruncate(t *testing.T) {
+	e := newEngine(t, smallParams(t))
+	prompt := make([]int32, 14)
+	for i := range prompt {
+		prompt[i] = int32(i + 1)
+	}
+	seq := must(e.Allocate(prompt, nil))
+	runStep(t, e, seq)
+	if err := seq.Truncate(6); err != nil {
+		t.Fatal(err)
+	}
+	if info := must(seq.Info()); info.NumTokens != 6 || info.NumComputedTokens != 6 || info.NumBlocks != 2 {
+		t.Fatalf("after truncate: %+v", info)
+	}
+	expectStatus(t, seq.Truncate(0), pkv.ErrInvalidArgument)
+	expectStatus(t, seq.Truncate(7), pkv.ErrInvalidArgument)
+	if err := seq.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestConcurrentGoroutines(t *testing.T) {
 	p := smallParams(t)
 	p.NumBlocks = 64

@@ -185,6 +185,24 @@ static partial class Tests
         }
     }
 
+    static void Truncate()
+    {
+        using (var e = new Engine(Small()))
+        {
+            var seq = e.Allocate(Enumerable.Range(1, 14).ToArray());
+            RunStep(e, seq);
+            seq.Truncate(6);
+            var info = seq.Info();
+            Equal(6u, info.NumTokens, "tokens");
+            Equal(6u, info.NumComputedTokens, "computed");
+            Equal(2u, info.NumBlocks, "blocks");
+            Throws(Status.InvalidArgument, () => seq.Truncate(0));
+            Throws(Status.InvalidArgument, () => seq.Truncate(7));
+            seq.Release();
+            e.Check();
+        }
+    }
+
     static void SequencesAndBatches()
     {
         using (var e = new Engine(Small()))
@@ -355,7 +373,7 @@ static partial class Tests
             { "hash_vectors", HashVectors }, { "status_names", StatusNames },
             { "statuses_from_calls", StatusesFromCalls }, { "disposed_refused", DisposedRefused },
             { "no_space_changes_nothing", NoSpaceChangesNothing },
-            { "sequences_and_batches", SequencesAndBatches }, { "struct_sizes", StructSizes },
+            { "sequences_and_batches", SequencesAndBatches }, { "truncate", Truncate }, { "struct_sizes", StructSizes },
             { "threads", Threads }, { "scheduler", Scheduler }, { "kv_events", KvEvents },
             { "host_tier", HostTier }, { "swap_out_and_in", SwapOutAndIn },
             { "swap_without_host_tier", SwapWithoutHostTier }, { "preemption_by_swapping", PreemptionBySwapping }, { "limits_and_kinds", LimitsAndKinds },

@@ -257,6 +257,10 @@ class Sequence:
     def release(self):
         self.engine._call(lib.pkv_release, ctypes.c_uint64(self.id))
 
+    def truncate(self, num_tokens):
+        """Keeps the first num_tokens tokens, 1..len (rollback of rejected speculative tokens)."""
+        self.engine._call(lib.pkv_truncate, ctypes.c_uint64(self.id), ctypes.c_uint32(num_tokens))
+
     def preempt(self):
         self.engine._call(lib.pkv_preempt, ctypes.c_uint64(self.id))
 

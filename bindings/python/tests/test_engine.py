@@ -106,6 +106,21 @@ class Sequences(unittest.TestCase):
             engine.set_stream(None)
 
 
+    def test_truncate(self):
+        with pkv.Engine(small_params()) as engine:
+            seq = engine.allocate(list(range(1, 15)))
+            run_step(engine, [seq])
+            seq.truncate(6)
+            info = seq.info()
+            self.assertEqual((info.num_tokens, info.num_computed_tokens, info.num_blocks), (6, 6, 2))
+            with self.assertRaises(pkv.InvalidArgumentError):
+                seq.truncate(0)
+            with self.assertRaises(pkv.InvalidArgumentError):
+                seq.truncate(7)
+            seq.release()
+            engine.check()
+
+
 class Buffers(unittest.TestCase):
     def test_buffer_checks(self):
         with pkv.Engine(small_params()) as engine:

@@ -261,6 +261,14 @@ impl Engine {
         unsafe { call!(self.lib, pkv_release(self.as_raw(), seq.0)) }
     }
 
+    /// Keeps `seq`'s first `num_tokens` tokens, 1..=len (`pkv_truncate`): rollback of rejected
+    /// speculative tokens. `Status::InvalidArgument`: outside that range; `Status::State`: in the
+    /// open batch, swapped out, or a request of `submit`.
+    pub fn truncate(&self, seq: Seq, num_tokens: u32) -> Result<()> {
+        // SAFETY: live handle.
+        unsafe { call!(self.lib, pkv_truncate(self.as_raw(), seq.0, num_tokens)) }
+    }
+
     /// Gives back `seq`'s blocks, keeping its tokens (`pkv_preempt`).
     pub fn preempt(&self, seq: Seq) -> Result<()> {
         // SAFETY: live handle.

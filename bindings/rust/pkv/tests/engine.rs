@@ -92,3 +92,17 @@ fn params_defaults_hf_config_and_profile() {
     assert_eq!(e.params().raw().num_blocks, 8);
     assert_eq!(e.pool_info().kv_heads, 2);
 }
+
+#[test]
+fn truncate_keeps_the_first_tokens() {
+    let e = common::engine(4, 16);
+    let a = e.allocate(&common::tokens(1, 14), None).unwrap();
+    common::compute(&e, &[a.seq]);
+    e.truncate(a.seq, 6).unwrap();
+    let info = e.seq_info(a.seq).unwrap();
+    assert_eq!((info.num_tokens, info.num_computed_tokens, info.num_blocks), (6, 6, 2));
+    assert_eq!(e.truncate(a.seq, 0).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(e.truncate(a.seq, 7).unwrap_err().status(), Status::InvalidArgument);
+    e.release(a.seq).unwrap();
+    e.check().unwrap();
+}
