@@ -55,7 +55,21 @@ uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *toke
 void StoreTier::fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first,
                             uint32_t n) {
   if (!fetcher_.joinable()) {
-    fetcher_store_ = make_store(params_);  // throws before anything changed
+    try {
+      fetcher_store_ = make_store(params_);
+    } catch (const Error &err) {
+      // The store cannot be reached now (a Redis server gone): a miss like any store error,
+      // answered at once; a later lookup tries again.
+      counters_.lookups += n;
+      counters_.errors += n;
+      note_error(std::string("the store's fetcher: ") + err.what());
+      {
+        std::lock_guard<std::mutex> lock(fetch_mutex_);
+        fetched_.push_back(StoreFetched{id, first, 0, {}});
+      }
+      fetch_done_.notify_all();
+      return;
+    }
     fetcher_ = std::thread([this] { fetcher_loop(); });
   }
   {

@@ -65,8 +65,10 @@ class StoreTier {
   // their number is returned. Counted in the counters.
   uint32_t fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
                  std::vector<uint8_t> *values);
-  // The scheduler's lookups: the fetch runs on a thread of its own (with its own store) and its
-  // result comes back through take_fetched(); keys and tokens as for fetch().
+  // The scheduler's lookups: the fetch runs on a thread of its own (with its own store, made at
+  // the first call; when it cannot be made, the lookup is a miss answered at once) and its result
+  // comes back through take_fetched(); keys and tokens as for fetch(). Never throws for the
+  // store's sake.
   void fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first, uint32_t n);
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).

@@ -176,6 +176,21 @@ void test_redis_two_processes() {
   CHECK_OK(pkv_engine_store_error(b, why, sizeof why, &len));
   CHECK(len > 0 && strstr(why, "redis") != nullptr);
   CHECK_OK(pkv_release(b, s));
+  // A submitted request meanwhile: its background lookup cannot even connect - a miss, and
+  // pkv_step runs it all the same.
+  pkv_request_params rp;
+  pkv_request_params_init(&rp, sizeof rp);
+  rp.max_new_tokens = 1;
+  uint64_t r = 0;
+  CHECK_OK(pkv_submit(b, t, N, &rp, &r));
+  pkv_batch *step = nullptr;
+  CHECK_OK(pkv_step(b, &step));
+  if (CHECK(step != nullptr)) {
+    const int32_t sampled = 7;
+    CHECK_OK(pkv_commit(step, &sampled));
+  }
+  CHECK_EQ_INT(tu_stats(b).num_loading_requests, 0);
+  CHECK_OK(pkv_release(b, r));
   CHECK_OK(pkv_reset_prefix_cache(b));
   // Back on the same port (empty: no persistence): the engine reconnects; the child's blocks are
   // gone, so it writes them again and a third engine hits them.
