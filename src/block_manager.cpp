@@ -54,23 +54,30 @@ void BlockManager::evict(int32_t block, bool offload) {
   stats_.num_evictions++;
 }
 
+void BlockManager::report_host_block(int32_t host, const std::function<void(const EvictedHostBlock &)> &f) const {
+  for (const BlockCopy &c : pending_copies_)  // its bytes are still to come from a queued copy
+    if ((c.kind == PKV_COPY_OFFLOAD || c.kind == PKV_COPY_SWAP_OUT) && c.dst == host) return;
+  const uint32_t node = host_.node(host);
+  EvictedHostBlock ev{nullptr, {}, host, tree_.hash(node), tree_.hash(tree_.parent(node))};
+  std::vector<uint32_t> chain;  // the node and its ancestors up to the root
+  for (uint32_t n = node; !tree_.is_root(n); n = tree_.parent(n)) chain.push_back(n);
+  ev.salt = &tree_.root_salt(tree_.parent(chain.back()));
+  ev.tokens.reserve(chain.size() * block_size_);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it)
+    ev.tokens.insert(ev.tokens.end(), tree_.tokens(*it), tree_.tokens(*it) + block_size_);
+  f(ev);
+}
+
+void BlockManager::for_each_host_cached(const std::function<void(const EvictedHostBlock &)> &f) const {
+  host_.for_each_free([&](int32_t h) {
+    if (host_.node(h) != kNoNode) report_host_block(h, f);
+    return true;
+  });
+}
+
 void BlockManager::evict_host(int32_t host) {
   const uint32_t node = host_.node(host);
-  if (on_host_evict_) {
-    bool pending = false;  // its bytes are still to come from a queued offload
-    for (const BlockCopy &c : pending_copies_)
-      pending |= (c.kind == PKV_COPY_OFFLOAD || c.kind == PKV_COPY_SWAP_OUT) && c.dst == host;
-    if (!pending) {
-      EvictedHostBlock ev{nullptr, {}, host, tree_.hash(node), tree_.hash(tree_.parent(node))};
-      std::vector<uint32_t> chain;  // the node and its ancestors up to the root
-      for (uint32_t n = node; !tree_.is_root(n); n = tree_.parent(n)) chain.push_back(n);
-      ev.salt = &tree_.root_salt(tree_.parent(chain.back()));
-      ev.tokens.reserve(chain.size() * block_size_);
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it)
-        ev.tokens.insert(ev.tokens.end(), tree_.tokens(*it), tree_.tokens(*it) + block_size_);
-      on_host_evict_(ev);
-    }
-  }
+  if (on_host_evict_) report_host_block(host, on_host_evict_);
   host_.set_node(host, kNoNode);
   tree_.clear_host(node);
   stats_.num_host_evictions++;

@@ -143,6 +143,9 @@ class BlockManager {
   // Called with each offloaded block the host tier drops, before its host block is reused (a
   // block whose offload copy is still queued is skipped: its bytes are not there yet).
   void on_host_evict(std::function<void(const EvictedHostBlock &)> f) { on_host_evict_ = std::move(f); }
+  // f for every offloaded block the host tier holds now (the same skip), oldest first: a
+  // write-back store's flush at shutdown.
+  void for_each_host_cached(const std::function<void(const EvictedHostBlock &)> &f) const;
   std::vector<SealedBlock> take_sealed() { return std::move(sealed_); }
 
   // The store tier's fetched blocks enter the prefix tree as nodes held in the host tier, so a
@@ -191,6 +194,7 @@ class BlockManager {
   void evict(int32_t block, bool offload);
   void evict_host(int32_t host);
   void undo_copy_into(int32_t block, size_t taken);
+  void report_host_block(int32_t host, const std::function<void(const EvictedHostBlock &)> &f) const;
   static bool copy_reads_host_tier(int32_t kind) { return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD; }
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
   void drop_ref(int32_t block);   // at 0: cached to the tail, unsealed to the head

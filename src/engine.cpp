@@ -59,12 +59,19 @@ Engine::Engine(const pkv_engine_params &params)
         HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
                      shape.host_bytes.layer, shape.block_bytes(), params_.num_layers});
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
-      blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b); });
+      blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b, false); });
     scheduler_.set_store(store_.get());
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // A write-back store gets what the host tier still holds: the engine's cache outlives it.
+  if (!store_ || store_config_->params().write_mode != PKV_STORE_WRITE_BACK) return;
+  try {
+    blocks_.for_each_host_cached([this](const EvictedHostBlock &b) { write_back(b, true); });
+  } catch (...) {  // out of memory for a value: the rest is not written; nothing else to do here
+  }
+}
 
 PoolShape Engine::pool_shape() const {
   const PoolLayout l = pool_layout(params_, params_.num_blocks);
@@ -414,7 +421,7 @@ void Engine::write_sealed(const Sequence &s) {
   }
 }
 
-void Engine::write_back(const EvictedHostBlock &b) {
+void Engine::write_back(const EvictedHostBlock &b, bool wait) {
   // The host tier's copy, read now (host memory): its block is reused right after this call.
   const uint32_t bs = params_.block_size, index = static_cast<uint32_t>(b.tokens.size() / bs) - 1;
   std::vector<StoreKey> keys;
@@ -423,7 +430,7 @@ void Engine::write_back(const EvictedHostBlock &b) {
   std::vector<uint8_t> value(shape.value_bytes());
   store_->read_host(b.host, value.data());
   store_->encode(keys[index + 1], keys[index], b.tokens.data() + size_t(index) * bs, value.data());
-  store_->write(keys[index + 1], std::move(value), StoreWritten{b.hash, b.parent_hash});
+  store_->write(keys[index + 1], std::move(value), StoreWritten{b.hash, b.parent_hash}, wait);
 }
 
 void Engine::note_store_events() {

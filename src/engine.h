@@ -94,8 +94,9 @@ class Engine {
   uint32_t consult_store(const std::string &salt, const int32_t *tokens, uint32_t n);
   // After s's blocks were sealed (write-through): the new prefix blocks go to the writer.
   void write_sealed(const Sequence &s);
-  // An offloaded block leaving the host tier goes to the writer (write-back).
-  void write_back(const EvictedHostBlock &b);
+  // An offloaded block leaving the host tier goes to the writer (write-back); wait: for room in
+  // the queue instead of dropping it (the flush at destroy).
+  void write_back(const EvictedHostBlock &b, bool wait);
   void note_store_events();
 
   std::mutex mutex_;

@@ -130,7 +130,8 @@ enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2, PKV_TIER_STORE
 enum { PKV_STORE_NONE = 0, PKV_STORE_FILE = 1, PKV_STORE_REDIS = 2, PKV_STORE_CALLBACK = 3 };
 /* pkv_store_params.write_mode: when blocks are written to the store. */
 enum { PKV_STORE_WRITE_THROUGH = 0, /* when a block is sealed into the prefix cache */
-       PKV_STORE_WRITE_BACK = 1,    /* when an offloaded block leaves the host tier */
+       PKV_STORE_WRITE_BACK = 1,    /* when an offloaded block leaves the host tier, and what the
+                                       host tier holds at pkv_engine_destroy */
        PKV_STORE_READ_ONLY = 2 };   /* never: the store is only read */
 /* pkv_kv_event.type */
 enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,

@@ -167,10 +167,11 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, 
   return good;
 }
 
-void StoreTier::write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written) {
+void StoreTier::write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written, bool wait) {
   if (!writer_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wait) room_.wait(lock, [&] { return queue_.size() < queue_cap_; });
     if (queue_.size() >= queue_cap_) {
       counters_.put_dropped++;
       return;
@@ -219,6 +220,7 @@ void StoreTier::writer_loop() {
       }
       busy_ = jobs.size();
     }
+    room_.notify_all();
     keys.resize(jobs.size());
     values.resize(jobs.size() * vb);
     for (size_t i = 0; i < jobs.size(); ++i) {

@@ -83,8 +83,9 @@ class StoreTier {
   void encode(const StoreKey &key, const StoreKey &parent, const int32_t *tokens, uint8_t *value) const {
     encode_value(shape_, fingerprint_, key, parent, tokens, value);
   }
-  // Queues a complete value for the writer; dropped (and counted) when the queue is full.
-  void write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written);
+  // Queues a complete value for the writer; dropped (and counted) when the queue is full, or,
+  // with wait, queued once the writer has made room.
+  void write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written, bool wait = false);
   // Blocks the writer stored since the last call.
   std::vector<StoreWritten> take_written();
   // Waits until every queued write is done (tests, shutdown).
@@ -122,7 +123,7 @@ class StoreTier {
   StoreCounters counters_;
 
   mutable std::mutex mutex_;  // the queue, the written list, the last error
-  std::condition_variable wake_, idle_;
+  std::condition_variable wake_, idle_, room_;
   std::deque<Job> queue_;
   size_t busy_ = 0;           // jobs the writer has taken and not finished
   bool stop_ = false;

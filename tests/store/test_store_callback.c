@@ -403,6 +403,47 @@ static void test_write_back(void)
   map_free(&m);
 }
 
+/* Write-back at shutdown: what the host tier still holds is written when the engine is destroyed
+ * (waiting for room in the queue, never dropped), so a restart finds it. */
+static void test_write_back_at_destroy(void)
+{
+  map m = {0};
+  const pkv_store_callbacks cb = callbacks(&m);
+  int32_t t[13], fill[BLOCKS * BS];
+  tu_fill(t, 13, 700);
+  tu_fill(fill, BLOCKS * BS, 40000);
+  pkv_engine *a = engine_mode(&cb, D, PKV_STORE_WRITE_BACK);
+  if (!a)
+    return;
+  CHECK_OK(pkv_release(a, compute(a, t, 13, NULL, 6)));
+  /* A pool-sized prompt evicts t's blocks into the host tier; its batch does the offloads. */
+  const uint64_t f = tu_alloc(a, fill, BLOCKS * BS, NULL);
+  pkv_batch *bt = NULL;
+  if (CHECK_OK(pkv_batch_begin(a, &f, NULL, 1, &bt))) {
+    CHECK_OK(pkv_batch_copy(bt));
+    pkv_batch_abort(bt);
+  }
+  CHECK_OK(pkv_release(a, f));
+  CHECK_EQ_INT(tu_stats(a).num_host_cached_blocks, 3);
+  CHECK_EQ_INT(m.n, 0);
+  pkv_engine_destroy(a);
+  CHECK_EQ_INT(m.n, 3);
+  pkv_engine *b = engine(&cb, D);
+  if (!b)
+    return;
+  uint32_t cached = 0;
+  const uint64_t s = tu_alloc(b, t, 13, &cached);
+  CHECK_EQ_INT(cached, 12);
+  if (CHECK_OK(pkv_batch_begin(b, &s, NULL, 1, &bt))) {
+    CHECK_OK(pkv_batch_copy(bt));
+    CHECK_EQ_INT(kv_pattern(b, s, 6, 12, 1), 0);
+    CHECK_OK(pkv_batch_end(bt));
+  }
+  CHECK_OK(pkv_release(b, s));
+  pkv_engine_destroy(b);
+  map_free(&m);
+}
+
 /* Bad store parameters are refused at create, naming the field. */
 static void test_bad_params(void)
 {
@@ -467,6 +508,7 @@ int main(void)
   TU_RUN(test_failing_store);
   TU_RUN(test_scheduler_loads);
   TU_RUN(test_write_back);
+  TU_RUN(test_write_back_at_destroy);
   TU_RUN(test_bad_params);
   return tu_summary();
 }
