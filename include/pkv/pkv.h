@@ -174,8 +174,8 @@ typedef struct pkv_store_params {
   uint32_t write_mode;            /* PKV_STORE_WRITE_*. default WRITE_THROUGH */
   uint32_t lookup_timeout_ms;     /* how long pkv_allocate / pkv_resume wait for the store, >= 1.
                                      default 200 */
-  uint32_t write_queue_blocks;    /* blocks waiting for the writer thread, >= 1; a block that finds
-                                     the queue full is dropped and counted. default 256 */
+  uint32_t write_queue_blocks;    /* blocks waiting for the writer thread, 1 .. 2^20; a block that
+                                     finds the queue full is dropped and counted. default 256 */
   uint32_t reserved0;             /* must be 0 */
   /* FILE */
   const char *path;               /* the directory (made if missing); required */

@@ -25,7 +25,7 @@ static struct {
   unsigned char *values[FZ_STORE_CAP];
   uint64_t value_bytes;
   uint32_t n, gets, served;
-} fz_store = {PTHREAD_MUTEX_INITIALIZER};
+} fz_store = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
 static int fz_store_get(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
                         uint8_t *found, uint32_t timeout_ms, char *message, uint32_t cap)

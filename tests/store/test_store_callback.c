@@ -103,39 +103,9 @@ static pkv_engine *engine_mode(const pkv_store_callbacks *cb, uint32_t head_dim,
   return tu_engine_p(&p);
 }
 
-static float value_of(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i)
-{
-  return (float)(tag * 100000 + v * 50000 + layer * 10000 + pos * 100 + i);
-}
-
 static pkv_engine *engine(const pkv_store_callbacks *cb, uint32_t head_dim)
 {
   return engine_mode(cb, head_dim, PKV_STORE_WRITE_THROUGH);
-}
-
-/* Writes (or checks) the pool K/V of seq's first n tokens through its block table. */
-static uint32_t kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t n, int check)
-{
-  struct pkv_pool_info in;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  CHECK_OK(pkv_pool_info(e, &in));
-  int32_t table[64];
-  tu_table(e, seq, table, 64);
-  uint32_t bad = 0;
-  for (uint32_t pos = 0; pos < n; pos++)
-    for (int v = 0; v < 2; v++)
-      for (uint32_t l = 0; l < LAYERS; l++) {
-        float *row = (float *)(v ? in.v_base : in.k_base) + l * in.layer_stride +
-                     (uint64_t)table[pos / BS] * in.block_stride + (pos % BS) * in.token_stride;
-        for (uint32_t i = 0; i < KVH * in.head_dim; i++) {
-          if (check)
-            bad += row[i] != value_of(tag, v, l, pos, i);
-          else
-            row[i] = value_of(tag, v, l, pos, i);
-        }
-      }
-  return bad;
 }
 
 /* A prompt computed by a batch whose KV the test writes (as a host's kernels would). */
@@ -146,7 +116,7 @@ static uint64_t compute(pkv_engine *e, const int32_t *t, uint32_t n, const char 
   if (!CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &b)))
     return s;
   CHECK_OK(pkv_batch_copy(b));
-  kv_pattern(e, s, tag, n, 0);
+  tu_kv_pattern(e, s, tag, n, 0);
   CHECK_OK(pkv_batch_end(b));
   return s;
 }
@@ -191,7 +161,7 @@ static void test_share_between_engines(void)
       loads += v.copy_kind[i] == PKV_COPY_LOAD;
     CHECK_EQ_INT(loads, 3);
     CHECK_OK(pkv_batch_copy(bt));
-    CHECK_EQ_INT(kv_pattern(b, s, 7, 12, 1), 0); /* the bytes engine a computed */
+    CHECK_EQ_INT(tu_kv_pattern(b, s, 7, 12, 1), 0); /* the bytes engine a computed */
     CHECK_OK(pkv_batch_end(bt));
   }
   pkv_kv_event ev[64];
@@ -346,7 +316,7 @@ static void test_scheduler_loads(void)
         continue;
       admitted = 1;
       CHECK_EQ_INT(v.query_start[i + 1] - v.query_start[i], 1);
-      CHECK_EQ_INT(kv_pattern(b, x, 9, 12, 1), 0);
+      CHECK_EQ_INT(tu_kv_pattern(b, x, 9, 12, 1), 0);
     }
     CHECK_OK(pkv_commit(bt, sampled));
   }
@@ -393,7 +363,7 @@ static void test_write_back(void)
   pkv_batch *bt = NULL;
   if (CHECK_OK(pkv_batch_begin(b, &s, NULL, 1, &bt))) {
     CHECK_OK(pkv_batch_copy(bt));
-    CHECK_EQ_INT(kv_pattern(b, s, 4, 12, 1), 0);
+    CHECK_EQ_INT(tu_kv_pattern(b, s, 4, 12, 1), 0);
     CHECK_OK(pkv_batch_end(bt));
   }
   const uint32_t before = m.puts;
@@ -436,7 +406,7 @@ static void test_write_back_at_destroy(void)
   CHECK_EQ_INT(cached, 12);
   if (CHECK_OK(pkv_batch_begin(b, &s, NULL, 1, &bt))) {
     CHECK_OK(pkv_batch_copy(bt));
-    CHECK_EQ_INT(kv_pattern(b, s, 6, 12, 1), 0);
+    CHECK_EQ_INT(tu_kv_pattern(b, s, 6, 12, 1), 0);
     CHECK_OK(pkv_batch_end(bt));
   }
   CHECK_OK(pkv_release(b, s));

@@ -22,7 +22,7 @@ typedef struct rstore {
   uint32_t n;
 } rstore;
 
-static rstore the_store = {PTHREAD_MUTEX_INITIALIZER};
+static rstore the_store = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
 static int rstore_find(const pkv_store_key *k)
 {

@@ -18,49 +18,12 @@ static pkv_engine *engine(uint32_t host_blocks, uint32_t offload, uint32_t event
   return tu_engine_p(&p);
 }
 
-static struct pkv_pool_info pool(pkv_engine *e)
-{
-  struct pkv_pool_info info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  CHECK_OK(pkv_pool_info(e, &info));
-  return info;
-}
-
-static float value(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i)
-{
-  return (float)(tag * 100000 + v * 50000 + layer * 10000 + pos * 100 + i);
-}
-
-/* Writes (or, check != 0, checks) the pool K/V of seq's first n tokens through its block table. */
-static void kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t n, int check)
-{
-  const struct pkv_pool_info in = pool(e);
-  int32_t table[64];
-  const uint32_t nb = tu_table(e, seq, table, 64);
-  CHECK(nb * BS >= n);
-  uint32_t bad = 0;
-  for (uint32_t pos = 0; pos < n; pos++)
-    for (int v = 0; v < 2; v++)
-      for (uint32_t l = 0; l < LAYERS; l++) {
-        float *row = (float *)(v ? in.v_base : in.k_base) + l * in.layer_stride +
-                     (uint64_t)table[pos / BS] * in.block_stride + (pos % BS) * in.token_stride;
-        for (uint32_t i = 0; i < KVH * D; i++) {
-          if (check)
-            bad += row[i] != value(tag, v, l, pos, i);
-          else
-            row[i] = value(tag, v, l, pos, i);
-        }
-      }
-  CHECK_EQ_INT(bad, 0);
-}
-
 /* A prompt computed (its KV written as tag) and released: its full blocks stay cached. */
 static void cache_prompt(pkv_engine *e, const int32_t *t, uint32_t n, uint32_t tag)
 {
   const uint64_t s = tu_alloc(e, t, n, NULL);
   tu_compute1(e, s);
-  kv_pattern(e, s, tag, n, 0);
+  tu_kv_pattern(e, s, tag, n, 0);
   CHECK_OK(pkv_release(e, s));
 }
 
@@ -151,7 +114,7 @@ static void test_offload_then_hit(void)
   CHECK_EQ_INT(tu_info(e, s).num_computed_tokens, 8);
   CHECK_ENGINE(e);
   do_copies(e, s, PKV_COPY_LOAD, 2, 0);
-  kv_pattern(e, s, 7, 8, 1); /* the loaded blocks hold the KV they left with */
+  CHECK_EQ_INT(tu_kv_pattern(e, s, 7, 8, 1), 0); /* the loaded blocks hold the KV they left with */
   CHECK_OK(pkv_drain_kv_events(e, ev, 32, &n));
   CHECK_EQ_INT(count_events(ev, n, PKV_EVENT_BLOCK_STORED, PKV_TIER_DEVICE), 2); /* back in the pool */
   CHECK_EQ_INT(n, 2);
@@ -163,7 +126,7 @@ static void test_offload_then_hit(void)
   CHECK_EQ_INT(st.device_hit_tokens, 8);
   CHECK_EQ_INT(st.host_hit_tokens, 8);
   CHECK_EQ_INT(st.num_loaded_blocks, 2);
-  kv_pattern(e, s2, 7, 8, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, s2, 7, 8, 1), 0);
   /* Evicted again, the nodes keep their host copies: nothing is offloaded twice. */
   CHECK_OK(pkv_release(e, s));
   CHECK_OK(pkv_release(e, s2));
@@ -197,7 +160,7 @@ static void test_host_lru(void)
   const uint64_t s = tu_alloc(e, a, 9, &cached); /* a is used: b is now the oldest */
   CHECK_EQ_INT(cached, 8);
   do_copies(e, s, PKV_COPY_LOAD, 2, 0);
-  kv_pattern(e, s, 1, 8, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, s, 1, 8, 1), 0);
   CHECK_OK(pkv_release(e, s));
   cache_prompt(e, d, 9, 3);
   pkv_kv_event ev[64];
@@ -217,7 +180,7 @@ static void test_host_lru(void)
   const uint64_t s3 = tu_alloc(e, d, 9, &cached);
   CHECK_EQ_INT(cached, 8);
   do_copies(e, s3, PKV_COPY_LOAD, 2, 0);
-  kv_pattern(e, s3, 3, 8, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, s3, 3, 8, 1), 0);
   CHECK_OK(pkv_release(e, s3));
   CHECK_ENGINE(e);
   pkv_engine_destroy(e);
@@ -282,7 +245,7 @@ static void test_swap_takes_cached_host_blocks(void)
   flush_pool(e, 1000, 2);
   const uint64_t s = tu_alloc(e, b, 13, NULL); /* 4 blocks */
   tu_compute1(e, s);
-  kv_pattern(e, s, 4, 13, 0);
+  tu_kv_pattern(e, s, 4, 13, 0);
   CHECK_OK(pkv_swap_out(e, s)); /* 2 free host blocks + a's 2 cached ones */
   pkv_stats st = tu_stats(e);
   CHECK_EQ_INT(st.num_host_free_blocks, 0);
@@ -292,7 +255,7 @@ static void test_swap_takes_cached_host_blocks(void)
   CHECK_OK(pkv_swap_in(e, s));
   CHECK_OK(pkv_append(e, s, b + 13, 1));
   do_copies(e, s, PKV_COPY_SWAP_IN, 4, 0);
-  kv_pattern(e, s, 4, 13, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, s, 4, 13, 1), 0);
   CHECK_OK(pkv_release(e, s)); /* its 3 full blocks are cached */
   flush_pool(e, 2000, 3);
   CHECK_EQ_INT(tu_stats(e).num_host_cached_blocks, 3);

@@ -15,51 +15,6 @@ static pkv_engine *engine(uint32_t host_blocks)
   return tu_engine_p(&p);
 }
 
-static struct pkv_pool_info pool(pkv_engine *e)
-{
-  struct pkv_pool_info info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  CHECK_OK(pkv_pool_info(e, &info));
-  return info;
-}
-
-/* The floats of block `block` (K or V, one layer) in a tier: [block_size][kv_heads][head_dim]. */
-static float *block_at(const struct pkv_pool_info *in, int host, int v, uint32_t layer, int32_t block)
-{
-  char *base = host ? (v ? in->host_v_base : in->host_k_base) : (v ? in->v_base : in->k_base);
-  const uint64_t layer_stride = host ? in->host_layer_stride : in->layer_stride;
-  return (float *)base + layer * layer_stride + (uint64_t)block * in->block_stride;
-}
-
-/* What a host's kernels would write for token pos of a sequence tagged tag. */
-static float value(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i)
-{
-  return (float)(tag * 100000 + v * 50000 + layer * 10000 + pos * 100 + i);
-}
-
-/* Writes (or, check != 0, checks) the K/V of seq's first `computed` tokens through its block table. */
-static void kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t computed, int check)
-{
-  const struct pkv_pool_info in = pool(e);
-  int32_t table[64];
-  const uint32_t n = tu_table(e, seq, table, 64);
-  CHECK(n * BS >= computed);
-  uint32_t bad = 0;
-  for (uint32_t pos = 0; pos < computed; pos++)
-    for (int v = 0; v < 2; v++)
-      for (uint32_t l = 0; l < LAYERS; l++) {
-        float *row = block_at(&in, 0, v, l, table[pos / BS]) + (pos % BS) * in.token_stride;
-        for (uint32_t i = 0; i < KVH * D; i++) {
-          if (!check)
-            row[i] = value(tag, v, l, pos, i);
-          else
-            bad += row[i] != value(tag, v, l, pos, i);
-        }
-      }
-  CHECK_EQ_INT(bad, 0);
-}
-
 /* Runs a batch of seq's uncomputed tokens whose only work is the listed copies (each of a kind in
  * the mask 1 << PKV_COPY_*); returns how many there were. */
 static uint32_t run_copies(pkv_engine *e, uint64_t seq, unsigned kinds)
@@ -85,7 +40,7 @@ static void test_round_trip(void)
   tu_fill(t, 16, 1);
   const uint64_t a = tu_alloc(e, t, 10, NULL);
   tu_compute1(e, a);
-  kv_pattern(e, a, 7, 10, 0);
+  tu_kv_pattern(e, a, 7, 10, 0);
   const uint32_t free0 = (uint32_t)tu_stats(e).num_free_blocks;
   CHECK_OK(pkv_swap_out(e, a));
   struct pkv_seq_info in = tu_info(e, a);
@@ -112,7 +67,7 @@ static void test_round_trip(void)
   CHECK_EQ_INT(run_copies(e, o, 1u << PKV_COPY_SWAP_OUT), 3);
   const uint64_t fill = tu_alloc(e, t, 16, NULL); /* takes the freed blocks */
   tu_compute1(e, fill);
-  kv_pattern(e, fill, 9, 16, 0);
+  tu_kv_pattern(e, fill, 9, 16, 0);
   CHECK_OK(pkv_release(e, fill));
   /* Back: its blocks hold exactly what they held. */
   CHECK_OK(pkv_swap_in(e, a));
@@ -124,7 +79,7 @@ static void test_round_trip(void)
   CHECK_OK(pkv_append(e, a, t, 1));
   CHECK_EQ_INT(run_copies(e, a, 1u << PKV_COPY_SWAP_IN), 3);
   CHECK_EQ_INT(tu_stats(e).num_host_free_blocks, HOST_BLOCKS);
-  kv_pattern(e, a, 7, 10, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, a, 7, 10, 1), 0);
   CHECK_ENGINE(e);
   /* Its full blocks are cached again: the same prompt hits them. */
   uint32_t cached = 0;
@@ -148,7 +103,7 @@ static void test_shared_blocks_move_once(void)
   tu_fill(t, 12, 1);
   const uint64_t a = tu_alloc(e, t, 10, NULL);
   tu_compute1(e, a);
-  kv_pattern(e, a, 3, 10, 0);
+  tu_kv_pattern(e, a, 3, 10, 0);
   uint64_t f = 0;
   CHECK_OK(pkv_fork(e, a, &f));
   CHECK_OK(pkv_swap_out(e, a));
@@ -166,8 +121,8 @@ static void test_shared_blocks_move_once(void)
   CHECK_OK(pkv_append(e, f, t, 1)); /* copy-on-write of the shared partial block */
   CHECK_EQ_INT(run_copies(e, f, 1u << PKV_COPY_SWAP_OUT | 1u << PKV_COPY_SWAP_IN | 1u << PKV_COPY_COW),
                3 + 3 + 1);
-  kv_pattern(e, f, 3, 10, 1);
-  kv_pattern(e, a, 3, 10, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, f, 3, 10, 1), 0);
+  CHECK_EQ_INT(tu_kv_pattern(e, a, 3, 10, 1), 0);
   /* Swapped out while its sharer stays: a's blocks are copied. Swapped back in while f still
    * holds the two full ones unchanged, only its own partial block is copied back. */
   CHECK_OK(pkv_swap_out(e, a));
@@ -177,7 +132,7 @@ static void test_shared_blocks_move_once(void)
   CHECK_ENGINE(e);
   CHECK_OK(pkv_append(e, a, t, 1));
   CHECK_EQ_INT(run_copies(e, a, 1u << PKV_COPY_SWAP_OUT | 1u << PKV_COPY_SWAP_IN), 3 + 1);
-  kv_pattern(e, a, 3, 10, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, a, 3, 10, 1), 0);
   CHECK_OK(pkv_release(e, a));
   CHECK_OK(pkv_release(e, f));
   pkv_stats st = tu_stats(e);
@@ -202,7 +157,7 @@ static void test_back_before_copies(void)
   pkv_batch *b = NULL;
   if (!CHECK_OK(pkv_batch_begin(e, &a, &eight, 1, &b)) || !CHECK_OK(pkv_batch_end(b)))
     return;
-  kv_pattern(e, a, 5, 8, 0);
+  tu_kv_pattern(e, a, 5, 8, 0);
   const uint64_t fresh = tu_alloc(e, t + 10, 3, NULL); /* nothing computed at all */
   CHECK_OK(pkv_swap_out(e, a));
   CHECK_OK(pkv_swap_out(e, fresh));
@@ -214,7 +169,7 @@ static void test_back_before_copies(void)
   CHECK_ENGINE(e);
   /* and a's last 2 tokens */
   CHECK_EQ_INT(run_copies(e, a, 1u << PKV_COPY_SWAP_OUT | 1u << PKV_COPY_SWAP_IN), 2 * (3 + 1));
-  kv_pattern(e, a, 5, 8, 1);
+  CHECK_EQ_INT(tu_kv_pattern(e, a, 5, 8, 1), 0);
   CHECK_ENGINE(e);
   CHECK_OK(pkv_release(e, a));
   CHECK_OK(pkv_release(e, fresh));

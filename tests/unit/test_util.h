@@ -197,6 +197,43 @@ static inline pkv_batch_view tu_view(const pkv_batch *b)
   return v;
 }
 
+/* ---------------------------------------------------------------- KV written as a host would */
+/* What a host's kernels write (f32 pools) for position pos of a sequence tagged tag: K (v = 0) or
+ * V (v = 1), element i of the token's row on one layer. */
+static inline float tu_kv_value(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i)
+{
+  return (float)(tag * 100000 + v * 50000 + layer * 10000 + pos * 100 + i);
+}
+
+/* Writes (check 0) the pool K/V of seq's first n tokens through its block table, or (check 1)
+ * returns how many of those floats differ from what a write would have put there. */
+static inline uint32_t tu_kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t n, int check)
+{
+  struct pkv_pool_info in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  if (!CHECK_OK(pkv_pool_info(e, &in)) || !CHECK(in.dtype == PKV_DTYPE_F32))
+    return 1;
+  int32_t table[256];
+  const uint32_t nb = tu_table(e, seq, table, 256);
+  if (!CHECK((uint64_t)nb * in.block_size >= n))
+    return 1;
+  uint32_t bad = 0;
+  for (uint32_t pos = 0; pos < n; pos++)
+    for (int v = 0; v < 2; v++)
+      for (uint32_t l = 0; l < in.num_layers; l++) {
+        float *row = (float *)(v ? in.v_base : in.k_base) + l * in.layer_stride +
+                     (uint64_t)table[pos / in.block_size] * in.block_stride + (pos % in.block_size) * in.token_stride;
+        for (uint32_t i = 0; i < in.kv_heads * in.head_dim; i++) {
+          if (check)
+            bad += row[i] != tu_kv_value(tag, v, l, pos, i);
+          else
+            row[i] = tu_kv_value(tag, v, l, pos, i);
+        }
+      }
+  return bad;
+}
+
 /* The engine's own invariant check. */
 #define CHECK_ENGINE(e) CHECK_OK(pkv_engine_check(e))
 
