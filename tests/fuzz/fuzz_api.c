@@ -173,6 +173,10 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
   case 3: p->num_threads = 2; break; /* worker threads */
   default: break;
   }
+  /* A raw field may have taken away what a store needs (prefix caching, a host tier): pkv_profile
+   * does not look at the store, pkv_engine_create refuses it, so the store goes too. */
+  if (p->enable_prefix_caching != 1 || p->host_num_blocks == 0)
+    p->store = NULL;
 }
 
 /* Creates the engine when the fuzzed params describe a small enough one; NULL otherwise. A

@@ -9,4 +9,4 @@ if [ ! -f "$1" ]; then
   echo "no regression inputs for $h"
   exit 0
 fi
-exec "$out/fuzz_$h" -timeout=30 -rss_limit_mb=2048 "$@"
+exec "$out/fuzz_$h" -error_exitcode=1 -timeout=30 -rss_limit_mb=2048 "$@"
