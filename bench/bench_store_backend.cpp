@@ -52,7 +52,7 @@ const pkv::StoreKey *as_keys(const uint8_t *keys) {
 extern "C" uint64_t bench_store_value_bytes(uint32_t num_layers, uint32_t kv_heads, uint32_t head_dim,
                                             uint32_t block_size) {
   const pkv::StoreShape shape{num_layers, kv_heads, head_dim, block_size, 0, 1, PKV_DTYPE_BF16,
-                              uint64_t(block_size) * kv_heads * head_dim * 2};
+                              uint64_t(block_size) * kv_heads * head_dim * 2, {}};
   return shape.value_bytes();
 }
 

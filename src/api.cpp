@@ -191,6 +191,35 @@ pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *js
   });
 }
 
+pkv_status pkv_hf_config_layer_windows(const char *json, size_t len, uint32_t *out, uint32_t cap,
+                                       uint32_t *out_len) {
+  return guard([&] {
+    PKV_REQUIRE(json != nullptr, "json is NULL");
+    PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+    PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
+    copy_out(pkv::layer_windows_from_hf_config(json, len), out, cap, out_len, "the model's layers");
+  });
+}
+
+pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group, uint32_t *layer_slot,
+                         uint32_t *group_window, uint32_t cap, uint32_t *out_num_groups,
+                         uint32_t *out_group_layers) {
+  return guard([&] {
+    pkv_engine_params params = pkv::read_struct(p, pkv::default_engine_params(), "params");
+    PKV_REQUIRE(out_num_groups != nullptr, "out_num_groups is NULL");
+    PKV_REQUIRE(group_window != nullptr || cap == 0, "group_window is NULL with cap %u", cap);
+    pkv::validate_engine_params(params);
+    const pkv::KvGroups g = pkv::make_kv_groups(params.num_layers, params.sliding_window, params.layer_windows);
+    if (group_window) copy_out(g.group_window, group_window, cap, out_num_groups, "the groups");
+    *out_num_groups = g.num_groups();
+    for (uint32_t l = 0; l < params.num_layers; ++l) {
+      if (layer_group) layer_group[l] = g.layer_group(l);
+      if (layer_slot) layer_slot[l] = g.layer_slot(l);
+    }
+    if (out_group_layers) *out_group_layers = g.group_layers;
+  });
+}
+
 pkv_status pkv_profile(const pkv_engine_params *p, pkv_kv_budget *out) {
   return guard([&] {
     pkv_engine_params params = pkv::read_struct(p, pkv::default_engine_params(), "params");
@@ -326,7 +355,26 @@ pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out) {
 }
 
 pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
-  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).blocks.ids, out, cap, out_len, "the block table"); });
+  return guard(e, [&](Engine &en) {
+    const pkv::Sequence &s = en.seq(seq);
+    static const std::vector<int32_t> none;
+    copy_out(s.blocks.ids, out, cap, out_len, "the block table");
+    (void)none;
+  });
+}
+
+pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group, int32_t *out, uint32_t cap,
+                                     uint32_t *out_len) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(group < en.groups().num_groups(), "group %u of %u", group, en.groups().num_groups());
+    const pkv::Sequence &s = en.seq(seq);
+    static const std::vector<int32_t> none;
+    copy_out(group == 0 ? s.blocks.ids : none, out, cap, out_len, "the block table");
+  });
+}
+
+pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales, const float *v_scales) {
+  return guard(e, [&](Engine &en) { en.set_kv_scales(layer, k_scales, v_scales); });
 }
 
 pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {

@@ -42,6 +42,8 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
   for (uint32_t i = 0; i < num_seqs; ++i)
     std::copy(block_indices_.begin() + block_indptr_[i], block_indices_.begin() + block_indptr_[i + 1],
               block_tables_.begin() + size_t(i) * max_blocks_per_seq_);
+  group_slot_mapping_ = slot_mapping_;
+  group_block_tables_ = block_tables_;
   for (const BlockCopy &c : copies_) {
     copy_src_.push_back(c.src);
     copy_dst_.push_back(c.dst);
@@ -96,6 +98,9 @@ pkv_batch_view Batch::view() const {
   v.copy_dst = copy_dst_.data();
   v.sample_rows = sample_rows_.data();
   v.copy_kind = copy_kind_.data();
+  v.num_kv_groups = num_groups_;
+  v.group_slot_mapping = group_slot_mapping_.data();
+  v.group_block_tables = group_block_tables_.data();
   return v;
 }
 

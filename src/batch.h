@@ -48,6 +48,9 @@ class Batch {
   std::vector<BlockCopy> copies_;
   std::vector<int32_t> copy_src_, copy_dst_, copy_kind_;
   std::vector<int32_t> sample_rows_;
+  uint32_t num_groups_ = 1;
+  std::vector<int64_t> group_slot_mapping_;  // [groups][tokens]
+  std::vector<int32_t> group_block_tables_;  // [groups][seqs][max_blocks_per_seq]
 };
 
 }  // namespace pkv

@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "params.h"
@@ -33,6 +34,7 @@ SchedulerLimits limits_of(const pkv_engine_params &p) {
 Engine::Engine(const pkv_engine_params &params)
     : budget_(budget_for(params)),
       params_(resolved(params, budget_)),
+      groups_(make_kv_groups(params.num_layers, params.sliding_window, params.layer_windows)),
       softmax_scale_(attention_scale(params_)),
       events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
@@ -40,6 +42,12 @@ Engine::Engine(const pkv_engine_params &params)
               params_.host_num_blocks, params_.host_offload != 0),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
+  if (params.layer_windows) layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
+  params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
+  if (is_fp8(budget_.kv_dtype)) {
+    k_scales_.assign(size_t(params_.num_layers) * budget_.kv_heads_per_rank, 1.0f);
+    v_scales_ = k_scales_;
+  }
   if (params.store) store_config_ = std::make_unique<StoreConfig>(params.store);
   if (store_config_ && store_config_->params().kind == PKV_STORE_NONE) store_config_.reset();
   params_.store = store_config_ ? &store_config_->params() : nullptr;
@@ -47,17 +55,22 @@ Engine::Engine(const pkv_engine_params &params)
     PKV_REQUIRE(params_.enable_prefix_caching, "a store needs prefix caching (enable_prefix_caching 1)");
     PKV_REQUIRE(params_.host_num_blocks > 0,
                 "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");
+    if (groups_.num_groups() > 1)
+      fail(PKV_ERR_UNSUPPORTED, "a store with %u KV groups (sliding windows on some layers) is not supported yet",
+           groups_.num_groups());
   }
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
                                                : make_cpu_backend(pool_shape(), params_.num_threads);
   if (store_config_) {
     const PoolShape shape = pool_shape();
+    std::vector<float> scales = k_scales_;
+    scales.insert(scales.end(), v_scales_.begin(), v_scales_.end());
     store_ = std::make_unique<StoreTier>(
         store_config_->params(),
-        StoreShape{params_.num_layers, shape.kv_heads, params_.head_dim, params_.block_size, params_.tp_rank,
-                   params_.tp_size, params_.dtype, shape.block_bytes()},
+        StoreShape{shape.num_layers, shape.kv_heads, params_.head_dim, params_.block_size, params_.tp_rank,
+                   params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales},
         HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
-                     shape.host_bytes.layer, shape.block_bytes(), params_.num_layers});
+                     shape.host_bytes.layer, shape.block_bytes(), shape.num_layers});
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
       blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b, false); });
     scheduler_.set_store(store_.get());
@@ -76,8 +89,9 @@ Engine::~Engine() {
 PoolShape Engine::pool_shape() const {
   const PoolLayout l = pool_layout(params_, params_.num_blocks);
   const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
-  return PoolShape{params_.num_layers, params_.num_blocks, params_.block_size, l.kv_heads,
-                   params_.head_dim, l.dtype_bytes, params_.dtype, params_.num_q_heads / params_.tp_size,
+  return PoolShape{l.num_layers, params_.num_blocks, params_.block_size, l.kv_heads,
+                   params_.head_dim, l.dtype_bytes, params_.dtype, kv_dtype_of(params_),
+                   params_.num_q_heads / params_.tp_size,
                    {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool},
                    params_.host_num_blocks, {h.layer_bytes, h.bytes_per_pool}};
 }
@@ -88,8 +102,10 @@ struct pkv_pool_info Engine::pool_info() const {
   std::memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   info.device = backend_->device();
-  info.dtype = params_.dtype;
-  info.num_layers = params_.num_layers;
+  info.dtype = kv_dtype_of(params_);
+  info.model_dtype = params_.dtype;
+  info.num_kv_groups = groups_.num_groups();
+  info.num_layers = l.num_layers;
   info.num_blocks = params_.num_blocks;
   info.block_size = params_.block_size;
   info.kv_heads = l.kv_heads;
@@ -108,6 +124,24 @@ struct pkv_pool_info Engine::pool_info() const {
   info.host_layer_stride = h.layer_stride;
   info.host_bytes_per_pool = h.bytes_per_pool;
   return info;
+}
+
+void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales) {
+  if (k_scales_.empty())
+    fail(PKV_ERR_INVALID_ARGUMENT, "the cache is %s, not fp8: it has no scales (kv_dtype)",
+         dtype_name(kv_dtype_of(params_)));
+  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
+  PKV_REQUIRE(k_scales && v_scales, "k_scales and v_scales must not be NULL");
+  const uint32_t heads = budget_.kv_heads_per_rank;
+  for (uint32_t h = 0; h < heads; ++h)
+    PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) && v_scales[h] > 0,
+                "kv head %u: scales must be finite and > 0, got k %g, v %g", h, double(k_scales[h]),
+                double(v_scales[h]));
+  if (seqs_.ever_created())
+    fail(PKV_ERR_STATE, "scales are set before the first sequence: KV already written keeps its scale");
+  std::copy(k_scales, k_scales + heads, &k_scales_[size_t(layer) * heads]);
+  std::copy(v_scales, v_scales + heads, &v_scales_[size_t(layer) * heads]);
+  if (store_) store_->set_kv_scales(k_scales_, v_scales_);
 }
 
 // ---------------------------------------------------------------- checks
@@ -383,7 +417,11 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
     backend_->plan(view);
     ob.planned = true;
   }
-  backend_->attention(AttentionCall{layer, softmax_scale_, q, k, v, out});
+  const size_t heads = budget_.kv_heads_per_rank;
+  backend_->attention(AttentionCall{layer, groups_.layer_slot(layer), groups_.layer_group(layer),
+                                    groups_.layer_window(layer), softmax_scale_,
+                                    k_scales_.empty() ? nullptr : &k_scales_[layer * heads],
+                                    v_scales_.empty() ? nullptr : &v_scales_[layer * heads], q, k, v, out});
 }
 
 // ---------------------------------------------------------------- the store tier

@@ -14,6 +14,7 @@
 #include "batch.h"
 #include "block_manager.h"
 #include "kv_events.h"
+#include "kv_groups.h"
 #include "params.h"
 #include "pkv/pkv.h"
 #include "scheduler.h"
@@ -32,6 +33,7 @@ class Engine {
   const char *last_error_text() const { return last_error_.c_str(); }
   const pkv_engine_params &params() const { return params_; }
   const pkv_kv_budget &budget() const { return budget_; }
+  const KvGroups &groups() const { return groups_; }
 
   // Sequences (pkv_allocate's).
   uint64_t allocate(const int32_t *tokens, uint32_t n, const std::string &salt, uint32_t *cached);
@@ -66,6 +68,8 @@ class Engine {
   void attention(uint32_t layer, const void *q, const void *k, const void *v, void *out);
 
   struct pkv_pool_info pool_info() const;
+  // fp8 KV: layer's scales ([kv_heads_per_rank] each), before the first sequence.
+  void set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales);
   void set_stream(void *stream) { backend_->set_stream(stream); }
   size_t drain_events(void *out, size_t event_size, size_t cap);
   std::string store_error() const { return store_ ? store_->last_error() : std::string(); }
@@ -103,6 +107,9 @@ class Engine {
   std::string last_error_;
   pkv_kv_budget budget_;      // before params_: params_ is resolved from it
   pkv_engine_params params_;
+  KvGroups groups_;                    // the layers' windows and groups
+  std::vector<uint32_t> layer_windows_;  // params_.layer_windows points here (or is null)
+  std::vector<float> k_scales_, v_scales_;  // fp8: [num_layers][kv_heads_per_rank]; else empty
   float softmax_scale_;
   std::unique_ptr<Backend> backend_;
   KvEvents events_;

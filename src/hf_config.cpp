@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -46,9 +47,7 @@ int32_t read_dtype(const json &cfg, int32_t fallback) {
   return fallback;
 }
 
-}  // namespace
-
-pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *text, size_t len) {
+json parse_config(const char *text, size_t len) {
   // nlohmann takes a NUL byte for the end of the input: "{...}\0anything" would parse. JSON text
   // never holds one (not even inside a string), so it is refused wherever it is.
   if (const void *nul = std::memchr(text, '\0', len))
@@ -59,12 +58,89 @@ pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *
                           /*ignore_comments=*/false);
   if (root.is_discarded()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json is not valid JSON");
   if (!root.is_object()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json must hold a JSON object");
-  // Multimodal configs keep the language model's shape under "text_config".
-  const json *cfg = &root;
+  return root;
+}
+
+// Multimodal configs keep the language model's shape under "text_config".
+const json &text_config(const json &root) {
   if (!root.contains("num_hidden_layers") && root.contains("text_config")) {
-    cfg = &root["text_config"];
-    if (!cfg->is_object()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"text_config\" must be an object");
+    const json &cfg = root["text_config"];
+    if (!cfg.is_object()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"text_config\" must be an object");
+    return cfg;
   }
+  return root;
+}
+
+bool read_bool(const json &cfg, const char *key, bool fallback) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be true or false", key);
+  return it->get<bool>();
+}
+
+std::string read_string(const json &cfg, const char *key) {
+  auto it = cfg.find(key);
+  return it != cfg.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::vector<uint32_t> layer_windows(const json &root, const json &cfg) {
+  const uint32_t layers = require_count(cfg, "num_hidden_layers");
+  uint32_t window = 0;
+  read_count(cfg, "sliding_window", &window);  // null or absent: none
+  std::vector<uint32_t> w(layers, 0);
+  if (!window) return w;
+  auto types = cfg.find("layer_types");
+  if (types != cfg.end() && !types->is_null()) {
+    // Gemma 3, gpt-oss, Qwen3 and newer configs name each layer's kind.
+    if (!types->is_array() || types->size() != layers)
+      fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"layer_types\" must be an array of num_hidden_layers (%u) strings",
+           layers);
+    for (uint32_t l = 0; l < layers; ++l) {
+      const json &t = (*types)[l];
+      const std::string kind = t.is_string() ? t.get<std::string>() : std::string();
+      if (kind == "sliding_attention") w[l] = window;
+      else if (kind != "full_attention")
+        fail(PKV_ERR_INVALID_ARGUMENT,
+             "config.json: layer_types[%u] must be \"sliding_attention\" or \"full_attention\"%s", l,
+             kind.empty() ? "" : (", not \"" + kind.substr(0, 64) + "\"").c_str());
+    }
+    return w;
+  }
+  const std::string model = read_string(cfg, "model_type").empty() ? read_string(root, "model_type")
+                                                                    : read_string(cfg, "model_type");
+  uint32_t pattern = 0;
+  if (read_count(cfg, "sliding_window_pattern", &pattern)) {
+    // Gemma 3: every pattern-th layer is global, the others windowed.
+    for (uint32_t l = 0; l < layers; ++l) w[l] = (l + 1) % pattern ? window : 0;
+    return w;
+  }
+  if (model == "gemma2") {
+    // Gemma 2: windowed and global layers alternate, the first windowed.
+    for (uint32_t l = 0; l < layers; l += 2) w[l] = window;
+    return w;
+  }
+  if (cfg.contains("use_sliding_window")) {
+    // Qwen2: windows only when use_sliding_window, on layers from max_window_layers on.
+    if (!read_bool(cfg, "use_sliding_window", false)) return w;
+    uint32_t first = 0;
+    read_count(cfg, "max_window_layers", &first);
+    for (uint32_t l = first; l < layers; ++l) w[l] = window;
+    return w;
+  }
+  std::fill(w.begin(), w.end(), window);  // Mistral: one window everywhere
+  return w;
+}
+
+}  // namespace
+
+std::vector<uint32_t> layer_windows_from_hf_config(const char *text, size_t len) {
+  const json root = parse_config(text, len);
+  return layer_windows(root, text_config(root));
+}
+
+pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *text, size_t len) {
+  const json root = parse_config(text, len);
+  const json *cfg = &text_config(root);
   pkv_engine_params out = p;
   out.num_layers = require_count(*cfg, "num_hidden_layers");
   out.num_q_heads = require_count(*cfg, "num_attention_heads");
@@ -84,6 +160,9 @@ pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *
     fail(PKV_ERR_INVALID_ARGUMENT,
          "config.json: num_key_value_heads %u does not divide num_attention_heads %u",
          out.num_kv_heads, out.num_q_heads);
+  // One window for every layer (Mistral) is sliding_window; mixed models need layer_windows.
+  const std::vector<uint32_t> w = layer_windows(root, *cfg);
+  out.sliding_window = std::all_of(w.begin(), w.end(), [&](uint32_t x) { return x == w[0]; }) ? w[0] : 0;
   return out;
 }
 

@@ -104,6 +104,8 @@ uint32_t dtype_bytes(int32_t dtype) {
     case PKV_DTYPE_F32: return 4;
     case PKV_DTYPE_F16: return 2;
     case PKV_DTYPE_BF16: return 2;
+    case PKV_DTYPE_FP8_E4M3: return 1;
+    case PKV_DTYPE_FP8_E5M2: return 1;
     default: return 0;
   }
 }
@@ -117,6 +119,8 @@ const char *dtype_name(int32_t dtype) {
     case PKV_DTYPE_F32: return "f32";
     case PKV_DTYPE_F16: return "f16";
     case PKV_DTYPE_BF16: return "bf16";
+    case PKV_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    case PKV_DTYPE_FP8_E5M2: return "fp8_e5m2";
     default: return "unknown";
   }
 }
@@ -129,7 +133,12 @@ void validate_engine_params(const pkv_engine_params &p) {
               "num_kv_heads (%u) must divide num_q_heads (%u)", p.num_kv_heads, p.num_q_heads);
   PKV_REQUIRE(p.head_dim > 0 && p.head_dim <= PKV_MAX_HEAD_DIM, "head_dim must be in 1..%d, got %u",
               PKV_MAX_HEAD_DIM, p.head_dim);
-  PKV_REQUIRE(dtype_bytes(p.dtype) != 0, "dtype %d is not a PKV_DTYPE_* value", p.dtype);
+  PKV_REQUIRE(p.dtype == PKV_DTYPE_F32 || p.dtype == PKV_DTYPE_F16 || p.dtype == PKV_DTYPE_BF16,
+              "dtype %d is not PKV_DTYPE_F32, F16 or BF16 (fp8 is a kv_dtype only)", p.dtype);
+  PKV_REQUIRE(p.kv_dtype == 0 || p.kv_dtype == p.dtype || is_fp8(p.kv_dtype),
+              "kv_dtype %d must be 0 (the model's dtype), dtype itself (%d) or PKV_DTYPE_FP8_E4M3 / "
+              "PKV_DTYPE_FP8_E5M2",
+              p.kv_dtype, p.dtype);
   PKV_REQUIRE(p.tp_size > 0, "tp_size must be > 0");
   PKV_REQUIRE(p.tp_rank < p.tp_size, "tp_rank (%u) must be < tp_size (%u)", p.tp_rank, p.tp_size);
   PKV_REQUIRE(p.num_q_heads % p.tp_size == 0, "tp_size (%u) must divide num_q_heads (%u)",
@@ -165,6 +174,10 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.preemption_mode != PKV_PREEMPT_SWAP || p.host_num_blocks || p.host_cache_bytes,
               "preemption_mode SWAP needs a host tier (host_num_blocks or host_cache_bytes)");
   PKV_REQUIRE(p.host_num_blocks <= INT32_MAX, "host_num_blocks %u exceeds 2^31-1", p.host_num_blocks);
+  PKV_REQUIRE(p.sliding_window <= INT32_MAX, "sliding_window %u exceeds 2^31-1", p.sliding_window);
+  if (p.layer_windows)
+    for (uint32_t l = 0; l < p.num_layers; ++l)
+      PKV_REQUIRE(p.layer_windows[l] <= INT32_MAX, "layer_windows[%u] = %u exceeds 2^31-1", l, p.layer_windows[l]);
 }
 
 }  // namespace pkv

@@ -101,6 +101,9 @@ std::string salt_bytes(const void *salt, uint32_t salt_len);
 // Every rule of pkv_engine_params (shape, paging, budget fields); throws INVALID_ARGUMENT.
 void validate_engine_params(const pkv_engine_params &p);
 uint32_t dtype_bytes(int32_t dtype);
+inline bool is_fp8(int32_t dtype) { return dtype == PKV_DTYPE_FP8_E4M3 || dtype == PKV_DTYPE_FP8_E5M2; }
+// The cache's dtype: kv_dtype, or the model's when it is 0.
+inline int32_t kv_dtype_of(const pkv_engine_params &p) { return p.kv_dtype ? p.kv_dtype : p.dtype; }
 // pkv_attention's scale: softmax_scale, or 1/sqrt(head_dim) when it is 0.
 float attention_scale(const pkv_engine_params &p);
 // Whether pkv_attention (the CPU variants and the CUDA kernels alike) handles this head_dim.

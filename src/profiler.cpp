@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "checked.h"
+#include "kv_groups.h"
 #include "params.h"
 #include "status.h"
 
@@ -17,13 +18,14 @@ uint32_t kv_heads_per_rank(const pkv_engine_params &p) {
 PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
   PoolLayout l;
   l.kv_heads = kv_heads_per_rank(p);
-  l.dtype_bytes = dtype_bytes(p.dtype);
+  l.dtype_bytes = dtype_bytes(kv_dtype_of(p));
   l.num_blocks = num_blocks;
+  l.num_layers = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows).group_layers;
   const uint64_t kv = l.kv_heads, bs = p.block_size, hd = p.head_dim, db = l.dtype_bytes;
   // block_bytes first: every per-block figure divides it, so it is the one a shape overflows.
-  l.block_bytes = checked_product({2, p.num_layers, bs, kv, hd, db}, kMaxOffset,
-                                  "block_bytes = 2 x num_layers x block_size x kv_heads_per_rank x "
-                                  "head_dim x dtype bytes");
+  l.block_bytes = checked_product({2, l.num_layers, bs, kv, hd, db}, kMaxOffset,
+                                  "block_bytes = 2 x group_layers x block_size x kv_heads_per_rank x "
+                                  "head_dim x kv dtype bytes");
   l.pool_bytes = checked_product({num_blocks, l.block_bytes}, kMaxOffset,
                                  "pool_bytes = num_blocks x block_bytes (K and V, all layers)");
   // Each figure below divides block_bytes or pool_bytes: the checks cannot fail past here, and
@@ -38,8 +40,8 @@ PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
                                         "block bytes of one layer = block_stride x dtype bytes");
   l.layer_bytes = checked_product({num_blocks, l.layer_block_bytes}, kMaxOffset,
                                   "layer bytes = num_blocks x block_stride x dtype bytes");
-  l.bytes_per_pool = checked_product({p.num_layers, l.layer_bytes}, kMaxOffset,
-                                     "bytes_per_pool = num_layers x layer_stride x dtype bytes");
+  l.bytes_per_pool = checked_product({l.num_layers, l.layer_bytes}, kMaxOffset,
+                                     "bytes_per_pool = group_layers x layer_stride x dtype bytes");
   return l;
 }
 
@@ -49,11 +51,14 @@ uint64_t max_pool_blocks(const PoolLayout &unit) {
 
 namespace {
 
-// Blocks one sequence of max_model_len needs (1 without a limit); refused when no pool of this
-// shape could hold them, as no budget would help.
+// Blocks one sequence of max_model_len needs (1 without a limit): each group's, a windowed group
+// holding those of its last window only. Refused when no pool of this shape could hold them, as
+// no budget would help.
 uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) {
-  if (!p.max_model_len) return 1;
-  const uint64_t n = blocks_for_tokens(p.max_model_len, p.block_size);
+  const KvGroups groups = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
+  if (!p.max_model_len) return groups.num_groups();
+  uint64_t n = 0;
+  for (uint32_t w : groups.group_window) n += group_blocks_for(w, p.max_model_len, p.block_size);
   if (n > max_pool_blocks(unit))
     fail(PKV_ERR_INVALID_ARGUMENT,
          "max_model_len %u needs %llu blocks of %llu bytes; a pool of this shape holds at most %llu "
@@ -67,8 +72,9 @@ uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) 
 // formula it is counted from the signed budget: when used + reserve already exceed
 // total * utilization, that excess is missing too.
 uint64_t shortfall(const pkv_engine_params &p, const pkv_kv_budget &b, long double allowed) {
-  const uint64_t need = checked_product({b.blocks_per_max_seq, b.block_bytes}, kMaxOffset,
-                                        "blocks_per_max_seq x block_bytes");
+  const uint64_t need = checked_sum(checked_product({b.blocks_per_max_seq, b.block_bytes}, kMaxOffset,
+                                                    "blocks_per_max_seq x block_bytes"),
+                                    b.kv_scale_bytes, kMaxOffset, "blocks_per_max_seq x block_bytes + kv_scale_bytes");
   // Integers where the budget is one: need exceeds it, as num_blocks < blocks_per_max_seq.
   if (p.num_blocks) return need - b.pool_bytes;
   if (p.kv_cache_bytes) return need - p.kv_cache_bytes;
@@ -107,10 +113,17 @@ void host_tier(const pkv_engine_params &p, const PoolLayout &unit, const MemoryI
 pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured,
                              const MemoryInfo &host) {
   const PoolLayout unit = pool_layout(p, 0);
+  const KvGroups groups = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
   pkv_kv_budget b;
   std::memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
   b.device = device;
+  b.kv_dtype = kv_dtype_of(p);
+  b.num_kv_groups = groups.num_groups();
+  b.group_layers = groups.group_layers;
+  b.padded_layers = groups.padded_layers();
+  // fp8 scales: one float per (layer, kv head) for K and for V (kv_heads <= 2^32, layers < 2^32).
+  if (is_fp8(b.kv_dtype)) b.kv_scale_bytes = 2ull * p.num_layers * unit.kv_heads * sizeof(float);
   b.kv_heads_per_rank = unit.kv_heads;
   b.block_bytes = unit.block_bytes;
   b.bytes_per_token = b.block_bytes / p.block_size;
@@ -135,11 +148,12 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
     b.budget_bytes = allowed > 0 ? static_cast<uint64_t>(std::floor(allowed)) : 0;
     b.source = PKV_BUDGET_FROM_UTILIZATION;
   }
+  const uint64_t for_blocks = b.budget_bytes - std::min(b.budget_bytes, b.kv_scale_bytes);
   if (p.num_blocks) {
     b.num_blocks = p.num_blocks;  // pool_layout refuses a pool that cannot be represented
     b.source = PKV_BUDGET_FIXED_BLOCKS;
   } else {
-    b.num_blocks = std::min(b.budget_bytes / b.block_bytes, max_pool_blocks(unit));
+    b.num_blocks = std::min(for_blocks / b.block_bytes, max_pool_blocks(unit));
   }
   b.pool_bytes = pool_layout(p, b.num_blocks).pool_bytes;
   b.max_tokens = checked_product({b.num_blocks, p.block_size}, kMaxOffset, "max_tokens = num_blocks x block_size");

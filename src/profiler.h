@@ -9,11 +9,12 @@ namespace pkv {
 uint32_t kv_heads_per_rank(const pkv_engine_params &p);
 
 // The pool's whole layout (pkv.h, pkv_pool_info): K and V each
-// [num_layers][num_blocks][block_size][kv_heads][head_dim]. The budget, the backends' allocation
+// [group_layers][num_blocks][block_size][kv_heads][head_dim]. The budget, the backends' allocation
 // (PoolShape) and pkv_pool_info all come from here, so the pool described is the pool allocated.
 struct PoolLayout {
   uint32_t kv_heads;            // per rank
-  uint32_t dtype_bytes;
+  uint32_t dtype_bytes;         // of the kv dtype
+  uint32_t num_layers;          // the pool's layers: group_layers (kv_groups.h)
   uint64_t num_blocks;
   uint64_t head_stride, token_stride, block_stride, layer_stride;  // in elements
   uint64_t layer_block_bytes;   // one block of one layer, K (or V)

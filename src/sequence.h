@@ -107,6 +107,7 @@ class SequenceTable {
   void erase(uint64_t id);
 
   size_t size() const { return seqs_.size(); }
+  bool ever_created() const { return next_id_ > 1; }  // a sequence was ever kept
   size_t count(SeqState state) const;
   Map::const_iterator begin() const { return seqs_.begin(); }
   Map::const_iterator end() const { return seqs_.end(); }

@@ -79,7 +79,7 @@ namespace Pkv
         public IntPtr Callbacks;
     }
 
-    /// <summary>pkv_engine_params (168 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (184 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct EngineParams
     {
@@ -117,9 +117,12 @@ namespace Pkv
         public uint PreemptionMode;
         public uint HostOffload;
         public IntPtr Store;
+        public int KvDtype;
+        public uint SlidingWindow;
+        public IntPtr LayerWindows;
     }
 
-    /// <summary>pkv_kv_budget (152 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_budget (176 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvBudget
     {
@@ -144,6 +147,11 @@ namespace Pkv
         public ulong HostPoolBytes;
         public ulong HostTotalBytes;
         public ulong HostAvailableBytes;
+        public int KvDtype;
+        public uint NumKvGroups;
+        public uint GroupLayers;
+        public uint PaddedLayers;
+        public ulong KvScaleBytes;
     }
 
     /// <summary>pkv_stats (320 bytes on x86_64).</summary>
@@ -222,7 +230,7 @@ namespace Pkv
         public uint NumHostBlocks;
     }
 
-    /// <summary>pkv_batch_view (136 bytes on x86_64).</summary>
+    /// <summary>pkv_batch_view (160 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct BatchView
     {
@@ -247,6 +255,10 @@ namespace Pkv
         public IntPtr CopyDst;
         public IntPtr SampleRows;
         public IntPtr CopyKind;
+        public uint NumKvGroups;
+        public uint Reserved0;
+        public IntPtr GroupSlotMapping;
+        public IntPtr GroupBlockTables;
     }
 
     /// <summary>pkv_request_params (32 bytes on x86_64).</summary>
@@ -272,10 +284,10 @@ namespace Pkv
         public ulong BlockHash;
         public ulong ParentHash;
         public uint Medium;
-        public uint Reserved0;
+        public uint Group;
     }
 
-    /// <summary>pkv_pool_info (128 bytes on x86_64).</summary>
+    /// <summary>pkv_pool_info (136 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct PoolInfo
     {
@@ -299,6 +311,8 @@ namespace Pkv
         public ulong HostNumBlocks;
         public ulong HostLayerStride;
         public ulong HostBytesPerPool;
+        public int ModelDtype;
+        public uint NumKvGroups;
     }
 
     /// <summary>pkv_store_info (24 bytes on x86_64).</summary>
@@ -377,6 +391,8 @@ namespace Pkv
         public const int PKV_DTYPE_F32 = 0;
         public const int PKV_DTYPE_F16 = 1;
         public const int PKV_DTYPE_BF16 = 2;
+        public const int PKV_DTYPE_FP8_E4M3 = 3;
+        public const int PKV_DTYPE_FP8_E5M2 = 4;
         public const int PKV_BUDGET_FROM_UTILIZATION = 0;
         public const int PKV_BUDGET_FROM_BYTE_CAP = 1;
         public const int PKV_BUDGET_FIXED_BLOCKS = 2;
@@ -415,7 +431,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 104, 168, 152, 320, 16, 56, 136, 32, 40, 128, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 32, 40, 104, 184, 176, 320, 16, 56, 160, 32, 40, 136, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -457,6 +473,12 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_engine_params_from_hf_config(EngineParams* p, byte* json, UIntPtr json_len);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_hf_config_layer_windows(byte* json, UIntPtr json_len, uint* @out, uint cap, uint* out_len);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_kv_groups(EngineParams* p, uint* layer_group, uint* layer_slot, uint* group_window, uint cap, uint* out_num_groups, uint* out_group_layers);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_profile(EngineParams* p, KvBudget* @out);
@@ -522,6 +544,9 @@ namespace Pkv
         public static extern Status pkv_seq_block_table(EngineHandle e, ulong seq, int* @out, uint cap, uint* out_len);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_seq_group_block_table(EngineHandle e, ulong seq, uint group, int* @out, uint cap, uint* out_len);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_seq_tokens(EngineHandle e, ulong seq, int* @out, uint cap, uint* out_len);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
@@ -568,6 +593,9 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_pool_info(EngineHandle e, PoolInfo* @out);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_set_kv_scales(EngineHandle e, uint layer, float* k_scales, float* v_scales);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_engine_set_stream(EngineHandle e, void* cuda_stream);

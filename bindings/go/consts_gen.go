@@ -43,9 +43,11 @@ const (
 )
 
 const (
-	DtypeF32  = 0
-	DtypeF16  = 1
-	DtypeBF16 = 2
+	DtypeF32     = 0
+	DtypeF16     = 1
+	DtypeBF16    = 2
+	DtypeFp8E4m3 = 3
+	DtypeFp8E5m2 = 4
 )
 
 const (
@@ -200,7 +202,7 @@ type StoreParams struct {
 	Callbacks        uintptr
 }
 
-// EngineParams is C's pkv_engine_params (168 bytes on amd64; layout checked against C at init).
+// EngineParams is C's pkv_engine_params (184 bytes on amd64; layout checked against C at init).
 type EngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
@@ -236,9 +238,12 @@ type EngineParams struct {
 	PreemptionMode      uint32
 	HostOffload         uint32
 	Store               uintptr
+	KVDtype             int32
+	SlidingWindow       uint32
+	LayerWindows        uintptr
 }
 
-// KVBudget is C's pkv_kv_budget (152 bytes on amd64; layout checked against C at init).
+// KVBudget is C's pkv_kv_budget (176 bytes on amd64; layout checked against C at init).
 type KVBudget struct {
 	StructSize           uint32
 	Device               int32
@@ -261,6 +266,11 @@ type KVBudget struct {
 	HostPoolBytes        uint64
 	HostTotalBytes       uint64
 	HostAvailableBytes   uint64
+	KVDtype              int32
+	NumKVGroups          uint32
+	GroupLayers          uint32
+	PaddedLayers         uint32
+	KVScaleBytes         uint64
 }
 
 // Stats is C's pkv_stats (320 bytes on amd64; layout checked against C at init).
@@ -333,29 +343,33 @@ type SeqInfo struct {
 	NumHostBlocks      uint32
 }
 
-// BatchView is C's pkv_batch_view (136 bytes on amd64; layout checked against C at init).
+// BatchView is C's pkv_batch_view (160 bytes on amd64; layout checked against C at init).
 type BatchView struct {
-	StructSize      uint32
-	NumSeqs         uint32
-	NumTokens       uint32
-	MaxBlocksPerSeq uint32
-	MaxQueryLen     uint32
-	MaxContextLen   uint32
-	NumCopies       uint32
-	BlockSize       uint32
-	SeqIds          uintptr
-	QueryStart      uintptr
-	Positions       uintptr
-	SlotMapping     uintptr
-	ContextLens     uintptr
-	BlockIndptr     uintptr
-	BlockIndices    uintptr
-	LastBlockLen    uintptr
-	BlockTables     uintptr
-	CopySrc         uintptr
-	CopyDst         uintptr
-	SampleRows      uintptr
-	CopyKind        uintptr
+	StructSize       uint32
+	NumSeqs          uint32
+	NumTokens        uint32
+	MaxBlocksPerSeq  uint32
+	MaxQueryLen      uint32
+	MaxContextLen    uint32
+	NumCopies        uint32
+	BlockSize        uint32
+	SeqIds           uintptr
+	QueryStart       uintptr
+	Positions        uintptr
+	SlotMapping      uintptr
+	ContextLens      uintptr
+	BlockIndptr      uintptr
+	BlockIndices     uintptr
+	LastBlockLen     uintptr
+	BlockTables      uintptr
+	CopySrc          uintptr
+	CopyDst          uintptr
+	SampleRows       uintptr
+	CopyKind         uintptr
+	NumKVGroups      uint32
+	Reserved0        uint32
+	GroupSlotMapping uintptr
+	GroupBlockTables uintptr
 }
 
 // RequestParams is C's pkv_request_params (32 bytes on amd64; layout checked against C at init).
@@ -377,10 +391,10 @@ type KVEvent struct {
 	BlockHash  uint64
 	ParentHash uint64
 	Medium     uint32
-	Reserved0  uint32
+	Group      uint32
 }
 
-// PoolInfo is C's pkv_pool_info (128 bytes on amd64; layout checked against C at init).
+// PoolInfo is C's pkv_pool_info (136 bytes on amd64; layout checked against C at init).
 type PoolInfo struct {
 	StructSize       uint32
 	Device           int32
@@ -402,6 +416,8 @@ type PoolInfo struct {
 	HostNumBlocks    uint64
 	HostLayerStride  uint64
 	HostBytesPerPool uint64
+	ModelDtype       int32
+	NumKVGroups      uint32
 }
 
 // StoreInfo is C's pkv_store_info (24 bytes on amd64; layout checked against C at init).

@@ -76,6 +76,9 @@ var layouts = []layout{
 		{"preemption_mode", unsafe.Offsetof(EngineParams{}.PreemptionMode), unsafe.Offsetof(C.struct_pkv_engine_params{}.preemption_mode)},
 		{"host_offload", unsafe.Offsetof(EngineParams{}.HostOffload), unsafe.Offsetof(C.struct_pkv_engine_params{}.host_offload)},
 		{"store", unsafe.Offsetof(EngineParams{}.Store), unsafe.Offsetof(C.struct_pkv_engine_params{}.store)},
+		{"kv_dtype", unsafe.Offsetof(EngineParams{}.KVDtype), unsafe.Offsetof(C.struct_pkv_engine_params{}.kv_dtype)},
+		{"sliding_window", unsafe.Offsetof(EngineParams{}.SlidingWindow), unsafe.Offsetof(C.struct_pkv_engine_params{}.sliding_window)},
+		{"layer_windows", unsafe.Offsetof(EngineParams{}.LayerWindows), unsafe.Offsetof(C.struct_pkv_engine_params{}.layer_windows)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(KVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(KVBudget{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_budget{}.struct_size)},
@@ -99,6 +102,11 @@ var layouts = []layout{
 		{"host_pool_bytes", unsafe.Offsetof(KVBudget{}.HostPoolBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_pool_bytes)},
 		{"host_total_bytes", unsafe.Offsetof(KVBudget{}.HostTotalBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_total_bytes)},
 		{"host_available_bytes", unsafe.Offsetof(KVBudget{}.HostAvailableBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_available_bytes)},
+		{"kv_dtype", unsafe.Offsetof(KVBudget{}.KVDtype), unsafe.Offsetof(C.struct_pkv_kv_budget{}.kv_dtype)},
+		{"num_kv_groups", unsafe.Offsetof(KVBudget{}.NumKVGroups), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_kv_groups)},
+		{"group_layers", unsafe.Offsetof(KVBudget{}.GroupLayers), unsafe.Offsetof(C.struct_pkv_kv_budget{}.group_layers)},
+		{"padded_layers", unsafe.Offsetof(KVBudget{}.PaddedLayers), unsafe.Offsetof(C.struct_pkv_kv_budget{}.padded_layers)},
+		{"kv_scale_bytes", unsafe.Offsetof(KVBudget{}.KVScaleBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.kv_scale_bytes)},
 	}},
 	{"pkv_stats", unsafe.Sizeof(Stats{}), unsafe.Sizeof(C.struct_pkv_stats{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(Stats{}.StructSize), unsafe.Offsetof(C.struct_pkv_stats{}.struct_size)},
@@ -186,6 +194,10 @@ var layouts = []layout{
 		{"copy_dst", unsafe.Offsetof(BatchView{}.CopyDst), unsafe.Offsetof(C.struct_pkv_batch_view{}.copy_dst)},
 		{"sample_rows", unsafe.Offsetof(BatchView{}.SampleRows), unsafe.Offsetof(C.struct_pkv_batch_view{}.sample_rows)},
 		{"copy_kind", unsafe.Offsetof(BatchView{}.CopyKind), unsafe.Offsetof(C.struct_pkv_batch_view{}.copy_kind)},
+		{"num_kv_groups", unsafe.Offsetof(BatchView{}.NumKVGroups), unsafe.Offsetof(C.struct_pkv_batch_view{}.num_kv_groups)},
+		{"reserved0", unsafe.Offsetof(BatchView{}.Reserved0), unsafe.Offsetof(C.struct_pkv_batch_view{}.reserved0)},
+		{"group_slot_mapping", unsafe.Offsetof(BatchView{}.GroupSlotMapping), unsafe.Offsetof(C.struct_pkv_batch_view{}.group_slot_mapping)},
+		{"group_block_tables", unsafe.Offsetof(BatchView{}.GroupBlockTables), unsafe.Offsetof(C.struct_pkv_batch_view{}.group_block_tables)},
 	}},
 	{"pkv_request_params", unsafe.Sizeof(RequestParams{}), unsafe.Sizeof(C.struct_pkv_request_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(RequestParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_request_params{}.struct_size)},
@@ -203,7 +215,7 @@ var layouts = []layout{
 		{"block_hash", unsafe.Offsetof(KVEvent{}.BlockHash), unsafe.Offsetof(C.struct_pkv_kv_event{}.block_hash)},
 		{"parent_hash", unsafe.Offsetof(KVEvent{}.ParentHash), unsafe.Offsetof(C.struct_pkv_kv_event{}.parent_hash)},
 		{"medium", unsafe.Offsetof(KVEvent{}.Medium), unsafe.Offsetof(C.struct_pkv_kv_event{}.medium)},
-		{"reserved0", unsafe.Offsetof(KVEvent{}.Reserved0), unsafe.Offsetof(C.struct_pkv_kv_event{}.reserved0)},
+		{"group", unsafe.Offsetof(KVEvent{}.Group), unsafe.Offsetof(C.struct_pkv_kv_event{}.group)},
 	}},
 	{"pkv_pool_info", unsafe.Sizeof(PoolInfo{}), unsafe.Sizeof(C.struct_pkv_pool_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(PoolInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_pool_info{}.struct_size)},
@@ -226,6 +238,8 @@ var layouts = []layout{
 		{"host_num_blocks", unsafe.Offsetof(PoolInfo{}.HostNumBlocks), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_num_blocks)},
 		{"host_layer_stride", unsafe.Offsetof(PoolInfo{}.HostLayerStride), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_layer_stride)},
 		{"host_bytes_per_pool", unsafe.Offsetof(PoolInfo{}.HostBytesPerPool), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_bytes_per_pool)},
+		{"model_dtype", unsafe.Offsetof(PoolInfo{}.ModelDtype), unsafe.Offsetof(C.struct_pkv_pool_info{}.model_dtype)},
+		{"num_kv_groups", unsafe.Offsetof(PoolInfo{}.NumKVGroups), unsafe.Offsetof(C.struct_pkv_pool_info{}.num_kv_groups)},
 	}},
 	{"pkv_store_info", unsafe.Sizeof(StoreInfo{}), unsafe.Sizeof(C.struct_pkv_store_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(StoreInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_store_info{}.struct_size)},

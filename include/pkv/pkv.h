@@ -103,7 +103,11 @@ enum {
   PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536 /* kv_events_capacity 0 means this */
 };
 enum { PKV_DEVICE_AUTO = 0, PKV_DEVICE_CPU = 1, PKV_DEVICE_CUDA = 2 };
-enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2 };
+enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2,
+       /* since 0.2.0: KV cache dtypes only (pkv_engine_params.kv_dtype), one byte per element,
+          scaled per (layer, kv head): stored = saturate(round_to_nearest_even(x / scale)) */
+       PKV_DTYPE_FP8_E4M3 = 3,  /* OCP e4m3fn: finite range +-448, no infinities */
+       PKV_DTYPE_FP8_E5M2 = 4 }; /* OCP e5m2: range +-57344; saturates to the largest finite */
 /* How pkv_kv_budget.num_blocks was decided. */
 enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET_FIXED_BLOCKS = 2 };
 /* Bits of pkv_engine_params.debug_flags: for tests of pkv itself, never for production. */
@@ -271,6 +275,16 @@ typedef struct pkv_engine_params {
    * host's callbacks, across restarts and engines. Needs prefix caching and a host tier (store
    * blocks are fetched into host-tier blocks, then loaded like offloaded ones). */
   const struct pkv_store_params *store; /* NULL = no store (the default); read at create only */
+  /* attention variants (since 0.2.0; DESIGN.md §12) */
+  int32_t kv_dtype;               /* the KV cache's dtype: 0 (or dtype itself) = dtype; or
+                                     PKV_DTYPE_FP8_E4M3 / PKV_DTYPE_FP8_E5M2 (pkv_set_kv_scales).
+                                     Other values: PKV_ERR_INVALID_ARGUMENT. default 0 */
+  uint32_t sliding_window;        /* keys each token attends to, itself included, in every layer
+                                     that layer_windows does not set: a token at position p sees
+                                     keys p - w + 1 .. p. 0 = full attention. default 0 */
+  const uint32_t *layer_windows;  /* NULL, or [num_layers]: each layer's window (0 = full
+                                     attention), in place of sliding_window; read at create only.
+                                     Layers are grouped by window (pkv_kv_groups) */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -284,9 +298,35 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
  * hidden_size / num_attention_heads, torch_dtype or dtype, max_position_embeddings; a nested
  * "text_config" is used when the top level has no num_hidden_layers). Other fields are left as
  * they are. Malformed JSON or a missing/invalid field: PKV_ERR_INVALID_ARGUMENT naming the field,
- * p unchanged. json need not be NUL-terminated. */
+ * p unchanged. json need not be NUL-terminated.
+ * Since 0.2.0 it also sets sliding_window: the config's window when every layer uses it
+ * (Mistral), else 0 - a model that mixes windowed and full layers (Gemma 2/3, gpt-oss, Qwen with
+ * max_window_layers) gets its per-layer windows from pkv_hf_config_layer_windows. */
 PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
                                                     size_t json_len);
+
+/* Each layer's sliding window (0 = full attention) from a Hugging Face config.json, into
+ * out[cap]; *out_len = num_hidden_layers. Read from "layer_types" ("sliding_attention" /
+ * "full_attention") with "sliding_window"; else "sliding_window_pattern" N (every Nth layer
+ * full, Gemma 3); else "use_sliding_window" with "max_window_layers" (Qwen2: layers from
+ * max_window_layers on are windowed); else "sliding_window" for every layer (Mistral; null or
+ * absent: none). out may be NULL when cap is 0. As pkv_engine_params_from_hf_config otherwise.
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
+                                               uint32_t cap, uint32_t *out_len);
+
+/* How the layers of p are grouped for the pool (DESIGN.md §12): layers with equal windows form
+ * KV groups of group_layers layers each (the fewest layers any window has; a window with more is
+ * split, the last of its groups padded), full-attention groups first, then by window. Each group
+ * has its own block table per sequence; a block of the pool holds K and V of group_layers layers.
+ * layer_group[l] and layer_slot[l] ([num_layers] each; either may be NULL): layer l's group and
+ * its place in that group's blocks (its index in the pool's layer dimension, pkv_pool_info).
+ * group_window[g] ([cap]; NULL when cap is 0): group g's window (0 = full). *out_num_groups =
+ * how many groups; *out_group_layers (nullable) = group_layers. p is validated as by
+ * pkv_engine_create. Since 0.2.0. */
+PKV_API pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group,
+                                 uint32_t *layer_slot, uint32_t *group_window, uint32_t cap,
+                                 uint32_t *out_num_groups, uint32_t *out_group_layers);
 
 /* ---------------------------------------------------------------- KV profiler */
 typedef struct pkv_kv_budget {
@@ -294,8 +334,9 @@ typedef struct pkv_kv_budget {
   int32_t device;                 /* the device the budget is for (AUTO resolved) */
   uint32_t source;                /* PKV_BUDGET_*: which rule decided num_blocks */
   uint32_t kv_heads_per_rank;     /* num_kv_heads / tp_size, at least 1 */
-  uint64_t block_bytes;           /* 2 (K,V) * layers * block_size * kv_heads_per_rank * head_dim * dtype bytes;
-                                     <= 2^63-1 */
+  uint64_t block_bytes;           /* 2 (K,V) * group_layers * block_size * kv_heads_per_rank *
+                                     head_dim * kv dtype bytes; <= 2^63-1 (group_layers: below;
+                                     num_layers without windows) */
   uint64_t bytes_per_token;       /* block_bytes / block_size */
   uint64_t total_bytes;           /* device (or host) memory in all */
   uint64_t used_bytes;            /* in use before pkv: measured + memory_used_bytes */
@@ -306,7 +347,10 @@ typedef struct pkv_kv_budget {
                                      at most 2^31-1 and (2^63-1) / block_bytes */
   uint64_t pool_bytes;            /* num_blocks * block_bytes (K and V): <= 2^63-1 */
   uint64_t max_tokens;            /* num_blocks * block_size */
-  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 if no limit) */
+  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 if no limit):
+                                     with KV groups, each full group's ceil(max_model_len /
+                                     block_size) plus each windowed group's at most
+                                     ceil(window / block_size) + 1 */
   uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
   uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
                                      (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */
@@ -315,6 +359,14 @@ typedef struct pkv_kv_budget {
   uint64_t host_pool_bytes;       /* host_num_blocks * block_bytes: pinned (CUDA) or mapped (CPU) */
   uint64_t host_total_bytes;      /* the host memory it is taken from (MemTotal); 0 = not measured */
   uint64_t host_available_bytes;  /* of which available before pkv (MemAvailable); 0 = not measured */
+  /* attention variants (since 0.2.0) */
+  int32_t kv_dtype;               /* the cache's dtype (kv_dtype resolved) */
+  uint32_t num_kv_groups;         /* pkv_kv_groups; 1 without windows */
+  uint32_t group_layers;          /* layers one block holds (K and V): num_layers with one group */
+  uint32_t padded_layers;         /* layer slots of the groups no layer fills (unequal groups):
+                                     group_layers * num_kv_groups - num_layers */
+  uint64_t kv_scale_bytes;        /* fp8: the K and V scales, 2 * num_layers * kv_heads_per_rank * 4
+                                     bytes, taken from the budget before the blocks; else 0 */
 } pkv_kv_budget;
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
@@ -510,6 +562,12 @@ PKV_API pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info
 PKV_API pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
                                        uint32_t *out_len);
 
+/* The block table of seq in KV group `group` (< pkv_kv_budget.num_kv_groups; group 0's is
+ * pkv_seq_block_table's): physical block ids in token order, -1 where a windowed group gave back
+ * a block no future token's window reaches. As pkv_seq_block_table otherwise. Since 0.2.0. */
+PKV_API pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group, int32_t *out,
+                                             uint32_t cap, uint32_t *out_len);
+
 /* Copies the token ids of seq into out[cap]; *out_len = its length. As pkv_seq_block_table. */
 PKV_API pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
                                   uint32_t *out_len);
@@ -563,6 +621,14 @@ typedef struct pkv_batch_view {
                                      token) when this step completes the sequence's tokens; -1
                                      for a chunk in the middle of a prompt */
   const int32_t *copy_kind;       /* [num_copies] PKV_COPY_* (since 0.2.0) */
+  /* KV groups (since 0.2.0; DESIGN.md §12): the slot_mapping and tables above are group 0's.
+   * Each group's tables have the same lengths; a windowed group's hold -1 for blocks it gave back
+   * (never read: no new token's window reaches them), in group 0's block_indices too when every
+   * layer is windowed. Layer l uses group layer_group[l]'s (pkv_kv_groups). */
+  uint32_t num_kv_groups;
+  uint32_t reserved0;
+  const int64_t *group_slot_mapping;  /* [num_kv_groups][num_tokens] */
+  const int32_t *group_block_tables;  /* [num_kv_groups][num_seqs][max_blocks_per_seq], -1 padded */
 } pkv_batch_view;
 
 /* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
@@ -657,7 +723,8 @@ typedef struct pkv_kv_event {
   uint32_t medium;                /* PKV_TIER_* the block was stored in or removed from: DEVICE
                                      (the pool) or HOST (the host tier, offload); NONE for
                                      ALL_CLEARED and OVERFLOW, which concern every medium */
-  uint32_t reserved0;             /* 0 */
+  uint32_t group;                 /* the KV group whose block it is (pkv_kv_groups; 0 without
+                                     windows, and for ALL_CLEARED and OVERFLOW) */
 } pkv_kv_event;
 
 /* Moves up to cap queued events, oldest first, into out; *out_len = how many. The symbol writes
@@ -686,9 +753,12 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  *   q   [num_tokens][num_q_heads / tp_size][head_dim]     the batch's new tokens, in batch order
  *   k,v [num_tokens][kv_heads_per_rank][head_dim]        their keys and values
  *   out [num_tokens][num_q_heads / tp_size][head_dim]    written
- * all in the engine's dtype. Writes k and v into the tokens' slots of `layer`, then computes
- * causal attention of every new token over its sequence's whole context (cached prefix, earlier
- * chunks and the new tokens up to itself), GQA aware, scale softmax_scale or 1/sqrt(head_dim).
+ * all in the engine's dtype. Writes k and v into the tokens' slots of `layer` (in the cache's
+ * kv_dtype: fp8 divides by the layer's scales, rounds to nearest even and saturates), then
+ * computes causal attention of every new token over its sequence's whole context (cached prefix,
+ * earlier chunks and the new tokens up to itself; with a sliding window w, only the keys
+ * p - w + 1 .. p), GQA aware, scale softmax_scale or 1/sqrt(head_dim), reading fp8 K/V times
+ * their scales and accumulating in fp32.
  * The first call of a batch (any layer) first does its listed block copies (pkv_batch_copy), all
  * layers.
  * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
@@ -705,7 +775,11 @@ PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, co
 
 /* Where the pool is, so a host can run its own kernels on it. Each of K and V is
  * [num_layers][num_blocks][block_size][kv_heads][head_dim] (NHD), contiguous; strides are in
- * elements. Like struct pkv_seq_info, the struct shares its name with the call. */
+ * elements. With KV groups (windows), num_layers is the pool's layer dimension, group_layers
+ * (pkv_kv_budget): layer l's K of block b (a block of its group's tables) starts
+ * layer_slot[l] * layer_stride + b * block_stride elements into k_base (pkv_kv_groups). dtype is
+ * the pool's element type: the kv dtype. Like struct pkv_seq_info, the struct shares its name
+ * with the call. */
 struct pkv_pool_info {
   uint32_t struct_size;
   int32_t device;                 /* PKV_DEVICE_CPU or PKV_DEVICE_CUDA */
@@ -731,9 +805,22 @@ struct pkv_pool_info {
   uint64_t host_num_blocks;
   uint64_t host_layer_stride;     /* host_num_blocks * block_stride */
   uint64_t host_bytes_per_pool;   /* bytes of K (and of V) of the host tier */
+  /* since 0.2.0 */
+  int32_t model_dtype;            /* the model's dtype: pkv_attention's q, k, v and out */
+  uint32_t num_kv_groups;         /* pkv_kv_groups; 1 without windows */
 };
 
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
+
+/* fp8 KV (kv_dtype FP8_*): the scales of `layer` (< num_layers), k_scales and v_scales
+ * [kv_heads_per_rank] each (this rank's heads), finite and > 0; a stored element means its value
+ * times its head's scale. Every scale is 1.0 until set. Set them before the first pkv_allocate or
+ * pkv_submit (with the weights): KV written under one scale is not rewritten, so later calls are
+ * refused (PKV_ERR_STATE), as are calls on an engine whose cache is not fp8
+ * (PKV_ERR_INVALID_ARGUMENT). A store's blocks are named for the scales (the fingerprint), so
+ * engines with other scales never share them. Since 0.2.0. */
+PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales,
+                                     const float *v_scales);
 
 /* The CUDA stream pkv's later calls run on (a cudaStream_t; NULL = the default stream; default
  * NULL). A change takes effect at the next call, also in the middle of a batch. When the stream

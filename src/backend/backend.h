@@ -15,10 +15,13 @@ struct MemoryInfo {
   uint64_t free_bytes = 0;  // what can still be allocated (host: MemAvailable)
 };
 
-// K and V pools, each [layers][num_blocks][block_size][kv_heads][head_dim] (NHD).
+// K and V pools, each [layers][num_blocks][block_size][kv_heads][head_dim] (NHD): num_layers is
+// the pool's layer dimension, group_layers (kv_groups.h); a model layer is one of its slots.
 struct PoolShape {
-  uint32_t num_layers, num_blocks, block_size, kv_heads, head_dim, dtype_bytes;
-  int32_t dtype;
+  uint32_t num_layers, num_blocks, block_size, kv_heads, head_dim;
+  uint32_t dtype_bytes;  // of kv_dtype: the pool's elements
+  int32_t dtype;         // the model's: q, k, v and out of pkv_attention
+  int32_t kv_dtype;      // the pool's: dtype, or PKV_DTYPE_FP8_*
   uint32_t q_heads;  // per rank
   // K (or V) bytes of one block of one layer, of one layer, of the pool: from pool_layout()
   // (profiler.h), which checks them, never recomputed here.
@@ -37,8 +40,12 @@ constexpr bool copy_writes_host(int32_t kind) { return kind == PKV_COPY_SWAP_OUT
 
 // One layer's call of pkv_attention, on the planned step.
 struct AttentionCall {
-  uint32_t layer;
+  uint32_t layer;          // the model's layer
+  uint32_t slot;           // its index in the pool's layer dimension (KvGroups::layer_slot)
+  uint32_t group;          // its KV group: the step's slot mapping and tables to use
+  uint32_t window;         // keys a token attends to, itself included; 0 = all (full attention)
   float scale;
+  const float *k_scale, *v_scale;  // fp8 pools: [kv_heads] of this layer; else null
   const void *q, *k, *v;
   void *out;
 };
@@ -62,6 +69,8 @@ class Backend {
   // (bytes.block each): the store tier's payload. After the work queued so far (synchronous).
   virtual void read_block(int32_t block, void *dst) = 0;
   // Prepares a step: step's arrays (host memory) stay valid and unchanged until the batch ends.
+  // With several KV groups, each group's slot mapping and tables (group_slot_mapping,
+  // group_block_tables; -1 for blocks a windowed group gave back) are planned.
   virtual void plan(const pkv_batch_view &step) = 0;
   // write_kv of the planned step's new tokens into `layer`, then their causal paged attention.
   virtual void attention(const AttentionCall &call) = 0;

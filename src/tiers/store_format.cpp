@@ -89,6 +89,12 @@ StoreFingerprint store_fingerprint(const StoreShape &s) {
   h.add("pkv-store-fingerprint-v1", 24);
   add_le(h, s.num_layers), add_le(h, s.kv_heads), add_le(h, s.head_dim), add_le(h, s.dtype);
   add_le(h, s.block_size), add_le(h, s.tp_rank), add_le(h, s.tp_size), add_le(h, s.block_bytes);
+  // fp8 blocks mean their values times the scales: blocks written under other scales are other KV.
+  for (float f : s.kv_scales) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    add_le(h, bits);
+  }
   StoreFingerprint fp;
   h.done(fp.bytes);
   return fp;

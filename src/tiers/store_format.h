@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tiers/store.h"
 
@@ -26,8 +27,9 @@ namespace pkv {
 // The KV shape the fingerprint covers, and the sizes of a value.
 struct StoreShape {
   uint32_t num_layers, kv_heads, head_dim, block_size, tp_rank, tp_size;
-  int32_t dtype;
+  int32_t dtype;         // the pool's (kv dtype)
   uint64_t block_bytes;  // K (or V) bytes of one block of one layer
+  std::vector<float> kv_scales;  // fp8: K's then V's, [layers][kv heads] each; else empty
 
   uint64_t payload_bytes() const { return 2 * uint64_t(num_layers) * block_bytes; }
   uint64_t value_bytes() const;  // header + tokens + payload

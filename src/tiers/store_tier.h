@@ -55,6 +55,12 @@ class StoreTier {
   StoreTier &operator=(const StoreTier &) = delete;
 
   const StoreShape &shape() const { return shape_; }
+  // fp8: new scales (before any block was looked up or written): the fingerprint names them.
+  void set_kv_scales(const std::vector<float> &k, const std::vector<float> &v) {
+    shape_.kv_scales = k;
+    shape_.kv_scales.insert(shape_.kv_scales.end(), v.begin(), v.end());
+    fingerprint_ = store_fingerprint(shape_);
+  }
   bool writes_through() const { return write_mode_ == PKV_STORE_WRITE_THROUGH; }
   uint32_t lookup_timeout_ms() const { return lookup_timeout_ms_; }
 

@@ -30,6 +30,12 @@ static void attend_row(const double *q, const double *k, const double *v, double
 void pkv_ref_attention(const double *q, const double *k, const double *v, double *out,
                        uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
                        uint32_t head_dim, double scale) {
+  pkv_ref_attention_window(q, k, v, out, num_q, context_len, q_heads, kv_heads, head_dim, scale, 0);
+}
+
+void pkv_ref_attention_window(const double *q, const double *k, const double *v, double *out,
+                              uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
+                              uint32_t head_dim, double scale, uint32_t window) {
   const uint32_t group = q_heads / kv_heads, kv_stride = kv_heads * head_dim;
   double *scores = (double *)malloc(sizeof(double) * (context_len ? context_len : 1));
   if (scale <= 0.0) scale = 1.0 / sqrt((double)head_dim);
@@ -37,9 +43,11 @@ void pkv_ref_attention(const double *q, const double *k, const double *v, double
     const uint32_t pos = context_len - num_q + i;
     for (uint32_t h = 0; h < q_heads; ++h) {
       const size_t row = ((size_t)i * q_heads + h) * head_dim;
-      const size_t kv_off = (size_t)(h / group) * head_dim;
-      attend_row(q + row, k + kv_off, v + kv_off, out + row, pos + 1, kv_stride, head_dim, scale,
-                 scores);
+      /* A window of w keys: positions pos - w + 1 .. pos. */
+      const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+      const size_t kv_off = (size_t)first * kv_stride + (size_t)(h / group) * head_dim;
+      attend_row(q + row, k + kv_off, v + kv_off, out + row, pos + 1 - first, kv_stride, head_dim,
+                 scale, scores);
     }
   }
   free(scores);
@@ -87,4 +95,39 @@ size_t pkv_ref_compare(const char *label, const double *got, const double *ref, 
     fprintf(stderr, "%s: %zu of %zu elements mismatch (%zu NaN; atol %g rtol %g), max error %.3g\n",
             label, bad, n, nans, atol, rtol, max_err);
   return bad;
+}
+
+/* fp8 by exhaustion: the nearest of the 256 codes' values (ties to the even code, whose lowest
+ * mantissa bit is 0), saturating to the largest finite; independent of any bit trick. */
+static double fp8_value(uint8_t b, int e5m2) {
+  const int sign = b >> 7, exp_bits = e5m2 ? 5 : 4, man_bits = 7 - exp_bits;
+  const int bias = e5m2 ? 15 : 7;
+  const int e = (b >> man_bits) & ((1 << exp_bits) - 1), m = b & ((1 << man_bits) - 1);
+  double v;
+  if (e5m2 && e == 31) v = m ? NAN : INFINITY;
+  else if (!e5m2 && e == 15 && m == 7) v = NAN;
+  else if (e == 0) v = ldexp((double)m, 1 - bias - man_bits);
+  else v = ldexp((double)((1 << man_bits) | m), e - bias - man_bits);
+  return sign ? -v : v;
+}
+
+double pkv_ref_fp8_decode(uint8_t b, int e5m2) { return fp8_value(b, e5m2); }
+
+uint8_t pkv_ref_fp8_encode(float x, float scale, int e5m2) {
+  const float y = x / scale; /* fp32 division, as the kernels do */
+  if (isnan(y)) return e5m2 ? 0x7F : 0x7F;
+  const double max = e5m2 ? 57344.0 : 448.0;
+  if (fabs((double)y) >= max) return (uint8_t)((y < 0 ? 0x80 : 0) | (e5m2 ? 0x7B : 0x7E));
+  uint8_t best = 0;
+  double best_err = INFINITY;
+  for (int c = 0; c < 128; ++c) { /* non-negative codes, then the sign */
+    const double v = fp8_value((uint8_t)c, e5m2);
+    if (!isfinite(v)) continue;
+    const double err = fabs(v - fabs((double)y));
+    if (err < best_err || (err == best_err && (c & 1) == 0)) {
+      best_err = err;
+      best = (uint8_t)c;
+    }
+  }
+  return (uint8_t)(best | (y < 0 || (y == 0 && signbit(y)) ? 0x80 : 0));
 }

@@ -21,6 +21,19 @@ void pkv_ref_attention(const double *q, const double *k, const double *v, double
                        uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
                        uint32_t head_dim, double scale);
 
+/* As pkv_ref_attention with a sliding window: new token at position p attends to positions
+ * max(0, p - window + 1) .. p; window 0 = all of them. */
+void pkv_ref_attention_window(const double *q, const double *k, const double *v, double *out,
+                              uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
+                              uint32_t head_dim, double scale, uint32_t window);
+
+/* fp8 KV (OCP e4m3fn, or e5m2 when e5m2 is 1): the code of x / scale (the quotient in fp32),
+ * the nearest representable value with ties to the even code, saturating to +-448 (+-57344);
+ * NaN -> 0x7F. Found by comparing against every code, not by bit tricks. */
+uint8_t pkv_ref_fp8_encode(float x, float scale, int e5m2);
+/* The value of an fp8 code (not yet times its scale). */
+double pkv_ref_fp8_decode(uint8_t code, int e5m2);
+
 /* write_kv on one layer, row_bytes = kv_heads * head_dim * dtype bytes: row t of k and v goes to
  * slot slot_mapping[t] of k_cache and v_cache ([slots][row_bytes]); slot -1 is skipped. */
 void pkv_ref_write_kv(const void *k, const void *v, void *k_cache, void *v_cache,

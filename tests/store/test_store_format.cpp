@@ -21,7 +21,7 @@ int failed = 0, passed = 0;
 
 using namespace pkv;
 
-StoreShape shape() { return StoreShape{2, 2, 8, 4, 0, 1, PKV_DTYPE_F16, 4 * 2 * 8 * 2}; }
+StoreShape shape() { return StoreShape{2, 2, 8, 4, 0, 1, PKV_DTYPE_F16, 4 * 2 * 8 * 2, {}}; }
 
 std::vector<uint8_t> make_value(const StoreShape &s, const StoreFingerprint &fp, const StoreKey &key,
                                 const StoreKey &parent, const int32_t *tokens) {

@@ -36,6 +36,8 @@ PKV_DEVICE_CUDA = 2
 PKV_DTYPE_F32 = 0
 PKV_DTYPE_F16 = 1
 PKV_DTYPE_BF16 = 2
+PKV_DTYPE_FP8_E4M3 = 3
+PKV_DTYPE_FP8_E5M2 = 4
 PKV_BUDGET_FROM_UTILIZATION = 0
 PKV_BUDGET_FROM_BYTE_CAP = 1
 PKV_BUDGET_FIXED_BLOCKS = 2
@@ -189,6 +191,9 @@ class pkv_engine_params(_c.Structure):
         ('preemption_mode', _c.c_uint32),
         ('host_offload', _c.c_uint32),
         ('store', _c.POINTER(pkv_store_params)),
+        ('kv_dtype', _c.c_int32),
+        ('sliding_window', _c.c_uint32),
+        ('layer_windows', _c.POINTER(_c.c_uint32)),
     ]
 
 
@@ -215,6 +220,11 @@ class pkv_kv_budget(_c.Structure):
         ('host_pool_bytes', _c.c_uint64),
         ('host_total_bytes', _c.c_uint64),
         ('host_available_bytes', _c.c_uint64),
+        ('kv_dtype', _c.c_int32),
+        ('num_kv_groups', _c.c_uint32),
+        ('group_layers', _c.c_uint32),
+        ('padded_layers', _c.c_uint32),
+        ('kv_scale_bytes', _c.c_uint64),
     ]
 
 
@@ -314,6 +324,10 @@ class pkv_batch_view(_c.Structure):
         ('copy_dst', _c.POINTER(_c.c_int32)),
         ('sample_rows', _c.POINTER(_c.c_int32)),
         ('copy_kind', _c.POINTER(_c.c_int32)),
+        ('num_kv_groups', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
+        ('group_slot_mapping', _c.POINTER(_c.c_int64)),
+        ('group_block_tables', _c.POINTER(_c.c_int32)),
     ]
 
 
@@ -337,7 +351,7 @@ class pkv_kv_event(_c.Structure):
         ('block_hash', _c.c_uint64),
         ('parent_hash', _c.c_uint64),
         ('medium', _c.c_uint32),
-        ('reserved0', _c.c_uint32),
+        ('group', _c.c_uint32),
     ]
 
 
@@ -363,6 +377,8 @@ class pkv_pool_info(_c.Structure):
         ('host_num_blocks', _c.c_uint64),
         ('host_layer_stride', _c.c_uint64),
         ('host_bytes_per_pool', _c.c_uint64),
+        ('model_dtype', _c.c_int32),
+        ('num_kv_groups', _c.c_uint32),
     ]
 
 
@@ -409,15 +425,15 @@ SIZES = {
     'pkv_store_key': 32,
     'pkv_store_callbacks': 40,
     'pkv_store_params': 104,
-    'pkv_engine_params': 168,
-    'pkv_kv_budget': 152,
+    'pkv_engine_params': 184,
+    'pkv_kv_budget': 176,
     'pkv_stats': 320,
     'pkv_seq_params': 16,
     'pkv_seq_info': 56,
-    'pkv_batch_view': 136,
+    'pkv_batch_view': 160,
     'pkv_request_params': 32,
     'pkv_kv_event': 40,
-    'pkv_pool_info': 128,
+    'pkv_pool_info': 136,
     'pkv_store_info': 24,
     'pkv_store_entry': 184,
     'pkv_store_verify_result': 160,
@@ -432,6 +448,8 @@ FUNCTIONS = {
     'pkv_store_params_init': (pkv_status, [_c.POINTER(pkv_store_params), _c.c_uint32]),
     'pkv_engine_params_init': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_uint32]),
     'pkv_engine_params_from_hf_config': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_char_p, _c.c_size_t]),
+    'pkv_hf_config_layer_windows': (pkv_status, [_c.c_char_p, _c.c_size_t, _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_kv_groups': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32)]),
     'pkv_profile': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(pkv_kv_budget)]),
     'pkv_engine_create': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(_c.POINTER(pkv_engine))]),
     'pkv_engine_destroy': (None, [_c.POINTER(pkv_engine)]),
@@ -453,6 +471,7 @@ FUNCTIONS = {
     'pkv_swap_in': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
     'pkv_seq_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(pkv_seq_info)]),
     'pkv_seq_block_table': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_seq_group_block_table': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.c_uint32, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_seq_tokens': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_batch_begin': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_uint64), _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.POINTER(pkv_batch))]),
     'pkv_batch_info': (pkv_status, [_c.POINTER(pkv_batch), _c.POINTER(pkv_batch_view)]),
@@ -469,6 +488,7 @@ FUNCTIONS = {
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
     'pkv_attention': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
     'pkv_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_pool_info)]),
+    'pkv_set_kv_scales': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(_c.c_float), _c.POINTER(_c.c_float)]),
     'pkv_engine_set_stream': (pkv_status, [_c.POINTER(pkv_engine), _c.c_void_p]),
     'pkv_block_hash_root': (pkv_status, [_c.c_uint64, _c.c_void_p, _c.c_uint32, _c.POINTER(_c.c_uint64)]),
     'pkv_block_hash': (pkv_status, [_c.c_uint64, _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint64)]),
@@ -489,6 +509,8 @@ PARAM_NAMES = {
     'pkv_store_params_init': ('p', 'size'),
     'pkv_engine_params_init': ('p', 'size'),
     'pkv_engine_params_from_hf_config': ('p', 'json', 'json_len'),
+    'pkv_hf_config_layer_windows': ('json', 'json_len', 'out', 'cap', 'out_len'),
+    'pkv_kv_groups': ('p', 'layer_group', 'layer_slot', 'group_window', 'cap', 'out_num_groups', 'out_group_layers'),
     'pkv_profile': ('p', 'out'),
     'pkv_engine_create': ('p', 'out'),
     'pkv_engine_destroy': ('e',),
@@ -510,6 +532,7 @@ PARAM_NAMES = {
     'pkv_swap_in': ('e', 'seq'),
     'pkv_seq_info': ('e', 'seq', 'out'),
     'pkv_seq_block_table': ('e', 'seq', 'out', 'cap', 'out_len'),
+    'pkv_seq_group_block_table': ('e', 'seq', 'group', 'out', 'cap', 'out_len'),
     'pkv_seq_tokens': ('e', 'seq', 'out', 'cap', 'out_len'),
     'pkv_batch_begin': ('e', 'seqs', 'num_new_tokens', 'num_seqs', 'out'),
     'pkv_batch_info': ('b', 'out'),
@@ -526,6 +549,7 @@ PARAM_NAMES = {
     'pkv_reset_prefix_cache': ('e',),
     'pkv_attention': ('b', 'layer', 'q', 'k', 'v', 'out'),
     'pkv_pool_info': ('e', 'out'),
+    'pkv_set_kv_scales': ('e', 'layer', 'k_scales', 'v_scales'),
     'pkv_engine_set_stream': ('e', 'cuda_stream'),
     'pkv_block_hash_root': ('seed', 'salt', 'salt_len', 'out_hash'),
     'pkv_block_hash': ('seed', 'parent_hash', 'tokens', 'num_tokens', 'out_hash'),

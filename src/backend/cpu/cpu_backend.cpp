@@ -77,7 +77,7 @@ class CpuBackend final : public Backend {
   }
 
   void attention(const AttentionCall &call) override {
-    const uint64_t offset = call.layer * shape_.layer_bytes();
+    const uint64_t offset = call.slot * shape_.layer_bytes();
     CpuLayer layer{pool_.base() + offset, pool_.base() + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
                    shape_.head_dim, shape_.dtype, call.scale, call.q, call.k, call.v, call.out};
     kernels().write_kv(step_, layer);

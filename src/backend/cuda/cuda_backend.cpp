@@ -159,7 +159,7 @@ class CudaBackend final : public Backend {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
       PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k, v and out must be 16-byte aligned on CUDA");
-    const uint64_t offset = uint64_t(call.layer) * shape_.layer_bytes();
+    const uint64_t offset = uint64_t(call.slot) * shape_.layer_bytes();
     cuda::KvLayer layer{static_cast<char *>(k_) + offset, static_cast<char *>(v_) + offset,
                         int32_t(shape_.block_size), int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
                         cuda::DType(shape_.dtype)};

@@ -38,6 +38,8 @@ pub type _bindgen_ty_3 = ::std::os::raw::c_uint;
 pub const PKV_DTYPE_F32: _bindgen_ty_4 = 0;
 pub const PKV_DTYPE_F16: _bindgen_ty_4 = 1;
 pub const PKV_DTYPE_BF16: _bindgen_ty_4 = 2;
+pub const PKV_DTYPE_FP8_E4M3: _bindgen_ty_4 = 3;
+pub const PKV_DTYPE_FP8_E5M2: _bindgen_ty_4 = 4;
 pub type _bindgen_ty_4 = ::std::os::raw::c_uint;
 pub const PKV_BUDGET_FROM_UTILIZATION: _bindgen_ty_5 = 0;
 pub const PKV_BUDGET_FROM_BYTE_CAP: _bindgen_ty_5 = 1;
@@ -184,6 +186,9 @@ pub struct pkv_engine_params {
     pub preemption_mode: u32,
     pub host_offload: u32,
     pub store: *const pkv_store_params,
+    pub kv_dtype: i32,
+    pub sliding_window: u32,
+    pub layer_windows: *const u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -209,6 +214,11 @@ pub struct pkv_kv_budget {
     pub host_pool_bytes: u64,
     pub host_total_bytes: u64,
     pub host_available_bytes: u64,
+    pub kv_dtype: i32,
+    pub num_kv_groups: u32,
+    pub group_layers: u32,
+    pub padded_layers: u32,
+    pub kv_scale_bytes: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -314,6 +324,10 @@ pub struct pkv_batch_view {
     pub copy_dst: *const i32,
     pub sample_rows: *const i32,
     pub copy_kind: *const i32,
+    pub num_kv_groups: u32,
+    pub reserved0: u32,
+    pub group_slot_mapping: *const i64,
+    pub group_block_tables: *const i32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -335,7 +349,7 @@ pub struct pkv_kv_event {
     pub block_hash: u64,
     pub parent_hash: u64,
     pub medium: u32,
-    pub reserved0: u32,
+    pub group: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -360,6 +374,8 @@ pub struct pkv_pool_info {
     pub host_num_blocks: u64,
     pub host_layer_stride: u64,
     pub host_bytes_per_pool: u64,
+    pub model_dtype: i32,
+    pub num_kv_groups: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -426,6 +442,28 @@ pub struct PkvLib {
             p: *mut pkv_engine_params,
             json: *const ::std::os::raw::c_char,
             json_len: usize,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_hf_config_layer_windows: Result<
+        unsafe extern "C" fn(
+            json: *const ::std::os::raw::c_char,
+            json_len: usize,
+            out: *mut u32,
+            cap: u32,
+            out_len: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_kv_groups: Result<
+        unsafe extern "C" fn(
+            p: *const pkv_engine_params,
+            layer_group: *mut u32,
+            layer_slot: *mut u32,
+            group_window: *mut u32,
+            cap: u32,
+            out_num_groups: *mut u32,
+            out_group_layers: *mut u32,
         ) -> pkv_status,
         ::libloading::Error,
     >,
@@ -525,6 +563,17 @@ pub struct PkvLib {
         ) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_seq_group_block_table: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            seq: u64,
+            group: u32,
+            out: *mut i32,
+            cap: u32,
+            out_len: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_seq_tokens: Result<
         unsafe extern "C" fn(
             e: *mut pkv_engine,
@@ -614,6 +663,15 @@ pub struct PkvLib {
         unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_pool_info) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_set_kv_scales: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            layer: u32,
+            k_scales: *const f32,
+            v_scales: *const f32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_engine_set_stream: Result<
         unsafe extern "C" fn(e: *mut pkv_engine, cuda_stream: *mut ::std::os::raw::c_void) -> pkv_status,
         ::libloading::Error,
@@ -693,6 +751,8 @@ impl PkvLib {
         let pkv_engine_params_init = __library.get(b"pkv_engine_params_init\0").map(|sym| *sym);
         let pkv_engine_params_from_hf_config =
             __library.get(b"pkv_engine_params_from_hf_config\0").map(|sym| *sym);
+        let pkv_hf_config_layer_windows = __library.get(b"pkv_hf_config_layer_windows\0").map(|sym| *sym);
+        let pkv_kv_groups = __library.get(b"pkv_kv_groups\0").map(|sym| *sym);
         let pkv_profile = __library.get(b"pkv_profile\0").map(|sym| *sym);
         let pkv_engine_create = __library.get(b"pkv_engine_create\0").map(|sym| *sym);
         let pkv_engine_destroy = __library.get(b"pkv_engine_destroy\0").map(|sym| *sym);
@@ -714,6 +774,7 @@ impl PkvLib {
         let pkv_swap_in = __library.get(b"pkv_swap_in\0").map(|sym| *sym);
         let pkv_seq_info = __library.get(b"pkv_seq_info\0").map(|sym| *sym);
         let pkv_seq_block_table = __library.get(b"pkv_seq_block_table\0").map(|sym| *sym);
+        let pkv_seq_group_block_table = __library.get(b"pkv_seq_group_block_table\0").map(|sym| *sym);
         let pkv_seq_tokens = __library.get(b"pkv_seq_tokens\0").map(|sym| *sym);
         let pkv_batch_begin = __library.get(b"pkv_batch_begin\0").map(|sym| *sym);
         let pkv_batch_info = __library.get(b"pkv_batch_info\0").map(|sym| *sym);
@@ -730,6 +791,7 @@ impl PkvLib {
         let pkv_reset_prefix_cache = __library.get(b"pkv_reset_prefix_cache\0").map(|sym| *sym);
         let pkv_attention = __library.get(b"pkv_attention\0").map(|sym| *sym);
         let pkv_pool_info = __library.get(b"pkv_pool_info\0").map(|sym| *sym);
+        let pkv_set_kv_scales = __library.get(b"pkv_set_kv_scales\0").map(|sym| *sym);
         let pkv_engine_set_stream = __library.get(b"pkv_engine_set_stream\0").map(|sym| *sym);
         let pkv_block_hash_root = __library.get(b"pkv_block_hash_root\0").map(|sym| *sym);
         let pkv_block_hash = __library.get(b"pkv_block_hash\0").map(|sym| *sym);
@@ -749,6 +811,8 @@ impl PkvLib {
             pkv_store_params_init,
             pkv_engine_params_init,
             pkv_engine_params_from_hf_config,
+            pkv_hf_config_layer_windows,
+            pkv_kv_groups,
             pkv_profile,
             pkv_engine_create,
             pkv_engine_destroy,
@@ -770,6 +834,7 @@ impl PkvLib {
             pkv_swap_in,
             pkv_seq_info,
             pkv_seq_block_table,
+            pkv_seq_group_block_table,
             pkv_seq_tokens,
             pkv_batch_begin,
             pkv_batch_info,
@@ -786,6 +851,7 @@ impl PkvLib {
             pkv_reset_prefix_cache,
             pkv_attention,
             pkv_pool_info,
+            pkv_set_kv_scales,
             pkv_engine_set_stream,
             pkv_block_hash_root,
             pkv_block_hash,
@@ -824,6 +890,38 @@ impl PkvLib {
     ) -> pkv_status {
         (self.pkv_engine_params_from_hf_config.as_ref().expect("Expected function, got error."))(
             p, json, json_len,
+        )
+    }
+    pub unsafe fn pkv_hf_config_layer_windows(
+        &self,
+        json: *const ::std::os::raw::c_char,
+        json_len: usize,
+        out: *mut u32,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_hf_config_layer_windows.as_ref().expect("Expected function, got error."))(
+            json, json_len, out, cap, out_len,
+        )
+    }
+    pub unsafe fn pkv_kv_groups(
+        &self,
+        p: *const pkv_engine_params,
+        layer_group: *mut u32,
+        layer_slot: *mut u32,
+        group_window: *mut u32,
+        cap: u32,
+        out_num_groups: *mut u32,
+        out_group_layers: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_kv_groups.as_ref().expect("Expected function, got error."))(
+            p,
+            layer_group,
+            layer_slot,
+            group_window,
+            cap,
+            out_num_groups,
+            out_group_layers,
         )
     }
     pub unsafe fn pkv_profile(&self, p: *const pkv_engine_params, out: *mut pkv_kv_budget) -> pkv_status {
@@ -951,6 +1049,19 @@ impl PkvLib {
     ) -> pkv_status {
         (self.pkv_seq_block_table.as_ref().expect("Expected function, got error."))(e, seq, out, cap, out_len)
     }
+    pub unsafe fn pkv_seq_group_block_table(
+        &self,
+        e: *mut pkv_engine,
+        seq: u64,
+        group: u32,
+        out: *mut i32,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_seq_group_block_table.as_ref().expect("Expected function, got error."))(
+            e, seq, group, out, cap, out_len,
+        )
+    }
     pub unsafe fn pkv_seq_tokens(
         &self,
         e: *mut pkv_engine,
@@ -1054,6 +1165,17 @@ impl PkvLib {
     }
     pub unsafe fn pkv_pool_info(&self, e: *mut pkv_engine, out: *mut pkv_pool_info) -> pkv_status {
         (self.pkv_pool_info.as_ref().expect("Expected function, got error."))(e, out)
+    }
+    pub unsafe fn pkv_set_kv_scales(
+        &self,
+        e: *mut pkv_engine,
+        layer: u32,
+        k_scales: *const f32,
+        v_scales: *const f32,
+    ) -> pkv_status {
+        (self.pkv_set_kv_scales.as_ref().expect("Expected function, got error."))(
+            e, layer, k_scales, v_scales,
+        )
     }
     pub unsafe fn pkv_engine_set_stream(
         &self,
