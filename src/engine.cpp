@@ -42,6 +42,8 @@ Engine::Engine(const pkv_engine_params &params)
               params_.host_num_blocks, params_.host_offload != 0),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
+  if (groups_.num_groups() > 1)  // the block manager's per-group tables come next
+    fail(PKV_ERR_UNSUPPORTED, "layers of different windows (%u KV groups) are not supported yet", groups_.num_groups());
   if (params.layer_windows) layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
   if (is_fp8(budget_.kv_dtype)) {
