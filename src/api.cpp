@@ -302,7 +302,7 @@ pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num
     auto plan = en.query(tokens, num_tokens, salt_of(sp));
     if (out_num_blocks) *out_num_blocks = plan.num_free_needed;
     if (out_num_cached_tokens)
-      *out_num_cached_tokens = static_cast<uint32_t>(plan.hit_blocks.size()) * en.params().block_size;
+      *out_num_cached_tokens = plan.num_hits * en.params().block_size;
   });
 }
 
@@ -358,8 +358,7 @@ pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32
   return guard(e, [&](Engine &en) {
     const pkv::Sequence &s = en.seq(seq);
     static const std::vector<int32_t> none;
-    copy_out(s.blocks.ids, out, cap, out_len, "the block table");
-    (void)none;
+    copy_out(s.tables.empty() ? none : s.tables[0].ids, out, cap, out_len, "the block table");
   });
 }
 
@@ -369,7 +368,7 @@ pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group
     PKV_REQUIRE(group < en.groups().num_groups(), "group %u of %u", group, en.groups().num_groups());
     const pkv::Sequence &s = en.seq(seq);
     static const std::vector<int32_t> none;
-    copy_out(group == 0 ? s.blocks.ids : none, out, cap, out_len, "the block table");
+    copy_out(s.tables.empty() ? none : s.tables[group].ids, out, cap, out_len, "the block table");
   });
 }
 

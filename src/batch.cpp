@@ -10,8 +10,9 @@
 namespace pkv {
 
 Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t *num_new_tokens,
-             uint32_t num_seqs, uint32_t block_size, const std::vector<BlockCopy> &copies, bool from_step)
-    : from_step_(from_step), block_size_(block_size), copies_(copies) {
+             uint32_t num_seqs, uint32_t block_size, uint32_t num_groups, const std::vector<BlockCopy> &copies,
+             bool from_step)
+    : from_step_(from_step), block_size_(block_size), copies_(copies), num_groups_(num_groups) {
   PKV_REQUIRE(num_seqs > 0, "a batch needs at least one sequence (num_seqs is 0)");
   PKV_REQUIRE(seq_ids != nullptr, "seqs is NULL");
   std::unordered_set<uint64_t> seen;
@@ -42,8 +43,22 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
   for (uint32_t i = 0; i < num_seqs; ++i)
     std::copy(block_indices_.begin() + block_indptr_[i], block_indices_.begin() + block_indptr_[i + 1],
               block_tables_.begin() + size_t(i) * max_blocks_per_seq_);
+  // Every group's slots and tables, group 0's first (the same as the fields above).
   group_slot_mapping_ = slot_mapping_;
+  group_slot_mapping_.reserve(size_t(num_groups_) * slot_mapping_.size());
   group_block_tables_ = block_tables_;
+  group_block_tables_.resize(size_t(num_groups_) * block_tables_.size(), -1);
+  for (uint32_t g = 1; g < num_groups_; ++g)
+    for (uint32_t i = 0; i < num_seqs; ++i) {
+      const std::vector<int32_t> &t = seqs.get(seq_ids_[i]).tables[g].ids;
+      for (int32_t row = query_start_[i]; row < query_start_[i + 1]; ++row) {
+        const uint32_t pos = static_cast<uint32_t>(positions_[row]);
+        group_slot_mapping_.push_back(int64_t(t[pos / block_size_]) * block_size_ + pos % block_size_);
+      }
+      const size_t n = size_t(block_indptr_[i + 1] - block_indptr_[i]);
+      std::copy(t.begin(), t.begin() + n,
+                group_block_tables_.begin() + (size_t(g) * num_seqs + i) * max_blocks_per_seq_);
+    }
   for (const BlockCopy &c : copies_) {
     copy_src_.push_back(c.src);
     copy_dst_.push_back(c.dst);
@@ -55,7 +70,7 @@ void Batch::plan_seq(const Sequence &s, uint32_t num_new) {
   // Tokens [computed, computed + num_new) are new; the context is everything up to their end.
   const uint32_t start = s.num_computed;
   const uint32_t context = start + num_new;
-  const std::vector<int32_t> &table = s.blocks.ids;
+  const std::vector<int32_t> &table = s.tables[0].ids;
   for (uint32_t pos = start; pos < context; ++pos) {
     positions_.push_back(static_cast<int32_t>(pos));
     slot_mapping_.push_back(int64_t(table[pos / block_size_]) * block_size_ + pos % block_size_);

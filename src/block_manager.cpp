@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "block_hash.h"
+#include "kv_groups.h"
 #include "params.h"
 #include "status.h"
 
@@ -13,8 +14,10 @@ namespace pkv {
 static_assert(BlockPool::kNoNode == kNoNode, "one 'no node' value for the pools and the tree");
 
 BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching,
-                           uint64_t hash_seed, bool constant_hash, uint32_t host_num_blocks, bool offload)
-    : block_size_(block_size),
+                           uint64_t hash_seed, bool constant_hash, uint32_t host_num_blocks, bool offload,
+                           std::vector<uint32_t> group_windows)
+    : windows_(std::move(group_windows)),
+      block_size_(block_size),
       prefix_caching_(prefix_caching),
       offload_(offload && prefix_caching && host_num_blocks > 0),
       seed_(hash_seed),
@@ -95,96 +98,170 @@ void BlockManager::check_space(uint32_t needed, const char *what) const {
 
 // ---------------------------------------------------------------- admission
 
+bool BlockManager::any_windowed() const {
+  return std::any_of(windows_.begin(), windows_.end(), [](uint32_t w) { return w != 0; });
+}
+
+uint32_t BlockManager::first_held(uint32_t group, uint64_t next) const {
+  const uint32_t w = windows_[group];
+  if (!w) return 0;
+  const uint32_t first = window_start(w, next) / block_size_;
+  if (!prefix_caching_) return first;
+  const uint32_t sealed = static_cast<uint32_t>(next / block_size_);
+  return std::min(first, sealed ? sealed - 1 : 0);
+}
+
+uint64_t BlockManager::peak_blocks(uint32_t prompt, uint64_t total) const {
+  uint64_t at_end = 0;
+  for (uint32_t w : windows_)
+    at_end += w ? std::min<uint64_t>(blocks_for_tokens(total, block_size_), group_blocks_for(w, total, block_size_) + 1)
+                : blocks_for_tokens(total, block_size_);
+  return std::max<uint64_t>(uint64_t(num_groups()) * blocks_for_tokens(prompt, block_size_), at_end);
+}
+
+void BlockManager::walk(uint32_t group, const std::string &salt, const int32_t *tokens, uint32_t max_hits,
+                        std::vector<uint32_t> *nodes, std::vector<int32_t> *picks) const {
+  uint32_t node = tree_.find_root(salt, group);
+  if (node == kNoNode || !max_hits) return;
+  const bool windowed = windows_[group] != 0;
+  // The chained hashes do not depend on the tree, so the walk computes them kAhead blocks
+  // early and starts loading those blocks' table slots and node tokens from memory.
+  constexpr uint32_t kAhead = 8;
+  uint64_t ahead[kAhead];
+  uint64_t last = tree_.hash(node);
+  uint32_t hashed = 0;  // blocks whose hash is computed (and slot prefetched)
+  nodes->reserve(max_hits);
+  picks->reserve(max_hits);
+  for (uint32_t j = 0; j < max_hits; ++j) {
+    // The window grows with the hits: a prompt that misses at once hashes one block or two.
+    const uint32_t want = std::min({max_hits, j + 1 + kAhead - 1, 2 * j + 2});
+    for (; hashed < want; ++hashed) {
+      last = block_hash(seed_, last, tokens + size_t(hashed) * block_size_, block_size_);
+      ahead[hashed % kAhead] = last;
+      tree_.prefetch_slot(node, last);
+    }
+    const uint64_t hash = ahead[j % kAhead];
+    if (j + kAhead / 2 < hashed) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
+    const uint32_t child = tree_.find_child(node, hash, tokens + size_t(j) * block_size_);
+    if (child == kNoNode) break;
+    // Prefer a copy already in use: reviving a cached one would take it off the free list.
+    // A node held only in the host tier is loaded into a new pool block.
+    int32_t pick = -1;
+    for (int32_t c : tree_.copies(child)) {
+      if (pool_.ref(c) > 0) { pick = c; break; }
+      if (pick < 0) pick = c;
+    }
+    if (pick < 0 && tree_.host(child) < 0) {
+      if (!windowed) break;  // a windowed group may not need this block: the walk goes on
+      pick = -2;
+    }
+    nodes->push_back(child);
+    picks->push_back(pick);
+    node = child;
+  }
+}
+
 BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
                                                      const int32_t *tokens, uint32_t n) const {
   Admission plan;
+  const uint32_t groups = num_groups();
   const uint32_t total = blocks_for_tokens(n, block_size_);
   // At least the last token is computed: a prompt of whole blocks recomputes its last block.
-  const uint32_t max_hits = (n - 1) / block_size_;
-  uint32_t node = prefix_caching_ ? tree_.find_root(salt) : kNoNode;
-  if (node != kNoNode && max_hits) {
-    // The chained hashes do not depend on the tree, so the walk computes them kAhead blocks
-    // early and starts loading those blocks' table slots and node tokens from memory.
-    constexpr uint32_t kAhead = 8;
-    uint64_t ahead[kAhead];
-    uint64_t last = tree_.hash(node);
-    uint32_t hashed = 0;  // blocks whose hash is computed (and slot prefetched)
-    plan.hit_blocks.reserve(max_hits);
-    plan.hit_nodes.reserve(max_hits);
-    for (uint32_t j = 0; j < max_hits; ++j) {
-      // The window grows with the hits: a prompt that misses at once hashes one block or two.
-      const uint32_t want = std::min({max_hits, j + 1 + kAhead - 1, 2 * j + 2});
-      for (; hashed < want; ++hashed) {
-        last = block_hash(seed_, last, tokens + size_t(hashed) * block_size_, block_size_);
-        ahead[hashed % kAhead] = last;
-        tree_.prefetch_slot(node, last);
-      }
-      const uint64_t hash = ahead[j % kAhead];
-      if (j + kAhead / 2 < hashed) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
-      const int32_t *block_tokens = tokens + size_t(j) * block_size_;
-      uint32_t child = tree_.find_child(node, hash, block_tokens);
-      if (child == kNoNode) break;
-      // Prefer a copy already in use: reviving a cached one would take it off the free list.
-      // A node held only in the host tier is loaded into a new pool block.
-      int32_t pick = -1;
-      for (int32_t c : tree_.copies(child)) {
-        if (pool_.ref(c) > 0) { pick = c; break; }
-        if (pick < 0) pick = c;
-      }
-      if (pick < 0 && tree_.host(child) < 0) break;
-      if (pick < 0) plan.num_loads++;
-      if (pick < 0 || pool_.ref(pick) == 0) plan.num_free_needed++;
-      plan.hit_blocks.push_back(pick);
-      plan.hit_nodes.push_back(child);
-      node = child;
-    }
+  uint32_t limit = prefix_caching_ ? (n - 1) / block_size_ : 0;
+  std::vector<std::vector<uint32_t>> nodes(groups);
+  std::vector<std::vector<int32_t>> picks(groups);
+  for (uint32_t g = 0; g < groups && limit; ++g) {
+    walk(g, salt, tokens, limit, &nodes[g], &picks[g]);
+    limit = std::min<uint32_t>(limit, picks[g].size());  // no node past the walk's end
   }
-  plan.num_new_blocks = total - static_cast<uint32_t>(plan.hit_blocks.size());
+  // Windowed groups: a hit of h blocks needs blocks first_held .. h-1. missing[g][j]: blocks
+  // before j holding no KV, so each boundary is tried in O(groups).
+  std::vector<std::vector<uint32_t>> missing(groups);
+  for (uint32_t g = 0; g < groups && limit; ++g) {
+    if (!windows_[g]) continue;
+    missing[g].assign(limit + 1, 0);
+    for (uint32_t j = 0; j < limit; ++j) missing[g][j + 1] = missing[g][j] + (picks[g][j] == -2);
+  }
+  uint32_t h = limit;
+  for (; h > 0; --h) {
+    bool ok = true;
+    for (uint32_t g = 0; g < groups && ok; ++g)
+      if (windows_[g]) ok = missing[g][h] == missing[g][first_held(g, uint64_t(h) * block_size_)];
+    if (ok) break;
+  }
+  plan.num_hits = h;
+  plan.groups.resize(groups);
+  for (uint32_t g = 0; g < groups; ++g) {
+    GroupHits &gh = plan.groups[g];
+    gh.first = first_held(g, uint64_t(h) * block_size_);
+    gh.blocks.assign(picks[g].begin() + gh.first, picks[g].begin() + h);
+    gh.nodes.assign(nodes[g].begin() + gh.first, nodes[g].begin() + h);
+    for (int32_t b : gh.blocks) {
+      PKV_ASSERT(b != -2);
+      if (b < 0) plan.num_loads++;
+      if (b < 0 || pool_.ref(b) == 0) plan.num_free_needed++;
+    }
+    plan.num_new_blocks += total - h;
+  }
   plan.num_free_needed += plan.num_new_blocks;
   return plan;
 }
 
-void BlockManager::reserve(BlockTable &table, const Admission &plan) {
-  const size_t num_hits = plan.hit_blocks.size();
+void BlockManager::reserve(SeqTables &tables, const Admission &plan) {
+  const uint32_t total = plan.num_hits + plan.num_new_blocks / num_groups();
   // Room first (a load, and an offload per eviction): nothing below can throw.
-  table.ids.reserve(num_hits + plan.num_new_blocks);
+  SeqTables out(num_groups());
+  for (BlockTable &t : out) t.ids.reserve(total);
   make_room(pending_copies_, 2 * (size_t(plan.num_loads) + plan.num_new_blocks));
   // Hits first: they leave the free lists before any pop could evict them (host copies to load
   // are held the same way until their loads are queued).
-  for (size_t i = 0; i < num_hits; ++i) {
-    if (plan.hit_blocks[i] >= 0) add_ref(plan.hit_blocks[i]);
-    else host_.add_ref(tree_.host(plan.hit_nodes[i]));
-  }
-  for (size_t i = 0; i < num_hits; ++i) {
-    if (plan.hit_blocks[i] >= 0) {
-      table.ids.push_back(plan.hit_blocks[i]);
-      continue;
+  for (const GroupHits &gh : plan.groups)
+    for (size_t i = 0; i < gh.blocks.size(); ++i) {
+      if (gh.blocks[i] >= 0) add_ref(gh.blocks[i]);
+      else host_.add_ref(tree_.host(gh.nodes[i]));
     }
-    const uint32_t node = plan.hit_nodes[i];
-    const int32_t block = pop_free();
-    pending_copies_.push_back({tree_.host(node), block, PKV_COPY_LOAD});
-    pool_.set_node(block, node);  // a sealed copy from now on: the load precedes any read
-    tree_.add_copy(node, block);
-    table.ids.push_back(block);
-    stats_.num_loaded_blocks++;
+  for (uint32_t g = 0; g < num_groups(); ++g) {
+    const GroupHits &gh = plan.groups[g];
+    BlockTable &table = out[g];
+    table.ids.assign(gh.first, -1);  // before the window: not held
+    for (size_t i = 0; i < gh.blocks.size(); ++i) {
+      if (gh.blocks[i] >= 0) {
+        table.ids.push_back(gh.blocks[i]);
+        continue;
+      }
+      const uint32_t node = gh.nodes[i];
+      const int32_t block = pop_free();
+      pending_copies_.push_back({tree_.host(node), block, PKV_COPY_LOAD});
+      pool_.set_node(block, node);  // a sealed copy from now on: the load precedes any read
+      tree_.add_copy(node, block);
+      table.ids.push_back(block);
+      stats_.num_loaded_blocks++;
+    }
+    while (table.ids.size() < total) table.ids.push_back(pop_free());
+    table.num_sealed = plan.num_hits;
   }
-  for (uint32_t i = 0; i < plan.num_new_blocks; ++i) table.ids.push_back(pop_free());
-  for (size_t i = 0; i < num_hits; ++i)  // back to the host tier's LRU, as its newest
-    if (plan.hit_blocks[i] < 0) host_.drop_ref(tree_.host(plan.hit_nodes[i]));
+  for (const GroupHits &gh : plan.groups)  // back to the host tier's LRU, as its newest
+    for (size_t i = 0; i < gh.blocks.size(); ++i)
+      if (gh.blocks[i] < 0) host_.drop_ref(tree_.host(gh.nodes[i]));
+  tables.swap(out);
 }
 
-uint32_t BlockManager::admit(BlockTable &table, const std::string &salt, const int32_t *tokens,
+uint32_t BlockManager::admit(SeqTables &tables, const std::string &salt, const int32_t *tokens,
                              uint32_t n) {
-  PKV_ASSERT(table.ids.empty() && n > 0);
+  PKV_ASSERT(tables.empty() && n > 0);
   Admission plan = plan_admission(salt, tokens, n);
   check_space(plan.num_free_needed, "admitting the prompt");
-  reserve(table, plan);
-  table.num_sealed = static_cast<uint32_t>(plan.hit_blocks.size());
-  const uint32_t hit_tokens = table.num_sealed * block_size_;
+  reserve(tables, plan);
+  const uint32_t hit_tokens = plan.num_hits * block_size_;
   if (prefix_caching_) {
+    // A hit token is served by the host tier when a group loaded its block.
+    std::vector<bool> loaded(plan.num_hits, false);
+    for (const GroupHits &gh : plan.groups)
+      for (size_t i = 0; i < gh.blocks.size(); ++i)
+        if (gh.blocks[i] < 0) loaded[gh.first + i] = true;
     stats_.prefix_query_tokens += n;
     stats_.prefix_hit_tokens += hit_tokens;
-    stats_.host_hit_tokens += uint64_t(plan.num_loads) * block_size_;
+    stats_.host_hit_tokens += uint64_t(std::count(loaded.begin(), loaded.end(), true)) * block_size_;
   }
   last_loads_ = plan.num_loads;
   return hit_tokens;
@@ -192,17 +269,29 @@ uint32_t BlockManager::admit(BlockTable &table, const std::string &salt, const i
 
 // ---------------------------------------------------------------- append, fork, free
 
-void BlockManager::reserve_slots(BlockTable &table, uint32_t num_slotted, uint32_t n) {
-  const uint32_t have = static_cast<uint32_t>(table.ids.size());
-  const uint32_t need = blocks_for_tokens(uint64_t(num_slotted) + n, block_size_) - have;
+void BlockManager::reserve_slots(SeqTables &tables, uint32_t num_slotted, uint32_t n) {
+  PKV_ASSERT(tables.size() == num_groups());
+  const uint32_t need = blocks_for_tokens(uint64_t(num_slotted) + n, block_size_) -
+                        static_cast<uint32_t>(tables[0].ids.size());
   // Writing into a partly filled last block that another sequence also references (a fork), or
   // that is a prefix node's sealed copy (a block a truncation cut short), would change KV others
-  // read: copy it first.
-  const bool cow = num_slotted % block_size_ != 0 &&
-                   (pool_.ref(table.ids.back()) > 1 || pool_.node(table.ids.back()) != kNoNode);
-  check_space(need + (cow ? 1 : 0), "appending the tokens");
-  make_room(table.ids, need);
-  make_room(pending_copies_, 2 * (size_t(need) + 1));  // the copy-on-write, an offload per eviction
+  // read: copy it first. (The block of the next token is held in every group, windowed or not.)
+  std::vector<uint8_t> cow(num_groups(), 0);
+  uint32_t needed = 0;
+  for (uint32_t g = 0; g < num_groups(); ++g) {
+    if (num_slotted % block_size_ != 0) {
+      const int32_t last = tables[g].ids.back();
+      cow[g] = pool_.ref(last) > 1 || pool_.node(last) != kNoNode;
+    }
+    needed += need + cow[g];
+  }
+  check_space(needed, "appending the tokens");
+  for (BlockTable &t : tables) make_room(t.ids, need);
+  make_room(pending_copies_, 2 * size_t(needed));  // the copies-on-write, an offload per eviction
+  for (uint32_t g = 0; g < num_groups(); ++g) reserve_group_slots(tables[g], num_slotted, need, cow[g] != 0);
+}
+
+void BlockManager::reserve_group_slots(BlockTable &table, uint32_t num_slotted, uint32_t need, bool cow) {
   if (cow) {
     int32_t src = table.ids.back();
     int32_t dst = pop_free();
@@ -216,24 +305,81 @@ void BlockManager::reserve_slots(BlockTable &table, uint32_t num_slotted, uint32
   for (uint32_t i = 0; i < need; ++i) table.ids.push_back(pop_free());
 }
 
-void BlockManager::fork(const BlockTable &copy) {
-  for (int32_t b : copy.ids) add_ref(b);
+void BlockManager::fork(const SeqTables &copy) {
+  for (const BlockTable &t : copy)
+    for (int32_t b : t.ids)
+      if (b >= 0) add_ref(b);
 }
 
-void BlockManager::free(BlockTable &table) {
+void BlockManager::free(SeqTables &tables) {
   // Reverse table order: the sequence's last blocks reach the free list's tail first, so they
   // are evicted before its first blocks, which other prompts are likelier to share.
-  for (auto it = table.ids.rbegin(); it != table.ids.rend(); ++it) drop_ref(*it);
-  table.ids.clear();
-  table.num_sealed = 0;
+  for (BlockTable &t : tables)
+    for (auto it = t.ids.rbegin(); it != t.ids.rend(); ++it)
+      if (*it >= 0) drop_ref(*it);
+  tables.clear();
 }
 
-void BlockManager::truncate(BlockTable &table, uint32_t keep, size_t taken) {
+void BlockManager::truncate(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t keep,
+                            uint32_t computed, size_t taken) {
+  if (tables.empty()) return;
+  const uint32_t need = blocks_for_tokens(keep, block_size_);
+  const uint64_t next = std::min(computed, keep);
+  // Windowed groups take back the blocks the kept tokens' window needs again, from the prefix
+  // cache, as an admission would: all are found (and room for the loads) before anything changes.
+  struct Revive {
+    uint32_t group, index, node;
+    int32_t block;  // the pool copy shared, or -1: a load from the host tier
+  };
+  std::vector<Revive> revive;
+  uint32_t needed = 0;
+  for (uint32_t g = 0; g < num_groups(); ++g) {
+    if (!windows_[g]) continue;
+    const BlockTable &t = tables[g];
+    const uint32_t first = first_held(g, next);
+    uint32_t end = first;
+    while (end < need && t.ids[end] < 0) end++;
+    if (end == first) continue;
+    std::vector<uint32_t> nodes;
+    std::vector<int32_t> picks;
+    if (prefix_caching_) walk(g, salt, tokens, end, &nodes, &picks);
+    for (uint32_t j = first; j < end; ++j) {
+      if (j >= picks.size() || picks[j] == -2)
+        fail(PKV_ERR_STATE,
+             "truncating to %u tokens needs block %u of KV group %u (window %u) again, and no tier holds its "
+             "KV any more: preempt and resume the sequence instead (it recomputes)",
+             keep, j, g, windows_[g]);
+      revive.push_back({g, j, nodes[j], picks[j]});
+      needed += picks[j] < 0 || pool_.ref(picks[j]) == 0;
+    }
+  }
+  if (!revive.empty()) {
+    check_space(needed, "taking back the blocks of the window");
+    make_room(pending_copies_, 2 * revive.size());  // a load, an offload per eviction
+    for (const Revive &r : revive)  // held first, so no pop below evicts one
+      if (r.block >= 0) add_ref(r.block);
+    for (const Revive &r : revive) {
+      int32_t block = r.block;
+      if (block < 0) {
+        block = pop_free();
+        pending_copies_.push_back({tree_.host(r.node), block, PKV_COPY_LOAD});
+        pool_.set_node(block, r.node);
+        tree_.add_copy(r.node, block);
+        stats_.num_loaded_blocks++;
+      }
+      tables[r.group].ids[r.index] = block;
+    }
+  }
+  for (BlockTable &t : tables) truncate_group(t, keep, taken);
+}
+
+void BlockManager::truncate_group(BlockTable &table, uint32_t keep, size_t taken) {
   const size_t need = blocks_for_tokens(keep, block_size_);
   // From the end: the last blocks reach the free list's tail first, as in free().
   while (table.ids.size() > need) {
     const int32_t b = table.ids.back();
     table.ids.pop_back();
+    if (b < 0) continue;
     drop_ref(b);
     if (pool_.ref(b) == 0) undo_copy_into(b, taken);
   }
@@ -255,8 +401,24 @@ void BlockManager::undo_copy_into(int32_t block, size_t taken) {
 
 // ---------------------------------------------------------------- sealing
 
-void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_t *tokens,
+void BlockManager::seal(SeqTables &tables, const std::string &salt, const int32_t *tokens,
                         uint32_t num_computed) {
+  for (uint32_t g = 0; g < tables.size(); ++g) {
+    BlockTable &t = tables[g];
+    seal_group(g, t, salt, tokens, num_computed);
+    if (!windows_[g]) continue;
+    // Blocks before the window go back (sealed ones stay cached for other prompts), the latest
+    // first as in free(); those before them went back earlier.
+    const uint32_t first = std::min<uint32_t>(first_held(g, num_computed), t.ids.size());
+    for (uint32_t j = first; j-- > 0 && t.ids[j] >= 0;) {
+      drop_ref(t.ids[j]);
+      t.ids[j] = -1;
+    }
+  }
+}
+
+void BlockManager::seal_group(uint32_t group, BlockTable &table, const std::string &salt, const int32_t *tokens,
+                              uint32_t num_computed) {
   if (!prefix_caching_) return;
   const uint32_t full = num_computed / block_size_;
   // Chunks of blocks: their chained hashes first (they need no tree), with their table slots
@@ -264,6 +426,7 @@ void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_
   constexpr uint32_t kChunk = 32;
   uint64_t hashes[kChunk];
   uint32_t j = table.num_sealed;
+  // The last sealed block is held in every group (first_held): the parent of the next one.
   uint64_t parent_hash = j == 0 ? root_hash(seed_, salt.data(), salt.size())
                                 : tree_.hash(pool_.node(table.ids[j - 1]));
   while (j < full) {
@@ -277,7 +440,7 @@ void BlockManager::seal(BlockTable &table, const std::string &salt, const int32_
       const int32_t block = table.ids[j];
       if (pool_.node(block) != kNoNode) continue;  // shared with a sequence that sealed it
       const int32_t *block_tokens = tokens + size_t(j) * block_size_;
-      const uint32_t parent = j == 0 ? tree_.get_or_add_root(salt) : pool_.node(table.ids[j - 1]);
+      const uint32_t parent = j == 0 ? tree_.get_or_add_root(salt, group) : pool_.node(table.ids[j - 1]);
       PKV_ASSERT(parent != kNoNode);
       uint32_t node = tree_.find_child(parent, hashes[i], block_tokens);
       // Same-step duplicates (two prompts computed the same block) become copies of one node.
@@ -320,7 +483,10 @@ uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *
                                         const Admission &plan, uint32_t n, std::vector<int32_t> *host_out) {
   host_out->clear();
   if (!prefix_caching_ || host_.num_blocks() == 0 || n == 0) return 0;
-  const uint32_t first = static_cast<uint32_t>(plan.hit_blocks.size());
+  PKV_ASSERT(num_groups() == 1);  // the engine allows a store with one KV group only
+  const std::vector<int32_t> &hit_blocks = plan.groups[0].blocks;
+  const std::vector<uint32_t> &hit_nodes = plan.groups[0].nodes;
+  const uint32_t first = plan.num_hits;
   // Host blocks that may not take new contents now: those a queued copy reads or writes (their
   // bytes are not yet what the queue says they will be), and the prompt's own host-tier hits.
   std::unordered_set<int32_t> busy;
@@ -328,12 +494,12 @@ uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *
     if (c.kind == PKV_COPY_LOAD || c.kind == PKV_COPY_SWAP_IN) busy.insert(c.src);
     if (c.kind == PKV_COPY_OFFLOAD || c.kind == PKV_COPY_SWAP_OUT) busy.insert(c.dst);
   }
-  for (size_t i = 0; i < plan.hit_blocks.size(); ++i)
-    if (plan.hit_blocks[i] < 0) busy.insert(tree_.host(plan.hit_nodes[i]));
+  for (size_t i = 0; i < hit_blocks.size(); ++i)
+    if (hit_blocks[i] < 0) busy.insert(tree_.host(hit_nodes[i]));
   host_out->reserve(n);
   std::vector<int32_t> held;  // host blocks taken, held (ref 1) until the end
   // The root is made only when a node is added under it: an empty one may not stay.
-  uint32_t parent = first ? plan.hit_nodes[first - 1] : tree_.find_root(salt);
+  uint32_t parent = first ? hit_nodes[first - 1] : tree_.find_root(salt);
   uint64_t parent_hash = parent != kNoNode ? tree_.hash(parent) : root_hash(seed_, salt.data(), salt.size());
   uint32_t done = 0;
   for (; done < n; ++done) {
@@ -368,7 +534,7 @@ uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *
     if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens);
     host_.set_node(host, node);
     tree_.set_host(node, host);
-    if (events_) events_->stored(hash, parent_hash, PKV_TIER_STORE);
+    if (events_) events_->stored(hash, parent_hash, PKV_TIER_STORE, 0);
     host_out->push_back(host);
     parent = node;
     parent_hash = hash;
@@ -407,10 +573,11 @@ void BlockManager::drop_host_ref(int32_t host) {
   if (host_.drop_ref(host)) forget_host_twin(host);
 }
 
-void BlockManager::swap_out(BlockTable &table, std::vector<int32_t> &host) {
+void BlockManager::swap_out(SeqTables &tables, std::vector<int32_t> &host) {
   if (host_.num_blocks() == 0)
     fail(PKV_ERR_UNSUPPORTED, "swapping out needs a host tier (host_num_blocks or host_cache_bytes)");
-  PKV_ASSERT(host.empty());
+  PKV_ASSERT(host.empty() && tables.size() == 1 && !any_windowed());  // the engine allows no host tier with windows
+  BlockTable &table = tables[0];
   uint32_t need = 0;
   for (int32_t d : table.ids) need += host_twin_.count(d) == 0;
   if (need > host_.num_free())
@@ -436,12 +603,13 @@ void BlockManager::swap_out(BlockTable &table, std::vector<int32_t> &host) {
     host.push_back(h);
     stats_.num_swapped_out_blocks++;
   }
-  table.ids.clear();
-  table.num_sealed = 0;
+  tables.clear();
 }
 
-void BlockManager::swap_in(std::vector<int32_t> &host, BlockTable &table) {
-  PKV_ASSERT(table.ids.empty());
+void BlockManager::swap_in(std::vector<int32_t> &host, SeqTables &tables) {
+  PKV_ASSERT(tables.empty() && num_groups() == 1);
+  SeqTables out(1);
+  BlockTable &table = out[0];
   uint32_t need = 0;
   for (int32_t h : host) need += device_twin_.count(h) == 0;
   check_space(need, "swapping in");
@@ -465,6 +633,7 @@ void BlockManager::swap_in(std::vector<int32_t> &host, BlockTable &table) {
     stats_.num_swapped_in_blocks++;
   }
   host.clear();
+  tables.swap(out);
 }
 
 void BlockManager::free_host(std::vector<int32_t> &host) {
@@ -488,32 +657,46 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
       host_refs[h]++;
     }
     const unsigned long long id = o.id;
-    const BlockTable &t = *o.table;
-    if (t.ids.size() != blocks_for_tokens(o.num_slotted, block_size_))
-      fail(PKV_ERR_INTERNAL, "seq %llu: %zu blocks for %u tokens", id, t.ids.size(), o.num_slotted);
     if (o.num_computed > o.num_slotted)
       fail(PKV_ERR_INTERNAL, "seq %llu: more computed than tokens with a slot", id);
-    if (prefix_caching_ && t.num_sealed != o.num_computed / block_size_)
-      fail(PKV_ERR_INTERNAL, "seq %llu: %u sealed blocks, %u full computed ones", id, t.num_sealed,
-           o.num_computed / block_size_);
-    for (int32_t b : t.ids) {
-      if (b < 0 || uint32_t(b) >= num_blocks) fail(PKV_ERR_INTERNAL, "seq %llu: block id %d out of range", id, b);
-      refs[b]++;
-    }
-    // Sealed blocks are copies of the nodes of exactly this sequence's prefix.
-    uint32_t parent = t.num_sealed ? tree_.find_root(*o.salt) : kNoNode;
-    for (uint32_t j = 0; j < t.num_sealed; ++j) {
-      uint32_t node = pool_.node(t.ids[j]);
-      if (node == kNoNode || !tree_.is_live(node) || tree_.parent(node) != parent ||
-          std::memcmp(tree_.tokens(node), o.tokens + size_t(j) * block_size_, sizeof(int32_t) * block_size_) != 0)
-        fail(PKV_ERR_INTERNAL, "seq %llu: block %u is not a copy of its prefix's node", id, j);
-      parent = node;
-    }
-    // No write into a shared or sealed block: every slot still to compute is in a private block.
-    for (uint32_t pos = o.num_computed; pos < o.num_slotted; ++pos) {
-      int32_t b = t.ids[pos / block_size_];
-      if (pool_.ref(b) != 1 || pool_.node(b) != kNoNode)
-        fail(PKV_ERR_INTERNAL, "seq %llu: uncomputed token %u lies in shared or sealed block %d", id, pos, b);
+    if (o.tables->size() != (o.num_slotted ? num_groups() : 0))
+      fail(PKV_ERR_INTERNAL, "seq %llu: %zu tables for %u groups", id, o.tables->size(), num_groups());
+    for (uint32_t g = 0; g < o.tables->size(); ++g) {
+      const BlockTable &t = (*o.tables)[g];
+      if (t.ids.size() != blocks_for_tokens(o.num_slotted, block_size_))
+        fail(PKV_ERR_INTERNAL, "seq %llu group %u: %zu blocks for %u tokens", id, g, t.ids.size(), o.num_slotted);
+      if (prefix_caching_ && t.num_sealed != o.num_computed / block_size_)
+        fail(PKV_ERR_INTERNAL, "seq %llu group %u: %u sealed blocks, %u full computed ones", id, g, t.num_sealed,
+             o.num_computed / block_size_);
+      // A windowed group holds exactly the blocks from first_held on (DESIGN.md §12).
+      const uint32_t first = first_held(g, o.num_computed);
+      for (uint32_t j = 0; j < t.ids.size(); ++j) {
+        const int32_t b = t.ids[j];
+        if ((b < 0) != (j < first))
+          fail(PKV_ERR_INTERNAL, "seq %llu group %u: block %u is %s, the window holds blocks from %u", id, g, j,
+               b < 0 ? "given back" : "held", first);
+        if (b < 0) continue;
+        if (uint32_t(b) >= num_blocks) fail(PKV_ERR_INTERNAL, "seq %llu: block id %d out of range", id, b);
+        refs[b]++;
+      }
+      // Sealed blocks are copies of the nodes of exactly this sequence's prefix, in this group.
+      for (uint32_t j = first; j < t.num_sealed; ++j) {
+        const uint32_t node = pool_.node(t.ids[j]);
+        const uint32_t parent = j == 0 ? tree_.find_root(*o.salt, g)
+                                : j > first ? pool_.node(t.ids[j - 1])
+                                : node != kNoNode && tree_.is_live(node) ? tree_.parent(node) : kNoNode;
+        if (node == kNoNode || !tree_.is_live(node) || tree_.parent(node) != parent || parent == kNoNode ||
+            tree_.group(node) != g ||
+            std::memcmp(tree_.tokens(node), o.tokens + size_t(j) * block_size_, sizeof(int32_t) * block_size_) != 0)
+          fail(PKV_ERR_INTERNAL, "seq %llu group %u: block %u is not a copy of its prefix's node", id, g, j);
+      }
+      // No write into a shared or sealed block: every slot still to compute is in a private block.
+      for (uint32_t pos = o.num_computed; pos < o.num_slotted; ++pos) {
+        const int32_t b = t.ids[pos / block_size_];
+        if (b < 0 || pool_.ref(b) != 1 || pool_.node(b) != kNoNode)
+          fail(PKV_ERR_INTERNAL, "seq %llu group %u: uncomputed token %u lies in shared or sealed block %d", id, g,
+               pos, b);
+      }
     }
   }
   // Each block is in one state per tier: its references are its owners', and a node it holds

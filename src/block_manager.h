@@ -10,6 +10,12 @@
 // prefix hit on that node loads it back into a pool block. Host-tier blocks in use (ref >= 1)
 // hold swapped-out sequences. Every call is all-or-nothing: it checks that enough free blocks
 // exist before it changes anything, and it is O(blocks touched), never O(pool).
+//
+// KV groups (DESIGN.md §12): a sequence has one table per group, all in the one pool, and each
+// group caches its own blocks of a prefix (prefix-tree roots per salt and group). A windowed group
+// gives back the blocks before its window: with next the first token to compute, block j of a
+// windowed group is held iff j >= first_held(window, next) - the window's first block, but never
+// past the last sealed block (the parent of the next block sealed); given-back entries are -1.
 #pragma once
 
 #include <algorithm>
@@ -30,20 +36,23 @@ template <class T> void make_room(std::vector<T> &v, size_t n) {
   if (v.size() + n > v.capacity()) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
 }
 
-// A sequence's blocks as the block manager keeps them. The owner (a Sequence) keeps the tokens;
-// every call that needs them is passed them.
+// A sequence's blocks in one KV group, as the block manager keeps them. The owner (a Sequence)
+// keeps the tokens; every call that needs them is passed them.
 struct BlockTable {
-  std::vector<int32_t> ids;     // physical blocks, in token order
-  uint32_t num_sealed = 0;      // leading blocks that are copies of prefix-tree nodes
+  std::vector<int32_t> ids;     // physical blocks, in token order; -1: given back (windowed group)
+  uint32_t num_sealed = 0;      // leading blocks that are (or, given back, were) copies of
+                                // prefix-tree nodes
 };
+// A sequence's tables, one per KV group; empty while it holds no blocks.
+using SeqTables = std::vector<BlockTable>;
 
 // A table's owner as check() sees it.
 struct TableOwner {
   uint64_t id;
-  const BlockTable *table;
+  const SeqTables *tables;
   const std::string *salt;
   const int32_t *tokens;
-  uint32_t num_slotted;         // tokens the table must cover (0 when it holds no blocks)
+  uint32_t num_slotted;         // tokens the tables must cover (0 when they hold no blocks)
   uint32_t num_computed;        // of which computed
   const std::vector<int32_t> *host_table;  // host-tier blocks (swapped out), else empty
 };
@@ -93,50 +102,67 @@ struct BlockStats {
 class BlockManager {
  public:
   // offload: sealed blocks evicted from the pool go to the host tier (when it has blocks).
+  // group_windows: each KV group's window (0 = full attention); one entry without windows.
   BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching, uint64_t hash_seed,
-               bool constant_hash, uint32_t host_num_blocks, bool offload);
+               bool constant_hash, uint32_t host_num_blocks, bool offload,
+               std::vector<uint32_t> group_windows = {0});
 
-  // What admitting these tokens under this salt would take: the cached blocks it would reuse
-  // (in order) and how many free blocks it would consume.
+  // One group's hits of an admission: blocks [first, num_hits) of the prompt (a windowed group
+  // needs none before first).
+  struct GroupHits {
+    uint32_t first = 0;
+    std::vector<int32_t> blocks;  // the pool block of each hit; -1: a load from the host tier
+    std::vector<uint32_t> nodes;  // the prefix node of each hit
+  };
+  // What admitting these tokens under this salt would take: the cached blocks it would reuse and
+  // how many free blocks it would consume. A hit of h blocks needs every full-attention group to
+  // hold blocks 0 .. h-1 and every windowed group those from first_held(window, h * block_size);
+  // the longest h that every group allows is taken, trying each block boundary.
   struct Admission {
-    std::vector<int32_t> hit_blocks;  // the pool block of each hit; -1: a load from the host tier
-    std::vector<uint32_t> hit_nodes;  // the prefix node of each hit
+    uint32_t num_hits = 0;          // leading blocks of the prompt the cache serves
+    std::vector<GroupHits> groups;  // [num_groups]
     uint32_t num_loads = 0;
-    uint32_t num_new_blocks = 0;
-    uint32_t num_free_needed = 0;  // new blocks + loads + cached hit blocks revived from the free list
+    uint32_t num_new_blocks = 0;    // in all groups
+    uint32_t num_free_needed = 0;   // new blocks + loads + cached hit blocks revived from the free list
   };
   Admission plan_admission(const std::string &salt, const int32_t *tokens, uint32_t n) const;
 
-  // Gives an empty table the blocks of n tokens: prefix hits (pool blocks shared, host-tier ones
+  // Gives empty tables the blocks of n tokens: prefix hits (pool blocks shared, host-tier ones
   // loaded into new pool blocks), then new blocks. Returns the tokens whose KV the hits hold.
   // Throws PKV_ERR_NO_SPACE with nothing changed.
-  uint32_t admit(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t n);
+  uint32_t admit(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t n);
   // Of the last successful admit's hits, how many were loaded from the host tier.
   uint32_t last_admission_loads() const { return last_loads_; }
   // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
   // copy-on-write of a shared, partly filled last block. Throws PKV_ERR_NO_SPACE with nothing
   // changed.
-  void reserve_slots(BlockTable &table, uint32_t num_slotted, uint32_t n);
-  // A copy of a table (a fork) takes a reference on each of its blocks.
-  void fork(const BlockTable &copy);
-  // Drops every block reference of the table, which becomes empty.
-  void free(BlockTable &table);
-  // Rollback (pkv_truncate): the table keeps the blocks of its first `keep` tokens; the others'
+  void reserve_slots(SeqTables &tables, uint32_t num_slotted, uint32_t n);
+  // A copy of tables (a fork) takes a reference on each of their blocks.
+  void fork(const SeqTables &copy);
+  // Drops every block reference of the tables, which become empty.
+  void free(SeqTables &tables);
+  // Rollback (pkv_truncate): the tables keep the blocks of their first `keep` tokens; the others'
   // references go, as free() drops them (sealed ones stay cached). A copy-on-write into a block
   // that goes free is dropped from the queue, unless it is among the first `taken` copies (an open
   // batch's) or a later copy reads that block. A sealed block cut short stays its node's copy:
-  // the next write into it copies it first (reserve_slots). Cannot fail.
-  void truncate(BlockTable &table, uint32_t keep, size_t taken);
+  // the next write into it copies it first (reserve_slots). computed: the sequence's computed
+  // tokens before the cut. A windowed group takes back, from the prefix cache, the blocks it gave
+  // back that the kept tokens' window needs again (pool copies shared, host-tier ones loaded);
+  // when one is no longer cached anywhere: PKV_ERR_STATE, or PKV_ERR_NO_SPACE for the loads, with
+  // nothing changed. Without windows it cannot fail.
+  void truncate(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t keep,
+                uint32_t computed, size_t taken);
   // Swap-out: the table's KV moves to host-tier blocks (appended to host, which was empty) and
   // the table becomes empty; swap-in: back into pool blocks. A block with a twin in the other tier
   // (the same KV, from an earlier move of a sharer) is not copied again. PKV_ERR_UNSUPPORTED
   // without a host tier, PKV_ERR_NO_SPACE with nothing changed.
-  void swap_out(BlockTable &table, std::vector<int32_t> &host);
-  void swap_in(std::vector<int32_t> &host, BlockTable &table);
+  void swap_out(SeqTables &tables, std::vector<int32_t> &host);
+  void swap_in(std::vector<int32_t> &host, SeqTables &tables);
   // Drops the references of a swapped-out table's host blocks; it becomes empty.
   void free_host(std::vector<int32_t> &host);
-  // Seals the table's full, computed blocks (of num_computed tokens) into the prefix tree.
-  void seal(BlockTable &table, const std::string &salt, const int32_t *tokens, uint32_t num_computed);
+  // Seals the tables' full, computed blocks (of num_computed tokens) into the prefix tree; then
+  // windowed groups give back the blocks before first_held.
+  void seal(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t num_computed);
   // While collect is on, seal() records the blocks that made new prefix nodes; take_sealed()
   // hands them over (and forgets them).
   void collect_sealed(bool collect) { collect_sealed_ = collect; }
@@ -172,6 +198,16 @@ class BlockManager {
   // The first n pending copies are done: their sources are released.
   void copies_done(size_t n);
 
+  uint32_t num_groups() const { return static_cast<uint32_t>(windows_.size()); }
+  bool any_windowed() const;
+  // The first block a group holds when the next token to compute is at `next`: 0 for full
+  // attention; for a window, the block of the window's first key, but never past the last sealed
+  // block (the parent of the next one sealed) when prefix caching is on.
+  uint32_t first_held(uint32_t group, uint64_t next) const;
+  // The most blocks a request of prompt + max_new_tokens = total tokens holds at once: its prompt
+  // in every group at admission, or at its end the full groups' total and the windowed groups'
+  // last windows.
+  uint64_t peak_blocks(uint32_t prompt, uint64_t total) const;
   uint32_t num_blocks() const { return pool_.num_blocks(); }
   uint32_t block_size() const { return block_size_; }
   uint32_t num_free() const { return pool_.num_free(); }
@@ -198,7 +234,17 @@ class BlockManager {
   static bool copy_reads_host_tier(int32_t kind) { return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD; }
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
   void drop_ref(int32_t block);   // at 0: cached to the tail, unsealed to the head
-  void reserve(BlockTable &table, const Admission &plan);
+  void reserve(SeqTables &tables, const Admission &plan);
+  // Group g's walk of the prompt's first max_hits blocks through the prefix tree: the node of
+  // each block while there is one, and the pool block a hit would use (-1: load from the host
+  // tier, -2: the node holds no KV; full groups stop there).
+  void walk(uint32_t group, const std::string &salt, const int32_t *tokens, uint32_t max_hits,
+            std::vector<uint32_t> *nodes, std::vector<int32_t> *picks) const;
+  void reserve_group_slots(BlockTable &table, uint32_t num_slotted, uint32_t need, bool cow);
+  void seal_group(uint32_t group, BlockTable &table, const std::string &salt, const int32_t *tokens,
+                  uint32_t num_computed);
+  void truncate_group(BlockTable &table, uint32_t keep, size_t taken);
+  std::vector<uint32_t> windows_;  // per KV group, 0 = full attention
   // Twins: a pool block and a host-tier block holding the same KV. A pair lives while both blocks
   // are referenced and the pool block is not written.
   void add_twins(int32_t device, int32_t host);

@@ -39,11 +39,13 @@ Engine::Engine(const pkv_engine_params &params)
       events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
               params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0,
-              params_.host_num_blocks, params_.host_offload != 0),
+              params_.host_num_blocks, params_.host_offload != 0, groups_.group_window),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
-  if (groups_.num_groups() > 1)  // the block manager's per-group tables come next
-    fail(PKV_ERR_UNSUPPORTED, "layers of different windows (%u KV groups) are not supported yet", groups_.num_groups());
+  if (params_.host_num_blocks && blocks_.any_windowed())
+    fail(PKV_ERR_UNSUPPORTED,
+         "a host tier (swap, offload, store) with sliding windows is not supported yet: set host_num_blocks and "
+         "host_cache_bytes to 0, or sliding_window and layer_windows to full attention");
   if (params.layer_windows) layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
   if (is_fp8(budget_.kv_dtype)) {
@@ -222,7 +224,7 @@ uint64_t Engine::fork(uint64_t parent_id) {
     throw;
   }
   child.id = id;
-  blocks_.fork(child.blocks);  // cannot fail: every block is already in use
+  blocks_.fork(child.tables);  // cannot fail: every block is already in use
   return id;
 }
 
@@ -295,7 +297,7 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
   info.num_tokens = s.num_tokens();
   info.num_computed_tokens = s.num_computed;
   info.num_cached_tokens = s.num_cached;
-  info.num_blocks = static_cast<uint32_t>(s.blocks.ids.size());
+  info.num_blocks = s.tables.empty() ? 0 : static_cast<uint32_t>(s.tables[0].ids.size());
   info.is_preempted = s.state == SeqState::kPreempted;
   info.in_batch = s.in_batch;
   info.cache_salt_len = static_cast<uint32_t>(s.salt.size());
@@ -330,7 +332,7 @@ void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, u
     for (uint32_t i = 0; i < num_seqs; ++i)
       if (const Sequence *s = seqs_.find(seqs[i])) require_manual(*s, "batch");
   open(std::make_unique<Batch>(seqs_, seqs, num_new_tokens, num_seqs, params_.block_size,
-                               blocks_.pending_copies(), false));
+                               groups_.num_groups(), blocks_.pending_copies(), false));
 }
 
 bool Engine::step() {
@@ -345,7 +347,7 @@ bool Engine::step() {
   if (plan.seq_ids.empty()) return false;
   open(std::make_unique<Batch>(seqs_, plan.seq_ids.data(), plan.num_new_tokens.data(),
                                static_cast<uint32_t>(plan.seq_ids.size()), params_.block_size,
-                               blocks_.pending_copies(), true));
+                               groups_.num_groups(), blocks_.pending_copies(), true));
   scheduler_.count_step(plan.num_tokens);
   return true;
 }
@@ -432,7 +434,7 @@ uint32_t Engine::consult_store(const std::string &salt, const int32_t *tokens, u
   if (!store_ || n == 0) return 0;
   const BlockManager::Admission plan = blocks_.plan_admission(salt, tokens, n);
   const uint32_t max_hits = (n - 1) / params_.block_size;  // as plan_admission: the last token computes
-  const uint32_t first = static_cast<uint32_t>(plan.hit_blocks.size());
+  const uint32_t first = plan.num_hits;
   // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
   // pool block as a new one would): the store is not touched.
   if (first >= max_hits || plan.num_free_needed > blocks_.num_free()) return 0;
@@ -475,7 +477,7 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
 
 void Engine::note_store_events() {
   if (!store_) return;
-  for (const StoreWritten &w : store_->take_written()) events_.stored(w.hash, w.parent_hash, PKV_TIER_STORE);
+  for (const StoreWritten &w : store_->take_written()) events_.stored(w.hash, w.parent_hash, PKV_TIER_STORE, 0);
 }
 
 size_t Engine::drain_events(void *out, size_t event_size, size_t cap) {

@@ -16,14 +16,15 @@ class KvEvents {
       : enabled_(enabled), capacity_(capacity ? capacity : uint32_t(PKV_DEFAULT_KV_EVENTS_CAPACITY)), block_size_(block_size) {}
 
   bool enabled() const { return enabled_ && !muted_; }
-  // medium: PKV_TIER_DEVICE or PKV_TIER_HOST, where the block was stored or removed.
-  void stored(uint64_t hash, uint64_t parent_hash, uint32_t medium) {
-    push(PKV_EVENT_BLOCK_STORED, hash, parent_hash, medium);
+  // medium: PKV_TIER_DEVICE or PKV_TIER_HOST, where the block was stored or removed; group: the
+  // KV group whose block it is.
+  void stored(uint64_t hash, uint64_t parent_hash, uint32_t medium, uint32_t group) {
+    push(PKV_EVENT_BLOCK_STORED, hash, parent_hash, medium, group);
   }
-  void removed(uint64_t hash, uint64_t parent_hash, uint32_t medium) {
-    push(PKV_EVENT_BLOCK_REMOVED, hash, parent_hash, medium);
+  void removed(uint64_t hash, uint64_t parent_hash, uint32_t medium, uint32_t group) {
+    push(PKV_EVENT_BLOCK_REMOVED, hash, parent_hash, medium, group);
   }
-  void all_cleared() { push(PKV_EVENT_ALL_CLEARED, 0, 0, PKV_TIER_NONE); }
+  void all_cleared() { push(PKV_EVENT_ALL_CLEARED, 0, 0, PKV_TIER_NONE, 0); }
   // While muted nothing is queued (a reset that ends in one ALL_CLEARED instead).
   void mute(bool m) { muted_ = m; }
   // Moves up to cap events into out, event_size bytes apart: each gets the fields pkv knows,
@@ -31,7 +32,7 @@ class KvEvents {
   size_t drain(void *out, size_t event_size, size_t cap);
 
  private:
-  void push(uint32_t type, uint64_t hash, uint64_t parent_hash, uint32_t medium);
+  void push(uint32_t type, uint64_t hash, uint64_t parent_hash, uint32_t medium, uint32_t group);
 
   bool enabled_;
   bool muted_ = false;

@@ -23,18 +23,24 @@ uint64_t PrefixTree::map_key(uint32_t parent, uint64_t hash) const {
   return hash;
 }
 
-uint32_t PrefixTree::find_root(const std::string &salt) const {
-  auto it = roots_.find(salt);
+std::string PrefixTree::root_key(const std::string &salt, uint32_t group) {
+  std::string key(reinterpret_cast<const char *>(&group), sizeof group);
+  return key.append(salt);
+}
+
+uint32_t PrefixTree::find_root(const std::string &salt, uint32_t group) const {
+  auto it = roots_.find(root_key(salt, group));
   return it == roots_.end() ? kNoNode : it->second;
 }
 
-uint32_t PrefixTree::get_or_add_root(const std::string &salt) {
-  uint32_t root = find_root(salt);
+uint32_t PrefixTree::get_or_add_root(const std::string &salt, uint32_t group) {
+  uint32_t root = find_root(salt, group);
   if (root != kNoNode) return root;
   root = new_node();
   nodes_[root].hash = root_hash(seed_, salt.data(), salt.size());
-  roots_.emplace(salt, root);
-  root_salts_.emplace(root, salt);
+  nodes_[root].group = group;
+  roots_.emplace(root_key(salt, group), root);
+  root_salts_.emplace(root, RootKey{salt, group});
   return root;
 }
 
@@ -71,6 +77,7 @@ uint32_t PrefixTree::add_child(uint32_t parent, uint64_t hash, const int32_t *to
   Node &n = nodes_[id];
   n.parent = parent;
   n.hash = hash;
+  n.group = nodes_[parent].group;
   std::memcpy(&tokens_[size_t(id) * block_size_], tokens, sizeof(int32_t) * block_size_);
   children_.insert(map_key(parent, hash), id);
   nodes_[parent].num_children++;
@@ -81,7 +88,7 @@ uint32_t PrefixTree::add_child(uint32_t parent, uint64_t hash, const int32_t *to
 void PrefixTree::add_copy(uint32_t node, int32_t block) {
   Node &n = nodes_[node];
   n.copies.push_back(block);
-  if (n.copies.size() == 1 && events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_DEVICE);
+  if (n.copies.size() == 1 && events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_DEVICE, n.group);
 }
 
 void PrefixTree::remove_copy(uint32_t node, int32_t block) {
@@ -90,7 +97,8 @@ void PrefixTree::remove_copy(uint32_t node, int32_t block) {
   PKV_ASSERT(it != c.end());
   *it = c.back();
   c.pop_back();
-  if (c.empty() && events_) events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash, PKV_TIER_DEVICE);
+  if (c.empty() && events_)
+    events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash, PKV_TIER_DEVICE, nodes_[node].group);
   maybe_remove(node);
 }
 
@@ -98,14 +106,14 @@ void PrefixTree::set_host(uint32_t node, int32_t host_block) {
   Node &n = nodes_[node];
   PKV_ASSERT(n.host < 0 && host_block >= 0);
   n.host = host_block;
-  if (events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST);
+  if (events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST, n.group);
 }
 
 void PrefixTree::clear_host(uint32_t node) {
   Node &n = nodes_[node];
   PKV_ASSERT(n.host >= 0);
   n.host = -1;
-  if (events_) events_->removed(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST);
+  if (events_) events_->removed(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST, n.group);
   maybe_remove(node);
 }
 
@@ -117,7 +125,7 @@ void PrefixTree::maybe_remove(uint32_t node) {
     if (parent == kNoNode) {
       auto it = root_salts_.find(node);
       PKV_ASSERT(it != root_salts_.end());
-      roots_.erase(it->second);
+      roots_.erase(root_key(it->second.salt, it->second.group));
       root_salts_.erase(it);
     } else {
       PKV_ASSERT(children_.erase(map_key(parent, n.hash), node));
@@ -138,13 +146,14 @@ void PrefixTree::check() const {
     if (!n.live) continue;
     if (n.parent == kNoNode) {
       auto it = root_salts_.find(i);
-      if (it == root_salts_.end() || find_root(it->second) != i)
+      if (it == root_salts_.end() || find_root(it->second.salt, it->second.group) != i || n.group != it->second.group)
         fail(PKV_ERR_INTERNAL, "prefix root %u not registered", i);
-      if (n.hash != root_hash(seed_, it->second.data(), it->second.size()))
+      if (n.hash != root_hash(seed_, it->second.salt.data(), it->second.salt.size()))
         fail(PKV_ERR_INTERNAL, "prefix root %u has a wrong hash", i);
     } else {
       live++;
       if (!nodes_[n.parent].live) fail(PKV_ERR_INTERNAL, "prefix node %u has a dead parent", i);
+      if (n.group != nodes_[n.parent].group) fail(PKV_ERR_INTERNAL, "prefix node %u: not its parent's group", i);
       children[n.parent]++;
       if (n.hash != child_hash(n.parent, tokens(i)))
         fail(PKV_ERR_INTERNAL, "prefix node %u: hash does not match parent and tokens", i);

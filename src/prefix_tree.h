@@ -1,7 +1,8 @@
 // The exact block-level prefix cache (DESIGN.md §4).
 //
 // A node is one full block of tokens under one exact prefix: (parent node, tokens). Roots are one
-// per cache salt and hold no tokens. A node keeps the pool blocks whose KV holds it (its copies)
+// per (cache salt, KV group) and hold no tokens: each KV group (DESIGN.md §12) caches its own
+// blocks of a prefix, under the salt's canonical root hash. A node keeps the pool blocks whose KV holds it (its copies)
 // and at most one host-tier block (its offloaded copy, DESIGN.md §11). Children are found through one hash map keyed by (parent, hash of the block) and the
 // tokens are compared on every hit, so a hash collision, a crafted collision or a block reused
 // under another prefix can never serve wrong KV. Nodes without copies in either tier and without
@@ -28,11 +29,13 @@ class PrefixTree {
   // events go, with the tier as their medium; may be null.
   void set_events(KvEvents *events) { events_ = events; }
 
-  // The root of a salt, or kNoNode when no block was ever sealed under it.
-  uint32_t find_root(const std::string &salt) const;
-  uint32_t get_or_add_root(const std::string &salt);
+  // The root of a salt in a KV group, or kNoNode when no block was ever sealed under it.
+  uint32_t find_root(const std::string &salt, uint32_t group = 0) const;
+  uint32_t get_or_add_root(const std::string &salt, uint32_t group = 0);
   // The salt of a root (a node whose parent is kNoNode).
-  const std::string &root_salt(uint32_t root) const { return root_salts_.at(root); }
+  const std::string &root_salt(uint32_t root) const { return root_salts_.at(root).salt; }
+  // The KV group of a node (its root's).
+  uint32_t group(uint32_t node) const { return nodes_[node].group; }
 
   // The canonical hash of the child of `parent` holding `tokens` (block_size of them).
   uint64_t child_hash(uint32_t parent, const int32_t *tokens) const;
@@ -75,12 +78,18 @@ class PrefixTree {
   struct Node {
     uint32_t parent = kNoNode;
     uint32_t num_children = 0;
+    uint32_t group = 0;
     bool live = false;
     uint64_t hash = 0;                 // canonical hash
     std::vector<int32_t> copies;       // pool blocks
     int32_t host = -1;                 // host-tier block, -1 when none
   };
 
+  struct RootKey {
+    std::string salt;
+    uint32_t group;
+  };
+  static std::string root_key(const std::string &salt, uint32_t group);
   uint64_t map_key(uint32_t parent, uint64_t hash) const;
   uint32_t new_node();
   void maybe_remove(uint32_t node);
@@ -94,8 +103,8 @@ class PrefixTree {
   std::vector<uint32_t> free_nodes_;
   size_t num_live_ = 0;
   NodeTable children_;                               // map_key(parent, hash) -> node
-  std::unordered_map<std::string, uint32_t> roots_;  // salt -> root
-  std::unordered_map<uint32_t, std::string> root_salts_;
+  std::unordered_map<std::string, uint32_t> roots_;  // root_key(salt, group) -> root
+  std::unordered_map<uint32_t, RootKey> root_salts_;
 };
 
 }  // namespace pkv

@@ -24,7 +24,7 @@ template <class F> bool fits(F &&f) {
 uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt, const int32_t *tokens,
                        uint32_t n, uint32_t first, uint32_t got, const std::vector<uint8_t> &values) {
   const BlockManager::Admission plan = blocks.plan_admission(salt, tokens, n);
-  const uint32_t now = static_cast<uint32_t>(plan.hit_blocks.size());
+  const uint32_t now = plan.num_hits;
   if (now < first || now >= first + got) return 0;  // a gap before them, or nothing left to add
   const uint32_t skip = now - first;
   std::vector<int32_t> host;
@@ -47,10 +47,10 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
   PKV_REQUIRE(total <= INT32_MAX && (limits_.max_model_len == 0 || total <= limits_.max_model_len),
               "prompt (%u) + max_new_tokens (%u) exceed max_model_len %u: this request can never run",
               n, rp.max_new_tokens, limits_.max_model_len);
-  const uint32_t need = blocks_for_tokens(total, limits_.block_size);
+  const uint64_t need = blocks_.peak_blocks(n, total);  // every KV group's
   PKV_REQUIRE(need <= limits_.num_blocks,
-              "prompt (%u) + max_new_tokens (%u) need %u blocks, the pool has %u: this request can never run",
-              n, rp.max_new_tokens, need, limits_.num_blocks);
+              "prompt (%u) + max_new_tokens (%u) need %llu blocks, the pool has %u: this request can never run",
+              n, rp.max_new_tokens, (unsigned long long)need, limits_.num_blocks);
   Sequence &s = seqs_.create();
   try {
     s.salt = salt;
@@ -131,7 +131,7 @@ bool Scheduler::start_lookup(Sequence &s) {
   s.request.store_looked_up = true;
   const uint32_t n = s.num_tokens();
   const BlockManager::Admission plan = blocks_.plan_admission(s.salt, s.tokens.data(), n);
-  const uint32_t max_hits = (n - 1) / limits_.block_size, first = static_cast<uint32_t>(plan.hit_blocks.size());
+  const uint32_t max_hits = (n - 1) / limits_.block_size, first = plan.num_hits;
   if (first >= max_hits) return false;
   std::vector<StoreKey> keys;
   store_->keys(s.salt, s.tokens.data(), max_hits, &keys);

@@ -23,7 +23,7 @@ const char *state_name(SeqState state) {
 void admit(Sequence &s, BlockManager &blocks) {
   PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
   PKV_ASSERT(s.num_unslotted == 0);
-  const uint32_t hit = blocks.admit(s.blocks, s.salt, s.tokens.data(), s.num_tokens());
+  const uint32_t hit = blocks.admit(s.tables, s.salt, s.tokens.data(), s.num_tokens());
   s.num_cached = hit;
   s.num_computed = hit;
   s.state = SeqState::kRunning;
@@ -32,14 +32,14 @@ void admit(Sequence &s, BlockManager &blocks) {
 void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n) {
   PKV_ASSERT(s.running() && s.num_unslotted == 0);
   make_room(s.tokens, n);  // before the slots: the insert below cannot fail
-  blocks.reserve_slots(s.blocks, s.num_slotted(), n);
+  blocks.reserve_slots(s.tables, s.num_slotted(), n);
   s.tokens.insert(s.tokens.end(), tokens, tokens + n);
 }
 
 void reserve_unslotted(Sequence &s, BlockManager &blocks) {
   PKV_ASSERT(s.running());
   if (s.num_unslotted == 0) return;
-  blocks.reserve_slots(s.blocks, s.num_slotted(), s.num_unslotted);
+  blocks.reserve_slots(s.tables, s.num_slotted(), s.num_unslotted);
   s.num_unslotted = 0;
 }
 
@@ -47,7 +47,7 @@ namespace {
 
 void give_back(Sequence &s, BlockManager &blocks, SeqState to) {
   PKV_ASSERT(s.running());
-  blocks.free(s.blocks);
+  blocks.free(s.tables);
   s.num_computed = 0;
   s.num_unslotted = 0;
   s.state = to;
@@ -68,37 +68,37 @@ void finish(Sequence &s, BlockManager &blocks, uint32_t reason) {
 
 void swap_out(Sequence &s, BlockManager &blocks) {
   PKV_ASSERT(s.running());  // a request's sampled token awaiting its slot stays so, swapped
-  blocks.swap_out(s.blocks, s.host_blocks);
+  blocks.swap_out(s.tables, s.host_blocks);
   s.state = SeqState::kSwapped;
 }
 
 void swap_in(Sequence &s, BlockManager &blocks) {
   PKV_ASSERT(s.state == SeqState::kSwapped);
-  blocks.swap_in(s.host_blocks, s.blocks);  // the slotted tokens' blocks
+  blocks.swap_in(s.host_blocks, s.tables);  // the slotted tokens' blocks
   s.state = SeqState::kRunning;
   // The blocks' KV is the computed tokens' (their copies come first in the next step): its
   // full blocks join the prefix tree as copies of their nodes again.
-  blocks.seal(s.blocks, s.salt, s.tokens.data(), s.num_computed);
+  blocks.seal(s.tables, s.salt, s.tokens.data(), s.num_computed);
 }
 
 void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken) {
   PKV_ASSERT((s.running() || s.state == SeqState::kPreempted) && n >= 1 && n <= s.num_tokens());
   PKV_ASSERT(s.num_unslotted == 0);  // sequences of pkv_allocate: every token has its slot
-  if (s.running()) blocks.truncate(s.blocks, n, taken);
+  if (s.running()) blocks.truncate(s.tables, s.salt, s.tokens.data(), n, s.num_computed, taken);
   s.tokens.resize(n);
   s.num_computed = std::min(s.num_computed, n);
   s.num_cached = std::min(s.num_cached, n);
 }
 
 void free_kv(Sequence &s, BlockManager &blocks) {
-  blocks.free(s.blocks);
+  blocks.free(s.tables);
   blocks.free_host(s.host_blocks);
 }
 
 void computed(Sequence &s, BlockManager &blocks, uint32_t n) {
   PKV_ASSERT(s.running() && n <= s.num_uncomputed());
   s.num_computed += n;
-  blocks.seal(s.blocks, s.salt, s.tokens.data(), s.num_computed);
+  blocks.seal(s.tables, s.salt, s.tokens.data(), s.num_computed);
 }
 
 void add_sampled(Sequence &s, int32_t token) {
@@ -141,7 +141,7 @@ void SequenceTable::discard(uint64_t id) {
 
 void SequenceTable::erase(uint64_t id) {
   const Sequence &s = get(id);
-  PKV_ASSERT(s.blocks.ids.empty() && s.host_blocks.empty() && !s.in_batch);
+  PKV_ASSERT(s.tables.empty() && s.host_blocks.empty() && !s.in_batch);
   seqs_.erase(id);
 }
 
@@ -155,7 +155,7 @@ std::vector<TableOwner> SequenceTable::owners() const {
   std::vector<TableOwner> out;
   out.reserve(seqs_.size());
   for (const auto &[id, s] : seqs_)
-    out.push_back(TableOwner{id, &s.blocks, &s.salt, s.tokens.data(), s.running() ? s.num_slotted() : 0,
+    out.push_back(TableOwner{id, &s.tables, &s.salt, s.tokens.data(), s.running() ? s.num_slotted() : 0,
                              s.running() ? s.num_computed : 0, &s.host_blocks});
   return out;
 }

@@ -42,7 +42,8 @@ struct Sequence {
   SeqState state = SeqState::kWaiting;
   std::string salt;              // cache salt: sequences with different salts share nothing
   std::vector<int32_t> tokens;   // prompt, appended and sampled tokens
-  BlockTable blocks;             // covers num_slotted() tokens while running, else empty
+  SeqTables tables;              // one per KV group, covering num_slotted() tokens while
+                                 // running; else empty
   std::vector<int32_t> host_blocks;  // host-tier blocks while swapped, else empty
   uint32_t num_computed = 0;     // tokens whose KV is in the pool (cached ones included)
   uint32_t num_cached = 0;       // tokens served by the prefix cache at the last admission
@@ -77,8 +78,9 @@ void swap_out(Sequence &s, BlockManager &blocks);
 // Swapped -> running: back into pool blocks (copies queued), full computed blocks sealed again.
 void swap_in(Sequence &s, BlockManager &blocks);
 // Running or preempted: keeps the first n tokens (1 <= n <= its tokens); blocks no token needs
-// any more go back; computed and cached counts shrink with it. Cannot fail.
-// taken: the queued copies an open batch holds (BlockManager::truncate).
+// any more go back; computed and cached counts shrink with it. Fails (nothing changed) only when
+// a windowed group cannot take back a block the kept window needs (BlockManager::truncate).
+// taken: the queued copies an open batch holds.
 void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken);
 // Gives back whatever the sequence holds, in either tier (pkv_release).
 void free_kv(Sequence &s, BlockManager &blocks);
