@@ -23,6 +23,25 @@ static void defaults(demo_options *o) {
   o->max_model_len = 1024, o->stop_token = 2;
 }
 
+/* --windows: W[,W...] repeated over the layers. */
+static int parse_windows(demo_options *o) {
+  uint32_t list[16], n = 0;
+  const char *s = o->windows;
+  while (*s) {
+    char *end = NULL;
+    if (*s < '0' || *s > '9' || n == 16) return -1;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || v > 1u << 30) return -1;
+    list[n++] = (uint32_t)v;
+    s = end;
+    if (*s == ',' && s[1]) s++;
+    else if (*s) return -1;
+  }
+  if (n == 0) return -1;
+  for (uint32_t l = 0; l < 16; l++) o->layer_windows[l] = list[l % n];
+  return 0;
+}
+
 static int parse(demo_options *o, int argc, char **argv) {
   cli_flag flags[] = {
       {"requests", CLI_U32, &o->num_requests, "N", "requests in the workload (default 64)", 0},
@@ -39,6 +58,7 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"preemption", CLI_STRING, &o->preemption, "MODE", "that run's preemption: swap or auto (default swap)", 0},
       {"store", CLI_STRING, &o->store, "DIR|redis://HOST:PORT", "instead: pkv cold, filling this store, then warm from it in a second process (DIR is made if missing; a Redis server is yours to start)", 0},
       {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG of KV utilization and running sequences per step", 0},
+      {"windows", CLI_STRING, &o->windows, "W,W,...", "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory", 0},
   };
   const cli_command cmd = {
       "demo", "demo [options]",
@@ -70,6 +90,10 @@ static int parse(demo_options *o, int argc, char **argv) {
     bad = "--store needs prefix caching (the store holds prefix blocks): drop --no-prefix-caching";
   else if (o->store && o->plot)
     bad = "--plot draws pkv against the contiguous baseline, which --store does not run";
+  else if (o->windows && (o->store || o->host_cache))
+    bad = "--windows runs without a host tier (pkv does not yet combine windows with --host-cache or --store)";
+  else if (o->windows && parse_windows(o) != 0)
+    bad = "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
   if (!bad) return CLI_PARSED;
   fprintf(stderr, "pkv demo: %s\n", bad);
   return CLI_BAD_USAGE;
@@ -223,6 +247,56 @@ static int print_host_tier(const demo_options *o, const demo_workload *w, const 
   return differ ? -1 : 0;
 }
 
+/* --windows: the pool of the windowed run holds blocks of group_layers layers, so it gets
+ * num_blocks * num_layers / group_layers of them - the same bytes as the other runs. 0, or -1. */
+static int windowed_pool(demo_options *o, const model *m) {
+  pkv_engine_params p;
+  pkv_engine_params_init(&p, sizeof p);
+  p.num_layers = m->c.num_layers, p.num_q_heads = m->c.num_q_heads, p.num_kv_heads = m->c.num_kv_heads;
+  p.head_dim = m->c.head_dim, p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU;
+  p.layer_windows = o->layer_windows;
+  uint32_t windows[16], groups = 0, group_layers = 0;
+  if (pkv_kv_groups(&p, NULL, NULL, windows, 16, &groups, &group_layers) != PKV_OK) {
+    fprintf(stderr, "pkv demo: --windows: %s\n", pkv_last_error());
+    return -1;
+  }
+  o->paged_blocks = (uint32_t)((uint64_t)o->num_blocks * m->c.num_layers / group_layers);
+  printf("  windows    ");
+  for (uint32_t l = 0; l < m->c.num_layers; l++) printf("%s%u", l ? "," : "", o->layer_windows[l]);
+  printf(" (per layer): %u KV groups of %u layers; pkv's pool: %u blocks of %u layers\n\n", groups,
+         group_layers, o->paged_blocks, group_layers);
+  return 0;
+}
+
+/* --windows: the same model with full attention, in the same memory (its tokens differ: another
+ * model). */
+static int print_full_attention(const demo_options *o, const demo_workload *w, const model *m, const demo_result *p) {
+  demo_options of = *o;
+  of.full_attention = 1, of.paged_blocks = 0;
+  demo_result f;
+  memset(&f, 0, sizeof f);
+  if (demo_result_init(&f, "pkv, full attention", w) != 0 || demo_run_paged(&of, w, m, &f) != 0) {
+    fprintf(stderr, "pkv demo: the full-attention run failed: %s\n", f.error);
+    demo_result_free(&f, w);
+    return -1;
+  }
+  printf("\n  the same model with full attention in every layer, in the same memory:\n");
+  printf("  %-34s %20s %20s\n", "", "windows", "full attention");
+  char a[48], b[48];
+  snprintf(a, sizeof a, "%u / %.1f", p->max_running, (double)p->sum_running / (double)p->steps);
+  snprintf(b, sizeof b, "%u / %.1f", f.max_running, (double)f.sum_running / (double)f.steps);
+  ROW("running sequences, max / mean", "%s", a, "%s", b);
+  ROW("generated tokens/s", "%.0f", per_s((double)p->generated_tokens, p->wall_s), "%.0f",
+      per_s((double)f.generated_tokens, f.wall_s));
+  ROW("steps", "%llu", (unsigned long long)p->steps, "%llu", (unsigned long long)f.steps);
+  ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%llu", (unsigned long long)f.preemptions);
+  printf("\n  windows ran %.2fx the sequences at once (mean) and %.2fx the generated tokens/s.\n",
+         per_s((double)p->sum_running / (double)p->steps, (double)f.sum_running / (double)f.steps),
+         per_s(per_s((double)p->generated_tokens, p->wall_s), per_s((double)f.generated_tokens, f.wall_s)));
+  demo_result_free(&f, w);
+  return 0;
+}
+
 /* Runs one design; prints its failure. */
 static int run(int paged, const demo_options *o, const demo_workload *w, const model *m,
                demo_result *r) {
@@ -250,6 +324,11 @@ int cmd_demo(int argc, char **argv) {
     return CLI_EXIT_FAIL;
   }
   print_header(&o, &w, &m);
+  if (o.windows && windowed_pool(&o, &m) != 0) {
+    demo_workload_free(&w);
+    model_free(&m);
+    return CLI_EXIT_FAIL;
+  }
   fflush(stdout);
   if (o.store) {
     rc = demo_store_runs(&o, &w, &m);
@@ -265,6 +344,7 @@ int cmd_demo(int argc, char **argv) {
     print_summary(&o, &p, &c);
     rc = compare_tokens(&w, &p, &c);
   }
+  if (rc == 0 && o.windows) rc = print_full_attention(&o, &w, &m, &p);
   if (rc == 0 && o.host_cache) {
     demo_options oh = o;
     oh.preemption_mode = o.preemption && strcmp(o.preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;

@@ -32,6 +32,10 @@ typedef struct demo_options {
   int32_t stop_token;
   const char *store;        /* --store: a directory or redis://HOST[:PORT]; NULL = no store runs */
   const pkv_store_params *store_params; /* a paged run's store (set per run by demo_store.c) */
+  const char *windows;      /* --windows: per-layer sliding windows, the list repeated over layers */
+  uint32_t layer_windows[16]; /* parsed from it; all 0 = full attention */
+  int full_attention;       /* a paged run that ignores layer_windows (the comparison run) */
+  uint32_t paged_blocks;    /* a paged run's pool: num_blocks scaled to the same bytes (set per run) */
 } demo_options;
 
 typedef struct demo_request {

@@ -51,8 +51,10 @@ static int attend(void *ctx, uint32_t layer, const float *q, const float *k, con
     memcpy(c->v_cache + at, v + (size_t)row * c->kvd, c->kvd * sizeof(float));
   }
   for (uint32_t row = 0; row < rows; row++) {
-    const uint32_t ctx_len = (uint32_t)c->positions[row] + 1;
-    const size_t base = slot_offset(c, c->row_slot[row], layer, 0);
+    /* A windowed layer (--windows) attends to its window's keys only, as pkv's does. */
+    const uint32_t pos = (uint32_t)c->positions[row], w = c->o->windows ? c->o->layer_windows[layer] : 0;
+    const uint32_t first = w && pos + 1 > w ? pos + 1 - w : 0, ctx_len = pos + 1 - first;
+    const size_t base = slot_offset(c, c->row_slot[row], layer, first);
     for (uint32_t h = 0; h < QH; h++) {
       const float *qh = q + ((size_t)row * QH + h) * D;
       const size_t head = (size_t)(h / group) * D;

@@ -59,7 +59,8 @@ static int create(paged_run *p) {
   ep.device = PKV_DEVICE_CPU;
   ep.max_model_len = p->o->max_model_len;
   ep.block_size = p->o->block_size;
-  ep.num_blocks = p->o->num_blocks;
+  ep.num_blocks = p->o->paged_blocks ? p->o->paged_blocks : p->o->num_blocks;
+  if (p->o->windows && !p->o->full_attention) ep.layer_windows = p->o->layer_windows;
   ep.enable_prefix_caching = p->o->no_prefix_caching ? 0 : 1;
   ep.max_num_seqs = p->o->max_num_seqs;
   ep.max_num_batched_tokens = p->o->step_tokens;
