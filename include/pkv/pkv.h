@@ -508,7 +508,11 @@ PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
  * the prefix cache), a copy-on-write block only the dropped tokens needed goes with them, and the
  * computed count becomes at most num_tokens. A sealed block the cut leaves partly filled stays in
  * the prefix cache: the next append copies it before writing. seq must be running or preempted,
- * outside the open batch, and one of pkv_allocate's (PKV_ERR_STATE otherwise). Since 0.2.0. */
+ * outside the open batch, and one of pkv_allocate's (PKV_ERR_STATE otherwise). With sliding
+ * windows, a windowed KV group takes back from the prefix cache the blocks it gave back that the
+ * kept tokens' window reaches again (a cut of a few tokens near a block edge); when the cache no
+ * longer holds one (evicted, or prefix caching off): PKV_ERR_STATE, nothing changed - preempt and
+ * resume the sequence instead. Since 0.2.0. */
 PKV_API pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens);
 
 /* Preemption by recompute: seq gives back all its blocks (as pkv_release does) but keeps its
@@ -538,7 +542,8 @@ struct pkv_seq_info {
   uint32_t num_tokens;            /* prompt + appended (and sampled) tokens */
   uint32_t num_computed_tokens;   /* tokens whose KV is in the pool (cached ones included) */
   uint32_t num_cached_tokens;     /* tokens served by the prefix cache at the last admission */
-  uint32_t num_blocks;            /* length of the block table */
+  uint32_t num_blocks;            /* length of the block table (of each KV group's: entries a
+                                     windowed group gave back count, as -1) */
   uint32_t is_preempted;          /* 1 from a preemption (pkv_preempt, or the scheduler's) until
                                      the sequence is re-admitted */
   uint32_t in_batch;              /* 1 while an open batch includes it */
