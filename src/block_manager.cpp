@@ -168,34 +168,39 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
   const uint32_t total = blocks_for_tokens(n, block_size_);
   // At least the last token is computed: a prompt of whole blocks recomputes its last block.
   uint32_t limit = prefix_caching_ ? (n - 1) / block_size_ : 0;
-  std::vector<std::vector<uint32_t>> nodes(groups);
-  std::vector<std::vector<int32_t>> picks(groups);
+  plan.groups.resize(groups);
   for (uint32_t g = 0; g < groups && limit; ++g) {
-    walk(g, salt, tokens, limit, &nodes[g], &picks[g]);
-    limit = std::min<uint32_t>(limit, picks[g].size());  // no node past the walk's end
-  }
-  // Windowed groups: a hit of h blocks needs blocks first_held .. h-1. missing[g][j]: blocks
-  // before j holding no KV, so each boundary is tried in O(groups).
-  std::vector<std::vector<uint32_t>> missing(groups);
-  for (uint32_t g = 0; g < groups && limit; ++g) {
-    if (!windows_[g]) continue;
-    missing[g].assign(limit + 1, 0);
-    for (uint32_t j = 0; j < limit; ++j) missing[g][j + 1] = missing[g][j] + (picks[g][j] == -2);
+    GroupHits &gh = plan.groups[g];
+    walk(g, salt, tokens, limit, &gh.nodes, &gh.blocks);
+    limit = std::min<uint32_t>(limit, gh.blocks.size());  // no node past the walk's end
   }
   uint32_t h = limit;
-  for (; h > 0; --h) {
-    bool ok = true;
-    for (uint32_t g = 0; g < groups && ok; ++g)
-      if (windows_[g]) ok = missing[g][h] == missing[g][first_held(g, uint64_t(h) * block_size_)];
-    if (ok) break;
+  if (any_windowed() && h) {
+    // Windowed groups: a hit of h blocks needs blocks first_held .. h-1. missing[g][j]: blocks
+    // before j holding no KV, so each boundary is tried in O(groups).
+    std::vector<std::vector<uint32_t>> missing(groups);
+    for (uint32_t g = 0; g < groups; ++g) {
+      if (!windows_[g]) continue;
+      missing[g].assign(limit + 1, 0);
+      for (uint32_t j = 0; j < limit; ++j) missing[g][j + 1] = missing[g][j] + (plan.groups[g].blocks[j] == -2);
+    }
+    for (; h > 0; --h) {
+      bool ok = true;
+      for (uint32_t g = 0; g < groups && ok; ++g)
+        if (windows_[g]) ok = missing[g][h] == missing[g][first_held(g, uint64_t(h) * block_size_)];
+      if (ok) break;
+    }
   }
   plan.num_hits = h;
-  plan.groups.resize(groups);
   for (uint32_t g = 0; g < groups; ++g) {
     GroupHits &gh = plan.groups[g];
     gh.first = first_held(g, uint64_t(h) * block_size_);
-    gh.blocks.assign(picks[g].begin() + gh.first, picks[g].begin() + h);
-    gh.nodes.assign(nodes[g].begin() + gh.first, nodes[g].begin() + h);
+    gh.blocks.resize(std::min<size_t>(gh.blocks.size(), h));
+    gh.nodes.resize(gh.blocks.size());
+    if (gh.first) {
+      gh.blocks.erase(gh.blocks.begin(), gh.blocks.begin() + gh.first);
+      gh.nodes.erase(gh.nodes.begin(), gh.nodes.begin() + gh.first);
+    }
     for (int32_t b : gh.blocks) {
       PKV_ASSERT(b != -2);
       if (b < 0) plan.num_loads++;
