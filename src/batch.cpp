@@ -43,7 +43,17 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
   for (uint32_t i = 0; i < num_seqs; ++i)
     std::copy(block_indices_.begin() + block_indptr_[i], block_indices_.begin() + block_indptr_[i + 1],
               block_tables_.begin() + size_t(i) * max_blocks_per_seq_);
-  // Every group's slots and tables, group 0's first (the same as the fields above).
+  // Every group's slots and tables, group 0's first (the fields above: one group needs no more).
+  if (num_groups_ > 1) plan_groups(seqs);
+  for (const BlockCopy &c : copies_) {
+    copy_src_.push_back(c.src);
+    copy_dst_.push_back(c.dst);
+    copy_kind_.push_back(c.kind);
+  }
+}
+
+void Batch::plan_groups(const SequenceTable &seqs) {
+  const size_t num_seqs = seq_ids_.size();
   group_slot_mapping_ = slot_mapping_;
   group_slot_mapping_.reserve(size_t(num_groups_) * slot_mapping_.size());
   group_block_tables_ = block_tables_;
@@ -59,11 +69,6 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
       std::copy(t.begin(), t.begin() + n,
                 group_block_tables_.begin() + (size_t(g) * num_seqs + i) * max_blocks_per_seq_);
     }
-  for (const BlockCopy &c : copies_) {
-    copy_src_.push_back(c.src);
-    copy_dst_.push_back(c.dst);
-    copy_kind_.push_back(c.kind);
-  }
 }
 
 void Batch::plan_seq(const Sequence &s, uint32_t num_new) {
@@ -114,8 +119,8 @@ pkv_batch_view Batch::view() const {
   v.sample_rows = sample_rows_.data();
   v.copy_kind = copy_kind_.data();
   v.num_kv_groups = num_groups_;
-  v.group_slot_mapping = group_slot_mapping_.data();
-  v.group_block_tables = group_block_tables_.data();
+  v.group_slot_mapping = num_groups_ > 1 ? group_slot_mapping_.data() : slot_mapping_.data();
+  v.group_block_tables = num_groups_ > 1 ? group_block_tables_.data() : block_tables_.data();
   return v;
 }
 

@@ -30,6 +30,7 @@ class Batch {
 
  private:
   void plan_seq(const Sequence &s, uint32_t num_new);
+  void plan_groups(const SequenceTable &seqs);  // group_* of groups 1 .. num_groups - 1 too
 
   bool from_step_;
   uint32_t block_size_;
@@ -50,8 +51,8 @@ class Batch {
   std::vector<int32_t> copy_src_, copy_dst_, copy_kind_;
   std::vector<int32_t> sample_rows_;
   uint32_t num_groups_ = 1;
-  std::vector<int64_t> group_slot_mapping_;  // [groups][tokens]
-  std::vector<int32_t> group_block_tables_;  // [groups][seqs][max_blocks_per_seq]
+  std::vector<int64_t> group_slot_mapping_;  // [groups][tokens], with several groups
+  std::vector<int32_t> group_block_tables_;  // [groups][seqs][max_blocks_per_seq], the same
 };
 
 }  // namespace pkv

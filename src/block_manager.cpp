@@ -281,19 +281,16 @@ void BlockManager::reserve_slots(SeqTables &tables, uint32_t num_slotted, uint32
   // Writing into a partly filled last block that another sequence also references (a fork), or
   // that is a prefix node's sealed copy (a block a truncation cut short), would change KV others
   // read: copy it first. (The block of the next token is held in every group, windowed or not.)
-  std::vector<uint8_t> cow(num_groups(), 0);
+  // Asked again while applying: a group's pops never touch another group's last block (in use).
+  auto cow = [&](const BlockTable &t) {
+    return num_slotted % block_size_ != 0 && (pool_.ref(t.ids.back()) > 1 || pool_.node(t.ids.back()) != kNoNode);
+  };
   uint32_t needed = 0;
-  for (uint32_t g = 0; g < num_groups(); ++g) {
-    if (num_slotted % block_size_ != 0) {
-      const int32_t last = tables[g].ids.back();
-      cow[g] = pool_.ref(last) > 1 || pool_.node(last) != kNoNode;
-    }
-    needed += need + cow[g];
-  }
+  for (const BlockTable &t : tables) needed += need + (cow(t) ? 1 : 0);
   check_space(needed, "appending the tokens");
   for (BlockTable &t : tables) make_room(t.ids, need);
   make_room(pending_copies_, 2 * size_t(needed));  // the copies-on-write, an offload per eviction
-  for (uint32_t g = 0; g < num_groups(); ++g) reserve_group_slots(tables[g], num_slotted, need, cow[g] != 0);
+  for (BlockTable &t : tables) reserve_group_slots(t, num_slotted, need, cow(t));
 }
 
 void BlockManager::reserve_group_slots(BlockTable &table, uint32_t num_slotted, uint32_t need, bool cow) {
