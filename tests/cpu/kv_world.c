@@ -164,6 +164,36 @@ void kw_cache_row(const kw_world *w, uint32_t layer, uint32_t kind, const void *
   }
 }
 
+/* The memo is 4-way set associative (a set's rows replaced in turn): a decode's window, every
+ * step mostly the same rows, stays in it. */
+void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd)
+{
+  const size_t n = (size_t)w->kv_heads * w->c.head_dim;
+  if (!w->memo_rows) { /* at most 32 MiB of rows, a power of two of them */
+    size_t rows = 4;
+    while (rows < 65536 && rows * 2 * n * sizeof(double) <= ((size_t)32 << 20))
+      rows *= 2;
+    w->memo = malloc(rows * n * sizeof(double));
+    w->memo_keys = calloc(rows * 2, sizeof(uint64_t));
+    w->memo_rows = w->memo && w->memo_keys ? rows : 0;
+  }
+  const uint64_t tag = 1 + (uint64_t)layer * 4 + kind, h = mix(prefix ^ mix(tag));
+  const size_t set = w->memo_rows ? (size_t)(h & (w->memo_rows / 4 - 1)) * 4 : 0;
+  for (size_t at = set; at < set + 4 && w->memo_rows; at++)
+    if (w->memo_keys[2 * at] == prefix && w->memo_keys[2 * at + 1] == tag) {
+      memcpy(dstd, w->memo + at * n, n * sizeof(double));
+      return;
+    }
+  unsigned char row[4 * 8 * 256];
+  kw_gen_row(w, prefix, layer, kind, row, NULL);
+  kw_cache_row(w, layer, kind, row, NULL, dstd);
+  if (!w->memo_rows)
+    return;
+  const size_t at = set + (size_t)(w->memo_clock++ & 3);
+  memcpy(w->memo + at * n, dstd, n * sizeof(double));
+  w->memo_keys[2 * at] = prefix, w->memo_keys[2 * at + 1] = tag;
+}
+
 struct pkv_pool_info kw_pool(kw_world *w)
 {
   struct pkv_pool_info p;
@@ -236,7 +266,7 @@ void kw_free(kw_world *w)
   if (w->e)
     CHECK_ENGINE(w->e);
   pkv_engine_destroy(w->e);
-  free(w->scales);
+  free(w->scales), free(w->memo), free(w->memo_keys);
   memset(w, 0, sizeof *w);
 }
 

@@ -81,6 +81,11 @@ typedef struct kw_world {
   size_t kv_elt;              /* bytes of one element of the pool: elt, or 1 for fp8 */
   int fp8;                    /* 0, or 1 for e4m3, 2 for e5m2 */
   float *scales;              /* fp8: [layers][2 (k, v)][kv_heads], as set with pkv_set_kv_scales */
+  /* kw_kv_values' rows, direct-mapped by (prefix, layer, kind): [memo_rows][kv_heads * head_dim] */
+  double *memo;
+  uint64_t *memo_keys; /* [memo_rows][2]: prefix, 1 + layer * 4 + kind (0 = empty) */
+  size_t memo_rows;
+  uint64_t memo_clock; /* picks the row of a set to replace */
   double atol, rtol;
   double scale;
   kw_seq seqs[KW_MAX_SEQS];
@@ -134,6 +139,10 @@ void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kin
  * NULL): the row itself, or its fp8 codes (pkv_ref_fp8_encode) and code value * scale. */
 void kw_cache_row(const kw_world *w, uint32_t layer, uint32_t kind, const void *row, void *dst,
                   double *dstd);
+
+/* kw_gen_row then kw_cache_row: the values the pool holds for the k (kind 1) or v (2) row of the
+ * token whose prefix hash is prefix, on layer (kept: the checks read a window's rows every step). */
+void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd);
 
 /* The fp8 scale of (layer, kind 1 k / 2 v, kv head) that kw_init sets. */
 float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head);

@@ -108,7 +108,7 @@ static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs
 
 /* Compares seq i's output rows on layer l with the reference over its context (the window's
  * part of it: K/V are made only from the first position a checked row sees). */
-static int check_seq_layer(const kw_world *w, const pkv_batch_view *v, const kw_seq *q,
+static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q,
                            uint32_t i, uint32_t l, const step_bufs *b, const char *tag)
 {
   const uint32_t hd = w->c.head_dim, ctx = (uint32_t)v->context_lens[i], win = w->c.window;
@@ -117,12 +117,9 @@ static int check_seq_layer(const kw_world *w, const pkv_batch_view *v, const kw_
   const size_t qn = (size_t)w->q_heads * hd, kvn = (size_t)w->kv_heads * hd, keys = ctx - first;
   double *kd = malloc(keys * kvn * sizeof(double)), *vd = malloc(keys * kvn * sizeof(double));
   double *got = malloc(rows * qn * sizeof(double)), *ref = malloc(rows * qn * sizeof(double));
-  unsigned char *scratch = malloc(kvn * 4);
   for (uint32_t pos = first; pos < ctx; pos++) {
-    kw_gen_row(w, q->prefix[pos], l, 1, scratch, NULL);
-    kw_cache_row(w, l, 1, scratch, NULL, kd + (pos - first) * kvn);
-    kw_gen_row(w, q->prefix[pos], l, 2, scratch, NULL);
-    kw_cache_row(w, l, 2, scratch, NULL, vd + (pos - first) * kvn);
+    kw_kv_values(w, q->prefix[pos], l, 1, kd + (pos - first) * kvn);
+    kw_kv_values(w, q->prefix[pos], l, 2, vd + (pos - first) * kvn);
   }
   const double per_row = (double)(win && win < ctx ? win : ctx) * qn * 2.0;
   uint32_t want = (uint32_t)fmin(rows, fmax(12.0, KW_REF_BUDGET / per_row)), stride = 1;
@@ -144,7 +141,7 @@ static int check_seq_layer(const kw_world *w, const pkv_batch_view *v, const kw_
   snprintf(label, sizeof label, "%s step %llu seq %u (ctx %u, %u new, %zu checked) layer %u",
            tag, (unsigned long long)w->steps, i, ctx, rows, m, l);
   const size_t bad = pkv_ref_compare(label, got, ref, m * qn, w->atol, w->rtol);
-  free(kd), free(vd), free(got), free(ref), free(scratch);
+  free(kd), free(vd), free(got), free(ref);
   return CHECK(bad == 0);
 }
 
