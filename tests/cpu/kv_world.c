@@ -1,6 +1,8 @@
 /* The kernels suite's harness: see kv_world.h. */
 #include "kv_world.h"
 
+#include "attention_ref.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +133,67 @@ void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kin
   }
 }
 
+/* Scales by (layer, kind, head): a cycle that saturates |x| > 0.75 (e4m3: 1/600, e5m2: 1/80000),
+ * stays in range, and puts values on subnormal codes (e4m3: 40, e5m2: 3000). */
+float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head)
+{
+  static const float e4m3[] = {1.0f / 600, 0.0123f, 0.7f, 40.0f, 1.0f / 300};
+  static const float e5m2[] = {1.0f / 80000, 0.00137f, 0.3f, 3000.0f, 0.051f};
+  const uint32_t i = (layer * 3 + kind * 2 + head) % 5;
+  return w->fp8 == 2 ? e5m2[i] : e4m3[i];
+}
+
+void kw_cache_row(const kw_world *w, uint32_t layer, uint32_t kind, const void *row, void *dst,
+                  double *dstd)
+{
+  const uint32_t hd = w->c.head_dim, n = w->kv_heads * hd;
+  if (!w->fp8) {
+    if (dst)
+      memcpy(dst, row, n * w->elt);
+    for (uint32_t i = 0; dstd && i < n; i++)
+      dstd[i] = kw_load(w->c.dtype, row, i);
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const float scale = w->scales[(layer * 2 + kind - 1) * w->kv_heads + i / hd];
+    const uint8_t code = pkv_ref_fp8_encode((float)kw_load(w->c.dtype, row, i), scale, w->fp8 == 2);
+    if (dst)
+      ((uint8_t *)dst)[i] = code;
+    if (dstd)
+      dstd[i] = pkv_ref_fp8_decode(code, w->fp8 == 2) * scale;
+  }
+}
+
+/* The memo is 4-way set associative (a set's rows replaced in turn): a decode's window, every
+ * step mostly the same rows, stays in it. */
+void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd)
+{
+  const size_t n = (size_t)w->kv_heads * w->c.head_dim;
+  if (!w->memo_rows) { /* at most 32 MiB of rows, a power of two of them */
+    size_t rows = 4;
+    while (rows < 65536 && rows * 2 * n * sizeof(double) <= ((size_t)32 << 20))
+      rows *= 2;
+    w->memo = malloc(rows * n * sizeof(double));
+    w->memo_keys = calloc(rows * 2, sizeof(uint64_t));
+    w->memo_rows = w->memo && w->memo_keys ? rows : 0;
+  }
+  const uint64_t tag = 1 + (uint64_t)layer * 4 + kind, h = mix(prefix ^ mix(tag));
+  const size_t set = w->memo_rows ? (size_t)(h & (w->memo_rows / 4 - 1)) * 4 : 0;
+  for (size_t at = set; at < set + 4 && w->memo_rows; at++)
+    if (w->memo_keys[2 * at] == prefix && w->memo_keys[2 * at + 1] == tag) {
+      memcpy(dstd, w->memo + at * n, n * sizeof(double));
+      return;
+    }
+  unsigned char row[4 * 8 * 256];
+  kw_gen_row(w, prefix, layer, kind, row, NULL);
+  kw_cache_row(w, layer, kind, row, NULL, dstd);
+  if (!w->memo_rows)
+    return;
+  const size_t at = set + (size_t)(w->memo_clock++ & 3);
+  memcpy(w->memo + at * n, dstd, n * sizeof(double));
+  w->memo_keys[2 * at] = prefix, w->memo_keys[2 * at + 1] = tag;
+}
+
 struct pkv_pool_info kw_pool(kw_world *w)
 {
   struct pkv_pool_info p;
@@ -155,6 +218,8 @@ int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks)
   w->q_heads = c->num_q_heads / tp;
   w->kv_heads = c->num_kv_heads >= tp ? c->num_kv_heads / tp : 1;
   w->elt = c->dtype == PKV_DTYPE_F32 ? 4 : 2;
+  w->fp8 = c->kv_dtype == PKV_DTYPE_FP8_E4M3 ? 1 : c->kv_dtype == PKV_DTYPE_FP8_E5M2 ? 2 : 0;
+  w->kv_elt = w->fp8 ? 1 : w->elt;
   w->atol = c->dtype == PKV_DTYPE_F32 ? 1e-5 : c->dtype == PKV_DTYPE_F16 ? 2e-3 : 1e-2;
   w->rtol = c->dtype == PKV_DTYPE_F32 ? 1e-4 : c->dtype == PKV_DTYPE_F16 ? 1e-2 : 2e-2;
   /* pkv computes the default scale in float: so does the reference's input. */
@@ -174,8 +239,22 @@ int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks)
   p.num_threads = c->num_threads;
   p.softmax_scale = c->softmax_scale;
   p.host_num_blocks = host_num_blocks;
+  p.kv_dtype = c->kv_dtype;
+  p.sliding_window = c->window;
   w->e = NULL;
-  return CHECK_OK(pkv_engine_create(&p, &w->e)) && CHECK(w->e != NULL);
+  if (!CHECK_OK(pkv_engine_create(&p, &w->e)) || !CHECK(w->e != NULL))
+    return 0;
+  if (!w->fp8)
+    return 1;
+  w->scales = malloc(sizeof(float) * c->num_layers * 2 * w->kv_heads);
+  int ok = 1;
+  for (uint32_t l = 0; ok && l < c->num_layers; l++) {
+    float *ks = w->scales + (size_t)l * 2 * w->kv_heads, *vs = ks + w->kv_heads;
+    for (uint32_t h = 0; h < w->kv_heads; h++)
+      ks[h] = kw_scale(w, l, 1, h), vs[h] = kw_scale(w, l, 2, h);
+    ok = CHECK_OK(pkv_set_kv_scales(w->e, l, ks, vs));
+  }
+  return ok;
 }
 
 void kw_free(kw_world *w)
@@ -187,6 +266,7 @@ void kw_free(kw_world *w)
   if (w->e)
     CHECK_ENGINE(w->e);
   pkv_engine_destroy(w->e);
+  free(w->scales), free(w->memo), free(w->memo_keys);
   memset(w, 0, sizeof *w);
 }
 

@@ -7,6 +7,11 @@
  * q/k/v, head, dim), quantized to the engine's dtype. Two sequences with the same token prefix
  * therefore have the same K/V there, so KV served by a prefix hit or shared after a fork equals
  * what the reference regenerates from the tokens alone.
+ *
+ * Attention variants: with an fp8 kv_dtype the engine gets per-(layer, head) scales that are not 1
+ * (some small enough that values saturate, some large enough that they land on subnormal codes),
+ * the pool is checked byte for byte against pkv_ref_fp8_encode, and the reference reads the same
+ * quantized values (code value * scale). With a window the reference masks as pkv must.
  */
 #ifndef PKV_TESTS_KV_WORLD_H
 #define PKV_TESTS_KV_WORLD_H
@@ -57,6 +62,8 @@ typedef struct kw_config {
   uint32_t tp_size, tp_rank; /* 0 = 1, 0 */
   float softmax_scale;       /* 0 = 1/sqrt(head_dim) */
   float q_amp;               /* q values lie in [-q_amp, q_amp] (k and v in [-1, 1]) */
+  int32_t kv_dtype;          /* 0 = dtype, or PKV_DTYPE_FP8_E4M3 / E5M2 */
+  uint32_t window;           /* sliding window of every layer; 0 = full attention */
 } kw_config;
 
 typedef struct kw_seq {
@@ -70,7 +77,15 @@ typedef struct kw_world {
   kw_config c;
   pkv_engine *e;
   uint32_t q_heads, kv_heads; /* per rank */
-  size_t elt;                 /* bytes of one element */
+  size_t elt;                 /* bytes of one element of q, k, v and out */
+  size_t kv_elt;              /* bytes of one element of the pool: elt, or 1 for fp8 */
+  int fp8;                    /* 0, or 1 for e4m3, 2 for e5m2 */
+  float *scales;              /* fp8: [layers][2 (k, v)][kv_heads], as set with pkv_set_kv_scales */
+  /* kw_kv_values' rows, direct-mapped by (prefix, layer, kind): [memo_rows][kv_heads * head_dim] */
+  double *memo;
+  uint64_t *memo_keys; /* [memo_rows][2]: prefix, 1 + layer * 4 + kind (0 = empty) */
+  size_t memo_rows;
+  uint64_t memo_clock; /* picks the row of a set to replace */
   double atol, rtol;
   double scale;
   kw_seq seqs[KW_MAX_SEQS];
@@ -118,6 +133,19 @@ double kw_load(int32_t dtype, const void *base, size_t i);
  * (0 q, 1 k, 2 v) of the token whose prefix hash is prefix, on layer. */
 void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, void *dst,
                 double *dstd);
+
+/* What the pool holds for a k (kind 1) or v (2) row of layer given in the engine's dtype: dst
+ * (kv_heads * head_dim elements of the pool's dtype; may be NULL) and its values dstd (may be
+ * NULL): the row itself, or its fp8 codes (pkv_ref_fp8_encode) and code value * scale. */
+void kw_cache_row(const kw_world *w, uint32_t layer, uint32_t kind, const void *row, void *dst,
+                  double *dstd);
+
+/* kw_gen_row then kw_cache_row: the values the pool holds for the k (kind 1) or v (2) row of the
+ * token whose prefix hash is prefix, on layer (kept: the checks read a window's rows every step). */
+void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd);
+
+/* The fp8 scale of (layer, kind 1 k / 2 v, kv head) that kw_init sets. */
+float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head);
 
 /* pkv_pool_info of the engine, struct_size set. */
 struct pkv_pool_info kw_pool(kw_world *w);

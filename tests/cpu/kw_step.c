@@ -80,41 +80,48 @@ static void gen_rows(const kw_world *w, const pkv_batch_view *v, const int *s, s
   }
 }
 
-/* Reads row r's K and V back from the pool, head by head, on every layer. */
+/* Reads row r's K and V back from the pool, head by head, on every layer: the row itself, or
+ * its fp8 codes. */
 static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs *b, uint32_t r)
 {
   const struct pkv_pool_info p = kw_pool(w);
-  const size_t head_bytes = (size_t)w->c.head_dim * w->elt;
+  const size_t head_bytes = (size_t)w->c.head_dim * w->kv_elt;
   const int64_t slot = v->slot_mapping[r];
+  unsigned char *want_k = malloc(b->kv_row), *want_v = malloc(b->kv_row); /* >= a pool row */
   int ok = CHECK(slot >= 0);
-  for (uint32_t l = 0; ok && l < w->c.num_layers; l++)
+  for (uint32_t l = 0; ok && l < w->c.num_layers; l++) {
+    const size_t src = ((size_t)l * v->num_tokens + r) * b->kv_row;
+    kw_cache_row(w, l, 1, b->k + src, want_k, NULL);
+    kw_cache_row(w, l, 2, b->v + src, want_v, NULL);
     for (uint32_t h = 0; ok && h < w->kv_heads; h++) {
-      const size_t at = (l * p.layer_stride + (uint64_t)slot * p.token_stride + h * p.head_stride) * w->elt;
-      const size_t src = ((size_t)l * v->num_tokens + r) * b->kv_row + h * head_bytes;
-      ok = CHECK(memcmp((const char *)p.k_base + at, b->k + src, head_bytes) == 0) &&
-           CHECK(memcmp((const char *)p.v_base + at, b->v + src, head_bytes) == 0);
+      const size_t at = (l * p.layer_stride + (uint64_t)slot * p.token_stride + h * p.head_stride) * w->kv_elt;
+      ok = CHECK(memcmp((const char *)p.k_base + at, want_k + h * head_bytes, head_bytes) == 0) &&
+           CHECK(memcmp((const char *)p.v_base + at, want_v + h * head_bytes, head_bytes) == 0);
       if (!ok)
         fprintf(stderr, "  pool row: layer %u slot %lld head %u (batch row %u)\n", l,
                 (long long)slot, h, r);
     }
+  }
+  free(want_k), free(want_v);
   return ok;
 }
 
-/* Compares seq i's output rows on layer l with the reference over its whole context. */
-static int check_seq_layer(const kw_world *w, const pkv_batch_view *v, const kw_seq *q,
+/* Compares seq i's output rows on layer l with the reference over its context (the window's
+ * part of it: K/V are made only from the first position a checked row sees). */
+static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q,
                            uint32_t i, uint32_t l, const step_bufs *b, const char *tag)
 {
-  const uint32_t hd = w->c.head_dim, ctx = (uint32_t)v->context_lens[i];
+  const uint32_t hd = w->c.head_dim, ctx = (uint32_t)v->context_lens[i], win = w->c.window;
   const uint32_t r0 = (uint32_t)v->query_start[i], rows = (uint32_t)v->query_start[i + 1] - r0;
-  const size_t qn = (size_t)w->q_heads * hd, kvn = (size_t)w->kv_heads * hd;
-  double *kd = malloc(ctx * kvn * sizeof(double)), *vd = malloc(ctx * kvn * sizeof(double));
+  const uint32_t pos0 = (uint32_t)v->positions[r0], first = win && pos0 >= win ? pos0 - win + 1 : 0;
+  const size_t qn = (size_t)w->q_heads * hd, kvn = (size_t)w->kv_heads * hd, keys = ctx - first;
+  double *kd = malloc(keys * kvn * sizeof(double)), *vd = malloc(keys * kvn * sizeof(double));
   double *got = malloc(rows * qn * sizeof(double)), *ref = malloc(rows * qn * sizeof(double));
-  unsigned char *scratch = malloc(kvn * 4);
-  for (uint32_t pos = 0; pos < ctx; pos++) {
-    kw_gen_row(w, q->prefix[pos], l, 1, scratch, kd + pos * kvn);
-    kw_gen_row(w, q->prefix[pos], l, 2, scratch, vd + pos * kvn);
+  for (uint32_t pos = first; pos < ctx; pos++) {
+    kw_kv_values(w, q->prefix[pos], l, 1, kd + (pos - first) * kvn);
+    kw_kv_values(w, q->prefix[pos], l, 2, vd + (pos - first) * kvn);
   }
-  const double per_row = (double)ctx * qn * 2.0;
+  const double per_row = (double)(win && win < ctx ? win : ctx) * qn * 2.0;
   uint32_t want = (uint32_t)fmin(rows, fmax(12.0, KW_REF_BUDGET / per_row)), stride = 1;
   if (want < rows)
     stride = (rows - 8) / (want - 8) | 1; /* odd: rows of every residue of the kernels' tiles */
@@ -124,8 +131,8 @@ static int check_seq_layer(const kw_world *w, const pkv_batch_view *v, const kw_
       continue;
     const size_t row = (size_t)l * v->num_tokens + r0 + r;
     const uint32_t pos = (uint32_t)v->positions[r0 + r];
-    pkv_ref_attention(b->qd + row * qn, kd, vd, ref + m * qn, 1, pos + 1, w->q_heads,
-                      w->kv_heads, hd, w->scale);
+    pkv_ref_attention_window(b->qd + row * qn, kd, vd, ref + m * qn, 1, pos + 1 - first,
+                             w->q_heads, w->kv_heads, hd, w->scale, win);
     for (size_t j = 0; j < qn; j++)
       got[m * qn + j] = kw_load(w->c.dtype, b->out + row * (qn * w->elt), j);
     m++;
@@ -134,7 +141,7 @@ static int check_seq_layer(const kw_world *w, const pkv_batch_view *v, const kw_
   snprintf(label, sizeof label, "%s step %llu seq %u (ctx %u, %u new, %zu checked) layer %u",
            tag, (unsigned long long)w->steps, i, ctx, rows, m, l);
   const size_t bad = pkv_ref_compare(label, got, ref, m * qn, w->atol, w->rtol);
-  free(kd), free(vd), free(got), free(ref), free(scratch);
+  free(kd), free(vd), free(got), free(ref);
   return CHECK(bad == 0);
 }
 
@@ -217,14 +224,18 @@ int kw_fill_direct(kw_world *w, int s, uint32_t n)
     return 0;
   const pkv_batch_view v = view_of(b);
   const struct pkv_pool_info p = kw_pool(w);
+  unsigned char *row = malloc((size_t)w->kv_heads * w->c.head_dim * 4);
   for (uint32_t r = 0; r < v.num_tokens; r++) {
     const uint64_t prefix = q->prefix[v.positions[r]];
     for (uint32_t l = 0; l < w->c.num_layers; l++) {
-      const size_t at = (l * p.layer_stride + (uint64_t)v.slot_mapping[r] * p.token_stride) * w->elt;
-      kw_gen_row(w, prefix, l, 1, (char *)p.k_base + at, NULL);
-      kw_gen_row(w, prefix, l, 2, (char *)p.v_base + at, NULL);
+      const size_t at = (l * p.layer_stride + (uint64_t)v.slot_mapping[r] * p.token_stride) * w->kv_elt;
+      kw_gen_row(w, prefix, l, 1, row, NULL);
+      kw_cache_row(w, l, 1, row, (char *)p.k_base + at, NULL);
+      kw_gen_row(w, prefix, l, 2, row, NULL);
+      kw_cache_row(w, l, 2, row, (char *)p.v_base + at, NULL);
     }
   }
+  free(row);
   const uint32_t computed = (uint32_t)v.context_lens[0];
   const int ok = CHECK_OK(pkv_batch_end(b));
   if (ok)

@@ -8,6 +8,10 @@
 // Sequences with long contexts and few rows are split over keys, and a merge pass combines the
 // splits' (max, sum, acc). Inner loops are written for the compiler's vectorizer (head_dim is a
 // multiple of 8; lanes of 8), exp is a branch-free polynomial so it vectorizes too.
+// Templates take the model's dtype T (q, out) and the cache's C (T, or fp8: its rows are
+// converted to floats times their head's scale as they are loaded, fp8.h).
+// A sliding window masks each row's keys below its position - window + 1; an item's keys are
+// those of its rows' windows only, so blocks wholly outside them are never read.
 #include "backend/cpu/cpu_attention.h"
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include "pkv/pkv.h"
 
 #include "backend/cpu/dtype_cvt.h"
+#include "backend/cpu/fp8.h"
 #include "backend/cpu/vec8.h"
 
 namespace pkv {
@@ -75,12 +80,18 @@ inline void dot4(const float *q, const float *k, size_t stride, uint32_t n, floa
   out[3] = hsum(a3 + b3);
 }
 
-// Converts n elements (a multiple of 8) of a KV dtype to floats.
-template <class T> inline void convert_row(const T *src, float *dst, uint32_t n) {
+// Converts n elements (a multiple of 8) of a dtype to floats; fp8 codes also times their scale.
+template <class T> inline void convert_row(const T *src, float *dst, uint32_t n, float = 1.0f) {
   for (uint32_t d = 0; d < n; d += 8) store8(dst + d, load8(src + d));
 }
-template <> inline void convert_row(const float *src, float *dst, uint32_t n) {
+template <> inline void convert_row(const float *src, float *dst, uint32_t n, float) {
   std::memcpy(dst, src, n * sizeof(float));
+}
+template <> inline void convert_row(const Fp8E4M3 *src, float *dst, uint32_t n, float scale) {
+  fp8_row(src, dst, n, scale);
+}
+template <> inline void convert_row(const Fp8E5M2 *src, float *dst, uint32_t n, float scale) {
+  fp8_row(src, dst, n, scale);
 }
 
 // acc = acc * alpha + sum over t < n of p[t] * v[t], for one (row, head): acc stays in eight
@@ -113,6 +124,7 @@ inline void accumulate(float *acc, float alpha, const float *p, const float *v, 
 
 struct Shape {
   uint32_t hd, group, q_heads, kv_heads, bs;
+  uint32_t window;  // 0 = full attention
 };
 
 // Scratch of one thread, for an item's rows x q heads (at most max_q of them): q (scaled) and
@@ -133,19 +145,23 @@ struct Scratch {
   }
 };
 
-template <class T> struct ItemRunner {
+// T: q and out; C: the caches.
+template <class T, class C> struct ItemRunner {
   const CpuStep &step;
   const CpuLayer &layer;
   const Shape &s;
 
-  // Loads the keys [key, key + n) of seq's kv head `head` from the paged cache into dst.
-  void load_rows(const void *cache, uint32_t seq, uint32_t head, uint32_t key, uint32_t n, float *dst) const {
-    const int32_t *blocks = step.block_indices + step.block_indptr[seq];
+  // Loads the keys [key, key + n) of seq's kv head `head` from the paged cache into dst (fp8:
+  // times the head's scale in `scales`).
+  void load_rows(const void *cache, const float *scales, uint32_t seq, uint32_t head, uint32_t key, uint32_t n,
+                 float *dst) const {
+    const int32_t *blocks = step.block_table(layer.group, seq);
+    const float scale = kIsFp8<C> ? scales[head] : 1.0f;
     for (uint32_t t = 0; t < n; ++t) {
       const uint32_t pos = key + t;
       const int64_t slot = int64_t(blocks[pos / s.bs]) * s.bs + pos % s.bs;
-      const T *src = static_cast<const T *>(cache) + (slot * s.kv_heads + head) * s.hd;
-      convert_row(src, dst + size_t(t) * s.hd, s.hd);
+      const C *src = static_cast<const C *>(cache) + (slot * s.kv_heads + head) * s.hd;
+      convert_row(src, dst + size_t(t) * s.hd, s.hd, scale);
     }
   }
 
@@ -153,14 +169,14 @@ template <class T> struct ItemRunner {
   // (head_dim elements) every kv_heads * head_dim, a stride the hardware prefetchers follow
   // poorly, so the next chunk is requested while this one computes.
   void prefetch_rows(const Item &it, uint32_t key, uint32_t n) const {
-    const int32_t *blocks = step.block_indices + step.block_indptr[it.seq];
-    const size_t bytes = size_t(it.num_heads) * s.hd * sizeof(T);  // the item's heads are adjacent
+    const int32_t *blocks = step.block_table(layer.group, it.seq);
+    const size_t bytes = size_t(it.num_heads) * s.hd * sizeof(C);  // the item's heads are adjacent
     for (uint32_t t = 0; t < n; ++t) {
       const uint32_t pos = key + t;
       const int64_t slot = int64_t(blocks[pos / s.bs]) * s.bs + pos % s.bs;
       const size_t offset = (slot * s.kv_heads + it.head) * s.hd;
-      const char *k = reinterpret_cast<const char *>(static_cast<const T *>(layer.k_cache) + offset);
-      const char *v = reinterpret_cast<const char *>(static_cast<const T *>(layer.v_cache) + offset);
+      const char *k = reinterpret_cast<const char *>(static_cast<const C *>(layer.k_cache) + offset);
+      const char *v = reinterpret_cast<const char *>(static_cast<const C *>(layer.v_cache) + offset);
       for (size_t b = 0; b < bytes; b += 64) {
         __builtin_prefetch(k + b);
         __builtin_prefetch(v + b);
@@ -190,14 +206,16 @@ template <class T> struct ItemRunner {
       const uint32_t ahead = key + 2 * kChunk;
       if (ahead < it.key1) prefetch_rows(it, ahead, std::min(kChunk, it.key1 - ahead));
       for (uint32_t hh = 0; hh < it.num_heads; ++hh) {
-        load_rows(layer.k_cache, it.seq, it.head + hh, key, n, w.kf);
+        load_rows(layer.k_cache, layer.k_scale, it.seq, it.head + hh, key, n, w.kf);
         for (uint32_t r = 0; r < it.rows; ++r) {
-          // Causal: row r sits at first_pos + r and sees keys up to it.
-          const int64_t visible = int64_t(first_pos + r) - key + 1;
-          const uint32_t lim = visible <= 0 ? 0 : std::min<uint32_t>(n, uint32_t(visible));
-          for (uint32_t g = 0; g < s.group; ++g) softmax_update(w, r * qh + hh * s.group + g, lim, n);
+          // Row r sits at first_pos + r and sees keys up to it, from its window's first on.
+          const uint32_t pos = first_pos + r;
+          const uint32_t first = s.window && pos >= s.window ? pos - s.window + 1 : 0;
+          const uint32_t lo = first > key ? std::min(n, first - key) : 0;
+          const uint32_t hi = pos >= key ? std::min(n, pos - key + 1) : 0;
+          for (uint32_t g = 0; g < s.group; ++g) softmax_update(w, r * qh + hh * s.group + g, lo, hi, n);
         }
-        load_rows(layer.v_cache, it.seq, it.head + hh, key, n, w.vf);
+        load_rows(layer.v_cache, layer.v_scale, it.seq, it.head + hh, key, n, w.vf);
         for (uint32_t r = 0; r < it.rows; ++r)
           for (uint32_t g = 0; g < s.group; ++g) {
             const uint32_t i = r * qh + hh * s.group + g;
@@ -221,27 +239,27 @@ template <class T> struct ItemRunner {
     }
   }
 
-  // Scores of (row, head) i against the chunk's first lim keys: leaves the chunk's
-  // probabilities in w.p (0 past lim) and the rescale of its running state in w.alpha.
-  void softmax_update(Scratch &w, uint32_t i, uint32_t lim, uint32_t n) const {
+  // Scores of (row, head) i against the chunk's keys [lo, hi): leaves the chunk's
+  // probabilities in w.p (0 outside) and the rescale of its running state in w.alpha.
+  void softmax_update(Scratch &w, uint32_t i, uint32_t lo, uint32_t hi, uint32_t n) const {
     float *p = w.p + size_t(i) * kChunk;
     const float *q = w.q + size_t(i) * s.hd;
     w.alpha[i] = 1.0f;
     for (uint32_t t = 0; t < kChunk; ++t) p[t] = kNegInf;
-    if (lim == 0) {
+    if (lo >= hi) {
       for (uint32_t t = 0; t < n; ++t) p[t] = 0.0f;
       return;
     }
-    uint32_t t = 0;
-    for (; t + 4 <= lim; t += 4) dot4(q, w.kf + size_t(t) * s.hd, s.hd, s.hd, p + t);
-    for (; t < lim; ++t) p[t] = dot(q, w.kf + size_t(t) * s.hd, s.hd);
+    uint32_t t = lo;
+    for (; t + 4 <= hi; t += 4) dot4(q, w.kf + size_t(t) * s.hd, s.hd, s.hd, p + t);
+    for (; t < hi; ++t) p[t] = dot(q, w.kf + size_t(t) * s.hd, s.hd);
     float mx = kNegInf;
-    for (t = 0; t < lim; ++t) mx = std::max(mx, p[t]);
+    for (t = lo; t < hi; ++t) mx = std::max(mx, p[t]);
     const float m_new = std::max(w.m[i], mx);
     w.alpha[i] = w.m[i] == kNegInf ? 0.0f : fast_exp(w.m[i] - m_new);
     const v8f m = splat(m_new);
     v8f sum = splat(0.0f);
-    for (uint32_t t = 0; t < n; t += 8) {  // kChunk is a multiple of 8; past lim exp gives 0
+    for (uint32_t t = 0; t < n; t += 8) {  // kChunk is a multiple of 8; outside [lo, hi) exp gives 0
       const v8f e = exp8(load8(p + t) - m);
       store8(p + t, e);
       sum += e;
@@ -276,28 +294,57 @@ template <class T> void merge(const Item *items, size_t first, const float *part
   }
 }
 
-template <class T>
+template <class T, class C>
 void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork &work, ThreadPool &pool) {
-  const Shape s{layer.head_dim, layer.q_heads / layer.kv_heads, layer.q_heads, layer.kv_heads, step.block_size};
-  const ItemRunner<T> runner{step, layer, s};
+  const Shape s{layer.head_dim, layer.q_heads / layer.kv_heads, layer.q_heads, layer.kv_heads, step.block_size,
+                layer.window};
+  const ItemRunner<T, C> runner{step, layer, s};
   pool.parallel_for(work.num_items, [&](size_t i, uint32_t thread) {
     Scratch w(work.scratch[thread], s);
     const Item &it = work.items[i];
     runner.run(it, w, it.part >= 0 ? work.partials + it.part : nullptr, layer.out);
   });
-  pool.parallel_for(work.num_groups, [&](size_t g, uint32_t thread) {
-    merge<T>(work.items, work.groups[g], work.partials, step, layer, s, work.scratch[thread]);
+  pool.parallel_for(work.num_split_tiles, [&](size_t g, uint32_t thread) {
+    merge<T>(work.items, work.split_tiles[g], work.partials, step, layer, s, work.scratch[thread]);
   });
+}
+
+// The cache's type for a model dtype T.
+template <class T>
+void attention_model(const CpuStep &step, const CpuLayer &layer, const AttnWork &work, ThreadPool &pool) {
+  switch (layer.kv_dtype) {
+    case PKV_DTYPE_FP8_E4M3: return attention_typed<T, Fp8E4M3>(step, layer, work, pool);
+    case PKV_DTYPE_FP8_E5M2: return attention_typed<T, Fp8E5M2>(step, layer, work, pool);
+    default: return attention_typed<T, T>(step, layer, work, pool);
+  }
+}
+
+template <class T, class C> void quantize_typed(const T *src, uint8_t *dst, uint32_t n, float scale) {
+  const v8f s = splat(scale);
+  for (uint32_t d = 0; d < n; d += 8) store8_u8(dst + d, fp8_encode8<C>(load8(src + d) / s));  // IEEE division
+}
+
+template <class C> void quantize_model(const void *src, int32_t dtype, uint8_t *dst, uint32_t n, float scale) {
+  switch (dtype) {
+    case PKV_DTYPE_F32: return quantize_typed<float, C>(static_cast<const float *>(src), dst, n, scale);
+    case PKV_DTYPE_F16: return quantize_typed<_Float16, C>(static_cast<const _Float16 *>(src), dst, n, scale);
+    default: return quantize_typed<Bf16, C>(static_cast<const Bf16 *>(src), dst, n, scale);
+  }
 }
 
 }  // namespace
 
 void attention(const CpuStep &step, const CpuLayer &layer, const AttnWork &work, ThreadPool &pool) {
   switch (layer.dtype) {
-    case PKV_DTYPE_F32: return attention_typed<float>(step, layer, work, pool);
-    case PKV_DTYPE_F16: return attention_typed<_Float16>(step, layer, work, pool);
-    default: return attention_typed<Bf16>(step, layer, work, pool);
+    case PKV_DTYPE_F32: return attention_model<float>(step, layer, work, pool);
+    case PKV_DTYPE_F16: return attention_model<_Float16>(step, layer, work, pool);
+    default: return attention_model<Bf16>(step, layer, work, pool);
   }
+}
+
+void quantize_fp8(const void *src, int32_t dtype, int32_t kv_dtype, uint8_t *dst, uint32_t n, float scale) {
+  if (kv_dtype == PKV_DTYPE_FP8_E5M2) return quantize_model<Fp8E5M2>(src, dtype, dst, n, scale);
+  quantize_model<Fp8E4M3>(src, dtype, dst, n, scale);
 }
 
 }  // namespace PKV_CPU_VARIANT

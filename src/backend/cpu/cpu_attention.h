@@ -19,10 +19,14 @@ inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t
   return size_t(rows) * q_heads * (head_dim + 2);
 }
 
+// attention: the planned items of one layer's call. quantize_fp8: write_kv's rounding of n
+// elements (a multiple of 8) of dtype at src to kv_dtype's fp8 codes of x / scale.
 #define PKV_DECLARE_CPU_ATTENTION(ns)                                                       \
   namespace ns {                                                                          \
   void attention(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,        \
                  ThreadPool &pool);                                                       \
+  void quantize_fp8(const void *src, int32_t dtype, int32_t kv_dtype, uint8_t *dst,       \
+                    uint32_t n, float scale);                                             \
   }
 
 PKV_DECLARE_CPU_ATTENTION(cpu_base)

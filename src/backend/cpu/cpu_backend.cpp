@@ -71,15 +71,20 @@ class CpuBackend final : public Backend {
   }
 
   void plan(const pkv_batch_view &v) override {
-    step_ = CpuStep{v.num_seqs, v.num_tokens, v.block_size, v.query_start, v.context_lens,
-                    v.block_indptr, v.block_indices, v.slot_mapping};
+    PKV_ASSERT(v.num_kv_groups >= 1 && v.group_slot_mapping && v.group_block_tables);
+    step_ = CpuStep{v.num_seqs, v.num_tokens, v.block_size, v.max_blocks_per_seq, v.num_kv_groups,
+                    v.query_start, v.context_lens, v.group_slot_mapping, v.group_block_tables};
     kernels().plan(step_, shape_.q_heads, shape_.kv_heads, shape_.head_dim);
   }
 
   void attention(const AttentionCall &call) override {
+    PKV_ASSERT(call.group < step_.num_groups);
+    PKV_ASSERT((shape_.kv_dtype != PKV_DTYPE_FP8_E4M3 && shape_.kv_dtype != PKV_DTYPE_FP8_E5M2) ||
+               (call.k_scale && call.v_scale));
     const uint64_t offset = call.slot * shape_.layer_bytes();
     CpuLayer layer{pool_.base() + offset, pool_.base() + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
-                   shape_.head_dim, shape_.dtype, call.scale, call.q, call.k, call.v, call.out};
+                   shape_.head_dim, shape_.dtype, shape_.kv_dtype, call.group, call.window, call.scale,
+                   call.k_scale, call.v_scale, call.q, call.k, call.v, call.out};
     kernels().write_kv(step_, layer);
     kernels().attention(step_, layer);
   }

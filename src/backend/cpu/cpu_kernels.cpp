@@ -1,5 +1,5 @@
-// CPU backend kernels: the attention math lives in cpu_attention.cpp, once per instruction-set
-// variant; write_kv and copy_blocks are memory copies.
+// CPU backend kernels: the attention math and fp8 rounding live in cpu_attention.cpp, once per
+// instruction-set variant; write_kv (but its fp8 rounding) and copy_blocks are memory copies.
 #include "backend/cpu/cpu_kernels.h"
 
 #include <algorithm>
@@ -9,10 +9,12 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
 #include "pkv/pkv.h"
+#include "status.h"
 
 namespace pkv {
 
-CpuKernels::CpuKernels(uint32_t num_threads) : pool_(num_threads), attention_(&cpu_base::attention) {
+CpuKernels::CpuKernels(uint32_t num_threads)
+    : pool_(num_threads), attention_(&cpu_base::attention), quantize_(&cpu_base::quantize_fp8) {
 #if defined(PKV_HAVE_CPU_V3)
   // PKV_CPU_ISA=baseline forces the portable variant (the tests run it on machines with AVX2).
   const char *isa = std::getenv("PKV_CPU_ISA");
@@ -21,22 +23,54 @@ CpuKernels::CpuKernels(uint32_t num_threads) : pool_(num_threads), attention_(&c
   if (!force_baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
     attention_ = &cpu_v3::attention;
+    quantize_ = &cpu_v3::quantize_fp8;
     isa_ = "avx2+fma+f16c";
   }
 #endif
 }
 
-// The items of one call: tiles of new tokens per (sequence, kv head), split over keys so that
-// about 4 items per thread exist (a decode of one long sequence still uses every core).
 void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim) {
-  const uint32_t group = q_heads / kv_heads;
-  items_.clear();
-  groups_.clear();
+  q_heads_ = q_heads, kv_heads_ = kv_heads, head_dim_ = head_dim;
+  plans_.resize(step.num_groups);
+  for (GroupPlan &g : plans_) g.ready = false;
+  const size_t scratch = attention_scratch_floats(std::max(kAttnPrefillRows * (q_heads / kv_heads), q_heads), head_dim);
+  scratch_.resize(pool_.num_threads());
+  scratch_ptrs_.resize(pool_.num_threads());
+  for (size_t t = 0; t < scratch_.size(); ++t) {
+    if (scratch_[t].size() < scratch) scratch_[t].resize(scratch);
+    scratch_ptrs_[t] = scratch_[t].data();
+  }
+}
+
+namespace {
+
+// The keys [first, end) that tile rows [first_pos, first_pos + rows) see: each row up to its own
+// position, from its window's first key on.
+struct KeyRange {
+  uint32_t first, end;
+};
+KeyRange tile_keys(uint32_t first_pos, uint32_t rows, uint32_t window) {
+  return {window && first_pos >= window ? first_pos - window + 1 : 0, first_pos + rows};
+}
+
+}  // namespace
+
+// The items of one group: tiles of new tokens per (sequence, kv head), over the keys their
+// windows see, split over keys so that about 4 items per thread exist (a decode of one long
+// sequence still uses every core).
+void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &plan) {
+  const uint32_t group = q_heads_ / kv_heads_;
+  plan.items.clear();
+  plan.split_tiles.clear();
   uint64_t total_keys = 0;  // keys over all items, counting a decode's item once
   for (uint32_t i = 0; i < step.num_seqs; ++i) {
     const uint32_t qlen = step.query_start[i + 1] - step.query_start[i];
-    total_keys += qlen == 1 ? uint64_t(step.context_lens[i])
-                            : uint64_t(step.context_lens[i]) * kv_heads * ((qlen + kAttnPrefillRows - 1) / kAttnPrefillRows);
+    const uint32_t ctx = step.context_lens[i];
+    for (uint32_t row0 = 0; row0 < qlen; row0 += kAttnPrefillRows) {
+      const uint32_t rows = std::min(kAttnPrefillRows, qlen - row0);
+      const KeyRange k = tile_keys(ctx - qlen + row0, rows, window);
+      total_keys += uint64_t(k.end - k.first) * (qlen == 1 ? 1 : kv_heads_);
+    }
   }
   const uint64_t target = 4ull * pool_.num_threads();
   uint64_t split = std::max<uint64_t>(512, (total_keys + target - 1) / target);
@@ -47,53 +81,77 @@ void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, 
     const uint32_t ctx = step.context_lens[i];
     for (uint32_t row0 = 0; row0 < qlen; row0 += kAttnPrefillRows) {
       const uint32_t rows = std::min(kAttnPrefillRows, qlen - row0);
-      const uint32_t keys = ctx - qlen + row0 + rows;  // the tile's last row sees this many
-      const uint32_t splits = static_cast<uint32_t>((keys + split - 1) / split);
+      const KeyRange keys = tile_keys(ctx - qlen + row0, rows, window);
+      const uint32_t splits = static_cast<uint32_t>((keys.end - keys.first + split - 1) / split);
       // A single-row tile (a decode) takes every kv head: it then reads whole token rows of the
       // pool (all heads, contiguous) instead of one head's slice every kv_heads * head_dim.
-      const uint32_t heads_per_item = rows == 1 ? kv_heads : 1;
-      for (uint32_t h = 0; h < kv_heads; h += heads_per_item) {
-        if (splits > 1) groups_.push_back(items_.size());
+      const uint32_t heads_per_item = rows == 1 ? kv_heads_ : 1;
+      for (uint32_t h = 0; h < kv_heads_; h += heads_per_item) {
+        if (splits > 1) plan.split_tiles.push_back(plan.items.size());
         for (uint32_t k = 0; k < splits; ++k) {
-          AttnItem it{i, h, heads_per_item, row0, rows, static_cast<uint32_t>(k * split),
-                      static_cast<uint32_t>(std::min<uint64_t>(keys, (k + 1) * split)), -1, splits};
+          const uint64_t key0 = keys.first + k * split;
+          AttnItem it{i, h, heads_per_item, row0, rows, static_cast<uint32_t>(key0),
+                      static_cast<uint32_t>(std::min<uint64_t>(keys.end, key0 + split)), -1, splits};
           if (splits > 1) {
             it.part = static_cast<int64_t>(partial);
-            partial += attention_partial_floats(rows, group * heads_per_item, head_dim);
+            partial += attention_partial_floats(rows, group * heads_per_item, head_dim_);
           }
-          items_.push_back(it);
+          plan.items.push_back(it);
         }
       }
     }
   }
-  if (partials_.size() < partial) partials_.resize(partial);
-  const size_t scratch = attention_scratch_floats(std::max(kAttnPrefillRows * group, q_heads), head_dim);
-  scratch_.resize(pool_.num_threads());
-  scratch_ptrs_.resize(pool_.num_threads());
-  for (size_t t = 0; t < scratch_.size(); ++t) {
-    if (scratch_[t].size() < scratch) scratch_[t].resize(scratch);
-    scratch_ptrs_[t] = scratch_[t].data();
-  }
+  if (partials_.size() < partial) partials_.resize(partial);  // shared: one group runs at a time
+  plan.window = window;
+  plan.ready = true;
+}
+
+uint64_t CpuKernels::planned_keys(uint32_t group) const {
+  uint64_t keys = 0;
+  if (group < plans_.size() && plans_[group].ready)
+    for (const AttnItem &it : plans_[group].items) keys += it.key1 - it.key0;
+  return keys;
 }
 
 void CpuKernels::attention(const CpuStep &step, const CpuLayer &layer) {
-  const AttnWork work{items_.data(), items_.size(), groups_.data(), groups_.size(), partials_.data(),
-                      scratch_ptrs_.data()};
+  PKV_ASSERT(layer.group < plans_.size());
+  GroupPlan &plan = plans_[layer.group];
+  if (!plan.ready || plan.window != layer.window) plan_group(step, layer.window, plan);
+  const AttnWork work{plan.items.data(), plan.items.size(), plan.split_tiles.data(), plan.split_tiles.size(),
+                      partials_.data(), scratch_ptrs_.data()};
   attention_(step, layer, work, pool_);
 }
 
+// New rows into their slots of the layer's group: copied, or rounded to fp8 head by head (each
+// head's scale).
 void CpuKernels::write_kv(const CpuStep &step, const CpuLayer &layer) {
   const size_t elt = layer.dtype == PKV_DTYPE_F32 ? 4 : 2;
-  const size_t row = size_t(layer.kv_heads) * layer.head_dim * elt;
+  const bool fp8 = layer.kv_dtype == PKV_DTYPE_FP8_E4M3 || layer.kv_dtype == PKV_DTYPE_FP8_E5M2;
+  const size_t head = size_t(layer.head_dim) * elt, row = layer.kv_heads * head;  // of k and v
+  const size_t cache_row = fp8 ? size_t(layer.kv_heads) * layer.head_dim : row;
   const size_t per_item = std::max<size_t>(1, (64 << 10) / row);  // ~64 KiB of rows per item
   const size_t n_items = (step.num_tokens + per_item - 1) / per_item;
+  const int64_t *slots = step.slot_mapping(layer.group);
   pool_.parallel_for(n_items, [&](size_t i, uint32_t) {
     const size_t end = std::min<size_t>(step.num_tokens, (i + 1) * per_item);
     for (size_t t = i * per_item; t < end; ++t) {
-      const int64_t slot = step.slot_mapping[t];
+      const int64_t slot = slots[t];
       if (slot < 0) continue;
-      std::memcpy(static_cast<char *>(layer.k_cache) + slot * row, static_cast<const char *>(layer.k) + t * row, row);
-      std::memcpy(static_cast<char *>(layer.v_cache) + slot * row, static_cast<const char *>(layer.v) + t * row, row);
+      char *kc = static_cast<char *>(layer.k_cache) + slot * cache_row;
+      char *vc = static_cast<char *>(layer.v_cache) + slot * cache_row;
+      const char *k = static_cast<const char *>(layer.k) + t * row, *v = static_cast<const char *>(layer.v) + t * row;
+      if (!fp8) {
+        std::memcpy(kc, k, row);
+        std::memcpy(vc, v, row);
+        continue;
+      }
+      for (uint32_t h = 0; h < layer.kv_heads; ++h) {
+        const size_t out = size_t(h) * layer.head_dim;
+        quantize_(k + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(kc) + out, layer.head_dim,
+                  layer.k_scale[h]);
+        quantize_(v + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(vc) + out, layer.head_dim,
+                  layer.v_scale[h]);
+      }
     }
   });
 }

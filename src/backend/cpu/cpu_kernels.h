@@ -1,7 +1,8 @@
 // The CPU backend's compute: write_kv, copy_blocks and paged attention (decode and prefill alike:
-// causal attention of each new token over its sequence's whole context), fp32 accumulation,
-// online softmax, all q heads of a kv head together (GQA reads K/V once), the context split
-// across threads when there are few sequences.
+// causal attention of each new token over its sequence's context, or its window's part of it),
+// fp32 accumulation, online softmax, all q heads of a kv head together (GQA reads K/V once), the
+// context split across threads when there are few sequences. fp8 caches are quantized by
+// write_kv and converted to floats (times their head's scale) as attention reads them.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,10 @@ constexpr uint32_t kAttnChunk = 16;        // keys converted to fp32 at a time
 constexpr uint32_t kAttnPrefillRows = 16;  // new tokens per item when a sequence has several
 
 // One work item: new tokens [row0, row0 + rows) of a sequence, kv heads [head, head +
-// num_heads) (all their q heads: contiguous in q and out),
-// keys [key0, key1). With num_splits > 1 its (max, sum, acc) go to partials + part, and the
-// num_splits consecutive items of the tile are merged after.
+// num_heads) (all their q heads: contiguous in q and out), keys (positions) [key0, key1): the
+// keys some row of the tile sees, never one outside every row's window. With num_splits > 1 its
+// (max, sum, acc) go to partials + part, and the num_splits consecutive items of the tile are
+// merged after.
 struct AttnItem {
   uint32_t seq, head, num_heads, row0, rows, key0, key1;  // kv heads [head, head + num_heads)
   int64_t part;
@@ -27,8 +29,8 @@ struct AttnItem {
 struct AttnWork {
   const AttnItem *items;
   size_t num_items;
-  const size_t *groups;  // the first item of every split tile
-  size_t num_groups;
+  const size_t *split_tiles;  // the first item of every split tile
+  size_t num_split_tiles;
   float *partials;
   float *const *scratch;  // per thread, attention_scratch_floats() each
 };
@@ -40,23 +42,33 @@ struct CpuTier {
   uint64_t layer_bytes;
 };
 
-// A step's batch, host arrays (pkv_batch_view's).
+// A step's batch, host arrays (pkv_batch_view's), with a slot mapping and block tables per KV
+// group. A windowed group's tables hold -1 for blocks it gave back: no new token's window
+// reaches them, and nothing here reads them.
 struct CpuStep {
-  uint32_t num_seqs, num_tokens, block_size;
-  const int32_t *query_start;    // [num_seqs + 1]
-  const int32_t *context_lens;   // [num_seqs]
-  const int32_t *block_indptr;   // [num_seqs + 1]
-  const int32_t *block_indices;  // seq i's blocks: [block_indptr[i] .. block_indptr[i + 1])
-  const int64_t *slot_mapping;   // [num_tokens], -1 = skip
+  uint32_t num_seqs, num_tokens, block_size, max_blocks_per_seq, num_groups;
+  const int32_t *query_start;         // [num_seqs + 1]
+  const int32_t *context_lens;        // [num_seqs]
+  const int64_t *group_slot_mapping;  // [num_groups][num_tokens], -1 = skip
+  const int32_t *group_block_tables;  // [num_groups][num_seqs][max_blocks_per_seq], -1 = none
+
+  const int64_t *slot_mapping(uint32_t group) const { return group_slot_mapping + size_t(group) * num_tokens; }
+  const int32_t *block_table(uint32_t group, uint32_t seq) const {
+    return group_block_tables + (size_t(group) * num_seqs + seq) * max_blocks_per_seq;
+  }
 };
 
-// One layer's call. Caches: [num_blocks][block_size][kv_heads][head_dim].
-// q, out: [num_tokens][q_heads][head_dim]; k, v: [num_tokens][kv_heads][head_dim].
+// One layer's call. Caches: [num_blocks][block_size][kv_heads][head_dim] of kv_dtype.
+// q, out: [num_tokens][q_heads][head_dim]; k, v: [num_tokens][kv_heads][head_dim] of dtype.
 struct CpuLayer {
   void *k_cache, *v_cache;
   uint32_t q_heads, kv_heads, head_dim;  // head_dim a multiple of 8, at most 256
-  int32_t dtype;                         // PKV_DTYPE_*
-  float scale;
+  int32_t dtype;                         // PKV_DTYPE_* of q, k, v and out
+  int32_t kv_dtype;                      // the caches': dtype or PKV_DTYPE_FP8_*
+  uint32_t group;                        // the KV group whose slot mapping and tables it uses
+  uint32_t window;                       // keys a token sees, itself included; 0 = all
+  float scale;                           // softmax
+  const float *k_scale, *v_scale;        // fp8: [kv_heads], a stored code means value * scale
   const void *q, *k, *v;
   void *out;
 };
@@ -67,10 +79,14 @@ class CpuKernels {
   uint32_t num_threads() const { return pool_.num_threads(); }
   const char *isa() const { return isa_; }  // the attention variant picked for this CPU
 
-  // The work items of a step, for every layer of it (they depend on the shape, not the layer).
+  // Prepares a step. Its work items depend on the shape and the window, not the layer: they are
+  // made at the first call of each KV group and kept for the group's other layers.
   void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim);
   void write_kv(const CpuStep &step, const CpuLayer &layer);
   void attention(const CpuStep &step, const CpuLayer &layer);  // of the planned step
+  // The keys the planned items of `group` read per kv head (a decode's items count once for all
+  // heads): what a test checks the window against. 0 before the group's first call.
+  uint64_t planned_keys(uint32_t group) const;
   // For every layer, block src[c] -> dst[c] in order (a later pair may read an earlier one's
   // dst), each in the tier its kind names (PKV_COPY_*): tiers[0] the pool, tiers[1] the host tier.
   void copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint64_t block_bytes,
@@ -78,12 +94,23 @@ class CpuKernels {
 
  private:
   using AttentionFn = void (*)(const CpuStep &, const CpuLayer &, const AttnWork &, ThreadPool &);
+  using QuantizeFn = void (*)(const void *, int32_t, int32_t, uint8_t *, uint32_t, float);
+
+  // The items of one KV group of the planned step, for its window.
+  struct GroupPlan {
+    bool ready = false;
+    uint32_t window = 0;
+    std::vector<AttnItem> items;
+    std::vector<size_t> split_tiles;  // first item of each split tile
+  };
+  void plan_group(const CpuStep &step, uint32_t window, GroupPlan &plan);
 
   ThreadPool pool_;
   AttentionFn attention_;
+  QuantizeFn quantize_;
   const char *isa_ = "baseline";
-  std::vector<AttnItem> items_;
-  std::vector<size_t> groups_;               // first item of each split tile
+  uint32_t q_heads_ = 0, kv_heads_ = 0, head_dim_ = 0;  // of the planned step
+  std::vector<GroupPlan> plans_;                        // [step.num_groups]
   std::vector<float> partials_;              // split results waiting for the merge
   std::vector<std::vector<float>> scratch_;  // per thread
   std::vector<float *> scratch_ptrs_;
