@@ -97,7 +97,7 @@ static pkv_store_params fz_store_params;
 static void raw_field(fz_input *in, pkv_engine_params *p)
 {
   uint32_t v = fz_u32(in);
-  switch (fz_pick(in, 24)) {
+  switch (fz_pick(in, 26)) {
   case 0: p->num_layers = v; break;
   case 1: p->num_q_heads = v; break;
   case 2: p->num_kv_heads = v; break;
@@ -121,9 +121,13 @@ static void raw_field(fz_input *in, pkv_engine_params *p)
   case 20: p->host_cache_bytes = fz_u64(in); break;
   case 21: p->reserved1 = v; break;
   case 22: p->host_offload = v; break;
+  case 23: p->kv_dtype = (int32_t)v; break;
+  case 24: p->sliding_window = v; break;
   default: p->max_num_batched_tokens = v; break;
   }
 }
+
+static uint32_t fz_layer_windows[2];
 
 static void fuzz_params(fz_input *in, pkv_engine_params *p)
 {
@@ -171,6 +175,20 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
     break;
   case 2: raw_field(in, p); break;
   case 3: p->num_threads = 2; break; /* worker threads */
+  case 4: /* sliding windows (KV groups): not with a host tier, which pkv refuses with them */
+    if (p->host_num_blocks || p->host_cache_bytes)
+      break;
+    fz_layer_windows[0] = 1 + fz_pick(in, 12);
+    fz_layer_windows[1] = fz_pick(in, 2) ? 0 : 1 + fz_pick(in, 12);
+    p->num_layers = 2;
+    if (fz_pick(in, 3) == 0)
+      p->sliding_window = fz_layer_windows[0]; /* one window everywhere: one windowed group */
+    else
+      p->layer_windows = fz_layer_windows;
+    break;
+  case 5: /* fp8 KV */
+    p->kv_dtype = PKV_DTYPE_FP8_E4M3 + (int32_t)fz_pick(in, 2);
+    break;
   default: break;
   }
   /* A raw field may have taken away what a store needs (prefix caching, a host tier): pkv_profile
