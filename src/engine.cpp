@@ -42,10 +42,7 @@ Engine::Engine(const pkv_engine_params &params)
               params_.host_num_blocks, params_.host_offload != 0, groups_.group_window),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
-  if (params_.host_num_blocks && blocks_.any_windowed())
-    fail(PKV_ERR_UNSUPPORTED,
-         "a host tier (swap, offload, store) with sliding windows is not supported yet: set host_num_blocks and "
-         "host_cache_bytes to 0, or sliding_window and layer_windows to full attention");
+  PKV_ASSERT(!params_.host_num_blocks || !blocks_.any_windowed());  // validate_engine_params refuses them
   if (params.layer_windows) layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
   if (is_fp8(budget_.kv_dtype)) {

@@ -175,9 +175,16 @@ void validate_engine_params(const pkv_engine_params &p) {
               "preemption_mode SWAP needs a host tier (host_num_blocks or host_cache_bytes)");
   PKV_REQUIRE(p.host_num_blocks <= INT32_MAX, "host_num_blocks %u exceeds 2^31-1", p.host_num_blocks);
   PKV_REQUIRE(p.sliding_window <= INT32_MAX, "sliding_window %u exceeds 2^31-1", p.sliding_window);
+  bool windowed = p.sliding_window != 0 && !p.layer_windows;
   if (p.layer_windows)
-    for (uint32_t l = 0; l < p.num_layers; ++l)
+    for (uint32_t l = 0; l < p.num_layers; ++l) {
       PKV_REQUIRE(p.layer_windows[l] <= INT32_MAX, "layer_windows[%u] = %u exceeds 2^31-1", l, p.layer_windows[l]);
+      windowed |= p.layer_windows[l] != 0;
+    }
+  if (windowed && (p.host_num_blocks || p.host_cache_bytes))
+    fail(PKV_ERR_UNSUPPORTED,
+         "a host tier (swap, offload, store) with sliding windows is not supported yet: set host_num_blocks and "
+         "host_cache_bytes to 0, or sliding_window and layer_windows to full attention");
 }
 
 }  // namespace pkv
