@@ -51,8 +51,8 @@ uint64_t max_pool_blocks(const PoolLayout &unit) {
 
 namespace {
 
-// Blocks one sequence of max_model_len needs (1 without a limit): each group's, a windowed group
-// holding those of its last window only. Refused when no pool of this shape could hold them, as
+// Blocks one sequence of max_model_len needs (one per KV group without a limit): each group's, a
+// windowed group holding those of one token's window only (kv_groups.h, group_blocks_for). Refused when no pool of this shape could hold them, as
 // no budget would help.
 uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) {
   const KvGroups groups = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);

@@ -306,12 +306,16 @@ PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const 
                                                     size_t json_len);
 
 /* Each layer's sliding window (0 = full attention) from a Hugging Face config.json, into
- * out[cap]; *out_len = num_hidden_layers. Read from "layer_types" ("sliding_attention" /
- * "full_attention") with "sliding_window"; else "sliding_window_pattern" N (every Nth layer
- * full, Gemma 3); else "use_sliding_window" with "max_window_layers" (Qwen2: layers from
- * max_window_layers on are windowed); else "sliding_window" for every layer (Mistral; null or
- * absent: none). out may be NULL when cap is 0. As pkv_engine_params_from_hf_config otherwise.
- * Since 0.2.0. */
+ * out[cap]; *out_len = num_hidden_layers. With "sliding_window" null, absent or 0 every layer is
+ * full. Else, read from "layer_types" ("sliding_attention" / "full_attention"; any other entry,
+ * or a length other than num_hidden_layers, is PKV_ERR_INVALID_ARGUMENT); else
+ * "sliding_window_pattern" N (every Nth layer full, Gemma 3; model_type "gemma3" or
+ * "gemma3_text" without it: N = 6, transformers' default); else model_type "gemma2" (windowed
+ * and full layers alternate, the first windowed); else "use_sliding_window" with
+ * "max_window_layers" (Qwen2: false = none; true = layers from max_window_layers, default 28,
+ * on are windowed); else "sliding_window" for every layer (Mistral). out may be NULL when cap is
+ * 0; cap < num_hidden_layers is PKV_ERR_INVALID_ARGUMENT with *out_len still written. As
+ * pkv_engine_params_from_hf_config otherwise. Since 0.2.0. */
 PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
                                                uint32_t cap, uint32_t *out_len);
 
