@@ -351,10 +351,11 @@ typedef struct pkv_kv_budget {
                                      at most 2^31-1 and (2^63-1) / block_bytes */
   uint64_t pool_bytes;            /* num_blocks * block_bytes (K and V): <= 2^63-1 */
   uint64_t max_tokens;            /* num_blocks * block_size */
-  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 if no limit):
-                                     with KV groups, each full group's ceil(max_model_len /
-                                     block_size) plus each windowed group's at most
-                                     ceil(window / block_size) + 1 */
+  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 per KV group
+                                     if no limit): with KV groups, each full group's
+                                     ceil(max_model_len / block_size) plus each windowed group's
+                                     min(ceil(window / block_size) + 1, ceil(max_model_len /
+                                     block_size)) */
   uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
   uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
                                      (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */

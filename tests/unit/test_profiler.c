@@ -240,6 +240,23 @@ static void test_fp8(void)
   p.kv_cache_bytes = 100 * MIB;
   b = profile(&p, PKV_ERR_OUT_OF_MEMORY);
   CHECK_EQ_INT(b.shortfall_bytes, 156 * MIB + 2048);
+
+  /* a shape whose blocks fit in 2^63-1 bytes but whose scales do not: refused, not wrapped
+   * (2^30 layers x 2^31 kv heads x 8 bytes is 2^64, which wrapped to 0 scale bytes) */
+  tu_params(&p, 1, 0);
+  p.num_layers = 1u << 30;
+  p.num_q_heads = p.num_kv_heads = 0x80000000u;
+  p.head_dim = 1;
+  p.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  p.kv_cache_bytes = 1ull << 62; /* one block of 2 x 2^61 bytes */
+  pkv_kv_budget big;
+  memset(&big, 0, sizeof big);
+  big.struct_size = sizeof big;
+  CHECK_STATUS(pkv_profile(&p, &big), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "kv_scale_bytes") != NULL);
+  p.kv_dtype = 0; /* in f32 (4 bytes, no scales) its blocks are what overflows */
+  CHECK_STATUS(pkv_profile(&p, &big), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "block_bytes") != NULL);
 }
 
 /* One window for every layer: one group; a sequence of max_model_len holds what one token's
