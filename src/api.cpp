@@ -197,7 +197,12 @@ pkv_status pkv_hf_config_layer_windows(const char *json, size_t len, uint32_t *o
     PKV_REQUIRE(json != nullptr, "json is NULL");
     PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
     PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
-    copy_out(pkv::layer_windows_from_hf_config(json, len), out, cap, out_len, "the model's layers");
+    const pkv::LayerWindows w = pkv::layer_windows_from_hf_config(json, len);
+    *out_len = w.num_layers();  // also when the buffer is short: the length it needs
+    if (out == nullptr) return;
+    if (cap < w.num_layers())
+      pkv::fail(PKV_ERR_INVALID_ARGUMENT, "the model has %u layers, the buffer holds %u", w.num_layers(), cap);
+    w.copy_to(out);
   });
 }
 

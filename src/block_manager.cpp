@@ -113,9 +113,7 @@ uint32_t BlockManager::first_held(uint32_t group, uint64_t next) const {
 
 uint64_t BlockManager::peak_blocks(uint32_t prompt, uint64_t total) const {
   uint64_t at_end = 0;
-  for (uint32_t w : windows_)
-    at_end += w ? std::min<uint64_t>(blocks_for_tokens(total, block_size_), group_blocks_for(w, total, block_size_) + 1)
-                : blocks_for_tokens(total, block_size_);
+  for (uint32_t w : windows_) at_end += group_blocks_for(w, total, block_size_);
   return std::max<uint64_t>(uint64_t(num_groups()) * blocks_for_tokens(prompt, block_size_), at_end);
 }
 

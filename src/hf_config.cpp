@@ -83,57 +83,100 @@ std::string read_string(const json &cfg, const char *key) {
   return it != cfg.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-std::vector<uint32_t> layer_windows(const json &root, const json &cfg) {
+// A count that may be 0; throws when present but wrong.
+bool read_index(const json &cfg, const char *key, uint32_t *out) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return false;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be a whole number >= 0, got %s", key,
+         it->is_primitive() ? it->dump().c_str() : it->type_name());
+  *out = static_cast<uint32_t>(it->get<int64_t>());
+  return true;
+}
+
+// layer_types: one "sliding_attention" or "full_attention" per layer.
+std::vector<uint32_t> typed_windows(const json &types, uint32_t layers, uint32_t window) {
+  if (!types.is_array() || types.size() != layers)
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "config.json: \"layer_types\" must be an array of num_hidden_layers (%u) strings, got %s of %zu",
+         layers, types.type_name(), types.is_array() ? types.size() : size_t(0));
+  std::vector<uint32_t> w(layers, 0);
+  for (uint32_t l = 0; l < layers; ++l) {
+    const json &t = types[l];
+    const std::string kind = t.is_string() ? t.get<std::string>() : std::string();
+    if (kind == "sliding_attention") w[l] = window;
+    else if (kind != "full_attention")
+      fail(PKV_ERR_INVALID_ARGUMENT,
+           "config.json: layer_types[%u] must be \"sliding_attention\" or \"full_attention\"%s", l,
+           kind.empty() ? "" : (", not \"" + kind.substr(0, 64) + "\"").c_str());
+  }
+  return w;
+}
+
+LayerWindows layer_windows(const json &root, const json &cfg) {
+  using Rule = LayerWindows::Rule;
   const uint32_t layers = require_count(cfg, "num_hidden_layers");
   uint32_t window = 0;
   read_count(cfg, "sliding_window", &window);  // null or absent: none
-  std::vector<uint32_t> w(layers, 0);
-  if (!window) return w;
+  if (!window) return LayerWindows(layers, 0, Rule::kNone);
   auto types = cfg.find("layer_types");
-  if (types != cfg.end() && !types->is_null()) {
-    // Gemma 3, gpt-oss, Qwen3 and newer configs name each layer's kind.
-    if (!types->is_array() || types->size() != layers)
-      fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"layer_types\" must be an array of num_hidden_layers (%u) strings",
-           layers);
-    for (uint32_t l = 0; l < layers; ++l) {
-      const json &t = (*types)[l];
-      const std::string kind = t.is_string() ? t.get<std::string>() : std::string();
-      if (kind == "sliding_attention") w[l] = window;
-      else if (kind != "full_attention")
-        fail(PKV_ERR_INVALID_ARGUMENT,
-             "config.json: layer_types[%u] must be \"sliding_attention\" or \"full_attention\"%s", l,
-             kind.empty() ? "" : (", not \"" + kind.substr(0, 64) + "\"").c_str());
-    }
-    return w;
-  }
+  if (types != cfg.end() && !types->is_null())  // Gemma 3, gpt-oss, Qwen3 and newer configs
+    return LayerWindows(layers, window, Rule::kTypes, 0, typed_windows(*types, layers, window));
   const std::string model = read_string(cfg, "model_type").empty() ? read_string(root, "model_type")
                                                                     : read_string(cfg, "model_type");
   uint32_t pattern = 0;
-  if (read_count(cfg, "sliding_window_pattern", &pattern)) {
-    // Gemma 3: every pattern-th layer is global, the others windowed.
-    for (uint32_t l = 0; l < layers; ++l) w[l] = (l + 1) % pattern ? window : 0;
-    return w;
-  }
-  if (model == "gemma2") {
-    // Gemma 2: windowed and global layers alternate, the first windowed.
-    for (uint32_t l = 0; l < layers; l += 2) w[l] = window;
-    return w;
-  }
+  if (read_count(cfg, "sliding_window_pattern", &pattern))  // Gemma 3: every pattern-th layer full
+    return LayerWindows(layers, window, Rule::kPattern, pattern);
+  // Gemma 3 configs may leave the pattern out: transformers' Gemma3TextConfig default is 6.
+  if (model == "gemma3" || model == "gemma3_text") return LayerWindows(layers, window, Rule::kPattern, 6);
+  if (model == "gemma2") return LayerWindows(layers, window, Rule::kAlternate);
   if (cfg.contains("use_sliding_window")) {
-    // Qwen2: windows only when use_sliding_window, on layers from max_window_layers on.
-    if (!read_bool(cfg, "use_sliding_window", false)) return w;
-    uint32_t first = 0;
-    read_count(cfg, "max_window_layers", &first);
-    for (uint32_t l = first; l < layers; ++l) w[l] = window;
-    return w;
+    // Qwen2 (and Qwen2-MoE, Qwen3): windows only when use_sliding_window, on layers from
+    // max_window_layers on (absent: transformers' default for these models, 28).
+    if (!read_bool(cfg, "use_sliding_window", false)) return LayerWindows(layers, 0, Rule::kNone);
+    uint32_t first = 28;
+    read_index(cfg, "max_window_layers", &first);
+    return LayerWindows(layers, window, Rule::kFrom, first);
   }
-  std::fill(w.begin(), w.end(), window);  // Mistral: one window everywhere
-  return w;
+  return LayerWindows(layers, window, Rule::kAll);  // Mistral: one window everywhere
 }
 
 }  // namespace
 
-std::vector<uint32_t> layer_windows_from_hf_config(const char *text, size_t len) {
+LayerWindows::LayerWindows(uint32_t num_layers, uint32_t window, Rule rule, uint32_t n,
+                           std::vector<uint32_t> types)
+    : num_layers_(num_layers), window_(window), rule_(rule), n_(n), types_(std::move(types)) {}
+
+uint32_t LayerWindows::at(uint32_t l) const {
+  switch (rule_) {
+    case Rule::kNone: return 0;
+    case Rule::kAll: return window_;
+    case Rule::kTypes: return types_[l];
+    case Rule::kPattern: return (l + 1) % n_ ? window_ : 0;
+    case Rule::kAlternate: return l % 2 ? 0 : window_;
+    case Rule::kFrom: return l >= n_ ? window_ : 0;
+  }
+  return 0;
+}
+
+bool LayerWindows::uniform() const {
+  switch (rule_) {
+    case Rule::kNone:
+    case Rule::kAll: return true;
+    case Rule::kTypes:
+      return std::all_of(types_.begin(), types_.end(), [&](uint32_t w) { return w == types_[0]; });
+    case Rule::kPattern: return n_ == 1 || n_ > num_layers_;  // every layer full, or none
+    case Rule::kAlternate: return num_layers_ == 1;
+    case Rule::kFrom: return n_ == 0 || n_ >= num_layers_;
+  }
+  return true;
+}
+
+void LayerWindows::copy_to(uint32_t *out) const {
+  for (uint32_t l = 0; l < num_layers_; ++l) out[l] = at(l);
+}
+
+LayerWindows layer_windows_from_hf_config(const char *text, size_t len) {
   const json root = parse_config(text, len);
   return layer_windows(root, text_config(root));
 }
@@ -161,8 +204,8 @@ pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *
          "config.json: num_key_value_heads %u does not divide num_attention_heads %u",
          out.num_kv_heads, out.num_q_heads);
   // One window for every layer (Mistral) is sliding_window; mixed models need layer_windows.
-  const std::vector<uint32_t> w = layer_windows(root, *cfg);
-  out.sliding_window = std::all_of(w.begin(), w.end(), [&](uint32_t x) { return x == w[0]; }) ? w[0] : 0;
+  const LayerWindows w = layer_windows(root, *cfg);
+  out.sliding_window = w.uniform() ? w.at(0) : 0;
   return out;
 }
 

@@ -38,11 +38,12 @@ KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window, const uint
 
 uint64_t group_blocks_for(uint32_t window, uint64_t num_tokens, uint32_t block_size) {
   const uint64_t all = (num_tokens + block_size - 1) / block_size;
-  if (!window || num_tokens == 0) return all;
-  // The last token (position n-1) attends back to n - window; its window spans at most
-  // ceil(window / block_size) + 1 blocks, and never more than the sequence has.
-  const uint64_t first = window_start(window, num_tokens - 1) / block_size;
-  return all - first;
+  if (!window) return all;
+  // A token's window spans at most ceil(window / block_size) + 1 blocks: a sequence growing to
+  // num_tokens peaks there (at num_tokens itself its window may start on a block boundary and
+  // span one block fewer: counting that would leave the pool a block short one token earlier),
+  // and never holds more than it has.
+  return std::min<uint64_t>(all, (uint64_t(window) + block_size - 1) / block_size + 1);
 }
 
 }  // namespace pkv

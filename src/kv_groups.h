@@ -40,8 +40,9 @@ inline uint32_t window_start(uint32_t window, uint64_t next) {
   return window && next >= window ? static_cast<uint32_t>(next - window + 1) : 0;
 }
 
-// The most blocks a sequence of n tokens, all computed but the last, holds in a group of this
-// window: all of its blocks under full attention, else those of its last window.
+// The most blocks a sequence of up to n tokens, all computed but the last, holds in a group of
+// this window: all of its blocks under full attention, else at most ceil(window / block_size) + 1
+// (what one token's window spans), never more than n tokens fill.
 uint64_t group_blocks_for(uint32_t window, uint64_t num_tokens, uint32_t block_size);
 
 }  // namespace pkv

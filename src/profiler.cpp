@@ -51,8 +51,16 @@ uint64_t max_pool_blocks(const PoolLayout &unit) {
 
 namespace {
 
-// Blocks one sequence of max_model_len needs (1 without a limit): each group's, a windowed group
-// holding those of its last window only. Refused when no pool of this shape could hold them, as
+// fp8 scales: one float per (layer, kv head of this rank) for K and for V; 0 for other caches.
+// block_bytes bounds layers x kv heads by 2^62 only, so 8 times that is checked too.
+uint64_t kv_scale_bytes(const pkv_engine_params &p, const PoolLayout &unit) {
+  if (!is_fp8(kv_dtype_of(p))) return 0;
+  return checked_product({2, p.num_layers, unit.kv_heads, sizeof(float)}, kMaxOffset,
+                         "kv_scale_bytes = 2 (K,V) x num_layers x kv_heads_per_rank x 4");
+}
+
+// Blocks one sequence of max_model_len needs (one per KV group without a limit): each group's, a
+// windowed group holding those of one token's window only (kv_groups.h, group_blocks_for). Refused when no pool of this shape could hold them, as
 // no budget would help.
 uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) {
   const KvGroups groups = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
@@ -122,8 +130,7 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   b.num_kv_groups = groups.num_groups();
   b.group_layers = groups.group_layers;
   b.padded_layers = groups.padded_layers();
-  // fp8 scales: one float per (layer, kv head) for K and for V (kv_heads <= 2^32, layers < 2^32).
-  if (is_fp8(b.kv_dtype)) b.kv_scale_bytes = 2ull * p.num_layers * unit.kv_heads * sizeof(float);
+  b.kv_scale_bytes = kv_scale_bytes(p, unit);
   b.kv_heads_per_rank = unit.kv_heads;
   b.block_bytes = unit.block_bytes;
   b.bytes_per_token = b.block_bytes / p.block_size;
@@ -192,6 +199,7 @@ pkv_kv_budget profile(const pkv_engine_params &p) {
   // The shape's refusals first, so they do not depend on the device or its memory.
   const PoolLayout unit = pool_layout(p, p.num_blocks);
   blocks_per_max_seq(p, unit);
+  kv_scale_bytes(p, unit);
   const int32_t device = resolve_device(p.device, p.device_id);
   MemoryInfo measured, host;
   if (!p.memory_total_bytes) {

@@ -1,10 +1,13 @@
 /*
  * profile.c - `pkv profile`: how many KV blocks, tokens and sequences fit, and why.
  *
- * Reads a Hugging Face config.json (pkv_engine_params_from_hf_config), applies the flags, calls
- * pkv_profile and prints every term of the budget (DESIGN.md §5) so a person can check it:
- *   block_bytes = 2 (K,V) * layers * block_size * kv_heads_per_rank * head_dim * dtype bytes
+ * Reads a Hugging Face config.json (pkv_engine_params_from_hf_config and, for per-layer
+ * windows, pkv_hf_config_layer_windows), applies the flags, calls pkv_profile and prints every
+ * term of the budget (DESIGN.md §5) so a person can check it:
+ *   block_bytes = 2 (K,V) * group_layers * block_size * kv_heads_per_rank * head_dim * kv dtype bytes
  *   budget      = total * utilization - used - reserve   (or --kv-cache, or --num-blocks)
+ * group_layers is num_layers without sliding windows; the attention variants (the kv dtype, the
+ * windows' KV groups and what they gain) are variants.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "variants.h"
 
 typedef struct profile_opts {
   const char *config;
@@ -23,28 +27,14 @@ typedef struct profile_opts {
   uint32_t tp, tp_rank, block_size, max_model_len, num_blocks, host_blocks;
   const char *dtype, *device;
   int json;
+  variant_flags variants;
 } profile_opts;
 
 static const char *device_name(int32_t d) {
   return d == PKV_DEVICE_CPU ? "cpu" : d == PKV_DEVICE_CUDA ? "cuda" : "auto";
 }
 
-static const char *dtype_name(int32_t d) {
-  return d == PKV_DTYPE_F32 ? "f32" : d == PKV_DTYPE_F16 ? "f16" : d == PKV_DTYPE_BF16 ? "bf16" : "?";
-}
-
-static uint32_t dtype_bytes(int32_t d) { return d == PKV_DTYPE_F32 ? 4 : 2; }
-
-static int parse_dtype(const char *s, int32_t *out) {
-  static const struct { const char *name; int32_t dtype; } names[] = {
-      {"bf16", PKV_DTYPE_BF16}, {"bfloat16", PKV_DTYPE_BF16}, {"f16", PKV_DTYPE_F16},
-      {"fp16", PKV_DTYPE_F16},  {"float16", PKV_DTYPE_F16},   {"half", PKV_DTYPE_F16},
-      {"f32", PKV_DTYPE_F32},   {"fp32", PKV_DTYPE_F32},      {"float32", PKV_DTYPE_F32},
-  };
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strcasecmp(s, names[i].name) == 0) return *out = names[i].dtype, 0;
-  return -1;
-}
+static const char *dtype_name(int32_t d) { return variants_dtype_name(d); }
 
 static int parse_device(const char *s, int32_t *out) {
   if (strcasecmp(s, "auto") == 0) return *out = PKV_DEVICE_AUTO, 0;
@@ -59,22 +49,30 @@ static int flag_seen(const cli_command *cmd, const char *name) {
   return 0;
 }
 
-/* Reads the config and applies the flags to p. Returns an exit code (CLI_EXIT_OK to go on). */
-static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engine_params *p) {
+/* Reads the config and applies the flags to p. Returns an exit code (CLI_EXIT_OK to go on);
+ * *windows is p->layer_windows' array (or NULL), for the caller to free. */
+static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engine_params *p,
+                        uint32_t **windows) {
+  *windows = NULL;
   pkv_engine_params_init(p, sizeof *p);
   char *text = NULL;
   size_t len = 0;
   if (cli_read_file(o->config, &text, &len) != 0) return CLI_EXIT_FAIL;
   pkv_status s = pkv_engine_params_from_hf_config(p, text, len);
-  free(text);
   if (s != PKV_OK) {
     fprintf(stderr, "pkv profile: %s: %s (%s)\n", o->config, pkv_last_error(), pkv_status_string(s));
+    free(text);
     return CLI_EXIT_FAIL;
   }
-  if (o->dtype != NULL && parse_dtype(o->dtype, &p->dtype) != 0) {
-    fprintf(stderr, "pkv profile: bad --dtype '%s': expected bf16, f16 or f32\n", o->dtype);
+  if (o->dtype != NULL && variants_parse_dtype(o->dtype, 0, &p->dtype) != 0) {
+    fprintf(stderr, "pkv profile: bad --dtype '%s': expected bf16, f16 or f32 (fp8 is a --kv-dtype)\n",
+            o->dtype);
+    free(text);
     return CLI_EXIT_USAGE;
   }
+  int rc = variants_apply(&o->variants, o->config, text, len, p, windows);
+  free(text);
+  if (rc != CLI_EXIT_OK) return rc;
   if (o->device != NULL && parse_device(o->device, &p->device) != 0) {
     fprintf(stderr, "pkv profile: bad --device '%s': expected auto, cpu or cuda\n", o->device);
     return CLI_EXIT_USAGE;
@@ -123,14 +121,16 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   printf("  model      %u layers, %u q heads, %u kv heads, head_dim %u, %s, max_model_len %u%s\n",
          p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
          p->max_model_len, p->max_model_len == 0 ? " (no limit)" : "");
+  variants_print_model(p, b);
   printf("  parallel   tp %u, rank %u: %u kv heads per rank\n", p->tp_size, p->tp_rank,
          b->kv_heads_per_rank);
   printf("  device     %s%s, %s\n\n", device_name(b->device),
          p->device == PKV_DEVICE_AUTO ? " (auto)" : "",
          p->memory_total_bytes != 0 ? "total memory as given (--memory)" : "total memory measured");
   printf("  %-26s %12s %16s\n", "term", "size", "bytes");
-  snprintf(note, sizeof note, "2 (K,V) x %u layers x %u tokens x %u heads x %u x %u B", p->num_layers,
-           p->block_size, b->kv_heads_per_rank, p->head_dim, dtype_bytes(p->dtype));
+  snprintf(note, sizeof note, "2 (K,V) x %u layers%s x %u tokens x %u heads x %u x %u B",
+           b->group_layers, b->num_kv_groups > 1 ? " (a group's)" : "", p->block_size,
+           b->kv_heads_per_rank, p->head_dim, variants_dtype_bytes(b->kv_dtype));
   row_bytes("block bytes", b->block_bytes, note);
   row_bytes("bytes per token", b->bytes_per_token, "block bytes / block size");
   row_bytes("total memory", b->total_bytes, p->memory_total_bytes != 0 ? "--memory" : "measured");
@@ -138,17 +138,30 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   row_bytes("- used", b->used_bytes, "measured in use + --used");
   row_bytes("- reserve", b->reserve_bytes, "--reserve: activations, workspaces");
   row_bytes("= KV budget", b->budget_bytes, source_note(b->source));
-  snprintf(note, sizeof note, "budget / block bytes%s",
+  if (b->kv_scale_bytes != 0) {
+    snprintf(note, sizeof note, "fp8 scales: 2 (K,V) x %u layers x %u heads x 4 B", p->num_layers,
+             b->kv_heads_per_rank);
+    row_bytes("- kv scales", b->kv_scale_bytes, note);
+  }
+  snprintf(note, sizeof note, "%s / block bytes%s", b->kv_scale_bytes ? "(budget - kv scales)" : "budget",
            b->source == PKV_BUDGET_FIXED_BLOCKS ? " (here: fixed)" : "");
   row_count("blocks", b->num_blocks, note);
   row_bytes("pool bytes", b->pool_bytes, "blocks x block bytes");
   snprintf(note, sizeof note, "blocks x %u tokens per block", p->block_size);
   row_count("max tokens", b->max_tokens, note);
-  snprintf(note, sizeof note, "ceil(max_model_len %u / block size %u)", p->max_model_len, p->block_size);
-  row_count("blocks per max sequence", b->blocks_per_max_seq, p->max_model_len ? note : "no max_model_len");
+  if (b->num_kv_groups > 1)
+    snprintf(note, sizeof note, "summed over the %u KV groups below", b->num_kv_groups);
+  else if (p->sliding_window != 0)
+    snprintf(note, sizeof note, "window %u: min(ceil(w / %u) + 1, ceil(max_model_len %u / %u))",
+             p->sliding_window, p->block_size, p->max_model_len, p->block_size);
+  else
+    snprintf(note, sizeof note, "ceil(max_model_len %u / block size %u)", p->max_model_len, p->block_size);
+  row_count("blocks per max sequence", b->blocks_per_max_seq,
+            p->max_model_len ? note : b->num_kv_groups > 1 ? "no max_model_len: 1 per KV group" : "no max_model_len");
   row_count("max seqs at max_model_len", b->max_seqs_at_max_model_len,
             "blocks / blocks per max sequence");
   if (b->shortfall_bytes != 0) row_bytes("shortfall", b->shortfall_bytes, "more KV memory needed");
+  variants_print_table(p, b);
   if (b->host_num_blocks == 0) return;
   printf("\n  host tier (swapped-out sequences, evicted prefix blocks)\n");
   row_bytes("host block bytes", b->block_bytes, "as block bytes");
@@ -178,9 +191,10 @@ static void print_json(const profile_opts *o, const pkv_engine_params *p, const 
   cli_json_string(stdout, error);
   printf(",\n  \"model\": {\"num_layers\": %u, \"num_q_heads\": %u, \"num_kv_heads\": %u, "
          "\"head_dim\": %u, \"dtype\": \"%s\", \"max_model_len\": %u, \"block_size\": %u, "
-         "\"tp_size\": %u, \"tp_rank\": %u},\n",
+         "\"tp_size\": %u, \"tp_rank\": %u, \"sliding_window\": %u, \"layer_windows\": %s},\n",
          p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
-         p->max_model_len, p->block_size, p->tp_size, p->tp_rank);
+         p->max_model_len, p->block_size, p->tp_size, p->tp_rank, p->sliding_window,
+         p->layer_windows ? "true" : "false");
   printf("  \"budget\": {\n    \"device\": \"%s\",\n    \"source\": %u,\n", device_name(b->device),
          b->source);
   json_u64("kv_heads_per_rank", b->kv_heads_per_rank, 0);
@@ -200,8 +214,47 @@ static void print_json(const profile_opts *o, const pkv_engine_params *p, const 
   json_u64("host_num_blocks", b->host_num_blocks, 0);
   json_u64("host_pool_bytes", b->host_pool_bytes, 0);
   json_u64("host_total_bytes", b->host_total_bytes, 0);
-  json_u64("host_available_bytes", b->host_available_bytes, 1);
-  printf("  }\n}\n");
+  json_u64("host_available_bytes", b->host_available_bytes, 0);
+  printf("    \"kv_dtype\": \"%s\",\n", dtype_name(b->kv_dtype));
+  json_u64("kv_dtype_bytes", variants_dtype_bytes(b->kv_dtype), 0);
+  json_u64("kv_scale_bytes", b->kv_scale_bytes, 0);
+  json_u64("num_kv_groups", b->num_kv_groups, 0);
+  json_u64("group_layers", b->group_layers, 0);
+  json_u64("padded_layers", b->padded_layers, 1);
+  printf("  }");
+  variants_print_json(p, b);
+  printf("\n}\n");
+}
+
+/* pkv_profile and the printing; an exit code. */
+static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
+  pkv_kv_budget b;
+  memset(&b, 0, sizeof b);
+  b.struct_size = sizeof b;
+  pkv_status s = pkv_profile(p, &b);
+  char error[512];
+  snprintf(error, sizeof error, "%s", s == PKV_OK ? "" : pkv_last_error());
+  if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY) {
+    fprintf(stderr, "pkv profile: %s: %s\n", pkv_status_string(s), error);
+    return CLI_EXIT_FAIL;
+  }
+  if (o->json) {
+    print_json(o, p, &b, s, error);
+  } else {
+    print_table(o, p, &b);
+  }
+  if (s == PKV_ERR_OUT_OF_MEMORY && b.shortfall_bytes == 0) {  /* the host tier's memory */
+    fprintf(stderr, "pkv profile: %s\n", error);
+    return CLI_EXIT_FAIL;
+  }
+  if (s == PKV_ERR_OUT_OF_MEMORY) {
+    char h[32];
+    fprintf(stderr, "pkv profile: the KV budget is %s (%llu bytes) short: %s\n",
+            cli_format_size(b.shortfall_bytes, h, sizeof h), (unsigned long long)b.shortfall_bytes,
+            error);
+    return CLI_EXIT_FAIL;
+  }
+  return CLI_EXIT_OK;
 }
 
 int cmd_profile(int argc, char **argv) {
@@ -219,14 +272,37 @@ int cmd_profile(int argc, char **argv) {
       {"tp", CLI_U32, &o.tp, "N", "tensor-parallel ranks (1)", 0},
       {"tp-rank", CLI_U32, &o.tp_rank, "N", "this rank (0)", 0},
       {"block-size", CLI_U32, &o.block_size, "N", "tokens per block (16)", 0},
-      {"dtype", CLI_STRING, &o.dtype, "T", "KV dtype: bf16, f16 or f32 (default: the config's)", 0},
+      {"dtype", CLI_STRING, &o.dtype, "T", "model dtype: bf16, f16 or f32 (default: the config's)", 0},
+      {"kv-dtype", CLI_STRING, &o.variants.kv_dtype, "T",
+       "KV cache dtype: the model's (default), fp8_e4m3 (or fp8) or fp8_e5m2", 0},
+      {"window", CLI_U32, &o.variants.window, "N",
+       "sliding window of N keys in every layer; 0 = full attention", 0},
+      {"layer-windows", CLI_STRING, &o.variants.layer_windows, "LIST",
+       "each layer's window: 1024x5,0,... (see above)", 0},
       {"max-model-len", CLI_U32, &o.max_model_len, "N", "longest sequence (default: the config's)", 0},
       {"device", CLI_STRING, &o.device, "D", "auto, cpu or cuda (auto)", 0},
       {"json", CLI_FLAG, &o.json, NULL, "print JSON instead of a table", 0},
   };
-  cli_command cmd = {"profile", "profile --config config.json [--memory 80GiB] [options]",
-                     "Prints how many KV blocks fit in a memory budget, and every term of it.",
-                     flags, sizeof flags / sizeof flags[0]};
+  cli_command cmd = {
+      "profile", "profile --config config.json [--memory 80GiB] [options]",
+      "Prints how many KV blocks fit in a memory budget, and every term of it.\n"
+      "\n"
+      "Attention variants: --kv-dtype fp8_e4m3 (or fp8_e5m2) keeps K and V in one byte per\n"
+      "element, scaled per layer and kv head. Sliding windows come from the config (layer_types,\n"
+      "sliding_window_pattern, model_type gemma2, use_sliding_window, sliding_window) unless\n"
+      "--window N (every layer; 0 = full attention everywhere) or --layer-windows LIST sets\n"
+      "them. LIST is comma-separated windows (0 = full attention), each W or WxK (W for K layers\n"
+      "in a row); it names every layer, or ends in ,... to repeat over the layers:\n"
+      "  --layer-windows 1024x5,0,...   Gemma 3: 5 layers of 1024 keys, 1 full, and again\n"
+      "  --layer-windows 128,0,...      gpt-oss: windowed and full layers alternate\n"
+      "  --layer-windows 0x31,4096      31 full layers, then one of 4096 keys\n"
+      "With fp8 or windows it also prints the KV groups and what they gain against the same\n"
+      "model with model-dtype KV and full attention in the same memory.\n"
+      "\n"
+      "examples:\n"
+      "  pkv profile --config tools/configs/llama-3-8b.json --memory 80GiB --tp 1\n"
+      "  pkv profile --config tools/configs/gemma-3-27b.json --memory 80GiB --kv-dtype fp8_e4m3",
+      flags, sizeof flags / sizeof flags[0]};
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
   if (o.config == NULL) {
@@ -249,35 +325,12 @@ int cmd_profile(int argc, char **argv) {
                     "to use total x utilization - used - reserve)\n");
     return CLI_EXIT_USAGE;
   }
+  o.variants.window_seen = flag_seen(&cmd, "window");
   pkv_engine_params p;
-  rc = build_params(&o, &cmd, &p);
+  uint32_t *windows = NULL; /* p.layer_windows' array: freed at every return below */
+  rc = build_params(&o, &cmd, &p, &windows);
   if (rc != CLI_EXIT_OK) return rc;
-
-  pkv_kv_budget b;
-  memset(&b, 0, sizeof b);
-  b.struct_size = sizeof b;
-  pkv_status s = pkv_profile(&p, &b);
-  char error[512];
-  snprintf(error, sizeof error, "%s", s == PKV_OK ? "" : pkv_last_error());
-  if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY) {
-    fprintf(stderr, "pkv profile: %s: %s\n", pkv_status_string(s), error);
-    return CLI_EXIT_FAIL;
-  }
-  if (o.json) {
-    print_json(&o, &p, &b, s, error);
-  } else {
-    print_table(&o, &p, &b);
-  }
-  if (s == PKV_ERR_OUT_OF_MEMORY && b.shortfall_bytes == 0) {  /* the host tier's memory */
-    fprintf(stderr, "pkv profile: %s\n", error);
-    return CLI_EXIT_FAIL;
-  }
-  if (s == PKV_ERR_OUT_OF_MEMORY) {
-    char h[32];
-    fprintf(stderr, "pkv profile: the KV budget is %s (%llu bytes) short: %s\n",
-            cli_format_size(b.shortfall_bytes, h, sizeof h), (unsigned long long)b.shortfall_bytes,
-            error);
-    return CLI_EXIT_FAIL;
-  }
-  return CLI_EXIT_OK;
+  rc = run_profile(&o, &p);
+  free(windows);
+  return rc;
 }

@@ -25,7 +25,7 @@ namespace Pkv
     /// End(). Dispose() without End() aborts it (nothing becomes computed), like a transaction:
     /// <c>using (var b = engine.BeginBatch(seqs)) { ...; b.End(); }</c>. A batch that is ended,
     /// aborted or whose engine is disposed refuses calls with ObjectDisposedException.</summary>
-    public sealed unsafe class Batch : IDisposable
+    public sealed unsafe partial class Batch : IDisposable
     {
         readonly Engine engine;
         readonly BatchHandle handle;

@@ -66,7 +66,7 @@ namespace Pkv
     }
 
     /// <summary>Library-wide calls: versions, the KV profiler, the canonical block hash.</summary>
-    public static unsafe class Library
+    public static unsafe partial class Library
     {
         public static uint Version { get { return Native.pkv_version(); } }
         public static uint AbiVersion { get { return Native.pkv_abi_version(); } }
@@ -74,19 +74,11 @@ namespace Pkv
 
         /// <summary>How many KV blocks fit and why. When the budget is too small it throws a
         /// PkvException (OutOfMemory); ProfileOrShortfall returns the terms either way.</summary>
-        public static KvBudget Profile(EngineParams p)
-        {
-            KvBudget b;
-            Native.Check(ProfileOrShortfall(p, out b));
-            return b;
-        }
+        public static KvBudget Profile(EngineParams p) { return Profile(p, null); }
 
         public static Status ProfileOrShortfall(EngineParams p, out KvBudget budget)
         {
-            var b = new KvBudget { StructSize = (uint)sizeof(KvBudget) };
-            Status s = Native.pkv_profile(&p, &b);
-            budget = b;
-            return s;
+            return ProfileOrShortfall(p, null, out budget);
         }
 
         public static ulong BlockHashRoot(ulong seed, byte[] salt)
@@ -109,30 +101,45 @@ namespace Pkv
 
     /// <summary>A KV-cache engine. Dispose it (using); a disposed engine refuses every call with
     /// ObjectDisposedException. Calls on one engine may come from several threads.</summary>
-    public sealed unsafe class Engine : IDisposable
+    public sealed unsafe partial class Engine : IDisposable
     {
         readonly EngineHandle handle;
         readonly object gate = new object();
         internal Batch openBatch;  // pkv allows one open batch per engine
 
+        /// <summary>The effective parameters; LayerWindows is zero in them (see LayerWindows).</summary>
         public EngineParams Params { get; private set; }
         internal uint QBytesPerToken, KvBytesPerToken;  // pkv_attention's size checks
 
-        public Engine(EngineParams p) : this(p, null) { }
+        public Engine(EngineParams p) : this(p, null, null) { }
+
+        /// <summary>An engine whose layers have these sliding windows (one per layer, 0 = full
+        /// attention; null: EngineParams.SlidingWindow for every layer): see Variants.cs.</summary>
+        public Engine(EngineParams p, uint[] layerWindows) : this(p, null, layerWindows) { }
+
+        public Engine(EngineParams p, StoreConfig store) : this(p, store, null) { }
 
         /// <summary>An engine with the store tier store (null: none), which needs prefix caching
         /// and a host tier. An IStore is called by pkv until the engine is disposed (which waits
-        /// for the queued writes).</summary>
-        public Engine(EngineParams p, StoreConfig store)
+        /// for the queued writes). layerWindows: as Engine(p, layerWindows).</summary>
+        public Engine(EngineParams p, StoreConfig store, uint[] layerWindows)
         {
+            Library.CheckLayerWindows(ref p, layerWindows);
             StoreBridge bridge = store == null ? null : store.Build();
             p.Store = bridge == null ? IntPtr.Zero : (IntPtr)bridge.Params;
-            Status created = Native.pkv_engine_create(&p, out handle);
+            Status created;
+            fixed (uint* w = layerWindows)  // pinned for the call: pkv copies them at create
+            {
+                p.LayerWindows = (IntPtr)w;
+                created = Native.pkv_engine_create(&p, out handle);
+            }
             if (created != Status.Ok && bridge != null) bridge.Free();
             Native.Check(created);
             handle.Store = bridge;
             var eff = new EngineParams { StructSize = (uint)sizeof(EngineParams) };
             Call(Native.pkv_engine_params_get(handle, &eff));
+            engineLayerWindows = Library.CopyLayerWindows(eff);  // they point into the engine
+            eff.LayerWindows = IntPtr.Zero;
             Params = eff;
             uint elem = eff.Dtype == Native.PKV_DTYPE_F32 ? 4u : 2u;
             QBytesPerToken = eff.NumQHeads / eff.TpSize * eff.HeadDim * elem;
@@ -361,7 +368,7 @@ namespace Pkv
     }
 
     /// <summary>A sequence of an Engine.</summary>
-    public sealed unsafe class Sequence
+    public sealed unsafe partial class Sequence
     {
         public Engine Engine { get; private set; }
         public ulong Id { get; private set; }

@@ -9,11 +9,12 @@ for tool in mcs mono; do
 done
 mkdir -p "$out"
 mcs -nologo -warnaserror -unsafe -target:library -out:"$out/Pkv.dll" \
-  "$here/Native.g.cs" "$here/Handles.cs" "$here/Engine.cs" "$here/Batch.cs" "$here/Store.cs"
+  "$here/Native.g.cs" "$here/Handles.cs" "$here/Engine.cs" "$here/Batch.cs" "$here/Store.cs" \
+  "$here/Variants.cs"
 mcs -nologo -warnaserror -r:"$out/Pkv.dll" -r:System.Numerics.dll -out:"$out/Demo.exe" \
   "$here/examples/Demo.cs"
 mcs -nologo -warnaserror -unsafe -r:"$out/Pkv.dll" -r:System.Core.dll -out:"$out/Tests.exe" \
   "$here/tests/Tests.cs" "$here/tests/SwapTests.cs" "$here/tests/OffloadTests.cs" \
-  "$here/tests/StoreTests.cs"
+  "$here/tests/StoreTests.cs" "$here/tests/VariantsTests.cs"
 cd "$out"
 exec mono --debug Tests.exe "$PKV_HASH_VECTORS" "$PKV_DEMO" "$out/Demo.exe"

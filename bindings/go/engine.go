@@ -22,20 +22,26 @@ type Engine struct {
 	batchGen uint64
 	// bytes per new token of q/out and of k/v: pkv_attention's size checks
 	qBytes, kvBytes int
+	kvHeads         int       // per rank: SetKVScales' length
+	layerWindows    []uint32  // the engine's per-layer windows (WithLayerWindows), or nil
 	store           *storeMem // the store's C parameters and Store handle (NewEngineWithStore)
 }
 
 // NewEngine creates an engine (pkv_engine_create); p.Store must be 0 (NewEngineWithStore).
-func NewEngine(p EngineParams) (*Engine, error) {
+// opts: WithLayerWindows.
+func NewEngine(p EngineParams, opts ...Option) (*Engine, error) {
 	if abiError != nil {
 		return nil, abiError
 	}
-	return newEngine(p, nil)
+	return newEngine(p, nil, opts)
 }
 
-func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
+func newEngine(p EngineParams, store *storeMem, opts []Option) (*Engine, error) {
 	var e *C.pkv_engine
-	if err := check(func() C.pkv_status { return C.pkv_engine_create(cParams(&p), &e) }); err != nil {
+	err := withOptions(&p, opts, func() error {
+		return check(func() C.pkv_status { return C.pkv_engine_create(cParams(&p), &e) })
+	})
+	if err != nil {
 		return nil, err
 	}
 	eng := &Engine{e: e, store: store}
@@ -43,12 +49,17 @@ func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
 	// its own allocation: cgo checks all of the one a pointer is in, and an Engine holds Go pointers
 	params := &EngineParams{StructSize: uint32(unsafe.Sizeof(EngineParams{}))}
 	budget := KVBudget{StructSize: uint32(unsafe.Sizeof(KVBudget{}))}
-	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
+	err = eng.call(func(e *C.pkv_engine) C.pkv_status {
 		if s := C.pkv_engine_params_get(e, cParams(params)); s != 0 {
 			return s
 		}
 		return C.pkv_engine_budget(e, (*C.pkv_kv_budget)(unsafe.Pointer(&budget)))
 	})
+	if err == nil && params.LayerWindows != 0 { // into the engine: copied, not kept
+		eng.layerWindows = append([]uint32(nil),
+			unsafe.Slice((*uint32)(*(*unsafe.Pointer)(unsafe.Pointer(&params.LayerWindows))), params.NumLayers)...)
+	}
+	params.LayerWindows = 0
 	eng.params = *params
 	if err != nil {
 		eng.Close()
@@ -60,6 +71,7 @@ func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
 	}
 	eng.qBytes = int(eng.params.NumQHeads/eng.params.TpSize*eng.params.HeadDim) * elem
 	eng.kvBytes = int(budget.KVHeadsPerRank*eng.params.HeadDim) * elem
+	eng.kvHeads = int(budget.KVHeadsPerRank)
 	return eng, nil
 }
 
@@ -96,7 +108,8 @@ func (eng *Engine) callLocked(fn func(*C.pkv_engine) C.pkv_status) error {
 	return newError(s, C.pkv_engine_last_error(eng.e))
 }
 
-// Params are the engine's effective parameters (num_blocks and device resolved).
+// Params are the engine's effective parameters (num_blocks and device resolved); LayerWindows is
+// 0 in them (the engine's windows are LayerWindows()).
 func (eng *Engine) Params() EngineParams { return eng.params }
 
 // Stats are the engine's counters (pkv_engine_stats).

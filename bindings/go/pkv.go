@@ -138,10 +138,13 @@ func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error)
 
 // Profile computes how many KV blocks fit and why (pkv_profile). When the budget is too small
 // it returns ErrOutOfMemory with the budget still filled (ShortfallBytes says what is missing).
-func Profile(p EngineParams) (KVBudget, error) {
+// opts: WithLayerWindows.
+func Profile(p EngineParams, opts ...Option) (KVBudget, error) {
 	b := KVBudget{StructSize: uint32(unsafe.Sizeof(KVBudget{}))}
-	err := check(func() C.pkv_status {
-		return C.pkv_profile(cParams(&p), (*C.pkv_kv_budget)(unsafe.Pointer(&b)))
+	err := withOptions(&p, opts, func() error {
+		return check(func() C.pkv_status {
+			return C.pkv_profile(cParams(&p), (*C.pkv_kv_budget)(unsafe.Pointer(&b)))
+		})
 	})
 	return b, err
 }

@@ -158,8 +158,8 @@ func cBool(b bool) C.int {
 
 // NewEngineWithStore creates an engine (pkv_engine_create) with the store tier sc (which needs
 // prefix caching and a host tier). A Store is called by pkv until Close, which waits for the
-// queued writes.
-func NewEngineWithStore(p EngineParams, sc StoreConfig) (*Engine, error) {
+// queued writes. opts: WithLayerWindows.
+func NewEngineWithStore(p EngineParams, sc StoreConfig, opts ...Option) (*Engine, error) {
 	if abiError != nil {
 		return nil, abiError
 	}
@@ -170,7 +170,7 @@ func NewEngineWithStore(p EngineParams, sc StoreConfig) (*Engine, error) {
 		return nil, err
 	}
 	p.Store = uintptr(unsafe.Pointer(sp))
-	eng, err := newEngine(p, m)
+	eng, err := newEngine(p, m, opts)
 	if err != nil {
 		m.free()
 	}

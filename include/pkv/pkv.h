@@ -306,12 +306,16 @@ PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const 
                                                     size_t json_len);
 
 /* Each layer's sliding window (0 = full attention) from a Hugging Face config.json, into
- * out[cap]; *out_len = num_hidden_layers. Read from "layer_types" ("sliding_attention" /
- * "full_attention") with "sliding_window"; else "sliding_window_pattern" N (every Nth layer
- * full, Gemma 3); else "use_sliding_window" with "max_window_layers" (Qwen2: layers from
- * max_window_layers on are windowed); else "sliding_window" for every layer (Mistral; null or
- * absent: none). out may be NULL when cap is 0. As pkv_engine_params_from_hf_config otherwise.
- * Since 0.2.0. */
+ * out[cap]; *out_len = num_hidden_layers. With "sliding_window" null, absent or 0 every layer is
+ * full. Else, read from "layer_types" ("sliding_attention" / "full_attention"; any other entry,
+ * or a length other than num_hidden_layers, is PKV_ERR_INVALID_ARGUMENT); else
+ * "sliding_window_pattern" N (every Nth layer full, Gemma 3; model_type "gemma3" or
+ * "gemma3_text" without it: N = 6, transformers' default); else model_type "gemma2" (windowed
+ * and full layers alternate, the first windowed); else "use_sliding_window" with
+ * "max_window_layers" (Qwen2: false = none; true = layers from max_window_layers, default 28,
+ * on are windowed); else "sliding_window" for every layer (Mistral). out may be NULL when cap is
+ * 0; cap < num_hidden_layers is PKV_ERR_INVALID_ARGUMENT with *out_len still written. As
+ * pkv_engine_params_from_hf_config otherwise. Since 0.2.0. */
 PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
                                                uint32_t cap, uint32_t *out_len);
 
@@ -347,10 +351,11 @@ typedef struct pkv_kv_budget {
                                      at most 2^31-1 and (2^63-1) / block_bytes */
   uint64_t pool_bytes;            /* num_blocks * block_bytes (K and V): <= 2^63-1 */
   uint64_t max_tokens;            /* num_blocks * block_size */
-  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 if no limit):
-                                     with KV groups, each full group's ceil(max_model_len /
-                                     block_size) plus each windowed group's at most
-                                     ceil(window / block_size) + 1 */
+  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 per KV group
+                                     if no limit): with KV groups, each full group's
+                                     ceil(max_model_len / block_size) plus each windowed group's
+                                     min(ceil(window / block_size) + 1, ceil(max_model_len /
+                                     block_size)) */
   uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
   uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
                                      (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */
@@ -396,7 +401,8 @@ PKV_API void pkv_engine_destroy(pkv_engine *e);
  * it returns pkv_last_error(). */
 PKV_API const char *pkv_engine_last_error(const pkv_engine *e);
 
-/* The engine's effective parameters (num_blocks and device resolved) and its pool's budget. */
+/* The engine's effective parameters (num_blocks and device resolved) and its pool's budget. The
+ * pointers in them (layer_windows, store) point into the engine: valid until it is destroyed. */
 PKV_API pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out);
 PKV_API pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out);
 

@@ -1,5 +1,6 @@
-/* Bad input, part 1: versions and statuses, params init, engine creation with bad params, and
- * every engine entry point called with a NULL engine or a NULL output. */
+/* Bad input, part 1: versions and statuses, params init, engine creation with bad params (the
+ * attention variants' kv_dtype, windows and fp8 scales included), and every engine entry point
+ * called with a NULL engine or a NULL output. */
 #include "test_util.h"
 
 #include <math.h>
@@ -113,6 +114,19 @@ static void test_bad_engine_params(void)
   REJECT(p.device = 3, PKV_ERR_INVALID_ARGUMENT);
   REJECT(p.device = -1, PKV_ERR_INVALID_ARGUMENT);
   REJECT(p.enable_prefix_caching = 2, PKV_ERR_INVALID_ARGUMENT);
+  /* attention variants: fp8 is a kv_dtype only; the cache keeps the model's dtype or is fp8 */
+  REJECT(p.dtype = PKV_DTYPE_FP8_E5M2, PKV_ERR_INVALID_ARGUMENT);
+  REJECT(p.kv_dtype = 5, PKV_ERR_INVALID_ARGUMENT);
+  REJECT(p.kv_dtype = -1, PKV_ERR_INVALID_ARGUMENT);
+  REJECT(p.kv_dtype = 1000, PKV_ERR_INVALID_ARGUMENT);
+  REJECT(p.kv_dtype = PKV_DTYPE_F16, PKV_ERR_INVALID_ARGUMENT); /* under an f32 model */
+  REJECT((p.dtype = PKV_DTYPE_BF16, p.kv_dtype = PKV_DTYPE_F16), PKV_ERR_INVALID_ARGUMENT);
+  REJECT((p.dtype = PKV_DTYPE_F16, p.kv_dtype = PKV_DTYPE_BF16), PKV_ERR_INVALID_ARGUMENT);
+  REJECT(p.sliding_window = 0x80000000u, PKV_ERR_INVALID_ARGUMENT);
+  REJECT(p.sliding_window = UINT32_MAX, PKV_ERR_INVALID_ARGUMENT);
+  static const uint32_t big_window[2] = {0, 0x80000000u}, huge_window[2] = {UINT32_MAX, 8};
+  REJECT(p.layer_windows = big_window, PKV_ERR_INVALID_ARGUMENT);
+  REJECT(p.layer_windows = huge_window, PKV_ERR_INVALID_ARGUMENT);
   if (!have_nvidia_driver()) {
     REJECT(p.device = PKV_DEVICE_CUDA, PKV_ERR_NO_DEVICE);
   } else { /* a GPU machine: a CUDA build creates it, a CPU-only build says NO_DEVICE */
@@ -127,6 +141,107 @@ static void test_bad_engine_params(void)
   tu_params(&p, 4, 16);
   CHECK_STATUS(pkv_engine_create(&p, NULL), PKV_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(pkv_profile(&p, NULL), PKV_ERR_INVALID_ARGUMENT);
+}
+
+/* The variants' refusals say what was wrong; their edges are accepted. */
+static void test_variant_messages(void)
+{
+  pkv_engine_params p;
+  pkv_engine *e = NULL;
+  const struct {
+    int32_t dtype, kv_dtype;
+    const char *says;
+  } bad[] = {
+      {PKV_DTYPE_FP8_E4M3, 0, "fp8 is a kv_dtype only"},
+      {PKV_DTYPE_BF16, PKV_DTYPE_F16, "kv_dtype 1 must be 0 (the model's dtype), dtype itself (2)"},
+      {PKV_DTYPE_F32, 5, "kv_dtype 5 must be 0"},
+      {PKV_DTYPE_F32, -1, "kv_dtype -1 must be 0"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    tu_params(&p, 4, 16);
+    p.dtype = bad[i].dtype;
+    p.kv_dtype = bad[i].kv_dtype;
+    CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+    if (!CHECK(strstr(pkv_last_error(), bad[i].says) != NULL))
+      fprintf(stderr, "  \"%s\" does not say \"%s\"\n", pkv_last_error(), bad[i].says);
+  }
+  tu_params(&p, 4, 16);
+  uint32_t w[2] = {16, 0x80000000u};
+  p.layer_windows = w;
+  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "layer_windows[1] = 2147483648 exceeds 2^31-1") != NULL);
+  p.layer_windows = NULL;
+  p.sliding_window = 0x80000000u;
+  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "sliding_window 2147483648 exceeds 2^31-1") != NULL);
+  CHECK(e == NULL);
+
+  /* accepted: kv_dtype the model's own (0 or dtype), fp8 of either kind, windows of 2^31-1 */
+  const int32_t good[3] = {PKV_DTYPE_F32, PKV_DTYPE_FP8_E4M3, PKV_DTYPE_FP8_E5M2};
+  for (int i = 0; i < 3; i++) {
+    tu_params(&p, 4, 16);
+    p.kv_dtype = good[i];
+    p.sliding_window = 0x7fffffffu;
+    e = tu_engine_p(&p);
+    if (!e)
+      continue;
+    struct pkv_pool_info in;
+    memset(&in, 0, sizeof in);
+    in.struct_size = sizeof in;
+    if (CHECK_OK(pkv_pool_info(e, &in))) {
+      CHECK_EQ_INT(in.dtype, good[i]); /* the pool's elements */
+      CHECK_EQ_INT(in.model_dtype, PKV_DTYPE_F32);
+      CHECK_EQ_INT(in.bytes_per_pool, 2ull * 16 * 4 * 2 * 8 * (good[i] == PKV_DTYPE_F32 ? 4 : 1));
+    }
+    pkv_engine_destroy(e);
+  }
+  uint32_t same[2] = {0x7fffffffu, 0x7fffffffu};
+  tu_params(&p, 4, 16);
+  p.layer_windows = same;
+  e = tu_engine_p(&p);
+  pkv_engine_destroy(e);
+}
+
+/* pkv_set_kv_scales: fp8 engines only, before the first sequence, finite positive scales for
+ * this rank's heads of a layer that exists; a refusal changes nothing. */
+static void test_kv_scales(void)
+{
+  pkv_engine *e = tu_engine(4, 16, 0); /* f32: no scales */
+  const float one[2] = {1.0f, 1.0f}, half[2] = {0.5f, 0.25f};
+  if (e) {
+    CHECK_ERR(e, pkv_set_kv_scales(e, 0, one, one), PKV_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(pkv_engine_last_error(e), "not fp8") != NULL);
+    pkv_engine_destroy(e);
+  }
+  CHECK_STATUS(pkv_set_kv_scales(NULL, 0, one, one), PKV_ERR_INVALID_ARGUMENT);
+  pkv_engine_params p;
+  tu_params(&p, 4, 16);
+  p.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  e = tu_engine_p(&p);
+  if (!e)
+    return;
+  const float zero[2] = {1.0f, 0.0f}, negative[2] = {-1.0f, 1.0f}, nan_[2] = {1.0f, NAN},
+              inf[2] = {INFINITY, 1.0f};
+  CHECK_OK(pkv_set_kv_scales(e, 0, half, one));
+  CHECK_OK(pkv_set_kv_scales(e, 1, one, half));
+  CHECK_ERR(e, pkv_set_kv_scales(e, 2, one, one), PKV_ERR_INVALID_ARGUMENT); /* 2 layers */
+  CHECK_ERR(e, pkv_set_kv_scales(e, 0, NULL, one), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_set_kv_scales(e, 0, one, NULL), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_set_kv_scales(e, 0, zero, one), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_engine_last_error(e), "kv head 1") != NULL);
+  CHECK_ERR(e, pkv_set_kv_scales(e, 0, one, negative), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_set_kv_scales(e, 1, nan_, one), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_set_kv_scales(e, 1, one, inf), PKV_ERR_INVALID_ARGUMENT);
+  int32_t t[5];
+  tu_fill(t, 5, 1);
+  uint64_t seq = tu_alloc(e, t, 5, NULL);
+  /* KV may be written under the scales now: later changes are refused */
+  CHECK_ERR(e, pkv_set_kv_scales(e, 0, one, one), PKV_ERR_STATE);
+  CHECK(seq != 0 && tu_info(e, seq).num_tokens == 5);
+  CHECK_OK(pkv_release(e, seq));
+  CHECK_ERR(e, pkv_set_kv_scales(e, 0, one, one), PKV_ERR_STATE); /* even with none left */
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
 }
 
 /* Utilization exactly 1 is allowed; AUTO picks the CPU on a machine without a GPU. */
@@ -209,6 +324,8 @@ int main(void)
   TU_RUN(test_versions_and_statuses);
   TU_RUN(test_params_init);
   TU_RUN(test_bad_engine_params);
+  TU_RUN(test_variant_messages);
+  TU_RUN(test_kv_scales);
   TU_RUN(test_edge_params_accepted);
   TU_RUN(test_null_engine);
   TU_RUN(test_null_outputs);

@@ -1,4 +1,6 @@
-/* The KV profiler: block bytes, every budget term, byte cap, fixed blocks, too small a budget. */
+/* The KV profiler: block bytes, every budget term, byte cap, fixed blocks, too small a budget;
+ * the attention variants: fp8 (one byte per element, the scales from the budget) and sliding
+ * windows (a windowed group holds one window's blocks per sequence; KV groups of group_layers). */
 #include "test_util.h"
 
 #define GIB (1024ull * 1024 * 1024)
@@ -186,6 +188,171 @@ static void test_measured_host(void)
   CHECK_EQ_INT(b.num_blocks, 512);
 }
 
+/* fp8: one byte per element, half of bf16's block; its scales (K and V, per layer and kv head
+ * of this rank) come out of the budget before the blocks. */
+static void test_fp8(void)
+{
+  pkv_engine_params p;
+  llama_params(&p); /* bf16, budget 22 GiB, max_model_len 4096 */
+  pkv_kv_budget b16 = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b16.kv_dtype, PKV_DTYPE_BF16); /* 0 resolved to the model's */
+  CHECK_EQ_INT(b16.kv_scale_bytes, 0);
+  CHECK_EQ_INT(b16.num_kv_groups, 1);
+  CHECK_EQ_INT(b16.group_layers, 32);
+  CHECK_EQ_INT(b16.padded_layers, 0);
+  const int32_t fp8[2] = {PKV_DTYPE_FP8_E4M3, PKV_DTYPE_FP8_E5M2};
+  for (int i = 0; i < 2; i++) {
+    p.kv_dtype = fp8[i];
+    pkv_kv_budget b = profile(&p, PKV_OK);
+    CHECK_EQ_INT(b.kv_dtype, fp8[i]);
+    CHECK_EQ_INT(b.block_bytes, b16.block_bytes / 2); /* 1 MiB */
+    CHECK_EQ_INT(b.bytes_per_token, b16.bytes_per_token / 2);
+    CHECK_EQ_INT(b.kv_scale_bytes, 2ull * 32 * 8 * 4);
+    CHECK_EQ_INT(b.budget_bytes, b16.budget_bytes);
+    CHECK_EQ_INT(b.num_blocks, (22 * GIB - 2048) / MIB); /* 22527: the scales cost one block here */
+    CHECK_EQ_INT(b.pool_bytes, b.num_blocks * MIB);
+    CHECK_EQ_INT(b.blocks_per_max_seq, 256);
+    CHECK_EQ_INT(b.max_seqs_at_max_model_len, 22527 / 256);
+    CHECK_EQ_INT(b.group_layers, 32);
+  }
+  /* this rank's heads only: tp 2 keeps 4 of 8 */
+  p.tp_size = 2;
+  pkv_kv_budget b = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b.kv_heads_per_rank, 4);
+  CHECK_EQ_INT(b.kv_scale_bytes, 2ull * 32 * 4 * 4);
+  CHECK_EQ_INT(b.block_bytes, 2ull * 32 * 16 * 4 * 128);
+  /* kv_dtype equal to dtype is the model's dtype */
+  p.tp_size = 1;
+  p.kv_dtype = PKV_DTYPE_BF16;
+  b = profile(&p, PKV_OK);
+  CHECK(b.kv_dtype == PKV_DTYPE_BF16 && b.block_bytes == b16.block_bytes && b.kv_scale_bytes == 0);
+
+  /* a byte cap: one 4096-token sequence needs 256 blocks of 1 MiB plus the 2 KiB of scales */
+  p.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  p.kv_cache_bytes = 256 * MIB;
+  b = profile(&p, PKV_ERR_OUT_OF_MEMORY);
+  CHECK_EQ_INT(b.num_blocks, 255);
+  CHECK_EQ_INT(b.shortfall_bytes, 2048);
+  p.kv_cache_bytes = 256 * MIB + 2048;
+  b = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b.num_blocks, 256);
+  CHECK_EQ_INT(b.max_seqs_at_max_model_len, 1);
+  p.kv_cache_bytes = 100 * MIB;
+  b = profile(&p, PKV_ERR_OUT_OF_MEMORY);
+  CHECK_EQ_INT(b.shortfall_bytes, 156 * MIB + 2048);
+
+  /* a shape whose blocks fit in 2^63-1 bytes but whose scales do not: refused, not wrapped
+   * (2^30 layers x 2^31 kv heads x 8 bytes is 2^64, which wrapped to 0 scale bytes) */
+  tu_params(&p, 1, 0);
+  p.num_layers = 1u << 30;
+  p.num_q_heads = p.num_kv_heads = 0x80000000u;
+  p.head_dim = 1;
+  p.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  p.kv_cache_bytes = 1ull << 62; /* one block of 2 x 2^61 bytes */
+  pkv_kv_budget big;
+  memset(&big, 0, sizeof big);
+  big.struct_size = sizeof big;
+  CHECK_STATUS(pkv_profile(&p, &big), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "kv_scale_bytes") != NULL);
+  p.kv_dtype = 0; /* in f32 (4 bytes, no scales) its blocks are what overflows */
+  CHECK_STATUS(pkv_profile(&p, &big), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "block_bytes") != NULL);
+}
+
+/* One window for every layer: one group; a sequence of max_model_len holds what one token's
+ * window spans, ceil(w / block_size) + 1 blocks, never more than its own. */
+static void test_one_window(void)
+{
+  pkv_engine_params p;
+  llama_params(&p); /* max_model_len 4096, block_size 16: 256 blocks under full attention */
+  const struct {
+    uint32_t window, max_model_len, blocks;
+  } cases[] = {
+      {1024, 4096, 65},  {1000, 4096, 64}, {1008, 4096, 64}, {1009, 4096, 65},
+      /* max_model_len on a block boundary: the sequence one token shorter holds 9, not 8 */
+      {128, 4096, 9},    {128, 4095, 9},   {16, 4096, 2},    {1, 4096, 2},
+      {4096, 4096, 256}, {5000, 4096, 256}, {4080, 4096, 256}, {4064, 4096, 255},
+      {4048, 4096, 254}, {8, 20, 2},       {8, 10, 1},       {64, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    p.sliding_window = cases[i].window;
+    p.max_model_len = cases[i].max_model_len;
+    pkv_kv_budget b = profile(&p, PKV_OK);
+    if (!CHECK_EQ_INT(b.blocks_per_max_seq, cases[i].blocks))
+      fprintf(stderr, "  window %u, max_model_len %u\n", cases[i].window, cases[i].max_model_len);
+    CHECK_EQ_INT(b.num_kv_groups, 1);
+    CHECK_EQ_INT(b.group_layers, 32);
+    CHECK_EQ_INT(b.block_bytes, 2 * MIB); /* windows change no block */
+    CHECK_EQ_INT(b.num_blocks, 22 * GIB / (2 * MIB));
+    CHECK_EQ_INT(b.max_seqs_at_max_model_len, b.num_blocks / cases[i].blocks);
+  }
+  /* the same through layer_windows all alike */
+  uint32_t w[32];
+  for (int l = 0; l < 32; l++)
+    w[l] = 1024;
+  p.sliding_window = 0;
+  p.max_model_len = 4096;
+  p.layer_windows = w;
+  pkv_kv_budget b = profile(&p, PKV_OK);
+  CHECK(b.num_kv_groups == 1 && b.blocks_per_max_seq == 65 && b.block_bytes == 2 * MIB);
+}
+
+/* Windows on some layers: KV groups of group_layers layers, blocks of that many layers, and a
+ * sequence's blocks summed over the groups. */
+static void test_groups(void)
+{
+  pkv_engine_params p;
+  llama_params(&p);
+  uint32_t w[32];
+  for (uint32_t l = 0; l < 32; l++)
+    w[l] = (l + 1) % 4 ? 1024 : 0; /* 8 full, 24 windowed: 4 groups of 8 */
+  p.layer_windows = w;
+  pkv_kv_budget b = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b.num_kv_groups, 4);
+  CHECK_EQ_INT(b.group_layers, 8);
+  CHECK_EQ_INT(b.padded_layers, 0);
+  CHECK_EQ_INT(b.block_bytes, 2ull * 8 * 16 * 8 * 128 * 2); /* 512 KiB */
+  CHECK_EQ_INT(b.bytes_per_token, b.block_bytes / 16);
+  CHECK_EQ_INT(b.num_blocks, 22 * GIB / (512 * 1024));
+  CHECK_EQ_INT(b.blocks_per_max_seq, 256 + 3 * 65);
+  CHECK_EQ_INT(b.max_seqs_at_max_model_len, 45056 / 451); /* 99; 44 with full attention */
+  CHECK_EQ_INT(b.max_tokens, b.num_blocks * 16);
+
+  /* Gemma 3's 5:1 over 62 layers: 10 full set group_layers, 52 windowed in 6 groups, 8 padded */
+  uint32_t g3[62];
+  for (uint32_t l = 0; l < 62; l++)
+    g3[l] = (l + 1) % 6 ? 1024 : 0;
+  p.num_layers = 62;
+  p.num_kv_heads = 16;
+  p.layer_windows = g3;
+  p.max_model_len = 131072;
+  p.kv_cache_bytes = 64 * GIB;
+  b = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b.num_kv_groups, 7);
+  CHECK_EQ_INT(b.group_layers, 10);
+  CHECK_EQ_INT(b.padded_layers, 8);
+  CHECK_EQ_INT(b.block_bytes, 2ull * 10 * 16 * 16 * 128 * 2);
+  CHECK_EQ_INT(b.blocks_per_max_seq, 8192 + 6 * 65);
+  CHECK_EQ_INT(b.max_seqs_at_max_model_len, b.num_blocks / (8192 + 6 * 65));
+  /* with fp8 too: half the block, the scales of all 62 layers */
+  p.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  pkv_kv_budget b8 = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b8.block_bytes, b.block_bytes / 2);
+  CHECK_EQ_INT(b8.kv_scale_bytes, 2ull * 62 * 16 * 4);
+  CHECK_EQ_INT(b8.num_blocks, (64 * GIB - b8.kv_scale_bytes) / b8.block_bytes);
+  /* no max_model_len: one block per group */
+  p.max_model_len = 0;
+  b = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b.blocks_per_max_seq, 7);
+  CHECK_EQ_INT(b.max_seqs_at_max_model_len, b.num_blocks / 7);
+  /* too small: the shortfall counts every group's blocks */
+  p.max_model_len = 131072;
+  p.kv_dtype = 0;
+  p.kv_cache_bytes = 1 * GIB;
+  b = profile(&p, PKV_ERR_OUT_OF_MEMORY);
+  CHECK_EQ_INT(b.shortfall_bytes, (8192 + 6 * 65) * b.block_bytes - GIB);
+}
+
 int main(void)
 {
   TU_RUN(test_budget_terms);
@@ -194,5 +361,8 @@ int main(void)
   TU_RUN(test_too_small);
   TU_RUN(test_engine_budget);
   TU_RUN(test_measured_host);
+  TU_RUN(test_fp8);
+  TU_RUN(test_one_window);
+  TU_RUN(test_groups);
   return tu_summary();
 }

@@ -138,6 +138,33 @@ expect_error "profile: block size 0" profile --config "$good" --memory 1GiB --bl
 expect_error "profile: utilization 2" profile --config "$good" --memory 1GiB --utilization 2
 expect_error "profile: utilization nan" profile --config "$good" --memory 1GiB --utilization nan
 expect_error "profile: bad dtype" profile --config "$good" --memory 1GiB --dtype int8
+expect_error_says "profile: fp8 as the model's dtype" "fp8 is a --kv-dtype" profile --config "$good" --memory 1GiB --dtype fp8_e4m3
+# attention variants: the kv dtype and the windows
+expect_error_says "profile: bad kv dtype" "bad --kv-dtype 'int4'" profile --config "$good" --memory 1GiB --kv-dtype int4
+expect_error_says "profile: kv dtype f16 under bf16" "--kv-dtype f16 under a bf16 model" profile --config "$good" --memory 1GiB --kv-dtype f16
+expect_error_says "profile: kv dtype bf16 under f32" "--kv-dtype bf16 under a f32 model" profile --config "$good" --memory 1GiB --dtype f32 --kv-dtype bf16
+expect_error_says "profile: kv dtype f32 under bf16" "--kv-dtype f32 under a bf16 model" profile --config "$good" --memory 1GiB --dtype bf16 --kv-dtype f32
+expect_error_says "profile: empty kv dtype" "bad --kv-dtype ''" profile --config "$good" --memory 1GiB --kv-dtype ""
+expect_error_says "profile: window and layer windows" "give one of them" profile --config "$good" --memory 1GiB --window 8 --layer-windows 8,0
+expect_error_says "profile: negative window" "bad value '-1' for --window" profile --config "$good" --memory 1GiB --window -1
+expect_error_says "profile: window past 2^32" "bad value .* for --window" profile --config "$good" --memory 1GiB --window 4294967296
+expect_error_says "profile: window past 2^31-1" "sliding_window 2147483648 exceeds 2\^31-1" profile --config "$good" --memory 1GiB --window 2147483648
+expect_error_says "profile: layer window past 2^31-1" "layer_windows\[1\] = 4294967295 exceeds 2\^31-1" profile --config "$good" --memory 1GiB --layer-windows 0,4294967295
+expect_error_says "profile: layer windows too few" "names 1 layers, the model has 2 \(end it with ,\.\.\." profile --config "$good" --memory 1GiB --layer-windows 8
+expect_error_says "profile: layer windows too many" "names 3 layers, the model has 2" profile --config "$good" --memory 1GiB --layer-windows 8,0,8
+expect_error_says "profile: layer windows count too many" "names 5 layers" profile --config "$good" --memory 1GiB --layer-windows 8x5
+for lw in "" "," "8,,0" "8x0" "8x" "x2" "8x2x2" "-8" "8 ,0" "8,0,...," "..." ",..." "8,...,0" "8.5" "1e3" "0x10" "4096y3"; do
+  expect_error_says "profile: layer windows '$lw'" "bad --layer-windows" profile --config "$good" --memory 1GiB --layer-windows "$lw"
+done
+printf '{"num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 64, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "chunked_attention"]}' >"$tmp/bad_types.json"
+printf '{"num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 64, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]}' >"$tmp/short_types.json"
+printf '{"num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 64, "sliding_window": 8, "sliding_window_pattern": 0}' >"$tmp/zero_pattern.json"
+printf '{"num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 64, "sliding_window": -8}' >"$tmp/negative_window.json"
+expect_error_says "profile: a layer type pkv does not know" 'layer_types\[3\] must be .*not "chunked_attention"' profile --config "$tmp/bad_types.json" --memory 1GiB
+expect_error_says "profile: layer_types too short" "layer_types.*num_hidden_layers \(4\)" profile --config "$tmp/short_types.json" --memory 1GiB
+expect_error_says "profile: layer_types too short, --window given" "layer_types" profile --config "$tmp/short_types.json" --memory 1GiB --window 8
+expect_error_says "profile: sliding_window_pattern 0" "sliding_window_pattern" profile --config "$tmp/zero_pattern.json" --memory 1GiB
+expect_error_says "profile: negative sliding_window" "sliding_window" profile --config "$tmp/negative_window.json" --memory 1GiB
 expect_error "profile: bad device" profile --config "$good" --memory 1GiB --device tpu
 
 # simulate
@@ -216,6 +243,53 @@ expect_same "profile: 1024GiB is 1TiB" 1024GiB 1TiB
 expect_same "profile: 1048576MiB is 1TiB" 1048576MiB 1TiB
 expect_same "profile: 0.5TiB is 512GiB" 0.5TiB 512GiB
 expect_same "profile: 1.5GB is 1500000000" 1.5GB 1500000000
+# attention variants, from the example configs and the flags
+configs=$(dirname "$0")/../../tools/configs
+expect_output "profile: Gemma 3 groups, fp8" "kv cache +fp8_e4m3, 1 B per element \(the model's bf16: 2 B\)" \
+  "windows +10 layers of full attention, 52 of 1024 keys, in 7 KV groups of 10 layers" \
+  "block bytes +640.00 KiB +655360 +2 \(K,V\) x 10 layers \(a group's\) x 16 tokens x 16 heads x 128 x 1 B" \
+  "- kv scales +7.75 KiB +7936 " "blocks per max sequence +8582 " \
+  "KV groups: 7 of 10 layers each .*, 8 layer slots padded" \
+  "^ +0 +full +10 +0 +8192 +5,11,\.\.,59$" "^ +1 +1024 +10 +0 +65 +0-4,6-10$" "^ +6 +1024 +2 +8 +65 +60,61$" \
+  "fp8_e4m3 holds 2.00x the tokens of bf16 \(1887424 vs 943712\)" \
+  "sliding windows hold 6.50x the sequences of max_model_len 131072 of full attention \(13 vs 2\)" \
+  "fp8_e4m3 and windows together hold 13.00x the sequences of bf16 with full attention \(13 vs 1\)" \
+  -- profile --config "$configs/gemma-3-27b.json" --memory 80GiB --kv-dtype fp8
+expect_output "profile: Gemma 2 alternates" "21 layers of full attention, 21 of 4096 keys, in 2 KV groups of 21 layers" \
+  "^ +0 +full +21 +0 +512 +1,3,\.\.,41$" "^ +1 +4096 +21 +0 +257 +0,2,\.\.,40$" "blocks per max sequence +769 " \
+  -- profile --config "$configs/gemma-2-9b.json" --memory 80GiB
+expect_output "profile: gpt-oss, layer_types" "12 layers of full attention, 12 of 128 keys, in 2 KV groups of 12 layers" \
+  "^ +1 +128 +12 +0 +9 +0,2,\.\.,22$" "blocks per max sequence +8201 " "max seqs at max_model_len +23 " \
+  "sliding windows hold 1.92x the sequences of max_model_len 131072 of full attention \(23 vs 12\)" \
+  -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB
+expect_output "profile: gpt-oss, --window 0 is full attention" "windows +none: full attention in every layer" \
+  "blocks per max sequence +8192 " "max seqs at max_model_len +12 " \
+  -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB --window 0
+expect_output "profile: gpt-oss as --layer-windows" "blocks per max sequence +8201 " "max seqs at max_model_len +23 " \
+  -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB --layer-windows 128,0,...
+expect_output "profile: Mistral, one window" "windows +4096 keys in every layer" \
+  "blocks per max sequence +257 +window 4096: min\(ceil\(w / 16\) \+ 1, ceil\(max_model_len 32768 / 16\)\)" \
+  "sliding windows hold 7.94x the sequences of max_model_len 32768 of full attention \(143 vs 18\)" \
+  -- profile --config "$configs/mistral-7b.json" --memory 80GiB
+expect_output "profile: fp8_e5m2, json" '"kv_dtype": "fp8_e5m2",' '"kv_dtype_bytes": 1,' '"kv_scale_bytes": 2048,' \
+  '"num_kv_groups": 1,' '"group_layers": 32,' '"padded_layers": 0' '"block_bytes": 1048576,' \
+  '"model_dtype": \{"kv_dtype": "bf16", "num_kv_groups": 1, "block_bytes": 2097152, "num_blocks": 36864, .*"tokens_ratio": 2.0000' \
+  '"full_attention": null,' -- profile --config "$llama" --memory 80GiB --kv-dtype fp8_e5m2 --json
+expect_output "profile: layer windows, json" '"sliding_window": 0, "layer_windows": true' '"num_kv_groups": 4,' \
+  '"group": 0, "window": 0, "num_layers": 8, "padded_slots": 0, "blocks_per_max_seq": 512, "layers": \[3, 7, 11, 15, 19, 23, 27, 31\]' \
+  '"group": 3, "window": 4096, "num_layers": 8, .*"layers": \[21, 22, 24, 25, 26, 28, 29, 30\]' \
+  '"full_attention": \{"kv_dtype": "bf16", "num_kv_groups": 1, .*"max_seqs_at_max_model_len": 72, "tokens_ratio": .*, "seqs_ratio": 1.5833\}' \
+  -- profile --config "$llama" --memory 80GiB --layer-windows 4096x3,0,... --json
+expect_output "profile: a longer pattern is cut" "windows +4096 keys in every layer" \
+  -- profile --config "$llama" --memory 80GiB --layer-windows 4096x40,0,...
+expect_output "profile: explicit layer windows" "31 layers of full attention, 1 of 4096 keys, in 32 KV groups of 1 layers" \
+  -- profile --config "$llama" --memory 80GiB --layer-windows 0x31,4096
+expect_output "profile: kv dtype as the model's" "kv cache +bf16, 2 B per element \(the model's dtype\)" "blocks +36864 " \
+  -- profile --config "$llama" --memory 80GiB --kv-dtype bf16
+expect_output "profile: a fixed pool compares nothing" "nothing to compare" \
+  -- profile --config "$llama" --memory 80GiB --kv-dtype fp8 --num-blocks 1000
+expect_output "profile: windows without max_model_len" "no max_model_len, so no longest sequence" \
+  -- profile --config "$llama" --memory 80GiB --max-model-len 0 --layer-windows 64,0,...
 expect_output "profile: 2^64-1 bytes exactly" '"total_bytes": 18446744073709551615,' \
   -- profile --config "$llama" --memory 18446744073709551615 --json
 

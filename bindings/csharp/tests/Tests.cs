@@ -380,6 +380,9 @@ static partial class Tests
             { "offload_and_load_back", OffloadAndLoadBack }, { "host_offload_off", HostOffloadOff },
             { "callback_store", CallbackStore }, { "failing_store_is_a_miss", FailingStoreIsAMiss },
             { "file_store_and_params", FileStoreAndParams },
+            { "config_windows_and_groups", ConfigWindowsAndGroups }, { "layer_windows_checked", LayerWindowsChecked },
+            { "one_window_engine", OneWindowEngine }, { "fp8_engine_and_scales", Fp8EngineAndScales },
+            { "kv_event_group", KvEventGroup },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

@@ -20,7 +20,7 @@ from .engine import Engine, Sequence
 from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
 from .errors import __all__ as _error_names
 from .hashing import block_hash, block_hash_root, block_hashes
-from .params import Params, profile
+from .params import Params, hf_config_layer_windows, kv_groups, profile
 from .store import DictStore, StoreParams
 
 # every constant of pkv.h without its PKV_ prefix: DEVICE_CPU, DTYPE_F32, FINISH_LENGTH,
@@ -43,6 +43,7 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'StoreParams',
+__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'kv_groups',
+           'hf_config_layer_windows', 'StoreParams',
            'DictStore', 'block_hash', 'block_hash_root', 'block_hashes', 'version', 'abi_version',
            'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names

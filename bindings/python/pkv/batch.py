@@ -113,6 +113,9 @@ class BatchView:
         'copy_src': lambda v: v.num_copies, 'copy_dst': lambda v: v.num_copies,
         'copy_kind': lambda v: v.num_copies,  # COPY_COW, _SWAP_OUT, _SWAP_IN, _OFFLOAD, _LOAD
         'sample_rows': lambda v: v.num_seqs,
+        # KV groups: each group's slot mapping and padded tables, group 0's first (the ones above)
+        'group_slot_mapping': lambda v: v.num_kv_groups * v.num_tokens,
+        'group_block_tables': lambda v: v.num_kv_groups * v.num_seqs * v.max_blocks_per_seq,
     }
 
     def __init__(self, batch, raw):
@@ -128,6 +131,17 @@ class BatchView:
         if name.startswith('_'):
             raise AttributeError(name)
         return getattr(raw, name)
+
+    def group_slots(self, group):
+        """KV group `group`'s slot mapping ([num_tokens]; layer l uses its group's, kv_groups())."""
+        n = self.raw.num_tokens
+        return self.group_slot_mapping[group * n:(group + 1) * n]
+
+    def group_tables(self, group):
+        """KV group `group`'s padded block tables, [num_seqs][max_blocks_per_seq] as rows."""
+        m, s = self.raw.max_blocks_per_seq, self.raw.num_seqs
+        flat = self.group_block_tables[group * s * m:(group + 1) * s * m]
+        return [flat[i * m:(i + 1) * m] for i in range(s)]
 
     def __repr__(self):
         return '<pkv.BatchView %d seqs, %d tokens>' % (self.raw.num_seqs, self.raw.num_tokens)

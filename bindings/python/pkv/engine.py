@@ -6,7 +6,7 @@ from . import _raw
 from ._buffers import byte_string, int32_array
 from ._lib import lib, text
 from .errors import make_error
-from .params import Params, check, record
+from .params import Params, check, kv_groups, record
 from .store import StoreParams
 
 _DTYPE_BYTES = {_raw.PKV_DTYPE_F32: 4, _raw.PKV_DTYPE_F16: 2, _raw.PKV_DTYPE_BF16: 2}
@@ -27,8 +27,7 @@ class Engine:
     """
 
     def __init__(self, params=None, store=None, **fields):
-        p = Params._from_struct(_raw.pkv_engine_params.from_buffer_copy(params._c)) if params \
-            else Params()
+        p = params.copy() if params else Params()
         for name, value in fields.items():
             setattr(p, name, value)
         self._store_keep = None
@@ -39,13 +38,14 @@ class Engine:
             p._c.store = ctypes.pointer(c)
             self._store_keep = (c, keep)  # the callbacks live as long as the engine
         handle = ctypes.POINTER(_raw.pkv_engine)()
-        check(lib.pkv_engine_create(ctypes.byref(p._c), ctypes.byref(handle)))
+        # layer_windows: p keeps the array until create has copied it
+        check(lib.pkv_engine_create(ctypes.byref(p._checked()), ctypes.byref(handle)))
         self._handle = handle
         self._lock = threading.RLock()
         self._batch = None  # the open Batch, if any (pkv allows one per engine)
         out = _raw.pkv_engine_params(struct_size=ctypes.sizeof(_raw.pkv_engine_params))
         self._call(lib.pkv_engine_params_get, ctypes.byref(out))
-        self.params = Params._from_struct(out)
+        self.params = Params._from_struct(out)  # copies the windows out of the engine
         budget = self.budget()
         elem = _DTYPE_BYTES[out.dtype]
         # bytes per new token of q/out and of k/v, for pkv_attention's size checks
@@ -177,7 +177,8 @@ class Engine:
         """Up to max_events queued KV events (enable_kv_events), oldest first, as namespaces
         with type, num_tokens, seq_no, block_hash, parent_hash and medium (every field of
         pkv_kv_event but reserved0; medium: TIER_DEVICE or TIER_HOST where the block was stored
-        or removed, TIER_NONE for EVENT_ALL_CLEARED and EVENT_OVERFLOW)."""
+        or removed, TIER_NONE for EVENT_ALL_CLEARED and EVENT_OVERFLOW; group: the KV group whose
+        block it is, 0 without windows)."""
         buf = (_raw.pkv_kv_event * max_events)()
         got = ctypes.c_uint32()
         # our sizeof: a library newer than _raw fills our fields only, an older one zeroes the rest
@@ -194,7 +195,29 @@ class Engine:
         return self._get(_raw.pkv_stats, lib.pkv_engine_stats)
 
     def budget(self):
+        """The pool's budget (pkv_engine_budget): pkv_kv_budget's fields, the attention
+        variants' included (kv_dtype, kv_scale_bytes, num_kv_groups, group_layers,
+        padded_layers)."""
         return self._get(_raw.pkv_kv_budget, lib.pkv_engine_budget)
+
+    def kv_groups(self):
+        """How the engine's layers are grouped (pkv_kv_groups of its parameters)."""
+        return kv_groups(self.params)
+
+    def set_kv_scales(self, layer, k_scales, v_scales):
+        """fp8 KV (kv_dtype FP8_E4M3 / FP8_E5M2): layer's K and V scales, one float per kv head
+        of this rank each (finite, > 0; 1.0 until set), before the first sequence
+        (pkv_set_kv_scales). StateError once a sequence was made; InvalidArgumentError for a
+        cache that is not fp8."""
+        heads = self.budget().kv_heads_per_rank
+        arrays = []
+        for name, scales in (('k_scales', k_scales), ('v_scales', v_scales)):
+            values = [float(x) for x in scales]
+            if len(values) != heads:
+                raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, '%s needs %d values (kv heads per '
+                                 'rank), got %d' % (name, heads, len(values)))
+            arrays.append((ctypes.c_float * heads)(*values))
+        self._call(lib.pkv_set_kv_scales, ctypes.c_uint32(layer), arrays[0], arrays[1])
 
     def store_error(self):
         """The store's last problem (a miss by error, a rejected value, a failed write) as text;
@@ -288,6 +311,13 @@ class Sequence:
 
     def block_table(self):
         return self.engine._array(lib.pkv_seq_block_table, self.id)
+
+    def group_block_table(self, group):
+        """The block table in KV group `group` (pkv_seq_group_block_table): -1 where a windowed
+        group gave back a block no later token's window reaches. Group 0's is block_table()."""
+        def get(handle, seq, out, cap, n):
+            return lib.pkv_seq_group_block_table(handle, seq, ctypes.c_uint32(group), out, cap, n)
+        return self.engine._array(get, self.id)
 
     def tokens(self):
         return self.engine._array(lib.pkv_seq_tokens, self.id)

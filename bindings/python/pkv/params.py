@@ -1,4 +1,5 @@
-"""Engine parameters (pkv_engine_params) and the KV profiler (pkv_profile)."""
+"""Engine parameters (pkv_engine_params), the KV profiler (pkv_profile), the KV groups
+(pkv_kv_groups) and a config's per-layer windows (pkv_hf_config_layer_windows)."""
 import ctypes
 import json
 import types
@@ -20,14 +21,42 @@ def record(struct):
                                     if name != 'struct_size' and not name.startswith('reserved')})
 
 
+def _config_bytes(config):
+    """A Hugging Face config.json given as its text (str/bytes), a dict, or a path ending in
+    .json, as bytes."""
+    if isinstance(config, dict):
+        config = json.dumps(config)
+    elif isinstance(config, str) and config.endswith('.json') and not config.lstrip().startswith('{'):
+        with open(config, 'rb') as f:
+            config = f.read()
+    return config.encode('utf-8') if isinstance(config, str) else bytes(config)
+
+
+def hf_config_layer_windows(config):
+    """Each layer's sliding window (0 = full attention) of a Hugging Face config.json (text,
+    dict or path), as pkv_hf_config_layer_windows reads it (layer_types, sliding_window_pattern,
+    Gemma 2's alternation, use_sliding_window with max_window_layers, or one window for all)."""
+    data = _config_bytes(config)
+    n = ctypes.c_uint32()
+    check(lib.pkv_hf_config_layer_windows(data, len(data), None, 0, ctypes.byref(n)))
+    out = (ctypes.c_uint32 * n.value)()
+    check(lib.pkv_hf_config_layer_windows(data, len(data), out, n.value, ctypes.byref(n)))
+    return list(out)
+
+
 class Params:
     """pkv_engine_params with pkv's defaults (pkv_engine_params_init); every field of the C
-    struct is an attribute. Params(num_layers=32, head_dim=128, ...) sets fields by name."""
+    struct is an attribute. Params(num_layers=32, head_dim=128, ...) sets fields by name.
 
-    __slots__ = ('_c',)
+    layer_windows is a list of ints (one window per layer, 0 = full attention) or None: the
+    Params keeps the C array it points to, and its length must be num_layers when the params are
+    used (InvalidArgumentError otherwise)."""
+
+    __slots__ = ('_c', '_windows')
 
     def __init__(self, **fields):
         object.__setattr__(self, '_c', _raw.pkv_engine_params())
+        object.__setattr__(self, '_windows', None)
         check(lib.pkv_engine_params_init(ctypes.byref(self._c), ctypes.sizeof(self._c)))
         for name, value in fields.items():
             setattr(self, name, value)
@@ -35,26 +64,42 @@ class Params:
     @classmethod
     def from_hf_config(cls, config, **fields):
         """Params with the model shape read from a Hugging Face config.json, given as its text
-        (str/bytes), a dict, or a path ending in .json; then fields set by name."""
-        if isinstance(config, dict):
-            config = json.dumps(config)
-        elif isinstance(config, str) and config.endswith('.json') and not config.lstrip().startswith('{'):
-            with open(config, 'rb') as f:
-                config = f.read()
-        data = config.encode('utf-8') if isinstance(config, str) else bytes(config)
+        (str/bytes), a dict, or a path ending in .json; then fields set by name. A model whose
+        layers have different windows (Gemma 2/3, gpt-oss) gets them as layer_windows; one window
+        for every layer (Mistral) is sliding_window."""
+        data = _config_bytes(config)
         p = cls()
         check(lib.pkv_engine_params_from_hf_config(ctypes.byref(p._c), data, len(data)))
+        windows = hf_config_layer_windows(data)
+        if any(w != windows[0] for w in windows):
+            p.layer_windows = windows
         for name, value in fields.items():
             setattr(p, name, value)
         return p
 
     @classmethod
     def _from_struct(cls, struct):
+        """Params over a struct pkv filled (pkv_engine_params_get): its layer_windows, which
+        point into the engine, are copied here."""
         p = cls.__new__(cls)
         object.__setattr__(p, '_c', struct)
+        object.__setattr__(p, '_windows', None)
+        if struct.layer_windows:
+            p.layer_windows = list(struct.layer_windows[:struct.num_layers])
         return p
 
+    def _checked(self):
+        """The C struct, for a call that reads it: layer_windows must have num_layers entries."""
+        if self._windows is not None and len(self._windows) != self._c.num_layers:
+            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT,
+                             'layer_windows has %d entries, num_layers is %d'
+                             % (len(self._windows), self._c.num_layers))
+        return self._c
+
     def __getattr__(self, name):
+        if name == 'layer_windows':
+            windows = object.__getattribute__(self, '_windows')
+            return None if windows is None else list(windows)
         try:
             return getattr(object.__getattribute__(self, '_c'), name)
         except AttributeError:
@@ -63,10 +108,25 @@ class Params:
     def __setattr__(self, name, value):
         if name.startswith('_') or name not in dict(_raw.pkv_engine_params._fields_):
             raise AttributeError('pkv_engine_params has no field %r' % name)
+        if name == 'layer_windows':
+            windows = None if value is None else (ctypes.c_uint32 * len(value))(*value)
+            object.__setattr__(self, '_windows', windows)
+            self._c.layer_windows = ctypes.cast(windows, ctypes.POINTER(ctypes.c_uint32)) if windows else None
+            return
         setattr(self._c, name, value)
 
+    def copy(self):
+        """An independent copy (its own layer_windows array)."""
+        c = _raw.pkv_engine_params.from_buffer_copy(self._c)
+        c.layer_windows = None  # this copy's own array, below
+        p = Params._from_struct(c)
+        p.layer_windows = self.layer_windows
+        return p
+
     def as_dict(self):
-        return {name: getattr(self._c, name) for name, _ in self._c._fields_}
+        d = {name: getattr(self._c, name) for name, _ in self._c._fields_}
+        d['layer_windows'] = self.layer_windows
+        return d
 
     def __repr__(self):
         shown = ('num_layers', 'num_q_heads', 'num_kv_heads', 'head_dim', 'dtype', 'block_size',
@@ -76,13 +136,34 @@ class Params:
     def profile(self):
         return profile(self)
 
+    def kv_groups(self):
+        return kv_groups(self)
+
+
+def kv_groups(params):
+    """How the layers of params are grouped for the pool (pkv_kv_groups), as a namespace:
+    num_groups, group_layers (layers a block holds), group_window (each group's window, 0 =
+    full attention; full groups first), layer_group and layer_slot (each layer's group and its
+    place in that group's blocks)."""
+    c = params._checked()
+    n, layers = ctypes.c_uint32(), ctypes.c_uint32()
+    check(lib.pkv_kv_groups(ctypes.byref(c), None, None, None, 0, ctypes.byref(n), ctypes.byref(layers)))
+    group_window = (ctypes.c_uint32 * n.value)()
+    layer_group = (ctypes.c_uint32 * c.num_layers)()
+    layer_slot = (ctypes.c_uint32 * c.num_layers)()
+    check(lib.pkv_kv_groups(ctypes.byref(c), layer_group, layer_slot, group_window, n.value,
+                            ctypes.byref(n), ctypes.byref(layers)))
+    return types.SimpleNamespace(num_groups=n.value, group_layers=layers.value,
+                                 group_window=list(group_window), layer_group=list(layer_group),
+                                 layer_slot=list(layer_slot))
+
 
 def profile(params):
     """How many KV blocks fit and why (pkv_profile), as a namespace of pkv_kv_budget's fields.
     When the budget is too small it raises OutOfMemoryError whose .budget has every term,
     shortfall_bytes included."""
     out = _raw.pkv_kv_budget(struct_size=ctypes.sizeof(_raw.pkv_kv_budget))
-    status = lib.pkv_profile(ctypes.byref(params._c), ctypes.byref(out))
+    status = lib.pkv_profile(ctypes.byref(params._checked()), ctypes.byref(out))
     if status != _raw.PKV_OK:
         err = make_error(status, text(lib.pkv_last_error()))
         if status == _raw.PKV_ERR_OUT_OF_MEMORY:

@@ -119,6 +119,29 @@ pub struct BatchView<'b> {
     pub copy_kind: &'b [i32],
     /// `[num_seqs]`: the row sampled when the step completes the sequence's tokens, else -1.
     pub sample_rows: &'b [i32],
+    /// KV groups (`Engine::kv_groups`; 1 without windows, 0 from a library older than 0.2):
+    /// the slot mapping and tables above are group 0's.
+    pub num_kv_groups: u32,
+    /// `[num_kv_groups][num_tokens]`: each group's slot mapping (`group_slots`).
+    pub group_slot_mapping: &'b [i64],
+    /// `[num_kv_groups][num_seqs][max_blocks_per_seq]`, -1 padded (`group_tables`); a windowed
+    /// group's hold -1 for blocks it gave back.
+    pub group_block_tables: &'b [i32],
+}
+
+impl<'b> BatchView<'b> {
+    /// KV group `group`'s slot mapping (`[num_tokens]`); empty past the groups.
+    pub fn group_slots(&self, group: u32) -> &'b [i64] {
+        let n = self.num_tokens as usize;
+        self.group_slot_mapping.get(group as usize * n..(group as usize + 1) * n).unwrap_or(&[])
+    }
+
+    /// KV group `group`'s padded block tables (`[num_seqs * max_blocks_per_seq]`); empty past the
+    /// groups.
+    pub fn group_tables(&self, group: u32) -> &'b [i32] {
+        let n = self.num_seqs as usize * self.max_blocks_per_seq as usize;
+        self.group_block_tables.get(group as usize * n..(group as usize + 1) * n).unwrap_or(&[])
+    }
 }
 
 /// A slice of `len` elements at `p`; empty for len 0 (pkv may give NULL then).
@@ -183,6 +206,12 @@ impl<'e> Batch<'e> {
                 copy_dst: view_slice(v.copy_dst, v.num_copies as usize),
                 copy_kind: view_slice(v.copy_kind, v.num_copies as usize),
                 sample_rows: view_slice(v.sample_rows, seqs),
+                num_kv_groups: v.num_kv_groups,
+                group_slot_mapping: view_slice(v.group_slot_mapping, v.num_kv_groups as usize * tokens),
+                group_block_tables: view_slice(
+                    v.group_block_tables,
+                    v.num_kv_groups as usize * seqs * v.max_blocks_per_seq as usize,
+                ),
             }
         }
     }

@@ -7,7 +7,7 @@ use pkv_sys as sys;
 use crate::batch::Batch;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, sized, Library};
-use crate::params::{Device, Dtype, KvBudget, Params};
+use crate::params::{Device, Dtype, KvBudget, KvGroups, Params};
 use crate::scheduler::KvEvent;
 use crate::store::{Bridge, StoreParams};
 
@@ -89,7 +89,7 @@ pub struct AllocationQuery {
 pub struct Engine {
     raw: NonNull<sys::pkv_engine>,
     lib: &'static Library,
-    params: sys::pkv_engine_params,
+    params: Params,
     pool: sys::pkv_pool_info,
     // the host's Store pkv calls; dropped after pkv_engine_destroy (Drop), which waits for the
     // queued writes
@@ -115,7 +115,7 @@ impl Engine {
 
     fn create(params: &Params, store: Option<&StoreParams>) -> Result<Engine> {
         let lib = params.library();
-        let mut p = *params.raw();
+        let mut p = params.c_params()?; // its layer_windows live in params until create copies them
         let (sp, bridge) = match store {
             Some(s) => {
                 let (sp, bridge) = s.build();
@@ -131,20 +131,17 @@ impl Engine {
         let raw =
             NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "pkv_engine_create gave NULL"))?;
         // From here on, an early return destroys the engine (Drop).
-        let mut engine = Engine {
-            raw,
-            lib,
-            params: sized!(sys::pkv_engine_params),
-            pool: sized!(sys::pkv_pool_info),
-            _store: bridge,
-        };
+        let mut engine =
+            Engine { raw, lib, params: params.clone(), pool: sized!(sys::pkv_pool_info), _store: bridge };
         let (mut p, mut pool) = (sized!(sys::pkv_engine_params), sized!(sys::pkv_pool_info));
-        // SAFETY: engine.raw is live; both structs are full ones.
+        // SAFETY: engine.raw is live; both structs are full ones. p.layer_windows points into
+        // the engine (num_layers values) and is copied out at once; its store pointer is dropped.
         unsafe {
             call!(lib, pkv_engine_params_get(engine.as_raw(), &mut p))?;
             call!(lib, pkv_pool_info(engine.as_raw(), &mut pool))?;
+            p.store = ptr::null();
+            engine.params = Params::from_raw(p, lib);
         }
-        engine.params = p;
         engine.pool = pool;
         Ok(engine)
     }
@@ -161,9 +158,10 @@ impl Engine {
         self.raw.as_ptr()
     }
 
-    /// The effective parameters (num_blocks and device resolved), as of creation.
+    /// The effective parameters (num_blocks and device resolved), as of creation; its store
+    /// pointer is NULL (the store is the engine's).
     pub fn params(&self) -> Params {
-        Params::from_raw(self.params, self.lib)
+        self.params.clone()
     }
 
     /// The pool's layout (`pkv_pool_info`), as of creation.
@@ -175,8 +173,45 @@ impl Engine {
         Device::from_code(self.pool.device)
     }
 
+    /// The model's dtype: `attention`'s q, k, v and out (`PoolInfo::model_dtype`).
     pub fn dtype(&self) -> Option<Dtype> {
+        // Only an fp8 cache differs from the model (a 0.1 library has no model_dtype, nor fp8).
+        match Dtype::from_code(self.pool.dtype) {
+            Some(kv) if kv.is_fp8() => Dtype::from_code(self.pool.model_dtype),
+            other => other,
+        }
+    }
+
+    /// The pool's elements: the model's dtype or an fp8 kind (`PoolInfo::dtype`).
+    pub fn kv_dtype(&self) -> Option<Dtype> {
         Dtype::from_code(self.pool.dtype)
+    }
+
+    /// How the engine's layers are grouped (`pkv_kv_groups` of its parameters).
+    pub fn kv_groups(&self) -> Result<KvGroups> {
+        self.params.kv_groups()
+    }
+
+    /// fp8 KV: `layer`'s K and V scales, one per kv head of this rank each (finite, > 0; 1.0
+    /// until set), before the first sequence (`pkv_set_kv_scales`). `Status::State` once a
+    /// sequence was made; `Status::InvalidArgument` for a cache that is not fp8.
+    pub fn set_kv_scales(&self, layer: u32, k_scales: &[f32], v_scales: &[f32]) -> Result<()> {
+        let heads = self.pool.kv_heads as usize;
+        if k_scales.len() != heads || v_scales.len() != heads {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "set_kv_scales: {} k and {} v scales, the engine has {} kv heads per rank",
+                    k_scales.len(),
+                    v_scales.len(),
+                    heads
+                ),
+            ));
+        }
+        // SAFETY: both slices have kv_heads_per_rank elements, what pkv reads.
+        unsafe {
+            call!(self.lib, pkv_set_kv_scales(self.as_raw(), layer, k_scales.as_ptr(), v_scales.as_ptr()))
+        }
     }
 
     /// The pool's KV budget (`pkv_engine_budget`).
@@ -311,6 +346,16 @@ impl Engine {
         self.read_i32s(|out, cap, len| unsafe {
             // SAFETY: out has cap elements (or is NULL with cap 0).
             call!(self.lib, pkv_seq_block_table(self.as_raw(), seq.0, out, cap, len))
+        })
+    }
+
+    /// `seq`'s block table in KV group `group` (`pkv_seq_group_block_table`): -1 where a
+    /// windowed group gave back a block no later token's window reaches. Group 0's is
+    /// `block_table`.
+    pub fn group_block_table(&self, seq: Seq, group: u32) -> Result<Vec<i32>> {
+        self.read_i32s(|out, cap, len| unsafe {
+            // SAFETY: out has cap elements (or is NULL with cap 0).
+            call!(self.lib, pkv_seq_group_block_table(self.as_raw(), seq.0, group, out, cap, len))
         })
     }
 

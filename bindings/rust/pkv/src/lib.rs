@@ -31,7 +31,7 @@ pub use batch::{Batch, BatchView, CopyKind, Element};
 pub use engine::{Allocation, AllocationQuery, Engine, PoolInfo, Seq, SeqInfo, Stats, Tier};
 pub use error::{Error, Result, Status};
 pub use library::{library, Library};
-pub use params::{profile, Device, Dtype, KvBudget, Params};
+pub use params::{hf_config_layer_windows, profile, Device, Dtype, KvBudget, KvGroups, Params};
 pub use pkv_sys as sys;
 pub use scheduler::{KvEvent, Request};
 pub use store::{MapStore, Store, StoreKey, StoreParams, StoreResult, WriteMode};

@@ -1,11 +1,14 @@
 //! `Params`: the engine parameters, a builder over `pkv_engine_params` whose defaults come from
-//! the library (`pkv_engine_params_init`); the KV profiler (`profile`).
+//! the library (`pkv_engine_params_init`); the KV profiler (`profile`), the KV groups
+//! (`Params::kv_groups`) and a config's per-layer windows (`hf_config_layer_windows`).
 use std::os::raw::c_char;
+use std::ptr;
+use std::sync::Arc;
 
 use pkv_sys as sys;
 
-use crate::error::Result;
-use crate::library::{call, library, sized, Library};
+use crate::error::{Error, Result, Status};
+use crate::library::{call, count, library, sized, Library};
 
 /// How a budget was decided: `pkv_kv_budget` (`source` is a `PKV_BUDGET_*`).
 pub type KvBudget = sys::pkv_kv_budget;
@@ -32,12 +35,17 @@ impl Device {
     }
 }
 
-/// The KV (and activation) dtype (`PKV_DTYPE_*`).
+/// The model's dtype (`Params::dtype`: F32, F16, Bf16) and the KV cache's (`Params::kv_dtype`:
+/// the model's, or an fp8 kind) (`PKV_DTYPE_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dtype {
     F32,
     F16,
     Bf16,
+    /// OCP e4m3fn, one byte, scaled per layer and kv head (`Engine::set_kv_scales`): KV only.
+    Fp8E4m3,
+    /// OCP e5m2, one byte, scaled per layer and kv head: KV only.
+    Fp8E5m2,
 }
 
 impl Dtype {
@@ -46,31 +54,81 @@ impl Dtype {
             Dtype::F32 => sys::PKV_DTYPE_F32,
             Dtype::F16 => sys::PKV_DTYPE_F16,
             Dtype::Bf16 => sys::PKV_DTYPE_BF16,
+            Dtype::Fp8E4m3 => sys::PKV_DTYPE_FP8_E4M3,
+            Dtype::Fp8E5m2 => sys::PKV_DTYPE_FP8_E5M2,
         }) as i32
     }
     pub fn from_code(code: i32) -> Option<Dtype> {
-        [Dtype::F32, Dtype::F16, Dtype::Bf16].into_iter().find(|d| d.code() == code)
+        [Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::Fp8E4m3, Dtype::Fp8E5m2]
+            .into_iter()
+            .find(|d| d.code() == code)
     }
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             Dtype::F32 => 4,
             Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => 1,
         }
+    }
+    pub fn is_fp8(self) -> bool {
+        matches!(self, Dtype::Fp8E4m3 | Dtype::Fp8E5m2)
     }
 }
 
+/// How the layers are grouped for the pool (`pkv_kv_groups`, DESIGN.md §12): groups of
+/// `group_layers` layers with one window each, full-attention groups first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvGroups {
+    /// Layers a block holds (K and V): `num_layers` with one group.
+    pub group_layers: u32,
+    /// `[num_groups]`: each group's window, 0 = full attention.
+    pub group_window: Vec<u32>,
+    /// `[num_layers]`: each layer's group.
+    pub layer_group: Vec<u32>,
+    /// `[num_layers]`: each layer's place in its group's blocks (its index in the pool's layer
+    /// dimension, `PoolInfo`).
+    pub layer_slot: Vec<u32>,
+}
+
+impl KvGroups {
+    pub fn num_groups(&self) -> usize {
+        self.group_window.len()
+    }
+}
+
+/// Each layer's sliding window (0 = full attention) of a Hugging Face `config.json` text
+/// (`pkv_hf_config_layer_windows`: layer_types, sliding_window_pattern, Gemma 2's alternation,
+/// use_sliding_window with max_window_layers, or one window for every layer).
+pub fn hf_config_layer_windows(json: &str) -> Result<Vec<u32>> {
+    layer_windows_of(library()?, json)
+}
+
+fn layer_windows_of(lib: &'static Library, json: &str) -> Result<Vec<u32>> {
+    let text = json.as_ptr() as *const c_char;
+    let mut len = 0u32;
+    // SAFETY: text points at json.len() bytes; out NULL with cap 0 asks the length.
+    unsafe { call!(lib, pkv_hf_config_layer_windows(text, json.len(), ptr::null_mut(), 0, &mut len))? };
+    let mut out = vec![0u32; len as usize];
+    // SAFETY: out has len elements.
+    unsafe { call!(lib, pkv_hf_config_layer_windows(text, json.len(), out.as_mut_ptr(), len, &mut len))? };
+    Ok(out)
+}
+
 /// Engine parameters. `Params::new()` holds the library's defaults; each setter replaces one
-/// field and returns the builder. `raw()` / `raw_mut()` reach every field of the C struct.
+/// field and returns the builder. `raw()` / `raw_mut()` reach every field of the C struct but
+/// `layer_windows`, which the `Params` keeps itself (`layer_windows`, `get_layer_windows`) and
+/// points the struct at only for the calls that read it (its raw pointer is ignored).
 ///
 /// ```no_run
 /// let p = pkv::Params::new()?.num_layers(2).num_q_heads(4).num_kv_heads(2).head_dim(16)
 ///     .dtype(pkv::Dtype::F32).num_blocks(64).device(pkv::Device::Cpu);
 /// # Ok::<(), pkv::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Params {
     raw: sys::pkv_engine_params,
+    windows: Option<Arc<[u32]>>,
     lib: &'static Library,
 }
 
@@ -95,7 +153,7 @@ impl Params {
         let mut raw = sized!(sys::pkv_engine_params);
         // SAFETY: raw is a pkv_engine_params of the size passed.
         unsafe { call!(lib, pkv_engine_params_init(&mut raw, raw.struct_size))? };
-        Ok(Params { raw, lib })
+        Ok(Params { raw, windows: None, lib })
     }
 
     /// The defaults with the model shape read from a Hugging Face `config.json` text.
@@ -103,18 +161,55 @@ impl Params {
         Params::new()?.hf_config(json)
     }
 
-    /// Replaces the model-shape fields (layers, heads, head_dim, dtype, max_model_len) with those
-    /// of a Hugging Face `config.json` text (`pkv_engine_params_from_hf_config`).
+    /// Replaces the model-shape fields (layers, heads, head_dim, dtype, max_model_len) and the
+    /// windows with those of a Hugging Face `config.json` text
+    /// (`pkv_engine_params_from_hf_config`): one window for every layer (Mistral) is
+    /// `sliding_window`, windows that differ (Gemma 2/3, gpt-oss) are `layer_windows`.
     pub fn hf_config(mut self, json: &str) -> Result<Params> {
         let text = json.as_ptr() as *const c_char;
+        let windows = layer_windows_of(self.lib, json)?;
+        let mut raw = self.raw;
+        raw.layer_windows = ptr::null();
         // SAFETY: text points at json.len() bytes (no NUL needed); raw is a full struct.
-        unsafe { call!(self.lib, pkv_engine_params_from_hf_config(&mut self.raw, text, json.len()))? };
+        unsafe { call!(self.lib, pkv_engine_params_from_hf_config(&mut raw, text, json.len()))? };
+        self.raw = raw;
+        self.windows = match windows.first() {
+            Some(&first) if windows.iter().any(|&w| w != first) => Some(windows.into()),
+            _ => None,
+        };
         Ok(self)
     }
 
-    /// Wraps parameters read back from an engine (`pkv_engine_params_get`).
-    pub(crate) fn from_raw(raw: sys::pkv_engine_params, lib: &'static Library) -> Params {
-        Params { raw, lib }
+    /// Wraps parameters read back from an engine (`pkv_engine_params_get`), copying the layer
+    /// windows it points at.
+    ///
+    /// # Safety
+    /// `raw.layer_windows` is NULL or points at `raw.num_layers` readable values.
+    pub(crate) unsafe fn from_raw(mut raw: sys::pkv_engine_params, lib: &'static Library) -> Params {
+        let windows = if raw.layer_windows.is_null() {
+            None
+        } else {
+            Some(std::slice::from_raw_parts(raw.layer_windows, raw.num_layers as usize).into())
+        };
+        raw.layer_windows = ptr::null();
+        Params { raw, windows, lib }
+    }
+
+    /// The struct pkv reads: `raw()` with `layer_windows` pointing at this Params' windows
+    /// (valid while `self` lives). `Status::InvalidArgument` when they are not `num_layers`.
+    pub(crate) fn c_params(&self) -> Result<sys::pkv_engine_params> {
+        let mut raw = self.raw;
+        raw.layer_windows = match &self.windows {
+            None => ptr::null(),
+            Some(w) if w.len() == raw.num_layers as usize => w.as_ptr(),
+            Some(w) => {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!("layer_windows has {} entries, num_layers is {}", w.len(), raw.num_layers),
+                ))
+            }
+        };
+        Ok(raw)
     }
 
     pub fn raw(&self) -> &sys::pkv_engine_params {
@@ -131,6 +226,82 @@ impl Params {
     }
     pub fn get_device(&self) -> Option<Device> {
         Device::from_code(self.raw.device)
+    }
+    /// The KV cache's dtype as set (`None` for 0: the model's).
+    pub fn get_kv_dtype(&self) -> Option<Dtype> {
+        if self.raw.kv_dtype == 0 {
+            None
+        } else {
+            Dtype::from_code(self.raw.kv_dtype)
+        }
+    }
+    /// Each layer's window, when set per layer.
+    pub fn get_layer_windows(&self) -> Option<&[u32]> {
+        self.windows.as_deref()
+    }
+
+    /// The KV cache's dtype: the model's (the default), or `Dtype::Fp8E4m3` / `Fp8E5M2` (one
+    /// byte per element; scales from `Engine::set_kv_scales`).
+    pub fn kv_dtype(mut self, dtype: Dtype) -> Params {
+        self.raw.kv_dtype = dtype.code();
+        self
+    }
+    /// Each layer's sliding window (0 = full attention), in place of `sliding_window`: one per
+    /// layer, so `num_layers` of them (checked when the params are used). Kept by the Params.
+    pub fn layer_windows(mut self, windows: &[u32]) -> Params {
+        self.windows = Some(windows.into());
+        self
+    }
+    /// Drops the per-layer windows (`sliding_window` applies to every layer again).
+    pub fn without_layer_windows(mut self) -> Params {
+        self.windows = None;
+        self
+    }
+
+    /// How the layers are grouped for the pool (`pkv_kv_groups`); the params are validated as
+    /// by `Engine::new`.
+    pub fn kv_groups(&self) -> Result<KvGroups> {
+        let p = self.c_params()?;
+        let (mut n, mut group_layers) = (0u32, 0u32);
+        // SAFETY: p is a full struct whose windows live in self; outputs NULL with cap 0.
+        unsafe {
+            call!(
+                self.lib,
+                pkv_kv_groups(
+                    &p,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    0,
+                    &mut n,
+                    &mut group_layers
+                )
+            )?
+        };
+        let layers = p.num_layers as usize;
+        let mut g = KvGroups {
+            group_layers,
+            group_window: vec![0; n as usize],
+            layer_group: vec![0; layers],
+            layer_slot: vec![0; layers],
+        };
+        let cap = count(g.group_window.len(), "groups")?;
+        // SAFETY: the per-layer vectors have num_layers elements, group_window cap.
+        unsafe {
+            call!(
+                self.lib,
+                pkv_kv_groups(
+                    &p,
+                    g.layer_group.as_mut_ptr(),
+                    g.layer_slot.as_mut_ptr(),
+                    g.group_window.as_mut_ptr(),
+                    cap,
+                    &mut n,
+                    &mut g.group_layers
+                )
+            )?
+        };
+        Ok(g)
     }
 
     /// Tensor parallelism: `size` ranks, this engine being rank `rank`.
@@ -202,6 +373,9 @@ impl Params {
         /// `pkv_step`'s preemption: `sys::PKV_PREEMPT_RECOMPUTE` (default), `_SWAP` (needs the
         /// host tier) or `_AUTO`.
         preemption_mode: u32 => preemption_mode;
+        /// Keys each token attends to in every layer `layer_windows` does not set; 0 = full
+        /// attention.
+        sliding_window: u32 => sliding_window;
     }
 
     /// The KV budget these parameters give (`pkv_profile`); see `profile_detailed` for every
@@ -215,8 +389,12 @@ impl Params {
     /// is filled, `shortfall_bytes` included.
     pub fn profile_detailed(&self) -> (KvBudget, Result<()>) {
         let mut budget = sized!(sys::pkv_kv_budget);
-        // SAFETY: both structs are full ones with struct_size set.
-        let status = unsafe { call!(self.lib, pkv_profile(&self.raw, &mut budget)) };
+        let p = match self.c_params() {
+            Ok(p) => p,
+            Err(e) => return (budget, Err(e)),
+        };
+        // SAFETY: both structs are full ones with struct_size set; p's windows live in self.
+        let status = unsafe { call!(self.lib, pkv_profile(&p, &mut budget)) };
         (budget, status)
     }
 }

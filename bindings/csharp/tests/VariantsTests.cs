@@ -1,0 +1,144 @@
+// Attention variants (pkv 0.2): fp8 KV and its scales, sliding windows and KV groups, a config's
+// per-layer windows, and what they add to the budget, the pool, the batch and events.
+using System;
+using System.IO;
+using System.Linq;
+using Pkv;
+
+static partial class Tests
+{
+    static string Config(string name)
+    {
+        // hash_vectors.txt is tests/data/ of the source tree; the configs are tools/configs/
+        string root = Path.GetDirectoryName(Path.GetDirectoryName(Path.GetDirectoryName(Path.GetFullPath(hashVectors))));
+        return File.ReadAllText(Path.Combine(Path.Combine(Path.Combine(root, "tools"), "configs"), name));
+    }
+
+    static void ConfigWindowsAndGroups()
+    {
+        string json = Config("gemma-3-27b.json");
+        uint[] w = Library.HfConfigLayerWindows(json);
+        uint[] want = Enumerable.Range(0, 62).Select(l => (l + 1) % 6 == 0 ? 0u : 1024u).ToArray();
+        Assert(w.SequenceEqual(want), "gemma 3 windows");
+        var p = EngineParams.FromHfConfig(json);
+        Equal(62u, p.NumLayers, "layers");
+        Equal(0u, p.SlidingWindow, "mixed windows: no single sliding_window");
+        var g = Library.KvGroups(p, w);
+        Equal(7, g.NumGroups, "groups");
+        Equal(10u, g.GroupLayers, "group layers");
+        Assert(g.GroupWindow.SequenceEqual(new uint[] { 0, 1024, 1024, 1024, 1024, 1024, 1024 }), "group windows");
+        Equal(62, g.LayerGroup.Zip(g.LayerSlot, (grp, slot) => grp * 1000 + slot).Distinct().Count(), "one slot per layer");
+        p.Device = Native.PKV_DEVICE_CPU; p.MemoryTotalBytes = 80UL << 30;
+        var b = Library.Profile(p, w);
+        Equal(7u, b.NumKvGroups, "budget groups");
+        Equal(8u, b.PaddedLayers, "padded");
+        Equal(8192UL + 6 * 65, b.BlocksPerMaxSeq, "blocks per max seq");
+        Assert(Library.HfConfigLayerWindows(Config("gpt-oss-20b.json"))
+                   .SequenceEqual(Enumerable.Range(0, 24).Select(l => l % 2 == 0 ? 128u : 0u)), "gpt-oss windows");
+        Equal(4096u, EngineParams.FromHfConfig(Config("mistral-7b.json")).SlidingWindow, "mistral window");
+        var e = Throws(Status.InvalidArgument, () => Library.HfConfigLayerWindows(
+            "{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"hidden_size\": 64, \"sliding_window\": 8," +
+            " \"layer_types\": [\"sliding_attention\", \"chunked_attention\"]}"));
+        Assert(e.Detail.Contains("layer_types[1]"), "names the entry: " + e.Detail);
+    }
+
+    static void LayerWindowsChecked()
+    {
+        var p = Small();
+        var g = Library.KvGroups(p, new uint[] { 0, 16 });
+        Assert(g.GroupLayers == 1 && g.GroupWindow.SequenceEqual(new uint[] { 0, 16 }) &&
+               g.LayerGroup.SequenceEqual(new uint[] { 0, 1 }), "two groups of one layer");
+        Equal(2u, Library.Profile(p, new uint[] { 0, 16 }).NumKvGroups, "profile groups");
+        Throws(Status.InvalidArgument, () => Library.Profile(p, new uint[] { 0, 16, 16 }));
+        Throws(Status.InvalidArgument, () => new Engine(p, new uint[] { 0 }));
+        Throws(Status.InvalidArgument, () => Library.KvGroups(p, new uint[] { 0, 1u << 31 }));
+        var raw = p; raw.LayerWindows = (IntPtr)8;  // a raw pointer: refused, the argument keeps the array
+        Throws(Status.InvalidArgument, () => Library.Profile(raw));
+        Equal(1, Library.KvGroups(p).NumGroups, "no windows");
+        // two groups: created once the block manager keeps a table per group, else Unsupported
+        Engine two = null;
+        try { two = new Engine(p, new uint[] { 16, 0 }); }
+        catch (PkvException ex)
+        {
+            Equal(Status.Unsupported, ex.Status, "status");
+            Assert(ex.Detail.Contains("KV groups"), ex.Detail);
+        }
+        if (two != null)
+            using (two)
+            {
+                Assert(two.LayerWindows.SequenceEqual(new uint[] { 16, 0 }), "engine windows");
+                Equal(IntPtr.Zero, two.Params.LayerWindows, "params keep no pointer");
+                Equal(2u, two.PoolInfo().NumKvGroups, "pool groups");
+            }
+    }
+
+    static void OneWindowEngine()
+    {
+        var p = Small(); p.SlidingWindow = 8;
+        using (var e = new Engine(p))
+        {
+            Equal(8u, e.Params.SlidingWindow, "window");
+            Assert(e.LayerWindows == null, "no per-layer windows");
+            Equal(1u, e.Budget().NumKvGroups, "budget groups");
+            Equal(1u, e.PoolInfo().NumKvGroups, "pool groups");
+            Assert(e.KvGroups().GroupWindow.SequenceEqual(new uint[] { 8 }), "group window");
+            var seq = e.Allocate(Enumerable.Range(1, 10).ToArray());
+            Assert(seq.GroupBlockTable(0).SequenceEqual(seq.BlockTable()), "group 0 table");
+            Throws(Status.InvalidArgument, () => seq.GroupBlockTable(1));
+            using (var b = e.BeginBatch(new[] { seq }))
+            {
+                Equal(1u, b.NumKvGroups, "batch groups");
+                Assert(b.GroupSlotMapping().SequenceEqual(b.SlotMapping()), "group slot mapping");
+                Assert(b.GroupBlockTables().SequenceEqual(b.BlockTables()), "group tables");
+            }
+        }
+    }
+
+    static void Fp8EngineAndScales()
+    {
+        foreach (int kv in new[] { Native.PKV_DTYPE_FP8_E4M3, Native.PKV_DTYPE_FP8_E5M2 })
+        {
+            var p = Small(); p.KvDtype = kv;
+            using (var e = new Engine(p))
+            {
+                var b = e.Budget();
+                Equal(kv, b.KvDtype, "kv dtype");
+                Equal(2UL * 2 * 2 * 4, b.KvScaleBytes, "scale bytes");
+                Equal(2UL * 2 * 4 * 2 * 16, b.BlockBytes, "block bytes");
+                var pi = e.PoolInfo();
+                Equal(kv, pi.Dtype, "pool dtype");
+                Equal(Native.PKV_DTYPE_F32, pi.ModelDtype, "model dtype");
+                e.SetKvScales(0, new[] { 0.5f, 0.25f }, new[] { 1f, 2f });
+                Throws(Status.InvalidArgument, () => e.SetKvScales(0, new[] { 1f }, new[] { 1f, 1f }));
+                Throws(Status.InvalidArgument, () => e.SetKvScales(0, new[] { 1f, 0f }, new[] { 1f, 1f }));
+                Throws(Status.InvalidArgument, () => e.SetKvScales(2, new[] { 1f, 1f }, new[] { 1f, 1f }));
+                e.Allocate(new[] { 1, 2, 3 });
+                Throws(Status.State, () => e.SetKvScales(1, new[] { 1f, 1f }, new[] { 1f, 1f }));
+            }
+        }
+        using (var e = new Engine(Small()))
+            Assert(Throws(Status.InvalidArgument, () => e.SetKvScales(0, new[] { 1f, 1f }, new[] { 1f, 1f }))
+                       .Detail.Contains("not fp8"), "f32 engine has no scales");
+        var bad = Small(); bad.KvDtype = 5;
+        Throws(Status.InvalidArgument, () => new Engine(bad));
+        bad = Small(); bad.KvDtype = Native.PKV_DTYPE_F16;
+        Throws(Status.InvalidArgument, () => new Engine(bad));
+        bad = Small(); bad.Dtype = Native.PKV_DTYPE_FP8_E4M3;
+        Throws(Status.InvalidArgument, () => new Engine(bad));
+        bad = Small(); bad.SlidingWindow = 1u << 31;
+        Throws(Status.InvalidArgument, () => new Engine(bad));
+    }
+
+    static void KvEventGroup()
+    {
+        var p = Small(); p.EnableKvEvents = 1;
+        using (var e = new Engine(p))
+        {
+            var seq = e.Allocate(Enumerable.Range(1, 8).ToArray());
+            RunStep(e, seq);
+            var events = e.DrainKvEvents();
+            Assert(events.Length > 0, "events");
+            Assert(events.All(ev => ev.Group == 0), "group 0");
+        }
+    }
+}

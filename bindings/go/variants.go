@@ -1,0 +1,175 @@
+package pkv
+
+// #include <stdlib.h>
+// #include <pkv/pkv.h>
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Option adds to the EngineParams of NewEngine, NewEngineWithStore, Profile and KVGroups what
+// the flat struct cannot hold from Go: WithLayerWindows.
+type Option func(*options)
+
+type options struct {
+	layerWindows []uint32
+	set          bool
+}
+
+// WithLayerWindows gives each layer its sliding window (0 = full attention), in place of
+// EngineParams.SlidingWindow (attention variants, pkv 0.2): one per layer, so NumLayers of them
+// (ErrInvalidArgument otherwise, before pkv reads them). The binding copies them into C memory
+// for the call and sets EngineParams.LayerWindows, which must otherwise stay 0 (pkv copies them
+// at create). nil: no per-layer windows.
+func WithLayerWindows(windows []uint32) Option {
+	return func(o *options) { o.layerWindows, o.set = windows, true }
+}
+
+// withOptions runs call with p's LayerWindows pointing at the options' windows (in C memory,
+// freed after the call).
+func withOptions(p *EngineParams, opts []Option, call func() error) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.set && p.LayerWindows != 0 {
+		return &Error{Status: StatusInvalidArgument,
+			Message: "EngineParams.LayerWindows is set by WithLayerWindows (the binding keeps the array)"}
+	}
+	if o.layerWindows == nil {
+		p.LayerWindows = 0
+		return call()
+	}
+	if len(o.layerWindows) != int(p.NumLayers) {
+		return &Error{Status: StatusInvalidArgument,
+			Message: fmt.Sprintf("layer windows: %d of them, NumLayers is %d", len(o.layerWindows), p.NumLayers)}
+	}
+	w := C.malloc(C.size_t(len(o.layerWindows)) * C.size_t(unsafe.Sizeof(C.uint32_t(0))))
+	if w == nil {
+		return &Error{Status: StatusOutOfMemory, Message: "layer windows: malloc failed"}
+	}
+	defer C.free(w)
+	copy(unsafe.Slice((*uint32)(w), len(o.layerWindows)), o.layerWindows)
+	p.LayerWindows = uintptr(w)
+	defer func() { p.LayerWindows = 0 }()
+	return call()
+}
+
+// HFConfigLayerWindows is each layer's sliding window (0 = full attention) of a Hugging Face
+// config.json (pkv_hf_config_layer_windows: layer_types, sliding_window_pattern, Gemma 2's
+// alternation, use_sliding_window with max_window_layers, or one window for every layer). Give
+// them to NewEngine with WithLayerWindows when they differ (ParamsFromHFConfig sets
+// SlidingWindow when they do not).
+func HFConfigLayerWindows(configJSON []byte) ([]uint32, error) {
+	text := C.CBytes(configJSON)
+	defer C.free(text)
+	var n C.uint32_t
+	var out []uint32
+	err := check(func() C.pkv_status {
+		s := C.pkv_hf_config_layer_windows((*C.char)(text), C.size_t(len(configJSON)), nil, 0, &n)
+		if s != 0 || n == 0 {
+			return s
+		}
+		out = make([]uint32, n)
+		return C.pkv_hf_config_layer_windows((*C.char)(text), C.size_t(len(configJSON)),
+			(*C.uint32_t)(unsafe.Pointer(&out[0])), n, &n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []uint32{}
+	}
+	return out, nil
+}
+
+// KVGroups is how the layers are grouped for the pool (pkv_kv_groups, DESIGN.md §12): groups of
+// GroupLayers layers of one window each, full-attention groups first.
+type KVGroups struct {
+	GroupLayers uint32   // layers a block holds (K and V): NumLayers with one group
+	GroupWindow []uint32 // [groups]: each group's window, 0 = full attention
+	LayerGroup  []uint32 // [NumLayers]: each layer's group
+	LayerSlot   []uint32 // [NumLayers]: each layer's place in its group's blocks
+}
+
+// KVGroupsOf groups the layers of p (with opts: WithLayerWindows) as an engine of p would
+// (pkv_kv_groups); p is validated as by NewEngine.
+func KVGroupsOf(p EngineParams, opts ...Option) (KVGroups, error) {
+	var g KVGroups
+	if abiError != nil {
+		return g, abiError
+	}
+	var layers C.uint32_t
+	err := withOptions(&p, opts, func() error {
+		return check(func() C.pkv_status {
+			var n C.uint32_t
+			if s := C.pkv_kv_groups(cParams(&p), nil, nil, nil, 0, &n, &layers); s != 0 {
+				return s
+			}
+			g.GroupWindow = make([]uint32, n)
+			g.LayerGroup = make([]uint32, p.NumLayers)
+			g.LayerSlot = make([]uint32, p.NumLayers)
+			return C.pkv_kv_groups(cParams(&p), u32Ptr(g.LayerGroup), u32Ptr(g.LayerSlot),
+				u32Ptr(g.GroupWindow), n, &n, &layers)
+		})
+	})
+	g.GroupLayers = uint32(layers)
+	return g, err
+}
+
+// KVGroups is how the engine's layers are grouped (KVGroupsOf its parameters and windows).
+func (eng *Engine) KVGroups() (KVGroups, error) {
+	return KVGroupsOf(eng.params, WithLayerWindows(eng.layerWindows))
+}
+
+// LayerWindows are the engine's per-layer windows (a copy), nil when it has none
+// (EngineParams.SlidingWindow applies to every layer).
+func (eng *Engine) LayerWindows() []uint32 { return append([]uint32(nil), eng.layerWindows...) }
+
+// SetKVScales sets an fp8 cache's scales of layer (kv_dtype DtypeFp8E4m3 / DtypeFp8E5m2): k and
+// v have one per kv head of this rank each (finite, > 0; 1.0 until set), before the first
+// sequence (pkv_set_kv_scales). ErrState once a sequence was made; ErrInvalidArgument for a
+// cache that is not fp8.
+func (eng *Engine) SetKVScales(layer uint32, k, v []float32) error {
+	if len(k) != eng.kvHeads || len(v) != eng.kvHeads {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf(
+			"SetKVScales: %d k and %d v scales, the engine has %d kv heads per rank", len(k), len(v), eng.kvHeads)}
+	}
+	return eng.call(func(e *C.pkv_engine) C.pkv_status {
+		return C.pkv_set_kv_scales(e, C.uint32_t(layer), (*C.float)(unsafe.Pointer(&k[0])),
+			(*C.float)(unsafe.Pointer(&v[0])))
+	})
+}
+
+// GroupBlockTable is the sequence's block table in KV group `group`
+// (pkv_seq_group_block_table): -1 where a windowed group gave back a block no later token's
+// window reaches. Group 0's is BlockTable's.
+func (s *Sequence) GroupBlockTable(group uint32) ([]int32, error) {
+	return s.ints(func(e *C.pkv_engine, id C.uint64_t, out *C.int32_t, c C.uint32_t, n *C.uint32_t) C.pkv_status {
+		return C.pkv_seq_group_block_table(e, id, C.uint32_t(group), out, c, n)
+	})
+}
+
+// NumKVGroups is the batch's KV groups (1 without windows; 0 from a library older than 0.2).
+func (b *Batch) NumKVGroups() int { return int(b.view.NumKVGroups) }
+
+// GroupSlotMapping is every KV group's slot mapping, [NumKVGroups][NumTokens] (group 0's is
+// SlotMapping's); layer l uses its group's (KVGroups).
+func (b *Batch) GroupSlotMapping() ([]int64, error) {
+	return copyInts[int64](b, b.view.GroupSlotMapping, b.NumKVGroups()*b.NumTokens())
+}
+
+// GroupBlockTables is every KV group's padded block tables,
+// [NumKVGroups][NumSeqs][MaxBlocksPerSeq]; a windowed group's hold -1 for blocks it gave back.
+func (b *Batch) GroupBlockTables() ([]int32, error) {
+	return copyInts[int32](b, b.view.GroupBlockTables, b.NumKVGroups()*b.NumSeqs()*int(b.view.MaxBlocksPerSeq))
+}
+
+func u32Ptr(s []uint32) *C.uint32_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.uint32_t)(unsafe.Pointer(&s[0]))
+}
