@@ -46,8 +46,10 @@ static inline pkv_stats fz_stats(fz_world *w)
 static inline uint64_t fz_state(fz_world *w)
 {
   pkv_stats s = fz_stats(w);
-  /* The store's writer thread counts its writes whenever it finishes them: not the call's doing. */
+  /* The store's writer thread counts its writes whenever it finishes them, and its fetcher thread
+   * the lookups of submitted requests whenever it answers them: not the call's doing. */
   s.num_store_puts = s.num_store_put_errors = 0;
+  s.num_store_lookups = s.num_store_hits = s.num_store_misses = s.num_store_rejected = s.num_store_errors = 0;
   uint64_t h = fz_mix(14695981039346656037ull, &s, sizeof s);
   if (w->batch) {
     pkv_batch_view v;

@@ -254,8 +254,10 @@ static inline uint64_t tu_state(pkv_engine *e, const uint64_t *seqs, uint32_t n)
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
   pkv_status st = pkv_engine_stats(e, &s);
-  /* A store's writer thread counts its writes whenever it finishes them: not a call's doing. */
+  /* A store's writer thread counts its writes whenever it finishes them, and its fetcher thread
+   * the lookups of submitted requests whenever it answers them: not a call's doing. */
   s.num_store_puts = s.num_store_put_errors = 0;
+  s.num_store_lookups = s.num_store_hits = s.num_store_misses = s.num_store_rejected = s.num_store_errors = 0;
   uint64_t h = tu_mix_(14695981039346656037ull, &st, sizeof st);
   h = tu_mix_(h, &s, sizeof s);
   for (uint32_t i = 0; i < n; i++) {
