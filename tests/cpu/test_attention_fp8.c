@@ -6,6 +6,10 @@
  * each under a power-of-two scale (the quotient exact: true ties) and one that is not, written by
  * pkv_attention into e4m3 and e5m2 pools, which must hold exactly pkv_ref_fp8_encode's codes.
  *
+ * A V scale above FLT_MAX / 256 (the AVX2 variant's e4m3 conversion multiplies by 256 * scale,
+ * which would overflow: it takes the portable path for such rows): attention still matches the
+ * reference.
+ *
  * pkv_set_kv_scales: refused on a cache that is not fp8, for a layer out of range, NULL scales,
  * a scale 0, negative, NaN or infinite (in any head, k or v), and once a sequence exists (also
  * after it is released); each refusal leaves the scales as they were, which the codes written
@@ -203,9 +207,49 @@ static void test_set_scales_refusals(void)
   pkv_engine_destroy(e);
 }
 
+static void test_huge_scale(void)
+{
+  enum { N = 20 };
+  const float ks[HEADS] = {0.01f, 0.02f}, vs[HEADS] = {2e36f, 3e36f};
+  pkv_engine *e = make_engine(PKV_DTYPE_F32, PKV_DTYPE_FP8_E4M3, 1, 4);
+  if (!e || !CHECK_OK(pkv_set_kv_scales(e, 0, ks, vs))) {
+    pkv_engine_destroy(e);
+    return;
+  }
+  float *q = malloc(sizeof(float) * N * ROW * 4), *k = q + N * ROW, *v = k + N * ROW, *out = v + N * ROW;
+  double *qd = malloc(sizeof(double) * N * ROW * 5), *kd = qd + N * ROW, *vd = kd + N * ROW;
+  double *got = vd + N * ROW, *ref = got + N * ROW;
+  uint64_t state = 99;
+  for (uint32_t i = 0; i < N * ROW; i++) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = (double)(state >> 40) / 16777216.0; /* [0, 1) */
+    q[i] = (float)(2 * u - 1), k[i] = (float)(1 - 2 * u), v[i] = (float)((u - 0.5) * 2e36);
+    qd[i] = q[i];
+    kd[i] = pkv_ref_fp8_decode(pkv_ref_fp8_encode(k[i], ks[i % ROW / HD], 0), 0) * ks[i % ROW / HD];
+    vd[i] = pkv_ref_fp8_decode(pkv_ref_fp8_encode(v[i], vs[i % ROW / HD], 0), 0) * vs[i % ROW / HD];
+  }
+  int32_t t[N];
+  kw_tokens(t, N, 7);
+  uint64_t id = 0;
+  pkv_batch *b = NULL;
+  if (CHECK_OK(pkv_allocate(e, t, N, NULL, &id, NULL)) && CHECK_OK(pkv_batch_begin(e, &id, NULL, 1, &b))) {
+    CHECK_OK(pkv_attention(b, 0, q, k, v, out));
+    pkv_ref_attention(qd, kd, vd, ref, N, N, HEADS, HEADS, HD, (double)(1.0f / sqrtf((float)HD)));
+    for (uint32_t i = 0; i < N * ROW; i++)
+      got[i] = out[i];
+    /* fp32 sums of values up to 1e36: absolute noise near N * 2^-24 * 1e36 */
+    CHECK(pkv_ref_compare("v scale 2e36", got, ref, N * ROW, 4e30, 1e-4) == 0);
+    CHECK_OK(pkv_batch_end(b));
+  }
+  free(q), free(qd);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
 int main(void)
 {
   KW_RUN(test_write_codes_all);
+  KW_RUN(test_huge_scale);
   KW_RUN(test_set_scales_refusals);
   return kw_summary();
 }

@@ -25,6 +25,7 @@ typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint8_t v8u8 __attribute__((vector_size(8)));
 
 inline v8f splat(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+inline v8i splat_i(int32_t x) { return v8i{x, x, x, x, x, x, x, x}; }
 inline v8f load8(const float *p) {
   v8f v;
   std::memcpy(&v, p, sizeof v);
