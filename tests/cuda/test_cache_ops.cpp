@@ -62,14 +62,20 @@ bool test_write_kv(DType dtype, int32_t block_size, int32_t kv_heads, int32_t he
   return ok;
 }
 
+// The non-negative finite values of the fp8 codes, ascending.
+std::vector<double> fp8_code_values(int e5m2) {
+  std::vector<double> codes;
+  for (int c = 0; c < 128; ++c)
+    if (std::isfinite(pkv_ref_fp8_decode(uint8_t(c), e5m2))) codes.push_back(pkv_ref_fp8_decode(uint8_t(c), e5m2));
+  return codes;
+}
+
 // The quotients an fp8 encoder must get right: every finite code's value, each midpoint between
 // neighbours (a tie: to the even code) and the f32 values either side of it, values past the
 // largest finite (saturating, also where the next code would round), infinity, NaN, f32
 // subnormals, zero; all of them with both signs.
 std::vector<float> fp8_edge_values(int e5m2) {
-  std::vector<double> codes;  // the non-negative finite values, ascending
-  for (int c = 0; c < 128; ++c)
-    if (std::isfinite(pkv_ref_fp8_decode(uint8_t(c), e5m2))) codes.push_back(pkv_ref_fp8_decode(uint8_t(c), e5m2));
+  const std::vector<double> codes = fp8_code_values(e5m2);
   std::vector<float> v;
   for (size_t i = 0; i < codes.size(); ++i) {
     v.push_back(float(codes[i]));
@@ -85,12 +91,32 @@ std::vector<float> fp8_edge_values(int e5m2) {
   return v;
 }
 
+// f32 elements x whose quotient x / scale (fp32) is exactly a tie between two codes, for a
+// scale that is not a power of two (about half the ties have such an x near tie * scale):
+// x * (1 / scale) misses many of them by an ulp, and then rounds away from the even code.
+std::vector<float> fp8_ties(int e5m2, float scale) {
+  const std::vector<double> codes = fp8_code_values(e5m2);
+  std::vector<float> x;
+  for (size_t i = 0; i + 1 < codes.size(); ++i) {
+    const float tie = float((codes[i] + codes[i + 1]) / 2);
+    float c = float(double(tie) * scale);
+    for (int step = 0; step < 3; ++step) c = std::nextafter(c, 0.f);
+    for (int step = 0; step < 7; ++step, c = std::nextafter(c, INFINITY))
+      if (c / scale == tie) x.insert(x.end(), {c, -c});
+  }
+  return x;
+}
+
+enum class Fp8Fill {
+  random,  // U(-1.2, 1.2) * the largest finite value * scales that are not powers of two
+  edges,   // fp8_edge_values times power-of-two scales: the quotients are exactly those values
+  ties,    // fp8_ties under scales that are not powers of two
+};
+
 // write_kv into an fp8 pool: each stored byte is pkv_ref_fp8_encode of its element under its
-// head's scale, K and V with scales of their own. edge: an f32 model's rows cycle through
-// fp8_edge_values times power-of-two scales (so the quotients are exactly those values); else
-// elements U(-1.2, 1.2) * the largest finite value * scales that are not powers of two.
+// head's scale, K and V with scales of their own. edges and ties need an f32 model.
 bool test_write_kv_fp8(DType dtype, DType kv, int32_t block_size, int32_t kv_heads,
-                       int32_t head_dim, int32_t num_tokens, bool edge, uint64_t seed) {
+                       int32_t head_dim, int32_t num_tokens, Fp8Fill fill, uint64_t seed) {
   Rng rng(seed);
   const int e5m2 = kv == DType::fp8_e5m2;
   const double max = e5m2 ? 57344.0 : 448.0;
@@ -99,14 +125,33 @@ bool test_write_kv_fp8(DType dtype, DType kv, int32_t block_size, int32_t kv_hea
   const size_t pool_bytes = size_t(num_blocks) * block_size * row;
   std::vector<float> scales(2 * size_t(kv_heads));  // K's heads, then V's
   for (size_t h = 0; h < scales.size(); ++h)
-    scales[h] = edge ? std::ldexp(1.f, int(h % 5) - 2) : float(rng.uniform(0.001, 3));
-  const std::vector<float> edges = fp8_edge_values(e5m2);
+    scales[h] = fill == Fp8Fill::edges ? std::ldexp(1.f, int(h % 5) - 2) : float(rng.uniform(0.001, 3));
+  // What head h's elements cycle through (edges, ties), K's heads then V's.
+  std::vector<std::vector<float>> values(scales.size());
+  for (size_t h = 0; h < scales.size(); ++h) {
+    if (fill == Fp8Fill::edges)
+      for (float y : fp8_edge_values(e5m2)) values[h].push_back(y * scales[h]);
+    if (fill == Fp8Fill::ties) values[h] = fp8_ties(e5m2, scales[h]);
+  }
+  // The ties must tell x / scale from x * (1 / scale): some of them encode otherwise that way.
+  size_t reciprocal_differs = 0;
+  for (size_t h = 0; fill == Fp8Fill::ties && h < scales.size(); ++h)
+    for (float x : values[h])
+      reciprocal_differs += pkv_ref_fp8_encode(x * (1.f / scales[h]), 1.f, e5m2) !=
+                            pkv_ref_fp8_encode(x, scales[h], e5m2);
+  if (fill == Fp8Fill::ties && reciprocal_differs == 0) {
+    fprintf(stderr, "FAIL write_kv %s: no tie that x * (1 / scale) would encode otherwise\n", dtype_name(kv));
+    return false;
+  }
   std::vector<unsigned char> k(num_tokens * row * eb), v(k.size());
   for (size_t i = 0; i < num_tokens * row; ++i) {
-    const size_t h = i % row / head_dim;
-    const double ks = scales[h], vs = scales[kv_heads + h];
-    store_elem(dtype, k.data(), i, edge ? edges[i % edges.size()] * ks : rng.uniform(-1.2, 1.2) * max * ks);
-    store_elem(dtype, v.data(), i, edge ? edges[(i + 7) % edges.size()] * vs : rng.uniform(-1.2, 1.2) * max * vs);
+    const size_t h = i % row / head_dim, n = i / row * head_dim + i % head_dim;  // n-th of head h
+    for (int kvi = 0; kvi < 2; ++kvi) {
+      const size_t hs = kvi * kv_heads + h;
+      const double x = fill == Fp8Fill::random ? rng.uniform(-1.2, 1.2) * max * scales[hs]
+                                               : values[hs][(n + 7 * kvi) % values[hs].size()];
+      store_elem(dtype, (kvi ? v : k).data(), i, x);
+    }
   }
   std::vector<int64_t> slots(size_t(num_blocks) * block_size), mapping(num_tokens);
   for (size_t i = 0; i < slots.size(); ++i) slots[i] = int64_t(i);
@@ -152,7 +197,8 @@ bool test_write_kv_fp8(DType dtype, DType kv, int32_t block_size, int32_t kv_hea
     fprintf(stderr,
             "FAIL write_kv %s -> %s%s block_size %d kv_heads %d head_dim %d tokens %d: %zu bytes "
             "differ\n",
-            dtype_name(dtype), dtype_name(kv), edge ? " (edge values)" : "", block_size, kv_heads,
+            dtype_name(dtype), dtype_name(kv),
+            fill == Fp8Fill::edges ? " (edge values)" : fill == Fp8Fill::ties ? " (ties)" : "", block_size, kv_heads,
             head_dim, num_tokens, bad);
   return bad == 0;
 }
@@ -332,15 +378,16 @@ int main() {
   }
   failures += !test_write_kv(DType::f16, 7, 3, 72, 19, seed++, 2);
   cases++;
-  // fp8: the edge values in an f32 model (2 x 64 elements a token: each value is written at
-  // least three times past the skipped slots), then random elements from every model dtype over
-  // block sizes and head dims.
+  // fp8: the edge values and the ties in an f32 model (64 elements of each head a token, 48
+  // tokens: each value of a head's list, at most 1022, is written at least once past the skipped
+  // slots), then random elements from every model dtype over block sizes and head dims.
   for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
-    failures += !test_write_kv_fp8(DType::f32, kv, 16, 2, 64, 40, true, seed++);
-    cases++;
+    failures += !test_write_kv_fp8(DType::f32, kv, 16, 2, 64, 48, Fp8Fill::edges, seed++);
+    failures += !test_write_kv_fp8(DType::f32, kv, 16, 2, 64, 48, Fp8Fill::ties, seed++);
+    cases += 2;
     for (DType t : dtypes) {
       for (int32_t bs : {1, 7, 16}) {
-        failures += !test_write_kv_fp8(t, kv, bs, 3, bs == 7 ? 40 : 64, 29, false, seed++);
+        failures += !test_write_kv_fp8(t, kv, bs, 3, bs == 7 ? 40 : 64, 29, Fp8Fill::random, seed++);
         cases++;
       }
     }
