@@ -168,68 +168,70 @@ void upload(DevBuf &b, const std::vector<T> &v) {
   b.upload(v.data(), v.size() * sizeof(T));
 }
 
-// Runs one step on every layer; checks outputs against the reference and the pool's codes of
-// the new tokens. Returns mismatches.
-size_t run_step(pkv::Backend &be, const World &w, Step &st, Rng &rng, const std::string &label) {
-  const Case &c = w.c;
-  const pkv_batch_view v = st.view(c.block_size);
-  const size_t row = kKvHeads * kHeadDim, q_row = row * kGroup, eb = pkv::cuda::dtype_bytes(c.dtype);
+// One layer's inputs on the device: q drawn here ([tokens][q_heads][head_dim], kept in `q` for
+// the reference), the new tokens' k and v from the world, out.
+struct LayerIo {
+  DevBuf q, k, v, out;
+  LayerIo(size_t q_bytes, size_t kv_bytes) : q(q_bytes), k(kv_bytes), v(kv_bytes), out(q_bytes) {}
+};
+
+std::unique_ptr<LayerIo> layer_inputs(const World &w, const Step &st, uint32_t l, Rng &rng,
+                                      std::vector<double> *q) {
+  const DType t = w.c.dtype;
+  const size_t row = kKvHeads * kHeadDim, q_row = row * kGroup, eb = pkv::cuda::dtype_bytes(t);
+  const size_t tokens = size_t(st.query_start.back());
+  std::vector<unsigned char> qr(tokens * q_row * eb), kr(tokens * row * eb), vr(kr.size());
+  for (size_t i = 0; i < tokens * q_row; ++i) {
+    store_elem(t, qr.data(), i, rng.uniform(-2, 2));
+    q->push_back(load_elem(t, qr.data(), i));
+  }
+  for (size_t s = 0; s < st.ctx.size(); ++s)
+    for (int32_t i = 0; i < st.query[s]; ++i)
+      for (size_t e = 0; e < row; ++e) {
+        const size_t src = size_t(st.ctx[s] - st.query[s] + i) * row + e;
+        const size_t dst = size_t(st.query_start[s] + i) * row + e;
+        store_elem(t, kr.data(), dst, w.kx[l][st.seq[s]][src]);
+        store_elem(t, vr.data(), dst, w.vx[l][st.seq[s]][src]);
+      }
+  auto io = std::make_unique<LayerIo>(qr.size(), kr.size());
+  io->q.upload(qr.data(), qr.size()), io->k.upload(kr.data(), kr.size()), io->v.upload(vr.data(), vr.size());
+  return io;
+}
+
+// Layer l's output rows against the reference over each sequence's stored K/V and its window.
+size_t check_output(const World &w, const Step &st, uint32_t l, const LayerIo &io,
+                    const std::vector<double> &q, const std::string &label) {
+  const DType t = w.c.dtype;
   const uint32_t q_heads = kKvHeads * kGroup;
-  be.plan(v);
-  std::vector<std::vector<double>> q(kLayers);
-  std::vector<DevBuf *> bufs;
-  std::vector<std::vector<unsigned char>> outs(kLayers);
-  for (uint32_t l = 0; l < kLayers; ++l) {
-    std::vector<unsigned char> qr(v.num_tokens * q_row * eb), kr(v.num_tokens * row * eb), vr(kr.size());
-    for (size_t i = 0; i < v.num_tokens * q_row; ++i) {
-      store_elem(c.dtype, qr.data(), i, rng.uniform(-2, 2));
-      q[l].push_back(load_elem(c.dtype, qr.data(), i));
-    }
-    for (size_t s = 0; s < st.ctx.size(); ++s)
-      for (int32_t t = 0; t < st.query[s]; ++t)
-        for (size_t e = 0; e < row; ++e) {
-          const size_t src = size_t(st.ctx[s] - st.query[s] + t) * row + e;
-          const size_t dst = size_t(st.query_start[s] + t) * row + e;
-          store_elem(c.dtype, kr.data(), dst, w.kx[l][st.seq[s]][src]);
-          store_elem(c.dtype, vr.data(), dst, w.vx[l][st.seq[s]][src]);
-        }
-    DevBuf *dq = new DevBuf(qr.size()), *dk = new DevBuf(kr.size()), *dv = new DevBuf(vr.size());
-    DevBuf *dout = new DevBuf(qr.size());
-    dq->upload(qr.data(), qr.size()), dk->upload(kr.data(), kr.size()), dv->upload(vr.data(), vr.size());
-    bufs.insert(bufs.end(), {dq, dk, dv, dout});
-    const float *ksc = is_fp8(c) ? &w.k_scale[l * kKvHeads] : nullptr;
-    const float *vsc = is_fp8(c) ? &w.v_scale[l * kKvHeads] : nullptr;
-    be.attention(pkv::AttentionCall{l, layer_slot(l), layer_group(l), kWindow[layer_group(l)],
-                                    1.f / std::sqrt(float(kHeadDim)), ksc, vsc, dq->as<void>(),
-                                    dk->as<void>(), dv->as<void>(), dout->as<void>()});
+  const size_t q_row = size_t(q_heads) * kHeadDim;
+  std::vector<unsigned char> raw(q.size() * pkv::cuda::dtype_bytes(t));
+  io.out.download(raw.data(), raw.size());
+  std::vector<double> got(q.size()), ref(q.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = load_elem(t, raw.data(), i);
+  for (size_t s = 0; s < st.ctx.size(); ++s) {
+    const size_t off = size_t(st.query_start[s]) * q_row;
+    pkv_ref_attention_window(q.data() + off, w.ks[l][st.seq[s]].data(), w.vs[l][st.seq[s]].data(),
+                             ref.data() + off, uint32_t(st.query[s]), uint32_t(st.ctx[s]), q_heads,
+                             kKvHeads, kHeadDim, 0.0, kWindow[layer_group(l)]);
   }
-  check_cuda(cudaDeviceSynchronize(), "sync");
   double atol, rtol;
-  tolerances(c.dtype, &atol, &rtol);
-  size_t bad = 0;
-  for (uint32_t l = 0; l < kLayers; ++l) {
-    std::vector<unsigned char> raw(v.num_tokens * q_row * eb);
-    bufs[4 * l + 3]->download(raw.data(), raw.size());
-    std::vector<double> got(v.num_tokens * q_row), ref(got.size());
-    for (size_t i = 0; i < got.size(); ++i) got[i] = load_elem(c.dtype, raw.data(), i);
-    for (size_t s = 0; s < st.ctx.size(); ++s) {
-      const size_t off = size_t(st.query_start[s]) * q_row;
-      pkv_ref_attention_window(q[l].data() + off, w.ks[l][st.seq[s]].data(), w.vs[l][st.seq[s]].data(), ref.data() + off,
-                               uint32_t(st.query[s]), uint32_t(st.ctx[s]), q_heads, kKvHeads, kHeadDim,
-                               0.0, kWindow[layer_group(l)]);
-    }
-    bad += pkv_ref_compare((label + " layer " + std::to_string(l)).c_str(), got.data(), ref.data(),
-                           got.size(), atol, rtol);
-  }
-  for (DevBuf *b : bufs) delete b;
-  // The new tokens' K and V in their group's slots of their layer's slot, as stored values.
-  const size_t pb = pkv::cuda::dtype_bytes(c.kv_dtype), layer_bytes = size_t(c.num_blocks) * c.block_size * row * pb;
+  tolerances(t, &atol, &rtol);
+  return pkv_ref_compare((label + " layer " + std::to_string(l)).c_str(), got.data(), ref.data(),
+                         got.size(), atol, rtol);
+}
+
+// The step's new tokens in the pool: each layer's in its group's slots of its layer slot, as
+// the stored values (fp8: the codes decoded times the layer's scales).
+size_t check_pool(const pkv::Backend &be, const World &w, const Step &st, const std::string &label) {
+  const Case &c = w.c;
+  const size_t row = kKvHeads * kHeadDim, pb = pkv::cuda::dtype_bytes(c.kv_dtype);
+  const size_t layer_bytes = size_t(c.num_blocks) * c.block_size * row * pb;
   std::vector<unsigned char> pool[2] = {std::vector<unsigned char>(kSlots * layer_bytes),
                                         std::vector<unsigned char>(kSlots * layer_bytes)};
   check_cuda(cudaMemcpy(pool[0].data(), be.k_pool(), pool[0].size(), cudaMemcpyDeviceToHost), "download");
   check_cuda(cudaMemcpy(pool[1].data(), be.v_pool(), pool[1].size(), cudaMemcpyDeviceToHost), "download");
-  size_t bad_pool = 0;
   const int e5m2 = c.kv_dtype == DType::fp8_e5m2;
+  size_t bad = 0;
   for (uint32_t l = 0; l < kLayers; ++l)
     for (size_t s = 0; s < st.ctx.size(); ++s)
       for (int32_t p = st.ctx[s] - st.query[s]; p < st.ctx[s]; ++p) {
@@ -238,14 +240,34 @@ size_t run_step(pkv::Backend &be, const World &w, Step &st, Rng &rng, const std:
           for (int kv = 0; kv < 2; ++kv) {
             const size_t at = layer_slot(l) * layer_bytes + (size_t(slot) * row + e) * pb;
             const double want = (kv ? w.vs : w.ks)[l][st.seq[s]][size_t(p) * row + e];
-            const double got = is_fp8(c) ? pkv_ref_fp8_decode(pool[kv][at], e5m2) *
-                                               (kv ? w.v_scale : w.k_scale)[l * kKvHeads + e / kHeadDim]
+            const float scale = is_fp8(c) ? (kv ? w.v_scale : w.k_scale)[l * kKvHeads + e / kHeadDim] : 1.f;
+            const double got = is_fp8(c) ? pkv_ref_fp8_decode(pool[kv][at], e5m2) * scale
                                          : load_elem(c.kv_dtype, pool[kv].data() + at, 0);
-            bad_pool += !(got == want);
+            bad += !(got == want);
           }
       }
-  if (bad_pool) fprintf(stderr, "%s: %zu pool elements differ from the stored values\n", label.c_str(), bad_pool);
-  return bad + bad_pool;
+  if (bad) fprintf(stderr, "%s: %zu pool elements differ from the stored values\n", label.c_str(), bad);
+  return bad;
+}
+
+// Plans the step and runs every layer (one AttentionCall each: its slot, group, window and
+// scales); returns the mismatches of the outputs and of the pool.
+size_t run_step(pkv::Backend &be, const World &w, Step &st, Rng &rng, const std::string &label) {
+  be.plan(st.view(w.c.block_size));
+  std::vector<std::unique_ptr<LayerIo>> io;
+  std::vector<std::vector<double>> q(kLayers);
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    io.push_back(layer_inputs(w, st, l, rng, &q[l]));
+    const float *ks = is_fp8(w.c) ? &w.k_scale[l * kKvHeads] : nullptr;
+    const float *vs = is_fp8(w.c) ? &w.v_scale[l * kKvHeads] : nullptr;
+    be.attention(pkv::AttentionCall{l, layer_slot(l), layer_group(l), kWindow[layer_group(l)],
+                                    1.f / std::sqrt(float(kHeadDim)), ks, vs, io[l]->q.as<void>(),
+                                    io[l]->k.as<void>(), io[l]->v.as<void>(), io[l]->out.as<void>()});
+  }
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  size_t bad = check_pool(be, w, st, label);
+  for (uint32_t l = 0; l < kLayers; ++l) bad += check_output(w, st, l, *io[l], q[l], label);
+  return bad;
 }
 
 bool run_case(const Case &c, uint64_t seed) {
