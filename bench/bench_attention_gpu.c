@@ -3,7 +3,10 @@
  *
  * The GPU twin of bench_attention.c, same shapes: decode GB/s (pools beyond free device memory
  * skipped) as % of the theoretical bandwidth (2 * memory clock * bus width / 8), or else of a
- * device-to-device cudaMemcpy probe; prefill GFLOP/s (2k, 8k tokens). All buffers on the device;
+ * device-to-device cudaMemcpy probe, for bf16 and f16 caches, fp8 caches (e4m3, e5m2) under a
+ * bf16 model, and a sliding window of WINDOW keys (bf16 and e4m3): GB/s counts the K/V bytes the
+ * kernels read (one byte an element for fp8, the window's keys only); prefill GFLOP/s (2k, 8k
+ * tokens). All buffers on the device;
  * calls on our stream (pkv_engine_set_stream), timed by cudaEvents: a warm-up (it uploads the
  * batch), then the median of several, L2 flushed (untimed memset) before each. Without a usable
  * GPU it says so and exits 0. Usage: bench_attention_gpu [--quick]. Not a test; not installed.
@@ -19,7 +22,8 @@
 
 #include "bench_util.h"
 
-enum { Q_HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16, MAX_SEQS = 64, MAX_RUNS = 31 };
+enum { Q_HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16, MAX_SEQS = 64, MAX_RUNS = 31,
+       WINDOW = 1024 };
 #define FLUSH_BYTES ((size_t)256 << 20) /* more than the L2 of any device we run on */
 #define PROBE_BYTES ((size_t)1 << 30)
 #define FILL_CHUNK ((size_t)8 << 20)
@@ -33,17 +37,29 @@ static int cuda_fail(cudaError_t err, const char *what)
   return -1;
 }
 
-/* Small random values of the dtype (bf16 or f16 bits), so no lane is a NaN or a denormal. */
+static int is_fp8(int32_t dtype) { return dtype == PKV_DTYPE_FP8_E4M3 || dtype == PKV_DTYPE_FP8_E5M2; }
+
+/* Bytes of one element of a cache of this dtype. */
+static size_t elem_bytes(int32_t dtype) { return is_fp8(dtype) ? 1 : 2; }
+
+/* Small random values of the dtype (bf16 or f16 bits; fp8 codes two to a uint16_t), so no lane
+ * is a NaN or a denormal. */
 static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
 {
   for (size_t i = 0; i < n; i++) {
-    const uint16_t mant = (uint16_t)(bench_next(state) & (dtype == PKV_DTYPE_BF16 ? 0x7f : 0x3ff));
+    const uint64_t r = bench_next(state);
+    if (is_fp8(dtype)) { /* codes 0x20..0x3f, both signs: ~0.1..2 (e4m3), ~0.01..2 (e5m2) */
+      dst[i] = (uint16_t)(0x2020 | (r & 0x1f1f) | (i & 1 ? 0x8080 : 0));
+      continue;
+    }
+    const uint16_t mant = (uint16_t)(r & (dtype == PKV_DTYPE_BF16 ? 0x7f : 0x3ff));
     const uint16_t sign = (uint16_t)((i & 1) << 15);
     dst[i] = (uint16_t)(sign | (dtype == PKV_DTYPE_BF16 ? 0x3e00 : 0x3000) | mant); /* ~0.1..0.25 */
   }
 }
 
-/* Fills `bytes` of device memory: a random chunk uploaded, then doubled in place on the device. */
+/* Fills `bytes` (even) of device memory: a random chunk uploaded, then doubled in place on the
+ * device. */
 static int fill_device(void *dst, size_t bytes, int32_t dtype, uint64_t *state)
 {
   const size_t chunk = bytes < FILL_CHUNK ? bytes : FILL_CHUNK;
@@ -91,22 +107,37 @@ typedef struct bench_run {
   void *q, *k, *v, *out;
 } bench_run;
 
-static pkv_status make_engine(bench_run *r, int32_t dtype, uint64_t num_blocks)
+/* What one decode row measures: the model's dtype, the cache's (0 = the same), the window. */
+typedef struct kv_config {
+  int32_t dtype, kv_dtype;
+  uint32_t window;
+} kv_config;
+
+/* fp8 caches get scales of 1/64 (values ~0.002..0.03 in the model), set before any sequence. */
+static pkv_status make_engine(bench_run *r, kv_config c, uint64_t num_blocks)
 {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = 1, p.num_q_heads = Q_HEADS, p.num_kv_heads = KV_HEADS, p.head_dim = HEAD_DIM;
-  p.dtype = dtype, p.device = PKV_DEVICE_CUDA, p.device_id = 0, p.block_size = BLOCK;
+  p.dtype = c.dtype, p.kv_dtype = c.kv_dtype, p.sliding_window = c.window;
+  p.device = PKV_DEVICE_CUDA, p.device_id = 0, p.block_size = BLOCK;
   p.num_blocks = (uint32_t)num_blocks, p.enable_prefix_caching = 0;
   memset(r, 0, sizeof *r);
-  const pkv_status s = pkv_engine_create(&p, &r->e);
+  pkv_status s = pkv_engine_create(&p, &r->e);
+  if (s == PKV_OK && is_fp8(c.kv_dtype)) {
+    float scales[KV_HEADS];
+    for (int h = 0; h < KV_HEADS; h++)
+      scales[h] = 1.0f / 64;
+    s = pkv_set_kv_scales(r->e, 0, scales, scales);
+  }
   return s != PKV_OK ? s : pkv_engine_set_stream(r->e, stream);
 }
 
 /* num_seqs prompts of ctx tokens, computed by writing their K/V into the pool; then one appended
  * token each and an open decode batch with q/k/v/out for it (or, decode 0, the prompts' batch). */
-static int setup_batch(bench_run *r, int32_t dtype, uint32_t num_seqs, uint32_t ctx, int decode)
+static int setup_batch(bench_run *r, kv_config c, uint32_t num_seqs, uint32_t ctx, int decode)
 {
+  const int32_t dtype = c.dtype, kv_dtype = c.kv_dtype ? c.kv_dtype : c.dtype;
   uint64_t ids[MAX_SEQS], state = 7;
   int32_t *tokens = malloc(sizeof(int32_t) * (ctx + 1));
   pkv_status st = PKV_OK;
@@ -119,8 +150,8 @@ static int setup_batch(bench_run *r, int32_t dtype, uint32_t num_seqs, uint32_t 
   struct pkv_pool_info pool = {.struct_size = sizeof pool};
   if (st == PKV_OK)
     st = pkv_pool_info(r->e, &pool);
-  if (st == PKV_OK && decode && (fill_device(pool.k_base, pool.bytes_per_pool, dtype, &state) ||
-                                 fill_device(pool.v_base, pool.bytes_per_pool, dtype, &state))) {
+  if (st == PKV_OK && decode && (fill_device(pool.k_base, pool.bytes_per_pool, kv_dtype, &state) ||
+                                 fill_device(pool.v_base, pool.bytes_per_pool, kv_dtype, &state))) {
     free(tokens);
     return -1;
   }
@@ -147,13 +178,13 @@ static void free_run(bench_run *r)
 }
 
 /* An engine of num_blocks and its batch (setup_batch); 0, or -1 with everything freed. */
-static int open_run(bench_run *r, int32_t dtype, uint64_t num_blocks, uint32_t seqs, uint32_t ctx,
+static int open_run(bench_run *r, kv_config c, uint64_t num_blocks, uint32_t seqs, uint32_t ctx,
                     int decode)
 {
-  const pkv_status s = make_engine(r, dtype, num_blocks);
+  const pkv_status s = make_engine(r, c, num_blocks);
   if (s != PKV_OK)
     bench_fail(r->e, "pkv_engine_create", s);
-  if (s != PKV_OK || setup_batch(r, dtype, seqs, ctx, decode)) {
+  if (s != PKV_OK || setup_batch(r, c, seqs, ctx, decode)) {
     free_run(r);
     return -1;
   }
@@ -187,7 +218,10 @@ static double time_calls(bench_run *r, uint32_t runs)
   return result;
 }
 
-static const char *dtype_name(int32_t d) { return d == PKV_DTYPE_BF16 ? "bf16" : "f16"; }
+static const char *dtype_name(int32_t d)
+{
+  return d == PKV_DTYPE_BF16 ? "bf16" : d == PKV_DTYPE_F16 ? "f16" : d == PKV_DTYPE_FP8_E4M3 ? "e4m3" : "e5m2";
+}
 
 static int no_device(const char *why)
 {
@@ -207,7 +241,8 @@ int main(int argc, char **argv)
   if (err != cudaSuccess || count == 0)
     return no_device(err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount: 0");
   bench_run r;
-  const pkv_status ps = make_engine(&r, PKV_DTYPE_BF16, 1); /* does pkv see it too? */
+  const kv_config bf16 = {PKV_DTYPE_BF16, 0, 0};
+  const pkv_status ps = make_engine(&r, bf16, 1); /* does pkv see it too? */
   if (ps == PKV_ERR_NO_DEVICE)
     return no_device(pkv_last_error()); /* r.e is NULL */
   pkv_engine_destroy(r.e);
@@ -237,43 +272,57 @@ int main(int argc, char **argv)
     printf("peak bandwidth: unknown (no memory clock / bus width attributes)\n");
   printf("device-to-device copy probe (512 MiB, read + written, best of %d): %.1f GB/s\n\n",
          quick ? 3 : 5, probe0);
-  printf("decode: 1 new token per sequence; GB/s = K/V bytes read / median time\n");
-  printf("%-5s %5s %8s %10s %10s %8s %9s\n", "dtype", "seqs", "context", "median ms", "K/V MiB",
-         "GB/s", ref_name);
+  printf("decode: 1 new token per sequence; GB/s = K/V bytes read (the window's keys, at the "
+         "cache's element size) / median time\n");
+  printf("%-5s %-5s %6s %5s %8s %10s %10s %8s %9s\n", "model", "cache", "window", "seqs", "context",
+         "median ms", "K/V MiB", "GB/s", ref_name);
   const uint32_t all_seqs[] = {1, 8, 64}, all_ctx[] = {512, 2048, 4096, 16384};
-  const int32_t dtypes[] = {PKV_DTYPE_BF16, PKV_DTYPE_F16};
-  double worst = 1e9;
+  const kv_config configs[] = {
+      {PKV_DTYPE_BF16, 0, 0},      {PKV_DTYPE_F16, 0, 0},
+      {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 0}, {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E5M2, 0},
+      {PKV_DTYPE_BF16, 0, WINDOW}, {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, WINDOW},
+  };
+  enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
+  double worst[NUM_CONFIGS];
   int rc = 0;
-  for (int d = 0; d < 2; d++)
+  for (int k = 0; k < NUM_CONFIGS; k++) {
+    const kv_config c = configs[k];
+    const int32_t kv_dtype = c.kv_dtype ? c.kv_dtype : c.dtype;
+    worst[k] = 1e9;
     for (int si = 0; si < 3; si++)
       for (int ci = 0; ci < 4; ci++) {
         const uint32_t seqs = all_seqs[si], ctx = all_ctx[ci];
         const uint64_t blocks = (uint64_t)seqs * ((ctx + BLOCK) / BLOCK) + 1;
-        const double pool_bytes = (double)blocks * BLOCK * KV_HEADS * HEAD_DIM * 2 * 2;
+        const double pool_bytes = (double)blocks * BLOCK * KV_HEADS * HEAD_DIM * 2 * elem_bytes(kv_dtype);
         size_t free_bytes = 0, total_bytes = 0;
         cudaMemGetInfo(&free_bytes, &total_bytes);
-        if (pool_bytes > 0.8 * (double)free_bytes || (quick && (seqs == 64 || ctx == 16384)))
+        if (pool_bytes > 0.8 * (double)free_bytes || (quick && (seqs == 64 || ctx == 16384)) ||
+            (c.window && ctx < 2 * c.window)) /* a window well inside the context */
           continue;
-        if (open_run(&r, dtypes[d], blocks, seqs, ctx, 1)) {
+        if (open_run(&r, c, blocks, seqs, ctx, 1)) {
           rc = 1;
           continue;
         }
         const double sec = time_calls(&r, quick ? 5 : 15);
         free_run(&r);
-        const double bytes = (double)seqs * 2 * (ctx + 1) * KV_HEADS * HEAD_DIM * 2;
+        const uint32_t keys = c.window && c.window < ctx + 1 ? c.window : ctx + 1;
+        const double bytes = (double)seqs * 2 * keys * KV_HEADS * HEAD_DIM * elem_bytes(kv_dtype);
         const double gbs = sec > 0 ? bytes / sec * 1e-9 : 0.0;
         rc |= sec <= 0;
-        if (ctx >= 2048 && gbs > 0 && gbs < worst)
-          worst = gbs;
-        printf("%-5s %5u %8u %10.4f %10.1f %8.1f %8.0f%%\n", dtype_name(dtypes[d]), seqs, ctx,
-               sec * 1e3, bytes / 1048576.0, gbs, 100.0 * gbs / ref);
+        if (ctx >= 2048 && gbs > 0 && gbs < worst[k])
+          worst[k] = gbs;
+        printf("%-5s %-5s %6u %5u %8u %10.4f %10.1f %8.1f %8.0f%%\n", dtype_name(c.dtype),
+               dtype_name(kv_dtype), c.window, seqs, ctx, sec * 1e3, bytes / 1048576.0, gbs,
+               100.0 * gbs / ref);
         fflush(stdout);
       }
-  printf("\nprefill: one causal prompt; GFLOP/s = 4 * q_heads * head_dim * n(n+1)/2 / median\n");
+  }
+  const int32_t dtypes[] = {PKV_DTYPE_BF16, PKV_DTYPE_F16};  printf("\nprefill: one causal prompt; GFLOP/s = 4 * q_heads * head_dim * n(n+1)/2 / median\n");
   printf("%-5s %7s %10s %9s\n", "dtype", "tokens", "median ms", "GFLOP/s");
   for (int d = 0; d < 2; d++)
     for (uint32_t n = 2048; n <= 8192; n *= 4) {
-      if (open_run(&r, dtypes[d], n / BLOCK + 1, 1, n, 0)) {
+      const kv_config c = {dtypes[d], 0, 0};
+      if (open_run(&r, c, n / BLOCK + 1, 1, n, 0)) {
         rc = 1;
         continue;
       }
@@ -283,9 +332,12 @@ int main(int argc, char **argv)
       printf("%-5s %7u %10.3f %9.1f\n", dtype_name(dtypes[d]), n, sec * 1e3,
              sec > 0 ? flops / sec * 1e-9 : 0.0);
     }
-  if (worst < 1e9)
-    printf("\ndecode, contexts >= 2k: lowest %.1f GB/s = %.0f%% %s (%.1f GB/s)\n", worst,
-           100.0 * worst / ref, ref_name, ref);
+  printf("\ndecode, contexts >= 2k, lowest GB/s (%s %.1f GB/s):\n", ref_name, ref);
+  for (int k = 0; k < NUM_CONFIGS; k++)
+    if (worst[k] < 1e9)
+      printf("  %-5s cache %-5s window %5u: %8.1f GB/s = %3.0f%%\n", dtype_name(configs[k].dtype),
+             dtype_name(configs[k].kv_dtype ? configs[k].kv_dtype : configs[k].dtype),
+             configs[k].window, worst[k], 100.0 * worst[k] / ref);
   cudaFree(flush_dev);
   cudaStreamDestroy(stream);
   return rc;

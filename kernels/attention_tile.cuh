@@ -1,14 +1,17 @@
 // The tile loop shared by decode and prefill attention: a CTA owns a tile of rows (packed
 // (new token, q head of the group) pairs of one kv head) and walks a range of the sequence's
 // keys in tiles through the block table, with an online softmax (FlashAttention's recurrence,
-// in base 2). All in fp32; K and V tiles are staged in shared memory one after the other.
+// in base 2). All in fp32; K and V tiles are staged in shared memory one after the other, fp8
+// codes already times their head's scale. The caller's key range starts at the first key any
+// of its rows sees (windows), so blocks before it are never read: a windowed table holds -1 there.
 //
 // Shared memory, floats (d = head_dim):
 //   q    [R][d]        the rows' queries, pre-multiplied by scale * log2(e)
 //   kv   [K][d + 1]    the K tile, then the V tile (+1 breaks bank conflicts of the dot products)
 //   s    [R][K]        scores, then probabilities
 //   m, l, corr [R]     running max, running sum, this tile's rescale of the accumulators
-//   last [R] (int32)   the last key position row r may see (causal), -1 for padding rows
+//   last [R] (int32)   the last key position row r may see (causal), -1 for padding rows; it
+//                      sees last - window + 1 .. last
 // Accumulators live in registers: pair i of a thread is element f = tid + i * kAttnThreads of
 // the [R][d] output tile.
 #pragma once
@@ -79,11 +82,12 @@ __device__ __forceinline__ void load_rows(const AttnArgs &a, const RowBlock &rb,
   }
 }
 
-// Keys k0 .. k0 + K - 1 of cache into kv; keys at or past key_end read as 0 (never NaN, since
-// their probability 0 multiplies them).
-template <class T, int K>
-__device__ __forceinline__ void load_kv_tile(const T *cache, const AttnArgs &a, const RowBlock &rb,
-                                             const TileSmem &sm, int d, int k0, int key_end) {
+// Keys k0 .. k0 + K - 1 of cache (elements C) into kv, times `scale` for fp8 codes; keys at or
+// past key_end read as 0 (never NaN, since their probability 0 multiplies them).
+template <class C, int K>
+__device__ __forceinline__ void load_kv_tile(const C *cache, const AttnArgs &a, const RowBlock &rb,
+                                             const TileSmem &sm, int d, int k0, int key_end,
+                                             float scale) {
   const int chunks = d / 8;
   const int32_t *blocks = a.block_indices + a.block_indptr[rb.seq];
   for (int c = threadIdx.x; c < K * chunks; c += kAttnThreads) {
@@ -92,21 +96,28 @@ __device__ __forceinline__ void load_kv_tile(const T *cache, const AttnArgs &a, 
     if (key < key_end) {
       const int64_t slot = int64_t(blocks[key / a.block_size]) * a.block_size + key % a.block_size;
       load8(cache + (slot * a.kv_heads + rb.kv_head) * d + d8, x);
+      if constexpr (kIsFp8<C>) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] *= scale;
+      }
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) sm.kv[j * (d + 1) + d8 + i] = x[i];
   }
 }
 
+// Scores of the tile; a key outside row r's causal window (past last[r], or window or more keys
+// before it) scores -inf.
 template <int D, int R, int K>
-__device__ __forceinline__ void tile_scores(const TileSmem &sm, int d, int k0, int key_end) {
+__device__ __forceinline__ void tile_scores(const TileSmem &sm, int d, int k0, int key_end,
+                                            int window) {
   for (int e = threadIdx.x; e < R * K; e += kAttnThreads) {
-    const int r = e / K, j = e % K, key = k0 + j;
+    const int r = e / K, j = e % K, key = k0 + j, last = sm.last[r];
     const float *qr = sm.q + r * d, *kr = sm.kv + j * (d + 1);
     float dot = 0.f;
 #pragma unroll 8
     for (int i = 0; i < (D ? D : d); ++i) dot += qr[i] * kr[i];
-    sm.s[e] = key < key_end && key <= sm.last[r] ? dot : -INFINITY;
+    sm.s[e] = key < key_end && key <= last && last - key < window ? dot : -INFINITY;
   }
 }
 
@@ -150,23 +161,26 @@ __device__ __forceinline__ void tile_pv(const TileSmem &sm, int d, float (&acc)[
   }
 }
 
-// The whole walk over keys key_begin .. key_end - 1. On return acc holds the unnormalized
-// output and sm.m / sm.l the row maxima and sums (base 2).
-template <class T, int D, int R, int K, int P>
+// The whole walk over keys key_begin .. key_end - 1 of a pool of C elements (T, or an fp8
+// tag). On return acc holds the unnormalized output and sm.m / sm.l the row maxima and sums
+// (base 2).
+template <class T, class C, int D, int R, int K, int P>
 __device__ __forceinline__ void attend_rows(const AttnArgs &a, const RowBlock &rb,
                                             const TileSmem &sm, int key_begin, int key_end,
                                             float (&acc)[P]) {
   const int d = D ? D : a.head_dim;
+  float k_scale = 1.f, v_scale = 1.f;
+  if constexpr (kIsFp8<C>) k_scale = a.k_scale[rb.kv_head], v_scale = a.v_scale[rb.kv_head];
   load_rows<T, R>(a, rb, sm, d);
 #pragma unroll
   for (int i = 0; i < P; ++i) acc[i] = 0.f;
   __syncthreads();
   for (int k0 = key_begin; k0 < key_end; k0 += K) {
-    load_kv_tile<T, K>(static_cast<const T *>(a.k_cache), a, rb, sm, d, k0, key_end);
+    load_kv_tile<C, K>(static_cast<const C *>(a.k_cache), a, rb, sm, d, k0, key_end, k_scale);
     __syncthreads();
-    tile_scores<D, R, K>(sm, d, k0, key_end);
+    tile_scores<D, R, K>(sm, d, k0, key_end, a.window);
     __syncthreads();
-    load_kv_tile<T, K>(static_cast<const T *>(a.v_cache), a, rb, sm, d, k0, key_end);
+    load_kv_tile<C, K>(static_cast<const C *>(a.v_cache), a, rb, sm, d, k0, key_end, v_scale);
     tile_softmax<R, K>(sm);
     __syncthreads();
     tile_pv<D, R, K>(sm, d, acc);

@@ -1,6 +1,7 @@
 // write_kv, copy_blocks and copy_tier_blocks: plain copies, moved in 16-byte chunks when
 // everything is aligned (a row of head_dim elements is always a multiple of 16 bytes) and in bytes
-// otherwise. One block-copy kernel serves both copies: within the pool, and between two pools.
+// otherwise; write_kv into an fp8 pool quantizes instead. One block-copy kernel serves both
+// copies: within the pool, and between two pools.
 #include <cstdint>
 
 #include "cache_ops.cuh"
@@ -24,6 +25,27 @@ __global__ void __launch_bounds__(kWriteThreads)
   for (int64_t c = threadIdx.x; c < row_chunks; c += blockDim.x) {
     k_cache[dst + c] = k[src + c];
     v_cache[dst + c] = v[src + c];
+  }
+}
+
+// grid = (token, kv head). k, v: [tokens][kv_heads][head_dim] of T; caches: [slots][kv_heads]
+// [head_dim] of fp8 codes C. Each element is divided by its head's scale in IEEE fp32 (__fdiv_rn,
+// whatever the division flags) and encoded (fp8.cuh).
+template <class T, class C>
+__global__ void __launch_bounds__(kWriteThreads)
+    write_kv_fp8_kernel(const T *__restrict__ k, const T *__restrict__ v, uint8_t *k_cache,
+                        uint8_t *v_cache, const int64_t *__restrict__ slot_mapping,
+                        const float *__restrict__ k_scale, const float *__restrict__ v_scale,
+                        int32_t head_dim) {
+  const int64_t token = blockIdx.x, head = blockIdx.y;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0) return;
+  const int64_t row = int64_t(gridDim.y) * head_dim;
+  const int64_t src = token * row + head * head_dim, dst = slot * row + head * head_dim;
+  const float ks = k_scale[head], vs = v_scale[head];
+  for (int32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    k_cache[dst + i] = dev::fp8_encode<C>(__fdiv_rn(dev::to_float(k[src + i]), ks));
+    v_cache[dst + i] = dev::fp8_encode<C>(__fdiv_rn(dev::to_float(v[src + i]), vs));
   }
 }
 
@@ -52,6 +74,16 @@ cudaError_t write_kv_as(const KvLayer &layer, const void *k, const void *v, cons
   return cudaGetLastError();
 }
 
+template <class T, class C>
+cudaError_t write_kv_fp8_as(const KvLayer &layer, const void *k, const void *v, const int64_t *slots,
+                            int32_t num_tokens, cudaStream_t stream) {
+  const dim3 grid(uint32_t(num_tokens), uint32_t(layer.kv_heads));
+  write_kv_fp8_kernel<T, C><<<grid, kWriteThreads, 0, stream>>>(
+      static_cast<const T *>(k), static_cast<const T *>(v), static_cast<uint8_t *>(layer.k),
+      static_cast<uint8_t *>(layer.v), slots, layer.k_scale, layer.v_scale, layer.head_dim);
+  return cudaGetLastError();
+}
+
 template <class Chunk>
 cudaError_t copy_blocks_as(const KvPool &from, const KvPool &to, const int32_t *pairs,
                            int32_t num_pairs, cudaStream_t stream) {
@@ -73,8 +105,20 @@ bool pool_aligned16(const KvPool &p) {
 
 cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
                             const int64_t *slot_mapping, int32_t num_tokens, cudaStream_t stream) {
-  if (num_tokens < 0 || layer.block_size < 1 || layer.kv_heads < 1 || layer.head_dim < 1)
+  if (num_tokens < 0 || layer.block_size < 1 || layer.kv_heads < 1 ||
+      layer.kv_heads > PKV_CUDA_MAX_GRID || layer.head_dim < 1)
     return cudaErrorInvalidValue;
+  if (is_fp8(layer.kv_dtype)) {
+    if (!layer.k_scale || !layer.v_scale) return cudaErrorInvalidValue;
+    if (num_tokens == 0) return cudaSuccess;
+    return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
+      if constexpr (kIsFp8<decltype(c)>)
+        return write_kv_fp8_as<decltype(t), decltype(c)>(layer, k, v, slot_mapping, num_tokens, stream);
+      else
+        return cudaErrorInvalidValue;  // not reached: kv_dtype is fp8
+    });
+  }
+  if (layer.kv_dtype != layer.dtype || dtype_bytes(layer.dtype) == 1) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
   const int64_t row_bytes =
       int64_t(layer.kv_heads) * layer.head_dim * int64_t(dtype_bytes(layer.dtype));

@@ -9,7 +9,9 @@ namespace pkv::cuda {
 
 // Writes k and v rows, each [num_tokens][kv_heads][head_dim] in layer.dtype, into the slots
 // slot_mapping[num_tokens] (device, int64; -1 = skip this row) of one layer. Asynchronous on
-// stream; returns the launch status. A dtype-agnostic copy: rows move as bytes.
+// stream; returns the launch status. A pool of the model's dtype gets the rows as bytes; an fp8
+// pool (layer.kv_dtype) gets each element x of head h as the code of x / scale[h] (fp32
+// division, nearest with ties to even, saturating to the largest finite, NaN -> 0x7F).
 cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
                             const int64_t *slot_mapping, int32_t num_tokens, cudaStream_t stream);
 

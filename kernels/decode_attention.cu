@@ -18,9 +18,19 @@ constexpr int kSplitAlign = 64;
 template <int D>
 using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
 
-// grid = (split, kv_head * group_chunks + chunk, seq). Writes the normalized output when the
-// sequence has one split, else this split's (max, sum, acc) to the workspace.
-template <class T, int D>
+// The keys a decoding sequence of context_len tokens reads: its window's first .. the last.
+__device__ __forceinline__ int decode_first_key(const AttnArgs &a, int context_len) {
+  return dev::window_start(context_len - 1, a.window);
+}
+__device__ __forceinline__ int decode_splits(const AttnArgs &a, int context_len) {
+  return dev::ceil_div(context_len - decode_first_key(a, context_len), a.split_tokens);
+}
+
+// grid = (split, kv_head * group_chunks + chunk, seq). Split s reads keys first + s *
+// split_tokens on (first: the window's start), so a context far past its window reads the
+// window's blocks only. Writes the normalized output when the sequence has one split, else this
+// split's (max, sum, acc) to the workspace.
+template <class T, class C, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
   using Tile = DecodeTile<D>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -28,7 +38,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
   const int query_start = a.query_start[seq];
   if (a.query_start[seq + 1] - query_start != 1) return;
   const int context_len = a.context_lens[seq];
-  const int key_begin = split * a.split_tokens;
+  const int key_begin = decode_first_key(a, context_len) + split * a.split_tokens;
   if (key_begin >= context_len) return;
   const int key_end = dev::imin(context_len, key_begin + a.split_tokens);
   const int chunks = dev::ceil_div(a.group, kDecodeRows);
@@ -37,8 +47,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
   const RowBlock rb{seq, kv_head, row0, num_rows, query_start, 1, context_len};
   const dev::TileSmem sm = dev::carve_smem<Tile::kRows, Tile::kKeys>(smem, D ? D : a.head_dim);
   float acc[Tile::kPairs];
-  dev::attend_rows<T, D, Tile::kRows, Tile::kKeys>(a, rb, sm, key_begin, key_end, acc);
-  if (dev::ceil_div(context_len, a.split_tokens) == 1) {
+  dev::attend_rows<T, C, D, Tile::kRows, Tile::kKeys>(a, rb, sm, key_begin, key_end, acc);
+  if (decode_splits(a, context_len) == 1) {
     dev::store_rows<T, D, Tile::kRows>(a, rb, sm, acc);
     return;
   }
@@ -63,7 +73,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_merge_kernel(AttnArgs a) 
   const int seq = blockIdx.y, q_head = blockIdx.x;
   const int query_start = a.query_start[seq];
   if (a.query_start[seq + 1] - query_start != 1) return;
-  const int num_splits = dev::ceil_div(a.context_lens[seq], a.split_tokens);
+  const int num_splits = decode_splits(a, a.context_lens[seq]);
   if (num_splits <= 1) return;
   const int64_t part0 = (int64_t(seq) * a.q_heads + q_head) * a.max_splits;
   const float *ml = a.ws_ml + 2 * part0;
@@ -79,12 +89,12 @@ __global__ void __launch_bounds__(kAttnThreads) decode_merge_kernel(AttnArgs a) 
   }
 }
 
-template <class T, int D>
+template <class T, class C, int D>
 cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
   const size_t smem = DecodeTile<D>::smem_bytes(a.head_dim);
   const int chunks = dev::ceil_div(a.group, kDecodeRows);
   const dim3 grid(uint32_t(a.max_splits), uint32_t(a.kv_heads * chunks), uint32_t(b.num_seqs));
-  decode_kernel<T, D><<<grid, kAttnThreads, smem, stream>>>(a);
+  decode_kernel<T, C, D><<<grid, kAttnThreads, smem, stream>>>(a);
   if (a.max_splits > 1) {
     const dim3 merge_grid(uint32_t(a.q_heads), uint32_t(b.num_seqs));
     decode_merge_kernel<T><<<merge_grid, kAttnThreads, 0, stream>>>(a);
@@ -94,35 +104,62 @@ cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t str
 
 }  // namespace
 
-DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32_t head_dim,
-                                  int32_t split_tokens) {
-  DecodePlan p{};
-  p.split_tokens = dev::ceil_div(split_tokens > 0 ? split_tokens : 1, kSplitAlign) * kSplitAlign;
-  p.max_splits =
-      dev::ceil_div(batch.max_context_len > 0 ? batch.max_context_len : 1, p.split_tokens);
-  p.workspace_bytes = p.max_splits > 1 ? sizeof(float) * size_t(batch.num_seqs) * q_heads *
-                                             p.max_splits * (size_t(head_dim) + 2)
-                                       : 0;
-  return p;
+namespace {
+
+// The most keys one decoding sequence of the batch reads under `window` (0 = all), at least 1.
+int32_t max_keys(const BatchView &batch, int32_t window) {
+  const int32_t keys = window > 0 ? dev::imin(batch.max_context_len, window) : batch.max_context_len;
+  return keys > 0 ? keys : 1;
 }
 
-DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads, int32_t head_dim,
-                       int32_t num_sms) {
+// Splits per sequence that keep about two CTAs per SM busy.
+int64_t wanted_splits(const BatchView &batch, int32_t q_heads, int32_t kv_heads, int32_t num_sms) {
   const int64_t group = kv_heads > 0 ? q_heads / kv_heads : 1;
   const int64_t ctas =
       int64_t(batch.num_seqs) * kv_heads * dev::ceil_div(int32_t(group), kDecodeRows);
-  const int64_t want_splits = ctas > 0 ? (2 * int64_t(num_sms) + ctas - 1) / ctas : 1;
-  int64_t split = (int64_t(batch.max_context_len) + want_splits - 1) / want_splits;
+  return ctas > 0 ? (2 * int64_t(num_sms) + ctas - 1) / ctas : 1;
+}
+
+size_t workspace_for(const BatchView &batch, int32_t q_heads, int32_t head_dim, int64_t max_splits) {
+  return max_splits > 1 ? sizeof(float) * size_t(batch.num_seqs) * q_heads * size_t(max_splits) *
+                              (size_t(head_dim) + 2)
+                        : 0;
+}
+
+}  // namespace
+
+DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32_t head_dim,
+                                  int32_t window, int32_t split_tokens) {
+  DecodePlan p{};
+  p.split_tokens = dev::ceil_div(split_tokens > 0 ? split_tokens : 1, kSplitAlign) * kSplitAlign;
+  p.max_splits = dev::ceil_div(max_keys(batch, window), p.split_tokens);
+  p.workspace_bytes = workspace_for(batch, q_heads, head_dim, p.max_splits);
+  return p;
+}
+
+// split >= keys / wanted and >= kMinSplitTokens, so max_splits <= wanted and <=
+// ceil(keys / kMinSplitTokens): decode_workspace_bound holds for every window.
+DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads, int32_t head_dim,
+                       int32_t window, int32_t num_sms) {
+  const int64_t want_splits = wanted_splits(batch, q_heads, kv_heads, num_sms);
+  int64_t split = (int64_t(max_keys(batch, window)) + want_splits - 1) / want_splits;
   if (split < kMinSplitTokens) split = kMinSplitTokens;
-  return plan_decode_with_split(batch, q_heads, head_dim, int32_t(split));
+  return plan_decode_with_split(batch, q_heads, head_dim, window, int32_t(split));
+}
+
+size_t decode_workspace_bound(const BatchView &batch, int32_t q_heads, int32_t kv_heads,
+                              int32_t head_dim, int32_t num_sms) {
+  const int64_t by_keys = dev::ceil_div(max_keys(batch, 0), kMinSplitTokens);
+  const int64_t want = wanted_splits(batch, q_heads, kv_heads, num_sms);
+  return workspace_for(batch, q_heads, head_dim, want < by_keys ? want : by_keys);
 }
 
 cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
                                     void *out, int32_t q_heads, float scale, const DecodePlan &plan,
                                     void *workspace, cudaStream_t stream) {
   if (batch.num_seqs == 0) return cudaSuccess;
-  if (plan.split_tokens < 1 || plan.max_splits < 1 ||
-      int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
+  if (plan.split_tokens < 1 || plan.max_splits < 1 || layer.window < 0 ||
+      int64_t(plan.max_splits) * plan.split_tokens < max_keys(batch, layer.window) ||
       (plan.max_splits > 1 && !workspace))
     return cudaErrorInvalidValue;
   AttnArgs a;
@@ -132,9 +169,9 @@ cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch
   const size_t parts = size_t(batch.num_seqs) * q_heads * plan.max_splits;
   a.ws_acc = static_cast<float *>(workspace);
   a.ws_ml = a.ws_acc ? a.ws_acc + parts * layer.head_dim : nullptr;
-  return dispatch_dtype(layer.dtype, [&](auto t) {
+  return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
     return dispatch_head_dim(layer.head_dim, [&](auto d) {
-      return launch_typed<decltype(t), decltype(d)::value>(a, batch, stream);
+      return launch_typed<decltype(t), decltype(c), decltype(d)::value>(a, batch, stream);
     });
   });
 }

@@ -1,5 +1,5 @@
 // Device helpers shared by the kernels: dtype conversion, vector loads, warp reductions, and the
-// one place where runtime dtype and head_dim become template arguments. Included by .cu files only.
+// one place where runtime dtypes and head_dim become template arguments. Included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fp8.cuh"
 #include "kv_types.cuh"
 #include "pkv/pkv.h"
 
@@ -39,13 +40,20 @@ __device__ __forceinline__ T from_bits(uint16_t b) {
     return __ushort_as_bfloat16(b);
 }
 
-// Eight consecutive elements as floats; p is aligned to 8 elements (16 bytes for 16-bit types).
-// One or two 16-byte global loads. The 16-bit elements come out of the loaded uint4 by a copy of
-// its bytes (which nvcc turns into register moves), never by reading it through a T pointer:
-// that type punning is undefined behaviour an optimizing compiler may act on.
+// Eight consecutive elements as floats; p is aligned to 8 elements (16 bytes for 16-bit types, 8
+// for fp8 codes, which come out as their values, not yet times their scale). One or two global
+// loads of up to 16 bytes. The narrow elements come out of the loaded vector by a copy of its
+// bytes (which nvcc turns into register moves), never by reading it through a T pointer: that
+// type punning is undefined behaviour an optimizing compiler may act on.
 template <class T>
 __device__ __forceinline__ void load8(const T *p, float (&out)[8]) {
-  if constexpr (sizeof(T) == 4) {
+  if constexpr (kIsFp8<T>) {
+    const uint2 raw = *reinterpret_cast<const uint2 *>(p);
+    uint8_t codes[8];
+    memcpy(codes, &raw, sizeof codes);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = fp8_decode<T>(codes[i]);
+  } else if constexpr (sizeof(T) == 4) {
     const float4 a = *reinterpret_cast<const float4 *>(p);
     const float4 b = *reinterpret_cast<const float4 *>(p + 4);
     out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
@@ -76,11 +84,18 @@ __host__ __device__ __forceinline__ int32_t ceil_div(int32_t a, int32_t b) {
 }
 __host__ __device__ __forceinline__ int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 
+// The first key a token at position pos sees under a window of `window` keys (>= 1): pos -
+// window + 1, or 0 near the start. Full attention passes INT32_MAX (AttnArgs::window).
+__host__ __device__ __forceinline__ int32_t window_start(int32_t pos, int32_t window) {
+  return pos >= window ? pos - window + 1 : 0;
+}
+
 }  // namespace pkv::cuda::dev
 
 namespace pkv::cuda {
 
-// Runtime dtype -> element type: calls f(T{}) and returns its result.
+// Runtime dtype -> element type: calls f(T{}) and returns its result. Model dtypes only: fp8 is
+// a pool's (dispatch_kv_dtype).
 template <class F>
 cudaError_t dispatch_dtype(DType t, F &&f) {
   switch (t) {
@@ -90,8 +105,22 @@ cudaError_t dispatch_dtype(DType t, F &&f) {
       return f(__half{});
     case DType::bf16:
       return f(__nv_bfloat16{});
+    default:
+      return cudaErrorInvalidValue;
   }
-  return cudaErrorInvalidValue;
+}
+
+// Runtime (model dtype, pool dtype) -> element types: calls f(T{}, C{}) with C = T for a pool of
+// the model's dtype, or the fp8 tag. Any other pairing is refused.
+template <class F>
+cudaError_t dispatch_kv_dtype(DType dtype, DType kv_dtype, F &&f) {
+  return dispatch_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    if (kv_dtype == dtype) return f(t, T{});
+    if (kv_dtype == DType::fp8_e4m3) return f(t, Fp8E4M3{});
+    if (kv_dtype == DType::fp8_e5m2) return f(t, Fp8E5M2{});
+    return cudaErrorInvalidValue;
+  });
 }
 
 // Runtime head_dim -> compile-time: the specialized sizes, else 0 (the generic path, which reads

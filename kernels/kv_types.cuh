@@ -9,13 +9,14 @@
 
 namespace pkv::cuda {
 
-// Same values as PKV_DTYPE_* in pkv.h.
-enum class DType : int32_t { f32 = 0, f16 = 1, bf16 = 2 };
+// Same values as PKV_DTYPE_* in pkv.h. The fp8 ones are KV dtypes only (KvLayer::kv_dtype).
+enum class DType : int32_t { f32 = 0, f16 = 1, bf16 = 2, fp8_e4m3 = 3, fp8_e5m2 = 4 };
 
-inline size_t dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+inline size_t dtype_bytes(DType t) { return t == DType::f32 ? 4 : t >= DType::fp8_e4m3 ? 1 : 2; }
+inline bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
 
 // One layer of the paged KV pool, in device memory. K and V are each
-// [num_blocks][block_size][kv_heads][head_dim] (NHD); the token in slot
+// [num_blocks][block_size][kv_heads][head_dim] (NHD) of kv_dtype; the token in slot
 // s = block * block_size + offset starts at element s * kv_heads * head_dim.
 struct KvLayer {
   void *k;
@@ -23,7 +24,12 @@ struct KvLayer {
   int32_t block_size;  // tokens per block, any value >= 1
   int32_t kv_heads;
   int32_t head_dim;  // a multiple of 8, at most 256: pkv.h's PKV_ATTENTION_* limits
-  DType dtype;
+  DType dtype;       // the model's: q, out and the new k, v rows (f32, f16, bf16)
+  DType kv_dtype;    // the pool's elements: dtype, or fp8 (a stored code means code * scale)
+  // fp8 only (else null): device [kv_heads] each, the scale of every K (V) element of a head;
+  // finite and > 0 (pkv_set_kv_scales checks them).
+  const float *k_scale, *v_scale;
+  int32_t window;  // keys a token attends to, itself included (p - window + 1 .. p); 0 = all
 };
 
 // The whole pool for block copies: K and V each

@@ -16,8 +16,8 @@ using PrefillTile =
     std::conditional_t<(D == 0 || D > 128), dev::Tile<D, 16, 16>, dev::Tile<D, 32, 32>>;
 
 // grid = (row tile, kv head, seq). Rows of a sequence are its query_len * group (token, q head)
-// pairs; a tile needs the keys up to its last row's position.
-template <class T, int D>
+// pairs; a tile needs the keys from its first row's window start to its last row's position.
+template <class T, class C, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
   using Tile = PrefillTile<D>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -29,21 +29,22 @@ __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
   const int context_len = a.context_lens[seq];
   const int num_rows = dev::imin(Tile::kRows, query_len * a.group - row0);
   const RowBlock rb{seq, int(blockIdx.y), row0, num_rows, query_start, query_len, context_len};
-  const int last_token = (row0 + rb.num_rows - 1) / a.group;
-  const int key_end = context_len - query_len + last_token + 1;
+  const int first_pos = context_len - query_len + row0 / a.group;
+  const int last_pos = context_len - query_len + (row0 + rb.num_rows - 1) / a.group;
+  const int key_begin = dev::window_start(first_pos, a.window);
   const dev::TileSmem sm = dev::carve_smem<Tile::kRows, Tile::kKeys>(smem, D ? D : a.head_dim);
   float acc[Tile::kPairs];
-  dev::attend_rows<T, D, Tile::kRows, Tile::kKeys>(a, rb, sm, 0, key_end, acc);
+  dev::attend_rows<T, C, D, Tile::kRows, Tile::kKeys>(a, rb, sm, key_begin, last_pos + 1, acc);
   dev::store_rows<T, D, Tile::kRows>(a, rb, sm, acc);
 }
 
-template <class T, int D>
+template <class T, class C, int D>
 cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
   using Tile = PrefillTile<D>;
   const int64_t rows = int64_t(b.max_query_len) * a.group;
   const dim3 grid(uint32_t((rows + Tile::kRows - 1) / Tile::kRows), uint32_t(a.kv_heads),
                   uint32_t(b.num_seqs));
-  prefill_kernel<T, D><<<grid, kAttnThreads, Tile::smem_bytes(a.head_dim), stream>>>(a);
+  prefill_kernel<T, C, D><<<grid, kAttnThreads, Tile::smem_bytes(a.head_dim), stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -55,9 +56,9 @@ cudaError_t launch_prefill_attention(const KvLayer &layer, const BatchView &batc
   AttnArgs a;
   if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a))
     return e;
-  return dispatch_dtype(layer.dtype, [&](auto t) {
+  return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
     return dispatch_head_dim(layer.head_dim, [&](auto d) {
-      return launch_typed<decltype(t), decltype(d)::value>(a, batch, stream);
+      return launch_typed<decltype(t), decltype(c), decltype(d)::value>(a, batch, stream);
     });
   });
 }

@@ -13,7 +13,19 @@
 namespace kvtest {
 
 const char *dtype_name(DType t) {
-  return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16";
+  switch (t) {
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
+    case DType::fp8_e5m2:
+      return "fp8_e5m2";
+  }
+  return "?";
 }
 
 // Host buffers are bytes (std::vector<unsigned char>): elements are copied out and in, never read
@@ -92,9 +104,18 @@ int require_device() {
 
 namespace {
 
+// What a refused launch may differ in besides head_dim, q_heads, q's alignment and scale: the
+// pool's dtype (an f32 model's), its fp8 scales, the window.
+struct PoolArgs {
+  DType kv_dtype = DType::f32;
+  bool scales = false;
+  int32_t window = 0;
+};
+
 // One decode-only sequence of 8 tokens in one block; nothing is launched when the arguments are
 // refused, and the accepted launches read what they are given (the data is not checked here).
-cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_offset, float scale) {
+cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_offset, float scale,
+                       const PoolArgs &pa) {
   const int32_t kv_heads = 2, block_size = 16, tokens = decode ? 1 : 8;
   const int32_t query_start[2] = {0, tokens}, context_len[1] = {8}, indptr[2] = {0, 1};
   const int32_t indices[1] = {0};
@@ -107,14 +128,19 @@ cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_
   check_cuda(cudaMemset(kp.as<void>(), 0, size_t(block_size) * kv_heads * row), "memset");
   check_cuda(cudaMemset(vp.as<void>(), 0, size_t(block_size) * kv_heads * row), "memset");
   check_cuda(cudaMemset(q.as<void>(), 0, tokens * size_t(q_heads) * row + 16), "memset");
-  const pkv::cuda::KvLayer layer{kp.as<void>(), vp.as<void>(), block_size,
-                                 kv_heads,      head_dim,      DType::f32};
+  DevBuf scales(sizeof(float) * kv_heads);
+  const float ones[2] = {1.f, 1.f};
+  scales.upload(ones, sizeof ones);
+  const float *sp = pa.scales ? scales.as<float>() : nullptr;
+  const pkv::cuda::KvLayer layer{kp.as<void>(), vp.as<void>(), block_size, kv_heads, head_dim,
+                                 DType::f32,    pa.kv_dtype,   sp,         sp,       pa.window};
   const pkv::cuda::BatchView batch{1, tokens, tokens, 8, qs.as<int32_t>(), cl.as<int32_t>(),
                                    ip.as<int32_t>(), bi.as<int32_t>()};
   const void *qp = q.as<char>() + q_offset;
   cudaError_t e;
   if (decode) {
-    const pkv::cuda::DecodePlan plan = pkv::cuda::plan_decode_with_split(batch, q_heads, head_dim, 64);
+    const pkv::cuda::DecodePlan plan =
+        pkv::cuda::plan_decode_with_split(batch, q_heads, head_dim, pa.window, 64);
     e = pkv::cuda::launch_decode_attention(layer, batch, qp, out.as<void>(), q_heads, scale, plan,
                                            nullptr, nullptr);
   } else {
@@ -134,7 +160,9 @@ bool check_refused_launches() {
     size_t q_offset;
     bool ok;
     float scale = 0.125f;
+    PoolArgs pool = {};
   };
+  const PoolArgs e4m3{DType::fp8_e4m3, true}, e5m2{DType::fp8_e5m2, true};
   const Case cases[] = {
       {"head_dim = PKV_ATTENTION_MAX_HEAD_DIM", PKV_ATTENTION_MAX_HEAD_DIM, 4, 0, true},
       {"head_dim = PKV_ATTENTION_HEAD_DIM_ALIGN", PKV_ATTENTION_HEAD_DIM_ALIGN, 4, 0, true},
@@ -147,11 +175,17 @@ bool check_refused_launches() {
       {"q not 16-byte aligned", 64, 4, 4, false},
       {"scale 0 (the engine resolves the default)", 64, 4, 0, false, 0.f},
       {"scale NaN", 64, 4, 0, false, std::nanf("")},
+      {"an e4m3 pool with scales", 64, 4, 0, true, 0.125f, e4m3},
+      {"an e5m2 pool with scales", 64, 4, 0, true, 0.125f, e5m2},
+      {"a window of 1", 64, 4, 0, true, 0.125f, {DType::f32, false, 1}},
+      {"an fp8 pool without scales", 64, 4, 0, false, 0.125f, {DType::fp8_e4m3, false}},
+      {"a pool of another 16/32-bit dtype", 64, 4, 0, false, 0.125f, {DType::bf16, false}},
+      {"a negative window", 64, 4, 0, false, 0.125f, {DType::f32, false, -1}},
   };
   bool all = true;
   for (const Case &c : cases) {
     for (bool decode : {true, false}) {
-      const cudaError_t e = try_launch(decode, c.head_dim, c.q_heads, c.q_offset, c.scale);
+      const cudaError_t e = try_launch(decode, c.head_dim, c.q_heads, c.q_offset, c.scale, c.pool);
       const bool ok = c.ok ? e == cudaSuccess : e == cudaErrorInvalidValue;
       if (!ok)
         fprintf(stderr, "FAIL %s launch, %s: got %s\n", decode ? "decode" : "prefill", c.what,

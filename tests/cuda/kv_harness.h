@@ -79,16 +79,27 @@ struct StepCase {
   int32_t block_size, kv_heads, group, head_dim;
   std::vector<SeqSpec> seqs;
   int32_t split_tokens = 0;  // decode: 0 = plan_decode's choice
+  // Keys a token sees (KvLayer::window), 0 = all. As a windowed KV group's table, blocks wholly
+  // before the first new token's window are -1 and have no room in the pool.
+  int32_t window = 0;
+  // The pool: fp8_e4m3 or fp8_e5m2, else (the default) dtype. fp8 draws each head's K and V
+  // scales as fp8_scale * U(0.5, 2) (K and V apart) and elements as their head's scale *
+  // U(-fp8_span, fp8_span): a span past the largest finite value saturates that share of the
+  // elements, a small one gives subnormal codes.
+  DType kv_dtype = DType::f32;
+  double fp8_span = 0, fp8_scale = 0;
 };
 
-// One forward step on fresh data: prefix K/V into a shuffled paged pool, write_kv of the new
-// rows, decode + prefill attention; checks the pool and every output row against the fp64
-// reference. Returns true when everything matches.
+// One forward step on fresh data: prefix K/V into a shuffled paged pool (fp8 codes of the
+// reference encoder), write_kv of the new rows, decode + prefill attention; checks the pool byte
+// for byte and every output row against the fp64 reference (which reads the fp8 codes times
+// their scales). Returns true when everything matches.
 bool run_step(const StepCase &c, uint64_t seed);
 // Launches both attention launchers must refuse (cudaErrorInvalidValue) before any work:
 // head_dim outside pkv.h's limits (PKV_ATTENTION_MAX_HEAD_DIM, PKV_ATTENTION_HEAD_DIM_ALIGN),
-// q_heads not a multiple of kv_heads, q not 16-byte aligned. True when all are refused and the
-// limits themselves are accepted.
+// q_heads not a multiple of kv_heads, q not 16-byte aligned, a scale not > 0, an fp8 pool without
+// scales, a pool of another 16/32-bit dtype than the model's, a negative window. True when all
+// are refused and the limits themselves (fp8 pools with scales, a window of 1) are accepted.
 bool check_refused_launches();
 // check_refused_launches, then run_step over every case; the process exit code (0, 1 on a
 // failure, 77 without a device).

@@ -11,13 +11,19 @@
 namespace kvtest {
 namespace {
 
-// The batch on the host: a true contiguous K/V per sequence (rounded to the dtype, so the
-// reference sees exactly what the kernels see) and the paged form of the same data.
+bool fp8(const StepCase &c) { return pkv::cuda::is_fp8(c.kv_dtype); }
+DType pool_dtype(const StepCase &c) { return fp8(c) ? c.kv_dtype : c.dtype; }
+
+// The batch on the host: the context each sequence's new tokens see (from its first block the
+// window keeps, rounded to the dtype or decoded from its fp8 code, so the reference sees exactly
+// what the kernels see) and the paged form of the same data.
 struct HostStep {
   int32_t num_tokens = 0, num_blocks = 0, max_query_len = 0, max_context_len = 0;
   std::vector<int32_t> query_start{0}, context_lens, block_indptr{0}, block_indices;
+  std::vector<int32_t> kept_from;                 // per seq: the first position in a kept block
   std::vector<int64_t> slot_mapping;
-  std::vector<std::vector<double>> k_seq, v_seq;  // per seq [context][kv_heads][head_dim]
+  std::vector<float> k_scale, v_scale;            // fp8: [kv_heads]
+  std::vector<std::vector<double>> k_seq, v_seq;  // per seq [context - kept_from][kv_heads][head_dim]
   std::vector<double> q;                          // [tokens][q_heads][head_dim]
   std::vector<unsigned char> q_raw, k_new, v_new, k_pool, v_pool;
 };
@@ -28,9 +34,18 @@ double rounded(DType t, double x) {
   return load_elem(t, buf, 0);
 }
 
+// The first position whose block a windowed table keeps: the block of the first new token's
+// window start (pkv's windowed KV groups give back the blocks before it).
+int32_t first_kept(const StepCase &c, const SeqSpec &s) {
+  const int32_t first_new = s.context_len - s.query_len;
+  const int32_t start = c.window && first_new >= c.window ? first_new - c.window + 1 : 0;
+  return start / c.block_size * c.block_size;
+}
+
 void build_tables(const StepCase &c, Rng &rng, HostStep &h) {
   for (const SeqSpec &s : c.seqs) {
-    h.num_blocks += (s.context_len + c.block_size - 1) / c.block_size;
+    h.kept_from.push_back(first_kept(c, s));
+    h.num_blocks += (s.context_len - h.kept_from.back() + c.block_size - 1) / c.block_size;
     h.num_tokens += s.query_len;
     h.query_start.push_back(h.num_tokens);
     h.context_lens.push_back(s.context_len);
@@ -42,18 +57,38 @@ void build_tables(const StepCase &c, Rng &rng, HostStep &h) {
   for (int32_t i = 0; i < h.num_blocks; ++i) ids[i] = i;
   for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.below(uint32_t(i))]);
   size_t next = 0;
-  for (const SeqSpec &s : c.seqs) {
-    for (int32_t b = 0; b < (s.context_len + c.block_size - 1) / c.block_size; ++b)
-      h.block_indices.push_back(ids[next++]);
+  for (size_t i = 0; i < c.seqs.size(); ++i) {
+    for (int32_t b = 0; b < (c.seqs[i].context_len + c.block_size - 1) / c.block_size; ++b)
+      h.block_indices.push_back(b * c.block_size < h.kept_from[i] ? -1 : ids[next++]);
     h.block_indptr.push_back(int32_t(h.block_indices.size()));
   }
 }
 
+// Element e of a row (head e / head_dim), drawn: in [-1, 1) of the dtype, or for fp8 the
+// head's scale times U(-span, span) in the dtype.
+double draw(const StepCase &c, Rng &rng, const std::vector<float> &scales, size_t e) {
+  if (!fp8(c)) return rounded(c.dtype, rng.uniform(-1, 1));
+  return rounded(c.dtype, scales[e / c.head_dim] * rng.uniform(-c.fp8_span, c.fp8_span));
+}
+
+// The value the kernels read back for x stored under `scale`: x itself, or its fp8 code's value
+// times the scale. code: where the code goes (fp8 only).
+double stored(const StepCase &c, double x, float scale, unsigned char *code) {
+  if (!fp8(c)) return x;
+  const int e5m2 = c.kv_dtype == DType::fp8_e5m2;
+  *code = pkv_ref_fp8_encode(float(x), scale, e5m2);
+  return pkv_ref_fp8_decode(*code, e5m2) * double(scale);
+}
+
 void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
   const DType t = c.dtype;
-  const size_t eb = pkv::cuda::dtype_bytes(t), row = size_t(c.kv_heads) * c.head_dim;
-  const size_t q_row = row * c.group;
-  h.k_pool.assign(size_t(h.num_blocks) * c.block_size * row * eb, 0xFF);
+  const size_t eb = pkv::cuda::dtype_bytes(t), pb = pkv::cuda::dtype_bytes(pool_dtype(c));
+  const size_t row = size_t(c.kv_heads) * c.head_dim, q_row = row * c.group;
+  for (int32_t hd = 0; fp8(c) && hd < c.kv_heads; ++hd) {
+    h.k_scale.push_back(float(c.fp8_scale * rng.uniform(0.5, 2)));
+    h.v_scale.push_back(float(c.fp8_scale * rng.uniform(0.5, 2)));
+  }
+  h.k_pool.assign(size_t(h.num_blocks) * c.block_size * row * pb, 0xFF);
   h.v_pool.assign(h.k_pool.size(), 0xFF);
   h.k_new.resize(size_t(h.num_tokens) * row * eb);
   h.v_new.resize(h.k_new.size());
@@ -65,20 +100,30 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
   }
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const int32_t ctx = c.seqs[s].context_len, first_new = ctx - c.seqs[s].query_len;
-    std::vector<double> k(size_t(ctx) * row), v(k.size());
-    for (int32_t pos = 0; pos < ctx; ++pos) {
+    const int32_t from = h.kept_from[s];
+    std::vector<double> k(size_t(ctx - from) * row), v(k.size());
+    for (int32_t pos = from; pos < ctx; ++pos) {
       const int32_t blk = h.block_indices[h.block_indptr[s] + pos / c.block_size];
       const int64_t slot = int64_t(blk) * c.block_size + pos % c.block_size;
       const bool is_new = pos >= first_new;
       const int32_t token = h.query_start[s] + pos - first_new;
       if (is_new) h.slot_mapping.push_back(slot);
       for (size_t e = 0; e < row; ++e) {
-        const size_t i = size_t(pos) * row + e;
-        k[i] = rounded(t, rng.uniform(-1, 1));
-        v[i] = rounded(t, rng.uniform(-1, 1));
-        const size_t dst = is_new ? size_t(token) * row + e : size_t(slot) * row + e;
-        store_elem(t, is_new ? h.k_new.data() : h.k_pool.data(), dst, k[i]);
-        store_elem(t, is_new ? h.v_new.data() : h.v_pool.data(), dst, v[i]);
+        const size_t i = size_t(pos - from) * row + e;
+        const double kx = draw(c, rng, h.k_scale, e), vx = draw(c, rng, h.v_scale, e);
+        unsigned char kc = 0, vc = 0;
+        k[i] = stored(c, kx, fp8(c) ? h.k_scale[e / c.head_dim] : 1.f, &kc);
+        v[i] = stored(c, vx, fp8(c) ? h.v_scale[e / c.head_dim] : 1.f, &vc);
+        if (is_new) {  // the model's dtype; write_kv stores it
+          store_elem(t, h.k_new.data(), size_t(token) * row + e, kx);
+          store_elem(t, h.v_new.data(), size_t(token) * row + e, vx);
+        } else if (fp8(c)) {  // the code, as write_kv would have left it
+          h.k_pool[size_t(slot) * row + e] = kc;
+          h.v_pool[size_t(slot) * row + e] = vc;
+        } else {
+          store_elem(t, h.k_pool.data(), size_t(slot) * row + e, kx);
+          store_elem(t, h.v_pool.data(), size_t(slot) * row + e, vx);
+        }
       }
     }
     h.k_seq.push_back(std::move(k));
@@ -86,17 +131,43 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
   }
 }
 
+// Each sequence's context from its first kept position: the same windows, since no new token's
+// window reaches before it.
 std::vector<double> reference(const StepCase &c, const HostStep &h) {
   const uint32_t q_heads = uint32_t(c.kv_heads * c.group);
   const size_t q_row = size_t(q_heads) * c.head_dim;
   std::vector<double> ref(h.q.size());
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const size_t off = size_t(h.query_start[s]) * q_row;
-    pkv_ref_attention(h.q.data() + off, h.k_seq[s].data(), h.v_seq[s].data(), ref.data() + off,
-                      uint32_t(c.seqs[s].query_len), uint32_t(c.seqs[s].context_len), q_heads,
-                      uint32_t(c.kv_heads), uint32_t(c.head_dim), 0.0);
+    pkv_ref_attention_window(h.q.data() + off, h.k_seq[s].data(), h.v_seq[s].data(),
+                             ref.data() + off, uint32_t(c.seqs[s].query_len),
+                             uint32_t(c.seqs[s].context_len - h.kept_from[s]), q_heads,
+                             uint32_t(c.kv_heads), uint32_t(c.head_dim), 0.0, uint32_t(c.window));
   }
   return ref;
+}
+
+// The pool write_kv must leave: the new rows in their slots, as bytes or as the reference's
+// fp8 codes of their elements under their heads' scales.
+void expect_write_kv(const StepCase &c, HostStep &h) {
+  const size_t row = size_t(c.kv_heads) * c.head_dim;
+  if (!fp8(c)) {
+    pkv_ref_write_kv(h.k_new.data(), h.v_new.data(), h.k_pool.data(), h.v_pool.data(),
+                     h.slot_mapping.data(), uint32_t(h.num_tokens),
+                     row * pkv::cuda::dtype_bytes(c.dtype));
+    return;
+  }
+  const int e5m2 = c.kv_dtype == DType::fp8_e5m2;
+  for (int32_t t = 0; t < h.num_tokens; ++t) {
+    if (h.slot_mapping[t] < 0) continue;
+    for (size_t e = 0; e < row; ++e) {
+      const size_t dst = size_t(h.slot_mapping[t]) * row + e, src = size_t(t) * row + e;
+      const float kx = float(load_elem(c.dtype, h.k_new.data(), src));
+      const float vx = float(load_elem(c.dtype, h.v_new.data(), src));
+      h.k_pool[dst] = pkv_ref_fp8_encode(kx, h.k_scale[e / c.head_dim], e5m2);
+      h.v_pool[dst] = pkv_ref_fp8_encode(vx, h.v_scale[e / c.head_dim], e5m2);
+    }
+  }
 }
 
 template <class T>
@@ -107,7 +178,12 @@ void upload_vec(DevBuf &b, const std::vector<T> &v) {
 std::string describe(const StepCase &c) {
   std::string s = std::string(dtype_name(c.dtype)) + " bs=" + std::to_string(c.block_size) +
                   " kvh=" + std::to_string(c.kv_heads) + " group=" + std::to_string(c.group) +
-                  " d=" + std::to_string(c.head_dim) + " seqs(ctx/q)=";
+                  " d=" + std::to_string(c.head_dim);
+  if (c.window) s += " window=" + std::to_string(c.window);
+  if (fp8(c))
+    s += std::string(" kv=") + dtype_name(c.kv_dtype) + " span=" + std::to_string(c.fp8_span) +
+         " scale~" + std::to_string(c.fp8_scale);
+  s += " seqs(ctx/q)=";
   for (const SeqSpec &q : c.seqs)
     s += std::to_string(q.context_len) + "/" + std::to_string(q.query_len) + " ";
   return s;
@@ -124,14 +200,23 @@ bool run_step(const StepCase &c, uint64_t seed) {
   DevBuf qs(4 * h.query_start.size()), cl(4 * h.context_lens.size()), ip(4 * h.block_indptr.size());
   DevBuf bi(4 * h.block_indices.size()), sm(8 * h.slot_mapping.size());
   DevBuf q(h.q_raw.size()), kn(h.k_new.size()), vn(h.v_new.size()), out(h.q_raw.size());
-  DevBuf kp(h.k_pool.size()), vp(h.v_pool.size());
+  DevBuf kp(h.k_pool.size()), vp(h.v_pool.size()), ks(4 * h.k_scale.size()), vs(4 * h.v_scale.size());
   upload_vec(qs, h.query_start), upload_vec(cl, h.context_lens), upload_vec(ip, h.block_indptr);
   upload_vec(bi, h.block_indices), upload_vec(sm, h.slot_mapping), upload_vec(q, h.q_raw);
   upload_vec(kn, h.k_new), upload_vec(vn, h.v_new), upload_vec(kp, h.k_pool),
       upload_vec(vp, h.v_pool);
+  upload_vec(ks, h.k_scale), upload_vec(vs, h.v_scale);
 
-  const pkv::cuda::KvLayer layer{kp.as<void>(), vp.as<void>(), c.block_size,
-                                 c.kv_heads,    c.head_dim,    c.dtype};
+  const pkv::cuda::KvLayer layer{kp.as<void>(),
+                                 vp.as<void>(),
+                                 c.block_size,
+                                 c.kv_heads,
+                                 c.head_dim,
+                                 c.dtype,
+                                 pool_dtype(c),
+                                 fp8(c) ? ks.as<float>() : nullptr,
+                                 fp8(c) ? vs.as<float>() : nullptr,
+                                 c.window};
   const pkv::cuda::BatchView batch{ns,
                                    h.num_tokens,
                                    h.max_query_len,
@@ -141,8 +226,9 @@ bool run_step(const StepCase &c, uint64_t seed) {
                                    ip.as<int32_t>(),
                                    bi.as<int32_t>()};
   const pkv::cuda::DecodePlan plan =
-      c.split_tokens ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, c.split_tokens)
-                     : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, 132);
+      c.split_tokens
+          ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, c.window, c.split_tokens)
+          : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, c.window, 132);
   DevBuf ws(plan.workspace_bytes);
   check_cuda(pkv::cuda::launch_write_kv(layer, kn.as<void>(), vn.as<void>(), sm.as<int64_t>(),
                                         h.num_tokens, nullptr),
@@ -167,9 +253,7 @@ bool run_step(const StepCase &c, uint64_t seed) {
 
   // write_kv put the new rows where the slot mapping says, and nothing else moved.
   std::vector<unsigned char> pool(h.k_pool.size());
-  const size_t row_bytes = size_t(c.kv_heads) * c.head_dim * pkv::cuda::dtype_bytes(c.dtype);
-  pkv_ref_write_kv(h.k_new.data(), h.v_new.data(), h.k_pool.data(), h.v_pool.data(),
-                   h.slot_mapping.data(), uint32_t(h.num_tokens), row_bytes);
+  expect_write_kv(c, h);
   kp.download(pool.data(), pool.size());
   bool pool_ok = pool == h.k_pool;
   vp.download(pool.data(), pool.size());

@@ -219,7 +219,8 @@ size_t run_layer(const World &w, int32_t l, DevBuf &kp, DevBuf &vp,
   DevBuf q(ls.q_raw.size()), kn(ls.k_new.size()), vn(ls.v_new.size()), out(ls.q_raw.size());
   upload_vec(q, ls.q_raw), upload_vec(kn, ls.k_new), upload_vec(vn, ls.v_new);
   char *k = kp.as<char>() + l * w.layer_bytes, *v = vp.as<char>() + l * w.layer_bytes;
-  const pkv::cuda::KvLayer layer{k, v, c.block_size, c.kv_heads, c.head_dim, c.dtype};
+  const pkv::cuda::KvLayer layer{k,       v,       c.block_size, c.kv_heads, c.head_dim,
+                                 c.dtype, c.dtype, nullptr,      nullptr,    0};
   check_cuda(pkv::cuda::launch_write_kv(layer, kn.as<void>(), vn.as<void>(), sm.as<int64_t>(),
                                         w.num_tokens, nullptr),
              "launch_write_kv");
@@ -354,8 +355,8 @@ bool run_swap(const SwapCase &c, uint64_t seed) {
                                    tables[2].as<int32_t>(), tables[3].as<int32_t>()};
   const int32_t q_heads = c.kv_heads * c.group;
   const pkv::cuda::DecodePlan plan =
-      c.split_tokens ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, c.split_tokens)
-                     : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, 132);
+      c.split_tokens ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, 0, c.split_tokens)
+                     : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, 0, 132);
   DevBuf ws(plan.workspace_bytes);
   size_t bad = 0;
   for (int32_t l = 0; l < c.layers; ++l) bad += run_layer(w, l, t.k, t.v, batch, plan, ws, sm);

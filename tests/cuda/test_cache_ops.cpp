@@ -1,7 +1,8 @@
 // kernels/cache_ops.cu against the references of tests/common/attention_ref.h: write_kv over block
 // sizes, head dims and dtypes with skipped (-1) slots, copy_blocks over all layers, and
-// copy_tier_blocks between a pool and a pinned host tier both ways. The whole pool (and tier) is
-// compared byte for byte, so a write outside the named slots or blocks shows too.
+// copy_tier_blocks between a pool and a pinned host tier both ways (write_kv into fp8 pools:
+// test_cache_ops_fp8.cpp). The whole pool (and tier) is compared byte for byte, so a write
+// outside the named slots or blocks shows too.
 #include <cstring>
 #include <vector>
 
@@ -42,8 +43,8 @@ bool test_write_kv(DType dtype, int32_t block_size, int32_t kv_heads, int32_t he
   dmap.upload(mapping.data(), mapping.size() * 8);
   check_cuda(cudaMemset(kc.as<void>(), 0xFF, pool_bytes), "memset");
   check_cuda(cudaMemset(vc.as<void>(), 0xFF, pool_bytes), "memset");
-  const pkv::cuda::KvLayer layer{kc.as<void>(), vc.as<void>(), block_size,
-                                 kv_heads,      head_dim,      dtype};
+  const pkv::cuda::KvLayer layer{kc.as<void>(), vc.as<void>(), block_size, kv_heads, head_dim,
+                                 dtype,         dtype,         nullptr,    nullptr,  0};
   check_cuda(
       pkv::cuda::launch_write_kv(layer, k_dev, v_dev, dmap.as<int64_t>(), num_tokens, nullptr),
       "launch_write_kv");

@@ -166,6 +166,7 @@ void launch(const LaunchConfig &cfg, void (*kernel)(P...), A &&...args) {
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division: the CPU's own
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }

@@ -161,6 +161,22 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
   return cudaMemcpy(dst, src, n, k);
 }
 
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                              size_t height, cudaMemcpyKind, cudaStream_t) {
+  if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+  for (size_t r = 0; r < height; ++r)
+    memcpy(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch, width);
+  return cudaSuccess;
+}
+
+// The host's memory stands for the device's.
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  *total_bytes = size_t(sysconf(_SC_PHYS_PAGES)) * page;
+  *free_bytes = size_t(sysconf(_SC_AVPHYS_PAGES)) * page;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemset(void *p, int value, size_t n) {
   if (n) memset(p, value, n);
   return cudaSuccess;

@@ -1,8 +1,12 @@
 // CUDA backend glue: device checks, memory queries, the device pool, and the step's launches
-// (kernels/ holds the kernels). A batch's arrays go to the device once, in plan().
+// (kernels/ holds the kernels). A batch's arrays, every KV group's, go to the device once, in
+// plan(); fp8 scales once per layer, at its first attention.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -39,6 +43,52 @@ class DeviceBuffer {
  private:
   void *ptr_ = nullptr;
   size_t size_ = 0;
+};
+
+// fp8: every layer's K and V scales on the device, [layers][2][kv_heads], and the same in pinned
+// host memory, from which each layer's are uploaded (asynchronously: no wait on the stream)
+// when the attention call's differ from what was uploaded. pkv_set_kv_scales is refused once a
+// sequence exists, so that is once per layer, before any of its KV is written, and a slot of the
+// staging copy is never rewritten while its upload may be pending.
+class ScaleTable {
+ public:
+  ~ScaleTable() { release(); }
+  // Room for num_layers layers of kv_heads heads; once (the shape of an engine never changes).
+  void reserve(size_t num_layers, size_t kv_heads) {
+    if (dev_) return;
+    heads_ = kv_heads, layers_ = num_layers;
+    const size_t bytes = 2 * layers_ * heads_ * sizeof(float);
+    cudaError_t err = cudaMalloc(&dev_, bytes);
+    if (err == cudaSuccess) err = cudaHostAlloc(reinterpret_cast<void **>(&host_), bytes, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+      release();
+      check_cuda(err, "allocating the fp8 scales");
+    }
+    std::fill(host_, host_ + 2 * layers_ * heads_, 0.f);  // scales are > 0: nothing uploaded yet
+  }
+  // The device copy of layer's scales, k then v ([2][kv_heads]).
+  const float *layer(uint32_t layer, const float *k, const float *v, cudaStream_t stream) {
+    PKV_ASSERT(dev_ && layer < layers_ && k && v);
+    float *h = host_ + 2 * heads_ * layer;
+    float *d = static_cast<float *>(dev_) + 2 * heads_ * layer;
+    const size_t bytes = heads_ * sizeof(float);
+    if (std::memcmp(h, k, bytes) != 0 || std::memcmp(h + heads_, v, bytes) != 0) {
+      std::memcpy(h, k, bytes);
+      std::memcpy(h + heads_, v, bytes);
+      check_cuda(cudaMemcpyAsync(d, h, 2 * bytes, cudaMemcpyHostToDevice, stream), "uploading fp8 scales");
+    }
+    return d;
+  }
+
+ private:
+  void release() {
+    cudaFree(dev_);
+    if (host_) cudaFreeHost(host_);
+    dev_ = nullptr, host_ = nullptr;
+  }
+  void *dev_ = nullptr;
+  float *host_ = nullptr;
+  size_t heads_ = 0, layers_ = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -126,18 +176,31 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamSynchronize(stream_), "reading a block for the store");
   }
 
-  // The step's arrays, packed into one device buffer with one copy; the decode split plan.
+  // The step's arrays, packed into one device buffer with one copy: [groups][tokens] slot
+  // mappings (int64), then query_start, context_lens, block_indptr, and [groups] block indices
+  // in indptr form (int32; a windowed group's -1 entries are never read). Decode plans are made
+  // per window at its first layer; the workspace is sized here for any of them.
   void plan(const pkv_batch_view &v) override {
     PKV_REQUIRE(v.num_seqs <= PKV_CUDA_MAX_GRID, "a CUDA batch holds at most %d sequences, not %u",
                 PKV_CUDA_MAX_GRID, v.num_seqs);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
-    const size_t n_seq = v.num_seqs, n_blocks = size_t(v.block_indptr[v.num_seqs]);
-    std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + v.num_tokens);
+    const size_t groups = v.num_kv_groups ? v.num_kv_groups : 1;
+    const size_t n_seq = v.num_seqs, n_tok = v.num_tokens, n_blocks = size_t(v.block_indptr[v.num_seqs]);
+    PKV_ASSERT(groups == 1 || (v.group_slot_mapping && v.group_block_tables));
+    if (cuda::is_fp8(cuda::DType(shape_.kv_dtype))) scales_.reserve(groups * shape_.num_layers, shape_.kv_heads);
+    std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + n_tok);
+    for (size_t g = 1; g < groups; ++g)
+      slots.insert(slots.end(), v.group_slot_mapping + g * n_tok, v.group_slot_mapping + (g + 1) * n_tok);
     std::vector<int32_t> ints;
     ints.insert(ints.end(), v.query_start, v.query_start + n_seq + 1);
     ints.insert(ints.end(), v.context_lens, v.context_lens + n_seq);
     ints.insert(ints.end(), v.block_indptr, v.block_indptr + n_seq + 1);
     ints.insert(ints.end(), v.block_indices, v.block_indices + n_blocks);
+    for (size_t g = 1; g < groups; ++g)
+      for (size_t i = 0; i < n_seq; ++i) {  // the padded [seqs][max_blocks_per_seq] table, packed
+        const int32_t *row = v.group_block_tables + (g * n_seq + i) * v.max_blocks_per_seq;
+        ints.insert(ints.end(), row, row + (v.block_indptr[i + 1] - v.block_indptr[i]));
+      }
     const size_t slot_bytes = slots.size() * sizeof(int64_t), int_bytes = ints.size() * sizeof(int32_t);
     char *d = static_cast<char *>(batch_buf_.get(slot_bytes + int_bytes + 16));
     std::vector<char> host(slot_bytes + int_bytes);
@@ -145,30 +208,43 @@ class CudaBackend final : public Backend {
     std::memcpy(host.data() + slot_bytes, ints.data(), int_bytes);
     check_cuda(cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), "uploading the batch");
     check_cuda(cudaStreamSynchronize(stream_), "uploading the batch");  // `host` dies here
-    d_slots_ = reinterpret_cast<const int64_t *>(d);
+    const int64_t *d_slots = reinterpret_cast<const int64_t *>(d);
     const int32_t *di = reinterpret_cast<const int32_t *>(d + slot_bytes);
-    batch_ = cuda::BatchView{int32_t(v.num_seqs), int32_t(v.num_tokens), int32_t(v.max_query_len),
-                             int32_t(v.max_context_len), di, di + n_seq + 1, di + 2 * n_seq + 1,
-                             di + 3 * n_seq + 2};
-    plan_ = cuda::plan_decode(batch_, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
-                              int32_t(shape_.head_dim), num_sms_);
-    workspace_ptr_ = plan_.workspace_bytes ? workspace_.get(plan_.workspace_bytes) : nullptr;
+    groups_.clear();
+    for (size_t g = 0; g < groups; ++g)
+      groups_.push_back(StepGroup{
+          d_slots + g * n_tok,
+          cuda::BatchView{int32_t(v.num_seqs), int32_t(v.num_tokens), int32_t(v.max_query_len),
+                          int32_t(v.max_context_len), di, di + n_seq + 1, di + 2 * n_seq + 1,
+                          di + 3 * n_seq + 2 + g * n_blocks}});
+    decode_plans_.clear();
+    const size_t ws = cuda::decode_workspace_bound(groups_[0].batch, int32_t(shape_.q_heads),
+                                                   int32_t(shape_.kv_heads), int32_t(shape_.head_dim), num_sms_);
+    workspace_ptr_ = ws ? workspace_.get(ws) : nullptr;
   }
 
   void attention(const AttentionCall &call) override {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
       PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k, v and out must be 16-byte aligned on CUDA");
+    PKV_ASSERT(call.group < groups_.size() && call.slot < shape_.num_layers && call.window <= INT32_MAX);
+    const StepGroup &g = groups_[call.group];
     const uint64_t offset = uint64_t(call.slot) * shape_.layer_bytes();
     cuda::KvLayer layer{static_cast<char *>(k_) + offset, static_cast<char *>(v_) + offset,
                         int32_t(shape_.block_size), int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
-                        cuda::DType(shape_.dtype)};
-    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, d_slots_, batch_.num_tokens, stream_), "write_kv");
-    check_cuda(cuda::launch_decode_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
-                                             call.scale, plan_, workspace_ptr_, stream_),
+                        cuda::DType(shape_.dtype), cuda::DType(shape_.kv_dtype), nullptr, nullptr,
+                        int32_t(call.window)};
+    if (cuda::is_fp8(layer.kv_dtype)) {
+      const float *scales = scales_.layer(call.layer, call.k_scale, call.v_scale, stream_);
+      layer.k_scale = scales, layer.v_scale = scales + shape_.kv_heads;
+    }
+    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, g.slots, g.batch.num_tokens, stream_), "write_kv");
+    check_cuda(cuda::launch_decode_attention(layer, g.batch, call.q, call.out, int32_t(shape_.q_heads),
+                                             call.scale, decode_plan(g.batch, layer.window),
+                                             workspace_ptr_, stream_),
                "decode attention");
-    if (batch_.max_query_len > 1)
-      check_cuda(cuda::launch_prefill_attention(layer, batch_, call.q, call.out, int32_t(shape_.q_heads),
+    if (g.batch.max_query_len > 1)
+      check_cuda(cuda::launch_prefill_attention(layer, g.batch, call.q, call.out, int32_t(shape_.q_heads),
                                                 call.scale, stream_),
                  "prefill attention");
   }
@@ -182,6 +258,21 @@ class CudaBackend final : public Backend {
     k_ = v_ = host_ = host_dev_ = nullptr;
   }
 
+  // The step's decode split for the layers of `window` (made once per step and window).
+  const cuda::DecodePlan &decode_plan(const cuda::BatchView &batch, int32_t window) {
+    for (const auto &p : decode_plans_)
+      if (p.first == window) return p.second;
+    decode_plans_.emplace_back(window, cuda::plan_decode(batch, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
+                                                         int32_t(shape_.head_dim), window, num_sms_));
+    return decode_plans_.back().second;
+  }
+
+  // One KV group's view of the step on the device.
+  struct StepGroup {
+    const int64_t *slots;   // [num_tokens]
+    cuda::BatchView batch;  // block_indices: the group's
+  };
+
   int32_t device_id_;
   PoolShape shape_;
   int num_sms_ = 0;
@@ -191,10 +282,10 @@ class CudaBackend final : public Backend {
   void *host_dev_ = nullptr;  // the same memory, for kernels
   cudaStream_t stream_ = nullptr;
   DeviceBuffer batch_buf_, workspace_, pairs_buf_;
-  void *workspace_ptr_ = nullptr;
-  const int64_t *d_slots_ = nullptr;
-  cuda::BatchView batch_{};
-  cuda::DecodePlan plan_{};
+  void *workspace_ptr_ = nullptr;  // decode_workspace_bound bytes: any window's plan fits
+  std::vector<StepGroup> groups_;  // [num_kv_groups] of the planned step
+  std::vector<std::pair<int32_t, cuda::DecodePlan>> decode_plans_;  // (window, plan) of the step
+  ScaleTable scales_;
 };
 
 }  // namespace
