@@ -133,6 +133,11 @@ void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kin
   }
 }
 
+uint32_t kw_window(const kw_world *w, uint32_t l)
+{
+  return w->layer_windows ? w->layer_windows[l] : w->c.window;
+}
+
 /* Scales by (layer, kind, head): a cycle that saturates |x| > 0.75 (e4m3: 1/600, e5m2: 1/80000),
  * stays in range, and puts values on subnormal codes (e4m3: 40, e5m2: 3000). */
 float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head)
@@ -169,9 +174,9 @@ void kw_cache_row(const kw_world *w, uint32_t layer, uint32_t kind, const void *
 void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd)
 {
   const size_t n = (size_t)w->kv_heads * w->c.head_dim;
-  if (!w->memo_rows) { /* at most 32 MiB of rows, a power of two of them */
+  if (!w->memo_rows) { /* at most 64 MiB of rows, a power of two of them */
     size_t rows = 4;
-    while (rows < 65536 && rows * 2 * n * sizeof(double) <= ((size_t)32 << 20))
+    while (rows < 65536 && rows * 2 * n * sizeof(double) <= ((size_t)64 << 20))
       rows *= 2;
     w->memo = malloc(rows * n * sizeof(double));
     w->memo_keys = calloc(rows * 2, sizeof(uint64_t));
@@ -203,6 +208,9 @@ struct pkv_pool_info kw_pool(kw_world *w)
   return p;
 }
 
+static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks,
+                       const uint32_t *layer_windows);
+
 int kw_init(kw_world *w, const kw_config *c)
 {
   return kw_init_host(w, c, 0);
@@ -210,7 +218,22 @@ int kw_init(kw_world *w, const kw_config *c)
 
 int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks)
 {
+  return kw_init_all(w, c, host_num_blocks, NULL);
+}
+
+int kw_init_windows(kw_world *w, const kw_config *c, const uint32_t *layer_windows)
+{
+  return kw_init_all(w, c, 0, layer_windows);
+}
+
+static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks,
+                       const uint32_t *layer_windows)
+{
   memset(w, 0, sizeof *w);
+  if (layer_windows) {
+    w->layer_windows = malloc(c->num_layers * sizeof(uint32_t));
+    memcpy(w->layer_windows, layer_windows, c->num_layers * sizeof(uint32_t));
+  }
   w->c = *c;
   if (w->c.q_amp == 0.0f)
     w->c.q_amp = 1.0f;
@@ -241,8 +264,13 @@ int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks)
   p.host_num_blocks = host_num_blocks;
   p.kv_dtype = c->kv_dtype;
   p.sliding_window = c->window;
+  p.layer_windows = w->layer_windows;
   w->e = NULL;
-  if (!CHECK_OK(pkv_engine_create(&p, &w->e)) || !CHECK(w->e != NULL))
+  w->layer_group = calloc(c->num_layers, sizeof(uint32_t));
+  w->layer_slot = calloc(c->num_layers, sizeof(uint32_t));
+  uint32_t groups = 0;
+  if (!CHECK_OK(pkv_kv_groups(&p, w->layer_group, w->layer_slot, NULL, 0, &groups, NULL)) ||
+      !CHECK_OK(pkv_engine_create(&p, &w->e)) || !CHECK(w->e != NULL))
     return 0;
   if (!w->fp8)
     return 1;
@@ -266,7 +294,8 @@ void kw_free(kw_world *w)
   if (w->e)
     CHECK_ENGINE(w->e);
   pkv_engine_destroy(w->e);
-  free(w->scales), free(w->memo), free(w->memo_keys);
+  free(w->scales), free(w->memo), free(w->memo_keys), free(w->layer_group), free(w->layer_slot);
+  free(w->layer_windows);
   memset(w, 0, sizeof *w);
 }
 

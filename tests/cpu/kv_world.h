@@ -11,7 +11,9 @@
  * Attention variants: with an fp8 kv_dtype the engine gets per-(layer, head) scales that are not 1
  * (some small enough that values saturate, some large enough that they land on subnormal codes),
  * the pool is checked byte for byte against pkv_ref_fp8_encode, and the reference reads the same
- * quantized values (code value * scale). With a window the reference masks as pkv must.
+ * quantized values (code value * scale). With a window the reference masks as pkv must; with
+ * per-layer windows (KV groups) each layer is read and checked through its own group's slot
+ * mapping and its slot in the pool (pkv_kv_groups).
  */
 #ifndef PKV_TESTS_KV_WORLD_H
 #define PKV_TESTS_KV_WORLD_H
@@ -86,6 +88,9 @@ typedef struct kw_world {
   uint64_t *memo_keys; /* [memo_rows][2]: prefix, 1 + layer * 4 + kind (0 = empty) */
   size_t memo_rows;
   uint64_t memo_clock; /* picks the row of a set to replace */
+  uint32_t *layer_windows;            /* NULL, or [layers]: each layer's window (kw_init_windows) */
+  uint32_t *layer_group, *layer_slot; /* [layers]: pkv_kv_groups */
+  uint64_t given_back; /* block table entries of -1 (blocks a windowed group gave back) seen */
   double atol, rtol;
   double scale;
   kw_seq seqs[KW_MAX_SEQS];
@@ -100,6 +105,9 @@ typedef struct kw_world {
 int kw_init(kw_world *w, const kw_config *c);
 /* The same with a host tier of host_num_blocks blocks (pkv_swap_out). */
 int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks);
+/* The same with a window per layer (layer_windows [c->num_layers], copied; c->window unused):
+ * layers of different windows are KV groups of their own. */
+int kw_init_windows(kw_world *w, const kw_config *c, const uint32_t *layer_windows);
 void kw_free(kw_world *w);
 
 /* Sequences, by slot index. kw_alloc returns the slot (-1 on failure) and the cached count. */
@@ -143,6 +151,9 @@ void kw_cache_row(const kw_world *w, uint32_t layer, uint32_t kind, const void *
 /* kw_gen_row then kw_cache_row: the values the pool holds for the k (kind 1) or v (2) row of the
  * token whose prefix hash is prefix, on layer (kept: the checks read a window's rows every step). */
 void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd);
+
+/* Layer l's window (0 = full attention). */
+uint32_t kw_window(const kw_world *w, uint32_t l);
 
 /* The fp8 scale of (layer, kind 1 k / 2 v, kv head) that kw_init sets. */
 float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head);

@@ -80,26 +80,37 @@ static void gen_rows(const kw_world *w, const pkv_batch_view *v, const int *s, s
   }
 }
 
+/* Where row r's K (or V) of layer l starts in the pool, in elements: its group's slot, the
+ * layer's place in the pool's layer dimension. -1 when the group has no slot for it. */
+static int64_t pool_at(const kw_world *w, const pkv_batch_view *v, const struct pkv_pool_info *p,
+                       uint32_t l, uint32_t r)
+{
+  const int64_t slot = v->group_slot_mapping[(size_t)w->layer_group[l] * v->num_tokens + r];
+  return slot < 0 ? -1 : (int64_t)(w->layer_slot[l] * p->layer_stride + (uint64_t)slot * p->token_stride);
+}
+
 /* Reads row r's K and V back from the pool, head by head, on every layer: the row itself, or
  * its fp8 codes. */
 static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs *b, uint32_t r)
 {
   const struct pkv_pool_info p = kw_pool(w);
   const size_t head_bytes = (size_t)w->c.head_dim * w->kv_elt;
-  const int64_t slot = v->slot_mapping[r];
   unsigned char *want_k = malloc(b->kv_row), *want_v = malloc(b->kv_row); /* >= a pool row */
-  int ok = CHECK(slot >= 0);
+  int ok = 1;
   for (uint32_t l = 0; ok && l < w->c.num_layers; l++) {
+    const int64_t row_at = pool_at(w, v, &p, l, r);
     const size_t src = ((size_t)l * v->num_tokens + r) * b->kv_row;
+    if (!CHECK(row_at >= 0))
+      break;
     kw_cache_row(w, l, 1, b->k + src, want_k, NULL);
     kw_cache_row(w, l, 2, b->v + src, want_v, NULL);
     for (uint32_t h = 0; ok && h < w->kv_heads; h++) {
-      const size_t at = (l * p.layer_stride + (uint64_t)slot * p.token_stride + h * p.head_stride) * w->kv_elt;
+      const size_t at = ((size_t)row_at + h * p.head_stride) * w->kv_elt;
       ok = CHECK(memcmp((const char *)p.k_base + at, want_k + h * head_bytes, head_bytes) == 0) &&
            CHECK(memcmp((const char *)p.v_base + at, want_v + h * head_bytes, head_bytes) == 0);
       if (!ok)
-        fprintf(stderr, "  pool row: layer %u slot %lld head %u (batch row %u)\n", l,
-                (long long)slot, h, r);
+        fprintf(stderr, "  pool row: layer %u at %lld head %u (batch row %u)\n", l,
+                (long long)row_at, h, r);
     }
   }
   free(want_k), free(want_v);
@@ -111,7 +122,7 @@ static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs
 static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q,
                            uint32_t i, uint32_t l, const step_bufs *b, const char *tag)
 {
-  const uint32_t hd = w->c.head_dim, ctx = (uint32_t)v->context_lens[i], win = w->c.window;
+  const uint32_t hd = w->c.head_dim, ctx = (uint32_t)v->context_lens[i], win = kw_window(w, l);
   const uint32_t r0 = (uint32_t)v->query_start[i], rows = (uint32_t)v->query_start[i + 1] - r0;
   const uint32_t pos0 = (uint32_t)v->positions[r0], first = win && pos0 >= win ? pos0 - win + 1 : 0;
   const size_t qn = (size_t)w->q_heads * hd, kvn = (size_t)w->kv_heads * hd, keys = ctx - first;
@@ -173,6 +184,12 @@ int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsi
     pkv_batch_abort(b);
     return kw_failed - failed_before;
   }
+  for (uint32_t g = 0; g < v.num_kv_groups; g++) /* the tables' -1 entries below each context */
+    for (uint32_t i = 0; i < n; i++) {
+      const int32_t *t = v.group_block_tables + ((size_t)g * n + i) * v.max_blocks_per_seq;
+      for (uint32_t k = 0; k < ((uint32_t)v.context_lens[i] + v.block_size - 1) / v.block_size; k++)
+        w->given_back += t[k] < 0;
+    }
   step_bufs sb;
   bufs_alloc(w, &sb, v.num_tokens);
   gen_rows(w, &v, s, &sb);
@@ -225,10 +242,14 @@ int kw_fill_direct(kw_world *w, int s, uint32_t n)
   const pkv_batch_view v = view_of(b);
   const struct pkv_pool_info p = kw_pool(w);
   unsigned char *row = malloc((size_t)w->kv_heads * w->c.head_dim * 4);
-  for (uint32_t r = 0; r < v.num_tokens; r++) {
+  int ok = 1;
+  for (uint32_t r = 0; ok && r < v.num_tokens; r++) {
     const uint64_t prefix = q->prefix[v.positions[r]];
-    for (uint32_t l = 0; l < w->c.num_layers; l++) {
-      const size_t at = (l * p.layer_stride + (uint64_t)v.slot_mapping[r] * p.token_stride) * w->kv_elt;
+    for (uint32_t l = 0; ok && l < w->c.num_layers; l++) {
+      const int64_t row_at = pool_at(w, &v, &p, l, r);
+      if (!(ok = CHECK(row_at >= 0)))
+        break;
+      const size_t at = (size_t)row_at * w->kv_elt;
       kw_gen_row(w, prefix, l, 1, row, NULL);
       kw_cache_row(w, l, 1, row, (char *)p.k_base + at, NULL);
       kw_gen_row(w, prefix, l, 2, row, NULL);
@@ -237,7 +258,7 @@ int kw_fill_direct(kw_world *w, int s, uint32_t n)
   }
   free(row);
   const uint32_t computed = (uint32_t)v.context_lens[0];
-  const int ok = CHECK_OK(pkv_batch_end(b));
+  ok = CHECK_OK(pkv_batch_end(b)) && ok;
   if (ok)
     q->num_computed = computed;
   return ok;

@@ -8,9 +8,12 @@
  * a preemption and resume, and 2000 decode steps of four sequences: thousands of tokens past the
  * window. Window 4096: a 4896-token prompt (its first 3900 tokens written into the pool by the
  * test: kw_fill_direct) prefilled in chunks across position 4096, beside a short prompt, then
- * 300 decode steps over 4096-key windows.
+ * 300 decode steps over 4096-key windows. Configs named mixed_* give their layers different
+ * windows (full attention on some): KV groups, each layer checked through its own group's slot
+ * mapping and pool slot. Every run must have seen blocks given back (-1 in the block tables).
  *
  * Usage: test_attention_window [CONFIG]   (no argument: every config) */
+#include <stdio.h>
 #include <string.h>
 
 #include "kv_world.h"
@@ -34,8 +37,43 @@ static const kw_config configs[] = {
   {"w4096_bs16_hd64_gqa4_bf16", 2, 8, 2, 64, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 4096},
   {"w4096_bs7_hd64_gqa8_f16_e4m3", 2, 8, 1, 64, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 4096},
   {"w4096_bs1_hd64_gqa1_f32", 2, 2, 2, 64, F32, 1, 0, 2, 0, 0, 0, 3, 0, 4096},
+  /* window: the largest of the layers' windows (mixed below) */
+  {"mixed_w7_full_w16_bs7_hd64_gqa4_bf16", 3, 8, 2, 64, BF16, 7, 0, 2, 0, 0, 0, 3, 0, 16},
+  {"mixed_full_w1_full_bs1_hd64_gqa8_f32_e5m2", 3, 8, 1, 64, F32, 1, 0, 2, 0, 0, 0, 3, E5M2, 1},
+  {"mixed_w4096_full_bs16_hd64_gqa4_f16_e4m3", 2, 8, 2, 64, F16, 16, 0, 2, 0, 0, 0, 3, E4M3, 4096},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
+
+/* The mixed configs' windows per layer. */
+static const struct {
+  const char *name;
+  uint32_t windows[3];
+} mixed[] = {
+  {"mixed_w7_full_w16_bs7_hd64_gqa4_bf16", {7, 0, 16}},
+  {"mixed_full_w1_full_bs1_hd64_gqa8_f32_e5m2", {0, 1, 0}},
+  {"mixed_w4096_full_bs16_hd64_gqa4_f16_e4m3", {4096, 0}},
+};
+
+static const uint32_t *layer_windows(const kw_config *c)
+{
+  for (size_t i = 0; i < sizeof mixed / sizeof mixed[0]; i++)
+    if (strcmp(c->name, mixed[i].name) == 0)
+      return mixed[i].windows;
+  return NULL;
+}
+
+/* kw_init, with the config's per-layer windows when it has them: then a group per window (or
+ * several: the pool holds num_blocks blocks of every group's layers) and a shorter decode (a
+ * full-attention layer's reference reads the whole context at every step). */
+static int init(kw_world *w, kw_config *c, uint32_t *decodes)
+{
+  const uint32_t *windows = layer_windows(c);
+  if (!windows)
+    return kw_init(w, c);
+  c->num_blocks *= c->num_layers;
+  *decodes /= 3;
+  return kw_init_windows(w, c, windows);
+}
 
 static void append1(kw_world *w, int s, uint32_t i)
 {
@@ -45,6 +83,8 @@ static void append1(kw_world *w, int s, uint32_t i)
 
 static void release_all(kw_world *w)
 {
+  if (!kw_failed && !CHECK(w->given_back > 0))
+    fprintf(stderr, "  %s: no block table held -1: nothing was given back\n", w->c.name);
   for (int s = 0; s < KW_MAX_SEQS; s++)
     if (w->seqs[s].id)
       kw_release(w, s);
@@ -69,7 +109,8 @@ static void run_small(const kw_config *c)
   const uint32_t win = c->window, bs = c->block_size;
   cc.num_blocks = 4 * (DECODES + 260) / bs + 64;
   kw_world w;
-  if (!kw_init(&w, &cc))
+  uint32_t decodes = DECODES;
+  if (!init(&w, &cc, &decodes))
     return;
   const uint64_t seed = win * 7919ull + bs * 31ull + (uint64_t)c->dtype;
   int32_t t[256];
@@ -109,10 +150,10 @@ static void run_small(const kw_config *c)
     return;
   }
   const int live[4] = {a, b, cq, f};
-  for (uint32_t step = 0; step < DECODES && !kw_failed; step++) {
+  for (uint32_t step = 0; step < decodes && !kw_failed; step++) {
     for (int i = 0; i < 4; i++)
       append1(&w, live[i], 2 + step * 4 + (uint32_t)i);
-    if (step == DECODES / 2) { /* B is preempted with its token pending and recomputed */
+    if (step == decodes / 2) { /* B is preempted with its token pending and recomputed */
       if (!kw_preempt(&w, b) || !kw_resume(&w, b, NULL))
         break;
     }
@@ -127,7 +168,8 @@ static void run_long(const kw_config *c)
   kw_config cc = *c;
   cc.num_blocks = 2 * (LONG_PROMPT + LONG_DECODES + 100) / c->block_size + 64;
   kw_world w;
-  if (!kw_init(&w, &cc))
+  uint32_t decodes = LONG_DECODES;
+  if (!init(&w, &cc, &decodes))
     return;
   static int32_t t[LONG_PROMPT];
   kw_tokens(t, LONG_PROMPT, 4242 + c->block_size);
@@ -146,7 +188,7 @@ static void run_long(const kw_config *c)
     kw_step(&w, s, NULL, 2, 0); /* q's prompt beside p's last 497 rows */
   }
   const int live[2] = {p, q};
-  for (uint32_t step = 0; step < LONG_DECODES && !kw_failed; step++) {
+  for (uint32_t step = 0; step < decodes && !kw_failed; step++) {
     append1(&w, p, step * 2);
     append1(&w, q, step * 2 + 1);
     kw_step(&w, live, NULL, 2, 0);
