@@ -56,9 +56,6 @@ Engine::Engine(const pkv_engine_params &params)
     PKV_REQUIRE(params_.enable_prefix_caching, "a store needs prefix caching (enable_prefix_caching 1)");
     PKV_REQUIRE(params_.host_num_blocks > 0,
                 "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");
-    if (groups_.num_groups() > 1)
-      fail(PKV_ERR_UNSUPPORTED, "a store with %u KV groups (sliding windows on some layers) is not supported yet",
-           groups_.num_groups());
   }
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
                                                : make_cpu_backend(pool_shape(), params_.num_threads);
