@@ -284,7 +284,9 @@ typedef struct pkv_engine_params {
                                      keys p - w + 1 .. p. 0 = full attention. default 0 */
   const uint32_t *layer_windows;  /* NULL, or [num_layers]: each layer's window (0 = full
                                      attention), in place of sliding_window; read at create only.
-                                     Layers are grouped by window (pkv_kv_groups) */
+                                     Layers are grouped by window (pkv_kv_groups). Windows (each
+                                     at most 2^31-1) and a host tier together: PKV_ERR_UNSUPPORTED
+                                     (pkv_profile and pkv_engine_create alike), for now */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
