@@ -103,6 +103,7 @@ struct pkv_pool_info Engine::pool_info() const {
   info.dtype = kv_dtype_of(params_);
   info.model_dtype = params_.dtype;
   info.num_kv_groups = groups_.num_groups();
+  info.kernels = backend_->kernels();
   info.num_layers = l.num_layers;
   info.num_blocks = params_.num_blocks;
   info.block_size = params_.block_size;

@@ -287,7 +287,7 @@ namespace Pkv
         public uint Group;
     }
 
-    /// <summary>pkv_pool_info (136 bytes on x86_64).</summary>
+    /// <summary>pkv_pool_info (144 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct PoolInfo
     {
@@ -313,6 +313,7 @@ namespace Pkv
         public ulong HostBytesPerPool;
         public int ModelDtype;
         public uint NumKvGroups;
+        public IntPtr Kernels;
     }
 
     /// <summary>pkv_store_info (24 bytes on x86_64).</summary>
@@ -431,7 +432,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 104, 184, 176, 320, 16, 56, 160, 32, 40, 136, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 32, 40, 104, 184, 176, 320, 16, 56, 160, 32, 40, 144, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

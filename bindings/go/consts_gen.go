@@ -394,7 +394,7 @@ type KVEvent struct {
 	Group      uint32
 }
 
-// PoolInfo is C's pkv_pool_info (136 bytes on amd64; layout checked against C at init).
+// PoolInfo is C's pkv_pool_info (144 bytes on amd64; layout checked against C at init).
 type PoolInfo struct {
 	StructSize       uint32
 	Device           int32
@@ -418,6 +418,7 @@ type PoolInfo struct {
 	HostBytesPerPool uint64
 	ModelDtype       int32
 	NumKVGroups      uint32
+	Kernels          uintptr
 }
 
 // StoreInfo is C's pkv_store_info (24 bytes on amd64; layout checked against C at init).

@@ -240,6 +240,7 @@ var layouts = []layout{
 		{"host_bytes_per_pool", unsafe.Offsetof(PoolInfo{}.HostBytesPerPool), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_bytes_per_pool)},
 		{"model_dtype", unsafe.Offsetof(PoolInfo{}.ModelDtype), unsafe.Offsetof(C.struct_pkv_pool_info{}.model_dtype)},
 		{"num_kv_groups", unsafe.Offsetof(PoolInfo{}.NumKVGroups), unsafe.Offsetof(C.struct_pkv_pool_info{}.num_kv_groups)},
+		{"kernels", unsafe.Offsetof(PoolInfo{}.Kernels), unsafe.Offsetof(C.struct_pkv_pool_info{}.kernels)},
 	}},
 	{"pkv_store_info", unsafe.Sizeof(StoreInfo{}), unsafe.Sizeof(C.struct_pkv_store_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(StoreInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_store_info{}.struct_size)},

@@ -821,6 +821,10 @@ struct pkv_pool_info {
   /* since 0.2.0 */
   int32_t model_dtype;            /* the model's dtype: pkv_attention's q, k, v and out */
   uint32_t num_kv_groups;         /* pkv_kv_groups; 1 without windows */
+  /* since 0.2.0: the attention kernels this engine runs, a static string: on the CPU the
+     instruction-set variant picked by CPUID at run time ("avx512-bf16", "avx512", "avx2",
+     "baseline"; the environment variable PKV_CPU_ISA forces one the CPU has); "cuda" */
+  const char *kernels;
 };
 
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);

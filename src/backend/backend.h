@@ -57,6 +57,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual int32_t device() const = 0;  // PKV_DEVICE_CPU or PKV_DEVICE_CUDA
+  virtual const char *kernels() const = 0;  // pkv_pool_info.kernels: a static string
   virtual void *k_pool() const = 0;
   virtual void *v_pool() const = 0;
   // The host tier's K and V (host memory, pinned on CUDA); null when it has no blocks.

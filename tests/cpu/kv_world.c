@@ -40,10 +40,35 @@ int kw_summary(void)
   return kw_failed ? 1 : 0;
 }
 
+void kw_skip_unless_isa(void)
+{
+  pkv_engine_params p;
+  pkv_engine_params_init(&p, sizeof p);
+  p.num_layers = 1, p.num_q_heads = 1, p.num_kv_heads = 1, p.head_dim = 64;
+  p.device = PKV_DEVICE_CPU, p.block_size = 16, p.num_blocks = 4, p.num_threads = 1;
+  pkv_engine *e = NULL;
+  const pkv_status s = pkv_engine_create(&p, &e);
+  if (s == PKV_ERR_UNSUPPORTED) {
+    printf("skipped: %s\n", pkv_last_error());
+    exit(77);
+  }
+  if (s != PKV_OK) {
+    fprintf(stderr, "pkv_engine_create: %s\n", pkv_last_error());
+    exit(1);
+  }
+  struct pkv_pool_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (pkv_pool_info(e, &info) == PKV_OK && info.kernels)
+    printf("CPU kernels: %s\n", info.kernels);
+  pkv_engine_destroy(e);
+}
+
 int kw_main(int argc, char **argv, const kw_config *configs, int num_configs,
             void (*run)(const kw_config *c))
 {
   int ran = 0;
+  kw_skip_unless_isa();
   for (int i = 0; i < num_configs; i++) {
     if (argc > 1 && strcmp(argv[1], configs[i].name) != 0)
       continue;

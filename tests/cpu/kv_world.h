@@ -164,6 +164,10 @@ struct pkv_pool_info kw_pool(kw_world *w);
 /* A test's main over its named configs: runs run(c) for every config, or only for the one named
  * by argv[1] (meson runs one per test, in parallel), printing "ok" or "FAIL" and its name after
  * each. Returns the exit status (1 for an unknown name). */
+/* When PKV_CPU_ISA forces a CPU kernel variant this CPU cannot run (pkv_engine_create answers
+ * PKV_ERR_UNSUPPORTED), prints why and exits 77: meson counts the test as skipped. Prints the
+ * variant the engine runs otherwise. */
+void kw_skip_unless_isa(void);
 int kw_main(int argc, char **argv, const kw_config *configs, int num_configs,
             void (*run)(const kw_config *c));
 

@@ -248,6 +248,7 @@ static void test_huge_scale(void)
 
 int main(void)
 {
+  kw_skip_unless_isa();
   KW_RUN(test_write_codes_all);
   KW_RUN(test_huge_scale);
   KW_RUN(test_set_scales_refusals);

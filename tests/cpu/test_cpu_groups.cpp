@@ -21,6 +21,7 @@
 
 #include "attention_ref.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "status.h"
 #include "pkv/pkv.h"
 
 namespace {
@@ -230,7 +231,7 @@ pkv::CpuStep step_of(const World &w) {
 }
 
 void run_config(const Config &c) {
-  pkv::CpuKernels kernels(2);
+  pkv::CpuKernels kernels(2, pkv::cpu_variant());
   {  // A: full attention, windows 5 and 40; a decode, a chunk, a prompt
     World w{c, {0, 5, 40}, {300, 160, 70}, {1, 45, 70}};
     build(w);
@@ -253,6 +254,12 @@ void run_config(const Config &c) {
 }  // namespace
 
 int main(int argc, char **argv) {
+  try {  // PKV_CPU_ISA naming a variant this CPU lacks: skipped
+    std::printf("CPU kernels: %s\n", pkv::cpu_variant().name);
+  } catch (const pkv::Error &e) {
+    std::printf("skipped: %s\n", e.what());
+    return e.status() == PKV_ERR_UNSUPPORTED ? 77 : 1;
+  }
   int ran = 0;
   for (const Config &c : kConfigs) {
     if (argc > 1 && std::strcmp(argv[1], c.name) != 0) continue;

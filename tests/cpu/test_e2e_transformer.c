@@ -579,6 +579,7 @@ static void bf16_and_scales(const model *m, const e2e_run *run, kv_mode *e4m3, k
 
 int main(void)
 {
+  kw_skip_unless_isa();
   model *m = malloc(sizeof *m);
   init_model(m);
   e2e_run *run = calloc(1, sizeof *run);

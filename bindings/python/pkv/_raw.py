@@ -379,6 +379,7 @@ class pkv_pool_info(_c.Structure):
         ('host_bytes_per_pool', _c.c_uint64),
         ('model_dtype', _c.c_int32),
         ('num_kv_groups', _c.c_uint32),
+        ('kernels', _c.c_char_p),
     ]
 
 
@@ -433,7 +434,7 @@ SIZES = {
     'pkv_batch_view': 160,
     'pkv_request_params': 32,
     'pkv_kv_event': 40,
-    'pkv_pool_info': 136,
+    'pkv_pool_info': 144,
     'pkv_store_info': 24,
     'pkv_store_entry': 184,
     'pkv_store_verify_result': 160,

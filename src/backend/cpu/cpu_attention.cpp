@@ -1,5 +1,7 @@
 // CPU paged attention, compiled once per instruction-set variant (PKV_CPU_VARIANT names the
-// namespace; meson builds a baseline and, on x86-64, an AVX2+FMA+F16C one picked at run time).
+// namespace; src/meson.build lists the variants, cpu_kernels.cpp picks one at run time). This is
+// the generic item runner: it hands an item to the variant's decode or prefill kernel
+// (cpu_decode.cpp, cpu_prefill.cpp) when that has a path for it, and runs it itself otherwise.
 // Everything here has internal linkage or lives in the variant's namespace, and no out-of-line
 // library template (vector growth, std::fill) is instantiated: the linker merges such copies
 // across variants and could give the baseline an AVX2 body. The caller sizes the buffers.
@@ -300,9 +302,13 @@ void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork 
                 layer.window};
   const ItemRunner<T, C> runner{step, layer, s};
   pool.parallel_for(work.num_items, [&](size_t i, uint32_t thread) {
-    Scratch w(work.scratch[thread], s);
     const Item &it = work.items[i];
-    runner.run(it, w, it.part >= 0 ? work.partials + it.part : nullptr, layer.out);
+    float *partial = it.part >= 0 ? work.partials + it.part : nullptr;
+    if (it.rows == 1 ? decode_item(step, layer, it, work.scratch[thread], partial)
+                     : prefill_item(step, layer, it, work.scratch[thread], partial))
+      return;
+    Scratch w(work.scratch[thread], s);
+    runner.run(it, w, partial, layer.out);
   });
   pool.parallel_for(work.num_split_tiles, [&](size_t g, uint32_t thread) {
     merge<T>(work.items, work.split_tiles[g], work.partials, step, layer, s, work.scratch[thread]);

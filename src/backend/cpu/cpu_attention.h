@@ -1,5 +1,6 @@
 // The attention math of the CPU backend, one copy per instruction-set variant (cpu_attention.cpp
-// compiled with different flags); CpuKernels plans the work and picks a variant at run time.
+// and cpu_decode.cpp compiled with different flags); CpuKernels plans the work, cpu_variant()
+// picks the variant at run time.
 #pragma once
 
 #include <cstddef>
@@ -9,10 +10,15 @@
 
 namespace pkv {
 
-// Floats of per-thread scratch the math needs, for items of at most max_q rows x q heads.
+// Floats of per-thread scratch the math needs, for items of at most max_q rows x q heads: the
+// generic path's, or the decode and prefill kernels' (cpu_decode.cpp, cpu_prefill.cpp): their
+// state for max_q rows x heads plus kKernelScratchFloats of staging (converted rows, scores).
+constexpr size_t kKernelScratchFloats = size_t(1) << 16;
 inline size_t attention_scratch_floats(uint32_t max_q, uint32_t head_dim) {
   const size_t rg = max_q;
-  return 2 * rg * head_dim + 3 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;
+  const size_t generic = 2 * rg * head_dim + 3 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;
+  const size_t kernels = 2 * rg * (head_dim + 16) + kKernelScratchFloats;
+  return generic > kernels ? generic : kernels;
 }
 // Floats of one split item's partial result.
 inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t head_dim) {
@@ -29,9 +35,24 @@ inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t
                     uint32_t n, float scale);                                             \
   }
 
-PKV_DECLARE_CPU_ATTENTION(cpu_base)
-PKV_DECLARE_CPU_ATTENTION(cpu_v3)  // x86-64 with AVX2, FMA, F16C
+PKV_DECLARE_CPU_ATTENTION(cpu_baseline)
+PKV_DECLARE_CPU_ATTENTION(cpu_avx2)         // x86-64 with AVX2, FMA, F16C
+PKV_DECLARE_CPU_ATTENTION(cpu_avx512)       // + AVX-512 F, BW, DQ, VL
+PKV_DECLARE_CPU_ATTENTION(cpu_avx512_bf16)  // + AVX-512 BF16 (vdpbf16ps), VBMI
 
 #undef PKV_DECLARE_CPU_ATTENTION
+
+// Inside one variant (PKV_CPU_VARIANT): the kernels the generic item runner of cpu_attention.cpp
+// hands an item to. Each runs the item (rows == 1: a decode; more: a tile of a prefill) and
+// returns true, or returns false at once when it has no path for the layer's dtypes and shape
+// (the generic runner then runs it). Their output is the runner's: with `partial`, (m, l, acc)
+// of every (row, q head) in natural head_dim order, else the rows of layer.out. `scratch` holds
+// attention_scratch_floats(max_q, head_dim) floats.
+#if defined(PKV_CPU_VARIANT)
+namespace PKV_CPU_VARIANT {
+bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch, float *partial);
+bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch, float *partial);
+}  // namespace PKV_CPU_VARIANT
+#endif
 
 }  // namespace pkv

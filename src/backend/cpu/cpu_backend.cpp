@@ -45,10 +45,12 @@ class CpuBackend final : public Backend {
       : shape_(shape),
         bytes_(shape.bytes_per_pool()),
         num_threads_(num_threads),
+        variant_(cpu_variant()),
         pool_(2 * bytes_, "KV pool"),
         host_(2 * shape.host_bytes.pool, "host tier") {}
 
   int32_t device() const override { return PKV_DEVICE_CPU; }
+  const char *kernels() const override { return variant_.name; }
   void *k_pool() const override { return pool_.base(); }
   void *v_pool() const override { return pool_.base() + bytes_; }
   void *host_k_pool() const override { return host_.base(); }
@@ -97,7 +99,7 @@ class CpuBackend final : public Backend {
   // The worker threads start with the first computation: an engine used only for block
   // management (or created and destroyed in a loop) never starts any.
   CpuKernels &kernels() {
-    if (!kernels_) kernels_ = std::make_unique<CpuKernels>(num_threads_);
+    if (!kernels_) kernels_ = std::make_unique<CpuKernels>(num_threads_, variant_);
     return *kernels_;
   }
 
@@ -105,6 +107,7 @@ class CpuBackend final : public Backend {
   CpuStep step_{};  // the planned step
   uint64_t bytes_;
   uint32_t num_threads_;
+  const CpuVariant &variant_;
   Mapping pool_, host_;
   std::unique_ptr<CpuKernels> kernels_;
 };

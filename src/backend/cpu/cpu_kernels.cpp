@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
@@ -13,21 +14,80 @@
 
 namespace pkv {
 
-CpuKernels::CpuKernels(uint32_t num_threads)
-    : pool_(num_threads), attention_(&cpu_base::attention), quantize_(&cpu_base::quantize_fp8) {
-#if defined(PKV_HAVE_CPU_V3)
-  // PKV_CPU_ISA=baseline forces the portable variant (the tests run it on machines with AVX2).
-  const char *isa = std::getenv("PKV_CPU_ISA");
-  const bool force_baseline = isa && std::strcmp(isa, "baseline") == 0;
-  __builtin_cpu_init();
-  if (!force_baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
-    attention_ = &cpu_v3::attention;
-    quantize_ = &cpu_v3::quantize_fp8;
-    isa_ = "avx2+fma+f16c";
-  }
+namespace {
+
+// Best first. `cpu` lists the CPUID features a variant's code uses (__builtin_cpu_supports names;
+// libgcc checks that the OS saves the AVX and AVX-512 state too).
+struct VariantEntry {
+  CpuVariant v;
+  const char *cpu[10];
+};
+const VariantEntry kVariants[] = {
+#if defined(PKV_HAVE_CPU_X86)
+    {{"avx512-bf16", &cpu_avx512_bf16::attention, &cpu_avx512_bf16::quantize_fp8},
+     {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512bf16",
+      "avx512vbmi"}},
+    {{"avx512", &cpu_avx512::attention, &cpu_avx512::quantize_fp8},
+     {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"}},
+    {{"avx2", &cpu_avx2::attention, &cpu_avx2::quantize_fp8}, {"avx2", "fma", "f16c"}},
 #endif
+    {{"baseline", &cpu_baseline::attention, &cpu_baseline::quantize_fp8}, {}},
+};
+
+#if defined(PKV_HAVE_CPU_X86)
+bool cpu_has(const char *feature) {
+  // __builtin_cpu_supports takes only string literals: one case per name used above.
+  const std::string f = feature;
+  if (f == "avx2") return __builtin_cpu_supports("avx2");
+  if (f == "fma") return __builtin_cpu_supports("fma");
+  if (f == "f16c") return __builtin_cpu_supports("f16c");
+  if (f == "avx512f") return __builtin_cpu_supports("avx512f");
+  if (f == "avx512bw") return __builtin_cpu_supports("avx512bw");
+  if (f == "avx512dq") return __builtin_cpu_supports("avx512dq");
+  if (f == "avx512vl") return __builtin_cpu_supports("avx512vl");
+  if (f == "avx512bf16") return __builtin_cpu_supports("avx512bf16");
+  if (f == "avx512vbmi") return __builtin_cpu_supports("avx512vbmi");
+  return false;
 }
+#endif
+
+// The first feature of e this CPU lacks, or nullptr.
+const char *missing_feature(const VariantEntry &e) {
+#if defined(PKV_HAVE_CPU_X86)
+  __builtin_cpu_init();
+  for (const char *f : e.cpu)
+    if (f && !cpu_has(f)) return f;
+#else
+  (void)e;
+#endif
+  return nullptr;
+}
+
+}  // namespace
+
+const CpuVariant &cpu_variant() {
+  const char *forced = std::getenv("PKV_CPU_ISA");
+  if (forced && *forced) {
+    std::string names;
+    for (const VariantEntry &e : kVariants) {
+      if (std::strcmp(forced, e.v.name) == 0) {
+        if (const char *f = missing_feature(e))
+          fail(PKV_ERR_UNSUPPORTED, "PKV_CPU_ISA=%s: this CPU lacks %s (unset the variable to pick by CPUID)",
+               forced, f);
+        return e.v;
+      }
+      names += names.empty() ? "" : ", ";
+      names += e.v.name;
+    }
+    fail(PKV_ERR_INVALID_ARGUMENT, "PKV_CPU_ISA=%s: no such CPU kernel variant in this build (%s)", forced,
+         names.c_str());
+  }
+  for (const VariantEntry &e : kVariants)
+    if (!missing_feature(e)) return e.v;
+  return kVariants[sizeof kVariants / sizeof kVariants[0] - 1].v;
+}
+
+CpuKernels::CpuKernels(uint32_t num_threads, const CpuVariant &variant) : pool_(num_threads), variant_(variant) {}
 
 void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim) {
   q_heads_ = q_heads, kv_heads_ = kv_heads, head_dim_ = head_dim;
@@ -119,7 +179,7 @@ void CpuKernels::attention(const CpuStep &step, const CpuLayer &layer) {
   if (!plan.ready || plan.window != layer.window) plan_group(step, layer.window, plan);
   const AttnWork work{plan.items.data(), plan.items.size(), plan.split_tiles.data(), plan.split_tiles.size(),
                       partials_.data(), scratch_ptrs_.data()};
-  attention_(step, layer, work, pool_);
+  variant_.attention(step, layer, work, pool_);
 }
 
 // New rows into their slots of the layer's group: copied, or rounded to fp8 head by head (each
@@ -147,9 +207,9 @@ void CpuKernels::write_kv(const CpuStep &step, const CpuLayer &layer) {
       }
       for (uint32_t h = 0; h < layer.kv_heads; ++h) {
         const size_t out = size_t(h) * layer.head_dim;
-        quantize_(k + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(kc) + out, layer.head_dim,
+        variant_.quantize(k + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(kc) + out, layer.head_dim,
                   layer.k_scale[h]);
-        quantize_(v + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(vc) + out, layer.head_dim,
+        variant_.quantize(v + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(vc) + out, layer.head_dim,
                   layer.v_scale[h]);
       }
     }

@@ -73,11 +73,24 @@ struct CpuLayer {
   void *out;
 };
 
+// One build of the attention math for an instruction set (cpu_attention.h).
+struct CpuVariant {
+  const char *name;  // pkv_pool_info.kernels
+  void (*attention)(const CpuStep &, const CpuLayer &, const AttnWork &, ThreadPool &);
+  void (*quantize)(const void *, int32_t, int32_t, uint8_t *, uint32_t, float);
+};
+
+// The variant this process runs: the best this CPU's CPUID (and the OS's saved vector state)
+// allows, or the one the environment variable PKV_CPU_ISA names. Fails with
+// PKV_ERR_INVALID_ARGUMENT for a name it does not know and PKV_ERR_UNSUPPORTED for a variant
+// this CPU cannot run (the tests skip those), each message naming the variable.
+const CpuVariant &cpu_variant();
+
 class CpuKernels {
  public:
-  explicit CpuKernels(uint32_t num_threads);
+  CpuKernels(uint32_t num_threads, const CpuVariant &variant);
   uint32_t num_threads() const { return pool_.num_threads(); }
-  const char *isa() const { return isa_; }  // the attention variant picked for this CPU
+  const char *isa() const { return variant_.name; }  // the attention variant it runs
 
   // Prepares a step. Its work items depend on the shape and the window, not the layer: they are
   // made at the first call of each KV group and kept for the group's other layers.
@@ -93,9 +106,6 @@ class CpuKernels {
                    const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n);
 
  private:
-  using AttentionFn = void (*)(const CpuStep &, const CpuLayer &, const AttnWork &, ThreadPool &);
-  using QuantizeFn = void (*)(const void *, int32_t, int32_t, uint8_t *, uint32_t, float);
-
   // The items of one KV group of the planned step, for its window.
   struct GroupPlan {
     bool ready = false;
@@ -106,9 +116,7 @@ class CpuKernels {
   void plan_group(const CpuStep &step, uint32_t window, GroupPlan &plan);
 
   ThreadPool pool_;
-  AttentionFn attention_;
-  QuantizeFn quantize_;
-  const char *isa_ = "baseline";
+  const CpuVariant &variant_;
   uint32_t q_heads_ = 0, kv_heads_ = 0, head_dim_ = 0;  // of the planned step
   std::vector<GroupPlan> plans_;                        // [step.num_groups]
   std::vector<float> partials_;              // split results waiting for the merge

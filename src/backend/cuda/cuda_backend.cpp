@@ -116,6 +116,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override { release(); }
   int32_t device() const override { return PKV_DEVICE_CUDA; }
+  const char *kernels() const override { return "cuda"; }
   void *k_pool() const override { return k_; }
   void *v_pool() const override { return v_; }
   void *host_k_pool() const override { return host_; }

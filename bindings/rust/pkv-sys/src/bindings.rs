@@ -376,6 +376,7 @@ pub struct pkv_pool_info {
     pub host_bytes_per_pool: u64,
     pub model_dtype: i32,
     pub num_kv_groups: u32,
+    pub kernels: *const ::std::os::raw::c_char,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
