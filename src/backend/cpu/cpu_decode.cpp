@@ -1,10 +1,738 @@
-// CPU decode kernel: none yet in any variant; the generic runner of cpu_attention.cpp computes them.
+// CPU decode kernel: one new token per sequence against its paged context, at the memory's speed.
+// Compiled once per instruction-set variant (src/meson.build); the x86 variants have it, the
+// baseline hands every item back to the generic runner (cpu_attention.cpp).
+//
+// A decode reads each K/V element once and does `group` (q heads per kv head) multiply-adds with
+// it, so the work per byte is small but the generic runner's one-head-at-a-time dot products
+// left it compute-bound at ~3 cycles per element. Here, per kv head and chunk of kKeys keys:
+//  - Scores: the q heads of the kv head sit in the 128-bit lane groups of a register (4 heads in
+//    a zmm, 2 in a ymm), each group holding 4 consecutive head_dim values (fp32) or 4 pairs
+//    (bf16). One key's matching 4 values (or pairs) are broadcast to every group, and one FMA
+//    (or vdpbf16ps) advances all those heads at once: no lane is wasted when group >= 4, and a
+//    key's score is the sum of its group's 4 lanes, reduced 4 keys x 4 heads at a time with
+//    in-lane shuffles (reduce4) instead of a horizontal sum per (head, key).
+//  - Softmax: online, per head, on those registers (every group's lanes share their head's max).
+//  - P V: the accumulators of a pass of heads x a slice of head_dim stay in registers while the
+//    chunk's V rows stream past; each probability is broadcast from memory. With vdpbf16ps
+//    (avx512-bf16, bf16 and fp8 caches) two keys go at once: their V rows are interleaved
+//    (unpacklo/hi_epi16), which permutes head_dim within 128-bit lanes; the permutation is
+//    undone once, at the end. Probabilities are rounded to bf16 for that product, as
+//    FlashAttention does on GPUs; the sum l adds the rounded values, so the weights still sum
+//    to one.
+// fp8 caches are converted exactly, one chunk of one head at a time (to bf16 for vdpbf16ps by
+// two 128-entry byte lookups, vpermi2b; to fp32 through F16C otherwise), and their per-head
+// scales multiply the scores and the output, not every element.
+// Each head's K and V rows of a chunk are prefetched into L2 one head step ahead.
+// f16 caches use fp32 FMAs: AVX-512 FP16 has no f16 dot product with fp32 accumulation (that is
+// AVX10.2's vdpphps), and pkv does not accumulate attention in f16.
 #include "backend/cpu/cpu_attention.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "pkv/pkv.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define PKV_DECODE_KERNEL 1
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries
+// when inlined (GCC PR 105593, fixed in 12.3).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "backend/cpu/dtype_cvt.h"
+#include "backend/cpu/fp8.h"
+#endif
 
 namespace pkv {
 namespace PKV_CPU_VARIANT {
 
+#if !defined(PKV_DECODE_KERNEL)
+
 bool decode_item(const CpuStep &, const CpuLayer &, const AttnItem &, float *, float *) { return false; }
+
+#else
+
+namespace {
+
+constexpr uint32_t kKeys = 64;        // keys per chunk (a multiple of 4)
+
+// ------------------------------------------------------------------------------------ lanes
+// The two register widths, with the same operations (all of them work within 128-bit lanes).
+struct Ymm {
+  using R = __m256;
+  static constexpr uint32_t L = 8;
+  static R zero() { return _mm256_setzero_ps(); }
+  static R set1(float x) { return _mm256_set1_ps(x); }
+  static R load(const float *p) { return _mm256_loadu_ps(p); }
+  static void store(float *p, R x) { _mm256_storeu_ps(p, x); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+  static R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
+  static R max(R a, R b) { return _mm256_max_ps(a, b); }
+  static R bcast4(const float *p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(p)); }
+  static R bcast1(const float *p) { return _mm256_broadcast_ss(p); }
+  static R load_bf16(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static R load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+  static R unpacklo(R a, R b) { return _mm256_unpacklo_ps(a, b); }
+  static R unpackhi(R a, R b) { return _mm256_unpackhi_ps(a, b); }
+  static R unpacklo2(R a, R b) {
+    return _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a), _mm256_castps_pd(b)));
+  }
+  static R unpackhi2(R a, R b) {
+    return _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a), _mm256_castps_pd(b)));
+  }
+  template <int kImm> static R permute(R x) { return _mm256_permute_ps(x, kImm); }
+  static R round(R x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static R exp2i(R n) {  // 2^n for integral n in [-126, 127]
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  static R zero_below(R x, R value, float lo) {  // value where x >= lo, else 0 (NaN x: 0)
+    return _mm256_and_ps(value, _mm256_cmp_ps(x, set1(lo), _CMP_GE_OQ));
+  }
+};
+
+#if defined(__AVX512F__)
+struct Zmm {
+  using R = __m512;
+  static constexpr uint32_t L = 16;
+  static R zero() { return _mm512_setzero_ps(); }
+  static R set1(float x) { return _mm512_set1_ps(x); }
+  static R load(const float *p) { return _mm512_loadu_ps(p); }
+  static void store(float *p, R x) { _mm512_storeu_ps(p, x); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static R add(R a, R b) { return _mm512_add_ps(a, b); }
+  static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
+  static R max(R a, R b) { return _mm512_max_ps(a, b); }
+  static R bcast4(const float *p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
+  static R bcast1(const float *p) { return _mm512_set1_ps(*p); }
+  static R load_bf16(const uint16_t *p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static R load_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+  }
+  static R unpacklo(R a, R b) { return _mm512_unpacklo_ps(a, b); }
+  static R unpackhi(R a, R b) { return _mm512_unpackhi_ps(a, b); }
+  static R unpacklo2(R a, R b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  }
+  static R unpackhi2(R a, R b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  }
+  template <int kImm> static R permute(R x) { return _mm512_permute_ps(x, kImm); }
+  static R round(R x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static R exp2i(R n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  static R zero_below(R x, R value, float lo) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(lo), _CMP_GE_OQ), value);
+  }
+};
+#endif
+
+// Within each group of 4 lanes, every lane gets the group's max / sum.
+template <class W> inline typename W::R group_max(typename W::R x) {
+  x = W::max(x, W::template permute<0xB1>(x));  // lanes 1 0 3 2
+  return W::max(x, W::template permute<0x4E>(x));  // lanes 2 3 0 1
+}
+template <class W> inline typename W::R group_sum(typename W::R x) {
+  x = W::add(x, W::template permute<0xB1>(x));
+  return W::add(x, W::template permute<0x4E>(x));
+}
+
+// Four registers a, b, c, d -> in each 4-lane group: the sums of a's, b's, c's and d's lanes
+// of that group.
+template <class W>
+inline typename W::R reduce4(typename W::R a, typename W::R b, typename W::R c, typename W::R d) {
+  const typename W::R x = W::add(W::unpacklo(a, b), W::unpackhi(a, b));  // a0+a2 b0+b2 a1+a3 b1+b3
+  const typename W::R y = W::add(W::unpacklo(c, d), W::unpackhi(c, d));
+  return W::add(W::unpacklo2(x, y), W::unpackhi2(x, y));
+}
+
+// e^x for softmax arguments (x <= 0, -inf allowed): 0 below -87; the polynomial of vec8.h's exp8
+// (rel. error ~2e-7), so the two paths round alike.
+template <class W> inline typename W::R exp(typename W::R x) {
+  using R = typename W::R;
+  const R xc = W::max(x, W::set1(-87.0f));
+  const R n = W::round(W::mul(xc, W::set1(1.44269504088896341f)));
+  const R r = W::fma(n, W::set1(2.12194440e-4f), W::fma(n, W::set1(-0.693359375f), xc));
+  R p = W::set1(1.9875691500E-4f);
+  p = W::fma(p, r, W::set1(1.3981999507E-3f));
+  p = W::fma(p, r, W::set1(8.3334519073E-3f));
+  p = W::fma(p, r, W::set1(4.1665795894E-2f));
+  p = W::fma(p, r, W::set1(1.6666665459E-1f));
+  p = W::fma(p, r, W::set1(5.0000001201E-1f));
+  p = W::add(W::fma(W::mul(p, r), r, r), W::set1(1.0f));
+  return W::zero_below(x, W::mul(p, W::exp2i(n)), -87.0f);
+}
+
+// ------------------------------------------------------------------------------------ layout
+// What one call needs, per item.
+struct Shape {
+  uint32_t g, hd, kvh, esize;  // q heads per kv head, head_dim, kv heads, bytes per cache element
+};
+
+// The scratch of one item (floats; sized by decode_item, which gives up when it does not fit).
+// `regs` = registers per key of a kv head's scores (its q heads, 4 per 128-bit group each).
+struct Buffers {
+  float *acc;     // [q heads of the item][hd]
+  float *q;       // [kv heads of the item][segments][regs][L] arranged q (fp32 or bf16 pairs)
+  float *m, *l;   // [kv heads of the item][regs][L]: running max and sum, group-broadcast
+  float *s;       // [kKeys / 4][regs][L] scores, then fp32 probabilities
+  uint16_t *pb;   // [kKeys / 4][regs][L] probabilities as bf16 (the vdpbf16ps path)
+  float *alpha;   // [g] rescale of each q head's state by this chunk
+  void *kc, *vc;  // [kKeys][hd] the chunk's converted rows (fp32, or bf16), when needed
+  void *zero;     // [hd] zero row (4-byte elements): the padding keys of a short last chunk
+};
+
+// ------------------------------------------------------------------------------------ fp8
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+// The bf16 of every fp8 magnitude (code & 0x7f), exact (bf16 holds every e4m3 and e5m2 value as a
+// normal number), NaN codes as NaN and e5m2's infinity as infinity; split in high and low bytes
+// for two 128-entry byte lookups (vpermi2b).
+template <class C> constexpr uint16_t fp8_bf16_bits(uint32_t m) {
+  constexpr uint32_t kMan = C::kMan, kBias = C::kBias;
+  if (kMan == 3 && m == 0x7f) return 0x7fc0;                     // e4m3 NaN
+  if (kMan == 2 && m >= 0x7c) return m == 0x7c ? 0x7f80 : 0x7fc0;  // e5m2 inf, NaN
+  const uint32_t e = m >> kMan, f = m & ((1u << kMan) - 1);
+  if (e == 0) {  // subnormal: f * 2^(1 - bias - kMan), normalized
+    if (f == 0) return 0;
+    uint32_t p = 0;
+    while ((f >> (p + 1)) != 0) ++p;
+    const uint32_t exp = p + 1 + 127 - kBias - kMan;
+    return uint16_t((exp << 7) | ((f - (1u << p)) << (7 - p)));
+  }
+  return uint16_t(((e + 127 - kBias) << 7) | (f << (7 - kMan)));
+}
+template <class C> struct Fp8Table {
+  alignas(64) uint8_t hi[128], lo[128];
+  constexpr Fp8Table() : hi(), lo() {
+    for (uint32_t m = 0; m < 128; ++m) {
+      hi[m] = uint8_t(fp8_bf16_bits<C>(m) >> 8);
+      lo[m] = uint8_t(fp8_bf16_bits<C>(m) & 0xff);
+    }
+  }
+};
+template <class C> constexpr Fp8Table<C> kFp8Table{};
+
+// Rows of n codes (a multiple of 32) to bf16, exact: 64 codes per two byte lookups. The codes are
+// first permuted (vpermb) so that interleaving the looked-up low and high bytes (unpack, within
+// 128-bit lanes) leaves the words in order.
+template <class C> void fp8_row_bf16(const uint8_t *src, uint16_t *dst, uint32_t n) {
+  const Fp8Table<C> &t = kFp8Table<C>;
+  const __m512i hi0 = _mm512_load_si512(t.hi), hi1 = _mm512_load_si512(t.hi + 64);
+  const __m512i lo0 = _mm512_load_si512(t.lo), lo1 = _mm512_load_si512(t.lo + 64);
+  alignas(64) static constexpr struct Order {
+    uint8_t idx[64];
+    constexpr Order() : idx() {
+      for (uint32_t c = 0; c < 4; ++c)
+        for (uint32_t e = 0; e < 8; ++e) {
+          idx[c * 16 + e] = uint8_t(8 * c + e);
+          idx[c * 16 + 8 + e] = uint8_t(32 + 8 * c + e);
+        }
+    }
+  } order{};
+  const __m512i perm = _mm512_load_si512(order.idx), sign = _mm512_set1_epi8(char(0x80));
+  for (uint32_t d = 0; d < n; d += 64) {
+    const __mmask64 live = n - d >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - d)) - 1;
+    const __m512i codes = _mm512_permutexvar_epi8(perm, _mm512_maskz_loadu_epi8(live, src + d));
+    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+    _mm512_storeu_si512(dst + d, _mm512_unpacklo_epi8(lo, hi));
+    if (n - d >= 64) _mm512_storeu_si512(dst + d + 32, _mm512_unpackhi_epi8(lo, hi));
+  }
+}
+#endif
+
+// ------------------------------------------------------------------------------------ kernel
+// W: register width; Dot: vdpbf16ps on bf16 rows (else fp32 FMAs); C: the cache's element type.
+template <class W, bool Dot, class C> class Decoder {
+  using R = typename W::R;
+  static constexpr uint32_t L = W::L, kHeadsPerReg = L / 4;
+  // Values of head_dim per score segment: 4 floats, or 4 bf16 pairs.
+  static constexpr uint32_t kSeg = Dot ? 8 : 4;
+  static constexpr bool kFp8 = kIsFp8<C>;
+  // The rows the score and P V loops read: the cache's own (bf16 with Dot, bf16/f16 V without
+  // it), or the chunk converted (fp8; K without Dot).
+  static constexpr bool kConvertK = kFp8 || !Dot;
+  static constexpr bool kConvertV = kFp8;
+
+ public:
+  Decoder(const CpuStep &step, const CpuLayer &layer, const Shape &s, const Buffers &b)
+      : step_(step), layer_(layer), s_(s), b_(b), regs_((s.g + kHeadsPerReg - 1) / kHeadsPerReg) {}
+
+  // Floats of staging the item needs besides acc (decode_item checks them against the scratch).
+  static size_t staging_floats(const Shape &s, uint32_t kv_heads) {
+    const size_t regs = (s.g + kHeadsPerReg - 1) / kHeadsPerReg;
+    const size_t q = size_t(kv_heads) * (s.hd / kSeg) * regs * L;
+    const size_t state = 2 * size_t(kv_heads) * regs * L;
+    const size_t scores = (kKeys / 4) * regs * L;
+    const size_t rows = 2 * size_t(kKeys) * s.hd;  // fp32 at most
+    return q + state + 2 * scores + s.g + rows + s.hd + 64;
+  }
+
+  void run(const AttnItem &it, float *partial) {
+    const uint32_t hd = s_.hd, g = s_.g, qh = it.num_heads * g;
+    const uint32_t token = step_.query_start[it.seq] + it.row0;  // the one row (of a decode, or a tile)
+    arrange_q(it, token);
+    std::fill(b_.acc, b_.acc + size_t(qh) * hd, 0.0f);
+    for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i) b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
+    std::memset(b_.zero, 0, size_t(hd) * 4);
+    const int32_t *table = step_.block_table(layer_.group, it.seq);
+    // Element offsets of each key's row (kv head 0) in the layer's caches: this chunk's, the next's.
+    size_t rows[2][kKeys];
+    uint32_t n = offsets(table, it.key0, it.key1, rows[0]);
+    prefetch(rows[0], n, it.head);
+    for (uint32_t key = it.key0, c = 0; key < it.key1; key += kKeys, c ^= 1) {
+      const uint32_t next = key + kKeys < it.key1 ? offsets(table, key + kKeys, it.key1, rows[c ^ 1]) : 0;
+      for (uint32_t h = 0; h < it.num_heads; ++h) {
+        // The next head's rows (or the next chunk's first head's) go to L2 while this one computes.
+        if (h + 1 < it.num_heads) prefetch(rows[c], n, it.head + h + 1);
+        else if (next) prefetch(rows[c ^ 1], next, it.head);
+        const uint32_t head = it.head + h;
+        scores(h, head, rows[c], n);
+        softmax(h, head, n);
+        accumulate(h, head, rows[c], n);
+      }
+      n = next;
+    }
+    finish(it, token, partial);
+  }
+
+ private:
+  const C *k_row(size_t row, uint32_t head) const {
+    return static_cast<const C *>(layer_.k_cache) + row + size_t(head) * s_.hd;
+  }
+  const C *v_row(size_t row, uint32_t head) const {
+    return static_cast<const C *>(layer_.v_cache) + row + size_t(head) * s_.hd;
+  }
+
+  // Row offsets of keys [key, min(end, key + kKeys)) into row; their count.
+  uint32_t offsets(const int32_t *table, uint32_t key, uint32_t end, size_t *row) const {
+    const uint32_t n = std::min(kKeys, end - key), bs = step_.block_size;
+    for (uint32_t t = 0; t < n; ++t) {
+      const uint32_t pos = key + t;
+      row[t] = (size_t(table[pos / bs]) * bs + pos % bs) * s_.kvh * s_.hd;
+    }
+    return n;
+  }
+
+  // Requests kv head `head`'s K and V rows of n keys into L2: a head's row is a short run every
+  // kv_heads * head_dim elements, a stride the hardware prefetchers follow poorly, and one head
+  // step (about 2 x 64 x head_dim elements) ahead is far enough to hide the memory's latency and
+  // near enough not to evict what is computing.
+  void prefetch(const size_t *row, uint32_t n, uint32_t head) const {
+    const size_t bytes = size_t(s_.hd) * s_.esize;
+    for (uint32_t t = 0; t < n; ++t) {
+      const char *k = reinterpret_cast<const char *>(k_row(row[t], head));
+      const char *v = reinterpret_cast<const char *>(v_row(row[t], head));
+      for (size_t o = 0; o < bytes; o += 64) {
+        _mm_prefetch(k + o, _MM_HINT_T1);
+        _mm_prefetch(v + o, _MM_HINT_T1);
+      }
+    }
+  }
+
+  // q of kv head h's q heads, [segment][reg][L]: group i of reg r holds head r * kHeadsPerReg + i's
+  // values of the segment (fp32, or bf16 pairs in 32-bit lanes); heads past g are zero.
+  void arrange_q(const AttnItem &it, uint32_t token) {
+    const uint32_t hd = s_.hd, g = s_.g, segs = hd / kSeg;
+    for (uint32_t h = 0; h < it.num_heads; ++h) {
+      float *dst = b_.q + size_t(h) * segs * regs_ * L;
+      const size_t q0 = (size_t(token) * layer_.q_heads + size_t(it.head + h) * g) * hd;  // of the first q head
+      for (uint32_t seg = 0; seg < segs; ++seg)
+        for (uint32_t r = 0; r < regs_; ++r)
+          for (uint32_t i = 0; i < kHeadsPerReg; ++i) {
+            const uint32_t j = r * kHeadsPerReg + i;
+            float *lane = dst + (size_t(seg) * regs_ + r) * L + i * 4;
+            if (j >= g) {
+              std::memset(lane, 0, 16);
+              continue;
+            }
+            const size_t at = q0 + size_t(j) * hd + seg * kSeg;
+            if (Dot) {
+              uint16_t pairs[8];
+              for (uint32_t e = 0; e < 8; ++e) pairs[e] = q_bf16(at + e);
+              std::memcpy(lane, pairs, 16);
+            } else {
+              for (uint32_t e = 0; e < 4; ++e) lane[e] = q_float(at + e);
+            }
+          }
+    }
+  }
+  float q_float(size_t at) const {
+    switch (layer_.dtype) {
+      case PKV_DTYPE_F16: return float(static_cast<const _Float16 *>(layer_.q)[at]);
+      case PKV_DTYPE_BF16: {
+        const uint32_t u = uint32_t(static_cast<const uint16_t *>(layer_.q)[at]) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+      }
+      default: return static_cast<const float *>(layer_.q)[at];
+    }
+  }
+  uint16_t q_bf16(size_t at) const {  // Dot runs only for bf16 models
+    return static_cast<const uint16_t *>(layer_.q)[at];
+  }
+
+  // ---- scores of kv head h's q heads against the chunk's n keys -> b_.s, scaled
+  void scores(uint32_t h, uint32_t head, const size_t *row, uint32_t n) {
+    const uint32_t hd = s_.hd;
+    // The rows the loop reads, 4 keys at a time; past n: the zero row.
+    const void *rows[kKeys];
+    if (kConvertK) convert_rows(layer_.k_cache, layer_.k_scale, head, row, n, b_.kc, rows);
+    else
+      for (uint32_t t = 0; t < n; ++t) rows[t] = k_row(row[t], head);
+    for (uint32_t t = n; t < (n + 3) / 4 * 4; ++t) rows[t] = b_.zero;
+    const float *q = b_.q + size_t(h) * (hd / kSeg) * regs_ * L;
+    for (uint32_t t = 0; t < n; t += 4) {
+      switch (regs_) {
+        case 1: score4<1>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
+        case 2: score4<2>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
+        case 3: score4<3>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
+        default:
+          for (uint32_t r = 0; r < regs_; r += 4)  // passes of 4 registers
+            score4_range(q, rows + t, b_.s + size_t(t / 4) * regs_ * L, r, std::min(regs_, r + 4));
+      }
+    }
+  }
+  void score4_range(const float *q, const void *const *rows, float *out, uint32_t r0, uint32_t r1) {
+    switch (r1 - r0) {
+      case 1: return score4<1>(q, rows, out, r0);
+      case 2: return score4<2>(q, rows, out, r0);
+      case 3: return score4<3>(q, rows, out, r0);
+      default: return score4<4>(q, rows, out, r0);
+    }
+  }
+
+  // Keys rows[0..3] against registers [r0, r0 + NR) of q: out[r] = in each group, the 4 keys'
+  // scores of that group's head.
+  template <uint32_t NR> void score4(const float *q, const void *const *rows, float *out, uint32_t r0 = 0) {
+    constexpr uint32_t kSplit = NR == 1 ? 2 : 1;  // independent chains: at least 8
+    R acc[kSplit][4][NR];
+    for (uint32_t s = 0; s < kSplit; ++s)
+      for (uint32_t k = 0; k < 4; ++k)
+        for (uint32_t r = 0; r < NR; ++r) acc[s][k][r] = W::zero();
+    const uint32_t segs = s_.hd / kSeg;
+    for (uint32_t seg = 0; seg < segs; seg += kSplit)
+      for (uint32_t s = 0; s < kSplit && seg + s < segs; ++s) {
+        R kb[4];
+        for (uint32_t k = 0; k < 4; ++k) kb[k] = key_segment(rows[k], seg + s);
+        for (uint32_t r = 0; r < NR; ++r) {
+          const R qv = W::load(q + (size_t(seg + s) * regs_ + r0 + r) * L);
+          for (uint32_t k = 0; k < 4; ++k) acc[s][k][r] = madd(acc[s][k][r], kb[k], qv);
+        }
+      }
+    for (uint32_t r = 0; r < NR; ++r) {
+      R a[4];
+      for (uint32_t k = 0; k < 4; ++k) a[k] = kSplit == 2 ? W::add(acc[0][k][r], acc[kSplit - 1][k][r]) : acc[0][k][r];
+      W::store(out + (r0 + r) * L, reduce4<W>(a[0], a[1], a[2], a[3]));
+    }
+  }
+  // Segment seg of a key's row, in every group.
+  R key_segment(const void *row, uint32_t seg) const {
+    return W::bcast4(static_cast<const float *>(row) + seg * 4);  // 4 floats or 4 bf16 pairs: 16 bytes
+  }
+  R madd(R acc, R a, R b) const {
+#if defined(__AVX512BF16__)
+    if constexpr (Dot)
+      return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+#endif
+    return W::fma(a, b, acc);
+  }
+
+  // Rows of the chunk's n keys of kv head `head`, converted into dst ([kKeys][hd]: fp32, or bf16
+  // with Dot); rows[t] points at each.
+  void convert_rows(const void *cache, const float *, uint32_t head, const size_t *row, uint32_t n, void *dst,
+                    const void **rows) const {
+    const uint32_t hd = s_.hd;
+    for (uint32_t t = 0; t < n; ++t) {
+      const C *src = static_cast<const C *>(cache) + row[t] + size_t(head) * hd;
+      if constexpr (Dot) {
+#if defined(__AVX512BF16__)
+        if constexpr (kFp8) {  // (bf16 rows are read where they are)
+          uint16_t *out = static_cast<uint16_t *>(dst) + size_t(t) * hd;
+          fp8_row_bf16<C>(reinterpret_cast<const uint8_t *>(src), out, hd);
+          rows[t] = out;
+        }
+#endif
+      } else {
+        float *out = static_cast<float *>(dst) + size_t(t) * hd;
+        if constexpr (kFp8) fp8_row(src, out, hd, 1.0f);
+        else
+          for (uint32_t d = 0; d < hd; d += L) W::store(out + d, load_row(src + d));
+        rows[t] = out;
+      }
+    }
+  }
+  // L elements of a bf16 or f16 row as floats.
+  static R load_row(const C *p) {
+    if constexpr (std::is_same_v<C, Bf16>) return W::load_bf16(reinterpret_cast<const uint16_t *>(p));
+    else if constexpr (std::is_same_v<C, _Float16>) return W::load_f16(reinterpret_cast<const uint16_t *>(p));
+    else return W::load(reinterpret_cast<const float *>(p));
+  }
+
+  // The factor of every score: the softmax scale, and fp8's K scale (converted rows hold the
+  // codes' values).
+  float score_scale(uint32_t head) const {
+    if constexpr (kFp8) return layer_.scale * layer_.k_scale[head];
+    return layer_.scale;
+  }
+  float out_scale(uint32_t head) const {
+    if constexpr (kFp8) return layer_.v_scale[head];
+    return 1.0f;
+  }
+
+  // ---- online softmax over the chunk's scores of kv head h: probabilities into b_.s (fp32)
+  // or b_.pb (bf16), each head's rescale into b_.alpha, the running max and sum updated.
+  void softmax(uint32_t h, uint32_t head, uint32_t n) {
+    const uint32_t quads = (n + 3) / 4;
+    const R scale = W::set1(score_scale(head));
+    // Keys past n (the last quad's lanes >= n % 4 in every group): -inf.
+    alignas(64) float pad[L];
+    for (uint32_t i = 0; i < L; ++i) pad[i] = n % 4 && i % 4 >= n % 4 ? -__builtin_inff() : 0.0f;
+    const R last_pad = W::load(pad);
+    float *mh = b_.m + size_t(h) * regs_ * L, *lh = b_.l + size_t(h) * regs_ * L;
+    for (uint32_t r = 0; r < regs_; ++r) {
+      R mx = W::set1(-__builtin_inff());
+      for (uint32_t t4 = 0; t4 < quads; ++t4) {
+        float *at = b_.s + (size_t(t4) * regs_ + r) * L;
+        R x = W::mul(W::load(at), scale);
+        if (t4 + 1 == quads) x = W::add(x, last_pad);
+        W::store(at, x);
+        mx = W::max(mx, x);
+      }
+      const R m_old = W::load(mh + r * L), m_new = W::max(m_old, group_max<W>(mx));
+      const R alpha = exp<W>(W::sub(m_old, m_new));  // 0 at the first chunk (m_old = -inf)
+      R l = W::mul(W::load(lh + r * L), alpha);
+      for (uint32_t t4 = 0; t4 < quads; ++t4) {
+        float *at = b_.s + (size_t(t4) * regs_ + r) * L;
+        R p = exp<W>(W::sub(W::load(at), m_new));
+#if defined(__AVX512BF16__)
+        if constexpr (Dot) {
+          const __m256i pb = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p));
+          _mm256_storeu_si256(reinterpret_cast<__m256i *>(b_.pb + (size_t(t4) * regs_ + r) * L), pb);
+          p = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));  // the rounded values
+        }
+#endif
+        if constexpr (!Dot) W::store(at, p);
+        l = W::add(l, p);
+      }
+      W::store(mh + r * L, m_new);
+      W::store(lh + r * L, l);
+      alignas(64) float a[L];
+      W::store(a, alpha);
+      for (uint32_t i = 0; i < kHeadsPerReg && r * kHeadsPerReg + i < s_.g; ++i) b_.alpha[r * kHeadsPerReg + i] = a[i * 4];
+    }
+  }
+
+  // ---- acc of kv head h's q heads: times alpha, plus the chunk's P V
+  void accumulate(uint32_t h, uint32_t head, const size_t *row, uint32_t n) {
+    const void *rows[kKeys + 1];
+    if (kConvertV) convert_rows(layer_.v_cache, layer_.v_scale, head, row, n, b_.vc, rows);
+    else
+      for (uint32_t t = 0; t < n; ++t) rows[t] = v_row(row[t], head);
+    rows[n] = b_.zero;  // the pair of an odd last key (its probability is 0)
+    const uint32_t g = s_.g;
+    for (uint32_t j = 0; j < g;) {  // passes of 8, 4, 2 or 1 heads
+      const uint32_t hp = g - j >= 8 ? 8 : g - j >= 4 ? 4 : g - j >= 2 ? 2 : 1;
+      if (hp == 8) pass<8>(h, j, rows, n);
+      else if (hp == 4) pass<4>(h, j, rows, n);
+      else if (hp == 2) pass<2>(h, j, rows, n);
+      else pass<1>(h, j, rows, n);
+      j += hp;
+    }
+  }
+  // Registers per head of a pass of HP heads: as many as keep 16 accumulators, as long as they
+  // tile head_dim (Dot: pairs of registers, 32 values each).
+  template <uint32_t HP> void pass(uint32_t h, uint32_t j0, const void *const *rows, uint32_t n) {
+    constexpr uint32_t kMax = 16 / HP;
+    const uint32_t hd = s_.hd, unit = Dot ? 32 : L;  // head_dim per register pair / register
+    uint32_t a = kMax;
+    while (a > (Dot ? 2u : 1u) && hd % (a * (Dot ? 16 : L)) != 0) a /= 2;
+    (void)unit;
+    switch (a) {
+      case 16: if constexpr (kMax >= 16) return pass_a<HP, 16>(h, j0, rows, n); break;
+      case 8: if constexpr (kMax >= 8) return pass_a<HP, 8>(h, j0, rows, n); break;
+      case 4: if constexpr (kMax >= 4) return pass_a<HP, 4>(h, j0, rows, n); break;
+      case 2: if constexpr (kMax >= 2) return pass_a<HP, 2>(h, j0, rows, n); break;
+      default: break;
+    }
+    if constexpr (!Dot) pass_a<HP, 1>(h, j0, rows, n);
+  }
+  // Heads [j0, j0 + HP) of kv head h, A registers each, over head_dim A * (Dot ? 16 : L) at a time.
+  template <uint32_t HP, uint32_t A> void pass_a(uint32_t h, uint32_t j0, const void *const *rows, uint32_t n) {
+    const uint32_t hd = s_.hd, g = s_.g;
+    constexpr uint32_t kSpan = A * (Dot ? 16 : W::L);
+    for (uint32_t d0 = 0; d0 < hd; d0 += kSpan) {
+      R acc[HP][A];
+      for (uint32_t jj = 0; jj < HP; ++jj) {
+        const R alpha = W::set1(b_.alpha[j0 + jj]);
+        const float *src = b_.acc + (size_t(h) * g + j0 + jj) * hd + d0;
+        for (uint32_t a = 0; a < A; ++a) acc[jj][a] = W::mul(W::load(src + a * W::L), alpha);
+      }
+      if constexpr (Dot) {
+#if defined(__AVX512BF16__)
+        for (uint32_t t = 0; t < n; t += 2) {
+          __m512i pair[A];
+          const uint16_t *r0 = static_cast<const uint16_t *>(rows[t]) + d0;
+          const uint16_t *r1 = static_cast<const uint16_t *>(rows[t + 1]) + d0;  // rows[n]: zero
+          for (uint32_t z = 0; z < A / 2; ++z) {
+            const __m512i x = _mm512_loadu_si512(r0 + 32 * z), y = _mm512_loadu_si512(r1 + 32 * z);
+            pair[2 * z] = _mm512_unpacklo_epi16(x, y);
+            pair[2 * z + 1] = _mm512_unpackhi_epi16(x, y);
+          }
+          for (uint32_t jj = 0; jj < HP; ++jj) {
+            int32_t pp;
+            std::memcpy(&pp, prob_bf16(j0 + jj, t), 4);
+            const __m512bh p = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pp));
+            for (uint32_t a = 0; a < A; ++a) acc[jj][a] = _mm512_dpbf16_ps(acc[jj][a], reinterpret_cast<__m512bh>(pair[a]), p);
+          }
+        }
+#endif
+      } else {
+        for (uint32_t t = 0; t < n; ++t) {
+          R v[A];
+          for (uint32_t a = 0; a < A; ++a) v[a] = v_load(rows[t], d0 + a * W::L);
+          for (uint32_t jj = 0; jj < HP; ++jj) {
+            const R p = W::bcast1(prob(j0 + jj, t));
+            for (uint32_t a = 0; a < A; ++a) acc[jj][a] = W::fma(p, v[a], acc[jj][a]);
+          }
+        }
+      }
+      for (uint32_t jj = 0; jj < HP; ++jj) {
+        float *dst = b_.acc + (size_t(h) * g + j0 + jj) * hd + d0;
+        for (uint32_t a = 0; a < A; ++a) W::store(dst + a * W::L, acc[jj][a]);
+      }
+    }
+  }
+  R v_load(const void *row, uint32_t d) const {
+    if constexpr (kConvertV) return W::load(static_cast<const float *>(row) + d);
+    else return load_row(static_cast<const C *>(row) + d);
+  }
+  // Head j's probability of chunk key t (fp32), or of keys t, t + 1 (bf16 pair; t even).
+  const float *prob(uint32_t j, uint32_t t) const {
+    return b_.s + (size_t(t / 4) * regs_ + j / kHeadsPerReg) * L + (j % kHeadsPerReg) * 4 + t % 4;
+  }
+  const uint16_t *prob_bf16(uint32_t j, uint32_t t) const {
+    return b_.pb + (size_t(t / 4) * regs_ + j / kHeadsPerReg) * L + (j % kHeadsPerReg) * 4 + t % 4;
+  }
+
+  // ---- the item's result: (m, l, acc) into partial, or acc / l into out
+  void finish(const AttnItem &it, uint32_t token, float *partial) const {
+    const uint32_t hd = s_.hd, g = s_.g, qh = it.num_heads * g;
+    for (uint32_t h = 0; h < it.num_heads; ++h) {
+      const float scale = out_scale(it.head + h);
+      for (uint32_t j = 0; j < g; ++j) {
+        const uint32_t i = h * g + j;
+        const size_t lane = (size_t(h) * regs_ + j / kHeadsPerReg) * L + (j % kHeadsPerReg) * 4;
+        const float m = b_.m[lane];
+        const float l = (b_.l[lane] + b_.l[lane + 1]) + (b_.l[lane + 2] + b_.l[lane + 3]);
+        float *acc = b_.acc + size_t(i) * hd;
+        if constexpr (Dot) unpermute(acc);
+        if (partial) {
+          partial[i] = m;
+          partial[qh + i] = l;
+          float *dst = partial + 2 * size_t(qh) + size_t(i) * hd;
+          for (uint32_t d = 0; d < hd; ++d) dst[d] = acc[d] * scale;
+          continue;
+        }
+        write_out(acc, l > 0 ? scale / l : 0.0f, (size_t(token) * layer_.q_heads + size_t(it.head) * g + i) * hd);
+      }
+    }
+  }
+  // Dot's acc holds each 32 values of head_dim as [d 0-3, 8-11, 16-19, 24-27][d 4-7, 12-15, ...]
+  // (unpacklo/hi_epi16 of two rows): back to order.
+  void unpermute(float *acc) const {
+    for (uint32_t d0 = 0; d0 < s_.hd; d0 += 32) {
+      float tmp[32];
+      std::memcpy(tmp, acc + d0, sizeof tmp);
+      for (uint32_t c = 0; c < 4; ++c) {
+        std::memcpy(acc + d0 + c * 8, tmp + c * 4, 16);
+        std::memcpy(acc + d0 + c * 8 + 4, tmp + 16 + c * 4, 16);
+      }
+    }
+  }
+  void write_out(const float *acc, float mult, size_t at) const {
+    switch (layer_.dtype) {
+      case PKV_DTYPE_F16: return from_float_scaled(acc, mult, static_cast<_Float16 *>(layer_.out) + at, s_.hd);
+      case PKV_DTYPE_BF16: return from_float_scaled(acc, mult, static_cast<Bf16 *>(layer_.out) + at, s_.hd);
+      default: return from_float_scaled(acc, mult, static_cast<float *>(layer_.out) + at, s_.hd);
+    }
+  }
+
+  const CpuStep &step_;
+  const CpuLayer &layer_;
+  const Shape &s_;
+  const Buffers &b_;
+  const uint32_t regs_;
+};
+
+template <class W, bool Dot, class C>
+bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, const Shape &s, float *scratch,
+                 float *partial) {
+  using D = Decoder<W, Dot, C>;
+  const size_t qh = size_t(it.num_heads) * s.g;
+  // What attention_scratch_floats guarantees besides acc (max_q >= q heads of the layer).
+  if (D::staging_floats(s, it.num_heads) > qh * (s.hd + 32) + kKernelScratchFloats) return false;
+  const size_t regs = (s.g + W::L / 4 - 1) / (W::L / 4);
+  Buffers b;
+  float *p = scratch;
+  b.acc = p, p += qh * s.hd;
+  b.q = p, p += size_t(it.num_heads) * (s.hd / (Dot ? 8 : 4)) * regs * W::L;
+  b.m = p, p += size_t(it.num_heads) * regs * W::L;
+  b.l = p, p += size_t(it.num_heads) * regs * W::L;
+  b.s = p, p += (kKeys / 4) * regs * W::L;
+  b.pb = reinterpret_cast<uint16_t *>(p), p += (kKeys / 4) * regs * W::L;
+  b.alpha = p, p += s.g;
+  b.kc = p, p += size_t(kKeys) * s.hd;
+  b.vc = p, p += size_t(kKeys) * s.hd;
+  b.zero = p;
+  D(step, layer, s, b).run(it, partial);
+  return true;
+}
+
+template <class C>
+bool decode_cache(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, const Shape &s, float *scratch,
+                  float *partial) {
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+  // vdpbf16ps: the q rows must be bf16 already, and V's pairs of rows span 32 values.
+  if constexpr (!std::is_same_v<C, _Float16>)
+    if (layer.dtype == PKV_DTYPE_BF16 && s.hd % 32 == 0)
+      return run_decoder<Zmm, true, C>(step, layer, it, s, scratch, partial);
+#endif
+#if defined(__AVX512F__)
+  if (s.hd % 16 == 0) return run_decoder<Zmm, false, C>(step, layer, it, s, scratch, partial);
+#endif
+  return run_decoder<Ymm, false, C>(step, layer, it, s, scratch, partial);
+}
+
+}  // namespace
+
+bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
+  // f32 models, and caches that are the model's f32: the generic runner.
+  if (layer.dtype == PKV_DTYPE_F32 || it.rows != 1) return false;
+  const Shape s{layer.q_heads / layer.kv_heads, layer.head_dim, layer.kv_heads, 0};
+  Shape shape = s;
+  switch (layer.kv_dtype) {
+    case PKV_DTYPE_FP8_E4M3: shape.esize = 1; return decode_cache<Fp8E4M3>(step, layer, it, shape, scratch, partial);
+    case PKV_DTYPE_FP8_E5M2: shape.esize = 1; return decode_cache<Fp8E5M2>(step, layer, it, shape, scratch, partial);
+    case PKV_DTYPE_F16: shape.esize = 2; return decode_cache<_Float16>(step, layer, it, shape, scratch, partial);
+    case PKV_DTYPE_BF16: shape.esize = 2; return decode_cache<Bf16>(step, layer, it, shape, scratch, partial);
+    default: return false;
+  }
+}
+
+#endif  // PKV_DECODE_KERNEL
 
 }  // namespace PKV_CPU_VARIANT
 }  // namespace pkv
