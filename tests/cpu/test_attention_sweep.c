@@ -41,6 +41,13 @@ static const kw_config configs[] = {
   {"bs16_hd72_gqa4_bf16_e5m2", 2, 8, 2, 72, BF16, 16, 0, 2, 0, 0, 0, 3, E5M2, 0},
   {"bs7_hd128_gqa1_f32_e5m2", 3, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, E5M2, 0},
   {"bs32_hd256_gqa4_f16_e5m2_tp2", 2, 8, 4, 256, F16, 32, 0, 2, 2, 1, 0, 2, E5M2, 0},
+  /* the decode kernel's passes of 8/4/2/1 heads, 1-4 score registers, head_dim tiles of 32/16/8 */
+  {"bs16_hd128_gqa7_bf16", 2, 14, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
+  {"bs16_hd64_gqa16_f16", 2, 16, 1, 64, F16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
+  {"bs7_hd96_gqa6_bf16_e4m3", 2, 12, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0},
+  {"bs16_hd96_gqa3_bf16", 2, 6, 2, 96, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
+  {"bs1_hd112_gqa2_f16_e5m2", 2, 4, 2, 112, F16, 1, 0, 2, 0, 0, 0, 3, E5M2, 0},
+  {"bs16_hd256_gqa16_bf16_e5m2", 2, 16, 1, 256, BF16, 16, 0, 2, 0, 0, 0, 2, E5M2, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 
