@@ -281,11 +281,11 @@ int main(int argc, char **argv)
   cfg.probe_buf = probe_buf, cfg.kernels = kernels;
   char cpu[256];
   bench_cpu_model(cpu, sizeof cpu);
-  printf("pkv bench_attention%s: CPU %s, %u threads; kernels %s (PKV_CPU_ISA %s)\n",
-         mode == 1 ? " --quick" : mode == 2 ? " --full" : "", cpu, cfg.threads, kernels,
-         isa ? isa : "unset: picked by CPUID");
+  printf("pkv bench_attention%s: CPU %s, %u thread%s; kernels %s (PKV_CPU_ISA %s)\n",
+         mode == 1 ? " --quick" : mode == 2 ? " --full" : "", cpu, cfg.threads, cfg.threads == 1 ? "" : "s",
+         kernels, isa ? isa : "unset: picked by CPUID");
   const double probe0 = probe_now(&cfg, 5);
-  printf("read-bandwidth probe (sum over 1 GiB, %u threads, best of 5): %.1f GB/s\n\n", cfg.threads, probe0);
+  printf("read-bandwidth probe (a sum over 1 GiB on the same threads, best of 5): %.1f GB/s\n\n", probe0);
   printf("decode: 1 new token per sequence, block size %d; a step = every layer, >= 512 MiB of K/V;"
          " GB/s = K/V bytes read / median step time;\nprobe = best of 3 just before the case; ratio "
          "= GB/s / the better of it and the start probe\n", BLOCK);
