@@ -250,6 +250,38 @@ template <class C> void fp8_row_bf16(const uint8_t *src, uint16_t *dst, uint32_t
     if (n - d >= 64) _mm512_storeu_si512(dst + d + 32, _mm512_unpackhi_epi8(lo, hi));
   }
 }
+
+// 32 codes of two rows at once, converted and interleaved as the P V loop wants them: the same
+// registers as unpacklo/hi_epi16 of the two rows' bf16 values. One vpermb puts the codes in the
+// order that the lookups and one unpack of low and high bytes turn into those pairs.
+struct NoTables {};
+template <class C> struct Fp8Pairs {
+  __m512i hi0, hi1, lo0, lo1, order, sign;
+  Fp8Pairs() {
+    const Fp8Table<C> &t = kFp8Table<C>;
+    hi0 = _mm512_load_si512(t.hi), hi1 = _mm512_load_si512(t.hi + 64);
+    lo0 = _mm512_load_si512(t.lo), lo1 = _mm512_load_si512(t.lo + 64);
+    alignas(64) static constexpr struct Order {
+      uint8_t idx[64];
+      constexpr Order() : idx() {  // byte 16c + 2e + k: row k's code 8c + e
+        for (uint32_t c = 0; c < 4; ++c)
+          for (uint32_t e = 0; e < 8; ++e)
+            for (uint32_t k = 0; k < 2; ++k) idx[c * 16 + 2 * e + k] = uint8_t(k * 32 + c * 8 + e);
+      }
+    } kOrder{};
+    order = _mm512_load_si512(kOrder.idx);
+    sign = _mm512_set1_epi8(char(0x80));
+  }
+  void pairs(const uint8_t *r0, const uint8_t *r1, __m512i &p0, __m512i &p1) const {
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(r0))),
+                                            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r1)), 1);
+    const __m512i codes = _mm512_permutexvar_epi8(order, both);
+    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+    p0 = _mm512_unpacklo_epi8(lo, hi);
+    p1 = _mm512_unpackhi_epi8(lo, hi);
+  }
+};
 #endif
 
 // ------------------------------------------------------------------------------------ kernel
@@ -263,7 +295,7 @@ template <class W, bool Dot, class C> class Decoder {
   // The rows the score and P V loops read: the cache's own (bf16 with Dot, bf16/f16 V without
   // it), or the chunk converted (fp8; K without Dot).
   static constexpr bool kConvertK = kFp8 || !Dot;
-  static constexpr bool kConvertV = kFp8;
+  static constexpr bool kConvertV = kFp8 && !Dot;  // Dot converts V's codes as it pairs them
 
  public:
   Decoder(const CpuStep &step, const CpuLayer &layer, const Shape &s, const Buffers &b)
@@ -582,14 +614,20 @@ template <class W, bool Dot, class C> class Decoder {
       }
       if constexpr (Dot) {
 #if defined(__AVX512BF16__)
+        [[maybe_unused]] const std::conditional_t<kFp8, Fp8Pairs<C>, NoTables> fp8;  // fp8: its tables
         for (uint32_t t = 0; t < n; t += 2) {
           __m512i pair[A];
-          const uint16_t *r0 = static_cast<const uint16_t *>(rows[t]) + d0;
-          const uint16_t *r1 = static_cast<const uint16_t *>(rows[t + 1]) + d0;  // rows[n]: zero
+          const C *r0 = static_cast<const C *>(rows[t]) + d0;
+          const C *r1 = static_cast<const C *>(rows[t + 1]) + d0;  // rows[n]: zero
           for (uint32_t z = 0; z < A / 2; ++z) {
-            const __m512i x = _mm512_loadu_si512(r0 + 32 * z), y = _mm512_loadu_si512(r1 + 32 * z);
-            pair[2 * z] = _mm512_unpacklo_epi16(x, y);
-            pair[2 * z + 1] = _mm512_unpackhi_epi16(x, y);
+            if constexpr (kFp8) {
+              fp8.pairs(reinterpret_cast<const uint8_t *>(r0 + 32 * z), reinterpret_cast<const uint8_t *>(r1 + 32 * z),
+                        pair[2 * z], pair[2 * z + 1]);
+            } else {
+              const __m512i x = _mm512_loadu_si512(r0 + 32 * z), y = _mm512_loadu_si512(r1 + 32 * z);
+              pair[2 * z] = _mm512_unpacklo_epi16(x, y);
+              pair[2 * z + 1] = _mm512_unpackhi_epi16(x, y);
+            }
           }
           for (uint32_t jj = 0; jj < HP; ++jj) {
             int32_t pp;
