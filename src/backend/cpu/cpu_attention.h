@@ -13,7 +13,7 @@ namespace pkv {
 // Floats of per-thread scratch the math needs, for items of at most max_q rows x q heads: the
 // generic path's, or the decode and prefill kernels' (cpu_decode.cpp, cpu_prefill.cpp): their
 // state for max_q rows x heads plus kKernelScratchFloats of staging (converted rows, scores).
-constexpr size_t kKernelScratchFloats = size_t(1) << 16;
+constexpr size_t kKernelScratchFloats = size_t(1) << 18;
 inline size_t attention_scratch_floats(uint32_t max_q, uint32_t head_dim) {
   const size_t rg = max_q;
   const size_t generic = 2 * rg * head_dim + 3 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;

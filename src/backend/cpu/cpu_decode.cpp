@@ -22,7 +22,11 @@
 // fp8 caches are converted exactly, one chunk of one head at a time (to bf16 for vdpbf16ps by
 // two 128-entry byte lookups, vpermi2b; to fp32 through F16C otherwise), and their per-head
 // scales multiply the scores and the output, not every element.
-// Each head's K and V rows of a chunk are prefetched into L2 one head step ahead.
+// A chunk's K and V rows (all the item's heads) are first copied head-major into a staging
+// buffer: that copy reads the pool in order, a block at a time; reading one head's short runs
+// across many rows instead (the pool is [block][token][kv head][head_dim]) reached about half the
+// memory's streaming speed on this project's machines, even prefetched. The next chunk's rows are
+// prefetched into L2 while a chunk computes.
 // f16 caches use fp32 FMAs: AVX-512 FP16 has no f16 dot product with fp32 accumulation (that is
 // AVX10.2's vdpphps), and pkv does not accumulate attention in f16.
 #include "backend/cpu/cpu_attention.h"
@@ -39,6 +43,7 @@
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries
 // when inlined (GCC PR 105593, fixed in 12.3).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "backend/cpu/dtype_cvt.h"
@@ -180,6 +185,12 @@ struct Shape {
   uint32_t g, hd, kvh, esize;  // q heads per kv head, head_dim, kv heads, bytes per cache element
 };
 
+// Keys per chunk: the chunk's K and V rows of an item's heads are staged in ~128 KiB (L2).
+inline uint32_t chunk_keys(const Shape &s, uint32_t heads) {
+  const size_t row = 2 * size_t(heads) * s.hd * s.esize;
+  return uint32_t(std::clamp<size_t>((size_t(128) << 10) / row, 8, kKeys)) & ~3u;
+}
+
 // The scratch of one item (floats; sized by decode_item, which gives up when it does not fit).
 // `regs` = registers per key of a kv head's scores (its q heads, 4 per 128-bit group each).
 struct Buffers {
@@ -190,6 +201,7 @@ struct Buffers {
   uint16_t *pb;   // [kKeys / 4][regs][L] probabilities as bf16 (the vdpbf16ps path)
   float *alpha;   // [g] rescale of each q head's state by this chunk
   void *kc, *vc;  // [kKeys][hd] the chunk's converted rows (fp32, or bf16), when needed
+  void *kst, *vst;  // [kv heads of the item][kKeys][hd] the chunk's rows, staged (cache elements)
   void *zero;     // [hd] zero row (4-byte elements): the padding keys of a short last chunk
 };
 
@@ -308,7 +320,8 @@ template <class W, bool Dot, class C> class Decoder {
     const size_t state = 2 * size_t(kv_heads) * regs * L;
     const size_t scores = (kKeys / 4) * regs * L;
     const size_t rows = 2 * size_t(kKeys) * s.hd;  // fp32 at most
-    return q + state + 2 * scores + s.g + rows + s.hd + 64;
+    const size_t staged = 2 * ((size_t(kv_heads) * chunk_keys(s, kv_heads) * s.hd * s.esize + 3) / 4);
+    return q + state + 2 * scores + s.g + rows + s.hd + staged + 64;
   }
 
   void run(const AttnItem &it, float *partial) {
@@ -319,20 +332,20 @@ template <class W, bool Dot, class C> class Decoder {
     for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i) b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
     std::memset(b_.zero, 0, size_t(hd) * 4);
     const int32_t *table = step_.block_table(layer_.group, it.seq);
+    const uint32_t kc = kc_ = chunk_keys(s_, it.num_heads);
     // Element offsets of each key's row (kv head 0) in the layer's caches: this chunk's, the next's.
     size_t rows[2][kKeys];
-    uint32_t n = offsets(table, it.key0, it.key1, rows[0]);
-    prefetch(rows[0], n, it.head);
-    for (uint32_t key = it.key0, c = 0; key < it.key1; key += kKeys, c ^= 1) {
-      const uint32_t next = key + kKeys < it.key1 ? offsets(table, key + kKeys, it.key1, rows[c ^ 1]) : 0;
+    uint32_t n = offsets(table, it.key0, std::min(it.key1, it.key0 + kc), rows[0]);
+    for (uint32_t key = it.key0, c = 0; key < it.key1; key += kc, c ^= 1) {
+      const uint32_t next = key + kc < it.key1 ? offsets(table, key + kc, std::min(it.key1, key + 2 * kc), rows[c ^ 1]) : 0;
+      stage(rows[c], n, it);
       for (uint32_t h = 0; h < it.num_heads; ++h) {
-        // The next head's rows (or the next chunk's first head's) go to L2 while this one computes.
-        if (h + 1 < it.num_heads) prefetch(rows[c], n, it.head + h + 1);
-        else if (next) prefetch(rows[c ^ 1], next, it.head);
+        // A share of the next chunk's rows goes to L2 while this head computes.
+        prefetch(rows[c ^ 1] + next * h / it.num_heads, next * (h + 1) / it.num_heads - next * h / it.num_heads, it);
         const uint32_t head = it.head + h;
-        scores(h, head, rows[c], n);
+        scores(h, n);
         softmax(h, head, n);
-        accumulate(h, head, rows[c], n);
+        accumulate(h, n);
       }
       n = next;
     }
@@ -340,16 +353,9 @@ template <class W, bool Dot, class C> class Decoder {
   }
 
  private:
-  const C *k_row(size_t row, uint32_t head) const {
-    return static_cast<const C *>(layer_.k_cache) + row + size_t(head) * s_.hd;
-  }
-  const C *v_row(size_t row, uint32_t head) const {
-    return static_cast<const C *>(layer_.v_cache) + row + size_t(head) * s_.hd;
-  }
-
-  // Row offsets of keys [key, min(end, key + kKeys)) into row; their count.
+  // Row offsets of keys [key, end) (at most kKeys) into row; their count.
   uint32_t offsets(const int32_t *table, uint32_t key, uint32_t end, size_t *row) const {
-    const uint32_t n = std::min(kKeys, end - key), bs = step_.block_size;
+    const uint32_t n = end - key, bs = step_.block_size;
     for (uint32_t t = 0; t < n; ++t) {
       const uint32_t pos = key + t;
       row[t] = (size_t(table[pos / bs]) * bs + pos % bs) * s_.kvh * s_.hd;
@@ -357,15 +363,35 @@ template <class W, bool Dot, class C> class Decoder {
     return n;
   }
 
-  // Requests kv head `head`'s K and V rows of n keys into L2: a head's row is a short run every
-  // kv_heads * head_dim elements, a stride the hardware prefetchers follow poorly, and one head
-  // step (about 2 x 64 x head_dim elements) ahead is far enough to hide the memory's latency and
-  // near enough not to evict what is computing.
-  void prefetch(const size_t *row, uint32_t n, uint32_t head) const {
+  // The chunk's K and V rows of the item's heads, copied head-major into kst/vst ([head][key]
+  // [head_dim]): a token's heads are adjacent in the pool, so the copy reads memory in order
+  // (a block at a time), at the memory's streaming speed; reading one head's short runs across
+  // many rows instead, even prefetched, got half of it on this project's machines.
+  void stage(const size_t *row, uint32_t n, const AttnItem &it) {
     const size_t bytes = size_t(s_.hd) * s_.esize;
     for (uint32_t t = 0; t < n; ++t) {
-      const char *k = reinterpret_cast<const char *>(k_row(row[t], head));
-      const char *v = reinterpret_cast<const char *>(v_row(row[t], head));
+      const char *k = static_cast<const char *>(layer_.k_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
+      const char *v = static_cast<const char *>(layer_.v_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
+      for (uint32_t h = 0; h < it.num_heads; ++h) {
+        copy_bytes(reinterpret_cast<char *>(staged_k(h, t)), k + h * bytes, bytes);
+        copy_bytes(reinterpret_cast<char *>(staged_v(h, t)), v + h * bytes, bytes);
+      }
+    }
+  }
+  static void copy_bytes(char *dst, const char *src, size_t bytes) {
+    size_t o = 0;
+    for (; o + 64 <= bytes; o += 64) __builtin_memcpy(dst + o, src + o, 64);
+    for (; o < bytes; o += 8) __builtin_memcpy(dst + o, src + o, 8);  // rows are multiples of 8 bytes
+  }
+  C *staged_k(uint32_t h, uint32_t t) const { return static_cast<C *>(b_.kst) + (size_t(h) * kc_ + t) * s_.hd; }
+  C *staged_v(uint32_t h, uint32_t t) const { return static_cast<C *>(b_.vst) + (size_t(h) * kc_ + t) * s_.hd; }
+
+  // Requests n rows (the item's heads, K and V) into L2.
+  void prefetch(const size_t *row, uint32_t n, const AttnItem &it) const {
+    const size_t bytes = size_t(it.num_heads) * s_.hd * s_.esize;
+    for (uint32_t t = 0; t < n; ++t) {
+      const char *k = static_cast<const char *>(layer_.k_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
+      const char *v = static_cast<const char *>(layer_.v_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
       for (size_t o = 0; o < bytes; o += 64) {
         _mm_prefetch(k + o, _MM_HINT_T1);
         _mm_prefetch(v + o, _MM_HINT_T1);
@@ -417,13 +443,13 @@ template <class W, bool Dot, class C> class Decoder {
   }
 
   // ---- scores of kv head h's q heads against the chunk's n keys -> b_.s, scaled
-  void scores(uint32_t h, uint32_t head, const size_t *row, uint32_t n) {
+  void scores(uint32_t h, uint32_t n) {
     const uint32_t hd = s_.hd;
     // The rows the loop reads, 4 keys at a time; past n: the zero row.
     const void *rows[kKeys];
-    if (kConvertK) convert_rows(layer_.k_cache, layer_.k_scale, head, row, n, b_.kc, rows);
+    if (kConvertK) convert_rows(staged_k(h, 0), n, b_.kc, rows);
     else
-      for (uint32_t t = 0; t < n; ++t) rows[t] = k_row(row[t], head);
+      for (uint32_t t = 0; t < n; ++t) rows[t] = staged_k(h, t);
     for (uint32_t t = n; t < (n + 3) / 4 * 4; ++t) rows[t] = b_.zero;
     const float *q = b_.q + size_t(h) * (hd / kSeg) * regs_ * L;
     for (uint32_t t = 0; t < n; t += 4) {
@@ -484,11 +510,10 @@ template <class W, bool Dot, class C> class Decoder {
 
   // Rows of the chunk's n keys of kv head `head`, converted into dst ([kKeys][hd]: fp32, or bf16
   // with Dot); rows[t] points at each.
-  void convert_rows(const void *cache, const float *, uint32_t head, const size_t *row, uint32_t n, void *dst,
-                    const void **rows) const {
+  void convert_rows(const C *staged, uint32_t n, void *dst, const void **rows) const {
     const uint32_t hd = s_.hd;
     for (uint32_t t = 0; t < n; ++t) {
-      const C *src = static_cast<const C *>(cache) + row[t] + size_t(head) * hd;
+      const C *src = staged + size_t(t) * hd;
       if constexpr (Dot) {
 #if defined(__AVX512BF16__)
         if constexpr (kFp8) {  // (bf16 rows are read where they are)
@@ -568,11 +593,11 @@ template <class W, bool Dot, class C> class Decoder {
   }
 
   // ---- acc of kv head h's q heads: times alpha, plus the chunk's P V
-  void accumulate(uint32_t h, uint32_t head, const size_t *row, uint32_t n) {
+  void accumulate(uint32_t h, uint32_t n) {
     const void *rows[kKeys + 1];
-    if (kConvertV) convert_rows(layer_.v_cache, layer_.v_scale, head, row, n, b_.vc, rows);
+    if (kConvertV) convert_rows(staged_v(h, 0), n, b_.vc, rows);
     else
-      for (uint32_t t = 0; t < n; ++t) rows[t] = v_row(row[t], head);
+      for (uint32_t t = 0; t < n; ++t) rows[t] = staged_v(h, t);
     rows[n] = b_.zero;  // the pair of an odd last key (its probability is 0)
     const uint32_t g = s_.g;
     for (uint32_t j = 0; j < g;) {  // passes of 8, 4, 2 or 1 heads
@@ -713,6 +738,7 @@ template <class W, bool Dot, class C> class Decoder {
   const Shape &s_;
   const Buffers &b_;
   const uint32_t regs_;
+  uint32_t kc_ = kKeys;  // keys per chunk of the running item
 };
 
 template <class W, bool Dot, class C>
@@ -734,7 +760,10 @@ bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it,
   b.alpha = p, p += s.g;
   b.kc = p, p += size_t(kKeys) * s.hd;
   b.vc = p, p += size_t(kKeys) * s.hd;
-  b.zero = p;
+  b.zero = p, p += s.hd;
+  const size_t staged = (size_t(it.num_heads) * chunk_keys(s, it.num_heads) * s.hd * s.esize + 3) / 4;  // floats
+  b.kst = p, p += staged;
+  b.vst = p;
   D(step, layer, s, b).run(it, partial);
   return true;
 }
