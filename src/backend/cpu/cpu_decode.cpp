@@ -40,7 +40,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define PKV_DECODE_KERNEL 1
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* temporaries
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* temporaries
 // when inlined (GCC PR 105593, fixed in 12.3).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
