@@ -6,7 +6,8 @@
  * device-to-device cudaMemcpy probe, for bf16 and f16 caches, fp8 caches (e4m3, e5m2) under a
  * bf16 model, and a sliding window of WINDOW keys (bf16 and e4m3): GB/s counts the K/V bytes the
  * kernels read (one byte an element for fp8, the window's keys only); prefill GFLOP/s (2k, 8k
- * tokens). All buffers on the device;
+ * tokens; bf16, f16, an e4m3 cache, a window) as % of the tensor-core peak. All buffers on the
+ * device;
  * calls on our stream (pkv_engine_set_stream), timed by cudaEvents: a warm-up (it uploads the
  * batch), then the median of several, L2 flushed (untimed memset) before each. Without a usable
  * GPU it says so and exits 0. Usage: bench_attention_gpu [--quick]. Not a test; not installed.
@@ -317,20 +318,49 @@ int main(int argc, char **argv)
         fflush(stdout);
       }
   }
-  const int32_t dtypes[] = {PKV_DTYPE_BF16, PKV_DTYPE_F16};  printf("\nprefill: one causal prompt; GFLOP/s = 4 * q_heads * head_dim * n(n+1)/2 / median\n");
-  printf("%-5s %7s %10s %9s\n", "dtype", "tokens", "median ms", "GFLOP/s");
-  for (int d = 0; d < 2; d++)
+  /* Prefill runs on tensor cores (mma.sync m16n8k16, fp32 accumulation) for f16 / bf16 models:
+   * % of the device's dense f16 / bf16 tensor-core peak, SMs * clock * FLOP per SM per clock
+   * (sm_80: 2048, sm_90: 4096; mma.sync reaches only part of sm_90's, whose full rate needs
+   * wgmma), or "?" on other devices. FLOPs count the keys each token sees (its window). */
+  int sms = 0, clock_sm_khz = 0, major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&clock_sm_khz, cudaDevAttrClockRate, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess)
+    sms = clock_sm_khz = 0;
+  const double per_clock = major == 9 ? 4096 : major == 8 && minor == 0 ? 2048 : 0;
+  const double tc_peak = sms * (clock_sm_khz * 1e3) * per_clock * 1e-9; /* GFLOP/s */
+  if (tc_peak > 0)
+    printf("\ntensor-core peak (dense f16/bf16, %d SMs * %d kHz * %.0f FLOP): %.1f TFLOP/s\n", sms,
+           clock_sm_khz, per_clock, tc_peak * 1e-3);
+  printf("\nprefill: one causal prompt on tensor cores; GFLOP/s = 4 * q_heads * head_dim * (keys "
+         "the tokens see) / median\n");
+  printf("%-5s %-5s %6s %7s %10s %9s %8s\n", "model", "cache", "window", "tokens", "median ms",
+         "GFLOP/s", "of peak");
+  const kv_config prefills[] = {
+      {PKV_DTYPE_BF16, 0, 0}, {PKV_DTYPE_F16, 0, 0}, {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 0},
+      {PKV_DTYPE_BF16, 0, WINDOW},
+  };
+  for (int k = 0; k < (int)(sizeof prefills / sizeof prefills[0]); k++)
     for (uint32_t n = 2048; n <= 8192; n *= 4) {
-      const kv_config c = {dtypes[d], 0, 0};
+      const kv_config c = prefills[k];
       if (open_run(&r, c, n / BLOCK + 1, 1, n, 0)) {
         rc = 1;
         continue;
       }
       const double sec = time_calls(&r, quick ? 3 : 7);
       free_run(&r);
-      const double flops = 4.0 * Q_HEADS * HEAD_DIM * ((double)n * (n + 1) / 2);
-      printf("%-5s %7u %10.3f %9.1f\n", dtype_name(dtypes[d]), n, sec * 1e3,
-             sec > 0 ? flops / sec * 1e-9 : 0.0);
+      const double w = c.window ? c.window : n; /* keys: p + 1 up to the window */
+      const double seen = w >= n ? (double)n * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
+      const double gflops = sec > 0 ? 4.0 * Q_HEADS * HEAD_DIM * seen / sec * 1e-9 : 0.0;
+      rc |= sec <= 0;
+      printf("%-5s %-5s %6u %7u %10.3f %9.1f", dtype_name(c.dtype),
+             dtype_name(c.kv_dtype ? c.kv_dtype : c.dtype), c.window, n, sec * 1e3, gflops);
+      if (tc_peak > 0)
+        printf(" %7.0f%%\n", 100.0 * gflops / tc_peak);
+      else
+        printf(" %8s\n", "?");
+      fflush(stdout);
     }
   printf("\ndecode, contexts >= 2k, lowest GB/s (%s %.1f GB/s):\n", ref_name, ref);
   for (int k = 0; k < NUM_CONFIGS; k++)

@@ -1,5 +1,8 @@
-// Paged prefill attention with a causal mask (see prefill_attention.cuh).
-#include "attention_tile.cuh"
+// Paged prefill attention with a causal mask (see prefill_attention.cuh): on tensor cores for
+// f16 / bf16 models with a specialized head_dim (attention_mma.cuh; all of them are multiples of
+// 16), else the fp32 tile loop of attention_tile.cuh (f32 models, and the generic head_dims: 8 ..
+// 256 in steps of 8, some not a multiple of 16).
+#include "attention_mma.cuh"
 #include "prefill_attention.cuh"
 
 namespace pkv::cuda {
@@ -38,14 +41,61 @@ __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
   dev::store_rows<T, D, Tile::kRows>(a, rb, sm, acc);
 }
 
+// Tensor cores: keys per tile 64, 32 for head_dim 256 (registers: O is D / 2 floats a lane).
+template <int D>
+using PrefillMmaTile = dev::MmaTile<D, (D > 128 ? 32 : 64)>;
+
+// The same grid and rows as prefill_kernel, 64 rows a CTA.
 template <class T, class C, int D>
-cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
+__global__ void __launch_bounds__(kAttnThreads, 1) prefill_mma_kernel(AttnArgs a) {
+  using Tile = PrefillMmaTile<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int seq = blockIdx.z;
+  const int query_start = a.query_start[seq];
+  const int query_len = a.query_start[seq + 1] - query_start;
+  const int row0 = int(blockIdx.x) * Tile::kRows;
+  if (query_len < 2 || row0 >= query_len * a.group) return;
+  const int context_len = a.context_lens[seq];
+  const int num_rows = dev::imin(Tile::kRows, query_len * a.group - row0);
+  const RowBlock rb{seq, int(blockIdx.y), row0, num_rows, query_start, query_len, context_len};
+  const int first_pos = context_len - query_len + row0 / a.group;
+  const int last_pos = context_len - query_len + (row0 + num_rows - 1) / a.group;
+  dev::attend_rows_mma<T, C, D, Tile::kKeys>(a, rb, smem, dev::window_start(first_pos, a.window),
+                                             last_pos + 1);
+}
+
+template <class T, class C, int D>
+cudaError_t launch_mma(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
+  using Tile = PrefillMmaTile<D>;
+  const int64_t rows = int64_t(b.max_query_len) * a.group;
+  const dim3 grid(uint32_t((rows + Tile::kRows - 1) / Tile::kRows), uint32_t(a.kv_heads),
+                  uint32_t(b.num_seqs));
+  const void *kernel = reinterpret_cast<const void *>(&prefill_mma_kernel<T, C, D>);
+  if (Tile::kSmemBytes > 48 * 1024)  // past the default: opt in (sm_80 and sm_90 have more)
+    if (const cudaError_t e = cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tile::kSmemBytes)))
+      return e;
+  prefill_mma_kernel<T, C, D><<<grid, kAttnThreads, Tile::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <class T, class C, int D>
+cudaError_t launch_tile(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
   using Tile = PrefillTile<D>;
   const int64_t rows = int64_t(b.max_query_len) * a.group;
   const dim3 grid(uint32_t((rows + Tile::kRows - 1) / Tile::kRows), uint32_t(a.kv_heads),
                   uint32_t(b.num_seqs));
   prefill_kernel<T, C, D><<<grid, kAttnThreads, Tile::smem_bytes(a.head_dim), stream>>>(a);
   return cudaGetLastError();
+}
+
+// Tensor cores where they apply; only the other combinations instantiate the fp32 kernel.
+template <class T, class C, int D>
+cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
+  if constexpr (dev::kMmaType<T> && D != 0)
+    return launch_mma<T, C, D>(a, b, stream);
+  else
+    return launch_tile<T, C, D>(a, b, stream);
 }
 
 }  // namespace

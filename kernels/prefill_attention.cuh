@@ -1,7 +1,9 @@
 // Paged prefill attention with a causal mask: for sequences with more than one new token (a
 // prompt, a chunk of a longer prompt, new tokens after a cached prefix). A CTA takes a tile of
 // packed (new token, q head of the group) rows of one kv head and walks the sequence's blocks in
-// tiles of keys with an online softmax, so GQA reads each K/V tile once per row tile.
+// tiles of keys with an online softmax, so GQA reads each K/V tile once per row tile. f16 / bf16
+// models with head_dim 64, 80, 96, 128 or 256 run on tensor cores (mma.sync m16n8k16, fp32
+// accumulation; attention_mma.cuh); f32 models and the other head_dims on the fp32 tile loop.
 #pragma once
 
 #include "kv_types.cuh"

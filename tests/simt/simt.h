@@ -9,7 +9,8 @@
 //   - __syncthreads(): every thread of the block must reach the same call site; a thread that
 //     exits or waits at another barrier while others wait aborts the run with the sites named.
 //   - __shfl_*_sync / __ballot_sync / __syncwarp(mask): wait for exactly the lanes of mask, at
-//     the same call site; a lane of the mask that exited aborts.
+//     the same call site; a lane of the mask that exited aborts. mma.sync (kernels/mma.cuh)
+//     waits for the whole warp the same way, then multiplies the lanes' fragments.
 //   - static __shared__ is per worker thread storage (one block runs at a time per worker);
 //     dynamic shared memory is filled with 0xFF (NaN) at each block start, with a guard page.
 // Environment: SIMT_ORDER=forward|reverse|random (order fibers resume in), SIMT_SEED=n,
@@ -45,7 +46,7 @@ extern thread_local dim3 tls_grid_dim;
 
 void *dynamic_smem();
 
-enum class Op { shfl_idx, shfl_xor, shfl_up, shfl_down, sync, ballot, any, all };
+enum class Op { shfl_idx, shfl_xor, shfl_up, shfl_down, sync, ballot, any, all, mma };
 uint64_t warp_op(Op op, unsigned mask, uint64_t value, int param, int width, const char *file,
                  int line);
 void sync_threads(const char *file, int line);
@@ -117,8 +118,16 @@ void launch(const LaunchConfig &cfg, void (*kernel)(P...), A &&...args) {
       &ctx);
 }
 
+// Tensor cores: mma.sync.aligned.m16n8k16.row.col.f32 with f16 or bf16 operands, d += a b,
+// fragments as the PTX ISA lays them out (kernels/mma.cuh, which calls this where nvcc runs the
+// instruction; simt_mma.cpp). A collective of all 32 lanes of the warp, at one call site.
+enum class MmaType { f16, bf16 };
+void mma_m16n8k16(MmaType type, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                  const char *file, int line);
+
 }  // namespace simt
 
+#define SIMT_MMA 1
 #define threadIdx (::simt::tls_thread->tid)
 #define blockIdx (::simt::tls_block_idx)
 #define blockDim (::simt::tls_block_dim)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace simt {
 
@@ -16,5 +17,9 @@ size_t max_dynamic_smem(const void *kernel_id);
 
 // Records a launch error for cudaGetLastError.
 void set_last_error(int err);
+
+// Completes an mma.sync of a warp (simt_mma.cpp): lanes[l] is lane l's collective value, the
+// address of its fragments.
+void mma_complete(const uint64_t (&lanes)[32]);
 
 }  // namespace simt

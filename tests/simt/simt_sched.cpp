@@ -78,7 +78,7 @@ std::string where(const Fiber &f) {
 const char *op_name(Op op) {
   static const char *names[] = {"__shfl_sync",      "__shfl_xor_sync", "__shfl_up_sync",
                                 "__shfl_down_sync", "__syncwarp",      "__ballot_sync",
-                                "__any_sync",       "__all_sync"};
+                                "__any_sync",       "__all_sync",      "mma.sync"};
   return names[int(op)];
 }
 
@@ -260,6 +260,13 @@ uint32_t source_lane(const Fiber &f, uint32_t lane) {
 
 // The last lane of the mask to arrive computes every lane's result and wakes them.
 void complete_collective(Block &b, uint32_t warp_base, unsigned mask) {
+  if (b.current->op == Op::mma) {  // the last lane to arrive
+    uint64_t lanes[32];  // mma.sync's mask is the whole warp
+    for (uint32_t l = 0; l < 32; ++l) lanes[l] = b.fibers[warp_base + l].value;
+    mma_complete(lanes);
+    for (uint32_t l = 0; l < 32; ++l) b.fibers[warp_base + l].state = State::runnable;
+    return;
+  }
   uint64_t votes = 0;
   bool any = false, all = true;
   for (uint32_t l = 0; l < 32; ++l) {
