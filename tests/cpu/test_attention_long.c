@@ -1,7 +1,9 @@
 /* Long contexts: decode over > 4k tokens of context (the split over keys and its merge), two
  * sequences sharing those 4k tokens after a fork, a 300-token chunk at the end of a long prompt,
  * in batches that mix the long decodes with a 1-token decode, a prefill after a prefix hit and a
- * chunk of a 700-token prompt, against the fp64 reference.
+ * chunk of a 700-token prompt, against the fp64 reference; and 12 tokens appended to the long
+ * prompt and computed alone: a tile of 12 rows over 4k keys, split over keys (prefill partials
+ * and their merge).
  *
  * The first 3800 tokens of the long prompt are written into the pool by the test itself
  * (kw_fill_direct): checking their prefill would cost minutes of reference time.
@@ -47,8 +49,12 @@ static void run_config(const kw_config *c)
     const int s[2] = {q, p};
     kw_step(&w, s, NULL, 2, 0);
   }
-  /* p decodes alone, is forked (f shares its 4k tokens); h hits q's blocks; c is chunked. */
+  /* p decodes alone, then computes 12 more tokens alone (split over keys), is forked (f shares
+   * its 4k tokens); h hits q's blocks; c is chunked. */
   append1(&w, p, 0);
+  kw_step(&w, &p, NULL, 1, 0);
+  for (uint32_t i = 0; i < 12; i++)
+    append1(&w, p, 100 + i);
   kw_step(&w, &p, NULL, 1, 0);
   const int f = kw_fork(&w, p);
   memcpy(t, w.seqs[q].tokens, 32 * sizeof t[0]);

@@ -8,7 +8,7 @@
  * a preemption and resume, and 2000 decode steps of four sequences: thousands of tokens past the
  * window. Window 4096: a 4896-token prompt (its first 3900 tokens written into the pool by the
  * test: kw_fill_direct) prefilled in chunks across position 4096, beside a short prompt, then
- * 300 decode steps over 4096-key windows. Configs named mixed_* give their layers different
+ * 300 decode steps over 4096-key windows, one of them 9 tokens long (a tile split over keys). Configs named mixed_* give their layers different
  * windows (full attention on some): KV groups, each layer checked through its own group's slot
  * mapping and pool slot. Every run must have seen blocks given back (-1 in the block tables).
  *
@@ -190,6 +190,8 @@ static void run_long(const kw_config *c)
   const int live[2] = {p, q};
   for (uint32_t step = 0; step < decodes && !kw_failed; step++) {
     append1(&w, p, step * 2);
+    for (uint32_t i = 0; step == decodes / 2 && i < 8; i++)
+      append1(&w, p, 100000 + i);
     append1(&w, q, step * 2 + 1);
     kw_step(&w, live, NULL, 2, 0);
   }

@@ -13,7 +13,7 @@
 namespace pkv {
 
 constexpr uint32_t kAttnChunk = 16;        // keys converted to fp32 at a time
-constexpr uint32_t kAttnPrefillRows = 16;  // new tokens per item when a sequence has several
+constexpr uint32_t kAttnPrefillRows = 32;  // new tokens per item when a sequence has several
 
 // One work item: new tokens [row0, row0 + rows) of a sequence, kv heads [head, head +
 // num_heads) (all their q heads: contiguous in q and out), keys (positions) [key0, key1): the
