@@ -20,24 +20,33 @@ using PrefillTile =
 
 // grid = (row tile, kv head, seq). Rows of a sequence are its query_len * group (token, q head)
 // pairs; a tile needs the keys from its first row's window start to its last row's position.
+// The CTA's rows (tiles of kRows) and keys [key_begin, key_end); false when it has none (a
+// decode's sequence, or past the sequence's last tile).
+template <int kRows>
+__device__ bool prefill_rows(const AttnArgs &a, RowBlock &rb, int &key_begin, int &key_end) {
+  const int seq = blockIdx.z;
+  const int query_start = a.query_start[seq];
+  const int query_len = a.query_start[seq + 1] - query_start;
+  const int row0 = int(blockIdx.x) * kRows;
+  if (query_len < 2 || row0 >= query_len * a.group) return false;
+  const int context_len = a.context_lens[seq];
+  const int num_rows = dev::imin(kRows, query_len * a.group - row0);
+  rb = RowBlock{seq, int(blockIdx.y), row0, num_rows, query_start, query_len, context_len};
+  key_begin = dev::window_start(context_len - query_len + row0 / a.group, a.window);
+  key_end = context_len - query_len + (row0 + num_rows - 1) / a.group + 1;
+  return true;
+}
+
 template <class T, class C, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
   using Tile = PrefillTile<D>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int seq = blockIdx.z;
-  const int query_start = a.query_start[seq];
-  const int query_len = a.query_start[seq + 1] - query_start;
-  const int row0 = int(blockIdx.x) * Tile::kRows;
-  if (query_len < 2 || row0 >= query_len * a.group) return;
-  const int context_len = a.context_lens[seq];
-  const int num_rows = dev::imin(Tile::kRows, query_len * a.group - row0);
-  const RowBlock rb{seq, int(blockIdx.y), row0, num_rows, query_start, query_len, context_len};
-  const int first_pos = context_len - query_len + row0 / a.group;
-  const int last_pos = context_len - query_len + (row0 + rb.num_rows - 1) / a.group;
-  const int key_begin = dev::window_start(first_pos, a.window);
+  RowBlock rb;
+  int key_begin, key_end;
+  if (!prefill_rows<Tile::kRows>(a, rb, key_begin, key_end)) return;
   const dev::TileSmem sm = dev::carve_smem<Tile::kRows, Tile::kKeys>(smem, D ? D : a.head_dim);
   float acc[Tile::kPairs];
-  dev::attend_rows<T, C, D, Tile::kRows, Tile::kKeys>(a, rb, sm, key_begin, last_pos + 1, acc);
+  dev::attend_rows<T, C, D, Tile::kRows, Tile::kKeys>(a, rb, sm, key_begin, key_end, acc);
   dev::store_rows<T, D, Tile::kRows>(a, rb, sm, acc);
 }
 
@@ -50,18 +59,10 @@ template <class T, class C, int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) prefill_mma_kernel(AttnArgs a) {
   using Tile = PrefillMmaTile<D>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int seq = blockIdx.z;
-  const int query_start = a.query_start[seq];
-  const int query_len = a.query_start[seq + 1] - query_start;
-  const int row0 = int(blockIdx.x) * Tile::kRows;
-  if (query_len < 2 || row0 >= query_len * a.group) return;
-  const int context_len = a.context_lens[seq];
-  const int num_rows = dev::imin(Tile::kRows, query_len * a.group - row0);
-  const RowBlock rb{seq, int(blockIdx.y), row0, num_rows, query_start, query_len, context_len};
-  const int first_pos = context_len - query_len + row0 / a.group;
-  const int last_pos = context_len - query_len + (row0 + num_rows - 1) / a.group;
-  dev::attend_rows_mma<T, C, D, Tile::kKeys>(a, rb, smem, dev::window_start(first_pos, a.window),
-                                             last_pos + 1);
+  RowBlock rb;
+  int key_begin, key_end;
+  if (!prefill_rows<Tile::kRows>(a, rb, key_begin, key_end)) return;
+  dev::attend_rows_mma<T, C, D, Tile::kKeys>(a, rb, smem, key_begin, key_end);
 }
 
 template <class T, class C, int D>
