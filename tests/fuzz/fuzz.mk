@@ -14,8 +14,10 @@ all: $(HARNESSES)
 
 vpath %.cpp $(SRC)/src $(SRC)/src/backend $(SRC)/src/backend/cpu $(SRC)/src/tiers
 
-# clang 14 has no _Float16 on x86-64: the shim stands in (float16_shim.h); base variant only.
-$(OUT)/obj/cpu_attention.o: EXTRA := -DPKV_CPU_VARIANT=cpu_base -include $(SRC)/tests/fuzz/float16_shim.h
+# clang 14 has no _Float16 on x86-64: the shim stands in (float16_shim.h); the baseline variant
+# only (the one cpu_kernels.cpp names without PKV_HAVE_CPU_X86).
+CPU_VARIANT_OBJS := $(OUT)/obj/cpu_attention.o $(OUT)/obj/cpu_decode.o $(OUT)/obj/cpu_prefill.o
+$(CPU_VARIANT_OBJS): EXTRA := -DPKV_CPU_VARIANT=cpu_baseline -include $(SRC)/tests/fuzz/float16_shim.h
 
 $(OUT)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
