@@ -418,6 +418,23 @@ pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size) {
   return guard([&] { pkv::init_struct(p, size, pkv::default_store_params(), "pkv_store_params"); });
 }
 
+pkv_status pkv_event_publisher_params_init(pkv_event_publisher_params *p, uint32_t size) {
+  return guard([&] {
+    pkv::init_struct(p, size, pkv::default_event_publisher_params(), "pkv_event_publisher_params");
+  });
+}
+
+pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publisher_info *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    struct pkv_event_publisher_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    en.publisher_info(&info);
+    pkv::write_struct(out, info);
+  });
+}
+
 pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size) {
   return guard([&] { pkv::init_struct(p, size, pkv::default_request_params(), "pkv_request_params"); });
 }

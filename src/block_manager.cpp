@@ -534,7 +534,7 @@ uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *
     if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens);
     host_.set_node(host, node);
     tree_.set_host(node, host);
-    if (events_) events_->stored(hash, parent_hash, PKV_TIER_STORE, 0);
+    if (events_) events_->stored(hash, parent_hash, first + done == 0, block_tokens, PKV_TIER_STORE, 0);
     host_out->push_back(host);
     parent = node;
     parent_hash = hash;

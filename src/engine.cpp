@@ -73,6 +73,18 @@ Engine::Engine(const pkv_engine_params &params)
       blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b, false); });
     scheduler_.set_store(store_.get());
   }
+  if (params.event_publisher) {
+    publisher_config_ = std::make_unique<EventPublisherConfig>(params.event_publisher);
+    params_.event_publisher = &publisher_config_->params();
+    const bool cuda = params_.device == PKV_DEVICE_CUDA;
+    const bool file = store_config_ && store_config_->params().kind == PKV_STORE_FILE;
+    std::array<std::string, 4> medium;  // [PKV_TIER_*]: pkv.h lists these names
+    medium[PKV_TIER_DEVICE] = cuda ? "GPU" : "CPU";
+    medium[PKV_TIER_HOST] = cuda ? "CPU" : "CPU_HOST_TIER";
+    medium[PKV_TIER_STORE] = file ? "DISK" : "EXTERNAL";
+    publisher_ = std::make_unique<KvPublisher>(publisher_config_->params(), params_.block_size, std::move(medium));
+    events_.set_publisher(publisher_.get());
+  }
 }
 
 Engine::~Engine() {
@@ -365,6 +377,8 @@ void Engine::close(bool ran) {
   // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
   // leaves them queued for the next batch, unless pkv already did them.
   if (ran && !ob->copies_done) blocks_.copies_done(b.copies().size());
+  // The store's writer finishes blocks on its own thread: the wire hears of them step by step.
+  if (publisher_) note_store_events();
 }
 
 void Engine::end_batch() {
@@ -454,7 +468,10 @@ void Engine::write_sealed(const Sequence &s) {
     backend_->read_block(b.block, value.data() + offset);
     store_->encode(keys[b.index + 1], keys[b.index], s.tokens.data() + size_t(b.index) * params_.block_size,
                    value.data());
-    store_->write(keys[b.index + 1], std::move(value), StoreWritten{b.hash, b.parent_hash});
+    const int32_t *block_tokens = s.tokens.data() + size_t(b.index) * params_.block_size;
+    store_->write(keys[b.index + 1], std::move(value),
+                  StoreWritten{b.hash, b.parent_hash, b.index == 0,
+                               std::vector<int32_t>(block_tokens, block_tokens + params_.block_size)});
   }
 }
 
@@ -467,12 +484,21 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
   std::vector<uint8_t> value(shape.value_bytes());
   store_->read_host(b.host, value.data());
   store_->encode(keys[index + 1], keys[index], b.tokens.data() + size_t(index) * bs, value.data());
-  store_->write(keys[index + 1], std::move(value), StoreWritten{b.hash, b.parent_hash}, wait);
+  const int32_t *block_tokens = b.tokens.data() + size_t(index) * bs;
+  store_->write(keys[index + 1], std::move(value),
+                StoreWritten{b.hash, b.parent_hash, index == 0, std::vector<int32_t>(block_tokens, block_tokens + bs)},
+                wait);
 }
 
 void Engine::note_store_events() {
   if (!store_) return;
-  for (const StoreWritten &w : store_->take_written()) events_.stored(w.hash, w.parent_hash, PKV_TIER_STORE, 0);
+  for (const StoreWritten &w : store_->take_written())
+    events_.stored(w.hash, w.parent_hash, w.parent_is_root, w.tokens.data(), PKV_TIER_STORE, 0);
+}
+
+void Engine::publisher_info(struct pkv_event_publisher_info *out) const {
+  if (!publisher_) fail(PKV_ERR_STATE, "this engine has no event publisher (pkv_engine_params.event_publisher)");
+  publisher_->info(out);
 }
 
 size_t Engine::drain_events(void *out, size_t event_size, size_t cap) {

@@ -72,6 +72,8 @@ class Engine {
   void set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales);
   void set_stream(void *stream) { backend_->set_stream(stream); }
   size_t drain_events(void *out, size_t event_size, size_t cap);
+  // pkv_event_publisher_info; PKV_ERR_STATE without a publisher.
+  void publisher_info(struct pkv_event_publisher_info *out) const;
   std::string store_error() const { return store_ ? store_->last_error() : std::string(); }
   void reset_prefix_cache();
   pkv_stats stats() const;
@@ -112,6 +114,9 @@ class Engine {
   std::vector<float> k_scales_, v_scales_;  // fp8: [num_layers][kv_heads_per_rank]; else empty
   float softmax_scale_;
   std::unique_ptr<Backend> backend_;
+  // Before events_ and blocks_, which hand it events: it is destroyed after them.
+  std::unique_ptr<EventPublisherConfig> publisher_config_;  // the caller's pkv_event_publisher_params, owned
+  std::unique_ptr<KvPublisher> publisher_;
   KvEvents events_;
   BlockManager blocks_;
   SequenceTable seqs_;

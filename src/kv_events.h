@@ -1,11 +1,13 @@
 // KV events (DESIGN.md §8): what this engine's prefix cache holds, as canonical block hashes, for
-// KV-aware routers. A bounded queue the host drains in batches.
+// KV-aware routers. A bounded queue the host drains in batches, and, when the engine has one, the
+// publisher that sends them on the wire (kv_publisher.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 
+#include "kv_publisher.h"
 #include "pkv/pkv.h"
 
 namespace pkv {
@@ -16,15 +18,24 @@ class KvEvents {
       : enabled_(enabled), capacity_(capacity ? capacity : uint32_t(PKV_DEFAULT_KV_EVENTS_CAPACITY)), block_size_(block_size) {}
 
   bool enabled() const { return enabled_ && !muted_; }
-  // medium: PKV_TIER_DEVICE or PKV_TIER_HOST, where the block was stored or removed; group: the
-  // KV group whose block it is.
-  void stored(uint64_t hash, uint64_t parent_hash, uint32_t medium, uint32_t group) {
+  // Where events also go (not owned; null: nowhere else).
+  void set_publisher(KvPublisher *publisher) { publisher_ = publisher; }
+  // medium: PKV_TIER_*, where the block was stored or removed; group: the KV group whose block it
+  // is. parent_is_root: the block is the first under its salt (parent_hash is the root's).
+  // tokens: the block's tokens (block_size of them).
+  void stored(uint64_t hash, uint64_t parent_hash, bool parent_is_root, const int32_t *tokens, uint32_t medium,
+              uint32_t group) {
+    if (publisher_ && !muted_) publisher_->stored(hash, !parent_is_root, parent_hash, tokens, medium, group);
     push(PKV_EVENT_BLOCK_STORED, hash, parent_hash, medium, group);
   }
   void removed(uint64_t hash, uint64_t parent_hash, uint32_t medium, uint32_t group) {
+    if (publisher_ && !muted_) publisher_->removed(hash, medium, group);
     push(PKV_EVENT_BLOCK_REMOVED, hash, parent_hash, medium, group);
   }
-  void all_cleared() { push(PKV_EVENT_ALL_CLEARED, 0, 0, PKV_TIER_NONE, 0); }
+  void all_cleared() {
+    if (publisher_ && !muted_) publisher_->all_cleared();
+    push(PKV_EVENT_ALL_CLEARED, 0, 0, PKV_TIER_NONE, 0);
+  }
   // While muted nothing is queued (a reset that ends in one ALL_CLEARED instead).
   void mute(bool m) { muted_ = m; }
   // Moves up to cap events into out, event_size bytes apart: each gets the fields pkv knows,
@@ -36,6 +47,7 @@ class KvEvents {
 
   bool enabled_;
   bool muted_ = false;
+  KvPublisher *publisher_ = nullptr;
   size_t capacity_;
   uint32_t block_size_;
   uint64_t next_seq_no_ = 1;

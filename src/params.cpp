@@ -75,6 +75,38 @@ StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, defaul
   p_.callbacks = p_.kind == PKV_STORE_CALLBACK ? &callbacks_ : nullptr;
 }
 
+pkv_event_publisher_params default_event_publisher_params() {
+  pkv_event_publisher_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  return p;
+}
+
+EventPublisherConfig::EventPublisherConfig(const pkv_event_publisher_params *in)
+    : p_(read_struct(in, default_event_publisher_params(), "event_publisher")) {
+  // A string of at most max bytes, owned here (s may be NULL only with a fallback).
+  auto own = [](const char *s, const char *field, size_t min, size_t max, std::string &keep) {
+    const size_t n = s ? strnlen(s, max + 1) : 0;
+    PKV_REQUIRE(n >= min && n <= max, "event_publisher->%s must be a string of %zu .. %zu bytes%s", field, min, max,
+                s ? "" : ", got NULL");
+    keep.assign(s, n);
+    return keep.c_str();
+  };
+  p_.endpoint = own(p_.endpoint, "endpoint", 1, PKV_MAX_EVENT_ENDPOINT_BYTES, endpoint_);
+  p_.replay_endpoint =
+      p_.replay_endpoint ? own(p_.replay_endpoint, "replay_endpoint", 1, PKV_MAX_EVENT_ENDPOINT_BYTES, replay_endpoint_)
+                         : nullptr;
+  p_.topic = own(p_.topic ? p_.topic : "kv-events", "topic", 0, PKV_MAX_EVENT_TOPIC_BYTES, topic_);
+  auto fill = [](uint32_t &v, uint32_t fallback, uint32_t max, const char *field) {
+    if (v == 0) v = fallback;
+    PKV_REQUIRE(v <= max, "event_publisher->%s must be in 0 .. %u, got %u", field, max, v);
+  };
+  fill(p_.replay_buffer_batches, PKV_DEFAULT_EVENT_REPLAY_BATCHES, 1u << 24, "replay_buffer_batches");
+  fill(p_.send_hwm, PKV_DEFAULT_EVENT_SEND_HWM, 1u << 24, "send_hwm");
+  fill(p_.max_queue_events, PKV_DEFAULT_EVENT_QUEUE_EVENTS, 1u << 26, "max_queue_events");
+  fill(p_.max_batch_events, PKV_DEFAULT_EVENT_BATCH_EVENTS, 1u << 20, "max_batch_events");
+}
+
 pkv_seq_params default_seq_params() {
   pkv_seq_params p;
   std::memset(&p, 0, sizeof p);

@@ -69,6 +69,7 @@ inline uint32_t blocks_for_tokens(uint64_t num_tokens, uint32_t block_size) {
 // The defaults of every *_init call (pkv.h documents them beside the fields).
 pkv_engine_params default_engine_params();
 pkv_store_params default_store_params();
+pkv_event_publisher_params default_event_publisher_params();
 pkv_seq_params default_seq_params();
 pkv_request_params default_request_params();
 
@@ -94,6 +95,20 @@ class StoreConfig {
   pkv_store_params p_;
   std::string path_, host_, username_, password_, key_prefix_;
   pkv_store_callbacks callbacks_;
+};
+
+// The engine's own copy of the caller's pkv_event_publisher_params (read at the caller's
+// struct_size, checked, defaults resolved): its strings are owned here, and params points into them.
+class EventPublisherConfig {
+ public:
+  explicit EventPublisherConfig(const pkv_event_publisher_params *in);
+  EventPublisherConfig(const EventPublisherConfig &) = delete;
+  EventPublisherConfig &operator=(const EventPublisherConfig &) = delete;
+  const pkv_event_publisher_params &params() const { return p_; }
+
+ private:
+  pkv_event_publisher_params p_;
+  std::string endpoint_, replay_endpoint_, topic_;
 };
 
 // A cache salt's bytes; at most PKV_MAX_CACHE_SALT_BYTES.

@@ -88,7 +88,8 @@ uint32_t PrefixTree::add_child(uint32_t parent, uint64_t hash, const int32_t *to
 void PrefixTree::add_copy(uint32_t node, int32_t block) {
   Node &n = nodes_[node];
   n.copies.push_back(block);
-  if (n.copies.size() == 1 && events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_DEVICE, n.group);
+  if (n.copies.size() == 1 && events_)
+    events_->stored(n.hash, nodes_[n.parent].hash, is_root(n.parent), tokens(node), PKV_TIER_DEVICE, n.group);
 }
 
 void PrefixTree::remove_copy(uint32_t node, int32_t block) {
@@ -106,7 +107,7 @@ void PrefixTree::set_host(uint32_t node, int32_t host_block) {
   Node &n = nodes_[node];
   PKV_ASSERT(n.host < 0 && host_block >= 0);
   n.host = host_block;
-  if (events_) events_->stored(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST, n.group);
+  if (events_) events_->stored(n.hash, nodes_[n.parent].hash, is_root(n.parent), tokens(node), PKV_TIER_HOST, n.group);
 }
 
 void PrefixTree::clear_host(uint32_t node) {

@@ -21,6 +21,7 @@ namespace Pkv
         Device = -8,
         Internal = -9,
         Store = -10,
+        Events = -11,
     }
 
     /// <summary>pkv_store_key (32 bytes on x86_64).</summary>
@@ -79,7 +80,22 @@ namespace Pkv
         public IntPtr Callbacks;
     }
 
-    /// <summary>pkv_engine_params (184 bytes on x86_64).</summary>
+    /// <summary>pkv_event_publisher_params (48 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct EventPublisherParams
+    {
+        public uint StructSize;
+        public uint DataParallelRank;
+        public IntPtr Endpoint;
+        public IntPtr ReplayEndpoint;
+        public IntPtr Topic;
+        public uint ReplayBufferBatches;
+        public uint SendHwm;
+        public uint MaxQueueEvents;
+        public uint MaxBatchEvents;
+    }
+
+    /// <summary>pkv_engine_params (192 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct EngineParams
     {
@@ -120,6 +136,7 @@ namespace Pkv
         public int KvDtype;
         public uint SlidingWindow;
         public IntPtr LayerWindows;
+        public IntPtr EventPublisher;
     }
 
     /// <summary>pkv_kv_budget (176 bytes on x86_64).</summary>
@@ -287,6 +304,21 @@ namespace Pkv
         public uint Group;
     }
 
+    /// <summary>pkv_event_publisher_info (64 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct EventPublisherInfo
+    {
+        public uint StructSize;
+        public uint Reserved0;
+        public IntPtr Endpoint;
+        public IntPtr ReplayEndpoint;
+        public ulong NextSeq;
+        public ulong EventsPublished;
+        public ulong EventsDropped;
+        public ulong ReplayRequests;
+        public ulong EventsQueued;
+    }
+
     /// <summary>pkv_pool_info (144 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct PoolInfo
@@ -362,7 +394,7 @@ namespace Pkv
         public const string Library = "pkv";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 2;
+        public const int PKV_VERSION_MINOR = 3;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 
@@ -377,6 +409,7 @@ namespace Pkv
         public const int PKV_ERR_DEVICE = -8;
         public const int PKV_ERR_INTERNAL = -9;
         public const int PKV_ERR_STORE = -10;
+        public const int PKV_ERR_EVENTS = -11;
 
         public const int PKV_MAX_HEAD_DIM = 1024;
         public const int PKV_ATTENTION_MAX_HEAD_DIM = 256;
@@ -386,6 +419,12 @@ namespace Pkv
         public const int PKV_MAX_THREADS = 4096;
         public const int PKV_MAX_CACHE_SALT_BYTES = 65536;
         public const int PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536;
+        public const int PKV_DEFAULT_EVENT_REPLAY_BATCHES = 10000;
+        public const int PKV_DEFAULT_EVENT_SEND_HWM = 100000;
+        public const int PKV_DEFAULT_EVENT_QUEUE_EVENTS = 1048576;
+        public const int PKV_DEFAULT_EVENT_BATCH_EVENTS = 1024;
+        public const int PKV_MAX_EVENT_ENDPOINT_BYTES = 1024;
+        public const int PKV_MAX_EVENT_TOPIC_BYTES = 1024;
         public const int PKV_DEVICE_AUTO = 0;
         public const int PKV_DEVICE_CPU = 1;
         public const int PKV_DEVICE_CUDA = 2;
@@ -431,8 +470,8 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 104, 184, 176, 320, 16, 56, 160, 32, 40, 144, 24, 184, 160 };
+        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(EventPublisherInfo), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly int[] StructSizes = { 32, 40, 104, 48, 192, 176, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -450,6 +489,7 @@ namespace Pkv
                 case Status.Device: return "ERR_DEVICE";
                 case Status.Internal: return "ERR_INTERNAL";
                 case Status.Store: return "ERR_STORE";
+                case Status.Events: return "ERR_EVENTS";
                 default: return "UNKNOWN";
             }
         }
@@ -468,6 +508,9 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_store_params_init(StoreParams* p, uint size);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_event_publisher_params_init(EventPublisherParams* p, uint size);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_engine_params_init(EngineParams* p, uint size);
@@ -585,6 +628,9 @@ namespace Pkv
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_drain_kv_events_sized(EngineHandle e, KvEvent* @out, uint event_size, uint cap, uint* out_len);
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
+        public static extern Status pkv_event_publisher_info(EngineHandle e, EventPublisherInfo* @out);
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]
         public static extern Status pkv_reset_prefix_cache(EngineHandle e);

@@ -5,7 +5,7 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 2
+	VersionMinor = 3
 	VersionPatch = 0
 	ABIVersion   = 1
 )
@@ -23,17 +23,24 @@ const (
 	StatusDevice          Status = -8
 	StatusInternal        Status = -9
 	StatusStore           Status = -10
+	StatusEvents          Status = -11
 )
 
 const (
-	MaxHeadDim              = 1024
-	AttentionMaxHeadDim     = 256
-	AttentionHeadDimAlign   = 8
-	CUDAMaxGrid             = 65535
-	MaxBlockSize            = 1048576
-	MaxThreads              = 4096
-	MaxCacheSaltBytes       = 65536
-	DefaultKVEventsCapacity = 65536
+	MaxHeadDim                = 1024
+	AttentionMaxHeadDim       = 256
+	AttentionHeadDimAlign     = 8
+	CUDAMaxGrid               = 65535
+	MaxBlockSize              = 1048576
+	MaxThreads                = 4096
+	MaxCacheSaltBytes         = 65536
+	DefaultKVEventsCapacity   = 65536
+	DefaultEventReplayBatches = 10000
+	DefaultEventSendHwm       = 100000
+	DefaultEventQueueEvents   = 1048576
+	DefaultEventBatchEvents   = 1024
+	MaxEventEndpointBytes     = 1024
+	MaxEventTopicBytes        = 1024
 )
 
 const (
@@ -134,6 +141,7 @@ var statusNames = map[Status]string{
 	StatusDevice:          "ERR_DEVICE",
 	StatusInternal:        "ERR_INTERNAL",
 	StatusStore:           "ERR_STORE",
+	StatusEvents:          "ERR_EVENTS",
 }
 
 // Sentinel errors: errors.Is(err, ErrNoSpace) matches any *Error of that status.
@@ -148,6 +156,7 @@ var (
 	ErrDevice          = &Error{Status: StatusDevice}
 	ErrInternal        = &Error{Status: StatusInternal}
 	ErrStore           = &Error{Status: StatusStore}
+	ErrEvents          = &Error{Status: StatusEvents}
 )
 
 // sentinels by status
@@ -162,6 +171,7 @@ var sentinels = map[Status]*Error{
 	StatusDevice:          ErrDevice,
 	StatusInternal:        ErrInternal,
 	StatusStore:           ErrStore,
+	StatusEvents:          ErrEvents,
 }
 
 // StoreKey is C's pkv_store_key (32 bytes on amd64; layout checked against C at init).
@@ -202,7 +212,20 @@ type StoreParams struct {
 	Callbacks        uintptr
 }
 
-// EngineParams is C's pkv_engine_params (184 bytes on amd64; layout checked against C at init).
+// EventPublisherParams is C's pkv_event_publisher_params (48 bytes on amd64; layout checked against C at init).
+type EventPublisherParams struct {
+	StructSize          uint32
+	DataParallelRank    uint32
+	Endpoint            uintptr
+	ReplayEndpoint      uintptr
+	Topic               uintptr
+	ReplayBufferBatches uint32
+	SendHwm             uint32
+	MaxQueueEvents      uint32
+	MaxBatchEvents      uint32
+}
+
+// EngineParams is C's pkv_engine_params (192 bytes on amd64; layout checked against C at init).
 type EngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
@@ -241,6 +264,7 @@ type EngineParams struct {
 	KVDtype             int32
 	SlidingWindow       uint32
 	LayerWindows        uintptr
+	EventPublisher      uintptr
 }
 
 // KVBudget is C's pkv_kv_budget (176 bytes on amd64; layout checked against C at init).
@@ -392,6 +416,19 @@ type KVEvent struct {
 	ParentHash uint64
 	Medium     uint32
 	Group      uint32
+}
+
+// EventPublisherInfo is C's pkv_event_publisher_info (64 bytes on amd64; layout checked against C at init).
+type EventPublisherInfo struct {
+	StructSize      uint32
+	Reserved0       uint32
+	Endpoint        uintptr
+	ReplayEndpoint  uintptr
+	NextSeq         uint64
+	EventsPublished uint64
+	EventsDropped   uint64
+	ReplayRequests  uint64
+	EventsQueued    uint64
 }
 
 // PoolInfo is C's pkv_pool_info (144 bytes on amd64; layout checked against C at init).

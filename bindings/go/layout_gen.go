@@ -41,6 +41,17 @@ var layouts = []layout{
 		{"reserved1", unsafe.Offsetof(StoreParams{}.Reserved1), unsafe.Offsetof(C.struct_pkv_store_params{}.reserved1)},
 		{"callbacks", unsafe.Offsetof(StoreParams{}.Callbacks), unsafe.Offsetof(C.struct_pkv_store_params{}.callbacks)},
 	}},
+	{"pkv_event_publisher_params", unsafe.Sizeof(EventPublisherParams{}), unsafe.Sizeof(C.struct_pkv_event_publisher_params{}), []fieldOffset{
+		{"struct_size", unsafe.Offsetof(EventPublisherParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.struct_size)},
+		{"data_parallel_rank", unsafe.Offsetof(EventPublisherParams{}.DataParallelRank), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.data_parallel_rank)},
+		{"endpoint", unsafe.Offsetof(EventPublisherParams{}.Endpoint), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.endpoint)},
+		{"replay_endpoint", unsafe.Offsetof(EventPublisherParams{}.ReplayEndpoint), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.replay_endpoint)},
+		{"topic", unsafe.Offsetof(EventPublisherParams{}.Topic), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.topic)},
+		{"replay_buffer_batches", unsafe.Offsetof(EventPublisherParams{}.ReplayBufferBatches), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.replay_buffer_batches)},
+		{"send_hwm", unsafe.Offsetof(EventPublisherParams{}.SendHwm), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.send_hwm)},
+		{"max_queue_events", unsafe.Offsetof(EventPublisherParams{}.MaxQueueEvents), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.max_queue_events)},
+		{"max_batch_events", unsafe.Offsetof(EventPublisherParams{}.MaxBatchEvents), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.max_batch_events)},
+	}},
 	{"pkv_engine_params", unsafe.Sizeof(EngineParams{}), unsafe.Sizeof(C.struct_pkv_engine_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(EngineParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_engine_params{}.struct_size)},
 		{"num_layers", unsafe.Offsetof(EngineParams{}.NumLayers), unsafe.Offsetof(C.struct_pkv_engine_params{}.num_layers)},
@@ -79,6 +90,7 @@ var layouts = []layout{
 		{"kv_dtype", unsafe.Offsetof(EngineParams{}.KVDtype), unsafe.Offsetof(C.struct_pkv_engine_params{}.kv_dtype)},
 		{"sliding_window", unsafe.Offsetof(EngineParams{}.SlidingWindow), unsafe.Offsetof(C.struct_pkv_engine_params{}.sliding_window)},
 		{"layer_windows", unsafe.Offsetof(EngineParams{}.LayerWindows), unsafe.Offsetof(C.struct_pkv_engine_params{}.layer_windows)},
+		{"event_publisher", unsafe.Offsetof(EngineParams{}.EventPublisher), unsafe.Offsetof(C.struct_pkv_engine_params{}.event_publisher)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(KVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(KVBudget{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_budget{}.struct_size)},
@@ -216,6 +228,17 @@ var layouts = []layout{
 		{"parent_hash", unsafe.Offsetof(KVEvent{}.ParentHash), unsafe.Offsetof(C.struct_pkv_kv_event{}.parent_hash)},
 		{"medium", unsafe.Offsetof(KVEvent{}.Medium), unsafe.Offsetof(C.struct_pkv_kv_event{}.medium)},
 		{"group", unsafe.Offsetof(KVEvent{}.Group), unsafe.Offsetof(C.struct_pkv_kv_event{}.group)},
+	}},
+	{"pkv_event_publisher_info", unsafe.Sizeof(EventPublisherInfo{}), unsafe.Sizeof(C.struct_pkv_event_publisher_info{}), []fieldOffset{
+		{"struct_size", unsafe.Offsetof(EventPublisherInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.struct_size)},
+		{"reserved0", unsafe.Offsetof(EventPublisherInfo{}.Reserved0), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.reserved0)},
+		{"endpoint", unsafe.Offsetof(EventPublisherInfo{}.Endpoint), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.endpoint)},
+		{"replay_endpoint", unsafe.Offsetof(EventPublisherInfo{}.ReplayEndpoint), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.replay_endpoint)},
+		{"next_seq", unsafe.Offsetof(EventPublisherInfo{}.NextSeq), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.next_seq)},
+		{"events_published", unsafe.Offsetof(EventPublisherInfo{}.EventsPublished), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.events_published)},
+		{"events_dropped", unsafe.Offsetof(EventPublisherInfo{}.EventsDropped), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.events_dropped)},
+		{"replay_requests", unsafe.Offsetof(EventPublisherInfo{}.ReplayRequests), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.replay_requests)},
+		{"events_queued", unsafe.Offsetof(EventPublisherInfo{}.EventsQueued), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.events_queued)},
 	}},
 	{"pkv_pool_info", unsafe.Sizeof(PoolInfo{}), unsafe.Sizeof(C.struct_pkv_pool_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(PoolInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_pool_info{}.struct_size)},

@@ -50,7 +50,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 2
+#define PKV_VERSION_MINOR 3
 #define PKV_VERSION_PATCH 0
 /* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
@@ -77,7 +77,8 @@ typedef int32_t pkv_status;
   X(ERR_OUT_OF_MEMORY, -7, "out of memory")                                                      \
   X(ERR_DEVICE, -8, "CUDA device error")                                                         \
   X(ERR_INTERNAL, -9, "internal error (a bug in pkv)")                                          \
-  X(ERR_STORE, -10, "the KV store cannot be used (pkv_store_params)")
+  X(ERR_STORE, -10, "the KV store cannot be used (pkv_store_params)")                            \
+  X(ERR_EVENTS, -11, "the KV event publisher cannot be used (pkv_event_publisher_params)")
 
 #define PKV_STATUS_ENUM_ENTRY_(name, value, message) PKV_##name = value,
 enum { PKV_STATUS_MAP(PKV_STATUS_ENUM_ENTRY_) }; /* C99: a trailing comma is allowed */
@@ -100,7 +101,14 @@ enum {
   PKV_MAX_BLOCK_SIZE = 1048576,         /* pkv_engine_params.block_size: 1 .. this (2^20) */
   PKV_MAX_THREADS = 4096,               /* pkv_engine_params.num_threads: 0 .. this */
   PKV_MAX_CACHE_SALT_BYTES = 65536,     /* cache_salt_len: 0 .. this */
-  PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536 /* kv_events_capacity 0 means this */
+  PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536, /* kv_events_capacity 0 means this */
+  /* pkv_event_publisher_params (since 0.3.0): the defaults its 0 fields mean, and the limits */
+  PKV_DEFAULT_EVENT_REPLAY_BATCHES = 10000,   /* replay_buffer_batches: 0 means this; 1 .. 2^24 */
+  PKV_DEFAULT_EVENT_SEND_HWM = 100000,        /* send_hwm: 0 means this; 1 .. 2^24 */
+  PKV_DEFAULT_EVENT_QUEUE_EVENTS = 1048576,   /* max_queue_events: 0 means this; 1 .. 2^26 */
+  PKV_DEFAULT_EVENT_BATCH_EVENTS = 1024,      /* max_batch_events: 0 means this; 1 .. 2^20 */
+  PKV_MAX_EVENT_ENDPOINT_BYTES = 1024,        /* endpoint, replay_endpoint: 1 .. this bytes */
+  PKV_MAX_EVENT_TOPIC_BYTES = 1024            /* topic: 0 .. this bytes */
 };
 enum { PKV_DEVICE_AUTO = 0, PKV_DEVICE_CPU = 1, PKV_DEVICE_CUDA = 2 };
 enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2,
@@ -203,6 +211,54 @@ typedef struct pkv_store_params {
 /* Fills p with the defaults above; as pkv_engine_params_init. */
 PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
 
+/* ---------------------------------------------------------------- KV events on the wire */
+/* (since 0.3.0) An engine may publish its KV events (see pkv_kv_event) to KV-aware routers over
+ * ZeroMQ, in vLLM's protocol (vllm/distributed/kv_events.py), so a router written for vLLM's event
+ * stream (llm-d's, NVIDIA Dynamo's, ...) hears pkv unchanged:
+ *   - a PUB socket bound to `endpoint` sends multipart messages [topic, seq, payload]: seq is 8
+ *     bytes, big-endian, 0, 1, 2, ... per engine; payload is a msgpack KVEventBatch, the array
+ *     [ts (float64, seconds since the epoch), events, data_parallel_rank]. Events are arrays
+ *     tagged by their class name:
+ *       ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]
+ *       ["BlockRemoved", block_hashes, medium]
+ *       ["AllBlocksCleared"]
+ *     hashes are pkv's canonical block hashes (uint64, pkv_block_hash; parent_block_hash is nil
+ *     when the parent is a salt's root), token_ids are the blocks' tokens, lora_id is nil. A run
+ *     of blocks stored one after the other under one chain is one BlockStored; a block of a KV
+ *     group other than 0 (pkv_kv_groups) gets three more fields: lora_name nil, extra_keys nil,
+ *     group_idx (vLLM's newer fields; older decoders ignore them), as BlockRemoved gets group_idx.
+ *     medium is where the block is: "GPU" (the pool of a CUDA engine), "CPU" (the pool of a CPU
+ *     engine; the host tier of a CUDA engine), "CPU_HOST_TIER" (the host tier of a CPU engine),
+ *     "DISK" (a FILE store), "EXTERNAL" (a REDIS or CALLBACK store).
+ *   - with a replay_endpoint, a ROUTER socket answers a request [start_seq] (8 bytes, big-endian;
+ *     from a REQ socket, or a DEALER sending an empty frame first) with one message
+ *     [seq, payload] per kept batch whose seq >= start_seq, then [8 bytes 0xff, empty payload]
+ *     (vLLM's end marker, -1).
+ * Publishing runs on the engine's own thread: a step only appends its events to a queue. A
+ * subscriber that reads too slowly loses messages past send_hwm (it sees a gap in seq and can
+ * replay); it never slows the engine. When the queue itself is full (the thread cannot keep up)
+ * the queued events are dropped, counted, and an AllBlocksCleared is sent in their place: a
+ * router then knows less than the engine holds, never more. pkv_drain_kv_events works as
+ * before, on its own queue (enable_kv_events); the wire needs neither. */
+typedef struct pkv_event_publisher_params {
+  uint32_t struct_size;
+  uint32_t data_parallel_rank;    /* KVEventBatch.data_parallel_rank of every batch. default 0 */
+  const char *endpoint;           /* the ZMQ endpoint the PUB socket binds, e.g.
+                                     "tcp://127.0.0.1:5557" ("tcp://127.0.0.1:*": a free port, read
+                                     back by pkv_event_publisher_info); required */
+  const char *replay_endpoint;    /* the ROUTER socket's; NULL = no replay. default NULL */
+  const char *topic;              /* every message's first frame; NULL = "kv-events" */
+  uint32_t replay_buffer_batches; /* batches kept for replay; 0 = PKV_DEFAULT_EVENT_REPLAY_BATCHES */
+  uint32_t send_hwm;              /* messages queued per subscriber before it loses them (ZMQ's
+                                     SNDHWM); 0 = PKV_DEFAULT_EVENT_SEND_HWM */
+  uint32_t max_queue_events;      /* events waiting for the publishing thread; 0 =
+                                     PKV_DEFAULT_EVENT_QUEUE_EVENTS */
+  uint32_t max_batch_events;      /* events in one batch at most; 0 = PKV_DEFAULT_EVENT_BATCH_EVENTS */
+} pkv_event_publisher_params;
+
+/* Fills p with the defaults above; as pkv_engine_params_init. */
+PKV_API pkv_status pkv_event_publisher_params_init(pkv_event_publisher_params *p, uint32_t size);
+
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {
   uint32_t struct_size;
@@ -287,6 +343,11 @@ typedef struct pkv_engine_params {
                                      Layers are grouped by window (pkv_kv_groups). Windows (each
                                      at most 2^31-1) and a host tier together: PKV_ERR_UNSUPPORTED
                                      (pkv_profile and pkv_engine_create alike), for now */
+  /* since 0.3.0 */
+  const struct pkv_event_publisher_params *event_publisher; /* KV events on the wire; NULL = none
+                                     (the default); read at create only. A build without libzmq:
+                                     PKV_ERR_UNSUPPORTED. An endpoint that cannot be bound (bad,
+                                     in use): PKV_ERR_EVENTS naming it */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -755,6 +816,24 @@ PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, u
                                              uint32_t cap, uint32_t *out_len);
 #define pkv_drain_kv_events(e, out, cap, out_len) \
   pkv_drain_kv_events_sized((e), (out), (uint32_t)sizeof(pkv_kv_event), (cap), (out_len))
+
+/* (since 0.3.0) What an engine's event publisher did. The struct shares its name with the call;
+ * set struct_size to sizeof it (at least its 0.3 size); pkv fills what it knows up to that size.
+ * PKV_ERR_STATE when the engine has no publisher. */
+struct pkv_event_publisher_info {
+  uint32_t struct_size;
+  uint32_t reserved0;
+  const char *endpoint;           /* as bound: a '*' port resolved, e.g. "tcp://127.0.0.1:40123";
+                                     valid while the engine lives */
+  const char *replay_endpoint;    /* as bound; "" without replay */
+  uint64_t next_seq;              /* the seq the next batch gets (batches sent so far) */
+  uint64_t events_published;      /* events sent, in batches */
+  uint64_t events_dropped;        /* events lost to a full queue (each loss sent AllBlocksCleared) */
+  uint64_t replay_requests;       /* replay requests answered */
+  uint64_t events_queued;         /* events waiting for the publishing thread now */
+};
+
+PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publisher_info *out);
 
 /* Evicts every cached (ref-0) block from the prefix cache. Blocks in use stay. Queues
  * PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED event per node that went. */

@@ -28,6 +28,8 @@ struct StoreCounters {
 // A block written to the store, for a KV event of medium STORE.
 struct StoreWritten {
   uint64_t hash, parent_hash;
+  bool parent_is_root;          // the block is the first under its salt
+  std::vector<int32_t> tokens;  // the block's
 };
 
 // Where the host tier's bytes are (host memory on every backend): fetched blocks are staged there.

@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 2
+PKV_VERSION_MINOR = 3
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
@@ -21,6 +21,7 @@ PKV_ERR_OUT_OF_MEMORY = -7
 PKV_ERR_DEVICE = -8
 PKV_ERR_INTERNAL = -9
 PKV_ERR_STORE = -10
+PKV_ERR_EVENTS = -11
 
 PKV_MAX_HEAD_DIM = 1024
 PKV_ATTENTION_MAX_HEAD_DIM = 256
@@ -30,6 +31,12 @@ PKV_MAX_BLOCK_SIZE = 1048576
 PKV_MAX_THREADS = 4096
 PKV_MAX_CACHE_SALT_BYTES = 65536
 PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536
+PKV_DEFAULT_EVENT_REPLAY_BATCHES = 10000
+PKV_DEFAULT_EVENT_SEND_HWM = 100000
+PKV_DEFAULT_EVENT_QUEUE_EVENTS = 1048576
+PKV_DEFAULT_EVENT_BATCH_EVENTS = 1024
+PKV_MAX_EVENT_ENDPOINT_BYTES = 1024
+PKV_MAX_EVENT_TOPIC_BYTES = 1024
 PKV_DEVICE_AUTO = 0
 PKV_DEVICE_CPU = 1
 PKV_DEVICE_CUDA = 2
@@ -87,6 +94,7 @@ STATUSES = (
     ('ERR_DEVICE', -8, 'CUDA device error'),
     ('ERR_INTERNAL', -9, 'internal error (a bug in pkv)'),
     ('ERR_STORE', -10, 'the KV store cannot be used (pkv_store_params)'),
+    ('ERR_EVENTS', -11, 'the KV event publisher cannot be used (pkv_event_publisher_params)'),
 )
 
 
@@ -155,6 +163,20 @@ class pkv_store_params(_c.Structure):
     ]
 
 
+class pkv_event_publisher_params(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('data_parallel_rank', _c.c_uint32),
+        ('endpoint', _c.c_char_p),
+        ('replay_endpoint', _c.c_char_p),
+        ('topic', _c.c_char_p),
+        ('replay_buffer_batches', _c.c_uint32),
+        ('send_hwm', _c.c_uint32),
+        ('max_queue_events', _c.c_uint32),
+        ('max_batch_events', _c.c_uint32),
+    ]
+
+
 class pkv_engine_params(_c.Structure):
     _fields_ = [
         ('struct_size', _c.c_uint32),
@@ -194,6 +216,7 @@ class pkv_engine_params(_c.Structure):
         ('kv_dtype', _c.c_int32),
         ('sliding_window', _c.c_uint32),
         ('layer_windows', _c.POINTER(_c.c_uint32)),
+        ('event_publisher', _c.POINTER(pkv_event_publisher_params)),
     ]
 
 
@@ -355,6 +378,20 @@ class pkv_kv_event(_c.Structure):
     ]
 
 
+class pkv_event_publisher_info(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
+        ('endpoint', _c.c_char_p),
+        ('replay_endpoint', _c.c_char_p),
+        ('next_seq', _c.c_uint64),
+        ('events_published', _c.c_uint64),
+        ('events_dropped', _c.c_uint64),
+        ('replay_requests', _c.c_uint64),
+        ('events_queued', _c.c_uint64),
+    ]
+
+
 class pkv_pool_info(_c.Structure):
     _fields_ = [
         ('struct_size', _c.c_uint32),
@@ -426,7 +463,8 @@ SIZES = {
     'pkv_store_key': 32,
     'pkv_store_callbacks': 40,
     'pkv_store_params': 104,
-    'pkv_engine_params': 184,
+    'pkv_event_publisher_params': 48,
+    'pkv_engine_params': 192,
     'pkv_kv_budget': 176,
     'pkv_stats': 320,
     'pkv_seq_params': 16,
@@ -434,6 +472,7 @@ SIZES = {
     'pkv_batch_view': 160,
     'pkv_request_params': 32,
     'pkv_kv_event': 40,
+    'pkv_event_publisher_info': 64,
     'pkv_pool_info': 144,
     'pkv_store_info': 24,
     'pkv_store_entry': 184,
@@ -447,6 +486,7 @@ FUNCTIONS = {
     'pkv_status_string': (_c.c_char_p, [pkv_status]),
     'pkv_last_error': (_c.c_char_p, []),
     'pkv_store_params_init': (pkv_status, [_c.POINTER(pkv_store_params), _c.c_uint32]),
+    'pkv_event_publisher_params_init': (pkv_status, [_c.POINTER(pkv_event_publisher_params), _c.c_uint32]),
     'pkv_engine_params_init': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_uint32]),
     'pkv_engine_params_from_hf_config': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_char_p, _c.c_size_t]),
     'pkv_hf_config_layer_windows': (pkv_status, [_c.c_char_p, _c.c_size_t, _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
@@ -486,6 +526,7 @@ FUNCTIONS = {
     'pkv_drain_finished': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_uint64), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_drain_kv_events': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_kv_event), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_drain_kv_events_sized': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_kv_event), _c.c_uint32, _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_event_publisher_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_event_publisher_info)]),
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
     'pkv_attention': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
     'pkv_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_pool_info)]),
@@ -508,6 +549,7 @@ PARAM_NAMES = {
     'pkv_status_string': ('s',),
     'pkv_last_error': (),
     'pkv_store_params_init': ('p', 'size'),
+    'pkv_event_publisher_params_init': ('p', 'size'),
     'pkv_engine_params_init': ('p', 'size'),
     'pkv_engine_params_from_hf_config': ('p', 'json', 'json_len'),
     'pkv_hf_config_layer_windows': ('json', 'json_len', 'out', 'cap', 'out_len'),
@@ -547,6 +589,7 @@ PARAM_NAMES = {
     'pkv_drain_finished': ('e', 'out', 'cap', 'out_len'),
     'pkv_drain_kv_events': ('e', 'out', 'cap', 'out_len'),
     'pkv_drain_kv_events_sized': ('e', 'out', 'event_size', 'cap', 'out_len'),
+    'pkv_event_publisher_info': ('e', 'out'),
     'pkv_reset_prefix_cache': ('e',),
     'pkv_attention': ('b', 'layer', 'q', 'k', 'v', 'out'),
     'pkv_pool_info': ('e', 'out'),

@@ -1,0 +1,383 @@
+#include "kv_publisher.h"
+
+#include "status.h"
+
+#if PKV_HAVE_ZMQ
+
+#include <fcntl.h>
+#include <msgpack.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace pkv {
+
+namespace {
+
+// A closing socket waits this long for its peers to take what is still queued, at most.
+constexpr int kLingerMs = 100;
+// vLLM's end-of-replay marker: the seq -1, 8 bytes big-endian.
+constexpr unsigned char kEndSeq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+
+struct QueuedEvent {
+  uint32_t type;    // PKV_EVENT_BLOCK_STORED, _BLOCK_REMOVED or _ALL_CLEARED
+  uint32_t medium;  // PKV_TIER_*
+  uint32_t group;
+  bool has_parent;
+  uint64_t hash, parent_hash;
+  size_t tokens;    // STORED: its block_size tokens start here in the queue's token array
+};
+
+struct Message {
+  uint64_t seq;
+  std::string payload;
+};
+
+void put_be64(uint64_t v, unsigned char out[8]) {
+  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<unsigned char>(v);
+}
+
+uint64_t get_be64(const unsigned char in[8]) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | in[i];
+  return v;
+}
+
+[[noreturn]] void fail_zmq(const char *what, const char *endpoint) {
+  fail(PKV_ERR_EVENTS, "event_publisher: %s %s: %s", what, endpoint, zmq_strerror(zmq_errno()));
+}
+
+// The socket's endpoint as bound, a '*' port resolved.
+std::string last_endpoint(void *socket) {
+  char buf[PKV_MAX_EVENT_ENDPOINT_BYTES + 64];
+  size_t len = sizeof buf;
+  if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, buf, &len) != 0 || len == 0) return std::string();
+  return std::string(buf, strnlen(buf, len));
+}
+
+void pack_str(msgpack_packer *pk, const std::string &s) {
+  msgpack_pack_str(pk, s.size());
+  msgpack_pack_str_body(pk, s.data(), s.size());
+}
+
+}  // namespace
+
+struct KvPublisher::Impl {
+  uint32_t block_size = 0;
+  uint32_t rank = 0;
+  size_t max_queue = 0, max_batch = 0, replay_batches = 0;
+  std::string topic;
+  std::array<std::string, 4> medium;
+  std::string endpoint, replay_endpoint;  // as bound
+
+  void *ctx = nullptr, *pub = nullptr, *replay = nullptr;
+  int wake[2] = {-1, -1};  // the engine writes a byte when the queue stops being empty
+  std::thread thread;
+
+  // The engine's side: appended under mu, taken whole by the thread.
+  std::mutex mu;
+  std::vector<QueuedEvent> queue;
+  std::vector<int32_t> queue_tokens;
+  bool stopping = false;
+
+  // The thread's side.
+  std::deque<Message> kept;  // the last replay_batches batches
+  std::vector<QueuedEvent> taken;
+  std::vector<int32_t> taken_tokens;
+
+  std::atomic<uint64_t> next_seq{0}, published{0}, dropped{0}, replays{0}, queued{0};
+
+  ~Impl() { close(); }
+
+  void close() {
+    if (pub) zmq_close(pub);
+    if (replay) zmq_close(replay);
+    if (ctx) zmq_ctx_term(ctx);
+    for (int fd : wake)
+      if (fd >= 0) ::close(fd);
+    pub = replay = ctx = nullptr;
+    wake[0] = wake[1] = -1;
+  }
+
+  void *bind(int type, const char *endpoint, int hwm, std::string *bound) {
+    void *s = zmq_socket(ctx, type);
+    if (!s) fail_zmq("cannot make a socket for", endpoint);
+    const int linger = kLingerMs;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    if (zmq_bind(s, endpoint) != 0) {
+      const int err = zmq_errno();
+      zmq_close(s);
+      errno = err;
+      fail(PKV_ERR_EVENTS, "event_publisher: cannot bind %s: %s", endpoint, zmq_strerror(err));
+    }
+    *bound = last_endpoint(s);
+    return s;
+  }
+
+  // Engine side: one event in the queue; a full queue is dropped for one AllBlocksCleared.
+  void push(const QueuedEvent &e, const int32_t *tokens) {
+    bool was_empty;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      was_empty = queue.empty();
+      if (queue.size() >= max_queue) {
+        dropped += queue.size();
+        queue.clear();
+        queue_tokens.clear();
+        queue.push_back(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
+      }
+      QueuedEvent q = e;
+      q.tokens = queue_tokens.size();
+      if (tokens) queue_tokens.insert(queue_tokens.end(), tokens, tokens + block_size);
+      queue.push_back(q);
+      queued = queue.size();
+    }
+    if (was_empty) {
+      const char byte = 1;
+      // Non-blocking: a full pipe already holds a wake-up.
+      [[maybe_unused]] ssize_t n = ::write(wake[1], &byte, 1);
+    }
+  }
+
+  // ------------------------------------------------------------------ the thread
+  void run() {
+    zmq_pollitem_t items[2] = {{nullptr, wake[0], ZMQ_POLLIN, 0}, {replay, 0, ZMQ_POLLIN, 0}};
+    for (;;) {
+      if (zmq_poll(items, replay ? 2 : 1, -1) < 0) {
+        if (zmq_errno() == EINTR) continue;
+        return;
+      }
+      if (items[0].revents & ZMQ_POLLIN) {
+        char buf[64];
+        while (::read(wake[0], buf, sizeof buf) > 0) {
+        }
+      }
+      if (replay && (items[1].revents & ZMQ_POLLIN)) serve_replays();
+      bool stop;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        taken.swap(queue);
+        taken_tokens.swap(queue_tokens);
+        queue.clear();
+        queue_tokens.clear();
+        queued = 0;
+        stop = stopping;
+      }
+      try {
+        for (size_t i = 0; i < taken.size(); i += max_batch) publish(i, std::min(taken.size(), i + max_batch));
+      } catch (...) {
+        // Out of memory while encoding: these events are lost, like a dropped queue.
+        dropped += taken.size();
+      }
+      if (stop) return;
+    }
+  }
+
+  // Whether event b continues the run that event a is in (one BlockStored / BlockRemoved).
+  static bool continues(const QueuedEvent &a, const QueuedEvent &b) {
+    if (a.type != b.type || a.medium != b.medium || a.group != b.group) return false;
+    if (b.type == PKV_EVENT_BLOCK_STORED) return b.has_parent && b.parent_hash == a.hash;
+    return b.type == PKV_EVENT_BLOCK_REMOVED;
+  }
+
+  // Publishes taken[begin, end) as one KVEventBatch.
+  void publish(size_t begin, size_t end) {
+    std::vector<std::pair<size_t, size_t>> runs;  // [first, last)
+    for (size_t i = begin; i < end; ++i) {
+      if (!runs.empty() && runs.back().second == i && continues(taken[i - 1], taken[i]))
+        runs.back().second = i + 1;
+      else
+        runs.emplace_back(i, i + 1);
+    }
+    msgpack_sbuffer buf;
+    msgpack_sbuffer_init(&buf);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+    const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_double(&pk, ts);
+    msgpack_pack_array(&pk, runs.size());
+    for (const auto &[first, last] : runs) {
+      const QueuedEvent &e = taken[first];
+      const size_t n = last - first;
+      switch (e.type) {
+        case PKV_EVENT_BLOCK_STORED:
+          msgpack_pack_array(&pk, e.group ? 10 : 7);
+          pack_str(&pk, "BlockStored");
+          msgpack_pack_array(&pk, n);
+          for (size_t i = first; i < last; ++i) msgpack_pack_uint64(&pk, taken[i].hash);
+          if (e.has_parent)
+            msgpack_pack_uint64(&pk, e.parent_hash);
+          else
+            msgpack_pack_nil(&pk);
+          msgpack_pack_array(&pk, n * block_size);
+          for (size_t i = first; i < last; ++i)
+            for (uint32_t t = 0; t < block_size; ++t) msgpack_pack_int32(&pk, taken_tokens[taken[i].tokens + t]);
+          msgpack_pack_uint32(&pk, block_size);
+          msgpack_pack_nil(&pk);  // lora_id
+          pack_str(&pk, medium[e.medium]);
+          if (e.group) {
+            msgpack_pack_nil(&pk);  // lora_name
+            msgpack_pack_nil(&pk);  // extra_keys
+            msgpack_pack_uint32(&pk, e.group);
+          }
+          break;
+        case PKV_EVENT_BLOCK_REMOVED:
+          msgpack_pack_array(&pk, e.group ? 4 : 3);
+          pack_str(&pk, "BlockRemoved");
+          msgpack_pack_array(&pk, n);
+          for (size_t i = first; i < last; ++i) msgpack_pack_uint64(&pk, taken[i].hash);
+          pack_str(&pk, medium[e.medium]);
+          if (e.group) msgpack_pack_uint32(&pk, e.group);
+          break;
+        default:
+          msgpack_pack_array(&pk, 1);
+          pack_str(&pk, "AllBlocksCleared");
+          break;
+      }
+    }
+    msgpack_pack_uint32(&pk, rank);  // data_parallel_rank
+    Message m{next_seq.load(), std::string(buf.data, buf.size)};
+    msgpack_sbuffer_destroy(&buf);
+    unsigned char seq[8];
+    put_be64(m.seq, seq);
+    // A PUB socket never blocks: a subscriber past its high-water mark loses the message.
+    zmq_send(pub, topic.data(), topic.size(), ZMQ_SNDMORE);
+    zmq_send(pub, seq, sizeof seq, ZMQ_SNDMORE);
+    zmq_send(pub, m.payload.data(), m.payload.size(), 0);
+    published += end - begin;
+    next_seq = m.seq + 1;
+    if (replay) {
+      if (kept.size() == replay_batches) kept.pop_front();
+      kept.push_back(std::move(m));
+    }
+  }
+
+  // Answers every waiting request: [id, (empty,) start_seq] -> a [id, (empty,) seq, payload]
+  // per kept batch from start_seq on, then [id, (empty,) -1, empty].
+  void serve_replays() {
+    for (;;) {
+      std::vector<zmq_msg_t> frames;
+      int more = 1;
+      while (more) {
+        frames.emplace_back();
+        zmq_msg_init(&frames.back());
+        if (zmq_msg_recv(&frames.back(), replay, ZMQ_DONTWAIT) < 0) {
+          zmq_msg_close(&frames.back());
+          frames.pop_back();
+          break;
+        }
+        more = zmq_msg_more(&frames.back());
+      }
+      if (frames.empty()) return;
+      const bool delimited = frames.size() == 3 && zmq_msg_size(&frames[1]) == 0;
+      const bool valid = (frames.size() == 2 || delimited) && zmq_msg_size(&frames.back()) == 8;
+      if (valid) {
+        ++replays;
+        const uint64_t start = get_be64(static_cast<const unsigned char *>(zmq_msg_data(&frames.back())));
+        const std::string id(static_cast<const char *>(zmq_msg_data(&frames[0])), zmq_msg_size(&frames[0]));
+        auto send = [&](const void *seq, const std::string &payload) {
+          zmq_send(replay, id.data(), id.size(), ZMQ_SNDMORE);
+          if (delimited) zmq_send(replay, "", 0, ZMQ_SNDMORE);
+          zmq_send(replay, seq, 8, ZMQ_SNDMORE);
+          zmq_send(replay, payload.data(), payload.size(), 0);
+        };
+        for (const Message &m : kept) {
+          if (m.seq < start) continue;
+          unsigned char seq[8];
+          put_be64(m.seq, seq);
+          send(seq, m.payload);
+        }
+        send(kEndSeq, std::string());
+      }
+      for (zmq_msg_t &f : frames) zmq_msg_close(&f);
+    }
+  }
+};
+
+KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_size,
+                         std::array<std::string, 4> medium_names)
+    : impl_(std::make_unique<Impl>()) {
+  Impl &m = *impl_;
+  m.block_size = block_size;
+  m.rank = p.data_parallel_rank;
+  m.max_queue = p.max_queue_events;
+  m.max_batch = p.max_batch_events;
+  m.replay_batches = p.replay_buffer_batches;
+  m.topic = p.topic;
+  m.medium = std::move(medium_names);
+  if (::pipe2(m.wake, O_NONBLOCK | O_CLOEXEC) != 0) fail(PKV_ERR_EVENTS, "event_publisher: pipe: %s", strerror(errno));
+  m.ctx = zmq_ctx_new();
+  if (!m.ctx) fail(PKV_ERR_EVENTS, "event_publisher: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+  zmq_ctx_set(m.ctx, ZMQ_IO_THREADS, 1);
+  m.pub = m.bind(ZMQ_PUB, p.endpoint, static_cast<int>(p.send_hwm), &m.endpoint);
+  if (p.replay_endpoint) m.replay = m.bind(ZMQ_ROUTER, p.replay_endpoint, static_cast<int>(p.send_hwm), &m.replay_endpoint);
+  // The sockets move to the thread here (its start is the memory barrier ZeroMQ asks for).
+  m.thread = std::thread([&m] { m.run(); });
+}
+
+KvPublisher::~KvPublisher() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  const char byte = 1;
+  [[maybe_unused]] ssize_t n = ::write(impl_->wake[1], &byte, 1);
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void KvPublisher::stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens,
+                         uint32_t medium, uint32_t group) {
+  impl_->push(QueuedEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0}, tokens);
+}
+
+void KvPublisher::removed(uint64_t hash, uint32_t medium, uint32_t group) {
+  impl_->push(QueuedEvent{PKV_EVENT_BLOCK_REMOVED, medium, group, false, hash, 0, 0}, nullptr);
+}
+
+void KvPublisher::all_cleared() {
+  impl_->push(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0}, nullptr);
+}
+
+void KvPublisher::info(struct pkv_event_publisher_info *out) const {
+  out->endpoint = impl_->endpoint.c_str();
+  out->replay_endpoint = impl_->replay_endpoint.c_str();
+  out->next_seq = impl_->next_seq;
+  out->events_published = impl_->published;
+  out->events_dropped = impl_->dropped;
+  out->replay_requests = impl_->replays;
+  out->events_queued = impl_->queued;
+}
+
+}  // namespace pkv
+
+#else  // a build without libzmq
+
+namespace pkv {
+
+struct KvPublisher::Impl {};
+
+KvPublisher::KvPublisher(const pkv_event_publisher_params &, uint32_t, std::array<std::string, 4>) {
+  fail(PKV_ERR_UNSUPPORTED, "event_publisher: this libpkv was built without libzmq (Debian libzmq3-dev and "
+                            "libmsgpack-dev): KV events can only be drained (pkv_drain_kv_events)");
+}
+
+KvPublisher::~KvPublisher() = default;
+void KvPublisher::stored(uint64_t, bool, uint64_t, const int32_t *, uint32_t, uint32_t) {}
+void KvPublisher::removed(uint64_t, uint32_t, uint32_t) {}
+void KvPublisher::all_cleared() {}
+void KvPublisher::info(struct pkv_event_publisher_info *) const {}
+
+}  // namespace pkv
+
+#endif
