@@ -19,6 +19,7 @@ from .batch import Batch, BatchView
 from .engine import Engine, Sequence
 from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
 from .errors import __all__ as _error_names
+from .events import EventPublisherParams
 from .hashing import block_hash, block_hash_root, block_hashes
 from .params import Params, hf_config_layer_windows, kv_groups, profile
 from .store import DictStore, StoreParams
@@ -44,6 +45,6 @@ def status_string(status):
 
 
 __all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'kv_groups',
-           'hf_config_layer_windows', 'StoreParams',
+           'hf_config_layer_windows', 'StoreParams', 'EventPublisherParams',
            'DictStore', 'block_hash', 'block_hash_root', 'block_hashes', 'version', 'abi_version',
            'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names

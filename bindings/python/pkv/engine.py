@@ -7,6 +7,7 @@ from ._buffers import byte_string, int32_array
 from ._lib import lib, text
 from .errors import make_error
 from .params import Params, check, kv_groups, record
+from .events import EventPublisherParams
 from .store import StoreParams
 
 _DTYPE_BYTES = {_raw.PKV_DTYPE_F32: 4, _raw.PKV_DTYPE_F16: 2, _raw.PKV_DTYPE_BF16: 2}
@@ -24,9 +25,12 @@ class Engine:
     redis(), callback()), or the host's own store object (get/put[/exists]: pkv.DictStore), which
     the engine keeps alive and pkv calls from its threads until close() (which waits for the
     queued writes).
+
+    event_publisher: an EventPublisherParams: the engine publishes its KV events over ZeroMQ in
+    vLLM's protocol (see event_publisher_info()).
     """
 
-    def __init__(self, params=None, store=None, **fields):
+    def __init__(self, params=None, store=None, event_publisher=None, **fields):
         p = params.copy() if params else Params()
         for name, value in fields.items():
             setattr(p, name, value)
@@ -37,6 +41,13 @@ class Engine:
             c, keep = sp._struct()
             p._c.store = ctypes.pointer(c)
             self._store_keep = (c, keep)  # the callbacks live as long as the engine
+        p._c.event_publisher = None
+        publisher_keep = None
+        if event_publisher is not None:
+            if not isinstance(event_publisher, EventPublisherParams):
+                raise TypeError('event_publisher must be a pkv.EventPublisherParams')
+            publisher_keep = event_publisher._struct()  # until create has copied it
+            p._c.event_publisher = ctypes.pointer(publisher_keep[0])
         handle = ctypes.POINTER(_raw.pkv_engine)()
         # layer_windows: p keeps the array until create has copied it
         check(lib.pkv_engine_create(ctypes.byref(p._checked()), ctypes.byref(handle)))
@@ -231,6 +242,15 @@ class Engine:
 
     def pool_info(self):
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
+
+    def event_publisher_info(self):
+        """What the event publisher did (pkv_event_publisher_info): endpoint and
+        replay_endpoint as bound (str), next_seq, events_published, events_dropped,
+        replay_requests, events_queued. StateError without a publisher."""
+        info = self._get(_raw.pkv_event_publisher_info, lib.pkv_event_publisher_info)
+        info.endpoint = text(info.endpoint)
+        info.replay_endpoint = text(info.replay_endpoint)
+        return info
 
     def check(self):
         """Checks every block-manager invariant (pkv_engine_check); InternalError if one fails."""
