@@ -321,7 +321,10 @@ KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_siz
   if (!m.ctx) fail(PKV_ERR_EVENTS, "event_publisher: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
   zmq_ctx_set(m.ctx, ZMQ_IO_THREADS, 1);
   m.pub = m.bind(ZMQ_PUB, p.endpoint, static_cast<int>(p.send_hwm), &m.endpoint);
-  if (p.replay_endpoint) m.replay = m.bind(ZMQ_ROUTER, p.replay_endpoint, static_cast<int>(p.send_hwm), &m.replay_endpoint);
+  // A replay's reply is every kept batch and the end marker: room for one whole reply per peer
+  // (a ROUTER drops what finds its peer's queue full; send_hwm is for live subscribers).
+  if (p.replay_endpoint)
+    m.replay = m.bind(ZMQ_ROUTER, p.replay_endpoint, static_cast<int>(p.replay_buffer_batches) + 1, &m.replay_endpoint);
   // The sockets move to the thread here (its start is the memory barrier ZeroMQ asks for).
   m.thread = std::thread([&m] { m.run(); });
 }
