@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # gate (abigail-tools) and the demo's BLAS.
 test_packages=(golang-go mono-mcs mono-runtime python3-clang-14 bindgen librust-libloading-dev
                libclang-dev abigail-tools libopenblas-dev clang-14 libclang-rt-14-dev valgrind make
-               redis-server)
+               redis-server python3-zmq python3-msgpack)
 command -v cargo >/dev/null 2>&1 || test_packages+=(cargo)
 bash scripts/deps.sh "${test_packages[@]}"
 bash scripts/build.sh "$@"

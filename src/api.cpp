@@ -98,7 +98,9 @@ template <class F> pkv_status guard(pkv_engine *handle, F &&f) noexcept {
   Engine *e = E(handle);
   std::lock_guard<std::mutex> lock(e->mutex());
   e->last_error().clear();
-  return run(&e->last_error(), [&] { f(*e); });
+  const pkv_status s = run(&e->last_error(), [&] { f(*e); });
+  e->publish_events();
+  return s;
 }
 
 // A call on a live batch, under its engine's lock; f may end the batch (then its handle goes).
@@ -113,11 +115,13 @@ template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f) noexce
   // Handles go only under their engine's lock: alive now means alive until we return.
   if (batches().find(handle) != e) return run(nullptr, ended);
   e->last_error().clear();
-  return run(&e->last_error(), [&] {
+  const pkv_status s = run(&e->last_error(), [&] {
     PKV_ASSERT(e->has_open_batch());
     f(*e);
     if (!e->has_open_batch()) batches().remove(handle);
   });
+  e->publish_events();
+  return s;
 }
 
 // A call on a store's admin handle: serialized by its mutex.

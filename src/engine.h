@@ -72,6 +72,8 @@ class Engine {
   void set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales);
   void set_stream(void *stream) { backend_->set_stream(stream); }
   size_t drain_events(void *out, size_t event_size, size_t cap);
+  // After every call on the engine (api.cpp's guards): its KV events go to the publisher.
+  void publish_events() noexcept { if (publisher_) publisher_->flush(); }
   // pkv_event_publisher_info; PKV_ERR_STATE without a publisher.
   void publisher_info(struct pkv_event_publisher_info *out) const;
   std::string store_error() const { return store_ ? store_->last_error() : std::string(); }

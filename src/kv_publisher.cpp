@@ -83,7 +83,10 @@ struct KvPublisher::Impl {
   int wake[2] = {-1, -1};  // the engine writes a byte when the queue stops being empty
   std::thread thread;
 
-  // The engine's side: appended under mu, taken whole by the thread.
+  // The engine's side: staged during a call, appended to the queue under mu at its end, taken
+  // whole by the thread.
+  std::vector<QueuedEvent> staged;
+  std::vector<int32_t> staged_tokens;
   std::mutex mu;
   std::vector<QueuedEvent> queue;
   std::vector<int32_t> queue_tokens;
@@ -124,28 +127,66 @@ struct KvPublisher::Impl {
     return s;
   }
 
-  // Engine side: one event in the queue; a full queue is dropped for one AllBlocksCleared.
-  void push(const QueuedEvent &e, const int32_t *tokens) {
+  // Engine side (serialized by the engine's lock): an event is staged without a lock; flush()
+  // hands a call's events to the thread at once.
+  void stage(const QueuedEvent &e, const int32_t *tokens) {
+    QueuedEvent q = e;
+    q.tokens = staged_tokens.size();
+    if (tokens) staged_tokens.insert(staged_tokens.end(), tokens, tokens + block_size);
+    staged.push_back(q);
+  }
+
+  // The staged events join the queue; a queue they would overfill is dropped (counted) for one
+  // AllBlocksCleared, and so are the oldest staged ones if they alone do not fit.
+  void flush() noexcept {
+    if (staged.empty()) return;
     bool was_empty;
     {
       std::lock_guard<std::mutex> lock(mu);
-      was_empty = queue.empty();
-      if (queue.size() >= max_queue) {
-        dropped += queue.size();
+      try {
+        was_empty = queue.empty();
+        append_staged();
+      } catch (...) {
+        // Out of memory: what was queued and staged is lost; the router is told to forget (clear
+        // keeps the capacity, so the one push_back does not allocate).
+        dropped += queue.size() + staged.size();
         queue.clear();
         queue_tokens.clear();
         queue.push_back(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
+        was_empty = true;
       }
-      QueuedEvent q = e;
-      q.tokens = queue_tokens.size();
-      if (tokens) queue_tokens.insert(queue_tokens.end(), tokens, tokens + block_size);
-      queue.push_back(q);
       queued = queue.size();
     }
+    staged.clear();
+    staged_tokens.clear();
     if (was_empty) {
       const char byte = 1;
       // Non-blocking: a full pipe already holds a wake-up.
       [[maybe_unused]] ssize_t n = ::write(wake[1], &byte, 1);
+    }
+  }
+
+  // Under mu.
+  void append_staged() {
+    size_t skip = 0;
+    if (queue.size() + staged.size() > max_queue) {
+      skip = staged.size() > max_queue - 1 ? staged.size() - (max_queue - 1) : 0;
+      dropped += queue.size() + skip;
+      queue.clear();
+      queue_tokens.clear();
+      queue.push_back(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
+    }
+    if (queue.empty()) {  // the usual case: the thread has taken everything before
+      queue.swap(staged);
+      queue_tokens.swap(staged_tokens);
+      if (skip) queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(skip));
+      return;
+    }
+    const size_t base = queue_tokens.size();
+    queue_tokens.insert(queue_tokens.end(), staged_tokens.begin(), staged_tokens.end());
+    for (size_t i = skip; i < staged.size(); ++i) {
+      queue.push_back(staged[i]);
+      queue.back().tokens += base;
     }
   }
 
@@ -316,6 +357,10 @@ KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_siz
   m.replay_batches = p.replay_buffer_batches;
   m.topic = p.topic;
   m.medium = std::move(medium_names);
+  // The queue and the thread's copy swap: both keep room for the one event flush() pushes when
+  // out of memory.
+  m.queue.reserve(1024);
+  m.taken.reserve(1024);
   if (::pipe2(m.wake, O_NONBLOCK | O_CLOEXEC) != 0) fail(PKV_ERR_EVENTS, "event_publisher: pipe: %s", strerror(errno));
   m.ctx = zmq_ctx_new();
   if (!m.ctx) fail(PKV_ERR_EVENTS, "event_publisher: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
@@ -330,6 +375,7 @@ KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_siz
 }
 
 KvPublisher::~KvPublisher() {
+  impl_->flush();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
@@ -341,16 +387,18 @@ KvPublisher::~KvPublisher() {
 
 void KvPublisher::stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens,
                          uint32_t medium, uint32_t group) {
-  impl_->push(QueuedEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0}, tokens);
+  impl_->stage(QueuedEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0}, tokens);
 }
 
 void KvPublisher::removed(uint64_t hash, uint32_t medium, uint32_t group) {
-  impl_->push(QueuedEvent{PKV_EVENT_BLOCK_REMOVED, medium, group, false, hash, 0, 0}, nullptr);
+  impl_->stage(QueuedEvent{PKV_EVENT_BLOCK_REMOVED, medium, group, false, hash, 0, 0}, nullptr);
 }
 
 void KvPublisher::all_cleared() {
-  impl_->push(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0}, nullptr);
+  impl_->stage(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0}, nullptr);
 }
+
+void KvPublisher::flush() { impl_->flush(); }
 
 void KvPublisher::info(struct pkv_event_publisher_info *out) const {
   out->endpoint = impl_->endpoint.c_str();
@@ -379,6 +427,7 @@ KvPublisher::~KvPublisher() = default;
 void KvPublisher::stored(uint64_t, bool, uint64_t, const int32_t *, uint32_t, uint32_t) {}
 void KvPublisher::removed(uint64_t, uint32_t, uint32_t) {}
 void KvPublisher::all_cleared() {}
+void KvPublisher::flush() {}
 void KvPublisher::info(struct pkv_event_publisher_info *) const {}
 
 }  // namespace pkv

@@ -23,12 +23,15 @@ class KvPublisher {
   KvPublisher(const KvPublisher &) = delete;
   KvPublisher &operator=(const KvPublisher &) = delete;
 
-  // The engine's events, in order. tokens: the block's block_size tokens. has_parent: false when
+  // The engine's events, in order, staged until flush(). tokens: the block's block_size tokens. has_parent: false when
   // the block is the first under its salt's root (parent_block_hash nil on the wire).
   void stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens, uint32_t medium,
               uint32_t group);
   void removed(uint64_t hash, uint32_t medium, uint32_t group);
   void all_cleared();
+  // Hands the events of the engine call that just ended to the publishing thread (one lock and at
+  // most one wake-up per call, not per event).
+  void flush();
 
   // pkv_event_publisher_info's fields (its strings point into this object).
   void info(struct pkv_event_publisher_info *out) const;
