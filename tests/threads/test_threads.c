@@ -229,10 +229,11 @@ static void on_alarm(int sig)
   _exit(3);
 }
 
-static pkv_engine *threaded_engine(uint32_t num_blocks)
+static pkv_engine *threaded_engine_p(uint32_t num_blocks, const pkv_event_publisher_params *pub)
 {
   pkv_engine_params p;
   tu_params(&p, 4, num_blocks);
+  p.event_publisher = pub;
   p.num_threads = 2; /* attention on the CPU worker pool */
   p.enable_kv_events = 1;
   p.kv_events_capacity = 64;
@@ -240,6 +241,8 @@ static pkv_engine *threaded_engine(uint32_t num_blocks)
   p.max_num_batched_tokens = 64;
   return tu_engine_p(&p);
 }
+
+static pkv_engine *threaded_engine(uint32_t num_blocks) { return threaded_engine_p(num_blocks, NULL); }
 
 /* Runs NUM_THREADS workers over engines[t % num_engines]; worker 0 of each engine schedules. */
 static void run_workers(pkv_engine **engines, int num_engines)
@@ -281,6 +284,35 @@ static void test_one_engine_many_threads(void)
   pkv_engine_destroy(e);
 }
 
+/* The event publisher's thread against 8 callers: every call stages events and hands them over
+ * (a build without libzmq refuses the publisher: skipped). */
+static void test_one_engine_publishing(void)
+{
+  pkv_event_publisher_params pub;
+  pkv_event_publisher_params_init(&pub, sizeof pub);
+  pub.endpoint = "tcp://127.0.0.1:*";
+  pub.replay_endpoint = "tcp://127.0.0.1:*";
+  pub.max_queue_events = 16; /* small: the overflow path runs too */
+  pkv_engine_params p;
+  tu_params(&p, 4, 40);
+  p.event_publisher = &pub;
+  pkv_engine *e = NULL;
+  if (pkv_engine_create(&p, &e) == PKV_ERR_UNSUPPORTED) {
+    printf("built without libzmq: no publisher to race\n");
+    return;
+  }
+  pkv_engine_destroy(e);
+  if (!(e = threaded_engine_p(40, &pub)))
+    return;
+  run_workers(&e, 1);
+  struct pkv_event_publisher_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_OK(pkv_event_publisher_info(e, &info));
+  CHECK(info.events_published + info.events_dropped + info.events_queued > 0);
+  pkv_engine_destroy(e);
+}
+
 static void test_engines_side_by_side(void)
 {
   pkv_engine *e[4];
@@ -298,5 +330,6 @@ int main(void)
   alarm(WATCHDOG_S);
   TU_RUN(test_one_engine_many_threads);
   TU_RUN(test_engines_side_by_side);
+  TU_RUN(test_one_engine_publishing);
   return tu_summary();
 }
