@@ -223,6 +223,39 @@ static void test_everything_published(void)
   pkv_engine_destroy(e);
 }
 
+/* A queue of one event: a call staging two drops both, and an AllBlocksCleared goes instead. */
+static void test_overflow(void)
+{
+  pkv_event_publisher_params p;
+  pkv_event_publisher_params_init(&p, sizeof p);
+  p.endpoint = "tcp://127.0.0.1:*";
+  p.max_queue_events = 1;
+  pkv_engine *e;
+  if (!CHECK_OK(create(&p, 16, 1, &e)))
+    return;
+  int32_t t[9];
+  tu_fill(t, 9, 1);
+  uint64_t s = tu_alloc(e, t, 9, NULL);
+  tu_compute1(e, s);  /* seals 2 blocks in one call: 2 STORED */
+  struct pkv_event_publisher_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  for (int i = 0; i < 200; i++) {
+    CHECK_OK(pkv_event_publisher_info(e, &info));
+    if (info.events_published == 1)
+      break;
+    sleep_ms(10);
+  }
+  CHECK_EQ_INT(info.events_dropped, 2);
+  CHECK_EQ_INT(info.events_published, 1);  /* the AllBlocksCleared */
+  /* The in-process queue is its own: both events are there. */
+  pkv_kv_event ev[4];
+  uint32_t n = 0;
+  CHECK_OK(pkv_drain_kv_events(e, ev, 4, &n));
+  CHECK_EQ_INT(n, 2);
+  pkv_engine_destroy(e);
+}
+
 int main(void)
 {
   TU_RUN(test_params_init);
@@ -231,6 +264,7 @@ int main(void)
     TU_RUN(test_bind_errors);
     TU_RUN(test_info_calls);
     TU_RUN(test_everything_published);
+    TU_RUN(test_overflow);
   }
   return tu_summary();
 }
