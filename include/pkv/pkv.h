@@ -234,12 +234,13 @@ PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
  *     from a REQ socket, or a DEALER sending an empty frame first) with one message
  *     [seq, payload] per kept batch whose seq >= start_seq, then [8 bytes 0xff, empty payload]
  *     (vLLM's end marker, -1).
- * Publishing runs on the engine's own thread: a step only appends its events to a queue. A
- * subscriber that reads too slowly loses messages past send_hwm (it sees a gap in seq and can
- * replay); it never slows the engine. When the queue itself is full (the thread cannot keep up)
- * the queued events are dropped, counted, and an AllBlocksCleared is sent in their place: a
- * router then knows less than the engine holds, never more. pkv_drain_kv_events works as
- * before, on its own queue (enable_kv_events); the wire needs neither. */
+ * Publishing runs on a thread of the engine's own: a call on the engine only stages its events
+ * and hands them over once when it returns. A subscriber that reads too slowly loses messages
+ * past send_hwm (it sees a gap in seq and can replay); it never slows the engine. When the queue
+ * itself is full (the thread cannot keep up) the queued events are dropped, counted, and an
+ * AllBlocksCleared is sent in their place: a router then knows less than the engine holds, never
+ * more. pkv_drain_kv_events works as before, on its own queue (enable_kv_events); the wire needs
+ * neither. */
 typedef struct pkv_event_publisher_params {
   uint32_t struct_size;
   uint32_t data_parallel_rank;    /* KVEventBatch.data_parallel_rank of every batch. default 0 */
@@ -465,7 +466,8 @@ PKV_API void pkv_engine_destroy(pkv_engine *e);
 PKV_API const char *pkv_engine_last_error(const pkv_engine *e);
 
 /* The engine's effective parameters (num_blocks and device resolved) and its pool's budget. The
- * pointers in them (layer_windows, store) point into the engine: valid until it is destroyed. */
+ * pointers in them (layer_windows, store, event_publisher) point into the engine: valid until it is
+ * destroyed. */
 PKV_API pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out);
 PKV_API pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out);
 
