@@ -6,8 +6,11 @@
 writes, under --out:
     python/pkv/_raw.py     ctypes structs, prototypes (argtypes/restype), constants, statuses
     csharp/Native.g.cs     [StructLayout(Sequential)] structs, [DllImport] externs, constants
-    go/consts_gen.go       constants, statuses, their names, sentinel errors, the structs
-    go/layout_gen.go       (cgo) the structs' sizes and offsets on both sides, checked at init
+    go/consts_gen.go       constants (typed enums with String), statuses, their names, sentinel
+                           errors, the raw structs (cEngineParams, ...)
+    go/types_gen.go        the API's structs (EngineParams, Stats, ...) and their conversions
+    go/layout_gen.go       (cgo) the raw structs' sizes and offsets on both sides, checked at init
+    go/load_gen.c          (cgo) every pkv_* function, calling libpkv through dlsym'd pointers
 
 The outputs are committed; the meson test 'gen_up_to_date' regenerates them into a temporary
 directory and fails when they differ. Needs Debian's python3-clang-14 (for /usr/bin/python3);
@@ -112,6 +115,7 @@ class Header:
         self.enums = []       # [(NAME, value)] per anonymous enum, in header order
         self.structs = []     # (name, [(field, Type)], size in bytes)
         self.functions = []   # (name, result Type, [(param, Type)], comment)
+        self.c_decls = {}     # name: (result as C spells it, [(param, its C type)])
         self._parse()
 
     def _parse(self):
@@ -139,6 +143,10 @@ class Header:
                 params = [(a.spelling, reduce_type(a.type)) for a in c.get_arguments()]
                 self.functions.append((c.spelling, reduce_type(c.result_type), params,
                                        c.raw_comment or ''))
+                if any(t.proto for _, t in params):
+                    sys.exit('gen.py: %s takes a function pointer' % c.spelling)
+                self.c_decls[c.spelling] = (c.result_type.spelling,
+                                            [(a.spelling, a.type.spelling) for a in c.get_arguments()])
         self._check()
 
     def _macro(self, c):
@@ -233,6 +241,17 @@ CS_SCALARS = {'uint8_t': 'byte', 'int': 'int', 'int32_t': 'int', 'uint32_t': 'ui
               'char': 'byte', 'void': 'void'}
 
 
+# Anonymous enums of pkv.h that are C# enums, by their first constant: (enum, prefix, doc); the
+# struct fields of those types by C name. Other enums are Native.PKV_* constants only.
+CS_ENUMS = {
+    'PKV_DEVICE_AUTO': ('Device', 'PKV_DEVICE_', 'Where an engine\'s pool lives (PKV_DEVICE_*).'),
+    'PKV_DTYPE_F32': ('DType', 'PKV_DTYPE_',
+                      'An element type: the model\'s (Dtype) or the KV cache\'s (KvDType) (PKV_DTYPE_*).'),
+}
+CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device'}
+CS_WORDS = {'dtype': 'DType'}
+
+
 def cs_name(c_name):  # pkv_engine_params -> EngineParams, pkv_engine -> EngineHandle
     return pascal(c_name[len('pkv_'):]) if c_name.startswith('pkv_') else pascal(c_name)
 
@@ -260,6 +279,13 @@ def gen_csharp(h):
     o += ['    /// <summary>pkv_status values (PKV_STATUS_MAP).</summary>', '    public enum Status', '    {']
     o += ['        %s = %d,' % (pascal(n.replace('ERR_', '', 1)), v) for n, v, _ in h.statuses]
     o += ['    }', '']
+    for enum in h.enums:
+        if enum[0][0] not in CS_ENUMS:
+            continue
+        t, prefix, doc = CS_ENUMS[enum[0][0]]
+        o += ['    /// <summary>%s</summary>' % doc, '    public enum %s' % t, '    {']
+        o += ['        %s = %d,' % (pascal(n[len(prefix):].lower()), v) for n, v in enum]
+        o += ['    }', '']
     for name, fields, size in h.structs:
         for f, t in fields:
             if t.proto:
@@ -275,7 +301,9 @@ def gen_csharp(h):
         o += ['        public %s;' % cs_field(f, t) for f, t in fields]
         o += ['    }', '']
     o += ['    public static unsafe partial class Native', '    {',
-          '        public const string Library = "pkv";', '']
+          '        /// <summary>The library as [DllImport] names it: its SONAME, so the runtime',
+          '        /// needs no development symlink (libpkv.so).</summary>',
+          '        public const string Library = "libpkv.so.%d";' % dict(h.macros)['PKV_ABI_VERSION'], '']
     o += ['        public const int %s = %d;' % m for m in h.macros] + ['']
     o += ['        public const int PKV_%s = %d;' % (n, v) for n, v, _ in h.statuses] + ['']
     for enum in h.enums:
@@ -300,29 +328,104 @@ def gen_csharp(h):
 
 
 def cs_field(f, t):
+    name = pascal(f, words=CS_WORDS)
     if t.length:
-        return 'fixed %s %s[%d]' % (CS_SCALARS[t.base], pascal(f), t.length)
-    return '%s %s' % (cs_type(t, field=True), pascal(f))
+        return 'fixed %s %s[%d]' % (CS_SCALARS[t.base], name, t.length)
+    if f in CS_TYPED_FIELDS:
+        if t.base != 'int32_t' or t.depth:
+            sys.exit('gen.py: %s is not an int32_t field' % f)
+        return '%s %s' % (CS_TYPED_FIELDS[f], name)
+    return '%s %s' % (cs_type(t, field=True), name)
 
 
 def cs_ident(p):
     return '@' + p if p in ('out', 'ref', 'in', 'base', 'params', 'object', 'string') else p
 
 
-# ------------------------------------------------------------------------------ Go (constants)
-INITIALISMS = {'ABI', 'CPU', 'CUDA', 'F32', 'F16', 'BF16', 'OK', 'HF', 'ID', 'KV'}
+# ------------------------------------------------------------------------------ Go
+# Names follow Go style: initialisms upper-case (NumKVHeads, DeviceID, SendHWM, TPSize), the
+# dtype word as DType. The C structs are mirrored by unexported raw structs (cEngineParams, ...)
+# whose layout is checked against C at init; the API's structs (EngineParams, Stats, ...) are Go
+# types (typed enums, bool on/off fields, no struct_size or reserved fields) converted to and
+# from the raw ones by generated toC / fromC methods.
+INITIALISMS = {'ABI', 'CPU', 'CUDA', 'F32', 'F16', 'BF16', 'FP8', 'E4M3', 'E5M2', 'OK', 'HF', 'ID',
+               'KV', 'COW', 'TP', 'HWM', 'TTL', 'IO', 'LRU', 'URL'}
+GO_WORDS = {'dtype': 'DType', 'ids': 'IDs'}
 GO_SCALARS = {'char': 'byte', 'uint8_t': 'uint8', 'int32_t': 'int32', 'uint32_t': 'uint32', 'int64_t': 'int64', 'uint64_t': 'uint64',
               'double': 'float64', 'float': 'float32'}
 GO_KEYWORDS = {'type', 'func', 'range', 'map', 'chan', 'go', 'select', 'var', 'default'}
 
+# Anonymous enums that become a named Go type, by their first constant: (type, underlying type,
+# the C prefix replaced, the Go prefix of the constants, doc).
+GO_ENUMS = {
+    'PKV_DEVICE_AUTO': ('Device', 'int32', 'PKV_DEVICE_', 'Device',
+                        'where an engine\'s pool lives (pkv_engine_params.device)'),
+    'PKV_DTYPE_F32': ('DType', 'int32', 'PKV_DTYPE_', 'DType',
+                      'an element type: the model\'s (dtype) or the KV cache\'s (kv_dtype)'),
+    'PKV_BUDGET_FROM_UTILIZATION': ('BudgetSource', 'uint32', 'PKV_BUDGET_', 'Budget',
+                                    'how KVBudget.NumBlocks was decided'),
+    'PKV_FINISH_NONE': ('FinishReason', 'uint32', 'PKV_FINISH_', 'Finish', 'why a request finished'),
+    'PKV_COPY_COW': ('CopyKind', 'int32', 'PKV_COPY_', 'Copy', 'what a block copy of a batch moves'),
+    'PKV_PREEMPT_RECOMPUTE': ('PreemptionMode', 'uint32', 'PKV_PREEMPT_', 'Preempt',
+                              'what the scheduler does to the request it preempts'),
+    'PKV_TIER_NONE': ('Tier', 'uint32', 'PKV_TIER_', 'Tier',
+                      'where a sequence\'s KV is (SeqInfo.KVTier) or a block is (KVEvent.Medium)'),
+    'PKV_STORE_NONE': ('StoreKind', 'uint32', 'PKV_STORE_', 'Store', 'the store tier\'s backend'),
+    'PKV_STORE_WRITE_THROUGH': ('StoreWriteMode', 'uint32', 'PKV_STORE_', 'Store',
+                                'when blocks are written to the store'),
+    'PKV_EVENT_BLOCK_STORED': ('EventType', 'uint32', 'PKV_EVENT_', 'Event', 'a KV event\'s type'),
+}
+# Struct fields of a named type (any struct): the field's C name -> the Go type.
+GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
+                   'kv_tier': 'Tier', 'medium': 'Tier', 'finish_reason': 'FinishReason',
+                   'preemption_mode': 'PreemptionMode', 'source': 'BudgetSource', 'type': 'EventType'}
+# On/off fields (0 or 1 in C): bool in Go.
+GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
+                  'in_batch', 'is_request'}
+# The structs of the Go API: C name -> (direction: 'in' has toC, 'out' fromC, 'inout' both;
+# fields the generator leaves to the binding's code: C field -> (Go field, Go type) or None to
+# leave out; unexported fields to add; doc).
+GO_API_STRUCTS = {
+    'pkv_engine_params': ('inout', {
+        'store': None,
+        'layer_windows': ('LayerWindows', '[]uint32'),
+        'event_publisher': ('EventPublisher', '*EventPublisherParams')}, ['initialized bool'],
+        'EngineParams are an engine\'s parameters (pkv_engine_params; pkv.h documents each field).\n'
+        'Start from DefaultParams (or ParamsFromHFConfig): a struct literal lacks pkv\'s defaults and\n'
+        'is refused. LayerWindows: each layer\'s sliding window (0 = full attention), NumLayers of\n'
+        'them, nil for SlidingWindow in every layer. EventPublisher: publish the engine\'s KV events\n'
+        'over ZeroMQ (nil: none). The store tier is NewEngineWithStore\'s.'),
+    'pkv_request_params': ('inout', {'cache_salt': None, 'cache_salt_len': None}, ['initialized bool'],
+                           'RequestParams are a request\'s parameters (pkv_request_params): start\n'
+                           'from DefaultRequestParams; the cache salt is an argument of Submit.'),
+    'pkv_kv_budget': ('out', {}, [], 'KVBudget is how many KV blocks fit and why (pkv_kv_budget).'),
+    'pkv_stats': ('out', {}, [], 'Stats are an engine\'s counters (pkv_stats).'),
+    'pkv_seq_info': ('out', {}, [], 'SeqInfo is a sequence\'s state (pkv_seq_info).'),
+    'pkv_pool_info': ('out', {}, [], 'PoolInfo says where the pool is (pkv_pool_info), for a host\'s\n'
+                      'own kernels: addresses and strides in bytes.'),
+    'pkv_batch_view': ('out', {}, [], 'BatchView is a batch\'s raw plan (pkv_batch_view): counts, and C\n'
+                       'addresses valid while the batch is open.'),
+    'pkv_kv_event': ('out', {}, [], 'KVEvent is one KV event (pkv_kv_event).'),
+    'pkv_event_publisher_info': ('out', {}, [], 'EventPublisherInfo is what an engine\'s event\n'
+                                 'publisher did (pkv_event_publisher_info): its endpoints as bound,\n'
+                                 'and its counters.'),
+}
+# Raw structs that are API as they are (no Go twin): their Go name is public.
+GO_RAW_PUBLIC = {'pkv_store_key'}
 
-def pascal(name, initialisms=()):
-    return ''.join(w.upper() if w.upper() in initialisms else w.capitalize()
+
+def pascal(name, initialisms=(), words=None):
+    words = words or {}
+    return ''.join(words.get(w) or (w.upper() if w.upper() in initialisms else w.capitalize())
                    for w in name.split('_'))
 
 
+def go_ident(c_name):  # a field or a constant's rest
+    return pascal(c_name, INITIALISMS, GO_WORDS)
+
+
 def go_name(c_name):
-    return pascal(c_name[len('PKV_'):], INITIALISMS)
+    return go_ident(c_name[len('PKV_'):])
 
 
 def go_block(rows, sep):
@@ -331,15 +434,56 @@ def go_block(rows, sep):
     return ['\t' + (a + sep.rstrip()).ljust(width) + ' ' + b for a, b in rows]
 
 
+def go_struct_name(c_name):  # pkv_engine_params -> EngineParams
+    return go_ident(c_name[len('pkv_'):])
+
+
+def go_raw_name(c_name):  # the raw mirror: cEngineParams (StoreKey stays public)
+    return go_struct_name(c_name) if c_name in GO_RAW_PUBLIC else 'c' + go_struct_name(c_name)
+
+
+def go_status(n):
+    return 'Status' + go_ident(n.replace('ERR_', '', 1))
+
+
+def go_enum(enum):
+    return GO_ENUMS.get(enum[0][0])
+
+
+def go_comment(text, indent=''):
+    return [indent + '// ' + line if line else indent + '//' for line in text.split('\n')]
+
+
 def gen_go(h):
-    errs = [(n, pascal(n[len('ERR_'):], INITIALISMS)) for n, _, _ in h.statuses if n.startswith('ERR_')]
+    errs = [(n, go_ident(n[len('ERR_'):])) for n, _, _ in h.statuses if n.startswith('ERR_')]
     o = ['// ' + BANNER, '', 'package pkv', '',
          '// Versions and ABI major of the header the binding was generated from.', 'const (']
     o += go_block([(go_name(n), '= %d' % v) for n, v in h.macros], ' ') + [')', '']
     o += ['// Statuses (pkv_status), from PKV_STATUS_MAP.', 'const (']
     o += go_block([(go_status(n), 'Status = %d' % v) for n, v, _ in h.statuses], ' ') + [')', '']
     for enum in h.enums:
-        o += ['const ('] + go_block([(go_name(n), '= %d' % v) for n, v in enum], ' ') + [')', '']
+        typed = go_enum(enum)
+        if not typed:
+            o += ['const ('] + go_block([(go_name(n), '= %d' % v) for n, v in enum], ' ') + [')', '']
+            continue
+        t, under, cprefix, gprefix, doc = typed
+        names = [(gprefix + go_ident(n[len(cprefix):]), n, v) for n, v in enum]
+        if not all(n.startswith(cprefix) for _, n, _ in names):
+            sys.exit('gen.py: %s: not every constant starts with %s' % (t, cprefix))
+        if not any(l.startswith('type %s ' % t) for l in o):
+            o += ['// %s is %s: pkv.h\'s PKV_%s*.' % (t, doc, cprefix[len('PKV_'):]), 'type %s %s' % (t, under), '']
+        o += ['const ('] + go_block([(g, '%s = %d' % (t, v)) for g, _, v in names], ' ') + [')', '']
+    for t in sorted({e[0] for e in GO_ENUMS.values()}):
+        rows = [(GO_ENUMS[enum[0][0]][3] + go_ident(n[len(GO_ENUMS[enum[0][0]][2]):]),
+                 '"%s",' % n[len('PKV_'):]) for enum in h.enums if go_enum(enum)
+                and go_enum(enum)[0] == t for n, _ in enum]
+        if not rows:
+            sys.exit('gen.py: no enum of pkv.h is %s' % t)
+        o += ['// String is the C name without PKV_, e.g. "%s".' % rows[0][1][1:-2],
+              'func (v %s) String() string {' % t, '\tswitch v {']
+        for g, s in rows:
+            o += ['\tcase %s:' % g, '\t\treturn %s' % s[:-1]]
+        o += ['\t}', '\treturn unknown("%s", int64(v))' % t, '}', '']
     o += ['// statusNames are the C names without PKV_.', 'var statusNames = map[Status]string{']
     o += go_block([(go_status(n), '"%s",' % n) for n, _, _ in h.statuses], ': ') + ['}', '']
     o += ['// Sentinel errors: errors.Is(err, ErrNoSpace) matches any *Error of that status.', 'var (']
@@ -347,9 +491,14 @@ def gen_go(h):
     o += [')', '', '// sentinels by status', 'var sentinels = map[Status]*Error{']
     o += go_block([(go_status(n), 'Err%s,' % g) for n, g in errs], ': ') + ['}', '']
     for name, fields, size in h.structs:  # pointers as uintptr: no Go pointers cross into C
-        o += ['// %s is C\'s %s (%d bytes on amd64; layout checked against C at init).'
-              % (go_type_name(name), name, size), 'type %s struct {' % go_type_name(name)]
-        o += go_block([(pascal(f, INITIALISMS), go_field_type(t)) for f, t in fields], ' ')
+        if name in GO_RAW_PUBLIC:
+            o += ['// %s is C\'s %s (%d bytes on amd64; layout checked against C at init).'
+                  % (go_raw_name(name), name, size)]
+        else:
+            o += ['// %s mirrors C\'s %s (%d bytes on amd64; layout checked against C at init).'
+                  % (go_raw_name(name), name, size)]
+        o += ['type %s struct {' % go_raw_name(name)]
+        o += go_block([(go_ident(f), go_field_type(t)) for f, t in fields], ' ')
         o += ['}', '']
     return '\n'.join(o)
 
@@ -357,35 +506,151 @@ def gen_go(h):
 def go_field_type(t):  # a function pointer is a uintptr too: a C function's address
     if t.depth or t.proto:
         return 'uintptr'
-    base = GO_SCALARS[t.base] if t.base in GO_SCALARS else go_type_name(t.base)  # a struct: its Go twin
+    base = GO_SCALARS[t.base] if t.base in GO_SCALARS else go_raw_name(t.base)  # a struct: its raw twin
     return ('[%d]' % t.length if t.length else '') + base
 
 
-def go_type_name(c_name):
-    return pascal(c_name[len('pkv_'):], INITIALISMS)
+def go_api_fields(name, fields):
+    """(C field, Go field, Go type, conversion kind) of an API struct: kind is 'plain', 'typed',
+    'bool', 'string' (a char * read with goString), 'address' (a pointer as uintptr) or 'hand'."""
+    _, hand, _, _ = GO_API_STRUCTS[name]
+    out = []
+    for f, t in fields:
+        if f == 'struct_size' or re.fullmatch(r'reserved\d*', f):
+            continue
+        if f in hand:
+            if hand[f]:
+                out.append((f, hand[f][0], hand[f][1], 'hand'))
+            continue
+        g = go_ident(f)
+        if t.proto or t.length or t.record:
+            sys.exit('gen.py: %s.%s: no Go API form' % (name, f))
+        if t.depth:
+            if t.base == 'char' and t.depth == 1:
+                out.append((f, g, 'string', 'string'))
+            else:
+                out.append((f, g, 'uintptr', 'address'))
+        elif f in GO_BOOL_FIELDS:
+            if t.base != 'uint32_t':
+                sys.exit('gen.py: %s.%s: an on/off field that is not uint32_t' % (name, f))
+            out.append((f, g, 'bool', 'bool'))
+        elif f in GO_TYPED_FIELDS:
+            out.append((f, g, GO_TYPED_FIELDS[f], 'typed'))
+        else:
+            out.append((f, g, GO_SCALARS[t.base], 'plain'))
+    for f in hand:
+        if f not in dict(fields):
+            sys.exit('gen.py: %s has no field %s' % (name, f))
+    return out
+
+
+def gen_go_types(h):
+    o = ['// ' + BANNER, '', 'package pkv', '']
+    structs = {name: fields for name, fields, _ in h.structs}
+    for name in GO_API_STRUCTS:
+        if name not in structs:
+            sys.exit('gen.py: pkv.h has no struct %s' % name)
+    for name, fields, _ in h.structs:
+        if name not in GO_API_STRUCTS:
+            continue
+        direction, _, extra, doc = GO_API_STRUCTS[name]
+        g, raw = go_struct_name(name), go_raw_name(name)
+        rows = go_api_fields(name, fields)
+        o += go_comment(doc) + ['type %s struct {' % g]
+        o += go_block([(gf, gt) for _, gf, gt, _ in rows], ' ')
+        if extra:
+            o += [''] + go_block([tuple(x.split(' ', 1)) for x in extra], ' ')
+        o += ['}', '']
+        if direction in ('in', 'inout'):
+            o += ['// toC copies p into c, but for the fields the binding sets by hand.',
+                  'func (p *%s) toC(c *%s) {' % (g, raw)]
+            for f, gf, gt, kind in rows:
+                cf = go_ident(f)
+                if kind == 'plain':
+                    o += ['\tc.%s = p.%s' % (cf, gf)]
+                elif kind == 'typed':
+                    o += ['\tc.%s = %s(p.%s)' % (cf, go_field_type(dict(fields)[f]), gf)]
+                elif kind == 'bool':
+                    o += ['\tc.%s = boolU32(p.%s)' % (cf, gf)]
+                elif kind != 'hand':
+                    sys.exit('gen.py: %s.%s: an input %s' % (name, f, kind))
+            o += ['}', '']
+        if direction in ('out', 'inout'):
+            o += ['// fromC copies c into p, but for the fields the binding sets by hand.',
+                  'func (p *%s) fromC(c *%s) {' % (g, raw)]
+            for f, gf, gt, kind in rows:
+                cf = go_ident(f)
+                o += {'plain': ['\tp.%s = c.%s' % (gf, cf)], 'address': ['\tp.%s = c.%s' % (gf, cf)],
+                      'typed': ['\tp.%s = %s(c.%s)' % (gf, gt, cf)],
+                      'bool': ['\tp.%s = c.%s != 0' % (gf, cf)],
+                      'string': ['\tp.%s = goString(c.%s)' % (gf, cf)], 'hand': []}[kind]
+            o += ['}', '']
+    return '\n'.join(o)
 
 
 def gen_go_layout(h):
     o = ['// ' + BANNER, '', 'package pkv', '', '// #include <pkv/pkv.h>', 'import "C"', '',
-         'import "unsafe"', '', '// layouts pairs each generated struct with the C one: sizes, then offsets.',
+         'import "unsafe"', '', '// layouts pairs each raw struct with the C one: sizes, then offsets.',
          'var layouts = []layout{']
     for name, fields, _ in h.structs:
-        g, c = go_type_name(name) + '{}', 'C.struct_%s{}' % name
+        g, c = go_raw_name(name) + '{}', 'C.struct_%s{}' % name
         o += ['\t{"%s", unsafe.Sizeof(%s), unsafe.Sizeof(%s), []fieldOffset{' % (name, g, c)]
         o += ['\t\t{"%s", unsafe.Offsetof(%s.%s), unsafe.Offsetof(%s.%s)},'
-              % (f, g, pascal(f, INITIALISMS), c, '_' + f if f in GO_KEYWORDS else f) for f, _ in fields]
+              % (f, g, go_ident(f), c, '_' + f if f in GO_KEYWORDS else f) for f, _ in fields]
         o += ['\t}},']
     o += ['}', '']
     return '\n'.join(o)
 
 
-def go_status(n):
-    return 'Status' + pascal(n.replace('ERR_', '', 1), INITIALISMS)
+def gen_go_dl(h):
+    """The C half of loading libpkv at run time (load.go): every function of pkv.h defined to call
+    the library's through a pointer that pkvgo_resolve fills with dlsym. Until then (no library) a
+    call returns PKV_ERR_UNSUPPORTED and the last-error calls return pkvgo_load_error."""
+    o = ['// ' + BANNER,
+         '// libpkv is loaded at run time (load.go): each pkv_* function of pkv.h is defined here to',
+         '// call the library\'s through a pointer that pkvgo_resolve fills (dlsym). Before that, or',
+         '// when the library was not found, a call returns PKV_ERR_UNSUPPORTED and the last-error',
+         '// calls return why the library is missing. Names are parenthesized: pkv.h defines a macro',
+         '// of one of them (pkv_drain_kv_events).',
+         '#include <dlfcn.h>', '#include <stddef.h>', '#include <stdint.h>',
+         '#include <pkv/pkv.h>', '', '#include "load.h"', '', 'static struct {']
+    for name, _, _, _ in h.functions:
+        res, params = h.c_decls[name]
+        o += ['  %s;' % c_decl(res, '(*%s)' % name, [t for _, t in params])]
+    o += ['} fn;', '', 'int pkvgo_resolve(void *lib, const char **missing) {']
+    for name, _, _, _ in h.functions:
+        o += ['  if (!(*(void **)&fn.%s = dlsym(lib, "%s"))) {' % (name, name),
+              '    *missing = "%s";' % name, '    return -1;', '  }']
+    o += ['  return 0;', '}', '']
+    for name, _, _, _ in h.functions:
+        res, params = h.c_decls[name]
+        args = [(p or 'a%d' % i, t) for i, (p, t) in enumerate(params)]
+        o += [c_decl(res, '(%s)' % name, ['%s%s' % (t, '' if t.endswith('*') else ' ') + p
+                                          for p, t in args]) + ' {']
+        call = '(fn.%s)(%s)' % (name, ', '.join(p for p, _ in args))
+        if res == 'void':
+            o += ['  if (fn.%s) %s;' % (name, call)]
+        elif res == 'pkv_status':
+            o += ['  return fn.%s ? %s : PKV_ERR_UNSUPPORTED;' % (name, call)]
+        elif res == 'const char *':
+            o += ['  return fn.%s ? %s : pkvgo_load_error;' % (name, call)]
+        elif res in ('uint32_t', 'uint64_t', 'int32_t', 'int'):
+            o += ['  return fn.%s ? %s : 0;' % (name, call)]
+        else:
+            sys.exit('gen.py: %s returns %s: no default for an unloaded library' % (name, res))
+        o += ['}', '']
+    return '\n'.join(o)
+
+
+def c_decl(res, declarator, params):
+    return '%s%s%s(%s)' % (res, '' if res.endswith('*') else ' ', declarator,
+                           ', '.join(params) if params else 'void')
 
 
 # ------------------------------------------------------------------------------ main
 OUTPUTS = (('python/pkv/_raw.py', gen_python), ('csharp/Native.g.cs', gen_csharp),
-           ('go/consts_gen.go', gen_go), ('go/layout_gen.go', gen_go_layout))
+           ('go/consts_gen.go', gen_go), ('go/types_gen.go', gen_go_types),
+           ('go/layout_gen.go', gen_go_layout), ('go/load_gen.c', gen_go_dl))
 
 
 def main():

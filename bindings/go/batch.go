@@ -19,7 +19,7 @@ type Batch struct {
 	engine *Engine
 	b      *C.pkv_batch
 	gen    uint64
-	view   BatchView
+	view   cBatchView
 }
 
 // BeginBatch plans one step over seqs (pkv_batch_begin); numNewTokens nil = all uncomputed
@@ -85,24 +85,28 @@ func (b *Batch) call(fn func(*C.pkv_batch) C.pkv_status) error {
 
 // View is the raw plan: counts, and C addresses valid while the batch is open. The methods
 // below return copies of its arrays.
-func (b *Batch) View() BatchView { return b.view }
+func (b *Batch) View() BatchView {
+	var v BatchView
+	v.fromC(&b.view)
+	return v
+}
 
 // NumSeqs and NumTokens are the batch's sequences and new tokens.
 func (b *Batch) NumSeqs() int   { return int(b.view.NumSeqs) }
 func (b *Batch) NumTokens() int { return int(b.view.NumTokens) }
 
-func copyInts[T int32 | int64 | uint64](b *Batch, addr uintptr, n int) ([]T, error) {
+func copyInts[T int32 | int64 | uint64 | CopyKind](b *Batch, a uintptr, n int) ([]T, error) {
 	out := make([]T, n)
 	err := b.call(func(*C.pkv_batch) C.pkv_status {
 		if n > 0 {
-			copy(out, unsafe.Slice((*T)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n))
+			copy(out, unsafe.Slice((*T)(addr(a)), n))
 		}
 		return 0
 	})
 	return out, err
 }
 
-func (b *Batch) SeqIDs() ([]uint64, error) { return copyInts[uint64](b, b.view.SeqIds, b.NumSeqs()) }
+func (b *Batch) SeqIDs() ([]uint64, error) { return copyInts[uint64](b, b.view.SeqIDs, b.NumSeqs()) }
 func (b *Batch) QueryStart() ([]int32, error) {
 	return copyInts[int32](b, b.view.QueryStart, b.NumSeqs()+1)
 }
@@ -138,15 +142,15 @@ func (b *Batch) CopyDst() ([]int32, error) {
 	return copyInts[int32](b, b.view.CopyDst, int(b.view.NumCopies))
 }
 
-// CopyKind is, per listed copy, what it moves: CopyCow, CopySwapOut, CopySwapIn, CopyOffload (a
+// CopyKind is, per listed copy, what it moves: CopyCOW, CopySwapOut, CopySwapIn, CopyOffload (a
 // cached block evicted from the pool, kept in the host tier) or CopyLoad (a prefix hit on a block
 // held in the host tier only). Empty from a library older than 0.2, whose copies are all COW.
-func (b *Batch) CopyKind() ([]int32, error) {
+func (b *Batch) CopyKind() ([]CopyKind, error) {
 	n := int(b.view.NumCopies)
 	if b.view.CopyKind == 0 {
 		n = 0
 	}
-	return copyInts[int32](b, b.view.CopyKind, n)
+	return copyInts[CopyKind](b, b.view.CopyKind, n)
 }
 
 // Copy does the batch's listed block copies now (pkv_batch_copy), unless they are done already:

@@ -36,82 +36,112 @@ const (
 	MaxCacheSaltBytes         = 65536
 	DefaultKVEventsCapacity   = 65536
 	DefaultEventReplayBatches = 10000
-	DefaultEventSendHwm       = 100000
+	DefaultEventSendHWM       = 100000
 	DefaultEventQueueEvents   = 1048576
 	DefaultEventBatchEvents   = 1024
 	MaxEventEndpointBytes     = 1024
 	MaxEventTopicBytes        = 1024
 )
 
-const (
-	DeviceAuto = 0
-	DeviceCPU  = 1
-	DeviceCUDA = 2
-)
+// Device is where an engine's pool lives (pkv_engine_params.device): pkv.h's PKV_DEVICE_*.
+type Device int32
 
 const (
-	DtypeF32     = 0
-	DtypeF16     = 1
-	DtypeBF16    = 2
-	DtypeFp8E4m3 = 3
-	DtypeFp8E5m2 = 4
+	DeviceAuto Device = 0
+	DeviceCPU  Device = 1
+	DeviceCUDA Device = 2
 )
 
+// DType is an element type: the model's (dtype) or the KV cache's (kv_dtype): pkv.h's PKV_DTYPE_*.
+type DType int32
+
 const (
-	BudgetFromUtilization = 0
-	BudgetFromByteCap     = 1
-	BudgetFixedBlocks     = 2
+	DTypeF32     DType = 0
+	DTypeF16     DType = 1
+	DTypeBF16    DType = 2
+	DTypeFP8E4M3 DType = 3
+	DTypeFP8E5M2 DType = 4
+)
+
+// BudgetSource is how KVBudget.NumBlocks was decided: pkv.h's PKV_BUDGET_*.
+type BudgetSource uint32
+
+const (
+	BudgetFromUtilization BudgetSource = 0
+	BudgetFromByteCap     BudgetSource = 1
+	BudgetFixedBlocks     BudgetSource = 2
 )
 
 const (
 	DebugConstantHash = 1
 )
 
-const (
-	FinishNone      = 0
-	FinishStopToken = 1
-	FinishLength    = 2
-)
+// FinishReason is why a request finished: pkv.h's PKV_FINISH_*.
+type FinishReason uint32
 
 const (
-	CopyCow     = 1
-	CopySwapOut = 2
-	CopySwapIn  = 3
-	CopyOffload = 4
-	CopyLoad    = 5
+	FinishNone      FinishReason = 0
+	FinishStopToken FinishReason = 1
+	FinishLength    FinishReason = 2
 )
 
-const (
-	PreemptRecompute = 0
-	PreemptSwap      = 1
-	PreemptAuto      = 2
-)
+// CopyKind is what a block copy of a batch moves: pkv.h's PKV_COPY_*.
+type CopyKind int32
 
 const (
-	TierNone   = 0
-	TierDevice = 1
-	TierHost   = 2
-	TierStore  = 3
+	CopyCOW     CopyKind = 1
+	CopySwapOut CopyKind = 2
+	CopySwapIn  CopyKind = 3
+	CopyOffload CopyKind = 4
+	CopyLoad    CopyKind = 5
 )
 
-const (
-	StoreNone     = 0
-	StoreFile     = 1
-	StoreRedis    = 2
-	StoreCallback = 3
-)
+// PreemptionMode is what the scheduler does to the request it preempts: pkv.h's PKV_PREEMPT_*.
+type PreemptionMode uint32
 
 const (
-	StoreWriteThrough = 0
-	StoreWriteBack    = 1
-	StoreReadOnly     = 2
+	PreemptRecompute PreemptionMode = 0
+	PreemptSwap      PreemptionMode = 1
+	PreemptAuto      PreemptionMode = 2
 )
 
+// Tier is where a sequence's KV is (SeqInfo.KVTier) or a block is (KVEvent.Medium): pkv.h's PKV_TIER_*.
+type Tier uint32
+
 const (
-	EventBlockStored  = 1
-	EventBlockRemoved = 2
-	EventAllCleared   = 3
-	EventOverflow     = 4
+	TierNone   Tier = 0
+	TierDevice Tier = 1
+	TierHost   Tier = 2
+	TierStore  Tier = 3
+)
+
+// StoreKind is the store tier's backend: pkv.h's PKV_STORE_*.
+type StoreKind uint32
+
+const (
+	StoreNone     StoreKind = 0
+	StoreFile     StoreKind = 1
+	StoreRedis    StoreKind = 2
+	StoreCallback StoreKind = 3
+)
+
+// StoreWriteMode is when blocks are written to the store: pkv.h's PKV_STORE_*.
+type StoreWriteMode uint32
+
+const (
+	StoreWriteThrough StoreWriteMode = 0
+	StoreWriteBack    StoreWriteMode = 1
+	StoreReadOnly     StoreWriteMode = 2
+)
+
+// EventType is a KV event's type: pkv.h's PKV_EVENT_*.
+type EventType uint32
+
+const (
+	EventBlockStored  EventType = 1
+	EventBlockRemoved EventType = 2
+	EventAllCleared   EventType = 3
+	EventOverflow     EventType = 4
 )
 
 const (
@@ -127,6 +157,150 @@ const (
 const (
 	StoreProblemBytes = 64
 )
+
+// String is the C name without PKV_, e.g. "BUDGET_FROM_UTILIZATION".
+func (v BudgetSource) String() string {
+	switch v {
+	case BudgetFromUtilization:
+		return "BUDGET_FROM_UTILIZATION"
+	case BudgetFromByteCap:
+		return "BUDGET_FROM_BYTE_CAP"
+	case BudgetFixedBlocks:
+		return "BUDGET_FIXED_BLOCKS"
+	}
+	return unknown("BudgetSource", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "COPY_COW".
+func (v CopyKind) String() string {
+	switch v {
+	case CopyCOW:
+		return "COPY_COW"
+	case CopySwapOut:
+		return "COPY_SWAP_OUT"
+	case CopySwapIn:
+		return "COPY_SWAP_IN"
+	case CopyOffload:
+		return "COPY_OFFLOAD"
+	case CopyLoad:
+		return "COPY_LOAD"
+	}
+	return unknown("CopyKind", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "DTYPE_F32".
+func (v DType) String() string {
+	switch v {
+	case DTypeF32:
+		return "DTYPE_F32"
+	case DTypeF16:
+		return "DTYPE_F16"
+	case DTypeBF16:
+		return "DTYPE_BF16"
+	case DTypeFP8E4M3:
+		return "DTYPE_FP8_E4M3"
+	case DTypeFP8E5M2:
+		return "DTYPE_FP8_E5M2"
+	}
+	return unknown("DType", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "DEVICE_AUTO".
+func (v Device) String() string {
+	switch v {
+	case DeviceAuto:
+		return "DEVICE_AUTO"
+	case DeviceCPU:
+		return "DEVICE_CPU"
+	case DeviceCUDA:
+		return "DEVICE_CUDA"
+	}
+	return unknown("Device", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "EVENT_BLOCK_STORED".
+func (v EventType) String() string {
+	switch v {
+	case EventBlockStored:
+		return "EVENT_BLOCK_STORED"
+	case EventBlockRemoved:
+		return "EVENT_BLOCK_REMOVED"
+	case EventAllCleared:
+		return "EVENT_ALL_CLEARED"
+	case EventOverflow:
+		return "EVENT_OVERFLOW"
+	}
+	return unknown("EventType", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "FINISH_NONE".
+func (v FinishReason) String() string {
+	switch v {
+	case FinishNone:
+		return "FINISH_NONE"
+	case FinishStopToken:
+		return "FINISH_STOP_TOKEN"
+	case FinishLength:
+		return "FINISH_LENGTH"
+	}
+	return unknown("FinishReason", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "PREEMPT_RECOMPUTE".
+func (v PreemptionMode) String() string {
+	switch v {
+	case PreemptRecompute:
+		return "PREEMPT_RECOMPUTE"
+	case PreemptSwap:
+		return "PREEMPT_SWAP"
+	case PreemptAuto:
+		return "PREEMPT_AUTO"
+	}
+	return unknown("PreemptionMode", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "STORE_NONE".
+func (v StoreKind) String() string {
+	switch v {
+	case StoreNone:
+		return "STORE_NONE"
+	case StoreFile:
+		return "STORE_FILE"
+	case StoreRedis:
+		return "STORE_REDIS"
+	case StoreCallback:
+		return "STORE_CALLBACK"
+	}
+	return unknown("StoreKind", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "STORE_WRITE_THROUGH".
+func (v StoreWriteMode) String() string {
+	switch v {
+	case StoreWriteThrough:
+		return "STORE_WRITE_THROUGH"
+	case StoreWriteBack:
+		return "STORE_WRITE_BACK"
+	case StoreReadOnly:
+		return "STORE_READ_ONLY"
+	}
+	return unknown("StoreWriteMode", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "TIER_NONE".
+func (v Tier) String() string {
+	switch v {
+	case TierNone:
+		return "TIER_NONE"
+	case TierDevice:
+		return "TIER_DEVICE"
+	case TierHost:
+		return "TIER_HOST"
+	case TierStore:
+		return "TIER_STORE"
+	}
+	return unknown("Tier", int64(v))
+}
 
 // statusNames are the C names without PKV_.
 var statusNames = map[Status]string{
@@ -179,8 +353,8 @@ type StoreKey struct {
 	Bytes [32]uint8
 }
 
-// StoreCallbacks is C's pkv_store_callbacks (40 bytes on amd64; layout checked against C at init).
-type StoreCallbacks struct {
+// cStoreCallbacks mirrors C's pkv_store_callbacks (40 bytes on amd64; layout checked against C at init).
+type cStoreCallbacks struct {
 	StructSize uint32
 	Reserved0  uint32
 	User       uintptr
@@ -189,8 +363,8 @@ type StoreCallbacks struct {
 	Put        uintptr
 }
 
-// StoreParams is C's pkv_store_params (104 bytes on amd64; layout checked against C at init).
-type StoreParams struct {
+// cStoreParams mirrors C's pkv_store_params (104 bytes on amd64; layout checked against C at init).
+type cStoreParams struct {
 	StructSize       uint32
 	Kind             uint32
 	WriteMode        uint32
@@ -205,36 +379,36 @@ type StoreParams struct {
 	Username         uintptr
 	Password         uintptr
 	KeyPrefix        uintptr
-	TtlSeconds       uint32
+	TTLSeconds       uint32
 	ConnectTimeoutMs uint32
-	IoTimeoutMs      uint32
+	IOTimeoutMs      uint32
 	Reserved1        uint32
 	Callbacks        uintptr
 }
 
-// EventPublisherParams is C's pkv_event_publisher_params (48 bytes on amd64; layout checked against C at init).
-type EventPublisherParams struct {
+// cEventPublisherParams mirrors C's pkv_event_publisher_params (48 bytes on amd64; layout checked against C at init).
+type cEventPublisherParams struct {
 	StructSize          uint32
 	DataParallelRank    uint32
 	Endpoint            uintptr
 	ReplayEndpoint      uintptr
 	Topic               uintptr
 	ReplayBufferBatches uint32
-	SendHwm             uint32
+	SendHWM             uint32
 	MaxQueueEvents      uint32
 	MaxBatchEvents      uint32
 }
 
-// EngineParams is C's pkv_engine_params (192 bytes on amd64; layout checked against C at init).
-type EngineParams struct {
+// cEngineParams mirrors C's pkv_engine_params (192 bytes on amd64; layout checked against C at init).
+type cEngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
 	NumQHeads           uint32
 	NumKVHeads          uint32
 	HeadDim             uint32
-	Dtype               int32
-	TpSize              uint32
-	TpRank              uint32
+	DType               int32
+	TPSize              uint32
+	TPRank              uint32
 	MaxModelLen         uint32
 	BlockSize           uint32
 	NumBlocks           uint32
@@ -261,14 +435,14 @@ type EngineParams struct {
 	PreemptionMode      uint32
 	HostOffload         uint32
 	Store               uintptr
-	KVDtype             int32
+	KVDType             int32
 	SlidingWindow       uint32
 	LayerWindows        uintptr
 	EventPublisher      uintptr
 }
 
-// KVBudget is C's pkv_kv_budget (176 bytes on amd64; layout checked against C at init).
-type KVBudget struct {
+// cKVBudget mirrors C's pkv_kv_budget (176 bytes on amd64; layout checked against C at init).
+type cKVBudget struct {
 	StructSize           uint32
 	Device               int32
 	Source               uint32
@@ -290,15 +464,15 @@ type KVBudget struct {
 	HostPoolBytes        uint64
 	HostTotalBytes       uint64
 	HostAvailableBytes   uint64
-	KVDtype              int32
+	KVDType              int32
 	NumKVGroups          uint32
 	GroupLayers          uint32
 	PaddedLayers         uint32
 	KVScaleBytes         uint64
 }
 
-// Stats is C's pkv_stats (320 bytes on amd64; layout checked against C at init).
-type Stats struct {
+// cStats mirrors C's pkv_stats (320 bytes on amd64; layout checked against C at init).
+type cStats struct {
 	StructSize          uint32
 	Reserved0           uint32
 	NumBlocks           uint64
@@ -311,7 +485,7 @@ type Stats struct {
 	PrefixQueryTokens   uint64
 	PrefixHitTokens     uint64
 	NumEvictions        uint64
-	NumCowCopies        uint64
+	NumCOWCopies        uint64
 	NumPreemptions      uint64
 	NumWaitingRequests  uint64
 	NumRunningRequests  uint64
@@ -342,15 +516,15 @@ type Stats struct {
 	NumLoadingRequests  uint64
 }
 
-// SeqParams is C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
-type SeqParams struct {
+// cSeqParams mirrors C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
+type cSeqParams struct {
 	StructSize   uint32
 	CacheSaltLen uint32
 	CacheSalt    uintptr
 }
 
-// SeqInfo is C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
-type SeqInfo struct {
+// cSeqInfo mirrors C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
+type cSeqInfo struct {
 	StructSize         uint32
 	NumTokens          uint32
 	NumComputedTokens  uint32
@@ -367,8 +541,8 @@ type SeqInfo struct {
 	NumHostBlocks      uint32
 }
 
-// BatchView is C's pkv_batch_view (160 bytes on amd64; layout checked against C at init).
-type BatchView struct {
+// cBatchView mirrors C's pkv_batch_view (160 bytes on amd64; layout checked against C at init).
+type cBatchView struct {
 	StructSize       uint32
 	NumSeqs          uint32
 	NumTokens        uint32
@@ -377,7 +551,7 @@ type BatchView struct {
 	MaxContextLen    uint32
 	NumCopies        uint32
 	BlockSize        uint32
-	SeqIds           uintptr
+	SeqIDs           uintptr
 	QueryStart       uintptr
 	Positions        uintptr
 	SlotMapping      uintptr
@@ -396,8 +570,8 @@ type BatchView struct {
 	GroupBlockTables uintptr
 }
 
-// RequestParams is C's pkv_request_params (32 bytes on amd64; layout checked against C at init).
-type RequestParams struct {
+// cRequestParams mirrors C's pkv_request_params (32 bytes on amd64; layout checked against C at init).
+type cRequestParams struct {
 	StructSize   uint32
 	MaxNewTokens uint32
 	StopToken    int32
@@ -407,8 +581,8 @@ type RequestParams struct {
 	CacheSalt    uintptr
 }
 
-// KVEvent is C's pkv_kv_event (40 bytes on amd64; layout checked against C at init).
-type KVEvent struct {
+// cKVEvent mirrors C's pkv_kv_event (40 bytes on amd64; layout checked against C at init).
+type cKVEvent struct {
 	Type       uint32
 	NumTokens  uint32
 	SeqNo      uint64
@@ -418,8 +592,8 @@ type KVEvent struct {
 	Group      uint32
 }
 
-// EventPublisherInfo is C's pkv_event_publisher_info (64 bytes on amd64; layout checked against C at init).
-type EventPublisherInfo struct {
+// cEventPublisherInfo mirrors C's pkv_event_publisher_info (64 bytes on amd64; layout checked against C at init).
+type cEventPublisherInfo struct {
 	StructSize      uint32
 	Reserved0       uint32
 	Endpoint        uintptr
@@ -431,11 +605,11 @@ type EventPublisherInfo struct {
 	EventsQueued    uint64
 }
 
-// PoolInfo is C's pkv_pool_info (144 bytes on amd64; layout checked against C at init).
-type PoolInfo struct {
+// cPoolInfo mirrors C's pkv_pool_info (144 bytes on amd64; layout checked against C at init).
+type cPoolInfo struct {
 	StructSize       uint32
 	Device           int32
-	Dtype            int32
+	DType            int32
 	NumLayers        uint32
 	NumBlocks        uint32
 	BlockSize        uint32
@@ -453,21 +627,21 @@ type PoolInfo struct {
 	HostNumBlocks    uint64
 	HostLayerStride  uint64
 	HostBytesPerPool uint64
-	ModelDtype       int32
+	ModelDType       int32
 	NumKVGroups      uint32
 	Kernels          uintptr
 }
 
-// StoreInfo is C's pkv_store_info (24 bytes on amd64; layout checked against C at init).
-type StoreInfo struct {
+// cStoreInfo mirrors C's pkv_store_info (24 bytes on amd64; layout checked against C at init).
+type cStoreInfo struct {
 	StructSize uint32
 	Kind       uint32
 	NumBlocks  uint64
 	TotalBytes uint64
 }
 
-// StoreEntry is C's pkv_store_entry (184 bytes on amd64; layout checked against C at init).
-type StoreEntry struct {
+// cStoreEntry mirrors C's pkv_store_entry (184 bytes on amd64; layout checked against C at init).
+type cStoreEntry struct {
 	Key          StoreKey
 	ValueBytes   uint64
 	State        uint32
@@ -478,8 +652,8 @@ type StoreEntry struct {
 	Problem      [64]byte
 }
 
-// StoreVerifyResult is C's pkv_store_verify_result (160 bytes on amd64; layout checked against C at init).
-type StoreVerifyResult struct {
+// cStoreVerifyResult mirrors C's pkv_store_verify_result (160 bytes on amd64; layout checked against C at init).
+type cStoreVerifyResult struct {
 	StructSize      uint32
 	Reserved0       uint32
 	NumBlocks       uint64

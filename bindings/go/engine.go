@@ -23,53 +23,49 @@ type Engine struct {
 	// bytes per new token of q/out and of k/v: pkv_attention's size checks
 	qBytes, kvBytes int
 	kvHeads         int       // per rank: SetKVScales' length
-	layerWindows    []uint32  // the engine's per-layer windows (WithLayerWindows), or nil
 	store           *storeMem // the store's C parameters and Store handle (NewEngineWithStore)
 }
 
-// NewEngine creates an engine (pkv_engine_create); p.Store must be 0 (NewEngineWithStore).
-// opts: WithLayerWindows.
-func NewEngine(p EngineParams, opts ...Option) (*Engine, error) {
-	if abiError != nil {
-		return nil, abiError
-	}
-	return newEngine(p, nil, opts)
+// NewEngine creates an engine (pkv_engine_create) of p, which starts from DefaultParams.
+func NewEngine(p EngineParams) (*Engine, error) {
+	return newEngine(p, nil)
 }
 
-func newEngine(p EngineParams, store *storeMem, opts []Option) (*Engine, error) {
-	var e *C.pkv_engine
-	err := withOptions(&p, opts, func() error {
-		return check(func() C.pkv_status { return C.pkv_engine_create(cParams(&p), &e) })
-	})
+func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
+	c, err := newCParams(&p)
 	if err != nil {
+		return nil, err
+	}
+	defer c.free() // pkv copies what it keeps (windows, publisher) at create
+	if store != nil {
+		c.c.store = store.params
+	}
+	var e *C.pkv_engine
+	if err := check(func() C.pkv_status { return C.pkv_engine_create(c.c, &e) }); err != nil {
 		return nil, err
 	}
 	eng := &Engine{e: e, store: store}
 	runtime.SetFinalizer(eng, (*Engine).Close)
-	// its own allocation: cgo checks all of the one a pointer is in, and an Engine holds Go pointers
-	params := &EngineParams{StructSize: uint32(unsafe.Sizeof(EngineParams{}))}
-	budget := KVBudget{StructSize: uint32(unsafe.Sizeof(KVBudget{}))}
+	// C memory: the effective parameters point into the engine
+	params := (*cEngineParams)(c.mem.alloc(unsafe.Sizeof(cEngineParams{})))
+	params.StructSize = uint32(unsafe.Sizeof(cEngineParams{}))
+	budget := cKVBudget{StructSize: uint32(unsafe.Sizeof(cKVBudget{}))}
 	err = eng.call(func(e *C.pkv_engine) C.pkv_status {
-		if s := C.pkv_engine_params_get(e, cParams(params)); s != 0 {
+		if s := C.pkv_engine_params_get(e, rawParams(params)); s != 0 {
 			return s
 		}
+		eng.params = engineParamsOf(params)
 		return C.pkv_engine_budget(e, (*C.pkv_kv_budget)(unsafe.Pointer(&budget)))
 	})
-	if err == nil && params.LayerWindows != 0 { // into the engine: copied, not kept
-		eng.layerWindows = append([]uint32(nil),
-			unsafe.Slice((*uint32)(*(*unsafe.Pointer)(unsafe.Pointer(&params.LayerWindows))), params.NumLayers)...)
-	}
-	params.LayerWindows = 0
-	eng.params = *params
 	if err != nil {
 		eng.Close()
 		return nil, err
 	}
 	elem := 2
-	if eng.params.Dtype == DtypeF32 {
+	if eng.params.DType == DTypeF32 {
 		elem = 4
 	}
-	eng.qBytes = int(eng.params.NumQHeads/eng.params.TpSize*eng.params.HeadDim) * elem
+	eng.qBytes = int(eng.params.NumQHeads/eng.params.TPSize*eng.params.HeadDim) * elem
 	eng.kvBytes = int(budget.KVHeadsPerRank*eng.params.HeadDim) * elem
 	eng.kvHeads = int(budget.KVHeadsPerRank)
 	return eng, nil
@@ -108,34 +104,49 @@ func (eng *Engine) callLocked(fn func(*C.pkv_engine) C.pkv_status) error {
 	return newError(s, C.pkv_engine_last_error(eng.e))
 }
 
-// Params are the engine's effective parameters (num_blocks and device resolved); LayerWindows is
-// 0 in them (the engine's windows are LayerWindows()).
-func (eng *Engine) Params() EngineParams { return eng.params }
+// Params are the engine's effective parameters (num_blocks and device resolved), a copy.
+func (eng *Engine) Params() EngineParams {
+	p := eng.params
+	if p.LayerWindows != nil {
+		p.LayerWindows = append([]uint32(nil), p.LayerWindows...)
+	}
+	if p.EventPublisher != nil {
+		pub := *p.EventPublisher
+		p.EventPublisher = &pub
+	}
+	return p
+}
 
 // Stats are the engine's counters (pkv_engine_stats).
 func (eng *Engine) Stats() (Stats, error) {
-	s := Stats{StructSize: uint32(unsafe.Sizeof(Stats{}))}
+	var s Stats
+	raw := cStats{StructSize: uint32(unsafe.Sizeof(cStats{}))}
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_engine_stats(e, (*C.pkv_stats)(unsafe.Pointer(&s)))
+		return C.pkv_engine_stats(e, (*C.pkv_stats)(unsafe.Pointer(&raw)))
 	})
+	s.fromC(&raw)
 	return s, err
 }
 
 // Budget is the engine pool's KV budget (pkv_engine_budget).
 func (eng *Engine) Budget() (KVBudget, error) {
-	b := KVBudget{StructSize: uint32(unsafe.Sizeof(KVBudget{}))}
+	var b KVBudget
+	raw := cKVBudget{StructSize: uint32(unsafe.Sizeof(cKVBudget{}))}
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_engine_budget(e, (*C.pkv_kv_budget)(unsafe.Pointer(&b)))
+		return C.pkv_engine_budget(e, (*C.pkv_kv_budget)(unsafe.Pointer(&raw)))
 	})
+	b.fromC(&raw)
 	return b, err
 }
 
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels.
 func (eng *Engine) PoolInfo() (PoolInfo, error) {
-	p := PoolInfo{StructSize: uint32(unsafe.Sizeof(PoolInfo{}))}
+	var p PoolInfo
+	raw := cPoolInfo{StructSize: uint32(unsafe.Sizeof(cPoolInfo{}))}
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_pool_info(e, (*C.struct_pkv_pool_info)(unsafe.Pointer(&p)))
+		return C.pkv_pool_info(e, (*C.struct_pkv_pool_info)(unsafe.Pointer(&raw)))
 	})
+	p.fromC(&raw) // Kernels: a static string of the library
 	return p, err
 }
 
@@ -262,10 +273,12 @@ func (s *Sequence) SwapIn() error {
 
 // Info is the sequence's state (pkv_seq_info).
 func (s *Sequence) Info() (SeqInfo, error) {
-	i := SeqInfo{StructSize: uint32(unsafe.Sizeof(SeqInfo{}))}
+	var i SeqInfo
+	raw := cSeqInfo{StructSize: uint32(unsafe.Sizeof(cSeqInfo{}))}
 	err := s.Engine.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_seq_info(e, C.uint64_t(s.ID), (*C.struct_pkv_seq_info)(unsafe.Pointer(&i)))
+		return C.pkv_seq_info(e, C.uint64_t(s.ID), (*C.struct_pkv_seq_info)(unsafe.Pointer(&raw)))
 	})
+	i.fromC(&raw)
 	return i, err
 }
 

@@ -2,12 +2,11 @@ package pkv_test
 
 // Offload to the host tier (pkv 0.2, EngineParams.HostOffload): a cached block evicted from the
 // pool is copied to the host tier (CopyOffload, a stored event of medium TierHost) and a later
-// prefix hit loads it back (CopyLoad); the per-tier stats; HostOffload 0 drops evicted blocks.
+// prefix hit loads it back (CopyLoad); the per-tier stats; HostOffload false drops evicted blocks.
 
 import (
 	"reflect"
 	"testing"
-	"unsafe"
 
 	"pkv.local/pkv"
 )
@@ -25,18 +24,18 @@ var (
 	offloadOther = tokenRange(100, 16) // 4 blocks: the whole pool, evicting offloadFirst's
 )
 
-func offloadEngine(t *testing.T, hostOffload uint32) *pkv.Engine {
+func offloadEngine(t *testing.T, hostOffload bool) *pkv.Engine {
 	p := smallParams(t)
-	p.NumBlocks, p.HostNumBlocks, p.EnableKVEvents, p.HostOffload = 4, hostBlocks, 1, hostOffload
+	p.NumBlocks, p.HostNumBlocks, p.EnableKVEvents, p.HostOffload = 4, hostBlocks, true, hostOffload
 	e := newEngine(t, p)
 	if got := e.Params().HostOffload; got != hostOffload {
-		t.Fatalf("Params().HostOffload = %d, want %d", got, hostOffload)
+		t.Fatalf("Params().HostOffload = %v, want %v", got, hostOffload)
 	}
 	return e
 }
 
 // eventHashes are the block hashes of the events of one type and medium.
-func eventHashes(events []pkv.KVEvent, typ, medium uint32) []uint64 {
+func eventHashes(events []pkv.KVEvent, typ pkv.EventType, medium pkv.Tier) []uint64 {
 	var out []uint64
 	for _, ev := range events {
 		if ev.Type == typ && ev.Medium == medium {
@@ -57,16 +56,16 @@ func hashCounts(h []uint64) map[uint64]int {
 
 func TestHostOffloadDefaultsAndKinds(t *testing.T) {
 	p := must(pkv.DefaultParams())
-	if p.HostOffload != 1 || pkv.CopyOffload != 4 || pkv.CopyLoad != 5 {
-		t.Fatalf("HostOffload %d, CopyOffload %d, CopyLoad %d", p.HostOffload, pkv.CopyOffload, pkv.CopyLoad)
+	if !p.HostOffload || pkv.CopyOffload != 4 || pkv.CopyLoad != 5 {
+		t.Fatalf("HostOffload %v, CopyOffload %d, CopyLoad %d", p.HostOffload, pkv.CopyOffload, pkv.CopyLoad)
 	}
-	if size := unsafe.Sizeof(pkv.KVEvent{}); size != 40 {
-		t.Fatalf("KVEvent is %d bytes, pkv 0.2's pkv_kv_event 40", size)
+	if pkv.CopyOffload.String() != "COPY_OFFLOAD" || pkv.CopyKind(9).String() != "CopyKind(9)" {
+		t.Fatalf("CopyKind names %v %v", pkv.CopyOffload, pkv.CopyKind(9))
 	}
 }
 
 func TestOffloadAndLoadBack(t *testing.T) {
-	e := offloadEngine(t, 1)
+	e := offloadEngine(t, true)
 	root := must(pkv.BlockHashRoot(0, nil))
 	var firstHashes []uint64
 	for h, i := root, 0; i < 3; i++ {
@@ -90,7 +89,7 @@ func TestOffloadAndLoadBack(t *testing.T) {
 		t.Fatalf("after the eviction: %+v", st)
 	}
 	batch := must(e.BeginBatch([]*pkv.Sequence{b}, nil))
-	offloads3 := []int32{pkv.CopyOffload, pkv.CopyOffload, pkv.CopyOffload}
+	offloads3 := []pkv.CopyKind{pkv.CopyOffload, pkv.CopyOffload, pkv.CopyOffload}
 	if kinds := must(batch.CopyKind()); !reflect.DeepEqual(kinds, offloads3) {
 		t.Fatalf("copy kinds %v", kinds)
 	}
@@ -159,7 +158,7 @@ func TestOffloadAndLoadBack(t *testing.T) {
 }
 
 func TestHostOffloadOffDropsEvictedBlocks(t *testing.T) {
-	e := offloadEngine(t, 0)
+	e := offloadEngine(t, false)
 	a := must(e.Allocate(offloadFirst, nil))
 	runStep(t, e, a)
 	if err := a.Release(); err != nil {

@@ -1,12 +1,15 @@
 // Package pkv is the Go binding of libpkv, a paged KV-cache runtime for LLM inference.
 //
-// It links libpkv with cgo (-lpkv; point CGO_CFLAGS at pkv's include/ and CGO_LDFLAGS at the
-// library's directory) and checks pkv_abi_version() when the package initializes. Every failed
-// call returns an *Error carrying the pkv status and message; errors.Is(err, pkv.ErrNoSpace)
-// tests the status. An Engine may be used from several goroutines.
+// It is built against pkv.h, found with pkg-config (#cgo pkg-config: pkv: PKG_CONFIG_PATH must
+// reach the pkv.pc that meson install wrote), and loads libpkv.so.1 when it initializes (the
+// dynamic loader's search: LD_LIBRARY_PATH, the ld.so cache, ...; PKV_LIBRARY names a file
+// instead); LoadError says why it could not. Every failed call returns an *Error carrying the
+// pkv status and message; errors.Is(err, pkv.ErrNoSpace) tests the status. An Engine may be used
+// from several goroutines.
 package pkv
 
-// #cgo LDFLAGS: -lpkv
+// #cgo pkg-config: pkv
+// #cgo LDFLAGS: -ldl -Wl,--as-needed
 // #include <stdlib.h>
 // #include <pkv/pkv.h>
 import "C"
@@ -26,11 +29,13 @@ func (s Status) String() string {
 	if name, ok := statusNames[s]; ok {
 		return name
 	}
-	return fmt.Sprintf("UNKNOWN(%d)", int32(s))
+	return unknown("Status", int64(s))
 }
 
 // Description is pkv's static text for the status (pkv_status_string).
 func (s Status) Description() string { return C.GoString(C.pkv_status_string(C.pkv_status(s))) }
+
+func unknown(typ string, v int64) string { return fmt.Sprintf("%s(%d)", typ, v) }
 
 // Error is a failed pkv call: its status and pkv's message about it.
 type Error struct {
@@ -54,12 +59,22 @@ func (e *Error) Is(target error) bool {
 // ErrClosed is returned by calls on a closed Engine or an ended Batch.
 var ErrClosed = errors.New("pkv: engine closed or batch ended")
 
+// ErrUninitialized is returned for parameters that did not start from pkv's defaults: an
+// EngineParams not made by DefaultParams (a struct literal), a RequestParams not made by
+// DefaultRequestParams. The error says which.
+var ErrUninitialized = errors.New("pkv: parameters without pkv's defaults")
+
 // newError makes the error of a failed call; status OK gives nil.
 func newError(s C.pkv_status, message *C.char) error {
 	if s == 0 {
 		return nil
 	}
 	return &Error{Status: Status(s), Message: C.GoString(message)}
+}
+
+// invalid is an ErrInvalidArgument found by the binding before pkv was called.
+func invalid(format string, args ...any) error {
+	return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf(format, args...)}
 }
 
 // check runs a call that has no engine and reads this thread's message (pkv_last_error) on the
@@ -87,11 +102,9 @@ type layout struct {
 	fieldOffsets []fieldOffset
 }
 
-// abiError is set by init when the loaded library does not match this binding; every
-// constructor returns it.
-var abiError error
-
-func init() {
+// checkLayouts panics when a raw struct and its C twin differ (a binding generated from another
+// pkv.h than the one it is built with).
+func checkLayouts() {
 	for _, l := range layouts {
 		if l.goSize != l.cSize {
 			panic(fmt.Sprintf("pkv: %s is %d bytes in Go, %d in C", l.name, l.goSize, l.cSize))
@@ -102,50 +115,65 @@ func init() {
 			}
 		}
 	}
-	if abi := uint32(C.pkv_abi_version()); abi != ABIVersion {
-		abiError = &Error{Status: StatusUnsupported,
-			Message: fmt.Sprintf("libpkv has ABI %d, this binding needs %d", abi, ABIVersion)}
-	}
 }
 
-// Version is the loaded library's version, MAJOR*10000 + MINOR*100 + PATCH.
+// Version is the loaded library's version, MAJOR*10000 + MINOR*100 + PATCH (0 when not loaded).
 func Version() uint32 { return uint32(C.pkv_version()) }
 
-// ABI is the loaded library's ABI major.
+// ABI is the loaded library's ABI major (0 when not loaded).
 func ABI() uint32 { return uint32(C.pkv_abi_version()) }
 
-// DefaultParams are pkv's default engine parameters (pkv_engine_params_init).
+// DefaultParams are pkv's default engine parameters (pkv_engine_params_init): every EngineParams
+// starts here.
 func DefaultParams() (EngineParams, error) {
 	var p EngineParams
-	if abiError != nil {
-		return p, abiError
+	if libraryError != nil {
+		return p, libraryError
 	}
+	c := cEngineParams{}
 	err := check(func() C.pkv_status {
-		return C.pkv_engine_params_init(cParams(&p), C.uint32_t(unsafe.Sizeof(p)))
+		return C.pkv_engine_params_init(rawParams(&c), C.uint32_t(unsafe.Sizeof(c)))
 	})
+	if err == nil {
+		p.fromC(&c)
+		p.initialized = true
+	}
 	return p, err
 }
 
-// ParamsFromHFConfig fills the model shape of p from the text of a Hugging Face config.json.
+// ParamsFromHFConfig fills the model shape of p from the text of a Hugging Face config.json
+// (pkv_engine_params_from_hf_config).
 func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error) {
+	c, err := newCParams(&p)
+	if err != nil {
+		return p, err
+	}
+	defer c.free()
 	text := C.CBytes(configJSON)
 	defer C.free(text)
-	err := check(func() C.pkv_status {
-		return C.pkv_engine_params_from_hf_config(cParams(&p), (*C.char)(text), C.size_t(len(configJSON)))
+	err = check(func() C.pkv_status {
+		return C.pkv_engine_params_from_hf_config(c.c, (*C.char)(text), C.size_t(len(configJSON)))
 	})
+	if err == nil {
+		p.fromC((*cEngineParams)(unsafe.Pointer(c.c)))
+	}
 	return p, err
 }
 
 // Profile computes how many KV blocks fit and why (pkv_profile). When the budget is too small
 // it returns ErrOutOfMemory with the budget still filled (ShortfallBytes says what is missing).
-// opts: WithLayerWindows.
-func Profile(p EngineParams, opts ...Option) (KVBudget, error) {
-	b := KVBudget{StructSize: uint32(unsafe.Sizeof(KVBudget{}))}
-	err := withOptions(&p, opts, func() error {
-		return check(func() C.pkv_status {
-			return C.pkv_profile(cParams(&p), (*C.pkv_kv_budget)(unsafe.Pointer(&b)))
-		})
+func Profile(p EngineParams) (KVBudget, error) {
+	var b KVBudget
+	c, err := newCParams(&p)
+	if err != nil {
+		return b, err
+	}
+	defer c.free()
+	raw := cKVBudget{StructSize: uint32(unsafe.Sizeof(cKVBudget{}))}
+	err = check(func() C.pkv_status {
+		return C.pkv_profile(c.c, (*C.pkv_kv_budget)(unsafe.Pointer(&raw)))
 	})
+	b.fromC(&raw)
 	return b, err
 }
 
@@ -172,7 +200,109 @@ func BlockHash(seed, parentHash uint64, tokens []int32) (uint64, error) {
 	return uint64(h), err
 }
 
-func cParams(p *EngineParams) *C.pkv_engine_params { return (*C.pkv_engine_params)(unsafe.Pointer(p)) }
+// cParams are an EngineParams in C memory, with the arrays and strings its pointers reach.
+type cParams struct {
+	c   *C.pkv_engine_params
+	mem cMem
+}
+
+func (c *cParams) free() { c.mem.free() }
+
+// cMem is C memory allocated for a call (or an engine's life), freed together.
+type cMem struct{ ptrs []unsafe.Pointer }
+
+func (m *cMem) alloc(size uintptr) unsafe.Pointer {
+	p := C.calloc(1, C.size_t(size))
+	if p == nil {
+		panic("pkv: out of C memory")
+	}
+	m.ptrs = append(m.ptrs, p)
+	return p
+}
+
+// cString is s in C memory; nil for "".
+func (m *cMem) cString(s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	p := C.CString(s)
+	m.ptrs = append(m.ptrs, unsafe.Pointer(p))
+	return p
+}
+
+func (m *cMem) free() {
+	for _, p := range m.ptrs {
+		C.free(p)
+	}
+	m.ptrs = nil
+}
+
+// newCParams checks p (made by DefaultParams, one window per layer) and builds its C twin.
+func newCParams(p *EngineParams) (*cParams, error) {
+	if libraryError != nil {
+		return nil, libraryError
+	}
+	if !p.initialized {
+		return nil, fmt.Errorf("%w: this EngineParams was not made by pkv.DefaultParams() (a struct "+
+			"literal has none of them, and a zero field is not a default): start from "+
+			"p, err := pkv.DefaultParams(), then set the fields you need", ErrUninitialized)
+	}
+	if p.LayerWindows != nil && len(p.LayerWindows) != int(p.NumLayers) {
+		return nil, invalid("LayerWindows has %d windows, NumLayers is %d: give one per layer, or nil",
+			len(p.LayerWindows), p.NumLayers)
+	}
+	c := &cParams{}
+	raw := (*cEngineParams)(c.mem.alloc(unsafe.Sizeof(cEngineParams{})))
+	raw.StructSize = uint32(unsafe.Sizeof(cEngineParams{}))
+	p.toC(raw)
+	if len(p.LayerWindows) > 0 {
+		w := c.mem.alloc(uintptr(len(p.LayerWindows)) * 4)
+		copy(unsafe.Slice((*uint32)(w), len(p.LayerWindows)), p.LayerWindows)
+		raw.LayerWindows = uintptr(w)
+	}
+	if p.EventPublisher != nil {
+		raw.EventPublisher = uintptr(unsafe.Pointer(p.EventPublisher.toC(&c.mem)))
+	}
+	c.c = rawParams(raw)
+	return c, nil
+}
+
+// engineParamsOf reads an engine's effective parameters (what pkv_engine_params_get wrote): its
+// windows and publisher copied out of the engine's memory.
+func engineParamsOf(raw *cEngineParams) EngineParams {
+	var p EngineParams
+	p.fromC(raw)
+	p.initialized = true
+	if raw.LayerWindows != 0 {
+		p.LayerWindows = append([]uint32(nil), unsafe.Slice((*uint32)(addr(raw.LayerWindows)), raw.NumLayers)...)
+	}
+	if raw.EventPublisher != 0 {
+		p.EventPublisher = eventPublisherParamsOf((*cEventPublisherParams)(addr(raw.EventPublisher)))
+	}
+	return p
+}
+
+func rawParams(p *cEngineParams) *C.pkv_engine_params {
+	return (*C.pkv_engine_params)(unsafe.Pointer(p))
+}
+
+// addr is a C address held as a uintptr, as a pointer (the C memory is not Go's to move).
+func addr(a uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&a)) }
+
+// goString is the C string at a, "" for 0.
+func goString(a uintptr) string {
+	if a == 0 {
+		return ""
+	}
+	return C.GoString((*C.char)(addr(a)))
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 func int32Ptr(s []int32) *C.int32_t {
 	if len(s) == 0 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,7 +23,7 @@ func smallParams(t *testing.T) pkv.EngineParams {
 		t.Fatal(err)
 	}
 	p.NumLayers, p.NumQHeads, p.NumKVHeads, p.HeadDim = 2, 4, 2, 16
-	p.Dtype, p.BlockSize, p.NumBlocks, p.Device, p.NumThreads = pkv.DtypeF32, 4, 16, pkv.DeviceCPU, 1
+	p.DType, p.BlockSize, p.NumBlocks, p.Device, p.NumThreads = pkv.DTypeF32, 4, 16, pkv.DeviceCPU, 1
 	return p
 }
 
@@ -318,5 +319,59 @@ func TestConcurrentGoroutines(t *testing.T) {
 	}
 	if err := e.Check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Parameters start from pkv's defaults: a struct literal is refused with a Go error that says
+// so, before pkv sees it.
+func TestUninitializedParams(t *testing.T) {
+	literal := pkv.EngineParams{NumLayers: 2, NumQHeads: 4, NumKVHeads: 2, HeadDim: 16, Device: pkv.DeviceCPU}
+	_, err1 := pkv.NewEngine(literal)
+	_, err2 := pkv.Profile(literal)
+	_, err3 := pkv.KVGroupsOf(literal)
+	_, err4 := pkv.NewEngineWithStore(literal, pkv.StoreConfig{Store: pkv.NewMapStore()})
+	_, err5 := pkv.ParamsFromHFConfig(literal, []byte("{}"))
+	for _, err := range []error{err1, err2, err3, err4, err5} {
+		if !errors.Is(err, pkv.ErrUninitialized) || !strings.Contains(err.Error(), "pkv.DefaultParams()") ||
+			strings.Contains(err.Error(), "struct_size") {
+			t.Fatalf("literal params: %v", err)
+		}
+	}
+	e := newEngine(t, smallParams(t))
+	_, err := e.Submit([]int32{1, 2, 3}, &pkv.RequestParams{MaxNewTokens: 4}, nil)
+	if !errors.Is(err, pkv.ErrUninitialized) || !strings.Contains(err.Error(), "pkv.DefaultRequestParams()") {
+		t.Fatalf("literal request params: %v", err)
+	}
+	// Params() of an engine are initialized: they make another engine
+	newEngine(t, e.Params())
+}
+
+// Go names: typed enums with String, bool on/off fields, initialisms upper-case.
+func TestGoTypes(t *testing.T) {
+	p := must(pkv.DefaultParams())
+	if p.DType != pkv.DTypeBF16 || p.Device != pkv.DeviceAuto || !p.EnablePrefixCaching || p.EnableKVEvents ||
+		!p.HostOffload || p.TPSize != 1 || p.DeviceID != 0 || p.PreemptionMode != pkv.PreemptRecompute {
+		t.Fatalf("defaults %+v", p)
+	}
+	if s := fmt.Sprint(pkv.DTypeBF16, " ", pkv.DeviceCPU, " ", pkv.TierHost, " ", pkv.DType(42)); s != "DTYPE_BF16 DEVICE_CPU TIER_HOST DType(42)" {
+		t.Fatalf("names %q", s)
+	}
+	p.NumLayers, p.NumQHeads, p.NumKVHeads, p.HeadDim = 2, 4, 2, 16
+	p.DType, p.Device, p.NumBlocks, p.EnablePrefixCaching = pkv.DTypeF16, pkv.DeviceCPU, 8, false
+	e := newEngine(t, p)
+	got := e.Params()
+	if got.DType != pkv.DTypeF16 || got.EnablePrefixCaching || got.Device != pkv.DeviceCPU {
+		t.Fatalf("Params %+v", got)
+	}
+	pool := must(e.PoolInfo())
+	if pool.DType != pkv.DTypeF16 || pool.ModelDType != pkv.DTypeF16 || pool.Kernels == "" {
+		t.Fatalf("pool %+v", pool)
+	}
+	if b := must(e.Budget()); b.Source != pkv.BudgetFixedBlocks || b.Device != pkv.DeviceCPU {
+		t.Fatalf("budget %+v", b)
+	}
+	info := must(must(e.Allocate([]int32{1, 2, 3}, nil)).Info())
+	if info.IsPreempted || info.InBatch || info.IsRequest || info.KVTier != pkv.TierDevice {
+		t.Fatalf("info %+v", info)
 	}
 }

@@ -4,37 +4,56 @@ package pkv
 // #include <pkv/pkv.h>
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
-// DefaultRequestParams are pkv's defaults for a request (pkv_request_params_init).
+// DefaultRequestParams are pkv's defaults for a request (pkv_request_params_init): every
+// RequestParams starts here.
 func DefaultRequestParams() (RequestParams, error) {
 	var p RequestParams
+	if libraryError != nil {
+		return p, libraryError
+	}
+	raw := cRequestParams{}
 	err := check(func() C.pkv_status {
-		return C.pkv_request_params_init((*C.pkv_request_params)(unsafe.Pointer(&p)), C.uint32_t(unsafe.Sizeof(p)))
+		return C.pkv_request_params_init((*C.pkv_request_params)(unsafe.Pointer(&raw)), C.uint32_t(unsafe.Sizeof(raw)))
 	})
+	if err == nil {
+		p.fromC(&raw)
+		p.initialized = true
+	}
 	return p, err
 }
 
-// Submit queues a request for the scheduler (pkv_submit); rp nil = defaults, salt may be nil.
+// Submit queues a request for the scheduler (pkv_submit); rp nil = DefaultRequestParams, salt
+// may be nil.
 func (eng *Engine) Submit(prompt []int32, rp *RequestParams, salt []byte) (*Sequence, error) {
-	var r RequestParams
-	if rp != nil {
-		r = *rp
-	} else {
-		var err error
-		if r, err = DefaultRequestParams(); err != nil {
+	r := rp
+	if r == nil {
+		d, err := DefaultRequestParams()
+		if err != nil {
 			return nil, err
 		}
+		r = &d
+	} else if !r.initialized {
+		return nil, fmt.Errorf("%w: this RequestParams was not made by pkv.DefaultRequestParams() (a "+
+			"struct literal has none of them): start from it, or pass nil", ErrUninitialized)
 	}
+	raw := (*cRequestParams)(C.calloc(1, C.size_t(unsafe.Sizeof(cRequestParams{}))))
+	defer C.free(unsafe.Pointer(raw))
+	raw.StructSize = uint32(unsafe.Sizeof(*raw))
+	r.toC(raw)
 	if salt != nil {
 		c := C.CBytes(salt)
 		defer C.free(c)
-		r.CacheSalt, r.CacheSaltLen = uintptr(c), uint32(len(salt))
+		raw.CacheSalt, raw.CacheSaltLen = uintptr(c), uint32(len(salt))
 	}
 	var id C.uint64_t
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
 		return C.pkv_submit(e, int32Ptr(prompt), C.uint32_t(len(prompt)),
-			(*C.pkv_request_params)(unsafe.Pointer(&r)), &id)
+			(*C.pkv_request_params)(unsafe.Pointer(raw)), &id)
 	})
 	if err != nil {
 		return nil, err
@@ -111,20 +130,24 @@ func (eng *Engine) DrainFinished() ([]*Sequence, error) {
 
 // DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first; an event's
 // Medium is the tier its block was stored in or removed from (TierDevice, or TierHost for an
-// offloaded block), TierNone for EventAllCleared and EventOverflow. They are written at this
-// package's unsafe.Sizeof(KVEvent{}) (40 bytes): a newer libpkv fills only the fields KVEvent
-// has, an older one zeroes those it does not know.
+// offloaded block), TierNone for EventAllCleared and EventOverflow. pkv writes them at the size
+// of this binding's pkv_kv_event (40 bytes): a newer libpkv fills only the fields it has, an
+// older one zeroes those it does not know.
 func (eng *Engine) DrainKVEvents(max int) ([]KVEvent, error) {
 	if max <= 0 {
 		return nil, nil
 	}
-	buf := make([]KVEvent, max)
-	size := C.uint32_t(unsafe.Sizeof(KVEvent{}))
+	raw := make([]cKVEvent, max)
+	size := C.uint32_t(unsafe.Sizeof(cKVEvent{}))
 	var got C.uint32_t
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_drain_kv_events_sized(e, (*C.pkv_kv_event)(unsafe.Pointer(&buf[0])), size, C.uint32_t(max), &got)
+		return C.pkv_drain_kv_events_sized(e, (*C.pkv_kv_event)(unsafe.Pointer(&raw[0])), size, C.uint32_t(max), &got)
 	})
-	return buf[:got], err
+	out := make([]KVEvent, got)
+	for i := range out {
+		out[i].fromC(&raw[i])
+	}
+	return out, err
 }
 
 // ResetPrefixCache evicts every cached (unreferenced) block from the prefix cache.

@@ -10,7 +10,7 @@ import (
 
 func TestScheduler(t *testing.T) {
 	p := smallParams(t)
-	p.NumBlocks, p.EnableKVEvents = 32, 1
+	p.NumBlocks, p.EnableKVEvents = 32, true
 	e := newEngine(t, p)
 	rp := must(pkv.DefaultRequestParams())
 	rp.MaxNewTokens = 3
@@ -49,7 +49,7 @@ func TestScheduler(t *testing.T) {
 		t.Fatalf("finished %v", finished)
 	}
 	if ia, ib := must(a.Info()), must(b.Info()); ia.FinishReason != pkv.FinishLength || ib.FinishReason != pkv.FinishStopToken {
-		t.Fatalf("finish reasons %d %d", ia.FinishReason, ib.FinishReason)
+		t.Fatalf("finish reasons %v %v", ia.FinishReason, ib.FinishReason)
 	}
 	events := must(e.DrainKVEvents(1024))
 	if len(events) == 0 || events[0].Type != pkv.EventBlockStored {
@@ -73,7 +73,7 @@ func TestScheduler(t *testing.T) {
 // the pool's.
 func TestKVEvents(t *testing.T) {
 	p := smallParams(t)
-	p.EnableKVEvents = 1
+	p.EnableKVEvents = true
 	e := newEngine(t, p)
 	seq := must(e.Allocate([]int32{0, 1, 2, 3, 4, 5, 6, 7, 8}, nil))
 	runStep(t, e, seq)

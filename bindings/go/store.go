@@ -67,10 +67,10 @@ type StoreExister interface {
 // StoreConfig is an engine's store tier (pkv_store_params). Zero fields keep pkv's defaults;
 // a nil Store and Kind StoreNone is no store. See pkv.h for each field.
 type StoreConfig struct {
-	Kind             uint32 // StoreFile, StoreRedis, StoreCallback (implied by a Store)
-	WriteMode        uint32 // StoreWriteThrough (default), StoreWriteBack, StoreReadOnly
-	LookupTimeoutMs  uint32 // how long Allocate/Resume wait for the store (default 200)
-	WriteQueueBlocks uint32 // blocks waiting for the writer (default 256)
+	Kind             StoreKind      // StoreFile, StoreRedis, StoreCallback (implied by a Store)
+	WriteMode        StoreWriteMode // StoreWriteThrough (default), StoreWriteBack, StoreReadOnly
+	LookupTimeoutMs  uint32         // how long Allocate/Resume wait for the store (default 200)
+	WriteQueueBlocks uint32         // blocks waiting for the writer (default 256)
 	// StoreFile
 	Path     string // the directory, made if missing
 	MaxBytes uint64 // size cap (LRU); 0: none
@@ -85,62 +85,51 @@ type StoreConfig struct {
 // storeMem is what an engine's store parameters hold in C memory, and the handle of its Store,
 // kept until the engine is destroyed.
 type storeMem struct {
-	ptrs   []unsafe.Pointer
+	mem    cMem
+	params *C.pkv_store_params
 	handle cgo.Handle
 }
 
-func (m *storeMem) cString(s string) *C.char {
-	if s == "" {
-		return nil
-	}
-	p := C.CString(s)
-	m.ptrs = append(m.ptrs, unsafe.Pointer(p))
-	return p
-}
-
 func (m *storeMem) free() {
-	for _, p := range m.ptrs {
-		C.free(p)
-	}
-	m.ptrs = nil
+	m.mem.free()
+	m.params = nil
 	if m.handle != 0 {
 		m.handle.Delete()
 		m.handle = 0
 	}
 }
 
-// params builds the pkv_store_params of sc in C memory.
-func (sc *StoreConfig) params(m *storeMem) (*C.pkv_store_params, error) {
-	sp := (*C.pkv_store_params)(C.calloc(1, C.sizeof_pkv_store_params))
-	m.ptrs = append(m.ptrs, unsafe.Pointer(sp))
+// build makes the pkv_store_params of sc in C memory.
+func (sc *StoreConfig) build(m *storeMem) error {
+	sp := (*C.pkv_store_params)(m.mem.alloc(C.sizeof_pkv_store_params))
 	if err := check(func() C.pkv_status {
 		return C.pkv_store_params_init(sp, C.uint32_t(C.sizeof_pkv_store_params))
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	sp.kind = C.uint32_t(sc.Kind)
 	if sc.Store != nil && sc.Kind == StoreNone {
-		sp.kind = StoreCallback
+		sp.kind = C.uint32_t(StoreCallback)
 	}
 	sp.write_mode = C.uint32_t(sc.WriteMode)
 	setNonZero(&sp.lookup_timeout_ms, sc.LookupTimeoutMs)
 	setNonZero(&sp.write_queue_blocks, sc.WriteQueueBlocks)
-	sp.path, sp.max_bytes = m.cString(sc.Path), C.uint64_t(sc.MaxBytes)
-	sp.host, sp.username, sp.password = m.cString(sc.Host), m.cString(sc.Username), m.cString(sc.Password)
-	sp.key_prefix = m.cString(sc.KeyPrefix)
+	sp.path, sp.max_bytes = m.mem.cString(sc.Path), C.uint64_t(sc.MaxBytes)
+	sp.host, sp.username, sp.password = m.mem.cString(sc.Host), m.mem.cString(sc.Username), m.mem.cString(sc.Password)
+	sp.key_prefix = m.mem.cString(sc.KeyPrefix)
 	setNonZero(&sp.port, sc.Port)
 	sp.database, sp.ttl_seconds = C.uint32_t(sc.Database), C.uint32_t(sc.TTLSeconds)
 	setNonZero(&sp.connect_timeout_ms, sc.ConnectTimeoutMs)
 	setNonZero(&sp.io_timeout_ms, sc.IOTimeoutMs)
 	if sc.Store != nil {
-		cb := (*C.pkv_store_callbacks)(C.calloc(1, C.sizeof_pkv_store_callbacks))
-		m.ptrs = append(m.ptrs, unsafe.Pointer(cb))
+		cb := (*C.pkv_store_callbacks)(m.mem.alloc(C.sizeof_pkv_store_callbacks))
 		m.handle = cgo.NewHandle(sc.Store)
 		_, exists := sc.Store.(StoreExister)
 		C.pkv_go_callbacks(cb, C.uintptr_t(m.handle), cBool(exists))
 		sp.callbacks = cb
 	}
-	return sp, nil
+	m.params = sp
+	return nil
 }
 
 func setNonZero(dst *C.uint32_t, v uint32) {
@@ -156,21 +145,19 @@ func cBool(b bool) C.int {
 	return 0
 }
 
-// NewEngineWithStore creates an engine (pkv_engine_create) with the store tier sc (which needs
-// prefix caching and a host tier). A Store is called by pkv until Close, which waits for the
-// queued writes. opts: WithLayerWindows.
-func NewEngineWithStore(p EngineParams, sc StoreConfig, opts ...Option) (*Engine, error) {
-	if abiError != nil {
-		return nil, abiError
+// NewEngineWithStore creates an engine (pkv_engine_create) of p with the store tier sc (which
+// needs prefix caching and a host tier). A Store is called by pkv until Close, which waits for
+// the queued writes.
+func NewEngineWithStore(p EngineParams, sc StoreConfig) (*Engine, error) {
+	if libraryError != nil {
+		return nil, libraryError
 	}
 	m := &storeMem{}
-	sp, err := sc.params(m)
-	if err != nil {
+	if err := sc.build(m); err != nil {
 		m.free()
 		return nil, err
 	}
-	p.Store = uintptr(unsafe.Pointer(sp))
-	eng, err := newEngine(p, m, opts)
+	eng, err := newEngine(p, m)
 	if err != nil {
 		m.free()
 	}

@@ -9,59 +9,11 @@ import (
 	"unsafe"
 )
 
-// Option adds to the EngineParams of NewEngine, NewEngineWithStore, Profile and KVGroups what
-// the flat struct cannot hold from Go: WithLayerWindows.
-type Option func(*options)
-
-type options struct {
-	layerWindows []uint32
-	set          bool
-}
-
-// WithLayerWindows gives each layer its sliding window (0 = full attention), in place of
-// EngineParams.SlidingWindow (attention variants, pkv 0.2): one per layer, so NumLayers of them
-// (ErrInvalidArgument otherwise, before pkv reads them). The binding copies them into C memory
-// for the call and sets EngineParams.LayerWindows, which must otherwise stay 0 (pkv copies them
-// at create). nil: no per-layer windows.
-func WithLayerWindows(windows []uint32) Option {
-	return func(o *options) { o.layerWindows, o.set = windows, true }
-}
-
-// withOptions runs call with p's LayerWindows pointing at the options' windows (in C memory,
-// freed after the call).
-func withOptions(p *EngineParams, opts []Option, call func() error) error {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if !o.set && p.LayerWindows != 0 {
-		return &Error{Status: StatusInvalidArgument,
-			Message: "EngineParams.LayerWindows is set by WithLayerWindows (the binding keeps the array)"}
-	}
-	if o.layerWindows == nil {
-		p.LayerWindows = 0
-		return call()
-	}
-	if len(o.layerWindows) != int(p.NumLayers) {
-		return &Error{Status: StatusInvalidArgument,
-			Message: fmt.Sprintf("layer windows: %d of them, NumLayers is %d", len(o.layerWindows), p.NumLayers)}
-	}
-	w := C.malloc(C.size_t(len(o.layerWindows)) * C.size_t(unsafe.Sizeof(C.uint32_t(0))))
-	if w == nil {
-		return &Error{Status: StatusOutOfMemory, Message: "layer windows: malloc failed"}
-	}
-	defer C.free(w)
-	copy(unsafe.Slice((*uint32)(w), len(o.layerWindows)), o.layerWindows)
-	p.LayerWindows = uintptr(w)
-	defer func() { p.LayerWindows = 0 }()
-	return call()
-}
-
 // HFConfigLayerWindows is each layer's sliding window (0 = full attention) of a Hugging Face
 // config.json (pkv_hf_config_layer_windows: layer_types, sliding_window_pattern, Gemma 2's
-// alternation, use_sliding_window with max_window_layers, or one window for every layer). Give
-// them to NewEngine with WithLayerWindows when they differ (ParamsFromHFConfig sets
-// SlidingWindow when they do not).
+// alternation, use_sliding_window with max_window_layers, or one window for every layer). Set
+// EngineParams.LayerWindows to them when they differ (ParamsFromHFConfig sets SlidingWindow when
+// they do not).
 func HFConfigLayerWindows(configJSON []byte) ([]uint32, error) {
 	text := C.CBytes(configJSON)
 	defer C.free(text)
@@ -94,41 +46,38 @@ type KVGroups struct {
 	LayerSlot   []uint32 // [NumLayers]: each layer's place in its group's blocks
 }
 
-// KVGroupsOf groups the layers of p (with opts: WithLayerWindows) as an engine of p would
-// (pkv_kv_groups); p is validated as by NewEngine.
-func KVGroupsOf(p EngineParams, opts ...Option) (KVGroups, error) {
+// KVGroupsOf groups the layers of p (its LayerWindows, or SlidingWindow for every layer) as an
+// engine of p would (pkv_kv_groups); p is validated as by NewEngine.
+func KVGroupsOf(p EngineParams) (KVGroups, error) {
 	var g KVGroups
-	if abiError != nil {
-		return g, abiError
+	c, err := newCParams(&p)
+	if err != nil {
+		return g, err
 	}
+	defer c.free()
 	var layers C.uint32_t
-	err := withOptions(&p, opts, func() error {
-		return check(func() C.pkv_status {
-			var n C.uint32_t
-			if s := C.pkv_kv_groups(cParams(&p), nil, nil, nil, 0, &n, &layers); s != 0 {
-				return s
-			}
-			g.GroupWindow = make([]uint32, n)
-			g.LayerGroup = make([]uint32, p.NumLayers)
-			g.LayerSlot = make([]uint32, p.NumLayers)
-			return C.pkv_kv_groups(cParams(&p), u32Ptr(g.LayerGroup), u32Ptr(g.LayerSlot),
-				u32Ptr(g.GroupWindow), n, &n, &layers)
-		})
+	err = check(func() C.pkv_status {
+		var n C.uint32_t
+		if s := C.pkv_kv_groups(c.c, nil, nil, nil, 0, &n, &layers); s != 0 {
+			return s
+		}
+		g.GroupWindow = make([]uint32, n)
+		g.LayerGroup = make([]uint32, p.NumLayers)
+		g.LayerSlot = make([]uint32, p.NumLayers)
+		return C.pkv_kv_groups(c.c, u32Ptr(g.LayerGroup), u32Ptr(g.LayerSlot), u32Ptr(g.GroupWindow), n, &n, &layers)
 	})
 	g.GroupLayers = uint32(layers)
 	return g, err
 }
 
-// KVGroups is how the engine's layers are grouped (KVGroupsOf its parameters and windows).
-func (eng *Engine) KVGroups() (KVGroups, error) {
-	return KVGroupsOf(eng.params, WithLayerWindows(eng.layerWindows))
-}
+// KVGroups is how the engine's layers are grouped (KVGroupsOf its parameters).
+func (eng *Engine) KVGroups() (KVGroups, error) { return KVGroupsOf(eng.params) }
 
 // LayerWindows are the engine's per-layer windows (a copy), nil when it has none
 // (EngineParams.SlidingWindow applies to every layer).
-func (eng *Engine) LayerWindows() []uint32 { return append([]uint32(nil), eng.layerWindows...) }
+func (eng *Engine) LayerWindows() []uint32 { return eng.Params().LayerWindows }
 
-// SetKVScales sets an fp8 cache's scales of layer (kv_dtype DtypeFp8E4m3 / DtypeFp8E5m2): k and
+// SetKVScales sets an fp8 cache's scales of layer (KVDType DTypeFP8E4M3 / DTypeFP8E5M2): k and
 // v have one per kv head of this rank each (finite, > 0; 1.0 until set), before the first
 // sequence (pkv_set_kv_scales). ErrState once a sequence was made; ErrInvalidArgument for a
 // cache that is not fp8.

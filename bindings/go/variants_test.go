@@ -37,10 +37,11 @@ func TestConfigWindowsAndGroups(t *testing.T) {
 	}
 	base := must(pkv.DefaultParams())
 	p := must(pkv.ParamsFromHFConfig(base, json))
-	if p.NumLayers != 62 || p.SlidingWindow != 0 || p.LayerWindows != 0 {
+	if p.NumLayers != 62 || p.SlidingWindow != 0 || p.LayerWindows != nil {
 		t.Fatalf("params %+v", p)
 	}
-	g := must(pkv.KVGroupsOf(p, pkv.WithLayerWindows(windows)))
+	p.LayerWindows = windows
+	g := must(pkv.KVGroupsOf(p))
 	if g.GroupLayers != 10 || !reflect.DeepEqual(g.GroupWindow, []uint32{0, 1024, 1024, 1024, 1024, 1024, 1024}) {
 		t.Fatalf("groups %+v", g)
 	}
@@ -52,12 +53,9 @@ func TestConfigWindowsAndGroups(t *testing.T) {
 		t.Fatalf("%d distinct (group, slot) for 62 layers", len(seen))
 	}
 	p.Device, p.MemoryTotalBytes = pkv.DeviceCPU, 80<<30
-	b := must(pkv.Profile(p, pkv.WithLayerWindows(windows)))
+	b := must(pkv.Profile(p))
 	if b.NumKVGroups != 7 || b.GroupLayers != 10 || b.PaddedLayers != 8 || b.BlocksPerMaxSeq != 8192+6*65 {
 		t.Fatalf("budget %+v", b)
-	}
-	if p.LayerWindows != 0 {
-		t.Fatal("the option's C array outlived the call in the caller's params")
 	}
 	gpt := must(pkv.HFConfigLayerWindows(readConfig(t, "gpt-oss-20b.json")))
 	for l, w := range gpt {
@@ -79,26 +77,22 @@ func TestConfigWindowsAndGroups(t *testing.T) {
 
 func TestLayerWindowsChecked(t *testing.T) {
 	p := smallParams(t)
-	g := must(pkv.KVGroupsOf(p, pkv.WithLayerWindows([]uint32{0, 16})))
+	g := must(pkv.KVGroupsOf(withWindows(p, 0, 16)))
 	if g.GroupLayers != 1 || !reflect.DeepEqual(g.GroupWindow, []uint32{0, 16}) ||
 		!reflect.DeepEqual(g.LayerGroup, []uint32{0, 1}) {
 		t.Fatalf("groups %+v", g)
 	}
-	_, err := pkv.Profile(p, pkv.WithLayerWindows([]uint32{0, 16, 16})) // not NumLayers
+	_, err := pkv.Profile(withWindows(p, 0, 16, 16)) // not NumLayers
 	expectStatus(t, err, pkv.ErrInvalidArgument)
-	_, err = pkv.NewEngine(p, pkv.WithLayerWindows([]uint32{0}))
+	_, err = pkv.NewEngine(withWindows(p, 0))
 	expectStatus(t, err, pkv.ErrInvalidArgument)
-	_, err = pkv.KVGroupsOf(p, pkv.WithLayerWindows([]uint32{0, 1 << 31}))
+	_, err = pkv.KVGroupsOf(withWindows(p, 0, 1<<31))
 	expectStatus(t, err, pkv.ErrInvalidArgument)
-	bad := p
-	bad.LayerWindows = 8 // a raw address: refused, the option keeps the array
-	_, err = pkv.Profile(bad)
-	expectStatus(t, err, pkv.ErrInvalidArgument)
-	if g := must(pkv.KVGroupsOf(p, pkv.WithLayerWindows(nil))); len(g.GroupWindow) != 1 {
+	if g := must(pkv.KVGroupsOf(p)); len(g.GroupWindow) != 1 {
 		t.Fatalf("no windows: %+v", g)
 	}
 	// two groups: created once the block manager keeps a table per group, else UNSUPPORTED
-	e, err := pkv.NewEngine(p, pkv.WithLayerWindows([]uint32{16, 0}))
+	e, err := pkv.NewEngine(withWindows(p, 16, 0))
 	if err != nil {
 		expectStatus(t, err, pkv.ErrUnsupported)
 		if !strings.Contains(err.Error(), "KV groups") {
@@ -106,10 +100,16 @@ func TestLayerWindowsChecked(t *testing.T) {
 		}
 	} else {
 		defer e.Close()
-		if !reflect.DeepEqual(e.LayerWindows(), []uint32{16, 0}) || e.Params().LayerWindows != 0 {
+		if !reflect.DeepEqual(e.LayerWindows(), []uint32{16, 0}) || !reflect.DeepEqual(e.Params().LayerWindows, []uint32{16, 0}) {
 			t.Fatalf("windows %v, params %+v", e.LayerWindows(), e.Params())
 		}
 	}
+}
+
+// withWindows is p with one window per layer given.
+func withWindows(p pkv.EngineParams, windows ...uint32) pkv.EngineParams {
+	p.LayerWindows = windows
+	return p
 }
 
 func TestOneWindowEngine(t *testing.T) {
@@ -142,15 +142,15 @@ func TestOneWindowEngine(t *testing.T) {
 }
 
 func TestFp8EngineAndScales(t *testing.T) {
-	for _, kv := range []int32{pkv.DtypeFp8E4m3, pkv.DtypeFp8E5m2} {
+	for _, kv := range []pkv.DType{pkv.DTypeFP8E4M3, pkv.DTypeFP8E5M2} {
 		p := smallParams(t)
-		p.KVDtype = kv
+		p.KVDType = kv
 		e := newEngine(t, p)
 		b, pi := must(e.Budget()), must(e.PoolInfo())
-		if b.KVDtype != kv || b.KVScaleBytes != 2*2*2*4 || b.BlockBytes != 2*2*4*2*16 {
+		if b.KVDType != kv || b.KVScaleBytes != 2*2*2*4 || b.BlockBytes != 2*2*4*2*16 {
 			t.Fatalf("budget %+v", b)
 		}
-		if pi.Dtype != kv || pi.ModelDtype != pkv.DtypeF32 {
+		if pi.DType != kv || pi.ModelDType != pkv.DTypeF32 {
 			t.Fatalf("pool %+v", pi)
 		}
 		if err := e.SetKVScales(0, []float32{0.5, 0.25}, []float32{1, 2}); err != nil {
@@ -168,9 +168,9 @@ func TestFp8EngineAndScales(t *testing.T) {
 		t.Fatalf("f32 engine scales: %v", err)
 	}
 	for _, change := range []func(*pkv.EngineParams){
-		func(p *pkv.EngineParams) { p.KVDtype = 5 },
-		func(p *pkv.EngineParams) { p.KVDtype = pkv.DtypeF16 },
-		func(p *pkv.EngineParams) { p.Dtype = pkv.DtypeFp8E4m3 },
+		func(p *pkv.EngineParams) { p.KVDType = 5 },
+		func(p *pkv.EngineParams) { p.KVDType = pkv.DTypeF16 },
+		func(p *pkv.EngineParams) { p.DType = pkv.DTypeFP8E4M3 },
 		func(p *pkv.EngineParams) { p.SlidingWindow = 1 << 31 },
 	} {
 		p := smallParams(t)
@@ -182,7 +182,7 @@ func TestFp8EngineAndScales(t *testing.T) {
 
 func TestKVEventGroup(t *testing.T) {
 	p := smallParams(t)
-	p.EnableKVEvents = 1
+	p.EnableKVEvents = true
 	e := newEngine(t, p)
 	seq := must(e.Allocate([]int32{1, 2, 3, 4, 5, 6, 7, 8}, nil))
 	runStep(t, e, seq)

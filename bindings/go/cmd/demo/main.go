@@ -64,7 +64,7 @@ func run(seed uint64, w io.Writer) error {
 		return err
 	}
 	p.NumLayers, p.NumQHeads, p.NumKVHeads, p.HeadDim = layers, qHeads, kvHeads, headDim
-	p.Dtype, p.BlockSize, p.NumBlocks, p.Device, p.NumThreads = pkv.DtypeF32, 16, 64, pkv.DeviceCPU, 1
+	p.DType, p.BlockSize, p.NumBlocks, p.Device, p.NumThreads = pkv.DTypeF32, 16, 64, pkv.DeviceCPU, 1
 	e, err := pkv.NewEngine(p)
 	if err != nil {
 		return err
@@ -128,7 +128,7 @@ func run(seed uint64, w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "prefix: %d of %d tokens cached\n", st.PrefixHitTokens, st.PrefixQueryTokens)
-	fmt.Fprintf(w, "blocks used: %d of %d, copy-on-write copies: %d\n", st.NumUsedBlocks, st.NumBlocks, st.NumCowCopies)
+	fmt.Fprintf(w, "blocks used: %d of %d, copy-on-write copies: %d\n", st.NumUsedBlocks, st.NumBlocks, st.NumCOWCopies)
 	fmt.Fprintf(w, "attention checksum: %.6g\n", checksum)
 	for _, seq := range seqs {
 		if err := seq.Release(); err != nil {

@@ -1,0 +1,68 @@
+package pkv
+
+// KV events on the wire (pkv 0.3): an engine publishes its KV events over ZeroMQ in vLLM's
+// protocol (a PUB socket, msgpack KVEventBatch, an optional replay socket), so a KV-aware router
+// written for vLLM hears pkv unchanged. pkv.h documents the protocol.
+
+// #include <pkv/pkv.h>
+import "C"
+
+import "unsafe"
+
+// EventPublisherParams make an engine publish its KV events (pkv_event_publisher_params): set
+// EngineParams.EventPublisher to them. Zero fields keep pkv's defaults; Endpoint is required.
+// pkv copies them when the engine is created.
+type EventPublisherParams struct {
+	// Endpoint is the ZeroMQ endpoint the PUB socket binds, e.g. "tcp://127.0.0.1:5557";
+	// "tcp://127.0.0.1:*" binds a free port (Engine.EventPublisherInfo says which).
+	Endpoint string
+	// ReplayEndpoint is the ROUTER socket's that answers replay requests; "" = no replay.
+	ReplayEndpoint string
+	// Topic is every message's first frame; "" = pkv's default, "kv-events".
+	Topic string
+	// DataParallelRank is every batch's data_parallel_rank (default 0).
+	DataParallelRank uint32
+	// ReplayBufferBatches are the batches kept for replay (0: DefaultEventReplayBatches).
+	ReplayBufferBatches uint32
+	// SendHWM are the messages queued per subscriber before it loses them (ZeroMQ's SNDHWM;
+	// 0: DefaultEventSendHWM).
+	SendHWM uint32
+	// MaxQueueEvents are the events waiting for the publishing thread, at most (0:
+	// DefaultEventQueueEvents); MaxBatchEvents the events of one batch (0: DefaultEventBatchEvents).
+	MaxQueueEvents, MaxBatchEvents uint32
+}
+
+// toC builds the C parameters in m.
+func (pp *EventPublisherParams) toC(m *cMem) *C.pkv_event_publisher_params {
+	c := (*cEventPublisherParams)(m.alloc(unsafe.Sizeof(cEventPublisherParams{})))
+	c.StructSize = uint32(unsafe.Sizeof(*c))
+	c.Endpoint = uintptr(unsafe.Pointer(m.cString(pp.Endpoint)))
+	c.ReplayEndpoint = uintptr(unsafe.Pointer(m.cString(pp.ReplayEndpoint)))
+	c.Topic = uintptr(unsafe.Pointer(m.cString(pp.Topic)))
+	c.DataParallelRank, c.ReplayBufferBatches, c.SendHWM = pp.DataParallelRank, pp.ReplayBufferBatches, pp.SendHWM
+	c.MaxQueueEvents, c.MaxBatchEvents = pp.MaxQueueEvents, pp.MaxBatchEvents
+	return (*C.pkv_event_publisher_params)(unsafe.Pointer(c))
+}
+
+// eventPublisherParamsOf copies C parameters (an engine's) into Go.
+func eventPublisherParamsOf(c *cEventPublisherParams) *EventPublisherParams {
+	return &EventPublisherParams{Endpoint: goString(c.Endpoint), ReplayEndpoint: goString(c.ReplayEndpoint),
+		Topic: goString(c.Topic), DataParallelRank: c.DataParallelRank, ReplayBufferBatches: c.ReplayBufferBatches,
+		SendHWM: c.SendHWM, MaxQueueEvents: c.MaxQueueEvents, MaxBatchEvents: c.MaxBatchEvents}
+}
+
+// EventPublisherInfo is what the engine's event publisher did (pkv_event_publisher_info): its
+// endpoints as bound (a '*' port resolved) and its counters. ErrState when the engine has no
+// publisher.
+func (eng *Engine) EventPublisherInfo() (EventPublisherInfo, error) {
+	var info EventPublisherInfo
+	raw := cEventPublisherInfo{StructSize: uint32(unsafe.Sizeof(cEventPublisherInfo{}))}
+	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
+		s := C.pkv_event_publisher_info(e, (*C.struct_pkv_event_publisher_info)(unsafe.Pointer(&raw)))
+		if s == 0 {
+			info.fromC(&raw) // its strings live in the engine: copied under the lock
+		}
+		return s
+	})
+	return info, err
+}
