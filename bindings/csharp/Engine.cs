@@ -141,7 +141,7 @@ namespace Pkv
             engineLayerWindows = Library.CopyLayerWindows(eff);  // they point into the engine
             eff.LayerWindows = IntPtr.Zero;
             Params = eff;
-            uint elem = eff.Dtype == Native.PKV_DTYPE_F32 ? 4u : 2u;
+            uint elem = eff.DType == DType.F32 ? 4u : 2u;
             QBytesPerToken = eff.NumQHeads / eff.TpSize * eff.HeadDim * elem;
             KvBytesPerToken = Budget().KvHeadsPerRank * eff.HeadDim * elem;
         }

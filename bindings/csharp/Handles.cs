@@ -69,13 +69,54 @@ namespace Pkv
 
     public static unsafe partial class Native
     {
-        // Runs before the first call into libpkv: the loaded library's ABI major must be ours.
+        static readonly string loadError;     // why libpkv cannot be used, or null
+        static readonly Exception loadCause;  // the runtime's exception, for the inner one
+        static readonly bool abiMismatch;
+
+        // Runs before the first call: loads libpkv.so.1 (Library) by calling it, and checks that
+        // its ABI major is ours. A failure is kept and thrown by every call (Loaded).
         static Native()
         {
-            uint abi = pkv_abi_version();
-            if (abi != PKV_ABI_VERSION)
-                throw new PkvException(Status.Unsupported, string.Format(
-                    "libpkv has ABI {0}, this binding needs {1}", abi, PKV_ABI_VERSION));
+            try
+            {
+                uint abi = pkv_abi_version_native();
+                if (abi != PKV_ABI_VERSION)
+                {
+                    abiMismatch = true;
+                    loadError = string.Format("{0} has ABI {1}, this binding needs {2}", Library, abi,
+                                              PKV_ABI_VERSION);
+                }
+            }
+            catch (DllNotFoundException e)
+            {
+                string path = Environment.GetEnvironmentVariable("LD_LIBRARY_PATH");
+                loadError = string.Format(
+                    "pkv: cannot load {0} ({1}). The runtime looked for it beside the application, " +
+                    "in LD_LIBRARY_PATH ({2}), the ld.so cache and /lib, /usr/lib. Set LD_LIBRARY_PATH " +
+                    "to the directory that holds {0} (where pkv was installed: pkg-config " +
+                    "--variable=libdir pkv)", Library, e.Message,
+                    string.IsNullOrEmpty(path) ? "unset" : "=" + path);
+                loadCause = e;
+            }
+        }
+
+        /// <summary>null when libpkv loaded and matches this binding, else what every call throws:
+        /// DllNotFoundException (the library was not found; the message says where it was looked
+        /// for and what to set) or PkvException (Unsupported: another ABI).</summary>
+        public static Exception LoadError
+        {
+            get
+            {
+                if (loadError == null) return null;
+                if (abiMismatch) return new PkvException(Status.Unsupported, loadError);
+                return new DllNotFoundException(loadError, loadCause);
+            }
+        }
+
+        /// <summary>Throws LoadError, if any: the first thing every call does.</summary>
+        static void Loaded()
+        {
+            if (loadError != null) throw LoadError;
         }
 
         internal static string Text(IntPtr s)

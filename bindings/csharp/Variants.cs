@@ -126,7 +126,7 @@ namespace Pkv
         /// <summary>How the engine's layers are grouped (Library.KvGroups of its parameters).</summary>
         public KvGroups KvGroups() { return Library.KvGroups(Params, engineLayerWindows); }
 
-        /// <summary>fp8 KV (KvDtype PKV_DTYPE_FP8_E4M3 / _E5M2): layer's K and V scales, one per
+        /// <summary>fp8 KV (KvDType DType.Fp8E4m3 / Fp8E5m2): layer's K and V scales, one per
         /// kv head of this rank each (finite, > 0; 1.0 until set), before the first sequence
         /// (pkv_set_kv_scales). PkvException State once a sequence was made; InvalidArgument for
         /// a cache that is not fp8.</summary>

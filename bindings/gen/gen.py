@@ -273,8 +273,9 @@ def cs_type(t, fn=None, field=False):
 def gen_csharp(h):
     o = ['// ' + BANNER,
          '// The raw layer: structs with C# names (pkv_engine_params -> EngineParams, fields in',
-         '// PascalCase), externs with C names, unsafe pointers, SafeHandles for the opaque handles',
-         '// (EngineHandle, BatchHandle: Handles.cs). The idiomatic API is in Engine.cs and Batch.cs.',
+         '// PascalCase), the DType and Device enums, calls with C names (each checks that the library',
+         '// loaded, then calls its [DllImport] extern), unsafe pointers, SafeHandles for the opaque',
+         '// handles (EngineHandle, BatchHandle: Handles.cs). The idiomatic API is in Engine.cs, Batch.cs.',
          'using System;', 'using System.Runtime.InteropServices;', '', 'namespace Pkv', '{']
     o += ['    /// <summary>pkv_status values (PKV_STATUS_MAP).</summary>', '    public enum Status', '    {']
     o += ['        %s = %d,' % (pascal(n.replace('ERR_', '', 1)), v) for n, v, _ in h.statuses]
@@ -319,10 +320,18 @@ def gen_csharp(h):
     o += ['                case Status.%s: return "%s";' % (pascal(n.replace('ERR_', '', 1)), n)
           for n, _, _ in h.statuses]
     o += ['                default: return "UNKNOWN";', '            }', '        }', '']
+    # Each call checks first that the library was loaded (Native.Loaded, Handles.cs), so that a
+    # missing library is one exception that says what to set, from whichever call comes first.
     for name, res, params, _ in h.functions:
         args = ', '.join('%s %s' % (cs_type(t, name), cs_ident(p)) for p, t in params)
-        o += ['        [DllImport(Library, CallingConvention = CallingConvention.Cdecl)]',
-              '        public static extern %s %s(%s);' % (cs_type(res), name, args), '']
+        call = ', '.join(('out ' if cs_type(t, name).startswith('out ') else '') + cs_ident(p)
+                         for p, t in params)
+        o += ['        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "%s")]'
+              % name, '        static extern %s %s_native(%s);' % (cs_type(res), name, args), '',
+              '        public static %s %s(%s)' % (cs_type(res), name, args), '        {',
+              '            Loaded();',
+              '            %s%s_native(%s);' % ('' if cs_type(res) == 'void' else 'return ', name, call),
+              '        }', '']
     o[-1:] = ['    }', '}', '']
     return '\n'.join(o)
 

@@ -53,8 +53,8 @@ static class Demo
         state = args.Length > 0 ? ulong.Parse(args[0], CultureInfo.InvariantCulture) : 42;
         var p = EngineParams.Defaults();  // loading libpkv checks pkv_abi_version() first
         p.NumLayers = Layers; p.NumQHeads = QHeads; p.NumKvHeads = KvHeads; p.HeadDim = HeadDim;
-        p.Dtype = Native.PKV_DTYPE_F32; p.BlockSize = 16; p.NumBlocks = 64;
-        p.Device = Native.PKV_DEVICE_CPU; p.NumThreads = 1;
+        p.DType = DType.F32; p.BlockSize = 16; p.NumBlocks = 64;
+        p.Device = Device.Cpu; p.NumThreads = 1;
         using (var e = new Engine(p))
         {
             Console.Write("pkv {0} abi {1}\n", Library.Version, Library.AbiVersion);

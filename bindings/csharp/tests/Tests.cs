@@ -47,8 +47,8 @@ static partial class Tests
     {
         var p = EngineParams.Defaults();
         p.NumLayers = 2; p.NumQHeads = 4; p.NumKvHeads = 2; p.HeadDim = 16;
-        p.Dtype = Native.PKV_DTYPE_F32; p.BlockSize = 4; p.NumBlocks = 16;
-        p.Device = Native.PKV_DEVICE_CPU; p.NumThreads = 1;
+        p.DType = DType.F32; p.BlockSize = 4; p.NumBlocks = 16;
+        p.Device = Device.Cpu; p.NumThreads = 1;
         return p;
     }
 
@@ -132,7 +132,7 @@ static partial class Tests
         Assert(budget.ShortfallBytes > 0, "shortfall");
         Throws(Status.OutOfMemory, () => Library.Profile(oom));
         Throws(Status.OutOfMemory, () => new Engine(oom));
-        var cuda = Small(); cuda.Device = Native.PKV_DEVICE_CUDA;
+        var cuda = Small(); cuda.Device = Device.Cuda;
         try { new Engine(cuda).Dispose(); }
         catch (PkvException e) { Equal(Status.NoDevice, e.Status, "CUDA engine"); }
         var hf = EngineParams.FromHfConfig("{\"num_hidden_layers\": 3, \"num_attention_heads\": 8, " +
@@ -229,7 +229,7 @@ static partial class Tests
             Equal(2u, salted.Info().CacheSaltLen, "salt len");
             foreach (var s in new[] { seq, child, salted }) s.Release();
             Equal(0ul, e.Stats().NumSeqs, "no seqs");
-            Equal((int)Native.PKV_DEVICE_CPU, e.PoolInfo().Device, "pool device");
+            Equal(Device.Cpu, e.PoolInfo().Device, "pool device");
             e.SetStream(IntPtr.Zero);
             e.Check();
         }

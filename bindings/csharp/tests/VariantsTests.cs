@@ -28,7 +28,7 @@ static partial class Tests
         Equal(10u, g.GroupLayers, "group layers");
         Assert(g.GroupWindow.SequenceEqual(new uint[] { 0, 1024, 1024, 1024, 1024, 1024, 1024 }), "group windows");
         Equal(62, g.LayerGroup.Zip(g.LayerSlot, (grp, slot) => grp * 1000 + slot).Distinct().Count(), "one slot per layer");
-        p.Device = Native.PKV_DEVICE_CPU; p.MemoryTotalBytes = 80UL << 30;
+        p.Device = Device.Cpu; p.MemoryTotalBytes = 80UL << 30;
         var b = Library.Profile(p, w);
         Equal(7u, b.NumKvGroups, "budget groups");
         Equal(8u, b.PaddedLayers, "padded");
@@ -96,18 +96,18 @@ static partial class Tests
 
     static void Fp8EngineAndScales()
     {
-        foreach (int kv in new[] { Native.PKV_DTYPE_FP8_E4M3, Native.PKV_DTYPE_FP8_E5M2 })
+        foreach (DType kv in new[] { DType.Fp8E4m3, DType.Fp8E5m2 })
         {
-            var p = Small(); p.KvDtype = kv;
+            var p = Small(); p.KvDType = kv;
             using (var e = new Engine(p))
             {
                 var b = e.Budget();
-                Equal(kv, b.KvDtype, "kv dtype");
+                Equal(kv, b.KvDType, "kv dtype");
                 Equal(2UL * 2 * 2 * 4, b.KvScaleBytes, "scale bytes");
                 Equal(2UL * 2 * 4 * 2 * 16, b.BlockBytes, "block bytes");
                 var pi = e.PoolInfo();
-                Equal(kv, pi.Dtype, "pool dtype");
-                Equal(Native.PKV_DTYPE_F32, pi.ModelDtype, "model dtype");
+                Equal(kv, pi.DType, "pool dtype");
+                Equal(DType.F32, pi.ModelDType, "model dtype");
                 e.SetKvScales(0, new[] { 0.5f, 0.25f }, new[] { 1f, 2f });
                 Throws(Status.InvalidArgument, () => e.SetKvScales(0, new[] { 1f }, new[] { 1f, 1f }));
                 Throws(Status.InvalidArgument, () => e.SetKvScales(0, new[] { 1f, 0f }, new[] { 1f, 1f }));
@@ -119,11 +119,11 @@ static partial class Tests
         using (var e = new Engine(Small()))
             Assert(Throws(Status.InvalidArgument, () => e.SetKvScales(0, new[] { 1f, 1f }, new[] { 1f, 1f }))
                        .Detail.Contains("not fp8"), "f32 engine has no scales");
-        var bad = Small(); bad.KvDtype = 5;
+        var bad = Small(); bad.KvDType = (DType)5;
         Throws(Status.InvalidArgument, () => new Engine(bad));
-        bad = Small(); bad.KvDtype = Native.PKV_DTYPE_F16;
+        bad = Small(); bad.KvDType = DType.F16;
         Throws(Status.InvalidArgument, () => new Engine(bad));
-        bad = Small(); bad.Dtype = Native.PKV_DTYPE_FP8_E4M3;
+        bad = Small(); bad.DType = DType.Fp8E4m3;
         Throws(Status.InvalidArgument, () => new Engine(bad));
         bad = Small(); bad.SlidingWindow = 1u << 31;
         Throws(Status.InvalidArgument, () => new Engine(bad));
