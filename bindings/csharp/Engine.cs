@@ -107,31 +107,52 @@ namespace Pkv
         readonly object gate = new object();
         internal Batch openBatch;  // pkv allows one open batch per engine
 
-        /// <summary>The effective parameters; LayerWindows is zero in them (see LayerWindows).</summary>
+        /// <summary>The effective parameters; LayerWindows, Store and EventPublisher are zero in
+        /// them (see LayerWindows, EventPublisherInfo).</summary>
         public EngineParams Params { get; private set; }
         internal uint QBytesPerToken, KvBytesPerToken;  // pkv_attention's size checks
 
-        public Engine(EngineParams p) : this(p, null, null) { }
+        public Engine(EngineParams p) : this(p, null, null, null) { }
 
         /// <summary>An engine whose layers have these sliding windows (one per layer, 0 = full
         /// attention; null: EngineParams.SlidingWindow for every layer): see Variants.cs.</summary>
-        public Engine(EngineParams p, uint[] layerWindows) : this(p, null, layerWindows) { }
+        public Engine(EngineParams p, uint[] layerWindows) : this(p, null, layerWindows, null) { }
 
-        public Engine(EngineParams p, StoreConfig store) : this(p, store, null) { }
+        public Engine(EngineParams p, StoreConfig store) : this(p, store, null, null) { }
 
         /// <summary>An engine with the store tier store (null: none), which needs prefix caching
         /// and a host tier. An IStore is called by pkv until the engine is disposed (which waits
-        /// for the queued writes). layerWindows: as Engine(p, layerWindows).</summary>
-        public Engine(EngineParams p, StoreConfig store, uint[] layerWindows)
+        /// for the queued writes). layerWindows: as Engine(p, layerWindows). eventPublisher: the
+        /// engine publishes its KV events over ZeroMQ (null: it does not; Events.cs); e.g.
+        /// <c>new Engine(p, eventPublisher: new EventPublisherConfig("tcp://127.0.0.1:*"))</c>.</summary>
+        public Engine(EngineParams p, StoreConfig store = null, uint[] layerWindows = null,
+                      EventPublisherConfig eventPublisher = null)
         {
             Library.CheckLayerWindows(ref p, layerWindows);
+            if (p.EventPublisher != IntPtr.Zero)
+                throw new PkvException(Status.InvalidArgument,
+                                       "EngineParams.EventPublisher must be zero: give an EventPublisherConfig as an argument");
             StoreBridge bridge = store == null ? null : store.Build();
-            p.Store = bridge == null ? IntPtr.Zero : (IntPtr)bridge.Params;
+            var publisher = new StoreBridge();  // the publisher's memory, until create has copied it
             Status created;
-            fixed (uint* w = layerWindows)  // pinned for the call: pkv copies them at create
+            try
             {
-                p.LayerWindows = (IntPtr)w;
-                created = Native.pkv_engine_create(&p, out handle);
+                p.Store = bridge == null ? IntPtr.Zero : (IntPtr)bridge.Params;
+                if (eventPublisher != null) p.EventPublisher = (IntPtr)eventPublisher.Build(publisher);
+                fixed (uint* w = layerWindows)  // pinned for the call: pkv copies them at create
+                {
+                    p.LayerWindows = (IntPtr)w;
+                    created = Native.pkv_engine_create(&p, out handle);
+                }
+            }
+            catch
+            {
+                if (bridge != null) bridge.Free();
+                throw;
+            }
+            finally
+            {
+                publisher.Free();
             }
             if (created != Status.Ok && bridge != null) bridge.Free();
             Native.Check(created);
@@ -140,6 +161,8 @@ namespace Pkv
             Call(Native.pkv_engine_params_get(handle, &eff));
             engineLayerWindows = Library.CopyLayerWindows(eff);  // they point into the engine
             eff.LayerWindows = IntPtr.Zero;
+            eff.EventPublisher = IntPtr.Zero;  // into the engine too: EventPublisherInfo() reads it
+            eff.Store = IntPtr.Zero;
             Params = eff;
             uint elem = eff.DType == DType.F32 ? 4u : 2u;
             QBytesPerToken = eff.NumQHeads / eff.TpSize * eff.HeadDim * elem;
@@ -367,9 +390,13 @@ namespace Pkv
         }
     }
 
-    /// <summary>A sequence of an Engine.</summary>
-    public sealed unsafe partial class Sequence
+    /// <summary>A sequence of an Engine. Dispose releases it (pkv_release), like Release(): a
+    /// no-op once it was released (by this object), its id is gone, or its engine was disposed:
+    /// <c>using (var seq = engine.Allocate(prompt)) { ... }</c>.</summary>
+    public sealed unsafe partial class Sequence : IDisposable
     {
+        bool released;
+
         public Engine Engine { get; private set; }
         public ulong Id { get; private set; }
         /// <summary>Tokens the prefix cache served at the last admission (allocate or resume).</summary>
@@ -392,7 +419,27 @@ namespace Pkv
             return new Sequence(Engine, child, NumCachedTokens);
         }
 
-        public void Release() { lock (Engine.Gate) Engine.Call(Native.pkv_release(Engine.Handle, Id)); }
+        /// <summary>Ends the sequence (pkv_release): its blocks go back, sealed ones stay cached.</summary>
+        public void Release()
+        {
+            lock (Engine.Gate)
+            {
+                Engine.Call(Native.pkv_release(Engine.Handle, Id));
+                released = true;
+            }
+        }
+
+        /// <summary>Releases the sequence unless it is gone already (see the class).</summary>
+        public void Dispose()
+        {
+            lock (Engine.Gate)
+            {
+                if (released || Engine.IsDisposed) return;
+                Status s = Native.pkv_release(Engine.Handle, Id);
+                if (s != Status.NotFound) Engine.Call(s);
+                released = true;
+            }
+        }
         public void Preempt() { lock (Engine.Gate) Engine.Call(Native.pkv_preempt(Engine.Handle, Id)); }
 
         /// <summary>Keeps the first <paramref name="numTokens"/> tokens, 1..length (pkv_truncate):

@@ -90,12 +90,11 @@ namespace Pkv
             catch (DllNotFoundException e)
             {
                 string path = Environment.GetEnvironmentVariable("LD_LIBRARY_PATH");
-                loadError = string.Format(
-                    "pkv: cannot load {0} ({1}). The runtime looked for it beside the application, " +
-                    "in LD_LIBRARY_PATH ({2}), the ld.so cache and /lib, /usr/lib. Set LD_LIBRARY_PATH " +
-                    "to the directory that holds {0} (where pkv was installed: pkg-config " +
-                    "--variable=libdir pkv)", Library, e.Message,
-                    string.IsNullOrEmpty(path) ? "unset" : "=" + path);
+                loadError = string.Format(  // e.Message (mono's) says no more: it is the inner exception
+                    "pkv: cannot load {0}: the runtime looked for it beside the application, in " +
+                    "LD_LIBRARY_PATH ({1}), the ld.so cache and /lib, /usr/lib. Set LD_LIBRARY_PATH to " +
+                    "the directory that holds {0} (where pkv was installed: pkg-config " +
+                    "--variable=libdir pkv)", Library, string.IsNullOrEmpty(path) ? "unset" : "=" + path);
                 loadCause = e;
             }
         }

@@ -50,6 +50,19 @@ static class Demo
 
     static int Main(string[] args)
     {
+        try
+        {
+            return Run(args);
+        }
+        catch (Exception e) when (e is PkvException || e is DllNotFoundException)
+        {
+            Console.Error.WriteLine(e.Message);
+            return 1;
+        }
+    }
+
+    static int Run(string[] args)
+    {
         state = args.Length > 0 ? ulong.Parse(args[0], CultureInfo.InvariantCulture) : 42;
         var p = EngineParams.Defaults();  // loading libpkv checks pkv_abi_version() first
         p.NumLayers = Layers; p.NumQHeads = QHeads; p.NumKvHeads = KvHeads; p.HeadDim = HeadDim;

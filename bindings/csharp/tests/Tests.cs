@@ -383,6 +383,8 @@ static partial class Tests
             { "config_windows_and_groups", ConfigWindowsAndGroups }, { "layer_windows_checked", LayerWindowsChecked },
             { "one_window_engine", OneWindowEngine }, { "fp8_engine_and_scales", Fp8EngineAndScales },
             { "kv_event_group", KvEventGroup },
+            { "loaded", Loaded }, { "load_error_names_what_to_set", LoadErrorNamesWhatToSet },
+            { "sequence_disposes", SequenceDisposes }, { "event_publisher", EventPublisher },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
