@@ -1,0 +1,104 @@
+#!/bin/sh
+# The Go binding used as its README says, from a new project outside the repository, against an
+# installed pkv (meson install): a go.mod that requires pkv.local/pkv and replaces it with this
+# directory, cgo's flags from pkg-config (PKG_CONFIG_PATH at PREFIX's pkv.pc), libpkv.so.1 from
+# LD_LIBRARY_PATH at PREFIX's libdir, offline (GOPROXY=off). The project is the demo
+# (cmd/demo/main.go); its output must be examples/demo.c's, built here against the same prefix.
+#
+# Usage: install_test.sh PREFIX WORKDIR
+#   PREFIX   where pkv was installed (meson install; with --destdir D, PREFIX is D/usr/local)
+#   WORKDIR  an empty or new directory outside the repository, for the project
+# Exit: 0 pass, 1 fail, 77 a toolchain is missing (go, pkg-config, a C compiler).
+set -u
+[ $# -eq 2 ] || { echo "usage: $0 PREFIX WORKDIR" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+skip() { echo "go install test: skipped: $*" >&2; exit 77; }
+fail() { echo "go install test: FAIL: $*" >&2; exit 1; }
+for tool in go pkg-config cc; do
+  command -v $tool >/dev/null 2>&1 || skip "$tool not found (Debian: golang-go, pkg-config, gcc)"
+done
+prefix=$(cd "$1" 2>/dev/null && pwd) || fail "no PREFIX $1"
+mkdir -p "$2" && work=$(cd "$2" && pwd) || fail "cannot make WORKDIR $2"
+case "$work/" in "$root"/*) fail "WORKDIR $work is inside the repository" ;; esac
+
+pc=$(find "$prefix" -path '*/pkgconfig/pkv.pc' | head -n 1)
+lib=$(find "$prefix" -name libpkv.so.1 | head -n 1)
+[ -n "$pc" ] || fail "no pkgconfig/pkv.pc under $prefix"
+[ -n "$lib" ] || fail "no libpkv.so.1 under $prefix"
+libdir=$(dirname "$lib")
+
+# Only the prefix: nothing from the build tree or the caller's environment.
+unset PKV_LIBRARY CGO_CFLAGS CGO_CPPFLAGS CGO_LDFLAGS GOFLAGS PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR
+export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_DISABLE_UNINSTALLED=1
+export LD_LIBRARY_PATH=$libdir
+# A staged install (meson install --destdir D) keeps the real prefix in pkv.pc: D is the sysroot.
+pcprefix=$(sed -n 's/^prefix=//p' "$pc")
+if [ "$pcprefix" != "$prefix" ]; then
+  case "$prefix" in
+    *"$pcprefix") export PKG_CONFIG_SYSROOT_DIR=${prefix%"$pcprefix"} ;;
+    *) fail "$pc says prefix=$pcprefix, not $prefix" ;;
+  esac
+fi
+cflags=$(pkg-config --cflags pkv) || fail "pkg-config does not find pkv"
+case "$cflags" in *"-I$prefix/"*) ;; *) fail "pkg-config --cflags pkv is '$cflags', not under $prefix" ;; esac
+
+# Offline: no module proxy, nothing to download (the binding needs only the standard library).
+export GOPROXY=off GOFLAGS="-mod=mod -buildvcs=false" GO111MODULE=on CGO_ENABLED=1
+[ -n "$(go env GOCACHE 2>/dev/null)" ] || export GOCACHE="$work/.gocache"
+
+# The new project, as the README writes it.
+rm -rf "$work/app" "$work/ref"
+mkdir -p "$work/app/where" "$work/ref"
+cat > "$work/app/go.mod" <<EOM
+module example.com/pkvdemo
+
+go 1.19
+
+require pkv.local/pkv v0.0.0
+
+replace pkv.local/pkv => $here
+EOM
+cp "$here/cmd/demo/main.go" "$work/app/main.go"
+cat > "$work/app/where/main.go" <<'EOM'
+// Prints the file libpkv was loaded from.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"pkv.local/pkv"
+)
+
+func main() {
+	if err := pkv.LoadError(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(pkv.LibraryPath())
+}
+EOM
+cd "$work/app" || fail "cd $work/app"
+go build -o demo . || fail "go build of the demo"
+go build -o where-lib ./where || fail "go build of where"
+loaded=$(./where-lib) || fail "the program does not load libpkv.so.1"
+case "$loaded" in "$libdir"/*) ;; *) fail "libpkv loaded from $loaded, not from $libdir" ;; esac
+
+# The reference: examples/demo.c built against the same prefix.
+cc -O2 -o "$work/ref/demo" "$root/examples/demo.c" $cflags $(pkg-config --libs pkv) -lm \
+  || fail "cc examples/demo.c against the prefix"
+for seed in 42 7; do
+  want=$("$work/ref/demo" $seed) || fail "examples/demo $seed"
+  got=$(./demo $seed) || fail "the Go demo, seed $seed"
+  [ "$got" = "$want" ] || fail "seed $seed: the Go demo printed
+$got
+examples/demo printed
+$want"
+done
+# Without LD_LIBRARY_PATH the program says where it looked and what to set (unless the system
+# has a libpkv.so.1 of its own).
+if ! env -u LD_LIBRARY_PATH ./where-lib >/dev/null 2>"$work/noload.txt"; then
+  grep -q "LD_LIBRARY_PATH" "$work/noload.txt" || fail "the load error does not name LD_LIBRARY_PATH: $(cat "$work/noload.txt")"
+fi
+echo "go install test: ok (libpkv from $loaded; demo output equal to examples/demo's)"
