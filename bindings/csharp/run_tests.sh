@@ -13,9 +13,7 @@ rm -rf "$out/lib"
 mkdir -p "$out/lib"
 ln -s "$PKV_LIBRARY" "$out/lib/libpkv.so.1"
 export LD_LIBRARY_PATH="$out/lib"
-mcs -nologo -warnaserror -unsafe -target:library -out:"$out/Pkv.dll" \
-  "$here/Native.g.cs" "$here/Handles.cs" "$here/Engine.cs" "$here/Batch.cs" "$here/Store.cs" \
-  "$here/Variants.cs" "$here/Events.cs"
+mcs -nologo -warnaserror -unsafe -target:library -out:"$out/Pkv.dll" "$here"/*.cs  # README's command
 mcs -nologo -warnaserror -r:"$out/Pkv.dll" -r:System.Numerics.dll -out:"$out/Demo.exe" \
   "$here/examples/Demo.cs"
 mcs -nologo -warnaserror -unsafe -r:"$out/Pkv.dll" -r:System.Core.dll -out:"$out/Tests.exe" \
