@@ -20,8 +20,9 @@ for tool in mcs mono pkg-config cc; do
   command -v $tool >/dev/null 2>&1 || skip "$tool not found (Debian: mono-mcs, mono-runtime, pkg-config, gcc)"
 done
 prefix=$(cd "$1" 2>/dev/null && pwd) || fail "no PREFIX $1"
-mkdir -p "$2" && work=$(cd "$2" && pwd) || fail "cannot make WORKDIR $2"
-case "$work/" in "$root"/*) fail "WORKDIR $work is inside the repository" ;; esac
+mkdir -p "$2" || fail "cannot make WORKDIR $2"
+work=$(cd "$2" && pwd) || fail "no WORKDIR $2"
+case "$work/" in "$root"/*) rmdir "$work" 2>/dev/null; fail "WORKDIR $work is inside the repository" ;; esac
 
 pc=$(find "$prefix" -path '*/pkgconfig/pkv.pc' | head -n 1)
 lib=$(find "$prefix" -name libpkv.so.1 | head -n 1)
@@ -31,11 +32,12 @@ libdir=$(dirname "$lib")
 
 # Only the prefix: nothing from the build tree or the caller's environment.
 unset PKV_LIBRARY PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR MONO_PATH
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_DISABLE_UNINSTALLED=1
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH PKG_CONFIG_DISABLE_UNINSTALLED=1
 pcprefix=$(sed -n 's/^prefix=//p' "$pc")
 if [ "$pcprefix" != "$prefix" ]; then  # a staged install (--destdir D): D is the sysroot
   case "$prefix" in
-    *"$pcprefix") export PKG_CONFIG_SYSROOT_DIR=${prefix%"$pcprefix"} ;;
+    *"$pcprefix") export PKG_CONFIG_SYSROOT_DIR="${prefix%"$pcprefix"}" ;;
     *) fail "$pc says prefix=$pcprefix, not $prefix" ;;
   esac
 fi
@@ -51,12 +53,13 @@ mcs -unsafe -target:library -out:Pkv.dll "$here"/*.cs || fail "mcs Pkv.dll"
 mcs -r:Pkv.dll -r:System.Numerics.dll -out:Demo.exe Demo.cs || fail "mcs Demo.exe"
 ln -s "$lib" "$work/runtime/libpkv.so.1"  # the library alone, as a runtime package installs it
 
+# shellcheck disable=SC2086,SC2046  # the flags are words
 cc -O2 -o "$work/ref/demo" "$root/examples/demo.c" $cflags $(pkg-config --libs pkv) -lm \
   || fail "cc examples/demo.c against the prefix"
 for run in "42 $libdir" "7 $work/runtime"; do
   seed=${run%% *} dir=${run#* }
-  want=$(LD_LIBRARY_PATH=$libdir "$work/ref/demo" $seed) || fail "examples/demo $seed"
-  got=$(LD_LIBRARY_PATH=$dir mono Demo.exe $seed) || fail "the C# demo, seed $seed, LD_LIBRARY_PATH=$dir"
+  want=$(LD_LIBRARY_PATH=$libdir "$work/ref/demo" "$seed") || fail "examples/demo $seed"
+  got=$(LD_LIBRARY_PATH=$dir mono Demo.exe "$seed") || fail "the C# demo, seed $seed, LD_LIBRARY_PATH=$dir"
   [ "$got" = "$want" ] || fail "seed $seed (LD_LIBRARY_PATH=$dir): the C# demo printed
 $got
 examples/demo printed

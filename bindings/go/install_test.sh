@@ -19,8 +19,9 @@ for tool in go pkg-config cc; do
   command -v $tool >/dev/null 2>&1 || skip "$tool not found (Debian: golang-go, pkg-config, gcc)"
 done
 prefix=$(cd "$1" 2>/dev/null && pwd) || fail "no PREFIX $1"
-mkdir -p "$2" && work=$(cd "$2" && pwd) || fail "cannot make WORKDIR $2"
-case "$work/" in "$root"/*) fail "WORKDIR $work is inside the repository" ;; esac
+mkdir -p "$2" || fail "cannot make WORKDIR $2"
+work=$(cd "$2" && pwd) || fail "no WORKDIR $2"
+case "$work/" in "$root"/*) rmdir "$work" 2>/dev/null; fail "WORKDIR $work is inside the repository" ;; esac
 
 pc=$(find "$prefix" -path '*/pkgconfig/pkv.pc' | head -n 1)
 lib=$(find "$prefix" -name libpkv.so.1 | head -n 1)
@@ -30,13 +31,14 @@ libdir=$(dirname "$lib")
 
 # Only the prefix: nothing from the build tree or the caller's environment.
 unset PKV_LIBRARY CGO_CFLAGS CGO_CPPFLAGS CGO_LDFLAGS GOFLAGS PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_DISABLE_UNINSTALLED=1
-export LD_LIBRARY_PATH=$libdir
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH PKG_CONFIG_DISABLE_UNINSTALLED=1
+export LD_LIBRARY_PATH="$libdir"
 # A staged install (meson install --destdir D) keeps the real prefix in pkv.pc: D is the sysroot.
 pcprefix=$(sed -n 's/^prefix=//p' "$pc")
 if [ "$pcprefix" != "$prefix" ]; then
   case "$prefix" in
-    *"$pcprefix") export PKG_CONFIG_SYSROOT_DIR=${prefix%"$pcprefix"} ;;
+    *"$pcprefix") export PKG_CONFIG_SYSROOT_DIR="${prefix%"$pcprefix"}" ;;
     *) fail "$pc says prefix=$pcprefix, not $prefix" ;;
   esac
 fi
@@ -86,6 +88,7 @@ loaded=$(./where-lib) || fail "the program does not load libpkv.so.1"
 case "$loaded" in "$libdir"/*) ;; *) fail "libpkv loaded from $loaded, not from $libdir" ;; esac
 
 # The reference: examples/demo.c built against the same prefix.
+# shellcheck disable=SC2086,SC2046  # the flags are words
 cc -O2 -o "$work/ref/demo" "$root/examples/demo.c" $cflags $(pkg-config --libs pkv) -lm \
   || fail "cc examples/demo.c against the prefix"
 for seed in 42 7; do
