@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import sys
+import textwrap
 
 import clang.cindex as ci
 
@@ -460,7 +461,10 @@ def go_enum(enum):
 
 
 def go_comment(text, indent=''):
-    return [indent + '// ' + line if line else indent + '//' for line in text.split('\n')]
+    """text as // lines of at most 100 columns (its own line breaks are not kept)."""
+    return textwrap.wrap(' '.join(text.split()), 100 - len(indent) - 3, initial_indent=indent + '// ',
+                         subsequent_indent=indent + '// ', break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def gen_go(h):

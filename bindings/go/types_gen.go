@@ -2,11 +2,11 @@
 
 package pkv
 
-// EngineParams are an engine's parameters (pkv_engine_params; pkv.h documents each field).
-// Start from DefaultParams (or ParamsFromHFConfig): a struct literal lacks pkv's defaults and
-// is refused. LayerWindows: each layer's sliding window (0 = full attention), NumLayers of
-// them, nil for SlidingWindow in every layer. EventPublisher: publish the engine's KV events
-// over ZeroMQ (nil: none). The store tier is NewEngineWithStore's.
+// EngineParams are an engine's parameters (pkv_engine_params; pkv.h documents each field). Start
+// from DefaultParams (or ParamsFromHFConfig): a struct literal lacks pkv's defaults and is
+// refused. LayerWindows: each layer's sliding window (0 = full attention), NumLayers of them,
+// nil for SlidingWindow in every layer. EventPublisher: publish the engine's KV events over
+// ZeroMQ (nil: none). The store tier is NewEngineWithStore's.
 type EngineParams struct {
 	NumLayers           uint32
 	NumQHeads           uint32
@@ -296,8 +296,8 @@ func (p *SeqInfo) fromC(c *cSeqInfo) {
 	p.NumHostBlocks = c.NumHostBlocks
 }
 
-// BatchView is a batch's raw plan (pkv_batch_view): counts, and C
-// addresses valid while the batch is open.
+// BatchView is a batch's raw plan (pkv_batch_view): counts, and C addresses valid while the
+// batch is open.
 type BatchView struct {
 	NumSeqs          uint32
 	NumTokens        uint32
@@ -351,8 +351,8 @@ func (p *BatchView) fromC(c *cBatchView) {
 	p.GroupBlockTables = c.GroupBlockTables
 }
 
-// RequestParams are a request's parameters (pkv_request_params): start
-// from DefaultRequestParams; the cache salt is an argument of Submit.
+// RequestParams are a request's parameters (pkv_request_params): start from
+// DefaultRequestParams; the cache salt is an argument of Submit.
 type RequestParams struct {
 	MaxNewTokens uint32
 	StopToken    int32
@@ -397,9 +397,8 @@ func (p *KVEvent) fromC(c *cKVEvent) {
 	p.Group = c.Group
 }
 
-// EventPublisherInfo is what an engine's event
-// publisher did (pkv_event_publisher_info): its endpoints as bound,
-// and its counters.
+// EventPublisherInfo is what an engine's event publisher did (pkv_event_publisher_info): its
+// endpoints as bound, and its counters.
 type EventPublisherInfo struct {
 	Endpoint        string
 	ReplayEndpoint  string
@@ -421,8 +420,8 @@ func (p *EventPublisherInfo) fromC(c *cEventPublisherInfo) {
 	p.EventsQueued = c.EventsQueued
 }
 
-// PoolInfo says where the pool is (pkv_pool_info), for a host's
-// own kernels: addresses and strides in bytes.
+// PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels: addresses and
+// strides in bytes.
 type PoolInfo struct {
 	Device           Device
 	DType            DType
