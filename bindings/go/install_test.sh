@@ -47,7 +47,9 @@ case "$cflags" in *"-I$prefix/"*) ;; *) fail "pkg-config --cflags pkv is '$cflag
 
 # Offline: no module proxy, nothing to download (the binding needs only the standard library).
 export GOPROXY=off GOFLAGS="-mod=mod -buildvcs=false" GO111MODULE=on CGO_ENABLED=1
-[ -n "$(go env GOCACHE 2>/dev/null)" ] || export GOCACHE="$work/.gocache"
+# The caller's Go caches when it has them (no HOME, as in some test runners: ones in WORKDIR).
+case "$(go env GOCACHE 2>/dev/null)" in ""|off) export GOCACHE="$work/.gocache" ;; esac
+[ -n "$(go env GOPATH 2>/dev/null)" ] || export GOPATH="$work/.gopath"
 
 # The new project, as the README writes it.
 rm -rf "$work/app" "$work/ref"
