@@ -55,7 +55,7 @@ def _load():
         try:
             lib = ctypes.CDLL(path)
         except OSError as e:
-            tried.append('%s (%s)' % (path, e))
+            tried.append(str(e) if path in str(e) else '%s: %s' % (path, e))
             continue
         missing = _raw.bind(lib)
         for name in missing:  # a library older than the header: fail when used, clearly
@@ -69,8 +69,8 @@ def _load():
         raise ImportError('pkv: cannot load %s from $%s: %s. Set %s to the full path of %s, or '
                           'unset it to search the dynamic loader\'s path'
                           % (_SONAME, ENV, tried[0], ENV, _SONAME))
-    raise ImportError('pkv: cannot load %s (tried: %s). Install libpkv (meson install), or set '
-                      '%s to its full path, or add its directory to LD_LIBRARY_PATH'
+    raise ImportError('pkv: cannot load %s (%s). Install libpkv (meson install, then ldconfig), '
+                      'or set %s to its full path, or add its directory to LD_LIBRARY_PATH'
                       % (_SONAME, '; '.join(tried), ENV))
 
 
