@@ -28,15 +28,19 @@ pub fn library() -> Result<&'static Library> {
         Some(path) if !path.is_empty() => Library::open(&path).map_err(|e| {
             Error::new(
                 Status::Load,
-                format!("{} (the path in ${}; unset it to search the dynamic loader's path)", e.message(), LIBRARY_ENV),
+                format!(
+                    "{} (the path in ${}; unset it to search the dynamic loader's path)",
+                    e.message(),
+                    LIBRARY_ENV
+                ),
             )
         }),
         _ => Library::open(sys::DEFAULT_LIBRARY).map_err(|e| {
             Error::new(
                 Status::Load,
                 format!(
-                    "{}. Install libpkv (meson install), or set {} to its full path, or add its \
-                     directory to LD_LIBRARY_PATH",
+                    "{}. Install libpkv (meson install, then ldconfig), or set {} to its full \
+                     path, or add its directory to LD_LIBRARY_PATH",
                     e.message(),
                     LIBRARY_ENV
                 ),
@@ -58,8 +62,11 @@ impl Library {
         let path = path.as_ref();
         let shown = path.to_string_lossy();
         // SAFETY: loading runs the library's initializers; libpkv's do no CUDA or I/O work.
-        let raw = unsafe { sys::PkvLib::new(path) }
-            .map_err(|e| Error::new(Status::Load, format!("cannot load {}: {}", shown, e)))?;
+        let raw = unsafe { sys::PkvLib::new(path) }.map_err(|e| {
+            let detail = e.to_string(); // dlerror(): "PATH: why", usually
+            let why = detail.strip_prefix(&format!("{}: ", shown)).unwrap_or(&detail);
+            Error::new(Status::Load, format!("cannot load {}: {}", shown, why))
+        })?;
         let abi = match &raw.pkv_abi_version {
             Ok(f) => unsafe { f() },
             Err(e) => return Err(Error::new(Status::Load, format!("{} is not libpkv: {}", shown, e))),

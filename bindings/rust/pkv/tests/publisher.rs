@@ -24,7 +24,8 @@ fn a_cpu_engine_binds_a_free_port_and_reports_it() {
 
     let info = engine.event_publisher_info().unwrap();
     for endpoint in [&info.endpoint, &info.replay_endpoint] {
-        let port = endpoint.strip_prefix("tcp://127.0.0.1:").unwrap_or_else(|| panic!("bound {:?}", endpoint));
+        let port =
+            endpoint.strip_prefix("tcp://127.0.0.1:").unwrap_or_else(|| panic!("bound {:?}", endpoint));
         assert!(port.parse::<u16>().map_or(false, |p| p > 0), "bound {:?}: no port", endpoint);
     }
     assert_ne!(info.endpoint, info.replay_endpoint);
