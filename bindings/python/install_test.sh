@@ -21,7 +21,9 @@ skip() {
   exit 77
 }
 [ -x "$python" ] || skip "$python is missing"
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+# pip as on a bare machine: no configured index, mirror or wheel directory to fall back on
+unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_NO_INDEX PIP_NO_BUILD_ISOLATION
+export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 # the package, installed as README.md says, from a directory outside the repository
 venv="$work/venv"
