@@ -49,6 +49,7 @@ else
   tail -n 1 err-unset.txt
   grep -q "cannot load $soname" err-unset.txt && grep -q PKV_LIBRARY err-unset.txt ||
     fail "the load error names neither $soname nor PKV_LIBRARY"
+  ! grep -q "build/src" err-unset.txt || fail "the installed package looked into a source tree's build/src"
 fi
 
 # found through LD_LIBRARY_PATH (the loader) and through PKV_LIBRARY; the same output as C
