@@ -3,6 +3,9 @@
 #   gen    pkv-sys/src/bindings.rs is what gen.sh makes of today's pkv.h
 #   cargo  cargo test (hash vectors, statuses, NULL handles, NO_SPACE, demo vs C, ...)
 #   demo   cargo run --example demo prints what the C demo prints, for several seeds
+#   package  cargo package --offline of both crates (metadata complete, each builds from its
+#          .crate alone); pkv's dependency pkv-sys, unpublished, is found in a directory
+#          registry overlaid on Debian's: the packaged pkv-sys next to Debian's crates
 #
 # Usage: test.sh MODE LIBPKV C_DEMO CARGO BINDGEN TARGET_DIR
 #   LIBPKV: path of libpkv.so.1 (PKV_LIBRARY); C_DEMO: build/examples/demo; CARGO, BINDGEN:
@@ -60,8 +63,25 @@ demo)
   done
   cat "$target/demo-rust.txt"
   ;;
+package)
+  need cargo "$cargo"
+  cd "$here"
+  # --allow-dirty: the test checks the crates, not whether the working tree is committed
+  "$cargo" package --offline --locked --allow-dirty -p pkv-sys
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  registry=$(sed -n 's/^directory = "\(.*\)"$/\1/p' .cargo/config.toml)
+  mkdir "$tmp/registry"
+  for crate in "$registry"/*; do ln -s "$crate" "$tmp/registry/"; done
+  version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pkv-sys/Cargo.toml | head -n 1)
+  crate="$target/package/pkv-sys-$version.crate"
+  tar -xzf "$crate" -C "$tmp/registry"
+  printf '{"package":"%s","files":{}}' "$(sha256sum < "$crate" | cut -d' ' -f1)" \
+    > "$tmp/registry/pkv-sys-$version/.cargo-checksum.json"
+  "$cargo" package --offline --allow-dirty -p pkv --config "source.debian.directory=\"$tmp/registry\""
+  ;;
 *)
-  echo "test.sh: unknown mode '$mode' (gen, cargo or demo)" >&2
+  echo "test.sh: unknown mode '$mode' (gen, cargo, demo or package)" >&2
   exit 2
   ;;
 esac

@@ -7,7 +7,10 @@ import array
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+# In a pkv checkout, the package next to this example; elsewhere (a copy of it), the installed one.
+_BINDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
+if os.path.isfile(os.path.join(_BINDING, 'pkv', '__init__.py')):
+    sys.path.insert(0, _BINDING)
 import pkv  # noqa: E402  (checks pkv_abi_version() as it loads libpkv)
 
 LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM, SYSTEM_LEN, REQUESTS, DECODE_STEPS = 2, 4, 2, 16, 32, 3, 4
@@ -36,7 +39,7 @@ def step(engine, rng, seqs):
     """One step over seqs: random q/k/v, pkv_attention on every layer; the sum of the outputs."""
     total = 0.0
     with engine.batch(seqs) as batch:
-        n = batch.view.num_tokens
+        n = batch.num_tokens
         out = array.array('f', bytes(4 * n * Q_HEADS * HEAD_DIM))
         for layer in range(LAYERS):
             q = rng.values(n * Q_HEADS * HEAD_DIM)

@@ -30,6 +30,9 @@ _CONSTANTS = {name[len('PKV_'):]: value for name, value in vars(_raw).items()
               if name.startswith('PKV_') and isinstance(value, int)}
 globals().update(_CONSTANTS)
 
+# This package's version: that of the pkv.h it was generated from (pyproject.toml takes it too).
+__version__ = '%d.%d.%d' % (_raw.PKV_VERSION_MAJOR, _raw.PKV_VERSION_MINOR, _raw.PKV_VERSION_PATCH)
+
 
 def version():
     """The loaded library's version, MAJOR*10000 + MINOR*100 + PATCH."""

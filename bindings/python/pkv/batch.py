@@ -10,7 +10,16 @@ from .errors import make_error
 class Batch:
     """One step's plan, from Engine.batch(). Call attention() for every layer, then end() (the new
     tokens become computed) or abort() (nothing does). As a context manager it ends on success and
-    aborts on an exception. After end/abort (or Engine.close) every call raises ValueError."""
+    aborts on an exception. After end/abort (or Engine.close) every call raises ValueError.
+
+    The plan's fields are the batch's attributes, as in the other bindings (Go's
+    b.SlotMapping(), C#'s b.SlotMapping(), Rust's batch.view().slot_mapping): the counts
+    (num_seqs, num_tokens, max_blocks_per_seq, max_query_len, max_context_len, num_copies,
+    block_size, num_kv_groups) and the arrays as lists, copied when read (seq_ids, query_start,
+    positions, slot_mapping, context_lens, block_indptr, block_indices, last_block_len,
+    block_tables, copy_src, copy_dst, copy_kind, sample_rows, group_slot_mapping,
+    group_block_tables; group_slots(g), group_tables(g)). batch.view is the same plan as a
+    BatchView, whose .raw is the ctypes struct (zero-copy pointers while the batch is open)."""
 
     def __init__(self, engine, handle):
         self._engine, self._handle, self._view = engine, handle, None
@@ -37,6 +46,14 @@ class Batch:
                 self._check(lib.pkv_batch_info(self._live(), ctypes.byref(out)))
                 self._view = BatchView(self, out)
             return self._view
+
+    def group_slots(self, group):
+        """KV group `group`'s slot mapping (view.group_slots)."""
+        return self.view.group_slots(group)
+
+    def group_tables(self, group):
+        """KV group `group`'s padded block tables as rows (view.group_tables)."""
+        return self.view.group_tables(group)
 
     def attention(self, layer, q, k, v, out):
         """pkv_attention for one layer. q, out: [num_tokens][q heads per rank][head_dim];
@@ -145,3 +162,16 @@ class BatchView:
 
     def __repr__(self):
         return '<pkv.BatchView %d seqs, %d tokens>' % (self.raw.num_seqs, self.raw.num_tokens)
+
+
+_COUNTS = ('num_seqs', 'num_tokens', 'max_blocks_per_seq', 'max_query_len', 'max_context_len',
+           'num_copies', 'block_size', 'num_kv_groups')
+
+
+def _view_field(name):
+    return property(lambda self: getattr(self.view, name),
+                    doc='pkv_batch_view.%s (batch.view.%s)' % (name, name))
+
+
+for _name in _COUNTS + tuple(BatchView._ARRAYS):
+    setattr(Batch, _name, _view_field(_name))

@@ -97,7 +97,15 @@ class Sequences(unittest.TestCase):
                 self.assertEqual((view.num_seqs, view.num_tokens, view.query_start),
                                  (1, 1, [0, 1]))
                 self.assertEqual(view.block_indices, seq.block_table())
+                # the batch's own attributes, as in the other bindings, are the view's fields
+                self.assertEqual((batch.num_seqs, batch.num_tokens, batch.seq_ids), (1, 1, [seq.id]))
+                for name in pkv.batch._COUNTS + tuple(pkv.BatchView._ARRAYS):
+                    self.assertEqual(getattr(batch, name), getattr(view, name), name)
+                self.assertEqual(batch.group_tables(0), view.group_tables(0))
+                self.assertEqual(batch.group_slots(0), view.slot_mapping)
                 batch.abort()
+                with self.assertRaises(ValueError):
+                    batch.slot_mapping
             self.assertEqual(view_ids, [seq.id])
             budget = engine.budget()
             self.assertEqual((budget.num_blocks, budget.kv_heads_per_rank), (16, 2))

@@ -8,6 +8,7 @@ use crate::batch::Batch;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, sized, Library};
 use crate::params::{Device, Dtype, KvBudget, KvGroups, Params};
+use crate::publisher::EventPublisherInfo;
 use crate::scheduler::KvEvent;
 use crate::store::{Bridge, StoreParams};
 
@@ -220,6 +221,18 @@ impl Engine {
         // SAFETY: live handle, full struct.
         unsafe { call!(self.lib, pkv_engine_budget(self.as_raw(), &mut out))? };
         Ok(out)
+    }
+
+    /// What the engine's event publisher did (`pkv_event_publisher_info`; `Params::event_publisher`):
+    /// the endpoints as bound and its counters. `Status::State` when the engine has none.
+    pub fn event_publisher_info(&self) -> Result<EventPublisherInfo> {
+        let mut info = sized!(sys::pkv_event_publisher_info);
+        // SAFETY: the engine is live; info is a full struct; its strings live as long as the
+        // engine and are copied out at once.
+        unsafe {
+            call!(self.lib, pkv_event_publisher_info(self.as_raw(), &mut info))?;
+            Ok(EventPublisherInfo::from_raw(&info))
+        }
     }
 
     /// The store's last problem (a miss by error, a rejected value, a failed write); "" when

@@ -19,13 +19,14 @@ pub enum Status {
     Device,
     Internal,
     Store,
+    Events,
     Unknown(i32),
     Load,
 }
 
 impl Status {
     /// Every pkv error status, in the header's order.
-    pub const ALL: [Status; 10] = [
+    pub const ALL: [Status; 11] = [
         Status::InvalidArgument,
         Status::NoSpace,
         Status::NotFound,
@@ -36,6 +37,7 @@ impl Status {
         Status::Device,
         Status::Internal,
         Status::Store,
+        Status::Events,
     ];
 
     /// The status of a `pkv_status` value; `None` for `PKV_OK`.
@@ -52,6 +54,7 @@ impl Status {
             sys::PKV_ERR_DEVICE => Status::Device,
             sys::PKV_ERR_INTERNAL => Status::Internal,
             sys::PKV_ERR_STORE => Status::Store,
+            sys::PKV_ERR_EVENTS => Status::Events,
             other => Status::Unknown(other),
         })
     }
@@ -69,6 +72,7 @@ impl Status {
             Status::Device => sys::PKV_ERR_DEVICE,
             Status::Internal => sys::PKV_ERR_INTERNAL,
             Status::Store => sys::PKV_ERR_STORE,
+            Status::Events => sys::PKV_ERR_EVENTS,
             Status::Unknown(code) => code,
             Status::Load => return None,
         })

@@ -24,15 +24,17 @@ mod batch;
 mod engine;
 mod error;
 mod params;
+mod publisher;
 mod scheduler;
 mod store;
 
 pub use batch::{Batch, BatchView, CopyKind, Element};
 pub use engine::{Allocation, AllocationQuery, Engine, PoolInfo, Seq, SeqInfo, Stats, Tier};
 pub use error::{Error, Result, Status};
-pub use library::{library, Library};
+pub use library::{library, Library, LIBRARY_ENV};
 pub use params::{hf_config_layer_windows, profile, Device, Dtype, KvBudget, KvGroups, Params};
 pub use pkv_sys as sys;
+pub use publisher::{EventPublisherInfo, EventPublisherParams};
 pub use scheduler::{KvEvent, Request};
 pub use store::{MapStore, Store, StoreKey, StoreParams, StoreResult, WriteMode};
 

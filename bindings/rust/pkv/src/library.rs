@@ -15,13 +15,37 @@ pub struct Library {
 
 static DEFAULT: Mutex<Option<Result<&'static Library>>> = Mutex::new(None);
 
-/// The library named by the environment variable `PKV_LIBRARY`, else `libpkv.so.1` (found by
-/// the dynamic loader), loaded on first use. Every later call returns the same result.
+/// The environment variable naming the library `library()` loads (a full path).
+pub const LIBRARY_ENV: &str = "PKV_LIBRARY";
+
+/// The library named by the environment variable `PKV_LIBRARY` (a full path), else
+/// `libpkv.so.1` found by the dynamic loader (`LD_LIBRARY_PATH`, then the system's library
+/// directories: where `meson install` puts it), loaded on first use. Every later call returns
+/// the same result. A failure is `Status::Load`, naming the library and `PKV_LIBRARY`.
 pub fn library() -> Result<&'static Library> {
     let mut slot = DEFAULT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    slot.get_or_insert_with(|| match std::env::var_os("PKV_LIBRARY") {
-        Some(path) if !path.is_empty() => Library::open(path),
-        _ => Library::open(sys::DEFAULT_LIBRARY),
+    slot.get_or_insert_with(|| match std::env::var_os(LIBRARY_ENV) {
+        Some(path) if !path.is_empty() => Library::open(&path).map_err(|e| {
+            Error::new(
+                Status::Load,
+                format!(
+                    "{} (the path in ${}; unset it to search the dynamic loader's path)",
+                    e.message(),
+                    LIBRARY_ENV
+                ),
+            )
+        }),
+        _ => Library::open(sys::DEFAULT_LIBRARY).map_err(|e| {
+            Error::new(
+                Status::Load,
+                format!(
+                    "{}. Install libpkv (meson install, then ldconfig), or set {} to its full \
+                     path, or add its directory to LD_LIBRARY_PATH",
+                    e.message(),
+                    LIBRARY_ENV
+                ),
+            )
+        }),
     })
     .clone()
 }
@@ -38,8 +62,11 @@ impl Library {
         let path = path.as_ref();
         let shown = path.to_string_lossy();
         // SAFETY: loading runs the library's initializers; libpkv's do no CUDA or I/O work.
-        let raw = unsafe { sys::PkvLib::new(path) }
-            .map_err(|e| Error::new(Status::Load, format!("cannot load {}: {}", shown, e)))?;
+        let raw = unsafe { sys::PkvLib::new(path) }.map_err(|e| {
+            let detail = e.to_string(); // dlerror(): "PATH: why", usually
+            let why = detail.strip_prefix(&format!("{}: ", shown)).unwrap_or(&detail);
+            Error::new(Status::Load, format!("cannot load {}: {}", shown, why))
+        })?;
         let abi = match &raw.pkv_abi_version {
             Ok(f) => unsafe { f() },
             Err(e) => return Err(Error::new(Status::Load, format!("{} is not libpkv: {}", shown, e))),

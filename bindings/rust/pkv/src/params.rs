@@ -9,6 +9,7 @@ use pkv_sys as sys;
 
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, library, sized, Library};
+use crate::publisher::{EventPublisherParams, PublisherStruct};
 
 /// How a budget was decided: `pkv_kv_budget` (`source` is a `PKV_BUDGET_*`).
 pub type KvBudget = sys::pkv_kv_budget;
@@ -129,6 +130,7 @@ fn layer_windows_of(lib: &'static Library, json: &str) -> Result<Vec<u32>> {
 pub struct Params {
     raw: sys::pkv_engine_params,
     windows: Option<Arc<[u32]>>,
+    publisher: Option<Arc<PublisherStruct>>,
     lib: &'static Library,
 }
 
@@ -153,7 +155,7 @@ impl Params {
         let mut raw = sized!(sys::pkv_engine_params);
         // SAFETY: raw is a pkv_engine_params of the size passed.
         unsafe { call!(lib, pkv_engine_params_init(&mut raw, raw.struct_size))? };
-        Ok(Params { raw, windows: None, lib })
+        Ok(Params { raw, windows: None, publisher: None, lib })
     }
 
     /// The defaults with the model shape read from a Hugging Face `config.json` text.
@@ -192,7 +194,8 @@ impl Params {
             Some(std::slice::from_raw_parts(raw.layer_windows, raw.num_layers as usize).into())
         };
         raw.layer_windows = ptr::null();
-        Params { raw, windows, lib }
+        raw.event_publisher = ptr::null(); // the engine's copy: used at create only
+        Params { raw, windows, publisher: None, lib }
     }
 
     /// The struct pkv reads: `raw()` with `layer_windows` pointing at this Params' windows
@@ -209,6 +212,7 @@ impl Params {
                 ))
             }
         };
+        raw.event_publisher = self.publisher.as_ref().map_or(ptr::null(), |p| p.as_ptr());
         Ok(raw)
     }
 
@@ -255,6 +259,19 @@ impl Params {
     /// Drops the per-layer windows (`sliding_window` applies to every layer again).
     pub fn without_layer_windows(mut self) -> Params {
         self.windows = None;
+        self
+    }
+    /// KV events on the wire (pkv 0.3): an engine created with these params publishes its KV
+    /// events over ZeroMQ (`Engine::event_publisher_info`). Kept by the Params (a copy), read at
+    /// create only: `Engine::params()` has none. A library built without libzmq refuses the
+    /// engine (`Status::Unsupported`); an endpoint that cannot be bound is `Status::Events`.
+    pub fn event_publisher(mut self, publisher: &EventPublisherParams) -> Params {
+        self.publisher = Some(PublisherStruct::new(publisher));
+        self
+    }
+    /// Drops the event publisher.
+    pub fn without_event_publisher(mut self) -> Params {
+        self.publisher = None;
         self
     }
 
