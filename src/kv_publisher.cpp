@@ -25,6 +25,10 @@ namespace {
 
 // A closing socket waits this long for its peers to take what is still queued, at most.
 constexpr int kLingerMs = 100;
+// After publishing, the thread gathers the engine's next events this long before it looks again:
+// a busy engine then hands over its events with no system call and wakes the thread at most once
+// per window (a step of a few microseconds would otherwise wake it every step).
+constexpr long kBatchWindowMs = 1;
 // vLLM's end-of-replay marker: the seq -1, 8 bytes big-endian.
 constexpr unsigned char kEndSeq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 
@@ -91,6 +95,7 @@ struct KvPublisher::Impl {
   std::vector<QueuedEvent> queue;
   std::vector<int32_t> queue_tokens;
   bool stopping = false;
+  bool waiting = true;  // the thread sleeps until woken (it found the queue empty)
 
   // The thread's side.
   std::deque<Message> kept;  // the last replay_batches batches
@@ -140,11 +145,12 @@ struct KvPublisher::Impl {
   // AllBlocksCleared, and so are the oldest staged ones if they alone do not fit.
   void flush() noexcept {
     if (staged.empty()) return;
-    bool was_empty;
+    bool wake_up;
     {
       std::lock_guard<std::mutex> lock(mu);
+      wake_up = waiting;
+      waiting = false;
       try {
-        was_empty = queue.empty();
         append_staged();
       } catch (...) {
         // Out of memory: what was queued and staged is lost; the router is told to forget (clear
@@ -153,13 +159,12 @@ struct KvPublisher::Impl {
         queue.clear();
         queue_tokens.clear();
         queue.push_back(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
-        was_empty = true;
       }
       queued = queue.size();
     }
     staged.clear();
     staged_tokens.clear();
-    if (was_empty) {
+    if (wake_up) {
       const char byte = 1;
       // Non-blocking: a full pipe already holds a wake-up.
       [[maybe_unused]] ssize_t n = ::write(wake[1], &byte, 1);
@@ -193,8 +198,9 @@ struct KvPublisher::Impl {
   // ------------------------------------------------------------------ the thread
   void run() {
     zmq_pollitem_t items[2] = {{nullptr, wake[0], ZMQ_POLLIN, 0}, {replay, 0, ZMQ_POLLIN, 0}};
+    long timeout_ms = -1;
     for (;;) {
-      if (zmq_poll(items, replay ? 2 : 1, -1) < 0) {
+      if (zmq_poll(items, replay ? 2 : 1, timeout_ms) < 0) {
         if (zmq_errno() == EINTR) continue;
         return;
       }
@@ -213,7 +219,11 @@ struct KvPublisher::Impl {
         queue_tokens.clear();
         queued = 0;
         stop = stopping;
+        // Nothing new: sleep until the engine's next events wake us. Else the engine does not
+        // wake us (no system call on its side) and we come back after a batch window.
+        waiting = taken.empty();
       }
+      timeout_ms = taken.empty() ? -1 : kBatchWindowMs;
       try {
         for (size_t i = 0; i < taken.size(); i += max_batch) publish(i, std::min(taken.size(), i + max_batch));
       } catch (...) {
