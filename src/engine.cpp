@@ -57,6 +57,12 @@ Engine::Engine(const pkv_engine_params &params)
     PKV_REQUIRE(params_.host_num_blocks > 0,
                 "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");
   }
+  // The latent cache is sized and profiled (pkv_profile); its pool, copies and attention are not
+  // built yet.
+  if (params_.kv_layout == PKV_KV_LAYOUT_MLA)
+    fail(PKV_ERR_UNSUPPORTED,
+         "kv_layout MLA: pkv_profile sizes the latent cache, but engines over it (the pool, attention in the "
+         "absorbed form) are not in this version");
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
                                                : make_cpu_backend(pool_shape(), params_.num_threads);
   if (store_config_) {

@@ -181,12 +181,75 @@ LayerWindows layer_windows_from_hf_config(const char *text, size_t len) {
   return layer_windows(root, text_config(root));
 }
 
+namespace {
+
+// Fields of attention kinds whose cache pkv cannot hold: a config with one is refused by name,
+// never profiled as something else.
+struct Unplaced {
+  const char *key, *what;
+};
+constexpr Unplaced kUnplaced[] = {
+    {"index_topk", "DeepSeek sparse attention (its indexer keeps a key cache of its own)"},
+    {"index_n_heads", "DeepSeek sparse attention (its indexer keeps a key cache of its own)"},
+    {"linear_num_key_heads", "linear attention layers (a recurrent state, not a KV cache)"},
+    {"linear_num_value_heads", "linear attention layers (a recurrent state, not a KV cache)"},
+    {"attention_chunk_size", "chunked local attention"},
+    {"mamba_d_state", "state-space (Mamba) layers"},
+    {"ssm_state_size", "state-space (Mamba) layers"},
+};
+
+// Multi-head latent attention (DeepSeek V2/V3/R1, Kimi K2): one latent of kv_lora_rank +
+// qk_rope_head_dim values per token per layer, shared by every head. False when the config has
+// none of its fields.
+bool read_mla(const json &cfg, pkv_engine_params *out) {
+  const char *const keys[] = {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"};
+  const char *present = nullptr;
+  for (const char *k : keys)
+    if (cfg.contains(k) && !cfg[k].is_null()) present = present ? present : k;
+  if (!present) return false;
+  uint32_t rank = 0, rope = 0, nope = 0, v = 0;
+  if (!read_count(cfg, "kv_lora_rank", &rank))
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "config.json: \"%s\" says multi-head latent attention, but \"kv_lora_rank\" (the latent's width) is "
+         "missing",
+         present);
+  if (!read_index(cfg, "qk_rope_head_dim", &rope))
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: multi-head latent attention needs \"qk_rope_head_dim\"");
+  read_index(cfg, "qk_nope_head_dim", &nope);  // the heads' projections: not in the cache
+  read_count(cfg, "v_head_dim", &v);
+  if (uint64_t(rank) + rope > PKV_MAX_HEAD_DIM)
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: the latent (kv_lora_rank %u + qk_rope_head_dim %u) exceeds %d",
+         rank, rope, PKV_MAX_HEAD_DIM);
+  out->kv_layout = PKV_KV_LAYOUT_MLA;
+  out->kv_lora_rank = rank;
+  out->qk_rope_head_dim = rope;
+  out->num_kv_heads = 1;
+  out->head_dim = rank + rope;
+  return true;
+}
+
+}  // namespace
+
 pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *text, size_t len) {
   const json root = parse_config(text, len);
   const json *cfg = &text_config(root);
+  for (const Unplaced &u : kUnplaced)
+    if (cfg->contains(u.key) && !(*cfg)[u.key].is_null())
+      fail(PKV_ERR_UNSUPPORTED, "config.json: \"%s\": %s is not a cache pkv holds", u.key, u.what);
   pkv_engine_params out = p;
+  out.kv_layout = PKV_KV_LAYOUT_HEADS;
+  out.kv_lora_rank = out.qk_rope_head_dim = 0;
   out.num_layers = require_count(*cfg, "num_hidden_layers");
   out.num_q_heads = require_count(*cfg, "num_attention_heads");
+  if (read_mla(*cfg, &out)) {
+    out.dtype = read_dtype(*cfg, read_dtype(root, p.dtype));
+    read_count(*cfg, "max_position_embeddings", &out.max_model_len);
+    const LayerWindows w = layer_windows(root, *cfg);
+    if (!w.uniform() || w.at(0))
+      fail(PKV_ERR_UNSUPPORTED, "config.json: sliding windows with multi-head latent attention");
+    out.sliding_window = 0;
+    return out;
+  }
   out.num_kv_heads = out.num_q_heads;
   read_count(*cfg, "num_key_value_heads", &out.num_kv_heads);
   if (!read_count(*cfg, "head_dim", &out.head_dim)) {

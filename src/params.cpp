@@ -206,6 +206,21 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.preemption_mode != PKV_PREEMPT_SWAP || p.host_num_blocks || p.host_cache_bytes,
               "preemption_mode SWAP needs a host tier (host_num_blocks or host_cache_bytes)");
   PKV_REQUIRE(p.host_num_blocks <= INT32_MAX, "host_num_blocks %u exceeds 2^31-1", p.host_num_blocks);
+  PKV_REQUIRE(p.kv_layout <= PKV_KV_LAYOUT_MLA, "kv_layout %u is not a PKV_KV_LAYOUT_* value", p.kv_layout);
+  PKV_REQUIRE(p.reserved2 == 0, "reserved2 must be 0");
+  if (p.kv_layout == PKV_KV_LAYOUT_MLA) {
+    PKV_REQUIRE(p.kv_lora_rank >= 1, "kv_layout MLA needs kv_lora_rank >= 1 (the latent's compressed part)");
+    PKV_REQUIRE(p.num_kv_heads == 1, "kv_layout MLA caches one latent per token: num_kv_heads must be 1, got %u",
+                p.num_kv_heads);
+    PKV_REQUIRE(uint64_t(p.kv_lora_rank) + p.qk_rope_head_dim == p.head_dim,
+                "kv_layout MLA: head_dim (%u) must be the latent's width, kv_lora_rank (%u) + "
+                "qk_rope_head_dim (%u)",
+                p.head_dim, p.kv_lora_rank, p.qk_rope_head_dim);
+  } else {
+    PKV_REQUIRE(p.kv_lora_rank == 0 && p.qk_rope_head_dim == 0,
+                "kv_lora_rank and qk_rope_head_dim are for kv_layout MLA only (got %u and %u)", p.kv_lora_rank,
+                p.qk_rope_head_dim);
+  }
   PKV_REQUIRE(p.sliding_window <= INT32_MAX, "sliding_window %u exceeds 2^31-1", p.sliding_window);
   bool windowed = p.sliding_window != 0 && !p.layer_windows;
   if (p.layer_windows)

@@ -11,9 +11,12 @@
 namespace pkv {
 
 uint32_t kv_heads_per_rank(const pkv_engine_params &p) {
-  // When tp_size > num_kv_heads, KV heads are replicated: each rank keeps one.
+  // When tp_size > num_kv_heads, KV heads are replicated: each rank keeps one (and every rank
+  // keeps MLA's one latent whole).
   return std::max(1u, p.num_kv_heads / p.tp_size);
 }
+
+uint32_t kv_tensors(const pkv_engine_params &p) { return p.kv_layout == PKV_KV_LAYOUT_MLA ? 1 : 2; }
 
 PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
   PoolLayout l;
@@ -22,10 +25,11 @@ PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
   l.num_blocks = num_blocks;
   l.num_layers = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows).group_layers;
   const uint64_t kv = l.kv_heads, bs = p.block_size, hd = p.head_dim, db = l.dtype_bytes;
+  l.tensors = kv_tensors(p);
   // block_bytes first: every per-block figure divides it, so it is the one a shape overflows.
-  l.block_bytes = checked_product({2, l.num_layers, bs, kv, hd, db}, kMaxOffset,
-                                  "block_bytes = 2 x group_layers x block_size x kv_heads_per_rank x "
-                                  "head_dim x kv dtype bytes");
+  l.block_bytes = checked_product({l.tensors, l.num_layers, bs, kv, hd, db}, kMaxOffset,
+                                  "block_bytes = 2 (K,V; 1 for the MLA latent) x group_layers x block_size x "
+                                  "kv_heads_per_rank x head_dim x kv dtype bytes");
   l.pool_bytes = checked_product({num_blocks, l.block_bytes}, kMaxOffset,
                                  "pool_bytes = num_blocks x block_bytes (K and V, all layers)");
   // Each figure below divides block_bytes or pool_bytes: the checks cannot fail past here, and
@@ -55,8 +59,8 @@ namespace {
 // block_bytes bounds layers x kv heads by 2^62 only, so 8 times that is checked too.
 uint64_t kv_scale_bytes(const pkv_engine_params &p, const PoolLayout &unit) {
   if (!is_fp8(kv_dtype_of(p))) return 0;
-  return checked_product({2, p.num_layers, unit.kv_heads, sizeof(float)}, kMaxOffset,
-                         "kv_scale_bytes = 2 (K,V) x num_layers x kv_heads_per_rank x 4");
+  return checked_product({unit.tensors, p.num_layers, unit.kv_heads, sizeof(float)}, kMaxOffset,
+                         "kv_scale_bytes = 2 (K,V; 1 for the MLA latent) x num_layers x kv_heads_per_rank x 4");
 }
 
 // Blocks one sequence of max_model_len needs (one per KV group without a limit): each group's, a
@@ -127,6 +131,7 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   b.struct_size = sizeof b;
   b.device = device;
   b.kv_dtype = kv_dtype_of(p);
+  b.kv_layout = p.kv_layout;
   b.num_kv_groups = groups.num_groups();
   b.group_layers = groups.group_layers;
   b.padded_layers = groups.padded_layers();

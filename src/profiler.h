@@ -7,12 +7,15 @@
 namespace pkv {
 
 uint32_t kv_heads_per_rank(const pkv_engine_params &p);
+// The cache's tensors per layer: 2 (K and V), or 1 (the MLA latent, PKV_KV_LAYOUT_MLA).
+uint32_t kv_tensors(const pkv_engine_params &p);
 
 // The pool's whole layout (pkv.h, pkv_pool_info): K and V each
 // [group_layers][num_blocks][block_size][kv_heads][head_dim]. The budget, the backends' allocation
 // (PoolShape) and pkv_pool_info all come from here, so the pool described is the pool allocated.
 struct PoolLayout {
   uint32_t kv_heads;            // per rank
+  uint32_t tensors;             // 2 (K, V) or 1 (the MLA latent)
   uint32_t dtype_bytes;         // of the kv dtype
   uint32_t num_layers;          // the pool's layers: group_layers (kv_groups.h)
   uint64_t num_blocks;
@@ -20,8 +23,8 @@ struct PoolLayout {
   uint64_t layer_block_bytes;   // one block of one layer, K (or V)
   uint64_t layer_bytes;         // one layer, K (or V): num_blocks blocks
   uint64_t bytes_per_pool;      // all layers, K (or V)
-  uint64_t block_bytes;         // one block, K and V, all layers (pkv_kv_budget.block_bytes)
-  uint64_t pool_bytes;          // K and V: num_blocks * block_bytes = 2 * bytes_per_pool
+  uint64_t block_bytes;         // one block, K and V (or the latent), all layers (pkv_kv_budget.block_bytes)
+  uint64_t pool_bytes;          // K and V: num_blocks * block_bytes = tensors * bytes_per_pool
 };
 
 // The layout of validated params with num_blocks blocks (0: the per-block figures, pool 0).

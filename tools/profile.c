@@ -4,7 +4,8 @@
  * Reads a Hugging Face config.json (pkv_engine_params_from_hf_config and, for per-layer
  * windows, pkv_hf_config_layer_windows), applies the flags, calls pkv_profile and prints every
  * term of the budget (DESIGN.md §5) so a person can check it:
- *   block_bytes = 2 (K,V) * group_layers * block_size * kv_heads_per_rank * head_dim * kv dtype bytes
+ *   block_bytes = 2 (K,V; 1 for MLA's latent) * group_layers * block_size * kv_heads_per_rank *
+ *                 head_dim * kv dtype bytes
  *   budget      = total * utilization - used - reserve   (or --kv-cache, or --num-blocks)
  * group_layers is num_layers without sliding windows; the attention variants (the kv dtype, the
  * windows' KV groups and what they gain) are variants.c's.
@@ -118,19 +119,34 @@ static const char *source_note(uint32_t source) {
 static void print_table(const profile_opts *o, const pkv_engine_params *p, const pkv_kv_budget *b) {
   char note[160];
   printf("pkv profile: %s\n", o->config);
-  printf("  model      %u layers, %u q heads, %u kv heads, head_dim %u, %s, max_model_len %u%s\n",
-         p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
-         p->max_model_len, p->max_model_len == 0 ? " (no limit)" : "");
+  const int mla = p->kv_layout == PKV_KV_LAYOUT_MLA;
+  if (mla)
+    printf("  model      %u layers, %u q heads, multi-head latent attention, %s, max_model_len %u%s\n"
+           "  latent     kv_lora_rank %u + qk_rope_head_dim %u = %u values per token per layer, shared by "
+           "every head; no V (a view of the latent)\n",
+           p->num_layers, p->num_q_heads, dtype_name(p->dtype), p->max_model_len,
+           p->max_model_len == 0 ? " (no limit)" : "", p->kv_lora_rank, p->qk_rope_head_dim, p->head_dim);
+  else
+    printf("  model      %u layers, %u q heads, %u kv heads, head_dim %u, %s, max_model_len %u%s\n",
+           p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
+           p->max_model_len, p->max_model_len == 0 ? " (no limit)" : "");
   variants_print_model(p, b);
-  printf("  parallel   tp %u, rank %u: %u kv heads per rank\n", p->tp_size, p->tp_rank,
-         b->kv_heads_per_rank);
+  if (mla)
+    printf("  parallel   tp %u, rank %u: every rank holds the whole latent\n", p->tp_size, p->tp_rank);
+  else
+    printf("  parallel   tp %u, rank %u: %u kv heads per rank\n", p->tp_size, p->tp_rank,
+           b->kv_heads_per_rank);
   printf("  device     %s%s, %s\n\n", device_name(b->device),
          p->device == PKV_DEVICE_AUTO ? " (auto)" : "",
          p->memory_total_bytes != 0 ? "total memory as given (--memory)" : "total memory measured");
   printf("  %-26s %12s %16s\n", "term", "size", "bytes");
-  snprintf(note, sizeof note, "2 (K,V) x %u layers%s x %u tokens x %u heads x %u x %u B",
-           b->group_layers, b->num_kv_groups > 1 ? " (a group's)" : "", p->block_size,
-           b->kv_heads_per_rank, p->head_dim, variants_dtype_bytes(b->kv_dtype));
+  if (mla)
+    snprintf(note, sizeof note, "1 (the latent) x %u layers x %u tokens x %u x %u B", b->group_layers,
+             p->block_size, p->head_dim, variants_dtype_bytes(b->kv_dtype));
+  else
+    snprintf(note, sizeof note, "2 (K,V) x %u layers%s x %u tokens x %u heads x %u x %u B",
+             b->group_layers, b->num_kv_groups > 1 ? " (a group's)" : "", p->block_size,
+             b->kv_heads_per_rank, p->head_dim, variants_dtype_bytes(b->kv_dtype));
   row_bytes("block bytes", b->block_bytes, note);
   row_bytes("bytes per token", b->bytes_per_token, "block bytes / block size");
   row_bytes("total memory", b->total_bytes, p->memory_total_bytes != 0 ? "--memory" : "measured");
@@ -139,8 +155,8 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   row_bytes("- reserve", b->reserve_bytes, "--reserve: activations, workspaces");
   row_bytes("= KV budget", b->budget_bytes, source_note(b->source));
   if (b->kv_scale_bytes != 0) {
-    snprintf(note, sizeof note, "fp8 scales: 2 (K,V) x %u layers x %u heads x 4 B", p->num_layers,
-             b->kv_heads_per_rank);
+    snprintf(note, sizeof note, "fp8 scales: %s x %u layers x %u heads x 4 B", mla ? "1 (the latent)" : "2 (K,V)",
+             p->num_layers, b->kv_heads_per_rank);
     row_bytes("- kv scales", b->kv_scale_bytes, note);
   }
   snprintf(note, sizeof note, "%s / block bytes%s", b->kv_scale_bytes ? "(budget - kv scales)" : "budget",
@@ -198,6 +214,9 @@ static void print_json(const profile_opts *o, const pkv_engine_params *p, const 
   printf("  \"budget\": {\n    \"device\": \"%s\",\n    \"source\": %u,\n", device_name(b->device),
          b->source);
   json_u64("kv_heads_per_rank", b->kv_heads_per_rank, 0);
+  printf("    \"kv_layout\": \"%s\",\n", p->kv_layout == PKV_KV_LAYOUT_MLA ? "mla" : "heads");
+  json_u64("kv_lora_rank", p->kv_lora_rank, 0);
+  json_u64("qk_rope_head_dim", p->qk_rope_head_dim, 0);
   json_u64("block_bytes", b->block_bytes, 0);
   json_u64("bytes_per_token", b->bytes_per_token, 0);
   json_u64("total_bytes", b->total_bytes, 0);

@@ -208,9 +208,9 @@ static void print_gains(const pkv_engine_params *p, const pkv_kv_budget *b, cons
 
 void variants_print_model(const pkv_engine_params *p, const pkv_kv_budget *b) {
   if (is_fp8(b->kv_dtype))
-    printf("  kv cache   %s, 1 B per element (the model's %s: %u B), K and V scaled per layer and "
-           "kv head\n",
-           variants_dtype_name(b->kv_dtype), variants_dtype_name(p->dtype), variants_dtype_bytes(p->dtype));
+    printf("  kv cache   %s, 1 B per element (the model's %s: %u B), %s\n", variants_dtype_name(b->kv_dtype),
+           variants_dtype_name(p->dtype), variants_dtype_bytes(p->dtype),
+           p->kv_layout == PKV_KV_LAYOUT_MLA ? "the latent scaled per layer" : "K and V scaled per layer and kv head");
   else
     printf("  kv cache   %s, %u B per element (the model's dtype)\n", variants_dtype_name(b->kv_dtype),
            variants_dtype_bytes(b->kv_dtype));

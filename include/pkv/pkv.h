@@ -116,6 +116,11 @@ enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2,
           scaled per (layer, kv head): stored = saturate(round_to_nearest_even(x / scale)) */
        PKV_DTYPE_FP8_E4M3 = 3,  /* OCP e4m3fn: finite range +-448, no infinities */
        PKV_DTYPE_FP8_E5M2 = 4 }; /* OCP e5m2: range +-57344; saturates to the largest finite */
+/* pkv_engine_params.kv_layout (since 0.3.0): what the cache holds per token per layer. */
+enum { PKV_KV_LAYOUT_HEADS = 0, /* K and V of each kv head (multi-head, GQA, MQA attention) */
+       PKV_KV_LAYOUT_MLA = 1 }; /* one latent vector of kv_lora_rank + qk_rope_head_dim values,
+                                   no V (multi-head latent attention: DeepSeek V2/V3/R1, Kimi K2;
+                                   V is a view of the latent's first kv_lora_rank values) */
 /* How pkv_kv_budget.num_blocks was decided. */
 enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET_FIXED_BLOCKS = 2 };
 /* Bits of pkv_engine_params.debug_flags: for tests of pkv itself, never for production. */
@@ -349,6 +354,14 @@ typedef struct pkv_engine_params {
                                      (the default); read at create only. A build without libzmq:
                                      PKV_ERR_UNSUPPORTED. An endpoint that cannot be bound (bad,
                                      in use): PKV_ERR_EVENTS naming it */
+  /* the cache's layout (since 0.3.0; DESIGN.md §12) */
+  uint32_t kv_layout;             /* PKV_KV_LAYOUT_*. MLA needs num_kv_heads 1 (the one latent,
+                                     every rank holds it whole) and head_dim = kv_lora_rank +
+                                     qk_rope_head_dim. default HEADS */
+  uint32_t kv_lora_rank;          /* MLA: the latent's compressed part, >= 1 (DeepSeek V3: 512);
+                                     0 for HEADS */
+  uint32_t qk_rope_head_dim;      /* MLA: the latent's rotary part (DeepSeek V3: 64); 0 for HEADS */
+  uint32_t reserved2;             /* must be 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -402,9 +415,9 @@ typedef struct pkv_kv_budget {
   int32_t device;                 /* the device the budget is for (AUTO resolved) */
   uint32_t source;                /* PKV_BUDGET_*: which rule decided num_blocks */
   uint32_t kv_heads_per_rank;     /* num_kv_heads / tp_size, at least 1 */
-  uint64_t block_bytes;           /* 2 (K,V) * group_layers * block_size * kv_heads_per_rank *
-                                     head_dim * kv dtype bytes; <= 2^63-1 (group_layers: below;
-                                     num_layers without windows) */
+  uint64_t block_bytes;           /* 2 (K,V; 1 for the MLA latent) * group_layers * block_size *
+                                     kv_heads_per_rank * head_dim * kv dtype bytes; <= 2^63-1
+                                     (group_layers: below; num_layers without windows) */
   uint64_t bytes_per_token;       /* block_bytes / block_size */
   uint64_t total_bytes;           /* device (or host) memory in all */
   uint64_t used_bytes;            /* in use before pkv: measured + memory_used_bytes */
@@ -434,8 +447,12 @@ typedef struct pkv_kv_budget {
   uint32_t group_layers;          /* layers one block holds (K and V): num_layers with one group */
   uint32_t padded_layers;         /* layer slots of the groups no layer fills (unequal groups):
                                      group_layers * num_kv_groups - num_layers */
-  uint64_t kv_scale_bytes;        /* fp8: the K and V scales, 2 * num_layers * kv_heads_per_rank * 4
-                                     bytes, taken from the budget before the blocks; else 0 */
+  uint64_t kv_scale_bytes;        /* fp8: the K and V scales, 2 (1 for MLA) * num_layers *
+                                     kv_heads_per_rank * 4 bytes, taken from the budget before the
+                                     blocks; else 0 */
+  /* since 0.3.0 */
+  uint32_t kv_layout;             /* PKV_KV_LAYOUT_* of the params */
+  uint32_t reserved0;
 } pkv_kv_budget;
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
