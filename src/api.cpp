@@ -191,7 +191,14 @@ pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *js
   return guard([&] {
     pkv_engine_params in = pkv::read_struct(p, pkv::default_engine_params(), "params");
     PKV_REQUIRE(json != nullptr, "json is NULL");
-    pkv::write_struct(p, pkv::params_from_hf_config(in, json, len));
+    const pkv_engine_params out = pkv::params_from_hf_config(in, json, len);
+    // A caller whose struct ends before kv_layout (a header older than 0.3) cannot hold an MLA
+    // shape: refused, rather than a latent read back as heads.
+    PKV_REQUIRE(out.kv_layout == PKV_KV_LAYOUT_HEADS || p->struct_size >= offsetof(pkv_engine_params, reserved2),
+                "config.json describes multi-head latent attention: params needs the kv_layout fields of pkv.h 0.3 "
+                "(struct_size %u)",
+                p->struct_size);
+    pkv::write_struct(p, out);
   });
 }
 

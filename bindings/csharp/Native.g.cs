@@ -114,7 +114,7 @@ namespace Pkv
         public uint MaxBatchEvents;
     }
 
-    /// <summary>pkv_engine_params (192 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (208 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct EngineParams
     {
@@ -156,9 +156,13 @@ namespace Pkv
         public uint SlidingWindow;
         public IntPtr LayerWindows;
         public IntPtr EventPublisher;
+        public uint KvLayout;
+        public uint KvLoraRank;
+        public uint QkRopeHeadDim;
+        public uint Reserved2;
     }
 
-    /// <summary>pkv_kv_budget (176 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_budget (184 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvBudget
     {
@@ -188,6 +192,8 @@ namespace Pkv
         public uint GroupLayers;
         public uint PaddedLayers;
         public ulong KvScaleBytes;
+        public uint KvLayout;
+        public uint Reserved0;
     }
 
     /// <summary>pkv_stats (320 bytes on x86_64).</summary>
@@ -454,6 +460,8 @@ namespace Pkv
         public const int PKV_DTYPE_BF16 = 2;
         public const int PKV_DTYPE_FP8_E4M3 = 3;
         public const int PKV_DTYPE_FP8_E5M2 = 4;
+        public const int PKV_KV_LAYOUT_HEADS = 0;
+        public const int PKV_KV_LAYOUT_MLA = 1;
         public const int PKV_BUDGET_FROM_UTILIZATION = 0;
         public const int PKV_BUDGET_FROM_BYTE_CAP = 1;
         public const int PKV_BUDGET_FIXED_BLOCKS = 2;
@@ -492,7 +500,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParams), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(EventPublisherInfo), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 104, 48, 192, 176, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 32, 40, 104, 48, 208, 184, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

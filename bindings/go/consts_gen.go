@@ -63,6 +63,11 @@ const (
 	DTypeFP8E5M2 DType = 4
 )
 
+const (
+	KVLayoutHeads = 0
+	KVLayoutMla   = 1
+)
+
 // BudgetSource is how KVBudget.NumBlocks was decided: pkv.h's PKV_BUDGET_*.
 type BudgetSource uint32
 
@@ -399,7 +404,7 @@ type cEventPublisherParams struct {
 	MaxBatchEvents      uint32
 }
 
-// cEngineParams mirrors C's pkv_engine_params (192 bytes on amd64; layout checked against C at init).
+// cEngineParams mirrors C's pkv_engine_params (208 bytes on amd64; layout checked against C at init).
 type cEngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
@@ -439,9 +444,13 @@ type cEngineParams struct {
 	SlidingWindow       uint32
 	LayerWindows        uintptr
 	EventPublisher      uintptr
+	KVLayout            uint32
+	KVLoraRank          uint32
+	QkRopeHeadDim       uint32
+	Reserved2           uint32
 }
 
-// cKVBudget mirrors C's pkv_kv_budget (176 bytes on amd64; layout checked against C at init).
+// cKVBudget mirrors C's pkv_kv_budget (184 bytes on amd64; layout checked against C at init).
 type cKVBudget struct {
 	StructSize           uint32
 	Device               int32
@@ -469,6 +478,8 @@ type cKVBudget struct {
 	GroupLayers          uint32
 	PaddedLayers         uint32
 	KVScaleBytes         uint64
+	KVLayout             uint32
+	Reserved0            uint32
 }
 
 // cStats mirrors C's pkv_stats (320 bytes on amd64; layout checked against C at init).

@@ -91,6 +91,10 @@ var layouts = []layout{
 		{"sliding_window", unsafe.Offsetof(cEngineParams{}.SlidingWindow), unsafe.Offsetof(C.struct_pkv_engine_params{}.sliding_window)},
 		{"layer_windows", unsafe.Offsetof(cEngineParams{}.LayerWindows), unsafe.Offsetof(C.struct_pkv_engine_params{}.layer_windows)},
 		{"event_publisher", unsafe.Offsetof(cEngineParams{}.EventPublisher), unsafe.Offsetof(C.struct_pkv_engine_params{}.event_publisher)},
+		{"kv_layout", unsafe.Offsetof(cEngineParams{}.KVLayout), unsafe.Offsetof(C.struct_pkv_engine_params{}.kv_layout)},
+		{"kv_lora_rank", unsafe.Offsetof(cEngineParams{}.KVLoraRank), unsafe.Offsetof(C.struct_pkv_engine_params{}.kv_lora_rank)},
+		{"qk_rope_head_dim", unsafe.Offsetof(cEngineParams{}.QkRopeHeadDim), unsafe.Offsetof(C.struct_pkv_engine_params{}.qk_rope_head_dim)},
+		{"reserved2", unsafe.Offsetof(cEngineParams{}.Reserved2), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved2)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(cKVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cKVBudget{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_budget{}.struct_size)},
@@ -119,6 +123,8 @@ var layouts = []layout{
 		{"group_layers", unsafe.Offsetof(cKVBudget{}.GroupLayers), unsafe.Offsetof(C.struct_pkv_kv_budget{}.group_layers)},
 		{"padded_layers", unsafe.Offsetof(cKVBudget{}.PaddedLayers), unsafe.Offsetof(C.struct_pkv_kv_budget{}.padded_layers)},
 		{"kv_scale_bytes", unsafe.Offsetof(cKVBudget{}.KVScaleBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.kv_scale_bytes)},
+		{"kv_layout", unsafe.Offsetof(cKVBudget{}.KVLayout), unsafe.Offsetof(C.struct_pkv_kv_budget{}.kv_layout)},
+		{"reserved0", unsafe.Offsetof(cKVBudget{}.Reserved0), unsafe.Offsetof(C.struct_pkv_kv_budget{}.reserved0)},
 	}},
 	{"pkv_stats", unsafe.Sizeof(cStats{}), unsafe.Sizeof(C.struct_pkv_stats{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cStats{}.StructSize), unsafe.Offsetof(C.struct_pkv_stats{}.struct_size)},

@@ -42,6 +42,9 @@ type EngineParams struct {
 	SlidingWindow       uint32
 	LayerWindows        []uint32
 	EventPublisher      *EventPublisherParams
+	KVLayout            uint32
+	KVLoraRank          uint32
+	QkRopeHeadDim       uint32
 
 	initialized bool
 }
@@ -80,6 +83,9 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.HostOffload = boolU32(p.HostOffload)
 	c.KVDType = int32(p.KVDType)
 	c.SlidingWindow = p.SlidingWindow
+	c.KVLayout = p.KVLayout
+	c.KVLoraRank = p.KVLoraRank
+	c.QkRopeHeadDim = p.QkRopeHeadDim
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -116,6 +122,9 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.HostOffload = c.HostOffload != 0
 	p.KVDType = DType(c.KVDType)
 	p.SlidingWindow = c.SlidingWindow
+	p.KVLayout = c.KVLayout
+	p.KVLoraRank = c.KVLoraRank
+	p.QkRopeHeadDim = c.QkRopeHeadDim
 }
 
 // KVBudget is how many KV blocks fit and why (pkv_kv_budget).
@@ -145,6 +154,7 @@ type KVBudget struct {
 	GroupLayers          uint32
 	PaddedLayers         uint32
 	KVScaleBytes         uint64
+	KVLayout             uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -174,6 +184,7 @@ func (p *KVBudget) fromC(c *cKVBudget) {
 	p.GroupLayers = c.GroupLayers
 	p.PaddedLayers = c.PaddedLayers
 	p.KVScaleBytes = c.KVScaleBytes
+	p.KVLayout = c.KVLayout
 }
 
 // Stats are an engine's counters (pkv_stats).

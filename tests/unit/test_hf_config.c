@@ -504,6 +504,85 @@ static void test_layer_windows_buffer(void)
   CHECK_EQ_INT(sliding_window_of(huge_one), 64);
 }
 
+/* Multi-head latent attention configs (DeepSeek V2/V3, Kimi K2; their text_config forms): the
+ * latent layout; incomplete MLA fields, attention kinds pkv cannot hold (named), an old caller. */
+static const char deepseek_v3[] =
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", \"hidden_size\": 7168,"
+    " \"num_hidden_layers\": 61, \"num_attention_heads\": 128, \"num_key_value_heads\": 128,"
+    " \"q_lora_rank\": 1536, \"kv_lora_rank\": 512, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64,"
+    " \"v_head_dim\": 128, \"max_position_embeddings\": 163840, \"torch_dtype\": \"bfloat16\"}";
+
+static void test_mla(void)
+{
+  pkv_engine_params p;
+  sentinel_params(&p);
+  if (!CHECK_OK(parse(&p, deepseek_v3)))
+    return;
+  CHECK_EQ_INT(p.kv_layout, PKV_KV_LAYOUT_MLA);
+  CHECK_EQ_INT(p.kv_lora_rank, 512);
+  CHECK_EQ_INT(p.qk_rope_head_dim, 64);
+  CHECK_EQ_INT(p.num_layers, 61);
+  CHECK_EQ_INT(p.num_q_heads, 128);
+  CHECK_EQ_INT(p.num_kv_heads, 1);
+  CHECK_EQ_INT(p.head_dim, 576);
+  CHECK_EQ_INT(p.max_model_len, 163840);
+  CHECK_EQ_INT(p.dtype, PKV_DTYPE_BF16);
+  CHECK_EQ_INT(p.tp_size, 2); /* untouched */
+  CHECK_EQ_INT(p.block_size, 7);
+  /* A Llama config read next resets the layout. */
+  CHECK_OK(parse(&p, llama));
+  CHECK_EQ_INT(p.kv_layout, PKV_KV_LAYOUT_HEADS);
+  CHECK_EQ_INT(p.kv_lora_rank, 0);
+  CHECK_EQ_INT(p.num_kv_heads, 8);
+
+  /* Under text_config (a multimodal wrapper). */
+  char wrapped[1024];
+  snprintf(wrapped, sizeof wrapped, "{\"model_type\": \"kimi_vl\", \"text_config\": %s}", deepseek_v3);
+  sentinel_params(&p);
+  CHECK_OK(parse(&p, wrapped));
+  CHECK_EQ_INT(p.kv_layout, PKV_KV_LAYOUT_MLA);
+  CHECK_EQ_INT(p.head_dim, 576);
+
+  /* Incomplete or bad MLA fields, and attention pkv cannot hold: refused by name, p unchanged. */
+  const struct {
+    const char *json, *named;
+    pkv_status status;
+  } bad[] = {
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"qk_rope_head_dim\": 64}", "kv_lora_rank",
+       PKV_ERR_INVALID_ARGUMENT},
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"kv_lora_rank\": 512}", "qk_rope_head_dim",
+       PKV_ERR_INVALID_ARGUMENT},
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"kv_lora_rank\": -1, \"qk_rope_head_dim\": 64}",
+       "kv_lora_rank", PKV_ERR_INVALID_ARGUMENT},
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"kv_lora_rank\": 1000, \"qk_rope_head_dim\": 64}",
+       "1024", PKV_ERR_INVALID_ARGUMENT},
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64,"
+       " \"index_topk\": 2048, \"index_n_heads\": 64}",
+       "index_topk", PKV_ERR_UNSUPPORTED},
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"linear_num_key_heads\": 16}",
+       "linear_num_key_heads", PKV_ERR_UNSUPPORTED},
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"attention_chunk_size\": 8192}",
+       "attention_chunk_size", PKV_ERR_UNSUPPORTED},
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"mamba_d_state\": 16}", "mamba_d_state",
+       PKV_ERR_UNSUPPORTED},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    sentinel_params(&p);
+    pkv_engine_params before = p;
+    CHECK_STATUS(parse(&p, bad[i].json), bad[i].status);
+    CHECK(strstr(pkv_last_error(), bad[i].named) != NULL);
+    CHECK(memcmp(&p, &before, sizeof p) == 0);
+  }
+
+  /* A caller built against 0.2's header (its struct ends before kv_layout): an MLA config is
+   * refused rather than read back as heads; a Llama config still works. */
+  sentinel_params(&p);
+  p.struct_size = (uint32_t)offsetof(pkv_engine_params, kv_layout);
+  CHECK_STATUS(parse(&p, deepseek_v3), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "kv_layout") != NULL);
+  CHECK_OK(parse(&p, llama));
+}
+
 int main(void)
 {
   TU_RUN(test_llama);
@@ -521,5 +600,6 @@ int main(void)
   TU_RUN(test_use_sliding_window);
   TU_RUN(test_mistral_and_none);
   TU_RUN(test_layer_windows_buffer);
+  TU_RUN(test_mla);
   return tu_summary();
 }

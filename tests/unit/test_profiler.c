@@ -353,6 +353,80 @@ static void test_groups(void)
   CHECK_EQ_INT(b.shortfall_bytes, (8192 + 6 * 65) * b.block_bytes - GIB);
 }
 
+/* Multi-head latent attention: one latent of kv_lora_rank + qk_rope_head_dim values per token per
+ * layer, no V, whole on every rank; DeepSeek-V3's shape at 80 GiB. Its rules, and engines over it
+ * refused for now. */
+static void test_mla(void)
+{
+  pkv_engine_params p;
+  tu_params(&p, 16, 0);
+  p.num_layers = 61;
+  p.num_q_heads = 128;
+  p.num_kv_heads = 1;
+  p.head_dim = 576;
+  p.kv_layout = PKV_KV_LAYOUT_MLA;
+  p.kv_lora_rank = 512;
+  p.qk_rope_head_dim = 64;
+  p.dtype = PKV_DTYPE_BF16;
+  p.max_model_len = 163840;
+  p.memory_total_bytes = 80 * GIB;
+  p.memory_utilization = 0.9;
+  for (uint32_t tp = 1; tp <= 8; tp *= 2) {
+    p.tp_size = tp;
+    p.tp_rank = tp - 1;
+    pkv_kv_budget b = profile(&p, PKV_OK);
+    CHECK_EQ_INT(b.kv_layout, PKV_KV_LAYOUT_MLA);
+    CHECK_EQ_INT(b.kv_heads_per_rank, 1);
+    CHECK_EQ_INT(b.bytes_per_token, 61ull * 576 * 2); /* 70272: the latent, not K and V of 128 heads */
+    CHECK_EQ_INT(b.block_bytes, 16ull * 61 * 576 * 2);
+    CHECK_EQ_INT(b.num_blocks, (uint64_t)(80 * GIB * 0.9) / b.block_bytes);
+    CHECK_EQ_INT(b.max_seqs_at_max_model_len, b.num_blocks / 10240);
+    CHECK_EQ_INT(b.pool_bytes, b.num_blocks * b.block_bytes);
+  }
+  p.tp_size = 1;
+  p.tp_rank = 0;
+  p.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  pkv_kv_budget b = profile(&p, PKV_OK);
+  CHECK_EQ_INT(b.block_bytes, 16ull * 61 * 576);
+  CHECK_EQ_INT(b.kv_scale_bytes, 61ull * 4); /* one scale per layer: the latent's */
+  p.kv_dtype = 0;
+
+  /* The rules: one latent "head", head_dim its width, the latent fields only with MLA. */
+  p.num_kv_heads = 2;
+  profile(&p, PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "num_kv_heads") != NULL);
+  p.num_kv_heads = 1;
+  p.head_dim = 512;
+  profile(&p, PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "kv_lora_rank") != NULL);
+  p.head_dim = 576;
+  p.kv_lora_rank = 0;
+  p.qk_rope_head_dim = 576;
+  profile(&p, PKV_ERR_INVALID_ARGUMENT);
+  p.kv_lora_rank = 512;
+  p.qk_rope_head_dim = 64;
+  p.kv_layout = 2;
+  profile(&p, PKV_ERR_INVALID_ARGUMENT);
+  p.kv_layout = PKV_KV_LAYOUT_MLA;
+  p.reserved2 = 1;
+  profile(&p, PKV_ERR_INVALID_ARGUMENT);
+  p.reserved2 = 0;
+  pkv_engine_params heads;
+  llama_params(&heads);
+  heads.kv_lora_rank = 512;
+  profile(&heads, PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "MLA") != NULL);
+
+  /* An engine over the latent is not built yet: refused by name, nothing created. */
+  p.memory_total_bytes = 0;
+  p.num_blocks = 8;
+  p.max_model_len = 64;
+  pkv_engine *e = NULL;
+  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
+  CHECK(strstr(pkv_last_error(), "MLA") != NULL);
+  CHECK(e == NULL);
+}
+
 int main(void)
 {
   TU_RUN(test_budget_terms);
@@ -364,5 +438,6 @@ int main(void)
   TU_RUN(test_fp8);
   TU_RUN(test_one_window);
   TU_RUN(test_groups);
+  TU_RUN(test_mla);
   return tu_summary();
 }

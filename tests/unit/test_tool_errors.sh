@@ -255,6 +255,22 @@ expect_output "profile: Gemma 3 groups, fp8" "kv cache +fp8_e4m3, 1 B per elemen
   "sliding windows hold 6.50x the sequences of max_model_len 131072 of full attention \(13 vs 2\)" \
   "fp8_e4m3 and windows together hold 13.00x the sequences of bf16 with full attention \(13 vs 1\)" \
   -- profile --config "$configs/gemma-3-27b.json" --memory 80GiB --kv-dtype fp8
+# Multi-head latent attention: one latent of 512 + 64 values per token per layer (68.62 KiB a
+# token for DeepSeek-V3 and Kimi K2's 61 layers, not K and V of 128 heads), and configs pkv cannot
+# place, refused by name.
+expect_output "profile: DeepSeek-V3, the latent" "multi-head latent attention" \
+  "kv_lora_rank 512 \+ qk_rope_head_dim 64 = 576" "bytes per token +68.62 KiB +70272 " \
+  "blocks +68759 " "max seqs at max_model_len +6 " \
+  -- profile --config "$configs/deepseek-v3.json" --memory 80GiB
+expect_output "profile: DeepSeek-V2-Lite" '"bytes_per_token": 31104,' '"kv_layout": "mla",' \
+  -- profile --config "$configs/deepseek-v2-lite.json" --memory 80GiB --json
+expect_output "profile: Kimi K2, fp8, tp 8" "bytes per token +34.31 KiB +35136 " \
+  "every rank holds the whole latent" "fp8 scales: 1 \(the latent\) x 61 layers" \
+  -- profile --config "$configs/kimi-k2.json" --memory 80GiB --kv-dtype fp8_e4m3 --tp 8
+printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 2048}' >"$tmp/dsa.json"
+expect_error_says "profile: DeepSeek sparse attention refused" "index_topk" profile --config "$tmp/dsa.json" --memory 80GiB
+printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "qk_rope_head_dim": 64}' >"$tmp/half_mla.json"
+expect_error_says "profile: MLA without kv_lora_rank" "kv_lora_rank" profile --config "$tmp/half_mla.json" --memory 80GiB
 expect_output "profile: Gemma 2 alternates" "21 layers of full attention, 21 of 4096 keys, in 2 KV groups of 21 layers" \
   "^ +0 +full +21 +0 +512 +1,3,\.\.,41$" "^ +1 +4096 +21 +0 +257 +0,2,\.\.,40$" "blocks per max sequence +769 " \
   -- profile --config "$configs/gemma-2-9b.json" --memory 80GiB

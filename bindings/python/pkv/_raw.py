@@ -45,6 +45,8 @@ PKV_DTYPE_F16 = 1
 PKV_DTYPE_BF16 = 2
 PKV_DTYPE_FP8_E4M3 = 3
 PKV_DTYPE_FP8_E5M2 = 4
+PKV_KV_LAYOUT_HEADS = 0
+PKV_KV_LAYOUT_MLA = 1
 PKV_BUDGET_FROM_UTILIZATION = 0
 PKV_BUDGET_FROM_BYTE_CAP = 1
 PKV_BUDGET_FIXED_BLOCKS = 2
@@ -217,6 +219,10 @@ class pkv_engine_params(_c.Structure):
         ('sliding_window', _c.c_uint32),
         ('layer_windows', _c.POINTER(_c.c_uint32)),
         ('event_publisher', _c.POINTER(pkv_event_publisher_params)),
+        ('kv_layout', _c.c_uint32),
+        ('kv_lora_rank', _c.c_uint32),
+        ('qk_rope_head_dim', _c.c_uint32),
+        ('reserved2', _c.c_uint32),
     ]
 
 
@@ -248,6 +254,8 @@ class pkv_kv_budget(_c.Structure):
         ('group_layers', _c.c_uint32),
         ('padded_layers', _c.c_uint32),
         ('kv_scale_bytes', _c.c_uint64),
+        ('kv_layout', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
     ]
 
 
@@ -464,8 +472,8 @@ SIZES = {
     'pkv_store_callbacks': 40,
     'pkv_store_params': 104,
     'pkv_event_publisher_params': 48,
-    'pkv_engine_params': 192,
-    'pkv_kv_budget': 176,
+    'pkv_engine_params': 208,
+    'pkv_kv_budget': 184,
     'pkv_stats': 320,
     'pkv_seq_params': 16,
     'pkv_seq_info': 56,

@@ -48,45 +48,48 @@ pub const PKV_DTYPE_BF16: _bindgen_ty_4 = 2;
 pub const PKV_DTYPE_FP8_E4M3: _bindgen_ty_4 = 3;
 pub const PKV_DTYPE_FP8_E5M2: _bindgen_ty_4 = 4;
 pub type _bindgen_ty_4 = ::std::os::raw::c_uint;
-pub const PKV_BUDGET_FROM_UTILIZATION: _bindgen_ty_5 = 0;
-pub const PKV_BUDGET_FROM_BYTE_CAP: _bindgen_ty_5 = 1;
-pub const PKV_BUDGET_FIXED_BLOCKS: _bindgen_ty_5 = 2;
+pub const PKV_KV_LAYOUT_HEADS: _bindgen_ty_5 = 0;
+pub const PKV_KV_LAYOUT_MLA: _bindgen_ty_5 = 1;
 pub type _bindgen_ty_5 = ::std::os::raw::c_uint;
-pub const PKV_DEBUG_CONSTANT_HASH: _bindgen_ty_6 = 1;
+pub const PKV_BUDGET_FROM_UTILIZATION: _bindgen_ty_6 = 0;
+pub const PKV_BUDGET_FROM_BYTE_CAP: _bindgen_ty_6 = 1;
+pub const PKV_BUDGET_FIXED_BLOCKS: _bindgen_ty_6 = 2;
 pub type _bindgen_ty_6 = ::std::os::raw::c_uint;
-pub const PKV_FINISH_NONE: _bindgen_ty_7 = 0;
-pub const PKV_FINISH_STOP_TOKEN: _bindgen_ty_7 = 1;
-pub const PKV_FINISH_LENGTH: _bindgen_ty_7 = 2;
+pub const PKV_DEBUG_CONSTANT_HASH: _bindgen_ty_7 = 1;
 pub type _bindgen_ty_7 = ::std::os::raw::c_uint;
-pub const PKV_COPY_COW: _bindgen_ty_8 = 1;
-pub const PKV_COPY_SWAP_OUT: _bindgen_ty_8 = 2;
-pub const PKV_COPY_SWAP_IN: _bindgen_ty_8 = 3;
-pub const PKV_COPY_OFFLOAD: _bindgen_ty_8 = 4;
-pub const PKV_COPY_LOAD: _bindgen_ty_8 = 5;
+pub const PKV_FINISH_NONE: _bindgen_ty_8 = 0;
+pub const PKV_FINISH_STOP_TOKEN: _bindgen_ty_8 = 1;
+pub const PKV_FINISH_LENGTH: _bindgen_ty_8 = 2;
 pub type _bindgen_ty_8 = ::std::os::raw::c_uint;
-pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_9 = 0;
-pub const PKV_PREEMPT_SWAP: _bindgen_ty_9 = 1;
-pub const PKV_PREEMPT_AUTO: _bindgen_ty_9 = 2;
+pub const PKV_COPY_COW: _bindgen_ty_9 = 1;
+pub const PKV_COPY_SWAP_OUT: _bindgen_ty_9 = 2;
+pub const PKV_COPY_SWAP_IN: _bindgen_ty_9 = 3;
+pub const PKV_COPY_OFFLOAD: _bindgen_ty_9 = 4;
+pub const PKV_COPY_LOAD: _bindgen_ty_9 = 5;
 pub type _bindgen_ty_9 = ::std::os::raw::c_uint;
-pub const PKV_TIER_NONE: _bindgen_ty_10 = 0;
-pub const PKV_TIER_DEVICE: _bindgen_ty_10 = 1;
-pub const PKV_TIER_HOST: _bindgen_ty_10 = 2;
-pub const PKV_TIER_STORE: _bindgen_ty_10 = 3;
+pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_10 = 0;
+pub const PKV_PREEMPT_SWAP: _bindgen_ty_10 = 1;
+pub const PKV_PREEMPT_AUTO: _bindgen_ty_10 = 2;
 pub type _bindgen_ty_10 = ::std::os::raw::c_uint;
-pub const PKV_STORE_NONE: _bindgen_ty_11 = 0;
-pub const PKV_STORE_FILE: _bindgen_ty_11 = 1;
-pub const PKV_STORE_REDIS: _bindgen_ty_11 = 2;
-pub const PKV_STORE_CALLBACK: _bindgen_ty_11 = 3;
+pub const PKV_TIER_NONE: _bindgen_ty_11 = 0;
+pub const PKV_TIER_DEVICE: _bindgen_ty_11 = 1;
+pub const PKV_TIER_HOST: _bindgen_ty_11 = 2;
+pub const PKV_TIER_STORE: _bindgen_ty_11 = 3;
 pub type _bindgen_ty_11 = ::std::os::raw::c_uint;
-pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_12 = 0;
-pub const PKV_STORE_WRITE_BACK: _bindgen_ty_12 = 1;
-pub const PKV_STORE_READ_ONLY: _bindgen_ty_12 = 2;
+pub const PKV_STORE_NONE: _bindgen_ty_12 = 0;
+pub const PKV_STORE_FILE: _bindgen_ty_12 = 1;
+pub const PKV_STORE_REDIS: _bindgen_ty_12 = 2;
+pub const PKV_STORE_CALLBACK: _bindgen_ty_12 = 3;
 pub type _bindgen_ty_12 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_13 = 1;
-pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_13 = 2;
-pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_13 = 3;
-pub const PKV_EVENT_OVERFLOW: _bindgen_ty_13 = 4;
+pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_13 = 0;
+pub const PKV_STORE_WRITE_BACK: _bindgen_ty_13 = 1;
+pub const PKV_STORE_READ_ONLY: _bindgen_ty_13 = 2;
 pub type _bindgen_ty_13 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_14 = 1;
+pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_14 = 2;
+pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_14 = 3;
+pub const PKV_EVENT_OVERFLOW: _bindgen_ty_14 = 4;
+pub type _bindgen_ty_14 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_store_key {
@@ -210,6 +213,10 @@ pub struct pkv_engine_params {
     pub sliding_window: u32,
     pub layer_windows: *const u32,
     pub event_publisher: *const pkv_event_publisher_params,
+    pub kv_layout: u32,
+    pub kv_lora_rank: u32,
+    pub qk_rope_head_dim: u32,
+    pub reserved2: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -240,6 +247,8 @@ pub struct pkv_kv_budget {
     pub group_layers: u32,
     pub padded_layers: u32,
     pub kv_scale_bytes: u64,
+    pub kv_layout: u32,
+    pub reserved0: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -425,14 +434,14 @@ pub struct pkv_store_info {
     pub num_blocks: u64,
     pub total_bytes: u64,
 }
-pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_14 = 1;
-pub type _bindgen_ty_14 = ::std::os::raw::c_uint;
-pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_15 = 0;
-pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_15 = 1;
-pub const PKV_STORE_VALUE_BAD: _bindgen_ty_15 = 2;
+pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_15 = 1;
 pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
-pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_16 = 64;
+pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_16 = 0;
+pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_16 = 1;
+pub const PKV_STORE_VALUE_BAD: _bindgen_ty_16 = 2;
 pub type _bindgen_ty_16 = ::std::os::raw::c_uint;
+pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_17 = 64;
+pub type _bindgen_ty_17 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_store_entry {
