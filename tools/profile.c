@@ -122,8 +122,8 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   const int mla = p->kv_layout == PKV_KV_LAYOUT_MLA;
   if (mla)
     printf("  model      %u layers, %u q heads, multi-head latent attention, %s, max_model_len %u%s\n"
-           "  latent     kv_lora_rank %u + qk_rope_head_dim %u = %u values per token per layer, shared by "
-           "every head; no V (a view of the latent)\n",
+           "  latent     kv_lora_rank %u + qk_rope_head_dim %u = %u values a token a layer, for every head\n"
+           "             (V is a view of the latent: no V is cached)\n",
            p->num_layers, p->num_q_heads, dtype_name(p->dtype), p->max_model_len,
            p->max_model_len == 0 ? " (no limit)" : "", p->kv_lora_rank, p->qk_rope_head_dim, p->head_dim);
   else

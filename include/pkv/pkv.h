@@ -378,7 +378,16 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
  * p unchanged. json need not be NUL-terminated.
  * Since 0.2.0 it also sets sliding_window: the config's window when every layer uses it
  * (Mistral), else 0 - a model that mixes windowed and full layers (Gemma 2/3, gpt-oss, Qwen with
- * max_window_layers) gets its per-layer windows from pkv_hf_config_layer_windows. */
+ * max_window_layers) gets its per-layer windows from pkv_hf_config_layer_windows.
+ * Since 0.3.0 it also sets kv_layout, kv_lora_rank and qk_rope_head_dim: a config with
+ * kv_lora_rank and qk_rope_head_dim (DeepSeek V2/V3/R1, Kimi K2) gets kv_layout MLA, num_kv_heads
+ * 1 and head_dim kv_lora_rank + qk_rope_head_dim (one of the MLA fields without the others:
+ * PKV_ERR_INVALID_ARGUMENT); any other config gets HEADS. A p whose struct_size ends before
+ * kv_layout (an older header) cannot take an MLA shape: PKV_ERR_INVALID_ARGUMENT. A config with an
+ * attention pkv cannot hold is refused with PKV_ERR_UNSUPPORTED naming its field: index_topk /
+ * index_n_heads (DeepSeek sparse attention), linear_num_key_heads / linear_num_value_heads
+ * (linear attention), attention_chunk_size (chunked local attention), mamba_d_state /
+ * ssm_state_size (state-space layers). */
 PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
                                                     size_t json_len);
 
