@@ -84,7 +84,7 @@ struct KvPublisher::Impl {
   std::string endpoint, replay_endpoint;  // as bound
 
   void *ctx = nullptr, *pub = nullptr, *replay = nullptr;
-  int wake[2] = {-1, -1};  // the engine writes a byte when the queue stops being empty
+  int wake[2] = {-1, -1};  // the engine writes a byte to wake the thread when it is waiting
   std::thread thread;
 
   // The engine's side: staged during a call, appended to the queue under mu at its end, taken
