@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -102,7 +103,10 @@ struct KvPublisher::Impl {
   std::vector<QueuedEvent> taken;
   std::vector<int32_t> taken_tokens;
 
-  std::atomic<uint64_t> next_seq{0}, published{0}, dropped{0}, replays{0}, queued{0};
+  // queued: events in the queue; in_flight: taken by the thread, not yet sent. in_flight is set
+  // before queued is cleared and cleared after published grows, so queued + in_flight read in
+  // that order is 0 only when everything handed over was sent (or dropped).
+  std::atomic<uint64_t> next_seq{0}, published{0}, dropped{0}, replays{0}, queued{0}, in_flight{0};
 
   ~Impl() { close(); }
 
@@ -217,6 +221,7 @@ struct KvPublisher::Impl {
         taken_tokens.swap(queue_tokens);
         queue.clear();
         queue_tokens.clear();
+        in_flight = taken.size();
         queued = 0;
         stop = stopping;
         // Nothing new: sleep until the engine's next events wake us. Else the engine does not
@@ -224,11 +229,16 @@ struct KvPublisher::Impl {
         waiting = taken.empty();
       }
       timeout_ms = taken.empty() ? -1 : kBatchWindowMs;
+      size_t sent = 0;
       try {
-        for (size_t i = 0; i < taken.size(); i += max_batch) publish(i, std::min(taken.size(), i + max_batch));
+        for (; sent < taken.size(); sent = std::min(taken.size(), sent + max_batch)) {
+          publish(sent, std::min(taken.size(), sent + max_batch));
+          in_flight -= std::min(taken.size(), sent + max_batch) - sent;
+        }
       } catch (...) {
-        // Out of memory while encoding: these events are lost, like a dropped queue.
-        dropped += taken.size();
+        // Out of memory while encoding: the events not yet sent are lost, like a dropped queue.
+        dropped += taken.size() - sent;
+        in_flight = 0;
       }
       if (stop) return;
     }
@@ -418,6 +428,7 @@ void KvPublisher::info(struct pkv_event_publisher_info *out) const {
   out->events_dropped = impl_->dropped;
   out->replay_requests = impl_->replays;
   out->events_queued = impl_->queued;
+  out->events_queued += impl_->in_flight;
 }
 
 }  // namespace pkv

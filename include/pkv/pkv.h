@@ -858,7 +858,8 @@ struct pkv_event_publisher_info {
   uint64_t events_published;      /* events sent, in batches */
   uint64_t events_dropped;        /* events lost to a full queue (each loss sent AllBlocksCleared) */
   uint64_t replay_requests;       /* replay requests answered */
-  uint64_t events_queued;         /* events waiting for the publishing thread now */
+  uint64_t events_queued;         /* events handed to the publishing thread and not yet sent; 0:
+                                     every event of the calls so far is on the wire (or dropped) */
 };
 
 PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publisher_info *out);
