@@ -47,8 +47,10 @@ case "$cflags" in *"-I$prefix/"*) ;; *) fail "pkg-config --cflags pkv is '$cflag
 
 # Offline: no module proxy, nothing to download (the binding needs only the standard library).
 export GOPROXY=off GOFLAGS="-mod=mod -buildvcs=false" GO111MODULE=on CGO_ENABLED=1
-# The caller's Go caches when it has them (no HOME, as in some test runners: ones in WORKDIR).
-case "$(go env GOCACHE 2>/dev/null)" in ""|off) export GOCACHE="$work/.gocache" ;; esac
+# A build cache of its own, as a new user's: go does not hash pkg-config's output into its cache
+# keys, so a package cached by an earlier run would keep that run's -L (a prefix since deleted,
+# or the build tree) and link against it, or fail to.
+export GOCACHE="$work/.gocache"
 [ -n "$(go env GOPATH 2>/dev/null)" ] || export GOPATH="$work/.gopath"
 
 # The new project, as the README writes it.
