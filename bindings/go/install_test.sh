@@ -11,23 +11,9 @@
 # Exit: 0 pass, 1 fail, 77 a toolchain is missing (go, pkg-config, a C compiler).
 set -u
 [ $# -eq 2 ] || { echo "usage: $0 PREFIX WORKDIR" >&2; exit 1; }
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-skip() { echo "go install test: skipped: $*" >&2; exit 77; }
-fail() { echo "go install test: FAIL: $*" >&2; exit 1; }
-for tool in go pkg-config cc; do
-  command -v $tool >/dev/null 2>&1 || skip "$tool not found (Debian: golang-go, pkg-config, gcc)"
-done
-prefix=$(cd "$1" 2>/dev/null && pwd) || fail "no PREFIX $1"
-mkdir -p "$2" || fail "cannot make WORKDIR $2"
-work=$(cd "$2" && pwd) || fail "no WORKDIR $2"
-case "$work/" in "$root"/*) rmdir "$work" 2>/dev/null; fail "WORKDIR $work is inside the repository" ;; esac
-
-pc=$(find "$prefix" -path '*/pkgconfig/pkv.pc' | head -n 1)
-lib=$(find "$prefix" -name libpkv.so.1 | head -n 1)
-[ -n "$pc" ] || fail "no pkgconfig/pkv.pc under $prefix"
-[ -n "$lib" ] || fail "no libpkv.so.1 under $prefix"
-libdir=$(dirname "$lib")
+lang=go tools="go pkg-config cc" packages="golang-go, pkg-config, gcc"
+# shellcheck source=../install_hook.sh
+. "$(dirname "$0")/../install_hook.sh"
 
 # Only the prefix: nothing from the build tree or the caller's environment.
 unset PKV_LIBRARY CGO_CFLAGS CGO_CPPFLAGS CGO_LDFLAGS GOFLAGS PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR

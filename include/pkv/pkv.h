@@ -240,12 +240,14 @@ PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
  *     [seq, payload] per kept batch whose seq >= start_seq, then [8 bytes 0xff, empty payload]
  *     (vLLM's end marker, -1).
  * Publishing runs on a thread of the engine's own: a call on the engine only stages its events
- * and hands them over once when it returns. A subscriber that reads too slowly loses messages
- * past send_hwm (it sees a gap in seq and can replay); it never slows the engine. When the queue
- * itself is full (the thread cannot keep up) the queued events are dropped, counted, and an
- * AllBlocksCleared is sent in their place: a router then knows less than the engine holds, never
- * more. pkv_drain_kv_events works as before, on its own queue (enable_kv_events); the wire needs
- * neither. */
+ * and hands them over once when it returns; the thread sends them within about 1 ms (a busy
+ * engine's events are gathered for 1 ms into one batch), and pkv_engine_destroy sends what is
+ * left, waiting at most 100 ms for subscribers to take it. A subscriber that reads too slowly
+ * loses messages past send_hwm (it sees a gap in seq and can replay); it never slows the engine.
+ * When the queue itself is full (the thread cannot keep up) the queued events are dropped,
+ * counted, and an AllBlocksCleared is sent in their place: a router then knows less than the
+ * engine holds, never more. pkv_drain_kv_events works as before, on its own queue
+ * (enable_kv_events); the wire needs neither. */
 typedef struct pkv_event_publisher_params {
   uint32_t struct_size;
   uint32_t data_parallel_rank;    /* KVEventBatch.data_parallel_rank of every batch. default 0 */
