@@ -109,7 +109,8 @@ PoolShape Engine::pool_shape() const {
                    params_.head_dim, l.dtype_bytes, params_.dtype, kv_dtype_of(params_),
                    params_.num_q_heads / params_.tp_size,
                    {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool},
-                   params_.host_num_blocks, {h.layer_bytes, h.bytes_per_pool}};
+                   params_.host_num_blocks, {h.layer_bytes, h.bytes_per_pool}, l.tensors,
+                   params_.kv_layout == PKV_KV_LAYOUT_MLA ? params_.kv_lora_rank : 0};
 }
 
 struct pkv_pool_info Engine::pool_info() const {

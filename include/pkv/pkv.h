@@ -97,6 +97,9 @@ enum {
   PKV_MAX_HEAD_DIM = 1024,              /* pkv_engine_params.head_dim: 1 .. this */
   PKV_ATTENTION_MAX_HEAD_DIM = 256,     /* pkv_attention: head_dim at most this ... */
   PKV_ATTENTION_HEAD_DIM_ALIGN = 8,     /* ... and a multiple of this */
+  PKV_ATTENTION_MAX_KV_LORA_RANK = 512, /* (since 0.3.0) pkv_attention on an MLA cache: kv_lora_rank
+                                           and qk_rope_head_dim multiples of the align above, ... */
+  PKV_ATTENTION_MAX_ROPE_DIM = 128,     /* ... at most these (DeepSeek V2/V3, Kimi K2: 512, 64) */
   PKV_CUDA_MAX_GRID = 65535,            /* CUDA: layers, kv heads per rank, sequences per batch */
   PKV_MAX_BLOCK_SIZE = 1048576,         /* pkv_engine_params.block_size: 1 .. this (2^20) */
   PKV_MAX_THREADS = 4096,               /* pkv_engine_params.num_threads: 0 .. this */
@@ -359,7 +362,9 @@ typedef struct pkv_engine_params {
   /* the cache's layout (since 0.3.0; DESIGN.md §12) */
   uint32_t kv_layout;             /* PKV_KV_LAYOUT_*. MLA needs num_kv_heads 1 (the one latent,
                                      every rank holds it whole) and head_dim = kv_lora_rank +
-                                     qk_rope_head_dim. default HEADS */
+                                     qk_rope_head_dim, softmax_scale > 0 at create (MLA's scale is
+                                     the model's, not 1/sqrt(head_dim)), and no sliding window
+                                     (PKV_ERR_UNSUPPORTED). default HEADS */
   uint32_t kv_lora_rank;          /* MLA: the latent's compressed part, >= 1 (DeepSeek V3: 512);
                                      0 for HEADS */
   uint32_t qk_rope_head_dim;      /* MLA: the latent's rotary part (DeepSeek V3: 64); 0 for HEADS */
@@ -384,7 +389,10 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
  * Since 0.3.0 it also sets kv_layout, kv_lora_rank and qk_rope_head_dim: a config with
  * kv_lora_rank and qk_rope_head_dim (DeepSeek V2/V3/R1, Kimi K2) gets kv_layout MLA, num_kv_heads
  * 1 and head_dim kv_lora_rank + qk_rope_head_dim (one of the MLA fields without the others:
- * PKV_ERR_INVALID_ARGUMENT); any other config gets HEADS. A p whose struct_size ends before
+ * PKV_ERR_INVALID_ARGUMENT), and, when it gives qk_nope_head_dim, softmax_scale: MLA's
+ * 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale^2 under yarn rope_scaling (mscale =
+ * 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's code scales it; any other
+ * config gets HEADS. A p whose struct_size ends before
  * kv_layout (an older header) cannot take an MLA shape: PKV_ERR_INVALID_ARGUMENT. A config with an
  * attention pkv cannot hold is refused with PKV_ERR_UNSUPPORTED naming its field: index_topk /
  * index_n_heads (DeepSeek sparse attention), linear_num_key_heads / linear_num_value_heads
@@ -886,9 +894,19 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  * layers.
  * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
  * plan (on CUDA: its arrays uploaded to the device) is made once, at the batch's first call.
- * layer < num_layers; q, k, v, out not NULL, and out aliases none of them.
+ * layer < num_layers; q, k, v (MLA: q, k), out not NULL, and out aliases none of them.
  * PKV_ERR_UNSUPPORTED: head_dim not a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN or above
  * PKV_ATTENTION_MAX_HEAD_DIM.
+ * kv_layout MLA (since 0.3.0), the absorbed form, with W = kv_lora_rank + qk_rope_head_dim:
+ *   q   [num_tokens][num_q_heads / tp_size][W]             queries projected into latent space
+ *   k   [num_tokens][W]                                    the new tokens' latents (cached)
+ *   v   NULL                                               (V is the latents' first kv_lora_rank)
+ *   out [num_tokens][num_q_heads / tp_size][kv_lora_rank] the softmax-weighted sum of the
+ *                                                          context's latents' first kv_lora_rank
+ * scale softmax_scale (MLA needs it given: an engine with 0 is refused at create); every latent is
+ * read once for all q heads. PKV_ERR_UNSUPPORTED: kv_lora_rank or qk_rope_head_dim not a multiple
+ * of PKV_ATTENTION_HEAD_DIM_ALIGN, or above PKV_ATTENTION_MAX_KV_LORA_RANK /
+ * PKV_ATTENTION_MAX_ROPE_DIM; a v that is not NULL: PKV_ERR_INVALID_ARGUMENT.
  * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
  * PKV_CUDA_MAX_GRID sequences (PKV_ERR_INVALID_ARGUMENT otherwise). The call returns once its kernels are queued on the engine's stream: the host
  * synchronizes that stream before it reads out on the host. pkv itself waits on the stream only
@@ -902,7 +920,8 @@ PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, co
  * (pkv_kv_budget): layer l's K of block b (a block of its group's tables) starts
  * layer_slot[l] * layer_stride + b * block_stride elements into k_base (pkv_kv_groups). dtype is
  * the pool's element type: the kv dtype. Like struct pkv_seq_info, the struct shares its name
- * with the call. */
+ * with the call. kv_layout MLA: k_base holds the latents (kv_heads 1, head_dim the latent's
+ * width) and there is no V: v_base and host_v_base are NULL, pool_bytes = bytes_per_pool. */
 struct pkv_pool_info {
   uint32_t struct_size;
   int32_t device;                 /* PKV_DEVICE_CPU or PKV_DEVICE_CUDA */
@@ -945,7 +964,8 @@ PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
  * pkv_submit (with the weights): KV written under one scale is not rewritten, so later calls are
  * refused (PKV_ERR_STATE), as are calls on an engine whose cache is not fp8
  * (PKV_ERR_INVALID_ARGUMENT). A store's blocks are named for the scales (the fingerprint), so
- * engines with other scales never share them. Since 0.2.0. */
+ * engines with other scales never share them. Since 0.2.0. kv_layout MLA: k_scales is the
+ * latent's one scale and v_scales may be NULL (it is not read). */
 PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales,
                                      const float *v_scales);
 

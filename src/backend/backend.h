@@ -17,6 +17,10 @@ struct MemoryInfo {
 
 // K and V pools, each [layers][num_blocks][block_size][kv_heads][head_dim] (NHD): num_layers is
 // the pool's layer dimension, group_layers (kv_groups.h); a model layer is one of its slots.
+// MLA (tensors 1): the K pool alone holds the latents (kv_heads 1, head_dim kv_lora_rank +
+// qk_rope_head_dim); there is no V pool (v_pool() and host_v_pool() are null) and copies,
+// read_block and the host tier move K only. V is the view of each latent's first kv_lora_rank
+// values.
 struct PoolShape {
   uint32_t num_layers, num_blocks, block_size, kv_heads, head_dim;
   uint32_t dtype_bytes;  // of kv_dtype: the pool's elements
@@ -29,6 +33,10 @@ struct PoolShape {
   // The host tier (0 blocks: none): the same layout with host_num_blocks blocks.
   uint32_t host_num_blocks;
   struct { uint64_t layer, pool; } host_bytes;
+  uint32_t tensors = 2;      // 2 (K and V) or 1 (the MLA latent)
+  uint32_t kv_lora_rank = 0;  // MLA: the values per q head of V and of pkv_attention's out
+  bool mla() const { return tensors == 1; }
+  uint32_t v_dim() const { return mla() ? kv_lora_rank : head_dim; }
   uint64_t block_bytes() const { return bytes.block; }
   uint64_t layer_bytes() const { return bytes.layer; }
   uint64_t bytes_per_pool() const { return bytes.pool; }
@@ -38,14 +46,16 @@ struct PoolShape {
 constexpr bool copy_reads_host(int32_t kind) { return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD; }
 constexpr bool copy_writes_host(int32_t kind) { return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD; }
 
-// One layer's call of pkv_attention, on the planned step.
+// One layer's call of pkv_attention, on the planned step. MLA: k is the new tokens' latents
+// [tokens][head_dim], v null, q [tokens][q_heads][head_dim], out [tokens][q_heads][kv_lora_rank]; every
+// q head attends to the one latent (K = the latent, V = its first kv_lora_rank values).
 struct AttentionCall {
   uint32_t layer;          // the model's layer
   uint32_t slot;           // its index in the pool's layer dimension (KvGroups::layer_slot)
   uint32_t group;          // its KV group: the step's slot mapping and tables to use
   uint32_t window;         // keys a token attends to, itself included; 0 = all (full attention)
   float scale;
-  const float *k_scale, *v_scale;  // fp8 pools: [kv_heads] of this layer; else null
+  const float *k_scale, *v_scale;  // fp8 pools: [kv_heads] of this layer; else null (MLA: no v_scale)
   const void *q, *k, *v;
   void *out;
 };
@@ -63,11 +73,11 @@ class Backend {
   // The host tier's K and V (host memory, pinned on CUDA); null when it has no blocks.
   virtual void *host_k_pool() const = 0;
   virtual void *host_v_pool() const = 0;
-  // Block copies src[i] -> dst[i], in order, every layer, K and V; kind[i] (PKV_COPY_*) says
+  // Block copies src[i] -> dst[i], in order, every layer, K and V (MLA: K); kind[i] (PKV_COPY_*) says
   // which tier each id is in.
   virtual void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) = 0;
   // Pool block `block`'s K and V of every layer into dst (host memory), layer by layer, K then V
-  // (bytes.block each): the store tier's payload. After the work queued so far (synchronous).
+  // (bytes.block each; MLA: K only): the store tier's payload. After the work queued so far (synchronous).
   virtual void read_block(int32_t block, void *dst) = 0;
   // Prepares a step: step's arrays (host memory) stay valid and unchanged until the batch ends.
   // With several KV groups, each group's slot mapping and tables (group_slot_mapping,

@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void attend_row(const double *q, const double *k, const double *v, double *out,
-                       uint32_t num_keys, uint32_t kv_stride, uint32_t head_dim, double scale,
-                       double *scores) {
+/* q . k over qk_dim values, v's first v_dim values: the rows of k and v are kv_stride apart. */
+static void attend_row_dims(const double *q, const double *k, const double *v, double *out,
+                            uint32_t num_keys, uint32_t kv_stride, uint32_t qk_dim, uint32_t v_dim,
+                            double scale, double *scores) {
   double max = -INFINITY, sum = 0.0;
   for (uint32_t j = 0; j < num_keys; ++j) {
     double s = 0.0;
-    for (uint32_t d = 0; d < head_dim; ++d) s += q[d] * k[(size_t)j * kv_stride + d];
+    for (uint32_t d = 0; d < qk_dim; ++d) s += q[d] * k[(size_t)j * kv_stride + d];
     scores[j] = s * scale;
     if (scores[j] > max) max = scores[j];
   }
@@ -20,11 +21,17 @@ static void attend_row(const double *q, const double *k, const double *v, double
     scores[j] = exp(scores[j] - max);
     sum += scores[j];
   }
-  for (uint32_t d = 0; d < head_dim; ++d) {
+  for (uint32_t d = 0; d < v_dim; ++d) {
     double acc = 0.0;
     for (uint32_t j = 0; j < num_keys; ++j) acc += scores[j] * v[(size_t)j * kv_stride + d];
     out[d] = acc / sum;
   }
+}
+
+static void attend_row(const double *q, const double *k, const double *v, double *out,
+                       uint32_t num_keys, uint32_t kv_stride, uint32_t head_dim, double scale,
+                       double *scores) {
+  attend_row_dims(q, k, v, out, num_keys, kv_stride, head_dim, head_dim, scale, scores);
 }
 
 void pkv_ref_attention(const double *q, const double *k, const double *v, double *out,
@@ -49,6 +56,21 @@ void pkv_ref_attention_window(const double *q, const double *k, const double *v,
       attend_row(q + row, k + kv_off, v + kv_off, out + row, pos + 1 - first, kv_stride, head_dim,
                  scale, scores);
     }
+  }
+  free(scores);
+}
+
+void pkv_ref_mla_attention(const double *q, const double *latent, double *out, uint32_t num_q,
+                           uint32_t context_len, uint32_t q_heads, uint32_t kv_lora_rank,
+                           uint32_t rope_dim, double scale) {
+  const uint32_t width = kv_lora_rank + rope_dim;
+  double *scores = (double *)malloc(sizeof(double) * (context_len ? context_len : 1));
+  for (uint32_t i = 0; i < num_q; ++i) {
+    const uint32_t pos = context_len - num_q + i;
+    for (uint32_t h = 0; h < q_heads; ++h)
+      attend_row_dims(q + ((size_t)i * q_heads + h) * width, latent, latent,
+                      out + ((size_t)i * q_heads + h) * kv_lora_rank, pos + 1, width, width, kv_lora_rank,
+                      scale, scores);
   }
   free(scores);
 }

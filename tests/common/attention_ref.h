@@ -27,6 +27,16 @@ void pkv_ref_attention_window(const double *q, const double *k, const double *v,
                               uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
                               uint32_t head_dim, double scale, uint32_t window);
 
+/* Multi-head latent attention in the absorbed form (PKV_KV_LAYOUT_MLA): one latent per token,
+ * K is the whole latent and V a view of its first kv_lora_rank values.
+ * q:      [num_q][q_heads][kv_lora_rank + rope_dim]   queries projected into latent space
+ * latent: [context_len][kv_lora_rank + rope_dim]     the whole context, new tokens last
+ * out:    [num_q][q_heads][kv_lora_rank]
+ * Causal as pkv_ref_attention (every q head reads the one latent); scale is the host's (> 0). */
+void pkv_ref_mla_attention(const double *q, const double *latent, double *out, uint32_t num_q,
+                           uint32_t context_len, uint32_t q_heads, uint32_t kv_lora_rank,
+                           uint32_t rope_dim, double scale);
+
 /* fp8 KV (OCP e4m3fn, or e5m2 when e5m2 is 1): the code of x / scale (the quotient in fp32),
  * the nearest representable value with ties to the even code, saturating to +-448 (+-57344);
  * NaN -> 0x7F. Found by comparing against every code, not by bit tricks. */
