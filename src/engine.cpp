@@ -47,7 +47,7 @@ Engine::Engine(const pkv_engine_params &params)
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
   if (is_fp8(budget_.kv_dtype)) {
     k_scales_.assign(size_t(params_.num_layers) * budget_.kv_heads_per_rank, 1.0f);
-    v_scales_ = k_scales_;
+    if (params_.kv_layout != PKV_KV_LAYOUT_MLA) v_scales_ = k_scales_;  // MLA: no V
   }
   if (params.store) store_config_ = std::make_unique<StoreConfig>(params.store);
   if (store_config_ && store_config_->params().kind == PKV_STORE_NONE) store_config_.reset();
@@ -57,12 +57,13 @@ Engine::Engine(const pkv_engine_params &params)
     PKV_REQUIRE(params_.host_num_blocks > 0,
                 "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");
   }
-  // The latent cache is sized and profiled (pkv_profile); its pool, copies and attention are not
-  // built yet.
-  if (params_.kv_layout == PKV_KV_LAYOUT_MLA)
-    fail(PKV_ERR_UNSUPPORTED,
-         "kv_layout MLA: pkv_profile sizes the latent cache, but engines over it (the pool, attention in the "
-         "absorbed form) are not in this version");
+  // MLA's scale is the model's (1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times yarn's
+  // mscale^2): 1/sqrt(head_dim) of the latent would be silently wrong.
+  if (params_.kv_layout == PKV_KV_LAYOUT_MLA && !(params_.softmax_scale > 0))
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "kv_layout MLA needs softmax_scale: the model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (times "
+         "mscale^2 under yarn rope scaling), not 1/sqrt(head_dim) of the latent; "
+         "pkv_engine_params_from_hf_config sets it");
   backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
                                                : make_cpu_backend(pool_shape(), params_.num_threads);
   if (store_config_) {
@@ -72,7 +73,7 @@ Engine::Engine(const pkv_engine_params &params)
     store_ = std::make_unique<StoreTier>(
         store_config_->params(),
         StoreShape{shape.num_layers, shape.kv_heads, params_.head_dim, params_.block_size, params_.tp_rank,
-                   params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales},
+                   params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales, shape.tensors, shape.kv_lora_rank},
         HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
                      shape.host_bytes.layer, shape.block_bytes(), shape.num_layers});
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
@@ -149,7 +150,10 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
     fail(PKV_ERR_INVALID_ARGUMENT, "the cache is %s, not fp8: it has no scales (kv_dtype)",
          dtype_name(kv_dtype_of(params_)));
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
-  PKV_REQUIRE(k_scales && v_scales, "k_scales and v_scales must not be NULL");
+  // MLA: the latent's scale is k's; there is no V to scale.
+  const bool mla = params_.kv_layout == PKV_KV_LAYOUT_MLA;
+  PKV_REQUIRE(k_scales && (v_scales || mla), "k_scales and v_scales must not be NULL");
+  if (mla) v_scales = k_scales;  // checked as k's, not kept
   const uint32_t heads = budget_.kv_heads_per_rank;
   for (uint32_t h = 0; h < heads; ++h)
     PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) && v_scales[h] > 0,
@@ -158,7 +162,7 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
   if (seqs_.ever_created())
     fail(PKV_ERR_STATE, "scales are set before the first sequence: KV already written keeps its scale");
   std::copy(k_scales, k_scales + heads, &k_scales_[size_t(layer) * heads]);
-  std::copy(v_scales, v_scales + heads, &v_scales_[size_t(layer) * heads]);
+  if (!mla) std::copy(v_scales, v_scales + heads, &v_scales_[size_t(layer) * heads]);
   if (store_) store_->set_kv_scales(k_scales_, v_scales_);
 }
 
@@ -425,11 +429,24 @@ void Engine::do_copies() {
 void Engine::attention(uint32_t layer, const void *q, const void *k, const void *v, void *out) {
   PKV_ASSERT(open_);
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
-  PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
-  PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
-  if (!attention_head_dim_supported(params_.head_dim))
-    fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
-         PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
+  const bool mla = params_.kv_layout == PKV_KV_LAYOUT_MLA;
+  if (mla) {
+    PKV_REQUIRE(q && k && out, "q, k (the latents) and out must not be NULL");
+    PKV_REQUIRE(!v, "kv_layout MLA has no V (it is a view of the latents): pass v NULL");
+    PKV_REQUIRE(out != q && out != k, "out may not alias q or k");
+    if (!attention_mla_supported(params_.kv_lora_rank, params_.qk_rope_head_dim))
+      fail(PKV_ERR_UNSUPPORTED,
+           "pkv_attention on an MLA cache supports kv_lora_rank and qk_rope_head_dim multiples of %d up to %d "
+           "and %d, not %u and %u",
+           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_KV_LORA_RANK, PKV_ATTENTION_MAX_ROPE_DIM,
+           params_.kv_lora_rank, params_.qk_rope_head_dim);
+  } else {
+    PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
+    PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
+    if (!attention_head_dim_supported(params_.head_dim))
+      fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
+           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
+  }
   OpenBatch &ob = *open_;
   do_copies();  // before any write of the step, for every layer at once
   const pkv_batch_view view = ob.batch->view();

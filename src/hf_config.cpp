@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -198,6 +199,30 @@ constexpr Unplaced kUnplaced[] = {
     {"ssm_state_size", "state-space (Mamba) layers"},
 };
 
+// A number of rope_scaling (>= 0 when given), or fallback.
+double read_scaling(const json &scaling, const char *key, double fallback) {
+  const auto it = scaling.find(key);
+  if (it == scaling.end() || it->is_null()) return fallback;
+  if (!it->is_number() || !(it->get<double>() >= 0) || !std::isfinite(it->get<double>()))
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: rope_scaling.%s must be a finite number >= 0", key);
+  return it->get<double>();
+}
+
+// MLA's softmax scale: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (the heads' query-key width
+// before absorption), times mscale^2 when rope_scaling stretches the context (DeepSeek's yarn:
+// mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's and vLLM's code
+// scale it.
+float mla_softmax_scale(const json &cfg, uint32_t nope, uint32_t rope) {
+  double scale = 1.0 / std::sqrt(double(nope) + rope);
+  const auto it = cfg.find("rope_scaling");
+  if (it != cfg.end() && it->is_object()) {
+    const double factor = read_scaling(*it, "factor", 1.0), all_dim = read_scaling(*it, "mscale_all_dim", 0.0);
+    const double mscale = factor > 1.0 ? 0.1 * all_dim * std::log(factor) + 1.0 : 1.0;
+    scale *= mscale * mscale;
+  }
+  return float(scale);
+}
+
 // Multi-head latent attention (DeepSeek V2/V3/R1, Kimi K2): one latent of kv_lora_rank +
 // qk_rope_head_dim values per token per layer, shared by every head. False when the config has
 // none of its fields.
@@ -225,6 +250,8 @@ bool read_mla(const json &cfg, pkv_engine_params *out) {
   out->qk_rope_head_dim = rope;
   out->num_kv_heads = 1;
   out->head_dim = rank + rope;
+  if (cfg.contains("qk_nope_head_dim") && !cfg["qk_nope_head_dim"].is_null() && uint64_t(nope) + rope > 0)
+    out->softmax_scale = mla_softmax_scale(cfg, nope, rope);
   return true;
 }
 

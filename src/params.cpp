@@ -228,6 +228,10 @@ void validate_engine_params(const pkv_engine_params &p) {
       PKV_REQUIRE(p.layer_windows[l] <= INT32_MAX, "layer_windows[%u] = %u exceeds 2^31-1", l, p.layer_windows[l]);
       windowed |= p.layer_windows[l] != 0;
     }
+  if (windowed && p.kv_layout == PKV_KV_LAYOUT_MLA)
+    fail(PKV_ERR_UNSUPPORTED,
+         "kv_layout MLA with sliding windows: no latent-attention model has them, and pkv's MLA attention does "
+         "not mask one (set sliding_window and layer_windows to full attention)");
   if (windowed && (p.host_num_blocks || p.host_cache_bytes))
     fail(PKV_ERR_UNSUPPORTED,
          "a host tier (swap, offload, store) with sliding windows is not supported yet: set host_num_blocks and "

@@ -125,6 +125,11 @@ float attention_scale(const pkv_engine_params &p);
 inline bool attention_head_dim_supported(uint32_t head_dim) {
   return head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && head_dim <= PKV_ATTENTION_MAX_HEAD_DIM;
 }
+// Whether pkv_attention handles an MLA latent of these parts (kv_layout MLA).
+inline bool attention_mla_supported(uint32_t kv_lora_rank, uint32_t rope_dim) {
+  return kv_lora_rank % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && kv_lora_rank <= PKV_ATTENTION_MAX_KV_LORA_RANK &&
+         rope_dim % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && rope_dim <= PKV_ATTENTION_MAX_ROPE_DIM;
+}
 const char *dtype_name(int32_t dtype);
 
 }  // namespace pkv

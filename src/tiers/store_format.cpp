@@ -89,6 +89,9 @@ StoreFingerprint store_fingerprint(const StoreShape &s) {
   h.add("pkv-store-fingerprint-v1", 24);
   add_le(h, s.num_layers), add_le(h, s.kv_heads), add_le(h, s.head_dim), add_le(h, s.dtype);
   add_le(h, s.block_size), add_le(h, s.tp_rank), add_le(h, s.tp_size), add_le(h, s.block_bytes);
+  // A latent cache (one tensor): named apart from a K/V cache of the same widths. K/V caches hash
+  // as before 0.3, so their stores keep their keys.
+  if (s.tensors == 1) h.add("mla", 3), add_le(h, s.kv_lora_rank);
   // fp8 blocks mean their values times the scales: blocks written under other scales are other KV.
   for (float f : s.kv_scales) {
     uint32_t bits;

@@ -6,10 +6,11 @@
 // SHA-256("pkv-store-root-v1" | fingerprint | salt length | salt); a block's key is
 // SHA-256(parent key | its token ids as int32 little-endian). The fingerprint is SHA-256 of the
 // model's KV shape on this rank (layers, kv heads per rank, head_dim, KV dtype, block size, tp
-// rank and size), so engines of other models or ranks never share a key.
+// rank and size; an MLA cache's layout and kv_lora_rank), so engines of other models or ranks
+// never share a key.
 //
 // A value is a fixed-size header, the block's tokens, then the payload: for each layer, the
-// block's K then its V, as the pool holds them (bytes.block each). Every field is little-endian.
+// block's K then its V (MLA: the latents alone), as the pool holds them (bytes.block each). Every field is little-endian.
 // verify_value() checks everything before a block can hit: magic, format version, sizes, the
 // fingerprint, the key asked for, the parent key, the tokens, and XXH3-64 checksums of the
 // header and of the payload.
@@ -29,9 +30,11 @@ struct StoreShape {
   uint32_t num_layers, kv_heads, head_dim, block_size, tp_rank, tp_size;
   int32_t dtype;         // the pool's (kv dtype)
   uint64_t block_bytes;  // K (or V) bytes of one block of one layer
-  std::vector<float> kv_scales;  // fp8: K's then V's, [layers][kv heads] each; else empty
+  std::vector<float> kv_scales;  // fp8: K's then V's (MLA: K's), [layers][kv heads] each; else empty
+  uint32_t tensors = 2;          // 2 (K, V) or 1 (the MLA latent: K alone)
+  uint32_t kv_lora_rank = 0;     // MLA: the latent's compressed part
 
-  uint64_t payload_bytes() const { return 2 * uint64_t(num_layers) * block_bytes; }
+  uint64_t payload_bytes() const { return tensors * uint64_t(num_layers) * block_bytes; }
   uint64_t value_bytes() const;  // header + tokens + payload
 };
 

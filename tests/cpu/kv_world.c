@@ -265,6 +265,8 @@ static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks
   const uint32_t tp = c->tp_size ? c->tp_size : 1;
   w->q_heads = c->num_q_heads / tp;
   w->kv_heads = c->num_kv_heads >= tp ? c->num_kv_heads / tp : 1;
+  w->mla = c->kv_lora_rank != 0;
+  w->v_dim = w->mla ? c->kv_lora_rank : c->head_dim;
   w->elt = c->dtype == PKV_DTYPE_F32 ? 4 : 2;
   w->fp8 = c->kv_dtype == PKV_DTYPE_FP8_E4M3 ? 1 : c->kv_dtype == PKV_DTYPE_FP8_E5M2 ? 2 : 0;
   w->kv_elt = w->fp8 ? 1 : w->elt;
@@ -290,6 +292,11 @@ static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks
   p.kv_dtype = c->kv_dtype;
   p.sliding_window = c->window;
   p.layer_windows = w->layer_windows;
+  if (w->mla) {
+    p.kv_layout = PKV_KV_LAYOUT_MLA;
+    p.kv_lora_rank = c->kv_lora_rank;
+    p.qk_rope_head_dim = c->head_dim - c->kv_lora_rank;
+  }
   w->e = NULL;
   w->layer_group = calloc(c->num_layers, sizeof(uint32_t));
   w->layer_slot = calloc(c->num_layers, sizeof(uint32_t));
@@ -305,7 +312,7 @@ static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks
     float *ks = w->scales + (size_t)l * 2 * w->kv_heads, *vs = ks + w->kv_heads;
     for (uint32_t h = 0; h < w->kv_heads; h++)
       ks[h] = kw_scale(w, l, 1, h), vs[h] = kw_scale(w, l, 2, h);
-    ok = CHECK_OK(pkv_set_kv_scales(w->e, l, ks, vs));
+    ok = CHECK_OK(pkv_set_kv_scales(w->e, l, ks, w->mla ? NULL : vs)); /* MLA: no V scale */
   }
   return ok;
 }

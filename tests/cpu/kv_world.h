@@ -66,6 +66,8 @@ typedef struct kw_config {
   float q_amp;               /* q values lie in [-q_amp, q_amp] (k and v in [-1, 1]) */
   int32_t kv_dtype;          /* 0 = dtype, or PKV_DTYPE_FP8_E4M3 / E5M2 */
   uint32_t window;           /* sliding window of every layer; 0 = full attention */
+  uint32_t kv_lora_rank;     /* 0: K/V heads; else kv_layout MLA: num_kv_heads 1, head_dim the
+                                latent (kv_lora_rank + its rotary part), softmax_scale given */
 } kw_config;
 
 typedef struct kw_seq {
@@ -79,6 +81,8 @@ typedef struct kw_world {
   kw_config c;
   pkv_engine *e;
   uint32_t q_heads, kv_heads; /* per rank */
+  int mla;                    /* kv_layout MLA: k rows are latents, no v, out v_dim per head */
+  uint32_t v_dim;             /* values per head of V and out: head_dim, or kv_lora_rank */
   size_t elt;                 /* bytes of one element of q, k, v and out */
   size_t kv_elt;              /* bytes of one element of the pool: elt, or 1 for fp8 */
   int fp8;                    /* 0, or 1 for e4m3, 2 for e5m2 */

@@ -13,8 +13,9 @@
 #define KW_REF_BUDGET 1.0e8
 
 typedef struct step_bufs {
-  size_t q_row, kv_row;           /* bytes of one token's q (and out) row, of its k (and v) row */
-  unsigned char *q, *k, *v, *out; /* [layers][tokens][heads][head_dim], the engine's dtype */
+  size_t q_row, kv_row, out_row;  /* bytes of one token's q, k (and v), out row */
+  unsigned char *q, *k, *v, *out; /* [layers][tokens][heads][head_dim (out: v_dim)], the
+                                     engine's dtype; MLA: v NULL */
   double *qd;                     /* [layers][tokens][q_heads][head_dim] */
 } step_bufs;
 
@@ -49,12 +50,13 @@ static void bufs_alloc(const kw_world *w, step_bufs *b, uint32_t tokens)
   const size_t nl = w->c.num_layers, nt = tokens ? tokens : 1;
   b->q_row = (size_t)w->q_heads * w->c.head_dim * w->elt;
   b->kv_row = (size_t)w->kv_heads * w->c.head_dim * w->elt;
+  b->out_row = (size_t)w->q_heads * w->v_dim * w->elt;
   b->k = malloc(nl * nt * b->kv_row);
-  b->v = malloc(nl * nt * b->kv_row);
+  b->v = w->mla ? NULL : malloc(nl * nt * b->kv_row);
   b->q = malloc(nl * nt * b->q_row);
-  b->out = malloc(nl * nt * b->q_row);
+  b->out = malloc(nl * nt * b->out_row);
   b->qd = malloc(nl * nt * w->q_heads * w->c.head_dim * sizeof(double));
-  memset(b->out, 0xff, nl * nt * b->q_row); /* NaN in every dtype: unwritten rows fail */
+  memset(b->out, 0xff, nl * nt * b->out_row); /* NaN in every dtype: unwritten rows fail */
 }
 
 static void bufs_free(step_bufs *b)
@@ -74,7 +76,8 @@ static void gen_rows(const kw_world *w, const pkv_batch_view *v, const int *s, s
         const size_t row = l * nt + (size_t)r;
         kw_gen_row(w, prefix, l, 0, b->q + row * b->q_row, b->qd + row * qn);
         kw_gen_row(w, prefix, l, 1, b->k + row * b->kv_row, NULL);
-        kw_gen_row(w, prefix, l, 2, b->v + row * b->kv_row, NULL);
+        if (!w->mla)
+          kw_gen_row(w, prefix, l, 2, b->v + row * b->kv_row, NULL);
       }
     }
   }
@@ -89,25 +92,26 @@ static int64_t pool_at(const kw_world *w, const pkv_batch_view *v, const struct 
   return slot < 0 ? -1 : (int64_t)(w->layer_slot[l] * p->layer_stride + (uint64_t)slot * p->token_stride);
 }
 
-/* Reads row r's K and V back from the pool, head by head, on every layer: the row itself, or
- * its fp8 codes. */
+/* Reads row r's K and V (MLA: its latent; the pool has no V) back from the pool, head by head,
+ * on every layer: the row itself, or its fp8 codes. */
 static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs *b, uint32_t r)
 {
   const struct pkv_pool_info p = kw_pool(w);
   const size_t head_bytes = (size_t)w->c.head_dim * w->kv_elt;
   unsigned char *want_k = malloc(b->kv_row), *want_v = malloc(b->kv_row); /* >= a pool row */
-  int ok = 1;
+  int ok = !w->mla || (CHECK(p.v_base == NULL) && CHECK(p.host_v_base == NULL));
   for (uint32_t l = 0; ok && l < w->c.num_layers; l++) {
     const int64_t row_at = pool_at(w, v, &p, l, r);
     const size_t src = ((size_t)l * v->num_tokens + r) * b->kv_row;
     if (!CHECK(row_at >= 0))
       break;
     kw_cache_row(w, l, 1, b->k + src, want_k, NULL);
-    kw_cache_row(w, l, 2, b->v + src, want_v, NULL);
+    if (!w->mla)
+      kw_cache_row(w, l, 2, b->v + src, want_v, NULL);
     for (uint32_t h = 0; ok && h < w->kv_heads; h++) {
       const size_t at = ((size_t)row_at + h * p.head_stride) * w->kv_elt;
       ok = CHECK(memcmp((const char *)p.k_base + at, want_k + h * head_bytes, head_bytes) == 0) &&
-           CHECK(memcmp((const char *)p.v_base + at, want_v + h * head_bytes, head_bytes) == 0);
+           (w->mla || CHECK(memcmp((const char *)p.v_base + at, want_v + h * head_bytes, head_bytes) == 0));
       if (!ok)
         fprintf(stderr, "  pool row: layer %u at %lld head %u (batch row %u)\n", l,
                 (long long)row_at, h, r);
@@ -126,11 +130,13 @@ static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q
   const uint32_t r0 = (uint32_t)v->query_start[i], rows = (uint32_t)v->query_start[i + 1] - r0;
   const uint32_t pos0 = (uint32_t)v->positions[r0], first = win && pos0 >= win ? pos0 - win + 1 : 0;
   const size_t qn = (size_t)w->q_heads * hd, kvn = (size_t)w->kv_heads * hd, keys = ctx - first;
+  const size_t on = (size_t)w->q_heads * w->v_dim; /* an out row */
   double *kd = malloc(keys * kvn * sizeof(double)), *vd = malloc(keys * kvn * sizeof(double));
-  double *got = malloc(rows * qn * sizeof(double)), *ref = malloc(rows * qn * sizeof(double));
+  double *got = malloc(rows * on * sizeof(double)), *ref = malloc(rows * on * sizeof(double));
   for (uint32_t pos = first; pos < ctx; pos++) {
     kw_kv_values(w, q->prefix[pos], l, 1, kd + (pos - first) * kvn);
-    kw_kv_values(w, q->prefix[pos], l, 2, vd + (pos - first) * kvn);
+    if (!w->mla)
+      kw_kv_values(w, q->prefix[pos], l, 2, vd + (pos - first) * kvn);
   }
   const double per_row = (double)(win && win < ctx ? win : ctx) * qn * 2.0;
   uint32_t want = (uint32_t)fmin(rows, fmax(12.0, KW_REF_BUDGET / per_row)), stride = 1;
@@ -142,16 +148,20 @@ static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q
       continue;
     const size_t row = (size_t)l * v->num_tokens + r0 + r;
     const uint32_t pos = (uint32_t)v->positions[r0 + r];
-    pkv_ref_attention_window(b->qd + row * qn, kd, vd, ref + m * qn, 1, pos + 1 - first,
-                             w->q_heads, w->kv_heads, hd, w->scale, win);
-    for (size_t j = 0; j < qn; j++)
-      got[m * qn + j] = kw_load(w->c.dtype, b->out + row * (qn * w->elt), j);
+    if (w->mla)
+      pkv_ref_mla_attention(b->qd + row * qn, kd, ref + m * on, 1, pos + 1, w->q_heads, w->v_dim,
+                            hd - w->v_dim, w->scale);
+    else
+      pkv_ref_attention_window(b->qd + row * qn, kd, vd, ref + m * on, 1, pos + 1 - first,
+                               w->q_heads, w->kv_heads, hd, w->scale, win);
+    for (size_t j = 0; j < on; j++)
+      got[m * on + j] = kw_load(w->c.dtype, b->out + row * b->out_row, j);
     m++;
   }
   char label[160];
   snprintf(label, sizeof label, "%s step %llu seq %u (ctx %u, %u new, %zu checked) layer %u",
            tag, (unsigned long long)w->steps, i, ctx, rows, m, l);
-  const size_t bad = pkv_ref_compare(label, got, ref, m * qn, w->atol, w->rtol);
+  const size_t bad = pkv_ref_compare(label, got, ref, m * on, w->atol, w->rtol);
   free(kd), free(vd), free(got), free(ref);
   return CHECK(bad == 0);
 }
@@ -164,7 +174,8 @@ static int run_layers(kw_world *w, pkv_batch *b, const step_bufs *sb, uint32_t t
   for (uint32_t k = 0; ok && k < nl; k++) {
     const uint32_t l = flags & KW_REVERSE_LAYERS ? nl - 1 - k : k;
     const size_t qo = (size_t)l * tokens * sb->q_row, ko = (size_t)l * tokens * sb->kv_row;
-    ok = CHECK_OK(pkv_attention(b, l, sb->q + qo, sb->k + ko, sb->v + ko, sb->out + qo));
+    const size_t oo = (size_t)l * tokens * sb->out_row;
+    ok = CHECK_OK(pkv_attention(b, l, sb->q + qo, sb->k + ko, sb->v ? sb->v + ko : NULL, sb->out + oo));
   }
   return ok;
 }
@@ -197,7 +208,7 @@ int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsi
     w->on_batch(w, b, sb.q, sb.k, sb.v, sb.out);
   int ok = run_layers(w, b, &sb, v.num_tokens, flags);
   if (ok && (flags & KW_TWICE)) {
-    const size_t bytes = (size_t)w->c.num_layers * v.num_tokens * sb.q_row;
+    const size_t bytes = (size_t)w->c.num_layers * v.num_tokens * sb.out_row;
     unsigned char *first = malloc(bytes);
     memcpy(first, sb.out, bytes);
     memset(sb.out, 0xff, bytes);
@@ -252,6 +263,8 @@ int kw_fill_direct(kw_world *w, int s, uint32_t n)
       const size_t at = (size_t)row_at * w->kv_elt;
       kw_gen_row(w, prefix, l, 1, row, NULL);
       kw_cache_row(w, l, 1, row, (char *)p.k_base + at, NULL);
+      if (w->mla)
+        continue;
       kw_gen_row(w, prefix, l, 2, row, NULL);
       kw_cache_row(w, l, 2, row, (char *)p.v_base + at, NULL);
     }

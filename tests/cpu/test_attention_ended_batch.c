@@ -5,7 +5,7 @@
 
 #include "kv_world.h"
 
-static const kw_config base = {"ended", 2, 4, 2, 64, PKV_DTYPE_F32, 16, 64, 2, 0, 0, 0, 3, 0, 0};
+static const kw_config base = {"ended", 2, 4, 2, 64, PKV_DTYPE_F32, 16, 64, 2, 0, 0, 0, 3, 0, 0, 0};
 static pkv_batch *seen;
 
 static void remember(kw_world *w, pkv_batch *b, const void *q, const void *k, const void *v,

@@ -8,7 +8,7 @@
 
 #include "kv_world.h"
 
-static const kw_config base = {"errors", 2, 4, 2, 64, PKV_DTYPE_F32, 16, 64, 2, 0, 0, 0, 3, 0, 0};
+static const kw_config base = {"errors", 2, 4, 2, 64, PKV_DTYPE_F32, 16, 64, 2, 0, 0, 0, 3, 0, 0, 0};
 
 /* A (21 tokens) computed and forked into F; both append: A's last block is copied. Returns 1
  * when the copy is queued. */

@@ -14,9 +14,9 @@
 #include "kv_world.h"
 
 static const kw_config configs[] = {
-  {"long_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, PKV_DTYPE_BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"long_bs7_hd80_gqa8_f16", 2, 8, 1, 80, PKV_DTYPE_F16, 7, 0, 2, 0, 0, 0, 4, 0, 0},
-  {"long_bs32_hd64_gqa1_f32", 2, 4, 4, 64, PKV_DTYPE_F32, 32, 0, 3, 0, 0, 0, 3, 0, 0},
+  {"long_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, PKV_DTYPE_BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"long_bs7_hd80_gqa8_f16", 2, 8, 1, 80, PKV_DTYPE_F16, 7, 0, 2, 0, 0, 0, 4, 0, 0, 0},
+  {"long_bs32_hd64_gqa1_f32", 2, 4, 4, 64, PKV_DTYPE_F32, 32, 0, 3, 0, 0, 0, 3, 0, 0, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], LONG_TOKENS = 4100, DIRECT = 3800 };
 

@@ -16,16 +16,19 @@
 enum { F32 = PKV_DTYPE_F32, F16 = PKV_DTYPE_F16, BF16 = PKV_DTYPE_BF16, POOL = 24, HOST = 16 };
 
 /* name, layers, q heads, kv heads, head_dim, dtype, block size, blocks, threads, tp, rank,
- * softmax scale, q amplitude, kv dtype, window; a host tier of HOST blocks */
+ * softmax scale, q amplitude, kv dtype, window, kv_lora_rank (MLA); a host tier of HOST blocks */
 static const kw_config configs[] = {
-  {"swap_bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, POOL, 2, 0, 0, 0, 3, 0, 0},
-  {"swap_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, POOL, 2, 0, 0, 0, 3, 0, 0},
-  {"swap_bs7_hd64_gqa8_f16", 3, 8, 1, 64, F16, 7, POOL, 1, 0, 0, 0, 4, 0, 0},
-  {"swap_bs16_hd72_gqa4_f16", 2, 8, 2, 72, F16, 16, POOL, 2, 0, 0, 0, 3, 0, 0},
-  {"swap_bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, POOL, 2, 0, 0, 0, 3, 0, 0},
-  {"swap_bs16_hd64_gqa4_f32", 2, 8, 2, 64, F32, 16, POOL, 3, 0, 0, 0, 5, 0, 0},
-  {"swap_bs7_hd64_gqa4_bf16_e4m3", 2, 8, 2, 64, BF16, 7, POOL, 2, 0, 0, 0, 3, PKV_DTYPE_FP8_E4M3, 0},
-  {"swap_bs16_hd128_gqa4_f32_e5m2", 2, 8, 2, 128, F32, 16, POOL, 2, 0, 0, 0, 3, PKV_DTYPE_FP8_E5M2, 0},
+  {"swap_bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"swap_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"swap_bs7_hd64_gqa8_f16", 3, 8, 1, 64, F16, 7, POOL, 1, 0, 0, 0, 4, 0, 0, 0},
+  {"swap_bs16_hd72_gqa4_f16", 2, 8, 2, 72, F16, 16, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"swap_bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"swap_bs16_hd64_gqa4_f32", 2, 8, 2, 64, F32, 16, POOL, 3, 0, 0, 0, 5, 0, 0, 0},
+  {"swap_bs7_hd64_gqa4_bf16_e4m3", 2, 8, 2, 64, BF16, 7, POOL, 2, 0, 0, 0, 3, PKV_DTYPE_FP8_E4M3, 0, 0},
+  {"swap_bs16_hd128_gqa4_f32_e5m2", 2, 8, 2, 128, F32, 16, POOL, 2, 0, 0, 0, 3, PKV_DTYPE_FP8_E5M2, 0, 0},
+  /* MLA: the host tier holds latents alone */
+  {"swap_mla_bs7_r128_h8_bf16", 2, 8, 1, 160, BF16, 7, POOL, 2, 0, 0, 0.1f, 3, 0, 0, 128},
+  {"swap_mla_bs16_r64_h4_f32_e4m3", 2, 4, 1, 80, F32, 16, POOL, 2, 0, 0, 0.1f, 3, PKV_DTYPE_FP8_E4M3, 0, 64},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], MAX_BLOCKS = 64 };
 
@@ -83,7 +86,7 @@ static void check_context(kw_world *w, int s, const char *when)
   int32_t t[MAX_BLOCKS];
   const uint32_t n = table(w, s, t);
   const size_t row = (size_t)w->kv_heads * w->c.head_dim * w->kv_elt;
-  unsigned char gen[4 * 8 * 256], want[2][4 * 8 * 256];
+  unsigned char gen[4 * 8 * 256], want[2][4 * 8 * 256]; /* MLA: one latent of at most 640 */
   uint32_t bad = 0;
   for (uint32_t pos = 0; pos < q->num_computed && CHECK(pos / w->c.block_size < n); pos++)
     for (uint32_t l = 0; l < w->c.num_layers; l++) {
@@ -91,9 +94,13 @@ static void check_context(kw_world *w, int s, const char *when)
       const size_t at = (l * p.layer_stride + slot * p.token_stride) * w->kv_elt;
       kw_gen_row(w, q->prefix[pos], l, 1, gen, NULL);
       kw_cache_row(w, l, 1, gen, want[0], NULL);
-      kw_gen_row(w, q->prefix[pos], l, 2, gen, NULL);
-      kw_cache_row(w, l, 2, gen, want[1], NULL);
-      if (memcmp((const char *)p.k_base + at, want[0], row) || memcmp((const char *)p.v_base + at, want[1], row))
+      int differs = memcmp((const char *)p.k_base + at, want[0], row) != 0;
+      if (!w->mla) { /* MLA: the latent alone */
+        kw_gen_row(w, q->prefix[pos], l, 2, gen, NULL);
+        kw_cache_row(w, l, 2, gen, want[1], NULL);
+        differs |= memcmp((const char *)p.v_base + at, want[1], row) != 0;
+      }
+      if (differs)
         if (bad++ < 3)
           fprintf(stderr, "  %s: seq slot %d pos %u layer %u: K/V differ from its tokens'\n", when, s,
                   pos, l);

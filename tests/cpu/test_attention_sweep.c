@@ -1,6 +1,6 @@
 /* The CPU backend's pkv_attention against the fp64 reference over a sweep of shapes: block sizes
  * 1, 7, 16, 32; head_dim 40, 64, 72, 80, 128, 256; GQA 1, 4, 8; f32, f16, bf16; fp8 e4m3 and e5m2
- * caches (each value in several configs, not the cross product). Each config plays the same story, every batch checked:
+ * caches; MLA latents (each value in several configs, not the cross product). Each config plays the same story, every batch checked:
  * a chunked prefill, a prefix hit, a chunked 600-token prompt (split over keys), mixed batches of
  * decodes, chunks and cached-prefix prefills, a fork whose appends copy-on-write the shared last
  * block (layers called last to first: the copy must cover every layer), a prefix hit on a
@@ -15,39 +15,47 @@ enum { F32 = PKV_DTYPE_F32, F16 = PKV_DTYPE_F16, BF16 = PKV_DTYPE_BF16 };
 enum { E4M3 = PKV_DTYPE_FP8_E4M3, E5M2 = PKV_DTYPE_FP8_E5M2 };
 
 /* name, layers, q heads, kv heads, head_dim, dtype, block size, blocks, threads, tp, rank,
- * softmax scale, q amplitude, kv dtype, window */
+ * softmax scale, q amplitude, kv dtype, window, kv_lora_rank (MLA) */
 static const kw_config configs[] = {
-  {"bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs1_hd64_gqa1_f32", 2, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs7_hd80_gqa8_f16", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs32_hd256_gqa4_f32", 2, 4, 1, 256, F32, 32, 0, 2, 0, 0, 0, 2, 0, 0},
-  {"bs7_hd40_gqa4_bf16", 3, 8, 2, 40, BF16, 7, 0, 1, 0, 0, 0, 4, 0, 0},
-  {"bs16_hd72_gqa8_f16", 2, 16, 2, 72, F16, 16, 0, 3, 0, 0, 0, 3, 0, 0},
-  {"bs1_hd128_gqa8_bf16", 2, 8, 1, 128, BF16, 1, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs32_hd64_gqa4_f16", 2, 8, 2, 64, F16, 32, 0, 2, 0, 0, 0, 6, 0, 0},
-  {"bs7_hd256_gqa1_bf16", 2, 2, 2, 256, BF16, 7, 0, 2, 0, 0, 0, 2, 0, 0},
-  {"bs16_hd80_gqa1_f32_scale", 2, 2, 2, 80, F32, 16, 0, 2, 0, 0, 0.3f, 3, 0, 0},
-  {"bs32_hd40_gqa8_f32", 2, 8, 1, 40, F32, 32, 0, 2, 0, 0, 0, 8, 0, 0},
-  {"bs1_hd256_gqa4_f16", 2, 4, 1, 256, F16, 1, 0, 2, 0, 0, 0, 2, 0, 0},
-  {"bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs16_hd64_gqa8_bf16_tp2", 2, 16, 2, 64, BF16, 16, 0, 2, 2, 1, 0, 3, 0, 0},
-  {"bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, 0, 2, 0, 0, 0, 5, 0, 0},
+  {"bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs1_hd64_gqa1_f32", 2, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs7_hd80_gqa8_f16", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs32_hd256_gqa4_f32", 2, 4, 1, 256, F32, 32, 0, 2, 0, 0, 0, 2, 0, 0, 0},
+  {"bs7_hd40_gqa4_bf16", 3, 8, 2, 40, BF16, 7, 0, 1, 0, 0, 0, 4, 0, 0, 0},
+  {"bs16_hd72_gqa8_f16", 2, 16, 2, 72, F16, 16, 0, 3, 0, 0, 0, 3, 0, 0, 0},
+  {"bs1_hd128_gqa8_bf16", 2, 8, 1, 128, BF16, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs32_hd64_gqa4_f16", 2, 8, 2, 64, F16, 32, 0, 2, 0, 0, 0, 6, 0, 0, 0},
+  {"bs7_hd256_gqa1_bf16", 2, 2, 2, 256, BF16, 7, 0, 2, 0, 0, 0, 2, 0, 0, 0},
+  {"bs16_hd80_gqa1_f32_scale", 2, 2, 2, 80, F32, 16, 0, 2, 0, 0, 0.3f, 3, 0, 0, 0},
+  {"bs32_hd40_gqa8_f32", 2, 8, 1, 40, F32, 32, 0, 2, 0, 0, 0, 8, 0, 0, 0},
+  {"bs1_hd256_gqa4_f16", 2, 4, 1, 256, F16, 1, 0, 2, 0, 0, 0, 2, 0, 0, 0},
+  {"bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs16_hd64_gqa8_bf16_tp2", 2, 16, 2, 64, BF16, 16, 0, 2, 2, 1, 0, 3, 0, 0, 0},
+  {"bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, 0, 2, 0, 0, 0, 5, 0, 0, 0},
   /* scores spread over hundreds: near one-hot softmax, the running max rescaled often */
-  {"bs16_hd128_gqa4_f32_peaky", 2, 8, 2, 128, F32, 16, 0, 2, 0, 0, 0, 40, 0, 0},
+  {"bs16_hd128_gqa4_f32_peaky", 2, 8, 2, 128, F32, 16, 0, 2, 0, 0, 0, 40, 0, 0, 0},
   /* fp8 caches: scales per (layer, head), some saturating, some on subnormal codes (kv_world.c) */
-  {"bs16_hd128_gqa4_bf16_e4m3", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, E4M3, 0},
-  {"bs7_hd80_gqa8_f16_e4m3", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0},
-  {"bs1_hd64_gqa1_f32_e4m3", 3, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, E4M3, 0},
-  {"bs16_hd72_gqa4_bf16_e5m2", 2, 8, 2, 72, BF16, 16, 0, 2, 0, 0, 0, 3, E5M2, 0},
-  {"bs7_hd128_gqa1_f32_e5m2", 3, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, E5M2, 0},
-  {"bs32_hd256_gqa4_f16_e5m2_tp2", 2, 8, 4, 256, F16, 32, 0, 2, 2, 1, 0, 2, E5M2, 0},
+  {"bs16_hd128_gqa4_bf16_e4m3", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+  {"bs7_hd80_gqa8_f16_e4m3", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+  {"bs1_hd64_gqa1_f32_e4m3", 3, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+  {"bs16_hd72_gqa4_bf16_e5m2", 2, 8, 2, 72, BF16, 16, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
+  {"bs7_hd128_gqa1_f32_e5m2", 3, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
+  {"bs32_hd256_gqa4_f16_e5m2_tp2", 2, 8, 4, 256, F16, 32, 0, 2, 2, 1, 0, 2, E5M2, 0, 0},
   /* the decode kernel's passes of 8/4/2/1 heads, 1-4 score registers, head_dim tiles of 32/16/8 */
-  {"bs16_hd128_gqa7_bf16", 2, 14, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs16_hd64_gqa16_f16", 2, 16, 1, 64, F16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs7_hd96_gqa6_bf16_e4m3", 2, 12, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0},
-  {"bs16_hd96_gqa3_bf16", 2, 6, 2, 96, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0},
-  {"bs1_hd112_gqa2_f16_e5m2", 2, 4, 2, 112, F16, 1, 0, 2, 0, 0, 0, 3, E5M2, 0},
-  {"bs16_hd256_gqa16_bf16_e5m2", 2, 16, 1, 256, BF16, 16, 0, 2, 0, 0, 0, 2, E5M2, 0},
+  {"bs16_hd128_gqa7_bf16", 2, 14, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs16_hd64_gqa16_f16", 2, 16, 1, 64, F16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs7_hd96_gqa6_bf16_e4m3", 2, 12, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+  {"bs16_hd96_gqa3_bf16", 2, 6, 2, 96, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs1_hd112_gqa2_f16_e5m2", 2, 4, 2, 112, F16, 1, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
+  {"bs16_hd256_gqa16_bf16_e5m2", 2, 16, 1, 256, BF16, 16, 0, 2, 0, 0, 0, 2, E5M2, 0, 0},
+  /* MLA (kv_layout MLA, the last field kv_lora_rank): one latent of kv_lora_rank + rope values
+   * per token, every q head over it, out kv_lora_rank wide; DeepSeek's shape (512 + 64, scale
+   * 1/sqrt(192)) with 16 heads, 128 heads over tp 2, and small latents */
+  {"mla_bs16_r512_h16_bf16", 2, 16, 1, 576, BF16, 16, 0, 2, 0, 0, 0.0722f, 2, 0, 0, 512},
+  {"mla_bs64_r512_h128_bf16_tp2", 2, 128, 1, 576, BF16, 64, 0, 2, 2, 1, 0.0722f, 2, 0, 0, 512},
+  {"mla_bs1_r64_h8_f32", 2, 8, 1, 80, F32, 1, 0, 2, 0, 0, 0.125f, 3, 0, 0, 64},
+  {"mla_bs7_r128_h4_f16_e4m3", 2, 4, 1, 160, F16, 7, 0, 2, 0, 0, 0.1f, 3, E4M3, 0, 128},
+  {"mla_bs16_r512_h16_bf16_e5m2", 2, 16, 1, 576, BF16, 16, 0, 2, 0, 0, 0.0722f, 2, E5M2, 0, 512},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 

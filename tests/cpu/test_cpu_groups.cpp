@@ -194,7 +194,7 @@ void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uin
       w.gen(g, s, pos, 2, v.data() + t * kKvn * elt, nullptr);
     }
   const float softmax_scale = 1.0f / std::sqrt(float(kHd));
-  const pkv::CpuLayer layer{w.block(w.k_pool, g, 0), w.block(w.v_pool, g, 0), kQHeads, kKvHeads, kHd,
+  const pkv::CpuLayer layer{w.block(w.k_pool, g, 0), w.block(w.v_pool, g, 0), kQHeads, kKvHeads, kHd, kHd, false,
                             w.c.dtype, w.c.kv_dtype, g, w.windows[g], softmax_scale,
                             &w.scales[g * 2 * kKvHeads], &w.scales[(g * 2 + 1) * kKvHeads],
                             q.data(), k.data(), v.data(), out.data()};
@@ -236,14 +236,14 @@ void run_config(const Config &c) {
     World w{c, {0, 5, 40}, {300, 160, 70}, {1, 45, 70}};
     build(w);
     const pkv::CpuStep step = step_of(w);
-    kernels.plan(step, kQHeads, kKvHeads, kHd);
+    kernels.plan(step, kQHeads, kKvHeads, kHd, kHd);
     for (uint32_t g : {2u, 0u, 1u, 2u}) run_layer(kernels, w, step, g, "A");
   }
   {  // B: every group windowed; decodes at contexts 100000 and 5000
     World w{c, {4096, 64}, {100000, 5000}, {1, 1}};
     build(w);
     const pkv::CpuStep step = step_of(w);
-    kernels.plan(step, kQHeads, kKvHeads, kHd);
+    kernels.plan(step, kQHeads, kKvHeads, kHd, kHd);
     CHECK(kernels.planned_keys(0) == 0);  // made at the group's first call
     for (uint32_t g : {1u, 0u}) run_layer(kernels, w, step, g, "B");
     CHECK(kernels.planned_keys(0) == 4096 + 4096);

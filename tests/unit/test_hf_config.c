@@ -3,6 +3,8 @@
  * the params untouched. pkv_hf_config_layer_windows and the sliding_window the former sets:
  * layer_types, sliding_window_pattern, Gemma 2's alternation, Qwen's use_sliding_window with
  * max_window_layers, Mistral's one window, a null window, text_config, short buffers. */
+#include <math.h>
+
 #include "test_util.h"
 
 static const char llama[] =
@@ -529,6 +531,20 @@ static void test_mla(void)
   CHECK_EQ_INT(p.dtype, PKV_DTYPE_BF16);
   CHECK_EQ_INT(p.tp_size, 2); /* untouched */
   CHECK_EQ_INT(p.block_size, 7);
+  /* MLA's scale: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), not 1/sqrt(head_dim) of the latent. */
+  CHECK(fabs(p.softmax_scale - 1.0 / sqrt(192.0)) < 1e-7);
+  /* Under DeepSeek V3's yarn rope_scaling: times mscale^2, mscale = 0.1 * ln(40) + 1. */
+  char scaled[1024];
+  snprintf(scaled, sizeof scaled, "%.*s, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, "
+           "\"mscale\": 1.0, \"mscale_all_dim\": 1.0}}", (int)strlen(deepseek_v3) - 1, deepseek_v3);
+  CHECK_OK(parse(&p, scaled));
+  const double mscale = 0.1 * log(40.0) + 1.0;
+  CHECK(fabs(p.softmax_scale - mscale * mscale / sqrt(192.0)) < 1e-6); /* 0.13524 */
+  snprintf(scaled, sizeof scaled, "%.*s, \"rope_scaling\": {\"factor\": \"40\"}}", (int)strlen(deepseek_v3) - 1,
+           deepseek_v3);
+  pkv_engine_params kept = p;
+  CHECK_STATUS(parse(&p, scaled), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "rope_scaling.factor") != NULL && memcmp(&p, &kept, sizeof p) == 0);
   /* A Llama config read next resets the layout. */
   CHECK_OK(parse(&p, llama));
   CHECK_EQ_INT(p.kv_layout, PKV_KV_LAYOUT_HEADS);

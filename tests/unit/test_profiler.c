@@ -417,14 +417,31 @@ static void test_mla(void)
   profile(&heads, PKV_ERR_INVALID_ARGUMENT);
   CHECK(strstr(pkv_last_error(), "MLA") != NULL);
 
-  /* An engine over the latent is not built yet: refused by name, nothing created. */
+  /* An engine over the latent: MLA's scale must be given; no sliding window. */
   p.memory_total_bytes = 0;
   p.num_blocks = 8;
   p.max_model_len = 64;
+  p.device = PKV_DEVICE_CPU;
   pkv_engine *e = NULL;
-  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
-  CHECK(strstr(pkv_last_error(), "MLA") != NULL);
+  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "softmax_scale") != NULL);
   CHECK(e == NULL);
+  p.softmax_scale = 0.1352f;
+  p.sliding_window = 16;
+  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
+  CHECK(strstr(pkv_last_error(), "MLA") != NULL && e == NULL);
+  p.sliding_window = 0;
+  /* The pool is the latents alone: one tensor, no V, the budget's bytes. */
+  b = profile(&p, PKV_OK);
+  CHECK_STATUS(pkv_engine_create(&p, &e), PKV_OK);
+  struct pkv_pool_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_STATUS(pkv_pool_info(e, &info), PKV_OK);
+  CHECK(info.k_base != NULL && info.v_base == NULL && info.kv_heads == 1 && info.head_dim == 576);
+  CHECK(info.bytes_per_pool == b.pool_bytes && info.token_stride == 576);
+  CHECK(info.bytes_per_pool == (uint64_t)p.num_layers * 8 * p.block_size * 576 * 2);
+  pkv_engine_destroy(e);
 }
 
 int main(void)

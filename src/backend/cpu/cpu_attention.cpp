@@ -14,6 +14,8 @@
 // converted to floats times their head's scale as they are loaded, fp8.h).
 // A sliding window masks each row's keys below its position - window + 1; an item's keys are
 // those of its rows' windows only, so blocks wholly outside them are never read.
+// MLA (layer.mla): K is the latent (head_dim values), V its first v_dim values, out v_dim per
+// head: a chunk's latents are converted once and serve as both.
 #include "backend/cpu/cpu_attention.h"
 
 #include <algorithm>
@@ -35,7 +37,6 @@ inline void fill(float *p, size_t n, float value) {
 }
 
 constexpr uint32_t kChunk = kAttnChunk;
-constexpr uint32_t kPrefillRows = kAttnPrefillRows;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using Item = AttnItem;
@@ -96,10 +97,11 @@ template <> inline void convert_row(const Fp8E5M2 *src, float *dst, uint32_t n, 
   fp8_row(src, dst, n, scale);
 }
 
-// acc = acc * alpha + sum over t < n of p[t] * v[t], for one (row, head): acc stays in eight
-// registers (64 lanes) while the keys stream past — eight independent chains, enough to keep
-// both FMA units busy despite their latency.
-inline void accumulate(float *acc, float alpha, const float *p, const float *v, uint32_t n, uint32_t hd) {
+// acc = acc * alpha + sum over t < n of p[t] * v[t] (hd values, rows `stride` apart), for one
+// (row, head): acc stays in eight registers (64 lanes) while the keys stream past — eight
+// independent chains, enough to keep both FMA units busy despite their latency.
+inline void accumulate(float *acc, float alpha, const float *p, const float *v, uint32_t n, uint32_t hd,
+                       size_t stride) {
   const v8f a = splat(alpha);
   uint32_t d = 0;
   for (; d + 64 <= hd; d += 64) {
@@ -107,7 +109,7 @@ inline void accumulate(float *acc, float alpha, const float *p, const float *v, 
     for (int j = 0; j < 8; ++j) r[j] = load8(acc + d + 8 * j) * a;
     for (uint32_t t = 0; t < n; ++t) {
       const v8f pt = splat(p[t]);
-      const float *row = v + size_t(t) * hd + d;
+      const float *row = v + size_t(t) * stride + d;
       for (int j = 0; j < 8; ++j) r[j] += pt * load8(row + 8 * j);
     }
     for (int j = 0; j < 8; ++j) store8(acc + d + 8 * j, r[j]);
@@ -116,10 +118,10 @@ inline void accumulate(float *acc, float alpha, const float *p, const float *v, 
     v8f r0 = load8(acc + d) * a, r1 = splat(0.0f);
     uint32_t t = 0;
     for (; t + 2 <= n; t += 2) {
-      r0 += splat(p[t]) * load8(v + size_t(t) * hd + d);
-      r1 += splat(p[t + 1]) * load8(v + size_t(t + 1) * hd + d);
+      r0 += splat(p[t]) * load8(v + size_t(t) * stride + d);
+      r1 += splat(p[t + 1]) * load8(v + size_t(t + 1) * stride + d);
     }
-    if (t < n) r0 += splat(p[t]) * load8(v + size_t(t) * hd + d);
+    if (t < n) r0 += splat(p[t]) * load8(v + size_t(t) * stride + d);
     store8(acc + d, r0 + r1);
   }
 }
@@ -127,15 +129,17 @@ inline void accumulate(float *acc, float alpha, const float *p, const float *v, 
 struct Shape {
   uint32_t hd, group, q_heads, kv_heads, bs;
   uint32_t window;  // 0 = full attention
+  uint32_t vd;      // V's and out's values per head (MLA: the latent's first vd)
+  bool mla;
 };
 
 // Scratch of one thread, for an item's rows x q heads (at most max_q of them): q (scaled) and
-// acc [rows][q heads][hd], m, l and alpha [rows][q heads], K and V chunks [kChunk][hd],
-// probabilities [rows][q heads][kChunk].
+// acc [rows][q heads][hd] (acc uses vd of each hd), m, l and alpha [rows][q heads], K and V
+// chunks [kChunk][hd], probabilities [rows][q heads][kChunk].
 struct Scratch {
   float *q, *acc, *m, *l, *alpha, *kf, *vf, *p;
   Scratch(float *base, const Shape &s) {
-    const size_t rg = std::max(size_t(kPrefillRows) * s.group, size_t(s.q_heads));
+    const size_t rg = attention_max_q(s.q_heads, s.kv_heads);
     q = base;
     acc = q + rg * s.hd;
     m = acc + rg * s.hd;
@@ -181,14 +185,14 @@ template <class T, class C> struct ItemRunner {
       const char *v = reinterpret_cast<const char *>(static_cast<const C *>(layer.v_cache) + offset);
       for (size_t b = 0; b < bytes; b += 64) {
         __builtin_prefetch(k + b);
-        __builtin_prefetch(v + b);
+        if (!s.mla) __builtin_prefetch(v + b);
       }
     }
   }
 
   void run(const Item &it, Scratch &w, float *partial, void *out) const {
     // State index i = r * qh + j: row r, the item's q head j (kv head it.head + j / group).
-    const uint32_t hd = s.hd, qh = it.num_heads * s.group, rg = it.rows * qh;
+    const uint32_t hd = s.hd, vd = s.vd, qh = it.num_heads * s.group, rg = it.rows * qh;
     const uint32_t qlen = step.query_start[it.seq + 1] - step.query_start[it.seq];
     const uint32_t first_pos = step.context_lens[it.seq] - qlen + it.row0;  // of row 0
     const uint32_t token0 = step.query_start[it.seq] + it.row0;
@@ -198,7 +202,7 @@ template <class T, class C> struct ItemRunner {
     }
     const v8f scale = splat(layer.scale);
     for (uint32_t i = 0; i < rg * hd; i += 8) store8(w.q + i, load8(w.q + i) * scale);
-    fill(w.acc, size_t(rg) * hd, 0.0f);
+    fill(w.acc, size_t(rg) * vd, 0.0f);
     fill(w.m, rg, kNegInf);
     fill(w.l, rg, 0.0f);
     // Two chunks in flight ahead of the one computing.
@@ -217,26 +221,28 @@ template <class T, class C> struct ItemRunner {
           const uint32_t hi = pos >= key ? std::min(n, pos - key + 1) : 0;
           for (uint32_t g = 0; g < s.group; ++g) softmax_update(w, r * qh + hh * s.group + g, lo, hi, n);
         }
-        load_rows(layer.v_cache, layer.v_scale, it.seq, it.head + hh, key, n, w.vf);
+        // MLA: V is the latents just converted, their first vd values.
+        if (!s.mla) load_rows(layer.v_cache, layer.v_scale, it.seq, it.head + hh, key, n, w.vf);
+        const float *vf = s.mla ? w.kf : w.vf;
         for (uint32_t r = 0; r < it.rows; ++r)
           for (uint32_t g = 0; g < s.group; ++g) {
             const uint32_t i = r * qh + hh * s.group + g;
-            accumulate(w.acc + size_t(i) * hd, w.alpha[i], w.p + size_t(i) * kChunk, w.vf, n, hd);
+            accumulate(w.acc + size_t(i) * vd, w.alpha[i], w.p + size_t(i) * kChunk, vf, n, vd, hd);
           }
       }
     }
     if (partial) {
       std::memcpy(partial, w.m, rg * sizeof(float));
       std::memcpy(partial + rg, w.l, rg * sizeof(float));
-      std::memcpy(partial + 2 * rg, w.acc, size_t(rg) * hd * sizeof(float));
+      std::memcpy(partial + 2 * rg, w.acc, size_t(rg) * vd * sizeof(float));
       return;
     }
     for (uint32_t r = 0; r < it.rows; ++r) {
-      T *orow = static_cast<T *>(out) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * hd;
+      T *orow = static_cast<T *>(out) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * vd;
       for (uint32_t j = 0; j < qh; ++j) {
         const uint32_t i = r * qh + j;
         const float inv = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
-        from_float_scaled(w.acc + size_t(i) * hd, inv, orow + size_t(j) * hd, hd);
+        from_float_scaled(w.acc + size_t(i) * vd, inv, orow + size_t(j) * vd, vd);
       }
     }
   }
@@ -275,7 +281,7 @@ template <class T, class C> struct ItemRunner {
 template <class T> void merge(const Item *items, size_t first, const float *partials,
                               const CpuStep &step, const CpuLayer &layer, const Shape &s, float *acc) {
   const Item &it0 = items[first];
-  const uint32_t qh = it0.num_heads * s.group, rg = it0.rows * qh, hd = s.hd, splits = it0.num_splits;
+  const uint32_t qh = it0.num_heads * s.group, rg = it0.rows * qh, hd = s.vd, splits = it0.num_splits;
   const uint32_t token0 = step.query_start[it0.seq] + it0.row0;
   for (uint32_t i = 0; i < rg; ++i) {
     float mx = kNegInf;
@@ -299,7 +305,7 @@ template <class T> void merge(const Item *items, size_t first, const float *part
 template <class T, class C>
 void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork &work, ThreadPool &pool) {
   const Shape s{layer.head_dim, layer.q_heads / layer.kv_heads, layer.q_heads, layer.kv_heads, step.block_size,
-                layer.window};
+                layer.window, layer.v_dim, layer.mla};
   const ItemRunner<T, C> runner{step, layer, s};
   pool.parallel_for(work.num_items, [&](size_t i, uint32_t thread) {
     const Item &it = work.items[i];

@@ -20,9 +20,15 @@ inline size_t attention_scratch_floats(uint32_t max_q, uint32_t head_dim) {
   const size_t kernels = 2 * rg * (head_dim + 16) + kKernelScratchFloats;
   return generic > kernels ? generic : kernels;
 }
-// Floats of one split item's partial result.
-inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t head_dim) {
-  return size_t(rows) * q_heads * (head_dim + 2);
+// The most (row, q head) states one item holds: a tile's rows times a kv head's q heads, or a
+// decode's q heads (all kv heads in one item).
+inline uint32_t attention_max_q(uint32_t q_heads, uint32_t kv_heads) {
+  const uint32_t group = q_heads / kv_heads, tile = attn_tile_rows(group) * group;
+  return tile > q_heads ? tile : q_heads;
+}
+// Floats of one split item's partial result (v_dim: the values per head of V and out).
+inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t v_dim) {
+  return size_t(rows) * q_heads * (v_dim + 2);
 }
 
 // attention: the planned items of one layer's call. quantize_fp8: write_kv's rounding of n

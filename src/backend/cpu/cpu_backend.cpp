@@ -40,26 +40,28 @@ class Mapping {
 
 class CpuBackend final : public Backend {
  public:
-  // One mapping for the pool's K then V, one for the host tier's.
+  // One mapping for the pool's K then V (MLA: the latents alone), one for the host tier's.
   CpuBackend(const PoolShape &shape, uint32_t num_threads)
       : shape_(shape),
         bytes_(shape.bytes_per_pool()),
         num_threads_(num_threads),
         variant_(cpu_variant()),
-        pool_(2 * bytes_, "KV pool"),
-        host_(2 * shape.host_bytes.pool, "host tier") {}
+        pool_(shape.tensors * bytes_, "KV pool"),
+        host_(shape.tensors * shape.host_bytes.pool, "host tier") {}
 
   int32_t device() const override { return PKV_DEVICE_CPU; }
   const char *kernels() const override { return variant_.name; }
   void *k_pool() const override { return pool_.base(); }
-  void *v_pool() const override { return pool_.base() + bytes_; }
+  void *v_pool() const override { return shape_.mla() ? nullptr : pool_.base() + bytes_; }
   void *host_k_pool() const override { return host_.base(); }
-  void *host_v_pool() const override { return host_.base() ? host_.base() + shape_.host_bytes.pool : nullptr; }
+  void *host_v_pool() const override {
+    return host_.base() && !shape_.mla() ? host_.base() + shape_.host_bytes.pool : nullptr;
+  }
 
   void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) override {
-    const CpuTier tiers[2] = {{pool_.base(), pool_.base() + bytes_, shape_.layer_bytes()},
-                              {host_.base(), host_.base() + shape_.host_bytes.pool, shape_.host_bytes.layer}};
-    kernels().copy_blocks(tiers, shape_.num_layers, shape_.block_bytes(), src, dst, kind, n);
+    const CpuTier tiers[2] = {{pool_.base(), static_cast<char *>(v_pool()), shape_.layer_bytes()},
+                              {host_.base(), static_cast<char *>(host_v_pool()), shape_.host_bytes.layer}};
+    kernels().copy_blocks(tiers, shape_.num_layers, shape_.tensors, shape_.block_bytes(), src, dst, kind, n);
   }
 
   void read_block(int32_t block, void *dst) override {
@@ -67,8 +69,8 @@ class CpuBackend final : public Backend {
     const uint64_t bb = shape_.block_bytes();
     for (uint32_t l = 0; l < shape_.num_layers; ++l) {
       const uint64_t at = l * shape_.layer_bytes() + uint64_t(block) * bb;
-      std::memcpy(out + 2 * l * bb, pool_.base() + at, bb);
-      std::memcpy(out + (2 * l + 1) * bb, pool_.base() + bytes_ + at, bb);
+      for (uint32_t t = 0; t < shape_.tensors; ++t)
+        std::memcpy(out + (shape_.tensors * l + t) * bb, pool_.base() + t * bytes_ + at, bb);
     }
   }
 
@@ -76,17 +78,20 @@ class CpuBackend final : public Backend {
     PKV_ASSERT(v.num_kv_groups >= 1 && v.group_slot_mapping && v.group_block_tables);
     step_ = CpuStep{v.num_seqs, v.num_tokens, v.block_size, v.max_blocks_per_seq, v.num_kv_groups,
                     v.query_start, v.context_lens, v.group_slot_mapping, v.group_block_tables};
-    kernels().plan(step_, shape_.q_heads, shape_.kv_heads, shape_.head_dim);
+    kernels().plan(step_, shape_.q_heads, shape_.kv_heads, shape_.head_dim, shape_.v_dim());
   }
 
   void attention(const AttentionCall &call) override {
     PKV_ASSERT(call.group < step_.num_groups);
     PKV_ASSERT((shape_.kv_dtype != PKV_DTYPE_FP8_E4M3 && shape_.kv_dtype != PKV_DTYPE_FP8_E5M2) ||
-               (call.k_scale && call.v_scale));
+               (call.k_scale && (call.v_scale || shape_.mla())));
+    PKV_ASSERT(shape_.mla() == (call.v == nullptr));
     const uint64_t offset = call.slot * shape_.layer_bytes();
-    CpuLayer layer{pool_.base() + offset, pool_.base() + bytes_ + offset, shape_.q_heads, shape_.kv_heads,
-                   shape_.head_dim, shape_.dtype, shape_.kv_dtype, call.group, call.window, call.scale,
-                   call.k_scale, call.v_scale, call.q, call.k, call.v, call.out};
+    // MLA: V is the latents themselves (their first v_dim values), read through the K pool.
+    char *k_cache = pool_.base() + offset, *v_cache = shape_.mla() ? k_cache : pool_.base() + bytes_ + offset;
+    CpuLayer layer{k_cache, v_cache, shape_.q_heads, shape_.kv_heads, shape_.head_dim, shape_.v_dim(),
+                   shape_.mla(), shape_.dtype, shape_.kv_dtype, call.group, call.window, call.scale,
+                   call.k_scale, shape_.mla() ? call.k_scale : call.v_scale, call.q, call.k, call.v, call.out};
     kernels().write_kv(step_, layer);
     kernels().attention(step_, layer);
   }

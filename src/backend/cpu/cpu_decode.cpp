@@ -787,7 +787,7 @@ bool decode_cache(const CpuStep &step, const CpuLayer &layer, const AttnItem &it
 
 bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
   // f32 models, and caches that are the model's f32: the generic runner.
-  if (layer.dtype == PKV_DTYPE_F32 || it.rows != 1) return false;
+  if (layer.dtype == PKV_DTYPE_F32 || it.rows != 1 || layer.mla) return false;
   const Shape s{layer.q_heads / layer.kv_heads, layer.head_dim, layer.kv_heads, 0};
   Shape shape = s;
   switch (layer.kv_dtype) {

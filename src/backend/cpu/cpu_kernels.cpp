@@ -89,11 +89,12 @@ const CpuVariant &cpu_variant() {
 
 CpuKernels::CpuKernels(uint32_t num_threads, const CpuVariant &variant) : pool_(num_threads), variant_(variant) {}
 
-void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim) {
-  q_heads_ = q_heads, kv_heads_ = kv_heads, head_dim_ = head_dim;
+void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim, uint32_t v_dim) {
+  q_heads_ = q_heads, kv_heads_ = kv_heads, head_dim_ = head_dim, v_dim_ = v_dim;
+  tile_rows_ = attn_tile_rows(q_heads / kv_heads);
   plans_.resize(step.num_groups);
   for (GroupPlan &g : plans_) g.ready = false;
-  const size_t scratch = attention_scratch_floats(std::max(kAttnPrefillRows * (q_heads / kv_heads), q_heads), head_dim);
+  const size_t scratch = attention_scratch_floats(attention_max_q(q_heads, kv_heads), head_dim);
   scratch_.resize(pool_.num_threads());
   scratch_ptrs_.resize(pool_.num_threads());
   for (size_t t = 0; t < scratch_.size(); ++t) {
@@ -126,8 +127,8 @@ void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &pla
   for (uint32_t i = 0; i < step.num_seqs; ++i) {
     const uint32_t qlen = step.query_start[i + 1] - step.query_start[i];
     const uint32_t ctx = step.context_lens[i];
-    for (uint32_t row0 = 0; row0 < qlen; row0 += kAttnPrefillRows) {
-      const uint32_t rows = std::min(kAttnPrefillRows, qlen - row0);
+    for (uint32_t row0 = 0; row0 < qlen; row0 += tile_rows_) {
+      const uint32_t rows = std::min(tile_rows_, qlen - row0);
       const KeyRange k = tile_keys(ctx - qlen + row0, rows, window);
       total_keys += uint64_t(k.end - k.first) * (qlen == 1 ? 1 : kv_heads_);
     }
@@ -139,8 +140,8 @@ void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &pla
   for (uint32_t i = 0; i < step.num_seqs; ++i) {
     const uint32_t qlen = step.query_start[i + 1] - step.query_start[i];
     const uint32_t ctx = step.context_lens[i];
-    for (uint32_t row0 = 0; row0 < qlen; row0 += kAttnPrefillRows) {
-      const uint32_t rows = std::min(kAttnPrefillRows, qlen - row0);
+    for (uint32_t row0 = 0; row0 < qlen; row0 += tile_rows_) {
+      const uint32_t rows = std::min(tile_rows_, qlen - row0);
       const KeyRange keys = tile_keys(ctx - qlen + row0, rows, window);
       const uint32_t splits = static_cast<uint32_t>((keys.end - keys.first + split - 1) / split);
       // A single-row tile (a decode) takes every kv head: it then reads whole token rows of the
@@ -154,7 +155,7 @@ void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &pla
                       static_cast<uint32_t>(std::min<uint64_t>(keys.end, key0 + split)), -1, splits};
           if (splits > 1) {
             it.part = static_cast<int64_t>(partial);
-            partial += attention_partial_floats(rows, group * heads_per_item, head_dim_);
+            partial += attention_partial_floats(rows, group * heads_per_item, v_dim_);
           }
           plan.items.push_back(it);
         }
@@ -183,7 +184,7 @@ void CpuKernels::attention(const CpuStep &step, const CpuLayer &layer) {
 }
 
 // New rows into their slots of the layer's group: copied, or rounded to fp8 head by head (each
-// head's scale).
+// head's scale). MLA: the latents (k) alone.
 void CpuKernels::write_kv(const CpuStep &step, const CpuLayer &layer) {
   const size_t elt = layer.dtype == PKV_DTYPE_F32 ? 4 : 2;
   const bool fp8 = layer.kv_dtype == PKV_DTYPE_FP8_E4M3 || layer.kv_dtype == PKV_DTYPE_FP8_E5M2;
@@ -199,29 +200,31 @@ void CpuKernels::write_kv(const CpuStep &step, const CpuLayer &layer) {
       if (slot < 0) continue;
       char *kc = static_cast<char *>(layer.k_cache) + slot * cache_row;
       char *vc = static_cast<char *>(layer.v_cache) + slot * cache_row;
-      const char *k = static_cast<const char *>(layer.k) + t * row, *v = static_cast<const char *>(layer.v) + t * row;
+      const char *k = static_cast<const char *>(layer.k) + t * row;
+      const char *v = layer.mla ? nullptr : static_cast<const char *>(layer.v) + t * row;
       if (!fp8) {
         std::memcpy(kc, k, row);
-        std::memcpy(vc, v, row);
+        if (v) std::memcpy(vc, v, row);
         continue;
       }
       for (uint32_t h = 0; h < layer.kv_heads; ++h) {
         const size_t out = size_t(h) * layer.head_dim;
-        variant_.quantize(k + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(kc) + out, layer.head_dim,
-                  layer.k_scale[h]);
-        variant_.quantize(v + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(vc) + out, layer.head_dim,
-                  layer.v_scale[h]);
+        variant_.quantize(k + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(kc) + out,
+                          layer.head_dim, layer.k_scale[h]);
+        if (v)
+          variant_.quantize(v + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(vc) + out,
+                            layer.head_dim, layer.v_scale[h]);
       }
     }
   });
 }
 
-void CpuKernels::copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint64_t block_bytes,
+void CpuKernels::copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint32_t tensors, uint64_t block_bytes,
                              const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) {
-  pool_.parallel_for(size_t(num_layers) * 2, [&](size_t i, uint32_t) {
-    const uint64_t layer = i / 2;
+  pool_.parallel_for(size_t(num_layers) * tensors, [&](size_t i, uint32_t) {
+    const uint64_t layer = i / tensors;
     char *base[2];  // this layer's K (or V) in each tier
-    for (int t = 0; t < 2; ++t) base[t] = (i % 2 ? tiers[t].v : tiers[t].k) + layer * tiers[t].layer_bytes;
+    for (int t = 0; t < 2; ++t) base[t] = (i % tensors ? tiers[t].v : tiers[t].k) + layer * tiers[t].layer_bytes;
     for (uint32_t c = 0; c < n; ++c) {  // in order: chained copies read earlier destinations
       const int from = copy_reads_host(kind[c]), to = copy_writes_host(kind[c]);
       std::memmove(base[to] + uint64_t(dst[c]) * block_bytes, base[from] + uint64_t(src[c]) * block_bytes,

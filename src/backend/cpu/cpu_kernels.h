@@ -14,6 +14,11 @@ namespace pkv {
 
 constexpr uint32_t kAttnChunk = 16;        // keys converted to fp32 at a time
 constexpr uint32_t kAttnPrefillRows = 32;  // new tokens per item when a sequence has several
+// An item's rows: kAttnPrefillRows, fewer when one kv head has many q heads (MLA's 128 share one
+// latent): an item's state (rows x q heads x head_dim floats) stays near the core's cache.
+inline uint32_t attn_tile_rows(uint32_t group) {
+  return group <= 8 ? kAttnPrefillRows : group >= 256 ? 1 : 256 / group;
+}
 
 // One work item: new tokens [row0, row0 + rows) of a sequence, kv heads [head, head +
 // num_heads) (all their q heads: contiguous in q and out), keys (positions) [key0, key1): the
@@ -36,7 +41,7 @@ struct AttnWork {
 };
 
 
-// Where one tier's blocks are: K and V, each [layers][blocks][block bytes].
+// Where one tier's blocks are: K and V, each [layers][blocks][block bytes] (MLA: v null).
 struct CpuTier {
   char *k, *v;
   uint64_t layer_bytes;
@@ -59,10 +64,14 @@ struct CpuStep {
 };
 
 // One layer's call. Caches: [num_blocks][block_size][kv_heads][head_dim] of kv_dtype.
-// q, out: [num_tokens][q_heads][head_dim]; k, v: [num_tokens][kv_heads][head_dim] of dtype.
+// q: [num_tokens][q_heads][head_dim]; k, v: [num_tokens][kv_heads][head_dim] of dtype; out:
+// [num_tokens][q_heads][v_dim]. MLA: one latent per token (kv_heads 1), v null, v_cache ==
+// k_cache (V is the first v_dim values of each latent's row) and v_scale == k_scale.
 struct CpuLayer {
   void *k_cache, *v_cache;
-  uint32_t q_heads, kv_heads, head_dim;  // head_dim a multiple of 8, at most 256
+  uint32_t q_heads, kv_heads, head_dim;  // head_dim a multiple of 8: at most 256, or 640 for MLA
+  uint32_t v_dim;                        // V's and out's values per head: head_dim, or kv_lora_rank
+  bool mla;
   int32_t dtype;                         // PKV_DTYPE_* of q, k, v and out
   int32_t kv_dtype;                      // the caches': dtype or PKV_DTYPE_FP8_*
   uint32_t group;                        // the KV group whose slot mapping and tables it uses
@@ -94,7 +103,7 @@ class CpuKernels {
 
   // Prepares a step. Its work items depend on the shape and the window, not the layer: they are
   // made at the first call of each KV group and kept for the group's other layers.
-  void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim);
+  void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim, uint32_t v_dim);
   void write_kv(const CpuStep &step, const CpuLayer &layer);
   void attention(const CpuStep &step, const CpuLayer &layer);  // of the planned step
   // The keys the planned items of `group` read per kv head (a decode's items count once for all
@@ -102,7 +111,8 @@ class CpuKernels {
   uint64_t planned_keys(uint32_t group) const;
   // For every layer, block src[c] -> dst[c] in order (a later pair may read an earlier one's
   // dst), each in the tier its kind names (PKV_COPY_*): tiers[0] the pool, tiers[1] the host tier.
-  void copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint64_t block_bytes,
+  // tensors: 2 (K and V) or 1 (K: the MLA latents).
+  void copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint32_t tensors, uint64_t block_bytes,
                    const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n);
 
  private:
@@ -117,7 +127,8 @@ class CpuKernels {
 
   ThreadPool pool_;
   const CpuVariant &variant_;
-  uint32_t q_heads_ = 0, kv_heads_ = 0, head_dim_ = 0;  // of the planned step
+  uint32_t q_heads_ = 0, kv_heads_ = 0, head_dim_ = 0, v_dim_ = 0;  // of the planned step
+  uint32_t tile_rows_ = kAttnPrefillRows;  // new tokens per item of a sequence with several
   std::vector<GroupPlan> plans_;                        // [step.num_groups]
   std::vector<float> partials_;              // split results waiting for the merge
   std::vector<std::vector<float>> scratch_;  // per thread

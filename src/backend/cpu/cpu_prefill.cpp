@@ -43,7 +43,7 @@ namespace {
 // (attention_scratch_floats(max_q, head_dim), max_q as CpuKernels::plan sizes it), or 0 when
 // even 8 keys do not fit.
 template <class Engine> uint32_t chunk_keys(const Tile &t, const CpuLayer &layer) {
-  const size_t avail = attention_scratch_floats(std::max(kAttnPrefillRows * t.group, layer.q_heads), t.hd);
+  const size_t avail = attention_scratch_floats(attention_max_q(layer.q_heads, layer.kv_heads), t.hd);
   // lo, pos, m, l, alpha, o, a row, the chunk's and the next chunk's row pointers, the alignment.
   const size_t state = 5 * size_t(t.rgp) + size_t(t.rgp) * t.hdp + t.hdp + 6 * kMaxChunk + 5 * 16 + 16;
   for (uint32_t chunk = kMaxChunk; chunk >= 8; chunk /= 2)
@@ -171,7 +171,7 @@ template <class T, class C> using Bf16Of = Bf16Engine<C>;
 }  // namespace
 
 bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
-  if (it.num_heads != 1) return false;
+  if (it.num_heads != 1 || layer.mla) return false;
   switch (layer.dtype) {
     case PKV_DTYPE_F16: return run_model<_Float16, F32Engine>(step, layer, it, scratch, partial);
     case PKV_DTYPE_BF16:
