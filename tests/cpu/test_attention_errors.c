@@ -1,7 +1,8 @@
 /* pkv_attention's refusals and what they leave behind: bad layer, NULL pointers, out aliasing an
  * input (INVALID_ARGUMENT) leave the batch usable, its copy-on-write copies included; abort
  * before or after pkv_attention; head_dim pkv cannot run (UNSUPPORTED); small head_dims it can;
- * pkv_pool_info's layout, and the copied block in the pool after copy-on-write. */
+ * pkv_pool_info's layout, and the copied block in the pool after copy-on-write; MLA's calls (v
+ * NULL, latents it cannot run, no V scales). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,73 @@ static void test_unsupported_head_dim(void)
   }
 }
 
+/* MLA: v must be NULL (there is no V); q, k and out not; latents pkv cannot run are
+ * UNSUPPORTED; fp8 scales take no V scale. The refusals leave the batch usable. */
+static void refuse_mla(kw_world *w, pkv_batch *b, const void *q, const void *k, const void *v,
+                       void *out)
+{
+  pkv_engine *e = w->e;
+  CHECK(v == NULL);
+  CHECK_ERR(e, pkv_attention(b, 0, q, k, q, out), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "v NULL") != NULL);
+  CHECK_ERR(e, pkv_attention(b, 0, NULL, k, NULL, out), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_attention(b, 0, q, NULL, NULL, out), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_attention(b, 0, q, k, NULL, NULL), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_attention(b, 0, q, k, NULL, (void *)k), PKV_ERR_INVALID_ARGUMENT);
+  w->on_batch = NULL;
+}
+
+static void test_mla_calls(void)
+{
+  kw_config c = base;
+  c.num_kv_heads = 1, c.head_dim = 48, c.kv_lora_rank = 32, c.softmax_scale = 0.2f;
+  c.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  kw_world w;
+  if (kw_init(&w, &c)) { /* its fp8 scales were set with v_scales NULL */
+    const float one = 1.0f, zero = 0.0f;
+    CHECK_ERR(w.e, pkv_set_kv_scales(w.e, 0, NULL, &one), PKV_ERR_INVALID_ARGUMENT);
+    CHECK_ERR(w.e, pkv_set_kv_scales(w.e, 0, &zero, NULL), PKV_ERR_INVALID_ARGUMENT);
+    int a, f;
+    if (fork_and_append(&w, &a, &f)) {
+      w.on_batch = refuse_mla;
+      const int s[2] = {f, a};
+      kw_step(&w, s, NULL, 2, 0);
+    }
+    kw_free(&w);
+  }
+  /* A K/V engine still needs its V scales. */
+  kw_config h = base;
+  h.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  if (kw_init(&w, &h)) {
+    const float ones[2] = {1.0f, 1.0f};
+    CHECK_ERR(w.e, pkv_set_kv_scales(w.e, 0, ones, NULL), PKV_ERR_INVALID_ARGUMENT);
+    kw_free(&w);
+  }
+  /* Latents pkv_attention cannot run: parts not multiples of 8, or above its limits. */
+  const uint32_t parts[][2] = {{36, 12}, {32, 4}, {520, 64}, {512, 136}};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    kw_config m = base;
+    m.num_kv_heads = 1, m.kv_lora_rank = parts[i][0], m.head_dim = parts[i][0] + parts[i][1];
+    m.softmax_scale = 0.1f;
+    if (!kw_init(&w, &m))
+      continue;
+    int32_t t[8];
+    kw_tokens(t, 8, 4);
+    const int s = kw_alloc(&w, t, 8, NULL);
+    pkv_batch *b = NULL;
+    if (s >= 0 && CHECK_OK(pkv_batch_begin(w.e, &w.seqs[s].id, NULL, 1, &b))) {
+      const size_t n = (size_t)8 * m.num_q_heads * m.head_dim;
+      float *q = calloc(n, 4), *k = calloc(n, 4), *out = calloc(n, 4);
+      if (!CHECK_ERR(w.e, pkv_attention(b, 0, q, k, NULL, out), PKV_ERR_UNSUPPORTED))
+        fprintf(stderr, "  kv_lora_rank %u, rope %u\n", parts[i][0], parts[i][1]);
+      CHECK(strstr(pkv_last_error(), "MLA") != NULL);
+      CHECK_OK(pkv_batch_end(b));
+      free(q), free(k), free(out);
+    }
+    kw_free(&w);
+  }
+}
+
 /* The smallest head_dims pkv supports, all dtypes. */
 static void test_small_head_dims(void)
 {
@@ -170,6 +238,7 @@ int main(void)
   KW_RUN(test_abort);
   KW_RUN(test_unsupported_head_dim);
   KW_RUN(test_small_head_dims);
+  KW_RUN(test_mla_calls);
   KW_RUN(test_pool_info);
   return kw_summary();
 }

@@ -5,7 +5,7 @@
 //    serving, misses are counted as errors; back on the same port: hits again. A wrong password
 //    is PKV_ERR_STORE at create.
 //  - File: an engine restarted on the same directory gets its prefixes back; two salts never
-//    share a block.
+//    share a block; an MLA engine's latents come back to an MLA engine only.
 #include <math.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -22,11 +22,17 @@ namespace {
 
 constexpr uint32_t BS = 4, BLOCKS = 16, HOST = 8, LAYERS = 2, QH = 4, KVH = 2, D = 8, N = 13;
 
-pkv_engine *engine(pkv_store_params *sp) {
+// mla: a latent cache of 16 (kv_lora_rank 8 + rope 8) instead of K/V heads.
+pkv_engine *engine(pkv_store_params *sp, bool mla = false) {
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS);  // f32, 2 layers, 4 q heads, 2 kv heads of 8
   p.host_num_blocks = HOST;
   p.store = sp;
+  if (mla) {
+    p.kv_layout = PKV_KV_LAYOUT_MLA;
+    p.num_kv_heads = 1, p.head_dim = 16, p.kv_lora_rank = 8, p.qk_rope_head_dim = 8;
+    p.softmax_scale = 0.25f;
+  }
   pkv_engine *e = nullptr;
   return pkv_engine_create(&p, &e) == PKV_OK ? e : nullptr;
 }
@@ -44,20 +50,21 @@ struct pkv_pool_info pool_of(pkv_engine *e) {
   return in;
 }
 
-// Writes (check 0) or counts mismatches of (check 1) seq's K/V of positions [0, n).
+// Writes (check 0) or counts mismatches of (check 1) seq's K/V (an MLA pool: its latents) of
+// positions [0, n).
 uint32_t pattern(pkv_engine *e, uint64_t seq, uint32_t n, int check) {
   const struct pkv_pool_info in = pool_of(e);
   int32_t table[16];
   tu_table(e, seq, table, 16);
   uint32_t bad = 0;
   for (uint32_t pos = 0; pos < n; pos++)
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < (in.v_base ? 2 : 1); k++)
       for (uint32_t l = 0; l < LAYERS; l++)
-        for (uint32_t h = 0; h < KVH; h++) {
+        for (uint32_t h = 0; h < in.kv_heads; h++) {
           float *row = static_cast<float *>(k ? in.v_base : in.k_base) + l * in.layer_stride +
                        uint64_t(table[pos / BS]) * in.block_stride + (pos % BS) * in.token_stride +
                        h * in.head_stride;
-          for (uint32_t i = 0; i < D; i++) {
+          for (uint32_t i = 0; i < in.head_dim; i++) {
             if (check) bad += row[i] != kv(k, l, pos, h, i);
             else row[i] = kv(k, l, pos, h, i);
           }
@@ -259,6 +266,53 @@ void test_file_restart() {
   CHECK(system(rm.c_str()) == 0);
 }
 
+// An MLA engine's blocks (the latents alone) come back to an MLA engine restarted on the same
+// directory; a K/V engine of the same widths (1 kv head of 16) shares none of them.
+void test_file_mla() {
+  char dir[] = "/tmp/pkv-store-XXXXXX";
+  if (!CHECK(mkdtemp(dir) != nullptr)) return;
+  pkv_store_params sp;
+  pkv_store_params_init(&sp, sizeof sp);
+  sp.kind = PKV_STORE_FILE;
+  sp.path = dir;
+  int32_t t[N];
+  tu_fill(t, N, 90);
+  pkv_engine *a = engine(&sp, true);
+  if (!CHECK(a != nullptr)) return;
+  CHECK(pool_of(a).v_base == nullptr && pool_of(a).host_v_base == nullptr);
+  compute_prompt(a, t, "m");
+  pkv_engine_destroy(a);
+  pkv_engine_params hp;
+  tu_params(&hp, BS, BLOCKS);
+  hp.host_num_blocks = HOST, hp.store = &sp, hp.num_kv_heads = 1, hp.head_dim = 16;
+  pkv_engine *heads = nullptr;
+  if (CHECK_OK(pkv_engine_create(&hp, &heads))) {
+    uint32_t cached = 99;
+    const uint64_t s = tu_alloc_salt(heads, t, N, "m", &cached);
+    CHECK_EQ_INT(cached, 0);  // another fingerprint: another model's cache
+    CHECK_OK(pkv_release(heads, s));
+    pkv_engine_destroy(heads);
+  }
+  pkv_engine *b = engine(&sp, true);
+  if (CHECK(b != nullptr)) {
+    uint32_t cached = 99;
+    const uint64_t s = tu_alloc_salt(b, t, N, "m", &cached);
+    CHECK_EQ_INT(cached, N - 1);
+    pkv_batch *bt = nullptr;
+    if (CHECK_OK(pkv_batch_begin(b, &s, nullptr, 1, &bt))) {
+      CHECK_OK(pkv_batch_copy(bt));
+      CHECK_EQ_INT(pattern(b, s, N - 1, 1), 0);
+      CHECK_OK(pkv_batch_end(bt));
+    }
+    CHECK_OK(pkv_release(b, s));
+    CHECK_EQ_INT(tu_stats(b).store_hit_tokens, N - 1);
+    CHECK_ENGINE(b);
+    pkv_engine_destroy(b);
+  }
+  std::string rm = std::string("rm -rf ") + dir;
+  CHECK(system(rm.c_str()) == 0);
+}
+
 // A disk that is full (here: a file-size limit below one block, in a child process): the writes
 // fail, are counted and explained, and the engine keeps serving.
 void test_file_full_disk() {
@@ -308,6 +362,7 @@ void test_file_full_disk() {
 int main() {
   TU_RUN(test_file_full_disk);
   TU_RUN(test_file_restart);
+  TU_RUN(test_file_mla);
   TU_RUN(test_redis_wrong_password);
   TU_RUN(test_redis_two_processes);
   return tu_summary();
