@@ -5,14 +5,18 @@
  * preemption and resume that recomputes what the cache lost, a forked pair swapped out to the
  * host tier and back) and once on a naive contiguous KV
  * cache per sequence. The tokens must be identical and the logits equal within f32 noise.
- * The story runs six times: f32 KV; fp8 e4m3 and e5m2 KV (scales per layer and kv head from
+ * The story runs seven times: f32 KV; fp8 e4m3 and e5m2 KV (scales per layer and kv head from
  * the amax of an f32 run, the naive cache rounding as pkv_ref_fp8_encode does: the logits
  * then agree within what a value landing on the other side of a rounding edge could move); a
  * sliding window of 8 on every layer (the naive side masks it); a hybrid model, the window on
  * layers 0 and 2 and full attention on layer 1 (two KV groups; the swap-out is left out, as pkv
- * has no host tier with windows), in f32 and in fp8 e4m3. It prints how often fp8 KV picks
- * the tokens bf16 KV (the naive cache rounding to bf16) picks.
- * One file of ~600 lines on purpose: the model, both KV sides and the comparison read in order. */
+ * has no host tier with windows), in f32 and in fp8 e4m3; and a model whose attention is
+ * multi-head latent attention (DeepSeek's: a latent of 32 + a shared rotary key of 16 per token,
+ * per-head keys and values up-projected from it), pkv caching the latent and attending in the
+ * absorbed form while the naive side decompresses every head's K and V into its contiguous
+ * cache. It prints how often fp8 KV picks the tokens bf16 KV (the naive cache rounding to bf16)
+ * picks.
+ * One file of ~750 lines on purpose: the model, both KV sides and the comparison read in order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,9 @@
 
 enum { VOCAB = 200, HID = 64, LAYERS = 3, QH = 4, KVH = 2, HD = 16, FFN = 128, BS = 7 };
 enum { NUM_PROMPTS = 4, GEN = 10, MAX_TOKENS = 64, SYS_LEN = 17, WINDOW = 8 };
+/* The MLA model: per token one latent of RANK + ROPE values (the compressed KV and the shared
+ * rotary key); per q head NOPE + ROPE query values and VD output values. */
+enum { RANK = 32, ROPE = 16, NOPE = 16, VD = HD, LATENT = RANK + ROPE, QKD = NOPE + ROPE };
 #define LOGIT_ATOL 5e-5
 #define LOGIT_RTOL 5e-5
 #define FP8_LOGIT_TOL 2e-2
@@ -34,6 +41,7 @@ typedef struct kv_mode {
   int32_t kv_dtype;
   uint32_t window;
   int hybrid;                   /* the window on layers 0 and 2 only: a windowed and a full KV group */
+  int mla;                      /* the model's attention is multi-head latent attention */
   float scales[LAYERS][2][KVH]; /* fp8: k, v of each layer's kv heads */
 } kv_mode;
 
@@ -41,6 +49,9 @@ typedef struct layer_w {
   float norm1[HID], norm2[HID];
   float wq[QH * HD][HID], wk[KVH * HD][HID], wv[KVH * HD][HID], wo[HID][QH * HD];
   float gate[FFN][HID], up[FFN][HID], down[HID][FFN];
+  /* MLA (wo shared: VD == HD): q [QH][NOPE | ROPE], the latent [RANK | ROPE], the up-projections
+   * of the latent's RANK part to each head's key (NOPE) and value (VD) */
+  float mq[QH * QKD][HID], dkv[LATENT][HID], uk[QH][NOPE][RANK], uv[QH][VD][RANK];
 } layer_w;
 
 typedef struct model {
@@ -50,7 +61,9 @@ typedef struct model {
   float head[VOCAB][HID];
 } model;
 
-/* The KV side of one layer: rows' q [n][QH][HD], k/v [n][KVH][HD] -> out [n][QH][HD]. */
+/* The KV side of one layer: rows' q [n][QH][HD], k/v [n][KVH][HD] -> out [n][QH][HD]. MLA, on
+ * pkv: q [n][QH][LATENT] (absorbed), k the latents [n][LATENT], v NULL -> out [n][QH][RANK]; on the
+ * naive side: q [n][QH][QKD], k [n][QH][QKD], v [n][QH][VD] (decompressed) -> out [n][QH][VD]. */
 typedef int (*attention_fn)(void *ctx, uint32_t layer, const float *q, const float *k,
                             const float *v, float *out);
 
@@ -86,6 +99,14 @@ static void init_model(model *m)
   for (int i = 0; i < HID; i++)
     m->norm_f[i] = 1.0f;
   fill(&m->head[0][0], sizeof m->head / 4, 3.0f / sqrtf(HID));
+  for (int l = 0; l < LAYERS; l++) { /* last: the other modes' weights keep their values */
+    layer_w *w = &m->layer[l];
+    const float a = 1.7f / sqrtf(HID);
+    fill(&w->mq[0][0], sizeof w->mq / 4, 2 * a);
+    fill(&w->dkv[0][0], sizeof w->dkv / 4, a);
+    fill(&w->uk[0][0][0], sizeof w->uk / 4, 2 * 1.7f / sqrtf(RANK));
+    fill(&w->uv[0][0][0], sizeof w->uv / 4, 1.7f / sqrtf(RANK));
+  }
 }
 
 /* y[rows] = W[rows][cols] x[cols] */
@@ -109,23 +130,72 @@ static void rmsnorm(const float *x, const float *g, float *y)
     y[i] = x[i] * inv * g[i];
 }
 
-/* Rotary embedding (rotate-half form) of the heads of x at position pos. */
-static void rope(float *x, int heads, int32_t pos)
+/* Rotary embedding (rotate-half form) at position pos of values [offset, offset + dims) of each
+ * of the heads of x (stride values apart). */
+static void rope_part(float *x, int heads, int stride, int offset, int dims, int32_t pos)
 {
   for (int h = 0; h < heads; h++)
-    for (int i = 0; i < HD / 2; i++) {
-      const double angle = pos * pow(10000.0, -2.0 * i / HD);
+    for (int i = 0; i < dims / 2; i++) {
+      const double angle = pos * pow(10000.0, -2.0 * i / dims);
       const float c = (float)cos(angle), s = (float)sin(angle);
-      float *a = x + h * HD + i, *b = a + HD / 2;
+      float *a = x + h * stride + offset + i, *b = a + dims / 2;
       const float x0 = *a, x1 = *b;
       *a = x0 * c - x1 * s;
       *b = x0 * s + x1 * c;
     }
 }
 
-/* Runs n rows (token, position) through the model, the KV side by attn; logits [n][VOCAB]. */
+static void rope(float *x, int heads, int32_t pos)
+{
+  rope_part(x, heads, HD, 0, HD, pos);
+}
+
+/* MLA's projections of n rows (normed hidden states h [n][HID]) into q, k, v for attn, and the
+ * heads' outputs back to o [n][QH][VD]. absorbed (pkv): q in latent space, k the latents, v NULL;
+ * else (the naive side) K and V decompressed per head. */
+static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int32_t *positions,
+                         uint32_t n, int absorbed, attention_fn attn, void *ctx, float *o)
+{
+  float *q = malloc(sizeof(float) * n * QH * QKD), *lat = malloc(sizeof(float) * n * LATENT);
+  float *qa = malloc(sizeof(float) * n * QH * LATENT), *ol = malloc(sizeof(float) * n * QH * RANK);
+  float *k = malloc(sizeof(float) * n * QH * QKD), *v = malloc(sizeof(float) * n * QH * VD);
+  for (uint32_t r = 0; r < n; r++) {
+    matvec(&w->mq[0][0], h + r * HID, q + r * QH * QKD, QH * QKD, HID);
+    matvec(&w->dkv[0][0], h + r * HID, lat + r * LATENT, LATENT, HID);
+    rope_part(q + r * QH * QKD, QH, QKD, NOPE, ROPE, positions[r]);
+    rope_part(lat + r * LATENT, 1, LATENT, RANK, ROPE, positions[r]);
+    for (int hd = 0; hd < QH; hd++) {
+      const float *qh = q + (r * QH + hd) * QKD, *c = lat + r * LATENT;
+      float *qa_h = qa + (r * QH + hd) * LATENT, *kh = k + (r * QH + hd) * QKD;
+      for (int j = 0; j < RANK; j++) { /* q_nope . (uk c) = (uk^T q_nope) . c */
+        float sum = 0.0f;
+        for (int i = 0; i < NOPE; i++)
+          sum += w->uk[hd][i][j] * qh[i];
+        qa_h[j] = sum;
+      }
+      memcpy(qa_h + RANK, qh + NOPE, ROPE * sizeof(float));
+      matvec(&w->uk[hd][0][0], c, kh, NOPE, RANK);
+      memcpy(kh + NOPE, c + RANK, ROPE * sizeof(float));
+      matvec(&w->uv[hd][0][0], c, v + (r * QH + hd) * VD, VD, RANK);
+    }
+  }
+  int ok;
+  if (absorbed) {
+    ok = attn(ctx, l, qa, lat, NULL, ol);
+    for (uint32_t r = 0; ok && r < n; r++) /* each head's output up-projected from latent space */
+      for (int hd = 0; hd < QH; hd++)
+        matvec(&w->uv[hd][0][0], ol + (r * QH + hd) * RANK, o + (r * QH + hd) * VD, VD, RANK);
+  } else {
+    ok = attn(ctx, l, q, k, v, o);
+  }
+  free(q), free(lat), free(qa), free(ol), free(k), free(v);
+  return ok;
+}
+
+/* Runs n rows (token, position) through the model, the KV side by attn; logits [n][VOCAB].
+ * mla: the model's MLA attention, absorbed (pkv's form) or not (the naive side's). */
 static int forward(const model *m, const int32_t *tokens, const int32_t *positions, uint32_t n,
-                   attention_fn attn, void *ctx, float *logits)
+                   int mla, int absorbed, attention_fn attn, void *ctx, float *logits)
 {
   float *x = malloc(sizeof(float) * n * HID), *q = malloc(sizeof(float) * n * QH * HD);
   float *k = malloc(sizeof(float) * n * KVH * HD), *v = malloc(sizeof(float) * n * KVH * HD);
@@ -134,17 +204,22 @@ static int forward(const model *m, const int32_t *tokens, const int32_t *positio
   int ok = 1;
   for (uint32_t r = 0; r < n; r++)
     memcpy(x + r * HID, m->embed[tokens[r]], sizeof h);
+  float *hn = mla ? malloc(sizeof(float) * n * HID) : NULL;
   for (uint32_t l = 0; ok && l < LAYERS; l++) {
     const layer_w *w = &m->layer[l];
     for (uint32_t r = 0; r < n; r++) {
       rmsnorm(x + r * HID, w->norm1, h);
+      if (mla) {
+        memcpy(hn + r * HID, h, sizeof h);
+        continue;
+      }
       matvec(&w->wq[0][0], h, q + r * QH * HD, QH * HD, HID);
       matvec(&w->wk[0][0], h, k + r * KVH * HD, KVH * HD, HID);
       matvec(&w->wv[0][0], h, v + r * KVH * HD, KVH * HD, HID);
       rope(q + r * QH * HD, QH, positions[r]);
       rope(k + r * KVH * HD, KVH, positions[r]);
     }
-    ok = attn(ctx, l, q, k, v, o);
+    ok = mla ? mla_attention(w, l, hn, positions, n, absorbed, attn, ctx, o) : attn(ctx, l, q, k, v, o);
     for (uint32_t r = 0; ok && r < n; r++) {
       float *xr = x + r * HID;
       matvec(&w->wo[0][0], o + r * QH * HD, t, HID, QH * HD);
@@ -164,7 +239,7 @@ static int forward(const model *m, const int32_t *tokens, const int32_t *positio
     rmsnorm(x + r * HID, m->norm_f, h);
     matvec(&m->head[0][0], h, logits + (size_t)r * VOCAB, VOCAB, HID);
   }
-  free(x), free(q), free(k), free(v), free(o);
+  free(x), free(q), free(k), free(v), free(o), free(hn);
   return ok;
 }
 
@@ -184,6 +259,7 @@ static int32_t pick(const float *logits, int rank)
 /* ---------------------------------------------------------------- the naive side */
 typedef struct naive_seq {
   float k[LAYERS][MAX_TOKENS][KVH * HD], v[LAYERS][MAX_TOKENS][KVH * HD];
+  float mk[LAYERS][MAX_TOKENS][QH * QKD], mv[LAYERS][MAX_TOKENS][QH * VD]; /* MLA, decompressed */
   int32_t len; /* tokens in the cache */
   uint32_t n;  /* rows of the current call */
   const kv_mode *mode;
@@ -266,6 +342,40 @@ static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k
   return 1;
 }
 
+/* MLA's attention as its model is written: every head's own key (QKD) and value (VD), scale
+ * 1/sqrt(QKD), each token's decompressed K/V kept in a contiguous cache. */
+static int naive_mla_attention(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
+                               float *out)
+{
+  naive_seq *s = ctx;
+  float p[MAX_TOKENS];
+  for (uint32_t r = 0; r < s->n; r++) {
+    const int32_t pos = s->len + (int32_t)r;
+    memcpy(s->mk[l][pos], k + r * QH * QKD, sizeof s->mk[l][pos]);
+    memcpy(s->mv[l][pos], v + r * QH * VD, sizeof s->mv[l][pos]);
+    for (int h = 0; h < QH; h++) {
+      const float *qh = q + (r * QH + h) * QKD;
+      float mx = -INFINITY, sum = 0.0f;
+      for (int32_t j = 0; j <= pos; j++) {
+        float d = 0.0f;
+        for (int i = 0; i < QKD; i++)
+          d += qh[i] * s->mk[l][j][h * QKD + i];
+        p[j] = d / sqrtf(QKD);
+        mx = fmaxf(mx, p[j]);
+      }
+      for (int32_t j = 0; j <= pos; j++)
+        sum += p[j] = expf(p[j] - mx);
+      for (int i = 0; i < VD; i++) {
+        float acc = 0.0f;
+        for (int32_t j = 0; j <= pos; j++)
+          acc += p[j] * s->mv[l][j][h * VD + i];
+        out[(r * QH + h) * VD + i] = acc / sum;
+      }
+    }
+  }
+  return 1;
+}
+
 /* Greedy generation of GEN tokens after prompt (token `second_at` takes the second best), K/V
  * kept as mode says; amax (may be NULL) grows to the largest |k| and |v| seen. With forced, the
  * tokens fed back are forced[g], not the picks (teacher forcing). */
@@ -284,7 +394,8 @@ static void naive_generate(const model *m, const int32_t *prompt, uint32_t len, 
     for (uint32_t r = 0; r < n; r++)
       pos[r] = s->len + (int32_t)r;
     s->n = n;
-    forward(m, toks + s->len, pos, n, naive_attention, s, logits);
+    forward(m, toks + s->len, pos, n, mode->mla, 0, mode->mla ? naive_mla_attention : naive_attention, s,
+            logits);
     s->len += (int32_t)n;
     memcpy(out_logits[g], logits + (size_t)(n - 1) * VOCAB, sizeof out_logits[g]);
     out_tokens[g] = pick(out_logits[g], g == second_at);
@@ -307,6 +418,7 @@ typedef struct e2e_seq {
 
 typedef struct e2e_run {
   pkv_engine *e;
+  int mla; /* the model's attention is MLA */
   e2e_seq seqs[NUM_PROMPTS];
 } e2e_run;
 
@@ -331,6 +443,7 @@ static uint32_t uncomputed(e2e_run *run, const e2e_seq *s)
 static int e2e_step(const model *m, e2e_run *run, const int *idx, const uint32_t *num_new,
                     uint32_t n)
 {
+  const int mla = run->mla;
   uint64_t ids[NUM_PROMPTS];
   uint32_t counts[NUM_PROMPTS];
   for (uint32_t i = 0; i < n; i++) {
@@ -348,7 +461,7 @@ static int e2e_step(const model *m, e2e_run *run, const int *idx, const uint32_t
   for (uint32_t i = 0; i < n; i++)
     for (int32_t r = v.query_start[i]; r < v.query_start[i + 1]; r++)
       tokens[r] = run->seqs[idx[i]].tokens[v.positions[r]];
-  int ok = forward(m, tokens, v.positions, v.num_tokens, attention_on_pkv, b, logits);
+  int ok = forward(m, tokens, v.positions, v.num_tokens, mla, 1, attention_on_pkv, b, logits);
   for (uint32_t i = 0; ok && i < n; i++) {
     e2e_seq *s = &run->seqs[idx[i]];
     const int32_t last = v.query_start[i + 1] - 1;
@@ -412,7 +525,12 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
   const uint32_t hybrid_windows[LAYERS] = {mode->window, 0, mode->window};
   if (mode->hybrid)
     p.layer_windows = hybrid_windows;
+  if (mode->mla) { /* one latent per token; the scale is the heads' 1/sqrt(NOPE + ROPE) */
+    p.kv_layout = PKV_KV_LAYOUT_MLA, p.num_kv_heads = 1, p.head_dim = LATENT;
+    p.kv_lora_rank = RANK, p.qk_rope_head_dim = ROPE, p.softmax_scale = 1.0f / sqrtf(QKD);
+  }
   memset(run, 0, sizeof *run);
+  run->mla = mode->mla;
   if (!CHECK_OK(pkv_engine_create(&p, &run->e)))
     return 0;
   for (uint32_t l = 0; mode->kv_dtype && l < LAYERS; l++)
@@ -558,7 +676,7 @@ static void agreement(const model *m, const e2e_run *run, const kv_mode *mode,
 static void bf16_and_scales(const model *m, const e2e_run *run, kv_mode *e4m3, kv_mode *e5m2,
                             int32_t (*bf16_tokens)[GEN])
 {
-  const kv_mode bf16 = {"bf16", PKV_DTYPE_BF16, 0, 0, {{{0}}}}, f32 = {"f32", 0, 0, 0, {{{0}}}};
+  const kv_mode bf16 = {"bf16", PKV_DTYPE_BF16, 0, 0, 0, {{{0}}}}, f32 = {"f32", 0, 0, 0, 0, {{{0}}}};
   float amax[LAYERS][2][KVH] = {{{0}}};
   float (*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
   int32_t tokens[GEN];
@@ -584,12 +702,16 @@ int main(void)
   init_model(m);
   e2e_run *run = calloc(1, sizeof *run);
   float min_gap = INFINITY; /* the closest greedy choice: how far from a tie the test runs */
-  kv_mode modes[6] = {{"f32", 0, 0, 0, {{{0}}}},           {"e4m3", PKV_DTYPE_FP8_E4M3, 0, 0, {{{0}}}},
-                      {"e5m2", PKV_DTYPE_FP8_E5M2, 0, 0, {{{0}}}}, {"window", 0, WINDOW, 0, {{{0}}}},
-                      {"hybrid", 0, WINDOW, 1, {{{0}}}},     {"hybrid8", PKV_DTYPE_FP8_E4M3, WINDOW, 1, {{{0}}}}};
+  kv_mode modes[7] = {{"f32", 0, 0, 0, 0, {{{0}}}},
+                      {"e4m3", PKV_DTYPE_FP8_E4M3, 0, 0, 0, {{{0}}}},
+                      {"e5m2", PKV_DTYPE_FP8_E5M2, 0, 0, 0, {{{0}}}},
+                      {"window", 0, WINDOW, 0, 0, {{{0}}}},
+                      {"hybrid", 0, WINDOW, 1, 0, {{{0}}}},
+                      {"hybrid8", PKV_DTYPE_FP8_E4M3, WINDOW, 1, 0, {{{0}}}},
+                      {"mla", 0, 0, 0, 1, {{{0}}}}};
   int32_t bf16_tokens[NUM_PROMPTS][GEN];
   unsigned generated[3] = {0}, choices[3] = {0}; /* f32, e4m3, e5m2 against bf16 KV */
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 7; k++) {
     float gap = INFINITY;
     if (!run_mode(m, &modes[k], run, &gap))
       break;
