@@ -37,7 +37,11 @@
  * Each time is the median of several calls after a warm-up (bench_time_calls). The machine may be
  * shared: the probes and the busy column (CPU time of the process over wall time * threads, during
  * the timed calls) show how much of it pkv had.
- * Usage: bench_attention [--quick | --full] [--threads N] [--isa NAME]. Not a test; not installed.
+ * MLA decode (issue 15): 128 q heads over DeepSeek V3's latent (512 + 64), bf16 and fp8 latents,
+ * contexts 2k-32k; GB/s of latent read against the probe, and GFLOP/s against a bf16 GEMM: 128
+ * heads do 242 FLOPs per latent byte, so a CPU runs out of multiply-adds long before memory.
+ * Usage: bench_attention [--quick | --full] [--mla] [--threads N] [--isa NAME]. Not a test; not
+ * installed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -51,6 +55,7 @@
 #include "bench_attention_engine.h"
 #include "bench_attention_prefill.h"
 #include "bench_cpu.h"
+#include "bench_gemm.h"
 #include "bench_util.h"
 
 enum { BLOCK = BENCH_BLOCK_SIZE, MAX_CASES = 256, NUM_KINDS = 3 };
@@ -59,6 +64,8 @@ enum { BLOCK = BENCH_BLOCK_SIZE, MAX_CASES = 256, NUM_KINDS = 3 };
 #define PROBE_BYTES ((size_t)1 << 30)
 #define TARGET_DECODE 0.80
 #define TARGET_DECODE_FP8 0.60
+#define MLA_STEP_MIN_BYTES (64.0 * 1048576.0)
+enum { MLA_Q_HEADS = 128, MLA_LATENT = 576, MLA_RANK = 512 };
 
 /* ---------------------------------------------------------------- decode */
 static const kv_kind KINDS[NUM_KINDS] = {{"bf16", PKV_DTYPE_BF16, 0},
@@ -69,7 +76,7 @@ static const kv_kind KINDS[NUM_KINDS] = {{"bf16", PKV_DTYPE_BF16, 0},
 static bench_shape make_shape(uint32_t gqa, uint32_t head_dim, uint32_t window)
 {
   const uint32_t kv_heads = head_dim >= 256 ? 4 : 8;
-  return (bench_shape){kv_heads * gqa, kv_heads, head_dim, window};
+  return (bench_shape){kv_heads * gqa, kv_heads, head_dim, window, 0};
 }
 
 /* A decode case, and what it measured. */
@@ -86,6 +93,7 @@ typedef struct bench_cfg {
   double best_probe; /* the best probe of the run so far */
   double min_busy;   /* the lowest busy of the decode rows */
   const char *kernels;
+  int mla_only; /* --mla */
 } bench_cfg;
 
 static double probe_now(bench_cfg *cfg, int reps)
@@ -223,10 +231,70 @@ static void print_worst(const decode_case *cases, int n, int fp8, double probe, 
          ratio >= target ? "met" : "NOT met");
 }
 
+/* ---------------------------------------------------------------- MLA decode */
+/* DeepSeek V3's attention (128 q heads over one latent of 512 + 64): every latent is read once
+ * for all 128 heads, which do 2 * (576 + 512) FLOPs each with it, 242 FLOPs per bf16 byte. Rows
+ * give GB/s of latent read against the read probe, and GFLOP/s against a bf16 GEMM of the same
+ * run (sbgemm, n 2048, k 512): on a CPU this decode is bound by the multiply-adds, not memory. */
+static int mla_table(bench_cfg *cfg, int mode, double start_probe)
+{
+  static const uint32_t ctxs[] = {2048, 8192, 32768}, seqs_of[] = {1, 8};
+  int exact = 0, rc = 0;
+  const char *gemm = bench_gemm_for(PKV_DTYPE_BF16, &exact);
+  double busy = 0.0;
+  const double gemm_gflops = gemm ? bench_gemm_gflops(gemm, 2048, MLA_RANK, 2, cfg->threads, cfg->max_runs, &busy)
+                                  : 0.0;
+  printf("\nMLA decode: %u q heads over one latent of %u (kv_lora_rank %u), 1 new token per sequence;"
+         " GB/s = latent bytes read / median step time; GFLOP/s = 2 * %u * (%u + %u) per key;\n",
+         MLA_Q_HEADS, MLA_LATENT, MLA_RANK, MLA_Q_HEADS, MLA_LATENT, MLA_RANK);
+  if (gemm_gflops > 0)
+    printf("yardstick: GEMM %s (n 2048, k %u) %.1f GFLOP/s; gemm%% = GFLOP/s / that\n", gemm, MLA_RANK,
+           gemm_gflops);
+  else
+    printf("no GEMM in this build (OpenBLAS): gemm%% not measured\n");
+  printf("%-5s %5s %8s %6s %6s %8s %7s %6s %6s %7s %6s %5s\n", "kv", "seqs", "context", "layers", "MiB",
+         "ms/step", "GB/s", "probe", "ratio", "GFLOP/s", "gemm%", "busy");
+  for (int k = 0; k < NUM_KINDS; k += 2) /* bf16, e4m3 */
+    for (int si = 0; si < 2; si++)
+      for (int x = 0; x < 3; x++) {
+        const uint32_t seqs = seqs_of[si], ctx = ctxs[x];
+        if ((mode == 1 && (k != 0 || seqs != 1 || ctx != 2048)) || (mode == 0 && seqs != 1 && ctx != 2048))
+          continue;
+        const kv_kind *kind = &KINDS[k];
+        const bench_shape sh = {MLA_Q_HEADS, 1, MLA_LATENT, 0, MLA_RANK};
+        const double key_bytes = MLA_LATENT * (kind->kv_dtype ? 1.0 : 2.0);
+        const double layer_read = (double)seqs * (ctx + 1) * key_bytes;
+        const uint32_t layers = (uint32_t)((MLA_STEP_MIN_BYTES + layer_read - 1) / layer_read);
+        const uint64_t blocks = (uint64_t)seqs * ((ctx + BLOCK) / BLOCK) + 1;
+        printf("%-5s %5u %7uk", kind->name, seqs, ctx / 1024);
+        fflush(stdout);
+        const double probe = probe_now(cfg, 3), best = probe > start_probe ? probe : start_probe;
+        bench_run r;
+        double sec = -1.0;
+        busy = 0.0;
+        if (bench_run_open(&r, kind, sh, layers, cfg->threads, blocks, seqs, ctx, 1) == 0)
+          sec = bench_time_calls(bench_run_step, &r, cfg->max_runs, cfg->threads, &busy);
+        bench_run_close(&r);
+        if (sec <= 0) {
+          printf("  failed\n");
+          rc = 1;
+          continue;
+        }
+        const double bytes = layers * layer_read, gbs = bytes / sec * 1e-9;
+        const double gflops = (double)layers * seqs * (ctx + 1) * 2.0 * MLA_Q_HEADS * (MLA_LATENT + MLA_RANK) / sec * 1e-9;
+        printf(" %6u %6.0f %8.2f %7.2f %6.1f %5.1f%% %7.1f %5.0f%% %4.0f%%\n", layers, bytes / 1048576.0,
+               sec * 1e3, gbs, probe, 100.0 * gbs / best, gflops,
+               gemm_gflops > 0 ? 100.0 * gflops / gemm_gflops : 0.0, 100.0 * busy);
+        fflush(stdout);
+      }
+  return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 static int usage(const char *argv0)
 {
-  fprintf(stderr, "usage: %s [--quick | --full] [--threads N] [--isa NAME]\n"
+  fprintf(stderr, "usage: %s [--quick | --full] [--mla] [--threads N] [--isa NAME]\n"
+          "  --mla       the MLA decode table only\n"
           "  --isa NAME  sets PKV_CPU_ISA: avx512-bf16, avx512, avx2 or baseline\n", argv0);
   return 2;
 }
@@ -239,6 +307,8 @@ static int parse_args(int argc, char **argv, int *mode, bench_cfg *cfg)
       *mode = 1;
     else if (strcmp(argv[i], "--full") == 0)
       *mode = 2;
+    else if (strcmp(argv[i], "--mla") == 0)
+      cfg->mla_only = 1;
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       cfg->threads = (uint32_t)atoi(argv[++i]);
     else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc)
@@ -271,7 +341,7 @@ int main(int argc, char **argv)
 {
   const double t0 = bench_now_ns();
   int mode = 0;
-  bench_cfg cfg = {(uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, 1.0, "?"};
+  bench_cfg cfg = {(uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, 1.0, "?", 0};
   if (parse_args(argc, argv, &mode, &cfg) != 0)
     return 2;
   const char *isa = getenv("PKV_CPU_ISA"), *kernels = bench_kernels();
@@ -292,11 +362,13 @@ int main(int argc, char **argv)
   printf("%-5s %4s %8s %4s %5s %8s %6s %6s %8s %7s %6s %6s %5s  %s\n", "kv", "GQA", "q/kv", "hd",
          "seqs", "context", "layers", "MiB", "ms/step", "GB/s", "probe", "ratio", "busy", "kernels");
   static decode_case cases[MAX_CASES];
-  const int num_cases = build_cases(cases, mode);
+  const int num_cases = cfg.mla_only ? 0 : build_cases(cases, mode);
   int rc = 0;
   for (int i = 0; i < num_cases; i++)
     rc |= decode_case_run(&cfg, &cases[i], probe0);
-  rc |= bench_prefill_table(KINDS, NUM_KINDS, cfg.threads, cfg.max_runs, mode == 1);
+  if (!cfg.mla_only)
+    rc |= bench_prefill_table(KINDS, NUM_KINDS, cfg.threads, cfg.max_runs, mode == 1);
+  rc |= mla_table(&cfg, mode, probe0);
   print_summary(&cfg, cases, num_cases, probe0);
   printf("run time %.0f s\n", (bench_now_ns() - t0) * 1e-9);
   free(probe_buf);

@@ -18,6 +18,10 @@ static int make_engine(bench_run *r, const kv_kind *kind, bench_shape sh, uint32
   p.dtype = kind->dtype, p.kv_dtype = kind->kv_dtype;
   p.device = PKV_DEVICE_CPU, p.block_size = BENCH_BLOCK_SIZE;
   p.num_blocks = (uint32_t)num_blocks, p.num_threads = threads, p.enable_prefix_caching = 0;
+  if (sh.kv_lora_rank) { /* DeepSeek's scale without yarn: 1/sqrt(qk_nope 128 + qk_rope 64) */
+    p.kv_layout = PKV_KV_LAYOUT_MLA, p.kv_lora_rank = sh.kv_lora_rank;
+    p.qk_rope_head_dim = sh.head_dim - sh.kv_lora_rank, p.softmax_scale = 0.0722f;
+  }
   r->layers = layers;
   r->elt = kind->dtype == PKV_DTYPE_F32 ? 4 : 2;
   r->kv_elt = kind->kv_dtype ? 1 : r->elt;
@@ -64,7 +68,8 @@ static int fill_pool(bench_run *r, int32_t dtype, int write, uint64_t *state)
   const uint64_t blocks = (uint64_t)pool.num_layers * pool.num_blocks;
   for (uint64_t blk = 0; blk < blocks; blk++) {
     memcpy((char *)pool.k_base + blk * block_bytes, block, block_bytes);
-    memcpy((char *)pool.v_base + blk * block_bytes, block, block_bytes);
+    if (pool.v_base) /* MLA: the latents alone */
+      memcpy((char *)pool.v_base + blk * block_bytes, block, block_bytes);
   }
   free(block);
   return 0;
@@ -92,12 +97,13 @@ int bench_run_open(bench_run *r, const kv_kind *kind, bench_shape sh, uint32_t l
   const size_t rows = decode ? num_seqs : (size_t)num_seqs * ctx;
   const size_t q_elts = rows * sh.q_heads * sh.head_dim, kv_elts = rows * sh.kv_heads * sh.head_dim;
   r->q = malloc(q_elts * r->elt), r->out = malloc(q_elts * r->elt);
-  r->k = malloc(kv_elts * r->elt), r->v = malloc(kv_elts * r->elt);
-  if (!r->q || !r->out || !r->k || !r->v)
+  r->k = malloc(kv_elts * r->elt), r->v = sh.kv_lora_rank ? NULL : malloc(kv_elts * r->elt);
+  if (!r->q || !r->out || !r->k || (!r->v && !sh.kv_lora_rank))
     return -1;
   fill_values(r->q, q_elts, kind->dtype, &state);
   fill_values(r->k, kv_elts, kind->dtype, &state);
-  fill_values(r->v, kv_elts, kind->dtype, &state);
+  if (r->v)
+    fill_values(r->v, kv_elts, kind->dtype, &state);
   return 0;
 }
 
@@ -115,7 +121,7 @@ const char *bench_kernels(void)
   bench_run r;
   uint64_t state = 1;
   memset(&r, 0, sizeof r);
-  const int ok = make_engine(&r, &bf16, (bench_shape){1, 1, 64, 0}, 1, 1, 1) == 0 &&
+  const int ok = make_engine(&r, &bf16, (bench_shape){1, 1, 64, 0, 0}, 1, 1, 1) == 0 &&
                  fill_pool(&r, bf16.dtype, 0, &state) == 0;
   const char *kernels = r.kernels;
   bench_run_close(&r);

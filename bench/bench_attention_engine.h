@@ -18,9 +18,10 @@ typedef struct kv_kind {
   int32_t dtype, kv_dtype;
 } kv_kind;
 
-/* A layer's shape, and its window (0 = full attention). */
+/* A layer's shape, and its window (0 = full attention). kv_lora_rank not 0: an MLA cache of one
+ * latent of head_dim (kv_heads 1), out kv_lora_rank per q head, scale 1/sqrt(192). */
 typedef struct bench_shape {
-  uint32_t q_heads, kv_heads, head_dim, window;
+  uint32_t q_heads, kv_heads, head_dim, window, kv_lora_rank;
 } bench_shape;
 
 /* An engine of `layers` layers with one open batch, and the batch's q, k, v, out. */
@@ -29,7 +30,7 @@ typedef struct bench_run {
   pkv_batch *b;
   uint32_t layers;
   size_t elt, kv_elt;  /* bytes of an element of q, k, v, out; of the pool */
-  void *q, *k, *v, *out;
+  void *q, *k, *v, *out; /* MLA: v NULL */
   const char *kernels; /* pkv_pool_info.kernels */
 } bench_run;
 

@@ -310,8 +310,9 @@ void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork 
   pool.parallel_for(work.num_items, [&](size_t i, uint32_t thread) {
     const Item &it = work.items[i];
     float *partial = it.part >= 0 ? work.partials + it.part : nullptr;
-    if (it.rows == 1 ? decode_item(step, layer, it, work.scratch[thread], partial)
-                     : prefill_item(step, layer, it, work.scratch[thread], partial))
+    // MLA: a decode's 128 q heads over one latent are a tile of the prefill kernel's shape.
+    if (it.rows == 1 && !layer.mla ? decode_item(step, layer, it, work.scratch[thread], partial)
+                                   : prefill_item(step, layer, it, work.scratch[thread], partial))
       return;
     Scratch w(work.scratch[thread], s);
     runner.run(it, w, partial, layer.out);

@@ -45,7 +45,7 @@ namespace {
 template <class Engine> uint32_t chunk_keys(const Tile &t, const CpuLayer &layer) {
   const size_t avail = attention_scratch_floats(attention_max_q(layer.q_heads, layer.kv_heads), t.hd);
   // lo, pos, m, l, alpha, o, a row, the chunk's and the next chunk's row pointers, the alignment.
-  const size_t state = 5 * size_t(t.rgp) + size_t(t.rgp) * t.hdp + t.hdp + 6 * kMaxChunk + 5 * 16 + 16;
+  const size_t state = 5 * size_t(t.rgp) + size_t(t.rgp) * t.hdp + t.widep + 6 * kMaxChunk + 5 * 16 + 16;
   for (uint32_t chunk = kMaxChunk; chunk >= 8; chunk /= 2)
     if (state + Engine::floats(t, chunk) <= avail) return chunk;
   return 0;
@@ -97,22 +97,22 @@ void run_chunk(Tile &t, Engine &e, const CpuStep &step, const CpuLayer &layer, u
 }
 
 // The item's result, the generic runner's: with `partial`, (m, l, acc) with m in natural-log
-// units; else its rows of out (the tile's first at out), rows out_stride apart. vs: the output's
-// scale (fp8 V).
+// units; else its rows of out (the tile's first at out, vd values per q head), rows out_stride
+// apart. vs: the output's scale (fp8 V).
 template <class T, class Engine>
 void write_result(const Tile &t, float vs, float *partial, T *out, size_t out_stride) {
   if (partial) {
     for (uint32_t i = 0; i < t.rg; ++i) {
       partial[i] = t.m[i] * kLn2;
       partial[t.rg + i] = t.l[i];
-      float *acc = partial + 2 * t.rg + size_t(i) * t.hd;
-      for (uint32_t d = 0; d < t.hd; ++d) acc[d] = t.o[size_t(i) * t.hdp + d] * vs;
+      float *acc = partial + 2 * t.rg + size_t(i) * t.vd;
+      for (uint32_t d = 0; d < t.vd; ++d) acc[d] = t.o[size_t(i) * t.hdp + d] * vs;
     }
     return;
   }
   for (uint32_t i = 0; i < t.rg; ++i) {
-    T *orow = out + (i / t.group) * out_stride + size_t(i % t.group) * t.hd;
-    Engine::store_out(t.o + size_t(i) * t.hdp, t.l[i] > 0 ? vs / t.l[i] : 0.0f, orow, t.hd);
+    T *orow = out + (i / t.group) * out_stride + size_t(i % t.group) * t.vd;
+    Engine::store_out(t.o + size_t(i) * t.hdp, t.l[i] > 0 ? vs / t.l[i] : 0.0f, orow, t.vd);
   }
 }
 
@@ -122,7 +122,9 @@ template <class T, class C, class Engine>
 bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
   Tile t;
   t.hd = layer.head_dim;
-  t.hdp = round_up(t.hd, 16);
+  t.vd = layer.v_dim;
+  t.hdp = round_up(t.vd, 16);
+  t.widep = round_up(std::max(t.hd, t.vd), 16);
   t.group = layer.q_heads / layer.kv_heads;
   t.rows = it.rows;
   t.rg = it.rows * t.group;
@@ -137,21 +139,23 @@ bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, fl
 
   Arena arena{Arena::align(scratch)};
   start_tile(t, arena, layer.window);
-  float *row = arena.take(t.hdp);
+  float *row = arena.take(t.widep);
   const C **rows = reinterpret_cast<const C **>(arena.take(kMaxChunk * sizeof(void *) / sizeof(float)));
   Engine e;
   e.carve(arena, t);
-  // q, out: [tokens][q_heads][head_dim]; the item's q heads are adjacent in a token's row.
-  const size_t stride = size_t(layer.q_heads) * t.hd;
+  // q: [tokens][q_heads][head_dim], out: [tokens][q_heads][v_dim]; the item's q heads are
+  // adjacent in a token's row.
+  const size_t stride = size_t(layer.q_heads) * t.hd, out_stride = size_t(layer.q_heads) * t.vd;
   const size_t offset = size_t(t.token0) * stride + size_t(it.head) * t.group * t.hd;
+  const size_t out_offset = size_t(t.token0) * out_stride + size_t(it.head) * t.group * t.vd;
   e.pack_q(t, static_cast<const T *>(layer.q) + offset, stride, row);
 
   const bool fp8 = kIsFp8<C>;
   const float sc = layer.scale * kLog2e * (fp8 ? layer.k_scale[it.head] : 1.0f);
   for (uint32_t key = it.key0; key < it.key1; key += t.chunk)
     run_chunk<C>(t, e, step, layer, it.head, key, std::min(t.chunk, it.key1 - key), it.key1, sc, rows);
-  write_result<T, Engine>(t, fp8 ? layer.v_scale[it.head] : 1.0f, partial, static_cast<T *>(layer.out) + offset,
-                          stride);
+  write_result<T, Engine>(t, fp8 ? layer.v_scale[it.head] : 1.0f, partial,
+                          static_cast<T *>(layer.out) + out_offset, out_stride);
   return true;
 }
 
@@ -171,7 +175,7 @@ template <class T, class C> using Bf16Of = Bf16Engine<C>;
 }  // namespace
 
 bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
-  if (it.num_heads != 1 || layer.mla) return false;
+  if (it.num_heads != 1) return false;
   switch (layer.dtype) {
     case PKV_DTYPE_F16: return run_model<_Float16, F32Engine>(step, layer, it, scratch, partial);
     case PKV_DTYPE_BF16:

@@ -121,12 +121,12 @@ inline __m512i interleave_index(int x0, int y0) {
 
 template <class C> struct Bf16Engine {
   uint32_t *qp, *k, *pp, *vp;  // [hd/2][rgp] query pairs; [chunk][hd/2] keys; [chunk/2][rgp] P pairs; [chunk/2][hdp] V pairs
-  float *s, *row_a, *row_b;    // [chunk][rgp] scores; two rows of hdp floats (fp8 conversion)
+  float *s, *row_a, *row_b;    // [chunk][rgp] scores; two rows of widep floats (fp8 conversion)
   __m512i halves, lo_pairs, hi_pairs;
 
   static size_t floats(const Tile &t, uint32_t chunk) {
     return size_t(t.hd / 2) * t.rgp + size_t(chunk) * t.hd / 2 + size_t(chunk / 2) * t.rgp +
-           size_t(chunk / 2) * t.hdp + size_t(chunk) * t.rgp + 2 * size_t(t.hdp) + 96;
+           size_t(chunk / 2) * t.hdp + size_t(chunk) * t.rgp + 2 * size_t(t.widep) + 96;
   }
   void carve(Arena &a, const Tile &t) {
     qp = reinterpret_cast<uint32_t *>(a.take(size_t(t.hd / 2) * t.rgp));
@@ -134,8 +134,8 @@ template <class C> struct Bf16Engine {
     pp = reinterpret_cast<uint32_t *>(a.take(size_t(t.chunk / 2) * t.rgp));
     vp = reinterpret_cast<uint32_t *>(a.take(size_t(t.chunk / 2) * t.hdp));
     s = a.take(size_t(t.chunk) * t.rgp);
-    row_a = a.take(t.hdp);
-    row_b = a.take(t.hdp);
+    row_a = a.take(t.widep);
+    row_b = a.take(t.widep);
     halves = interleave_index(0, 16);
     lo_pairs = interleave_index(0, 32);
     hi_pairs = interleave_index(16, 48);
@@ -212,20 +212,20 @@ template <class C> struct Bf16Engine {
     }
     lanes_store(t.l + i0, lanes_fma(lanes_load(t.l + i0), lanes_load(t.alpha + i0), sum));
   }
-  // V rows 2u and 2u + 1 (b: nullptr past the chunk's end) into vp[u].
+  // V rows 2u and 2u + 1 (b: nullptr past the chunk's end; their first vd values) into vp[u].
   void pack_v_pair(const C *a, const C *b, const Tile &t, uint32_t *dst) {
     if constexpr (kIsFp8<C>) {
-      to_f32(a, row_a, t.hd);
-      fill_range(row_a + t.hd, row_a + t.hdp, 0.0f);
-      if (b) to_f32(b, row_b, t.hd);
-      fill_range(row_b + (b ? t.hd : 0), row_b + t.hdp, 0.0f);
+      to_f32(a, row_a, t.vd);
+      fill_range(row_a + t.vd, row_a + t.hdp, 0.0f);
+      if (b) to_f32(b, row_b, t.vd);
+      fill_range(row_b + (b ? t.vd : 0), row_b + t.hdp, 0.0f);
       for (uint32_t d = 0; d < t.hdp; d += 16) {
         const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row_b + d), _mm512_loadu_ps(row_a + d));
         _mm512_storeu_si512(dst + d, _mm512_permutexvar_epi16(halves, vcast<__m512i>(both)));
       }
     } else {
       for (uint32_t d = 0; d < t.hdp; d += 32) {
-        const uint32_t left = t.hd > d ? t.hd - d : 0;
+        const uint32_t left = t.vd > d ? t.vd - d : 0;
         const __mmask32 m = left >= 32 ? ~__mmask32(0) : __mmask32((1u << left) - 1);
         const __m512i x = _mm512_maskz_loadu_epi16(m, a + d);
         const __m512i y = b ? _mm512_maskz_loadu_epi16(m, b + d) : _mm512_setzero_si512();

@@ -137,8 +137,8 @@ template <class T, class C> struct F32Engine {
   void load_v(const C *const *rows, uint32_t n, const Tile &t) {
     for (uint32_t j = 0; j < n; ++j) {
       float *dst = v + size_t(j) * t.hdp;
-      to_f32(rows[j], dst, t.hd);
-      fill_range(dst + t.hd, dst + t.hdp, 0.0f);
+      to_f32(rows[j], dst, t.vd);
+      fill_range(dst + t.vd, dst + t.hdp, 0.0f);
     }
   }
   void accumulate(Tile &t, uint32_t n) {

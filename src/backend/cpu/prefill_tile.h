@@ -68,10 +68,12 @@ struct Prefetcher {
 };
 
 // One item: its query vectors i = r * group + g (row r, the kv head's q head g), padded to rgp,
-// a multiple of kLanes (the padding has zero queries and sees no key). hdp: head_dim rounded up
-// to 16, the row length of O and of the packed V.
+// a multiple of kLanes (the padding has zero queries and sees no key). hd: the values of a query
+// and a key; vd: of a value and an output row (hd, or MLA's kv_lora_rank: V is the first vd of
+// each latent); hdp: vd rounded up to 16, the row length of O and of the packed V; widep: the
+// larger of hd and vd rounded up to 16, a scratch row.
 struct Tile {
-  uint32_t hd, hdp, group, rows, rg, rgp, chunk;
+  uint32_t hd, vd, hdp, widep, group, rows, rg, rgp, chunk;
   uint32_t token0, first_pos, lo_last;  // lo_last: the last row's first key (the largest)
   const int32_t *blocks;                // the sequence's block table
   int32_t *lo, *pos;                    // [rgp]: query vector i sees keys [lo[i], pos[i]]
