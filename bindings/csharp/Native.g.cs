@@ -441,6 +441,8 @@ namespace Pkv
         public const int PKV_MAX_HEAD_DIM = 1024;
         public const int PKV_ATTENTION_MAX_HEAD_DIM = 256;
         public const int PKV_ATTENTION_HEAD_DIM_ALIGN = 8;
+        public const int PKV_ATTENTION_MAX_KV_LORA_RANK = 512;
+        public const int PKV_ATTENTION_MAX_ROPE_DIM = 128;
         public const int PKV_CUDA_MAX_GRID = 65535;
         public const int PKV_MAX_BLOCK_SIZE = 1048576;
         public const int PKV_MAX_THREADS = 4096;

@@ -30,6 +30,8 @@ const (
 	MaxHeadDim                = 1024
 	AttentionMaxHeadDim       = 256
 	AttentionHeadDimAlign     = 8
+	AttentionMaxKVLoraRank    = 512
+	AttentionMaxRopeDim       = 128
 	CUDAMaxGrid               = 65535
 	MaxBlockSize              = 1048576
 	MaxThreads                = 4096
