@@ -8,7 +8,8 @@
  *   - any other failure is PKV_ERR_INVALID_ARGUMENT with a message and *out untouched, and
  *     never for a shape that the header's rules allow and whose pool can be represented.
  * A small profiled pool (CPU, kv_cache_bytes or num_blocks) is created: pkv_pool_info is the
- * formula, and the first and last byte of K and V can be written.
+ * formula, and the first and last byte of K and V can be written. A quarter of the shapes are
+ * MLA latents (kv_layout MLA: one tensor, no V), some breaking its rules (kv heads, widths).
  */
 #include "fuzz_util.h"
 
@@ -99,6 +100,19 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
   p->reserve_bytes = fz_pick(in, 2) ? 0 : pick_u64(in);
   static const double utils[] = {1.0, 0.9, 0.5, 1e-9};
   p->memory_utilization = utils[fz_pick(in, 4)];
+  if (fz_pick(in, 4) == 0) { /* an MLA latent: the rules hold for most of them */
+    p->kv_layout = fz_pick(in, 16) ? PKV_KV_LAYOUT_MLA : 2 + fz_pick(in, 4);
+    p->qk_rope_head_dim = fz_pick(in, 2) ? 64 : pick_u32(in);
+    p->kv_lora_rank = p->head_dim > p->qk_rope_head_dim && fz_pick(in, 8) ? p->head_dim - p->qk_rope_head_dim
+                                                                          : pick_u32(in);
+    if (fz_pick(in, 8))
+      p->num_kv_heads = 1;
+    if (p->num_kv_heads && p->num_q_heads % p->num_kv_heads)
+      p->num_q_heads = p->num_kv_heads;
+    p->softmax_scale = 0.1f; /* an engine over the latent needs MLA's scale */
+  } else if (fz_pick(in, 32) == 0) {
+    p->kv_lora_rank = pick_u32(in); /* latent fields without the layout: refused */
+  }
 }
 
 /* The header's rules for the fields fuzzed here (pkv_engine_params). */
@@ -109,7 +123,11 @@ static int rules_hold(const pkv_engine_params *p)
          p->dtype >= PKV_DTYPE_F32 && p->dtype <= PKV_DTYPE_BF16 && p->tp_size > 0 &&
          p->tp_rank < p->tp_size && p->num_q_heads % p->tp_size == 0 &&
          (p->num_kv_heads % p->tp_size == 0 || p->tp_size % p->num_kv_heads == 0) &&
-         p->block_size >= 1 && p->block_size <= (1u << 20) && p->num_blocks <= INT32_MAX;
+         p->block_size >= 1 && p->block_size <= (1u << 20) && p->num_blocks <= INT32_MAX &&
+         (p->kv_layout == PKV_KV_LAYOUT_MLA
+              ? p->num_kv_heads == 1 && p->kv_lora_rank >= 1 &&
+                    (uint64_t)p->kv_lora_rank + p->qk_rope_head_dim == p->head_dim
+              : p->kv_layout == PKV_KV_LAYOUT_HEADS && p->kv_lora_rank == 0 && p->qk_rope_head_dim == 0);
 }
 
 typedef struct {
@@ -122,7 +140,8 @@ static expect_t expected(const pkv_engine_params *p)
   expect_t x;
   x.kv_heads = p->num_kv_heads / p->tp_size ? p->num_kv_heads / p->tp_size : 1;
   const uint64_t db = p->dtype == PKV_DTYPE_F32 ? 4 : 2;
-  x.block_bytes = (u128)2 * p->num_layers * p->block_size * x.kv_heads * p->head_dim * db;
+  const uint64_t tensors = p->kv_layout == PKV_KV_LAYOUT_MLA ? 1 : 2; /* the latent alone, or K and V */
+  x.block_bytes = (u128)tensors * p->num_layers * p->block_size * x.kv_heads * p->head_dim * db;
   x.max_blocks = 0;
   if (x.block_bytes <= I64_MAX) {
     uint64_t by_bytes = I64_MAX / (uint64_t)x.block_bytes;
@@ -187,11 +206,14 @@ static void check_engine(const pkv_engine_params *p, const expect_t *x, const pk
                info.layer_stride == info.num_blocks * info.block_stride &&
                info.bytes_per_pool == p->num_layers * info.layer_stride * db,
            "pool_info strides");
-  FZ_CHECK(2 * info.bytes_per_pool == b->pool_bytes, "bytes_per_pool %llu, pool_bytes %llu",
+  const int mla = p->kv_layout == PKV_KV_LAYOUT_MLA;
+  FZ_CHECK((mla ? 1 : 2) * info.bytes_per_pool == b->pool_bytes, "bytes_per_pool %llu, pool_bytes %llu",
            (unsigned long long)info.bytes_per_pool, (unsigned long long)b->pool_bytes);
+  FZ_CHECK(b->kv_layout == p->kv_layout && (info.v_base == NULL) == mla, "an MLA pool has no V");
   char *k = info.k_base, *v = info.v_base;
-  k[0] = v[0] = 1;
-  k[info.bytes_per_pool - 1] = v[info.bytes_per_pool - 1] = 1;
+  k[0] = k[info.bytes_per_pool - 1] = 1;
+  if (v)
+    v[0] = v[info.bytes_per_pool - 1] = 1;
   pkv_engine_destroy(e);
 }
 
