@@ -123,9 +123,11 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   if (mla)
     printf("  model      %u layers, %u q heads, multi-head latent attention, %s, max_model_len %u%s\n"
            "  latent     kv_lora_rank %u + qk_rope_head_dim %u = %u values a token a layer, for every head\n"
-           "             (V is a view of the latent: no V is cached)\n",
+           "             (V is a view of the latent: no V is cached); softmax scale %.4g%s\n",
            p->num_layers, p->num_q_heads, dtype_name(p->dtype), p->max_model_len,
-           p->max_model_len == 0 ? " (no limit)" : "", p->kv_lora_rank, p->qk_rope_head_dim, p->head_dim);
+           p->max_model_len == 0 ? " (no limit)" : "", p->kv_lora_rank, p->qk_rope_head_dim, p->head_dim,
+           (double)p->softmax_scale,
+           p->softmax_scale > 0 ? " (the model's)" : " (not in config.json: give it to pkv_engine_create)");
   else
     printf("  model      %u layers, %u q heads, %u kv heads, head_dim %u, %s, max_model_len %u%s\n",
            p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
