@@ -43,6 +43,13 @@ namespace Pkv
         Fp8E5m2 = 4,
     }
 
+    /// <summary>What the cache holds per token per layer: Heads (K and V of each kv head) or Mla (one latent) (PKV_KV_LAYOUT_*).</summary>
+    public enum KvLayout : uint
+    {
+        Heads = 0,
+        Mla = 1,
+    }
+
     /// <summary>pkv_store_key (32 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public unsafe partial struct StoreKey
@@ -156,7 +163,7 @@ namespace Pkv
         public uint SlidingWindow;
         public IntPtr LayerWindows;
         public IntPtr EventPublisher;
-        public uint KvLayout;
+        public KvLayout KvLayout;
         public uint KvLoraRank;
         public uint QkRopeHeadDim;
         public uint Reserved2;
@@ -192,7 +199,7 @@ namespace Pkv
         public uint GroupLayers;
         public uint PaddedLayers;
         public ulong KvScaleBytes;
-        public uint KvLayout;
+        public KvLayout KvLayout;
         public uint Reserved0;
     }
 
