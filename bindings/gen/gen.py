@@ -280,9 +280,10 @@ def cs_type(t, fn=None, field=False):
 def gen_csharp(h):
     o = ['// ' + BANNER,
          '// The raw layer: structs with C# names (pkv_engine_params -> EngineParams, fields in',
-         '// PascalCase), the DType and Device enums, calls with C names (each checks that the library',
-         '// loaded, then calls its [DllImport] extern), unsafe pointers, SafeHandles for the opaque',
-         '// handles (EngineHandle, BatchHandle: Handles.cs). The idiomatic API is in Engine.cs, Batch.cs.',
+         '// PascalCase), the DType, Device and KvLayout enums, calls with C names (each checks that',
+         '// the library loaded, then calls its [DllImport] extern), unsafe pointers, SafeHandles for',
+         '// the opaque handles (EngineHandle, BatchHandle: Handles.cs). The idiomatic API is in',
+         '// Engine.cs, Batch.cs.',
          'using System;', 'using System.Runtime.InteropServices;', '', 'namespace Pkv', '{']
     o += ['    /// <summary>pkv_status values (PKV_STATUS_MAP).</summary>', '    public enum Status', '    {']
     o += ['        %s = %d,' % (pascal(n.replace('ERR_', '', 1)), v) for n, v, _ in h.statuses]
