@@ -126,7 +126,11 @@ namespace Pkv
         }
 
         /// <summary>pkv_attention for one layer, f32 engine. q, output: [tokens][q heads per
-        /// rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.</summary>
+        /// rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.
+        /// An MLA engine (Engine.IsMla) takes the absorbed form, with W = KvLoraRank +
+        /// QkRopeHeadDim (its HeadDim): q [tokens][q heads per rank][W], k the new tokens'
+        /// latents [tokens][W], v null (V is the latents' first KvLoraRank values; a v is refused,
+        /// PkvException InvalidArgument), output [tokens][q heads per rank][KvLoraRank].</summary>
         public void Attention(uint layer, float[] q, float[] k, float[] v, float[] output)
         {
             Pinned(layer, q, k, v, output, sizeof(float));
@@ -138,29 +142,34 @@ namespace Pkv
             Pinned(layer, q, k, v, output, sizeof(ushort));
         }
 
-        /// <summary>pkv_attention on raw addresses (device memory on a CUDA engine); unchecked.</summary>
+        /// <summary>pkv_attention on raw addresses (device memory on a CUDA engine); unchecked. An
+        /// MLA engine's v is IntPtr.Zero.</summary>
         public void Attention(uint layer, IntPtr q, IntPtr k, IntPtr v, IntPtr output)
         {
             lock (engine.Gate)
                 Check(Native.pkv_attention(Handle, layer, (void*)q, (void*)k, (void*)v, (void*)output));
         }
 
+        // v null: no V (MLA's), passed as NULL
         void Pinned(uint layer, Array q, Array k, Array v, Array output, int elem)
         {
             Need(q, engine.QBytesPerToken, elem, "q");
             Need(k, engine.KvBytesPerToken, elem, "k");
-            Need(v, engine.KvBytesPerToken, elem, "v");
-            Need(output, engine.QBytesPerToken, elem, "output");
+            if (v != null) Need(v, engine.KvBytesPerToken, elem, "v");
+            Need(output, engine.OutBytesPerToken, elem, "output");
             var pins = new[] { GCHandle.Alloc(q, GCHandleType.Pinned), GCHandle.Alloc(k, GCHandleType.Pinned),
-                               GCHandle.Alloc(v, GCHandleType.Pinned), GCHandle.Alloc(output, GCHandleType.Pinned) };
+                               GCHandle.Alloc(output, GCHandleType.Pinned) };
+            GCHandle? vPin = v == null ? (GCHandle?)null : GCHandle.Alloc(v, GCHandleType.Pinned);
             try
             {
                 Attention(layer, pins[0].AddrOfPinnedObject(), pins[1].AddrOfPinnedObject(),
-                          pins[2].AddrOfPinnedObject(), pins[3].AddrOfPinnedObject());
+                          vPin.HasValue ? vPin.Value.AddrOfPinnedObject() : IntPtr.Zero,
+                          pins[2].AddrOfPinnedObject());
             }
             finally
             {
                 foreach (var p in pins) p.Free();
+                if (vPin.HasValue) vPin.Value.Free();
             }
         }
 

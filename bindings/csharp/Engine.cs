@@ -15,7 +15,10 @@ namespace Pkv
             return p;
         }
 
-        /// <summary>Defaults with the model shape read from a Hugging Face config.json's text.</summary>
+        /// <summary>Defaults with the model shape read from a Hugging Face config.json's text. An
+        /// MLA config (kv_lora_rank and qk_rope_head_dim: DeepSeek V2/V3, Kimi K2) sets KvLayout
+        /// KvLayout.Mla, KvLoraRank, QkRopeHeadDim, NumKvHeads 1, HeadDim their sum and the
+        /// model's SoftmaxScale.</summary>
         public static unsafe EngineParams FromHfConfig(string json)
         {
             var p = Defaults();
@@ -110,7 +113,13 @@ namespace Pkv
         /// <summary>The effective parameters; LayerWindows, Store and EventPublisher are zero in
         /// them (see LayerWindows, EventPublisherInfo).</summary>
         public EngineParams Params { get; private set; }
-        internal uint QBytesPerToken, KvBytesPerToken;  // pkv_attention's size checks
+        // pkv_attention's size checks: bytes per new token of q, of k/v and of output (MLA: k is
+        // the latent, output KvLoraRank wide per q head)
+        internal uint QBytesPerToken, KvBytesPerToken, OutBytesPerToken;
+
+        /// <summary>True for an MLA engine (Params.KvLayout KvLayout.Mla): Attention and
+        /// SetKvScales take no V (null).</summary>
+        public bool IsMla { get { return Params.KvLayout == KvLayout.Mla; } }
 
         public Engine(EngineParams p) : this(p, null, null, null) { }
 
@@ -167,6 +176,7 @@ namespace Pkv
             uint elem = eff.DType == DType.F32 ? 4u : 2u;
             QBytesPerToken = eff.NumQHeads / eff.TpSize * eff.HeadDim * elem;
             KvBytesPerToken = Budget().KvHeadsPerRank * eff.HeadDim * elem;
+            OutBytesPerToken = IsMla ? eff.NumQHeads / eff.TpSize * eff.KvLoraRank * elem : QBytesPerToken;
         }
 
         public bool IsDisposed { get { return handle.IsClosed; } }
@@ -359,6 +369,8 @@ namespace Pkv
             return b;
         }
 
+        /// <summary>Where the pool is (pkv_pool_info), for a host's own kernels. An MLA engine's
+        /// KBase holds the latents, and its VBase and HostVBase are IntPtr.Zero (no V).</summary>
         public PoolInfo PoolInfo()
         {
             var p = new PoolInfo { StructSize = (uint)sizeof(PoolInfo) };

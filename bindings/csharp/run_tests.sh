@@ -18,6 +18,7 @@ mcs -nologo -warnaserror -r:"$out/Pkv.dll" -r:System.Numerics.dll -out:"$out/Dem
   "$here/examples/Demo.cs"
 mcs -nologo -warnaserror -unsafe -r:"$out/Pkv.dll" -r:System.Core.dll -out:"$out/Tests.exe" \
   "$here/tests/Tests.cs" "$here/tests/SwapTests.cs" "$here/tests/OffloadTests.cs" \
-  "$here/tests/StoreTests.cs" "$here/tests/VariantsTests.cs" "$here/tests/InstallTests.cs"
+  "$here/tests/StoreTests.cs" "$here/tests/VariantsTests.cs" "$here/tests/MlaTests.cs" \
+  "$here/tests/InstallTests.cs"
 cd "$out"
 exec mono --debug Tests.exe "$PKV_HASH_VECTORS" "$PKV_DEMO" "$out/Demo.exe"

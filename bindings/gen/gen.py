@@ -248,8 +248,14 @@ CS_ENUMS = {
     'PKV_DEVICE_AUTO': ('Device', 'PKV_DEVICE_', 'Where an engine\'s pool lives (PKV_DEVICE_*).'),
     'PKV_DTYPE_F32': ('DType', 'PKV_DTYPE_',
                       'An element type: the model\'s (Dtype) or the KV cache\'s (KvDType) (PKV_DTYPE_*).'),
+    'PKV_KV_LAYOUT_HEADS': ('KvLayout', 'PKV_KV_LAYOUT_',
+                            'What the cache holds per token per layer: Heads (K and V of each kv head) '
+                            'or Mla (one latent) (PKV_KV_LAYOUT_*).'),
 }
-CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device'}
+# The C type of each C# enum's fields (an enum of a uint32_t field is ': uint').
+CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_t'}
+CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
+                   'kv_layout': 'KvLayout'}
 CS_WORDS = {'dtype': 'DType'}
 
 
@@ -274,9 +280,10 @@ def cs_type(t, fn=None, field=False):
 def gen_csharp(h):
     o = ['// ' + BANNER,
          '// The raw layer: structs with C# names (pkv_engine_params -> EngineParams, fields in',
-         '// PascalCase), the DType and Device enums, calls with C names (each checks that the library',
-         '// loaded, then calls its [DllImport] extern), unsafe pointers, SafeHandles for the opaque',
-         '// handles (EngineHandle, BatchHandle: Handles.cs). The idiomatic API is in Engine.cs, Batch.cs.',
+         '// PascalCase), the DType, Device and KvLayout enums, calls with C names (each checks that',
+         '// the library loaded, then calls its [DllImport] extern), unsafe pointers, SafeHandles for',
+         '// the opaque handles (EngineHandle, BatchHandle: Handles.cs). The idiomatic API is in',
+         '// Engine.cs, Batch.cs.',
          'using System;', 'using System.Runtime.InteropServices;', '', 'namespace Pkv', '{']
     o += ['    /// <summary>pkv_status values (PKV_STATUS_MAP).</summary>', '    public enum Status', '    {']
     o += ['        %s = %d,' % (pascal(n.replace('ERR_', '', 1)), v) for n, v, _ in h.statuses]
@@ -285,7 +292,8 @@ def gen_csharp(h):
         if enum[0][0] not in CS_ENUMS:
             continue
         t, prefix, doc = CS_ENUMS[enum[0][0]]
-        o += ['    /// <summary>%s</summary>' % doc, '    public enum %s' % t, '    {']
+        under = ' : uint' if CS_ENUM_C_TYPES[t] == 'uint32_t' else ''
+        o += ['    /// <summary>%s</summary>' % doc, '    public enum %s%s' % (t, under), '    {']
         o += ['        %s = %d,' % (pascal(n[len(prefix):].lower()), v) for n, v in enum]
         o += ['    }', '']
     for name, fields, size in h.structs:
@@ -342,8 +350,8 @@ def cs_field(f, t):
     if t.length:
         return 'fixed %s %s[%d]' % (CS_SCALARS[t.base], name, t.length)
     if f in CS_TYPED_FIELDS:
-        if t.base != 'int32_t' or t.depth:
-            sys.exit('gen.py: %s is not an int32_t field' % f)
+        if t.base != CS_ENUM_C_TYPES[CS_TYPED_FIELDS[f]] or t.depth:
+            sys.exit('gen.py: %s is not an %s field' % (f, CS_ENUM_C_TYPES[CS_TYPED_FIELDS[f]]))
         return '%s %s' % (CS_TYPED_FIELDS[f], name)
     return '%s %s' % (cs_type(t, field=True), name)
 
@@ -359,7 +367,7 @@ def cs_ident(p):
 # types (typed enums, bool on/off fields, no struct_size or reserved fields) converted to and
 # from the raw ones by generated toC / fromC methods.
 INITIALISMS = {'ABI', 'CPU', 'CUDA', 'F32', 'F16', 'BF16', 'FP8', 'E4M3', 'E5M2', 'OK', 'HF', 'ID',
-               'KV', 'COW', 'TP', 'HWM', 'TTL', 'IO', 'LRU', 'URL'}
+               'KV', 'COW', 'TP', 'HWM', 'TTL', 'IO', 'LRU', 'URL', 'MLA', 'QK'}
 GO_WORDS = {'dtype': 'DType', 'ids': 'IDs'}
 GO_SCALARS = {'char': 'byte', 'uint8_t': 'uint8', 'int32_t': 'int32', 'uint32_t': 'uint32', 'int64_t': 'int64', 'uint64_t': 'uint64',
               'double': 'float64', 'float': 'float32'}
@@ -384,11 +392,14 @@ GO_ENUMS = {
     'PKV_STORE_WRITE_THROUGH': ('StoreWriteMode', 'uint32', 'PKV_STORE_', 'Store',
                                 'when blocks are written to the store'),
     'PKV_EVENT_BLOCK_STORED': ('EventType', 'uint32', 'PKV_EVENT_', 'Event', 'a KV event\'s type'),
+    'PKV_KV_LAYOUT_HEADS': ('KVLayout', 'uint32', 'PKV_KV_LAYOUT_', 'KVLayout',
+                            'what the cache holds per token per layer (kv heads\' K and V, or an MLA latent)'),
 }
 # Struct fields of a named type (any struct): the field's C name -> the Go type.
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_tier': 'Tier', 'medium': 'Tier', 'finish_reason': 'FinishReason',
-                   'preemption_mode': 'PreemptionMode', 'source': 'BudgetSource', 'type': 'EventType'}
+                   'preemption_mode': 'PreemptionMode', 'source': 'BudgetSource', 'type': 'EventType',
+                   'kv_layout': 'KVLayout'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
                   'in_batch', 'is_request'}

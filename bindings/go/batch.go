@@ -161,6 +161,11 @@ func (b *Batch) Copy() error {
 
 // Attention runs pkv_attention for one layer of an f32 engine. q, out: [tokens][q heads per
 // rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.
+//
+// An MLA engine (EngineParams.KVLayout KVLayoutMLA) takes the absorbed form, with W =
+// KVLoraRank + QKRopeHeadDim (its HeadDim): q [tokens][q heads per rank][W], k the new tokens'
+// latents [tokens][W], v nil (NULL: V is the latents' first KVLoraRank values; a v is
+// ErrInvalidArgument), out [tokens][q heads per rank][KVLoraRank].
 func (b *Batch) Attention(layer int, q, k, v, out []float32) error {
 	return attention(b, layer, q, k, v, out, 4)
 }
@@ -170,26 +175,38 @@ func (b *Batch) AttentionU16(layer int, q, k, v, out []uint16) error {
 	return attention(b, layer, q, k, v, out, 2)
 }
 
-// AttentionRaw runs pkv_attention on raw addresses (device memory on a CUDA engine), unchecked.
+// AttentionRaw runs pkv_attention on raw addresses (device memory on a CUDA engine), unchecked;
+// v is nil on an MLA engine.
 func (b *Batch) AttentionRaw(layer int, q, k, v, out unsafe.Pointer) error {
 	return b.call(func(p *C.pkv_batch) C.pkv_status { return C.pkv_attention(p, C.uint32_t(layer), q, k, v, out) })
 }
 
+// need is an argument of attention: its length in bytes and the bytes per new token pkv reads.
+type need struct {
+	name       string
+	len, bytes int
+}
+
+// attention checks the lengths and calls pkv_attention; a nil v is NULL (MLA's), any other must
+// hold the engine's K and V width.
 func attention[T float32 | uint16](b *Batch, layer int, q, k, v, out []T, elem int) error {
 	n := b.NumTokens()
-	for _, a := range []struct {
-		name  string
-		len   int
-		bytes int
-	}{{"q", len(q), b.engine.qBytes}, {"k", len(k), b.engine.kvBytes},
-		{"v", len(v), b.engine.kvBytes}, {"out", len(out), b.engine.qBytes}} {
+	args := []need{{"q", len(q), b.engine.qBytes}, {"k", len(k), b.engine.kvBytes},
+		{"out", len(out), b.engine.outBytes}}
+	if v != nil {
+		args = append(args, need{"v", len(v), b.engine.kvBytes})
+	}
+	for _, a := range args {
 		if a.len*elem < n*a.bytes || a.len == 0 {
 			return &Error{Status: StatusInvalidArgument,
 				Message: fmt.Sprintf("%s: %d bytes, pkv needs %d", a.name, a.len*elem, n*a.bytes)}
 		}
 	}
-	return b.AttentionRaw(layer, unsafe.Pointer(&q[0]), unsafe.Pointer(&k[0]), unsafe.Pointer(&v[0]),
-		unsafe.Pointer(&out[0]))
+	var pv unsafe.Pointer
+	if v != nil {
+		pv = unsafe.Pointer(&v[0])
+	}
+	return b.AttentionRaw(layer, unsafe.Pointer(&q[0]), unsafe.Pointer(&k[0]), pv, unsafe.Pointer(&out[0]))
 }
 
 // End: the step ran; its tokens become computed and full blocks are sealed. Frees the batch.

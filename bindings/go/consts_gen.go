@@ -65,9 +65,12 @@ const (
 	DTypeFP8E5M2 DType = 4
 )
 
+// KVLayout is what the cache holds per token per layer (kv heads' K and V, or an MLA latent): pkv.h's PKV_KV_LAYOUT_*.
+type KVLayout uint32
+
 const (
-	KVLayoutHeads = 0
-	KVLayoutMla   = 1
+	KVLayoutHeads KVLayout = 0
+	KVLayoutMLA   KVLayout = 1
 )
 
 // BudgetSource is how KVBudget.NumBlocks was decided: pkv.h's PKV_BUDGET_*.
@@ -251,6 +254,17 @@ func (v FinishReason) String() string {
 		return "FINISH_LENGTH"
 	}
 	return unknown("FinishReason", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "KV_LAYOUT_HEADS".
+func (v KVLayout) String() string {
+	switch v {
+	case KVLayoutHeads:
+		return "KV_LAYOUT_HEADS"
+	case KVLayoutMLA:
+		return "KV_LAYOUT_MLA"
+	}
+	return unknown("KVLayout", int64(v))
 }
 
 // String is the C name without PKV_, e.g. "PREEMPT_RECOMPUTE".
@@ -448,7 +462,7 @@ type cEngineParams struct {
 	EventPublisher      uintptr
 	KVLayout            uint32
 	KVLoraRank          uint32
-	QkRopeHeadDim       uint32
+	QKRopeHeadDim       uint32
 	Reserved2           uint32
 }
 

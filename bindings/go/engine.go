@@ -20,10 +20,11 @@ type Engine struct {
 	// the open batch, if any (pkv allows one per engine); a Batch is live while it is this one
 	batch    *C.pkv_batch
 	batchGen uint64
-	// bytes per new token of q/out and of k/v: pkv_attention's size checks
-	qBytes, kvBytes int
-	kvHeads         int       // per rank: SetKVScales' length
-	store           *storeMem // the store's C parameters and Store handle (NewEngineWithStore)
+	// bytes per new token of q, of k/v and of out: pkv_attention's size checks (MLA: k is the
+	// latent, out kv_lora_rank wide per q head)
+	qBytes, kvBytes, outBytes int
+	kvHeads                   int       // per rank: SetKVScales' length
+	store                     *storeMem // the store's C parameters and Store handle (NewEngineWithStore)
 }
 
 // NewEngine creates an engine (pkv_engine_create) of p, which starts from DefaultParams.
@@ -65,8 +66,13 @@ func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
 	if eng.params.DType == DTypeF32 {
 		elem = 4
 	}
-	eng.qBytes = int(eng.params.NumQHeads/eng.params.TPSize*eng.params.HeadDim) * elem
+	qHeads := int(eng.params.NumQHeads / eng.params.TPSize)
+	eng.qBytes = qHeads * int(eng.params.HeadDim) * elem
 	eng.kvBytes = int(budget.KVHeadsPerRank*eng.params.HeadDim) * elem
+	eng.outBytes = eng.qBytes
+	if eng.params.KVLayout == KVLayoutMLA {
+		eng.outBytes = qHeads * int(eng.params.KVLoraRank) * elem
+	}
 	eng.kvHeads = int(budget.KVHeadsPerRank)
 	return eng, nil
 }
@@ -139,7 +145,8 @@ func (eng *Engine) Budget() (KVBudget, error) {
 	return b, err
 }
 
-// PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels.
+// PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels. An MLA engine's KBase
+// holds the latents, and its VBase and HostVBase are 0 (no V).
 func (eng *Engine) PoolInfo() (PoolInfo, error) {
 	var p PoolInfo
 	raw := cPoolInfo{StructSize: uint32(unsafe.Sizeof(cPoolInfo{}))}

@@ -93,7 +93,7 @@ var layouts = []layout{
 		{"event_publisher", unsafe.Offsetof(cEngineParams{}.EventPublisher), unsafe.Offsetof(C.struct_pkv_engine_params{}.event_publisher)},
 		{"kv_layout", unsafe.Offsetof(cEngineParams{}.KVLayout), unsafe.Offsetof(C.struct_pkv_engine_params{}.kv_layout)},
 		{"kv_lora_rank", unsafe.Offsetof(cEngineParams{}.KVLoraRank), unsafe.Offsetof(C.struct_pkv_engine_params{}.kv_lora_rank)},
-		{"qk_rope_head_dim", unsafe.Offsetof(cEngineParams{}.QkRopeHeadDim), unsafe.Offsetof(C.struct_pkv_engine_params{}.qk_rope_head_dim)},
+		{"qk_rope_head_dim", unsafe.Offsetof(cEngineParams{}.QKRopeHeadDim), unsafe.Offsetof(C.struct_pkv_engine_params{}.qk_rope_head_dim)},
 		{"reserved2", unsafe.Offsetof(cEngineParams{}.Reserved2), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved2)},
 	}},
 	{"pkv_kv_budget", unsafe.Sizeof(cKVBudget{}), unsafe.Sizeof(C.struct_pkv_kv_budget{}), []fieldOffset{

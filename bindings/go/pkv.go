@@ -142,7 +142,9 @@ func DefaultParams() (EngineParams, error) {
 }
 
 // ParamsFromHFConfig fills the model shape of p from the text of a Hugging Face config.json
-// (pkv_engine_params_from_hf_config).
+// (pkv_engine_params_from_hf_config). An MLA config (kv_lora_rank and qk_rope_head_dim: DeepSeek
+// V2/V3, Kimi K2) sets KVLayout KVLayoutMLA, KVLoraRank, QKRopeHeadDim, NumKVHeads 1, HeadDim
+// their sum and the model's SoftmaxScale.
 func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error) {
 	c, err := newCParams(&p)
 	if err != nil {

@@ -42,9 +42,9 @@ type EngineParams struct {
 	SlidingWindow       uint32
 	LayerWindows        []uint32
 	EventPublisher      *EventPublisherParams
-	KVLayout            uint32
+	KVLayout            KVLayout
 	KVLoraRank          uint32
-	QkRopeHeadDim       uint32
+	QKRopeHeadDim       uint32
 
 	initialized bool
 }
@@ -83,9 +83,9 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.HostOffload = boolU32(p.HostOffload)
 	c.KVDType = int32(p.KVDType)
 	c.SlidingWindow = p.SlidingWindow
-	c.KVLayout = p.KVLayout
+	c.KVLayout = uint32(p.KVLayout)
 	c.KVLoraRank = p.KVLoraRank
-	c.QkRopeHeadDim = p.QkRopeHeadDim
+	c.QKRopeHeadDim = p.QKRopeHeadDim
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -122,9 +122,9 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.HostOffload = c.HostOffload != 0
 	p.KVDType = DType(c.KVDType)
 	p.SlidingWindow = c.SlidingWindow
-	p.KVLayout = c.KVLayout
+	p.KVLayout = KVLayout(c.KVLayout)
 	p.KVLoraRank = c.KVLoraRank
-	p.QkRopeHeadDim = c.QkRopeHeadDim
+	p.QKRopeHeadDim = c.QKRopeHeadDim
 }
 
 // KVBudget is how many KV blocks fit and why (pkv_kv_budget).
@@ -154,7 +154,7 @@ type KVBudget struct {
 	GroupLayers          uint32
 	PaddedLayers         uint32
 	KVScaleBytes         uint64
-	KVLayout             uint32
+	KVLayout             KVLayout
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -184,7 +184,7 @@ func (p *KVBudget) fromC(c *cKVBudget) {
 	p.GroupLayers = c.GroupLayers
 	p.PaddedLayers = c.PaddedLayers
 	p.KVScaleBytes = c.KVScaleBytes
-	p.KVLayout = c.KVLayout
+	p.KVLayout = KVLayout(c.KVLayout)
 }
 
 // Stats are an engine's counters (pkv_stats).

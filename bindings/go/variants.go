@@ -79,16 +79,20 @@ func (eng *Engine) LayerWindows() []uint32 { return eng.Params().LayerWindows }
 
 // SetKVScales sets an fp8 cache's scales of layer (KVDType DTypeFP8E4M3 / DTypeFP8E5M2): k and
 // v have one per kv head of this rank each (finite, > 0; 1.0 until set), before the first
-// sequence (pkv_set_kv_scales). ErrState once a sequence was made; ErrInvalidArgument for a
-// cache that is not fp8.
+// sequence (pkv_set_kv_scales). An MLA engine's k is the latent's one scale and v may be nil
+// (NULL: there is no V); other engines refuse a nil v. ErrState once a sequence was made;
+// ErrInvalidArgument for a cache that is not fp8.
 func (eng *Engine) SetKVScales(layer uint32, k, v []float32) error {
-	if len(k) != eng.kvHeads || len(v) != eng.kvHeads {
+	if len(k) != eng.kvHeads || (v != nil && len(v) != eng.kvHeads) {
 		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf(
 			"SetKVScales: %d k and %d v scales, the engine has %d kv heads per rank", len(k), len(v), eng.kvHeads)}
 	}
+	var pv *C.float
+	if v != nil {
+		pv = (*C.float)(unsafe.Pointer(&v[0]))
+	}
 	return eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_set_kv_scales(e, C.uint32_t(layer), (*C.float)(unsafe.Pointer(&k[0])),
-			(*C.float)(unsafe.Pointer(&v[0])))
+		return C.pkv_set_kv_scales(e, C.uint32_t(layer), (*C.float)(unsafe.Pointer(&k[0])), pv)
 	})
 }
 

@@ -383,6 +383,8 @@ static partial class Tests
             { "config_windows_and_groups", ConfigWindowsAndGroups }, { "layer_windows_checked", LayerWindowsChecked },
             { "one_window_engine", OneWindowEngine }, { "fp8_engine_and_scales", Fp8EngineAndScales },
             { "kv_event_group", KvEventGroup },
+            { "mla_params", MlaParams }, { "mla_attention_without_v", MlaAttentionWithoutV },
+            { "mla_scales_without_v", MlaScalesWithoutV }, { "mla_deepseek_v3_config", MlaDeepSeekV3Config },
             { "loaded", Loaded }, { "load_error_names_what_to_set", LoadErrorNamesWhatToSet },
             { "sequence_disposes", SequenceDisposes }, { "event_publisher", EventPublisher },
             { "demo_output", DemoOutput },

@@ -21,7 +21,7 @@ from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
 from .errors import __all__ as _error_names
 from .events import EventPublisherParams
 from .hashing import block_hash, block_hash_root, block_hashes
-from .params import Params, hf_config_layer_windows, kv_groups, profile
+from .params import KvLayout, Params, hf_config_layer_windows, kv_groups, profile
 from .store import DictStore, StoreParams
 
 # every constant of pkv.h without its PKV_ prefix: DEVICE_CPU, DTYPE_F32, FINISH_LENGTH,
@@ -47,7 +47,7 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'kv_groups',
+__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'KvLayout', 'profile', 'kv_groups',
            'hf_config_layer_windows', 'StoreParams', 'EventPublisherParams',
            'DictStore', 'block_hash', 'block_hash_root', 'block_hashes', 'version', 'abi_version',
            'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names

@@ -59,13 +59,19 @@ class Batch:
         """pkv_attention for one layer. q, out: [num_tokens][q heads per rank][head_dim];
         k, v: [num_tokens][kv heads per rank][head_dim], in the engine's dtype. Each is a
         C-contiguous buffer (bytearray, array.array, memoryview, numpy array) of at least that
-        many bytes (checked), or an int address (device memory, not checked)."""
+        many bytes (checked), or an int address (device memory, not checked).
+
+        An MLA engine (engine.mla) takes the absorbed form, with W = kv_lora_rank +
+        qk_rope_head_dim (its head_dim): q [num_tokens][q heads per rank][W], k the new tokens'
+        latents [num_tokens][W], v None (NULL: V is the latents' first kv_lora_rank values; a V
+        is refused with InvalidArgumentError), and out [num_tokens][q heads per rank]
+        [kv_lora_rank]."""
         n = self.view.num_tokens
         e = self._engine
         pq, kq = data_pointer(q, n * e._q_bytes, False, 'q')
         pk, kk = data_pointer(k, n * e._kv_bytes, False, 'k')
-        pv, kv = data_pointer(v, n * e._kv_bytes, False, 'v')
-        po, ko = data_pointer(out, n * e._q_bytes, True, 'out')
+        pv, kv = (None, None) if v is None else data_pointer(v, n * e._kv_bytes, False, 'v')
+        po, ko = data_pointer(out, n * e._out_bytes, True, 'out')
         with e._lock:
             self._check(lib.pkv_attention(self._live(), layer, pq, pk, pv, po))
         del kq, kk, kv, ko

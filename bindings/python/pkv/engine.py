@@ -6,7 +6,7 @@ from . import _raw
 from ._buffers import byte_string, int32_array
 from ._lib import lib, text
 from .errors import make_error
-from .params import Params, check, kv_groups, record
+from .params import KvLayout, Params, check, kv_groups, record
 from .events import EventPublisherParams
 from .store import StoreParams
 
@@ -59,9 +59,12 @@ class Engine:
         self.params = Params._from_struct(out)  # copies the windows out of the engine
         budget = self.budget()
         elem = _DTYPE_BYTES[out.dtype]
-        # bytes per new token of q/out and of k/v, for pkv_attention's size checks
-        self._q_bytes = out.num_q_heads // out.tp_size * out.head_dim * elem
+        # bytes per new token of q, of k/v and of out, for pkv_attention's size checks; MLA's k
+        # is the latent (kv heads 1, head_dim its width) and its out kv_lora_rank wide per q head
+        q_heads = out.num_q_heads // out.tp_size
+        self._q_bytes = q_heads * out.head_dim * elem
         self._kv_bytes = budget.kv_heads_per_rank * out.head_dim * elem
+        self._out_bytes = q_heads * (out.kv_lora_rank if self.mla else out.head_dim) * elem
 
     # ------------------------------------------------------------------ lifetime
     def close(self):
@@ -79,6 +82,12 @@ class Engine:
     @property
     def closed(self):
         return self._handle is None
+
+    @property
+    def mla(self):
+        """True for an MLA engine (params.kv_layout KvLayout.MLA): attention() and
+        set_kv_scales() take no V."""
+        return self.params.kv_layout == KvLayout.MLA
 
     def __enter__(self):
         return self
@@ -215,14 +224,18 @@ class Engine:
         """How the engine's layers are grouped (pkv_kv_groups of its parameters)."""
         return kv_groups(self.params)
 
-    def set_kv_scales(self, layer, k_scales, v_scales):
+    def set_kv_scales(self, layer, k_scales, v_scales=None):
         """fp8 KV (kv_dtype FP8_E4M3 / FP8_E5M2): layer's K and V scales, one float per kv head
         of this rank each (finite, > 0; 1.0 until set), before the first sequence
-        (pkv_set_kv_scales). StateError once a sequence was made; InvalidArgumentError for a
-        cache that is not fp8."""
+        (pkv_set_kv_scales). An MLA engine's k_scales is the latent's one scale, and v_scales
+        may be None (passed as NULL: there is no V); other engines need both. StateError once a
+        sequence was made; InvalidArgumentError for a cache that is not fp8."""
         heads = self.budget().kv_heads_per_rank
         arrays = []
         for name, scales in (('k_scales', k_scales), ('v_scales', v_scales)):
+            if scales is None:  # NULL: pkv refuses it but for an MLA engine's v_scales
+                arrays.append(None)
+                continue
             values = [float(x) for x in scales]
             if len(values) != heads:
                 raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, '%s needs %d values (kv heads per '
@@ -241,6 +254,8 @@ class Engine:
         return buf.value.decode('utf-8', 'replace')
 
     def pool_info(self):
+        """Where the pool is (pkv_pool_info): k_base, v_base (int addresses, or None), strides,
+        .... An MLA engine's k_base holds the latents and its v_base and host_v_base are None."""
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
 
     def event_publisher_info(self):

@@ -1,12 +1,32 @@
 """Engine parameters (pkv_engine_params), the KV profiler (pkv_profile), the KV groups
 (pkv_kv_groups) and a config's per-layer windows (pkv_hf_config_layer_windows)."""
 import ctypes
+import enum
 import json
 import types
 
 from . import _raw
 from ._lib import lib, text
 from .errors import make_error
+
+
+class KvLayout(enum.IntEnum):
+    """What the cache holds per token per layer (pkv_engine_params.kv_layout, PKV_KV_LAYOUT_*):
+    HEADS, K and V of each kv head; MLA, one latent of kv_lora_rank + qk_rope_head_dim values
+    (multi-head latent attention: DeepSeek V2/V3, Kimi K2), whose first kv_lora_rank are V."""
+    HEADS = _raw.PKV_KV_LAYOUT_HEADS
+    MLA = _raw.PKV_KV_LAYOUT_MLA
+
+
+def _typed(name, value):
+    """A field's value as this binding types it: kv_layout as a KvLayout (an int pkv does not
+    know stays an int)."""
+    if name == 'kv_layout':
+        try:
+            return KvLayout(value)
+        except ValueError:
+            return value
+    return value
 
 
 def check(status):
@@ -17,7 +37,8 @@ def check(status):
 
 def record(struct):
     """A ctypes result struct as a read-only-ish namespace (struct_size and reserved* left out)."""
-    return types.SimpleNamespace(**{name: getattr(struct, name) for name, _ in struct._fields_
+    return types.SimpleNamespace(**{name: _typed(name, getattr(struct, name))
+                                    for name, _ in struct._fields_
                                     if name != 'struct_size' and not name.startswith('reserved')})
 
 
@@ -48,6 +69,9 @@ class Params:
     """pkv_engine_params with pkv's defaults (pkv_engine_params_init); every field of the C
     struct is an attribute. Params(num_layers=32, head_dim=128, ...) sets fields by name.
 
+    kv_layout reads back as a KvLayout (KvLayout.HEADS, the default, or KvLayout.MLA with
+    kv_lora_rank and qk_rope_head_dim: num_kv_heads 1, head_dim their sum, softmax_scale > 0).
+
     layer_windows is a list of ints (one window per layer, 0 = full attention) or None: the
     Params keeps the C array it points to, and its length must be num_layers when the params are
     used (InvalidArgumentError otherwise)."""
@@ -66,7 +90,9 @@ class Params:
         """Params with the model shape read from a Hugging Face config.json, given as its text
         (str/bytes), a dict, or a path ending in .json; then fields set by name. A model whose
         layers have different windows (Gemma 2/3, gpt-oss) gets them as layer_windows; one window
-        for every layer (Mistral) is sliding_window."""
+        for every layer (Mistral) is sliding_window. An MLA config (kv_lora_rank and
+        qk_rope_head_dim: DeepSeek V2/V3, Kimi K2) gets kv_layout KvLayout.MLA, those two,
+        num_kv_heads 1, head_dim their sum and the model's softmax_scale."""
         data = _config_bytes(config)
         p = cls()
         check(lib.pkv_engine_params_from_hf_config(ctypes.byref(p._c), data, len(data)))
@@ -101,7 +127,7 @@ class Params:
             windows = object.__getattribute__(self, '_windows')
             return None if windows is None else list(windows)
         try:
-            return getattr(object.__getattribute__(self, '_c'), name)
+            return _typed(name, getattr(object.__getattribute__(self, '_c'), name))
         except AttributeError:
             raise AttributeError('pkv_engine_params has no field %r' % name) from None
 
@@ -124,7 +150,7 @@ class Params:
         return p
 
     def as_dict(self):
-        d = {name: getattr(self._c, name) for name, _ in self._c._fields_}
+        d = {name: _typed(name, getattr(self._c, name)) for name, _ in self._c._fields_}
         d['layer_windows'] = self.layer_windows
         return d
 

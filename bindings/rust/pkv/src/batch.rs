@@ -8,7 +8,7 @@ use pkv_sys as sys;
 use crate::engine::Engine;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, sized};
-use crate::params::{Device, Dtype};
+use crate::params::{Device, Dtype, KvLayout};
 
 /// An element type `attention` takes from host slices: `f32` for F32 engines, `u16` (the raw
 /// bits) for F16 and BF16 ones.
@@ -219,6 +219,7 @@ impl<'e> Batch<'e> {
     /// `pkv_attention` on a CPU engine, from host slices: q and out hold
     /// `num_tokens * (num_q_heads / tp_size) * head_dim` elements, k and v
     /// `num_tokens * kv_heads_per_rank * head_dim` (longer slices are fine; only those are used).
+    /// An MLA engine takes no V: `attention_mla` (a v here is `Status::InvalidArgument`).
     pub fn attention<T: Element>(
         &mut self,
         layer: u32,
@@ -227,6 +228,62 @@ impl<'e> Batch<'e> {
         v: &[T],
         out: &mut [T],
     ) -> Result<()> {
+        let (q_len, kv_len, out_len) = self.host_lens::<T>()?;
+        if q.len() < q_len || out.len() < out_len || k.len() < kv_len || v.len() < kv_len {
+            return Err(invalid(
+                Status::InvalidArgument,
+                &format!("attention: q needs {} elements, k and v {}, out {}", q_len, kv_len, out_len),
+            ));
+        }
+        // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others.
+        unsafe {
+            self.attention_raw(
+                layer,
+                q.as_ptr().cast(),
+                k.as_ptr().cast(),
+                v.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+            )
+        }
+    }
+
+    /// `pkv_attention` on a CPU engine of `KvLayout::Mla` (pkv 0.3), the absorbed form, with
+    /// `W = kv_lora_rank + qk_rope_head_dim` (the engine's `head_dim`): q holds
+    /// `num_tokens * (num_q_heads / tp_size) * W` elements (queries projected into latent space),
+    /// `latents` the new tokens' `num_tokens * W` (cached), and out gets
+    /// `num_tokens * (num_q_heads / tp_size) * kv_lora_rank`: each head's softmax-weighted sum of
+    /// its context's latents' first `kv_lora_rank` values. There is no V (pkv gets NULL).
+    pub fn attention_mla<T: Element>(
+        &mut self,
+        layer: u32,
+        q: &[T],
+        latents: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
+        let (q_len, kv_len, out_len) = self.host_lens::<T>()?;
+        if q.len() < q_len || out.len() < out_len || latents.len() < kv_len {
+            return Err(invalid(
+                Status::InvalidArgument,
+                &format!("attention_mla: q needs {} elements, latents {}, out {}", q_len, kv_len, out_len),
+            ));
+        }
+        // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others;
+        // v NULL is MLA's.
+        unsafe {
+            self.attention_raw(
+                layer,
+                q.as_ptr().cast(),
+                latents.as_ptr().cast(),
+                ptr::null(),
+                out.as_mut_ptr().cast(),
+            )
+        }
+    }
+
+    /// The elements `attention` reads and writes from host slices of `T`: (q, k and v, out).
+    /// An MLA engine's k is the latent (one kv head of `head_dim`), its out `kv_lora_rank` wide
+    /// per q head.
+    fn host_lens<T: Element>(&self) -> Result<(usize, usize, usize)> {
         let engine = self.engine;
         let (p, pool) = (engine.params(), engine.pool_info());
         if engine.device() != Some(Device::Cpu) {
@@ -242,27 +299,20 @@ impl<'e> Batch<'e> {
             ));
         }
         let rows = self.num_tokens();
-        let q_len = rows * (p.raw().num_q_heads / p.raw().tp_size.max(1)) as usize * pool.head_dim as usize;
-        let kv_len = rows * pool.kv_heads as usize * pool.head_dim as usize;
-        if q.len() < q_len || out.len() < q_len || k.len() < kv_len || v.len() < kv_len {
-            return Err(invalid(
-                Status::InvalidArgument,
-                &format!("attention: q and out need {} elements, k and v {}", q_len, kv_len),
-            ));
-        }
-        // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others.
-        unsafe {
-            self.attention_raw(
-                layer,
-                q.as_ptr().cast(),
-                k.as_ptr().cast(),
-                v.as_ptr().cast(),
-                out.as_mut_ptr().cast(),
-            )
-        }
+        let q_heads = (p.raw().num_q_heads / p.raw().tp_size.max(1)) as usize;
+        let out_dim = match p.get_kv_layout() {
+            Some(KvLayout::Mla) => p.raw().kv_lora_rank,
+            _ => pool.head_dim,
+        };
+        Ok((
+            rows * q_heads * pool.head_dim as usize,
+            rows * pool.kv_heads as usize * pool.head_dim as usize,
+            rows * q_heads * out_dim as usize,
+        ))
     }
 
-    /// `pkv_attention` with raw pointers (device pointers on a CUDA engine).
+    /// `pkv_attention` with raw pointers (device pointers on a CUDA engine); an MLA engine's v
+    /// is NULL.
     ///
     /// # Safety
     /// The pointers must be valid for the sizes `pkv_attention` documents, on the engine's

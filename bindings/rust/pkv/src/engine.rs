@@ -7,7 +7,7 @@ use pkv_sys as sys;
 use crate::batch::Batch;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, sized, Library};
-use crate::params::{Device, Dtype, KvBudget, KvGroups, Params};
+use crate::params::{Device, Dtype, KvBudget, KvGroups, KvLayout, Params};
 use crate::publisher::EventPublisherInfo;
 use crate::scheduler::KvEvent;
 use crate::store::{Bridge, StoreParams};
@@ -165,7 +165,8 @@ impl Engine {
         self.params.clone()
     }
 
-    /// The pool's layout (`pkv_pool_info`), as of creation.
+    /// The pool's layout (`pkv_pool_info`), as of creation. An MLA engine's `k_base` holds the
+    /// latents and its `v_base` and `host_v_base` are null.
     pub fn pool_info(&self) -> PoolInfo {
         self.pool
     }
@@ -195,7 +196,8 @@ impl Engine {
 
     /// fp8 KV: `layer`'s K and V scales, one per kv head of this rank each (finite, > 0; 1.0
     /// until set), before the first sequence (`pkv_set_kv_scales`). `Status::State` once a
-    /// sequence was made; `Status::InvalidArgument` for a cache that is not fp8.
+    /// sequence was made; `Status::InvalidArgument` for a cache that is not fp8. An MLA engine
+    /// has no V: `set_mla_scales`.
     pub fn set_kv_scales(&self, layer: u32, k_scales: &[f32], v_scales: &[f32]) -> Result<()> {
         let heads = self.pool.kv_heads as usize;
         if k_scales.len() != heads || v_scales.len() != heads {
@@ -213,6 +215,29 @@ impl Engine {
         unsafe {
             call!(self.lib, pkv_set_kv_scales(self.as_raw(), layer, k_scales.as_ptr(), v_scales.as_ptr()))
         }
+    }
+
+    /// fp8 KV on a `KvLayout::Mla` engine (pkv 0.3): `layer`'s latent scale (one value: the
+    /// latent is one kv head), with no V scales (pkv gets NULL); as `set_kv_scales` otherwise.
+    pub fn set_mla_scales(&self, layer: u32, k_scales: &[f32]) -> Result<()> {
+        let heads = self.pool.kv_heads as usize;
+        if k_scales.len() != heads {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "set_mla_scales: {} scales, the engine has {} kv heads per rank",
+                    k_scales.len(),
+                    heads
+                ),
+            ));
+        }
+        // SAFETY: k_scales has kv_heads_per_rank elements; v NULL is MLA's.
+        unsafe { call!(self.lib, pkv_set_kv_scales(self.as_raw(), layer, k_scales.as_ptr(), ptr::null())) }
+    }
+
+    /// The cache's layout (`Params::kv_layout`).
+    pub fn kv_layout(&self) -> Option<KvLayout> {
+        self.params.get_kv_layout()
     }
 
     /// The pool's KV budget (`pkv_engine_budget`).

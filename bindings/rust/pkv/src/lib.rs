@@ -32,7 +32,7 @@ pub use batch::{Batch, BatchView, CopyKind, Element};
 pub use engine::{Allocation, AllocationQuery, Engine, PoolInfo, Seq, SeqInfo, Stats, Tier};
 pub use error::{Error, Result, Status};
 pub use library::{library, Library, LIBRARY_ENV};
-pub use params::{hf_config_layer_windows, profile, Device, Dtype, KvBudget, KvGroups, Params};
+pub use params::{hf_config_layer_windows, profile, Device, Dtype, KvBudget, KvGroups, KvLayout, Params};
 pub use pkv_sys as sys;
 pub use publisher::{EventPublisherInfo, EventPublisherParams};
 pub use scheduler::{KvEvent, Request};

@@ -77,6 +77,33 @@ impl Dtype {
     }
 }
 
+/// What the cache holds per token per layer (`Params::kv_layout`, `PKV_KV_LAYOUT_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvLayout {
+    /// K and V of each kv head (multi-head, GQA, MQA attention): the default.
+    Heads,
+    /// One latent of `kv_lora_rank + qk_rope_head_dim` values and no V (multi-head latent
+    /// attention: DeepSeek V2/V3, Kimi K2); V is the latent's first `kv_lora_rank` values.
+    Mla,
+}
+
+impl KvLayout {
+    pub fn code(self) -> u32 {
+        (match self {
+            KvLayout::Heads => sys::PKV_KV_LAYOUT_HEADS,
+            KvLayout::Mla => sys::PKV_KV_LAYOUT_MLA,
+        }) as u32
+    }
+    pub fn from_code(code: u32) -> Option<KvLayout> {
+        [KvLayout::Heads, KvLayout::Mla].into_iter().find(|l| l.code() == code)
+    }
+    /// The layout a budget was computed for (`KvBudget::kv_layout`; `None` for a code this
+    /// binding does not know).
+    pub fn of(budget: &KvBudget) -> Option<KvLayout> {
+        KvLayout::from_code(budget.kv_layout)
+    }
+}
+
 /// How the layers are grouped for the pool (`pkv_kv_groups`, DESIGN.md §12): groups of
 /// `group_layers` layers with one window each, full-attention groups first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,7 +193,9 @@ impl Params {
     /// Replaces the model-shape fields (layers, heads, head_dim, dtype, max_model_len) and the
     /// windows with those of a Hugging Face `config.json` text
     /// (`pkv_engine_params_from_hf_config`): one window for every layer (Mistral) is
-    /// `sliding_window`, windows that differ (Gemma 2/3, gpt-oss) are `layer_windows`.
+    /// `sliding_window`, windows that differ (Gemma 2/3, gpt-oss) are `layer_windows`. An MLA
+    /// config (DeepSeek V2/V3, Kimi K2) sets `KvLayout::Mla`, `kv_lora_rank`,
+    /// `qk_rope_head_dim`, one kv head of their sum and the model's `softmax_scale`.
     pub fn hf_config(mut self, json: &str) -> Result<Params> {
         let text = json.as_ptr() as *const c_char;
         let windows = layer_windows_of(self.lib, json)?;
@@ -242,6 +271,33 @@ impl Params {
     /// Each layer's window, when set per layer.
     pub fn get_layer_windows(&self) -> Option<&[u32]> {
         self.windows.as_deref()
+    }
+    /// The cache's layout (`None` for a code this binding does not know).
+    pub fn get_kv_layout(&self) -> Option<KvLayout> {
+        KvLayout::from_code(self.raw.kv_layout)
+    }
+    /// An MLA cache's latent: (`kv_lora_rank`, `qk_rope_head_dim`); (0, 0) for `Heads`.
+    pub fn get_mla_dims(&self) -> (u32, u32) {
+        (self.raw.kv_lora_rank, self.raw.qk_rope_head_dim)
+    }
+
+    /// The cache's layout (pkv 0.3): `KvLayout::Heads` (the default) or `KvLayout::Mla`, which
+    /// needs `kv_lora_rank` and `qk_rope_head_dim`, `num_kv_heads(1)`, `head_dim` their sum,
+    /// a `softmax_scale` and no sliding window. `from_hf_config` sets all of them for an MLA
+    /// config (DeepSeek V2/V3, Kimi K2).
+    pub fn kv_layout(mut self, layout: KvLayout) -> Params {
+        self.raw.kv_layout = layout.code();
+        self
+    }
+    /// `KvLayout::Mla` with its latent: `kv_lora_rank` compressed values and `qk_rope_head_dim`
+    /// rotary ones (DeepSeek V3: 512 and 64); sets `num_kv_heads` to 1 and `head_dim` to their
+    /// sum.
+    pub fn mla(self, kv_lora_rank: u32, qk_rope_head_dim: u32) -> Params {
+        self.kv_layout(KvLayout::Mla)
+            .kv_lora_rank(kv_lora_rank)
+            .qk_rope_head_dim(qk_rope_head_dim)
+            .num_kv_heads(1)
+            .head_dim(kv_lora_rank.saturating_add(qk_rope_head_dim))
     }
 
     /// The KV cache's dtype: the model's (the default), or `Dtype::Fp8E4m3` / `Fp8E5M2` (one
@@ -393,6 +449,10 @@ impl Params {
         /// Keys each token attends to in every layer `layer_windows` does not set; 0 = full
         /// attention.
         sliding_window: u32 => sliding_window;
+        /// MLA: the latent's compressed part, >= 1; 0 for `KvLayout::Heads`.
+        kv_lora_rank: u32 => kv_lora_rank;
+        /// MLA: the latent's rotary part; 0 for `KvLayout::Heads`.
+        qk_rope_head_dim: u32 => qk_rope_head_dim;
     }
 
     /// The KV budget these parameters give (`pkv_profile`); see `profile_detailed` for every
