@@ -124,15 +124,17 @@ MlaPlan plan_mla_with(const BatchView &batch, int32_t q_heads, int32_t kv_lora_r
   return p;
 }
 
-// One CTA per SM: the tensor-core kernel's shared memory leaves room for one or two, and each
-// split costs a partial of q_heads x rank floats, written and merged.
+// One wave of one CTA per SM: the kernels' registers (up to ~220 a thread of 256) leave room for
+// one, and each split costs a partial of q_heads x rank floats, written and merged. Rounding the
+// splits down keeps the wave whole (32 sequences of 2 row tiles on 132 SMs: 2 splits, 128 CTAs,
+// not 3 splits in 1.5 waves).
 MlaPlan plan_mla(const BatchView &batch, int32_t q_heads, int32_t kv_lora_rank, int32_t width,
                  int32_t num_sms, size_t max_smem) {
   const int32_t row_groups = q_heads > 32 && mla_smem_bytes(4, width) <= max_smem ? 4 : 2;
   const int64_t ctas = int64_t(batch.num_seqs) * dev::ceil_div(q_heads, 16 * row_groups);
-  const int64_t want = ctas > 0 ? (int64_t(num_sms) + ctas - 1) / ctas : 1;
+  const int64_t want = ctas > 0 && ctas < num_sms ? num_sms / ctas : 1;
   const int64_t keys = batch.max_context_len > 0 ? batch.max_context_len : 1;
-  int64_t split = (keys + want - 1) / (want > 0 ? want : 1);
+  int64_t split = (keys + want - 1) / want;
   if (split < kMinSplitTokens) split = kMinSplitTokens;
   return plan_mla_with(batch, q_heads, kv_lora_rank, int32_t(split), row_groups);
 }

@@ -27,7 +27,8 @@ struct MlaPlan {
 size_t mla_smem_bytes(int32_t row_groups, int32_t width);
 
 // Chooses the rows per CTA (64 for more than 32 q heads when they fit max_smem, else 32) and a
-// split so that about one CTA per SM (num_sms) is busy, never fewer than 256 keys per split.
+// split so that the decodes fill about one wave of one CTA per SM (num_sms), never fewer than 256
+// keys per split.
 MlaPlan plan_mla(const BatchView &batch, int32_t q_heads, int32_t kv_lora_rank, int32_t width,
                  int32_t num_sms, size_t max_smem);
 // The same with a given split (rounded up to 32) and row_groups (2 or 4): tests, tuning.
