@@ -72,7 +72,8 @@ cudaError_t launch_rows(void (*kernel)(MlaArgs), int32_t rows, size_t smem, cons
                          uint32_t(b.num_seqs));
   kernel<<<decode_grid, kMlaThreads, smem, stream>>>(d);
   if (a.max_splits > 1)
-    mla_merge_kernel<T><<<dim3(uint32_t(a.q_heads), uint32_t(b.num_seqs)), kMlaThreads, 0, stream>>>(d);
+    mla_merge_kernel<T>
+        <<<dim3(uint32_t(a.q_heads), uint32_t(b.num_seqs)), kMlaThreads, 0, stream>>>(d);
   if (b.max_query_len > 1) {
     d.decode = 0;
     const int64_t prefill_rows = int64_t(b.max_query_len) * a.q_heads;
@@ -116,7 +117,8 @@ MlaPlan plan_mla_with(const BatchView &batch, int32_t q_heads, int32_t kv_lora_r
                       int32_t split_tokens, int32_t row_groups) {
   MlaPlan p{};
   p.split_tokens = dev::ceil_div(split_tokens > 0 ? split_tokens : 1, kSplitAlign) * kSplitAlign;
-  p.max_splits = dev::ceil_div(batch.max_context_len > 0 ? batch.max_context_len : 1, p.split_tokens);
+  const int32_t keys = batch.max_context_len > 0 ? batch.max_context_len : 1;
+  p.max_splits = dev::ceil_div(keys, p.split_tokens);
   p.row_groups = row_groups;
   p.workspace_bytes = p.max_splits > 1 ? sizeof(float) * size_t(batch.num_seqs) * size_t(q_heads) *
                                              size_t(p.max_splits) * (size_t(kv_lora_rank) + 2)

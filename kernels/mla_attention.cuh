@@ -23,7 +23,8 @@ struct MlaPlan {
 };
 
 // Shared memory the tensor-core kernel takes with row_groups and a latent of `width` values: a
-// plan may pick row_groups 4 only where this fits the device (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+// plan may pick row_groups 4 only where this fits the device
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 size_t mla_smem_bytes(int32_t row_groups, int32_t width);
 
 // Chooses the rows per CTA (64 for more than 32 q heads when they fit max_smem, else 32) and a

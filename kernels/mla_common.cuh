@@ -85,7 +85,8 @@ template <class T>
 __device__ __forceinline__ void mla_put2(const MlaArgs &a, const MlaRows &rb, int r, int c,
                                          float x0, float x1, float f) {
   if (rb.split < 0) {
-    T *o = static_cast<T *>(a.out) + (int64_t(rb.query_start) * a.q_heads + rb.row0 + r) * a.rank + c;
+    T *o = static_cast<T *>(a.out) +
+           (int64_t(rb.query_start) * a.q_heads + rb.row0 + r) * a.rank + c;
     o[0] = from_float<T>(x0 * f);
     o[1] = from_float<T>(x1 * f);
   } else {

@@ -67,8 +67,8 @@ __device__ __forceinline__ void mla_mma_load_q(const MlaArgs &a, const MlaRows &
   for (int c = threadIdx.x; c < Tile::kRows * chunks; c += kMlaThreads) {
     const int r = c / chunks, d8 = c % chunks * 8;
     uint4 x = make_uint4(0, 0, 0, 0);
-    if (r < rb.num_rows)
-      x = *reinterpret_cast<const uint4 *>(static_cast<const T *>(a.q) + mla_q_offset(a, rb, r) + d8);
+    const T *q_rows = static_cast<const T *>(a.q);
+    if (r < rb.num_rows) x = *reinterpret_cast<const uint4 *>(q_rows + mla_q_offset(a, rb, r) + d8);
     *reinterpret_cast<uint4 *>(q + r * stride + d8 / 2) = x;
   }
 }
