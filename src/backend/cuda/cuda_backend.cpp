@@ -273,8 +273,8 @@ class CudaBackend final : public Backend {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     for (const void *p : {call.q, call.k, static_cast<const void *>(call.out)})
       PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k and out must be 16-byte aligned on CUDA");
-    PKV_ASSERT(!call.v && call.group == 0 && groups_.size() == 1 && call.window == 0 &&
-               call.slot < shape_.num_layers);
+    PKV_REQUIRE(!call.v, "pkv_attention on an MLA cache takes v NULL (V is the latents' first kv_lora_rank)");
+    PKV_ASSERT(call.group == 0 && groups_.size() == 1 && call.window == 0 && call.slot < shape_.num_layers);
     const StepGroup &g = groups_[0];
     cuda::KvLayer layer{static_cast<char *>(k_) + uint64_t(call.slot) * shape_.layer_bytes(), nullptr,
                         int32_t(shape_.block_size), 1, int32_t(shape_.head_dim), cuda::DType(shape_.dtype),
