@@ -6,8 +6,9 @@
  * device-to-device cudaMemcpy probe, for bf16 and f16 caches, fp8 caches (e4m3, e5m2) under a
  * bf16 model, and a sliding window of WINDOW keys (bf16 and e4m3): GB/s counts the K/V bytes the
  * kernels read (one byte an element for fp8, the window's keys only); prefill GFLOP/s (2k, 8k
- * tokens; bf16, f16, an e4m3 cache, a window) as % of the tensor-core peak. All buffers on the
- * device;
+ * tokens; bf16, f16, an e4m3 cache, a window) as % of the tensor-core peak; then MLA decode
+ * (bench_mla_gpu.c: 128 q heads over a bf16 latent of 512 + 64) in GB/s of latents read and
+ * TFLOP/s. All buffers on the device;
  * calls on our stream (pkv_engine_set_stream), timed by cudaEvents: a warm-up (it uploads the
  * batch), then the median of several, L2 flushed (untimed memset) before each. Without a usable
  * GPU it says so and exits 0. Usage: bench_attention_gpu [--quick]. Not a test; not installed.
@@ -21,6 +22,8 @@
 #include <cuda_runtime_api.h>
 #include <pkv/pkv.h>
 
+#include "bench_attention_gpu.h"
+#include "bench_mla_gpu.h"
 #include "bench_util.h"
 
 enum { Q_HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16, MAX_SEQS = 64, MAX_RUNS = 31,
@@ -32,7 +35,9 @@ enum { Q_HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16, MAX_SEQS = 64, MA
 static cudaStream_t stream;
 static void *flush_dev;
 
-static int cuda_fail(cudaError_t err, const char *what)
+cudaStream_t bench_gpu_stream(void) { return stream; }
+
+int bench_gpu_cuda_fail(cudaError_t err, const char *what)
 {
   fprintf(stderr, "bench_attention_gpu: %s: %s\n", what, cudaGetErrorString(err));
   return -1;
@@ -43,8 +48,7 @@ static int is_fp8(int32_t dtype) { return dtype == PKV_DTYPE_FP8_E4M3 || dtype =
 /* Bytes of one element of a cache of this dtype. */
 static size_t elem_bytes(int32_t dtype) { return is_fp8(dtype) ? 1 : 2; }
 
-/* Small random values of the dtype (bf16 or f16 bits; fp8 codes two to a uint16_t), so no lane
- * is a NaN or a denormal. */
+/* Small random values of the dtype (bf16 or f16 bits; fp8 codes two to a uint16_t). */
 static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
 {
   for (size_t i = 0; i < n; i++) {
@@ -59,9 +63,8 @@ static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
   }
 }
 
-/* Fills `bytes` (even) of device memory: a random chunk uploaded, then doubled in place on the
- * device. */
-static int fill_device(void *dst, size_t bytes, int32_t dtype, uint64_t *state)
+/* bench_attention_gpu.h: a random chunk uploaded, then doubled in place on the device. */
+int bench_gpu_fill(void *dst, size_t bytes, int32_t dtype, uint64_t *state)
 {
   const size_t chunk = bytes < FILL_CHUNK ? bytes : FILL_CHUNK;
   uint16_t *host = malloc(chunk);
@@ -72,7 +75,7 @@ static int fill_device(void *dst, size_t bytes, int32_t dtype, uint64_t *state)
     n = bytes - done < done ? bytes - done : done;
     err = cudaMemcpy((char *)dst + done, dst, n, cudaMemcpyDeviceToDevice);
   }
-  return err == cudaSuccess ? 0 : cuda_fail(err, "filling device memory");
+  return err == cudaSuccess ? 0 : bench_gpu_cuda_fail(err, "filling device memory");
 }
 
 /* Best GB/s (bytes read + written) of `reps` device-to-device copies of PROBE_BYTES / 2. */
@@ -102,12 +105,6 @@ static double probe(int reps)
 }
 
 /* ---------------------------------------------------------------- engines */
-typedef struct bench_run {
-  pkv_engine *e;
-  pkv_batch *b;
-  void *q, *k, *v, *out;
-} bench_run;
-
 /* What one decode row measures: the model's dtype, the cache's (0 = the same), the window. */
 typedef struct kv_config {
   int32_t dtype, kv_dtype;
@@ -151,8 +148,8 @@ static int setup_batch(bench_run *r, kv_config c, uint32_t num_seqs, uint32_t ct
   struct pkv_pool_info pool = {.struct_size = sizeof pool};
   if (st == PKV_OK)
     st = pkv_pool_info(r->e, &pool);
-  if (st == PKV_OK && decode && (fill_device(pool.k_base, pool.bytes_per_pool, kv_dtype, &state) ||
-                                 fill_device(pool.v_base, pool.bytes_per_pool, kv_dtype, &state))) {
+  if (st == PKV_OK && decode && (bench_gpu_fill(pool.k_base, pool.bytes_per_pool, kv_dtype, &state) ||
+                                 bench_gpu_fill(pool.v_base, pool.bytes_per_pool, kv_dtype, &state))) {
     free(tokens);
     return -1;
   }
@@ -166,12 +163,12 @@ static int setup_batch(bench_run *r, kv_config c, uint32_t num_seqs, uint32_t ct
   cudaError_t err;
   if ((err = cudaMalloc(&r->q, qb)) || (err = cudaMalloc(&r->out, qb)) ||
       (err = cudaMalloc(&r->k, kb)) || (err = cudaMalloc(&r->v, kb)))
-    return cuda_fail(err, "cudaMalloc of q/k/v/out");
-  return fill_device(r->q, qb, dtype, &state) || fill_device(r->k, kb, dtype, &state) ||
-         fill_device(r->v, kb, dtype, &state) ? -1 : 0;
+    return bench_gpu_cuda_fail(err, "cudaMalloc of q/k/v/out");
+  return bench_gpu_fill(r->q, qb, dtype, &state) || bench_gpu_fill(r->k, kb, dtype, &state) ||
+         bench_gpu_fill(r->v, kb, dtype, &state) ? -1 : 0;
 }
 
-static void free_run(bench_run *r)
+void bench_gpu_free_run(bench_run *r)
 {
   pkv_batch_abort(r->b);
   pkv_engine_destroy(r->e);
@@ -186,15 +183,14 @@ static int open_run(bench_run *r, kv_config c, uint64_t num_blocks, uint32_t seq
   if (s != PKV_OK)
     bench_fail(r->e, "pkv_engine_create", s);
   if (s != PKV_OK || setup_batch(r, c, seqs, ctx, decode)) {
-    free_run(r);
+    bench_gpu_free_run(r);
     return -1;
   }
   return 0;
 }
 
-/* Median seconds of `runs` pkv_attention calls after one warm-up, cudaEvents on the engine's
- * stream around each call; < 0 on failure. */
-static double time_calls(bench_run *r, uint32_t runs)
+/* bench_attention_gpu.h; cudaEvents on the engine's stream around each call. */
+double bench_gpu_time_calls(bench_run *r, uint32_t runs)
 {
   double t[MAX_RUNS + 1], result = -1.0;
   cudaEvent_t e0, e1;
@@ -208,7 +204,7 @@ static double time_calls(bench_run *r, uint32_t runs)
     cudaEventSynchronize(e1); /* when it fails, so does cudaEventElapsedTime */
     const cudaError_t err = cudaEventElapsedTime(&ms, e0, e1);
     if (s != PKV_OK || err != cudaSuccess) {
-      s != PKV_OK ? bench_fail(r->e, "pkv_attention", s) : cuda_fail(err, "timing pkv_attention");
+      s != PKV_OK ? bench_fail(r->e, "pkv_attention", s) : bench_gpu_cuda_fail(err, "timing pkv_attention");
       break;
     }
     t[i] = ms * 1e-3;
@@ -251,7 +247,7 @@ int main(int argc, char **argv)
     return bench_fail(NULL, "pkv_engine_create", ps) != 0;
   if ((err = cudaSetDevice(0)) || (err = cudaStreamCreate(&stream)) ||
       (err = cudaMalloc(&flush_dev, FLUSH_BYTES))) {
-    cuda_fail(err, "setting up the device");
+    bench_gpu_cuda_fail(err, "setting up the device");
     return 1;
   }
   struct cudaDeviceProp prop;
@@ -304,8 +300,8 @@ int main(int argc, char **argv)
           rc = 1;
           continue;
         }
-        const double sec = time_calls(&r, quick ? 5 : 15);
-        free_run(&r);
+        const double sec = bench_gpu_time_calls(&r, quick ? 5 : 15);
+        bench_gpu_free_run(&r);
         const uint32_t keys = c.window && c.window < ctx + 1 ? c.window : ctx + 1;
         const double bytes = (double)seqs * 2 * keys * KV_HEADS * HEAD_DIM * elem_bytes(kv_dtype);
         const double gbs = sec > 0 ? bytes / sec * 1e-9 : 0.0;
@@ -348,8 +344,8 @@ int main(int argc, char **argv)
         rc = 1;
         continue;
       }
-      const double sec = time_calls(&r, quick ? 3 : 7);
-      free_run(&r);
+      const double sec = bench_gpu_time_calls(&r, quick ? 3 : 7);
+      bench_gpu_free_run(&r);
       const double w = c.window ? c.window : n; /* keys: p + 1 up to the window */
       const double seen = w >= n ? (double)n * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
       const double gflops = sec > 0 ? 4.0 * Q_HEADS * HEAD_DIM * seen / sec * 1e-9 : 0.0;
@@ -362,6 +358,7 @@ int main(int argc, char **argv)
         printf(" %8s\n", "?");
       fflush(stdout);
     }
+  rc |= bench_mla_decode_table(ref, ref_name, tc_peak, quick);
   printf("\ndecode, contexts >= 2k, lowest GB/s (%s %.1f GB/s):\n", ref_name, ref);
   for (int k = 0; k < NUM_CONFIGS; k++)
     if (worst[k] < 1e9)

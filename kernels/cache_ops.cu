@@ -1,7 +1,8 @@
 // write_kv, copy_blocks and copy_tier_blocks: plain copies, moved in 16-byte chunks when
 // everything is aligned (a row of head_dim elements is always a multiple of 16 bytes) and in bytes
 // otherwise; write_kv into an fp8 pool quantizes instead. One block-copy kernel serves both
-// copies: within the pool, and between two pools.
+// copies: within the pool, and between two pools. A pool without V (the MLA latent cache: v null)
+// has its K alone written and copied.
 #include <cstdint>
 
 #include "cache_ops.cuh"
@@ -13,7 +14,8 @@ namespace {
 constexpr int kWriteThreads = 128;
 constexpr int kCopyThreads = 256;
 
-// grid.x = token. k, v: [tokens][row_chunks]; caches: [slots][row_chunks].
+// grid.x = token. k, v: [tokens][row_chunks]; caches: [slots][row_chunks]; v and v_cache null:
+// K only.
 template <class Chunk>
 __global__ void __launch_bounds__(kWriteThreads)
     write_kv_kernel(const Chunk *__restrict__ k, const Chunk *__restrict__ v, Chunk *k_cache,
@@ -24,13 +26,13 @@ __global__ void __launch_bounds__(kWriteThreads)
   const int64_t src = token * row_chunks, dst = slot * row_chunks;
   for (int64_t c = threadIdx.x; c < row_chunks; c += blockDim.x) {
     k_cache[dst + c] = k[src + c];
-    v_cache[dst + c] = v[src + c];
+    if (v_cache) v_cache[dst + c] = v[src + c];
   }
 }
 
 // grid = (token, kv head). k, v: [tokens][kv_heads][head_dim] of T; caches: [slots][kv_heads]
 // [head_dim] of fp8 codes C. Each element is divided by its head's scale in IEEE fp32 (__fdiv_rn,
-// whatever the division flags) and encoded (fp8.cuh).
+// whatever the division flags) and encoded (fp8.cuh). v, v_cache and v_scale null: K only.
 template <class T, class C>
 __global__ void __launch_bounds__(kWriteThreads)
     write_kv_fp8_kernel(const T *__restrict__ k, const T *__restrict__ v, uint8_t *k_cache,
@@ -42,15 +44,16 @@ __global__ void __launch_bounds__(kWriteThreads)
   if (slot < 0) return;
   const int64_t row = int64_t(gridDim.y) * head_dim;
   const int64_t src = token * row + head * head_dim, dst = slot * row + head * head_dim;
-  const float ks = k_scale[head], vs = v_scale[head];
+  const float ks = k_scale[head], vs = v_cache ? v_scale[head] : 1.f;
   for (int32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
     k_cache[dst + i] = dev::fp8_encode<C>(__fdiv_rn(dev::to_float(k[src + i]), ks));
-    v_cache[dst + i] = dev::fp8_encode<C>(__fdiv_rn(dev::to_float(v[src + i]), vs));
+    if (v_cache) v_cache[dst + i] = dev::fp8_encode<C>(__fdiv_rn(dev::to_float(v[src + i]), vs));
   }
 }
 
-// grid = (pair, layer, 0 for K / 1 for V). Each pool: [layers][layer_chunks] of
-// [blocks][block_chunks], with a layer stride of its own; the two may be one pool (copy_blocks).
+// grid = (pair, layer, 0 for K / 1 for V; only 0 for pools without V). Each pool: [layers]
+// [layer_chunks] of [blocks][block_chunks], with a layer stride of its own; the two may be one
+// pool (copy_blocks).
 // The pairs of a launch are independent (cache_ops.cuh), so the CTAs run in any order.
 template <class Chunk>
 __global__ void __launch_bounds__(kCopyThreads)
@@ -87,7 +90,7 @@ cudaError_t write_kv_fp8_as(const KvLayer &layer, const void *k, const void *v, 
 template <class Chunk>
 cudaError_t copy_blocks_as(const KvPool &from, const KvPool &to, const int32_t *pairs,
                            int32_t num_pairs, cudaStream_t stream) {
-  const dim3 grid(uint32_t(num_pairs), uint32_t(from.num_layers), 2);
+  const dim3 grid(uint32_t(num_pairs), uint32_t(from.num_layers), from.v ? 2 : 1);
   const int64_t chunk = sizeof(Chunk);
   copy_blocks_kernel<Chunk><<<grid, kCopyThreads, 0, stream>>>(
       static_cast<const Chunk *>(from.k), static_cast<const Chunk *>(from.v),
@@ -106,10 +109,11 @@ bool pool_aligned16(const KvPool &p) {
 cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
                             const int64_t *slot_mapping, int32_t num_tokens, cudaStream_t stream) {
   if (num_tokens < 0 || layer.block_size < 1 || layer.kv_heads < 1 ||
-      layer.kv_heads > PKV_CUDA_MAX_GRID || layer.head_dim < 1)
+      layer.kv_heads > PKV_CUDA_MAX_GRID || layer.head_dim < 1 || !layer.k || !k ||
+      !layer.v != !v)
     return cudaErrorInvalidValue;
   if (is_fp8(layer.kv_dtype)) {
-    if (!layer.k_scale || !layer.v_scale) return cudaErrorInvalidValue;
+    if (!layer.k_scale || (layer.v && !layer.v_scale)) return cudaErrorInvalidValue;
     if (num_tokens == 0) return cudaSuccess;
     return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
       if constexpr (kIsFp8<decltype(c)>)
@@ -133,7 +137,7 @@ cudaError_t launch_copy_tier_blocks(const KvPool &from, const KvPool &to,
                                     cudaStream_t stream) {
   if (num_pairs < 0 || from.num_layers < 0 || from.num_layers > PKV_CUDA_MAX_GRID ||
       from.block_bytes < 0 || to.num_layers != from.num_layers ||
-      to.block_bytes != from.block_bytes)
+      to.block_bytes != from.block_bytes || !from.v != !to.v)
     return cudaErrorInvalidValue;
   if (num_pairs == 0 || from.num_layers == 0 || from.block_bytes == 0) return cudaSuccess;
   if (pool_aligned16(from) && pool_aligned16(to))

@@ -17,7 +17,8 @@ inline bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m
 
 // One layer of the paged KV pool, in device memory. K and V are each
 // [num_blocks][block_size][kv_heads][head_dim] (NHD) of kv_dtype; the token in slot
-// s = block * block_size + offset starts at element s * kv_heads * head_dim.
+// s = block * block_size + offset starts at element s * kv_heads * head_dim. The MLA latent cache
+// (mla_attention.cuh) is K alone: v null, kv_heads 1, head_dim the latent's width.
 struct KvLayer {
   void *k;
   void *v;
@@ -33,7 +34,7 @@ struct KvLayer {
 };
 
 // The whole pool for block copies: K and V each
-// [num_layers][num_blocks][block_size][kv_heads][head_dim].
+// [num_layers][num_blocks][block_size][kv_heads][head_dim]; v null for a pool of K alone (MLA).
 struct KvPool {
   void *k;
   void *v;

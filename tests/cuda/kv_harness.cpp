@@ -151,7 +151,83 @@ cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_
   return e;
 }
 
+// What a refused MLA launch may differ in (kv_harness.h): one decode of 8 keys in one block.
+struct MlaTry {
+  const char *what;
+  int32_t rank, rope;
+  bool ok;
+  size_t q_offset = 0;
+  float scale = 0.125f;
+  DType dtype = DType::bf16, kv_dtype = DType::bf16;
+  bool scales = false, v_pool = false;
+  int32_t kv_heads = 1, window = 0, split_tokens = 32, row_groups = 2;
+};
+
+cudaError_t try_mla_launch(const MlaTry &t) {
+  const int32_t block_size = 16, q_heads = 4, width = t.rank + t.rope;
+  const int32_t query_start[2] = {0, 1}, context_len[1] = {8}, indptr[2] = {0, 1}, indices[1] = {0};
+  DevBuf qs(sizeof query_start), cl(sizeof context_len), ip(sizeof indptr), bi(sizeof indices);
+  qs.upload(query_start, sizeof query_start), cl.upload(context_len, sizeof context_len);
+  ip.upload(indptr, sizeof indptr), bi.upload(indices, sizeof indices);
+  const size_t row = size_t(width > 8 ? width : 8) * 4, out_row = size_t(t.rank > 8 ? t.rank : 8) * 4;
+  DevBuf pool(block_size * row * t.kv_heads), v(block_size * row), q(q_heads * row + 16);
+  DevBuf out(q_heads * out_row);
+  check_cuda(cudaMemset(pool.as<void>(), 0, block_size * row * t.kv_heads), "memset");
+  check_cuda(cudaMemset(q.as<void>(), 0, q_heads * row + 16), "memset");
+  DevBuf scale(sizeof(float));
+  const float one = 1.f;
+  scale.upload(&one, sizeof one);
+  const pkv::cuda::KvLayer layer{pool.as<void>(), t.v_pool ? v.as<void>() : nullptr, block_size,
+                                 t.kv_heads, width, t.dtype, t.kv_dtype,
+                                 t.scales ? scale.as<float>() : nullptr, nullptr, t.window};
+  const pkv::cuda::BatchView batch{1, 1, 1, 8, qs.as<int32_t>(), cl.as<int32_t>(),
+                                   ip.as<int32_t>(), bi.as<int32_t>()};
+  const pkv::cuda::MlaPlan plan{t.split_tokens, 1, t.row_groups, 0};
+  const cudaError_t e = pkv::cuda::launch_mla_attention(layer, t.rank, batch, q.as<char>() + t.q_offset,
+                                                        out.as<void>(), q_heads, t.scale, plan,
+                                                        nullptr, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  return e;
+}
+
 }  // namespace
+
+bool check_refused_mla_launches() {
+  const int32_t align = PKV_ATTENTION_HEAD_DIM_ALIGN, max_rank = PKV_ATTENTION_MAX_KV_LORA_RANK;
+  const int32_t max_rope = PKV_ATTENTION_MAX_ROPE_DIM;
+  MlaTry cases[] = {
+      {"rank and rope at their maxima", max_rank, max_rope, true},
+      {"rank at the alignment, no rope", align, 0, true},
+      {"rank over the maximum", max_rank + align, 64, false},
+      {"rope over the maximum", 64, max_rope + align, false},
+      {"rank not a multiple of the alignment", align + 4, 64, false},
+      {"rope not a multiple of the alignment", 64, align + 4, false},
+      {"rank 0", 0, 64, false},
+      {"q not 16-byte aligned", 64, 16, false, 4},
+      {"scale 0", 64, 16, false, 0, 0.f},
+      {"scale NaN", 64, 16, false, 0, std::nanf("")},
+      {"an fp8 cache with its scale", 64, 16, true, 0, 0.125f, DType::f16, DType::fp8_e4m3, true},
+      {"an fp8 cache without its scale", 64, 16, false, 0, 0.125f, DType::f16, DType::fp8_e5m2},
+      {"an f32 model", 64, 16, true, 0, 0.125f, DType::f32, DType::f32},
+      {"a cache of another 16/32-bit dtype", 64, 16, false, 0, 0.125f, DType::f32, DType::bf16},
+      {"a V pool", 64, 16, false},
+      {"two kv heads", 64, 16, false},
+      {"a window", 64, 16, false},
+      {"a plan whose splits do not cover the context", 64, 16, false},
+      {"a plan of 3 row groups", 64, 16, false},
+      {"a plan of 4 row groups", 64, 16, true},
+  };
+  cases[14].v_pool = true, cases[15].kv_heads = 2, cases[16].window = 4;
+  cases[17].split_tokens = 4, cases[18].row_groups = 3, cases[19].row_groups = 4;
+  bool all = true;
+  for (const MlaTry &c : cases) {
+    const cudaError_t e = try_mla_launch(c);
+    const bool ok = c.ok ? e == cudaSuccess : e == cudaErrorInvalidValue;
+    if (!ok) fprintf(stderr, "FAIL MLA launch, %s: got %s\n", c.what, cudaGetErrorString(e));
+    all = all && ok;
+  }
+  return all;
+}
 
 bool check_refused_launches() {
   struct Case {

@@ -8,6 +8,7 @@
 
 #include "cache_ops.cuh"
 #include "decode_attention.cuh"
+#include "mla_attention.cuh"
 #include "prefill_attention.cuh"
 
 namespace kvtest {
@@ -88,6 +89,12 @@ struct StepCase {
   // elements, a small one gives subnormal codes.
   DType kv_dtype = DType::f32;
   double fp8_span = 0, fp8_scale = 0;
+  // MLA (mla_attention.cuh) when > 0: the latent's kv_lora_rank. Then kv_heads is 1, head_dim the
+  // latent's width (kv_lora_rank + rope), group the q heads, there is no V (write_kv of K alone)
+  // and out has kv_lora_rank values a head; the scale is 1.5 / sqrt(width), and row_groups (0:
+  // plan_mla's choice for 132 SMs and 99 KiB) the tensor-core kernel's rows.
+  int32_t mla_rank = 0;
+  int32_t row_groups = 0;
 };
 
 // One forward step on fresh data: prefix K/V into a shuffled paged pool (fp8 codes of the
@@ -101,8 +108,13 @@ bool run_step(const StepCase &c, uint64_t seed);
 // scales, a pool of another 16/32-bit dtype than the model's, a negative window. True when all
 // are refused and the limits themselves (fp8 pools with scales, a window of 1) are accepted.
 bool check_refused_launches();
-// check_refused_launches, then run_step over every case; the process exit code (0, 1 on a
-// failure, 77 without a device).
+// The same for launch_mla_attention: a rank or rope off pkv.h's limits (not a multiple of the
+// alignment, over PKV_ATTENTION_MAX_KV_LORA_RANK / PKV_ATTENTION_MAX_ROPE_DIM), a V pool, more
+// than one kv head, a window, q not 16-byte aligned, a scale not > 0, an fp8 cache without its
+// scale, a plan that does not cover the context or names no row_groups; the limits are accepted.
+bool check_refused_mla_launches();
+// check_refused_launches (and check_refused_mla_launches when a case is MLA), then run_step over
+// every case; the process exit code (0, 1 on a failure, 77 without a device).
 int run_cases(const char *name, const std::vector<StepCase> &cases);
 
 }  // namespace kvtest

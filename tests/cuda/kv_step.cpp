@@ -13,6 +13,12 @@ namespace {
 
 bool fp8(const StepCase &c) { return pkv::cuda::is_fp8(c.kv_dtype); }
 DType pool_dtype(const StepCase &c) { return fp8(c) ? c.kv_dtype : c.dtype; }
+bool mla(const StepCase &c) { return c.mla_rank > 0; }
+// Values a head of out holds: kv_lora_rank for MLA, else head_dim.
+size_t out_dim(const StepCase &c) { return size_t(mla(c) ? c.mla_rank : c.head_dim); }
+float softmax_scale(const StepCase &c) {
+  return (mla(c) ? 1.5f : 1.f) / std::sqrt(float(c.head_dim));
+}
 
 // The batch on the host: the context each sequence's new tokens see (from its first block the
 // window keeps, rounded to the dtype or decoded from its fp8 code, so the reference sees exactly
@@ -24,6 +30,7 @@ struct HostStep {
   std::vector<int64_t> slot_mapping;
   std::vector<float> k_scale, v_scale;            // fp8: [kv_heads]
   std::vector<std::vector<double>> k_seq, v_seq;  // per seq [context - kept_from][kv_heads][head_dim]
+                                                  // (MLA: v_seq, v_new, v_pool empty)
   std::vector<double> q;                          // [tokens][q_heads][head_dim]
   std::vector<unsigned char> q_raw, k_new, v_new, k_pool, v_pool;
 };
@@ -89,9 +96,8 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
     h.v_scale.push_back(float(c.fp8_scale * rng.uniform(0.5, 2)));
   }
   h.k_pool.assign(size_t(h.num_blocks) * c.block_size * row * pb, 0xFF);
-  h.v_pool.assign(h.k_pool.size(), 0xFF);
   h.k_new.resize(size_t(h.num_tokens) * row * eb);
-  h.v_new.resize(h.k_new.size());
+  if (!mla(c)) h.v_pool.assign(h.k_pool.size(), 0xFF), h.v_new.resize(h.k_new.size());
   h.q.resize(size_t(h.num_tokens) * q_row);
   h.q_raw.resize(h.q.size() * eb);
   for (size_t i = 0; i < h.q.size(); ++i) {
@@ -101,7 +107,7 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const int32_t ctx = c.seqs[s].context_len, first_new = ctx - c.seqs[s].query_len;
     const int32_t from = h.kept_from[s];
-    std::vector<double> k(size_t(ctx - from) * row), v(k.size());
+    std::vector<double> k(size_t(ctx - from) * row), v(mla(c) ? 0 : k.size());
     for (int32_t pos = from; pos < ctx; ++pos) {
       const int32_t blk = h.block_indices[h.block_indptr[s] + pos / c.block_size];
       const int64_t slot = int64_t(blk) * c.block_size + pos % c.block_size;
@@ -110,19 +116,18 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
       if (is_new) h.slot_mapping.push_back(slot);
       for (size_t e = 0; e < row; ++e) {
         const size_t i = size_t(pos - from) * row + e;
-        const double kx = draw(c, rng, h.k_scale, e), vx = draw(c, rng, h.v_scale, e);
-        unsigned char kc = 0, vc = 0;
-        k[i] = stored(c, kx, fp8(c) ? h.k_scale[e / c.head_dim] : 1.f, &kc);
-        v[i] = stored(c, vx, fp8(c) ? h.v_scale[e / c.head_dim] : 1.f, &vc);
-        if (is_new) {  // the model's dtype; write_kv stores it
-          store_elem(t, h.k_new.data(), size_t(token) * row + e, kx);
-          store_elem(t, h.v_new.data(), size_t(token) * row + e, vx);
-        } else if (fp8(c)) {  // the code, as write_kv would have left it
-          h.k_pool[size_t(slot) * row + e] = kc;
-          h.v_pool[size_t(slot) * row + e] = vc;
-        } else {
-          store_elem(t, h.k_pool.data(), size_t(slot) * row + e, kx);
-          store_elem(t, h.v_pool.data(), size_t(slot) * row + e, vx);
+        for (int kv = 0; kv < (mla(c) ? 1 : 2); ++kv) {
+          const std::vector<float> &scales = kv ? h.v_scale : h.k_scale;
+          std::vector<unsigned char> &pool = kv ? h.v_pool : h.k_pool;
+          const double x = draw(c, rng, scales, e);
+          unsigned char code = 0;
+          (kv ? v : k)[i] = stored(c, x, fp8(c) ? scales[e / c.head_dim] : 1.f, &code);
+          if (is_new)  // the model's dtype; write_kv stores it
+            store_elem(t, (kv ? h.v_new : h.k_new).data(), size_t(token) * row + e, x);
+          else if (fp8(c))  // the code, as write_kv would have left it
+            pool[size_t(slot) * row + e] = code;
+          else
+            store_elem(t, pool.data(), size_t(slot) * row + e, x);
         }
       }
     }
@@ -135,10 +140,18 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
 // window reaches before it.
 std::vector<double> reference(const StepCase &c, const HostStep &h) {
   const uint32_t q_heads = uint32_t(c.kv_heads * c.group);
-  const size_t q_row = size_t(q_heads) * c.head_dim;
-  std::vector<double> ref(h.q.size());
+  const size_t q_row = size_t(q_heads) * c.head_dim, out_row = size_t(q_heads) * out_dim(c);
+  std::vector<double> ref(size_t(h.num_tokens) * out_row);
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const size_t off = size_t(h.query_start[s]) * q_row;
+    if (mla(c)) {
+      pkv_ref_mla_attention(h.q.data() + off, h.k_seq[s].data(),
+                            ref.data() + size_t(h.query_start[s]) * out_row,
+                            uint32_t(c.seqs[s].query_len), uint32_t(c.seqs[s].context_len), q_heads,
+                            uint32_t(c.mla_rank), uint32_t(c.head_dim - c.mla_rank),
+                            double(softmax_scale(c)));
+      continue;
+    }
     pkv_ref_attention_window(h.q.data() + off, h.k_seq[s].data(), h.v_seq[s].data(),
                              ref.data() + off, uint32_t(c.seqs[s].query_len),
                              uint32_t(c.seqs[s].context_len - h.kept_from[s]), q_heads,
@@ -148,9 +161,17 @@ std::vector<double> reference(const StepCase &c, const HostStep &h) {
 }
 
 // The pool write_kv must leave: the new rows in their slots, as bytes or as the reference's
-// fp8 codes of their elements under their heads' scales.
+// fp8 codes of their elements under their heads' scales (MLA: K alone).
 void expect_write_kv(const StepCase &c, HostStep &h) {
   const size_t row = size_t(c.kv_heads) * c.head_dim;
+  if (!fp8(c) && mla(c)) {
+    const size_t row_bytes = row * pkv::cuda::dtype_bytes(c.dtype);
+    for (int32_t t = 0; t < h.num_tokens; ++t)
+      if (h.slot_mapping[t] >= 0)
+        memcpy(&h.k_pool[size_t(h.slot_mapping[t]) * row_bytes], &h.k_new[size_t(t) * row_bytes],
+               row_bytes);
+    return;
+  }
   if (!fp8(c)) {
     pkv_ref_write_kv(h.k_new.data(), h.v_new.data(), h.k_pool.data(), h.v_pool.data(),
                      h.slot_mapping.data(), uint32_t(h.num_tokens),
@@ -163,8 +184,9 @@ void expect_write_kv(const StepCase &c, HostStep &h) {
     for (size_t e = 0; e < row; ++e) {
       const size_t dst = size_t(h.slot_mapping[t]) * row + e, src = size_t(t) * row + e;
       const float kx = float(load_elem(c.dtype, h.k_new.data(), src));
-      const float vx = float(load_elem(c.dtype, h.v_new.data(), src));
       h.k_pool[dst] = pkv_ref_fp8_encode(kx, h.k_scale[e / c.head_dim], e5m2);
+      if (mla(c)) continue;
+      const float vx = float(load_elem(c.dtype, h.v_new.data(), src));
       h.v_pool[dst] = pkv_ref_fp8_encode(vx, h.v_scale[e / c.head_dim], e5m2);
     }
   }
@@ -180,6 +202,7 @@ std::string describe(const StepCase &c) {
                   " kvh=" + std::to_string(c.kv_heads) + " group=" + std::to_string(c.group) +
                   " d=" + std::to_string(c.head_dim);
   if (c.window) s += " window=" + std::to_string(c.window);
+  if (mla(c)) s += " mla rank=" + std::to_string(c.mla_rank) + " rg=" + std::to_string(c.row_groups);
   if (fp8(c))
     s += std::string(" kv=") + dtype_name(c.kv_dtype) + " span=" + std::to_string(c.fp8_span) +
          " scale~" + std::to_string(c.fp8_scale);
@@ -189,6 +212,43 @@ std::string describe(const StepCase &c) {
   return s;
 }
 
+// write_kv, then decode + prefill attention (or MLA's); returns the plan's split size.
+int32_t launch_step(const StepCase &c, const pkv::cuda::KvLayer &layer,
+                    const pkv::cuda::BatchView &batch, const HostStep &h, const DevBuf &kn,
+                    const DevBuf &vn, const DevBuf &sm, const DevBuf &q, const DevBuf &out) {
+  const int32_t q_heads = c.kv_heads * c.group;
+  check_cuda(pkv::cuda::launch_write_kv(layer, kn.as<void>(), mla(c) ? nullptr : vn.as<void>(),
+                                        sm.as<int64_t>(), h.num_tokens, nullptr),
+             "launch_write_kv");
+  if (mla(c)) {
+    pkv::cuda::MlaPlan plan =
+        pkv::cuda::plan_mla(batch, q_heads, c.mla_rank, c.head_dim, 132, 99 << 10);
+    if (c.split_tokens || c.row_groups)
+      plan = pkv::cuda::plan_mla_with(batch, q_heads, c.mla_rank,
+                                      c.split_tokens ? c.split_tokens : plan.split_tokens,
+                                      c.row_groups ? c.row_groups : plan.row_groups);
+    DevBuf ws(plan.workspace_bytes);
+    check_cuda(pkv::cuda::launch_mla_attention(layer, c.mla_rank, batch, q.as<void>(), out.as<void>(),
+                                               q_heads, softmax_scale(c), plan, ws.as<void>(), nullptr),
+               "launch_mla_attention");
+    check_cuda(cudaDeviceSynchronize(), "sync");
+    return plan.split_tokens;
+  }
+  const pkv::cuda::DecodePlan plan =
+      c.split_tokens
+          ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, c.window, c.split_tokens)
+          : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, c.window, 132);
+  DevBuf ws(plan.workspace_bytes);
+  check_cuda(pkv::cuda::launch_decode_attention(layer, batch, q.as<void>(), out.as<void>(), q_heads,
+                                                softmax_scale(c), plan, ws.as<void>(), nullptr),
+             "launch_decode_attention");
+  check_cuda(pkv::cuda::launch_prefill_attention(layer, batch, q.as<void>(), out.as<void>(),
+                                                 q_heads, softmax_scale(c), nullptr),
+             "launch_prefill_attention");
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  return plan.split_tokens;
+}
+
 }  // namespace
 
 bool run_step(const StepCase &c, uint64_t seed) {
@@ -196,10 +256,12 @@ bool run_step(const StepCase &c, uint64_t seed) {
   HostStep h;
   build_tables(c, rng, h);
   fill_data(c, rng, h);
-  const int32_t q_heads = c.kv_heads * c.group, ns = int32_t(c.seqs.size());
+  const int32_t ns = int32_t(c.seqs.size());
+  const size_t out_elems = size_t(h.num_tokens) * c.kv_heads * c.group * out_dim(c);
+  const size_t out_bytes = out_elems * pkv::cuda::dtype_bytes(c.dtype);
   DevBuf qs(4 * h.query_start.size()), cl(4 * h.context_lens.size()), ip(4 * h.block_indptr.size());
   DevBuf bi(4 * h.block_indices.size()), sm(8 * h.slot_mapping.size());
-  DevBuf q(h.q_raw.size()), kn(h.k_new.size()), vn(h.v_new.size()), out(h.q_raw.size());
+  DevBuf q(h.q_raw.size()), kn(h.k_new.size()), vn(h.v_new.size()), out(out_bytes);
   DevBuf kp(h.k_pool.size()), vp(h.v_pool.size()), ks(4 * h.k_scale.size()), vs(4 * h.v_scale.size());
   upload_vec(qs, h.query_start), upload_vec(cl, h.context_lens), upload_vec(ip, h.block_indptr);
   upload_vec(bi, h.block_indices), upload_vec(sm, h.slot_mapping), upload_vec(q, h.q_raw);
@@ -208,14 +270,14 @@ bool run_step(const StepCase &c, uint64_t seed) {
   upload_vec(ks, h.k_scale), upload_vec(vs, h.v_scale);
 
   const pkv::cuda::KvLayer layer{kp.as<void>(),
-                                 vp.as<void>(),
+                                 mla(c) ? nullptr : vp.as<void>(),
                                  c.block_size,
                                  c.kv_heads,
                                  c.head_dim,
                                  c.dtype,
                                  pool_dtype(c),
                                  fp8(c) ? ks.as<float>() : nullptr,
-                                 fp8(c) ? vs.as<float>() : nullptr,
+                                 fp8(c) && !mla(c) ? vs.as<float>() : nullptr,
                                  c.window};
   const pkv::cuda::BatchView batch{ns,
                                    h.num_tokens,
@@ -225,29 +287,15 @@ bool run_step(const StepCase &c, uint64_t seed) {
                                    cl.as<int32_t>(),
                                    ip.as<int32_t>(),
                                    bi.as<int32_t>()};
-  const pkv::cuda::DecodePlan plan =
-      c.split_tokens
-          ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, c.window, c.split_tokens)
-          : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, c.window, 132);
-  DevBuf ws(plan.workspace_bytes);
-  check_cuda(pkv::cuda::launch_write_kv(layer, kn.as<void>(), vn.as<void>(), sm.as<int64_t>(),
-                                        h.num_tokens, nullptr),
-             "launch_write_kv");
-  check_cuda(pkv::cuda::launch_decode_attention(layer, batch, q.as<void>(), out.as<void>(), q_heads,
-                                                1.f / std::sqrt(float(c.head_dim)), plan, ws.as<void>(), nullptr),
-             "launch_decode_attention");
-  check_cuda(pkv::cuda::launch_prefill_attention(layer, batch, q.as<void>(), out.as<void>(),
-                                                 q_heads, 1.f / std::sqrt(float(c.head_dim)), nullptr),
-             "launch_prefill_attention");
-  check_cuda(cudaDeviceSynchronize(), "sync");
+  const int32_t split = launch_step(c, layer, batch, h, kn, vn, sm, q, out);
 
-  std::vector<unsigned char> got_raw(h.q_raw.size());
+  std::vector<unsigned char> got_raw(out_bytes);
   out.download(got_raw.data(), got_raw.size());
-  std::vector<double> got(h.q.size());
+  std::vector<double> got(out_elems);
   for (size_t i = 0; i < got.size(); ++i) got[i] = load_elem(c.dtype, got_raw.data(), i);
   double atol, rtol;
   tolerances(c.dtype, &atol, &rtol);
-  const std::string label = describe(c) + "split=" + std::to_string(plan.split_tokens);
+  const std::string label = describe(c) + "split=" + std::to_string(split);
   size_t bad =
       pkv_ref_compare(label.c_str(), got.data(), reference(c, h).data(), got.size(), atol, rtol);
 
@@ -256,6 +304,7 @@ bool run_step(const StepCase &c, uint64_t seed) {
   expect_write_kv(c, h);
   kp.download(pool.data(), pool.size());
   bool pool_ok = pool == h.k_pool;
+  pool.resize(h.v_pool.size());
   vp.download(pool.data(), pool.size());
   pool_ok = pool_ok && pool == h.v_pool;
   if (!pool_ok) fprintf(stderr, "%s: KV pool differs after write_kv\n", label.c_str());
@@ -264,7 +313,8 @@ bool run_step(const StepCase &c, uint64_t seed) {
 
 int run_cases(const char *name, const std::vector<StepCase> &cases) {
   if (int skip = require_device()) return skip;
-  const bool refused = check_refused_launches();
+  bool refused = check_refused_launches();
+  if (std::any_of(cases.begin(), cases.end(), mla)) refused = check_refused_mla_launches() && refused;
   int failures = 0;
   uint64_t seed = 1;
   for (const StepCase &c : cases) failures += !run_step(c, seed++);

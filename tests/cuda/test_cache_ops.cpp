@@ -1,7 +1,7 @@
 // kernels/cache_ops.cu against the references of tests/common/attention_ref.h: write_kv over block
 // sizes, head dims and dtypes with skipped (-1) slots, copy_blocks over all layers, and
 // copy_tier_blocks between a pool and a pinned host tier both ways (write_kv into fp8 pools:
-// test_cache_ops_fp8.cpp). The whole pool (and tier) is compared byte for byte, so a write
+// test_cache_ops_fp8.cpp); write_kv and copy_blocks of K alone for pools without V (MLA). The whole pool (and tier) is compared byte for byte, so a write
 // outside the named slots or blocks shows too.
 #include <cstring>
 #include <vector>
@@ -13,9 +13,10 @@ namespace {
 
 using namespace kvtest;
 
-// misalign > 0 offsets the new rows by that many bytes, for the byte-copy path.
+// misalign > 0 offsets the new rows by that many bytes, for the byte-copy path; k_only: a pool
+// without V (v and layer.v null; the V buffer must stay untouched).
 bool test_write_kv(DType dtype, int32_t block_size, int32_t kv_heads, int32_t head_dim,
-                   int32_t num_tokens, uint64_t seed, size_t misalign = 0) {
+                   int32_t num_tokens, uint64_t seed, size_t misalign = 0, bool k_only = false) {
   Rng rng(seed);
   const int32_t num_blocks = (num_tokens + block_size - 1) / block_size + 2;
   const size_t eb = pkv::cuda::dtype_bytes(dtype), row_bytes = size_t(kv_heads) * head_dim * eb;
@@ -34,6 +35,7 @@ bool test_write_kv(DType dtype, int32_t block_size, int32_t kv_heads, int32_t he
   std::vector<unsigned char> k_ref(pool_bytes, 0xFF), v_ref(pool_bytes, 0xFF);
   pkv_ref_write_kv(k.data(), v.data(), k_ref.data(), v_ref.data(), mapping.data(),
                    uint32_t(num_tokens), row_bytes);
+  if (k_only) v_ref.assign(pool_bytes, 0xFF);
 
   DevBuf dk(k.size() + misalign), dv(v.size() + misalign), dmap(mapping.size() * 8);
   DevBuf kc(pool_bytes), vc(pool_bytes);
@@ -43,11 +45,11 @@ bool test_write_kv(DType dtype, int32_t block_size, int32_t kv_heads, int32_t he
   dmap.upload(mapping.data(), mapping.size() * 8);
   check_cuda(cudaMemset(kc.as<void>(), 0xFF, pool_bytes), "memset");
   check_cuda(cudaMemset(vc.as<void>(), 0xFF, pool_bytes), "memset");
-  const pkv::cuda::KvLayer layer{kc.as<void>(), vc.as<void>(), block_size, kv_heads, head_dim,
-                                 dtype,         dtype,         nullptr,    nullptr,  0};
-  check_cuda(
-      pkv::cuda::launch_write_kv(layer, k_dev, v_dev, dmap.as<int64_t>(), num_tokens, nullptr),
-      "launch_write_kv");
+  const pkv::cuda::KvLayer layer{kc.as<void>(), k_only ? nullptr : vc.as<void>(), block_size, kv_heads,
+                                 head_dim, dtype, dtype, nullptr, nullptr, 0};
+  check_cuda(pkv::cuda::launch_write_kv(layer, k_dev, k_only ? nullptr : v_dev, dmap.as<int64_t>(),
+                                        num_tokens, nullptr),
+             "launch_write_kv");
   check_cuda(cudaDeviceSynchronize(), "sync");
   std::vector<unsigned char> k_got(pool_bytes), v_got(pool_bytes);
   kc.download(k_got.data(), pool_bytes);
@@ -55,12 +57,15 @@ bool test_write_kv(DType dtype, int32_t block_size, int32_t kv_heads, int32_t he
   const bool ok = k_got == k_ref && v_got == v_ref;
   if (!ok)
     fprintf(stderr,
-            "FAIL write_kv %s block_size %d kv_heads %d head_dim %d tokens %d misalign %zu\n",
-            dtype_name(dtype), block_size, kv_heads, head_dim, num_tokens, misalign);
+            "FAIL write_kv %s block_size %d kv_heads %d head_dim %d tokens %d misalign %zu%s\n",
+            dtype_name(dtype), block_size, kv_heads, head_dim, num_tokens, misalign,
+            k_only ? " (K alone)" : "");
   return ok;
 }
 
-bool test_copy_blocks(DType dtype, int32_t block_size, int32_t head_dim, uint64_t seed) {
+// k_only: a pool without V (pool.v null; the V buffer must stay untouched).
+bool test_copy_blocks(DType dtype, int32_t block_size, int32_t head_dim, uint64_t seed,
+                      bool k_only = false) {
   Rng rng(seed);
   const int32_t layers = 3, num_blocks = 12, kv_heads = 2;
   const size_t eb = pkv::cuda::dtype_bytes(dtype);
@@ -77,8 +82,10 @@ bool test_copy_blocks(DType dtype, int32_t block_size, int32_t head_dim, uint64_
   dk.upload(k.data(), pool_bytes);
   dv.upload(v.data(), pool_bytes);
   dp.upload(pairs.data(), pairs.size() * 4);
+  const std::vector<unsigned char> v_before = v;
   pkv_ref_copy_blocks(k.data(), v.data(), layers, num_blocks, block_bytes, pairs.data(), num_pairs);
-  const pkv::cuda::KvPool pool{dk.as<void>(), dv.as<void>(), layers,
+  if (k_only) v = v_before;
+  const pkv::cuda::KvPool pool{dk.as<void>(), k_only ? nullptr : dv.as<void>(), layers,
                                int64_t(num_blocks * block_bytes), int64_t(block_bytes)};
   check_cuda(pkv::cuda::launch_copy_blocks(pool, dp.as<int32_t>(), int32_t(num_pairs), nullptr),
              "launch_copy_blocks");
@@ -88,8 +95,8 @@ bool test_copy_blocks(DType dtype, int32_t block_size, int32_t head_dim, uint64_
   dv.download(v_got.data(), pool_bytes);
   const bool ok = k_got == k && v_got == v;
   if (!ok)
-    fprintf(stderr, "FAIL copy_blocks %s block_size %d head_dim %d\n", dtype_name(dtype),
-            block_size, head_dim);
+    fprintf(stderr, "FAIL copy_blocks %s block_size %d head_dim %d%s\n", dtype_name(dtype),
+            block_size, head_dim, k_only ? " (K alone)" : "");
   return ok;
 }
 
@@ -177,17 +184,37 @@ bool test_copy_tier_blocks(const TierCase &c, uint64_t seed) {
 bool test_copy_tier_refused() {
   DevBuf a(4096), b(4096), pairs(8);
   const pkv::cuda::KvPool p{a.as<void>(), b.as<void>(), 2, 1024, 512};
-  pkv::cuda::KvPool other_layers = p, other_block = p;
+  pkv::cuda::KvPool other_layers = p, other_block = p, no_v = p;
   other_layers.num_layers = 1;
   other_block.block_bytes = 256;
+  no_v.v = nullptr;
   const bool ok =
       pkv::cuda::launch_copy_tier_blocks(p, other_layers, pairs.as<int32_t>(), 1, nullptr) ==
           cudaErrorInvalidValue &&
       pkv::cuda::launch_copy_tier_blocks(p, other_block, pairs.as<int32_t>(), 1, nullptr) ==
           cudaErrorInvalidValue &&
+      pkv::cuda::launch_copy_tier_blocks(p, no_v, pairs.as<int32_t>(), 1, nullptr) ==
+          cudaErrorInvalidValue &&
+      pkv::cuda::launch_copy_tier_blocks(no_v, p, pairs.as<int32_t>(), 1, nullptr) ==
+          cudaErrorInvalidValue &&
       pkv::cuda::launch_copy_tier_blocks(p, p, pairs.as<int32_t>(), -1, nullptr) ==
           cudaErrorInvalidValue;
   if (!ok) fprintf(stderr, "FAIL copy_tier_blocks accepted mismatched pools\n");
+  return ok;
+}
+
+// write_kv takes v exactly when the pool has V.
+bool test_write_kv_refused() {
+  DevBuf k(256), v(256), kc(256), vc(256), map(8);
+  const pkv::cuda::KvLayer with_v{kc.as<void>(), vc.as<void>(), 1, 1, 8, DType::f32, DType::f32,
+                                  nullptr,       nullptr,       0};
+  pkv::cuda::KvLayer no_v = with_v;
+  no_v.v = nullptr;
+  const bool ok = pkv::cuda::launch_write_kv(with_v, k.as<void>(), nullptr, map.as<int64_t>(), 1,
+                                             nullptr) == cudaErrorInvalidValue &&
+                  pkv::cuda::launch_write_kv(no_v, k.as<void>(), v.as<void>(), map.as<int64_t>(), 1,
+                                             nullptr) == cudaErrorInvalidValue;
+  if (!ok) fprintf(stderr, "FAIL write_kv accepted a v that does not match the pool\n");
   return ok;
 }
 
@@ -212,6 +239,13 @@ int main() {
   }
   failures += !test_write_kv(DType::f16, 7, 3, 72, 19, seed++, 2);
   cases++;
+  // Pools without V (the MLA latent cache: one head of 576 = 512 + 64, or 40 = 32 + 8).
+  for (DType t : dtypes) {
+    failures += !test_write_kv(t, 16, 1, 576, 37, seed++, 0, true);
+    failures += !test_write_kv(t, 1, 1, 40, 19, seed++, t == DType::f16 ? 2 : 0, true);
+    failures += !test_copy_blocks(t, 16, 576, seed++, true);
+    cases += 3;
+  }
   // copy_tier_blocks: batch sizes 1, 3, 64 both ways in every dtype (16-byte chunks), then block
   // bytes that are not a multiple of 16 (head_dim 5 in f16: 30-byte blocks) and a misaligned host
   // tier (the byte path).
@@ -230,7 +264,8 @@ int main() {
     cases += 2;
   }
   failures += !test_copy_tier_refused();
-  cases++;
+  failures += !test_write_kv_refused();
+  cases += 2;
   printf("cache_ops: %d of %d cases passed\n", cases - failures, cases);
   return failures ? 1 : 0;
 }

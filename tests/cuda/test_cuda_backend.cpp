@@ -6,7 +6,8 @@
 // Step 1 prefills three prompts; step 2 decodes one of them (over two splits), runs a chunk of
 // another across the window's edge and a fresh prompt, while group 1 has given back the blocks
 // before its windows (-1 in its tables) and step 2 writes other tokens into them. Every output
-// row, and every value write_kv left in the pool, is checked.
+// row, and every value write_kv left in the pool, is checked. Then the MLA pool (the latents in
+// K alone, copies and read_block of K, MLA attention): cuda_backend_mla.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +19,7 @@
 
 #include "attention_ref.h"
 #include "backend/backend.h"
+#include "cuda_backend_mla.h"
 #include "kv_harness.h"
 #include "status.h"
 
@@ -314,10 +316,12 @@ int main() {
   uint64_t seed = 1;
   try {
     for (const Case &c : cases) failures += !run_case(c, seed++);
+    failures += run_mla_backend_cases(seed);
   } catch (const pkv::Error &e) {
     fprintf(stderr, "FAIL: the backend threw %s: %s\n", pkv::status_string(e.status()), e.what());
     return 1;
   }
-  printf("cuda_backend: %d of %zu cases passed\n", int(std::size(cases)) - failures, std::size(cases));
+  printf("cuda_backend: %d of %zu cases passed (3 of them MLA)\n", int(std::size(cases)) + 3 - failures,
+         std::size(cases) + 3);
   return failures ? 1 : 0;
 }

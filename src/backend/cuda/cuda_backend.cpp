@@ -1,6 +1,8 @@
 // CUDA backend glue: device checks, memory queries, the device pool, and the step's launches
 // (kernels/ holds the kernels). A batch's arrays, every KV group's, go to the device once, in
-// plan(); fp8 scales once per layer, at its first attention.
+// plan(); fp8 scales once per layer, at its first attention. An MLA pool (shape.mla()) is K alone
+// (the latents): no V pool, the host tier, copies and the store's payload are K only, and
+// attention runs kernels/mla_attention.cu.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "backend/cuda/copy_plan.h"
 #include "cache_ops.cuh"
 #include "decode_attention.cuh"
+#include "mla_attention.cuh"
 #include "prefill_attention.cuh"
 #include "status.h"
 
@@ -45,8 +48,8 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
-// fp8: every layer's K and V scales on the device, [layers][2][kv_heads], and the same in pinned
-// host memory, from which each layer's are uploaded (asynchronously: no wait on the stream)
+// fp8: every layer's K and V scales on the device, [layers][tensors][kv_heads] (tensors 2, or 1
+// for the MLA latent: K's alone), and the same in pinned host memory, from which each layer's are uploaded (asynchronously: no wait on the stream)
 // when the attention call's differ from what was uploaded. pkv_set_kv_scales is refused once a
 // sequence exists, so that is once per layer, before any of its KV is written, and a slot of the
 // staging copy is never rewritten while its upload may be pending.
@@ -54,28 +57,28 @@ class ScaleTable {
  public:
   ~ScaleTable() { release(); }
   // Room for num_layers layers of kv_heads heads; once (the shape of an engine never changes).
-  void reserve(size_t num_layers, size_t kv_heads) {
+  void reserve(size_t num_layers, size_t kv_heads, size_t tensors) {
     if (dev_) return;
-    heads_ = kv_heads, layers_ = num_layers;
-    const size_t bytes = 2 * layers_ * heads_ * sizeof(float);
+    heads_ = kv_heads, layers_ = num_layers, tensors_ = tensors;
+    const size_t bytes = tensors_ * layers_ * heads_ * sizeof(float);
     cudaError_t err = cudaMalloc(&dev_, bytes);
     if (err == cudaSuccess) err = cudaHostAlloc(reinterpret_cast<void **>(&host_), bytes, cudaHostAllocDefault);
     if (err != cudaSuccess) {
       release();
       check_cuda(err, "allocating the fp8 scales");
     }
-    std::fill(host_, host_ + 2 * layers_ * heads_, 0.f);  // scales are > 0: nothing uploaded yet
+    std::fill(host_, host_ + tensors_ * layers_ * heads_, 0.f);  // scales are > 0: nothing uploaded yet
   }
-  // The device copy of layer's scales, k then v ([2][kv_heads]).
+  // The device copy of layer's scales, k then v ([tensors][kv_heads]); v is null with one tensor.
   const float *layer(uint32_t layer, const float *k, const float *v, cudaStream_t stream) {
-    PKV_ASSERT(dev_ && layer < layers_ && k && v);
-    float *h = host_ + 2 * heads_ * layer;
-    float *d = static_cast<float *>(dev_) + 2 * heads_ * layer;
+    PKV_ASSERT(dev_ && layer < layers_ && k && (v != nullptr) == (tensors_ == 2));
+    float *h = host_ + tensors_ * heads_ * layer;
+    float *d = static_cast<float *>(dev_) + tensors_ * heads_ * layer;
     const size_t bytes = heads_ * sizeof(float);
-    if (std::memcmp(h, k, bytes) != 0 || std::memcmp(h + heads_, v, bytes) != 0) {
+    if (std::memcmp(h, k, bytes) != 0 || (v && std::memcmp(h + heads_, v, bytes) != 0)) {
       std::memcpy(h, k, bytes);
-      std::memcpy(h + heads_, v, bytes);
-      check_cuda(cudaMemcpyAsync(d, h, 2 * bytes, cudaMemcpyHostToDevice, stream), "uploading fp8 scales");
+      if (v) std::memcpy(h + heads_, v, bytes);
+      check_cuda(cudaMemcpyAsync(d, h, tensors_ * bytes, cudaMemcpyHostToDevice, stream), "uploading fp8 scales");
     }
     return d;
   }
@@ -88,7 +91,7 @@ class ScaleTable {
   }
   void *dev_ = nullptr;
   float *host_ = nullptr;
-  size_t heads_ = 0, layers_ = 0;
+  size_t heads_ = 0, layers_ = 0, tensors_ = 2;
 };
 
 class CudaBackend final : public Backend {
@@ -101,13 +104,16 @@ class CudaBackend final : public Backend {
     check_cuda(cudaSetDevice(device_id), "cudaSetDevice");
     check_cuda(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_id),
                "reading the SM count");
+    check_cuda(cudaDeviceGetAttribute(&max_smem_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id),
+               "reading the shared memory limit");
+    PKV_ASSERT(shape.tensors == 1 || shape.tensors == 2);
     const uint64_t bytes = shape.bytes_per_pool();
     check_cuda(cudaMalloc(&k_, bytes), "allocating the K pool");
-    cudaError_t err = cudaMalloc(&v_, bytes);
-    // The host tier: pinned and mapped, K then V in one allocation. The copy kernels read and
-    // write it over the bus through its device pointer (the same address under UVA).
+    cudaError_t err = shape.mla() ? cudaSuccess : cudaMalloc(&v_, bytes);
+    // The host tier: pinned and mapped, K then V (MLA: K) in one allocation. The copy kernels
+    // read and write it over the bus through its device pointer (the same address under UVA).
     if (err == cudaSuccess && shape.host_num_blocks)
-      err = cudaHostAlloc(&host_, 2 * shape.host_bytes.pool, cudaHostAllocMapped);
+      err = cudaHostAlloc(&host_, shape.tensors * shape.host_bytes.pool, cudaHostAllocMapped);
     if (err == cudaSuccess && host_) err = cudaHostGetDevicePointer(&host_dev_, host_, 0);
     if (err != cudaSuccess) {
       release();
@@ -121,7 +127,7 @@ class CudaBackend final : public Backend {
   void *v_pool() const override { return v_; }
   void *host_k_pool() const override { return host_; }
   void *host_v_pool() const override {
-    return host_ ? static_cast<char *>(host_) + shape_.host_bytes.pool : nullptr;
+    return host_ && !shape_.mla() ? static_cast<char *>(host_) + shape_.host_bytes.pool : nullptr;
   }
   // pkv's buffers (the batch's arrays, the split workspace, the copy pairs) are reused by later
   // calls on the new stream: the work queued on the old one must be done with them first.
@@ -146,7 +152,7 @@ class CudaBackend final : public Backend {
     const cuda::KvPool pool{k_, v_, int32_t(shape_.num_layers), int64_t(shape_.layer_bytes()),
                             int64_t(shape_.block_bytes())};
     char *host = static_cast<char *>(host_dev_);
-    const cuda::KvPool host_tier{host, host ? host + shape_.host_bytes.pool : nullptr,
+    const cuda::KvPool host_tier{host, host && v_ ? host + shape_.host_bytes.pool : nullptr,
                                  int32_t(shape_.num_layers), int64_t(shape_.host_bytes.layer),
                                  int64_t(shape_.block_bytes())};
     const size_t bytes = plan.pairs.size() * sizeof(int32_t);
@@ -166,12 +172,12 @@ class CudaBackend final : public Backend {
   void read_block(int32_t block, void *dst) override {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     // Every layer's K (then V) of the block: a strided run per layer, into the payload's layout
-    // (layer by layer, K then V): destination pitch two blocks.
-    const size_t bb = shape_.block_bytes();
+    // (layer by layer, K then V; MLA: K): destination pitch `tensors` blocks.
+    const size_t bb = shape_.block_bytes(), tensors = shape_.tensors;
     char *out = static_cast<char *>(dst);
     const char *pools[2] = {static_cast<const char *>(k_), static_cast<const char *>(v_)};
-    for (int kv = 0; kv < 2; ++kv)
-      check_cuda(cudaMemcpy2DAsync(out + kv * bb, 2 * bb, pools[kv] + bb * size_t(block), shape_.layer_bytes(), bb,
+    for (size_t kv = 0; kv < tensors; ++kv)
+      check_cuda(cudaMemcpy2DAsync(out + kv * bb, tensors * bb, pools[kv] + bb * size_t(block), shape_.layer_bytes(), bb,
                                    shape_.num_layers, cudaMemcpyDeviceToHost, stream_),
                  "reading a block for the store");
     check_cuda(cudaStreamSynchronize(stream_), "reading a block for the store");
@@ -180,7 +186,8 @@ class CudaBackend final : public Backend {
   // The step's arrays, packed into one device buffer with one copy: [groups][tokens] slot
   // mappings (int64), then query_start, context_lens, block_indptr, and [groups] block indices
   // in indptr form (int32; a windowed group's -1 entries are never read). Decode plans are made
-  // per window at its first layer; the workspace is sized here for any of them.
+  // per window at its first layer; the workspace is sized here for any of them. MLA (one group,
+  // no window): its plan is made here.
   void plan(const pkv_batch_view &v) override {
     PKV_REQUIRE(v.num_seqs <= PKV_CUDA_MAX_GRID, "a CUDA batch holds at most %d sequences, not %u",
                 PKV_CUDA_MAX_GRID, v.num_seqs);
@@ -188,7 +195,8 @@ class CudaBackend final : public Backend {
     const size_t groups = v.num_kv_groups ? v.num_kv_groups : 1;
     const size_t n_seq = v.num_seqs, n_tok = v.num_tokens, n_blocks = size_t(v.block_indptr[v.num_seqs]);
     PKV_ASSERT(groups == 1 || (v.group_slot_mapping && v.group_block_tables));
-    if (cuda::is_fp8(cuda::DType(shape_.kv_dtype))) scales_.reserve(groups * shape_.num_layers, shape_.kv_heads);
+    if (cuda::is_fp8(cuda::DType(shape_.kv_dtype)))
+      scales_.reserve(groups * shape_.num_layers, shape_.kv_heads, shape_.tensors);
     std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + n_tok);
     for (size_t g = 1; g < groups; ++g)
       slots.insert(slots.end(), v.group_slot_mapping + g * n_tok, v.group_slot_mapping + (g + 1) * n_tok);
@@ -219,12 +227,21 @@ class CudaBackend final : public Backend {
                           int32_t(v.max_context_len), di, di + n_seq + 1, di + 2 * n_seq + 1,
                           di + 3 * n_seq + 2 + g * n_blocks}});
     decode_plans_.clear();
-    const size_t ws = cuda::decode_workspace_bound(groups_[0].batch, int32_t(shape_.q_heads),
-                                                   int32_t(shape_.kv_heads), int32_t(shape_.head_dim), num_sms_);
+    size_t ws = 0;
+    if (shape_.mla()) {
+      PKV_ASSERT(groups == 1);
+      mla_plan_ = cuda::plan_mla(groups_[0].batch, int32_t(shape_.q_heads), int32_t(shape_.kv_lora_rank),
+                                 int32_t(shape_.head_dim), num_sms_, size_t(max_smem_));
+      ws = mla_plan_.workspace_bytes;
+    } else {
+      ws = cuda::decode_workspace_bound(groups_[0].batch, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
+                                        int32_t(shape_.head_dim), num_sms_);
+    }
     workspace_ptr_ = ws ? workspace_.get(ws) : nullptr;
   }
 
   void attention(const AttentionCall &call) override {
+    if (shape_.mla()) return mla_attention(call);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
       PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k, v and out must be 16-byte aligned on CUDA");
@@ -251,6 +268,24 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // MLA: the latents of the new tokens into their slots (K alone), then attention over them.
+  void mla_attention(const AttentionCall &call) {
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    for (const void *p : {call.q, call.k, static_cast<const void *>(call.out)})
+      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k and out must be 16-byte aligned on CUDA");
+    PKV_REQUIRE(!call.v, "pkv_attention on an MLA cache takes v NULL (V is the latents' first kv_lora_rank)");
+    PKV_ASSERT(call.group == 0 && groups_.size() == 1 && call.window == 0 && call.slot < shape_.num_layers);
+    const StepGroup &g = groups_[0];
+    cuda::KvLayer layer{static_cast<char *>(k_) + uint64_t(call.slot) * shape_.layer_bytes(), nullptr,
+                        int32_t(shape_.block_size), 1, int32_t(shape_.head_dim), cuda::DType(shape_.dtype),
+                        cuda::DType(shape_.kv_dtype), nullptr, nullptr, 0};
+    if (cuda::is_fp8(layer.kv_dtype)) layer.k_scale = scales_.layer(call.layer, call.k_scale, nullptr, stream_);
+    check_cuda(cuda::launch_write_kv(layer, call.k, nullptr, g.slots, g.batch.num_tokens, stream_), "write_kv");
+    check_cuda(cuda::launch_mla_attention(layer, int32_t(shape_.kv_lora_rank), g.batch, call.q, call.out,
+                                          int32_t(shape_.q_heads), call.scale, mla_plan_, workspace_ptr_, stream_),
+               "MLA attention");
+  }
+
   void release() {
     cudaSetDevice(device_id_);
     cudaFree(k_);
@@ -276,7 +311,7 @@ class CudaBackend final : public Backend {
 
   int32_t device_id_;
   PoolShape shape_;
-  int num_sms_ = 0;
+  int num_sms_ = 0, max_smem_ = 0;
   void *k_ = nullptr;
   void *v_ = nullptr;
   void *host_ = nullptr;      // the host tier, for the host (host_k_pool)
@@ -286,6 +321,7 @@ class CudaBackend final : public Backend {
   void *workspace_ptr_ = nullptr;  // decode_workspace_bound bytes: any window's plan fits
   std::vector<StepGroup> groups_;  // [num_kv_groups] of the planned step
   std::vector<std::pair<int32_t, cuda::DecodePlan>> decode_plans_;  // (window, plan) of the step
+  cuda::MlaPlan mla_plan_{};  // MLA: the step's
   ScaleTable scales_;
 };
 
