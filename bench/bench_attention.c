@@ -281,7 +281,8 @@ static int mla_table(bench_cfg *cfg, int mode, double start_probe)
           continue;
         }
         const double bytes = layers * layer_read, gbs = bytes / sec * 1e-9;
-        const double gflops = (double)layers * seqs * (ctx + 1) * 2.0 * MLA_Q_HEADS * (MLA_LATENT + MLA_RANK) / sec * 1e-9;
+        const double flops = (double)layers * seqs * (ctx + 1) * 2.0 * MLA_Q_HEADS * (MLA_LATENT + MLA_RANK);
+        const double gflops = flops / sec * 1e-9;
         printf(" %6u %6.0f %8.2f %7.2f %6.1f %5.1f%% %7.1f %5.0f%% %4.0f%%\n", layers, bytes / 1048576.0,
                sec * 1e3, gbs, probe, 100.0 * gbs / best, gflops,
                gemm_gflops > 0 ? 100.0 * gflops / gemm_gflops : 0.0, 100.0 * busy);

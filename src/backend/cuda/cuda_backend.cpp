@@ -49,8 +49,9 @@ class DeviceBuffer {
 };
 
 // fp8: every layer's K and V scales on the device, [layers][tensors][kv_heads] (tensors 2, or 1
-// for the MLA latent: K's alone), and the same in pinned host memory, from which each layer's are uploaded (asynchronously: no wait on the stream)
-// when the attention call's differ from what was uploaded. pkv_set_kv_scales is refused once a
+// for the MLA latent: K's alone), and the same in pinned host memory, from which each layer's are
+// uploaded (asynchronously: no wait on the stream) when the attention call's differ from what was
+// uploaded. pkv_set_kv_scales is refused once a
 // sequence exists, so that is once per layer, before any of its KV is written, and a slot of the
 // staging copy is never rewritten while its upload may be pending.
 class ScaleTable {
