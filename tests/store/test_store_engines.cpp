@@ -128,6 +128,24 @@ void attend_last(pkv_engine *e, const int32_t *t, uint32_t want_cached) {
   CHECK_OK(pkv_release(e, s));
 }
 
+// A fresh engine b on a store that holds the prompt under salt: all but its last token hit, the
+// fetched K/V (latents) are the pattern; then b is destroyed.
+void expect_restored(pkv_engine *b, const int32_t *t, const char *salt) {
+  uint32_t cached = 99;
+  const uint64_t s = tu_alloc_salt(b, t, N, salt, &cached);
+  CHECK_EQ_INT(cached, N - 1);
+  pkv_batch *bt = nullptr;
+  if (CHECK_OK(pkv_batch_begin(b, &s, nullptr, 1, &bt))) {
+    CHECK_OK(pkv_batch_copy(bt));
+    CHECK_EQ_INT(pattern(b, s, N - 1, 1), 0);
+    CHECK_OK(pkv_batch_end(bt));
+  }
+  CHECK_OK(pkv_release(b, s));
+  CHECK_EQ_INT(tu_stats(b).store_hit_tokens, N - 1);
+  CHECK_ENGINE(b);
+  pkv_engine_destroy(b);
+}
+
 pkv_store_params redis_params(unsigned port, const char *password) {
   pkv_store_params sp;
   pkv_store_params_init(&sp, sizeof sp);
@@ -249,18 +267,7 @@ void test_file_restart() {
     const uint64_t none = tu_alloc(b, t, N, &cached);
     CHECK_EQ_INT(cached, 0);  // no salt: another root, other keys
     CHECK_OK(pkv_release(b, none));
-    const uint64_t s = tu_alloc_salt(b, t, N, "tenant-a", &cached);
-    CHECK_EQ_INT(cached, N - 1);
-    pkv_batch *bt = nullptr;
-    if (CHECK_OK(pkv_batch_begin(b, &s, nullptr, 1, &bt))) {
-      CHECK_OK(pkv_batch_copy(bt));
-      CHECK_EQ_INT(pattern(b, s, N - 1, 1), 0);
-      CHECK_OK(pkv_batch_end(bt));
-    }
-    CHECK_OK(pkv_release(b, s));
-    CHECK_EQ_INT(tu_stats(b).store_hit_tokens, N - 1);
-    CHECK_ENGINE(b);
-    pkv_engine_destroy(b);
+    expect_restored(b, t, "tenant-a");
   }
   std::string rm = std::string("rm -rf ") + dir;
   CHECK(system(rm.c_str()) == 0);
@@ -294,21 +301,7 @@ void test_file_mla() {
     pkv_engine_destroy(heads);
   }
   pkv_engine *b = engine(&sp, true);
-  if (CHECK(b != nullptr)) {
-    uint32_t cached = 99;
-    const uint64_t s = tu_alloc_salt(b, t, N, "m", &cached);
-    CHECK_EQ_INT(cached, N - 1);
-    pkv_batch *bt = nullptr;
-    if (CHECK_OK(pkv_batch_begin(b, &s, nullptr, 1, &bt))) {
-      CHECK_OK(pkv_batch_copy(bt));
-      CHECK_EQ_INT(pattern(b, s, N - 1, 1), 0);
-      CHECK_OK(pkv_batch_end(bt));
-    }
-    CHECK_OK(pkv_release(b, s));
-    CHECK_EQ_INT(tu_stats(b).store_hit_tokens, N - 1);
-    CHECK_ENGINE(b);
-    pkv_engine_destroy(b);
-  }
+  if (CHECK(b != nullptr)) expect_restored(b, t, "m");
   std::string rm = std::string("rm -rf ") + dir;
   CHECK(system(rm.c_str()) == 0);
 }
