@@ -6,7 +6,8 @@
  * 128k tokens (512 MiB): what one core reaches from memory. bench_attention gives the figures
  * against the machine's bandwidth; this one tells which side limits them.
  * Runs every kernel variant this CPU has (PKV_CPU_ISA), bf16, f16 and fp8 e4m3 KV, GQA 1, 4, 8.
- * Usage: bench_decode_core [--dram]. Not a test; not installed.
+ * Usage: bench_decode_core [--dram] [--isa NAME] [--kv bf16|f16|e4m3]: --isa and --kv keep one
+ * variant or one cache dtype. Not a test; not installed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -99,12 +100,25 @@ static double run(const char *isa, int32_t kv_dtype, uint32_t gqa, uint32_t ctx,
   return s == PKV_OK ? 2.0 * (ctx + 1) * kv_elems * kv_bytes / best * 1e-9 : -1.0;
 }
 
+static int usage(const char *argv0)
+{
+  fprintf(stderr, "usage: %s [--dram] [--isa NAME] [--kv bf16|f16|e4m3]\n", argv0);
+  return 2;
+}
+
 int main(int argc, char **argv)
 {
-  const int dram = argc > 1 && strcmp(argv[1], "--dram") == 0;
-  if (argc > 2 || (argc == 2 && !dram)) {
-    fprintf(stderr, "usage: %s [--dram]\n", argv[0]);
-    return 2;
+  int dram = 0;
+  const char *only_isa = NULL, *only_kv = NULL;
+  for (int a = 1; a < argc; a++) {
+    if (strcmp(argv[a], "--dram") == 0)
+      dram = 1;
+    else if (strcmp(argv[a], "--isa") == 0 && a + 1 < argc)
+      only_isa = argv[++a];
+    else if (strcmp(argv[a], "--kv") == 0 && a + 1 < argc)
+      only_kv = argv[++a];
+    else
+      return usage(argv[0]);
   }
   const uint32_t ctx = dram ? 131072 : 2048, calls = dram ? 2 : 40;
   printf("pkv bench_decode_core: 1 thread, 1 sequence of %u tokens (%s), %d kv heads x head_dim %d,"
@@ -118,6 +132,8 @@ int main(int argc, char **argv)
   int rc = 0;
   for (int i = 0; i < 4; i++)
     for (int d = 0; d < 3; d++) {
+      if ((only_isa && strcmp(only_isa, isas[i]) != 0) || (only_kv && strcmp(only_kv, kinds[d].name) != 0))
+        continue;
       double gbs[3];
       for (int g = 0; g < 3; g++) {
         gbs[g] = run(isas[i], kinds[d].dtype, gqas[g], ctx, calls);

@@ -22,11 +22,16 @@
 // fp8 caches are converted exactly, one chunk of one head at a time (to bf16 for vdpbf16ps by
 // two 128-entry byte lookups, vpermi2b; to fp32 through F16C otherwise), and their per-head
 // scales multiply the scores and the output, not every element.
-// A chunk's K and V rows (all the item's heads) are first copied head-major into a staging
-// buffer: that copy reads the pool in order, a block at a time; reading one head's short runs
-// across many rows instead (the pool is [block][token][kv head][head_dim]) reached about half the
-// memory's streaming speed on this project's machines, even prefetched. The next chunk's rows are
-// prefetched into L2 while a chunk computes.
+// Memory: the loops read the chunk's rows where they are in the pool. While a chunk computes,
+// each of its kv heads requests its share of the next chunk's rows (every head of the item, K and
+// V) with software prefetches, in bursts during its scores, so that a whole chunk is in flight
+// while one computes: one core has only so many misses outstanding, and the hardware prefetchers
+// do not cross the 4 KiB pages of a block nor guess the next block of the table. Earlier designs
+// measured on this project's Zen 4 (bench_decode_core, bf16, GQA 4, one core, K/V in DRAM): rows
+// copied head-major into a staging buffer first, the next chunk prefetched in one burst per head,
+// 10.6 GB/s (the copy and the arithmetic did not overlap); prefetches spread evenly over scores
+// and P V, 15.7; the bursts of this one, 19.3, against 21 GB/s for a bare read of the same
+// scattered blocks on one core.
 // f16 caches use fp32 FMAs: AVX-512 FP16 has no f16 dot product with fp32 accumulation (that is
 // AVX10.2's vdpphps), and pkv does not accumulate attention in f16.
 #include "backend/cpu/cpu_attention.h"
@@ -61,7 +66,7 @@ bool decode_item(const CpuStep &, const CpuLayer &, const AttnItem &, float *, f
 
 namespace {
 
-constexpr uint32_t kKeys = 64;        // keys per chunk (a multiple of 4)
+constexpr uint32_t kKeys = 64;        // keys per chunk at most (a multiple of 4)
 
 // ------------------------------------------------------------------------------------ lanes
 // The two register widths, with the same operations (all of them work within 128-bit lanes).
@@ -185,10 +190,11 @@ struct Shape {
   uint32_t g, hd, kvh, esize;  // q heads per kv head, head_dim, kv heads, bytes per cache element
 };
 
-// Keys per chunk: the chunk's K and V rows of an item's heads are staged in ~128 KiB (L2).
+// Keys per chunk: the K and V rows of an item's heads, ~256 KiB (this chunk's and the next's in
+// L2).
 inline uint32_t chunk_keys(const Shape &s, uint32_t heads) {
   const size_t row = 2 * size_t(heads) * s.hd * s.esize;
-  return uint32_t(std::clamp<size_t>((size_t(128) << 10) / row, 8, kKeys)) & ~3u;
+  return uint32_t(std::clamp<size_t>((size_t(256) << 10) / row, 8, kKeys)) & ~3u;
 }
 
 // The scratch of one item (floats; sized by decode_item, which gives up when it does not fit).
@@ -201,7 +207,6 @@ struct Buffers {
   uint16_t *pb;   // [kKeys / 4][regs][L] probabilities as bf16 (the vdpbf16ps path)
   float *alpha;   // [g] rescale of each q head's state by this chunk
   void *kc, *vc;  // [kKeys][hd] the chunk's converted rows (fp32, or bf16), when needed
-  void *kst, *vst;  // [kv heads of the item][kKeys][hd] the chunk's rows, staged (cache elements)
   void *zero;     // [hd] zero row (4-byte elements): the padding keys of a short last chunk
 };
 
@@ -320,14 +325,15 @@ template <class W, bool Dot, class C> class Decoder {
     const size_t state = 2 * size_t(kv_heads) * regs * L;
     const size_t scores = (kKeys / 4) * regs * L;
     const size_t rows = 2 * size_t(kKeys) * s.hd;  // fp32 at most
-    const size_t staged = 2 * ((size_t(kv_heads) * chunk_keys(s, kv_heads) * s.hd * s.esize + 3) / 4);
-    return q + state + 2 * scores + s.g + rows + s.hd + staged + 64;
+    return q + state + 2 * scores + s.g + rows + s.hd + 64;
   }
 
   void run(const AttnItem &it, float *partial) {
     const uint32_t hd = s_.hd, g = s_.g, qh = it.num_heads * g;
     const uint32_t token = step_.query_start[it.seq] + it.row0;  // the one row (of a decode, or a tile)
     arrange_q(it, token);
+    item_head_ = it.head;
+    ahead_.start(it.head, it.num_heads);
     std::fill(b_.acc, b_.acc + size_t(qh) * hd, 0.0f);
     for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i) b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
     std::memset(b_.zero, 0, size_t(hd) * 4);
@@ -338,12 +344,12 @@ template <class W, bool Dot, class C> class Decoder {
     uint32_t n = offsets(table, it.key0, std::min(it.key1, it.key0 + kc), rows[0]);
     for (uint32_t key = it.key0, c = 0; key < it.key1; key += kc, c ^= 1) {
       const uint32_t next = key + kc < it.key1 ? offsets(table, key + kc, std::min(it.key1, key + 2 * kc), rows[c ^ 1]) : 0;
-      stage(rows[c], n, it);
+      chunk_ = rows[c];
       for (uint32_t h = 0; h < it.num_heads; ++h) {
-        // A share of the next chunk's rows goes to L2 while this head computes.
-        prefetch(rows[c ^ 1] + next * h / it.num_heads, next * (h + 1) / it.num_heads - next * h / it.num_heads, it);
+        ahead_.share(rows[c ^ 1], next, h, it.num_heads, (n + 3) / 4);
         const uint32_t head = it.head + h;
         scores(h, n);
+        ahead_.all();
         softmax(h, head, n);
         accumulate(h, n);
       }
@@ -363,41 +369,47 @@ template <class W, bool Dot, class C> class Decoder {
     return n;
   }
 
-  // The chunk's K and V rows of the item's heads, copied head-major into kst/vst ([head][key]
-  // [head_dim]): a token's heads are adjacent in the pool, so the copy reads memory in order
-  // (a block at a time), at the memory's streaming speed; reading one head's short runs across
-  // many rows instead, even prefetched, got half of it on this project's machines.
-  void stage(const size_t *row, uint32_t n, const AttnItem &it) {
-    const size_t bytes = size_t(s_.hd) * s_.esize;
-    for (uint32_t t = 0; t < n; ++t) {
-      const char *k = static_cast<const char *>(layer_.k_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
-      const char *v = static_cast<const char *>(layer_.v_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
-      for (uint32_t h = 0; h < it.num_heads; ++h) {
-        copy_bytes(reinterpret_cast<char *>(staged_k(h, t)), k + h * bytes, bytes);
-        copy_bytes(reinterpret_cast<char *>(staged_v(h, t)), v + h * bytes, bytes);
-      }
-    }
+  // Key t's row of the item's kv head h in the chunk, in the pool.
+  const C *k_row(uint32_t h, uint32_t t) const {
+    return static_cast<const C *>(layer_.k_cache) + chunk_[t] + size_t(item_head_ + h) * s_.hd;
   }
-  static void copy_bytes(char *dst, const char *src, size_t bytes) {
-    size_t o = 0;
-    for (; o + 64 <= bytes; o += 64) __builtin_memcpy(dst + o, src + o, 64);
-    for (; o < bytes; o += 8) __builtin_memcpy(dst + o, src + o, 8);  // rows are multiples of 8 bytes
+  const C *v_row(uint32_t h, uint32_t t) const {
+    return static_cast<const C *>(layer_.v_cache) + chunk_[t] + size_t(item_head_ + h) * s_.hd;
   }
-  C *staged_k(uint32_t h, uint32_t t) const { return static_cast<C *>(b_.kst) + (size_t(h) * kc_ + t) * s_.hd; }
-  C *staged_v(uint32_t h, uint32_t t) const { return static_cast<C *>(b_.vst) + (size_t(h) * kc_ + t) * s_.hd; }
 
-  // Requests n rows (the item's heads, K and V) into L2.
-  void prefetch(const size_t *row, uint32_t n, const AttnItem &it) const {
-    const size_t bytes = size_t(it.num_heads) * s_.hd * s_.esize;
-    for (uint32_t t = 0; t < n; ++t) {
-      const char *k = static_cast<const char *>(layer_.k_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
-      const char *v = static_cast<const char *>(layer_.v_cache) + (row[t] + size_t(it.head) * s_.hd) * s_.esize;
-      for (size_t o = 0; o < bytes; o += 64) {
-        _mm_prefetch(k + o, _MM_HINT_T1);
-        _mm_prefetch(v + o, _MM_HINT_T1);
+  // The next chunk's cache lines (the item's heads, K and V), requested a head's share at a time:
+  // share() sets the share and its pace (lines per quad of keys of the head's scores), step()
+  // requests the pace's lines, all() what is left of the share.
+  class Ahead {
+   public:
+    Ahead(const CpuLayer &layer, const Shape &s) : layer_(layer), s_(s) {}
+    void start(uint32_t head, uint32_t heads) {
+      base_ = size_t(head) * s_.hd * s_.esize;
+      bytes_ = size_t(heads) * s_.hd * s_.esize;
+    }
+    void share(const size_t *rows, uint32_t n, uint32_t h, uint32_t heads, uint32_t quads) {
+      rows_ = rows, t_ = n * h / heads, end_ = n * (h + 1) / heads, o_ = 0;
+      const size_t lines = size_t(end_ - t_) * ((bytes_ + 63) / 64);
+      pace_ = uint32_t((lines + quads - 1) / quads);
+    }
+    void step() { request(pace_); }
+    void all() { request(~0u); }
+
+   private:
+    void request(uint32_t lines) {
+      for (; lines && t_ < end_; --lines) {
+        const size_t at = rows_[t_] * s_.esize + base_ + o_;
+        _mm_prefetch(static_cast<const char *>(layer_.k_cache) + at, _MM_HINT_T1);
+        _mm_prefetch(static_cast<const char *>(layer_.v_cache) + at, _MM_HINT_T1);
+        if ((o_ += 64) >= bytes_) o_ = 0, ++t_;
       }
     }
-  }
+    const CpuLayer &layer_;
+    const Shape &s_;
+    const size_t *rows_ = nullptr;
+    size_t base_ = 0, bytes_ = 0, o_ = 0;
+    uint32_t t_ = 0, end_ = 0, pace_ = 0;
+  };
 
   // q of kv head h's q heads, [segment][reg][L]: group i of reg r holds head r * kHeadsPerReg + i's
   // values of the segment (fp32, or bf16 pairs in 32-bit lanes); heads past g are zero.
@@ -447,12 +459,12 @@ template <class W, bool Dot, class C> class Decoder {
     const uint32_t hd = s_.hd;
     // The rows the loop reads, 4 keys at a time; past n: the zero row.
     const void *rows[kKeys];
-    if (kConvertK) convert_rows(staged_k(h, 0), n, b_.kc, rows);
-    else
-      for (uint32_t t = 0; t < n; ++t) rows[t] = staged_k(h, t);
+    for (uint32_t t = 0; t < n; ++t) rows[t] = k_row(h, t);
+    if (kConvertK) convert_rows(rows, n, b_.kc);
     for (uint32_t t = n; t < (n + 3) / 4 * 4; ++t) rows[t] = b_.zero;
     const float *q = b_.q + size_t(h) * (hd / kSeg) * regs_ * L;
     for (uint32_t t = 0; t < n; t += 4) {
+      ahead_.step();
       switch (regs_) {
         case 1: score4<1>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
         case 2: score4<2>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
@@ -508,12 +520,12 @@ template <class W, bool Dot, class C> class Decoder {
     return W::fma(a, b, acc);
   }
 
-  // Rows of the chunk's n keys of kv head `head`, converted into dst ([kKeys][hd]: fp32, or bf16
-  // with Dot); rows[t] points at each.
-  void convert_rows(const C *staged, uint32_t n, void *dst, const void **rows) const {
+  // The chunk's n rows[t], converted into dst ([kKeys][hd]: fp32, or bf16 with Dot); rows[t]
+  // then points at each converted row.
+  void convert_rows(const void **rows, uint32_t n, void *dst) const {
     const uint32_t hd = s_.hd;
     for (uint32_t t = 0; t < n; ++t) {
-      const C *src = staged + size_t(t) * hd;
+      const C *src = static_cast<const C *>(rows[t]);
       if constexpr (Dot) {
 #if defined(__AVX512BF16__)
         if constexpr (kFp8) {  // (bf16 rows are read where they are)
@@ -595,9 +607,8 @@ template <class W, bool Dot, class C> class Decoder {
   // ---- acc of kv head h's q heads: times alpha, plus the chunk's P V
   void accumulate(uint32_t h, uint32_t n) {
     const void *rows[kKeys + 1];
-    if (kConvertV) convert_rows(staged_v(h, 0), n, b_.vc, rows);
-    else
-      for (uint32_t t = 0; t < n; ++t) rows[t] = staged_v(h, t);
+    for (uint32_t t = 0; t < n; ++t) rows[t] = v_row(h, t);
+    if (kConvertV) convert_rows(rows, n, b_.vc);
     rows[n] = b_.zero;  // the pair of an odd last key (its probability is 0)
     const uint32_t g = s_.g;
     for (uint32_t j = 0; j < g;) {  // passes of 8, 4, 2 or 1 heads
@@ -738,7 +749,10 @@ template <class W, bool Dot, class C> class Decoder {
   const Shape &s_;
   const Buffers &b_;
   const uint32_t regs_;
-  uint32_t kc_ = kKeys;  // keys per chunk of the running item
+  uint32_t kc_ = kKeys;      // keys per chunk of the running item
+  uint32_t item_head_ = 0;   // its first kv head
+  const size_t *chunk_ = nullptr;  // element offsets of the chunk's rows (kv head 0)
+  Ahead ahead_{layer_, s_};
 };
 
 template <class W, bool Dot, class C>
@@ -760,10 +774,7 @@ bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it,
   b.alpha = p, p += s.g;
   b.kc = p, p += size_t(kKeys) * s.hd;
   b.vc = p, p += size_t(kKeys) * s.hd;
-  b.zero = p, p += s.hd;
-  const size_t staged = (size_t(it.num_heads) * chunk_keys(s, it.num_heads) * s.hd * s.esize + 3) / 4;  // floats
-  b.kst = p, p += staged;
-  b.vst = p;
+  b.zero = p;
   D(step, layer, s, b).run(it, partial);
   return true;
 }
