@@ -6,8 +6,8 @@
  * 128k tokens (512 MiB): what one core reaches from memory. bench_attention gives the figures
  * against the machine's bandwidth; this one tells which side limits them.
  * Runs every kernel variant this CPU has (PKV_CPU_ISA), bf16, f16 and fp8 e4m3 KV, GQA 1, 4, 8.
- * Usage: bench_decode_core [--dram] [--isa NAME] [--kv bf16|f16|e4m3]: --isa and --kv keep one
- * variant or one cache dtype. Not a test; not installed.
+ * Usage: bench_decode_core [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3]: --ctx sets the
+ * context (e.g. 128: the K/V stay in L2), --isa and --kv keep one variant or one cache dtype. Not a test; not installed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -102,17 +102,20 @@ static double run(const char *isa, int32_t kv_dtype, uint32_t gqa, uint32_t ctx,
 
 static int usage(const char *argv0)
 {
-  fprintf(stderr, "usage: %s [--dram] [--isa NAME] [--kv bf16|f16|e4m3]\n", argv0);
+  fprintf(stderr, "usage: %s [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3]\n", argv0);
   return 2;
 }
 
 int main(int argc, char **argv)
 {
   int dram = 0;
+  uint32_t ctx = 2048;
   const char *only_isa = NULL, *only_kv = NULL;
   for (int a = 1; a < argc; a++) {
     if (strcmp(argv[a], "--dram") == 0)
-      dram = 1;
+      dram = 1, ctx = 131072;
+    else if (strcmp(argv[a], "--ctx") == 0 && a + 1 < argc && atoi(argv[a + 1]) >= 16)
+      ctx = (uint32_t)atoi(argv[++a]);
     else if (strcmp(argv[a], "--isa") == 0 && a + 1 < argc)
       only_isa = argv[++a];
     else if (strcmp(argv[a], "--kv") == 0 && a + 1 < argc)
@@ -120,9 +123,9 @@ int main(int argc, char **argv)
     else
       return usage(argv[0]);
   }
-  const uint32_t ctx = dram ? 131072 : 2048, calls = dram ? 2 : 40;
+  const uint32_t calls = ctx >= 65536 ? 2 : (uint32_t)(80 * 1024 / ctx);
   printf("pkv bench_decode_core: 1 thread, 1 sequence of %u tokens (%s), %d kv heads x head_dim %d,"
-         " GB of K/V per CPU second, best of 5\n", ctx, dram ? "K/V in DRAM" : "K/V in the LLC", KV_HEADS,
+         " GB of K/V per CPU second, best of 5\n", ctx, dram || ctx >= 32768 ? "K/V in DRAM" : ctx > 256 ? "K/V in the LLC" : "K/V in L2", KV_HEADS,
          HEAD_DIM);
   printf("%-12s %-5s %8s %8s %8s\n", "kernels", "kv", "GQA 1", "GQA 4", "GQA 8");
   const char *isas[] = {"avx512-bf16", "avx512", "avx2", "baseline"};

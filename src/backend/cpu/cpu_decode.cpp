@@ -65,7 +65,6 @@ bool decode_item(const CpuStep &, const CpuLayer &, const AttnItem &, float *, f
 #else
 
 namespace {
-
 constexpr uint32_t kKeys = 64;        // keys per chunk at most (a multiple of 4)
 
 // ------------------------------------------------------------------------------------ lanes
@@ -333,6 +332,7 @@ template <class W, bool Dot, class C> class Decoder {
     const uint32_t token = step_.query_start[it.seq] + it.row0;  // the one row (of a decode, or a tile)
     arrange_q(it, token);
     item_head_ = it.head;
+    q_bf16_ = static_cast<const uint16_t *>(layer_.q) + (size_t(token) * layer_.q_heads + size_t(it.head) * g) * hd;
     ahead_.start(it.head, it.num_heads);
     std::fill(b_.acc, b_.acc + size_t(qh) * hd, 0.0f);
     for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i) b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
@@ -462,6 +462,24 @@ template <class W, bool Dot, class C> class Decoder {
     for (uint32_t t = 0; t < n; ++t) rows[t] = k_row(h, t);
     if (kConvertK) convert_rows(rows, n, b_.kc);
     for (uint32_t t = n; t < (n + 3) / 4 * 4; ++t) rows[t] = b_.zero;
+#if defined(__AVX512BF16__)
+    if constexpr (Dot) {
+      for (uint32_t t = 0; t < n; t += 4) {
+        ahead_.step();
+        for (uint32_t r = 0; r < regs_; ++r) {
+          const uint16_t *q = q_bf16_ + (size_t(h) * s_.g + 4 * r) * hd;
+          float *out = b_.s + (size_t(t / 4) * regs_ + r) * L;
+          switch (std::min(4u, s_.g - 4 * r)) {
+            case 1: score4_rows<1>(q, rows + t, out); break;
+            case 2: score4_rows<2>(q, rows + t, out); break;
+            case 3: score4_rows<3>(q, rows + t, out); break;
+            default: score4_rows<4>(q, rows + t, out);
+          }
+        }
+      }
+      return;
+    }
+#endif
     const float *q = b_.q + size_t(h) * (hd / kSeg) * regs_ * L;
     for (uint32_t t = 0; t < n; t += 4) {
       ahead_.step();
@@ -508,6 +526,30 @@ template <class W, bool Dot, class C> class Decoder {
       W::store(out + (r0 + r) * L, reduce4<W>(a[0], a[1], a[2], a[3]));
     }
   }
+#if defined(__AVX512BF16__)
+  // Dot: keys rows[0..3] (bf16) against q heads q[0 .. NH) (NH <= 4, bf16 rows): 32 values of a
+  // key per load, dotted with the same 32 of each q head, then each (head, key)'s 16 lanes summed.
+  // out: group i holds head i's 4 scores (groups past NH: 0). Every lane does useful work, and
+  // the loads are whole rows: no broadcasts, which cost as much as the dot products.
+  template <uint32_t NH> void score4_rows(const uint16_t *q, const void *const *rows, float *out) const {
+    __m512 acc[NH][4];
+    for (uint32_t j = 0; j < NH; ++j)
+      for (uint32_t k = 0; k < 4; ++k) acc[j][k] = _mm512_setzero_ps();
+    for (uint32_t d = 0; d < s_.hd; d += 32) {
+      __m512i kv[4];
+      for (uint32_t k = 0; k < 4; ++k) kv[k] = _mm512_loadu_si512(static_cast<const uint16_t *>(rows[k]) + d);
+      for (uint32_t j = 0; j < NH; ++j) {
+        const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * s_.hd + d));
+        for (uint32_t k = 0; k < 4; ++k) acc[j][k] = _mm512_dpbf16_ps(acc[j][k], reinterpret_cast<__m512bh>(kv[k]), qv);
+      }
+    }
+    __m512 r[4];  // r[j]'s 128-bit block b: head j's 4 keys over block b's lanes
+    for (uint32_t j = 0; j < 4; ++j) r[j] = j < NH ? reduce4<Zmm>(acc[j][0], acc[j][1], acc[j][2], acc[j][3]) : _mm512_setzero_ps();
+    const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(r[0], r[1], 0x44), _mm512_shuffle_f32x4(r[0], r[1], 0xEE));
+    const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(r[2], r[3], 0x44), _mm512_shuffle_f32x4(r[2], r[3], 0xEE));
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD)));
+  }
+#endif
   // Segment seg of a key's row, in every group.
   R key_segment(const void *row, uint32_t seg) const {
     return W::bcast4(static_cast<const float *>(row) + seg * 4);  // 4 floats or 4 bf16 pairs: 16 bytes
@@ -751,6 +793,7 @@ template <class W, bool Dot, class C> class Decoder {
   const uint32_t regs_;
   uint32_t kc_ = kKeys;      // keys per chunk of the running item
   uint32_t item_head_ = 0;   // its first kv head
+  const uint16_t *q_bf16_ = nullptr;  // Dot: the item's q heads (bf16 rows)
   const size_t *chunk_ = nullptr;  // element offsets of the chunk's rows (kv head 0)
   Ahead ahead_{layer_, s_};
 };
