@@ -338,7 +338,7 @@ template <class W, bool Dot, class C> class Decoder {
     for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i) b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
     std::memset(b_.zero, 0, size_t(hd) * 4);
     const int32_t *table = step_.block_table(layer_.group, it.seq);
-    const uint32_t kc = kc_ = chunk_keys(s_, it.num_heads);
+    const uint32_t kc = chunk_keys(s_, it.num_heads);
     // Element offsets of each key's row (kv head 0) in the layer's caches: this chunk's, the next's.
     size_t rows[2][kKeys];
     uint32_t n = offsets(table, it.key0, std::min(it.key1, it.key0 + kc), rows[0]);
@@ -791,7 +791,6 @@ template <class W, bool Dot, class C> class Decoder {
   const Shape &s_;
   const Buffers &b_;
   const uint32_t regs_;
-  uint32_t kc_ = kKeys;      // keys per chunk of the running item
   uint32_t item_head_ = 0;   // its first kv head
   const uint16_t *q_bf16_ = nullptr;  // Dot: the item's q heads (bf16 rows)
   const size_t *chunk_ = nullptr;  // element offsets of the chunk's rows (kv head 0)
