@@ -5,12 +5,12 @@
 // A decode reads each K/V element once and does `group` (q heads per kv head) multiply-adds with
 // it, so the work per byte is small but the generic runner's one-head-at-a-time dot products
 // left it compute-bound at ~3 cycles per element. Here, per kv head and chunk of kKeys keys:
-//  - Scores: the q heads of the kv head sit in the 128-bit lane groups of a register (4 heads in
-//    a zmm, 2 in a ymm), each group holding 4 consecutive head_dim values (fp32) or 4 pairs
-//    (bf16). One key's matching 4 values (or pairs) are broadcast to every group, and one FMA
-//    (or vdpbf16ps) advances all those heads at once: no lane is wasted when group >= 4, and a
-//    key's score is the sum of its group's 4 lanes, reduced 4 keys x 4 heads at a time with
-//    in-lane shuffles (reduce4) instead of a horizontal sum per (head, key).
+//  - Scores: 4 keys against up to 4 q heads (a zmm's 128-bit groups; 2 in a ymm) at a time,
+//    whole rows: a register of each key's row (16 or 8 floats, converted in registers from bf16
+//    or f16; 32 bf16 values for vdpbf16ps) is multiplied with the same values of each q head's
+//    row, so every lane works whatever the group size. Each (head, key)'s lanes are then summed,
+//    4 keys x 4 heads at a time, by in-lane shuffles (reduce4) and one 128-bit-block transpose,
+//    into one register: group i holds head i's 4 scores.
 //  - Softmax: online, per head, on those registers (every group's lanes share their head's max).
 //  - P V: the accumulators of a pass of heads x a slice of head_dim stay in registers while the
 //    chunk's V rows stream past; each probability is broadcast from memory. With vdpbf16ps
@@ -19,9 +19,9 @@
 //    undone once, at the end. Probabilities are rounded to bf16 for that product, as
 //    FlashAttention does on GPUs; the sum l adds the rounded values, so the weights still sum
 //    to one.
-// fp8 caches are converted exactly, one chunk of one head at a time (to bf16 for vdpbf16ps by
-// two 128-entry byte lookups, vpermi2b; to fp32 through F16C otherwise), and their per-head
-// scales multiply the scores and the output, not every element.
+// fp8 caches are converted exactly: to bf16 in registers for vdpbf16ps, by two 128-entry byte
+// lookups (vpermi2b) per 64 codes; otherwise to fp32 through F16C, one chunk of one head at a
+// time. Their per-head scales multiply the scores and the output, not every element.
 // Memory: the loops read the chunk's rows where they are in the pool. While a chunk computes,
 // each of its kv heads requests its share of the next chunk's rows (every head of the item, K and
 // V) with software prefetches, in bursts during its scores, so that a whole chunk is in flight
@@ -81,7 +81,6 @@ struct Ymm {
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
   static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
   static R max(R a, R b) { return _mm256_max_ps(a, b); }
-  static R bcast4(const float *p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(p)); }
   static R bcast1(const float *p) { return _mm256_broadcast_ss(p); }
   static R load_bf16(const uint16_t *p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
@@ -104,6 +103,10 @@ struct Ymm {
   static R zero_below(R x, R value, float lo) {  // value where x >= lo, else 0 (NaN x: 0)
     return _mm256_and_ps(value, _mm256_cmp_ps(x, set1(lo), _CMP_GE_OQ));
   }
+  // Block i of the result: the sum of r[i]'s 128-bit blocks.
+  static R sum_blocks(const R *r) {
+    return add(_mm256_permute2f128_ps(r[0], r[1], 0x20), _mm256_permute2f128_ps(r[0], r[1], 0x31));
+  }
 };
 
 #if defined(__AVX512F__)
@@ -119,7 +122,6 @@ struct Zmm {
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R max(R a, R b) { return _mm512_max_ps(a, b); }
-  static R bcast4(const float *p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
   static R bcast1(const float *p) { return _mm512_set1_ps(*p); }
   static R load_bf16(const uint16_t *p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
@@ -143,6 +145,11 @@ struct Zmm {
   }
   static R zero_below(R x, R value, float lo) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(lo), _CMP_GE_OQ), value);
+  }
+  static R sum_blocks(const R *r) {  // block i: the sum of r[i]'s four 128-bit blocks
+    const R u01 = add(_mm512_shuffle_f32x4(r[0], r[1], 0x44), _mm512_shuffle_f32x4(r[0], r[1], 0xEE));
+    const R u23 = add(_mm512_shuffle_f32x4(r[2], r[3], 0x44), _mm512_shuffle_f32x4(r[2], r[3], 0xEE));
+    return add(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
   }
 };
 #endif
@@ -200,12 +207,12 @@ inline uint32_t chunk_keys(const Shape &s, uint32_t heads) {
 // `regs` = registers per key of a kv head's scores (its q heads, 4 per 128-bit group each).
 struct Buffers {
   float *acc;     // [q heads of the item][hd]
-  float *q;       // [kv heads of the item][segments][regs][L] arranged q (fp32 or bf16 pairs)
+  float *q;       // [kv heads of the item][g][hd] q as fp32 (not with vdpbf16ps)
   float *m, *l;   // [kv heads of the item][regs][L]: running max and sum, group-broadcast
   float *s;       // [kKeys / 4][regs][L] scores, then fp32 probabilities
   uint16_t *pb;   // [kKeys / 4][regs][L] probabilities as bf16 (the vdpbf16ps path)
   float *alpha;   // [g] rescale of each q head's state by this chunk
-  void *kc, *vc;  // [kKeys][hd] the chunk's converted rows (fp32, or bf16), when needed
+  void *kc, *vc;  // [kKeys][hd] the chunk's fp8 rows as fp32 (without vdpbf16ps)
   void *zero;     // [hd] zero row (4-byte elements): the padding keys of a short last chunk
 };
 
@@ -239,41 +246,16 @@ template <class C> struct Fp8Table {
 };
 template <class C> constexpr Fp8Table<C> kFp8Table{};
 
-// Rows of n codes (a multiple of 32) to bf16, exact: 64 codes per two byte lookups. The codes are
-// first permuted (vpermb) so that interleaving the looked-up low and high bytes (unpack, within
-// 128-bit lanes) leaves the words in order.
-template <class C> void fp8_row_bf16(const uint8_t *src, uint16_t *dst, uint32_t n) {
-  const Fp8Table<C> &t = kFp8Table<C>;
-  const __m512i hi0 = _mm512_load_si512(t.hi), hi1 = _mm512_load_si512(t.hi + 64);
-  const __m512i lo0 = _mm512_load_si512(t.lo), lo1 = _mm512_load_si512(t.lo + 64);
-  alignas(64) static constexpr struct Order {
-    uint8_t idx[64];
-    constexpr Order() : idx() {
-      for (uint32_t c = 0; c < 4; ++c)
-        for (uint32_t e = 0; e < 8; ++e) {
-          idx[c * 16 + e] = uint8_t(8 * c + e);
-          idx[c * 16 + 8 + e] = uint8_t(32 + 8 * c + e);
-        }
-    }
-  } order{};
-  const __m512i perm = _mm512_load_si512(order.idx), sign = _mm512_set1_epi8(char(0x80));
-  for (uint32_t d = 0; d < n; d += 64) {
-    const __mmask64 live = n - d >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - d)) - 1;
-    const __m512i codes = _mm512_permutexvar_epi8(perm, _mm512_maskz_loadu_epi8(live, src + d));
-    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
-    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
-    _mm512_storeu_si512(dst + d, _mm512_unpacklo_epi8(lo, hi));
-    if (n - d >= 64) _mm512_storeu_si512(dst + d + 32, _mm512_unpackhi_epi8(lo, hi));
-  }
-}
-
-// 32 codes of two rows at once, converted and interleaved as the P V loop wants them: the same
-// registers as unpacklo/hi_epi16 of the two rows' bf16 values. One vpermb puts the codes in the
-// order that the lookups and one unpack of low and high bytes turn into those pairs.
+// fp8 codes to bf16 in registers, 64 at a time by two byte lookups (the high and the low bytes of
+// the bf16 values) and one unpack of low and high bytes, which interleaves within 128-bit lanes.
+//  - pairs(): 32 codes of two rows, as the P V loop wants them: the same registers as
+//    unpacklo/hi_epi16 of the two rows' bf16 values (one vpermb first puts the codes in order).
+//  - row64(): 64 codes of one row, for the scores, without the vpermb: the words come out in the
+//    order of q_order(), in which the q rows are arranged once per item.
 struct NoTables {};
-template <class C> struct Fp8Pairs {
+template <class C> struct Fp8Bf16 {
   __m512i hi0, hi1, lo0, lo1, order, sign;
-  Fp8Pairs() {
+  Fp8Bf16() {
     const Fp8Table<C> &t = kFp8Table<C>;
     hi0 = _mm512_load_si512(t.hi), hi1 = _mm512_load_si512(t.hi + 64);
     lo0 = _mm512_load_si512(t.lo), lo1 = _mm512_load_si512(t.lo + 64);
@@ -297,6 +279,17 @@ template <class C> struct Fp8Pairs {
     p0 = _mm512_unpacklo_epi8(lo, hi);
     p1 = _mm512_unpackhi_epi8(lo, hi);
   }
+  // Codes r[0 .. 64) (the live ones; the others read 0) -> w0 = values 0-7, 16-23, 32-39, 48-55
+  // and w1 = 8-15, 24-31, 40-47, 56-63, as bf16.
+  void row64(const uint8_t *r, __mmask64 live, __m512i &w0, __m512i &w1) const {
+    const __m512i codes = _mm512_maskz_loadu_epi8(live, r);
+    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+    w0 = _mm512_unpacklo_epi8(lo, hi);
+    w1 = _mm512_unpackhi_epi8(lo, hi);
+  }
+  // The position in a 64-value block of row64's word i (0 .. 63: w0's, then w1's).
+  static constexpr uint32_t q_order(uint32_t i) { return (i % 32) / 8 * 16 + i / 32 * 8 + i % 8; }
 };
 #endif
 
@@ -305,12 +298,10 @@ template <class C> struct Fp8Pairs {
 template <class W, bool Dot, class C> class Decoder {
   using R = typename W::R;
   static constexpr uint32_t L = W::L, kHeadsPerReg = L / 4;
-  // Values of head_dim per score segment: 4 floats, or 4 bf16 pairs.
-  static constexpr uint32_t kSeg = Dot ? 8 : 4;
   static constexpr bool kFp8 = kIsFp8<C>;
-  // The rows the score and P V loops read: the cache's own (bf16 with Dot, bf16/f16 V without
-  // it), or the chunk converted (fp8; K without Dot).
-  static constexpr bool kConvertK = kFp8 || !Dot;
+  // The rows the score and P V loops read: the cache's own (bf16 and f16, converted in
+  // registers), or the chunk converted (fp8's K; V without Dot).
+  static constexpr bool kConvertK = kFp8 && !Dot;  // Dot converts K's codes in registers
   static constexpr bool kConvertV = kFp8 && !Dot;  // Dot converts V's codes as it pairs them
 
  public:
@@ -320,11 +311,20 @@ template <class W, bool Dot, class C> class Decoder {
   // Floats of staging the item needs besides acc (decode_item checks them against the scratch).
   static size_t staging_floats(const Shape &s, uint32_t kv_heads) {
     const size_t regs = (s.g + kHeadsPerReg - 1) / kHeadsPerReg;
-    const size_t q = size_t(kv_heads) * (s.hd / kSeg) * regs * L;
+    const size_t q = q_floats(s, kv_heads);
     const size_t state = 2 * size_t(kv_heads) * regs * L;
     const size_t scores = (kKeys / 4) * regs * L;
     const size_t rows = 2 * size_t(kKeys) * s.hd;  // fp32 at most
     return q + state + 2 * scores + s.g + rows + s.hd + 64;
+  }
+
+  // head_dim in whole 64-value blocks (Dot with fp8: the arranged q rows' length).
+  static uint32_t padded_hd(const Shape &s) { return (s.hd + 63) / 64 * 64; }
+  // The arranged q rows' floats: fp32 rows without Dot; with Dot, bf16 rows in fp8's order
+  // (bf16 caches: none, the model's rows are read where they are).
+  static size_t q_floats(const Shape &s, uint32_t kv_heads) {
+    if constexpr (!Dot) return size_t(kv_heads) * s.g * s.hd;
+    return kFp8 ? size_t(kv_heads) * s.g * padded_hd(s) / 2 : 0;
   }
 
   void run(const AttnItem &it, float *partial) {
@@ -333,7 +333,7 @@ template <class W, bool Dot, class C> class Decoder {
     arrange_q(it, token);
     item_head_ = it.head;
     q_bf16_ = static_cast<const uint16_t *>(layer_.q) + (size_t(token) * layer_.q_heads + size_t(it.head) * g) * hd;
-    ahead_.start(it.head, it.num_heads);
+    ahead_.start(s_, it.head, it.num_heads);
     std::fill(b_.acc, b_.acc + size_t(qh) * hd, 0.0f);
     for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i) b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
     std::memset(b_.zero, 0, size_t(hd) * 4);
@@ -382,10 +382,11 @@ template <class W, bool Dot, class C> class Decoder {
   // requests the pace's lines, all() what is left of the share.
   class Ahead {
    public:
-    Ahead(const CpuLayer &layer, const Shape &s) : layer_(layer), s_(s) {}
-    void start(uint32_t head, uint32_t heads) {
-      base_ = size_t(head) * s_.hd * s_.esize;
-      bytes_ = size_t(heads) * s_.hd * s_.esize;
+    Ahead(const CpuLayer &layer, const Shape &s)
+        : k_(static_cast<const char *>(layer.k_cache)), v_(static_cast<const char *>(layer.v_cache)), esize_(s.esize) {}
+    void start(const Shape &s, uint32_t head, uint32_t heads) {
+      base_ = size_t(head) * s.hd * s.esize;
+      bytes_ = size_t(heads) * s.hd * s.esize;
     }
     void share(const size_t *rows, uint32_t n, uint32_t h, uint32_t heads, uint32_t quads) {
       rows_ = rows, t_ = n * h / heads, end_ = n * (h + 1) / heads, o_ = 0;
@@ -396,46 +397,48 @@ template <class W, bool Dot, class C> class Decoder {
     void all() { request(~0u); }
 
    private:
+    // In locals: the members would be stored and reloaded around every prefetch.
     void request(uint32_t lines) {
-      for (; lines && t_ < end_; --lines) {
-        const size_t at = rows_[t_] * s_.esize + base_ + o_;
-        _mm_prefetch(static_cast<const char *>(layer_.k_cache) + at, _MM_HINT_T1);
-        _mm_prefetch(static_cast<const char *>(layer_.v_cache) + at, _MM_HINT_T1);
-        if ((o_ += 64) >= bytes_) o_ = 0, ++t_;
+      uint32_t t = t_;
+      size_t o = o_;
+      while (lines != 0 && t < end_) {
+        const size_t row = rows_[t] * esize_ + base_;
+        const char *k = k_ + row, *v = v_ + row;
+        const uint32_t here = uint32_t(std::min<size_t>(lines, (bytes_ - o + 63) / 64));
+        for (uint32_t i = 0; i < here; ++i, o += 64) {
+          _mm_prefetch(k + o, _MM_HINT_T1);
+          _mm_prefetch(v + o, _MM_HINT_T1);
+        }
+        lines -= here;
+        if (o >= bytes_) o = 0, ++t;
       }
+      t_ = t, o_ = o;
     }
-    const CpuLayer &layer_;
-    const Shape &s_;
+    const char *const k_, *const v_;  // the layer's caches
+    const size_t esize_;
     const size_t *rows_ = nullptr;
     size_t base_ = 0, bytes_ = 0, o_ = 0;
     uint32_t t_ = 0, end_ = 0, pace_ = 0;
   };
 
-  // q of kv head h's q heads, [segment][reg][L]: group i of reg r holds head r * kHeadsPerReg + i's
-  // values of the segment (fp32, or bf16 pairs in 32-bit lanes); heads past g are zero.
+  // The item's q heads, [kv head][q head of it][row]: without Dot as fp32 rows; with Dot and fp8
+  // as bf16 rows of padded_hd values, each 64-value block in Fp8Bf16::row64's order (past hd: 0).
   void arrange_q(const AttnItem &it, uint32_t token) {
-    const uint32_t hd = s_.hd, g = s_.g, segs = hd / kSeg;
-    for (uint32_t h = 0; h < it.num_heads; ++h) {
-      float *dst = b_.q + size_t(h) * segs * regs_ * L;
-      const size_t q0 = (size_t(token) * layer_.q_heads + size_t(it.head + h) * g) * hd;  // of the first q head
-      for (uint32_t seg = 0; seg < segs; ++seg)
-        for (uint32_t r = 0; r < regs_; ++r)
-          for (uint32_t i = 0; i < kHeadsPerReg; ++i) {
-            const uint32_t j = r * kHeadsPerReg + i;
-            float *lane = dst + (size_t(seg) * regs_ + r) * L + i * 4;
-            if (j >= g) {
-              std::memset(lane, 0, 16);
-              continue;
-            }
-            const size_t at = q0 + size_t(j) * hd + seg * kSeg;
-            if (Dot) {
-              uint16_t pairs[8];
-              for (uint32_t e = 0; e < 8; ++e) pairs[e] = q_bf16(at + e);
-              std::memcpy(lane, pairs, 16);
-            } else {
-              for (uint32_t e = 0; e < 4; ++e) lane[e] = q_float(at + e);
-            }
-          }
+    const size_t q0 = (size_t(token) * layer_.q_heads + size_t(it.head) * s_.g) * s_.hd;  // its first q head
+    const size_t rows = size_t(it.num_heads) * s_.g;
+    if constexpr (!Dot) {
+      for (size_t i = 0; i < rows * s_.hd; ++i) b_.q[i] = q_float(q0 + i);
+    } else if constexpr (kFp8) {
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+      const uint32_t hdp = padded_hd(s_);
+      const uint16_t *q = static_cast<const uint16_t *>(layer_.q) + q0;
+      uint16_t *dst = reinterpret_cast<uint16_t *>(b_.q);
+      for (size_t j = 0; j < rows; ++j)
+        for (uint32_t d = 0; d < hdp; ++d) {
+          const uint32_t at = d / 64 * 64 + Fp8Bf16<C>::q_order(d % 64);
+          dst[j * hdp + d] = at < s_.hd ? q[j * s_.hd + at] : 0;
+        }
+#endif
     }
   }
   float q_float(size_t at) const {
@@ -450,139 +453,115 @@ template <class W, bool Dot, class C> class Decoder {
       default: return static_cast<const float *>(layer_.q)[at];
     }
   }
-  uint16_t q_bf16(size_t at) const {  // Dot runs only for bf16 models
-    return static_cast<const uint16_t *>(layer_.q)[at];
-  }
-
   // ---- scores of kv head h's q heads against the chunk's n keys -> b_.s, scaled
   void scores(uint32_t h, uint32_t n) {
-    const uint32_t hd = s_.hd;
     // The rows the loop reads, 4 keys at a time; past n: the zero row.
     const void *rows[kKeys];
     for (uint32_t t = 0; t < n; ++t) rows[t] = k_row(h, t);
-    if (kConvertK) convert_rows(rows, n, b_.kc);
+    if constexpr (kConvertK) convert_rows(rows, n, b_.kc);
     for (uint32_t t = n; t < (n + 3) / 4 * 4; ++t) rows[t] = b_.zero;
-#if defined(__AVX512BF16__)
-    if constexpr (Dot) {
-      for (uint32_t t = 0; t < n; t += 4) {
-        ahead_.step();
-        for (uint32_t r = 0; r < regs_; ++r) {
-          const uint16_t *q = q_bf16_ + (size_t(h) * s_.g + 4 * r) * hd;
-          float *out = b_.s + (size_t(t / 4) * regs_ + r) * L;
-          switch (std::min(4u, s_.g - 4 * r)) {
-            case 1: score4_rows<1>(q, rows + t, out); break;
-            case 2: score4_rows<2>(q, rows + t, out); break;
-            case 3: score4_rows<3>(q, rows + t, out); break;
-            default: score4_rows<4>(q, rows + t, out);
+    for (uint32_t t = 0; t < n; t += 4) {
+      ahead_.step();
+      for (uint32_t r = 0; r < regs_; ++r) {
+        const uint32_t j0 = r * kHeadsPerReg;
+        float *out = b_.s + (size_t(t / 4) * regs_ + r) * L;
+        switch (std::min(kHeadsPerReg, s_.g - j0)) {
+          case 1: score4_rows<1>(h, j0, rows + t, out); break;
+          case 2: score4_rows<2>(h, j0, rows + t, out); break;
+          default:
+            if constexpr (kHeadsPerReg == 4) {
+              if (s_.g - j0 == 3) score4_rows<3>(h, j0, rows + t, out);
+              else score4_rows<4>(h, j0, rows + t, out);
+            }
+        }
+      }
+    }
+  }
+
+  // Keys rows[0..3] against q heads j0 .. j0 + NH of kv head h (NH <= kHeadsPerReg): a register
+  // of each key's row at a time (L floats, or 32 bf16 values with Dot), multiplied with the same
+  // values of each q head's row, then each (head, key)'s lanes summed. out: group i holds head
+  // j0 + i's 4 scores (groups past NH: 0). Every lane does useful work and the loads are whole
+  // rows, converted in registers (f16 by vcvtph2ps): no broadcasts, which cost as much as the
+  // multiply-adds, and no converted copy of the chunk to store and read back.
+  template <uint32_t NH> void score4_rows(uint32_t h, uint32_t j0, const void *const *rows, float *out) const {
+    constexpr uint32_t kSplit = NH == 1 ? 2 : 1;  // independent chains: at least 8
+    const uint32_t hd = s_.hd;
+    const size_t q0 = (size_t(h) * s_.g + j0) * hd;  // the first q head's row
+    R acc[kSplit][NH][4];
+    for (uint32_t x = 0; x < kSplit; ++x)
+      for (uint32_t j = 0; j < NH; ++j)
+        for (uint32_t k = 0; k < 4; ++k) acc[x][j][k] = W::zero();
+    if constexpr (Dot && kFp8) {
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+      // 64 codes of each key per step, against q rows arranged in the order they come out in.
+      const uint32_t hdp = padded_hd(s_);
+      const uint16_t *q = reinterpret_cast<const uint16_t *>(b_.q) + (size_t(h) * s_.g + j0) * hdp;
+      for (uint32_t d = 0; d < hd; d += 64) {
+        const __mmask64 live = hd - d >= 64 ? ~__mmask64(0) : (__mmask64(1) << (hd - d)) - 1;
+        __m512i w0[4], w1[4];
+        for (uint32_t k = 0; k < 4; ++k) fp8_.row64(static_cast<const uint8_t *>(rows[k]) + d, live, w0[k], w1[k]);
+        for (uint32_t j = 0; j < NH; ++j) {
+          const __m512bh q0v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hdp + d));
+          const __m512bh q1v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hdp + d + 32));
+          for (uint32_t k = 0; k < 4; ++k) {
+            acc[0][j][k] = _mm512_dpbf16_ps(acc[0][j][k], reinterpret_cast<__m512bh>(w0[k]), q0v);
+            acc[kSplit - 1][j][k] = _mm512_dpbf16_ps(acc[kSplit - 1][j][k], reinterpret_cast<__m512bh>(w1[k]), q1v);
           }
         }
       }
-      return;
-    }
 #endif
-    const float *q = b_.q + size_t(h) * (hd / kSeg) * regs_ * L;
-    for (uint32_t t = 0; t < n; t += 4) {
-      ahead_.step();
-      switch (regs_) {
-        case 1: score4<1>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
-        case 2: score4<2>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
-        case 3: score4<3>(q, rows + t, b_.s + size_t(t / 4) * regs_ * L); break;
-        default:
-          for (uint32_t r = 0; r < regs_; r += 4)  // passes of 4 registers
-            score4_range(q, rows + t, b_.s + size_t(t / 4) * regs_ * L, r, std::min(regs_, r + 4));
-      }
-    }
-  }
-  void score4_range(const float *q, const void *const *rows, float *out, uint32_t r0, uint32_t r1) {
-    switch (r1 - r0) {
-      case 1: return score4<1>(q, rows, out, r0);
-      case 2: return score4<2>(q, rows, out, r0);
-      case 3: return score4<3>(q, rows, out, r0);
-      default: return score4<4>(q, rows, out, r0);
-    }
-  }
-
-  // Keys rows[0..3] against registers [r0, r0 + NR) of q: out[r] = in each group, the 4 keys'
-  // scores of that group's head.
-  template <uint32_t NR> void score4(const float *q, const void *const *rows, float *out, uint32_t r0 = 0) {
-    constexpr uint32_t kSplit = NR == 1 ? 2 : 1;  // independent chains: at least 8
-    R acc[kSplit][4][NR];
-    for (uint32_t s = 0; s < kSplit; ++s)
-      for (uint32_t k = 0; k < 4; ++k)
-        for (uint32_t r = 0; r < NR; ++r) acc[s][k][r] = W::zero();
-    const uint32_t segs = s_.hd / kSeg;
-    for (uint32_t seg = 0; seg < segs; seg += kSplit)
-      for (uint32_t s = 0; s < kSplit && seg + s < segs; ++s) {
-        R kb[4];
-        for (uint32_t k = 0; k < 4; ++k) kb[k] = key_segment(rows[k], seg + s);
-        for (uint32_t r = 0; r < NR; ++r) {
-          const R qv = W::load(q + (size_t(seg + s) * regs_ + r0 + r) * L);
-          for (uint32_t k = 0; k < 4; ++k) acc[s][k][r] = madd(acc[s][k][r], kb[k], qv);
+    } else if constexpr (Dot) {
+#if defined(__AVX512BF16__)
+      const uint16_t *q = q_bf16_ + q0;
+      for (uint32_t d = 0, x = 0; d < hd; d += 32, x ^= kSplit - 1) {
+        __m512i kv[4];
+        for (uint32_t k = 0; k < 4; ++k) kv[k] = _mm512_loadu_si512(static_cast<const uint16_t *>(rows[k]) + d);
+        for (uint32_t j = 0; j < NH; ++j) {
+          const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hd + d));
+          for (uint32_t k = 0; k < 4; ++k)
+            acc[x][j][k] = _mm512_dpbf16_ps(acc[x][j][k], reinterpret_cast<__m512bh>(kv[k]), qv);
         }
       }
-    for (uint32_t r = 0; r < NR; ++r) {
+#endif
+    } else {
+      const float *q = b_.q + q0;
+      for (uint32_t d = 0, x = 0; d < hd; d += L, x ^= kSplit - 1) {
+        R kv[4];
+        for (uint32_t k = 0; k < 4; ++k) kv[k] = key_vals(rows[k], d);
+        for (uint32_t j = 0; j < NH; ++j) {
+          const R qv = W::load(q + size_t(j) * hd + d);
+          for (uint32_t k = 0; k < 4; ++k) acc[x][j][k] = W::fma(kv[k], qv, acc[x][j][k]);
+        }
+      }
+    }
+    R r[kHeadsPerReg];  // r[j]'s 128-bit block b: head j's 4 keys over block b's lanes
+    for (uint32_t j = 0; j < kHeadsPerReg; ++j) {
+      if (j >= NH) {
+        r[j] = W::zero();
+        continue;
+      }
       R a[4];
-      for (uint32_t k = 0; k < 4; ++k) a[k] = kSplit == 2 ? W::add(acc[0][k][r], acc[kSplit - 1][k][r]) : acc[0][k][r];
-      W::store(out + (r0 + r) * L, reduce4<W>(a[0], a[1], a[2], a[3]));
+      for (uint32_t k = 0; k < 4; ++k) a[k] = kSplit == 2 ? W::add(acc[0][j][k], acc[kSplit - 1][j][k]) : acc[0][j][k];
+      r[j] = reduce4<W>(a[0], a[1], a[2], a[3]);
     }
+    W::store(out, W::sum_blocks(r));
   }
-#if defined(__AVX512BF16__)
-  // Dot: keys rows[0..3] (bf16) against q heads q[0 .. NH) (NH <= 4, bf16 rows): 32 values of a
-  // key per load, dotted with the same 32 of each q head, then each (head, key)'s 16 lanes summed.
-  // out: group i holds head i's 4 scores (groups past NH: 0). Every lane does useful work, and
-  // the loads are whole rows: no broadcasts, which cost as much as the dot products.
-  template <uint32_t NH> void score4_rows(const uint16_t *q, const void *const *rows, float *out) const {
-    __m512 acc[NH][4];
-    for (uint32_t j = 0; j < NH; ++j)
-      for (uint32_t k = 0; k < 4; ++k) acc[j][k] = _mm512_setzero_ps();
-    for (uint32_t d = 0; d < s_.hd; d += 32) {
-      __m512i kv[4];
-      for (uint32_t k = 0; k < 4; ++k) kv[k] = _mm512_loadu_si512(static_cast<const uint16_t *>(rows[k]) + d);
-      for (uint32_t j = 0; j < NH; ++j) {
-        const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * s_.hd + d));
-        for (uint32_t k = 0; k < 4; ++k) acc[j][k] = _mm512_dpbf16_ps(acc[j][k], reinterpret_cast<__m512bh>(kv[k]), qv);
-      }
-    }
-    __m512 r[4];  // r[j]'s 128-bit block b: head j's 4 keys over block b's lanes
-    for (uint32_t j = 0; j < 4; ++j) r[j] = j < NH ? reduce4<Zmm>(acc[j][0], acc[j][1], acc[j][2], acc[j][3]) : _mm512_setzero_ps();
-    const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(r[0], r[1], 0x44), _mm512_shuffle_f32x4(r[0], r[1], 0xEE));
-    const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(r[2], r[3], 0x44), _mm512_shuffle_f32x4(r[2], r[3], 0xEE));
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD)));
-  }
-#endif
-  // Segment seg of a key's row, in every group.
-  R key_segment(const void *row, uint32_t seg) const {
-    return W::bcast4(static_cast<const float *>(row) + seg * 4);  // 4 floats or 4 bf16 pairs: 16 bytes
-  }
-  R madd(R acc, R a, R b) const {
-#if defined(__AVX512BF16__)
-    if constexpr (Dot)
-      return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
-#endif
-    return W::fma(a, b, acc);
+  // L values of a key's row from d, as floats: converted in registers (bf16, f16), or the
+  // chunk's converted row (fp8).
+  R key_vals(const void *row, uint32_t d) const {
+    if constexpr (kFp8) return W::load(static_cast<const float *>(row) + d);
+    else return load_row(static_cast<const C *>(row) + d);
   }
 
-  // The chunk's n rows[t], converted into dst ([kKeys][hd]: fp32, or bf16 with Dot); rows[t]
-  // then points at each converted row.
+  // The chunk's n rows[t] of fp8 codes, converted into dst ([kKeys][hd] fp32); rows[t] then
+  // points at each converted row.
   void convert_rows(const void **rows, uint32_t n, void *dst) const {
-    const uint32_t hd = s_.hd;
+    static_assert(kFp8 && !Dot, "bf16 and f16 rows, and fp8 ones for vdpbf16ps, are converted in registers");
     for (uint32_t t = 0; t < n; ++t) {
-      const C *src = static_cast<const C *>(rows[t]);
-      if constexpr (Dot) {
-#if defined(__AVX512BF16__)
-        if constexpr (kFp8) {  // (bf16 rows are read where they are)
-          uint16_t *out = static_cast<uint16_t *>(dst) + size_t(t) * hd;
-          fp8_row_bf16<C>(reinterpret_cast<const uint8_t *>(src), out, hd);
-          rows[t] = out;
-        }
-#endif
-      } else {
-        float *out = static_cast<float *>(dst) + size_t(t) * hd;
-        if constexpr (kFp8) fp8_row(src, out, hd, 1.0f);
-        else
-          for (uint32_t d = 0; d < hd; d += L) W::store(out + d, load_row(src + d));
-        rows[t] = out;
-      }
+      float *out = static_cast<float *>(dst) + size_t(t) * s_.hd;
+      fp8_row(static_cast<const C *>(rows[t]), out, s_.hd, 1.0f);
+      rows[t] = out;
     }
   }
   // L elements of a bf16 or f16 row as floats.
@@ -650,7 +629,7 @@ template <class W, bool Dot, class C> class Decoder {
   void accumulate(uint32_t h, uint32_t n) {
     const void *rows[kKeys + 1];
     for (uint32_t t = 0; t < n; ++t) rows[t] = v_row(h, t);
-    if (kConvertV) convert_rows(rows, n, b_.vc);
+    if constexpr (kConvertV) convert_rows(rows, n, b_.vc);
     rows[n] = b_.zero;  // the pair of an odd last key (its probability is 0)
     const uint32_t g = s_.g;
     for (uint32_t j = 0; j < g;) {  // passes of 8, 4, 2 or 1 heads
@@ -691,15 +670,14 @@ template <class W, bool Dot, class C> class Decoder {
         for (uint32_t a = 0; a < A; ++a) acc[jj][a] = W::mul(W::load(src + a * W::L), alpha);
       }
       if constexpr (Dot) {
-#if defined(__AVX512BF16__)
-        [[maybe_unused]] const std::conditional_t<kFp8, Fp8Pairs<C>, NoTables> fp8;  // fp8: its tables
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
         for (uint32_t t = 0; t < n; t += 2) {
           __m512i pair[A];
           const C *r0 = static_cast<const C *>(rows[t]) + d0;
           const C *r1 = static_cast<const C *>(rows[t + 1]) + d0;  // rows[n]: zero
           for (uint32_t z = 0; z < A / 2; ++z) {
             if constexpr (kFp8) {
-              fp8.pairs(reinterpret_cast<const uint8_t *>(r0 + 32 * z), reinterpret_cast<const uint8_t *>(r1 + 32 * z),
+              fp8_.pairs(reinterpret_cast<const uint8_t *>(r0 + 32 * z), reinterpret_cast<const uint8_t *>(r1 + 32 * z),
                         pair[2 * z], pair[2 * z + 1]);
             } else {
               const __m512i x = _mm512_loadu_si512(r0 + 32 * z), y = _mm512_loadu_si512(r1 + 32 * z);
@@ -795,6 +773,9 @@ template <class W, bool Dot, class C> class Decoder {
   const uint16_t *q_bf16_ = nullptr;  // Dot: the item's q heads (bf16 rows)
   const size_t *chunk_ = nullptr;  // element offsets of the chunk's rows (kv head 0)
   Ahead ahead_{layer_, s_};
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+  [[no_unique_address]] const std::conditional_t<Dot && kFp8, Fp8Bf16<C>, NoTables> fp8_{};  // its tables
+#endif
 };
 
 template <class W, bool Dot, class C>
@@ -808,7 +789,7 @@ bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it,
   Buffers b;
   float *p = scratch;
   b.acc = p, p += qh * s.hd;
-  b.q = p, p += size_t(it.num_heads) * (s.hd / (Dot ? 8 : 4)) * regs * W::L;
+  b.q = p, p += D::q_floats(s, it.num_heads);
   b.m = p, p += size_t(it.num_heads) * regs * W::L;
   b.l = p, p += size_t(it.num_heads) * regs * W::L;
   b.s = p, p += (kKeys / 4) * regs * W::L;
