@@ -512,26 +512,32 @@ template <class W, bool Dot, class C> class Decoder {
     } else if constexpr (Dot) {
 #if defined(__AVX512BF16__)
       const uint16_t *q = q_bf16_ + q0;
-      for (uint32_t d = 0, x = 0; d < hd; d += 32, x ^= kSplit - 1) {
-        __m512i kv[4];
-        for (uint32_t k = 0; k < 4; ++k) kv[k] = _mm512_loadu_si512(static_cast<const uint16_t *>(rows[k]) + d);
-        for (uint32_t j = 0; j < NH; ++j) {
-          const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hd + d));
-          for (uint32_t k = 0; k < 4; ++k)
-            acc[x][j][k] = _mm512_dpbf16_ps(acc[x][j][k], reinterpret_cast<__m512bh>(kv[k]), qv);
+      for (uint32_t d0 = 0; d0 < hd; d0 += kSplit * 32)
+        for (uint32_t x = 0; x < kSplit; ++x) {  // unrolled: acc[x] stays in registers
+          const uint32_t d = d0 + 32 * x;
+          if (d >= hd) break;
+          __m512i kv[4];
+          for (uint32_t k = 0; k < 4; ++k) kv[k] = _mm512_loadu_si512(static_cast<const uint16_t *>(rows[k]) + d);
+          for (uint32_t j = 0; j < NH; ++j) {
+            const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hd + d));
+            for (uint32_t k = 0; k < 4; ++k)
+              acc[x][j][k] = _mm512_dpbf16_ps(acc[x][j][k], reinterpret_cast<__m512bh>(kv[k]), qv);
+          }
         }
-      }
 #endif
     } else {
       const float *q = b_.q + q0;
-      for (uint32_t d = 0, x = 0; d < hd; d += L, x ^= kSplit - 1) {
-        R kv[4];
-        for (uint32_t k = 0; k < 4; ++k) kv[k] = key_vals(rows[k], d);
-        for (uint32_t j = 0; j < NH; ++j) {
-          const R qv = W::load(q + size_t(j) * hd + d);
-          for (uint32_t k = 0; k < 4; ++k) acc[x][j][k] = W::fma(kv[k], qv, acc[x][j][k]);
+      for (uint32_t d0 = 0; d0 < hd; d0 += kSplit * L)
+        for (uint32_t x = 0; x < kSplit; ++x) {  // unrolled: acc[x] stays in registers
+          const uint32_t d = d0 + L * x;
+          if (d >= hd) break;
+          R kv[4];
+          for (uint32_t k = 0; k < 4; ++k) kv[k] = key_vals(rows[k], d);
+          for (uint32_t j = 0; j < NH; ++j) {
+            const R qv = W::load(q + size_t(j) * hd + d);
+            for (uint32_t k = 0; k < 4; ++k) acc[x][j][k] = W::fma(kv[k], qv, acc[x][j][k]);
+          }
         }
-      }
     }
     R r[kHeadsPerReg];  // r[j]'s 128-bit block b: head j's 4 keys over block b's lanes
     for (uint32_t j = 0; j < kHeadsPerReg; ++j) {
@@ -683,9 +689,10 @@ template <class W, bool Dot, class C> class Decoder {
               pair[2 * z + 1] = _mm512_unpackhi_epi16(x, y);
             }
           }
+          const uint16_t *pt = prob_bf16(j0, t);  // head j0 + jj's: pt + 4 * jj
           for (uint32_t jj = 0; jj < HP; ++jj) {
             int32_t pp;
-            std::memcpy(&pp, prob_bf16(j0 + jj, t), 4);
+            std::memcpy(&pp, pt + 4 * jj, 4);
             const __m512bh p = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pp));
             for (uint32_t a = 0; a < A; ++a) acc[jj][a] = _mm512_dpbf16_ps(acc[jj][a], reinterpret_cast<__m512bh>(pair[a]), p);
           }
@@ -695,8 +702,9 @@ template <class W, bool Dot, class C> class Decoder {
         for (uint32_t t = 0; t < n; ++t) {
           R v[A];
           for (uint32_t a = 0; a < A; ++a) v[a] = v_load(rows[t], d0 + a * W::L);
+          const float *pt = prob(j0, t);  // head j0 + jj's: pt + 4 * jj
           for (uint32_t jj = 0; jj < HP; ++jj) {
-            const R p = W::bcast1(prob(j0 + jj, t));
+            const R p = W::bcast1(pt + 4 * jj);
             for (uint32_t a = 0; a < A; ++a) acc[jj][a] = W::fma(p, v[a], acc[jj][a]);
           }
         }
@@ -711,13 +719,11 @@ template <class W, bool Dot, class C> class Decoder {
     if constexpr (kConvertV) return W::load(static_cast<const float *>(row) + d);
     else return load_row(static_cast<const C *>(row) + d);
   }
-  // Head j's probability of chunk key t (fp32), or of keys t, t + 1 (bf16 pair; t even).
-  const float *prob(uint32_t j, uint32_t t) const {
-    return b_.s + (size_t(t / 4) * regs_ + j / kHeadsPerReg) * L + (j % kHeadsPerReg) * 4 + t % 4;
-  }
-  const uint16_t *prob_bf16(uint32_t j, uint32_t t) const {
-    return b_.pb + (size_t(t / 4) * regs_ + j / kHeadsPerReg) * L + (j % kHeadsPerReg) * 4 + t % 4;
-  }
+  // Head j's probability of chunk key t (fp32), or of keys t, t + 1 (bf16 pair; t even). Group i
+  // of register r holds head r * kHeadsPerReg + i, and L = 4 * kHeadsPerReg: head j's 4 lanes
+  // start at 4 * j.
+  const float *prob(uint32_t j, uint32_t t) const { return b_.s + size_t(t / 4) * regs_ * L + 4 * j + t % 4; }
+  const uint16_t *prob_bf16(uint32_t j, uint32_t t) const { return b_.pb + size_t(t / 4) * regs_ * L + 4 * j + t % 4; }
 
   // ---- the item's result: (m, l, acc) into partial, or acc / l into out
   void finish(const AttnItem &it, uint32_t token, float *partial) const {
