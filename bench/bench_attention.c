@@ -27,19 +27,24 @@
  *
  * Prefill (target >= 50% of the GEMM): one causal prompt of 2k and of 8k tokens, GQA 4 / head_dim
  * 128, each KV dtype; GFLOP/s counts 4 * q_heads * head_dim per (query, key) pair, n(n+1)/2 pairs.
- * Beside it, OpenBLAS (bench_gemm.c) runs the attention's matmuls as GEMMs of the same shapes, per
- * q head S = Q K^T ([n][hd] x [hd][n]) and O = P V ([n][n] x [n][hd]), over half the q heads: the
- * same FLOPs, since a GEMM computes the whole n x n square where causal attention needs half. Its
- * dtype is the model's where OpenBLAS has it (cblas_sbgemm for bf16, when the library exports it),
- * else sgemm (fp32) stands in, and the output says so. Threads: the bench's count. Built without
- * OpenBLAS (libopenblas-dev), the bench runs without the GEMM column and says so.
+ * Beside it, a GEMM library (bench_gemm.c) runs the attention's matmuls as GEMMs of the same
+ * shapes, per q head S = Q K^T ([n][hd] x [hd][n]) and O = P V ([n][n] x [n][hd]), over half the q
+ * heads: the same FLOPs, since a GEMM computes the whole n x n square where causal attention needs
+ * half. The library is oneDNN (libdnnl-dev) when the bench is built with it: its matmul of the
+ * model's dtype (bf16 or f16 in, fp32 out), with the code oneDNN picks for the CPU (AVX-512 BF16,
+ * AMX); where it has no matmul of the dtype (oneDNN 2.6 has no f16 one on Zen 4), its f32 matmul
+ * stands in, and the output says so. Without oneDNN, OpenBLAS (libopenblas-dev): cblas_sbgemm for
+ * bf16 when the library exports it, else sgemm (fp32) stands in; with both, OpenBLAS's sgemm is a
+ * column of its own. Threads: the bench's count. Built with neither, the bench runs without the
+ * GEMM column and says so.
  *
  * Each time is the median of several calls after a warm-up (bench_time_calls). The machine may be
  * shared: the probes and the busy column (CPU time of the process over wall time * threads, during
  * the timed calls) show how much of it pkv had.
  * MLA decode (issue 15): 128 q heads over DeepSeek V3's latent (512 + 64), bf16 and fp8 latents,
- * contexts 2k-32k; GB/s of latent read against the probe, and GFLOP/s against a bf16 GEMM: 128
- * heads do 242 FLOPs per latent byte, so a CPU runs out of multiply-adds long before memory.
+ * contexts 2k-32k; GB/s of latent read against the probe, and GFLOP/s against the bf16 model's
+ * GEMM of the prefill: 128 heads do 242 FLOPs per latent byte, so a CPU runs out of multiply-adds
+ * long before memory.
  * Usage: bench_attention [--quick | --full] [--mla] [--threads N] [--isa NAME]. Not a test; not
  * installed.
  */
@@ -234,8 +239,9 @@ static void print_worst(const decode_case *cases, int n, int fp8, double probe, 
 /* ---------------------------------------------------------------- MLA decode */
 /* DeepSeek V3's attention (128 q heads over one latent of 512 + 64): every latent is read once
  * for all 128 heads, which do 2 * (576 + 512) FLOPs each with it, 242 FLOPs per bf16 byte. Rows
- * give GB/s of latent read against the read probe, and GFLOP/s against a bf16 GEMM of the same
- * run (sbgemm, n 2048, k 512): on a CPU this decode is bound by the multiply-adds, not memory. */
+ * give GB/s of latent read against the read probe, and GFLOP/s against the bf16 model's GEMM of
+ * the same run (bench_gemm_for: oneDNN's bf16 matmul, or OpenBLAS's; n 2048, k 512): on a CPU this
+ * decode is bound by the multiply-adds, not memory. */
 static int mla_table(bench_cfg *cfg, int mode, double start_probe)
 {
   static const uint32_t ctxs[] = {2048, 8192, 32768}, seqs_of[] = {1, 8};
@@ -251,7 +257,7 @@ static int mla_table(bench_cfg *cfg, int mode, double start_probe)
     printf("yardstick: GEMM %s (n 2048, k %u) %.1f GFLOP/s; gemm%% = GFLOP/s / that\n", gemm, MLA_RANK,
            gemm_gflops);
   else
-    printf("no GEMM in this build (OpenBLAS): gemm%% not measured\n");
+    printf("no GEMM in this build (oneDNN or OpenBLAS): gemm%% not measured\n");
   printf("%-5s %5s %8s %6s %6s %8s %7s %6s %6s %7s %6s %5s\n", "kv", "seqs", "context", "layers", "MiB",
          "ms/step", "GB/s", "probe", "ratio", "GFLOP/s", "gemm%", "busy");
   for (int k = 0; k < NUM_KINDS; k += 2) /* bf16, e4m3 */

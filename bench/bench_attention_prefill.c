@@ -2,7 +2,8 @@
  * bench_attention_prefill.c - the CPU attention bench's prefill table (see
  * bench_attention_prefill.h). For each prompt length the GEMMs run before and after pkv's rows
  * and the ratio uses the better, as the read probe does for decode: on a shared machine the
- * yardstick should not gain from a moment when other work slowed it.
+ * yardstick should not gain from a moment when other work slowed it. With OpenBLAS beside oneDNN
+ * (bench_gemm_beside), its sgemm gets a column of its own, for runs that had only it.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -15,41 +16,53 @@
 #include "bench_cpu.h"
 #include "bench_gemm.h"
 
-enum { NUM_LENGTHS = 2, MAX_KINDS = 8 };
+enum { NUM_LENGTHS = 2, MAX_KINDS = 8, MAX_GEMMS = MAX_KINDS + 1 };
 #define TARGET_PREFILL 0.50
 
 static const uint32_t LENGTHS[NUM_LENGTHS] = {2048, 8192};
-static const bench_shape SHAPE = {32, 8, 128, 0}; /* GQA 4, Llama-3-8B's layer */
+static const bench_shape SHAPE = {32, 8, 128, 0, 0}; /* GQA 4, Llama-3-8B's layer */
 
-/* pkv's measurement of one row, and the GEMM set beside it. */
+/* The distinct GEMMs of a prompt length, each with its better GFLOP/s. */
+typedef struct gemm_set {
+  int num;
+  const char *name[MAX_GEMMS];
+  double gflops[MAX_GEMMS];
+} gemm_set;
+
+/* pkv's measurement of one row, and the GEMM set beside it (an index into the gemm_set). */
 typedef struct prefill_row {
-  double sec, busy, gemm_gflops;
+  double sec, busy;
   const char *gemm;
-  int exact;
+  int exact, gemm_index;
 } prefill_row;
 
-/* Runs each distinct GEMM the rows need at n tokens, keeping the better GFLOP/s in each row. */
-static void measure_gemms(prefill_row *rows, int num_rows, uint32_t n, uint32_t threads,
-                          uint32_t max_runs)
+/* name's index in set, added when new; -1 for no GEMM. */
+static int gemm_index(gemm_set *set, const char *name)
 {
-  for (int k = 0; k < num_rows; k++) {
-    int first = k;
-    for (int j = k - 1; j >= 0; j--)
-      if (strcmp(rows[j].gemm, rows[k].gemm) == 0)
-        first = j;
-    if (first < k) {
-      rows[k].gemm_gflops = rows[first].gemm_gflops;
-      continue;
-    }
+  if (!name)
+    return -1;
+  for (int i = 0; i < set->num; i++)
+    if (strcmp(set->name[i], name) == 0)
+      return i;
+  set->name[set->num] = name, set->gflops[set->num] = 0.0;
+  return set->num++;
+}
+
+/* Runs each GEMM of the set at n tokens, keeping the better GFLOP/s. */
+static void measure_gemms(gemm_set *set, uint32_t n, uint32_t threads, uint32_t max_runs)
+{
+  if (set->num == 0)
+    return;
+  for (int i = 0; i < set->num; i++) {
     double busy = 0.0;
-    const double gflops = bench_gemm_gflops(rows[k].gemm, n, SHAPE.head_dim, SHAPE.q_heads, threads,
+    const double gflops = bench_gemm_gflops(set->name[i], n, SHAPE.head_dim, SHAPE.q_heads, threads,
                                             max_runs, &busy);
-    printf("GEMM %s, n = %u: %.1f GFLOP/s, busy %.0f%%\n", rows[k].gemm, n, gflops, 100.0 * busy);
-    if (gflops > rows[k].gemm_gflops)
-      rows[k].gemm_gflops = gflops;
+    printf("GEMM %s, n = %u: %.1f GFLOP/s, busy %.0f%%\n", set->name[i], n, gflops, 100.0 * busy);
+    if (gflops > set->gflops[i])
+      set->gflops[i] = gflops;
   }
   fflush(stdout);
-  nanosleep(&(struct timespec){0, 300000000}, NULL); /* OpenBLAS's threads spin a while */
+  nanosleep(&(struct timespec){0, 300000000}, NULL); /* the libraries' threads spin a while */
 }
 
 /* Causal attention over one n-token prompt: pkv_attention of a one-layer engine. */
@@ -63,24 +76,35 @@ static void measure_prefill(const kv_kind *kind, prefill_row *row, uint32_t n, u
   bench_run_close(&r);
 }
 
-/* Prints a row; returns its ratio to the GEMM (0 without one). */
-static double print_row(const kv_kind *kind, const prefill_row *row, uint32_t n)
+/* Prints a row (and the sgemm beside, when beside >= 0); returns its ratio to the GEMM (0
+ * without one). */
+static double print_row(const kv_kind *kind, const prefill_row *row, uint32_t n,
+                        const gemm_set *set, int beside)
 {
   const double flops = 4.0 * SHAPE.q_heads * SHAPE.head_dim * ((double)n * (n + 1) / 2);
   const double gflops = row->sec > 0 ? flops / row->sec * 1e-9 : 0.0;
+  const double gemm_gflops = row->gemm_index >= 0 ? set->gflops[row->gemm_index] : 0.0;
   printf("%-5s %6u %9.1f %8.1f %5.0f%%", kind->name, n, row->sec * 1e3, gflops, 100.0 * row->busy);
-  if (row->gemm_gflops <= 0) {
+  if (gemm_gflops <= 0) {
     printf("  (no GEMM)\n");
     return 0.0;
   }
-  printf("  %-6s%s %8.1f %5.0f%%\n", row->gemm, row->exact ? " " : "*", row->gemm_gflops,
-         100.0 * gflops / row->gemm_gflops);
-  return gflops / row->gemm_gflops;
+  printf("  %-11s%s %8.1f %5.0f%%", row->gemm, row->exact ? " " : "*", gemm_gflops,
+         100.0 * gflops / gemm_gflops);
+  if (beside >= 0)
+    printf(" %8.1f", set->gflops[beside]);
+  printf("\n");
+  return gflops / gemm_gflops;
 }
 
-static void print_notes(int stand_in, double worst, const char *worst_name, uint32_t worst_n)
+/* stand_in: the GEMM of a row marked *, or NULL. */
+static void print_notes(const char *stand_in, double worst, const char *worst_name,
+                        uint32_t worst_n)
 {
-  if (stand_in)
+  if (stand_in && strncmp(stand_in, "oneDNN ", 7) == 0)
+    printf("* a stand-in: oneDNN creates no matmul of the model's dtype on this CPU (creating "
+           "one says unimplemented), so its fp32 matmul runs\n");
+  else if (stand_in)
     printf("* a stand-in: this OpenBLAS has no GEMM of the model's dtype (none for f16; for bf16 "
            "cblas_sbgemm %s), so fp32 sgemm runs,\n  whose peak is half that of bf16 dot products "
            "(vdpbf16ps) on AVX-512 BF16\n",
@@ -98,17 +122,23 @@ static void print_notes(int stand_in, double worst, const char *worst_name, uint
 int bench_prefill_table(const kv_kind *kinds, int num_kinds, uint32_t threads, uint32_t max_runs,
                         int quick)
 {
-  const char *lib = bench_gemm_library(), *worst_name = NULL;
+  const char *lib = bench_gemm_library(), *openblas = bench_gemm_beside();
+  const char *worst_name = NULL, *stand_in = NULL;
   printf("\nprefill: one causal prompt, GQA 4 (%u q / %u kv heads), head_dim %u; GFLOP/s = 4 * "
          "q_heads * head_dim * n(n+1)/2 / median time\n", SHAPE.q_heads, SHAPE.kv_heads, SHAPE.head_dim);
-  if (lib)
-    printf("GEMM: %s, %u threads; per q head S = Q K^T [n x %u][%u x n] and O = P V [n x n][n x %u],"
-           " over %u of the %u q heads\n(2MNK FLOPs each: the causal attention's FLOPs); run before "
-           "and after pkv's rows of a length, the better counts\n", lib, threads, SHAPE.head_dim,
+  if (lib) {
+    printf("GEMM: %s, %u thread%s\n", lib, threads, threads == 1 ? "" : "s");
+    if (openblas)
+      printf("sgemm: %s, fp32, the same GEMMs (for runs that had only OpenBLAS)\n", openblas);
+    printf("per q head S = Q K^T [n x %u][%u x n] and O = P V [n x n][n x %u], over %u of the %u q "
+           "heads (2MNK FLOPs each: the causal attention's FLOPs);\nrun before and after pkv's rows "
+           "of a length, the better counts; ratio = pkv's GFLOP/s / the GEMM's\n", SHAPE.head_dim,
            SHAPE.head_dim, SHAPE.head_dim, SHAPE.q_heads / 2, SHAPE.q_heads);
-  else
-    printf("GEMM: none (the bench was built without OpenBLAS: apt-get install libopenblas-dev)\n");
-  int rc = 0, stand_in = 0;
+  } else {
+    printf("GEMM: none (the bench was built without oneDNN or OpenBLAS: apt-get install "
+           "libdnnl-dev)\n");
+  }
+  int rc = 0;
   double worst = 1e9;
   uint32_t worst_n = 0;
   if (num_kinds > MAX_KINDS)
@@ -116,23 +146,25 @@ int bench_prefill_table(const kv_kind *kinds, int num_kinds, uint32_t threads, u
   for (int i = 0; i < (quick ? 1 : NUM_LENGTHS); i++) {
     const uint32_t n = LENGTHS[i];
     prefill_row rows[MAX_KINDS];
+    gemm_set set = {0};
     for (int k = 0; k < num_kinds; k++) {
       rows[k] = (prefill_row){0};
       rows[k].gemm = bench_gemm_for(kinds[k].dtype, &rows[k].exact);
+      rows[k].gemm_index = gemm_index(&set, rows[k].gemm);
     }
-    if (lib)
-      measure_gemms(rows, num_kinds, n, threads, max_runs);
+    const int beside = openblas ? gemm_index(&set, "sgemm") : -1;
+    measure_gemms(&set, n, threads, max_runs);
     for (int k = 0; k < num_kinds; k++)
       measure_prefill(&kinds[k], &rows[k], n, threads, max_runs);
-    if (lib)
-      measure_gemms(rows, num_kinds, n, threads, max_runs);
-    printf("%-5s %6s %9s %8s %6s  %-7s %8s %6s\n", "kv", "tokens", "ms", "GFLOP/s", "busy", "GEMM",
-           "GFLOP/s", "ratio");
+    measure_gemms(&set, n, threads, max_runs);
+    printf("%-5s %6s %9s %8s %6s  %-12s %8s %6s%s\n", "kv", "tokens", "ms", "GFLOP/s", "busy",
+           "GEMM", "GFLOP/s", "ratio", beside >= 0 ? "    sgemm" : "");
     for (int k = 0; k < num_kinds; k++) {
-      const double ratio = print_row(&kinds[k], &rows[k], n);
+      const double ratio = print_row(&kinds[k], &rows[k], n, &set, beside);
       rc |= rows[k].sec <= 0;
-      stand_in |= rows[k].gemm && !rows[k].exact;
-      if (rows[k].gemm_gflops > 0 && ratio < worst)
+      if (rows[k].gemm && !rows[k].exact)
+        stand_in = rows[k].gemm;
+      if (rows[k].gemm_index >= 0 && set.gflops[rows[k].gemm_index] > 0 && ratio < worst)
         worst = ratio, worst_name = kinds[k].name, worst_n = n;
     }
   }

@@ -1,6 +1,7 @@
 /*
  * bench_attention_prefill.h - the CPU attention bench's prefill table: causal prompts of 2k and
- * 8k tokens, GFLOP/s beside OpenBLAS GEMMs of the same shapes and FLOPs (bench_gemm.h).
+ * 8k tokens, GFLOP/s beside GEMMs of the same dtype, shapes and FLOPs (bench_gemm.h: oneDNN's
+ * matmul, or OpenBLAS's).
  */
 #ifndef PKV_BENCH_ATTENTION_PREFILL_H
 #define PKV_BENCH_ATTENTION_PREFILL_H

@@ -1,5 +1,6 @@
 /*
- * bench_gemm.c - OpenBLAS GEMMs with causal attention's shapes and FLOPs (see bench_gemm.h).
+ * bench_gemm.c - the prefill's GEMM yardstick (see bench_gemm.h): oneDNN's matmuls when the bench
+ * is built with oneDNN (bench_gemm_dnnl.c), OpenBLAS's GEMMs beside them or alone.
  * Debian's OpenBLAS 0.3.21 declares cblas_sbgemm in its header but is built without it, so the
  * build checks the library (PKV_BENCH_SBGEMM) and not the header.
  */
@@ -7,31 +8,45 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <pkv/pkv.h>
 
 #include "bench_cpu.h"
+#include "bench_gemm_dnnl.h"
+
+/* fp32 to bf16 by truncation, to f16 by rounding down: normal numbers only, as the fill's are. */
+static uint16_t to_half(float x, gemm_elt elt)
+{
+  uint32_t bits;
+  memcpy(&bits, &x, 4);
+  if (elt == GEMM_BF16)
+    return (uint16_t)(bits >> 16);
+  const uint32_t exp = ((bits >> 23) & 0xff) - 127 + 15;
+  return (uint16_t)(((bits >> 16) & 0x8000) | (exp << 10) | ((bits >> 13) & 0x3ff));
+}
+
+void *bench_gemm_fill(size_t n, gemm_elt elt)
+{
+  void *buf = malloc(n * (elt == GEMM_F32 ? 4 : 2));
+  for (size_t i = 0; buf && i < n; i++) {
+    const float x = 0.01f * (float)(1 + i % 8);
+    if (elt == GEMM_F32)
+      ((float *)buf)[i] = x;
+    else
+      ((uint16_t *)buf)[i] = to_half(x, elt);
+  }
+  return buf;
+}
 
 #ifdef PKV_BENCH_OPENBLAS
 #include <cblas.h>
-#include <string.h>
 
-const char *bench_gemm_library(void)
+static const char *openblas_library(void)
 {
   static char text[256];
   snprintf(text, sizeof text, "%s (kernels for %s)", openblas_get_config(), openblas_get_corename());
   return text;
-}
-
-const char *bench_gemm_for(int32_t dtype, int *exact)
-{
-#ifdef PKV_BENCH_SBGEMM
-  *exact = dtype == PKV_DTYPE_BF16 || dtype == PKV_DTYPE_F32;
-  return dtype == PKV_DTYPE_BF16 ? "sbgemm" : "sgemm";
-#else
-  *exact = dtype == PKV_DTYPE_F32;
-  return "sgemm";
-#endif
 }
 
 /* One head's operands: q, k, v [n][hd], s [n][n] (QK^T, fp32), p [n][n] (PV's left side: s
@@ -66,32 +81,16 @@ static int gemm_heads(void *arg)
   return 0;
 }
 
-/* n values of 0.01..0.08 in fp32, or their bf16 bits (the top half of the fp32 word). */
-static void *gemm_fill(size_t n, int bf16)
-{
-  void *buf = malloc(n * (bf16 ? 2 : 4));
-  for (size_t i = 0; buf && i < n; i++) {
-    const float x = 0.01f * (float)(1 + i % 8);
-    if (bf16) {
-      uint32_t bits;
-      memcpy(&bits, &x, 4);
-      ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
-    } else {
-      ((float *)buf)[i] = x;
-    }
-  }
-  return buf;
-}
-
-double bench_gemm_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads, uint32_t threads,
-                         uint32_t max_runs, double *busy)
+static double openblas_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads,
+                              uint32_t threads, uint32_t max_runs, double *busy)
 {
   gemm_run g = {strcmp(name, "sbgemm") == 0, n, hd, heads / 2 ? heads / 2 : 1, NULL, NULL, NULL, NULL,
                 NULL, NULL};
+  const gemm_elt elt = g.bf16 ? GEMM_BF16 : GEMM_F32;
   const size_t nh = (size_t)n * hd, nn = (size_t)n * n;
-  g.q = gemm_fill(nh, g.bf16), g.k = gemm_fill(nh, g.bf16), g.v = gemm_fill(nh, g.bf16);
-  g.s = gemm_fill(nn, 0), g.o = gemm_fill(nh, 0);
-  g.p = g.bf16 ? gemm_fill(nn, 1) : g.s;
+  g.q = bench_gemm_fill(nh, elt), g.k = bench_gemm_fill(nh, elt), g.v = bench_gemm_fill(nh, elt);
+  g.s = bench_gemm_fill(nn, GEMM_F32), g.o = bench_gemm_fill(nh, GEMM_F32);
+  g.p = g.bf16 ? bench_gemm_fill(nn, elt) : g.s;
   double sec = -1.0;
   openblas_set_num_threads((int)threads);
   if (g.q && g.k && g.v && g.s && g.o && g.p)
@@ -101,24 +100,57 @@ double bench_gemm_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t hea
   free(g.q), free(g.k), free(g.v), free(g.s), free(g.o);
   return sec > 0 ? g.heads * 4.0 * (double)nn * hd / sec * 1e-9 : 0.0;
 }
+#endif /* PKV_BENCH_OPENBLAS */
 
-#else /* no OpenBLAS */
+const char *bench_gemm_library(void)
+{
+#if defined(PKV_BENCH_DNNL)
+  return bench_dnnl_library();
+#elif defined(PKV_BENCH_OPENBLAS)
+  return openblas_library();
+#else
+  return NULL;
+#endif
+}
 
-const char *bench_gemm_library(void) { return NULL; }
+const char *bench_gemm_beside(void)
+{
+#if defined(PKV_BENCH_DNNL) && defined(PKV_BENCH_OPENBLAS)
+  return openblas_library();
+#else
+  return NULL;
+#endif
+}
 
 const char *bench_gemm_for(int32_t dtype, int *exact)
 {
+#if defined(PKV_BENCH_DNNL)
+  return bench_dnnl_for(dtype, exact);
+#elif defined(PKV_BENCH_SBGEMM)
+  *exact = dtype == PKV_DTYPE_BF16 || dtype == PKV_DTYPE_F32;
+  return dtype == PKV_DTYPE_BF16 ? "sbgemm" : "sgemm";
+#elif defined(PKV_BENCH_OPENBLAS)
+  *exact = dtype == PKV_DTYPE_F32;
+  return "sgemm";
+#else
   (void)dtype;
   *exact = 0;
   return NULL;
+#endif
 }
 
 double bench_gemm_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads, uint32_t threads,
                          uint32_t max_runs, double *busy)
 {
-  (void)name, (void)n, (void)hd, (void)heads, (void)threads, (void)max_runs;
   *busy = 0.0;
+#ifdef PKV_BENCH_DNNL
+  if (strncmp(name, "oneDNN ", 7) == 0)
+    return bench_dnnl_gflops(name, n, hd, heads, threads, max_runs, busy);
+#endif
+#ifdef PKV_BENCH_OPENBLAS
+  if (strcmp(name, "sgemm") == 0 || strcmp(name, "sbgemm") == 0)
+    return openblas_gflops(name, n, hd, heads, threads, max_runs, busy);
+#endif
+  (void)name, (void)n, (void)hd, (void)heads, (void)threads, (void)max_runs;
   return 0.0;
 }
-
-#endif
