@@ -11,7 +11,8 @@
  * there, for every KV dtype and sequence count at contexts 2k and 32k (2k and 8k for 64
  * sequences), and 1 sequence at 32k under a sliding window of 4096 (bf16, e4m3: a windowed layer
  * reads its window's keys); --full runs the whole cross (216 cases and the windows, tens of
- * minutes); --quick 6 cases at GQA 4 / head_dim 128 and prefill at 2k only, in under a minute.
+ * minutes); --quick 6 cases at GQA 4 / head_dim 128 and prefill at 2k only, in under a minute;
+ * --prefill the prefill table alone, --mla the MLA table alone.
  * A step is pkv_attention over every layer of an engine of L layers, each layer's cache its own
  * memory, with L chosen so that a step reads >= 512 MiB of K/V: 16x the 32 MiB L3 of the machines
  * we run on, so no cache flush is needed and none is done. Cases whose pool would pass 4.5 GiB are
@@ -45,8 +46,8 @@
  * contexts 2k-32k; GB/s of latent read against the probe, and GFLOP/s against the bf16 model's
  * GEMM of the prefill: 128 heads do 242 FLOPs per latent byte, so a CPU runs out of multiply-adds
  * long before memory.
- * Usage: bench_attention [--quick | --full] [--mla] [--threads N] [--isa NAME]. Not a test; not
- * installed.
+ * Usage: bench_attention [--quick | --full] [--prefill | --mla] [--threads N] [--isa NAME]. Not a
+ * test; not installed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -91,6 +92,9 @@ typedef struct decode_case {
   double gbs; /* 0: skipped or failed */
 } decode_case;
 
+/* The tables a run prints: all, or one of them (--prefill, --mla). */
+typedef enum run_tables { TABLES_ALL, TABLES_PREFILL, TABLES_MLA } run_tables;
+
 /* What every case needs. */
 typedef struct bench_cfg {
   uint32_t threads, max_runs;
@@ -98,7 +102,7 @@ typedef struct bench_cfg {
   double best_probe; /* the best probe of the run so far */
   double min_busy;   /* the lowest busy of the decode rows */
   const char *kernels;
-  int mla_only; /* --mla */
+  run_tables tables;
 } bench_cfg;
 
 static double probe_now(bench_cfg *cfg, int reps)
@@ -300,7 +304,8 @@ static int mla_table(bench_cfg *cfg, int mode, double start_probe)
 /* ---------------------------------------------------------------- main */
 static int usage(const char *argv0)
 {
-  fprintf(stderr, "usage: %s [--quick | --full] [--mla] [--threads N] [--isa NAME]\n"
+  fprintf(stderr, "usage: %s [--quick | --full] [--prefill | --mla] [--threads N] [--isa NAME]\n"
+          "  --prefill   the prefill table only\n"
           "  --mla       the MLA decode table only\n"
           "  --isa NAME  sets PKV_CPU_ISA: avx512-bf16, avx512, avx2 or baseline\n", argv0);
   return 2;
@@ -314,8 +319,10 @@ static int parse_args(int argc, char **argv, int *mode, bench_cfg *cfg)
       *mode = 1;
     else if (strcmp(argv[i], "--full") == 0)
       *mode = 2;
+    else if (strcmp(argv[i], "--prefill") == 0)
+      cfg->tables = TABLES_PREFILL;
     else if (strcmp(argv[i], "--mla") == 0)
-      cfg->mla_only = 1;
+      cfg->tables = TABLES_MLA;
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       cfg->threads = (uint32_t)atoi(argv[++i]);
     else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc)
@@ -348,7 +355,7 @@ int main(int argc, char **argv)
 {
   const double t0 = bench_now_ns();
   int mode = 0;
-  bench_cfg cfg = {(uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, 1.0, "?", 0};
+  bench_cfg cfg = {(uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, 1.0, "?", TABLES_ALL};
   if (parse_args(argc, argv, &mode, &cfg) != 0)
     return 2;
   const char *isa = getenv("PKV_CPU_ISA"), *kernels = bench_kernels();
@@ -363,19 +370,22 @@ int main(int argc, char **argv)
          kernels, isa ? isa : "unset: picked by CPUID");
   const double probe0 = probe_now(&cfg, 5);
   printf("read-bandwidth probe (a sum over 1 GiB on the same threads, best of 5): %.1f GB/s\n\n", probe0);
-  printf("decode: 1 new token per sequence, block size %d; a step = every layer, >= 512 MiB of K/V;"
-         " GB/s = K/V bytes read / median step time;\nprobe = best of 3 just before the case; ratio "
-         "= GB/s / the better of it and the start probe\n", BLOCK);
-  printf("%-5s %4s %8s %4s %5s %8s %6s %6s %8s %7s %6s %6s %5s  %s\n", "kv", "GQA", "q/kv", "hd",
-         "seqs", "context", "layers", "MiB", "ms/step", "GB/s", "probe", "ratio", "busy", "kernels");
   static decode_case cases[MAX_CASES];
-  const int num_cases = cfg.mla_only ? 0 : build_cases(cases, mode);
+  const int num_cases = cfg.tables == TABLES_ALL ? build_cases(cases, mode) : 0;
+  if (num_cases > 0) {
+    printf("decode: 1 new token per sequence, block size %d; a step = every layer, >= 512 MiB of "
+           "K/V; GB/s = K/V bytes read / median step time;\nprobe = best of 3 just before the case; "
+           "ratio = GB/s / the better of it and the start probe\n", BLOCK);
+    printf("%-5s %4s %8s %4s %5s %8s %6s %6s %8s %7s %6s %6s %5s  %s\n", "kv", "GQA", "q/kv", "hd",
+           "seqs", "context", "layers", "MiB", "ms/step", "GB/s", "probe", "ratio", "busy", "kernels");
+  }
   int rc = 0;
   for (int i = 0; i < num_cases; i++)
     rc |= decode_case_run(&cfg, &cases[i], probe0);
-  if (!cfg.mla_only)
+  if (cfg.tables != TABLES_MLA)
     rc |= bench_prefill_table(KINDS, NUM_KINDS, cfg.threads, cfg.max_runs, mode == 1);
-  rc |= mla_table(&cfg, mode, probe0);
+  if (cfg.tables != TABLES_PREFILL)
+    rc |= mla_table(&cfg, mode, probe0);
   print_summary(&cfg, cases, num_cases, probe0);
   printf("run time %.0f s\n", (bench_now_ns() - t0) * 1e-9);
   free(probe_buf);
