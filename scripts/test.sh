@@ -6,10 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The toolchains the test suites drive: the bindings (Go, C#, Rust, Python + libclang; the
-# install suite's venv and pip), the ABI gate (abigail-tools) and the demo's BLAS.
+# install suite's venv and pip), the ABI gate (abigail-tools), the demo's BLAS and the CPU
+# attention bench's GEMM yardstick (oneDNN; the bench is built, not run).
 test_packages=(golang-go mono-mcs mono-runtime python3-clang-14 python3-venv python3-pip bindgen
-               librust-libloading-dev libclang-dev abigail-tools libopenblas-dev clang-14
-               libclang-rt-14-dev valgrind make redis-server python3-zmq python3-msgpack)
+               librust-libloading-dev libclang-dev abigail-tools libopenblas-dev libdnnl-dev
+               clang-14 libclang-rt-14-dev valgrind make redis-server python3-zmq python3-msgpack)
 command -v cargo >/dev/null 2>&1 || test_packages+=(cargo)
 bash scripts/deps.sh "${test_packages[@]}"
 bash scripts/build.sh "$@"
