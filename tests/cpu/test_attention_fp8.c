@@ -10,6 +10,9 @@
  * which would overflow: it takes the portable path for such rows): attention still matches the
  * reference.
  *
+ * NaN codes: a NaN written into an e4m3 or e5m2 cache is read back as NaN by the decode kernel of
+ * every variant (test_nan_codes).
+ *
  * pkv_set_kv_scales: refused on a cache that is not fp8, for a layer out of range, NULL scales,
  * a scale 0, negative, NaN or infinite (in any head, k or v), and once a sequence exists (also
  * after it is released); each refusal leaves the scales as they were, which the codes written
@@ -246,11 +249,106 @@ static void test_huge_scale(void)
   pkv_engine_destroy(e);
 }
 
+/* out (bf16, rows x QH x D) against ref: NaN exactly where ref is NaN, close elsewhere. The count
+ * of bad elements (the first few printed). */
+static uint32_t nan_compare(const char *label, const uint16_t *out, const double *ref, uint32_t n)
+{
+  uint32_t bad = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const double got = kw_load(PKV_DTYPE_BF16, out, i);
+    if (isnan(ref[i]) ? isnan(got) : fabs(got - ref[i]) <= 1e-2 + 2e-2 * fabs(ref[i])) continue;
+    if (bad++ < 5) fprintf(stderr, "  %s: out[%u] = %g, ref %g\n", label, i, got, ref[i]);
+  }
+  return bad;
+}
+
+/* A NaN written into an fp8 cache is kept as a NaN code (e4m3 S.1111.111, e5m2 S.11111.1x) and read
+ * back as NaN by every kernel variant, as the fp64 reference reads it. bf16 model, GQA 2, a prompt
+ * of 40 tokens (the prefill kernel), then a decode (the decode kernel: vdpbf16ps's byte lookups,
+ * or the fp32 path's halves; the baseline runs the generic runner for both): a NaN in key 5 of kv
+ * head 0 makes its two q heads NaN from that position on (that key's score is NaN), not before (a
+ * masked score is no score); a NaN in one element of the decoded token's value of kv head 1 makes
+ * that element of its q heads NaN; the rest matches the reference. (A NaN in a value of the prompt
+ * would also reach the earlier rows of its tile, as in FlashAttention and in a dense P V product:
+ * 0 times NaN; the reference does not model that.) */
+static void test_nan_codes(int e5m2)
+{
+  enum { QH = 4, KVH = 2, D = 64, N = 41, QROW = QH * D, KROW = KVH * D };
+  pkv_engine_params p;
+  pkv_engine_params_init(&p, sizeof p);
+  p.num_layers = 1, p.num_q_heads = QH, p.num_kv_heads = KVH, p.head_dim = D;
+  p.dtype = PKV_DTYPE_BF16, p.kv_dtype = e5m2 ? PKV_DTYPE_FP8_E5M2 : PKV_DTYPE_FP8_E4M3;
+  p.device = PKV_DEVICE_CPU, p.block_size = BS, p.num_blocks = 8, p.num_threads = 2;
+  pkv_engine *e = NULL;
+  const float ks[KVH] = {0.05f, 0.1f}, vs[KVH] = {0.03f, 0.2f};
+  if (!CHECK_OK(pkv_engine_create(&p, &e)) || !CHECK_OK(pkv_set_kv_scales(e, 0, ks, vs))) {
+    pkv_engine_destroy(e);
+    return;
+  }
+  uint16_t *q = malloc(sizeof(uint16_t) * N * (QROW * 2 + KROW * 2)), *k = q + N * QROW, *v = k + N * KROW;
+  uint16_t *out = v + N * KROW;
+  double *qd = malloc(sizeof(double) * N * (QROW * 2 + KROW * 2)), *kd = qd + N * QROW, *vd = kd + N * KROW;
+  double *ref = vd + N * KROW;
+  uint64_t state = 5;
+  for (uint32_t i = 0; i < N * QROW; i++) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    qd[i] = kw_store(PKV_DTYPE_BF16, (double)(state >> 40) / 8388608.0 - 1.0, q, i);
+  }
+  for (uint32_t i = 0; i < N * KROW; i++) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const double a = (double)(state >> 40) / 8388608.0 - 1.0, b = (double)((state >> 16) & 0xffffff) / 8388608.0 - 1.0;
+    kw_store(PKV_DTYPE_BF16, a, k, i), kw_store(PKV_DTYPE_BF16, b, v, i);
+  }
+  k[5 * KROW + 0 * D + 3] = 0x7fc0; /* a NaN in key 5 of kv head 0 */
+  v[(N - 1) * KROW + 1 * D + 7] = 0xffc0; /* and in element 7 of the decoded token's value, kv head 1 */
+  for (uint32_t i = 0; i < N * KROW; i++) {
+    const uint32_t h = i % KROW / D;
+    kd[i] = pkv_ref_fp8_decode(pkv_ref_fp8_encode((float)kw_load(PKV_DTYPE_BF16, k, i), ks[h], e5m2), e5m2) * ks[h];
+    vd[i] = pkv_ref_fp8_decode(pkv_ref_fp8_encode((float)kw_load(PKV_DTYPE_BF16, v, i), vs[h], e5m2), e5m2) * vs[h];
+  }
+  int32_t t[N];
+  kw_tokens(t, N, 11);
+  uint64_t id = 0;
+  pkv_batch *b = NULL;
+  /* The prompt's N - 1 tokens, then the decode of token N - 1. */
+  const char *kind = e5m2 ? "e5m2" : "e4m3";
+  if (CHECK_OK(pkv_allocate(e, t, N - 1, NULL, &id, NULL)) && CHECK_OK(pkv_batch_begin(e, &id, NULL, 1, &b)) &&
+      CHECK_OK(pkv_attention(b, 0, q, k, v, out)) && CHECK_OK(pkv_batch_end(b))) {
+    pkv_ref_attention(qd, kd, vd, ref, N - 1, N - 1, QH, KVH, D, 0.0);
+    uint32_t nans = 0;
+    for (uint32_t i = 0; i < (N - 1) * QROW; i++)
+      nans += isnan(ref[i]) != 0;
+    CHECK(nans == (N - 1 - 5) * 2 * D); /* the premise: rows 5.. of kv head 0's q heads */
+    CHECK(nan_compare(kind, out, ref, (N - 1) * QROW) == 0);
+  }
+  if (CHECK_OK(pkv_append(e, id, t + N - 1, 1)) && CHECK_OK(pkv_batch_begin(e, &id, NULL, 1, &b))) {
+    const size_t last_q = (size_t)(N - 1) * QROW, last_kv = (size_t)(N - 1) * KROW;
+    CHECK_OK(pkv_attention(b, 0, q + last_q, k + last_kv, v + last_kv, out));
+    pkv_ref_attention(qd + last_q, kd, vd, ref, 1, N, QH, KVH, D, 0.0);
+    uint32_t nans = 0;
+    for (uint32_t i = 0; i < QROW; i++)
+      nans += isnan(ref[i]) != 0;
+    CHECK(nans == 2 * D + 2);
+    CHECK(nan_compare(kind, out, ref, QROW) == 0);
+    CHECK_OK(pkv_batch_end(b));
+  }
+  free(q), free(qd);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
+static void test_nan_codes_all(void)
+{
+  test_nan_codes(0);
+  test_nan_codes(1);
+}
+
 int main(void)
 {
   kw_skip_unless_isa();
   KW_RUN(test_write_codes_all);
   KW_RUN(test_huge_scale);
+  KW_RUN(test_nan_codes_all);
   KW_RUN(test_set_scales_refusals);
   return kw_summary();
 }

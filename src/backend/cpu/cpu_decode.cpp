@@ -19,9 +19,9 @@
 //    undone once, at the end. Probabilities are rounded to bf16 for that product, as
 //    FlashAttention does on GPUs; the sum l adds the rounded values, so the weights still sum
 //    to one.
-// fp8 caches are converted exactly: to bf16 in registers for vdpbf16ps, by two 128-entry byte
-// lookups (vpermi2b) per 64 codes; otherwise to fp32 through F16C, one chunk of one head at a
-// time. Their per-head scales multiply the scores and the output, not every element.
+// fp8 caches are converted exactly, in registers: to bf16 for vdpbf16ps, by two 128-entry byte
+// lookups (vpermi2b) per 64 codes; otherwise to fp32 through halves (F16C). Their per-head
+// scales multiply the scores and the output, not every element.
 // Memory: the loops read the chunk's rows where they are in the pool. While a chunk computes,
 // each of its kv heads requests its share of the next chunk's rows (every head of the item, K and
 // V) with software prefetches, in bursts during its scores, so that a whole chunk is in flight
@@ -52,7 +52,6 @@
 #include <immintrin.h>
 
 #include "backend/cpu/dtype_cvt.h"
-#include "backend/cpu/fp8.h"
 #endif
 
 namespace pkv {
@@ -87,6 +86,18 @@ struct Ymm {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
   static R load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+  // L fp8 codes as floats, through halves (as fp8.h's fp8_row): e5m2 is a half's high byte; e4m3 moved
+  // into a half's fields reads 2^-8 of its value (the caller's kFp8Unit), and its NaN codes
+  // (S.1111.111, which would read 1.875) are made a half's NaN.
+  template <bool kE4M3> static R load_fp8(const uint8_t *p) {
+    __m128i w = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))), 8);
+    if constexpr (kE4M3) {
+      const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
+      w = _mm_and_si128(_mm_srai_epi16(w, 1), _mm_set1_epi16(short(0xbfff)));
+      w = _mm_blendv_epi8(w, _mm_set1_epi16(0x7e00), nan);
+    }
+    return _mm256_cvtph_ps(w);
+  }
   static R unpacklo(R a, R b) { return _mm256_unpacklo_ps(a, b); }
   static R unpackhi(R a, R b) { return _mm256_unpackhi_ps(a, b); }
   static R unpacklo2(R a, R b) {
@@ -100,8 +111,8 @@ struct Ymm {
   static R exp2i(R n) {  // 2^n for integral n in [-126, 127]
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
   }
-  static R zero_below(R x, R value, float lo) {  // value where x >= lo, else 0 (NaN x: 0)
-    return _mm256_and_ps(value, _mm256_cmp_ps(x, set1(lo), _CMP_GE_OQ));
+  static R zero_below(R x, R value, float lo) {  // 0 where x < lo, else value (NaN x: value)
+    return _mm256_and_ps(value, _mm256_cmp_ps(x, set1(lo), _CMP_NLT_UQ));
   }
   // Block i of the result: the sum of r[i]'s 128-bit blocks.
   static R sum_blocks(const R *r) {
@@ -130,6 +141,15 @@ struct Zmm {
   static R load_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
   }
+  template <bool kE4M3> static R load_fp8(const uint8_t *p) {  // as Ymm's
+    __m256i w = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 8);
+    if constexpr (kE4M3) {
+      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7f00)), _mm256_set1_epi16(0x7f00));
+      w = _mm256_and_si256(_mm256_srai_epi16(w, 1), _mm256_set1_epi16(short(0xbfff)));
+      w = _mm256_mask_mov_epi16(w, nan, _mm256_set1_epi16(0x7e00));
+    }
+    return _mm512_cvtph_ps(w);
+  }
   static R unpacklo(R a, R b) { return _mm512_unpacklo_ps(a, b); }
   static R unpackhi(R a, R b) { return _mm512_unpackhi_ps(a, b); }
   static R unpacklo2(R a, R b) {
@@ -144,7 +164,7 @@ struct Zmm {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
   static R zero_below(R x, R value, float lo) {
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(lo), _CMP_GE_OQ), value);
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(lo), _CMP_NLT_UQ), value);
   }
   static R sum_blocks(const R *r) {  // block i: the sum of r[i]'s four 128-bit blocks
     const R u01 = add(_mm512_shuffle_f32x4(r[0], r[1], 0x44), _mm512_shuffle_f32x4(r[0], r[1], 0xEE));
@@ -173,11 +193,12 @@ inline typename W::R reduce4(typename W::R a, typename W::R b, typename W::R c, 
   return W::add(W::unpacklo2(x, y), W::unpackhi2(x, y));
 }
 
-// e^x for softmax arguments (x <= 0, -inf allowed): 0 below -87; the polynomial of vec8.h's exp8
-// (rel. error ~2e-7), so the two paths round alike.
+// e^x for softmax arguments (x <= 0, -inf allowed): 0 below -87, NaN for NaN (a NaN score makes
+// its head's output NaN, as in the fp64 reference); the polynomial of vec8.h's exp8 (rel. error
+// ~2e-7), so the two paths round alike.
 template <class W> inline typename W::R exp(typename W::R x) {
   using R = typename W::R;
-  const R xc = W::max(x, W::set1(-87.0f));
+  const R xc = W::max(W::set1(-87.0f), x);  // NaN stays NaN (max returns its second operand)
   const R n = W::round(W::mul(xc, W::set1(1.44269504088896341f)));
   const R r = W::fma(n, W::set1(2.12194440e-4f), W::fma(n, W::set1(-0.693359375f), xc));
   R p = W::set1(1.9875691500E-4f);
@@ -212,7 +233,6 @@ struct Buffers {
   float *s;       // [kKeys / 4][regs][L] scores, then fp32 probabilities
   uint16_t *pb;   // [kKeys / 4][regs][L] probabilities as bf16 (the vdpbf16ps path)
   float *alpha;   // [g] rescale of each q head's state by this chunk
-  void *kc, *vc;  // [kKeys][hd] the chunk's fp8 rows as fp32 (without vdpbf16ps)
   void *zero;     // [hd] zero row (4-byte elements): the padding keys of a short last chunk
 };
 
@@ -301,8 +321,9 @@ template <class W, bool Dot, class C> class Decoder {
   static constexpr bool kFp8 = kIsFp8<C>;
   // The rows the score and P V loops read: the cache's own (bf16 and f16, converted in
   // registers), or the chunk converted (fp8's K; V without Dot).
-  static constexpr bool kConvertK = kFp8 && !Dot;  // Dot converts K's codes in registers
-  static constexpr bool kConvertV = kFp8 && !Dot;  // Dot converts V's codes as it pairs them
+  // What the fp32 path's fp8 values read, times their value (load_fp8): the scores and the output
+  // are multiplied by it, once.
+  static constexpr float kFp8Unit = !Dot && std::is_same_v<C, Fp8E4M3> ? 256.0f : 1.0f;
 
  public:
   Decoder(const CpuStep &step, const CpuLayer &layer, const Shape &s, const Buffers &b)
@@ -314,8 +335,7 @@ template <class W, bool Dot, class C> class Decoder {
     const size_t q = q_floats(s, kv_heads);
     const size_t state = 2 * size_t(kv_heads) * regs * L;
     const size_t scores = (kKeys / 4) * regs * L;
-    const size_t rows = 2 * size_t(kKeys) * s.hd;  // fp32 at most
-    return q + state + 2 * scores + s.g + rows + s.hd + 64;
+    return q + state + 2 * scores + s.g + s.hd + 64;
   }
 
   // head_dim in whole 64-value blocks (Dot with fp8: the arranged q rows' length).
@@ -456,7 +476,6 @@ template <class W, bool Dot, class C> class Decoder {
     // The rows the loop reads, 4 keys at a time; past n: the zero row.
     const void *rows[kKeys];
     for (uint32_t t = 0; t < n; ++t) rows[t] = k_row(h, t);
-    if constexpr (kConvertK) convert_rows(rows, n, b_.kc);
     for (uint32_t t = n; t < (n + 3) / 4 * 4; ++t) rows[t] = b_.zero;
     for (uint32_t t = 0; t < n; t += 4) {
       ahead_.step();
@@ -551,32 +570,18 @@ template <class W, bool Dot, class C> class Decoder {
     }
     W::store(out, W::sum_blocks(r));
   }
-  // L values of a key's row from d, as floats: converted in registers (bf16, f16), or the
-  // chunk's converted row (fp8).
-  R key_vals(const void *row, uint32_t d) const {
-    if constexpr (kFp8) return W::load(static_cast<const float *>(row) + d);
-    else return load_row(static_cast<const C *>(row) + d);
-  }
-
-  // The chunk's n rows[t] of fp8 codes, converted into dst ([kKeys][hd] fp32); rows[t] then
-  // points at each converted row.
-  void convert_rows(const void **rows, uint32_t n, void *dst) const {
-    static_assert(kFp8 && !Dot, "bf16 and f16 rows, and fp8 ones for vdpbf16ps, are converted in registers");
-    for (uint32_t t = 0; t < n; ++t) {
-      float *out = static_cast<float *>(dst) + size_t(t) * s_.hd;
-      fp8_row(static_cast<const C *>(rows[t]), out, s_.hd, 1.0f);
-      rows[t] = out;
-    }
-  }
-  // L elements of a bf16 or f16 row as floats.
+  // L values of a key's row from d, as floats (fp8: times kFp8Unit).
+  R key_vals(const void *row, uint32_t d) const { return load_row(static_cast<const C *>(row) + d); }
+  // L elements of a row as floats, converted in registers.
   static R load_row(const C *p) {
     if constexpr (std::is_same_v<C, Bf16>) return W::load_bf16(reinterpret_cast<const uint16_t *>(p));
     else if constexpr (std::is_same_v<C, _Float16>) return W::load_f16(reinterpret_cast<const uint16_t *>(p));
+    else if constexpr (kFp8) return W::template load_fp8<C::kMan == 3>(reinterpret_cast<const uint8_t *>(p));
     else return W::load(reinterpret_cast<const float *>(p));
   }
 
-  // The factor of every score: the softmax scale, and fp8's K scale (converted rows hold the
-  // codes' values).
+  // The factor of every score: the softmax scale, and fp8's K scale (the loops use the codes'
+  // values).
   float score_scale(uint32_t head) const {
     if constexpr (kFp8) return layer_.scale * layer_.k_scale[head];
     return layer_.scale;
@@ -590,7 +595,7 @@ template <class W, bool Dot, class C> class Decoder {
   // or b_.pb (bf16), each head's rescale into b_.alpha, the running max and sum updated.
   void softmax(uint32_t h, uint32_t head, uint32_t n) {
     const uint32_t quads = (n + 3) / 4;
-    const R scale = W::set1(score_scale(head));
+    const R scale = W::set1(score_scale(head)), unit = W::set1(kFp8Unit);
     // Keys past n (the last quad's lanes >= n % 4 in every group): -inf.
     alignas(64) float pad[L];
     for (uint32_t i = 0; i < L; ++i) pad[i] = n % 4 && i % 4 >= n % 4 ? -__builtin_inff() : 0.0f;
@@ -600,7 +605,9 @@ template <class W, bool Dot, class C> class Decoder {
       R mx = W::set1(-__builtin_inff());
       for (uint32_t t4 = 0; t4 < quads; ++t4) {
         float *at = b_.s + (size_t(t4) * regs_ + r) * L;
-        R x = W::mul(W::load(at), scale);
+        R x = W::load(at);
+        if constexpr (kFp8Unit != 1.0f) x = W::mul(x, unit);  // exact: a power of two
+        x = W::mul(x, scale);
         if (t4 + 1 == quads) x = W::add(x, last_pad);
         W::store(at, x);
         mx = W::max(mx, x);
@@ -633,7 +640,6 @@ template <class W, bool Dot, class C> class Decoder {
   void accumulate(uint32_t h, uint32_t n) {
     const void *rows[kKeys + 1];
     for (uint32_t t = 0; t < n; ++t) rows[t] = v_row(h, t);
-    if constexpr (kConvertV) convert_rows(rows, n, b_.vc);
     rows[n] = b_.zero;  // the pair of an odd last key (its probability is 0)
     const uint32_t g = s_.g;
     for (uint32_t j = 0; j < g;) {  // passes of 8, 4, 2 or 1 heads
@@ -715,10 +721,7 @@ template <class W, bool Dot, class C> class Decoder {
       }
     }
   }
-  R v_load(const void *row, uint32_t d) const {
-    if constexpr (kConvertV) return W::load(static_cast<const float *>(row) + d);
-    else return load_row(static_cast<const C *>(row) + d);
-  }
+  R v_load(const void *row, uint32_t d) const { return load_row(static_cast<const C *>(row) + d); }
   // Head j's probability of chunk key t (fp32), or of keys t, t + 1 (bf16 pair; t even). Group i
   // of register r holds head r * kHeadsPerReg + i, and L = 4 * kHeadsPerReg: head j's 4 lanes
   // start at 4 * j.
@@ -737,6 +740,8 @@ template <class W, bool Dot, class C> class Decoder {
         const float l = (b_.l[lane] + b_.l[lane + 1]) + (b_.l[lane + 2] + b_.l[lane + 3]);
         float *acc = b_.acc + size_t(i) * hd;
         if constexpr (Dot) unpermute(acc);
+        if constexpr (kFp8Unit != 1.0f)
+          for (uint32_t d = 0; d < hd; ++d) acc[d] *= kFp8Unit;  // exact: a power of two
         if (partial) {
           partial[i] = m;
           partial[qh + i] = l;
@@ -799,8 +804,6 @@ bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it,
   b.s = p, p += (kKeys / 4) * regs * W::L;
   b.pb = reinterpret_cast<uint16_t *>(p), p += (kKeys / 4) * regs * W::L;
   b.alpha = p, p += s.g;
-  b.kc = p, p += size_t(kKeys) * s.hd;
-  b.vc = p, p += size_t(kKeys) * s.hd;
   b.zero = p;
   D(step, layer, s, b).run(it, partial);
   return true;

@@ -69,10 +69,11 @@ inline Lanes lanes_if_eq(Lanes a, Lanes b, Lanes then, Lanes other) {
 #endif
 
 // 2^x lane by lane for softmax arguments (x <= 0, -inf allowed): 0 below -125 (no subnormal
-// results), else within ~2e-7 relative: x = n + f, |f| <= 1/2, 2^f by its Taylor polynomial of
+// results), NaN for NaN (a NaN score makes its row NaN, as in the fp64 reference and the portable
+// path), else within ~2e-7 relative: x = n + f, |f| <= 1/2, 2^f by its Taylor polynomial of
 // degree 6 (error below (ln2 / 2)^7 / 7!), times 2^n by the exponent.
 inline Lanes lanes_exp2(Lanes x) {
-  const Lanes xc = lanes_max(x, lanes_splat(-127.0f));  // -inf and NaN (max returns the bound) too
+  const Lanes xc = lanes_max(lanes_splat(-127.0f), x);  // -inf too; NaN stays (max returns its 2nd operand)
 #if defined(__AVX512F__)
   const Lanes n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
@@ -87,10 +88,10 @@ inline Lanes lanes_exp2(Lanes x) {
   p = lanes_fma(p, f, lanes_splat(6.9314718055994531e-1f));
   p = lanes_fma(p, f, lanes_splat(1.0f));
 #if defined(__AVX512F__)
-  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(xc, lanes_splat(-125.0f), _CMP_GE_OQ), p, n);
+  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(xc, lanes_splat(-125.0f), _CMP_NLT_UQ), p, n);
 #else
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_cmp_ps(xc, lanes_splat(-125.0f), _CMP_GE_OQ));
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_cmp_ps(xc, lanes_splat(-125.0f), _CMP_NLT_UQ));
 #endif
 }
 
