@@ -102,8 +102,8 @@ static void print_notes(const char *stand_in, double worst, const char *worst_na
                         uint32_t worst_n)
 {
   if (stand_in && strncmp(stand_in, "oneDNN ", 7) == 0)
-    printf("* a stand-in: oneDNN creates no matmul of the model's dtype on this CPU (creating "
-           "one says unimplemented), so its fp32 matmul runs\n");
+    printf("* a stand-in: oneDNN creates no matmul of the model's dtype on this CPU at the ISA it "
+           "may use (unimplemented), so its fp32 matmul runs\n");
   else if (stand_in)
     printf("* a stand-in: this OpenBLAS has no GEMM of the model's dtype (none for f16; for bf16 "
            "cblas_sbgemm %s), so fp32 sgemm runs,\n  whose peak is half that of bf16 dot products "
