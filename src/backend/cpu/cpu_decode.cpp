@@ -24,14 +24,15 @@
 // scales multiply the scores and the output, not every element.
 // Memory: the loops read the chunk's rows where they are in the pool. While a chunk computes,
 // each of its kv heads requests its share of the next chunk's rows (every head of the item, K and
-// V) with software prefetches, in bursts during its scores, so that a whole chunk is in flight
-// while one computes: one core has only so many misses outstanding, and the hardware prefetchers
-// do not cross the 4 KiB pages of a block nor guess the next block of the table. Earlier designs
+// V) with software prefetches, a few lines per 4 keys of its scores (paced: see Ahead), so that a
+// whole chunk is in flight while one computes: one core has only so many misses outstanding, and
+// the hardware prefetchers do not cross the 4 KiB pages of a block nor guess the next block of
+// the table. Earlier designs
 // measured on this project's Zen 4 (bench_decode_core, bf16, GQA 4, one core, K/V in DRAM): rows
 // copied head-major into a staging buffer first, the next chunk prefetched in one burst per head,
 // 10.6 GB/s (the copy and the arithmetic did not overlap); prefetches spread evenly over scores
-// and P V, 15.7; the bursts of this one, 19.3, against 21 GB/s for a bare read of the same
-// scattered blocks on one core.
+// and P V, 15.7; the paced bursts of this one, 19.3 (22 with today's arithmetic), against 21
+// GB/s for a bare read of the same scattered blocks on one core.
 // f16 caches use fp32 FMAs: AVX-512 FP16 has no f16 dot product with fp32 accumulation (that is
 // AVX10.2's vdpphps), and pkv does not accumulate attention in f16.
 #include "backend/cpu/cpu_attention.h"
