@@ -320,17 +320,16 @@ template <class W, bool Dot, class C> class Decoder {
   using R = typename W::R;
   static constexpr uint32_t L = W::L, kHeadsPerReg = L / 4;
   static constexpr bool kFp8 = kIsFp8<C>;
-  // The rows the score and P V loops read: the cache's own (bf16 and f16, converted in
-  // registers), or the chunk converted (fp8's K; V without Dot).
-  // What the fp32 path's fp8 values read, times their value (load_fp8): the scores and the output
-  // are multiplied by it, once.
+  // The loops read the cache's rows where they are, converting in registers. What the fp32
+  // path's fp8 values read, times their value (load_fp8): the scores and the output are
+  // multiplied by it, once.
   static constexpr float kFp8Unit = !Dot && std::is_same_v<C, Fp8E4M3> ? 256.0f : 1.0f;
 
  public:
   Decoder(const CpuStep &step, const CpuLayer &layer, const Shape &s, const Buffers &b)
       : step_(step), layer_(layer), s_(s), b_(b), regs_((s.g + kHeadsPerReg - 1) / kHeadsPerReg) {}
 
-  // Floats of staging the item needs besides acc (decode_item checks them against the scratch).
+  // Floats of scratch the item needs besides acc (decode_item checks them against the scratch).
   static size_t staging_floats(const Shape &s, uint32_t kv_heads) {
     const size_t regs = (s.g + kHeadsPerReg - 1) / kHeadsPerReg;
     const size_t q = q_floats(s, kv_heads);
