@@ -53,6 +53,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/dtype_cvt.h"
+#include "backend/cpu/fp8.h"
 #endif
 
 namespace pkv {
@@ -87,14 +88,14 @@ struct Ymm {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
   static R load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
-  // L fp8 codes as floats, through halves (as fp8.h's fp8_row): e5m2 is a half's high byte; e4m3 moved
-  // into a half's fields reads 2^-8 of its value (the caller's kFp8Unit), and its NaN codes
+  // L fp8 codes as floats, through halves (fp8.h's fp8_halves): e5m2 is a half's high byte; e4m3
+  // moved into a half's fields reads 2^-8 of its value (the caller's kFp8Unit), and its NaN codes
   // (S.1111.111, which would read 1.875) are made a half's NaN.
   template <bool kE4M3> static R load_fp8(const uint8_t *p) {
-    __m128i w = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))), 8);
+    const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+    __m128i w = fp8_halves(high, kE4M3);
     if constexpr (kE4M3) {
-      const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
-      w = _mm_and_si128(_mm_srai_epi16(w, 1), _mm_set1_epi16(short(0xbfff)));
+      const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(high, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
       w = _mm_blendv_epi8(w, _mm_set1_epi16(0x7e00), nan);
     }
     return _mm256_cvtph_ps(w);
@@ -142,7 +143,7 @@ struct Zmm {
   static R load_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
   }
-  template <bool kE4M3> static R load_fp8(const uint8_t *p) {  // as Ymm's
+  template <bool kE4M3> static R load_fp8(const uint8_t *p) {  // as Ymm's, 16 lanes wide
     __m256i w = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 8);
     if constexpr (kE4M3) {
       const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7f00)), _mm256_set1_epi16(0x7f00));
