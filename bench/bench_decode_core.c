@@ -102,7 +102,7 @@ static double run(const char *isa, int32_t kv_dtype, uint32_t gqa, uint32_t ctx,
 
 static int usage(const char *argv0)
 {
-  fprintf(stderr, "usage: %s [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3]\n", argv0);
+  fprintf(stderr, "usage: %s [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3] [--gqa 1|4|8]\n", argv0);
   return 2;
 }
 
@@ -111,6 +111,7 @@ int main(int argc, char **argv)
   int dram = 0;
   uint32_t ctx = 2048;
   const char *only_isa = NULL, *only_kv = NULL;
+  uint32_t only_gqa = 0;
   for (int a = 1; a < argc; a++) {
     if (strcmp(argv[a], "--dram") == 0)
       dram = 1, ctx = 131072;
@@ -120,6 +121,9 @@ int main(int argc, char **argv)
       only_isa = argv[++a];
     else if (strcmp(argv[a], "--kv") == 0 && a + 1 < argc)
       only_kv = argv[++a];
+    else if (strcmp(argv[a], "--gqa") == 0 && a + 1 < argc &&
+             (atoi(argv[a + 1]) == 1 || atoi(argv[a + 1]) == 4 || atoi(argv[a + 1]) == 8))
+      only_gqa = (uint32_t)atoi(argv[++a]);
     else
       return usage(argv[0]);
   }
@@ -137,18 +141,29 @@ int main(int argc, char **argv)
     for (int d = 0; d < 3; d++) {
       if ((only_isa && strcmp(only_isa, isas[i]) != 0) || (only_kv && strcmp(only_kv, kinds[d].name) != 0))
         continue;
-      double gbs[3];
+      double gbs[3] = {0};
+      int ran[3] = {0}, lacks = 0;
       for (int g = 0; g < 3; g++) {
+        if (only_gqa && gqas[g] != only_gqa)
+          continue;
         gbs[g] = run(isas[i], kinds[d].dtype, gqas[g], ctx, calls);
+        ran[g] = 1;
         if (gbs[g] < 0)
           rc = 1;
+        lacks |= gbs[g] == 0.0;
       }
-      if (gbs[0] == 0.0) {
+      if (lacks) {
         if (d == 0)
           printf("%-12s (this CPU lacks it)\n", isas[i]);
         continue;
       }
-      printf("%-12s %-5s %8.1f %8.1f %8.1f\n", isas[i], kinds[d].name, gbs[0], gbs[1], gbs[2]);
+      printf("%-12s %-5s", isas[i], kinds[d].name);
+      for (int g = 0; g < 3; g++)
+        if (!ran[g] || gbs[g] < 0)
+          printf(" %8s", ran[g] ? "failed" : "-");
+        else
+          printf(" %8.1f", gbs[g]);
+      printf("\n");
       fflush(stdout);
     }
   return rc;

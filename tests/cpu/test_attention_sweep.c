@@ -48,6 +48,10 @@ static const kw_config configs[] = {
   {"bs16_hd96_gqa3_bf16", 2, 6, 2, 96, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
   {"bs1_hd112_gqa2_f16_e5m2", 2, 4, 2, 112, F16, 1, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
   {"bs16_hd256_gqa16_bf16_e5m2", 2, 16, 1, 256, BF16, 16, 0, 2, 0, 0, 0, 2, E5M2, 0, 0},
+  /* bf16 models' scores with q heads in lanes: quads in pairs and alone, fp8 keys staged from a
+   * partial 64-value block */
+  {"bs16_hd64_gqa12_bf16", 2, 12, 1, 64, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+  {"bs7_hd96_gqa8_bf16_e4m3", 2, 16, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
   /* MLA (kv_layout MLA, the last field kv_lora_rank): one latent of kv_lora_rank + rope values
    * per token, every q head over it, out kv_lora_rank wide; DeepSeek's shape (512 + 64, scale
    * 1/sqrt(192)) with 16 heads, 128 heads over tp 2, and small latents */

@@ -230,7 +230,9 @@ inline uint32_t chunk_keys(const Shape &s, uint32_t heads) {
 // `regs` = registers per key of a kv head's scores (its q heads, 4 per 128-bit group each).
 struct Buffers {
   float *acc;     // [q heads of the item][hd]
-  float *q;       // [kv heads of the item][g][hd] q as fp32 (not with vdpbf16ps)
+  float *q;       // [kv heads of the item][g][hd] q as fp32 (not with vdpbf16ps); fp8: bf16 rows
+  uint16_t *ql;   // vdpbf16ps: quads of q heads in lanes (Decoder::arrange_q)
+  uint16_t *kst;  // vdpbf16ps with fp8: 4 keys' rows as bf16 [4][padded hd]
   float *m, *l;   // [kv heads of the item][regs][L]: running max and sum, group-broadcast
   float *s;       // [kKeys / 4][regs][L] scores, then fp32 probabilities
   uint16_t *pb;   // [kKeys / 4][regs][L] probabilities as bf16 (the vdpbf16ps path)
@@ -333,7 +335,7 @@ template <class W, bool Dot, class C> class Decoder {
   // Floats of scratch the item needs besides acc (decode_item checks them against the scratch).
   static size_t staging_floats(const Shape &s, uint32_t kv_heads) {
     const size_t regs = (s.g + kHeadsPerReg - 1) / kHeadsPerReg;
-    const size_t q = q_floats(s, kv_heads);
+    const size_t q = q_floats(s, kv_heads) + lanes_floats(s, kv_heads) + staged_floats(s);
     const size_t state = 2 * size_t(kv_heads) * regs * L;
     const size_t scores = (kKeys / 4) * regs * L;
     return q + state + 2 * scores + s.g + s.hd + 64;
@@ -347,6 +349,11 @@ template <class W, bool Dot, class C> class Decoder {
     if constexpr (!Dot) return size_t(kv_heads) * s.g * s.hd;
     return kFp8 ? size_t(kv_heads) * s.g * padded_hd(s) / 2 : 0;
   }
+  // The quads of q heads in lanes (bf16), and fp8's staged keys (bf16): floats of each.
+  static size_t lanes_floats(const Shape &s, uint32_t kv_heads) {
+    return Dot ? size_t(kv_heads) * (s.g / 4) * s.hd * 2 : 0;
+  }
+  static size_t staged_floats(const Shape &s) { return Dot && kFp8 ? 2 * size_t(padded_hd(s)) : 0; }
 
   void run(const AttnItem &it, float *partial) {
     const uint32_t hd = s_.hd, g = s_.g, qh = it.num_heads * g;
@@ -442,21 +449,32 @@ template <class W, bool Dot, class C> class Decoder {
 
   // The item's q heads, [kv head][q head of it][row]: without Dot as fp32 rows; with Dot and fp8
   // as bf16 rows of padded_hd values, each 64-value block in Fp8Bf16::row64's order (past hd: 0).
+  // With Dot also, for score4_lanes, the whole quads of each kv head's q heads in lanes: bf16
+  // [kv head][quad][8-value block][head of the quad][8].
   void arrange_q(const AttnItem &it, uint32_t token) {
     const size_t q0 = (size_t(token) * layer_.q_heads + size_t(it.head) * s_.g) * s_.hd;  // its first q head
     const size_t rows = size_t(it.num_heads) * s_.g;
     if constexpr (!Dot) {
       for (size_t i = 0; i < rows * s_.hd; ++i) b_.q[i] = q_float(q0 + i);
-    } else if constexpr (kFp8) {
-#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
-      const uint32_t hdp = padded_hd(s_);
+    } else {
       const uint16_t *q = static_cast<const uint16_t *>(layer_.q) + q0;
-      uint16_t *dst = reinterpret_cast<uint16_t *>(b_.q);
-      for (size_t j = 0; j < rows; ++j)
-        for (uint32_t d = 0; d < hdp; ++d) {
-          const uint32_t at = d / 64 * 64 + Fp8Bf16<C>::q_order(d % 64);
-          dst[j * hdp + d] = at < s_.hd ? q[j * s_.hd + at] : 0;
-        }
+      const uint32_t quads = s_.g / 4, blocks = s_.hd / 8;
+      for (uint32_t h = 0; h < it.num_heads; ++h)
+        for (uint32_t r = 0; r < quads; ++r)
+          for (uint32_t b = 0; b < blocks; ++b)
+            for (uint32_t i = 0; i < 4; ++i)
+              std::memcpy(b_.ql + ((size_t(h) * quads + r) * blocks + b) * 32 + i * 8,
+                          q + (size_t(h) * s_.g + 4 * r + i) * s_.hd + 8 * b, 16);
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+      if constexpr (kFp8) {
+        const uint32_t hdp = padded_hd(s_);
+        uint16_t *dst = reinterpret_cast<uint16_t *>(b_.q);
+        for (size_t j = 0; j < rows; ++j)
+          for (uint32_t d = 0; d < hdp; ++d) {
+            const uint32_t at = d / 64 * 64 + Fp8Bf16<C>::q_order(d % 64);
+            dst[j * hdp + d] = at < s_.hd ? q[j * s_.hd + at] : 0;
+          }
+      }
 #endif
     }
   }
@@ -483,6 +501,17 @@ template <class W, bool Dot, class C> class Decoder {
       for (uint32_t r = 0; r < regs_; ++r) {
         const uint32_t j0 = r * kHeadsPerReg;
         float *out = b_.s + (size_t(t / 4) * regs_ + r) * L;
+        if constexpr (Dot) {
+          if (s_.g - j0 >= 8) {
+            score4_lanes<2>(h, r, rows + t, out);
+            ++r;
+            continue;
+          }
+          if (!kFp8 && s_.g - j0 >= 4) {
+            score4_lanes<1>(h, r, rows + t, out);
+            continue;
+          }
+        }
         switch (std::min(kHeadsPerReg, s_.g - j0)) {
           case 1: score4_rows<1>(h, j0, rows + t, out); break;
           case 2: score4_rows<2>(h, j0, rows + t, out); break;
@@ -570,6 +599,60 @@ template <class W, bool Dot, class C> class Decoder {
       r[j] = reduce4<W>(a[0], a[1], a[2], a[3]);
     }
     W::store(out, W::sum_blocks(r));
+  }
+  // Keys rows[0..3] against quads r .. r + NQ of kv head h's q heads, the heads in lanes: each
+  // 8-value block of a key, broadcast to the four 128-bit lanes, against the same block of a
+  // quad's 4 heads. One reduction per quad, 4 x 4 scores (against 4 x 4 per row-wise register),
+  // at the price of a load per key and block: it pays with two quads (GQA 8), which share the
+  // keys' loads. fp8 keys are converted first (row64, 64 values by 64) into b_.kst, in row64's
+  // order: block 2c + x of a 64-value block is lane c of w0 (x = 0) or w1 (x = 1).
+  template <uint32_t NQ> void score4_lanes(uint32_t h, uint32_t r, const void *const *rows, float *out) const {
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+    constexpr uint32_t kSplit = 2 / NQ;  // independent chains: 8
+    const uint32_t hd = s_.hd, blocks = hd / 8, hdp = padded_hd(s_);
+    const uint16_t *q = b_.ql + (size_t(h) * (s_.g / 4) + r) * blocks * 32;
+    const uint16_t *key[4];
+    if constexpr (kFp8) {
+      for (uint32_t k = 0; k < 4; ++k) {
+        uint16_t *st = b_.kst + size_t(k) * hdp;
+        for (uint32_t d = 0; d < hd; d += 64) {
+          const __mmask64 live = hd - d >= 64 ? ~__mmask64(0) : (__mmask64(1) << (hd - d)) - 1;
+          __m512i w0, w1;
+          fp8_.row64(static_cast<const uint8_t *>(rows[k]) + d, live, w0, w1);
+          _mm512_storeu_si512(st + d, w0);
+          _mm512_storeu_si512(st + d + 32, w1);
+        }
+        key[k] = st;
+      }
+    } else {
+      for (uint32_t k = 0; k < 4; ++k) key[k] = static_cast<const uint16_t *>(rows[k]);
+    }
+    // Block b's 8 values in key[k]: in place, or where row64 put them.
+    const auto at = [](uint32_t b) { return kFp8 ? b / 8 * 64 + b % 2 * 32 + b / 2 % 4 * 8 : 8 * b; };
+    R acc[kSplit][NQ][4];
+    for (uint32_t x = 0; x < kSplit; ++x)
+      for (uint32_t c = 0; c < NQ; ++c)
+        for (uint32_t k = 0; k < 4; ++k) acc[x][c][k] = W::zero();
+    for (uint32_t b0 = 0; b0 < blocks; b0 += kSplit)
+      for (uint32_t x = 0; x < kSplit; ++x) {
+        const uint32_t b = b0 + x;
+        __m512bh qv[NQ];
+        for (uint32_t c = 0; c < NQ; ++c)
+          qv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + (size_t(c) * blocks + b) * 32));
+        for (uint32_t k = 0; k < 4; ++k) {
+          const __m512bh kb = reinterpret_cast<__m512bh>(
+              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(key[k] + at(b)))));
+          for (uint32_t c = 0; c < NQ; ++c) acc[x][c][k] = _mm512_dpbf16_ps(acc[x][c][k], kb, qv[c]);
+        }
+      }
+    for (uint32_t c = 0; c < NQ; ++c) {
+      R a[4];
+      for (uint32_t k = 0; k < 4; ++k) a[k] = kSplit == 2 ? W::add(acc[0][c][k], acc[kSplit - 1][c][k]) : acc[0][c][k];
+      W::store(out + c * L, reduce4<W>(a[0], a[1], a[2], a[3]));
+    }
+#else
+    (void)h, (void)r, (void)rows, (void)out;
+#endif
   }
   // L values of a key's row from d, as floats (fp8: times kFp8Unit).
   R key_vals(const void *row, uint32_t d) const { return load_row(static_cast<const C *>(row) + d); }
@@ -800,6 +883,8 @@ bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it,
   float *p = scratch;
   b.acc = p, p += qh * s.hd;
   b.q = p, p += D::q_floats(s, it.num_heads);
+  b.ql = reinterpret_cast<uint16_t *>(p), p += D::lanes_floats(s, it.num_heads);
+  b.kst = reinterpret_cast<uint16_t *>(p), p += D::staged_floats(s);
   b.m = p, p += size_t(it.num_heads) * regs * W::L;
   b.l = p, p += size_t(it.num_heads) * regs * W::L;
   b.s = p, p += (kKeys / 4) * regs * W::L;
