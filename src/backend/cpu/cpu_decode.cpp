@@ -10,7 +10,13 @@
 //    or f16; 32 bf16 values for vdpbf16ps) is multiplied with the same values of each q head's
 //    row, so every lane works whatever the group size. Each (head, key)'s lanes are then summed,
 //    4 keys x 4 heads at a time, by in-lane shuffles (reduce4) and one 128-bit-block transpose,
-//    into one register: group i holds head i's 4 scores.
+//    into one register: group i holds head i's 4 scores. With vdpbf16ps and 8 or more q heads
+//    per kv head, two registers' heads go at once with the heads in lanes instead (score4_lanes):
+//    an 8-value block of a key broadcast to the four 128-bit lanes against the same block of 4
+//    heads, the block's loads shared by the two registers and one reduction per 16 scores
+//    (against 4); +3-5% at GQA 8 (bench_decode_core). The fp32 path's version of it, with the
+//    keys converted into a staging buffer first, measured 8% slower at f16 GQA 8, and the
+//    bf16 one at GQA 4 (one register, no shared loads) 6% slower: both use whole rows.
 //  - Softmax: online, per head, on those registers (every group's lanes share their head's max).
 //  - P V: the accumulators of a pass of heads x a slice of head_dim stay in registers while the
 //    chunk's V rows stream past; each probability is broadcast from memory. With vdpbf16ps
@@ -351,8 +357,10 @@ template <class W, bool Dot, class C> class Decoder {
   }
   // The quads of q heads in lanes (bf16), and fp8's staged keys (bf16): floats of each.
   static size_t lanes_floats(const Shape &s, uint32_t kv_heads) {
-    return Dot ? size_t(kv_heads) * (s.g / 4) * s.hd * 2 : 0;
+    return Dot ? size_t(kv_heads) * lane_quads(s) * s.hd * 2 : 0;
   }
+  // Quads of q heads per kv head that score4_lanes takes (in pairs).
+  static uint32_t lane_quads(const Shape &s) { return s.g / 8 * 2; }
   static size_t staged_floats(const Shape &s) { return Dot && kFp8 ? 2 * size_t(padded_hd(s)) : 0; }
 
   void run(const AttnItem &it, float *partial) {
@@ -449,7 +457,7 @@ template <class W, bool Dot, class C> class Decoder {
 
   // The item's q heads, [kv head][q head of it][row]: without Dot as fp32 rows; with Dot and fp8
   // as bf16 rows of padded_hd values, each 64-value block in Fp8Bf16::row64's order (past hd: 0).
-  // With Dot also, for score4_lanes, the whole quads of each kv head's q heads in lanes: bf16
+  // With Dot also, for score4_lanes, the pairs of quads of each kv head's q heads in lanes: bf16
   // [kv head][quad][8-value block][head of the quad][8].
   void arrange_q(const AttnItem &it, uint32_t token) {
     const size_t q0 = (size_t(token) * layer_.q_heads + size_t(it.head) * s_.g) * s_.hd;  // its first q head
@@ -458,7 +466,7 @@ template <class W, bool Dot, class C> class Decoder {
       for (size_t i = 0; i < rows * s_.hd; ++i) b_.q[i] = q_float(q0 + i);
     } else {
       const uint16_t *q = static_cast<const uint16_t *>(layer_.q) + q0;
-      const uint32_t quads = s_.g / 4, blocks = s_.hd / 8;
+      const uint32_t quads = lane_quads(s_), blocks = s_.hd / 8;
       for (uint32_t h = 0; h < it.num_heads; ++h)
         for (uint32_t r = 0; r < quads; ++r)
           for (uint32_t b = 0; b < blocks; ++b)
@@ -502,13 +510,9 @@ template <class W, bool Dot, class C> class Decoder {
         const uint32_t j0 = r * kHeadsPerReg;
         float *out = b_.s + (size_t(t / 4) * regs_ + r) * L;
         if constexpr (Dot) {
-          if (s_.g - j0 >= 8) {
-            score4_lanes<2>(h, r, rows + t, out);
+          if (s_.g - j0 >= 8) {  // this register's heads and the next's
+            score4_lanes(h, r, rows + t, out);
             ++r;
-            continue;
-          }
-          if (!kFp8 && s_.g - j0 >= 4) {
-            score4_lanes<1>(h, r, rows + t, out);
             continue;
           }
         }
@@ -600,17 +604,17 @@ template <class W, bool Dot, class C> class Decoder {
     }
     W::store(out, W::sum_blocks(r));
   }
-  // Keys rows[0..3] against quads r .. r + NQ of kv head h's q heads, the heads in lanes: each
-  // 8-value block of a key, broadcast to the four 128-bit lanes, against the same block of a
+  // Keys rows[0..3] against quads r and r + 1 of kv head h's q heads (8 heads), the heads in lanes:
+  // each 8-value block of a key, broadcast to the four 128-bit lanes, against the same block of a
   // quad's 4 heads. One reduction per quad, 4 x 4 scores (against 4 x 4 per row-wise register),
-  // at the price of a load per key and block: it pays with two quads (GQA 8), which share the
-  // keys' loads. fp8 keys are converted first (row64, 64 values by 64) into b_.kst, in row64's
-  // order: block 2c + x of a 64-value block is lane c of w0 (x = 0) or w1 (x = 1).
-  template <uint32_t NQ> void score4_lanes(uint32_t h, uint32_t r, const void *const *rows, float *out) const {
+  // at the price of a load per key and block, which the two quads share. fp8 keys are converted
+  // first (row64, 64 values by 64) into b_.kst, in row64's order: block 2c + x of a 64-value
+  // block is lane c of w0 (x = 0) or w1 (x = 1).
+  void score4_lanes(uint32_t h, uint32_t r, const void *const *rows, float *out) const {
 #if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
-    constexpr uint32_t kSplit = 2 / NQ;  // independent chains: 8
+    constexpr uint32_t NQ = 2;
     const uint32_t hd = s_.hd, blocks = hd / 8, hdp = padded_hd(s_);
-    const uint16_t *q = b_.ql + (size_t(h) * (s_.g / 4) + r) * blocks * 32;
+    const uint16_t *q = b_.ql + (size_t(h) * lane_quads(s_) + r) * blocks * 32;
     const uint16_t *key[4];
     if constexpr (kFp8) {
       for (uint32_t k = 0; k < 4; ++k) {
@@ -629,27 +633,20 @@ template <class W, bool Dot, class C> class Decoder {
     }
     // Block b's 8 values in key[k]: in place, or where row64 put them.
     const auto at = [](uint32_t b) { return kFp8 ? b / 8 * 64 + b % 2 * 32 + b / 2 % 4 * 8 : 8 * b; };
-    R acc[kSplit][NQ][4];
-    for (uint32_t x = 0; x < kSplit; ++x)
+    R acc[NQ][4];  // 8 independent chains
+    for (uint32_t c = 0; c < NQ; ++c)
+      for (uint32_t k = 0; k < 4; ++k) acc[c][k] = W::zero();
+    for (uint32_t b = 0; b < blocks; ++b) {
+      __m512bh qv[NQ];
       for (uint32_t c = 0; c < NQ; ++c)
-        for (uint32_t k = 0; k < 4; ++k) acc[x][c][k] = W::zero();
-    for (uint32_t b0 = 0; b0 < blocks; b0 += kSplit)
-      for (uint32_t x = 0; x < kSplit; ++x) {
-        const uint32_t b = b0 + x;
-        __m512bh qv[NQ];
-        for (uint32_t c = 0; c < NQ; ++c)
-          qv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + (size_t(c) * blocks + b) * 32));
-        for (uint32_t k = 0; k < 4; ++k) {
-          const __m512bh kb = reinterpret_cast<__m512bh>(
-              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(key[k] + at(b)))));
-          for (uint32_t c = 0; c < NQ; ++c) acc[x][c][k] = _mm512_dpbf16_ps(acc[x][c][k], kb, qv[c]);
-        }
+        qv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + (size_t(c) * blocks + b) * 32));
+      for (uint32_t k = 0; k < 4; ++k) {
+        const __m512bh kb = reinterpret_cast<__m512bh>(
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(key[k] + at(b)))));
+        for (uint32_t c = 0; c < NQ; ++c) acc[c][k] = _mm512_dpbf16_ps(acc[c][k], kb, qv[c]);
       }
-    for (uint32_t c = 0; c < NQ; ++c) {
-      R a[4];
-      for (uint32_t k = 0; k < 4; ++k) a[k] = kSplit == 2 ? W::add(acc[0][c][k], acc[kSplit - 1][c][k]) : acc[0][c][k];
-      W::store(out + c * L, reduce4<W>(a[0], a[1], a[2], a[3]));
     }
+    for (uint32_t c = 0; c < NQ; ++c) W::store(out + c * L, reduce4<W>(acc[c][0], acc[c][1], acc[c][2], acc[c][3]));
 #else
     (void)h, (void)r, (void)rows, (void)out;
 #endif
