@@ -25,6 +25,11 @@
  * of the start probe and its own; the closing lines divide by the best probe of the run and give
  * the worst ratio of bf16/f16 cases and of fp8 cases, with the kernel variant that ran
  * (pkv_pool_info.kernels: picked by CPUID, or forced by --isa NAME, which sets PKV_CPU_ISA).
+ * A second yardstick, the scattered-block probe: the same sum over the same 1 GiB in blocks of a
+ * case's K block size (16 tokens of every kv head: 16 or 32 KiB here), visited in a shuffled
+ * order, as a long-running engine's fragmented pool lays a sequence out; measured once per block
+ * size, and each row's `scat` divides by it. The bench's own tables come from a fresh pool, in
+ * order, so a kernel that prefetches ahead can pass 100% of it.
  *
  * Prefill (target >= 50% of the GEMM): one causal prompt of 2k and of 8k tokens, GQA 4 / head_dim
  * 128, each KV dtype; GFLOP/s counts 4 * q_heads * head_dim per (query, key) pair, n(n+1)/2 pairs.
@@ -89,8 +94,16 @@ static bench_shape make_shape(uint32_t gqa, uint32_t head_dim, uint32_t window)
 typedef struct decode_case {
   int kind;
   uint32_t gqa, head_dim, seqs, ctx, window;
-  double gbs; /* 0: skipped or failed */
+  double gbs;       /* 0: skipped or failed */
+  double scattered; /* the scattered-block probe of its block size */
 } decode_case;
+
+/* Bytes of one K (or V) block of a case: BLOCK tokens of every kv head. */
+static size_t case_block_bytes(const decode_case *c)
+{
+  return (size_t)BLOCK * make_shape(c->gqa, c->head_dim, c->window).kv_heads * c->head_dim *
+         (KINDS[c->kind].kv_dtype ? 1 : 2);
+}
 
 /* The tables a run prints: all, or one of them (--prefill, --mla). */
 typedef enum run_tables { TABLES_ALL, TABLES_PREFILL, TABLES_MLA } run_tables;
@@ -100,6 +113,8 @@ typedef struct bench_cfg {
   uint32_t threads, max_runs;
   const uint64_t *probe_buf;
   double best_probe; /* the best probe of the run so far */
+  size_t block_bytes[8];
+  double block_probe[8]; /* the scattered-block probes, by block size (0: none yet) */
   double min_busy;   /* the lowest busy of the decode rows */
   const char *kernels;
   run_tables tables;
@@ -111,6 +126,20 @@ static double probe_now(bench_cfg *cfg, int reps)
   if (gbs > cfg->best_probe)
     cfg->best_probe = gbs;
   return gbs;
+}
+
+/* The scattered-block probe of block_bytes (measured once, best of 3); 0 when it cannot run. */
+static double scattered_probe(bench_cfg *cfg, size_t block_bytes)
+{
+  int i = 0;
+  for (; i < 8 && cfg->block_bytes[i]; i++)
+    if (cfg->block_bytes[i] == block_bytes)
+      return cfg->block_probe[i];
+  if (i == 8)
+    return 0.0;
+  cfg->block_bytes[i] = block_bytes;
+  cfg->block_probe[i] = bench_probe_blocks(cfg->probe_buf, PROBE_BYTES, block_bytes, cfg->threads, 3);
+  return cfg->block_probe[i];
 }
 
 /* "32k", or "32k/w4k" under a window of 4096. */
@@ -163,11 +192,13 @@ static int decode_case_run(bench_cfg *cfg, decode_case *c, double start_probe)
   }
   const double bytes = layers * layer_read, best = probe > start_probe ? probe : start_probe;
   c->gbs = bytes / sec * 1e-9;
+  c->scattered = scattered_probe(cfg, case_block_bytes(c));
   cfg->kernels = kernels;
   if (busy < cfg->min_busy)
     cfg->min_busy = busy;
-  printf(" %6u %6.0f %8.2f %7.1f %6.1f %5.0f%% %4.0f%%  %s\n", layers, bytes / 1048576.0, sec * 1e3,
-         c->gbs, probe, 100.0 * c->gbs / best, 100.0 * busy, kernels);
+  printf(" %6u %6.0f %8.2f %7.1f %6.1f %5.0f%% %5.0f%% %4.0f%%  %s\n", layers, bytes / 1048576.0,
+         sec * 1e3, c->gbs, probe, 100.0 * c->gbs / best,
+         c->scattered > 0 ? 100.0 * c->gbs / c->scattered : 0.0, 100.0 * busy, kernels);
   fflush(stdout);
   return 0;
 }
@@ -179,7 +210,7 @@ static int add_case(decode_case *cases, int n, int kind, uint32_t gqa, uint32_t 
                     uint32_t ctx, uint32_t window)
 {
   if (n < MAX_CASES)
-    cases[n++] = (decode_case){kind, gqa, hd, seqs, ctx, window, 0.0};
+    cases[n++] = (decode_case){kind, gqa, hd, seqs, ctx, window, 0.0, 0.0};
   return n;
 }
 
@@ -344,6 +375,17 @@ static void print_summary(bench_cfg *cfg, const decode_case *cases, int num_case
          probe1, probe0, best);
   print_worst(cases, num_cases, 0, best, TARGET_DECODE);
   print_worst(cases, num_cases, 1, best, TARGET_DECODE_FP8);
+  double low = 0.0, high = 0.0;
+  for (int i = 0; i < num_cases; i++) {
+    if (cases[i].gbs <= 0 || cases[i].scattered <= 0)
+      continue;
+    const double r = cases[i].gbs / cases[i].scattered;
+    low = low == 0.0 || r < low ? r : low;
+    high = r > high ? r : high;
+  }
+  if (high > 0)
+    printf("decode against the scattered-block probe of each row's block size: %.0f%% to %.0f%%\n",
+           100.0 * low, 100.0 * high);
   printf("decode kernels: %s; ratios against the best probe of the run, %.1f GB/s\n", cfg->kernels,
          best);
   if (cfg->min_busy < 0.9)
@@ -355,7 +397,7 @@ int main(int argc, char **argv)
 {
   const double t0 = bench_now_ns();
   int mode = 0;
-  bench_cfg cfg = {(uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, 1.0, "?", TABLES_ALL};
+  bench_cfg cfg = {(uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, {0}, {0}, 1.0, "?", TABLES_ALL};
   if (parse_args(argc, argv, &mode, &cfg) != 0)
     return 2;
   const char *isa = getenv("PKV_CPU_ISA"), *kernels = bench_kernels();
@@ -369,15 +411,31 @@ int main(int argc, char **argv)
          mode == 1 ? " --quick" : mode == 2 ? " --full" : "", cpu, cfg.threads, cfg.threads == 1 ? "" : "s",
          kernels, isa ? isa : "unset: picked by CPUID");
   const double probe0 = probe_now(&cfg, 5);
-  printf("read-bandwidth probe (a sum over 1 GiB on the same threads, best of 5): %.1f GB/s\n\n", probe0);
+  printf("read-bandwidth probe (a sum over 1 GiB on the same threads, best of 5): %.1f GB/s\n", probe0);
   static decode_case cases[MAX_CASES];
   const int num_cases = cfg.tables == TABLES_ALL ? build_cases(cases, mode) : 0;
   if (num_cases > 0) {
+    printf("scattered-block probe (the same sum in blocks of a K block's size, visited in a shuffled "
+           "order, best of 3):");
+    for (int i = 0; i < num_cases; i++) {
+      const size_t b = case_block_bytes(&cases[i]);
+      int seen = 0;
+      for (int j = 0; j < i; j++)
+        seen |= case_block_bytes(&cases[j]) == b;
+      if (!seen)
+        printf(" %zu KiB %.1f GB/s;", b / 1024, scattered_probe(&cfg, b));
+    }
+    printf("\n");
+  }
+  printf("\n");
+  if (num_cases > 0) {
     printf("decode: 1 new token per sequence, block size %d; a step = every layer, >= 512 MiB of "
            "K/V; GB/s = K/V bytes read / median step time;\nprobe = best of 3 just before the case; "
-           "ratio = GB/s / the better of it and the start probe\n", BLOCK);
-    printf("%-5s %4s %8s %4s %5s %8s %6s %6s %8s %7s %6s %6s %5s  %s\n", "kv", "GQA", "q/kv", "hd",
-           "seqs", "context", "layers", "MiB", "ms/step", "GB/s", "probe", "ratio", "busy", "kernels");
+           "ratio = GB/s / the better of it and the start probe; scat = GB/s / the scattered-block probe "
+           "of its block size\n", BLOCK);
+    printf("%-5s %4s %8s %4s %5s %8s %6s %6s %8s %7s %6s %6s %6s %5s  %s\n", "kv", "GQA", "q/kv", "hd",
+           "seqs", "context", "layers", "MiB", "ms/step", "GB/s", "probe", "ratio", "scat", "busy",
+           "kernels");
   }
   int rc = 0;
   for (int i = 0; i < num_cases; i++)

@@ -18,21 +18,33 @@ enum { PROBE_MAX_THREADS = 64 };
 
 typedef struct probe_arg {
   const uint64_t *p;
-  size_t n;
+  size_t n;                /* words per run */
+  const uint32_t *order;   /* NULL: one run of n words at p; else runs at p + order[i] * n */
+  size_t runs;
   pthread_barrier_t *start;
   uint64_t sum;
 } probe_arg;
 
 /* Four independent sums, so the adds are not what limits the loop (the compiler vectorizes it). */
+static uint64_t sum_words(const uint64_t *p, size_t n)
+{
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
+  }
+  return s0 + s1 + s2 + s3;
+}
+
 static void *probe_thread(void *arg)
 {
   probe_arg *a = arg;
-  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  uint64_t sum = 0;
   pthread_barrier_wait(a->start);
-  for (size_t i = 0; i + 4 <= a->n; i += 4) {
-    s0 += a->p[i], s1 += a->p[i + 1], s2 += a->p[i + 2], s3 += a->p[i + 3];
-  }
-  a->sum = s0 + s1 + s2 + s3;
+  if (!a->order)
+    sum = sum_words(a->p, a->n);
+  for (size_t i = 0; a->order && i < a->runs; i++)
+    sum += sum_words(a->p + (size_t)a->order[i] * a->n, a->n);
+  a->sum = sum;
   return NULL;
 }
 
@@ -44,20 +56,24 @@ uint64_t *bench_probe_buffer(size_t bytes)
   return buf;
 }
 
-double bench_probe(const uint64_t *buf, size_t bytes, uint32_t threads, int reps)
+/* Best GB/s of reps passes: each thread sums its share, a slice of the words (order NULL) or of
+ * the blocks of `words` words in order[0 .. blocks). */
+static double probe_passes(const uint64_t *buf, size_t bytes, const uint32_t *order, size_t words,
+                           uint32_t threads, int reps)
 {
   double best = 0.0;
   volatile uint64_t sink = 0;
-  if (threads < 1 || threads > PROBE_MAX_THREADS)
-    return 0.0;
   for (int r = 0; r < reps; r++) {
     pthread_t tid[PROBE_MAX_THREADS];
     probe_arg args[PROBE_MAX_THREADS];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, threads + 1);
-    const size_t per = bytes / 8 / threads;
+    const size_t per = bytes / 8 / threads, blocks_per = order ? bytes / 8 / words / threads : 0;
     for (uint32_t t = 0; t < threads; t++) {
-      args[t] = (probe_arg){buf + t * per, per, &start, 0};
+      if (order)
+        args[t] = (probe_arg){buf, words, order + t * blocks_per, blocks_per, &start, 0};
+      else
+        args[t] = (probe_arg){buf + t * per, per, NULL, 0, &start, 0};
       pthread_create(&tid[t], NULL, probe_thread, &args[t]);
     }
     pthread_barrier_wait(&start);
@@ -68,12 +84,43 @@ double bench_probe(const uint64_t *buf, size_t bytes, uint32_t threads, int reps
     for (uint32_t t = 0; t < threads; t++)
       sink += args[t].sum;
     pthread_barrier_destroy(&start);
-    const double gbs = (double)per * 8 * threads / ns;
+    const double read = order ? (double)blocks_per * words * 8 * threads : (double)per * 8 * threads;
+    const double gbs = read / ns;
     if (gbs > best)
       best = gbs;
   }
   (void)sink;
   return best;
+}
+
+double bench_probe(const uint64_t *buf, size_t bytes, uint32_t threads, int reps)
+{
+  if (threads < 1 || threads > PROBE_MAX_THREADS)
+    return 0.0;
+  return probe_passes(buf, bytes, NULL, 0, threads, reps);
+}
+
+double bench_probe_blocks(const uint64_t *buf, size_t bytes, size_t block_bytes, uint32_t threads,
+                          int reps)
+{
+  if (threads < 1 || threads > PROBE_MAX_THREADS || block_bytes < 64 || block_bytes % 64 ||
+      bytes % block_bytes || bytes / block_bytes > UINT32_MAX)
+    return 0.0;
+  const size_t blocks = bytes / block_bytes;
+  uint32_t *order = malloc(blocks * sizeof *order);
+  if (!order)
+    return 0.0;
+  uint64_t state = 0x853c49e6748fea9bull;
+  for (size_t i = 0; i < blocks; i++)
+    order[i] = (uint32_t)i;
+  for (size_t i = blocks - 1; i > 0; i--) { /* Fisher-Yates */
+    const size_t j = (size_t)(bench_next(&state) % (i + 1));
+    const uint32_t x = order[i];
+    order[i] = order[j], order[j] = x;
+  }
+  const double gbs = probe_passes(buf, bytes, order, block_bytes / 8, threads, reps);
+  free(order);
+  return gbs;
 }
 
 void bench_cpu_model(char *out, size_t cap)

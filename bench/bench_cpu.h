@@ -14,6 +14,13 @@ uint64_t *bench_probe_buffer(size_t bytes);
  * the read bandwidth a streaming kernel with these threads can hope for. */
 double bench_probe(const uint64_t *buf, size_t bytes, uint32_t threads, int reps);
 
+/* The same sum over buf's blocks of block_bytes (a multiple of 64 that divides bytes), visited in
+ * a shuffled order (a fixed seed), each block from its start to its end: the read bandwidth of a
+ * paged KV pool whose blocks are scattered, as a long-running engine's are. 0 on bad arguments or
+ * no memory. */
+double bench_probe_blocks(const uint64_t *buf, size_t bytes, size_t block_bytes, uint32_t threads,
+                          int reps);
+
 /* /proc/cpuinfo's first "model name" into out (cap bytes); "unknown" when it has none. */
 void bench_cpu_model(char *out, size_t cap);
 
