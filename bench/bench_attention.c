@@ -26,7 +26,7 @@
  * the worst ratio of bf16/f16 cases and of fp8 cases, with the kernel variant that ran
  * (pkv_pool_info.kernels: picked by CPUID, or forced by --isa NAME, which sets PKV_CPU_ISA).
  * A second yardstick, the scattered-block probe: the same sum over the same 1 GiB in blocks of a
- * case's K block size (16 tokens of every kv head: 16 or 32 KiB here), visited in a shuffled
+ * case's K block size (16 tokens of every kv head: 8 to 32 KiB here), visited in a shuffled
  * order, as a long-running engine's fragmented pool lays a sequence out; measured once per block
  * size, and each row's `scat` divides by it. The bench's own tables come from a fresh pool, in
  * order, so a kernel that prefetches ahead can pass 100% of it.
