@@ -196,9 +196,11 @@ static int decode_case_run(bench_cfg *cfg, decode_case *c, double start_probe)
   cfg->kernels = kernels;
   if (busy < cfg->min_busy)
     cfg->min_busy = busy;
-  printf(" %6u %6.0f %8.2f %7.1f %6.1f %5.0f%% %5.0f%% %4.0f%%  %s\n", layers, bytes / 1048576.0,
-         sec * 1e3, c->gbs, probe, 100.0 * c->gbs / best,
-         c->scattered > 0 ? 100.0 * c->gbs / c->scattered : 0.0, 100.0 * busy, kernels);
+  char scat[16] = "     -";
+  if (c->scattered > 0)
+    snprintf(scat, sizeof scat, "%5.0f%%", 100.0 * c->gbs / c->scattered);
+  printf(" %6u %6.0f %8.2f %7.1f %6.1f %5.0f%% %s %4.0f%%  %s\n", layers, bytes / 1048576.0,
+         sec * 1e3, c->gbs, probe, 100.0 * c->gbs / best, scat, 100.0 * busy, kernels);
   fflush(stdout);
   return 0;
 }

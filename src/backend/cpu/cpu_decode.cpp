@@ -14,7 +14,7 @@
 //    per kv head, two registers' heads go at once with the heads in lanes instead (score4_lanes):
 //    an 8-value block of a key broadcast to the four 128-bit lanes against the same block of 4
 //    heads, the block's loads shared by the two registers and one reduction per 16 scores
-//    (against 4); +3-5% at GQA 8 (bench_decode_core). The fp32 path's version of it, with the
+//    (against 4); +3-8% at GQA 8 (bench_decode_core). The fp32 path's version of it, with the
 //    keys converted into a staging buffer first, measured 8% slower at f16 GQA 8, and the
 //    bf16 one at GQA 4 (one register, no shared loads) 6% slower: both use whole rows.
 //  - Softmax: online, per head, on those registers (every group's lanes share their head's max).
