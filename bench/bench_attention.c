@@ -448,6 +448,6 @@ int main(int argc, char **argv)
     rc |= mla_table(&cfg, mode, probe0);
   print_summary(&cfg, cases, num_cases, probe0);
   printf("run time %.0f s\n", (bench_now_ns() - t0) * 1e-9);
-  free(probe_buf);
+  bench_probe_buffer_free(probe_buf, PROBE_BYTES);
   return rc;
 }

@@ -2,6 +2,7 @@
  * bench_cpu.c - the CPU attention bench's yardsticks: a read-bandwidth probe, the CPU's model
  * name, the process's CPU time.
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
 #define _POSIX_C_SOURCE 200809L
 
 #include "bench_cpu.h"
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "bench_util.h"
@@ -21,6 +23,7 @@ typedef struct probe_arg {
   size_t n;                /* words per run */
   const uint32_t *order;   /* NULL: one run of n words at p; else runs at p + order[i] * n */
   size_t runs;
+  size_t ahead;            /* words: a software prefetch of each line this far ahead (0: none) */
   pthread_barrier_t *start;
   uint64_t sum;
 } probe_arg;
@@ -35,13 +38,25 @@ static uint64_t sum_words(const uint64_t *p, size_t n)
   return s0 + s1 + s2 + s3;
 }
 
+/* The same, with a prefetch into L2 of the line `ahead` words on before each line. */
+static uint64_t sum_words_prefetched(const uint64_t *p, size_t n, size_t ahead)
+{
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    if (i + ahead < n)
+      __builtin_prefetch(p + i + ahead, 0, 2);
+    s0 += p[i] + p[i + 4], s1 += p[i + 1] + p[i + 5], s2 += p[i + 2] + p[i + 6], s3 += p[i + 3] + p[i + 7];
+  }
+  return s0 + s1 + s2 + s3;
+}
+
 static void *probe_thread(void *arg)
 {
   probe_arg *a = arg;
   uint64_t sum = 0;
   pthread_barrier_wait(a->start);
   if (!a->order)
-    sum = sum_words(a->p, a->n);
+    sum = a->ahead ? sum_words_prefetched(a->p, a->n, a->ahead) : sum_words(a->p, a->n);
   for (size_t i = 0; a->order && i < a->runs; i++)
     sum += sum_words(a->p + (size_t)a->order[i] * a->n, a->n);
   a->sum = sum;
@@ -50,16 +65,28 @@ static void *probe_thread(void *arg)
 
 uint64_t *bench_probe_buffer(size_t bytes)
 {
-  uint64_t *buf = malloc(bytes);
-  for (size_t i = 0; buf && i < bytes / 8; i++)
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE); /* as pkv's CPU pool: a hint, ignored where THP is off */
+#endif
+  uint64_t *buf = p;
+  for (size_t i = 0; i < bytes / 8; i++)
     buf[i] = i * 0x9e3779b97f4a7c15ull;
   return buf;
+}
+
+void bench_probe_buffer_free(uint64_t *buf, size_t bytes)
+{
+  if (buf)
+    munmap(buf, bytes);
 }
 
 /* Best GB/s of reps passes: each thread sums its share, a slice of the words (order NULL) or of
  * the blocks of `words` words in order[0 .. blocks). */
 static double probe_passes(const uint64_t *buf, size_t bytes, const uint32_t *order, size_t words,
-                           uint32_t threads, int reps)
+                           size_t ahead, uint32_t threads, int reps)
 {
   double best = 0.0;
   volatile uint64_t sink = 0;
@@ -71,9 +98,9 @@ static double probe_passes(const uint64_t *buf, size_t bytes, const uint32_t *or
     const size_t per = bytes / 8 / threads, blocks_per = order ? bytes / 8 / words / threads : 0;
     for (uint32_t t = 0; t < threads; t++) {
       if (order)
-        args[t] = (probe_arg){buf, words, order + t * blocks_per, blocks_per, &start, 0};
+        args[t] = (probe_arg){buf, words, order + t * blocks_per, blocks_per, 0, &start, 0};
       else
-        args[t] = (probe_arg){buf + t * per, per, NULL, 0, &start, 0};
+        args[t] = (probe_arg){buf + t * per, per, NULL, 0, ahead, &start, 0};
       pthread_create(&tid[t], NULL, probe_thread, &args[t]);
     }
     pthread_barrier_wait(&start);
@@ -97,7 +124,15 @@ double bench_probe(const uint64_t *buf, size_t bytes, uint32_t threads, int reps
 {
   if (threads < 1 || threads > PROBE_MAX_THREADS)
     return 0.0;
-  return probe_passes(buf, bytes, NULL, 0, threads, reps);
+  return probe_passes(buf, bytes, NULL, 0, 0, threads, reps);
+}
+
+double bench_probe_prefetched(const uint64_t *buf, size_t bytes, size_t ahead_bytes, uint32_t threads,
+                              int reps)
+{
+  if (threads < 1 || threads > PROBE_MAX_THREADS || ahead_bytes < 64)
+    return 0.0;
+  return probe_passes(buf, bytes, NULL, 0, ahead_bytes / 8, threads, reps);
 }
 
 double bench_probe_blocks(const uint64_t *buf, size_t bytes, size_t block_bytes, uint32_t threads,
@@ -118,7 +153,7 @@ double bench_probe_blocks(const uint64_t *buf, size_t bytes, size_t block_bytes,
     const uint32_t x = order[i];
     order[i] = order[j], order[j] = x;
   }
-  const double gbs = probe_passes(buf, bytes, order, block_bytes / 8, threads, reps);
+  const double gbs = probe_passes(buf, bytes, order, block_bytes / 8, 0, threads, reps);
   free(order);
   return gbs;
 }

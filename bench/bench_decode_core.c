@@ -6,8 +6,12 @@
  * 128k tokens (512 MiB): what one core reaches from memory. bench_attention gives the figures
  * against the machine's bandwidth; this one tells which side limits them.
  * Runs every kernel variant this CPU has (PKV_CPU_ISA), bf16, f16 and fp8 e4m3 KV, GQA 1, 4, 8.
- * Usage: bench_decode_core [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3]: --ctx sets the
- * context (e.g. 128: the K/V stay in L2), --isa and --kv keep one variant or one cache dtype. Not a test; not installed.
+ * With --dram it first prints what one core reads of 1 GiB as plain sums (bench_cpu.c): in order,
+ * in order with a software prefetch of every line 64 KiB ahead, and in shuffled 32 KiB and 16 KiB
+ * blocks (a bf16 and an e4m3 K block of this shape).
+ * Usage: bench_decode_core [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3] [--gqa 1|4|8]:
+ * --ctx sets the context (e.g. 128: the K/V stay in L2), --isa, --kv and --gqa keep one variant,
+ * one cache dtype or one GQA. Not a test; not installed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -18,6 +22,7 @@
 
 #include <pkv/pkv.h>
 
+#include "bench_cpu.h"
 #include "bench_util.h"
 
 enum { KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16 };
@@ -131,6 +136,19 @@ int main(int argc, char **argv)
   printf("pkv bench_decode_core: 1 thread, 1 sequence of %u tokens (%s), %d kv heads x head_dim %d,"
          " GB of K/V per CPU second, best of 5\n", ctx, dram || ctx >= 32768 ? "K/V in DRAM" : ctx > 256 ? "K/V in the LLC" : "K/V in L2", KV_HEADS,
          HEAD_DIM);
+  if (dram) {
+    const size_t bytes = (size_t)1 << 30;
+    uint64_t *buf = bench_probe_buffer(bytes);
+    if (!buf) {
+      fprintf(stderr, "bench_decode_core: no memory for the 1 GiB probes\n");
+      return 1;
+    }
+    printf("one core's plain reads of 1 GiB (best of 3): in order %.1f GB/s; in order with a software prefetch of "
+           "every line 64 KiB ahead %.1f; shuffled 32 KiB blocks %.1f; shuffled 16 KiB blocks %.1f\n",
+           bench_probe(buf, bytes, 1, 3), bench_probe_prefetched(buf, bytes, 65536, 1, 3),
+           bench_probe_blocks(buf, bytes, 32768, 1, 3), bench_probe_blocks(buf, bytes, 16384, 1, 3));
+    bench_probe_buffer_free(buf, bytes);
+  }
   printf("%-12s %-5s %8s %8s %8s\n", "kernels", "kv", "GQA 1", "GQA 4", "GQA 8");
   const char *isas[] = {"avx512-bf16", "avx512", "avx2", "baseline"};
   const struct { const char *name; int32_t dtype; } kinds[] = {
