@@ -1,16 +1,22 @@
 """Batch (pkv_batch: one forward step's plan) and BatchView (pkv_batch_view)."""
 import ctypes
+import weakref
 
 from . import _raw
-from ._buffers import data_pointer, int32_array
+from ._buffers import element_pointer, int32_array
 from ._lib import lib, text
 from .errors import make_error
 
 
 class Batch:
-    """One step's plan, from Engine.batch(). Call attention() for every layer, then end() (the new
-    tokens become computed) or abort() (nothing does). As a context manager it ends on success and
-    aborts on an exception. After end/abort (or Engine.close) every call raises ValueError.
+    """One step's plan, from Engine.batch() or Engine.step(). Call attention() for every layer,
+    then end it: a batch of Engine.batch with end() (the new tokens become computed), a batch of
+    Engine.step with commit(sampled_tokens); or abort() either (nothing becomes computed). A
+    failed end() or commit() keeps the batch open, so it can be retried or aborted. As a context
+    manager it is aborted on an exception; on a normal exit a batch of Engine.batch is ended, and
+    a batch of Engine.step not committed in the block is aborted and StateError raised. A batch
+    dropped while open (no reference left) is aborted. After it ends (or Engine.close) every call
+    raises ValueError.
 
     The plan's fields are the batch's attributes, as in the other bindings (Go's
     b.SlotMapping(), C#'s b.SlotMapping(), Rust's batch.view().slot_mapping): the counts
@@ -21,12 +27,18 @@ class Batch:
     group_block_tables; group_slots(g), group_tables(g)). batch.view is the same plan as a
     BatchView, whose .raw is the ctypes struct (zero-copy pointers while the batch is open)."""
 
-    def __init__(self, engine, handle):
+    def __init__(self, engine, handle, scheduled=False):
         self._engine, self._handle, self._view = engine, handle, None
+        self._scheduled = scheduled
 
     @property
     def closed(self):
         return self._handle is None
+
+    @property
+    def scheduled(self):
+        """True for a batch of Engine.step: it ends with commit() or abort(), never end()."""
+        return self._scheduled
 
     def _live(self):
         if self._handle is None:
@@ -57,21 +69,41 @@ class Batch:
 
     def attention(self, layer, q, k, v, out):
         """pkv_attention for one layer. q, out: [num_tokens][q heads per rank][head_dim];
-        k, v: [num_tokens][kv heads per rank][head_dim], in the engine's dtype. Each is a
-        C-contiguous buffer (bytearray, array.array, memoryview, numpy array) of at least that
-        many bytes (checked), or an int address (device memory, not checked).
+        k, v: [num_tokens][kv heads per rank][head_dim], in the engine's model dtype
+        (params.dtype). Each is a C-contiguous buffer (array.array, numpy array, memoryview,
+        bytearray) whose element type is that dtype (f32: float32; f16: float16, or its bits as
+        uint16; bf16: its bits as uint16) or raw bytes, holding at least that many elements; else
+        InvalidArgumentError says what was expected, and nothing is called. On a CUDA engine each
+        is an int device address (pkv cannot check it; a host buffer is UnsupportedError).
 
         An MLA engine (engine.mla) takes the absorbed form, with W = kv_lora_rank +
         qk_rope_head_dim (its head_dim): q [num_tokens][q heads per rank][W], k the new tokens'
-        latents [num_tokens][W], v None (NULL: V is the latents' first kv_lora_rank values; a V
-        is refused with InvalidArgumentError), and out [num_tokens][q heads per rank]
-        [kv_lora_rank]."""
+        latents [num_tokens][W], v None (NULL: V is the latents' first kv_lora_rank values), and
+        out [num_tokens][q heads per rank][kv_lora_rank]."""
         n = self.view.num_tokens
         e = self._engine
-        pq, kq = data_pointer(q, n * e._q_bytes, False, 'q')
-        pk, kk = data_pointer(k, n * e._kv_bytes, False, 'k')
-        pv, kv = (None, None) if v is None else data_pointer(v, n * e._kv_bytes, False, 'v')
-        po, ko = data_pointer(out, n * e._out_bytes, True, 'out')
+        if e._device != _raw.PKV_DEVICE_CPU and not all(
+                isinstance(b, int) for b in (q, k, out) + (() if v is None else (v,))):
+            raise make_error(_raw.PKV_ERR_UNSUPPORTED, 'attention: a CUDA engine takes device '
+                             'addresses (ints, e.g. tensor.data_ptr()), not host buffers')
+        if e.mla and v is not None:
+            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v must be None on an MLA '
+                             'engine: it caches no V (the latents in k are both)')
+        if not e.mla and v is None:
+            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v is None; only an MLA '
+                             'engine takes no V')
+        width = e.params.head_dim
+        q_shape = '%d tokens x %d q heads x %d' % (n, e._q_heads, width)
+        kv_shape = ('%d tokens x %d' % (n, width) if e.mla else
+                    '%d tokens x %d kv heads x %d' % (n, e._kv_heads, width))
+        out_shape = '%d tokens x %d q heads x %d' % (n, e._q_heads, e._out_dim)
+        kv_count = n * e._kv_heads * width
+        pq, kq = element_pointer(q, e._dtype, n * e._q_heads * width, False, 'q', q_shape)
+        pk, kk = element_pointer(k, e._dtype, kv_count, False, 'k', kv_shape)
+        pv, kv = (None, None) if v is None else element_pointer(v, e._dtype, kv_count, False, 'v',
+                                                                 kv_shape)
+        po, ko = element_pointer(out, e._dtype, n * e._q_heads * e._out_dim, True, 'out',
+                                 out_shape)
         with e._lock:
             self._check(lib.pkv_attention(self._live(), layer, pq, pk, pv, po))
         del kq, kk, kv, ko
@@ -84,11 +116,17 @@ class Batch:
             self._check(lib.pkv_batch_copy(self._live()))
 
     def end(self):
-        """The step ran: its tokens become computed, full blocks are sealed. Frees the batch."""
+        """The step ran: its tokens become computed, full blocks are sealed (pkv_batch_end).
+        StateError for a batch of Engine.step, which ends with commit() or abort(); on any
+        failure the batch stays open."""
         with self._engine._lock:
             handle = self._live()
-            self._close()
+            if self._scheduled:
+                raise make_error(_raw.PKV_ERR_STATE, 'end() is for batches of Engine.batch; this '
+                                 'batch of Engine.step is still open: end it with '
+                                 'commit(sampled_tokens), or abort()')
             self._check(lib.pkv_batch_end(handle))
+            self._close()
 
     def commit(self, sampled_tokens=None):
         """Ends a batch of Engine.step (pkv_commit): sampled_tokens[i] is the token sampled for
@@ -109,17 +147,36 @@ class Batch:
 
     def _close(self):
         self._handle = None
-        if self._engine._batch is self:
+        ref = self._engine._batch
+        if ref is not None and ref() in (self, None):
             self._engine._batch = None
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None and self._handle is not None:
-            self.end()
-        else:
+        if exc_type is not None or self._handle is None:
             self.abort()
+        elif self._scheduled:
+            self.abort()
+            raise make_error(_raw.PKV_ERR_STATE, 'a batch of Engine.step left its with-block '
+                             'without commit(): aborted, nothing became computed; call '
+                             'batch.commit(sampled_tokens) inside the block')
+        else:
+            try:
+                self.end()
+            except BaseException:
+                self.abort()  # a with-block never leaves a batch open
+                raise
+
+    def __del__(self):
+        # dropped while open: abort, so the engine can plan its next step. A batch whose engine
+        # is closed was freed with it (_handle None).
+        if getattr(self, '_handle', None) is not None:
+            try:
+                self.abort()
+            except Exception:  # at interpreter shutdown the modules may be gone
+                pass
 
 
 class BatchView:
@@ -142,12 +199,19 @@ class BatchView:
     }
 
     def __init__(self, batch, raw):
-        self._batch, self.raw = batch, raw
+        # weak: a view kept must not keep a dropped batch open, nor make a cycle that delays it
+        self._batch, self.raw = weakref.ref(batch), raw
+
+    def _live(self):
+        batch = self._batch()
+        if batch is None:
+            raise ValueError('pkv batch is ended, aborted, or its engine closed')
+        batch._live()
 
     def __getattr__(self, name):
         raw = self.__dict__['raw']
         if name in self._ARRAYS and any(f == name for f, _ in raw._fields_):
-            self._batch._live()
+            self._live()
             ptr = getattr(raw, name)
             n = self._ARRAYS[name](raw)
             return list(ptr[:n]) if n and ptr else []

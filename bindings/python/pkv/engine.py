@@ -1,6 +1,7 @@
 """Engine (pkv_engine) and Sequence (a sequence id on an engine)."""
 import ctypes
 import threading
+import weakref
 
 from . import _raw
 from ._buffers import byte_string, int32_array
@@ -9,8 +10,6 @@ from .errors import make_error
 from .params import KvLayout, Params, check, kv_groups, record
 from .events import EventPublisherParams
 from .store import StoreParams
-
-_DTYPE_BYTES = {_raw.PKV_DTYPE_F32: 4, _raw.PKV_DTYPE_F16: 2, _raw.PKV_DTYPE_BF16: 2}
 
 
 class Engine:
@@ -53,18 +52,20 @@ class Engine:
         check(lib.pkv_engine_create(ctypes.byref(p._checked()), ctypes.byref(handle)))
         self._handle = handle
         self._lock = threading.RLock()
-        self._batch = None  # the open Batch, if any (pkv allows one per engine)
+        # the open Batch, if any (pkv allows one per engine), weakly: a Batch dropped while open
+        # is aborted by its __del__, never kept alive here
+        self._batch = None
         out = _raw.pkv_engine_params(struct_size=ctypes.sizeof(_raw.pkv_engine_params))
         self._call(lib.pkv_engine_params_get, ctypes.byref(out))
         self.params = Params._from_struct(out)  # copies the windows out of the engine
         budget = self.budget()
-        elem = _DTYPE_BYTES[out.dtype]
-        # bytes per new token of q, of k/v and of out, for pkv_attention's size checks; MLA's k
-        # is the latent (kv heads 1, head_dim its width) and its out kv_lora_rank wide per q head
-        q_heads = out.num_q_heads // out.tp_size
-        self._q_bytes = q_heads * out.head_dim * elem
-        self._kv_bytes = budget.kv_heads_per_rank * out.head_dim * elem
-        self._out_bytes = q_heads * (out.kv_lora_rank if self.mla else out.head_dim) * elem
+        # what attention() checks its buffers against: the model dtype, the device, and the
+        # elements per new token of q, of k/v and of out; MLA's k is the latent (kv heads 1,
+        # head_dim its width) and its out kv_lora_rank wide per q head
+        self._device, self._dtype = budget.device, out.dtype
+        self._q_heads = out.num_q_heads // max(out.tp_size, 1)
+        self._kv_heads = budget.kv_heads_per_rank
+        self._out_dim = out.kv_lora_rank if self.mla else out.head_dim
 
     # ------------------------------------------------------------------ lifetime
     def close(self):
@@ -72,9 +73,10 @@ class Engine:
         with self._lock:
             if self._handle is None:
                 return
-            if self._batch is not None:
-                self._batch._handle = None  # freed by pkv_engine_destroy
-                self._batch = None
+            batch = self._batch() if self._batch is not None else None
+            if batch is not None:
+                batch._handle = None  # freed by pkv_engine_destroy
+            self._batch = None
             lib.pkv_engine_destroy(self._handle)  # waits for the store's queued writes
             self._handle = None
             self._store_keep = None  # pkv calls the store no more
@@ -154,8 +156,9 @@ class Engine:
         handle = ctypes.POINTER(_raw.pkv_batch)()
         with self._lock:
             self._call(lib.pkv_batch_begin, ids, counts, n, ctypes.byref(handle))
-            self._batch = Batch(self, handle)
-            return self._batch
+            batch = Batch(self, handle)
+            self._batch = weakref.ref(batch)
+            return batch
 
     # ------------------------------------------------------------------ scheduler
     def submit(self, prompt, max_new_tokens=16, stop_token=-1, priority=0, salt=None):
@@ -173,15 +176,21 @@ class Engine:
 
     def step(self):
         """The scheduler's next batch (pkv_step), or None when nothing is to run. Run it, then
-        batch.commit(sampled_tokens) (or abort it)."""
+        batch.commit(sampled_tokens), or abort() it; it has no end() (StateError, the batch kept
+        open). Left in a with-block without commit, or dropped, it is aborted.
+
+            with engine.step() as batch:
+                ...                                 # attention() per layer, sample
+                batch.commit(sampled_tokens)"""
         from .batch import Batch
         handle = ctypes.POINTER(_raw.pkv_batch)()
         with self._lock:
             self._call(lib.pkv_step, ctypes.byref(handle))
             if not handle:
                 return None
-            self._batch = Batch(self, handle)
-            return self._batch
+            batch = Batch(self, handle, scheduled=True)
+            self._batch = weakref.ref(batch)
+            return batch
 
     def drain_finished(self):
         """The requests finished since the last call, as Sequences (release them when read)."""
