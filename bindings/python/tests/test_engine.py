@@ -159,6 +159,18 @@ class Buffers(unittest.TestCase):
                 for layer in range(2):
                     batch.attention(layer, q, kv, kv, out)
                 self.assertTrue(np.isfinite(out).all() and out.any())
+        with pkv.Engine(small_params(dtype=pkv.DTYPE_F16)) as engine:  # float16, or its bits
+            with engine.batch([engine.allocate([1, 2])]) as batch:
+                q, kv = np.ones((2, 4, 16), np.float16), np.ones((2, 2, 16), np.float16)
+                batch.attention(0, q, kv, kv.view(np.uint16), np.zeros_like(q))
+                with self.assertRaisesRegex(pkv.InvalidArgumentError, 'f16.*got float32'):
+                    batch.attention(1, q.astype(np.float32), kv, kv, np.zeros_like(q))
+        with pkv.Engine(small_params(dtype=pkv.DTYPE_BF16)) as engine:  # bits only
+            with engine.batch([engine.allocate([1, 2])]) as batch:
+                q, kv = np.zeros((2, 4, 16), np.uint16), np.zeros((2, 2, 16), np.uint16)
+                batch.attention(0, q, kv, kv, np.zeros_like(q))
+                with self.assertRaisesRegex(pkv.InvalidArgumentError, 'bf16.*got float16'):
+                    batch.attention(1, q.view(np.float16), kv, kv, np.zeros_like(q))
 
 
 class Structs(unittest.TestCase):
