@@ -29,6 +29,30 @@ class ConfigWindows(unittest.TestCase):
         self.assertEqual((budget.num_kv_groups, budget.group_layers, budget.padded_layers), (7, 10, 8))
         self.assertEqual(budget.blocks_per_max_seq, 8192 + 6 * 65)
 
+    def test_one_call_gives_the_whole_shape(self):
+        # issue 26, item 3: the same sequences as `pkv profile --config tools/configs/gemma-2-9b.json
+        # --memory 24GiB` (10) and gemma-3-27b.json (2), and the other bindings: the windows come
+        # with the shape, never a second call
+        for name, seqs, groups in (('gemma-2-9b', 10, 2), ('gemma-3-27b', 2, 7)):
+            with open(os.path.join(CONFIGS, name + '.json')) as f:
+                text = f.read()
+            p = pkv.Params.from_hf_config(text, memory_total_bytes=24 << 30, memory_used_bytes=0)
+            del text  # the Params owns its windows array, not the config text
+            self.assertIsNotNone(p.layer_windows, name)
+            budget = pkv.profile(p)
+            self.assertEqual((budget.max_seqs_at_max_model_len, budget.num_kv_groups),
+                             (seqs, groups), name)
+            self.assertEqual(pkv.profile(p.copy()).max_seqs_at_max_model_len, seqs, name)
+        p = pkv.Params.from_hf_config(os.path.join(CONFIGS, 'gemma-2-9b.json'), num_layers=4,
+                                      device=pkv.DEVICE_CPU, num_blocks=8, num_threads=1,
+                                      max_model_len=32)
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, 'layer_windows has 42 entries'):
+            pkv.Engine(p)  # the windows are the config's 42 layers, refused before pkv reads them
+        p.layer_windows = p.layer_windows[:4]
+        with pkv.Engine(p) as engine:
+            self.assertEqual(engine.params.layer_windows, [4096, 0, 4096, 0])
+            self.assertEqual(engine.kv_groups().group_window, [0, 4096])
+
     def test_gpt_oss_layer_types_and_mistral(self):
         windows = pkv.hf_config_layer_windows(os.path.join(CONFIGS, 'gpt-oss-20b.json'))
         self.assertEqual(windows, [128, 0] * 12)
