@@ -1,7 +1,15 @@
-//! `Batch`: one forward step's plan (`pkv_batch_begin` .. `pkv_batch_end`), aborted on drop.
+//! An open batch of one forward step: `Batch` (`pkv_batch_begin` .. `pkv_batch_end`) and
+//! `StepBatch` (`pkv_step` .. `pkv_commit`), both aborted when dropped, and `OpenBatch`, what
+//! they share (the plan, attention, the block copies).
+//!
+//! pkv keeps a batch open when ending it fails (a batch of `pkv_step` ended with
+//! `pkv_batch_end`, a commit refused): so do these types. Ending consumes the batch and, on
+//! failure, gives it back inside a `BatchError`, to retry, commit or abort; dropping it aborts
+//! it. No sequence of calls leaves pkv with an open batch this crate no longer holds.
+use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::os::raw::c_void;
 use std::ptr;
-use std::slice;
 
 use pkv_sys as sys;
 
@@ -9,22 +17,27 @@ use crate::engine::Engine;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, sized};
 use crate::params::{Device, Dtype, KvLayout};
+use crate::view::{self, BatchView};
 
 /// An element type `attention` takes from host slices: `f32` for F32 engines, `u16` (the raw
 /// bits) for F16 and BF16 ones.
 pub trait Element: Copy + private::Sealed {
     #[doc(hidden)]
     fn fits(dtype: Dtype) -> bool;
+    #[doc(hidden)]
+    const NAME: &'static str;
 }
 impl Element for f32 {
     fn fits(dtype: Dtype) -> bool {
         dtype == Dtype::F32
     }
+    const NAME: &'static str = "f32";
 }
 impl Element for u16 {
     fn fits(dtype: Dtype) -> bool {
         dtype == Dtype::F16 || dtype == Dtype::Bf16
     }
+    const NAME: &'static str = "u16";
 }
 mod private {
     pub trait Sealed {}
@@ -32,134 +45,24 @@ mod private {
     impl Sealed for u16 {}
 }
 
-/// What a listed block copy moves (`pkv_batch_view.copy_kind`, a `PKV_COPY_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CopyKind {
-    /// Pool block to pool block: copy-on-write.
-    Cow,
-    /// Pool block to host-tier block: `Engine::swap_out`.
-    SwapOut,
-    /// Host-tier block to pool block: `Engine::swap_in`.
-    SwapIn,
-    /// Pool block to host-tier block: a cached block evicted from the pool keeps its KV in the
-    /// host tier (`Params::host_offload`).
-    Offload,
-    /// Host-tier block to pool block: a prefix hit on a block held only in the host tier.
-    Load,
-}
-
-impl CopyKind {
-    pub fn code(self) -> i32 {
-        (match self {
-            CopyKind::Cow => sys::PKV_COPY_COW,
-            CopyKind::SwapOut => sys::PKV_COPY_SWAP_OUT,
-            CopyKind::SwapIn => sys::PKV_COPY_SWAP_IN,
-            CopyKind::Offload => sys::PKV_COPY_OFFLOAD,
-            CopyKind::Load => sys::PKV_COPY_LOAD,
-        }) as i32
-    }
-    pub fn from_code(code: i32) -> Option<CopyKind> {
-        [CopyKind::Cow, CopyKind::SwapOut, CopyKind::SwapIn, CopyKind::Offload, CopyKind::Load]
-            .into_iter()
-            .find(|k| k.code() == code)
-    }
-}
-
-/// An open batch. It borrows its engine, so the engine cannot be closed while it is open.
-/// `end()` commits the step; dropping it without `end()` aborts it (`pkv_batch_abort`):
-///
-/// ```compile_fail,E0505
-/// let engine = pkv::Engine::new(&pkv::Params::new().unwrap()).unwrap();
-/// let batch = engine.batch(&[], None).unwrap();
-/// engine.close(); // error[E0505]: cannot move out of `engine` because it is borrowed
-/// batch.end().unwrap();
-/// ```
-pub struct Batch<'e> {
+/// What every open batch does: read its plan, run attention, do its block copies. Reached
+/// through a `Batch` or a `StepBatch` (which deref to it), never owned on its own.
+pub struct OpenBatch<'e> {
     engine: &'e Engine,
-    raw: *mut sys::pkv_batch,
+    raw: *mut sys::pkv_batch, // NULL once ended
     view: sys::pkv_batch_view,
 }
 
 // SAFETY: pkv serializes calls on an engine's batches and allows them from any thread.
-unsafe impl Send for Batch<'_> {}
+unsafe impl Send for OpenBatch<'_> {}
 
-/// The step's plan (`pkv_batch_view`) as slices borrowed from the batch; layouts as in pkv.h.
-#[derive(Clone, Copy, Debug)]
-pub struct BatchView<'b> {
-    pub num_seqs: u32,
-    pub num_tokens: u32,
-    pub max_blocks_per_seq: u32,
-    pub max_query_len: u32,
-    pub max_context_len: u32,
-    pub block_size: u32,
-    /// `[num_seqs]`
-    pub seq_ids: &'b [u64],
-    /// `[num_seqs + 1]`: new tokens of seq i are rows `query_start[i] .. query_start[i+1]`.
-    pub query_start: &'b [i32],
-    /// `[num_tokens]`
-    pub positions: &'b [i32],
-    /// `[num_tokens]`: block * block_size + offset; -1 = skip.
-    pub slot_mapping: &'b [i64],
-    /// `[num_seqs]`
-    pub context_lens: &'b [i32],
-    /// `[num_seqs + 1]`
-    pub block_indptr: &'b [i32],
-    /// `[block_indptr[num_seqs]]`
-    pub block_indices: &'b [i32],
-    /// `[num_seqs]`
-    pub last_block_len: &'b [i32],
-    /// `[num_seqs * max_blocks_per_seq]`, padded with -1.
-    pub block_tables: &'b [i32],
-    /// `[num_copies]`: block copies to do, in order, before any write of the step (ids in the
-    /// tiers `copy_kind` names).
-    pub copy_src: &'b [i32],
-    pub copy_dst: &'b [i32],
-    /// `[num_copies]`: `PKV_COPY_*` codes (`CopyKind::from_code`); empty from a library older
-    /// than 0.2, whose copies are all copy-on-write.
-    pub copy_kind: &'b [i32],
-    /// `[num_seqs]`: the row sampled when the step completes the sequence's tokens, else -1.
-    pub sample_rows: &'b [i32],
-    /// KV groups (`Engine::kv_groups`; 1 without windows, 0 from a library older than 0.2):
-    /// the slot mapping and tables above are group 0's.
-    pub num_kv_groups: u32,
-    /// `[num_kv_groups][num_tokens]`: each group's slot mapping (`group_slots`).
-    pub group_slot_mapping: &'b [i64],
-    /// `[num_kv_groups][num_seqs][max_blocks_per_seq]`, -1 padded (`group_tables`); a windowed
-    /// group's hold -1 for blocks it gave back.
-    pub group_block_tables: &'b [i32],
-}
-
-impl<'b> BatchView<'b> {
-    /// KV group `group`'s slot mapping (`[num_tokens]`); empty past the groups.
-    pub fn group_slots(&self, group: u32) -> &'b [i64] {
-        let n = self.num_tokens as usize;
-        self.group_slot_mapping.get(group as usize * n..(group as usize + 1) * n).unwrap_or(&[])
-    }
-
-    /// KV group `group`'s padded block tables (`[num_seqs * max_blocks_per_seq]`); empty past the
-    /// groups.
-    pub fn group_tables(&self, group: u32) -> &'b [i32] {
-        let n = self.num_seqs as usize * self.max_blocks_per_seq as usize;
-        self.group_block_tables.get(group as usize * n..(group as usize + 1) * n).unwrap_or(&[])
-    }
-}
-
-/// A slice of `len` elements at `p`; empty for len 0 (pkv may give NULL then).
-unsafe fn view_slice<'b, T>(p: *const T, len: usize) -> &'b [T] {
-    if len == 0 || p.is_null() {
-        &[]
-    } else {
-        slice::from_raw_parts(p, len)
-    }
-}
-
-impl<'e> Batch<'e> {
-    /// Takes over an open batch of `engine` (freed by end, abort or drop).
-    pub(crate) fn from_raw(engine: &'e Engine, raw: *mut sys::pkv_batch) -> Result<Batch<'e>> {
-        let mut batch = Batch { engine, raw, view: sized!(sys::pkv_batch_view) };
+impl<'e> OpenBatch<'e> {
+    /// Takes over an open batch of `engine` (freed by its end or commit, else aborted on drop).
+    fn from_raw(engine: &'e Engine, raw: *mut sys::pkv_batch) -> Result<OpenBatch<'e>> {
         if raw.is_null() {
             return Err(Error::new(Status::Internal, "pkv gave a NULL batch"));
         }
+        let mut batch = OpenBatch { engine, raw, view: sized!(sys::pkv_batch_view) };
         // SAFETY: the batch is open; view is a full struct. On error, drop aborts the batch.
         unsafe { call!(engine.library(), pkv_batch_info(raw, &mut batch.view))? };
         Ok(batch)
@@ -169,7 +72,7 @@ impl<'e> Batch<'e> {
         self.engine
     }
 
-    /// The handle, for calls through `pkv-sys`. Valid while `self` lives.
+    /// The handle, for calls through `pkv-sys`. Valid while the batch is open.
     pub fn as_raw(&self) -> *mut sys::pkv_batch {
         self.raw
     }
@@ -180,70 +83,23 @@ impl<'e> Batch<'e> {
     }
 
     pub fn view(&self) -> BatchView<'_> {
-        let v = &self.view;
-        let (seqs, tokens) = (v.num_seqs as usize, v.num_tokens as usize);
         // SAFETY: the arrays live as long as the batch and have the lengths pkv.h gives.
-        unsafe {
-            let indptr = view_slice(v.block_indptr, seqs + 1);
-            let num_indices = indptr.last().map_or(0, |&n| n.max(0) as usize);
-            BatchView {
-                num_seqs: v.num_seqs,
-                num_tokens: v.num_tokens,
-                max_blocks_per_seq: v.max_blocks_per_seq,
-                max_query_len: v.max_query_len,
-                max_context_len: v.max_context_len,
-                block_size: v.block_size,
-                seq_ids: view_slice(v.seq_ids, seqs),
-                query_start: view_slice(v.query_start, seqs + 1),
-                positions: view_slice(v.positions, tokens),
-                slot_mapping: view_slice(v.slot_mapping, tokens),
-                context_lens: view_slice(v.context_lens, seqs),
-                block_indptr: indptr,
-                block_indices: view_slice(v.block_indices, num_indices),
-                last_block_len: view_slice(v.last_block_len, seqs),
-                block_tables: view_slice(v.block_tables, seqs * v.max_blocks_per_seq as usize),
-                copy_src: view_slice(v.copy_src, v.num_copies as usize),
-                copy_dst: view_slice(v.copy_dst, v.num_copies as usize),
-                copy_kind: view_slice(v.copy_kind, v.num_copies as usize),
-                sample_rows: view_slice(v.sample_rows, seqs),
-                num_kv_groups: v.num_kv_groups,
-                group_slot_mapping: view_slice(v.group_slot_mapping, v.num_kv_groups as usize * tokens),
-                group_block_tables: view_slice(
-                    v.group_block_tables,
-                    v.num_kv_groups as usize * seqs * v.max_blocks_per_seq as usize,
-                ),
-            }
-        }
+        unsafe { view::borrow(&self.view) }
     }
 
-    /// `pkv_attention` on a CPU engine, from host slices: q and out hold
-    /// `num_tokens * (num_q_heads / tp_size) * head_dim` elements, k and v
-    /// `num_tokens * kv_heads_per_rank * head_dim` (longer slices are fine; only those are used).
-    /// An MLA engine takes no V: `attention_mla` (a v here is `Status::InvalidArgument`).
-    pub fn attention<T: Element>(
-        &mut self,
-        layer: u32,
-        q: &[T],
-        k: &[T],
-        v: &[T],
-        out: &mut [T],
-    ) -> Result<()> {
-        let (q_len, kv_len, out_len) = self.host_lens::<T>()?;
-        if q.len() < q_len || out.len() < out_len || k.len() < kv_len || v.len() < kv_len {
-            return Err(invalid(
-                Status::InvalidArgument,
-                &format!("attention: q needs {} elements, k and v {}, out {}", q_len, kv_len, out_len),
-            ));
-        }
+    /// `pkv_attention` on a CPU engine, from host slices of the engine's dtype (`f32` for F32,
+    /// `u16` bits for F16 and BF16): q and out hold `num_tokens * (num_q_heads / tp_size) *
+    /// head_dim` elements, k and v `num_tokens * kv_heads_per_rank * head_dim` (longer slices
+    /// are fine; only those are used). Another element type or a shorter slice is
+    /// `Status::InvalidArgument` naming what was expected, before pkv is called. An MLA engine
+    /// takes no V: `attention_mla` (a v here is `Status::InvalidArgument`).
+    pub fn attention<T: Element>(&mut self, layer: u32, q: &[T], k: &[T], v: &[T], out: &mut [T]) -> Result<()> {
+        let want = self.host_shape::<T>("attention")?;
+        want.check("attention", &[("q", q.len(), want.q), ("k", k.len(), want.kv), ("v", v.len(), want.kv)])?;
+        want.check("attention", &[("out", out.len(), want.out)])?;
         // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others.
         unsafe {
-            self.attention_raw(
-                layer,
-                q.as_ptr().cast(),
-                k.as_ptr().cast(),
-                v.as_ptr().cast(),
-                out.as_mut_ptr().cast(),
-            )
+            self.attention_raw(layer, q.as_ptr().cast(), k.as_ptr().cast(), v.as_ptr().cast(), out.as_mut_ptr().cast())
         }
     }
 
@@ -252,63 +108,63 @@ impl<'e> Batch<'e> {
     /// `num_tokens * (num_q_heads / tp_size) * W` elements (queries projected into latent space),
     /// `latents` the new tokens' `num_tokens * W` (cached), and out gets
     /// `num_tokens * (num_q_heads / tp_size) * kv_lora_rank`: each head's softmax-weighted sum of
-    /// its context's latents' first `kv_lora_rank` values. There is no V (pkv gets NULL).
-    pub fn attention_mla<T: Element>(
-        &mut self,
-        layer: u32,
-        q: &[T],
-        latents: &[T],
-        out: &mut [T],
-    ) -> Result<()> {
-        let (q_len, kv_len, out_len) = self.host_lens::<T>()?;
-        if q.len() < q_len || out.len() < out_len || latents.len() < kv_len {
-            return Err(invalid(
-                Status::InvalidArgument,
-                &format!("attention_mla: q needs {} elements, latents {}, out {}", q_len, kv_len, out_len),
-            ));
-        }
+    /// its context's latents' first `kv_lora_rank` values. There is no V (pkv gets NULL). Checked
+    /// as `attention`.
+    pub fn attention_mla<T: Element>(&mut self, layer: u32, q: &[T], latents: &[T], out: &mut [T]) -> Result<()> {
+        let want = self.host_shape::<T>("attention_mla")?;
+        want.check("attention_mla", &[("q", q.len(), want.q), ("latents", latents.len(), want.kv)])?;
+        want.check("attention_mla", &[("out", out.len(), want.out)])?;
         // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others;
         // v NULL is MLA's.
         unsafe {
-            self.attention_raw(
-                layer,
-                q.as_ptr().cast(),
-                latents.as_ptr().cast(),
-                ptr::null(),
-                out.as_mut_ptr().cast(),
-            )
+            self.attention_raw(layer, q.as_ptr().cast(), latents.as_ptr().cast(), ptr::null(), out.as_mut_ptr().cast())
         }
     }
 
-    /// The elements `attention` reads and writes from host slices of `T`: (q, k and v, out).
-    /// An MLA engine's k is the latent (one kv head of `head_dim`), its out `kv_lora_rank` wide
-    /// per q head.
-    fn host_lens<T: Element>(&self) -> Result<(usize, usize, usize)> {
+    /// What `attention` reads and writes from host slices of `T`, refusing an engine that is
+    /// not on the CPU and an element type that is not the model's.
+    fn host_shape<T: Element>(&self, call: &str) -> Result<HostShape> {
         let engine = self.engine;
-        let (p, pool) = (engine.params(), engine.pool_info());
+        let pool = engine.raw_pool();
         if engine.device() != Some(Device::Cpu) {
-            return Err(invalid(
+            return Err(Error::new(
                 Status::Unsupported,
-                "attention: host slices need a CPU engine; use attention_raw",
+                format!("{}: host slices need a CPU engine; use attention_raw with device pointers", call),
             ));
         }
-        if !engine.dtype().map_or(false, T::fits) {
-            return Err(invalid(
+        let dtype = engine.dtype();
+        if !dtype.map_or(false, T::fits) {
+            let want = match dtype {
+                Some(Dtype::F32) => "f32",
+                Some(Dtype::F16) => "u16 (the bits of f16 values)",
+                Some(Dtype::Bf16) => "u16 (the bits of bf16 values)",
+                _ => "none: this binding does not know the engine's dtype",
+            };
+            return Err(Error::new(
                 Status::InvalidArgument,
-                "attention: element type does not match the engine's dtype",
+                format!("{}: the engine's model dtype is {:?}: slices of {} expected, {} given", call, dtype, want, T::NAME),
             ));
         }
-        let rows = self.num_tokens();
-        let q_heads = (p.raw().num_q_heads / p.raw().tp_size.max(1)) as usize;
-        let out_dim = match p.get_kv_layout() {
-            Some(KvLayout::Mla) => p.raw().kv_lora_rank,
-            _ => pool.head_dim,
+        let p = engine.params_raw();
+        let shape = HostShape {
+            rows: self.num_tokens(),
+            q_heads: (p.num_q_heads / p.tp_size.max(1)) as usize,
+            kv_heads: pool.kv_heads as usize,
+            head_dim: pool.head_dim as usize,
+            out_dim: match KvLayout::from_code(p.kv_layout) {
+                Some(KvLayout::Mla) => p.kv_lora_rank as usize,
+                _ => pool.head_dim as usize,
+            },
+            q: 0,
+            kv: 0,
+            out: 0,
         };
-        Ok((
-            rows * q_heads * pool.head_dim as usize,
-            rows * pool.kv_heads as usize * pool.head_dim as usize,
-            rows * q_heads * out_dim as usize,
-        ))
+        Ok(HostShape {
+            q: shape.rows * shape.q_heads * shape.head_dim,
+            kv: shape.rows * shape.kv_heads * shape.head_dim,
+            out: shape.rows * shape.q_heads * shape.out_dim,
+            ..shape
+        })
     }
 
     /// `pkv_attention` with raw pointers (device pointers on a CUDA engine); an MLA engine's v
@@ -336,48 +192,204 @@ impl<'e> Batch<'e> {
         unsafe { call!(self.engine.library(), pkv_batch_copy(self.raw)) }
     }
 
-    /// The step ran (`pkv_batch_end`): its tokens become computed, full blocks are sealed into
-    /// the prefix cache. The batch is freed even when this fails.
-    pub fn end(mut self) -> Result<()> {
-        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
-        // SAFETY: raw is open; pkv frees it whatever the status.
-        unsafe { call!(self.engine.library(), pkv_batch_end(raw)) }
-    }
-
-    /// The step did not run (`pkv_batch_abort`): nothing becomes computed. Dropping does the same.
-    pub fn abort(self) {}
-
-    /// Ends a batch of `Engine::step` (`pkv_commit`): `sampled_tokens[i]` for every sequence
-    /// whose `sample_rows[i]` is not -1 (the others are ignored). On error the batch is aborted.
-    pub fn commit(mut self, sampled_tokens: &[i32]) -> Result<()> {
-        if sampled_tokens.len() < self.view.num_seqs as usize
-            && self.view().sample_rows.iter().any(|&r| r >= 0)
-        {
-            return Err(invalid(
-                Status::InvalidArgument,
-                "commit: sampled_tokens needs one token per sequence of the batch",
-            ));
-        }
-        let tokens = if sampled_tokens.is_empty() { ptr::null() } else { sampled_tokens.as_ptr() };
-        // SAFETY: the batch is open; tokens has num_seqs elements or is NULL.
-        unsafe { call!(self.engine.library(), pkv_commit(self.raw, tokens))? };
-        self.raw = ptr::null_mut(); // freed by pkv_commit's success
+    /// Runs an ending call (`pkv_batch_end`, `pkv_commit`); on success the batch is pkv's no
+    /// more (nothing to abort), on failure it stays open, as pkv keeps it.
+    fn end_with(&mut self, end: impl FnOnce(&Engine, *mut sys::pkv_batch) -> Result<()>) -> Result<()> {
+        end(self.engine, self.raw)?;
+        self.raw = ptr::null_mut();
         Ok(())
     }
 }
 
-impl Drop for Batch<'_> {
+impl Drop for OpenBatch<'_> {
     fn drop(&mut self) {
         if self.raw.is_null() {
             return;
         }
         if let Ok(abort) = &self.engine.library().raw().pkv_batch_abort {
-            // SAFETY: the batch is open and its engine alive (borrowed).
+            // SAFETY: the batch is open and its engine alive (borrowed). pkv_batch_abort ends
+            // any open batch, of pkv_batch_begin or of pkv_step.
             unsafe { abort(self.raw) };
         }
     }
 }
 
-fn invalid(status: Status, message: &str) -> Error {
-    Error::new(status, message.to_string())
+/// The shape of `attention`'s host slices: rows x heads x head_dim, and the element counts.
+struct HostShape {
+    rows: usize,
+    q_heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    out_dim: usize,
+    q: usize,
+    kv: usize,
+    out: usize,
 }
+
+impl HostShape {
+    /// `InvalidArgument` for the first slice shorter than expected, with the shape that asks it.
+    fn check(&self, call: &str, slices: &[(&str, usize, usize)]) -> Result<()> {
+        for &(name, got, want) in slices {
+            if got < want {
+                let (heads, dim) = match name {
+                    "q" => (self.q_heads, self.head_dim),
+                    "out" => (self.q_heads, self.out_dim),
+                    _ => (self.kv_heads, self.head_dim),
+                };
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!(
+                        "{}: {} has {} elements, {} expected ({} tokens x {} heads x {})",
+                        call, name, got, want, self.rows, heads, dim
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A batch of `Engine::batch` (`pkv_batch_begin`). It borrows its engine, so the engine cannot
+/// be closed while it is open. `end()` says the step ran; dropping it (or `abort()`) says it did
+/// not (`pkv_batch_abort`):
+///
+/// ```compile_fail,E0505
+/// let engine = pkv::Engine::new(&pkv::Params::new().unwrap()).unwrap();
+/// let batch = engine.batch(&[], None).unwrap();
+/// engine.close(); // error[E0505]: cannot move out of `engine` because it is borrowed
+/// batch.end().unwrap();
+/// ```
+pub struct Batch<'e>(OpenBatch<'e>);
+
+impl<'e> Batch<'e> {
+    pub(crate) fn from_raw(engine: &'e Engine, raw: *mut sys::pkv_batch) -> Result<Batch<'e>> {
+        OpenBatch::from_raw(engine, raw).map(Batch)
+    }
+
+    /// The step ran (`pkv_batch_end`): its tokens become computed, full blocks are sealed into
+    /// the prefix cache. On failure pkv keeps the batch open and the error gives it back
+    /// (`BatchError::into_batch`); dropping the error aborts it.
+    pub fn end(mut self) -> Result<(), BatchError<Batch<'e>>> {
+        // SAFETY: the batch is open; pkv frees it only on success.
+        match self.0.end_with(|e, raw| unsafe { call!(e.library(), pkv_batch_end(raw)) }) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(BatchError { error, batch: self }),
+        }
+    }
+
+    /// The step did not run (`pkv_batch_abort`): nothing becomes computed. Dropping does the same.
+    pub fn abort(self) {}
+}
+
+/// A batch of the scheduler (`Engine::step`). It ends with `commit` (the step ran, here are the
+/// sampled tokens) or `abort` (it did not); dropping it aborts it. It has no `end`: pkv ends a
+/// scheduler batch only with `pkv_commit`.
+///
+/// ```compile_fail,E0599
+/// let engine = pkv::Engine::new(&pkv::Params::new().unwrap()).unwrap();
+/// let batch = engine.step().unwrap().unwrap();
+/// batch.end(); // error[E0599]: no method named `end` found
+/// ```
+pub struct StepBatch<'e>(OpenBatch<'e>);
+
+impl<'e> StepBatch<'e> {
+    pub(crate) fn from_raw(engine: &'e Engine, raw: *mut sys::pkv_batch) -> Result<StepBatch<'e>> {
+        OpenBatch::from_raw(engine, raw).map(StepBatch)
+    }
+
+    /// Ends the step (`pkv_commit`): its tokens become computed and every sequence whose
+    /// `sample_rows[i]` is not -1 takes `sampled_tokens[i]` (the others are ignored; the slice
+    /// may be empty when no sequence samples). On failure (a slice too short, refused before pkv
+    /// is called, or pkv's refusal) the batch stays open and the error gives it back
+    /// (`BatchError::into_batch`); dropping the error aborts it.
+    pub fn commit(mut self, sampled_tokens: &[i32]) -> Result<(), BatchError<StepBatch<'e>>> {
+        let view = self.view();
+        let samples = view.sample_rows.iter().filter(|&&r| r >= 0).count();
+        if samples > 0 && sampled_tokens.len() < view.num_seqs as usize {
+            let error = Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "commit: sampled_tokens has {} tokens, {} expected (one per sequence of the batch; \
+                     {} of them sample)",
+                    sampled_tokens.len(),
+                    view.num_seqs,
+                    samples
+                ),
+            );
+            return Err(BatchError { error, batch: self });
+        }
+        let tokens = if sampled_tokens.is_empty() { ptr::null() } else { sampled_tokens.as_ptr() };
+        // SAFETY: the batch is open; tokens has num_seqs elements or is NULL; pkv frees the
+        // batch only on success.
+        match self.0.end_with(|e, raw| unsafe { call!(e.library(), pkv_commit(raw, tokens)) }) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(BatchError { error, batch: self }),
+        }
+    }
+
+    /// The step did not run (`pkv_batch_abort`): nothing becomes computed, nothing is sampled;
+    /// the next `step` plans it again. Dropping does the same.
+    pub fn abort(self) {}
+}
+
+macro_rules! deref_open {
+    ($($t:ident),*) => {$(
+        impl<'e> Deref for $t<'e> {
+            type Target = OpenBatch<'e>;
+            fn deref(&self) -> &OpenBatch<'e> {
+                &self.0
+            }
+        }
+        impl<'e> DerefMut for $t<'e> {
+            fn deref_mut(&mut self) -> &mut OpenBatch<'e> {
+                &mut self.0
+            }
+        }
+    )*};
+}
+deref_open!(Batch, StepBatch);
+
+/// A batch's end or commit that failed: pkv's error, and the batch, still open, given back.
+/// `into_batch()` takes it to commit again or abort; dropping the `BatchError` (or turning it
+/// into an `Error`, as `?` does in a function returning `pkv::Result`) aborts it.
+pub struct BatchError<B> {
+    error: Error,
+    batch: B,
+}
+
+impl<B> BatchError<B> {
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+    pub fn status(&self) -> Status {
+        self.error.status()
+    }
+    /// The batch, still open.
+    pub fn into_batch(self) -> B {
+        self.batch
+    }
+    pub fn into_parts(self) -> (Error, B) {
+        (self.error, self.batch)
+    }
+}
+
+/// The error alone: the batch is dropped, so aborted.
+impl<B> From<BatchError<B>> for Error {
+    fn from(e: BatchError<B>) -> Error {
+        e.error
+    }
+}
+
+impl<B> fmt::Debug for BatchError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchError").field("error", &self.error).finish_non_exhaustive()
+    }
+}
+
+impl<B> fmt::Display for BatchError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (the batch is still open)", self.error)
+    }
+}
+
+impl<B> std::error::Error for BatchError<B> {}

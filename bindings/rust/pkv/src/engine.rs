@@ -5,23 +5,17 @@ use std::ptr::{self, NonNull};
 use pkv_sys as sys;
 
 use crate::batch::Batch;
+use crate::types::{KvBudget, KvEvent, PoolInfo, SeqInfo, Stats};
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, sized, Library};
-use crate::params::{Device, Dtype, KvBudget, KvGroups, KvLayout, Params};
+use crate::params::{Device, Dtype, KvGroups, KvLayout, Params};
 use crate::publisher::EventPublisherInfo;
-use crate::scheduler::KvEvent;
 use crate::store::{Bridge, StoreParams};
 
-/// Pool counters (`pkv_stats`).
-pub type Stats = sys::pkv_stats;
-/// One sequence's state (`struct pkv_seq_info`).
-pub type SeqInfo = sys::pkv_seq_info;
-/// Where the pool is, for a host's own kernels (`struct pkv_pool_info`).
-pub type PoolInfo = sys::pkv_pool_info;
 
 /// Where a sequence's KV is (`struct pkv_seq_info.kv_tier`) or a KV event's block is
 /// (`pkv_kv_event.medium`), a `PKV_TIER_*`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Tier {
     /// No KV held: waiting, preempted or finished; for an event, every medium (`ALL_CLEARED`,
     /// `OVERFLOW`).
@@ -47,13 +41,13 @@ impl Tier {
     pub fn from_code(code: u32) -> Option<Tier> {
         [Tier::None, Tier::Device, Tier::Host, Tier::Store].into_iter().find(|t| t.code() == code)
     }
-    /// The tier of a `SeqInfo` (`None` for a code this binding does not know).
+    /// The tier of a `SeqInfo` (its `kv_tier`; `None` for a code this binding does not know).
     pub fn of(info: &SeqInfo) -> Option<Tier> {
-        Tier::from_code(info.kv_tier)
+        info.kv_tier
     }
-    /// Where a KV event's block was stored or removed (`medium`; `None` for an unknown code).
+    /// Where a KV event's block was stored or removed (its `medium`).
     pub fn of_event(event: &KvEvent) -> Option<Tier> {
-        Tier::from_code(event.medium)
+        event.medium
     }
 }
 
@@ -168,7 +162,17 @@ impl Engine {
     /// The pool's layout (`pkv_pool_info`), as of creation. An MLA engine's `k_base` holds the
     /// latents and its `v_base` and `host_v_base` are null.
     pub fn pool_info(&self) -> PoolInfo {
-        self.pool
+        // SAFETY: kernels is a static string of the library (pkv.h).
+        unsafe { PoolInfo::from_raw(&self.pool) }
+    }
+
+    pub(crate) fn raw_pool(&self) -> &sys::pkv_pool_info {
+        &self.pool
+    }
+
+    /// The effective parameters' C struct (its pointers are NULL).
+    pub(crate) fn params_raw(&self) -> &sys::pkv_engine_params {
+        self.params.raw()
     }
 
     pub fn device(&self) -> Option<Device> {
@@ -245,7 +249,7 @@ impl Engine {
         let mut out = sized!(sys::pkv_kv_budget);
         // SAFETY: live handle, full struct.
         unsafe { call!(self.lib, pkv_engine_budget(self.as_raw(), &mut out))? };
-        Ok(out)
+        Ok(KvBudget::from_raw(&out))
     }
 
     /// What the engine's event publisher did (`pkv_event_publisher_info`; `Params::event_publisher`):
@@ -275,11 +279,12 @@ impl Engine {
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
+    /// The pool's counters (`pkv_engine_stats`).
     pub fn stats(&self) -> Result<Stats> {
         let mut out = sized!(sys::pkv_stats);
         // SAFETY: live handle, full struct.
         unsafe { call!(self.lib, pkv_engine_stats(self.as_raw(), &mut out))? };
-        Ok(out)
+        Ok(Stats::from_raw(&out))
     }
 
     /// Admits a prompt (`pkv_allocate`); `salt` keeps tenants' blocks apart. `Status::NoSpace`:
@@ -372,11 +377,12 @@ impl Engine {
         unsafe { call!(self.lib, pkv_swap_in(self.as_raw(), seq.0)) }
     }
 
+    /// `seq`'s state (`pkv_seq_info`).
     pub fn seq_info(&self, seq: Seq) -> Result<SeqInfo> {
         let mut out = sized!(sys::pkv_seq_info);
         // SAFETY: live handle, full struct.
         unsafe { call!(self.lib, pkv_seq_info(self.as_raw(), seq.0, &mut out))? };
-        Ok(out)
+        Ok(SeqInfo::from_raw(&out))
     }
 
     /// `seq`'s block table: physical block ids, in order (`pkv_seq_block_table`).

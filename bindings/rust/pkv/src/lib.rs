@@ -27,16 +27,26 @@ mod params;
 mod publisher;
 mod scheduler;
 mod store;
+mod store_admin;
+mod types;
+mod view;
 
-pub use batch::{Batch, BatchView, CopyKind, Element};
-pub use engine::{Allocation, AllocationQuery, Engine, PoolInfo, Seq, SeqInfo, Stats, Tier};
+pub use batch::{Batch, BatchError, Element, OpenBatch, StepBatch};
+pub use engine::{Allocation, AllocationQuery, Engine, Seq, Tier};
 pub use error::{Error, Result, Status};
 pub use library::{library, Library, LIBRARY_ENV};
-pub use params::{hf_config_layer_windows, profile, Device, Dtype, KvBudget, KvGroups, KvLayout, Params};
+pub use params::{hf_config_layer_windows, profile, Device, Dtype, KvGroups, KvLayout, Params};
 pub use pkv_sys as sys;
 pub use publisher::{EventPublisherInfo, EventPublisherParams};
-pub use scheduler::{KvEvent, Request};
+pub use scheduler::Request;
 pub use store::{MapStore, Store, StoreKey, StoreParams, StoreResult, WriteMode};
+pub use store_admin::{StoreAdmin, StoreEntry, StoreInfo, StoreKind, StoreList, ValueState, VerifyResult};
+pub use types::{BudgetSource, FinishReason, KvBudget, KvEvent, KvEventKind, PoolInfo, SeqInfo, Stats};
+pub use view::{BatchView, CopyKind};
+
+/// This crate's version: pkv.h's `PKV_VERSION_MAJOR.MINOR.PATCH`, which `gen.sh` writes into
+/// both crates' Cargo.toml (a test checks they agree).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 use std::os::raw::c_void;
 

@@ -163,4 +163,21 @@ macro_rules! call {
     }};
 }
 
-pub(crate) use {call, sized};
+/// An enum over some of pkv.h's codes, with `code()` and `from_code()` (`None` for another).
+macro_rules! codes {
+    ($(#[$doc:meta])* $name:ident: $t:ty { $($(#[$vdoc:meta])* $variant:ident = $code:path,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vdoc])* $variant,)* }
+        impl $name {
+            pub fn code(self) -> $t {
+                (match self { $($name::$variant => $code,)* }) as $t
+            }
+            pub fn from_code(code: $t) -> Option<$name> {
+                [$($name::$variant,)*].into_iter().find(|v| v.code() == code)
+            }
+        }
+    };
+}
+
+pub(crate) use {call, codes, sized};

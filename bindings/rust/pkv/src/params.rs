@@ -10,12 +10,10 @@ use pkv_sys as sys;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, library, sized, Library};
 use crate::publisher::{EventPublisherParams, PublisherStruct};
-
-/// How a budget was decided: `pkv_kv_budget` (`source` is a `PKV_BUDGET_*`).
-pub type KvBudget = sys::pkv_kv_budget;
+use crate::types::KvBudget;
 
 /// Where the pool lives (`PKV_DEVICE_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     /// CUDA when a GPU is usable, else the CPU.
     Auto,
@@ -38,7 +36,7 @@ impl Device {
 
 /// The model's dtype (`Params::dtype`: F32, F16, Bf16) and the KV cache's (`Params::kv_dtype`:
 /// the model's, or an fp8 kind) (`PKV_DTYPE_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dtype {
     F32,
     F16,
@@ -78,7 +76,7 @@ impl Dtype {
 }
 
 /// What the cache holds per token per layer (`Params::kv_layout`, `PKV_KV_LAYOUT_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvLayout {
     /// K and V of each kv head (multi-head, GQA, MQA attention): the default.
     Heads,
@@ -97,10 +95,10 @@ impl KvLayout {
     pub fn from_code(code: u32) -> Option<KvLayout> {
         [KvLayout::Heads, KvLayout::Mla].into_iter().find(|l| l.code() == code)
     }
-    /// The layout a budget was computed for (`KvBudget::kv_layout`; `None` for a code this
-    /// binding does not know).
+    /// The layout a budget was computed for (its `kv_layout`; `None` for a code this binding
+    /// does not know).
     pub fn of(budget: &KvBudget) -> Option<KvLayout> {
-        KvLayout::from_code(budget.kv_layout)
+        budget.kv_layout
     }
 }
 
@@ -466,13 +464,11 @@ impl Params {
     /// is filled, `shortfall_bytes` included.
     pub fn profile_detailed(&self) -> (KvBudget, Result<()>) {
         let mut budget = sized!(sys::pkv_kv_budget);
-        let p = match self.c_params() {
-            Ok(p) => p,
-            Err(e) => return (budget, Err(e)),
-        };
-        // SAFETY: both structs are full ones with struct_size set; p's windows live in self.
-        let status = unsafe { call!(self.lib, pkv_profile(&p, &mut budget)) };
-        (budget, status)
+        let status = self.c_params().and_then(|p| {
+            // SAFETY: both structs are full ones with struct_size set; p's windows live in self.
+            unsafe { call!(self.lib, pkv_profile(&p, &mut budget)) }
+        });
+        (KvBudget::from_raw(&budget), status)
     }
 }
 

@@ -4,14 +4,11 @@ use std::ptr;
 
 use pkv_sys as sys;
 
-use crate::batch::Batch;
+use crate::batch::StepBatch;
 use crate::engine::{Engine, Seq};
 use crate::error::Result;
 use crate::library::{call, count, sized};
-
-/// One KV event (`pkv_kv_event`; `type_` is a `PKV_EVENT_*`, `medium` a `PKV_TIER_*`: read it
-/// with `Tier::of_event`).
-pub type KvEvent = sys::pkv_kv_event;
+use crate::types::KvEvent;
 
 /// A request's options for `Engine::submit` (`pkv_request_params`); `Default` = pkv's defaults
 /// as documented in pkv.h (16 new tokens, no stop token, priority 0, no salt).
@@ -53,15 +50,15 @@ impl Engine {
     }
 
     /// The scheduler's next step (`pkv_step`); `None` when nothing is left to run. End the batch
-    /// with `Batch::commit`.
-    pub fn step(&self) -> Result<Option<Batch<'_>>> {
+    /// with `StepBatch::commit`, or `abort` it (dropping it does).
+    pub fn step(&self) -> Result<Option<StepBatch<'_>>> {
         let mut raw = ptr::null_mut();
         // SAFETY: live handle; raw receives the batch or NULL.
         unsafe { call!(self.library(), pkv_step(self.as_raw(), &mut raw))? };
         if raw.is_null() {
             return Ok(None);
         }
-        Batch::from_raw(self, raw).map(Some)
+        StepBatch::from_raw(self, raw).map(Some)
     }
 
     /// The requests finished since the last call (`pkv_drain_finished`).
@@ -82,12 +79,12 @@ impl Engine {
     }
 
     /// The queued KV events, oldest first (`pkv_drain_kv_events_sized`; needs
-    /// `Params::kv_events`). Events are written at this crate's `size_of::<KvEvent>()` (40 bytes):
+    /// `Params::kv_events`). Events are read at pkv-sys's `size_of::<pkv_kv_event>()` (40 bytes):
     /// a newer libpkv fills only the fields this crate knows, an older one zeroes those it does
     /// not.
     pub fn drain_kv_events(&self) -> Result<Vec<KvEvent>> {
-        const EVENT_SIZE: u32 = std::mem::size_of::<KvEvent>() as u32;
-        let mut all: Vec<KvEvent> = Vec::new();
+        const EVENT_SIZE: u32 = std::mem::size_of::<sys::pkv_kv_event>() as u32;
+        let mut all: Vec<sys::pkv_kv_event> = Vec::new();
         loop {
             all.reserve(256);
             let (mut len, spare) = (0u32, (all.capacity() - all.len()).min(u32::MAX as usize));
@@ -102,7 +99,7 @@ impl Engine {
                 all.set_len(all.len() + len as usize);
             }
             if (len as usize) < spare {
-                return Ok(all);
+                return Ok(all.iter().map(KvEvent::from_raw).collect());
             }
         }
     }

@@ -111,6 +111,7 @@ pub struct StoreParams {
     raw: sys::pkv_store_params,
     texts: [Option<CString>; 5], // path, host, username, password, key_prefix
     store: Option<Arc<dyn Store>>,
+    lib: &'static Library,
 }
 
 macro_rules! store_setters {
@@ -133,7 +134,7 @@ impl StoreParams {
         let mut raw = sized!(sys::pkv_store_params);
         // SAFETY: raw is a pkv_store_params of the size passed.
         unsafe { call!(lib, pkv_store_params_init(&mut raw, raw.struct_size))? };
-        Ok(StoreParams { raw, texts: Default::default(), store: None })
+        Ok(StoreParams { raw, texts: Default::default(), store: None, lib })
     }
 
     /// A directory of block files (made if missing).
@@ -189,9 +190,14 @@ impl StoreParams {
         io_timeout_ms: u32 => io_timeout_ms;
     }
 
-    /// The C struct (its strings and callbacks are set only inside `Engine::with_store`).
+    /// The C struct (its strings and callbacks are set only inside `Engine::with_store` and
+    /// `StoreAdmin::open`).
     pub fn raw(&self) -> &sys::pkv_store_params {
         &self.raw
+    }
+
+    pub fn library(&self) -> &'static Library {
+        self.lib
     }
 
     fn text(mut self, at: usize, s: &str) -> Result<StoreParams> {

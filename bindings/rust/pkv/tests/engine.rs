@@ -24,7 +24,7 @@ fn prefix_cache_salt_fork_and_batch_view() {
         assert_eq!(v.block_indices, &table[..]);
         assert_eq!(v.last_block_len, &[2]);
         assert_eq!(v.slot_mapping[4], i64::from(table[1]) * 4);
-        assert!(e.seq_info(a.seq).unwrap().in_batch == 1);
+        assert!(e.seq_info(a.seq).unwrap().in_batch);
     } // dropped: aborted, nothing computed
     assert_eq!(e.seq_info(a.seq).unwrap().num_computed_tokens, 0);
     common::compute(&e, &[a.seq]);
@@ -49,7 +49,7 @@ fn prefix_cache_salt_fork_and_batch_view() {
     assert_eq!(e.stats().unwrap().num_cow_copies, 1);
     // Preempt gives back the blocks and keeps the tokens; resume finds its prefix cached.
     e.preempt(child).unwrap();
-    assert_eq!(e.seq_info(child).unwrap().is_preempted, 1);
+    assert!(e.seq_info(child).unwrap().is_preempted);
     assert_eq!(e.resume(child).unwrap(), 8);
     for seq in [a.seq, b.seq, c.seq, child] {
         e.release(seq).unwrap();

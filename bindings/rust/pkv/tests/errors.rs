@@ -77,8 +77,8 @@ fn failed_calls_carry_their_status_and_message() {
 fn a_null_handle_is_refused_through_the_sys_layer() {
     let lib = pkv::library().unwrap();
     let raw = lib.raw();
-    let mut stats: pkv::Stats = unsafe { std::mem::zeroed() };
-    stats.struct_size = std::mem::size_of::<pkv::Stats>() as u32;
+    let mut stats: pkv::sys::pkv_stats = unsafe { std::mem::zeroed() };
+    stats.struct_size = std::mem::size_of::<pkv::sys::pkv_stats>() as u32;
     unsafe {
         assert_eq!(raw.pkv_engine_stats(ptr::null_mut(), &mut stats), pkv::sys::PKV_ERR_INVALID_ARGUMENT);
         assert_eq!(raw.pkv_release(ptr::null_mut(), 1), pkv::sys::PKV_ERR_INVALID_ARGUMENT);

@@ -4,7 +4,7 @@
 //! drops evicted blocks.
 mod common;
 
-use pkv::{sys, CopyKind, Engine, KvEvent, Tier};
+use pkv::{CopyKind, Engine, KvEvent, KvEventKind, Tier};
 
 const HOST_BLOCKS: u32 = 8;
 
@@ -25,10 +25,10 @@ fn engine(host_offload: bool) -> Engine {
 }
 
 /// The sorted block hashes of the events of one type and medium.
-fn hashes(events: &[KvEvent], type_: u32, tier: Tier) -> Vec<u64> {
+fn hashes(events: &[KvEvent], kind: KvEventKind, tier: Tier) -> Vec<u64> {
     let mut out: Vec<u64> = events
         .iter()
-        .filter(|ev| ev.type_ == type_ && Tier::of_event(ev) == Some(tier))
+        .filter(|ev| ev.kind == Some(kind) && ev.medium == Some(tier))
         .map(|ev| ev.block_hash)
         .collect();
     out.sort_unstable();
@@ -46,7 +46,7 @@ fn on_by_default_with_its_codes() {
 
 #[test]
 fn evicted_blocks_go_to_the_host_tier_and_come_back() {
-    let (stored, removed) = (sys::PKV_EVENT_BLOCK_STORED, sys::PKV_EVENT_BLOCK_REMOVED);
+    let (stored, removed) = (KvEventKind::BlockStored, KvEventKind::BlockRemoved);
     let mut first_hashes = Vec::new();
     let mut h = pkv::block_hash_root(0, &[]).unwrap();
     for block in first()[..12].chunks(4) {

@@ -1,7 +1,7 @@
 //! Continuous batching (submit, step, commit) and KV events through the safe API.
 mod common;
 
-use pkv::{Request, Status};
+use pkv::{FinishReason, KvEventKind, Request, Status};
 
 #[test]
 fn submit_step_commit_until_finished() {
@@ -33,13 +33,13 @@ fn submit_step_commit_until_finished() {
     finished.sort();
     assert_eq!(finished, vec![a, b]);
     let info = e.seq_info(b).unwrap();
-    assert_eq!((info.num_generated_tokens, info.finish_reason), (3, pkv::sys::PKV_FINISH_STOP_TOKEN));
+    assert_eq!((info.num_generated_tokens, info.finish_reason), (3, Some(FinishReason::StopToken)));
     assert_eq!(e.tokens(b).unwrap()[5..], [5, 6, 7]);
-    assert_eq!(e.seq_info(a).unwrap().finish_reason, pkv::sys::PKV_FINISH_LENGTH);
+    assert_eq!(e.seq_info(a).unwrap().finish_reason, Some(FinishReason::Length));
     e.release(a).unwrap();
     e.release(b).unwrap();
     let events = e.drain_kv_events().unwrap();
-    assert!(events.iter().any(|ev| ev.type_ == pkv::sys::PKV_EVENT_BLOCK_STORED));
+    assert!(events.iter().any(|ev| ev.kind == Some(KvEventKind::BlockStored)));
     e.reset_prefix_cache().unwrap();
     assert_eq!(e.stats().unwrap().num_cached_blocks, 0);
     e.check().unwrap();
@@ -67,8 +67,8 @@ fn kv_events_carry_seq_numbers_and_canonical_hashes() {
     let events = e.drain_kv_events().unwrap();
     let hashes = canonical_hashes(2);
     let got: Vec<_> =
-        events.iter().map(|ev| (ev.type_, ev.num_tokens, ev.seq_no, ev.parent_hash, ev.block_hash)).collect();
-    let stored = pkv::sys::PKV_EVENT_BLOCK_STORED;
+        events.iter().map(|ev| (ev.kind, ev.num_tokens, ev.seq_no, ev.parent_hash, ev.block_hash)).collect();
+    let stored = Some(KvEventKind::BlockStored);
     assert_eq!(got, vec![(stored, 4, 1, hashes[0], hashes[1]), (stored, 4, 2, hashes[1], hashes[2])]);
     assert!(events.iter().all(|ev| pkv::Tier::of_event(ev) == Some(pkv::Tier::Device)), "{:?}", events);
     e.release(a.seq).unwrap();
@@ -86,7 +86,7 @@ fn a_grown_kv_event_gets_zeros_past_the_known_fields() {
     #[repr(C)]
     #[derive(Clone, Copy)]
     struct Grown {
-        known: pkv::KvEvent,
+        known: pkv::sys::pkv_kv_event,
         added_later: u64,
     }
     let e = pkv::Engine::new(&common::params(4, 16).kv_events(true)).unwrap();
@@ -98,7 +98,7 @@ fn a_grown_kv_event_gets_zeros_past_the_known_fields() {
     let drain = e.library().raw().pkv_drain_kv_events_sized.as_ref().unwrap();
     let size = std::mem::size_of::<Grown>() as u32;
     // SAFETY: buf holds 3 events of `size` bytes.
-    let status = unsafe { drain(e.as_raw(), buf.as_mut_ptr() as *mut pkv::KvEvent, size, 3, &mut len) };
+    let status = unsafe { drain(e.as_raw(), buf.as_mut_ptr() as *mut pkv::sys::pkv_kv_event, size, 3, &mut len) };
     assert_eq!((status, len), (pkv::sys::PKV_OK, 2));
     let hashes = canonical_hashes(2);
     let got: Vec<_> = buf.iter().map(|g| (g.known.seq_no, g.known.block_hash, g.added_later)).collect();

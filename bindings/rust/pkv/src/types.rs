@@ -1,0 +1,308 @@
+//! What pkv reports, as Rust types: `Stats` (`pkv_stats`), `SeqInfo` (`struct pkv_seq_info`),
+//! `PoolInfo` (`struct pkv_pool_info`), `KvEvent` (`pkv_kv_event`) and `KvBudget`
+//! (`pkv_kv_budget`): plain structs of Rust fields, enums for pkv's codes (`None` for a code this
+//! binding does not know: a newer libpkv), `bool` for flags, `String` for text. Field meanings
+//! are pkv.h's, named as there. The raw structs stay in `pkv::sys`.
+use std::os::raw::c_void;
+
+use pkv_sys as sys;
+
+use crate::engine::Tier;
+use crate::library::{codes, text};
+use crate::params::{Device, Dtype, KvLayout};
+
+/// A plain struct whose fields are the same-named fields of a pkv struct, copied as they are.
+macro_rules! plain {
+    ($(#[$doc:meta])* $name:ident from $raw:ty { $($(#[$fdoc:meta])* $field:ident: $t:ty,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct $name { $($(#[$fdoc])* pub $field: $t,)* }
+        impl $name {
+            pub(crate) fn from_raw(raw: &$raw) -> $name {
+                $name { $($field: raw.$field,)* }
+            }
+        }
+    };
+}
+
+codes! {
+    /// Why a request of `Engine::submit` finished (`PKV_FINISH_*`).
+    FinishReason: u32 {
+        /// Not finished: it runs or waits.
+        None = sys::PKV_FINISH_NONE,
+        /// It sampled its stop token (kept in the sequence).
+        StopToken = sys::PKV_FINISH_STOP_TOKEN,
+        /// It sampled `max_new_tokens`.
+        Length = sys::PKV_FINISH_LENGTH,
+    }
+}
+
+codes! {
+    /// What a KV event says (`PKV_EVENT_*`).
+    KvEventKind: u32 {
+        /// A block's KV became reusable under a prefix.
+        BlockStored = sys::PKV_EVENT_BLOCK_STORED,
+        /// A block's KV is held nowhere any more.
+        BlockRemoved = sys::PKV_EVENT_BLOCK_REMOVED,
+        /// The whole cache was emptied.
+        AllCleared = sys::PKV_EVENT_ALL_CLEARED,
+        /// Events were lost to a full queue: a router starts over.
+        Overflow = sys::PKV_EVENT_OVERFLOW,
+    }
+}
+
+codes! {
+    /// Which rule decided a budget's `num_blocks` (`PKV_BUDGET_*`).
+    BudgetSource: u32 {
+        /// `memory_total * memory_utilization - used - reserve`.
+        FromUtilization = sys::PKV_BUDGET_FROM_UTILIZATION,
+        /// `Params::kv_cache_bytes`.
+        FromByteCap = sys::PKV_BUDGET_FROM_BYTE_CAP,
+        /// `Params::num_blocks`.
+        FixedBlocks = sys::PKV_BUDGET_FIXED_BLOCKS,
+    }
+}
+
+plain! {
+    /// The pool's counters (`pkv_stats`; "cumulative" ones only grow). Each field is pkv.h's.
+    Stats from sys::pkv_stats {
+        num_blocks: u64, num_free_blocks: u64, num_cached_blocks: u64, num_used_blocks: u64,
+        num_seqs: u64, num_preempted_seqs: u64, num_prefix_nodes: u64,
+        /// Cumulative.
+        prefix_query_tokens: u64,
+        /// Cumulative: of `prefix_query_tokens`, served from the cache.
+        prefix_hit_tokens: u64,
+        num_evictions: u64, num_cow_copies: u64, num_preemptions: u64,
+        num_waiting_requests: u64, num_running_requests: u64, num_finished_requests: u64,
+        num_scheduled_tokens: u64, num_steps: u64,
+        /// The host tier (pkv 0.2; 0: off).
+        num_host_blocks: u64,
+        num_host_free_blocks: u64, num_swapped_seqs: u64, num_swapped_out_blocks: u64,
+        num_swapped_in_blocks: u64, num_swap_preemptions: u64, num_host_cached_blocks: u64,
+        device_hit_tokens: u64, host_hit_tokens: u64, num_offloaded_blocks: u64,
+        num_loaded_blocks: u64, num_host_evictions: u64,
+        /// The store tier (pkv 0.2): blocks unless said otherwise, cumulative.
+        store_hit_tokens: u64,
+        num_store_lookups: u64, num_store_hits: u64, num_store_misses: u64,
+        num_store_rejected: u64, num_store_errors: u64, num_store_puts: u64,
+        num_store_put_dropped: u64, num_store_put_errors: u64, num_loading_requests: u64,
+    }
+}
+
+/// One sequence's state (`struct pkv_seq_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SeqInfo {
+    /// Prompt + appended (and sampled) tokens.
+    pub num_tokens: u32,
+    /// Tokens whose KV is in the pool (cached ones included).
+    pub num_computed_tokens: u32,
+    /// Tokens served by the prefix cache at the last admission.
+    pub num_cached_tokens: u32,
+    /// Length of the block table.
+    pub num_blocks: u32,
+    /// Preempted, until re-admitted.
+    pub is_preempted: bool,
+    /// An open batch includes it.
+    pub in_batch: bool,
+    pub cache_salt_len: u32,
+    /// A request of `Engine::submit` (the next three are 0 otherwise).
+    pub is_request: bool,
+    pub num_prompt_tokens: u32,
+    /// Tokens sampled so far (`StepBatch::commit`).
+    pub num_generated_tokens: u32,
+    pub finish_reason: Option<FinishReason>,
+    /// Where its KV is: `Device` in pool blocks, `Host` swapped out, `None` holding no KV.
+    pub kv_tier: Option<Tier>,
+    /// Host-tier blocks it holds while swapped out.
+    pub num_host_blocks: u32,
+}
+
+impl SeqInfo {
+    pub(crate) fn from_raw(r: &sys::pkv_seq_info) -> SeqInfo {
+        SeqInfo {
+            num_tokens: r.num_tokens,
+            num_computed_tokens: r.num_computed_tokens,
+            num_cached_tokens: r.num_cached_tokens,
+            num_blocks: r.num_blocks,
+            is_preempted: r.is_preempted != 0,
+            in_batch: r.in_batch != 0,
+            cache_salt_len: r.cache_salt_len,
+            is_request: r.is_request != 0,
+            num_prompt_tokens: r.num_prompt_tokens,
+            num_generated_tokens: r.num_generated_tokens,
+            finish_reason: FinishReason::from_code(r.finish_reason),
+            kv_tier: Tier::from_code(r.kv_tier),
+            num_host_blocks: r.num_host_blocks,
+        }
+    }
+}
+
+/// One KV event (`pkv_kv_event`), for routers: the canonical hashes of `pkv::block_hash`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvEvent {
+    pub kind: Option<KvEventKind>,
+    /// Tokens in the block (the block size).
+    pub num_tokens: u32,
+    /// 1, 2, 3, ... per engine, never reused.
+    pub seq_no: u64,
+    pub block_hash: u64,
+    /// Of the previous block, or the salt's root hash.
+    pub parent_hash: u64,
+    /// The tier the block was stored in or removed from; `Tier::None` for `AllCleared` and
+    /// `Overflow`, which concern every tier.
+    pub medium: Option<Tier>,
+    /// The KV group of the block (`Engine::kv_groups`; 0 without windows).
+    pub group: u32,
+}
+
+impl KvEvent {
+    pub(crate) fn from_raw(r: &sys::pkv_kv_event) -> KvEvent {
+        KvEvent {
+            kind: KvEventKind::from_code(r.type_),
+            num_tokens: r.num_tokens,
+            seq_no: r.seq_no,
+            block_hash: r.block_hash,
+            parent_hash: r.parent_hash,
+            medium: Tier::from_code(r.medium),
+            group: r.group,
+        }
+    }
+}
+
+/// Where the pool is, for a host's own kernels (`struct pkv_pool_info`): each of K and V is
+/// `[num_layers][num_blocks][block_size][kv_heads][head_dim]`, strides in elements. An MLA
+/// engine's `k_base` holds the latents and its `v_base` and `host_v_base` are null. The bases
+/// are addresses (device ones on CUDA), valid while the engine lives; reading them is the host's
+/// own unsafe code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolInfo {
+    pub device: Option<Device>,
+    /// The pool's elements: the model's dtype or an fp8 kind.
+    pub dtype: Option<Dtype>,
+    /// The model's dtype: `attention`'s q, k, v and out.
+    pub model_dtype: Option<Dtype>,
+    /// The pool's layer dimension (`KvBudget::group_layers` with KV groups).
+    pub num_layers: u32,
+    pub num_blocks: u32,
+    pub block_size: u32,
+    /// Per rank.
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub k_base: *mut c_void,
+    pub v_base: *mut c_void,
+    pub layer_stride: u64,
+    pub block_stride: u64,
+    pub token_stride: u64,
+    pub head_stride: u64,
+    /// Bytes of K (and of V).
+    pub bytes_per_pool: u64,
+    /// The host tier's (pkv 0.2): null and 0 when it is off.
+    pub host_k_base: *mut c_void,
+    pub host_v_base: *mut c_void,
+    pub host_num_blocks: u64,
+    pub host_layer_stride: u64,
+    pub host_bytes_per_pool: u64,
+    pub num_kv_groups: u32,
+    /// The attention kernels the engine runs: on the CPU the instruction-set variant picked at
+    /// run time ("avx512-bf16", "avx512", "avx2", "baseline"); "cuda".
+    pub kernels: String,
+}
+
+impl PoolInfo {
+    /// # Safety
+    /// `r.kernels` is NULL or a valid C string.
+    pub(crate) unsafe fn from_raw(r: &sys::pkv_pool_info) -> PoolInfo {
+        PoolInfo {
+            device: Device::from_code(r.device),
+            dtype: Dtype::from_code(r.dtype),
+            model_dtype: Dtype::from_code(r.model_dtype),
+            num_layers: r.num_layers,
+            num_blocks: r.num_blocks,
+            block_size: r.block_size,
+            kv_heads: r.kv_heads,
+            head_dim: r.head_dim,
+            k_base: r.k_base,
+            v_base: r.v_base,
+            layer_stride: r.layer_stride,
+            block_stride: r.block_stride,
+            token_stride: r.token_stride,
+            head_stride: r.head_stride,
+            bytes_per_pool: r.bytes_per_pool,
+            host_k_base: r.host_k_base,
+            host_v_base: r.host_v_base,
+            host_num_blocks: r.host_num_blocks,
+            host_layer_stride: r.host_layer_stride,
+            host_bytes_per_pool: r.host_bytes_per_pool,
+            num_kv_groups: r.num_kv_groups,
+            kernels: text(r.kernels),
+        }
+    }
+}
+
+/// How a KV budget was decided (`pkv_kv_budget`), from `Params::profile` or `Engine::budget`.
+/// Each field is pkv.h's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvBudget {
+    /// The device the budget is for (`Auto` resolved).
+    pub device: Option<Device>,
+    pub source: Option<BudgetSource>,
+    pub kv_heads_per_rank: u32,
+    pub block_bytes: u64,
+    pub bytes_per_token: u64,
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub reserve_bytes: u64,
+    pub memory_utilization: f64,
+    pub budget_bytes: u64,
+    pub num_blocks: u64,
+    pub pool_bytes: u64,
+    pub max_tokens: u64,
+    pub blocks_per_max_seq: u64,
+    pub max_seqs_at_max_model_len: u64,
+    /// When the budget is too small: how many more bytes are needed.
+    pub shortfall_bytes: u64,
+    pub host_num_blocks: u64,
+    pub host_pool_bytes: u64,
+    pub host_total_bytes: u64,
+    pub host_available_bytes: u64,
+    /// The cache's dtype (the model's unless fp8).
+    pub kv_dtype: Option<Dtype>,
+    pub num_kv_groups: u32,
+    pub group_layers: u32,
+    pub padded_layers: u32,
+    pub kv_scale_bytes: u64,
+    pub kv_layout: Option<KvLayout>,
+}
+
+impl KvBudget {
+    pub(crate) fn from_raw(r: &sys::pkv_kv_budget) -> KvBudget {
+        KvBudget {
+            device: Device::from_code(r.device),
+            source: BudgetSource::from_code(r.source),
+            kv_heads_per_rank: r.kv_heads_per_rank,
+            block_bytes: r.block_bytes,
+            bytes_per_token: r.bytes_per_token,
+            total_bytes: r.total_bytes,
+            used_bytes: r.used_bytes,
+            reserve_bytes: r.reserve_bytes,
+            memory_utilization: r.memory_utilization,
+            budget_bytes: r.budget_bytes,
+            num_blocks: r.num_blocks,
+            pool_bytes: r.pool_bytes,
+            max_tokens: r.max_tokens,
+            blocks_per_max_seq: r.blocks_per_max_seq,
+            max_seqs_at_max_model_len: r.max_seqs_at_max_model_len,
+            shortfall_bytes: r.shortfall_bytes,
+            host_num_blocks: r.host_num_blocks,
+            host_pool_bytes: r.host_pool_bytes,
+            host_total_bytes: r.host_total_bytes,
+            host_available_bytes: r.host_available_bytes,
+            kv_dtype: Dtype::from_code(r.kv_dtype),
+            num_kv_groups: r.num_kv_groups,
+            group_layers: r.group_layers,
+            padded_layers: r.padded_layers,
+            kv_scale_bytes: r.kv_scale_bytes,
+            kv_layout: KvLayout::from_code(r.kv_layout),
+        }
+    }
+}
