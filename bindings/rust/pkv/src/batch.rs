@@ -93,13 +93,26 @@ impl<'e> OpenBatch<'e> {
     /// are fine; only those are used). Another element type or a shorter slice is
     /// `Status::InvalidArgument` naming what was expected, before pkv is called. An MLA engine
     /// takes no V: `attention_mla` (a v here is `Status::InvalidArgument`).
-    pub fn attention<T: Element>(&mut self, layer: u32, q: &[T], k: &[T], v: &[T], out: &mut [T]) -> Result<()> {
+    pub fn attention<T: Element>(
+        &mut self,
+        layer: u32,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
         let want = self.host_shape::<T>("attention")?;
         want.check("attention", &[("q", q.len(), want.q), ("k", k.len(), want.kv), ("v", v.len(), want.kv)])?;
         want.check("attention", &[("out", out.len(), want.out)])?;
         // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others.
         unsafe {
-            self.attention_raw(layer, q.as_ptr().cast(), k.as_ptr().cast(), v.as_ptr().cast(), out.as_mut_ptr().cast())
+            self.attention_raw(
+                layer,
+                q.as_ptr().cast(),
+                k.as_ptr().cast(),
+                v.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+            )
         }
     }
 
@@ -110,14 +123,26 @@ impl<'e> OpenBatch<'e> {
     /// `num_tokens * (num_q_heads / tp_size) * kv_lora_rank`: each head's softmax-weighted sum of
     /// its context's latents' first `kv_lora_rank` values. There is no V (pkv gets NULL). Checked
     /// as `attention`.
-    pub fn attention_mla<T: Element>(&mut self, layer: u32, q: &[T], latents: &[T], out: &mut [T]) -> Result<()> {
+    pub fn attention_mla<T: Element>(
+        &mut self,
+        layer: u32,
+        q: &[T],
+        latents: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
         let want = self.host_shape::<T>("attention_mla")?;
         want.check("attention_mla", &[("q", q.len(), want.q), ("latents", latents.len(), want.kv)])?;
         want.check("attention_mla", &[("out", out.len(), want.out)])?;
         // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others;
         // v NULL is MLA's.
         unsafe {
-            self.attention_raw(layer, q.as_ptr().cast(), latents.as_ptr().cast(), ptr::null(), out.as_mut_ptr().cast())
+            self.attention_raw(
+                layer,
+                q.as_ptr().cast(),
+                latents.as_ptr().cast(),
+                ptr::null(),
+                out.as_mut_ptr().cast(),
+            )
         }
     }
 
@@ -142,7 +167,13 @@ impl<'e> OpenBatch<'e> {
             };
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("{}: the engine's model dtype is {:?}: slices of {} expected, {} given", call, dtype, want, T::NAME),
+                format!(
+                    "{}: the engine's model dtype is {}: slices of {} expected, {} given",
+                    call,
+                    dtype.map_or_else(|| "unknown".to_string(), |d| format!("{:?}", d)),
+                    want,
+                    T::NAME
+                ),
             ));
         }
         let p = engine.params_raw();

@@ -5,13 +5,12 @@ use std::ptr::{self, NonNull};
 use pkv_sys as sys;
 
 use crate::batch::Batch;
-use crate::types::{KvBudget, KvEvent, PoolInfo, SeqInfo, Stats};
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, sized, Library};
 use crate::params::{Device, Dtype, KvGroups, KvLayout, Params};
 use crate::publisher::EventPublisherInfo;
 use crate::store::{Bridge, StoreParams};
-
+use crate::types::{KvBudget, KvEvent, PoolInfo, SeqInfo, Stats};
 
 /// Where a sequence's KV is (`struct pkv_seq_info.kv_tier`) or a KV event's block is
 /// (`pkv_kv_event.medium`), a `PKV_TIER_*`.

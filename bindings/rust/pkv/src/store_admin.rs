@@ -118,7 +118,8 @@ impl StoreAdmin {
         let mut raw = ptr::null_mut();
         // SAFETY: p's strings live in params until the call returns; raw receives the handle.
         unsafe { call!(lib, pkv_store_open(&p, &mut raw))? };
-        let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "pkv_store_open gave NULL"))?;
+        let raw =
+            NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "pkv_store_open gave NULL"))?;
         Ok(StoreAdmin { raw, lib })
     }
 
@@ -135,7 +136,11 @@ impl StoreAdmin {
         let mut out = sized!(sys::pkv_store_info);
         // SAFETY: live handle, full struct.
         unsafe { call!(self.lib, pkv_store_info(self.as_raw(), &mut out))? };
-        Ok(StoreInfo { kind: StoreKind::from_code(out.kind), num_blocks: out.num_blocks, total_bytes: out.total_bytes })
+        Ok(StoreInfo {
+            kind: StoreKind::from_code(out.kind),
+            num_blocks: out.num_blocks,
+            total_bytes: out.total_bytes,
+        })
     }
 
     /// Every block, each value read and checked (`pkv_store_list`), a page at a time. The
@@ -157,7 +162,8 @@ impl StoreAdmin {
         let mut r = sized!(sys::pkv_store_verify_result);
         // SAFETY: live handle, full struct.
         unsafe { call!(self.lib, pkv_store_verify(self.as_raw(), u32::from(remove_bad), &mut r))? };
-        let first_bad = if r.num_bad > 0 { Some((r.first_bad_key.bytes, c_text(&r.first_bad_problem))) } else { None };
+        let first_bad =
+            if r.num_bad > 0 { Some((r.first_bad_key.bytes, c_text(&r.first_bad_problem))) } else { None };
         Ok(VerifyResult {
             num_blocks: r.num_blocks,
             num_good: r.num_good,
@@ -219,7 +225,15 @@ impl<'s> StoreList<'s> {
         unsafe {
             call!(
                 lib,
-                pkv_store_list(self.store.as_raw(), &mut self.cursor, self.flags, buf.as_mut_ptr(), size, PAGE as u32, &mut len)
+                pkv_store_list(
+                    self.store.as_raw(),
+                    &mut self.cursor,
+                    self.flags,
+                    buf.as_mut_ptr(),
+                    size,
+                    PAGE as u32,
+                    &mut len
+                )
             )?
         };
         self.page.extend(buf[..len as usize].iter().map(entry));

@@ -98,7 +98,8 @@ fn a_grown_kv_event_gets_zeros_past_the_known_fields() {
     let drain = e.library().raw().pkv_drain_kv_events_sized.as_ref().unwrap();
     let size = std::mem::size_of::<Grown>() as u32;
     // SAFETY: buf holds 3 events of `size` bytes.
-    let status = unsafe { drain(e.as_raw(), buf.as_mut_ptr() as *mut pkv::sys::pkv_kv_event, size, 3, &mut len) };
+    let status =
+        unsafe { drain(e.as_raw(), buf.as_mut_ptr() as *mut pkv::sys::pkv_kv_event, size, 3, &mut len) };
     assert_eq!((status, len), (pkv::sys::PKV_OK, 2));
     let hashes = canonical_hashes(2);
     let got: Vec<_> = buf.iter().map(|g| (g.known.seq_no, g.known.block_hash, g.added_later)).collect();

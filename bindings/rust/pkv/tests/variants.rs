@@ -145,3 +145,33 @@ fn kv_events_carry_their_group() {
     assert!(!events.is_empty());
     assert!(events.iter().all(|ev| ev.group == 0));
 }
+
+/// Issue 26 item 3: reading a config is one call that yields the whole shape, per-layer windows
+/// included. The sequences match `pkv profile --config tools/configs/gemma-2-9b.json --memory
+/// 24GiB --device cpu` (10; 8 if the windows were dropped) and gemma-3-27b.json (2, not
+/// OutOfMemory), as in the other bindings.
+#[test]
+fn one_config_call_gives_the_whole_shape() {
+    for (name, seqs, groups, without_windows) in
+        [("gemma-2-9b.json", 10, 2, Ok(8)), ("gemma-3-27b.json", 2, 7, Err(Status::OutOfMemory))]
+    {
+        let p =
+            Params::from_hf_config(&config(name)).unwrap().memory_total_bytes(24 << 30).memory_used_bytes(0);
+        assert!(p.get_layer_windows().is_some(), "{}", name);
+        let budget = p.profile().unwrap();
+        assert_eq!((budget.max_seqs_at_max_model_len, budget.num_kv_groups), (seqs, groups), "{}", name);
+        assert_eq!(
+            p.clone().profile().unwrap().max_seqs_at_max_model_len,
+            seqs,
+            "{}: a copy keeps them",
+            name
+        );
+        let full = p.without_layer_windows().profile();
+        assert_eq!(
+            full.map(|b| b.max_seqs_at_max_model_len).map_err(|e| e.status()),
+            without_windows,
+            "{}",
+            name
+        );
+    }
+}
