@@ -14,20 +14,28 @@ The raw generated layer is pkv._raw (ctypes structs and prototypes, every consta
 pkv.lib (the loaded ctypes.CDLL, prototypes bound).
 """
 from . import _raw
+from .enums import CONSTANTS, ENUMS, owner
 from ._lib import lib, path as library_path, text as _text
 from .batch import Batch, BatchView
 from .engine import Engine, Sequence
+from .enums import *  # noqa: F401,F403  Device, Dtype, KvLayout, EventType, Tier, ... (IntEnum)
+from .enums import __all__ as _enum_names
 from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
 from .errors import __all__ as _error_names
 from .events import EventPublisherParams
 from .hashing import block_hash, block_hash_root, block_hashes
-from .params import KvLayout, Params, hf_config_layer_windows, kv_groups, profile
+from .params import Params, hf_config_layer_windows, kv_groups, profile
+from .records import *  # noqa: F401,F403  Stats, KvBudget, PoolInfo, SeqInfo, KvEvent, ... (dataclasses)
+from .records import __all__ as _record_names
 from .store import DictStore, StoreParams
+from .store_admin import StoreAdmin
 
 # every constant of pkv.h without its PKV_ prefix: DEVICE_CPU, DTYPE_F32, FINISH_LENGTH,
-# EVENT_BLOCK_STORED, ABI_VERSION, the statuses (OK, ERR_NO_SPACE == -2), ...
-_CONSTANTS = {name[len('PKV_'):]: value for name, value in vars(_raw).items()
-              if name.startswith('PKV_') and isinstance(value, int)}
+# EVENT_BLOCK_STORED, ABI_VERSION, the statuses (OK, ERR_NO_SPACE == -2), ...; those of an enum are
+# its members (pkv.DTYPE_BF16 is pkv.Dtype.BF16), the others plain ints
+_CONSTANTS = {name: value for name, value in CONSTANTS.items() if owner(name) == 'PLAIN'}
+_CONSTANTS.update({name: ENUMS[owner(name)](value) for name, value in CONSTANTS.items()
+                   if owner(name) in ENUMS})
 globals().update(_CONSTANTS)
 
 # This package's version: that of the pkv.h it was generated from (pyproject.toml takes it too).
@@ -47,7 +55,8 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'KvLayout', 'profile', 'kv_groups',
-           'hf_config_layer_windows', 'StoreParams', 'EventPublisherParams',
+__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'kv_groups',
+           'hf_config_layer_windows', 'StoreParams', 'StoreAdmin', 'EventPublisherParams',
            'DictStore', 'block_hash', 'block_hash_root', 'block_hashes', 'version', 'abi_version',
-           'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names
+           'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names + \
+    _enum_names + _record_names

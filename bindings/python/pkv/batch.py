@@ -5,6 +5,7 @@ import weakref
 from . import _raw
 from ._buffers import element_pointer, int32_array
 from ._lib import lib, text
+from .enums import CopyKind, typed
 from .errors import make_error
 
 
@@ -191,7 +192,7 @@ class BatchView:
         'last_block_len': lambda v: v.num_seqs,
         'block_tables': lambda v: v.num_seqs * v.max_blocks_per_seq,
         'copy_src': lambda v: v.num_copies, 'copy_dst': lambda v: v.num_copies,
-        'copy_kind': lambda v: v.num_copies,  # COPY_COW, _SWAP_OUT, _SWAP_IN, _OFFLOAD, _LOAD
+        'copy_kind': lambda v: v.num_copies,  # CopyKind: COW, SWAP_OUT, SWAP_IN, OFFLOAD, LOAD
         'sample_rows': lambda v: v.num_seqs,
         # KV groups: each group's slot mapping and padded tables, group 0's first (the ones above)
         'group_slot_mapping': lambda v: v.num_kv_groups * v.num_tokens,
@@ -214,7 +215,8 @@ class BatchView:
             self._live()
             ptr = getattr(raw, name)
             n = self._ARRAYS[name](raw)
-            return list(ptr[:n]) if n and ptr else []
+            values = list(ptr[:n]) if n and ptr else []
+            return [typed(CopyKind, k) for k in values] if name == 'copy_kind' else values
         if name.startswith('_'):
             raise AttributeError(name)
         return getattr(raw, name)

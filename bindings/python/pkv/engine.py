@@ -7,7 +7,8 @@ from . import _raw
 from ._buffers import byte_string, int32_array
 from ._lib import lib, text
 from .errors import make_error
-from .params import KvLayout, Params, check, kv_groups, record
+from .params import KvLayout, Params, check, kv_groups
+from .records import record
 from .events import EventPublisherParams
 from .store import StoreParams
 
@@ -203,9 +204,9 @@ class Engine:
                 return out
 
     def drain_kv_events(self, max_events=4096):
-        """Up to max_events queued KV events (enable_kv_events), oldest first, as namespaces
-        with type, num_tokens, seq_no, block_hash, parent_hash and medium (every field of
-        pkv_kv_event but reserved0; medium: TIER_DEVICE or TIER_HOST where the block was stored
+        """Up to max_events queued KV events (enable_kv_events), oldest first, as KvEvents
+        with type (an EventType), num_tokens, seq_no, block_hash, parent_hash and medium (a Tier)
+        (every field of pkv_kv_event; medium: TIER_DEVICE or TIER_HOST where the block was stored
         or removed, TIER_NONE for EVENT_ALL_CLEARED and EVENT_OVERFLOW; group: the KV group whose
         block it is, 0 without windows)."""
         buf = (_raw.pkv_kv_event * max_events)()
@@ -221,10 +222,11 @@ class Engine:
 
     # ------------------------------------------------------------------ state
     def stats(self):
+        """The engine's counters (pkv_engine_stats), as a Stats."""
         return self._get(_raw.pkv_stats, lib.pkv_engine_stats)
 
     def budget(self):
-        """The pool's budget (pkv_engine_budget): pkv_kv_budget's fields, the attention
+        """The pool's budget (pkv_engine_budget), as a KvBudget: pkv_kv_budget's fields, the attention
         variants' included (kv_dtype, kv_scale_bytes, num_kv_groups, group_layers,
         padded_layers)."""
         return self._get(_raw.pkv_kv_budget, lib.pkv_engine_budget)
@@ -263,18 +265,15 @@ class Engine:
         return buf.value.decode('utf-8', 'replace')
 
     def pool_info(self):
-        """Where the pool is (pkv_pool_info): k_base, v_base (int addresses, or None), strides,
-        .... An MLA engine's k_base holds the latents and its v_base and host_v_base are None."""
+        """Where the pool is (pkv_pool_info), as a PoolInfo: k_base, v_base (int addresses, or
+        None), strides, dtype and model_dtype (Dtype), kernels (str), .... An MLA engine's k_base holds the latents and its v_base and host_v_base are None."""
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
 
     def event_publisher_info(self):
-        """What the event publisher did (pkv_event_publisher_info): endpoint and
+        """What the event publisher did (pkv_event_publisher_info), as an EventPublisherInfo: endpoint and
         replay_endpoint as bound (str), next_seq, events_published, events_dropped,
         replay_requests, events_queued. StateError without a publisher."""
-        info = self._get(_raw.pkv_event_publisher_info, lib.pkv_event_publisher_info)
-        info.endpoint = text(info.endpoint)
-        info.replay_endpoint = text(info.replay_endpoint)
-        return info
+        return self._get(_raw.pkv_event_publisher_info, lib.pkv_event_publisher_info)
 
     def check(self):
         """Checks every block-manager invariant (pkv_engine_check); InternalError if one fails."""
@@ -351,6 +350,8 @@ class Sequence:
         self.engine._call(lib.pkv_swap_in, ctypes.c_uint64(self.id))
 
     def info(self):
+        """The sequence's state (pkv_seq_info), as a SeqInfo: is_preempted, in_batch and
+        is_request as bool, finish_reason a FinishReason, kv_tier a Tier."""
         return self.engine._get(_raw.pkv_seq_info, lib.pkv_seq_info, ctypes.c_uint64(self.id))
 
     def block_table(self):

@@ -4,7 +4,9 @@ import ctypes
 
 from . import _raw
 from ._lib import lib
+from .enums import typed
 from .params import check
+from .records import FIELD_ENUMS
 
 
 class EventPublisherParams:
@@ -29,9 +31,10 @@ class EventPublisherParams:
 
     def __getattr__(self, name):
         try:
-            return self.__dict__['_values'][name]
+            value = self.__dict__['_values'][name]
         except KeyError:
             raise AttributeError('pkv_event_publisher_params has no field %r' % name) from None
+        return typed(FIELD_ENUMS[name], value) if name in FIELD_ENUMS else value  # kind, format, ...
 
     def __setattr__(self, name, value):
         if name not in self._values:

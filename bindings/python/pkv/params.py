@@ -1,45 +1,25 @@
 """Engine parameters (pkv_engine_params), the KV profiler (pkv_profile), the KV groups
 (pkv_kv_groups) and a config's per-layer windows (pkv_hf_config_layer_windows)."""
 import ctypes
-import enum
 import json
-import types
 
 from . import _raw
 from ._lib import lib, text
+from .enums import KvLayout, typed  # noqa: F401  KvLayout: pkv.params.KvLayout as before
 from .errors import make_error
-
-
-class KvLayout(enum.IntEnum):
-    """What the cache holds per token per layer (pkv_engine_params.kv_layout, PKV_KV_LAYOUT_*):
-    HEADS, K and V of each kv head; MLA, one latent of kv_lora_rank + qk_rope_head_dim values
-    (multi-head latent attention: DeepSeek V2/V3, Kimi K2), whose first kv_lora_rank are V."""
-    HEADS = _raw.PKV_KV_LAYOUT_HEADS
-    MLA = _raw.PKV_KV_LAYOUT_MLA
+from .records import FIELD_ENUMS, KvGroups, record
 
 
 def _typed(name, value):
-    """A field's value as this binding types it: kv_layout as a KvLayout (an int pkv does not
-    know stays an int)."""
-    if name == 'kv_layout':
-        try:
-            return KvLayout(value)
-        except ValueError:
-            return value
-    return value
+    """A field's value as this binding types it: an enum field (kv_layout, dtype, device, ...) as
+    its pkv.enums class (an int pkv does not know stays an int)."""
+    return typed(FIELD_ENUMS[name], value) if name in FIELD_ENUMS else value
 
 
 def check(status):
     """Raises the PkvError of a failed call that has no engine (message: pkv_last_error())."""
     if status != _raw.PKV_OK:
         raise make_error(status, text(lib.pkv_last_error()))
-
-
-def record(struct):
-    """A ctypes result struct as a read-only-ish namespace (struct_size and reserved* left out)."""
-    return types.SimpleNamespace(**{name: _typed(name, getattr(struct, name))
-                                    for name, _ in struct._fields_
-                                    if name != 'struct_size' and not name.startswith('reserved')})
 
 
 def _config_bytes(config):
@@ -167,7 +147,7 @@ class Params:
 
 
 def kv_groups(params):
-    """How the layers of params are grouped for the pool (pkv_kv_groups), as a namespace:
+    """How the layers of params are grouped for the pool (pkv_kv_groups), as a KvGroups:
     num_groups, group_layers (layers a block holds), group_window (each group's window, 0 =
     full attention; full groups first), layer_group and layer_slot (each layer's group and its
     place in that group's blocks)."""
@@ -179,13 +159,12 @@ def kv_groups(params):
     layer_slot = (ctypes.c_uint32 * c.num_layers)()
     check(lib.pkv_kv_groups(ctypes.byref(c), layer_group, layer_slot, group_window, n.value,
                             ctypes.byref(n), ctypes.byref(layers)))
-    return types.SimpleNamespace(num_groups=n.value, group_layers=layers.value,
-                                 group_window=list(group_window), layer_group=list(layer_group),
-                                 layer_slot=list(layer_slot))
+    return KvGroups(num_groups=n.value, group_layers=layers.value, group_window=list(group_window),
+                    layer_group=list(layer_group), layer_slot=list(layer_slot))
 
 
 def profile(params):
-    """How many KV blocks fit and why (pkv_profile), as a namespace of pkv_kv_budget's fields.
+    """How many KV blocks fit and why (pkv_profile), as a KvBudget (pkv_kv_budget's fields).
     When the budget is too small it raises OutOfMemoryError whose .budget has every term,
     shortfall_bytes included."""
     out = _raw.pkv_kv_budget(struct_size=ctypes.sizeof(_raw.pkv_kv_budget))

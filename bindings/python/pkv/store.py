@@ -16,7 +16,9 @@ import threading
 
 from . import _raw
 from ._lib import lib
+from .enums import typed
 from .params import check
+from .records import FIELD_ENUMS
 
 
 class StoreParams:
@@ -55,9 +57,10 @@ class StoreParams:
 
     def __getattr__(self, name):
         try:
-            return self.__dict__['_values'][name]
+            value = self.__dict__['_values'][name]
         except KeyError:
             raise AttributeError('pkv_store_params has no field %r' % name) from None
+        return typed(FIELD_ENUMS[name], value) if name in FIELD_ENUMS else value  # kind, format, ...
 
     def __setattr__(self, name, value):
         if name == 'store':

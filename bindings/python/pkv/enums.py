@@ -1,0 +1,94 @@
+"""pkv.h's enums as IntEnum / IntFlag classes, their members taken from the generated constants.
+
+    pkv.Dtype.BF16 == pkv.DTYPE_BF16          # an IntEnum is its int: both spellings work
+    engine.budget().device                    # <Device.CPU: 1>
+    [e.type for e in engine.drain_kv_events()]   # [<EventType.BLOCK_STORED: 1>, ...]
+
+Each class claims the constants of pkv.h that start with one of its prefixes (the longest prefix
+wins: PKV_STORE_WRITE_BACK is a StoreWriteMode, PKV_STORE_FILE a StoreKind); a member is named
+by the constant without PKV_ and the class's `strip`. The limits and versions stay plain ints
+(PLAIN). tests/test_surface.py checks that every constant of pkv.h is claimed exactly once.
+"""
+import enum
+
+from . import _raw
+
+# (class, base, strip, prefixes, doc)
+_TABLE = (
+    ('Device', enum.IntEnum, 'DEVICE_', ('DEVICE_',),
+     "Where an engine's pool lives (PKV_DEVICE_*; AUTO resolves to CPU or CUDA)."),
+    ('Dtype', enum.IntEnum, 'DTYPE_', ('DTYPE_',),
+     'An element type: the model\'s (params.dtype: F32, F16, BF16) or the KV cache\'s '
+     '(kv_dtype: those or FP8_E4M3, FP8_E5M2) (PKV_DTYPE_*).'),
+    ('KvLayout', enum.IntEnum, 'KV_LAYOUT_', ('KV_LAYOUT_',),
+     'What the cache holds per token per layer (pkv_engine_params.kv_layout, PKV_KV_LAYOUT_*): '
+     'HEADS, K and V of each kv head; MLA, one latent of kv_lora_rank + qk_rope_head_dim values '
+     '(multi-head latent attention: DeepSeek V2/V3, Kimi K2), whose first kv_lora_rank are V.'),
+    ('BudgetSource', enum.IntEnum, 'BUDGET_', ('BUDGET_',),
+     "Which rule decided a budget's num_blocks (pkv_kv_budget.source, PKV_BUDGET_*)."),
+    ('DebugFlags', enum.IntFlag, 'DEBUG_', ('DEBUG_',),
+     'Bits of pkv_engine_params.debug_flags, for tests of pkv itself (PKV_DEBUG_*).'),
+    ('FinishReason', enum.IntEnum, 'FINISH_', ('FINISH_',),
+     "Why a request finished (pkv_seq_info.finish_reason, PKV_FINISH_*)."),
+    ('CopyKind', enum.IntEnum, 'COPY_', ('COPY_',),
+     'What a block copy of a batch moves (batch.copy_kind, PKV_COPY_*).'),
+    ('PreemptionMode', enum.IntEnum, 'PREEMPT_', ('PREEMPT_',),
+     'What the scheduler does to a request it preempts (params.preemption_mode, PKV_PREEMPT_*).'),
+    ('Tier', enum.IntEnum, 'TIER_', ('TIER_',),
+     "Where a sequence's KV is (seq_info.kv_tier) or a block was (KvEvent.medium) (PKV_TIER_*)."),
+    ('StoreKind', enum.IntEnum, 'STORE_', ('STORE_',),
+     "A store tier's kind (StoreParams.kind, StoreInfo.kind, PKV_STORE_NONE/FILE/REDIS/CALLBACK)."),
+    ('StoreWriteMode', enum.IntEnum, 'STORE_', ('STORE_WRITE_', 'STORE_READ_ONLY'),
+     'When an engine writes blocks to its store (StoreParams.write_mode, PKV_STORE_WRITE_*, '
+     'PKV_STORE_READ_ONLY).'),
+    ('StoreListFlags', enum.IntFlag, 'STORE_LIST_', ('STORE_LIST_',),
+     'pkv_store_list flags (PKV_STORE_LIST_*).'),
+    ('StoreValueState', enum.IntEnum, 'STORE_VALUE_', ('STORE_VALUE_',),
+     'What reading a store value found (StoreEntry.state, PKV_STORE_VALUE_*).'),
+    ('EventType', enum.IntEnum, 'EVENT_', ('EVENT_',),
+     "What a KV event says (KvEvent.type, PKV_EVENT_*)."),
+    ('EventFormat', enum.IntEnum, 'EVENT_FORMAT_', ('EVENT_FORMAT_',),
+     'How the event publisher encodes KV events on the wire (EventPublisherParams.format, '
+     'PKV_EVENT_FORMAT_*).'),
+)
+
+# Constants that are no enum: versions, statuses (pkv.errors), limits and defaults.
+PLAIN = ('VERSION_', 'ABI_VERSION', 'OK', 'ERR_', 'MAX_', 'ATTENTION_', 'CUDA_MAX_GRID', 'DEFAULT_',
+         'STORE_PROBLEM_BYTES')
+
+CONSTANTS = {name[len('PKV_'):]: value for name, value in vars(_raw).items()
+             if name.startswith('PKV_') and isinstance(value, int)}
+
+
+def owner(name):
+    """The class name (or 'PLAIN') that claims constant `name` (without PKV_): longest prefix."""
+    best, best_len = None, -1
+    for cls, _, _, prefixes, _ in _TABLE:
+        for p in prefixes:
+            if name.startswith(p) and len(p) > best_len:
+                best, best_len = cls, len(p)
+    for p in PLAIN:
+        if (name == p or (p.endswith('_') and name.startswith(p))) and len(p) > best_len:
+            best, best_len = 'PLAIN', len(p)
+    return best
+
+
+def _make(cls, base, strip, doc):
+    members = [(name[len(strip):], value) for name, value in CONSTANTS.items()
+               if owner(name) == cls]
+    made = base(cls, members, module=__name__)
+    made.__doc__ = doc
+    return made
+
+
+ENUMS = {cls: _make(cls, base, strip, doc) for cls, base, strip, _, doc in _TABLE}
+globals().update(ENUMS)
+__all__ = sorted(ENUMS)
+
+
+def typed(cls, value):
+    """value as enum cls; a value this binding does not know (a newer library) stays an int."""
+    try:
+        return cls(value)
+    except ValueError:
+        return value

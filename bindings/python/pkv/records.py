@@ -1,0 +1,115 @@
+"""What pkv's calls report, as frozen dataclasses made from the generated ctypes structs: one
+field per C field (struct_size and reserved* left out), enums as pkv.enums classes, flags of 0/1
+as bool, C strings as str, keys and digests as bytes, addresses as int or None.
+
+    budget = pkv.profile(params)           # a KvBudget: budget.device is Device.CPU, ...
+    dataclasses.asdict(engine.stats())     # every counter by name
+"""
+import ctypes
+import dataclasses
+import typing
+
+from . import _raw
+from .enums import (BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType, FinishReason,
+                    KvLayout, PreemptionMode, StoreKind, StoreValueState, StoreWriteMode, Tier,
+                    typed)
+
+# The enum of each C field that holds one, by field name (the names are unique across pkv.h's
+# structs where they hold an enum).
+FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype': Dtype,
+               'kv_layout': KvLayout, 'source': BudgetSource, 'finish_reason': FinishReason,
+               'kv_tier': Tier, 'medium': Tier, 'type': EventType, 'state': StoreValueState,
+               'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
+               'debug_flags': DebugFlags, 'format': EventFormat}
+_BOOLS = {'is_preempted', 'in_batch', 'is_request'}  # uint32_t 0 or 1 in pkv_seq_info
+
+
+def _is_text(ctype):
+    return ctype is ctypes.c_char_p or (issubclass(ctype, ctypes.Array) and ctype._type_ is ctypes.c_char)
+
+
+def _is_bytes(ctype):
+    return ctype is _raw.pkv_store_key or (issubclass(ctype, ctypes.Array) and ctype._type_ is ctypes.c_uint8)
+
+
+def _annotation(name, ctype):
+    if name in FIELD_ENUMS:
+        return FIELD_ENUMS[name]
+    if name in _BOOLS:
+        return bool
+    if _is_text(ctype):
+        return str
+    if _is_bytes(ctype):
+        return bytes
+    if ctype is ctypes.c_void_p:
+        return typing.Optional[int]
+    if ctype in (ctypes.c_double, ctypes.c_float):
+        return float
+    return int
+
+
+def value(name, ctype, raw):
+    """A C field's value as its record field holds it."""
+    if name in FIELD_ENUMS:
+        return typed(FIELD_ENUMS[name], raw)
+    if name in _BOOLS:
+        return bool(raw)
+    if _is_text(ctype):
+        return (raw or b'').decode('utf-8', 'replace')
+    if ctype is _raw.pkv_store_key:
+        return bytes(raw.bytes)
+    if _is_bytes(ctype):
+        return bytes(raw)
+    return raw
+
+
+def _record_class(name, struct, doc):
+    fields = [(f, _annotation(f, t)) for f, t in struct._fields_
+              if f != 'struct_size' and not f.startswith('reserved')]
+    cls = dataclasses.make_dataclass(name, fields, frozen=True, namespace={'__module__': 'pkv'})
+    cls.__doc__ = '%s (%s).' % (doc, struct.__name__)
+    cls._struct = struct
+    cls._c_fields = [(f, t) for f, t in struct._fields_ if f in dict(fields)]
+    return cls
+
+
+def record(struct_value):
+    """The dataclass of a filled ctypes struct (one of RECORDS' structs)."""
+    cls = _BY_STRUCT[type(struct_value)]
+    return cls(**{f: value(f, t, getattr(struct_value, f)) for f, t in cls._c_fields})
+
+
+Stats = _record_class('Stats', _raw.pkv_stats, "An engine's counters (Engine.stats)")
+KvBudget = _record_class('KvBudget', _raw.pkv_kv_budget,
+                         'How many KV blocks fit and why (pkv.profile, Engine.budget)')
+PoolInfo = _record_class('PoolInfo', _raw.pkv_pool_info, "Where an engine's pool is (Engine.pool_info)")
+SeqInfo = _record_class('SeqInfo', _raw.pkv_seq_info, "A sequence's state (Sequence.info)")
+KvEvent = _record_class('KvEvent', _raw.pkv_kv_event,
+                        'A KV event (Engine.drain_kv_events): type, the block and where it was')
+EventPublisherInfo = _record_class('EventPublisherInfo', _raw.pkv_event_publisher_info,
+                                   'What the event publisher did (Engine.event_publisher_info)')
+StoreInfo = _record_class('StoreInfo', _raw.pkv_store_info, 'What a store holds (StoreAdmin.info)')
+StoreEntry = _record_class('StoreEntry', _raw.pkv_store_entry,
+                           'One block of a store listing (StoreAdmin.list)')
+StoreVerifyResult = _record_class('StoreVerifyResult', _raw.pkv_store_verify_result,
+                                  'What StoreAdmin.verify found')
+
+RECORDS = (Stats, KvBudget, PoolInfo, SeqInfo, KvEvent, EventPublisherInfo, StoreInfo,
+           StoreEntry, StoreVerifyResult)
+_BY_STRUCT = {cls._struct: cls for cls in RECORDS}
+
+
+@dataclasses.dataclass(frozen=True)
+class KvGroups:
+    """How an engine's layers are grouped for the pool (pkv_kv_groups): num_groups, group_layers
+    (layers a block holds), group_window (each group's window, 0 = full attention; full groups
+    first), layer_group and layer_slot (each layer's group and its place in that group's
+    blocks)."""
+    num_groups: int
+    group_layers: int
+    group_window: typing.List[int]
+    layer_group: typing.List[int]
+    layer_slot: typing.List[int]
+
+
+__all__ = [cls.__name__ for cls in RECORDS] + ['KvGroups']
