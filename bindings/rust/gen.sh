@@ -3,7 +3,8 @@
 # (Debian's `bindgen` CLI, 0.60; it needs libclang). The output is committed; the meson test
 # `rust_bindgen` runs this script into a temporary file and fails when the two differ.
 #
-# Usage: gen.sh [OUT]   (default: pkv-sys/src/bindings.rs next to this script)
+# Usage: gen.sh [OUT]   (default: pkv-sys/src/bindings.rs next to this script, and then the
+#   crates' version is set to pkv.h's by version.sh --write)
 #
 # --dynamic-loading PkvLib: a struct of function pointers filled by libloading (dlopen), so no
 #   link-time dependency on libpkv. A symbol the loaded library lacks (an older minor version)
@@ -25,3 +26,6 @@ BINDGEN="${BINDGEN:-bindgen}"
   --dynamic-loading PkvLib \
   --rustfmt-configuration-file "$here/rustfmt.toml" \
   --output "$out"
+if [ $# -eq 0 ]; then
+  "$here/version.sh" --write
+fi

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test.sh - the Rust binding's meson tests (suite 'bindings'), one per MODE:
-#   gen    pkv-sys/src/bindings.rs is what gen.sh makes of today's pkv.h
+#   gen    pkv-sys/src/bindings.rs is what gen.sh makes of today's pkv.h, and the crates'
+#          version is pkv.h's (version.sh)
 #   cargo  cargo test (hash vectors, statuses, NULL handles, NO_SPACE, demo vs C, ...)
 #   demo   cargo run --example demo prints what the C demo prints, for several seeds
 #   package  cargo package --offline of both crates (metadata complete, each builds from its
@@ -43,6 +44,7 @@ gen)
     exit 1
   fi
   echo "bindings.rs matches pkv.h"
+  "$here/version.sh"
   ;;
 cargo)
   need cargo "$cargo"
