@@ -21,20 +21,28 @@ namespace Pkv
         Load = Native.PKV_COPY_LOAD,
     }
 
-    /// <summary>One step's plan, from Engine.BeginBatch. Call Attention for every layer, then
-    /// End(). Dispose() without End() aborts it (nothing becomes computed), like a transaction:
-    /// <c>using (var b = engine.BeginBatch(seqs)) { ...; b.End(); }</c>. A batch that is ended,
-    /// aborted or whose engine is disposed refuses calls with ObjectDisposedException.</summary>
+    /// <summary>One step's plan, from Engine.BeginBatch or Engine.Step. Call Attention for every
+    /// layer, then End() (a batch of BeginBatch) or Commit (a batch of Step). Dispose() without
+    /// either aborts it (nothing becomes computed), like a transaction:
+    /// <c>using (var b = engine.BeginBatch(seqs)) { ...; b.End(); }</c>. A failed End or Commit
+    /// leaves the batch open (pkv keeps it, and so does this object): Abort or Dispose still ends
+    /// it, so no sequence of calls leaves the engine with a batch nothing can end. A batch that is
+    /// ended, aborted or whose engine is disposed refuses calls with ObjectDisposedException.</summary>
     public sealed unsafe partial class Batch : IDisposable
     {
         readonly Engine engine;
         readonly BatchHandle handle;
         BatchView view;
 
-        internal Batch(Engine e, BatchHandle h)
+        /// <summary>True for a batch of Engine.Step: it ends with Commit (End refuses it,
+        /// PkvException State, and leaves it open).</summary>
+        public bool IsScheduled { get; private set; }
+
+        internal Batch(Engine e, BatchHandle h, bool scheduled)
         {
             engine = e;
             handle = h;
+            IsScheduled = scheduled;
             var v = new BatchView { StructSize = (uint)sizeof(BatchView) };
             Check(Native.pkv_batch_info(h, &v));
             view = v;
@@ -57,7 +65,7 @@ namespace Pkv
         public bool IsOpen { get { return !handle.IsClosed; } }
 
         /// <summary>The raw plan (pointers valid while the batch is open); the arrays below copy.</summary>
-        public BatchView View { get { lock (engine.Gate) { Touch(); return view; } } }
+        internal BatchView View { get { lock (engine.Gate) { Touch(); return view; } } }
         public uint NumSeqs { get { return view.NumSeqs; } }
         public uint NumTokens { get { return view.NumTokens; } }
 
@@ -105,6 +113,11 @@ namespace Pkv
             return Ints(view.BlockIndices, view.NumSeqs == 0 ? 0 : BlockIndptr()[view.NumSeqs]);
         }
         public int[] LastBlockLen() { return Ints(view.LastBlockLen, view.NumSeqs); }
+
+        /// <summary>[NumSeqs]: the row of the step's output whose token each sequence samples, -1
+        /// for a sequence that samples none this step (a prompt chunk short of its end). Commit
+        /// takes sampledTokens[i] where SampleRows()[i] != -1.</summary>
+        public int[] SampleRows() { return Ints(view.SampleRows, view.NumSeqs); }
         public int[] BlockTables() { return Ints(view.BlockTables, (long)view.NumSeqs * view.MaxBlocksPerSeq); }
         public int[] CopySrc() { return Ints(view.CopySrc, view.NumCopies); }
         public int[] CopyDst() { return Ints(view.CopyDst, view.NumCopies); }
@@ -125,46 +138,52 @@ namespace Pkv
             lock (engine.Gate) Check(Native.pkv_batch_copy(Handle));
         }
 
-        /// <summary>pkv_attention for one layer, f32 engine. q, output: [tokens][q heads per
-        /// rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.
-        /// An MLA engine (Engine.IsMla) takes the absorbed form, with W = KvLoraRank +
-        /// QkRopeHeadDim (its HeadDim): q [tokens][q heads per rank][W], k the new tokens'
-        /// latents [tokens][W], v null (V is the latents' first KvLoraRank values; a v is refused,
-        /// PkvException InvalidArgument), output [tokens][q heads per rank][KvLoraRank].</summary>
+        /// <summary>pkv_attention for one layer of an F32 engine on the CPU. q, output: [tokens][q
+        /// heads per rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. An MLA engine
+        /// (Engine.IsMla) takes the absorbed form, with W = KvLoraRank + QkRopeHeadDim (its
+        /// HeadDim): q [tokens][q heads per rank][W], k the new tokens' latents [tokens][W], v
+        /// null (V is the latents' first KvLoraRank values; a v is refused), output [tokens][q
+        /// heads per rank][KvLoraRank]. Checked before pkv is called (PkvException
+        /// InvalidArgument, saying what was expected): the engine's model dtype is F32, and each
+        /// array holds at least the elements pkv reads or writes; Unsupported on a CUDA engine
+        /// (use the NativeAddress overload).</summary>
         public void Attention(uint layer, float[] q, float[] k, float[] v, float[] output)
         {
-            Pinned(layer, q, k, v, output, sizeof(float));
+            Pinned(layer, q, k, v, output, "float[]");
         }
 
-        /// <summary>pkv_attention for an f16 or bf16 engine: the values' raw 16-bit patterns.</summary>
+        /// <summary>pkv_attention for an F16 or BF16 engine on the CPU: the values' raw 16-bit
+        /// patterns (IEEE half or bfloat16, as the engine's model dtype), shaped and checked as
+        /// the float[] overload.</summary>
         public void Attention(uint layer, ushort[] q, ushort[] k, ushort[] v, ushort[] output)
         {
-            Pinned(layer, q, k, v, output, sizeof(ushort));
+            Pinned(layer, q, k, v, output, "ushort[]");
         }
 
-        /// <summary>pkv_attention on raw addresses (device memory on a CUDA engine); unchecked. An
-        /// MLA engine's v is IntPtr.Zero.</summary>
-        public void Attention(uint layer, IntPtr q, IntPtr k, IntPtr v, IntPtr output)
+        /// <summary>pkv_attention on native addresses (device memory on a CUDA engine), of the
+        /// sizes the array overloads check: this overload cannot check them. An MLA engine's v is
+        /// NativeAddress.Zero.</summary>
+        public void Attention(uint layer, NativeAddress q, NativeAddress k, NativeAddress v, NativeAddress output)
         {
             lock (engine.Gate)
-                Check(Native.pkv_attention(Handle, layer, (void*)q, (void*)k, (void*)v, (void*)output));
+                Check(Native.pkv_attention(Handle, layer, (void*)q.Pointer, (void*)k.Pointer, (void*)v.Pointer,
+                                           (void*)output.Pointer));
         }
 
         // v null: no V (MLA's), passed as NULL
-        void Pinned(uint layer, Array q, Array k, Array v, Array output, int elem)
+        void Pinned(uint layer, Array q, Array k, Array v, Array output, string elem)
         {
-            Need(q, engine.QBytesPerToken, elem, "q");
-            Need(k, engine.KvBytesPerToken, elem, "k");
-            if (v != null) Need(v, engine.KvBytesPerToken, elem, "v");
-            Need(output, engine.OutBytesPerToken, elem, "output");
+            CheckBuffers(q, k, v, output, elem);
             var pins = new[] { GCHandle.Alloc(q, GCHandleType.Pinned), GCHandle.Alloc(k, GCHandleType.Pinned),
                                GCHandle.Alloc(output, GCHandleType.Pinned) };
             GCHandle? vPin = v == null ? (GCHandle?)null : GCHandle.Alloc(v, GCHandleType.Pinned);
             try
             {
-                Attention(layer, pins[0].AddrOfPinnedObject(), pins[1].AddrOfPinnedObject(),
-                          vPin.HasValue ? vPin.Value.AddrOfPinnedObject() : IntPtr.Zero,
-                          pins[2].AddrOfPinnedObject());
+                lock (engine.Gate)
+                    Check(Native.pkv_attention(Handle, layer, (void*)pins[0].AddrOfPinnedObject(),
+                                               (void*)pins[1].AddrOfPinnedObject(),
+                                               vPin.HasValue ? (void*)vPin.Value.AddrOfPinnedObject() : null,
+                                               (void*)pins[2].AddrOfPinnedObject()));
             }
             finally
             {
@@ -173,39 +192,75 @@ namespace Pkv
             }
         }
 
-        void Need(Array a, uint bytesPerToken, int elem, string name)
+        /// <summary>Refuses host arrays pkv would misread: of another element type than the
+        /// engine's model dtype (float32 given to a bf16 engine reads as garbage), too short for
+        /// the step's tokens, or on a CUDA engine (pkv would take them for device memory).</summary>
+        void CheckBuffers(Array q, Array k, Array v, Array output, string elem)
         {
-            if (a == null) throw new ArgumentNullException(name);
-            long need = (long)view.NumTokens * bytesPerToken;
-            if ((long)a.Length * elem < need)
-                throw new ArgumentException(string.Format("{0}: {1} bytes, pkv needs {2}", name,
-                                                          (long)a.Length * elem, need), name);
+            EngineParams p = engine.Params;
+            if (engine.PoolInfo().Device != Device.Cpu)
+                throw new PkvException(Status.Unsupported,
+                    "Attention: arrays are host memory and this engine's pool is on " + engine.PoolInfo().Device +
+                    ": pass device buffers with the NativeAddress overload");
+            string want = p.DType == DType.F32 ? "float[]" : "ushort[]";
+            if (elem != want)
+                throw new PkvException(Status.InvalidArgument, string.Format(
+                    "Attention: the engine's model dtype is {0}, so q, k, v and output are {1} ({2}), not {3}",
+                    p.DType, want, p.DType == DType.F32 ? "float32 values" : p.DType + " bit patterns", elem));
+            if (v == null && !engine.IsMla)
+                throw new PkvException(Status.InvalidArgument,
+                    "Attention: v is null: give the new tokens' V (only an MLA engine takes none)");
+            long rows = view.NumTokens;
+            Need(q, rows * engine.QPerToken, "q", elem);
+            Need(k, rows * engine.KvPerToken, "k", elem);
+            if (v != null) Need(v, rows * engine.KvPerToken, "v", elem);
+            Need(output, rows * engine.OutPerToken, "output", elem);
         }
 
-        /// <summary>The step ran: its tokens become computed, full blocks are sealed. Frees the batch.</summary>
+        static void Need(Array a, long need, string name, string elem)
+        {
+            if (a == null) throw new ArgumentNullException(name);
+            if (a.Length < need)
+                throw new PkvException(Status.InvalidArgument, string.Format(
+                    "Attention: {0} has {1} elements, this step needs {2} ({0} is {3}, [tokens][heads][dims])",
+                    name, a.Length, need, elem));
+        }
+
+        /// <summary>The step ran (pkv_batch_end): its tokens become computed, full blocks are
+        /// sealed; frees the batch. On failure (PkvException) the batch stays open, as pkv keeps
+        /// it: a batch of Engine.Step is refused here (State: it ends with Commit) and can still
+        /// be committed or aborted.</summary>
         public void End()
         {
             lock (engine.Gate)
             {
-                Touch();
-                IntPtr b = handle.Detach();
-                Close();
-                Check(Native.pkv_batch_end(b));
+                Check(Native.pkv_batch_end(Handle));
+                Freed();
             }
         }
 
         /// <summary>Ends a batch of Engine.Step (pkv_commit): sampledTokens[i] is the token
-        /// sampled for the batch's sequence i (read where sample_rows[i] != -1; null when none
-        /// samples). On failure the batch stays open.</summary>
+        /// sampled for the batch's sequence i (read where SampleRows()[i] != -1; null when none
+        /// samples). On failure the batch stays open (Commit again, or Abort).</summary>
         public void Commit(int[] sampledTokens)
         {
             lock (engine.Gate)
             {
+                Touch();
+                if (sampledTokens != null && sampledTokens.Length < view.NumSeqs)
+                    throw new PkvException(Status.InvalidArgument, string.Format(
+                        "Commit: {0} sampled tokens for a batch of {1} sequences: give one per sequence " +
+                        "(read where SampleRows() is not -1)", sampledTokens.Length, view.NumSeqs));
                 fixed (int* t = sampledTokens)
                     Check(Native.pkv_commit(Handle, t));
-                handle.Detach();
-                Close();
+                Freed();
             }
+        }
+
+        void Freed()  // pkv freed the batch: the handle releases only its engine reference
+        {
+            handle.Detach();
+            Close();
         }
 
         /// <summary>The step did not run: nothing becomes computed. Idempotent.</summary>
@@ -217,7 +272,7 @@ namespace Pkv
         void Close()
         {
             handle.Dispose();  // aborts unless detached; drops the engine reference
-            if (engine.openBatch == this) engine.openBatch = null;
+            if (engine.OpenBatch == this) engine.OpenBatch = null;
         }
 
         public void Dispose() { Abort(); }

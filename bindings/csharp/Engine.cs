@@ -7,24 +7,49 @@ namespace Pkv
 {
     public partial struct EngineParams
     {
+        /// <summary>Each layer's sliding window (0 = full attention), NumLayers of them; null
+        /// (the default): SlidingWindow for every layer. The params own a copy (set and get
+        /// copy), passed to pkv for each call that reads it (new Engine copies it).
+        /// FromHfConfig sets it for a model whose layers differ (Gemma 2/3, gpt-oss).</summary>
+        public uint[] LayerWindows
+        {
+            get { return layerWindows == null ? null : (uint[])layerWindows.Clone(); }
+            set { layerWindows = value == null ? null : (uint[])value.Clone(); }
+        }
+
+        internal uint[] WindowsNoCopy { get { return layerWindows; } }
+
         /// <summary>pkv's defaults (pkv_engine_params_init).</summary>
         public static unsafe EngineParams Defaults()
         {
-            var p = new EngineParams();
-            Native.Check(Native.pkv_engine_params_init(&p, (uint)sizeof(EngineParams)));
-            return p;
+            var n = new EngineParamsNative();
+            Native.Check(Native.pkv_engine_params_init(&n, (uint)sizeof(EngineParamsNative)));
+            return FromNative(n);
         }
 
-        /// <summary>Defaults with the model shape read from a Hugging Face config.json's text. An
-        /// MLA config (kv_lora_rank and qk_rope_head_dim: DeepSeek V2/V3, Kimi K2) sets KvLayout
+        /// <summary>Defaults with the whole model shape read from a Hugging Face config.json's
+        /// text, per-layer windows included (pkv_engine_params_from_hf_config, then
+        /// pkv_hf_config_layer_windows): layers of different windows (Gemma 2/3, gpt-oss) are
+        /// LayerWindows, one window for every layer (Mistral) is SlidingWindow. An MLA config
+        /// (kv_lora_rank and qk_rope_head_dim: DeepSeek V2/V3, Kimi K2) sets KvLayout
         /// KvLayout.Mla, KvLoraRank, QkRopeHeadDim, NumKvHeads 1, HeadDim their sum and the
         /// model's SoftmaxScale.</summary>
         public static unsafe EngineParams FromHfConfig(string json)
         {
-            var p = Defaults();
+            if (json == null) throw new ArgumentNullException("json");
+            var n = new EngineParamsNative();
+            Native.Check(Native.pkv_engine_params_init(&n, (uint)sizeof(EngineParamsNative)));
             byte[] text = Encoding.UTF8.GetBytes(json);
             fixed (byte* t = text)
-                Native.Check(Native.pkv_engine_params_from_hf_config(&p, t, (UIntPtr)text.Length));
+                Native.Check(Native.pkv_engine_params_from_hf_config(&n, t, (UIntPtr)text.Length));
+            EngineParams p = FromNative(n);
+            uint[] windows = Library.HfConfigLayerWindows(json);
+            for (int l = 1; l < windows.Length; l++)
+                if (windows[l] != windows[0])
+                {
+                    p.layerWindows = windows;
+                    break;
+                }
             return p;
         }
     }
@@ -42,7 +67,7 @@ namespace Pkv
 
     /// <summary>Where a sequence's KV is (SeqInfo.KvTier) or a block is (KvEvent.Medium),
     /// PKV_TIER_*.</summary>
-    public enum Tier
+    public enum Tier : uint
     {
         /// <summary>No KV held: waiting, preempted or finished; for an event, every medium
         /// (ALL_CLEARED, OVERFLOW).</summary>
@@ -58,21 +83,47 @@ namespace Pkv
 
     public partial struct SeqInfo
     {
-        /// <summary>KvTier as a Tier.</summary>
-        public Tier Tier { get { return (Tier)KvTier; } }
+        /// <summary>KvTier.</summary>
+        public Tier Tier { get { return KvTier; } }
     }
 
     public partial struct KvEvent
     {
-        /// <summary>Medium as a Tier: where the block was stored or removed.</summary>
-        public Tier Tier { get { return (Tier)Medium; } }
+        /// <summary>Medium: where the block was stored or removed.</summary>
+        public Tier Tier { get { return Medium; } }
+    }
+
+    public partial struct PoolInfo
+    {
+        /// <summary>Where the K pool is (an MLA engine's latents), on Device: for a host's own
+        /// kernels (strides: LayerStride, BlockStride, TokenStride, HeadStride).</summary>
+        public NativeAddress KPool { get { return NativeAddress.Of(KBase); } }
+        /// <summary>Where the V pool is; Zero for an MLA engine (no V).</summary>
+        public NativeAddress VPool { get { return NativeAddress.Of(VBase); } }
+        /// <summary>The host tier's K pool (HostLayerStride); Zero without a host tier.</summary>
+        public NativeAddress HostKPool { get { return NativeAddress.Of(HostKBase); } }
+        /// <summary>The host tier's V pool; Zero without a host tier or for an MLA engine.</summary>
+        public NativeAddress HostVPool { get { return NativeAddress.Of(HostVBase); } }
+        /// <summary>The attention kernels this engine runs ("" from a library older than 0.2).</summary>
+        public string AttentionKernels { get { return Native.Text(Kernels); } }
     }
 
     /// <summary>Library-wide calls: versions, the KV profiler, the canonical block hash.</summary>
     public static unsafe partial class Library
     {
+        /// <summary>The loaded libpkv's version (pkv_version: major * 10000 + minor * 100 + patch).</summary>
         public static uint Version { get { return Native.pkv_version(); } }
         public static uint AbiVersion { get { return Native.pkv_abi_version(); } }
+        /// <summary>This binding's version: the pkv.h it was generated from (PKV_VERSION_*), as
+        /// its assembly version says.</summary>
+        public static Version BindingVersion { get { return typeof(Library).Assembly.GetName().Version; } }
+        /// <summary>The file the binding loads: libpkv's SONAME ("libpkv.so.1").</summary>
+        public static string FileName { get { return Native.Library; } }
+
+        /// <summary>null when libpkv loaded and matches this binding, else what every call throws:
+        /// DllNotFoundException (the library was not found; the message says where it was looked
+        /// for and what to set) or PkvException (Unsupported: another ABI).</summary>
+        public static Exception LoadError { get { return Native.LoadError; } }
         public static string StatusString(Status s) { return Native.Text(Native.pkv_status_string(s)); }
 
         /// <summary>How many KV blocks fit and why. When the budget is too small it throws a
@@ -108,14 +159,21 @@ namespace Pkv
     {
         readonly EngineHandle handle;
         readonly object gate = new object();
-        internal Batch openBatch;  // pkv allows one open batch per engine
+        // The open batch (pkv allows one per engine), held weakly: a Batch the host dropped is
+        // collected, and its handle's finalizer aborts it, so a dropped batch never strands the
+        // engine (the handle holds the engine's, so the engine outlives it).
+        readonly WeakReference openBatch = new WeakReference(null);
+        internal Batch OpenBatch
+        {
+            get { return (Batch)openBatch.Target; }
+            set { openBatch.Target = value; }
+        }
 
-        /// <summary>The effective parameters; LayerWindows, Store and EventPublisher are zero in
-        /// them (see LayerWindows, EventPublisherInfo).</summary>
+        /// <summary>The effective parameters, LayerWindows included (a copy of the engine's).</summary>
         public EngineParams Params { get; private set; }
-        // pkv_attention's size checks: bytes per new token of q, of k/v and of output (MLA: k is
-        // the latent, output KvLoraRank wide per q head)
-        internal uint QBytesPerToken, KvBytesPerToken, OutBytesPerToken;
+        // pkv_attention's checks (Batch.Attention): elements per new token of q, of k/v and of
+        // output (MLA: k is the latent, output KvLoraRank wide per q head)
+        internal uint QPerToken, KvPerToken, OutPerToken;
 
         /// <summary>True for an MLA engine (Params.KvLayout KvLayout.Mla): Attention and
         /// SetKvScales take no V (null).</summary>
@@ -124,7 +182,7 @@ namespace Pkv
         public Engine(EngineParams p) : this(p, null, null, null) { }
 
         /// <summary>An engine whose layers have these sliding windows (one per layer, 0 = full
-        /// attention; null: EngineParams.SlidingWindow for every layer): see Variants.cs.</summary>
+        /// attention), as p.LayerWindows (give them in one place only): see Variants.cs.</summary>
         public Engine(EngineParams p, uint[] layerWindows) : this(p, null, layerWindows, null) { }
 
         public Engine(EngineParams p, StoreConfig store) : this(p, store, null, null) { }
@@ -137,21 +195,19 @@ namespace Pkv
         public Engine(EngineParams p, StoreConfig store = null, uint[] layerWindows = null,
                       EventPublisherConfig eventPublisher = null)
         {
-            Library.CheckLayerWindows(ref p, layerWindows);
-            if (p.EventPublisher != IntPtr.Zero)
-                throw new PkvException(Status.InvalidArgument,
-                                       "EngineParams.EventPublisher must be zero: give an EventPublisherConfig as an argument");
+            uint[] windows = Library.Windows(p, layerWindows);
             StoreBridge bridge = store == null ? null : store.Build();
             var publisher = new StoreBridge();  // the publisher's memory, until create has copied it
             Status created;
             try
             {
-                p.Store = bridge == null ? IntPtr.Zero : (IntPtr)bridge.Params;
-                if (eventPublisher != null) p.EventPublisher = (IntPtr)eventPublisher.Build(publisher);
-                fixed (uint* w = layerWindows)  // pinned for the call: pkv copies them at create
+                EngineParamsNative n = p.ToNative();
+                n.Store = bridge == null ? IntPtr.Zero : (IntPtr)bridge.Params;
+                if (eventPublisher != null) n.EventPublisher = (IntPtr)eventPublisher.Build(publisher);
+                fixed (uint* w = windows)  // pinned for the call: pkv copies them at create
                 {
-                    p.LayerWindows = (IntPtr)w;
-                    created = Native.pkv_engine_create(&p, out handle);
+                    n.LayerWindows = (IntPtr)w;
+                    created = Native.pkv_engine_create(&n, out handle);
                 }
             }
             catch
@@ -166,17 +222,15 @@ namespace Pkv
             if (created != Status.Ok && bridge != null) bridge.Free();
             Native.Check(created);
             handle.Store = bridge;
-            var eff = new EngineParams { StructSize = (uint)sizeof(EngineParams) };
+            var eff = new EngineParamsNative { StructSize = (uint)sizeof(EngineParamsNative) };
             Call(Native.pkv_engine_params_get(handle, &eff));
-            engineLayerWindows = Library.CopyLayerWindows(eff);  // they point into the engine
-            eff.LayerWindows = IntPtr.Zero;
-            eff.EventPublisher = IntPtr.Zero;  // into the engine too: EventPublisherInfo() reads it
-            eff.Store = IntPtr.Zero;
-            Params = eff;
-            uint elem = eff.DType == DType.F32 ? 4u : 2u;
-            QBytesPerToken = eff.NumQHeads / eff.TpSize * eff.HeadDim * elem;
-            KvBytesPerToken = Budget().KvHeadsPerRank * eff.HeadDim * elem;
-            OutBytesPerToken = IsMla ? eff.NumQHeads / eff.TpSize * eff.KvLoraRank * elem : QBytesPerToken;
+            EngineParams effective = EngineParams.FromNative(eff);
+            effective.LayerWindows = Library.CopyLayerWindows(eff);  // they point into the engine
+            Params = effective;
+            uint qHeads = eff.NumQHeads / eff.TpSize;
+            QPerToken = qHeads * eff.HeadDim;
+            KvPerToken = Budget().KvHeadsPerRank * eff.HeadDim;
+            OutPerToken = IsMla ? qHeads * eff.KvLoraRank : QPerToken;
         }
 
         public bool IsDisposed { get { return handle.IsClosed; } }
@@ -185,7 +239,8 @@ namespace Pkv
         {
             lock (gate)
             {
-                if (openBatch != null) openBatch.Abort();
+                Batch open = OpenBatch;
+                if (open != null) open.Abort();
                 handle.Dispose();
             }
         }
@@ -271,8 +326,9 @@ namespace Pkv
                 fixed (uint* n = numNewTokens)
                     Call(Native.pkv_batch_begin(Handle, s, n, (uint)ids.Length, out b));
                 b.HoldEngine(handle);
-                openBatch = new Batch(this, b);
-                return openBatch;
+                var batch = new Batch(this, b, false);
+                OpenBatch = batch;
+                return batch;
             }
         }
 
@@ -301,8 +357,9 @@ namespace Pkv
                 Call(Native.pkv_step(Handle, out b));
                 if (b.IsInvalid) return null;
                 b.HoldEngine(handle);
-                openBatch = new Batch(this, b);
-                return openBatch;
+                var batch = new Batch(this, b, true);
+                OpenBatch = batch;
+                return batch;
             }
         }
 
@@ -381,9 +438,11 @@ namespace Pkv
         /// <summary>Checks every block-manager invariant; PkvException Internal names the first broken.</summary>
         public void Check() { lock (gate) Call(Native.pkv_engine_check(Handle)); }
 
-        public void SetStream(IntPtr cudaStream)
+        /// <summary>The CUDA stream (a cudaStream_t) the engine's work is queued on
+        /// (pkv_engine_set_stream); NativeAddress.Zero: the default stream.</summary>
+        public void SetStream(NativeAddress cudaStream)
         {
-            lock (gate) Call(Native.pkv_engine_set_stream(Handle, (void*)cudaStream));
+            lock (gate) Call(Native.pkv_engine_set_stream(Handle, (void*)cudaStream.Pointer));
         }
 
         internal int[] IntArray(ulong id, bool blockTable)

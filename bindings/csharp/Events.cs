@@ -30,6 +30,9 @@ namespace Pkv
         public uint MaxQueueEvents;
         /// <summary>Events of one batch, at most (0: PKV_DEFAULT_EVENT_BATCH_EVENTS).</summary>
         public uint MaxBatchEvents;
+        /// <summary>How batches are encoded: EventFormat.Map (the default: msgpack maps with
+        /// named fields, vLLM 0.26 and later) or Array (fields by position, older routers).</summary>
+        public EventFormat Format = EventFormat.Map;
 
         public EventPublisherConfig() { }
         public EventPublisherConfig(string endpoint) { Endpoint = endpoint; }
@@ -48,6 +51,7 @@ namespace Pkv
             p->SendHwm = SendHwm;
             p->MaxQueueEvents = MaxQueueEvents;
             p->MaxBatchEvents = MaxBatchEvents;
+            p->Format = Format;
             return p;
         }
     }

@@ -1,12 +1,16 @@
-// SafeHandles for pkv's opaque handles, the ABI check, and the error plumbing of the raw layer.
+// SafeHandles for pkv's opaque handles, the ABI check, and the error plumbing of the raw layer
+// (all internal: the public surface has no IntPtr), NativeAddress, PkvException.
 using System;
 using System.Runtime.InteropServices;
+
+// The tests reach the raw layer (Native, the handles) to check it against pkv.h.
+[assembly: System.Runtime.CompilerServices.InternalsVisibleTo("Tests")]
 
 namespace Pkv
 {
     /// <summary>A pkv_engine*; released with pkv_engine_destroy, then its store's memory and
     /// delegates (which pkv calls until destroy returns) are let go.</summary>
-    public sealed class EngineHandle : SafeHandle
+    internal sealed class EngineHandle : SafeHandle
     {
         internal StoreBridge Store;
         public EngineHandle() : base(IntPtr.Zero, true) { }
@@ -22,7 +26,7 @@ namespace Pkv
 
     /// <summary>A pkv_store* (the store administration calls, pkv_store_open); released with
     /// pkv_store_close.</summary>
-    public sealed class StoreHandle : SafeHandle
+    internal sealed class StoreHandle : SafeHandle
     {
         public StoreHandle() : base(IntPtr.Zero, true) { }
         public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
@@ -36,7 +40,7 @@ namespace Pkv
     /// <summary>A pkv_batch*; released with pkv_batch_abort unless ended. While open it holds a
     /// reference on its engine's handle, so the engine is never destroyed under it (not even by
     /// finalizers running in any order).</summary>
-    public sealed class BatchHandle : SafeHandle
+    internal sealed class BatchHandle : SafeHandle
     {
         EngineHandle engine;
         bool freedByPkv;
@@ -50,12 +54,11 @@ namespace Pkv
             engine = e;
         }
 
-        /// <summary>Gives the pointer to a call that frees it (pkv_batch_end, a successful
-        /// pkv_commit): after this the handle releases nothing but its engine reference.</summary>
-        internal IntPtr Detach()
+        /// <summary>pkv freed the batch (a successful pkv_batch_end or pkv_commit): from now on
+        /// the handle releases nothing but its engine reference.</summary>
+        internal void Detach()
         {
             freedByPkv = true;  // the handle stays valid so ReleaseHandle still drops the engine
-            return handle;
         }
 
         protected override bool ReleaseHandle()
@@ -67,7 +70,7 @@ namespace Pkv
         }
     }
 
-    public static unsafe partial class Native
+    internal static unsafe partial class Native
     {
         static readonly string loadError;     // why libpkv cannot be used, or null
         static readonly Exception loadCause;  // the runtime's exception, for the inner one
@@ -99,9 +102,7 @@ namespace Pkv
             }
         }
 
-        /// <summary>null when libpkv loaded and matches this binding, else what every call throws:
-        /// DllNotFoundException (the library was not found; the message says where it was looked
-        /// for and what to set) or PkvException (Unsupported: another ABI).</summary>
+        /// <summary>Library.LoadError.</summary>
         public static Exception LoadError
         {
             get
@@ -128,6 +129,26 @@ namespace Pkv
         {
             if (s != Status.Ok) throw new PkvException(s, Text(pkv_last_error()));
         }
+    }
+
+    /// <summary>An address in native memory that .NET does not own: a pool's base (PoolInfo),
+    /// a buffer of the host's own for Batch.Attention on a CUDA engine, a CUDA stream. It is a
+    /// number only: nothing in .NET reads or writes through it.</summary>
+    public struct NativeAddress : IEquatable<NativeAddress>
+    {
+        readonly ulong value;
+        public NativeAddress(ulong address) { value = address; }
+        public static readonly NativeAddress Zero = new NativeAddress(0);
+        public ulong Value { get { return value; } }
+        public bool IsZero { get { return value == 0; } }
+        internal IntPtr Pointer { get { return (IntPtr)(long)value; } }
+        internal static NativeAddress Of(IntPtr p) { return new NativeAddress((ulong)(long)p); }
+        public bool Equals(NativeAddress o) { return value == o.value; }
+        public override bool Equals(object o) { return o is NativeAddress && Equals((NativeAddress)o); }
+        public override int GetHashCode() { return value.GetHashCode(); }
+        public static bool operator ==(NativeAddress a, NativeAddress b) { return a.value == b.value; }
+        public static bool operator !=(NativeAddress a, NativeAddress b) { return a.value != b.value; }
+        public override string ToString() { return "0x" + value.ToString("x"); }
     }
 
     /// <summary>A pkv call failed: Status says how, Message is pkv's message about it.</summary>

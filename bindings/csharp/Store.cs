@@ -50,7 +50,9 @@ namespace Pkv
     /// each field. File(), Redis() and Callback() make the usual ones.</summary>
     public sealed unsafe class StoreConfig
     {
-        public uint Kind, WriteMode, LookupTimeoutMs, WriteQueueBlocks;
+        public StoreKind Kind;
+        public StoreWriteMode WriteMode;
+        public uint LookupTimeoutMs, WriteQueueBlocks;
         public string Path;          // FILE: the directory, made if missing
         public ulong MaxBytes;       // FILE: size cap (LRU); 0 = none
         public string Host, Username, Password, KeyPrefix;  // REDIS; null = pkv's default
@@ -69,20 +71,21 @@ namespace Pkv
 
         public static StoreConfig File(string path)
         {
-            return new StoreConfig { Kind = Native.PKV_STORE_FILE, Path = path };
+            return new StoreConfig { Kind = StoreKind.File, Path = path };
         }
 
         public static StoreConfig Redis(string host = null, uint port = 6379, string password = null)
         {
-            return new StoreConfig { Kind = Native.PKV_STORE_REDIS, Host = host, Port = port, Password = password };
+            return new StoreConfig { Kind = StoreKind.Redis, Host = host, Port = port, Password = password };
         }
 
         public static StoreConfig Callback(IStore store)
         {
-            return new StoreConfig { Kind = Native.PKV_STORE_CALLBACK, Store = store };
+            return new StoreConfig { Kind = StoreKind.Callback, Store = store };
         }
 
-        /// <summary>The native parameters, in memory the bridge owns until the engine is gone.</summary>
+        /// <summary>The native parameters, in memory the bridge owns until the engine is gone
+        /// (or, for StoreAdmin.Open, until the open returns).</summary>
         internal StoreBridge Build()
         {
             var b = new StoreBridge();

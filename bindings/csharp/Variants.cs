@@ -1,10 +1,9 @@
 // Attention variants (pkv 0.2, DESIGN.md §12): fp8 KV and its scales, sliding windows and KV
 // groups, a config's per-layer windows, and the group arrays of a batch.
 //
-// EngineParams is a blittable struct, so it cannot keep a managed array: per-layer windows are
-// an argument of the calls that read them (new Engine(p, layerWindows), Library.Profile,
-// Library.KvGroups), pinned for the call (pkv copies them at create); EngineParams.LayerWindows
-// itself stays zero.
+// Per-layer windows are EngineParams.LayerWindows, an array the params own, or an argument of
+// the calls that read them (new Engine(p, layerWindows), Library.Profile, Library.KvGroups);
+// either way pinned for the call only (pkv copies them at create).
 using System;
 
 namespace Pkv
@@ -27,32 +26,36 @@ namespace Pkv
 
     public static unsafe partial class Library
     {
-        /// <summary>Refuses windows that are not one per layer, and a raw LayerWindows pointer
-        /// (the windows are an argument), before pkv reads anything.</summary>
-        internal static void CheckLayerWindows(ref EngineParams p, uint[] layerWindows)
+        /// <summary>The windows of a call: p.LayerWindows or the argument, refused (before pkv
+        /// reads anything) when both are given or they are not one per layer.</summary>
+        internal static uint[] Windows(EngineParams p, uint[] layerWindows)
         {
-            if (p.LayerWindows != IntPtr.Zero)
+            uint[] own = p.WindowsNoCopy;
+            if (own != null && layerWindows != null)
                 throw new PkvException(Status.InvalidArgument,
-                                       "EngineParams.LayerWindows must be zero: give the windows as an argument");
-            if (layerWindows != null && layerWindows.Length != p.NumLayers)
+                    "the windows are given twice: set EngineParams.LayerWindows or pass layerWindows, not both");
+            uint[] w = own ?? layerWindows;
+            if (w != null && w.Length != p.NumLayers)
                 throw new PkvException(Status.InvalidArgument, string.Format(
-                    "layerWindows has {0} entries, NumLayers is {1}", layerWindows.Length, p.NumLayers));
+                    "{0} has {1} entries, NumLayers is {2}: give one window per layer (0 = full attention)",
+                    own != null ? "EngineParams.LayerWindows" : "layerWindows", w.Length, p.NumLayers));
+            return w;
         }
 
-        /// <summary>The windows p points at (NumLayers of them), or null.</summary>
-        internal static uint[] CopyLayerWindows(EngineParams p)
+        /// <summary>The windows n points at (NumLayers of them), or null.</summary>
+        internal static uint[] CopyLayerWindows(EngineParamsNative n)
         {
-            if (p.LayerWindows == IntPtr.Zero) return null;
-            var w = new uint[p.NumLayers];
-            for (int l = 0; l < w.Length; l++) w[l] = ((uint*)p.LayerWindows)[l];
+            if (n.LayerWindows == IntPtr.Zero) return null;
+            var w = new uint[n.NumLayers];
+            for (int l = 0; l < w.Length; l++) w[l] = ((uint*)n.LayerWindows)[l];
             return w;
         }
 
         /// <summary>Each layer's sliding window (0 = full attention) of a Hugging Face
         /// config.json's text (pkv_hf_config_layer_windows: layer_types, sliding_window_pattern,
         /// Gemma 2's alternation, use_sliding_window with max_window_layers, or one window for
-        /// every layer). Give them to new Engine(p, windows) when they differ
-        /// (EngineParams.FromHfConfig sets SlidingWindow when they do not).</summary>
+        /// every layer). EngineParams.FromHfConfig reads them too (LayerWindows when they differ,
+        /// SlidingWindow when they do not).</summary>
         public static uint[] HfConfigLayerWindows(string json)
         {
             byte[] text = System.Text.Encoding.UTF8.GetBytes(json);
@@ -67,30 +70,33 @@ namespace Pkv
             }
         }
 
-        /// <summary>How the layers of p (with layerWindows, or p.SlidingWindow for all) are
-        /// grouped (pkv_kv_groups); p is validated as by new Engine.</summary>
+        /// <summary>How the layers of p (with p.LayerWindows or layerWindows, else
+        /// p.SlidingWindow for all) are grouped (pkv_kv_groups); p is validated as by new
+        /// Engine.</summary>
         public static KvGroups KvGroups(EngineParams p, uint[] layerWindows = null)
         {
-            CheckLayerWindows(ref p, layerWindows);
+            uint[] windows = Windows(p, layerWindows);
             var g = new KvGroups();
-            fixed (uint* w = layerWindows)
+            EngineParamsNative raw = p.ToNative();
+            fixed (uint* w = windows)
             {
-                p.LayerWindows = (IntPtr)w;
+                raw.LayerWindows = (IntPtr)w;
                 uint n, layers;
-                Native.Check(Native.pkv_kv_groups(&p, null, null, null, 0, &n, &layers));
+                Native.Check(Native.pkv_kv_groups(&raw, null, null, null, 0, &n, &layers));
                 g.GroupWindow = new uint[n];
                 g.LayerGroup = new uint[p.NumLayers];
                 g.LayerSlot = new uint[p.NumLayers];
                 fixed (uint* gw = g.GroupWindow)
                 fixed (uint* lg = g.LayerGroup)
                 fixed (uint* ls = g.LayerSlot)
-                    Native.Check(Native.pkv_kv_groups(&p, lg, ls, gw, n, &n, &layers));
+                    Native.Check(Native.pkv_kv_groups(&raw, lg, ls, gw, n, &n, &layers));
                 g.GroupLayers = layers;
             }
             return g;
         }
 
-        /// <summary>Profile with per-layer windows (see KvGroups).</summary>
+        /// <summary>Profile with per-layer windows (see KvGroups; p.LayerWindows needs no
+        /// argument).</summary>
         public static KvBudget Profile(EngineParams p, uint[] layerWindows)
         {
             KvBudget b;
@@ -99,16 +105,17 @@ namespace Pkv
         }
 
         /// <summary>ProfileOrShortfall with per-layer windows (see KvGroups); windows that are
-        /// not one per layer throw PkvException InvalidArgument.</summary>
+        /// not one per layer, or given twice, throw PkvException InvalidArgument.</summary>
         public static Status ProfileOrShortfall(EngineParams p, uint[] layerWindows, out KvBudget budget)
         {
-            CheckLayerWindows(ref p, layerWindows);
+            uint[] windows = Windows(p, layerWindows);
             var b = new KvBudget { StructSize = (uint)sizeof(KvBudget) };
+            EngineParamsNative raw = p.ToNative();
             Status s;
-            fixed (uint* w = layerWindows)
+            fixed (uint* w = windows)
             {
-                p.LayerWindows = (IntPtr)w;
-                s = Native.pkv_profile(&p, &b);
+                raw.LayerWindows = (IntPtr)w;
+                s = Native.pkv_profile(&raw, &b);
             }
             budget = b;
             return s;
@@ -117,14 +124,12 @@ namespace Pkv
 
     public sealed unsafe partial class Engine
     {
-        uint[] engineLayerWindows;  // copied out of the engine at create, or null
-
-        /// <summary>The engine's per-layer windows (a copy), null when it has none
-        /// (Params.SlidingWindow applies to every layer).</summary>
-        public uint[] LayerWindows { get { return engineLayerWindows == null ? null : (uint[])engineLayerWindows.Clone(); } }
+        /// <summary>The engine's per-layer windows (a copy: Params.LayerWindows), null when it
+        /// has none (Params.SlidingWindow applies to every layer).</summary>
+        public uint[] LayerWindows { get { return Params.LayerWindows; } }
 
         /// <summary>How the engine's layers are grouped (Library.KvGroups of its parameters).</summary>
-        public KvGroups KvGroups() { return Library.KvGroups(Params, engineLayerWindows); }
+        public KvGroups KvGroups() { return Library.KvGroups(Params); }
 
         /// <summary>fp8 KV (KvDType DType.Fp8E4m3 / Fp8E5m2): layer's K and V scales, one per
         /// kv head of this rank each (finite, > 0; 1.0 until set), before the first sequence

@@ -82,9 +82,9 @@ static partial class Tests
         using (var e = new Engine(MlaSmall()))
         {
             var pi = e.PoolInfo();
-            Assert(pi.KBase != IntPtr.Zero, "k base");
-            Equal(IntPtr.Zero, pi.VBase, "no V");
-            Equal(IntPtr.Zero, pi.HostVBase, "no host V");
+            Assert(!pi.KPool.IsZero, "k base");
+            Equal(NativeAddress.Zero, pi.VPool, "no V");
+            Equal(NativeAddress.Zero, pi.HostVPool, "no host V");
             Equal(1u, pi.KvHeads, "one latent");
             Equal((uint)MlaWidth, pi.HeadDim, "latent width");
             var seq = e.Allocate(new[] { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 });
@@ -106,8 +106,9 @@ static partial class Tests
                     Assert(worst <= 1e-4, "layer " + layer + ": max error " + worst);
                 }
                 var shortOut = new float[n * MlaQHeads * MlaLatent - 1];
-                Throws<ArgumentException>(() => b.Attention(0, new float[n * MlaQHeads * MlaWidth],
-                                                            new float[n * MlaWidth], null, shortOut));
+                Assert(Throws(Status.InvalidArgument, () => b.Attention(0, new float[n * MlaQHeads * MlaWidth],
+                                                                      new float[n * MlaWidth], null, shortOut))
+                           .Detail.Contains("output has"), "names the short output");
                 b.End();
             }
             Equal((uint)n, seq.Info().NumComputedTokens, "computed");

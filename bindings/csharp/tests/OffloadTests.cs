@@ -20,7 +20,7 @@ static partial class Tests
         return e;
     }
 
-    static ulong[] Hashes(KvEvent[] events, int type, Tier tier)
+    static ulong[] Hashes(KvEvent[] events, KvEventType type, Tier tier)
     {
         return events.Where(ev => ev.Type == type && ev.Tier == tier).Select(ev => ev.BlockHash)
                      .OrderBy(h => h).ToArray();
@@ -40,7 +40,7 @@ static partial class Tests
             var a = e.Allocate(OffloadFirst);
             RunStep(e, a);
             a.Release();
-            Assert(Hashes(e.DrainKvEvents(), Native.PKV_EVENT_BLOCK_STORED, Tier.Device)
+            Assert(Hashes(e.DrainKvEvents(), KvEventType.BlockStored, Tier.Device)
                    .SequenceEqual(firstHashes.OrderBy(x => x)), "stored in the pool");
             // OffloadOther takes every pool block: the 3 cached ones are offloaded, and its batch
             // lists the copies out (pool -> host tier) before anything is written.
@@ -58,9 +58,9 @@ static partial class Tests
             RunStep(e, b);
             b.Release();
             KvEvent[] events = e.DrainKvEvents();
-            Assert(Hashes(events, Native.PKV_EVENT_BLOCK_STORED, Tier.Host)
+            Assert(Hashes(events, KvEventType.BlockStored, Tier.Host)
                    .SequenceEqual(firstHashes.OrderBy(x => x)), "stored in the host tier");
-            Assert(Hashes(events, Native.PKV_EVENT_BLOCK_REMOVED, Tier.Device)
+            Assert(Hashes(events, KvEventType.BlockRemoved, Tier.Device)
                    .SequenceEqual(firstHashes.OrderBy(x => x)), "removed from the pool");
             // OffloadFirst again: its 12 tokens of sealed blocks are a prefix hit on the host tier.
             uint cached;

@@ -81,11 +81,11 @@ static partial class Tests
         finally { if (Directory.Exists(dir)) Directory.Delete(dir, true); }
         var d = new StoreConfig();
         Equal(200u, d.LookupTimeoutMs, "lookup_timeout_ms default");
-        Equal((uint)Native.PKV_STORE_NONE, d.Kind, "kind default");
+        Equal(StoreKind.None, d.Kind, "kind default");
         Equal(-10, (int)Status.Store, "Status.Store");
         Equal("ERR_STORE", Native.StatusName(Status.Store), "ERR_STORE");
         Throws(Status.InvalidArgument, () => new Engine(Small(), StoreConfig.Callback(new MapStore())));  // no host tier
-        Throws(Status.InvalidArgument, () => StoreEngine(new StoreConfig { Kind = Native.PKV_STORE_FILE }));
+        Throws(Status.InvalidArgument, () => StoreEngine(new StoreConfig { Kind = StoreKind.File }));
         using (var e = new Engine(Small())) Equal("", e.StoreError(), "no store");
     }
 }

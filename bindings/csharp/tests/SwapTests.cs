@@ -27,7 +27,7 @@ static partial class Tests
             }
             var pool = e.PoolInfo();
             Equal((ulong)HostBlocks, pool.HostNumBlocks, "pool host_num_blocks");
-            Assert(pool.HostKBase != IntPtr.Zero && pool.HostVBase != IntPtr.Zero, "host bases");
+            Assert(!pool.HostKPool.IsZero && !pool.HostVPool.IsZero, "host bases");
             Equal(HostBlocks * pool.BlockStride, pool.HostLayerStride, "host_layer_stride");
             Equal(e.Budget().HostPoolBytes, 2 * pool.HostBytesPerPool, "host_bytes_per_pool");
             var st = e.Stats();
@@ -56,7 +56,7 @@ static partial class Tests
             a.SwapOut();
             var info = a.Info();
             Equal(Tier.Host, info.Tier, "tier swapped");
-            Equal((uint)Native.PKV_TIER_HOST, info.KvTier, "kv_tier swapped");
+            Equal(Tier.Host, info.KvTier, "kv_tier swapped");
             Equal(3u, info.NumHostBlocks, "num_host_blocks");
             Equal(0u, info.NumBlocks, "num_blocks swapped");
             Equal(10u, info.NumComputedTokens, "computed kept");
@@ -108,10 +108,10 @@ static partial class Tests
     static void PreemptionBySwapping()
     {
         var p = WithHostTier();
-        p.PreemptionMode = Native.PKV_PREEMPT_SWAP;
+        p.PreemptionMode = PreemptionMode.Swap;
         using (var e = new Engine(p)) { e.Check(); }
         var q = Small();
-        q.PreemptionMode = Native.PKV_PREEMPT_SWAP;
+        q.PreemptionMode = PreemptionMode.Swap;
         Throws(Status.InvalidArgument, () => new Engine(q).Dispose());  // needs the host tier
     }
 
@@ -130,15 +130,16 @@ static partial class Tests
     {
         Equal(Native.PKV_COPY_SWAP_OUT, (int)CopyKind.SwapOut, "CopyKind value");
         Equal(Native.PKV_TIER_HOST, (int)Tier.Host, "Tier value");
-        Equal(256, Native.PKV_ATTENTION_MAX_HEAD_DIM, "attention head_dim limit");
-        Equal(65535, Native.PKV_CUDA_MAX_GRID, "CUDA grid limit");
+        Equal(256, Constants.AttentionMaxHeadDim, "attention head_dim limit");
+        Equal(65535, Constants.CudaMaxGrid, "CUDA grid limit");
         var p = Small();
-        p.HeadDim = Native.PKV_MAX_HEAD_DIM;
+        p.HeadDim = Constants.MaxHeadDim;
         Library.Profile(p);
-        p.HeadDim = Native.PKV_MAX_HEAD_DIM + 1;
+        p.HeadDim = Constants.MaxHeadDim + 1;
         Throws(Status.InvalidArgument, () => Library.Profile(p));
-        p = Small();
-        p.Reserved1 = 1;
-        Throws(Status.InvalidArgument, () => Library.Profile(p));
+        var raw = Small().ToNative();  // reserved fields are not public; pkv refuses them nonzero
+        raw.Reserved1 = 1;
+        KvBudget b = new KvBudget { StructSize = (uint)System.Runtime.InteropServices.Marshal.SizeOf(typeof(KvBudget)) };
+        unsafe { Equal(Status.InvalidArgument, Native.pkv_profile(&raw, &b), "reserved1 refused"); }
     }
 }

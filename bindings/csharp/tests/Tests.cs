@@ -155,7 +155,7 @@ static partial class Tests
         Throws<ObjectDisposedException>(() => batch.Positions());
         batch.Abort();  // idempotent
         EngineHandle raw;  // the raw layer: a disposed SafeHandle is refused by the marshaller
-        var rp = Small();
+        var rp = Small().ToNative();
         unsafe { Equal(Status.Ok, Native.pkv_engine_create(&rp, out raw), "create"); }
         raw.Dispose();
         Throws<ObjectDisposedException>(() => Native.pkv_engine_check(raw));
@@ -164,7 +164,7 @@ static partial class Tests
             var b = e2.BeginBatch(new[] { e2.Allocate(new[] { 1, 2 }) });
             b.End();
             Throws<ObjectDisposedException>(() => b.End());
-            Throws<ObjectDisposedException>(() => b.Attention(0, IntPtr.Zero, IntPtr.Zero, IntPtr.Zero, IntPtr.Zero));
+            Throws<ObjectDisposedException>(() => b.Attention(0, NativeAddress.Zero, NativeAddress.Zero, NativeAddress.Zero, NativeAddress.Zero));
         }
     }
 
@@ -230,7 +230,7 @@ static partial class Tests
             foreach (var s in new[] { seq, child, salted }) s.Release();
             Equal(0ul, e.Stats().NumSeqs, "no seqs");
             Equal(Device.Cpu, e.PoolInfo().Device, "pool device");
-            e.SetStream(IntPtr.Zero);
+            e.SetStream(NativeAddress.Zero);
             e.Check();
         }
     }
@@ -292,10 +292,10 @@ static partial class Tests
                 finished.AddRange(e.DrainFinished());
             }
             Assert(finished.OrderBy(x => x).SequenceEqual(new[] { a.Id, b.Id }.OrderBy(x => x)), "finished");
-            Equal((uint)Native.PKV_FINISH_LENGTH, a.Info().FinishReason, "a finished by length");
-            Equal((uint)Native.PKV_FINISH_STOP_TOKEN, b.Info().FinishReason, "b finished by stop token");
+            Equal(FinishReason.Length, a.Info().FinishReason, "a finished by length");
+            Equal(FinishReason.StopToken, b.Info().FinishReason, "b finished by stop token");
             KvEvent[] events = e.DrainKvEvents();
-            Assert(events.Length > 0 && events[0].Type == Native.PKV_EVENT_BLOCK_STORED, "stored events");
+            Assert(events.Length > 0 && events[0].Type == KvEventType.BlockStored, "stored events");
             foreach (ulong id in finished) e.Sequence(id).Release();
             e.ResetPrefixCache();
             Equal(0ul, e.Stats().NumCachedBlocks, "cache reset");
@@ -321,9 +321,9 @@ static partial class Tests
             ulong[] parents = { root, h0 }, hashes = { h0, h1 };
             for (int i = 0; i < 2; i++)
             {
-                var want = new KvEvent { Type = Native.PKV_EVENT_BLOCK_STORED, NumTokens = 4,
+                var want = new KvEvent { Type = KvEventType.BlockStored, NumTokens = 4,
                     SeqNo = (ulong)(i + 1), BlockHash = hashes[i], ParentHash = parents[i],
-                    Medium = Native.PKV_TIER_DEVICE };
+                    Medium = Tier.Device };
                 Equal(want, events[i], "event " + i);
             }
             seq.Release();
@@ -387,6 +387,13 @@ static partial class Tests
             { "mla_scales_without_v", MlaScalesWithoutV }, { "mla_deepseek_v3_config", MlaDeepSeekV3Config },
             { "loaded", Loaded }, { "load_error_names_what_to_set", LoadErrorNamesWhatToSet },
             { "sequence_disposes", SequenceDisposes }, { "event_publisher", EventPublisher },
+            { "scheduler_batch_end_keeps_it", SchedulerBatchEndKeepsIt },
+            { "dropped_batch_is_aborted", DroppedBatchIsAborted },
+            { "attention_checks_dtype_and_length", AttentionChecksDtypeAndLength },
+            { "sample_rows_of_steps", SampleRowsOfSteps }, { "hf_config_one_call", HfConfigOneCall },
+            { "store_admin_of_file_store", StoreAdminOfFileStore },
+            { "surface_matches_header", SurfaceMatchesHeader }, { "public_surface_is_safe", PublicSurfaceIsSafe },
+            { "version_from_header", VersionFromHeader },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

@@ -23,13 +23,14 @@ static partial class Tests
         var p = EngineParams.FromHfConfig(json);
         Equal(62u, p.NumLayers, "layers");
         Equal(0u, p.SlidingWindow, "mixed windows: no single sliding_window");
-        var g = Library.KvGroups(p, w);
+        Assert(p.LayerWindows.SequenceEqual(want), "FromHfConfig reads the windows too");
+        var g = Library.KvGroups(p);
         Equal(7, g.NumGroups, "groups");
         Equal(10u, g.GroupLayers, "group layers");
         Assert(g.GroupWindow.SequenceEqual(new uint[] { 0, 1024, 1024, 1024, 1024, 1024, 1024 }), "group windows");
         Equal(62, g.LayerGroup.Zip(g.LayerSlot, (grp, slot) => grp * 1000 + slot).Distinct().Count(), "one slot per layer");
         p.Device = Device.Cpu; p.MemoryTotalBytes = 80UL << 30;
-        var b = Library.Profile(p, w);
+        var b = Library.Profile(p);
         Equal(7u, b.NumKvGroups, "budget groups");
         Equal(8u, b.PaddedLayers, "padded");
         Equal(8192UL + 6 * 65, b.BlocksPerMaxSeq, "blocks per max seq");
@@ -42,6 +43,44 @@ static partial class Tests
         Assert(e.Detail.Contains("layer_types[1]"), "names the entry: " + e.Detail);
     }
 
+    // Issue 26, item 3: reading a config is one call that yields the whole shape, windows
+    // included: the same sequences as `pkv profile --config tools/configs/gemma-2-9b.json
+    // --memory 24GiB` (10) and gemma-3-27b.json (2, not OutOfMemory), and the other bindings.
+    static void HfConfigOneCall()
+    {
+        string[] names = { "gemma-2-9b.json", "gemma-3-27b.json" };
+        ulong[] seqs = { 10, 2 };
+        uint[] groups = { 2, 7 };
+        for (int i = 0; i < names.Length; i++)
+        {
+            var p = EngineParams.FromHfConfig(Config(names[i]));
+            p.MemoryTotalBytes = 24UL << 30; p.MemoryUsedBytes = 0;
+            Assert(p.LayerWindows != null, names[i] + ": windows read");
+            KvBudget b;
+            Equal(Status.Ok, Library.ProfileOrShortfall(p, out b), names[i] + " profile");
+            Equal(seqs[i], b.MaxSeqsAtMaxModelLen, names[i] + " max sequences");
+            Equal(groups[i], b.NumKvGroups, names[i] + " groups");
+            var copy = p;  // a copy of the params profiles the same
+            Equal(seqs[i], Library.Profile(copy).MaxSeqsAtMaxModelLen, names[i] + " copy");
+        }
+        var g2 = EngineParams.FromHfConfig(Config("gemma-2-9b.json"));
+        uint[] mine = g2.LayerWindows;
+        mine[0] = 7;  // the params own their array: a caller's change is not theirs
+        Equal(4096u, g2.LayerWindows[0], "windows copied out");
+        g2.NumLayers = 4; g2.Device = Device.Cpu; g2.NumBlocks = 8; g2.NumThreads = 1; g2.MaxModelLen = 32;
+        Assert(Throws(Status.InvalidArgument, () => new Engine(g2)).Detail
+                   .Contains("EngineParams.LayerWindows has 42 entries, NumLayers is 4"), "refused before pkv reads them");
+        g2.LayerWindows = g2.LayerWindows.Take(4).ToArray();
+        using (var e = new Engine(g2))
+        {
+            Assert(e.Params.LayerWindows.SequenceEqual(new uint[] { 4096, 0, 4096, 0 }), "engine windows");
+            Assert(e.KvGroups().GroupWindow.SequenceEqual(new uint[] { 0, 4096 }), "engine groups");
+        }
+        var mistral = EngineParams.FromHfConfig(Config("mistral-7b.json"));
+        Equal(4096u, mistral.SlidingWindow, "one window for all: SlidingWindow");
+        Assert(mistral.LayerWindows == null, "no per-layer windows");
+    }
+
     static void LayerWindowsChecked()
     {
         var p = Small();
@@ -52,8 +91,13 @@ static partial class Tests
         Throws(Status.InvalidArgument, () => Library.Profile(p, new uint[] { 0, 16, 16 }));
         Throws(Status.InvalidArgument, () => new Engine(p, new uint[] { 0 }));
         Throws(Status.InvalidArgument, () => Library.KvGroups(p, new uint[] { 0, 1u << 31 }));
-        var raw = p; raw.LayerWindows = (IntPtr)8;  // a raw pointer: refused, the argument keeps the array
-        Throws(Status.InvalidArgument, () => Library.Profile(raw));
+        var own = p; own.LayerWindows = new uint[] { 0, 16 };  // the params' windows ...
+        Equal(2u, Library.Profile(own).NumKvGroups, "params' windows");
+        Assert(Throws(Status.InvalidArgument, () => Library.Profile(own, new uint[] { 0, 16 }))  // ... given twice
+                   .Detail.Contains("given twice"), "twice");
+        own.LayerWindows = new uint[] { 0 };
+        Assert(Throws(Status.InvalidArgument, () => new Engine(own)).Detail.Contains("EngineParams.LayerWindows has 1"),
+               "names the field");
         Equal(1, Library.KvGroups(p).NumGroups, "no windows");
         // two groups: created once the block manager keeps a table per group, else Unsupported
         Engine two = null;
@@ -67,7 +111,7 @@ static partial class Tests
             using (two)
             {
                 Assert(two.LayerWindows.SequenceEqual(new uint[] { 16, 0 }), "engine windows");
-                Equal(IntPtr.Zero, two.Params.LayerWindows, "params keep no pointer");
+                Assert(two.Params.LayerWindows.SequenceEqual(new uint[] { 16, 0 }), "params' windows");
                 Equal(2u, two.PoolInfo().NumKvGroups, "pool groups");
             }
     }
