@@ -50,7 +50,27 @@ impl Engine {
     }
 
     /// The scheduler's next step (`pkv_step`); `None` when nothing is left to run. End the batch
-    /// with `StepBatch::commit`, or `abort` it (dropping it does).
+    /// with `StepBatch::commit`, or `abort` it (dropping it does). A refused commit gives the
+    /// batch back:
+    ///
+    /// ```no_run
+    /// # let engine = pkv::Engine::new(&pkv::Params::new()?)?;
+    /// engine.submit(&[1, 2, 3, 4, 5], &pkv::Request { max_new_tokens: 4, ..Default::default() })?;
+    /// while let Some(mut batch) = engine.step()? {
+    ///     let n = batch.num_tokens();
+    ///     let (q, kv, mut out) = (vec![0.1f32; n * 64], vec![0.2f32; n * 32], vec![0f32; n * 64]);
+    ///     for layer in 0..2 { batch.attention(layer, &q, &kv, &kv, &mut out)?; }
+    ///     let sampled = vec![7; batch.view().num_seqs as usize]; // one token per sequence
+    ///     if let Err(refused) = batch.commit(&sampled) {
+    ///         eprintln!("{}", refused); // ... (the batch is still open)
+    ///         refused.into_batch().abort(); // or commit it again
+    ///     }
+    /// }
+    /// for seq in engine.drain_finished()? {
+    ///     println!("{:?}: {:?}", seq, engine.tokens(seq)?);
+    /// }
+    /// # Ok::<(), pkv::Error>(())
+    /// ```
     pub fn step(&self) -> Result<Option<StepBatch<'_>>> {
         let mut raw = ptr::null_mut();
         // SAFETY: live handle; raw receives the batch or NULL.
