@@ -14,7 +14,7 @@ rm -rf "$work"
 mkdir -p "$work"
 "$py" "$src/bindings/gen/gen.py" --header "$src/include/pkv/pkv.h" --out "$work"
 status=0
-for f in python/pkv/_raw.py csharp/Native.g.cs go/consts_gen.go go/types_gen.go go/layout_gen.go \
+for f in python/pkv/_raw.py csharp/Native.g.cs csharp/Version.g.props go/consts_gen.go go/types_gen.go go/layout_gen.go \
     go/load_gen.c; do
   if ! diff -u "$src/bindings/$f" "$work/$f"; then
     echo "bindings/$f is out of date: run /usr/bin/python3 bindings/gen/gen.py" >&2

@@ -6,6 +6,7 @@
 writes, under --out:
     python/pkv/_raw.py     ctypes structs, prototypes (argtypes/restype), constants, statuses
     csharp/Native.g.cs     [StructLayout(Sequential)] structs, [DllImport] externs, constants
+    csharp/Version.g.props the package version (PKV_VERSION_*) for Pkv.csproj
     go/consts_gen.go       constants (typed enums with String), statuses, their names, sentinel
                            errors, the raw structs (cEngineParams, ...)
     go/types_gen.go        the API's structs (EngineParams, Stats, ...) and their conversions
@@ -445,6 +446,14 @@ def gen_csharp(h):
     return '\n'.join(o)
 
 
+def gen_csharp_props(h):
+    """The package's version for dotnet (Pkv.csproj imports it): pkv.h's, as the assembly's."""
+    v = dict(h.macros)
+    return '\n'.join(['<!-- ' + BANNER + ' -->', '<Project>', '  <PropertyGroup>',
+                      '    <Version>%d.%d.%d</Version>' % tuple(v['PKV_VERSION_' + k] for k in ('MAJOR', 'MINOR', 'PATCH')),
+                      '  </PropertyGroup>', '</Project>', ''])
+
+
 def cs_field(struct, f, t):
     name = pascal(f, words=CS_WORDS)
     if t.length:
@@ -774,6 +783,7 @@ def c_decl(res, declarator, params):
 
 # ------------------------------------------------------------------------------ main
 OUTPUTS = (('python/pkv/_raw.py', gen_python), ('csharp/Native.g.cs', gen_csharp),
+           ('csharp/Version.g.props', gen_csharp_props),
            ('go/consts_gen.go', gen_go), ('go/types_gen.go', gen_go_types),
            ('go/layout_gen.go', gen_go_layout), ('go/load_gen.c', gen_go_dl))
 

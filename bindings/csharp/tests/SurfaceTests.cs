@@ -177,5 +177,8 @@ static partial class Tests
         var info = (AssemblyInformationalVersionAttribute)Attribute.GetCustomAttribute(
             typeof(Engine).Assembly, typeof(AssemblyInformationalVersionAttribute));
         Equal(string.Format("{0}.{1}.{2}", v.Major, v.Minor, v.Build), info.InformationalVersion, "informational");
+        string props = File.ReadAllText(Path.Combine(Path.Combine(Path.Combine(root, "bindings"), "csharp"),
+                                                     "Version.g.props"));
+        Assert(props.Contains("<Version>" + info.InformationalVersion + "</Version>"), "the package's version: " + props);
     }
 }
