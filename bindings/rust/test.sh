@@ -8,12 +8,17 @@
 #          .crate alone); pkv's dependency pkv-sys, unpublished, is found in a directory
 #          registry overlaid on Debian's: the packaged pkv-sys next to Debian's crates
 #
-# Usage: test.sh MODE LIBPKV C_DEMO CARGO BINDGEN TARGET_DIR
-#   LIBPKV: path of libpkv.so.1 (PKV_LIBRARY); C_DEMO: build/examples/demo; CARGO, BINDGEN:
-#   the programs, or "" when meson found none (the test then fails: CI must install them);
-#   TARGET_DIR: CARGO_TARGET_DIR, inside the build directory so the source tree stays clean.
+# Usage: test.sh MODE LIBPKV C_DEMO TARGET_DIR
+#   LIBPKV: path of libpkv.so.1 (PKV_LIBRARY); C_DEMO: build/examples/demo;
+#   TARGET_DIR: CARGO_TARGET_DIR, inside the build directory so the source tree stays clean, one
+#   per MODE: meson runs the modes side by side, and one's cargo must never rebuild or package
+#   into the directory another's is running from.
+# cargo and bindgen are looked up on PATH when the test runs, not when meson configured the build,
+# so installing one needs no reconfigure; a missing one fails the test (CI must install them).
 set -eu
-mode=$1 lib=$2 c_demo=$3 cargo=$4 bindgen=$5 target=$6
+mode=$1 lib=$2 c_demo=$3 target=$4
+cargo=$(command -v cargo || true)
+bindgen=$(command -v bindgen || true)
 here=$(cd "$(dirname "$0")" && pwd)
 
 export PKV_LIBRARY="$lib"
