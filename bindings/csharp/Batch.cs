@@ -198,9 +198,9 @@ namespace Pkv
         void CheckBuffers(Array q, Array k, Array v, Array output, string elem)
         {
             EngineParams p = engine.Params;
-            if (engine.PoolInfo().Device != Device.Cpu)
+            if (engine.PoolDevice != Device.Cpu)
                 throw new PkvException(Status.Unsupported,
-                    "Attention: arrays are host memory and this engine's pool is on " + engine.PoolInfo().Device +
+                    "Attention: arrays are host memory and this engine's pool is on " + engine.PoolDevice +
                     ": pass device buffers with the NativeAddress overload");
             string want = p.DType == DType.F32 ? "float[]" : "ushort[]";
             if (elem != want)

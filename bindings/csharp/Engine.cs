@@ -1,158 +1,10 @@
-// Engine (pkv_engine), Sequence (a sequence id on an engine), EngineParams helpers, Library.
+// Engine (pkv_engine). EngineParams and Library are Params.cs, Sequence is Sequence.cs.
 using System;
 using System.Runtime.InteropServices;
 using System.Text;
 
 namespace Pkv
 {
-    public partial struct EngineParams
-    {
-        /// <summary>Each layer's sliding window (0 = full attention), NumLayers of them; null
-        /// (the default): SlidingWindow for every layer. The params own a copy (set and get
-        /// copy), passed to pkv for each call that reads it (new Engine copies it).
-        /// FromHfConfig sets it for a model whose layers differ (Gemma 2/3, gpt-oss).</summary>
-        public uint[] LayerWindows
-        {
-            get { return layerWindows == null ? null : (uint[])layerWindows.Clone(); }
-            set { layerWindows = value == null ? null : (uint[])value.Clone(); }
-        }
-
-        internal uint[] WindowsNoCopy { get { return layerWindows; } }
-
-        /// <summary>pkv's defaults (pkv_engine_params_init).</summary>
-        public static unsafe EngineParams Defaults()
-        {
-            var n = new EngineParamsNative();
-            Native.Check(Native.pkv_engine_params_init(&n, (uint)sizeof(EngineParamsNative)));
-            return FromNative(n);
-        }
-
-        /// <summary>Defaults with the whole model shape read from a Hugging Face config.json's
-        /// text, per-layer windows included (pkv_engine_params_from_hf_config, then
-        /// pkv_hf_config_layer_windows): layers of different windows (Gemma 2/3, gpt-oss) are
-        /// LayerWindows, one window for every layer (Mistral) is SlidingWindow. An MLA config
-        /// (kv_lora_rank and qk_rope_head_dim: DeepSeek V2/V3, Kimi K2) sets KvLayout
-        /// KvLayout.Mla, KvLoraRank, QkRopeHeadDim, NumKvHeads 1, HeadDim their sum and the
-        /// model's SoftmaxScale.</summary>
-        public static unsafe EngineParams FromHfConfig(string json)
-        {
-            if (json == null) throw new ArgumentNullException("json");
-            var n = new EngineParamsNative();
-            Native.Check(Native.pkv_engine_params_init(&n, (uint)sizeof(EngineParamsNative)));
-            byte[] text = Encoding.UTF8.GetBytes(json);
-            fixed (byte* t = text)
-                Native.Check(Native.pkv_engine_params_from_hf_config(&n, t, (UIntPtr)text.Length));
-            EngineParams p = FromNative(n);
-            uint[] windows = Library.HfConfigLayerWindows(json);
-            for (int l = 1; l < windows.Length; l++)
-                if (windows[l] != windows[0])
-                {
-                    p.layerWindows = windows;
-                    break;
-                }
-            return p;
-        }
-    }
-
-    public partial struct RequestParams
-    {
-        /// <summary>pkv's defaults for a request (pkv_request_params_init).</summary>
-        public static unsafe RequestParams Defaults()
-        {
-            var p = new RequestParams();
-            Native.Check(Native.pkv_request_params_init(&p, (uint)sizeof(RequestParams)));
-            return p;
-        }
-    }
-
-    /// <summary>Where a sequence's KV is (SeqInfo.KvTier) or a block is (KvEvent.Medium),
-    /// PKV_TIER_*.</summary>
-    public enum Tier : uint
-    {
-        /// <summary>No KV held: waiting, preempted or finished; for an event, every medium
-        /// (ALL_CLEARED, OVERFLOW).</summary>
-        None = Native.PKV_TIER_NONE,
-        /// <summary>In pool blocks.</summary>
-        Device = Native.PKV_TIER_DEVICE,
-        /// <summary>In host-tier blocks: swapped out (Sequence.SwapOut), or an offloaded cached
-        /// block (EngineParams.HostOffload).</summary>
-        Host = Native.PKV_TIER_HOST,
-        /// <summary>A block fetched from the store tier (a stored event's medium).</summary>
-        Store = Native.PKV_TIER_STORE,
-    }
-
-    public partial struct SeqInfo
-    {
-        /// <summary>KvTier.</summary>
-        public Tier Tier { get { return KvTier; } }
-    }
-
-    public partial struct KvEvent
-    {
-        /// <summary>Medium: where the block was stored or removed.</summary>
-        public Tier Tier { get { return Medium; } }
-    }
-
-    public partial struct PoolInfo
-    {
-        /// <summary>Where the K pool is (an MLA engine's latents), on Device: for a host's own
-        /// kernels (strides: LayerStride, BlockStride, TokenStride, HeadStride).</summary>
-        public NativeAddress KPool { get { return NativeAddress.Of(KBase); } }
-        /// <summary>Where the V pool is; Zero for an MLA engine (no V).</summary>
-        public NativeAddress VPool { get { return NativeAddress.Of(VBase); } }
-        /// <summary>The host tier's K pool (HostLayerStride); Zero without a host tier.</summary>
-        public NativeAddress HostKPool { get { return NativeAddress.Of(HostKBase); } }
-        /// <summary>The host tier's V pool; Zero without a host tier or for an MLA engine.</summary>
-        public NativeAddress HostVPool { get { return NativeAddress.Of(HostVBase); } }
-        /// <summary>The attention kernels this engine runs ("" from a library older than 0.2).</summary>
-        public string AttentionKernels { get { return Native.Text(Kernels); } }
-    }
-
-    /// <summary>Library-wide calls: versions, the KV profiler, the canonical block hash.</summary>
-    public static unsafe partial class Library
-    {
-        /// <summary>The loaded libpkv's version (pkv_version: major * 10000 + minor * 100 + patch).</summary>
-        public static uint Version { get { return Native.pkv_version(); } }
-        public static uint AbiVersion { get { return Native.pkv_abi_version(); } }
-        /// <summary>This binding's version: the pkv.h it was generated from (PKV_VERSION_*), as
-        /// its assembly version says.</summary>
-        public static Version BindingVersion { get { return typeof(Library).Assembly.GetName().Version; } }
-        /// <summary>The file the binding loads: libpkv's SONAME ("libpkv.so.1").</summary>
-        public static string FileName { get { return Native.Library; } }
-
-        /// <summary>null when libpkv loaded and matches this binding, else what every call throws:
-        /// DllNotFoundException (the library was not found; the message says where it was looked
-        /// for and what to set) or PkvException (Unsupported: another ABI).</summary>
-        public static Exception LoadError { get { return Native.LoadError; } }
-        public static string StatusString(Status s) { return Native.Text(Native.pkv_status_string(s)); }
-
-        /// <summary>How many KV blocks fit and why. When the budget is too small it throws a
-        /// PkvException (OutOfMemory); ProfileOrShortfall returns the terms either way.</summary>
-        public static KvBudget Profile(EngineParams p) { return Profile(p, null); }
-
-        public static Status ProfileOrShortfall(EngineParams p, out KvBudget budget)
-        {
-            return ProfileOrShortfall(p, null, out budget);
-        }
-
-        public static ulong BlockHashRoot(ulong seed, byte[] salt)
-        {
-            ulong h;
-            salt = salt ?? new byte[0];
-            fixed (byte* s = salt)
-                Native.Check(Native.pkv_block_hash_root(seed, s, (uint)salt.Length, &h));
-            return h;
-        }
-
-        public static ulong BlockHash(ulong seed, ulong parentHash, int[] tokens)
-        {
-            ulong h;
-            fixed (int* t = tokens)
-                Native.Check(Native.pkv_block_hash(seed, parentHash, t, (uint)tokens.Length, &h));
-            return h;
-        }
-    }
-
     /// <summary>A KV-cache engine. Dispose it (using); a disposed engine refuses every call with
     /// ObjectDisposedException. Calls on one engine may come from several threads.</summary>
     public sealed unsafe partial class Engine : IDisposable
@@ -174,6 +26,7 @@ namespace Pkv
         // pkv_attention's checks (Batch.Attention): elements per new token of q, of k/v and of
         // output (MLA: k is the latent, output KvLoraRank wide per q head)
         internal uint QPerToken, KvPerToken, OutPerToken;
+        internal Device PoolDevice;  // where the pool is (Params.Device may say Auto)
 
         /// <summary>True for an MLA engine (Params.KvLayout KvLayout.Mla): Attention and
         /// SetKvScales take no V (null).</summary>
@@ -231,6 +84,7 @@ namespace Pkv
             QPerToken = qHeads * eff.HeadDim;
             KvPerToken = Budget().KvHeadsPerRank * eff.HeadDim;
             OutPerToken = IsMla ? qHeads * eff.KvLoraRank : QPerToken;
+            PoolDevice = PoolInfo().Device;
         }
 
         public bool IsDisposed { get { return handle.IsClosed; } }
@@ -459,93 +313,5 @@ namespace Pkv
                 return a;
             }
         }
-    }
-
-    /// <summary>A sequence of an Engine. Dispose releases it (pkv_release), like Release(): a
-    /// no-op once it was released (by this object), its id is gone, or its engine was disposed:
-    /// <c>using (var seq = engine.Allocate(prompt)) { ... }</c>.</summary>
-    public sealed unsafe partial class Sequence : IDisposable
-    {
-        bool released;
-
-        public Engine Engine { get; private set; }
-        public ulong Id { get; private set; }
-        /// <summary>Tokens the prefix cache served at the last admission (allocate or resume).</summary>
-        public uint NumCachedTokens { get; private set; }
-
-        internal Sequence(Engine e, ulong id, uint cached) { Engine = e; Id = id; NumCachedTokens = cached; }
-
-        /// <summary>Reserves slots for more tokens (pkv_append). PkvException NoSpace: nothing changed.</summary>
-        public void Append(params int[] tokens)
-        {
-            lock (Engine.Gate)
-                fixed (int* t = tokens)
-                    Engine.Call(Native.pkv_append(Engine.Handle, Id, t, (uint)tokens.Length));
-        }
-
-        public Sequence Fork()
-        {
-            ulong child;
-            lock (Engine.Gate) Engine.Call(Native.pkv_fork(Engine.Handle, Id, &child));
-            return new Sequence(Engine, child, NumCachedTokens);
-        }
-
-        /// <summary>Ends the sequence (pkv_release): its blocks go back, sealed ones stay cached.</summary>
-        public void Release()
-        {
-            lock (Engine.Gate)
-            {
-                Engine.Call(Native.pkv_release(Engine.Handle, Id));
-                released = true;
-            }
-        }
-
-        /// <summary>Releases the sequence unless it is gone already (see the class).</summary>
-        public void Dispose()
-        {
-            lock (Engine.Gate)
-            {
-                if (released || Engine.IsDisposed) return;
-                Status s = Native.pkv_release(Engine.Handle, Id);
-                if (s != Status.NotFound) Engine.Call(s);
-                released = true;
-            }
-        }
-        public void Preempt() { lock (Engine.Gate) Engine.Call(Native.pkv_preempt(Engine.Handle, Id)); }
-
-        /// <summary>Keeps the first <paramref name="numTokens"/> tokens, 1..length (pkv_truncate):
-        /// rollback of rejected speculative tokens.</summary>
-        public void Truncate(uint numTokens)
-        {
-            lock (Engine.Gate) Engine.Call(Native.pkv_truncate(Engine.Handle, Id, numTokens));
-        }
-
-        public uint Resume()
-        {
-            uint cached;
-            lock (Engine.Gate) Engine.Call(Native.pkv_resume(Engine.Handle, Id, &cached));
-            return NumCachedTokens = cached;
-        }
-
-        /// <summary>Moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and
-        /// computed count; the next batch lists the copies (CopyKind.SwapOut). PkvException
-        /// Unsupported: no host tier; NoSpace: too few host blocks, nothing changed; State: not
-        /// running.</summary>
-        public void SwapOut() { lock (Engine.Gate) Engine.Call(Native.pkv_swap_out(Engine.Handle, Id)); }
-
-        /// <summary>Brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or
-        /// nothing; the next batch lists the copies (CopyKind.SwapIn). State: not swapped out.</summary>
-        public void SwapIn() { lock (Engine.Gate) Engine.Call(Native.pkv_swap_in(Engine.Handle, Id)); }
-
-        public SeqInfo Info()
-        {
-            var i = new SeqInfo { StructSize = (uint)sizeof(SeqInfo) };
-            lock (Engine.Gate) Engine.Call(Native.pkv_seq_info(Engine.Handle, Id, &i));
-            return i;
-        }
-
-        public int[] BlockTable() { return Engine.IntArray(Id, true); }
-        public int[] Tokens() { return Engine.IntArray(Id, false); }
-        public override string ToString() { return "Sequence " + Id; }
     }
 }
