@@ -25,7 +25,7 @@ from .errors import __all__ as _error_names
 from .events import EventPublisherParams
 from .hashing import block_hash, block_hash_root, block_hashes
 from .params import Params, hf_config_layer_windows, kv_groups, profile
-from .records import *  # noqa: F401,F403  Stats, KvBudget, PoolInfo, SeqInfo, KvEvent, ... (dataclasses)
+from .records import *  # noqa: F401,F403  Stats, KvBudget, PoolInfo, SeqInfo, ... (dataclasses)
 from .records import __all__ as _record_names
 from .store import DictStore, StoreParams
 from .store_admin import StoreAdmin

@@ -226,8 +226,8 @@ class Engine:
         return self._get(_raw.pkv_stats, lib.pkv_engine_stats)
 
     def budget(self):
-        """The pool's budget (pkv_engine_budget), as a KvBudget: pkv_kv_budget's fields, the attention
-        variants' included (kv_dtype, kv_scale_bytes, num_kv_groups, group_layers,
+        """The pool's budget (pkv_engine_budget), as a KvBudget: pkv_kv_budget's fields, the
+        attention variants' included (kv_dtype, kv_scale_bytes, num_kv_groups, group_layers,
         padded_layers)."""
         return self._get(_raw.pkv_kv_budget, lib.pkv_engine_budget)
 
@@ -266,12 +266,13 @@ class Engine:
 
     def pool_info(self):
         """Where the pool is (pkv_pool_info), as a PoolInfo: k_base, v_base (int addresses, or
-        None), strides, dtype and model_dtype (Dtype), kernels (str), .... An MLA engine's k_base holds the latents and its v_base and host_v_base are None."""
+        None), strides, dtype and model_dtype (Dtype), kernels (str), .... An MLA engine's
+        k_base holds the latents and its v_base and host_v_base are None."""
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
 
     def event_publisher_info(self):
-        """What the event publisher did (pkv_event_publisher_info), as an EventPublisherInfo: endpoint and
-        replay_endpoint as bound (str), next_seq, events_published, events_dropped,
+        """What the event publisher did (pkv_event_publisher_info), as an EventPublisherInfo:
+        endpoint and replay_endpoint as bound (str), next_seq, events_published, events_dropped,
         replay_requests, events_queued. StateError without a publisher."""
         return self._get(_raw.pkv_event_publisher_info, lib.pkv_event_publisher_info)
 

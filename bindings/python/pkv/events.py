@@ -34,7 +34,7 @@ class EventPublisherParams:
             value = self.__dict__['_values'][name]
         except KeyError:
             raise AttributeError('pkv_event_publisher_params has no field %r' % name) from None
-        return typed(FIELD_ENUMS[name], value) if name in FIELD_ENUMS else value  # kind, format, ...
+        return typed(FIELD_ENUMS[name], value) if name in FIELD_ENUMS else value  # kind, ...
 
     def __setattr__(self, name, value):
         if name not in self._values:

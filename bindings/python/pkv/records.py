@@ -25,11 +25,13 @@ _BOOLS = {'is_preempted', 'in_batch', 'is_request'}  # uint32_t 0 or 1 in pkv_se
 
 
 def _is_text(ctype):
-    return ctype is ctypes.c_char_p or (issubclass(ctype, ctypes.Array) and ctype._type_ is ctypes.c_char)
+    return ctype is ctypes.c_char_p or (issubclass(ctype, ctypes.Array)
+                                        and ctype._type_ is ctypes.c_char)
 
 
 def _is_bytes(ctype):
-    return ctype is _raw.pkv_store_key or (issubclass(ctype, ctypes.Array) and ctype._type_ is ctypes.c_uint8)
+    return ctype is _raw.pkv_store_key or (issubclass(ctype, ctypes.Array)
+                                           and ctype._type_ is ctypes.c_uint8)
 
 
 def _annotation(name, ctype):
@@ -82,7 +84,8 @@ def record(struct_value):
 Stats = _record_class('Stats', _raw.pkv_stats, "An engine's counters (Engine.stats)")
 KvBudget = _record_class('KvBudget', _raw.pkv_kv_budget,
                          'How many KV blocks fit and why (pkv.profile, Engine.budget)')
-PoolInfo = _record_class('PoolInfo', _raw.pkv_pool_info, "Where an engine's pool is (Engine.pool_info)")
+PoolInfo = _record_class('PoolInfo', _raw.pkv_pool_info,
+                         "Where an engine's pool is (Engine.pool_info)")
 SeqInfo = _record_class('SeqInfo', _raw.pkv_seq_info, "A sequence's state (Sequence.info)")
 KvEvent = _record_class('KvEvent', _raw.pkv_kv_event,
                         'A KV event (Engine.drain_kv_events): type, the block and where it was')

@@ -54,7 +54,8 @@ class Refusals(unittest.TestCase):
                      array.array('H', [0] * Q))
 
     def test_wrong_lengths(self):
-        q, kv, out = array.array('H', [0] * Q), array.array('H', [0] * KV), array.array('H', [0] * Q)
+        q, out = array.array('H', [0] * Q), array.array('H', [0] * Q)
+        kv = array.array('H', [0] * KV)
         message = self.refused(': q: ', q[:-1], kv, kv, out)
         self.assertEqual(message, 'q: 191 uint16 elements, this step needs 192 '
                                   '(3 tokens x 4 q heads x 16)')
@@ -81,7 +82,8 @@ class Refusals(unittest.TestCase):
             values = array.array('H', bytes(out)) if isinstance(out, bytearray) else out
             # every score is equal: each out is the mean of its context's v, here every token's
             # own values (v rows are the same for every token), 0.25 * (1 + d)
-            self.assertEqual([from_bf16(b) for b in values[:16]], [0.25 * (1 + d) for d in range(16)])
+            self.assertEqual([from_bf16(b) for b in values[:16]],
+                             [0.25 * (1 + d) for d in range(16)])
         self.batch.end()
         self.assertEqual(self.seq.info().num_computed_tokens, 3)
 
@@ -116,8 +118,8 @@ class OtherDtypes(unittest.TestCase):
                 latents = array.array('f', [0.0] * (n * WIDTH))
                 out = array.array('f', [0.0] * (n * Q_HEADS * LATENT))
                 with self.assertRaisesRegex(pkv.InvalidArgumentError,
-                                            r'^ERR_INVALID_ARGUMENT: k: 63 float32 elements, this step '
-                                            r'needs 64 \(2 tokens x 32\)'):
+                                            r'^ERR_INVALID_ARGUMENT: k: 63 float32 elements, '
+                                            r'this step needs 64 \(2 tokens x 32\)'):
                     batch.attention(0, q, latents[:-1], None, out)
                 with self.assertRaisesRegex(pkv.InvalidArgumentError,
                                             r'out: 127 float32 elements, this step needs 128 '

@@ -33,7 +33,8 @@ class StepBatchEnds(unittest.TestCase):
         with scheduled_engine() as engine:
             batch = engine.step()
             self.assertTrue(batch.scheduled)
-            with self.assertRaisesRegex(pkv.StateError, r'commit\(sampled_tokens\), or abort') as ctx:
+            with self.assertRaisesRegex(pkv.StateError,
+                                        r'commit\(sampled_tokens\), or abort') as ctx:
                 batch.end()
             self.assertIn('still open', ctx.exception.message)
             self.assertFalse(batch.closed)

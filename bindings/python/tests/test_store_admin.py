@@ -63,8 +63,8 @@ class StoreAdminFile(unittest.TestCase):
         with pkv.StoreAdmin(pkv.StoreParams.file(self.path)) as store:
             result = store.verify()
             self.assertIsInstance(result, pkv.StoreVerifyResult)
-            self.assertEqual((result.num_blocks, result.num_good, result.num_bad, result.num_removed),
-                             (3, 2, 1, 0))
+            self.assertEqual((result.num_blocks, result.num_good, result.num_bad,
+                              result.num_removed), (3, 2, 1, 0))
             self.assertEqual(result.first_bad_key.hex() + '.blk', os.path.basename(damaged))
             self.assertTrue(result.first_bad_problem)
             bad = [e for e in store.list() if e.state == pkv.StoreValueState.BAD]
@@ -99,7 +99,6 @@ class StoreAdminFile(unittest.TestCase):
         for call in (store.info, store.verify, store.clear, lambda: next(store.list())):
             with self.assertRaisesRegex(ValueError, 'StoreAdmin is closed'):
                 call()
-        del store, listing  # dropped: nothing left to close
 
 
 class StoreAdminRefusals(unittest.TestCase):

@@ -17,7 +17,8 @@ HEADER = os.path.join(TREE, 'include', 'pkv', 'pkv.h')
 # C call: where the binding calls it (a dotted path from the pkv package: its public name, or the
 # helper module function that the public one uses).
 WRAPPED = {
-    'pkv_version': 'version', 'pkv_abi_version': 'abi_version', 'pkv_status_string': 'status_string',
+    'pkv_version': 'version', 'pkv_abi_version': 'abi_version',
+    'pkv_status_string': 'status_string',
     'pkv_last_error': 'params.check',  # every call without an engine raises with its message
     'pkv_store_params_init': 'StoreParams.__init__',
     'pkv_event_publisher_params_init': 'EventPublisherParams.__init__',
@@ -37,7 +38,8 @@ WRAPPED = {
     'pkv_swap_in': 'Sequence.swap_in', 'pkv_seq_info': 'Sequence.info',
     'pkv_seq_block_table': 'Sequence.block_table',
     'pkv_seq_group_block_table': 'Sequence.group_block_table', 'pkv_seq_tokens': 'Sequence.tokens',
-    'pkv_batch_begin': 'Engine.batch', 'pkv_batch_info': 'Batch.view', 'pkv_batch_copy': 'Batch.copy',
+    'pkv_batch_begin': 'Engine.batch', 'pkv_batch_info': 'Batch.view',
+    'pkv_batch_copy': 'Batch.copy',
     'pkv_batch_end': 'Batch.end', 'pkv_batch_abort': 'Batch.abort',
     'pkv_request_params_init': 'Engine.submit', 'pkv_submit': 'Engine.submit',
     'pkv_step': 'Engine.step', 'pkv_commit': 'Batch.commit',
@@ -159,7 +161,8 @@ class Types(unittest.TestCase):
                 self.assertIs(info.finish_reason, pkv.FinishReason.NONE)
                 with engine.batch([seq]) as batch:
                     buf = bytearray(4 * 2 * 8 * 4)
-                    batch.attention(0, buf, buf[:len(buf) // 2], buf[:len(buf) // 2], bytearray(len(buf)))
+                    kv = buf[:len(buf) // 2]
+                    batch.attention(0, buf, kv, kv, bytearray(len(buf)))
             (event,) = engine.drain_kv_events()
             self.assertIsInstance(event, pkv.KvEvent)
             self.assertIs(event.type, pkv.EventType.BLOCK_STORED)
