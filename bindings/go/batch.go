@@ -4,22 +4,44 @@ package pkv
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
-// Batch is one forward step's plan (pkv_batch). Call Attention for every layer, then End (the
-// new tokens become computed) or Abort (nothing does). Typical use:
+// Batch is one forward step's plan (pkv_batch). Call Attention for every layer, then end it:
+// a batch of BeginBatch with End (the new tokens become computed), a batch of Engine.Step with
+// Commit (End refuses it: ErrState), either with Abort (nothing becomes computed). Typical use:
 //
 //	b, err := engine.BeginBatch(seqs, nil)
 //	defer b.Abort() // a no-op once ended
 //	... b.Attention(layer, q, k, v, out) ...
 //	err = b.End()
+//
+// A batch that failed to end stays open (pkv keeps it), so it can still be ended or aborted.
+// One that becomes unreachable while open is aborted by the garbage collector (a finalizer),
+// so a dropped batch never leaves its engine refusing the next one; defer Abort to free it at
+// once.
 type Batch struct {
-	engine *Engine
-	b      *C.pkv_batch
-	gen    uint64
-	view   cBatchView
+	engine   *Engine
+	b        *C.pkv_batch
+	gen      uint64
+	view     cBatchView
+	fromStep bool // made by Engine.Step: ends with Commit, not End
+}
+
+// opened records b as the engine's open batch (caller holds the engine's mutex).
+func (eng *Engine) opened(b *Batch) {
+	eng.batchGen++
+	eng.batch, b.gen = b.b, eng.batchGen
+	runtime.SetFinalizer(b, (*Batch).Abort)
+}
+
+// ended records that pkv freed b (caller holds the engine's mutex).
+func (b *Batch) ended() {
+	b.engine.batch = nil
+	runtime.SetFinalizer(b, nil)
 }
 
 // BeginBatch plans one step over seqs (pkv_batch_begin); numNewTokens nil = all uncomputed
@@ -62,8 +84,7 @@ func (eng *Engine) BeginBatchIDs(ids []uint64, numNewTokens []uint32) (*Batch, e
 	if err != nil {
 		return nil, err
 	}
-	eng.batchGen++
-	eng.batch, b.gen = b.b, eng.batchGen
+	eng.opened(b)
 	return b, nil
 }
 
@@ -209,7 +230,9 @@ func attention[T float32 | uint16](b *Batch, layer int, q, k, v, out []T, elem i
 	return b.AttentionRaw(layer, unsafe.Pointer(&q[0]), unsafe.Pointer(&k[0]), pv, unsafe.Pointer(&out[0]))
 }
 
-// End: the step ran; its tokens become computed and full blocks are sealed. Frees the batch.
+// End: the step ran; its tokens become computed and full blocks are sealed (pkv_batch_end).
+// Frees the batch on success; on failure the batch stays open, to end again or Abort. A batch of
+// Engine.Step is refused (ErrState): it ends with Commit, or Abort.
 func (b *Batch) End() error {
 	eng := b.engine
 	eng.mu.Lock()
@@ -217,18 +240,29 @@ func (b *Batch) End() error {
 	if !b.live() {
 		return ErrClosed
 	}
-	eng.batch = nil
-	return eng.callLocked(func(*C.pkv_engine) C.pkv_status { return C.pkv_batch_end(b.b) })
+	err := eng.callLocked(func(*C.pkv_engine) C.pkv_status { return C.pkv_batch_end(b.b) })
+	if err == nil {
+		b.ended()
+		return nil
+	}
+	var pe *Error
+	if b.fromStep && errors.As(err, &pe) && pe.Status == StatusState {
+		return &Error{Status: StatusState, Message: "End: this batch came from Engine.Step, which ends " +
+			"with Commit(sampled) once the step ran, or Abort() if it did not; the batch is still open (" +
+			pe.Message + ")"}
+	}
+	return err
 }
 
-// Abort: the step did not run; nothing becomes computed. Frees the batch. A no-op on a batch
-// already ended or aborted, or whose engine is closed.
+// Abort: the step did not run; nothing becomes computed (pkv_batch_abort). Frees the batch,
+// whichever call made it and whatever failed before. A no-op on a batch already ended or
+// aborted, or whose engine is closed.
 func (b *Batch) Abort() {
 	eng := b.engine
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
 	if b.live() {
-		eng.batch = nil
 		C.pkv_batch_abort(b.b)
+		b.ended()
 	}
 }

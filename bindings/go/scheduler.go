@@ -62,11 +62,11 @@ func (eng *Engine) Submit(prompt []int32, rp *RequestParams, salt []byte) (*Sequ
 }
 
 // Step is the scheduler's next batch (pkv_step), or nil when nothing is to run. Run it, then
-// Commit the sampled tokens (or Abort it).
+// Commit the sampled tokens, or Abort it (End refuses it). ErrState: a batch is open.
 func (eng *Engine) Step() (*Batch, error) {
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
-	b := &Batch{engine: eng}
+	b := &Batch{engine: eng, fromStep: true}
 	b.view.StructSize = uint32(unsafe.Sizeof(b.view))
 	err := eng.callLocked(func(e *C.pkv_engine) C.pkv_status {
 		s := C.pkv_step(e, &b.b)
@@ -80,14 +80,13 @@ func (eng *Engine) Step() (*Batch, error) {
 	if err != nil || b.b == nil {
 		return nil, err
 	}
-	eng.batchGen++
-	eng.batch, b.gen = b.b, eng.batchGen
+	eng.opened(b)
 	return b, nil
 }
 
 // Commit ends a batch of Step (pkv_commit): sampled[i] is the token sampled for the batch's
 // sequence i (read where SampleRows[i] != -1; nil when none samples). On failure the batch
-// stays open.
+// stays open, to commit again or Abort.
 func (b *Batch) Commit(sampled []int32) error {
 	eng := b.engine
 	eng.mu.Lock()
@@ -97,7 +96,7 @@ func (b *Batch) Commit(sampled []int32) error {
 	}
 	err := eng.callLocked(func(*C.pkv_engine) C.pkv_status { return C.pkv_commit(b.b, int32Ptr(sampled)) })
 	if err == nil {
-		eng.batch = nil
+		b.ended()
 	}
 	return err
 }
