@@ -13,37 +13,12 @@ use std::ptr;
 
 use pkv_sys as sys;
 
+use crate::element::Element;
 use crate::engine::Engine;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, sized};
 use crate::params::{Device, Dtype, KvLayout};
 use crate::view::{self, BatchView};
-
-/// An element type `attention` takes from host slices: `f32` for F32 engines, `u16` (the raw
-/// bits) for F16 and BF16 ones.
-pub trait Element: Copy + private::Sealed {
-    #[doc(hidden)]
-    fn fits(dtype: Dtype) -> bool;
-    #[doc(hidden)]
-    const NAME: &'static str;
-}
-impl Element for f32 {
-    fn fits(dtype: Dtype) -> bool {
-        dtype == Dtype::F32
-    }
-    const NAME: &'static str = "f32";
-}
-impl Element for u16 {
-    fn fits(dtype: Dtype) -> bool {
-        dtype == Dtype::F16 || dtype == Dtype::Bf16
-    }
-    const NAME: &'static str = "u16";
-}
-mod private {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for u16 {}
-}
 
 /// What every open batch does: read its plan, run attention, do its block copies. Reached
 /// through a `Batch` or a `StepBatch` (which deref to it), never owned on its own.
@@ -88,7 +63,7 @@ impl<'e> OpenBatch<'e> {
     }
 
     /// `pkv_attention` on a CPU engine, from host slices of the engine's dtype (`f32` for F32,
-    /// `u16` bits for F16 and BF16): q and out hold `num_tokens * (num_q_heads / tp_size) *
+    /// `pkv::F16` for F16, `pkv::Bf16` for BF16): q and out hold `num_tokens * (num_q_heads / tp_size) *
     /// head_dim` elements, k and v `num_tokens * kv_heads_per_rank * head_dim` (longer slices
     /// are fine; only those are used). Another element type or a shorter slice is
     /// `Status::InvalidArgument` naming what was expected, before pkv is called. An MLA engine
@@ -158,21 +133,15 @@ impl<'e> OpenBatch<'e> {
             ));
         }
         let dtype = engine.dtype();
-        if !dtype.map_or(false, T::fits) {
-            let want = match dtype {
-                Some(Dtype::F32) => "f32",
-                Some(Dtype::F16) => "u16 (the bits of f16 values)",
-                Some(Dtype::Bf16) => "u16 (the bits of bf16 values)",
-                _ => "none: this binding does not know the engine's dtype",
-            };
+        if dtype != Some(T::DTYPE) {
             return Err(Error::new(
                 Status::InvalidArgument,
                 format!(
                     "{}: the engine's model dtype is {}: slices of {} expected, {} given",
                     call,
-                    dtype.map_or_else(|| "unknown".to_string(), |d| format!("{:?}", d)),
-                    want,
-                    T::NAME
+                    dtype.map_or_else(|| "unknown to this binding".to_string(), |d| format!("{:?}", d)),
+                    dtype.map_or("a type this binding has", element_name),
+                    element_name(T::DTYPE)
                 ),
             ));
         }
@@ -242,6 +211,16 @@ impl Drop for OpenBatch<'_> {
             // any open batch, of pkv_batch_begin or of pkv_step.
             unsafe { abort(self.raw) };
         }
+    }
+}
+
+/// The Rust type of a model dtype's values.
+fn element_name(dtype: Dtype) -> &'static str {
+    match dtype {
+        Dtype::F32 => "f32",
+        Dtype::F16 => "pkv::F16",
+        Dtype::Bf16 => "pkv::Bf16",
+        _ => "none (not a model dtype)",
     }
 }
 

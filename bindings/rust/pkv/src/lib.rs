@@ -21,6 +21,7 @@
 mod library;
 
 mod batch;
+mod element;
 mod engine;
 mod error;
 mod params;
@@ -31,7 +32,8 @@ mod store_admin;
 mod types;
 mod view;
 
-pub use batch::{Batch, BatchError, Element, OpenBatch, StepBatch};
+pub use batch::{Batch, BatchError, OpenBatch, StepBatch};
+pub use element::{Bf16, Element, F16};
 pub use engine::{Allocation, AllocationQuery, Engine, Seq, Tier};
 pub use error::{Error, Result, Status};
 pub use library::{library, Library, LIBRARY_ENV};

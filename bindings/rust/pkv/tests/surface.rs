@@ -65,7 +65,7 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_drain_kv_events_sized => Engine::drain_kv_events;
         pkv_event_publisher_info => Engine::event_publisher_info;
         pkv_reset_prefix_cache => Engine::reset_prefix_cache;
-        pkv_attention => OpenBatch::attention::<f32>, OpenBatch::attention_mla::<u16>, OpenBatch::attention_raw;
+        pkv_attention => OpenBatch::attention::<f32>, OpenBatch::attention_mla::<pkv::Bf16>, OpenBatch::attention_raw;
         pkv_pool_info => Engine::pool_info;
         pkv_set_kv_scales => Engine::set_kv_scales, Engine::set_mla_scales;
         pkv_engine_set_stream => Engine::set_stream;
