@@ -234,7 +234,11 @@ namespace Pkv
         {
             lock (engine.Gate)
             {
-                Check(Native.pkv_batch_end(Handle));
+                Status s = Native.pkv_batch_end(Handle);
+                if (s != Status.Ok && IsScheduled)  // say it in this binding's terms
+                    throw new PkvException(s, "End: a batch of Engine.Step ends with Commit(sampledTokens) or " +
+                                              "Abort(); it is still open (pkv: " + Native.Text(Native.pkv_last_error()) + ")");
+                Check(s);
                 Freed();
             }
         }

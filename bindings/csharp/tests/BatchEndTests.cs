@@ -26,7 +26,8 @@ static partial class Tests
             Batch b = e.Step();
             Assert(b != null && b.IsScheduled, "a scheduler batch");
             PkvException x = Throws(Status.State, () => b.End());
-            Assert(x.Detail.Contains("pkv_commit"), "says how it ends: " + x.Detail);
+            Assert(x.Detail.Contains("ends with Commit(sampledTokens) or Abort(); it is still open"),
+                   "says how it ends: " + x.Detail);
             Assert(b.IsOpen, "the batch is kept after a refused End");
             Throws(Status.State, () => e.Step());  // pkv still holds it open
             b.Abort();
