@@ -36,6 +36,11 @@ std::atomic<uint64_t> g_temp_counter{0};  // per process: the two stores of an e
 int64_t ns_of(const timespec &t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
 // When a block was last written or read, as the file says (reads set atime explicitly).
 int64_t used_ns(const struct stat &st) { return std::max(ns_of(st.st_atim), ns_of(st.st_mtim)); }
+int64_t mono_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return ns_of(t);
+}
 int64_t now_ns() {
   timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
@@ -168,7 +173,8 @@ class FileStore final : public Store {
   const char *kind() const override { return "file"; }
   StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
   StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes, uint8_t *found,
-                  uint32_t timeout_ms) override;
+                  uint32_t timeout_ms, uint64_t *held_bytes) override;
+  StoreStatus read_range(const StoreKey &key, uint64_t offset, size_t n, uint8_t *out, size_t *got) override;
   StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
   StoreStatus list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) override;
   StoreStatus remove(const StoreKey *keys, size_t n, uint8_t *removed) override;
@@ -288,39 +294,80 @@ StoreStatus FileStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
   return error.empty() ? StoreStatus{} : StoreStatus::failure("file store: " + error);
 }
 
-// Local files: timeout_ms does not apply (a read is not abandoned half way).
+// A block file is opened without blocking (O_NONBLOCK: a FIFO or device put in a block's place
+// would block open() or read() forever) and used only when fstat says it is a regular file of
+// exactly value_bytes; nothing of any other is read. timeout_ms bounds the call between keys
+// (a read of a local file is not abandoned half way).
 StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
-                           uint8_t *found, uint32_t /*timeout_ms*/) {
+                           uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes) {
   std::string error;
-  size_t failed = 0;
-  for (size_t i = 0; i < n; ++i) {
-    found[i] = 0;
+  size_t failed = 0, reached = 0;
+  const int64_t deadline = timeout_ms ? mono_ns() + int64_t(timeout_ms) * 1'000'000 : INT64_MAX;
+  for (size_t i = 0; i < n; ++i) found[i] = kStoreAbsent;
+  if (held_bytes) std::fill(held_bytes, held_bytes + n, 0);
+  for (; reached < n && mono_ns() < deadline; ++reached) {
+    const size_t i = reached;
     const std::string path = path_of(keys[i]);
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT) forget(keys[i]);  // never written, or removed by another store
       else error = why("open", path, errno), ++failed;
       continue;
     }
-    // Mark the block used before reading, so other stores on this directory (the engine's writer)
-    // see the use in its atime. Best effort: a read-only file system or foreign file refuses.
-    const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
-    futimens(fd, times);
     struct stat st;
     if (fstat(fd, &st) != 0) {
       error = why("stat", path, errno), ++failed;
-    } else if (S_ISREG(st.st_mode)) {  // a wrong size (truncated, padded) is a miss
-      uint8_t *value = values + i * value_bytes;
-      const int err = uint64_t(st.st_size) != value_bytes ? -1 : read_full(fd, value, value_bytes);
+    } else if (!S_ISREG(st.st_mode)) {
+      found[i] = kStoreNotAValue;
+    } else if (uint64_t(st.st_size) != value_bytes) {
+      found[i] = kStoreWrongSize;
+      if (held_bytes) held_bytes[i] = uint64_t(st.st_size);
+    } else {
+      // Mark the block used, so other stores on this directory (the engine's writer) see the use
+      // in its atime. Best effort: a read-only file system or foreign file refuses.
+      const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+      futimens(fd, times);
+      const int err = read_full(fd, values + i * value_bytes, value_bytes);
       if (err > 0) error = why("read", path, err), ++failed;
-      found[i] = err == 0;
+      found[i] = err == 0 ? kStoreFound : kStoreAbsent;  // -1: truncated under us
       remember(keys[i], uint64_t(st.st_size), used_ns(st));
     }
     close(fd);
   }
+  if (reached < n) {
+    error = "timed out after " + std::to_string(timeout_ms) + " ms (" + std::to_string(reached) + " of " +
+            std::to_string(n) + " keys read)";
+    failed += n - reached;
+  }
   if (!failed) return {};
   return StoreStatus::failure("file store: " + std::to_string(failed) + " of " + std::to_string(n) +
                               " reads failed; the last: " + error);
+}
+
+// Administration's reads of large values, a piece at a time (same rules as get: no blocking
+// open, regular files only).
+StoreStatus FileStore::read_range(const StoreKey &key, uint64_t offset, size_t n, uint8_t *out, size_t *got) {
+  *got = 0;
+  const std::string path = path_of(key);
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? StoreStatus{} : StoreStatus::failure("file store: " + why("open", path, errno));
+  struct stat st;
+  std::string error;
+  if (fstat(fd, &st) != 0) error = why("stat", path, errno);
+  else if (S_ISREG(st.st_mode) && offset < uint64_t(st.st_size)) {
+    const size_t want = size_t(std::min<uint64_t>(n, uint64_t(st.st_size) - offset));
+    while (*got < want) {
+      const ssize_t r = pread(fd, out + *got, want - *got, off_t(offset + *got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        if (r < 0) error = why("read", path, errno);
+        break;
+      }
+      *got += size_t(r);
+    }
+  }
+  close(fd);
+  return error.empty() ? StoreStatus{} : StoreStatus::failure("file store: " + error);
 }
 
 // Removes least recently used blocks until key's value fits under max_bytes. A block another

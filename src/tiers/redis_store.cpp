@@ -114,7 +114,8 @@ class RedisStore final : public Store {
   const char *kind() const override { return "redis"; }
   StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
   StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
-                  uint8_t *found, uint32_t timeout_ms) override;
+                  uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes) override;
+  StoreStatus read_range(const StoreKey &k, uint64_t offset, size_t n, uint8_t *out, size_t *got) override;
   StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
   StoreStatus list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) override;
   StoreStatus remove(const StoreKey *keys, size_t n, uint8_t *removed) override;
@@ -321,30 +322,72 @@ StoreStatus RedisStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
   return s;
 }
 
+// Per key: STRLEN, GETRANGE of at most value_bytes and EXISTS (an empty string and no key both
+// have STRLEN 0), so a value of another size is named with its size and never read whole: what
+// a lookup reads is bounded by value_bytes however large the value under the key.
 StoreStatus RedisStore::get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
-                            uint8_t *found, uint32_t timeout_ms) {
+                            uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes) {
   if (n == 0) return {};
-  std::memset(found, 0, n);
+  std::memset(found, kStoreAbsent, n);
+  std::vector<uint64_t> sizes(n, 0);
+  if (value_bytes == 0) return StoreStatus::failure(where() + ": get: a value size of 0");
+  const std::string last = std::to_string(value_bytes - 1);
   Pipeline p;
   for (size_t i = 0; i < n; ++i) {
-    p.command(2);
-    p.arg("GET", 3);
-    p.arg(key(keys[i]));
+    const std::string k = key(keys[i]);
+    p.command(2), p.arg("STRLEN", 6), p.arg(k);
+    p.command(4), p.arg("GETRANGE", 8), p.arg(k), p.arg("0", 1), p.arg(last);
+    p.command(2), p.arg("EXISTS", 6), p.arg(k);
   }
   Deadline d(timeout_ms ? timeout_ms : io_timeout_ms_);
-  StoreStatus s = call("get", p, d, [&](size_t i, const redisReply *r) -> std::string {
-    // A string of another size is a miss: some other writer's value, or a truncated one.
-    if (r->type == REDIS_REPLY_STRING && r->len == value_bytes) {
-      std::memcpy(values + i * value_bytes, r->str, value_bytes);
-      found[i] = 1;
+  StoreStatus s = call("get", p, d, [&](size_t r_i, const redisReply *r) -> std::string {
+    const size_t i = r_i / 3;
+    if (r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "WRONGTYPE", 9) == 0) {
+      found[i] = kStoreNotAValue;  // a list, a hash, ...: not a block
       return "";
     }
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL) return "";
     if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
-    return "unexpected reply to GET (type " + std::to_string(r->type) + ")";
+    switch (r_i % 3) {
+      case 0:
+        if (r->type != REDIS_REPLY_INTEGER) break;
+        sizes[i] = uint64_t(std::max<long long>(r->integer, 0));
+        return "";
+      case 1:
+        if (r->type != REDIS_REPLY_STRING) break;
+        if (found[i] == kStoreAbsent && sizes[i] == value_bytes && r->len == value_bytes) {
+          std::memcpy(values + i * value_bytes, r->str, value_bytes);
+          found[i] = kStoreFound;
+        }
+        return "";
+      case 2:
+        if (r->type != REDIS_REPLY_INTEGER) break;
+        if (found[i] == kStoreAbsent && r->integer > 0 && sizes[i] != value_bytes) found[i] = kStoreWrongSize;
+        return "";
+    }
+    return "unexpected reply (type " + std::to_string(r->type) + ") to a get";
   });
-  if (!s.ok) std::memset(found, 0, n);  // a failed call's outputs are misses (store.h)
+  if (!s.ok) std::memset(found, kStoreAbsent, n);  // a failed call's outputs are misses (store.h)
+  for (size_t i = 0; held_bytes && i < n; ++i) held_bytes[i] = found[i] == kStoreWrongSize ? sizes[i] : 0;
   return s;
+}
+
+// GETRANGE: administration reads a large value a piece at a time.
+StoreStatus RedisStore::read_range(const StoreKey &k, uint64_t offset, size_t n, uint8_t *out, size_t *got) {
+  *got = 0;
+  if (n == 0) return {};
+  Pipeline p;
+  p.command(4), p.arg("GETRANGE", 8), p.arg(key(k)), p.arg(std::to_string(offset));
+  p.arg(std::to_string(offset + n - 1));
+  return call("getrange", p, Deadline(io_timeout_ms_), [&](size_t, const redisReply *r) -> std::string {
+    if (r->type == REDIS_REPLY_STRING) {
+      *got = std::min(r->len, n);
+      std::memcpy(out, r->str, *got);
+      return "";
+    }
+    if (r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "WRONGTYPE", 9) == 0) return "";
+    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
+    return "unexpected reply to GETRANGE (type " + std::to_string(r->type) + ")";
+  });
 }
 
 StoreStatus RedisStore::put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) {

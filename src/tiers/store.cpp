@@ -22,9 +22,11 @@ class CallbackStore final : public Store {
     return result(rc, message, "exists");
   }
 
+  // The host's get fills whole values only: found is 1 (kStoreFound) or 0.
   StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes, uint8_t *found,
-                  uint32_t timeout_ms) override {
+                  uint32_t timeout_ms, uint64_t *held_bytes) override {
     for (size_t i = 0; i < n; ++i) found[i] = 0;
+    for (size_t i = 0; held_bytes && i < n; ++i) held_bytes[i] = 0;
     char message[kMessageCap] = "";
     const int rc = cb_.get(cb_.user, as_c(keys), uint32_t(n), values, value_bytes, found, timeout_ms,
                            message, kMessageCap);

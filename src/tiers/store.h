@@ -41,6 +41,14 @@ struct StoreStatus {
   static StoreStatus failure(std::string why) { return StoreStatus{false, std::move(why)}; }
 };
 
+// What Store::get found for a key.
+enum : uint8_t {
+  kStoreAbsent = 0,      // not held (or not reached in time)
+  kStoreFound = 1,       // a value of the size asked for, read
+  kStoreWrongSize = 2,   // held with another size (truncated, padded, empty): not read
+  kStoreNotAValue = 3,   // a name that is not a value (a FIFO, a device, a directory): not read
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -49,10 +57,20 @@ class Store {
   // Whether each key is held: out[i] 1 or 0 (a hint: a later get may still miss).
   virtual StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) = 0;
   // For each key held with a value of exactly value_bytes bytes: the value into
-  // values + i * value_bytes and found[i] = 1; else found[i] = 0. timeout_ms bounds the whole
-  // call where the backend can be slow (0: the store's own timeout).
+  // values + i * value_bytes and found[i] = kStoreFound; a key held with another size (truncated,
+  // padded, empty) or not as a value (a FIFO, a directory) is kStoreWrongSize or kStoreNotAValue,
+  // its size in held_bytes[i] (held_bytes may be NULL), and nothing is read past value_bytes of
+  // it; else kStoreAbsent. timeout_ms bounds the whole call (0: the store's own timeout); keys
+  // not reached in time are kStoreAbsent and the call fails saying so.
   virtual StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
-                          uint8_t *found, uint32_t timeout_ms) = 0;
+                          uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes = nullptr) = 0;
+  // Administration: bytes [offset, offset + n) of key's value into out; *got = how many were
+  // there (fewer at its end; 0 when the key is not held). Bounded by the store's own timeout.
+  virtual StoreStatus read_range(const StoreKey & /*key*/, uint64_t /*offset*/, size_t /*n*/, uint8_t * /*out*/,
+                                 size_t *got) {
+    *got = 0;
+    return StoreStatus::failure(std::string("the ") + kind() + " store cannot read part of a value");
+  }
   // Stores value i (value_bytes each) under keys[i], replacing any. A value is either stored
   // whole or not at all (readers never see part of one).
   virtual StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) = 0;

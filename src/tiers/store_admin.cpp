@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <new>
 #include <numeric>
 
 #include "status.h"
@@ -23,9 +22,8 @@ std::string judge(const StoreKey &key, const uint8_t *value, uint64_t size, Stor
   std::string why;
   if (!read_value_header(value, size, info, &why)) return why;
   if (!(info->key == key)) return "stored under another key";
-  // The tokens lie between the header and the payload (store_format.h).
-  const uint8_t *tokens = value + size - info->payload_bytes - sizeof(int32_t) * uint64_t(info->num_tokens);
-  if (!(store_block_key(info->parent, reinterpret_cast<const int32_t *>(tokens), info->num_tokens) == key))
+  const int32_t *tokens = reinterpret_cast<const int32_t *>(value + kValueHeaderBytes);
+  if (!(store_block_key(info->parent, tokens, info->num_tokens) == key))
     return "its key is not SHA-256 of its parent and tokens";
   return "";
 }
@@ -69,8 +67,58 @@ std::vector<StoreEntry> StoreAdmin::next_page(uint64_t *cursor) {
   return page;
 }
 
+// A value too large to read in one batch, judged a piece at a time: its header first (a header
+// that is not this format's, or declares another size, ends it there), then its tokens (at most
+// 4 MiB: PKV_MAX_BLOCK_SIZE of them), then its payload in chunks of kChunkBytes through a running
+// checksum, so memory stays bounded whatever the value's size. false: gone (or resized) since it
+// was listed.
+bool StoreAdmin::judge_large(const StoreEntry &e, pkv_store_entry *out) {
+  constexpr size_t kChunkBytes = size_t(4) << 20;
+  auto read_exact = [&](uint64_t at, size_t n, uint8_t *buf) {
+    size_t got = 0;
+    const StoreStatus s = store_->read_range(e.key, at, n, buf, &got);
+    if (!s.ok) fail(PKV_ERR_STORE, "%s", s.error.c_str());
+    return got == n;
+  };
+  *out = entry_of(e);
+  out->state = PKV_STORE_VALUE_BAD;
+  std::vector<uint8_t> head(kValueHeaderBytes);
+  if (!read_exact(0, head.size(), head.data())) return false;
+  StoreValueInfo info;
+  std::string why;
+  if (!parse_value_header(head.data(), e.value_bytes, &info, &why)) return set_problem(out->problem, why), true;
+  head.resize(size_t(info.payload_offset));
+  if (!read_exact(kValueHeaderBytes, head.size() - kValueHeaderBytes, head.data() + kValueHeaderBytes)) return false;
+  why = check_value_head(head.data(), info);
+  if (why.empty() && !(info.key == e.key)) why = "stored under another key";
+  const int32_t *tokens = reinterpret_cast<const int32_t *>(head.data() + kValueHeaderBytes);
+  if (why.empty() && !(store_block_key(info.parent, tokens, info.num_tokens) == e.key))
+    why = "its key is not SHA-256 of its parent and tokens";
+  if (!why.empty()) return set_problem(out->problem, why), true;
+  PayloadChecksum sum;
+  std::vector<uint8_t> chunk(size_t(std::min<uint64_t>(kChunkBytes, info.payload_bytes)));
+  for (uint64_t at = 0; at < info.payload_bytes;) {
+    const size_t n = size_t(std::min<uint64_t>(chunk.size(), info.payload_bytes - at));
+    if (!read_exact(info.payload_offset + at, n, chunk.data())) return false;
+    sum.add(chunk.data(), n);
+    at += n;
+  }
+  if (sum.done() != info.payload_checksum) return set_problem(out->problem, "payload checksum mismatch"), true;
+  good(info, out);
+  return true;
+}
+
+void StoreAdmin::good(const StoreValueInfo &info, pkv_store_entry *out) {
+  out->state = PKV_STORE_VALUE_GOOD;
+  out->problem[0] = '\0';
+  out->num_tokens = info.num_tokens;
+  out->payload_bytes = info.payload_bytes;
+  std::memcpy(out->parent.bytes, info.parent.bytes, 32);
+  std::memcpy(out->fingerprint, info.fingerprint.bytes, 32);
+}
+
 // Values of one size are read together, up to kReadBatchBytes a batch; the verdicts keep the
-// entries' order. A value that cannot be had in memory is judged bad rather than failing all.
+// entries' order. A larger value is judged alone, a piece at a time (judge_large).
 std::vector<pkv_store_entry> StoreAdmin::read(const std::vector<StoreEntry> &entries) {
   const size_t n = entries.size();
   std::vector<pkv_store_entry> judged(n);
@@ -81,41 +129,33 @@ std::vector<pkv_store_entry> StoreAdmin::read(const std::vector<StoreEntry> &ent
                    [&](size_t a, size_t b) { return entries[a].value_bytes < entries[b].value_bytes; });
   for (size_t i = 0; i < n;) {
     const uint64_t size = entries[order[i]].value_bytes;
+    if (size > kReadBatchBytes) {
+      there[order[i]] = judge_large(entries[order[i]], &judged[order[i]]);
+      ++i;
+      continue;
+    }
     size_t j = i + 1;
     while (j < n && entries[order[j]].value_bytes == size && size <= kReadBatchBytes / (j - i + 1)) ++j;
     std::vector<StoreKey> keys;
     for (size_t k = i; k < j; ++k) keys.push_back(entries[order[k]].key);
-    std::unique_ptr<uint8_t[]> values(size <= SIZE_MAX / (j - i) ? new (std::nothrow) uint8_t[size * (j - i)] : nullptr);
-    if (!values && j - i > 1) throw std::bad_alloc();  // a batch is at most kReadBatchBytes
-    if (!values) {  // one value too large for this machine's memory
-      judged[order[i]] = entry_of(entries[order[i]]);
-      judged[order[i]].state = PKV_STORE_VALUE_BAD;
-      set_problem(judged[order[i]].problem, "too large to read (" + std::to_string(size) + " bytes)");
-      there[order[i]] = 1;
-      i = j;
-      continue;
-    }
-    std::vector<uint8_t> found(j - i, 0);
-    const StoreStatus s = store_->get(keys.data(), j - i, values.get(), size, found.data(), 0);
+    std::vector<uint8_t> values(size_t(size) * (j - i));
+    std::vector<uint8_t> found(j - i, kStoreAbsent);
+    const StoreStatus s = store_->get(keys.data(), j - i, values.data(), size, found.data(), 0);
     if (!s.ok) fail(PKV_ERR_STORE, "%s", s.error.c_str());
     for (size_t k = i; k < j; ++k) {
-      if (!found[k - i]) continue;  // gone, or resized, since it was listed
+      if (found[k - i] != kStoreFound) continue;  // gone, or resized, since it was listed
       const StoreEntry &e = entries[order[k]];
       pkv_store_entry &out = judged[order[k]];
       out = entry_of(e);
       StoreValueInfo info;
-      const std::string why = judge(e.key, values.get() + (k - i) * size, size, &info);
+      const std::string why = judge(e.key, values.data() + (k - i) * size, size, &info);
       there[order[k]] = 1;
-      if (!why.empty()) {
+      if (why.empty()) {
+        good(info, &out);
+      } else {
         out.state = PKV_STORE_VALUE_BAD;
         set_problem(out.problem, why);
-        continue;
       }
-      out.state = PKV_STORE_VALUE_GOOD;
-      out.num_tokens = info.num_tokens;
-      out.payload_bytes = info.payload_bytes;
-      std::memcpy(out.parent.bytes, info.parent.bytes, 32);
-      std::memcpy(out.fingerprint, info.fingerprint.bytes, 32);
     }
     i = j;
   }

@@ -3,8 +3,9 @@
 // what it says of itself (read_value_header in store_format.h), and a good one must also name
 // the key it is stored under, and that key must be SHA-256 of its parent and tokens.
 //
-// Memory stays bounded whatever the store holds: keys are walked a page at a time (Store::list)
-// and values read in batches of at most kReadBatchBytes (a larger value alone).
+// Memory stays bounded whatever the store holds: keys are walked a page at a time (Store::list),
+// values read in batches of at most kReadBatchBytes, and a larger value a piece at a time
+// (Store::read_range): its header first, judged before the rest is read.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "params.h"
 #include "tiers/store.h"
+#include "tiers/store_format.h"
 
 namespace pkv {
 
@@ -45,6 +47,8 @@ class StoreAdmin {
   std::vector<StoreEntry> next_page(uint64_t *cursor);
   // Reads entries' values and judges them: one pkv_store_entry per value still there.
   std::vector<pkv_store_entry> read(const std::vector<StoreEntry> &entries);
+  bool judge_large(const StoreEntry &e, pkv_store_entry *out);
+  static void good(const StoreValueInfo &info, pkv_store_entry *out);
   void remove(const std::vector<StoreKey> &keys, uint64_t *removed);
   void require_writable(const char *what) const;
 

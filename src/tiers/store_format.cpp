@@ -83,6 +83,7 @@ std::string StoreKey::hex() const {
 uint64_t StoreShape::value_bytes() const { return payload_offset(*this) + payload_bytes(); }
 
 uint64_t payload_offset(const StoreShape &shape) { return sizeof(Header) + sizeof(int32_t) * uint64_t(shape.block_size); }
+static_assert(sizeof(Header) == kValueHeaderBytes, "store_format.h names the header's size");
 
 StoreFingerprint store_fingerprint(const StoreShape &s) {
   Sha256 h;
@@ -141,44 +142,82 @@ void encode_value(const StoreShape &shape, const StoreFingerprint &fp, const Sto
 
 std::string verify_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,
                          const StoreKey &parent, const int32_t *tokens, const uint8_t *value) {
-  Header h;
-  std::memcpy(&h, value, sizeof h);
-  if (std::memcmp(h.magic, kMagic, 8) != 0) return "not a pkv block (magic)";
-  if (h.format_version != kFormatVersion || h.header_bytes != sizeof(Header))
-    return "format version " + std::to_string(h.format_version) + ", this pkv reads 1";
-  if (h.reserved0 != 0 || h.reserved1 != 0) return "reserved header bytes are not 0";
-  if (h.num_tokens != shape.block_size || h.payload_bytes != shape.payload_bytes())
+  StoreValueInfo info;
+  std::string why;
+  if (!parse_value_header(value, shape.value_bytes(), &info, &why)) return why;
+  // The same size need not mean the same shape (more tokens, a smaller payload).
+  if (info.num_tokens != shape.block_size || info.payload_bytes != shape.payload_bytes())
     return "another block size or payload size";
-  const int32_t *stored = reinterpret_cast<const int32_t *>(value + sizeof h);
-  if (h.header_checksum != header_checksum(h, stored)) return "header checksum mismatch";
-  if (std::memcmp(h.fingerprint, fp.bytes, 32) != 0) return "another model fingerprint";
-  if (std::memcmp(h.key, key.bytes, 32) != 0) return "stored under another key";
-  if (std::memcmp(h.parent, parent.bytes, 32) != 0) return "another parent block";
-  if (std::memcmp(stored, tokens, sizeof(int32_t) * shape.block_size) != 0) return "other tokens";
-  if (h.payload_checksum != XXH3_64bits(value + payload_offset(shape), shape.payload_bytes()))
+  why = check_value_head(value, info);
+  if (!why.empty()) return why;
+  if (std::memcmp(info.fingerprint.bytes, fp.bytes, 32) != 0) return "another model fingerprint";
+  if (!(info.key == key)) return "stored under another key";
+  if (!(info.parent == parent)) return "another parent block";
+  if (std::memcmp(value + kValueHeaderBytes, tokens, sizeof(int32_t) * shape.block_size) != 0) return "other tokens";
+  if (info.payload_checksum != XXH3_64bits(value + info.payload_offset, info.payload_bytes))
     return "payload checksum mismatch";
   return std::string();
 }
 
-bool read_value_header(const uint8_t *value, size_t size, StoreValueInfo *out, std::string *why) {
-  Header h;
-  if (size < sizeof h) return *why = "shorter than a header", false;
-  std::memcpy(&h, value, sizeof h);
-  if (std::memcmp(h.magic, kMagic, 8) != 0) return *why = "not a pkv block (magic)", false;
+// The one place that adds a value's sizes: each term is bounded first, so no sum can wrap.
+static std::string check_layout(const Header &h, uint64_t value_bytes, StoreValueInfo *out) {
+  if (std::memcmp(h.magic, kMagic, 8) != 0) return "not a pkv block (magic)";
   if (h.format_version != kFormatVersion || h.header_bytes != sizeof(Header))
-    return *why = "format version " + std::to_string(h.format_version), false;
-  if (h.reserved0 != 0 || h.reserved1 != 0) return *why = "reserved header bytes are not 0", false;
-  const uint64_t tokens_bytes = sizeof(int32_t) * uint64_t(h.num_tokens);
-  if (size != sizeof h + tokens_bytes + h.payload_bytes) return *why = "truncated or padded", false;
-  if (h.header_checksum != header_checksum(h, reinterpret_cast<const int32_t *>(value + sizeof h)))
-    return *why = "header checksum mismatch", false;
-  if (h.payload_checksum != XXH3_64bits(value + sizeof h + tokens_bytes, h.payload_bytes))
-    return *why = "payload checksum mismatch", false;
+    return "format version " + std::to_string(h.format_version) + ", this pkv reads 1";
+  if (h.reserved0 != 0 || h.reserved1 != 0) return "reserved header bytes are not 0";
+  if (h.num_tokens == 0 || h.num_tokens > PKV_MAX_BLOCK_SIZE)
+    return "a block of " + std::to_string(h.num_tokens) + " tokens (1 .. 2^20)";
+  const uint64_t offset = sizeof(Header) + sizeof(int32_t) * uint64_t(h.num_tokens);  // <= 2^22 + 152
+  if (value_bytes < offset || value_bytes - offset != h.payload_bytes) {
+    const bool wraps = h.payload_bytes > UINT64_MAX - offset;
+    return std::to_string(value_bytes) + " bytes where its header says " +
+           (wraps ? std::string("more than 2^64") : std::to_string(offset + h.payload_bytes)) + " (truncated or padded)";
+  }
   std::memcpy(out->key.bytes, h.key, 32);
   std::memcpy(out->parent.bytes, h.parent, 32);
   std::memcpy(out->fingerprint.bytes, h.fingerprint, 32);
   out->num_tokens = h.num_tokens;
   out->payload_bytes = h.payload_bytes;
+  out->payload_offset = offset;
+  out->payload_checksum = h.payload_checksum;
+  return std::string();
+}
+
+bool parse_value_header(const uint8_t *header, uint64_t value_bytes, StoreValueInfo *out, std::string *why) {
+  if (value_bytes < sizeof(Header))
+    return *why = std::to_string(value_bytes) + " bytes: shorter than a header (" + std::to_string(sizeof(Header)) + ")",
+           false;
+  Header h;
+  std::memcpy(&h, header, sizeof h);
+  *why = check_layout(h, value_bytes, out);
+  return why->empty();
+}
+
+std::string check_value_head(const uint8_t *head, const StoreValueInfo &info) {
+  Header h;
+  std::memcpy(&h, head, sizeof h);
+  PKV_ASSERT(h.num_tokens == info.num_tokens);  // the header parse_value_header checked
+  if (h.header_checksum != header_checksum(h, reinterpret_cast<const int32_t *>(head + sizeof h)))
+    return "header checksum mismatch";
+  return std::string();
+}
+
+PayloadChecksum::PayloadChecksum() : state_(XXH3_createState()) {
+  if (!state_) fail(PKV_ERR_OUT_OF_MEMORY, "no memory for a checksum");
+  XXH3_64bits_reset(static_cast<XXH3_state_t *>(state_));
+}
+PayloadChecksum::~PayloadChecksum() { XXH3_freeState(static_cast<XXH3_state_t *>(state_)); }
+void PayloadChecksum::add(const uint8_t *p, size_t n) { XXH3_64bits_update(static_cast<XXH3_state_t *>(state_), p, n); }
+uint64_t PayloadChecksum::done() const { return XXH3_64bits_digest(static_cast<const XXH3_state_t *>(state_)); }
+
+bool read_value_header(const uint8_t *value, size_t size, StoreValueInfo *out, std::string *why) {
+  StoreValueInfo info;
+  if (!parse_value_header(value, size, &info, why)) return false;
+  *why = check_value_head(value, info);
+  if (!why->empty()) return false;
+  if (info.payload_checksum != XXH3_64bits(value + info.payload_offset, info.payload_bytes))
+    return *why = "payload checksum mismatch", false;
+  *out = info;
   return true;
 }
 

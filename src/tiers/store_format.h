@@ -58,14 +58,42 @@ uint64_t payload_offset(const StoreShape &shape);
 std::string verify_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,
                          const StoreKey &parent, const int32_t *tokens, const uint8_t *value);
 
-// What a value says of itself, for `pkv store ls|verify`: its key, parent and tokens; false
-// (with why) when its header is not one of this format.
+// A value's fixed header: its first kValueHeaderBytes; the tokens follow, then the payload.
+constexpr uint64_t kValueHeaderBytes = 152;
+
+// What a value says of itself, for `pkv store ls|verify`: its key, parent, tokens and where its
+// parts lie. Every size is checked before any is used: num_tokens is 1 .. PKV_MAX_BLOCK_SIZE and
+// the sizes add up to the value's size without wrapping (check_layout, the one place that adds
+// them).
 struct StoreValueInfo {
   StoreKey key, parent;
   StoreFingerprint fingerprint;
   uint32_t num_tokens;
   uint64_t payload_bytes;
+  uint64_t payload_offset;     // kValueHeaderBytes + 4 * num_tokens: where the payload starts
+  uint64_t payload_checksum;   // XXH3-64 of the payload, as the header says
 };
+// The header alone (header: its first kValueHeaderBytes bytes) of a value of value_bytes bytes:
+// false (with why) when it is not this format's or declares another size. Reads nothing past
+// the header, so a value can be judged before it is read whole.
+bool parse_value_header(const uint8_t *header, uint64_t value_bytes, StoreValueInfo *out, std::string *why);
+// The header and tokens (head: the value's first info.payload_offset bytes) against the header's
+// checksum: "" or why not.
+std::string check_value_head(const uint8_t *head, const StoreValueInfo &info);
+// XXH3-64 of a payload read piece by piece (store administration reads large values in chunks).
+class PayloadChecksum {
+ public:
+  PayloadChecksum();
+  ~PayloadChecksum();
+  PayloadChecksum(const PayloadChecksum &) = delete;
+  PayloadChecksum &operator=(const PayloadChecksum &) = delete;
+  void add(const uint8_t *p, size_t n);
+  uint64_t done() const;
+
+ private:
+  void *state_;
+};
+// The three above on a value whole in memory (size bytes).
 bool read_value_header(const uint8_t *value, size_t size, StoreValueInfo *out, std::string *why);
 
 }  // namespace pkv

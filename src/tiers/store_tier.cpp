@@ -138,8 +138,10 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, 
   counters_.lookups += n;
   const uint64_t vb = shape_.value_bytes();
   values->resize(size_t(n) * vb);
-  std::vector<uint8_t> found(n, 0);
-  const StoreStatus st = store.get(&keys[first + 1], n, values->data(), vb, found.data(), lookup_timeout_ms_);
+  std::vector<uint8_t> found(n, kStoreAbsent);
+  std::vector<uint64_t> held(n, 0);
+  const StoreStatus st =
+      store.get(&keys[first + 1], n, values->data(), vb, found.data(), lookup_timeout_ms_, held.data());
   if (!st.ok) {
     counters_.errors += n;
     note_error(std::string(store.kind()) + " store: " + st.error);
@@ -149,12 +151,20 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, 
   uint32_t good = 0;
   for (; good < n; ++good) {
     const uint32_t j = first + good;  // block j: key keys[j + 1], parent keys[j]
-    if (!found[good]) {
+    if (found[good] == kStoreAbsent) {
       counters_.misses += n - good;
       break;
     }
-    const std::string why = verify_value(shape_, fingerprint_, keys[j + 1], keys[j],
-                                         tokens + size_t(j) * shape_.block_size, values->data() + size_t(good) * vb);
+    std::string why;
+    if (found[good] == kStoreWrongSize)
+      why = held[good] == 0 ? "an empty value, a block is " + std::to_string(vb) + " bytes"
+                            : std::to_string(held[good]) + " bytes, a block is " + std::to_string(vb) +
+                                  (held[good] < vb ? " (truncated)" : " (padded)");
+    else if (found[good] == kStoreNotAValue)
+      why = "not a value (a FIFO, device or directory in a block file's place, or another Redis type)";
+    else
+      why = verify_value(shape_, fingerprint_, keys[j + 1], keys[j], tokens + size_t(j) * shape_.block_size,
+                         values->data() + size_t(good) * vb);
     if (!why.empty()) {
       counters_.rejected++;
       counters_.misses += n - good - 1;

@@ -1,5 +1,5 @@
 // src/tiers/file_store.cpp directly (C++): the file store of DESIGN.md §11. Round trips; misses
-// (missing, truncated, padded); a restart; the size cap's LRU, also across the engine's two stores
+// (missing; truncated or padded: held with another size); a restart; the size cap's LRU, also across the engine's two stores
 // (reads on one, writes and evictions on the other) and across a restart; a value over the cap;
 // a full disk (RLIMIT_FSIZE: EFBIG, not SIGXFSZ); an I/O error on one key of a batch; kill -9
 // during writes (no torn block under a final name, temp files cleaned on open); a reader and a
@@ -110,7 +110,7 @@ std::vector<int> get(Store &s, const std::vector<uint64_t> &ids, size_t n,
   std::vector<int> out;
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::vector<uint8_t> got(values.begin() + i * n, values.begin() + (i + 1) * n);
-    out.push_back(found[i] == 1 ? (got == value_of(keys[i], n) ? 1 : -1) : found[i] == 0 ? 0 : -2);
+    out.push_back(found[i] == 1 ? (got == value_of(keys[i], n) ? 1 : -1) : found[i] <= 3 ? -10 * found[i] : -2);
   }
   return out;
 }
@@ -161,8 +161,10 @@ void test_wrong_sizes() {
   CHECK(put(*s, {1, 2, 3}, 5000).ok);
   CHECK(truncate(block_path(dir, key_of(1)).c_str(), 4999) == 0);  // truncated
   CHECK(truncate(block_path(dir, key_of(2)).c_str(), 5001) == 0);  // padded
-  CHECK(get(*s, {1, 2, 3}, 5000) == Ints({0, 0, 1}));
-  CHECK(get(*s, {3}, 4999) == Ints({0}));  // asked with another size
+  // Held with another size: found kStoreWrongSize (-20 here), never read (test_store_hostile
+  // checks the sizes it reports).
+  CHECK(get(*s, {1, 2, 3}, 5000) == Ints({-20, -20, 1}));
+  CHECK(get(*s, {3}, 4999) == Ints({-20}));  // asked with another size
   CHECK(put(*s, {1}, 5000).ok);            // a put mends it
   CHECK(get(*s, {1}, 5000) == Ints({1}));
 }

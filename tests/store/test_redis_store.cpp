@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -126,7 +127,8 @@ void test_round_trip(unsigned port) {
   CHECK_OK(store->put(keys.data(), 0, values.data(), vb));
 }
 
-// A value of another size under the key (another writer's, a truncated one) is a miss.
+// A value of another size under the key (another writer's, a truncated one) is not read: found
+// kStoreWrongSize with its size (an empty one too), a key never written kStoreAbsent.
 void test_wrong_size(unsigned port) {
   auto store = pkv::make_redis_store(Params(port, "ws:").p);
   auto keys = keys_of(200, 3);
@@ -134,9 +136,14 @@ void test_wrong_size(unsigned port) {
   CHECK_OK(store->put(&keys[0], 1, shorter.data(), 999));
   CHECK_OK(store->put(&keys[1], 1, longer.data(), 1001));
   CHECK_OK(store->put(&keys[2], 1, empty.data(), 0));
-  std::vector<uint8_t> got(3 * 1000), found(3, 9), held(3, 9);
-  CHECK_OK(store->get(keys.data(), 3, got.data(), 1000, found.data(), 0));
-  CHECK(found[0] == 0 && found[1] == 0 && found[2] == 0);
+  std::vector<uint8_t> got(4 * 1000, 0xEE), found(4, 9), held(3, 9);
+  std::vector<uint64_t> sizes(4, 9);
+  auto four = keys_of(200, 4);  // keys[0..2], then one never written
+  CHECK_OK(store->get(four.data(), 4, got.data(), 1000, found.data(), 0, sizes.data()));
+  CHECK(found[0] == pkv::kStoreWrongSize && found[1] == pkv::kStoreWrongSize && found[2] == pkv::kStoreWrongSize);
+  CHECK(found[3] == pkv::kStoreAbsent);
+  CHECK(sizes[0] == 999 && sizes[1] == 1001 && sizes[2] == 0 && sizes[3] == 0);
+  CHECK(std::count(got.begin(), got.end(), 0xEE) == 4000);  // nothing copied
   CHECK_OK(store->exists(keys.data(), 3, held.data()));
   CHECK(held[0] == 1 && held[1] == 1 && held[2] == 1);  // exists is a hint
 }

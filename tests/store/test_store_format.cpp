@@ -116,7 +116,55 @@ void test_values() {
   std::vector<uint8_t> big(s3.value_bytes());
   const int32_t t8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   encode_value(s3, store_fingerprint(s3), key, root, t8, big.data());
-  EXPECT(verify_value(s, fp, key, root, t, big.data()) == "another block size or payload size");
+  EXPECT(verify_value(s, fp, key, root, t, big.data()).find("where its header says") != std::string::npos);
+}
+
+// Issue 26: a 16,600-byte value whose header says 2^30 tokens and a payload_bytes that makes
+// header + tokens + payload wrap 64 bits to exactly 16,600. The sum passed the size check and the
+// header checksum read 4 GiB past the value (SIGSEGV in `pkv store verify`). Now every size is
+// bounded before it is added: refused, saying why, reading nothing past the header.
+std::vector<uint8_t> wrapping_value() {
+  const StoreShape s = shape();
+  const StoreFingerprint fp = store_fingerprint(s);
+  const int32_t t[4] = {1, 2, 3, 4};
+  const StoreKey root = store_root_key(fp, "");
+  std::vector<uint8_t> v = make_value(s, fp, store_block_key(root, t, 4), root, t);
+  v.resize(16600);
+  const uint32_t num_tokens = 1u << 30;
+  const uint64_t payload = 16600 - kValueHeaderBytes - (uint64_t(4) << 30);  // wraps: 2^64 - 2^32 + 16448
+  std::memcpy(v.data() + 8 + 4 + 4 + 96, &num_tokens, 4);       // Header::num_tokens
+  std::memcpy(v.data() + 8 + 4 + 4 + 96 + 8, &payload, 8);      // Header::payload_bytes
+  return v;
+}
+
+void test_sizes_never_wrap() {
+  const std::vector<uint8_t> v = wrapping_value();
+  StoreValueInfo info;
+  std::string why;
+  EXPECT(!read_value_header(v.data(), v.size(), &info, &why));
+  EXPECT(why.find("1073741824 tokens") != std::string::npos);
+  EXPECT(!parse_value_header(v.data(), v.size(), &info, &why));
+  // Tokens within the limit, a payload that wraps the sum: refused as a size mismatch.
+  std::vector<uint8_t> w = v;
+  const uint32_t four = 4;
+  const uint64_t payload = UINT64_MAX - 100;
+  std::memcpy(w.data() + 8 + 4 + 4 + 96, &four, 4);
+  std::memcpy(w.data() + 8 + 4 + 4 + 96 + 8, &payload, 8);
+  EXPECT(!read_value_header(w.data(), w.size(), &info, &why));
+  EXPECT(why.find("more than 2^64") != std::string::npos);
+  // Zero tokens: refused.
+  const uint32_t zero = 0;
+  std::memcpy(w.data() + 8 + 4 + 4 + 96, &zero, 4);
+  EXPECT(!read_value_header(w.data(), w.size(), &info, &why) && why.find("0 tokens") != std::string::npos);
+  // The engine's check of the same value (as the size it expects): refused too.
+  const StoreShape s = shape();
+  const StoreFingerprint fp = store_fingerprint(s);
+  std::vector<uint8_t> as_block = v;
+  as_block.resize(s.value_bytes());
+  EXPECT(!verify_value(s, fp, StoreKey{}, StoreKey{}, nullptr, as_block.data()).empty());
+  // Shorter than a header, and empty: refused, saying the size.
+  EXPECT(!read_value_header(v.data(), 0, &info, &why) && why.find("0 bytes") == 0);
+  EXPECT(!read_value_header(v.data(), kValueHeaderBytes - 1, &info, &why));
 }
 
 }  // namespace
@@ -124,6 +172,7 @@ void test_values() {
 int main() {
   test_keys();
   test_values();
+  test_sizes_never_wrap();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
