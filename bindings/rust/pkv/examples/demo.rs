@@ -50,6 +50,7 @@ fn step(engine: &Engine, rng: &mut Rng, seqs: &[Seq]) -> pkv::Result<f64> {
             sum += f64::from(x); // in index order, as demo.c
         }
     }
+    // A failed end gives the batch back inside its error; `?` drops it there, which aborts it.
     batch.end()?;
     Ok(sum)
 }
