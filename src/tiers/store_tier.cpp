@@ -52,26 +52,10 @@ uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *toke
   return fetch_from(*lookup_, keys, tokens, first, n, values);
 }
 
+// Never blocks on the store: the fetcher thread makes its store (a Redis connection) itself.
 void StoreTier::fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first,
                             uint32_t n) {
-  if (!fetcher_.joinable()) {
-    try {
-      fetcher_store_ = make_store(params_);
-    } catch (const Error &err) {
-      // The store cannot be reached now (a Redis server gone): a miss like any store error,
-      // answered at once; a later lookup tries again.
-      counters_.lookups += n;
-      counters_.errors += n;
-      note_error(std::string("the store's fetcher: ") + err.what());
-      {
-        std::lock_guard<std::mutex> lock(fetch_mutex_);
-        fetched_.push_back(StoreFetched{id, first, 0, {}});
-      }
-      fetch_done_.notify_all();
-      return;
-    }
-    fetcher_ = std::thread([this] { fetcher_loop(); });
-  }
+  if (!fetcher_.joinable()) fetcher_ = std::thread([this] { fetcher_loop(); });
   {
     std::lock_guard<std::mutex> lock(fetch_mutex_);
     fetch_queue_.push_back(FetchJob{id, std::move(keys), std::move(tokens), first, n});
@@ -89,7 +73,13 @@ bool StoreTier::wait_fetched(uint32_t timeout_ms) {
   return fetch_done_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !fetched_.empty(); });
 }
 
+// The fetcher's store is made here, off the engine's thread, and kept: a Redis store reconnects
+// by itself (at most once a second). While it cannot be made (the server down or not answering),
+// each job is a miss answered at once, and making it is tried again at most once a second.
 void StoreTier::fetcher_loop() {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kRetry = std::chrono::seconds(1);
+  Clock::time_point next_try{};
   for (;;) {
     FetchJob job;
     {
@@ -99,8 +89,21 @@ void StoreTier::fetcher_loop() {
       job = std::move(fetch_queue_.front());
       fetch_queue_.pop_front();
     }
+    if (!fetcher_store_ && Clock::now() >= next_try) {
+      next_try = Clock::now() + kRetry;
+      try {
+        fetcher_store_ = make_store(params_);
+      } catch (const Error &err) {
+        note_error(std::string("the store's fetcher: ") + err.what());
+      }
+    }
     StoreFetched out{job.id, job.first, 0, {}};
-    out.got = fetch_from(*fetcher_store_, job.keys, job.tokens.data(), job.first, job.n, &out.values);
+    if (fetcher_store_) {
+      out.got = fetch_from(*fetcher_store_, job.keys, job.tokens.data(), job.first, job.n, &out.values);
+    } else {
+      counters_.lookups += job.n;
+      counters_.errors += job.n;
+    }
     {
       std::lock_guard<std::mutex> lock(fetch_mutex_);
       fetched_.push_back(std::move(out));

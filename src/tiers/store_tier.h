@@ -73,10 +73,11 @@ class StoreTier {
   // their number is returned. Counted in the counters.
   uint32_t fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
                  std::vector<uint8_t> *values);
-  // The scheduler's lookups: the fetch runs on a thread of its own (with its own store, made at
-  // the first call; when it cannot be made, the lookup is a miss answered at once) and its result
-  // comes back through take_fetched(); keys and tokens as for fetch(). Never throws for the
-  // store's sake.
+  // The scheduler's lookups: the fetch runs on a thread of its own (started at the first call,
+  // which makes its own store there and keeps it: the engine's thread never waits for a
+  // connection; while the store cannot be made, a lookup is a miss answered at once) and its
+  // result comes back through take_fetched(); keys and tokens as for fetch(). Never throws for
+  // the store's sake.
   void fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first, uint32_t n);
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).
@@ -140,7 +141,7 @@ class StoreTier {
   std::thread writer_;
 
   HostTierView host_;
-  std::unique_ptr<Store> fetcher_store_;  // made at the first fetch_async
+  std::unique_ptr<Store> fetcher_store_;  // made and used by the fetcher thread only
   std::mutex fetch_mutex_;
   std::condition_variable fetch_wake_, fetch_done_;
   std::deque<FetchJob> fetch_queue_;
