@@ -258,7 +258,8 @@ namespace Pkv
         public uint Reserved2;
     }
 
-    /// <summary>pkv_engine_params, its pointers aside (the binding passes them: see its partial part).</summary>
+    /// <summary>pkv_engine_params in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
+    /// EngineParamsNative is its C layout.</summary>
     public partial struct EngineParams
     {
         public uint NumLayers;
@@ -271,7 +272,7 @@ namespace Pkv
         public uint MaxModelLen;
         public uint BlockSize;
         public uint NumBlocks;
-        public uint EnablePrefixCaching;
+        public bool EnablePrefixCaching;
         public ulong HashSeed;
         public Device Device;
         public int DeviceId;
@@ -285,18 +286,18 @@ namespace Pkv
         public float SoftmaxScale;
         public uint MaxNumSeqs;
         public uint MaxNumBatchedTokens;
-        public uint EnableKvEvents;
+        public bool EnableKvEvents;
         public uint KvEventsCapacity;
         public uint HostNumBlocks;
         public ulong HostCacheBytes;
         public PreemptionMode PreemptionMode;
-        public uint HostOffload;
+        public bool HostOffload;
         public DType KvDType;
         public uint SlidingWindow;
         public KvLayout KvLayout;
         public uint KvLoraRank;
         public uint QkRopeHeadDim;
-        uint[] layerWindows;  // LayerWindows (Engine.cs): never changed in place
+        uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
 
         /// <summary>The C struct of these fields (pointers zero).</summary>
         internal unsafe EngineParamsNative ToNative()
@@ -312,7 +313,7 @@ namespace Pkv
             n.MaxModelLen = MaxModelLen;
             n.BlockSize = BlockSize;
             n.NumBlocks = NumBlocks;
-            n.EnablePrefixCaching = EnablePrefixCaching;
+            n.EnablePrefixCaching = EnablePrefixCaching ? 1u : 0u;
             n.HashSeed = HashSeed;
             n.Device = Device;
             n.DeviceId = DeviceId;
@@ -326,12 +327,12 @@ namespace Pkv
             n.SoftmaxScale = SoftmaxScale;
             n.MaxNumSeqs = MaxNumSeqs;
             n.MaxNumBatchedTokens = MaxNumBatchedTokens;
-            n.EnableKvEvents = EnableKvEvents;
+            n.EnableKvEvents = EnableKvEvents ? 1u : 0u;
             n.KvEventsCapacity = KvEventsCapacity;
             n.HostNumBlocks = HostNumBlocks;
             n.HostCacheBytes = HostCacheBytes;
             n.PreemptionMode = PreemptionMode;
-            n.HostOffload = HostOffload;
+            n.HostOffload = HostOffload ? 1u : 0u;
             n.KvDType = KvDType;
             n.SlidingWindow = SlidingWindow;
             n.KvLayout = KvLayout;
@@ -354,7 +355,7 @@ namespace Pkv
             p.MaxModelLen = n.MaxModelLen;
             p.BlockSize = n.BlockSize;
             p.NumBlocks = n.NumBlocks;
-            p.EnablePrefixCaching = n.EnablePrefixCaching;
+            p.EnablePrefixCaching = n.EnablePrefixCaching != 0;
             p.HashSeed = n.HashSeed;
             p.Device = n.Device;
             p.DeviceId = n.DeviceId;
@@ -368,12 +369,12 @@ namespace Pkv
             p.SoftmaxScale = n.SoftmaxScale;
             p.MaxNumSeqs = n.MaxNumSeqs;
             p.MaxNumBatchedTokens = n.MaxNumBatchedTokens;
-            p.EnableKvEvents = n.EnableKvEvents;
+            p.EnableKvEvents = n.EnableKvEvents != 0;
             p.KvEventsCapacity = n.KvEventsCapacity;
             p.HostNumBlocks = n.HostNumBlocks;
             p.HostCacheBytes = n.HostCacheBytes;
             p.PreemptionMode = n.PreemptionMode;
-            p.HostOffload = n.HostOffload;
+            p.HostOffload = n.HostOffload != 0;
             p.KvDType = n.KvDType;
             p.SlidingWindow = n.SlidingWindow;
             p.KvLayout = n.KvLayout;
@@ -475,7 +476,7 @@ namespace Pkv
 
     /// <summary>pkv_seq_info (56 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
-    public partial struct SeqInfo
+    internal partial struct SeqInfoNative
     {
         public uint StructSize;
         public uint NumTokens;
@@ -491,6 +492,65 @@ namespace Pkv
         public FinishReason FinishReason;
         public Tier KvTier;
         public uint NumHostBlocks;
+    }
+
+    /// <summary>pkv_seq_info in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
+    /// SeqInfoNative is its C layout.</summary>
+    public partial struct SeqInfo
+    {
+        public uint NumTokens;
+        public uint NumComputedTokens;
+        public uint NumCachedTokens;
+        public uint NumBlocks;
+        public bool IsPreempted;
+        public bool InBatch;
+        public uint CacheSaltLen;
+        public bool IsRequest;
+        public uint NumPromptTokens;
+        public uint NumGeneratedTokens;
+        public FinishReason FinishReason;
+        public Tier KvTier;
+        public uint NumHostBlocks;
+
+        /// <summary>The C struct of these fields (pointers zero).</summary>
+        internal unsafe SeqInfoNative ToNative()
+        {
+            var n = new SeqInfoNative { StructSize = (uint)sizeof(SeqInfoNative) };
+            n.NumTokens = NumTokens;
+            n.NumComputedTokens = NumComputedTokens;
+            n.NumCachedTokens = NumCachedTokens;
+            n.NumBlocks = NumBlocks;
+            n.IsPreempted = IsPreempted ? 1u : 0u;
+            n.InBatch = InBatch ? 1u : 0u;
+            n.CacheSaltLen = CacheSaltLen;
+            n.IsRequest = IsRequest ? 1u : 0u;
+            n.NumPromptTokens = NumPromptTokens;
+            n.NumGeneratedTokens = NumGeneratedTokens;
+            n.FinishReason = FinishReason;
+            n.KvTier = KvTier;
+            n.NumHostBlocks = NumHostBlocks;
+            return n;
+        }
+
+        /// <summary>The fields of a C struct pkv filled (its pointers are not read).</summary>
+        internal static SeqInfo FromNative(SeqInfoNative n)
+        {
+            var p = new SeqInfo();
+            p.NumTokens = n.NumTokens;
+            p.NumComputedTokens = n.NumComputedTokens;
+            p.NumCachedTokens = n.NumCachedTokens;
+            p.NumBlocks = n.NumBlocks;
+            p.IsPreempted = n.IsPreempted != 0;
+            p.InBatch = n.InBatch != 0;
+            p.CacheSaltLen = n.CacheSaltLen;
+            p.IsRequest = n.IsRequest != 0;
+            p.NumPromptTokens = n.NumPromptTokens;
+            p.NumGeneratedTokens = n.NumGeneratedTokens;
+            p.FinishReason = n.FinishReason;
+            p.KvTier = n.KvTier;
+            p.NumHostBlocks = n.NumHostBlocks;
+            return p;
+        }
     }
 
     /// <summary>pkv_batch_view (160 bytes on x86_64).</summary>
@@ -751,7 +811,7 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfo), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(EventPublisherInfo), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(EventPublisherInfo), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
         public static readonly int[] StructSizes = { 32, 40, 104, 56, 208, 184, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
@@ -1037,9 +1097,9 @@ namespace Pkv
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_seq_info")]
-        static extern Status pkv_seq_info_native(EngineHandle e, ulong seq, SeqInfo* @out);
+        static extern Status pkv_seq_info_native(EngineHandle e, ulong seq, SeqInfoNative* @out);
 
-        public static Status pkv_seq_info(EngineHandle e, ulong seq, SeqInfo* @out)
+        public static Status pkv_seq_info(EngineHandle e, ulong seq, SeqInfoNative* @out)
         {
             Loaded();
             return pkv_seq_info_native(e, seq, @out);

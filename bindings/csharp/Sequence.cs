@@ -81,9 +81,9 @@ namespace Pkv
 
         public SeqInfo Info()
         {
-            var i = new SeqInfo { StructSize = (uint)sizeof(SeqInfo) };
+            var i = new SeqInfoNative { StructSize = (uint)sizeof(SeqInfoNative) };
             lock (Engine.Gate) Engine.Call(Native.pkv_seq_info(Engine.Handle, Id, &i));
-            return i;
+            return SeqInfo.FromNative(i);
         }
 
         public int[] BlockTable() { return Engine.IntArray(Id, true); }

@@ -295,7 +295,12 @@ CS_INTERNAL_STRUCTS = {'pkv_store_key', 'pkv_store_callbacks', 'pkv_store_params
 # <Name> a struct of its non-pointer fields (no struct_size, no reserved) plus what the binding
 # adds by hand (EngineParams.LayerWindows, an array it owns), with ToNative/FromNative. Each
 # maps to the fields of those additions (all of a struct's fields are declared in one part).
-CS_MANAGED_STRUCTS = {'pkv_engine_params': ['uint[] layerWindows;  // LayerWindows (Engine.cs): never changed in place']}
+CS_MANAGED_STRUCTS = {'pkv_engine_params': ['uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place'],
+                      'pkv_seq_info': []}
+# Fields of the managed twins that pkv.h documents as 0 or 1: bool in C#.
+CS_BOOL_FIELDS = {'pkv_engine_params.enable_prefix_caching', 'pkv_engine_params.enable_kv_events',
+                  'pkv_engine_params.host_offload', 'pkv_seq_info.is_preempted', 'pkv_seq_info.in_batch',
+                  'pkv_seq_info.is_request'}
 # The enums written by hand (by first constant): not Constants.
 CS_HAND_ENUMS = {'PKV_TIER_NONE', 'PKV_COPY_COW'}
 # Calls of FREES that free their handle on success only (a failed pkv_batch_end keeps the batch):
@@ -364,19 +369,23 @@ def cs_managed_struct(name, fields):
     mine = [(f, t) for f, t in fields
             if not (t.depth or t.proto or t.length or f == 'struct_size' or f.startswith('reserved'))]
     public, raw = pascal(name[len('pkv_'):]), cs_name(name)
-    o = ['    /// <summary>%s, its pointers aside (the binding passes them: see its partial part).</summary>'
-         % name, '    public partial struct %s' % public, '    {']
-    o += ['        public %s;' % cs_field(name, f, t) for f, t in mine]
+    o = ['    /// <summary>%s in C# values (0/1 as bool; no pointers, struct_size or reserved fields);'
+         % name, '    /// %s is its C layout.</summary>' % raw, '    public partial struct %s' % public, '    {']
+    bools = {f for f, _ in mine if name + '.' + f in CS_BOOL_FIELDS}
+    if len(bools) != len([b for b in CS_BOOL_FIELDS if b.startswith(name + '.')]):
+        sys.exit('gen.py: CS_BOOL_FIELDS names a field %s does not have' % name)
+    field = lambda f, t: cs_field(name, f, t).split()[-1]
+    o += ['        public %s;' % ('bool ' + field(f, t) if f in bools else cs_field(name, f, t)) for f, t in mine]
     o += ['        ' + extra for extra in CS_MANAGED_STRUCTS[name]]
     o += ['', '        /// <summary>The C struct of these fields (pointers zero).</summary>',
           '        internal unsafe %s ToNative()' % raw, '        {',
           '            var n = new %s { StructSize = (uint)sizeof(%s) };' % (raw, raw)]
-    o += ['            n.{0} = {0};'.format(cs_field(name, f, t).split()[-1]) for f, t in mine]
+    o += ['            n.{0} = {0}{1};'.format(field(f, t), ' ? 1u : 0u' if f in bools else '') for f, t in mine]
     o += ['            return n;', '        }', '',
           '        /// <summary>The fields of a C struct pkv filled (its pointers are not read).</summary>',
           '        internal static %s FromNative(%s n)' % (public, raw), '        {',
           '            var p = new %s();' % public]
-    o += ['            p.{0} = n.{0};'.format(cs_field(name, f, t).split()[-1]) for f, t in mine]
+    o += ['            p.{0} = n.{0}{1};'.format(field(f, t), ' != 0' if f in bools else '') for f, t in mine]
     o += ['            return p;', '        }', '    }', '']
     return o
 

@@ -11,10 +11,10 @@ static partial class Tests
     static readonly int[] OffloadFirst = Enumerable.Range(1, 13).ToArray();    // 3 full blocks + 1 token
     static readonly int[] OffloadOther = Enumerable.Range(100, 16).ToArray();  // the whole pool
 
-    static Engine OffloadEngine(uint hostOffload)
+    static Engine OffloadEngine(bool hostOffload)
     {
         var p = Small();
-        p.NumBlocks = 4; p.HostNumBlocks = HostBlocks; p.EnableKvEvents = 1; p.HostOffload = hostOffload;
+        p.NumBlocks = 4; p.HostNumBlocks = HostBlocks; p.EnableKvEvents = true; p.HostOffload = hostOffload;
         var e = new Engine(p);
         Equal(hostOffload, e.Params.HostOffload, "Params.HostOffload");
         return e;
@@ -28,14 +28,14 @@ static partial class Tests
 
     static void OffloadAndLoadBack()
     {
-        Equal(1u, EngineParams.Defaults().HostOffload, "HostOffload default");
+        Equal(true, EngineParams.Defaults().HostOffload, "HostOffload default");
         Equal(Native.PKV_COPY_LOAD, (int)CopyKind.Load, "CopyKind.Load");
         Equal(40, Marshal.SizeOf(typeof(KvEvent)), "sizeof(KvEvent)");
         var firstHashes = new ulong[3];
         ulong h = Library.BlockHashRoot(0, null);
         for (int i = 0; i < 3; i++)
             firstHashes[i] = h = Library.BlockHash(0, h, OffloadFirst.Skip(4 * i).Take(4).ToArray());
-        using (var e = OffloadEngine(1))
+        using (var e = OffloadEngine(true))
         {
             var a = e.Allocate(OffloadFirst);
             RunStep(e, a);
@@ -95,7 +95,7 @@ static partial class Tests
 
     static void HostOffloadOff()
     {
-        using (var e = OffloadEngine(0))
+        using (var e = OffloadEngine(false))
         {
             var a = e.Allocate(OffloadFirst);
             RunStep(e, a);

@@ -157,6 +157,12 @@ static partial class Tests
         Assert(typeof(DebugFlags).IsDefined(typeof(FlagsAttribute), false) &&
                typeof(StoreListFlags).IsDefined(typeof(FlagsAttribute), false), "flag sets are [Flags]");
         Assert(!typeof(Engine).Assembly.GetType("Pkv.Native").IsPublic, "the raw layer is internal");
+        foreach (string f in new[] { "EngineParams.EnablePrefixCaching", "EngineParams.EnableKvEvents",
+                                     "EngineParams.HostOffload", "SeqInfo.IsPreempted", "SeqInfo.InBatch", "SeqInfo.IsRequest" })
+        {
+            string[] tf = f.Split('.');
+            Equal(typeof(bool), typeof(Engine).Assembly.GetType("Pkv." + tf[0]).GetField(tf[1]).FieldType, f);
+        }
     }
 
     static void VersionFromHeader()

@@ -273,7 +273,7 @@ static partial class Tests
 
     static void Scheduler()
     {
-        var p = Small(); p.NumBlocks = 32; p.EnableKvEvents = 1;
+        var p = Small(); p.NumBlocks = 32; p.EnableKvEvents = true;
         using (var e = new Engine(p))
         {
             var rp = RequestParams.Defaults(); rp.MaxNewTokens = 3;
@@ -308,7 +308,7 @@ static partial class Tests
     // medium the pool.
     static void KvEvents()
     {
-        var p = Small(); p.EnableKvEvents = 1;
+        var p = Small(); p.EnableKvEvents = true;
         using (var e = new Engine(p))
         {
             var seq = e.Allocate(Enumerable.Range(0, 9).ToArray());

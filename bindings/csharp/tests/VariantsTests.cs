@@ -175,7 +175,7 @@ static partial class Tests
 
     static void KvEventGroup()
     {
-        var p = Small(); p.EnableKvEvents = 1;
+        var p = Small(); p.EnableKvEvents = true;
         using (var e = new Engine(p))
         {
             var seq = e.Allocate(Enumerable.Range(1, 8).ToArray());
