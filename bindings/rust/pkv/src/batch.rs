@@ -25,7 +25,7 @@ use crate::view::{self, BatchView};
 pub struct OpenBatch<'e> {
     engine: &'e Engine,
     raw: *mut sys::pkv_batch, // NULL once ended
-    view: sys::pkv_batch_view,
+    view: Box<sys::pkv_batch_view>, // boxed: a BatchError carrying the batch stays small
 }
 
 // SAFETY: pkv serializes calls on an engine's batches and allows them from any thread.
@@ -37,9 +37,9 @@ impl<'e> OpenBatch<'e> {
         if raw.is_null() {
             return Err(Error::new(Status::Internal, "pkv gave a NULL batch"));
         }
-        let mut batch = OpenBatch { engine, raw, view: sized!(sys::pkv_batch_view) };
+        let mut batch = OpenBatch { engine, raw, view: Box::new(sized!(sys::pkv_batch_view)) };
         // SAFETY: the batch is open; view is a full struct. On error, drop aborts the batch.
-        unsafe { call!(engine.library(), pkv_batch_info(raw, &mut batch.view))? };
+        unsafe { call!(engine.library(), pkv_batch_info(raw, &mut *batch.view))? };
         Ok(batch)
     }
 
