@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "status.h"
+#include "tiers/file_store_usage.h"
 
 namespace pkv {
 namespace {
@@ -166,9 +167,22 @@ struct KeyHash {
 
 class FileStore final : public Store {
  public:
-  FileStore(std::string dir, uint64_t max_bytes)
+  // A writable store keeps the directory's usage record (file_store_usage.h): it counts the
+  // directory under its lock now, and every put and removal changes files and count together.
+  FileStore(std::string dir, uint64_t max_bytes, bool writable)
       : dir_(std::move(dir)), host_(host_tag()), max_bytes_(max_bytes) {
+    if (!writable) {
+      scan();
+      return;
+    }
+    usage_ = std::make_unique<FileStoreUsage>(dir_);
+    const std::string e = usage_->lock();
+    if (!e.empty()) fail(PKV_ERR_STORE, "file store: %s", e.c_str());
     scan();
+    dir_bytes_ = total_bytes_;
+    const std::string w = usage_->write(dir_bytes_);
+    usage_->unlock();
+    if (!w.empty()) fail(PKV_ERR_STORE, "file store: %s", w.c_str());
   }
   const char *kind() const override { return "file"; }
   StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
@@ -192,6 +206,8 @@ class FileStore final : public Store {
     return shard_of(hex) + "/" + hex + kBlockSuffix;
   }
   void scan();
+  void rescan();
+  std::string lock_usage();
   struct Found {
     int64_t used_ns;
     StoreKey key;
@@ -201,7 +217,7 @@ class FileStore final : public Store {
   void remove_if_stale_temp(int dirfd, const char *name);
   void remember(const StoreKey &key, uint64_t bytes, int64_t seen_ns);
   void forget(const StoreKey &key);
-  std::string make_room(const StoreKey &key, uint64_t value_bytes);
+  std::string make_room(const StoreKey *batch, size_t n, int64_t growth);
   std::string start_block(const StoreKey &key, const uint8_t *value, size_t value_bytes, int *out_fd,
                           std::string *out_temp);
   std::string finish_block(const StoreKey &key, int fd, const std::string &temp, int64_t *seen_ns);
@@ -210,7 +226,9 @@ class FileStore final : public Store {
   uint64_t max_bytes_;
   std::unordered_map<StoreKey, Entry, KeyHash> index_;
   std::map<uint64_t, StoreKey> lru_;  // tick -> key, least recently used first
-  uint64_t total_bytes_ = 0, next_tick_ = 0;
+  uint64_t total_bytes_ = 0, next_tick_ = 0;  // total_bytes_: of the blocks in index_
+  std::unique_ptr<FileStoreUsage> usage_;      // nullptr: a read-only store
+  uint64_t dir_bytes_ = 0;                     // the directory's count, while holding its lock
 };
 
 void FileStore::remember(const StoreKey &key, uint64_t bytes, int64_t seen_ns) {
@@ -370,25 +388,53 @@ StoreStatus FileStore::read_range(const StoreKey &key, uint64_t offset, size_t n
   return error.empty() ? StoreStatus{} : StoreStatus::failure("file store: " + error);
 }
 
-// Removes least recently used blocks until key's value fits under max_bytes. A block another
-// store used since this one last looked (its atime moved) is moved up instead of removed.
-std::string FileStore::make_room(const StoreKey &key, uint64_t value_bytes) {
+// The index rebuilt from the directory (under the usage lock: then the count is exact).
+void FileStore::rescan() {
+  index_.clear();
+  lru_.clear();
+  total_bytes_ = 0;
+  scan();
+  dir_bytes_ = total_bytes_;
+}
+
+// Takes the usage lock and reads the directory's count (a missing or foreign record: rescan).
+std::string FileStore::lock_usage() {
+  std::string e = usage_->lock();
+  if (e.empty() && !usage_->read(&dir_bytes_)) rescan();
+  return e;
+}
+
+// Under the usage lock: removes least recently used blocks (none of the batch's keys) until the
+// directory's count plus growth fits under max_bytes. A block another store used since this one
+// last looked (its atime moved) is moved up instead; one already gone was counted out by whoever
+// removed it. When this store's index runs out before the count fits, the directory holds blocks
+// other stores wrote: the index is rebuilt from it once, and eviction goes on.
+std::string FileStore::make_room(const StoreKey *batch, size_t n, int64_t growth) {
   if (!max_bytes_) return "";
-  const auto self = index_.find(key);
-  const uint64_t replaced = self == index_.end() ? 0 : self->second.bytes;
-  while (total_bytes_ - replaced + value_bytes > max_bytes_) {
+  auto in_batch = [&](const StoreKey &k) { return std::find(batch, batch + n, k) != batch + n; };
+  bool rescanned = false;
+  while (int64_t(dir_bytes_) + growth > int64_t(max_bytes_)) {
     auto it = lru_.begin();
-    if (it != lru_.end() && it->second == key) ++it;
-    if (it == lru_.end()) break;  // only key itself: its old value is replaced
+    while (it != lru_.end() && in_batch(it->second)) ++it;
+    if (it == lru_.end()) {
+      if (rescanned) break;  // only the batch's own keys: their old values are replaced
+      rescan(), rescanned = true;
+      continue;
+    }
     const StoreKey victim = it->second;
     const std::string path = path_of(victim);
     struct stat st;
-    if (stat(path.c_str(), &st) == 0 && used_ns(st) > index_.at(victim).seen_ns) {
+    if (stat(path.c_str(), &st) != 0) {
+      forget(victim);
+      continue;
+    }
+    if (used_ns(st) > index_.at(victim).seen_ns) {
       remember(victim, uint64_t(st.st_size), used_ns(st));
       continue;
     }
-    if (unlink(path.c_str()) != 0 && errno != ENOENT)
-      return "cannot make room: " + why("unlink", path, errno);
+    const bool gone = unlink(path.c_str()) == 0;
+    if (!gone && errno != ENOENT) return "cannot make room: " + why("unlink", path, errno);
+    if (gone) dir_bytes_ -= std::min<uint64_t>(dir_bytes_, uint64_t(st.st_size));
     forget(victim);
   }
   return "";
@@ -441,8 +487,25 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
   if (max_bytes_ && value_bytes > max_bytes_)
     return StoreStatus::failure("file store: a value of " + std::to_string(value_bytes) +
                                 " bytes is over max_bytes (" + std::to_string(max_bytes_) + ")");
+  if (!usage_) return StoreStatus::failure("file store: opened read-only");
   const XfszBlock xfsz;
-  std::string error;
+  std::string error = lock_usage();
+  if (!error.empty()) return StoreStatus::failure("file store: " + error);
+  // What the batch adds to the directory: each value, less the one it replaces (a key twice in
+  // the batch replaces its own first value).
+  std::vector<uint64_t> replaced(n, 0);
+  int64_t growth = 0;
+  for (size_t i = 0; i < n; ++i) {
+    struct stat st;
+    if (std::find(keys, keys + i, keys[i]) != keys + i) replaced[i] = value_bytes;
+    else if (stat(path_of(keys[i]).c_str(), &st) == 0 && S_ISREG(st.st_mode)) replaced[i] = uint64_t(st.st_size);
+    growth += int64_t(value_bytes) - int64_t(replaced[i]);
+  }
+  error = make_room(keys, n, growth);
+  if (!error.empty()) {
+    usage_->unlock();
+    return StoreStatus::failure("file store: " + error);
+  }
   size_t failed = 0;
   std::set<std::string> shards;
   // Every block written first (their writeback started), then each fsync'ed and renamed: the
@@ -456,14 +519,12 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
   std::vector<Pending> pending;
   pending.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    std::string e = make_room(keys[i], value_bytes);
     Pending p{i, -1, {}};
-    if (e.empty()) e = start_block(keys[i], values + i * value_bytes, value_bytes, &p.fd, &p.temp);
+    const std::string e = start_block(keys[i], values + i * value_bytes, value_bytes, &p.fd, &p.temp);
     if (!e.empty()) {
       error = e, ++failed;
       continue;
     }
-    remember(keys[i], value_bytes, 0);  // counted against the cap by the next make_room
     pending.push_back(std::move(p));
   }
   for (const Pending &p : pending) {
@@ -475,8 +536,11 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
       continue;
     }
     remember(keys[p.i], value_bytes, seen);
+    dir_bytes_ = dir_bytes_ + value_bytes - std::min(dir_bytes_ + value_bytes, replaced[p.i]);
     shards.insert(shard_of(keys[p.i].hex()));
   }
+  if (const std::string e = usage_->write(dir_bytes_); !e.empty()) error = e;
+  usage_->unlock();
   // The renames, made durable once per directory. A failure here leaves whole blocks (or none).
   for (const std::string &shard : shards)
     if (const int err = fsync_dir(shard)) error = why("fsync", shard, err);
@@ -522,19 +586,31 @@ StoreStatus FileStore::list(uint64_t *cursor, size_t count, std::vector<StoreEnt
   return {};
 }
 
-// A block another store removed first is not an error (removed 0).
+// A block another store removed first is not an error (removed 0). A writable store counts the
+// removals out of the directory's usage record under its lock.
 StoreStatus FileStore::remove(const StoreKey *keys, size_t n, uint8_t *removed) {
-  std::string error;
+  std::string error = usage_ ? lock_usage() : "";
+  if (!error.empty()) {
+    for (size_t i = 0; removed && i < n; ++i) removed[i] = 0;
+    return StoreStatus::failure("file store: " + error);
+  }
   size_t failed = 0;
   for (size_t i = 0; i < n; ++i) {
     const std::string path = path_of(keys[i]);
+    struct stat st;
+    const bool sized = lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
     const bool gone = unlink(path.c_str()) == 0;
     if (removed) removed[i] = gone;
     if (!gone && errno != ENOENT) {
       error = why("unlink", path, errno), ++failed;
       continue;
     }
+    if (gone && sized) dir_bytes_ -= std::min<uint64_t>(dir_bytes_, uint64_t(st.st_size));
     forget(keys[i]);
+  }
+  if (usage_) {
+    if (const std::string e = usage_->write(dir_bytes_); !e.empty()) error = e, ++failed;
+    usage_->unlock();
   }
   if (!failed) return {};
   return StoreStatus::failure("file store: " + std::to_string(failed) + " of " + std::to_string(n) +
@@ -558,7 +634,7 @@ std::unique_ptr<Store> make_file_store(const pkv_store_params &p) {
   } else if (access(dir.c_str(), R_OK | X_OK) != 0) {
     fail(PKV_ERR_STORE, "file store: cannot read %s: %s", dir.c_str(), std::strerror(errno));
   }
-  return std::make_unique<FileStore>(std::move(dir), p.max_bytes);
+  return std::make_unique<FileStore>(std::move(dir), p.max_bytes, p.write_mode != PKV_STORE_READ_ONLY);
 }
 
 }  // namespace pkv

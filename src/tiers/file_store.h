@@ -4,13 +4,16 @@
 // final name and the directory fsync'ed: a crash (even kill -9 or a power cut) leaves either the
 // whole old state or the whole new block, never a torn block under a final name; leftover
 // temporary files are removed when the store is opened. With a size cap (max_bytes), the least
-// recently used blocks (by access time kept in the store's own index) are removed to make room.
+// recently used blocks are removed to make room, so the directory's blocks stay under the cap
+// whoever wrote them (the usage record of file_store_usage.h).
 // A write that fails (a full disk, EFBIG under RLIMIT_FSIZE, a read-only directory) leaves
 // nothing behind and is reported: the engine counts it and keeps serving.
 //
 // Layout: <path>/<hh>/<key hex>.blk, hh the key's first byte in hex (256 shards, made on their
 // first write), so no directory grows past 1/256 of the store. A block is found only when its
-// file is exactly value_bytes long (truncated or padded: a miss). Other names are left alone.
+// file is exactly value_bytes long; one of another size (truncated, padded, empty) or that is no
+// regular file (a FIFO, a device: opened O_NONBLOCK, never read) is named with what it is, for the
+// engine to reject with a reason. Other names are left alone.
 // list() (store administration) pages through whole shards in key order (the cursor is the next
 // shard); remove() unlinks (a block already gone is no error).
 //
@@ -25,12 +28,14 @@
 // it up instead when it was used since this store last looked. File times tick coarsely (a few
 // ms), so a use within that tick of the write may not count.
 //
-// The cap is per store and approximate: a store counts the blocks present at its open, its own
-// writes and blocks its gets met; blocks other engines wrote since are not counted, so with
-// several writers the directory may pass max_bytes by what the others wrote. A value over
-// max_bytes is refused (a failed put). A block another store removed is a miss (ENOENT), never
-// an error; any other error (EACCES, EIO, ENOTDIR) fails that key (found 0) and the call's
-// status carries the count and the last message; the other keys go on. get() ignores timeout_ms.
+// The cap holds for the directory: every writable store keeps the directory's usage record
+// (<path>/.pkv-usage, under flock), a put makes room for its whole batch under that lock by
+// evicting from its index, rebuilding the index from the directory when the index runs out
+// (blocks other engines wrote), and a removal counts itself out. Stores on one directory write
+// one batch at a time. A value over max_bytes is refused (a failed put). A block another store
+// removed is a miss (ENOENT), never an error; any other error (EACCES, EIO, ENOTDIR) fails that
+// key (found 0) and the call's status carries the count and the last message; the other keys go
+// on. get() stops at timeout_ms between keys (the rest: misses, the call failed).
 //
 // SIGXFSZ: a write past RLIMIT_FSIZE raises it, and at SIG_DFL it kills the process. put()
 // blocks SIGXFSZ in its own thread for the call (the write fails with EFBIG) and consumes the
