@@ -202,6 +202,18 @@ pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *js
   });
 }
 
+pkv_status pkv_hf_config_digest(const char *json, size_t len, char *out, uint32_t cap) {
+  return guard([&] {
+    PKV_REQUIRE(json != nullptr, "json is NULL");
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    PKV_REQUIRE(cap >= PKV_HF_CONFIG_DIGEST_BYTES, "out holds %u bytes: PKV_HF_CONFIG_DIGEST_BYTES (%d) are needed",
+                cap, int(PKV_HF_CONFIG_DIGEST_BYTES));
+    pkv::params_from_hf_config(pkv::default_engine_params(), json, len);  // a config pkv reads, or its error
+    const std::string id = pkv::config_model_id(json, len);
+    std::memcpy(out, id.c_str(), id.size() + 1);
+  });
+}
+
 pkv_status pkv_hf_config_layer_windows(const char *json, size_t len, uint32_t *out, uint32_t cap,
                                        uint32_t *out_len) {
   return guard([&] {

@@ -73,7 +73,8 @@ Engine::Engine(const pkv_engine_params &params)
     store_ = std::make_unique<StoreTier>(
         store_config_->params(),
         StoreShape{shape.num_layers, shape.kv_heads, params_.head_dim, params_.block_size, params_.tp_rank,
-                   params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales, shape.tensors, shape.kv_lora_rank},
+                   params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales, shape.tensors, shape.kv_lora_rank,
+                   store_config_->params().model_id ? store_config_->params().model_id : ""},
         HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
                      shape.host_bytes.layer, shape.block_bytes(), shape.num_layers});
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)

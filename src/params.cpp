@@ -73,6 +73,13 @@ StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, defaul
   p_.password = own(p_.password, password_, nullptr);
   p_.key_prefix = own(p_.key_prefix, key_prefix_, "pkv:");
   p_.callbacks = p_.kind == PKV_STORE_CALLBACK ? &callbacks_ : nullptr;
+  if (p_.model_id) {
+    const size_t n = strnlen(p_.model_id, PKV_MAX_MODEL_ID_BYTES + 1);
+    PKV_REQUIRE(n >= 1, "store->model_id is \"\": give the model's identity (e.g. name@revision), or NULL for none");
+    PKV_REQUIRE(n <= PKV_MAX_MODEL_ID_BYTES, "store->model_id is longer than %d bytes: give a digest of it instead",
+                int(PKV_MAX_MODEL_ID_BYTES));
+  }
+  p_.model_id = own(p_.model_id, model_id_, nullptr);
 }
 
 pkv_event_publisher_params default_event_publisher_params() {

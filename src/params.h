@@ -30,6 +30,8 @@ template <> inline constexpr uint32_t kMinStructSize<pkv_stats> = offsetof(pkv_s
 template <> inline constexpr uint32_t kMinStructSize<struct pkv_seq_info> =
     offsetof(struct pkv_seq_info, kv_tier);
 template <> inline constexpr uint32_t kMinStructSize<pkv_batch_view> = offsetof(pkv_batch_view, copy_kind);
+// Grew in 0.4.0: a 0.3 caller's store params end where model_id starts.
+template <> inline constexpr uint32_t kMinStructSize<pkv_store_params> = offsetof(pkv_store_params, model_id);
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");
 
 // Reads a caller's versioned struct: fields the caller does not have keep their defaults.
@@ -93,7 +95,7 @@ class StoreConfig {
 
  private:
   pkv_store_params p_;
-  std::string path_, host_, username_, password_, key_prefix_;
+  std::string path_, host_, username_, password_, key_prefix_, model_id_;
   pkv_store_callbacks callbacks_;
 };
 

@@ -232,6 +232,25 @@ static int print_summary(const demo_workload *w, const demo_result *c, const dem
   return differ || !h->store_hit_tokens ? -1 : 0;
 }
 
+/* The demo model's identity for the store (pkv_store_params.model_id): its config written as a
+ * Hugging Face config.json, with the seed its weights come from, digested by
+ * pkv_hf_config_digest. A model of other weights or shape never reads these blocks. */
+static int model_id_of(const model *m, char out[PKV_HF_CONFIG_DIGEST_BYTES]) {
+  char json[512];
+  const int n = snprintf(json, sizeof json,
+                         "{\"model_type\": \"pkv-demo\", \"num_hidden_layers\": %u, \"hidden_size\": %u, "
+                         "\"num_attention_heads\": %u, \"num_key_value_heads\": %u, \"head_dim\": %u, "
+                         "\"intermediate_size\": %u, \"vocab_size\": %u, \"max_position_embeddings\": %u, "
+                         "\"torch_dtype\": \"float32\", \"pkv_demo_weights_seed\": %llu}",
+                         m->c.num_layers, m->c.hidden, m->c.num_q_heads, m->c.num_kv_heads, m->c.head_dim,
+                         m->c.intermediate, m->c.vocab, m->c.max_positions, (unsigned long long)m->c.seed);
+  if (n <= 0 || (size_t)n >= sizeof json || pkv_hf_config_digest(json, (size_t)n, out, PKV_HF_CONFIG_DIGEST_BYTES) != PKV_OK) {
+    fprintf(stderr, "pkv demo: the model's id for the store: %s\n", pkv_last_error());
+    return -1;
+  }
+  return 0;
+}
+
 int demo_store_runs(const demo_options *o, const demo_workload *w, const model *m) {
   store_target t;
   const char *bad = target_of(o->store, &t);
@@ -239,6 +258,9 @@ int demo_store_runs(const demo_options *o, const demo_workload *w, const model *
     fprintf(stderr, "pkv demo: %s\n", bad);
     return -1;
   }
+  char model_id[PKV_HF_CONFIG_DIGEST_BYTES];
+  if (model_id_of(m, model_id) != 0) return -1;
+  t.p.model_id = model_id;
   demo_options os = *o;
   os.store_params = &t.p;
   os.preemption_mode = o->preemption && strcmp(o->preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
@@ -254,6 +276,8 @@ int demo_store_runs(const demo_options *o, const demo_workload *w, const model *
            t.host, t.p.port, t.p.key_prefix);
   printf("             written through as blocks are sealed, through a queue of %u blocks\n",
          t.p.write_queue_blocks);
+  printf("             model id %.30s... (its config and weights' seed: other models never\n"
+         "             share these blocks)\n", t.p.model_id);
   printf("  host tier  %s (%llu blocks), preemption by %s%s\n",
          cli_format_size(os.host_cache, size, sizeof size),
          (unsigned long long)(os.host_cache / block_bytes),

@@ -114,13 +114,6 @@ namespace Pkv
         Overflow = 4,
     }
 
-    /// <summary>How a publisher encodes KV events on the wire (PKV_EVENT_FORMAT_*).</summary>
-    public enum EventFormat : uint
-    {
-        Map = 0,
-        Array = 1,
-    }
-
     /// <summary>Store.List flags (PKV_STORE_LIST_*).</summary>
     [Flags]
     public enum StoreListFlags : uint
@@ -168,7 +161,7 @@ namespace Pkv
         public IntPtr Put;
     }
 
-    /// <summary>pkv_store_params (104 bytes on x86_64).</summary>
+    /// <summary>pkv_store_params (112 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct StoreParams
     {
@@ -191,9 +184,10 @@ namespace Pkv
         public uint IoTimeoutMs;
         public uint Reserved1;
         public IntPtr Callbacks;
+        public IntPtr ModelId;
     }
 
-    /// <summary>pkv_event_publisher_params (56 bytes on x86_64).</summary>
+    /// <summary>pkv_event_publisher_params (48 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct EventPublisherParams
     {
@@ -206,8 +200,6 @@ namespace Pkv
         public uint SendHwm;
         public uint MaxQueueEvents;
         public uint MaxBatchEvents;
-        public EventFormat Format;
-        public uint Reserved0;
     }
 
     /// <summary>pkv_engine_params (208 bytes on x86_64).</summary>
@@ -710,6 +702,8 @@ namespace Pkv
         public const int AttentionMaxRopeDim = 128;
         public const int CudaMaxGrid = 65535;
         public const int MaxBlockSize = 1048576;
+        public const int MaxModelIdBytes = 256;
+        public const int HfConfigDigestBytes = 80;
         public const int MaxThreads = 4096;
         public const int MaxCacheSaltBytes = 65536;
         public const int DefaultKvEventsCapacity = 65536;
@@ -753,6 +747,8 @@ namespace Pkv
         public const int PKV_ATTENTION_MAX_ROPE_DIM = 128;
         public const int PKV_CUDA_MAX_GRID = 65535;
         public const int PKV_MAX_BLOCK_SIZE = 1048576;
+        public const int PKV_MAX_MODEL_ID_BYTES = 256;
+        public const int PKV_HF_CONFIG_DIGEST_BYTES = 80;
         public const int PKV_MAX_THREADS = 4096;
         public const int PKV_MAX_CACHE_SALT_BYTES = 65536;
         public const int PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536;
@@ -802,8 +798,6 @@ namespace Pkv
         public const int PKV_EVENT_BLOCK_REMOVED = 2;
         public const int PKV_EVENT_ALL_CLEARED = 3;
         public const int PKV_EVENT_OVERFLOW = 4;
-        public const int PKV_EVENT_FORMAT_MAP = 0;
-        public const int PKV_EVENT_FORMAT_ARRAY = 1;
         public const int PKV_STORE_LIST_KEYS_ONLY = 1;
         public const int PKV_STORE_VALUE_UNREAD = 0;
         public const int PKV_STORE_VALUE_GOOD = 1;
@@ -812,7 +806,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(EventPublisherInfo), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 104, 56, 208, 184, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 32, 40, 112, 48, 208, 184, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -914,6 +908,15 @@ namespace Pkv
         {
             Loaded();
             return pkv_hf_config_layer_windows_native(json, json_len, @out, cap, out_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hf_config_digest")]
+        static extern Status pkv_hf_config_digest_native(byte* json, UIntPtr json_len, byte* @out, uint cap);
+
+        public static Status pkv_hf_config_digest(byte* json, UIntPtr json_len, byte* @out, uint cap)
+        {
+            Loaded();
+            return pkv_hf_config_digest_native(json, json_len, @out, cap);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_kv_groups")]

@@ -34,6 +34,8 @@ const (
 	AttentionMaxRopeDim       = 128
 	CUDAMaxGrid               = 65535
 	MaxBlockSize              = 1048576
+	MaxModelIDBytes           = 256
+	HFConfigDigestBytes       = 80
 	MaxThreads                = 4096
 	MaxCacheSaltBytes         = 65536
 	DefaultKVEventsCapacity   = 65536
@@ -384,7 +386,7 @@ type cStoreCallbacks struct {
 	Put        uintptr
 }
 
-// cStoreParams mirrors C's pkv_store_params (104 bytes on amd64; layout checked against C at init).
+// cStoreParams mirrors C's pkv_store_params (112 bytes on amd64; layout checked against C at init).
 type cStoreParams struct {
 	StructSize       uint32
 	Kind             uint32
@@ -405,6 +407,7 @@ type cStoreParams struct {
 	IOTimeoutMs      uint32
 	Reserved1        uint32
 	Callbacks        uintptr
+	ModelID          uintptr
 }
 
 // cEventPublisherParams mirrors C's pkv_event_publisher_params (48 bytes on amd64; layout checked against C at init).

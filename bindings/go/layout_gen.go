@@ -40,6 +40,7 @@ var layouts = []layout{
 		{"io_timeout_ms", unsafe.Offsetof(cStoreParams{}.IOTimeoutMs), unsafe.Offsetof(C.struct_pkv_store_params{}.io_timeout_ms)},
 		{"reserved1", unsafe.Offsetof(cStoreParams{}.Reserved1), unsafe.Offsetof(C.struct_pkv_store_params{}.reserved1)},
 		{"callbacks", unsafe.Offsetof(cStoreParams{}.Callbacks), unsafe.Offsetof(C.struct_pkv_store_params{}.callbacks)},
+		{"model_id", unsafe.Offsetof(cStoreParams{}.ModelID), unsafe.Offsetof(C.struct_pkv_store_params{}.model_id)},
 	}},
 	{"pkv_event_publisher_params", unsafe.Sizeof(cEventPublisherParams{}), unsafe.Sizeof(C.struct_pkv_event_publisher_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cEventPublisherParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.struct_size)},

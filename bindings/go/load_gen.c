@@ -21,6 +21,7 @@ static struct {
   pkv_status (*pkv_engine_params_init)(pkv_engine_params *, uint32_t);
   pkv_status (*pkv_engine_params_from_hf_config)(pkv_engine_params *, const char *, size_t);
   pkv_status (*pkv_hf_config_layer_windows)(const char *, size_t, uint32_t *, uint32_t, uint32_t *);
+  pkv_status (*pkv_hf_config_digest)(const char *, size_t, char *, uint32_t);
   pkv_status (*pkv_kv_groups)(const pkv_engine_params *, uint32_t *, uint32_t *, uint32_t *, uint32_t, uint32_t *, uint32_t *);
   pkv_status (*pkv_profile)(const pkv_engine_params *, pkv_kv_budget *);
   pkv_status (*pkv_engine_create)(const pkv_engine_params *, pkv_engine **);
@@ -109,6 +110,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_hf_config_layer_windows = dlsym(lib, "pkv_hf_config_layer_windows"))) {
     *missing = "pkv_hf_config_layer_windows";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_hf_config_digest = dlsym(lib, "pkv_hf_config_digest"))) {
+    *missing = "pkv_hf_config_digest";
     return -1;
   }
   if (!(*(void **)&fn.pkv_kv_groups = dlsym(lib, "pkv_kv_groups"))) {
@@ -352,6 +357,10 @@ pkv_status (pkv_engine_params_from_hf_config)(pkv_engine_params *p, const char *
 
 pkv_status (pkv_hf_config_layer_windows)(const char *json, size_t json_len, uint32_t *out, uint32_t cap, uint32_t *out_len) {
   return fn.pkv_hf_config_layer_windows ? (fn.pkv_hf_config_layer_windows)(json, json_len, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_hf_config_digest)(const char *json, size_t json_len, char *out, uint32_t cap) {
+  return fn.pkv_hf_config_digest ? (fn.pkv_hf_config_digest)(json, json_len, out, cap) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_kv_groups)(const pkv_engine_params *p, uint32_t *layer_group, uint32_t *layer_slot, uint32_t *group_window, uint32_t cap, uint32_t *out_num_groups, uint32_t *out_group_layers) {

@@ -102,6 +102,8 @@ enum {
   PKV_ATTENTION_MAX_ROPE_DIM = 128,     /* ... at most these (DeepSeek V2/V3, Kimi K2: 512, 64) */
   PKV_CUDA_MAX_GRID = 65535,            /* CUDA: layers, kv heads per rank, sequences per batch */
   PKV_MAX_BLOCK_SIZE = 1048576,         /* pkv_engine_params.block_size: 1 .. this (2^20) */
+  PKV_MAX_MODEL_ID_BYTES = 256,         /* pkv_store_params.model_id, the NUL not counted */
+  PKV_HF_CONFIG_DIGEST_BYTES = 80,      /* pkv_hf_config_digest's text, the NUL counted */
   PKV_MAX_THREADS = 4096,               /* pkv_engine_params.num_threads: 0 .. this */
   PKV_MAX_CACHE_SALT_BYTES = 65536,     /* cache_salt_len: 0 .. this */
   PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536, /* kv_events_capacity 0 means this */
@@ -214,6 +216,20 @@ typedef struct pkv_store_params {
   uint32_t reserved1;             /* must be 0 */
   /* CALLBACK */
   const pkv_store_callbacks *callbacks; /* required; copied at engine create */
+  /* since 0.4.0 (a 0.3 caller's struct_size ends here: it gets the default) */
+  const char *model_id;           /* the model's identity, in the fingerprint of every key and
+                                     value: engines share blocks only when their ids (and KV
+                                     shapes) are equal. Name it by its weights: a weights digest,
+                                     or name and revision ("org/model@<commit>"); two fine-tunes
+                                     of one base model have the same config and KV shape, so only
+                                     this keeps them from reading each other's KV.
+                                     pkv_hf_config_digest gives one from config.json (it tells
+                                     configs apart, not weights). 1 .. PKV_MAX_MODEL_ID_BYTES
+                                     bytes, copied at create. NULL (the default) = none: the
+                                     fingerprint is the KV shape alone (a 0.3 store's keys), any
+                                     model of that shape shares the blocks, and
+                                     pkv_engine_store_error says so until a store problem
+                                     replaces it. Ignored by pkv_store_open */
 } pkv_store_params;
 
 /* Fills p with the defaults above; as pkv_engine_params_init. */
@@ -415,6 +431,16 @@ PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const 
 PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
                                                uint32_t cap, uint32_t *out_len);
 
+/* A model id for pkv_store_params.model_id from the text of a config.json: "config-sha256:"
+ * and the 64 lowercase hex digits of SHA-256 of the json_len bytes as they are, into out (at
+ * least PKV_HF_CONFIG_DIGEST_BYTES bytes, NUL-terminated). The text must be a config
+ * pkv_engine_params_from_hf_config reads (else its error, out unchanged). It tells models of
+ * other configs apart (other attention, vocabularies, rope) where their KV shapes are equal;
+ * reformatting the file changes it (blocks are then not shared, never wrongly shared). Two
+ * fine-tunes of one base model have one config: give them a weights digest or name@revision
+ * instead. Since 0.4.0. */
+PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char *out, uint32_t cap);
+
 /* How the layers of p are grouped for the pool (DESIGN.md §12): layers with equal windows form
  * KV groups of group_layers layers each (the fewest layers any window has; a window with more is
  * split, the last of its groups padded), full-attention groups first, then by window. Each group
@@ -560,9 +586,11 @@ typedef struct pkv_stats {
 
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
 
-/* The store's last problem (a miss by error, a rejected value, a failed write), as text, into
- * out[cap] (NUL-terminated, cut to fit); *out_len = its full length. "" when there was none or
- * the engine has no store. out may be NULL when cap is 0. Since 0.2.0. */
+/* The store's last problem (a miss by error, a rejected value with why - e.g. its size when it
+ * is not a block's, a failed write), as text, into out[cap] (NUL-terminated, cut to fit);
+ * *out_len = its full length. "" when there was none or the engine has no store; since 0.4.0 a
+ * store without a model_id starts with a warning that other models of its KV shape share its
+ * blocks. out may be NULL when cap is 0. Since 0.2.0. */
 PKV_API pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len);
 
 /* ---------------------------------------------------------------- sequences */

@@ -99,9 +99,23 @@ StoreFingerprint store_fingerprint(const StoreShape &s) {
     std::memcpy(&bits, &f, 4);
     add_le(h, bits);
   }
+  // The model's identity, when the host names it (since 0.4; without one the keys stay 0.3's).
+  if (!s.model_id.empty()) {
+    h.add("model-id", 8);
+    add_le(h, uint64_t(s.model_id.size()));
+    h.add(s.model_id.data(), s.model_id.size());
+  }
   StoreFingerprint fp;
   h.done(fp.bytes);
   return fp;
+}
+
+std::string config_model_id(const char *json, size_t len) {
+  uint8_t digest[32];
+  Sha256().add(json, len).done(digest);
+  StoreKey k;
+  std::memcpy(k.bytes, digest, 32);
+  return "config-sha256:" + k.hex();
 }
 
 StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt) {

@@ -6,8 +6,9 @@
 // SHA-256("pkv-store-root-v1" | fingerprint | salt length | salt); a block's key is
 // SHA-256(parent key | its token ids as int32 little-endian). The fingerprint is SHA-256 of the
 // model's KV shape on this rank (layers, kv heads per rank, head_dim, KV dtype, block size, tp
-// rank and size; an MLA cache's layout and kv_lora_rank), so engines of other models or ranks
-// never share a key.
+// rank and size; an MLA cache's layout and kv_lora_rank) and of the host's model id when it gives
+// one, so engines of other models (ids) or ranks never share a key. Without a model id, models
+// of one KV shape share keys (pkv.h says so, and the engine warns).
 //
 // A value is a fixed-size header, the block's tokens, then the payload: for each layer, the
 // block's K then its V (MLA: the latents alone), as the pool holds them (bytes.block each). Every field is little-endian.
@@ -33,6 +34,7 @@ struct StoreShape {
   std::vector<float> kv_scales;  // fp8: K's then V's (MLA: K's), [layers][kv heads] each; else empty
   uint32_t tensors = 2;          // 2 (K, V) or 1 (the MLA latent: K alone)
   uint32_t kv_lora_rank = 0;     // MLA: the latent's compressed part
+  std::string model_id;          // pkv_store_params.model_id, "" for none
 
   uint64_t payload_bytes() const { return tensors * uint64_t(num_layers) * block_bytes; }
   uint64_t value_bytes() const;  // header + tokens + payload
@@ -43,6 +45,8 @@ struct StoreFingerprint {
 };
 
 StoreFingerprint store_fingerprint(const StoreShape &shape);
+// pkv_hf_config_digest's text: "config-sha256:" and SHA-256 of the bytes, in hex.
+std::string config_model_id(const char *json, size_t len);
 StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt);
 StoreKey store_block_key(const StoreKey &parent, const int32_t *tokens, uint32_t n);
 

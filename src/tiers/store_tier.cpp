@@ -16,6 +16,9 @@ StoreTier::StoreTier(const pkv_store_params &p, const StoreShape &shape, const H
       lookup_(make_store(p)),
       host_(host),
       params_(p) {
+  if (shape_.model_id.empty())
+    last_error_ = "no store model_id: any model of this KV shape shares these blocks (another model's, a "
+                  "fine-tune's KV would hit); set pkv_store_params.model_id (pkv_hf_config_digest gives one)";
   if (write_mode_ != PKV_STORE_READ_ONLY) {
     writer_store_ = make_store(p);
     writer_ = std::thread([this] { writer_loop(); });

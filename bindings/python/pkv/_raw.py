@@ -30,6 +30,8 @@ PKV_ATTENTION_MAX_KV_LORA_RANK = 512
 PKV_ATTENTION_MAX_ROPE_DIM = 128
 PKV_CUDA_MAX_GRID = 65535
 PKV_MAX_BLOCK_SIZE = 1048576
+PKV_MAX_MODEL_ID_BYTES = 256
+PKV_HF_CONFIG_DIGEST_BYTES = 80
 PKV_MAX_THREADS = 4096
 PKV_MAX_CACHE_SALT_BYTES = 65536
 PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536
@@ -79,8 +81,6 @@ PKV_EVENT_BLOCK_STORED = 1
 PKV_EVENT_BLOCK_REMOVED = 2
 PKV_EVENT_ALL_CLEARED = 3
 PKV_EVENT_OVERFLOW = 4
-PKV_EVENT_FORMAT_MAP = 0
-PKV_EVENT_FORMAT_ARRAY = 1
 PKV_STORE_LIST_KEYS_ONLY = 1
 PKV_STORE_VALUE_UNREAD = 0
 PKV_STORE_VALUE_GOOD = 1
@@ -166,6 +166,7 @@ class pkv_store_params(_c.Structure):
         ('io_timeout_ms', _c.c_uint32),
         ('reserved1', _c.c_uint32),
         ('callbacks', _c.POINTER(pkv_store_callbacks)),
+        ('model_id', _c.c_char_p),
     ]
 
 
@@ -180,8 +181,6 @@ class pkv_event_publisher_params(_c.Structure):
         ('send_hwm', _c.c_uint32),
         ('max_queue_events', _c.c_uint32),
         ('max_batch_events', _c.c_uint32),
-        ('format', _c.c_uint32),
-        ('reserved0', _c.c_uint32),
     ]
 
 
@@ -476,8 +475,8 @@ class pkv_store_verify_result(_c.Structure):
 SIZES = {
     'pkv_store_key': 32,
     'pkv_store_callbacks': 40,
-    'pkv_store_params': 104,
-    'pkv_event_publisher_params': 56,
+    'pkv_store_params': 112,
+    'pkv_event_publisher_params': 48,
     'pkv_engine_params': 208,
     'pkv_kv_budget': 184,
     'pkv_stats': 320,
@@ -504,6 +503,7 @@ FUNCTIONS = {
     'pkv_engine_params_init': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_uint32]),
     'pkv_engine_params_from_hf_config': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_char_p, _c.c_size_t]),
     'pkv_hf_config_layer_windows': (pkv_status, [_c.c_char_p, _c.c_size_t, _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_hf_config_digest': (pkv_status, [_c.c_char_p, _c.c_size_t, _c.c_char_p, _c.c_uint32]),
     'pkv_kv_groups': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32)]),
     'pkv_profile': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(pkv_kv_budget)]),
     'pkv_engine_create': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(_c.POINTER(pkv_engine))]),
@@ -567,6 +567,7 @@ PARAM_NAMES = {
     'pkv_engine_params_init': ('p', 'size'),
     'pkv_engine_params_from_hf_config': ('p', 'json', 'json_len'),
     'pkv_hf_config_layer_windows': ('json', 'json_len', 'out', 'cap', 'out_len'),
+    'pkv_hf_config_digest': ('json', 'json_len', 'out', 'cap'),
     'pkv_kv_groups': ('p', 'layer_group', 'layer_slot', 'group_window', 'cap', 'out_num_groups', 'out_group_layers'),
     'pkv_profile': ('p', 'out'),
     'pkv_engine_create': ('p', 'out'),
