@@ -51,6 +51,11 @@ void BlockManager::evict(int32_t block, bool offload) {
     tree_.set_host(node, host);
     host_.drop_ref(host);  // cached: the newest of the host tier's LRU
     stats_.num_offloaded_blocks++;
+  } else if (offload && tree_.host(node) >= 0) {
+    // A re-offload: the host copy holds these bytes already, and becomes the newest, as this pool
+    // copy was used more recently than the host copy was made (issue 26: it kept the age of its
+    // first offload and could be the first block dropped).
+    host_.touch(tree_.host(node));
   }
   pool_.set_node(block, kNoNode);
   tree_.remove_copy(node, block);
@@ -363,6 +368,7 @@ void BlockManager::truncate(SeqTables &tables, const std::string &salt, const in
       if (block < 0) {
         block = pop_free();
         pending_copies_.push_back({tree_.host(r.node), block, PKV_COPY_LOAD});
+        host_.touch(tree_.host(r.node));  // a use, as a load on admission is
         pool_.set_node(block, r.node);
         tree_.add_copy(r.node, block);
         stats_.num_loaded_blocks++;

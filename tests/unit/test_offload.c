@@ -186,6 +186,54 @@ static void test_host_lru(void)
   pkv_engine_destroy(e);
 }
 
+/* A re-offload is a use too (issue 26 item 7): a prefix whose pool copy served a hit and was
+ * evicted again becomes the host tier's newest, though its host copy was made first. Before the
+ * fix the host copy kept the age of its first offload, so the prefix used a moment ago was the
+ * first one dropped. */
+static void test_host_lru_reoffload(void)
+{
+  pkv_engine *e = engine(4, 1, 0);
+  if (!e)
+    return;
+  int32_t a[9], b[9], d[9];
+  tu_fill(a, 9, 1);
+  tu_fill(b, 9, 100);
+  tu_fill(d, 9, 200);
+  cache_prompt(e, a, 9, 1);
+  flush_pool(e, 1000, 2); /* host: a */
+  cache_prompt(e, b, 9, 2);
+  flush_pool(e, 2000, 2); /* host: a, b (a the oldest) */
+  uint32_t cached = 0;
+  const uint64_t sb = tu_alloc(e, b, 9, &cached); /* loaded: b has a copy in each tier */
+  CHECK_EQ_INT(cached, 8);
+  do_copies(e, sb, PKV_COPY_LOAD, 2, 0);
+  CHECK_OK(pkv_release(e, sb));
+  const uint64_t sa = tu_alloc(e, a, 9, &cached); /* loaded: a is the host tier's newest */
+  CHECK_EQ_INT(cached, 8);
+  do_copies(e, sa, PKV_COPY_LOAD, 2, 0);
+  CHECK_OK(pkv_release(e, sa));
+  const uint64_t sb2 = tu_alloc(e, b, 9, &cached); /* b used last, from its pool copy */
+  CHECK_EQ_INT(cached, 8);
+  CHECK_EQ_INT(tu_stats(e).device_hit_tokens, 8);
+  CHECK_OK(pkv_release(e, sb2));
+  cache_prompt(e, d, 9, 3);
+  /* The pool evicts a's copies, then b's (both kept in the host tier: re-offloads, each the
+   * newest there), then d's, whose offloads drop the oldest host blocks: a's. */
+  flush_pool(e, 3000, 2);
+  const pkv_stats st = tu_stats(e);
+  CHECK_EQ_INT(st.num_host_evictions, 2);
+  CHECK_EQ_INT(st.num_host_cached_blocks, 4);
+  CHECK_EQ_INT(query(e, b, 9), 8); /* used last: kept */
+  CHECK_EQ_INT(query(e, d, 9), 8);
+  CHECK_EQ_INT(query(e, a, 9), 0);
+  const uint64_t s = tu_alloc(e, b, 9, &cached);
+  do_copies(e, s, PKV_COPY_LOAD, 2, 0);
+  CHECK_EQ_INT(tu_kv_pattern(e, s, 2, 8, 1), 0); /* b's own KV, byte for byte */
+  CHECK_OK(pkv_release(e, s));
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
 /* A load needs a pool block like any new block: NO_SPACE changes nothing, not even the LRU. */
 static void test_load_no_space(void)
 {
@@ -302,6 +350,7 @@ int main(void)
 {
   TU_RUN(test_offload_then_hit);
   TU_RUN(test_host_lru);
+  TU_RUN(test_host_lru_reoffload);
   TU_RUN(test_load_no_space);
   TU_RUN(test_offload_off);
   TU_RUN(test_swap_takes_cached_host_blocks);
