@@ -180,20 +180,25 @@ func (b *Batch) Copy() error {
 	return b.call(func(p *C.pkv_batch) C.pkv_status { return C.pkv_batch_copy(p) })
 }
 
-// Attention runs pkv_attention for one layer of an f32 engine. q, out: [tokens][q heads per
-// rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. Lengths are checked.
+// Attention runs pkv_attention for one layer of a CPU engine of DType DTypeF32 (an f16 or bf16
+// engine's values go to AttentionU16). q, out: [tokens][q heads per rank][HeadDim]; k, v:
+// [tokens][kv heads per rank][HeadDim], tokens = NumTokens(). A slice of another element type
+// than the engine's dtype, or shorter than its shape (longer is fine: only the first elements
+// are used), is refused with ErrInvalidArgument before pkv is called; a CUDA engine with
+// ErrUnsupported (its buffers are device memory: AttentionRaw).
 //
 // An MLA engine (EngineParams.KVLayout KVLayoutMLA) takes the absorbed form, with W =
 // KVLoraRank + QKRopeHeadDim (its HeadDim): q [tokens][q heads per rank][W], k the new tokens'
 // latents [tokens][W], v nil (NULL: V is the latents' first KVLoraRank values; a v is
 // ErrInvalidArgument), out [tokens][q heads per rank][KVLoraRank].
 func (b *Batch) Attention(layer int, q, k, v, out []float32) error {
-	return attention(b, layer, q, k, v, out, 4)
+	return attention(b, "Attention", layer, q, k, v, out)
 }
 
-// AttentionU16 is Attention for an f16 or bf16 engine: the values' raw 16-bit patterns.
+// AttentionU16 is Attention for an f16 or bf16 engine: the values' raw 16-bit patterns (an f32
+// engine's values go to Attention).
 func (b *Batch) AttentionU16(layer int, q, k, v, out []uint16) error {
-	return attention(b, layer, q, k, v, out, 2)
+	return attention(b, "AttentionU16", layer, q, k, v, out)
 }
 
 // AttentionRaw runs pkv_attention on raw addresses (device memory on a CUDA engine), unchecked;
@@ -202,26 +207,76 @@ func (b *Batch) AttentionRaw(layer int, q, k, v, out unsafe.Pointer) error {
 	return b.call(func(p *C.pkv_batch) C.pkv_status { return C.pkv_attention(p, C.uint32_t(layer), q, k, v, out) })
 }
 
-// need is an argument of attention: its length in bytes and the bytes per new token pkv reads.
-type need struct {
-	name       string
-	len, bytes int
+// attentionShape is what pkv_attention reads and writes per new token, in elements, and how to
+// say it in an error.
+type attentionShape struct {
+	dtype                DType
+	device               Device
+	q, kv, out           int    // elements per token of q, of k (and v), of out
+	qDims, kvDims, oDims string // their shapes per token, e.g. "[4 q heads per rank][head_dim 16]"
+	mla                  bool
 }
 
-// attention checks the lengths and calls pkv_attention; a nil v is NULL (MLA's), any other must
-// hold the engine's K and V width.
-func attention[T float32 | uint16](b *Batch, layer int, q, k, v, out []T, elem int) error {
-	n := b.NumTokens()
-	args := []need{{"q", len(q), b.engine.qBytes}, {"k", len(k), b.engine.kvBytes},
-		{"out", len(out), b.engine.outBytes}}
-	if v != nil {
-		args = append(args, need{"v", len(v), b.engine.kvBytes})
+func attentionShapeOf(p *EngineParams, kvHeadsPerRank int) attentionShape {
+	qHeads := int(p.NumQHeads / p.TPSize)
+	s := attentionShape{dtype: p.DType, device: p.Device, q: qHeads * int(p.HeadDim),
+		kv: kvHeadsPerRank * int(p.HeadDim), out: qHeads * int(p.HeadDim)}
+	s.qDims = fmt.Sprintf("[%d q heads per rank][head_dim %d]", qHeads, p.HeadDim)
+	s.kvDims = fmt.Sprintf("[%d kv heads per rank][head_dim %d]", kvHeadsPerRank, p.HeadDim)
+	s.oDims = s.qDims
+	if p.KVLayout == KVLayoutMLA {
+		s.mla, s.out = true, qHeads*int(p.KVLoraRank)
+		s.kvDims = fmt.Sprintf("[latent width %d]", p.HeadDim)
+		s.oDims = fmt.Sprintf("[%d q heads per rank][kv_lora_rank %d]", qHeads, p.KVLoraRank)
 	}
-	for _, a := range args {
-		if a.len*elem < n*a.bytes || a.len == 0 {
-			return &Error{Status: StatusInvalidArgument,
-				Message: fmt.Sprintf("%s: %d bytes, pkv needs %d", a.name, a.len*elem, n*a.bytes)}
+	return s
+}
+
+// check refuses slices of T that do not fit the engine: its device, its dtype, and n tokens of
+// each argument's shape.
+func checkAttention[T float32 | uint16](s *attentionShape, call string, n int, q, k, v, out []T) error {
+	if s.device != DeviceCPU {
+		return &Error{Status: StatusUnsupported, Message: fmt.Sprintf("%s: Go slices are host "+
+			"memory and this engine's Device is %v: pass device addresses to AttentionRaw", call, s.device)}
+	}
+	var zero T
+	if _, f32 := any(zero).(float32); f32 != (s.dtype == DTypeF32) {
+		if f32 {
+			return invalid("%s: the engine's dtype is %v, its values are 16 bits: pass their bit "+
+				"patterns as []uint16 to AttentionU16, not []float32", call, s.dtype)
 		}
+		return invalid("%s: the engine's dtype is %v: pass []float32 to Attention, not []uint16",
+			call, s.dtype)
+	}
+	if v == nil && !s.mla {
+		return invalid("%s: v is nil: only an MLA engine takes no V; give v [tokens]%s", call, s.kvDims)
+	}
+	if v != nil && s.mla {
+		return invalid("%s: an MLA engine takes no V (V is the latents' first kv_lora_rank values): "+
+			"pass v nil", call)
+	}
+	args := []struct {
+		name       string
+		got, width int
+		dims       string
+	}{{"q", len(q), s.q, s.qDims}, {"k", len(k), s.kv, s.kvDims}, {"v", len(v), s.kv, s.kvDims},
+		{"out", len(out), s.out, s.oDims}}
+	for _, a := range args {
+		if a.name == "v" && v == nil {
+			continue
+		}
+		if a.got < n*a.width || a.got == 0 {
+			return invalid("%s: %s holds %d elements, the batch needs %d: [%d tokens]%s of %v",
+				call, a.name, a.got, n*a.width, n, a.dims, s.dtype)
+		}
+	}
+	return nil
+}
+
+// attention checks the slices and calls pkv_attention; a nil v is NULL (MLA's).
+func attention[T float32 | uint16](b *Batch, call string, layer int, q, k, v, out []T) error {
+	if err := checkAttention(&b.engine.shape, call, b.NumTokens(), q, k, v, out); err != nil {
+		return err
 	}
 	var pv unsafe.Pointer
 	if v != nil {

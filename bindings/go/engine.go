@@ -20,11 +20,9 @@ type Engine struct {
 	// the open batch, if any (pkv allows one per engine); a Batch is live while it is this one
 	batch    *C.pkv_batch
 	batchGen uint64
-	// bytes per new token of q, of k/v and of out: pkv_attention's size checks (MLA: k is the
-	// latent, out kv_lora_rank wide per q head)
-	qBytes, kvBytes, outBytes int
-	kvHeads                   int       // per rank: SetKVScales' length
-	store                     *storeMem // the store's C parameters and Store handle (NewEngineWithStore)
+	shape    attentionShape // what Attention's slices hold per new token
+	kvHeads  int            // per rank: SetKVScales' length
+	store    *storeMem      // the store's C parameters and Store handle (NewEngineWithStore)
 }
 
 // NewEngine creates an engine (pkv_engine_create) of p, which starts from DefaultParams.
@@ -62,17 +60,7 @@ func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
 		eng.Close()
 		return nil, err
 	}
-	elem := 2
-	if eng.params.DType == DTypeF32 {
-		elem = 4
-	}
-	qHeads := int(eng.params.NumQHeads / eng.params.TPSize)
-	eng.qBytes = qHeads * int(eng.params.HeadDim) * elem
-	eng.kvBytes = int(budget.KVHeadsPerRank*eng.params.HeadDim) * elem
-	eng.outBytes = eng.qBytes
-	if eng.params.KVLayout == KVLayoutMLA {
-		eng.outBytes = qHeads * int(eng.params.KVLoraRank) * elem
-	}
+	eng.shape = attentionShapeOf(&eng.params, int(budget.KVHeadsPerRank))
 	eng.kvHeads = int(budget.KVHeadsPerRank)
 	return eng, nil
 }
