@@ -76,7 +76,11 @@ def administer(store):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        store = pkv.StoreParams.file(sys.argv[1] if len(sys.argv) > 1 else tmp)
+        # model_id names the model, so engines of another model (or fine-tune) never share its
+        # blocks: a weights digest or 'org/model@revision' (pkv.hf_config_digest(config) tells
+        # configs apart)
+        store = pkv.StoreParams.file(sys.argv[1] if len(sys.argv) > 1 else tmp,
+                                     model_id='pkv-examples/serve@1')
         serve(store)
         administer(store)
 

@@ -24,7 +24,7 @@ from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
 from .errors import __all__ as _error_names
 from .events import EventPublisherParams
 from .hashing import block_hash, block_hash_root, block_hashes
-from .params import Params, hf_config_layer_windows, kv_groups, profile
+from .params import Params, hf_config_digest, hf_config_layer_windows, kv_groups, profile
 from .records import *  # noqa: F401,F403  Stats, KvBudget, PoolInfo, SeqInfo, ... (dataclasses)
 from .records import __all__ as _record_names
 from .store import DictStore, StoreParams
@@ -56,7 +56,7 @@ def status_string(status):
 
 
 __all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'kv_groups',
-           'hf_config_layer_windows', 'StoreParams', 'StoreAdmin', 'EventPublisherParams',
+           'hf_config_layer_windows', 'hf_config_digest', 'StoreParams', 'StoreAdmin', 'EventPublisherParams',
            'DictStore', 'block_hash', 'block_hash_root', 'block_hashes', 'version', 'abi_version',
            'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names + \
     _enum_names + _record_names

@@ -1,5 +1,6 @@
 """Engine parameters (pkv_engine_params), the KV profiler (pkv_profile), the KV groups
-(pkv_kv_groups) and a config's per-layer windows (pkv_hf_config_layer_windows)."""
+(pkv_kv_groups), a config's per-layer windows (pkv_hf_config_layer_windows) and its digest
+(pkv_hf_config_digest)."""
 import ctypes
 import json
 
@@ -43,6 +44,18 @@ def hf_config_layer_windows(config):
     out = (ctypes.c_uint32 * n.value)()
     check(lib.pkv_hf_config_layer_windows(data, len(data), out, n.value, ctypes.byref(n)))
     return list(out)
+
+
+def hf_config_digest(config):
+    """A model id for StoreParams(model_id=...) from a Hugging Face config.json (text, dict or
+    path), as pkv_hf_config_digest makes it: 'config-sha256:' and SHA-256 of the text in hex. It
+    tells models of other configs apart; two fine-tunes of one base model share a config, so give
+    those a weights digest or 'org/model@revision' instead. A dict is hashed as json.dumps writes
+    it; a config that pkv cannot read is InvalidArgumentError."""
+    data = _config_bytes(config)
+    out = ctypes.create_string_buffer(_raw.PKV_HF_CONFIG_DIGEST_BYTES)
+    check(lib.pkv_hf_config_digest(data, len(data), out, len(out)))
+    return out.value.decode('ascii')
 
 
 class Params:

@@ -23,10 +23,13 @@ from .records import FIELD_ENUMS
 
 class StoreParams:
     """pkv_store_params with pkv's defaults (pkv_store_params_init); the fields are attributes
-    (path, host, username, password, key_prefix as str). Build one with file(), redis() or
+    (path, host, username, password, key_prefix, model_id as str). model_id names the model
+    (a weights digest, 'org/model@revision', or hf_config_digest(config)): engines share blocks
+    only when their model ids match; without one any model of the same KV shape shares them, and
+    Engine.store_error() says so. Build one with file(), redis() or
     callback(), or StoreParams(kind=pkv.STORE_FILE, path=...)."""
 
-    _TEXT = ('path', 'host', 'username', 'password', 'key_prefix')
+    _TEXT = ('path', 'host', 'username', 'password', 'key_prefix', 'model_id')
 
     def __init__(self, **fields):
         c = _raw.pkv_store_params()

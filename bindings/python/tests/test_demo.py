@@ -23,14 +23,18 @@ class Demo(unittest.TestCase):
 
     def test_serve(self):
         # examples/serve.py: the scheduler's loop on a bf16 engine with a FILE store, then the
-        # store administered (its blocks listed, verified and cleared)
+        # store administered (its blocks listed, verified and cleared). How the scheduler splits
+        # the work into steps is its policy: only the steps' form is checked.
         got = subprocess.run([sys.executable, os.path.join(BINDING, 'examples', 'serve.py')],
-                             check=True, capture_output=True).stdout.decode()
-        self.assertEqual(got, 'step 1: 2 seqs, 29 tokens\nstep 2: 2 seqs, 2 tokens\n'
-                              'step 3: 1 seqs, 1 tokens\nrequest 1: LENGTH after 2 tokens\n'
-                              'request 0: LENGTH after 3 tokens\nstore: 4 blocks\n'
-                              'listed: 4 blocks of 4 tokens\nverify: 4 good, 0 bad\ncleared: 4\n')
-
+                             check=True, capture_output=True).stdout.decode().splitlines()
+        steps = [line for line in got if line.startswith('step ')]
+        self.assertTrue(steps)
+        for i, line in enumerate(steps):
+            self.assertRegex(line, r'^step %d: [12] seqs, \d+ tokens$' % (i + 1))
+        self.assertEqual(sorted(got[len(steps):len(steps) + 2]),
+                         ['request 0: LENGTH after 3 tokens', 'request 1: LENGTH after 2 tokens'])
+        self.assertEqual(got[len(steps) + 2:], ['store: 4 blocks', 'listed: 4 blocks of 4 tokens',
+                                                'verify: 4 good, 0 bad', 'cleared: 4'])
 
 if __name__ == '__main__':
     unittest.main()

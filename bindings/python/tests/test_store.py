@@ -1,16 +1,22 @@
 """The store tier (pkv 0.2): an engine writes its sealed prefix blocks to a store, a second engine
 on the same store gets them back as cached tokens; the host's own store (a Python object called
 from pkv's threads), a failing one (a miss with its message, never an error) and a file store."""
+import hashlib
+import os
 import tempfile
 import unittest
 
-from _util import pkv, small_params
+from _util import TREE, pkv, small_params
 from test_swap import compute
 
 PROMPT = list(range(1, 14))  # 3 full blocks of 4 + 1 token: 3 blocks sealed and written
+MODEL = 'pkv-tests/small@1'  # the model id: engines share blocks only under the same one
 
 
-def store_engine(store):
+def store_engine(store, model_id=MODEL):
+    """An engine on store: StoreParams (their own model_id) or the host's store object."""
+    if not isinstance(store, pkv.StoreParams):
+        store = pkv.StoreParams.callback(store, model_id=model_id)
     return pkv.Engine(small_params(host_num_blocks=8), store=store)
 
 
@@ -79,7 +85,32 @@ class Store(unittest.TestCase):
 
     def test_file_store(self):
         with tempfile.TemporaryDirectory() as tmp:
-            share(self, pkv.StoreParams.file(tmp, write_mode=pkv.STORE_WRITE_THROUGH))
+            share(self, pkv.StoreParams.file(tmp, write_mode=pkv.STORE_WRITE_THROUGH,
+                                             model_id=MODEL))
+
+    def test_model_ids(self):
+        store = pkv.DictStore()
+        with store_engine(store, model_id=None) as a:  # none: a warning, no error
+            self.assertIn('model_id', a.store_error())
+            compute(a, [a.allocate(PROMPT)])
+        with store_engine(store, model_id='pkv-tests/other@1') as b:  # another model: no hit
+            self.assertEqual(b.allocate(PROMPT).num_cached_tokens, 0)
+            self.assertEqual(b.store_error(), '')
+        self.assertEqual(pkv.StoreParams.file('/tmp', model_id='m').model_id, 'm')
+        with self.assertRaises(pkv.InvalidArgumentError):
+            store_engine(pkv.DictStore(), model_id='x' * (pkv.MAX_MODEL_ID_BYTES + 1))
+
+    def test_config_digest(self):
+        path = os.path.join(TREE, 'tools', 'configs', 'llama-3-8b.json')
+        with open(path, 'rb') as f:
+            text = f.read()
+        digest = pkv.hf_config_digest(path)
+        self.assertEqual(digest, 'config-sha256:' + hashlib.sha256(text).hexdigest())
+        self.assertEqual(pkv.hf_config_digest(text), digest)
+        self.assertNotEqual(pkv.hf_config_digest(os.path.join(TREE, 'tools', 'configs',
+                                                               'mistral-7b.json')), digest)
+        with self.assertRaises(pkv.InvalidArgumentError):
+            pkv.hf_config_digest('{')
 
 
 if __name__ == '__main__':

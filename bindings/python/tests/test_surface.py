@@ -25,6 +25,7 @@ WRAPPED = {
     'pkv_engine_params_init': 'Params.__init__',
     'pkv_engine_params_from_hf_config': 'Params.from_hf_config',
     'pkv_hf_config_layer_windows': 'hf_config_layer_windows',
+    'pkv_hf_config_digest': 'hf_config_digest',
     'pkv_kv_groups': 'kv_groups', 'pkv_profile': 'profile',
     'pkv_engine_create': 'Engine.__init__', 'pkv_engine_destroy': 'Engine.close',
     'pkv_engine_last_error': 'Engine.last_error', 'pkv_engine_params_get': 'Engine.__init__',
