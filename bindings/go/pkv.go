@@ -141,12 +141,19 @@ func DefaultParams() (EngineParams, error) {
 	return p, err
 }
 
-// ParamsFromHFConfig fills the model shape of p from the text of a Hugging Face config.json
-// (pkv_engine_params_from_hf_config). An MLA config (kv_lora_rank and qk_rope_head_dim: DeepSeek
-// V2/V3, Kimi K2) sets KVLayout KVLayoutMLA, KVLoraRank, QKRopeHeadDim, NumKVHeads 1, HeadDim
-// their sum and the model's SoftmaxScale.
+// ParamsFromHFConfig is p with the whole model shape of a Hugging Face config.json (its text):
+// pkv_engine_params_from_hf_config's fields, and the layers' sliding windows
+// (pkv_hf_config_layer_windows). A model whose layers have different windows (Gemma 2/3,
+// gpt-oss, Qwen with max_window_layers) gets them as LayerWindows; one window for every layer
+// (Mistral) is SlidingWindow, with LayerWindows nil. An MLA config (kv_lora_rank and
+// qk_rope_head_dim: DeepSeek V2/V3, Kimi K2) sets KVLayout KVLayoutMLA, KVLoraRank,
+// QKRopeHeadDim, NumKVHeads 1, HeadDim their sum and the model's SoftmaxScale. On error p is
+// returned unchanged.
 func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error) {
-	c, err := newCParams(&p)
+	// The config replaces the shape: windows of p's old layer count do not apply to it.
+	in := p
+	in.LayerWindows = nil
+	c, err := newCParams(&in)
 	if err != nil {
 		return p, err
 	}
@@ -156,10 +163,22 @@ func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error)
 	err = check(func() C.pkv_status {
 		return C.pkv_engine_params_from_hf_config(c.c, (*C.char)(text), C.size_t(len(configJSON)))
 	})
-	if err == nil {
-		p.fromC((*cEngineParams)(unsafe.Pointer(c.c)))
+	if err != nil {
+		return p, err
 	}
-	return p, err
+	windows, err := HFConfigLayerWindows(configJSON)
+	if err != nil {
+		return p, err
+	}
+	out := in
+	out.fromC((*cEngineParams)(unsafe.Pointer(c.c)))
+	for _, w := range windows {
+		if w != windows[0] {
+			out.LayerWindows = windows
+			break
+		}
+	}
+	return out, nil
 }
 
 // Profile computes how many KV blocks fit and why (pkv_profile). When the budget is too small

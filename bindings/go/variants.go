@@ -11,9 +11,8 @@ import (
 
 // HFConfigLayerWindows is each layer's sliding window (0 = full attention) of a Hugging Face
 // config.json (pkv_hf_config_layer_windows: layer_types, sliding_window_pattern, Gemma 2's
-// alternation, use_sliding_window with max_window_layers, or one window for every layer). Set
-// EngineParams.LayerWindows to them when they differ (ParamsFromHFConfig sets SlidingWindow when
-// they do not).
+// alternation, use_sliding_window with max_window_layers, or one window for every layer).
+// ParamsFromHFConfig reads them too (into LayerWindows or SlidingWindow).
 func HFConfigLayerWindows(configJSON []byte) ([]uint32, error) {
 	text := C.CBytes(configJSON)
 	defer C.free(text)

@@ -37,10 +37,9 @@ func TestConfigWindowsAndGroups(t *testing.T) {
 	}
 	base := must(pkv.DefaultParams())
 	p := must(pkv.ParamsFromHFConfig(base, json))
-	if p.NumLayers != 62 || p.SlidingWindow != 0 || p.LayerWindows != nil {
+	if p.NumLayers != 62 || p.SlidingWindow != 0 || !reflect.DeepEqual(p.LayerWindows, windows) {
 		t.Fatalf("params %+v", p)
 	}
-	p.LayerWindows = windows
 	g := must(pkv.KVGroupsOf(p))
 	if g.GroupLayers != 10 || !reflect.DeepEqual(g.GroupWindow, []uint32{0, 1024, 1024, 1024, 1024, 1024, 1024}) {
 		t.Fatalf("groups %+v", g)
@@ -63,9 +62,10 @@ func TestConfigWindowsAndGroups(t *testing.T) {
 			t.Fatalf("gpt-oss layer %d: window %d", l, w)
 		}
 	}
-	mistral := must(pkv.ParamsFromHFConfig(base, readConfig(t, "mistral-7b.json")))
-	if mistral.SlidingWindow != 4096 {
-		t.Fatalf("mistral sliding window %d", mistral.SlidingWindow)
+	// Mistral's one window is SlidingWindow, even read over params of another model's windows.
+	mistral := must(pkv.ParamsFromHFConfig(p, readConfig(t, "mistral-7b.json")))
+	if mistral.SlidingWindow != 4096 || mistral.LayerWindows != nil || mistral.NumLayers != 32 {
+		t.Fatalf("mistral sliding window %d, layer windows %v", mistral.SlidingWindow, mistral.LayerWindows)
 	}
 	_, err := pkv.HFConfigLayerWindows([]byte(`{"num_hidden_layers": 2, "num_attention_heads": 4,
 		"hidden_size": 64, "sliding_window": 8, "layer_types": ["sliding_attention", "chunked_attention"]}`))
@@ -194,5 +194,39 @@ func TestKVEventGroup(t *testing.T) {
 		if ev.Group != 0 {
 			t.Fatalf("event %+v: group %d of a single-group engine", ev, ev.Group)
 		}
+	}
+}
+
+// Issue 26 item 3: reading a config is one call that yields the whole shape, windows included,
+// so the budget is the CLI's: `pkv profile --config tools/configs/gemma-2-9b.json --memory 24GiB
+// --device cpu` plans 10 sequences of max_model_len (8 if the windows were lost), and Gemma 3
+// 27B fits 2 in 24 GiB (ErrOutOfMemory if they were).
+func TestConfigBudgetWithItsWindows(t *testing.T) {
+	cases := []struct {
+		config  string
+		layers  int
+		maxSeqs uint64
+		groups  uint32
+	}{{"gemma-2-9b.json", 42, 10, 2}, {"gemma-3-27b.json", 62, 2, 7}}
+	for _, c := range cases {
+		p := must(pkv.ParamsFromHFConfig(must(pkv.DefaultParams()), readConfig(t, c.config)))
+		if len(p.LayerWindows) != c.layers {
+			t.Fatalf("%s: %d layer windows, want %d", c.config, len(p.LayerWindows), c.layers)
+		}
+		p.Device, p.MemoryTotalBytes = pkv.DeviceCPU, 24<<30
+		b, err := pkv.Profile(p)
+		if err != nil {
+			t.Fatalf("%s at 24 GiB: %v", c.config, err)
+		}
+		if b.MaxSeqsAtMaxModelLen != c.maxSeqs || b.NumKVGroups != c.groups {
+			t.Fatalf("%s at 24 GiB: %d sequences in %d groups, want %d in %d (pkv profile's)",
+				c.config, b.MaxSeqsAtMaxModelLen, b.NumKVGroups, c.maxSeqs, c.groups)
+		}
+	}
+	// Without its windows Gemma 2 would plan 8.
+	p := must(pkv.ParamsFromHFConfig(must(pkv.DefaultParams()), readConfig(t, "gemma-2-9b.json")))
+	p.Device, p.MemoryTotalBytes, p.LayerWindows = pkv.DeviceCPU, 24<<30, nil
+	if b := must(pkv.Profile(p)); b.MaxSeqsAtMaxModelLen != 8 {
+		t.Fatalf("gemma 2 without windows: %d sequences", b.MaxSeqsAtMaxModelLen)
 	}
 }
