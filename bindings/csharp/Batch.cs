@@ -1,10 +1,11 @@
-// Batch (pkv_batch): one forward step's plan. Attention per layer, then End (or Abort).
+// Batch (pkv_batch): one forward step's plan. Attention per layer, then End (a batch of
+// BeginBatch), Commit (a batch of Step) or Abort.
 using System;
 using System.Runtime.InteropServices;
 
 namespace Pkv
 {
-    /// <summary>What a listed block copy moves (BatchView.CopyKind, PKV_COPY_*).</summary>
+    /// <summary>What a listed block copy moves (Batch.CopyKinds(), PKV_COPY_*).</summary>
     public enum CopyKind
     {
         /// <summary>Pool block to pool block: copy-on-write.</summary>
@@ -26,8 +27,9 @@ namespace Pkv
     /// either aborts it (nothing becomes computed), like a transaction:
     /// <c>using (var b = engine.BeginBatch(seqs)) { ...; b.End(); }</c>. A failed End or Commit
     /// leaves the batch open (pkv keeps it, and so does this object): Abort or Dispose still ends
-    /// it, so no sequence of calls leaves the engine with a batch nothing can end. A batch that is
-    /// ended, aborted or whose engine is disposed refuses calls with ObjectDisposedException.</summary>
+    /// it, and a Batch dropped without ending is aborted when it is collected (the engine holds it
+    /// weakly): no sequence of calls leaves the engine with a batch nothing can end. A batch that
+    /// is ended, aborted or whose engine is disposed refuses calls with ObjectDisposedException.</summary>
     public sealed unsafe partial class Batch : IDisposable
     {
         readonly Engine engine;

@@ -114,6 +114,13 @@ namespace Pkv
         Overflow = 4,
     }
 
+    /// <summary>How a publisher encodes KV events on the wire (PKV_EVENT_FORMAT_*).</summary>
+    public enum EventFormat : uint
+    {
+        Map = 0,
+        Array = 1,
+    }
+
     /// <summary>Store.List flags (PKV_STORE_LIST_*).</summary>
     [Flags]
     public enum StoreListFlags : uint
@@ -187,7 +194,7 @@ namespace Pkv
         public IntPtr ModelId;
     }
 
-    /// <summary>pkv_event_publisher_params (48 bytes on x86_64).</summary>
+    /// <summary>pkv_event_publisher_params (56 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct EventPublisherParams
     {
@@ -200,6 +207,8 @@ namespace Pkv
         public uint SendHwm;
         public uint MaxQueueEvents;
         public uint MaxBatchEvents;
+        public EventFormat Format;
+        public uint Reserved0;
     }
 
     /// <summary>pkv_engine_params (208 bytes on x86_64).</summary>
@@ -798,6 +807,8 @@ namespace Pkv
         public const int PKV_EVENT_BLOCK_REMOVED = 2;
         public const int PKV_EVENT_ALL_CLEARED = 3;
         public const int PKV_EVENT_OVERFLOW = 4;
+        public const int PKV_EVENT_FORMAT_MAP = 0;
+        public const int PKV_EVENT_FORMAT_ARRAY = 1;
         public const int PKV_STORE_LIST_KEYS_ONLY = 1;
         public const int PKV_STORE_VALUE_UNREAD = 0;
         public const int PKV_STORE_VALUE_GOOD = 1;
@@ -806,7 +817,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(EventPublisherInfo), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 112, 48, 208, 184, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 32, 40, 112, 56, 208, 184, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

@@ -135,6 +135,29 @@ namespace Pkv
             return ProfileOrShortfall(p, null, out budget);
         }
 
+        /// <summary>A model id for StoreConfig.ModelId from a config.json's text
+        /// (pkv_hf_config_digest): "config-sha256:" and SHA-256 of the text's UTF-8 bytes. It
+        /// tells configs apart, not weights: give two fine-tunes of one base model a weights
+        /// digest or "name@revision" instead. The text must be a config FromHfConfig reads
+        /// (PkvException InvalidArgument otherwise). The byte[] overload digests a file's bytes
+        /// as they are.</summary>
+        public static string HfConfigDigest(string json)
+        {
+            if (json == null) throw new ArgumentNullException("json");
+            return HfConfigDigest(Encoding.UTF8.GetBytes(json));
+        }
+
+        public static string HfConfigDigest(byte[] json)
+        {
+            if (json == null) throw new ArgumentNullException("json");
+            var digest = new byte[Constants.HfConfigDigestBytes];
+            fixed (byte* t = json)
+            fixed (byte* o = digest)
+                Native.Check(Native.pkv_hf_config_digest(t, (UIntPtr)json.Length, o, (uint)digest.Length));
+            int n = Array.IndexOf(digest, (byte)0);
+            return Encoding.ASCII.GetString(digest, 0, n < 0 ? digest.Length : n);
+        }
+
         public static ulong BlockHashRoot(ulong seed, byte[] salt)
         {
             ulong h;

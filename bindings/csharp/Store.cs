@@ -58,6 +58,14 @@ namespace Pkv
         public string Host, Username, Password, KeyPrefix;  // REDIS; null = pkv's default
         public uint Port, Database, TtlSeconds, ConnectTimeoutMs, IoTimeoutMs;
         public IStore Store;         // CALLBACK
+        /// <summary>The model's identity, in the fingerprint of every key and value: engines
+        /// share blocks only when their ids (and KV shapes) are equal. Name it by the weights (a
+        /// weights digest, or "org/model@revision"): two fine-tunes of one base model have one
+        /// config and KV shape, so only this keeps them from reading each other's KV.
+        /// Library.HfConfigDigest gives one from a config.json (it tells configs apart, not
+        /// weights). null (the default): none, the KV shape alone (Engine.StoreError says what
+        /// that risks). 1 .. Constants.MaxModelIdBytes bytes of UTF-8.</summary>
+        public string ModelId;
 
         public StoreConfig()
         {
@@ -99,7 +107,7 @@ namespace Pkv
                     Path = b.Text(Path), MaxBytes = MaxBytes, Host = b.Text(Host), Port = Port,
                     Database = Database, Username = b.Text(Username), Password = b.Text(Password),
                     KeyPrefix = b.Text(KeyPrefix), TtlSeconds = TtlSeconds,
-                    ConnectTimeoutMs = ConnectTimeoutMs, IoTimeoutMs = IoTimeoutMs,
+                    ConnectTimeoutMs = ConnectTimeoutMs, IoTimeoutMs = IoTimeoutMs, ModelId = b.Text(ModelId),
                 };
                 if (Store != null) sp->Callbacks = b.Callbacks(Store);
                 b.Params = sp;

@@ -132,5 +132,11 @@ static partial class Tests
             b.Commit(Enumerable.Repeat(5, (int)b.NumSeqs).ToArray());
             Throws<ObjectDisposedException>(() => b.SampleRows());
         }
+        using (var e = new Engine(Small()))  // a batch of BeginBatch: the last row of each whole sequence
+        {
+            Sequence a = e.Allocate(new[] { 1, 2, 3 }), c = e.Allocate(new[] { 9, 8, 7, 6, 5 });
+            using (var b = e.BeginBatch(new[] { a, c }, new uint[] { 3, 2 }))
+                Assert(b.SampleRows().SequenceEqual(new[] { 2, -1 }), "rows " + string.Join(",", b.SampleRows()));
+        }
     }
 }

@@ -35,7 +35,10 @@ static partial class Tests
             Equal(3UL, st.NumStoreLookups, "num_store_lookups");
             Equal(3UL, st.NumStoreHits, "num_store_hits");
             Equal(0UL, st.NumStoreErrors, "num_store_errors");
-            Equal("", b.StoreError(), "store error");
+            if (store.ModelId == null)  // the shape alone keys the blocks: the engine says what that risks
+                Assert(b.StoreError().Contains("model_id"), "no model id: " + b.StoreError());
+            else
+                Equal("", b.StoreError(), "store error");
             RunStep(b, s);  // the loads, then the last token
             Equal(13u, s.Info().NumComputedTokens, "computed");
             b.Check();
@@ -74,10 +77,42 @@ static partial class Tests
         }
     }
 
+    // Issue 26, item 12 as this binding exposes it: StoreConfig.ModelId keeps two models of one
+    // KV shape apart in a shared store; Library.HfConfigDigest gives an id from config.json.
+    static void ModelIdKeepsModelsApart()
+    {
+        string dir = Path.Combine(Path.GetTempPath(), "pkv-cs-model-" + Guid.NewGuid().ToString("N"));
+        try
+        {
+            ComputeIntoStore(new StoreConfig { Kind = StoreKind.File, Path = dir, ModelId = "org/base@1" });
+            using (var other = StoreEngine(new StoreConfig { Kind = StoreKind.File, Path = dir, ModelId = "org/tuned@1" }))
+                Equal(0u, other.Allocate(StorePrompt).NumCachedTokens, "another model's KV is never a hit");
+            using (var same = StoreEngine(new StoreConfig { Kind = StoreKind.File, Path = dir, ModelId = "org/base@1" }))
+                Equal(12u, same.Allocate(StorePrompt).NumCachedTokens, "the same model's is");
+        }
+        finally { if (Directory.Exists(dir)) Directory.Delete(dir, true); }
+        byte[] gemma = File.ReadAllBytes(Path.Combine(Path.GetDirectoryName(Path.GetDirectoryName(Path.GetDirectoryName(
+            Path.GetFullPath(hashVectors)))), Path.Combine(Path.Combine("tools", "configs"), "gemma-2-9b.json")));
+        string id = Library.HfConfigDigest(gemma);
+        string hex;
+        using (var sha = System.Security.Cryptography.SHA256.Create())
+            hex = string.Concat(sha.ComputeHash(gemma).Select(x => x.ToString("x2")));
+        Equal("config-sha256:" + hex, id, "the config's digest");
+        Equal(id, Library.HfConfigDigest(Config("gemma-2-9b.json")), "the text gives the same");
+        Assert(id != Library.HfConfigDigest(Config("gemma-3-27b.json")), "other configs, other ids");
+        Throws(Status.InvalidArgument, () => Library.HfConfigDigest("{"));
+    }
+
     static void FileStoreAndParams()
     {
         string dir = Path.Combine(Path.GetTempPath(), "pkv-cs-store-" + Guid.NewGuid().ToString("N"));
-        try { ShareThroughStore(StoreConfig.File(dir)); }
+        try
+        {
+            ShareThroughStore(StoreConfig.File(dir));
+            var named = StoreConfig.File(Path.Combine(dir, "named"));
+            named.ModelId = "org/model@1";
+            ShareThroughStore(named);
+        }
         finally { if (Directory.Exists(dir)) Directory.Delete(dir, true); }
         var d = new StoreConfig();
         Equal(200u, d.LookupTimeoutMs, "lookup_timeout_ms default");

@@ -23,6 +23,7 @@ static partial class Tests
         { "pkv_engine_params_init", "EngineParams.Defaults" },
         { "pkv_engine_params_from_hf_config", "EngineParams.FromHfConfig" },
         { "pkv_hf_config_layer_windows", "Library.HfConfigLayerWindows" },
+        { "pkv_hf_config_digest", "Library.HfConfigDigest" },
         { "pkv_kv_groups", "Library.KvGroups" }, { "pkv_profile", "Library.Profile" },
         { "pkv_engine_create", "Engine..ctor" }, { "pkv_engine_destroy", "Engine.Dispose" },
         { "pkv_engine_last_error", "PkvException.Detail" },  // the message of a failed engine call

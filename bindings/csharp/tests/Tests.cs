@@ -393,7 +393,7 @@ static partial class Tests
             { "sample_rows_of_steps", SampleRowsOfSteps }, { "hf_config_one_call", HfConfigOneCall },
             { "store_admin_of_file_store", StoreAdminOfFileStore },
             { "surface_matches_header", SurfaceMatchesHeader }, { "public_surface_is_safe", PublicSurfaceIsSafe },
-            { "version_from_header", VersionFromHeader },
+            { "version_from_header", VersionFromHeader }, { "model_id_keeps_models_apart", ModelIdKeepsModelsApart },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
