@@ -100,6 +100,12 @@ static partial class Tests
         using (var r = new Engine(p, null, null, new EventPublisherConfig
                { Endpoint = "tcp://127.0.0.1:*", ReplayEndpoint = "tcp://127.0.0.1:*" }))
             Assert(r.EventPublisherInfo().ReplayEndpoint.StartsWith("tcp://127.0.0.1:"), "replay endpoint");
+        using (var array = new Engine(p, eventPublisher: new EventPublisherConfig("tcp://127.0.0.1:*")
+                                                         { Format = EventFormat.Array }))
+            Assert(array.EventPublisherInfo().Endpoint.StartsWith("tcp://"), "the array format");
+        Assert(Throws(Status.InvalidArgument, () => new Engine(p, eventPublisher: new EventPublisherConfig(
+                   "tcp://127.0.0.1:*") { Format = (EventFormat)7 })).Detail.Contains("format"), "format passed to pkv");
+        Equal(EventFormat.Map, new EventPublisherConfig().Format, "default format");
         using (var none = new Engine(p))
             Throws(Status.State, () => none.EventPublisherInfo());
         Throws(Status.Events, () => new Engine(p, eventPublisher: new EventPublisherConfig("bogus://x")));
