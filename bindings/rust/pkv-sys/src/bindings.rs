@@ -30,6 +30,8 @@ pub const PKV_ATTENTION_MAX_KV_LORA_RANK: _bindgen_ty_2 = 512;
 pub const PKV_ATTENTION_MAX_ROPE_DIM: _bindgen_ty_2 = 128;
 pub const PKV_CUDA_MAX_GRID: _bindgen_ty_2 = 65535;
 pub const PKV_MAX_BLOCK_SIZE: _bindgen_ty_2 = 1048576;
+pub const PKV_MAX_MODEL_ID_BYTES: _bindgen_ty_2 = 256;
+pub const PKV_HF_CONFIG_DIGEST_BYTES: _bindgen_ty_2 = 80;
 pub const PKV_MAX_THREADS: _bindgen_ty_2 = 4096;
 pub const PKV_MAX_CACHE_SALT_BYTES: _bindgen_ty_2 = 65536;
 pub const PKV_DEFAULT_KV_EVENTS_CAPACITY: _bindgen_ty_2 = 65536;
@@ -160,6 +162,7 @@ pub struct pkv_store_params {
     pub io_timeout_ms: u32,
     pub reserved1: u32,
     pub callbacks: *const pkv_store_callbacks,
+    pub model_id: *const ::std::os::raw::c_char,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -505,6 +508,15 @@ pub struct PkvLib {
         ) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_hf_config_digest: Result<
+        unsafe extern "C" fn(
+            json: *const ::std::os::raw::c_char,
+            json_len: usize,
+            out: *mut ::std::os::raw::c_char,
+            cap: u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_kv_groups: Result<
         unsafe extern "C" fn(
             p: *const pkv_engine_params,
@@ -808,6 +820,7 @@ impl PkvLib {
         let pkv_engine_params_from_hf_config =
             __library.get(b"pkv_engine_params_from_hf_config\0").map(|sym| *sym);
         let pkv_hf_config_layer_windows = __library.get(b"pkv_hf_config_layer_windows\0").map(|sym| *sym);
+        let pkv_hf_config_digest = __library.get(b"pkv_hf_config_digest\0").map(|sym| *sym);
         let pkv_kv_groups = __library.get(b"pkv_kv_groups\0").map(|sym| *sym);
         let pkv_profile = __library.get(b"pkv_profile\0").map(|sym| *sym);
         let pkv_engine_create = __library.get(b"pkv_engine_create\0").map(|sym| *sym);
@@ -870,6 +883,7 @@ impl PkvLib {
             pkv_engine_params_init,
             pkv_engine_params_from_hf_config,
             pkv_hf_config_layer_windows,
+            pkv_hf_config_digest,
             pkv_kv_groups,
             pkv_profile,
             pkv_engine_create,
@@ -969,6 +983,15 @@ impl PkvLib {
         (self.pkv_hf_config_layer_windows.as_ref().expect("Expected function, got error."))(
             json, json_len, out, cap, out_len,
         )
+    }
+    pub unsafe fn pkv_hf_config_digest(
+        &self,
+        json: *const ::std::os::raw::c_char,
+        json_len: usize,
+        out: *mut ::std::os::raw::c_char,
+        cap: u32,
+    ) -> pkv_status {
+        (self.pkv_hf_config_digest.as_ref().expect("Expected function, got error."))(json, json_len, out, cap)
     }
     pub unsafe fn pkv_kv_groups(
         &self,

@@ -24,7 +24,7 @@ use crate::view::{self, BatchView};
 /// through a `Batch` or a `StepBatch` (which deref to it), never owned on its own.
 pub struct OpenBatch<'e> {
     engine: &'e Engine,
-    raw: *mut sys::pkv_batch, // NULL once ended
+    raw: *mut sys::pkv_batch,       // NULL once ended
     view: Box<sys::pkv_batch_view>, // boxed: a BatchError carrying the batch stays small
 }
 

@@ -21,6 +21,7 @@
 mod library;
 
 mod batch;
+mod config;
 mod element;
 mod engine;
 mod error;
@@ -33,11 +34,12 @@ mod types;
 mod view;
 
 pub use batch::{Batch, BatchError, OpenBatch, StepBatch};
+pub use config::{hf_config_digest, hf_config_layer_windows};
 pub use element::{Bf16, Element, F16};
 pub use engine::{Allocation, AllocationQuery, Engine, Seq, Tier};
 pub use error::{Error, Result, Status};
 pub use library::{library, Library, LIBRARY_ENV};
-pub use params::{hf_config_layer_windows, profile, Device, Dtype, KvGroups, KvLayout, Params};
+pub use params::{profile, Device, Dtype, KvGroups, KvLayout, Params};
 pub use pkv_sys as sys;
 pub use publisher::{EventPublisherInfo, EventPublisherParams};
 pub use scheduler::Request;

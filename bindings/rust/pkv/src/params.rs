@@ -1,12 +1,13 @@
 //! `Params`: the engine parameters, a builder over `pkv_engine_params` whose defaults come from
-//! the library (`pkv_engine_params_init`); the KV profiler (`profile`), the KV groups
-//! (`Params::kv_groups`) and a config's per-layer windows (`hf_config_layer_windows`).
+//! the library (`pkv_engine_params_init`); the KV profiler (`profile`) and the KV groups
+//! (`Params::kv_groups`).
 use std::os::raw::c_char;
 use std::ptr;
 use std::sync::Arc;
 
 use pkv_sys as sys;
 
+use crate::config::layer_windows_of;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, count, library, sized, Library};
 use crate::publisher::{EventPublisherParams, PublisherStruct};
@@ -121,24 +122,6 @@ impl KvGroups {
     pub fn num_groups(&self) -> usize {
         self.group_window.len()
     }
-}
-
-/// Each layer's sliding window (0 = full attention) of a Hugging Face `config.json` text
-/// (`pkv_hf_config_layer_windows`: layer_types, sliding_window_pattern, Gemma 2's alternation,
-/// use_sliding_window with max_window_layers, or one window for every layer).
-pub fn hf_config_layer_windows(json: &str) -> Result<Vec<u32>> {
-    layer_windows_of(library()?, json)
-}
-
-fn layer_windows_of(lib: &'static Library, json: &str) -> Result<Vec<u32>> {
-    let text = json.as_ptr() as *const c_char;
-    let mut len = 0u32;
-    // SAFETY: text points at json.len() bytes; out NULL with cap 0 asks the length.
-    unsafe { call!(lib, pkv_hf_config_layer_windows(text, json.len(), ptr::null_mut(), 0, &mut len))? };
-    let mut out = vec![0u32; len as usize];
-    // SAFETY: out has len elements.
-    unsafe { call!(lib, pkv_hf_config_layer_windows(text, json.len(), out.as_mut_ptr(), len, &mut len))? };
-    Ok(out)
 }
 
 /// Engine parameters. `Params::new()` holds the library's defaults; each setter replaces one

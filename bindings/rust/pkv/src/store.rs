@@ -109,7 +109,7 @@ impl WriteMode {
 #[derive(Clone)]
 pub struct StoreParams {
     raw: sys::pkv_store_params,
-    texts: [Option<CString>; 5], // path, host, username, password, key_prefix
+    texts: [Option<CString>; 6], // path, host, username, password, key_prefix, model_id
     store: Option<Arc<dyn Store>>,
     lib: &'static Library,
 }
@@ -174,6 +174,15 @@ impl StoreParams {
     pub fn key_prefix(self, prefix: &str) -> Result<StoreParams> {
         self.text(4, prefix)
     }
+    /// The model's identity (pkv 0.4), in the fingerprint of every key and value: engines share
+    /// blocks only when their ids (and KV shapes) are equal. Name it by the weights (a weights
+    /// digest, or `"org/model@<commit>"`): two fine-tunes of one base model have the same KV
+    /// shape, and only this keeps them from reading each other's KV. `pkv::hf_config_digest`
+    /// gives one from a config.json. 1 ..= `sys::PKV_MAX_MODEL_ID_BYTES` bytes. Without one,
+    /// any model of the same KV shape shares the blocks, and `Engine::store_error` says so.
+    pub fn model_id(self, id: &str) -> Result<StoreParams> {
+        self.text(5, id)
+    }
 
     store_setters! {
         /// How long `allocate` / `resume` wait for the store, >= 1.
@@ -214,6 +223,7 @@ impl StoreParams {
         raw.username = text(2);
         raw.password = text(3);
         raw.key_prefix = text(4);
+        raw.model_id = text(5);
         let bridge = self.store.as_ref().map(|s| Bridge::new(s.clone()));
         raw.callbacks = bridge.as_ref().map_or(ptr::null(), |b| &b.callbacks as *const _);
         (raw, bridge)

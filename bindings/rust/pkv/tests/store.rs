@@ -42,7 +42,7 @@ fn share(store: &StoreParams) {
 #[test]
 fn callback_store_shared_between_engines() {
     let store = Arc::new(MapStore::new());
-    share(&StoreParams::callback(store.clone()).unwrap());
+    share(&StoreParams::callback(store.clone()).unwrap().model_id("test-model@1").unwrap());
     assert_eq!(store.len(), 3);
 }
 
@@ -85,7 +85,7 @@ fn a_failing_store_is_a_miss_with_its_message() {
 #[test]
 fn file_store() {
     let dir = std::env::temp_dir().join(format!("pkv-rust-store-{}", std::process::id()));
-    share(&StoreParams::file(&dir).unwrap().write_mode(WriteMode::Through));
+    share(&StoreParams::file(&dir).unwrap().write_mode(WriteMode::Through).model_id("test-model@1").unwrap());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -104,4 +104,43 @@ fn bad_store_params_are_refused() {
     assert!(StoreParams::redis("local\0host", 6379).is_err()); // not a C string
     assert_eq!(common::engine(4, 16).store_error().unwrap(), "");
     assert_eq!(Status::from_code(pkv::sys::PKV_ERR_STORE), Some(Status::Store));
+}
+
+/// pkv 0.4: the model id is in every key's fingerprint. Engines of one KV shape share blocks only
+/// under the same id; without one, the store error says what that risks.
+#[test]
+fn model_ids_keep_models_of_one_shape_apart() {
+    let store = Arc::new(MapStore::new());
+    let with_id = |id: Option<&str>| {
+        let p = StoreParams::callback(store.clone()).unwrap();
+        id.map_or(p.clone(), |id| p.model_id(id).unwrap())
+    };
+    compute_into(&with_id(Some("base@1")));
+    assert_eq!(store.len(), 3);
+    for (id, cached) in [(Some("base@1"), 12), (Some("finetune@1"), 0), (None, 0)] {
+        let e = engine(&with_id(id));
+        let s = e.allocate(&prompt(), None).unwrap();
+        assert_eq!(s.num_cached_tokens, cached, "model id {:?}", id);
+        let why = e.store_error().unwrap();
+        assert_eq!(why.contains("model_id"), id.is_none(), "model id {:?}: {:?}", id, why);
+    }
+    assert!(StoreParams::new().unwrap().model_id("a\0b").is_err()); // not a C string
+}
+
+/// pkv 0.4: a model id from a config.json text: the SHA-256 of the text as it is.
+#[test]
+fn a_config_digest_names_a_config() {
+    let path = format!("{}/../../../tools/configs/llama-3-8b.json", env!("CARGO_MANIFEST_DIR"));
+    let json = std::fs::read_to_string(&path).unwrap();
+    let digest = pkv::hf_config_digest(&json).unwrap();
+    let hex = digest.strip_prefix("config-sha256:").unwrap_or_else(|| panic!("{:?}", digest));
+    assert!(
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{:?}",
+        digest
+    );
+    assert_eq!(pkv::hf_config_digest(&json).unwrap(), digest);
+    assert_ne!(pkv::hf_config_digest(&format!("{}\n", json)).unwrap(), digest, "the text as it is");
+    let err = pkv::hf_config_digest("{\"num_hidden_layers\": 2}").unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument, "{}", err);
 }

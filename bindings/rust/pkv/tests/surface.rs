@@ -29,6 +29,7 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_engine_params_init => Params::new, Params::with_library;
         pkv_engine_params_from_hf_config => Params::from_hf_config, Params::hf_config;
         pkv_hf_config_layer_windows => pkv::hf_config_layer_windows, Params::from_hf_config;
+        pkv_hf_config_digest => pkv::hf_config_digest;
         pkv_kv_groups => Params::kv_groups, Engine::kv_groups;
         pkv_profile => Params::profile, Params::profile_detailed, pkv::profile;
         pkv_engine_create => Engine::new, Engine::with_store;
