@@ -146,24 +146,22 @@ impl<'e> OpenBatch<'e> {
             ));
         }
         let p = engine.params_raw();
-        let shape = HostShape {
-            rows: self.num_tokens(),
-            q_heads: (p.num_q_heads / p.tp_size.max(1)) as usize,
-            kv_heads: pool.kv_heads as usize,
-            head_dim: pool.head_dim as usize,
-            out_dim: match KvLayout::from_code(p.kv_layout) {
-                Some(KvLayout::Mla) => p.kv_lora_rank as usize,
-                _ => pool.head_dim as usize,
-            },
-            q: 0,
-            kv: 0,
-            out: 0,
+        let out_dim = match KvLayout::from_code(p.kv_layout) {
+            Some(KvLayout::Mla) => p.kv_lora_rank,
+            _ => pool.head_dim,
         };
+        let (rows, q_heads) = (self.num_tokens(), (p.num_q_heads / p.tp_size.max(1)) as usize);
+        let (kv_heads, head_dim, out_dim) =
+            (pool.kv_heads as usize, pool.head_dim as usize, out_dim as usize);
         Ok(HostShape {
-            q: shape.rows * shape.q_heads * shape.head_dim,
-            kv: shape.rows * shape.kv_heads * shape.head_dim,
-            out: shape.rows * shape.q_heads * shape.out_dim,
-            ..shape
+            rows,
+            q_heads,
+            kv_heads,
+            head_dim,
+            out_dim,
+            q: rows * q_heads * head_dim,
+            kv: rows * kv_heads * head_dim,
+            out: rows * q_heads * out_dim,
         })
     }
 
