@@ -510,6 +510,8 @@ GO_ENUMS = {
     'PKV_STORE_NONE': ('StoreKind', 'uint32', 'PKV_STORE_', 'Store', 'the store tier\'s backend'),
     'PKV_STORE_WRITE_THROUGH': ('StoreWriteMode', 'uint32', 'PKV_STORE_', 'Store',
                                 'when blocks are written to the store'),
+    'PKV_STORE_VALUE_UNREAD': ('StoreValueState', 'uint32', 'PKV_STORE_VALUE_', 'StoreValue',
+                               'what reading a listed value found (StoreEntry.State)'),
     'PKV_EVENT_BLOCK_STORED': ('EventType', 'uint32', 'PKV_EVENT_', 'Event', 'a KV event\'s type'),
     'PKV_KV_LAYOUT_HEADS': ('KVLayout', 'uint32', 'PKV_KV_LAYOUT_', 'KVLayout',
                             'what the cache holds per token per layer (kv heads\' K and V, or an MLA latent)'),

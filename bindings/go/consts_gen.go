@@ -160,10 +160,13 @@ const (
 	StoreListKeysOnly = 1
 )
 
+// StoreValueState is what reading a listed value found (StoreEntry.State): pkv.h's PKV_STORE_VALUE_*.
+type StoreValueState uint32
+
 const (
-	StoreValueUnread = 0
-	StoreValueGood   = 1
-	StoreValueBad    = 2
+	StoreValueUnread StoreValueState = 0
+	StoreValueGood   StoreValueState = 1
+	StoreValueBad    StoreValueState = 2
 )
 
 const (
@@ -295,6 +298,19 @@ func (v StoreKind) String() string {
 		return "STORE_CALLBACK"
 	}
 	return unknown("StoreKind", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "STORE_VALUE_UNREAD".
+func (v StoreValueState) String() string {
+	switch v {
+	case StoreValueUnread:
+		return "STORE_VALUE_UNREAD"
+	case StoreValueGood:
+		return "STORE_VALUE_GOOD"
+	case StoreValueBad:
+		return "STORE_VALUE_BAD"
+	}
+	return unknown("StoreValueState", int64(v))
 }
 
 // String is the C name without PKV_, e.g. "STORE_WRITE_THROUGH".

@@ -181,6 +181,26 @@ func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error)
 	return out, nil
 }
 
+// HFConfigDigest is a StoreConfig.ModelID from the text of a config.json (pkv_hf_config_digest):
+// "config-sha256:" and the SHA-256 of the text as it is. It tells models of other configs apart
+// where their KV shapes are equal; two fine-tunes of one base model share a config, so give
+// those a digest of their weights or a name@revision instead.
+func HFConfigDigest(configJSON []byte) (string, error) {
+	if libraryError != nil {
+		return "", libraryError
+	}
+	text := C.CBytes(configJSON)
+	defer C.free(text)
+	var out [HFConfigDigestBytes]C.char
+	err := check(func() C.pkv_status {
+		return C.pkv_hf_config_digest((*C.char)(text), C.size_t(len(configJSON)), &out[0], C.uint32_t(len(out)))
+	})
+	if err != nil {
+		return "", err
+	}
+	return C.GoString(&out[0]), nil
+}
+
 // Profile computes how many KV blocks fit and why (pkv_profile). When the budget is too small
 // it returns ErrOutOfMemory with the budget still filled (ShortfallBytes says what is missing).
 func Profile(p EngineParams) (KVBudget, error) {

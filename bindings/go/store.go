@@ -80,6 +80,12 @@ type StoreConfig struct {
 	ConnectTimeoutMs, IOTimeoutMs       uint32
 	// StoreCallback
 	Store Store
+	// ModelID is the model's identity in every key (pkv 0.4): engines share blocks only when
+	// their ids and KV shapes are equal, so two fine-tunes of one base never read each other's
+	// KV. Name the weights: a digest of them, or "org/model@revision"; HFConfigDigest gives one
+	// from config.json (it tells configs apart, not weights). "" = none: any model of the same
+	// KV shape shares the blocks, and StoreError says so. OpenStore ignores it.
+	ModelID string
 }
 
 // storeMem is what an engine's store parameters hold in C memory, and the handle of its Store,
@@ -116,7 +122,7 @@ func (sc *StoreConfig) build(m *storeMem) error {
 	setNonZero(&sp.write_queue_blocks, sc.WriteQueueBlocks)
 	sp.path, sp.max_bytes = m.mem.cString(sc.Path), C.uint64_t(sc.MaxBytes)
 	sp.host, sp.username, sp.password = m.mem.cString(sc.Host), m.mem.cString(sc.Username), m.mem.cString(sc.Password)
-	sp.key_prefix = m.mem.cString(sc.KeyPrefix)
+	sp.key_prefix, sp.model_id = m.mem.cString(sc.KeyPrefix), m.mem.cString(sc.ModelID)
 	setNonZero(&sp.port, sc.Port)
 	sp.database, sp.ttl_seconds = C.uint32_t(sc.Database), C.uint32_t(sc.TTLSeconds)
 	setNonZero(&sp.connect_timeout_ms, sc.ConnectTimeoutMs)

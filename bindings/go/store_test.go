@@ -14,6 +14,9 @@ import (
 
 var storePrompt = tokenRange(1, 13) // 3 full blocks of 4 + 1 token: 3 blocks sealed and written
 
+// testModelID names the tests' model in their stores (StoreConfig.ModelID).
+const testModelID = "pkv-go-tests/small@1"
+
 func storeEngine(t *testing.T, sc pkv.StoreConfig) *pkv.Engine {
 	t.Helper()
 	e, err := pkv.NewEngineWithStore(hostParams(t), sc)
@@ -56,7 +59,7 @@ func shareThroughStore(t *testing.T, sc pkv.StoreConfig) {
 
 func TestCallbackStoreSharedBetweenEngines(t *testing.T) {
 	store := pkv.NewMapStore()
-	shareThroughStore(t, pkv.StoreConfig{Store: store})
+	shareThroughStore(t, pkv.StoreConfig{Store: store, ModelID: testModelID})
 	if store.Len() != 3 {
 		t.Fatalf("the store holds %d values, want 3", store.Len())
 	}
@@ -80,7 +83,7 @@ func TestFailingStoreIsAMissWithItsMessage(t *testing.T) {
 		panics bool
 		want   string
 	}{{false, "the test store is down"}, {true, "panic: the test store fell over"}} {
-		sc := pkv.StoreConfig{Store: failingStore{pkv.NewMapStore(), c.panics}}
+		sc := pkv.StoreConfig{Store: failingStore{pkv.NewMapStore(), c.panics}, ModelID: testModelID}
 		computePrompt(t, sc)
 		b := storeEngine(t, sc)
 		s := must(b.Allocate(storePrompt, nil))
@@ -98,7 +101,38 @@ func TestFailingStoreIsAMissWithItsMessage(t *testing.T) {
 }
 
 func TestFileStore(t *testing.T) {
-	shareThroughStore(t, pkv.StoreConfig{Kind: pkv.StoreFile, Path: t.TempDir()})
+	shareThroughStore(t, pkv.StoreConfig{Kind: pkv.StoreFile, Path: t.TempDir(), ModelID: testModelID})
+}
+
+// Two models of one KV shape (two fine-tunes of one base) share nothing through a store when
+// their ModelIDs differ; a store without one says what it risks.
+func TestStoreModelID(t *testing.T) {
+	sc := pkv.StoreConfig{Kind: pkv.StoreFile, Path: t.TempDir(), ModelID: "org/base-ft-a@1"}
+	computePrompt(t, sc)
+	other := sc
+	other.ModelID = "org/base-ft-b@1"
+	b := storeEngine(t, other)
+	if s := must(b.Allocate(storePrompt, nil)); s.NumCachedTokens != 0 {
+		t.Fatalf("another model's engine read %d cached tokens", s.NumCachedTokens)
+	}
+	same := storeEngine(t, sc)
+	if s := must(same.Allocate(storePrompt, nil)); s.NumCachedTokens != 12 {
+		t.Fatalf("the same model's engine read %d cached tokens", s.NumCachedTokens)
+	}
+	none := storeEngine(t, pkv.StoreConfig{Kind: pkv.StoreFile, Path: t.TempDir()})
+	if msg := must(none.StoreError()); !strings.Contains(msg, "model_id") {
+		t.Fatalf("a store without a model id: StoreError %q", msg)
+	}
+
+	gemma, err := pkv.HFConfigDigest(readConfig(t, "gemma-2-9b.json"))
+	if err != nil || !strings.HasPrefix(gemma, "config-sha256:") || len(gemma) != len("config-sha256:")+64 {
+		t.Fatalf("digest %q, %v", gemma, err)
+	}
+	if llama := must(pkv.HFConfigDigest(readConfig(t, "llama-3-8b.json"))); llama == gemma {
+		t.Fatal("two configs, one digest")
+	}
+	_, err = pkv.HFConfigDigest([]byte("{"))
+	expectStatus(t, err, pkv.ErrInvalidArgument)
 }
 
 func TestBadStoreConfigIsRefused(t *testing.T) {
