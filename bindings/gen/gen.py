@@ -604,6 +604,11 @@ def gen_go(h):
     o = ['// ' + BANNER, '', 'package pkv', '',
          '// Versions and ABI major of the header the binding was generated from.', 'const (']
     o += go_block([(go_name(n), '= %d' % v) for n, v in h.macros], ' ') + [')', '']
+    version = dict(h.macros)
+    o += ['// BindingVersion is this package\'s version, MAJOR.MINOR.PATCH: that of the pkv.h it was',
+          '// generated from (the version a go.mod requires it at).',
+          'const BindingVersion = "%d.%d.%d"' % tuple(version['PKV_VERSION_' + part]
+                                                   for part in ('MAJOR', 'MINOR', 'PATCH')), '']
     o += ['// Statuses (pkv_status), from PKV_STATUS_MAP.', 'const (']
     o += go_block([(go_status(n), 'Status = %d' % v) for n, v, _ in h.statuses], ' ') + [')', '']
     for enum in h.enums:

@@ -10,6 +10,10 @@ const (
 	ABIVersion   = 1
 )
 
+// BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
+// generated from (the version a go.mod requires it at).
+const BindingVersion = "0.3.0"
+
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (
 	StatusOK              Status = 0

@@ -32,16 +32,22 @@ type EventPublisherParams struct {
 	MaxQueueEvents, MaxBatchEvents uint32
 }
 
-// toC builds the C parameters in m.
-func (pp *EventPublisherParams) toC(m *cMem) *C.pkv_event_publisher_params {
+// toC builds the C parameters in m, from pkv's defaults (pkv_event_publisher_params_init) with
+// pp's fields over them (a zero field is pkv's "default" in C too).
+func (pp *EventPublisherParams) toC(m *cMem) (*C.pkv_event_publisher_params, error) {
 	c := (*cEventPublisherParams)(m.alloc(unsafe.Sizeof(cEventPublisherParams{})))
-	c.StructSize = uint32(unsafe.Sizeof(*c))
+	raw := (*C.pkv_event_publisher_params)(unsafe.Pointer(c))
+	if err := check(func() C.pkv_status {
+		return C.pkv_event_publisher_params_init(raw, C.uint32_t(unsafe.Sizeof(*c)))
+	}); err != nil {
+		return nil, err
+	}
 	c.Endpoint = uintptr(unsafe.Pointer(m.cString(pp.Endpoint)))
 	c.ReplayEndpoint = uintptr(unsafe.Pointer(m.cString(pp.ReplayEndpoint)))
 	c.Topic = uintptr(unsafe.Pointer(m.cString(pp.Topic)))
 	c.DataParallelRank, c.ReplayBufferBatches, c.SendHWM = pp.DataParallelRank, pp.ReplayBufferBatches, pp.SendHWM
 	c.MaxQueueEvents, c.MaxBatchEvents = pp.MaxQueueEvents, pp.MaxBatchEvents
-	return (*C.pkv_event_publisher_params)(unsafe.Pointer(c))
+	return raw, nil
 }
 
 // eventPublisherParamsOf copies C parameters (an engine's) into Go.

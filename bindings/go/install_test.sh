@@ -39,7 +39,9 @@ export GOPROXY=off GOFLAGS="-mod=mod -buildvcs=false" GO111MODULE=on CGO_ENABLED
 export GOCACHE="$work/.gocache"
 [ -n "$(go env GOPATH 2>/dev/null)" ] || export GOPATH="$work/.gopath"
 
-# The new project, as the README writes it.
+# The new project, as the README writes it: it requires the binding at the installed pkv's
+# version, which is the package's (BindingVersion, generated from pkv.h).
+version=$(pkg-config --modversion pkv) || fail "pkg-config --modversion pkv"
 rm -rf "$work/app" "$work/ref"
 mkdir -p "$work/app/where" "$work/ref"
 cat > "$work/app/go.mod" <<EOM
@@ -47,13 +49,13 @@ module example.com/pkvdemo
 
 go 1.19
 
-require pkv.local/pkv v0.0.0
+require pkv.local/pkv v$version
 
 replace pkv.local/pkv => $here
 EOM
 cp "$here/cmd/demo/main.go" "$work/app/main.go"
 cat > "$work/app/where/main.go" <<'EOM'
-// Prints the file libpkv was loaded from.
+// Prints the file libpkv was loaded from, then the package's version.
 package main
 
 import (
@@ -69,13 +71,16 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println(pkv.LibraryPath())
+	fmt.Println(pkv.BindingVersion)
 }
 EOM
 cd "$work/app" || fail "cd $work/app"
 go build -o demo . || fail "go build of the demo"
 go build -o where-lib ./where || fail "go build of where"
-loaded=$(./where-lib) || fail "the program does not load libpkv.so.1"
+where=$(./where-lib) || fail "the program does not load libpkv.so.1"
+loaded=$(echo "$where" | sed -n 1p) bound=$(echo "$where" | sed -n 2p)
 case "$loaded" in "$libdir"/*) ;; *) fail "libpkv loaded from $loaded, not from $libdir" ;; esac
+[ "$bound" = "$version" ] || fail "pkv.BindingVersion is $bound, the installed pkv $version"
 
 # The reference: examples/demo.c built against the same prefix.
 # shellcheck disable=SC2086,SC2046  # the flags are words

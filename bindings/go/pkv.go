@@ -302,7 +302,12 @@ func newCParams(p *EngineParams) (*cParams, error) {
 		raw.LayerWindows = uintptr(w)
 	}
 	if p.EventPublisher != nil {
-		raw.EventPublisher = uintptr(unsafe.Pointer(p.EventPublisher.toC(&c.mem)))
+		pub, err := p.EventPublisher.toC(&c.mem)
+		if err != nil {
+			c.free()
+			return nil, err
+		}
+		raw.EventPublisher = uintptr(unsafe.Pointer(pub))
 	}
 	c.c = rawParams(raw)
 	return c, nil
