@@ -90,7 +90,8 @@ Engine::Engine(const pkv_engine_params &params)
     medium[PKV_TIER_DEVICE] = cuda ? "GPU" : "CPU";
     medium[PKV_TIER_HOST] = cuda ? "CPU" : "CPU_HOST_TIER";
     medium[PKV_TIER_STORE] = file ? "DISK" : "EXTERNAL";
-    publisher_ = std::make_unique<KvPublisher>(publisher_config_->params(), params_.block_size, std::move(medium));
+    publisher_ = std::make_unique<KvPublisher>(publisher_config_->params(), params_.block_size, std::move(medium),
+                                               groups_.group_window, params_.kv_layout == PKV_KV_LAYOUT_MLA);
     events_.set_publisher(publisher_.get());
   }
 }

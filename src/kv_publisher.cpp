@@ -5,7 +5,6 @@
 #if PKV_HAVE_ZMQ
 
 #include <fcntl.h>
-#include <msgpack.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -20,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "kv_wire.h"
+
 namespace pkv {
 
 namespace {
@@ -32,15 +33,6 @@ constexpr int kLingerMs = 100;
 constexpr long kBatchWindowMs = 1;
 // vLLM's end-of-replay marker: the seq -1, 8 bytes big-endian.
 constexpr unsigned char kEndSeq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-
-struct QueuedEvent {
-  uint32_t type;    // PKV_EVENT_BLOCK_STORED, _BLOCK_REMOVED or _ALL_CLEARED
-  uint32_t medium;  // PKV_TIER_*
-  uint32_t group;
-  bool has_parent;
-  uint64_t hash, parent_hash;
-  size_t tokens;    // STORED: its block_size tokens start here in the queue's token array
-};
 
 struct Message {
   uint64_t seq;
@@ -69,19 +61,12 @@ std::string last_endpoint(void *socket) {
   return std::string(buf, strnlen(buf, len));
 }
 
-void pack_str(msgpack_packer *pk, const std::string &s) {
-  msgpack_pack_str(pk, s.size());
-  msgpack_pack_str_body(pk, s.data(), s.size());
-}
-
 }  // namespace
 
 struct KvPublisher::Impl {
-  uint32_t block_size = 0;
-  uint32_t rank = 0;
+  WireShape shape;  // the encoding's format and what it says of the engine
   size_t max_queue = 0, max_batch = 0, replay_batches = 0;
   std::string topic;
-  std::array<std::string, 4> medium;
   std::string endpoint, replay_endpoint;  // as bound
 
   void *ctx = nullptr, *pub = nullptr, *replay = nullptr;
@@ -90,17 +75,17 @@ struct KvPublisher::Impl {
 
   // The engine's side: staged during a call, appended to the queue under mu at its end, taken
   // whole by the thread.
-  std::vector<QueuedEvent> staged;
+  std::vector<WireEvent> staged;
   std::vector<int32_t> staged_tokens;
   std::mutex mu;
-  std::vector<QueuedEvent> queue;
+  std::vector<WireEvent> queue;
   std::vector<int32_t> queue_tokens;
   bool stopping = false;
   bool waiting = true;  // the thread sleeps until woken (it found the queue empty)
 
   // The thread's side.
   std::deque<Message> kept;  // the last replay_batches batches
-  std::vector<QueuedEvent> taken;
+  std::vector<WireEvent> taken;
   std::vector<int32_t> taken_tokens;
 
   // queued: events in the queue; in_flight: taken by the thread, not yet sent. in_flight is set
@@ -138,10 +123,10 @@ struct KvPublisher::Impl {
 
   // Engine side (serialized by the engine's lock): an event is staged without a lock; flush()
   // hands a call's events to the thread at once.
-  void stage(const QueuedEvent &e, const int32_t *tokens) {
-    QueuedEvent q = e;
+  void stage(const WireEvent &e, const int32_t *tokens) {
+    WireEvent q = e;
     q.tokens = staged_tokens.size();
-    if (tokens) staged_tokens.insert(staged_tokens.end(), tokens, tokens + block_size);
+    if (tokens) staged_tokens.insert(staged_tokens.end(), tokens, tokens + shape.block_size);
     staged.push_back(q);
   }
 
@@ -162,7 +147,7 @@ struct KvPublisher::Impl {
         dropped += queue.size() + staged.size();
         queue.clear();
         queue_tokens.clear();
-        queue.push_back(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
+        queue.push_back(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
       }
       queued = queue.size();
     }
@@ -183,7 +168,7 @@ struct KvPublisher::Impl {
       dropped += queue.size() + skip;
       queue.clear();
       queue_tokens.clear();
-      queue.push_back(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
+      queue.push_back(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
     }
     if (queue.empty()) {  // the usual case: the thread has taken everything before
       queue.swap(staged);
@@ -244,72 +229,10 @@ struct KvPublisher::Impl {
     }
   }
 
-  // Whether event b continues the run that event a is in (one BlockStored / BlockRemoved).
-  static bool continues(const QueuedEvent &a, const QueuedEvent &b) {
-    if (a.type != b.type || a.medium != b.medium || a.group != b.group) return false;
-    if (b.type == PKV_EVENT_BLOCK_STORED) return b.has_parent && b.parent_hash == a.hash;
-    return b.type == PKV_EVENT_BLOCK_REMOVED;
-  }
-
   // Publishes taken[begin, end) as one KVEventBatch.
   void publish(size_t begin, size_t end) {
-    std::vector<std::pair<size_t, size_t>> runs;  // [first, last)
-    for (size_t i = begin; i < end; ++i) {
-      if (!runs.empty() && runs.back().second == i && continues(taken[i - 1], taken[i]))
-        runs.back().second = i + 1;
-      else
-        runs.emplace_back(i, i + 1);
-    }
-    msgpack_sbuffer buf;
-    msgpack_sbuffer_init(&buf);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
     const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    msgpack_pack_array(&pk, 3);
-    msgpack_pack_double(&pk, ts);
-    msgpack_pack_array(&pk, runs.size());
-    for (const auto &[first, last] : runs) {
-      const QueuedEvent &e = taken[first];
-      const size_t n = last - first;
-      switch (e.type) {
-        case PKV_EVENT_BLOCK_STORED:
-          msgpack_pack_array(&pk, e.group ? 10 : 7);
-          pack_str(&pk, "BlockStored");
-          msgpack_pack_array(&pk, n);
-          for (size_t i = first; i < last; ++i) msgpack_pack_uint64(&pk, taken[i].hash);
-          if (e.has_parent)
-            msgpack_pack_uint64(&pk, e.parent_hash);
-          else
-            msgpack_pack_nil(&pk);
-          msgpack_pack_array(&pk, n * block_size);
-          for (size_t i = first; i < last; ++i)
-            for (uint32_t t = 0; t < block_size; ++t) msgpack_pack_int32(&pk, taken_tokens[taken[i].tokens + t]);
-          msgpack_pack_uint32(&pk, block_size);
-          msgpack_pack_nil(&pk);  // lora_id
-          pack_str(&pk, medium[e.medium]);
-          if (e.group) {
-            msgpack_pack_nil(&pk);  // lora_name
-            msgpack_pack_nil(&pk);  // extra_keys
-            msgpack_pack_uint32(&pk, e.group);
-          }
-          break;
-        case PKV_EVENT_BLOCK_REMOVED:
-          msgpack_pack_array(&pk, e.group ? 4 : 3);
-          pack_str(&pk, "BlockRemoved");
-          msgpack_pack_array(&pk, n);
-          for (size_t i = first; i < last; ++i) msgpack_pack_uint64(&pk, taken[i].hash);
-          pack_str(&pk, medium[e.medium]);
-          if (e.group) msgpack_pack_uint32(&pk, e.group);
-          break;
-        default:
-          msgpack_pack_array(&pk, 1);
-          pack_str(&pk, "AllBlocksCleared");
-          break;
-      }
-    }
-    msgpack_pack_uint32(&pk, rank);  // data_parallel_rank
-    Message m{next_seq.load(), std::string(buf.data, buf.size)};
-    msgpack_sbuffer_destroy(&buf);
+    Message m{next_seq.load(), encode_batch(shape, ts, taken.data() + begin, end - begin, taken_tokens.data())};
     unsigned char seq[8];
     put_be64(m.seq, seq);
     // A PUB socket never blocks: a subscriber past its high-water mark loses the message.
@@ -367,16 +290,19 @@ struct KvPublisher::Impl {
 };
 
 KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_size,
-                         std::array<std::string, 4> medium_names)
+                         std::array<std::string, 4> medium_names, std::vector<uint32_t> group_windows, bool latent)
     : impl_(std::make_unique<Impl>()) {
   Impl &m = *impl_;
-  m.block_size = block_size;
-  m.rank = p.data_parallel_rank;
+  m.shape.format = p.format;
+  m.shape.block_size = block_size;
+  m.shape.rank = p.data_parallel_rank;
+  m.shape.medium = std::move(medium_names);
+  m.shape.group_windows = std::move(group_windows);
+  m.shape.latent = latent;
   m.max_queue = p.max_queue_events;
   m.max_batch = p.max_batch_events;
   m.replay_batches = p.replay_buffer_batches;
   m.topic = p.topic;
-  m.medium = std::move(medium_names);
   // The queue and the thread's copy swap: both keep room for the one event flush() pushes when
   // out of memory.
   m.queue.reserve(1024);
@@ -407,15 +333,15 @@ KvPublisher::~KvPublisher() {
 
 void KvPublisher::stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens,
                          uint32_t medium, uint32_t group) {
-  impl_->stage(QueuedEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0}, tokens);
+  impl_->stage(WireEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0}, tokens);
 }
 
 void KvPublisher::removed(uint64_t hash, uint32_t medium, uint32_t group) {
-  impl_->stage(QueuedEvent{PKV_EVENT_BLOCK_REMOVED, medium, group, false, hash, 0, 0}, nullptr);
+  impl_->stage(WireEvent{PKV_EVENT_BLOCK_REMOVED, medium, group, false, hash, 0, 0}, nullptr);
 }
 
 void KvPublisher::all_cleared() {
-  impl_->stage(QueuedEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0}, nullptr);
+  impl_->stage(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0}, nullptr);
 }
 
 void KvPublisher::flush() { impl_->flush(); }
@@ -439,7 +365,8 @@ namespace pkv {
 
 struct KvPublisher::Impl {};
 
-KvPublisher::KvPublisher(const pkv_event_publisher_params &, uint32_t, std::array<std::string, 4>) {
+KvPublisher::KvPublisher(const pkv_event_publisher_params &, uint32_t, std::array<std::string, 4>,
+                         std::vector<uint32_t>, bool) {
   fail(PKV_ERR_UNSUPPORTED, "event_publisher: this libpkv was built without libzmq (Debian libzmq3-dev and "
                             "libmsgpack-dev): KV events can only be drained (pkv_drain_kv_events)");
 }

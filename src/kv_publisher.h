@@ -1,12 +1,14 @@
-// KV events on the wire (DESIGN.md §8): vLLM's ZMQ event protocol, published from a thread of its
-// own so a step only appends to a queue. pkv.h (pkv_event_publisher_params) documents the
-// messages; this file and kv_publisher.cpp are the only ones that know ZeroMQ and msgpack.
+// KV events on the wire (DESIGN.md §8): vLLM's ZMQ event protocol, in its map encoding (vLLM
+// 0.26+) or its array one, published from a thread of its own so a step only appends to a queue.
+// pkv.h (pkv_event_publisher_params) documents the messages; kv_publisher.cpp is the only file
+// that knows ZeroMQ, kv_wire.cpp (the encoding) the only one that knows msgpack.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pkv/pkv.h"
 
@@ -17,7 +19,10 @@ class KvPublisher {
   // Binds the sockets (Error PKV_ERR_EVENTS naming the endpoint when one cannot be bound;
   // PKV_ERR_UNSUPPORTED in a build without libzmq) and starts the thread. p: resolved by
   // EventPublisherConfig. medium_names[PKV_TIER_*]: what each tier is called on the wire.
-  KvPublisher(const pkv_event_publisher_params &p, uint32_t block_size, std::array<std::string, 4> medium_names);
+  // group_windows[g]: KV group g's sliding window (0 = full attention), which the wire says on
+  // each BlockStored of the group; latent: the cache holds MLA latents (PKV_KV_LAYOUT_MLA).
+  KvPublisher(const pkv_event_publisher_params &p, uint32_t block_size, std::array<std::string, 4> medium_names,
+              std::vector<uint32_t> group_windows, bool latent);
   // Sends what is queued, then closes the sockets (waiting at most a short linger for slow peers).
   ~KvPublisher();
   KvPublisher(const KvPublisher &) = delete;

@@ -112,6 +112,10 @@ EventPublisherConfig::EventPublisherConfig(const pkv_event_publisher_params *in)
   fill(p_.send_hwm, PKV_DEFAULT_EVENT_SEND_HWM, 1u << 24, "send_hwm");
   fill(p_.max_queue_events, PKV_DEFAULT_EVENT_QUEUE_EVENTS, 1u << 26, "max_queue_events");
   fill(p_.max_batch_events, PKV_DEFAULT_EVENT_BATCH_EVENTS, 1u << 20, "max_batch_events");
+  PKV_REQUIRE(p_.format <= PKV_EVENT_FORMAT_ARRAY,
+              "event_publisher->format %u is not a PKV_EVENT_FORMAT_* value: PKV_EVENT_FORMAT_MAP (0, vLLM 0.26+) or "
+              "PKV_EVENT_FORMAT_ARRAY (1, older routers)", p_.format);
+  PKV_REQUIRE(p_.reserved0 == 0, "event_publisher->reserved0 must be 0, got %u", p_.reserved0);
 }
 
 pkv_seq_params default_seq_params() {

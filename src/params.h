@@ -30,6 +30,9 @@ template <> inline constexpr uint32_t kMinStructSize<pkv_stats> = offsetof(pkv_s
 template <> inline constexpr uint32_t kMinStructSize<struct pkv_seq_info> =
     offsetof(struct pkv_seq_info, kv_tier);
 template <> inline constexpr uint32_t kMinStructSize<pkv_batch_view> = offsetof(pkv_batch_view, copy_kind);
+// Grew in 0.4.0: a 0.3 caller's struct ends where format starts.
+template <> inline constexpr uint32_t kMinStructSize<pkv_event_publisher_params> =
+    offsetof(pkv_event_publisher_params, format);
 // Grew in 0.4.0: a 0.3 caller's store params end where model_id starts.
 template <> inline constexpr uint32_t kMinStructSize<pkv_store_params> = offsetof(pkv_store_params, model_id);
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");

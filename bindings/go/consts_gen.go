@@ -161,6 +161,11 @@ const (
 )
 
 const (
+	EventFormatMap   = 0
+	EventFormatArray = 1
+)
+
+const (
 	StoreListKeysOnly = 1
 )
 
@@ -430,7 +435,7 @@ type cStoreParams struct {
 	ModelID          uintptr
 }
 
-// cEventPublisherParams mirrors C's pkv_event_publisher_params (48 bytes on amd64; layout checked against C at init).
+// cEventPublisherParams mirrors C's pkv_event_publisher_params (56 bytes on amd64; layout checked against C at init).
 type cEventPublisherParams struct {
 	StructSize          uint32
 	DataParallelRank    uint32
@@ -441,6 +446,8 @@ type cEventPublisherParams struct {
 	SendHWM             uint32
 	MaxQueueEvents      uint32
 	MaxBatchEvents      uint32
+	Format              uint32
+	Reserved0           uint32
 }
 
 // cEngineParams mirrors C's pkv_engine_params (208 bytes on amd64; layout checked against C at init).

@@ -52,6 +52,8 @@ var layouts = []layout{
 		{"send_hwm", unsafe.Offsetof(cEventPublisherParams{}.SendHWM), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.send_hwm)},
 		{"max_queue_events", unsafe.Offsetof(cEventPublisherParams{}.MaxQueueEvents), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.max_queue_events)},
 		{"max_batch_events", unsafe.Offsetof(cEventPublisherParams{}.MaxBatchEvents), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.max_batch_events)},
+		{"format", unsafe.Offsetof(cEventPublisherParams{}.Format), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.format)},
+		{"reserved0", unsafe.Offsetof(cEventPublisherParams{}.Reserved0), unsafe.Offsetof(C.struct_pkv_event_publisher_params{}.reserved0)},
 	}},
 	{"pkv_engine_params", unsafe.Sizeof(cEngineParams{}), unsafe.Sizeof(C.struct_pkv_engine_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cEngineParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_engine_params{}.struct_size)},

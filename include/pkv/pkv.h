@@ -158,6 +158,9 @@ enum { PKV_STORE_WRITE_THROUGH = 0, /* when a block is sealed into the prefix ca
 /* pkv_kv_event.type */
 enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CLEARED = 3,
        PKV_EVENT_OVERFLOW = 4 };
+/* pkv_event_publisher_params.format (since 0.4.0): how KV events are encoded on the wire. */
+enum { PKV_EVENT_FORMAT_MAP = 0,   /* msgpack maps with named fields (vLLM 0.26 and later) */
+       PKV_EVENT_FORMAT_ARRAY = 1 }; /* msgpack arrays, fields by position (vLLM before 0.26) */
 
 /* ---------------------------------------------------------------- the store tier */
 /* A store key: SHA-256 of (the parent block's key, the block's token ids), chained from a root of
@@ -240,20 +243,33 @@ PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
  * ZeroMQ, in vLLM's protocol (vllm/distributed/kv_events.py), so a router written for vLLM's event
  * stream (llm-d's, NVIDIA Dynamo's, ...) hears pkv unchanged:
  *   - a PUB socket bound to `endpoint` sends multipart messages [topic, seq, payload]: seq is 8
- *     bytes, big-endian, 0, 1, 2, ... per engine; payload is a msgpack KVEventBatch, the array
- *     [ts (float64, seconds since the epoch), events, data_parallel_rank]. Events are arrays
- *     tagged by their class name:
- *       ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]
- *       ["BlockRemoved", block_hashes, medium]
- *       ["AllBlocksCleared"]
- *     hashes are pkv's canonical block hashes (uint64, pkv_block_hash; parent_block_hash is nil
- *     when the parent is a salt's root), token_ids are the blocks' tokens, lora_id is nil. A run
- *     of blocks stored one after the other under one chain is one BlockStored; a block of a KV
- *     group other than 0 (pkv_kv_groups) gets three more fields: lora_name nil, extra_keys nil,
- *     group_idx (vLLM's newer fields; older decoders ignore them), as BlockRemoved gets group_idx.
- *     medium is where the block is: "GPU" (the pool of a CUDA engine), "CPU" (the pool of a CPU
- *     engine; the host tier of a CUDA engine), "CPU_HOST_TIER" (the host tier of a CPU engine),
- *     "DISK" (a FILE store), "EXTERNAL" (a REDIS or CALLBACK store).
+ *     bytes, big-endian, 0, 1, 2, ... per engine; payload is a msgpack KVEventBatch of vLLM's
+ *     classes, in one of two encodings (`format`):
+ *       PKV_EVENT_FORMAT_MAP (the default; vLLM 0.26+): each object a map of its field names, an
+ *       event's class name first under the key "type":
+ *         {"ts", "events", "data_parallel_rank"}
+ *         {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+ *          "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
+ *          "kv_cache_spec_sliding_window"}
+ *         {"type": "BlockRemoved", "block_hashes", "medium", "group_idx"}
+ *         {"type": "AllBlocksCleared"}
+ *       PKV_EVENT_FORMAT_ARRAY (vLLM before 0.26): the same fields in the same order by position,
+ *       an event's class name first: [ts, events, data_parallel_rank], ["BlockStored",
+ *       block_hashes, ..., kv_cache_spec_sliding_window] (12 elements), ["BlockRemoved",
+ *       block_hashes, medium, group_idx], ["AllBlocksCleared"]. A decoder that knows fewer
+ *       fields ignores the trailing ones.
+ *     Every field is sent, in both encodings. ts: float64, seconds since the epoch. hashes are
+ *     pkv's canonical block hashes (uint64, pkv_block_hash; parent_block_hash is nil when the
+ *     parent is a salt's root); token_ids are the blocks' tokens; lora_id, lora_name and
+ *     extra_keys are nil (pkv has no adapters; the cache salt is in the hashes). group_idx is the
+ *     block's KV group (pkv_kv_event.group; 0 in an engine of one group). kv_cache_spec_kind
+ *     names the group's kind in vLLM's words: "sliding_window" (a group of windowed layers),
+ *     "full_attention", or "mla_attention" (full attention over a PKV_KV_LAYOUT_MLA cache);
+ *     kv_cache_spec_sliding_window is the group's window in tokens, nil for full attention. A run of blocks stored one after the other under one chain (one group, one
+ *     medium) is one BlockStored. medium is where the block is: "GPU" (the pool of a CUDA
+ *     engine), "CPU" (the pool of a CPU engine; the host tier of a CUDA engine),
+ *     "CPU_HOST_TIER" (the host tier of a CPU engine), "DISK" (a FILE store), "EXTERNAL" (a
+ *     REDIS or CALLBACK store).
  *   - with a replay_endpoint, a ROUTER socket answers a request [start_seq] (8 bytes, big-endian;
  *     from a REQ socket, or a DEALER sending an empty frame first) with one message
  *     [seq, payload] per kept batch whose seq >= start_seq, then [8 bytes 0xff, empty payload]
@@ -281,6 +297,10 @@ typedef struct pkv_event_publisher_params {
   uint32_t max_queue_events;      /* events waiting for the publishing thread; 0 =
                                      PKV_DEFAULT_EVENT_QUEUE_EVENTS */
   uint32_t max_batch_events;      /* events in one batch at most; 0 = PKV_DEFAULT_EVENT_BATCH_EVENTS */
+  /* since 0.4.0 (a 0.3 caller's struct_size ends here: it gets the default) */
+  uint32_t format;                /* PKV_EVENT_FORMAT_*: how batches are encoded (above); other
+                                     values are refused (PKV_ERR_INVALID_ARGUMENT). default MAP */
+  uint32_t reserved0;             /* must be 0 */
 } pkv_event_publisher_params;
 
 /* Fills p with the defaults above; as pkv_engine_params_init. */

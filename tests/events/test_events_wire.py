@@ -1,24 +1,25 @@
 #!/usr/bin/python3
 """Suite `events`: pkv's KV events on the wire, heard as a vLLM router hears vLLM.
 
-A subscriber written against vLLM's protocol (examples/online_serving/kv_events_subscriber.py in
-vLLM: its event classes are declared below as that example declares them) connects to an engine's
-PUB socket, decodes every message into those classes, checks every block hash against
-pkv_block_hash, detects the gap a reconnect leaves and fills it from the replay socket, and ends
-with exactly the events the engine queued in process (pkv_drain_kv_events), in order. Also: a
-sliding-window engine's group_idx, a stalled subscriber (it loses messages, the engine does not
-wait, replay recovers them), malformed replay requests, a custom topic and data-parallel rank.
+A subscriber written against vLLM's protocol (vLLM's event classes as kv_events.py declares them,
+in vllm_events.py beside this file, decoded as strictly as msgspec decodes them) connects to an
+engine's PUB socket, decodes every message, checks every block hash against pkv_block_hash,
+detects the gap a reconnect leaves and fills it from the replay socket, and ends with exactly the
+events the engine queued in process (pkv_drain_kv_events), in order. Both encodings are heard:
+the MAP one of vLLM 0.26+ (pkv's default) and the ARRAY one of older routers
+(pkv_event_publisher_params.format), each event carrying every field vLLM declares. Also: a
+windowed model's groups (group_idx, kv_cache_spec_kind, the window), an MLA model's kinds, a
+stalled subscriber (it loses messages, the engine does not wait, replay recovers them),
+malformed replay requests, a custom topic and data-parallel rank, an unknown format refused.
 
 Needs Debian's python3-zmq and python3-msgpack, and the pkv Python binding (bindings/python, found
 through PYTHONPATH; the library through PKV_LIBRARY). Every socket is on 127.0.0.1, on ports the
 kernel picks ('tcp://127.0.0.1:*', read back through pkv_event_publisher_info).
 """
-import dataclasses
 import random
 import sys
 import time
 import unittest
-from typing import Any, List, Optional
 
 try:
     import msgpack
@@ -28,106 +29,26 @@ except ImportError as e:  # scripts/test.sh installs them; a bare machine says w
     sys.exit(77)
 
 import pkv
+from vllm_events import (LEGACY, AllBlocksCleared, BlockRemoved, BlockStored, DecodeError,
+                         KVEventBatch, LegacyBlockStored, decode, encoded_names, field_names)
 
 BS = 4
 SEED = 11
 END_SEQ = (-1).to_bytes(8, 'big', signed=True)
-
-
-# ------------------------------------------------------------------ vLLM's classes, as its
-# example subscriber declares them (msgspec array_like, tagged): EventBatch(ts, events),
-# BlockStored(block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium),
-# BlockRemoved(block_hashes, medium), AllBlocksCleared(). The decoder below does what msgspec's
-# Decoder(type=KVEventBatch) does with them: positional fields, the tag first, type checks,
-# trailing fields the class does not declare ignored.
-@dataclasses.dataclass
-class EventBatch:
-    ts: float
-    events: List[Any]
-
-
-@dataclasses.dataclass
-class KVCacheEvent:
-    """Base class for all KV cache-related events"""
-
-
-@dataclasses.dataclass
-class BlockStored(KVCacheEvent):
-    block_hashes: List[int]
-    parent_block_hash: Optional[int]
-    token_ids: List[int]
-    block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str]
-
-
-@dataclasses.dataclass
-class BlockRemoved(KVCacheEvent):
-    block_hashes: List[int]
-    medium: Optional[str]
-
-
-@dataclasses.dataclass
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-@dataclasses.dataclass
-class KVEventBatch(EventBatch):
-    events: List[Any]  # BlockStored | BlockRemoved | AllBlocksCleared
-
-
-TAGS = {'BlockStored': BlockStored, 'BlockRemoved': BlockRemoved,
-        'AllBlocksCleared': AllBlocksCleared}
-
-
-def _check_type(value, annotation, where):
-    ok = {
-        float: lambda v: isinstance(v, float),
-        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-        str: lambda v: isinstance(v, str),
-        Optional[int]: lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
-        Optional[str]: lambda v: v is None or isinstance(v, str),
-        List[int]: lambda v: isinstance(v, list) and all(
-            isinstance(x, int) and not isinstance(x, bool) for x in v),
-        List[Any]: lambda v: isinstance(v, list),
-    }[annotation]
-    if not ok(value):
-        raise ValueError('%s: %r is not %s' % (where, value, annotation))
-
-
-def decode(payload):
-    """A KVEventBatch from one message's payload, as msgspec decodes vLLM's."""
-    raw = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-    if not isinstance(raw, list) or len(raw) < 2:
-        raise ValueError('a KVEventBatch is an array [ts, events, ...], got %r' % (raw,))
-    _check_type(raw[0], float, 'ts')
-    _check_type(raw[1], List[Any], 'events')
-    events = []
-    for e in raw[1]:
-        if not isinstance(e, list) or not e or e[0] not in TAGS:
-            raise ValueError('an event is an array tagged by its class, got %r' % (e,))
-        cls = TAGS[e[0]]
-        fields = dataclasses.fields(cls)
-        if len(e) - 1 < len(fields):
-            raise ValueError('%s has %d fields, got %r' % (cls.__name__, len(fields), e))
-        for f, v in zip(fields, e[1:]):
-            _check_type(v, f.type, '%s.%s' % (cls.__name__, f.name))
-        events.append(cls(*e[1:1 + len(fields)]))
-    batch = KVEventBatch(raw[0], events)
-    batch.extra = raw[2:]  # vLLM's data_parallel_rank, pkv sends it
-    return batch, raw
+MAP, ARRAY = pkv.EVENT_FORMAT_MAP, pkv.EVENT_FORMAT_ARRAY
+FULL = ('full_attention', None)
 
 
 # ------------------------------------------------------------------ the subscriber
 class Subscriber:
     """vLLM's example subscriber, made strict: every seq accounted for, in order; a gap is filled
-    from the replay socket (a DEALER, so every reply of one request is read)."""
+    from the replay socket (a DEALER, so every reply of one request is read). named: it decodes
+    the MAP encoding (vLLM 0.26+), else the ARRAY one."""
 
-    def __init__(self, ctx, info, topic=b'kv-events'):
-        self.ctx, self.info, self.topic = ctx, info, topic
+    def __init__(self, ctx, info, topic=b'kv-events', named=True):
+        self.ctx, self.info, self.topic, self.named = ctx, info, topic, named
         self.last_seq = -1
-        self.batches = []  # (seq, KVEventBatch, raw array)
+        self.batches = []  # (seq, KVEventBatch, raw batch, payload)
         self.gaps = []     # (first missed, first received)
         self.sub = None
         self.connect()
@@ -146,8 +67,8 @@ class Subscriber:
         self.sub = None
 
     def take(self, seq, payload):
-        batch, raw = decode(payload)
-        self.batches.append((seq, batch, raw))
+        batch, raw = decode(payload, self.named)
+        self.batches.append((seq, batch, raw, payload))
         self.last_seq = seq
 
     def request_replay(self, start, stop):
@@ -205,40 +126,28 @@ class Subscriber:
 
 
 def wire_events(batches):
-    return [e for _, b, _ in batches for e in b.events]
+    return [e for _, b, _, _ in batches for e in b.events]
+
+
+def raw_events(batches, named):
+    return [e for _, _, raw, _ in batches for e in (raw['events'] if named else raw[1])]
 
 
 def flatten(events):
     """Wire events one per block: ('S', hash, parent or None, tokens, medium, group) /
     ('R', hash, medium, group) / ('C',)."""
     out = []
-    for e, group in events:
+    for e in events:
         if isinstance(e, BlockStored):
             parent = e.parent_block_hash
             for i, h in enumerate(e.block_hashes):
                 out.append(('S', h, parent, tuple(e.token_ids[i * e.block_size:(i + 1) * e.block_size]),
-                            e.medium, group))
+                            e.medium, e.group_idx))
                 parent = h
         elif isinstance(e, BlockRemoved):
-            out.extend(('R', h, e.medium, group) for h in e.block_hashes)
+            out.extend(('R', h, e.medium, e.group_idx) for h in e.block_hashes)
         else:
             out.append(('C',))
-    return out
-
-
-def with_groups(batches):
-    """(event, group_idx) pairs: group_idx is the trailing field pkv adds for groups other than 0
-    (vLLM's newer BlockStored: lora_name, extra_keys, group_idx; BlockRemoved: group_idx)."""
-    out = []
-    for _, b, raw in batches:
-        for e, r in zip(b.events, raw[1]):
-            if isinstance(e, BlockStored):
-                group = r[9] if len(r) > 9 else 0
-            elif isinstance(e, BlockRemoved):
-                group = r[3] if len(r) > 3 else 0
-            else:
-                group = 0
-            out.append((e, group))
     return out
 
 
@@ -330,10 +239,44 @@ class EventsWireTest(unittest.TestCase):
             elif w[0] == 'R':
                 self.assertEqual(w[1:], m[1:])
 
+    def check_fields(self, batches, named, specs):
+        """Every event carries every field vLLM declares for its class, in declaration order (a
+        decoder of any vLLM version then finds what it looks for), with pkv's values: lora_id,
+        lora_name and extra_keys nil, each group's kv_cache_spec_kind and window as specs
+        ({group_idx: (kind, window or None)}) says."""
+        for _, b, raw, _ in batches:
+            self.assertIsInstance(b, KVEventBatch)
+            if named:
+                self.assertEqual(list(raw), ['ts', 'events', 'data_parallel_rank'])
+            else:
+                self.assertEqual(len(raw), 3)
+            self.assertAlmostEqual(b.ts, time.time(), delta=120)
+        for e, r in zip(wire_events(batches), raw_events(batches, named)):
+            self.assertEqual(encoded_names(r, named), ['type'] + field_names(type(e)))
+            self.assertEqual(len(r), 1 + len(field_names(type(e))))
+            if isinstance(e, BlockStored):
+                self.assertEqual(e.block_size, BS)
+                self.assertEqual((e.lora_id, e.lora_name, e.extra_keys), (None, None, None))
+                self.assertEqual(len(e.token_ids), BS * len(e.block_hashes))
+                self.assertEqual((e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window),
+                                 specs[e.group_idx])
+            elif isinstance(e, BlockRemoved):
+                self.assertIn(e.group_idx, specs)
+
+    def hear(self, engine, rounds, named=True, seed=9, **workload):
+        """A subscriber's batches of a workload of rounds, checked against the engine."""
+        sub = Subscriber(self.ctx, engine.event_publisher_info(), named=named)
+        self.workload(engine, random.Random(seed), rounds, **workload)
+        sub.wait_for(engine)
+        sub.close()
+        wire = flatten(wire_events(sub.batches))
+        self.check_against_engine(wire, self.in_process(engine), workload.get('salts', (None,)))
+        return sub.batches, wire
+
     # -------------------------------------------------------------------------------- tests
     def test_router_hears_everything_across_a_reconnect(self):
         salts = (None, b'tenant-a')
-        engine = self.engine(self.publisher(), host_num_blocks=12)
+        engine = self.engine(self.publisher(), host_num_blocks=12)  # the default: MAP
         info = engine.event_publisher_info()
         self.assertTrue(info.endpoint.startswith('tcp://127.0.0.1:'), info.endpoint)
         sub = Subscriber(self.ctx, info)
@@ -355,24 +298,16 @@ class EventsWireTest(unittest.TestCase):
         self.workload(engine, rng, 40, salts)
         sub.wait_for(engine)
         self.assertGreater(len(sub.gaps), gaps_before, 'the reconnect left no gap')
-        seqs = [s for s, _, _ in sub.batches]
+        seqs = [s for s, _, _, _ in sub.batches]
         self.assertEqual(seqs, list(range(len(seqs))))
         self.assertEqual(seqs[-1] + 1, engine.event_publisher_info().next_seq)
 
-        wire = flatten(with_groups(sub.batches))
+        wire = flatten(wire_events(sub.batches))
         self.check_against_engine(wire, self.in_process(engine), salts)
-        kinds = {w[0] for w in wire}
-        self.assertEqual(kinds, {'S', 'R', 'C'})
+        self.assertEqual({w[0] for w in wire}, {'S', 'R', 'C'})
         self.assertIn('CPU_HOST_TIER', {w[4] for w in wire if w[0] == 'S'}, 'nothing offloaded')
-        for _, b, _ in sub.batches:
-            self.assertIsInstance(b, KVEventBatch)
-            self.assertEqual(b.extra, [0])  # data_parallel_rank
-            self.assertAlmostEqual(b.ts, time.time(), delta=120)
-            for e in b.events:
-                if isinstance(e, BlockStored):
-                    self.assertEqual(e.block_size, BS)
-                    self.assertIsNone(e.lora_id)
-                    self.assertEqual(len(e.token_ids), BS * len(e.block_hashes))
+        self.check_fields(sub.batches, True, {0: FULL})
+        self.assertEqual({b.data_parallel_rank for _, b, _, _ in sub.batches}, {0})
         # Runs of one chain are one BlockStored.
         self.assertTrue(any(isinstance(e, BlockStored) and len(e.block_hashes) > 1
                             for e in wire_events(sub.batches)))
@@ -383,16 +318,72 @@ class EventsWireTest(unittest.TestCase):
         sub.close()
         engine.close()
 
-    def test_kv_groups_carry_group_idx(self):
-        engine = self.engine(self.publisher(), layer_windows=[0, 8])
-        sub = Subscriber(self.ctx, engine.event_publisher_info())
-        self.workload(engine, random.Random(9), 60)
-        sub.wait_for(engine)
-        wire = flatten(with_groups(sub.batches))
-        self.check_against_engine(wire, self.in_process(engine), (None,))
-        self.assertEqual({w[-1] for w in wire if w[0] in 'SR'}, {0, 1})
-        sub.close()
+    def test_array_format_for_older_routers(self):
+        """format ARRAY: vLLM's classes positionally, every field carried (a decoder written
+        since lora_name refuses a BlockStored without it), so both a current array decoder and
+        vLLM's older example subscriber hear the same events."""
+        engine = self.engine(self.publisher(format=ARRAY), host_num_blocks=12)
+        batches, wire = self.hear(engine, 60, named=False, salts=(None, b'tenant-b'))
+        self.assertEqual({w[0] for w in wire}, {'S', 'R'})
+        self.check_fields(batches, False, {0: FULL})
+        for _, b, raw, payload in batches:
+            legacy, _ = decode(payload, named=False, classes=LEGACY)
+            self.assertEqual(len(legacy.events), len(b.events))
+            for old, new in zip(legacy.events, b.events):
+                if isinstance(old, LegacyBlockStored):
+                    self.assertEqual((old.block_hashes, old.parent_block_hash, old.token_ids, old.medium),
+                                     (new.block_hashes, new.parent_block_hash, new.token_ids, new.medium))
+            with self.assertRaises(DecodeError):  # a 0.26 router does not take arrays
+                decode(payload, named=True)
         engine.close()
+
+    def test_windowed_models_name_their_groups(self):
+        """Each event's group: group_idx, and on BlockStored its kind and window, in both
+        encodings. layer_windows [0, 8]: group 0 full attention, group 1 a window of 8; a window
+        in every layer makes group 0 the windowed one; an MLA cache (pkv refuses windows on it)
+        is vLLM's mla_attention."""
+        mla = dict(num_q_heads=4, num_kv_heads=1, head_dim=16, kv_layout=pkv.KvLayout.MLA,
+                   kv_lora_rank=8, qk_rope_head_dim=8, softmax_scale=0.25)
+        cases = [
+            ('mixed', dict(layer_windows=[0, 8]), {0: FULL, 1: ('sliding_window', 8)}),
+            ('all windowed', dict(sliding_window=12), {0: ('sliding_window', 12)}),
+            ('mla', mla, {0: ('mla_attention', None)}),
+        ]
+        for fmt in (MAP, ARRAY):
+            for name, fields, specs in cases:
+                with self.subTest(format=fmt, model=name):
+                    engine = self.engine(self.publisher(format=fmt), **fields)
+                    batches, wire = self.hear(engine, 60, named=fmt == MAP)
+                    self.assertEqual({w[-1] for w in wire if w[0] in 'SR'}, set(specs))
+                    self.assertIn('R', {w[0] for w in wire}, 'no BlockRemoved heard')
+                    self.check_fields(batches, fmt == MAP, specs)
+                    engine.close()
+
+    def test_decoders_refuse_what_older_pkv_sent(self):
+        """pkv 0.3.0 sent a group-0 BlockStored as vLLM's example declares it, without lora_name:
+        a decoder of vLLM's current classes refuses it (the bug this suite now catches); the
+        example's own classes take it."""
+        old = msgpack.packb([1.5, [['BlockStored', [7], None, [1, 2, 3, 4], BS, None, 'CPU']], 0])
+        with self.assertRaisesRegex(DecodeError, 'lora_name'):
+            decode(old, named=False)
+        batch, _ = decode(old, named=False, classes=LEGACY)
+        self.assertEqual(batch.events[0].block_hashes, [7])
+        no_lora_name = {'type': 'BlockStored', 'block_hashes': [7], 'parent_block_hash': None,
+                        'token_ids': [1, 2, 3, 4], 'block_size': BS, 'lora_id': None, 'medium': 'CPU'}
+        with self.assertRaisesRegex(DecodeError, 'lora_name'):
+            decode(msgpack.packb({'ts': 1.5, 'events': [no_lora_name]}))
+        wrong_type = dict(no_lora_name, lora_name=None, group_idx='0')
+        with self.assertRaisesRegex(DecodeError, 'group_idx'):
+            decode(msgpack.packb({'ts': 1.5, 'events': [wrong_type]}))
+        batch, _ = decode(msgpack.packb({'ts': 1.5, 'events': [dict(no_lora_name, lora_name=None)]}))
+        self.assertIsNone(batch.events[0].group_idx)  # omitted defaults are the defaults
+        self.assertIsInstance(decode(msgpack.packb({'ts': 1.5, 'events': [{'type': 'AllBlocksCleared'}]}))[0]
+                              .events[0], AllBlocksCleared)
+
+    def test_unknown_format_refused(self):
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, 'event_publisher->format'):
+            self.engine(self.publisher(format=2))
+        self.assertEqual(self.publisher().format, MAP)  # pkv_event_publisher_params_init's default
 
     def test_stalled_subscriber_loses_messages_not_the_engine(self):
         engine = self.engine(self.publisher(send_hwm=4, max_batch_events=2))
@@ -421,7 +412,7 @@ class EventsWireTest(unittest.TestCase):
         # A router that stalled catches up from the replay socket (the buffer keeps them all).
         late = Subscriber(self.ctx, info)
         late.request_replay(0, info.next_seq)
-        wire = flatten(with_groups(late.batches))
+        wire = flatten(wire_events(late.batches))
         self.check_against_engine(wire, self.in_process(engine), (None,))
         stalled.close(0)
         late.close()
@@ -451,7 +442,7 @@ class EventsWireTest(unittest.TestCase):
                 break
             seqs.append(int.from_bytes(frames[1], 'big'))
             batch, _ = decode(frames[2])
-            self.assertEqual(batch.extra, [3])
+            self.assertEqual(batch.data_parallel_rank, 3)
         self.assertEqual(seqs, list(range(n - 5, n)))
         # A REQ socket (vLLM's example) gets the first reply of its request.
         req = self.ctx.socket(zmq.REQ)

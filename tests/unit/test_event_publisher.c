@@ -1,9 +1,11 @@
 /* KV events on the wire, through pkv.h only (suite events decodes the messages themselves, in
- * Python): pkv_event_publisher_params' defaults and checks, an endpoint that cannot be bound, a
+ * Python): pkv_event_publisher_params' defaults and checks (format among them, and a 0.3 caller's
+ * shorter struct getting the default format), an endpoint that cannot be bound, a
  * taken port, pkv_event_publisher_info before and after a workload whose every event is published
  * (the counters against the in-process queue of the same engine), destroy with events queued.
  * A build without libzmq refuses a publisher with PKV_ERR_UNSUPPORTED, and the rest is skipped. */
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
 #include <time.h>
 
 #include "test_util.h"
@@ -39,6 +41,8 @@ static void test_params_init(void)
   CHECK_EQ_INT(p.send_hwm, 0);
   CHECK_EQ_INT(p.max_queue_events, 0);
   CHECK_EQ_INT(p.max_batch_events, 0);
+  CHECK_EQ_INT(p.format, PKV_EVENT_FORMAT_MAP);
+  CHECK_EQ_INT(p.reserved0, 0);
   CHECK_STATUS(pkv_event_publisher_params_init(NULL, sizeof p), PKV_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(pkv_event_publisher_params_init(&p, 8), PKV_ERR_INVALID_ARGUMENT);
 }
@@ -69,8 +73,45 @@ static void test_bad_params(void)
   p.max_queue_events = (1u << 26) + 1;
   CHECK_STATUS(create(&p, 16, 0, &e), PKV_ERR_INVALID_ARGUMENT);
   p.max_queue_events = 0;
+  p.format = PKV_EVENT_FORMAT_ARRAY + 1;
+  CHECK_STATUS(create(&p, 16, 0, &e), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "event_publisher->format 2") != NULL);
+  CHECK(strstr(pkv_last_error(), "PKV_EVENT_FORMAT_MAP") != NULL);
+  CHECK(e == NULL);
+  p.format = PKV_EVENT_FORMAT_MAP;
+  p.reserved0 = 1;
+  CHECK_STATUS(create(&p, 16, 0, &e), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "reserved0") != NULL);
+  p.reserved0 = 0;
   p.struct_size = 8;
   CHECK_STATUS(create(&p, 16, 0, &e), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "struct_size") != NULL);
+}
+
+/* A caller built against 0.3 (its struct ends before format) gets the default, MAP, whatever
+ * lies past its struct; a struct that ends inside the 0.3 fields is refused. */
+static void test_old_caller(void)
+{
+  struct {
+    pkv_event_publisher_params p;
+    uint32_t garbage[4];
+  } in;
+  memset(&in, 0xff, sizeof in);
+  pkv_event_publisher_params_init(&in.p, sizeof in.p);
+  in.p.struct_size = (uint32_t)offsetof(pkv_event_publisher_params, format);
+  in.p.format = 7;
+  in.p.reserved0 = 7;
+  in.p.endpoint = "tcp://127.0.0.1:*";
+  pkv_engine *e;
+  if (!CHECK_OK(create(&in.p, 16, 0, &e)))
+    return;
+  pkv_engine_params got;
+  pkv_engine_params_init(&got, sizeof got);
+  CHECK_OK(pkv_engine_params_get(e, &got));
+  CHECK(got.event_publisher != NULL && got.event_publisher->format == PKV_EVENT_FORMAT_MAP);
+  pkv_engine_destroy(e);
+  in.p.struct_size = (uint32_t)offsetof(pkv_event_publisher_params, format) - 8;
+  CHECK_STATUS(create(&in.p, 16, 0, &e), PKV_ERR_INVALID_ARGUMENT);
   CHECK(strstr(pkv_last_error(), "struct_size") != NULL);
 }
 
@@ -262,6 +303,7 @@ int main(void)
   TU_RUN(test_bad_params);
   if (publisher_built()) {
     TU_RUN(test_bind_errors);
+    TU_RUN(test_old_caller);
     TU_RUN(test_info_calls);
     TU_RUN(test_everything_published);
     TU_RUN(test_overflow);

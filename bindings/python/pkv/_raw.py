@@ -81,6 +81,8 @@ PKV_EVENT_BLOCK_STORED = 1
 PKV_EVENT_BLOCK_REMOVED = 2
 PKV_EVENT_ALL_CLEARED = 3
 PKV_EVENT_OVERFLOW = 4
+PKV_EVENT_FORMAT_MAP = 0
+PKV_EVENT_FORMAT_ARRAY = 1
 PKV_STORE_LIST_KEYS_ONLY = 1
 PKV_STORE_VALUE_UNREAD = 0
 PKV_STORE_VALUE_GOOD = 1
@@ -181,6 +183,8 @@ class pkv_event_publisher_params(_c.Structure):
         ('send_hwm', _c.c_uint32),
         ('max_queue_events', _c.c_uint32),
         ('max_batch_events', _c.c_uint32),
+        ('format', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
     ]
 
 
@@ -476,7 +480,7 @@ SIZES = {
     'pkv_store_key': 32,
     'pkv_store_callbacks': 40,
     'pkv_store_params': 112,
-    'pkv_event_publisher_params': 48,
+    'pkv_event_publisher_params': 56,
     'pkv_engine_params': 208,
     'pkv_kv_budget': 184,
     'pkv_stats': 320,
