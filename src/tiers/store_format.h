@@ -34,7 +34,7 @@ struct StoreShape {
   std::vector<float> kv_scales;  // fp8: K's then V's (MLA: K's), [layers][kv heads] each; else empty
   uint32_t tensors = 2;          // 2 (K, V) or 1 (the MLA latent: K alone)
   uint32_t kv_lora_rank = 0;     // MLA: the latent's compressed part
-  std::string model_id;          // pkv_store_params.model_id, "" for none
+  std::string model_id = "";     // pkv_store_params.model_id, "" for none
 
   uint64_t payload_bytes() const { return tensors * uint64_t(num_layers) * block_bytes; }
   uint64_t value_bytes() const;  // header + tokens + payload

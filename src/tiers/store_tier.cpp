@@ -164,7 +164,7 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, 
     std::string why;
     if (found[good] == kStoreWrongSize)
       why = held[good] == 0 ? "an empty value, a block is " + std::to_string(vb) + " bytes"
-                            : std::to_string(held[good]) + " bytes, a block is " + std::to_string(vb) +
+                            : std::to_string(held[good]) + " bytes, a block is " + std::to_string(vb) + " bytes" +
                                   (held[good] < vb ? " (truncated)" : " (padded)");
     else if (found[good] == kStoreNotAValue)
       why = "not a value (a FIFO, device or directory in a block file's place, or another Redis type)";

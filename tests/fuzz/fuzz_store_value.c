@@ -45,13 +45,13 @@ static void make_dir(void)
   atexit(remove_dir);
 }
 
-/* Writes the value as <dir>/<hh>/<key hex>.blk, the key from header bytes 80 .. 111 (zeros when
+/* Writes the value as <dir>/<hh>/<key hex>.blk, the key from header bytes 48 .. 79 (zeros when
  * shorter), size bytes long. */
 static void write_block(const uint8_t *value, size_t n, uint64_t size)
 {
   uint8_t key[32] = {0};
-  for (size_t i = 0; i < 32 && 80 + i < n; i++)
-    key[i] = value[80 + i];
+  for (size_t i = 0; i < 32 && 48 + i < n; i++)
+    key[i] = value[48 + i];
   char hex[65];
   for (int i = 0; i < 32; i++)
     snprintf(hex + 2 * i, 3, "%02x", key[i]);
