@@ -361,20 +361,26 @@ void BlockManager::truncate(SeqTables &tables, const std::string &salt, const in
   if (!revive.empty()) {
     check_space(needed, "taking back the blocks of the window");
     make_room(pending_copies_, 2 * revive.size());  // a load, an offload per eviction
-    for (const Revive &r : revive)  // held first, so no pop below evicts one
+    // Held first, so no pop below evicts one: pool copies, and host copies to load (a pop's
+    // offload may otherwise take the host block before its load is queued), as reserve() does.
+    // (No load happens here today: windows and a host tier are refused together.)
+    for (const Revive &r : revive) {
       if (r.block >= 0) add_ref(r.block);
+      else host_.add_ref(tree_.host(r.node));
+    }
     for (const Revive &r : revive) {
       int32_t block = r.block;
       if (block < 0) {
         block = pop_free();
         pending_copies_.push_back({tree_.host(r.node), block, PKV_COPY_LOAD});
-        host_.touch(tree_.host(r.node));  // a use, as a load on admission is
         pool_.set_node(block, r.node);
         tree_.add_copy(r.node, block);
         stats_.num_loaded_blocks++;
       }
       tables[r.group].ids[r.index] = block;
     }
+    for (const Revive &r : revive)  // back to the host tier's LRU, as its newest: a use
+      if (r.block < 0) host_.drop_ref(tree_.host(r.node));
   }
   for (BlockTable &t : tables) truncate_group(t, keep, taken);
 }
