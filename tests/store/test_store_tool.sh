@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_store_tool.sh PKV_TOOL STORE_FILL - `pkv store stats|ls|verify|clear` on a directory that
 # an engine filled (store_fill: 6 blocks): counts, listings (text, JSON, --keys-only, --limit),
-# a damaged block found by verify (exit 1) and removed by --remove-bad, clear refused without
+# a damaged block found by verify (exit 1) and removed by --remove-bad, a crafted value whose
+# header sizes wrap (bad, no crash), clear refused without
 # --yes then done; usage errors exit 2 and a store that cannot be opened exits 1, each with a
 # message. Then the same on a redis-server of the test's own, when one is installed.
 set -u
@@ -101,6 +102,17 @@ damage() { # flips a byte near the end of the block's file
   printf 'X' | dd of="$f" bs=1 seek=$((size - 3)) conv=notrunc 2>/dev/null
 }
 run_store_checks "dir" --dir "$dir"
+
+# The value of issue 26 whose header sizes wrap 64 bits (2^30 tokens): ls and verify call it bad
+# and say why (they read 4 GiB past it: SIGSEGV). The fuzz regression input is a mode byte, then
+# the value.
+crafted=$(dirname "$0")/../fuzz/regressions/store_value/wrapping-sizes-checksum-read-4gib-past
+mkdir -p "$dir/ab"
+tail -c +2 "$crafted" >"$dir/ab/ab$(printf '%062d' 0).blk"
+expect 1 "dir: verify a value whose sizes wrap" store verify --dir "$dir" &&
+  says out "1073741824 tokens" "dir: verify says the token count"
+expect 0 "dir: ls it" store ls --dir "$dir" && lines " bad +a block of 1073741824 tokens" 1 "dir: ls bad line"
+rm -rf "$dir/ab"
 
 # Usage errors (exit 2) and stores that cannot be opened (exit 1).
 expect 2 "no subcommand" store
