@@ -3,7 +3,8 @@
 # (tests/install/install_test.sh describes the contract). As README.md tells a user: a venv of
 # Debian's Python, `pip install` of this directory (offline: the in-tree backend needs nothing),
 # then the example, copied into a new project outside the repository, run with the installed
-# package against the library in PREFIX, found through LD_LIBRARY_PATH or PKV_LIBRARY.
+# package against the library in PREFIX, found through LD_LIBRARY_PATH or PKV_LIBRARY; then
+# examples/serve.py (the scheduler, a FILE store and StoreAdmin) the same way.
 #
 # Usage: install_test.sh PREFIX WORKDIR   (env: PKG_CONFIG_PATH at PREFIX, PKV_INSTALL_DEMO_OUTPUT)
 # Exit 0 pass, 77 when Debian's python3 or its venv module (python3-venv) is missing, else fail.
@@ -67,3 +68,10 @@ print(pkv.__file__, pkv.__version__, sorted({p for p in maps if "/libpkv.so" in 
   [ "$version" = "$(pkg-config --modversion pkv)" ] || fail "pkv.__version__ $version is not the library's"
   echo "with $how: $package $version, $library: the C demo's output"
 done
+
+# the serving example: the scheduler, a FILE store and its administration (StoreAdmin), installed
+cp "$here/examples/serve.py" "$work/app/serve.py"
+PKV_LIBRARY="$libdir/$soname" "$venv/bin/python" serve.py "$work/app/store" > serve.txt ||
+  fail "examples/serve.py failed against the installed library"
+grep -qx "verify: 4 good, 0 bad" serve.txt || { cat serve.txt >&2; fail "serve.py: not 4 good blocks"; }
+echo "serve.py: $(tail -n 1 serve.txt)"
