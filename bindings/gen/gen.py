@@ -513,6 +513,8 @@ GO_ENUMS = {
     'PKV_STORE_VALUE_UNREAD': ('StoreValueState', 'uint32', 'PKV_STORE_VALUE_', 'StoreValue',
                                'what reading a listed value found (StoreEntry.State)'),
     'PKV_EVENT_BLOCK_STORED': ('EventType', 'uint32', 'PKV_EVENT_', 'Event', 'a KV event\'s type'),
+    'PKV_DEBUG_CONSTANT_HASH': ('DebugFlags', 'uint32', 'PKV_DEBUG_', 'Debug',
+                                'bits of EngineParams.DebugFlags, for tests of pkv itself'),
     'PKV_KV_LAYOUT_HEADS': ('KVLayout', 'uint32', 'PKV_KV_LAYOUT_', 'KVLayout',
                             'what the cache holds per token per layer (kv heads\' K and V, or an MLA latent)'),
 }
@@ -520,7 +522,7 @@ GO_ENUMS = {
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_tier': 'Tier', 'medium': 'Tier', 'finish_reason': 'FinishReason',
                    'preemption_mode': 'PreemptionMode', 'source': 'BudgetSource', 'type': 'EventType',
-                   'kv_layout': 'KVLayout'}
+                   'kv_layout': 'KVLayout', 'debug_flags': 'DebugFlags'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
                   'in_batch', 'is_request'}

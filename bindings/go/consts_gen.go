@@ -88,8 +88,11 @@ const (
 	BudgetFixedBlocks     BudgetSource = 2
 )
 
+// DebugFlags is bits of EngineParams.DebugFlags, for tests of pkv itself: pkv.h's PKV_DEBUG_*.
+type DebugFlags uint32
+
 const (
-	DebugConstantHash = 1
+	DebugConstantHash DebugFlags = 1
 )
 
 // FinishReason is why a request finished: pkv.h's PKV_FINISH_*.
@@ -227,6 +230,15 @@ func (v DType) String() string {
 		return "DTYPE_FP8_E5M2"
 	}
 	return unknown("DType", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "DEBUG_CONSTANT_HASH".
+func (v DebugFlags) String() string {
+	switch v {
+	case DebugConstantHash:
+		return "DEBUG_CONSTANT_HASH"
+	}
+	return unknown("DebugFlags", int64(v))
 }
 
 // String is the C name without PKV_, e.g. "DEVICE_AUTO".

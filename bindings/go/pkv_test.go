@@ -356,6 +356,21 @@ func TestGoTypes(t *testing.T) {
 	if s := fmt.Sprint(pkv.DTypeBF16, " ", pkv.DeviceCPU, " ", pkv.TierHost, " ", pkv.DType(42)); s != "DTYPE_BF16 DEVICE_CPU TIER_HOST DType(42)" {
 		t.Fatalf("names %q", s)
 	}
+	if s := fmt.Sprint(pkv.StoreValueBad, " ", pkv.DebugConstantHash); s != "STORE_VALUE_BAD DEBUG_CONSTANT_HASH" {
+		t.Fatalf("names %q", s)
+	}
+	// A flag of the typed DebugFlags reaches pkv: constant hashes still serve exact prefixes.
+	d := smallParams(t)
+	d.DebugFlags = pkv.DebugConstantHash
+	de := newEngine(t, d)
+	runStep(t, de, must(de.Allocate([]int32{1, 2, 3, 4, 5}, nil)))
+	if hit := must(de.Allocate([]int32{1, 2, 3, 4, 9}, nil)); hit.NumCachedTokens != 4 ||
+		de.Params().DebugFlags != pkv.DebugConstantHash {
+		t.Fatalf("cached %d, flags %v", hit.NumCachedTokens, de.Params().DebugFlags)
+	}
+	d.DebugFlags = 2
+	_, err := pkv.NewEngine(d)
+	expectStatus(t, err, pkv.ErrInvalidArgument)
 	p.NumLayers, p.NumQHeads, p.NumKVHeads, p.HeadDim = 2, 4, 2, 16
 	p.DType, p.Device, p.NumBlocks, p.EnablePrefixCaching = pkv.DTypeF16, pkv.DeviceCPU, 8, false
 	e := newEngine(t, p)

@@ -23,7 +23,7 @@ type EngineParams struct {
 	Device              Device
 	DeviceID            int32
 	NumThreads          uint32
-	DebugFlags          uint32
+	DebugFlags          DebugFlags
 	MemoryUtilization   float64
 	KVCacheBytes        uint64
 	MemoryTotalBytes    uint64
@@ -66,7 +66,7 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.Device = int32(p.Device)
 	c.DeviceID = p.DeviceID
 	c.NumThreads = p.NumThreads
-	c.DebugFlags = p.DebugFlags
+	c.DebugFlags = uint32(p.DebugFlags)
 	c.MemoryUtilization = p.MemoryUtilization
 	c.KVCacheBytes = p.KVCacheBytes
 	c.MemoryTotalBytes = p.MemoryTotalBytes
@@ -105,7 +105,7 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.Device = Device(c.Device)
 	p.DeviceID = c.DeviceID
 	p.NumThreads = c.NumThreads
-	p.DebugFlags = c.DebugFlags
+	p.DebugFlags = DebugFlags(c.DebugFlags)
 	p.MemoryUtilization = c.MemoryUtilization
 	p.KVCacheBytes = c.KVCacheBytes
 	p.MemoryTotalBytes = c.MemoryTotalBytes
