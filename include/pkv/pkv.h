@@ -197,15 +197,22 @@ typedef struct pkv_store_params {
   uint32_t struct_size;
   uint32_t kind;                  /* PKV_STORE_*; NONE: no store, as a NULL store. default NONE */
   uint32_t write_mode;            /* PKV_STORE_WRITE_*. default WRITE_THROUGH */
-  uint32_t lookup_timeout_ms;     /* how long pkv_allocate / pkv_resume wait for the store, >= 1.
-                                     default 200 */
+  uint32_t lookup_timeout_ms;     /* how long pkv_allocate / pkv_resume wait for the store, >= 1
+                                     (a FILE store stops between blocks when it has passed; block
+                                     files are opened without blocking, so a FIFO or device in a
+                                     block's place is a rejected value, never a hang). A submitted
+                                     request's lookup runs on pkv's fetcher thread, which makes
+                                     and keeps its own connection: pkv_step never waits on it while
+                                     other requests can run. default 200 */
   uint32_t write_queue_blocks;    /* blocks waiting for the writer thread, 1 .. 2^20; a block that
                                      finds the queue full is dropped and counted. default 256 */
   uint32_t reserved0;             /* must be 0 */
   /* FILE */
   const char *path;               /* the directory (made if missing); required */
-  uint64_t max_bytes;             /* size cap of the directory's blocks; the least recently used
-                                     go first. 0 = none. default 0 */
+  uint64_t max_bytes;             /* size cap of the directory's blocks, whichever engines and
+                                     processes write them (every writable store keeps a usage
+                                     record, <path>/.pkv-usage, under flock; DESIGN.md §11); the
+                                     least recently used go first. 0 = none. default 0 */
   /* REDIS (or Valkey) */
   const char *host;               /* default "127.0.0.1" (NULL) */
   uint32_t port;                  /* 1 .. 65535. default 6379 */
@@ -1104,9 +1111,10 @@ typedef struct pkv_store_entry {
  * next call: 0 when the listing is complete (a page may hold fewer than cap entries, even none,
  * before that). A nonzero cursor is valid only as the last one this handle returned (one listing
  * per handle at a time; another value: PKV_ERR_INVALID_ARGUMENT); a cursor of 0 starts over.
- * Unless flags has PKV_STORE_LIST_KEYS_ONLY, each listed value is read whole and checked (state,
+ * Unless flags has PKV_STORE_LIST_KEYS_ONLY, each listed value is read and checked (state,
  * problem; values gone before they were read are left out); memory stays bounded however large
- * cap or the values are. A block held throughout a listing is listed at least once (a Redis
+ * cap or the values are (a value over 16 MiB is read a piece at a time: its header first, which
+ * alone refuses a value not of its declared size; every declared size is checked for overflow). A block held throughout a listing is listed at least once (a Redis
  * listing may list one twice). entry_size: sizeof(pkv_store_entry) as the caller sees it, at
  * least this header's and a multiple of 8; bytes past the fields pkv knows are zeroed. cap >= 1.
  * A failed call changes nothing: *cursor, *out_len and the listing stay as they were. */
