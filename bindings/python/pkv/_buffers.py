@@ -76,8 +76,7 @@ _DTYPES = {_raw.PKV_DTYPE_F32: ('f32', 4, ('f',)),
            _raw.PKV_DTYPE_BF16: ('bf16', 2, ('H',))}
 _BYTES = ('B', 'b', 'c')
 _FORMAT_NAMES = {'f': 'float32', 'd': 'float64', 'e': 'float16', 'H': 'uint16', 'h': 'int16',
-                 'i': 'int32', 'I': 'uint32', 'l': 'int64', 'L': 'uint64', 'q': 'int64',
-                 'Q': 'uint64', '?': 'bool'}
+                 'i': 'int32', 'I': 'uint32', 'q': 'int64', 'Q': 'uint64', '?': 'bool'}
 _TAKES = {'f32': 'float32 elements (array(\'f\'), numpy float32)',
           'f16': 'float16 elements (numpy float16) or their bits as uint16 (array(\'H\'))',
           'bf16': 'bf16 values as their uint16 bits (array(\'H\'), numpy uint16)'}
