@@ -513,6 +513,8 @@ GO_ENUMS = {
     'PKV_STORE_VALUE_UNREAD': ('StoreValueState', 'uint32', 'PKV_STORE_VALUE_', 'StoreValue',
                                'what reading a listed value found (StoreEntry.State)'),
     'PKV_EVENT_BLOCK_STORED': ('EventType', 'uint32', 'PKV_EVENT_', 'Event', 'a KV event\'s type'),
+    'PKV_EVENT_FORMAT_MAP': ('EventFormat', 'uint32', 'PKV_EVENT_FORMAT_', 'EventFormat',
+                             'how KV events are encoded on the wire (EventPublisherParams.Format)'),
     'PKV_DEBUG_CONSTANT_HASH': ('DebugFlags', 'uint32', 'PKV_DEBUG_', 'Debug',
                                 'bits of EngineParams.DebugFlags, for tests of pkv itself'),
     'PKV_KV_LAYOUT_HEADS': ('KVLayout', 'uint32', 'PKV_KV_LAYOUT_', 'KVLayout',

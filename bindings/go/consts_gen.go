@@ -163,9 +163,12 @@ const (
 	EventOverflow     EventType = 4
 )
 
+// EventFormat is how KV events are encoded on the wire (EventPublisherParams.Format): pkv.h's PKV_EVENT_FORMAT_*.
+type EventFormat uint32
+
 const (
-	EventFormatMap   = 0
-	EventFormatArray = 1
+	EventFormatMap   EventFormat = 0
+	EventFormatArray EventFormat = 1
 )
 
 const (
@@ -252,6 +255,17 @@ func (v Device) String() string {
 		return "DEVICE_CUDA"
 	}
 	return unknown("Device", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "EVENT_FORMAT_MAP".
+func (v EventFormat) String() string {
+	switch v {
+	case EventFormatMap:
+		return "EVENT_FORMAT_MAP"
+	case EventFormatArray:
+		return "EVENT_FORMAT_ARRAY"
+	}
+	return unknown("EventFormat", int64(v))
 }
 
 // String is the C name without PKV_, e.g. "EVENT_BLOCK_STORED".

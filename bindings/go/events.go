@@ -30,6 +30,10 @@ type EventPublisherParams struct {
 	// MaxQueueEvents are the events waiting for the publishing thread, at most (0:
 	// DefaultEventQueueEvents); MaxBatchEvents the events of one batch (0: DefaultEventBatchEvents).
 	MaxQueueEvents, MaxBatchEvents uint32
+	// Format is how batches are encoded (pkv 0.4): EventFormatMap, msgpack maps with named
+	// fields (vLLM 0.26 and later; the default), or EventFormatArray, the positional arrays of
+	// vLLM before 0.26. Both carry every field; pkv.h lists them.
+	Format EventFormat
 }
 
 // toC builds the C parameters in m, from pkv's defaults (pkv_event_publisher_params_init) with
@@ -46,7 +50,7 @@ func (pp *EventPublisherParams) toC(m *cMem) (*C.pkv_event_publisher_params, err
 	c.ReplayEndpoint = uintptr(unsafe.Pointer(m.cString(pp.ReplayEndpoint)))
 	c.Topic = uintptr(unsafe.Pointer(m.cString(pp.Topic)))
 	c.DataParallelRank, c.ReplayBufferBatches, c.SendHWM = pp.DataParallelRank, pp.ReplayBufferBatches, pp.SendHWM
-	c.MaxQueueEvents, c.MaxBatchEvents = pp.MaxQueueEvents, pp.MaxBatchEvents
+	c.MaxQueueEvents, c.MaxBatchEvents, c.Format = pp.MaxQueueEvents, pp.MaxBatchEvents, uint32(pp.Format)
 	return raw, nil
 }
 
@@ -54,7 +58,8 @@ func (pp *EventPublisherParams) toC(m *cMem) (*C.pkv_event_publisher_params, err
 func eventPublisherParamsOf(c *cEventPublisherParams) *EventPublisherParams {
 	return &EventPublisherParams{Endpoint: goString(c.Endpoint), ReplayEndpoint: goString(c.ReplayEndpoint),
 		Topic: goString(c.Topic), DataParallelRank: c.DataParallelRank, ReplayBufferBatches: c.ReplayBufferBatches,
-		SendHWM: c.SendHWM, MaxQueueEvents: c.MaxQueueEvents, MaxBatchEvents: c.MaxBatchEvents}
+		SendHWM: c.SendHWM, MaxQueueEvents: c.MaxQueueEvents, MaxBatchEvents: c.MaxBatchEvents,
+		Format: EventFormat(c.Format)}
 }
 
 // EventPublisherInfo is what the engine's event publisher did (pkv_event_publisher_info): its

@@ -57,6 +57,17 @@ func TestEventPublisher(t *testing.T) {
 	}
 	_, err = newEngine(t, smallParams(t)).EventPublisherInfo()
 	expectStatus(t, err, pkv.ErrState)
+	// the array format of vLLM before 0.26 on request; another format refused
+	p.EventPublisher = &pkv.EventPublisherParams{Endpoint: "tcp://127.0.0.1:*", Format: pkv.EventFormatArray}
+	if f := newEngine(t, p).Params().EventPublisher.Format; f != pkv.EventFormatArray {
+		t.Fatalf("format %v", f)
+	}
+	if pub.Format != pkv.EventFormatMap || pkv.EventFormatMap.String() != "EVENT_FORMAT_MAP" {
+		t.Fatalf("the default format %v", pub.Format)
+	}
+	p.EventPublisher.Format = 7
+	_, err = pkv.NewEngine(p)
+	expectStatus(t, err, pkv.ErrInvalidArgument)
 	p.EventPublisher = &pkv.EventPublisherParams{Endpoint: "bogus://x"}
 	_, err = pkv.NewEngine(p)
 	expectStatus(t, err, pkv.ErrEvents)
