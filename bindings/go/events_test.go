@@ -57,17 +57,6 @@ func TestEventPublisher(t *testing.T) {
 	}
 	_, err = newEngine(t, smallParams(t)).EventPublisherInfo()
 	expectStatus(t, err, pkv.ErrState)
-	// the array format of vLLM before 0.26 on request; another format refused
-	p.EventPublisher = &pkv.EventPublisherParams{Endpoint: "tcp://127.0.0.1:*", Format: pkv.EventFormatArray}
-	if f := newEngine(t, p).Params().EventPublisher.Format; f != pkv.EventFormatArray {
-		t.Fatalf("format %v", f)
-	}
-	if pub.Format != pkv.EventFormatMap || pkv.EventFormatMap.String() != "EVENT_FORMAT_MAP" {
-		t.Fatalf("the default format %v", pub.Format)
-	}
-	p.EventPublisher.Format = 7
-	_, err = pkv.NewEngine(p)
-	expectStatus(t, err, pkv.ErrInvalidArgument)
 	p.EventPublisher = &pkv.EventPublisherParams{Endpoint: "bogus://x"}
 	_, err = pkv.NewEngine(p)
 	expectStatus(t, err, pkv.ErrEvents)
@@ -76,4 +65,21 @@ func TestEventPublisher(t *testing.T) {
 	if err == nil {
 		t.Fatal("no endpoint: created")
 	}
+}
+
+// The wire format (pkv 0.4): vLLM's current maps by default, the arrays of vLLM before 0.26 on
+// request, another value refused.
+func TestEventFormat(t *testing.T) {
+	p := smallParams(t)
+	p.EventPublisher = &pkv.EventPublisherParams{Endpoint: "tcp://127.0.0.1:*"}
+	if f := newEngine(t, p).Params().EventPublisher.Format; f != pkv.EventFormatMap || f.String() != "EVENT_FORMAT_MAP" {
+		t.Fatalf("the default format %v", f)
+	}
+	p.EventPublisher.Format = pkv.EventFormatArray
+	if f := newEngine(t, p).Params().EventPublisher.Format; f != pkv.EventFormatArray {
+		t.Fatalf("format %v", f)
+	}
+	p.EventPublisher.Format = 7
+	_, err := pkv.NewEngine(p)
+	expectStatus(t, err, pkv.ErrInvalidArgument)
 }
