@@ -82,3 +82,21 @@ func TestAttentionRefusesShortSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An MLA engine's widths: q [tokens][q heads][W], the latents [tokens][W], out
+// [tokens][q heads][kv_lora_rank], with W = kv_lora_rank + qk_rope_head_dim.
+func TestAttentionChecksMLAWidths(t *testing.T) {
+	e := newEngine(t, mlaParams(t))
+	b := must(e.BeginBatch([]*pkv.Sequence{must(e.Allocate([]int32{1, 2}, nil))}, nil))
+	defer b.Abort()
+	q, latents := make([]float32, 2*mlaQHeads*mlaWidth), make([]float32, 2*mlaWidth)
+	out := make([]float32, 2*mlaQHeads*mlaLatent)
+	expectRefusal(t, b.Attention(0, q, latents[:mlaWidth], nil, out), "k holds 32", "needs 64",
+		"[2 tokens][latent width 32]")
+	expectRefusal(t, b.Attention(0, q, latents, nil, out[:len(out)-1]), "out holds 127", "needs 128",
+		"[2 tokens][4 q heads per rank][kv_lora_rank 16]")
+	expectRefusal(t, b.Attention(0, q, latents, latents, out), "no V", "pass v nil")
+	if err := b.Attention(0, q, latents, nil, out); err != nil {
+		t.Fatal(err)
+	}
+}
