@@ -61,6 +61,15 @@ func TestStoreAdminListsWhatAnEngineWrote(t *testing.T) {
 	if len(parents) != 1 {
 		t.Fatalf("the blocks do not chain from one root: %v", parents)
 	}
+	// In pages of one and of two: the same entries, whatever the pages.
+	for _, page := range []int{1, 2} {
+		old := pkv.SetStoreListPage(page)
+		paged := must(a.List().All())
+		pkv.SetStoreListPage(old)
+		if !sameEntries(paged, entries) {
+			t.Fatalf("pages of %d: %+v", page, paged)
+		}
+	}
 	keys := must(a.ListKeys().All())
 	if len(keys) != 3 || keys[0].State != pkv.StoreValueUnread || keys[0].NumTokens != 0 {
 		t.Fatalf("keys only: %+v", keys)
@@ -166,4 +175,21 @@ func TestStoreAdminHandleErrors(t *testing.T) {
 	if !errors.Is(err, pkv.ErrStore) || !strings.Contains(err.Error(), "none") {
 		t.Fatalf("a missing directory: %v", err)
 	}
+}
+
+// sameEntries: the same entries, in any order.
+func sameEntries(a, b []pkv.StoreEntry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[pkv.StoreKey]pkv.StoreEntry{}
+	for _, e := range a {
+		seen[e.Key] = e
+	}
+	for _, e := range b {
+		if got, ok := seen[e.Key]; !ok || got != e {
+			return false
+		}
+	}
+	return true
 }

@@ -8,8 +8,9 @@ import "C"
 import "unsafe"
 
 // storeListPage is how many entries one pkv_store_list call returns at most (each is read and
-// checked whole unless keys only; pkv's memory stays bounded whatever the page).
-const storeListPage = 64
+// checked whole unless keys only; pkv's memory stays bounded whatever the page). A variable for
+// the tests' sake (export_test.go), which list in pages of one.
+var storeListPage = 64
 
 // StoreLister iterates over a listing, as bufio.Scanner does over lines:
 //
