@@ -524,7 +524,8 @@ GO_ENUMS = {
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_tier': 'Tier', 'medium': 'Tier', 'finish_reason': 'FinishReason',
                    'preemption_mode': 'PreemptionMode', 'source': 'BudgetSource', 'type': 'EventType',
-                   'kv_layout': 'KVLayout', 'debug_flags': 'DebugFlags'}
+                   'kv_layout': 'KVLayout', 'debug_flags': 'DebugFlags', 'kind': 'StoreKind',
+                   'state': 'StoreValueState'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
                   'in_batch', 'is_request'}
@@ -555,6 +556,15 @@ GO_API_STRUCTS = {
     'pkv_event_publisher_info': ('out', {}, [], 'EventPublisherInfo is what an engine\'s event\n'
                                  'publisher did (pkv_event_publisher_info): its endpoints as bound,\n'
                                  'and its counters.'),
+    'pkv_store_info': ('out', {}, [], 'StoreInfo is what a store holds (pkv_store_info): Kind StoreFile or\n'
+                       'StoreRedis, NumBlocks values under block names, TotalBytes their sizes.'),
+    'pkv_store_entry': ('out', {}, [], 'StoreEntry is one block of a listing (pkv_store_entry): its key and\n'
+                        'size; NumTokens, PayloadBytes, Parent and Fingerprint are read from the\n'
+                        'value\'s header when State is StoreValueGood only; Problem says why a\n'
+                        'StoreValueBad value is bad.'),
+    'pkv_store_verify_result': ('out', {}, [], 'StoreVerifyResult counts what StoreAdmin.Verify read\n'
+                                '(pkv_store_verify_result); FirstBadKey and FirstBadProblem name the\n'
+                                'first bad value met.'),
 }
 # Raw structs that are API as they are (no Go twin): their Go name is public.
 GO_RAW_PUBLIC = {'pkv_store_key'}
@@ -665,8 +675,10 @@ def go_field_type(t):  # a function pointer is a uintptr too: a C function's add
 
 
 def go_api_fields(name, fields):
-    """(C field, Go field, Go type, conversion kind) of an API struct: kind is 'plain', 'typed',
-    'bool', 'string' (a char * read with goString), 'address' (a pointer as uintptr) or 'hand'."""
+    """(C field, Go field, Go type, conversion kind) of an API struct: kind is 'plain' (also a
+    byte array, or a public raw struct such as StoreKey), 'typed', 'bool', 'string' (a char *
+    read with goString), 'chars' (a char array's NUL-terminated text), 'address' (a pointer as
+    uintptr) or 'hand'."""
     _, hand, _, _ = GO_API_STRUCTS[name]
     out = []
     for f, t in fields:
@@ -677,9 +689,15 @@ def go_api_fields(name, fields):
                 out.append((f, hand[f][0], hand[f][1], 'hand'))
             continue
         g = go_ident(f)
-        if t.proto or t.length or t.record:
+        if t.length and not t.depth and t.base == 'char':
+            out.append((f, g, 'string', 'chars'))
+        elif t.length and not t.depth and t.base == 'uint8_t':
+            out.append((f, g, go_field_type(t), 'plain'))
+        elif t.record and not t.depth and not t.length and t.base in GO_RAW_PUBLIC:
+            out.append((f, g, go_raw_name(t.base), 'plain'))
+        elif t.proto or t.length or t.record:
             sys.exit('gen.py: %s.%s: no Go API form' % (name, f))
-        if t.depth:
+        elif t.depth:
             if t.base == 'char' and t.depth == 1:
                 out.append((f, g, 'string', 'string'))
             else:
@@ -737,7 +755,8 @@ def gen_go_types(h):
                 o += {'plain': ['\tp.%s = c.%s' % (gf, cf)], 'address': ['\tp.%s = c.%s' % (gf, cf)],
                       'typed': ['\tp.%s = %s(c.%s)' % (gf, gt, cf)],
                       'bool': ['\tp.%s = c.%s != 0' % (gf, cf)],
-                      'string': ['\tp.%s = goString(c.%s)' % (gf, cf)], 'hand': []}[kind]
+                      'string': ['\tp.%s = goString(c.%s)' % (gf, cf)],
+                      'chars': ['\tp.%s = cText(c.%s[:])' % (gf, cf)], 'hand': []}[kind]
             o += ['}', '']
     return '\n'.join(o)
 

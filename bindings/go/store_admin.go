@@ -24,38 +24,6 @@ type StoreAdmin struct {
 	listing *StoreLister // the listing whose cursor the handle holds (one at a time)
 }
 
-// StoreInfo is what a store holds (pkv_store_info): Kind StoreFile or StoreRedis, NumBlocks
-// values under block names and TotalBytes their sizes added up.
-type StoreInfo struct {
-	Kind       StoreKind
-	NumBlocks  uint64
-	TotalBytes uint64
-}
-
-// StoreEntry is one block of a listing (pkv_store_entry). NumTokens, PayloadBytes, Parent and
-// Fingerprint are read from the value's header: set when State is StoreValueGood only. Problem
-// says why a StoreValueBad value is bad ("" otherwise).
-type StoreEntry struct {
-	Key          StoreKey
-	ValueBytes   uint64          // the value's size as listed
-	State        StoreValueState // StoreValueUnread (ListKeys), StoreValueGood or StoreValueBad
-	NumTokens    uint32          // the block's tokens
-	PayloadBytes uint64          // K and V of every layer
-	Parent       StoreKey        // the parent block's key, or the root of its salt and model
-	Fingerprint  [32]byte        // the model's KV-shape fingerprint
-	Problem      string
-}
-
-// StoreVerifyResult counts what Verify read (pkv_store_verify_result): NumBlocks values, of
-// which NumGood and NumBad (NumRemoved of them removed); NumGone were listed, then gone or
-// resized before they were read. FirstBadKey and FirstBadProblem name the first bad value met.
-type StoreVerifyResult struct {
-	NumBlocks, NumGood, NumBad, NumRemoved, NumGone uint64
-	GoodBytes, BadBytes                             uint64
-	FirstBadKey                                     StoreKey
-	FirstBadProblem                                 string
-}
-
 // OpenStore opens the store sc describes (its Kind StoreFile, with Path an existing directory,
 // or StoreRedis; the fields of the write path do not apply). WriteMode StoreReadOnly opens it
 // for reading only: Verify's removals and Clear are then refused with ErrState. ErrStore: the
@@ -111,26 +79,27 @@ func (a *StoreAdmin) call(fn func(*C.pkv_store) C.pkv_status) error {
 
 // Info counts the blocks and their bytes (pkv_store_info); no value is read.
 func (a *StoreAdmin) Info() (StoreInfo, error) {
+	var info StoreInfo
 	raw := cStoreInfo{StructSize: uint32(unsafe.Sizeof(cStoreInfo{}))}
 	err := a.call(func(s *C.pkv_store) C.pkv_status {
 		return C.pkv_store_info(s, (*C.struct_pkv_store_info)(unsafe.Pointer(&raw)))
 	})
-	return StoreInfo{Kind: StoreKind(raw.Kind), NumBlocks: raw.NumBlocks, TotalBytes: raw.TotalBytes}, err
+	info.fromC(&raw)
+	return info, err
 }
 
 // Verify reads every value and checks it as List does (pkv_store_verify); with removeBad each
 // bad value is removed as it is found (ErrState on a handle opened StoreReadOnly). A failure part
 // way (ErrStore: the server gone) returns the counts up to it, and keeps what was removed.
 func (a *StoreAdmin) Verify(removeBad bool) (StoreVerifyResult, error) {
+	var res StoreVerifyResult
 	raw := cStoreVerifyResult{StructSize: uint32(unsafe.Sizeof(cStoreVerifyResult{}))}
 	err := a.call(func(s *C.pkv_store) C.pkv_status {
 		return C.pkv_store_verify(s, C.uint32_t(boolU32(removeBad)),
 			(*C.pkv_store_verify_result)(unsafe.Pointer(&raw)))
 	})
-	return StoreVerifyResult{NumBlocks: raw.NumBlocks, NumGood: raw.NumGood, NumBad: raw.NumBad,
-		NumRemoved: raw.NumRemoved, NumGone: raw.NumGone, GoodBytes: raw.GoodBytes,
-		BadBytes: raw.BadBytes, FirstBadKey: raw.FirstBadKey,
-		FirstBadProblem: cText(raw.FirstBadProblem[:])}, err
+	res.fromC(&raw)
+	return res, err
 }
 
 // Clear removes every block of the store (pkv_store_clear; other files, or keys outside the

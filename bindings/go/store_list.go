@@ -65,7 +65,7 @@ func (l *StoreLister) Next() bool {
 	if l.err != nil {
 		return false
 	}
-	l.entry = storeEntryOf(&l.page[l.i])
+	l.entry.fromC(&l.page[l.i])
 	l.i++
 	return true
 }
@@ -121,10 +121,4 @@ func (l *StoreLister) All() ([]StoreEntry, error) {
 		out = append(out, l.Entry())
 	}
 	return out, l.Err()
-}
-
-func storeEntryOf(c *cStoreEntry) StoreEntry {
-	return StoreEntry{Key: c.Key, ValueBytes: c.ValueBytes, State: StoreValueState(c.State),
-		NumTokens: c.NumTokens, PayloadBytes: c.PayloadBytes, Parent: c.Parent,
-		Fingerprint: c.Fingerprint, Problem: cText(c.Problem[:])}
 }

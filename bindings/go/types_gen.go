@@ -483,3 +483,71 @@ func (p *PoolInfo) fromC(c *cPoolInfo) {
 	p.NumKVGroups = c.NumKVGroups
 	p.Kernels = goString(c.Kernels)
 }
+
+// StoreInfo is what a store holds (pkv_store_info): Kind StoreFile or StoreRedis, NumBlocks
+// values under block names, TotalBytes their sizes.
+type StoreInfo struct {
+	Kind       StoreKind
+	NumBlocks  uint64
+	TotalBytes uint64
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *StoreInfo) fromC(c *cStoreInfo) {
+	p.Kind = StoreKind(c.Kind)
+	p.NumBlocks = c.NumBlocks
+	p.TotalBytes = c.TotalBytes
+}
+
+// StoreEntry is one block of a listing (pkv_store_entry): its key and size; NumTokens,
+// PayloadBytes, Parent and Fingerprint are read from the value's header when State is
+// StoreValueGood only; Problem says why a StoreValueBad value is bad.
+type StoreEntry struct {
+	Key          StoreKey
+	ValueBytes   uint64
+	State        StoreValueState
+	NumTokens    uint32
+	PayloadBytes uint64
+	Parent       StoreKey
+	Fingerprint  [32]uint8
+	Problem      string
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *StoreEntry) fromC(c *cStoreEntry) {
+	p.Key = c.Key
+	p.ValueBytes = c.ValueBytes
+	p.State = StoreValueState(c.State)
+	p.NumTokens = c.NumTokens
+	p.PayloadBytes = c.PayloadBytes
+	p.Parent = c.Parent
+	p.Fingerprint = c.Fingerprint
+	p.Problem = cText(c.Problem[:])
+}
+
+// StoreVerifyResult counts what StoreAdmin.Verify read (pkv_store_verify_result); FirstBadKey
+// and FirstBadProblem name the first bad value met.
+type StoreVerifyResult struct {
+	NumBlocks       uint64
+	NumGood         uint64
+	NumBad          uint64
+	NumRemoved      uint64
+	NumGone         uint64
+	GoodBytes       uint64
+	BadBytes        uint64
+	FirstBadKey     StoreKey
+	FirstBadProblem string
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *StoreVerifyResult) fromC(c *cStoreVerifyResult) {
+	p.NumBlocks = c.NumBlocks
+	p.NumGood = c.NumGood
+	p.NumBad = c.NumBad
+	p.NumRemoved = c.NumRemoved
+	p.NumGone = c.NumGone
+	p.GoodBytes = c.GoodBytes
+	p.BadBytes = c.BadBytes
+	p.FirstBadKey = c.FirstBadKey
+	p.FirstBadProblem = cText(c.FirstBadProblem[:])
+}
