@@ -232,8 +232,8 @@ func attentionShapeOf(p *EngineParams, kvHeadsPerRank int) attentionShape {
 	return s
 }
 
-// check refuses slices of T that do not fit the engine: its device, its dtype, and n tokens of
-// each argument's shape.
+// checkAttention refuses slices of T that do not fit the engine: its device, its dtype, and n
+// tokens of each argument's shape.
 func checkAttention[T float32 | uint16](s *attentionShape, call string, n int, q, k, v, out []T) error {
 	if s.device != DeviceCPU {
 		return &Error{Status: StatusUnsupported, Message: fmt.Sprintf("%s: Go slices are host "+
