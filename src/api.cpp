@@ -1,14 +1,15 @@
 // Every extern "C" entry point: argument checks, the exception wall, status mapping, and the
-// registry of live batch handles. (About 540 lines by design: DESIGN.md §2 keeps every entry
-// point in this one file; the store admin's logic is in tiers/store_admin.cpp.)
+// use of batch handles (their registry is batch_handles.*). (Over 400 lines by design: DESIGN.md
+// §2 keeps every entry point in this one file; the store admin's logic is in
+// tiers/store_admin.cpp.)
 // Each call runs inside guard(): a pkv::Error becomes its status and message, std::bad_alloc
 // PKV_ERR_OUT_OF_MEMORY, anything else PKV_ERR_INTERNAL. Nothing is thrown past this file.
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
-#include <unordered_map>
 
+#include "batch_handles.h"
 #include "block_hash.h"
 #include "engine.h"
 #include "hf_config.h"
@@ -18,49 +19,13 @@
 #include "tiers/store_admin.h"
 
 using pkv::Engine;
+using pkv::batch_handles;
 
 namespace {
 
 thread_local std::string tls_error;
 
 Engine *E(pkv_engine *e) { return reinterpret_cast<Engine *>(e); }
-
-// Live batch handles. A handle is not an address but a generation number that is never given
-// twice, with the top bit set (never an address a host or a garbage collector would follow):
-// a handle used after its batch ended is refused (PKV_ERR_STATE) even when a newer batch of the
-// same engine is open. An engine has at most one live handle.
-class BatchRegistry {
- public:
-  pkv_batch *add(Engine *e) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const uintptr_t handle = (uintptr_t(1) << (sizeof(uintptr_t) * 8 - 1)) | next_generation_++;
-    live_.emplace(handle, e);
-    return reinterpret_cast<pkv_batch *>(handle);
-  }
-  Engine *find(const pkv_batch *b) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.find(reinterpret_cast<uintptr_t>(b));
-    return it == live_.end() ? nullptr : it->second;
-  }
-  void remove(const pkv_batch *b) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    live_.erase(reinterpret_cast<uintptr_t>(b));
-  }
-  void remove_engine(const Engine *e) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = live_.begin(); it != live_.end();) it = it->second == e ? live_.erase(it) : std::next(it);
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<uintptr_t, Engine *> live_;
-  uint64_t next_generation_ = 1;
-};
-
-BatchRegistry &batches() {
-  static auto *registry = new BatchRegistry();  // never destroyed: handles may be used at exit
-  return *registry;
-}
 
 // Runs f; on failure records the message for this thread and, when given, for the engine
 // (whose mutex the caller holds).
@@ -103,22 +68,46 @@ template <class F> pkv_status guard(pkv_engine *handle, F &&f) noexcept {
   return s;
 }
 
-// A call on a live batch, under its engine's lock; f may end the batch (then its handle goes).
-template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f) noexcept {
-  if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "batch is NULL"); });
-  auto ended = [] {
-    pkv::fail(PKV_ERR_STATE, "batch is not open: it was ended, committed or aborted (or never begun)");
+// The refusal of a handle that names no open batch. Its engine, while it lives, gets the
+// message too (pkv_engine_last_error), unless quiet (pkv_batch_abort ignores such handles).
+pkv_status refuse_stale(const pkv_batch *handle, bool quiet) noexcept {
+  Engine *owner = batch_handles().owner(handle);
+  auto refusal = [&] {
+    if (owner)
+      pkv::fail(PKV_ERR_STATE,
+                "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort); a handle is valid "
+                "from pkv_batch_begin or pkv_step until its batch ends: use the newer one");
+    if (!pkv::BatchHandles::looks_like_handle(handle))
+      pkv::fail(PKV_ERR_STATE,
+                "batch is not open: this is no batch handle (pkv_batch_begin and pkv_step give them)");
+    pkv::fail(PKV_ERR_STATE,
+              "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort) or its engine "
+              "was destroyed");
   };
-  Engine *e = batches().find(handle);
-  if (!e) return run(nullptr, ended);
+  if (!owner || quiet) return run(nullptr, refusal);
+  std::lock_guard<std::mutex> lock(owner->mutex());
+  return run(&owner->last_error(), refusal);
+}
+
+// A call on a live batch, under its engine's lock; f may end the batch (then its handle goes).
+template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f, bool quiet = false) noexcept {
+  if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "batch is NULL"); });
+  Engine *e = batch_handles().live(handle);
+  if (!e) return refuse_stale(handle, quiet);
   std::lock_guard<std::mutex> lock(e->mutex());
   // Handles go only under their engine's lock: alive now means alive until we return.
-  if (batches().find(handle) != e) return run(nullptr, ended);
+  if (batch_handles().live(handle) != e) {
+    if (!quiet) e->last_error().clear();
+    return run(quiet ? nullptr : &e->last_error(), [] {
+      pkv::fail(PKV_ERR_STATE, "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort) "
+                               "while this call waited for its engine");
+    });
+  }
   e->last_error().clear();
   const pkv_status s = run(&e->last_error(), [&] {
     PKV_ASSERT(e->has_open_batch());
     f(*e);
-    if (!e->has_open_batch()) batches().remove(handle);
+    if (!e->has_open_batch()) batch_handles().remove(handle);
   });
   e->publish_events();
   return s;
@@ -268,7 +257,7 @@ pkv_status pkv_engine_create(const pkv_engine_params *p, pkv_engine **out) {
 
 void pkv_engine_destroy(pkv_engine *e) {
   if (!e) return;
-  batches().remove_engine(E(e));
+  batch_handles().remove_engine(E(e));
   delete E(e);
 }
 
@@ -414,7 +403,7 @@ pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs, const uint32_t *
     PKV_REQUIRE(out != nullptr, "out is NULL");
     en.begin_batch(seqs, num_new_tokens, num_seqs);
     try {
-      *out = batches().add(&en);
+      *out = batch_handles().add(&en);
     } catch (...) {
       en.abort_batch();
       throw;
@@ -481,7 +470,7 @@ pkv_status pkv_step(pkv_engine *e, pkv_batch **out) {
       return;
     }
     try {
-      *out = batches().add(&en);
+      *out = batch_handles().add(&en);
     } catch (...) {
       en.abort_batch();
       throw;
@@ -526,7 +515,7 @@ pkv_status pkv_reset_prefix_cache(pkv_engine *e) {
 
 void pkv_batch_abort(pkv_batch *b) {
   if (!b) return;
-  guard_batch(b, [&](Engine &en) { en.abort_batch(); });
+  guard_batch(b, [&](Engine &en) { en.abort_batch(); }, /*quiet=*/true);
 }
 
 pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v,

@@ -396,14 +396,20 @@ void Engine::close(bool ran) {
 
 void Engine::end_batch() {
   PKV_ASSERT(open_);
-  if (open_->batch->from_step()) fail(PKV_ERR_STATE, "this batch came from pkv_step: end it with pkv_commit");
+  if (open_->batch->from_step())
+    fail(PKV_ERR_STATE,
+         "a batch of pkv_step ends with pkv_commit (the step ran: pass the sampled tokens) or pkv_batch_abort "
+         "(it did not); this batch stays open");
   close(true);
 }
 
 void Engine::commit(const int32_t *sampled) {
   PKV_ASSERT(open_);
   const Batch &b = *open_->batch;
-  if (!b.from_step()) fail(PKV_ERR_STATE, "this batch came from pkv_batch_begin: end it with pkv_batch_end");
+  if (!b.from_step())
+    fail(PKV_ERR_STATE,
+         "a batch of pkv_batch_begin ends with pkv_batch_end or pkv_batch_abort, not pkv_commit (only pkv_step's "
+         "batches sample); this batch stays open");
   const std::vector<int32_t> rows = b.sample_rows();
   const std::vector<uint64_t> ids = b.seq_ids();
   const bool samples = std::any_of(rows.begin(), rows.end(), [](int32_t r) { return r >= 0; });

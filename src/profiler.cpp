@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "checked.h"
 #include "kv_groups.h"
@@ -176,27 +178,66 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   return b;
 }
 
+namespace {
+
+// A byte count a person can read and check: "512 bytes", or three significant digits in the unit
+// that holds it and the exact count ("1.50 GiB (1610612736 bytes)"), so no amount shows as 0.0.
+std::string readable_bytes(uint64_t n) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  char text[80];
+  if (n < 1024) {
+    std::snprintf(text, sizeof text, "%llu bytes", (unsigned long long)n);
+    return text;
+  }
+  double v = double(n) / 1024.0;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) v /= 1024.0, ++u;
+  std::snprintf(text, sizeof text, "%.*f %s (%llu bytes)", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u],
+                (unsigned long long)n);
+  return text;
+}
+
+}  // namespace
+
 void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
-  const double mib = 1024.0 * 1024.0;
   if (b.host_total_bytes && b.host_pool_bytes > b.host_available_bytes)
     fail(PKV_ERR_OUT_OF_MEMORY,
-         "the host tier's %llu blocks take %.1f MiB; the host has %.1f MiB available (of %.1f MiB): "
-         "%.1f MiB missing (lower host_num_blocks or host_cache_bytes)",
-         (unsigned long long)b.host_num_blocks, b.host_pool_bytes / mib, b.host_available_bytes / mib,
-         b.host_total_bytes / mib, (b.host_pool_bytes - b.host_available_bytes) / mib);
+         "the host tier's %llu blocks take %s; the host has %s available (of %s): %s missing. Lower "
+         "host_num_blocks or host_cache_bytes",
+         (unsigned long long)b.host_num_blocks, readable_bytes(b.host_pool_bytes).c_str(),
+         readable_bytes(b.host_available_bytes).c_str(), readable_bytes(b.host_total_bytes).c_str(),
+         readable_bytes(b.host_pool_bytes - b.host_available_bytes).c_str());
   if (b.shortfall_bytes == 0) return;
   if (b.source == PKV_BUDGET_FIXED_BLOCKS)
     fail(PKV_ERR_INVALID_ARGUMENT,
-         "num_blocks %u cannot hold one sequence of max_model_len %u (needs %llu blocks of %u tokens)",
-         p.num_blocks, p.max_model_len, (unsigned long long)b.blocks_per_max_seq, p.block_size);
-  fail(PKV_ERR_OUT_OF_MEMORY,
-       "KV budget of %.1f MiB (%s) holds %llu blocks of %.3f MiB; one sequence of max_model_len %u "
-       "needs %llu: %.1f MiB missing (raise memory_utilization or kv_cache_bytes, lower "
-       "reserve_bytes, max_model_len or block_size)",
-       b.budget_bytes / mib,
-       b.source == PKV_BUDGET_FROM_BYTE_CAP ? "kv_cache_bytes" : "total*utilization - used - reserve",
-       (unsigned long long)b.num_blocks, b.block_bytes / mib, p.max_model_len,
-       (unsigned long long)b.blocks_per_max_seq, b.shortfall_bytes / mib);
+         "num_blocks %u cannot hold one sequence of max_model_len %u: it needs %llu blocks of %u tokens. Raise "
+         "num_blocks to at least %llu (or 0 to size the pool from the budget), or lower max_model_len",
+         p.num_blocks, p.max_model_len, (unsigned long long)b.blocks_per_max_seq, p.block_size,
+         (unsigned long long)b.blocks_per_max_seq);
+  // As shortfall() counts it (checked there): the blocks of one longest sequence and the scales.
+  const uint64_t need = b.blocks_per_max_seq * b.block_bytes + b.kv_scale_bytes;
+  const bool cap = b.source == PKV_BUDGET_FROM_BYTE_CAP;
+  std::string what = cap ? "kv_cache_bytes" : "total x memory_utilization - used - reserve_bytes";
+  if (!cap && b.shortfall_bytes > need)  // the formula is negative: used and reserve exceed the rest
+    what += ", where used + reserve_bytes exceed total x memory_utilization by " +
+            readable_bytes(b.shortfall_bytes - need);
+  char fix[200];
+  if (cap)
+    std::snprintf(fix, sizeof fix, "Raise kv_cache_bytes to at least %llu", (unsigned long long)need);
+  else
+    std::snprintf(fix, sizeof fix, "Raise memory_utilization (now %.3g)%s, or lower reserve_bytes or memory_used_bytes",
+                  (double)p.memory_utilization, p.memory_total_bytes ? " or memory_total_bytes" : "");
+  char who[64];
+  if (p.max_model_len)
+    std::snprintf(who, sizeof who, "one sequence of max_model_len %u", p.max_model_len);
+  else
+    std::snprintf(who, sizeof who, "the smallest pool (max_model_len 0: a block per KV group)");
+  fail(PKV_ERR_OUT_OF_MEMORY, "%s needs %llu blocks of %s%s: %s; the KV budget (%s) is %s, %s missing. %s%s%s",
+       who, (unsigned long long)b.blocks_per_max_seq, readable_bytes(b.block_bytes).c_str(),
+       b.kv_scale_bytes ? " and the fp8 scales" : "", readable_bytes(need).c_str(), what.c_str(),
+       readable_bytes(b.budget_bytes).c_str(), readable_bytes(b.shortfall_bytes).c_str(), fix,
+       p.max_model_len ? ", or lower max_model_len" : "",
+       is_fp8(kv_dtype_of(p)) ? "" : " (or an fp8 kv_dtype: one byte per element)");
 }
 
 pkv_kv_budget profile(const pkv_engine_params &p) {

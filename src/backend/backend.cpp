@@ -27,13 +27,17 @@ int32_t resolve_device(int32_t device, int32_t device_id) {
   std::string why;
   bool usable = cuda_usable(device_id, &why);
   if (device == PKV_DEVICE_AUTO) return usable ? PKV_DEVICE_CUDA : PKV_DEVICE_CPU;
-  if (!usable) fail(PKV_ERR_NO_DEVICE, "device CUDA %d asked for: %s", device_id, why.c_str());
+  if (!usable)
+    fail(PKV_ERR_NO_DEVICE,
+         "device is PKV_DEVICE_CUDA (device_id %d) and %s. Set device to PKV_DEVICE_CPU to keep the KV in host "
+         "memory, or PKV_DEVICE_AUTO to take a GPU when there is one",
+         device_id, why.c_str());
   return PKV_DEVICE_CUDA;
 }
 
 #ifndef PKV_HAVE_CUDA
 bool cuda_usable(int32_t, std::string *why) {
-  *why = "this libpkv was built without CUDA";
+  *why = "this libpkv was built without CUDA (meson -Dgpu=enabled builds it)";
   return false;
 }
 MemoryInfo cuda_memory(int32_t) { fail(PKV_ERR_NO_DEVICE, "this libpkv was built without CUDA"); }

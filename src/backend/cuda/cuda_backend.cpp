@@ -332,12 +332,19 @@ bool cuda_usable(int32_t device_id, std::string *why) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    *why = cudaGetErrorString(err);
+    // cudaErrorNoDevice, or cudaErrorInsufficientDriver where no NVIDIA driver is loaded at all:
+    // either way no GPU can be used here; the runtime's words follow for the rest.
+    *why = std::string("no CUDA GPU was found (the CUDA runtime says: ") + cudaGetErrorString(err) + ")";
     cudaGetLastError();  // clear the error so later calls start clean
     return false;
   }
+  if (count <= 0) {
+    *why = "no CUDA GPU was found";
+    return false;
+  }
   if (device_id < 0 || device_id >= count) {
-    *why = "device " + std::to_string(device_id) + " of " + std::to_string(count) + " GPUs";
+    *why = "this machine has " + std::to_string(count) + " CUDA GPUs (device_id 0 .. " + std::to_string(count - 1) +
+           ")";
     return false;
   }
   return true;
