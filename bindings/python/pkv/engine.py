@@ -177,8 +177,8 @@ class Engine:
 
     def step(self):
         """The scheduler's next batch (pkv_step), or None when nothing is to run. Run it, then
-        batch.commit(sampled_tokens), or abort() it; it has no end() (StateError, the batch kept
-        open). Left in a with-block without commit, or dropped, it is aborted.
+        batch.commit(sampled_tokens), or abort() it; its end() is refused (StateError, the batch
+        kept open). Left in a with-block without commit, or dropped, it is aborted.
 
             with engine.step() as batch:
                 ...                                 # attention() per layer, sample
