@@ -94,6 +94,9 @@ pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_14 = 2;
 pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_14 = 3;
 pub const PKV_EVENT_OVERFLOW: _bindgen_ty_14 = 4;
 pub type _bindgen_ty_14 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_FORMAT_MAP: _bindgen_ty_15 = 0;
+pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_15 = 1;
+pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_store_key {
@@ -176,6 +179,8 @@ pub struct pkv_event_publisher_params {
     pub send_hwm: u32,
     pub max_queue_events: u32,
     pub max_batch_events: u32,
+    pub format: u32,
+    pub reserved0: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -439,14 +444,14 @@ pub struct pkv_store_info {
     pub num_blocks: u64,
     pub total_bytes: u64,
 }
-pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_15 = 1;
-pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
-pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_16 = 0;
-pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_16 = 1;
-pub const PKV_STORE_VALUE_BAD: _bindgen_ty_16 = 2;
+pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_16 = 1;
 pub type _bindgen_ty_16 = ::std::os::raw::c_uint;
-pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_17 = 64;
+pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_17 = 0;
+pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_17 = 1;
+pub const PKV_STORE_VALUE_BAD: _bindgen_ty_17 = 2;
 pub type _bindgen_ty_17 = ::std::os::raw::c_uint;
+pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_18 = 64;
+pub type _bindgen_ty_18 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_store_entry {

@@ -41,7 +41,7 @@ pub use error::{Error, Result, Status};
 pub use library::{library, Library, LIBRARY_ENV};
 pub use params::{profile, Device, Dtype, KvGroups, KvLayout, Params};
 pub use pkv_sys as sys;
-pub use publisher::{EventPublisherInfo, EventPublisherParams};
+pub use publisher::{EventFormat, EventPublisherInfo, EventPublisherParams};
 pub use scheduler::Request;
 pub use store::{MapStore, Store, StoreKey, StoreParams, StoreResult, WriteMode};
 pub use store_admin::{StoreAdmin, StoreEntry, StoreInfo, StoreKind, StoreList, ValueState, VerifyResult};

@@ -9,7 +9,18 @@ use std::sync::Arc;
 use pkv_sys as sys;
 
 use crate::error::{Error, Result, Status};
-use crate::library::{call, library, sized, text, Library};
+use crate::library::{call, codes, library, sized, text, Library};
+
+codes! {
+    /// How KV event batches are encoded on the wire (`PKV_EVENT_FORMAT_*`, pkv 0.4; pkv.h says
+    /// which routers read which).
+    EventFormat: u32 {
+        /// msgpack maps of named fields, as vLLM 0.26 and later publish: the default.
+        Map = sys::PKV_EVENT_FORMAT_MAP,
+        /// msgpack arrays, fields by position, as vLLM before 0.26 published.
+        Array = sys::PKV_EVENT_FORMAT_ARRAY,
+    }
+}
 
 /// An engine's event publisher: `pkv_event_publisher_params` with the library's defaults
 /// (`pkv_event_publisher_params_init`), then the setters; see pkv.h for each field.
@@ -81,6 +92,16 @@ impl EventPublisherParams {
         max_queue_events => max_queue_events;
         /// Events in one batch at most (0: `PKV_DEFAULT_EVENT_BATCH_EVENTS`).
         max_batch_events => max_batch_events;
+    }
+
+    /// How batches are encoded (`EventFormat::Map` by default).
+    pub fn format(mut self, format: EventFormat) -> EventPublisherParams {
+        self.raw.format = format.code();
+        self
+    }
+
+    pub fn get_format(&self) -> Option<EventFormat> {
+        EventFormat::from_code(self.raw.format)
     }
 
     pub fn get_endpoint(&self) -> &str {

@@ -2,7 +2,7 @@
 //! endpoints and reports them, as bound, through `Engine::event_publisher_info`.
 mod common;
 
-use pkv::{EventPublisherParams, Status};
+use pkv::{EventFormat, EventPublisherParams, Status};
 
 #[test]
 fn a_cpu_engine_binds_a_free_port_and_reports_it() {
@@ -18,6 +18,7 @@ fn a_cpu_engine_binds_a_free_port_and_reports_it() {
         .max_queue_events(4096)
         .max_batch_events(64);
     assert_eq!(publisher.get_endpoint(), "tcp://127.0.0.1:*");
+    assert_eq!(publisher.get_format(), Some(EventFormat::Map), "vLLM's current format by default");
     assert_eq!(publisher.raw().data_parallel_rank, 3);
     let params = common::params(4, 16).event_publisher(&publisher);
     let engine = pkv::Engine::new(&params).expect("a CPU engine with an event publisher");
@@ -58,4 +59,16 @@ fn publisher_errors_name_their_cause() {
     assert_eq!(EventPublisherParams::new("tcp://\0").unwrap_err().status(), Status::InvalidArgument);
     let params = common::params(4, 16).event_publisher(&bad).without_event_publisher();
     assert!(pkv::Engine::new(&params).is_ok());
+}
+
+/// pkv 0.4: the array format of vLLM before 0.26, on request.
+#[test]
+fn the_array_format_on_request() {
+    let publisher = EventPublisherParams::new("tcp://127.0.0.1:*").unwrap().format(EventFormat::Array);
+    assert_eq!(publisher.get_format(), Some(EventFormat::Array));
+    assert_eq!(publisher.raw().format, pkv::sys::PKV_EVENT_FORMAT_ARRAY as u32);
+    let engine = pkv::Engine::new(&common::params(4, 16).event_publisher(&publisher)).unwrap();
+    let a = engine.allocate(&common::tokens(1, 9), None).unwrap();
+    common::compute(&engine, &[a.seq]);
+    assert_eq!(engine.event_publisher_info().unwrap().events_dropped, 0);
 }
