@@ -38,6 +38,18 @@ func (eng *Engine) opened(b *Batch) {
 	runtime.SetFinalizer(b, (*Batch).Abort)
 }
 
+// opening is the error of a call that would open a batch (BeginBatch, Step): while one is open,
+// pkv's ErrState with how a Go program ends it (caller holds the engine's mutex).
+func (eng *Engine) opening(err error) error {
+	var pe *Error
+	if eng.batch == nil || !errors.As(err, &pe) || pe.Status != StatusState {
+		return err
+	}
+	return &Error{Status: StatusState, Message: pe.Message + " (in Go: the open Batch ends with " +
+		"Commit or Abort if Step made it, End or Abort if BeginBatch did; a Batch no longer " +
+		"referenced is aborted when the garbage collector finds it: defer b.Abort() ends it at once)"}
+}
+
 // ended records that pkv freed b (caller holds the engine's mutex).
 func (b *Batch) ended() {
 	b.engine.batch = nil
@@ -82,7 +94,7 @@ func (eng *Engine) BeginBatchIDs(ids []uint64, numNewTokens []uint32) (*Batch, e
 		return s
 	})
 	if err != nil {
-		return nil, err
+		return nil, eng.opening(err)
 	}
 	eng.opened(b)
 	return b, nil

@@ -43,8 +43,8 @@ func endRefused(t *testing.T, e *pkv.Engine, b *pkv.Batch) {
 	if !strings.Contains(err.Error(), "Commit(sampled)") || !strings.Contains(err.Error(), "still open") {
 		t.Fatalf("End's error does not say how to end the batch: %v", err)
 	}
-	if _, err := e.Step(); !errors.Is(err, pkv.ErrState) {
-		t.Fatalf("Step with the refused batch open: %v, want ErrState", err)
+	if _, err := e.Step(); !errors.Is(err, pkv.ErrState) || !strings.Contains(err.Error(), "Commit or Abort") {
+		t.Fatalf("Step with the refused batch open: %v, want ErrState saying how it ends", err)
 	}
 	if must(b.SampleRows()) == nil {
 		t.Fatal("the refused batch is not readable")

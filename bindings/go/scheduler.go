@@ -78,7 +78,7 @@ func (eng *Engine) Step() (*Batch, error) {
 		return s
 	})
 	if err != nil || b.b == nil {
-		return nil, err
+		return nil, eng.opening(err)
 	}
 	eng.opened(b)
 	return b, nil
