@@ -1,5 +1,9 @@
 #include "kv_wire.h"
 
+// Builds that compile pkv's sources on their own (tests/fuzz) leave out the publisher (no
+// PKV_HAVE_ZMQ): this file is then empty, as kv_publisher.cpp is a stub.
+#if PKV_HAVE_ZMQ
+
 #include <msgpack.h>
 
 #include <cstring>
@@ -154,3 +158,5 @@ std::string encode_batch(const WireShape &shape, double ts, const WireEvent *eve
 }
 
 }  // namespace pkv
+
+#endif  // PKV_HAVE_ZMQ
