@@ -22,8 +22,14 @@
  *    size needed is always reported, and PKV_ERR_NO_SPACE is not used for a short buffer:
  *    PKV_ERR_INVALID_ARGUMENT is, with the needed size written to *out_len.
  *  - pkv never calls exit/abort and never lets a C++ exception out.
- *
- * Since: 0.1.0 for everything in this file.
+ *  - Each call's comment ends with its errors, "Errors: PKV_ERR_X (when), PKV_ERR_Y (when).": the
+ *    statuses it returns besides PKV_OK. Besides those, a NULL engine, batch or store handle is
+ *    PKV_ERR_INVALID_ARGUMENT, and any call may return PKV_ERR_OUT_OF_MEMORY (host memory ran out;
+ *    nothing changed) and PKV_ERR_INTERNAL (a bug in pkv: report it with its message). A call that
+ *    returns no pkv_status says instead what it does with NULL.
+ *  - Versions: everything here is in 0.1.0 unless its comment says otherwise. A call added later
+ *    ends its comment with its version, as "Since 0.2.0."; a field, constant or struct added
+ *    later carries "(since 0.2.0)".
  */
 #ifndef PKV_PKV_H
 #define PKV_PKV_H
@@ -56,9 +62,10 @@ extern "C" {
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
 #define PKV_ABI_VERSION 1
 
-/* The library's version as MAJOR*10000 + MINOR*100 + PATCH. */
+/* The library's version as MAJOR*10000 + MINOR*100 + PATCH. Takes nothing; never fails. */
 PKV_API uint32_t pkv_version(void);
-/* The ABI major of the loaded library; equal to PKV_ABI_VERSION of the header it was built with. */
+/* The ABI major of the loaded library; equal to PKV_ABI_VERSION of the header it was built with.
+ * Takes nothing; never fails. */
 PKV_API uint32_t pkv_abi_version(void);
 
 /* ---------------------------------------------------------------- statuses */
@@ -117,7 +124,7 @@ enum {
 };
 enum { PKV_DEVICE_AUTO = 0, PKV_DEVICE_CPU = 1, PKV_DEVICE_CUDA = 2 };
 enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2,
-       /* since 0.2.0: KV cache dtypes only (pkv_engine_params.kv_dtype), one byte per element,
+       /* (since 0.2.0) KV cache dtypes only (pkv_engine_params.kv_dtype), one byte per element,
           scaled per (layer, kv head): stored = saturate(round_to_nearest_even(x / scale)) */
        PKV_DTYPE_FP8_E4M3 = 3,  /* OCP e4m3fn: finite range +-448, no infinities */
        PKV_DTYPE_FP8_E5M2 = 4 }; /* OCP e5m2: range +-57344; saturates to the largest finite */
@@ -226,7 +233,7 @@ typedef struct pkv_store_params {
   uint32_t reserved1;             /* must be 0 */
   /* CALLBACK */
   const pkv_store_callbacks *callbacks; /* required; copied at engine create */
-  /* since 0.4.0 (a 0.3 caller's struct_size ends here: it gets the default) */
+  /* (since 0.4.0) a 0.3 caller's struct_size ends here: it gets the default */
   const char *model_id;           /* the model's identity, in the fingerprint of every key and
                                      value: engines share blocks only when their ids (and KV
                                      shapes) are equal. Name it by its weights: a weights digest,
@@ -242,7 +249,9 @@ typedef struct pkv_store_params {
                                      replaces it. Ignored by pkv_store_open */
 } pkv_store_params;
 
-/* Fills p with the defaults above; as pkv_engine_params_init. */
+/* Fills p with the defaults above; as pkv_engine_params_init.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's size in 0.3.0).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
 
 /* ---------------------------------------------------------------- KV events on the wire */
@@ -272,8 +281,9 @@ PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
  *     block's KV group (pkv_kv_event.group; 0 in an engine of one group). kv_cache_spec_kind
  *     names the group's kind in vLLM's words: "sliding_window" (a group of windowed layers),
  *     "full_attention", or "mla_attention" (full attention over a PKV_KV_LAYOUT_MLA cache);
- *     kv_cache_spec_sliding_window is the group's window in tokens, nil for full attention. A run of blocks stored one after the other under one chain (one group, one
- *     medium) is one BlockStored. medium is where the block is: "GPU" (the pool of a CUDA
+ *     kv_cache_spec_sliding_window is the group's window in tokens, nil for full attention. A
+ *     run of blocks stored one after the other under one chain (one group, one medium) is one
+ *     BlockStored. medium is where the block is: "GPU" (the pool of a CUDA
  *     engine), "CPU" (the pool of a CPU engine; the host tier of a CUDA engine),
  *     "CPU_HOST_TIER" (the host tier of a CPU engine), "DISK" (a FILE store), "EXTERNAL" (a
  *     REDIS or CALLBACK store).
@@ -304,13 +314,15 @@ typedef struct pkv_event_publisher_params {
   uint32_t max_queue_events;      /* events waiting for the publishing thread; 0 =
                                      PKV_DEFAULT_EVENT_QUEUE_EVENTS */
   uint32_t max_batch_events;      /* events in one batch at most; 0 = PKV_DEFAULT_EVENT_BATCH_EVENTS */
-  /* since 0.4.0 (a 0.3 caller's struct_size ends here: it gets the default) */
+  /* (since 0.4.0) a 0.3 caller's struct_size ends here: it gets the default */
   uint32_t format;                /* PKV_EVENT_FORMAT_*: how batches are encoded (above); other
                                      values are refused (PKV_ERR_INVALID_ARGUMENT). default MAP */
   uint32_t reserved0;             /* must be 0 */
 } pkv_event_publisher_params;
 
-/* Fills p with the defaults above; as pkv_engine_params_init. */
+/* Fills p with the defaults above; as pkv_engine_params_init.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's size in 0.3.0).
+ * Since 0.3.0. */
 PKV_API pkv_status pkv_event_publisher_params_init(pkv_event_publisher_params *p, uint32_t size);
 
 /* ---------------------------------------------------------------- engine parameters */
@@ -385,7 +397,7 @@ typedef struct pkv_engine_params {
    * host's callbacks, across restarts and engines. Needs prefix caching and a host tier (store
    * blocks are fetched into host-tier blocks, then loaded like offloaded ones). */
   const struct pkv_store_params *store; /* NULL = no store (the default); read at create only */
-  /* attention variants (since 0.2.0; DESIGN.md §12) */
+  /* attention variants (since 0.2.0), DESIGN.md §12 */
   int32_t kv_dtype;               /* the KV cache's dtype: 0 (or dtype itself) = dtype; or
                                      PKV_DTYPE_FP8_E4M3 / PKV_DTYPE_FP8_E5M2 (pkv_set_kv_scales).
                                      Other values: PKV_ERR_INVALID_ARGUMENT. default 0 */
@@ -396,27 +408,35 @@ typedef struct pkv_engine_params {
                                      attention), in place of sliding_window; read at create only.
                                      Layers are grouped by window (pkv_kv_groups). Windows (each
                                      at most 2^31-1) and a host tier together: PKV_ERR_UNSUPPORTED
-                                     (pkv_profile and pkv_engine_create alike), for now */
-  /* since 0.3.0 */
+                                     (pkv_profile and pkv_engine_create alike), for now. A prompt
+                                     is reserved whole in every group, windowed ones too: a
+                                     window saves blocks only as the sequence's computed tokens
+                                     pass it (pkv_allocate) */
+  /* (since 0.3.0) */
   const struct pkv_event_publisher_params *event_publisher; /* KV events on the wire; NULL = none
                                      (the default); read at create only. A build without libzmq:
                                      PKV_ERR_UNSUPPORTED. An endpoint that cannot be bound (bad,
                                      in use): PKV_ERR_EVENTS naming it */
-  /* the cache's layout (since 0.3.0; DESIGN.md §12) */
+  /* the cache's layout (since 0.3.0), DESIGN.md §12 */
   uint32_t kv_layout;             /* PKV_KV_LAYOUT_*. MLA needs num_kv_heads 1 (the one latent,
                                      every rank holds it whole) and head_dim = kv_lora_rank +
                                      qk_rope_head_dim, softmax_scale > 0 at create (MLA's scale is
                                      the model's, not 1/sqrt(head_dim)), and no sliding window
                                      (PKV_ERR_UNSUPPORTED). default HEADS */
   uint32_t kv_lora_rank;          /* MLA: the latent's compressed part, >= 1 (DeepSeek V3: 512);
-                                     0 for HEADS */
-  uint32_t qk_rope_head_dim;      /* MLA: the latent's rotary part (DeepSeek V3: 64); 0 for HEADS */
+                                     pkv_attention: a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN, at
+                                     most PKV_ATTENTION_MAX_KV_LORA_RANK. 0 for HEADS */
+  uint32_t qk_rope_head_dim;      /* MLA: the latent's rotary part (DeepSeek V3: 64), >= 0: no
+                                     minimum, 0 is a latent without one; pkv_attention: a
+                                     multiple of PKV_ATTENTION_HEAD_DIM_ALIGN (0, 8, 16, ...), at
+                                     most PKV_ATTENTION_MAX_ROPE_DIM. 0 for HEADS */
   uint32_t reserved2;             /* must be 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
- * as the caller sees it, at least the struct's 0.1 size (PKV_ERR_INVALID_ARGUMENT for NULL or a
- * smaller size); bytes pkv does not know are zeroed. The same holds for every *_init call. */
+ * as the caller sees it, at least the struct's 0.1 size; bytes pkv does not know are zeroed. The
+ * same holds for every *_init call.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's 0.1 size). */
 PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
 
 /* Fills the model-shape fields of p (num_layers, num_q_heads, num_kv_heads, head_dim, dtype,
@@ -424,48 +444,54 @@ PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
  * num_attention_heads, num_key_value_heads or else num_attention_heads, head_dim or else
  * hidden_size / num_attention_heads, torch_dtype or dtype, max_position_embeddings; a nested
  * "text_config" is used when the top level has no num_hidden_layers). Other fields are left as
- * they are. Malformed JSON or a missing/invalid field: PKV_ERR_INVALID_ARGUMENT naming the field,
- * p unchanged. json need not be NUL-terminated.
- * Since 0.2.0 it also sets sliding_window: the config's window when every layer uses it
+ * they are; a failure changes nothing and names the field. json need not be NUL-terminated.
+ * It also sets sliding_window (since 0.2.0): the config's window when every layer uses it
  * (Mistral), else 0 - a model that mixes windowed and full layers (Gemma 2/3, gpt-oss, Qwen with
  * max_window_layers) gets its per-layer windows from pkv_hf_config_layer_windows.
- * Since 0.3.0 it also sets kv_layout, kv_lora_rank and qk_rope_head_dim: a config with
+ * It also sets kv_layout, kv_lora_rank and qk_rope_head_dim (since 0.3.0): a config with
  * kv_lora_rank and qk_rope_head_dim (DeepSeek V2/V3/R1, Kimi K2) gets kv_layout MLA, num_kv_heads
- * 1 and head_dim kv_lora_rank + qk_rope_head_dim (one of the MLA fields without the others:
- * PKV_ERR_INVALID_ARGUMENT), and, when it gives qk_nope_head_dim, softmax_scale: MLA's
- * 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale^2 under yarn rope_scaling (mscale =
- * 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's code scales it; any other
- * config gets HEADS. A p whose struct_size ends before
- * kv_layout (an older header) cannot take an MLA shape: PKV_ERR_INVALID_ARGUMENT. A config with an
- * attention pkv cannot hold is refused with PKV_ERR_UNSUPPORTED naming its field: index_topk /
- * index_n_heads (DeepSeek sparse attention), linear_num_key_heads / linear_num_value_heads
- * (linear attention), attention_chunk_size (chunked local attention), mamba_d_state /
- * ssm_state_size (state-space layers). */
+ * 1 and head_dim kv_lora_rank + qk_rope_head_dim, and, when it gives qk_nope_head_dim,
+ * softmax_scale: MLA's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale^2 under yarn
+ * rope_scaling (mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's
+ * code scales it; any other config gets HEADS.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or json NULL; malformed JSON; a missing or invalid field;
+ * one of the MLA fields without the others; an MLA config into a p whose struct_size ends before
+ * kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention pkv cannot hold, its field
+ * named: index_topk / index_n_heads (DeepSeek sparse attention), linear_num_key_heads /
+ * linear_num_value_heads (linear attention), attention_chunk_size (chunked local attention),
+ * mamba_d_state / ssm_state_size (state-space layers); sliding windows with MLA). */
 PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
                                                     size_t json_len);
 
 /* Each layer's sliding window (0 = full attention) from a Hugging Face config.json, into
  * out[cap]; *out_len = num_hidden_layers. With "sliding_window" null, absent or 0 every layer is
- * full. Else, read from "layer_types" ("sliding_attention" / "full_attention"; any other entry,
- * or a length other than num_hidden_layers, is PKV_ERR_INVALID_ARGUMENT); else
+ * full. Else, read from "layer_types" ("sliding_attention" / "full_attention"); else
  * "sliding_window_pattern" N (every Nth layer full, Gemma 3; model_type "gemma3" or
  * "gemma3_text" without it: N = 6, transformers' default); else model_type "gemma2" (windowed
  * and full layers alternate, the first windowed); else "use_sliding_window" with
  * "max_window_layers" (Qwen2: false = none; true = layers from max_window_layers, default 28,
  * on are windowed); else "sliding_window" for every layer (Mistral). out may be NULL when cap is
- * 0; cap < num_hidden_layers is PKV_ERR_INVALID_ARGUMENT with *out_len still written. As
- * pkv_engine_params_from_hf_config otherwise. Since 0.2.0. */
+ * 0 (to ask the length). As pkv_engine_params_from_hf_config otherwise.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (json or out_len NULL; out NULL with cap > 0; malformed JSON
+ * or a field as pkv_engine_params_from_hf_config refuses it; a "layer_types" entry other than
+ * those two, or of a length other than num_hidden_layers; cap below num_hidden_layers, with
+ * *out_len still written).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
                                                uint32_t cap, uint32_t *out_len);
 
 /* A model id for pkv_store_params.model_id from the text of a config.json: "config-sha256:"
  * and the 64 lowercase hex digits of SHA-256 of the json_len bytes as they are, into out (at
  * least PKV_HF_CONFIG_DIGEST_BYTES bytes, NUL-terminated). The text must be a config
- * pkv_engine_params_from_hf_config reads (else its error, out unchanged). It tells models of
+ * pkv_engine_params_from_hf_config reads; a failure leaves out unchanged. It tells models of
  * other configs apart (other attention, vocabularies, rope) where their KV shapes are equal;
  * reformatting the file changes it (blocks are then not shared, never wrongly shared). Two
  * fine-tunes of one base model have one config: give them a weights digest or name@revision
- * instead. Since 0.4.0. */
+ * instead.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (json or out NULL; cap below PKV_HF_CONFIG_DIGEST_BYTES; a
+ * config pkv_engine_params_from_hf_config refuses so), PKV_ERR_UNSUPPORTED (a config it refuses
+ * so).
+ * Since 0.4.0. */
 PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char *out, uint32_t cap);
 
 /* How the layers of p are grouped for the pool (DESIGN.md §12): layers with equal windows form
@@ -476,7 +502,11 @@ PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char 
  * its place in that group's blocks (its index in the pool's layer dimension, pkv_pool_info).
  * group_window[g] ([cap]; NULL when cap is 0): group g's window (0 = full). *out_num_groups =
  * how many groups; *out_group_layers (nullable) = group_layers. p is validated as by
- * pkv_engine_create. Since 0.2.0. */
+ * pkv_engine_create.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or out_num_groups NULL; group_window NULL with cap > 0; cap
+ * below the number of groups, with *out_num_groups still written; params pkv_engine_create
+ * refuses so), PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group,
                                  uint32_t *layer_slot, uint32_t *group_window, uint32_t cap,
                                  uint32_t *out_num_groups, uint32_t *out_group_layers);
@@ -504,11 +534,12 @@ typedef struct pkv_kv_budget {
                                      if no limit): with KV groups, each full group's
                                      ceil(max_model_len / block_size) plus each windowed group's
                                      min(ceil(window / block_size) + 1, ceil(max_model_len /
-                                     block_size)) */
+                                     block_size)), once the sequence has grown past its windows
+                                     (a prompt is reserved whole in every group: pkv_allocate) */
   uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
   uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
                                      (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */
-  /* the host tier (since 0.2.0; all 0 when it is off) */
+  /* the host tier (since 0.2.0), all 0 when it is off */
   uint64_t host_num_blocks;       /* host_num_blocks, or host_cache_bytes / block_bytes */
   uint64_t host_pool_bytes;       /* host_num_blocks * block_bytes: pinned (CUDA) or mapped (CPU) */
   uint64_t host_total_bytes;      /* the host memory it is taken from (MemTotal); 0 = not measured */
@@ -522,16 +553,22 @@ typedef struct pkv_kv_budget {
   uint64_t kv_scale_bytes;        /* fp8: the K and V scales, 2 (1 for MLA) * num_layers *
                                      kv_heads_per_rank * 4 bytes, taken from the budget before the
                                      blocks; else 0 */
-  /* since 0.3.0 */
+  /* (since 0.3.0) */
   uint32_t kv_layout;             /* PKV_KV_LAYOUT_* of the params */
   uint32_t reserved0;
 } pkv_kv_budget;
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
  * needs room for one sequence of max_model_len (one block when max_model_len is 0); when it has
- * not, returns PKV_ERR_OUT_OF_MEMORY saying how much is missing - and still fills every term of
- * *out, shortfall_bytes included. Queries the device (cudaMemGetInfo) or /proc/meminfo unless
- * memory_total_bytes is set. Allocates nothing. */
+ * not, the call fails saying how much is missing - and still fills every term of *out,
+ * shortfall_bytes included. Queries the device (cudaMemGetInfo) or /proc/meminfo unless
+ * memory_total_bytes is set. Allocates nothing.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL, or out's struct_size too small; params
+ * pkv_engine_create refuses so; a fixed num_blocks that holds no sequence of max_model_len),
+ * PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA; /proc/meminfo unreadable),
+ * PKV_ERR_NO_DEVICE (device CUDA and no usable GPU, or a build without CUDA), PKV_ERR_DEVICE (the
+ * CUDA runtime failed), PKV_ERR_OUT_OF_MEMORY (the budget holds no sequence of max_model_len, or
+ * the host tier does not fit in the available host memory). */
 PKV_API pkv_status pkv_profile(const pkv_engine_params *p, pkv_kv_budget *out);
 
 /* ---------------------------------------------------------------- engine */
@@ -539,14 +576,20 @@ typedef struct pkv_engine pkv_engine;
 
 /* Creates an engine: validates p, sizes the pool with the profiler when p->num_blocks is 0,
  * allocates the KV pool on the chosen device. A CUDA engine takes at most PKV_CUDA_MAX_GRID
- * layers and kv heads per rank (they are grid dimensions of its kernels). *out is set only on success; destroy it with
- * pkv_engine_destroy. PKV_ERR_NO_DEVICE: device CUDA asked for and no usable GPU (or a build
- * without CUDA). PKV_ERR_OUT_OF_MEMORY: the pool could not be allocated or the budget is too
- * small. */
+ * layers and kv heads per rank (they are grid dimensions of its kernels). *out is set only on
+ * success; destroy it with pkv_engine_destroy.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL; a field out of the range its comment gives, or
+ * fields that do not fit together, named; on CUDA more than PKV_CUDA_MAX_GRID layers or kv heads
+ * per rank), PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA; an event
+ * publisher in a build without libzmq; /proc/meminfo unreadable), PKV_ERR_NO_DEVICE (device CUDA
+ * asked for and no usable GPU, or a build without CUDA), PKV_ERR_DEVICE (the CUDA runtime
+ * failed), PKV_ERR_OUT_OF_MEMORY (the pool or the host tier could not be allocated, or the budget
+ * holds no sequence of max_model_len), PKV_ERR_STORE (the store cannot be opened or reached),
+ * PKV_ERR_EVENTS (the event publisher cannot start: an endpoint that cannot be bound, named). */
 PKV_API pkv_status pkv_engine_create(const pkv_engine_params *p, pkv_engine **out);
 
 /* Frees the engine, its pool, its sequences and any batch still open (their handles become
- * invalid). Accepts NULL. Must not race with other calls on e. */
+ * invalid). Accepts NULL (does nothing). Must not race with other calls on e. */
 PKV_API void pkv_engine_destroy(pkv_engine *e);
 
 /* The message of the last failed call on e ("" after a call that succeeded). Valid until the next
@@ -554,10 +597,12 @@ PKV_API void pkv_engine_destroy(pkv_engine *e);
  * it returns pkv_last_error(). */
 PKV_API const char *pkv_engine_last_error(const pkv_engine *e);
 
-/* The engine's effective parameters (num_blocks and device resolved) and its pool's budget. The
- * pointers in them (layer_windows, store, event_publisher) point into the engine: valid until it is
- * destroyed. */
+/* The engine's effective parameters (num_blocks and device resolved). The pointers in them
+ * (layer_windows, store, event_publisher) point into the engine: valid until it is destroyed.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out);
+/* The budget the engine's pool was sized by, as pkv_profile computed it at create.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out);
 
 typedef struct pkv_stats {
@@ -611,13 +656,17 @@ typedef struct pkv_stats {
                                      their fetch is back, and waits for it when nothing else runs */
 } pkv_stats;
 
+/* The engine's counters now.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
 
 /* The store's last problem (a miss by error, a rejected value with why - e.g. its size when it
  * is not a block's, a failed write), as text, into out[cap] (NUL-terminated, cut to fit);
- * *out_len = its full length. "" when there was none or the engine has no store; since 0.4.0 a
+ * *out_len = its full length. "" when there was none or the engine has no store; (since 0.4.0) a
  * store without a model_id starts with a warning that other models of its KV shape share its
- * blocks. out may be NULL when cap is 0. Since 0.2.0. */
+ * blocks. out may be NULL when cap is 0.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len);
 
 /* ---------------------------------------------------------------- sequences */
@@ -627,14 +676,21 @@ typedef struct pkv_seq_params {
   const void *cache_salt;         /* tenant / adapter key: different salts never share blocks */
 } pkv_seq_params;
 
+/* Fills p with the defaults above (no salt); as pkv_engine_params_init.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's 0.1 size). */
 PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
 
 /* Admits a prompt: looks its full blocks up in the prefix cache (capped so that at least the last
  * token is computed: a prompt of whole blocks recomputes its last block), then reserves every
  * block the prompt needs. On success *out_seq is a new sequence id (never 0, never reused) and
  * *out_num_cached_tokens (nullable) the tokens whose KV is already there: they count as
- * computed. sp may be NULL. PKV_ERR_NO_SPACE: not enough free blocks, nothing changed.
- * PKV_ERR_INVALID_ARGUMENT: tokens NULL, num_tokens 0, above max_model_len or above 2^31-1. */
+ * computed. sp may be NULL. With sliding windows every KV group reserves the whole prompt,
+ * windowed groups too: a windowed group gives back the blocks behind its window only once a batch
+ * has computed the tokens past them, so a long prompt needs about num_kv_groups * ceil(num_tokens
+ * / block_size) free blocks, less its cached ones (pkv_allocate_query says how many).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_seq NULL; num_tokens 0, above max_model_len or
+ * above 2^31-1; a bad sp: struct_size, cache_salt), PKV_ERR_NO_SPACE (not enough free blocks;
+ * nothing changed). */
 PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                 const pkv_seq_params *sp, uint64_t *out_seq,
                                 uint32_t *out_num_cached_tokens);
@@ -643,7 +699,9 @@ PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t n
  * it would revive), and how many of its tokens would be cached. Changes nothing (the query is not
  * counted in the stats). Either out pointer may be NULL. With a store, the store is not asked:
  * blocks pkv_allocate would fetch from it are counted as new ones (they take a free block each
- * just the same), not as cached tokens. */
+ * just the same), not as cached tokens.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (tokens NULL; num_tokens 0, above max_model_len or above
+ * 2^31-1; a bad sp: struct_size, cache_salt). */
 PKV_API pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                       const pkv_seq_params *sp, uint32_t *out_num_blocks,
                                       uint32_t *out_num_cached_tokens);
@@ -651,18 +709,25 @@ PKV_API pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint
 /* Reserves slots for num_tokens more tokens of seq (decode: 1; speculative or chunked: more):
  * new blocks when the last one is full; if the last block is shared (after a fork) and partly
  * filled, it is first copied (copy-on-write; the copy is queued and listed by the next batch).
- * The tokens become computed when a batch computes them. PKV_ERR_NO_SPACE: nothing changed.
- * PKV_ERR_INVALID_ARGUMENT: the sequence would exceed max_model_len (or 2^31-1 tokens).
- * PKV_ERR_STATE: seq is preempted, in the open batch, or a request of pkv_submit. */
+ * The tokens become computed when a batch computes them.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (tokens NULL; num_tokens 0; the sequence would exceed
+ * max_model_len or 2^31-1 tokens), PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is
+ * preempted or swapped out, in the open batch, or a request of pkv_submit), PKV_ERR_NO_SPACE (not
+ * enough free blocks; nothing changed). */
 PKV_API pkv_status pkv_append(pkv_engine *e, uint64_t seq, const int32_t *tokens,
                               uint32_t num_tokens);
 
 /* A new sequence sharing every block of parent (ref counts + 1), with the same tokens, salt and
- * computed count. parent must have all its tokens computed (PKV_ERR_STATE otherwise). */
+ * computed count. parent must have all its tokens computed.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_child NULL), PKV_ERR_NOT_FOUND (no sequence parent),
+ * PKV_ERR_STATE (parent has uncomputed tokens, is preempted or swapped out, is in the open batch,
+ * or is a request of pkv_submit). */
 PKV_API pkv_status pkv_fork(pkv_engine *e, uint64_t parent, uint64_t *out_child);
 
 /* Ends a sequence: drops its block references; a block whose count reaches 0 becomes cached when
- * it holds sealed KV (reusable by later prompts), else free. The id is never valid again. */
+ * it holds sealed KV (reusable by later prompts), else free. The id is never valid again.
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq: never given, or released), PKV_ERR_STATE (seq is in
+ * the open batch). */
 PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
 
 /* Rollback (rejected speculative tokens): seq keeps its first num_tokens tokens (1 .. its tokens);
@@ -670,31 +735,45 @@ PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
  * the prefix cache), a copy-on-write block only the dropped tokens needed goes with them, and the
  * computed count becomes at most num_tokens. A sealed block the cut leaves partly filled stays in
  * the prefix cache: the next append copies it before writing. seq must be running or preempted,
- * outside the open batch, and one of pkv_allocate's (PKV_ERR_STATE otherwise). With sliding
- * windows, a windowed KV group takes back from the prefix cache the blocks it gave back that the
- * kept tokens' window reaches again (a cut of a few tokens near a block edge); when the cache no
- * longer holds one (evicted, or prefix caching off): PKV_ERR_STATE, nothing changed - preempt and
- * resume the sequence instead. Since 0.2.0. */
+ * outside the open batch, and one of pkv_allocate's. With sliding windows, a windowed KV group
+ * takes back from the prefix cache the blocks it gave back that the kept tokens' window reaches
+ * again (a cut of a few tokens near a block edge).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (num_tokens not in 1 .. the sequence's tokens),
+ * PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is swapped out, in the open batch, or a
+ * request of pkv_submit; or a block the window needs again is cached no longer - evicted, or
+ * prefix caching off: preempt and resume the sequence instead), PKV_ERR_NO_SPACE (not enough free
+ * blocks to take those blocks back; nothing changed).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens);
 
 /* Preemption by recompute: seq gives back all its blocks (as pkv_release does) but keeps its
- * tokens; its computed count becomes 0. pkv_resume re-admits it like a prompt of all its tokens
- * (prefix lookup included, its own prefix likely still cached), all-or-nothing. */
+ * tokens; its computed count becomes 0. pkv_resume re-admits it.
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is preempted or swapped out,
+ * in the open batch, or a request of pkv_submit). */
 PKV_API pkv_status pkv_preempt(pkv_engine *e, uint64_t seq);
+/* Re-admits a preempted seq like a prompt of all its tokens (prefix lookup included, its own
+ * prefix likely still cached), all-or-nothing; *out_num_cached_tokens (nullable) as pkv_allocate.
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not preempted, or is a
+ * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free blocks; nothing changed). */
 PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens);
 
-/* Preemption by swapping (since 0.2.0; needs the host tier, PKV_ERR_UNSUPPORTED without):
- * pkv_swap_out moves seq's KV to host-tier blocks and gives its pool blocks back, keeping its
- * tokens and computed count; pkv_swap_in brings it back into pool blocks, all or nothing. The
- * moves are block copies listed by the next batch (copy_kind SWAP_OUT / SWAP_IN) and done before
- * its first write; a block shared with other sequences is copied once and its copies stay shared
- * (a sharer swapped out later, or swapped in while an identical block is still in the pool,
- * copies nothing). PKV_ERR_NO_SPACE: too few free blocks in the tier moved to; nothing changed.
- * PKV_ERR_UNSUPPORTED: pkv_swap_out on an engine without a host tier. PKV_ERR_STATE: seq is not
- * running (swap_out) / not swapped (swap_in), is in the open batch, or is a request of
- * pkv_submit (the scheduler swaps its own requests: preemption_mode). A swapped sequence cannot be appended to, forked or batched
- * (PKV_ERR_STATE); pkv_release frees its host blocks. */
+/* Preemption by swapping (needs the host tier): pkv_swap_out moves seq's KV to host-tier blocks
+ * and gives its pool blocks back, keeping its tokens and computed count; pkv_swap_in brings it
+ * back into pool blocks, all or nothing. The moves are block copies listed by the next batch
+ * (copy_kind SWAP_OUT / SWAP_IN) and done before its first write; a block shared with other
+ * sequences is copied once and its copies stay shared (a sharer swapped out later, or swapped in
+ * while an identical block is still in the pool, copies nothing). A swapped sequence cannot be
+ * appended to, forked or batched (those calls refuse it); pkv_release frees its host blocks. The
+ * scheduler swaps its own requests (preemption_mode).
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_UNSUPPORTED (an engine without a host
+ * tier), PKV_ERR_STATE (seq is not running, is in the open batch, or is a request of pkv_submit),
+ * PKV_ERR_NO_SPACE (not enough free host-tier blocks; nothing changed).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_swap_out(pkv_engine *e, uint64_t seq);
+/* Brings a swapped-out seq back into pool blocks (above), all or nothing.
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not swapped out, or is a
+ * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free pool blocks; nothing changed).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
 
 /* Like POSIX's struct stat and stat(), the struct and the call share a name: write
@@ -715,27 +794,38 @@ struct pkv_seq_info {
   uint32_t num_prompt_tokens;     /* the prompt as submitted */
   uint32_t num_generated_tokens;  /* tokens sampled so far (pkv_commit) */
   uint32_t finish_reason;         /* PKV_FINISH_*: NONE while it runs */
-  /* since 0.2.0 */
+  /* (since 0.2.0) */
   uint32_t kv_tier;               /* PKV_TIER_*: DEVICE while it holds pool blocks, HOST while
                                      swapped out, NONE when it holds no KV (waiting, preempted,
                                      finished) */
   uint32_t num_host_blocks;       /* host-tier blocks it holds while swapped out */
 };
 
+/* What seq is now.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small), PKV_ERR_NOT_FOUND
+ * (no sequence seq). */
 PKV_API pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out);
 
 /* Copies the block table of seq (physical block ids, in order) into out[cap]; *out_len = its
- * length. out may be NULL when cap is 0 (to ask the length). */
+ * length. out may be NULL when cap is 0 (to ask the length).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; cap below the length,
+ * with *out_len still written), PKV_ERR_NOT_FOUND (no sequence seq). */
 PKV_API pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
                                        uint32_t *out_len);
 
 /* The block table of seq in KV group `group` (< pkv_kv_budget.num_kv_groups; group 0's is
  * pkv_seq_block_table's): physical block ids in token order, -1 where a windowed group gave back
- * a block no future token's window reaches. As pkv_seq_block_table otherwise. Since 0.2.0. */
+ * a block no future token's window reaches. As pkv_seq_block_table otherwise.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (group not below the number of KV groups; out_len NULL; out
+ * NULL with cap > 0; cap below the length, with *out_len still written), PKV_ERR_NOT_FOUND (no
+ * sequence seq).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group, int32_t *out,
                                              uint32_t cap, uint32_t *out_len);
 
-/* Copies the token ids of seq into out[cap]; *out_len = its length. As pkv_seq_block_table. */
+/* Copies the token ids of seq into out[cap]; *out_len = its length. As pkv_seq_block_table.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; cap below the length,
+ * with *out_len still written), PKV_ERR_NOT_FOUND (no sequence seq). */
 PKV_API pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
                                   uint32_t *out_len);
 
@@ -755,7 +845,7 @@ typedef struct pkv_batch pkv_batch;
  *   block_tables   [num_seqs][max_blocks_per_seq]  the same tables padded with -1
  *   copy_src, copy_dst [num_copies]     block copies to do, in this order, before any write of
  *                                       the step: copy-on-write, and with a host tier swap-outs,
- *                                       swap-ins, offloads and loads (copy_kind; since 0.2.0)
+ *                                       swap-ins, offloads and loads, copy_kind (since 0.2.0)
  *   copy_kind      [num_copies]         PKV_COPY_*: COW device->device, SWAP_OUT and OFFLOAD
  *                                       device->host tier, SWAP_IN and LOAD host tier->device
  *                                       (whole blocks: every layer, K and V; pkv_pool_info gives
@@ -788,7 +878,7 @@ typedef struct pkv_batch_view {
                                      token) when this step completes the sequence's tokens; -1
                                      for a chunk in the middle of a prompt */
   const int32_t *copy_kind;       /* [num_copies] PKV_COPY_* (since 0.2.0) */
-  /* KV groups (since 0.2.0; DESIGN.md §12): the slot_mapping and tables above are group 0's.
+  /* KV groups (since 0.2.0), DESIGN.md §12: the slot_mapping and tables above are group 0's.
    * Each group's tables have the same lengths; a windowed group's hold -1 for blocks it gave back
    * (never read: no new token's window reaches them), in group 0's block_indices too when every
    * layer is windowed. Layer l uses group layer_group[l]'s (pkv_kv_groups). */
@@ -800,33 +890,44 @@ typedef struct pkv_batch_view {
 
 /* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
  * computed tokens (NULL num_new_tokens = all of them; each count must be 1 .. uncomputed). num_seqs
- * >= 1; the new tokens of a batch add up to at most 2^31-1. The sequences must be distinct, not
- * preempted and not requests of pkv_submit. One batch may be open per engine at a time
- * (PKV_ERR_STATE). While it is open its sequences cannot be appended to, forked, released or
- * preempted (PKV_ERR_STATE). The batch lists every block copy queued so far (copy-on-write, swaps);
- * they count as done when it ends having run (pkv_batch_end, pkv_commit). *out is a
- * handle, not an address: it is never given twice, and once the batch ends (pkv_batch_end,
- * pkv_commit, pkv_batch_abort, pkv_engine_destroy) every call with it returns PKV_ERR_STATE. */
+ * >= 1; the new tokens of a batch add up to at most 2^31-1. The sequences must be distinct,
+ * running and not requests of pkv_submit. One batch may be open per engine at a time. While it is
+ * open its sequences cannot be appended to, forked, released or preempted (those calls refuse
+ * them). The batch lists every block copy queued so far (copy-on-write, swaps); they count as
+ * done when it ends having run (pkv_batch_end, pkv_commit). *out is a handle, not an address: it
+ * is never given twice, and once the batch ends (pkv_batch_end, pkv_commit, pkv_batch_abort,
+ * pkv_engine_destroy) every call with it returns PKV_ERR_STATE.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (seqs or out NULL; num_seqs 0; a sequence twice; a count not
+ * in 1 .. its uncomputed tokens; more than 2^31-1 new tokens), PKV_ERR_NOT_FOUND (a sequence that
+ * does not exist), PKV_ERR_STATE (a batch is open on e; a sequence is preempted or swapped out,
+ * or is a request of pkv_submit). */
 PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
                                    const uint32_t *num_new_tokens, uint32_t num_seqs,
                                    pkv_batch **out);
 
-/* Points out's fields at the batch's arrays (see pkv_batch_view). */
+/* Points out's fields at the batch's arrays (see pkv_batch_view).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small), PKV_ERR_STATE (b
+ * has ended). */
 PKV_API pkv_status pkv_batch_info(const pkv_batch *b, pkv_batch_view *out);
 
 /* Does the batch's listed copies (pkv_batch_view copy_*) now, on the engine's device, unless they
  * are done already: for hosts that run no pkv_attention but let pkv move the blocks (the first
  * pkv_attention of a batch calls it). On CUDA it returns once they are queued on the engine's
- * stream. Since 0.2.0. */
+ * stream.
+ * Errors: PKV_ERR_STATE (b has ended), PKV_ERR_DEVICE (CUDA: the copies could not be queued).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_batch_copy(pkv_batch *b);
 
 /* The step ran: its new tokens become computed, blocks that are now full and computed are sealed
  * into the prefix cache (shareable from now on), the copies are done. Frees b on success; on
- * failure b stays open (a batch of pkv_step ends with pkv_commit: PKV_ERR_STATE here). */
+ * failure b stays open.
+ * Errors: PKV_ERR_STATE (b has ended; or b came from pkv_step, which ends with pkv_commit or
+ * pkv_batch_abort: b stays open). */
 PKV_API pkv_status pkv_batch_end(pkv_batch *b);
 
-/* The step did not run: nothing becomes computed; the copies go back to the queue. Frees b.
- * Accepts NULL. */
+/* The step did not run: nothing becomes computed; the copies go back to the queue. Frees b,
+ * whichever call began it (pkv_batch_begin or pkv_step). Accepts NULL and a handle whose batch
+ * has ended: it does nothing then. */
 PKV_API void pkv_batch_abort(pkv_batch *b);
 
 /* ---------------------------------------------------------------- scheduler */
@@ -848,13 +949,17 @@ typedef struct pkv_request_params {
   const void *cache_salt;         /* as pkv_seq_params.cache_salt */
 } pkv_request_params;
 
+/* Fills p with the defaults above; as pkv_engine_params_init.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's 0.1 size). */
 PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size);
 
 /* Queues a request; *out_seq is its sequence id (pkv_seq_info, pkv_seq_tokens, pkv_release).
- * rp may be NULL (defaults). A request that can never run - prompt + max_new_tokens above
- * max_model_len or 2^31-1, or more blocks than the pool has - is refused:
- * PKV_ERR_INVALID_ARGUMENT. A request is driven by pkv_step / pkv_commit only: pkv_append,
- * pkv_fork, pkv_preempt, pkv_resume and pkv_batch_begin refuse it (PKV_ERR_STATE). */
+ * rp may be NULL (defaults). A request is driven by pkv_step / pkv_commit only: pkv_append,
+ * pkv_fork, pkv_preempt, pkv_resume and pkv_batch_begin refuse it. Its prompt is reserved whole
+ * when it is admitted, in every KV group (as pkv_allocate's).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (prompt or out_seq NULL; num_tokens 0; a bad rp: struct_size,
+ * max_new_tokens 0, reserved0, cache_salt; a request that can never run - prompt +
+ * max_new_tokens above max_model_len or 2^31-1, or more blocks than the pool has). */
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
@@ -862,17 +967,21 @@ PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num
  * no requests, or waiting ones that do not fit while pkv_allocate's sequences hold the blocks
  * (pkv_stats.num_waiting_requests tells them apart).
  * The batch is an ordinary one (pkv_batch_info, pkv_attention, pkv_batch_abort) that ends with
- * pkv_commit. PKV_ERR_STATE: a batch is open. */
+ * pkv_commit or pkv_batch_abort (pkv_batch_end refuses it).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL), PKV_ERR_STATE (a batch is open on e). */
 PKV_API pkv_status pkv_step(pkv_engine *e, pkv_batch **out);
 
 /* Ends a batch of pkv_step: its tokens become computed (as pkv_batch_end), and every sequence
  * whose view.sample_rows entry is not -1 takes sampled_tokens[i] (i = its index in the batch;
  * other entries are ignored) and finishes on its stop token or its max_new_tokens. On success b
- * is freed. sampled_tokens may be NULL only when no sequence samples. */
+ * is freed; on failure it stays open. sampled_tokens may be NULL only when no sequence samples.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (sampled_tokens NULL while a sequence samples), PKV_ERR_STATE
+ * (b has ended, or came from pkv_batch_begin: end it with pkv_batch_end). */
 PKV_API pkv_status pkv_commit(pkv_batch *b, const int32_t *sampled_tokens);
 
 /* Moves the ids of requests finished since the last call into out[cap]; *out_len = how many
- * were moved (at most cap; call again while it equals cap). They stay readable until released. */
+ * were moved (at most cap; call again while it equals cap). They stay readable until released.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0). */
 PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len);
 
 /* ---------------------------------------------------------------- KV events */
@@ -886,7 +995,7 @@ typedef struct pkv_kv_event {
   uint64_t seq_no;                /* 1, 2, 3, ... per engine, never reused */
   uint64_t block_hash;            /* canonical hash of the block */
   uint64_t parent_hash;           /* of the previous block, or the salt's root hash */
-  /* since 0.2.0 (40 bytes; the 0.1 event ends above, at 32) */
+  /* (since 0.2.0) 40 bytes; the 0.1 event ends above, at 32 */
   uint32_t medium;                /* PKV_TIER_* the block was stored in or removed from: DEVICE
                                      (the pool) or HOST (the host tier, offload); NONE for
                                      ALL_CLEARED and OVERFLOW, which concern every medium */
@@ -896,14 +1005,17 @@ typedef struct pkv_kv_event {
 
 /* Moves up to cap queued events, oldest first, into out; *out_len = how many. The symbol writes
  * the 0.1 layout (32 bytes each, for binaries built against 0.1); code compiled against this
- * header calls pkv_drain_kv_events_sized through the macro below, at its sizeof(pkv_kv_event). */
+ * header calls pkv_drain_kv_events_sized through the macro below, at its sizeof(pkv_kv_event).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0). */
 PKV_API pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap,
                                        uint32_t *out_len);
 
-/* As pkv_drain_kv_events, for a pkv_kv_event that may have grown since 0.1: event_size is
+/* As pkv_drain_kv_events, for a pkv_kv_event that may have grown after 0.1: event_size is
  * sizeof(pkv_kv_event) as the caller sees it, at least 32 (the 0.1 size) and a multiple of 8;
  * out[i] starts at byte i * event_size. pkv writes the fields it knows up to event_size bytes
  * and zeroes the rest of each event (a field that reads 0 is one this library does not fill).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; event_size below 32 or
+ * not a multiple of 8).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t event_size,
                                              uint32_t cap, uint32_t *out_len);
@@ -911,8 +1023,7 @@ PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, u
   pkv_drain_kv_events_sized((e), (out), (uint32_t)sizeof(pkv_kv_event), (cap), (out_len))
 
 /* (since 0.3.0) What an engine's event publisher did. The struct shares its name with the call;
- * set struct_size to sizeof it (at least its 0.3 size); pkv fills what it knows up to that size.
- * PKV_ERR_STATE when the engine has no publisher. */
+ * set struct_size to sizeof it (at least its 0.3 size); pkv fills what it knows up to that size. */
 struct pkv_event_publisher_info {
   uint32_t struct_size;
   uint32_t reserved0;
@@ -920,17 +1031,29 @@ struct pkv_event_publisher_info {
                                      valid while the engine lives */
   const char *replay_endpoint;    /* as bound; "" without replay */
   uint64_t next_seq;              /* the seq the next batch gets (batches sent so far) */
-  uint64_t events_published;      /* events sent, in batches */
+  uint64_t events_published;      /* events sent: block events as pkv_kv_event counts them (a
+                                     BlockStored of a run of n blocks counts n) and
+                                     AllBlocksCleared ones, each counted once the batch holding
+                                     it is handed to the PUB socket (a subscriber past send_hwm
+                                     may still lose it); batches are next_seq's count */
   uint64_t events_dropped;        /* events lost to a full queue (each loss sent AllBlocksCleared) */
   uint64_t replay_requests;       /* replay requests answered */
   uint64_t events_queued;         /* events handed to the publishing thread and not yet sent; 0:
                                      every event of the calls so far is on the wire (or dropped) */
 };
 
+/* What e's event publisher did.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small), PKV_ERR_STATE (e
+ * has no event publisher).
+ * Since 0.3.0. */
 PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publisher_info *out);
 
-/* Evicts every cached (ref-0) block from the prefix cache. Blocks in use stay. Queues
- * PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED event per node that went. */
+/* Evicts every cached (ref-0) block from the prefix cache, in the pool and in the host tier: the
+ * host tier's offloaded blocks are dropped too (a write-back store is written as on any host-tier
+ * eviction; the store itself keeps its blocks). Blocks in use stay, and so do swapped-out
+ * sequences' host blocks. Queues PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED
+ * event per node that went.
+ * Errors: PKV_ERR_STATE (a batch is open on e). */
 PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
 
 /* ---------------------------------------------------------------- compute */
@@ -949,9 +1072,8 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  * layers.
  * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
  * plan (on CUDA: its arrays uploaded to the device) is made once, at the batch's first call.
- * layer < num_layers; q, k, v (MLA: q, k), out not NULL, and out aliases none of them.
- * PKV_ERR_UNSUPPORTED: head_dim not a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN or above
- * PKV_ATTENTION_MAX_HEAD_DIM.
+ * layer < num_layers; q, k, v (MLA: q, k), out not NULL, and out aliases none of them. head_dim
+ * is a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN, at most PKV_ATTENTION_MAX_HEAD_DIM.
  * kv_layout MLA (since 0.3.0), the absorbed form, with W = kv_lora_rank + qk_rope_head_dim:
  *   q   [num_tokens][num_q_heads / tp_size][W]             queries projected into latent space
  *   k   [num_tokens][W]                                    the new tokens' latents (cached)
@@ -959,13 +1081,19 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  *   out [num_tokens][num_q_heads / tp_size][kv_lora_rank] the softmax-weighted sum of the
  *                                                          context's latents' first kv_lora_rank
  * scale softmax_scale (MLA needs it given: an engine with 0 is refused at create); every latent is
- * read once for all q heads. PKV_ERR_UNSUPPORTED: kv_lora_rank or qk_rope_head_dim not a multiple
- * of PKV_ATTENTION_HEAD_DIM_ALIGN, or above PKV_ATTENTION_MAX_KV_LORA_RANK /
- * PKV_ATTENTION_MAX_ROPE_DIM; a v that is not NULL: PKV_ERR_INVALID_ARGUMENT.
+ * read once for all q heads. kv_lora_rank and qk_rope_head_dim are multiples of
+ * PKV_ATTENTION_HEAD_DIM_ALIGN (qk_rope_head_dim may be 0), at most
+ * PKV_ATTENTION_MAX_KV_LORA_RANK and PKV_ATTENTION_MAX_ROPE_DIM.
  * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
- * PKV_CUDA_MAX_GRID sequences (PKV_ERR_INVALID_ARGUMENT otherwise). The call returns once its kernels are queued on the engine's stream: the host
- * synchronizes that stream before it reads out on the host. pkv itself waits on the stream only
- * at a batch's first call (after uploading the plan) and between waves of block copies. */
+ * PKV_CUDA_MAX_GRID sequences. The call returns once its kernels are queued on the engine's
+ * stream: the host synchronizes that stream before it reads out on the host. pkv itself waits on
+ * the stream only at a batch's first call (after uploading the plan) and between waves of block
+ * copies.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA - v
+ * NULL; v not NULL on an MLA cache; out aliasing an input; on CUDA a pointer not 16-byte aligned,
+ * or more than PKV_CUDA_MAX_GRID sequences), PKV_ERR_STATE (b has ended), PKV_ERR_UNSUPPORTED
+ * (head_dim, or MLA's kv_lora_rank or qk_rope_head_dim, outside the limits above), PKV_ERR_DEVICE
+ * (CUDA: a kernel or copy could not be queued). */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
                                  const void *v, void *out);
 
@@ -1002,25 +1130,29 @@ struct pkv_pool_info {
   uint64_t host_num_blocks;
   uint64_t host_layer_stride;     /* host_num_blocks * block_stride */
   uint64_t host_bytes_per_pool;   /* bytes of K (and of V) of the host tier */
-  /* since 0.2.0 */
+  /* (since 0.2.0) */
   int32_t model_dtype;            /* the model's dtype: pkv_attention's q, k, v and out */
   uint32_t num_kv_groups;         /* pkv_kv_groups; 1 without windows */
-  /* since 0.2.0: the attention kernels this engine runs, a static string: on the CPU the
+  /* (since 0.2.0) the attention kernels this engine runs, a static string: on the CPU the
      instruction-set variant picked by CPUID at run time ("avx512-bf16", "avx512", "avx2",
      "baseline"; the environment variable PKV_CPU_ISA forces one the CPU has); "cuda" */
   const char *kernels;
 };
 
+/* Where e's pool is, and its layout.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
 
 /* fp8 KV (kv_dtype FP8_*): the scales of `layer` (< num_layers), k_scales and v_scales
  * [kv_heads_per_rank] each (this rank's heads), finite and > 0; a stored element means its value
  * times its head's scale. Every scale is 1.0 until set. Set them before the first pkv_allocate or
- * pkv_submit (with the weights): KV written under one scale is not rewritten, so later calls are
- * refused (PKV_ERR_STATE), as are calls on an engine whose cache is not fp8
- * (PKV_ERR_INVALID_ARGUMENT). A store's blocks are named for the scales (the fingerprint), so
- * engines with other scales never share them. Since 0.2.0. kv_layout MLA: k_scales is the
- * latent's one scale and v_scales may be NULL (it is not read). */
+ * pkv_submit (with the weights): KV written under one scale is not rewritten. A store's blocks
+ * are named for the scales (the fingerprint), so engines with other scales never share them.
+ * kv_layout MLA: k_scales is the latent's one scale and v_scales may be NULL (it is not read).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (the cache is not fp8; layer not below num_layers; k_scales
+ * NULL, or v_scales NULL but for MLA; a scale not finite or not > 0), PKV_ERR_STATE (a sequence
+ * was made before: pkv_allocate or pkv_submit).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales,
                                      const float *v_scales);
 
@@ -1028,8 +1160,9 @@ PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float 
  * NULL). A change takes effect at the next call, also in the middle of a batch. When the stream
  * differs from the current one, pkv first waits for the work it queued on the current one
  * (cudaStreamSynchronize), so its own buffers can be reused on the new one; ordering the host's
- * own work between the two streams is the host's. On a CPU engine only NULL is accepted
- * (PKV_ERR_INVALID_ARGUMENT). */
+ * own work between the two streams is the host's. On a CPU engine only NULL is accepted.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (a stream other than NULL on a CPU engine), PKV_ERR_DEVICE
+ * (CUDA: waiting for the current stream failed). */
 PKV_API pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream);
 
 /* ---------------------------------------------------------------- canonical block hash */
@@ -1037,37 +1170,43 @@ PKV_API pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream);
  * internals:
  *   root  = XXH3_64bits_withSeed(salt bytes, salt_len, seed)        (empty salt when none)
  *   block = XXH3_64bits_withSeed(parent hash as u64 little-endian ++ token ids as i32
- *                                little-endian, seed)                (parent of block 0 = root) */
+ *                                little-endian, seed)                (parent of block 0 = root)
+ * pkv_block_hash_root: salt may be NULL only when salt_len is 0.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_hash NULL; salt NULL with salt_len > 0). */
 PKV_API pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len,
                                        uint64_t *out_hash);
-/* num_tokens >= 1 (tokens not NULL); salt may be NULL only when salt_len is 0. */
+/* A block's hash (above), of num_tokens >= 1 tokens.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_hash NULL; num_tokens 0). */
 PKV_API pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
                                   uint32_t num_tokens, uint64_t *out_hash);
 
 /* ---------------------------------------------------------------- store administration */
-/* A handle on a store for its administrator (`pkv store`; since 0.2.0): how much it holds, what
+/* (since 0.2.0) A handle on a store for its administrator (`pkv store`): how much it holds, what
  * (key, size and, from each value's header, parent, tokens and fingerprint), whether every value
  * is whole, and removing bad values or all of them - with no engine and no model: a value
  * describes itself. Kinds FILE and REDIS; a CALLBACK store is the host's own to administer.
  * Calls on one handle are serialized inside pkv; a handle may be used while engines use the same
  * store (values written or removed meanwhile may or may not be seen). Failures leave their
- * message in pkv_last_error(); a store error (unreadable directory, server gone, timeout) is
- * PKV_ERR_STORE. Every call but pkv_store_open walks the whole store (a directory listing, or
+ * message in pkv_last_error(); PKV_ERR_STORE is a store error (unreadable directory, server gone,
+ * timeout). Every call but pkv_store_open walks the whole store (a directory listing, or
  * Redis SCAN ... MATCH prefix* COUNT, never KEYS) and takes time in proportion to it. */
 typedef struct pkv_store pkv_store;
 
 /* Opens the store p describes (as pkv_engine_params.store; the fields of the write path -
  * write_mode aside, lookup_timeout_ms, write_queue_blocks, max_bytes, ttl_seconds - do not apply).
- * write_mode PKV_STORE_READ_ONLY opens it for reading only: removals are then refused
- * (PKV_ERR_STATE), and a FILE store needs no write access. FILE: path must be an existing
- * directory (it is never made here; PKV_ERR_STORE); opening removes its stale temporary files, as
- * an engine's open does. REDIS: connects and authenticates (PKV_ERR_STORE on failure).
- * PKV_ERR_UNSUPPORTED: kind CALLBACK. *out is set only on success; close it with
- * pkv_store_close. */
+ * write_mode PKV_STORE_READ_ONLY opens it for reading only: removals are then refused, and a
+ * FILE store needs no write access. FILE: path must be an existing directory (it is never made
+ * here); opening removes its stale temporary files, as an engine's open does. REDIS: connects and
+ * authenticates. *out is set only on success; close it with pkv_store_close.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL; a field out of its range, named; kind NONE),
+ * PKV_ERR_UNSUPPORTED (kind CALLBACK), PKV_ERR_STORE (a FILE path that is not an existing
+ * directory; a Redis server that cannot be reached or refuses the login).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_store_open(const pkv_store_params *p, pkv_store **out);
 
-/* Frees s: closes its connection and the handle. Accepts NULL. Must not race with other calls
- * on s. */
+/* Frees s: closes its connection and the handle. Accepts NULL (does nothing). Must not race with
+ * other calls on s.
+ * Since 0.2.0. */
 PKV_API void pkv_store_close(pkv_store *s);
 
 /* What a store holds. Like struct pkv_seq_info, the struct shares its name with the call. */
@@ -1079,7 +1218,10 @@ struct pkv_store_info {
   uint64_t total_bytes;           /* their sizes added up (file sizes, STRLEN) */
 };
 
-/* Counts the blocks and their bytes (no value is read). */
+/* Counts the blocks and their bytes (no value is read).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small), PKV_ERR_STORE (the
+ * store failed).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_store_info(pkv_store *s, struct pkv_store_info *out);
 
 /* pkv_store_list flags */
@@ -1110,14 +1252,19 @@ typedef struct pkv_store_entry {
  * into out (entry i at byte i * entry_size), *out_len = how many, and sets *cursor to pass to the
  * next call: 0 when the listing is complete (a page may hold fewer than cap entries, even none,
  * before that). A nonzero cursor is valid only as the last one this handle returned (one listing
- * per handle at a time; another value: PKV_ERR_INVALID_ARGUMENT); a cursor of 0 starts over.
+ * per handle at a time); a cursor of 0 starts over.
  * Unless flags has PKV_STORE_LIST_KEYS_ONLY, each listed value is read and checked (state,
  * problem; values gone before they were read are left out); memory stays bounded however large
  * cap or the values are (a value over 16 MiB is read a piece at a time: its header first, which
- * alone refuses a value not of its declared size; every declared size is checked for overflow). A block held throughout a listing is listed at least once (a Redis
- * listing may list one twice). entry_size: sizeof(pkv_store_entry) as the caller sees it, at
+ * alone refuses a value not of its declared size; every declared size is checked for
+ * overflow). A block held throughout a listing is listed at least once (a Redis listing may list
+ * one twice). entry_size: sizeof(pkv_store_entry) as the caller sees it, at
  * least this header's and a multiple of 8; bytes past the fields pkv knows are zeroed. cap >= 1.
- * A failed call changes nothing: *cursor, *out_len and the listing stay as they were. */
+ * A failed call changes nothing: *cursor, *out_len and the listing stay as they were.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (cursor, out_len or out NULL; cap 0; a flag other than
+ * PKV_STORE_LIST_*; entry_size too small or not a multiple of 8; a nonzero cursor this handle did
+ * not return last), PKV_ERR_STORE (the store failed).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_store_list(pkv_store *s, uint64_t *cursor, uint32_t flags, pkv_store_entry *out,
                                   uint32_t entry_size, uint32_t cap, uint32_t *out_len);
 
@@ -1137,23 +1284,29 @@ typedef struct pkv_store_verify_result {
 } pkv_store_verify_result;
 
 /* Reads every value of the store and checks it as pkv_store_list does; with remove_bad = 1 each
- * bad value is removed as it is found (PKV_ERR_STATE on a handle opened read-only). remove_bad is
- * 0 or 1. Unlike most calls, a failure part way (PKV_ERR_STORE: the server gone) keeps what was
- * removed before it, and *out then holds the counts up to the failure. A FILE store's reads mark
- * its blocks as used (their access times), as an engine's do. */
+ * bad value is removed as it is found. Unlike most calls, a failure part way (the server gone)
+ * keeps what was removed before it, and *out then holds the counts up to the failure. A FILE
+ * store's reads mark its blocks as used (their access times), as an engine's do.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small; remove_bad not 0
+ * or 1), PKV_ERR_STATE (remove_bad 1 on a handle opened read-only), PKV_ERR_STORE (the store
+ * failed, part way: *out holds the counts up to it).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_store_verify(pkv_store *s, uint32_t remove_bad, pkv_store_verify_result *out);
 
 /* Removes every block of the store (only block names: other files, or keys outside key_prefix,
  * stay); *out_removed = how many this call removed. Blocks that engines write meanwhile may stay.
- * PKV_ERR_STATE on a handle opened read-only. A failure part way keeps what was removed before it
- * and still sets *out_removed. */
+ * A failure part way keeps what was removed before it and still sets *out_removed.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_removed NULL), PKV_ERR_STATE (a handle opened read-only),
+ * PKV_ERR_STORE (the store failed, part way: *out_removed says how many went).
+ * Since 0.2.0. */
 PKV_API pkv_status pkv_store_clear(pkv_store *s, uint64_t *out_removed);
 
 /* ---------------------------------------------------------------- diagnostics */
 /* Checks every block-manager invariant (each block in exactly one state, ref counts equal the
  * block-table references, the free list holds exactly the ref-0 blocks, every prefix node's
  * copies are sealed blocks holding its tokens under its parent, counters agree). O(pool size):
- * for tests and debugging. PKV_ERR_INTERNAL with the first violation in the message. */
+ * for tests and debugging.
+ * Errors: PKV_ERR_INTERNAL (an invariant is broken: the message names the first violation). */
 PKV_API pkv_status pkv_engine_check(pkv_engine *e);
 
 #ifdef __cplusplus
