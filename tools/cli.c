@@ -45,14 +45,16 @@ int cli_parse_double(const char *s, double *out) {
   return 0;
 }
 
-/* The multiplier of a size unit, 0 if unknown. */
+/* The multiplier of a size unit: binary only (K = KiB = 2^10, as free -g and most of Linux
+ * count memory); 0 if unknown, UINT64_MAX for KB MB GB TB, which some read as powers of 1000 and
+ * others as powers of 1024: refused rather than guessed (issue 26: 24G and 24gb differed). */
 static uint64_t size_unit(const char *u) {
   static const struct { const char *name; uint64_t mult; } units[] = {
       {"", 1},           {"b", 1},
-      {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
-      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
-      {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
-      {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
+      {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", UINT64_MAX},
+      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", UINT64_MAX},
+      {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", UINT64_MAX},
+      {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", UINT64_MAX},
   };
   while (*u == ' ') u++;
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
@@ -85,6 +87,7 @@ int cli_parse_size(const char *s, uint64_t *out) {
   }
   const uint64_t mult = size_unit(c);
   if (mult == 0) return CLI_SIZE_MALFORMED;
+  if (mult == UINT64_MAX) return CLI_SIZE_DECIMAL_UNIT;
   /* digits < 10^38 and mult <= 2^40: the product can pass 2^128 only for a value past 2^64 */
   u128 bytes = 0;
   if (__builtin_mul_overflow(digits, (u128)mult, &bytes)) return CLI_SIZE_TOO_LARGE;
@@ -153,7 +156,7 @@ static const char *kind_expects(int kind) {
     case CLI_U32: return "a whole number (0 .. 4294967295)";
     case CLI_U64: return "a whole number";
     case CLI_DOUBLE: return "a number";
-    case CLI_SIZE: return "a size such as 80GiB, 512MiB, 1.5GB or 4096 (bytes)";
+    case CLI_SIZE: return "a size such as 80GiB (= 80G), 512MiB, 1.5GiB or 4096 (bytes)";
     default: return "a value";
   }
 }
@@ -197,6 +200,14 @@ int cli_parse(const cli_command *cmd, int argc, char **argv) {
       return usage_error(cmd);
     }
     const int stored = store_value(fl, value);
+    if (stored == CLI_SIZE_DECIMAL_UNIT) {
+      fprintf(stderr,
+              "pkv %s: bad value '%s' for --%s: sizes are binary; write KiB, MiB, GiB, TiB or K, M, G, T "
+              "(powers of 1024, e.g. 24GiB = 24G = 25769803776 bytes), or the bytes (KB, MB, GB and TB "
+              "are refused: powers of 1000 or of 1024?)\n",
+              cmd->name, value, fl->name);
+      return usage_error(cmd);
+    }
     if (stored != 0) {
       const char *why = stored == CLI_SIZE_TOO_LARGE ? "more than 2^64-1 bytes"
                         : stored == CLI_SIZE_NOT_WHOLE ? "not a whole number of bytes"

@@ -53,12 +53,13 @@ void cli_print_help(FILE *f, const cli_command *cmd);
 int cli_parse_u64(const char *s, uint64_t *out);
 int cli_parse_u32(const char *s, uint32_t *out);
 int cli_parse_double(const char *s, double *out);
-/* A byte size: digits, optionally with decimals ("1.5"), then an optional unit (spaces before it
- * allowed), case-insensitive: B, KB MB GB TB (powers of 1000), KiB MiB GiB TiB (powers of 1024),
- * K M G T alone (powers of 1024, like free -g). Exact integer arithmetic: the size must come to a
- * whole number of bytes (at most 18 significant decimals) and fit in 64 bits. 0 on success, else
- * a CLI_SIZE_* code (*out untouched). */
-enum { CLI_SIZE_MALFORMED = -1, CLI_SIZE_TOO_LARGE = -2, CLI_SIZE_NOT_WHOLE = -3 };
+/* A byte size, the one parser of every size flag: digits, optionally with decimals ("1.5"), then
+ * an optional unit (spaces before it allowed), case-insensitive, binary only: B, KiB MiB GiB TiB
+ * and K M G T alone (powers of 1024: 24G = 24GiB). KB MB GB TB are refused
+ * (CLI_SIZE_DECIMAL_UNIT: 1000 or 1024 would be a guess). Exact integer arithmetic: the size must
+ * come to a whole number of bytes (at most 18 significant decimals) and fit in 64 bits. 0 on
+ * success, else a CLI_SIZE_* code (*out untouched). */
+enum { CLI_SIZE_MALFORMED = -1, CLI_SIZE_TOO_LARGE = -2, CLI_SIZE_NOT_WHOLE = -3, CLI_SIZE_DECIMAL_UNIT = -4 };
 int cli_parse_size(const char *s, uint64_t *out);
 
 /* "80.00 GiB", "512 B": into buf[cap]; returns buf. */

@@ -47,8 +47,9 @@ static void print_usage(FILE *f) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(f,
-          "\n'pkv <command> --help' lists a command's options. Sizes are whole byte counts,\n"
-          "written like 80GiB, 512MiB, 1.5GB or 4096 (bytes).\n"
+          "\n'pkv <command> --help' lists a command's options. Sizes are whole byte counts in\n"
+          "binary units, written like 80GiB (= 80G), 512MiB (= 512M), 1.5GiB or 4096 (bytes);\n"
+          "KB, MB, GB and TB are refused (powers of 1000 or of 1024?).\n"
           "\n"
           "examples:\n"
           "  pkv demo\n"

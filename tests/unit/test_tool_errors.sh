@@ -225,8 +225,8 @@ expect_output "profile: a host tier in blocks" '"host_num_blocks": 100,' '"host_
 expect_output "profile: llama-3-8b at 80GiB" "total memory +80.00 GiB +85899345920" \
   "= KV budget +72.00 GiB +77309411328" "blocks +36864 " "max tokens +589824 " \
   -- profile --config "$llama" --memory 80GiB
-for m in 1TiB 1099511627776 "1 TiB" 1024GiB 1048576MiB 0.5TiB 512GiB 1.5GB 1500000000 \
-         18446744073709551615; do
+for m in 1TiB 1099511627776 "1 TiB" 1024GiB 1048576MiB 0.5TiB 512GiB 1.5GiB 1610612736 \
+         18446744073709551615 24G 24GiB 24gib 24g 25769803776; do
   timeout 30 "$tool" profile --config "$llama" --memory "$m" --json >"$tmp/$m.out" 2>&1
 done
 expect_same() { # DESCRIPTION A B: the outputs for sizes A and B are identical
@@ -242,7 +242,16 @@ expect_same "profile: '1 TiB' is 1TiB" "1 TiB" 1TiB
 expect_same "profile: 1024GiB is 1TiB" 1024GiB 1TiB
 expect_same "profile: 1048576MiB is 1TiB" 1048576MiB 1TiB
 expect_same "profile: 0.5TiB is 512GiB" 0.5TiB 512GiB
-expect_same "profile: 1.5GB is 1500000000" 1.5GB 1500000000
+expect_same "profile: 1.5GiB is 1610612736" 1.5GiB 1610612736
+# one rule for units (issue 26 item 6): binary, G = GiB; KB MB GB TB refused as ambiguous
+expect_same "profile: 24G is 24GiB" 24G 24GiB
+expect_same "profile: 24g is 24gib" 24g 24gib
+expect_same "profile: 24GiB is 25769803776" 24GiB 25769803776
+for m in 24gb 24GB 1.5GB 512MB 4KB 1TB "24 GB"; do
+  expect_error_says "profile: $m refused" "sizes are binary; write KiB, MiB, GiB, TiB or K, M, G, T .*KB, MB, GB and TB are refused" \
+    profile --config "$good" --memory "$m"
+done
+expect_error_says "demo: --host-cache 8MB refused" "bad value '8MB' for --host-cache: sizes are binary" demo --host-cache 8MB
 # attention variants, from the example configs and the flags
 configs=$(dirname "$0")/../../tools/configs
 expect_output "profile: Gemma 3 groups, fp8" "kv cache +fp8_e4m3, 1 B per element \(the model's bf16: 2 B\)" \
