@@ -22,7 +22,7 @@ LAYERS = [
     ("block manager", ["block_manager.*"]),
     ("prefix cache", ["prefix_tree.*", "node_table.h", "block_hash.*"]),
     ("tiers", ["tiers/*"]),
-    ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "kv_events.*", "kv_publisher.*", "kv_groups.*", "checked.h"]),
+    ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "checked.h"]),
     ("backends", ["backend/*"]),
     ("status", ["status.*"]),
     ("kernels", ["kernels/*"]),
