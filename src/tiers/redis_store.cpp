@@ -5,151 +5,32 @@
 // one deadline, so a slow or stopped server costs a call at most its timeout, and a closed socket
 // never raises SIGPIPE in the host (MSG_NOSIGNAL).
 //
-// A call is one pipeline, one command per key (GET, EXISTS or SET: per key rather than MGET, so
-// replies are taken one at a time as they arrive instead of one array of the whole batch), written
-// while its replies are read, so no buffer on either side fills up however large the batch.
-// A call that breaks the connection (an I/O error, a closed socket, a timeout with replies still
-// owed) drops it; a later call makes a new one, at most once per kReconnectInterval, so while the
-// server is down calls fail at once ("not connected") instead of each waiting out the connect
-// timeout. A connection found closed before any reply (the server restarted while it was idle) is
-// remade at once and the pipeline sent again: GET, EXISTS and SET can be repeated (as can the
-// administration's SCAN, STRLEN and UNLINK, which share this machinery: hence ~470 lines).
+// A call is one pipeline, commands per key (a lookup's STRLEN, GETRANGE and EXISTS, a write's
+// SET: per key rather than MGET, so replies are taken one at a time as they arrive instead of one
+// array of the whole batch), written while its replies are read, so no buffer on either side
+// fills up however large the batch. A call that breaks the connection (an I/O error, a closed
+// socket, a timeout with replies still owed) drops it; a later call makes a new one, at most once
+// per kReconnectInterval, so while the server is down calls fail at once ("not connected")
+// instead of each waiting out the connect timeout. A connection found closed before any reply
+// (the server restarted while it was idle) is remade at once and the pipeline sent again: every
+// command here can be repeated (as can the administration's SCAN, STRLEN, GETRANGE and UNLINK in
+// redis_store_admin.cpp, which share this machinery through redis_store_impl.h).
 #include "tiers/redis_store.h"
 
-#include <hiredis/hiredis.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstring>
-#include <functional>
-#include <string>
-#include <vector>
 
 #include "status.h"
+#include "tiers/redis_store_impl.h"
 
 namespace pkv {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr auto kReconnectInterval = std::chrono::milliseconds(1000);
-constexpr uint32_t kDefaultTimeoutMs = 1000;  // connect_timeout_ms or io_timeout_ms given as 0
-constexpr size_t kRecvBytes = size_t(256) << 10;
-
-// The commands of one call in RESP: the protocol text, with values referred to in place.
-class Pipeline {
- public:
-  void command(int argc) {
-    text_ += '*';
-    text_ += std::to_string(argc);
-    text_ += "\r\n";
-    ++num_commands_;
-  }
-  void arg(const char *p, size_t n) {
-    bulk_header(n);
-    text_.append(p, n);
-    text_ += "\r\n";
-  }
-  void arg(const std::string &s) { arg(s.data(), s.size()); }
-  // p is sent from where it is: it must outlive the call.
-  void arg_in_place(const void *p, size_t n) {
-    bulk_header(n);
-    cut();
-    pieces_.push_back({static_cast<const char *>(p), 0, n});
-    text_ += "\r\n";
-  }
-  size_t num_commands() const { return num_commands_; }
-
-  // The bytes to send, in order.
-  std::vector<iovec> iovecs() {
-    cut();
-    std::vector<iovec> v;
-    v.reserve(pieces_.size());
-    for (const Piece &p : pieces_) {
-      const char *base = p.external ? p.external : text_.data() + p.offset;
-      if (p.len) v.push_back({const_cast<char *>(base), p.len});
-    }
-    return v;
-  }
-
- private:
-  struct Piece {
-    const char *external;  // a value in place, or nullptr: text_[offset, offset + len)
-    size_t offset, len;
-  };
-  void bulk_header(size_t n) {
-    text_ += '$';
-    text_ += std::to_string(n);
-    text_ += "\r\n";
-  }
-  // Ends the text piece so far (offsets, not pointers: text_ may still move).
-  void cut() {
-    if (text_.size() > cut_at_) pieces_.push_back({nullptr, cut_at_, text_.size() - cut_at_});
-    cut_at_ = text_.size();
-  }
-
-  std::string text_;
-  std::vector<Piece> pieces_;
-  size_t cut_at_ = 0, num_commands_ = 0;
-};
-
-struct Deadline {
-  uint32_t budget_ms;
-  Clock::time_point at;
-  explicit Deadline(uint32_t ms) : budget_ms(ms), at(Clock::now() + std::chrono::milliseconds(ms)) {}
-  int remaining_ms() const {
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(at - Clock::now()).count();
-    return int(std::clamp<decltype(left)>(left, 0, INT_MAX));
-  }
-};
-
-class RedisStore final : public Store {
- public:
-  explicit RedisStore(const pkv_store_params &p);
-  ~RedisStore() override { drop(); }
-  const char *kind() const override { return "redis"; }
-  StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
-  StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
-                  uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes) override;
-  StoreStatus read_range(const StoreKey &k, uint64_t offset, size_t n, uint8_t *out, size_t *got) override;
-  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
-  StoreStatus list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) override;
-  StoreStatus remove(const StoreKey *keys, size_t n, uint8_t *removed) override;
-
- private:
-  // Takes reply i of a pipeline: "" or why it makes the call fail (the stream stays in step).
-  using OnReply = std::function<std::string(size_t i, const redisReply *r)>;
-  enum class Link { kept, broken };
-  struct Exchange {
-    Link link = Link::kept;
-    bool closed = false;      // broken because the server closed the connection
-    size_t num_replies = 0;   // taken before it ended
-    std::string error;        // "" when every reply was taken and none failed
-  };
-
-  StoreStatus call(const char *what, Pipeline &p, const Deadline &d, const OnReply &on_reply);
-  Exchange exchange(Pipeline &p, const Deadline &d, const OnReply &on_reply);
-  std::string connect(const Deadline &d);
-  void drop() {
-    if (ctx_) redisFree(ctx_);
-    ctx_ = nullptr;
-  }
-  std::string key(const StoreKey &k) const { return prefix_ + k.hex(); }
-  std::string where() const { return "redis " + host_ + ":" + std::to_string(port_); }
-
-  std::string host_, username_, password_, prefix_;
-  int port_;
-  uint32_t database_, ttl_seconds_, connect_timeout_ms_, io_timeout_ms_;
-  bool has_username_, has_password_;
-  redisContext *ctx_ = nullptr;       // nullptr: not connected
-  Clock::time_point next_connect_{};  // no new connection before this
-  std::string last_error_;            // why the connection was lost, for "not connected"
-  std::vector<char> recv_buf_;
-};
+namespace redis {
 
 RedisStore::RedisStore(const pkv_store_params &p)
     : host_(p.host ? p.host : "127.0.0.1"),
@@ -371,25 +252,6 @@ StoreStatus RedisStore::get(const StoreKey *keys, size_t n, uint8_t *values, siz
   return s;
 }
 
-// GETRANGE: administration reads a large value a piece at a time.
-StoreStatus RedisStore::read_range(const StoreKey &k, uint64_t offset, size_t n, uint8_t *out, size_t *got) {
-  *got = 0;
-  if (n == 0) return {};
-  Pipeline p;
-  p.command(4), p.arg("GETRANGE", 8), p.arg(key(k)), p.arg(std::to_string(offset));
-  p.arg(std::to_string(offset + n - 1));
-  return call("getrange", p, Deadline(io_timeout_ms_), [&](size_t, const redisReply *r) -> std::string {
-    if (r->type == REDIS_REPLY_STRING) {
-      *got = std::min(r->len, n);
-      std::memcpy(out, r->str, *got);
-      return "";
-    }
-    if (r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "WRONGTYPE", 9) == 0) return "";
-    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
-    return "unexpected reply to GETRANGE (type " + std::to_string(r->type) + ")";
-  });
-}
-
 StoreStatus RedisStore::put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) {
   if (n == 0) return {};
   Pipeline p;
@@ -411,106 +273,10 @@ StoreStatus RedisStore::put(const StoreKey *keys, size_t n, const uint8_t *value
   });
 }
 
-// A SCAN pattern matching the keys under prefix_: its glob characters escaped, then "*".
-std::string scan_pattern(const std::string &prefix) {
-  std::string p;
-  for (char c : prefix) {
-    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') p += '\\';
-    p += c;
-  }
-  return p + "*";
-}
-
-// The key whose Redis name is prefix + 64 lowercase hex digits; false for any other name.
-bool parse_key_name(const char *name, size_t len, const std::string &prefix, StoreKey *key) {
-  if (len != prefix.size() + 64 || std::memcmp(name, prefix.data(), prefix.size()) != 0) return false;
-  const char *hex = name + prefix.size();
-  for (int i = 0; i < 64; ++i)
-    if (!((hex[i] >= '0' && hex[i] <= '9') || (hex[i] >= 'a' && hex[i] <= 'f'))) return false;
-  for (int i = 0; i < 32; ++i) {
-    auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-    key->bytes[i] = uint8_t(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
-  }
-  return true;
-}
-
-// One SCAN (cursor MATCH prefix* COUNT count; never KEYS, which blocks the server), then one
-// pipeline of STRLEN for the keys it named. Keys under the prefix that are not block names, not
-// strings (WRONGTYPE) or gone by the STRLEN (0) are not listed.
-StoreStatus RedisStore::list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) {
-  Pipeline scan;
-  scan.command(6);
-  scan.arg("SCAN", 4);
-  scan.arg(std::to_string(*cursor));
-  scan.arg("MATCH", 5);
-  scan.arg(scan_pattern(prefix_));
-  scan.arg("COUNT", 5);
-  scan.arg(std::to_string(std::max<size_t>(count, 1)));
-  uint64_t next = 0;
-  std::vector<StoreEntry> page;
-  StoreStatus s = call("scan", scan, Deadline(io_timeout_ms_), [&](size_t, const redisReply *r) -> std::string {
-    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_ARRAY)
-      return "unexpected reply to SCAN (type " + std::to_string(r->type) + ")";
-    next = std::strtoull(r->element[0]->str, nullptr, 10);
-    const redisReply *keys = r->element[1];
-    for (size_t i = 0; i < keys->elements; ++i) {
-      StoreKey k;
-      const redisReply *e = keys->element[i];
-      if (e->type == REDIS_REPLY_STRING && parse_key_name(e->str, e->len, prefix_, &k)) page.push_back({k, 0});
-    }
-    return "";
-  });
-  if (!s.ok) return s;
-  if (!page.empty()) {
-    Pipeline sizes;
-    for (const StoreEntry &e : page) {
-      sizes.command(2);
-      sizes.arg("STRLEN", 6);
-      sizes.arg(key(e.key));
-    }
-    s = call("strlen", sizes, Deadline(io_timeout_ms_), [&](size_t i, const redisReply *r) -> std::string {
-      if (r->type == REDIS_REPLY_INTEGER) {
-        page[i].value_bytes = uint64_t(std::max<long long>(r->integer, 0));
-        return "";
-      }
-      if (r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "WRONGTYPE", 9) == 0) return "";
-      if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
-      return "unexpected reply to STRLEN (type " + std::to_string(r->type) + ")";
-    });
-    if (!s.ok) return s;
-  }
-  for (const StoreEntry &e : page)
-    if (e.value_bytes) out->push_back(e);
-  *cursor = next;
-  return {};
-}
-
-// UNLINK (the memory is freed off the server's main thread), one per key, pipelined.
-StoreStatus RedisStore::remove(const StoreKey *keys, size_t n, uint8_t *removed) {
-  if (removed) std::memset(removed, 0, n);
-  if (n == 0) return {};
-  Pipeline p;
-  for (size_t i = 0; i < n; ++i) {
-    p.command(2);
-    p.arg("UNLINK", 6);
-    p.arg(key(keys[i]));
-  }
-  return call("remove", p, Deadline(io_timeout_ms_), [&](size_t i, const redisReply *r) -> std::string {
-    if (r->type == REDIS_REPLY_INTEGER) {
-      if (removed) removed[i] = r->integer > 0;
-      return "";
-    }
-    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
-    return "unexpected reply to UNLINK (type " + std::to_string(r->type) + ")";
-  });
-}
-
-}  // namespace
+}  // namespace redis
 
 std::unique_ptr<Store> make_redis_store(const pkv_store_params &p) {
-  return std::make_unique<RedisStore>(p);
+  return std::make_unique<redis::RedisStore>(p);
 }
 
 }  // namespace pkv
