@@ -18,13 +18,13 @@ namespace filestore {
 FileStore::FileStore(std::string dir, uint64_t max_bytes, bool writable)
     : dir_(std::move(dir)), host_(host_tag()), max_bytes_(max_bytes) {
   if (!writable) {
-    scan();
+    if (const std::string e = scan(); !e.empty()) fail(PKV_ERR_STORE, "file store: %s", e.c_str());
     return;
   }
   usage_ = std::make_unique<FileStoreUsage>(dir_);
-  const std::string e = usage_->lock();
-  if (!e.empty()) fail(PKV_ERR_STORE, "file store: %s", e.c_str());
-  scan();
+  std::string e = usage_->lock();
+  if (e.empty()) e = scan();
+  if (!e.empty()) fail(PKV_ERR_STORE, "file store: %s", e.c_str());  // usage_ goes, and its lock
   dir_bytes_ = total_bytes_;
   const std::string w = usage_->write(dir_bytes_);
   usage_->unlock();
@@ -83,9 +83,9 @@ void FileStore::scan_shard(const std::string &shard, std::vector<Found> *found) 
 }
 
 // The index of the blocks present, least recently used (by file times) first; stale temp files go.
-void FileStore::scan() {
+std::string FileStore::scan() {
   DIR *d = opendir(dir_.c_str());
-  if (!d) fail(PKV_ERR_STORE, "file store: cannot open %s: %s", dir_.c_str(), std::strerror(errno));
+  if (!d) return why("open", dir_, errno);
   std::vector<Found> found;
   while (const dirent *e = readdir(d)) {
     const char *n = e->d_name;
@@ -98,6 +98,7 @@ void FileStore::scan() {
   closedir(d);
   std::sort(found.begin(), found.end(), [](const Found &a, const Found &b) { return a.used_ns < b.used_ns; });
   for (const Found &f : found) remember(f.key, f.bytes, f.used_ns);
+  return "";
 }
 
 StoreStatus FileStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
@@ -163,18 +164,21 @@ StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size
 }
 
 // The index rebuilt from the directory (under the usage lock: then the count is exact).
-void FileStore::rescan() {
+std::string FileStore::rescan() {
   index_.clear();
   lru_.clear();
   total_bytes_ = 0;
-  scan();
+  std::string e = scan();
   dir_bytes_ = total_bytes_;
+  return e;
 }
 
-// Takes the usage lock and reads the directory's count (a missing or foreign record: rescan).
+// Takes the usage lock and reads the directory's count (a missing or foreign record: rescan):
+// "" with the lock held, or why not without it.
 std::string FileStore::lock_usage() {
   std::string e = usage_->lock();
-  if (e.empty() && !usage_->read(&dir_bytes_)) rescan();
+  if (e.empty() && !usage_->read(&dir_bytes_)) e = rescan();
+  if (!e.empty()) usage_->unlock();  // the caller fails without it
   return e;
 }
 
@@ -192,7 +196,8 @@ std::string FileStore::make_room(const StoreKey *batch, size_t n, int64_t growth
     while (it != lru_.end() && in_batch(it->second)) ++it;
     if (it == lru_.end()) {
       if (rescanned) break;  // only the batch's own keys: their old values are replaced
-      rescan(), rescanned = true;
+      if (std::string e = rescan(); !e.empty()) return "cannot make room: " + e;
+      rescanned = true;
       continue;
     }
     const StoreKey victim = it->second;

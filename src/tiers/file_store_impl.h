@@ -48,8 +48,8 @@ class FileStore final : public Store {
     const std::string hex = k.hex();
     return shard_of(hex) + "/" + hex + kBlockSuffix;
   }
-  void scan();
-  void rescan();
+  std::string scan();    // "" or why the directory cannot be read
+  std::string rescan();
   std::string lock_usage();
   struct Found {
     int64_t used_ns;

@@ -3,7 +3,8 @@
 // Now: after every put of either, the directory's block files stay under the cap; two processes
 // writing at once end under it; the usage record (.pkv-usage) always equals the files' sizes,
 // is mended at open when wrong (a crash between a rename and its record), rebuilt when foreign,
-// and counts removals out. src/tiers/file_store.cpp + file_store_usage.cpp, directly.
+// and counts removals out; a directory gone under a writer fails its put with a reason.
+// src/tiers/file_store*.cpp, directly.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -173,7 +174,14 @@ void test_record_mended() {
   set_record(dir, "PKVUSE01", 1);
   pkv::make_file_store(p);
   CHECK(recorded(dir) == 1);
+  // The directory gone under a writer whose record must be rebuilt: the put fails saying why
+  // (it threw from the writer's thread, which ends the process).
+  set_record(dir, "GARBAGE!", 0);
   CHECK(system(("rm -rf " + dir).c_str()) == 0);
+  std::vector<uint8_t> value(kValue, 1);
+  const StoreKey k = key_of(77);
+  const pkv::StoreStatus st = s->put(&k, 1, value.data(), kValue);
+  CHECK(!st.ok && st.error.find("No such file or directory") != std::string::npos);
 }
 
 }  // namespace
