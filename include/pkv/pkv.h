@@ -896,7 +896,7 @@ typedef struct pkv_batch_view {
  * them). The batch lists every block copy queued so far (copy-on-write, swaps); they count as
  * done when it ends having run (pkv_batch_end, pkv_commit). *out is a handle, not an address: it
  * is never given twice, and once the batch ends (pkv_batch_end, pkv_commit, pkv_batch_abort,
- * pkv_engine_destroy) every call with it returns PKV_ERR_STATE.
+ * pkv_engine_destroy) every call with it is refused as a batch that has ended.
  * Errors: PKV_ERR_INVALID_ARGUMENT (seqs or out NULL; num_seqs 0; a sequence twice; a count not
  * in 1 .. its uncomputed tokens; more than 2^31-1 new tokens), PKV_ERR_NOT_FOUND (a sequence that
  * does not exist), PKV_ERR_STATE (a batch is open on e; a sequence is preempted or swapped out,
