@@ -57,7 +57,7 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"host-cache", CLI_SIZE, &o->host_cache, "SIZE", "also run pkv with a host tier of this size: preemption by swapping, evicted prefix blocks offloaded (default: no)", 0},
       {"preemption", CLI_STRING, &o->preemption, "MODE", "that run's preemption: swap or auto (default swap)", 0},
       {"store", CLI_STRING, &o->store, "DIR|redis://HOST:PORT", "instead: pkv cold, filling this store, then warm from it in a second process (DIR is made if missing; a Redis server is yours to start)", 0},
-      {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG of KV utilization and running sequences per step", 0},
+      {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG, a panel per run: KV reserved and used, running sequences per step", 0},
       {"windows", CLI_STRING, &o->windows, "W,W,...", "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory", 0},
   };
   const cli_command cmd = {
@@ -88,8 +88,6 @@ static int parse(demo_options *o, int argc, char **argv) {
     bad = demo_store_check(o->store);
   else if (o->store && o->no_prefix_caching)
     bad = "--store needs prefix caching (the store holds prefix blocks): drop --no-prefix-caching";
-  else if (o->store && o->plot)
-    bad = "--plot draws pkv against the contiguous baseline, which --store does not run";
   else if (o->windows && (o->store || o->host_cache))
     bad = "--windows runs without a host tier (pkv does not yet combine windows with --host-cache or --store)";
   else if (o->windows && parse_windows(o) != 0)
@@ -350,13 +348,13 @@ int cmd_demo(int argc, char **argv) {
     oh.preemption_mode = o.preemption && strcmp(o.preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
     rc = run(1, &oh, &w, &m, &h);
     if (rc == 0) rc = print_host_tier(&o, &w, &p, &h);
-    demo_result_free(&h, &w);
   }
   if (rc == 0 && o.plot) {
-    rc = demo_plot(o.plot, &p, &c, &o);
+    const demo_result *runs[3] = {&p, &c, &h};
+    rc = demo_plot(o.plot, runs, o.host_cache ? 3 : 2, &o);
     if (rc == 0) printf("  plot: %s\n", o.plot);
   }
-  demo_result_free(&p, &w), demo_result_free(&c, &w);
+  demo_result_free(&p, &w), demo_result_free(&c, &w), demo_result_free(&h, &w);
   demo_workload_free(&w);
   model_free(&m);
   return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;

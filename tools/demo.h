@@ -6,7 +6,7 @@
  *   demo_workload.c the workload and the result bookkeeping
  *   demo_paged.c    serving through pkv: pkv_submit / pkv_step / pkv_attention / pkv_commit
  *   demo_contig.c   the baseline: each sequence preallocates max_model_len tokens of KV
- *   demo_plot.c     the SVG of KV utilization and running sequences per step
+ *   demo_plot.c     the SVG: per run, KV reserved and used and running sequences per step
  *   demo_store.c    --store: a cold and a warm run in two processes sharing a store
  */
 #ifndef PKV_TOOLS_DEMO_H
@@ -72,7 +72,8 @@ typedef struct demo_result {
   uint64_t store_put_lost;  /* blocks not written: the write queue was full, or a store error */
   double close_s;           /* pkv_engine_destroy: with a store, the queued writes finish there */
   uint32_t concurrency_limit; /* the contiguous design's slots; 0 for pkv */
-  float *trace_util;        /* [steps] KV utilization, for the plot */
+  float *trace_util;        /* [steps] KV utilization (live tokens' share), for the plot */
+  float *trace_reserved;    /* [steps] the budget's share reserved for running sequences */
   uint32_t *trace_running;  /* [steps] running sequences */
   uint64_t trace_cap;
   char error[256];          /* set when the run failed */
@@ -89,8 +90,8 @@ void demo_result_free(demo_result *r, const demo_workload *w);
  * the finish reason it causes (PKV_FINISH_NONE while it goes on). */
 uint32_t demo_result_token(demo_result *r, const demo_workload *w, uint32_t i, int32_t token,
                            int32_t stop_token, double ms);
-/* Appends one step's KV utilization and running sequences to the trace. */
-int demo_result_trace(demo_result *r, double util, uint32_t running);
+/* Appends one step's KV utilization, reserved share and running sequences to the trace. */
+int demo_result_trace(demo_result *r, double util, double reserved, uint32_t running);
 /* Mean, p50 and p90 of the n requests' first-token times, in steps (ms = 0) or ms (1). */
 void demo_result_ttft(const demo_result *r, uint32_t n, int ms, double out[3]);
 /* Requests whose generated tokens differ between a and b; the first such request and the index
@@ -108,8 +109,8 @@ const char *demo_store_check(const char *spec);
  * 0, or -1 (message printed). */
 int demo_store_runs(const demo_options *o, const demo_workload *w, const model *m);
 
-/* demo_plot.c: 0, or -1 (message printed). */
-int demo_plot(const char *path, const demo_result *paged, const demo_result *contig,
+/* demo_plot.c: the SVG of runs[0..num_runs), a panel each; 0, or -1 (message printed). */
+int demo_plot(const char *path, const demo_result *const *runs, uint32_t num_runs,
               const demo_options *o);
 
 #endif /* PKV_TOOLS_DEMO_H */

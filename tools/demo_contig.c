@@ -147,8 +147,9 @@ static int step(contig_run *c, double t0) {
   uint64_t held = 0;
   for (uint32_t i = 0; i < c->num_running; i++) held += c->computed[c->slot_req[c->order[i]]];
   const double capacity = (double)c->o->num_blocks * c->o->block_size;
-  c->r->reserved_sum += (double)c->num_running * c->o->max_model_len / capacity;
-  return demo_result_trace(c->r, (double)held / capacity, c->num_running) == 0 ? 1 : -1;
+  const double reserved = (double)c->num_running * c->o->max_model_len / capacity;
+  c->r->reserved_sum += reserved;
+  return demo_result_trace(c->r, (double)held / capacity, reserved, c->num_running) == 0 ? 1 : -1;
 }
 
 static int alloc(contig_run *c) {

@@ -178,8 +178,9 @@ static int step(paged_run *p) {
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
   pkv_engine_stats(p->e, &st);
-  if (demo_result_trace(p->r, (double)st.num_used_blocks / (double)st.num_blocks,
-                        (uint32_t)st.num_running_requests) != 0)
+  /* a paged sequence holds the blocks it fills and no more: reserved is what is used */
+  const double used = (double)st.num_used_blocks / (double)st.num_blocks;
+  if (demo_result_trace(p->r, used, used, (uint32_t)st.num_running_requests) != 0)
     return fail(p, "out of memory", PKV_OK);
   uint64_t done[64];
   uint32_t n = 0;

@@ -88,7 +88,7 @@ static int read_all(int fd, void *buf, size_t n) {
 }
 
 /* A result through a pipe: the struct (its pointers mean nothing on the other side), then the
- * per-request arrays, then each request's generated tokens. */
+ * per-request arrays, then each request's generated tokens, then the per-step trace (the plot's). */
 static int send_result(int fd, const demo_result *r, const demo_workload *w) {
   const uint32_t n = w->num_requests;
   int rc = write_all(fd, r, sizeof *r);
@@ -98,6 +98,23 @@ static int send_result(int fd, const demo_result *r, const demo_workload *w) {
   if (rc == 0) rc = write_all(fd, r->ttft_ms, n * sizeof *r->ttft_ms);
   for (uint32_t i = 0; rc == 0 && i < n; i++)
     rc = write_all(fd, r->generated[i], r->num_generated[i] * sizeof(int32_t));
+  if (rc == 0 && r->steps) rc = write_all(fd, r->trace_util, r->steps * sizeof *r->trace_util);
+  if (rc == 0 && r->steps) rc = write_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
+  if (rc == 0 && r->steps) rc = write_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
+  return rc;
+}
+
+/* The trace of r->steps steps, into arrays of that size. */
+static int receive_trace(int fd, demo_result *r) {
+  if (!r->steps) return 0;
+  r->trace_util = malloc(r->steps * sizeof *r->trace_util);
+  r->trace_reserved = malloc(r->steps * sizeof *r->trace_reserved);
+  r->trace_running = malloc(r->steps * sizeof *r->trace_running);
+  if (!r->trace_util || !r->trace_reserved || !r->trace_running) return -1;
+  r->trace_cap = r->steps;
+  int rc = read_all(fd, r->trace_util, r->steps * sizeof *r->trace_util);
+  if (rc == 0) rc = read_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
+  if (rc == 0) rc = read_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
   return rc;
 }
 
@@ -108,7 +125,7 @@ static int receive_result(int fd, demo_result *r, const demo_workload *w) {
   if (read_all(fd, &in, sizeof in) != 0) return -1;
   in.name = r->name, in.generated = r->generated, in.num_generated = r->num_generated;
   in.finish = r->finish, in.ttft_steps = r->ttft_steps, in.ttft_ms = r->ttft_ms;
-  in.trace_util = NULL, in.trace_running = NULL, in.trace_cap = 0;
+  in.trace_util = NULL, in.trace_reserved = NULL, in.trace_running = NULL, in.trace_cap = 0;
   in.error[sizeof in.error - 1] = '\0';
   *r = in;
   int rc = read_all(fd, r->num_generated, n * sizeof *r->num_generated);
@@ -119,7 +136,7 @@ static int receive_result(int fd, demo_result *r, const demo_workload *w) {
     rc = r->num_generated[i] > w->requests[i].max_new_tokens
              ? -1
              : read_all(fd, r->generated[i], r->num_generated[i] * sizeof(int32_t));
-  return rc;
+  return rc == 0 ? receive_trace(fd, r) : rc;
 }
 
 /* One run through pkv by a new engine in a child process; prints its failure. */
@@ -294,6 +311,11 @@ int demo_store_runs(const demo_options *o, const demo_workload *w, const model *
   if (rc == 0) {
     print_table(w, &c, &h);
     rc = print_summary(w, &c, &h);
+  }
+  if (rc == 0 && o->plot) {
+    const demo_result *runs[2] = {&c, &h};
+    rc = demo_plot(o->plot, runs, 2, o);
+    if (rc == 0) printf("  plot: %s\n", o->plot);
   }
   demo_result_free(&c, w), demo_result_free(&h, w);
   return rc;

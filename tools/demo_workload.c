@@ -113,7 +113,7 @@ int demo_result_init(demo_result *r, const char *name, const demo_workload *w) {
 void demo_result_free(demo_result *r, const demo_workload *w) {
   for (uint32_t i = 0; r->generated && i < w->num_requests; i++) free(r->generated[i]);
   free(r->generated), free(r->num_generated), free(r->finish), free(r->ttft_steps), free(r->ttft_ms);
-  free(r->trace_util), free(r->trace_running);
+  free(r->trace_util), free(r->trace_reserved), free(r->trace_running);
   memset(r, 0, sizeof *r);
 }
 
@@ -135,17 +135,20 @@ uint32_t demo_result_token(demo_result *r, const demo_workload *w, uint32_t i, i
   return finish;
 }
 
-int demo_result_trace(demo_result *r, double util, uint32_t running) {
+int demo_result_trace(demo_result *r, double util, double reserved, uint32_t running) {
   if (r->steps >= r->trace_cap) {
     uint64_t cap = r->trace_cap ? 2 * r->trace_cap : 1024;
     float *u = realloc(r->trace_util, cap * sizeof *u);
     if (u) r->trace_util = u;
+    float *h = realloc(r->trace_reserved, cap * sizeof *h);
+    if (h) r->trace_reserved = h;
     uint32_t *n = realloc(r->trace_running, cap * sizeof *n);
     if (n) r->trace_running = n;
-    if (!u || !n) return -1;
+    if (!u || !h || !n) return -1;
     r->trace_cap = cap;
   }
   r->trace_util[r->steps] = (float)util;
+  r->trace_reserved[r->steps] = (float)reserved;
   r->trace_running[r->steps] = running;
   r->steps++;
   r->util_sum += util;
