@@ -108,6 +108,15 @@ static void row_count(const char *name, uint64_t v, const char *note) {
   printf("  %-26s %12llu %16s   %s\n", name, (unsigned long long)v, "", note);
 }
 
+/* pkv_kv_budget.source as a word, for --json. */
+static const char *source_name(uint32_t source) {
+  switch (source) {
+    case PKV_BUDGET_FROM_BYTE_CAP: return "kv_cache";
+    case PKV_BUDGET_FIXED_BLOCKS: return "num_blocks";
+    default: return "utilization";
+  }
+}
+
 static const char *source_note(uint32_t source) {
   switch (source) {
     case PKV_BUDGET_FROM_BYTE_CAP: return "--kv-cache: an absolute byte cap";
@@ -138,9 +147,16 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   else
     printf("  parallel   tp %u, rank %u: %u kv heads per rank\n", p->tp_size, p->tp_rank,
            b->kv_heads_per_rank);
-  printf("  device     %s%s, %s\n\n", device_name(b->device),
+  printf("  device     %s%s, %s\n", device_name(b->device),
          p->device == PKV_DEVICE_AUTO ? " (auto)" : "",
          p->memory_total_bytes != 0 ? "total memory as given (--memory)" : "total memory measured");
+  if (p->memory_used_bytes == 0)
+    printf("  weights    not subtracted: give --used SIZE (the weights' bytes and whatever else the device holds)%s\n",
+           p->memory_total_bytes != 0 ? "" : "; what is loaded now is measured as used");
+  else
+    printf("  weights    --used: %llu bytes subtracted (the weights and whatever else the device holds)\n",
+           (unsigned long long)p->memory_used_bytes);
+  printf("\n");
   printf("  %-26s %12s %16s\n", "term", "size", "bytes");
   if (mla)
     snprintf(note, sizeof note, "1 (the latent) x %u layers x %u tokens x %u x %u B", b->group_layers,
@@ -150,7 +166,18 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
              b->group_layers, b->num_kv_groups > 1 ? " (a group's)" : "", p->block_size,
              b->kv_heads_per_rank, p->head_dim, variants_dtype_bytes(b->kv_dtype));
   row_bytes("block bytes", b->block_bytes, note);
-  row_bytes("bytes per token", b->bytes_per_token, "block bytes / block size");
+  const uint32_t groups = b->num_kv_groups, full = variants_full_groups(p);
+  if (groups > 1) {
+    /* A token inside every window is held by every group, each in blocks of group_layers layers. */
+    snprintf(note, sizeof note, "%u KV groups x %llu (a group's: block bytes / block size)", groups,
+             (unsigned long long)b->bytes_per_token);
+    row_bytes("bytes per token", b->bytes_per_token * groups, note);
+    snprintf(note, sizeof note, "%u full-attention group%s x %llu: a token every window has passed", full,
+             full == 1 ? "" : "s", (unsigned long long)b->bytes_per_token);
+    row_bytes("  past the windows", b->bytes_per_token * full, note);
+  } else {
+    row_bytes("bytes per token", b->bytes_per_token, "block bytes / block size");
+  }
   row_bytes("total memory", b->total_bytes, p->memory_total_bytes != 0 ? "--memory" : "measured");
   printf("  %-26s %12.3f %16s   %s\n", "x memory utilization", b->memory_utilization, "", "--utilization");
   row_bytes("- used", b->used_bytes, "measured in use + --used");
@@ -165,8 +192,14 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
            b->source == PKV_BUDGET_FIXED_BLOCKS ? " (here: fixed)" : "");
   row_count("blocks", b->num_blocks, note);
   row_bytes("pool bytes", b->pool_bytes, "blocks x block bytes");
-  snprintf(note, sizeof note, "blocks x %u tokens per block", p->block_size);
-  row_count("max tokens", b->max_tokens, note);
+  if (groups > 1) {
+    snprintf(note, sizeof note, "blocks x %u tokens / %u KV groups: each token in every window", p->block_size,
+             groups);
+    row_count("max tokens", b->max_tokens / groups, note);
+  } else {
+    snprintf(note, sizeof note, "blocks x %u tokens per block", p->block_size);
+    row_count("max tokens", b->max_tokens, note);
+  }
   if (b->num_kv_groups > 1)
     snprintf(note, sizeof note, "summed over the %u KV groups below", b->num_kv_groups);
   else if (p->sliding_window != 0)
@@ -176,6 +209,8 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
     snprintf(note, sizeof note, "ceil(max_model_len %u / block size %u)", p->max_model_len, p->block_size);
   row_count("blocks per max sequence", b->blocks_per_max_seq,
             p->max_model_len ? note : b->num_kv_groups > 1 ? "no max_model_len: 1 per KV group" : "no max_model_len");
+  if (p->max_model_len)
+    row_bytes("bytes per max sequence", b->blocks_per_max_seq * b->block_bytes, "blocks per max sequence x block bytes");
   row_count("max seqs at max_model_len", b->max_seqs_at_max_model_len,
             "blocks / blocks per max sequence");
   if (b->shortfall_bytes != 0) row_bytes("shortfall", b->shortfall_bytes, "more KV memory needed");
@@ -213,8 +248,11 @@ static void print_json(const profile_opts *o, const pkv_engine_params *p, const 
          p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
          p->max_model_len, p->block_size, p->tp_size, p->tp_rank, p->sliding_window,
          p->layer_windows ? "true" : "false");
-  printf("  \"budget\": {\n    \"device\": \"%s\",\n    \"source\": %u,\n", device_name(b->device),
-         b->source);
+  printf("  \"budget\": {\n    \"device\": \"%s\",\n    \"source\": \"%s\",\n", device_name(b->device),
+         source_name(b->source));
+  printf("    \"weights_subtracted\": %s,\n", p->memory_used_bytes ? "true" : "false");
+  json_u64("bytes_per_token_all_groups", b->bytes_per_token * b->num_kv_groups, 0);
+  json_u64("max_tokens_all_groups", b->max_tokens / (b->num_kv_groups ? b->num_kv_groups : 1), 0);
   json_u64("kv_heads_per_rank", b->kv_heads_per_rank, 0);
   printf("    \"kv_layout\": \"%s\",\n", p->kv_layout == PKV_KV_LAYOUT_MLA ? "mla" : "heads");
   json_u64("kv_lora_rank", p->kv_lora_rank, 0);
@@ -247,6 +285,43 @@ static void print_json(const profile_opts *o, const pkv_engine_params *p, const 
   printf("\n}\n");
 }
 
+/* Why the budget fails, in the flags' terms (pkv's own message names pkv_engine_params' fields).
+ * Returns CLI_EXIT_FAIL. */
+static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
+  char need_h[32], have_h[32], miss_h[32];
+  if (b->shortfall_bytes == 0) { /* the host tier's memory */
+    fprintf(stderr,
+            "pkv profile: the host tier takes %s (%llu blocks); the host has %s available: %s missing. Lower "
+            "--host-cache or --host-blocks\n",
+            cli_format_size(b->host_pool_bytes, need_h, sizeof need_h), (unsigned long long)b->host_num_blocks,
+            cli_format_size(b->host_available_bytes, have_h, sizeof have_h),
+            cli_format_size(b->host_pool_bytes - b->host_available_bytes, miss_h, sizeof miss_h));
+    return CLI_EXIT_FAIL;
+  }
+  if (b->source == PKV_BUDGET_FIXED_BLOCKS) {
+    fprintf(stderr, "pkv profile: --num-blocks %u cannot hold one sequence of --max-model-len %u: it needs %llu "
+                    "blocks. Give --num-blocks %llu or more, or a smaller --max-model-len\n",
+            p->num_blocks, p->max_model_len, (unsigned long long)b->blocks_per_max_seq,
+            (unsigned long long)b->blocks_per_max_seq);
+    return CLI_EXIT_FAIL;
+  }
+  const uint64_t need = b->blocks_per_max_seq * b->block_bytes + b->kv_scale_bytes;
+  fprintf(stderr,
+          "pkv profile: one sequence of max_model_len %u needs %s (%llu blocks of %llu bytes%s); the KV budget is "
+          "%s: %s (%llu bytes) missing.\n",
+          p->max_model_len, cli_format_size(need, need_h, sizeof need_h), (unsigned long long)b->blocks_per_max_seq,
+          (unsigned long long)b->block_bytes, b->kv_scale_bytes ? " and the fp8 scales" : "",
+          cli_format_size(b->budget_bytes, have_h, sizeof have_h),
+          cli_format_size(b->shortfall_bytes, miss_h, sizeof miss_h), (unsigned long long)b->shortfall_bytes);
+  if (b->source == PKV_BUDGET_FROM_BYTE_CAP)
+    fprintf(stderr, "  Give --kv-cache %llu or more", (unsigned long long)need);
+  else
+    fprintf(stderr, "  Raise --memory or --utilization, or lower --used or --reserve");
+  fprintf(stderr, ", or a smaller --max-model-len%s\n",
+          variants_dtype_bytes(b->kv_dtype) > 1 ? ", or --kv-dtype fp8 (one byte per element)" : "");
+  return CLI_EXIT_FAIL;
+}
+
 /* pkv_profile and the printing; an exit code. */
 static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
   pkv_kv_budget b;
@@ -255,27 +330,24 @@ static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
   pkv_status s = pkv_profile(p, &b);
   char error[512];
   snprintf(error, sizeof error, "%s", s == PKV_OK ? "" : pkv_last_error());
-  if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY) {
+  if (s == PKV_ERR_NO_DEVICE) {
+    fprintf(stderr,
+            "pkv profile: --device %s: no usable CUDA GPU was found (no GPU or driver on this machine, or a pkv "
+            "built without CUDA). --device cpu profiles host memory; --device auto takes a GPU when there is "
+            "one; --memory SIZE with --device auto plans for a GPU this machine does not have\n",
+            o->device ? o->device : "cuda");
+    return CLI_EXIT_FAIL;
+  }
+  const int fixed_short = s == PKV_ERR_INVALID_ARGUMENT && b.shortfall_bytes && b.source == PKV_BUDGET_FIXED_BLOCKS;
+  if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY && !fixed_short) {
     fprintf(stderr, "pkv profile: %s: %s\n", pkv_status_string(s), error);
     return CLI_EXIT_FAIL;
   }
-  if (o->json) {
+  if (o->json)
     print_json(o, p, &b, s, error);
-  } else {
+  else
     print_table(o, p, &b);
-  }
-  if (s == PKV_ERR_OUT_OF_MEMORY && b.shortfall_bytes == 0) {  /* the host tier's memory */
-    fprintf(stderr, "pkv profile: %s\n", error);
-    return CLI_EXIT_FAIL;
-  }
-  if (s == PKV_ERR_OUT_OF_MEMORY) {
-    char h[32];
-    fprintf(stderr, "pkv profile: the KV budget is %s (%llu bytes) short: %s\n",
-            cli_format_size(b.shortfall_bytes, h, sizeof h), (unsigned long long)b.shortfall_bytes,
-            error);
-    return CLI_EXIT_FAIL;
-  }
-  return CLI_EXIT_OK;
+  return s == PKV_OK ? CLI_EXIT_OK : budget_refusal(p, &b);
 }
 
 int cmd_profile(int argc, char **argv) {

@@ -41,6 +41,9 @@ int variants_parse_layer_windows(const char *list, uint32_t num_layers, uint32_t
 int variants_apply(const variant_flags *f, const char *config_path, const char *config_text,
                    size_t config_len, pkv_engine_params *p, uint32_t **windows);
 
+/* How many of p's KV groups have full attention (pkv_kv_groups; 0 when they cannot be had). */
+uint32_t variants_full_groups(const pkv_engine_params *p);
+
 /* The model line's follow-up ("kv cache", "windows") of the table. */
 void variants_print_model(const pkv_engine_params *p, const pkv_kv_budget *b);
 /* The KV groups and the gains, after the budget's table (nothing for a model with neither fp8

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "variants.h"
 
 static int is_fp8(int32_t d) { return d == PKV_DTYPE_FP8_E4M3 || d == PKV_DTYPE_FP8_E5M2; }
@@ -54,6 +55,15 @@ static int any_window(const groups *g) {
   for (uint32_t i = 0; i < g->num_groups; i++)
     if (g->group_window[i] != 0) return 1;
   return 0;
+}
+
+uint32_t variants_full_groups(const pkv_engine_params *p) {
+  groups g;
+  if (get_groups(p, &g) != 0) return 0;
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < g.num_groups; i++) n += g.group_window[i] == 0;
+  free_groups(&g);
+  return n;
 }
 
 /* Layers of group i (all of them with one group). */
@@ -165,46 +175,94 @@ static void get_gains(const pkv_engine_params *p, const pkv_kv_budget *b, const 
   if (out->fp8 && out->windows) out->ok[2] = baseline(p, b, 1, 1, &out->base[2]) == 0;
 }
 
-/* "2.00x the tokens of bf16 (589824 vs 294912)", or "(589824; none with bf16)". */
-static void print_ratio(const char *what, uint64_t got, uint64_t base, const char *against) {
+/* "    fp8_e4m3 holds 2.00x the tokens of bf16 (1887424 vs 943712)", or, when the baseline holds
+ * none, "    fp8_e4m3 holds 12 tokens; bf16 holds none". who_holds ends in its verb. */
+static void print_ratio(const char *who_holds, uint64_t got, uint64_t base, const char *unit, const char *against) {
   if (base == 0)
-    printf("%s: %llu, where %s holds none\n", what, (unsigned long long)got, against);
+    printf("    %s %llu %s; %s holds none\n", who_holds, (unsigned long long)got, unit, against);
   else
-    printf("%s %.2fx the %s (%llu vs %llu)\n", what, (double)got / (double)base, against,
+    printf("    %s %.2fx the %s of %s (%llu vs %llu)\n", who_holds, (double)got / (double)base, unit, against,
            (unsigned long long)got, (unsigned long long)base);
+}
+
+/* What the windows save: the bytes of a sequence of max_model_len with and without them, and how
+ * many such sequences fit in each case. */
+static void print_window_saving(const pkv_engine_params *p, const pkv_kv_budget *b, const pkv_kv_budget *full) {
+  char a[32], f[32], d[32], n[32];
+  const uint64_t with = b->blocks_per_max_seq * b->block_bytes, without = full->blocks_per_max_seq * full->block_bytes;
+  const uint64_t saved = without > with ? without - with : 0;
+  printf("    sliding windows save %s (%.0f%%) of a sequence of max_model_len %u: it takes %s,\n"
+         "    not the %s of full attention in every layer; %llu such sequences fit, against %s with\n"
+         "    full attention\n",
+         cli_format_size(saved, d, sizeof d), without ? 100.0 * (double)saved / (double)without : 0.0,
+         p->max_model_len, cli_format_size(with, a, sizeof a), cli_format_size(without, f, sizeof f),
+         (unsigned long long)b->max_seqs_at_max_model_len,
+         full->max_seqs_at_max_model_len ? (snprintf(n, sizeof n, "%llu", (unsigned long long)full->max_seqs_at_max_model_len), n)
+                                         : "none");
 }
 
 static void print_gains(const pkv_engine_params *p, const pkv_kv_budget *b, const gains *G) {
   const char *kv = variants_dtype_name(b->kv_dtype), *model = variants_dtype_name(p->dtype);
-  char what[96], against[160];
+  char against[160];
   printf("\n  against the same model in the same memory\n");
   if (b->source == PKV_BUDGET_FIXED_BLOCKS) {
     printf("    (--num-blocks fixes the pool, not the memory: nothing to compare)\n");
     return;
   }
-  if (G->fp8 && G->ok[0]) {
-    snprintf(what, sizeof what, "    %s holds", kv);
-    snprintf(against, sizeof against, "tokens of %s", model);
-    print_ratio(what, b->max_tokens, G->base[0].max_tokens, against);
+  if (G->fp8 && G->ok[0]) {  /* tokens as the table counts them: each in every group's window */
+    char who[64];
+    snprintf(who, sizeof who, "%s holds", kv);
+    print_ratio(who, b->max_tokens / b->num_kv_groups, G->base[0].max_tokens / G->base[0].num_kv_groups, "tokens",
+                model);
   }
   if (G->windows && p->max_model_len == 0) {
     printf("    sliding windows: no max_model_len, so no longest sequence to count them by\n");
     return;
   }
-  if (G->windows && G->ok[1]) {
-    snprintf(what, sizeof what, "    sliding windows hold");
-    snprintf(against, sizeof against, "sequences of max_model_len %u of full attention",
-             p->max_model_len);
-    print_ratio(what, b->max_seqs_at_max_model_len, G->base[1].max_seqs_at_max_model_len, against);
-  }
+  if (G->windows && G->ok[1]) print_window_saving(p, b, &G->base[1]);
   if (G->fp8 && G->windows && G->ok[2]) {
-    snprintf(what, sizeof what, "    %s and windows together hold", kv);
-    snprintf(against, sizeof against, "sequences of %s with full attention", model);
-    print_ratio(what, b->max_seqs_at_max_model_len, G->base[2].max_seqs_at_max_model_len, against);
+    snprintf(against, sizeof against, "%s with full attention", model);
+    char what[64];
+    snprintf(what, sizeof what, "%s and windows together hold", kv);
+    print_ratio(what, b->max_seqs_at_max_model_len, G->base[2].max_seqs_at_max_model_len,
+                "sequences of max_model_len", against);
   }
 }
 
 /* ---------------------------------------------------------------- printing */
+
+/* Each KV group (layers, window, bytes per token, blocks and bytes of a sequence of max_model_len)
+ * and the whole model. Every group's block holds group_layers layers (padded slots included), so a
+ * group's bytes per token are block bytes / block size whatever its layers. */
+static void print_groups(const pkv_engine_params *p, const pkv_kv_budget *b, const groups *g) {
+  char h[32], hs[32];
+  const uint64_t bpt = b->bytes_per_token;
+  printf("\n  KV groups: %u of %u layers each (a block holds K and V of %u layers), %u layer slots padded\n",
+         g->num_groups, g->group_layers, g->group_layers, b->padded_layers);
+  printf("  %6s %8s %7s %7s %12s %12s %12s   %s\n", "group", "window", "layers", "padded", "bytes/token",
+         "blocks/seq", "bytes/seq", "which layers");
+  uint64_t all_blocks = 0;
+  uint32_t all_layers = 0;
+  for (uint32_t i = 0; i < g->num_groups; i++) {
+    char win[16], list[256];
+    const uint32_t n = group_count(p, g, i);
+    const uint64_t blocks = group_blocks(g->group_window[i], p->max_model_len, p->block_size);
+    if (g->group_window[i] == 0) snprintf(win, sizeof win, "full");
+    else snprintf(win, sizeof win, "%u", g->group_window[i]);
+    printf("  %6u %8s %7u %7u %12llu %12llu %12s   %s\n", i, win, n, g->group_layers - n, (unsigned long long)bpt,
+           (unsigned long long)blocks, cli_format_size(blocks * b->block_bytes, hs, sizeof hs),
+           layer_list(p, g, i, list, sizeof list));
+    all_blocks += blocks;
+    all_layers += n;
+  }
+  printf("  %6s %8s %7u %7u %12llu %12llu %12s   %s\n", "model", "", all_layers, b->padded_layers,
+         (unsigned long long)(bpt * g->num_groups), (unsigned long long)all_blocks,
+         cli_format_size(all_blocks * b->block_bytes, hs, sizeof hs), "every group");
+  printf("  bytes/token: a token inside the group's window (%s a group; the model's: every group's);\n"
+         "  blocks/seq: the most a sequence of max_model_len holds in the group: all its blocks, or a\n"
+         "  window's ceil(w / %u) + 1\n",
+         cli_format_size(bpt, h, sizeof h), p->block_size);
+}
 
 void variants_print_model(const pkv_engine_params *p, const pkv_kv_budget *b) {
   if (is_fp8(b->kv_dtype))
@@ -242,24 +300,7 @@ void variants_print_table(const pkv_engine_params *p, const pkv_kv_budget *b) {
   if (get_groups(p, &g) != 0) return;
   gains G;
   get_gains(p, b, &g, &G);
-  if (g.num_groups > 1 || G.windows) {
-    printf("\n  KV groups: %u of %u layers each (a block holds K and V of %u layers), %u layer slots "
-           "padded\n",
-           g.num_groups, g.group_layers, g.group_layers, b->padded_layers);
-    printf("  %6s %8s %7s %7s %12s   %s\n", "group", "window", "layers", "padded", "blocks/seq",
-           "which layers");
-    for (uint32_t i = 0; i < g.num_groups; i++) {
-      char win[16], list[256];
-      const uint32_t n = group_count(p, &g, i);
-      if (g.group_window[i] == 0) snprintf(win, sizeof win, "full");
-      else snprintf(win, sizeof win, "%u", g.group_window[i]);
-      printf("  %6u %8s %7u %7u %12llu   %s\n", i, win, n, g.group_layers - n,
-             (unsigned long long)group_blocks(g.group_window[i], p->max_model_len, p->block_size),
-             layer_list(p, &g, i, list, sizeof list));
-    }
-    printf("  blocks/seq: the most a sequence of max_model_len holds in the group: all its blocks, "
-           "or a window's ceil(w / %u) + 1\n", p->block_size);
-  }
+  if (g.num_groups > 1 || G.windows) print_groups(p, b, &g);
   if (G.fp8 || G.windows) print_gains(p, b, &G);
   free_groups(&g);
 }

@@ -259,10 +259,10 @@ expect_output "profile: Gemma 3 groups, fp8" "kv cache +fp8_e4m3, 1 B per elemen
   "block bytes +640.00 KiB +655360 +2 \(K,V\) x 10 layers \(a group's\) x 16 tokens x 16 heads x 128 x 1 B" \
   "- kv scales +7.75 KiB +7936 " "blocks per max sequence +8582 " \
   "KV groups: 7 of 10 layers each .*, 8 layer slots padded" \
-  "^ +0 +full +10 +0 +8192 +5,11,\.\.,59$" "^ +1 +1024 +10 +0 +65 +0-4,6-10$" "^ +6 +1024 +2 +8 +65 +60,61$" \
-  "fp8_e4m3 holds 2.00x the tokens of bf16 \(1887424 vs 943712\)" \
-  "sliding windows hold 6.50x the sequences of max_model_len 131072 of full attention \(13 vs 2\)" \
-  "fp8_e4m3 and windows together hold 13.00x the sequences of bf16 with full attention \(13 vs 1\)" \
+  "^ +0 +full +10 +0 +40960 +8192 +5.00 GiB +5,11,\.\.,59$" "^ +1 +1024 +10 +0 +40960 +65 +40.62 MiB +0-4,6-10$" "^ +6 +1024 +2 +8 +40960 +65 +40.62 MiB +60,61$" \
+  "fp8_e4m3 holds 2.00x the tokens of bf16 \(269632 vs 134816\)" \
+  "13 such sequences fit, against 2 with" \
+  "fp8_e4m3 and windows together hold 13.00x the sequences of max_model_len of bf16 with full attention \(13 vs 1\)" \
   -- profile --config "$configs/gemma-3-27b.json" --memory 80GiB --kv-dtype fp8
 # Multi-head latent attention: one latent of 512 + 64 values per token per layer (68.62 KiB a
 # token for DeepSeek-V3 and Kimi K2's 61 layers, not K and V of 128 heads), and configs pkv cannot
@@ -281,11 +281,11 @@ expect_error_says "profile: DeepSeek sparse attention refused" "index_topk" prof
 printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "qk_rope_head_dim": 64}' >"$tmp/half_mla.json"
 expect_error_says "profile: MLA without kv_lora_rank" "kv_lora_rank" profile --config "$tmp/half_mla.json" --memory 80GiB
 expect_output "profile: Gemma 2 alternates" "21 layers of full attention, 21 of 4096 keys, in 2 KV groups of 21 layers" \
-  "^ +0 +full +21 +0 +512 +1,3,\.\.,41$" "^ +1 +4096 +21 +0 +257 +0,2,\.\.,40$" "blocks per max sequence +769 " \
+  "^ +0 +full +21 +0 +172032 +512 +1.31 GiB +1,3,\.\.,41$" "^ +1 +4096 +21 +0 +172032 +257 +674.62 MiB +0,2,\.\.,40$" "blocks per max sequence +769 " \
   -- profile --config "$configs/gemma-2-9b.json" --memory 80GiB
 expect_output "profile: gpt-oss, layer_types" "12 layers of full attention, 12 of 128 keys, in 2 KV groups of 12 layers" \
-  "^ +1 +128 +12 +0 +9 +0,2,\.\.,22$" "blocks per max sequence +8201 " "max seqs at max_model_len +23 " \
-  "sliding windows hold 1.92x the sequences of max_model_len 131072 of full attention \(23 vs 12\)" \
+  "^ +1 +128 +12 +0 +24576 +9 +3.38 MiB +0,2,\.\.,22$" "blocks per max sequence +8201 " "max seqs at max_model_len +23 " \
+  "sliding windows save 3.00 GiB \(50%\) of a sequence of max_model_len 131072" "23 such sequences fit, against 12 with" \
   -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB
 expect_output "profile: gpt-oss, --window 0 is full attention" "windows +none: full attention in every layer" \
   "blocks per max sequence +8192 " "max seqs at max_model_len +12 " \
@@ -294,7 +294,7 @@ expect_output "profile: gpt-oss as --layer-windows" "blocks per max sequence +82
   -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB --layer-windows 128,0,...
 expect_output "profile: Mistral, one window" "windows +4096 keys in every layer" \
   "blocks per max sequence +257 +window 4096: min\(ceil\(w / 16\) \+ 1, ceil\(max_model_len 32768 / 16\)\)" \
-  "sliding windows hold 7.94x the sequences of max_model_len 32768 of full attention \(143 vs 18\)" \
+  "sliding windows save 3.50 GiB \(87%\) of a sequence of max_model_len 32768: it takes 514.00 MiB," "143 such sequences fit, against 18 with" \
   -- profile --config "$configs/mistral-7b.json" --memory 80GiB
 expect_output "profile: fp8_e5m2, json" '"kv_dtype": "fp8_e5m2",' '"kv_dtype_bytes": 1,' '"kv_scale_bytes": 2048,' \
   '"num_kv_groups": 1,' '"group_layers": 32,' '"padded_layers": 0' '"block_bytes": 1048576,' \
