@@ -10,9 +10,11 @@
  *
  * Exit codes as every command's (cli.h); verify also exits 1 when bad blocks remain.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <pkv/pkv.h>
 
@@ -106,9 +108,33 @@ static int build_params(const char *name, int sub, store_opts *o, pkv_store_para
   return CLI_EXIT_OK;
 }
 
+/* pkv's message, without pkv_status_string's words for a store error (they name the C struct
+ * pkv_store_params, which a user of the tool never saw). */
 static int failed(const char *name, const char *what, pkv_status s) {
-  fprintf(stderr, "pkv %s: %s: %s (%s)\n", name, what, pkv_last_error(), pkv_status_string(s));
+  if (s == PKV_ERR_STORE)
+    fprintf(stderr, "pkv %s: %s: %s\n", name, what, pkv_last_error());
+  else
+    fprintf(stderr, "pkv %s: %s: %s (%s)\n", name, what, pkv_last_error(), pkv_status_string(s));
   return CLI_EXIT_FAIL;
+}
+
+/* --dir must name an existing directory: pkv store never makes one (engines make it on their first
+ * write), so a missing one is most likely a wrong path. CLI_EXIT_OK to go on. */
+static int check_dir(const char *name, const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    if (errno == ENOENT)
+      fprintf(stderr, "pkv %s: --dir %s: no such directory. Give the directory the engines' file store "
+                      "writes to (an engine makes it when it first writes a block)\n", name, dir);
+    else
+      fprintf(stderr, "pkv %s: --dir %s: %s\n", name, dir, strerror(errno));
+    return CLI_EXIT_FAIL;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "pkv %s: --dir %s: not a directory; give the store's directory, not a file in it\n", name, dir);
+    return CLI_EXIT_FAIL;
+  }
+  return CLI_EXIT_OK;
 }
 
 static void json_head(const store_opts *o) {
@@ -317,6 +343,7 @@ int cmd_store(int argc, char **argv) {
     fprintf(stderr, "pkv %s: this removes every block of %s; add --yes to do it\n", name, o.where);
     return CLI_EXIT_USAGE;
   }
+  if (o.dir != NULL && (rc = check_dir(name, o.dir)) != CLI_EXIT_OK) return rc;
   pkv_store *s = NULL;
   const pkv_status st = pkv_store_open(&p, &s);
   if (st != PKV_OK) return failed(name, "cannot open the store", st);
