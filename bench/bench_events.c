@@ -12,9 +12,11 @@
  * own thread: staging events, one hand-over per call) and of the wall time (which also counts
  * the publishing thread, ZeroMQ's I/O thread and the subscriber competing for the same cores),
  * each with its ratio to `off`, and the events per step, published and dropped. Target: a CPU
- * ratio near 1.00; the wall ratio depends on spare cores (a 2-core machine has none).
+ * ratio near 1.00; the wall ratio depends on spare cores (a 2-core machine has none). The reading
+ * subscriber also counts the payload bytes: bytes/event is what one event costs on the wire in
+ * the chosen encoding (--format map, the default, or array: pkv_event_publisher_params.format).
  *
- * Run: build/bench/bench_events [--quick] [--reps N]
+ * Run: build/bench/bench_events [--quick] [--reps N] [--format map|array]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -34,7 +36,7 @@ typedef struct reader {
   void *ctx;
   const char *endpoint;
   volatile int stop;
-  uint64_t messages;
+  uint64_t messages, bytes;  /* bytes: the payload frames' sizes */
 } reader;
 
 static void *read_all(void *arg) {
@@ -49,9 +51,13 @@ static void *read_all(void *arg) {
   while (!r->stop) {
     int more = 0;
     size_t len = sizeof more;
-    if (zmq_recv(s, buf, sizeof buf, 0) < 0) continue;
+    const int size = zmq_recv(s, buf, sizeof buf, 0);  /* a frame's whole size, even if cut */
+    if (size < 0) continue;
     zmq_getsockopt(s, ZMQ_RCVMORE, &more, &len);
-    if (!more) r->messages++;
+    if (!more) {
+      r->messages++;
+      r->bytes += (uint64_t)size;
+    }
   }
   zmq_close(s);
   return NULL;
@@ -65,10 +71,10 @@ static double thread_cpu_s(void) {
 
 typedef struct result {
   double step_s, cpu_s;  /* medians: wall and calling-thread CPU seconds per step + commit */
-  uint64_t steps, events, dropped, messages;
+  uint64_t steps, events, dropped, messages, bytes, batches;  /* batches: the publisher's next_seq */
 } result;
 
-static int run(int mode, uint32_t num_requests, uint32_t reps, result *out) {
+static int run(int mode, uint32_t format, uint32_t num_requests, uint32_t reps, result *out) {
   double per_step[MAX_REPS], cpu_per_step[MAX_REPS];
   memset(out, 0, sizeof *out);
   for (uint32_t rep = 0; rep < reps; rep++) {
@@ -89,6 +95,7 @@ static int run(int mode, uint32_t num_requests, uint32_t reps, result *out) {
     pkv_event_publisher_params_init(&pub, sizeof pub);
     pub.endpoint = "tcp://127.0.0.1:*";
     pub.replay_endpoint = "tcp://127.0.0.1:*";
+    pub.format = format;
     if (mode > 0) p.event_publisher = &pub;
     pkv_engine *e = NULL;
     pkv_status s = pkv_engine_create(&p, &e);
@@ -96,7 +103,7 @@ static int run(int mode, uint32_t num_requests, uint32_t reps, result *out) {
 
     void *ctx = zmq_ctx_new();
     void *stalled = NULL;
-    reader rd = {ctx, NULL, 0, 0};
+    reader rd = {ctx, NULL, 0, 0, 0};
     pthread_t thread;
     struct pkv_event_publisher_info info;
     memset(&info, 0, sizeof info);
@@ -164,6 +171,7 @@ static int run(int mode, uint32_t num_requests, uint32_t reps, result *out) {
       }
       out->events = info.events_published;
       out->dropped = info.events_dropped;
+      out->batches = info.next_seq;
     }
     if (mode == 3) {
       struct timespec drain = {0, 200 * 1000000L};
@@ -171,6 +179,7 @@ static int run(int mode, uint32_t num_requests, uint32_t reps, result *out) {
       rd.stop = 1;
       pthread_join(thread, NULL);
       out->messages = rd.messages;
+      out->bytes = rd.bytes;
     }
     if (stalled) zmq_close(stalled);
     pkv_engine_destroy(e);
@@ -183,12 +192,14 @@ static int run(int mode, uint32_t num_requests, uint32_t reps, result *out) {
 
 int main(int argc, char **argv) {
   int quick = 0;
-  uint32_t reps = 5;
+  uint32_t reps = 5, format = PKV_EVENT_FORMAT_MAP;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = (uint32_t)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "map")) format = PKV_EVENT_FORMAT_MAP, i++;
+    else if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "array")) format = PKV_EVENT_FORMAT_ARRAY, i++;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--reps N (1..%d)]\n", argv[0], MAX_REPS);
+      fprintf(stderr, "usage: %s [--quick] [--reps N (1..%d)] [--format map|array]\n", argv[0], MAX_REPS);
       return 2;
     }
   }
@@ -197,17 +208,21 @@ int main(int argc, char **argv) {
   const uint32_t requests = quick ? 200 : 1000;
   bench_calibrate_clock();
   printf("bench_events: %u requests (256-511 prompt tokens, 16 new, 0-3 shared 64-token prefixes), "
-         "block %d, 1024-block pool, median of %u passes\n", requests, BS, reps);
-  printf("%-8s %9s %6s %9s %6s %6s %11s %10s %8s %9s\n", "mode", "cpu us", "ratio", "wall us", "ratio", "steps",
-         "events/step", "published", "dropped", "received");
+         "block %d, 1024-block pool, median of %u passes, %s format\n", requests, BS, reps,
+         format == PKV_EVENT_FORMAT_MAP ? "map" : "array");
+  printf("%-8s %9s %6s %9s %6s %6s %11s %10s %8s %9s %11s\n", "mode", "cpu us", "ratio", "wall us", "ratio", "steps",
+         "events/step", "published", "dropped", "received", "bytes/event");
   double ref = 0, ref_cpu = 0;
   for (int m = 0; m < MODES; m++) {
     result r;
-    if (run(m, requests, reps, &r)) return 1;
+    if (run(m, format, requests, reps, &r)) return 1;
     if (m == 0) ref = r.step_s, ref_cpu = r.cpu_s;
-    printf("%-8s %9.1f %6.2f %9.1f %6.2f %6llu %11.1f %10llu %8llu %9llu\n", kModes[m], r.cpu_s * 1e6,
+    /* bytes/event only when the reader heard every batch of the last pass ("-" otherwise) */
+    char per_event[32] = "-";
+    if (r.events && r.messages == r.batches) snprintf(per_event, sizeof per_event, "%.1f", (double)r.bytes / (double)r.events);
+    printf("%-8s %9.1f %6.2f %9.1f %6.2f %6llu %11.1f %10llu %8llu %9llu %11s\n", kModes[m], r.cpu_s * 1e6,
            r.cpu_s / ref_cpu, r.step_s * 1e6, r.step_s / ref, (unsigned long long)r.steps, r.steps ? (double)r.events / (double)r.steps : 0.0,
-           (unsigned long long)r.events, (unsigned long long)r.dropped, (unsigned long long)r.messages);
+           (unsigned long long)r.events, (unsigned long long)r.dropped, (unsigned long long)r.messages, per_event);
   }
   return 0;
 }
