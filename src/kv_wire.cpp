@@ -121,19 +121,20 @@ void block_removed(Writer &w, const WireShape &s, const WireEvent *run, size_t n
   w.u64(run[0].group);
 }
 
-}  // namespace
-
-bool wire_continues(const WireEvent &a, const WireEvent &b) {
+// Whether event b continues the run event a is in (one BlockStored / BlockRemoved on the wire).
+bool continues(const WireEvent &a, const WireEvent &b) {
   if (a.type != b.type || a.medium != b.medium || a.group != b.group) return false;
   if (b.type == PKV_EVENT_BLOCK_STORED) return b.has_parent && b.parent_hash == a.hash;
   return b.type == PKV_EVENT_BLOCK_REMOVED;
 }
 
+}  // namespace
+
 std::string encode_batch(const WireShape &shape, double ts, const WireEvent *events, size_t n,
                          const int32_t *tokens) {
   std::vector<std::pair<size_t, size_t>> runs;  // [first, last)
   for (size_t i = 0; i < n; ++i) {
-    if (i > 0 && wire_continues(events[i - 1], events[i]))
+    if (i > 0 && continues(events[i - 1], events[i]))
       runs.back().second = i + 1;
     else
       runs.emplace_back(i, i + 1);

@@ -33,13 +33,10 @@ struct WireShape {
 };
 
 // events[0, n) as one KVEventBatch sent at ts (seconds since the epoch); tokens: the token array
-// WireEvent::tokens index. A run of events that continue one another (wire_continues) is one
-// BlockStored or BlockRemoved. Throws std::bad_alloc when out of memory.
+// WireEvent::tokens index. A run of events of one type, medium and group, each BlockStored's
+// parent the one before it, is one BlockStored or BlockRemoved. Throws std::bad_alloc when out of
+// memory.
 std::string encode_batch(const WireShape &shape, double ts, const WireEvent *events, size_t n,
                          const int32_t *tokens);
-
-// Whether event b continues the run event a is in (one BlockStored / BlockRemoved on the wire):
-// the same type, medium and group, and for BlockStored b's parent is a.
-bool wire_continues(const WireEvent &a, const WireEvent &b);
 
 }  // namespace pkv
