@@ -125,7 +125,7 @@ expect 2 "bad --redis" store stats --redis nonsense && says err "HOST:PORT" "say
 expect 2 "bad port" store stats --redis 127.0.0.1:70000
 expect 2 "--prefix with --dir" store stats --dir "$dir" --prefix x
 expect 2 "--yes on ls" store ls --dir "$dir" --yes && says err "unknown option" "ls has no --yes"
-expect 1 "missing directory" store stats --dir "$tmp/missing" && says err "cannot open" "says so"
+expect 1 "missing directory" store stats --dir "$tmp/missing" && says err "--dir .*: no such directory" "says so, in the flag's terms"
 [ ! -e "$tmp/missing" ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL a missing directory was made"; }
 : >"$tmp/afile"
 expect 1 "a file, not a directory" store ls --dir "$tmp/afile" && says err "not a directory" "says so"
