@@ -337,10 +337,12 @@ void variants_print_json(const pkv_engine_params *p, const pkv_kv_budget *b) {
   printf(",\n  \"groups\": [");
   for (uint32_t i = 0; i < g.num_groups; i++) {
     const uint32_t n = group_count(p, &g, i);
-    printf("%s\n    {\"group\": %u, \"window\": %u, \"num_layers\": %u, \"padded_slots\": %u, "
-           "\"blocks_per_max_seq\": %llu, \"layers\": ",
-           i ? "," : "", i, g.group_window[i], n, g.group_layers - n,
-           (unsigned long long)group_blocks(g.group_window[i], p->max_model_len, p->block_size));
+    const uint64_t blocks = group_blocks(g.group_window[i], p->max_model_len, p->block_size);
+    printf("%s\n    {\"group\": %u, \"kind\": \"%s\", \"window\": %u, \"num_layers\": %u, \"padded_slots\": %u, "
+           "\"bytes_per_token\": %llu, \"blocks_per_max_seq\": %llu, \"bytes_per_max_seq\": %llu, \"layers\": ",
+           i ? "," : "", i, g.group_window[i] ? "sliding_window" : "full_attention", g.group_window[i], n,
+           g.group_layers - n, (unsigned long long)b->bytes_per_token, (unsigned long long)blocks,
+           (unsigned long long)(blocks * b->block_bytes));
     if (g.layer_group == NULL && p->num_layers > 65536) { /* a made-up shape: not 2^31 numbers */
       printf("null}");
       continue;

@@ -301,8 +301,8 @@ expect_output "profile: fp8_e5m2, json" '"kv_dtype": "fp8_e5m2",' '"kv_dtype_byt
   '"model_dtype": \{"kv_dtype": "bf16", "num_kv_groups": 1, "block_bytes": 2097152, "num_blocks": 36864, .*"tokens_ratio": 2.0000' \
   '"full_attention": null,' -- profile --config "$llama" --memory 80GiB --kv-dtype fp8_e5m2 --json
 expect_output "profile: layer windows, json" '"sliding_window": 0, "layer_windows": true' '"num_kv_groups": 4,' \
-  '"group": 0, "window": 0, "num_layers": 8, "padded_slots": 0, "blocks_per_max_seq": 512, "layers": \[3, 7, 11, 15, 19, 23, 27, 31\]' \
-  '"group": 3, "window": 4096, "num_layers": 8, .*"layers": \[21, 22, 24, 25, 26, 28, 29, 30\]' \
+  '"group": 0, "kind": "full_attention", "window": 0, "num_layers": 8, "padded_slots": 0, "bytes_per_token": 32768, "blocks_per_max_seq": 512, "bytes_per_max_seq": 268435456, "layers": \[3, 7, 11, 15, 19, 23, 27, 31\]' \
+  '"group": 3, "kind": "sliding_window", "window": 4096, "num_layers": 8, .*"layers": \[21, 22, 24, 25, 26, 28, 29, 30\]' \
   '"full_attention": \{"kv_dtype": "bf16", "num_kv_groups": 1, .*"max_seqs_at_max_model_len": 72, "tokens_ratio": .*, "seqs_ratio": 1.5833\}' \
   -- profile --config "$llama" --memory 80GiB --layer-windows 4096x3,0,... --json
 expect_output "profile: a longer pattern is cut" "windows +4096 keys in every layer" \
