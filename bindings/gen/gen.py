@@ -149,7 +149,29 @@ class Header:
                     sys.exit('gen.py: %s takes a function pointer' % c.spelling)
                 self.c_decls[c.spelling] = (c.result_type.spelling,
                                             [(a.spelling, a.type.spelling) for a in c.get_arguments()])
+        self.structs = self._definitions_first(self.structs)
         self._check()
+
+    @staticmethod
+    def _definitions_first(structs):
+        """Header order, but each struct after the structs its fields name: pkv.h may point to a
+        struct it defines further down (pkv_engine_params.store), and ctypes needs it defined."""
+        by_name = {name: s for s in structs for name in [s[0]]}
+        done, out = set(), []
+
+        def visit(s):
+            if s[0] in done:
+                return
+            done.add(s[0])
+            for _, t in s[1]:
+                named = [t] + ([t.proto[0]] + [pt for _, pt in t.proto[1]] if t.proto else [])
+                for d in named:
+                    if d.base in by_name:
+                        visit(by_name[d.base])
+            out.append(s)
+        for s in structs:
+            visit(s)
+        return out
 
     def _macro(self, c):
         toks = [t.spelling for t in c.get_tokens()]
