@@ -10,7 +10,7 @@
  * General rules (they hold for every function below unless its comment says otherwise):
  *  - Every function returns a pkv_status: PKV_OK (0) or a negative error. A failed call changes
  *    nothing (all-or-nothing) and leaves a message in pkv_last_error() (this thread) and, for
- *    calls on an engine, in pkv_engine_last_error(e).
+ *    calls on an engine or on one of its batches, in pkv_engine_last_error(e).
  *  - Every function may be called from any thread. Calls on one engine (and on its batches) are
  *    serialized inside pkv; different engines run in parallel.
  *  - Structs with a struct_size field are versioned: set struct_size = sizeof(the struct) (the
@@ -594,7 +594,10 @@ PKV_API void pkv_engine_destroy(pkv_engine *e);
 
 /* The message of the last failed call on e ("" after a call that succeeded). Valid until the next
  * call on e; a host sharing e between threads reads it under its own lock. Never NULL; for NULL e
- * it returns pkv_last_error(). */
+ * it returns pkv_last_error(). Calls on e's batches count as calls on e, also with a handle whose
+ * batch has ended (PKV_ERR_STATE: the message is here too, since 0.4.0), except pkv_batch_abort of
+ * such a handle, which is ignored; once e is destroyed, its handles' refusals are only in
+ * pkv_last_error(). */
 PKV_API const char *pkv_engine_last_error(const pkv_engine *e);
 
 /* The engine's effective parameters (num_blocks and device resolved). The pointers in them
