@@ -37,6 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Not reformatted (.clang-format says why): the comments of enum values and struct fields are
+ * aligned by hand, over several lines each. */
+/* clang-format off */
+
 /* ---------------------------------------------------------------- export macros */
 #if defined(_WIN32)
 #  if defined(PKV_BUILDING_LIBRARY)
@@ -595,7 +599,7 @@ PKV_API void pkv_engine_destroy(pkv_engine *e);
 /* The message of the last failed call on e ("" after a call that succeeded). Valid until the next
  * call on e; a host sharing e between threads reads it under its own lock. Never NULL; for NULL e
  * it returns pkv_last_error(). Calls on e's batches count as calls on e, also with a handle whose
- * batch has ended (PKV_ERR_STATE: the message is here too, since 0.4.0), except pkv_batch_abort of
+ * batch has ended (its PKV_ERR_STATE message is here too (since 0.4.0)), except pkv_batch_abort of
  * such a handle, which is ignored; once e is destroyed, its handles' refusals are only in
  * pkv_last_error(). */
 PKV_API const char *pkv_engine_last_error(const pkv_engine *e);
@@ -1316,4 +1320,5 @@ PKV_API pkv_status pkv_engine_check(pkv_engine *e);
 } /* extern "C" */
 #endif
 
+/* clang-format on */
 #endif /* PKV_PKV_H */
