@@ -282,6 +282,31 @@ int cli_read_file(const char *path, char **out, size_t *out_len) {
   return -1;
 }
 
+static int word_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+const char *cli_in_flag_terms(const char *msg, const char *const (*names)[2], size_t num_names, char *buf,
+                              size_t cap) {
+  size_t at = 0;
+  for (const char *c = msg; *c != '\0' && at + 1 < cap;) {
+    const char *to = NULL;
+    size_t len = 0;
+    if (c == msg || !word_char(c[-1]))
+      for (size_t i = 0; i < num_names && to == NULL; i++) {
+        len = strlen(names[i][0]);
+        if (strncmp(c, names[i][0], len) == 0 && !word_char(c[len])) to = names[i][1];
+      }
+    if (to == NULL) {
+      buf[at++] = *c++;
+      continue;
+    }
+    at += (size_t)snprintf(buf + at, cap - at, "%s", to);
+    if (at >= cap) at = cap - 1;
+    c += len;
+  }
+  buf[at] = '\0';
+  return buf;
+}
+
 void cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {

@@ -72,6 +72,12 @@ const char *cli_format_size(uint64_t bytes, char *buf, size_t cap);
 #define CLI_MAX_FILE_BYTES (16 << 20)
 int cli_read_file(const char *path, char **out, size_t *out_len);
 
+/* pkv's message msg in a command's terms: each whole word names[i][0] (a pkv_engine_params field,
+ * say "tp_size") becomes names[i][1] (its flag, "--tp"), into buf[cap] (cut if longer). Returns
+ * buf. So a refusal of a value given by flag names the flag, not the C field. */
+const char *cli_in_flag_terms(const char *msg, const char *const (*names)[2], size_t num_names, char *buf,
+                              size_t cap);
+
 /* Writes s as a JSON string literal, quotes included. */
 void cli_json_string(FILE *f, const char *s);
 

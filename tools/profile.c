@@ -29,6 +29,7 @@ typedef struct profile_opts {
   const char *dtype, *device;
   int json;
   variant_flags variants;
+  const struct cli_command *seen; /* the parsed command: which flags were given */
 } profile_opts;
 
 static const char *device_name(int32_t d) {
@@ -322,6 +323,23 @@ static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
   return CLI_EXIT_FAIL;
 }
 
+/* pkv's message with the fields the flags set named as the flags (fields the config set keep
+ * their names: they are config.json's words too). */
+static const char *in_flag_terms(const profile_opts *o, const char *msg, char *buf, size_t cap) {
+  static const char *const all[][2] = {
+      {"memory_total_bytes", "--memory"}, {"memory_utilization", "--utilization"}, {"reserve_bytes", "--reserve"},
+      {"memory_used_bytes", "--used"},    {"kv_cache_bytes", "--kv-cache"},       {"num_blocks", "--num-blocks"},
+      {"host_cache_bytes", "--host-cache"}, {"host_num_blocks", "--host-blocks"}, {"tp_size", "--tp"},
+      {"tp_rank", "--tp-rank"},           {"block_size", "--block-size"},         {"max_model_len", "--max-model-len"},
+      {"sliding_window", "--window"},     {"layer_windows", "--layer-windows"},
+  };
+  const char *names[sizeof all / sizeof all[0]][2];
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (o->seen != NULL && flag_seen(o->seen, all[i][1] + 2)) names[n][0] = all[i][0], names[n][1] = all[i][1], n++;
+  return cli_in_flag_terms(msg, (const char *const (*)[2])names, n, buf, cap);
+}
+
 /* pkv_profile and the printing; an exit code. */
 static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
   pkv_kv_budget b;
@@ -340,7 +358,8 @@ static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
   }
   const int fixed_short = s == PKV_ERR_INVALID_ARGUMENT && b.shortfall_bytes && b.source == PKV_BUDGET_FIXED_BLOCKS;
   if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY && !fixed_short) {
-    fprintf(stderr, "pkv profile: %s: %s\n", pkv_status_string(s), error);
+    char said[600];
+    fprintf(stderr, "pkv profile: %s\n", in_flag_terms(o, error, said, sizeof said));
     return CLI_EXIT_FAIL;
   }
   if (o->json)
@@ -419,6 +438,7 @@ int cmd_profile(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
   o.variants.window_seen = flag_seen(&cmd, "window");
+  o.seen = &cmd;
   pkv_engine_params p;
   uint32_t *windows = NULL; /* p.layer_windows' array: freed at every return below */
   rc = build_params(&o, &cmd, &p, &windows);

@@ -178,8 +178,12 @@ static int run(sim_opts *o) {
   pkv_engine *e = NULL;
   pkv_status s = create_engine(o, &e);
   if (s != PKV_OK) {
-    fprintf(stderr, "pkv simulate: pkv_engine_create: %s: %s\n", pkv_status_string(s),
-            pkv_last_error());
+    /* every engine field simulate sets comes from a flag (or its default): named as the flag */
+    static const char *const names[][2] = {
+        {"block_size", "--block-size"}, {"num_blocks", "--num-blocks"}, {"max_model_len", "--max-model-len"}};
+    char said[600];
+    fprintf(stderr, "pkv simulate: the engine refused: %s\n",
+            cli_in_flag_terms(pkv_last_error(), names, sizeof names / sizeof names[0], said, sizeof said));
     sim_workload_free(&w);
     return CLI_EXIT_FAIL;
   }

@@ -148,8 +148,8 @@ expect_error_says "profile: empty kv dtype" "bad --kv-dtype ''" profile --config
 expect_error_says "profile: window and layer windows" "give one of them" profile --config "$good" --memory 1GiB --window 8 --layer-windows 8,0
 expect_error_says "profile: negative window" "bad value '-1' for --window" profile --config "$good" --memory 1GiB --window -1
 expect_error_says "profile: window past 2^32" "bad value .* for --window" profile --config "$good" --memory 1GiB --window 4294967296
-expect_error_says "profile: window past 2^31-1" "sliding_window 2147483648 exceeds 2\^31-1" profile --config "$good" --memory 1GiB --window 2147483648
-expect_error_says "profile: layer window past 2^31-1" "layer_windows\[1\] = 4294967295 exceeds 2\^31-1" profile --config "$good" --memory 1GiB --layer-windows 0,4294967295
+expect_error_says "profile: window past 2^31-1" "--window 2147483648 exceeds 2\^31-1" profile --config "$good" --memory 1GiB --window 2147483648
+expect_error_says "profile: layer window past 2^31-1" "--layer-windows\[1\] = 4294967295 exceeds 2\^31-1" profile --config "$good" --memory 1GiB --layer-windows 0,4294967295
 expect_error_says "profile: layer windows too few" "names 1 layers, the model has 2 \(end it with ,\.\.\." profile --config "$good" --memory 1GiB --layer-windows 8
 expect_error_says "profile: layer windows too many" "names 3 layers, the model has 2" profile --config "$good" --memory 1GiB --layer-windows 8,0,8
 expect_error_says "profile: layer windows count too many" "names 5 layers" profile --config "$good" --memory 1GiB --layer-windows 8x5

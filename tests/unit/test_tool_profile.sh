@@ -126,6 +126,16 @@ else
   no_c_names "--device cuda: no C names"
   if grep -q "driver version is insufficient" "$tmp/err"; then bad "--device cuda: no driver jargon" "$(head -n 1 "$tmp/err")"; else ok "--device cuda: no driver jargon"; fi
 fi
+# pkv's refusals of values given by flag name the flags
+expect err 1 "--tp 3 named as the flag" "^pkv profile: --tp \(3\) must divide num_q_heads \(32\)$" \
+  -- profile --config "$llama" --memory 1GiB --tp 3
+expect err 1 "--tp-rank named as the flag" "^pkv profile: --tp-rank \(5\) must be < --tp \(2\)$" \
+  -- profile --config "$llama" --memory 1GiB --tp 2 --tp-rank 5
+expect err 1 "--utilization named as the flag" "^pkv profile: --utilization must be in \(0, 1\], got 2$" \
+  -- profile --config "$llama" --memory 1GiB --utilization 2
+no_c_names "--utilization: no C names"
+expect err 1 "simulate: --num-blocks named as the flag" "--num-blocks 4000000000 exceeds 2\^31-1" \
+  -- simulate --requests 2 --num-blocks 4000000000
 expect err 1 "store stats on a missing directory" "pkv store stats: --dir $tmp/nope: no such directory" \
   -- store stats --dir "$tmp/nope"
 no_c_names "store stats on a missing directory: no C names"
