@@ -313,7 +313,7 @@ int cmd_profile(int argc, char **argv) {
       {"memory", CLI_SIZE, &o.memory, "SIZE", "total device memory to plan for (default: measure)", 0},
       {"utilization", CLI_DOUBLE, &o.utilization, "F", "fraction of total memory pkv may plan with (0.9)", 0},
       {"reserve", CLI_SIZE, &o.reserve, "SIZE", "activation peak and workspaces to keep free (0)", 0},
-      {"used", CLI_SIZE, &o.used, "SIZE", "memory used besides pkv, e.g. the weights (0)", 0},
+      {"used", CLI_SIZE, &o.used, "SIZE", "memory used besides pkv: the weights and the rest (0: not subtracted)", 0},
       {"kv-cache", CLI_SIZE, &o.kv_cache, "SIZE", "absolute KV budget, overrides the formula", 0},
       {"num-blocks", CLI_U32, &o.num_blocks, "N", "fixed pool size in blocks, overrides the budget", 0},
       {"host-cache", CLI_SIZE, &o.host_cache, "SIZE", "host tier in host memory (default: none)", 0},
@@ -334,7 +334,10 @@ int cmd_profile(int argc, char **argv) {
   };
   cli_command cmd = {
       "profile", "profile --config config.json [--memory 80GiB] [options]",
-      "Prints how many KV blocks fit in a memory budget, and every term of it.\n"
+      "Prints how many KV blocks fit in a memory budget, and every term of it. The model's weights\n"
+      "are not subtracted unless --used gives them. SIZEs are binary: 80G = 80GiB = 80 x 2^30\n"
+      "bytes (K, M, G, T or KiB, MiB, GiB, TiB); KB, MB, GB and TB are refused as ambiguous.\n"
+      "A windowed model (Gemma 2/3, gpt-oss, Mistral) is printed per KV group and as a whole.\n"
       "\n"
       "Attention variants: --kv-dtype fp8_e4m3 (or fp8_e5m2) keeps K and V in one byte per\n"
       "element, scaled per layer and kv head. Sliding windows come from the config (layer_types,\n"
