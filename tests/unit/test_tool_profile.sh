@@ -86,6 +86,11 @@ expect out 0 "Gemma 3, fp8: half the bytes" "bytes per token +280.00 KiB +286720
 expect out 0 "one group: bytes per token as before" "bytes per token +128.00 KiB +131072 +block bytes / block size" \
   "max tokens +589824 +blocks x 16 tokens per block" -- profile --config "$llama" --memory 80GiB
 
+# the rules written where a user looks
+expect out 0 "profile --help: binary sizes, the weights" "SIZEs are binary: 80G = 80GiB" "KB, MB, GB and TB are refused" \
+  "weights" -- profile --help
+expect out 0 "pkv --help: binary sizes" "binary units" "KB, MB, GB and TB are refused" -- --help
+
 # the weights
 expect out 0 "weights not subtracted without --used" "weights +not subtracted: give --used SIZE" \
   -- profile --config "$llama" --memory 80GiB
