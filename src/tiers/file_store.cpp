@@ -262,6 +262,26 @@ std::string FileStore::finish_block(const StoreKey &key, int fd, const std::stri
   return "";
 }
 
+// What the first *fit values of a batch add to the directory (each value less the one it
+// replaces; a key twice in the batch replaces its own first value). *fit is as many as max_bytes
+// holds: a batch larger than the cap writes its first blocks (the parents a lookup reaches
+// first; later ones are of no use without them) and refuses the rest.
+int64_t FileStore::batch_growth(const StoreKey *keys, size_t n, size_t value_bytes, std::vector<uint64_t> *replaced,
+                                size_t *fit) {
+  replaced->assign(n, 0);
+  int64_t growth = 0;
+  for (*fit = 0; *fit < n; ++*fit) {
+    const size_t i = *fit;
+    struct stat st;
+    if (std::find(keys, keys + i, keys[i]) != keys + i) (*replaced)[i] = value_bytes;
+    else if (stat(path_of(keys[i]).c_str(), &st) == 0 && S_ISREG(st.st_mode)) (*replaced)[i] = uint64_t(st.st_size);
+    const int64_t add = int64_t(value_bytes) - int64_t((*replaced)[i]);
+    if (max_bytes_ && growth + add > int64_t(max_bytes_)) break;
+    growth += add;
+  }
+  return growth;
+}
+
 StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) {
   if (max_bytes_ && value_bytes > max_bytes_)
     return StoreStatus::failure("file store: a value of " + std::to_string(value_bytes) +
@@ -270,22 +290,16 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
   const XfszBlock xfsz;
   std::string error = lock_usage();
   if (!error.empty()) return StoreStatus::failure("file store: " + error);
-  // What the batch adds to the directory: each value, less the one it replaces (a key twice in
-  // the batch replaces its own first value).
-  std::vector<uint64_t> replaced(n, 0);
-  int64_t growth = 0;
-  for (size_t i = 0; i < n; ++i) {
-    struct stat st;
-    if (std::find(keys, keys + i, keys[i]) != keys + i) replaced[i] = value_bytes;
-    else if (stat(path_of(keys[i]).c_str(), &st) == 0 && S_ISREG(st.st_mode)) replaced[i] = uint64_t(st.st_size);
-    growth += int64_t(value_bytes) - int64_t(replaced[i]);
-  }
-  error = make_room(keys, n, growth);
+  std::vector<uint64_t> replaced;
+  size_t fit = 0;
+  error = make_room(keys, n, batch_growth(keys, n, value_bytes, &replaced, &fit));
   if (!error.empty()) {
     usage_->unlock();
     return StoreStatus::failure("file store: " + error);
   }
-  size_t failed = 0;
+  size_t failed = n - fit;
+  if (failed)
+    error = "the batch's first " + std::to_string(fit) + " values fill max_bytes (" + std::to_string(max_bytes_) + ")";
   std::set<std::string> shards;
   // Every block written first (their writeback started), then each fsync'ed and renamed: the
   // disk gets the batch at once instead of one block per flush. Each block is still durable
@@ -296,8 +310,8 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
     std::string temp;
   };
   std::vector<Pending> pending;
-  pending.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
+  pending.reserve(fit);
+  for (size_t i = 0; i < fit; ++i) {
     Pending p{i, -1, {}};
     const std::string e = start_block(keys[i], values + i * value_bytes, value_bytes, &p.fd, &p.temp);
     if (!e.empty()) {

@@ -32,7 +32,8 @@
 // (<path>/.pkv-usage, under flock), a put makes room for its whole batch under that lock by
 // evicting from its index, rebuilding the index from the directory when the index runs out
 // (blocks other engines wrote), and a removal counts itself out. Stores on one directory write
-// one batch at a time. A value over max_bytes is refused (a failed put). A block another store
+// one batch at a time. A value over max_bytes is refused (a failed put), as are the values of a
+// batch past the first ones that fill max_bytes (parents first: a lookup walks from the root). A block another store
 // removed is a miss (ENOENT), never an error; any other error (EACCES, EIO, ENOTDIR) fails that
 // key (found 0) and the call's status carries the count and the last message; the other keys go
 // on. get() stops at timeout_ms between keys (the rest: misses, the call failed).

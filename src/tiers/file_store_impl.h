@@ -61,6 +61,8 @@ class FileStore final : public Store {
   void remember(const StoreKey &key, uint64_t bytes, int64_t seen_ns);
   void forget(const StoreKey &key);
   std::string make_room(const StoreKey *batch, size_t n, int64_t growth);
+  int64_t batch_growth(const StoreKey *keys, size_t n, size_t value_bytes, std::vector<uint64_t> *replaced,
+                       size_t *fit);
   std::string start_block(const StoreKey &key, const uint8_t *value, size_t value_bytes, int *out_fd,
                           std::string *out_temp);
   std::string finish_block(const StoreKey &key, int fd, const std::string &temp, int64_t *seen_ns);

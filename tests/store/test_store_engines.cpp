@@ -5,7 +5,8 @@
 //    serving, misses are counted as errors; back on the same port: hits again. A wrong password
 //    is PKV_ERR_STORE at create.
 //  - File: an engine restarted on the same directory gets its prefixes back; two salts never
-//    share a block; an MLA engine's latents come back to an MLA engine only.
+//    share a block; an MLA engine's latents come back to an MLA engine only; two engines capped
+//    on one directory keep the directory under the cap.
 #include <math.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -350,12 +351,51 @@ void test_file_full_disk() {
   CHECK(system(rm.c_str()) == 0);
 }
 
+// Two engines on one directory, each with max_bytes of 10 blocks, each writing 15: the directory
+// holds at most 10 blocks' bytes (the cap was each engine's own: up to 20).
+void test_file_cap_two_engines() {
+  char dir[] = "/tmp/pkv-store-XXXXXX";
+  if (!CHECK(mkdtemp(dir) != nullptr)) return;
+  const uint64_t value_bytes = 152 + 4 * BS + 2 * LAYERS * BS * KVH * D * sizeof(float);  // header, tokens, K and V
+  pkv_store_params sp;
+  pkv_store_params_init(&sp, sizeof sp);
+  sp.kind = PKV_STORE_FILE;
+  sp.path = dir;
+  sp.max_bytes = 10 * value_bytes;
+  sp.model_id = "cap-test@1";
+  pkv_engine *a = engine(&sp), *b = engine(&sp);
+  if (CHECK(a != nullptr && b != nullptr)) {
+    for (int i = 0; i < 5; i++) {  // 3 full blocks a prompt
+      int32_t t[N];
+      tu_fill(t, N, 1000 * (i + 1));
+      compute_prompt(a, t, nullptr);
+      tu_fill(t, N, 1000 * (i + 1) + 500);
+      compute_prompt(b, t, nullptr);
+    }
+  }
+  pkv_engine_destroy(a);  // their writers finish
+  pkv_engine_destroy(b);
+  pkv_store *s = nullptr;
+  struct pkv_store_info in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  if (CHECK_OK(pkv_store_open(&sp, &s))) CHECK_OK(pkv_store_info(s, &in));
+  pkv_store_close(s);
+  CHECK(in.num_blocks >= 8 && in.total_bytes <= sp.max_bytes);
+  CHECK_EQ_INT(in.total_bytes, in.num_blocks * value_bytes);
+  printf("  (two engines capped at 10 blocks each wrote 30: the directory holds %llu)\n",
+         (unsigned long long)in.num_blocks);
+  std::string rm = std::string("rm -rf ") + dir;
+  CHECK(system(rm.c_str()) == 0);
+}
+
 }  // namespace
 
 int main() {
   TU_RUN(test_file_full_disk);
   TU_RUN(test_file_restart);
   TU_RUN(test_file_mla);
+  TU_RUN(test_file_cap_two_engines);
   TU_RUN(test_redis_wrong_password);
   TU_RUN(test_redis_two_processes);
   return tu_summary();
