@@ -346,8 +346,16 @@ void Engine::open(std::unique_ptr<Batch> batch) {
   open_ = std::move(ob);
 }
 
+// Refuses `call` while a batch is open, saying how that batch ends (its kind decides).
+void Engine::require_no_batch(const char *call) const {
+  if (!open_) return;
+  fail(PKV_ERR_STATE, "%s: a batch is already open on this engine; end it first (%s)", call,
+       open_->batch->from_step() ? "it came from pkv_step: pkv_commit, or pkv_batch_abort"
+                                 : "it came from pkv_batch_begin: pkv_batch_end, or pkv_batch_abort");
+}
+
 void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
-  if (open_) fail(PKV_ERR_STATE, "a batch is already open on this engine: end or abort it first");
+  require_no_batch("pkv_batch_begin");
   if (seqs)
     for (uint32_t i = 0; i < num_seqs; ++i)
       if (const Sequence *s = seqs_.find(seqs[i])) require_manual(*s, "batch");
@@ -356,7 +364,7 @@ void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, u
 }
 
 bool Engine::step() {
-  if (open_) fail(PKV_ERR_STATE, "a batch is already open on this engine: commit or abort it first");
+  require_no_batch("pkv_step");
   StepPlan plan = scheduler_.schedule();
   // Nothing to run but requests loading from the store: wait for their fetches (each bounded by
   // the store's timeouts) rather than report an idle engine.
@@ -541,7 +549,7 @@ size_t Engine::drain_events(void *out, size_t event_size, size_t cap) {
 // ---------------------------------------------------------------- cache, stats, checks
 
 void Engine::reset_prefix_cache() {
-  if (open_) fail(PKV_ERR_STATE, "a batch is open: end or abort it first");
+  require_no_batch("pkv_reset_prefix_cache");
   blocks_.reset_cache();
 }
 

@@ -60,6 +60,7 @@ class Engine {
   void begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs);
   bool step();  // false: nothing to run, no batch opened
   void end_batch();
+  void require_no_batch(const char *call) const;  // PKV_ERR_STATE naming how the open batch ends
   void commit(const int32_t *sampled_tokens);
   void abort_batch();
   // The open batch's copies, once (pkv_batch_copy; the first pkv_attention calls it).

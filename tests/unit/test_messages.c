@@ -76,12 +76,20 @@ static void test_wrong_end(void)
     return;
   CHECK_ERR(e, pkv_batch_end(b), PKV_ERR_STATE);
   SAYS(pkv_engine_last_error(e), "a batch of pkv_step ends with pkv_commit", "pkv_batch_abort", "stays open");
-  CHECK_ERR(e, pkv_step(e, &b2), PKV_ERR_STATE); /* still open */
+  CHECK_ERR(e, pkv_step(e, &b2), PKV_ERR_STATE); /* still open, and said how it ends */
+  SAYS(pkv_engine_last_error(e), "pkv_step: a batch is already open", "it came from pkv_step: pkv_commit, or pkv_batch_abort");
+  uint64_t m = tu_alloc(e, t, 3, NULL);
+  CHECK_ERR(e, pkv_batch_begin(e, &m, NULL, 1, &b2), PKV_ERR_STATE);
+  SAYS(pkv_engine_last_error(e), "pkv_batch_begin: a batch is already open", "pkv_commit, or pkv_batch_abort");
+  CHECK_ERR(e, pkv_reset_prefix_cache(e), PKV_ERR_STATE);
+  SAYS(pkv_engine_last_error(e), "pkv_reset_prefix_cache: a batch is already open");
   pkv_batch_abort(b);
   if (CHECK_OK(pkv_step(e, &b)) && CHECK(b != NULL)) /* the abort ended it: planned again */
     pkv_batch_abort(b);
   uint64_t s = tu_alloc(e, t, 5, NULL);
   if (CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &b))) {
+    CHECK_ERR(e, pkv_step(e, &b2), PKV_ERR_STATE);
+    SAYS(pkv_engine_last_error(e), "it came from pkv_batch_begin: pkv_batch_end, or pkv_batch_abort");
     int32_t tok = 1;
     CHECK_ERR(e, pkv_commit(b, &tok), PKV_ERR_STATE);
     SAYS(pkv_engine_last_error(e), "pkv_batch_begin ends with pkv_batch_end or pkv_batch_abort", "stays open");
