@@ -903,11 +903,14 @@ typedef struct pkv_batch_view {
  * them). The batch lists every block copy queued so far (copy-on-write, swaps); they count as
  * done when it ends having run (pkv_batch_end, pkv_commit). *out is a handle, not an address: it
  * is never given twice, and once the batch ends (pkv_batch_end, pkv_commit, pkv_batch_abort,
- * pkv_engine_destroy) every call with it is refused as a batch that has ended.
+ * pkv_engine_destroy) every call with it is refused as a batch that has ended. A process tells
+ * apart the handles of at most 65536 live engines that have begun batches (pkv_step's too), and
+ * gives at most 2^47 handles in all.
  * Errors: PKV_ERR_INVALID_ARGUMENT (seqs or out NULL; num_seqs 0; a sequence twice; a count not
  * in 1 .. its uncomputed tokens; more than 2^31-1 new tokens), PKV_ERR_NOT_FOUND (a sequence that
  * does not exist), PKV_ERR_STATE (a batch is open on e; a sequence is preempted or swapped out,
- * or is a request of pkv_submit). */
+ * or is a request of pkv_submit), PKV_ERR_OUT_OF_MEMORY (65536 other live engines have begun
+ * batches: destroy one). */
 PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
                                    const uint32_t *num_new_tokens, uint32_t num_seqs,
                                    pkv_batch **out);
