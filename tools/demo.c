@@ -254,11 +254,21 @@ static int windowed_pool(demo_options *o, const model *m) {
   p.head_dim = m->c.head_dim, p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU;
   p.layer_windows = o->layer_windows;
   uint32_t windows[16], groups = 0, group_layers = 0;
+  char said[512];
   if (pkv_kv_groups(&p, NULL, NULL, windows, 16, &groups, &group_layers) != PKV_OK) {
-    fprintf(stderr, "pkv demo: --windows: %s\n", pkv_last_error());
+    fprintf(stderr, "pkv demo: --windows: %s\n", demo_in_flag_terms(o, pkv_last_error(), said, sizeof said));
     return -1;
   }
-  o->paged_blocks = (uint32_t)((uint64_t)o->num_blocks * m->c.num_layers / group_layers);
+  /* checked here: cast to 32 bits, a larger pool would silently become another size */
+  const uint64_t blocks = (uint64_t)o->num_blocks * m->c.num_layers / group_layers;
+  if (blocks > INT32_MAX) {
+    fprintf(stderr,
+            "pkv demo: --num-blocks %u makes the windowed run's pool %llu blocks of %u layer%s (the same "
+            "bytes), more than pkv's 2^31-1 blocks: give a smaller --num-blocks\n",
+            o->num_blocks, (unsigned long long)blocks, group_layers, group_layers == 1 ? "" : "s");
+    return -1;
+  }
+  o->paged_blocks = (uint32_t)blocks;
   printf("  windows    ");
   for (uint32_t l = 0; l < m->c.num_layers; l++) printf("%s%u", l ? "," : "", o->layer_windows[l]);
   printf(" (per layer): %u KV groups of %u layers; pkv's pool: %u blocks of %u layers\n\n", groups,

@@ -101,6 +101,9 @@ uint32_t demo_result_differ(const demo_workload *w, const demo_result *a, const 
 
 /* demo_paged.c, demo_contig.c: 0, or -1 with r->error set. */
 int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m, demo_result *r);
+/* pkv's message msg with the engine fields the demo sets from flags named as those flags, into
+ * buf[cap]; returns buf. */
+const char *demo_in_flag_terms(const demo_options *o, const char *msg, char *buf, size_t cap);
 int demo_run_contig(const demo_options *o, const demo_workload *w, const model *m, demo_result *r);
 
 /* demo_store.c. Whether spec is a --store value the demo can use: NULL, or why not. */

@@ -28,10 +28,28 @@ typedef struct paged_run {
   double t0;
 } paged_run;
 
+/* The run's failure into r->error: what failed, then pkv's status and message when a pkv call
+ * failed (s != PKV_OK); the demo's own failures (s == PKV_OK) are said by what alone. */
 static int fail(paged_run *p, const char *what, pkv_status s) {
-  snprintf(p->r->error, sizeof p->r->error, "%s: %s: %s", what, pkv_status_string(s),
-           pkv_engine_last_error(p->e));
+  if (s == PKV_OK)
+    snprintf(p->r->error, sizeof p->r->error, "%s", what);
+  else
+    snprintf(p->r->error, sizeof p->r->error, "%s: %s: %s", what, pkv_status_string(s),
+             pkv_engine_last_error(p->e));
   return -1;
+}
+
+const char *demo_in_flag_terms(const demo_options *o, const char *msg, char *buf, size_t cap) {
+  /* every engine field the demo takes from a flag; the model's shape is built in, not a flag */
+  const char *names[][2] = {
+      {"num_blocks", o->paged_blocks ? "the windowed pool's blocks (--num-blocks scaled to its bytes)"
+                                     : "--num-blocks"},
+      {"block_size", "--block-size"},   {"max_model_len", "--max-model-len"},
+      {"num_layers", "--layers"},       {"layer_windows", "--windows"},
+      {"max_num_seqs", "--max-num-seqs"}, {"max_num_batched_tokens", "--step-tokens"},
+      {"host_cache_bytes", "--host-cache"}, {"preemption_mode", "--preemption"},
+  };
+  return cli_in_flag_terms(msg, (const char *const (*)[2])names, sizeof names / sizeof names[0], buf, cap);
 }
 
 typedef struct attend_ctx {
@@ -68,7 +86,11 @@ static int create(paged_run *p) {
   ep.host_cache_bytes = p->o->preemption_mode != PKV_PREEMPT_RECOMPUTE ? p->o->host_cache : 0;
   ep.store = p->o->store_params;
   pkv_status s = pkv_engine_create(&ep, &p->e);
-  return s == PKV_OK ? 0 : fail(p, "pkv_engine_create", s);
+  if (s == PKV_OK) return 0;
+  char said[sizeof p->r->error];
+  snprintf(p->r->error, sizeof p->r->error, "the engine refused: %s",
+           demo_in_flag_terms(p->o, pkv_last_error(), said, sizeof said));
+  return -1;
 }
 
 static int submit_all(paged_run *p) {

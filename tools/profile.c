@@ -260,20 +260,25 @@ static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
   return CLI_EXIT_FAIL;
 }
 
-/* pkv's message with the fields the flags set named as the flags (fields the config set keep
- * their names: they are config.json's words too). */
+/* pkv's message with its fields named as the flags that set them. A field only a flag (or its
+ * default) sets is always a flag's name: "Raise --utilization (now 0.9)" holds even when the
+ * default was used. A field the config may set too keeps its name unless the flag was given. */
 static const char *in_flag_terms(const profile_opts *o, const char *msg, char *buf, size_t cap) {
-  static const char *const all[][2] = {
-      {"memory_total_bytes", "--memory"}, {"memory_utilization", "--utilization"}, {"reserve_bytes", "--reserve"},
-      {"memory_used_bytes", "--used"},    {"kv_cache_bytes", "--kv-cache"},       {"num_blocks", "--num-blocks"},
-      {"host_cache_bytes", "--host-cache"}, {"host_num_blocks", "--host-blocks"}, {"tp_size", "--tp"},
-      {"tp_rank", "--tp-rank"},           {"block_size", "--block-size"},         {"max_model_len", "--max-model-len"},
-      {"sliding_window", "--window"},     {"layer_windows", "--layer-windows"},
+  static const struct { const char *field, *flag; int from_config; } all[] = {
+      {"memory_total_bytes", "--memory", 0}, {"memory_utilization", "--utilization", 0},
+      {"reserve_bytes", "--reserve", 0},     {"memory_used_bytes", "--used", 0},
+      {"kv_cache_bytes", "--kv-cache", 0},   {"num_blocks", "--num-blocks", 0},
+      {"host_cache_bytes", "--host-cache", 0}, {"host_num_blocks", "--host-blocks", 0},
+      {"tp_size", "--tp", 0},                {"tp_rank", "--tp-rank", 0},
+      {"block_size", "--block-size", 0},     {"kv_dtype", "--kv-dtype", 0},
+      {"max_model_len", "--max-model-len", 1}, {"sliding_window", "--window", 1},
+      {"layer_windows", "--layer-windows", 1},
   };
   const char *names[sizeof all / sizeof all[0]][2];
   size_t n = 0;
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    if (o->seen != NULL && flag_seen(o->seen, all[i][1] + 2)) names[n][0] = all[i][0], names[n][1] = all[i][1], n++;
+    if (!all[i].from_config || (o->seen != NULL && flag_seen(o->seen, all[i].flag + 2)))
+      names[n][0] = all[i].field, names[n][1] = all[i].flag, n++;
   return cli_in_flag_terms(msg, (const char *const (*)[2])names, n, buf, cap);
 }
 
@@ -294,13 +299,14 @@ static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
     return CLI_EXIT_FAIL;
   }
   const int fixed_short = s == PKV_ERR_INVALID_ARGUMENT && b.shortfall_bytes && b.source == PKV_BUDGET_FIXED_BLOCKS;
+  char said[600];
+  in_flag_terms(o, error, said, sizeof said);
   if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY && !fixed_short) {
-    char said[600];
-    fprintf(stderr, "pkv profile: %s\n", in_flag_terms(o, error, said, sizeof said));
+    fprintf(stderr, "pkv profile: %s\n", said);
     return CLI_EXIT_FAIL;
   }
   if (o->json)
-    profile_print_json(o->config, p, &b, s, error);
+    profile_print_json(o->config, p, &b, s, said);
   else
     print_table(o, p, &b);
   return s == PKV_OK ? CLI_EXIT_OK : budget_refusal(p, &b);

@@ -205,7 +205,17 @@ expect_error "simulate: 4e9 block size" simulate --requests 2 --block-size 40000
 expect_error "simulate: 4e9 max model len" simulate --requests 2 --max-model-len 4000000000
 expect_error "simulate: step tokens 0" simulate --requests 2 --step-tokens 0
 expect_error "simulate: 1e30 prompt" simulate --requests 2 --mean-prompt 1e30
-expect_error "demo: 4e9 blocks" demo --num-blocks 4000000000
+expect_error_says "demo: 4e9 blocks, named as the flag" "the engine refused: --num-blocks 4000000000 exceeds 2\^31-1" \
+  demo --num-blocks 4000000000
+if grep -Eq "num_blocks|pkv_engine_create" "$tmp/err"; then
+  failed=$((failed + 1)); echo "FAIL demo: 4e9 blocks: stderr names C fields: $(head -n 1 "$tmp/err")"
+else
+  passed=$((passed + 1)); echo "ok   demo: 4e9 blocks: no C names"
+fi
+# the windowed run's pool, scaled from --num-blocks, once wrapped 32 bits into a pool of 104 blocks
+expect_error_says "demo: a windowed pool over 2^31-1 blocks" \
+  "--num-blocks 2147483700 makes the windowed run's pool 4294967400 blocks of 1 layer .* give a smaller --num-blocks" \
+  demo --requests 2 --layers 2 --windows 64,0 --num-blocks 2147483700
 expect_error "demo: 4e9 block size" demo --block-size 4000000000
 expect_error "demo: 1e5 layers" demo --layers 100000 --requests 1
 expect_error "demo: zero requests" demo --requests 0

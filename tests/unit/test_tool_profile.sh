@@ -139,6 +139,20 @@ expect err 1 "--tp-rank named as the flag" "^pkv profile: --tp-rank \(5\) must b
 expect err 1 "--utilization named as the flag" "^pkv profile: --utilization must be in \(0, 1\], got 2$" \
   -- profile --config "$llama" --memory 1GiB --utilization 2
 no_c_names "--utilization: no C names"
+# --json's "error" carries pkv's message in the flags' terms too (fields only flags set, always)
+expect out 1 "json: a 1 KiB budget's error names the flags" \
+  '"error": ".*the KV budget \(--kv-cache\) is 1.00 KiB .*Raise --kv-cache to at least 1073741824' \
+  -- profile --config "$llama" --kv-cache 1KiB --json
+expect out 1 "json: a small memory's error names the flags" \
+  '"error": ".*Raise --utilization \(now 0.9\) or --memory, or lower --reserve or --used' \
+  -- profile --config "$llama" --memory 8GiB --used 7GiB --json
+if grep -Eq '"error": ".*(kv_cache_bytes|memory_utilization|memory_total_bytes|reserve_bytes|memory_used_bytes|kv_dtype)' "$tmp/out"; then
+  bad "json: no C fields in the error" "$(grep '"error"' "$tmp/out")"
+else
+  ok "json: no C fields in the error"
+fi
+expect out 1 "json: too few --num-blocks, the error names the flag" '"error": "--num-blocks 10 cannot hold one sequence' \
+  -- profile --config "$llama" --memory 80GiB --num-blocks 10 --json
 expect err 1 "simulate: --num-blocks named as the flag" "--num-blocks 4000000000 exceeds 2\^31-1" \
   -- simulate --requests 2 --num-blocks 4000000000
 expect err 1 "store stats on a missing directory" "pkv store stats: --dir $tmp/nope: no such directory" \
