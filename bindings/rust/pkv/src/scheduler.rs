@@ -5,9 +5,10 @@ use std::ptr;
 use pkv_sys as sys;
 
 use crate::batch::StepBatch;
-use crate::engine::{Engine, Seq};
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::library::{call, count, sized};
+use crate::seq::Seq;
 use crate::types::KvEvent;
 
 /// A request's options for `Engine::submit` (`pkv_request_params`); `Default` = pkv's defaults
