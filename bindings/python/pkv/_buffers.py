@@ -23,6 +23,16 @@ def _memoryview(obj):
     return mv
 
 
+def _buffer(obj, name):
+    """obj's memoryview, for a data pointer: TypeError when obj is neither a buffer nor an int
+    address (the caller took the address already)."""
+    mv = _memoryview(obj)
+    if mv is None:
+        raise TypeError('%s: expected a buffer (bytearray, array, memoryview, numpy array) or an '
+                        'address, got %s' % (name, type(obj).__name__))
+    return mv
+
+
 def int32_array(obj, name='tokens'):
     """(ctypes array or pointer, count) for a sequence of int32 values; (None, 0) for None."""
     if obj is None:
@@ -52,10 +62,7 @@ def data_pointer(obj, nbytes, writable, name):
     """A c_void_p (keeping obj alive through the returned holder) for nbytes of obj."""
     if isinstance(obj, int):
         return ctypes.c_void_p(obj), None
-    mv = _memoryview(obj)
-    if mv is None:
-        raise TypeError('%s: expected a buffer (bytearray, array, memoryview, numpy array) or an '
-                        'address, got %s' % (name, type(obj).__name__))
+    mv = _buffer(obj, name)
     if mv.nbytes < nbytes:
         raise ValueError('%s: %d bytes, pkv needs %d' % (name, mv.nbytes, nbytes))
     raw = mv.cast('B') if mv.format != 'B' or mv.ndim != 1 else mv
@@ -93,10 +100,7 @@ def element_pointer(obj, dtype, count, writable, name, shape):
     as is (device memory: pkv cannot check it)."""
     if isinstance(obj, int):
         return ctypes.c_void_p(obj), None
-    mv = _memoryview(obj)
-    if mv is None:
-        raise TypeError('%s: expected a buffer (bytearray, array, memoryview, numpy array) or an '
-                        'address, got %s' % (name, type(obj).__name__))
+    mv = _buffer(obj, name)
     fmt = mv.format[1:] if mv.format[:1] in ('@', '=', '<') else mv.format  # x86-64: '<' is native
     dname, size, formats = _DTYPES[dtype]
     if fmt in _BYTES:

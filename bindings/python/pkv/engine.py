@@ -6,6 +6,7 @@ import weakref
 from . import _raw
 from ._buffers import byte_string, int32_array
 from ._lib import lib, text
+from ._owner import Owner
 from .errors import make_error
 from .params import KvLayout, Params, check, kv_groups
 from .records import record
@@ -13,7 +14,7 @@ from .events import EventPublisherParams
 from .store import StoreParams
 
 
-class Engine:
+class Engine(Owner):
     """A KV-cache engine. Use it as a context manager, or call close(); a closed engine refuses
     every call with ValueError. Calls on one Engine may come from several threads (each runs under
     the engine's lock, together with reading its error message).
@@ -83,27 +84,10 @@ class Engine:
             self._store_keep = None  # pkv calls the store no more
 
     @property
-    def closed(self):
-        return self._handle is None
-
-    @property
     def mla(self):
         """True for an MLA engine (params.kv_layout KvLayout.MLA): attention() and
         set_kv_scales() take no V."""
         return self.params.kv_layout == KvLayout.MLA
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, '_handle', None) is not None:
-            try:
-                self.close()
-            except Exception:  # at interpreter shutdown the modules may be gone
-                pass
 
     def _call(self, fn, *args):
         """fn(handle, *args) under the lock; a failure raises with the engine's message."""

@@ -13,6 +13,7 @@ import threading
 
 from . import _raw
 from ._lib import lib, text
+from ._owner import Owner
 from .enums import StoreListFlags
 from .errors import PkvError, make_error
 from .records import StoreVerifyResult, record
@@ -23,7 +24,7 @@ def _error(status):
     return make_error(status, text(lib.pkv_last_error()))
 
 
-class StoreAdmin:
+class StoreAdmin(Owner):
     """A handle on a FILE or REDIS store for its administrator (pkv_store_open), given the
     StoreParams an engine would take (StoreParams.file(path), StoreParams.redis(host, ...); the
     write path's fields do not apply). write_mode=pkv.STORE_READ_ONLY opens it for reading only:
@@ -112,23 +113,6 @@ class StoreAdmin:
             if self._handle is not None:
                 lib.pkv_store_close(self._handle)
                 self._handle = None
-
-    @property
-    def closed(self):
-        return self._handle is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, '_handle', None) is not None:
-            try:
-                self.close()
-            except Exception:  # at interpreter shutdown the modules may be gone
-                pass
 
     def __repr__(self):
         return '<pkv.StoreAdmin %s>' % ('closed' if self.closed else 'open')
