@@ -186,6 +186,17 @@ static void test_host_lru(void)
   pkv_engine_destroy(e);
 }
 
+/* Uses the 9-token prompt t's 8 cached tokens, loaded from the host tier (2 blocks), and
+ * releases it. */
+static void use_from_host(pkv_engine *e, const int32_t *t)
+{
+  uint32_t cached = 0;
+  const uint64_t s = tu_alloc(e, t, 9, &cached);
+  CHECK_EQ_INT(cached, 8);
+  do_copies(e, s, PKV_COPY_LOAD, 2, 0);
+  CHECK_OK(pkv_release(e, s));
+}
+
 /* A re-offload is a use too (issue 26 item 7): a prefix whose pool copy served a hit and was
  * evicted again becomes the host tier's newest, though its host copy was made first. Before the
  * fix the host copy kept the age of its first offload, so the prefix used a moment ago was the
@@ -203,15 +214,9 @@ static void test_host_lru_reoffload(void)
   flush_pool(e, 1000, 2); /* host: a */
   cache_prompt(e, b, 9, 2);
   flush_pool(e, 2000, 2); /* host: a, b (a the oldest) */
+  use_from_host(e, b); /* loaded: b has a copy in each tier */
+  use_from_host(e, a); /* loaded: a is the host tier's newest */
   uint32_t cached = 0;
-  const uint64_t sb = tu_alloc(e, b, 9, &cached); /* loaded: b has a copy in each tier */
-  CHECK_EQ_INT(cached, 8);
-  do_copies(e, sb, PKV_COPY_LOAD, 2, 0);
-  CHECK_OK(pkv_release(e, sb));
-  const uint64_t sa = tu_alloc(e, a, 9, &cached); /* loaded: a is the host tier's newest */
-  CHECK_EQ_INT(cached, 8);
-  do_copies(e, sa, PKV_COPY_LOAD, 2, 0);
-  CHECK_OK(pkv_release(e, sa));
   const uint64_t sb2 = tu_alloc(e, b, 9, &cached); /* b used last, from its pool copy */
   CHECK_EQ_INT(cached, 8);
   CHECK_EQ_INT(tu_stats(e).device_hit_tokens, 8);
