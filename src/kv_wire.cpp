@@ -1,7 +1,8 @@
 #include "kv_wire.h"
 
-// Builds that compile pkv's sources on their own (tests/fuzz) leave out the publisher (no
-// PKV_HAVE_ZMQ): this file is then empty, as kv_publisher.cpp is a stub.
+// Without PKV_HAVE_ZMQ (a build without libzmq, or one that compiles pkv's sources on its own:
+// tests/fuzz) nothing publishes: this file is then empty, and kv_publisher.cpp refuses every
+// publisher with PKV_ERR_UNSUPPORTED.
 #if PKV_HAVE_ZMQ
 
 #include <msgpack.h>
