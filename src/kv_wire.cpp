@@ -1,8 +1,8 @@
 #include "kv_wire.h"
 
-// Without PKV_HAVE_ZMQ (a build without libzmq, or one that compiles pkv's sources on its own:
-// tests/fuzz) nothing publishes: this file is then empty, and kv_publisher.cpp refuses every
-// publisher with PKV_ERR_UNSUPPORTED.
+// Only a build with libzmq (PKV_HAVE_ZMQ) publishes: meson leaves this file out without it, and
+// builds that compile every source on their own (tests/fuzz) get it empty. kv_publisher.cpp then
+// refuses every publisher with PKV_ERR_UNSUPPORTED.
 #if PKV_HAVE_ZMQ
 
 #include <msgpack.h>
