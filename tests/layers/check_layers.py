@@ -14,12 +14,12 @@ import re
 import sys
 
 LAYERS = [
-    ("api", ["api.cpp"]),
+    ("api", ["api.cpp", "batch_handles.*"]),
     ("engine", ["engine.*"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*"]),
     ("sequence", ["sequence.*"]),
-    ("block manager", ["block_manager.*"]),
+    ("block manager", ["block_manager.*", "block_manager_tiers.cpp", "block_manager_check.cpp"]),
     ("prefix cache", ["prefix_tree.*", "node_table.h", "block_hash.*"]),
     ("tiers", ["tiers/*"]),
     ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "checked.h"]),
