@@ -15,7 +15,7 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
-    ("engine", ["engine.*"]),
+    ("engine", ["engine.*", "engine_batch.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*"]),
     ("sequence", ["sequence.*"]),

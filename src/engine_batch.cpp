@@ -1,0 +1,158 @@
+// Engine's batches (engine.h): one open at a time, begun by pkv_batch_begin or pkv_step, ended by
+// pkv_batch_end, pkv_commit or pkv_batch_abort; the block copies and the attention of a layer.
+// The rest of Engine is in engine.cpp.
+#include "engine.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "status.h"
+
+namespace pkv {
+
+const Batch &Engine::open_batch() const {
+  PKV_ASSERT(open_);
+  return *open_->batch;
+}
+
+void Engine::open(std::unique_ptr<Batch> batch) {
+  auto ob = std::make_unique<OpenBatch>();
+  ob->batch = std::move(batch);
+  // Nothing can fail from here on: the batch takes its members. (The copies it lists stay queued
+  // in the block manager until they are done.)
+  for (uint64_t id : ob->batch->seq_ids()) seqs_.get(id).in_batch = true;
+  open_ = std::move(ob);
+}
+
+// Refuses `call` while a batch is open, saying how that batch ends (its kind decides).
+void Engine::require_no_batch(const char *call) const {
+  if (!open_) return;
+  fail(PKV_ERR_STATE, "%s: a batch is already open on this engine; end it first (%s)", call,
+       open_->batch->from_step() ? "it came from pkv_step: pkv_commit, or pkv_batch_abort"
+                                 : "it came from pkv_batch_begin: pkv_batch_end, or pkv_batch_abort");
+}
+
+void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
+  require_no_batch("pkv_batch_begin");
+  if (seqs)
+    for (uint32_t i = 0; i < num_seqs; ++i)
+      if (const Sequence *s = seqs_.find(seqs[i])) require_manual(*s, "batch");
+  open(std::make_unique<Batch>(seqs_, seqs, num_new_tokens, num_seqs, params_.block_size,
+                               groups_.num_groups(), blocks_.pending_copies(), false));
+}
+
+bool Engine::step() {
+  require_no_batch("pkv_step");
+  StepPlan plan = scheduler_.schedule();
+  // Nothing to run but requests loading from the store: wait for their fetches (each bounded by
+  // the store's timeouts) rather than report an idle engine.
+  while (plan.seq_ids.empty() && scheduler_.num_loading() > 0) {
+    store_->wait_fetched(store_->lookup_timeout_ms());
+    plan = scheduler_.schedule();
+  }
+  if (plan.seq_ids.empty()) return false;
+  open(std::make_unique<Batch>(seqs_, plan.seq_ids.data(), plan.num_new_tokens.data(),
+                               static_cast<uint32_t>(plan.seq_ids.size()), params_.block_size,
+                               groups_.num_groups(), blocks_.pending_copies(), true));
+  scheduler_.count_step(plan.num_tokens);
+  return true;
+}
+
+void Engine::close(bool ran) {
+  std::unique_ptr<OpenBatch> ob = std::move(open_);
+  const Batch &b = *ob->batch;
+  for (size_t i = 0; i < b.seq_ids().size(); ++i) {
+    Sequence &s = seqs_.get(b.seq_ids()[i]);
+    s.in_batch = false;
+    if (!ran) continue;
+    // Write-through: the blocks this step's tokens sealed into new prefix nodes (their KV was
+    // just computed); blocks sealed elsewhere (a swap-in resealing, its copy still queued) not.
+    const bool through = store_ && store_->writes_through();
+    blocks_.collect_sealed(through);
+    computed(s, blocks_, b.num_new_tokens()[i]);
+    blocks_.collect_sealed(false);
+    if (through) write_sealed(s);
+  }
+  // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
+  // leaves them queued for the next batch, unless pkv already did them.
+  if (ran && !ob->copies_done) blocks_.copies_done(b.copies().size());
+  // The store's writer finishes blocks on its own thread: the wire hears of them step by step.
+  if (publisher_) note_store_events();
+}
+
+void Engine::end_batch() {
+  PKV_ASSERT(open_);
+  if (open_->batch->from_step())
+    fail(PKV_ERR_STATE,
+         "a batch of pkv_step ends with pkv_commit (the step ran: pass the sampled tokens) or pkv_batch_abort "
+         "(it did not); this batch stays open");
+  close(true);
+}
+
+void Engine::commit(const int32_t *sampled) {
+  PKV_ASSERT(open_);
+  const Batch &b = *open_->batch;
+  if (!b.from_step())
+    fail(PKV_ERR_STATE,
+         "a batch of pkv_batch_begin ends with pkv_batch_end or pkv_batch_abort, not pkv_commit (only pkv_step's "
+         "batches sample); this batch stays open");
+  const std::vector<int32_t> rows = b.sample_rows();
+  const std::vector<uint64_t> ids = b.seq_ids();
+  const bool samples = std::any_of(rows.begin(), rows.end(), [](int32_t r) { return r >= 0; });
+  PKV_REQUIRE(sampled != nullptr || !samples, "sampled_tokens is NULL but this step samples");
+  for (size_t i = 0; i < ids.size(); ++i)  // room for the sampled tokens: nothing below can fail
+    if (rows[i] >= 0) make_room(seqs_.get(ids[i]).tokens, 1);
+  close(true);
+  scheduler_.commit(ids, rows, sampled);
+}
+
+void Engine::abort_batch() {
+  PKV_ASSERT(open_);
+  close(false);
+}
+
+void Engine::do_copies() {
+  PKV_ASSERT(open_);
+  if (open_->copies_done) return;
+  const pkv_batch_view view = open_->batch->view();
+  if (view.num_copies) backend_->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
+  blocks_.copies_done(view.num_copies);
+  open_->copies_done = true;
+}
+
+void Engine::attention(uint32_t layer, const void *q, const void *k, const void *v, void *out) {
+  PKV_ASSERT(open_);
+  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
+  const bool mla = params_.kv_layout == PKV_KV_LAYOUT_MLA;
+  if (mla) {
+    PKV_REQUIRE(q && k && out, "q, k (the latents) and out must not be NULL");
+    PKV_REQUIRE(!v, "kv_layout MLA has no V (it is a view of the latents): pass v NULL");
+    PKV_REQUIRE(out != q && out != k, "out may not alias q or k");
+    if (!attention_mla_supported(params_.kv_lora_rank, params_.qk_rope_head_dim))
+      fail(PKV_ERR_UNSUPPORTED,
+           "pkv_attention on an MLA cache supports kv_lora_rank and qk_rope_head_dim multiples of %d up to %d "
+           "and %d, not %u and %u",
+           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_KV_LORA_RANK, PKV_ATTENTION_MAX_ROPE_DIM,
+           params_.kv_lora_rank, params_.qk_rope_head_dim);
+  } else {
+    PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
+    PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
+    if (!attention_head_dim_supported(params_.head_dim))
+      fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
+           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
+  }
+  OpenBatch &ob = *open_;
+  do_copies();  // before any write of the step, for every layer at once
+  const pkv_batch_view view = ob.batch->view();
+  if (!ob.planned) {
+    backend_->plan(view);
+    ob.planned = true;
+  }
+  const size_t heads = budget_.kv_heads_per_rank;
+  backend_->attention(AttentionCall{layer, groups_.layer_slot(layer), groups_.layer_group(layer),
+                                    groups_.layer_window(layer), softmax_scale_,
+                                    k_scales_.empty() ? nullptr : &k_scales_[layer * heads],
+                                    v_scales_.empty() ? nullptr : &v_scales_[layer * heads], q, k, v, out});
+}
+
+}  // namespace pkv
