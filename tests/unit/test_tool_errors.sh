@@ -10,11 +10,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
 
+. "$(dirname "$0")/tool_expect.sh"
+
 expect_error() { # DESCRIPTION ARGS...
   desc=$1
   shift
-  timeout 30 "$tool" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
-  rc=$?
+  run "$@"
   if [ $rc -eq 0 ]; then
     why="exit 0"
   elif [ $rc -ge 124 ]; then
@@ -47,28 +48,7 @@ expect_error_says() { # DESCRIPTION PATTERN ARGS...
 expect_output() { # DESCRIPTION PATTERN... -- ARGS...
   desc=$1
   shift
-  pats=""
-  while [ "$1" != "--" ]; do pats="$pats
-$1"; shift; done
-  shift
-  timeout 30 "$tool" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
-  rc=$?
-  why=""
-  [ $rc -eq 0 ] || why="exit $rc: $(head -n 1 "$tmp/err")"
-  if [ -z "$why" ]; then
-    while IFS= read -r pat; do
-      [ -z "$pat" ] || grep -Eq -- "$pat" "$tmp/out" || why="stdout does not say /$pat/"
-    done <<EOF_PATS
-$pats
-EOF_PATS
-  fi
-  if [ -z "$why" ]; then
-    passed=$((passed + 1))
-    echo "ok   $desc"
-  else
-    failed=$((failed + 1))
-    echo "FAIL $desc ($*): $why"
-  fi
+  expect out 0 "$desc" "$@"
 }
 
 # inputs
@@ -208,9 +188,9 @@ expect_error "simulate: 1e30 prompt" simulate --requests 2 --mean-prompt 1e30
 expect_error_says "demo: 4e9 blocks, named as the flag" "the engine refused: --num-blocks 4000000000 exceeds 2\^31-1" \
   demo --num-blocks 4000000000
 if grep -Eq "num_blocks|pkv_engine_create" "$tmp/err"; then
-  failed=$((failed + 1)); echo "FAIL demo: 4e9 blocks: stderr names C fields: $(head -n 1 "$tmp/err")"
+  bad "demo: 4e9 blocks: no C names" "stderr names C fields: $(head -n 1 "$tmp/err")"
 else
-  passed=$((passed + 1)); echo "ok   demo: 4e9 blocks: no C names"
+  ok "demo: 4e9 blocks: no C names"
 fi
 # the windowed run's pool, scaled from --num-blocks, once wrapped 32 bits into a pool of 104 blocks
 expect_error_says "demo: a windowed pool over 2^31-1 blocks" \
@@ -241,9 +221,9 @@ for m in 1TiB 1099511627776 "1 TiB" 1024GiB 1048576MiB 0.5TiB 512GiB 1.5GiB 1610
 done
 expect_same() { # DESCRIPTION A B: the outputs for sizes A and B are identical
   if cmp -s "$tmp/$2.out" "$tmp/$3.out" && grep -q total_bytes "$tmp/$2.out"; then
-    passed=$((passed + 1)); echo "ok   $1"
+    ok "$1"
   else
-    failed=$((failed + 1)); echo "FAIL $1: --memory $2 and --memory $3 differ"
+    bad "$1" "--memory $2 and --memory $3 differ"
     diff "$tmp/$2.out" "$tmp/$3.out" | head -n 6 | sed 's/^/     /'
   fi
 }
