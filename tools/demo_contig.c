@@ -183,7 +183,7 @@ int demo_run_contig(const demo_options *o, const demo_workload *w, const model *
   r->concurrency_limit = c.num_slots;
   int rc = 0;
   if (c.num_slots == 0) {
-    snprintf(r->error, sizeof r->error, "the KV budget holds no sequence of max_model_len");
+    snprintf(r->error, sizeof r->error, "the KV budget (--num-blocks x --block-size) holds no sequence of --max-model-len");
     rc = -1;
   } else if (alloc(&c) != 0) {
     snprintf(r->error, sizeof r->error, "out of memory");
