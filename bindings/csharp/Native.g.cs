@@ -385,87 +385,6 @@ namespace Pkv
         }
     }
 
-    /// <summary>pkv_kv_budget (184 bytes on x86_64).</summary>
-    [StructLayout(LayoutKind.Sequential)]
-    public partial struct KvBudget
-    {
-        public uint StructSize;
-        public Device Device;
-        public BudgetSource Source;
-        public uint KvHeadsPerRank;
-        public ulong BlockBytes;
-        public ulong BytesPerToken;
-        public ulong TotalBytes;
-        public ulong UsedBytes;
-        public ulong ReserveBytes;
-        public double MemoryUtilization;
-        public ulong BudgetBytes;
-        public ulong NumBlocks;
-        public ulong PoolBytes;
-        public ulong MaxTokens;
-        public ulong BlocksPerMaxSeq;
-        public ulong MaxSeqsAtMaxModelLen;
-        public ulong ShortfallBytes;
-        public ulong HostNumBlocks;
-        public ulong HostPoolBytes;
-        public ulong HostTotalBytes;
-        public ulong HostAvailableBytes;
-        public DType KvDType;
-        public uint NumKvGroups;
-        public uint GroupLayers;
-        public uint PaddedLayers;
-        public ulong KvScaleBytes;
-        public KvLayout KvLayout;
-        public uint Reserved0;
-    }
-
-    /// <summary>pkv_stats (320 bytes on x86_64).</summary>
-    [StructLayout(LayoutKind.Sequential)]
-    public partial struct Stats
-    {
-        public uint StructSize;
-        public uint Reserved0;
-        public ulong NumBlocks;
-        public ulong NumFreeBlocks;
-        public ulong NumCachedBlocks;
-        public ulong NumUsedBlocks;
-        public ulong NumSeqs;
-        public ulong NumPreemptedSeqs;
-        public ulong NumPrefixNodes;
-        public ulong PrefixQueryTokens;
-        public ulong PrefixHitTokens;
-        public ulong NumEvictions;
-        public ulong NumCowCopies;
-        public ulong NumPreemptions;
-        public ulong NumWaitingRequests;
-        public ulong NumRunningRequests;
-        public ulong NumFinishedRequests;
-        public ulong NumScheduledTokens;
-        public ulong NumSteps;
-        public ulong NumHostBlocks;
-        public ulong NumHostFreeBlocks;
-        public ulong NumSwappedSeqs;
-        public ulong NumSwappedOutBlocks;
-        public ulong NumSwappedInBlocks;
-        public ulong NumSwapPreemptions;
-        public ulong NumHostCachedBlocks;
-        public ulong DeviceHitTokens;
-        public ulong HostHitTokens;
-        public ulong NumOffloadedBlocks;
-        public ulong NumLoadedBlocks;
-        public ulong NumHostEvictions;
-        public ulong StoreHitTokens;
-        public ulong NumStoreLookups;
-        public ulong NumStoreHits;
-        public ulong NumStoreMisses;
-        public ulong NumStoreRejected;
-        public ulong NumStoreErrors;
-        public ulong NumStorePuts;
-        public ulong NumStorePutDropped;
-        public ulong NumStorePutErrors;
-        public ulong NumLoadingRequests;
-    }
-
     /// <summary>pkv_seq_params (16 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct SeqParams
@@ -598,32 +517,85 @@ namespace Pkv
         internal IntPtr CacheSalt;
     }
 
-    /// <summary>pkv_kv_event (40 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_budget (184 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
-    public partial struct KvEvent
+    public partial struct KvBudget
     {
-        public KvEventType Type;
-        public uint NumTokens;
-        public ulong SeqNo;
-        public ulong BlockHash;
-        public ulong ParentHash;
-        public Tier Medium;
-        public uint Group;
+        public uint StructSize;
+        public Device Device;
+        public BudgetSource Source;
+        public uint KvHeadsPerRank;
+        public ulong BlockBytes;
+        public ulong BytesPerToken;
+        public ulong TotalBytes;
+        public ulong UsedBytes;
+        public ulong ReserveBytes;
+        public double MemoryUtilization;
+        public ulong BudgetBytes;
+        public ulong NumBlocks;
+        public ulong PoolBytes;
+        public ulong MaxTokens;
+        public ulong BlocksPerMaxSeq;
+        public ulong MaxSeqsAtMaxModelLen;
+        public ulong ShortfallBytes;
+        public ulong HostNumBlocks;
+        public ulong HostPoolBytes;
+        public ulong HostTotalBytes;
+        public ulong HostAvailableBytes;
+        public DType KvDType;
+        public uint NumKvGroups;
+        public uint GroupLayers;
+        public uint PaddedLayers;
+        public ulong KvScaleBytes;
+        public KvLayout KvLayout;
+        public uint Reserved0;
     }
 
-    /// <summary>pkv_event_publisher_info (64 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (320 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
-    internal partial struct EventPublisherInfo
+    public partial struct Stats
     {
         public uint StructSize;
         public uint Reserved0;
-        public IntPtr Endpoint;
-        public IntPtr ReplayEndpoint;
-        public ulong NextSeq;
-        public ulong EventsPublished;
-        public ulong EventsDropped;
-        public ulong ReplayRequests;
-        public ulong EventsQueued;
+        public ulong NumBlocks;
+        public ulong NumFreeBlocks;
+        public ulong NumCachedBlocks;
+        public ulong NumUsedBlocks;
+        public ulong NumSeqs;
+        public ulong NumPreemptedSeqs;
+        public ulong NumPrefixNodes;
+        public ulong PrefixQueryTokens;
+        public ulong PrefixHitTokens;
+        public ulong NumEvictions;
+        public ulong NumCowCopies;
+        public ulong NumPreemptions;
+        public ulong NumWaitingRequests;
+        public ulong NumRunningRequests;
+        public ulong NumFinishedRequests;
+        public ulong NumScheduledTokens;
+        public ulong NumSteps;
+        public ulong NumHostBlocks;
+        public ulong NumHostFreeBlocks;
+        public ulong NumSwappedSeqs;
+        public ulong NumSwappedOutBlocks;
+        public ulong NumSwappedInBlocks;
+        public ulong NumSwapPreemptions;
+        public ulong NumHostCachedBlocks;
+        public ulong DeviceHitTokens;
+        public ulong HostHitTokens;
+        public ulong NumOffloadedBlocks;
+        public ulong NumLoadedBlocks;
+        public ulong NumHostEvictions;
+        public ulong StoreHitTokens;
+        public ulong NumStoreLookups;
+        public ulong NumStoreHits;
+        public ulong NumStoreMisses;
+        public ulong NumStoreRejected;
+        public ulong NumStoreErrors;
+        public ulong NumStorePuts;
+        public ulong NumStorePutDropped;
+        public ulong NumStorePutErrors;
+        public ulong NumLoadingRequests;
     }
 
     /// <summary>pkv_pool_info (144 bytes on x86_64).</summary>
@@ -653,6 +625,34 @@ namespace Pkv
         public DType ModelDType;
         public uint NumKvGroups;
         internal IntPtr Kernels;
+    }
+
+    /// <summary>pkv_kv_event (40 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct KvEvent
+    {
+        public KvEventType Type;
+        public uint NumTokens;
+        public ulong SeqNo;
+        public ulong BlockHash;
+        public ulong ParentHash;
+        public Tier Medium;
+        public uint Group;
+    }
+
+    /// <summary>pkv_event_publisher_info (64 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    internal partial struct EventPublisherInfo
+    {
+        public uint StructSize;
+        public uint Reserved0;
+        public IntPtr Endpoint;
+        public IntPtr ReplayEndpoint;
+        public ulong NextSeq;
+        public ulong EventsPublished;
+        public ulong EventsDropped;
+        public ulong ReplayRequests;
+        public ulong EventsQueued;
     }
 
     /// <summary>pkv_store_info (24 bytes on x86_64).</summary>
@@ -816,8 +816,8 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(KvBudget), typeof(Stats), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvEvent), typeof(EventPublisherInfo), typeof(PoolInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 112, 56, 208, 184, 320, 16, 56, 160, 32, 40, 64, 144, 24, 184, 160 };
+        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly int[] StructSizes = { 32, 40, 112, 56, 208, 16, 56, 160, 32, 184, 320, 144, 40, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -876,24 +876,6 @@ namespace Pkv
             return pkv_last_error_native();
         }
 
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_store_params_init")]
-        static extern Status pkv_store_params_init_native(StoreParams* p, uint size);
-
-        public static Status pkv_store_params_init(StoreParams* p, uint size)
-        {
-            Loaded();
-            return pkv_store_params_init_native(p, size);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_event_publisher_params_init")]
-        static extern Status pkv_event_publisher_params_init_native(EventPublisherParams* p, uint size);
-
-        public static Status pkv_event_publisher_params_init(EventPublisherParams* p, uint size)
-        {
-            Loaded();
-            return pkv_event_publisher_params_init_native(p, size);
-        }
-
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_params_init")]
         static extern Status pkv_engine_params_init_native(EngineParamsNative* p, uint size);
 
@@ -901,51 +883,6 @@ namespace Pkv
         {
             Loaded();
             return pkv_engine_params_init_native(p, size);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_params_from_hf_config")]
-        static extern Status pkv_engine_params_from_hf_config_native(EngineParamsNative* p, byte* json, UIntPtr json_len);
-
-        public static Status pkv_engine_params_from_hf_config(EngineParamsNative* p, byte* json, UIntPtr json_len)
-        {
-            Loaded();
-            return pkv_engine_params_from_hf_config_native(p, json, json_len);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hf_config_layer_windows")]
-        static extern Status pkv_hf_config_layer_windows_native(byte* json, UIntPtr json_len, uint* @out, uint cap, uint* out_len);
-
-        public static Status pkv_hf_config_layer_windows(byte* json, UIntPtr json_len, uint* @out, uint cap, uint* out_len)
-        {
-            Loaded();
-            return pkv_hf_config_layer_windows_native(json, json_len, @out, cap, out_len);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hf_config_digest")]
-        static extern Status pkv_hf_config_digest_native(byte* json, UIntPtr json_len, byte* @out, uint cap);
-
-        public static Status pkv_hf_config_digest(byte* json, UIntPtr json_len, byte* @out, uint cap)
-        {
-            Loaded();
-            return pkv_hf_config_digest_native(json, json_len, @out, cap);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_kv_groups")]
-        static extern Status pkv_kv_groups_native(EngineParamsNative* p, uint* layer_group, uint* layer_slot, uint* group_window, uint cap, uint* out_num_groups, uint* out_group_layers);
-
-        public static Status pkv_kv_groups(EngineParamsNative* p, uint* layer_group, uint* layer_slot, uint* group_window, uint cap, uint* out_num_groups, uint* out_group_layers)
-        {
-            Loaded();
-            return pkv_kv_groups_native(p, layer_group, layer_slot, group_window, cap, out_num_groups, out_group_layers);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_profile")]
-        static extern Status pkv_profile_native(EngineParamsNative* p, KvBudget* @out);
-
-        public static Status pkv_profile(EngineParamsNative* p, KvBudget* @out)
-        {
-            Loaded();
-            return pkv_profile_native(p, @out);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_create")]
@@ -991,24 +928,6 @@ namespace Pkv
         {
             Loaded();
             return pkv_engine_budget_native(e, @out);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_stats")]
-        static extern Status pkv_engine_stats_native(EngineHandle e, Stats* @out);
-
-        public static Status pkv_engine_stats(EngineHandle e, Stats* @out)
-        {
-            Loaded();
-            return pkv_engine_stats_native(e, @out);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_store_error")]
-        static extern Status pkv_engine_store_error_native(EngineHandle e, byte* @out, uint cap, uint* out_len);
-
-        public static Status pkv_engine_store_error(EngineHandle e, byte* @out, uint cap, uint* out_len)
-        {
-            Loaded();
-            return pkv_engine_store_error_native(e, @out, cap, out_len);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_seq_params_init")]
@@ -1063,51 +982,6 @@ namespace Pkv
         {
             Loaded();
             return pkv_release_native(e, seq);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_truncate")]
-        static extern Status pkv_truncate_native(EngineHandle e, ulong seq, uint num_tokens);
-
-        public static Status pkv_truncate(EngineHandle e, ulong seq, uint num_tokens)
-        {
-            Loaded();
-            return pkv_truncate_native(e, seq, num_tokens);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_preempt")]
-        static extern Status pkv_preempt_native(EngineHandle e, ulong seq);
-
-        public static Status pkv_preempt(EngineHandle e, ulong seq)
-        {
-            Loaded();
-            return pkv_preempt_native(e, seq);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_resume")]
-        static extern Status pkv_resume_native(EngineHandle e, ulong seq, uint* out_num_cached_tokens);
-
-        public static Status pkv_resume(EngineHandle e, ulong seq, uint* out_num_cached_tokens)
-        {
-            Loaded();
-            return pkv_resume_native(e, seq, out_num_cached_tokens);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_swap_out")]
-        static extern Status pkv_swap_out_native(EngineHandle e, ulong seq);
-
-        public static Status pkv_swap_out(EngineHandle e, ulong seq)
-        {
-            Loaded();
-            return pkv_swap_out_native(e, seq);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_swap_in")]
-        static extern Status pkv_swap_in_native(EngineHandle e, ulong seq);
-
-        public static Status pkv_swap_in(EngineHandle e, ulong seq)
-        {
-            Loaded();
-            return pkv_swap_in_native(e, seq);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_seq_info")]
@@ -1191,6 +1065,15 @@ namespace Pkv
             pkv_batch_abort_native(b);
         }
 
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_attention")]
+        static extern Status pkv_attention_native(BatchHandle b, uint layer, void* q, void* k, void* v, void* @out);
+
+        public static Status pkv_attention(BatchHandle b, uint layer, void* q, void* k, void* v, void* @out)
+        {
+            Loaded();
+            return pkv_attention_native(b, layer, q, k, v, @out);
+        }
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_request_params_init")]
         static extern Status pkv_request_params_init_native(RequestParams* p, uint size);
 
@@ -1236,6 +1119,123 @@ namespace Pkv
             return pkv_drain_finished_native(e, @out, cap, out_len);
         }
 
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_params_from_hf_config")]
+        static extern Status pkv_engine_params_from_hf_config_native(EngineParamsNative* p, byte* json, UIntPtr json_len);
+
+        public static Status pkv_engine_params_from_hf_config(EngineParamsNative* p, byte* json, UIntPtr json_len)
+        {
+            Loaded();
+            return pkv_engine_params_from_hf_config_native(p, json, json_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hf_config_layer_windows")]
+        static extern Status pkv_hf_config_layer_windows_native(byte* json, UIntPtr json_len, uint* @out, uint cap, uint* out_len);
+
+        public static Status pkv_hf_config_layer_windows(byte* json, UIntPtr json_len, uint* @out, uint cap, uint* out_len)
+        {
+            Loaded();
+            return pkv_hf_config_layer_windows_native(json, json_len, @out, cap, out_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hf_config_digest")]
+        static extern Status pkv_hf_config_digest_native(byte* json, UIntPtr json_len, byte* @out, uint cap);
+
+        public static Status pkv_hf_config_digest(byte* json, UIntPtr json_len, byte* @out, uint cap)
+        {
+            Loaded();
+            return pkv_hf_config_digest_native(json, json_len, @out, cap);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_kv_groups")]
+        static extern Status pkv_kv_groups_native(EngineParamsNative* p, uint* layer_group, uint* layer_slot, uint* group_window, uint cap, uint* out_num_groups, uint* out_group_layers);
+
+        public static Status pkv_kv_groups(EngineParamsNative* p, uint* layer_group, uint* layer_slot, uint* group_window, uint cap, uint* out_num_groups, uint* out_group_layers)
+        {
+            Loaded();
+            return pkv_kv_groups_native(p, layer_group, layer_slot, group_window, cap, out_num_groups, out_group_layers);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_profile")]
+        static extern Status pkv_profile_native(EngineParamsNative* p, KvBudget* @out);
+
+        public static Status pkv_profile(EngineParamsNative* p, KvBudget* @out)
+        {
+            Loaded();
+            return pkv_profile_native(p, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_stats")]
+        static extern Status pkv_engine_stats_native(EngineHandle e, Stats* @out);
+
+        public static Status pkv_engine_stats(EngineHandle e, Stats* @out)
+        {
+            Loaded();
+            return pkv_engine_stats_native(e, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_pool_info")]
+        static extern Status pkv_pool_info_native(EngineHandle e, PoolInfo* @out);
+
+        public static Status pkv_pool_info(EngineHandle e, PoolInfo* @out)
+        {
+            Loaded();
+            return pkv_pool_info_native(e, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_reset_prefix_cache")]
+        static extern Status pkv_reset_prefix_cache_native(EngineHandle e);
+
+        public static Status pkv_reset_prefix_cache(EngineHandle e)
+        {
+            Loaded();
+            return pkv_reset_prefix_cache_native(e);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_preempt")]
+        static extern Status pkv_preempt_native(EngineHandle e, ulong seq);
+
+        public static Status pkv_preempt(EngineHandle e, ulong seq)
+        {
+            Loaded();
+            return pkv_preempt_native(e, seq);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_resume")]
+        static extern Status pkv_resume_native(EngineHandle e, ulong seq, uint* out_num_cached_tokens);
+
+        public static Status pkv_resume(EngineHandle e, ulong seq, uint* out_num_cached_tokens)
+        {
+            Loaded();
+            return pkv_resume_native(e, seq, out_num_cached_tokens);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_swap_out")]
+        static extern Status pkv_swap_out_native(EngineHandle e, ulong seq);
+
+        public static Status pkv_swap_out(EngineHandle e, ulong seq)
+        {
+            Loaded();
+            return pkv_swap_out_native(e, seq);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_swap_in")]
+        static extern Status pkv_swap_in_native(EngineHandle e, ulong seq);
+
+        public static Status pkv_swap_in(EngineHandle e, ulong seq)
+        {
+            Loaded();
+            return pkv_swap_in_native(e, seq);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_truncate")]
+        static extern Status pkv_truncate_native(EngineHandle e, ulong seq, uint num_tokens);
+
+        public static Status pkv_truncate(EngineHandle e, ulong seq, uint num_tokens)
+        {
+            Loaded();
+            return pkv_truncate_native(e, seq, num_tokens);
+        }
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_drain_kv_events")]
         static extern Status pkv_drain_kv_events_native(EngineHandle e, KvEvent* @out, uint cap, uint* out_len);
 
@@ -1254,6 +1254,15 @@ namespace Pkv
             return pkv_drain_kv_events_sized_native(e, @out, event_size, cap, out_len);
         }
 
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_event_publisher_params_init")]
+        static extern Status pkv_event_publisher_params_init_native(EventPublisherParams* p, uint size);
+
+        public static Status pkv_event_publisher_params_init(EventPublisherParams* p, uint size)
+        {
+            Loaded();
+            return pkv_event_publisher_params_init_native(p, size);
+        }
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_event_publisher_info")]
         static extern Status pkv_event_publisher_info_native(EngineHandle e, EventPublisherInfo* @out);
 
@@ -1261,33 +1270,6 @@ namespace Pkv
         {
             Loaded();
             return pkv_event_publisher_info_native(e, @out);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_reset_prefix_cache")]
-        static extern Status pkv_reset_prefix_cache_native(EngineHandle e);
-
-        public static Status pkv_reset_prefix_cache(EngineHandle e)
-        {
-            Loaded();
-            return pkv_reset_prefix_cache_native(e);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_attention")]
-        static extern Status pkv_attention_native(BatchHandle b, uint layer, void* q, void* k, void* v, void* @out);
-
-        public static Status pkv_attention(BatchHandle b, uint layer, void* q, void* k, void* v, void* @out)
-        {
-            Loaded();
-            return pkv_attention_native(b, layer, q, k, v, @out);
-        }
-
-        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_pool_info")]
-        static extern Status pkv_pool_info_native(EngineHandle e, PoolInfo* @out);
-
-        public static Status pkv_pool_info(EngineHandle e, PoolInfo* @out)
-        {
-            Loaded();
-            return pkv_pool_info_native(e, @out);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_set_kv_scales")]
@@ -1324,6 +1306,24 @@ namespace Pkv
         {
             Loaded();
             return pkv_block_hash_native(seed, parent_hash, tokens, num_tokens, out_hash);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_store_params_init")]
+        static extern Status pkv_store_params_init_native(StoreParams* p, uint size);
+
+        public static Status pkv_store_params_init(StoreParams* p, uint size)
+        {
+            Loaded();
+            return pkv_store_params_init_native(p, size);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_store_error")]
+        static extern Status pkv_engine_store_error_native(EngineHandle e, byte* @out, uint cap, uint* out_len);
+
+        public static Status pkv_engine_store_error(EngineHandle e, byte* @out, uint cap, uint* out_len)
+        {
+            Loaded();
+            return pkv_engine_store_error_native(e, @out, cap, out_len);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_store_open")]

@@ -522,6 +522,71 @@ type cEngineParams struct {
 	Reserved2           uint32
 }
 
+// cSeqParams mirrors C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
+type cSeqParams struct {
+	StructSize   uint32
+	CacheSaltLen uint32
+	CacheSalt    uintptr
+}
+
+// cSeqInfo mirrors C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
+type cSeqInfo struct {
+	StructSize         uint32
+	NumTokens          uint32
+	NumComputedTokens  uint32
+	NumCachedTokens    uint32
+	NumBlocks          uint32
+	IsPreempted        uint32
+	InBatch            uint32
+	CacheSaltLen       uint32
+	IsRequest          uint32
+	NumPromptTokens    uint32
+	NumGeneratedTokens uint32
+	FinishReason       uint32
+	KVTier             uint32
+	NumHostBlocks      uint32
+}
+
+// cBatchView mirrors C's pkv_batch_view (160 bytes on amd64; layout checked against C at init).
+type cBatchView struct {
+	StructSize       uint32
+	NumSeqs          uint32
+	NumTokens        uint32
+	MaxBlocksPerSeq  uint32
+	MaxQueryLen      uint32
+	MaxContextLen    uint32
+	NumCopies        uint32
+	BlockSize        uint32
+	SeqIDs           uintptr
+	QueryStart       uintptr
+	Positions        uintptr
+	SlotMapping      uintptr
+	ContextLens      uintptr
+	BlockIndptr      uintptr
+	BlockIndices     uintptr
+	LastBlockLen     uintptr
+	BlockTables      uintptr
+	CopySrc          uintptr
+	CopyDst          uintptr
+	SampleRows       uintptr
+	CopyKind         uintptr
+	NumKVGroups      uint32
+	Reserved0        uint32
+	GroupSlotMapping uintptr
+	GroupBlockTables uintptr
+}
+
+// cRequestParams mirrors C's pkv_request_params (32 bytes on amd64; layout checked against C at init).
+type cRequestParams struct {
+	StructSize   uint32
+	MaxNewTokens uint32
+	StopToken    int32
+	Priority     int32
+	CacheSaltLen uint32
+	Reserved0    uint32
+	CacheSalt    uintptr
+}
+
 // cKVBudget mirrors C's pkv_kv_budget (184 bytes on amd64; layout checked against C at init).
 type cKVBudget struct {
 	StructSize           uint32
@@ -599,95 +664,6 @@ type cStats struct {
 	NumLoadingRequests  uint64
 }
 
-// cSeqParams mirrors C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
-type cSeqParams struct {
-	StructSize   uint32
-	CacheSaltLen uint32
-	CacheSalt    uintptr
-}
-
-// cSeqInfo mirrors C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
-type cSeqInfo struct {
-	StructSize         uint32
-	NumTokens          uint32
-	NumComputedTokens  uint32
-	NumCachedTokens    uint32
-	NumBlocks          uint32
-	IsPreempted        uint32
-	InBatch            uint32
-	CacheSaltLen       uint32
-	IsRequest          uint32
-	NumPromptTokens    uint32
-	NumGeneratedTokens uint32
-	FinishReason       uint32
-	KVTier             uint32
-	NumHostBlocks      uint32
-}
-
-// cBatchView mirrors C's pkv_batch_view (160 bytes on amd64; layout checked against C at init).
-type cBatchView struct {
-	StructSize       uint32
-	NumSeqs          uint32
-	NumTokens        uint32
-	MaxBlocksPerSeq  uint32
-	MaxQueryLen      uint32
-	MaxContextLen    uint32
-	NumCopies        uint32
-	BlockSize        uint32
-	SeqIDs           uintptr
-	QueryStart       uintptr
-	Positions        uintptr
-	SlotMapping      uintptr
-	ContextLens      uintptr
-	BlockIndptr      uintptr
-	BlockIndices     uintptr
-	LastBlockLen     uintptr
-	BlockTables      uintptr
-	CopySrc          uintptr
-	CopyDst          uintptr
-	SampleRows       uintptr
-	CopyKind         uintptr
-	NumKVGroups      uint32
-	Reserved0        uint32
-	GroupSlotMapping uintptr
-	GroupBlockTables uintptr
-}
-
-// cRequestParams mirrors C's pkv_request_params (32 bytes on amd64; layout checked against C at init).
-type cRequestParams struct {
-	StructSize   uint32
-	MaxNewTokens uint32
-	StopToken    int32
-	Priority     int32
-	CacheSaltLen uint32
-	Reserved0    uint32
-	CacheSalt    uintptr
-}
-
-// cKVEvent mirrors C's pkv_kv_event (40 bytes on amd64; layout checked against C at init).
-type cKVEvent struct {
-	Type       uint32
-	NumTokens  uint32
-	SeqNo      uint64
-	BlockHash  uint64
-	ParentHash uint64
-	Medium     uint32
-	Group      uint32
-}
-
-// cEventPublisherInfo mirrors C's pkv_event_publisher_info (64 bytes on amd64; layout checked against C at init).
-type cEventPublisherInfo struct {
-	StructSize      uint32
-	Reserved0       uint32
-	Endpoint        uintptr
-	ReplayEndpoint  uintptr
-	NextSeq         uint64
-	EventsPublished uint64
-	EventsDropped   uint64
-	ReplayRequests  uint64
-	EventsQueued    uint64
-}
-
 // cPoolInfo mirrors C's pkv_pool_info (144 bytes on amd64; layout checked against C at init).
 type cPoolInfo struct {
 	StructSize       uint32
@@ -713,6 +689,30 @@ type cPoolInfo struct {
 	ModelDType       int32
 	NumKVGroups      uint32
 	Kernels          uintptr
+}
+
+// cKVEvent mirrors C's pkv_kv_event (40 bytes on amd64; layout checked against C at init).
+type cKVEvent struct {
+	Type       uint32
+	NumTokens  uint32
+	SeqNo      uint64
+	BlockHash  uint64
+	ParentHash uint64
+	Medium     uint32
+	Group      uint32
+}
+
+// cEventPublisherInfo mirrors C's pkv_event_publisher_info (64 bytes on amd64; layout checked against C at init).
+type cEventPublisherInfo struct {
+	StructSize      uint32
+	Reserved0       uint32
+	Endpoint        uintptr
+	ReplayEndpoint  uintptr
+	NextSeq         uint64
+	EventsPublished uint64
+	EventsDropped   uint64
+	ReplayRequests  uint64
+	EventsQueued    uint64
 }
 
 // cStoreInfo mirrors C's pkv_store_info (24 bytes on amd64; layout checked against C at init).

@@ -16,32 +16,18 @@ static struct {
   uint32_t (*pkv_abi_version)(void);
   const char *(*pkv_status_string)(pkv_status);
   const char *(*pkv_last_error)(void);
-  pkv_status (*pkv_store_params_init)(pkv_store_params *, uint32_t);
-  pkv_status (*pkv_event_publisher_params_init)(pkv_event_publisher_params *, uint32_t);
   pkv_status (*pkv_engine_params_init)(pkv_engine_params *, uint32_t);
-  pkv_status (*pkv_engine_params_from_hf_config)(pkv_engine_params *, const char *, size_t);
-  pkv_status (*pkv_hf_config_layer_windows)(const char *, size_t, uint32_t *, uint32_t, uint32_t *);
-  pkv_status (*pkv_hf_config_digest)(const char *, size_t, char *, uint32_t);
-  pkv_status (*pkv_kv_groups)(const pkv_engine_params *, uint32_t *, uint32_t *, uint32_t *, uint32_t, uint32_t *, uint32_t *);
-  pkv_status (*pkv_profile)(const pkv_engine_params *, pkv_kv_budget *);
   pkv_status (*pkv_engine_create)(const pkv_engine_params *, pkv_engine **);
   void (*pkv_engine_destroy)(pkv_engine *);
   const char *(*pkv_engine_last_error)(const pkv_engine *);
   pkv_status (*pkv_engine_params_get)(pkv_engine *, pkv_engine_params *);
   pkv_status (*pkv_engine_budget)(pkv_engine *, pkv_kv_budget *);
-  pkv_status (*pkv_engine_stats)(pkv_engine *, pkv_stats *);
-  pkv_status (*pkv_engine_store_error)(pkv_engine *, char *, uint32_t, uint32_t *);
   pkv_status (*pkv_seq_params_init)(pkv_seq_params *, uint32_t);
   pkv_status (*pkv_allocate)(pkv_engine *, const int32_t *, uint32_t, const pkv_seq_params *, uint64_t *, uint32_t *);
   pkv_status (*pkv_allocate_query)(pkv_engine *, const int32_t *, uint32_t, const pkv_seq_params *, uint32_t *, uint32_t *);
   pkv_status (*pkv_append)(pkv_engine *, uint64_t, const int32_t *, uint32_t);
   pkv_status (*pkv_fork)(pkv_engine *, uint64_t, uint64_t *);
   pkv_status (*pkv_release)(pkv_engine *, uint64_t);
-  pkv_status (*pkv_truncate)(pkv_engine *, uint64_t, uint32_t);
-  pkv_status (*pkv_preempt)(pkv_engine *, uint64_t);
-  pkv_status (*pkv_resume)(pkv_engine *, uint64_t, uint32_t *);
-  pkv_status (*pkv_swap_out)(pkv_engine *, uint64_t);
-  pkv_status (*pkv_swap_in)(pkv_engine *, uint64_t);
   pkv_status (*pkv_seq_info)(pkv_engine *, uint64_t, struct pkv_seq_info *);
   pkv_status (*pkv_seq_block_table)(pkv_engine *, uint64_t, int32_t *, uint32_t, uint32_t *);
   pkv_status (*pkv_seq_group_block_table)(pkv_engine *, uint64_t, uint32_t, int32_t *, uint32_t, uint32_t *);
@@ -51,21 +37,35 @@ static struct {
   pkv_status (*pkv_batch_copy)(pkv_batch *);
   pkv_status (*pkv_batch_end)(pkv_batch *);
   void (*pkv_batch_abort)(pkv_batch *);
+  pkv_status (*pkv_attention)(pkv_batch *, uint32_t, const void *, const void *, const void *, void *);
   pkv_status (*pkv_request_params_init)(pkv_request_params *, uint32_t);
   pkv_status (*pkv_submit)(pkv_engine *, const int32_t *, uint32_t, const pkv_request_params *, uint64_t *);
   pkv_status (*pkv_step)(pkv_engine *, pkv_batch **);
   pkv_status (*pkv_commit)(pkv_batch *, const int32_t *);
   pkv_status (*pkv_drain_finished)(pkv_engine *, uint64_t *, uint32_t, uint32_t *);
+  pkv_status (*pkv_engine_params_from_hf_config)(pkv_engine_params *, const char *, size_t);
+  pkv_status (*pkv_hf_config_layer_windows)(const char *, size_t, uint32_t *, uint32_t, uint32_t *);
+  pkv_status (*pkv_hf_config_digest)(const char *, size_t, char *, uint32_t);
+  pkv_status (*pkv_kv_groups)(const pkv_engine_params *, uint32_t *, uint32_t *, uint32_t *, uint32_t, uint32_t *, uint32_t *);
+  pkv_status (*pkv_profile)(const pkv_engine_params *, pkv_kv_budget *);
+  pkv_status (*pkv_engine_stats)(pkv_engine *, pkv_stats *);
+  pkv_status (*pkv_pool_info)(pkv_engine *, struct pkv_pool_info *);
+  pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
+  pkv_status (*pkv_preempt)(pkv_engine *, uint64_t);
+  pkv_status (*pkv_resume)(pkv_engine *, uint64_t, uint32_t *);
+  pkv_status (*pkv_swap_out)(pkv_engine *, uint64_t);
+  pkv_status (*pkv_swap_in)(pkv_engine *, uint64_t);
+  pkv_status (*pkv_truncate)(pkv_engine *, uint64_t, uint32_t);
   pkv_status (*pkv_drain_kv_events)(pkv_engine *, pkv_kv_event *, uint32_t, uint32_t *);
   pkv_status (*pkv_drain_kv_events_sized)(pkv_engine *, pkv_kv_event *, uint32_t, uint32_t, uint32_t *);
+  pkv_status (*pkv_event_publisher_params_init)(pkv_event_publisher_params *, uint32_t);
   pkv_status (*pkv_event_publisher_info)(pkv_engine *, struct pkv_event_publisher_info *);
-  pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
-  pkv_status (*pkv_attention)(pkv_batch *, uint32_t, const void *, const void *, const void *, void *);
-  pkv_status (*pkv_pool_info)(pkv_engine *, struct pkv_pool_info *);
   pkv_status (*pkv_set_kv_scales)(pkv_engine *, uint32_t, const float *, const float *);
   pkv_status (*pkv_engine_set_stream)(pkv_engine *, void *);
   pkv_status (*pkv_block_hash_root)(uint64_t, const void *, uint32_t, uint64_t *);
   pkv_status (*pkv_block_hash)(uint64_t, uint64_t, const int32_t *, uint32_t, uint64_t *);
+  pkv_status (*pkv_store_params_init)(pkv_store_params *, uint32_t);
+  pkv_status (*pkv_engine_store_error)(pkv_engine *, char *, uint32_t, uint32_t *);
   pkv_status (*pkv_store_open)(const pkv_store_params *, pkv_store **);
   void (*pkv_store_close)(pkv_store *);
   pkv_status (*pkv_store_info)(pkv_store *, struct pkv_store_info *);
@@ -92,36 +92,8 @@ int pkvgo_resolve(void *lib, const char **missing) {
     *missing = "pkv_last_error";
     return -1;
   }
-  if (!(*(void **)&fn.pkv_store_params_init = dlsym(lib, "pkv_store_params_init"))) {
-    *missing = "pkv_store_params_init";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_event_publisher_params_init = dlsym(lib, "pkv_event_publisher_params_init"))) {
-    *missing = "pkv_event_publisher_params_init";
-    return -1;
-  }
   if (!(*(void **)&fn.pkv_engine_params_init = dlsym(lib, "pkv_engine_params_init"))) {
     *missing = "pkv_engine_params_init";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_engine_params_from_hf_config = dlsym(lib, "pkv_engine_params_from_hf_config"))) {
-    *missing = "pkv_engine_params_from_hf_config";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_hf_config_layer_windows = dlsym(lib, "pkv_hf_config_layer_windows"))) {
-    *missing = "pkv_hf_config_layer_windows";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_hf_config_digest = dlsym(lib, "pkv_hf_config_digest"))) {
-    *missing = "pkv_hf_config_digest";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_kv_groups = dlsym(lib, "pkv_kv_groups"))) {
-    *missing = "pkv_kv_groups";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_profile = dlsym(lib, "pkv_profile"))) {
-    *missing = "pkv_profile";
     return -1;
   }
   if (!(*(void **)&fn.pkv_engine_create = dlsym(lib, "pkv_engine_create"))) {
@@ -142,14 +114,6 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_engine_budget = dlsym(lib, "pkv_engine_budget"))) {
     *missing = "pkv_engine_budget";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_engine_stats = dlsym(lib, "pkv_engine_stats"))) {
-    *missing = "pkv_engine_stats";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_engine_store_error = dlsym(lib, "pkv_engine_store_error"))) {
-    *missing = "pkv_engine_store_error";
     return -1;
   }
   if (!(*(void **)&fn.pkv_seq_params_init = dlsym(lib, "pkv_seq_params_init"))) {
@@ -174,26 +138,6 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_release = dlsym(lib, "pkv_release"))) {
     *missing = "pkv_release";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_truncate = dlsym(lib, "pkv_truncate"))) {
-    *missing = "pkv_truncate";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_preempt = dlsym(lib, "pkv_preempt"))) {
-    *missing = "pkv_preempt";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_resume = dlsym(lib, "pkv_resume"))) {
-    *missing = "pkv_resume";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_swap_out = dlsym(lib, "pkv_swap_out"))) {
-    *missing = "pkv_swap_out";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_swap_in = dlsym(lib, "pkv_swap_in"))) {
-    *missing = "pkv_swap_in";
     return -1;
   }
   if (!(*(void **)&fn.pkv_seq_info = dlsym(lib, "pkv_seq_info"))) {
@@ -232,6 +176,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
     *missing = "pkv_batch_abort";
     return -1;
   }
+  if (!(*(void **)&fn.pkv_attention = dlsym(lib, "pkv_attention"))) {
+    *missing = "pkv_attention";
+    return -1;
+  }
   if (!(*(void **)&fn.pkv_request_params_init = dlsym(lib, "pkv_request_params_init"))) {
     *missing = "pkv_request_params_init";
     return -1;
@@ -252,6 +200,58 @@ int pkvgo_resolve(void *lib, const char **missing) {
     *missing = "pkv_drain_finished";
     return -1;
   }
+  if (!(*(void **)&fn.pkv_engine_params_from_hf_config = dlsym(lib, "pkv_engine_params_from_hf_config"))) {
+    *missing = "pkv_engine_params_from_hf_config";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_hf_config_layer_windows = dlsym(lib, "pkv_hf_config_layer_windows"))) {
+    *missing = "pkv_hf_config_layer_windows";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_hf_config_digest = dlsym(lib, "pkv_hf_config_digest"))) {
+    *missing = "pkv_hf_config_digest";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_kv_groups = dlsym(lib, "pkv_kv_groups"))) {
+    *missing = "pkv_kv_groups";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_profile = dlsym(lib, "pkv_profile"))) {
+    *missing = "pkv_profile";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_engine_stats = dlsym(lib, "pkv_engine_stats"))) {
+    *missing = "pkv_engine_stats";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_pool_info = dlsym(lib, "pkv_pool_info"))) {
+    *missing = "pkv_pool_info";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_reset_prefix_cache = dlsym(lib, "pkv_reset_prefix_cache"))) {
+    *missing = "pkv_reset_prefix_cache";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_preempt = dlsym(lib, "pkv_preempt"))) {
+    *missing = "pkv_preempt";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_resume = dlsym(lib, "pkv_resume"))) {
+    *missing = "pkv_resume";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_swap_out = dlsym(lib, "pkv_swap_out"))) {
+    *missing = "pkv_swap_out";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_swap_in = dlsym(lib, "pkv_swap_in"))) {
+    *missing = "pkv_swap_in";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_truncate = dlsym(lib, "pkv_truncate"))) {
+    *missing = "pkv_truncate";
+    return -1;
+  }
   if (!(*(void **)&fn.pkv_drain_kv_events = dlsym(lib, "pkv_drain_kv_events"))) {
     *missing = "pkv_drain_kv_events";
     return -1;
@@ -260,20 +260,12 @@ int pkvgo_resolve(void *lib, const char **missing) {
     *missing = "pkv_drain_kv_events_sized";
     return -1;
   }
+  if (!(*(void **)&fn.pkv_event_publisher_params_init = dlsym(lib, "pkv_event_publisher_params_init"))) {
+    *missing = "pkv_event_publisher_params_init";
+    return -1;
+  }
   if (!(*(void **)&fn.pkv_event_publisher_info = dlsym(lib, "pkv_event_publisher_info"))) {
     *missing = "pkv_event_publisher_info";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_reset_prefix_cache = dlsym(lib, "pkv_reset_prefix_cache"))) {
-    *missing = "pkv_reset_prefix_cache";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_attention = dlsym(lib, "pkv_attention"))) {
-    *missing = "pkv_attention";
-    return -1;
-  }
-  if (!(*(void **)&fn.pkv_pool_info = dlsym(lib, "pkv_pool_info"))) {
-    *missing = "pkv_pool_info";
     return -1;
   }
   if (!(*(void **)&fn.pkv_set_kv_scales = dlsym(lib, "pkv_set_kv_scales"))) {
@@ -290,6 +282,14 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_block_hash = dlsym(lib, "pkv_block_hash"))) {
     *missing = "pkv_block_hash";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_store_params_init = dlsym(lib, "pkv_store_params_init"))) {
+    *missing = "pkv_store_params_init";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_engine_store_error = dlsym(lib, "pkv_engine_store_error"))) {
+    *missing = "pkv_engine_store_error";
     return -1;
   }
   if (!(*(void **)&fn.pkv_store_open = dlsym(lib, "pkv_store_open"))) {
@@ -339,36 +339,8 @@ const char *(pkv_last_error)(void) {
   return fn.pkv_last_error ? (fn.pkv_last_error)() : pkvgo_load_error;
 }
 
-pkv_status (pkv_store_params_init)(pkv_store_params *p, uint32_t size) {
-  return fn.pkv_store_params_init ? (fn.pkv_store_params_init)(p, size) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_event_publisher_params_init)(pkv_event_publisher_params *p, uint32_t size) {
-  return fn.pkv_event_publisher_params_init ? (fn.pkv_event_publisher_params_init)(p, size) : PKV_ERR_UNSUPPORTED;
-}
-
 pkv_status (pkv_engine_params_init)(pkv_engine_params *p, uint32_t size) {
   return fn.pkv_engine_params_init ? (fn.pkv_engine_params_init)(p, size) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_engine_params_from_hf_config)(pkv_engine_params *p, const char *json, size_t json_len) {
-  return fn.pkv_engine_params_from_hf_config ? (fn.pkv_engine_params_from_hf_config)(p, json, json_len) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_hf_config_layer_windows)(const char *json, size_t json_len, uint32_t *out, uint32_t cap, uint32_t *out_len) {
-  return fn.pkv_hf_config_layer_windows ? (fn.pkv_hf_config_layer_windows)(json, json_len, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_hf_config_digest)(const char *json, size_t json_len, char *out, uint32_t cap) {
-  return fn.pkv_hf_config_digest ? (fn.pkv_hf_config_digest)(json, json_len, out, cap) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_kv_groups)(const pkv_engine_params *p, uint32_t *layer_group, uint32_t *layer_slot, uint32_t *group_window, uint32_t cap, uint32_t *out_num_groups, uint32_t *out_group_layers) {
-  return fn.pkv_kv_groups ? (fn.pkv_kv_groups)(p, layer_group, layer_slot, group_window, cap, out_num_groups, out_group_layers) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_profile)(const pkv_engine_params *p, pkv_kv_budget *out) {
-  return fn.pkv_profile ? (fn.pkv_profile)(p, out) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_engine_create)(const pkv_engine_params *p, pkv_engine **out) {
@@ -389,14 +361,6 @@ pkv_status (pkv_engine_params_get)(pkv_engine *e, pkv_engine_params *out) {
 
 pkv_status (pkv_engine_budget)(pkv_engine *e, pkv_kv_budget *out) {
   return fn.pkv_engine_budget ? (fn.pkv_engine_budget)(e, out) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_engine_stats)(pkv_engine *e, pkv_stats *out) {
-  return fn.pkv_engine_stats ? (fn.pkv_engine_stats)(e, out) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_engine_store_error)(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len) {
-  return fn.pkv_engine_store_error ? (fn.pkv_engine_store_error)(e, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_seq_params_init)(pkv_seq_params *p, uint32_t size) {
@@ -421,26 +385,6 @@ pkv_status (pkv_fork)(pkv_engine *e, uint64_t parent, uint64_t *out_child) {
 
 pkv_status (pkv_release)(pkv_engine *e, uint64_t seq) {
   return fn.pkv_release ? (fn.pkv_release)(e, seq) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_truncate)(pkv_engine *e, uint64_t seq, uint32_t num_tokens) {
-  return fn.pkv_truncate ? (fn.pkv_truncate)(e, seq, num_tokens) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_preempt)(pkv_engine *e, uint64_t seq) {
-  return fn.pkv_preempt ? (fn.pkv_preempt)(e, seq) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_resume)(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens) {
-  return fn.pkv_resume ? (fn.pkv_resume)(e, seq, out_num_cached_tokens) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_swap_out)(pkv_engine *e, uint64_t seq) {
-  return fn.pkv_swap_out ? (fn.pkv_swap_out)(e, seq) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_swap_in)(pkv_engine *e, uint64_t seq) {
-  return fn.pkv_swap_in ? (fn.pkv_swap_in)(e, seq) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_seq_info)(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out) {
@@ -479,6 +423,10 @@ void (pkv_batch_abort)(pkv_batch *b) {
   if (fn.pkv_batch_abort) (fn.pkv_batch_abort)(b);
 }
 
+pkv_status (pkv_attention)(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v, void *out) {
+  return fn.pkv_attention ? (fn.pkv_attention)(b, layer, q, k, v, out) : PKV_ERR_UNSUPPORTED;
+}
+
 pkv_status (pkv_request_params_init)(pkv_request_params *p, uint32_t size) {
   return fn.pkv_request_params_init ? (fn.pkv_request_params_init)(p, size) : PKV_ERR_UNSUPPORTED;
 }
@@ -499,6 +447,58 @@ pkv_status (pkv_drain_finished)(pkv_engine *e, uint64_t *out, uint32_t cap, uint
   return fn.pkv_drain_finished ? (fn.pkv_drain_finished)(e, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
 }
 
+pkv_status (pkv_engine_params_from_hf_config)(pkv_engine_params *p, const char *json, size_t json_len) {
+  return fn.pkv_engine_params_from_hf_config ? (fn.pkv_engine_params_from_hf_config)(p, json, json_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_hf_config_layer_windows)(const char *json, size_t json_len, uint32_t *out, uint32_t cap, uint32_t *out_len) {
+  return fn.pkv_hf_config_layer_windows ? (fn.pkv_hf_config_layer_windows)(json, json_len, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_hf_config_digest)(const char *json, size_t json_len, char *out, uint32_t cap) {
+  return fn.pkv_hf_config_digest ? (fn.pkv_hf_config_digest)(json, json_len, out, cap) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_kv_groups)(const pkv_engine_params *p, uint32_t *layer_group, uint32_t *layer_slot, uint32_t *group_window, uint32_t cap, uint32_t *out_num_groups, uint32_t *out_group_layers) {
+  return fn.pkv_kv_groups ? (fn.pkv_kv_groups)(p, layer_group, layer_slot, group_window, cap, out_num_groups, out_group_layers) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_profile)(const pkv_engine_params *p, pkv_kv_budget *out) {
+  return fn.pkv_profile ? (fn.pkv_profile)(p, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_engine_stats)(pkv_engine *e, pkv_stats *out) {
+  return fn.pkv_engine_stats ? (fn.pkv_engine_stats)(e, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_pool_info)(pkv_engine *e, struct pkv_pool_info *out) {
+  return fn.pkv_pool_info ? (fn.pkv_pool_info)(e, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_reset_prefix_cache)(pkv_engine *e) {
+  return fn.pkv_reset_prefix_cache ? (fn.pkv_reset_prefix_cache)(e) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_preempt)(pkv_engine *e, uint64_t seq) {
+  return fn.pkv_preempt ? (fn.pkv_preempt)(e, seq) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_resume)(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens) {
+  return fn.pkv_resume ? (fn.pkv_resume)(e, seq, out_num_cached_tokens) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_swap_out)(pkv_engine *e, uint64_t seq) {
+  return fn.pkv_swap_out ? (fn.pkv_swap_out)(e, seq) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_swap_in)(pkv_engine *e, uint64_t seq) {
+  return fn.pkv_swap_in ? (fn.pkv_swap_in)(e, seq) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_truncate)(pkv_engine *e, uint64_t seq, uint32_t num_tokens) {
+  return fn.pkv_truncate ? (fn.pkv_truncate)(e, seq, num_tokens) : PKV_ERR_UNSUPPORTED;
+}
+
 pkv_status (pkv_drain_kv_events)(pkv_engine *e, pkv_kv_event *out, uint32_t cap, uint32_t *out_len) {
   return fn.pkv_drain_kv_events ? (fn.pkv_drain_kv_events)(e, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
 }
@@ -507,20 +507,12 @@ pkv_status (pkv_drain_kv_events_sized)(pkv_engine *e, pkv_kv_event *out, uint32_
   return fn.pkv_drain_kv_events_sized ? (fn.pkv_drain_kv_events_sized)(e, out, event_size, cap, out_len) : PKV_ERR_UNSUPPORTED;
 }
 
+pkv_status (pkv_event_publisher_params_init)(pkv_event_publisher_params *p, uint32_t size) {
+  return fn.pkv_event_publisher_params_init ? (fn.pkv_event_publisher_params_init)(p, size) : PKV_ERR_UNSUPPORTED;
+}
+
 pkv_status (pkv_event_publisher_info)(pkv_engine *e, struct pkv_event_publisher_info *out) {
   return fn.pkv_event_publisher_info ? (fn.pkv_event_publisher_info)(e, out) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_reset_prefix_cache)(pkv_engine *e) {
-  return fn.pkv_reset_prefix_cache ? (fn.pkv_reset_prefix_cache)(e) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_attention)(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v, void *out) {
-  return fn.pkv_attention ? (fn.pkv_attention)(b, layer, q, k, v, out) : PKV_ERR_UNSUPPORTED;
-}
-
-pkv_status (pkv_pool_info)(pkv_engine *e, struct pkv_pool_info *out) {
-  return fn.pkv_pool_info ? (fn.pkv_pool_info)(e, out) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_set_kv_scales)(pkv_engine *e, uint32_t layer, const float *k_scales, const float *v_scales) {
@@ -537,6 +529,14 @@ pkv_status (pkv_block_hash_root)(uint64_t seed, const void *salt, uint32_t salt_
 
 pkv_status (pkv_block_hash)(uint64_t seed, uint64_t parent_hash, const int32_t *tokens, uint32_t num_tokens, uint64_t *out_hash) {
   return fn.pkv_block_hash ? (fn.pkv_block_hash)(seed, parent_hash, tokens, num_tokens, out_hash) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_store_params_init)(pkv_store_params *p, uint32_t size) {
+  return fn.pkv_store_params_init ? (fn.pkv_store_params_init)(p, size) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_engine_store_error)(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len) {
+  return fn.pkv_engine_store_error ? (fn.pkv_engine_store_error)(e, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_store_open)(const pkv_store_params *p, pkv_store **out) {

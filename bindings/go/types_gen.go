@@ -127,6 +127,119 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.QKRopeHeadDim = c.QKRopeHeadDim
 }
 
+// SeqInfo is a sequence's state (pkv_seq_info).
+type SeqInfo struct {
+	NumTokens          uint32
+	NumComputedTokens  uint32
+	NumCachedTokens    uint32
+	NumBlocks          uint32
+	IsPreempted        bool
+	InBatch            bool
+	CacheSaltLen       uint32
+	IsRequest          bool
+	NumPromptTokens    uint32
+	NumGeneratedTokens uint32
+	FinishReason       FinishReason
+	KVTier             Tier
+	NumHostBlocks      uint32
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *SeqInfo) fromC(c *cSeqInfo) {
+	p.NumTokens = c.NumTokens
+	p.NumComputedTokens = c.NumComputedTokens
+	p.NumCachedTokens = c.NumCachedTokens
+	p.NumBlocks = c.NumBlocks
+	p.IsPreempted = c.IsPreempted != 0
+	p.InBatch = c.InBatch != 0
+	p.CacheSaltLen = c.CacheSaltLen
+	p.IsRequest = c.IsRequest != 0
+	p.NumPromptTokens = c.NumPromptTokens
+	p.NumGeneratedTokens = c.NumGeneratedTokens
+	p.FinishReason = FinishReason(c.FinishReason)
+	p.KVTier = Tier(c.KVTier)
+	p.NumHostBlocks = c.NumHostBlocks
+}
+
+// BatchView is a batch's raw plan (pkv_batch_view): counts, and C addresses valid while the
+// batch is open.
+type BatchView struct {
+	NumSeqs          uint32
+	NumTokens        uint32
+	MaxBlocksPerSeq  uint32
+	MaxQueryLen      uint32
+	MaxContextLen    uint32
+	NumCopies        uint32
+	BlockSize        uint32
+	SeqIDs           uintptr
+	QueryStart       uintptr
+	Positions        uintptr
+	SlotMapping      uintptr
+	ContextLens      uintptr
+	BlockIndptr      uintptr
+	BlockIndices     uintptr
+	LastBlockLen     uintptr
+	BlockTables      uintptr
+	CopySrc          uintptr
+	CopyDst          uintptr
+	SampleRows       uintptr
+	CopyKind         uintptr
+	NumKVGroups      uint32
+	GroupSlotMapping uintptr
+	GroupBlockTables uintptr
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *BatchView) fromC(c *cBatchView) {
+	p.NumSeqs = c.NumSeqs
+	p.NumTokens = c.NumTokens
+	p.MaxBlocksPerSeq = c.MaxBlocksPerSeq
+	p.MaxQueryLen = c.MaxQueryLen
+	p.MaxContextLen = c.MaxContextLen
+	p.NumCopies = c.NumCopies
+	p.BlockSize = c.BlockSize
+	p.SeqIDs = c.SeqIDs
+	p.QueryStart = c.QueryStart
+	p.Positions = c.Positions
+	p.SlotMapping = c.SlotMapping
+	p.ContextLens = c.ContextLens
+	p.BlockIndptr = c.BlockIndptr
+	p.BlockIndices = c.BlockIndices
+	p.LastBlockLen = c.LastBlockLen
+	p.BlockTables = c.BlockTables
+	p.CopySrc = c.CopySrc
+	p.CopyDst = c.CopyDst
+	p.SampleRows = c.SampleRows
+	p.CopyKind = c.CopyKind
+	p.NumKVGroups = c.NumKVGroups
+	p.GroupSlotMapping = c.GroupSlotMapping
+	p.GroupBlockTables = c.GroupBlockTables
+}
+
+// RequestParams are a request's parameters (pkv_request_params): start from
+// DefaultRequestParams; the cache salt is an argument of Submit.
+type RequestParams struct {
+	MaxNewTokens uint32
+	StopToken    int32
+	Priority     int32
+
+	initialized bool
+}
+
+// toC copies p into c, but for the fields the binding sets by hand.
+func (p *RequestParams) toC(c *cRequestParams) {
+	c.MaxNewTokens = p.MaxNewTokens
+	c.StopToken = p.StopToken
+	c.Priority = p.Priority
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *RequestParams) fromC(c *cRequestParams) {
+	p.MaxNewTokens = c.MaxNewTokens
+	p.StopToken = c.StopToken
+	p.Priority = c.Priority
+}
+
 // KVBudget is how many KV blocks fit and why (pkv_kv_budget).
 type KVBudget struct {
 	Device               Device
@@ -273,164 +386,6 @@ func (p *Stats) fromC(c *cStats) {
 	p.NumLoadingRequests = c.NumLoadingRequests
 }
 
-// SeqInfo is a sequence's state (pkv_seq_info).
-type SeqInfo struct {
-	NumTokens          uint32
-	NumComputedTokens  uint32
-	NumCachedTokens    uint32
-	NumBlocks          uint32
-	IsPreempted        bool
-	InBatch            bool
-	CacheSaltLen       uint32
-	IsRequest          bool
-	NumPromptTokens    uint32
-	NumGeneratedTokens uint32
-	FinishReason       FinishReason
-	KVTier             Tier
-	NumHostBlocks      uint32
-}
-
-// fromC copies c into p, but for the fields the binding sets by hand.
-func (p *SeqInfo) fromC(c *cSeqInfo) {
-	p.NumTokens = c.NumTokens
-	p.NumComputedTokens = c.NumComputedTokens
-	p.NumCachedTokens = c.NumCachedTokens
-	p.NumBlocks = c.NumBlocks
-	p.IsPreempted = c.IsPreempted != 0
-	p.InBatch = c.InBatch != 0
-	p.CacheSaltLen = c.CacheSaltLen
-	p.IsRequest = c.IsRequest != 0
-	p.NumPromptTokens = c.NumPromptTokens
-	p.NumGeneratedTokens = c.NumGeneratedTokens
-	p.FinishReason = FinishReason(c.FinishReason)
-	p.KVTier = Tier(c.KVTier)
-	p.NumHostBlocks = c.NumHostBlocks
-}
-
-// BatchView is a batch's raw plan (pkv_batch_view): counts, and C addresses valid while the
-// batch is open.
-type BatchView struct {
-	NumSeqs          uint32
-	NumTokens        uint32
-	MaxBlocksPerSeq  uint32
-	MaxQueryLen      uint32
-	MaxContextLen    uint32
-	NumCopies        uint32
-	BlockSize        uint32
-	SeqIDs           uintptr
-	QueryStart       uintptr
-	Positions        uintptr
-	SlotMapping      uintptr
-	ContextLens      uintptr
-	BlockIndptr      uintptr
-	BlockIndices     uintptr
-	LastBlockLen     uintptr
-	BlockTables      uintptr
-	CopySrc          uintptr
-	CopyDst          uintptr
-	SampleRows       uintptr
-	CopyKind         uintptr
-	NumKVGroups      uint32
-	GroupSlotMapping uintptr
-	GroupBlockTables uintptr
-}
-
-// fromC copies c into p, but for the fields the binding sets by hand.
-func (p *BatchView) fromC(c *cBatchView) {
-	p.NumSeqs = c.NumSeqs
-	p.NumTokens = c.NumTokens
-	p.MaxBlocksPerSeq = c.MaxBlocksPerSeq
-	p.MaxQueryLen = c.MaxQueryLen
-	p.MaxContextLen = c.MaxContextLen
-	p.NumCopies = c.NumCopies
-	p.BlockSize = c.BlockSize
-	p.SeqIDs = c.SeqIDs
-	p.QueryStart = c.QueryStart
-	p.Positions = c.Positions
-	p.SlotMapping = c.SlotMapping
-	p.ContextLens = c.ContextLens
-	p.BlockIndptr = c.BlockIndptr
-	p.BlockIndices = c.BlockIndices
-	p.LastBlockLen = c.LastBlockLen
-	p.BlockTables = c.BlockTables
-	p.CopySrc = c.CopySrc
-	p.CopyDst = c.CopyDst
-	p.SampleRows = c.SampleRows
-	p.CopyKind = c.CopyKind
-	p.NumKVGroups = c.NumKVGroups
-	p.GroupSlotMapping = c.GroupSlotMapping
-	p.GroupBlockTables = c.GroupBlockTables
-}
-
-// RequestParams are a request's parameters (pkv_request_params): start from
-// DefaultRequestParams; the cache salt is an argument of Submit.
-type RequestParams struct {
-	MaxNewTokens uint32
-	StopToken    int32
-	Priority     int32
-
-	initialized bool
-}
-
-// toC copies p into c, but for the fields the binding sets by hand.
-func (p *RequestParams) toC(c *cRequestParams) {
-	c.MaxNewTokens = p.MaxNewTokens
-	c.StopToken = p.StopToken
-	c.Priority = p.Priority
-}
-
-// fromC copies c into p, but for the fields the binding sets by hand.
-func (p *RequestParams) fromC(c *cRequestParams) {
-	p.MaxNewTokens = c.MaxNewTokens
-	p.StopToken = c.StopToken
-	p.Priority = c.Priority
-}
-
-// KVEvent is one KV event (pkv_kv_event).
-type KVEvent struct {
-	Type       EventType
-	NumTokens  uint32
-	SeqNo      uint64
-	BlockHash  uint64
-	ParentHash uint64
-	Medium     Tier
-	Group      uint32
-}
-
-// fromC copies c into p, but for the fields the binding sets by hand.
-func (p *KVEvent) fromC(c *cKVEvent) {
-	p.Type = EventType(c.Type)
-	p.NumTokens = c.NumTokens
-	p.SeqNo = c.SeqNo
-	p.BlockHash = c.BlockHash
-	p.ParentHash = c.ParentHash
-	p.Medium = Tier(c.Medium)
-	p.Group = c.Group
-}
-
-// EventPublisherInfo is what an engine's event publisher did (pkv_event_publisher_info): its
-// endpoints as bound, and its counters.
-type EventPublisherInfo struct {
-	Endpoint        string
-	ReplayEndpoint  string
-	NextSeq         uint64
-	EventsPublished uint64
-	EventsDropped   uint64
-	ReplayRequests  uint64
-	EventsQueued    uint64
-}
-
-// fromC copies c into p, but for the fields the binding sets by hand.
-func (p *EventPublisherInfo) fromC(c *cEventPublisherInfo) {
-	p.Endpoint = goString(c.Endpoint)
-	p.ReplayEndpoint = goString(c.ReplayEndpoint)
-	p.NextSeq = c.NextSeq
-	p.EventsPublished = c.EventsPublished
-	p.EventsDropped = c.EventsDropped
-	p.ReplayRequests = c.ReplayRequests
-	p.EventsQueued = c.EventsQueued
-}
-
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels: addresses and
 // strides in bytes.
 type PoolInfo struct {
@@ -482,6 +437,51 @@ func (p *PoolInfo) fromC(c *cPoolInfo) {
 	p.ModelDType = DType(c.ModelDType)
 	p.NumKVGroups = c.NumKVGroups
 	p.Kernels = goString(c.Kernels)
+}
+
+// KVEvent is one KV event (pkv_kv_event).
+type KVEvent struct {
+	Type       EventType
+	NumTokens  uint32
+	SeqNo      uint64
+	BlockHash  uint64
+	ParentHash uint64
+	Medium     Tier
+	Group      uint32
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *KVEvent) fromC(c *cKVEvent) {
+	p.Type = EventType(c.Type)
+	p.NumTokens = c.NumTokens
+	p.SeqNo = c.SeqNo
+	p.BlockHash = c.BlockHash
+	p.ParentHash = c.ParentHash
+	p.Medium = Tier(c.Medium)
+	p.Group = c.Group
+}
+
+// EventPublisherInfo is what an engine's event publisher did (pkv_event_publisher_info): its
+// endpoints as bound, and its counters.
+type EventPublisherInfo struct {
+	Endpoint        string
+	ReplayEndpoint  string
+	NextSeq         uint64
+	EventsPublished uint64
+	EventsDropped   uint64
+	ReplayRequests  uint64
+	EventsQueued    uint64
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *EventPublisherInfo) fromC(c *cEventPublisherInfo) {
+	p.Endpoint = goString(c.Endpoint)
+	p.ReplayEndpoint = goString(c.ReplayEndpoint)
+	p.NextSeq = c.NextSeq
+	p.EventsPublished = c.EventsPublished
+	p.EventsDropped = c.EventsDropped
+	p.ReplayRequests = c.ReplayRequests
+	p.EventsQueued = c.EventsQueued
 }
 
 // StoreInfo is what a store holds (pkv_store_info): Kind StoreFile or StoreRedis, NumBlocks

@@ -3,9 +3,44 @@
  *
  * If it is not in this header, it is not API.
  *
- * Order: export macros, versions, statuses, constants, parameter and result structs, then the
- * calls: engine, profiler, sequences (admission, append, fork, release, preemption), step
- * planning (batches), hashing, diagnostics.
+ * Order: this quick start and the general rules; export macros, versions, statuses, constants;
+ * the core API - engine parameters, the engine, sequences, step planning, compute, the scheduler;
+ * then the advanced API - the config reader and KV groups, the KV profiler, stats and pool info,
+ * preemption, swapping and rollback, KV events and their wire publisher, fp8 scales and the CUDA
+ * stream, the canonical block hash, the store tier, store administration, diagnostics.
+ *
+ * Quick start: one step of a 2-layer model on the CPU. The host's model computes each layer's
+ * q, k and v (zeros here); pkv keeps K and V in its paged cache and computes the attention.
+ *
+ *   #include <pkv/pkv.h>
+ *   #include <stdio.h>
+ *
+ *   #define FAILED(call) ((call) != PKV_OK && fprintf(stderr, "%s: %s\n", #call, pkv_last_error()))
+ *
+ *   int main(void) {
+ *     pkv_engine_params p;  // the defaults, then the model's shape and where the KV lives
+ *     if (FAILED(pkv_engine_params_init(&p, sizeof p))) return 1;
+ *     p.num_layers = 2, p.num_q_heads = 4, p.num_kv_heads = 2, p.head_dim = 64;
+ *     p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU, p.kv_cache_bytes = 64u << 20;
+ *     pkv_engine *e;
+ *     if (FAILED(pkv_engine_create(&p, &e))) return 1;
+ *     const int32_t prompt[5] = {1, 2, 3, 4, 5};
+ *     uint64_t seq;  // admitted: its KV blocks reserved (and any cached prefix reused)
+ *     if (FAILED(pkv_allocate(e, prompt, 5, NULL, &seq, NULL))) return 1;
+ *     pkv_batch *b;  // one forward step over the sequence's 5 new tokens
+ *     if (FAILED(pkv_batch_begin(e, &seq, NULL, 1, &b))) return 1;
+ *     static float q[5][4][64], k[5][2][64], v[5][2][64], out[5][4][64];
+ *     for (uint32_t layer = 0; layer < p.num_layers; layer++)  // k, v stored; out written
+ *       if (FAILED(pkv_attention(b, layer, q, k, v, out))) return 1;
+ *     if (FAILED(pkv_batch_end(b))) return 1;  // computed: its full blocks are now cached
+ *     if (FAILED(pkv_release(e, seq))) return 1;
+ *     pkv_engine_destroy(e);
+ *     puts("ok");
+ *     return 0;
+ *   }
+ *
+ * (A real host also destroys e on its error paths. The abi test quickstart compiles and runs
+ * this program.)
  *
  * General rules (they hold for every function below unless its comment says otherwise):
  *  - Every function returns a pkv_status: PKV_OK (0) or a negative error. A failed call changes
@@ -173,162 +208,6 @@ enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CL
 enum { PKV_EVENT_FORMAT_MAP = 0,   /* msgpack maps with named fields (vLLM 0.26 and later) */
        PKV_EVENT_FORMAT_ARRAY = 1 }; /* msgpack arrays, fields by position (vLLM before 0.26) */
 
-/* ---------------------------------------------------------------- the store tier */
-/* A store key: SHA-256 of (the parent block's key, the block's token ids), chained from a root of
- * the cache salt and the model's fingerprint (DESIGN.md §11). */
-typedef struct pkv_store_key {
-  uint8_t bytes[32];
-} pkv_store_key;
-
-/* A store of the host's own (PKV_STORE_CALLBACK): a byte map from keys to values of one size per
- * engine (value_bytes: a header pkv writes and verifies, then the block's K and V of every layer).
- * pkv calls these from the engine's thread (pkv_allocate's lookups) and from threads of its own
- * (the writer's puts, the fetcher's lookups for submitted requests), possibly at the same time;
- * user is passed back as is. Each returns 0 on success; anything else makes
- * every key of the call a miss (nothing fails because of it) and, when message is set (at most
- * message_cap bytes, NUL-terminated), says why through pkv_engine_store_error. A store may lose or
- * damage values: pkv checks every value it reads before it can hit. */
-typedef struct pkv_store_callbacks {
-  uint32_t struct_size;
-  uint32_t reserved0;             /* must be 0 */
-  void *user;
-  /* out[i] = 1 when keys[i] is held, else 0 (a hint). May be NULL: get is used instead. */
-  int (*exists)(void *user, const pkv_store_key *keys, uint32_t n, uint8_t *out, char *message,
-                uint32_t message_cap);
-  /* For each key held: its value into values + i * value_bytes, found[i] = 1; else found[i] = 0.
-   * Should return within timeout_ms (0: no limit asked). */
-  int (*get)(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
-             uint8_t *found, uint32_t timeout_ms, char *message, uint32_t message_cap);
-  /* Stores value i (values + i * value_bytes) under keys[i], replacing any. */
-  int (*put)(void *user, const pkv_store_key *keys, uint32_t n, const void *values,
-             uint64_t value_bytes, char *message, uint32_t message_cap);
-} pkv_store_callbacks;
-
-typedef struct pkv_store_params {
-  uint32_t struct_size;
-  uint32_t kind;                  /* PKV_STORE_*; NONE: no store, as a NULL store. default NONE */
-  uint32_t write_mode;            /* PKV_STORE_WRITE_*. default WRITE_THROUGH */
-  uint32_t lookup_timeout_ms;     /* how long pkv_allocate / pkv_resume wait for the store, >= 1
-                                     (a FILE store stops between blocks when it has passed; block
-                                     files are opened without blocking, so a FIFO or device in a
-                                     block's place is a rejected value, never a hang). A submitted
-                                     request's lookup runs on pkv's fetcher thread, which makes
-                                     and keeps its own connection: pkv_step never waits on it while
-                                     other requests can run. default 200 */
-  uint32_t write_queue_blocks;    /* blocks waiting for the writer thread, 1 .. 2^20; a block that
-                                     finds the queue full is dropped and counted. default 256 */
-  uint32_t reserved0;             /* must be 0 */
-  /* FILE */
-  const char *path;               /* the directory (made if missing); required */
-  uint64_t max_bytes;             /* size cap of the directory's blocks, whichever engines and
-                                     processes write them (every writable store keeps a usage
-                                     record, <path>/.pkv-usage, under flock; DESIGN.md §11); the
-                                     least recently used go first. 0 = none. default 0 */
-  /* REDIS (or Valkey) */
-  const char *host;               /* default "127.0.0.1" (NULL) */
-  uint32_t port;                  /* 1 .. 65535. default 6379 */
-  uint32_t database;              /* SELECT; default 0 */
-  const char *username;           /* AUTH user (ACL); NULL = the default user */
-  const char *password;           /* AUTH password; NULL = none */
-  const char *key_prefix;         /* prepended to every key; default "pkv:" (NULL) */
-  uint32_t ttl_seconds;           /* expiry of written blocks; 0 = none. default 0 */
-  uint32_t connect_timeout_ms;    /* >= 1. default 1000 */
-  uint32_t io_timeout_ms;         /* each command batch, >= 1. default 1000 */
-  uint32_t reserved1;             /* must be 0 */
-  /* CALLBACK */
-  const pkv_store_callbacks *callbacks; /* required; copied at engine create */
-  /* (since 0.4.0) a 0.3 caller's struct_size ends here: it gets the default */
-  const char *model_id;           /* the model's identity, in the fingerprint of every key and
-                                     value: engines share blocks only when their ids (and KV
-                                     shapes) are equal. Name it by its weights: a weights digest,
-                                     or name and revision ("org/model@<commit>"); two fine-tunes
-                                     of one base model have the same config and KV shape, so only
-                                     this keeps them from reading each other's KV.
-                                     pkv_hf_config_digest gives one from config.json (it tells
-                                     configs apart, not weights). 1 .. PKV_MAX_MODEL_ID_BYTES
-                                     bytes, copied at create. NULL (the default) = none: the
-                                     fingerprint is the KV shape alone (a 0.3 store's keys), any
-                                     model of that shape shares the blocks, and
-                                     pkv_engine_store_error says so until a store problem
-                                     replaces it. Ignored by pkv_store_open */
-} pkv_store_params;
-
-/* Fills p with the defaults above; as pkv_engine_params_init.
- * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's size in 0.3.0).
- * Since 0.2.0. */
-PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
-
-/* ---------------------------------------------------------------- KV events on the wire */
-/* (since 0.3.0) An engine may publish its KV events (see pkv_kv_event) to KV-aware routers over
- * ZeroMQ, in vLLM's protocol (vllm/distributed/kv_events.py), so a router written for vLLM's event
- * stream (llm-d's, NVIDIA Dynamo's, ...) hears pkv unchanged:
- *   - a PUB socket bound to `endpoint` sends multipart messages [topic, seq, payload]: seq is 8
- *     bytes, big-endian, 0, 1, 2, ... per engine; payload is a msgpack KVEventBatch of vLLM's
- *     classes, in one of two encodings (`format`):
- *       PKV_EVENT_FORMAT_MAP (the default; vLLM 0.26+): each object a map of its field names, an
- *       event's class name first under the key "type":
- *         {"ts", "events", "data_parallel_rank"}
- *         {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
- *          "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
- *          "kv_cache_spec_sliding_window"}
- *         {"type": "BlockRemoved", "block_hashes", "medium", "group_idx"}
- *         {"type": "AllBlocksCleared"}
- *       PKV_EVENT_FORMAT_ARRAY (vLLM before 0.26): the same fields in the same order by position,
- *       an event's class name first: [ts, events, data_parallel_rank], ["BlockStored",
- *       block_hashes, ..., kv_cache_spec_sliding_window] (12 elements), ["BlockRemoved",
- *       block_hashes, medium, group_idx], ["AllBlocksCleared"]. A decoder that knows fewer
- *       fields ignores the trailing ones.
- *     Every field is sent, in both encodings. ts: float64, seconds since the epoch. hashes are
- *     pkv's canonical block hashes (uint64, pkv_block_hash; parent_block_hash is nil when the
- *     parent is a salt's root); token_ids are the blocks' tokens; lora_id, lora_name and
- *     extra_keys are nil (pkv has no adapters; the cache salt is in the hashes). group_idx is the
- *     block's KV group (pkv_kv_event.group; 0 in an engine of one group). kv_cache_spec_kind
- *     names the group's kind in vLLM's words: "sliding_window" (a group of windowed layers),
- *     "full_attention", or "mla_attention" (full attention over a PKV_KV_LAYOUT_MLA cache);
- *     kv_cache_spec_sliding_window is the group's window in tokens, nil for full attention. A
- *     run of blocks stored one after the other under one chain (one group, one medium) is one
- *     BlockStored. medium is where the block is: "GPU" (the pool of a CUDA
- *     engine), "CPU" (the pool of a CPU engine; the host tier of a CUDA engine),
- *     "CPU_HOST_TIER" (the host tier of a CPU engine), "DISK" (a FILE store), "EXTERNAL" (a
- *     REDIS or CALLBACK store).
- *   - with a replay_endpoint, a ROUTER socket answers a request [start_seq] (8 bytes, big-endian;
- *     from a REQ socket, or a DEALER sending an empty frame first) with one message
- *     [seq, payload] per kept batch whose seq >= start_seq, then [8 bytes 0xff, empty payload]
- *     (vLLM's end marker, -1).
- * Publishing runs on a thread of the engine's own: a call on the engine only stages its events
- * and hands them over once when it returns; the thread sends them within about 1 ms (a busy
- * engine's events are gathered for 1 ms into one batch), and pkv_engine_destroy sends what is
- * left, waiting at most 100 ms for subscribers to take it. A subscriber that reads too slowly
- * loses messages past send_hwm (it sees a gap in seq and can replay); it never slows the engine.
- * When the queue itself is full (the thread cannot keep up) the queued events are dropped,
- * counted, and an AllBlocksCleared is sent in their place: a router then knows less than the
- * engine holds, never more. pkv_drain_kv_events works as before, on its own queue
- * (enable_kv_events); the wire needs neither. */
-typedef struct pkv_event_publisher_params {
-  uint32_t struct_size;
-  uint32_t data_parallel_rank;    /* KVEventBatch.data_parallel_rank of every batch. default 0 */
-  const char *endpoint;           /* the ZMQ endpoint the PUB socket binds, e.g.
-                                     "tcp://127.0.0.1:5557" ("tcp://127.0.0.1:*": a free port, read
-                                     back by pkv_event_publisher_info); required */
-  const char *replay_endpoint;    /* the ROUTER socket's; NULL = no replay. default NULL */
-  const char *topic;              /* every message's first frame; NULL = "kv-events" */
-  uint32_t replay_buffer_batches; /* batches kept for replay; 0 = PKV_DEFAULT_EVENT_REPLAY_BATCHES */
-  uint32_t send_hwm;              /* messages queued per subscriber before it loses them (ZMQ's
-                                     SNDHWM); 0 = PKV_DEFAULT_EVENT_SEND_HWM */
-  uint32_t max_queue_events;      /* events waiting for the publishing thread; 0 =
-                                     PKV_DEFAULT_EVENT_QUEUE_EVENTS */
-  uint32_t max_batch_events;      /* events in one batch at most; 0 = PKV_DEFAULT_EVENT_BATCH_EVENTS */
-  /* (since 0.4.0) a 0.3 caller's struct_size ends here: it gets the default */
-  uint32_t format;                /* PKV_EVENT_FORMAT_*: how batches are encoded (above); other
-                                     values are refused (PKV_ERR_INVALID_ARGUMENT). default MAP */
-  uint32_t reserved0;             /* must be 0 */
-} pkv_event_publisher_params;
-
-/* Fills p with the defaults above; as pkv_engine_params_init.
- * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's size in 0.3.0).
- * Since 0.3.0. */
-PKV_API pkv_status pkv_event_publisher_params_init(pkv_event_publisher_params *p, uint32_t size);
-
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {
   uint32_t struct_size;
@@ -443,140 +322,10 @@ typedef struct pkv_engine_params {
  * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's 0.1 size). */
 PKV_API pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size);
 
-/* Fills the model-shape fields of p (num_layers, num_q_heads, num_kv_heads, head_dim, dtype,
- * max_model_len) from the text of a Hugging Face config.json (num_hidden_layers,
- * num_attention_heads, num_key_value_heads or else num_attention_heads, head_dim or else
- * hidden_size / num_attention_heads, torch_dtype or dtype, max_position_embeddings; a nested
- * "text_config" is used when the top level has no num_hidden_layers). Other fields are left as
- * they are; a failure changes nothing and names the field. json need not be NUL-terminated.
- * It also sets sliding_window (since 0.2.0): the config's window when every layer uses it
- * (Mistral), else 0 - a model that mixes windowed and full layers (Gemma 2/3, gpt-oss, Qwen with
- * max_window_layers) gets its per-layer windows from pkv_hf_config_layer_windows.
- * It also sets kv_layout, kv_lora_rank and qk_rope_head_dim (since 0.3.0): a config with
- * kv_lora_rank and qk_rope_head_dim (DeepSeek V2/V3/R1, Kimi K2) gets kv_layout MLA, num_kv_heads
- * 1 and head_dim kv_lora_rank + qk_rope_head_dim, and, when it gives qk_nope_head_dim,
- * softmax_scale: MLA's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale^2 under yarn
- * rope_scaling (mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's
- * code scales it; any other config gets HEADS.
- * Errors: PKV_ERR_INVALID_ARGUMENT (p or json NULL; malformed JSON; a missing or invalid field;
- * one of the MLA fields without the others; an MLA config into a p whose struct_size ends before
- * kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention pkv cannot hold, its field
- * named: index_topk / index_n_heads (DeepSeek sparse attention), linear_num_key_heads /
- * linear_num_value_heads (linear attention), attention_chunk_size (chunked local attention),
- * mamba_d_state / ssm_state_size (state-space layers); sliding windows with MLA). */
-PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
-                                                    size_t json_len);
-
-/* Each layer's sliding window (0 = full attention) from a Hugging Face config.json, into
- * out[cap]; *out_len = num_hidden_layers. With "sliding_window" null, absent or 0 every layer is
- * full. Else, read from "layer_types" ("sliding_attention" / "full_attention"); else
- * "sliding_window_pattern" N (every Nth layer full, Gemma 3; model_type "gemma3" or
- * "gemma3_text" without it: N = 6, transformers' default); else model_type "gemma2" (windowed
- * and full layers alternate, the first windowed); else "use_sliding_window" with
- * "max_window_layers" (Qwen2: false = none; true = layers from max_window_layers, default 28,
- * on are windowed); else "sliding_window" for every layer (Mistral). out may be NULL when cap is
- * 0 (to ask the length). As pkv_engine_params_from_hf_config otherwise.
- * Errors: PKV_ERR_INVALID_ARGUMENT (json or out_len NULL; out NULL with cap > 0; malformed JSON
- * or a field as pkv_engine_params_from_hf_config refuses it; a "layer_types" entry other than
- * those two, or of a length other than num_hidden_layers; cap below num_hidden_layers, with
- * *out_len still written).
- * Since 0.2.0. */
-PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
-                                               uint32_t cap, uint32_t *out_len);
-
-/* A model id for pkv_store_params.model_id from the text of a config.json: "config-sha256:"
- * and the 64 lowercase hex digits of SHA-256 of the json_len bytes as they are, into out (at
- * least PKV_HF_CONFIG_DIGEST_BYTES bytes, NUL-terminated). The text must be a config
- * pkv_engine_params_from_hf_config reads; a failure leaves out unchanged. It tells models of
- * other configs apart (other attention, vocabularies, rope) where their KV shapes are equal;
- * reformatting the file changes it (blocks are then not shared, never wrongly shared). Two
- * fine-tunes of one base model have one config: give them a weights digest or name@revision
- * instead.
- * Errors: PKV_ERR_INVALID_ARGUMENT (json or out NULL; cap below PKV_HF_CONFIG_DIGEST_BYTES; a
- * config pkv_engine_params_from_hf_config refuses so), PKV_ERR_UNSUPPORTED (a config it refuses
- * so).
- * Since 0.4.0. */
-PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char *out, uint32_t cap);
-
-/* How the layers of p are grouped for the pool (DESIGN.md §12): layers with equal windows form
- * KV groups of group_layers layers each (the fewest layers any window has; a window with more is
- * split, the last of its groups padded), full-attention groups first, then by window. Each group
- * has its own block table per sequence; a block of the pool holds K and V of group_layers layers.
- * layer_group[l] and layer_slot[l] ([num_layers] each; either may be NULL): layer l's group and
- * its place in that group's blocks (its index in the pool's layer dimension, pkv_pool_info).
- * group_window[g] ([cap]; NULL when cap is 0): group g's window (0 = full). *out_num_groups =
- * how many groups; *out_group_layers (nullable) = group_layers. p is validated as by
- * pkv_engine_create.
- * Errors: PKV_ERR_INVALID_ARGUMENT (p or out_num_groups NULL; group_window NULL with cap > 0; cap
- * below the number of groups, with *out_num_groups still written; params pkv_engine_create
- * refuses so), PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA).
- * Since 0.2.0. */
-PKV_API pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group,
-                                 uint32_t *layer_slot, uint32_t *group_window, uint32_t cap,
-                                 uint32_t *out_num_groups, uint32_t *out_group_layers);
-
-/* ---------------------------------------------------------------- KV profiler */
-typedef struct pkv_kv_budget {
-  uint32_t struct_size;
-  int32_t device;                 /* the device the budget is for (AUTO resolved) */
-  uint32_t source;                /* PKV_BUDGET_*: which rule decided num_blocks */
-  uint32_t kv_heads_per_rank;     /* num_kv_heads / tp_size, at least 1 */
-  uint64_t block_bytes;           /* 2 (K,V; 1 for the MLA latent) * group_layers * block_size *
-                                     kv_heads_per_rank * head_dim * kv dtype bytes; <= 2^63-1
-                                     (group_layers: below; num_layers without windows) */
-  uint64_t bytes_per_token;       /* block_bytes / block_size */
-  uint64_t total_bytes;           /* device (or host) memory in all */
-  uint64_t used_bytes;            /* in use before pkv: measured + memory_used_bytes */
-  uint64_t reserve_bytes;         /* the host's reserve, as given */
-  double memory_utilization;      /* as given */
-  uint64_t budget_bytes;          /* total*utilization - used - reserve, or kv_cache_bytes; 0 if negative */
-  uint64_t num_blocks;            /* blocks in the pool: budget_bytes / block_bytes, or num_blocks;
-                                     at most 2^31-1 and (2^63-1) / block_bytes */
-  uint64_t pool_bytes;            /* num_blocks * block_bytes (K and V): <= 2^63-1 */
-  uint64_t max_tokens;            /* num_blocks * block_size */
-  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 per KV group
-                                     if no limit): with KV groups, each full group's
-                                     ceil(max_model_len / block_size) plus each windowed group's
-                                     min(ceil(window / block_size) + 1, ceil(max_model_len /
-                                     block_size)), once the sequence has grown past its windows
-                                     (a prompt is reserved whole in every group: pkv_allocate) */
-  uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
-  uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
-                                     (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */
-  /* the host tier (since 0.2.0), all 0 when it is off */
-  uint64_t host_num_blocks;       /* host_num_blocks, or host_cache_bytes / block_bytes */
-  uint64_t host_pool_bytes;       /* host_num_blocks * block_bytes: pinned (CUDA) or mapped (CPU) */
-  uint64_t host_total_bytes;      /* the host memory it is taken from (MemTotal); 0 = not measured */
-  uint64_t host_available_bytes;  /* of which available before pkv (MemAvailable); 0 = not measured */
-  /* attention variants (since 0.2.0) */
-  int32_t kv_dtype;               /* the cache's dtype (kv_dtype resolved) */
-  uint32_t num_kv_groups;         /* pkv_kv_groups; 1 without windows */
-  uint32_t group_layers;          /* layers one block holds (K and V): num_layers with one group */
-  uint32_t padded_layers;         /* layer slots of the groups no layer fills (unequal groups):
-                                     group_layers * num_kv_groups - num_layers */
-  uint64_t kv_scale_bytes;        /* fp8: the K and V scales, 2 (1 for MLA) * num_layers *
-                                     kv_heads_per_rank * 4 bytes, taken from the budget before the
-                                     blocks; else 0 */
-  /* (since 0.3.0) */
-  uint32_t kv_layout;             /* PKV_KV_LAYOUT_* of the params */
-  uint32_t reserved0;
-} pkv_kv_budget;
-
-/* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
- * needs room for one sequence of max_model_len (one block when max_model_len is 0); when it has
- * not, the call fails saying how much is missing - and still fills every term of *out,
- * shortfall_bytes included. Queries the device (cudaMemGetInfo) or /proc/meminfo unless
- * memory_total_bytes is set. Allocates nothing.
- * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL, or out's struct_size too small; params
- * pkv_engine_create refuses so; a fixed num_blocks that holds no sequence of max_model_len),
- * PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA; /proc/meminfo unreadable),
- * PKV_ERR_NO_DEVICE (device CUDA and no usable GPU, or a build without CUDA), PKV_ERR_DEVICE (the
- * CUDA runtime failed), PKV_ERR_OUT_OF_MEMORY (the budget holds no sequence of max_model_len, or
- * the host tier does not fit in the available host memory). */
-PKV_API pkv_status pkv_profile(const pkv_engine_params *p, pkv_kv_budget *out);
-
 /* ---------------------------------------------------------------- engine */
 typedef struct pkv_engine pkv_engine;
+/* The KV budget an engine was sized by; defined in the KV profiler section. */
+typedef struct pkv_kv_budget pkv_kv_budget;
 
 /* Creates an engine: validates p, sizes the pool with the profiler when p->num_blocks is 0,
  * allocates the KV pool on the chosen device. A CUDA engine takes at most PKV_CUDA_MAX_GRID
@@ -611,70 +360,6 @@ PKV_API pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out);
 /* The budget the engine's pool was sized by, as pkv_profile computed it at create.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out);
-
-typedef struct pkv_stats {
-  uint32_t struct_size;
-  uint32_t reserved0;
-  uint64_t num_blocks;            /* blocks in the pool */
-  uint64_t num_free_blocks;       /* ref count 0, cached or not: what allocation can use */
-  uint64_t num_cached_blocks;     /* ref count 0 and holding sealed, reusable KV */
-  uint64_t num_used_blocks;       /* ref count >= 1 */
-  uint64_t num_seqs;              /* live sequences (running or preempted) */
-  uint64_t num_preempted_seqs;    /* sequences holding tokens but no blocks */
-  uint64_t num_prefix_nodes;      /* nodes of the prefix tree (one full block under one prefix) */
-  uint64_t prefix_query_tokens;   /* prompt tokens looked up at admission (cumulative) */
-  uint64_t prefix_hit_tokens;     /* of which served from the cache (cumulative) */
-  uint64_t num_evictions;         /* cached blocks reused for other contents (cumulative) */
-  uint64_t num_cow_copies;        /* copy-on-write copies queued (cumulative) */
-  uint64_t num_preemptions;       /* sequences preempted (cumulative) */
-  uint64_t num_waiting_requests;  /* submitted, not running (new, preempted or swapped out) */
-  uint64_t num_running_requests;  /* submitted and holding blocks */
-  uint64_t num_finished_requests; /* finished, not yet released */
-  uint64_t num_scheduled_tokens;  /* new tokens planned by pkv_step (cumulative) */
-  uint64_t num_steps;             /* batches returned by pkv_step (cumulative) */
-  /* the host tier (since 0.2.0) */
-  uint64_t num_host_blocks;       /* blocks of the host tier (0: off) */
-  uint64_t num_host_free_blocks;  /* of which ref count 0, cached or not: what swap-outs and
-                                     offloads can use */
-  uint64_t num_swapped_seqs;      /* sequences whose KV is in the host tier (pkv_swap_out) */
-  uint64_t num_swapped_out_blocks; /* device -> host block copies queued by swap-outs (cumulative) */
-  uint64_t num_swapped_in_blocks; /* host -> device block copies queued by swap-ins (cumulative) */
-  uint64_t num_swap_preemptions;  /* of num_preemptions, by swapping (preemption_mode) */
-  uint64_t num_host_cached_blocks; /* of num_host_free_blocks, holding an offloaded prefix block */
-  uint64_t device_hit_tokens;     /* of prefix_hit_tokens, served by pool blocks (cumulative) */
-  uint64_t host_hit_tokens;       /* of prefix_hit_tokens, served by host-tier blocks: loaded
-                                     back, not recomputed (cumulative) */
-  uint64_t num_offloaded_blocks;  /* evicted pool blocks copied to the host tier (cumulative) */
-  uint64_t num_loaded_blocks;     /* host-tier blocks copied back by prefix hits (cumulative) */
-  uint64_t num_host_evictions;    /* offloaded blocks dropped from the host tier (cumulative) */
-  /* the store tier (since 0.2.0); blocks unless said otherwise, cumulative */
-  uint64_t store_hit_tokens;      /* of prefix_hit_tokens, fetched from the store */
-  uint64_t num_store_lookups;     /* blocks asked of the store after the prefix tree stopped */
-  uint64_t num_store_hits;        /* of which fetched, verified and used */
-  uint64_t num_store_misses;      /* of which the store did not hold */
-  uint64_t num_store_rejected;    /* of which held but failing a check (header, fingerprint, key,
-                                     tokens, size or checksum): never used */
-  uint64_t num_store_errors;      /* of which lost to a store error or a timeout */
-  uint64_t num_store_puts;        /* blocks written to the store */
-  uint64_t num_store_put_dropped; /* blocks not written: the write queue was full */
-  uint64_t num_store_put_errors;  /* blocks not written: the store failed (full disk, server gone) */
-  uint64_t num_loading_requests;  /* submitted requests whose prefix is being fetched from the store
-                                     (counted in num_waiting_requests); pkv_step admits them when
-                                     their fetch is back, and waits for it when nothing else runs */
-} pkv_stats;
-
-/* The engine's counters now.
- * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
-PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
-
-/* The store's last problem (a miss by error, a rejected value with why - e.g. its size when it
- * is not a block's, a failed write), as text, into out[cap] (NUL-terminated, cut to fit);
- * *out_len = its full length. "" when there was none or the engine has no store; (since 0.4.0) a
- * store without a model_id starts with a warning that other models of its KV shape share its
- * blocks. out may be NULL when cap is 0.
- * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0).
- * Since 0.2.0. */
-PKV_API pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len);
 
 /* ---------------------------------------------------------------- sequences */
 typedef struct pkv_seq_params {
@@ -736,52 +421,6 @@ PKV_API pkv_status pkv_fork(pkv_engine *e, uint64_t parent, uint64_t *out_child)
  * Errors: PKV_ERR_NOT_FOUND (no sequence seq: never given, or released), PKV_ERR_STATE (seq is in
  * the open batch). */
 PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
-
-/* Rollback (rejected speculative tokens): seq keeps its first num_tokens tokens (1 .. its tokens);
- * blocks that no longer hold a kept token go back as pkv_release gives them (sealed ones stay in
- * the prefix cache), a copy-on-write block only the dropped tokens needed goes with them, and the
- * computed count becomes at most num_tokens. A sealed block the cut leaves partly filled stays in
- * the prefix cache: the next append copies it before writing. seq must be running or preempted,
- * outside the open batch, and one of pkv_allocate's. With sliding windows, a windowed KV group
- * takes back from the prefix cache the blocks it gave back that the kept tokens' window reaches
- * again (a cut of a few tokens near a block edge).
- * Errors: PKV_ERR_INVALID_ARGUMENT (num_tokens not in 1 .. the sequence's tokens),
- * PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is swapped out, in the open batch, or a
- * request of pkv_submit; or a block the window needs again is cached no longer - evicted, or
- * prefix caching off: preempt and resume the sequence instead), PKV_ERR_NO_SPACE (not enough free
- * blocks to take those blocks back; nothing changed).
- * Since 0.2.0. */
-PKV_API pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens);
-
-/* Preemption by recompute: seq gives back all its blocks (as pkv_release does) but keeps its
- * tokens; its computed count becomes 0. pkv_resume re-admits it.
- * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is preempted or swapped out,
- * in the open batch, or a request of pkv_submit). */
-PKV_API pkv_status pkv_preempt(pkv_engine *e, uint64_t seq);
-/* Re-admits a preempted seq like a prompt of all its tokens (prefix lookup included, its own
- * prefix likely still cached), all-or-nothing; *out_num_cached_tokens (nullable) as pkv_allocate.
- * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not preempted, or is a
- * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free blocks; nothing changed). */
-PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens);
-
-/* Preemption by swapping (needs the host tier): pkv_swap_out moves seq's KV to host-tier blocks
- * and gives its pool blocks back, keeping its tokens and computed count; pkv_swap_in brings it
- * back into pool blocks, all or nothing. The moves are block copies listed by the next batch
- * (copy_kind SWAP_OUT / SWAP_IN) and done before its first write; a block shared with other
- * sequences is copied once and its copies stay shared (a sharer swapped out later, or swapped in
- * while an identical block is still in the pool, copies nothing). A swapped sequence cannot be
- * appended to, forked or batched (those calls refuse it); pkv_release frees its host blocks. The
- * scheduler swaps its own requests (preemption_mode).
- * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_UNSUPPORTED (an engine without a host
- * tier), PKV_ERR_STATE (seq is not running, is in the open batch, or is a request of pkv_submit),
- * PKV_ERR_NO_SPACE (not enough free host-tier blocks; nothing changed).
- * Since 0.2.0. */
-PKV_API pkv_status pkv_swap_out(pkv_engine *e, uint64_t seq);
-/* Brings a swapped-out seq back into pool blocks (above), all or nothing.
- * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not swapped out, or is a
- * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free pool blocks; nothing changed).
- * Since 0.2.0. */
-PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
 
 /* Like POSIX's struct stat and stat(), the struct and the call share a name: write
  * `struct pkv_seq_info` (there is no typedef, which C would not allow next to the function). */
@@ -940,6 +579,47 @@ PKV_API pkv_status pkv_batch_end(pkv_batch *b);
  * has ended: it does nothing then. */
 PKV_API void pkv_batch_abort(pkv_batch *b);
 
+/* ---------------------------------------------------------------- compute */
+/* One forward step's KV side for one layer, on the engine's device (CPU: host pointers; CUDA:
+ * device pointers, on the engine's stream):
+ *   q   [num_tokens][num_q_heads / tp_size][head_dim]     the batch's new tokens, in batch order
+ *   k,v [num_tokens][kv_heads_per_rank][head_dim]        their keys and values
+ *   out [num_tokens][num_q_heads / tp_size][head_dim]    written
+ * all in the engine's dtype. Writes k and v into the tokens' slots of `layer` (in the cache's
+ * kv_dtype: fp8 divides by the layer's scales, rounds to nearest even and saturates), then
+ * computes causal attention of every new token over its sequence's whole context (cached prefix,
+ * earlier chunks and the new tokens up to itself; with a sliding window w, only the keys
+ * p - w + 1 .. p), GQA aware, scale softmax_scale or 1/sqrt(head_dim), reading fp8 K/V times
+ * their scales and accumulating in fp32.
+ * The first call of a batch (any layer) first does its listed block copies (pkv_batch_copy), all
+ * layers.
+ * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
+ * plan (on CUDA: its arrays uploaded to the device) is made once, at the batch's first call.
+ * layer < num_layers; q, k, v (MLA: q, k), out not NULL, and out aliases none of them. head_dim
+ * is a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN, at most PKV_ATTENTION_MAX_HEAD_DIM.
+ * kv_layout MLA (since 0.3.0), the absorbed form, with W = kv_lora_rank + qk_rope_head_dim:
+ *   q   [num_tokens][num_q_heads / tp_size][W]             queries projected into latent space
+ *   k   [num_tokens][W]                                    the new tokens' latents (cached)
+ *   v   NULL                                               (V is the latents' first kv_lora_rank)
+ *   out [num_tokens][num_q_heads / tp_size][kv_lora_rank] the softmax-weighted sum of the
+ *                                                          context's latents' first kv_lora_rank
+ * scale softmax_scale (MLA needs it given: an engine with 0 is refused at create); every latent is
+ * read once for all q heads. kv_lora_rank and qk_rope_head_dim are multiples of
+ * PKV_ATTENTION_HEAD_DIM_ALIGN (qk_rope_head_dim may be 0), at most
+ * PKV_ATTENTION_MAX_KV_LORA_RANK and PKV_ATTENTION_MAX_ROPE_DIM.
+ * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
+ * PKV_CUDA_MAX_GRID sequences. The call returns once its kernels are queued on the engine's
+ * stream: the host synchronizes that stream before it reads out on the host. pkv itself waits on
+ * the stream only at a batch's first call (after uploading the plan) and between waves of block
+ * copies.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA - v
+ * NULL; v not NULL on an MLA cache; out aliasing an input; on CUDA a pointer not 16-byte aligned,
+ * or more than PKV_CUDA_MAX_GRID sequences), PKV_ERR_STATE (b has ended), PKV_ERR_UNSUPPORTED
+ * (head_dim, or MLA's kv_lora_rank or qk_rope_head_dim, outside the limits above), PKV_ERR_DEVICE
+ * (CUDA: a kernel or copy could not be queued). */
+PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
+                                 const void *v, void *out);
+
 /* ---------------------------------------------------------------- scheduler */
 /* Continuous batching on top of the calls above: pkv_submit queues a request, pkv_step picks the
  * next batch, pkv_commit appends the sampled tokens and ends it. Policy: running requests decode
@@ -994,118 +674,198 @@ PKV_API pkv_status pkv_commit(pkv_batch *b, const int32_t *sampled_tokens);
  * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0). */
 PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len);
 
-/* ---------------------------------------------------------------- KV events */
-/* With enable_kv_events, pkv queues an event when a block's KV first becomes reusable under a
- * prefix (STORED: the first copy of a prefix-tree node is sealed) and when it stops being held
- * anywhere (REMOVED: the node's last copy is evicted), with the canonical hashes
- * (pkv_block_hash), so KV-aware routers can track what this engine holds - vLLM's shape. */
-typedef struct pkv_kv_event {
-  uint32_t type;                  /* PKV_EVENT_* */
-  uint32_t num_tokens;            /* tokens in the block (the block size) */
-  uint64_t seq_no;                /* 1, 2, 3, ... per engine, never reused */
-  uint64_t block_hash;            /* canonical hash of the block */
-  uint64_t parent_hash;           /* of the previous block, or the salt's root hash */
-  /* (since 0.2.0) 40 bytes; the 0.1 event ends above, at 32 */
-  uint32_t medium;                /* PKV_TIER_* the block was stored in or removed from: DEVICE
-                                     (the pool) or HOST (the host tier, offload); NONE for
-                                     ALL_CLEARED and OVERFLOW, which concern every medium */
-  uint32_t group;                 /* the KV group whose block it is (pkv_kv_groups; 0 without
-                                     windows, and for ALL_CLEARED and OVERFLOW) */
-} pkv_kv_event;
+/* ================================================================ advanced API */
+/* What a host needs once its engine runs: the config reader, the profiler, counters,
+ * preemption, KV events, fp8 and streams, hashing, the store tier and diagnostics. */
 
-/* Moves up to cap queued events, oldest first, into out; *out_len = how many. The symbol writes
- * the 0.1 layout (32 bytes each, for binaries built against 0.1); code compiled against this
- * header calls pkv_drain_kv_events_sized through the macro below, at its sizeof(pkv_kv_event).
- * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0). */
-PKV_API pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap,
-                                       uint32_t *out_len);
+/* ---------------------------------------------------------------- config reader and KV groups */
+/* Fills the model-shape fields of p (num_layers, num_q_heads, num_kv_heads, head_dim, dtype,
+ * max_model_len) from the text of a Hugging Face config.json (num_hidden_layers,
+ * num_attention_heads, num_key_value_heads or else num_attention_heads, head_dim or else
+ * hidden_size / num_attention_heads, torch_dtype or dtype, max_position_embeddings; a nested
+ * "text_config" is used when the top level has no num_hidden_layers). Other fields are left as
+ * they are; a failure changes nothing and names the field. json need not be NUL-terminated.
+ * It also sets sliding_window (since 0.2.0): the config's window when every layer uses it
+ * (Mistral), else 0 - a model that mixes windowed and full layers (Gemma 2/3, gpt-oss, Qwen with
+ * max_window_layers) gets its per-layer windows from pkv_hf_config_layer_windows.
+ * It also sets kv_layout, kv_lora_rank and qk_rope_head_dim (since 0.3.0): a config with
+ * kv_lora_rank and qk_rope_head_dim (DeepSeek V2/V3/R1, Kimi K2) gets kv_layout MLA, num_kv_heads
+ * 1 and head_dim kv_lora_rank + qk_rope_head_dim, and, when it gives qk_nope_head_dim,
+ * softmax_scale: MLA's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale^2 under yarn
+ * rope_scaling (mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's
+ * code scales it; any other config gets HEADS.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or json NULL; malformed JSON; a missing or invalid field;
+ * one of the MLA fields without the others; an MLA config into a p whose struct_size ends before
+ * kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention pkv cannot hold, its field
+ * named: index_topk / index_n_heads (DeepSeek sparse attention), linear_num_key_heads /
+ * linear_num_value_heads (linear attention), attention_chunk_size (chunked local attention),
+ * mamba_d_state / ssm_state_size (state-space layers); sliding windows with MLA). */
+PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
+                                                    size_t json_len);
 
-/* As pkv_drain_kv_events, for a pkv_kv_event that may have grown after 0.1: event_size is
- * sizeof(pkv_kv_event) as the caller sees it, at least 32 (the 0.1 size) and a multiple of 8;
- * out[i] starts at byte i * event_size. pkv writes the fields it knows up to event_size bytes
- * and zeroes the rest of each event (a field that reads 0 is one this library does not fill).
- * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; event_size below 32 or
- * not a multiple of 8).
+/* Each layer's sliding window (0 = full attention) from a Hugging Face config.json, into
+ * out[cap]; *out_len = num_hidden_layers. With "sliding_window" null, absent or 0 every layer is
+ * full. Else, read from "layer_types" ("sliding_attention" / "full_attention"); else
+ * "sliding_window_pattern" N (every Nth layer full, Gemma 3; model_type "gemma3" or
+ * "gemma3_text" without it: N = 6, transformers' default); else model_type "gemma2" (windowed
+ * and full layers alternate, the first windowed); else "use_sliding_window" with
+ * "max_window_layers" (Qwen2: false = none; true = layers from max_window_layers, default 28,
+ * on are windowed); else "sliding_window" for every layer (Mistral). out may be NULL when cap is
+ * 0 (to ask the length). As pkv_engine_params_from_hf_config otherwise.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (json or out_len NULL; out NULL with cap > 0; malformed JSON
+ * or a field as pkv_engine_params_from_hf_config refuses it; a "layer_types" entry other than
+ * those two, or of a length other than num_hidden_layers; cap below num_hidden_layers, with
+ * *out_len still written).
  * Since 0.2.0. */
-PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t event_size,
-                                             uint32_t cap, uint32_t *out_len);
-#define pkv_drain_kv_events(e, out, cap, out_len) \
-  pkv_drain_kv_events_sized((e), (out), (uint32_t)sizeof(pkv_kv_event), (cap), (out_len))
+PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
+                                               uint32_t cap, uint32_t *out_len);
 
-/* (since 0.3.0) What an engine's event publisher did. The struct shares its name with the call;
- * set struct_size to sizeof it (at least its 0.3 size); pkv fills what it knows up to that size. */
-struct pkv_event_publisher_info {
+/* A model id for pkv_store_params.model_id from the text of a config.json: "config-sha256:"
+ * and the 64 lowercase hex digits of SHA-256 of the json_len bytes as they are, into out (at
+ * least PKV_HF_CONFIG_DIGEST_BYTES bytes, NUL-terminated). The text must be a config
+ * pkv_engine_params_from_hf_config reads; a failure leaves out unchanged. It tells models of
+ * other configs apart (other attention, vocabularies, rope) where their KV shapes are equal;
+ * reformatting the file changes it (blocks are then not shared, never wrongly shared). Two
+ * fine-tunes of one base model have one config: give them a weights digest or name@revision
+ * instead.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (json or out NULL; cap below PKV_HF_CONFIG_DIGEST_BYTES; a
+ * config pkv_engine_params_from_hf_config refuses so), PKV_ERR_UNSUPPORTED (a config it refuses
+ * so).
+ * Since 0.4.0. */
+PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char *out, uint32_t cap);
+
+/* How the layers of p are grouped for the pool (DESIGN.md §12): layers with equal windows form
+ * KV groups of group_layers layers each (the fewest layers any window has; a window with more is
+ * split, the last of its groups padded), full-attention groups first, then by window. Each group
+ * has its own block table per sequence; a block of the pool holds K and V of group_layers layers.
+ * layer_group[l] and layer_slot[l] ([num_layers] each; either may be NULL): layer l's group and
+ * its place in that group's blocks (its index in the pool's layer dimension, pkv_pool_info).
+ * group_window[g] ([cap]; NULL when cap is 0): group g's window (0 = full). *out_num_groups =
+ * how many groups; *out_group_layers (nullable) = group_layers. p is validated as by
+ * pkv_engine_create.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or out_num_groups NULL; group_window NULL with cap > 0; cap
+ * below the number of groups, with *out_num_groups still written; params pkv_engine_create
+ * refuses so), PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group,
+                                 uint32_t *layer_slot, uint32_t *group_window, uint32_t cap,
+                                 uint32_t *out_num_groups, uint32_t *out_group_layers);
+
+/* ---------------------------------------------------------------- KV profiler */
+struct pkv_kv_budget {
   uint32_t struct_size;
+  int32_t device;                 /* the device the budget is for (AUTO resolved) */
+  uint32_t source;                /* PKV_BUDGET_*: which rule decided num_blocks */
+  uint32_t kv_heads_per_rank;     /* num_kv_heads / tp_size, at least 1 */
+  uint64_t block_bytes;           /* 2 (K,V; 1 for the MLA latent) * group_layers * block_size *
+                                     kv_heads_per_rank * head_dim * kv dtype bytes; <= 2^63-1
+                                     (group_layers: below; num_layers without windows) */
+  uint64_t bytes_per_token;       /* block_bytes / block_size */
+  uint64_t total_bytes;           /* device (or host) memory in all */
+  uint64_t used_bytes;            /* in use before pkv: measured + memory_used_bytes */
+  uint64_t reserve_bytes;         /* the host's reserve, as given */
+  double memory_utilization;      /* as given */
+  uint64_t budget_bytes;          /* total*utilization - used - reserve, or kv_cache_bytes; 0 if negative */
+  uint64_t num_blocks;            /* blocks in the pool: budget_bytes / block_bytes, or num_blocks;
+                                     at most 2^31-1 and (2^63-1) / block_bytes */
+  uint64_t pool_bytes;            /* num_blocks * block_bytes (K and V): <= 2^63-1 */
+  uint64_t max_tokens;            /* num_blocks * block_size */
+  uint64_t blocks_per_max_seq;    /* blocks one sequence of max_model_len needs (1 per KV group
+                                     if no limit): with KV groups, each full group's
+                                     ceil(max_model_len / block_size) plus each windowed group's
+                                     min(ceil(window / block_size) + 1, ceil(max_model_len /
+                                     block_size)), once the sequence has grown past its windows
+                                     (a prompt is reserved whole in every group: pkv_allocate) */
+  uint64_t max_seqs_at_max_model_len; /* num_blocks / blocks_per_max_seq */
+  uint64_t shortfall_bytes;       /* when the budget is too small: how many more bytes are needed
+                                     (past 2^64-1: PKV_ERR_INVALID_ARGUMENT instead) */
+  /* the host tier (since 0.2.0), all 0 when it is off */
+  uint64_t host_num_blocks;       /* host_num_blocks, or host_cache_bytes / block_bytes */
+  uint64_t host_pool_bytes;       /* host_num_blocks * block_bytes: pinned (CUDA) or mapped (CPU) */
+  uint64_t host_total_bytes;      /* the host memory it is taken from (MemTotal); 0 = not measured */
+  uint64_t host_available_bytes;  /* of which available before pkv (MemAvailable); 0 = not measured */
+  /* attention variants (since 0.2.0) */
+  int32_t kv_dtype;               /* the cache's dtype (kv_dtype resolved) */
+  uint32_t num_kv_groups;         /* pkv_kv_groups; 1 without windows */
+  uint32_t group_layers;          /* layers one block holds (K and V): num_layers with one group */
+  uint32_t padded_layers;         /* layer slots of the groups no layer fills (unequal groups):
+                                     group_layers * num_kv_groups - num_layers */
+  uint64_t kv_scale_bytes;        /* fp8: the K and V scales, 2 (1 for MLA) * num_layers *
+                                     kv_heads_per_rank * 4 bytes, taken from the budget before the
+                                     blocks; else 0 */
+  /* (since 0.3.0) */
+  uint32_t kv_layout;             /* PKV_KV_LAYOUT_* of the params */
   uint32_t reserved0;
-  const char *endpoint;           /* as bound: a '*' port resolved, e.g. "tcp://127.0.0.1:40123";
-                                     valid while the engine lives */
-  const char *replay_endpoint;    /* as bound; "" without replay */
-  uint64_t next_seq;              /* the seq the next batch gets (batches sent so far) */
-  uint64_t events_published;      /* events sent: block events as pkv_kv_event counts them (a
-                                     BlockStored of a run of n blocks counts n) and
-                                     AllBlocksCleared ones, each counted once the batch holding
-                                     it is handed to the PUB socket (a subscriber past send_hwm
-                                     may still lose it); batches are next_seq's count */
-  uint64_t events_dropped;        /* events lost to a full queue (each loss sent AllBlocksCleared) */
-  uint64_t replay_requests;       /* replay requests answered */
-  uint64_t events_queued;         /* events handed to the publishing thread and not yet sent; 0:
-                                     every event of the calls so far is on the wire (or dropped) */
 };
 
-/* What e's event publisher did.
- * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small), PKV_ERR_STATE (e
- * has no event publisher).
- * Since 0.3.0. */
-PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publisher_info *out);
+/* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
+ * needs room for one sequence of max_model_len (one block when max_model_len is 0); when it has
+ * not, the call fails saying how much is missing - and still fills every term of *out,
+ * shortfall_bytes included. Queries the device (cudaMemGetInfo) or /proc/meminfo unless
+ * memory_total_bytes is set. Allocates nothing.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL, or out's struct_size too small; params
+ * pkv_engine_create refuses so; a fixed num_blocks that holds no sequence of max_model_len),
+ * PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA; /proc/meminfo unreadable),
+ * PKV_ERR_NO_DEVICE (device CUDA and no usable GPU, or a build without CUDA), PKV_ERR_DEVICE (the
+ * CUDA runtime failed), PKV_ERR_OUT_OF_MEMORY (the budget holds no sequence of max_model_len, or
+ * the host tier does not fit in the available host memory). */
+PKV_API pkv_status pkv_profile(const pkv_engine_params *p, pkv_kv_budget *out);
 
-/* Evicts every cached (ref-0) block from the prefix cache, in the pool and in the host tier: the
- * host tier's offloaded blocks are dropped too (a write-back store is written as on any host-tier
- * eviction; the store itself keeps its blocks). Blocks in use stay, and so do swapped-out
- * sequences' host blocks. Queues PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED
- * event per node that went.
- * Errors: PKV_ERR_STATE (a batch is open on e). */
-PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
+/* -------------------------------------------------------- stats, pool info and the prefix cache */
+typedef struct pkv_stats {
+  uint32_t struct_size;
+  uint32_t reserved0;
+  uint64_t num_blocks;            /* blocks in the pool */
+  uint64_t num_free_blocks;       /* ref count 0, cached or not: what allocation can use */
+  uint64_t num_cached_blocks;     /* ref count 0 and holding sealed, reusable KV */
+  uint64_t num_used_blocks;       /* ref count >= 1 */
+  uint64_t num_seqs;              /* live sequences (running or preempted) */
+  uint64_t num_preempted_seqs;    /* sequences holding tokens but no blocks */
+  uint64_t num_prefix_nodes;      /* nodes of the prefix tree (one full block under one prefix) */
+  uint64_t prefix_query_tokens;   /* prompt tokens looked up at admission (cumulative) */
+  uint64_t prefix_hit_tokens;     /* of which served from the cache (cumulative) */
+  uint64_t num_evictions;         /* cached blocks reused for other contents (cumulative) */
+  uint64_t num_cow_copies;        /* copy-on-write copies queued (cumulative) */
+  uint64_t num_preemptions;       /* sequences preempted (cumulative) */
+  uint64_t num_waiting_requests;  /* submitted, not running (new, preempted or swapped out) */
+  uint64_t num_running_requests;  /* submitted and holding blocks */
+  uint64_t num_finished_requests; /* finished, not yet released */
+  uint64_t num_scheduled_tokens;  /* new tokens planned by pkv_step (cumulative) */
+  uint64_t num_steps;             /* batches returned by pkv_step (cumulative) */
+  /* the host tier (since 0.2.0) */
+  uint64_t num_host_blocks;       /* blocks of the host tier (0: off) */
+  uint64_t num_host_free_blocks;  /* of which ref count 0, cached or not: what swap-outs and
+                                     offloads can use */
+  uint64_t num_swapped_seqs;      /* sequences whose KV is in the host tier (pkv_swap_out) */
+  uint64_t num_swapped_out_blocks; /* device -> host block copies queued by swap-outs (cumulative) */
+  uint64_t num_swapped_in_blocks; /* host -> device block copies queued by swap-ins (cumulative) */
+  uint64_t num_swap_preemptions;  /* of num_preemptions, by swapping (preemption_mode) */
+  uint64_t num_host_cached_blocks; /* of num_host_free_blocks, holding an offloaded prefix block */
+  uint64_t device_hit_tokens;     /* of prefix_hit_tokens, served by pool blocks (cumulative) */
+  uint64_t host_hit_tokens;       /* of prefix_hit_tokens, served by host-tier blocks: loaded
+                                     back, not recomputed (cumulative) */
+  uint64_t num_offloaded_blocks;  /* evicted pool blocks copied to the host tier (cumulative) */
+  uint64_t num_loaded_blocks;     /* host-tier blocks copied back by prefix hits (cumulative) */
+  uint64_t num_host_evictions;    /* offloaded blocks dropped from the host tier (cumulative) */
+  /* the store tier (since 0.2.0); blocks unless said otherwise, cumulative */
+  uint64_t store_hit_tokens;      /* of prefix_hit_tokens, fetched from the store */
+  uint64_t num_store_lookups;     /* blocks asked of the store after the prefix tree stopped */
+  uint64_t num_store_hits;        /* of which fetched, verified and used */
+  uint64_t num_store_misses;      /* of which the store did not hold */
+  uint64_t num_store_rejected;    /* of which held but failing a check (header, fingerprint, key,
+                                     tokens, size or checksum): never used */
+  uint64_t num_store_errors;      /* of which lost to a store error or a timeout */
+  uint64_t num_store_puts;        /* blocks written to the store */
+  uint64_t num_store_put_dropped; /* blocks not written: the write queue was full */
+  uint64_t num_store_put_errors;  /* blocks not written: the store failed (full disk, server gone) */
+  uint64_t num_loading_requests;  /* submitted requests whose prefix is being fetched from the store
+                                     (counted in num_waiting_requests); pkv_step admits them when
+                                     their fetch is back, and waits for it when nothing else runs */
+} pkv_stats;
 
-/* ---------------------------------------------------------------- compute */
-/* One forward step's KV side for one layer, on the engine's device (CPU: host pointers; CUDA:
- * device pointers, on the engine's stream):
- *   q   [num_tokens][num_q_heads / tp_size][head_dim]     the batch's new tokens, in batch order
- *   k,v [num_tokens][kv_heads_per_rank][head_dim]        their keys and values
- *   out [num_tokens][num_q_heads / tp_size][head_dim]    written
- * all in the engine's dtype. Writes k and v into the tokens' slots of `layer` (in the cache's
- * kv_dtype: fp8 divides by the layer's scales, rounds to nearest even and saturates), then
- * computes causal attention of every new token over its sequence's whole context (cached prefix,
- * earlier chunks and the new tokens up to itself; with a sliding window w, only the keys
- * p - w + 1 .. p), GQA aware, scale softmax_scale or 1/sqrt(head_dim), reading fp8 K/V times
- * their scales and accumulating in fp32.
- * The first call of a batch (any layer) first does its listed block copies (pkv_batch_copy), all
- * layers.
- * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
- * plan (on CUDA: its arrays uploaded to the device) is made once, at the batch's first call.
- * layer < num_layers; q, k, v (MLA: q, k), out not NULL, and out aliases none of them. head_dim
- * is a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN, at most PKV_ATTENTION_MAX_HEAD_DIM.
- * kv_layout MLA (since 0.3.0), the absorbed form, with W = kv_lora_rank + qk_rope_head_dim:
- *   q   [num_tokens][num_q_heads / tp_size][W]             queries projected into latent space
- *   k   [num_tokens][W]                                    the new tokens' latents (cached)
- *   v   NULL                                               (V is the latents' first kv_lora_rank)
- *   out [num_tokens][num_q_heads / tp_size][kv_lora_rank] the softmax-weighted sum of the
- *                                                          context's latents' first kv_lora_rank
- * scale softmax_scale (MLA needs it given: an engine with 0 is refused at create); every latent is
- * read once for all q heads. kv_lora_rank and qk_rope_head_dim are multiples of
- * PKV_ATTENTION_HEAD_DIM_ALIGN (qk_rope_head_dim may be 0), at most
- * PKV_ATTENTION_MAX_KV_LORA_RANK and PKV_ATTENTION_MAX_ROPE_DIM.
- * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
- * PKV_CUDA_MAX_GRID sequences. The call returns once its kernels are queued on the engine's
- * stream: the host synchronizes that stream before it reads out on the host. pkv itself waits on
- * the stream only at a batch's first call (after uploading the plan) and between waves of block
- * copies.
- * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA - v
- * NULL; v not NULL on an MLA cache; out aliasing an input; on CUDA a pointer not 16-byte aligned,
- * or more than PKV_CUDA_MAX_GRID sequences), PKV_ERR_STATE (b has ended), PKV_ERR_UNSUPPORTED
- * (head_dim, or MLA's kv_lora_rank or qk_rope_head_dim, outside the limits above), PKV_ERR_DEVICE
- * (CUDA: a kernel or copy could not be queued). */
-PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
-                                 const void *v, void *out);
+/* The engine's counters now.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
+PKV_API pkv_status pkv_engine_stats(pkv_engine *e, pkv_stats *out);
 
 /* Where the pool is, so a host can run its own kernels on it. Each of K and V is
  * [num_layers][num_blocks][block_size][kv_heads][head_dim] (NHD), contiguous; strides are in
@@ -1153,6 +913,197 @@ struct pkv_pool_info {
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
 
+/* Evicts every cached (ref-0) block from the prefix cache, in the pool and in the host tier: the
+ * host tier's offloaded blocks are dropped too (a write-back store is written as on any host-tier
+ * eviction; the store itself keeps its blocks). Blocks in use stay, and so do swapped-out
+ * sequences' host blocks. Queues PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED
+ * event per node that went.
+ * Errors: PKV_ERR_STATE (a batch is open on e). */
+PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
+
+/* ------------------------------------------------------------ preemption, swapping and rollback */
+/* Preemption by recompute: seq gives back all its blocks (as pkv_release does) but keeps its
+ * tokens; its computed count becomes 0. pkv_resume re-admits it.
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is preempted or swapped out,
+ * in the open batch, or a request of pkv_submit). */
+PKV_API pkv_status pkv_preempt(pkv_engine *e, uint64_t seq);
+/* Re-admits a preempted seq like a prompt of all its tokens (prefix lookup included, its own
+ * prefix likely still cached), all-or-nothing; *out_num_cached_tokens (nullable) as pkv_allocate.
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not preempted, or is a
+ * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free blocks; nothing changed). */
+PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens);
+
+/* Preemption by swapping (needs the host tier): pkv_swap_out moves seq's KV to host-tier blocks
+ * and gives its pool blocks back, keeping its tokens and computed count; pkv_swap_in brings it
+ * back into pool blocks, all or nothing. The moves are block copies listed by the next batch
+ * (copy_kind SWAP_OUT / SWAP_IN) and done before its first write; a block shared with other
+ * sequences is copied once and its copies stay shared (a sharer swapped out later, or swapped in
+ * while an identical block is still in the pool, copies nothing). A swapped sequence cannot be
+ * appended to, forked or batched (those calls refuse it); pkv_release frees its host blocks. The
+ * scheduler swaps its own requests (preemption_mode).
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_UNSUPPORTED (an engine without a host
+ * tier), PKV_ERR_STATE (seq is not running, is in the open batch, or is a request of pkv_submit),
+ * PKV_ERR_NO_SPACE (not enough free host-tier blocks; nothing changed).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_swap_out(pkv_engine *e, uint64_t seq);
+/* Brings a swapped-out seq back into pool blocks (above), all or nothing.
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not swapped out, or is a
+ * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free pool blocks; nothing changed).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
+
+/* Rollback (rejected speculative tokens): seq keeps its first num_tokens tokens (1 .. its tokens);
+ * blocks that no longer hold a kept token go back as pkv_release gives them (sealed ones stay in
+ * the prefix cache), a copy-on-write block only the dropped tokens needed goes with them, and the
+ * computed count becomes at most num_tokens. A sealed block the cut leaves partly filled stays in
+ * the prefix cache: the next append copies it before writing. seq must be running or preempted,
+ * outside the open batch, and one of pkv_allocate's. With sliding windows, a windowed KV group
+ * takes back from the prefix cache the blocks it gave back that the kept tokens' window reaches
+ * again (a cut of a few tokens near a block edge).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (num_tokens not in 1 .. the sequence's tokens),
+ * PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is swapped out, in the open batch, or a
+ * request of pkv_submit; or a block the window needs again is cached no longer - evicted, or
+ * prefix caching off: preempt and resume the sequence instead), PKV_ERR_NO_SPACE (not enough free
+ * blocks to take those blocks back; nothing changed).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens);
+
+/* ---------------------------------------------------------------- KV events */
+/* With enable_kv_events, pkv queues an event when a block's KV first becomes reusable under a
+ * prefix (STORED: the first copy of a prefix-tree node is sealed) and when it stops being held
+ * anywhere (REMOVED: the node's last copy is evicted), with the canonical hashes
+ * (pkv_block_hash), so KV-aware routers can track what this engine holds - vLLM's shape. */
+typedef struct pkv_kv_event {
+  uint32_t type;                  /* PKV_EVENT_* */
+  uint32_t num_tokens;            /* tokens in the block (the block size) */
+  uint64_t seq_no;                /* 1, 2, 3, ... per engine, never reused */
+  uint64_t block_hash;            /* canonical hash of the block */
+  uint64_t parent_hash;           /* of the previous block, or the salt's root hash */
+  /* (since 0.2.0) 40 bytes; the 0.1 event ends above, at 32 */
+  uint32_t medium;                /* PKV_TIER_* the block was stored in or removed from: DEVICE
+                                     (the pool) or HOST (the host tier, offload); NONE for
+                                     ALL_CLEARED and OVERFLOW, which concern every medium */
+  uint32_t group;                 /* the KV group whose block it is (pkv_kv_groups; 0 without
+                                     windows, and for ALL_CLEARED and OVERFLOW) */
+} pkv_kv_event;
+
+/* Moves up to cap queued events, oldest first, into out; *out_len = how many. The symbol writes
+ * the 0.1 layout (32 bytes each, for binaries built against 0.1); code compiled against this
+ * header calls pkv_drain_kv_events_sized through the macro below, at its sizeof(pkv_kv_event).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0). */
+PKV_API pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap,
+                                       uint32_t *out_len);
+
+/* As pkv_drain_kv_events, for a pkv_kv_event that may have grown after 0.1: event_size is
+ * sizeof(pkv_kv_event) as the caller sees it, at least 32 (the 0.1 size) and a multiple of 8;
+ * out[i] starts at byte i * event_size. pkv writes the fields it knows up to event_size bytes
+ * and zeroes the rest of each event (a field that reads 0 is one this library does not fill).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; event_size below 32 or
+ * not a multiple of 8).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, uint32_t event_size,
+                                             uint32_t cap, uint32_t *out_len);
+#define pkv_drain_kv_events(e, out, cap, out_len) \
+  pkv_drain_kv_events_sized((e), (out), (uint32_t)sizeof(pkv_kv_event), (cap), (out_len))
+
+/* ---------------------------------------------------------------- KV events on the wire */
+/* (since 0.3.0) An engine may publish its KV events (see pkv_kv_event) to KV-aware routers over
+ * ZeroMQ, in vLLM's protocol (vllm/distributed/kv_events.py), so a router written for vLLM's event
+ * stream (llm-d's, NVIDIA Dynamo's, ...) hears pkv unchanged:
+ *   - a PUB socket bound to `endpoint` sends multipart messages [topic, seq, payload]: seq is 8
+ *     bytes, big-endian, 0, 1, 2, ... per engine; payload is a msgpack KVEventBatch of vLLM's
+ *     classes, in one of two encodings (`format`):
+ *       PKV_EVENT_FORMAT_MAP (the default; vLLM 0.26+): each object a map of its field names, an
+ *       event's class name first under the key "type":
+ *         {"ts", "events", "data_parallel_rank"}
+ *         {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+ *          "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
+ *          "kv_cache_spec_sliding_window"}
+ *         {"type": "BlockRemoved", "block_hashes", "medium", "group_idx"}
+ *         {"type": "AllBlocksCleared"}
+ *       PKV_EVENT_FORMAT_ARRAY (vLLM before 0.26): the same fields in the same order by position,
+ *       an event's class name first: [ts, events, data_parallel_rank], ["BlockStored",
+ *       block_hashes, ..., kv_cache_spec_sliding_window] (12 elements), ["BlockRemoved",
+ *       block_hashes, medium, group_idx], ["AllBlocksCleared"]. A decoder that knows fewer
+ *       fields ignores the trailing ones.
+ *     Every field is sent, in both encodings. ts: float64, seconds since the epoch. hashes are
+ *     pkv's canonical block hashes (uint64, pkv_block_hash; parent_block_hash is nil when the
+ *     parent is a salt's root); token_ids are the blocks' tokens; lora_id, lora_name and
+ *     extra_keys are nil (pkv has no adapters; the cache salt is in the hashes). group_idx is the
+ *     block's KV group (pkv_kv_event.group; 0 in an engine of one group). kv_cache_spec_kind
+ *     names the group's kind in vLLM's words: "sliding_window" (a group of windowed layers),
+ *     "full_attention", or "mla_attention" (full attention over a PKV_KV_LAYOUT_MLA cache);
+ *     kv_cache_spec_sliding_window is the group's window in tokens, nil for full attention. A
+ *     run of blocks stored one after the other under one chain (one group, one medium) is one
+ *     BlockStored. medium is where the block is: "GPU" (the pool of a CUDA
+ *     engine), "CPU" (the pool of a CPU engine; the host tier of a CUDA engine),
+ *     "CPU_HOST_TIER" (the host tier of a CPU engine), "DISK" (a FILE store), "EXTERNAL" (a
+ *     REDIS or CALLBACK store).
+ *   - with a replay_endpoint, a ROUTER socket answers a request [start_seq] (8 bytes, big-endian;
+ *     from a REQ socket, or a DEALER sending an empty frame first) with one message
+ *     [seq, payload] per kept batch whose seq >= start_seq, then [8 bytes 0xff, empty payload]
+ *     (vLLM's end marker, -1).
+ * Publishing runs on a thread of the engine's own: a call on the engine only stages its events
+ * and hands them over once when it returns; the thread sends them within about 1 ms (a busy
+ * engine's events are gathered for 1 ms into one batch), and pkv_engine_destroy sends what is
+ * left, waiting at most 100 ms for subscribers to take it. A subscriber that reads too slowly
+ * loses messages past send_hwm (it sees a gap in seq and can replay); it never slows the engine.
+ * When the queue itself is full (the thread cannot keep up) the queued events are dropped,
+ * counted, and an AllBlocksCleared is sent in their place: a router then knows less than the
+ * engine holds, never more. pkv_drain_kv_events works as before, on its own queue
+ * (enable_kv_events); the wire needs neither. */
+typedef struct pkv_event_publisher_params {
+  uint32_t struct_size;
+  uint32_t data_parallel_rank;    /* KVEventBatch.data_parallel_rank of every batch. default 0 */
+  const char *endpoint;           /* the ZMQ endpoint the PUB socket binds, e.g.
+                                     "tcp://127.0.0.1:5557" ("tcp://127.0.0.1:*": a free port, read
+                                     back by pkv_event_publisher_info); required */
+  const char *replay_endpoint;    /* the ROUTER socket's; NULL = no replay. default NULL */
+  const char *topic;              /* every message's first frame; NULL = "kv-events" */
+  uint32_t replay_buffer_batches; /* batches kept for replay; 0 = PKV_DEFAULT_EVENT_REPLAY_BATCHES */
+  uint32_t send_hwm;              /* messages queued per subscriber before it loses them (ZMQ's
+                                     SNDHWM); 0 = PKV_DEFAULT_EVENT_SEND_HWM */
+  uint32_t max_queue_events;      /* events waiting for the publishing thread; 0 =
+                                     PKV_DEFAULT_EVENT_QUEUE_EVENTS */
+  uint32_t max_batch_events;      /* events in one batch at most; 0 = PKV_DEFAULT_EVENT_BATCH_EVENTS */
+  /* (since 0.4.0) a 0.3 caller's struct_size ends here: it gets the default */
+  uint32_t format;                /* PKV_EVENT_FORMAT_*: how batches are encoded (above); other
+                                     values are refused (PKV_ERR_INVALID_ARGUMENT). default MAP */
+  uint32_t reserved0;             /* must be 0 */
+} pkv_event_publisher_params;
+
+/* Fills p with the defaults above; as pkv_engine_params_init.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's size in 0.3.0).
+ * Since 0.3.0. */
+PKV_API pkv_status pkv_event_publisher_params_init(pkv_event_publisher_params *p, uint32_t size);
+
+/* (since 0.3.0) What an engine's event publisher did. The struct shares its name with the call;
+ * set struct_size to sizeof it (at least its 0.3 size); pkv fills what it knows up to that size. */
+struct pkv_event_publisher_info {
+  uint32_t struct_size;
+  uint32_t reserved0;
+  const char *endpoint;           /* as bound: a '*' port resolved, e.g. "tcp://127.0.0.1:40123";
+                                     valid while the engine lives */
+  const char *replay_endpoint;    /* as bound; "" without replay */
+  uint64_t next_seq;              /* the seq the next batch gets (batches sent so far) */
+  uint64_t events_published;      /* events sent: block events as pkv_kv_event counts them (a
+                                     BlockStored of a run of n blocks counts n) and
+                                     AllBlocksCleared ones, each counted once the batch holding
+                                     it is handed to the PUB socket (a subscriber past send_hwm
+                                     may still lose it); batches are next_seq's count */
+  uint64_t events_dropped;        /* events lost to a full queue (each loss sent AllBlocksCleared) */
+  uint64_t replay_requests;       /* replay requests answered */
+  uint64_t events_queued;         /* events handed to the publishing thread and not yet sent; 0:
+                                     every event of the calls so far is on the wire (or dropped) */
+};
+
+/* What e's event publisher did.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small), PKV_ERR_STATE (e
+ * has no event publisher).
+ * Since 0.3.0. */
+PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publisher_info *out);
+
+/* --------------------------------------------------------------- fp8 scales and the CUDA stream */
 /* fp8 KV (kv_dtype FP8_*): the scales of `layer` (< num_layers), k_scales and v_scales
  * [kv_heads_per_rank] each (this rank's heads), finite and > 0; a stored element means its value
  * times its head's scale. Every scale is 1.0 until set. Set them before the first pkv_allocate or
@@ -1189,6 +1140,100 @@ PKV_API pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_hash NULL; num_tokens 0). */
 PKV_API pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
                                   uint32_t num_tokens, uint64_t *out_hash);
+
+/* ---------------------------------------------------------------- the store tier */
+/* A store key: SHA-256 of (the parent block's key, the block's token ids), chained from a root of
+ * the cache salt and the model's fingerprint (DESIGN.md §11). */
+typedef struct pkv_store_key {
+  uint8_t bytes[32];
+} pkv_store_key;
+
+/* A store of the host's own (PKV_STORE_CALLBACK): a byte map from keys to values of one size per
+ * engine (value_bytes: a header pkv writes and verifies, then the block's K and V of every layer).
+ * pkv calls these from the engine's thread (pkv_allocate's lookups) and from threads of its own
+ * (the writer's puts, the fetcher's lookups for submitted requests), possibly at the same time;
+ * user is passed back as is. Each returns 0 on success; anything else makes
+ * every key of the call a miss (nothing fails because of it) and, when message is set (at most
+ * message_cap bytes, NUL-terminated), says why through pkv_engine_store_error. A store may lose or
+ * damage values: pkv checks every value it reads before it can hit. */
+typedef struct pkv_store_callbacks {
+  uint32_t struct_size;
+  uint32_t reserved0;             /* must be 0 */
+  void *user;
+  /* out[i] = 1 when keys[i] is held, else 0 (a hint). May be NULL: get is used instead. */
+  int (*exists)(void *user, const pkv_store_key *keys, uint32_t n, uint8_t *out, char *message,
+                uint32_t message_cap);
+  /* For each key held: its value into values + i * value_bytes, found[i] = 1; else found[i] = 0.
+   * Should return within timeout_ms (0: no limit asked). */
+  int (*get)(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
+             uint8_t *found, uint32_t timeout_ms, char *message, uint32_t message_cap);
+  /* Stores value i (values + i * value_bytes) under keys[i], replacing any. */
+  int (*put)(void *user, const pkv_store_key *keys, uint32_t n, const void *values,
+             uint64_t value_bytes, char *message, uint32_t message_cap);
+} pkv_store_callbacks;
+
+typedef struct pkv_store_params {
+  uint32_t struct_size;
+  uint32_t kind;                  /* PKV_STORE_*; NONE: no store, as a NULL store. default NONE */
+  uint32_t write_mode;            /* PKV_STORE_WRITE_*. default WRITE_THROUGH */
+  uint32_t lookup_timeout_ms;     /* how long pkv_allocate / pkv_resume wait for the store, >= 1
+                                     (a FILE store stops between blocks when it has passed; block
+                                     files are opened without blocking, so a FIFO or device in a
+                                     block's place is a rejected value, never a hang). A submitted
+                                     request's lookup runs on pkv's fetcher thread, which makes
+                                     and keeps its own connection: pkv_step never waits on it while
+                                     other requests can run. default 200 */
+  uint32_t write_queue_blocks;    /* blocks waiting for the writer thread, 1 .. 2^20; a block that
+                                     finds the queue full is dropped and counted. default 256 */
+  uint32_t reserved0;             /* must be 0 */
+  /* FILE */
+  const char *path;               /* the directory (made if missing); required */
+  uint64_t max_bytes;             /* size cap of the directory's blocks, whichever engines and
+                                     processes write them (every writable store keeps a usage
+                                     record, <path>/.pkv-usage, under flock; DESIGN.md §11); the
+                                     least recently used go first. 0 = none. default 0 */
+  /* REDIS (or Valkey) */
+  const char *host;               /* default "127.0.0.1" (NULL) */
+  uint32_t port;                  /* 1 .. 65535. default 6379 */
+  uint32_t database;              /* SELECT; default 0 */
+  const char *username;           /* AUTH user (ACL); NULL = the default user */
+  const char *password;           /* AUTH password; NULL = none */
+  const char *key_prefix;         /* prepended to every key; default "pkv:" (NULL) */
+  uint32_t ttl_seconds;           /* expiry of written blocks; 0 = none. default 0 */
+  uint32_t connect_timeout_ms;    /* >= 1. default 1000 */
+  uint32_t io_timeout_ms;         /* each command batch, >= 1. default 1000 */
+  uint32_t reserved1;             /* must be 0 */
+  /* CALLBACK */
+  const pkv_store_callbacks *callbacks; /* required; copied at engine create */
+  /* (since 0.4.0) a 0.3 caller's struct_size ends here: it gets the default */
+  const char *model_id;           /* the model's identity, in the fingerprint of every key and
+                                     value: engines share blocks only when their ids (and KV
+                                     shapes) are equal. Name it by its weights: a weights digest,
+                                     or name and revision ("org/model@<commit>"); two fine-tunes
+                                     of one base model have the same config and KV shape, so only
+                                     this keeps them from reading each other's KV.
+                                     pkv_hf_config_digest gives one from config.json (it tells
+                                     configs apart, not weights). 1 .. PKV_MAX_MODEL_ID_BYTES
+                                     bytes, copied at create. NULL (the default) = none: the
+                                     fingerprint is the KV shape alone (a 0.3 store's keys), any
+                                     model of that shape shares the blocks, and
+                                     pkv_engine_store_error says so until a store problem
+                                     replaces it. Ignored by pkv_store_open */
+} pkv_store_params;
+
+/* Fills p with the defaults above; as pkv_engine_params_init.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's size in 0.3.0).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
+
+/* The store's last problem (a miss by error, a rejected value with why - e.g. its size when it
+ * is not a block's, a failed write), as text, into out[cap] (NUL-terminated, cut to fit);
+ * *out_len = its full length. "" when there was none or the engine has no store; (since 0.4.0) a
+ * store without a model_id starts with a warning that other models of its KV shape share its
+ * blocks. out may be NULL when cap is 0.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0).
+ * Since 0.2.0. */
+PKV_API pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len);
 
 /* ---------------------------------------------------------------- store administration */
 /* (since 0.2.0) A handle on a store for its administrator (`pkv store`): how much it holds, what

@@ -99,91 +99,6 @@ pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_15 = 1;
 pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct pkv_store_key {
-    pub bytes: [u8; 32usize],
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct pkv_store_callbacks {
-    pub struct_size: u32,
-    pub reserved0: u32,
-    pub user: *mut ::std::os::raw::c_void,
-    pub exists: ::std::option::Option<
-        unsafe extern "C" fn(
-            user: *mut ::std::os::raw::c_void,
-            keys: *const pkv_store_key,
-            n: u32,
-            out: *mut u8,
-            message: *mut ::std::os::raw::c_char,
-            message_cap: u32,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub get: ::std::option::Option<
-        unsafe extern "C" fn(
-            user: *mut ::std::os::raw::c_void,
-            keys: *const pkv_store_key,
-            n: u32,
-            values: *mut ::std::os::raw::c_void,
-            value_bytes: u64,
-            found: *mut u8,
-            timeout_ms: u32,
-            message: *mut ::std::os::raw::c_char,
-            message_cap: u32,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub put: ::std::option::Option<
-        unsafe extern "C" fn(
-            user: *mut ::std::os::raw::c_void,
-            keys: *const pkv_store_key,
-            n: u32,
-            values: *const ::std::os::raw::c_void,
-            value_bytes: u64,
-            message: *mut ::std::os::raw::c_char,
-            message_cap: u32,
-        ) -> ::std::os::raw::c_int,
-    >,
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct pkv_store_params {
-    pub struct_size: u32,
-    pub kind: u32,
-    pub write_mode: u32,
-    pub lookup_timeout_ms: u32,
-    pub write_queue_blocks: u32,
-    pub reserved0: u32,
-    pub path: *const ::std::os::raw::c_char,
-    pub max_bytes: u64,
-    pub host: *const ::std::os::raw::c_char,
-    pub port: u32,
-    pub database: u32,
-    pub username: *const ::std::os::raw::c_char,
-    pub password: *const ::std::os::raw::c_char,
-    pub key_prefix: *const ::std::os::raw::c_char,
-    pub ttl_seconds: u32,
-    pub connect_timeout_ms: u32,
-    pub io_timeout_ms: u32,
-    pub reserved1: u32,
-    pub callbacks: *const pkv_store_callbacks,
-    pub model_id: *const ::std::os::raw::c_char,
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct pkv_event_publisher_params {
-    pub struct_size: u32,
-    pub data_parallel_rank: u32,
-    pub endpoint: *const ::std::os::raw::c_char,
-    pub replay_endpoint: *const ::std::os::raw::c_char,
-    pub topic: *const ::std::os::raw::c_char,
-    pub replay_buffer_batches: u32,
-    pub send_hwm: u32,
-    pub max_queue_events: u32,
-    pub max_batch_events: u32,
-    pub format: u32,
-    pub reserved0: u32,
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
 pub struct pkv_engine_params {
     pub struct_size: u32,
     pub num_layers: u32,
@@ -230,85 +145,8 @@ pub struct pkv_engine_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct pkv_kv_budget {
-    pub struct_size: u32,
-    pub device: i32,
-    pub source: u32,
-    pub kv_heads_per_rank: u32,
-    pub block_bytes: u64,
-    pub bytes_per_token: u64,
-    pub total_bytes: u64,
-    pub used_bytes: u64,
-    pub reserve_bytes: u64,
-    pub memory_utilization: f64,
-    pub budget_bytes: u64,
-    pub num_blocks: u64,
-    pub pool_bytes: u64,
-    pub max_tokens: u64,
-    pub blocks_per_max_seq: u64,
-    pub max_seqs_at_max_model_len: u64,
-    pub shortfall_bytes: u64,
-    pub host_num_blocks: u64,
-    pub host_pool_bytes: u64,
-    pub host_total_bytes: u64,
-    pub host_available_bytes: u64,
-    pub kv_dtype: i32,
-    pub num_kv_groups: u32,
-    pub group_layers: u32,
-    pub padded_layers: u32,
-    pub kv_scale_bytes: u64,
-    pub kv_layout: u32,
-    pub reserved0: u32,
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
 pub struct pkv_engine {
     _unused: [u8; 0],
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct pkv_stats {
-    pub struct_size: u32,
-    pub reserved0: u32,
-    pub num_blocks: u64,
-    pub num_free_blocks: u64,
-    pub num_cached_blocks: u64,
-    pub num_used_blocks: u64,
-    pub num_seqs: u64,
-    pub num_preempted_seqs: u64,
-    pub num_prefix_nodes: u64,
-    pub prefix_query_tokens: u64,
-    pub prefix_hit_tokens: u64,
-    pub num_evictions: u64,
-    pub num_cow_copies: u64,
-    pub num_preemptions: u64,
-    pub num_waiting_requests: u64,
-    pub num_running_requests: u64,
-    pub num_finished_requests: u64,
-    pub num_scheduled_tokens: u64,
-    pub num_steps: u64,
-    pub num_host_blocks: u64,
-    pub num_host_free_blocks: u64,
-    pub num_swapped_seqs: u64,
-    pub num_swapped_out_blocks: u64,
-    pub num_swapped_in_blocks: u64,
-    pub num_swap_preemptions: u64,
-    pub num_host_cached_blocks: u64,
-    pub device_hit_tokens: u64,
-    pub host_hit_tokens: u64,
-    pub num_offloaded_blocks: u64,
-    pub num_loaded_blocks: u64,
-    pub num_host_evictions: u64,
-    pub store_hit_tokens: u64,
-    pub num_store_lookups: u64,
-    pub num_store_hits: u64,
-    pub num_store_misses: u64,
-    pub num_store_rejected: u64,
-    pub num_store_errors: u64,
-    pub num_store_puts: u64,
-    pub num_store_put_dropped: u64,
-    pub num_store_put_errors: u64,
-    pub num_loading_requests: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -382,27 +220,80 @@ pub struct pkv_request_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct pkv_kv_event {
-    pub type_: u32,
-    pub num_tokens: u32,
-    pub seq_no: u64,
-    pub block_hash: u64,
-    pub parent_hash: u64,
-    pub medium: u32,
-    pub group: u32,
+pub struct pkv_kv_budget {
+    pub struct_size: u32,
+    pub device: i32,
+    pub source: u32,
+    pub kv_heads_per_rank: u32,
+    pub block_bytes: u64,
+    pub bytes_per_token: u64,
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub reserve_bytes: u64,
+    pub memory_utilization: f64,
+    pub budget_bytes: u64,
+    pub num_blocks: u64,
+    pub pool_bytes: u64,
+    pub max_tokens: u64,
+    pub blocks_per_max_seq: u64,
+    pub max_seqs_at_max_model_len: u64,
+    pub shortfall_bytes: u64,
+    pub host_num_blocks: u64,
+    pub host_pool_bytes: u64,
+    pub host_total_bytes: u64,
+    pub host_available_bytes: u64,
+    pub kv_dtype: i32,
+    pub num_kv_groups: u32,
+    pub group_layers: u32,
+    pub padded_layers: u32,
+    pub kv_scale_bytes: u64,
+    pub kv_layout: u32,
+    pub reserved0: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
-pub struct pkv_event_publisher_info {
+pub struct pkv_stats {
     pub struct_size: u32,
     pub reserved0: u32,
-    pub endpoint: *const ::std::os::raw::c_char,
-    pub replay_endpoint: *const ::std::os::raw::c_char,
-    pub next_seq: u64,
-    pub events_published: u64,
-    pub events_dropped: u64,
-    pub replay_requests: u64,
-    pub events_queued: u64,
+    pub num_blocks: u64,
+    pub num_free_blocks: u64,
+    pub num_cached_blocks: u64,
+    pub num_used_blocks: u64,
+    pub num_seqs: u64,
+    pub num_preempted_seqs: u64,
+    pub num_prefix_nodes: u64,
+    pub prefix_query_tokens: u64,
+    pub prefix_hit_tokens: u64,
+    pub num_evictions: u64,
+    pub num_cow_copies: u64,
+    pub num_preemptions: u64,
+    pub num_waiting_requests: u64,
+    pub num_running_requests: u64,
+    pub num_finished_requests: u64,
+    pub num_scheduled_tokens: u64,
+    pub num_steps: u64,
+    pub num_host_blocks: u64,
+    pub num_host_free_blocks: u64,
+    pub num_swapped_seqs: u64,
+    pub num_swapped_out_blocks: u64,
+    pub num_swapped_in_blocks: u64,
+    pub num_swap_preemptions: u64,
+    pub num_host_cached_blocks: u64,
+    pub device_hit_tokens: u64,
+    pub host_hit_tokens: u64,
+    pub num_offloaded_blocks: u64,
+    pub num_loaded_blocks: u64,
+    pub num_host_evictions: u64,
+    pub store_hit_tokens: u64,
+    pub num_store_lookups: u64,
+    pub num_store_hits: u64,
+    pub num_store_misses: u64,
+    pub num_store_rejected: u64,
+    pub num_store_errors: u64,
+    pub num_store_puts: u64,
+    pub num_store_put_dropped: u64,
+    pub num_store_put_errors: u64,
+    pub num_loading_requests: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -430,6 +321,115 @@ pub struct pkv_pool_info {
     pub model_dtype: i32,
     pub num_kv_groups: u32,
     pub kernels: *const ::std::os::raw::c_char,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_kv_event {
+    pub type_: u32,
+    pub num_tokens: u32,
+    pub seq_no: u64,
+    pub block_hash: u64,
+    pub parent_hash: u64,
+    pub medium: u32,
+    pub group: u32,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_event_publisher_params {
+    pub struct_size: u32,
+    pub data_parallel_rank: u32,
+    pub endpoint: *const ::std::os::raw::c_char,
+    pub replay_endpoint: *const ::std::os::raw::c_char,
+    pub topic: *const ::std::os::raw::c_char,
+    pub replay_buffer_batches: u32,
+    pub send_hwm: u32,
+    pub max_queue_events: u32,
+    pub max_batch_events: u32,
+    pub format: u32,
+    pub reserved0: u32,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_event_publisher_info {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub endpoint: *const ::std::os::raw::c_char,
+    pub replay_endpoint: *const ::std::os::raw::c_char,
+    pub next_seq: u64,
+    pub events_published: u64,
+    pub events_dropped: u64,
+    pub replay_requests: u64,
+    pub events_queued: u64,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_key {
+    pub bytes: [u8; 32usize],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_callbacks {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub user: *mut ::std::os::raw::c_void,
+    pub exists: ::std::option::Option<
+        unsafe extern "C" fn(
+            user: *mut ::std::os::raw::c_void,
+            keys: *const pkv_store_key,
+            n: u32,
+            out: *mut u8,
+            message: *mut ::std::os::raw::c_char,
+            message_cap: u32,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub get: ::std::option::Option<
+        unsafe extern "C" fn(
+            user: *mut ::std::os::raw::c_void,
+            keys: *const pkv_store_key,
+            n: u32,
+            values: *mut ::std::os::raw::c_void,
+            value_bytes: u64,
+            found: *mut u8,
+            timeout_ms: u32,
+            message: *mut ::std::os::raw::c_char,
+            message_cap: u32,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub put: ::std::option::Option<
+        unsafe extern "C" fn(
+            user: *mut ::std::os::raw::c_void,
+            keys: *const pkv_store_key,
+            n: u32,
+            values: *const ::std::os::raw::c_void,
+            value_bytes: u64,
+            message: *mut ::std::os::raw::c_char,
+            message_cap: u32,
+        ) -> ::std::os::raw::c_int,
+    >,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_store_params {
+    pub struct_size: u32,
+    pub kind: u32,
+    pub write_mode: u32,
+    pub lookup_timeout_ms: u32,
+    pub write_queue_blocks: u32,
+    pub reserved0: u32,
+    pub path: *const ::std::os::raw::c_char,
+    pub max_bytes: u64,
+    pub host: *const ::std::os::raw::c_char,
+    pub port: u32,
+    pub database: u32,
+    pub username: *const ::std::os::raw::c_char,
+    pub password: *const ::std::os::raw::c_char,
+    pub key_prefix: *const ::std::os::raw::c_char,
+    pub ttl_seconds: u32,
+    pub connect_timeout_ms: u32,
+    pub io_timeout_ms: u32,
+    pub reserved1: u32,
+    pub callbacks: *const pkv_store_callbacks,
+    pub model_id: *const ::std::os::raw::c_char,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -487,57 +487,8 @@ pub struct PkvLib {
     pub pkv_status_string:
         Result<unsafe extern "C" fn(s: pkv_status) -> *const ::std::os::raw::c_char, ::libloading::Error>,
     pub pkv_last_error: Result<unsafe extern "C" fn() -> *const ::std::os::raw::c_char, ::libloading::Error>,
-    pub pkv_store_params_init:
-        Result<unsafe extern "C" fn(p: *mut pkv_store_params, size: u32) -> pkv_status, ::libloading::Error>,
-    pub pkv_event_publisher_params_init: Result<
-        unsafe extern "C" fn(p: *mut pkv_event_publisher_params, size: u32) -> pkv_status,
-        ::libloading::Error,
-    >,
     pub pkv_engine_params_init:
         Result<unsafe extern "C" fn(p: *mut pkv_engine_params, size: u32) -> pkv_status, ::libloading::Error>,
-    pub pkv_engine_params_from_hf_config: Result<
-        unsafe extern "C" fn(
-            p: *mut pkv_engine_params,
-            json: *const ::std::os::raw::c_char,
-            json_len: usize,
-        ) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_hf_config_layer_windows: Result<
-        unsafe extern "C" fn(
-            json: *const ::std::os::raw::c_char,
-            json_len: usize,
-            out: *mut u32,
-            cap: u32,
-            out_len: *mut u32,
-        ) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_hf_config_digest: Result<
-        unsafe extern "C" fn(
-            json: *const ::std::os::raw::c_char,
-            json_len: usize,
-            out: *mut ::std::os::raw::c_char,
-            cap: u32,
-        ) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_kv_groups: Result<
-        unsafe extern "C" fn(
-            p: *const pkv_engine_params,
-            layer_group: *mut u32,
-            layer_slot: *mut u32,
-            group_window: *mut u32,
-            cap: u32,
-            out_num_groups: *mut u32,
-            out_group_layers: *mut u32,
-        ) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_profile: Result<
-        unsafe extern "C" fn(p: *const pkv_engine_params, out: *mut pkv_kv_budget) -> pkv_status,
-        ::libloading::Error,
-    >,
     pub pkv_engine_create: Result<
         unsafe extern "C" fn(p: *const pkv_engine_params, out: *mut *mut pkv_engine) -> pkv_status,
         ::libloading::Error,
@@ -553,19 +504,6 @@ pub struct PkvLib {
     >,
     pub pkv_engine_budget: Result<
         unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_kv_budget) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_engine_stats: Result<
-        unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_stats) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_engine_store_error: Result<
-        unsafe extern "C" fn(
-            e: *mut pkv_engine,
-            out: *mut ::std::os::raw::c_char,
-            cap: u32,
-            out_len: *mut u32,
-        ) -> pkv_status,
         ::libloading::Error,
     >,
     pub pkv_seq_params_init:
@@ -601,20 +539,6 @@ pub struct PkvLib {
         ::libloading::Error,
     >,
     pub pkv_release:
-        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
-    pub pkv_truncate: Result<
-        unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, num_tokens: u32) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_preempt:
-        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
-    pub pkv_resume: Result<
-        unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, out_num_cached_tokens: *mut u32) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_swap_out:
-        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
-    pub pkv_swap_in:
         Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
     pub pkv_seq_info: Result<
         unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, out: *mut pkv_seq_info) -> pkv_status,
@@ -668,6 +592,17 @@ pub struct PkvLib {
     pub pkv_batch_copy: Result<unsafe extern "C" fn(b: *mut pkv_batch) -> pkv_status, ::libloading::Error>,
     pub pkv_batch_end: Result<unsafe extern "C" fn(b: *mut pkv_batch) -> pkv_status, ::libloading::Error>,
     pub pkv_batch_abort: Result<unsafe extern "C" fn(b: *mut pkv_batch), ::libloading::Error>,
+    pub pkv_attention: Result<
+        unsafe extern "C" fn(
+            b: *mut pkv_batch,
+            layer: u32,
+            q: *const ::std::os::raw::c_void,
+            k: *const ::std::os::raw::c_void,
+            v: *const ::std::os::raw::c_void,
+            out: *mut ::std::os::raw::c_void,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_request_params_init: Result<
         unsafe extern "C" fn(p: *mut pkv_request_params, size: u32) -> pkv_status,
         ::libloading::Error,
@@ -694,6 +629,73 @@ pub struct PkvLib {
         unsafe extern "C" fn(e: *mut pkv_engine, out: *mut u64, cap: u32, out_len: *mut u32) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_engine_params_from_hf_config: Result<
+        unsafe extern "C" fn(
+            p: *mut pkv_engine_params,
+            json: *const ::std::os::raw::c_char,
+            json_len: usize,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_hf_config_layer_windows: Result<
+        unsafe extern "C" fn(
+            json: *const ::std::os::raw::c_char,
+            json_len: usize,
+            out: *mut u32,
+            cap: u32,
+            out_len: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_hf_config_digest: Result<
+        unsafe extern "C" fn(
+            json: *const ::std::os::raw::c_char,
+            json_len: usize,
+            out: *mut ::std::os::raw::c_char,
+            cap: u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_kv_groups: Result<
+        unsafe extern "C" fn(
+            p: *const pkv_engine_params,
+            layer_group: *mut u32,
+            layer_slot: *mut u32,
+            group_window: *mut u32,
+            cap: u32,
+            out_num_groups: *mut u32,
+            out_group_layers: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_profile: Result<
+        unsafe extern "C" fn(p: *const pkv_engine_params, out: *mut pkv_kv_budget) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_engine_stats: Result<
+        unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_stats) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_pool_info: Result<
+        unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_pool_info) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_reset_prefix_cache:
+        Result<unsafe extern "C" fn(e: *mut pkv_engine) -> pkv_status, ::libloading::Error>,
+    pub pkv_preempt:
+        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
+    pub pkv_resume: Result<
+        unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, out_num_cached_tokens: *mut u32) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_swap_out:
+        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
+    pub pkv_swap_in:
+        Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
+    pub pkv_truncate: Result<
+        unsafe extern "C" fn(e: *mut pkv_engine, seq: u64, num_tokens: u32) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_drain_kv_events: Result<
         unsafe extern "C" fn(
             e: *mut pkv_engine,
@@ -713,25 +715,12 @@ pub struct PkvLib {
         ) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_event_publisher_params_init: Result<
+        unsafe extern "C" fn(p: *mut pkv_event_publisher_params, size: u32) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_event_publisher_info: Result<
         unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_event_publisher_info) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_reset_prefix_cache:
-        Result<unsafe extern "C" fn(e: *mut pkv_engine) -> pkv_status, ::libloading::Error>,
-    pub pkv_attention: Result<
-        unsafe extern "C" fn(
-            b: *mut pkv_batch,
-            layer: u32,
-            q: *const ::std::os::raw::c_void,
-            k: *const ::std::os::raw::c_void,
-            v: *const ::std::os::raw::c_void,
-            out: *mut ::std::os::raw::c_void,
-        ) -> pkv_status,
-        ::libloading::Error,
-    >,
-    pub pkv_pool_info: Result<
-        unsafe extern "C" fn(e: *mut pkv_engine, out: *mut pkv_pool_info) -> pkv_status,
         ::libloading::Error,
     >,
     pub pkv_set_kv_scales: Result<
@@ -763,6 +752,17 @@ pub struct PkvLib {
             tokens: *const i32,
             num_tokens: u32,
             out_hash: *mut u64,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_store_params_init:
+        Result<unsafe extern "C" fn(p: *mut pkv_store_params, size: u32) -> pkv_status, ::libloading::Error>,
+    pub pkv_engine_store_error: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            out: *mut ::std::os::raw::c_char,
+            cap: u32,
+            out_len: *mut u32,
         ) -> pkv_status,
         ::libloading::Error,
     >,
@@ -818,34 +818,18 @@ impl PkvLib {
         let pkv_abi_version = __library.get(b"pkv_abi_version\0").map(|sym| *sym);
         let pkv_status_string = __library.get(b"pkv_status_string\0").map(|sym| *sym);
         let pkv_last_error = __library.get(b"pkv_last_error\0").map(|sym| *sym);
-        let pkv_store_params_init = __library.get(b"pkv_store_params_init\0").map(|sym| *sym);
-        let pkv_event_publisher_params_init =
-            __library.get(b"pkv_event_publisher_params_init\0").map(|sym| *sym);
         let pkv_engine_params_init = __library.get(b"pkv_engine_params_init\0").map(|sym| *sym);
-        let pkv_engine_params_from_hf_config =
-            __library.get(b"pkv_engine_params_from_hf_config\0").map(|sym| *sym);
-        let pkv_hf_config_layer_windows = __library.get(b"pkv_hf_config_layer_windows\0").map(|sym| *sym);
-        let pkv_hf_config_digest = __library.get(b"pkv_hf_config_digest\0").map(|sym| *sym);
-        let pkv_kv_groups = __library.get(b"pkv_kv_groups\0").map(|sym| *sym);
-        let pkv_profile = __library.get(b"pkv_profile\0").map(|sym| *sym);
         let pkv_engine_create = __library.get(b"pkv_engine_create\0").map(|sym| *sym);
         let pkv_engine_destroy = __library.get(b"pkv_engine_destroy\0").map(|sym| *sym);
         let pkv_engine_last_error = __library.get(b"pkv_engine_last_error\0").map(|sym| *sym);
         let pkv_engine_params_get = __library.get(b"pkv_engine_params_get\0").map(|sym| *sym);
         let pkv_engine_budget = __library.get(b"pkv_engine_budget\0").map(|sym| *sym);
-        let pkv_engine_stats = __library.get(b"pkv_engine_stats\0").map(|sym| *sym);
-        let pkv_engine_store_error = __library.get(b"pkv_engine_store_error\0").map(|sym| *sym);
         let pkv_seq_params_init = __library.get(b"pkv_seq_params_init\0").map(|sym| *sym);
         let pkv_allocate = __library.get(b"pkv_allocate\0").map(|sym| *sym);
         let pkv_allocate_query = __library.get(b"pkv_allocate_query\0").map(|sym| *sym);
         let pkv_append = __library.get(b"pkv_append\0").map(|sym| *sym);
         let pkv_fork = __library.get(b"pkv_fork\0").map(|sym| *sym);
         let pkv_release = __library.get(b"pkv_release\0").map(|sym| *sym);
-        let pkv_truncate = __library.get(b"pkv_truncate\0").map(|sym| *sym);
-        let pkv_preempt = __library.get(b"pkv_preempt\0").map(|sym| *sym);
-        let pkv_resume = __library.get(b"pkv_resume\0").map(|sym| *sym);
-        let pkv_swap_out = __library.get(b"pkv_swap_out\0").map(|sym| *sym);
-        let pkv_swap_in = __library.get(b"pkv_swap_in\0").map(|sym| *sym);
         let pkv_seq_info = __library.get(b"pkv_seq_info\0").map(|sym| *sym);
         let pkv_seq_block_table = __library.get(b"pkv_seq_block_table\0").map(|sym| *sym);
         let pkv_seq_group_block_table = __library.get(b"pkv_seq_group_block_table\0").map(|sym| *sym);
@@ -855,21 +839,37 @@ impl PkvLib {
         let pkv_batch_copy = __library.get(b"pkv_batch_copy\0").map(|sym| *sym);
         let pkv_batch_end = __library.get(b"pkv_batch_end\0").map(|sym| *sym);
         let pkv_batch_abort = __library.get(b"pkv_batch_abort\0").map(|sym| *sym);
+        let pkv_attention = __library.get(b"pkv_attention\0").map(|sym| *sym);
         let pkv_request_params_init = __library.get(b"pkv_request_params_init\0").map(|sym| *sym);
         let pkv_submit = __library.get(b"pkv_submit\0").map(|sym| *sym);
         let pkv_step = __library.get(b"pkv_step\0").map(|sym| *sym);
         let pkv_commit = __library.get(b"pkv_commit\0").map(|sym| *sym);
         let pkv_drain_finished = __library.get(b"pkv_drain_finished\0").map(|sym| *sym);
+        let pkv_engine_params_from_hf_config =
+            __library.get(b"pkv_engine_params_from_hf_config\0").map(|sym| *sym);
+        let pkv_hf_config_layer_windows = __library.get(b"pkv_hf_config_layer_windows\0").map(|sym| *sym);
+        let pkv_hf_config_digest = __library.get(b"pkv_hf_config_digest\0").map(|sym| *sym);
+        let pkv_kv_groups = __library.get(b"pkv_kv_groups\0").map(|sym| *sym);
+        let pkv_profile = __library.get(b"pkv_profile\0").map(|sym| *sym);
+        let pkv_engine_stats = __library.get(b"pkv_engine_stats\0").map(|sym| *sym);
+        let pkv_pool_info = __library.get(b"pkv_pool_info\0").map(|sym| *sym);
+        let pkv_reset_prefix_cache = __library.get(b"pkv_reset_prefix_cache\0").map(|sym| *sym);
+        let pkv_preempt = __library.get(b"pkv_preempt\0").map(|sym| *sym);
+        let pkv_resume = __library.get(b"pkv_resume\0").map(|sym| *sym);
+        let pkv_swap_out = __library.get(b"pkv_swap_out\0").map(|sym| *sym);
+        let pkv_swap_in = __library.get(b"pkv_swap_in\0").map(|sym| *sym);
+        let pkv_truncate = __library.get(b"pkv_truncate\0").map(|sym| *sym);
         let pkv_drain_kv_events = __library.get(b"pkv_drain_kv_events\0").map(|sym| *sym);
         let pkv_drain_kv_events_sized = __library.get(b"pkv_drain_kv_events_sized\0").map(|sym| *sym);
+        let pkv_event_publisher_params_init =
+            __library.get(b"pkv_event_publisher_params_init\0").map(|sym| *sym);
         let pkv_event_publisher_info = __library.get(b"pkv_event_publisher_info\0").map(|sym| *sym);
-        let pkv_reset_prefix_cache = __library.get(b"pkv_reset_prefix_cache\0").map(|sym| *sym);
-        let pkv_attention = __library.get(b"pkv_attention\0").map(|sym| *sym);
-        let pkv_pool_info = __library.get(b"pkv_pool_info\0").map(|sym| *sym);
         let pkv_set_kv_scales = __library.get(b"pkv_set_kv_scales\0").map(|sym| *sym);
         let pkv_engine_set_stream = __library.get(b"pkv_engine_set_stream\0").map(|sym| *sym);
         let pkv_block_hash_root = __library.get(b"pkv_block_hash_root\0").map(|sym| *sym);
         let pkv_block_hash = __library.get(b"pkv_block_hash\0").map(|sym| *sym);
+        let pkv_store_params_init = __library.get(b"pkv_store_params_init\0").map(|sym| *sym);
+        let pkv_engine_store_error = __library.get(b"pkv_engine_store_error\0").map(|sym| *sym);
         let pkv_store_open = __library.get(b"pkv_store_open\0").map(|sym| *sym);
         let pkv_store_close = __library.get(b"pkv_store_close\0").map(|sym| *sym);
         let pkv_store_info = __library.get(b"pkv_store_info\0").map(|sym| *sym);
@@ -883,32 +883,18 @@ impl PkvLib {
             pkv_abi_version,
             pkv_status_string,
             pkv_last_error,
-            pkv_store_params_init,
-            pkv_event_publisher_params_init,
             pkv_engine_params_init,
-            pkv_engine_params_from_hf_config,
-            pkv_hf_config_layer_windows,
-            pkv_hf_config_digest,
-            pkv_kv_groups,
-            pkv_profile,
             pkv_engine_create,
             pkv_engine_destroy,
             pkv_engine_last_error,
             pkv_engine_params_get,
             pkv_engine_budget,
-            pkv_engine_stats,
-            pkv_engine_store_error,
             pkv_seq_params_init,
             pkv_allocate,
             pkv_allocate_query,
             pkv_append,
             pkv_fork,
             pkv_release,
-            pkv_truncate,
-            pkv_preempt,
-            pkv_resume,
-            pkv_swap_out,
-            pkv_swap_in,
             pkv_seq_info,
             pkv_seq_block_table,
             pkv_seq_group_block_table,
@@ -918,21 +904,35 @@ impl PkvLib {
             pkv_batch_copy,
             pkv_batch_end,
             pkv_batch_abort,
+            pkv_attention,
             pkv_request_params_init,
             pkv_submit,
             pkv_step,
             pkv_commit,
             pkv_drain_finished,
+            pkv_engine_params_from_hf_config,
+            pkv_hf_config_layer_windows,
+            pkv_hf_config_digest,
+            pkv_kv_groups,
+            pkv_profile,
+            pkv_engine_stats,
+            pkv_pool_info,
+            pkv_reset_prefix_cache,
+            pkv_preempt,
+            pkv_resume,
+            pkv_swap_out,
+            pkv_swap_in,
+            pkv_truncate,
             pkv_drain_kv_events,
             pkv_drain_kv_events_sized,
+            pkv_event_publisher_params_init,
             pkv_event_publisher_info,
-            pkv_reset_prefix_cache,
-            pkv_attention,
-            pkv_pool_info,
             pkv_set_kv_scales,
             pkv_engine_set_stream,
             pkv_block_hash_root,
             pkv_block_hash,
+            pkv_store_params_init,
+            pkv_engine_store_error,
             pkv_store_open,
             pkv_store_close,
             pkv_store_info,
@@ -954,72 +954,8 @@ impl PkvLib {
     pub unsafe fn pkv_last_error(&self) -> *const ::std::os::raw::c_char {
         (self.pkv_last_error.as_ref().expect("Expected function, got error."))()
     }
-    pub unsafe fn pkv_store_params_init(&self, p: *mut pkv_store_params, size: u32) -> pkv_status {
-        (self.pkv_store_params_init.as_ref().expect("Expected function, got error."))(p, size)
-    }
-    pub unsafe fn pkv_event_publisher_params_init(
-        &self,
-        p: *mut pkv_event_publisher_params,
-        size: u32,
-    ) -> pkv_status {
-        (self.pkv_event_publisher_params_init.as_ref().expect("Expected function, got error."))(p, size)
-    }
     pub unsafe fn pkv_engine_params_init(&self, p: *mut pkv_engine_params, size: u32) -> pkv_status {
         (self.pkv_engine_params_init.as_ref().expect("Expected function, got error."))(p, size)
-    }
-    pub unsafe fn pkv_engine_params_from_hf_config(
-        &self,
-        p: *mut pkv_engine_params,
-        json: *const ::std::os::raw::c_char,
-        json_len: usize,
-    ) -> pkv_status {
-        (self.pkv_engine_params_from_hf_config.as_ref().expect("Expected function, got error."))(
-            p, json, json_len,
-        )
-    }
-    pub unsafe fn pkv_hf_config_layer_windows(
-        &self,
-        json: *const ::std::os::raw::c_char,
-        json_len: usize,
-        out: *mut u32,
-        cap: u32,
-        out_len: *mut u32,
-    ) -> pkv_status {
-        (self.pkv_hf_config_layer_windows.as_ref().expect("Expected function, got error."))(
-            json, json_len, out, cap, out_len,
-        )
-    }
-    pub unsafe fn pkv_hf_config_digest(
-        &self,
-        json: *const ::std::os::raw::c_char,
-        json_len: usize,
-        out: *mut ::std::os::raw::c_char,
-        cap: u32,
-    ) -> pkv_status {
-        (self.pkv_hf_config_digest.as_ref().expect("Expected function, got error."))(json, json_len, out, cap)
-    }
-    pub unsafe fn pkv_kv_groups(
-        &self,
-        p: *const pkv_engine_params,
-        layer_group: *mut u32,
-        layer_slot: *mut u32,
-        group_window: *mut u32,
-        cap: u32,
-        out_num_groups: *mut u32,
-        out_group_layers: *mut u32,
-    ) -> pkv_status {
-        (self.pkv_kv_groups.as_ref().expect("Expected function, got error."))(
-            p,
-            layer_group,
-            layer_slot,
-            group_window,
-            cap,
-            out_num_groups,
-            out_group_layers,
-        )
-    }
-    pub unsafe fn pkv_profile(&self, p: *const pkv_engine_params, out: *mut pkv_kv_budget) -> pkv_status {
-        (self.pkv_profile.as_ref().expect("Expected function, got error."))(p, out)
     }
     pub unsafe fn pkv_engine_create(
         &self,
@@ -1043,18 +979,6 @@ impl PkvLib {
     }
     pub unsafe fn pkv_engine_budget(&self, e: *mut pkv_engine, out: *mut pkv_kv_budget) -> pkv_status {
         (self.pkv_engine_budget.as_ref().expect("Expected function, got error."))(e, out)
-    }
-    pub unsafe fn pkv_engine_stats(&self, e: *mut pkv_engine, out: *mut pkv_stats) -> pkv_status {
-        (self.pkv_engine_stats.as_ref().expect("Expected function, got error."))(e, out)
-    }
-    pub unsafe fn pkv_engine_store_error(
-        &self,
-        e: *mut pkv_engine,
-        out: *mut ::std::os::raw::c_char,
-        cap: u32,
-        out_len: *mut u32,
-    ) -> pkv_status {
-        (self.pkv_engine_store_error.as_ref().expect("Expected function, got error."))(e, out, cap, out_len)
     }
     pub unsafe fn pkv_seq_params_init(&self, p: *mut pkv_seq_params, size: u32) -> pkv_status {
         (self.pkv_seq_params_init.as_ref().expect("Expected function, got error."))(p, size)
@@ -1109,26 +1033,6 @@ impl PkvLib {
     }
     pub unsafe fn pkv_release(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
         (self.pkv_release.as_ref().expect("Expected function, got error."))(e, seq)
-    }
-    pub unsafe fn pkv_truncate(&self, e: *mut pkv_engine, seq: u64, num_tokens: u32) -> pkv_status {
-        (self.pkv_truncate.as_ref().expect("Expected function, got error."))(e, seq, num_tokens)
-    }
-    pub unsafe fn pkv_preempt(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
-        (self.pkv_preempt.as_ref().expect("Expected function, got error."))(e, seq)
-    }
-    pub unsafe fn pkv_resume(
-        &self,
-        e: *mut pkv_engine,
-        seq: u64,
-        out_num_cached_tokens: *mut u32,
-    ) -> pkv_status {
-        (self.pkv_resume.as_ref().expect("Expected function, got error."))(e, seq, out_num_cached_tokens)
-    }
-    pub unsafe fn pkv_swap_out(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
-        (self.pkv_swap_out.as_ref().expect("Expected function, got error."))(e, seq)
-    }
-    pub unsafe fn pkv_swap_in(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
-        (self.pkv_swap_in.as_ref().expect("Expected function, got error."))(e, seq)
     }
     pub unsafe fn pkv_seq_info(&self, e: *mut pkv_engine, seq: u64, out: *mut pkv_seq_info) -> pkv_status {
         (self.pkv_seq_info.as_ref().expect("Expected function, got error."))(e, seq, out)
@@ -1194,6 +1098,17 @@ impl PkvLib {
     pub unsafe fn pkv_batch_abort(&self, b: *mut pkv_batch) -> () {
         (self.pkv_batch_abort.as_ref().expect("Expected function, got error."))(b)
     }
+    pub unsafe fn pkv_attention(
+        &self,
+        b: *mut pkv_batch,
+        layer: u32,
+        q: *const ::std::os::raw::c_void,
+        k: *const ::std::os::raw::c_void,
+        v: *const ::std::os::raw::c_void,
+        out: *mut ::std::os::raw::c_void,
+    ) -> pkv_status {
+        (self.pkv_attention.as_ref().expect("Expected function, got error."))(b, layer, q, k, v, out)
+    }
     pub unsafe fn pkv_request_params_init(&self, p: *mut pkv_request_params, size: u32) -> pkv_status {
         (self.pkv_request_params_init.as_ref().expect("Expected function, got error."))(p, size)
     }
@@ -1222,6 +1137,89 @@ impl PkvLib {
     ) -> pkv_status {
         (self.pkv_drain_finished.as_ref().expect("Expected function, got error."))(e, out, cap, out_len)
     }
+    pub unsafe fn pkv_engine_params_from_hf_config(
+        &self,
+        p: *mut pkv_engine_params,
+        json: *const ::std::os::raw::c_char,
+        json_len: usize,
+    ) -> pkv_status {
+        (self.pkv_engine_params_from_hf_config.as_ref().expect("Expected function, got error."))(
+            p, json, json_len,
+        )
+    }
+    pub unsafe fn pkv_hf_config_layer_windows(
+        &self,
+        json: *const ::std::os::raw::c_char,
+        json_len: usize,
+        out: *mut u32,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_hf_config_layer_windows.as_ref().expect("Expected function, got error."))(
+            json, json_len, out, cap, out_len,
+        )
+    }
+    pub unsafe fn pkv_hf_config_digest(
+        &self,
+        json: *const ::std::os::raw::c_char,
+        json_len: usize,
+        out: *mut ::std::os::raw::c_char,
+        cap: u32,
+    ) -> pkv_status {
+        (self.pkv_hf_config_digest.as_ref().expect("Expected function, got error."))(json, json_len, out, cap)
+    }
+    pub unsafe fn pkv_kv_groups(
+        &self,
+        p: *const pkv_engine_params,
+        layer_group: *mut u32,
+        layer_slot: *mut u32,
+        group_window: *mut u32,
+        cap: u32,
+        out_num_groups: *mut u32,
+        out_group_layers: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_kv_groups.as_ref().expect("Expected function, got error."))(
+            p,
+            layer_group,
+            layer_slot,
+            group_window,
+            cap,
+            out_num_groups,
+            out_group_layers,
+        )
+    }
+    pub unsafe fn pkv_profile(&self, p: *const pkv_engine_params, out: *mut pkv_kv_budget) -> pkv_status {
+        (self.pkv_profile.as_ref().expect("Expected function, got error."))(p, out)
+    }
+    pub unsafe fn pkv_engine_stats(&self, e: *mut pkv_engine, out: *mut pkv_stats) -> pkv_status {
+        (self.pkv_engine_stats.as_ref().expect("Expected function, got error."))(e, out)
+    }
+    pub unsafe fn pkv_pool_info(&self, e: *mut pkv_engine, out: *mut pkv_pool_info) -> pkv_status {
+        (self.pkv_pool_info.as_ref().expect("Expected function, got error."))(e, out)
+    }
+    pub unsafe fn pkv_reset_prefix_cache(&self, e: *mut pkv_engine) -> pkv_status {
+        (self.pkv_reset_prefix_cache.as_ref().expect("Expected function, got error."))(e)
+    }
+    pub unsafe fn pkv_preempt(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
+        (self.pkv_preempt.as_ref().expect("Expected function, got error."))(e, seq)
+    }
+    pub unsafe fn pkv_resume(
+        &self,
+        e: *mut pkv_engine,
+        seq: u64,
+        out_num_cached_tokens: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_resume.as_ref().expect("Expected function, got error."))(e, seq, out_num_cached_tokens)
+    }
+    pub unsafe fn pkv_swap_out(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
+        (self.pkv_swap_out.as_ref().expect("Expected function, got error."))(e, seq)
+    }
+    pub unsafe fn pkv_swap_in(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
+        (self.pkv_swap_in.as_ref().expect("Expected function, got error."))(e, seq)
+    }
+    pub unsafe fn pkv_truncate(&self, e: *mut pkv_engine, seq: u64, num_tokens: u32) -> pkv_status {
+        (self.pkv_truncate.as_ref().expect("Expected function, got error."))(e, seq, num_tokens)
+    }
     pub unsafe fn pkv_drain_kv_events(
         &self,
         e: *mut pkv_engine,
@@ -1243,29 +1241,19 @@ impl PkvLib {
             e, out, event_size, cap, out_len,
         )
     }
+    pub unsafe fn pkv_event_publisher_params_init(
+        &self,
+        p: *mut pkv_event_publisher_params,
+        size: u32,
+    ) -> pkv_status {
+        (self.pkv_event_publisher_params_init.as_ref().expect("Expected function, got error."))(p, size)
+    }
     pub unsafe fn pkv_event_publisher_info(
         &self,
         e: *mut pkv_engine,
         out: *mut pkv_event_publisher_info,
     ) -> pkv_status {
         (self.pkv_event_publisher_info.as_ref().expect("Expected function, got error."))(e, out)
-    }
-    pub unsafe fn pkv_reset_prefix_cache(&self, e: *mut pkv_engine) -> pkv_status {
-        (self.pkv_reset_prefix_cache.as_ref().expect("Expected function, got error."))(e)
-    }
-    pub unsafe fn pkv_attention(
-        &self,
-        b: *mut pkv_batch,
-        layer: u32,
-        q: *const ::std::os::raw::c_void,
-        k: *const ::std::os::raw::c_void,
-        v: *const ::std::os::raw::c_void,
-        out: *mut ::std::os::raw::c_void,
-    ) -> pkv_status {
-        (self.pkv_attention.as_ref().expect("Expected function, got error."))(b, layer, q, k, v, out)
-    }
-    pub unsafe fn pkv_pool_info(&self, e: *mut pkv_engine, out: *mut pkv_pool_info) -> pkv_status {
-        (self.pkv_pool_info.as_ref().expect("Expected function, got error."))(e, out)
     }
     pub unsafe fn pkv_set_kv_scales(
         &self,
@@ -1311,6 +1299,18 @@ impl PkvLib {
             num_tokens,
             out_hash,
         )
+    }
+    pub unsafe fn pkv_store_params_init(&self, p: *mut pkv_store_params, size: u32) -> pkv_status {
+        (self.pkv_store_params_init.as_ref().expect("Expected function, got error."))(p, size)
+    }
+    pub unsafe fn pkv_engine_store_error(
+        &self,
+        e: *mut pkv_engine,
+        out: *mut ::std::os::raw::c_char,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_engine_store_error.as_ref().expect("Expected function, got error."))(e, out, cap, out_len)
     }
     pub unsafe fn pkv_store_open(&self, p: *const pkv_store_params, out: *mut *mut pkv_store) -> pkv_status {
         (self.pkv_store_open.as_ref().expect("Expected function, got error."))(p, out)
