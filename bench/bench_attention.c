@@ -84,8 +84,7 @@ static const kv_kind KINDS[NUM_KINDS] = {{"bf16", PKV_DTYPE_BF16, 0},
                                          {"e4m3", PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3}};
 
 /* head_dim 256 keeps 4 kv heads (Gemma's), the others 8. */
-static bench_shape make_shape(uint32_t gqa, uint32_t head_dim, uint32_t window)
-{
+static bench_shape make_shape(uint32_t gqa, uint32_t head_dim, uint32_t window) {
   const uint32_t kv_heads = head_dim >= 256 ? 4 : 8;
   return (bench_shape){kv_heads * gqa, kv_heads, head_dim, window, 0};
 }
@@ -99,8 +98,7 @@ typedef struct decode_case {
 } decode_case;
 
 /* Bytes of one K (or V) block of a case: BLOCK tokens of every kv head. */
-static size_t case_block_bytes(const decode_case *c)
-{
+static size_t case_block_bytes(const decode_case *c) {
   return (size_t)BLOCK * make_shape(c->gqa, c->head_dim, c->window).kv_heads * c->head_dim *
          (KINDS[c->kind].kv_dtype ? 1 : 2);
 }
@@ -115,36 +113,31 @@ typedef struct bench_cfg {
   double best_probe; /* the best probe of the run so far */
   size_t block_bytes[8];
   double block_probe[8]; /* the scattered-block probes, by block size (0: none yet) */
-  double min_busy;   /* the lowest busy of the decode rows */
+  double min_busy;       /* the lowest busy of the decode rows */
   const char *kernels;
   run_tables tables;
 } bench_cfg;
 
-static double probe_now(bench_cfg *cfg, int reps)
-{
+static double probe_now(bench_cfg *cfg, int reps) {
   const double gbs = bench_probe(cfg->probe_buf, PROBE_BYTES, cfg->threads, reps);
-  if (gbs > cfg->best_probe)
-    cfg->best_probe = gbs;
+  if (gbs > cfg->best_probe) cfg->best_probe = gbs;
   return gbs;
 }
 
 /* The scattered-block probe of block_bytes (measured once, best of 3); 0 when it cannot run. */
-static double scattered_probe(bench_cfg *cfg, size_t block_bytes)
-{
+static double scattered_probe(bench_cfg *cfg, size_t block_bytes) {
   int i = 0;
   for (; i < 8 && cfg->block_bytes[i]; i++)
-    if (cfg->block_bytes[i] == block_bytes)
-      return cfg->block_probe[i];
-  if (i == 8)
-    return 0.0;
+    if (cfg->block_bytes[i] == block_bytes) return cfg->block_probe[i];
+  if (i == 8) return 0.0;
   cfg->block_bytes[i] = block_bytes;
-  cfg->block_probe[i] = bench_probe_blocks(cfg->probe_buf, PROBE_BYTES, block_bytes, cfg->threads, 3);
+  cfg->block_probe[i] =
+      bench_probe_blocks(cfg->probe_buf, PROBE_BYTES, block_bytes, cfg->threads, 3);
   return cfg->block_probe[i];
 }
 
 /* "32k", or "32k/w4k" under a window of 4096. */
-static const char *context_name(const decode_case *c, char *buf, size_t cap)
-{
+static const char *context_name(const decode_case *c, char *buf, size_t cap) {
   if (c->window)
     snprintf(buf, cap, "%uk/w%uk", c->ctx / 1024, c->window / 1024);
   else
@@ -152,16 +145,14 @@ static const char *context_name(const decode_case *c, char *buf, size_t cap)
   return buf;
 }
 
-static void print_case(const decode_case *c, bench_shape sh)
-{
+static void print_case(const decode_case *c, bench_shape sh) {
   char ctx[32];
   printf("%-5s %4u %4u/%-3u %4u %5u %8s", KINDS[c->kind].name, c->gqa, sh.q_heads, sh.kv_heads,
          c->head_dim, c->seqs, context_name(c, ctx, sizeof ctx));
 }
 
 /* Measures one decode case (a row of the table) into c->gbs; returns 1 when it failed. */
-static int decode_case_run(bench_cfg *cfg, decode_case *c, double start_probe)
-{
+static int decode_case_run(bench_cfg *cfg, decode_case *c, double start_probe) {
   const kv_kind *kind = &KINDS[c->kind];
   const bench_shape sh = make_shape(c->gqa, c->head_dim, c->window);
   const size_t kv_elt = kind->kv_dtype ? 1 : 2;
@@ -194,11 +185,9 @@ static int decode_case_run(bench_cfg *cfg, decode_case *c, double start_probe)
   c->gbs = bytes / sec * 1e-9;
   c->scattered = scattered_probe(cfg, case_block_bytes(c));
   cfg->kernels = kernels;
-  if (busy < cfg->min_busy)
-    cfg->min_busy = busy;
+  if (busy < cfg->min_busy) cfg->min_busy = busy;
   char scat[16] = "     -";
-  if (c->scattered > 0)
-    snprintf(scat, sizeof scat, "%5.0f%%", 100.0 * c->gbs / c->scattered);
+  if (c->scattered > 0) snprintf(scat, sizeof scat, "%5.0f%%", 100.0 * c->gbs / c->scattered);
   printf(" %6u %6.0f %8.2f %7.1f %6.1f %5.0f%% %s %4.0f%%  %s\n", layers, bytes / 1048576.0,
          sec * 1e3, c->gbs, probe, 100.0 * c->gbs / best, scat, 100.0 * busy, kernels);
   fflush(stdout);
@@ -209,27 +198,22 @@ static const uint32_t ALL_GQA[] = {1, 4, 8}, ALL_HD[] = {64, 128, 256}, ALL_SEQS
                       ALL_CTX[] = {2048, 8192, 32768, 131072};
 
 static int add_case(decode_case *cases, int n, int kind, uint32_t gqa, uint32_t hd, uint32_t seqs,
-                    uint32_t ctx, uint32_t window)
-{
-  if (n < MAX_CASES)
-    cases[n++] = (decode_case){kind, gqa, hd, seqs, ctx, window, 0.0, 0.0};
+                    uint32_t ctx, uint32_t window) {
+  if (n < MAX_CASES) cases[n++] = (decode_case){kind, gqa, hd, seqs, ctx, window, 0.0, 0.0};
   return n;
 }
 
 /* Whether mode (0 default, 1 quick, 2 full) runs this case of the full-attention cross. */
-static int case_in_mode(int mode, uint32_t gqa, uint32_t hd, uint32_t seqs, uint32_t ctx)
-{
+static int case_in_mode(int mode, uint32_t gqa, uint32_t hd, uint32_t seqs, uint32_t ctx) {
   const int base = gqa == 4 && hd == 128, one_axis = gqa == 4 || hd == 128;
   const int variation_ctx = ctx == 2048 || ctx == (seqs == 1 ? 32768u : 8192u);
   const int quick_ctx = ctx == (seqs == 1 ? 8192u : 2048u);
-  if (mode == 1)
-    return base && quick_ctx;
+  if (mode == 1) return base && quick_ctx;
   return mode == 2 || base || (one_axis && variation_ctx);
 }
 
 /* The cases of a mode, in table order (GQA 4 / head_dim 128 first); returns how many. */
-static int build_cases(decode_case *cases, int mode)
-{
+static int build_cases(decode_case *cases, int mode) {
   int n = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int g = 0; g < 3; g++)
@@ -247,8 +231,7 @@ static int build_cases(decode_case *cases, int mode)
 }
 
 /* The worst ratio of the measured cases of KV kinds fp8 or not, against probe; NULL if none. */
-static const decode_case *worst_case(const decode_case *cases, int n, int fp8)
-{
+static const decode_case *worst_case(const decode_case *cases, int n, int fp8) {
   const decode_case *worst = NULL;
   for (int i = 0; i < n; i++)
     if (cases[i].gbs > 0 && (KINDS[cases[i].kind].kv_dtype != 0) == fp8 &&
@@ -257,8 +240,7 @@ static const decode_case *worst_case(const decode_case *cases, int n, int fp8)
   return worst;
 }
 
-static void print_worst(const decode_case *cases, int n, int fp8, double probe, double target)
-{
+static void print_worst(const decode_case *cases, int n, int fp8, double probe, double target) {
   const decode_case *w = worst_case(cases, n, fp8);
   printf("decode, %s KV: ", fp8 ? "fp8 (e4m3)" : "bf16/f16");
   if (!w) {
@@ -268,7 +250,8 @@ static void print_worst(const decode_case *cases, int n, int fp8, double probe, 
   const double ratio = w->gbs / probe;
   char ctx[32];
   printf("worst ratio %.0f%% (%.1f GB/s: %s, GQA %u, head_dim %u, %u seq%s, context %s); target "
-         "%.0f%%: %s\n", 100.0 * ratio, w->gbs, KINDS[w->kind].name, w->gqa, w->head_dim, w->seqs,
+         "%.0f%%: %s\n",
+         100.0 * ratio, w->gbs, KINDS[w->kind].name, w->gqa, w->head_dim, w->seqs,
          w->seqs == 1 ? "" : "s", context_name(w, ctx, sizeof ctx), 100.0 * target,
          ratio >= target ? "met" : "NOT met");
 }
@@ -279,29 +262,30 @@ static void print_worst(const decode_case *cases, int n, int fp8, double probe, 
  * give GB/s of latent read against the read probe, and GFLOP/s against the bf16 model's GEMM of
  * the same run (bench_gemm_for: oneDNN's bf16 matmul, or OpenBLAS's; n 2048, k 512): on a CPU this
  * decode is bound by the multiply-adds, not memory. */
-static int mla_table(bench_cfg *cfg, int mode, double start_probe)
-{
+static int mla_table(bench_cfg *cfg, int mode, double start_probe) {
   static const uint32_t ctxs[] = {2048, 8192, 32768}, seqs_of[] = {1, 8};
   int exact = 0, rc = 0;
   const char *gemm = bench_gemm_for(PKV_DTYPE_BF16, &exact);
   double busy = 0.0;
-  const double gemm_gflops = gemm ? bench_gemm_gflops(gemm, 2048, MLA_RANK, 2, cfg->threads, cfg->max_runs, &busy)
-                                  : 0.0;
-  printf("\nMLA decode: %u q heads over one latent of %u (kv_lora_rank %u), 1 new token per sequence;"
-         " GB/s = latent bytes read / median step time; GFLOP/s = 2 * %u * (%u + %u) per key;\n",
-         MLA_Q_HEADS, MLA_LATENT, MLA_RANK, MLA_Q_HEADS, MLA_LATENT, MLA_RANK);
+  const double gemm_gflops =
+      gemm ? bench_gemm_gflops(gemm, 2048, MLA_RANK, 2, cfg->threads, cfg->max_runs, &busy) : 0.0;
+  printf(
+      "\nMLA decode: %u q heads over one latent of %u (kv_lora_rank %u), 1 new token per sequence;"
+      " GB/s = latent bytes read / median step time; GFLOP/s = 2 * %u * (%u + %u) per key;\n",
+      MLA_Q_HEADS, MLA_LATENT, MLA_RANK, MLA_Q_HEADS, MLA_LATENT, MLA_RANK);
   if (gemm_gflops > 0)
-    printf("yardstick: GEMM %s (n 2048, k %u) %.1f GFLOP/s; gemm%% = GFLOP/s / that\n", gemm, MLA_RANK,
-           gemm_gflops);
+    printf("yardstick: GEMM %s (n 2048, k %u) %.1f GFLOP/s; gemm%% = GFLOP/s / that\n", gemm,
+           MLA_RANK, gemm_gflops);
   else
     printf("no GEMM in this build (oneDNN or OpenBLAS): gemm%% not measured\n");
-  printf("%-5s %5s %8s %6s %6s %8s %7s %6s %6s %7s %6s %5s\n", "kv", "seqs", "context", "layers", "MiB",
-         "ms/step", "GB/s", "probe", "ratio", "GFLOP/s", "gemm%", "busy");
+  printf("%-5s %5s %8s %6s %6s %8s %7s %6s %6s %7s %6s %5s\n", "kv", "seqs", "context", "layers",
+         "MiB", "ms/step", "GB/s", "probe", "ratio", "GFLOP/s", "gemm%", "busy");
   for (int k = 0; k < NUM_KINDS; k += 2) /* bf16, e4m3 */
     for (int si = 0; si < 2; si++)
       for (int x = 0; x < 3; x++) {
         const uint32_t seqs = seqs_of[si], ctx = ctxs[x];
-        if ((mode == 1 && (k != 0 || seqs != 1 || ctx != 2048)) || (mode == 0 && seqs != 1 && ctx != 2048))
+        if ((mode == 1 && (k != 0 || seqs != 1 || ctx != 2048)) ||
+            (mode == 0 && seqs != 1 && ctx != 2048))
           continue;
         const kv_kind *kind = &KINDS[k];
         const bench_shape sh = {MLA_Q_HEADS, 1, MLA_LATENT, 0, MLA_RANK};
@@ -324,10 +308,11 @@ static int mla_table(bench_cfg *cfg, int mode, double start_probe)
           continue;
         }
         const double bytes = layers * layer_read, gbs = bytes / sec * 1e-9;
-        const double flops = (double)layers * seqs * (ctx + 1) * 2.0 * MLA_Q_HEADS * (MLA_LATENT + MLA_RANK);
+        const double flops =
+            (double)layers * seqs * (ctx + 1) * 2.0 * MLA_Q_HEADS * (MLA_LATENT + MLA_RANK);
         const double gflops = flops / sec * 1e-9;
-        printf(" %6u %6.0f %8.2f %7.2f %6.1f %5.1f%% %7.1f %5.0f%% %4.0f%%\n", layers, bytes / 1048576.0,
-               sec * 1e3, gbs, probe, 100.0 * gbs / best, gflops,
+        printf(" %6u %6.0f %8.2f %7.2f %6.1f %5.1f%% %7.1f %5.0f%% %4.0f%%\n", layers,
+               bytes / 1048576.0, sec * 1e3, gbs, probe, 100.0 * gbs / best, gflops,
                gemm_gflops > 0 ? 100.0 * gflops / gemm_gflops : 0.0, 100.0 * busy);
         fflush(stdout);
       }
@@ -335,18 +320,18 @@ static int mla_table(bench_cfg *cfg, int mode, double start_probe)
 }
 
 /* ---------------------------------------------------------------- main */
-static int usage(const char *argv0)
-{
-  fprintf(stderr, "usage: %s [--quick | --full] [--prefill | --mla] [--threads N] [--isa NAME]\n"
+static int usage(const char *argv0) {
+  fprintf(stderr,
+          "usage: %s [--quick | --full] [--prefill | --mla] [--threads N] [--isa NAME]\n"
           "  --prefill   the prefill table only\n"
           "  --mla       the MLA decode table only\n"
-          "  --isa NAME  sets PKV_CPU_ISA: avx512-bf16, avx512, avx2 or baseline\n", argv0);
+          "  --isa NAME  sets PKV_CPU_ISA: avx512-bf16, avx512, avx2 or baseline\n",
+          argv0);
   return 2;
 }
 
 /* Reads the options into *mode (0 default, 1 quick, 2 full) and cfg; 0, or 2 after the usage. */
-static int parse_args(int argc, char **argv, int *mode, bench_cfg *cfg)
-{
+static int parse_args(int argc, char **argv, int *mode, bench_cfg *cfg) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       *mode = 1;
@@ -363,15 +348,13 @@ static int parse_args(int argc, char **argv, int *mode, bench_cfg *cfg)
     else
       return usage(argv[0]);
   }
-  if (cfg->threads < 1 || cfg->threads > 64)
-    cfg->threads = 1;
+  if (cfg->threads < 1 || cfg->threads > 64) cfg->threads = 1;
   cfg->max_runs = *mode == 1 ? 3 : 7;
   return 0;
 }
 
 /* The closing probe and lines: worst ratios against the best probe of the run. */
-static void print_summary(bench_cfg *cfg, const decode_case *cases, int num_cases, double probe0)
-{
+static void print_summary(bench_cfg *cfg, const decode_case *cases, int num_cases, double probe0) {
   const double probe1 = probe_now(cfg, 5), best = cfg->best_probe;
   printf("\nread-bandwidth probe again at the end: %.1f GB/s (start %.1f, best of the run %.1f)\n",
          probe1, probe0, best);
@@ -379,8 +362,7 @@ static void print_summary(bench_cfg *cfg, const decode_case *cases, int num_case
   print_worst(cases, num_cases, 1, best, TARGET_DECODE_FP8);
   double low = 0.0, high = 0.0;
   for (int i = 0; i < num_cases; i++) {
-    if (cases[i].gbs <= 0 || cases[i].scattered <= 0)
-      continue;
+    if (cases[i].gbs <= 0 || cases[i].scattered <= 0) continue;
     const double r = cases[i].gbs / cases[i].scattered;
     low = low == 0.0 || r < low ? r : low;
     high = r > high ? r : high;
@@ -392,60 +374,62 @@ static void print_summary(bench_cfg *cfg, const decode_case *cases, int num_case
          best);
   if (cfg->min_busy < 0.9)
     printf("busy fell to %.0f%% in a decode row: other work shared the cores, so those ratios "
-           "understate pkv\n", 100.0 * cfg->min_busy);
+           "understate pkv\n",
+           100.0 * cfg->min_busy);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   const double t0 = bench_now_ns();
   int mode = 0;
-  bench_cfg cfg = {(uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, {0}, {0}, 1.0, "?", TABLES_ALL};
-  if (parse_args(argc, argv, &mode, &cfg) != 0)
-    return 2;
+  bench_cfg cfg = {
+      (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, {0}, {0}, 1.0, "?", TABLES_ALL};
+  if (parse_args(argc, argv, &mode, &cfg) != 0) return 2;
   const char *isa = getenv("PKV_CPU_ISA"), *kernels = bench_kernels();
   uint64_t *probe_buf = kernels ? bench_probe_buffer(PROBE_BYTES) : NULL;
-  if (!probe_buf)
-    return kernels ? fprintf(stderr, "bench: no memory for the 1 GiB probe\n"), 1 : 2;
+  if (!probe_buf) return kernels ? fprintf(stderr, "bench: no memory for the 1 GiB probe\n"), 1 : 2;
   cfg.probe_buf = probe_buf, cfg.kernels = kernels;
   char cpu[256];
   bench_cpu_model(cpu, sizeof cpu);
   printf("pkv bench_attention%s: CPU %s, %u thread%s; kernels %s (PKV_CPU_ISA %s)\n",
-         mode == 1 ? " --quick" : mode == 2 ? " --full" : "", cpu, cfg.threads, cfg.threads == 1 ? "" : "s",
-         kernels, isa ? isa : "unset: picked by CPUID");
+         mode == 1   ? " --quick"
+         : mode == 2 ? " --full"
+                     : "",
+         cpu, cfg.threads, cfg.threads == 1 ? "" : "s", kernels,
+         isa ? isa : "unset: picked by CPUID");
   const double probe0 = probe_now(&cfg, 5);
-  printf("read-bandwidth probe (a sum over 1 GiB on the same threads, best of 5): %.1f GB/s\n", probe0);
+  printf("read-bandwidth probe (a sum over 1 GiB on the same threads, best of 5): %.1f GB/s\n",
+         probe0);
   static decode_case cases[MAX_CASES];
   const int num_cases = cfg.tables == TABLES_ALL ? build_cases(cases, mode) : 0;
   if (num_cases > 0) {
-    printf("scattered-block probe (the same sum in blocks of a K block's size, visited in a shuffled "
-           "order, best of 3):");
+    printf(
+        "scattered-block probe (the same sum in blocks of a K block's size, visited in a shuffled "
+        "order, best of 3):");
     for (int i = 0; i < num_cases; i++) {
       const size_t b = case_block_bytes(&cases[i]);
       int seen = 0;
-      for (int j = 0; j < i; j++)
-        seen |= case_block_bytes(&cases[j]) == b;
-      if (!seen)
-        printf(" %zu KiB %.1f GB/s;", b / 1024, scattered_probe(&cfg, b));
+      for (int j = 0; j < i; j++) seen |= case_block_bytes(&cases[j]) == b;
+      if (!seen) printf(" %zu KiB %.1f GB/s;", b / 1024, scattered_probe(&cfg, b));
     }
     printf("\n");
   }
   printf("\n");
   if (num_cases > 0) {
-    printf("decode: 1 new token per sequence, block size %d; a step = every layer, >= 512 MiB of "
-           "K/V; GB/s = K/V bytes read / median step time;\nprobe = best of 3 just before the case; "
-           "ratio = GB/s / the better of it and the start probe; scat = GB/s / the scattered-block probe "
-           "of its block size\n", BLOCK);
-    printf("%-5s %4s %8s %4s %5s %8s %6s %6s %8s %7s %6s %6s %6s %5s  %s\n", "kv", "GQA", "q/kv", "hd",
-           "seqs", "context", "layers", "MiB", "ms/step", "GB/s", "probe", "ratio", "scat", "busy",
-           "kernels");
+    printf(
+        "decode: 1 new token per sequence, block size %d; a step = every layer, >= 512 MiB of "
+        "K/V; GB/s = K/V bytes read / median step time;\nprobe = best of 3 just before the case; "
+        "ratio = GB/s / the better of it and the start probe; scat = GB/s / the scattered-block probe "
+        "of its block size\n",
+        BLOCK);
+    printf("%-5s %4s %8s %4s %5s %8s %6s %6s %8s %7s %6s %6s %6s %5s  %s\n", "kv", "GQA", "q/kv",
+           "hd", "seqs", "context", "layers", "MiB", "ms/step", "GB/s", "probe", "ratio", "scat",
+           "busy", "kernels");
   }
   int rc = 0;
-  for (int i = 0; i < num_cases; i++)
-    rc |= decode_case_run(&cfg, &cases[i], probe0);
+  for (int i = 0; i < num_cases; i++) rc |= decode_case_run(&cfg, &cases[i], probe0);
   if (cfg.tables != TABLES_MLA)
     rc |= bench_prefill_table(KINDS, NUM_KINDS, cfg.threads, cfg.max_runs, mode == 1);
-  if (cfg.tables != TABLES_PREFILL)
-    rc |= mla_table(&cfg, mode, probe0);
+  if (cfg.tables != TABLES_PREFILL) rc |= mla_table(&cfg, mode, probe0);
   print_summary(&cfg, cases, num_cases, probe0);
   printf("run time %.0f s\n", (bench_now_ns() - t0) * 1e-9);
   bench_probe_buffer_free(probe_buf, PROBE_BYTES);

@@ -9,8 +9,7 @@
 #include "bench_util.h"
 
 static int make_engine(bench_run *r, const kv_kind *kind, bench_shape sh, uint32_t layers,
-                       uint32_t threads, uint64_t num_blocks)
-{
+                       uint32_t threads, uint64_t num_blocks) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = layers, p.num_q_heads = sh.q_heads, p.num_kv_heads = sh.kv_heads;
@@ -30,8 +29,7 @@ static int make_engine(bench_run *r, const kv_kind *kind, bench_shape sh, uint32
 }
 
 /* Small random values of the dtype (bf16 or f16 bits), so no lane is a NaN or a denormal. */
-static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
-{
+static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state) {
   for (size_t i = 0; i < n; i++) {
     const uint16_t mant = (uint16_t)(bench_next(state) & (dtype == PKV_DTYPE_BF16 ? 0x7f : 0x3ff));
     const uint16_t sign = (uint16_t)((i & 1) << 15);
@@ -40,27 +38,23 @@ static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
 }
 
 /* Random fp8 codes of moderate values (e4m3: 2^-4 .. 2^3; no NaN). */
-static void fill_codes(uint8_t *dst, size_t n, uint64_t *state)
-{
+static void fill_codes(uint8_t *dst, size_t n, uint64_t *state) {
   for (size_t i = 0; i < n; i++)
     dst[i] = (uint8_t)(((i & 1) << 7) | (0x18 + bench_next(state) % 0x38));
 }
 
 /* Every block of every layer the same random contents: cheap to write, and the reads stay real
  * (the pool is far larger than the caches). Also reads the kernel variant. */
-static int fill_pool(bench_run *r, int32_t dtype, int write, uint64_t *state)
-{
+static int fill_pool(bench_run *r, int32_t dtype, int write, uint64_t *state) {
   struct pkv_pool_info pool;
   memset(&pool, 0, sizeof pool);
   pool.struct_size = sizeof pool;
   const pkv_status ps = pkv_pool_info(r->e, &pool);
-  if (ps != PKV_OK)
-    return bench_fail(r->e, "pkv_pool_info", ps);
+  if (ps != PKV_OK) return bench_fail(r->e, "pkv_pool_info", ps);
   r->kernels = pool.kernels ? pool.kernels : "?";
   const size_t block_bytes = pool.block_stride * r->kv_elt;
   uint16_t *block = write ? malloc(block_bytes) : NULL;
-  if (!block)
-    return write ? -1 : 0;
+  if (!block) return write ? -1 : 0;
   if (r->kv_elt == 1)
     fill_codes((uint8_t *)block, block_bytes, state);
   else
@@ -76,15 +70,14 @@ static int fill_pool(bench_run *r, int32_t dtype, int write, uint64_t *state)
 }
 
 int bench_run_open(bench_run *r, const kv_kind *kind, bench_shape sh, uint32_t layers,
-                   uint32_t threads, uint64_t num_blocks, uint32_t num_seqs, uint32_t ctx, int decode)
-{
+                   uint32_t threads, uint64_t num_blocks, uint32_t num_seqs, uint32_t ctx,
+                   int decode) {
   uint64_t ids[BENCH_MAX_SEQS], state = 7;
   memset(r, 0, sizeof *r);
   int32_t *tokens = malloc(sizeof(int32_t) * ((size_t)ctx + 1));
   if (!tokens || num_seqs > BENCH_MAX_SEQS || make_engine(r, kind, sh, layers, threads, num_blocks))
     return free(tokens), -1;
-  for (uint32_t i = 0; i <= ctx; i++)
-    tokens[i] = bench_token(&state);
+  for (uint32_t i = 0; i <= ctx; i++) tokens[i] = bench_token(&state);
   pkv_status st = PKV_OK;
   for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++)
     st = pkv_allocate(r->e, tokens, ctx, NULL, &ids[s], NULL);
@@ -92,31 +85,26 @@ int bench_run_open(bench_run *r, const kv_kind *kind, bench_shape sh, uint32_t l
     return free(tokens), st != PKV_OK ? bench_fail(r->e, "pkv_allocate", st) : -1;
   st = bench_open_batch(r->e, ids, num_seqs, tokens + ctx, decode, &r->b);
   free(tokens);
-  if (st != PKV_OK)
-    return bench_fail(r->e, "building the batch", st);
+  if (st != PKV_OK) return bench_fail(r->e, "building the batch", st);
   const size_t rows = decode ? num_seqs : (size_t)num_seqs * ctx;
   const size_t q_elts = rows * sh.q_heads * sh.head_dim, kv_elts = rows * sh.kv_heads * sh.head_dim;
   r->q = malloc(q_elts * r->elt), r->out = malloc(q_elts * r->elt);
   r->k = malloc(kv_elts * r->elt), r->v = sh.kv_lora_rank ? NULL : malloc(kv_elts * r->elt);
-  if (!r->q || !r->out || !r->k || (!r->v && !sh.kv_lora_rank))
-    return -1;
+  if (!r->q || !r->out || !r->k || (!r->v && !sh.kv_lora_rank)) return -1;
   fill_values(r->q, q_elts, kind->dtype, &state);
   fill_values(r->k, kv_elts, kind->dtype, &state);
-  if (r->v)
-    fill_values(r->v, kv_elts, kind->dtype, &state);
+  if (r->v) fill_values(r->v, kv_elts, kind->dtype, &state);
   return 0;
 }
 
-void bench_run_close(bench_run *r)
-{
+void bench_run_close(bench_run *r) {
   pkv_batch_abort(r->b);
   pkv_engine_destroy(r->e);
   free(r->q), free(r->k), free(r->v), free(r->out);
   memset(r, 0, sizeof *r);
 }
 
-const char *bench_kernels(void)
-{
+const char *bench_kernels(void) {
   static const kv_kind bf16 = {"bf16", PKV_DTYPE_BF16, 0};
   bench_run r;
   uint64_t state = 1;
@@ -128,13 +116,11 @@ const char *bench_kernels(void)
   return ok ? kernels : NULL;
 }
 
-int bench_run_step(void *arg)
-{
+int bench_run_step(void *arg) {
   bench_run *r = arg;
   for (uint32_t l = 0; l < r->layers; l++) {
     const pkv_status s = pkv_attention(r->b, l, r->q, r->k, r->v, r->out);
-    if (s != PKV_OK)
-      return bench_fail(r->e, "pkv_attention", s);
+    if (s != PKV_OK) return bench_fail(r->e, "pkv_attention", s);
   }
   return 0;
 }

@@ -29,9 +29,9 @@ typedef struct bench_run {
   pkv_engine *e;
   pkv_batch *b;
   uint32_t layers;
-  size_t elt, kv_elt;  /* bytes of an element of q, k, v, out; of the pool */
+  size_t elt, kv_elt;    /* bytes of an element of q, k, v, out; of the pool */
   void *q, *k, *v, *out; /* MLA: v NULL */
-  const char *kernels; /* pkv_pool_info.kernels */
+  const char *kernels;   /* pkv_pool_info.kernels */
 } bench_run;
 
 /* A CPU engine of `layers` layers and num_blocks blocks (block size BENCH_BLOCK_SIZE, no prefix
@@ -41,7 +41,8 @@ typedef struct bench_run {
  * batch computes the whole prompts. 0, or -1 after saying what failed (then bench_run_close
  * still frees what was made). */
 int bench_run_open(bench_run *r, const kv_kind *kind, bench_shape sh, uint32_t layers,
-                   uint32_t threads, uint64_t num_blocks, uint32_t num_seqs, uint32_t ctx, int decode);
+                   uint32_t threads, uint64_t num_blocks, uint32_t num_seqs, uint32_t ctx,
+                   int decode);
 void bench_run_close(bench_run *r);
 
 /* The CPU kernel variant an engine gets (pkv_pool_info.kernels; PKV_CPU_ISA forces one), or

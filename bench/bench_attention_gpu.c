@@ -26,8 +26,15 @@
 #include "bench_mla_gpu.h"
 #include "bench_util.h"
 
-enum { Q_HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16, MAX_SEQS = 64, MAX_RUNS = 31,
-       WINDOW = 1024 };
+enum {
+  Q_HEADS = 32,
+  KV_HEADS = 8,
+  HEAD_DIM = 128,
+  BLOCK = 16,
+  MAX_SEQS = 64,
+  MAX_RUNS = 31,
+  WINDOW = 1024
+};
 #define FLUSH_BYTES ((size_t)256 << 20) /* more than the L2 of any device we run on */
 #define PROBE_BYTES ((size_t)1 << 30)
 #define FILL_CHUNK ((size_t)8 << 20)
@@ -37,20 +44,20 @@ static void *flush_dev;
 
 cudaStream_t bench_gpu_stream(void) { return stream; }
 
-int bench_gpu_cuda_fail(cudaError_t err, const char *what)
-{
+int bench_gpu_cuda_fail(cudaError_t err, const char *what) {
   fprintf(stderr, "bench_attention_gpu: %s: %s\n", what, cudaGetErrorString(err));
   return -1;
 }
 
-static int is_fp8(int32_t dtype) { return dtype == PKV_DTYPE_FP8_E4M3 || dtype == PKV_DTYPE_FP8_E5M2; }
+static int is_fp8(int32_t dtype) {
+  return dtype == PKV_DTYPE_FP8_E4M3 || dtype == PKV_DTYPE_FP8_E5M2;
+}
 
 /* Bytes of one element of a cache of this dtype. */
 static size_t elem_bytes(int32_t dtype) { return is_fp8(dtype) ? 1 : 2; }
 
 /* Small random values of the dtype (bf16 or f16 bits; fp8 codes two to a uint16_t). */
-static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
-{
+static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state) {
   for (size_t i = 0; i < n; i++) {
     const uint64_t r = bench_next(state);
     if (is_fp8(dtype)) { /* codes 0x20..0x3f, both signs: ~0.1..2 (e4m3), ~0.01..2 (e5m2) */
@@ -64,8 +71,7 @@ static void fill_values(uint16_t *dst, size_t n, int32_t dtype, uint64_t *state)
 }
 
 /* bench_attention_gpu.h: a random chunk uploaded, then doubled in place on the device. */
-int bench_gpu_fill(void *dst, size_t bytes, int32_t dtype, uint64_t *state)
-{
+int bench_gpu_fill(void *dst, size_t bytes, int32_t dtype, uint64_t *state) {
   const size_t chunk = bytes < FILL_CHUNK ? bytes : FILL_CHUNK;
   uint16_t *host = malloc(chunk);
   fill_values(host, chunk / 2, dtype, state);
@@ -79,14 +85,12 @@ int bench_gpu_fill(void *dst, size_t bytes, int32_t dtype, uint64_t *state)
 }
 
 /* Best GB/s (bytes read + written) of `reps` device-to-device copies of PROBE_BYTES / 2. */
-static double probe(int reps)
-{
+static double probe(int reps) {
   void *buf = NULL;
   cudaEvent_t e0, e1;
   const size_t half = PROBE_BYTES / 2;
   double best = 0.0;
-  if (cudaMalloc(&buf, PROBE_BYTES) != cudaSuccess)
-    return 0.0;
+  if (cudaMalloc(&buf, PROBE_BYTES) != cudaSuccess) return 0.0;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
   for (int r = 0; r <= reps; r++) {
     cudaEventRecord(e0, stream);
@@ -112,8 +116,7 @@ typedef struct kv_config {
 } kv_config;
 
 /* fp8 caches get scales of 1/64 (values ~0.002..0.03 in the model), set before any sequence. */
-static pkv_status make_engine(bench_run *r, kv_config c, uint64_t num_blocks)
-{
+static pkv_status make_engine(bench_run *r, kv_config c, uint64_t num_blocks) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = 1, p.num_q_heads = Q_HEADS, p.num_kv_heads = KV_HEADS, p.head_dim = HEAD_DIM;
@@ -124,8 +127,7 @@ static pkv_status make_engine(bench_run *r, kv_config c, uint64_t num_blocks)
   pkv_status s = pkv_engine_create(&p, &r->e);
   if (s == PKV_OK && is_fp8(c.kv_dtype)) {
     float scales[KV_HEADS];
-    for (int h = 0; h < KV_HEADS; h++)
-      scales[h] = 1.0f / 64;
+    for (int h = 0; h < KV_HEADS; h++) scales[h] = 1.0f / 64;
     s = pkv_set_kv_scales(r->e, 0, scales, scales);
   }
   return s != PKV_OK ? s : pkv_engine_set_stream(r->e, stream);
@@ -133,31 +135,27 @@ static pkv_status make_engine(bench_run *r, kv_config c, uint64_t num_blocks)
 
 /* num_seqs prompts of ctx tokens, computed by writing their K/V into the pool; then one appended
  * token each and an open decode batch with q/k/v/out for it (or, decode 0, the prompts' batch). */
-static int setup_batch(bench_run *r, kv_config c, uint32_t num_seqs, uint32_t ctx, int decode)
-{
+static int setup_batch(bench_run *r, kv_config c, uint32_t num_seqs, uint32_t ctx, int decode) {
   const int32_t dtype = c.dtype, kv_dtype = c.kv_dtype ? c.kv_dtype : c.dtype;
   uint64_t ids[MAX_SEQS], state = 7;
   int32_t *tokens = malloc(sizeof(int32_t) * (ctx + 1));
   pkv_status st = PKV_OK;
   for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++) {
-    for (uint32_t i = 0; i <= ctx; i++)
-      tokens[i] = bench_token(&state);
+    for (uint32_t i = 0; i <= ctx; i++) tokens[i] = bench_token(&state);
     st = pkv_allocate(r->e, tokens, ctx, NULL, &ids[s], NULL);
   }
   /* The whole pool (K and V) random: one chunk uploaded, then copied on the device. */
   struct pkv_pool_info pool = {.struct_size = sizeof pool};
-  if (st == PKV_OK)
-    st = pkv_pool_info(r->e, &pool);
-  if (st == PKV_OK && decode && (bench_gpu_fill(pool.k_base, pool.bytes_per_pool, kv_dtype, &state) ||
-                                 bench_gpu_fill(pool.v_base, pool.bytes_per_pool, kv_dtype, &state))) {
+  if (st == PKV_OK) st = pkv_pool_info(r->e, &pool);
+  if (st == PKV_OK && decode &&
+      (bench_gpu_fill(pool.k_base, pool.bytes_per_pool, kv_dtype, &state) ||
+       bench_gpu_fill(pool.v_base, pool.bytes_per_pool, kv_dtype, &state))) {
     free(tokens);
     return -1;
   }
-  if (st == PKV_OK)
-    st = bench_open_batch(r->e, ids, num_seqs, tokens + ctx, decode, &r->b);
+  if (st == PKV_OK) st = bench_open_batch(r->e, ids, num_seqs, tokens + ctx, decode, &r->b);
   free(tokens);
-  if (st != PKV_OK)
-    return bench_fail(r->e, "building the batch", st);
+  if (st != PKV_OK) return bench_fail(r->e, "building the batch", st);
   const size_t rows = decode ? num_seqs : (size_t)num_seqs * ctx;
   const size_t qb = rows * Q_HEADS * HEAD_DIM * 2, kb = rows * KV_HEADS * HEAD_DIM * 2; /* 16-bit */
   cudaError_t err;
@@ -165,11 +163,12 @@ static int setup_batch(bench_run *r, kv_config c, uint32_t num_seqs, uint32_t ct
       (err = cudaMalloc(&r->k, kb)) || (err = cudaMalloc(&r->v, kb)))
     return bench_gpu_cuda_fail(err, "cudaMalloc of q/k/v/out");
   return bench_gpu_fill(r->q, qb, dtype, &state) || bench_gpu_fill(r->k, kb, dtype, &state) ||
-         bench_gpu_fill(r->v, kb, dtype, &state) ? -1 : 0;
+                 bench_gpu_fill(r->v, kb, dtype, &state)
+             ? -1
+             : 0;
 }
 
-void bench_gpu_free_run(bench_run *r)
-{
+void bench_gpu_free_run(bench_run *r) {
   pkv_batch_abort(r->b);
   pkv_engine_destroy(r->e);
   cudaFree(r->q), cudaFree(r->k), cudaFree(r->v), cudaFree(r->out);
@@ -177,11 +176,9 @@ void bench_gpu_free_run(bench_run *r)
 
 /* An engine of num_blocks and its batch (setup_batch); 0, or -1 with everything freed. */
 static int open_run(bench_run *r, kv_config c, uint64_t num_blocks, uint32_t seqs, uint32_t ctx,
-                    int decode)
-{
+                    int decode) {
   const pkv_status s = make_engine(r, c, num_blocks);
-  if (s != PKV_OK)
-    bench_fail(r->e, "pkv_engine_create", s);
+  if (s != PKV_OK) bench_fail(r->e, "pkv_engine_create", s);
   if (s != PKV_OK || setup_batch(r, c, seqs, ctx, decode)) {
     bench_gpu_free_run(r);
     return -1;
@@ -190,8 +187,7 @@ static int open_run(bench_run *r, kv_config c, uint64_t num_blocks, uint32_t seq
 }
 
 /* bench_attention_gpu.h; cudaEvents on the engine's stream around each call. */
-double bench_gpu_time_calls(bench_run *r, uint32_t runs)
-{
+double bench_gpu_time_calls(bench_run *r, uint32_t runs) {
   double t[MAX_RUNS + 1], result = -1.0;
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -204,30 +200,30 @@ double bench_gpu_time_calls(bench_run *r, uint32_t runs)
     cudaEventSynchronize(e1); /* when it fails, so does cudaEventElapsedTime */
     const cudaError_t err = cudaEventElapsedTime(&ms, e0, e1);
     if (s != PKV_OK || err != cudaSuccess) {
-      s != PKV_OK ? bench_fail(r->e, "pkv_attention", s) : bench_gpu_cuda_fail(err, "timing pkv_attention");
+      s != PKV_OK ? bench_fail(r->e, "pkv_attention", s)
+                  : bench_gpu_cuda_fail(err, "timing pkv_attention");
       break;
     }
     t[i] = ms * 1e-3;
-    if (i == runs)
-      result = bench_median(t + 1, runs);
+    if (i == runs) result = bench_median(t + 1, runs);
   }
   cudaEventDestroy(e0), cudaEventDestroy(e1);
   return result;
 }
 
-static const char *dtype_name(int32_t d)
-{
-  return d == PKV_DTYPE_BF16 ? "bf16" : d == PKV_DTYPE_F16 ? "f16" : d == PKV_DTYPE_FP8_E4M3 ? "e4m3" : "e5m2";
+static const char *dtype_name(int32_t d) {
+  return d == PKV_DTYPE_BF16       ? "bf16"
+         : d == PKV_DTYPE_F16      ? "f16"
+         : d == PKV_DTYPE_FP8_E4M3 ? "e4m3"
+                                   : "e5m2";
 }
 
-static int no_device(const char *why)
-{
+static int no_device(const char *why) {
   printf("bench_attention_gpu: no CUDA device: %s\n", why);
   return 0;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   if (argc > 2 || (argc == 2 && strcmp(argv[1], "--quick") != 0)) {
     fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
     return 2;
@@ -239,20 +235,17 @@ int main(int argc, char **argv)
     return no_device(err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount: 0");
   bench_run r;
   const kv_config bf16 = {PKV_DTYPE_BF16, 0, 0};
-  const pkv_status ps = make_engine(&r, bf16, 1); /* does pkv see it too? */
-  if (ps == PKV_ERR_NO_DEVICE)
-    return no_device(pkv_last_error()); /* r.e is NULL */
+  const pkv_status ps = make_engine(&r, bf16, 1);                  /* does pkv see it too? */
+  if (ps == PKV_ERR_NO_DEVICE) return no_device(pkv_last_error()); /* r.e is NULL */
   pkv_engine_destroy(r.e);
-  if (ps != PKV_OK)
-    return bench_fail(NULL, "pkv_engine_create", ps) != 0;
+  if (ps != PKV_OK) return bench_fail(NULL, "pkv_engine_create", ps) != 0;
   if ((err = cudaSetDevice(0)) || (err = cudaStreamCreate(&stream)) ||
       (err = cudaMalloc(&flush_dev, FLUSH_BYTES))) {
     bench_gpu_cuda_fail(err, "setting up the device");
     return 1;
   }
   struct cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
-    strcpy(prop.name, "?");
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) strcpy(prop.name, "?");
   int clock_khz = 0, bus_bits = 0;
   if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess)
@@ -262,7 +255,8 @@ int main(int argc, char **argv)
   const double ref = peak > 0 ? peak : probe0;
   const char *ref_name = peak > 0 ? "of peak" : "of probe"; /* % column */
   printf("pkv bench_attention_gpu%s: %s; 1 layer, %d q heads / %d kv heads / head_dim %d, "
-         "block size %d\n", quick ? " --quick" : "", prop.name, Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK);
+         "block size %d\n",
+         quick ? " --quick" : "", prop.name, Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK);
   if (peak > 0)
     printf("peak bandwidth (2 * %d kHz * %d bits / 8): %.1f GB/s\n", clock_khz, bus_bits, peak);
   else
@@ -275,9 +269,12 @@ int main(int argc, char **argv)
          "median ms", "K/V MiB", "GB/s", ref_name);
   const uint32_t all_seqs[] = {1, 8, 64}, all_ctx[] = {512, 2048, 4096, 16384};
   const kv_config configs[] = {
-      {PKV_DTYPE_BF16, 0, 0},      {PKV_DTYPE_F16, 0, 0},
-      {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 0}, {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E5M2, 0},
-      {PKV_DTYPE_BF16, 0, WINDOW}, {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, WINDOW},
+      {PKV_DTYPE_BF16, 0, 0},
+      {PKV_DTYPE_F16, 0, 0},
+      {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 0},
+      {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E5M2, 0},
+      {PKV_DTYPE_BF16, 0, WINDOW},
+      {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, WINDOW},
   };
   enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
   double worst[NUM_CONFIGS];
@@ -290,7 +287,8 @@ int main(int argc, char **argv)
       for (int ci = 0; ci < 4; ci++) {
         const uint32_t seqs = all_seqs[si], ctx = all_ctx[ci];
         const uint64_t blocks = (uint64_t)seqs * ((ctx + BLOCK) / BLOCK) + 1;
-        const double pool_bytes = (double)blocks * BLOCK * KV_HEADS * HEAD_DIM * 2 * elem_bytes(kv_dtype);
+        const double pool_bytes =
+            (double)blocks * BLOCK * KV_HEADS * HEAD_DIM * 2 * elem_bytes(kv_dtype);
         size_t free_bytes = 0, total_bytes = 0;
         cudaMemGetInfo(&free_bytes, &total_bytes);
         if (pool_bytes > 0.8 * (double)free_bytes || (quick && (seqs == 64 || ctx == 16384)) ||
@@ -306,8 +304,7 @@ int main(int argc, char **argv)
         const double bytes = (double)seqs * 2 * keys * KV_HEADS * HEAD_DIM * elem_bytes(kv_dtype);
         const double gbs = sec > 0 ? bytes / sec * 1e-9 : 0.0;
         rc |= sec <= 0;
-        if (ctx >= 2048 && gbs > 0 && gbs < worst[k])
-          worst[k] = gbs;
+        if (ctx >= 2048 && gbs > 0 && gbs < worst[k]) worst[k] = gbs;
         printf("%-5s %-5s %6u %5u %8u %10.4f %10.1f %8.1f %8.0f%%\n", dtype_name(c.dtype),
                dtype_name(kv_dtype), c.window, seqs, ctx, sec * 1e3, bytes / 1048576.0, gbs,
                100.0 * gbs / ref);
@@ -334,7 +331,9 @@ int main(int argc, char **argv)
   printf("%-5s %-5s %6s %7s %10s %9s %8s\n", "model", "cache", "window", "tokens", "median ms",
          "GFLOP/s", "of peak");
   const kv_config prefills[] = {
-      {PKV_DTYPE_BF16, 0, 0}, {PKV_DTYPE_F16, 0, 0}, {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 0},
+      {PKV_DTYPE_BF16, 0, 0},
+      {PKV_DTYPE_F16, 0, 0},
+      {PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 0},
       {PKV_DTYPE_BF16, 0, WINDOW},
   };
   for (int k = 0; k < (int)(sizeof prefills / sizeof prefills[0]); k++)

@@ -48,7 +48,7 @@ typedef struct bench {
   int32_t *prompts[PROMPTS_PER_ROUND]; /* [MAX_PROMPT] each */
   uint32_t lens[PROMPTS_PER_ROUND];
   uint64_t seqs[PROMPTS_PER_ROUND];
-  int32_t *miss_prompt;                /* [MAX_PROMPT] */
+  int32_t *miss_prompt; /* [MAX_PROMPT] */
   op_acc acc[NUM_OPS];
 } bench;
 
@@ -114,7 +114,8 @@ static int query_round(bench *b) {
     double t0 = bench_now_ns();
     for (uint32_t r = 0; r < b->cfg->query_reps && s == PKV_OK; r++)
       s = pkv_allocate_query(b->e, b->prompts[i], b->lens[i], NULL, &need, &cached);
-    op_add(&b->acc[OP_QUERY_HIT], t0, b->cfg->query_reps, b->cfg->query_reps * blocks_of(b->lens[i]));
+    op_add(&b->acc[OP_QUERY_HIT], t0, b->cfg->query_reps,
+           b->cfg->query_reps * blocks_of(b->lens[i]));
     if (s != PKV_OK) return bench_fail(b->e, "pkv_allocate_query (hit)", s);
     if (cached + BLOCK_SIZE < b->lens[i]) { /* a hit walk must find all but the last block */
       fprintf(stderr, "bench: a sealed prompt of %u tokens had only %u cached tokens\n", b->lens[i],
@@ -239,7 +240,8 @@ int main(int argc, char **argv) {
   static const uint32_t pools[BENCH_NUM_POOLS] = {4096, 65536, 524288};
   static const uint32_t shared[BENCH_NUM_SHARED] = {0, 50};
   bench *b = calloc(1, sizeof *b);
-  if (b == NULL || bench_alloc_prompts(b->prompts, PROMPTS_PER_ROUND, &b->miss_prompt, MAX_PROMPT)) {
+  if (b == NULL ||
+      bench_alloc_prompts(b->prompts, PROMPTS_PER_ROUND, &b->miss_prompt, MAX_PROMPT)) {
     fprintf(stderr, "bench: out of memory\n");
     return 1;
   }
@@ -251,7 +253,7 @@ int main(int argc, char **argv) {
   int status = 0;
   for (int p = 0; p < BENCH_NUM_POOLS && status == 0; p++) {
     for (int sh = 0; sh < BENCH_NUM_SHARED && status == 0; sh++) {
-      bench_cfg cfg = {pools[p], shared[sh], quick ? 1 : 7, quick ? 1 : 8, quick ? 4 : 16,
+      bench_cfg cfg = {pools[p],       shared[sh], quick ? 1 : 7, quick ? 1 : 8, quick ? 4 : 16,
                        quick ? 2 : 20, 1.0};
       bench_notes notes = {0, 0, 0};
       status = bench_config(&cfg, b, results[p][sh], &notes);

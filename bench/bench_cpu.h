@@ -21,8 +21,8 @@ double bench_probe(const uint64_t *buf, size_t bytes, uint32_t threads, int reps
 /* The same sum with a software prefetch (into L2) of every line ahead_bytes (>= 64) ahead of the
  * loads: what a kernel that must prefetch each line (rows a stride apart, blocks scattered) pays
  * against the hardware prefetchers' streaming. */
-double bench_probe_prefetched(const uint64_t *buf, size_t bytes, size_t ahead_bytes, uint32_t threads,
-                              int reps);
+double bench_probe_prefetched(const uint64_t *buf, size_t bytes, size_t ahead_bytes,
+                              uint32_t threads, int reps);
 
 /* The same sum over buf's blocks of block_bytes (a multiple of 64 that divides bytes), visited in
  * a shuffled order (a fixed seed), each block from its start to its end: the read bandwidth of a

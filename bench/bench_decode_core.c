@@ -27,8 +27,7 @@
 
 enum { KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16 };
 
-static double cpu_seconds(void)
-{
+static double cpu_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -36,32 +35,28 @@ static double cpu_seconds(void)
 
 /* GB of K/V per CPU second of one decode configuration, best of 5 rounds; < 0 on failure, 0 when
  * this CPU lacks the variant. */
-static double run(const char *isa, int32_t kv_dtype, uint32_t gqa, uint32_t ctx, uint32_t calls)
-{
+static double run(const char *isa, int32_t kv_dtype, uint32_t gqa, uint32_t ctx, uint32_t calls) {
   setenv("PKV_CPU_ISA", isa, 1);
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
-  p.num_layers = 1, p.num_q_heads = KV_HEADS * gqa, p.num_kv_heads = KV_HEADS, p.head_dim = HEAD_DIM;
+  p.num_layers = 1, p.num_q_heads = KV_HEADS * gqa, p.num_kv_heads = KV_HEADS,
+  p.head_dim = HEAD_DIM;
   p.dtype = kv_dtype == PKV_DTYPE_F16 ? PKV_DTYPE_F16 : PKV_DTYPE_BF16;
   p.kv_dtype = kv_dtype == PKV_DTYPE_FP8_E4M3 ? kv_dtype : 0;
   p.device = PKV_DEVICE_CPU, p.block_size = BLOCK, p.num_blocks = ctx / BLOCK + 2;
   p.num_threads = 1, p.enable_prefix_caching = 0;
   pkv_engine *e = NULL;
   const pkv_status cs = pkv_engine_create(&p, &e);
-  if (cs == PKV_ERR_UNSUPPORTED)
-    return 0.0;
-  if (cs != PKV_OK)
-    return bench_fail(NULL, "pkv_engine_create", cs);
+  if (cs == PKV_ERR_UNSUPPORTED) return 0.0;
+  if (cs != PKV_OK) return bench_fail(NULL, "pkv_engine_create", cs);
   uint64_t state = 11, id = 0;
   int32_t *tokens = malloc(sizeof(int32_t) * (ctx + 1));
-  for (uint32_t i = 0; i <= ctx; i++)
-    tokens[i] = bench_token(&state);
+  for (uint32_t i = 0; i <= ctx; i++) tokens[i] = bench_token(&state);
   pkv_status s = pkv_allocate(e, tokens, ctx, NULL, &id, NULL);
   struct pkv_pool_info pool;
   memset(&pool, 0, sizeof pool);
   pool.struct_size = sizeof pool;
-  if (s == PKV_OK)
-    s = pkv_pool_info(e, &pool);
+  if (s == PKV_OK) s = pkv_pool_info(e, &pool);
   const size_t kv_bytes = kv_dtype == PKV_DTYPE_FP8_E4M3 ? 1 : 2;
   /* Moderate values: bf16/f16 ~0.1-0.25 with alternating signs; e4m3 codes 2^-4..2^3. */
   unsigned char *k = pool.k_base, *v = pool.v_base;
@@ -75,8 +70,7 @@ static double run(const char *isa, int32_t kv_dtype, uint32_t gqa, uint32_t ctx,
       k[i] = v[i] = r;
   }
   pkv_batch *b = NULL;
-  if (s == PKV_OK)
-    s = bench_open_batch(e, &id, 1, tokens + ctx, 1, &b);
+  if (s == PKV_OK) s = bench_open_batch(e, &id, 1, tokens + ctx, 1, &b);
   free(tokens);
   if (s != PKV_OK) {
     bench_fail(e, "setting up the sequence", s);
@@ -84,35 +78,32 @@ static double run(const char *isa, int32_t kv_dtype, uint32_t gqa, uint32_t ctx,
     return -1.0;
   }
   const size_t q_elems = (size_t)p.num_q_heads * HEAD_DIM, kv_elems = (size_t)KV_HEADS * HEAD_DIM;
-  uint16_t *q = calloc(q_elems, 2), *out = calloc(q_elems, 2), *kn = calloc(kv_elems, 2), *vn = calloc(kv_elems, 2);
+  uint16_t *q = calloc(q_elems, 2), *out = calloc(q_elems, 2), *kn = calloc(kv_elems, 2),
+           *vn = calloc(kv_elems, 2);
   for (size_t i = 0; i < q_elems; i++)
     q[i] = (uint16_t)((p.dtype == PKV_DTYPE_F16 ? 0x3000 : 0x3e00) | (i & 0x7f) | ((i & 2) << 14));
   double best = 1e30;
   s = pkv_attention(b, 0, q, kn, vn, out); /* warm-up */
   for (int round = 0; s == PKV_OK && round < 5; round++) {
     const double c0 = cpu_seconds();
-    for (uint32_t i = 0; s == PKV_OK && i < calls; i++)
-      s = pkv_attention(b, 0, q, kn, vn, out);
+    for (uint32_t i = 0; s == PKV_OK && i < calls; i++) s = pkv_attention(b, 0, q, kn, vn, out);
     const double sec = (cpu_seconds() - c0) / calls;
-    if (sec < best)
-      best = sec;
+    if (sec < best) best = sec;
   }
-  if (s != PKV_OK)
-    bench_fail(e, "pkv_attention", s);
+  if (s != PKV_OK) bench_fail(e, "pkv_attention", s);
   pkv_batch_abort(b);
   pkv_engine_destroy(e);
   free(q), free(out), free(kn), free(vn);
   return s == PKV_OK ? 2.0 * (ctx + 1) * kv_elems * kv_bytes / best * 1e-9 : -1.0;
 }
 
-static int usage(const char *argv0)
-{
-  fprintf(stderr, "usage: %s [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3] [--gqa 1|4|8]\n", argv0);
+static int usage(const char *argv0) {
+  fprintf(stderr, "usage: %s [--dram | --ctx N] [--isa NAME] [--kv bf16|f16|e4m3] [--gqa 1|4|8]\n",
+          argv0);
   return 2;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   int dram = 0;
   uint32_t ctx = 2048;
   const char *only_isa = NULL, *only_kv = NULL;
@@ -134,8 +125,12 @@ int main(int argc, char **argv)
   }
   const uint32_t calls = ctx >= 65536 ? 2 : (uint32_t)(80 * 1024 / ctx);
   printf("pkv bench_decode_core: 1 thread, 1 sequence of %u tokens (%s), %d kv heads x head_dim %d,"
-         " GB of K/V per CPU second, best of 5\n", ctx, dram || ctx >= 32768 ? "K/V in DRAM" : ctx > 256 ? "K/V in the LLC" : "K/V in L2", KV_HEADS,
-         HEAD_DIM);
+         " GB of K/V per CPU second, best of 5\n",
+         ctx,
+         dram || ctx >= 32768 ? "K/V in DRAM"
+         : ctx > 256          ? "K/V in the LLC"
+                              : "K/V in L2",
+         KV_HEADS, HEAD_DIM);
   if (dram) {
     const size_t bytes = (size_t)1 << 30;
     uint64_t *buf = bench_probe_buffer(bytes);
@@ -143,36 +138,37 @@ int main(int argc, char **argv)
       fprintf(stderr, "bench_decode_core: no memory for the 1 GiB probes\n");
       return 1;
     }
-    printf("one core's plain reads of 1 GiB (best of 3): in order %.1f GB/s; in order with a software prefetch of "
-           "every line 64 KiB ahead %.1f; shuffled 32 KiB blocks %.1f; shuffled 16 KiB blocks %.1f\n",
-           bench_probe(buf, bytes, 1, 3), bench_probe_prefetched(buf, bytes, 65536, 1, 3),
-           bench_probe_blocks(buf, bytes, 32768, 1, 3), bench_probe_blocks(buf, bytes, 16384, 1, 3));
+    printf(
+        "one core's plain reads of 1 GiB (best of 3): in order %.1f GB/s; in order with a software prefetch of "
+        "every line 64 KiB ahead %.1f; shuffled 32 KiB blocks %.1f; shuffled 16 KiB blocks %.1f\n",
+        bench_probe(buf, bytes, 1, 3), bench_probe_prefetched(buf, bytes, 65536, 1, 3),
+        bench_probe_blocks(buf, bytes, 32768, 1, 3), bench_probe_blocks(buf, bytes, 16384, 1, 3));
     bench_probe_buffer_free(buf, bytes);
   }
   printf("%-12s %-5s %8s %8s %8s\n", "kernels", "kv", "GQA 1", "GQA 4", "GQA 8");
   const char *isas[] = {"avx512-bf16", "avx512", "avx2", "baseline"};
-  const struct { const char *name; int32_t dtype; } kinds[] = {
-      {"bf16", PKV_DTYPE_BF16}, {"f16", PKV_DTYPE_F16}, {"e4m3", PKV_DTYPE_FP8_E4M3}};
+  const struct {
+    const char *name;
+    int32_t dtype;
+  } kinds[] = {{"bf16", PKV_DTYPE_BF16}, {"f16", PKV_DTYPE_F16}, {"e4m3", PKV_DTYPE_FP8_E4M3}};
   const uint32_t gqas[] = {1, 4, 8};
   int rc = 0;
   for (int i = 0; i < 4; i++)
     for (int d = 0; d < 3; d++) {
-      if ((only_isa && strcmp(only_isa, isas[i]) != 0) || (only_kv && strcmp(only_kv, kinds[d].name) != 0))
+      if ((only_isa && strcmp(only_isa, isas[i]) != 0) ||
+          (only_kv && strcmp(only_kv, kinds[d].name) != 0))
         continue;
       double gbs[3] = {0};
       int ran[3] = {0}, lacks = 0;
       for (int g = 0; g < 3; g++) {
-        if (only_gqa && gqas[g] != only_gqa)
-          continue;
+        if (only_gqa && gqas[g] != only_gqa) continue;
         gbs[g] = run(isas[i], kinds[d].dtype, gqas[g], ctx, calls);
         ran[g] = 1;
-        if (gbs[g] < 0)
-          rc = 1;
+        if (gbs[g] < 0) rc = 1;
         lacks |= gbs[g] == 0.0;
       }
       if (lacks) {
-        if (d == 0)
-          printf("%-12s (this CPU lacks it)\n", isas[i]);
+        if (d == 0) printf("%-12s (this CPU lacks it)\n", isas[i]);
         continue;
       }
       printf("%-12s %-5s", isas[i], kinds[d].name);

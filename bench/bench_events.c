@@ -36,7 +36,7 @@ typedef struct reader {
   void *ctx;
   const char *endpoint;
   volatile int stop;
-  uint64_t messages, bytes;  /* bytes: the payload frames' sizes */
+  uint64_t messages, bytes; /* bytes: the payload frames' sizes */
 } reader;
 
 static void *read_all(void *arg) {
@@ -51,7 +51,7 @@ static void *read_all(void *arg) {
   while (!r->stop) {
     int more = 0;
     size_t len = sizeof more;
-    const int size = zmq_recv(s, buf, sizeof buf, 0);  /* a frame's whole size, even if cut */
+    const int size = zmq_recv(s, buf, sizeof buf, 0); /* a frame's whole size, even if cut */
     if (size < 0) continue;
     zmq_getsockopt(s, ZMQ_RCVMORE, &more, &len);
     if (!more) {
@@ -70,8 +70,8 @@ static double thread_cpu_s(void) {
 }
 
 typedef struct result {
-  double step_s, cpu_s;  /* medians: wall and calling-thread CPU seconds per step + commit */
-  uint64_t steps, events, dropped, messages, bytes, batches;  /* batches: the publisher's next_seq */
+  double step_s, cpu_s; /* medians: wall and calling-thread CPU seconds per step + commit */
+  uint64_t steps, events, dropped, messages, bytes, batches; /* batches: the publisher's next_seq */
 } result;
 
 static int run(int mode, uint32_t format, uint32_t num_requests, uint32_t reps, result *out) {
@@ -80,7 +80,7 @@ static int run(int mode, uint32_t format, uint32_t num_requests, uint32_t reps, 
   for (uint32_t rep = 0; rep < reps; rep++) {
     pkv_engine_params p;
     pkv_engine_params_init(&p, sizeof p);
-    p.num_layers = 2;  /* no attention runs: the shape only sizes the pool (32 MiB) */
+    p.num_layers = 2; /* no attention runs: the shape only sizes the pool (32 MiB) */
     p.num_q_heads = 8;
     p.num_kv_heads = 2;
     p.head_dim = 64;
@@ -122,13 +122,14 @@ static int run(int mode, uint32_t format, uint32_t num_requests, uint32_t reps, 
       rd.endpoint = info.endpoint;
       pthread_create(&thread, NULL, read_all, &rd);
     }
-    struct timespec settle = {0, 100 * 1000000L};  /* subscriptions reach the publisher */
+    struct timespec settle = {0, 100 * 1000000L}; /* subscriptions reach the publisher */
     nanosleep(&settle, NULL);
 
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     int32_t prompt[512];
     for (uint32_t r = 0; r < num_requests; r++) {
-      const uint32_t shared = 64 * (uint32_t)(bench_next(&rng) % 4);  /* 0-3 shared 64-token prefixes */
+      const uint32_t shared =
+          64 * (uint32_t)(bench_next(&rng) % 4); /* 0-3 shared 64-token prefixes */
       for (uint32_t i = 0; i < 512; i++)
         prompt[i] = i < shared ? (int32_t)(i + 1000 * (shared / 64)) : bench_token(&rng);
       pkv_request_params rp;
@@ -162,7 +163,7 @@ static int run(int mode, uint32_t format, uint32_t num_requests, uint32_t reps, 
     out->steps = steps;
     if (mode > 0) {
       uint64_t last = UINT64_MAX;
-      for (int i = 0; i < 500; i++) {  /* until the thread has sent everything */
+      for (int i = 0; i < 500; i++) { /* until the thread has sent everything */
         pkv_event_publisher_info(e, &info);
         if (!info.events_queued && info.events_published == last) break;
         last = info.events_published;
@@ -194,12 +195,17 @@ int main(int argc, char **argv) {
   int quick = 0;
   uint32_t reps = 5, format = PKV_EVENT_FORMAT_MAP;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = (uint32_t)atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "map")) format = PKV_EVENT_FORMAT_MAP, i++;
-    else if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "array")) format = PKV_EVENT_FORMAT_ARRAY, i++;
+    if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = (uint32_t)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "map"))
+      format = PKV_EVENT_FORMAT_MAP, i++;
+    else if (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "array"))
+      format = PKV_EVENT_FORMAT_ARRAY, i++;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--reps N (1..%d)] [--format map|array]\n", argv[0], MAX_REPS);
+      fprintf(stderr, "usage: %s [--quick] [--reps N (1..%d)] [--format map|array]\n", argv[0],
+              MAX_REPS);
       return 2;
     }
   }
@@ -208,10 +214,10 @@ int main(int argc, char **argv) {
   const uint32_t requests = quick ? 200 : 1000;
   bench_calibrate_clock();
   printf("bench_events: %u requests (256-511 prompt tokens, 16 new, 0-3 shared 64-token prefixes), "
-         "block %d, 1024-block pool, median of %u passes, %s format\n", requests, BS, reps,
-         format == PKV_EVENT_FORMAT_MAP ? "map" : "array");
-  printf("%-8s %9s %6s %9s %6s %6s %11s %10s %8s %9s %11s\n", "mode", "cpu us", "ratio", "wall us", "ratio", "steps",
-         "events/step", "published", "dropped", "received", "bytes/event");
+         "block %d, 1024-block pool, median of %u passes, %s format\n",
+         requests, BS, reps, format == PKV_EVENT_FORMAT_MAP ? "map" : "array");
+  printf("%-8s %9s %6s %9s %6s %6s %11s %10s %8s %9s %11s\n", "mode", "cpu us", "ratio", "wall us",
+         "ratio", "steps", "events/step", "published", "dropped", "received", "bytes/event");
   double ref = 0, ref_cpu = 0;
   for (int m = 0; m < MODES; m++) {
     result r;
@@ -219,10 +225,13 @@ int main(int argc, char **argv) {
     if (m == 0) ref = r.step_s, ref_cpu = r.cpu_s;
     /* bytes/event only when the reader heard every batch of the last pass ("-" otherwise) */
     char per_event[32] = "-";
-    if (r.events && r.messages == r.batches) snprintf(per_event, sizeof per_event, "%.1f", (double)r.bytes / (double)r.events);
-    printf("%-8s %9.1f %6.2f %9.1f %6.2f %6llu %11.1f %10llu %8llu %9llu %11s\n", kModes[m], r.cpu_s * 1e6,
-           r.cpu_s / ref_cpu, r.step_s * 1e6, r.step_s / ref, (unsigned long long)r.steps, r.steps ? (double)r.events / (double)r.steps : 0.0,
-           (unsigned long long)r.events, (unsigned long long)r.dropped, (unsigned long long)r.messages, per_event);
+    if (r.events && r.messages == r.batches)
+      snprintf(per_event, sizeof per_event, "%.1f", (double)r.bytes / (double)r.events);
+    printf("%-8s %9.1f %6.2f %9.1f %6.2f %6llu %11.1f %10llu %8llu %9llu %11s\n", kModes[m],
+           r.cpu_s * 1e6, r.cpu_s / ref_cpu, r.step_s * 1e6, r.step_s / ref,
+           (unsigned long long)r.steps, r.steps ? (double)r.events / (double)r.steps : 0.0,
+           (unsigned long long)r.events, (unsigned long long)r.dropped,
+           (unsigned long long)r.messages, per_event);
   }
   return 0;
 }

@@ -16,18 +16,15 @@
 #include "bench_gemm_dnnl.h"
 
 /* fp32 to bf16 by truncation, to f16 by rounding down: normal numbers only, as the fill's are. */
-static uint16_t to_half(float x, gemm_elt elt)
-{
+static uint16_t to_half(float x, gemm_elt elt) {
   uint32_t bits;
   memcpy(&bits, &x, 4);
-  if (elt == GEMM_BF16)
-    return (uint16_t)(bits >> 16);
+  if (elt == GEMM_BF16) return (uint16_t)(bits >> 16);
   const uint32_t exp = ((bits >> 23) & 0xff) - 127 + 15;
   return (uint16_t)(((bits >> 16) & 0x8000) | (exp << 10) | ((bits >> 13) & 0x3ff));
 }
 
-void *bench_gemm_fill(size_t n, gemm_elt elt)
-{
+void *bench_gemm_fill(size_t n, gemm_elt elt) {
   void *buf = malloc(n * (elt == GEMM_F32 ? 4 : 2));
   for (size_t i = 0; buf && i < n; i++) {
     const float x = 0.01f * (float)(1 + i % 8);
@@ -42,10 +39,10 @@ void *bench_gemm_fill(size_t n, gemm_elt elt)
 #ifdef PKV_BENCH_OPENBLAS
 #include <cblas.h>
 
-static const char *openblas_library(void)
-{
+static const char *openblas_library(void) {
   static char text[256];
-  snprintf(text, sizeof text, "%s (kernels for %s)", openblas_get_config(), openblas_get_corename());
+  snprintf(text, sizeof text, "%s (kernels for %s)", openblas_get_config(),
+           openblas_get_corename());
   return text;
 }
 
@@ -59,17 +56,16 @@ typedef struct gemm_run {
   float *s, *o;
 } gemm_run;
 
-static int gemm_heads(void *arg)
-{
+static int gemm_heads(void *arg) {
   const gemm_run *g = arg;
   const int n = (int)g->n, hd = (int)g->hd;
   for (uint32_t h = 0; h < g->heads; h++) {
 #ifdef PKV_BENCH_SBGEMM
     if (g->bf16) {
-      cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hd, 1.0f, g->q, hd, g->k, hd, 0.0f,
-                   g->s, n);
-      cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, n, 1.0f, g->p, n, g->v, hd, 0.0f,
-                   g->o, hd);
+      cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hd, 1.0f, g->q, hd, g->k, hd,
+                   0.0f, g->s, n);
+      cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, n, 1.0f, g->p, n, g->v, hd,
+                   0.0f, g->o, hd);
       continue;
     }
 #endif
@@ -82,10 +78,17 @@ static int gemm_heads(void *arg)
 }
 
 static double openblas_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads,
-                              uint32_t threads, uint32_t max_runs, double *busy)
-{
-  gemm_run g = {strcmp(name, "sbgemm") == 0, n, hd, heads / 2 ? heads / 2 : 1, NULL, NULL, NULL, NULL,
-                NULL, NULL};
+                              uint32_t threads, uint32_t max_runs, double *busy) {
+  gemm_run g = {strcmp(name, "sbgemm") == 0,
+                n,
+                hd,
+                heads / 2 ? heads / 2 : 1,
+                NULL,
+                NULL,
+                NULL,
+                NULL,
+                NULL,
+                NULL};
   const gemm_elt elt = g.bf16 ? GEMM_BF16 : GEMM_F32;
   const size_t nh = (size_t)n * hd, nn = (size_t)n * n;
   g.q = bench_gemm_fill(nh, elt), g.k = bench_gemm_fill(nh, elt), g.v = bench_gemm_fill(nh, elt);
@@ -95,15 +98,13 @@ static double openblas_gflops(const char *name, uint32_t n, uint32_t hd, uint32_
   openblas_set_num_threads((int)threads);
   if (g.q && g.k && g.v && g.s && g.o && g.p)
     sec = bench_time_calls(gemm_heads, &g, max_runs, threads, busy);
-  if (g.p != g.s)
-    free(g.p);
+  if (g.p != g.s) free(g.p);
   free(g.q), free(g.k), free(g.v), free(g.s), free(g.o);
   return sec > 0 ? g.heads * 4.0 * (double)nn * hd / sec * 1e-9 : 0.0;
 }
 #endif /* PKV_BENCH_OPENBLAS */
 
-const char *bench_gemm_library(void)
-{
+const char *bench_gemm_library(void) {
 #if defined(PKV_BENCH_DNNL)
   return bench_dnnl_library();
 #elif defined(PKV_BENCH_OPENBLAS)
@@ -113,8 +114,7 @@ const char *bench_gemm_library(void)
 #endif
 }
 
-const char *bench_gemm_beside(void)
-{
+const char *bench_gemm_beside(void) {
 #if defined(PKV_BENCH_DNNL) && defined(PKV_BENCH_OPENBLAS)
   return openblas_library();
 #else
@@ -122,8 +122,7 @@ const char *bench_gemm_beside(void)
 #endif
 }
 
-const char *bench_gemm_for(int32_t dtype, int *exact)
-{
+const char *bench_gemm_for(int32_t dtype, int *exact) {
 #if defined(PKV_BENCH_DNNL)
   return bench_dnnl_for(dtype, exact);
 #elif defined(PKV_BENCH_SBGEMM)
@@ -139,9 +138,8 @@ const char *bench_gemm_for(int32_t dtype, int *exact)
 #endif
 }
 
-double bench_gemm_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads, uint32_t threads,
-                         uint32_t max_runs, double *busy)
-{
+double bench_gemm_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads,
+                         uint32_t threads, uint32_t max_runs, double *busy) {
   *busy = 0.0;
 #ifdef PKV_BENCH_DNNL
   if (strncmp(name, "oneDNN ", 7) == 0)

@@ -34,7 +34,7 @@ const char *bench_gemm_for(int32_t dtype, int *exact);
  * square, causal attention half of it). Operands in plain row-major layouts, as pkv's lie; the
  * library's set-up (oneDNN's primitives) is made before the timed calls. Median of calls as
  * bench_time_calls takes them; *busy as there. 0 on failure (out of memory, no such GEMM). */
-double bench_gemm_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads, uint32_t threads,
-                         uint32_t max_runs, double *busy);
+double bench_gemm_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads,
+                         uint32_t threads, uint32_t max_runs, double *busy);
 
 #endif /* PKV_BENCH_GEMM_H */

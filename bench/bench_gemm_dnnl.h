@@ -20,7 +20,7 @@ void *bench_gemm_fill(size_t n, gemm_elt elt);
  * "oneDNN f16" and "oneDNN f32". */
 const char *bench_dnnl_library(void);
 const char *bench_dnnl_for(int32_t dtype, int *exact);
-double bench_dnnl_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads, uint32_t threads,
-                         uint32_t max_runs, double *busy);
+double bench_dnnl_gflops(const char *name, uint32_t n, uint32_t hd, uint32_t heads,
+                         uint32_t threads, uint32_t max_runs, double *busy);
 
 #endif /* PKV_BENCH_GEMM_DNNL_H */

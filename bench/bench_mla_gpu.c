@@ -17,11 +17,16 @@
 #include "bench_attention_gpu.h"
 #include "bench_util.h"
 
-enum { MLA_Q_HEADS = 128, MLA_RANK = 512, MLA_ROPE = 64, MLA_WIDTH = MLA_RANK + MLA_ROPE,
-       MLA_BLOCK = 64, MLA_MAX_SEQS = 32 };
+enum {
+  MLA_Q_HEADS = 128,
+  MLA_RANK = 512,
+  MLA_ROPE = 64,
+  MLA_WIDTH = MLA_RANK + MLA_ROPE,
+  MLA_BLOCK = 64,
+  MLA_MAX_SEQS = 32
+};
 
-static pkv_status make_mla_engine(bench_run *r, uint64_t num_blocks)
-{
+static pkv_status make_mla_engine(bench_run *r, uint64_t num_blocks) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = 1, p.num_q_heads = MLA_Q_HEADS, p.num_kv_heads = 1, p.head_dim = MLA_WIDTH;
@@ -36,44 +41,42 @@ static pkv_status make_mla_engine(bench_run *r, uint64_t num_blocks)
 
 /* num_seqs prompts of ctx tokens whose latents are random (written straight into the pool), then
  * a decode batch of one more token each, with q, k (its latent) and out on the device. */
-static int setup_mla_batch(bench_run *r, uint32_t num_seqs, uint32_t ctx)
-{
+static int setup_mla_batch(bench_run *r, uint32_t num_seqs, uint32_t ctx) {
   uint64_t ids[MLA_MAX_SEQS], state = 11;
   int32_t *tokens = malloc(sizeof(int32_t) * (ctx + 1));
   pkv_status st = tokens ? PKV_OK : PKV_ERR_OUT_OF_MEMORY;
   for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++) {
-    for (uint32_t i = 0; i <= ctx; i++)
-      tokens[i] = bench_token(&state);
+    for (uint32_t i = 0; i <= ctx; i++) tokens[i] = bench_token(&state);
     st = pkv_allocate(r->e, tokens, ctx, NULL, &ids[s], NULL);
   }
   struct pkv_pool_info pool = {.struct_size = sizeof pool};
-  if (st == PKV_OK)
-    st = pkv_pool_info(r->e, &pool);
+  if (st == PKV_OK) st = pkv_pool_info(r->e, &pool);
   if (st == PKV_OK && bench_gpu_fill(pool.k_base, pool.bytes_per_pool, PKV_DTYPE_BF16, &state)) {
     free(tokens);
     return -1;
   }
-  if (st == PKV_OK)
-    st = bench_open_batch(r->e, ids, num_seqs, tokens + ctx, 1, &r->b);
+  if (st == PKV_OK) st = bench_open_batch(r->e, ids, num_seqs, tokens + ctx, 1, &r->b);
   free(tokens);
-  if (st != PKV_OK)
-    return bench_fail(r->e, "building the MLA batch", st);
-  const size_t qb = (size_t)num_seqs * MLA_Q_HEADS * MLA_WIDTH * 2, kb = (size_t)num_seqs * MLA_WIDTH * 2;
+  if (st != PKV_OK) return bench_fail(r->e, "building the MLA batch", st);
+  const size_t qb = (size_t)num_seqs * MLA_Q_HEADS * MLA_WIDTH * 2,
+               kb = (size_t)num_seqs * MLA_WIDTH * 2;
   const size_t ob = (size_t)num_seqs * MLA_Q_HEADS * MLA_RANK * 2;
   cudaError_t err;
-  if ((err = cudaMalloc(&r->q, qb)) || (err = cudaMalloc(&r->k, kb)) || (err = cudaMalloc(&r->out, ob)))
+  if ((err = cudaMalloc(&r->q, qb)) || (err = cudaMalloc(&r->k, kb)) ||
+      (err = cudaMalloc(&r->out, ob)))
     return bench_gpu_cuda_fail(err, "cudaMalloc of q/k/out");
-  return bench_gpu_fill(r->q, qb, PKV_DTYPE_BF16, &state) || bench_gpu_fill(r->k, kb, PKV_DTYPE_BF16, &state)
-             ? -1 : 0;
+  return bench_gpu_fill(r->q, qb, PKV_DTYPE_BF16, &state) ||
+                 bench_gpu_fill(r->k, kb, PKV_DTYPE_BF16, &state)
+             ? -1
+             : 0;
 }
 
-int bench_mla_decode_table(double ref_gbs, const char *ref_name, double tc_peak, int quick)
-{
+int bench_mla_decode_table(double ref_gbs, const char *ref_name, double tc_peak, int quick) {
   printf("\nMLA decode: %d q heads, latent %d + %d bf16, block size %d; GB/s = latents read "
          "(once for all heads) / median, TFLOP/s = 2 * q_heads * (%d + %d) * keys / median\n",
          MLA_Q_HEADS, MLA_RANK, MLA_ROPE, MLA_BLOCK, MLA_WIDTH, MLA_RANK);
-  printf("%5s %8s %10s %10s %8s %9s %9s %8s\n", "seqs", "context", "median ms", "latent MiB", "GB/s",
-         ref_name, "TFLOP/s", "of peak");
+  printf("%5s %8s %10s %10s %8s %9s %9s %8s\n", "seqs", "context", "median ms", "latent MiB",
+         "GB/s", ref_name, "TFLOP/s", "of peak");
   const uint32_t all_seqs[] = {1, MLA_MAX_SEQS}, all_ctx[] = {2048, 8192, 32768};
   int rc = 0;
   for (int si = 0; si < 2; si++)
@@ -87,14 +90,14 @@ int bench_mla_decode_table(double ref_gbs, const char *ref_name, double tc_peak,
         continue;
       bench_run r;
       const pkv_status s = make_mla_engine(&r, blocks);
-      if (s == PKV_ERR_UNSUPPORTED || s == PKV_ERR_INVALID_ARGUMENT) { /* engines over MLA not yet */
+      if (s == PKV_ERR_UNSUPPORTED ||
+          s == PKV_ERR_INVALID_ARGUMENT) { /* engines over MLA not yet */
         printf("MLA engines refused by this build: %s\n", pkv_last_error());
         bench_gpu_free_run(&r);
         return rc;
       }
       if (s != PKV_OK || setup_mla_batch(&r, seqs, ctx)) {
-        if (s != PKV_OK)
-          bench_fail(r.e, "pkv_engine_create (MLA)", s);
+        if (s != PKV_OK) bench_fail(r.e, "pkv_engine_create (MLA)", s);
         bench_gpu_free_run(&r);
         rc = 1;
         continue;
@@ -104,9 +107,10 @@ int bench_mla_decode_table(double ref_gbs, const char *ref_name, double tc_peak,
       rc |= sec <= 0;
       const double keys = (double)seqs * (ctx + 1), bytes = keys * MLA_WIDTH * 2;
       const double flops = 2.0 * MLA_Q_HEADS * (MLA_WIDTH + MLA_RANK) * keys;
-      const double gbs = sec > 0 ? bytes / sec * 1e-9 : 0.0, tflops = sec > 0 ? flops / sec * 1e-12 : 0.0;
-      printf("%5u %8u %10.4f %10.1f %8.1f %8.0f%% %9.1f", seqs, ctx, sec * 1e3, bytes / 1048576.0, gbs,
-             100.0 * gbs / ref_gbs, tflops);
+      const double gbs = sec > 0 ? bytes / sec * 1e-9 : 0.0,
+                   tflops = sec > 0 ? flops / sec * 1e-12 : 0.0;
+      printf("%5u %8u %10.4f %10.1f %8.1f %8.0f%% %9.1f", seqs, ctx, sec * 1e3, bytes / 1048576.0,
+             gbs, 100.0 * gbs / ref_gbs, tflops);
       if (tc_peak > 0)
         printf(" %7.0f%%\n", 100.0 * tflops * 1e3 / tc_peak);
       else

@@ -36,7 +36,14 @@
 
 enum { MAX_REPS = 9, BATCH = 16 };
 enum {
-  OP_PUT, OP_GET, OP_REF_WRITE_FSYNC, OP_REF_WRITE, OP_REF_FILES, OP_REF_READ, OP_REF_SET, OP_REF_GET,
+  OP_PUT,
+  OP_GET,
+  OP_REF_WRITE_FSYNC,
+  OP_REF_WRITE,
+  OP_REF_FILES,
+  OP_REF_READ,
+  OP_REF_SET,
+  OP_REF_GET,
   NUM_STORE_OPS
 };
 
@@ -48,7 +55,7 @@ typedef struct shape {
 typedef struct pass_data {
   uint64_t value_bytes;
   uint32_t num_blocks;
-  uint8_t *keys, *values, *out; /* [num_blocks][32], [num_blocks][value_bytes] twice */
+  uint8_t *keys, *values, *out;      /* [num_blocks][32], [num_blocks][value_bytes] twice */
   double s[NUM_STORE_OPS][MAX_REPS]; /* seconds per pass */
 } pass_data;
 
@@ -120,12 +127,15 @@ static int store_pass(bench_store *st, pass_data *d, int get, double *s) {
   for (uint32_t i = 0; rc == 0 && i < d->num_blocks; i += BATCH) {
     const uint32_t n = d->num_blocks - i < BATCH ? d->num_blocks - i : BATCH;
     const uint64_t at = (uint64_t)i * d->value_bytes;
-    rc = get ? bench_store_get(st, d->keys + 32ull * i, n, d->out + at, d->value_bytes, &found, why, sizeof why)
-             : bench_store_put(st, d->keys + 32ull * i, n, d->values + at, d->value_bytes, why, sizeof why);
+    rc = get ? bench_store_get(st, d->keys + 32ull * i, n, d->out + at, d->value_bytes, &found, why,
+                               sizeof why)
+             : bench_store_put(st, d->keys + 32ull * i, n, d->values + at, d->value_bytes, why,
+                               sizeof why);
     all += found;
   }
   *s = now_s() - t;
-  if (rc == 0 && get && (all != d->num_blocks || memcmp(d->out, d->values, (uint64_t)d->num_blocks * d->value_bytes)))
+  if (rc == 0 && get &&
+      (all != d->num_blocks || memcmp(d->out, d->values, (uint64_t)d->num_blocks * d->value_bytes)))
     snprintf(why, sizeof why, "%u of %u blocks came back intact", all, d->num_blocks), rc = -1;
   if (rc != 0) fprintf(stderr, "bench_store: store %s: %s\n", get ? "get" : "put", why);
   return rc;
@@ -168,7 +178,8 @@ static int on_path(const char *name, char *out, size_t cap) {
   const char *path = getenv("PATH");
   char dirs[8192];
   snprintf(dirs, sizeof dirs, "%s:/usr/sbin:/usr/bin", path ? path : "");
-  for (char *save = NULL, *dir = strtok_r(dirs, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+  for (char *save = NULL, *dir = strtok_r(dirs, ":", &save); dir;
+       dir = strtok_r(NULL, ":", &save)) {
     snprintf(out, cap, "%s/%s", dir, name);
     if (access(out, X_OK) == 0) return 1;
   }
@@ -231,8 +242,9 @@ static void redis_stop(redis_server *r) {
 /* redis-benchmark's SET and GET requests per second (CSV) for the pass's blocks. */
 static int redis_benchmark(const char *exe, uint32_t port, const pass_data *d, double rps[2]) {
   char cmd[8192], line[512];
-  snprintf(cmd, sizeof cmd, "%s -h 127.0.0.1 -p %u -t set,get -d %llu -n %u -P %u -c 1 --csv 2>/dev/null",
-           exe, port, (unsigned long long)d->value_bytes, d->num_blocks, BATCH);
+  snprintf(cmd, sizeof cmd,
+           "%s -h 127.0.0.1 -p %u -t set,get -d %llu -n %u -P %u -c 1 --csv 2>/dev/null", exe, port,
+           (unsigned long long)d->value_bytes, d->num_blocks, BATCH);
   FILE *f = popen(cmd, "r");
   if (!f) return -1;
   rps[0] = rps[1] = 0;
@@ -257,13 +269,16 @@ static int redis_pass(const char *bench_exe, uint32_t port, pass_data *d, int re
   double rps[2];
   if (rc == 0 && (rc = redis_benchmark(bench_exe, port, d, rps)) != 0)
     fprintf(stderr, "bench_store: redis-benchmark failed\n");
-  if (rc == 0) d->s[OP_REF_SET][rep] = d->num_blocks / rps[0], d->s[OP_REF_GET][rep] = d->num_blocks / rps[1];
+  if (rc == 0)
+    d->s[OP_REF_SET][rep] = d->num_blocks / rps[0], d->s[OP_REF_GET][rep] = d->num_blocks / rps[1];
   return rc;
 }
 
 /* ------------------------------------------------------------------ report */
 
-static double median_s(const pass_data *d, int op, int reps) { return bench_median(d->s[op], (uint32_t)reps); }
+static double median_s(const pass_data *d, int op, int reps) {
+  return bench_median(d->s[op], (uint32_t)reps);
+}
 
 static void print_op(const pass_data *d, int reps, const char *label, int op, int ref) {
   const double s = median_s(d, op, reps), bytes = (double)d->num_blocks * (double)d->value_bytes;
@@ -293,11 +308,12 @@ static int run_shape(const shape *sh, const char *base, const char *redis_bench,
     const uint64_t x = bench_next(&rng);
     memcpy(d.values + i, &x, 8);
   }
-  printf("\n%s: %u layers, %u kv heads of %u, bf16, block %u: %.0f KiB of K/V + %llu B of header and\n"
-         "tokens per block; %u blocks (%.0f MiB) per pass, in batches of %u\n",
-         sh->name, sh->layers, sh->kv_heads, sh->head_dim, sh->block_size, kv_bytes / 1024.0,
-         (unsigned long long)(d.value_bytes - kv_bytes), d.num_blocks,
-         (double)d.num_blocks * (double)d.value_bytes / 1048576.0, BATCH);
+  printf(
+      "\n%s: %u layers, %u kv heads of %u, bf16, block %u: %.0f KiB of K/V + %llu B of header and\n"
+      "tokens per block; %u blocks (%.0f MiB) per pass, in batches of %u\n",
+      sh->name, sh->layers, sh->kv_heads, sh->head_dim, sh->block_size, kv_bytes / 1024.0,
+      (unsigned long long)(d.value_bytes - kv_bytes), d.num_blocks,
+      (double)d.num_blocks * (double)d.value_bytes / 1048576.0, BATCH);
   printf("  %-44s %8s %10s   %s\n", "", "GB/s", "blocks/s", "of ref");
   for (int rep = 0; rc == 0 && rep < reps; rep++) rc = file_pass(base, &d, rep);
   if (rc == 0) {
@@ -308,7 +324,8 @@ static int run_shape(const shape *sh, const char *base, const char *redis_bench,
     print_op(&d, reps, "file store get (page cache)", OP_GET, OP_REF_READ);
     print_op(&d, reps, "  ref: sequential read (page cache)", OP_REF_READ, -1);
   }
-  for (int rep = 0; rc == 0 && port && rep < reps; rep++) rc = redis_pass(redis_bench, port, &d, rep);
+  for (int rep = 0; rc == 0 && port && rep < reps; rep++)
+    rc = redis_pass(redis_bench, port, &d, rep);
   if (rc == 0 && port) {
     print_op(&d, reps, "redis store put (one connection, pipelined)", OP_PUT, OP_REF_SET);
     print_op(&d, reps, "  ref: redis-benchmark SET -c 1 -P 16", OP_REF_SET, -1);
@@ -323,9 +340,12 @@ int main(int argc, char **argv) {
   int quick = 0, reps = 3;
   const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) quick = 1;
-    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) base = argv[++i];
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+      base = argv[++i];
     else {
       fprintf(stderr, "usage: bench_store [--quick] [--reps N (1..%d)] [--dir DIR]\n", MAX_REPS);
       return 2;
@@ -336,11 +356,15 @@ int main(int argc, char **argv) {
   char server[4096], bench[4096];
   redis_server rs;
   memset(&rs, 0, sizeof rs);
-  const int have_redis = on_path("redis-server", server, sizeof server) && on_path("redis-benchmark", bench, sizeof bench);
-  printf("pkv bench_store: whole blocks through src/tiers' stores, median of %d passes; file store and\n"
-         "references under %s\n", reps, base);
+  const int have_redis = on_path("redis-server", server, sizeof server) &&
+                         on_path("redis-benchmark", bench, sizeof bench);
+  printf(
+      "pkv bench_store: whole blocks through src/tiers' stores, median of %d passes; file store and\n"
+      "references under %s\n",
+      reps, base);
   if (!have_redis)
-    printf("Redis: skipped (redis-server or redis-benchmark not found: Debian redis-server, redis-tools)\n");
+    printf(
+        "Redis: skipped (redis-server or redis-benchmark not found: Debian redis-server, redis-tools)\n");
   else if (redis_start(server, base, &rs) != 0)
     return redis_stop(&rs), 1;
   else

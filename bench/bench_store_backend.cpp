@@ -49,10 +49,12 @@ const pkv::StoreKey *as_keys(const uint8_t *keys) {
 
 }  // namespace
 
-extern "C" uint64_t bench_store_value_bytes(uint32_t num_layers, uint32_t kv_heads, uint32_t head_dim,
-                                            uint32_t block_size) {
-  const pkv::StoreShape shape{num_layers, kv_heads, head_dim, block_size, 0, 1, PKV_DTYPE_BF16,
-                              uint64_t(block_size) * kv_heads * head_dim * 2, {}};
+extern "C" uint64_t bench_store_value_bytes(uint32_t num_layers, uint32_t kv_heads,
+                                            uint32_t head_dim, uint32_t block_size) {
+  const pkv::StoreShape shape{
+      num_layers, kv_heads, head_dim,       block_size,
+      0,          1,        PKV_DTYPE_BF16, uint64_t(block_size) * kv_heads * head_dim * 2,
+      {}};
   return shape.value_bytes();
 }
 
@@ -76,7 +78,8 @@ extern "C" void bench_store_close(bench_store *s) { delete s; }
 
 extern "C" int bench_store_put(bench_store *s, const uint8_t *keys, uint32_t n, const void *values,
                                uint64_t value_bytes, char *why, uint32_t cap) {
-  const pkv::StoreStatus st = s->store->put(as_keys(keys), n, static_cast<const uint8_t *>(values), value_bytes);
+  const pkv::StoreStatus st =
+      s->store->put(as_keys(keys), n, static_cast<const uint8_t *>(values), value_bytes);
   if (!st.ok) say(why, cap, st.error.c_str());
   return st.ok ? 0 : -1;
 }
@@ -84,8 +87,8 @@ extern "C" int bench_store_put(bench_store *s, const uint8_t *keys, uint32_t n, 
 extern "C" int bench_store_get(bench_store *s, const uint8_t *keys, uint32_t n, void *values,
                                uint64_t value_bytes, uint32_t *num_found, char *why, uint32_t cap) {
   s->found.assign(n, 0);
-  const pkv::StoreStatus st =
-      s->store->get(as_keys(keys), n, static_cast<uint8_t *>(values), value_bytes, s->found.data(), 0);
+  const pkv::StoreStatus st = s->store->get(as_keys(keys), n, static_cast<uint8_t *>(values),
+                                            value_bytes, s->found.data(), 0);
   *num_found = 0;
   for (uint8_t f : s->found) *num_found += f;
   if (!st.ok) say(why, cap, st.error.c_str());

@@ -22,11 +22,11 @@ typedef struct bench {
 } bench;
 
 /* A step whose only work is the queued copies: a one-token sequence and pkv_batch_copy. */
-static double copies_ns(bench *b, uint64_t one)
-{
+static double copies_ns(bench *b, uint64_t one) {
   pkv_batch *batch = NULL;
   int32_t t = 7;
-  if (pkv_append(b->e, one, &t, 1) != PKV_OK || pkv_batch_begin(b->e, &one, NULL, 1, &batch) != PKV_OK)
+  if (pkv_append(b->e, one, &t, 1) != PKV_OK ||
+      pkv_batch_begin(b->e, &one, NULL, 1, &batch) != PKV_OK)
     return bench_fail(b->e, "batch", PKV_ERR_INTERNAL), -1;
   const double t0 = bench_now_ns();
   pkv_status s = pkv_batch_copy(batch);
@@ -37,8 +37,7 @@ static double copies_ns(bench *b, uint64_t one)
 }
 
 /* Median GB/s of swapping n blocks out and in, and pkv's ns per block in the calls. */
-static int measure(bench *b, uint32_t n, double *out_gbs, double *in_gbs, double *call_ns)
-{
+static int measure(bench *b, uint32_t n, double *out_gbs, double *in_gbs, double *call_ns) {
   double out[REPS], in[REPS], calls[REPS];
   uint64_t seq = 0, one = 0;
   if (pkv_allocate(b->e, b->tokens, n * BS, NULL, &seq, NULL) != PKV_OK ||
@@ -46,7 +45,8 @@ static int measure(bench *b, uint32_t n, double *out_gbs, double *in_gbs, double
     return bench_fail(b->e, "pkv_allocate", PKV_ERR_NO_SPACE);
   for (int r = 0; r < REPS; r++) {
     double t0 = bench_now_ns();
-    if (pkv_swap_out(b->e, seq) != PKV_OK) return bench_fail(b->e, "pkv_swap_out", PKV_ERR_INTERNAL);
+    if (pkv_swap_out(b->e, seq) != PKV_OK)
+      return bench_fail(b->e, "pkv_swap_out", PKV_ERR_INTERNAL);
     calls[r] = bench_now_ns() - t0;
     out[r] = copies_ns(b, one);
     t0 = bench_now_ns();
@@ -66,8 +66,7 @@ static int measure(bench *b, uint32_t n, double *out_gbs, double *in_gbs, double
 }
 
 /* Median GB/s of one memcpy of n blocks' bytes between two buffers already touched. */
-static double memcpy_gbs(char *dst, const char *src, uint64_t bytes)
-{
+static double memcpy_gbs(char *dst, const char *src, uint64_t bytes) {
   double v[REPS];
   for (int r = 0; r < REPS; r++) {
     const double t0 = bench_now_ns();
@@ -77,13 +76,14 @@ static double memcpy_gbs(char *dst, const char *src, uint64_t bytes)
   return (double)bytes / bench_median(v, REPS);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   int quick = 0;
   uint32_t threads = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) quick = 1;
-    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = (uint32_t)atoi(argv[++i]);
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+      threads = (uint32_t)atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--quick] [--threads N]\n", argv[0]);
       return 2;
@@ -114,9 +114,11 @@ int main(int argc, char **argv)
   memset(dst, 3, max_blocks * b.block_bytes);
   bench_calibrate_clock();
 
-  printf("pkv bench_tier_copies: CPU engine, %s threads (memcpy: 1); blocks of %.2f MiB (32 layers x "
-         "K,V strided runs of %.0f KiB)\n\n",
-         threads ? argv[argc - 1] : "one per core:", b.block_bytes / 1048576.0, b.block_bytes / 64 / 1024.0);
+  printf(
+      "pkv bench_tier_copies: CPU engine, %s threads (memcpy: 1); blocks of %.2f MiB (32 layers x "
+      "K,V strided runs of %.0f KiB)\n\n",
+      threads ? argv[argc - 1] : "one per core:", b.block_bytes / 1048576.0,
+      b.block_bytes / 64 / 1024.0);
   printf("%7s %10s %12s %12s %12s %9s %9s %12s\n", "blocks", "MiB", "out GB/s", "in GB/s",
          "memcpy GB/s", "out/memcpy", "in/memcpy", "pkv ns/block");
   int rc = 0;
@@ -125,8 +127,8 @@ int main(int argc, char **argv)
     rc = measure(&b, n, &out, &in, &call);
     if (rc) break;
     const double mc = memcpy_gbs(dst, src, n * b.block_bytes);
-    printf("%7u %10.1f %12.2f %12.2f %12.2f %8.0f%% %8.0f%% %12.0f\n", n, n * b.block_bytes / 1048576.0,
-           out, in, mc, 100 * out / mc, 100 * in / mc, call);
+    printf("%7u %10.1f %12.2f %12.2f %12.2f %8.0f%% %8.0f%% %12.0f\n", n,
+           n * b.block_bytes / 1048576.0, out, in, mc, 100 * out / mc, 100 * in / mc, call);
   }
   free(src), free(dst), free(b.tokens);
   pkv_engine_destroy(b.e);

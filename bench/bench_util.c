@@ -80,14 +80,15 @@ void bench_free_prompts(int32_t **prompts, uint32_t n, int32_t *extra) {
   free(extra);
 }
 
-static const char *op_names[NUM_OPS] = {"allocate", "prefill", "append", "decode",
-                                        "release", "query-hit", "query-miss"};
+static const char *op_names[NUM_OPS] = {"allocate", "prefill",   "append",    "decode",
+                                        "release",  "query-hit", "query-miss"};
 
 void bench_print_header(int quick) {
   printf("bench_block_manager%s: block size 16, prompts 512-4096 tokens, CPU engine, 1 thread\n",
          quick ? " --quick (1 run; numbers are rough)" : " (median of 7 runs)");
-  printf("pool pre-filled with cached blocks (allocation evicts); ns/block = per block the call covers "
-         "(prompt blocks; 1 for append/decode)\n\n");
+  printf(
+      "pool pre-filled with cached blocks (allocation evicts); ns/block = per block the call covers "
+      "(prompt blocks; 1 for append/decode)\n\n");
   printf("%-11s %11s %7s %13s %11s %9s\n", "op", "pool blocks", "shared", "ops/s", "ns/op",
          "ns/block");
 }
@@ -123,7 +124,8 @@ void bench_print_summary(const uint32_t pools[BENCH_NUM_POOLS],
   double hit = 0.0, miss = 0.0;
   for (int p = 0; p < BENCH_NUM_POOLS; p++) {
     for (int sh = 0; sh < BENCH_NUM_SHARED; sh++) {
-      double h = results[p][sh][OP_QUERY_HIT].ns_per_block, m = results[p][sh][OP_QUERY_MISS].ns_per_block;
+      double h = results[p][sh][OP_QUERY_HIT].ns_per_block,
+             m = results[p][sh][OP_QUERY_MISS].ns_per_block;
       if (h > hit) hit = h;
       if (m > miss) miss = m;
     }
@@ -138,8 +140,7 @@ pkv_status bench_open_batch(pkv_engine *e, const uint64_t *ids, uint32_t num_seq
   pkv_status st = PKV_OK;
   if (decode) {
     st = pkv_batch_begin(e, ids, NULL, num_seqs, out);
-    if (st == PKV_OK)
-      st = pkv_batch_end(*out);
+    if (st == PKV_OK) st = pkv_batch_end(*out);
     for (uint32_t s = 0; st == PKV_OK && s < num_seqs; s++)
       st = pkv_append(e, ids[s], next_token, 1);
   }

@@ -12,7 +12,14 @@ enum { BENCH_MAX_RUNS = 16, BENCH_NUM_POOLS = 3, BENCH_NUM_SHARED = 2 };
 
 /* The timed operations, in table order. */
 enum {
-  OP_ALLOCATE, OP_PREFILL, OP_APPEND, OP_DECODE, OP_RELEASE, OP_QUERY_HIT, OP_QUERY_MISS, NUM_OPS
+  OP_ALLOCATE,
+  OP_PREFILL,
+  OP_APPEND,
+  OP_DECODE,
+  OP_RELEASE,
+  OP_QUERY_HIT,
+  OP_QUERY_MISS,
+  NUM_OPS
 };
 
 typedef struct op_acc {

@@ -11,14 +11,14 @@
 #include <pkv/pkv.h>
 
 /* Every pkv call returns a status; on failure say which call, why, and stop. */
-#define CHECK(e, call)                                                                        \
-  do {                                                                                        \
-    pkv_status s_ = (call);                                                                   \
-    if (s_ != PKV_OK) {                                                                       \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, pkv_status_string(s_),                    \
-              pkv_engine_last_error(e));                                                      \
-      return 1;                                                                               \
-    }                                                                                         \
+#define CHECK(e, call)                                                     \
+  do {                                                                     \
+    pkv_status s_ = (call);                                                \
+    if (s_ != PKV_OK) {                                                    \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, pkv_status_string(s_), \
+              pkv_engine_last_error(e));                                   \
+      return 1;                                                            \
+    }                                                                      \
   } while (0)
 
 /* Prints a sequence's block table: the physical blocks holding its tokens, in order. */

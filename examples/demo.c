@@ -13,16 +13,25 @@
 
 #include <pkv/pkv.h>
 
-enum { LAYERS = 2, Q_HEADS = 4, KV_HEADS = 2, HEAD_DIM = 16, SYSTEM_LEN = 32, REQUESTS = 3,
-       DECODE_STEPS = 4, MAX_TOKENS = 64 };
+enum {
+  LAYERS = 2,
+  Q_HEADS = 4,
+  KV_HEADS = 2,
+  HEAD_DIM = 16,
+  SYSTEM_LEN = 32,
+  REQUESTS = 3,
+  DECODE_STEPS = 4,
+  MAX_TOKENS = 64
+};
 
-#define CHECK(e, call)                                                                          \
-  do {                                                                                          \
-    pkv_status s_ = (call);                                                                     \
-    if (s_ != PKV_OK) {                                                                         \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, pkv_status_string(s_), pkv_engine_last_error(e)); \
-      exit(1);                                                                                  \
-    }                                                                                           \
+#define CHECK(e, call)                                                     \
+  do {                                                                     \
+    pkv_status s_ = (call);                                                \
+    if (s_ != PKV_OK) {                                                    \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, pkv_status_string(s_), \
+              pkv_engine_last_error(e));                                   \
+      exit(1);                                                             \
+    }                                                                      \
   } while (0)
 
 /* splitmix64: the demo's only source of randomness, easy to repeat in any language. */
@@ -56,7 +65,10 @@ static double step(pkv_engine *e, const uint64_t *seqs, uint32_t n) {
     for (size_t i = 0; i < q_len; i++) sum += out[i];
   }
   CHECK(e, pkv_batch_end(b));
-  free(q); free(k); free(val); free(out);
+  free(q);
+  free(k);
+  free(val);
+  free(out);
   return sum;
 }
 
@@ -68,8 +80,14 @@ int main(int argc, char **argv) {
   }
   pkv_engine_params p;
   CHECK(NULL, pkv_engine_params_init(&p, sizeof p));
-  p.num_layers = LAYERS; p.num_q_heads = Q_HEADS; p.num_kv_heads = KV_HEADS; p.head_dim = HEAD_DIM;
-  p.dtype = PKV_DTYPE_F32; p.block_size = 16; p.num_blocks = 64; p.device = PKV_DEVICE_CPU;
+  p.num_layers = LAYERS;
+  p.num_q_heads = Q_HEADS;
+  p.num_kv_heads = KV_HEADS;
+  p.head_dim = HEAD_DIM;
+  p.dtype = PKV_DTYPE_F32;
+  p.block_size = 16;
+  p.num_blocks = 64;
+  p.device = PKV_DEVICE_CPU;
   p.num_threads = 1;
   pkv_engine *e;
   CHECK(NULL, pkv_engine_create(&p, &e));
@@ -105,13 +123,14 @@ int main(int argc, char **argv) {
   CHECK(e, pkv_engine_stats(e, &st));
   printf("prefix: %llu of %llu tokens cached\n", (unsigned long long)st.prefix_hit_tokens,
          (unsigned long long)st.prefix_query_tokens);
-  printf("blocks used: %llu of %llu, copy-on-write copies: %llu\n", (unsigned long long)st.num_used_blocks,
-         (unsigned long long)st.num_blocks, (unsigned long long)st.num_cow_copies);
+  printf("blocks used: %llu of %llu, copy-on-write copies: %llu\n",
+         (unsigned long long)st.num_used_blocks, (unsigned long long)st.num_blocks,
+         (unsigned long long)st.num_cow_copies);
   printf("attention checksum: %.6g\n", checksum);
   for (int r = 0; r <= REQUESTS; r++) CHECK(e, pkv_release(e, seqs[r]));
   CHECK(e, pkv_engine_stats(e, &st));
-  printf("after release: %llu blocks free, %llu of them cached\n", (unsigned long long)st.num_free_blocks,
-         (unsigned long long)st.num_cached_blocks);
+  printf("after release: %llu blocks free, %llu of them cached\n",
+         (unsigned long long)st.num_free_blocks, (unsigned long long)st.num_cached_blocks);
   pkv_engine_destroy(e);
   return 0;
 }

@@ -10,9 +10,9 @@ namespace pkv::cuda::dev {
 
 // What the attention kernels read, by value. Pointers are device memory.
 struct AttnArgs {
-  const void *q;                  // [num_tokens][q_heads][head_dim]
-  void *out;                      // [num_tokens][q_heads][head_dim]
-  const void *k_cache, *v_cache;  // [num_blocks][block_size][kv_heads][head_dim], kv dtype
+  const void *q;                   // [num_tokens][q_heads][head_dim]
+  void *out;                       // [num_tokens][q_heads][head_dim]
+  const void *k_cache, *v_cache;   // [num_blocks][block_size][kv_heads][head_dim], kv dtype
   const float *k_scale, *v_scale;  // fp8 pools: [kv_heads]; else null
   const int32_t *query_start, *context_lens, *block_indptr, *block_indices;
   int32_t q_heads, kv_heads, head_dim, block_size, group;

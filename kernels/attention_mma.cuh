@@ -23,8 +23,7 @@
 
 namespace pkv::cuda::dev {
 
-template <int D, int K>
-struct MmaTile {
+template <int D, int K> struct MmaTile {
   static_assert(D % 16 == 0 && K % 16 == 0, "mma tiles are 16 wide");
   static constexpr int kRows = 64, kKeys = K, kQkStride = D / 2 + 4, kVStride = D + 8;
   static constexpr int kWords = (kRows + K) * kQkStride + K / 2 * kVStride;
@@ -57,7 +56,8 @@ __device__ __forceinline__ void mma_load_q(const AttnArgs &a, const RowBlock &rb
   for (int c = threadIdx.x; c < R * kChunks; c += kAttnThreads) {
     const int r = c / kChunks, d8 = c % kChunks * 8;
     uint16_t x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (r < rb.num_rows) load_bits8<T, T>(static_cast<const T *>(a.q) + row_offset(a, rb, r, D) + d8, x);
+    if (r < rb.num_rows)
+      load_bits8<T, T>(static_cast<const T *>(a.q) + row_offset(a, rb, r, D) + d8, x);
     store4(q + r * kStride + d8 / 2, pack_bits(x[0], x[1]), pack_bits(x[2], x[3]),
            pack_bits(x[4], x[5]), pack_bits(x[6], x[7]));
   }
@@ -69,7 +69,8 @@ __device__ __forceinline__ void mma_load_kv(const AttnArgs &a, const RowBlock &r
                                             uint32_t *v, int k0, int key_end) {
   constexpr int kChunks = D / 8, kStride = D / 2 + 4, kVStride = D + 8;
   const int32_t *blocks = a.block_indices + a.block_indptr[rb.seq];
-  const C *k_cache = static_cast<const C *>(a.k_cache), *v_cache = static_cast<const C *>(a.v_cache);
+  const C *k_cache = static_cast<const C *>(a.k_cache),
+          *v_cache = static_cast<const C *>(a.v_cache);
   for (int c = threadIdx.x; c < K / 2 * kChunks; c += kAttnThreads) {
     const int p = c / kChunks, d8 = c % kChunks * 8;
     uint16_t kx[2][8] = {}, vx[2][8] = {};
@@ -97,8 +98,7 @@ __device__ __forceinline__ void mma_load_kv(const AttnArgs &a, const RowBlock &r
 
 // This warp's rows (16 from row0 of the CTA's tile): per lane rows group and group + 8, the
 // last key each may see (causal; -1 for padding rows), the online softmax state and O.
-template <int D>
-struct WarpRows {
+template <int D> struct WarpRows {
   int last[2];
   float m[2], l[2];
   float o[D / 8][4];  // O's n-tiles of 8 dims, C-fragment layout

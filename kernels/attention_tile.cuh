@@ -28,8 +28,7 @@ struct RowBlock {
   int32_t seq, kv_head, row0, num_rows, query_start, query_len, context_len;
 };
 
-template <int D, int R, int K>
-struct Tile {
+template <int D, int R, int K> struct Tile {
   static constexpr int kRows = R, kKeys = K;
   static constexpr int kMaxD = D ? D : PKV_ATTENTION_MAX_HEAD_DIM;
   static constexpr int kPairs = (R * kMaxD + kAttnThreads - 1) / kAttnThreads;
@@ -43,8 +42,7 @@ struct TileSmem {
 
 // base: the kernel's dynamic shared memory, declared as bytes because it holds floats and
 // int32s (a float array read as int32 would be type punning).
-template <int R, int K>
-__device__ __forceinline__ TileSmem carve_smem(unsigned char *base, int d) {
+template <int R, int K> __device__ __forceinline__ TileSmem carve_smem(unsigned char *base, int d) {
   TileSmem t;
   t.q = reinterpret_cast<float *>(base);
   t.kv = t.q + R * d;
@@ -122,8 +120,7 @@ __device__ __forceinline__ void tile_scores(const TileSmem &sm, int d, int k0, i
 }
 
 // One warp per row: new running max, probabilities in place of the scores, rescale factor.
-template <int R, int K>
-__device__ __forceinline__ void tile_softmax(const TileSmem &sm) {
+template <int R, int K> __device__ __forceinline__ void tile_softmax(const TileSmem &sm) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < R; r += kAttnThreads / 32) {
     float *s = sm.s + r * K;

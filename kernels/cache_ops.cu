@@ -78,8 +78,8 @@ cudaError_t write_kv_as(const KvLayer &layer, const void *k, const void *v, cons
 }
 
 template <class T, class C>
-cudaError_t write_kv_fp8_as(const KvLayer &layer, const void *k, const void *v, const int64_t *slots,
-                            int32_t num_tokens, cudaStream_t stream) {
+cudaError_t write_kv_fp8_as(const KvLayer &layer, const void *k, const void *v,
+                            const int64_t *slots, int32_t num_tokens, cudaStream_t stream) {
   const dim3 grid(uint32_t(num_tokens), uint32_t(layer.kv_heads));
   write_kv_fp8_kernel<T, C><<<grid, kWriteThreads, 0, stream>>>(
       static_cast<const T *>(k), static_cast<const T *>(v), static_cast<uint8_t *>(layer.k),
@@ -109,15 +109,15 @@ bool pool_aligned16(const KvPool &p) {
 cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
                             const int64_t *slot_mapping, int32_t num_tokens, cudaStream_t stream) {
   if (num_tokens < 0 || layer.block_size < 1 || layer.kv_heads < 1 ||
-      layer.kv_heads > PKV_CUDA_MAX_GRID || layer.head_dim < 1 || !layer.k || !k ||
-      !layer.v != !v)
+      layer.kv_heads > PKV_CUDA_MAX_GRID || layer.head_dim < 1 || !layer.k || !k || !layer.v != !v)
     return cudaErrorInvalidValue;
   if (is_fp8(layer.kv_dtype)) {
     if (!layer.k_scale || (layer.v && !layer.v_scale)) return cudaErrorInvalidValue;
     if (num_tokens == 0) return cudaSuccess;
     return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
       if constexpr (kIsFp8<decltype(c)>)
-        return write_kv_fp8_as<decltype(t), decltype(c)>(layer, k, v, slot_mapping, num_tokens, stream);
+        return write_kv_fp8_as<decltype(t), decltype(c)>(layer, k, v, slot_mapping, num_tokens,
+                                                         stream);
       else
         return cudaErrorInvalidValue;  // not reached: kv_dtype is fp8
     });

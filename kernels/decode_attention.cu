@@ -15,8 +15,7 @@ constexpr int kDecodeRows = 8;  // q heads of one kv head per CTA; larger groups
 constexpr int kMinSplitTokens = 256;
 constexpr int kSplitAlign = 64;
 
-template <int D>
-using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
+template <int D> using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
 
 // The keys a decoding sequence of context_len tokens reads: its window's first .. the last.
 __device__ __forceinline__ int decode_first_key(const AttnArgs &a, int context_len) {
@@ -68,8 +67,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
 }
 
 // grid = (q_head, seq): out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
-template <class T>
-__global__ void __launch_bounds__(kAttnThreads) decode_merge_kernel(AttnArgs a) {
+template <class T> __global__ void __launch_bounds__(kAttnThreads) decode_merge_kernel(AttnArgs a) {
   const int seq = blockIdx.y, q_head = blockIdx.x;
   const int query_start = a.query_start[seq];
   if (a.query_start[seq + 1] - query_start != 1) return;
@@ -108,7 +106,8 @@ namespace {
 
 // The most keys one decoding sequence of the batch reads under `window` (0 = all), at least 1.
 int32_t max_keys(const BatchView &batch, int32_t window) {
-  const int32_t keys = window > 0 ? dev::imin(batch.max_context_len, window) : batch.max_context_len;
+  const int32_t keys =
+      window > 0 ? dev::imin(batch.max_context_len, window) : batch.max_context_len;
   return keys > 0 ? keys : 1;
 }
 
@@ -120,7 +119,8 @@ int64_t wanted_splits(const BatchView &batch, int32_t q_heads, int32_t kv_heads,
   return ctas > 0 ? (2 * int64_t(num_sms) + ctas - 1) / ctas : 1;
 }
 
-size_t workspace_for(const BatchView &batch, int32_t q_heads, int32_t head_dim, int64_t max_splits) {
+size_t workspace_for(const BatchView &batch, int32_t q_heads, int32_t head_dim,
+                     int64_t max_splits) {
   return max_splits > 1 ? sizeof(float) * size_t(batch.num_seqs) * q_heads * size_t(max_splits) *
                               (size_t(head_dim) + 2)
                         : 0;
@@ -163,8 +163,7 @@ cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch
       (plan.max_splits > 1 && !workspace))
     return cudaErrorInvalidValue;
   AttnArgs a;
-  if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a))
-    return e;
+  if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a)) return e;
   a.split_tokens = plan.split_tokens, a.max_splits = plan.max_splits;
   const size_t parts = size_t(batch.num_seqs) * q_heads * plan.max_splits;
   a.ws_acc = static_cast<float *>(workspace);

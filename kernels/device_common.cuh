@@ -21,8 +21,7 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-template <class T>
-__device__ __forceinline__ T from_float(float x) {
+template <class T> __device__ __forceinline__ T from_float(float x) {
   if constexpr (std::is_same_v<T, __half>)
     return __float2half_rn(x);
   else if constexpr (std::is_same_v<T, __nv_bfloat16>)
@@ -32,8 +31,7 @@ __device__ __forceinline__ T from_float(float x) {
 }
 
 // The 16-bit element whose bits are b: CUDA's bit conversion, not a cast of memory.
-template <class T>
-__device__ __forceinline__ T from_bits(uint16_t b) {
+template <class T> __device__ __forceinline__ T from_bits(uint16_t b) {
   if constexpr (std::is_same_v<T, __half>)
     return __ushort_as_half(b);
   else
@@ -45,8 +43,7 @@ __device__ __forceinline__ T from_bits(uint16_t b) {
 // loads of up to 16 bytes. The narrow elements come out of the loaded vector by a copy of its
 // bytes (which nvcc turns into register moves), never by reading it through a T pointer: that
 // type punning is undefined behaviour an optimizing compiler may act on.
-template <class T>
-__device__ __forceinline__ void load8(const T *p, float (&out)[8]) {
+template <class T> __device__ __forceinline__ void load8(const T *p, float (&out)[8]) {
   if constexpr (kIsFp8<T>) {
     const uint2 raw = *reinterpret_cast<const uint2 *>(p);
     uint8_t codes[8];
@@ -96,8 +93,7 @@ namespace pkv::cuda {
 
 // Runtime dtype -> element type: calls f(T{}) and returns its result. Model dtypes only: fp8 is
 // a pool's (dispatch_kv_dtype).
-template <class F>
-cudaError_t dispatch_dtype(DType t, F &&f) {
+template <class F> cudaError_t dispatch_dtype(DType t, F &&f) {
   switch (t) {
     case DType::f32:
       return f(float{});
@@ -112,8 +108,7 @@ cudaError_t dispatch_dtype(DType t, F &&f) {
 
 // Runtime (model dtype, pool dtype) -> element types: calls f(T{}, C{}) with C = T for a pool of
 // the model's dtype, or the fp8 tag. Any other pairing is refused.
-template <class F>
-cudaError_t dispatch_kv_dtype(DType dtype, DType kv_dtype, F &&f) {
+template <class F> cudaError_t dispatch_kv_dtype(DType dtype, DType kv_dtype, F &&f) {
   return dispatch_dtype(dtype, [&](auto t) {
     using T = decltype(t);
     if (kv_dtype == dtype) return f(t, T{});
@@ -126,8 +121,7 @@ cudaError_t dispatch_kv_dtype(DType dtype, DType kv_dtype, F &&f) {
 // Runtime head_dim -> compile-time: the specialized sizes, else 0 (the generic path, which reads
 // head_dim at run time). Never a wrong answer: unsupported sizes are refused here, by the limits
 // pkv.h states for pkv_attention (load8 moves 8 elements at a time; tiles are sized for 256).
-template <class F>
-cudaError_t dispatch_head_dim(int32_t head_dim, F &&f) {
+template <class F> cudaError_t dispatch_head_dim(int32_t head_dim, F &&f) {
   if (head_dim <= 0 || head_dim > PKV_ATTENTION_MAX_HEAD_DIM ||
       head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN != 0)
     return cudaErrorInvalidValue;

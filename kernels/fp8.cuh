@@ -25,20 +25,16 @@ struct Fp8E5M2 {
   uint8_t code;
 };
 
-template <class F>
-constexpr bool kIsFp8 = std::is_same_v<F, Fp8E4M3> || std::is_same_v<F, Fp8E5M2>;
+template <class F> constexpr bool kIsFp8 = std::is_same_v<F, Fp8E4M3> || std::is_same_v<F, Fp8E5M2>;
 
 namespace dev {
 
-template <class F>
-struct Fp8Format;
-template <>
-struct Fp8Format<Fp8E4M3> {
+template <class F> struct Fp8Format;
+template <> struct Fp8Format<Fp8E4M3> {
   static constexpr int kMan = 3, kBias = 7;
   static constexpr uint32_t kMaxCode = 0x7E;  // 448 = 1.75 * 2^8
 };
-template <>
-struct Fp8Format<Fp8E5M2> {
+template <> struct Fp8Format<Fp8E5M2> {
   static constexpr int kMan = 2, kBias = 15;
   static constexpr uint32_t kMaxCode = 0x7B;  // 57344 = 1.75 * 2^15
 };
@@ -56,8 +52,7 @@ __host__ __device__ __forceinline__ float bits_float(uint32_t b) {
 
 // The value of the code whose sign bit is clear, for mag < 0x80 (no NaN, no infinity): a
 // normal code rebiased into a float's exponent, a subnormal one as mag * 2^(1 - bias - man).
-template <class F>
-__host__ __device__ __forceinline__ float fp8_magnitude(uint32_t mag) {
+template <class F> __host__ __device__ __forceinline__ float fp8_magnitude(uint32_t mag) {
   using Fmt = Fp8Format<F>;
   constexpr uint32_t kRebias = uint32_t(127 - Fmt::kBias) << 23;
   constexpr float kSubnormalStep = 1.f / float(1u << (Fmt::kBias - 1 + Fmt::kMan));
@@ -67,8 +62,7 @@ __host__ __device__ __forceinline__ float fp8_magnitude(uint32_t mag) {
 
 // The code of y: the nearest value, ties to the even code; |y| at or past the largest finite
 // value (infinities included) saturates to it; NaN -> 0x7F; the sign is kept (-0 -> 0x80).
-template <class F>
-__host__ __device__ __forceinline__ uint8_t fp8_encode(float y) {
+template <class F> __host__ __device__ __forceinline__ uint8_t fp8_encode(float y) {
   using Fmt = Fp8Format<F>;
   const uint32_t bits = float_bits(y), mag = bits & 0x7FFFFFFFu;
   const uint32_t sign = (bits >> 24) & 0x80u;
@@ -91,8 +85,7 @@ __host__ __device__ __forceinline__ uint8_t fp8_encode(float y) {
 }
 
 // The value of a code (not yet times its scale).
-template <class F>
-__host__ __device__ __forceinline__ float fp8_decode(uint8_t code) {
+template <class F> __host__ __device__ __forceinline__ float fp8_decode(uint8_t code) {
   const uint32_t mag = code & 0x7Fu;
   float v;
   if constexpr (std::is_same_v<F, Fp8E4M3>)

@@ -35,8 +35,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_fma_kernel(MlaArgs a) {
 
 // grid = (q_head, seq): out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s over the splits of
 // a decode that has more than one.
-template <class T>
-__global__ void __launch_bounds__(kMlaThreads) mla_merge_kernel(MlaArgs a) {
+template <class T> __global__ void __launch_bounds__(kMlaThreads) mla_merge_kernel(MlaArgs a) {
   const int seq = blockIdx.y, head = blockIdx.x;
   const int query_start = a.query_start[seq];
   if (a.query_start[seq + 1] - query_start != 1) return;
@@ -62,9 +61,9 @@ template <class T>
 cudaError_t launch_rows(void (*kernel)(MlaArgs), int32_t rows, size_t smem, const MlaArgs &a,
                         const BatchView &b, cudaStream_t stream) {
   if (smem > 48 * 1024)  // past the default: opt in (sm_80 and sm_90 have more)
-    if (const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(kernel),
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(smem)))
+    if (const cudaError_t e =
+            cudaFuncSetAttribute(reinterpret_cast<const void *>(kernel),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)))
       return e;
   MlaArgs d = a;
   d.decode = 1;
@@ -148,8 +147,8 @@ cudaError_t launch_mla_attention(const KvLayer &layer, int32_t kv_lora_rank, con
       q_heads > PKV_CUDA_MAX_GRID || layer.v || layer.kv_heads != 1 || layer.window != 0 ||
       layer.block_size < 1 || !latent_ok(layer.head_dim, kv_lora_rank) || !aligned16(q) ||
       !aligned16(out) || !aligned16(layer.k) || !(scale > 0.f) ||
-      (is_fp8(layer.kv_dtype) && !layer.k_scale) || plan.split_tokens < 1 ||
-      plan.max_splits < 1 || int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
+      (is_fp8(layer.kv_dtype) && !layer.k_scale) || plan.split_tokens < 1 || plan.max_splits < 1 ||
+      int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
       (plan.max_splits > 1 && !workspace) || (plan.row_groups != 2 && plan.row_groups != 4))
     return cudaErrorInvalidValue;
   if (batch.num_seqs == 0) return cudaSuccess;

@@ -41,8 +41,7 @@ __device__ __forceinline__ int mla_splits(const MlaArgs &a, int context_len) {
 
 // The CTA's rows and keys; false when it has none (a sequence of the other kind, a split past
 // the context, a row tile past the rows). A prefill tile reads the keys up to its last row's.
-template <int kRows>
-__device__ __forceinline__ bool mla_rows(const MlaArgs &a, MlaRows &rb) {
+template <int kRows> __device__ __forceinline__ bool mla_rows(const MlaArgs &a, MlaRows &rb) {
   const int seq = blockIdx.z;
   const int query_start = a.query_start[seq];
   const int query_len = a.query_start[seq + 1] - query_start;
@@ -51,9 +50,15 @@ __device__ __forceinline__ bool mla_rows(const MlaArgs &a, MlaRows &rb) {
     const int key_begin = int(blockIdx.x) * a.split_tokens, row0 = int(blockIdx.y) * kRows;
     if (query_len != 1 || key_begin >= context_len) return false;
     const int split = mla_splits(a, context_len) > 1 ? int(blockIdx.x) : -1;
-    rb = MlaRows{seq,         row0,      imin(kRows, a.q_heads - row0),
-                 query_start, 1,         context_len,
-                 key_begin,   imin(context_len, key_begin + a.split_tokens), split};
+    rb = MlaRows{seq,
+                 row0,
+                 imin(kRows, a.q_heads - row0),
+                 query_start,
+                 1,
+                 context_len,
+                 key_begin,
+                 imin(context_len, key_begin + a.split_tokens),
+                 split};
     return true;
   }
   const int row0 = int(blockIdx.x) * kRows;
@@ -85,8 +90,8 @@ template <class T>
 __device__ __forceinline__ void mla_put2(const MlaArgs &a, const MlaRows &rb, int r, int c,
                                          float x0, float x1, float f) {
   if (rb.split < 0) {
-    T *o = static_cast<T *>(a.out) +
-           (int64_t(rb.query_start) * a.q_heads + rb.row0 + r) * a.rank + c;
+    T *o =
+        static_cast<T *>(a.out) + (int64_t(rb.query_start) * a.q_heads + rb.row0 + r) * a.rank + c;
     o[0] = from_float<T>(x0 * f);
     o[1] = from_float<T>(x1 * f);
   } else {

@@ -22,8 +22,8 @@ struct MlaFmaTile {
   static constexpr int kRows = 16, kKeys = 16;
   static constexpr int kPairs = kRows * PKV_ATTENTION_MAX_KV_LORA_RANK / 2 / kMlaThreads;
   static size_t smem_bytes(int width) {
-    return sizeof(float) * (size_t(kRows) * (width + 4) + size_t(kKeys) * (width + 2) +
-                            kRows * kKeys + 3 * kRows);
+    return sizeof(float) *
+           (size_t(kRows) * (width + 4) + size_t(kKeys) * (width + 2) + kRows * kKeys + 3 * kRows);
   }
 };
 

@@ -28,8 +28,7 @@
 
 namespace pkv::cuda::dev {
 
-template <int RG>
-struct MlaMmaTile {
+template <int RG> struct MlaMmaTile {
   static_assert(RG == 2 || RG == 4, "64 or 32 rows a CTA");
   static constexpr int kRowGroups = RG, kDimSplits = 8 / RG;
   static constexpr int kRows = 16 * RG, kKeys = 8 * kDimSplits;
@@ -45,13 +44,11 @@ struct MlaMmaTile {
 };
 
 // 8 elements of the cache as loaded: 16 bytes of T, or 8 fp8 codes.
-template <class C>
-using MlaChunk = std::conditional_t<kIsFp8<C>, uint2, uint4>;
+template <class C> using MlaChunk = std::conditional_t<kIsFp8<C>, uint2, uint4>;
 
 // A warp's rows, per lane rows group and group + 8 of its row group: the last key each sees, the
 // online softmax state (l: this warp's keys only) and O's n-tiles (C-fragment layout).
-template <int RG>
-struct MlaWarp {
+template <int RG> struct MlaWarp {
   int last[2];
   float m[2], l[2];
   float o[MlaMmaTile<RG>::kOutTiles][4];

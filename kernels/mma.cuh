@@ -56,8 +56,7 @@ __device__ __forceinline__ uint32_t pack_bits(uint16_t lo, uint16_t hi) {
 }
 
 // lo and hi rounded to T (nearest even), packed.
-template <class T>
-__device__ __forceinline__ uint32_t pack_rn(float lo, float hi) {
+template <class T> __device__ __forceinline__ uint32_t pack_rn(float lo, float hi) {
   if constexpr (std::is_same_v<T, __half>)
     return pack_bits(to_bits(__float2half_rn(lo)), to_bits(__float2half_rn(hi)));
   else

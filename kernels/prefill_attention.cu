@@ -51,8 +51,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
 }
 
 // Tensor cores: keys per tile 64, 32 for head_dim 256 (registers: O is D / 2 floats a lane).
-template <int D>
-using PrefillMmaTile = dev::MmaTile<D, (D > 128 ? 32 : 64)>;
+template <int D> using PrefillMmaTile = dev::MmaTile<D, (D > 128 ? 32 : 64)>;
 
 // The same grid and rows as prefill_kernel, 64 rows a CTA.
 template <class T, class C, int D>
@@ -105,8 +104,7 @@ cudaError_t launch_prefill_attention(const KvLayer &layer, const BatchView &batc
                                      void *out, int32_t q_heads, float scale, cudaStream_t stream) {
   if (batch.num_seqs == 0 || batch.max_query_len < 2) return cudaSuccess;
   AttnArgs a;
-  if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a))
-    return e;
+  if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a)) return e;
   return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
     return dispatch_head_dim(layer.head_dim, [&](auto d) {
       return launch_typed<decltype(t), decltype(c), decltype(d)::value>(a, batch, stream);

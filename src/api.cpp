@@ -38,12 +38,22 @@ template <class F> pkv_status run(std::string *engine_error, F &&f) noexcept {
     return PKV_OK;
   } catch (const pkv::Error &err) {
     status = err.status();
-    try { text = err.what(); message = text.c_str(); } catch (...) { message = "(no memory for the message)"; }
+    try {
+      text = err.what();
+      message = text.c_str();
+    } catch (...) {
+      message = "(no memory for the message)";
+    }
   } catch (const std::bad_alloc &) {
     status = PKV_ERR_OUT_OF_MEMORY;
     message = "out of host memory";
   } catch (const std::exception &err) {
-    try { text = err.what(); message = text.c_str(); } catch (...) { message = "(no memory for the message)"; }
+    try {
+      text = err.what();
+      message = text.c_str();
+    } catch (...) {
+      message = "(no memory for the message)";
+    }
   } catch (...) {
   }
   try {
@@ -74,15 +84,18 @@ pkv_status refuse_stale(const pkv_batch *handle, bool quiet) noexcept {
   Engine *owner = batch_handles().owner(handle);
   auto refusal = [&] {
     if (owner)
-      pkv::fail(PKV_ERR_STATE,
-                "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort); a handle is valid "
-                "from pkv_batch_begin or pkv_step until its batch ends: use the newer one");
+      pkv::fail(
+          PKV_ERR_STATE,
+          "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort); a handle is valid "
+          "from pkv_batch_begin or pkv_step until its batch ends: use the newer one");
     if (!pkv::BatchHandles::looks_like_handle(handle))
-      pkv::fail(PKV_ERR_STATE,
-                "batch is not open: this is no batch handle (pkv_batch_begin and pkv_step give them)");
-    pkv::fail(PKV_ERR_STATE,
-              "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort) or its engine "
-              "was destroyed");
+      pkv::fail(
+          PKV_ERR_STATE,
+          "batch is not open: this is no batch handle (pkv_batch_begin and pkv_step give them)");
+    pkv::fail(
+        PKV_ERR_STATE,
+        "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort) or its engine "
+        "was destroyed");
   };
   if (!owner || quiet) return run(nullptr, refusal);
   std::lock_guard<std::mutex> lock(owner->mutex());
@@ -90,7 +103,8 @@ pkv_status refuse_stale(const pkv_batch *handle, bool quiet) noexcept {
 }
 
 // A call on a live batch, under its engine's lock; f may end the batch (then its handle goes).
-template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f, bool quiet = false) noexcept {
+template <class F>
+pkv_status guard_batch(const pkv_batch *handle, F &&f, bool quiet = false) noexcept {
   if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "batch is NULL"); });
   Engine *e = batch_handles().live(handle);
   if (!e) return refuse_stale(handle, quiet);
@@ -99,8 +113,9 @@ template <class F> pkv_status guard_batch(const pkv_batch *handle, F &&f, bool q
   if (batch_handles().live(handle) != e) {
     if (!quiet) e->last_error().clear();
     return run(quiet ? nullptr : &e->last_error(), [] {
-      pkv::fail(PKV_ERR_STATE, "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort) "
-                               "while this call waited for its engine");
+      pkv::fail(PKV_ERR_STATE,
+                "batch is not open: it ended (pkv_batch_end, pkv_commit or pkv_batch_abort) "
+                "while this call waited for its engine");
     });
   }
   e->last_error().clear();
@@ -135,8 +150,9 @@ std::string salt_of(const pkv_seq_params *sp) {
 }
 
 // Copies a variable-size array into a caller buffer; a short buffer is refused with the length.
-template <class T> void copy_out(const std::vector<T> &src, T *out, uint32_t cap, uint32_t *out_len,
-                                 const char *what) {
+template <class T>
+void copy_out(const std::vector<T> &src, T *out, uint32_t cap, uint32_t *out_len,
+              const char *what) {
   PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
   PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
   const uint32_t n = static_cast<uint32_t>(src.size());
@@ -169,7 +185,8 @@ const char *pkv_engine_last_error(const pkv_engine *e) {
 }
 
 pkv_status pkv_engine_params_init(pkv_engine_params *p, uint32_t size) {
-  return guard([&] { pkv::init_struct(p, size, pkv::default_engine_params(), "pkv_engine_params"); });
+  return guard(
+      [&] { pkv::init_struct(p, size, pkv::default_engine_params(), "pkv_engine_params"); });
 }
 
 pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size) {
@@ -183,10 +200,12 @@ pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *js
     const pkv_engine_params out = pkv::params_from_hf_config(in, json, len);
     // A caller whose struct ends before kv_layout (a header older than 0.3) cannot hold an MLA
     // shape: refused, rather than a latent read back as heads.
-    PKV_REQUIRE(out.kv_layout == PKV_KV_LAYOUT_HEADS || p->struct_size >= offsetof(pkv_engine_params, reserved2),
-                "config.json describes multi-head latent attention: params needs the kv_layout fields of pkv.h 0.3 "
-                "(struct_size %u)",
-                p->struct_size);
+    PKV_REQUIRE(
+        out.kv_layout == PKV_KV_LAYOUT_HEADS ||
+            p->struct_size >= offsetof(pkv_engine_params, reserved2),
+        "config.json describes multi-head latent attention: params needs the kv_layout fields of pkv.h 0.3 "
+        "(struct_size %u)",
+        p->struct_size);
     pkv::write_struct(p, out);
   });
 }
@@ -195,9 +214,11 @@ pkv_status pkv_hf_config_digest(const char *json, size_t len, char *out, uint32_
   return guard([&] {
     PKV_REQUIRE(json != nullptr, "json is NULL");
     PKV_REQUIRE(out != nullptr, "out is NULL");
-    PKV_REQUIRE(cap >= PKV_HF_CONFIG_DIGEST_BYTES, "out holds %u bytes: PKV_HF_CONFIG_DIGEST_BYTES (%d) are needed",
-                cap, int(PKV_HF_CONFIG_DIGEST_BYTES));
-    pkv::params_from_hf_config(pkv::default_engine_params(), json, len);  // a config pkv reads, or its error
+    PKV_REQUIRE(cap >= PKV_HF_CONFIG_DIGEST_BYTES,
+                "out holds %u bytes: PKV_HF_CONFIG_DIGEST_BYTES (%d) are needed", cap,
+                int(PKV_HF_CONFIG_DIGEST_BYTES));
+    pkv::params_from_hf_config(pkv::default_engine_params(), json,
+                               len);  // a config pkv reads, or its error
     const std::string id = pkv::config_model_id(json, len);
     std::memcpy(out, id.c_str(), id.size() + 1);
   });
@@ -213,7 +234,8 @@ pkv_status pkv_hf_config_layer_windows(const char *json, size_t len, uint32_t *o
     *out_len = w.num_layers();  // also when the buffer is short: the length it needs
     if (out == nullptr) return;
     if (cap < w.num_layers())
-      pkv::fail(PKV_ERR_INVALID_ARGUMENT, "the model has %u layers, the buffer holds %u", w.num_layers(), cap);
+      pkv::fail(PKV_ERR_INVALID_ARGUMENT, "the model has %u layers, the buffer holds %u",
+                w.num_layers(), cap);
     w.copy_to(out);
   });
 }
@@ -226,7 +248,8 @@ pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group, uint
     PKV_REQUIRE(out_num_groups != nullptr, "out_num_groups is NULL");
     PKV_REQUIRE(group_window != nullptr || cap == 0, "group_window is NULL with cap %u", cap);
     pkv::validate_engine_params(params);
-    const pkv::KvGroups g = pkv::make_kv_groups(params.num_layers, params.sliding_window, params.layer_windows);
+    const pkv::KvGroups g =
+        pkv::make_kv_groups(params.num_layers, params.sliding_window, params.layer_windows);
     if (group_window) copy_out(g.group_window, group_window, cap, out_num_groups, "the groups");
     *out_num_groups = g.num_groups();
     for (uint32_t l = 0; l < params.num_layers; ++l) {
@@ -300,7 +323,8 @@ pkv_status pkv_engine_check(pkv_engine *e) {
 }
 
 pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
-                        const pkv_seq_params *sp, uint64_t *out_seq, uint32_t *out_num_cached_tokens) {
+                        const pkv_seq_params *sp, uint64_t *out_seq,
+                        uint32_t *out_num_cached_tokens) {
   return guard(e, [&](Engine &en) {
     require_tokens(tokens, num_tokens);
     PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
@@ -318,8 +342,7 @@ pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num
     require_tokens(tokens, num_tokens);
     auto plan = en.query(tokens, num_tokens, salt_of(sp));
     if (out_num_blocks) *out_num_blocks = plan.num_free_needed;
-    if (out_num_cached_tokens)
-      *out_num_cached_tokens = plan.num_hits * en.params().block_size;
+    if (out_num_cached_tokens) *out_num_cached_tokens = plan.num_hits * en.params().block_size;
   });
 }
 
@@ -371,7 +394,8 @@ pkv_status pkv_seq_info(pkv_engine *e, uint64_t seq, struct pkv_seq_info *out) {
   });
 }
 
-pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
+pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
+                               uint32_t *out_len) {
   return guard(e, [&](Engine &en) {
     const pkv::Sequence &s = en.seq(seq);
     static const std::vector<int32_t> none;
@@ -379,22 +403,26 @@ pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32
   });
 }
 
-pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group, int32_t *out, uint32_t cap,
-                                     uint32_t *out_len) {
+pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group, int32_t *out,
+                                     uint32_t cap, uint32_t *out_len) {
   return guard(e, [&](Engine &en) {
-    PKV_REQUIRE(group < en.groups().num_groups(), "group %u of %u", group, en.groups().num_groups());
+    PKV_REQUIRE(group < en.groups().num_groups(), "group %u of %u", group,
+                en.groups().num_groups());
     const pkv::Sequence &s = en.seq(seq);
     static const std::vector<int32_t> none;
     copy_out(s.tables.empty() ? none : s.tables[group].ids, out, cap, out_len, "the block table");
   });
 }
 
-pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales, const float *v_scales) {
+pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales,
+                             const float *v_scales) {
   return guard(e, [&](Engine &en) { en.set_kv_scales(layer, k_scales, v_scales); });
 }
 
-pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap, uint32_t *out_len) {
-  return guard(e, [&](Engine &en) { copy_out(en.seq(seq).tokens, out, cap, out_len, "the sequence"); });
+pkv_status pkv_seq_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap,
+                          uint32_t *out_len) {
+  return guard(
+      e, [&](Engine &en) { copy_out(en.seq(seq).tokens, out, cap, out_len, "the sequence"); });
 }
 
 pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs, const uint32_t *num_new_tokens,
@@ -448,7 +476,8 @@ pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publisher_in
 }
 
 pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size) {
-  return guard([&] { pkv::init_struct(p, size, pkv::default_request_params(), "pkv_request_params"); });
+  return guard(
+      [&] { pkv::init_struct(p, size, pkv::default_request_params(), "pkv_request_params"); });
 }
 
 pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
@@ -515,7 +544,8 @@ pkv_status pkv_reset_prefix_cache(pkv_engine *e) {
 
 void pkv_batch_abort(pkv_batch *b) {
   if (!b) return;
-  guard_batch(b, [&](Engine &en) { en.abort_batch(); }, /*quiet=*/true);
+  guard_batch(
+      b, [&](Engine &en) { en.abort_batch(); }, /*quiet=*/true);
 }
 
 pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v,
@@ -555,13 +585,15 @@ pkv_status pkv_store_list(pkv_store *s, uint64_t *cursor, uint32_t flags, pkv_st
                           uint32_t entry_size, uint32_t cap, uint32_t *out_len) {
   return guard_store(s, [&](pkv::StoreAdmin &a) {
     PKV_REQUIRE(cursor != nullptr && out_len != nullptr, "cursor and out_len must not be NULL");
-    PKV_REQUIRE((flags & ~uint32_t(PKV_STORE_LIST_KEYS_ONLY)) == 0, "flags 0x%x: only PKV_STORE_LIST_* bits", flags);
+    PKV_REQUIRE((flags & ~uint32_t(PKV_STORE_LIST_KEYS_ONLY)) == 0,
+                "flags 0x%x: only PKV_STORE_LIST_* bits", flags);
     PKV_REQUIRE(entry_size >= sizeof(pkv_store_entry) && entry_size % 8 == 0,
-                "entry_size %u: at least %zu (sizeof pkv_store_entry) and a multiple of 8 expected", entry_size,
-                sizeof(pkv_store_entry));
+                "entry_size %u: at least %zu (sizeof pkv_store_entry) and a multiple of 8 expected",
+                entry_size, sizeof(pkv_store_entry));
     PKV_REQUIRE(cap >= 1 && out != nullptr, "out must hold at least one entry (cap %u)", cap);
     uint64_t next = *cursor;
-    const std::vector<pkv_store_entry> page = a.list(&next, !(flags & PKV_STORE_LIST_KEYS_ONLY), cap);
+    const std::vector<pkv_store_entry> page =
+        a.list(&next, !(flags & PKV_STORE_LIST_KEYS_ONLY), cap);
     for (size_t i = 0; i < page.size(); ++i) {
       char *at = reinterpret_cast<char *>(out) + i * entry_size;
       std::memcpy(at, &page[i], sizeof page[i]);
@@ -603,7 +635,8 @@ pkv_status pkv_store_clear(pkv_store *s, uint64_t *out_removed) {
   });
 }
 
-pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len, uint64_t *out_hash) {
+pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t salt_len,
+                               uint64_t *out_hash) {
   return guard([&] {
     PKV_REQUIRE(out_hash != nullptr, "out_hash is NULL");
     PKV_REQUIRE(salt != nullptr || salt_len == 0, "salt is NULL with salt_len %u", salt_len);

@@ -10,8 +10,8 @@
 namespace pkv {
 
 Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t *num_new_tokens,
-             uint32_t num_seqs, uint32_t block_size, uint32_t num_groups, const std::vector<BlockCopy> &copies,
-             bool from_step)
+             uint32_t num_seqs, uint32_t block_size, uint32_t num_groups,
+             const std::vector<BlockCopy> &copies, bool from_step)
     : from_step_(from_step), block_size_(block_size), copies_(copies), num_groups_(num_groups) {
   PKV_REQUIRE(num_seqs > 0, "a batch needs at least one sequence (num_seqs is 0)");
   PKV_REQUIRE(seq_ids != nullptr, "seqs is NULL");
@@ -24,8 +24,8 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
     const unsigned long long id = s.id;
     PKV_REQUIRE(seen.insert(s.id).second, "sequence %llu appears twice in the batch", id);
     if (!s.running())
-      fail(PKV_ERR_STATE, "sequence %llu is %s: only running sequences compute%s", id, state_name(s.state),
-           s.state == SeqState::kPreempted ? " (resume it first)" : "");
+      fail(PKV_ERR_STATE, "sequence %llu is %s: only running sequences compute%s", id,
+           state_name(s.state), s.state == SeqState::kPreempted ? " (resume it first)" : "");
     PKV_ASSERT(s.num_unslotted == 0 && !s.in_batch);
     const uint32_t n = num_new_tokens ? num_new_tokens[i] : s.num_uncomputed();
     PKV_REQUIRE(n >= 1 && n <= s.num_uncomputed(),
@@ -41,7 +41,8 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
   for (uint32_t i = 0; i < num_seqs; ++i) plan_seq(seqs.get(seq_ids_[i]), num_new_[i]);
   block_tables_.assign(size_t(num_seqs) * max_blocks_per_seq_, -1);
   for (uint32_t i = 0; i < num_seqs; ++i)
-    std::copy(block_indices_.begin() + block_indptr_[i], block_indices_.begin() + block_indptr_[i + 1],
+    std::copy(block_indices_.begin() + block_indptr_[i],
+              block_indices_.begin() + block_indptr_[i + 1],
               block_tables_.begin() + size_t(i) * max_blocks_per_seq_);
   // Every group's slots and tables, group 0's first (the fields above: one group needs no more).
   if (num_groups_ > 1) plan_groups(seqs);
@@ -63,7 +64,8 @@ void Batch::plan_groups(const SequenceTable &seqs) {
       const std::vector<int32_t> &t = seqs.get(seq_ids_[i]).tables[g].ids;
       for (int32_t row = query_start_[i]; row < query_start_[i + 1]; ++row) {
         const uint32_t pos = static_cast<uint32_t>(positions_[row]);
-        group_slot_mapping_.push_back(int64_t(t[pos / block_size_]) * block_size_ + pos % block_size_);
+        group_slot_mapping_.push_back(int64_t(t[pos / block_size_]) * block_size_ +
+                                      pos % block_size_);
       }
       const size_t n = size_t(block_indptr_[i + 1] - block_indptr_[i]);
       std::copy(t.begin(), t.begin() + n,
@@ -82,7 +84,8 @@ void Batch::plan_seq(const Sequence &s, uint32_t num_new) {
   }
   // The last new token's output is sampled when it is the sequence's last token.
   const int32_t rows_before = query_start_.back();
-  sample_rows_.push_back(context == s.num_tokens() ? rows_before + static_cast<int32_t>(num_new) - 1 : -1);
+  sample_rows_.push_back(context == s.num_tokens() ? rows_before + static_cast<int32_t>(num_new) - 1
+                                                   : -1);
   query_start_.push_back(rows_before + static_cast<int32_t>(num_new));
   context_lens_.push_back(static_cast<int32_t>(context));
   const uint32_t num_blocks = blocks_for_tokens(context, block_size_);

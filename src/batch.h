@@ -18,8 +18,8 @@ class Batch {
   // uncomputed tokens), with copies to do first. Validates everything; throws with nothing
   // changed.
   Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t *num_new_tokens,
-        uint32_t num_seqs, uint32_t block_size, uint32_t num_groups, const std::vector<BlockCopy> &copies,
-        bool from_step);
+        uint32_t num_seqs, uint32_t block_size, uint32_t num_groups,
+        const std::vector<BlockCopy> &copies, bool from_step);
 
   pkv_batch_view view() const;
   bool from_step() const { return from_step_; }  // planned by pkv_step: ends with pkv_commit

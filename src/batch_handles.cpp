@@ -4,7 +4,8 @@
 
 namespace pkv {
 
-static_assert(sizeof(uintptr_t) == 8, "batch handles carry a 16-bit engine slot and a 47-bit generation");
+static_assert(sizeof(uintptr_t) == 8,
+              "batch handles carry a 16-bit engine slot and a 47-bit generation");
 
 namespace {
 
@@ -29,9 +30,10 @@ pkv_batch *BatchHandles::add(Engine *e) {
     s = known->second;
   } else {
     if (slots_.size() >= kMaxEngines)
-      fail(PKV_ERR_OUT_OF_MEMORY,
-           "%u engines with batches are alive in this process, the most pkv tells apart: destroy one first",
-           kMaxEngines);
+      fail(
+          PKV_ERR_OUT_OF_MEMORY,
+          "%u engines with batches are alive in this process, the most pkv tells apart: destroy one first",
+          kMaxEngines);
     while (slots_.count(next_slot_)) next_slot_ = (next_slot_ + 1) % kMaxEngines;
     s = next_slot_;
     next_slot_ = (next_slot_ + 1) % kMaxEngines;

@@ -57,6 +57,7 @@ class BatchHandles {
   uint64_t next_generation_ = 1;
 };
 
-BatchHandles &batch_handles();  // the process's registry, never destroyed (handles may be used at exit)
+BatchHandles &
+batch_handles();  // the process's registry, never destroyed (handles may be used at exit)
 
 }  // namespace pkv

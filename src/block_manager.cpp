@@ -15,8 +15,8 @@ namespace pkv {
 static_assert(BlockPool::kNoNode == kNoNode, "one 'no node' value for the pools and the tree");
 
 BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching,
-                           uint64_t hash_seed, bool constant_hash, uint32_t host_num_blocks, bool offload,
-                           std::vector<uint32_t> group_windows)
+                           uint64_t hash_seed, bool constant_hash, uint32_t host_num_blocks,
+                           bool offload, std::vector<uint32_t> group_windows)
     : windows_(std::move(group_windows)),
       block_size_(block_size),
       prefix_caching_(prefix_caching),
@@ -63,7 +63,8 @@ void BlockManager::evict(int32_t block, bool offload) {
   stats_.num_evictions++;
 }
 
-void BlockManager::report_host_block(int32_t host, const std::function<void(const EvictedHostBlock &)> &f) const {
+void BlockManager::report_host_block(int32_t host,
+                                     const std::function<void(const EvictedHostBlock &)> &f) const {
   for (const BlockCopy &c : pending_copies_)  // its bytes are still to come from a queued copy
     if ((c.kind == PKV_COPY_OFFLOAD || c.kind == PKV_COPY_SWAP_OUT) && c.dst == host) return;
   const uint32_t node = host_.node(host);
@@ -77,7 +78,8 @@ void BlockManager::report_host_block(int32_t host, const std::function<void(cons
   f(ev);
 }
 
-void BlockManager::for_each_host_cached(const std::function<void(const EvictedHostBlock &)> &f) const {
+void BlockManager::for_each_host_cached(
+    const std::function<void(const EvictedHostBlock &)> &f) const {
   host_.for_each_free([&](int32_t h) {
     if (host_.node(h) != kNoNode) report_host_block(h, f);
     return true;
@@ -120,11 +122,13 @@ uint32_t BlockManager::first_held(uint32_t group, uint64_t next) const {
 uint64_t BlockManager::peak_blocks(uint32_t prompt, uint64_t total) const {
   uint64_t at_end = 0;
   for (uint32_t w : windows_) at_end += group_blocks_for(w, total, block_size_);
-  return std::max<uint64_t>(uint64_t(num_groups()) * blocks_for_tokens(prompt, block_size_), at_end);
+  return std::max<uint64_t>(uint64_t(num_groups()) * blocks_for_tokens(prompt, block_size_),
+                            at_end);
 }
 
-void BlockManager::walk(uint32_t group, const std::string &salt, const int32_t *tokens, uint32_t max_hits,
-                        std::vector<uint32_t> *nodes, std::vector<int32_t> *picks) const {
+void BlockManager::walk(uint32_t group, const std::string &salt, const int32_t *tokens,
+                        uint32_t max_hits, std::vector<uint32_t> *nodes,
+                        std::vector<int32_t> *picks) const {
   uint32_t node = tree_.find_root(salt, group);
   if (node == kNoNode || !max_hits) return;
   const bool windowed = windows_[group] != 0;
@@ -152,7 +156,10 @@ void BlockManager::walk(uint32_t group, const std::string &salt, const int32_t *
     // A node held only in the host tier is loaded into a new pool block.
     int32_t pick = -1;
     for (int32_t c : tree_.copies(child)) {
-      if (pool_.ref(c) > 0) { pick = c; break; }
+      if (pool_.ref(c) > 0) {
+        pick = c;
+        break;
+      }
       if (pick < 0) pick = c;
     }
     if (pick < 0 && tree_.host(child) < 0) {
@@ -165,8 +172,8 @@ void BlockManager::walk(uint32_t group, const std::string &salt, const int32_t *
   }
 }
 
-BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
-                                                     const int32_t *tokens, uint32_t n) const {
+BlockManager::Admission BlockManager::plan_admission(const std::string &salt, const int32_t *tokens,
+                                                     uint32_t n) const {
   Admission plan;
   const uint32_t groups = num_groups();
   const uint32_t total = blocks_for_tokens(n, block_size_);
@@ -186,7 +193,8 @@ BlockManager::Admission BlockManager::plan_admission(const std::string &salt,
     for (uint32_t g = 0; g < groups; ++g) {
       if (!windows_[g]) continue;
       missing[g].assign(limit + 1, 0);
-      for (uint32_t j = 0; j < limit; ++j) missing[g][j + 1] = missing[g][j] + (plan.groups[g].blocks[j] == -2);
+      for (uint32_t j = 0; j < limit; ++j)
+        missing[g][j + 1] = missing[g][j] + (plan.groups[g].blocks[j] == -2);
     }
     for (; h > 0; --h) {
       bool ok = true;
@@ -226,8 +234,10 @@ void BlockManager::reserve(SeqTables &tables, const Admission &plan) {
   // are held the same way until their loads are queued).
   for (const GroupHits &gh : plan.groups)
     for (size_t i = 0; i < gh.blocks.size(); ++i) {
-      if (gh.blocks[i] >= 0) add_ref(gh.blocks[i]);
-      else host_.add_ref(tree_.host(gh.nodes[i]));
+      if (gh.blocks[i] >= 0)
+        add_ref(gh.blocks[i]);
+      else
+        host_.add_ref(tree_.host(gh.nodes[i]));
     }
   for (uint32_t g = 0; g < num_groups(); ++g) {
     const GroupHits &gh = plan.groups[g];
@@ -270,7 +280,8 @@ uint32_t BlockManager::admit(SeqTables &tables, const std::string &salt, const i
         if (gh.blocks[i] < 0) loaded[gh.first + i] = true;
     stats_.prefix_query_tokens += n;
     stats_.prefix_hit_tokens += hit_tokens;
-    stats_.host_hit_tokens += uint64_t(std::count(loaded.begin(), loaded.end(), true)) * block_size_;
+    stats_.host_hit_tokens +=
+        uint64_t(std::count(loaded.begin(), loaded.end(), true)) * block_size_;
   }
   last_loads_ = plan.num_loads;
   return hit_tokens;
@@ -287,7 +298,8 @@ void BlockManager::reserve_slots(SeqTables &tables, uint32_t num_slotted, uint32
   // read: copy it first. (The block of the next token is held in every group, windowed or not.)
   // Asked again while applying: a group's pops never touch another group's last block (in use).
   auto cow = [&](const BlockTable &t) {
-    return num_slotted % block_size_ != 0 && (pool_.ref(t.ids.back()) > 1 || pool_.node(t.ids.back()) != kNoNode);
+    return num_slotted % block_size_ != 0 &&
+           (pool_.ref(t.ids.back()) > 1 || pool_.node(t.ids.back()) != kNoNode);
   };
   uint32_t needed = 0;
   for (const BlockTable &t : tables) needed += need + (cow(t) ? 1 : 0);
@@ -297,7 +309,8 @@ void BlockManager::reserve_slots(SeqTables &tables, uint32_t num_slotted, uint32
   for (BlockTable &t : tables) reserve_group_slots(t, num_slotted, need, cow(t));
 }
 
-void BlockManager::reserve_group_slots(BlockTable &table, uint32_t num_slotted, uint32_t need, bool cow) {
+void BlockManager::reserve_group_slots(BlockTable &table, uint32_t num_slotted, uint32_t need,
+                                       bool cow) {
   if (cow) {
     int32_t src = table.ids.back();
     int32_t dst = pop_free();
@@ -326,8 +339,8 @@ void BlockManager::free(SeqTables &tables) {
   tables.clear();
 }
 
-void BlockManager::truncate(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t keep,
-                            uint32_t computed, size_t taken) {
+void BlockManager::truncate(SeqTables &tables, const std::string &salt, const int32_t *tokens,
+                            uint32_t keep, uint32_t computed, size_t taken) {
   if (tables.empty()) return;
   const uint32_t need = blocks_for_tokens(keep, block_size_);
   const uint64_t next = std::min(computed, keep);
@@ -351,10 +364,11 @@ void BlockManager::truncate(SeqTables &tables, const std::string &salt, const in
     if (prefix_caching_) walk(g, salt, tokens, end, &nodes, &picks);
     for (uint32_t j = first; j < end; ++j) {
       if (j >= picks.size() || picks[j] == -2)
-        fail(PKV_ERR_STATE,
-             "truncating to %u tokens needs block %u of KV group %u (window %u) again, and no tier holds its "
-             "KV any more: preempt and resume the sequence instead (it recomputes)",
-             keep, j, g, windows_[g]);
+        fail(
+            PKV_ERR_STATE,
+            "truncating to %u tokens needs block %u of KV group %u (window %u) again, and no tier holds its "
+            "KV any more: preempt and resume the sequence instead (it recomputes)",
+            keep, j, g, windows_[g]);
       revive.push_back({g, j, nodes[j], picks[j]});
       needed += picks[j] < 0 || pool_.ref(picks[j]) == 0;
     }
@@ -366,8 +380,10 @@ void BlockManager::truncate(SeqTables &tables, const std::string &salt, const in
     // offload may otherwise take the host block before its load is queued), as reserve() does.
     // (No load happens here today: windows and a host tier are refused together.)
     for (const Revive &r : revive) {
-      if (r.block >= 0) add_ref(r.block);
-      else host_.add_ref(tree_.host(r.node));
+      if (r.block >= 0)
+        add_ref(r.block);
+      else
+        host_.add_ref(tree_.host(r.node));
     }
     for (const Revive &r : revive) {
       int32_t block = r.block;
@@ -430,8 +446,8 @@ void BlockManager::seal(SeqTables &tables, const std::string &salt, const int32_
   }
 }
 
-void BlockManager::seal_group(uint32_t group, BlockTable &table, const std::string &salt, const int32_t *tokens,
-                              uint32_t num_computed) {
+void BlockManager::seal_group(uint32_t group, BlockTable &table, const std::string &salt,
+                              const int32_t *tokens, uint32_t num_computed) {
   if (!prefix_caching_) return;
   const uint32_t full = num_computed / block_size_;
   // Chunks of blocks: their chained hashes first (they need no tree), with their table slots
@@ -445,7 +461,8 @@ void BlockManager::seal_group(uint32_t group, BlockTable &table, const std::stri
   while (j < full) {
     const uint32_t n = std::min(kChunk, full - j);
     for (uint32_t i = 0; i < n; ++i) {
-      parent_hash = block_hash(seed_, parent_hash, tokens + size_t(j + i) * block_size_, block_size_);
+      parent_hash =
+          block_hash(seed_, parent_hash, tokens + size_t(j + i) * block_size_, block_size_);
       hashes[i] = parent_hash;
       tree_.prefetch_slot(kNoNode, parent_hash);  // a hint: exact unless PKV_DEBUG_CONSTANT_HASH
     }
@@ -453,7 +470,8 @@ void BlockManager::seal_group(uint32_t group, BlockTable &table, const std::stri
       const int32_t block = table.ids[j];
       if (pool_.node(block) != kNoNode) continue;  // shared with a sequence that sealed it
       const int32_t *block_tokens = tokens + size_t(j) * block_size_;
-      const uint32_t parent = j == 0 ? tree_.get_or_add_root(salt, group) : pool_.node(table.ids[j - 1]);
+      const uint32_t parent =
+          j == 0 ? tree_.get_or_add_root(salt, group) : pool_.node(table.ids[j - 1]);
       PKV_ASSERT(parent != kNoNode);
       uint32_t node = tree_.find_child(parent, hashes[i], block_tokens);
       // Same-step duplicates (two prompts computed the same block) become copies of one node.

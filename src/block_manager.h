@@ -39,9 +39,9 @@ template <class T> void make_room(std::vector<T> &v, size_t n) {
 // A sequence's blocks in one KV group, as the block manager keeps them. The owner (a Sequence)
 // keeps the tokens; every call that needs them is passed them.
 struct BlockTable {
-  std::vector<int32_t> ids;     // physical blocks, in token order; -1: given back (windowed group)
-  uint32_t num_sealed = 0;      // leading blocks that are (or, given back, were) copies of
-                                // prefix-tree nodes
+  std::vector<int32_t> ids;  // physical blocks, in token order; -1: given back (windowed group)
+  uint32_t num_sealed = 0;   // leading blocks that are (or, given back, were) copies of
+                             // prefix-tree nodes
 };
 // A sequence's tables, one per KV group; empty while it holds no blocks.
 using SeqTables = std::vector<BlockTable>;
@@ -52,8 +52,8 @@ struct TableOwner {
   const SeqTables *tables;
   const std::string *salt;
   const int32_t *tokens;
-  uint32_t num_slotted;         // tokens the tables must cover (0 when they hold no blocks)
-  uint32_t num_computed;        // of which computed
+  uint32_t num_slotted;   // tokens the tables must cover (0 when they hold no blocks)
+  uint32_t num_computed;  // of which computed
   const std::vector<int32_t> *host_table;  // host-tier blocks (swapped out), else empty
 };
 
@@ -93,7 +93,8 @@ struct BlockStats {
   uint64_t num_swapped_out_blocks = 0;
   uint64_t num_swapped_in_blocks = 0;
   uint64_t host_hit_tokens = 0;  // of prefix_hit_tokens, loaded from the host tier
-  uint64_t store_hit_tokens = 0; // of prefix_hit_tokens, fetched from the store (not in host_hit_tokens)
+  uint64_t store_hit_tokens =
+      0;  // of prefix_hit_tokens, fetched from the store (not in host_hit_tokens)
   uint64_t num_offloaded_blocks = 0;
   uint64_t num_loaded_blocks = 0;
   uint64_t num_host_evictions = 0;
@@ -122,8 +123,9 @@ class BlockManager {
     uint32_t num_hits = 0;          // leading blocks of the prompt the cache serves
     std::vector<GroupHits> groups;  // [num_groups]
     uint32_t num_loads = 0;
-    uint32_t num_new_blocks = 0;    // in all groups
-    uint32_t num_free_needed = 0;   // new blocks + loads + cached hit blocks revived from the free list
+    uint32_t num_new_blocks = 0;  // in all groups
+    uint32_t num_free_needed =
+        0;  // new blocks + loads + cached hit blocks revived from the free list
   };
   Admission plan_admission(const std::string &salt, const int32_t *tokens, uint32_t n) const;
 
@@ -162,13 +164,16 @@ class BlockManager {
   void free_host(std::vector<int32_t> &host);
   // Seals the tables' full, computed blocks (of num_computed tokens) into the prefix tree; then
   // windowed groups give back the blocks before first_held.
-  void seal(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t num_computed);
+  void seal(SeqTables &tables, const std::string &salt, const int32_t *tokens,
+            uint32_t num_computed);
   // While collect is on, seal() records the blocks that made new prefix nodes; take_sealed()
   // hands them over (and forgets them).
   void collect_sealed(bool collect) { collect_sealed_ = collect; }
   // Called with each offloaded block the host tier drops, before its host block is reused (a
   // block whose offload copy is still queued is skipped: its bytes are not there yet).
-  void on_host_evict(std::function<void(const EvictedHostBlock &)> f) { on_host_evict_ = std::move(f); }
+  void on_host_evict(std::function<void(const EvictedHostBlock &)> f) {
+    on_host_evict_ = std::move(f);
+  }
   // f for every offloaded block the host tier holds now (the same skip), oldest first: a
   // write-back store's flush at shutdown.
   void for_each_host_cached(const std::function<void(const EvictedHostBlock &)> &f) const;
@@ -191,7 +196,10 @@ class BlockManager {
   void count_preemption() { stats_.num_preemptions++; }
   // Evicts every cached block (pkv_reset_prefix_cache); events as documented there.
   void reset_cache();
-  void set_events(KvEvents *events) { events_ = events; tree_.set_events(events); }
+  void set_events(KvEvents *events) {
+    events_ = events;
+    tree_.set_events(events);
+  }
 
   // Copies queued and not yet done, in order. A batch lists those queued before it began.
   const std::vector<BlockCopy> &pending_copies() const { return pending_copies_; }
@@ -223,17 +231,20 @@ class BlockManager {
   void check(const std::vector<TableOwner> &owners) const;
 
  private:
-  int32_t pop_free();             // head of the pool's free list, evicted if cached; ref becomes 1
-  int32_t pop_host();             // the same in the host tier
+  int32_t pop_free();  // head of the pool's free list, evicted if cached; ref becomes 1
+  int32_t pop_host();  // the same in the host tier
   // A cached pool block's KV is about to be overwritten: its node forgets it, after a copy to
   // the host tier when offloading and the node has none there yet.
   void evict(int32_t block, bool offload);
   void evict_host(int32_t host);
   void undo_copy_into(int32_t block, size_t taken);
-  void report_host_block(int32_t host, const std::function<void(const EvictedHostBlock &)> &f) const;
-  static bool copy_reads_host_tier(int32_t kind) { return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD; }
+  void report_host_block(int32_t host,
+                         const std::function<void(const EvictedHostBlock &)> &f) const;
+  static bool copy_reads_host_tier(int32_t kind) {
+    return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD;
+  }
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
-  void drop_ref(int32_t block);   // at 0: cached to the tail, unsealed to the head
+  void drop_ref(int32_t block);  // at 0: cached to the tail, unsealed to the head
   void reserve(SeqTables &tables, const Admission &plan);
   // Group g's walk of the prompt's first max_hits blocks through the prefix tree: the node of
   // each block while there is one, and the pool block a hit would use (-1: load from the host

@@ -13,7 +13,8 @@ namespace pkv {
 // ---------------------------------------------------------------- the store tier's blocks
 
 uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *tokens,
-                                        const Admission &plan, uint32_t n, std::vector<int32_t> *host_out) {
+                                        const Admission &plan, uint32_t n,
+                                        std::vector<int32_t> *host_out) {
   host_out->clear();
   if (!prefix_caching_ || host_.num_blocks() == 0 || n == 0) return 0;
   PKV_ASSERT(num_groups() == 1);  // the engine allows a store with one KV group only
@@ -33,7 +34,8 @@ uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *
   std::vector<int32_t> held;  // host blocks taken, held (ref 1) until the end
   // The root is made only when a node is added under it: an empty one may not stay.
   uint32_t parent = first ? hit_nodes[first - 1] : tree_.find_root(salt);
-  uint64_t parent_hash = parent != kNoNode ? tree_.hash(parent) : root_hash(seed_, salt.data(), salt.size());
+  uint64_t parent_hash =
+      parent != kNoNode ? tree_.hash(parent) : root_hash(seed_, salt.data(), salt.size());
   uint32_t done = 0;
   for (; done < n; ++done) {
     const int32_t *block_tokens = tokens + size_t(first + done) * block_size_;
@@ -67,7 +69,8 @@ uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *
     if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens);
     host_.set_node(host, node);
     tree_.set_host(node, host);
-    if (events_) events_->stored(hash, parent_hash, first + done == 0, block_tokens, PKV_TIER_STORE, 0);
+    if (events_)
+      events_->stored(hash, parent_hash, first + done == 0, block_tokens, PKV_TIER_STORE, 0);
     host_out->push_back(host);
     parent = node;
     parent_hash = hash;
@@ -108,8 +111,10 @@ void BlockManager::drop_host_ref(int32_t host) {
 
 void BlockManager::swap_out(SeqTables &tables, std::vector<int32_t> &host) {
   if (host_.num_blocks() == 0)
-    fail(PKV_ERR_UNSUPPORTED, "swapping out needs a host tier (host_num_blocks or host_cache_bytes)");
-  PKV_ASSERT(host.empty() && tables.size() == 1 && !any_windowed());  // the engine allows no host tier with windows
+    fail(PKV_ERR_UNSUPPORTED,
+         "swapping out needs a host tier (host_num_blocks or host_cache_bytes)");
+  PKV_ASSERT(host.empty() && tables.size() == 1 &&
+             !any_windowed());  // the engine allows no host tier with windows
   BlockTable &table = tables[0];
   uint32_t need = 0;
   for (int32_t d : table.ids) need += host_twin_.count(d) == 0;

@@ -17,7 +17,9 @@ constexpr uint64_t kMaxOffset = INT64_MAX;
 
 [[noreturn]] inline void fail_range(const char *what, uint64_t limit, const std::string &terms) {
   fail(PKV_ERR_INVALID_ARGUMENT, "%s %s (%s)", what,
-       limit == UINT64_MAX ? "overflows 64 bits" : limit == kMaxOffset ? "exceeds 2^63-1" : "is too large",
+       limit == UINT64_MAX   ? "overflows 64 bits"
+       : limit == kMaxOffset ? "exceeds 2^63-1"
+                             : "is too large",
        terms.c_str());
 }
 

@@ -26,7 +26,7 @@ pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
 
 SchedulerLimits limits_of(const pkv_engine_params &p) {
   return SchedulerLimits{p.max_num_seqs, p.max_num_batched_tokens, p.max_model_len, p.block_size,
-                         p.num_blocks, p.preemption_mode};
+                         p.num_blocks,   p.preemption_mode};
 }
 
 }  // namespace
@@ -42,8 +42,10 @@ Engine::Engine(const pkv_engine_params &params)
               params_.host_num_blocks, params_.host_offload != 0, groups_.group_window),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
-  PKV_ASSERT(!params_.host_num_blocks || !blocks_.any_windowed());  // validate_engine_params refuses them
-  if (params.layer_windows) layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
+  PKV_ASSERT(!params_.host_num_blocks ||
+             !blocks_.any_windowed());  // validate_engine_params refuses them
+  if (params.layer_windows)
+    layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
   if (is_fp8(budget_.kv_dtype)) {
     k_scales_.assign(size_t(params_.num_layers) * budget_.kv_heads_per_rank, 1.0f);
@@ -53,30 +55,36 @@ Engine::Engine(const pkv_engine_params &params)
   if (store_config_ && store_config_->params().kind == PKV_STORE_NONE) store_config_.reset();
   params_.store = store_config_ ? &store_config_->params() : nullptr;
   if (store_config_) {
-    PKV_REQUIRE(params_.enable_prefix_caching, "a store needs prefix caching (enable_prefix_caching 1)");
-    PKV_REQUIRE(params_.host_num_blocks > 0,
-                "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");
+    PKV_REQUIRE(params_.enable_prefix_caching,
+                "a store needs prefix caching (enable_prefix_caching 1)");
+    PKV_REQUIRE(
+        params_.host_num_blocks > 0,
+        "a store needs a host tier (host_num_blocks or host_cache_bytes): its blocks are fetched there");
   }
   // MLA's scale is the model's (1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times yarn's
   // mscale^2): 1/sqrt(head_dim) of the latent would be silently wrong.
   if (params_.kv_layout == PKV_KV_LAYOUT_MLA && !(params_.softmax_scale > 0))
-    fail(PKV_ERR_INVALID_ARGUMENT,
-         "kv_layout MLA needs softmax_scale: the model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (times "
-         "mscale^2 under yarn rope scaling), not 1/sqrt(head_dim) of the latent; "
-         "pkv_engine_params_from_hf_config sets it");
-  backend_ = params_.device == PKV_DEVICE_CUDA ? make_cuda_backend(params_.device_id, pool_shape())
-                                               : make_cpu_backend(pool_shape(), params_.num_threads);
+    fail(
+        PKV_ERR_INVALID_ARGUMENT,
+        "kv_layout MLA needs softmax_scale: the model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (times "
+        "mscale^2 under yarn rope scaling), not 1/sqrt(head_dim) of the latent; "
+        "pkv_engine_params_from_hf_config sets it");
+  backend_ = params_.device == PKV_DEVICE_CUDA
+                 ? make_cuda_backend(params_.device_id, pool_shape())
+                 : make_cpu_backend(pool_shape(), params_.num_threads);
   if (store_config_) {
     const PoolShape shape = pool_shape();
     std::vector<float> scales = k_scales_;
     scales.insert(scales.end(), v_scales_.begin(), v_scales_.end());
     store_ = std::make_unique<StoreTier>(
         store_config_->params(),
-        StoreShape{shape.num_layers, shape.kv_heads, params_.head_dim, params_.block_size, params_.tp_rank,
-                   params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales, shape.tensors, shape.kv_lora_rank,
+        StoreShape{shape.num_layers, shape.kv_heads, params_.head_dim, params_.block_size,
+                   params_.tp_rank, params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales,
+                   shape.tensors, shape.kv_lora_rank,
                    store_config_->params().model_id ? store_config_->params().model_id : ""},
-        HostTierView{static_cast<char *>(backend_->host_k_pool()), static_cast<char *>(backend_->host_v_pool()),
-                     shape.host_bytes.layer, shape.block_bytes(), shape.num_layers});
+        HostTierView{static_cast<char *>(backend_->host_k_pool()),
+                     static_cast<char *>(backend_->host_v_pool()), shape.host_bytes.layer,
+                     shape.block_bytes(), shape.num_layers});
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
       blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b, false); });
     scheduler_.set_store(store_.get());
@@ -90,8 +98,9 @@ Engine::Engine(const pkv_engine_params &params)
     medium[PKV_TIER_DEVICE] = cuda ? "GPU" : "CPU";
     medium[PKV_TIER_HOST] = cuda ? "CPU" : "CPU_HOST_TIER";
     medium[PKV_TIER_STORE] = file ? "DISK" : "EXTERNAL";
-    publisher_ = std::make_unique<KvPublisher>(publisher_config_->params(), params_.block_size, std::move(medium),
-                                               groups_.group_window, params_.kv_layout == PKV_KV_LAYOUT_MLA);
+    publisher_ = std::make_unique<KvPublisher>(publisher_config_->params(), params_.block_size,
+                                               std::move(medium), groups_.group_window,
+                                               params_.kv_layout == PKV_KV_LAYOUT_MLA);
     events_.set_publisher(publisher_.get());
   }
 }
@@ -108,16 +117,25 @@ Engine::~Engine() {
 PoolShape Engine::pool_shape() const {
   const PoolLayout l = pool_layout(params_, params_.num_blocks);
   const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
-  return PoolShape{l.num_layers, params_.num_blocks, params_.block_size, l.kv_heads,
-                   params_.head_dim, l.dtype_bytes, params_.dtype, kv_dtype_of(params_),
+  return PoolShape{l.num_layers,
+                   params_.num_blocks,
+                   params_.block_size,
+                   l.kv_heads,
+                   params_.head_dim,
+                   l.dtype_bytes,
+                   params_.dtype,
+                   kv_dtype_of(params_),
                    params_.num_q_heads / params_.tp_size,
                    {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool},
-                   params_.host_num_blocks, {h.layer_bytes, h.bytes_per_pool}, l.tensors,
+                   params_.host_num_blocks,
+                   {h.layer_bytes, h.bytes_per_pool},
+                   l.tensors,
                    params_.kv_layout == PKV_KV_LAYOUT_MLA ? params_.kv_lora_rank : 0};
 }
 
 struct pkv_pool_info Engine::pool_info() const {
-  const PoolLayout l = pool_layout(params_, params_.num_blocks);  // the layout pool_shape() allocated
+  const PoolLayout l =
+      pool_layout(params_, params_.num_blocks);  // the layout pool_shape() allocated
   struct pkv_pool_info info;
   std::memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
@@ -158,11 +176,13 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
   if (mla) v_scales = k_scales;  // checked as k's, not kept
   const uint32_t heads = budget_.kv_heads_per_rank;
   for (uint32_t h = 0; h < heads; ++h)
-    PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) && v_scales[h] > 0,
+    PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) &&
+                    v_scales[h] > 0,
                 "kv head %u: scales must be finite and > 0, got k %g, v %g", h, double(k_scales[h]),
                 double(v_scales[h]));
   if (seqs_.ever_created())
-    fail(PKV_ERR_STATE, "scales are set before the first sequence: KV already written keeps its scale");
+    fail(PKV_ERR_STATE,
+         "scales are set before the first sequence: KV already written keeps its scale");
   std::copy(k_scales, k_scales + heads, &k_scales_[size_t(layer) * heads]);
   if (!mla) std::copy(v_scales, v_scales + heads, &v_scales_[size_t(layer) * heads]);
   if (store_) store_->set_kv_scales(k_scales_, v_scales_);
@@ -174,7 +194,8 @@ void Engine::require_length(uint64_t num_tokens) const {
   PKV_REQUIRE(num_tokens <= INT32_MAX, "a sequence of %llu tokens is too long (at most 2^31-1)",
               (unsigned long long)num_tokens);
   PKV_REQUIRE(params_.max_model_len == 0 || num_tokens <= params_.max_model_len,
-              "%llu tokens exceed max_model_len %u", (unsigned long long)num_tokens, params_.max_model_len);
+              "%llu tokens exceed max_model_len %u", (unsigned long long)num_tokens,
+              params_.max_model_len);
 }
 
 void Engine::require_outside_batch(const Sequence &s, const char *what) const {
@@ -185,23 +206,26 @@ void Engine::require_outside_batch(const Sequence &s, const char *what) const {
 
 void Engine::require_manual(const Sequence &s, const char *what) const {
   if (s.request.is_request)
-    fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is a request of the scheduler (pkv_submit)", what,
-         (unsigned long long)s.id);
+    fail(PKV_ERR_STATE, "cannot %s sequence %llu: it is a request of the scheduler (pkv_submit)",
+         what, (unsigned long long)s.id);
 }
 
 void Engine::require_running(const Sequence &s) const {
   if (!s.running())
-    fail(PKV_ERR_STATE, "sequence %llu is %s: resume it first", (unsigned long long)s.id, state_name(s.state));
+    fail(PKV_ERR_STATE, "sequence %llu is %s: resume it first", (unsigned long long)s.id,
+         state_name(s.state));
 }
 
 // ---------------------------------------------------------------- sequences
 
-BlockManager::Admission Engine::query(const int32_t *tokens, uint32_t n, const std::string &salt) const {
+BlockManager::Admission Engine::query(const int32_t *tokens, uint32_t n,
+                                      const std::string &salt) const {
   require_length(n);
   return blocks_.plan_admission(salt, tokens, n);
 }
 
-uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const std::string &salt, uint32_t *cached) {
+uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const std::string &salt,
+                          uint32_t *cached) {
   require_length(n);
   Sequence &s = seqs_.create();
   try {
@@ -233,7 +257,8 @@ uint64_t Engine::fork(uint64_t parent_id) {
   require_manual(parent, "fork");
   require_running(parent);
   if (parent.num_uncomputed())
-    fail(PKV_ERR_STATE, "sequence %llu has %u uncomputed tokens: fork it after the batch that computes them",
+    fail(PKV_ERR_STATE,
+         "sequence %llu has %u uncomputed tokens: fork it after the batch that computes them",
          (unsigned long long)parent_id, parent.num_uncomputed());
   Sequence &child = seqs_.create();  // references into the table stay valid
   const uint64_t id = child.id;
@@ -260,7 +285,8 @@ void Engine::preempt(uint64_t id) {
   Sequence &s = seqs_.get(id);
   require_outside_batch(s, "preempt");
   require_manual(s, "preempt");
-  if (!s.running()) fail(PKV_ERR_STATE, "sequence %llu is already preempted", (unsigned long long)id);
+  if (!s.running())
+    fail(PKV_ERR_STATE, "sequence %llu is already preempted", (unsigned long long)id);
   pkv::preempt(s, blocks_);
 }
 
@@ -269,10 +295,11 @@ void Engine::truncate(uint64_t id, uint32_t num_tokens) {
   require_outside_batch(s, "truncate");
   require_manual(s, "truncate");
   if (!s.running() && s.state != SeqState::kPreempted)
-    fail(PKV_ERR_STATE, "sequence %llu is %s: truncate a running or preempted one", (unsigned long long)id,
-         state_name(s.state));
+    fail(PKV_ERR_STATE, "sequence %llu is %s: truncate a running or preempted one",
+         (unsigned long long)id, state_name(s.state));
   PKV_REQUIRE(num_tokens >= 1 && num_tokens <= s.num_tokens(),
-              "num_tokens %u: 1 .. %u (the sequence's tokens) expected", num_tokens, s.num_tokens());
+              "num_tokens %u: 1 .. %u (the sequence's tokens) expected", num_tokens,
+              s.num_tokens());
   const size_t taken = open_ && !open_->copies_done ? open_->batch->copies().size() : 0;
   pkv::truncate(s, blocks_, num_tokens, taken);
 }
@@ -292,7 +319,9 @@ void Engine::swap_out(uint64_t id) {
   Sequence &s = seqs_.get(id);
   require_outside_batch(s, "swap out");
   require_manual(s, "swap out");
-  if (!s.running()) fail(PKV_ERR_STATE, "sequence %llu is %s, not running", (unsigned long long)id, state_name(s.state));
+  if (!s.running())
+    fail(PKV_ERR_STATE, "sequence %llu is %s, not running", (unsigned long long)id,
+         state_name(s.state));
   pkv::swap_out(s, blocks_);
 }
 
@@ -300,7 +329,8 @@ void Engine::swap_in(uint64_t id) {
   Sequence &s = seqs_.get(id);
   require_manual(s, "swap in");
   if (s.state != SeqState::kSwapped)
-    fail(PKV_ERR_STATE, "sequence %llu is %s, not swapped out", (unsigned long long)id, state_name(s.state));
+    fail(PKV_ERR_STATE, "sequence %llu is %s, not swapped out", (unsigned long long)id,
+         state_name(s.state));
   pkv::swap_in(s, blocks_);
 }
 
@@ -325,7 +355,9 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
   info.num_prompt_tokens = s.request.prompt_len;
   info.num_generated_tokens = s.request.num_generated;
   info.finish_reason = s.request.finish_reason;
-  info.kv_tier = s.running() ? PKV_TIER_DEVICE : s.state == SeqState::kSwapped ? PKV_TIER_HOST : PKV_TIER_NONE;
+  info.kv_tier = s.running()                     ? PKV_TIER_DEVICE
+                 : s.state == SeqState::kSwapped ? PKV_TIER_HOST
+                                                 : PKV_TIER_NONE;
   info.num_host_blocks = static_cast<uint32_t>(s.host_blocks.size());
   return info;
 }
@@ -335,7 +367,8 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
 uint32_t Engine::consult_store(const std::string &salt, const int32_t *tokens, uint32_t n) {
   if (!store_ || n == 0) return 0;
   const BlockManager::Admission plan = blocks_.plan_admission(salt, tokens, n);
-  const uint32_t max_hits = (n - 1) / params_.block_size;  // as plan_admission: the last token computes
+  const uint32_t max_hits =
+      (n - 1) / params_.block_size;  // as plan_admission: the last token computes
   const uint32_t first = plan.num_hits;
   // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
   // pool block as a new one would): the store is not touched.
@@ -359,12 +392,13 @@ void Engine::write_sealed(const Sequence &s) {
   for (const SealedBlock &b : sealed) {
     std::vector<uint8_t> value(shape.value_bytes());
     backend_->read_block(b.block, value.data() + offset);
-    store_->encode(keys[b.index + 1], keys[b.index], s.tokens.data() + size_t(b.index) * params_.block_size,
-                   value.data());
+    store_->encode(keys[b.index + 1], keys[b.index],
+                   s.tokens.data() + size_t(b.index) * params_.block_size, value.data());
     const int32_t *block_tokens = s.tokens.data() + size_t(b.index) * params_.block_size;
-    store_->write(keys[b.index + 1], std::move(value),
-                  StoreWritten{b.hash, b.parent_hash, b.index == 0,
-                               std::vector<int32_t>(block_tokens, block_tokens + params_.block_size)});
+    store_->write(
+        keys[b.index + 1], std::move(value),
+        StoreWritten{b.hash, b.parent_hash, b.index == 0,
+                     std::vector<int32_t>(block_tokens, block_tokens + params_.block_size)});
   }
 }
 
@@ -379,7 +413,8 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
   store_->encode(keys[index + 1], keys[index], b.tokens.data() + size_t(index) * bs, value.data());
   const int32_t *block_tokens = b.tokens.data() + size_t(index) * bs;
   store_->write(keys[index + 1], std::move(value),
-                StoreWritten{b.hash, b.parent_hash, index == 0, std::vector<int32_t>(block_tokens, block_tokens + bs)},
+                StoreWritten{b.hash, b.parent_hash, index == 0,
+                             std::vector<int32_t>(block_tokens, block_tokens + bs)},
                 wait);
 }
 
@@ -390,7 +425,8 @@ void Engine::note_store_events() {
 }
 
 void Engine::publisher_info(struct pkv_event_publisher_info *out) const {
-  if (!publisher_) fail(PKV_ERR_STATE, "this engine has no event publisher (pkv_engine_params.event_publisher)");
+  if (!publisher_)
+    fail(PKV_ERR_STATE, "this engine has no event publisher (pkv_engine_params.event_publisher)");
   publisher_->info(out);
 }
 
@@ -459,16 +495,18 @@ void Engine::check() const {
     const Sequence &s = kv.second;
     in_batch += s.in_batch;
     const bool swapped = s.state == SeqState::kSwapped;
-    if (s.host_blocks.size() != (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
-      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens", (unsigned long long)s.id,
-           state_name(s.state), s.host_blocks.size(), s.num_slotted());
+    if (s.host_blocks.size() !=
+        (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
+      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens",
+           (unsigned long long)s.id, state_name(s.state), s.host_blocks.size(), s.num_slotted());
     if (s.num_unslotted > (s.request.is_request && (s.running() || swapped) ? 1u : 0u))
-      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) has %u tokens without a slot", (unsigned long long)s.id,
-           state_name(s.state), s.num_unslotted);
+      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) has %u tokens without a slot",
+           (unsigned long long)s.id, state_name(s.state), s.num_unslotted);
   }
   const size_t members = open_ ? open_->batch->seq_ids().size() : 0;
   if (in_batch != members)
-    fail(PKV_ERR_INTERNAL, "%zu sequences marked in a batch, the open batch has %zu", in_batch, members);
+    fail(PKV_ERR_INTERNAL, "%zu sequences marked in a batch, the open batch has %zu", in_batch,
+         members);
 }
 
 }  // namespace pkv

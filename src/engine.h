@@ -50,7 +50,8 @@ class Engine {
   struct pkv_seq_info seq_info(uint64_t id) const;
 
   // Requests (the scheduler's).
-  uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp, const std::string &salt);
+  uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
+                  const std::string &salt);
   size_t drain_finished(uint64_t *out, size_t cap) { return scheduler_.drain_finished(out, cap); }
 
   // The one open batch: begun by pkv_batch_begin or pkv_step, ended by pkv_batch_end or
@@ -74,7 +75,9 @@ class Engine {
   void set_stream(void *stream) { backend_->set_stream(stream); }
   size_t drain_events(void *out, size_t event_size, size_t cap);
   // After every call on the engine (api.cpp's guards): its KV events go to the publisher.
-  void publish_events() noexcept { if (publisher_) publisher_->flush(); }
+  void publish_events() noexcept {
+    if (publisher_) publisher_->flush();
+  }
   // pkv_event_publisher_info; PKV_ERR_STATE without a publisher.
   void publisher_info(struct pkv_event_publisher_info *out) const;
   std::string store_error() const { return store_ ? store_->last_error() : std::string(); }
@@ -110,15 +113,16 @@ class Engine {
 
   std::mutex mutex_;
   std::string last_error_;
-  pkv_kv_budget budget_;      // before params_: params_ is resolved from it
+  pkv_kv_budget budget_;  // before params_: params_ is resolved from it
   pkv_engine_params params_;
-  KvGroups groups_;                    // the layers' windows and groups
-  std::vector<uint32_t> layer_windows_;  // params_.layer_windows points here (or is null)
+  KvGroups groups_;                         // the layers' windows and groups
+  std::vector<uint32_t> layer_windows_;     // params_.layer_windows points here (or is null)
   std::vector<float> k_scales_, v_scales_;  // fp8: [num_layers][kv_heads_per_rank]; else empty
   float softmax_scale_;
   std::unique_ptr<Backend> backend_;
   // Before events_ and blocks_, which hand it events: it is destroyed after them.
-  std::unique_ptr<EventPublisherConfig> publisher_config_;  // the caller's pkv_event_publisher_params, owned
+  std::unique_ptr<EventPublisherConfig>
+      publisher_config_;  // the caller's pkv_event_publisher_params, owned
   std::unique_ptr<KvPublisher> publisher_;
   KvEvents events_;
   BlockManager blocks_;

@@ -28,8 +28,9 @@ void Engine::open(std::unique_ptr<Batch> batch) {
 void Engine::require_no_batch(const char *call) const {
   if (!open_) return;
   fail(PKV_ERR_STATE, "%s: a batch is already open on this engine; end it first (%s)", call,
-       open_->batch->from_step() ? "it came from pkv_step: pkv_commit, or pkv_batch_abort"
-                                 : "it came from pkv_batch_begin: pkv_batch_end, or pkv_batch_abort");
+       open_->batch->from_step()
+           ? "it came from pkv_step: pkv_commit, or pkv_batch_abort"
+           : "it came from pkv_batch_begin: pkv_batch_end, or pkv_batch_abort");
 }
 
 void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
@@ -83,9 +84,10 @@ void Engine::close(bool ran) {
 void Engine::end_batch() {
   PKV_ASSERT(open_);
   if (open_->batch->from_step())
-    fail(PKV_ERR_STATE,
-         "a batch of pkv_step ends with pkv_commit (the step ran: pass the sampled tokens) or pkv_batch_abort "
-         "(it did not); this batch stays open");
+    fail(
+        PKV_ERR_STATE,
+        "a batch of pkv_step ends with pkv_commit (the step ran: pass the sampled tokens) or pkv_batch_abort "
+        "(it did not); this batch stays open");
   close(true);
 }
 
@@ -93,9 +95,10 @@ void Engine::commit(const int32_t *sampled) {
   PKV_ASSERT(open_);
   const Batch &b = *open_->batch;
   if (!b.from_step())
-    fail(PKV_ERR_STATE,
-         "a batch of pkv_batch_begin ends with pkv_batch_end or pkv_batch_abort, not pkv_commit (only pkv_step's "
-         "batches sample); this batch stays open");
+    fail(
+        PKV_ERR_STATE,
+        "a batch of pkv_batch_begin ends with pkv_batch_end or pkv_batch_abort, not pkv_commit (only pkv_step's "
+        "batches sample); this batch stays open");
   const std::vector<int32_t> rows = b.sample_rows();
   const std::vector<uint64_t> ids = b.seq_ids();
   const bool samples = std::any_of(rows.begin(), rows.end(), [](int32_t r) { return r >= 0; });
@@ -115,7 +118,8 @@ void Engine::do_copies() {
   PKV_ASSERT(open_);
   if (open_->copies_done) return;
   const pkv_batch_view view = open_->batch->view();
-  if (view.num_copies) backend_->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
+  if (view.num_copies)
+    backend_->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
   blocks_.copies_done(view.num_copies);
   open_->copies_done = true;
 }
@@ -129,11 +133,12 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
     PKV_REQUIRE(!v, "kv_layout MLA has no V (it is a view of the latents): pass v NULL");
     PKV_REQUIRE(out != q && out != k, "out may not alias q or k");
     if (!attention_mla_supported(params_.kv_lora_rank, params_.qk_rope_head_dim))
-      fail(PKV_ERR_UNSUPPORTED,
-           "pkv_attention on an MLA cache supports kv_lora_rank and qk_rope_head_dim multiples of %d up to %d "
-           "and %d, not %u and %u",
-           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_KV_LORA_RANK, PKV_ATTENTION_MAX_ROPE_DIM,
-           params_.kv_lora_rank, params_.qk_rope_head_dim);
+      fail(
+          PKV_ERR_UNSUPPORTED,
+          "pkv_attention on an MLA cache supports kv_lora_rank and qk_rope_head_dim multiples of %d up to %d "
+          "and %d, not %u and %u",
+          PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_KV_LORA_RANK, PKV_ATTENTION_MAX_ROPE_DIM,
+          params_.kv_lora_rank, params_.qk_rope_head_dim);
   } else {
     PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
     PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
@@ -149,10 +154,10 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
     ob.planned = true;
   }
   const size_t heads = budget_.kv_heads_per_rank;
-  backend_->attention(AttentionCall{layer, groups_.layer_slot(layer), groups_.layer_group(layer),
-                                    groups_.layer_window(layer), softmax_scale_,
-                                    k_scales_.empty() ? nullptr : &k_scales_[layer * heads],
-                                    v_scales_.empty() ? nullptr : &v_scales_[layer * heads], q, k, v, out});
+  backend_->attention(AttentionCall{
+      layer, groups_.layer_slot(layer), groups_.layer_group(layer), groups_.layer_window(layer),
+      softmax_scale_, k_scales_.empty() ? nullptr : &k_scales_[layer * heads],
+      v_scales_.empty() ? nullptr : &v_scales_[layer * heads], q, k, v, out});
 }
 
 }  // namespace pkv

@@ -29,7 +29,8 @@ bool read_count(const json &cfg, const char *key, uint32_t *out) {
 
 uint32_t require_count(const json &cfg, const char *key) {
   uint32_t v = 0;
-  if (!read_count(cfg, key, &v)) fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" is missing", key);
+  if (!read_count(cfg, key, &v))
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" is missing", key);
   return v;
 }
 
@@ -37,7 +38,8 @@ int32_t read_dtype(const json &cfg, int32_t fallback) {
   for (const char *key : {"torch_dtype", "dtype"}) {
     auto it = cfg.find(key);
     if (it == cfg.end() || it->is_null()) continue;
-    if (!it->is_string()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be a string", key);
+    if (!it->is_string())
+      fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be a string", key);
     std::string s = it->get<std::string>();
     if (s == "bfloat16") return PKV_DTYPE_BF16;
     if (s == "float16" || s == "half") return PKV_DTYPE_F16;
@@ -66,7 +68,8 @@ json parse_config(const char *text, size_t len) {
 const json &text_config(const json &root) {
   if (!root.contains("num_hidden_layers") && root.contains("text_config")) {
     const json &cfg = root["text_config"];
-    if (!cfg.is_object()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"text_config\" must be an object");
+    if (!cfg.is_object())
+      fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"text_config\" must be an object");
     return cfg;
   }
   return root;
@@ -75,7 +78,8 @@ const json &text_config(const json &root) {
 bool read_bool(const json &cfg, const char *key, bool fallback) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be true or false", key);
+  if (!it->is_boolean())
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be true or false", key);
   return it->get<bool>();
 }
 
@@ -98,14 +102,16 @@ bool read_index(const json &cfg, const char *key, uint32_t *out) {
 // layer_types: one "sliding_attention" or "full_attention" per layer.
 std::vector<uint32_t> typed_windows(const json &types, uint32_t layers, uint32_t window) {
   if (!types.is_array() || types.size() != layers)
-    fail(PKV_ERR_INVALID_ARGUMENT,
-         "config.json: \"layer_types\" must be an array of num_hidden_layers (%u) strings, got %s of %zu",
-         layers, types.type_name(), types.is_array() ? types.size() : size_t(0));
+    fail(
+        PKV_ERR_INVALID_ARGUMENT,
+        "config.json: \"layer_types\" must be an array of num_hidden_layers (%u) strings, got %s of %zu",
+        layers, types.type_name(), types.is_array() ? types.size() : size_t(0));
   std::vector<uint32_t> w(layers, 0);
   for (uint32_t l = 0; l < layers; ++l) {
     const json &t = types[l];
     const std::string kind = t.is_string() ? t.get<std::string>() : std::string();
-    if (kind == "sliding_attention") w[l] = window;
+    if (kind == "sliding_attention")
+      w[l] = window;
     else if (kind != "full_attention")
       fail(PKV_ERR_INVALID_ARGUMENT,
            "config.json: layer_types[%u] must be \"sliding_attention\" or \"full_attention\"%s", l,
@@ -124,12 +130,13 @@ LayerWindows layer_windows(const json &root, const json &cfg) {
   if (types != cfg.end() && !types->is_null())  // Gemma 3, gpt-oss, Qwen3 and newer configs
     return LayerWindows(layers, window, Rule::kTypes, 0, typed_windows(*types, layers, window));
   const std::string model = read_string(cfg, "model_type").empty() ? read_string(root, "model_type")
-                                                                    : read_string(cfg, "model_type");
+                                                                   : read_string(cfg, "model_type");
   uint32_t pattern = 0;
   if (read_count(cfg, "sliding_window_pattern", &pattern))  // Gemma 3: every pattern-th layer full
     return LayerWindows(layers, window, Rule::kPattern, pattern);
   // Gemma 3 configs may leave the pattern out: transformers' Gemma3TextConfig default is 6.
-  if (model == "gemma3" || model == "gemma3_text") return LayerWindows(layers, window, Rule::kPattern, 6);
+  if (model == "gemma3" || model == "gemma3_text")
+    return LayerWindows(layers, window, Rule::kPattern, 6);
   if (model == "gemma2") return LayerWindows(layers, window, Rule::kAlternate);
   if (cfg.contains("use_sliding_window")) {
     // Qwen2 (and Qwen2-MoE, Qwen3): windows only when use_sliding_window, on layers from
@@ -150,12 +157,18 @@ LayerWindows::LayerWindows(uint32_t num_layers, uint32_t window, Rule rule, uint
 
 uint32_t LayerWindows::at(uint32_t l) const {
   switch (rule_) {
-    case Rule::kNone: return 0;
-    case Rule::kAll: return window_;
-    case Rule::kTypes: return types_[l];
-    case Rule::kPattern: return (l + 1) % n_ ? window_ : 0;
-    case Rule::kAlternate: return l % 2 ? 0 : window_;
-    case Rule::kFrom: return l >= n_ ? window_ : 0;
+    case Rule::kNone:
+      return 0;
+    case Rule::kAll:
+      return window_;
+    case Rule::kTypes:
+      return types_[l];
+    case Rule::kPattern:
+      return (l + 1) % n_ ? window_ : 0;
+    case Rule::kAlternate:
+      return l % 2 ? 0 : window_;
+    case Rule::kFrom:
+      return l >= n_ ? window_ : 0;
   }
   return 0;
 }
@@ -163,12 +176,16 @@ uint32_t LayerWindows::at(uint32_t l) const {
 bool LayerWindows::uniform() const {
   switch (rule_) {
     case Rule::kNone:
-    case Rule::kAll: return true;
+    case Rule::kAll:
+      return true;
     case Rule::kTypes:
       return std::all_of(types_.begin(), types_.end(), [&](uint32_t w) { return w == types_[0]; });
-    case Rule::kPattern: return n_ == 1 || n_ > num_layers_;  // every layer full, or none
-    case Rule::kAlternate: return num_layers_ == 1;
-    case Rule::kFrom: return n_ == 0 || n_ >= num_layers_;
+    case Rule::kPattern:
+      return n_ == 1 || n_ > num_layers_;  // every layer full, or none
+    case Rule::kAlternate:
+      return num_layers_ == 1;
+    case Rule::kFrom:
+      return n_ == 0 || n_ >= num_layers_;
   }
   return true;
 }
@@ -204,7 +221,8 @@ double read_scaling(const json &scaling, const char *key, double fallback) {
   const auto it = scaling.find(key);
   if (it == scaling.end() || it->is_null()) return fallback;
   if (!it->is_number() || !(it->get<double>() >= 0) || !std::isfinite(it->get<double>()))
-    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: rope_scaling.%s must be a finite number >= 0", key);
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: rope_scaling.%s must be a finite number >= 0",
+         key);
   return it->get<double>();
 }
 
@@ -216,7 +234,8 @@ float mla_softmax_scale(const json &cfg, uint32_t nope, uint32_t rope) {
   double scale = 1.0 / std::sqrt(double(nope) + rope);
   const auto it = cfg.find("rope_scaling");
   if (it != cfg.end() && it->is_object()) {
-    const double factor = read_scaling(*it, "factor", 1.0), all_dim = read_scaling(*it, "mscale_all_dim", 0.0);
+    const double factor = read_scaling(*it, "factor", 1.0),
+                 all_dim = read_scaling(*it, "mscale_all_dim", 0.0);
     const double mscale = factor > 1.0 ? 0.1 * all_dim * std::log(factor) + 1.0 : 1.0;
     scale *= mscale * mscale;
   }
@@ -234,23 +253,27 @@ bool read_mla(const json &cfg, pkv_engine_params *out) {
   if (!present) return false;
   uint32_t rank = 0, rope = 0, nope = 0, v = 0;
   if (!read_count(cfg, "kv_lora_rank", &rank))
-    fail(PKV_ERR_INVALID_ARGUMENT,
-         "config.json: \"%s\" says multi-head latent attention, but \"kv_lora_rank\" (the latent's width) is "
-         "missing",
-         present);
+    fail(
+        PKV_ERR_INVALID_ARGUMENT,
+        "config.json: \"%s\" says multi-head latent attention, but \"kv_lora_rank\" (the latent's width) is "
+        "missing",
+        present);
   if (!read_index(cfg, "qk_rope_head_dim", &rope))
-    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: multi-head latent attention needs \"qk_rope_head_dim\"");
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "config.json: multi-head latent attention needs \"qk_rope_head_dim\"");
   read_index(cfg, "qk_nope_head_dim", &nope);  // the heads' projections: not in the cache
   read_count(cfg, "v_head_dim", &v);
   if (uint64_t(rank) + rope > PKV_MAX_HEAD_DIM)
-    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: the latent (kv_lora_rank %u + qk_rope_head_dim %u) exceeds %d",
-         rank, rope, PKV_MAX_HEAD_DIM);
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "config.json: the latent (kv_lora_rank %u + qk_rope_head_dim %u) exceeds %d", rank, rope,
+         PKV_MAX_HEAD_DIM);
   out->kv_layout = PKV_KV_LAYOUT_MLA;
   out->kv_lora_rank = rank;
   out->qk_rope_head_dim = rope;
   out->num_kv_heads = 1;
   out->head_dim = rank + rope;
-  if (cfg.contains("qk_nope_head_dim") && !cfg["qk_nope_head_dim"].is_null() && uint64_t(nope) + rope > 0)
+  if (cfg.contains("qk_nope_head_dim") && !cfg["qk_nope_head_dim"].is_null() &&
+      uint64_t(nope) + rope > 0)
     out->softmax_scale = mla_softmax_scale(cfg, nope, rope);
   return true;
 }
@@ -282,9 +305,10 @@ pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *
   if (!read_count(*cfg, "head_dim", &out.head_dim)) {
     uint32_t hidden = require_count(*cfg, "hidden_size");
     if (hidden % out.num_q_heads)
-      fail(PKV_ERR_INVALID_ARGUMENT,
-           "config.json: hidden_size %u is not a multiple of num_attention_heads %u (give head_dim)",
-           hidden, out.num_q_heads);
+      fail(
+          PKV_ERR_INVALID_ARGUMENT,
+          "config.json: hidden_size %u is not a multiple of num_attention_heads %u (give head_dim)",
+          hidden, out.num_q_heads);
     out.head_dim = hidden / out.num_q_heads;
   }
   out.dtype = read_dtype(*cfg, read_dtype(root, p.dtype));

@@ -30,7 +30,7 @@ class LayerWindows {
 
   uint32_t num_layers() const { return num_layers_; }
   uint32_t at(uint32_t layer) const;
-  bool uniform() const;  // every layer has at(0)'s window
+  bool uniform() const;               // every layer has at(0)'s window
   void copy_to(uint32_t *out) const;  // num_layers() entries
 
  private:

@@ -15,7 +15,9 @@ namespace pkv {
 class KvEvents {
  public:
   KvEvents(bool enabled, uint32_t capacity, uint32_t block_size)
-      : enabled_(enabled), capacity_(capacity ? capacity : uint32_t(PKV_DEFAULT_KV_EVENTS_CAPACITY)), block_size_(block_size) {}
+      : enabled_(enabled),
+        capacity_(capacity ? capacity : uint32_t(PKV_DEFAULT_KV_EVENTS_CAPACITY)),
+        block_size_(block_size) {}
 
   bool enabled() const { return enabled_ && !muted_; }
   // Where events also go (not owned; null: nowhere else).
@@ -23,9 +25,10 @@ class KvEvents {
   // medium: PKV_TIER_*, where the block was stored or removed; group: the KV group whose block it
   // is. parent_is_root: the block is the first under its salt (parent_hash is the root's).
   // tokens: the block's tokens (block_size of them).
-  void stored(uint64_t hash, uint64_t parent_hash, bool parent_is_root, const int32_t *tokens, uint32_t medium,
-              uint32_t group) {
-    if (publisher_ && !muted_) publisher_->stored(hash, !parent_is_root, parent_hash, tokens, medium, group);
+  void stored(uint64_t hash, uint64_t parent_hash, bool parent_is_root, const int32_t *tokens,
+              uint32_t medium, uint32_t group) {
+    if (publisher_ && !muted_)
+      publisher_->stored(hash, !parent_is_root, parent_hash, tokens, medium, group);
     push(PKV_EVENT_BLOCK_STORED, hash, parent_hash, medium, group);
   }
   void removed(uint64_t hash, uint64_t parent_hash, uint32_t medium, uint32_t group) {

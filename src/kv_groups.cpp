@@ -9,7 +9,8 @@ bool KvGroups::any_windowed() const {
   return std::any_of(group_window.begin(), group_window.end(), [](uint32_t w) { return w != 0; });
 }
 
-KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window, const uint32_t *layer_windows) {
+KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window,
+                        const uint32_t *layer_windows) {
   KvGroups g;
   g.num_layers = num_layers;
   g.group_layers = num_layers;
@@ -22,7 +23,8 @@ KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window, const uint
   // Layers by window, in layer order; std::map orders windows with 0 (full attention) first.
   std::map<uint32_t, std::vector<uint32_t>> by_window;
   for (uint32_t l = 0; l < num_layers; ++l) by_window[g.windows[l]].push_back(l);
-  for (const auto &kv : by_window) g.group_layers = std::min<uint32_t>(g.group_layers, kv.second.size());
+  for (const auto &kv : by_window)
+    g.group_layers = std::min<uint32_t>(g.group_layers, kv.second.size());
   g.groups.resize(num_layers);
   g.slots.resize(num_layers);
   for (const auto &kv : by_window) {

@@ -32,7 +32,8 @@ struct KvGroups {
 
 // The groups of num_layers layers with these windows (layer_windows: [num_layers], or null for
 // sliding_window everywhere).
-KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window, const uint32_t *layer_windows);
+KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window,
+                        const uint32_t *layer_windows);
 
 // The first token a window of `window` keys needs when the next token to compute is at position
 // `next`: keys before it are never read again (0 for full attention).

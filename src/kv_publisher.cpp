@@ -231,8 +231,10 @@ struct KvPublisher::Impl {
 
   // Publishes taken[begin, end) as one KVEventBatch.
   void publish(size_t begin, size_t end) {
-    const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    Message m{next_seq.load(), encode_batch(shape, ts, taken.data() + begin, end - begin, taken_tokens.data())};
+    const double ts =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    Message m{next_seq.load(),
+              encode_batch(shape, ts, taken.data() + begin, end - begin, taken_tokens.data())};
     unsigned char seq[8];
     put_be64(m.seq, seq);
     // A PUB socket never blocks: a subscriber past its high-water mark loses the message.
@@ -268,8 +270,10 @@ struct KvPublisher::Impl {
       const bool valid = (frames.size() == 2 || delimited) && zmq_msg_size(&frames.back()) == 8;
       if (valid) {
         ++replays;
-        const uint64_t start = get_be64(static_cast<const unsigned char *>(zmq_msg_data(&frames.back())));
-        const std::string id(static_cast<const char *>(zmq_msg_data(&frames[0])), zmq_msg_size(&frames[0]));
+        const uint64_t start =
+            get_be64(static_cast<const unsigned char *>(zmq_msg_data(&frames.back())));
+        const std::string id(static_cast<const char *>(zmq_msg_data(&frames[0])),
+                             zmq_msg_size(&frames[0]));
         auto send = [&](const void *seq, const std::string &payload) {
           zmq_send(replay, id.data(), id.size(), ZMQ_SNDMORE);
           if (delimited) zmq_send(replay, "", 0, ZMQ_SNDMORE);
@@ -290,7 +294,8 @@ struct KvPublisher::Impl {
 };
 
 KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_size,
-                         std::array<std::string, 4> medium_names, std::vector<uint32_t> group_windows, bool latent)
+                         std::array<std::string, 4> medium_names,
+                         std::vector<uint32_t> group_windows, bool latent)
     : impl_(std::make_unique<Impl>()) {
   Impl &m = *impl_;
   m.shape.format = p.format;
@@ -307,7 +312,8 @@ KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_siz
   // out of memory.
   m.queue.reserve(1024);
   m.taken.reserve(1024);
-  if (::pipe2(m.wake, O_NONBLOCK | O_CLOEXEC) != 0) fail(PKV_ERR_EVENTS, "event_publisher: pipe: %s", strerror(errno));
+  if (::pipe2(m.wake, O_NONBLOCK | O_CLOEXEC) != 0)
+    fail(PKV_ERR_EVENTS, "event_publisher: pipe: %s", strerror(errno));
   m.ctx = zmq_ctx_new();
   if (!m.ctx) fail(PKV_ERR_EVENTS, "event_publisher: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
   zmq_ctx_set(m.ctx, ZMQ_IO_THREADS, 1);
@@ -315,7 +321,8 @@ KvPublisher::KvPublisher(const pkv_event_publisher_params &p, uint32_t block_siz
   // A replay's reply is every kept batch and the end marker: room for one whole reply per peer
   // (a ROUTER drops what finds its peer's queue full; send_hwm is for live subscribers).
   if (p.replay_endpoint)
-    m.replay = m.bind(ZMQ_ROUTER, p.replay_endpoint, static_cast<int>(p.replay_buffer_batches) + 1, &m.replay_endpoint);
+    m.replay = m.bind(ZMQ_ROUTER, p.replay_endpoint, static_cast<int>(p.replay_buffer_batches) + 1,
+                      &m.replay_endpoint);
   // The sockets move to the thread here (its start is the memory barrier ZeroMQ asks for).
   m.thread = std::thread([&m] { m.run(); });
 }
@@ -331,9 +338,10 @@ KvPublisher::~KvPublisher() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-void KvPublisher::stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens,
-                         uint32_t medium, uint32_t group) {
-  impl_->stage(WireEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0}, tokens);
+void KvPublisher::stored(uint64_t hash, bool has_parent, uint64_t parent_hash,
+                         const int32_t *tokens, uint32_t medium, uint32_t group) {
+  impl_->stage(WireEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0},
+               tokens);
 }
 
 void KvPublisher::removed(uint64_t hash, uint32_t medium, uint32_t group) {
@@ -367,8 +375,9 @@ struct KvPublisher::Impl {};
 
 KvPublisher::KvPublisher(const pkv_event_publisher_params &, uint32_t, std::array<std::string, 4>,
                          std::vector<uint32_t>, bool) {
-  fail(PKV_ERR_UNSUPPORTED, "event_publisher: this libpkv was built without libzmq (Debian libzmq3-dev and "
-                            "libmsgpack-dev): KV events can only be drained (pkv_drain_kv_events)");
+  fail(PKV_ERR_UNSUPPORTED,
+       "event_publisher: this libpkv was built without libzmq (Debian libzmq3-dev and "
+       "libmsgpack-dev): KV events can only be drained (pkv_drain_kv_events)");
 }
 
 KvPublisher::~KvPublisher() = default;

@@ -21,8 +21,9 @@ class KvPublisher {
   // EventPublisherConfig. medium_names[PKV_TIER_*]: what each tier is called on the wire.
   // group_windows[g]: KV group g's sliding window (0 = full attention), which the wire says on
   // each BlockStored of the group; latent: the cache holds MLA latents (PKV_KV_LAYOUT_MLA).
-  KvPublisher(const pkv_event_publisher_params &p, uint32_t block_size, std::array<std::string, 4> medium_names,
-              std::vector<uint32_t> group_windows, bool latent);
+  KvPublisher(const pkv_event_publisher_params &p, uint32_t block_size,
+              std::array<std::string, 4> medium_names, std::vector<uint32_t> group_windows,
+              bool latent);
   // Sends what is queued, then closes the sockets (waiting at most a short linger for slow peers).
   ~KvPublisher();
   KvPublisher(const KvPublisher &) = delete;
@@ -30,8 +31,8 @@ class KvPublisher {
 
   // The engine's events, in order, staged until flush(). tokens: the block's block_size tokens. has_parent: false when
   // the block is the first under its salt's root (parent_block_hash nil on the wire).
-  void stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens, uint32_t medium,
-              uint32_t group);
+  void stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens,
+              uint32_t medium, uint32_t group);
   void removed(uint64_t hash, uint32_t medium, uint32_t group);
   void all_cleared();
   // Hands the events of the engine call that just ended to the publishing thread (one lock and at

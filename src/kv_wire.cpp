@@ -77,7 +77,8 @@ void block_hashes(Writer &w, const WireEvent *run, size_t n) {
 }
 
 // BlockStored's 11 fields.
-void block_stored(Writer &w, const WireShape &s, const WireEvent *run, size_t n, const int32_t *tokens) {
+void block_stored(Writer &w, const WireShape &s, const WireEvent *run, size_t n,
+                  const int32_t *tokens) {
   const WireEvent &e = run[0];
   const uint32_t window = s.group_windows.at(e.group);
   w.begin(11, "BlockStored");
@@ -149,9 +150,15 @@ std::string encode_batch(const WireShape &shape, double ts, const WireEvent *eve
   w.array(runs.size());
   for (const auto &[first, last] : runs) {
     switch (events[first].type) {
-      case PKV_EVENT_BLOCK_STORED: block_stored(w, shape, events + first, last - first, tokens); break;
-      case PKV_EVENT_BLOCK_REMOVED: block_removed(w, shape, events + first, last - first); break;
-      default: w.begin(0, "AllBlocksCleared"); break;
+      case PKV_EVENT_BLOCK_STORED:
+        block_stored(w, shape, events + first, last - first, tokens);
+        break;
+      case PKV_EVENT_BLOCK_REMOVED:
+        block_removed(w, shape, events + first, last - first);
+        break;
+      default:
+        w.begin(0, "AllBlocksCleared");
+        break;
     }
   }
   w.field("data_parallel_rank");

@@ -19,15 +19,15 @@ struct WireEvent {
   uint32_t group;   // its KV group
   bool has_parent;  // false: the first block under its salt's root (parent_block_hash nil)
   uint64_t hash, parent_hash;
-  size_t tokens;    // STORED: its block_size tokens start here in the token array
+  size_t tokens;  // STORED: its block_size tokens start here in the token array
 };
 
 // What the encoding knows of the engine, fixed at its create.
 struct WireShape {
-  uint32_t format = 0;      // PKV_EVENT_FORMAT_*
-  uint32_t block_size = 0;  // tokens per block
-  uint32_t rank = 0;        // data_parallel_rank
-  std::array<std::string, 4> medium;  // [PKV_TIER_*]: what each tier is called
+  uint32_t format = 0;                  // PKV_EVENT_FORMAT_*
+  uint32_t block_size = 0;              // tokens per block
+  uint32_t rank = 0;                    // data_parallel_rank
+  std::array<std::string, 4> medium;    // [PKV_TIER_*]: what each tier is called
   std::vector<uint32_t> group_windows;  // [group]: its sliding window, 0 = full attention
   bool latent = false;                  // an MLA cache: vLLM calls its full attention mla_attention
 };

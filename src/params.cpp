@@ -34,11 +34,12 @@ pkv_store_params default_store_params() {
   return p;
 }
 
-StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, default_store_params(), "store")) {
+StoreConfig::StoreConfig(const pkv_store_params *in)
+    : p_(read_struct(in, default_store_params(), "store")) {
   std::memset(&callbacks_, 0, sizeof callbacks_);
   PKV_REQUIRE(p_.kind <= PKV_STORE_CALLBACK, "store->kind %u is not a PKV_STORE_* kind", p_.kind);
-  PKV_REQUIRE(p_.write_mode <= PKV_STORE_READ_ONLY, "store->write_mode %u is not a PKV_STORE_WRITE_* value",
-              p_.write_mode);
+  PKV_REQUIRE(p_.write_mode <= PKV_STORE_READ_ONLY,
+              "store->write_mode %u is not a PKV_STORE_WRITE_* value", p_.write_mode);
   PKV_REQUIRE(p_.lookup_timeout_ms >= 1, "store->lookup_timeout_ms must be >= 1");
   PKV_REQUIRE(p_.write_queue_blocks >= 1 && p_.write_queue_blocks <= (1u << 20),
               "store->write_queue_blocks must be in 1 .. 2^20, got %u", p_.write_queue_blocks);
@@ -50,7 +51,8 @@ StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, defaul
   };
   switch (p_.kind) {
     case PKV_STORE_FILE:
-      PKV_REQUIRE(p_.path && p_.path[0], "store->path (the directory) is required for a FILE store");
+      PKV_REQUIRE(p_.path && p_.path[0],
+                  "store->path (the directory) is required for a FILE store");
       break;
     case PKV_STORE_REDIS:
       PKV_REQUIRE(p_.port >= 1 && p_.port <= 65535, "store->port %u is not in 1 .. 65535", p_.port);
@@ -61,7 +63,8 @@ StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, defaul
     case PKV_STORE_CALLBACK:
       PKV_REQUIRE(p_.callbacks, "store->callbacks is required for a CALLBACK store");
       PKV_REQUIRE(p_.callbacks->struct_size >= sizeof callbacks_,
-                  "store->callbacks->struct_size is %u, %zu expected", p_.callbacks->struct_size, sizeof callbacks_);
+                  "store->callbacks->struct_size is %u, %zu expected", p_.callbacks->struct_size,
+                  sizeof callbacks_);
       std::memcpy(&callbacks_, p_.callbacks, sizeof callbacks_);
       PKV_REQUIRE(callbacks_.reserved0 == 0, "store->callbacks->reserved0 must be 0");
       PKV_REQUIRE(callbacks_.get && callbacks_.put, "store->callbacks: get and put are required");
@@ -75,8 +78,11 @@ StoreConfig::StoreConfig(const pkv_store_params *in) : p_(read_struct(in, defaul
   p_.callbacks = p_.kind == PKV_STORE_CALLBACK ? &callbacks_ : nullptr;
   if (p_.model_id) {
     const size_t n = strnlen(p_.model_id, PKV_MAX_MODEL_ID_BYTES + 1);
-    PKV_REQUIRE(n >= 1, "store->model_id is \"\": give the model's identity (e.g. name@revision), or NULL for none");
-    PKV_REQUIRE(n <= PKV_MAX_MODEL_ID_BYTES, "store->model_id is longer than %d bytes: give a digest of it instead",
+    PKV_REQUIRE(
+        n >= 1,
+        "store->model_id is \"\": give the model's identity (e.g. name@revision), or NULL for none");
+    PKV_REQUIRE(n <= PKV_MAX_MODEL_ID_BYTES,
+                "store->model_id is longer than %d bytes: give a digest of it instead",
                 int(PKV_MAX_MODEL_ID_BYTES));
   }
   p_.model_id = own(p_.model_id, model_id_, nullptr);
@@ -94,27 +100,30 @@ EventPublisherConfig::EventPublisherConfig(const pkv_event_publisher_params *in)
   // A string of at most max bytes, owned here (s may be NULL only with a fallback).
   auto own = [](const char *s, const char *field, size_t min, size_t max, std::string &keep) {
     const size_t n = s ? strnlen(s, max + 1) : 0;
-    PKV_REQUIRE(n >= min && n <= max, "event_publisher->%s must be a string of %zu .. %zu bytes%s", field, min, max,
-                s ? "" : ", got NULL");
+    PKV_REQUIRE(n >= min && n <= max, "event_publisher->%s must be a string of %zu .. %zu bytes%s",
+                field, min, max, s ? "" : ", got NULL");
     keep.assign(s, n);
     return keep.c_str();
   };
   p_.endpoint = own(p_.endpoint, "endpoint", 1, PKV_MAX_EVENT_ENDPOINT_BYTES, endpoint_);
-  p_.replay_endpoint =
-      p_.replay_endpoint ? own(p_.replay_endpoint, "replay_endpoint", 1, PKV_MAX_EVENT_ENDPOINT_BYTES, replay_endpoint_)
-                         : nullptr;
+  p_.replay_endpoint = p_.replay_endpoint ? own(p_.replay_endpoint, "replay_endpoint", 1,
+                                                PKV_MAX_EVENT_ENDPOINT_BYTES, replay_endpoint_)
+                                          : nullptr;
   p_.topic = own(p_.topic ? p_.topic : "kv-events", "topic", 0, PKV_MAX_EVENT_TOPIC_BYTES, topic_);
   auto fill = [](uint32_t &v, uint32_t fallback, uint32_t max, const char *field) {
     if (v == 0) v = fallback;
     PKV_REQUIRE(v <= max, "event_publisher->%s must be in 0 .. %u, got %u", field, max, v);
   };
-  fill(p_.replay_buffer_batches, PKV_DEFAULT_EVENT_REPLAY_BATCHES, 1u << 24, "replay_buffer_batches");
+  fill(p_.replay_buffer_batches, PKV_DEFAULT_EVENT_REPLAY_BATCHES, 1u << 24,
+       "replay_buffer_batches");
   fill(p_.send_hwm, PKV_DEFAULT_EVENT_SEND_HWM, 1u << 24, "send_hwm");
   fill(p_.max_queue_events, PKV_DEFAULT_EVENT_QUEUE_EVENTS, 1u << 26, "max_queue_events");
   fill(p_.max_batch_events, PKV_DEFAULT_EVENT_BATCH_EVENTS, 1u << 20, "max_batch_events");
-  PKV_REQUIRE(p_.format <= PKV_EVENT_FORMAT_ARRAY,
-              "event_publisher->format %u is not a PKV_EVENT_FORMAT_* value: PKV_EVENT_FORMAT_MAP (0, vLLM 0.26+) or "
-              "PKV_EVENT_FORMAT_ARRAY (1, older routers)", p_.format);
+  PKV_REQUIRE(
+      p_.format <= PKV_EVENT_FORMAT_ARRAY,
+      "event_publisher->format %u is not a PKV_EVENT_FORMAT_* value: PKV_EVENT_FORMAT_MAP (0, vLLM 0.26+) or "
+      "PKV_EVENT_FORMAT_ARRAY (1, older routers)",
+      p_.format);
   PKV_REQUIRE(p_.reserved0 == 0, "event_publisher->reserved0 must be 0, got %u", p_.reserved0);
 }
 
@@ -144,12 +153,18 @@ std::string salt_bytes(const void *salt, uint32_t salt_len) {
 
 uint32_t dtype_bytes(int32_t dtype) {
   switch (dtype) {
-    case PKV_DTYPE_F32: return 4;
-    case PKV_DTYPE_F16: return 2;
-    case PKV_DTYPE_BF16: return 2;
-    case PKV_DTYPE_FP8_E4M3: return 1;
-    case PKV_DTYPE_FP8_E5M2: return 1;
-    default: return 0;
+    case PKV_DTYPE_F32:
+      return 4;
+    case PKV_DTYPE_F16:
+      return 2;
+    case PKV_DTYPE_BF16:
+      return 2;
+    case PKV_DTYPE_FP8_E4M3:
+      return 1;
+    case PKV_DTYPE_FP8_E5M2:
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -159,12 +174,18 @@ float attention_scale(const pkv_engine_params &p) {
 
 const char *dtype_name(int32_t dtype) {
   switch (dtype) {
-    case PKV_DTYPE_F32: return "f32";
-    case PKV_DTYPE_F16: return "f16";
-    case PKV_DTYPE_BF16: return "bf16";
-    case PKV_DTYPE_FP8_E4M3: return "fp8_e4m3";
-    case PKV_DTYPE_FP8_E5M2: return "fp8_e5m2";
-    default: return "unknown";
+    case PKV_DTYPE_F32:
+      return "f32";
+    case PKV_DTYPE_F16:
+      return "f16";
+    case PKV_DTYPE_BF16:
+      return "bf16";
+    case PKV_DTYPE_FP8_E4M3:
+      return "fp8_e4m3";
+    case PKV_DTYPE_FP8_E5M2:
+      return "fp8_e5m2";
+    default:
+      return "unknown";
   }
 }
 
@@ -172,16 +193,17 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.num_layers > 0, "num_layers must be > 0");
   PKV_REQUIRE(p.num_q_heads > 0, "num_q_heads must be > 0");
   PKV_REQUIRE(p.num_kv_heads > 0, "num_kv_heads must be > 0");
-  PKV_REQUIRE(p.num_q_heads % p.num_kv_heads == 0,
-              "num_kv_heads (%u) must divide num_q_heads (%u)", p.num_kv_heads, p.num_q_heads);
+  PKV_REQUIRE(p.num_q_heads % p.num_kv_heads == 0, "num_kv_heads (%u) must divide num_q_heads (%u)",
+              p.num_kv_heads, p.num_q_heads);
   PKV_REQUIRE(p.head_dim > 0 && p.head_dim <= PKV_MAX_HEAD_DIM, "head_dim must be in 1..%d, got %u",
               PKV_MAX_HEAD_DIM, p.head_dim);
   PKV_REQUIRE(p.dtype == PKV_DTYPE_F32 || p.dtype == PKV_DTYPE_F16 || p.dtype == PKV_DTYPE_BF16,
               "dtype %d is not PKV_DTYPE_F32, F16 or BF16 (fp8 is a kv_dtype only)", p.dtype);
-  PKV_REQUIRE(p.kv_dtype == 0 || p.kv_dtype == p.dtype || is_fp8(p.kv_dtype),
-              "kv_dtype %d must be 0 (the model's dtype), dtype itself (%d) or PKV_DTYPE_FP8_E4M3 / "
-              "PKV_DTYPE_FP8_E5M2",
-              p.kv_dtype, p.dtype);
+  PKV_REQUIRE(
+      p.kv_dtype == 0 || p.kv_dtype == p.dtype || is_fp8(p.kv_dtype),
+      "kv_dtype %d must be 0 (the model's dtype), dtype itself (%d) or PKV_DTYPE_FP8_E4M3 / "
+      "PKV_DTYPE_FP8_E5M2",
+      p.kv_dtype, p.dtype);
   PKV_REQUIRE(p.tp_size > 0, "tp_size must be > 0");
   PKV_REQUIRE(p.tp_rank < p.tp_size, "tp_rank (%u) must be < tp_size (%u)", p.tp_rank, p.tp_size);
   PKV_REQUIRE(p.num_q_heads % p.tp_size == 0, "tp_size (%u) must divide num_q_heads (%u)",
@@ -190,14 +212,16 @@ void validate_engine_params(const pkv_engine_params &p) {
               "tp_size (%u) and num_kv_heads (%u): one must divide the other", p.tp_size,
               p.num_kv_heads);
   PKV_REQUIRE(p.block_size > 0, "block_size must be >= 1");
-  PKV_REQUIRE(p.block_size <= PKV_MAX_BLOCK_SIZE, "block_size %u is too large (at most 2^20)", p.block_size);
+  PKV_REQUIRE(p.block_size <= PKV_MAX_BLOCK_SIZE, "block_size %u is too large (at most 2^20)",
+              p.block_size);
   PKV_REQUIRE(p.num_blocks <= INT32_MAX, "num_blocks %u exceeds 2^31-1", p.num_blocks);
   PKV_REQUIRE(p.enable_prefix_caching <= 1, "enable_prefix_caching must be 0 or 1");
-  PKV_REQUIRE(p.device == PKV_DEVICE_AUTO || p.device == PKV_DEVICE_CPU || p.device == PKV_DEVICE_CUDA,
-              "device %d is not a PKV_DEVICE_* value", p.device);
+  PKV_REQUIRE(
+      p.device == PKV_DEVICE_AUTO || p.device == PKV_DEVICE_CPU || p.device == PKV_DEVICE_CUDA,
+      "device %d is not a PKV_DEVICE_* value", p.device);
   PKV_REQUIRE(p.device_id >= 0, "device_id must be >= 0");
-  PKV_REQUIRE(p.num_threads <= PKV_MAX_THREADS, "num_threads %u is too many (at most %d)", p.num_threads,
-              PKV_MAX_THREADS);
+  PKV_REQUIRE(p.num_threads <= PKV_MAX_THREADS, "num_threads %u is too many (at most %d)",
+              p.num_threads, PKV_MAX_THREADS);
   PKV_REQUIRE((p.debug_flags & ~uint32_t(PKV_DEBUG_CONSTANT_HASH)) == 0,
               "debug_flags has unknown bits 0x%x", p.debug_flags);
   PKV_REQUIRE(std::isfinite(p.memory_utilization) && p.memory_utilization > 0.0 &&
@@ -212,16 +236,20 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.enable_kv_events <= 1, "enable_kv_events must be 0 or 1");
   PKV_REQUIRE(p.reserved1 == 0, "reserved1 must be 0");
   PKV_REQUIRE(p.host_offload <= 1, "host_offload must be 0 or 1, not %u", p.host_offload);
-  PKV_REQUIRE(p.preemption_mode <= PKV_PREEMPT_AUTO, "preemption_mode %u is not a PKV_PREEMPT_* value",
-              p.preemption_mode);
+  PKV_REQUIRE(p.preemption_mode <= PKV_PREEMPT_AUTO,
+              "preemption_mode %u is not a PKV_PREEMPT_* value", p.preemption_mode);
   PKV_REQUIRE(p.preemption_mode != PKV_PREEMPT_SWAP || p.host_num_blocks || p.host_cache_bytes,
               "preemption_mode SWAP needs a host tier (host_num_blocks or host_cache_bytes)");
-  PKV_REQUIRE(p.host_num_blocks <= INT32_MAX, "host_num_blocks %u exceeds 2^31-1", p.host_num_blocks);
-  PKV_REQUIRE(p.kv_layout <= PKV_KV_LAYOUT_MLA, "kv_layout %u is not a PKV_KV_LAYOUT_* value", p.kv_layout);
+  PKV_REQUIRE(p.host_num_blocks <= INT32_MAX, "host_num_blocks %u exceeds 2^31-1",
+              p.host_num_blocks);
+  PKV_REQUIRE(p.kv_layout <= PKV_KV_LAYOUT_MLA, "kv_layout %u is not a PKV_KV_LAYOUT_* value",
+              p.kv_layout);
   PKV_REQUIRE(p.reserved2 == 0, "reserved2 must be 0");
   if (p.kv_layout == PKV_KV_LAYOUT_MLA) {
-    PKV_REQUIRE(p.kv_lora_rank >= 1, "kv_layout MLA needs kv_lora_rank >= 1 (the latent's compressed part)");
-    PKV_REQUIRE(p.num_kv_heads == 1, "kv_layout MLA caches one latent per token: num_kv_heads must be 1, got %u",
+    PKV_REQUIRE(p.kv_lora_rank >= 1,
+                "kv_layout MLA needs kv_lora_rank >= 1 (the latent's compressed part)");
+    PKV_REQUIRE(p.num_kv_heads == 1,
+                "kv_layout MLA caches one latent per token: num_kv_heads must be 1, got %u",
                 p.num_kv_heads);
     PKV_REQUIRE(uint64_t(p.kv_lora_rank) + p.qk_rope_head_dim == p.head_dim,
                 "kv_layout MLA: head_dim (%u) must be the latent's width, kv_lora_rank (%u) + "
@@ -229,24 +257,27 @@ void validate_engine_params(const pkv_engine_params &p) {
                 p.head_dim, p.kv_lora_rank, p.qk_rope_head_dim);
   } else {
     PKV_REQUIRE(p.kv_lora_rank == 0 && p.qk_rope_head_dim == 0,
-                "kv_lora_rank and qk_rope_head_dim are for kv_layout MLA only (got %u and %u)", p.kv_lora_rank,
-                p.qk_rope_head_dim);
+                "kv_lora_rank and qk_rope_head_dim are for kv_layout MLA only (got %u and %u)",
+                p.kv_lora_rank, p.qk_rope_head_dim);
   }
   PKV_REQUIRE(p.sliding_window <= INT32_MAX, "sliding_window %u exceeds 2^31-1", p.sliding_window);
   bool windowed = p.sliding_window != 0 && !p.layer_windows;
   if (p.layer_windows)
     for (uint32_t l = 0; l < p.num_layers; ++l) {
-      PKV_REQUIRE(p.layer_windows[l] <= INT32_MAX, "layer_windows[%u] = %u exceeds 2^31-1", l, p.layer_windows[l]);
+      PKV_REQUIRE(p.layer_windows[l] <= INT32_MAX, "layer_windows[%u] = %u exceeds 2^31-1", l,
+                  p.layer_windows[l]);
       windowed |= p.layer_windows[l] != 0;
     }
   if (windowed && p.kv_layout == PKV_KV_LAYOUT_MLA)
-    fail(PKV_ERR_UNSUPPORTED,
-         "kv_layout MLA with sliding windows: no latent-attention model has them, and pkv's MLA attention does "
-         "not mask one (set sliding_window and layer_windows to full attention)");
+    fail(
+        PKV_ERR_UNSUPPORTED,
+        "kv_layout MLA with sliding windows: no latent-attention model has them, and pkv's MLA attention does "
+        "not mask one (set sliding_window and layer_windows to full attention)");
   if (windowed && (p.host_num_blocks || p.host_cache_bytes))
-    fail(PKV_ERR_UNSUPPORTED,
-         "a host tier (swap, offload, store) with sliding windows is not supported yet: set host_num_blocks and "
-         "host_cache_bytes to 0, or sliding_window and layer_windows to full attention");
+    fail(
+        PKV_ERR_UNSUPPORTED,
+        "a host tier (swap, offload, store) with sliding windows is not supported yet: set host_num_blocks and "
+        "host_cache_bytes to 0, or sliding_window and layer_windows to full attention");
 }
 
 }  // namespace pkv

@@ -20,29 +20,36 @@ template <class T> inline constexpr uint32_t kMinStructSize = sizeof(T);
 // definition in every file that includes this one.
 template <> inline constexpr uint32_t kMinStructSize<pkv_kv_event> = 32;
 // Structs that grew in 0.2.0: a 0.1 caller's struct ends where the new fields start.
-template <> inline constexpr uint32_t kMinStructSize<pkv_engine_params> =
-    offsetof(pkv_engine_params, host_num_blocks);
-template <> inline constexpr uint32_t kMinStructSize<pkv_kv_budget> =
-    offsetof(pkv_kv_budget, host_num_blocks);
-template <> inline constexpr uint32_t kMinStructSize<struct pkv_pool_info> =
-    offsetof(struct pkv_pool_info, host_k_base);
-template <> inline constexpr uint32_t kMinStructSize<pkv_stats> = offsetof(pkv_stats, num_host_blocks);
-template <> inline constexpr uint32_t kMinStructSize<struct pkv_seq_info> =
-    offsetof(struct pkv_seq_info, kv_tier);
-template <> inline constexpr uint32_t kMinStructSize<pkv_batch_view> = offsetof(pkv_batch_view, copy_kind);
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_engine_params> = offsetof(pkv_engine_params,
+                                                                       host_num_blocks);
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_kv_budget> = offsetof(pkv_kv_budget, host_num_blocks);
+template <>
+inline constexpr uint32_t kMinStructSize<struct pkv_pool_info> = offsetof(struct pkv_pool_info,
+                                                                          host_k_base);
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_stats> = offsetof(pkv_stats, num_host_blocks);
+template <>
+inline constexpr uint32_t kMinStructSize<struct pkv_seq_info> = offsetof(struct pkv_seq_info,
+                                                                         kv_tier);
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_batch_view> = offsetof(pkv_batch_view, copy_kind);
 // Grew in 0.4.0: a 0.3 caller's struct ends where format starts.
-template <> inline constexpr uint32_t kMinStructSize<pkv_event_publisher_params> =
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_event_publisher_params> =
     offsetof(pkv_event_publisher_params, format);
 // Grew in 0.4.0: a 0.3 caller's store params end where model_id starts.
-template <> inline constexpr uint32_t kMinStructSize<pkv_store_params> = offsetof(pkv_store_params, model_id);
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_store_params> = offsetof(pkv_store_params, model_id);
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");
 
 // Reads a caller's versioned struct: fields the caller does not have keep their defaults.
 template <class T> T read_struct(const T *in, const T &defaults, const char *what) {
   PKV_REQUIRE(in != nullptr, "%s is NULL", what);
   PKV_REQUIRE(in->struct_size >= kMinStructSize<T>,
-              "%s->struct_size is %u, at least %u expected (set it with the *_init function)",
-              what, in->struct_size, kMinStructSize<T>);
+              "%s->struct_size is %u, at least %u expected (set it with the *_init function)", what,
+              in->struct_size, kMinStructSize<T>);
   T out = defaults;
   // Whole 8-byte units only: a size that cuts a pointer or a 64-bit field in two (no struct of
   // any version ends there) must not make half of one.
@@ -81,7 +88,8 @@ pkv_request_params default_request_params();
 // pkv_*_params_init: zeroes the caller's size bytes and fills the fields pkv knows.
 template <class T> void init_struct(T *p, uint32_t size, const T &defaults, const char *what) {
   PKV_REQUIRE(p != nullptr, "params is NULL");
-  PKV_REQUIRE(size >= kMinStructSize<T>, "size %u is smaller than %s (%u)", size, what, kMinStructSize<T>);
+  PKV_REQUIRE(size >= kMinStructSize<T>, "size %u is smaller than %s (%u)", size, what,
+              kMinStructSize<T>);
   std::memset(p, 0, size);
   std::memcpy(p, &defaults, std::min<size_t>(size, sizeof(T)));
   p->struct_size = size;
@@ -121,7 +129,9 @@ std::string salt_bytes(const void *salt, uint32_t salt_len);
 // Every rule of pkv_engine_params (shape, paging, budget fields); throws INVALID_ARGUMENT.
 void validate_engine_params(const pkv_engine_params &p);
 uint32_t dtype_bytes(int32_t dtype);
-inline bool is_fp8(int32_t dtype) { return dtype == PKV_DTYPE_FP8_E4M3 || dtype == PKV_DTYPE_FP8_E5M2; }
+inline bool is_fp8(int32_t dtype) {
+  return dtype == PKV_DTYPE_FP8_E4M3 || dtype == PKV_DTYPE_FP8_E5M2;
+}
 // The cache's dtype: kv_dtype, or the model's when it is 0.
 inline int32_t kv_dtype_of(const pkv_engine_params &p) { return p.kv_dtype ? p.kv_dtype : p.dtype; }
 // pkv_attention's scale: softmax_scale, or 1/sqrt(head_dim) when it is 0.
@@ -132,7 +142,8 @@ inline bool attention_head_dim_supported(uint32_t head_dim) {
 }
 // Whether pkv_attention handles an MLA latent of these parts (kv_layout MLA).
 inline bool attention_mla_supported(uint32_t kv_lora_rank, uint32_t rope_dim) {
-  return kv_lora_rank % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && kv_lora_rank <= PKV_ATTENTION_MAX_KV_LORA_RANK &&
+  return kv_lora_rank % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 &&
+         kv_lora_rank <= PKV_ATTENTION_MAX_KV_LORA_RANK &&
          rope_dim % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && rope_dim <= PKV_ATTENTION_MAX_ROPE_DIM;
 }
 const char *dtype_name(int32_t dtype);

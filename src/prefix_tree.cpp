@@ -8,8 +8,12 @@
 
 namespace pkv {
 
-PrefixTree::PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash, size_t expected_nodes)
-    : block_size_(block_size), seed_(seed), constant_hash_(constant_hash), children_(expected_nodes) {
+PrefixTree::PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash,
+                       size_t expected_nodes)
+    : block_size_(block_size),
+      seed_(seed),
+      constant_hash_(constant_hash),
+      children_(expected_nodes) {
   // Address space only: pages are committed as nodes are made, and steps never reallocate.
   nodes_.reserve(expected_nodes + 1);
   tokens_.reserve((expected_nodes + 1) * size_t(block_size));
@@ -89,7 +93,8 @@ void PrefixTree::add_copy(uint32_t node, int32_t block) {
   Node &n = nodes_[node];
   n.copies.push_back(block);
   if (n.copies.size() == 1 && events_)
-    events_->stored(n.hash, nodes_[n.parent].hash, is_root(n.parent), tokens(node), PKV_TIER_DEVICE, n.group);
+    events_->stored(n.hash, nodes_[n.parent].hash, is_root(n.parent), tokens(node), PKV_TIER_DEVICE,
+                    n.group);
 }
 
 void PrefixTree::remove_copy(uint32_t node, int32_t block) {
@@ -99,7 +104,8 @@ void PrefixTree::remove_copy(uint32_t node, int32_t block) {
   *it = c.back();
   c.pop_back();
   if (c.empty() && events_)
-    events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash, PKV_TIER_DEVICE, nodes_[node].group);
+    events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash, PKV_TIER_DEVICE,
+                     nodes_[node].group);
   maybe_remove(node);
 }
 
@@ -107,7 +113,9 @@ void PrefixTree::set_host(uint32_t node, int32_t host_block) {
   Node &n = nodes_[node];
   PKV_ASSERT(n.host < 0 && host_block >= 0);
   n.host = host_block;
-  if (events_) events_->stored(n.hash, nodes_[n.parent].hash, is_root(n.parent), tokens(node), PKV_TIER_HOST, n.group);
+  if (events_)
+    events_->stored(n.hash, nodes_[n.parent].hash, is_root(n.parent), tokens(node), PKV_TIER_HOST,
+                    n.group);
 }
 
 void PrefixTree::clear_host(uint32_t node) {
@@ -147,14 +155,16 @@ void PrefixTree::check() const {
     if (!n.live) continue;
     if (n.parent == kNoNode) {
       auto it = root_salts_.find(i);
-      if (it == root_salts_.end() || find_root(it->second.salt, it->second.group) != i || n.group != it->second.group)
+      if (it == root_salts_.end() || find_root(it->second.salt, it->second.group) != i ||
+          n.group != it->second.group)
         fail(PKV_ERR_INTERNAL, "prefix root %u not registered", i);
       if (n.hash != root_hash(seed_, it->second.salt.data(), it->second.salt.size()))
         fail(PKV_ERR_INTERNAL, "prefix root %u has a wrong hash", i);
     } else {
       live++;
       if (!nodes_[n.parent].live) fail(PKV_ERR_INTERNAL, "prefix node %u has a dead parent", i);
-      if (n.group != nodes_[n.parent].group) fail(PKV_ERR_INTERNAL, "prefix node %u: not its parent's group", i);
+      if (n.group != nodes_[n.parent].group)
+        fail(PKV_ERR_INTERNAL, "prefix node %u: not its parent's group", i);
       children[n.parent]++;
       if (n.hash != child_hash(n.parent, tokens(i)))
         fail(PKV_ERR_INTERNAL, "prefix node %u: hash does not match parent and tokens", i);
@@ -168,9 +178,10 @@ void PrefixTree::check() const {
   }
   for (uint32_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].live && children[i] != nodes_[i].num_children)
-      fail(PKV_ERR_INTERNAL, "prefix node %u counts %u children, has %u", i,
-           nodes_[i].num_children, children[i]);
-  if (live != num_live_) fail(PKV_ERR_INTERNAL, "prefix tree counts %zu nodes, has %zu", num_live_, live);
+      fail(PKV_ERR_INTERNAL, "prefix node %u counts %u children, has %u", i, nodes_[i].num_children,
+           children[i]);
+  if (live != num_live_)
+    fail(PKV_ERR_INTERNAL, "prefix tree counts %zu nodes, has %zu", num_live_, live);
   if (children_.size() != live)
     fail(PKV_ERR_INTERNAL, "child table holds %zu entries for %zu nodes", children_.size(), live);
 }

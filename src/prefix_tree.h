@@ -44,7 +44,9 @@ class PrefixTree {
   uint32_t add_child(uint32_t parent, uint64_t hash, const int32_t *tokens);
   // Lookups of a prompt's blocks know every canonical hash up front (it chains hashes, not
   // nodes), so they can start loading the table slots and tokens of blocks ahead.
-  void prefetch_slot(uint32_t parent, uint64_t hash) const { children_.prefetch(map_key(parent, hash)); }
+  void prefetch_slot(uint32_t parent, uint64_t hash) const {
+    children_.prefetch(map_key(parent, hash));
+  }
   void prefetch_node(uint32_t parent, uint64_t hash) const {
     uint32_t n = children_.peek(map_key(parent, hash));
     if (n != NodeTable::kEmpty) {
@@ -80,9 +82,9 @@ class PrefixTree {
     uint32_t num_children = 0;
     uint32_t group = 0;
     bool live = false;
-    uint64_t hash = 0;                 // canonical hash
-    std::vector<int32_t> copies;       // pool blocks
-    int32_t host = -1;                 // host-tier block, -1 when none
+    uint64_t hash = 0;            // canonical hash
+    std::vector<int32_t> copies;  // pool blocks
+    int32_t host = -1;            // host-tier block, -1 when none
   };
 
   struct RootKey {
@@ -99,7 +101,7 @@ class PrefixTree {
   uint64_t seed_;
   bool constant_hash_;
   std::vector<Node> nodes_;
-  std::vector<int32_t> tokens_;      // [node][block_size]
+  std::vector<int32_t> tokens_;  // [node][block_size]
   std::vector<uint32_t> free_nodes_;
   size_t num_live_ = 0;
   NodeTable children_;                               // map_key(parent, hash) -> node

@@ -29,15 +29,17 @@ PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
   const uint64_t kv = l.kv_heads, bs = p.block_size, hd = p.head_dim, db = l.dtype_bytes;
   l.tensors = kv_tensors(p);
   // block_bytes first: every per-block figure divides it, so it is the one a shape overflows.
-  l.block_bytes = checked_product({l.tensors, l.num_layers, bs, kv, hd, db}, kMaxOffset,
-                                  "block_bytes = 2 (K,V; 1 for the MLA latent) x group_layers x block_size x "
-                                  "kv_heads_per_rank x head_dim x kv dtype bytes");
+  l.block_bytes =
+      checked_product({l.tensors, l.num_layers, bs, kv, hd, db}, kMaxOffset,
+                      "block_bytes = 2 (K,V; 1 for the MLA latent) x group_layers x block_size x "
+                      "kv_heads_per_rank x head_dim x kv dtype bytes");
   l.pool_bytes = checked_product({num_blocks, l.block_bytes}, kMaxOffset,
                                  "pool_bytes = num_blocks x block_bytes (K and V, all layers)");
   // Each figure below divides block_bytes or pool_bytes: the checks cannot fail past here, and
   // stay so that no figure is computed unchecked.
   l.head_stride = hd;
-  l.token_stride = checked_product({kv, hd}, kMaxOffset, "token_stride = kv_heads_per_rank x head_dim");
+  l.token_stride =
+      checked_product({kv, hd}, kMaxOffset, "token_stride = kv_heads_per_rank x head_dim");
   l.block_stride = checked_product({bs, kv, hd}, kMaxOffset,
                                    "block_stride = block_size x kv_heads_per_rank x head_dim");
   l.layer_stride = checked_product({num_blocks, l.block_stride}, kMaxOffset,
@@ -61,8 +63,9 @@ namespace {
 // block_bytes bounds layers x kv heads by 2^62 only, so 8 times that is checked too.
 uint64_t kv_scale_bytes(const pkv_engine_params &p, const PoolLayout &unit) {
   if (!is_fp8(kv_dtype_of(p))) return 0;
-  return checked_product({unit.tensors, p.num_layers, unit.kv_heads, sizeof(float)}, kMaxOffset,
-                         "kv_scale_bytes = 2 (K,V; 1 for the MLA latent) x num_layers x kv_heads_per_rank x 4");
+  return checked_product(
+      {unit.tensors, p.num_layers, unit.kv_heads, sizeof(float)}, kMaxOffset,
+      "kv_scale_bytes = 2 (K,V; 1 for the MLA latent) x num_layers x kv_heads_per_rank x 4");
 }
 
 // Blocks one sequence of max_model_len needs (one per KV group without a limit): each group's, a
@@ -74,11 +77,12 @@ uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) 
   uint64_t n = 0;
   for (uint32_t w : groups.group_window) n += group_blocks_for(w, p.max_model_len, p.block_size);
   if (n > max_pool_blocks(unit))
-    fail(PKV_ERR_INVALID_ARGUMENT,
-         "max_model_len %u needs %llu blocks of %llu bytes; a pool of this shape holds at most %llu "
-         "(2^31-1 blocks, 2^63-1 bytes)",
-         p.max_model_len, (unsigned long long)n, (unsigned long long)unit.block_bytes,
-         (unsigned long long)max_pool_blocks(unit));
+    fail(
+        PKV_ERR_INVALID_ARGUMENT,
+        "max_model_len %u needs %llu blocks of %llu bytes; a pool of this shape holds at most %llu "
+        "(2^31-1 blocks, 2^63-1 bytes)",
+        p.max_model_len, (unsigned long long)n, (unsigned long long)unit.block_bytes,
+        (unsigned long long)max_pool_blocks(unit));
   return n;
 }
 
@@ -86,9 +90,10 @@ uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) 
 // formula it is counted from the signed budget: when used + reserve already exceed
 // total * utilization, that excess is missing too.
 uint64_t shortfall(const pkv_engine_params &p, const pkv_kv_budget &b, long double allowed) {
-  const uint64_t need = checked_sum(checked_product({b.blocks_per_max_seq, b.block_bytes}, kMaxOffset,
-                                                    "blocks_per_max_seq x block_bytes"),
-                                    b.kv_scale_bytes, kMaxOffset, "blocks_per_max_seq x block_bytes + kv_scale_bytes");
+  const uint64_t need = checked_sum(checked_product({b.blocks_per_max_seq, b.block_bytes},
+                                                    kMaxOffset, "blocks_per_max_seq x block_bytes"),
+                                    b.kv_scale_bytes, kMaxOffset,
+                                    "blocks_per_max_seq x block_bytes + kv_scale_bytes");
   // Integers where the budget is one: need exceeds it, as num_blocks < blocks_per_max_seq.
   if (p.num_blocks) return need - b.pool_bytes;
   if (p.kv_cache_bytes) return need - p.kv_cache_bytes;
@@ -107,7 +112,8 @@ namespace {
 
 // The host tier's terms: its blocks from host_num_blocks or host_cache_bytes, its bytes, and the
 // host memory it comes from (host: zero when not measured).
-void host_tier(const pkv_engine_params &p, const PoolLayout &unit, const MemoryInfo &host, pkv_kv_budget &b) {
+void host_tier(const pkv_engine_params &p, const PoolLayout &unit, const MemoryInfo &host,
+               pkv_kv_budget &b) {
   if (p.host_num_blocks) {
     b.host_num_blocks = p.host_num_blocks;
   } else if (p.host_cache_bytes) {
@@ -146,9 +152,9 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
     b.used_bytes = p.memory_used_bytes;
   } else {
     b.total_bytes = measured.total_bytes;
-    b.used_bytes = checked_sum(measured.total_bytes - std::min(measured.free_bytes, measured.total_bytes),
-                               p.memory_used_bytes, UINT64_MAX,
-                               "used_bytes = measured in use + memory_used_bytes");
+    b.used_bytes = checked_sum(
+        measured.total_bytes - std::min(measured.free_bytes, measured.total_bytes),
+        p.memory_used_bytes, UINT64_MAX, "used_bytes = measured in use + memory_used_bytes");
   }
   b.reserve_bytes = p.reserve_bytes;
   b.memory_utilization = p.memory_utilization;
@@ -170,7 +176,8 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
     b.num_blocks = std::min(for_blocks / b.block_bytes, max_pool_blocks(unit));
   }
   b.pool_bytes = pool_layout(p, b.num_blocks).pool_bytes;
-  b.max_tokens = checked_product({b.num_blocks, p.block_size}, kMaxOffset, "max_tokens = num_blocks x block_size");
+  b.max_tokens = checked_product({b.num_blocks, p.block_size}, kMaxOffset,
+                                 "max_tokens = num_blocks x block_size");
   b.blocks_per_max_seq = blocks_per_max_seq(p, unit);
   b.max_seqs_at_max_model_len = b.num_blocks / b.blocks_per_max_seq;
   if (b.num_blocks < b.blocks_per_max_seq) b.shortfall_bytes = shortfall(p, b, allowed);
@@ -192,8 +199,11 @@ std::string readable_bytes(uint64_t n) {
   double v = double(n) / 1024.0;
   size_t u = 0;
   while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) v /= 1024.0, ++u;
-  std::snprintf(text, sizeof text, "%.*f %s (%llu bytes)", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u],
-                (unsigned long long)n);
+  std::snprintf(text, sizeof text, "%.*f %s (%llu bytes)",
+                v < 10    ? 2
+                : v < 100 ? 1
+                          : 0,
+                v, units[u], (unsigned long long)n);
   return text;
 }
 
@@ -201,39 +211,46 @@ std::string readable_bytes(uint64_t n) {
 
 void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
   if (b.host_total_bytes && b.host_pool_bytes > b.host_available_bytes)
-    fail(PKV_ERR_OUT_OF_MEMORY,
-         "the host tier's %llu blocks take %s; the host has %s available (of %s): %s missing. Lower "
-         "host_num_blocks or host_cache_bytes",
-         (unsigned long long)b.host_num_blocks, readable_bytes(b.host_pool_bytes).c_str(),
-         readable_bytes(b.host_available_bytes).c_str(), readable_bytes(b.host_total_bytes).c_str(),
-         readable_bytes(b.host_pool_bytes - b.host_available_bytes).c_str());
+    fail(
+        PKV_ERR_OUT_OF_MEMORY,
+        "the host tier's %llu blocks take %s; the host has %s available (of %s): %s missing. Lower "
+        "host_num_blocks or host_cache_bytes",
+        (unsigned long long)b.host_num_blocks, readable_bytes(b.host_pool_bytes).c_str(),
+        readable_bytes(b.host_available_bytes).c_str(), readable_bytes(b.host_total_bytes).c_str(),
+        readable_bytes(b.host_pool_bytes - b.host_available_bytes).c_str());
   if (b.shortfall_bytes == 0) return;
   if (b.source == PKV_BUDGET_FIXED_BLOCKS)
-    fail(PKV_ERR_INVALID_ARGUMENT,
-         "num_blocks %u cannot hold one sequence of max_model_len %u: it needs %llu blocks of %u tokens. Raise "
-         "num_blocks to at least %llu (or 0 to size the pool from the budget), or lower max_model_len",
-         p.num_blocks, p.max_model_len, (unsigned long long)b.blocks_per_max_seq, p.block_size,
-         (unsigned long long)b.blocks_per_max_seq);
+    fail(
+        PKV_ERR_INVALID_ARGUMENT,
+        "num_blocks %u cannot hold one sequence of max_model_len %u: it needs %llu blocks of %u tokens. Raise "
+        "num_blocks to at least %llu (or 0 to size the pool from the budget), or lower max_model_len",
+        p.num_blocks, p.max_model_len, (unsigned long long)b.blocks_per_max_seq, p.block_size,
+        (unsigned long long)b.blocks_per_max_seq);
   // As shortfall() counts it (checked there): the blocks of one longest sequence and the scales.
   const uint64_t need = b.blocks_per_max_seq * b.block_bytes + b.kv_scale_bytes;
   const bool cap = b.source == PKV_BUDGET_FROM_BYTE_CAP;
   std::string what = cap ? "kv_cache_bytes" : "total x memory_utilization - used - reserve_bytes";
-  if (!cap && b.shortfall_bytes > need)  // the formula is negative: used and reserve exceed the rest
+  if (!cap &&
+      b.shortfall_bytes > need)  // the formula is negative: used and reserve exceed the rest
     what += ", where used + reserve_bytes exceed total x memory_utilization by " +
             readable_bytes(b.shortfall_bytes - need);
   char fix[200];
   if (cap)
-    std::snprintf(fix, sizeof fix, "Raise kv_cache_bytes to at least %llu", (unsigned long long)need);
+    std::snprintf(fix, sizeof fix, "Raise kv_cache_bytes to at least %llu",
+                  (unsigned long long)need);
   else
-    std::snprintf(fix, sizeof fix, "Raise memory_utilization (now %.3g)%s, or lower reserve_bytes or memory_used_bytes",
-                  (double)p.memory_utilization, p.memory_total_bytes ? " or memory_total_bytes" : "");
+    std::snprintf(
+        fix, sizeof fix,
+        "Raise memory_utilization (now %.3g)%s, or lower reserve_bytes or memory_used_bytes",
+        (double)p.memory_utilization, p.memory_total_bytes ? " or memory_total_bytes" : "");
   char who[64];
   if (p.max_model_len)
     std::snprintf(who, sizeof who, "one sequence of max_model_len %u", p.max_model_len);
   else
     std::snprintf(who, sizeof who, "the smallest pool (max_model_len 0: a block per KV group)");
-  fail(PKV_ERR_OUT_OF_MEMORY, "%s needs %llu blocks of %s%s: %s; the KV budget (%s) is %s, %s missing. %s%s%s",
-       who, (unsigned long long)b.blocks_per_max_seq, readable_bytes(b.block_bytes).c_str(),
+  fail(PKV_ERR_OUT_OF_MEMORY,
+       "%s needs %llu blocks of %s%s: %s; the KV budget (%s) is %s, %s missing. %s%s%s", who,
+       (unsigned long long)b.blocks_per_max_seq, readable_bytes(b.block_bytes).c_str(),
        b.kv_scale_bytes ? " and the fp8 scales" : "", readable_bytes(need).c_str(), what.c_str(),
        readable_bytes(b.budget_bytes).c_str(), readable_bytes(b.shortfall_bytes).c_str(), fix,
        p.max_model_len ? ", or lower max_model_len" : "",
@@ -251,7 +268,8 @@ pkv_kv_budget profile(const pkv_engine_params &p) {
   if (!p.memory_total_bytes) {
     measured = device == PKV_DEVICE_CUDA ? cuda_memory(p.device_id) : host_memory();
     // The host tier comes from host memory whatever the device; measured with the device's.
-    if (p.host_num_blocks || p.host_cache_bytes) host = device == PKV_DEVICE_CUDA ? host_memory() : measured;
+    if (p.host_num_blocks || p.host_cache_bytes)
+      host = device == PKV_DEVICE_CUDA ? host_memory() : measured;
   }
   return compute_budget(p, device, measured, host);
 }

@@ -14,17 +14,18 @@ uint32_t kv_tensors(const pkv_engine_params &p);
 // [group_layers][num_blocks][block_size][kv_heads][head_dim]. The budget, the backends' allocation
 // (PoolShape) and pkv_pool_info all come from here, so the pool described is the pool allocated.
 struct PoolLayout {
-  uint32_t kv_heads;            // per rank
-  uint32_t tensors;             // 2 (K, V) or 1 (the MLA latent)
-  uint32_t dtype_bytes;         // of the kv dtype
-  uint32_t num_layers;          // the pool's layers: group_layers (kv_groups.h)
+  uint32_t kv_heads;     // per rank
+  uint32_t tensors;      // 2 (K, V) or 1 (the MLA latent)
+  uint32_t dtype_bytes;  // of the kv dtype
+  uint32_t num_layers;   // the pool's layers: group_layers (kv_groups.h)
   uint64_t num_blocks;
   uint64_t head_stride, token_stride, block_stride, layer_stride;  // in elements
-  uint64_t layer_block_bytes;   // one block of one layer, K (or V)
-  uint64_t layer_bytes;         // one layer, K (or V): num_blocks blocks
-  uint64_t bytes_per_pool;      // all layers, K (or V)
-  uint64_t block_bytes;         // one block, K and V (or the latent), all layers (pkv_kv_budget.block_bytes)
-  uint64_t pool_bytes;          // K and V: num_blocks * block_bytes = tensors * bytes_per_pool
+  uint64_t layer_block_bytes;  // one block of one layer, K (or V)
+  uint64_t layer_bytes;        // one layer, K (or V): num_blocks blocks
+  uint64_t bytes_per_pool;     // all layers, K (or V)
+  uint64_t
+      block_bytes;  // one block, K and V (or the latent), all layers (pkv_kv_budget.block_bytes)
+  uint64_t pool_bytes;  // K and V: num_blocks * block_bytes = tensors * bytes_per_pool
 };
 
 // The layout of validated params with num_blocks blocks (0: the per-block figures, pool 0).

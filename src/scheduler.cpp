@@ -21,8 +21,9 @@ template <class F> bool fits(F &&f) {
 
 }  // namespace
 
-uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt, const int32_t *tokens,
-                       uint32_t n, uint32_t first, uint32_t got, const std::vector<uint8_t> &values) {
+uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt,
+                       const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
+                       const std::vector<uint8_t> &values) {
   const BlockManager::Admission plan = blocks.plan_admission(salt, tokens, n);
   const uint32_t now = plan.num_hits;
   if (now < first || now >= first + got) return 0;  // a gap before them, or nothing left to add
@@ -44,13 +45,15 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
   PKV_REQUIRE(rp.max_new_tokens >= 1, "max_new_tokens must be >= 1");
   PKV_REQUIRE(rp.reserved0 == 0, "reserved0 must be 0");
   const uint64_t total = uint64_t(n) + rp.max_new_tokens;
-  PKV_REQUIRE(total <= INT32_MAX && (limits_.max_model_len == 0 || total <= limits_.max_model_len),
-              "prompt (%u) + max_new_tokens (%u) exceed max_model_len %u: this request can never run",
-              n, rp.max_new_tokens, limits_.max_model_len);
+  PKV_REQUIRE(
+      total <= INT32_MAX && (limits_.max_model_len == 0 || total <= limits_.max_model_len),
+      "prompt (%u) + max_new_tokens (%u) exceed max_model_len %u: this request can never run", n,
+      rp.max_new_tokens, limits_.max_model_len);
   const uint64_t need = blocks_.peak_blocks(n, total);  // every KV group's
-  PKV_REQUIRE(need <= limits_.num_blocks,
-              "prompt (%u) + max_new_tokens (%u) need %llu blocks, the pool has %u: this request can never run",
-              n, rp.max_new_tokens, (unsigned long long)need, limits_.num_blocks);
+  PKV_REQUIRE(
+      need <= limits_.num_blocks,
+      "prompt (%u) + max_new_tokens (%u) need %llu blocks, the pool has %u: this request can never run",
+      n, rp.max_new_tokens, (unsigned long long)need, limits_.num_blocks);
   Sequence &s = seqs_.create();
   try {
     s.salt = salt;
@@ -99,15 +102,18 @@ bool Scheduler::reserve(Sequence &s, std::vector<uint64_t> &chosen) {
 
 bool Scheduler::wants_swap(const Sequence &victim) const {
   switch (limits_.preemption_mode) {
-    case PKV_PREEMPT_SWAP: return true;
+    case PKV_PREEMPT_SWAP:
+      return true;
     case PKV_PREEMPT_AUTO:  // recomputing more than one step's prefill costs more than copying
       return blocks_.num_host_blocks() > 0 && victim.num_computed > limits_.max_num_batched_tokens;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 bool Scheduler::swap_out_victim(Sequence &victim) {
-  if (!wants_swap(victim) || !fits([&] { swap_out(victim, blocks_); })) return false;  // full: recompute
+  if (!wants_swap(victim) || !fits([&] { swap_out(victim, blocks_); }))
+    return false;  // full: recompute
   blocks_.count_preemption();
   num_swap_preemptions_++;
   return true;
@@ -121,8 +127,8 @@ void Scheduler::absorb_fetched() {
     Sequence *s = &seqs_.get(f.id);
     num_loading_--;
     s->state = SeqState::kWaiting;
-    s->request.store_staged = f.got ? stage_fetched(blocks_, *store_, s->salt, s->tokens.data(), s->num_tokens(),
-                                                    f.first, f.got, f.values)
+    s->request.store_staged = f.got ? stage_fetched(blocks_, *store_, s->salt, s->tokens.data(),
+                                                    s->num_tokens(), f.first, f.got, f.values)
                                     : 0;
   }
 }
@@ -135,8 +141,11 @@ bool Scheduler::start_lookup(Sequence &s) {
   if (first >= max_hits) return false;
   std::vector<StoreKey> keys;
   store_->keys(s.salt, s.tokens.data(), max_hits, &keys);
-  store_->fetch_async(s.id, std::move(keys), std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + size_t(max_hits) * limits_.block_size),
-                      first, max_hits - first);
+  store_->fetch_async(
+      s.id, std::move(keys),
+      std::vector<int32_t>(s.tokens.begin(),
+                           s.tokens.begin() + size_t(max_hits) * limits_.block_size),
+      first, max_hits - first);
   s.state = SeqState::kLoading;
   num_loading_++;
   return true;
@@ -173,7 +182,8 @@ StepPlan Scheduler::schedule() {
   // allow - not in a step that had to preempt, unless that left nothing to run (then the front
   // of the queue, often the preempted one, goes on).
   auto room = [&] {
-    return (!preempted || plan.seq_ids.empty()) && plan.seq_ids.size() < limits_.max_num_seqs && budget > 0;
+    return (!preempted || plan.seq_ids.empty()) && plan.seq_ids.size() < limits_.max_num_seqs &&
+           budget > 0;
   };
   while (room() && !swapped_.empty()) {
     Sequence &s = seqs_.get(swapped_.front());
@@ -187,7 +197,8 @@ StepPlan Scheduler::schedule() {
   // A request not yet asked of the store starts loading and lets the ones behind it go first.
   for (size_t i = 0; room() && swapped_.empty() && i < waiting_.size();) {
     Sequence &s = seqs_.get(waiting_[i]);
-    if (s.state == SeqState::kLoading || (store_ && !s.request.store_looked_up && start_lookup(s))) {
+    if (s.state == SeqState::kLoading ||
+        (store_ && !s.request.store_looked_up && start_lookup(s))) {
       ++i;
       continue;
     }
@@ -203,16 +214,18 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
-void Scheduler::commit(const std::vector<uint64_t> &seq_ids, const std::vector<int32_t> &sample_rows,
-                       const int32_t *sampled) {
+void Scheduler::commit(const std::vector<uint64_t> &seq_ids,
+                       const std::vector<int32_t> &sample_rows, const int32_t *sampled) {
   for (size_t i = 0; i < seq_ids.size(); ++i) {
     if (sample_rows[i] < 0) continue;
     Sequence &s = seqs_.get(seq_ids[i]);
     const int32_t token = sampled[i];
     add_sampled(s, token);
     s.request.num_generated++;
-    if (token == s.request.stop_token) finish_request(s, PKV_FINISH_STOP_TOKEN);
-    else if (s.request.num_generated >= s.request.max_new_tokens) finish_request(s, PKV_FINISH_LENGTH);
+    if (token == s.request.stop_token)
+      finish_request(s, PKV_FINISH_STOP_TOKEN);
+    else if (s.request.num_generated >= s.request.max_new_tokens)
+      finish_request(s, PKV_FINISH_LENGTH);
   }
 }
 
@@ -248,11 +261,13 @@ void Scheduler::check() const {
   size_t loading = 0;
   for (uint64_t id : waiting_) {
     const SeqState st = seqs_.get(id).state;
-    expect(id, st == SeqState::kWaiting || st == SeqState::kPreempted || st == SeqState::kLoading, "waiting");
+    expect(id, st == SeqState::kWaiting || st == SeqState::kPreempted || st == SeqState::kLoading,
+           "waiting");
     loading += st == SeqState::kLoading;
   }
   if (loading != num_loading_)
-    fail(PKV_ERR_INTERNAL, "%zu requests loading from the store, %zu counted", loading, num_loading_);
+    fail(PKV_ERR_INTERNAL, "%zu requests loading from the store, %zu counted", loading,
+         num_loading_);
   for (uint64_t id : swapped_) expect(id, seqs_.get(id).state == SeqState::kSwapped, "swapped");
   for (uint64_t id : running_) expect(id, seqs_.get(id).running(), "running");
   for (uint64_t id : finished_) expect(id, seqs_.get(id).state == SeqState::kFinished, "finished");
@@ -261,9 +276,10 @@ void Scheduler::check() const {
     requests += kv.second.request.is_request;
     finished += kv.second.request.is_request && kv.second.state == SeqState::kFinished;
   }
-  if (requests != waiting_.size() + swapped_.size() + running_.size() + finished || finished != num_finished_)
-    fail(PKV_ERR_INTERNAL, "%zu requests: %zu waiting, %zu running, %zu finished (counted %zu)", requests,
-         waiting_.size(), running_.size(), finished, num_finished_);
+  if (requests != waiting_.size() + swapped_.size() + running_.size() + finished ||
+      finished != num_finished_)
+    fail(PKV_ERR_INTERNAL, "%zu requests: %zu waiting, %zu running, %zu finished (counted %zu)",
+         requests, waiting_.size(), running_.size(), finished, num_finished_);
 }
 
 }  // namespace pkv

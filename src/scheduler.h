@@ -21,8 +21,8 @@ struct SchedulerLimits {
   uint32_t max_num_batched_tokens;  // new tokens in one step
   uint32_t max_model_len;           // 0 = none
   uint32_t block_size;
-  uint32_t num_blocks;              // a request needing more can never run
-  uint32_t preemption_mode;         // PKV_PREEMPT_*
+  uint32_t num_blocks;       // a request needing more can never run
+  uint32_t preemption_mode;  // PKV_PREEMPT_*
 };
 
 // The next step: seq_ids[i] computes its next num_new_tokens[i] tokens.
@@ -35,8 +35,9 @@ struct StepPlan {
 // Stages store blocks fetched for tokens under salt (blocks [first, first + got), values
 // value_bytes each) in the host tier, where the prefix tree now stops (what it already holds is
 // skipped; nothing when it stops before `first`). Returns how many blocks came from the store.
-uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt, const int32_t *tokens,
-                       uint32_t n, uint32_t first, uint32_t got, const std::vector<uint8_t> &values);
+uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt,
+                       const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
+                       const std::vector<uint8_t> &values);
 
 class Scheduler {
  public:

@@ -8,12 +8,18 @@ namespace pkv {
 
 const char *state_name(SeqState state) {
   switch (state) {
-    case SeqState::kWaiting: return "waiting";
-    case SeqState::kRunning: return "running";
-    case SeqState::kPreempted: return "preempted";
-    case SeqState::kFinished: return "finished";
-    case SeqState::kSwapped: return "swapped";
-    case SeqState::kLoading: return "loading";
+    case SeqState::kWaiting:
+      return "waiting";
+    case SeqState::kRunning:
+      return "running";
+    case SeqState::kPreempted:
+      return "preempted";
+    case SeqState::kFinished:
+      return "finished";
+    case SeqState::kSwapped:
+      return "swapped";
+    case SeqState::kLoading:
+      return "loading";
   }
   return "unknown";
 }
@@ -155,8 +161,9 @@ std::vector<TableOwner> SequenceTable::owners() const {
   std::vector<TableOwner> out;
   out.reserve(seqs_.size());
   for (const auto &[id, s] : seqs_)
-    out.push_back(TableOwner{id, &s.tables, &s.salt, s.tokens.data(), s.running() ? s.num_slotted() : 0,
-                             s.running() ? s.num_computed : 0, &s.host_blocks});
+    out.push_back(TableOwner{id, &s.tables, &s.salt, s.tokens.data(),
+                             s.running() ? s.num_slotted() : 0, s.running() ? s.num_computed : 0,
+                             &s.host_blocks});
   return out;
 }
 

@@ -40,17 +40,17 @@ struct Request {
 struct Sequence {
   uint64_t id = 0;
   SeqState state = SeqState::kWaiting;
-  std::string salt;              // cache salt: sequences with different salts share nothing
-  std::vector<int32_t> tokens;   // prompt, appended and sampled tokens
-  SeqTables tables;              // one per KV group, covering num_slotted() tokens while
-                                 // running; else empty
+  std::string salt;                  // cache salt: sequences with different salts share nothing
+  std::vector<int32_t> tokens;       // prompt, appended and sampled tokens
+  SeqTables tables;                  // one per KV group, covering num_slotted() tokens while
+                                     // running; else empty
   std::vector<int32_t> host_blocks;  // host-tier blocks while swapped, else empty
-  uint32_t num_computed = 0;     // tokens whose KV is in the pool (cached ones included)
-  uint32_t num_cached = 0;       // tokens served by the prefix cache at the last admission
+  uint32_t num_computed = 0;         // tokens whose KV is in the pool (cached ones included)
+  uint32_t num_cached = 0;           // tokens served by the prefix cache at the last admission
   // Trailing tokens with no slot yet: a sampled token waits for the next step to reserve it
   // (then it may find no block and preempt someone). 0 or 1, and only while running.
   uint32_t num_unslotted = 0;
-  bool in_batch = false;         // a member of the engine's open batch
+  bool in_batch = false;  // a member of the engine's open batch
   Request request;
 
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }

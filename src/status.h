@@ -35,8 +35,9 @@ const char *status_string(pkv_status status);
   } while (0)
 
 // Internal consistency: a violation is a pkv bug, reported as PKV_ERR_INTERNAL, never an abort.
-#define PKV_ASSERT(cond)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) ::pkv::fail(PKV_ERR_INTERNAL, "internal check failed: %s (%s:%d)", #cond, \
-                             __FILE__, __LINE__);                                              \
+#define PKV_ASSERT(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond))                                                                          \
+      ::pkv::fail(PKV_ERR_INTERNAL, "internal check failed: %s (%s:%d)", #cond, __FILE__, \
+                  __LINE__);                                                              \
   } while (0)

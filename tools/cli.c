@@ -49,12 +49,24 @@ int cli_parse_double(const char *s, double *out) {
  * count memory); 0 if unknown, UINT64_MAX for KB MB GB TB, which some read as powers of 1000 and
  * others as powers of 1024: refused rather than guessed (issue 26: 24G and 24gb differed). */
 static uint64_t size_unit(const char *u) {
-  static const struct { const char *name; uint64_t mult; } units[] = {
-      {"", 1},           {"b", 1},
-      {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", UINT64_MAX},
-      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", UINT64_MAX},
-      {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", UINT64_MAX},
-      {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", UINT64_MAX},
+  static const struct {
+    const char *name;
+    uint64_t mult;
+  } units[] = {
+      {"", 1},
+      {"b", 1},
+      {"k", 1ull << 10},
+      {"kib", 1ull << 10},
+      {"kb", UINT64_MAX},
+      {"m", 1ull << 20},
+      {"mib", 1ull << 20},
+      {"mb", UINT64_MAX},
+      {"g", 1ull << 30},
+      {"gib", 1ull << 30},
+      {"gb", UINT64_MAX},
+      {"t", 1ull << 40},
+      {"tib", 1ull << 40},
+      {"tb", UINT64_MAX},
   };
   while (*u == ' ') u++;
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
@@ -142,22 +154,34 @@ static cli_flag *find_flag(const cli_command *cmd, const char *name, size_t name
 /* Stores text into fl's destination; 0, or a negative code (-1 malformed; CLI_SIZE_* for sizes). */
 static int store_value(cli_flag *fl, const char *text) {
   switch (fl->kind) {
-    case CLI_U32: return cli_parse_u32(text, (uint32_t *)fl->dst);
-    case CLI_U64: return cli_parse_u64(text, (uint64_t *)fl->dst);
-    case CLI_DOUBLE: return cli_parse_double(text, (double *)fl->dst);
-    case CLI_SIZE: return cli_parse_size(text, (uint64_t *)fl->dst);
-    case CLI_STRING: *(const char **)fl->dst = text; return 0;
-    default: return -1;
+    case CLI_U32:
+      return cli_parse_u32(text, (uint32_t *)fl->dst);
+    case CLI_U64:
+      return cli_parse_u64(text, (uint64_t *)fl->dst);
+    case CLI_DOUBLE:
+      return cli_parse_double(text, (double *)fl->dst);
+    case CLI_SIZE:
+      return cli_parse_size(text, (uint64_t *)fl->dst);
+    case CLI_STRING:
+      *(const char **)fl->dst = text;
+      return 0;
+    default:
+      return -1;
   }
 }
 
 static const char *kind_expects(int kind) {
   switch (kind) {
-    case CLI_U32: return "a whole number (0 .. 4294967295)";
-    case CLI_U64: return "a whole number";
-    case CLI_DOUBLE: return "a number";
-    case CLI_SIZE: return "a size such as 80GiB (= 80G), 512MiB, 1.5GiB or 4096 (bytes)";
-    default: return "a value";
+    case CLI_U32:
+      return "a whole number (0 .. 4294967295)";
+    case CLI_U64:
+      return "a whole number";
+    case CLI_DOUBLE:
+      return "a number";
+    case CLI_SIZE:
+      return "a size such as 80GiB (= 80G), 512MiB, 1.5GiB or 4096 (bytes)";
+    default:
+      return "a value";
   }
 }
 
@@ -196,20 +220,22 @@ int cli_parse(const cli_command *cmd, int argc, char **argv) {
     }
     const char *value = eq != NULL ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
     if (value == NULL) {
-      fprintf(stderr, "pkv %s: option '--%s' needs %s\n", cmd->name, fl->name, kind_expects(fl->kind));
+      fprintf(stderr, "pkv %s: option '--%s' needs %s\n", cmd->name, fl->name,
+              kind_expects(fl->kind));
       return usage_error(cmd);
     }
     const int stored = store_value(fl, value);
     if (stored == CLI_SIZE_DECIMAL_UNIT) {
-      fprintf(stderr,
-              "pkv %s: bad value '%s' for --%s: sizes are binary; write KiB, MiB, GiB, TiB or K, M, G, T "
-              "(powers of 1024, e.g. 24GiB = 24G = 25769803776 bytes), or the bytes (KB, MB, GB and TB "
-              "are refused: powers of 1000 or of 1024?)\n",
-              cmd->name, value, fl->name);
+      fprintf(
+          stderr,
+          "pkv %s: bad value '%s' for --%s: sizes are binary; write KiB, MiB, GiB, TiB or K, M, G, T "
+          "(powers of 1024, e.g. 24GiB = 24G = 25769803776 bytes), or the bytes (KB, MB, GB and TB "
+          "are refused: powers of 1000 or of 1024?)\n",
+          cmd->name, value, fl->name);
       return usage_error(cmd);
     }
     if (stored != 0) {
-      const char *why = stored == CLI_SIZE_TOO_LARGE ? "more than 2^64-1 bytes"
+      const char *why = stored == CLI_SIZE_TOO_LARGE   ? "more than 2^64-1 bytes"
                         : stored == CLI_SIZE_NOT_WHOLE ? "not a whole number of bytes"
                                                        : NULL;
       if (why != NULL)
@@ -269,7 +295,8 @@ int cli_read_file(const char *path, char **out, size_t *out_len) {
   } else if ((buf = malloc((size_t)st.st_size + 2)) == NULL) {
     fprintf(stderr, "pkv: %s: out of memory\n", path);
   } else if (read_exactly(fd, buf, (size_t)st.st_size) != 0) {
-    fprintf(stderr, "pkv: %s: %s\n", path, errno ? strerror(errno) : "changed size while being read");
+    fprintf(stderr, "pkv: %s: %s\n", path,
+            errno ? strerror(errno) : "changed size while being read");
   } else {
     close(fd);
     buf[st.st_size] = '\0';
@@ -284,8 +311,8 @@ int cli_read_file(const char *path, char **out, size_t *out_len) {
 
 static int word_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
-const char *cli_in_flag_terms(const char *msg, const char *const (*names)[2], size_t num_names, char *buf,
-                              size_t cap) {
+const char *cli_in_flag_terms(const char *msg, const char *const (*names)[2], size_t num_names,
+                              char *buf, size_t cap) {
   size_t at = 0;
   for (const char *c = msg; *c != '\0' && at + 1 < cap;) {
     const char *to = NULL;

@@ -59,7 +59,12 @@ int cli_parse_double(const char *s, double *out);
  * (CLI_SIZE_DECIMAL_UNIT: 1000 or 1024 would be a guess). Exact integer arithmetic: the size must
  * come to a whole number of bytes (at most 18 significant decimals) and fit in 64 bits. 0 on
  * success, else a CLI_SIZE_* code (*out untouched). */
-enum { CLI_SIZE_MALFORMED = -1, CLI_SIZE_TOO_LARGE = -2, CLI_SIZE_NOT_WHOLE = -3, CLI_SIZE_DECIMAL_UNIT = -4 };
+enum {
+  CLI_SIZE_MALFORMED = -1,
+  CLI_SIZE_TOO_LARGE = -2,
+  CLI_SIZE_NOT_WHOLE = -3,
+  CLI_SIZE_DECIMAL_UNIT = -4
+};
 int cli_parse_size(const char *s, uint64_t *out);
 
 /* "80.00 GiB", "512 B": into buf[cap]; returns buf. */
@@ -75,8 +80,8 @@ int cli_read_file(const char *path, char **out, size_t *out_len);
 /* pkv's message msg in a command's terms: each whole word names[i][0] (a pkv_engine_params field,
  * say "tp_size") becomes names[i][1] (its flag, "--tp"), into buf[cap] (cut if longer). Returns
  * buf. So a refusal of a value given by flag names the flag, not the C field. */
-const char *cli_in_flag_terms(const char *msg, const char *const (*names)[2], size_t num_names, char *buf,
-                              size_t cap);
+const char *cli_in_flag_terms(const char *msg, const char *const (*names)[2], size_t num_names,
+                              char *buf, size_t cap);
 
 /* Writes s as a JSON string literal, quotes included. */
 void cli_json_string(FILE *f, const char *s);

@@ -34,8 +34,10 @@ static int parse_windows(demo_options *o) {
     if (end == s || v > 1u << 30) return -1;
     list[n++] = (uint32_t)v;
     s = end;
-    if (*s == ',' && s[1]) s++;
-    else if (*s) return -1;
+    if (*s == ',' && s[1])
+      s++;
+    else if (*s)
+      return -1;
   }
   if (n == 0) return -1;
   for (uint32_t l = 0; l < 16; l++) o->layer_windows[l] = list[l % n];
@@ -45,20 +47,34 @@ static int parse_windows(demo_options *o) {
 static int parse(demo_options *o, int argc, char **argv) {
   cli_flag flags[] = {
       {"requests", CLI_U32, &o->num_requests, "N", "requests in the workload (default 64)", 0},
-      {"tenants", CLI_U32, &o->num_tenants, "N", "tenants, each with a cache salt and a system prompt (default 4, at most 16)", 0},
+      {"tenants", CLI_U32, &o->num_tenants, "N",
+       "tenants, each with a cache salt and a system prompt (default 4, at most 16)", 0},
       {"seed", CLI_U64, &o->seed, "N", "seed of the weights and the workload (default 1)", 0},
       {"layers", CLI_U32, &o->num_layers, "N", "transformer layers (default 2)", 0},
       {"block-size", CLI_U32, &o->block_size, "TOKENS", "tokens per KV block (default 16)", 0},
-      {"num-blocks", CLI_U32, &o->num_blocks, "N", "KV blocks in the pool: the KV budget of both runs (default 192)", 0},
-      {"max-num-seqs", CLI_U32, &o->max_num_seqs, "N", "sequences per step, at most (default 32)", 0},
-      {"step-tokens", CLI_U32, &o->step_tokens, "N", "new tokens per step, at most; prompts are chunked (default 512)", 0},
-      {"max-model-len", CLI_U32, &o->max_model_len, "TOKENS", "longest sequence; each contiguous slot reserves this much (default 1024)", 0},
-      {"no-prefix-caching", CLI_FLAG, &o->no_prefix_caching, NULL, "run pkv with prefix caching off (tokens must not change)", 0},
-      {"host-cache", CLI_SIZE, &o->host_cache, "SIZE", "also run pkv with a host tier of this size: preemption by swapping, evicted prefix blocks offloaded (default: no)", 0},
-      {"preemption", CLI_STRING, &o->preemption, "MODE", "that run's preemption: swap or auto (default swap)", 0},
-      {"store", CLI_STRING, &o->store, "DIR|redis://HOST:PORT", "instead: pkv cold, filling this store, then warm from it in a second process (DIR is made if missing; a Redis server is yours to start)", 0},
-      {"plot", CLI_STRING, &o->plot, "FILE", "write an SVG, a panel per run: KV reserved and used, running sequences per step", 0},
-      {"windows", CLI_STRING, &o->windows, "W,W,...", "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory", 0},
+      {"num-blocks", CLI_U32, &o->num_blocks, "N",
+       "KV blocks in the pool: the KV budget of both runs (default 192)", 0},
+      {"max-num-seqs", CLI_U32, &o->max_num_seqs, "N", "sequences per step, at most (default 32)",
+       0},
+      {"step-tokens", CLI_U32, &o->step_tokens, "N",
+       "new tokens per step, at most; prompts are chunked (default 512)", 0},
+      {"max-model-len", CLI_U32, &o->max_model_len, "TOKENS",
+       "longest sequence; each contiguous slot reserves this much (default 1024)", 0},
+      {"no-prefix-caching", CLI_FLAG, &o->no_prefix_caching, NULL,
+       "run pkv with prefix caching off (tokens must not change)", 0},
+      {"host-cache", CLI_SIZE, &o->host_cache, "SIZE",
+       "also run pkv with a host tier of this size: preemption by swapping, evicted prefix blocks offloaded (default: no)",
+       0},
+      {"preemption", CLI_STRING, &o->preemption, "MODE",
+       "that run's preemption: swap or auto (default swap)", 0},
+      {"store", CLI_STRING, &o->store, "DIR|redis://HOST:PORT",
+       "instead: pkv cold, filling this store, then warm from it in a second process (DIR is made if missing; a Redis server is yours to start)",
+       0},
+      {"plot", CLI_STRING, &o->plot, "FILE",
+       "write an SVG, a panel per run: KV reserved and used, running sequences per step", 0},
+      {"windows", CLI_STRING, &o->windows, "W,W,...",
+       "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory",
+       0},
   };
   const cli_command cmd = {
       "demo", "demo [options]",
@@ -72,15 +88,22 @@ static int parse(demo_options *o, int argc, char **argv) {
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc;
   const char *bad = NULL;
-  if (o->num_requests == 0 || o->num_requests > 100000) bad = "--requests must be in 1 .. 100000";
-  else if (o->num_tenants == 0 || o->num_tenants > DEMO_MAX_TENANTS) bad = "--tenants must be in 1 .. 16";
-  else if (o->num_layers == 0 || o->num_layers > 16) bad = "--layers must be in 1 .. 16";
-  else if (o->block_size == 0 || o->num_blocks == 0) bad = "--block-size and --num-blocks must be at least 1";
-  else if (o->max_num_seqs == 0 || o->step_tokens == 0) bad = "--max-num-seqs and --step-tokens must be at least 1";
-  else if (o->max_model_len < 64 || o->max_model_len > 65536) bad = "--max-model-len must be in 64 .. 65536";
+  if (o->num_requests == 0 || o->num_requests > 100000)
+    bad = "--requests must be in 1 .. 100000";
+  else if (o->num_tenants == 0 || o->num_tenants > DEMO_MAX_TENANTS)
+    bad = "--tenants must be in 1 .. 16";
+  else if (o->num_layers == 0 || o->num_layers > 16)
+    bad = "--layers must be in 1 .. 16";
+  else if (o->block_size == 0 || o->num_blocks == 0)
+    bad = "--block-size and --num-blocks must be at least 1";
+  else if (o->max_num_seqs == 0 || o->step_tokens == 0)
+    bad = "--max-num-seqs and --step-tokens must be at least 1";
+  else if (o->max_model_len < 64 || o->max_model_len > 65536)
+    bad = "--max-model-len must be in 64 .. 65536";
   else if ((uint64_t)o->num_blocks * o->block_size < o->max_model_len)
     bad = "the pool (--num-blocks x --block-size) must hold one --max-model-len sequence";
-  else if (o->preemption && strcmp(o->preemption, "swap") != 0 && strcmp(o->preemption, "auto") != 0)
+  else if (o->preemption && strcmp(o->preemption, "swap") != 0 &&
+           strcmp(o->preemption, "auto") != 0)
     bad = "--preemption must be swap or auto";
   else if (o->preemption && !o->host_cache && !o->store)
     bad = "--preemption needs --host-cache or --store";
@@ -89,9 +112,11 @@ static int parse(demo_options *o, int argc, char **argv) {
   else if (o->store && o->no_prefix_caching)
     bad = "--store needs prefix caching (the store holds prefix blocks): drop --no-prefix-caching";
   else if (o->windows && (o->store || o->host_cache))
-    bad = "--windows runs without a host tier (pkv does not yet combine windows with --host-cache or --store)";
+    bad =
+        "--windows runs without a host tier (pkv does not yet combine windows with --host-cache or --store)";
   else if (o->windows && parse_windows(o) != 0)
-    bad = "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
+    bad =
+        "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
   if (!bad) return CLI_PARSED;
   fprintf(stderr, "pkv demo: %s\n", bad);
   return CLI_BAD_USAGE;
@@ -134,17 +159,18 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
   printf("             pkv: paged, up to %u sequences and %u tokens per step, prefix caching %s\n",
          o->max_num_seqs, o->step_tokens, o->no_prefix_caching ? "off" : "on");
   if (!o->store)
-    printf("             contiguous: %llu slots of max_model_len (every sequence reserves %u tokens)\n",
-           (unsigned long long)(pool_tokens / o->max_model_len), o->max_model_len);
+    printf(
+        "             contiguous: %llu slots of max_model_len (every sequence reserves %u tokens)\n",
+        (unsigned long long)(pool_tokens / o->max_model_len), o->max_model_len);
   printf("\n");
 }
 
-#define ROW(label, fmt_a, a, fmt_b, b)                                              \
-  do {                                                                              \
-    char cell_a_[48], cell_b_[48];                                                  \
-    snprintf(cell_a_, sizeof cell_a_, fmt_a, a);                                    \
-    snprintf(cell_b_, sizeof cell_b_, fmt_b, b);                                    \
-    printf("  %-34s %20s %20s\n", label, cell_a_, cell_b_);                         \
+#define ROW(label, fmt_a, a, fmt_b, b)                      \
+  do {                                                      \
+    char cell_a_[48], cell_b_[48];                          \
+    snprintf(cell_a_, sizeof cell_a_, fmt_a, a);            \
+    snprintf(cell_b_, sizeof cell_b_, fmt_b, b);            \
+    printf("  %-34s %20s %20s\n", label, cell_a_, cell_b_); \
   } while (0)
 
 static void print_table(const demo_workload *w, const demo_result *p, const demo_result *c) {
@@ -176,14 +202,18 @@ static void print_table(const demo_workload *w, const demo_result *p, const demo
   }
   snprintf(a, sizeof a, "%.1f%%", 100.0 * per_s((double)p->hit_tokens, (double)p->query_tokens));
   ROW("prefix-cache hit rate (tokens)", "%s", p->query_tokens ? a : "off", "%s", "-");
-  snprintf(a, sizeof a, "%.0f%% / %.0f%%", 100.0 * p->util_sum / (double)p->steps, 100.0 * p->util_peak);
-  snprintf(b, sizeof b, "%.0f%% / %.0f%%", 100.0 * c->util_sum / (double)c->steps, 100.0 * c->util_peak);
+  snprintf(a, sizeof a, "%.0f%% / %.0f%%", 100.0 * p->util_sum / (double)p->steps,
+           100.0 * p->util_peak);
+  snprintf(b, sizeof b, "%.0f%% / %.0f%%", 100.0 * c->util_sum / (double)c->steps,
+           100.0 * c->util_peak);
   ROW("KV utilization, mean / peak", "%s", a, "%s", b);
-  ROW("KV reserved, mean", "%s", "= utilization", "%.0f%%", 100.0 * c->reserved_sum / (double)c->steps);
+  ROW("KV reserved, mean", "%s", "= utilization", "%.0f%%",
+      100.0 * c->reserved_sum / (double)c->steps);
   ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%s", "-");
   uint32_t stops[2] = {0, 0};
   for (uint32_t i = 0; i < n; i++)
-    stops[0] += p->finish[i] == PKV_FINISH_STOP_TOKEN, stops[1] += c->finish[i] == PKV_FINISH_STOP_TOKEN;
+    stops[0] += p->finish[i] == PKV_FINISH_STOP_TOKEN,
+        stops[1] += c->finish[i] == PKV_FINISH_STOP_TOKEN;
   snprintf(a, sizeof a, "%u / %u", stops[0], n - stops[0]);
   snprintf(b, sizeof b, "%u / %u", stops[1], n - stops[1]);
   ROW("finished on stop token / length", "%s", a, "%s", b);
@@ -198,22 +228,24 @@ static int compare_tokens(const demo_workload *w, const demo_result *p, const de
            w->num_requests, (unsigned long long)p->generated_tokens);
     return 0;
   }
-  printf("  tokens identical: NO - %u of %u requests differ; the first is request %u at generated\n"
-         "  token %u. Both use the same weights; the two attention implementations round f32\n"
-         "  differently, which flips a greedy choice only on a near tie - a difference that persists\n"
-         "  with another --seed points to a bug.\n",
-         differ, w->num_requests, first, at);
+  printf(
+      "  tokens identical: NO - %u of %u requests differ; the first is request %u at generated\n"
+      "  token %u. Both use the same weights; the two attention implementations round f32\n"
+      "  differently, which flips a greedy choice only on a near tie - a difference that persists\n"
+      "  with another --seed points to a bug.\n",
+      differ, w->num_requests, first, at);
   return -1;
 }
 
 static void print_summary(const demo_options *o, const demo_result *p, const demo_result *c) {
-  printf("\n  pkv ran %.1fx the sequences at once (mean %.1f vs %.1f), %.2fx the generated tokens/s,\n"
-         "  %s\n",
-         (double)p->max_running / (c->max_running ? c->max_running : 1),
-         (double)p->sum_running / (double)p->steps, (double)c->sum_running / (double)c->steps,
-         per_s(c->wall_s, p->wall_s),
-         o->no_prefix_caching ? "with prefix caching off."
-                              : "sharing each tenant's system prompt through the prefix cache.");
+  printf(
+      "\n  pkv ran %.1fx the sequences at once (mean %.1f vs %.1f), %.2fx the generated tokens/s,\n"
+      "  %s\n",
+      (double)p->max_running / (c->max_running ? c->max_running : 1),
+      (double)p->sum_running / (double)p->steps, (double)c->sum_running / (double)c->steps,
+      per_s(c->wall_s, p->wall_s),
+      o->no_prefix_caching ? "with prefix caching off."
+                           : "sharing each tenant's system prompt through the prefix cache.");
 }
 
 /* The third run: the host tier against recompute (p): preemptions, forward rows, prefix hits by
@@ -250,22 +282,25 @@ static int print_host_tier(const demo_options *o, const demo_workload *w, const 
 static int windowed_pool(demo_options *o, const model *m) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
-  p.num_layers = m->c.num_layers, p.num_q_heads = m->c.num_q_heads, p.num_kv_heads = m->c.num_kv_heads;
+  p.num_layers = m->c.num_layers, p.num_q_heads = m->c.num_q_heads,
+  p.num_kv_heads = m->c.num_kv_heads;
   p.head_dim = m->c.head_dim, p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU;
   p.layer_windows = o->layer_windows;
   uint32_t windows[16], groups = 0, group_layers = 0;
   char said[512];
   if (pkv_kv_groups(&p, NULL, NULL, windows, 16, &groups, &group_layers) != PKV_OK) {
-    fprintf(stderr, "pkv demo: --windows: %s\n", demo_in_flag_terms(o, pkv_last_error(), said, sizeof said));
+    fprintf(stderr, "pkv demo: --windows: %s\n",
+            demo_in_flag_terms(o, pkv_last_error(), said, sizeof said));
     return -1;
   }
   /* checked here: cast to 32 bits, a larger pool would silently become another size */
   const uint64_t blocks = (uint64_t)o->num_blocks * m->c.num_layers / group_layers;
   if (blocks > INT32_MAX) {
-    fprintf(stderr,
-            "pkv demo: --num-blocks %u makes the windowed run's pool %llu blocks of %u layer%s (the same "
-            "bytes), more than pkv's 2^31-1 blocks: give a smaller --num-blocks\n",
-            o->num_blocks, (unsigned long long)blocks, group_layers, group_layers == 1 ? "" : "s");
+    fprintf(
+        stderr,
+        "pkv demo: --num-blocks %u makes the windowed run's pool %llu blocks of %u layer%s (the same "
+        "bytes), more than pkv's 2^31-1 blocks: give a smaller --num-blocks\n",
+        o->num_blocks, (unsigned long long)blocks, group_layers, group_layers == 1 ? "" : "s");
     return -1;
   }
   o->paged_blocks = (uint32_t)blocks;
@@ -278,7 +313,8 @@ static int windowed_pool(demo_options *o, const model *m) {
 
 /* --windows: the same model with full attention, in the same memory (its tokens differ: another
  * model). */
-static int print_full_attention(const demo_options *o, const demo_workload *w, const model *m, const demo_result *p) {
+static int print_full_attention(const demo_options *o, const demo_workload *w, const model *m,
+                                const demo_result *p) {
   demo_options of = *o;
   of.full_attention = 1, of.paged_blocks = 0;
   demo_result f;
@@ -297,10 +333,12 @@ static int print_full_attention(const demo_options *o, const demo_workload *w, c
   ROW("generated tokens/s", "%.0f", per_s((double)p->generated_tokens, p->wall_s), "%.0f",
       per_s((double)f.generated_tokens, f.wall_s));
   ROW("steps", "%llu", (unsigned long long)p->steps, "%llu", (unsigned long long)f.steps);
-  ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%llu", (unsigned long long)f.preemptions);
+  ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%llu",
+      (unsigned long long)f.preemptions);
   printf("\n  windows ran %.2fx the sequences at once (mean) and %.2fx the generated tokens/s.\n",
          per_s((double)p->sum_running / (double)p->steps, (double)f.sum_running / (double)f.steps),
-         per_s(per_s((double)p->generated_tokens, p->wall_s), per_s((double)f.generated_tokens, f.wall_s)));
+         per_s(per_s((double)p->generated_tokens, p->wall_s),
+               per_s((double)f.generated_tokens, f.wall_s)));
   demo_result_free(&f, w);
   return 0;
 }
@@ -308,7 +346,11 @@ static int print_full_attention(const demo_options *o, const demo_workload *w, c
 /* Runs one design; prints its failure. */
 static int run(int paged, const demo_options *o, const demo_workload *w, const model *m,
                demo_result *r) {
-  if (demo_result_init(r, !paged ? "contiguous" : o->preemption_mode ? "pkv + host tier" : "pkv (paged)", w) != 0) {
+  if (demo_result_init(r,
+                       !paged               ? "contiguous"
+                       : o->preemption_mode ? "pkv + host tier"
+                                            : "pkv (paged)",
+                       w) != 0) {
     fprintf(stderr, "pkv demo: out of memory\n");
     return -1;
   }
@@ -355,7 +397,8 @@ int cmd_demo(int argc, char **argv) {
   if (rc == 0 && o.windows) rc = print_full_attention(&o, &w, &m, &p);
   if (rc == 0 && o.host_cache) {
     demo_options oh = o;
-    oh.preemption_mode = o.preemption && strcmp(o.preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
+    oh.preemption_mode =
+        o.preemption && strcmp(o.preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
     rc = run(1, &oh, &w, &m, &h);
     if (rc == 0) rc = print_host_tier(&o, &w, &p, &h);
   }

@@ -30,21 +30,21 @@ typedef struct demo_options {
   uint32_t preemption_mode; /* PKV_PREEMPT_* of a paged run (set per run by demo.c) */
   const char *plot;
   int32_t stop_token;
-  const char *store;        /* --store: a directory or redis://HOST[:PORT]; NULL = no store runs */
+  const char *store; /* --store: a directory or redis://HOST[:PORT]; NULL = no store runs */
   const pkv_store_params *store_params; /* a paged run's store (set per run by demo_store.c) */
-  const char *windows;      /* --windows: per-layer sliding windows, the list repeated over layers */
+  const char *windows; /* --windows: per-layer sliding windows, the list repeated over layers */
   uint32_t layer_windows[16]; /* parsed from it; all 0 = full attention */
-  int full_attention;       /* a paged run that ignores layer_windows (the comparison run) */
-  uint32_t paged_blocks;    /* a paged run's pool: num_blocks scaled to the same bytes (set per run) */
+  int full_attention;         /* a paged run that ignores layer_windows (the comparison run) */
+  uint32_t paged_blocks; /* a paged run's pool: num_blocks scaled to the same bytes (set per run) */
 } demo_options;
 
 typedef struct demo_request {
-  int32_t *prompt;         /* [prompt_len]: the tenant's system prompt, then the user's part */
+  int32_t *prompt; /* [prompt_len]: the tenant's system prompt, then the user's part */
   uint32_t prompt_len, system_len, tenant, max_new_tokens;
 } demo_request;
 
 typedef struct demo_workload {
-  demo_request *requests;  /* [num_requests], all arriving at step 0 */
+  demo_request *requests; /* [num_requests], all arriving at step 0 */
   uint32_t num_requests, num_tenants;
   char salts[DEMO_MAX_TENANTS][16]; /* "tenant-N": each tenant's cache salt */
   uint64_t prompt_tokens, max_new_tokens;
@@ -54,29 +54,29 @@ typedef struct demo_workload {
 typedef struct demo_result {
   const char *name;
   double wall_s, model_s, attn_s; /* all; in model_forward; in its attention */
-  uint64_t steps, rows;     /* steps; forward rows (prompt, recomputed and decode tokens) */
-  int32_t **generated;      /* [request][max_new_tokens] */
-  uint32_t *num_generated;  /* [request] */
-  uint32_t *finish;         /* [request] PKV_FINISH_* */
-  uint32_t *ttft_steps;     /* [request] steps until its first token, that step included */
-  double *ttft_ms;          /* [request] */
+  uint64_t steps, rows;           /* steps; forward rows (prompt, recomputed and decode tokens) */
+  int32_t **generated;            /* [request][max_new_tokens] */
+  uint32_t *num_generated;        /* [request] */
+  uint32_t *finish;               /* [request] PKV_FINISH_* */
+  uint32_t *ttft_steps;           /* [request] steps until its first token, that step included */
+  double *ttft_ms;                /* [request] */
   uint32_t num_finished, max_running;
-  uint64_t sum_running;     /* over steps, for the mean */
+  uint64_t sum_running;       /* over steps, for the mean */
   double util_sum, util_peak; /* KV utilization per step: sum (for the mean) and peak */
-  double reserved_sum;      /* contiguous: share of the budget reserved by running sequences */
+  double reserved_sum;        /* contiguous: share of the budget reserved by running sequences */
   uint64_t preemptions, hit_tokens, query_tokens, generated_tokens;
   uint64_t swap_preemptions, swapped_out_blocks, swapped_in_blocks, host_blocks; /* host tier */
   uint64_t device_hit_tokens, host_hit_tokens, offloaded_blocks, loaded_blocks;  /* hits by tier */
   uint64_t store_hit_tokens, store_puts, store_hits, store_misses; /* the store tier */
-  uint64_t store_bad;       /* blocks the store held but that failed a check or an error lost */
-  uint64_t store_put_lost;  /* blocks not written: the write queue was full, or a store error */
-  double close_s;           /* pkv_engine_destroy: with a store, the queued writes finish there */
+  uint64_t store_bad;         /* blocks the store held but that failed a check or an error lost */
+  uint64_t store_put_lost;    /* blocks not written: the write queue was full, or a store error */
+  double close_s;             /* pkv_engine_destroy: with a store, the queued writes finish there */
   uint32_t concurrency_limit; /* the contiguous design's slots; 0 for pkv */
-  float *trace_util;        /* [steps] KV utilization (live tokens' share), for the plot */
-  float *trace_reserved;    /* [steps] the budget's share reserved for running sequences */
-  uint32_t *trace_running;  /* [steps] running sequences */
+  float *trace_util;          /* [steps] KV utilization (live tokens' share), for the plot */
+  float *trace_reserved;      /* [steps] the budget's share reserved for running sequences */
+  uint32_t *trace_running;    /* [steps] running sequences */
   uint64_t trace_cap;
-  char error[256];          /* set when the run failed */
+  char error[256]; /* set when the run failed */
 } demo_result;
 
 /* demo_workload.c */

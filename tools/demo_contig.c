@@ -21,15 +21,15 @@ typedef struct contig_run {
   const model *m;
   demo_result *r;
   uint32_t num_slots, kvd;
-  float *k_cache, *v_cache;  /* [slot][layer][max_model_len][kv_heads][head_dim] */
-  int32_t *slot_req;         /* [slot] the request in it, -1 = free */
-  uint32_t *computed;        /* [request] tokens whose KV is in its slot */
-  uint32_t *order;           /* running slots, admission order */
+  float *k_cache, *v_cache; /* [slot][layer][max_model_len][kv_heads][head_dim] */
+  int32_t *slot_req;        /* [slot] the request in it, -1 = free */
+  uint32_t *computed;       /* [request] tokens whose KV is in its slot */
+  uint32_t *order;          /* running slots, admission order */
   uint32_t num_running, next_request, step_rows;
   /* this step's rows */
   int32_t *tokens, *positions, *sample_rows, *out;
   uint32_t *row_slot, *sample_req;
-  float *scores;             /* [max_model_len] */
+  float *scores; /* [max_model_len] */
   model_workspace ws;
 } contig_run;
 
@@ -52,7 +52,8 @@ static int attend(void *ctx, uint32_t layer, const float *q, const float *k, con
   }
   for (uint32_t row = 0; row < rows; row++) {
     /* A windowed layer (--windows) attends to its window's keys only, as pkv's does. */
-    const uint32_t pos = (uint32_t)c->positions[row], w = c->o->windows ? c->o->layer_windows[layer] : 0;
+    const uint32_t pos = (uint32_t)c->positions[row],
+                   w = c->o->windows ? c->o->layer_windows[layer] : 0;
     const uint32_t first = w && pos + 1 > w ? pos + 1 - w : 0, ctx_len = pos + 1 - first;
     const size_t base = slot_offset(c, c->row_slot[row], layer, first);
     for (uint32_t h = 0; h < QH; h++) {
@@ -68,7 +69,8 @@ static int attend(void *ctx, uint32_t layer, const float *q, const float *k, con
       }
       memset(o, 0, D * sizeof *o);
       for (uint32_t j = 0; j < ctx_len; j++) {
-        const float p = expf(c->scores[j] - mx), *vj = c->v_cache + base + (size_t)j * c->kvd + head;
+        const float p = expf(c->scores[j] - mx),
+                    *vj = c->v_cache + base + (size_t)j * c->kvd + head;
         sum += p;
         for (uint32_t d = 0; d < D; d++) o[d] += p * vj[d];
       }
@@ -133,8 +135,8 @@ static int step(contig_run *c, double t0) {
   c->step_rows = rows;
   c->r->rows += rows;
   double t = cli_now_s();
-  if (model_forward(c->m, &c->ws, c->tokens, c->positions, rows, c->sample_rows, samples, attend,
-                    c, c->out) != 0) {
+  if (model_forward(c->m, &c->ws, c->tokens, c->positions, rows, c->sample_rows, samples, attend, c,
+                    c->out) != 0) {
     snprintf(c->r->error, sizeof c->r->error, "model_forward failed (out of memory)");
     return -1;
   }
@@ -183,7 +185,8 @@ int demo_run_contig(const demo_options *o, const demo_workload *w, const model *
   r->concurrency_limit = c.num_slots;
   int rc = 0;
   if (c.num_slots == 0) {
-    snprintf(r->error, sizeof r->error, "the KV budget (--num-blocks x --block-size) holds no sequence of --max-model-len");
+    snprintf(r->error, sizeof r->error,
+             "the KV budget (--num-blocks x --block-size) holds no sequence of --max-model-len");
     rc = -1;
   } else if (alloc(&c) != 0) {
     snprintf(r->error, sizeof r->error, "out of memory");

@@ -20,9 +20,9 @@ typedef struct paged_run {
   const model *m;
   demo_result *r;
   pkv_engine *e;
-  uint64_t *seqs;         /* [request] its sequence id, increasing */
+  uint64_t *seqs; /* [request] its sequence id, increasing */
   int32_t *tokens, *positions, *sample_rows, *sampled, *row_out;
-  uint32_t *sample_seq;   /* [sampling rows] index in the batch */
+  uint32_t *sample_seq; /* [sampling rows] index in the batch */
   uint32_t cap_rows;
   model_workspace ws;
   double t0;
@@ -42,14 +42,20 @@ static int fail(paged_run *p, const char *what, pkv_status s) {
 const char *demo_in_flag_terms(const demo_options *o, const char *msg, char *buf, size_t cap) {
   /* every engine field the demo takes from a flag; the model's shape is built in, not a flag */
   const char *names[][2] = {
-      {"num_blocks", o->paged_blocks ? "the windowed pool's blocks (--num-blocks scaled to its bytes)"
-                                     : "--num-blocks"},
-      {"block_size", "--block-size"},   {"max_model_len", "--max-model-len"},
-      {"num_layers", "--layers"},       {"layer_windows", "--windows"},
-      {"max_num_seqs", "--max-num-seqs"}, {"max_num_batched_tokens", "--step-tokens"},
-      {"host_cache_bytes", "--host-cache"}, {"preemption_mode", "--preemption"},
+      {"num_blocks", o->paged_blocks
+                         ? "the windowed pool's blocks (--num-blocks scaled to its bytes)"
+                         : "--num-blocks"},
+      {"block_size", "--block-size"},
+      {"max_model_len", "--max-model-len"},
+      {"num_layers", "--layers"},
+      {"layer_windows", "--windows"},
+      {"max_num_seqs", "--max-num-seqs"},
+      {"max_num_batched_tokens", "--step-tokens"},
+      {"host_cache_bytes", "--host-cache"},
+      {"preemption_mode", "--preemption"},
   };
-  return cli_in_flag_terms(msg, (const char *const (*)[2])names, sizeof names / sizeof names[0], buf, cap);
+  return cli_in_flag_terms(msg, (const char *const(*)[2])names, sizeof names / sizeof names[0], buf,
+                           cap);
 }
 
 typedef struct attend_ctx {
@@ -104,7 +110,8 @@ static int submit_all(paged_run *p) {
     rp.cache_salt_len = (uint32_t)strlen(p->w->salts[q->tenant]);
     pkv_status s = pkv_submit(p->e, q->prompt, q->prompt_len, &rp, &p->seqs[i]);
     if (s != PKV_OK) return fail(p, "pkv_submit", s);
-    if (i > 0 && p->seqs[i] <= p->seqs[i - 1]) return fail(p, "pkv_submit: ids not increasing", PKV_OK);
+    if (i > 0 && p->seqs[i] <= p->seqs[i - 1])
+      return fail(p, "pkv_submit: ids not increasing", PKV_OK);
   }
   return 0;
 }
@@ -113,8 +120,10 @@ static uint32_t request_of(const paged_run *p, uint64_t seq) {
   uint32_t lo = 0, hi = p->w->num_requests - 1;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
-    if (p->seqs[mid] < seq) lo = mid + 1;
-    else hi = mid;
+    if (p->seqs[mid] < seq)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -131,7 +140,9 @@ static int reserve_rows(paged_run *p, uint32_t rows, uint32_t seqs) {
   p->row_out = malloc(need * sizeof(int32_t));
   p->sample_seq = malloc(need * sizeof(uint32_t));
   p->cap_rows = need;
-  return p->tokens && p->positions && p->sample_rows && p->sampled && p->row_out && p->sample_seq ? 0 : -1;
+  return p->tokens && p->positions && p->sample_rows && p->sampled && p->row_out && p->sample_seq
+             ? 0
+             : -1;
 }
 
 /* Runs the model over a batch and fills p->sampled[i] for every sampling sequence. */
@@ -149,8 +160,8 @@ static int forward(paged_run *p, pkv_batch *b, const pkv_batch_view *v) {
   }
   double t = cli_now_s();
   attend_ctx a = {b, p->r};
-  if (model_forward(p->m, &p->ws, p->tokens, p->positions, v->num_tokens, p->sample_rows, n,
-                    attend, &a, p->row_out) != 0)
+  if (model_forward(p->m, &p->ws, p->tokens, p->positions, v->num_tokens, p->sample_rows, n, attend,
+                    &a, p->row_out) != 0)
     return fail(p, "pkv_attention", PKV_ERR_INTERNAL);
   p->r->model_s += cli_now_s() - t;
   p->r->rows += v->num_tokens;
@@ -172,7 +183,8 @@ static int retire(paged_run *p, uint64_t seq) {
   if (s != PKV_OK) return fail(p, "pkv_seq_tokens", s);
   int same = len == n && info.finish_reason == p->r->finish[i];
   for (uint32_t k = 0; same && k < n; k++) same = p->tokens[k] == demo_token_at(p->w, p->r, i, k);
-  if (!same) return fail(p, "a finished request's tokens differ from what was committed", PKV_ERR_INTERNAL);
+  if (!same)
+    return fail(p, "a finished request's tokens differ from what was committed", PKV_ERR_INTERNAL);
   s = pkv_release(p->e, seq);
   return s == PKV_OK ? 0 : fail(p, "pkv_release", s);
 }
@@ -194,7 +206,8 @@ static int step(paged_run *p) {
   const double ms = (cli_now_s() - p->t0) * 1e3;
   for (uint32_t i = 0; i < v.num_seqs; i++)
     if (p->sampled[i] >= 0)
-      demo_result_token(p->r, p->w, request_of(p, v.seq_ids[i]), p->sampled[i], p->o->stop_token, ms);
+      demo_result_token(p->r, p->w, request_of(p, v.seq_ids[i]), p->sampled[i], p->o->stop_token,
+                        ms);
   if ((s = pkv_commit(b, p->sampled)) != PKV_OK) return fail(p, "pkv_commit", s);
   pkv_stats st;
   memset(&st, 0, sizeof st);
@@ -207,7 +220,8 @@ static int step(paged_run *p) {
   uint64_t done[64];
   uint32_t n = 0;
   do {
-    if ((s = pkv_drain_finished(p->e, done, 64, &n)) != PKV_OK) return fail(p, "pkv_drain_finished", s);
+    if ((s = pkv_drain_finished(p->e, done, 64, &n)) != PKV_OK)
+      return fail(p, "pkv_drain_finished", s);
     for (uint32_t k = 0; k < n; k++)
       if (retire(p, done[k]) != 0) return -1;
   } while (n == 64);
@@ -224,7 +238,8 @@ int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m
   if (rc == 0) rc = submit_all(&p);
   while (rc == 0 && (rc = step(&p)) == 1) rc = 0;
   r->wall_s = cli_now_s() - p.t0;
-  if (rc == 0 && r->num_finished != w->num_requests) rc = fail(&p, "pkv_step stopped early", PKV_OK);
+  if (rc == 0 && r->num_finished != w->num_requests)
+    rc = fail(&p, "pkv_step stopped early", PKV_OK);
   pkv_stats st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;

@@ -39,14 +39,15 @@ static double px(uint64_t s, uint64_t steps) {
 
 /* The trace's value at step index s: 0 used, 1 reserved (both % of the budget), 2 running. */
 static double value(const demo_result *r, int which, uint64_t s) {
-  return which == 0 ? 100.0 * r->trace_util[s]
+  return which == 0   ? 100.0 * r->trace_util[s]
          : which == 1 ? 100.0 * r->trace_reserved[s]
                       : (double)r->trace_running[s];
 }
 
 /* One series of r in the panel whose top is y0: used and reserved as areas down to 0 in the run's
  * color, running sequences as a line. */
-static void series(FILE *f, const demo_result *r, int which, double ymax, int y0, const char *color) {
+static void series(FILE *f, const demo_result *r, int which, double ymax, int y0,
+                   const char *color) {
   const uint64_t stride = r->steps > MAX_POINTS ? r->steps / MAX_POINTS + 1 : 1;
   const double base = y0 + PANEL_H;
   const int area = which != 2;
@@ -74,7 +75,8 @@ static void axes(FILE *f, const demo_result *r, int y0, double rmax) {
     if (k > 0 && k < 4)
       fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#e4e4e4\"/>\n", LEFT, y,
               LEFT + PLOT_W, y);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d%%</text>\n", LEFT - 6, y + 4, 25 * k);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d%%</text>\n", LEFT - 6, y + 4,
+            25 * k);
     fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#444\">%.0f</text>\n", LEFT + PLOT_W + 6, y + 4,
             rmax * k / 4);
   }
@@ -98,11 +100,11 @@ static void panel(FILE *f, const demo_result *r, int y0, double rmax) {
   double reserved = 0;
   for (uint64_t s = 0; s < r->steps; s++) reserved += r->trace_reserved[s];
   fprintf(f, "<g class=\"panel\" data-run=\"%s\">\n", r->name);
-  fprintf(f, "<text x=\"%d\" y=\"%d\"><tspan font-weight=\"bold\" fill=\"%s\">%s</tspan>: %llu "
-             "steps; KV reserved %.0f%% / used %.0f%% of the budget (mean); running sequences "
-             "%.1f mean, %u max</text>\n",
-          LEFT, y0 - 10, color, r->name, (unsigned long long)r->steps,
-          100.0 * reserved / steps,
+  fprintf(f,
+          "<text x=\"%d\" y=\"%d\"><tspan font-weight=\"bold\" fill=\"%s\">%s</tspan>: %llu "
+          "steps; KV reserved %.0f%% / used %.0f%% of the budget (mean); running sequences "
+          "%.1f mean, %u max</text>\n",
+          LEFT, y0 - 10, color, r->name, (unsigned long long)r->steps, 100.0 * reserved / steps,
           100.0 * r->util_sum / steps, (double)r->sum_running / steps, r->max_running);
   axes(f, r, y0, rmax);
   if (r->steps) {
@@ -121,11 +123,15 @@ static void legend(FILE *f) {
   for (int i = 0; i < 3; i++) {
     const int y = 60 + 16 * i;
     if (i < 2)
-      fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"10\" fill=\"#555\" "
-                 "fill-opacity=\"%s\"/>\n", LEFT, y - 9, i == 0 ? "0.25" : "0.8");
+      fprintf(f,
+              "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"10\" fill=\"#555\" "
+              "fill-opacity=\"%s\"/>\n",
+              LEFT, y - 9, i == 0 ? "0.25" : "0.8");
     else
-      fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\" stroke-width=\"1.2\"/>\n",
-              LEFT, y - 4, LEFT + 14, y - 4);
+      fprintf(
+          f,
+          "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\" stroke-width=\"1.2\"/>\n",
+          LEFT, y - 4, LEFT + 14, y - 4);
     fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", LEFT + 20, y, what[i]);
   }
 }
@@ -142,14 +148,19 @@ int demo_plot(const char *path, const demo_result *const *runs, uint32_t num_run
     if (runs[i]->max_running > rmax) rmax = runs[i]->max_running;
   rmax = (rmax + 3) / 4 * 4; /* four equal grid steps of whole sequences */
   const int height = TOP + (int)num_runs * (PANEL_H + GAP);
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-             "font-family=\"sans-serif\" font-size=\"12\">\n", WIDTH, height);
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+          "font-family=\"sans-serif\" font-size=\"12\">\n",
+          WIDTH, height);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">pkv demo: %u requests; "
-             "KV budget %u blocks x %u tokens, max_model_len %u</text>\n",
+  fprintf(f,
+          "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">pkv demo: %u requests; "
+          "KV budget %u blocks x %u tokens, max_model_len %u</text>\n",
           LEFT, o->num_requests, o->num_blocks, o->block_size, o->max_model_len);
-  fprintf(f, "<text x=\"%d\" y=\"40\">One panel per run, each over its own steps (ticks below it); "
-             "the y scales are shared.</text>\n", LEFT);
+  fprintf(f,
+          "<text x=\"%d\" y=\"40\">One panel per run, each over its own steps (ticks below it); "
+          "the y scales are shared.</text>\n",
+          LEFT);
   legend(f);
   for (uint32_t i = 0; i < num_runs; i++)
     panel(f, runs[i], TOP + 26 + (int)i * (PANEL_H + GAP), (double)rmax);

@@ -42,16 +42,19 @@ static const char *target_of(const char *spec, store_target *t) {
   pkv_store_params_init(&t->p, sizeof t->p);
   if (!*spec) return "--store needs a directory or redis://HOST:PORT";
   if (strncmp(spec, redis_scheme, sizeof redis_scheme - 1) != 0) {
-    if (strstr(spec, "://")) return "--store: a URL must be redis://HOST[:PORT] (else give a directory)";
+    if (strstr(spec, "://"))
+      return "--store: a URL must be redis://HOST[:PORT] (else give a directory)";
     struct stat sb;
-    if (stat(spec, &sb) == 0 && !S_ISDIR(sb.st_mode)) return "--store: that path is not a directory";
+    if (stat(spec, &sb) == 0 && !S_ISDIR(sb.st_mode))
+      return "--store: that path is not a directory";
     t->p.kind = PKV_STORE_FILE, t->p.path = spec;
     return NULL;
   }
   const char *host = spec + sizeof redis_scheme - 1, *colon = strchr(host, ':');
   const size_t host_len = colon ? (size_t)(colon - host) : strlen(host);
   uint32_t port = 6379;
-  if (host_len == 0) return "--store redis://HOST[:PORT]: the host is missing (e.g. redis://127.0.0.1:6379)";
+  if (host_len == 0)
+    return "--store redis://HOST[:PORT]: the host is missing (e.g. redis://127.0.0.1:6379)";
   if (host_len >= sizeof t->host || strcspn(host, "/@?") < host_len)
     return "--store redis://HOST[:PORT]: HOST must be a host name or an IPv4 address (no user, database or path)";
   if (colon && (cli_parse_u32(colon + 1, &port) != 0 || port == 0 || port > 65535))
@@ -99,8 +102,10 @@ static int send_result(int fd, const demo_result *r, const demo_workload *w) {
   for (uint32_t i = 0; rc == 0 && i < n; i++)
     rc = write_all(fd, r->generated[i], r->num_generated[i] * sizeof(int32_t));
   if (rc == 0 && r->steps) rc = write_all(fd, r->trace_util, r->steps * sizeof *r->trace_util);
-  if (rc == 0 && r->steps) rc = write_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
-  if (rc == 0 && r->steps) rc = write_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
+  if (rc == 0 && r->steps)
+    rc = write_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
+  if (rc == 0 && r->steps)
+    rc = write_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
   return rc;
 }
 
@@ -167,7 +172,8 @@ static int run_in_child(const demo_options *o, const demo_workload *w, const mod
   const int got = receive_result(fds[0], r, w);
   close(fds[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (got != 0) {
     fprintf(stderr, "pkv demo: the %s run's process ended without its result (%s %d)\n", name,
             WIFSIGNALED(status) ? "signal" : "exit status",
@@ -208,8 +214,10 @@ static void print_table(const demo_workload *w, const demo_result *c, const demo
     snprintf(b, sizeof b, "%.0f steps %6.1f ms", hs[k], hm[k]);
     row(names[k], a, b);
   }
-  snprintf(a, sizeof a, "%.1f%%", c->query_tokens ? 100.0 * (double)c->hit_tokens / (double)c->query_tokens : 0.0);
-  snprintf(b, sizeof b, "%.1f%%", h->query_tokens ? 100.0 * (double)h->hit_tokens / (double)h->query_tokens : 0.0);
+  snprintf(a, sizeof a, "%.1f%%",
+           c->query_tokens ? 100.0 * (double)c->hit_tokens / (double)c->query_tokens : 0.0);
+  snprintf(b, sizeof b, "%.1f%%",
+           h->query_tokens ? 100.0 * (double)h->hit_tokens / (double)h->query_tokens : 0.0);
   row("prefix hit rate (tokens)", a, b);
   row_u64("  hit tokens from the pool", c->device_hit_tokens, h->device_hit_tokens);
   row_u64("  from the host tier", c->host_hit_tokens, h->host_hit_tokens);
@@ -218,7 +226,8 @@ static void print_table(const demo_workload *w, const demo_result *c, const demo
   row_u64("  missed / bad", c->store_misses + c->store_bad, h->store_misses + h->store_bad);
   row_u64("store blocks written while serving", c->store_puts, h->store_puts);
   row_u64("  not written (queue full, error)", c->store_put_lost, h->store_put_lost);
-  snprintf(a, sizeof a, "%.0f ms", 1e3 * c->close_s), snprintf(b, sizeof b, "%.0f ms", 1e3 * h->close_s);
+  snprintf(a, sizeof a, "%.0f ms", 1e3 * c->close_s),
+      snprintf(b, sizeof b, "%.0f ms", 1e3 * h->close_s);
   row("engine destroy (queued writes)", a, b);
 }
 
@@ -232,11 +241,14 @@ static int print_summary(const demo_workload *w, const demo_result *c, const dem
     printf("\n  tokens identical: yes (%u requests, %llu generated tokens, cold vs warm)\n",
            w->num_requests, (unsigned long long)c->generated_tokens);
   else
-    printf("\n  tokens identical: NO - %u of %u requests differ; the first is request %u at generated\n"
-           "  token %u\n", differ, w->num_requests, first, at);
-  printf("  warm: %.1f%% of the cold run's forward rows; first token %.2fx as soon (mean), %.2fx (p50)\n",
-         c->rows ? 100.0 * (double)h->rows / (double)c->rows : 0.0,
-         hm[0] > 0 ? cm[0] / hm[0] : 0.0, hm[1] > 0 ? cm[1] / hm[1] : 0.0);
+    printf(
+        "\n  tokens identical: NO - %u of %u requests differ; the first is request %u at generated\n"
+        "  token %u\n",
+        differ, w->num_requests, first, at);
+  printf(
+      "  warm: %.1f%% of the cold run's forward rows; first token %.2fx as soon (mean), %.2fx (p50)\n",
+      c->rows ? 100.0 * (double)h->rows / (double)c->rows : 0.0, hm[0] > 0 ? cm[0] / hm[0] : 0.0,
+      hm[1] > 0 ? cm[1] / hm[1] : 0.0);
   if (!h->store_hit_tokens)
     printf("  warm from the store: NO - the warm run found none of the cold run's blocks (see the\n"
            "  store's counts above)\n");
@@ -245,7 +257,8 @@ static int print_summary(const demo_workload *w, const demo_result *c, const dem
            "  run was not cold: give a new directory, or empty the Redis database (FLUSHDB).\n");
   if (c->store_put_lost)
     printf("  note: %llu blocks were not written (the write queue was full, or the store failed);\n"
-           "  the warm run computes them again.\n", (unsigned long long)c->store_put_lost);
+           "  the warm run computes them again.\n",
+           (unsigned long long)c->store_put_lost);
   return differ || !h->store_hit_tokens ? -1 : 0;
 }
 
@@ -254,14 +267,16 @@ static int print_summary(const demo_workload *w, const demo_result *c, const dem
  * pkv_hf_config_digest. A model of other weights or shape never reads these blocks. */
 static int model_id_of(const model *m, char out[PKV_HF_CONFIG_DIGEST_BYTES]) {
   char json[512];
-  const int n = snprintf(json, sizeof json,
-                         "{\"model_type\": \"pkv-demo\", \"num_hidden_layers\": %u, \"hidden_size\": %u, "
-                         "\"num_attention_heads\": %u, \"num_key_value_heads\": %u, \"head_dim\": %u, "
-                         "\"intermediate_size\": %u, \"vocab_size\": %u, \"max_position_embeddings\": %u, "
-                         "\"torch_dtype\": \"float32\", \"pkv_demo_weights_seed\": %llu}",
-                         m->c.num_layers, m->c.hidden, m->c.num_q_heads, m->c.num_kv_heads, m->c.head_dim,
-                         m->c.intermediate, m->c.vocab, m->c.max_positions, (unsigned long long)m->c.seed);
-  if (n <= 0 || (size_t)n >= sizeof json || pkv_hf_config_digest(json, (size_t)n, out, PKV_HF_CONFIG_DIGEST_BYTES) != PKV_OK) {
+  const int n =
+      snprintf(json, sizeof json,
+               "{\"model_type\": \"pkv-demo\", \"num_hidden_layers\": %u, \"hidden_size\": %u, "
+               "\"num_attention_heads\": %u, \"num_key_value_heads\": %u, \"head_dim\": %u, "
+               "\"intermediate_size\": %u, \"vocab_size\": %u, \"max_position_embeddings\": %u, "
+               "\"torch_dtype\": \"float32\", \"pkv_demo_weights_seed\": %llu}",
+               m->c.num_layers, m->c.hidden, m->c.num_q_heads, m->c.num_kv_heads, m->c.head_dim,
+               m->c.intermediate, m->c.vocab, m->c.max_positions, (unsigned long long)m->c.seed);
+  if (n <= 0 || (size_t)n >= sizeof json ||
+      pkv_hf_config_digest(json, (size_t)n, out, PKV_HF_CONFIG_DIGEST_BYTES) != PKV_OK) {
     fprintf(stderr, "pkv demo: the model's id for the store: %s\n", pkv_last_error());
     return -1;
   }
@@ -280,8 +295,10 @@ int demo_store_runs(const demo_options *o, const demo_workload *w, const model *
   t.p.model_id = model_id;
   demo_options os = *o;
   os.store_params = &t.p;
-  os.preemption_mode = o->preemption && strcmp(o->preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
-  const uint64_t block_bytes = (uint64_t)o->block_size * 2 * m->c.num_layers * m->kv_dim * sizeof(float);
+  os.preemption_mode =
+      o->preemption && strcmp(o->preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
+  const uint64_t block_bytes =
+      (uint64_t)o->block_size * 2 * m->c.num_layers * m->kv_dim * sizeof(float);
   if (!os.host_cache) os.host_cache = (uint64_t)o->num_blocks * block_bytes;
   const uint64_t queue = write_queue_bytes / block_bytes;
   t.p.write_queue_blocks = queue < 256 ? 256 : queue > 65536 ? 65536 : (uint32_t)queue;
@@ -289,25 +306,32 @@ int demo_store_runs(const demo_options *o, const demo_workload *w, const model *
   if (t.p.kind == PKV_STORE_FILE)
     printf("  store      the directory %s (made if missing)\n", t.p.path);
   else
-    printf("  store      Redis at %s:%u, keys \"%s...\" (a server of yours: the demo starts none)\n",
-           t.host, t.p.port, t.p.key_prefix);
+    printf(
+        "  store      Redis at %s:%u, keys \"%s...\" (a server of yours: the demo starts none)\n",
+        t.host, t.p.port, t.p.key_prefix);
   printf("             written through as blocks are sealed, through a queue of %u blocks\n",
          t.p.write_queue_blocks);
   printf("             model id %.30s... (its config and weights' seed: other models never\n"
-         "             share these blocks)\n", t.p.model_id);
+         "             share these blocks)\n",
+         t.p.model_id);
   printf("  host tier  %s (%llu blocks), preemption by %s%s\n",
          cli_format_size(os.host_cache, size, sizeof size),
          (unsigned long long)(os.host_cache / block_bytes),
          os.preemption_mode == PKV_PREEMPT_AUTO ? "auto" : "swap",
-         o->host_cache ? "" : "\n             (with --store, the pool's size unless --host-cache says)");
-  printf("  runs       two processes, one engine each: cold (filling the store), then warm (an empty\n"
-         "             pool and host tier, the store the first one filled)\n\n");
+         o->host_cache ? ""
+                       : "\n             (with --store, the pool's size unless --host-cache says)");
+  printf(
+      "  runs       two processes, one engine each: cold (filling the store), then warm (an empty\n"
+      "             pool and host tier, the store the first one filled)\n\n");
   demo_result c, h;
   memset(&c, 0, sizeof c), memset(&h, 0, sizeof h);
-  int rc = run_in_child(&os, w, m, "cold", &c) == 0 && run_in_child(&os, w, m, "warm", &h) == 0 ? 0 : -1;
+  int rc =
+      run_in_child(&os, w, m, "cold", &c) == 0 && run_in_child(&os, w, m, "warm", &h) == 0 ? 0 : -1;
   if (rc != 0 && t.p.kind == PKV_STORE_REDIS)
-    fprintf(stderr, "pkv demo: (the demo starts no Redis server: run one, e.g. redis-server --port %u\n"
-                    "          --save \"\" --appendonly no, or give --store a directory)\n", t.p.port);
+    fprintf(stderr,
+            "pkv demo: (the demo starts no Redis server: run one, e.g. redis-server --port %u\n"
+            "          --save \"\" --appendonly no, or give --store a directory)\n",
+            t.p.port);
   if (rc == 0) {
     print_table(w, &c, &h);
     rc = print_summary(w, &c, &h);

@@ -22,7 +22,9 @@ static uint64_t next_u64(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-static double uniform(uint64_t *s) { return ((double)(next_u64(s) >> 11) + 0.5) / 9007199254740992.0; }
+static double uniform(uint64_t *s) {
+  return ((double)(next_u64(s) >> 11) + 0.5) / 9007199254740992.0;
+}
 
 /* Log-normal with the given mean (sigma 0.8), clamped to [lo, hi]. */
 static uint32_t long_tailed(uint64_t *s, double mean, uint32_t lo, uint32_t hi) {
@@ -54,9 +56,11 @@ int demo_workload_make(const demo_options *o, uint32_t vocab, demo_workload *w) 
     snprintf(w->salts[t], sizeof w->salts[t], "tenant-%u", t);
     system_len[t] = 64 + (uint32_t)(next_u64(&rng) % 129);
     ok = (system[t] = malloc(system_len[t] * sizeof(int32_t))) != NULL;
-    for (uint32_t i = 0; ok && i < system_len[t]; i++) system[t][i] = text_token(&rng, vocab, o->stop_token);
+    for (uint32_t i = 0; ok && i < system_len[t]; i++)
+      system[t][i] = text_token(&rng, vocab, o->stop_token);
   }
-  const uint32_t room = o->max_model_len / 2; /* user part and output each get half of what is left */
+  const uint32_t room =
+      o->max_model_len / 2; /* user part and output each get half of what is left */
   for (uint32_t i = 0; i < o->num_requests && ok; i++, w->num_requests++) {
     demo_request *r = &w->requests[i];
     double pick = uniform(&rng); /* tenant t with weight 1 / (t + 1) */
@@ -72,7 +76,8 @@ int demo_workload_make(const demo_options *o, uint32_t vocab, demo_workload *w) 
     ok = (r->prompt = malloc(r->prompt_len * sizeof(int32_t))) != NULL;
     if (!ok) break;
     memcpy(r->prompt, system[r->tenant], r->system_len * sizeof(int32_t));
-    for (uint32_t k = r->system_len; k < r->prompt_len; k++) r->prompt[k] = text_token(&rng, vocab, o->stop_token);
+    for (uint32_t k = r->system_len; k < r->prompt_len; k++)
+      r->prompt[k] = text_token(&rng, vocab, o->stop_token);
     w->prompt_tokens += r->prompt_len;
     w->max_new_tokens += r->max_new_tokens;
   }
@@ -112,7 +117,8 @@ int demo_result_init(demo_result *r, const char *name, const demo_workload *w) {
 
 void demo_result_free(demo_result *r, const demo_workload *w) {
   for (uint32_t i = 0; r->generated && i < w->num_requests; i++) free(r->generated[i]);
-  free(r->generated), free(r->num_generated), free(r->finish), free(r->ttft_steps), free(r->ttft_ms);
+  free(r->generated), free(r->num_generated), free(r->finish), free(r->ttft_steps),
+      free(r->ttft_ms);
   free(r->trace_util), free(r->trace_reserved), free(r->trace_running);
   memset(r, 0, sizeof *r);
 }
@@ -125,9 +131,9 @@ uint32_t demo_result_token(demo_result *r, const demo_workload *w, uint32_t i, i
   }
   r->generated[i][r->num_generated[i]++] = token;
   r->generated_tokens++;
-  uint32_t finish = token == stop_token                                         ? PKV_FINISH_STOP_TOKEN
+  uint32_t finish = token == stop_token                                    ? PKV_FINISH_STOP_TOKEN
                     : r->num_generated[i] == w->requests[i].max_new_tokens ? PKV_FINISH_LENGTH
-                                                                             : PKV_FINISH_NONE;
+                                                                           : PKV_FINISH_NONE;
   if (finish) {
     r->finish[i] = finish;
     r->num_finished++;

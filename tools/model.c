@@ -24,8 +24,8 @@ const char *model_gemm_name(void) {
 /* C[M][N] = A[M][K] * B[K][N], row-major. */
 static void gemm(uint32_t M, uint32_t N, uint32_t K, const float *A, const float *B, float *C) {
 #ifdef PKV_DEMO_OPENBLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K,
-              B, (int)N, 0.0f, C, (int)N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B,
+              (int)N, 0.0f, C, (int)N);
 #else
   for (uint32_t i = 0; i < M; i++) {
     float *c = C + (size_t)i * N;
@@ -158,7 +158,8 @@ static void rms_norm(const float *x, const float *w, float *out, uint32_t rows, 
 static void rope(const model *m, float *x, uint32_t rows, uint32_t heads, const int32_t *pos) {
   const uint32_t D = m->c.head_dim, half = D / 2;
   for (uint32_t r = 0; r < rows; r++) {
-    const float *cs = m->rope_cos + (size_t)pos[r] * half, *sn = m->rope_sin + (size_t)pos[r] * half;
+    const float *cs = m->rope_cos + (size_t)pos[r] * half,
+                *sn = m->rope_sin + (size_t)pos[r] * half;
     for (uint32_t h = 0; h < heads; h++) {
       float *v = x + ((size_t)r * heads + h) * D;
       for (uint32_t i = 0; i < half; i++) {

@@ -15,26 +15,26 @@ typedef struct model_config {
   uint32_t num_layers, hidden, num_q_heads, num_kv_heads, head_dim, intermediate, vocab;
   uint32_t max_positions; /* RoPE table length */
   uint64_t seed;
-  int32_t bias_token;     /* this token's logit gets + bias (the demo's stop token); -1 = none */
+  int32_t bias_token; /* this token's logit gets + bias (the demo's stop token); -1 = none */
   float bias;
 } model_config;
 
 typedef struct model_layer {
-  float *attn_norm;        /* [hidden] */
-  float *wqkv;             /* [hidden][q_dim + 2 * kv_dim]: q, k, v side by side */
-  float *wo;               /* [q_dim][hidden] */
-  float *mlp_norm;         /* [hidden] */
-  float *w_gate_up;        /* [hidden][2 * intermediate]: gate, up side by side */
-  float *w_down;           /* [intermediate][hidden] */
+  float *attn_norm; /* [hidden] */
+  float *wqkv;      /* [hidden][q_dim + 2 * kv_dim]: q, k, v side by side */
+  float *wo;        /* [q_dim][hidden] */
+  float *mlp_norm;  /* [hidden] */
+  float *w_gate_up; /* [hidden][2 * intermediate]: gate, up side by side */
+  float *w_down;    /* [intermediate][hidden] */
 } model_layer;
 
 typedef struct model {
   model_config c;
   uint32_t q_dim, kv_dim;
-  float *embed;            /* [vocab][hidden] */
-  model_layer *layers;     /* [num_layers] */
-  float *final_norm;       /* [hidden] */
-  float *lm_head;          /* [hidden][vocab] */
+  float *embed;               /* [vocab][hidden] */
+  model_layer *layers;        /* [num_layers] */
+  float *final_norm;          /* [hidden] */
+  float *lm_head;             /* [hidden][vocab] */
   float *rope_cos, *rope_sin; /* [max_positions][head_dim / 2] */
   uint64_t num_params;
 } model;

@@ -39,23 +39,21 @@ static void print_version(void) {
 }
 
 static void print_usage(FILE *f) {
-  fprintf(f,
-          "usage: pkv <command> [options]\n"
-          "       pkv --version | --help\n"
-          "\n"
-          "pkv is a paged KV-cache runtime for LLM inference. Commands:\n");
+  fprintf(f, "usage: pkv <command> [options]\n"
+             "       pkv --version | --help\n"
+             "\n"
+             "pkv is a paged KV-cache runtime for LLM inference. Commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-  fprintf(f,
-          "\n'pkv <command> --help' lists a command's options. Sizes are whole byte counts in\n"
-          "binary units, written like 80GiB (= 80G), 512MiB (= 512M), 1.5GiB or 4096 (bytes);\n"
-          "KB, MB, GB and TB are refused (powers of 1000 or of 1024?).\n"
-          "\n"
-          "examples:\n"
-          "  pkv demo\n"
-          "  pkv profile --config tools/configs/llama-3-8b.json --memory 80GiB --tp 1\n"
-          "  pkv simulate --requests 400 --seed 1\n"
-          "  pkv store stats --dir /var/cache/pkv\n");
+  fprintf(f, "\n'pkv <command> --help' lists a command's options. Sizes are whole byte counts in\n"
+             "binary units, written like 80GiB (= 80G), 512MiB (= 512M), 1.5GiB or 4096 (bytes);\n"
+             "KB, MB, GB and TB are refused (powers of 1000 or of 1024?).\n"
+             "\n"
+             "examples:\n"
+             "  pkv demo\n"
+             "  pkv profile --config tools/configs/llama-3-8b.json --memory 80GiB --tp 1\n"
+             "  pkv simulate --requests 400 --seed 1\n"
+             "  pkv store stats --dir /var/cache/pkv\n");
 }
 
 int main(int argc, char **argv) {

@@ -63,12 +63,14 @@ static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engin
   if (cli_read_file(o->config, &text, &len) != 0) return CLI_EXIT_FAIL;
   pkv_status s = pkv_engine_params_from_hf_config(p, text, len);
   if (s != PKV_OK) {
-    fprintf(stderr, "pkv profile: %s: %s (%s)\n", o->config, pkv_last_error(), pkv_status_string(s));
+    fprintf(stderr, "pkv profile: %s: %s (%s)\n", o->config, pkv_last_error(),
+            pkv_status_string(s));
     free(text);
     return CLI_EXIT_FAIL;
   }
   if (o->dtype != NULL && variants_parse_dtype(o->dtype, 0, &p->dtype) != 0) {
-    fprintf(stderr, "pkv profile: bad --dtype '%s': expected bf16, f16 or f32 (fp8 is a --kv-dtype)\n",
+    fprintf(stderr,
+            "pkv profile: bad --dtype '%s': expected bf16, f16 or f32 (fp8 is a --kv-dtype)\n",
             o->dtype);
     free(text);
     return CLI_EXIT_USAGE;
@@ -112,9 +114,12 @@ static void row_count(const char *name, uint64_t v, const char *note) {
 
 static const char *source_note(uint32_t source) {
   switch (source) {
-    case PKV_BUDGET_FROM_BYTE_CAP: return "--kv-cache: an absolute byte cap";
-    case PKV_BUDGET_FIXED_BLOCKS: return "--num-blocks: a fixed pool";
-    default: return "total x utilization - used - reserve";
+    case PKV_BUDGET_FROM_BYTE_CAP:
+      return "--kv-cache: an absolute byte cap";
+    case PKV_BUDGET_FIXED_BLOCKS:
+      return "--num-blocks: a fixed pool";
+    default:
+      return "total x utilization - used - reserve";
   }
 }
 
@@ -123,20 +128,23 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   printf("pkv profile: %s\n", o->config);
   const int mla = p->kv_layout == PKV_KV_LAYOUT_MLA;
   if (mla)
-    printf("  model      %u layers, %u q heads, multi-head latent attention, %s, max_model_len %u%s\n"
-           "  latent     kv_lora_rank %u + qk_rope_head_dim %u = %u values a token a layer, for every head\n"
-           "             (V is a view of the latent: no V is cached); softmax scale %.4g%s\n",
-           p->num_layers, p->num_q_heads, dtype_name(p->dtype), p->max_model_len,
-           p->max_model_len == 0 ? " (no limit)" : "", p->kv_lora_rank, p->qk_rope_head_dim, p->head_dim,
-           (double)p->softmax_scale,
-           p->softmax_scale > 0 ? " (the model's)" : " (not in config.json: give it to pkv_engine_create)");
+    printf(
+        "  model      %u layers, %u q heads, multi-head latent attention, %s, max_model_len %u%s\n"
+        "  latent     kv_lora_rank %u + qk_rope_head_dim %u = %u values a token a layer, for every head\n"
+        "             (V is a view of the latent: no V is cached); softmax scale %.4g%s\n",
+        p->num_layers, p->num_q_heads, dtype_name(p->dtype), p->max_model_len,
+        p->max_model_len == 0 ? " (no limit)" : "", p->kv_lora_rank, p->qk_rope_head_dim,
+        p->head_dim, (double)p->softmax_scale,
+        p->softmax_scale > 0 ? " (the model's)"
+                             : " (not in config.json: give it to pkv_engine_create)");
   else
     printf("  model      %u layers, %u q heads, %u kv heads, head_dim %u, %s, max_model_len %u%s\n",
            p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
            p->max_model_len, p->max_model_len == 0 ? " (no limit)" : "");
   variants_print_model(p, b);
   if (mla)
-    printf("  parallel   tp %u, rank %u: every rank holds the whole latent\n", p->tp_size, p->tp_rank);
+    printf("  parallel   tp %u, rank %u: every rank holds the whole latent\n", p->tp_size,
+           p->tp_rank);
   else
     printf("  parallel   tp %u, rank %u: %u kv heads per rank\n", p->tp_size, p->tp_rank,
            b->kv_heads_per_rank);
@@ -144,16 +152,18 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
          p->device == PKV_DEVICE_AUTO ? " (auto)" : "",
          p->memory_total_bytes != 0 ? "total memory as given (--memory)" : "total memory measured");
   if (p->memory_used_bytes == 0)
-    printf("  weights    not subtracted: give --used SIZE (the weights' bytes and whatever else the device holds)%s\n",
-           p->memory_total_bytes != 0 ? "" : "; what is loaded now is measured as used");
+    printf(
+        "  weights    not subtracted: give --used SIZE (the weights' bytes and whatever else the device holds)%s\n",
+        p->memory_total_bytes != 0 ? "" : "; what is loaded now is measured as used");
   else
-    printf("  weights    --used: %llu bytes subtracted (the weights and whatever else the device holds)\n",
-           (unsigned long long)p->memory_used_bytes);
+    printf(
+        "  weights    --used: %llu bytes subtracted (the weights and whatever else the device holds)\n",
+        (unsigned long long)p->memory_used_bytes);
   printf("\n");
   printf("  %-26s %12s %16s\n", "term", "size", "bytes");
   if (mla)
-    snprintf(note, sizeof note, "1 (the latent) x %u layers x %u tokens x %u x %u B", b->group_layers,
-             p->block_size, p->head_dim, variants_dtype_bytes(b->kv_dtype));
+    snprintf(note, sizeof note, "1 (the latent) x %u layers x %u tokens x %u x %u B",
+             b->group_layers, p->block_size, p->head_dim, variants_dtype_bytes(b->kv_dtype));
   else
     snprintf(note, sizeof note, "2 (K,V) x %u layers%s x %u tokens x %u heads x %u x %u B",
              b->group_layers, b->num_kv_groups > 1 ? " (a group's)" : "", p->block_size,
@@ -165,29 +175,31 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
     snprintf(note, sizeof note, "%u KV groups x %llu (a group's: block bytes / block size)", groups,
              (unsigned long long)b->bytes_per_token);
     row_bytes("bytes per token", b->bytes_per_token * groups, note);
-    snprintf(note, sizeof note, "%u full-attention group%s x %llu: a token every window has passed", full,
-             full == 1 ? "" : "s", (unsigned long long)b->bytes_per_token);
+    snprintf(note, sizeof note, "%u full-attention group%s x %llu: a token every window has passed",
+             full, full == 1 ? "" : "s", (unsigned long long)b->bytes_per_token);
     row_bytes("  past the windows", b->bytes_per_token * full, note);
   } else {
     row_bytes("bytes per token", b->bytes_per_token, "block bytes / block size");
   }
   row_bytes("total memory", b->total_bytes, p->memory_total_bytes != 0 ? "--memory" : "measured");
-  printf("  %-26s %12.3f %16s   %s\n", "x memory utilization", b->memory_utilization, "", "--utilization");
+  printf("  %-26s %12.3f %16s   %s\n", "x memory utilization", b->memory_utilization, "",
+         "--utilization");
   row_bytes("- used", b->used_bytes, "measured in use + --used");
   row_bytes("- reserve", b->reserve_bytes, "--reserve: activations, workspaces");
   row_bytes("= KV budget", b->budget_bytes, source_note(b->source));
   if (b->kv_scale_bytes != 0) {
-    snprintf(note, sizeof note, "fp8 scales: %s x %u layers x %u heads x 4 B", mla ? "1 (the latent)" : "2 (K,V)",
-             p->num_layers, b->kv_heads_per_rank);
+    snprintf(note, sizeof note, "fp8 scales: %s x %u layers x %u heads x 4 B",
+             mla ? "1 (the latent)" : "2 (K,V)", p->num_layers, b->kv_heads_per_rank);
     row_bytes("- kv scales", b->kv_scale_bytes, note);
   }
-  snprintf(note, sizeof note, "%s / block bytes%s", b->kv_scale_bytes ? "(budget - kv scales)" : "budget",
+  snprintf(note, sizeof note, "%s / block bytes%s",
+           b->kv_scale_bytes ? "(budget - kv scales)" : "budget",
            b->source == PKV_BUDGET_FIXED_BLOCKS ? " (here: fixed)" : "");
   row_count("blocks", b->num_blocks, note);
   row_bytes("pool bytes", b->pool_bytes, "blocks x block bytes");
   if (groups > 1) {
-    snprintf(note, sizeof note, "blocks x %u tokens / %u KV groups: each token in every window", p->block_size,
-             groups);
+    snprintf(note, sizeof note, "blocks x %u tokens / %u KV groups: each token in every window",
+             p->block_size, groups);
     row_count("max tokens", b->max_tokens / groups, note);
   } else {
     snprintf(note, sizeof note, "blocks x %u tokens per block", p->block_size);
@@ -199,11 +211,15 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
     snprintf(note, sizeof note, "window %u: min(ceil(w / %u) + 1, ceil(max_model_len %u / %u))",
              p->sliding_window, p->block_size, p->max_model_len, p->block_size);
   else
-    snprintf(note, sizeof note, "ceil(max_model_len %u / block size %u)", p->max_model_len, p->block_size);
+    snprintf(note, sizeof note, "ceil(max_model_len %u / block size %u)", p->max_model_len,
+             p->block_size);
   row_count("blocks per max sequence", b->blocks_per_max_seq,
-            p->max_model_len ? note : b->num_kv_groups > 1 ? "no max_model_len: 1 per KV group" : "no max_model_len");
+            p->max_model_len       ? note
+            : b->num_kv_groups > 1 ? "no max_model_len: 1 per KV group"
+                                   : "no max_model_len");
   if (p->max_model_len)
-    row_bytes("bytes per max sequence", b->blocks_per_max_seq * b->block_bytes, "blocks per max sequence x block bytes");
+    row_bytes("bytes per max sequence", b->blocks_per_max_seq * b->block_bytes,
+              "blocks per max sequence x block bytes");
   row_count("max seqs at max_model_len", b->max_seqs_at_max_model_len,
             "blocks / blocks per max sequence");
   if (b->shortfall_bytes != 0) row_bytes("shortfall", b->shortfall_bytes, "more KV memory needed");
@@ -214,13 +230,15 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   row_count("host blocks", b->host_num_blocks,
             p->host_num_blocks ? "--host-blocks" : "--host-cache / block bytes");
   row_bytes("host pool bytes", b->host_pool_bytes,
-            b->device == PKV_DEVICE_CUDA ? "host blocks x block bytes, pinned" : "host blocks x block bytes");
+            b->device == PKV_DEVICE_CUDA ? "host blocks x block bytes, pinned"
+                                         : "host blocks x block bytes");
   if (b->host_total_bytes == 0) {
     printf("  %-26s %12s %16s   %s\n", "host memory", "-", "", "not measured (--memory plans)");
     return;
   }
   row_bytes("host memory", b->host_total_bytes, "measured (MemTotal)");
-  row_bytes("host memory available", b->host_available_bytes, "measured (MemAvailable): >= host pool bytes");
+  row_bytes("host memory available", b->host_available_bytes,
+            "measured (MemAvailable): >= host pool bytes");
 }
 
 /* Why the budget fails, in the flags' terms (pkv's own message names pkv_engine_params' fields).
@@ -228,35 +246,43 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
 static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
   char need_h[32], have_h[32], miss_h[32];
   if (b->shortfall_bytes == 0) { /* the host tier's memory */
-    fprintf(stderr,
-            "pkv profile: the host tier takes %s (%llu blocks); the host has %s available: %s missing. Lower "
-            "--host-cache or --host-blocks\n",
-            cli_format_size(b->host_pool_bytes, need_h, sizeof need_h), (unsigned long long)b->host_num_blocks,
-            cli_format_size(b->host_available_bytes, have_h, sizeof have_h),
-            cli_format_size(b->host_pool_bytes - b->host_available_bytes, miss_h, sizeof miss_h));
+    fprintf(
+        stderr,
+        "pkv profile: the host tier takes %s (%llu blocks); the host has %s available: %s missing. Lower "
+        "--host-cache or --host-blocks\n",
+        cli_format_size(b->host_pool_bytes, need_h, sizeof need_h),
+        (unsigned long long)b->host_num_blocks,
+        cli_format_size(b->host_available_bytes, have_h, sizeof have_h),
+        cli_format_size(b->host_pool_bytes - b->host_available_bytes, miss_h, sizeof miss_h));
     return CLI_EXIT_FAIL;
   }
   if (b->source == PKV_BUDGET_FIXED_BLOCKS) {
-    fprintf(stderr, "pkv profile: --num-blocks %u cannot hold one sequence of --max-model-len %u: it needs %llu "
-                    "blocks. Give --num-blocks %llu or more, or a smaller --max-model-len\n",
-            p->num_blocks, p->max_model_len, (unsigned long long)b->blocks_per_max_seq,
-            (unsigned long long)b->blocks_per_max_seq);
+    fprintf(
+        stderr,
+        "pkv profile: --num-blocks %u cannot hold one sequence of --max-model-len %u: it needs %llu "
+        "blocks. Give --num-blocks %llu or more, or a smaller --max-model-len\n",
+        p->num_blocks, p->max_model_len, (unsigned long long)b->blocks_per_max_seq,
+        (unsigned long long)b->blocks_per_max_seq);
     return CLI_EXIT_FAIL;
   }
   const uint64_t need = b->blocks_per_max_seq * b->block_bytes + b->kv_scale_bytes;
-  fprintf(stderr,
-          "pkv profile: one sequence of max_model_len %u needs %s (%llu blocks of %llu bytes%s); the KV budget is "
-          "%s: %s (%llu bytes) missing.\n",
-          p->max_model_len, cli_format_size(need, need_h, sizeof need_h), (unsigned long long)b->blocks_per_max_seq,
-          (unsigned long long)b->block_bytes, b->kv_scale_bytes ? " and the fp8 scales" : "",
-          cli_format_size(b->budget_bytes, have_h, sizeof have_h),
-          cli_format_size(b->shortfall_bytes, miss_h, sizeof miss_h), (unsigned long long)b->shortfall_bytes);
+  fprintf(
+      stderr,
+      "pkv profile: one sequence of max_model_len %u needs %s (%llu blocks of %llu bytes%s); the KV budget is "
+      "%s: %s (%llu bytes) missing.\n",
+      p->max_model_len, cli_format_size(need, need_h, sizeof need_h),
+      (unsigned long long)b->blocks_per_max_seq, (unsigned long long)b->block_bytes,
+      b->kv_scale_bytes ? " and the fp8 scales" : "",
+      cli_format_size(b->budget_bytes, have_h, sizeof have_h),
+      cli_format_size(b->shortfall_bytes, miss_h, sizeof miss_h),
+      (unsigned long long)b->shortfall_bytes);
   if (b->source == PKV_BUDGET_FROM_BYTE_CAP)
     fprintf(stderr, "  Give --kv-cache %llu or more", (unsigned long long)need);
   else
     fprintf(stderr, "  Raise --memory or --utilization, or lower --used or --reserve");
-  fprintf(stderr, ", or a smaller --max-model-len%s\n",
-          variants_dtype_bytes(b->kv_dtype) > 1 ? ", or --kv-dtype fp8 (one byte per element)" : "");
+  fprintf(
+      stderr, ", or a smaller --max-model-len%s\n",
+      variants_dtype_bytes(b->kv_dtype) > 1 ? ", or --kv-dtype fp8 (one byte per element)" : "");
   return CLI_EXIT_FAIL;
 }
 
@@ -264,14 +290,24 @@ static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
  * default) sets is always a flag's name: "Raise --utilization (now 0.9)" holds even when the
  * default was used. A field the config may set too keeps its name unless the flag was given. */
 static const char *in_flag_terms(const profile_opts *o, const char *msg, char *buf, size_t cap) {
-  static const struct { const char *field, *flag; int from_config; } all[] = {
-      {"memory_total_bytes", "--memory", 0}, {"memory_utilization", "--utilization", 0},
-      {"reserve_bytes", "--reserve", 0},     {"memory_used_bytes", "--used", 0},
-      {"kv_cache_bytes", "--kv-cache", 0},   {"num_blocks", "--num-blocks", 0},
-      {"host_cache_bytes", "--host-cache", 0}, {"host_num_blocks", "--host-blocks", 0},
-      {"tp_size", "--tp", 0},                {"tp_rank", "--tp-rank", 0},
-      {"block_size", "--block-size", 0},     {"kv_dtype", "--kv-dtype", 0},
-      {"max_model_len", "--max-model-len", 1}, {"sliding_window", "--window", 1},
+  static const struct {
+    const char *field, *flag;
+    int from_config;
+  } all[] = {
+      {"memory_total_bytes", "--memory", 0},
+      {"memory_utilization", "--utilization", 0},
+      {"reserve_bytes", "--reserve", 0},
+      {"memory_used_bytes", "--used", 0},
+      {"kv_cache_bytes", "--kv-cache", 0},
+      {"num_blocks", "--num-blocks", 0},
+      {"host_cache_bytes", "--host-cache", 0},
+      {"host_num_blocks", "--host-blocks", 0},
+      {"tp_size", "--tp", 0},
+      {"tp_rank", "--tp-rank", 0},
+      {"block_size", "--block-size", 0},
+      {"kv_dtype", "--kv-dtype", 0},
+      {"max_model_len", "--max-model-len", 1},
+      {"sliding_window", "--window", 1},
       {"layer_windows", "--layer-windows", 1},
   };
   const char *names[sizeof all / sizeof all[0]][2];
@@ -279,7 +315,7 @@ static const char *in_flag_terms(const profile_opts *o, const char *msg, char *b
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!all[i].from_config || (o->seen != NULL && flag_seen(o->seen, all[i].flag + 2)))
       names[n][0] = all[i].field, names[n][1] = all[i].flag, n++;
-  return cli_in_flag_terms(msg, (const char *const (*)[2])names, n, buf, cap);
+  return cli_in_flag_terms(msg, (const char *const(*)[2])names, n, buf, cap);
 }
 
 /* pkv_profile and the printing; an exit code. */
@@ -291,14 +327,16 @@ static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
   char error[512];
   snprintf(error, sizeof error, "%s", s == PKV_OK ? "" : pkv_last_error());
   if (s == PKV_ERR_NO_DEVICE) {
-    fprintf(stderr,
-            "pkv profile: --device %s: no usable CUDA GPU was found (no GPU or driver on this machine, or a pkv "
-            "built without CUDA). --device cpu profiles host memory; --device auto takes a GPU when there is "
-            "one; --memory SIZE with --device auto plans for a GPU this machine does not have\n",
-            o->device ? o->device : "cuda");
+    fprintf(
+        stderr,
+        "pkv profile: --device %s: no usable CUDA GPU was found (no GPU or driver on this machine, or a pkv "
+        "built without CUDA). --device cpu profiles host memory; --device auto takes a GPU when there is "
+        "one; --memory SIZE with --device auto plans for a GPU this machine does not have\n",
+        o->device ? o->device : "cuda");
     return CLI_EXIT_FAIL;
   }
-  const int fixed_short = s == PKV_ERR_INVALID_ARGUMENT && b.shortfall_bytes && b.source == PKV_BUDGET_FIXED_BLOCKS;
+  const int fixed_short =
+      s == PKV_ERR_INVALID_ARGUMENT && b.shortfall_bytes && b.source == PKV_BUDGET_FIXED_BLOCKS;
   char said[600];
   in_flag_terms(o, error, said, sizeof said);
   if (s != PKV_OK && s != PKV_ERR_OUT_OF_MEMORY && !fixed_short) {
@@ -315,26 +353,36 @@ static int run_profile(const profile_opts *o, const pkv_engine_params *p) {
 int cmd_profile(int argc, char **argv) {
   profile_opts o = {0};
   cli_flag flags[] = {
-      {"config", CLI_STRING, &o.config, "PATH", "Hugging Face config.json of the model (required)", 0},
-      {"memory", CLI_SIZE, &o.memory, "SIZE", "total device memory to plan for (default: measure)", 0},
-      {"utilization", CLI_DOUBLE, &o.utilization, "F", "fraction of total memory pkv may plan with (0.9)", 0},
-      {"reserve", CLI_SIZE, &o.reserve, "SIZE", "activation peak and workspaces to keep free (0)", 0},
-      {"used", CLI_SIZE, &o.used, "SIZE", "memory used besides pkv: the weights and the rest (0: not subtracted)", 0},
+      {"config", CLI_STRING, &o.config, "PATH", "Hugging Face config.json of the model (required)",
+       0},
+      {"memory", CLI_SIZE, &o.memory, "SIZE", "total device memory to plan for (default: measure)",
+       0},
+      {"utilization", CLI_DOUBLE, &o.utilization, "F",
+       "fraction of total memory pkv may plan with (0.9)", 0},
+      {"reserve", CLI_SIZE, &o.reserve, "SIZE", "activation peak and workspaces to keep free (0)",
+       0},
+      {"used", CLI_SIZE, &o.used, "SIZE",
+       "memory used besides pkv: the weights and the rest (0: not subtracted)", 0},
       {"kv-cache", CLI_SIZE, &o.kv_cache, "SIZE", "absolute KV budget, overrides the formula", 0},
-      {"num-blocks", CLI_U32, &o.num_blocks, "N", "fixed pool size in blocks, overrides the budget", 0},
-      {"host-cache", CLI_SIZE, &o.host_cache, "SIZE", "host tier in host memory (default: none)", 0},
-      {"host-blocks", CLI_U32, &o.host_blocks, "N", "host tier in blocks, overrides --host-cache", 0},
+      {"num-blocks", CLI_U32, &o.num_blocks, "N", "fixed pool size in blocks, overrides the budget",
+       0},
+      {"host-cache", CLI_SIZE, &o.host_cache, "SIZE", "host tier in host memory (default: none)",
+       0},
+      {"host-blocks", CLI_U32, &o.host_blocks, "N", "host tier in blocks, overrides --host-cache",
+       0},
       {"tp", CLI_U32, &o.tp, "N", "tensor-parallel ranks (1)", 0},
       {"tp-rank", CLI_U32, &o.tp_rank, "N", "this rank (0)", 0},
       {"block-size", CLI_U32, &o.block_size, "N", "tokens per block (16)", 0},
-      {"dtype", CLI_STRING, &o.dtype, "T", "model dtype: bf16, f16 or f32 (default: the config's)", 0},
+      {"dtype", CLI_STRING, &o.dtype, "T", "model dtype: bf16, f16 or f32 (default: the config's)",
+       0},
       {"kv-dtype", CLI_STRING, &o.variants.kv_dtype, "T",
        "KV cache dtype: the model's (default), fp8_e4m3 (or fp8) or fp8_e5m2", 0},
       {"window", CLI_U32, &o.variants.window, "N",
        "sliding window of N keys in every layer; 0 = full attention", 0},
       {"layer-windows", CLI_STRING, &o.variants.layer_windows, "LIST",
        "each layer's window: 1024x5,0,... (see above)", 0},
-      {"max-model-len", CLI_U32, &o.max_model_len, "N", "longest sequence (default: the config's)", 0},
+      {"max-model-len", CLI_U32, &o.max_model_len, "N", "longest sequence (default: the config's)",
+       0},
       {"device", CLI_STRING, &o.device, "D", "auto, cpu or cuda (auto)", 0},
       {"json", CLI_FLAG, &o.json, NULL, "print JSON instead of a table", 0},
   };
@@ -364,23 +412,27 @@ int cmd_profile(int argc, char **argv) {
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
   if (o.config == NULL) {
-    fprintf(stderr, "pkv profile: --config is required\nrun 'pkv profile --help' for the options\n");
+    fprintf(stderr,
+            "pkv profile: --config is required\nrun 'pkv profile --help' for the options\n");
     return CLI_EXIT_USAGE;
   }
   /* In pkv_engine_params 0 means "measure" and "use the formula": as a flag it is a mistake. */
   if (flag_seen(&cmd, "memory") && o.memory == 0) {
-    fprintf(stderr, "pkv profile: --memory 0: the total memory must be > 0 bytes (leave --memory out "
-                    "to measure the device)\n");
+    fprintf(stderr,
+            "pkv profile: --memory 0: the total memory must be > 0 bytes (leave --memory out "
+            "to measure the device)\n");
     return CLI_EXIT_USAGE;
   }
   if ((flag_seen(&cmd, "host-cache") && o.host_cache == 0) ||
       (flag_seen(&cmd, "host-blocks") && o.host_blocks == 0)) {
-    fprintf(stderr, "pkv profile: a host tier of 0: leave --host-cache and --host-blocks out for none\n");
+    fprintf(stderr,
+            "pkv profile: a host tier of 0: leave --host-cache and --host-blocks out for none\n");
     return CLI_EXIT_USAGE;
   }
   if (flag_seen(&cmd, "kv-cache") && o.kv_cache == 0) {
-    fprintf(stderr, "pkv profile: --kv-cache 0: the KV budget must be > 0 bytes (leave --kv-cache out "
-                    "to use total x utilization - used - reserve)\n");
+    fprintf(stderr,
+            "pkv profile: --kv-cache 0: the KV budget must be > 0 bytes (leave --kv-cache out "
+            "to use total x utilization - used - reserve)\n");
     return CLI_EXIT_USAGE;
   }
   o.variants.window_seen = flag_seen(&cmd, "window");

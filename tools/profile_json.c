@@ -13,9 +13,12 @@
 /* pkv_kv_budget.source as a word, for --json. */
 static const char *source_name(uint32_t source) {
   switch (source) {
-    case PKV_BUDGET_FROM_BYTE_CAP: return "kv_cache";
-    case PKV_BUDGET_FIXED_BLOCKS: return "num_blocks";
-    default: return "utilization";
+    case PKV_BUDGET_FROM_BYTE_CAP:
+      return "kv_cache";
+    case PKV_BUDGET_FIXED_BLOCKS:
+      return "num_blocks";
+    default:
+      return "utilization";
   }
 }
 
@@ -23,8 +26,8 @@ static void json_u64(const char *name, uint64_t v, int last) {
   printf("    \"%s\": %llu%s\n", name, (unsigned long long)v, last ? "" : ",");
 }
 
-void profile_print_json(const char *config, const pkv_engine_params *p, const pkv_kv_budget *b, pkv_status s,
-                        const char *error) {
+void profile_print_json(const char *config, const pkv_engine_params *p, const pkv_kv_budget *b,
+                        pkv_status s, const char *error) {
   printf("{\n  \"config\": ");
   cli_json_string(stdout, config);
   printf(",\n  \"status\": ");
@@ -37,8 +40,8 @@ void profile_print_json(const char *config, const pkv_engine_params *p, const pk
          p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, variants_dtype_name(p->dtype),
          p->max_model_len, p->block_size, p->tp_size, p->tp_rank, p->sliding_window,
          p->layer_windows ? "true" : "false");
-  printf("  \"budget\": {\n    \"device\": \"%s\",\n    \"source\": \"%s\",\n", profile_device_name(b->device),
-         source_name(b->source));
+  printf("  \"budget\": {\n    \"device\": \"%s\",\n    \"source\": \"%s\",\n",
+         profile_device_name(b->device), source_name(b->source));
   printf("    \"weights_subtracted\": %s,\n", p->memory_used_bytes ? "true" : "false");
   json_u64("bytes_per_token_all_groups", b->bytes_per_token * b->num_kv_groups, 0);
   json_u64("max_tokens_all_groups", b->max_tokens / (b->num_kv_groups ? b->num_kv_groups : 1), 0);
@@ -73,4 +76,3 @@ void profile_print_json(const char *config, const pkv_engine_params *p, const pk
   variants_print_json(p, b);
   printf("\n}\n");
 }
-

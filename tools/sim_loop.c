@@ -23,16 +23,16 @@ typedef struct sim {
   const sim_config *c;
   uint64_t seed;
   sim_result *r;
-  sim_seq *seqs;            /* every sequence made, [cap] */
+  sim_seq *seqs; /* every sequence made, [cap] */
   uint32_t num_seqs, cap;
-  uint32_t *running;        /* indices into seqs, oldest admission first */
+  uint32_t *running; /* indices into seqs, oldest admission first */
   uint32_t num_running;
-  int32_t *queue;           /* ring of waiting work: >= 0 a new request, < 0 -(seq + 1) preempted */
+  int32_t *queue; /* ring of waiting work: >= 0 a new request, < 0 -(seq + 1) preempted */
   uint32_t q_head, q_len;
-  uint64_t *batch_ids;      /* this step's batch: pkv ids, token counts, indices into seqs */
+  uint64_t *batch_ids; /* this step's batch: pkv ids, token counts, indices into seqs */
   uint32_t *batch_counts, *batch_seqs;
   uint32_t batch_len;
-  uint32_t *samples_left;   /* per request: its sequences not yet finished */
+  uint32_t *samples_left; /* per request: its sequences not yet finished */
 } sim;
 
 static int fail(sim *s, const char *what, pkv_status st) {
@@ -359,15 +359,17 @@ static int sim_loop(sim *s) {
   while (s->q_len > 0 || s->num_running > 0) {
     if (plan_step(s) < 0) return -1;
     if (s->batch_len == 0) {
-      fprintf(stderr, "pkv simulate: stuck: nothing runs and the next request does not fit in "
-                      "%llu free blocks (is the pool smaller than one sequence?)\n",
+      fprintf(stderr,
+              "pkv simulate: stuck: nothing runs and the next request does not fit in "
+              "%llu free blocks (is the pool smaller than one sequence?)\n",
               (unsigned long long)free_blocks(s));
       return -1;
     }
     if (run_batch(s) < 0 || finish_step(s) < 0 || append_sampled(s) < 0 || record_step(s) < 0)
       return -1;
     if (++s->r->steps > max_steps) {
-      fprintf(stderr, "pkv simulate: no end after %llu steps (a bug)\n", (unsigned long long)max_steps);
+      fprintf(stderr, "pkv simulate: no end after %llu steps (a bug)\n",
+              (unsigned long long)max_steps);
       return -1;
     }
   }

@@ -28,14 +28,20 @@ typedef struct sim_opts {
 /* Flag values that pkv would refuse, or that make no workload, get a clear message here. */
 static int validate(const sim_opts *o) {
   const char *bad = NULL;
-  if (o->w.num_requests == 0) bad = "--requests must be at least 1";
-  else if (o->w.num_requests > 1000000) bad = "--requests must be at most 1000000";
-  else if (o->block_size == 0) bad = "--block-size must be at least 1";
-  else if (o->num_blocks == 0) bad = "--num-blocks must be at least 1";
-  else if (o->w.max_model_len < 16) bad = "--max-model-len must be at least 16";
+  if (o->w.num_requests == 0)
+    bad = "--requests must be at least 1";
+  else if (o->w.num_requests > 1000000)
+    bad = "--requests must be at most 1000000";
+  else if (o->block_size == 0)
+    bad = "--block-size must be at least 1";
+  else if (o->num_blocks == 0)
+    bad = "--num-blocks must be at least 1";
+  else if (o->w.max_model_len < 16)
+    bad = "--max-model-len must be at least 16";
   else if ((uint64_t)o->num_blocks * o->block_size < o->w.max_model_len)
     bad = "the pool (--num-blocks x --block-size tokens) must hold one --max-model-len sequence";
-  else if (o->w.num_system_prompts > 1000) bad = "--system-prompts must be at most 1000";
+  else if (o->w.num_system_prompts > 1000)
+    bad = "--system-prompts must be at most 1000";
   else if (!(o->w.shared_fraction >= 0.0 && o->w.shared_fraction <= 1.0))
     bad = "--shared-fraction must be in [0, 1]";
   else if (!(o->w.fork_fraction >= 0.0 && o->w.fork_fraction <= 1.0))
@@ -44,9 +50,12 @@ static int validate(const sim_opts *o) {
     bad = "--mean-prompt must be in [1, 1e7]";
   else if (!(o->w.mean_output_tokens >= 1.0 && o->w.mean_output_tokens <= 1e7))
     bad = "--mean-output must be in [1, 1e7]";
-  else if (o->c.step_tokens == 0) bad = "--step-tokens must be at least 1";
-  else if (o->c.max_seqs == 0) bad = "--max-seqs must be at least 1";
-  else if (o->c.watermark_blocks >= o->num_blocks) bad = "--watermark must be below --num-blocks";
+  else if (o->c.step_tokens == 0)
+    bad = "--step-tokens must be at least 1";
+  else if (o->c.max_seqs == 0)
+    bad = "--max-seqs must be at least 1";
+  else if (o->c.watermark_blocks >= o->num_blocks)
+    bad = "--watermark must be below --num-blocks";
   if (bad == NULL) return 0;
   fprintf(stderr, "pkv simulate: %s\n", bad);
   return -1;
@@ -87,18 +96,21 @@ static void print_text(const sim_opts *o, const sim_workload *w, const sim_resul
          "max_model_len %u, prefix caching %s\n",
          o->num_blocks, o->block_size, (unsigned long long)o->num_blocks * o->block_size, pool,
          o->w.max_model_len, o->no_prefix_caching ? "off" : "on");
-  printf("  workload              prompts %llu tokens (mean %.0f), outputs %llu tokens (mean %.0f), "
-         "%u forked\n",
-         (unsigned long long)w->prompt_tokens, ratio((double)w->prompt_tokens, w->num_requests),
-         (unsigned long long)w->output_tokens,
-         ratio((double)w->output_tokens, w->num_requests + (double)w->num_forked), w->num_forked);
-  printf("  scheduler             %u tokens per step, at most %u sequences, watermark %u blocks\n\n",
-         o->c.step_tokens, o->c.max_seqs, o->c.watermark_blocks);
+  printf(
+      "  workload              prompts %llu tokens (mean %.0f), outputs %llu tokens (mean %.0f), "
+      "%u forked\n",
+      (unsigned long long)w->prompt_tokens, ratio((double)w->prompt_tokens, w->num_requests),
+      (unsigned long long)w->output_tokens,
+      ratio((double)w->output_tokens, w->num_requests + (double)w->num_forked), w->num_forked);
+  printf(
+      "  scheduler             %u tokens per step, at most %u sequences, watermark %u blocks\n\n",
+      o->c.step_tokens, o->c.max_seqs, o->c.watermark_blocks);
   printf("  requests completed    %u of %u\n", r->completed_requests, w->num_requests);
   printf("  steps                 %llu\n", (unsigned long long)r->steps);
-  printf("  tokens computed       %llu (prompt %llu, decode %llu, recomputed after preemption %llu)\n",
-         (unsigned long long)tokens, (unsigned long long)r->prompt_tokens_computed,
-         (unsigned long long)r->decode_tokens_computed, (unsigned long long)r->recomputed_tokens);
+  printf(
+      "  tokens computed       %llu (prompt %llu, decode %llu, recomputed after preemption %llu)\n",
+      (unsigned long long)tokens, (unsigned long long)r->prompt_tokens_computed,
+      (unsigned long long)r->decode_tokens_computed, (unsigned long long)r->recomputed_tokens);
   printf("  tokens sampled        %llu\n", (unsigned long long)r->sampled_tokens);
   printf("  prefix cache hits     %.1f%% (%llu of %llu tokens looked up at admission and resume)\n",
          100.0 * ratio((double)st->prefix_hit_tokens, (double)st->prefix_query_tokens),
@@ -110,12 +122,13 @@ static void print_text(const sim_opts *o, const sim_workload *w, const sim_resul
          100.0 * r->util_sum / steps);
   printf("  concurrent sequences  peak %u; mean %.1f while requests waited, %.1f over all steps\n",
          r->running_peak, r->busy_running_sum / busy, r->running_sum / steps);
-  printf("  vs contiguous         %llu sequences fit if each reserves max_model_len (%llu tokens / "
-         "%u):\n                        pkv ran %.2fx as many while requests waited, %.2fx over all "
-         "steps\n",
-         (unsigned long long)contiguous, (unsigned long long)o->num_blocks * o->block_size,
-         o->w.max_model_len, ratio(r->busy_running_sum / busy, (double)contiguous),
-         ratio(r->running_sum / steps, (double)contiguous));
+  printf(
+      "  vs contiguous         %llu sequences fit if each reserves max_model_len (%llu tokens / "
+      "%u):\n                        pkv ran %.2fx as many while requests waited, %.2fx over all "
+      "steps\n",
+      (unsigned long long)contiguous, (unsigned long long)o->num_blocks * o->block_size,
+      o->w.max_model_len, ratio(r->busy_running_sum / busy, (double)contiguous),
+      ratio(r->running_sum / steps, (double)contiguous));
   printf("  evictions             %llu\n", (unsigned long long)st->num_evictions);
   printf("  copy-on-write copies  %llu\n", (unsigned long long)st->num_cow_copies);
   printf("  preemptions           %llu\n", (unsigned long long)st->num_preemptions);
@@ -179,11 +192,13 @@ static int run(sim_opts *o) {
   pkv_status s = create_engine(o, &e);
   if (s != PKV_OK) {
     /* every engine field simulate sets comes from a flag (or its default): named as the flag */
-    static const char *const names[][2] = {
-        {"block_size", "--block-size"}, {"num_blocks", "--num-blocks"}, {"max_model_len", "--max-model-len"}};
+    static const char *const names[][2] = {{"block_size", "--block-size"},
+                                           {"num_blocks", "--num-blocks"},
+                                           {"max_model_len", "--max-model-len"}};
     char said[600];
     fprintf(stderr, "pkv simulate: the engine refused: %s\n",
-            cli_in_flag_terms(pkv_last_error(), names, sizeof names / sizeof names[0], said, sizeof said));
+            cli_in_flag_terms(pkv_last_error(), names, sizeof names / sizeof names[0], said,
+                              sizeof said));
     sim_workload_free(&w);
     return CLI_EXIT_FAIL;
   }
@@ -200,7 +215,8 @@ static int run(sim_opts *o) {
             (unsigned long long)r.stats.num_seqs);
     rc = -1;
   }
-  if (rc == 0 && o->c.check && !o->json) printf("  check                 pkv_engine_check passed after every step\n");
+  if (rc == 0 && o->c.check && !o->json)
+    printf("  check                 pkv_engine_check passed after every step\n");
   pkv_engine_destroy(e);
   sim_workload_free(&w);
   return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
@@ -221,15 +237,19 @@ int cmd_simulate(int argc, char **argv) {
       {"num-blocks", CLI_U32, &o.num_blocks, "N", "blocks in the KV pool (8192)", 0},
       {"max-model-len", CLI_U32, &o.w.max_model_len, "N", "longest sequence in tokens (8192)", 0},
       {"system-prompts", CLI_U32, &o.w.num_system_prompts, "N", "shared system prompts (4)", 0},
-      {"shared-fraction", CLI_DOUBLE, &o.w.shared_fraction, "F", "requests starting with one (0.8)", 0},
+      {"shared-fraction", CLI_DOUBLE, &o.w.shared_fraction, "F", "requests starting with one (0.8)",
+       0},
       {"mean-prompt", CLI_DOUBLE, &o.w.mean_prompt_tokens, "N", "mean user prompt tokens (600)", 0},
       {"mean-output", CLI_DOUBLE, &o.w.mean_output_tokens, "N", "mean output tokens (250)", 0},
-      {"fork-fraction", CLI_DOUBLE, &o.w.fork_fraction, "F", "requests with 2 samples, forked (0.1)", 0},
+      {"fork-fraction", CLI_DOUBLE, &o.w.fork_fraction, "F",
+       "requests with 2 samples, forked (0.1)", 0},
       {"step-tokens", CLI_U32, &o.c.step_tokens, "N", "token budget of one step (2048)", 0},
       {"max-seqs", CLI_U32, &o.c.max_seqs, "N", "most running sequences (256)", 0},
-      {"watermark", CLI_U32, &o.c.watermark_blocks, "N", "free blocks admission keeps for decodes (0)", 0},
+      {"watermark", CLI_U32, &o.c.watermark_blocks, "N",
+       "free blocks admission keeps for decodes (0)", 0},
       {"no-prefix-caching", CLI_FLAG, &o.no_prefix_caching, NULL, "turn the prefix cache off", 0},
-      {"check", CLI_FLAG, &o.c.check, NULL, "pkv_engine_check + sequence states after each step", 0},
+      {"check", CLI_FLAG, &o.c.check, NULL, "pkv_engine_check + sequence states after each step",
+       0},
       {"json", CLI_FLAG, &o.json, NULL, "print JSON instead of text", 0},
   };
   cli_command cmd = {"simulate", "simulate [options]",

@@ -38,11 +38,13 @@ static uint32_t rnd(soak *s, uint32_t n) {
 }
 
 /* Counts the call; returns its status, or records a failure when it is not an allowed one. */
-static pkv_status expect(soak *s, pkv_status st, int allow_no_space, int allow_state, const char *what) {
+static pkv_status expect(soak *s, pkv_status st, int allow_no_space, int allow_state,
+                         const char *what) {
   s->calls++;
   s->no_space += st == PKV_ERR_NO_SPACE;
   s->state += st == PKV_ERR_STATE;
-  if (st == PKV_OK || (allow_no_space && st == PKV_ERR_NO_SPACE) || (allow_state && st == PKV_ERR_STATE))
+  if (st == PKV_OK || (allow_no_space && st == PKV_ERR_NO_SPACE) ||
+      (allow_state && st == PKV_ERR_STATE))
     return st;
   if (s->failures++ < 10)
     fprintf(stderr, "pkv soak: %s -> %s: %s\n", what, pkv_status_string(st), pkv_last_error());
@@ -83,21 +85,22 @@ static void op_sequence(soak *s, uint32_t which) {
   uint64_t id = s->seqs[i], child = 0;
   int32_t t[4] = {1, 2, 3, 4};
   switch (which) {
-  case 0:
-    if (info_of(s, id).num_tokens + 4 > SOAK_MAX_LEN) break;
-    expect(s, pkv_append(s->e, id, t, 1 + rnd(s, 4)), 1, 1, "pkv_append");
-    break;
-  case 1:
-    if (s->nseqs == SOAK_SEQS) break;
-    if (expect(s, pkv_fork(s->e, id, &child), 0, 1, "pkv_fork") == PKV_OK) s->seqs[s->nseqs++] = child;
-    break;
-  case 2:
-    if (expect(s, pkv_release(s->e, id), 0, 1, "pkv_release") == PKV_OK) forget(s, i);
-    break;
-  default:
-    expect(s, pkv_preempt(s->e, id), 0, 1, "pkv_preempt");
-    expect(s, pkv_resume(s->e, id, NULL), 1, 1, "pkv_resume");
-    break;
+    case 0:
+      if (info_of(s, id).num_tokens + 4 > SOAK_MAX_LEN) break;
+      expect(s, pkv_append(s->e, id, t, 1 + rnd(s, 4)), 1, 1, "pkv_append");
+      break;
+    case 1:
+      if (s->nseqs == SOAK_SEQS) break;
+      if (expect(s, pkv_fork(s->e, id, &child), 0, 1, "pkv_fork") == PKV_OK)
+        s->seqs[s->nseqs++] = child;
+      break;
+    case 2:
+      if (expect(s, pkv_release(s->e, id), 0, 1, "pkv_release") == PKV_OK) forget(s, i);
+      break;
+    default:
+      expect(s, pkv_preempt(s->e, id), 0, 1, "pkv_preempt");
+      expect(s, pkv_resume(s->e, id, NULL), 1, 1, "pkv_resume");
+      break;
   }
 }
 
@@ -129,7 +132,8 @@ static void op_batch(soak *s) {
   for (uint32_t i = 0; i < s->nseqs; i++) {
     struct pkv_seq_info info = info_of(s, s->seqs[i]);
     uint32_t todo = info.num_tokens - info.num_computed_tokens;
-    if (info.is_preempted || info.in_batch || info.is_request || todo == 0 || rnd(s, 3) == 0) continue;
+    if (info.is_preempted || info.in_batch || info.is_request || todo == 0 || rnd(s, 3) == 0)
+      continue;
     ids[n] = s->seqs[i];
     counts[n++] = 1 + rnd(s, todo); /* a chunk of what is left */
   }
@@ -150,7 +154,8 @@ static void op_scheduler(soak *s) {
     rp.stop_token = rnd(s, 2) ? 5 : -1;
     rp.priority = (int32_t)rnd(s, 3);
     uint64_t id = 0;
-    if (expect(s, pkv_submit(s->e, t, n, &rp, &id), 0, 0, "pkv_submit") == PKV_OK) s->seqs[s->nseqs++] = id;
+    if (expect(s, pkv_submit(s->e, t, n, &rp, &id), 0, 0, "pkv_submit") == PKV_OK)
+      s->seqs[s->nseqs++] = id;
   }
   pkv_batch *b = NULL;
   if (expect(s, pkv_step(s->e, &b), 0, 0, "pkv_step") == PKV_OK && b) finish_batch(s, b, 1);
@@ -159,7 +164,8 @@ static void op_scheduler(soak *s) {
   expect(s, pkv_drain_finished(s->e, done, 8, &len), 0, 0, "pkv_drain_finished");
   for (uint32_t d = 0; d < len; d++)
     for (uint32_t i = 0; i < s->nseqs; i++)
-      if (s->seqs[i] == done[d] && expect(s, pkv_release(s->e, done[d]), 0, 0, "pkv_release") == PKV_OK) {
+      if (s->seqs[i] == done[d] &&
+          expect(s, pkv_release(s->e, done[d]), 0, 0, "pkv_release") == PKV_OK) {
         forget(s, i);
         break;
       }
@@ -179,14 +185,16 @@ static void check(soak *s) {
   st.struct_size = sizeof st;
   expect(s, pkv_engine_stats(s->e, &st), 0, 0, "pkv_engine_stats");
   if (st.num_free_blocks + st.num_used_blocks != st.num_blocks || st.num_seqs != s->nseqs) {
-    fprintf(stderr, "pkv soak: stats disagree: %llu free + %llu used of %llu, %llu seqs (%u live)\n",
+    fprintf(stderr,
+            "pkv soak: stats disagree: %llu free + %llu used of %llu, %llu seqs (%u live)\n",
             (unsigned long long)st.num_free_blocks, (unsigned long long)st.num_used_blocks,
             (unsigned long long)st.num_blocks, (unsigned long long)st.num_seqs, s->nseqs);
     s->failures++;
   }
 }
 
-static int run(uint64_t ops, uint64_t seed, uint64_t check_every, uint32_t block_size, uint32_t num_blocks) {
+static int run(uint64_t ops, uint64_t seed, uint64_t check_every, uint32_t block_size,
+               uint32_t num_blocks) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = 2, p.num_q_heads = 4, p.num_kv_heads = 2, p.head_dim = 8;
@@ -206,23 +214,30 @@ static int run(uint64_t ops, uint64_t seed, uint64_t check_every, uint32_t block
   uint64_t done = 0, checks = 0;
   for (; done < ops && s.failures == 0; done++) {
     uint32_t r = rnd(&s, 100);
-    if (r < 20) op_allocate(&s);
-    else if (r < 60) op_sequence(&s, r % 4);
-    else if (r < 78) op_batch(&s);
-    else if (r < 93) op_scheduler(&s);
-    else op_misc(&s);
+    if (r < 20)
+      op_allocate(&s);
+    else if (r < 60)
+      op_sequence(&s, r % 4);
+    else if (r < 78)
+      op_batch(&s);
+    else if (r < 93)
+      op_scheduler(&s);
+    else
+      op_misc(&s);
     if (check_every && (done + 1) % check_every == 0) check(&s), checks++;
-    if ((done + 1) % 1000000 == 0) fprintf(stderr, "pkv soak: %llu ops\n", (unsigned long long)done + 1);
+    if ((done + 1) % 1000000 == 0)
+      fprintf(stderr, "pkv soak: %llu ops\n", (unsigned long long)done + 1);
   }
   if (s.failures == 0) check(&s), checks++;
   const double secs = cli_now_s() - t0;
   printf("pkv soak: %llu ops (%llu pkv calls) in %.1f s: %.0f ops/s, %.0f calls/s; seed %llu, "
-         "%llu checks (every %llu ops)\n", (unsigned long long)done, (unsigned long long)s.calls, secs,
-         done / secs, s.calls / secs, (unsigned long long)seed, (unsigned long long)checks,
-         (unsigned long long)check_every);
+         "%llu checks (every %llu ops)\n",
+         (unsigned long long)done, (unsigned long long)s.calls, secs, done / secs, s.calls / secs,
+         (unsigned long long)seed, (unsigned long long)checks, (unsigned long long)check_every);
   printf("pkv soak: %llu batches and %llu scheduler steps with attention; %llu NO_SPACE and %llu "
-         "STATE refusals (expected ones)\n", (unsigned long long)s.batches,
-         (unsigned long long)s.steps, (unsigned long long)s.no_space, (unsigned long long)s.state);
+         "STATE refusals (expected ones)\n",
+         (unsigned long long)s.batches, (unsigned long long)s.steps, (unsigned long long)s.no_space,
+         (unsigned long long)s.state);
   printf("result: %s\n", s.failures ? "FAILED" : "ok");
   pkv_engine_destroy(s.e);
   free(s.q), free(s.k), free(s.v), free(s.out);
@@ -235,7 +250,8 @@ int cmd_soak(int argc, char **argv) {
   cli_flag flags[] = {
       {"ops", CLI_U64, &ops, "N", "random operations to run (10000000)", 0},
       {"seed", CLI_U64, &seed, "N", "seed of the operations (1)", 0},
-      {"check-every", CLI_U64, &check_every, "N", "pkv_engine_check every N operations; 0 = at the end (1000)", 0},
+      {"check-every", CLI_U64, &check_every, "N",
+       "pkv_engine_check every N operations; 0 = at the end (1000)", 0},
       {"block-size", CLI_U32, &block_size, "N", "tokens per block (4)", 0},
       {"num-blocks", CLI_U32, &num_blocks, "N", "blocks in the pool (96)", 0},
   };
@@ -248,8 +264,10 @@ int cmd_soak(int argc, char **argv) {
   if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
   if (ops == 0 || block_size == 0 || block_size > 64 || num_blocks > 1000000 ||
       (uint64_t)num_blocks * block_size < 2 * SOAK_MAX_LEN) {
-    fprintf(stderr, "pkv soak: --ops must be >= 1, --block-size 1..64, --num-blocks at most 1000000 "
-                    "and at least %u tokens' worth (num-blocks * block-size)\n", 2 * SOAK_MAX_LEN);
+    fprintf(stderr,
+            "pkv soak: --ops must be >= 1, --block-size 1..64, --num-blocks at most 1000000 "
+            "and at least %u tokens' worth (num-blocks * block-size)\n",
+            2 * SOAK_MAX_LEN);
     return CLI_EXIT_USAGE;
   }
   return run(ops, seed, check_every, block_size, num_blocks);

@@ -34,19 +34,18 @@ enum { SUB_STATS, SUB_LS, SUB_VERIFY, SUB_CLEAR };
 static const char *const sub_names[] = {"stats", "ls", "verify", "clear"};
 
 static void print_store_usage(FILE *f) {
-  fprintf(f,
-          "usage: pkv store stats|ls|verify|clear (--dir DIR | --redis HOST:PORT) [options]\n"
-          "\n"
-          "A store tier's blocks, for its administrator (no engine, no model needed):\n"
-          "  stats   how many blocks and bytes the store holds\n"
-          "  ls      every block: key, bytes, and from its header tokens, parent, fingerprint\n"
-          "  verify  read every value and check it; --remove-bad removes the bad ones\n"
-          "  clear   remove every block (--yes required)\n"
-          "\n"
-          "'pkv store <subcommand> --help' lists its options.\n"
-          "examples:\n"
-          "  pkv store stats --dir /var/cache/pkv\n"
-          "  pkv store verify --redis 127.0.0.1:6379 --prefix pkv: --json\n");
+  fprintf(f, "usage: pkv store stats|ls|verify|clear (--dir DIR | --redis HOST:PORT) [options]\n"
+             "\n"
+             "A store tier's blocks, for its administrator (no engine, no model needed):\n"
+             "  stats   how many blocks and bytes the store holds\n"
+             "  ls      every block: key, bytes, and from its header tokens, parent, fingerprint\n"
+             "  verify  read every value and check it; --remove-bad removes the bad ones\n"
+             "  clear   remove every block (--yes required)\n"
+             "\n"
+             "'pkv store <subcommand> --help' lists its options.\n"
+             "examples:\n"
+             "  pkv store stats --dir /var/cache/pkv\n"
+             "  pkv store verify --redis 127.0.0.1:6379 --prefix pkv: --json\n");
 }
 
 static void hex(const uint8_t *b, size_t n, char *out) {
@@ -82,7 +81,8 @@ static int build_params(const char *name, int sub, store_opts *o, pkv_store_para
     return CLI_EXIT_USAGE;
   }
   if (o->redis != NULL && parse_host_port(o->redis, o) != 0) {
-    fprintf(stderr, "pkv %s: bad --redis '%s': expected HOST:PORT, e.g. 127.0.0.1:6379\n", name, o->redis);
+    fprintf(stderr, "pkv %s: bad --redis '%s': expected HOST:PORT, e.g. 127.0.0.1:6379\n", name,
+            o->redis);
     return CLI_EXIT_USAGE;
   }
   pkv_store_params_init(p, sizeof *p);
@@ -124,14 +124,18 @@ static int check_dir(const char *name, const char *dir) {
   struct stat st;
   if (stat(dir, &st) != 0) {
     if (errno == ENOENT)
-      fprintf(stderr, "pkv %s: --dir %s: no such directory. Give the directory the engines' file store "
-                      "writes to (an engine makes it when it first writes a block)\n", name, dir);
+      fprintf(stderr,
+              "pkv %s: --dir %s: no such directory. Give the directory the engines' file store "
+              "writes to (an engine makes it when it first writes a block)\n",
+              name, dir);
     else
       fprintf(stderr, "pkv %s: --dir %s: %s\n", name, dir, strerror(errno));
     return CLI_EXIT_FAIL;
   }
   if (!S_ISDIR(st.st_mode)) {
-    fprintf(stderr, "pkv %s: --dir %s: not a directory; give the store's directory, not a file in it\n", name, dir);
+    fprintf(stderr,
+            "pkv %s: --dir %s: not a directory; give the store's directory, not a file in it\n",
+            name, dir);
     return CLI_EXIT_FAIL;
   }
   return CLI_EXIT_OK;
@@ -152,8 +156,8 @@ static int run_stats(const char *name, const store_opts *o, pkv_store *s) {
   char h[32];
   if (o->json) {
     json_head(o);
-    printf("  \"num_blocks\": %llu,\n  \"total_bytes\": %llu\n}\n", (unsigned long long)in.num_blocks,
-           (unsigned long long)in.total_bytes);
+    printf("  \"num_blocks\": %llu,\n  \"total_bytes\": %llu\n}\n",
+           (unsigned long long)in.num_blocks, (unsigned long long)in.total_bytes);
     return CLI_EXIT_OK;
   }
   printf("pkv store stats: %s\n", o->where);
@@ -161,7 +165,8 @@ static int run_stats(const char *name, const store_opts *o, pkv_store *s) {
   printf("  %-12s %s (%llu bytes)\n", "bytes", cli_format_size(in.total_bytes, h, sizeof h),
          (unsigned long long)in.total_bytes);
   if (in.num_blocks != 0)
-    printf("  %-12s %s\n", "per block", cli_format_size(in.total_bytes / in.num_blocks, h, sizeof h));
+    printf("  %-12s %s\n", "per block",
+           cli_format_size(in.total_bytes / in.num_blocks, h, sizeof h));
   return CLI_EXIT_OK;
 }
 
@@ -172,11 +177,12 @@ static void print_entry(const store_opts *o, const pkv_store_entry *e, int first
   hex(e->fingerprint, 32, fp);
   const int good = e->state == PKV_STORE_VALUE_GOOD;
   if (o->json) {
-    printf("%s    {\"key\": \"%s\", \"value_bytes\": %llu, \"state\": \"%s\"", first ? "" : ",\n", key,
-           (unsigned long long)e->value_bytes, state_name(e->state));
+    printf("%s    {\"key\": \"%s\", \"value_bytes\": %llu, \"state\": \"%s\"", first ? "" : ",\n",
+           key, (unsigned long long)e->value_bytes, state_name(e->state));
     if (good)
-      printf(", \"num_tokens\": %u, \"payload_bytes\": %llu, \"parent\": \"%s\", \"fingerprint\": \"%s\"",
-             e->num_tokens, (unsigned long long)e->payload_bytes, parent, fp);
+      printf(
+          ", \"num_tokens\": %u, \"payload_bytes\": %llu, \"parent\": \"%s\", \"fingerprint\": \"%s\"",
+          e->num_tokens, (unsigned long long)e->payload_bytes, parent, fp);
     if (e->state == PKV_STORE_VALUE_BAD) {
       printf(", \"problem\": ");
       cli_json_string(stdout, e->problem);
@@ -185,8 +191,8 @@ static void print_entry(const store_opts *o, const pkv_store_entry *e, int first
   } else if (o->keys_only) {
     printf("%s %10llu\n", key, (unsigned long long)e->value_bytes);
   } else if (good) {
-    printf("%s %10llu %6u  good  %.16s  %.16s\n", key, (unsigned long long)e->value_bytes, e->num_tokens,
-           parent, fp);
+    printf("%s %10llu %6u  good  %.16s  %.16s\n", key, (unsigned long long)e->value_bytes,
+           e->num_tokens, parent, fp);
   } else {
     printf("%s %10llu %6s  bad   %s\n", key, (unsigned long long)e->value_bytes, "-", e->problem);
   }
@@ -203,7 +209,8 @@ static int run_ls(const char *name, const store_opts *o, pkv_store *s) {
   } else if (o->keys_only) {
     printf("%-64s %10s\n", "key", "bytes");
   } else {
-    printf("%-64s %10s %6s  %-5s %-16s  %-16s\n", "key", "bytes", "tokens", "state", "parent", "fingerprint");
+    printf("%-64s %10s %6s  %-5s %-16s  %-16s\n", "key", "bytes", "tokens", "state", "parent",
+           "fingerprint");
   }
   do {
     uint32_t cap = PAGE, len = 0;
@@ -220,10 +227,12 @@ static int run_ls(const char *name, const store_opts *o, pkv_store *s) {
   } while (cursor != 0 && (o->limit == 0 || shown < o->limit));
   const int complete = cursor == 0;
   if (o->json) {
-    printf("%s  ],\n  \"num_entries\": %llu,\n  \"num_bad\": %llu,\n  \"complete\": %s\n}\n", shown ? "\n" : "",
-           (unsigned long long)shown, (unsigned long long)bad, complete ? "true" : "false");
+    printf("%s  ],\n  \"num_entries\": %llu,\n  \"num_bad\": %llu,\n  \"complete\": %s\n}\n",
+           shown ? "\n" : "", (unsigned long long)shown, (unsigned long long)bad,
+           complete ? "true" : "false");
   } else {
-    printf("(%llu blocks%s%s)\n", (unsigned long long)shown, bad ? ", some bad: see 'pkv store verify'" : "",
+    printf("(%llu blocks%s%s)\n", (unsigned long long)shown,
+           bad ? ", some bad: see 'pkv store verify'" : "",
            complete ? "" : "; --limit reached, more not shown");
   }
   return CLI_EXIT_OK;
@@ -237,17 +246,20 @@ static int run_verify(const char *name, const store_opts *o, pkv_store *s) {
   char key[65], g[32], b[32];
   hex(r.first_bad_key.bytes, 32, key);
   if (st != PKV_OK) {
-    if (r.num_removed) fprintf(stderr, "pkv %s: removed %llu bad blocks before the failure\n", name,
-                               (unsigned long long)r.num_removed);
+    if (r.num_removed)
+      fprintf(stderr, "pkv %s: removed %llu bad blocks before the failure\n", name,
+              (unsigned long long)r.num_removed);
     return failed(name, o->where, st);
   }
   if (o->json) {
     json_head(o);
-    printf("  \"num_blocks\": %llu,\n  \"num_good\": %llu,\n  \"num_bad\": %llu,\n  \"num_removed\": %llu,\n"
-           "  \"num_gone\": %llu,\n  \"good_bytes\": %llu,\n  \"bad_bytes\": %llu,\n  \"first_bad\": ",
-           (unsigned long long)r.num_blocks, (unsigned long long)r.num_good, (unsigned long long)r.num_bad,
-           (unsigned long long)r.num_removed, (unsigned long long)r.num_gone, (unsigned long long)r.good_bytes,
-           (unsigned long long)r.bad_bytes);
+    printf(
+        "  \"num_blocks\": %llu,\n  \"num_good\": %llu,\n  \"num_bad\": %llu,\n  \"num_removed\": %llu,\n"
+        "  \"num_gone\": %llu,\n  \"good_bytes\": %llu,\n  \"bad_bytes\": %llu,\n  \"first_bad\": ",
+        (unsigned long long)r.num_blocks, (unsigned long long)r.num_good,
+        (unsigned long long)r.num_bad, (unsigned long long)r.num_removed,
+        (unsigned long long)r.num_gone, (unsigned long long)r.good_bytes,
+        (unsigned long long)r.bad_bytes);
     if (r.num_bad) {
       printf("{\"key\": \"%s\", \"problem\": ", key);
       cli_json_string(stdout, r.first_bad_problem);
@@ -258,15 +270,21 @@ static int run_verify(const char *name, const store_opts *o, pkv_store *s) {
   } else {
     printf("pkv store verify: %s\n", o->where);
     printf("  %-10s %llu\n", "read", (unsigned long long)r.num_blocks);
-    printf("  %-10s %llu (%s)\n", "good", (unsigned long long)r.num_good, cli_format_size(r.good_bytes, g, sizeof g));
-    printf("  %-10s %llu (%s)\n", "bad", (unsigned long long)r.num_bad, cli_format_size(r.bad_bytes, b, sizeof b));
+    printf("  %-10s %llu (%s)\n", "good", (unsigned long long)r.num_good,
+           cli_format_size(r.good_bytes, g, sizeof g));
+    printf("  %-10s %llu (%s)\n", "bad", (unsigned long long)r.num_bad,
+           cli_format_size(r.bad_bytes, b, sizeof b));
     printf("  %-10s %llu\n", "removed", (unsigned long long)r.num_removed);
-    if (r.num_gone) printf("  %-10s %llu (evicted or rewritten while verify ran)\n", "gone", (unsigned long long)r.num_gone);
+    if (r.num_gone)
+      printf("  %-10s %llu (evicted or rewritten while verify ran)\n", "gone",
+             (unsigned long long)r.num_gone);
     if (r.num_bad) printf("  %-10s %s: %s\n", "first bad", key, r.first_bad_problem);
   }
   if (r.num_bad > r.num_removed) {
-    fprintf(stderr, "pkv %s: %llu bad blocks (engines never use them); 'pkv store ls' shows each, "
-                    "--remove-bad removes them\n", name, (unsigned long long)(r.num_bad - r.num_removed));
+    fprintf(stderr,
+            "pkv %s: %llu bad blocks (engines never use them); 'pkv store ls' shows each, "
+            "--remove-bad removes them\n",
+            name, (unsigned long long)(r.num_bad - r.num_removed));
     return CLI_EXIT_FAIL;
   }
   return CLI_EXIT_OK;
@@ -276,7 +294,8 @@ static int run_clear(const char *name, const store_opts *o, pkv_store *s) {
   uint64_t removed = 0;
   const pkv_status st = pkv_store_clear(s, &removed);
   if (st != PKV_OK) {
-    fprintf(stderr, "pkv %s: removed %llu blocks, then failed\n", name, (unsigned long long)removed);
+    fprintf(stderr, "pkv %s: removed %llu blocks, then failed\n", name,
+            (unsigned long long)removed);
     return failed(name, o->where, st);
   }
   printf("pkv store clear: removed %llu blocks from %s\n", (unsigned long long)removed, o->where);
@@ -288,7 +307,8 @@ int cmd_store(int argc, char **argv) {
     print_store_usage(stderr);
     return CLI_EXIT_USAGE;
   }
-  if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "help") == 0) {
+  if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0 ||
+      strcmp(argv[0], "help") == 0) {
     print_store_usage(stdout);
     return CLI_EXIT_OK;
   }
@@ -305,7 +325,8 @@ int cmd_store(int argc, char **argv) {
   cli_flag flags[12] = {
       {"dir", CLI_STRING, &o.dir, "DIR", "a file store: its directory", 0},
       {"redis", CLI_STRING, &o.redis, "HOST:PORT", "a Redis or Valkey store", 0},
-      {"password", CLI_STRING, &o.password, "P", "Redis AUTH password (default: $PKV_REDIS_PASSWORD)", 0},
+      {"password", CLI_STRING, &o.password, "P",
+       "Redis AUTH password (default: $PKV_REDIS_PASSWORD)", 0},
       {"prefix", CLI_STRING, &o.prefix, "P", "Redis key prefix of the blocks (pkv:)", 0},
       {"db", CLI_U32, &o.db, "N", "Redis database (0)", 0},
       {"timeout-ms", CLI_U32, &o.timeout_ms, "MS", "Redis connect and command timeout (5000)", 0},
@@ -313,11 +334,13 @@ int cmd_store(int argc, char **argv) {
   size_t n = 6;
   if (sub != SUB_CLEAR) flags[n++] = (cli_flag){"json", CLI_FLAG, &o.json, NULL, "print JSON", 0};
   if (sub == SUB_LS) {
-    flags[n++] = (cli_flag){"keys-only", CLI_FLAG, &o.keys_only, NULL, "keys and sizes only: read no value", 0};
+    flags[n++] = (cli_flag){
+        "keys-only", CLI_FLAG, &o.keys_only, NULL, "keys and sizes only: read no value", 0};
     flags[n++] = (cli_flag){"limit", CLI_U32, &o.limit, "N", "list at most N blocks (0: all)", 0};
   }
   if (sub == SUB_VERIFY)
-    flags[n++] = (cli_flag){"remove-bad", CLI_FLAG, &o.remove_bad, NULL, "remove each bad block found", 0};
+    flags[n++] =
+        (cli_flag){"remove-bad", CLI_FLAG, &o.remove_bad, NULL, "remove each bad block found", 0};
   if (sub == SUB_CLEAR)
     flags[n++] = (cli_flag){"yes", CLI_FLAG, &o.yes, NULL, "really remove every block", 0};
   static const char *const abouts[] = {
@@ -332,7 +355,8 @@ int cmd_store(int argc, char **argv) {
   };
   char name[32], synopsis[128];
   snprintf(name, sizeof name, "store %s", sub_names[sub]);
-  snprintf(synopsis, sizeof synopsis, "store %s (--dir DIR | --redis HOST:PORT) [options]", sub_names[sub]);
+  snprintf(synopsis, sizeof synopsis, "store %s (--dir DIR | --redis HOST:PORT) [options]",
+           sub_names[sub]);
   cli_command cmd = {name, synopsis, abouts[sub], flags, n};
   int rc = cli_parse(&cmd, argc - 1, argv + 1);
   if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
@@ -348,10 +372,18 @@ int cmd_store(int argc, char **argv) {
   const pkv_status st = pkv_store_open(&p, &s);
   if (st != PKV_OK) return failed(name, "cannot open the store", st);
   switch (sub) {
-    case SUB_STATS: rc = run_stats(name, &o, s); break;
-    case SUB_LS: rc = run_ls(name, &o, s); break;
-    case SUB_VERIFY: rc = run_verify(name, &o, s); break;
-    default: rc = run_clear(name, &o, s); break;
+    case SUB_STATS:
+      rc = run_stats(name, &o, s);
+      break;
+    case SUB_LS:
+      rc = run_ls(name, &o, s);
+      break;
+    case SUB_VERIFY:
+      rc = run_verify(name, &o, s);
+      break;
+    default:
+      rc = run_clear(name, &o, s);
+      break;
   }
   pkv_store_close(s);
   return rc;

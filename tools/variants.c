@@ -17,22 +17,28 @@ static const struct {
   int32_t dtype;
   int kv_only;
 } dtype_names[] = {
-    {"bf16", PKV_DTYPE_BF16, 0},         {"bfloat16", PKV_DTYPE_BF16, 0},
-    {"f16", PKV_DTYPE_F16, 0},           {"fp16", PKV_DTYPE_F16, 0},
-    {"float16", PKV_DTYPE_F16, 0},       {"half", PKV_DTYPE_F16, 0},
-    {"f32", PKV_DTYPE_F32, 0},           {"fp32", PKV_DTYPE_F32, 0},
-    {"float32", PKV_DTYPE_F32, 0},       {"fp8_e4m3", PKV_DTYPE_FP8_E4M3, 1},
-    {"fp8", PKV_DTYPE_FP8_E4M3, 1},      {"fp8_e5m2", PKV_DTYPE_FP8_E5M2, 1},
+    {"bf16", PKV_DTYPE_BF16, 0},    {"bfloat16", PKV_DTYPE_BF16, 0},
+    {"f16", PKV_DTYPE_F16, 0},      {"fp16", PKV_DTYPE_F16, 0},
+    {"float16", PKV_DTYPE_F16, 0},  {"half", PKV_DTYPE_F16, 0},
+    {"f32", PKV_DTYPE_F32, 0},      {"fp32", PKV_DTYPE_F32, 0},
+    {"float32", PKV_DTYPE_F32, 0},  {"fp8_e4m3", PKV_DTYPE_FP8_E4M3, 1},
+    {"fp8", PKV_DTYPE_FP8_E4M3, 1}, {"fp8_e5m2", PKV_DTYPE_FP8_E5M2, 1},
 };
 
 const char *variants_dtype_name(int32_t d) {
   switch (d) {
-    case PKV_DTYPE_F32: return "f32";
-    case PKV_DTYPE_F16: return "f16";
-    case PKV_DTYPE_BF16: return "bf16";
-    case PKV_DTYPE_FP8_E4M3: return "fp8_e4m3";
-    case PKV_DTYPE_FP8_E5M2: return "fp8_e5m2";
-    default: return "?";
+    case PKV_DTYPE_F32:
+      return "f32";
+    case PKV_DTYPE_F16:
+      return "f16";
+    case PKV_DTYPE_BF16:
+      return "bf16";
+    case PKV_DTYPE_FP8_E4M3:
+      return "fp8_e4m3";
+    case PKV_DTYPE_FP8_E5M2:
+      return "fp8_e5m2";
+    default:
+      return "?";
   }
 }
 
@@ -80,7 +86,8 @@ int variants_parse_layer_windows(const char *list, uint32_t num_layers, uint32_t
   }
   size_t num_items = 1;
   for (size_t i = 0; i < n; i++) num_items += list[i] == ',';
-  uint32_t *windows = malloc(num_items * sizeof *windows), *counts = malloc(num_items * sizeof *counts);
+  uint32_t *windows = malloc(num_items * sizeof *windows),
+           *counts = malloc(num_items * sizeof *counts);
   if (windows == NULL || counts == NULL) {
     free(windows);
     free(counts);
@@ -129,13 +136,15 @@ int variants_apply(const variant_flags *f, const char *config_path, const char *
   if (f->kv_dtype != NULL) {
     int32_t kv = 0;
     if (variants_parse_dtype(f->kv_dtype, 1, &kv) != 0) {
-      fprintf(stderr, "pkv profile: bad --kv-dtype '%s': expected f32, f16, bf16, fp8_e4m3 or fp8_e5m2\n",
+      fprintf(stderr,
+              "pkv profile: bad --kv-dtype '%s': expected f32, f16, bf16, fp8_e4m3 or fp8_e5m2\n",
               f->kv_dtype);
       return CLI_EXIT_USAGE;
     }
     if (!is_fp8(kv) && kv != p->dtype) {
-      fprintf(stderr, "pkv profile: --kv-dtype %s under a %s model: the KV cache keeps the model's "
-                      "dtype or is fp8 (fp8_e4m3, fp8_e5m2)\n",
+      fprintf(stderr,
+              "pkv profile: --kv-dtype %s under a %s model: the KV cache keeps the model's "
+              "dtype or is fp8 (fp8_e4m3, fp8_e5m2)\n",
               variants_dtype_name(kv), variants_dtype_name(p->dtype));
       return CLI_EXIT_USAGE;
     }
@@ -163,7 +172,8 @@ int variants_apply(const variant_flags *f, const char *config_path, const char *
     uint32_t n = 0;
     pkv_status s = pkv_hf_config_layer_windows(text, len, w, p->num_layers, &n);
     if (s != PKV_OK) {
-      fprintf(stderr, "pkv profile: %s: %s (%s)\n", config_path, pkv_last_error(), pkv_status_string(s));
+      fprintf(stderr, "pkv profile: %s: %s (%s)\n", config_path, pkv_last_error(),
+              pkv_status_string(s));
       free(w);
       return CLI_EXIT_FAIL;
     }

@@ -13,8 +13,8 @@
 
 /* The flags, as given (NULL / not seen when absent). */
 typedef struct variant_flags {
-  const char *kv_dtype;      /* --kv-dtype NAME */
-  uint32_t window;           /* --window N */
+  const char *kv_dtype; /* --kv-dtype NAME */
+  uint32_t window;      /* --window N */
   int window_seen;
   const char *layer_windows; /* --layer-windows LIST */
 } variant_flags;

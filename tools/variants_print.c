@@ -35,10 +35,12 @@ static int get_groups(const pkv_engine_params *p, groups *g) {
       free(g->layer_group);
       return -1;
     }
-    s = pkv_kv_groups(p, g->layer_group, NULL, g->group_window, g->num_groups, &g->num_groups, NULL);
+    s = pkv_kv_groups(p, g->layer_group, NULL, g->group_window, g->num_groups, &g->num_groups,
+                      NULL);
   }
   if (s != PKV_OK) {
-    fprintf(stderr, "pkv profile: pkv_kv_groups: %s (%s)\n", pkv_last_error(), pkv_status_string(s));
+    fprintf(stderr, "pkv profile: pkv_kv_groups: %s (%s)\n", pkv_last_error(),
+            pkv_status_string(s));
     free(g->group_window);
     free(g->layer_group);
     return -1;
@@ -133,7 +135,7 @@ static const char *layer_list(const pkv_engine_params *p, const groups *g, uint3
     else if (len >= 3)
       append(buf, cap, &at, "%s%u,%u,..,%u", sep, run[0], run[0] + run[1], run[2]);
     else
-      for (uint32_t x = run[0], j = 0; j < len; j++, x += len > 1 ? run[1] : 0)
+      for (uint32_t x = run[0], j = 0; j<len; j++, x += len> 1 ? run[1] : 0)
         append(buf, cap, &at, "%s%u", at ? "," : "", x);
     k = 0;
     if (in) run[0] = run[2] = l, k = 1;
@@ -165,7 +167,8 @@ typedef struct gains {
   pkv_kv_budget base[3];
 } gains;
 
-static void get_gains(const pkv_engine_params *p, const pkv_kv_budget *b, const groups *g, gains *out) {
+static void get_gains(const pkv_engine_params *p, const pkv_kv_budget *b, const groups *g,
+                      gains *out) {
   memset(out, 0, sizeof *out);
   out->fp8 = is_fp8(b->kv_dtype);
   out->windows = any_window(g);
@@ -177,28 +180,33 @@ static void get_gains(const pkv_engine_params *p, const pkv_kv_budget *b, const 
 
 /* "    fp8_e4m3 holds 2.00x the tokens of bf16 (1887424 vs 943712)", or, when the baseline holds
  * none, "    fp8_e4m3 holds 12 tokens; bf16 holds none". who_holds ends in its verb. */
-static void print_ratio(const char *who_holds, uint64_t got, uint64_t base, const char *unit, const char *against) {
+static void print_ratio(const char *who_holds, uint64_t got, uint64_t base, const char *unit,
+                        const char *against) {
   if (base == 0)
     printf("    %s %llu %s; %s holds none\n", who_holds, (unsigned long long)got, unit, against);
   else
-    printf("    %s %.2fx the %s of %s (%llu vs %llu)\n", who_holds, (double)got / (double)base, unit, against,
-           (unsigned long long)got, (unsigned long long)base);
+    printf("    %s %.2fx the %s of %s (%llu vs %llu)\n", who_holds, (double)got / (double)base,
+           unit, against, (unsigned long long)got, (unsigned long long)base);
 }
 
 /* What the windows save: the bytes of a sequence of max_model_len with and without them, and how
  * many such sequences fit in each case. */
-static void print_window_saving(const pkv_engine_params *p, const pkv_kv_budget *b, const pkv_kv_budget *full) {
+static void print_window_saving(const pkv_engine_params *p, const pkv_kv_budget *b,
+                                const pkv_kv_budget *full) {
   char a[32], f[32], d[32], n[32];
-  const uint64_t with = b->blocks_per_max_seq * b->block_bytes, without = full->blocks_per_max_seq * full->block_bytes;
+  const uint64_t with = b->blocks_per_max_seq * b->block_bytes,
+                 without = full->blocks_per_max_seq * full->block_bytes;
   const uint64_t saved = without > with ? without - with : 0;
-  printf("    sliding windows save %s (%.0f%%) of a sequence of max_model_len %u: it takes %s,\n"
-         "    not the %s of full attention in every layer; %llu such sequences fit, against %s with\n"
-         "    full attention\n",
-         cli_format_size(saved, d, sizeof d), without ? 100.0 * (double)saved / (double)without : 0.0,
-         p->max_model_len, cli_format_size(with, a, sizeof a), cli_format_size(without, f, sizeof f),
-         (unsigned long long)b->max_seqs_at_max_model_len,
-         full->max_seqs_at_max_model_len ? (snprintf(n, sizeof n, "%llu", (unsigned long long)full->max_seqs_at_max_model_len), n)
-                                         : "none");
+  printf(
+      "    sliding windows save %s (%.0f%%) of a sequence of max_model_len %u: it takes %s,\n"
+      "    not the %s of full attention in every layer; %llu such sequences fit, against %s with\n"
+      "    full attention\n",
+      cli_format_size(saved, d, sizeof d), without ? 100.0 * (double)saved / (double)without : 0.0,
+      p->max_model_len, cli_format_size(with, a, sizeof a), cli_format_size(without, f, sizeof f),
+      (unsigned long long)b->max_seqs_at_max_model_len,
+      full->max_seqs_at_max_model_len
+          ? (snprintf(n, sizeof n, "%llu", (unsigned long long)full->max_seqs_at_max_model_len), n)
+          : "none");
 }
 
 static void print_gains(const pkv_engine_params *p, const pkv_kv_budget *b, const gains *G) {
@@ -209,11 +217,11 @@ static void print_gains(const pkv_engine_params *p, const pkv_kv_budget *b, cons
     printf("    (--num-blocks fixes the pool, not the memory: nothing to compare)\n");
     return;
   }
-  if (G->fp8 && G->ok[0]) {  /* tokens as the table counts them: each in every group's window */
+  if (G->fp8 && G->ok[0]) { /* tokens as the table counts them: each in every group's window */
     char who[64];
     snprintf(who, sizeof who, "%s holds", kv);
-    print_ratio(who, b->max_tokens / b->num_kv_groups, G->base[0].max_tokens / G->base[0].num_kv_groups, "tokens",
-                model);
+    print_ratio(who, b->max_tokens / b->num_kv_groups,
+                G->base[0].max_tokens / G->base[0].num_kv_groups, "tokens", model);
   }
   if (G->windows && p->max_model_len == 0) {
     printf("    sliding windows: no max_model_len, so no longest sequence to count them by\n");
@@ -237,20 +245,24 @@ static void print_gains(const pkv_engine_params *p, const pkv_kv_budget *b, cons
 static void print_groups(const pkv_engine_params *p, const pkv_kv_budget *b, const groups *g) {
   char h[32], hs[32];
   const uint64_t bpt = b->bytes_per_token;
-  printf("\n  KV groups: %u of %u layers each (a block holds K and V of %u layers), %u layer slots padded\n",
-         g->num_groups, g->group_layers, g->group_layers, b->padded_layers);
-  printf("  %6s %8s %7s %7s %12s %12s %12s   %s\n", "group", "window", "layers", "padded", "bytes/token",
-         "blocks/seq", "bytes/seq", "which layers");
+  printf(
+      "\n  KV groups: %u of %u layers each (a block holds K and V of %u layers), %u layer slots padded\n",
+      g->num_groups, g->group_layers, g->group_layers, b->padded_layers);
+  printf("  %6s %8s %7s %7s %12s %12s %12s   %s\n", "group", "window", "layers", "padded",
+         "bytes/token", "blocks/seq", "bytes/seq", "which layers");
   uint64_t all_blocks = 0;
   uint32_t all_layers = 0;
   for (uint32_t i = 0; i < g->num_groups; i++) {
     char win[16], list[256];
     const uint32_t n = group_count(p, g, i);
     const uint64_t blocks = group_blocks(g->group_window[i], p->max_model_len, p->block_size);
-    if (g->group_window[i] == 0) snprintf(win, sizeof win, "full");
-    else snprintf(win, sizeof win, "%u", g->group_window[i]);
-    printf("  %6u %8s %7u %7u %12llu %12llu %12s   %s\n", i, win, n, g->group_layers - n, (unsigned long long)bpt,
-           (unsigned long long)blocks, cli_format_size(blocks * b->block_bytes, hs, sizeof hs),
+    if (g->group_window[i] == 0)
+      snprintf(win, sizeof win, "full");
+    else
+      snprintf(win, sizeof win, "%u", g->group_window[i]);
+    printf("  %6u %8s %7u %7u %12llu %12llu %12s   %s\n", i, win, n, g->group_layers - n,
+           (unsigned long long)bpt, (unsigned long long)blocks,
+           cli_format_size(blocks * b->block_bytes, hs, sizeof hs),
            layer_list(p, g, i, list, sizeof list));
     all_blocks += blocks;
     all_layers += n;
@@ -258,20 +270,23 @@ static void print_groups(const pkv_engine_params *p, const pkv_kv_budget *b, con
   printf("  %6s %8s %7u %7u %12llu %12llu %12s   %s\n", "model", "", all_layers, b->padded_layers,
          (unsigned long long)(bpt * g->num_groups), (unsigned long long)all_blocks,
          cli_format_size(all_blocks * b->block_bytes, hs, sizeof hs), "every group");
-  printf("  bytes/token: a token inside the group's window (%s a group; the model's: every group's);\n"
-         "  blocks/seq: the most a sequence of max_model_len holds in the group: all its blocks, or a\n"
-         "  window's ceil(w / %u) + 1\n",
-         cli_format_size(bpt, h, sizeof h), p->block_size);
+  printf(
+      "  bytes/token: a token inside the group's window (%s a group; the model's: every group's);\n"
+      "  blocks/seq: the most a sequence of max_model_len holds in the group: all its blocks, or a\n"
+      "  window's ceil(w / %u) + 1\n",
+      cli_format_size(bpt, h, sizeof h), p->block_size);
 }
 
 void variants_print_model(const pkv_engine_params *p, const pkv_kv_budget *b) {
   if (is_fp8(b->kv_dtype))
-    printf("  kv cache   %s, 1 B per element (the model's %s: %u B), %s\n", variants_dtype_name(b->kv_dtype),
-           variants_dtype_name(p->dtype), variants_dtype_bytes(p->dtype),
-           p->kv_layout == PKV_KV_LAYOUT_MLA ? "the latent scaled per layer" : "K and V scaled per layer and kv head");
+    printf("  kv cache   %s, 1 B per element (the model's %s: %u B), %s\n",
+           variants_dtype_name(b->kv_dtype), variants_dtype_name(p->dtype),
+           variants_dtype_bytes(p->dtype),
+           p->kv_layout == PKV_KV_LAYOUT_MLA ? "the latent scaled per layer"
+                                             : "K and V scaled per layer and kv head");
   else
-    printf("  kv cache   %s, %u B per element (the model's dtype)\n", variants_dtype_name(b->kv_dtype),
-           variants_dtype_bytes(b->kv_dtype));
+    printf("  kv cache   %s, %u B per element (the model's dtype)\n",
+           variants_dtype_name(b->kv_dtype), variants_dtype_bytes(b->kv_dtype));
   groups g;
   if (get_groups(p, &g) != 0) return;
   if (g.num_groups == 1 && g.group_window[0] == 0) {
@@ -313,18 +328,23 @@ static void json_baseline(const char *name, int have, int ok, const pkv_kv_budge
     printf("null%s\n", last ? "" : ",");
     return;
   }
-  printf("{\"kv_dtype\": \"%s\", \"num_kv_groups\": %u, \"block_bytes\": %llu, \"num_blocks\": %llu, "
-         "\"max_tokens\": %llu, \"blocks_per_max_seq\": %llu, \"max_seqs_at_max_model_len\": %llu, "
-         "\"tokens_ratio\": ",
-         variants_dtype_name(base->kv_dtype), base->num_kv_groups, (unsigned long long)base->block_bytes,
-         (unsigned long long)base->num_blocks, (unsigned long long)base->max_tokens,
-         (unsigned long long)base->blocks_per_max_seq, (unsigned long long)base->max_seqs_at_max_model_len);
-  if (base->max_tokens) printf("%.4f", (double)b->max_tokens / (double)base->max_tokens);
-  else printf("null");
+  printf(
+      "{\"kv_dtype\": \"%s\", \"num_kv_groups\": %u, \"block_bytes\": %llu, \"num_blocks\": %llu, "
+      "\"max_tokens\": %llu, \"blocks_per_max_seq\": %llu, \"max_seqs_at_max_model_len\": %llu, "
+      "\"tokens_ratio\": ",
+      variants_dtype_name(base->kv_dtype), base->num_kv_groups,
+      (unsigned long long)base->block_bytes, (unsigned long long)base->num_blocks,
+      (unsigned long long)base->max_tokens, (unsigned long long)base->blocks_per_max_seq,
+      (unsigned long long)base->max_seqs_at_max_model_len);
+  if (base->max_tokens)
+    printf("%.4f", (double)b->max_tokens / (double)base->max_tokens);
+  else
+    printf("null");
   printf(", \"seqs_ratio\": ");
   if (base->max_seqs_at_max_model_len)
     printf("%.4f", (double)b->max_seqs_at_max_model_len / (double)base->max_seqs_at_max_model_len);
-  else printf("null");
+  else
+    printf("null");
   printf("}%s\n", last ? "" : ",");
 }
 
@@ -338,11 +358,12 @@ void variants_print_json(const pkv_engine_params *p, const pkv_kv_budget *b) {
   for (uint32_t i = 0; i < g.num_groups; i++) {
     const uint32_t n = group_count(p, &g, i);
     const uint64_t blocks = group_blocks(g.group_window[i], p->max_model_len, p->block_size);
-    printf("%s\n    {\"group\": %u, \"kind\": \"%s\", \"window\": %u, \"num_layers\": %u, \"padded_slots\": %u, "
-           "\"bytes_per_token\": %llu, \"blocks_per_max_seq\": %llu, \"bytes_per_max_seq\": %llu, \"layers\": ",
-           i ? "," : "", i, g.group_window[i] ? "sliding_window" : "full_attention", g.group_window[i], n,
-           g.group_layers - n, (unsigned long long)b->bytes_per_token, (unsigned long long)blocks,
-           (unsigned long long)(blocks * b->block_bytes));
+    printf(
+        "%s\n    {\"group\": %u, \"kind\": \"%s\", \"window\": %u, \"num_layers\": %u, \"padded_slots\": %u, "
+        "\"bytes_per_token\": %llu, \"blocks_per_max_seq\": %llu, \"bytes_per_max_seq\": %llu, \"layers\": ",
+        i ? "," : "", i, g.group_window[i] ? "sliding_window" : "full_attention", g.group_window[i],
+        n, g.group_layers - n, (unsigned long long)b->bytes_per_token, (unsigned long long)blocks,
+        (unsigned long long)(blocks * b->block_bytes));
     if (g.layer_group == NULL && p->num_layers > 65536) { /* a made-up shape: not 2^31 numbers */
       printf("null}");
       continue;

@@ -119,7 +119,8 @@ int sim_workload_make(const sim_workload_params *p, sim_workload *w) {
       break;
     }
     w->num_requests = i + 1;
-    if (r->system_len > 0) memcpy(r->prompt, systems[r->system_id], r->system_len * sizeof(int32_t));
+    if (r->system_len > 0)
+      memcpy(r->prompt, systems[r->system_id], r->system_len * sizeof(int32_t));
     for (uint32_t t = r->system_len; t < r->prompt_len; t++) r->prompt[t] = rng_token(&s);
     w->prompt_tokens += r->prompt_len;
     w->output_tokens += (uint64_t)r->output_len * r->num_samples;

@@ -10,7 +10,9 @@ namespace pkv {
 MemoryInfo host_memory() {
   MemoryInfo info;
   std::FILE *f = std::fopen("/proc/meminfo", "r");
-  if (!f) fail(PKV_ERR_UNSUPPORTED, "cannot read /proc/meminfo; set memory_total_bytes or kv_cache_bytes");
+  if (!f)
+    fail(PKV_ERR_UNSUPPORTED,
+         "cannot read /proc/meminfo; set memory_total_bytes or kv_cache_bytes");
   char key[64];
   unsigned long long kib = 0;
   while (std::fscanf(f, "%63s %llu kB ", key, &kib) == 2) {
@@ -28,10 +30,11 @@ int32_t resolve_device(int32_t device, int32_t device_id) {
   bool usable = cuda_usable(device_id, &why);
   if (device == PKV_DEVICE_AUTO) return usable ? PKV_DEVICE_CUDA : PKV_DEVICE_CPU;
   if (!usable)
-    fail(PKV_ERR_NO_DEVICE,
-         "device is PKV_DEVICE_CUDA (device_id %d) and %s. Set device to PKV_DEVICE_CPU to keep the KV in host "
-         "memory, or PKV_DEVICE_AUTO to take a GPU when there is one",
-         device_id, why.c_str());
+    fail(
+        PKV_ERR_NO_DEVICE,
+        "device is PKV_DEVICE_CUDA (device_id %d) and %s. Set device to PKV_DEVICE_CPU to keep the KV in host "
+        "memory, or PKV_DEVICE_AUTO to take a GPU when there is one",
+        device_id, why.c_str());
   return PKV_DEVICE_CUDA;
 }
 

@@ -26,14 +26,18 @@ struct PoolShape {
   uint32_t dtype_bytes;  // of kv_dtype: the pool's elements
   int32_t dtype;         // the model's: q, k, v and out of pkv_attention
   int32_t kv_dtype;      // the pool's: dtype, or PKV_DTYPE_FP8_*
-  uint32_t q_heads;  // per rank
+  uint32_t q_heads;      // per rank
   // K (or V) bytes of one block of one layer, of one layer, of the pool: from pool_layout()
   // (profiler.h), which checks them, never recomputed here.
-  struct { uint64_t block, layer, pool; } bytes;
+  struct {
+    uint64_t block, layer, pool;
+  } bytes;
   // The host tier (0 blocks: none): the same layout with host_num_blocks blocks.
   uint32_t host_num_blocks;
-  struct { uint64_t layer, pool; } host_bytes;
-  uint32_t tensors = 2;      // 2 (K and V) or 1 (the MLA latent)
+  struct {
+    uint64_t layer, pool;
+  } host_bytes;
+  uint32_t tensors = 2;       // 2 (K and V) or 1 (the MLA latent)
   uint32_t kv_lora_rank = 0;  // MLA: the values per q head of V and of pkv_attention's out
   bool mla() const { return tensors == 1; }
   uint32_t v_dim() const { return mla() ? kv_lora_rank : head_dim; }
@@ -43,19 +47,24 @@ struct PoolShape {
 };
 
 // The tiers a queued copy (PKV_COPY_*) reads and writes: false = the pool, true = the host tier.
-constexpr bool copy_reads_host(int32_t kind) { return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD; }
-constexpr bool copy_writes_host(int32_t kind) { return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD; }
+constexpr bool copy_reads_host(int32_t kind) {
+  return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD;
+}
+constexpr bool copy_writes_host(int32_t kind) {
+  return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD;
+}
 
 // One layer's call of pkv_attention, on the planned step. MLA: k is the new tokens' latents
 // [tokens][head_dim], v null, q [tokens][q_heads][head_dim], out [tokens][q_heads][kv_lora_rank]; every
 // q head attends to the one latent (K = the latent, V = its first kv_lora_rank values).
 struct AttentionCall {
-  uint32_t layer;          // the model's layer
-  uint32_t slot;           // its index in the pool's layer dimension (KvGroups::layer_slot)
-  uint32_t group;          // its KV group: the step's slot mapping and tables to use
-  uint32_t window;         // keys a token attends to, itself included; 0 = all (full attention)
+  uint32_t layer;   // the model's layer
+  uint32_t slot;    // its index in the pool's layer dimension (KvGroups::layer_slot)
+  uint32_t group;   // its KV group: the step's slot mapping and tables to use
+  uint32_t window;  // keys a token attends to, itself included; 0 = all (full attention)
   float scale;
-  const float *k_scale, *v_scale;  // fp8 pools: [kv_heads] of this layer; else null (MLA: no v_scale)
+  const float *k_scale,
+      *v_scale;  // fp8 pools: [kv_heads] of this layer; else null (MLA: no v_scale)
   const void *q, *k, *v;
   void *out;
 };
@@ -66,7 +75,7 @@ struct AttentionCall {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual int32_t device() const = 0;  // PKV_DEVICE_CPU or PKV_DEVICE_CUDA
+  virtual int32_t device() const = 0;       // PKV_DEVICE_CPU or PKV_DEVICE_CUDA
   virtual const char *kernels() const = 0;  // pkv_pool_info.kernels: a static string
   virtual void *k_pool() const = 0;
   virtual void *v_pool() const = 0;
@@ -75,7 +84,8 @@ class Backend {
   virtual void *host_v_pool() const = 0;
   // Block copies src[i] -> dst[i], in order, every layer, K and V (MLA: K); kind[i] (PKV_COPY_*) says
   // which tier each id is in.
-  virtual void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) = 0;
+  virtual void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
+                           uint32_t n) = 0;
   // Pool block `block`'s K and V of every layer into dst (host memory), layer by layer, K then V
   // (bytes.block each; MLA: K only): the store tier's payload. After the work queued so far (synchronous).
   virtual void read_block(int32_t block, void *dst) = 0;

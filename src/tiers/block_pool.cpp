@@ -84,19 +84,21 @@ void BlockPool::touch(int32_t b) {
 void BlockPool::check(const char *tier) const {
   uint32_t ref0 = 0, cached = 0;
   for (uint32_t b = 0; b < num_blocks_; ++b) {
-    if (blocks_[b].ref < 0) fail(PKV_ERR_INTERNAL, "%s block %u: ref count %d", tier, b, blocks_[b].ref);
+    if (blocks_[b].ref < 0)
+      fail(PKV_ERR_INTERNAL, "%s block %u: ref count %d", tier, b, blocks_[b].ref);
     ref0 += blocks_[b].ref == 0;
     cached += blocks_[b].ref == 0 && blocks_[b].node != kNoNode;
   }
   if (ref0 != num_free_ || cached != num_cached_)
-    fail(PKV_ERR_INTERNAL, "%s counters: free %u (actual %u), cached %u (actual %u)", tier, num_free_,
-         ref0, num_cached_, cached);
+    fail(PKV_ERR_INTERNAL, "%s counters: free %u (actual %u), cached %u (actual %u)", tier,
+         num_free_, ref0, num_cached_, cached);
   uint32_t walked = 0;
   bool seen_cached = false;
   for (int32_t b = blocks_[sentinel()].next; b != sentinel(); b = blocks_[b].next) {
     if (b < 0 || uint32_t(b) >= num_blocks_ || blocks_[b].ref != 0 || ++walked > num_free_)
       fail(PKV_ERR_INTERNAL, "%s free list holds block %d wrongly or loops", tier, b);
-    if (blocks_[blocks_[b].next].prev != b) fail(PKV_ERR_INTERNAL, "%s free list links broken at %d", tier, b);
+    if (blocks_[blocks_[b].next].prev != b)
+      fail(PKV_ERR_INTERNAL, "%s free list links broken at %d", tier, b);
     const bool is_cached = blocks_[b].node != kNoNode;
     if (seen_cached && !is_cached)
       fail(PKV_ERR_INTERNAL, "%s free list: free block %d after a cached one", tier, b);

@@ -56,7 +56,8 @@ void FileStore::remove_if_stale_temp(int dirfd, const char *name) {
   const std::string tail(mark + std::strlen(kTempMark));  // <host>.<pid>.<n>, or not ours
   const size_t dot1 = tail.find('.'), dot2 = tail.rfind('.');
   if (dot1 == std::string::npos || dot2 <= dot1 + 1 || dot2 + 1 == tail.size() ||
-      tail.find_first_not_of("0123456789.", dot1) != std::string::npos || tail.find('.', dot1 + 1) != dot2)
+      tail.find_first_not_of("0123456789.", dot1) != std::string::npos ||
+      tail.find('.', dot1 + 1) != dot2)
     return;
   bool stale = now_ns() - ns_of(st.st_mtim) > kStaleTempNs;
   if (!stale && tail.compare(0, dot1, host_) == 0 && dot1 == host_.size()) {
@@ -96,7 +97,8 @@ std::string FileStore::scan() {
       remove_if_stale_temp(dirfd(d), n);
   }
   closedir(d);
-  std::sort(found.begin(), found.end(), [](const Found &a, const Found &b) { return a.used_ns < b.used_ns; });
+  std::sort(found.begin(), found.end(),
+            [](const Found &a, const Found &b) { return a.used_ns < b.used_ns; });
   for (const Found &f : found) remember(f.key, f.bytes, f.used_ns);
   return "";
 }
@@ -129,8 +131,10 @@ StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size
     const std::string path = path_of(keys[i]);
     const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-      if (errno == ENOENT) forget(keys[i]);  // never written, or removed by another store
-      else error = why("open", path, errno), ++failed;
+      if (errno == ENOENT)
+        forget(keys[i]);  // never written, or removed by another store
+      else
+        error = why("open", path, errno), ++failed;
       continue;
     }
     struct stat st;
@@ -154,8 +158,8 @@ StoreStatus FileStore::get(const StoreKey *keys, size_t n, uint8_t *values, size
     close(fd);
   }
   if (reached < n) {
-    error = "timed out after " + std::to_string(timeout_ms) + " ms (" + std::to_string(reached) + " of " +
-            std::to_string(n) + " keys read)";
+    error = "timed out after " + std::to_string(timeout_ms) + " ms (" + std::to_string(reached) +
+            " of " + std::to_string(n) + " keys read)";
     failed += n - reached;
   }
   if (!failed) return {};
@@ -222,15 +226,17 @@ std::string FileStore::make_room(const StoreKey *batch, size_t n, int64_t growth
 // Temp file and write, its writeback started (sync_file_range) so the blocks of a batch reach
 // the disk together: "" or why not (then the temp file is gone). *fd and *temp are kept for
 // finish_block().
-std::string FileStore::start_block(const StoreKey &key, const uint8_t *value, size_t value_bytes, int *out_fd,
-                                   std::string *out_temp) {
+std::string FileStore::start_block(const StoreKey &key, const uint8_t *value, size_t value_bytes,
+                                   int *out_fd, std::string *out_temp) {
   const std::string final_path = path_of(key);
   std::string temp = temp_name(final_path, host_);
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0 && errno == ENOENT) {  // the shard's first block (or the directory was removed)
     const std::string shard = shard_of(key.hex());
-    if (mkdir(shard.c_str(), 0755) == 0) fsync_dir(dir_);
-    else if (errno != EEXIST) return why("mkdir", shard, errno);
+    if (mkdir(shard.c_str(), 0755) == 0)
+      fsync_dir(dir_);
+    else if (errno != EEXIST)
+      return why("mkdir", shard, errno);
     fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   }
   if (fd < 0) return why("create", temp, errno);
@@ -246,7 +252,8 @@ std::string FileStore::start_block(const StoreKey &key, const uint8_t *value, si
 }
 
 // fsync, rename onto the block's name: "" or why not (the temp file is gone either way).
-std::string FileStore::finish_block(const StoreKey &key, int fd, const std::string &temp, int64_t *seen_ns) {
+std::string FileStore::finish_block(const StoreKey &key, int fd, const std::string &temp,
+                                    int64_t *seen_ns) {
   int err = 0;
   const char *step = "fsync";
   struct stat st;
@@ -266,15 +273,17 @@ std::string FileStore::finish_block(const StoreKey &key, int fd, const std::stri
 // replaces; a key twice in the batch replaces its own first value). *fit is as many as max_bytes
 // holds: a batch larger than the cap writes its first blocks (the parents a lookup reaches
 // first; later ones are of no use without them) and refuses the rest.
-int64_t FileStore::batch_growth(const StoreKey *keys, size_t n, size_t value_bytes, std::vector<uint64_t> *replaced,
-                                size_t *fit) {
+int64_t FileStore::batch_growth(const StoreKey *keys, size_t n, size_t value_bytes,
+                                std::vector<uint64_t> *replaced, size_t *fit) {
   replaced->assign(n, 0);
   int64_t growth = 0;
   for (*fit = 0; *fit < n; ++*fit) {
     const size_t i = *fit;
     struct stat st;
-    if (std::find(keys, keys + i, keys[i]) != keys + i) (*replaced)[i] = value_bytes;
-    else if (stat(path_of(keys[i]).c_str(), &st) == 0 && S_ISREG(st.st_mode)) (*replaced)[i] = uint64_t(st.st_size);
+    if (std::find(keys, keys + i, keys[i]) != keys + i)
+      (*replaced)[i] = value_bytes;
+    else if (stat(path_of(keys[i]).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      (*replaced)[i] = uint64_t(st.st_size);
     const int64_t add = int64_t(value_bytes) - int64_t((*replaced)[i]);
     if (max_bytes_ && growth + add > int64_t(max_bytes_)) break;
     growth += add;
@@ -282,7 +291,8 @@ int64_t FileStore::batch_growth(const StoreKey *keys, size_t n, size_t value_byt
   return growth;
 }
 
-StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) {
+StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values,
+                           size_t value_bytes) {
   if (max_bytes_ && value_bytes > max_bytes_)
     return StoreStatus::failure("file store: a value of " + std::to_string(value_bytes) +
                                 " bytes is over max_bytes (" + std::to_string(max_bytes_) + ")");
@@ -299,7 +309,8 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
   }
   size_t failed = n - fit;
   if (failed)
-    error = "the batch's first " + std::to_string(fit) + " values fill max_bytes (" + std::to_string(max_bytes_) + ")";
+    error = "the batch's first " + std::to_string(fit) + " values fill max_bytes (" +
+            std::to_string(max_bytes_) + ")";
   std::set<std::string> shards;
   // Every block written first (their writeback started), then each fsync'ed and renamed: the
   // disk gets the batch at once instead of one block per flush. Each block is still durable
@@ -313,7 +324,8 @@ StoreStatus FileStore::put(const StoreKey *keys, size_t n, const uint8_t *values
   pending.reserve(fit);
   for (size_t i = 0; i < fit; ++i) {
     Pending p{i, -1, {}};
-    const std::string e = start_block(keys[i], values + i * value_bytes, value_bytes, &p.fd, &p.temp);
+    const std::string e =
+        start_block(keys[i], values + i * value_bytes, value_bytes, &p.fd, &p.temp);
     if (!e.empty()) {
       error = e, ++failed;
       continue;
@@ -350,17 +362,21 @@ std::unique_ptr<Store> make_file_store(const pkv_store_params &p) {
   std::string dir = p.path;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (const int err = make_dirs(dir))
-    fail(PKV_ERR_STORE, "file store: cannot make directory %s: %s", dir.c_str(), std::strerror(err));
-  if (p.write_mode != PKV_STORE_READ_ONLY) {  // a read-only engine may read a directory it cannot write
+    fail(PKV_ERR_STORE, "file store: cannot make directory %s: %s", dir.c_str(),
+         std::strerror(err));
+  if (p.write_mode !=
+      PKV_STORE_READ_ONLY) {  // a read-only engine may read a directory it cannot write
     const std::string probe = temp_name(dir + "/.probe", host_tag());
     const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) fail(PKV_ERR_STORE, "file store: cannot write in %s: %s", dir.c_str(), std::strerror(errno));
+    if (fd < 0)
+      fail(PKV_ERR_STORE, "file store: cannot write in %s: %s", dir.c_str(), std::strerror(errno));
     close(fd);
     unlink(probe.c_str());
   } else if (access(dir.c_str(), R_OK | X_OK) != 0) {
     fail(PKV_ERR_STORE, "file store: cannot read %s: %s", dir.c_str(), std::strerror(errno));
   }
-  return std::make_unique<FileStore>(std::move(dir), p.max_bytes, p.write_mode != PKV_STORE_READ_ONLY);
+  return std::make_unique<FileStore>(std::move(dir), p.max_bytes,
+                                     p.write_mode != PKV_STORE_READ_ONLY);
 }
 
 }  // namespace pkv

@@ -8,14 +8,18 @@ namespace pkv::filestore {
 
 // Administration's reads of large values, a piece at a time (same rules as get: no blocking
 // open, regular files only).
-StoreStatus FileStore::read_range(const StoreKey &key, uint64_t offset, size_t n, uint8_t *out, size_t *got) {
+StoreStatus FileStore::read_range(const StoreKey &key, uint64_t offset, size_t n, uint8_t *out,
+                                  size_t *got) {
   *got = 0;
   const std::string path = path_of(key);
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? StoreStatus{} : StoreStatus::failure("file store: " + why("open", path, errno));
+  if (fd < 0)
+    return errno == ENOENT ? StoreStatus{}
+                           : StoreStatus::failure("file store: " + why("open", path, errno));
   struct stat st;
   std::string error;
-  if (fstat(fd, &st) != 0) error = why("stat", path, errno);
+  if (fstat(fd, &st) != 0)
+    error = why("stat", path, errno);
   else if (S_ISREG(st.st_mode) && offset < uint64_t(st.st_size)) {
     const size_t want = size_t(std::min<uint64_t>(n, uint64_t(st.st_size) - offset));
     while (*got < want) {
@@ -35,7 +39,9 @@ StoreStatus FileStore::read_range(const StoreKey &key, uint64_t offset, size_t n
 // The cursor is the next shard to read (0 .. 255); a page is whole shards, in key order, until
 // it holds count entries. A shard that is not there (never written) is empty.
 StoreStatus FileStore::list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) {
-  if (*cursor > 255) return StoreStatus::failure("file store: cursor " + std::to_string(*cursor) + " is not a shard");
+  if (*cursor > 255)
+    return StoreStatus::failure("file store: cursor " + std::to_string(*cursor) +
+                                " is not a shard");
   std::vector<StoreEntry> page;
   unsigned shard = unsigned(*cursor);
   for (; shard < 256 && (page.empty() || page.size() < count); ++shard) {
@@ -60,9 +66,10 @@ StoreStatus FileStore::list(uint64_t *cursor, size_t count, std::vector<StoreEnt
     const int err = errno;
     closedir(d);
     if (err) return StoreStatus::failure("file store: " + why("read", path, err));
-    std::sort(page.begin() + std::ptrdiff_t(first), page.end(), [](const StoreEntry &a, const StoreEntry &b) {
-      return std::memcmp(a.key.bytes, b.key.bytes, 32) < 0;
-    });
+    std::sort(page.begin() + std::ptrdiff_t(first), page.end(),
+              [](const StoreEntry &a, const StoreEntry &b) {
+                return std::memcmp(a.key.bytes, b.key.bytes, 32) < 0;
+              });
   }
   out->insert(out->end(), page.begin(), page.end());
   *cursor = shard < 256 ? shard : 0;

@@ -29,10 +29,12 @@ class FileStore final : public Store {
   FileStore(std::string dir, uint64_t max_bytes, bool writable);
   const char *kind() const override { return "file"; }
   StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
-  StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes, uint8_t *found,
-                  uint32_t timeout_ms, uint64_t *held_bytes) override;
-  StoreStatus read_range(const StoreKey &key, uint64_t offset, size_t n, uint8_t *out, size_t *got) override;
-  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
+  StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
+                  uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes) override;
+  StoreStatus read_range(const StoreKey &key, uint64_t offset, size_t n, uint8_t *out,
+                         size_t *got) override;
+  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values,
+                  size_t value_bytes) override;
   StoreStatus list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) override;
   StoreStatus remove(const StoreKey *keys, size_t n, uint8_t *removed) override;
 
@@ -48,7 +50,7 @@ class FileStore final : public Store {
     const std::string hex = k.hex();
     return shard_of(hex) + "/" + hex + kBlockSuffix;
   }
-  std::string scan();    // "" or why the directory cannot be read
+  std::string scan();  // "" or why the directory cannot be read
   std::string rescan();
   std::string lock_usage();
   struct Found {
@@ -61,19 +63,19 @@ class FileStore final : public Store {
   void remember(const StoreKey &key, uint64_t bytes, int64_t seen_ns);
   void forget(const StoreKey &key);
   std::string make_room(const StoreKey *batch, size_t n, int64_t growth);
-  int64_t batch_growth(const StoreKey *keys, size_t n, size_t value_bytes, std::vector<uint64_t> *replaced,
-                       size_t *fit);
-  std::string start_block(const StoreKey &key, const uint8_t *value, size_t value_bytes, int *out_fd,
-                          std::string *out_temp);
+  int64_t batch_growth(const StoreKey *keys, size_t n, size_t value_bytes,
+                       std::vector<uint64_t> *replaced, size_t *fit);
+  std::string start_block(const StoreKey &key, const uint8_t *value, size_t value_bytes,
+                          int *out_fd, std::string *out_temp);
   std::string finish_block(const StoreKey &key, int fd, const std::string &temp, int64_t *seen_ns);
 
   std::string dir_, host_;
   uint64_t max_bytes_;
   std::unordered_map<StoreKey, Entry, KeyHash> index_;
-  std::map<uint64_t, StoreKey> lru_;  // tick -> key, least recently used first
+  std::map<uint64_t, StoreKey> lru_;          // tick -> key, least recently used first
   uint64_t total_bytes_ = 0, next_tick_ = 0;  // total_bytes_: of the blocks in index_
-  std::unique_ptr<FileStoreUsage> usage_;      // nullptr: a read-only store
-  uint64_t dir_bytes_ = 0;                     // the directory's count, while holding its lock
+  std::unique_ptr<FileStoreUsage> usage_;     // nullptr: a read-only store
+  uint64_t dir_bytes_ = 0;                    // the directory's count, while holding its lock
 };
 
 }  // namespace pkv::filestore

@@ -16,7 +16,8 @@ constexpr char kMagic[8] = {'P', 'K', 'V', 'U', 'S', 'E', '0', '1'};
 
 FileStoreUsage::FileStoreUsage(const std::string &dir)
     : path_(dir + "/.pkv-usage"), fd_(open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-  if (fd_ < 0) fail(PKV_ERR_STORE, "file store: cannot open %s: %s", path_.c_str(), std::strerror(errno));
+  if (fd_ < 0)
+    fail(PKV_ERR_STORE, "file store: cannot open %s: %s", path_.c_str(), std::strerror(errno));
 }
 
 FileStoreUsage::~FileStoreUsage() { close(fd_); }
@@ -32,7 +33,8 @@ void FileStoreUsage::unlock() const { flock(fd_, LOCK_UN); }
 
 bool FileStoreUsage::read(uint64_t *bytes) const {
   uint8_t rec[16];
-  if (pread(fd_, rec, sizeof rec, 0) != ssize_t(sizeof rec) || std::memcmp(rec, kMagic, 8) != 0) return false;
+  if (pread(fd_, rec, sizeof rec, 0) != ssize_t(sizeof rec) || std::memcmp(rec, kMagic, 8) != 0)
+    return false;
   std::memcpy(bytes, rec + 8, 8);
   return true;
 }

@@ -24,14 +24,17 @@
 namespace pkv::filestore {
 
 inline constexpr char kBlockSuffix[] = ".blk";
-inline constexpr char kTempMark[] = ".tmp.";            // <final name>.tmp.<host>.<pid>.<n>
+inline constexpr char kTempMark[] = ".tmp.";             // <final name>.tmp.<host>.<pid>.<n>
 inline constexpr int64_t kStaleTempNs = 60'000'000'000;  // a temp file this old is a dead writer's
 
-inline std::atomic<uint64_t> g_temp_counter{0};  // per process: the two stores of an engine never collide
+inline std::atomic<uint64_t> g_temp_counter{
+    0};  // per process: the two stores of an engine never collide
 
 inline int64_t ns_of(const timespec &t) { return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
 // When a block was last written or read, as the file says (reads set atime explicitly).
-inline int64_t used_ns(const struct stat &st) { return std::max(ns_of(st.st_atim), ns_of(st.st_mtim)); }
+inline int64_t used_ns(const struct stat &st) {
+  return std::max(ns_of(st.st_atim), ns_of(st.st_mtim));
+}
 inline int64_t mono_ns() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -131,7 +134,8 @@ class XfszBlock {
     struct sigaction sa;
     sigemptyset(&xfsz_);
     sigaddset(&xfsz_, SIGXFSZ);
-    if (sigaction(SIGXFSZ, nullptr, &sa) != 0 || (sa.sa_flags & SA_SIGINFO) || sa.sa_handler != SIG_DFL)
+    if (sigaction(SIGXFSZ, nullptr, &sa) != 0 || (sa.sa_flags & SA_SIGINFO) ||
+        sa.sa_handler != SIG_DFL)
       return;
     if (pthread_sigmask(SIG_BLOCK, &xfsz_, &old_) == 0) active_ = !sigismember(&old_, SIGXFSZ);
   }

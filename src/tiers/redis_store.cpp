@@ -116,7 +116,8 @@ RedisStore::Exchange RedisStore::exchange(Pipeline &p, const Deadline &d, const 
     int left_ms = d.remaining_ms();
     if (left_ms == 0) {
       return broken("timed out after " + std::to_string(d.budget_ms) + " ms (" +
-                    std::to_string(x.num_replies) + " of " + std::to_string(n) + " replies)", false);
+                        std::to_string(x.num_replies) + " of " + std::to_string(n) + " replies)",
+                    false);
     }
     pollfd pfd{ctx_->fd, short(POLLIN | (next_iov < iov.size() ? POLLOUT : 0)), 0};
     int ready = poll(&pfd, 1, left_ms);
@@ -155,7 +156,8 @@ RedisStore::Exchange RedisStore::exchange(Pipeline &p, const Deadline &d, const 
 }
 
 // Runs one call's pipeline, connecting first when needed; any failure is "redis H:P: what: why".
-StoreStatus RedisStore::call(const char *what, Pipeline &p, const Deadline &d, const OnReply &on_reply) {
+StoreStatus RedisStore::call(const char *what, Pipeline &p, const Deadline &d,
+                             const OnReply &on_reply) {
   auto failure = [&](const std::string &why) {
     return StoreStatus::failure(where() + ": " + what + ": " + why);
   };
@@ -191,14 +193,15 @@ StoreStatus RedisStore::exists(const StoreKey *keys, size_t n, uint8_t *out) {
     p.arg("EXISTS", 6);
     p.arg(key(keys[i]));
   }
-  StoreStatus s = call("exists", p, Deadline(io_timeout_ms_), [&](size_t i, const redisReply *r) -> std::string {
-    if (r->type == REDIS_REPLY_INTEGER) {
-      out[i] = r->integer > 0;
-      return "";
-    }
-    if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
-    return "unexpected reply to EXISTS (type " + std::to_string(r->type) + ")";
-  });
+  StoreStatus s = call("exists", p, Deadline(io_timeout_ms_),
+                       [&](size_t i, const redisReply *r) -> std::string {
+                         if (r->type == REDIS_REPLY_INTEGER) {
+                           out[i] = r->integer > 0;
+                           return "";
+                         }
+                         if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
+                         return "unexpected reply to EXISTS (type " + std::to_string(r->type) + ")";
+                       });
   if (!s.ok) std::memset(out, 0, n);
   return s;
 }
@@ -242,17 +245,20 @@ StoreStatus RedisStore::get(const StoreKey *keys, size_t n, uint8_t *values, siz
         return "";
       case 2:
         if (r->type != REDIS_REPLY_INTEGER) break;
-        if (found[i] == kStoreAbsent && r->integer > 0 && sizes[i] != value_bytes) found[i] = kStoreWrongSize;
+        if (found[i] == kStoreAbsent && r->integer > 0 && sizes[i] != value_bytes)
+          found[i] = kStoreWrongSize;
         return "";
     }
     return "unexpected reply (type " + std::to_string(r->type) + ") to a get";
   });
   if (!s.ok) std::memset(found, kStoreAbsent, n);  // a failed call's outputs are misses (store.h)
-  for (size_t i = 0; held_bytes && i < n; ++i) held_bytes[i] = found[i] == kStoreWrongSize ? sizes[i] : 0;
+  for (size_t i = 0; held_bytes && i < n; ++i)
+    held_bytes[i] = found[i] == kStoreWrongSize ? sizes[i] : 0;
   return s;
 }
 
-StoreStatus RedisStore::put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) {
+StoreStatus RedisStore::put(const StoreKey *keys, size_t n, const uint8_t *values,
+                            size_t value_bytes) {
   if (n == 0) return {};
   Pipeline p;
   std::string ttl = std::to_string(ttl_seconds_);

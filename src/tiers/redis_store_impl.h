@@ -20,7 +20,8 @@ namespace pkv::redis {
 
 using Clock = std::chrono::steady_clock;
 inline constexpr auto kReconnectInterval = std::chrono::milliseconds(1000);
-inline constexpr uint32_t kDefaultTimeoutMs = 1000;  // connect_timeout_ms or io_timeout_ms given as 0
+inline constexpr uint32_t kDefaultTimeoutMs =
+    1000;  // connect_timeout_ms or io_timeout_ms given as 0
 inline constexpr size_t kRecvBytes = size_t(256) << 10;
 
 // The commands of one call in RESP: the protocol text, with values referred to in place.
@@ -83,7 +84,8 @@ class Pipeline {
 struct Deadline {
   uint32_t budget_ms;
   Clock::time_point at;
-  explicit Deadline(uint32_t ms) : budget_ms(ms), at(Clock::now() + std::chrono::milliseconds(ms)) {}
+  explicit Deadline(uint32_t ms)
+      : budget_ms(ms), at(Clock::now() + std::chrono::milliseconds(ms)) {}
   int remaining_ms() const {
     auto left = std::chrono::ceil<std::chrono::milliseconds>(at - Clock::now()).count();
     return int(std::clamp<decltype(left)>(left, 0, INT_MAX));
@@ -98,8 +100,10 @@ class RedisStore final : public Store {
   StoreStatus exists(const StoreKey *keys, size_t n, uint8_t *out) override;
   StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
                   uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes) override;
-  StoreStatus read_range(const StoreKey &k, uint64_t offset, size_t n, uint8_t *out, size_t *got) override;
-  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override;
+  StoreStatus read_range(const StoreKey &k, uint64_t offset, size_t n, uint8_t *out,
+                         size_t *got) override;
+  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values,
+                  size_t value_bytes) override;
   StoreStatus list(uint64_t *cursor, size_t count, std::vector<StoreEntry> *out) override;
   StoreStatus remove(const StoreKey *keys, size_t n, uint8_t *removed) override;
 
@@ -109,9 +113,9 @@ class RedisStore final : public Store {
   enum class Link { kept, broken };
   struct Exchange {
     Link link = Link::kept;
-    bool closed = false;      // broken because the server closed the connection
-    size_t num_replies = 0;   // taken before it ended
-    std::string error;        // "" when every reply was taken and none failed
+    bool closed = false;     // broken because the server closed the connection
+    size_t num_replies = 0;  // taken before it ended
+    std::string error;       // "" when every reply was taken and none failed
   };
 
   StoreStatus call(const char *what, Pipeline &p, const Deadline &d, const OnReply &on_reply);

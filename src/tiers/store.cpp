@@ -23,35 +23,40 @@ class CallbackStore final : public Store {
   }
 
   // The host's get fills whole values only: found is 1 (kStoreFound) or 0.
-  StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes, uint8_t *found,
-                  uint32_t timeout_ms, uint64_t *held_bytes) override {
+  StoreStatus get(const StoreKey *keys, size_t n, uint8_t *values, size_t value_bytes,
+                  uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes) override {
     for (size_t i = 0; i < n; ++i) found[i] = 0;
     for (size_t i = 0; held_bytes && i < n; ++i) held_bytes[i] = 0;
     char message[kMessageCap] = "";
-    const int rc = cb_.get(cb_.user, as_c(keys), uint32_t(n), values, value_bytes, found, timeout_ms,
-                           message, kMessageCap);
+    const int rc = cb_.get(cb_.user, as_c(keys), uint32_t(n), values, value_bytes, found,
+                           timeout_ms, message, kMessageCap);
     if (rc != 0)
       for (size_t i = 0; i < n; ++i) found[i] = 0;
     for (size_t i = 0; i < n; ++i) found[i] = found[i] != 0;
     return result(rc, message, "get");
   }
 
-  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) override {
+  StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values,
+                  size_t value_bytes) override {
     char message[kMessageCap] = "";
-    const int rc = cb_.put(cb_.user, as_c(keys), uint32_t(n), values, value_bytes, message, kMessageCap);
+    const int rc =
+        cb_.put(cb_.user, as_c(keys), uint32_t(n), values, value_bytes, message, kMessageCap);
     return result(rc, message, "put");
   }
 
  private:
   static constexpr uint32_t kMessageCap = 512;
   static_assert(sizeof(StoreKey) == sizeof(pkv_store_key), "one key layout inside and out");
-  static const pkv_store_key *as_c(const StoreKey *k) { return reinterpret_cast<const pkv_store_key *>(k); }
+  static const pkv_store_key *as_c(const StoreKey *k) {
+    return reinterpret_cast<const pkv_store_key *>(k);
+  }
 
   static StoreStatus result(int rc, char *message, const char *what) {
     if (rc == 0) return StoreStatus();
     message[kMessageCap - 1] = '\0';
-    return StoreStatus::failure(std::string("the host's store ") + what + " failed (" + std::to_string(rc) +
-                                ")" + (message[0] ? std::string(": ") + message : std::string()));
+    return StoreStatus::failure(std::string("the host's store ") + what + " failed (" +
+                                std::to_string(rc) + ")" +
+                                (message[0] ? std::string(": ") + message : std::string()));
   }
 
   pkv_store_callbacks cb_;
@@ -61,13 +66,17 @@ class CallbackStore final : public Store {
 
 std::unique_ptr<Store> make_store(const pkv_store_params &p) {
   switch (p.kind) {
-    case PKV_STORE_FILE: return make_file_store(p);
-    case PKV_STORE_REDIS: return make_redis_store(p);
+    case PKV_STORE_FILE:
+      return make_file_store(p);
+    case PKV_STORE_REDIS:
+      return make_redis_store(p);
     case PKV_STORE_CALLBACK:
       PKV_REQUIRE(p.callbacks != nullptr, "store kind CALLBACK needs callbacks");
-      PKV_REQUIRE(p.callbacks->get && p.callbacks->put, "store callbacks: get and put are required");
+      PKV_REQUIRE(p.callbacks->get && p.callbacks->put,
+                  "store callbacks: get and put are required");
       return std::make_unique<CallbackStore>(*p.callbacks);
-    default: fail(PKV_ERR_INVALID_ARGUMENT, "store kind %u is not a PKV_STORE_* kind", p.kind);
+    default:
+      fail(PKV_ERR_INVALID_ARGUMENT, "store kind %u is not a PKV_STORE_* kind", p.kind);
   }
 }
 

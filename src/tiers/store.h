@@ -43,10 +43,10 @@ struct StoreStatus {
 
 // What Store::get found for a key.
 enum : uint8_t {
-  kStoreAbsent = 0,      // not held (or not reached in time)
-  kStoreFound = 1,       // a value of the size asked for, read
-  kStoreWrongSize = 2,   // held with another size (truncated, padded, empty): not read
-  kStoreNotAValue = 3,   // a name that is not a value (a FIFO, a device, a directory): not read
+  kStoreAbsent = 0,     // not held (or not reached in time)
+  kStoreFound = 1,      // a value of the size asked for, read
+  kStoreWrongSize = 2,  // held with another size (truncated, padded, empty): not read
+  kStoreNotAValue = 3,  // a name that is not a value (a FIFO, a device, a directory): not read
 };
 
 class Store {
@@ -66,14 +66,16 @@ class Store {
                           uint8_t *found, uint32_t timeout_ms, uint64_t *held_bytes = nullptr) = 0;
   // Administration: bytes [offset, offset + n) of key's value into out; *got = how many were
   // there (fewer at its end; 0 when the key is not held). Bounded by the store's own timeout.
-  virtual StoreStatus read_range(const StoreKey & /*key*/, uint64_t /*offset*/, size_t /*n*/, uint8_t * /*out*/,
-                                 size_t *got) {
+  virtual StoreStatus read_range(const StoreKey & /*key*/, uint64_t /*offset*/, size_t /*n*/,
+                                 uint8_t * /*out*/, size_t *got) {
     *got = 0;
-    return StoreStatus::failure(std::string("the ") + kind() + " store cannot read part of a value");
+    return StoreStatus::failure(std::string("the ") + kind() +
+                                " store cannot read part of a value");
   }
   // Stores value i (value_bytes each) under keys[i], replacing any. A value is either stored
   // whole or not at all (readers never see part of one).
-  virtual StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values, size_t value_bytes) = 0;
+  virtual StoreStatus put(const StoreKey *keys, size_t n, const uint8_t *values,
+                          size_t value_bytes) = 0;
 
   // Administration (store_admin.h), never on an engine's path. The file and Redis stores have
   // them; the default (the callback store) fails saying the store cannot.
@@ -83,7 +85,8 @@ class Store {
   // starts, 0 after the last. A key held from the first page to the last is listed at least
   // once (Redis may list one twice); keys written or removed meanwhile may or may not be. A
   // failed call changes neither *cursor nor out.
-  virtual StoreStatus list(uint64_t * /*cursor*/, size_t /*count*/, std::vector<StoreEntry> * /*out*/) {
+  virtual StoreStatus list(uint64_t * /*cursor*/, size_t /*count*/,
+                           std::vector<StoreEntry> * /*out*/) {
     return StoreStatus::failure(std::string("the ") + kind() + " store cannot list its keys");
   }
   // Removes each key held: removed[i] = 1 when this call removed keys[i], else 0 (removed may

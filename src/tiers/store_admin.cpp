@@ -14,7 +14,7 @@
 namespace pkv {
 namespace {
 
-constexpr size_t kPageKeys = 512;                      // the count hint of each Store::list
+constexpr size_t kPageKeys = 512;                         // the count hint of each Store::list
 constexpr uint64_t kReadBatchBytes = uint64_t(16) << 20;  // values read in one Store::get
 
 // The value's verdict: "" when it is a whole pkv block stored under its own key.
@@ -46,10 +46,12 @@ void set_problem(char (&dst)[PKV_STORE_PROBLEM_BYTES], const std::string &why) {
 StoreAdmin::StoreAdmin(const pkv_store_params *p) : config_(p) {
   const pkv_store_params &c = config_.params();
   if (c.kind == PKV_STORE_CALLBACK)
-    fail(PKV_ERR_UNSUPPORTED, "a CALLBACK store is the host's own: pkv cannot list or remove its keys");
+    fail(PKV_ERR_UNSUPPORTED,
+         "a CALLBACK store is the host's own: pkv cannot list or remove its keys");
   if (c.kind == PKV_STORE_FILE) {  // never made here: a mistyped path is an error, not a new store
     struct stat st;
-    if (stat(c.path, &st) != 0) fail(PKV_ERR_STORE, "file store: %s: %s", c.path, std::strerror(errno));
+    if (stat(c.path, &st) != 0)
+      fail(PKV_ERR_STORE, "file store: %s: %s", c.path, std::strerror(errno));
     if (!S_ISDIR(st.st_mode)) fail(PKV_ERR_STORE, "file store: %s is not a directory", c.path);
   }
   store_ = make_store(c);
@@ -57,7 +59,8 @@ StoreAdmin::StoreAdmin(const pkv_store_params *p) : config_(p) {
 
 void StoreAdmin::require_writable(const char *what) const {
   if (config_.params().write_mode == PKV_STORE_READ_ONLY)
-    fail(PKV_ERR_STATE, "%s: the store was opened read-only (write_mode PKV_STORE_READ_ONLY)", what);
+    fail(PKV_ERR_STATE, "%s: the store was opened read-only (write_mode PKV_STORE_READ_ONLY)",
+         what);
 }
 
 std::vector<StoreEntry> StoreAdmin::next_page(uint64_t *cursor) {
@@ -86,9 +89,12 @@ bool StoreAdmin::judge_large(const StoreEntry &e, pkv_store_entry *out) {
   if (!read_exact(0, head.size(), head.data())) return false;
   StoreValueInfo info;
   std::string why;
-  if (!parse_value_header(head.data(), e.value_bytes, &info, &why)) return set_problem(out->problem, why), true;
+  if (!parse_value_header(head.data(), e.value_bytes, &info, &why))
+    return set_problem(out->problem, why), true;
   head.resize(size_t(info.payload_offset));
-  if (!read_exact(kValueHeaderBytes, head.size() - kValueHeaderBytes, head.data() + kValueHeaderBytes)) return false;
+  if (!read_exact(kValueHeaderBytes, head.size() - kValueHeaderBytes,
+                  head.data() + kValueHeaderBytes))
+    return false;
   why = check_value_head(head.data(), info);
   if (why.empty() && !(info.key == e.key)) why = "stored under another key";
   const int32_t *tokens = reinterpret_cast<const int32_t *>(head.data() + kValueHeaderBytes);
@@ -103,7 +109,8 @@ bool StoreAdmin::judge_large(const StoreEntry &e, pkv_store_entry *out) {
     sum.add(chunk.data(), n);
     at += n;
   }
-  if (sum.done() != info.payload_checksum) return set_problem(out->problem, "payload checksum mismatch"), true;
+  if (sum.done() != info.payload_checksum)
+    return set_problem(out->problem, "payload checksum mismatch"), true;
   good(info, out);
   return true;
 }
@@ -125,8 +132,9 @@ std::vector<pkv_store_entry> StoreAdmin::read(const std::vector<StoreEntry> &ent
   std::vector<uint8_t> there(n, 0);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t(0));
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return entries[a].value_bytes < entries[b].value_bytes; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return entries[a].value_bytes < entries[b].value_bytes;
+  });
   for (size_t i = 0; i < n;) {
     const uint64_t size = entries[order[i]].value_bytes;
     if (size > kReadBatchBytes) {
@@ -135,7 +143,8 @@ std::vector<pkv_store_entry> StoreAdmin::read(const std::vector<StoreEntry> &ent
       continue;
     }
     size_t j = i + 1;
-    while (j < n && entries[order[j]].value_bytes == size && size <= kReadBatchBytes / (j - i + 1)) ++j;
+    while (j < n && entries[order[j]].value_bytes == size && size <= kReadBatchBytes / (j - i + 1))
+      ++j;
     std::vector<StoreKey> keys;
     for (size_t k = i; k < j; ++k) keys.push_back(entries[order[k]].key);
     std::vector<uint8_t> values(size_t(size) * (j - i));
@@ -180,7 +189,8 @@ struct pkv_store_info StoreAdmin::info() {
   out.kind = config_.params().kind;
   uint64_t cursor = 0;
   do {
-    for (const StoreEntry &e : next_page(&cursor)) ++out.num_blocks, out.total_bytes += e.value_bytes;
+    for (const StoreEntry &e : next_page(&cursor))
+      ++out.num_blocks, out.total_bytes += e.value_bytes;
   } while (cursor != 0);
   return out;
 }
@@ -197,7 +207,8 @@ std::vector<pkv_store_entry> StoreAdmin::list(uint64_t *cursor, bool read_values
     next.pending.insert(next.pending.end(), page.begin(), page.end());
     next.store_done = next.store_cursor == 0;
   }
-  const auto taken_end = next.pending.begin() + std::ptrdiff_t(std::min<size_t>(cap, next.pending.size()));
+  const auto taken_end =
+      next.pending.begin() + std::ptrdiff_t(std::min<size_t>(cap, next.pending.size()));
   const std::vector<StoreEntry> taken(next.pending.begin(), taken_end);
   std::vector<pkv_store_entry> out;
   if (read_values) {

@@ -20,15 +20,15 @@ constexpr uint32_t kFormatVersion = 1;
 struct Header {
   char magic[8];
   uint32_t format_version;
-  uint32_t header_bytes;        // sizeof(Header)
+  uint32_t header_bytes;  // sizeof(Header)
   uint8_t fingerprint[32];
   uint8_t key[32];
   uint8_t parent[32];
   uint32_t num_tokens;
   uint32_t reserved0;
   uint64_t payload_bytes;
-  uint64_t payload_checksum;    // XXH3-64 of the payload
-  uint64_t header_checksum;     // XXH3-64 of the header up to here, then of the tokens
+  uint64_t payload_checksum;  // XXH3-64 of the payload
+  uint64_t header_checksum;   // XXH3-64 of the header up to here, then of the tokens
   uint64_t reserved1;
 };
 static_assert(sizeof(Header) == 152, "the header's layout is the format");
@@ -46,7 +46,8 @@ class Sha256 {
   }
   void done(uint8_t out[32]) {
     unsigned len = 0;
-    if (EVP_DigestFinal_ex(ctx_, out, &len) != 1 || len != 32) fail(PKV_ERR_INTERNAL, "SHA-256: final failed");
+    if (EVP_DigestFinal_ex(ctx_, out, &len) != 1 || len != 32)
+      fail(PKV_ERR_INTERNAL, "SHA-256: final failed");
   }
 
  private:
@@ -82,7 +83,9 @@ std::string StoreKey::hex() const {
 
 uint64_t StoreShape::value_bytes() const { return payload_offset(*this) + payload_bytes(); }
 
-uint64_t payload_offset(const StoreShape &shape) { return sizeof(Header) + sizeof(int32_t) * uint64_t(shape.block_size); }
+uint64_t payload_offset(const StoreShape &shape) {
+  return sizeof(Header) + sizeof(int32_t) * uint64_t(shape.block_size);
+}
 static_assert(sizeof(Header) == kValueHeaderBytes, "store_format.h names the header's size");
 
 StoreFingerprint store_fingerprint(const StoreShape &s) {
@@ -167,7 +170,8 @@ std::string verify_value(const StoreShape &shape, const StoreFingerprint &fp, co
   if (std::memcmp(info.fingerprint.bytes, fp.bytes, 32) != 0) return "another model fingerprint";
   if (!(info.key == key)) return "stored under another key";
   if (!(info.parent == parent)) return "another parent block";
-  if (std::memcmp(value + kValueHeaderBytes, tokens, sizeof(int32_t) * shape.block_size) != 0) return "other tokens";
+  if (std::memcmp(value + kValueHeaderBytes, tokens, sizeof(int32_t) * shape.block_size) != 0)
+    return "other tokens";
   if (info.payload_checksum != XXH3_64bits(value + info.payload_offset, info.payload_bytes))
     return "payload checksum mismatch";
   return std::string();
@@ -181,11 +185,13 @@ static std::string check_layout(const Header &h, uint64_t value_bytes, StoreValu
   if (h.reserved0 != 0 || h.reserved1 != 0) return "reserved header bytes are not 0";
   if (h.num_tokens == 0 || h.num_tokens > PKV_MAX_BLOCK_SIZE)
     return "a block of " + std::to_string(h.num_tokens) + " tokens (1 .. 2^20)";
-  const uint64_t offset = sizeof(Header) + sizeof(int32_t) * uint64_t(h.num_tokens);  // <= 2^22 + 152
+  const uint64_t offset =
+      sizeof(Header) + sizeof(int32_t) * uint64_t(h.num_tokens);  // <= 2^22 + 152
   if (value_bytes < offset || value_bytes - offset != h.payload_bytes) {
     const bool wraps = h.payload_bytes > UINT64_MAX - offset;
     return std::to_string(value_bytes) + " bytes where its header says " +
-           (wraps ? std::string("more than 2^64") : std::to_string(offset + h.payload_bytes)) + " (truncated or padded)";
+           (wraps ? std::string("more than 2^64") : std::to_string(offset + h.payload_bytes)) +
+           " (truncated or padded)";
   }
   std::memcpy(out->key.bytes, h.key, 32);
   std::memcpy(out->parent.bytes, h.parent, 32);
@@ -197,9 +203,11 @@ static std::string check_layout(const Header &h, uint64_t value_bytes, StoreValu
   return std::string();
 }
 
-bool parse_value_header(const uint8_t *header, uint64_t value_bytes, StoreValueInfo *out, std::string *why) {
+bool parse_value_header(const uint8_t *header, uint64_t value_bytes, StoreValueInfo *out,
+                        std::string *why) {
   if (value_bytes < sizeof(Header))
-    return *why = std::to_string(value_bytes) + " bytes: shorter than a header (" + std::to_string(sizeof(Header)) + ")",
+    return *why = std::to_string(value_bytes) + " bytes: shorter than a header (" +
+                  std::to_string(sizeof(Header)) + ")",
            false;
   Header h;
   std::memcpy(&h, header, sizeof h);
@@ -221,8 +229,12 @@ PayloadChecksum::PayloadChecksum() : state_(XXH3_createState()) {
   XXH3_64bits_reset(static_cast<XXH3_state_t *>(state_));
 }
 PayloadChecksum::~PayloadChecksum() { XXH3_freeState(static_cast<XXH3_state_t *>(state_)); }
-void PayloadChecksum::add(const uint8_t *p, size_t n) { XXH3_64bits_update(static_cast<XXH3_state_t *>(state_), p, n); }
-uint64_t PayloadChecksum::done() const { return XXH3_64bits_digest(static_cast<const XXH3_state_t *>(state_)); }
+void PayloadChecksum::add(const uint8_t *p, size_t n) {
+  XXH3_64bits_update(static_cast<XXH3_state_t *>(state_), p, n);
+}
+uint64_t PayloadChecksum::done() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t *>(state_));
+}
 
 bool read_value_header(const uint8_t *value, size_t size, StoreValueInfo *out, std::string *why) {
   StoreValueInfo info;

@@ -31,10 +31,11 @@ struct StoreShape {
   uint32_t num_layers, kv_heads, head_dim, block_size, tp_rank, tp_size;
   int32_t dtype;         // the pool's (kv dtype)
   uint64_t block_bytes;  // K (or V) bytes of one block of one layer
-  std::vector<float> kv_scales;  // fp8: K's then V's (MLA: K's), [layers][kv heads] each; else empty
-  uint32_t tensors = 2;          // 2 (K, V) or 1 (the MLA latent: K alone)
-  uint32_t kv_lora_rank = 0;     // MLA: the latent's compressed part
-  std::string model_id = "";     // pkv_store_params.model_id, "" for none
+  std::vector<float>
+      kv_scales;              // fp8: K's then V's (MLA: K's), [layers][kv heads] each; else empty
+  uint32_t tensors = 2;       // 2 (K, V) or 1 (the MLA latent: K alone)
+  uint32_t kv_lora_rank = 0;  // MLA: the latent's compressed part
+  std::string model_id = "";  // pkv_store_params.model_id, "" for none
 
   uint64_t payload_bytes() const { return tensors * uint64_t(num_layers) * block_bytes; }
   uint64_t value_bytes() const;  // header + tokens + payload
@@ -74,13 +75,14 @@ struct StoreValueInfo {
   StoreFingerprint fingerprint;
   uint32_t num_tokens;
   uint64_t payload_bytes;
-  uint64_t payload_offset;     // kValueHeaderBytes + 4 * num_tokens: where the payload starts
-  uint64_t payload_checksum;   // XXH3-64 of the payload, as the header says
+  uint64_t payload_offset;    // kValueHeaderBytes + 4 * num_tokens: where the payload starts
+  uint64_t payload_checksum;  // XXH3-64 of the payload, as the header says
 };
 // The header alone (header: its first kValueHeaderBytes bytes) of a value of value_bytes bytes:
 // false (with why) when it is not this format's or declares another size. Reads nothing past
 // the header, so a value can be judged before it is read whole.
-bool parse_value_header(const uint8_t *header, uint64_t value_bytes, StoreValueInfo *out, std::string *why);
+bool parse_value_header(const uint8_t *header, uint64_t value_bytes, StoreValueInfo *out,
+                        std::string *why);
 // The header and tokens (head: the value's first info.payload_offset bytes) against the header's
 // checksum: "" or why not.
 std::string check_value_head(const uint8_t *head, const StoreValueInfo &info);

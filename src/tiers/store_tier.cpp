@@ -17,8 +17,9 @@ StoreTier::StoreTier(const pkv_store_params &p, const StoreShape &shape, const H
       host_(host),
       params_(p) {
   if (shape_.model_id.empty())
-    last_error_ = "no store model_id: any model of this KV shape shares these blocks (another model's, a "
-                  "fine-tune's KV would hit); set pkv_store_params.model_id (pkv_hf_config_digest gives one)";
+    last_error_ =
+        "no store model_id: any model of this KV shape shares these blocks (another model's, a "
+        "fine-tune's KV would hit); set pkv_store_params.model_id (pkv_hf_config_digest gives one)";
   if (write_mode_ != PKV_STORE_READ_ONLY) {
     writer_store_ = make_store(p);
     writer_ = std::thread([this] { writer_loop(); });
@@ -43,21 +44,23 @@ StoreTier::~StoreTier() {
   writer_.join();
 }
 
-void StoreTier::keys(const std::string &salt, const int32_t *tokens, uint32_t n, std::vector<StoreKey> *out) const {
+void StoreTier::keys(const std::string &salt, const int32_t *tokens, uint32_t n,
+                     std::vector<StoreKey> *out) const {
   out->resize(size_t(n) + 1);
   (*out)[0] = store_root_key(fingerprint_, salt);
   for (uint32_t j = 0; j < n; ++j)
-    (*out)[j + 1] = store_block_key((*out)[j], tokens + size_t(j) * shape_.block_size, shape_.block_size);
+    (*out)[j + 1] =
+        store_block_key((*out)[j], tokens + size_t(j) * shape_.block_size, shape_.block_size);
 }
 
-uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
-                          std::vector<uint8_t> *values) {
+uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first,
+                          uint32_t n, std::vector<uint8_t> *values) {
   return fetch_from(*lookup_, keys, tokens, first, n, values);
 }
 
 // Never blocks on the store: the fetcher thread makes its store (a Redis connection) itself.
-void StoreTier::fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first,
-                            uint32_t n) {
+void StoreTier::fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens,
+                            uint32_t first, uint32_t n) {
   if (!fetcher_.joinable()) fetcher_ = std::thread([this] { fetcher_loop(); });
   {
     std::lock_guard<std::mutex> lock(fetch_mutex_);
@@ -73,7 +76,8 @@ std::vector<StoreFetched> StoreTier::take_fetched() {
 
 bool StoreTier::wait_fetched(uint32_t timeout_ms) {
   std::unique_lock<std::mutex> lock(fetch_mutex_);
-  return fetch_done_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !fetched_.empty(); });
+  return fetch_done_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                              [&] { return !fetched_.empty(); });
 }
 
 // The fetcher's store is made here, off the engine's thread, and kept: a Redis store reconnects
@@ -102,7 +106,8 @@ void StoreTier::fetcher_loop() {
     }
     StoreFetched out{job.id, job.first, 0, {}};
     if (fetcher_store_) {
-      out.got = fetch_from(*fetcher_store_, job.keys, job.tokens.data(), job.first, job.n, &out.values);
+      out.got =
+          fetch_from(*fetcher_store_, job.keys, job.tokens.data(), job.first, job.n, &out.values);
     } else {
       counters_.lookups += job.n;
       counters_.errors += job.n;
@@ -136,8 +141,9 @@ void StoreTier::read_host(int32_t host, uint8_t *value) const {
   }
 }
 
-uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, const int32_t *tokens,
-                               uint32_t first, uint32_t n, std::vector<uint8_t> *values) {
+uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys,
+                               const int32_t *tokens, uint32_t first, uint32_t n,
+                               std::vector<uint8_t> *values) {
   values->clear();
   if (n == 0) return 0;
   PKV_ASSERT(keys.size() > size_t(first) + n);
@@ -146,8 +152,8 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, 
   values->resize(size_t(n) * vb);
   std::vector<uint8_t> found(n, kStoreAbsent);
   std::vector<uint64_t> held(n, 0);
-  const StoreStatus st =
-      store.get(&keys[first + 1], n, values->data(), vb, found.data(), lookup_timeout_ms_, held.data());
+  const StoreStatus st = store.get(&keys[first + 1], n, values->data(), vb, found.data(),
+                                   lookup_timeout_ms_, held.data());
   if (!st.ok) {
     counters_.errors += n;
     note_error(std::string(store.kind()) + " store: " + st.error);
@@ -163,18 +169,22 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, 
     }
     std::string why;
     if (found[good] == kStoreWrongSize)
-      why = held[good] == 0 ? "an empty value, a block is " + std::to_string(vb) + " bytes"
-                            : std::to_string(held[good]) + " bytes, a block is " + std::to_string(vb) + " bytes" +
-                                  (held[good] < vb ? " (truncated)" : " (padded)");
+      why = held[good] == 0
+                ? "an empty value, a block is " + std::to_string(vb) + " bytes"
+                : std::to_string(held[good]) + " bytes, a block is " + std::to_string(vb) +
+                      " bytes" + (held[good] < vb ? " (truncated)" : " (padded)");
     else if (found[good] == kStoreNotAValue)
-      why = "not a value (a FIFO, device or directory in a block file's place, or another Redis type)";
+      why =
+          "not a value (a FIFO, device or directory in a block file's place, or another Redis type)";
     else
-      why = verify_value(shape_, fingerprint_, keys[j + 1], keys[j], tokens + size_t(j) * shape_.block_size,
-                         values->data() + size_t(good) * vb);
+      why =
+          verify_value(shape_, fingerprint_, keys[j + 1], keys[j],
+                       tokens + size_t(j) * shape_.block_size, values->data() + size_t(good) * vb);
     if (!why.empty()) {
       counters_.rejected++;
       counters_.misses += n - good - 1;
-      note_error(std::string(store.kind()) + " store: block " + keys[j + 1].hex() + " rejected: " + why);
+      note_error(std::string(store.kind()) + " store: block " + keys[j + 1].hex() +
+                 " rejected: " + why);
       break;
     }
   }
@@ -183,7 +193,8 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys, 
   return good;
 }
 
-void StoreTier::write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written, bool wait) {
+void StoreTier::write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written,
+                      bool wait) {
   if (!writer_.joinable()) return;
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -251,8 +262,8 @@ void StoreTier::writer_loop() {
         for (const Job &j : jobs) written_.push_back(j.written);
       } else {
         counters_.put_errors += jobs.size();
-        last_error_ = std::string(writer_store_->kind()) + " store: writing " + std::to_string(jobs.size()) +
-                      " blocks failed: " + st.error;
+        last_error_ = std::string(writer_store_->kind()) + " store: writing " +
+                      std::to_string(jobs.size()) + " blocks failed: " + st.error;
       }
       busy_ = 0;
     }

@@ -67,18 +67,20 @@ class StoreTier {
   uint32_t lookup_timeout_ms() const { return lookup_timeout_ms_; }
 
   // The salt's root key, then the keys of blocks [0, n) of tokens under salt (n + 1 keys).
-  void keys(const std::string &salt, const int32_t *tokens, uint32_t n, std::vector<StoreKey> *out) const;
+  void keys(const std::string &salt, const int32_t *tokens, uint32_t n,
+            std::vector<StoreKey> *out) const;
   // Asks the store for blocks [first, first + n) (keys from keys(): block j's is keys[j + 1]) in one call
   // and verifies them in order; values gets the leading verified ones (value_bytes each) and
   // their number is returned. Counted in the counters.
-  uint32_t fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first, uint32_t n,
-                 std::vector<uint8_t> *values);
+  uint32_t fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first,
+                 uint32_t n, std::vector<uint8_t> *values);
   // The scheduler's lookups: the fetch runs on a thread of its own (started at the first call,
   // which makes its own store there and keeps it: the engine's thread never waits for a
   // connection; while the store cannot be made, a lookup is a miss answered at once) and its
   // result comes back through take_fetched(); keys and tokens as for fetch(). Never throws for
   // the store's sake.
-  void fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens, uint32_t first, uint32_t n);
+  void fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens,
+                   uint32_t first, uint32_t n);
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).
   bool wait_fetched(uint32_t timeout_ms);
@@ -89,12 +91,14 @@ class StoreTier {
 
   // Encodes a value (value_bytes) whose payload is in place: header and tokens. key/parent: the
   // block's store keys.
-  void encode(const StoreKey &key, const StoreKey &parent, const int32_t *tokens, uint8_t *value) const {
+  void encode(const StoreKey &key, const StoreKey &parent, const int32_t *tokens,
+              uint8_t *value) const {
     encode_value(shape_, fingerprint_, key, parent, tokens, value);
   }
   // Queues a complete value for the writer; dropped (and counted) when the queue is full, or,
   // with wait, queued once the writer has made room.
-  void write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written, bool wait = false);
+  void write(const StoreKey &key, std::vector<uint8_t> value, StoreWritten written,
+             bool wait = false);
   // Blocks the writer stored since the last call.
   std::vector<StoreWritten> take_written();
   // Waits until every queued write is done (tests, shutdown).
@@ -121,8 +125,8 @@ class StoreTier {
   void writer_loop();
   void fetcher_loop();
   // fetch() on a given store.
-  uint32_t fetch_from(Store &store, const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first,
-                      uint32_t n, std::vector<uint8_t> *values);
+  uint32_t fetch_from(Store &store, const std::vector<StoreKey> &keys, const int32_t *tokens,
+                      uint32_t first, uint32_t n, std::vector<uint8_t> *values);
 
   StoreShape shape_;
   StoreFingerprint fingerprint_;
@@ -134,7 +138,7 @@ class StoreTier {
   mutable std::mutex mutex_;  // the queue, the written list, the last error
   std::condition_variable wake_, idle_, room_;
   std::deque<Job> queue_;
-  size_t busy_ = 0;           // jobs the writer has taken and not finished
+  size_t busy_ = 0;  // jobs the writer has taken and not finished
   bool stop_ = false;
   std::vector<StoreWritten> written_;
   std::string last_error_;

@@ -41,8 +41,8 @@ void pkv_ref_attention(const double *q, const double *k, const double *v, double
 }
 
 void pkv_ref_attention_window(const double *q, const double *k, const double *v, double *out,
-                              uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
-                              uint32_t head_dim, double scale, uint32_t window) {
+                              uint32_t num_q, uint32_t context_len, uint32_t q_heads,
+                              uint32_t kv_heads, uint32_t head_dim, double scale, uint32_t window) {
   const uint32_t group = q_heads / kv_heads, kv_stride = kv_heads * head_dim;
   double *scores = (double *)malloc(sizeof(double) * (context_len ? context_len : 1));
   if (scale <= 0.0) scale = 1.0 / sqrt((double)head_dim);
@@ -69,8 +69,8 @@ void pkv_ref_mla_attention(const double *q, const double *latent, double *out, u
     const uint32_t pos = context_len - num_q + i;
     for (uint32_t h = 0; h < q_heads; ++h)
       attend_row_dims(q + ((size_t)i * q_heads + h) * width, latent, latent,
-                      out + ((size_t)i * q_heads + h) * kv_lora_rank, pos + 1, width, width, kv_lora_rank,
-                      scale, scores);
+                      out + ((size_t)i * q_heads + h) * kv_lora_rank, pos + 1, width, width,
+                      kv_lora_rank, scale, scores);
   }
   free(scores);
 }
@@ -126,10 +126,14 @@ static double fp8_value(uint8_t b, int e5m2) {
   const int bias = e5m2 ? 15 : 7;
   const int e = (b >> man_bits) & ((1 << exp_bits) - 1), m = b & ((1 << man_bits) - 1);
   double v;
-  if (e5m2 && e == 31) v = m ? NAN : INFINITY;
-  else if (!e5m2 && e == 15 && m == 7) v = NAN;
-  else if (e == 0) v = ldexp((double)m, 1 - bias - man_bits);
-  else v = ldexp((double)((1 << man_bits) | m), e - bias - man_bits);
+  if (e5m2 && e == 31)
+    v = m ? NAN : INFINITY;
+  else if (!e5m2 && e == 15 && m == 7)
+    v = NAN;
+  else if (e == 0)
+    v = ldexp((double)m, 1 - bias - man_bits);
+  else
+    v = ldexp((double)((1 << man_bits) | m), e - bias - man_bits);
   return sign ? -v : v;
 }
 

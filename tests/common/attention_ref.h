@@ -24,8 +24,8 @@ void pkv_ref_attention(const double *q, const double *k, const double *v, double
 /* As pkv_ref_attention with a sliding window: new token at position p attends to positions
  * max(0, p - window + 1) .. p; window 0 = all of them. */
 void pkv_ref_attention_window(const double *q, const double *k, const double *v, double *out,
-                              uint32_t num_q, uint32_t context_len, uint32_t q_heads, uint32_t kv_heads,
-                              uint32_t head_dim, double scale, uint32_t window);
+                              uint32_t num_q, uint32_t context_len, uint32_t q_heads,
+                              uint32_t kv_heads, uint32_t head_dim, double scale, uint32_t window);
 
 /* Multi-head latent attention in the absorbed form (PKV_KV_LAYOUT_MLA): one latent per token,
  * K is the whole latent and V a view of its first kv_lora_rank values.

@@ -10,8 +10,7 @@
 
 int kw_passed, kw_failed;
 
-int kw_result(int ok, const char *file, int line, const char *what)
-{
+int kw_result(int ok, const char *file, int line, const char *what) {
   if (ok) {
     kw_passed++;
     return 1;
@@ -22,26 +21,23 @@ int kw_result(int ok, const char *file, int line, const char *what)
 }
 
 int kw_status(pkv_status got, pkv_status want, const pkv_engine *e, const char *expr,
-              const char *file, int line)
-{
+              const char *file, int line) {
   const char *msg = pkv_last_error();
   const char *emsg = e ? pkv_engine_last_error(e) : "-";
   if (got == want && (want == PKV_OK || (msg[0] != '\0' && emsg[0] != '\0')))
     return kw_result(1, file, line, expr);
   kw_failed++;
-  fprintf(stderr, "FAIL %s:%d: %s -> %d (%s), want %d (%s); last error: \"%s\"\n", file, line,
-          expr, (int)got, pkv_status_string(got), (int)want, pkv_status_string(want), msg);
+  fprintf(stderr, "FAIL %s:%d: %s -> %d (%s), want %d (%s); last error: \"%s\"\n", file, line, expr,
+          (int)got, pkv_status_string(got), (int)want, pkv_status_string(want), msg);
   return 0;
 }
 
-int kw_summary(void)
-{
+int kw_summary(void) {
   printf("%d passed, %d failed\n", kw_passed, kw_failed);
   return kw_failed ? 1 : 0;
 }
 
-void kw_skip_unless_isa(void)
-{
+void kw_skip_unless_isa(void) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = 1, p.num_q_heads = 1, p.num_kv_heads = 1, p.head_dim = 64;
@@ -59,19 +55,16 @@ void kw_skip_unless_isa(void)
   struct pkv_pool_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
-  if (pkv_pool_info(e, &info) == PKV_OK && info.kernels)
-    printf("CPU kernels: %s\n", info.kernels);
+  if (pkv_pool_info(e, &info) == PKV_OK && info.kernels) printf("CPU kernels: %s\n", info.kernels);
   pkv_engine_destroy(e);
 }
 
 int kw_main(int argc, char **argv, const kw_config *configs, int num_configs,
-            void (*run)(const kw_config *c))
-{
+            void (*run)(const kw_config *c)) {
   int ran = 0;
   kw_skip_unless_isa();
   for (int i = 0; i < num_configs; i++) {
-    if (argc > 1 && strcmp(argv[1], configs[i].name) != 0)
-      continue;
+    if (argc > 1 && strcmp(argv[1], configs[i].name) != 0) continue;
     const int failed_before = kw_failed;
     run(&configs[i]);
     printf("%s %s\n", kw_failed == failed_before ? "ok  " : "FAIL", configs[i].name);
@@ -85,36 +78,30 @@ int kw_main(int argc, char **argv, const kw_config *configs, int num_configs,
   return kw_summary();
 }
 
-static uint64_t mix(uint64_t x)
-{
+static uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull; /* splitmix64 */
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-int32_t kw_token(uint64_t seed, uint32_t i)
-{
+int32_t kw_token(uint64_t seed, uint32_t i) {
   return (int32_t)(1 + mix(seed * 0x100000001b3ull + i) % 30000);
 }
 
-void kw_tokens(int32_t *out, uint32_t n, uint64_t seed)
-{
-  for (uint32_t i = 0; i < n; i++)
-    out[i] = kw_token(seed, i);
+void kw_tokens(int32_t *out, uint32_t n, uint64_t seed) {
+  for (uint32_t i = 0; i < n; i++) out[i] = kw_token(seed, i);
 }
 
 __extension__ typedef _Float16 f16; /* an ISO/IEC TS 18661-3 type: gcc >= 12, clang */
 
-static uint16_t bf16_bits(float f)
-{
+static uint16_t bf16_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* finite inputs only */
 }
 
-double kw_store(int32_t dtype, double x, void *base, size_t i)
-{
+double kw_store(int32_t dtype, double x, void *base, size_t i) {
   const float f = (float)x;
   if (dtype == PKV_DTYPE_F32) {
     ((float *)base)[i] = f;
@@ -129,12 +116,9 @@ double kw_store(int32_t dtype, double x, void *base, size_t i)
   return kw_load(dtype, base, i);
 }
 
-double kw_load(int32_t dtype, const void *base, size_t i)
-{
-  if (dtype == PKV_DTYPE_F32)
-    return ((const float *)base)[i];
-  if (dtype == PKV_DTYPE_F16)
-    return (double)((const f16 *)base)[i];
+double kw_load(int32_t dtype, const void *base, size_t i) {
+  if (dtype == PKV_DTYPE_F32) return ((const float *)base)[i];
+  if (dtype == PKV_DTYPE_F16) return (double)((const f16 *)base)[i];
   const uint32_t u = (uint32_t)((const uint16_t *)base)[i] << 16;
   float f;
   memcpy(&f, &u, 4);
@@ -142,8 +126,7 @@ double kw_load(int32_t dtype, const void *base, size_t i)
 }
 
 void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, void *dst,
-                double *dstd)
-{
+                double *dstd) {
   const uint32_t heads = kind == 0 ? w->q_heads : w->kv_heads, hd = w->c.head_dim;
   const double amp = kind == 0 ? w->c.q_amp : 1.0;
   for (uint32_t h = 0; h < heads; h++) {
@@ -152,21 +135,18 @@ void kw_gen_row(const kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kin
       const double u = (double)(mix(base + d) >> 40) * (1.0 / 16777216.0); /* [0, 1) */
       const size_t i = (size_t)h * hd + d;
       const double x = kw_store(w->c.dtype, amp * (2.0 * u - 1.0), dst, i);
-      if (dstd)
-        dstd[i] = x;
+      if (dstd) dstd[i] = x;
     }
   }
 }
 
-uint32_t kw_window(const kw_world *w, uint32_t l)
-{
+uint32_t kw_window(const kw_world *w, uint32_t l) {
   return w->layer_windows ? w->layer_windows[l] : w->c.window;
 }
 
 /* Scales by (layer, kind, head): a cycle that saturates |x| > 0.75 (e4m3: 1/600, e5m2: 1/80000),
  * stays in range, and puts values on subnormal codes (e4m3: 40, e5m2: 3000). */
-float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head)
-{
+float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head) {
   static const float e4m3[] = {1.0f / 600, 0.0123f, 0.7f, 40.0f, 1.0f / 300};
   static const float e5m2[] = {1.0f / 80000, 0.00137f, 0.3f, 3000.0f, 0.051f};
   const uint32_t i = (layer * 3 + kind * 2 + head) % 5;
@@ -174,35 +154,28 @@ float kw_scale(const kw_world *w, uint32_t layer, uint32_t kind, uint32_t head)
 }
 
 void kw_cache_row(const kw_world *w, uint32_t layer, uint32_t kind, const void *row, void *dst,
-                  double *dstd)
-{
+                  double *dstd) {
   const uint32_t hd = w->c.head_dim, n = w->kv_heads * hd;
   if (!w->fp8) {
-    if (dst)
-      memcpy(dst, row, n * w->elt);
-    for (uint32_t i = 0; dstd && i < n; i++)
-      dstd[i] = kw_load(w->c.dtype, row, i);
+    if (dst) memcpy(dst, row, n * w->elt);
+    for (uint32_t i = 0; dstd && i < n; i++) dstd[i] = kw_load(w->c.dtype, row, i);
     return;
   }
   for (uint32_t i = 0; i < n; i++) {
     const float scale = w->scales[(layer * 2 + kind - 1) * w->kv_heads + i / hd];
     const uint8_t code = pkv_ref_fp8_encode((float)kw_load(w->c.dtype, row, i), scale, w->fp8 == 2);
-    if (dst)
-      ((uint8_t *)dst)[i] = code;
-    if (dstd)
-      dstd[i] = pkv_ref_fp8_decode(code, w->fp8 == 2) * scale;
+    if (dst) ((uint8_t *)dst)[i] = code;
+    if (dstd) dstd[i] = pkv_ref_fp8_decode(code, w->fp8 == 2) * scale;
   }
 }
 
 /* The memo is 4-way set associative (a set's rows replaced in turn): a decode's window, every
  * step mostly the same rows, stays in it. */
-void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd)
-{
+void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, double *dstd) {
   const size_t n = (size_t)w->kv_heads * w->c.head_dim;
   if (!w->memo_rows) { /* at most 64 MiB of rows, a power of two of them */
     size_t rows = 4;
-    while (rows < 65536 && rows * 2 * n * sizeof(double) <= ((size_t)64 << 20))
-      rows *= 2;
+    while (rows < 65536 && rows * 2 * n * sizeof(double) <= ((size_t)64 << 20)) rows *= 2;
     w->memo = malloc(rows * n * sizeof(double));
     w->memo_keys = calloc(rows * 2, sizeof(uint64_t));
     w->memo_rows = w->memo && w->memo_keys ? rows : 0;
@@ -217,15 +190,13 @@ void kw_kv_values(kw_world *w, uint64_t prefix, uint32_t layer, uint32_t kind, d
   unsigned char row[4 * 8 * 256];
   kw_gen_row(w, prefix, layer, kind, row, NULL);
   kw_cache_row(w, layer, kind, row, NULL, dstd);
-  if (!w->memo_rows)
-    return;
+  if (!w->memo_rows) return;
   const size_t at = set + (size_t)(w->memo_clock++ & 3);
   memcpy(w->memo + at * n, dstd, n * sizeof(double));
   w->memo_keys[2 * at] = prefix, w->memo_keys[2 * at + 1] = tag;
 }
 
-struct pkv_pool_info kw_pool(kw_world *w)
-{
+struct pkv_pool_info kw_pool(kw_world *w) {
   struct pkv_pool_info p;
   memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
@@ -236,32 +207,25 @@ struct pkv_pool_info kw_pool(kw_world *w)
 static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks,
                        const uint32_t *layer_windows);
 
-int kw_init(kw_world *w, const kw_config *c)
-{
-  return kw_init_host(w, c, 0);
-}
+int kw_init(kw_world *w, const kw_config *c) { return kw_init_host(w, c, 0); }
 
-int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks)
-{
+int kw_init_host(kw_world *w, const kw_config *c, uint32_t host_num_blocks) {
   return kw_init_all(w, c, host_num_blocks, NULL);
 }
 
-int kw_init_windows(kw_world *w, const kw_config *c, const uint32_t *layer_windows)
-{
+int kw_init_windows(kw_world *w, const kw_config *c, const uint32_t *layer_windows) {
   return kw_init_all(w, c, 0, layer_windows);
 }
 
 static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks,
-                       const uint32_t *layer_windows)
-{
+                       const uint32_t *layer_windows) {
   memset(w, 0, sizeof *w);
   if (layer_windows) {
     w->layer_windows = malloc(c->num_layers * sizeof(uint32_t));
     memcpy(w->layer_windows, layer_windows, c->num_layers * sizeof(uint32_t));
   }
   w->c = *c;
-  if (w->c.q_amp == 0.0f)
-    w->c.q_amp = 1.0f;
+  if (w->c.q_amp == 0.0f) w->c.q_amp = 1.0f;
   const uint32_t tp = c->tp_size ? c->tp_size : 1;
   w->q_heads = c->num_q_heads / tp;
   w->kv_heads = c->num_kv_heads >= tp ? c->num_kv_heads / tp : 1;
@@ -304,8 +268,7 @@ static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks
   if (!CHECK_OK(pkv_kv_groups(&p, w->layer_group, w->layer_slot, NULL, 0, &groups, NULL)) ||
       !CHECK_OK(pkv_engine_create(&p, &w->e)) || !CHECK(w->e != NULL))
     return 0;
-  if (!w->fp8)
-    return 1;
+  if (!w->fp8) return 1;
   w->scales = malloc(sizeof(float) * c->num_layers * 2 * w->kv_heads);
   int ok = 1;
   for (uint32_t l = 0; ok && l < c->num_layers; l++) {
@@ -317,22 +280,19 @@ static int kw_init_all(kw_world *w, const kw_config *c, uint32_t host_num_blocks
   return ok;
 }
 
-void kw_free(kw_world *w)
-{
+void kw_free(kw_world *w) {
   for (int s = 0; s < KW_MAX_SEQS; s++) {
     free(w->seqs[s].tokens);
     free(w->seqs[s].prefix);
   }
-  if (w->e)
-    CHECK_ENGINE(w->e);
+  if (w->e) CHECK_ENGINE(w->e);
   pkv_engine_destroy(w->e);
   free(w->scales), free(w->memo), free(w->memo_keys), free(w->layer_group), free(w->layer_slot);
   free(w->layer_windows);
   memset(w, 0, sizeof *w);
 }
 
-static void seq_push(kw_seq *q, const int32_t *tokens, uint32_t n)
-{
+static void seq_push(kw_seq *q, const int32_t *tokens, uint32_t n) {
   if (q->num_tokens + n > q->cap) {
     q->cap = (q->num_tokens + n) * 2;
     q->tokens = realloc(q->tokens, q->cap * sizeof *q->tokens);
@@ -345,48 +305,38 @@ static void seq_push(kw_seq *q, const int32_t *tokens, uint32_t n)
   }
 }
 
-static int free_slot(kw_world *w)
-{
+static int free_slot(kw_world *w) {
   for (int s = 0; s < KW_MAX_SEQS; s++)
-    if (w->seqs[s].id == 0)
-      return s;
+    if (w->seqs[s].id == 0) return s;
   CHECK(!"no free kw_seq slot");
   return -1;
 }
 
-int kw_alloc(kw_world *w, const int32_t *tokens, uint32_t n, uint32_t *out_cached)
-{
+int kw_alloc(kw_world *w, const int32_t *tokens, uint32_t n, uint32_t *out_cached) {
   const int s = free_slot(w);
-  if (s < 0)
-    return -1;
+  if (s < 0) return -1;
   uint32_t cached = 0;
   uint64_t id = 0;
-  if (!CHECK_OK(pkv_allocate(w->e, tokens, n, NULL, &id, &cached)) || !CHECK(id != 0))
-    return -1;
+  if (!CHECK_OK(pkv_allocate(w->e, tokens, n, NULL, &id, &cached)) || !CHECK(id != 0)) return -1;
   kw_seq *q = &w->seqs[s];
   q->id = id;
   q->num_tokens = 0;
   seq_push(q, tokens, n);
   q->num_computed = cached;
-  if (out_cached)
-    *out_cached = cached;
+  if (out_cached) *out_cached = cached;
   return s;
 }
 
-int kw_append(kw_world *w, int s, const int32_t *tokens, uint32_t n)
-{
-  if (!CHECK_OK(pkv_append(w->e, w->seqs[s].id, tokens, n)))
-    return 0;
+int kw_append(kw_world *w, int s, const int32_t *tokens, uint32_t n) {
+  if (!CHECK_OK(pkv_append(w->e, w->seqs[s].id, tokens, n))) return 0;
   seq_push(&w->seqs[s], tokens, n);
   return 1;
 }
 
-int kw_fork(kw_world *w, int parent)
-{
+int kw_fork(kw_world *w, int parent) {
   const int s = free_slot(w);
   uint64_t child = 0;
-  if (s < 0 || !CHECK_OK(pkv_fork(w->e, w->seqs[parent].id, &child)))
-    return -1;
+  if (s < 0 || !CHECK_OK(pkv_fork(w->e, w->seqs[parent].id, &child))) return -1;
   kw_seq *p = &w->seqs[parent], *q = &w->seqs[s];
   q->id = child;
   q->num_tokens = 0;
@@ -395,28 +345,22 @@ int kw_fork(kw_world *w, int parent)
   return s;
 }
 
-void kw_release(kw_world *w, int s)
-{
+void kw_release(kw_world *w, int s) {
   CHECK_OK(pkv_release(w->e, w->seqs[s].id));
   w->seqs[s].id = 0;
   w->seqs[s].num_tokens = w->seqs[s].num_computed = 0;
 }
 
-int kw_preempt(kw_world *w, int s)
-{
-  if (!CHECK_OK(pkv_preempt(w->e, w->seqs[s].id)))
-    return 0;
+int kw_preempt(kw_world *w, int s) {
+  if (!CHECK_OK(pkv_preempt(w->e, w->seqs[s].id))) return 0;
   w->seqs[s].num_computed = 0;
   return 1;
 }
 
-int kw_resume(kw_world *w, int s, uint32_t *out_cached)
-{
+int kw_resume(kw_world *w, int s, uint32_t *out_cached) {
   uint32_t cached = 0;
-  if (!CHECK_OK(pkv_resume(w->e, w->seqs[s].id, &cached)))
-    return 0;
+  if (!CHECK_OK(pkv_resume(w->e, w->seqs[s].id, &cached))) return 0;
   w->seqs[s].num_computed = cached;
-  if (out_cached)
-    *out_cached = cached;
+  if (out_cached) *out_cached = cached;
   return 1;
 }

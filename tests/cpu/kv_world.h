@@ -39,12 +39,12 @@ int kw_summary(void); /* prints "N passed, N failed"; the exit status */
 #define CHECK_ERR(e, expr, want) kw_status((expr), (want), (e), #expr, __FILE__, __LINE__)
 #define CHECK_ENGINE(e) CHECK_OK(pkv_engine_check(e))
 
-#define KW_RUN(fn)                                                                                 \
-  do {                                                                                             \
-    int failed_before_ = kw_failed;                                                                \
-    fn();                                                                                          \
-    printf("%s %s\n", kw_failed == failed_before_ ? "ok  " : "FAIL", #fn);                         \
-    fflush(stdout);                                                                                \
+#define KW_RUN(fn)                                                         \
+  do {                                                                     \
+    int failed_before_ = kw_failed;                                        \
+    fn();                                                                  \
+    printf("%s %s\n", kw_failed == failed_before_ ? "ok  " : "FAIL", #fn); \
+    fflush(stdout);                                                        \
   } while (0)
 
 enum { KW_MAX_SEQS = 16 };
@@ -91,18 +91,18 @@ typedef struct kw_world {
   double *memo;
   uint64_t *memo_keys; /* [memo_rows][2]: prefix, 1 + layer * 4 + kind (0 = empty) */
   size_t memo_rows;
-  uint64_t memo_clock; /* picks the row of a set to replace */
+  uint64_t memo_clock;                /* picks the row of a set to replace */
   uint32_t *layer_windows;            /* NULL, or [layers]: each layer's window (kw_init_windows) */
   uint32_t *layer_group, *layer_slot; /* [layers]: pkv_kv_groups */
   uint64_t given_back; /* block table entries of -1 (blocks a windowed group gave back) seen */
   double atol, rtol;
   double scale;
   kw_seq seqs[KW_MAX_SEQS];
-  uint64_t steps;             /* batches run, for labels */
+  uint64_t steps; /* batches run, for labels */
   /* Called by kw_step once per batch, after q/k/v ([layers][tokens][heads][head_dim]) are built
    * and before its own pkv_attention calls: tests of failing calls set it. */
-  void (*on_batch)(struct kw_world *w, pkv_batch *b, const void *q, const void *k,
-                   const void *v, void *out);
+  void (*on_batch)(struct kw_world *w, pkv_batch *b, const void *q, const void *k, const void *v,
+                   void *out);
 } kw_world;
 
 /* Creates the engine (CPU, c's shape). Returns 1 on success (failures are counted). */

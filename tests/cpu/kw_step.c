@@ -19,8 +19,7 @@ typedef struct step_bufs {
   double *qd;                     /* [layers][tokens][q_heads][head_dim] */
 } step_bufs;
 
-static pkv_batch_view view_of(const pkv_batch *b)
-{
+static pkv_batch_view view_of(const pkv_batch *b) {
   pkv_batch_view v;
   memset(&v, 0, sizeof v);
   v.struct_size = sizeof v;
@@ -30,8 +29,7 @@ static pkv_batch_view view_of(const pkv_batch *b)
 
 /* The rows of seq i must be its next tokens: positions computed .. computed + count - 1. */
 static int check_view(const kw_world *w, const pkv_batch_view *v, const int *s,
-                      const uint32_t *num_new, uint32_t n)
-{
+                      const uint32_t *num_new, uint32_t n) {
   int ok = CHECK(v->num_seqs == n) && CHECK(v->block_size == w->c.block_size);
   for (uint32_t i = 0; ok && i < n; i++) {
     const kw_seq *q = &w->seqs[s[i]];
@@ -45,8 +43,7 @@ static int check_view(const kw_world *w, const pkv_batch_view *v, const int *s,
   return ok;
 }
 
-static void bufs_alloc(const kw_world *w, step_bufs *b, uint32_t tokens)
-{
+static void bufs_alloc(const kw_world *w, step_bufs *b, uint32_t tokens) {
   const size_t nl = w->c.num_layers, nt = tokens ? tokens : 1;
   b->q_row = (size_t)w->q_heads * w->c.head_dim * w->elt;
   b->kv_row = (size_t)w->kv_heads * w->c.head_dim * w->elt;
@@ -59,14 +56,12 @@ static void bufs_alloc(const kw_world *w, step_bufs *b, uint32_t tokens)
   memset(b->out, 0xff, nl * nt * b->out_row); /* NaN in every dtype: unwritten rows fail */
 }
 
-static void bufs_free(step_bufs *b)
-{
+static void bufs_free(step_bufs *b) {
   free(b->q), free(b->k), free(b->v), free(b->out), free(b->qd);
 }
 
 /* Generates every row's q, k and v, on every layer, in the view's order. */
-static void gen_rows(const kw_world *w, const pkv_batch_view *v, const int *s, step_bufs *b)
-{
+static void gen_rows(const kw_world *w, const pkv_batch_view *v, const int *s, step_bufs *b) {
   const size_t nt = v->num_tokens, qn = (size_t)w->q_heads * w->c.head_dim;
   for (uint32_t i = 0; i < v->num_seqs; i++) {
     const kw_seq *q = &w->seqs[s[i]];
@@ -76,8 +71,7 @@ static void gen_rows(const kw_world *w, const pkv_batch_view *v, const int *s, s
         const size_t row = l * nt + (size_t)r;
         kw_gen_row(w, prefix, l, 0, b->q + row * b->q_row, b->qd + row * qn);
         kw_gen_row(w, prefix, l, 1, b->k + row * b->kv_row, NULL);
-        if (!w->mla)
-          kw_gen_row(w, prefix, l, 2, b->v + row * b->kv_row, NULL);
+        if (!w->mla) kw_gen_row(w, prefix, l, 2, b->v + row * b->kv_row, NULL);
       }
     }
   }
@@ -86,16 +80,16 @@ static void gen_rows(const kw_world *w, const pkv_batch_view *v, const int *s, s
 /* Where row r's K (or V) of layer l starts in the pool, in elements: its group's slot, the
  * layer's place in the pool's layer dimension. -1 when the group has no slot for it. */
 static int64_t pool_at(const kw_world *w, const pkv_batch_view *v, const struct pkv_pool_info *p,
-                       uint32_t l, uint32_t r)
-{
+                       uint32_t l, uint32_t r) {
   const int64_t slot = v->group_slot_mapping[(size_t)w->layer_group[l] * v->num_tokens + r];
-  return slot < 0 ? -1 : (int64_t)(w->layer_slot[l] * p->layer_stride + (uint64_t)slot * p->token_stride);
+  return slot < 0
+             ? -1
+             : (int64_t)(w->layer_slot[l] * p->layer_stride + (uint64_t)slot * p->token_stride);
 }
 
 /* Reads row r's K and V (MLA: its latent; the pool has no V) back from the pool, head by head,
  * on every layer: the row itself, or its fp8 codes. */
-static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs *b, uint32_t r)
-{
+static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs *b, uint32_t r) {
   const struct pkv_pool_info p = kw_pool(w);
   const size_t head_bytes = (size_t)w->c.head_dim * w->kv_elt;
   unsigned char *want_k = malloc(b->kv_row), *want_v = malloc(b->kv_row); /* >= a pool row */
@@ -103,15 +97,14 @@ static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs
   for (uint32_t l = 0; ok && l < w->c.num_layers; l++) {
     const int64_t row_at = pool_at(w, v, &p, l, r);
     const size_t src = ((size_t)l * v->num_tokens + r) * b->kv_row;
-    if (!CHECK(row_at >= 0))
-      break;
+    if (!CHECK(row_at >= 0)) break;
     kw_cache_row(w, l, 1, b->k + src, want_k, NULL);
-    if (!w->mla)
-      kw_cache_row(w, l, 2, b->v + src, want_v, NULL);
+    if (!w->mla) kw_cache_row(w, l, 2, b->v + src, want_v, NULL);
     for (uint32_t h = 0; ok && h < w->kv_heads; h++) {
       const size_t at = ((size_t)row_at + h * p.head_stride) * w->kv_elt;
       ok = CHECK(memcmp((const char *)p.k_base + at, want_k + h * head_bytes, head_bytes) == 0) &&
-           (w->mla || CHECK(memcmp((const char *)p.v_base + at, want_v + h * head_bytes, head_bytes) == 0));
+           (w->mla ||
+            CHECK(memcmp((const char *)p.v_base + at, want_v + h * head_bytes, head_bytes) == 0));
       if (!ok)
         fprintf(stderr, "  pool row: layer %u at %lld head %u (batch row %u)\n", l,
                 (long long)row_at, h, r);
@@ -123,9 +116,8 @@ static int check_pool_rows(kw_world *w, const pkv_batch_view *v, const step_bufs
 
 /* Compares seq i's output rows on layer l with the reference over its context (the window's
  * part of it: K/V are made only from the first position a checked row sees). */
-static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q,
-                           uint32_t i, uint32_t l, const step_bufs *b, const char *tag)
-{
+static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q, uint32_t i,
+                           uint32_t l, const step_bufs *b, const char *tag) {
   const uint32_t hd = w->c.head_dim, ctx = (uint32_t)v->context_lens[i], win = kw_window(w, l);
   const uint32_t r0 = (uint32_t)v->query_start[i], rows = (uint32_t)v->query_start[i + 1] - r0;
   const uint32_t pos0 = (uint32_t)v->positions[r0], first = win && pos0 >= win ? pos0 - win + 1 : 0;
@@ -135,8 +127,7 @@ static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q
   double *got = malloc(rows * on * sizeof(double)), *ref = malloc(rows * on * sizeof(double));
   for (uint32_t pos = first; pos < ctx; pos++) {
     kw_kv_values(w, q->prefix[pos], l, 1, kd + (pos - first) * kvn);
-    if (!w->mla)
-      kw_kv_values(w, q->prefix[pos], l, 2, vd + (pos - first) * kvn);
+    if (!w->mla) kw_kv_values(w, q->prefix[pos], l, 2, vd + (pos - first) * kvn);
   }
   const double per_row = (double)(win && win < ctx ? win : ctx) * qn * 2.0;
   uint32_t want = (uint32_t)fmin(rows, fmax(12.0, KW_REF_BUDGET / per_row)), stride = 1;
@@ -144,8 +135,7 @@ static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q
     stride = (rows - 8) / (want - 8) | 1; /* odd: rows of every residue of the kernels' tiles */
   size_t m = 0;
   for (uint32_t r = 0; r < rows; r++) {
-    if (!(r < 4 || r + 4 >= rows || r % stride == 0))
-      continue;
+    if (!(r < 4 || r + 4 >= rows || r % stride == 0)) continue;
     const size_t row = (size_t)l * v->num_tokens + r0 + r;
     const uint32_t pos = (uint32_t)v->positions[r0 + r];
     if (w->mla)
@@ -159,37 +149,34 @@ static int check_seq_layer(kw_world *w, const pkv_batch_view *v, const kw_seq *q
     m++;
   }
   char label[160];
-  snprintf(label, sizeof label, "%s step %llu seq %u (ctx %u, %u new, %zu checked) layer %u",
-           tag, (unsigned long long)w->steps, i, ctx, rows, m, l);
+  snprintf(label, sizeof label, "%s step %llu seq %u (ctx %u, %u new, %zu checked) layer %u", tag,
+           (unsigned long long)w->steps, i, ctx, rows, m, l);
   const size_t bad = pkv_ref_compare(label, got, ref, m * on, w->atol, w->rtol);
   free(kd), free(vd), free(got), free(ref);
   return CHECK(bad == 0);
 }
 
 static int run_layers(kw_world *w, pkv_batch *b, const step_bufs *sb, uint32_t tokens,
-                      unsigned flags)
-{
+                      unsigned flags) {
   const uint32_t nl = w->c.num_layers;
   int ok = 1;
   for (uint32_t k = 0; ok && k < nl; k++) {
     const uint32_t l = flags & KW_REVERSE_LAYERS ? nl - 1 - k : k;
     const size_t qo = (size_t)l * tokens * sb->q_row, ko = (size_t)l * tokens * sb->kv_row;
     const size_t oo = (size_t)l * tokens * sb->out_row;
-    ok = CHECK_OK(pkv_attention(b, l, sb->q + qo, sb->k + ko, sb->v ? sb->v + ko : NULL, sb->out + oo));
+    ok = CHECK_OK(
+        pkv_attention(b, l, sb->q + qo, sb->k + ko, sb->v ? sb->v + ko : NULL, sb->out + oo));
   }
   return ok;
 }
 
-int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsigned flags)
-{
+int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsigned flags) {
   const int failed_before = kw_failed;
   uint64_t ids[KW_MAX_SEQS];
-  for (uint32_t i = 0; i < n; i++)
-    ids[i] = w->seqs[s[i]].id;
+  for (uint32_t i = 0; i < n; i++) ids[i] = w->seqs[s[i]].id;
   w->steps++;
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(w->e, ids, num_new, n, &b)))
-    return kw_failed - failed_before;
+  if (!CHECK_OK(pkv_batch_begin(w->e, ids, num_new, n, &b))) return kw_failed - failed_before;
   const pkv_batch_view v = view_of(b);
   if (!check_view(w, &v, s, num_new, n)) {
     pkv_batch_abort(b);
@@ -204,8 +191,7 @@ int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsi
   step_bufs sb;
   bufs_alloc(w, &sb, v.num_tokens);
   gen_rows(w, &v, s, &sb);
-  if (w->on_batch)
-    w->on_batch(w, b, sb.q, sb.k, sb.v, sb.out);
+  if (w->on_batch) w->on_batch(w, b, sb.q, sb.k, sb.v, sb.out);
   int ok = run_layers(w, b, &sb, v.num_tokens, flags);
   if (ok && (flags & KW_TWICE)) {
     const size_t bytes = (size_t)w->c.num_layers * v.num_tokens * sb.out_row;
@@ -221,8 +207,7 @@ int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsi
       check_seq_layer(w, &v, &w->seqs[s[i]], i, l, &sb, w->c.name);
     const uint32_t r0 = (uint32_t)v.query_start[i], r1 = (uint32_t)v.query_start[i + 1];
     for (uint32_t r = r0; r < r1; r++)
-      if (r1 - r0 <= 8 || r < r0 + 2 || r + 2 >= r1 || r % 13 == 0)
-        check_pool_rows(w, &v, &sb, r);
+      if (r1 - r0 <= 8 || r < r0 + 2 || r + 2 >= r1 || r % 13 == 0) check_pool_rows(w, &v, &sb, r);
   }
   bufs_free(&sb);
   uint32_t computed[KW_MAX_SEQS]; /* the view's arrays die with the batch */
@@ -244,12 +229,10 @@ int kw_step(kw_world *w, const int *s, const uint32_t *num_new, uint32_t n, unsi
   return kw_failed - failed_before;
 }
 
-int kw_fill_direct(kw_world *w, int s, uint32_t n)
-{
+int kw_fill_direct(kw_world *w, int s, uint32_t n) {
   kw_seq *q = &w->seqs[s];
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(w->e, &q->id, n ? &n : NULL, 1, &b)))
-    return 0;
+  if (!CHECK_OK(pkv_batch_begin(w->e, &q->id, n ? &n : NULL, 1, &b))) return 0;
   const pkv_batch_view v = view_of(b);
   const struct pkv_pool_info p = kw_pool(w);
   unsigned char *row = malloc((size_t)w->kv_heads * w->c.head_dim * 4);
@@ -258,13 +241,11 @@ int kw_fill_direct(kw_world *w, int s, uint32_t n)
     const uint64_t prefix = q->prefix[v.positions[r]];
     for (uint32_t l = 0; ok && l < w->c.num_layers; l++) {
       const int64_t row_at = pool_at(w, &v, &p, l, r);
-      if (!(ok = CHECK(row_at >= 0)))
-        break;
+      if (!(ok = CHECK(row_at >= 0))) break;
       const size_t at = (size_t)row_at * w->kv_elt;
       kw_gen_row(w, prefix, l, 1, row, NULL);
       kw_cache_row(w, l, 1, row, (char *)p.k_base + at, NULL);
-      if (w->mla)
-        continue;
+      if (w->mla) continue;
       kw_gen_row(w, prefix, l, 2, row, NULL);
       kw_cache_row(w, l, 2, row, (char *)p.v_base + at, NULL);
     }
@@ -272,7 +253,6 @@ int kw_fill_direct(kw_world *w, int s, uint32_t n)
   free(row);
   const uint32_t computed = (uint32_t)v.context_lens[0];
   ok = CHECK_OK(pkv_batch_end(b)) && ok;
-  if (ok)
-    q->num_computed = computed;
+  if (ok) q->num_computed = computed;
   return ok;
 }

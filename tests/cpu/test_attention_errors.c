@@ -9,24 +9,22 @@
 
 #include "kv_world.h"
 
-static const kw_config base = {"errors", 2, 4, 2, 64, PKV_DTYPE_F32, 16, 64, 2, 0, 0, 0, 3, 0, 0, 0};
+static const kw_config base = {"errors", 2, 4, 2, 64, PKV_DTYPE_F32, 16, 64, 2, 0, 0,
+                               0,        3, 0, 0, 0};
 
 /* A (21 tokens) computed and forked into F; both append: A's last block is copied. Returns 1
  * when the copy is queued. */
-static int fork_and_append(kw_world *w, int *a, int *f)
-{
+static int fork_and_append(kw_world *w, int *a, int *f) {
   int32_t t[32];
   kw_tokens(t, 23, 5);
   *a = kw_alloc(w, t, 21, NULL);
-  if (*a < 0 || kw_step(w, a, NULL, 1, 0) != 0)
-    return 0;
+  if (*a < 0 || kw_step(w, a, NULL, 1, 0) != 0) return 0;
   *f = kw_fork(w, *a);
   return *f >= 0 && kw_append(w, *a, t + 21, 1) && kw_append(w, *f, t + 22, 1);
 }
 
 static void refuse_all(kw_world *w, pkv_batch *b, const void *q, const void *k, const void *v,
-                       void *out)
-{
+                       void *out) {
   pkv_engine *e = w->e;
   const uint32_t nl = w->c.num_layers;
   CHECK_ERR(e, pkv_attention(b, nl, q, k, v, out), PKV_ERR_INVALID_ARGUMENT);
@@ -43,12 +41,10 @@ static void refuse_all(kw_world *w, pkv_batch *b, const void *q, const void *k, 
 }
 
 /* Every refusal first, in a batch with a queued copy; then the real calls must be right. */
-static void test_refusals_leave_batch_usable(void)
-{
+static void test_refusals_leave_batch_usable(void) {
   kw_world w;
   int a, f;
-  if (!kw_init(&w, &base))
-    return;
+  if (!kw_init(&w, &base)) return;
   if (fork_and_append(&w, &a, &f)) {
     w.on_batch = refuse_all;
     const int s[2] = {f, a};
@@ -59,13 +55,11 @@ static void test_refusals_leave_batch_usable(void)
 
 /* Abort after pkv_attention did the copies (they stay done), or before (they are requeued):
  * either way the step run again sees the shared prefix. */
-static void test_abort(void)
-{
+static void test_abort(void) {
   for (int after = 0; after < 2; after++) {
     kw_world w;
     int a, f;
-    if (!kw_init(&w, &base))
-      return;
+    if (!kw_init(&w, &base)) return;
     if (fork_and_append(&w, &a, &f)) {
       const int s[2] = {a, f};
       if (after) {
@@ -73,8 +67,7 @@ static void test_abort(void)
       } else {
         uint64_t ids[2] = {w.seqs[a].id, w.seqs[f].id};
         pkv_batch *b = NULL;
-        if (CHECK_OK(pkv_batch_begin(w.e, ids, NULL, 2, &b)))
-          pkv_batch_abort(b);
+        if (CHECK_OK(pkv_batch_begin(w.e, ids, NULL, 2, &b))) pkv_batch_abort(b);
       }
       kw_step(&w, s, NULL, 2, KW_REVERSE_LAYERS);
       /* The copied block holds the shared tokens 16..20 in both tables. */
@@ -85,7 +78,8 @@ static void test_abort(void)
       const struct pkv_pool_info p = kw_pool(&w);
       if (CHECK(na == 2 && nf == 2 && ta[0] == tf[0] && ta[1] != tf[1]))
         for (uint32_t l = 0; l < p.num_layers; l++) {
-          const size_t row = p.token_stride * 4, la = (l * p.layer_stride + ta[1] * p.block_stride) * 4;
+          const size_t row = p.token_stride * 4,
+                       la = (l * p.layer_stride + ta[1] * p.block_stride) * 4;
           const size_t lf = (l * p.layer_stride + tf[1] * p.block_stride) * 4;
           CHECK(memcmp((char *)p.k_base + la, (char *)p.k_base + lf, 5 * row) == 0);
           CHECK(memcmp((char *)p.v_base + la, (char *)p.v_base + lf, 5 * row) == 0);
@@ -96,15 +90,13 @@ static void test_abort(void)
   }
 }
 
-static void test_unsupported_head_dim(void)
-{
+static void test_unsupported_head_dim(void) {
   const uint32_t dims[] = {36, 4, 12, 100, 264, 512};
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
     kw_config c = base;
     c.head_dim = dims[i];
     kw_world w;
-    if (!kw_init(&w, &c))
-      continue;
+    if (!kw_init(&w, &c)) continue;
     int32_t t[8];
     kw_tokens(t, 8, 3);
     const int s = kw_alloc(&w, t, 8, NULL);
@@ -124,8 +116,7 @@ static void test_unsupported_head_dim(void)
 /* MLA: v must be NULL (there is no V); q, k and out not; latents pkv cannot run are
  * UNSUPPORTED; fp8 scales take no V scale. The refusals leave the batch usable. */
 static void refuse_mla(kw_world *w, pkv_batch *b, const void *q, const void *k, const void *v,
-                       void *out)
-{
+                       void *out) {
   pkv_engine *e = w->e;
   CHECK(v == NULL);
   CHECK_ERR(e, pkv_attention(b, 0, q, k, q, out), PKV_ERR_INVALID_ARGUMENT);
@@ -137,8 +128,7 @@ static void refuse_mla(kw_world *w, pkv_batch *b, const void *q, const void *k, 
   w->on_batch = NULL;
 }
 
-static void test_mla_calls(void)
-{
+static void test_mla_calls(void) {
   kw_config c = base;
   c.num_kv_heads = 1, c.head_dim = 48, c.kv_lora_rank = 32, c.softmax_scale = 0.2f;
   c.kv_dtype = PKV_DTYPE_FP8_E4M3;
@@ -169,8 +159,7 @@ static void test_mla_calls(void)
     kw_config m = base;
     m.num_kv_heads = 1, m.kv_lora_rank = parts[i][0], m.head_dim = parts[i][0] + parts[i][1];
     m.softmax_scale = 0.1f;
-    if (!kw_init(&w, &m))
-      continue;
+    if (!kw_init(&w, &m)) continue;
     int32_t t[8];
     kw_tokens(t, 8, 4);
     const int s = kw_alloc(&w, t, 8, NULL);
@@ -189,16 +178,14 @@ static void test_mla_calls(void)
 }
 
 /* The smallest head_dims pkv supports, all dtypes. */
-static void test_small_head_dims(void)
-{
+static void test_small_head_dims(void) {
   const int32_t dtypes[] = {PKV_DTYPE_F32, PKV_DTYPE_F16, PKV_DTYPE_BF16};
   for (uint32_t hd = 8; hd <= 24; hd += 8)
     for (int d = 0; d < 3; d++) {
       kw_config c = base;
       c.head_dim = hd, c.dtype = dtypes[d], c.block_size = 5, c.num_blocks = 128;
       kw_world w;
-      if (!kw_init(&w, &c))
-        continue;
+      if (!kw_init(&w, &c)) continue;
       int32_t t[40];
       kw_tokens(t, 40, hd);
       int s[2] = {kw_alloc(&w, t, 40, NULL), -1};
@@ -210,15 +197,13 @@ static void test_small_head_dims(void)
     }
 }
 
-static void test_pool_info(void)
-{
+static void test_pool_info(void) {
   const int32_t dtypes[] = {PKV_DTYPE_F32, PKV_DTYPE_F16, PKV_DTYPE_BF16};
   for (int d = 0; d < 3; d++) {
     kw_config c = base;
     c.dtype = dtypes[d], c.num_layers = 3, c.block_size = 7, c.num_blocks = 11;
     kw_world w;
-    if (!kw_init(&w, &c))
-      continue;
+    if (!kw_init(&w, &c)) continue;
     const struct pkv_pool_info p = kw_pool(&w);
     CHECK(p.device == PKV_DEVICE_CPU && p.dtype == c.dtype && p.num_layers == 3);
     CHECK(p.num_blocks == 11 && p.block_size == 7 && p.kv_heads == 2 && p.head_dim == 64);
@@ -232,8 +217,7 @@ static void test_pool_info(void)
   }
 }
 
-int main(void)
-{
+int main(void) {
   KW_RUN(test_refusals_leave_batch_usable);
   KW_RUN(test_abort);
   KW_RUN(test_unsupported_head_dim);

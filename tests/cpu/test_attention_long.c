@@ -14,25 +14,22 @@
 #include "kv_world.h"
 
 static const kw_config configs[] = {
-  {"long_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, PKV_DTYPE_BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"long_bs7_hd80_gqa8_f16", 2, 8, 1, 80, PKV_DTYPE_F16, 7, 0, 2, 0, 0, 0, 4, 0, 0, 0},
-  {"long_bs32_hd64_gqa1_f32", 2, 4, 4, 64, PKV_DTYPE_F32, 32, 0, 3, 0, 0, 0, 3, 0, 0, 0},
+    {"long_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, PKV_DTYPE_BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"long_bs7_hd80_gqa8_f16", 2, 8, 1, 80, PKV_DTYPE_F16, 7, 0, 2, 0, 0, 0, 4, 0, 0, 0},
+    {"long_bs32_hd64_gqa1_f32", 2, 4, 4, 64, PKV_DTYPE_F32, 32, 0, 3, 0, 0, 0, 3, 0, 0, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], LONG_TOKENS = 4100, DIRECT = 3800 };
 
-static void append1(kw_world *w, int s, uint32_t i)
-{
+static void append1(kw_world *w, int s, uint32_t i) {
   const int32_t t = kw_token(77, 5000 + i);
   kw_append(w, s, &t, 1);
 }
 
-static void run_config(const kw_config *c)
-{
+static void run_config(const kw_config *c) {
   kw_config cc = *c;
   cc.num_blocks = 2 * (LONG_TOKENS + 400) / c->block_size + 64;
   kw_world w;
-  if (!kw_init(&w, &cc))
-    return;
+  if (!kw_init(&w, &cc)) return;
   static int32_t t[LONG_TOKENS];
   uint32_t cached = 99;
   kw_tokens(t, LONG_TOKENS, 1234 + c->block_size);
@@ -53,8 +50,7 @@ static void run_config(const kw_config *c)
    * its 4k tokens); h hits q's blocks; c is chunked. */
   append1(&w, p, 0);
   kw_step(&w, &p, NULL, 1, 0);
-  for (uint32_t i = 0; i < 12; i++)
-    append1(&w, p, 100 + i);
+  for (uint32_t i = 0; i < 12; i++) append1(&w, p, 100 + i);
   kw_step(&w, &p, NULL, 1, 0);
   const int f = kw_fork(&w, p);
   memcpy(t, w.seqs[q].tokens, 32 * sizeof t[0]);
@@ -69,17 +65,12 @@ static void run_config(const kw_config *c)
     const int s[5] = {p, q, f, h, cq};
     const uint32_t n[5] = {1, 1, 1, step ? 1 : 44 - cached, step < 2 ? 250 : 200};
     for (int i = 0; i < 4; i++)
-      if (i < 3 || step > 0)
-        append1(&w, s[i], 1 + step * 4 + (uint32_t)i);
+      if (i < 3 || step > 0) append1(&w, s[i], 1 + step * 4 + (uint32_t)i);
     kw_step(&w, s, n, 5, step == 0 ? KW_REVERSE_LAYERS : 0);
   }
   for (int s = 0; s < KW_MAX_SEQS; s++)
-    if (w.seqs[s].id)
-      kw_release(&w, s);
+    if (w.seqs[s].id) kw_release(&w, s);
   kw_free(&w);
 }
 
-int main(int argc, char **argv)
-{
-  return kw_main(argc, argv, configs, NUM_CONFIGS, run_config);
-}
+int main(int argc, char **argv) { return kw_main(argc, argv, configs, NUM_CONFIGS, run_config); }

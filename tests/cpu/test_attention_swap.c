@@ -18,22 +18,24 @@ enum { F32 = PKV_DTYPE_F32, F16 = PKV_DTYPE_F16, BF16 = PKV_DTYPE_BF16, POOL = 2
 /* name, layers, q heads, kv heads, head_dim, dtype, block size, blocks, threads, tp, rank,
  * softmax scale, q amplitude, kv dtype, window, kv_lora_rank (MLA); a host tier of HOST blocks */
 static const kw_config configs[] = {
-  {"swap_bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"swap_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"swap_bs7_hd64_gqa8_f16", 3, 8, 1, 64, F16, 7, POOL, 1, 0, 0, 0, 4, 0, 0, 0},
-  {"swap_bs16_hd72_gqa4_f16", 2, 8, 2, 72, F16, 16, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"swap_bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"swap_bs16_hd64_gqa4_f32", 2, 8, 2, 64, F32, 16, POOL, 3, 0, 0, 0, 5, 0, 0, 0},
-  {"swap_bs7_hd64_gqa4_bf16_e4m3", 2, 8, 2, 64, BF16, 7, POOL, 2, 0, 0, 0, 3, PKV_DTYPE_FP8_E4M3, 0, 0},
-  {"swap_bs16_hd128_gqa4_f32_e5m2", 2, 8, 2, 128, F32, 16, POOL, 2, 0, 0, 0, 3, PKV_DTYPE_FP8_E5M2, 0, 0},
-  /* MLA: the host tier holds latents alone */
-  {"swap_mla_bs7_r128_h8_bf16", 2, 8, 1, 160, BF16, 7, POOL, 2, 0, 0, 0.1f, 3, 0, 0, 128},
-  {"swap_mla_bs16_r64_h4_f32_e4m3", 2, 4, 1, 80, F32, 16, POOL, 2, 0, 0, 0.1f, 3, PKV_DTYPE_FP8_E4M3, 0, 64},
+    {"swap_bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"swap_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"swap_bs7_hd64_gqa8_f16", 3, 8, 1, 64, F16, 7, POOL, 1, 0, 0, 0, 4, 0, 0, 0},
+    {"swap_bs16_hd72_gqa4_f16", 2, 8, 2, 72, F16, 16, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"swap_bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, POOL, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"swap_bs16_hd64_gqa4_f32", 2, 8, 2, 64, F32, 16, POOL, 3, 0, 0, 0, 5, 0, 0, 0},
+    {"swap_bs7_hd64_gqa4_bf16_e4m3", 2, 8, 2, 64, BF16, 7, POOL, 2, 0, 0, 0, 3, PKV_DTYPE_FP8_E4M3,
+     0, 0},
+    {"swap_bs16_hd128_gqa4_f32_e5m2", 2, 8, 2, 128, F32, 16, POOL, 2, 0, 0, 0, 3,
+     PKV_DTYPE_FP8_E5M2, 0, 0},
+    /* MLA: the host tier holds latents alone */
+    {"swap_mla_bs7_r128_h8_bf16", 2, 8, 1, 160, BF16, 7, POOL, 2, 0, 0, 0.1f, 3, 0, 0, 128},
+    {"swap_mla_bs16_r64_h4_f32_e4m3", 2, 4, 1, 80, F32, 16, POOL, 2, 0, 0, 0.1f, 3,
+     PKV_DTYPE_FP8_E4M3, 0, 64},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], MAX_BLOCKS = 64 };
 
-static pkv_stats stats(kw_world *w)
-{
+static pkv_stats stats(kw_world *w) {
   pkv_stats s;
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
@@ -41,8 +43,7 @@ static pkv_stats stats(kw_world *w)
   return s;
 }
 
-static struct pkv_seq_info info(kw_world *w, int s)
-{
+static struct pkv_seq_info info(kw_world *w, int s) {
   struct pkv_seq_info in;
   memset(&in, 0, sizeof in);
   in.struct_size = sizeof in;
@@ -50,37 +51,31 @@ static struct pkv_seq_info info(kw_world *w, int s)
   return in;
 }
 
-static uint32_t table(kw_world *w, int s, int32_t *out)
-{
+static uint32_t table(kw_world *w, int s, int32_t *out) {
   uint32_t n = 0;
   CHECK_OK(pkv_seq_block_table(w->e, w->seqs[s].id, out, MAX_BLOCKS, &n));
   return n;
 }
 
-static void append1(kw_world *w, int s, uint32_t i)
-{
+static void append1(kw_world *w, int s, uint32_t i) {
   const int32_t t = kw_token(w->c.block_size * 31u + w->c.head_dim, 7000 + i);
   kw_append(w, s, &t, 1);
 }
 
 /* Adds s's blocks to set[0..*n) (distinct). */
-static void add_blocks(kw_world *w, int s, int32_t *set, uint32_t *n)
-{
+static void add_blocks(kw_world *w, int s, int32_t *set, uint32_t *n) {
   int32_t t[MAX_BLOCKS];
   const uint32_t len = table(w, s, t);
   for (uint32_t i = 0; i < len; i++) {
     uint32_t k = 0;
-    while (k < *n && set[k] != t[i])
-      k++;
-    if (k == *n)
-      set[(*n)++] = t[i];
+    while (k < *n && set[k] != t[i]) k++;
+    if (k == *n) set[(*n)++] = t[i];
   }
 }
 
 /* Every computed token of s: its K and V rows in the pool, on every layer, are the ones the test
  * generates from its tokens, byte for byte. */
-static void check_context(kw_world *w, int s, const char *when)
-{
+static void check_context(kw_world *w, int s, const char *when) {
   const kw_seq *q = &w->seqs[s];
   const struct pkv_pool_info p = kw_pool(w);
   int32_t t[MAX_BLOCKS];
@@ -90,7 +85,8 @@ static void check_context(kw_world *w, int s, const char *when)
   uint32_t bad = 0;
   for (uint32_t pos = 0; pos < q->num_computed && CHECK(pos / w->c.block_size < n); pos++)
     for (uint32_t l = 0; l < w->c.num_layers; l++) {
-      const uint64_t slot = (uint64_t)t[pos / w->c.block_size] * w->c.block_size + pos % w->c.block_size;
+      const uint64_t slot =
+          (uint64_t)t[pos / w->c.block_size] * w->c.block_size + pos % w->c.block_size;
       const size_t at = (l * p.layer_stride + slot * p.token_stride) * w->kv_elt;
       kw_gen_row(w, q->prefix[pos], l, 1, gen, NULL);
       kw_cache_row(w, l, 1, gen, want[0], NULL);
@@ -102,35 +98,32 @@ static void check_context(kw_world *w, int s, const char *when)
       }
       if (differs)
         if (bad++ < 3)
-          fprintf(stderr, "  %s: seq slot %d pos %u layer %u: K/V differ from its tokens'\n", when, s,
-                  pos, l);
+          fprintf(stderr, "  %s: seq slot %d pos %u layer %u: K/V differ from its tokens'\n", when,
+                  s, pos, l);
     }
   CHECK(bad == 0);
 }
 
-static void swap_out(kw_world *w, int s)
-{
-  if (CHECK_OK(pkv_swap_out(w->e, w->seqs[s].id)))
-    CHECK(info(w, s).kv_tier == PKV_TIER_HOST);
+static void swap_out(kw_world *w, int s) {
+  if (CHECK_OK(pkv_swap_out(w->e, w->seqs[s].id))) CHECK(info(w, s).kv_tier == PKV_TIER_HOST);
 }
 
-static void swap_in(kw_world *w, int s)
-{
+static void swap_in(kw_world *w, int s) {
   if (CHECK_OK(pkv_swap_in(w->e, w->seqs[s].id)))
-    CHECK(info(w, s).kv_tier == PKV_TIER_DEVICE && info(w, s).num_computed_tokens == w->seqs[s].num_computed);
+    CHECK(info(w, s).kv_tier == PKV_TIER_DEVICE &&
+          info(w, s).num_computed_tokens == w->seqs[s].num_computed);
 }
 
 /* kw_step's hook: pkv_batch_copy does the step's copies, all of them swap-outs. */
 static uint32_t copied;
-static void copy_first(kw_world *w, pkv_batch *b, const void *q, const void *k, const void *v, void *out)
-{
+static void copy_first(kw_world *w, pkv_batch *b, const void *q, const void *k, const void *v,
+                       void *out) {
   (void)q, (void)k, (void)v, (void)out;
   pkv_batch_view view;
   memset(&view, 0, sizeof view);
   view.struct_size = sizeof view;
   CHECK_OK(pkv_batch_info(b, &view));
-  for (uint32_t i = 0; i < view.num_copies; i++)
-    CHECK(view.copy_kind[i] == PKV_COPY_SWAP_OUT);
+  for (uint32_t i = 0; i < view.num_copies; i++) CHECK(view.copy_kind[i] == PKV_COPY_SWAP_OUT);
   copied = view.num_copies;
   CHECK_OK(pkv_batch_copy(b));
   w->on_batch = NULL;
@@ -141,33 +134,30 @@ static void copy_first(kw_world *w, pkv_batch *b, const void *q, const void *k, 
  * overwrites them), and D's prompt again hits the host tier: its blocks are loaded back (the
  * copies done by its first pkv_attention), its last tokens and decodes attend over them against
  * the reference, and its context reads back byte for byte. */
-static void host_tier_hit(kw_world *w, uint64_t seed)
-{
+static void host_tier_hit(kw_world *w, uint64_t seed) {
   const uint32_t bs = w->c.block_size, ld = 3 * bs + 2;
   int32_t td[4 * MAX_BLOCKS], t[MAX_BLOCKS * 32];
   kw_tokens(td, ld, seed + 5);
   int d = kw_alloc(w, td, ld, NULL);
-  if (d < 0)
-    return;
+  if (d < 0) return;
   kw_step(w, &d, NULL, 1, 0);
   kw_release(w, d);
   const pkv_stats st0 = stats(w);
   const uint32_t all = (uint32_t)st0.num_free_blocks;
   kw_tokens(t, all * bs, seed + 6);
   const int e = kw_alloc(w, t, all * bs, NULL);
-  if (e < 0)
-    return;
+  if (e < 0) return;
   const pkv_stats st1 = stats(w);
   CHECK(st1.num_offloaded_blocks - st0.num_offloaded_blocks >= 3);
   kw_step(w, &e, NULL, 1, KW_REVERSE_LAYERS);
   kw_release(w, e);
   uint32_t cached = 0;
   d = kw_alloc(w, td, ld, &cached);
-  if (d < 0)
-    return;
+  if (d < 0) return;
   const pkv_stats st2 = stats(w);
   CHECK(cached == 3 * bs);
-  CHECK(st2.host_hit_tokens - st1.host_hit_tokens == 3 * bs && st2.num_loaded_blocks - st1.num_loaded_blocks == 3);
+  CHECK(st2.host_hit_tokens - st1.host_hit_tokens == 3 * bs &&
+        st2.num_loaded_blocks - st1.num_loaded_blocks == 3);
   kw_step(w, &d, NULL, 1, 0);
   check_context(w, d, "after a host-tier hit");
   for (uint32_t i = 0; i < 2; i++) {
@@ -178,11 +168,9 @@ static void host_tier_hit(kw_world *w, uint64_t seed)
   kw_release(w, d);
 }
 
-static void run_config(const kw_config *c)
-{
+static void run_config(const kw_config *c) {
   kw_world w;
-  if (!kw_init_host(&w, c, HOST))
-    return;
+  if (!kw_init_host(&w, c, HOST)) return;
   const uint32_t bs = c->block_size;
   int32_t t[MAX_BLOCKS * 32];
   const uint64_t seed = bs * 7919ull + c->head_dim * 13ull + (uint64_t)c->dtype;
@@ -221,8 +209,7 @@ static void run_config(const kw_config *c)
     const int s[2] = {f, a};
     kw_step(&w, s, NULL, 2, 0);
   }
-  for (uint32_t i = 0; i < 3; i++)
-    append1(&w, a, 30 + i);
+  for (uint32_t i = 0; i < 3; i++) append1(&w, a, 30 + i);
 
   /* Both out: their shared blocks move once. */
   int32_t moved[MAX_BLOCKS];
@@ -302,7 +289,4 @@ static void run_config(const kw_config *c)
   kw_free(&w);
 }
 
-int main(int argc, char **argv)
-{
-  return kw_main(argc, argv, configs, NUM_CONFIGS, run_config);
-}
+int main(int argc, char **argv) { return kw_main(argc, argv, configs, NUM_CONFIGS, run_config); }

@@ -17,54 +17,53 @@ enum { E4M3 = PKV_DTYPE_FP8_E4M3, E5M2 = PKV_DTYPE_FP8_E5M2 };
 /* name, layers, q heads, kv heads, head_dim, dtype, block size, blocks, threads, tp, rank,
  * softmax scale, q amplitude, kv dtype, window, kv_lora_rank (MLA) */
 static const kw_config configs[] = {
-  {"bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs1_hd64_gqa1_f32", 2, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs7_hd80_gqa8_f16", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs32_hd256_gqa4_f32", 2, 4, 1, 256, F32, 32, 0, 2, 0, 0, 0, 2, 0, 0, 0},
-  {"bs7_hd40_gqa4_bf16", 3, 8, 2, 40, BF16, 7, 0, 1, 0, 0, 0, 4, 0, 0, 0},
-  {"bs16_hd72_gqa8_f16", 2, 16, 2, 72, F16, 16, 0, 3, 0, 0, 0, 3, 0, 0, 0},
-  {"bs1_hd128_gqa8_bf16", 2, 8, 1, 128, BF16, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs32_hd64_gqa4_f16", 2, 8, 2, 64, F16, 32, 0, 2, 0, 0, 0, 6, 0, 0, 0},
-  {"bs7_hd256_gqa1_bf16", 2, 2, 2, 256, BF16, 7, 0, 2, 0, 0, 0, 2, 0, 0, 0},
-  {"bs16_hd80_gqa1_f32_scale", 2, 2, 2, 80, F32, 16, 0, 2, 0, 0, 0.3f, 3, 0, 0, 0},
-  {"bs32_hd40_gqa8_f32", 2, 8, 1, 40, F32, 32, 0, 2, 0, 0, 0, 8, 0, 0, 0},
-  {"bs1_hd256_gqa4_f16", 2, 4, 1, 256, F16, 1, 0, 2, 0, 0, 0, 2, 0, 0, 0},
-  {"bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs16_hd64_gqa8_bf16_tp2", 2, 16, 2, 64, BF16, 16, 0, 2, 2, 1, 0, 3, 0, 0, 0},
-  {"bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, 0, 2, 0, 0, 0, 5, 0, 0, 0},
-  /* scores spread over hundreds: near one-hot softmax, the running max rescaled often */
-  {"bs16_hd128_gqa4_f32_peaky", 2, 8, 2, 128, F32, 16, 0, 2, 0, 0, 0, 40, 0, 0, 0},
-  /* fp8 caches: scales per (layer, head), some saturating, some on subnormal codes (kv_world.c) */
-  {"bs16_hd128_gqa4_bf16_e4m3", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
-  {"bs7_hd80_gqa8_f16_e4m3", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
-  {"bs1_hd64_gqa1_f32_e4m3", 3, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
-  {"bs16_hd72_gqa4_bf16_e5m2", 2, 8, 2, 72, BF16, 16, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
-  {"bs7_hd128_gqa1_f32_e5m2", 3, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
-  {"bs32_hd256_gqa4_f16_e5m2_tp2", 2, 8, 4, 256, F16, 32, 0, 2, 2, 1, 0, 2, E5M2, 0, 0},
-  /* the decode kernel's passes of 8/4/2/1 heads, 1-4 score registers, head_dim tiles of 32/16/8 */
-  {"bs16_hd128_gqa7_bf16", 2, 14, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs16_hd64_gqa16_f16", 2, 16, 1, 64, F16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs7_hd96_gqa6_bf16_e4m3", 2, 12, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
-  {"bs16_hd96_gqa3_bf16", 2, 6, 2, 96, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs1_hd112_gqa2_f16_e5m2", 2, 4, 2, 112, F16, 1, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
-  {"bs16_hd256_gqa16_bf16_e5m2", 2, 16, 1, 256, BF16, 16, 0, 2, 0, 0, 0, 2, E5M2, 0, 0},
-  /* bf16 models' scores with q heads in lanes: quads in pairs and alone, fp8 keys staged from a
+    {"bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs1_hd64_gqa1_f32", 2, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs7_hd80_gqa8_f16", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs32_hd256_gqa4_f32", 2, 4, 1, 256, F32, 32, 0, 2, 0, 0, 0, 2, 0, 0, 0},
+    {"bs7_hd40_gqa4_bf16", 3, 8, 2, 40, BF16, 7, 0, 1, 0, 0, 0, 4, 0, 0, 0},
+    {"bs16_hd72_gqa8_f16", 2, 16, 2, 72, F16, 16, 0, 3, 0, 0, 0, 3, 0, 0, 0},
+    {"bs1_hd128_gqa8_bf16", 2, 8, 1, 128, BF16, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs32_hd64_gqa4_f16", 2, 8, 2, 64, F16, 32, 0, 2, 0, 0, 0, 6, 0, 0, 0},
+    {"bs7_hd256_gqa1_bf16", 2, 2, 2, 256, BF16, 7, 0, 2, 0, 0, 0, 2, 0, 0, 0},
+    {"bs16_hd80_gqa1_f32_scale", 2, 2, 2, 80, F32, 16, 0, 2, 0, 0, 0.3f, 3, 0, 0, 0},
+    {"bs32_hd40_gqa8_f32", 2, 8, 1, 40, F32, 32, 0, 2, 0, 0, 0, 8, 0, 0, 0},
+    {"bs1_hd256_gqa4_f16", 2, 4, 1, 256, F16, 1, 0, 2, 0, 0, 0, 2, 0, 0, 0},
+    {"bs7_hd128_gqa1_f32", 2, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs16_hd64_gqa8_bf16_tp2", 2, 16, 2, 64, BF16, 16, 0, 2, 2, 1, 0, 3, 0, 0, 0},
+    {"bs7_hd80_gqa4_bf16", 2, 8, 2, 80, BF16, 7, 0, 2, 0, 0, 0, 5, 0, 0, 0},
+    /* scores spread over hundreds: near one-hot softmax, the running max rescaled often */
+    {"bs16_hd128_gqa4_f32_peaky", 2, 8, 2, 128, F32, 16, 0, 2, 0, 0, 0, 40, 0, 0, 0},
+    /* fp8 caches: scales per (layer, head), some saturating, some on subnormal codes (kv_world.c) */
+    {"bs16_hd128_gqa4_bf16_e4m3", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+    {"bs7_hd80_gqa8_f16_e4m3", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+    {"bs1_hd64_gqa1_f32_e4m3", 3, 4, 4, 64, F32, 1, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+    {"bs16_hd72_gqa4_bf16_e5m2", 2, 8, 2, 72, BF16, 16, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
+    {"bs7_hd128_gqa1_f32_e5m2", 3, 2, 2, 128, F32, 7, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
+    {"bs32_hd256_gqa4_f16_e5m2_tp2", 2, 8, 4, 256, F16, 32, 0, 2, 2, 1, 0, 2, E5M2, 0, 0},
+    /* the decode kernel's passes of 8/4/2/1 heads, 1-4 score registers, head_dim tiles of 32/16/8 */
+    {"bs16_hd128_gqa7_bf16", 2, 14, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs16_hd64_gqa16_f16", 2, 16, 1, 64, F16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs7_hd96_gqa6_bf16_e4m3", 2, 12, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+    {"bs16_hd96_gqa3_bf16", 2, 6, 2, 96, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs1_hd112_gqa2_f16_e5m2", 2, 4, 2, 112, F16, 1, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
+    {"bs16_hd256_gqa16_bf16_e5m2", 2, 16, 1, 256, BF16, 16, 0, 2, 0, 0, 0, 2, E5M2, 0, 0},
+    /* bf16 models' scores with q heads in lanes: quads in pairs and alone, fp8 keys staged from a
    * partial 64-value block */
-  {"bs16_hd64_gqa12_bf16", 2, 12, 1, 64, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
-  {"bs7_hd96_gqa8_bf16_e4m3", 2, 16, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
-  /* MLA (kv_layout MLA, the last field kv_lora_rank): one latent of kv_lora_rank + rope values
+    {"bs16_hd64_gqa12_bf16", 2, 12, 1, 64, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
+    {"bs7_hd96_gqa8_bf16_e4m3", 2, 16, 2, 96, BF16, 7, 0, 2, 0, 0, 0, 3, E4M3, 0, 0},
+    /* MLA (kv_layout MLA, the last field kv_lora_rank): one latent of kv_lora_rank + rope values
    * per token, every q head over it, out kv_lora_rank wide; DeepSeek's shape (512 + 64, scale
    * 1/sqrt(192)) with 16 heads, 128 heads over tp 2, and small latents */
-  {"mla_bs16_r512_h16_bf16", 2, 16, 1, 576, BF16, 16, 0, 2, 0, 0, 0.0722f, 2, 0, 0, 512},
-  {"mla_bs64_r512_h128_bf16_tp2", 2, 128, 1, 576, BF16, 64, 0, 2, 2, 1, 0.0722f, 2, 0, 0, 512},
-  {"mla_bs1_r64_h8_f32", 2, 8, 1, 80, F32, 1, 0, 2, 0, 0, 0.125f, 3, 0, 0, 64},
-  {"mla_bs7_r128_h4_f16_e4m3", 2, 4, 1, 160, F16, 7, 0, 2, 0, 0, 0.1f, 3, E4M3, 0, 128},
-  {"mla_bs16_r512_h16_bf16_e5m2", 2, 16, 1, 576, BF16, 16, 0, 2, 0, 0, 0.0722f, 2, E5M2, 0, 512},
+    {"mla_bs16_r512_h16_bf16", 2, 16, 1, 576, BF16, 16, 0, 2, 0, 0, 0.0722f, 2, 0, 0, 512},
+    {"mla_bs64_r512_h128_bf16_tp2", 2, 128, 1, 576, BF16, 64, 0, 2, 2, 1, 0.0722f, 2, 0, 0, 512},
+    {"mla_bs1_r64_h8_f32", 2, 8, 1, 80, F32, 1, 0, 2, 0, 0, 0.125f, 3, 0, 0, 64},
+    {"mla_bs7_r128_h4_f16_e4m3", 2, 4, 1, 160, F16, 7, 0, 2, 0, 0, 0.1f, 3, E4M3, 0, 128},
+    {"mla_bs16_r512_h16_bf16_e5m2", 2, 16, 1, 576, BF16, 16, 0, 2, 0, 0, 0.0722f, 2, E5M2, 0, 512},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 
-static uint64_t cow_copies(kw_world *w)
-{
+static uint64_t cow_copies(kw_world *w) {
   pkv_stats s;
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
@@ -72,34 +71,28 @@ static uint64_t cow_copies(kw_world *w)
   return s.num_cow_copies;
 }
 
-static int32_t fresh(kw_world *w, uint32_t i)
-{
+static int32_t fresh(kw_world *w, uint32_t i) {
   return kw_token(w->c.block_size * 7919u + w->c.head_dim, 100000 + i);
 }
 
-static void append1(kw_world *w, int s, uint32_t i)
-{
+static void append1(kw_world *w, int s, uint32_t i) {
   const int32_t t = fresh(w, i);
   kw_append(w, s, &t, 1);
 }
 
-static void release_all(kw_world *w)
-{
+static void release_all(kw_world *w) {
   for (int s = 0; s < KW_MAX_SEQS; s++)
-    if (w->seqs[s].id)
-      kw_release(w, s);
+    if (w->seqs[s].id) kw_release(w, s);
   kw_free(w);
 }
 
 /* The story; see the top of the file. */
-static void run_config(const kw_config *c)
-{
+static void run_config(const kw_config *c) {
   kw_config cc = *c;
   const uint32_t bs = c->block_size;
   cc.num_blocks = 4000 / bs + 64;
   kw_world w;
-  if (!kw_init(&w, &cc))
-    return;
+  if (!kw_init(&w, &cc)) return;
   const uint64_t seed = bs * 1000003ull + c->head_dim * 31ull + (uint64_t)c->dtype;
   int32_t t[1024];
   uint32_t cached = 99;
@@ -156,8 +149,7 @@ static void run_config(const kw_config *c)
   /* Decodes of everything live, once calling every layer twice. */
   for (uint32_t step = 0; step < 3; step++) {
     const int s[4] = {a, f, bq, cq};
-    for (int i = 0; i < 4; i++)
-      append1(&w, s[i], 10 + step * 4 + (uint32_t)i);
+    for (int i = 0; i < 4; i++) append1(&w, s[i], 10 + step * 4 + (uint32_t)i);
     kw_step(&w, s, NULL, 4, step == 1 ? KW_TWICE : 0);
   }
 
@@ -190,7 +182,4 @@ static void run_config(const kw_config *c)
   release_all(&w);
 }
 
-int main(int argc, char **argv)
-{
-  return kw_main(argc, argv, configs, NUM_CONFIGS, run_config);
-}
+int main(int argc, char **argv) { return kw_main(argc, argv, configs, NUM_CONFIGS, run_config); }

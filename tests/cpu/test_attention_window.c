@@ -25,22 +25,24 @@ enum { DECODES = 2000, LONG_PROMPT = 4896, LONG_DIRECT = 3900, LONG_DECODES = 30
 /* name, layers, q heads, kv heads, head_dim, dtype, block size, blocks, threads, tp, rank,
  * softmax scale, q amplitude, kv dtype, window */
 static const kw_config configs[] = {
-  {"w1_bs1_hd64_gqa4_bf16", 2, 8, 2, 64, BF16, 1, 0, 2, 0, 0, 0, 3, 0, 1, 0},
-  {"w1_bs16_hd64_gqa1_f32", 2, 2, 2, 64, F32, 16, 0, 2, 0, 0, 0, 3, 0, 1, 0},
-  {"w1_bs7_hd40_gqa8_f16_e4m3", 2, 8, 1, 40, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 1, 0},
-  {"w7_bs7_hd80_gqa8_f16", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, 0, 7, 0},
-  {"w7_bs1_hd64_gqa4_f32_e4m3", 2, 8, 2, 64, F32, 1, 0, 2, 0, 0, 0, 3, E4M3, 7, 0},
-  {"w7_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 7, 0},
-  {"w16_bs16_hd64_gqa4_f16_e5m2", 2, 8, 2, 64, F16, 16, 0, 2, 0, 0, 0, 3, E5M2, 16, 0},
-  {"w16_bs7_hd128_gqa8_bf16", 2, 8, 1, 128, BF16, 7, 0, 2, 0, 0, 0, 3, 0, 16, 0},
-  {"w16_bs1_hd40_gqa1_f32", 2, 2, 2, 40, F32, 1, 0, 2, 0, 0, 0, 5, 0, 16, 0},
-  {"w4096_bs16_hd64_gqa4_bf16", 2, 8, 2, 64, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 4096, 0},
-  {"w4096_bs7_hd64_gqa8_f16_e4m3", 2, 8, 1, 64, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 4096, 0},
-  {"w4096_bs1_hd64_gqa1_f32", 2, 2, 2, 64, F32, 1, 0, 2, 0, 0, 0, 3, 0, 4096, 0},
-  /* window: the largest of the layers' windows (mixed below) */
-  {"mixed_w7_full_w16_bs7_hd64_gqa4_bf16", 3, 8, 2, 64, BF16, 7, 0, 2, 0, 0, 0, 3, 0, 16, 0},
-  {"mixed_full_w1_full_bs1_hd64_gqa8_f32_e5m2", 3, 8, 1, 64, F32, 1, 0, 2, 0, 0, 0, 3, E5M2, 1, 0},
-  {"mixed_w4096_full_bs16_hd64_gqa4_f16_e4m3", 2, 8, 2, 64, F16, 16, 0, 2, 0, 0, 0, 3, E4M3, 4096, 0},
+    {"w1_bs1_hd64_gqa4_bf16", 2, 8, 2, 64, BF16, 1, 0, 2, 0, 0, 0, 3, 0, 1, 0},
+    {"w1_bs16_hd64_gqa1_f32", 2, 2, 2, 64, F32, 16, 0, 2, 0, 0, 0, 3, 0, 1, 0},
+    {"w1_bs7_hd40_gqa8_f16_e4m3", 2, 8, 1, 40, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 1, 0},
+    {"w7_bs7_hd80_gqa8_f16", 2, 8, 1, 80, F16, 7, 0, 2, 0, 0, 0, 3, 0, 7, 0},
+    {"w7_bs1_hd64_gqa4_f32_e4m3", 2, 8, 2, 64, F32, 1, 0, 2, 0, 0, 0, 3, E4M3, 7, 0},
+    {"w7_bs16_hd128_gqa4_bf16", 2, 8, 2, 128, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 7, 0},
+    {"w16_bs16_hd64_gqa4_f16_e5m2", 2, 8, 2, 64, F16, 16, 0, 2, 0, 0, 0, 3, E5M2, 16, 0},
+    {"w16_bs7_hd128_gqa8_bf16", 2, 8, 1, 128, BF16, 7, 0, 2, 0, 0, 0, 3, 0, 16, 0},
+    {"w16_bs1_hd40_gqa1_f32", 2, 2, 2, 40, F32, 1, 0, 2, 0, 0, 0, 5, 0, 16, 0},
+    {"w4096_bs16_hd64_gqa4_bf16", 2, 8, 2, 64, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 4096, 0},
+    {"w4096_bs7_hd64_gqa8_f16_e4m3", 2, 8, 1, 64, F16, 7, 0, 2, 0, 0, 0, 3, E4M3, 4096, 0},
+    {"w4096_bs1_hd64_gqa1_f32", 2, 2, 2, 64, F32, 1, 0, 2, 0, 0, 0, 3, 0, 4096, 0},
+    /* window: the largest of the layers' windows (mixed below) */
+    {"mixed_w7_full_w16_bs7_hd64_gqa4_bf16", 3, 8, 2, 64, BF16, 7, 0, 2, 0, 0, 0, 3, 0, 16, 0},
+    {"mixed_full_w1_full_bs1_hd64_gqa8_f32_e5m2", 3, 8, 1, 64, F32, 1, 0, 2, 0, 0, 0, 3, E5M2, 1,
+     0},
+    {"mixed_w4096_full_bs16_hd64_gqa4_f16_e4m3", 2, 8, 2, 64, F16, 16, 0, 2, 0, 0, 0, 3, E4M3, 4096,
+     0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 
@@ -49,77 +51,65 @@ static const struct {
   const char *name;
   uint32_t windows[3];
 } mixed[] = {
-  {"mixed_w7_full_w16_bs7_hd64_gqa4_bf16", {7, 0, 16}},
-  {"mixed_full_w1_full_bs1_hd64_gqa8_f32_e5m2", {0, 1, 0}},
-  {"mixed_w4096_full_bs16_hd64_gqa4_f16_e4m3", {4096, 0}},
+    {"mixed_w7_full_w16_bs7_hd64_gqa4_bf16", {7, 0, 16}},
+    {"mixed_full_w1_full_bs1_hd64_gqa8_f32_e5m2", {0, 1, 0}},
+    {"mixed_w4096_full_bs16_hd64_gqa4_f16_e4m3", {4096, 0}},
 };
 
-static const uint32_t *layer_windows(const kw_config *c)
-{
+static const uint32_t *layer_windows(const kw_config *c) {
   for (size_t i = 0; i < sizeof mixed / sizeof mixed[0]; i++)
-    if (strcmp(c->name, mixed[i].name) == 0)
-      return mixed[i].windows;
+    if (strcmp(c->name, mixed[i].name) == 0) return mixed[i].windows;
   return NULL;
 }
 
 /* kw_init, with the config's per-layer windows when it has them: then a group per window (or
  * several: the pool holds num_blocks blocks of every group's layers) and a shorter decode (a
  * full-attention layer's reference reads the whole context at every step). */
-static int init(kw_world *w, kw_config *c, uint32_t *decodes)
-{
+static int init(kw_world *w, kw_config *c, uint32_t *decodes) {
   const uint32_t *windows = layer_windows(c);
-  if (!windows)
-    return kw_init(w, c);
+  if (!windows) return kw_init(w, c);
   c->num_blocks *= c->num_layers;
   *decodes /= 3;
   return kw_init_windows(w, c, windows);
 }
 
-static void append1(kw_world *w, int s, uint32_t i)
-{
+static void append1(kw_world *w, int s, uint32_t i) {
   const int32_t t = kw_token(w->c.window * 31u + w->c.block_size, 100000 + i);
   kw_append(w, s, &t, 1);
 }
 
-static void release_all(kw_world *w)
-{
+static void release_all(kw_world *w) {
   if (!kw_failed && !CHECK(w->given_back > 0))
     fprintf(stderr, "  %s: no block table held -1: nothing was given back\n", w->c.name);
   for (int s = 0; s < KW_MAX_SEQS; s++)
-    if (w->seqs[s].id)
-      kw_release(w, s);
+    if (w->seqs[s].id) kw_release(w, s);
   kw_free(w);
 }
 
 /* Computes slot s's prompt in chunks of sizes n[0..], the last chunk taking the rest. */
-static void prefill_chunks(kw_world *w, int s, const uint32_t *n, uint32_t count)
-{
+static void prefill_chunks(kw_world *w, int s, const uint32_t *n, uint32_t count) {
   for (uint32_t i = 0; i < count && w->seqs[s].num_computed < w->seqs[s].num_tokens; i++) {
     const uint32_t left = w->seqs[s].num_tokens - w->seqs[s].num_computed;
     const uint32_t c = i + 1 == count || n[i] > left ? left : n[i];
-    if (kw_step(w, &s, &c, 1, 0))
-      return;
+    if (kw_step(w, &s, &c, 1, 0)) return;
   }
 }
 
 /* The story for windows up to 16; see the top of the file. */
-static void run_small(const kw_config *c)
-{
+static void run_small(const kw_config *c) {
   kw_config cc = *c;
   const uint32_t win = c->window, bs = c->block_size;
   cc.num_blocks = 4 * (DECODES + 260) / bs + 64;
   kw_world w;
   uint32_t decodes = DECODES;
-  if (!init(&w, &cc, &decodes))
-    return;
+  if (!init(&w, &cc, &decodes)) return;
   const uint64_t seed = win * 7919ull + bs * 31ull + (uint64_t)c->dtype;
   int32_t t[256];
   const uint32_t la = 3 * win + 5 > 40 ? 3 * win + 5 : 40;
   kw_tokens(t, la, seed);
   const int a = kw_alloc(&w, t, la, NULL);
   const uint32_t chunks[4] = {win > 1 ? win - 1 : 1, win + 2, 5, 0};
-  if (a >= 0)
-    prefill_chunks(&w, a, chunks, 4);
+  if (a >= 0) prefill_chunks(&w, a, chunks, 4);
 
   /* B shares A's first 2 * bs + 1 tokens; C has 200 of its own, in chunks of 90 and the rest,
    * in batches with A's decodes and B's prefill. */
@@ -151,11 +141,9 @@ static void run_small(const kw_config *c)
   }
   const int live[4] = {a, b, cq, f};
   for (uint32_t step = 0; step < decodes && !kw_failed; step++) {
-    for (int i = 0; i < 4; i++)
-      append1(&w, live[i], 2 + step * 4 + (uint32_t)i);
+    for (int i = 0; i < 4; i++) append1(&w, live[i], 2 + step * 4 + (uint32_t)i);
     if (step == decodes / 2) { /* B is preempted with its token pending and recomputed */
-      if (!kw_preempt(&w, b) || !kw_resume(&w, b, NULL))
-        break;
+      if (!kw_preempt(&w, b) || !kw_resume(&w, b, NULL)) break;
     }
     kw_step(&w, live, NULL, 4, step == 7 ? KW_TWICE : 0);
   }
@@ -163,14 +151,12 @@ static void run_small(const kw_config *c)
 }
 
 /* Window 4096; see the top of the file. */
-static void run_long(const kw_config *c)
-{
+static void run_long(const kw_config *c) {
   kw_config cc = *c;
   cc.num_blocks = 2 * (LONG_PROMPT + LONG_DECODES + 100) / c->block_size + 64;
   kw_world w;
   uint32_t decodes = LONG_DECODES;
-  if (!init(&w, &cc, &decodes))
-    return;
+  if (!init(&w, &cc, &decodes)) return;
   static int32_t t[LONG_PROMPT];
   kw_tokens(t, LONG_PROMPT, 4242 + c->block_size);
   const int p = kw_alloc(&w, t, LONG_PROMPT, NULL);
@@ -181,8 +167,7 @@ static void run_long(const kw_config *c)
     return;
   }
   /* Rows 3900 .. 4199: those from 4096 on no longer see position 0, then 4200 .. 4399. */
-  for (uint32_t n = 300; n >= 200; n -= 100)
-    kw_step(&w, &p, &n, 1, 0);
+  for (uint32_t n = 300; n >= 200; n -= 100) kw_step(&w, &p, &n, 1, 0);
   {
     const int s[2] = {q, p};
     kw_step(&w, s, NULL, 2, 0); /* q's prompt beside p's last 497 rows */
@@ -190,23 +175,18 @@ static void run_long(const kw_config *c)
   const int live[2] = {p, q};
   for (uint32_t step = 0; step < decodes && !kw_failed; step++) {
     append1(&w, p, step * 2);
-    for (uint32_t i = 0; step == decodes / 2 && i < 8; i++)
-      append1(&w, p, 100000 + i);
+    for (uint32_t i = 0; step == decodes / 2 && i < 8; i++) append1(&w, p, 100000 + i);
     append1(&w, q, step * 2 + 1);
     kw_step(&w, live, NULL, 2, 0);
   }
   release_all(&w);
 }
 
-static void run_config(const kw_config *c)
-{
+static void run_config(const kw_config *c) {
   if (c->window > 16)
     run_long(c);
   else
     run_small(c);
 }
 
-int main(int argc, char **argv)
-{
-  return kw_main(argc, argv, configs, NUM_CONFIGS, run_config);
-}
+int main(int argc, char **argv) { return kw_main(argc, argv, configs, NUM_CONFIGS, run_config); }

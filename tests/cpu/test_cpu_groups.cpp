@@ -56,14 +56,17 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-size_t dtype_bytes(int32_t d) { return d == PKV_DTYPE_F32 ? 4 : d == PKV_DTYPE_F16 || d == PKV_DTYPE_BF16 ? 2 : 1; }
+size_t dtype_bytes(int32_t d) {
+  return d == PKV_DTYPE_F32 ? 4 : d == PKV_DTYPE_F16 || d == PKV_DTYPE_BF16 ? 2 : 1;
+}
 bool is_fp8(int32_t d) { return d == PKV_DTYPE_FP8_E4M3 || d == PKV_DTYPE_FP8_E5M2; }
 
 // Stores x in dtype at base[i]; returns the stored value.
 double store(int32_t dtype, double x, void *base, size_t i) {
   const float f = static_cast<float>(x);
   if (dtype == PKV_DTYPE_F32) return static_cast<float *>(base)[i] = f;
-  if (dtype == PKV_DTYPE_F16) return static_cast<double>(static_cast<_Float16 *>(base)[i] = static_cast<_Float16>(f));
+  if (dtype == PKV_DTYPE_F16)
+    return static_cast<double>(static_cast<_Float16 *>(base)[i] = static_cast<_Float16>(f));
   uint32_t u;
   std::memcpy(&u, &f, 4);
   const uint16_t b = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
@@ -86,33 +89,46 @@ double load(int32_t dtype, const void *base, size_t i) {
 struct World {
   World(const Config &config, std::vector<uint32_t> group_windows, std::vector<uint32_t> contexts,
         std::vector<uint32_t> new_tokens)
-      : c(config), windows(std::move(group_windows)), ctx(std::move(contexts)), qlen(std::move(new_tokens)) {}
+      : c(config),
+        windows(std::move(group_windows)),
+        ctx(std::move(contexts)),
+        qlen(std::move(new_tokens)) {}
   const Config &c;
-  std::vector<uint32_t> windows;     // [groups]
-  std::vector<uint32_t> ctx, qlen;   // [seqs]
+  std::vector<uint32_t> windows;    // [groups]
+  std::vector<uint32_t> ctx, qlen;  // [seqs]
   uint32_t num_tokens = 0, max_blocks = 0, num_blocks = 0;
   std::vector<int32_t> query_start, context_lens, tables;  // tables [groups][seqs][max_blocks]
   std::vector<int64_t> slots;                              // [groups][tokens]
-  std::vector<uint8_t> k_pool, v_pool;  // a guard block, then [groups (one layer each)][num_blocks] blocks
-  std::vector<float> scales;            // [groups][2][kv heads]
+  std::vector<uint8_t> k_pool,
+      v_pool;                 // a guard block, then [groups (one layer each)][num_blocks] blocks
+  std::vector<float> scales;  // [groups][2][kv heads]
   size_t block_bytes = 0;
 
   // k (kind 1) or v (2) of (group, seq, position) in the model's dtype at dst; values in dstd.
   void gen(uint32_t g, uint32_t s, uint32_t pos, uint32_t kind, void *dst, double *dstd) const {
     const double amp = kind == 0 ? 3.0 : 1.0;
     for (uint32_t i = 0; i < (kind == 0 ? kQHeads * kHd : kKvn); ++i) {
-      const double u = double(mix(mix((uint64_t(g) << 56) ^ (uint64_t(s) << 48) ^ (uint64_t(kind) << 40) ^ pos) + i) >> 40) / 16777216.0;
+      const double u =
+          double(mix(mix((uint64_t(g) << 56) ^ (uint64_t(s) << 48) ^ (uint64_t(kind) << 40) ^ pos) +
+                     i) >>
+                 40) /
+          16777216.0;
       const double x = store(c.dtype, amp * (2.0 * u - 1.0), dst, i);
       if (dstd) dstd[i] = x;
     }
   }
-  float scale(uint32_t g, uint32_t kind, uint32_t h) const { return scales[(g * 2 + kind - 1) * kKvHeads + h]; }
+  float scale(uint32_t g, uint32_t kind, uint32_t h) const {
+    return scales[(g * 2 + kind - 1) * kKvHeads + h];
+  }
   // What the cache holds for a row of model-dtype values: codes (fp8) or the values; dstd: their values.
   void cache_row(uint32_t g, uint32_t kind, const void *row, uint8_t *dst, double *dstd) const {
     for (uint32_t i = 0; i < kKvn; ++i) {
       const double x = load(c.dtype, row, i);
       if (!is_fp8(c.kv_dtype)) {
-        if (dst) std::memcpy(dst + i * dtype_bytes(c.dtype), static_cast<const uint8_t *>(row) + i * dtype_bytes(c.dtype), dtype_bytes(c.dtype));
+        if (dst)
+          std::memcpy(dst + i * dtype_bytes(c.dtype),
+                      static_cast<const uint8_t *>(row) + i * dtype_bytes(c.dtype),
+                      dtype_bytes(c.dtype));
         if (dstd) dstd[i] = x;
         continue;
       }
@@ -159,7 +175,8 @@ void build(World &w) {
   w.v_pool.assign(bytes, nan_byte);
   w.scales.resize(size_t(groups) * 2 * kKvHeads);
   for (size_t i = 0; i < w.scales.size(); ++i)  // e4m3: 1/600 saturates |x| > 0.75
-    w.scales[i] = (w.c.kv_dtype == PKV_DTYPE_FP8_E5M2 ? 1e-3f : 1.0f / 600) * float(1 + 17 * (i % 3));
+    w.scales[i] =
+        (w.c.kv_dtype == PKV_DTYPE_FP8_E5M2 ? 1e-3f : 1.0f / 600) * float(1 + 17 * (i % 3));
   std::vector<uint8_t> row(kKvn * 4);
   for (uint32_t g = 0; g < groups; ++g)
     for (uint32_t s = 0; s < seqs; ++s) {
@@ -170,7 +187,8 @@ void build(World &w) {
         if (b < 0) continue;
         const size_t at = size_t(pos % bs) * kKvn * dtype_bytes(w.c.kv_dtype);
         if (pos >= new0) {  // a new token: write_kv's
-          w.slots[size_t(g) * w.num_tokens + w.query_start[s] + (pos - new0)] = int64_t(b) * bs + pos % bs;
+          w.slots[size_t(g) * w.num_tokens + w.query_start[s] + (pos - new0)] =
+              int64_t(b) * bs + pos % bs;
           continue;
         }
         w.gen(g, s, pos, 1, row.data(), nullptr);
@@ -182,9 +200,11 @@ void build(World &w) {
 }
 
 // Runs group g's layer on the planned step and checks every output row against the reference.
-void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uint32_t g, const char *label) {
+void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uint32_t g,
+               const char *label) {
   const size_t elt = dtype_bytes(w.c.dtype), qn = size_t(kQHeads) * kHd;
-  std::vector<uint8_t> q(w.num_tokens * qn * elt), k(w.num_tokens * kKvn * elt), v(k.size()), out(q.size(), 0xff);
+  std::vector<uint8_t> q(w.num_tokens * qn * elt), k(w.num_tokens * kKvn * elt), v(k.size()),
+      out(q.size(), 0xff);
   std::vector<double> qd(w.num_tokens * qn);
   for (uint32_t s = 0; s < w.ctx.size(); ++s)
     for (uint32_t r = 0; r < w.qlen[s]; ++r) {
@@ -194,10 +214,24 @@ void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uin
       w.gen(g, s, pos, 2, v.data() + t * kKvn * elt, nullptr);
     }
   const float softmax_scale = 1.0f / std::sqrt(float(kHd));
-  const pkv::CpuLayer layer{w.block(w.k_pool, g, 0), w.block(w.v_pool, g, 0), kQHeads, kKvHeads, kHd, kHd, false,
-                            w.c.dtype, w.c.kv_dtype, g, w.windows[g], softmax_scale,
-                            &w.scales[g * 2 * kKvHeads], &w.scales[(g * 2 + 1) * kKvHeads],
-                            q.data(), k.data(), v.data(), out.data()};
+  const pkv::CpuLayer layer{w.block(w.k_pool, g, 0),
+                            w.block(w.v_pool, g, 0),
+                            kQHeads,
+                            kKvHeads,
+                            kHd,
+                            kHd,
+                            false,
+                            w.c.dtype,
+                            w.c.kv_dtype,
+                            g,
+                            w.windows[g],
+                            softmax_scale,
+                            &w.scales[g * 2 * kKvHeads],
+                            &w.scales[(g * 2 + 1) * kKvHeads],
+                            q.data(),
+                            k.data(),
+                            v.data(),
+                            out.data()};
   kernels.write_kv(step, layer);
   kernels.attention(step, layer);
   const double atol = w.c.dtype == PKV_DTYPE_F32 ? 1e-5 : w.c.dtype == PKV_DTYPE_F16 ? 2e-3 : 1e-2;
@@ -206,7 +240,8 @@ void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uin
   for (uint32_t s = 0; s < w.ctx.size(); ++s) {
     // K/V from the first key the first new row sees.
     const uint32_t first = w.first_key(g, w.ctx[s] - w.qlen[s]), keys = w.ctx[s] - first;
-    std::vector<double> kd(size_t(keys) * kKvn), vd(kd.size()), got(w.qlen[s] * qn), ref(got.size());
+    std::vector<double> kd(size_t(keys) * kKvn), vd(kd.size()), got(w.qlen[s] * qn),
+        ref(got.size());
     for (uint32_t pos = first; pos < w.ctx[s]; ++pos) {
       w.gen(g, s, pos, 1, row.data(), nullptr);
       w.cache_row(g, 1, row.data(), nullptr, &kd[size_t(pos - first) * kKvn]);
@@ -215,8 +250,8 @@ void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uin
     }
     for (uint32_t r = 0; r < w.qlen[s]; ++r) {
       const uint32_t t = w.query_start[s] + r, pos = w.ctx[s] - w.qlen[s] + r;
-      pkv_ref_attention_window(&qd[t * qn], kd.data(), vd.data(), &ref[r * qn], 1, pos + 1 - first, kQHeads,
-                               kKvHeads, kHd, softmax_scale, w.windows[g]);
+      pkv_ref_attention_window(&qd[t * qn], kd.data(), vd.data(), &ref[r * qn], 1, pos + 1 - first,
+                               kQHeads, kKvHeads, kHd, softmax_scale, w.windows[g]);
       for (size_t j = 0; j < qn; ++j) got[r * qn + j] = load(w.c.dtype, out.data(), t * qn + j);
     }
     const std::string what = std::string(label) + " group " + std::to_string(g) + " (window " +
@@ -226,8 +261,15 @@ void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uin
 }
 
 pkv::CpuStep step_of(const World &w) {
-  return pkv::CpuStep{uint32_t(w.ctx.size()), w.num_tokens, w.c.bs, w.max_blocks, uint32_t(w.windows.size()),
-                      w.query_start.data(), w.context_lens.data(), w.slots.data(), w.tables.data()};
+  return pkv::CpuStep{uint32_t(w.ctx.size()),
+                      w.num_tokens,
+                      w.c.bs,
+                      w.max_blocks,
+                      uint32_t(w.windows.size()),
+                      w.query_start.data(),
+                      w.context_lens.data(),
+                      w.slots.data(),
+                      w.tables.data()};
 }
 
 void run_config(const Config &c) {

@@ -41,8 +41,8 @@ typedef struct kv_mode {
   const char *name;
   int32_t kv_dtype;
   uint32_t window;
-  int hybrid;                   /* the window on layers 0 and 2 only: a windowed and a full KV group */
-  int mla;                      /* the model's attention is multi-head latent attention */
+  int hybrid; /* the window on layers 0 and 2 only: a windowed and a full KV group */
+  int mla;    /* the model's attention is multi-head latent attention */
   float scales[LAYERS][2][KVH]; /* fp8: k, v of each layer's kv heads */
 } kv_mode;
 
@@ -69,26 +69,22 @@ typedef int (*attention_fn)(void *ctx, uint32_t layer, const float *q, const flo
                             const float *v, float *out);
 
 static uint64_t rng_state = 42;
-static float uniform(float a)
-{
+static float uniform(float a) {
   rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
   return a * (2.0f * (float)((rng_state >> 40) * (1.0 / 16777216.0)) - 1.0f);
 }
 
-static void fill(float *w, size_t n, float a)
-{
-  for (size_t i = 0; i < n; i++)
-    w[i] = uniform(a);
+static void fill(float *w, size_t n, float a) {
+  for (size_t i = 0; i < n; i++) w[i] = uniform(a);
 }
 
-static void init_model(model *m)
-{
+static void init_model(model *m) {
   fill(&m->embed[0][0], sizeof m->embed / 4, 1.0f);
   for (int l = 0; l < LAYERS; l++) {
     layer_w *w = &m->layer[l];
     for (int i = 0; i < HID; i++)
       w->norm1[i] = 1.0f + uniform(0.2f), w->norm2[i] = 1.0f + uniform(0.2f);
-    const float a = 1.7f / sqrtf(HID); /* uniform(a) has variance a^2/3: about 1/HID */
+    const float a = 1.7f / sqrtf(HID);           /* uniform(a) has variance a^2/3: about 1/HID */
     fill(&w->wq[0][0], sizeof w->wq / 4, 2 * a); /* peakier attention */
     fill(&w->wk[0][0], sizeof w->wk / 4, 2 * a);
     fill(&w->wv[0][0], sizeof w->wv / 4, a);
@@ -97,8 +93,7 @@ static void init_model(model *m)
     fill(&w->up[0][0], sizeof w->up / 4, a);
     fill(&w->down[0][0], sizeof w->down / 4, 1.7f / sqrtf(FFN));
   }
-  for (int i = 0; i < HID; i++)
-    m->norm_f[i] = 1.0f;
+  for (int i = 0; i < HID; i++) m->norm_f[i] = 1.0f;
   fill(&m->head[0][0], sizeof m->head / 4, 3.0f / sqrtf(HID));
   for (int l = 0; l < LAYERS; l++) { /* last: the other modes' weights keep their values */
     layer_w *w = &m->layer[l];
@@ -111,30 +106,24 @@ static void init_model(model *m)
 }
 
 /* y[rows] = W[rows][cols] x[cols] */
-static void matvec(const float *w, const float *x, float *y, int rows, int cols)
-{
+static void matvec(const float *w, const float *x, float *y, int rows, int cols) {
   for (int r = 0; r < rows; r++) {
     float s = 0.0f;
-    for (int c = 0; c < cols; c++)
-      s += w[(size_t)r * cols + c] * x[c];
+    for (int c = 0; c < cols; c++) s += w[(size_t)r * cols + c] * x[c];
     y[r] = s;
   }
 }
 
-static void rmsnorm(const float *x, const float *g, float *y)
-{
+static void rmsnorm(const float *x, const float *g, float *y) {
   float ss = 0.0f;
-  for (int i = 0; i < HID; i++)
-    ss += x[i] * x[i];
+  for (int i = 0; i < HID; i++) ss += x[i] * x[i];
   const float inv = 1.0f / sqrtf(ss / HID + 1e-5f);
-  for (int i = 0; i < HID; i++)
-    y[i] = x[i] * inv * g[i];
+  for (int i = 0; i < HID; i++) y[i] = x[i] * inv * g[i];
 }
 
 /* Rotary embedding (rotate-half form) at position pos of values [offset, offset + dims) of each
  * of the heads of x (stride values apart). */
-static void rope_part(float *x, int heads, int stride, int offset, int dims, int32_t pos)
-{
+static void rope_part(float *x, int heads, int stride, int offset, int dims, int32_t pos) {
   for (int h = 0; h < heads; h++)
     for (int i = 0; i < dims / 2; i++) {
       const double angle = pos * pow(10000.0, -2.0 * i / dims);
@@ -146,17 +135,13 @@ static void rope_part(float *x, int heads, int stride, int offset, int dims, int
     }
 }
 
-static void rope(float *x, int heads, int32_t pos)
-{
-  rope_part(x, heads, HD, 0, HD, pos);
-}
+static void rope(float *x, int heads, int32_t pos) { rope_part(x, heads, HD, 0, HD, pos); }
 
 /* MLA's projections of n rows (normed hidden states h [n][HID]) into q, k, v for attn, and the
  * heads' outputs back to o [n][QH][VD]. absorbed (pkv): q in latent space, k the latents, v NULL;
  * else (the naive side) K and V decompressed per head. */
 static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int32_t *positions,
-                         uint32_t n, int absorbed, attention_fn attn, void *ctx, float *o)
-{
+                         uint32_t n, int absorbed, attention_fn attn, void *ctx, float *o) {
   float *q = malloc(sizeof(float) * n * QH * QKD), *lat = malloc(sizeof(float) * n * LATENT);
   float *qa = malloc(sizeof(float) * n * QH * LATENT), *ol = malloc(sizeof(float) * n * QH * RANK);
   float *k = malloc(sizeof(float) * n * QH * QKD), *v = malloc(sizeof(float) * n * QH * VD);
@@ -170,8 +155,7 @@ static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int
       float *qa_h = qa + (r * QH + hd) * LATENT, *kh = k + (r * QH + hd) * QKD;
       for (int j = 0; j < RANK; j++) { /* q_nope . (uk c) = (uk^T q_nope) . c */
         float sum = 0.0f;
-        for (int i = 0; i < NOPE; i++)
-          sum += w->uk[hd][i][j] * qh[i];
+        for (int i = 0; i < NOPE; i++) sum += w->uk[hd][i][j] * qh[i];
         qa_h[j] = sum;
       }
       memcpy(qa_h + RANK, qh + NOPE, ROPE * sizeof(float));
@@ -196,15 +180,13 @@ static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int
 /* Runs n rows (token, position) through the model, the KV side by attn; logits [n][VOCAB].
  * mla: the model's MLA attention, absorbed (pkv's form) or not (the naive side's). */
 static int forward(const model *m, const int32_t *tokens, const int32_t *positions, uint32_t n,
-                   int mla, int absorbed, attention_fn attn, void *ctx, float *logits)
-{
+                   int mla, int absorbed, attention_fn attn, void *ctx, float *logits) {
   float *x = malloc(sizeof(float) * n * HID), *q = malloc(sizeof(float) * n * QH * HD);
   float *k = malloc(sizeof(float) * n * KVH * HD), *v = malloc(sizeof(float) * n * KVH * HD);
   float *o = malloc(sizeof(float) * n * QH * HD);
   float h[HID], t[HID], g[FFN], u[FFN];
   int ok = 1;
-  for (uint32_t r = 0; r < n; r++)
-    memcpy(x + r * HID, m->embed[tokens[r]], sizeof h);
+  for (uint32_t r = 0; r < n; r++) memcpy(x + r * HID, m->embed[tokens[r]], sizeof h);
   float *hn = mla ? malloc(sizeof(float) * n * HID) : NULL;
   for (uint32_t l = 0; ok && l < LAYERS; l++) {
     const layer_w *w = &m->layer[l];
@@ -220,20 +202,18 @@ static int forward(const model *m, const int32_t *tokens, const int32_t *positio
       rope(q + r * QH * HD, QH, positions[r]);
       rope(k + r * KVH * HD, KVH, positions[r]);
     }
-    ok = mla ? mla_attention(w, l, hn, positions, n, absorbed, attn, ctx, o) : attn(ctx, l, q, k, v, o);
+    ok = mla ? mla_attention(w, l, hn, positions, n, absorbed, attn, ctx, o)
+             : attn(ctx, l, q, k, v, o);
     for (uint32_t r = 0; ok && r < n; r++) {
       float *xr = x + r * HID;
       matvec(&w->wo[0][0], o + r * QH * HD, t, HID, QH * HD);
-      for (int i = 0; i < HID; i++)
-        xr[i] += t[i];
+      for (int i = 0; i < HID; i++) xr[i] += t[i];
       rmsnorm(xr, w->norm2, h);
       matvec(&w->gate[0][0], h, g, FFN, HID);
       matvec(&w->up[0][0], h, u, FFN, HID);
-      for (int i = 0; i < FFN; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+      for (int i = 0; i < FFN; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
       matvec(&w->down[0][0], g, t, HID, FFN);
-      for (int i = 0; i < HID; i++)
-        xr[i] += t[i];
+      for (int i = 0; i < HID; i++) xr[i] += t[i];
     }
   }
   for (uint32_t r = 0; ok && r < n; r++) {
@@ -245,8 +225,7 @@ static int forward(const model *m, const int32_t *tokens, const int32_t *positio
 }
 
 /* The best (rank 0) or second best (rank 1) token. */
-static int32_t pick(const float *logits, int rank)
-{
+static int32_t pick(const float *logits, int rank) {
   int32_t best = 0, second = -1;
   for (int32_t i = 1; i < VOCAB; i++) {
     if (logits[i] > logits[best])
@@ -261,8 +240,8 @@ static int32_t pick(const float *logits, int rank)
 typedef struct naive_seq {
   float k[LAYERS][MAX_TOKENS][KVH * HD], v[LAYERS][MAX_TOKENS][KVH * HD];
   float mk[LAYERS][MAX_TOKENS][QH * QKD], mv[LAYERS][MAX_TOKENS][QH * VD]; /* MLA, decompressed */
-  int32_t len; /* tokens in the cache */
-  uint32_t n;  /* rows of the current call */
+  int32_t len;                                                             /* tokens in the cache */
+  uint32_t n; /* rows of the current call */
   const kv_mode *mode;
   float (*amax)[2][KVH]; /* NULL, or [LAYERS]: the largest |k| and |v| stored, per kv head */
 } naive_seq;
@@ -272,8 +251,7 @@ typedef struct naive_seq {
  * side differ by f32 noise, so a flip needs a value that close. */
 static double closest_edge = INFINITY;
 
-static void note_edge(float y, uint8_t code, int e5m2)
-{
+static void note_edge(float y, uint8_t code, int e5m2) {
   const double v = pkv_ref_fp8_decode(code, e5m2);
   for (int d = -1; d <= 1; d += 2) {
     const uint8_t other = (uint8_t)(code + d);
@@ -284,15 +262,13 @@ static void note_edge(float y, uint8_t code, int e5m2)
 }
 
 /* A value as the cache keeps it. */
-static float kv_round(const kv_mode *mode, float x, uint32_t l, int kind, int head)
-{
+static float kv_round(const kv_mode *mode, float x, uint32_t l, int kind, int head) {
   if (mode->kv_dtype == PKV_DTYPE_BF16) {
     uint16_t b;
     kw_store(PKV_DTYPE_BF16, x, &b, 0);
     return (float)kw_load(PKV_DTYPE_BF16, &b, 0);
   }
-  if (mode->kv_dtype != PKV_DTYPE_FP8_E4M3 && mode->kv_dtype != PKV_DTYPE_FP8_E5M2)
-    return x;
+  if (mode->kv_dtype != PKV_DTYPE_FP8_E4M3 && mode->kv_dtype != PKV_DTYPE_FP8_E5M2) return x;
   const int e5m2 = mode->kv_dtype == PKV_DTYPE_FP8_E5M2;
   const float scale = mode->scales[l][kind][head];
   const uint8_t code = pkv_ref_fp8_encode(x, scale, e5m2);
@@ -301,8 +277,7 @@ static float kv_round(const kv_mode *mode, float x, uint32_t l, int kind, int he
 }
 
 static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
-                           float *out)
-{
+                           float *out) {
   naive_seq *s = ctx;
   float p[MAX_TOKENS];
   for (uint32_t r = 0; r < s->n; r++) {
@@ -324,18 +299,15 @@ static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k
       float mx = -INFINITY, sum = 0.0f;
       for (int32_t j = first; j <= pos; j++) {
         float d = 0.0f;
-        for (int i = 0; i < HD; i++)
-          d += qh[i] * s->k[l][j][kvh * HD + i];
+        for (int i = 0; i < HD; i++) d += qh[i] * s->k[l][j][kvh * HD + i];
         p[j] = d / sqrtf(HD);
         mx = fmaxf(mx, p[j]);
       }
-      for (int32_t j = first; j <= pos; j++)
-        sum += p[j] = expf(p[j] - mx);
+      for (int32_t j = first; j <= pos; j++) sum += p[j] = expf(p[j] - mx);
       float *o = out + (r * QH + h) * HD;
       for (int i = 0; i < HD; i++) {
         float acc = 0.0f;
-        for (int32_t j = first; j <= pos; j++)
-          acc += p[j] * s->v[l][j][kvh * HD + i];
+        for (int32_t j = first; j <= pos; j++) acc += p[j] * s->v[l][j][kvh * HD + i];
         o[i] = acc / sum;
       }
     }
@@ -345,9 +317,8 @@ static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k
 
 /* MLA's attention as its model is written: every head's own key (QKD) and value (VD), scale
  * 1/sqrt(QKD), each token's decompressed K/V kept in a contiguous cache. */
-static int naive_mla_attention(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
-                               float *out)
-{
+static int naive_mla_attention(void *ctx, uint32_t l, const float *q, const float *k,
+                               const float *v, float *out) {
   naive_seq *s = ctx;
   float p[MAX_TOKENS];
   for (uint32_t r = 0; r < s->n; r++) {
@@ -359,17 +330,14 @@ static int naive_mla_attention(void *ctx, uint32_t l, const float *q, const floa
       float mx = -INFINITY, sum = 0.0f;
       for (int32_t j = 0; j <= pos; j++) {
         float d = 0.0f;
-        for (int i = 0; i < QKD; i++)
-          d += qh[i] * s->mk[l][j][h * QKD + i];
+        for (int i = 0; i < QKD; i++) d += qh[i] * s->mk[l][j][h * QKD + i];
         p[j] = d / sqrtf(QKD);
         mx = fmaxf(mx, p[j]);
       }
-      for (int32_t j = 0; j <= pos; j++)
-        sum += p[j] = expf(p[j] - mx);
+      for (int32_t j = 0; j <= pos; j++) sum += p[j] = expf(p[j] - mx);
       for (int i = 0; i < VD; i++) {
         float acc = 0.0f;
-        for (int32_t j = 0; j <= pos; j++)
-          acc += p[j] * s->mv[l][j][h * VD + i];
+        for (int32_t j = 0; j <= pos; j++) acc += p[j] * s->mv[l][j][h * VD + i];
         out[(r * QH + h) * VD + i] = acc / sum;
       }
     }
@@ -382,8 +350,7 @@ static int naive_mla_attention(void *ctx, uint32_t l, const float *q, const floa
  * tokens fed back are forced[g], not the picks (teacher forcing). */
 static void naive_generate(const model *m, const int32_t *prompt, uint32_t len, int second_at,
                            const kv_mode *mode, float (*amax)[2][KVH], const int32_t *forced,
-                           int32_t *out_tokens, float (*out_logits)[VOCAB])
-{
+                           int32_t *out_tokens, float (*out_logits)[VOCAB]) {
   naive_seq *s = calloc(1, sizeof *s);
   s->mode = mode;
   s->amax = amax;
@@ -392,11 +359,10 @@ static void naive_generate(const model *m, const int32_t *prompt, uint32_t len, 
   float *logits = malloc(sizeof(float) * MAX_TOKENS * VOCAB);
   uint32_t n = len;
   for (int g = 0; g < GEN; g++) {
-    for (uint32_t r = 0; r < n; r++)
-      pos[r] = s->len + (int32_t)r;
+    for (uint32_t r = 0; r < n; r++) pos[r] = s->len + (int32_t)r;
     s->n = n;
-    forward(m, toks + s->len, pos, n, mode->mla, 0, mode->mla ? naive_mla_attention : naive_attention, s,
-            logits);
+    forward(m, toks + s->len, pos, n, mode->mla, 0,
+            mode->mla ? naive_mla_attention : naive_attention, s, logits);
     s->len += (int32_t)n;
     memcpy(out_logits[g], logits + (size_t)(n - 1) * VOCAB, sizeof out_logits[g]);
     out_tokens[g] = pick(out_logits[g], g == second_at);
@@ -424,13 +390,11 @@ typedef struct e2e_run {
 } e2e_run;
 
 static int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
-                    float *out)
-{
+                            float *out) {
   return CHECK_OK(pkv_attention((pkv_batch *)ctx, l, q, k, v, out));
 }
 
-static uint32_t uncomputed(e2e_run *run, const e2e_seq *s)
-{
+static uint32_t uncomputed(e2e_run *run, const e2e_seq *s) {
   struct pkv_seq_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
@@ -442,8 +406,7 @@ static uint32_t uncomputed(e2e_run *run, const e2e_seq *s)
 /* One batch: seqs idx[i] compute num_new[i] tokens (0 = all uncomputed); each one whose last
  * token got computed samples its next token (pending until append_pending). */
 static int e2e_step(const model *m, e2e_run *run, const int *idx, const uint32_t *num_new,
-                    uint32_t n)
-{
+                    uint32_t n) {
   const int mla = run->mla;
   uint64_t ids[NUM_PROMPTS];
   uint32_t counts[NUM_PROMPTS];
@@ -466,8 +429,7 @@ static int e2e_step(const model *m, e2e_run *run, const int *idx, const uint32_t
   for (uint32_t i = 0; ok && i < n; i++) {
     e2e_seq *s = &run->seqs[idx[i]];
     const int32_t last = v.query_start[i + 1] - 1;
-    if ((uint32_t)v.positions[last] + 1 != s->num_tokens || s->ngen == GEN)
-      continue;
+    if ((uint32_t)v.positions[last] + 1 != s->num_tokens || s->ngen == GEN) continue;
     memcpy(s->logits[s->ngen], logits + (size_t)last * VOCAB, sizeof s->logits[0]);
     s->pending = pick(s->logits[s->ngen], (int)s->ngen == s->second_at);
     s->ngen++;
@@ -476,8 +438,7 @@ static int e2e_step(const model *m, e2e_run *run, const int *idx, const uint32_t
   return CHECK_OK(pkv_batch_end(b)) && ok;
 }
 
-static void append_pending(e2e_run *run)
-{
+static void append_pending(e2e_run *run) {
   for (int i = 0; i < NUM_PROMPTS; i++) {
     e2e_seq *s = &run->seqs[i];
     if (s->id && s->pending >= 0 && CHECK_OK(pkv_append(run->e, s->id, &s->pending, 1)))
@@ -486,8 +447,7 @@ static void append_pending(e2e_run *run)
   }
 }
 
-static int admit(e2e_run *run, int i, const int32_t *sys, const int32_t *user, uint32_t user_len)
-{
+static int admit(e2e_run *run, int i, const int32_t *sys, const int32_t *user, uint32_t user_len) {
   e2e_seq *s = &run->seqs[i];
   memcpy(s->tokens, sys, SYS_LEN * sizeof s->tokens[0]);
   memcpy(s->tokens + SYS_LEN, user, user_len * sizeof s->tokens[0]);
@@ -498,13 +458,11 @@ static int admit(e2e_run *run, int i, const int32_t *sys, const int32_t *user, u
 
 /* Steps every live sequence that still generates, but those in the mask (1 << i: preempted or
  * swapped out). */
-static int step_all(const model *m, e2e_run *run, unsigned skip)
-{
+static int step_all(const model *m, e2e_run *run, unsigned skip) {
   int idx[NUM_PROMPTS];
   uint32_t n = 0;
   for (int i = 0; i < NUM_PROMPTS; i++)
-    if (run->seqs[i].id && run->seqs[i].ngen < GEN && !(skip >> i & 1))
-      idx[n++] = i;
+    if (run->seqs[i].id && run->seqs[i].ngen < GEN && !(skip >> i & 1)) idx[n++] = i;
   const int ok = n == 0 || e2e_step(m, run, idx, NULL, n);
   append_pending(run);
   return ok;
@@ -514,8 +472,7 @@ static int step_all(const model *m, e2e_run *run, unsigned skip)
  * its second best token. 1 is preempted mid-generation and resumed. With a window the cached
  * counts are the block manager's to choose (a windowed group may give blocks back): at most the
  * full-attention ones. */
-static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
-{
+static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = LAYERS, p.num_q_heads = QH, p.num_kv_heads = KVH, p.head_dim = HD;
@@ -524,26 +481,21 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
   p.host_num_blocks = mode->window ? 0 : 32; /* pkv has no host tier with windows yet */
   p.kv_dtype = mode->kv_dtype, p.sliding_window = mode->hybrid ? 0 : mode->window;
   const uint32_t hybrid_windows[LAYERS] = {mode->window, 0, mode->window};
-  if (mode->hybrid)
-    p.layer_windows = hybrid_windows;
+  if (mode->hybrid) p.layer_windows = hybrid_windows;
   if (mode->mla) { /* one latent per token; the scale is the heads' 1/sqrt(NOPE + ROPE) */
     p.kv_layout = PKV_KV_LAYOUT_MLA, p.num_kv_heads = 1, p.head_dim = LATENT;
     p.kv_lora_rank = RANK, p.qk_rope_head_dim = ROPE, p.softmax_scale = 1.0f / sqrtf(QKD);
   }
   memset(run, 0, sizeof *run);
   run->mla = mode->mla;
-  if (!CHECK_OK(pkv_engine_create(&p, &run->e)))
-    return 0;
+  if (!CHECK_OK(pkv_engine_create(&p, &run->e))) return 0;
   for (uint32_t l = 0; mode->kv_dtype && l < LAYERS; l++)
-    if (!CHECK_OK(pkv_set_kv_scales(run->e, l, mode->scales[l][0], mode->scales[l][1])))
-      return 0;
+    if (!CHECK_OK(pkv_set_kv_scales(run->e, l, mode->scales[l][0], mode->scales[l][1]))) return 0;
   const int exact = mode->window == 0; /* the cached counts below are exact */
   int32_t sys[SYS_LEN], user[3][9];
-  for (int i = 0; i < SYS_LEN; i++)
-    sys[i] = (int32_t)((i * 37 + 11) % VOCAB);
+  for (int i = 0; i < SYS_LEN; i++) sys[i] = (int32_t)((i * 37 + 11) % VOCAB);
   for (int u = 0; u < 3; u++)
-    for (int i = 0; i < 9; i++)
-      user[u][i] = (int32_t)((u * 53 + i * 29 + 5) % VOCAB);
+    for (int i = 0; i < 9; i++) user[u][i] = (int32_t)((u * 53 + i * 29 + 5) % VOCAB);
   int ok = admit(run, 0, sys, user[0], 6);
   const int first = 0;
   const uint32_t chunk = 12;
@@ -552,8 +504,7 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
   ok = ok && admit(run, 1, sys, user[1], 9) && admit(run, 2, sys, user[2], 5);
   ok = ok && CHECK(exact ? run->seqs[1].cached == 14 && run->seqs[2].cached == 14
                          : run->seqs[1].cached <= 14 && run->seqs[2].cached <= 14);
-  if (!ok)
-    return 0;
+  if (!ok) return 0;
   /* 0 decodes, 1 prefills a chunk after its hit, 2 all of its uncached part: then fork 2. */
   const int mixed[3] = {0, 1, 2};
   const uint32_t counts[3] = {0, 5, 0};
@@ -564,13 +515,11 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
   child->second_at = 0;
   child->pending = pick(child->logits[0], 1);
   append_pending(run);
-  for (int step = 0; ok && step < 2; step++)
-    ok = step_all(m, run, 0);
+  for (int step = 0; ok && step < 2; step++) ok = step_all(m, run, 0);
   /* 1 has 27 tokens computed (3 sealed blocks and 6 tokens) and its last sampled token pending
    * in pkv: preempt, two steps without it, resume: 21 cached, 7 recomputed. */
   ok = ok && CHECK_OK(pkv_preempt(run->e, run->seqs[1].id));
-  for (int step = 0; ok && step < 2; step++)
-    ok = step_all(m, run, 1u << 1);
+  for (int step = 0; ok && step < 2; step++) ok = step_all(m, run, 1u << 1);
   uint32_t cached = 0;
   ok = ok && CHECK_OK(pkv_resume(run->e, run->seqs[1].id, &cached));
   ok = ok && CHECK(run->seqs[1].num_tokens == 28 && (exact ? cached == 21 : cached <= 21));
@@ -578,10 +527,10 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
    * without them (others take their pool blocks); swapped in, their KV is back, byte for byte.
    * (With windows pkv has no host tier yet: the two steps run without them all the same.) */
   if (mode->window) {
-    for (int step = 0; ok && step < 2; step++)
-      ok = step_all(m, run, 1u << 2 | 1u << 3);
+    for (int step = 0; ok && step < 2; step++) ok = step_all(m, run, 1u << 2 | 1u << 3);
   } else {
-    ok = ok && CHECK_OK(pkv_swap_out(run->e, run->seqs[2].id)) && CHECK_OK(pkv_swap_out(run->e, run->seqs[3].id));
+    ok = ok && CHECK_OK(pkv_swap_out(run->e, run->seqs[2].id)) &&
+         CHECK_OK(pkv_swap_out(run->e, run->seqs[3].id));
     struct pkv_seq_info i2, i3;
     memset(&i2, 0, sizeof i2), memset(&i3, 0, sizeof i3);
     i2.struct_size = i3.struct_size = sizeof i2;
@@ -593,17 +542,17 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
     CHECK_OK(pkv_engine_stats(run->e, &sw));
     CHECK(i2.kv_tier == PKV_TIER_HOST && i3.kv_tier == PKV_TIER_HOST);
     CHECK(sw.num_swapped_out_blocks < (uint64_t)i2.num_host_blocks + i3.num_host_blocks);
-    for (int step = 0; ok && step < 2; step++)
-      ok = step_all(m, run, 1u << 2 | 1u << 3);
-    ok = ok && CHECK_OK(pkv_swap_in(run->e, run->seqs[3].id)) && CHECK_OK(pkv_swap_in(run->e, run->seqs[2].id));
+    for (int step = 0; ok && step < 2; step++) ok = step_all(m, run, 1u << 2 | 1u << 3);
+    ok = ok && CHECK_OK(pkv_swap_in(run->e, run->seqs[3].id)) &&
+         CHECK_OK(pkv_swap_in(run->e, run->seqs[2].id));
   }
-  for (int step = 0; ok && step < 2 * GEN; step++)
-    ok = step_all(m, run, 0);
+  for (int step = 0; ok && step < 2 * GEN; step++) ok = step_all(m, run, 0);
   pkv_stats st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
   CHECK_OK(pkv_engine_stats(run->e, &st));
-  CHECK((!exact || st.prefix_hit_tokens >= 28 + cached) && st.num_cow_copies >= 1 && st.num_preemptions == 1);
+  CHECK((!exact || st.prefix_hit_tokens >= 28 + cached) && st.num_cow_copies >= 1 &&
+        st.num_preemptions == 1);
   CHECK((mode->window || st.num_swapped_in_blocks >= 1) && st.num_swapped_seqs == 0);
   for (int i = 0; i < NUM_PROMPTS; i++) {
     int32_t tokens[MAX_TOKENS];
@@ -619,16 +568,14 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode)
 }
 
 /* One mode's story on pkv against the naive side kept the same way. 0 when the story failed. */
-static int run_mode(const model *m, const kv_mode *mode, e2e_run *run, float *min_gap)
-{
+static int run_mode(const model *m, const kv_mode *mode, e2e_run *run, float *min_gap) {
   const int fp8 = mode->kv_dtype == PKV_DTYPE_FP8_E4M3 || mode->kv_dtype == PKV_DTYPE_FP8_E5M2;
   const double tol = fp8 ? FP8_LOGIT_TOL : LOGIT_ATOL;
-  if (!run_on_pkv(m, run, mode))
-    return 0;
+  if (!run_on_pkv(m, run, mode)) return 0;
   for (int i = 0; i < NUM_PROMPTS; i++) {
     const e2e_seq *s = &run->seqs[i];
     int32_t tokens[GEN];
-    float (*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
+    float(*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
     naive_generate(m, s->tokens, s->prompt_len, s->second_at, mode, NULL, NULL, tokens, logits);
     for (int g = 0; g < GEN; g++) {
       const float gap = logits[g][pick(logits[g], 0)] - logits[g][pick(logits[g], 1)];
@@ -636,16 +583,15 @@ static int run_mode(const model *m, const kv_mode *mode, e2e_run *run, float *mi
       char label[96];
       snprintf(label, sizeof label, "%s: prompt %d token %d logits", mode->name, i, g);
       double got[VOCAB], ref[VOCAB];
-      for (int j = 0; j < VOCAB; j++)
-        got[j] = s->logits[g][j], ref[j] = logits[g][j];
+      for (int j = 0; j < VOCAB; j++) got[j] = s->logits[g][j], ref[j] = logits[g][j];
       CHECK(pkv_ref_compare(label, got, ref, VOCAB, tol, tol) == 0);
       if (!CHECK(s->tokens[s->prompt_len + g] == tokens[g]))
         fprintf(stderr, "  %s: prompt %d token %d: pkv %d, naive %d\n", mode->name, i, g,
                 s->tokens[s->prompt_len + g], tokens[g]);
     }
-    printf("%-8s prompt %d (%u tokens, %u cached at admission):", mode->name, i, s->prompt_len, s->cached);
-    for (int g = 0; g < GEN; g++)
-      printf(" %d", s->tokens[s->prompt_len + g]);
+    printf("%-8s prompt %d (%u tokens, %u cached at admission):", mode->name, i, s->prompt_len,
+           s->cached);
+    for (int g = 0; g < GEN; g++) printf(" %d", s->tokens[s->prompt_len + g]);
     printf("\n");
     free(logits);
   }
@@ -656,13 +602,13 @@ static int run_mode(const model *m, const kv_mode *mode, e2e_run *run, float *mi
  * stays apart), and the naive side's next-token choices (K/V kept as mode says) fed bf16 KV's
  * tokens. */
 static void agreement(const model *m, const e2e_run *run, const kv_mode *mode,
-                      int32_t (*bf16_tokens)[GEN], unsigned *generated, unsigned *choices)
-{
-  float (*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
+                      int32_t (*bf16_tokens)[GEN], unsigned *generated, unsigned *choices) {
+  float(*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
   for (int i = 0; i < NUM_PROMPTS; i++) {
     const e2e_seq *s = &run->seqs[i];
     int32_t picks[GEN];
-    naive_generate(m, s->tokens, s->prompt_len, s->second_at, mode, NULL, bf16_tokens[i], picks, logits);
+    naive_generate(m, s->tokens, s->prompt_len, s->second_at, mode, NULL, bf16_tokens[i], picks,
+                   logits);
     for (int g = 0; g < GEN; g++) {
       *generated += s->tokens[s->prompt_len + g] == bf16_tokens[i][g];
       *choices += picks[g] == bf16_tokens[i][g];
@@ -675,15 +621,16 @@ static void agreement(const model *m, const e2e_run *run, const kv_mode *mode,
  * and the fp8 modes' scales: the amax of each layer's k and v per kv head over an f32 run, over
  * the format's largest finite. */
 static void bf16_and_scales(const model *m, const e2e_run *run, kv_mode *e4m3, kv_mode *e5m2,
-                            int32_t (*bf16_tokens)[GEN])
-{
-  const kv_mode bf16 = {"bf16", PKV_DTYPE_BF16, 0, 0, 0, {{{0}}}}, f32 = {"f32", 0, 0, 0, 0, {{{0}}}};
+                            int32_t (*bf16_tokens)[GEN]) {
+  const kv_mode bf16 = {"bf16", PKV_DTYPE_BF16, 0, 0, 0, {{{0}}}},
+                f32 = {"f32", 0, 0, 0, 0, {{{0}}}};
   float amax[LAYERS][2][KVH] = {{{0}}};
-  float (*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
+  float(*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
   int32_t tokens[GEN];
   for (int i = 0; i < NUM_PROMPTS; i++) {
     const e2e_seq *s = &run->seqs[i];
-    naive_generate(m, s->tokens, s->prompt_len, s->second_at, &bf16, NULL, NULL, bf16_tokens[i], logits);
+    naive_generate(m, s->tokens, s->prompt_len, s->second_at, &bf16, NULL, NULL, bf16_tokens[i],
+                   logits);
     naive_generate(m, s->tokens, s->prompt_len, s->second_at, &f32, amax, NULL, tokens, logits);
   }
   free(logits);
@@ -696,8 +643,7 @@ static void bf16_and_scales(const model *m, const e2e_run *run, kv_mode *e4m3, k
       }
 }
 
-int main(void)
-{
+int main(void) {
   kw_skip_unless_isa();
   model *m = malloc(sizeof *m);
   init_model(m);
@@ -714,23 +660,24 @@ int main(void)
   unsigned generated[3] = {0}, choices[3] = {0}; /* f32, e4m3, e5m2 against bf16 KV */
   for (int k = 0; k < 7; k++) {
     float gap = INFINITY;
-    if (!run_mode(m, &modes[k], run, &gap))
-      break;
+    if (!run_mode(m, &modes[k], run, &gap)) break;
     printf("%-8s smallest top-2 logit gap of a greedy choice: %.3g\n", modes[k].name, gap);
     min_gap = fminf(min_gap, gap);
     if (k == 0) {
       bf16_and_scales(m, run, &modes[1], &modes[2], bf16_tokens);
-      memcpy(modes[5].scales, modes[1].scales, sizeof modes[5].scales); /* fp8 e4m3 in a hybrid model */
+      memcpy(modes[5].scales, modes[1].scales,
+             sizeof modes[5].scales); /* fp8 e4m3 in a hybrid model */
     }
-    if (k < 3)
-      agreement(m, run, &modes[k], bf16_tokens, &generated[k], &choices[k]);
+    if (k < 3) agreement(m, run, &modes[k], bf16_tokens, &generated[k], &choices[k]);
   }
-  printf("smallest top-2 logit gap of a greedy choice: %.3g (logit tolerance %g; fp8 %g)\n", min_gap,
-         LOGIT_ATOL, FP8_LOGIT_TOL);
+  printf("smallest top-2 logit gap of a greedy choice: %.3g (logit tolerance %g; fp8 %g)\n",
+         min_gap, LOGIT_ATOL, FP8_LOGIT_TOL);
   printf("closest fp8 K/V value to a rounding edge: %.3g relative\n", closest_edge);
-  printf("token agreement with bf16 KV over %d generated tokens: generated f32 %u, e4m3 %u, e5m2 %u; "
-         "next-token choices given bf16's tokens f32 %u, e4m3 %u, e5m2 %u\n", NUM_PROMPTS * GEN,
-         generated[0], generated[1], generated[2], choices[0], choices[1], choices[2]);
+  printf(
+      "token agreement with bf16 KV over %d generated tokens: generated f32 %u, e4m3 %u, e5m2 %u; "
+      "next-token choices given bf16's tokens f32 %u, e4m3 %u, e5m2 %u\n",
+      NUM_PROMPTS * GEN, generated[0], generated[1], generated[2], choices[0], choices[1],
+      choices[2]);
   free(run);
   free(m);
   return kw_summary();

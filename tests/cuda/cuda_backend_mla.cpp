@@ -50,7 +50,8 @@ Latents make_latents(const MlaCase &c, Rng &rng, const std::vector<int32_t> &len
         unsigned char b[4];
         store_elem(c.dtype, b, 0, fp8 ? w.scale[l] * rng.uniform(-span, span) : rng.uniform(-1, 1));
         x[i] = load_elem(c.dtype, b, 0);
-        st[i] = fp8 ? pkv_ref_fp8_decode(pkv_ref_fp8_encode(float(x[i]), w.scale[l], e5m2), e5m2) * w.scale[l]
+        st[i] = fp8 ? pkv_ref_fp8_decode(pkv_ref_fp8_encode(float(x[i]), w.scale[l], e5m2), e5m2) *
+                          w.scale[l]
                     : x[i];
       }
       w.x[l].push_back(std::move(x)), w.stored[l].push_back(std::move(st));
@@ -95,7 +96,8 @@ size_t run_step(pkv::Backend &be, Run &r, const std::vector<std::pair<int32_t, i
   }
   pkv_batch_view v;
   std::memset(&v, 0, sizeof v);
-  v.struct_size = sizeof v, v.num_seqs = uint32_t(work.size()), v.num_tokens = uint32_t(query_start.back());
+  v.struct_size = sizeof v, v.num_seqs = uint32_t(work.size()),
+  v.num_tokens = uint32_t(query_start.back());
   v.block_size = bs, v.num_kv_groups = 1;
   for (const auto &[s, n] : work) v.max_query_len = std::max(v.max_query_len, uint32_t(n));
   v.max_context_len = uint32_t(*std::max_element(ctx.begin(), ctx.end()));
@@ -118,8 +120,9 @@ size_t run_step(pkv::Backend &be, Run &r, const std::vector<std::pair<int32_t, i
           store_elem(t, kr.data(), size_t(query_start[i] + j) * kWidth + e,
                      r.w.x[l][src][size_t(ctx[i] - n + j) * kWidth + e]);
       pkv_ref_mla_attention(q.data() + size_t(query_start[i]) * kHeads * kWidth,
-                            r.w.stored[l][src].data(), ref.data() + size_t(query_start[i]) * kHeads * kRank,
-                            uint32_t(n), uint32_t(ctx[i]), kHeads, kRank, kRope, double(kScale));
+                            r.w.stored[l][src].data(),
+                            ref.data() + size_t(query_start[i]) * kHeads * kRank, uint32_t(n),
+                            uint32_t(ctx[i]), kHeads, kRank, kRope, double(kScale));
     }
     DevBuf dq(qr.size()), dk(kr.size()), dout(ref.size() * eb);
     dq.upload(qr.data(), qr.size()), dk.upload(kr.data(), kr.size());
@@ -149,7 +152,8 @@ size_t check_pool(const pkv::Backend &be, const Run &r, const std::string &label
   for (uint32_t l = 0; l < kLayers; ++l)
     for (size_t s = 0; s < r.len.size(); ++s)
       for (int32_t p = 0; p < r.len[s]; ++p) {
-        const int64_t slot = int64_t(r.table[s][p / r.c.block_size]) * r.c.block_size + p % r.c.block_size;
+        const int64_t slot =
+            int64_t(r.table[s][p / r.c.block_size]) * r.c.block_size + p % r.c.block_size;
         for (uint32_t e = 0; e < kWidth; ++e) {
           const size_t at = l * layer_bytes + (size_t(slot) * kWidth + e) * pb;
           const double got = r.w.scale.empty() ? load_elem(r.c.kv_dtype, pool.data() + at, 0)
@@ -157,7 +161,9 @@ size_t check_pool(const pkv::Backend &be, const Run &r, const std::string &label
           bad += !(got == r.w.stored[l][s][size_t(p) * kWidth + e]);
         }
       }
-  if (bad) fprintf(stderr, "%s: %zu latents in the pool differ from the stored values\n", label.c_str(), bad);
+  if (bad)
+    fprintf(stderr, "%s: %zu latents in the pool differ from the stored values\n", label.c_str(),
+            bad);
   return bad;
 }
 
@@ -168,7 +174,8 @@ std::vector<unsigned char> pool_blocks(const pkv::Backend &be, const pkv::PoolSh
   unsigned char *dst = out.data();
   for (uint32_t l = 0; l < kLayers; ++l)
     for (int32_t b : blocks) {
-      const char *src = static_cast<const char *>(be.k_pool()) + l * sh.bytes.layer + size_t(b) * sh.bytes.block;
+      const char *src =
+          static_cast<const char *>(be.k_pool()) + l * sh.bytes.layer + size_t(b) * sh.bytes.block;
       check_cuda(cudaMemcpy(dst, src, sh.bytes.block, cudaMemcpyDeviceToHost), "download");
       dst += sh.bytes.block;
     }
@@ -177,18 +184,24 @@ std::vector<unsigned char> pool_blocks(const pkv::Backend &be, const pkv::PoolSh
 
 bool run_case(const MlaCase &c, uint64_t seed) {
   Rng rng(seed);
-  const std::string name = std::string("MLA ") + dtype_name(c.dtype) + " cache " + dtype_name(c.kv_dtype) +
-                           " bs=" + std::to_string(c.block_size);
+  const std::string name = std::string("MLA ") + dtype_name(c.dtype) + " cache " +
+                           dtype_name(c.kv_dtype) + " bs=" + std::to_string(c.block_size);
   // seqs: A (prompt 29, then decodes), A2 forks A after step 1 (A's first 29 latents, its own
   // after), B is swapped out and in, C takes B's blocks while it is out.
   enum { A, A2, B, C };
   const uint32_t bs = c.block_size, blocks = 140 / bs + 8, host_blocks = 42 / bs + 2;
-  Run r{c, {}, make_latents(c, rng, {31, 31, 42, 21}), std::vector<std::vector<int32_t>>(4), {0, 0, 0, 0}, {}};
+  Run r{c,
+        {},
+        make_latents(c, rng, {31, 31, 42, 21}),
+        std::vector<std::vector<int32_t>>(4),
+        {0, 0, 0, 0},
+        {}};
   for (uint32_t l = 0; l < kLayers; ++l)
     for (auto *v : {&r.w.x[l], &r.w.stored[l]})
       std::copy((*v)[A].begin(), (*v)[A].begin() + 29 * kWidth, (*v)[A2].begin());
   for (int32_t i = 0; i < int32_t(blocks); ++i) r.free.push_back(i);
-  for (size_t i = r.free.size(); i > 1; --i) std::swap(r.free[i - 1], r.free[rng.below(uint32_t(i))]);
+  for (size_t i = r.free.size(); i > 1; --i)
+    std::swap(r.free[i - 1], r.free[rng.below(uint32_t(i))]);
   pkv::PoolShape &sh = r.sh;
   sh.num_layers = kLayers, sh.num_blocks = blocks, sh.block_size = bs, sh.kv_heads = 1;
   sh.head_dim = kWidth, sh.dtype_bytes = uint32_t(pkv::cuda::dtype_bytes(c.kv_dtype));
@@ -196,7 +209,8 @@ bool run_case(const MlaCase &c, uint64_t seed) {
   sh.bytes.block = uint64_t(bs) * kWidth * sh.dtype_bytes;
   sh.bytes.layer = sh.bytes.block * blocks, sh.bytes.pool = sh.bytes.layer * kLayers;
   sh.host_num_blocks = host_blocks;
-  sh.host_bytes.layer = sh.bytes.block * host_blocks, sh.host_bytes.pool = sh.host_bytes.layer * kLayers;
+  sh.host_bytes.layer = sh.bytes.block * host_blocks,
+  sh.host_bytes.pool = sh.host_bytes.layer * kLayers;
   sh.tensors = 1, sh.kv_lora_rank = kRank;
   std::unique_ptr<pkv::Backend> be = pkv::make_cuda_backend(0, sh);
   size_t bad = !be->k_pool() || be->v_pool() || !be->host_k_pool() || be->host_v_pool();
@@ -209,7 +223,8 @@ bool run_case(const MlaCase &c, uint64_t seed) {
   std::vector<int32_t> src{r.table[A2].back()}, dst{r.table[A].back()}, kind{PKV_COPY_COW};
   const std::vector<unsigned char> b_before = pool_blocks(*be, sh, r.table[B]);
   for (size_t i = 0; i < r.table[B].size(); ++i)
-    src.push_back(r.table[B][i]), dst.push_back(int32_t(host_blocks - 1 - i)), kind.push_back(PKV_COPY_SWAP_OUT);
+    src.push_back(r.table[B][i]), dst.push_back(int32_t(host_blocks - 1 - i)),
+        kind.push_back(PKV_COPY_SWAP_OUT);
   be->copy_blocks(src.data(), dst.data(), kind.data(), uint32_t(src.size()));
   const unsigned char *host = static_cast<const unsigned char *>(be->host_k_pool());
   for (uint32_t l = 0, at = 0; l < kLayers; ++l)
@@ -225,7 +240,8 @@ bool run_case(const MlaCase &c, uint64_t seed) {
   src.clear(), dst.clear(), kind.clear();
   for (size_t i = 0; i < b_blocks.size(); ++i) {
     r.table[B].push_back(take(r));
-    src.push_back(int32_t(host_blocks - 1 - i)), dst.push_back(r.table[B].back()), kind.push_back(PKV_COPY_SWAP_IN);
+    src.push_back(int32_t(host_blocks - 1 - i)), dst.push_back(r.table[B].back()),
+        kind.push_back(PKV_COPY_SWAP_IN);
   }
   r.len[B] = b_len;
   be->copy_blocks(src.data(), dst.data(), kind.data(), uint32_t(src.size()));

@@ -30,14 +30,12 @@ const char *dtype_name(DType t) {
 
 // Host buffers are bytes (std::vector<unsigned char>): elements are copied out and in, never read
 // through a pointer of another type.
-template <class E>
-E load_as(const void *p, size_t i) {
+template <class E> E load_as(const void *p, size_t i) {
   E e;
   std::memcpy(&e, static_cast<const unsigned char *>(p) + i * sizeof(E), sizeof(E));
   return e;
 }
-template <class E>
-void store_as(void *p, size_t i, E e) {
+template <class E> void store_as(void *p, size_t i, E e) {
   std::memcpy(static_cast<unsigned char *>(p) + i * sizeof(E), &e, sizeof(E));
 }
 
@@ -134,8 +132,8 @@ cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_
   const float *sp = pa.scales ? scales.as<float>() : nullptr;
   const pkv::cuda::KvLayer layer{kp.as<void>(), vp.as<void>(), block_size, kv_heads, head_dim,
                                  DType::f32,    pa.kv_dtype,   sp,         sp,       pa.window};
-  const pkv::cuda::BatchView batch{1, tokens, tokens, 8, qs.as<int32_t>(), cl.as<int32_t>(),
-                                   ip.as<int32_t>(), bi.as<int32_t>()};
+  const pkv::cuda::BatchView batch{
+      1, tokens, tokens, 8, qs.as<int32_t>(), cl.as<int32_t>(), ip.as<int32_t>(), bi.as<int32_t>()};
   const void *qp = q.as<char>() + q_offset;
   cudaError_t e;
   if (decode) {
@@ -169,7 +167,8 @@ cudaError_t try_mla_launch(const MlaTry &t) {
   DevBuf qs(sizeof query_start), cl(sizeof context_len), ip(sizeof indptr), bi(sizeof indices);
   qs.upload(query_start, sizeof query_start), cl.upload(context_len, sizeof context_len);
   ip.upload(indptr, sizeof indptr), bi.upload(indices, sizeof indices);
-  const size_t row = size_t(width > 8 ? width : 8) * 4, out_row = size_t(t.rank > 8 ? t.rank : 8) * 4;
+  const size_t row = size_t(width > 8 ? width : 8) * 4,
+               out_row = size_t(t.rank > 8 ? t.rank : 8) * 4;
   DevBuf pool(block_size * row * t.kv_heads), v(block_size * row), q(q_heads * row + 16);
   DevBuf out(q_heads * out_row);
   check_cuda(cudaMemset(pool.as<void>(), 0, block_size * row * t.kv_heads), "memset");
@@ -177,15 +176,17 @@ cudaError_t try_mla_launch(const MlaTry &t) {
   DevBuf scale(sizeof(float));
   const float one = 1.f;
   scale.upload(&one, sizeof one);
-  const pkv::cuda::KvLayer layer{pool.as<void>(), t.v_pool ? v.as<void>() : nullptr, block_size,
-                                 t.kv_heads, width, t.dtype, t.kv_dtype,
-                                 t.scales ? scale.as<float>() : nullptr, nullptr, t.window};
-  const pkv::cuda::BatchView batch{1, 1, 1, 8, qs.as<int32_t>(), cl.as<int32_t>(),
-                                   ip.as<int32_t>(), bi.as<int32_t>()};
+  const pkv::cuda::KvLayer layer{pool.as<void>(), t.v_pool ? v.as<void>() : nullptr,
+                                 block_size,      t.kv_heads,
+                                 width,           t.dtype,
+                                 t.kv_dtype,      t.scales ? scale.as<float>() : nullptr,
+                                 nullptr,         t.window};
+  const pkv::cuda::BatchView batch{
+      1, 1, 1, 8, qs.as<int32_t>(), cl.as<int32_t>(), ip.as<int32_t>(), bi.as<int32_t>()};
   const pkv::cuda::MlaPlan plan{t.split_tokens, 1, t.row_groups, 0};
-  const cudaError_t e = pkv::cuda::launch_mla_attention(layer, t.rank, batch, q.as<char>() + t.q_offset,
-                                                        out.as<void>(), q_heads, t.scale, plan,
-                                                        nullptr, nullptr);
+  const cudaError_t e =
+      pkv::cuda::launch_mla_attention(layer, t.rank, batch, q.as<char>() + t.q_offset,
+                                      out.as<void>(), q_heads, t.scale, plan, nullptr, nullptr);
   check_cuda(cudaDeviceSynchronize(), "sync");
   return e;
 }
@@ -242,8 +243,8 @@ bool check_refused_launches() {
   const Case cases[] = {
       {"head_dim = PKV_ATTENTION_MAX_HEAD_DIM", PKV_ATTENTION_MAX_HEAD_DIM, 4, 0, true},
       {"head_dim = PKV_ATTENTION_HEAD_DIM_ALIGN", PKV_ATTENTION_HEAD_DIM_ALIGN, 4, 0, true},
-      {"head_dim over the maximum", PKV_ATTENTION_MAX_HEAD_DIM + PKV_ATTENTION_HEAD_DIM_ALIGN, 4,
-       0, false},
+      {"head_dim over the maximum", PKV_ATTENTION_MAX_HEAD_DIM + PKV_ATTENTION_HEAD_DIM_ALIGN, 4, 0,
+       false},
       {"head_dim not a multiple of the alignment", PKV_ATTENTION_HEAD_DIM_ALIGN * 8 + 4, 4, 0,
        false},
       {"head_dim 0", 0, 4, 0, false},

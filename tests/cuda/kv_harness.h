@@ -40,10 +40,7 @@ class DevBuf {
   ~DevBuf();
   DevBuf(const DevBuf &) = delete;
   DevBuf &operator=(const DevBuf &) = delete;
-  template <class T>
-  T *as() const {
-    return static_cast<T *>(p_);
-  }
+  template <class T> T *as() const { return static_cast<T *>(p_); }
   void upload(const void *src, size_t bytes);
   void download(void *dst, size_t bytes) const;
 

@@ -26,12 +26,13 @@ float softmax_scale(const StepCase &c) {
 struct HostStep {
   int32_t num_tokens = 0, num_blocks = 0, max_query_len = 0, max_context_len = 0;
   std::vector<int32_t> query_start{0}, context_lens, block_indptr{0}, block_indices;
-  std::vector<int32_t> kept_from;                 // per seq: the first position in a kept block
+  std::vector<int32_t> kept_from;  // per seq: the first position in a kept block
   std::vector<int64_t> slot_mapping;
-  std::vector<float> k_scale, v_scale;            // fp8: [kv_heads]
-  std::vector<std::vector<double>> k_seq, v_seq;  // per seq [context - kept_from][kv_heads][head_dim]
-                                                  // (MLA: v_seq, v_new, v_pool empty)
-  std::vector<double> q;                          // [tokens][q_heads][head_dim]
+  std::vector<float> k_scale, v_scale;  // fp8: [kv_heads]
+  std::vector<std::vector<double>> k_seq,
+      v_seq;              // per seq [context - kept_from][kv_heads][head_dim]
+                          // (MLA: v_seq, v_new, v_pool empty)
+  std::vector<double> q;  // [tokens][q_heads][head_dim]
   std::vector<unsigned char> q_raw, k_new, v_new, k_pool, v_pool;
 };
 
@@ -145,11 +146,10 @@ std::vector<double> reference(const StepCase &c, const HostStep &h) {
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const size_t off = size_t(h.query_start[s]) * q_row;
     if (mla(c)) {
-      pkv_ref_mla_attention(h.q.data() + off, h.k_seq[s].data(),
-                            ref.data() + size_t(h.query_start[s]) * out_row,
-                            uint32_t(c.seqs[s].query_len), uint32_t(c.seqs[s].context_len), q_heads,
-                            uint32_t(c.mla_rank), uint32_t(c.head_dim - c.mla_rank),
-                            double(softmax_scale(c)));
+      pkv_ref_mla_attention(
+          h.q.data() + off, h.k_seq[s].data(), ref.data() + size_t(h.query_start[s]) * out_row,
+          uint32_t(c.seqs[s].query_len), uint32_t(c.seqs[s].context_len), q_heads,
+          uint32_t(c.mla_rank), uint32_t(c.head_dim - c.mla_rank), double(softmax_scale(c)));
       continue;
     }
     pkv_ref_attention_window(h.q.data() + off, h.k_seq[s].data(), h.v_seq[s].data(),
@@ -192,8 +192,7 @@ void expect_write_kv(const StepCase &c, HostStep &h) {
   }
 }
 
-template <class T>
-void upload_vec(DevBuf &b, const std::vector<T> &v) {
+template <class T> void upload_vec(DevBuf &b, const std::vector<T> &v) {
   b.upload(v.data(), v.size() * sizeof(T));
 }
 
@@ -202,7 +201,8 @@ std::string describe(const StepCase &c) {
                   " kvh=" + std::to_string(c.kv_heads) + " group=" + std::to_string(c.group) +
                   " d=" + std::to_string(c.head_dim);
   if (c.window) s += " window=" + std::to_string(c.window);
-  if (mla(c)) s += " mla rank=" + std::to_string(c.mla_rank) + " rg=" + std::to_string(c.row_groups);
+  if (mla(c))
+    s += " mla rank=" + std::to_string(c.mla_rank) + " rg=" + std::to_string(c.row_groups);
   if (fp8(c))
     s += std::string(" kv=") + dtype_name(c.kv_dtype) + " span=" + std::to_string(c.fp8_span) +
          " scale~" + std::to_string(c.fp8_scale);
@@ -228,9 +228,10 @@ int32_t launch_step(const StepCase &c, const pkv::cuda::KvLayer &layer,
                                       c.split_tokens ? c.split_tokens : plan.split_tokens,
                                       c.row_groups ? c.row_groups : plan.row_groups);
     DevBuf ws(plan.workspace_bytes);
-    check_cuda(pkv::cuda::launch_mla_attention(layer, c.mla_rank, batch, q.as<void>(), out.as<void>(),
-                                               q_heads, softmax_scale(c), plan, ws.as<void>(), nullptr),
-               "launch_mla_attention");
+    check_cuda(
+        pkv::cuda::launch_mla_attention(layer, c.mla_rank, batch, q.as<void>(), out.as<void>(),
+                                        q_heads, softmax_scale(c), plan, ws.as<void>(), nullptr),
+        "launch_mla_attention");
     check_cuda(cudaDeviceSynchronize(), "sync");
     return plan.split_tokens;
   }
@@ -262,7 +263,8 @@ bool run_step(const StepCase &c, uint64_t seed) {
   DevBuf qs(4 * h.query_start.size()), cl(4 * h.context_lens.size()), ip(4 * h.block_indptr.size());
   DevBuf bi(4 * h.block_indices.size()), sm(8 * h.slot_mapping.size());
   DevBuf q(h.q_raw.size()), kn(h.k_new.size()), vn(h.v_new.size()), out(out_bytes);
-  DevBuf kp(h.k_pool.size()), vp(h.v_pool.size()), ks(4 * h.k_scale.size()), vs(4 * h.v_scale.size());
+  DevBuf kp(h.k_pool.size()), vp(h.v_pool.size()), ks(4 * h.k_scale.size()),
+      vs(4 * h.v_scale.size());
   upload_vec(qs, h.query_start), upload_vec(cl, h.context_lens), upload_vec(ip, h.block_indptr);
   upload_vec(bi, h.block_indices), upload_vec(sm, h.slot_mapping), upload_vec(q, h.q_raw);
   upload_vec(kn, h.k_new), upload_vec(vn, h.v_new), upload_vec(kp, h.k_pool),
@@ -314,7 +316,8 @@ bool run_step(const StepCase &c, uint64_t seed) {
 int run_cases(const char *name, const std::vector<StepCase> &cases) {
   if (int skip = require_device()) return skip;
   bool refused = check_refused_launches();
-  if (std::any_of(cases.begin(), cases.end(), mla)) refused = check_refused_mla_launches() && refused;
+  if (std::any_of(cases.begin(), cases.end(), mla))
+    refused = check_refused_mla_launches() && refused;
   int failures = 0;
   uint64_t seed = 1;
   for (const StepCase &c : cases) failures += !run_step(c, seed++);

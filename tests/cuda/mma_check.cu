@@ -12,8 +12,8 @@ using pkv::cuda::dev::pack_bits;
 // d = a b + c, then d = a b + d: a [16][16] and b [16][8] row major 16-bit elements, c and d
 // [16][8] fp32 row major.
 template <class T>
-__global__ void __launch_bounds__(32) mma_check_kernel(const uint16_t *a, const uint16_t *b,
-                                                       const float *c, float *d, int times) {
+__global__ void __launch_bounds__(32)
+    mma_check_kernel(const uint16_t *a, const uint16_t *b, const float *c, float *d, int times) {
   const int lane = threadIdx.x, group = lane / 4, tig = lane % 4;
   uint32_t fa[4], fb[2];
   float fd[4];

@@ -203,8 +203,7 @@ std::string describe(const SwapCase &c) {
   return s;
 }
 
-template <class T>
-void upload_vec(DevBuf &b, const std::vector<T> &v) {
+template <class T> void upload_vec(DevBuf &b, const std::vector<T> &v) {
   b.upload(v.data(), v.size() * sizeof(T));
 }
 
@@ -355,8 +354,9 @@ bool run_swap(const SwapCase &c, uint64_t seed) {
                                    tables[2].as<int32_t>(), tables[3].as<int32_t>()};
   const int32_t q_heads = c.kv_heads * c.group;
   const pkv::cuda::DecodePlan plan =
-      c.split_tokens ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, 0, c.split_tokens)
-                     : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, 0, 132);
+      c.split_tokens
+          ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, 0, c.split_tokens)
+          : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, 0, 132);
   DevBuf ws(plan.workspace_bytes);
   size_t bad = 0;
   for (int32_t l = 0; l < c.layers; ++l) bad += run_layer(w, l, t.k, t.v, batch, plan, ws, sm);

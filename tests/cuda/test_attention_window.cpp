@@ -19,9 +19,14 @@ int main() {
   int i = 0;
   for (int32_t w : {1, 7, 16}) {
     for (int32_t bs : {1, 7, 16}) {
-      StepCase c{dtypes[i % 3], bs, 2, groups[i % 3], head_dims[i % 4],
-                 {{1, 1}, {w + 1, 1}, {w + 3005, 1}, {w + 40, 40}, {150, 30}, {2 * w + 9, 2 * w + 9}},
-                 i % 2 ? 64 : 0};
+      StepCase c{
+          dtypes[i % 3],
+          bs,
+          2,
+          groups[i % 3],
+          head_dims[i % 4],
+          {{1, 1}, {w + 1, 1}, {w + 3005, 1}, {w + 40, 40}, {150, 30}, {2 * w + 9, 2 * w + 9}},
+          i % 2 ? 64 : 0};
       c.window = w;
       cases.push_back(c);
       ++i;

@@ -45,8 +45,11 @@ bool test_write_kv(DType dtype, int32_t block_size, int32_t kv_heads, int32_t he
   dmap.upload(mapping.data(), mapping.size() * 8);
   check_cuda(cudaMemset(kc.as<void>(), 0xFF, pool_bytes), "memset");
   check_cuda(cudaMemset(vc.as<void>(), 0xFF, pool_bytes), "memset");
-  const pkv::cuda::KvLayer layer{kc.as<void>(), k_only ? nullptr : vc.as<void>(), block_size, kv_heads,
-                                 head_dim, dtype, dtype, nullptr, nullptr, 0};
+  const pkv::cuda::KvLayer layer{kc.as<void>(), k_only ? nullptr : vc.as<void>(),
+                                 block_size,    kv_heads,
+                                 head_dim,      dtype,
+                                 dtype,         nullptr,
+                                 nullptr,       0};
   check_cuda(pkv::cuda::launch_write_kv(layer, k_dev, k_only ? nullptr : v_dev, dmap.as<int64_t>(),
                                         num_tokens, nullptr),
              "launch_write_kv");
@@ -103,8 +106,8 @@ bool test_copy_blocks(DType dtype, int32_t block_size, int32_t head_dim, uint64_
 struct TierCase {
   DType dtype;
   int32_t block_size, kv_heads, head_dim, layers, num_pairs;
-  bool to_host;          // pool -> host tier (swap-out, offload); else host tier -> pool
-  size_t misalign = 0;   // offsets the host tier's K and V by that many bytes (byte-copy path)
+  bool to_host;         // pool -> host tier (swap-out, offload); else host tier -> pool
+  size_t misalign = 0;  // offsets the host tier's K and V by that many bytes (byte-copy path)
 };
 
 // Random K/V in a pool of num_pairs + 5 blocks and a host tier of num_pairs + 3 (so the layer
@@ -188,17 +191,16 @@ bool test_copy_tier_refused() {
   other_layers.num_layers = 1;
   other_block.block_bytes = 256;
   no_v.v = nullptr;
-  const bool ok =
-      pkv::cuda::launch_copy_tier_blocks(p, other_layers, pairs.as<int32_t>(), 1, nullptr) ==
-          cudaErrorInvalidValue &&
-      pkv::cuda::launch_copy_tier_blocks(p, other_block, pairs.as<int32_t>(), 1, nullptr) ==
-          cudaErrorInvalidValue &&
-      pkv::cuda::launch_copy_tier_blocks(p, no_v, pairs.as<int32_t>(), 1, nullptr) ==
-          cudaErrorInvalidValue &&
-      pkv::cuda::launch_copy_tier_blocks(no_v, p, pairs.as<int32_t>(), 1, nullptr) ==
-          cudaErrorInvalidValue &&
-      pkv::cuda::launch_copy_tier_blocks(p, p, pairs.as<int32_t>(), -1, nullptr) ==
-          cudaErrorInvalidValue;
+  const bool ok = pkv::cuda::launch_copy_tier_blocks(p, other_layers, pairs.as<int32_t>(), 1,
+                                                     nullptr) == cudaErrorInvalidValue &&
+                  pkv::cuda::launch_copy_tier_blocks(p, other_block, pairs.as<int32_t>(), 1,
+                                                     nullptr) == cudaErrorInvalidValue &&
+                  pkv::cuda::launch_copy_tier_blocks(p, no_v, pairs.as<int32_t>(), 1, nullptr) ==
+                      cudaErrorInvalidValue &&
+                  pkv::cuda::launch_copy_tier_blocks(no_v, p, pairs.as<int32_t>(), 1, nullptr) ==
+                      cudaErrorInvalidValue &&
+                  pkv::cuda::launch_copy_tier_blocks(p, p, pairs.as<int32_t>(), -1, nullptr) ==
+                      cudaErrorInvalidValue;
   if (!ok) fprintf(stderr, "FAIL copy_tier_blocks accepted mismatched pools\n");
   return ok;
 }
@@ -206,8 +208,8 @@ bool test_copy_tier_refused() {
 // write_kv takes v exactly when the pool has V.
 bool test_write_kv_refused() {
   DevBuf k(256), v(256), kc(256), vc(256), map(8);
-  const pkv::cuda::KvLayer with_v{kc.as<void>(), vc.as<void>(), 1, 1, 8, DType::f32, DType::f32,
-                                  nullptr,       nullptr,       0};
+  const pkv::cuda::KvLayer with_v{kc.as<void>(), vc.as<void>(), 1,       1,       8,
+                                  DType::f32,    DType::f32,    nullptr, nullptr, 0};
   pkv::cuda::KvLayer no_v = with_v;
   no_v.v = nullptr;
   const bool ok = pkv::cuda::launch_write_kv(with_v, k.as<void>(), nullptr, map.as<int64_t>(), 1,

@@ -64,7 +64,8 @@ std::vector<float> fp8_ties(int e5m2, float scale) {
 // How many of xs encode otherwise through x * (1 / scale) than through x / scale.
 size_t reciprocal_misses(const std::vector<float> &xs, float scale, int e5m2) {
   size_t n = 0;
-  for (float x : xs) n += pkv_ref_fp8_encode(x * (1.f / scale), 1.f, e5m2) != pkv_ref_fp8_encode(x, scale, e5m2);
+  for (float x : xs)
+    n += pkv_ref_fp8_encode(x * (1.f / scale), 1.f, e5m2) != pkv_ref_fp8_encode(x, scale, e5m2);
   return n;
 }
 
@@ -90,7 +91,8 @@ Rows make_rows(DType dtype, int e5m2, int32_t kv_heads, int32_t head_dim, int32_
   r.scales.resize(2 * size_t(kv_heads));
   std::vector<std::vector<float>> values(r.scales.size());
   for (size_t h = 0; h < r.scales.size(); ++h) {
-    r.scales[h] = fill == Fill::edges ? std::ldexp(1.f, int(h % 5) - 2) : float(rng.uniform(0.001, 3));
+    r.scales[h] =
+        fill == Fill::edges ? std::ldexp(1.f, int(h % 5) - 2) : float(rng.uniform(0.001, 3));
     if (fill == Fill::edges)
       for (float y : fp8_edge_values(e5m2)) values[h].push_back(y * r.scales[h]);
     for (int tries = 0; fill == Fill::ties && tries < 1000; ++tries) {
@@ -114,7 +116,8 @@ Rows make_rows(DType dtype, int e5m2, int32_t kv_heads, int32_t head_dim, int32_
 
 // Whether some K element of the rows encodes otherwise through x * (1 / scale): what the ties
 // are for.
-bool reciprocal_would_differ(DType dtype, int e5m2, const Rows &r, int32_t kv_heads, int32_t head_dim) {
+bool reciprocal_would_differ(DType dtype, int e5m2, const Rows &r, int32_t kv_heads,
+                             int32_t head_dim) {
   const size_t row = size_t(kv_heads) * head_dim;
   for (size_t i = 0; i < r.k.size() / pkv::cuda::dtype_bytes(dtype); ++i) {
     const float s = r.scales[i % row / head_dim];
@@ -130,10 +133,12 @@ bool test_write_kv_fp8(DType dtype, DType kv, int32_t block_size, int32_t kv_hea
   Rng rng(seed);
   const int e5m2 = kv == DType::fp8_e5m2;
   const int32_t num_blocks = (num_tokens + block_size - 1) / block_size + 2;
-  const size_t row = size_t(kv_heads) * head_dim, pool_bytes = size_t(num_blocks) * block_size * row;
+  const size_t row = size_t(kv_heads) * head_dim,
+               pool_bytes = size_t(num_blocks) * block_size * row;
   const Rows r = make_rows(dtype, e5m2, kv_heads, head_dim, num_tokens, fill, rng);
   if (fill == Fill::ties && !reciprocal_would_differ(dtype, e5m2, r, kv_heads, head_dim)) {
-    fprintf(stderr, "FAIL write_kv %s: no tie that x * (1 / scale) would encode otherwise\n", dtype_name(kv));
+    fprintf(stderr, "FAIL write_kv %s: no tie that x * (1 / scale) would encode otherwise\n",
+            dtype_name(kv));
     return false;
   }
   std::vector<int64_t> slots(size_t(num_blocks) * block_size), mapping(num_tokens);
@@ -156,9 +161,16 @@ bool test_write_kv_fp8(DType dtype, DType kv, int32_t block_size, int32_t kv_hea
   dmap.upload(mapping.data(), mapping.size() * 8), ds.upload(r.scales.data(), r.scales.size() * 4);
   check_cuda(cudaMemset(kc.as<void>(), 0xFF, pool_bytes), "memset");
   check_cuda(cudaMemset(vc.as<void>(), 0xFF, pool_bytes), "memset");
-  const pkv::cuda::KvLayer layer{kc.as<void>(), vc.as<void>(), block_size, kv_heads,
-                                 head_dim,      dtype,         kv,         ds.as<float>(),
-                                 ds.as<float>() + kv_heads,    0};
+  const pkv::cuda::KvLayer layer{kc.as<void>(),
+                                 vc.as<void>(),
+                                 block_size,
+                                 kv_heads,
+                                 head_dim,
+                                 dtype,
+                                 kv,
+                                 ds.as<float>(),
+                                 ds.as<float>() + kv_heads,
+                                 0};
   check_cuda(pkv::cuda::launch_write_kv(layer, dk.as<void>(), dv.as<void>(), dmap.as<int64_t>(),
                                         num_tokens, nullptr),
              "launch_write_kv");
@@ -173,9 +185,14 @@ bool test_write_kv_fp8(DType dtype, DType kv, int32_t block_size, int32_t kv_hea
                 kvi ? "V" : "K", i, i / row, i % row / head_dim, got[i], want[kvi][i]);
   }
   if (bad)
-    fprintf(stderr, "FAIL write_kv %s -> %s%s block_size %d kv_heads %d head_dim %d tokens %d: %zu bytes differ\n",
-            dtype_name(dtype), dtype_name(kv), fill == Fill::edges ? " (edge values)" : fill == Fill::ties ? " (ties)" : "",
-            block_size, kv_heads, head_dim, num_tokens, bad);
+    fprintf(
+        stderr,
+        "FAIL write_kv %s -> %s%s block_size %d kv_heads %d head_dim %d tokens %d: %zu bytes differ\n",
+        dtype_name(dtype), dtype_name(kv),
+        fill == Fill::edges  ? " (edge values)"
+        : fill == Fill::ties ? " (ties)"
+                             : "",
+        block_size, kv_heads, head_dim, num_tokens, bad);
   return bad == 0;
 }
 
@@ -199,7 +216,8 @@ bool test_write_kv_refused() {
   for (const pkv::cuda::KvLayer &l : refused)
     ok = ok && pkv::cuda::launch_write_kv(l, rows.as<void>(), rows.as<void>(), map.as<int64_t>(), 1,
                                           nullptr) == cudaErrorInvalidValue;
-  if (!ok) fprintf(stderr, "FAIL write_kv accepted an fp8 pool without scales or a dtype mismatch\n");
+  if (!ok)
+    fprintf(stderr, "FAIL write_kv accepted an fp8 pool without scales or a dtype mismatch\n");
   return ok;
 }
 

@@ -48,8 +48,8 @@ constexpr int32_t OFFLOAD = PKV_COPY_OFFLOAD, LOAD = PKV_COPY_LOAD;
 // A step's usual copies, no hazards: one wave, one launch per direction in a fixed order, the
 // pairs of each launch together and in list order.
 void test_one_wave() {
-  const CopyPlan plan = plan_of({{1, 2, OUT}, {3, 4, COW}, {5, 6, IN}, {7, 8, OFFLOAD},
-                                 {9, 10, LOAD}, {11, 12, COW}});
+  const CopyPlan plan = plan_of(
+      {{1, 2, OUT}, {3, 4, COW}, {5, 6, IN}, {7, 8, OFFLOAD}, {9, 10, LOAD}, {11, 12, COW}});
   CHECK(plan.wave_ends == std::vector<uint32_t>{3});
   CHECK(plan.launches.size() == 3);
   if (plan.launches.size() != 3) return;
@@ -65,23 +65,23 @@ void test_one_wave() {
 
 void test_hazards() {
   // Read after write, in each tier and across kinds.
-  CHECK(num_waves({{1, 2, COW}, {2, 3, COW}}) == 2);          // a chain: a->b, then b->c
+  CHECK(num_waves({{1, 2, COW}, {2, 3, COW}}) == 2);  // a chain: a->b, then b->c
   CHECK(num_waves({{1, 2, COW}, {2, 3, COW}, {3, 4, COW}}) == 3);
-  CHECK(num_waves({{1, 2, OUT}, {2, 5, IN}}) == 2);           // host 2 written, then read
-  CHECK(num_waves({{2, 5, LOAD}, {5, 9, OFFLOAD}}) == 2);     // device 5 written, then read
+  CHECK(num_waves({{1, 2, OUT}, {2, 5, IN}}) == 2);        // host 2 written, then read
+  CHECK(num_waves({{2, 5, LOAD}, {5, 9, OFFLOAD}}) == 2);  // device 5 written, then read
   CHECK(num_waves({{1, 2, COW}, {2, 7, OUT}}) == 2);
   // Write after read.
   CHECK(num_waves({{1, 2, COW}, {3, 1, COW}}) == 2);
-  CHECK(num_waves({{1, 2, OUT}, {4, 1, IN}}) == 2);           // device 1 read, then written
-  CHECK(num_waves({{6, 2, LOAD}, {3, 6, OFFLOAD}}) == 2);     // host 6 read, then written
+  CHECK(num_waves({{1, 2, OUT}, {4, 1, IN}}) == 2);        // device 1 read, then written
+  CHECK(num_waves({{6, 2, LOAD}, {3, 6, OFFLOAD}}) == 2);  // host 6 read, then written
   // Written twice.
   CHECK(num_waves({{1, 5, OUT}, {2, 5, OFFLOAD}}) == 2);
   CHECK(num_waves({{1, 5, COW}, {2, 5, LOAD}}) == 2);
   // No hazard: reads shared, or the same id in the other tier.
   CHECK(num_waves({{1, 2, COW}, {1, 3, COW}, {1, 4, OUT}}) == 1);
-  CHECK(num_waves({{3, 4, COW}, {5, 4, OUT}}) == 1);          // device 4 vs host 4, ...
+  CHECK(num_waves({{3, 4, COW}, {5, 4, OUT}}) == 1);  // device 4 vs host 4, ...
   CHECK(num_waves({{1, 4, OUT}, {4, 2, COW}}) == 1);
-  CHECK(num_waves({{2, 2, OUT}, {2, 2, OFFLOAD}}) == 2);          // ... but host 2 twice is not
+  CHECK(num_waves({{2, 2, OUT}, {2, 2, OFFLOAD}}) == 2);  // ... but host 2 twice is not
   // A hazard closes the wave; later copies join the new one.
   const CopyPlan plan = plan_of({{1, 2, COW}, {2, 3, OUT}, {4, 5, IN}, {6, 7, COW}});
   CHECK(plan.wave_ends == (std::vector<uint32_t>{1, 4}));

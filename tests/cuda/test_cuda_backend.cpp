@@ -72,9 +72,11 @@ World make_world(const Case &c, Rng &rng, std::vector<int32_t> total) {
         const size_t h = l * kKvHeads + i % row / kHeadDim;
         for (int kv = 0; kv < 2; ++kv) {
           const float sc = is_fp8(c) ? (kv ? w.v_scale : w.k_scale)[h] : 1.f;
-          const double x = rounded(c.dtype, is_fp8(c) ? sc * rng.uniform(-span, span) : rng.uniform(-1, 1));
+          const double x =
+              rounded(c.dtype, is_fp8(c) ? sc * rng.uniform(-span, span) : rng.uniform(-1, 1));
           (kv ? vx : kx)[i] = x;
-          (kv ? vs : ks)[i] = is_fp8(c) ? pkv_ref_fp8_decode(pkv_ref_fp8_encode(float(x), sc, e5m2), e5m2) * sc : x;
+          (kv ? vs : ks)[i] =
+              is_fp8(c) ? pkv_ref_fp8_decode(pkv_ref_fp8_encode(float(x), sc, e5m2), e5m2) * sc : x;
         }
       }
       w.kx[l].push_back(std::move(kx)), w.vx[l].push_back(std::move(vx));
@@ -91,7 +93,8 @@ struct Step {
   std::vector<int32_t> ctx, query;  // per seq: tokens after the step, new ones
   std::vector<std::vector<std::vector<int32_t>>> blocks;  // [group][seq][block index]
   std::vector<uint64_t> ids;
-  std::vector<int32_t> query_start{0}, positions, context_lens, indptr{0}, indices, last_len, tables;
+  std::vector<int32_t> query_start{0}, positions, context_lens, indptr{0}, indices, last_len,
+      tables;
   std::vector<int32_t> group_tables;
   std::vector<int64_t> group_slots;  // [groups][tokens]
   uint32_t max_blocks = 0;
@@ -115,7 +118,8 @@ struct Step {
         group_tables.insert(group_tables.end(), row.begin(), row.end());
         for (int32_t p = ctx[s] - query[s]; p < ctx[s]; ++p) {
           if (g == 0) positions.push_back(p);
-          group_slots.push_back(int64_t(blocks[g][s][p / block_size]) * block_size + p % block_size);
+          group_slots.push_back(int64_t(blocks[g][s][p / block_size]) * block_size +
+                                p % block_size);
         }
       }
     }
@@ -150,7 +154,8 @@ void assign_blocks(const Case &c, Step &st, std::vector<std::vector<int32_t>> (&
       std::vector<int32_t> &b = st.blocks[g][s];
       b = held[g][st.seq[s]];
       const int32_t first_new = st.ctx[s] - st.query[s];
-      const int32_t start = kWindow[g] && first_new >= int32_t(kWindow[g]) ? first_new - int32_t(kWindow[g]) + 1 : 0;
+      const int32_t start =
+          kWindow[g] && first_new >= int32_t(kWindow[g]) ? first_new - int32_t(kWindow[g]) + 1 : 0;
       for (int32_t i = 0; i < int32_t(b.size()) && (i + 1) * int32_t(c.block_size) <= start; ++i)
         if (b[i] >= 0) free.push_back(std::exchange(b[i], -1));
     }
@@ -165,8 +170,7 @@ void assign_blocks(const Case &c, Step &st, std::vector<std::vector<int32_t>> (&
     }
 }
 
-template <class T>
-void upload(DevBuf &b, const std::vector<T> &v) {
+template <class T> void upload(DevBuf &b, const std::vector<T> &v) {
   b.upload(v.data(), v.size() * sizeof(T));
 }
 
@@ -196,7 +200,8 @@ std::unique_ptr<LayerIo> layer_inputs(const World &w, const Step &st, uint32_t l
         store_elem(t, vr.data(), dst, w.vx[l][st.seq[s]][src]);
       }
   auto io = std::make_unique<LayerIo>(qr.size(), kr.size());
-  io->q.upload(qr.data(), qr.size()), io->k.upload(kr.data(), kr.size()), io->v.upload(vr.data(), vr.size());
+  io->q.upload(qr.data(), qr.size()), io->k.upload(kr.data(), kr.size()),
+      io->v.upload(vr.data(), vr.size());
   return io;
 }
 
@@ -224,31 +229,38 @@ size_t check_output(const World &w, const Step &st, uint32_t l, const LayerIo &i
 
 // The step's new tokens in the pool: each layer's in its group's slots of its layer slot, as
 // the stored values (fp8: the codes decoded times the layer's scales).
-size_t check_pool(const pkv::Backend &be, const World &w, const Step &st, const std::string &label) {
+size_t check_pool(const pkv::Backend &be, const World &w, const Step &st,
+                  const std::string &label) {
   const Case &c = w.c;
   const size_t row = kKvHeads * kHeadDim, pb = pkv::cuda::dtype_bytes(c.kv_dtype);
   const size_t layer_bytes = size_t(c.num_blocks) * c.block_size * row * pb;
   std::vector<unsigned char> pool[2] = {std::vector<unsigned char>(kSlots * layer_bytes),
                                         std::vector<unsigned char>(kSlots * layer_bytes)};
-  check_cuda(cudaMemcpy(pool[0].data(), be.k_pool(), pool[0].size(), cudaMemcpyDeviceToHost), "download");
-  check_cuda(cudaMemcpy(pool[1].data(), be.v_pool(), pool[1].size(), cudaMemcpyDeviceToHost), "download");
+  check_cuda(cudaMemcpy(pool[0].data(), be.k_pool(), pool[0].size(), cudaMemcpyDeviceToHost),
+             "download");
+  check_cuda(cudaMemcpy(pool[1].data(), be.v_pool(), pool[1].size(), cudaMemcpyDeviceToHost),
+             "download");
   const int e5m2 = c.kv_dtype == DType::fp8_e5m2;
   size_t bad = 0;
   for (uint32_t l = 0; l < kLayers; ++l)
     for (size_t s = 0; s < st.ctx.size(); ++s)
       for (int32_t p = st.ctx[s] - st.query[s]; p < st.ctx[s]; ++p) {
-        const int64_t slot = int64_t(st.blocks[layer_group(l)][s][p / c.block_size]) * c.block_size + p % c.block_size;
+        const int64_t slot =
+            int64_t(st.blocks[layer_group(l)][s][p / c.block_size]) * c.block_size +
+            p % c.block_size;
         for (size_t e = 0; e < row; ++e)
           for (int kv = 0; kv < 2; ++kv) {
             const size_t at = layer_slot(l) * layer_bytes + (size_t(slot) * row + e) * pb;
             const double want = (kv ? w.vs : w.ks)[l][st.seq[s]][size_t(p) * row + e];
-            const float scale = is_fp8(c) ? (kv ? w.v_scale : w.k_scale)[l * kKvHeads + e / kHeadDim] : 1.f;
+            const float scale =
+                is_fp8(c) ? (kv ? w.v_scale : w.k_scale)[l * kKvHeads + e / kHeadDim] : 1.f;
             const double got = is_fp8(c) ? pkv_ref_fp8_decode(pool[kv][at], e5m2) * scale
                                          : load_elem(c.kv_dtype, pool[kv].data() + at, 0);
             bad += !(got == want);
           }
       }
-  if (bad) fprintf(stderr, "%s: %zu pool elements differ from the stored values\n", label.c_str(), bad);
+  if (bad)
+    fprintf(stderr, "%s: %zu pool elements differ from the stored values\n", label.c_str(), bad);
   return bad;
 }
 
@@ -264,7 +276,8 @@ size_t run_step(pkv::Backend &be, const World &w, Step &st, Rng &rng, const std:
     const float *vs = is_fp8(w.c) ? &w.v_scale[l * kKvHeads] : nullptr;
     be.attention(pkv::AttentionCall{l, layer_slot(l), layer_group(l), kWindow[layer_group(l)],
                                     1.f / std::sqrt(float(kHeadDim)), ks, vs, io[l]->q.as<void>(),
-                                    io[l]->k.as<void>(), io[l]->v.as<void>(), io[l]->out.as<void>()});
+                                    io[l]->k.as<void>(), io[l]->v.as<void>(),
+                                    io[l]->out.as<void>()});
   }
   check_cuda(cudaDeviceSynchronize(), "sync");
   size_t bad = check_pool(be, w, st, label);
@@ -283,7 +296,8 @@ bool run_case(const Case &c, uint64_t seed) {
   pkv::PoolShape shape{};
   shape.num_layers = kSlots, shape.num_blocks = c.num_blocks, shape.block_size = c.block_size;
   shape.kv_heads = kKvHeads, shape.head_dim = kHeadDim, shape.dtype_bytes = uint32_t(pb);
-  shape.dtype = int32_t(c.dtype), shape.kv_dtype = int32_t(c.kv_dtype), shape.q_heads = kKvHeads * kGroup;
+  shape.dtype = int32_t(c.dtype), shape.kv_dtype = int32_t(c.kv_dtype),
+  shape.q_heads = kKvHeads * kGroup;
   shape.bytes.block = c.block_size * row * pb;
   shape.bytes.layer = shape.bytes.block * c.num_blocks;
   shape.bytes.pool = shape.bytes.layer * kSlots;
@@ -298,7 +312,8 @@ bool run_case(const Case &c, uint64_t seed) {
   assign_blocks(c, s1, held, free);
   s2.seq = {0, 1, 3}, s2.ctx = {301, 90, 12}, s2.query = {1, 20, 12};
   assign_blocks(c, s2, held, free);
-  const size_t bad = run_step(*be, w, s1, rng, name + " step 1") + run_step(*be, w, s2, rng, name + " step 2");
+  const size_t bad =
+      run_step(*be, w, s1, rng, name + " step 1") + run_step(*be, w, s2, rng, name + " step 2");
   if (bad) fprintf(stderr, "FAIL %s\n", name.c_str());
   return bad == 0;
 }
@@ -321,7 +336,7 @@ int main() {
     fprintf(stderr, "FAIL: the backend threw %s: %s\n", pkv::status_string(e.status()), e.what());
     return 1;
   }
-  printf("cuda_backend: %d of %zu cases passed (3 of them MLA)\n", int(std::size(cases)) + 3 - failures,
-         std::size(cases) + 3);
+  printf("cuda_backend: %d of %zu cases passed (3 of them MLA)\n",
+         int(std::size(cases)) + 3 - failures, std::size(cases) + 3);
   return failures ? 1 : 0;
 }

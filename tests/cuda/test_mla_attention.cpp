@@ -52,8 +52,9 @@ int main() {
     // One q head (rows are tokens), a width of 40.
     cases.push_back(mla(t, 16, 1, 32, 8, {{70, 70}, {150, 20}, {600, 1}}, 128));
     for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2})
-      cases.push_back(fp8(mla(t, kv == DType::fp8_e4m3 ? 16 : 64, 16, 512, 64,
-                              {{400, 1}, {80, 12}, {9, 9}}, 96), kv));
+      cases.push_back(fp8(
+          mla(t, kv == DType::fp8_e4m3 ? 16 : 64, 16, 512, 64, {{400, 1}, {80, 12}, {9, 9}}, 96),
+          kv));
   }
   // 128 q heads (all of DeepSeek V3's): 64 rows a CTA, and 32 (four row tiles).
   cases.push_back(mla(DType::bf16, 16, 128, 512, 64, {{600, 1}, {20, 3}}, 256, 4));

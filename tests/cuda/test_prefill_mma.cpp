@@ -16,7 +16,10 @@ namespace {
 const std::vector<SeqSpec> kMixed = {{1, 1}, {90, 1}, {300, 40}, {100, 100}, {45, 17}, {2, 2}};
 
 StepCase windowed(DType t, int32_t bs, int32_t group, int32_t d, int32_t window) {
-  StepCase c{t, bs, 2, group, d, {{window + 500, 1}, {window + 70, 70}, {150, 30}, {2 * window + 9, 2 * window + 9}}};
+  StepCase c{
+      t, bs,
+      2, group,
+      d, {{window + 500, 1}, {window + 70, 70}, {150, 30}, {2 * window + 9, 2 * window + 9}}};
   c.window = window;
   return c;
 }

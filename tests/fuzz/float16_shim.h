@@ -18,8 +18,14 @@ struct pkv_shim_half {
     uint32_t u;
     std::memcpy(&u, &f, 4);
     const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) { bits = uint16_t(sign | 0x7e00u); return; }  // NaN
-    if (a >= 0x477ff000u) { bits = uint16_t(sign | 0x7c00u); return; } // overflow: inf
+    if (a > 0x7f800000u) {
+      bits = uint16_t(sign | 0x7e00u);
+      return;
+    }  // NaN
+    if (a >= 0x477ff000u) {
+      bits = uint16_t(sign | 0x7c00u);
+      return;
+    }                       // overflow: inf
     if (a < 0x38800000u) {  // subnormal half (or zero): scale by 2^24 and round
       float m;
       std::memcpy(&m, &a, 4);
@@ -30,7 +36,8 @@ struct pkv_shim_half {
     bits = uint16_t(sign | (r >> 13));
   }
   explicit operator float() const {
-    const uint32_t sign = uint32_t(bits & 0x8000u) << 16, e = (bits >> 10) & 0x1fu, m = bits & 0x3ffu;
+    const uint32_t sign = uint32_t(bits & 0x8000u) << 16, e = (bits >> 10) & 0x1fu,
+                   m = bits & 0x3ffu;
     float f;
     if (e == 0) {
       f = float(m) / 16777216.0f;

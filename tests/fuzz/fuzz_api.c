@@ -27,9 +27,9 @@ static struct {
   uint32_t n, gets, served;
 } fz_store = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
-static int fz_store_get(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
-                        uint8_t *found, uint32_t timeout_ms, char *message, uint32_t cap)
-{
+static int fz_store_get(void *user, const pkv_store_key *keys, uint32_t n, void *values,
+                        uint64_t value_bytes, uint8_t *found, uint32_t timeout_ms, char *message,
+                        uint32_t cap) {
   (void)user, (void)timeout_ms;
   pthread_mutex_lock(&fz_store.mutex);
   int rc = 0;
@@ -40,12 +40,12 @@ static int fz_store_get(void *user, const pkv_store_key *keys, uint32_t n, void 
   for (uint32_t i = 0; i < n && rc == 0; i++) {
     found[i] = 0;
     for (uint32_t k = 0; k < fz_store.n; k++) {
-      if (memcmp(fz_store.keys[k].bytes, keys[i].bytes, 32) != 0 || fz_store.value_bytes != value_bytes)
+      if (memcmp(fz_store.keys[k].bytes, keys[i].bytes, 32) != 0 ||
+          fz_store.value_bytes != value_bytes)
         continue;
       unsigned char *out = (unsigned char *)values + i * value_bytes;
       memcpy(out, fz_store.values[k], value_bytes);
-      if (++fz_store.served % 5 == 0)
-        out[(fz_store.served * 131) % value_bytes] ^= 0x40;
+      if (++fz_store.served % 5 == 0) out[(fz_store.served * 131) % value_bytes] ^= 0x40;
       found[i] = 1;
     }
   }
@@ -54,14 +54,12 @@ static int fz_store_get(void *user, const pkv_store_key *keys, uint32_t n, void 
 }
 
 static int fz_store_put(void *user, const pkv_store_key *keys, uint32_t n, const void *values,
-                        uint64_t value_bytes, char *message, uint32_t cap)
-{
+                        uint64_t value_bytes, char *message, uint32_t cap) {
   (void)user, (void)message, (void)cap;
   pthread_mutex_lock(&fz_store.mutex);
   for (uint32_t i = 0; i < n; i++) {
     uint32_t k = 0;
-    while (k < fz_store.n && memcmp(fz_store.keys[k].bytes, keys[i].bytes, 32) != 0)
-      k++;
+    while (k < fz_store.n && memcmp(fz_store.keys[k].bytes, keys[i].bytes, 32) != 0) k++;
     if (k == fz_store.n) {
       if (fz_store.n == FZ_STORE_CAP)
         k = (uint32_t)(keys[i].bytes[0] % FZ_STORE_CAP); /* full: replace one */
@@ -78,8 +76,7 @@ static int fz_store_put(void *user, const pkv_store_key *keys, uint32_t n, const
   return 0;
 }
 
-static void fz_store_clear(void)
-{
+static void fz_store_clear(void) {
   for (uint32_t k = 0; k < FZ_STORE_CAP; k++) {
     free(fz_store.values[k]);
     fz_store.values[k] = NULL;
@@ -87,50 +84,101 @@ static void fz_store_clear(void)
   fz_store.n = fz_store.gets = fz_store.served = 0;
 }
 
-static pkv_store_callbacks fz_store_cb = {sizeof(pkv_store_callbacks), 0, NULL, NULL, fz_store_get, fz_store_put};
+static pkv_store_callbacks fz_store_cb = {
+    sizeof(pkv_store_callbacks), 0, NULL, NULL, fz_store_get, fz_store_put};
 static pkv_store_params fz_store_params;
 
 /* The largest pool a fuzzed engine may allocate. */
 #define FZ_MAX_POOL_BYTES (4u << 20)
 
 /* Sets one field of p to a raw fuzzed value: the validation paths. */
-static void raw_field(fz_input *in, pkv_engine_params *p)
-{
+static void raw_field(fz_input *in, pkv_engine_params *p) {
   uint32_t v = fz_u32(in);
   switch (fz_pick(in, 26)) {
-  case 0: p->num_layers = v; break;
-  case 1: p->num_q_heads = v; break;
-  case 2: p->num_kv_heads = v; break;
-  case 3: p->head_dim = v; break;
-  case 4: p->dtype = (int32_t)v; break;
-  case 5: p->tp_size = v; break;
-  case 6: p->tp_rank = v; break;
-  case 7: p->block_size = v; break;
-  case 8: p->num_blocks = v; break;
-  case 9: p->device = (int32_t)v; break;
-  case 10: p->num_threads = v; break;
-  case 11: p->debug_flags = v; break;
-  case 12: p->reserved0 = v; break;
-  case 13: p->enable_prefix_caching = v; break;
-  case 14: p->max_num_seqs = v; break;
-  case 15: p->enable_kv_events = v; break;
-  case 16: memcpy(&p->softmax_scale, &v, sizeof v); break;
-  case 17: p->memory_utilization = (double)(int32_t)v / 1e9; break;
-  case 18: p->struct_size = v % 512; break;
-  case 19: p->host_num_blocks = v; break;
-  case 20: p->host_cache_bytes = fz_u64(in); break;
-  case 21: p->reserved1 = v; break;
-  case 22: p->host_offload = v; break;
-  case 23: p->kv_dtype = (int32_t)v; break;
-  case 24: p->sliding_window = v; break;
-  default: p->max_num_batched_tokens = v; break;
+    case 0:
+      p->num_layers = v;
+      break;
+    case 1:
+      p->num_q_heads = v;
+      break;
+    case 2:
+      p->num_kv_heads = v;
+      break;
+    case 3:
+      p->head_dim = v;
+      break;
+    case 4:
+      p->dtype = (int32_t)v;
+      break;
+    case 5:
+      p->tp_size = v;
+      break;
+    case 6:
+      p->tp_rank = v;
+      break;
+    case 7:
+      p->block_size = v;
+      break;
+    case 8:
+      p->num_blocks = v;
+      break;
+    case 9:
+      p->device = (int32_t)v;
+      break;
+    case 10:
+      p->num_threads = v;
+      break;
+    case 11:
+      p->debug_flags = v;
+      break;
+    case 12:
+      p->reserved0 = v;
+      break;
+    case 13:
+      p->enable_prefix_caching = v;
+      break;
+    case 14:
+      p->max_num_seqs = v;
+      break;
+    case 15:
+      p->enable_kv_events = v;
+      break;
+    case 16:
+      memcpy(&p->softmax_scale, &v, sizeof v);
+      break;
+    case 17:
+      p->memory_utilization = (double)(int32_t)v / 1e9;
+      break;
+    case 18:
+      p->struct_size = v % 512;
+      break;
+    case 19:
+      p->host_num_blocks = v;
+      break;
+    case 20:
+      p->host_cache_bytes = fz_u64(in);
+      break;
+    case 21:
+      p->reserved1 = v;
+      break;
+    case 22:
+      p->host_offload = v;
+      break;
+    case 23:
+      p->kv_dtype = (int32_t)v;
+      break;
+    case 24:
+      p->sliding_window = v;
+      break;
+    default:
+      p->max_num_batched_tokens = v;
+      break;
   }
 }
 
 static uint32_t fz_layer_windows[2];
 
-static void fuzz_params(fz_input *in, pkv_engine_params *p)
-{
+static void fuzz_params(fz_input *in, pkv_engine_params *p) {
   FZ_CHECK(pkv_engine_params_init(p, sizeof *p) == PKV_OK, "params_init");
   p->device = PKV_DEVICE_CPU;
   p->num_threads = 1;
@@ -151,9 +199,14 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
   p->enable_kv_events = fz_pick(in, 2);
   p->kv_events_capacity = fz_pick(in, 16);
   switch (fz_pick(in, 4)) { /* the host tier: a few blocks (swap NO_SPACE), bytes, or none */
-  case 0: break;
-  case 1: p->host_cache_bytes = fz_u32(in) % 65536; break;
-  default: p->host_num_blocks = 1 + fz_pick(in, 12); break;
+    case 0:
+      break;
+    case 1:
+      p->host_cache_bytes = fz_u32(in) % 65536;
+      break;
+    default:
+      p->host_num_blocks = 1 + fz_pick(in, 12);
+      break;
   }
   p->host_offload = fz_pick(in, 4) != 0; /* offload of evicted prefix blocks, mostly on */
   if (p->host_num_blocks && p->enable_prefix_caching && fz_pick(in, 3) == 0) { /* a store below */
@@ -165,42 +218,44 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p)
     p->store = &fz_store_params;
   }
   switch (fz_pick(in, 8)) {
-  case 0: /* the profiler sizes the pool from a byte cap */
-    p->num_blocks = 0;
-    p->kv_cache_bytes = fz_u32(in) % 65536;
-    break;
-  case 1:
-    p->tp_size = 1 + fz_pick(in, 2);
-    p->tp_rank = fz_pick(in, 3);
-    break;
-  case 2: raw_field(in, p); break;
-  case 3: p->num_threads = 2; break; /* worker threads */
-  case 4: /* sliding windows (KV groups): not with a host tier, which pkv refuses with them */
-    if (p->host_num_blocks || p->host_cache_bytes)
+    case 0: /* the profiler sizes the pool from a byte cap */
+      p->num_blocks = 0;
+      p->kv_cache_bytes = fz_u32(in) % 65536;
       break;
-    fz_layer_windows[0] = 1 + fz_pick(in, 12);
-    fz_layer_windows[1] = fz_pick(in, 2) ? 0 : 1 + fz_pick(in, 12);
-    p->num_layers = 2;
-    if (fz_pick(in, 3) == 0)
-      p->sliding_window = fz_layer_windows[0]; /* one window everywhere: one windowed group */
-    else
-      p->layer_windows = fz_layer_windows;
-    break;
-  case 5: /* fp8 KV */
-    p->kv_dtype = PKV_DTYPE_FP8_E4M3 + (int32_t)fz_pick(in, 2);
-    break;
-  default: break;
+    case 1:
+      p->tp_size = 1 + fz_pick(in, 2);
+      p->tp_rank = fz_pick(in, 3);
+      break;
+    case 2:
+      raw_field(in, p);
+      break;
+    case 3:
+      p->num_threads = 2;
+      break; /* worker threads */
+    case 4:  /* sliding windows (KV groups): not with a host tier, which pkv refuses with them */
+      if (p->host_num_blocks || p->host_cache_bytes) break;
+      fz_layer_windows[0] = 1 + fz_pick(in, 12);
+      fz_layer_windows[1] = fz_pick(in, 2) ? 0 : 1 + fz_pick(in, 12);
+      p->num_layers = 2;
+      if (fz_pick(in, 3) == 0)
+        p->sliding_window = fz_layer_windows[0]; /* one window everywhere: one windowed group */
+      else
+        p->layer_windows = fz_layer_windows;
+      break;
+    case 5: /* fp8 KV */
+      p->kv_dtype = PKV_DTYPE_FP8_E4M3 + (int32_t)fz_pick(in, 2);
+      break;
+    default:
+      break;
   }
   /* A raw field may have taken away what a store needs (prefix caching, a host tier): pkv_profile
    * does not look at the store, pkv_engine_create refuses it, so the store goes too. */
-  if (p->enable_prefix_caching != 1 || p->host_num_blocks == 0)
-    p->store = NULL;
+  if (p->enable_prefix_caching != 1 || p->host_num_blocks == 0) p->store = NULL;
 }
 
 /* Creates the engine when the fuzzed params describe a small enough one; NULL otherwise. A
  * refusal by pkv_profile must be a refusal by pkv_engine_create too, *out untouched. */
-static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p)
-{
+static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p) {
   fuzz_params(in, p);
   pkv_kv_budget b;
   memset(&b, 0, sizeof b);
@@ -214,8 +269,8 @@ static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p)
     return NULL;
   }
   if (b.pool_bytes > FZ_MAX_POOL_BYTES || b.num_blocks > 4096 || p->num_threads > 2 ||
-      b.host_pool_bytes > FZ_MAX_POOL_BYTES || b.host_num_blocks > 4096 ||
-      p->max_num_seqs > 64 || (uint64_t)p->num_q_heads * p->head_dim > 4096)
+      b.host_pool_bytes > FZ_MAX_POOL_BYTES || b.host_num_blocks > 4096 || p->max_num_seqs > 64 ||
+      (uint64_t)p->num_q_heads * p->head_dim > 4096)
     return NULL;
   pkv_status s = pkv_engine_create(p, &e);
   if (s != PKV_OK) {
@@ -233,17 +288,14 @@ static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p)
   return e;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_input in = {data, size};
   pkv_engine_params p;
   pkv_engine *e = fuzz_engine(&in, &p);
-  if (!e)
-    return 0;
+  if (!e) return 0;
   fz_world w;
   fz_world_init(&w, e, &p);
-  for (int steps = 0; steps < 400 && in.n > 0; steps++)
-    fz_op(&w, &in);
+  for (int steps = 0; steps < 400 && in.n > 0; steps++) fz_op(&w, &in);
   fz_world_end(&w, fz_u8(&in) & 1);
   fz_store_clear();
   return 0;

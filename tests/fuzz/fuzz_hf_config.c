@@ -9,8 +9,7 @@
  */
 #include "fuzz_util.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   pkv_engine_params p, before;
   FZ_CHECK(pkv_engine_params_init(&p, sizeof p) == PKV_OK, "init");
   p.block_size = 8;
@@ -34,7 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   FZ_CHECK(p.num_q_heads % p.num_kv_heads == 0, "kv heads do not divide q heads");
   FZ_CHECK(p.dtype >= PKV_DTYPE_F32 && p.dtype <= PKV_DTYPE_BF16, "dtype %d", p.dtype);
   FZ_CHECK(p.block_size == before.block_size && p.num_blocks == before.num_blocks &&
-               p.hash_seed == before.hash_seed && p.memory_total_bytes == before.memory_total_bytes &&
+               p.hash_seed == before.hash_seed &&
+               p.memory_total_bytes == before.memory_total_bytes &&
                p.struct_size == before.struct_size,
            "a non-shape field changed");
   if (p.kv_layout == PKV_KV_LAYOUT_MLA)

@@ -12,11 +12,9 @@ static int32_t fz_tokens_buf[FZ_MAX_TOKENS];
 static char fz_big_salt[65537];
 
 /* n tokens from a small alphabet (prefix hits), sometimes any int32. */
-static uint32_t fz_tokens(fz_input *in, uint32_t max)
-{
+static uint32_t fz_tokens(fz_input *in, uint32_t max) {
   uint32_t n = fz_pick(in, 8) == 0 ? fz_u8(in) + 40u : fz_pick(in, 40);
-  if (n > max)
-    n = max;
+  if (n > max) n = max;
   for (uint32_t i = 0; i < n; i++) {
     uint8_t b = fz_u8(in);
     fz_tokens_buf[i] = b < 224 ? b % 5 : b < 240 ? (int32_t)b : (int32_t)fz_u32(in);
@@ -25,43 +23,48 @@ static uint32_t fz_tokens(fz_input *in, uint32_t max)
 }
 
 /* A live id most of the time; else 0, a released one, the next one or any. */
-static uint64_t fz_seq(fz_world *w, fz_input *in)
-{
+static uint64_t fz_seq(fz_world *w, fz_input *in) {
   uint32_t r = fz_pick(in, 16);
-  if (r < 12 && w->nseqs)
-    return w->seqs[r % w->nseqs];
+  if (r < 12 && w->nseqs) return w->seqs[r % w->nseqs];
   if (r == 13 && w->ndead)
     return w->dead[fz_u8(in) % (w->ndead < FZ_MAX_DEAD ? w->ndead : FZ_MAX_DEAD)];
-  if (r == 14)
-    return w->max_id + 1;
-  if (r == 15)
-    return fz_u64(in);
+  if (r == 14) return w->max_id + 1;
+  if (r == 15) return fz_u64(in);
   return 0;
 }
 
-static const pkv_seq_params *fz_salt(fz_input *in, pkv_seq_params *sp, char *bytes)
-{
+static const pkv_seq_params *fz_salt(fz_input *in, pkv_seq_params *sp, char *bytes) {
   pkv_seq_params_init(sp, sizeof *sp);
   switch (fz_pick(in, 9)) {
-  case 0: return NULL;
-  case 1: sp->cache_salt = "a", sp->cache_salt_len = 1; break;
-  case 2: sp->cache_salt = "b", sp->cache_salt_len = 1; break;
-  case 3:
-    sp->cache_salt_len = fz_pick(in, 4);
-    for (uint32_t i = 0; i < sp->cache_salt_len; i++)
-      bytes[i] = (char)fz_u8(in);
-    sp->cache_salt = bytes;
-    break;
-  case 4: sp->cache_salt_len = 1 + fz_pick(in, 3); break; /* NULL salt with a length */
-  case 5: sp->cache_salt = fz_big_salt, sp->cache_salt_len = 65536 + fz_pick(in, 2); break;
-  case 6: sp->struct_size = fz_pick(in, sizeof *sp); break;
-  default: break;
+    case 0:
+      return NULL;
+    case 1:
+      sp->cache_salt = "a", sp->cache_salt_len = 1;
+      break;
+    case 2:
+      sp->cache_salt = "b", sp->cache_salt_len = 1;
+      break;
+    case 3:
+      sp->cache_salt_len = fz_pick(in, 4);
+      for (uint32_t i = 0; i < sp->cache_salt_len; i++) bytes[i] = (char)fz_u8(in);
+      sp->cache_salt = bytes;
+      break;
+    case 4:
+      sp->cache_salt_len = 1 + fz_pick(in, 3);
+      break; /* NULL salt with a length */
+    case 5:
+      sp->cache_salt = fz_big_salt, sp->cache_salt_len = 65536 + fz_pick(in, 2);
+      break;
+    case 6:
+      sp->struct_size = fz_pick(in, sizeof *sp);
+      break;
+    default:
+      break;
   }
   return sp;
 }
 
-static void op_allocate(fz_world *w, fz_input *in)
-{
+static void op_allocate(fz_world *w, fz_input *in) {
   pkv_seq_params sp;
   char salt[4];
   const pkv_seq_params *spp = fz_salt(in, &sp, salt);
@@ -81,8 +84,7 @@ static void op_allocate(fz_world *w, fz_input *in)
     FZ_CHECK(pkv_release(w->e, id) == PKV_OK, "release");
     return;
   }
-  if (as == PKV_OK)
-    fz_add_seq(w, id);
+  if (as == PKV_OK) fz_add_seq(w, id);
   fz_after(w, before, as, "pkv_allocate");
   /* The query does not ask a store: pkv_allocate may find more there. */
   FZ_CHECK(as != PKV_OK || (qs == PKV_OK && (w->p.store ? cached >= q_cached : cached == q_cached)),
@@ -96,16 +98,15 @@ static void op_allocate(fz_world *w, fz_input *in)
   }
 }
 
-static void op_append(fz_world *w, fz_input *in)
-{
+static void op_append(fz_world *w, fz_input *in) {
   uint64_t seq = fz_seq(w, in);
   uint32_t n = fz_tokens(in, 12);
   uint64_t before = fz_state(w);
-  fz_after(w, before, pkv_append(w->e, seq, fz_pick(in, 16) ? fz_tokens_buf : NULL, n), "pkv_append");
+  fz_after(w, before, pkv_append(w->e, seq, fz_pick(in, 16) ? fz_tokens_buf : NULL, n),
+           "pkv_append");
 }
 
-static void op_fork(fz_world *w, fz_input *in)
-{
+static void op_fork(fz_world *w, fz_input *in) {
   uint64_t seq = fz_seq(w, in), child = 0;
   int null_out = fz_pick(in, 16) == 0;
   uint64_t before = fz_state(w);
@@ -114,33 +115,29 @@ static void op_fork(fz_world *w, fz_input *in)
     FZ_CHECK(pkv_release(w->e, child) == PKV_OK, "release");
     return;
   }
-  if (s == PKV_OK)
-    fz_add_seq(w, child);
+  if (s == PKV_OK) fz_add_seq(w, child);
   fz_after(w, before, s, "pkv_fork");
 }
 
-static void op_release(fz_world *w, fz_input *in)
-{
+static void op_release(fz_world *w, fz_input *in) {
   uint64_t seq = fz_seq(w, in);
   uint64_t before = fz_state(w);
   pkv_status s = pkv_release(w->e, seq);
-  if (s == PKV_OK)
-    fz_forget_seq(w, seq);
+  if (s == PKV_OK) fz_forget_seq(w, seq);
   fz_after(w, before, s, "pkv_release");
 }
 
-static void op_preempt_resume(fz_world *w, fz_input *in)
-{
+static void op_preempt_resume(fz_world *w, fz_input *in) {
   uint64_t seq = fz_seq(w, in);
   uint32_t cached = 0;
   int resume = fz_pick(in, 2);
   uint64_t before = fz_state(w);
-  pkv_status s = resume ? pkv_resume(w->e, seq, fz_pick(in, 4) ? &cached : NULL) : pkv_preempt(w->e, seq);
+  pkv_status s =
+      resume ? pkv_resume(w->e, seq, fz_pick(in, 4) ? &cached : NULL) : pkv_preempt(w->e, seq);
   fz_after(w, before, s, resume ? "pkv_resume" : "pkv_preempt");
 }
 
-static void op_batch_begin(fz_world *w, fz_input *in)
-{
+static void op_batch_begin(fz_world *w, fz_input *in) {
   uint64_t seqs[6];
   uint32_t counts[6];
   uint32_t n = fz_pick(in, 6);
@@ -161,25 +158,20 @@ static void op_batch_begin(fz_world *w, fz_input *in)
 }
 
 /* The open batch mostly; else NULL or a stale handle (never one that is open again). */
-static pkv_batch *fz_batch(fz_world *w, fz_input *in)
-{
+static pkv_batch *fz_batch(fz_world *w, fz_input *in) {
   uint32_t r = fz_pick(in, 16);
-  if (r == 0)
-    return NULL;
-  if (r == 1 && w->stale != w->batch)
-    return w->stale;
+  if (r == 0) return NULL;
+  if (r == 1 && w->stale != w->batch) return w->stale;
   return w->batch;
 }
 
-static void fz_closed(fz_world *w, pkv_batch *b)
-{
+static void fz_closed(fz_world *w, pkv_batch *b) {
   FZ_CHECK(b == w->batch, "a handle that is not open was ended");
   w->stale = w->batch;
   w->batch = NULL;
 }
 
-static void op_attention(fz_world *w, fz_input *in)
-{
+static void op_attention(fz_world *w, fz_input *in) {
   pkv_batch *b = fz_batch(w, in);
   uint32_t rows = 1;
   if (b && b == w->batch) {
@@ -203,13 +195,11 @@ static void op_attention(fz_world *w, fz_input *in)
   free(q), free(k), free(v), free(out);
 }
 
-static void op_batch_end(fz_world *w, fz_input *in)
-{
+static void op_batch_end(fz_world *w, fz_input *in) {
   pkv_batch *b = fz_batch(w, in);
   int commit = fz_pick(in, 2);
   int32_t sampled[8];
-  for (int i = 0; i < 8; i++)
-    sampled[i] = (int32_t)fz_pick(in, 6) - 1;
+  for (int i = 0; i < 8; i++) sampled[i] = (int32_t)fz_pick(in, 6) - 1;
   uint32_t num_seqs = 0;
   if (b && b == w->batch) {
     pkv_batch_view v;
@@ -221,8 +211,7 @@ static void op_batch_end(fz_world *w, fz_input *in)
   int32_t *tokens = NULL;
   if (fz_pick(in, 8) && num_seqs) {
     tokens = malloc(num_seqs * sizeof *tokens);
-    for (uint32_t i = 0; i < num_seqs; i++)
-      tokens[i] = sampled[i % 8];
+    for (uint32_t i = 0; i < num_seqs; i++) tokens[i] = sampled[i % 8];
   }
   uint64_t before = fz_state(w);
   pkv_status s = commit ? pkv_commit(b, tokens) : pkv_batch_end(b);
@@ -235,17 +224,14 @@ static void op_batch_end(fz_world *w, fz_input *in)
   fz_after(w, before, s, commit ? "pkv_commit" : "pkv_batch_end");
 }
 
-static void op_abort(fz_world *w, fz_input *in)
-{
+static void op_abort(fz_world *w, fz_input *in) {
   pkv_batch *b = fz_batch(w, in);
   pkv_batch_abort(b);
-  if (b && b == w->batch)
-    fz_closed(w, b);
+  if (b && b == w->batch) fz_closed(w, b);
   fz_consistent(w);
 }
 
-static void op_step(fz_world *w, fz_input *in)
-{
+static void op_step(fz_world *w, fz_input *in) {
   pkv_batch *b = NULL;
   int null_out = fz_pick(in, 16) == 0;
   uint64_t before = fz_state(w);
@@ -257,19 +243,27 @@ static void op_step(fz_world *w, fz_input *in)
   fz_after(w, before, s, "pkv_step");
 }
 
-static void op_submit(fz_world *w, fz_input *in)
-{
+static void op_submit(fz_world *w, fz_input *in) {
   pkv_request_params rp;
   pkv_request_params_init(&rp, sizeof rp);
   rp.max_new_tokens = fz_pick(in, 8);
   rp.stop_token = (int32_t)fz_pick(in, 6) - 1;
   rp.priority = (int32_t)fz_pick(in, 5) - 2;
   switch (fz_pick(in, 10)) {
-  case 0: rp.cache_salt = "a", rp.cache_salt_len = 1; break;
-  case 1: rp.cache_salt_len = 2; break;
-  case 2: rp.reserved0 = 1; break;
-  case 3: rp.struct_size = fz_pick(in, sizeof rp); break;
-  default: break;
+    case 0:
+      rp.cache_salt = "a", rp.cache_salt_len = 1;
+      break;
+    case 1:
+      rp.cache_salt_len = 2;
+      break;
+    case 2:
+      rp.reserved0 = 1;
+      break;
+    case 3:
+      rp.struct_size = fz_pick(in, sizeof rp);
+      break;
+    default:
+      break;
   }
   uint32_t n = fz_tokens(in, FZ_MAX_TOKENS);
   int null_rp = fz_pick(in, 8) == 0;
@@ -279,15 +273,13 @@ static void op_submit(fz_world *w, fz_input *in)
     FZ_CHECK(pkv_release(w->e, id) == PKV_OK, "release a queued request");
     return;
   }
-  if (s == PKV_OK)
-    fz_add_seq(w, id);
+  if (s == PKV_OK) fz_add_seq(w, id);
   fz_after(w, before, s, "pkv_submit");
 }
 
 /* pkv_swap_out / pkv_swap_in: without a host tier swap-out is refused; a move keeps the tokens
  * and the computed count and moves the sequence between the tiers. */
-static void op_swap(fz_world *w, fz_input *in)
-{
+static void op_swap(fz_world *w, fz_input *in) {
   const int out = fz_pick(in, 2);
   uint64_t seq = fz_seq(w, in);
   const int want_swapped = !out && fz_pick(in, 2); /* for a swap-in, a swapped one mostly */
@@ -310,8 +302,7 @@ static void op_swap(fz_world *w, fz_input *in)
   fz_after(w, before, s, out ? "pkv_swap_out" : "pkv_swap_in");
   if (out && w->p.host_num_blocks == 0)
     FZ_CHECK(s != PKV_OK && s != PKV_ERR_NO_SPACE, "swap-out without a host tier: %d", s);
-  if (s != PKV_OK)
-    return;
+  if (s != PKV_OK) return;
   FZ_CHECK(s0 == PKV_OK && pkv_seq_info(w->e, seq, &i1) == PKV_OK, "info");
   FZ_CHECK(i0.kv_tier == (out ? PKV_TIER_DEVICE : PKV_TIER_HOST) &&
                i1.kv_tier == (out ? PKV_TIER_HOST : PKV_TIER_DEVICE),
@@ -323,8 +314,7 @@ static void op_swap(fz_world *w, fz_input *in)
 }
 
 /* pkv_batch_copy on the open batch (twice: the second does nothing), NULL or a stale handle. */
-static void op_batch_copy(fz_world *w, fz_input *in)
-{
+static void op_batch_copy(fz_world *w, fz_input *in) {
   pkv_batch *b = fz_batch(w, in);
   uint64_t before = fz_state(w);
   pkv_status s = pkv_batch_copy(b);

@@ -5,8 +5,7 @@
  */
 
 /* A caller buffer of cap entries (exactly: ASan sees any write past it), sometimes NULL. */
-static void op_table(fz_world *w, fz_input *in)
-{
+static void op_table(fz_world *w, fz_input *in) {
   uint64_t seq = fz_seq(w, in);
   uint32_t cap = fz_pick(in, 24);
   int which = fz_pick(in, 2), null_out = fz_pick(in, 8) == 0, null_len = fz_pick(in, 16) == 0;
@@ -16,15 +15,13 @@ static void op_table(fz_world *w, fz_input *in)
   pkv_status s = which ? pkv_seq_tokens(w->e, seq, out, cap, null_len ? NULL : &len)
                        : pkv_seq_block_table(w->e, seq, out, cap, null_len ? NULL : &len);
   fz_after(w, before, s, which ? "pkv_seq_tokens" : "pkv_seq_block_table");
-  if (s == PKV_OK)
-    FZ_CHECK(len <= cap || out == NULL, "%u entries in a buffer of %u", len, cap);
+  if (s == PKV_OK) FZ_CHECK(len <= cap || out == NULL, "%u entries in a buffer of %u", len, cap);
   if (s == PKV_ERR_INVALID_ARGUMENT && out && !null_len && len != 0xffffffffu)
     FZ_CHECK(len > cap, "short buffer refused, needed %u of %u", len, cap);
   free(out);
 }
 
-static void op_info(fz_world *w, fz_input *in)
-{
+static void op_info(fz_world *w, fz_input *in) {
   uint64_t seq = fz_seq(w, in);
   struct pkv_seq_info info;
   memset(&info, 0, sizeof info);
@@ -44,14 +41,13 @@ static void op_info(fz_world *w, fz_input *in)
   if (s == PKV_OK && v.struct_size == sizeof v) {
     FZ_CHECK(v.num_seqs >= 1 && v.query_start[v.num_seqs] == (int32_t)v.num_tokens, "view rows");
     for (uint32_t i = 0; i < v.num_tokens; i++)
-      FZ_CHECK(v.slot_mapping[i] >= -1 &&
-                   v.slot_mapping[i] < (int64_t)w->p.num_blocks * w->p.block_size,
-               "slot %lld", (long long)v.slot_mapping[i]);
+      FZ_CHECK(
+          v.slot_mapping[i] >= -1 && v.slot_mapping[i] < (int64_t)w->p.num_blocks * w->p.block_size,
+          "slot %lld", (long long)v.slot_mapping[i]);
   }
 }
 
-static void op_drain(fz_world *w, fz_input *in)
-{
+static void op_drain(fz_world *w, fz_input *in) {
   uint32_t cap = fz_pick(in, 6), len = 0;
   int null_out = fz_pick(in, 8) == 0;
   uint64_t before = fz_state(w);
@@ -79,8 +75,7 @@ static void op_drain(fz_world *w, fz_input *in)
   free(ev);
 }
 
-static void op_reset(fz_world *w, fz_input *in)
-{
+static void op_reset(fz_world *w, fz_input *in) {
   (void)in;
   uint64_t before = fz_state(w);
   pkv_stats s0 = fz_stats(w);
@@ -92,8 +87,7 @@ static void op_reset(fz_world *w, fz_input *in)
   }
 }
 
-static void op_misc(fz_world *w, fz_input *in)
-{
+static void op_misc(fz_world *w, fz_input *in) {
   uint64_t before = fz_state(w);
   struct pkv_pool_info pi;
   memset(&pi, 0, sizeof pi);
@@ -110,13 +104,11 @@ static void op_misc(fz_world *w, fz_input *in)
 }
 
 /* The canonical hash: deterministic, argument checks, a salted root differs from the unsalted. */
-static void op_hash(fz_world *w, fz_input *in)
-{
+static void op_hash(fz_world *w, fz_input *in) {
   (void)w;
   char salt[8];
   uint32_t salt_len = fz_pick(in, 9);
-  for (uint32_t i = 0; i < salt_len; i++)
-    salt[i] = (char)fz_u8(in);
+  for (uint32_t i = 0; i < salt_len; i++) salt[i] = (char)fz_u8(in);
   uint64_t seed = fz_u64(in), root = 0, again = 1, h = 0, h2 = 1;
   pkv_status s = pkv_block_hash_root(seed, fz_pick(in, 16) ? salt : NULL, salt_len, &root);
   FZ_CHECK(s == PKV_OK || pkv_last_error()[0], "message");
@@ -133,8 +125,7 @@ static void op_hash(fz_world *w, fz_input *in)
 }
 
 /* Rollback to a fuzzed length (0 and past the end included): a failure changes nothing. */
-static void op_truncate(fz_world *w, fz_input *in)
-{
+static void op_truncate(fz_world *w, fz_input *in) {
   uint64_t seq = fz_seq(w, in);
   uint32_t n = fz_pick(in, 4) ? fz_pick(in, FZ_MAX_TOKENS + 2) : fz_u32(in);
   uint64_t before = fz_state(w);
@@ -145,13 +136,13 @@ static void op_truncate(fz_world *w, fz_input *in)
 typedef void (*fz_op_fn)(fz_world *, fz_input *);
 
 static const fz_op_fn fz_ops[] = {
-    op_allocate, op_allocate, op_append, op_append, op_fork,     op_release, op_release,
-    op_preempt_resume, op_batch_begin, op_batch_begin, op_attention, op_batch_end, op_batch_end,
-    op_abort, op_step, op_step, op_submit, op_table, op_info, op_drain, op_reset, op_misc, op_hash,
-    op_swap, op_swap, op_batch_copy, op_truncate,
+    op_allocate,  op_allocate,       op_append,      op_append,      op_fork,      op_release,
+    op_release,   op_preempt_resume, op_batch_begin, op_batch_begin, op_attention, op_batch_end,
+    op_batch_end, op_abort,          op_step,        op_step,        op_submit,    op_table,
+    op_info,      op_drain,          op_reset,       op_misc,        op_hash,      op_swap,
+    op_swap,      op_batch_copy,     op_truncate,
 };
 
-static inline void fz_op(fz_world *w, fz_input *in)
-{
+static inline void fz_op(fz_world *w, fz_input *in) {
   fz_ops[fz_pick(in, sizeof fz_ops / sizeof fz_ops[0])](w, in);
 }

@@ -21,10 +21,8 @@
 static char dir[64];
 static char path[160];
 
-static void remove_dir(void)
-{
-  if (path[0])
-    unlink(path);
+static void remove_dir(void) {
+  if (path[0]) unlink(path);
   char shard[80];
   for (int i = 0; i < 256; i++) {
     snprintf(shard, sizeof shard, "%s/%02x", dir, i);
@@ -36,30 +34,25 @@ static void remove_dir(void)
   rmdir(dir);
 }
 
-static void make_dir(void)
-{
-  if (dir[0])
-    return;
-  snprintf(dir, sizeof dir, "%s/pkv-fuzz-store-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+static void make_dir(void) {
+  if (dir[0]) return;
+  snprintf(dir, sizeof dir, "%s/pkv-fuzz-store-XXXXXX",
+           access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
   FZ_CHECK(mkdtemp(dir) != NULL, "mkdtemp %s", dir);
   atexit(remove_dir);
 }
 
 /* Writes the value as <dir>/<hh>/<key hex>.blk, the key from header bytes 48 .. 79 (zeros when
  * shorter), size bytes long. */
-static void write_block(const uint8_t *value, size_t n, uint64_t size)
-{
+static void write_block(const uint8_t *value, size_t n, uint64_t size) {
   uint8_t key[32] = {0};
-  for (size_t i = 0; i < 32 && 48 + i < n; i++)
-    key[i] = value[48 + i];
+  for (size_t i = 0; i < 32 && 48 + i < n; i++) key[i] = value[48 + i];
   char hex[65];
-  for (int i = 0; i < 32; i++)
-    snprintf(hex + 2 * i, 3, "%02x", key[i]);
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", key[i]);
   char shard[80];
   snprintf(shard, sizeof shard, "%s/%.2s", dir, hex);
   mkdir(shard, 0755);
-  if (path[0])
-    unlink(path);
+  if (path[0]) unlink(path);
   snprintf(path, sizeof path, "%s/%s.blk", shard, hex);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   FZ_CHECK(fd >= 0, "open %s", path);
@@ -68,10 +61,8 @@ static void write_block(const uint8_t *value, size_t n, uint64_t size)
   close(fd);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-  if (size == 0)
-    return 0;
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size == 0) return 0;
   make_dir();
   const uint8_t mode = data[0];
   const uint8_t *value = data + 1;
@@ -81,8 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint64_t extra = n >= 2 ? (uint64_t)value[0] << 8 | value[1] : 0;
     value += n >= 2 ? 2 : n, n -= n >= 2 ? 2 : n;
     file_bytes = ((uint64_t)16 << 20) + 1 + extra;
-    if (file_bytes < n)
-      file_bytes = n;
+    if (file_bytes < n) file_bytes = n;
   }
   write_block(value, n, file_bytes);
 
@@ -98,10 +88,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   uint32_t len = 9;
   FZ_CHECK(pkv_store_list(s, &cursor, 0, e, sizeof e[0], 2, &len) == PKV_OK, "list");
   FZ_CHECK(len == 1 && cursor == 0, "listed %u values", len);
-  FZ_CHECK(e[0].value_bytes == file_bytes, "listed size %llu", (unsigned long long)e[0].value_bytes);
+  FZ_CHECK(e[0].value_bytes == file_bytes, "listed size %llu",
+           (unsigned long long)e[0].value_bytes);
   if (e[0].state == PKV_STORE_VALUE_GOOD) {
-    FZ_CHECK(e[0].num_tokens >= 1 && e[0].num_tokens <= PKV_MAX_BLOCK_SIZE, "tokens %u", e[0].num_tokens);
-    FZ_CHECK(152 + 4 * (uint64_t)e[0].num_tokens + e[0].payload_bytes == file_bytes, "sizes do not add up");
+    FZ_CHECK(e[0].num_tokens >= 1 && e[0].num_tokens <= PKV_MAX_BLOCK_SIZE, "tokens %u",
+             e[0].num_tokens);
+    FZ_CHECK(152 + 4 * (uint64_t)e[0].num_tokens + e[0].payload_bytes == file_bytes,
+             "sizes do not add up");
     FZ_CHECK(e[0].problem[0] == '\0', "a good value with a problem");
   } else {
     FZ_CHECK(e[0].state == PKV_STORE_VALUE_BAD, "state %u", e[0].state);

@@ -25,16 +25,13 @@ typedef struct {
   uint32_t dtype_bytes, q_heads, kv_heads; /* per rank */
 } fz_world;
 
-static inline uint64_t fz_mix(uint64_t h, const void *data, size_t n)
-{
+static inline uint64_t fz_mix(uint64_t h, const void *data, size_t n) {
   const unsigned char *c = (const unsigned char *)data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ c[i]) * 1099511628211ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
   return h;
 }
 
-static inline pkv_stats fz_stats(fz_world *w)
-{
+static inline pkv_stats fz_stats(fz_world *w) {
   pkv_stats s;
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
@@ -43,13 +40,13 @@ static inline pkv_stats fz_stats(fz_world *w)
 }
 
 /* Stats, the open batch's view and every live sequence's info, block table and tokens. */
-static inline uint64_t fz_state(fz_world *w)
-{
+static inline uint64_t fz_state(fz_world *w) {
   pkv_stats s = fz_stats(w);
   /* The store's writer thread counts its writes whenever it finishes them, and its fetcher thread
    * the lookups of submitted requests whenever it answers them: not the call's doing. */
   s.num_store_puts = s.num_store_put_errors = 0;
-  s.num_store_lookups = s.num_store_hits = s.num_store_misses = s.num_store_rejected = s.num_store_errors = 0;
+  s.num_store_lookups = s.num_store_hits = s.num_store_misses = s.num_store_rejected =
+      s.num_store_errors = 0;
   uint64_t h = fz_mix(14695981039346656037ull, &s, sizeof s);
   if (w->batch) {
     pkv_batch_view v;
@@ -70,19 +67,16 @@ static inline uint64_t fz_state(fz_world *w)
     uint32_t len = 0;
     st = pkv_seq_block_table(w->e, w->seqs[i], buf, FZ_TABLE_CAP, &len);
     h = fz_mix(h, &st, sizeof st);
-    if (st == PKV_OK)
-      h = fz_mix(h, buf, len * sizeof buf[0]);
+    if (st == PKV_OK) h = fz_mix(h, buf, len * sizeof buf[0]);
     st = pkv_seq_tokens(w->e, w->seqs[i], buf, FZ_TABLE_CAP, &len);
     h = fz_mix(h, &st, sizeof st);
-    if (st == PKV_OK)
-      h = fz_mix(h, buf, len * sizeof buf[0]);
+    if (st == PKV_OK) h = fz_mix(h, buf, len * sizeof buf[0]);
   }
   return h;
 }
 
 /* Every invariant visible through the API, pkv_engine_check's included. */
-static inline void fz_consistent(fz_world *w)
-{
+static inline void fz_consistent(fz_world *w) {
   FZ_CHECK(pkv_engine_check(w->e) == PKV_OK, "pkv_engine_check: %s", pkv_engine_last_error(w->e));
   pkv_stats s = fz_stats(w);
   FZ_CHECK(s.num_free_blocks + s.num_used_blocks == s.num_blocks, "free %llu + used %llu != %llu",
@@ -90,21 +84,23 @@ static inline void fz_consistent(fz_world *w)
            (unsigned long long)s.num_blocks);
   FZ_CHECK(s.num_cached_blocks <= s.num_free_blocks, "cached > free");
   FZ_CHECK(s.prefix_hit_tokens <= s.prefix_query_tokens, "hits > queries");
-  FZ_CHECK(s.num_seqs == w->nseqs, "num_seqs %llu, %u live", (unsigned long long)s.num_seqs, w->nseqs);
+  FZ_CHECK(s.num_seqs == w->nseqs, "num_seqs %llu, %u live", (unsigned long long)s.num_seqs,
+           w->nseqs);
   FZ_CHECK(s.num_host_blocks == w->p.host_num_blocks && s.num_host_free_blocks <= s.num_host_blocks,
            "host tier: %llu free of %llu, params %u", (unsigned long long)s.num_host_free_blocks,
            (unsigned long long)s.num_host_blocks, w->p.host_num_blocks);
-  FZ_CHECK(s.device_hit_tokens + s.host_hit_tokens + s.store_hit_tokens == s.prefix_hit_tokens &&
-               s.host_hit_tokens + s.store_hit_tokens == s.num_loaded_blocks * w->p.block_size &&
-               /* <=: a background fetch counts its lookups first, its outcome when it knows it */
-               s.num_store_hits + s.num_store_misses + s.num_store_rejected + s.num_store_errors <=
-                   s.num_store_lookups &&
-               s.num_host_cached_blocks <= s.num_host_free_blocks &&
-               (w->p.host_offload || s.num_offloaded_blocks == 0),
-           "per-tier hits: device %llu + host %llu of %llu, %llu loads, %llu host cached of %llu free",
-           (unsigned long long)s.device_hit_tokens, (unsigned long long)s.host_hit_tokens,
-           (unsigned long long)s.prefix_hit_tokens, (unsigned long long)s.num_loaded_blocks,
-           (unsigned long long)s.num_host_cached_blocks, (unsigned long long)s.num_host_free_blocks);
+  FZ_CHECK(
+      s.device_hit_tokens + s.host_hit_tokens + s.store_hit_tokens == s.prefix_hit_tokens &&
+          s.host_hit_tokens + s.store_hit_tokens == s.num_loaded_blocks * w->p.block_size &&
+          /* <=: a background fetch counts its lookups first, its outcome when it knows it */
+          s.num_store_hits + s.num_store_misses + s.num_store_rejected + s.num_store_errors <=
+              s.num_store_lookups &&
+          s.num_host_cached_blocks <= s.num_host_free_blocks &&
+          (w->p.host_offload || s.num_offloaded_blocks == 0),
+      "per-tier hits: device %llu + host %llu of %llu, %llu loads, %llu host cached of %llu free",
+      (unsigned long long)s.device_hit_tokens, (unsigned long long)s.host_hit_tokens,
+      (unsigned long long)s.prefix_hit_tokens, (unsigned long long)s.num_loaded_blocks,
+      (unsigned long long)s.num_host_cached_blocks, (unsigned long long)s.num_host_free_blocks);
   static int32_t table[FZ_TABLE_CAP];
   const uint32_t bs = w->p.block_size;
   uint64_t swapped = 0;
@@ -149,8 +145,7 @@ static inline void fz_consistent(fz_world *w)
 
 /* Before a call: the fingerprint. After it: a failure left a message and changed nothing; any
  * status is one of pkv's and never INTERNAL. */
-static inline void fz_after(fz_world *w, uint64_t before, pkv_status s, const char *what)
-{
+static inline void fz_after(fz_world *w, uint64_t before, pkv_status s, const char *what) {
   FZ_CHECK(s <= PKV_OK && s >= PKV_ERR_STORE, "%s: status %d is not a pkv_status", what, s);
   FZ_CHECK(s != PKV_ERR_STORE, "%s: PKV_ERR_STORE after create", what);
   FZ_CHECK(s != PKV_ERR_INTERNAL && s != PKV_ERR_OUT_OF_MEMORY, "%s: %d", what, s);
@@ -162,16 +157,14 @@ static inline void fz_after(fz_world *w, uint64_t before, pkv_status s, const ch
   fz_consistent(w);
 }
 
-static inline void fz_add_seq(fz_world *w, uint64_t id)
-{
+static inline void fz_add_seq(fz_world *w, uint64_t id) {
   FZ_CHECK(id != 0 && id > w->max_id, "new id %llu after %llu", (unsigned long long)id,
            (unsigned long long)w->max_id);
   w->max_id = id;
   w->seqs[w->nseqs++] = id;
 }
 
-static inline void fz_forget_seq(fz_world *w, uint64_t id)
-{
+static inline void fz_forget_seq(fz_world *w, uint64_t id) {
   for (uint32_t i = 0; i < w->nseqs; i++)
     if (w->seqs[i] == id) {
       w->seqs[i] = w->seqs[--w->nseqs];
@@ -180,8 +173,7 @@ static inline void fz_forget_seq(fz_world *w, uint64_t id)
   w->dead[w->ndead++ % FZ_MAX_DEAD] = id;
 }
 
-static inline void fz_world_init(fz_world *w, pkv_engine *e, const pkv_engine_params *p)
-{
+static inline void fz_world_init(fz_world *w, pkv_engine *e, const pkv_engine_params *p) {
   memset(w, 0, sizeof *w);
   w->e = e;
   w->p.struct_size = sizeof w->p;
@@ -196,8 +188,7 @@ static inline void fz_world_init(fz_world *w, pkv_engine *e, const pkv_engine_pa
 /* With every sequence released, swap-in copies may still hold host-tier blocks until a step does
  * them: one step of a 1-token sequence does (pkv_batch_copy, then aborted); then both tiers are
  * free. */
-static inline void fz_drain_copies(fz_world *w)
-{
+static inline void fz_drain_copies(fz_world *w) {
   const int32_t t = 0;
   uint64_t id = 0;
   pkv_batch *b = NULL;
@@ -217,8 +208,7 @@ static inline void fz_drain_copies(fz_world *w)
 
 /* Closes the batch, releases everything (the pool must then be all free) and destroys e; or
  * destroys e with its batch and sequences still there. */
-static inline void fz_world_end(fz_world *w, int destroy_busy)
-{
+static inline void fz_world_end(fz_world *w, int destroy_busy) {
   if (!destroy_busy) {
     pkv_batch_abort(w->batch);
     w->batch = NULL;

@@ -12,28 +12,23 @@
 
 #include <unistd.h>
 
-static long rss_kib(void)
-{
+static long rss_kib(void) {
   FILE *f = fopen("/proc/self/statm", "r");
   long size = 0, resident = 0;
-  if (!f)
-    return -1;
-  if (fscanf(f, "%ld %ld", &size, &resident) != 2)
-    resident = -1;
+  if (!f) return -1;
+  if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
   fclose(f);
   return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 /* One engine's life; returns 0 when a call failed (counted by the CHECKs). */
-static int cycle(int i)
-{
+static int cycle(int i) {
   pkv_engine_params p;
   tu_params(&p, 4, 24);
   p.num_threads = i % 4 == 0 ? 2 : 1;
   p.enable_kv_events = i % 3 == 0;
   pkv_engine *e = NULL;
-  if (pkv_engine_create(&p, &e) != PKV_OK)
-    return CHECK_OK(pkv_engine_create(&p, &e));
+  if (pkv_engine_create(&p, &e) != PKV_OK) return CHECK_OK(pkv_engine_create(&p, &e));
   int32_t tokens[12];
   tu_fill(tokens, 12, i % 7);
   uint64_t seq = 0, child = 0;
@@ -55,8 +50,7 @@ static int cycle(int i)
     uint64_t req = 0;
     pkv_batch *b = NULL;
     ok = pkv_submit(e, tokens, 6, NULL, &req) == PKV_OK && pkv_step(e, &b) == PKV_OK && b != NULL;
-    if (ok)
-      pkv_batch_abort(b); /* the step did not run */
+    if (ok) pkv_batch_abort(b); /* the step did not run */
     pkv_kv_event ev[8];
     uint32_t len = 0;
     ok = ok && pkv_drain_kv_events(e, ev, 8, &len) == PKV_OK;
@@ -65,15 +59,12 @@ static int cycle(int i)
   return CHECK(ok);
 }
 
-static void test_churn(int cycles, long max_growth_kib)
-{
+static void test_churn(int cycles, long max_growth_kib) {
   const int warmup = cycles / 10;
   long base = -1;
   for (int i = 0; i < cycles; i++) {
-    if (i == warmup)
-      base = rss_kib();
-    if (!cycle(i))
-      return;
+    if (i == warmup) base = rss_kib();
+    if (!cycle(i)) return;
   }
   long end = rss_kib();
   printf("%d engines: RSS %ld KiB after %d, %ld KiB at the end (+%ld KiB, bound %ld)\n", cycles,
@@ -82,8 +73,7 @@ static void test_churn(int cycles, long max_growth_kib)
   CHECK(end - base <= max_growth_kib);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   int cycles = argc > 1 ? atoi(argv[1]) : 10000;
   long bound = argc > 2 ? atol(argv[2]) : 1024;
   test_churn(cycles, bound);

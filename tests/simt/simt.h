@@ -60,10 +60,8 @@ struct SyncThreads : Site {
   void operator()() const { sync_threads(file, line); }
 };
 
-template <Op kOp>
-struct Shfl : Site {
-  template <class T>
-  T operator()(unsigned mask, T var, int param, int width = 32) const {
+template <Op kOp> struct Shfl : Site {
+  template <class T> T operator()(unsigned mask, T var, int param, int width = 32) const {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a wide type");
     uint64_t bits = 0;
     std::memcpy(&bits, &var, sizeof(T));
@@ -74,8 +72,7 @@ struct Shfl : Site {
   }
 };
 
-template <Op kOp>
-struct Vote : Site {
+template <Op kOp> struct Vote : Site {
   unsigned operator()(unsigned mask, int pred) const {
     return unsigned(warp_op(kOp, mask, pred != 0, 0, 32, file, line));
   }
@@ -199,16 +196,12 @@ inline float __uint_as_float(unsigned i) {
   std::memcpy(&x, &i, 4);
   return x;
 }
-template <class T>
-inline T __ldg(const T *p) {
-  return *p;
-}
+template <class T> inline T __ldg(const T *p) { return *p; }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 // Atomics: blocks may run on several host threads, so these are real atomics.
-template <class T>
-inline T simt_atomic_rmw(T *p, T (*f)(T, T), T v) {
+template <class T> inline T simt_atomic_rmw(T *p, T (*f)(T, T), T v) {
   T old, next;
   __atomic_load(p, &old, __ATOMIC_RELAXED);
   do {
@@ -216,33 +209,27 @@ inline T simt_atomic_rmw(T *p, T (*f)(T, T), T v) {
   } while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
   return old;
 }
-template <class T>
-inline T atomicAdd(T *p, T v) {
+template <class T> inline T atomicAdd(T *p, T v) {
   return simt_atomic_rmw<T>(
       p, [](T a, T b) { return T(a + b); }, v);
 }
-template <class T>
-inline T atomicSub(T *p, T v) {
+template <class T> inline T atomicSub(T *p, T v) {
   return simt_atomic_rmw<T>(
       p, [](T a, T b) { return T(a - b); }, v);
 }
-template <class T>
-inline T atomicMax(T *p, T v) {
+template <class T> inline T atomicMax(T *p, T v) {
   return simt_atomic_rmw<T>(
       p, [](T a, T b) { return a < b ? b : a; }, v);
 }
-template <class T>
-inline T atomicMin(T *p, T v) {
+template <class T> inline T atomicMin(T *p, T v) {
   return simt_atomic_rmw<T>(
       p, [](T a, T b) { return b < a ? b : a; }, v);
 }
-template <class T>
-inline T atomicExch(T *p, T v) {
+template <class T> inline T atomicExch(T *p, T v) {
   return simt_atomic_rmw<T>(
       p, [](T, T b) { return b; }, v);
 }
-template <class T>
-inline T atomicCAS(T *p, T expected, T desired) {
+template <class T> inline T atomicCAS(T *p, T expected, T desired) {
   __atomic_compare_exchange(p, &expected, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return expected;
 }

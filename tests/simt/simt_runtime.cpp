@@ -161,11 +161,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
   return cudaMemcpy(dst, src, n, k);
 }
 
-cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                              size_t height, cudaMemcpyKind, cudaStream_t) {
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind, cudaStream_t) {
   if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
   for (size_t r = 0; r < height; ++r)
-    memcpy(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch, width);
+    memcpy(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch,
+           width);
   return cudaSuccess;
 }
 

@@ -261,7 +261,7 @@ uint32_t source_lane(const Fiber &f, uint32_t lane) {
 // The last lane of the mask to arrive computes every lane's result and wakes them.
 void complete_collective(Block &b, uint32_t warp_base, unsigned mask) {
   if (b.current->op == Op::mma) {  // the last lane to arrive
-    uint64_t lanes[32];  // mma.sync's mask is the whole warp
+    uint64_t lanes[32];            // mma.sync's mask is the whole warp
     for (uint32_t l = 0; l < 32; ++l) lanes[l] = b.fibers[warp_base + l].value;
     mma_complete(lanes);
     for (uint32_t l = 0; l < 32; ++l) b.fibers[warp_base + l].state = State::runnable;

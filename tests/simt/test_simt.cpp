@@ -22,16 +22,14 @@ void expect(bool ok, const char *what) {
 
 // Device memory for n elements of T. Through a void * of its own: cudaMalloc writing a void *
 // into an int * object (the usual cast of &d to void **) is type punning.
-template <class T>
-T *dev_alloc(size_t n) {
+template <class T> T *dev_alloc(size_t n) {
   void *p = nullptr;
   expect(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess, "cudaMalloc");
   return static_cast<T *>(p);
 }
 
 // Runs f in a child; expects it to abort with `message` in its stderr.
-template <class F>
-void expect_abort(const char *what, const char *message, F f) {
+template <class F> void expect_abort(const char *what, const char *message, F f) {
   int fds[2];
   if (pipe(fds) != 0) return expect(false, "pipe");
   const pid_t pid = fork();

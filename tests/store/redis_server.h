@@ -82,9 +82,9 @@ class RedisServer {
   bool start() {
     if (dir_.empty() || port_ == 0) return false;
     std::string log = dir_ + "/redis.log", port = std::to_string(port_);
-    std::vector<std::string> args = {binary_, "--port", port, "--bind", "127.0.0.1",
-                                     "--dir", dir_, "--save", "", "--appendonly", "no",
-                                     "--protected-mode", "no"};
+    std::vector<std::string> args = {
+        binary_,  "--port", port,           "--bind", "127.0.0.1",        "--dir", dir_,
+        "--save", "",       "--appendonly", "no",     "--protected-mode", "no"};
     if (!password_.empty()) args.insert(args.end(), {"--requirepass", password_});
     pid_t parent = getpid();
     pid_ = fork();

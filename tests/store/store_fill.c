@@ -9,16 +9,13 @@
 
 #include <pkv/pkv.h>
 
-static int ok(pkv_status s, const char *what)
-{
-  if (s == PKV_OK)
-    return 1;
+static int ok(pkv_status s, const char *what) {
+  if (s == PKV_OK) return 1;
   fprintf(stderr, "store_fill: %s: %s (%s)\n", what, pkv_last_error(), pkv_status_string(s));
   return 0;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   pkv_store_params sp;
   pkv_store_params_init(&sp, sizeof sp);
   if (argc == 3 && strcmp(argv[1], "dir") == 0) {
@@ -46,11 +43,9 @@ int main(int argc, char **argv)
   p.host_num_blocks = 8;
   p.store = &sp;
   pkv_engine *e = NULL;
-  if (!ok(pkv_engine_create(&p, &e), "engine"))
-    return 1;
+  if (!ok(pkv_engine_create(&p, &e), "engine")) return 1;
   int32_t t[13];
-  for (int i = 0; i < 13; i++)
-    t[i] = 100 + i;
+  for (int i = 0; i < 13; i++) t[i] = 100 + i;
   int good = 1;
   for (int i = 0; i < 2 && good; i++) {
     pkv_seq_params q;
@@ -60,8 +55,8 @@ int main(int argc, char **argv)
     uint64_t seq = 0;
     pkv_batch *b = NULL;
     good = ok(pkv_allocate(e, t, 13, &q, &seq, NULL), "allocate") &&
-           ok(pkv_batch_begin(e, &seq, NULL, 1, &b), "batch") && ok(pkv_batch_end(b), "batch end") &&
-           ok(pkv_release(e, seq), "release");
+           ok(pkv_batch_begin(e, &seq, NULL, 1, &b), "batch") &&
+           ok(pkv_batch_end(b), "batch end") && ok(pkv_release(e, seq), "release");
   }
   pkv_engine_destroy(e);
   return good ? 0 : 1;

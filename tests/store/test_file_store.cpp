@@ -110,7 +110,9 @@ std::vector<int> get(Store &s, const std::vector<uint64_t> &ids, size_t n,
   std::vector<int> out;
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::vector<uint8_t> got(values.begin() + i * n, values.begin() + (i + 1) * n);
-    out.push_back(found[i] == 1 ? (got == value_of(keys[i], n) ? 1 : -1) : found[i] <= 3 ? -10 * found[i] : -2);
+    out.push_back(found[i] == 1   ? (got == value_of(keys[i], n) ? 1 : -1)
+                  : found[i] <= 3 ? -10 * found[i]
+                                  : -2);
   }
   return out;
 }
@@ -130,7 +132,8 @@ int count_temps(const std::string &dir) {
     if (!d) continue;
     while (const dirent *e = readdir(d)) {
       if (std::strstr(e->d_name, ".tmp.")) ++n;
-      if (i == 0 && std::strlen(e->d_name) == 2 && e->d_name[0] != '.') dirs.push_back(dir + "/" + e->d_name);
+      if (i == 0 && std::strlen(e->d_name) == 2 && e->d_name[0] != '.')
+        dirs.push_back(dir + "/" + e->d_name);
     }
     closedir(d);
   }
@@ -165,7 +168,7 @@ void test_wrong_sizes() {
   // checks the sizes it reports).
   CHECK(get(*s, {1, 2, 3}, 5000) == Ints({-20, -20, 1}));
   CHECK(get(*s, {3}, 4999) == Ints({-20}));  // asked with another size
-  CHECK(put(*s, {1}, 5000).ok);            // a put mends it
+  CHECK(put(*s, {1}, 5000).ok);              // a put mends it
   CHECK(get(*s, {1}, 5000) == Ints({1}));
 }
 
@@ -440,11 +443,11 @@ void test_list_and_remove() {
   CHECK(put(*s, ids, 100).ok);
   CHECK(put(*s, {1000, 1001}, 57).ok);
   const std::string shard = dir + "/" + key_of(5).hex().substr(0, 2);
-  fclose(fopen((shard + "/notes.txt").c_str(), "w"));                            // not a block name
-  fclose(fopen((block_path(dir, key_of(5)) + ".tmp.h.1.2").c_str(), "w"));       // a writer's temp
-  fclose(fopen((dir + "/" + key_of(6).hex() + ".blk").c_str(), "w"));            // not in its shard
+  fclose(fopen((shard + "/notes.txt").c_str(), "w"));                       // not a block name
+  fclose(fopen((block_path(dir, key_of(5)) + ".tmp.h.1.2").c_str(), "w"));  // a writer's temp
+  fclose(fopen((dir + "/" + key_of(6).hex() + ".blk").c_str(), "w"));       // not in its shard
   mkdir((dir + "/" + key_of(5000).hex().substr(0, 2)).c_str(), 0755);
-  CHECK(mkdir(block_path(dir, key_of(5000)).c_str(), 0755) == 0);                // a directory
+  CHECK(mkdir(block_path(dir, key_of(5000)).c_str(), 0755) == 0);  // a directory
   int pages = 0;
   std::vector<pkv::StoreEntry> all = list_all(*s, 10, &pages);
   CHECK(all.size() == 302);
@@ -473,12 +476,16 @@ void test_list_and_remove() {
 }
 
 void remove_tree(const std::string &dir) {
-  nftw(dir.c_str(), [](const char *p, const struct stat *, int type, FTW *) {
-    if (type == FTW_D || type == FTW_DNR) chmod(p, 0755);  // the read-only test's
-    return 0;
-  }, 16, FTW_PHYS);
-  nftw(dir.c_str(), [](const char *p, const struct stat *, int, FTW *) { return remove(p); }, 16,
-       FTW_DEPTH | FTW_PHYS);
+  nftw(
+      dir.c_str(),
+      [](const char *p, const struct stat *, int type, FTW *) {
+        if (type == FTW_D || type == FTW_DNR) chmod(p, 0755);  // the read-only test's
+        return 0;
+      },
+      16, FTW_PHYS);
+  nftw(
+      dir.c_str(), [](const char *p, const struct stat *, int, FTW *) { return remove(p); }, 16,
+      FTW_DEPTH | FTW_PHYS);
 }
 
 }  // namespace
@@ -487,12 +494,19 @@ int main() {
   const struct {
     const char *name;
     void (*run)();
-  } tests[] = {{"round_trip", test_round_trip}, {"wrong_sizes", test_wrong_sizes}, {"restart", test_restart},
-               {"cap", test_cap}, {"cap_two_stores_and_restart", test_cap_two_stores_and_restart},
-               {"full_disk", test_full_disk}, {"io_error", test_io_error}, {"kill9", test_kill9},
+  } tests[] = {{"round_trip", test_round_trip},
+               {"wrong_sizes", test_wrong_sizes},
+               {"restart", test_restart},
+               {"cap", test_cap},
+               {"cap_two_stores_and_restart", test_cap_two_stores_and_restart},
+               {"full_disk", test_full_disk},
+               {"io_error", test_io_error},
+               {"kill9", test_kill9},
                {"reader_and_writer_threads", test_reader_and_writer_threads},
-               {"temp_cleanup", test_temp_cleanup}, {"read_only", test_read_only},
-               {"bad_params", test_bad_params}, {"list_and_remove", test_list_and_remove}};
+               {"temp_cleanup", test_temp_cleanup},
+               {"read_only", test_read_only},
+               {"bad_params", test_bad_params},
+               {"list_and_remove", test_list_and_remove}};
   for (const auto &t : tests) {
     fprintf(stderr, "%s\n", t.name);
     try {

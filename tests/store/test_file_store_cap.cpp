@@ -77,7 +77,8 @@ uint64_t dir_bytes(const std::string &dir) {
     DIR *s = opendir(shard.c_str());
     while (const dirent *f = s ? readdir(s) : nullptr) {
       struct stat st;
-      if (strlen(f->d_name) == 68 && stat((shard + "/" + f->d_name).c_str(), &st) == 0) total += uint64_t(st.st_size);
+      if (strlen(f->d_name) == 68 && stat((shard + "/" + f->d_name).c_str(), &st) == 0)
+        total += uint64_t(st.st_size);
     }
     if (s) closedir(s);
   }
@@ -90,7 +91,8 @@ uint64_t recorded(const std::string &dir) {
   uint8_t rec[16];
   const int fd = open((dir + "/.pkv-usage").c_str(), O_RDONLY);
   uint64_t bytes = ~uint64_t(0);
-  if (fd >= 0 && read(fd, rec, 16) == 16 && memcmp(rec, "PKVUSE01", 8) == 0) memcpy(&bytes, rec + 8, 8);
+  if (fd >= 0 && read(fd, rec, 16) == 16 && memcmp(rec, "PKVUSE01", 8) == 0)
+    memcpy(&bytes, rec + 8, 8);
   if (fd >= 0) close(fd);
   return bytes;
 }
@@ -113,8 +115,8 @@ void test_two_stores() {
     worst = std::max(worst, dir_bytes(dir));
     if (!CHECK(recorded(dir) == dir_bytes(dir))) break;
   }
-  printf("  (two stores, cap %llu each: the directory held at most %llu bytes)\n", (unsigned long long)kCap,
-         (unsigned long long)worst);
+  printf("  (two stores, cap %llu each: the directory held at most %llu bytes)\n",
+         (unsigned long long)kCap, (unsigned long long)worst);
   CHECK(worst <= kCap);
   CHECK(worst >= kCap - 4 * kValue);  // filled up to it, not evicted wholesale
   CHECK(system(("rm -rf " + dir).c_str()) == 0);
@@ -134,7 +136,8 @@ void test_batch_over_cap() {
   std::vector<uint8_t> found(50, 9);
   std::vector<uint8_t> got(50 * kValue);
   CHECK(a->get(keys.data(), 50, got.data(), kValue, found.data(), 0).ok);
-  CHECK(std::count(found.begin(), found.begin() + 40, 1) == 40 && std::count(found.begin() + 40, found.end(), 0) == 10);
+  CHECK(std::count(found.begin(), found.begin() + 40, 1) == 40 &&
+        std::count(found.begin() + 40, found.end(), 0) == 10);
   CHECK(put(*b, 9000, 30));
   CHECK(dir_bytes(dir) <= kCap && recorded(dir) == dir_bytes(dir));
   CHECK(system(("rm -rf " + dir).c_str()) == 0);

@@ -104,7 +104,8 @@ void test_round_trip(unsigned port) {
   CHECK_OK(store->put(keys.data(), n, values.data(), vb));
 
   // Asked for with two keys never written, in between.
-  std::vector<StoreKey> ask = {keys[0], key_of(900), keys[1], keys[2], key_of(901), keys[3], keys[4], keys[5]};
+  std::vector<StoreKey> ask = {keys[0],     key_of(900), keys[1], keys[2],
+                               key_of(901), keys[3],     keys[4], keys[5]};
   std::vector<uint8_t> got(ask.size() * vb, 0xee), found(ask.size(), 9), held(ask.size(), 9);
   CHECK_OK(store->get(ask.data(), ask.size(), got.data(), vb, found.data(), 0));
   CHECK_OK(store->exists(ask.data(), ask.size(), held.data()));
@@ -140,7 +141,8 @@ void test_wrong_size(unsigned port) {
   std::vector<uint64_t> sizes(4, 9);
   auto four = keys_of(200, 4);  // keys[0..2], then one never written
   CHECK_OK(store->get(four.data(), 4, got.data(), 1000, found.data(), 0, sizes.data()));
-  CHECK(found[0] == pkv::kStoreWrongSize && found[1] == pkv::kStoreWrongSize && found[2] == pkv::kStoreWrongSize);
+  CHECK(found[0] == pkv::kStoreWrongSize && found[1] == pkv::kStoreWrongSize &&
+        found[2] == pkv::kStoreWrongSize);
   CHECK(found[3] == pkv::kStoreAbsent);
   CHECK(sizes[0] == 999 && sizes[1] == 1001 && sizes[2] == 0 && sizes[3] == 0);
   CHECK(std::count(got.begin(), got.end(), 0xEE) == 4000);  // nothing copied
@@ -241,7 +243,8 @@ void test_two_threads(unsigned port) {
   auto values = values_of(11, n, vb);
   bool write_ok = true;
   std::thread t([&] {
-    for (size_t r = 0; r < rounds; ++r) write_ok &= writer->put(keys.data(), n, values.data(), vb).ok;
+    for (size_t r = 0; r < rounds; ++r)
+      write_ok &= writer->put(keys.data(), n, values.data(), vb).ok;
   });
   bool read_ok = true, values_ok = true;
   std::vector<uint8_t> got(n * vb), found(n);
@@ -289,7 +292,8 @@ void test_list_and_remove(unsigned port) {
   const std::string hash_key = "ls*[x]:" + key_of(9999).hex();
   freeReplyObject(redisCommand(c, "HSET %s f v", hash_key.c_str()));
   freeReplyObject(redisCommand(c, "SET ls*[x]:meta 1"));
-  freeReplyObject(redisCommand(c, "SET %s 1", ("ls*[x]:" + key_of(1).hex().substr(0, 63) + "G").c_str()));
+  freeReplyObject(
+      redisCommand(c, "SET %s 1", ("ls*[x]:" + key_of(1).hex().substr(0, 63) + "G").c_str()));
   redisFree(c);
 
   int pages = 0;
@@ -297,7 +301,8 @@ void test_list_and_remove(unsigned port) {
   CHECK(all.size() == n);
   CHECK(pages > 5);
   size_t right = 0;
-  for (size_t i = 0; i < n; ++i) right += all.count(keys[i].hex()) && all[keys[i].hex()] == (i ? vb : 57);
+  for (size_t i = 0; i < n; ++i)
+    right += all.count(keys[i].hex()) && all[keys[i].hex()] == (i ? vb : 57);
   CHECK(right == n);
   CHECK(list_all(*other, 1000).size() == 5);
 

@@ -17,22 +17,18 @@ enum { BS = 4, BLOCKS = 16, HOST = 8, MAX_ENTRIES = 32 };
 
 static char dir[256];
 
-static void hex(const uint8_t *b, char out[65])
-{
-  for (int i = 0; i < 32; i++)
-    snprintf(out + 2 * i, 3, "%02x", b[i]);
+static void hex(const uint8_t *b, char out[65]) {
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
 /* <dir>/<hh>/<key hex>.blk (the file store's layout). */
-static void block_path(const pkv_store_key *k, char *out, size_t cap)
-{
+static void block_path(const pkv_store_key *k, char *out, size_t cap) {
   char h[65];
   hex(k->bytes, h);
   snprintf(out, cap, "%s/%.2s/%s.blk", dir, h, h);
 }
 
-static pkv_store_params file_params(uint32_t write_mode)
-{
+static pkv_store_params file_params(uint32_t write_mode) {
   pkv_store_params sp;
   pkv_store_params_init(&sp, sizeof sp);
   sp.kind = PKV_STORE_FILE;
@@ -43,16 +39,14 @@ static pkv_store_params file_params(uint32_t write_mode)
 
 /* An engine writing through to the directory computes two prompts of 13 tokens (3 full blocks
  * each; the second under a salt); *block_bytes = the payload of one block. */
-static int write_blocks(uint64_t *block_bytes)
-{
+static int write_blocks(uint64_t *block_bytes) {
   pkv_store_params sp = file_params(PKV_STORE_WRITE_THROUGH);
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS);
   p.host_num_blocks = HOST;
   p.store = &sp;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return 0;
+  if (!e) return 0;
   pkv_kv_budget b;
   memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
@@ -63,26 +57,22 @@ static int write_blocks(uint64_t *block_bytes)
   for (int i = 0; i < 2; i++) {
     const uint64_t s = tu_alloc_salt(e, t, 13, i ? "tenant" : NULL, NULL);
     pkv_batch *bt = NULL;
-    if (CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &bt)))
-      CHECK_OK(pkv_batch_end(bt));
+    if (CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &bt))) CHECK_OK(pkv_batch_end(bt));
     CHECK_OK(pkv_release(e, s));
   }
   pkv_engine_destroy(e); /* the writer thread finishes its queue */
   return 1;
 }
 
-static pkv_store *open_store(uint32_t write_mode)
-{
+static pkv_store *open_store(uint32_t write_mode) {
   pkv_store_params sp = file_params(write_mode);
   pkv_store *s = NULL;
-  if (!CHECK_OK(pkv_store_open(&sp, &s)))
-    return NULL;
+  if (!CHECK_OK(pkv_store_open(&sp, &s))) return NULL;
   CHECK(s != NULL);
   return s;
 }
 
-static struct pkv_store_info info(pkv_store *s)
-{
+static struct pkv_store_info info(pkv_store *s) {
   struct pkv_store_info in;
   memset(&in, 0, sizeof in);
   in.struct_size = sizeof in;
@@ -91,14 +81,15 @@ static struct pkv_store_info info(pkv_store *s)
 }
 
 /* The whole listing in pages of cap; returns the number of entries (at most MAX_ENTRIES). */
-static uint32_t list_all(pkv_store *s, uint32_t flags, uint32_t cap, pkv_store_entry *out, uint32_t *pages)
-{
+static uint32_t list_all(pkv_store *s, uint32_t flags, uint32_t cap, pkv_store_entry *out,
+                         uint32_t *pages) {
   uint64_t cursor = 0;
   uint32_t n = 0;
   *pages = 0;
   do {
     uint32_t len = 0;
-    if (!CHECK(n + cap <= MAX_ENTRIES) || !CHECK_OK(pkv_store_list(s, &cursor, flags, out + n, sizeof *out, cap, &len)))
+    if (!CHECK(n + cap <= MAX_ENTRIES) ||
+        !CHECK_OK(pkv_store_list(s, &cursor, flags, out + n, sizeof *out, cap, &len)))
       break;
     CHECK(len <= cap);
     n += len;
@@ -107,8 +98,7 @@ static uint32_t list_all(pkv_store *s, uint32_t flags, uint32_t cap, pkv_store_e
   return n;
 }
 
-static pkv_store_verify_result verify(pkv_store *s, uint32_t remove_bad)
-{
+static pkv_store_verify_result verify(pkv_store *s, uint32_t remove_bad) {
   pkv_store_verify_result r;
   memset(&r, 0, sizeof r);
   r.struct_size = sizeof r;
@@ -116,22 +106,17 @@ static pkv_store_verify_result verify(pkv_store *s, uint32_t remove_bad)
   return r;
 }
 
-static int listed(const pkv_store_entry *e, uint32_t n, const pkv_store_key *k)
-{
+static int listed(const pkv_store_entry *e, uint32_t n, const pkv_store_key *k) {
   for (uint32_t i = 0; i < n; i++)
-    if (memcmp(e[i].key.bytes, k->bytes, 32) == 0)
-      return 1;
+    if (memcmp(e[i].key.bytes, k->bytes, 32) == 0) return 1;
   return 0;
 }
 
-static void test_admin(void)
-{
+static void test_admin(void) {
   uint64_t payload = 0;
-  if (!write_blocks(&payload))
-    return;
+  if (!write_blocks(&payload)) return;
   pkv_store *s = open_store(PKV_STORE_WRITE_THROUGH);
-  if (!s)
-    return;
+  if (!s) return;
   struct pkv_store_info in = info(s);
   CHECK_EQ_INT(in.kind, PKV_STORE_FILE);
   CHECK_EQ_INT(in.num_blocks, 6);
@@ -158,14 +143,17 @@ static void test_admin(void)
   pkv_store_entry k[MAX_ENTRIES];
   CHECK_EQ_INT(list_all(s, PKV_STORE_LIST_KEYS_ONLY, 16, k, &pages), 6);
   CHECK_EQ_INT(pages, 1);
-  CHECK(k[0].state == PKV_STORE_VALUE_UNREAD && k[0].num_tokens == 0 && k[0].value_bytes == e[0].value_bytes);
+  CHECK(k[0].state == PKV_STORE_VALUE_UNREAD && k[0].num_tokens == 0 &&
+        k[0].value_bytes == e[0].value_bytes);
   unsigned char wide[2 * (sizeof(pkv_store_entry) + 16)];
   memset(wide, 0xee, sizeof wide);
   uint64_t cursor = 0;
   uint32_t len = 0;
-  CHECK_OK(pkv_store_list(s, &cursor, 0, (pkv_store_entry *)wide, sizeof(pkv_store_entry) + 16, 2, &len));
+  CHECK_OK(pkv_store_list(s, &cursor, 0, (pkv_store_entry *)wide, sizeof(pkv_store_entry) + 16, 2,
+                          &len));
   CHECK_EQ_INT(len, 2);
-  CHECK(cursor != 0 && wide[sizeof(pkv_store_entry)] == 0 && wide[2 * sizeof(pkv_store_entry) + 31] == 0);
+  CHECK(cursor != 0 && wide[sizeof(pkv_store_entry)] == 0 &&
+        wide[2 * sizeof(pkv_store_entry) + 31] == 0);
   CHECK(wide[sizeof(pkv_store_entry) + 16] != 0xee); /* the second entry where entry_size puts it */
 
   /* Bad arguments change nothing: the listing goes on from the same cursor. */
@@ -213,8 +201,7 @@ static void test_admin(void)
   const uint32_t listed_n = list_all(s, 0, 16, e, &pages);
   uint32_t bad = 0;
   for (uint32_t i = 0; i < listed_n; i++) {
-    if (e[i].state != PKV_STORE_VALUE_BAD)
-      continue;
+    if (e[i].state != PKV_STORE_VALUE_BAD) continue;
     bad++;
     const int damaged = memcmp(e[i].key.bytes, k[3].key.bytes, 32) == 0;
     CHECK(strstr(e[i].problem, damaged ? "payload checksum" : "shorter than a header") != NULL);
@@ -255,24 +242,23 @@ static void test_admin(void)
   pkv_store_close(s);
 }
 
-static int no_get(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
-                  uint8_t *found, uint32_t timeout_ms, char *message, uint32_t cap)
-{
-  (void)user, (void)keys, (void)values, (void)value_bytes, (void)timeout_ms, (void)message, (void)cap;
+static int no_get(void *user, const pkv_store_key *keys, uint32_t n, void *values,
+                  uint64_t value_bytes, uint8_t *found, uint32_t timeout_ms, char *message,
+                  uint32_t cap) {
+  (void)user, (void)keys, (void)values, (void)value_bytes, (void)timeout_ms, (void)message,
+      (void)cap;
   memset(found, 0, n);
   return 0;
 }
 
-static int no_put(void *user, const pkv_store_key *keys, uint32_t n, const void *values, uint64_t value_bytes,
-                  char *message, uint32_t cap)
-{
+static int no_put(void *user, const pkv_store_key *keys, uint32_t n, const void *values,
+                  uint64_t value_bytes, char *message, uint32_t cap) {
   (void)user, (void)keys, (void)n, (void)values, (void)value_bytes, (void)message, (void)cap;
   return 0;
 }
 
 /* Opening: a missing directory is an error (never made), a callback store is not pkv's to list. */
-static void test_open_errors(void)
-{
+static void test_open_errors(void) {
   pkv_store *s = NULL;
   char missing[300];
   snprintf(missing, sizeof missing, "%s/missing", dir);
@@ -307,8 +293,7 @@ static void test_open_errors(void)
   pkv_store_close(NULL);
 }
 
-int main(void)
-{
+int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/pkv-store-admin-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(dir)) {
@@ -319,7 +304,6 @@ int main(void)
   TU_RUN(test_open_errors);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
   return tu_summary();
 }

@@ -53,7 +53,8 @@ std::vector<pkv_store_entry> list_all(pkv_store *s, uint32_t cap) {
   do {
     std::vector<pkv_store_entry> page(cap);
     uint32_t len = 0;
-    if (!CHECK_OK(pkv_store_list(s, &cursor, 0, page.data(), sizeof page[0], cap, &len)) || !CHECK(++pages < 1000))
+    if (!CHECK_OK(pkv_store_list(s, &cursor, 0, page.data(), sizeof page[0], cap, &len)) ||
+        !CHECK(++pages < 1000))
       break;
     all.insert(all.end(), page.begin(), page.begin() + len);
   } while (cursor != 0);

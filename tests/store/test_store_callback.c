@@ -21,17 +21,15 @@ typedef struct map {
   uint32_t gets, puts;
 } map;
 
-static int find(const map *m, const pkv_store_key *k)
-{
+static int find(const map *m, const pkv_store_key *k) {
   for (uint32_t i = 0; i < m->n; i++)
-    if (memcmp(m->keys[i].bytes, k->bytes, 32) == 0)
-      return (int)i;
+    if (memcmp(m->keys[i].bytes, k->bytes, 32) == 0) return (int)i;
   return -1;
 }
 
-static int map_get(void *user, const pkv_store_key *keys, uint32_t n, void *values, uint64_t value_bytes,
-                   uint8_t *found, uint32_t timeout_ms, char *message, uint32_t cap)
-{
+static int map_get(void *user, const pkv_store_key *keys, uint32_t n, void *values,
+                   uint64_t value_bytes, uint8_t *found, uint32_t timeout_ms, char *message,
+                   uint32_t cap) {
   map *m = user;
   (void)timeout_ms;
   m->gets++;
@@ -42,22 +40,19 @@ static int map_get(void *user, const pkv_store_key *keys, uint32_t n, void *valu
   for (uint32_t i = 0; i < n; i++) {
     const int at = find(m, &keys[i]);
     found[i] = at >= 0 && m->value_bytes == value_bytes;
-    if (found[i])
-      memcpy((char *)values + i * value_bytes, m->values[at], value_bytes);
+    if (found[i]) memcpy((char *)values + i * value_bytes, m->values[at], value_bytes);
   }
   return 0;
 }
 
-static int map_put(void *user, const pkv_store_key *keys, uint32_t n, const void *values, uint64_t value_bytes,
-                   char *message, uint32_t cap)
-{
+static int map_put(void *user, const pkv_store_key *keys, uint32_t n, const void *values,
+                   uint64_t value_bytes, char *message, uint32_t cap) {
   map *m = user;
   (void)message, (void)cap;
   for (uint32_t i = 0; i < n; i++) {
     int at = find(m, &keys[i]);
     if (at < 0) {
-      if (m->n == MAX_VALUES)
-        return 1;
+      if (m->n == MAX_VALUES) return 1;
       at = (int)m->n++;
       m->keys[at] = keys[i];
       m->values[at] = malloc(value_bytes);
@@ -69,15 +64,12 @@ static int map_put(void *user, const pkv_store_key *keys, uint32_t n, const void
   return 0;
 }
 
-static void map_free(map *m)
-{
-  for (uint32_t i = 0; i < m->n; i++)
-    free(m->values[i]);
+static void map_free(map *m) {
+  for (uint32_t i = 0; i < m->n; i++) free(m->values[i]);
   memset(m, 0, sizeof *m);
 }
 
-static pkv_store_callbacks callbacks(map *m)
-{
+static pkv_store_callbacks callbacks(map *m) {
   pkv_store_callbacks cb;
   memset(&cb, 0, sizeof cb);
   cb.struct_size = sizeof cb;
@@ -87,8 +79,8 @@ static pkv_store_callbacks callbacks(map *m)
   return cb;
 }
 
-static pkv_engine *engine_mode(const pkv_store_callbacks *cb, uint32_t head_dim, uint32_t write_mode)
-{
+static pkv_engine *engine_mode(const pkv_store_callbacks *cb, uint32_t head_dim,
+                               uint32_t write_mode) {
   pkv_store_params sp;
   pkv_store_params_init(&sp, sizeof sp);
   sp.kind = PKV_STORE_CALLBACK;
@@ -103,47 +95,41 @@ static pkv_engine *engine_mode(const pkv_store_callbacks *cb, uint32_t head_dim,
   return tu_engine_p(&p);
 }
 
-static pkv_engine *engine(const pkv_store_callbacks *cb, uint32_t head_dim)
-{
+static pkv_engine *engine(const pkv_store_callbacks *cb, uint32_t head_dim) {
   return engine_mode(cb, head_dim, PKV_STORE_WRITE_THROUGH);
 }
 
 /* A prompt computed by a batch whose KV the test writes (as a host's kernels would). */
-static uint64_t compute(pkv_engine *e, const int32_t *t, uint32_t n, const char *salt, uint32_t tag)
-{
+static uint64_t compute(pkv_engine *e, const int32_t *t, uint32_t n, const char *salt,
+                        uint32_t tag) {
   const uint64_t s = tu_alloc_salt(e, t, n, salt, NULL);
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &b)))
-    return s;
+  if (!CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &b))) return s;
   CHECK_OK(pkv_batch_copy(b));
   tu_kv_pattern(e, s, tag, n, 0);
   CHECK_OK(pkv_batch_end(b));
   return s;
 }
 
-static void store_error(pkv_engine *e, char *out, uint32_t cap)
-{
+static void store_error(pkv_engine *e, char *out, uint32_t cap) {
   uint32_t len = 0;
   CHECK_OK(pkv_engine_store_error(e, out, cap, &len));
 }
 
 /* Written through by one engine, read by another: the same bytes, counted per tier. */
-static void test_share_between_engines(void)
-{
+static void test_share_between_engines(void) {
   map m = {0};
   const pkv_store_callbacks cb = callbacks(&m);
   int32_t t[13];
   tu_fill(t, 13, 1);
   pkv_engine *a = engine(&cb, D);
-  if (!a)
-    return;
+  if (!a) return;
   compute(a, t, 13, NULL, 7); /* 3 full blocks sealed: written through */
   pkv_engine_destroy(a);      /* the writer finishes first */
   CHECK_EQ_INT(m.n, 3);
 
   pkv_engine *b = engine(&cb, D);
-  if (!b)
-    return;
+  if (!b) return;
   uint32_t cached = 0;
   const uint64_t s = tu_alloc(b, t, 13, &cached);
   CHECK_EQ_INT(cached, 12);
@@ -157,8 +143,7 @@ static void test_share_between_engines(void)
   if (CHECK_OK(pkv_batch_begin(b, &s, NULL, 1, &bt))) {
     const pkv_batch_view v = tu_view(bt);
     uint32_t loads = 0;
-    for (uint32_t i = 0; i < v.num_copies; i++)
-      loads += v.copy_kind[i] == PKV_COPY_LOAD;
+    for (uint32_t i = 0; i < v.num_copies; i++) loads += v.copy_kind[i] == PKV_COPY_LOAD;
     CHECK_EQ_INT(loads, 3);
     CHECK_OK(pkv_batch_copy(bt));
     CHECK_EQ_INT(tu_kv_pattern(b, s, 7, 12, 1), 0); /* the bytes engine a computed */
@@ -192,23 +177,20 @@ static void test_share_between_engines(void)
 }
 
 /* A damaged value is rejected (a miss, counted, explained); the blocks before it still hit. */
-static void test_damaged_values(void)
-{
+static void test_damaged_values(void) {
   map m = {0};
   const pkv_store_callbacks cb = callbacks(&m);
   int32_t t[13];
   tu_fill(t, 13, 100);
   pkv_engine *a = engine(&cb, D);
-  if (!a)
-    return;
+  if (!a) return;
   compute(a, t, 13, NULL, 3);
   pkv_engine_destroy(a);
   CHECK_EQ_INT(m.n, 3);
   /* Damage the third block's payload: one flipped bit near the end. */
   m.values[2][m.value_bytes - 5] ^= 0x10;
   pkv_engine *b = engine(&cb, D);
-  if (!b)
-    return;
+  if (!b) return;
   uint32_t cached = 0;
   const uint64_t s = tu_alloc(b, t, 13, &cached);
   CHECK_EQ_INT(cached, 8);
@@ -238,21 +220,18 @@ static void test_damaged_values(void)
 }
 
 /* A failing store: a miss, counted as an error with the host's message; the call succeeds. */
-static void test_failing_store(void)
-{
+static void test_failing_store(void) {
   map m = {0};
   const pkv_store_callbacks cb = callbacks(&m);
   int32_t t[13];
   tu_fill(t, 13, 200);
   pkv_engine *a = engine(&cb, D);
-  if (!a)
-    return;
+  if (!a) return;
   compute(a, t, 13, NULL, 5);
   pkv_engine_destroy(a);
   m.fail_get = 1;
   pkv_engine *b = engine(&cb, D);
-  if (!b)
-    return;
+  if (!b) return;
   uint32_t cached = 9;
   const uint64_t s = tu_alloc(b, t, 13, &cached);
   CHECK_EQ_INT(cached, 0);
@@ -271,21 +250,18 @@ static void test_failing_store(void)
 /* The scheduler's path: a submitted request whose prefix is in the store loads in the background
  * (another request runs meanwhile), then is admitted with the store's blocks as cached tokens;
  * pkv_step waits for the fetch when nothing else can run. */
-static void test_scheduler_loads(void)
-{
+static void test_scheduler_loads(void) {
   map m = {0};
   const pkv_store_callbacks cb = callbacks(&m);
   int32_t t[13], other[3];
   tu_fill(t, 13, 300);
   tu_fill(other, 3, 900); /* shorter than a block: nothing to ask of the store */
   pkv_engine *a = engine(&cb, D);
-  if (!a)
-    return;
+  if (!a) return;
   compute(a, t, 13, NULL, 9);
   pkv_engine_destroy(a);
   pkv_engine *b = engine(&cb, D);
-  if (!b)
-    return;
+  if (!b) return;
   pkv_request_params rp;
   pkv_request_params_init(&rp, sizeof rp);
   rp.max_new_tokens = 2;
@@ -295,8 +271,7 @@ static void test_scheduler_loads(void)
   /* Step 1: x starts loading, y runs. */
   pkv_batch *bt = NULL;
   CHECK_OK(pkv_step(b, &bt));
-  if (!CHECK(bt != NULL))
-    return;
+  if (!CHECK(bt != NULL)) return;
   pkv_batch_view v = tu_view(bt);
   CHECK_EQ_INT(v.num_seqs, 1);
   CHECK(v.seq_ids[0] == y);
@@ -307,13 +282,11 @@ static void test_scheduler_loads(void)
   /* Then x comes in with 12 cached tokens (the store's), 1 to compute, once its fetch is back. */
   int admitted = 0;
   for (int step = 0; step < 50 && !admitted; step++) {
-    if (!CHECK_OK(pkv_step(b, &bt)) || !bt)
-      break;
+    if (!CHECK_OK(pkv_step(b, &bt)) || !bt) break;
     v = tu_view(bt);
     CHECK_OK(pkv_batch_copy(bt)); /* the loads, before anything reads the pool */
     for (uint32_t i = 0; i < v.num_seqs; i++) {
-      if (v.seq_ids[i] != x)
-        continue;
+      if (v.seq_ids[i] != x) continue;
       admitted = 1;
       CHECK_EQ_INT(v.query_start[i + 1] - v.query_start[i], 1);
       CHECK_EQ_INT(tu_kv_pattern(b, x, 9, 12, 1), 0);
@@ -331,15 +304,13 @@ static void test_scheduler_loads(void)
 
 /* Write-back: nothing is written at sealing; a block is written when it leaves the host tier
  * (offloaded first, then dropped for newer offloads), with the bytes it had. Read-only: never. */
-static void test_write_back(void)
-{
+static void test_write_back(void) {
   map m = {0};
   const pkv_store_callbacks cb = callbacks(&m);
   int32_t t[13], fill[BLOCKS * BS];
   tu_fill(t, 13, 500);
   pkv_engine *a = engine_mode(&cb, D, PKV_STORE_WRITE_BACK);
-  if (!a)
-    return;
+  if (!a) return;
   CHECK_OK(pkv_release(a, compute(a, t, 13, NULL, 4)));
   CHECK_EQ_INT(m.n, 0); /* nothing written at sealing */
   /* Two pool-sized prompts: the first evicts t's blocks into the host tier, the second's blocks
@@ -355,8 +326,7 @@ static void test_write_back(void)
   CHECK_ENGINE(a);
   pkv_engine_destroy(a);
   pkv_engine *b = engine_mode(&cb, D, PKV_STORE_READ_ONLY);
-  if (!b)
-    return;
+  if (!b) return;
   uint32_t cached = 0;
   const uint64_t s = tu_alloc(b, t, 13, &cached);
   CHECK_EQ_INT(cached, 12);
@@ -375,16 +345,14 @@ static void test_write_back(void)
 
 /* Write-back at shutdown: what the host tier still holds is written when the engine is destroyed
  * (waiting for room in the queue, never dropped), so a restart finds it. */
-static void test_write_back_at_destroy(void)
-{
+static void test_write_back_at_destroy(void) {
   map m = {0};
   const pkv_store_callbacks cb = callbacks(&m);
   int32_t t[13], fill[BLOCKS * BS];
   tu_fill(t, 13, 700);
   tu_fill(fill, BLOCKS * BS, 40000);
   pkv_engine *a = engine_mode(&cb, D, PKV_STORE_WRITE_BACK);
-  if (!a)
-    return;
+  if (!a) return;
   CHECK_OK(pkv_release(a, compute(a, t, 13, NULL, 6)));
   /* A pool-sized prompt evicts t's blocks into the host tier; its batch does the offloads. */
   const uint64_t f = tu_alloc(a, fill, BLOCKS * BS, NULL);
@@ -399,8 +367,7 @@ static void test_write_back_at_destroy(void)
   pkv_engine_destroy(a);
   CHECK_EQ_INT(m.n, 3);
   pkv_engine *b = engine(&cb, D);
-  if (!b)
-    return;
+  if (!b) return;
   uint32_t cached = 0;
   const uint64_t s = tu_alloc(b, t, 13, &cached);
   CHECK_EQ_INT(cached, 12);
@@ -415,8 +382,7 @@ static void test_write_back_at_destroy(void)
 }
 
 /* Bad store parameters are refused at create, naming the field. */
-static void test_bad_params(void)
-{
+static void test_bad_params(void) {
   map m = {0};
   pkv_store_callbacks cb = callbacks(&m);
   pkv_store_params sp;
@@ -471,8 +437,7 @@ static void test_bad_params(void)
   }
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_share_between_engines);
   TU_RUN(test_damaged_values);
   TU_RUN(test_failing_store);

@@ -66,8 +66,10 @@ uint32_t pattern(pkv_engine *e, uint64_t seq, uint32_t n, int check) {
                        uint64_t(table[pos / BS]) * in.block_stride + (pos % BS) * in.token_stride +
                        h * in.head_stride;
           for (uint32_t i = 0; i < in.head_dim; i++) {
-            if (check) bad += row[i] != kv(k, l, pos, h, i);
-            else row[i] = kv(k, l, pos, h, i);
+            if (check)
+              bad += row[i] != kv(k, l, pos, h, i);
+            else
+              row[i] = kv(k, l, pos, h, i);
           }
         }
   return bad;
@@ -103,7 +105,8 @@ void attend_last(pkv_engine *e, const int32_t *t, uint32_t want_cached) {
     for (uint32_t h = 0; h < QH; h++)
       for (uint32_t i = 0; i < D; i++) q[h * D + i] = float(cos(0.5 * h + 0.3 * i + l));
     for (uint32_t h = 0; h < KVH; h++)
-      for (uint32_t i = 0; i < D; i++) k[h * D + i] = kv(0, l, pos, h, i), v[h * D + i] = kv(1, l, pos, h, i);
+      for (uint32_t i = 0; i < D; i++)
+        k[h * D + i] = kv(0, l, pos, h, i), v[h * D + i] = kv(1, l, pos, h, i);
     if (!CHECK_OK(pkv_attention(b, l, q.data(), k.data(), v.data(), out.data()))) break;
     for (uint32_t h = 0; h < QH; h++) {
       const uint32_t g = h / (QH / KVH);
@@ -242,7 +245,8 @@ void test_redis_wrong_password() {
   p.store = &sp;
   pkv_engine *e = nullptr;
   CHECK_STATUS(pkv_engine_create(&p, &e), PKV_ERR_STORE);
-  CHECK(strstr(pkv_last_error(), "WRONGPASS") != nullptr || strstr(pkv_last_error(), "invalid") != nullptr);
+  CHECK(strstr(pkv_last_error(), "WRONGPASS") != nullptr ||
+        strstr(pkv_last_error(), "invalid") != nullptr);
   sp.password = "s3cret";
   CHECK_OK(pkv_engine_create(&p, &e));
   pkv_engine_destroy(e);
@@ -356,7 +360,8 @@ void test_file_full_disk() {
 void test_file_cap_two_engines() {
   char dir[] = "/tmp/pkv-store-XXXXXX";
   if (!CHECK(mkdtemp(dir) != nullptr)) return;
-  const uint64_t value_bytes = 152 + 4 * BS + 2 * LAYERS * BS * KVH * D * sizeof(float);  // header, tokens, K and V
+  const uint64_t value_bytes =
+      152 + 4 * BS + 2 * LAYERS * BS * KVH * D * sizeof(float);  // header, tokens, K and V
   pkv_store_params sp;
   pkv_store_params_init(&sp, sizeof sp);
   sp.kind = PKV_STORE_FILE;

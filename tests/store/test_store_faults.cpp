@@ -109,7 +109,8 @@ template <class Fn> void in_child(unsigned seconds, Fn fn) {
   int status = -1;
   waitpid(child, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  if (WIFSIGNALED(status)) fprintf(stderr, "  child killed by signal %d (SIGALRM: it hung)\n", WTERMSIG(status));
+  if (WIFSIGNALED(status))
+    fprintf(stderr, "  child killed by signal %d (SIGALRM: it hung)\n", WTERMSIG(status));
 }
 
 // A fresh engine looks the prompt up: a miss (nothing cached), one value rejected, and why.
@@ -126,7 +127,8 @@ void expect_rejected(pkv_store_params *sp, int32_t first, const char *reason) {
   CHECK_EQ_INT(tu_stats(e).num_store_rejected, 1);
   const std::string why = store_error(e);
   CHECK(why.find(reason) != std::string::npos);
-  if (why.find(reason) == std::string::npos) fprintf(stderr, "  store error \"%s\", wanted \"%s\"\n", why.c_str(), reason);
+  if (why.find(reason) == std::string::npos)
+    fprintf(stderr, "  store error \"%s\", wanted \"%s\"\n", why.c_str(), reason);
   CHECK_OK(pkv_release(e, s));
   pkv_engine_destroy(e);
 }
@@ -166,9 +168,10 @@ void test_wrong_sizes() {
   const struct {
     off_t to;
     std::string reason;
-  } cases[] = {{100, "100 bytes, a block is " + sz + " bytes (truncated)"},
-               {size + 1, std::to_string(size + 1) + " bytes, a block is " + sz + " bytes (padded)"},
-               {0, "an empty value, a block is " + sz + " bytes"}};
+  } cases[] = {
+      {100, "100 bytes, a block is " + sz + " bytes (truncated)"},
+      {size + 1, std::to_string(size + 1) + " bytes, a block is " + sz + " bytes (padded)"},
+      {0, "an empty value, a block is " + sz + " bytes"}};
   for (const auto &c : cases) {
     for (const std::string &f : files) CHECK(truncate(f.c_str(), c.to) == 0);
     in_child(20, [&] { expect_rejected(&sp, 20, c.reason.c_str()); });
@@ -286,7 +289,8 @@ void test_huge_values() {
   pkv_store_entry e[4];
   uint64_t cursor = 0;
   uint32_t len = 0;
-  if (CHECK_OK(pkv_store_open(&sp, &s))) CHECK_OK(pkv_store_list(s, &cursor, 0, e, sizeof e[0], 4, &len));
+  if (CHECK_OK(pkv_store_open(&sp, &s)))
+    CHECK_OK(pkv_store_list(s, &cursor, 0, e, sizeof e[0], 4, &len));
   pkv_store_close(s);
   const long grown_mib = (max_rss_kib() - before) / 1024;
   CHECK_EQ_INT(len, 2);
@@ -346,11 +350,14 @@ void test_model_ids() {
 }
 
 void test_config_digest() {
-  const char cfg[] = "{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
-                     "\"hidden_size\": 32, \"max_position_embeddings\": 64, \"torch_dtype\": \"float32\"}";
-  const char other[] = "{\"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"num_key_value_heads\": 2, "
-                       "\"hidden_size\": 32, \"head_dim\": 8, \"max_position_embeddings\": 64, \"torch_dtype\": \"float32\"}";
-  char d1[PKV_HF_CONFIG_DIGEST_BYTES], d2[PKV_HF_CONFIG_DIGEST_BYTES], d3[PKV_HF_CONFIG_DIGEST_BYTES];
+  const char cfg[] =
+      "{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"hidden_size\": 32, \"max_position_embeddings\": 64, \"torch_dtype\": \"float32\"}";
+  const char other[] =
+      "{\"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"num_key_value_heads\": 2, "
+      "\"hidden_size\": 32, \"head_dim\": 8, \"max_position_embeddings\": 64, \"torch_dtype\": \"float32\"}";
+  char d1[PKV_HF_CONFIG_DIGEST_BYTES], d2[PKV_HF_CONFIG_DIGEST_BYTES],
+      d3[PKV_HF_CONFIG_DIGEST_BYTES];
   CHECK_OK(pkv_hf_config_digest(cfg, strlen(cfg), d1, sizeof d1));
   CHECK_OK(pkv_hf_config_digest(cfg, strlen(cfg), d2, sizeof d2));
   CHECK_OK(pkv_hf_config_digest(other, strlen(other), d3, sizeof d3));
@@ -359,7 +366,8 @@ void test_config_digest() {
   memset(d2, 'z', sizeof d2);
   CHECK_STATUS(pkv_hf_config_digest("{\"x\": 1}", 8, d2, sizeof d2), PKV_ERR_INVALID_ARGUMENT);
   CHECK(d2[0] == 'z');  // out unchanged
-  CHECK_STATUS(pkv_hf_config_digest(cfg, strlen(cfg), d2, PKV_HF_CONFIG_DIGEST_BYTES - 1), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(pkv_hf_config_digest(cfg, strlen(cfg), d2, PKV_HF_CONFIG_DIGEST_BYTES - 1),
+               PKV_ERR_INVALID_ARGUMENT);
   CHECK(strstr(pkv_last_error(), "PKV_HF_CONFIG_DIGEST_BYTES") != nullptr);
   CHECK_STATUS(pkv_hf_config_digest(nullptr, 0, d2, sizeof d2), PKV_ERR_INVALID_ARGUMENT);
 }

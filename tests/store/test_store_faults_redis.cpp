@@ -110,7 +110,8 @@ redisContext *client() {
   return c;
 }
 
-bool command(redisContext *c, const char *fmt, const std::string &key, const void *bytes, size_t n) {
+bool command(redisContext *c, const char *fmt, const std::string &key, const void *bytes,
+             size_t n) {
   redisReply *r = static_cast<redisReply *>(redisCommand(c, fmt, key.c_str(), bytes, n));
   const bool ok = r && r->type != REDIS_REPLY_ERROR;
   if (r) freeReplyObject(r);
@@ -170,7 +171,8 @@ void test_huge_value() {
   const pkv_store_entry *first = nullptr;
   for (uint32_t i = 0; i < len; i++) {
     bool parent_listed = false;
-    for (uint32_t j = 0; j < len; j++) parent_listed |= memcmp(entries[i].parent.bytes, entries[j].key.bytes, 32) == 0;
+    for (uint32_t j = 0; j < len; j++)
+      parent_listed |= memcmp(entries[i].parent.bytes, entries[j].key.bytes, 32) == 0;
     if (!parent_listed) first = &entries[i];
   }
   if (!CHECK(first != nullptr)) return;
@@ -196,7 +198,8 @@ void test_huge_value() {
     char why[512] = "";
     uint32_t n = 0;
     CHECK_OK(pkv_engine_store_error(e, why, sizeof why, &n));
-    const std::string want = std::to_string(huge) + " bytes, a block is " + std::to_string(block_value) + " bytes (padded)";
+    const std::string want = std::to_string(huge) + " bytes, a block is " +
+                             std::to_string(block_value) + " bytes (padded)";
     CHECK(strstr(why, want.c_str()) != nullptr);
     if (!strstr(why, want.c_str())) fprintf(stderr, "  store error: %s\n", why);
     pkv_engine_destroy(e);

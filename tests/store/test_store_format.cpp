@@ -13,18 +13,21 @@
 namespace {
 
 int failed = 0, passed = 0;
-#define EXPECT(c)                                                   \
-  do {                                                              \
-    if (c) passed++;                                                \
-    else failed++, std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
+#define EXPECT(c)                                                                 \
+  do {                                                                            \
+    if (c)                                                                        \
+      passed++;                                                                   \
+    else                                                                          \
+      failed++, std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
   } while (0)
 
 using namespace pkv;
 
 StoreShape shape() { return StoreShape{2, 2, 8, 4, 0, 1, PKV_DTYPE_F16, 4 * 2 * 8 * 2, {}}; }
 
-std::vector<uint8_t> make_value(const StoreShape &s, const StoreFingerprint &fp, const StoreKey &key,
-                                const StoreKey &parent, const int32_t *tokens) {
+std::vector<uint8_t> make_value(const StoreShape &s, const StoreFingerprint &fp,
+                                const StoreKey &key, const StoreKey &parent,
+                                const int32_t *tokens) {
   std::vector<uint8_t> v(s.value_bytes());
   for (uint64_t i = 0; i < s.payload_bytes(); ++i) v[payload_offset(s) + i] = uint8_t(i * 7 + 3);
   encode_value(s, fp, key, parent, tokens, v.data());
@@ -86,7 +89,8 @@ void test_values() {
   StoreValueInfo info;
   std::string why;
   EXPECT(read_value_header(good.data(), good.size(), &info, &why));
-  EXPECT(info.key == key && info.parent == root && info.num_tokens == 4 && info.payload_bytes == s.payload_bytes());
+  EXPECT(info.key == key && info.parent == root && info.num_tokens == 4 &&
+         info.payload_bytes == s.payload_bytes());
   // One flipped bit anywhere is caught (every byte tried).
   uint64_t caught = 0;
   for (size_t i = 0; i < good.size(); ++i) {
@@ -108,7 +112,8 @@ void test_values() {
   EXPECT(verify_value(s, fp, key, root, other, good.data()) == "other tokens");
   StoreShape s2 = s;
   s2.tp_rank = 1;
-  EXPECT(verify_value(s, store_fingerprint(s2), key, root, t, good.data()) == "another model fingerprint");
+  EXPECT(verify_value(s, store_fingerprint(s2), key, root, t, good.data()) ==
+         "another model fingerprint");
   // A value of another model's shape (another block size) is refused before anything is read past it.
   StoreShape s3 = s;
   s3.block_size = 8;
@@ -116,7 +121,8 @@ void test_values() {
   std::vector<uint8_t> big(s3.value_bytes());
   const int32_t t8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   encode_value(s3, store_fingerprint(s3), key, root, t8, big.data());
-  EXPECT(verify_value(s, fp, key, root, t, big.data()).find("where its header says") != std::string::npos);
+  EXPECT(verify_value(s, fp, key, root, t, big.data()).find("where its header says") !=
+         std::string::npos);
 }
 
 // Issue 26: a 16,600-byte value whose header says 2^30 tokens and a payload_bytes that makes
@@ -131,9 +137,10 @@ std::vector<uint8_t> wrapping_value() {
   std::vector<uint8_t> v = make_value(s, fp, store_block_key(root, t, 4), root, t);
   v.resize(16600);
   const uint32_t num_tokens = 1u << 30;
-  const uint64_t payload = 16600 - kValueHeaderBytes - (uint64_t(4) << 30);  // wraps: 2^64 - 2^32 + 16448
-  std::memcpy(v.data() + 8 + 4 + 4 + 96, &num_tokens, 4);       // Header::num_tokens
-  std::memcpy(v.data() + 8 + 4 + 4 + 96 + 8, &payload, 8);      // Header::payload_bytes
+  const uint64_t payload =
+      16600 - kValueHeaderBytes - (uint64_t(4) << 30);      // wraps: 2^64 - 2^32 + 16448
+  std::memcpy(v.data() + 8 + 4 + 4 + 96, &num_tokens, 4);   // Header::num_tokens
+  std::memcpy(v.data() + 8 + 4 + 4 + 96 + 8, &payload, 8);  // Header::payload_bytes
   return v;
 }
 
@@ -155,7 +162,8 @@ void test_sizes_never_wrap() {
   // Zero tokens: refused.
   const uint32_t zero = 0;
   std::memcpy(w.data() + 8 + 4 + 4 + 96, &zero, 4);
-  EXPECT(!read_value_header(w.data(), w.size(), &info, &why) && why.find("0 tokens") != std::string::npos);
+  EXPECT(!read_value_header(w.data(), w.size(), &info, &why) &&
+         why.find("0 tokens") != std::string::npos);
   // The engine's check of the same value (as the size it expects): refused too.
   const StoreShape s = shape();
   const StoreFingerprint fp = store_fingerprint(s);

@@ -16,24 +16,20 @@
 #ifndef PKV_RANDOM_COPIES_H
 #define PKV_RANDOM_COPIES_H
 
-static inline size_t shadow_len(const world *w)
-{
+static inline size_t shadow_len(const world *w) {
   return ((size_t)w->num_blocks + w->host_blocks) * w->bs;
 }
 
-static inline int copy_valid(const world *w, const rcopy *c)
-{
+static inline int copy_valid(const world *w, const rcopy *c) {
   const uint32_t src_n = reads_host(c->kind) ? w->host_blocks : w->num_blocks;
   const uint32_t dst_n = writes_host(c->kind) ? w->host_blocks : w->num_blocks;
-  return c->kind >= PKV_COPY_COW && c->kind <= PKV_COPY_LOAD &&
-         c->src >= 0 && c->dst >= 0 && (uint32_t)c->src < src_n && (uint32_t)c->dst < dst_n &&
+  return c->kind >= PKV_COPY_COW && c->kind <= PKV_COPY_LOAD && c->src >= 0 && c->dst >= 0 &&
+         (uint32_t)c->src < src_n && (uint32_t)c->dst < dst_n &&
          (c->kind != PKV_COPY_COW || c->src != c->dst);
 }
 
-static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c)
-{
-  if (!EXPECT(copy_valid(w, c)))
-    return;
+static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c) {
+  if (!EXPECT(copy_valid(w, c))) return;
   const size_t host0 = (size_t)w->num_blocks * w->bs;
   const uint64_t *from = shadow + (reads_host(c->kind) ? host0 : 0) + (size_t)c->src * w->bs;
   uint64_t *to = shadow + (writes_host(c->kind) ? host0 : 0) + (size_t)c->dst * w->bs;
@@ -42,44 +38,34 @@ static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c)
 
 /* What both tiers will hold once the copies taken and queued are done, in order: the content a
  * sequence's computed tokens refer to. NULL while some queued copy is not known yet. */
-static inline const uint64_t *effective(world *w)
-{
-  if (w->nunknown)
-    return NULL;
-  if (w->ntaken + w->nqueued == 0)
-    return w->shadow;
+static inline const uint64_t *effective(world *w) {
+  if (w->nunknown) return NULL;
+  if (w->ntaken + w->nqueued == 0) return w->shadow;
   memcpy(w->eff, w->shadow, shadow_len(w) * sizeof w->eff[0]);
-  for (uint32_t i = 0; i < w->ntaken; i++)
-    copy_block(w, w->eff, &w->taken[i]);
-  for (uint32_t i = 0; i < w->nqueued; i++)
-    copy_block(w, w->eff, &w->queued[i]);
+  for (uint32_t i = 0; i < w->ntaken; i++) copy_block(w, w->eff, &w->taken[i]);
+  for (uint32_t i = 0; i < w->nqueued; i++) copy_block(w, w->eff, &w->queued[i]);
   return w->eff;
 }
 
-static inline void queue_copy(world *w, rcopy c)
-{
-  if (EXPECT(w->nqueued < MAX_COPIES))
-    w->queued[w->nqueued++] = c;
+static inline void queue_copy(world *w, rcopy c) {
+  if (EXPECT(w->nqueued < MAX_COPIES)) w->queued[w->nqueued++] = c;
 }
 
 /* k copies of kind queued by a swap of a sequence whose pool table is (or was) table[0..n). The
  * caller checked w->ncands < MAX_CANDS. */
-static inline void queue_unknown(world *w, int32_t kind, uint32_t k, const int32_t *table, uint32_t n)
-{
-  if (k == 0)
-    return;
+static inline void queue_unknown(world *w, int32_t kind, uint32_t k, const int32_t *table,
+                                 uint32_t n) {
+  if (k == 0) return;
   memcpy(w->cands[w->ncands], table, n * sizeof table[0]);
   w->ncand_len[w->ncands] = n;
-  for (uint32_t i = 0; i < k; i++)
-    queue_copy(w, (rcopy){-1, -1, kind, (int32_t)w->ncands});
+  for (uint32_t i = 0; i < k; i++) queue_copy(w, (rcopy){-1, -1, kind, (int32_t)w->ncands});
   w->nunknown += k;
   w->ncands++;
 }
 
 /* Offloads and loads queued since the last call, counted in the stats: unknown until a view lists
  * them. */
-static inline void note_tier_copies(world *w)
-{
+static inline void note_tier_copies(world *w) {
   const pkv_stats st = tu_stats(w->e);
   const uint64_t total = st.num_offloaded_blocks + st.num_loaded_blocks;
   EXPECT(total >= w->tier_copies);
@@ -90,36 +76,32 @@ static inline void note_tier_copies(world *w)
 
 /* After an append to s whose table was old[0..n_old): a changed entry is a copy-on-write copy,
  * queued in pkv for the next batch. Only the last old block may change. */
-static inline void note_copies(world *w, const rseq *s, const int32_t *old, uint32_t n_old)
-{
+static inline void note_copies(world *w, const rseq *s, const int32_t *old, uint32_t n_old) {
   int32_t table[MAX_LEN];
   uint32_t n = get_table(w, s, table);
   EXPECT(n >= n_old);
   for (uint32_t k = 0; k < n_old && k < n; k++) {
-    if (table[k] == old[k])
-      continue;
+    if (table[k] == old[k]) continue;
     EXPECT(k + 1 == n_old);
     queue_copy(w, (rcopy){old[k], table[k], PKV_COPY_COW, -1});
     w->num_cow++;
   }
 }
 
-static inline int in_cand(const world *w, int32_t cand, int32_t block)
-{
+static inline int in_cand(const world *w, int32_t cand, int32_t block) {
   for (uint32_t i = 0; i < w->ncand_len[cand]; i++)
-    if (w->cands[cand][i] == block)
-      return 1;
+    if (w->cands[cand][i] == block) return 1;
   return 0;
 }
 
 /* A view lists exactly the queued copies, in order: the known ones as they are, the unknown ones
  * with their kind and a pool block of the swapped table, and the offloads and loads counted
  * (anywhere among them); from now on all are known. */
-static inline void learn_copies(world *w, const pkv_batch_view *v)
-{
+static inline void learn_copies(world *w, const pkv_batch_view *v) {
   EXPECT(w->ntaken == 0);
   if (!EXPECT(v->num_copies == w->nqueued + w->nextra)) {
-    fprintf(stderr, "  the view lists %u copies, the model queued %u and counted %u offloads and loads\n",
+    fprintf(stderr,
+            "  the view lists %u copies, the model queued %u and counted %u offloads and loads\n",
             v->num_copies, w->nqueued, w->nextra);
     return;
   }
@@ -129,17 +111,17 @@ static inline void learn_copies(world *w, const pkv_batch_view *v)
     const rcopy got = {v->copy_src[k], v->copy_dst[k], v->copy_kind[k], -1};
     learnt[k] = got;
     const rcopy *q = m < w->nqueued ? &w->queued[m] : NULL;
-    const int matches = q && got.kind == q->kind &&
-                        (q->cand < 0 ? got.src == q->src && got.dst == q->dst
-                                     : in_cand(w, q->cand, writes_host(q->kind) ? got.src : got.dst));
+    const int matches =
+        q && got.kind == q->kind &&
+        (q->cand < 0 ? got.src == q->src && got.dst == q->dst
+                     : in_cand(w, q->cand, writes_host(q->kind) ? got.src : got.dst));
     if (!matches && tier_copy(got.kind) && extra < w->nextra) {
-      extra++;  /* an offload or a load the model counted but could not place */
+      extra++; /* an offload or a load the model counted but could not place */
       if (!EXPECT(copy_valid(w, &got)))
         fprintf(stderr, "  copy %u: listed %d -> %d kind %d\n", k, got.src, got.dst, got.kind);
       continue;
     }
-    if (!EXPECT(q != NULL))
-      return;
+    if (!EXPECT(q != NULL)) return;
     m++;
     if (!(EXPECT(matches) && EXPECT(copy_valid(w, &got))))
       fprintf(stderr, "  copy %u: listed %d -> %d kind %d, the model %d -> %d kind %d\n", k,
@@ -157,12 +139,10 @@ static inline void learn_copies(world *w, const pkv_batch_view *v)
 
 /* No batch is open: the copies are learnt from a batch of the probe, aborted at once (the abort
  * gives them back, nothing changes). */
-static inline void probe_copies(world *w)
-{
+static inline void probe_copies(world *w) {
   const uint64_t st = world_state(w);
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b))) return;
   const pkv_batch_view v = tu_view(b);
   learn_copies(w, &v);
   pkv_batch_abort(b);
@@ -172,15 +152,12 @@ static inline void probe_copies(world *w)
 
 /* pkv_truncate gave block back: the last queued copy-on-write into it goes from the queue (it is
  * not a batch's: those are taken), unless a later queued copy reads the block (pkv's rule). */
-static inline void undo_copy_into(world *w, int32_t block)
-{
+static inline void undo_copy_into(world *w, int32_t block) {
   for (uint32_t i = w->nqueued; i-- > 0;) {
     const rcopy *c = &w->queued[i];
-    if (c->kind != PKV_COPY_COW || c->dst != block)
-      continue;
+    if (c->kind != PKV_COPY_COW || c->dst != block) continue;
     for (uint32_t j = i + 1; j < w->nqueued; j++)
-      if (!reads_host(w->queued[j].kind) && w->queued[j].src == block)
-        return;
+      if (!reads_host(w->queued[j].kind) && w->queued[j].src == block) return;
     memmove(&w->queued[i], &w->queued[i + 1], (w->nqueued - i - 1) * sizeof w->queued[0]);
     w->nqueued--;
     return;
@@ -191,8 +168,7 @@ static inline void undo_copy_into(world *w, int32_t block)
  * holders need is checked after every operation: check_slots reads the shadow with the queued
  * copies applied, so a copy into a block a new owner took would be caught there. A copy-on-write
  * into a shared block is right when a truncation made its sequence forkable before the copy ran.) */
-static inline void take_copies(world *w, const pkv_batch_view *v)
-{
+static inline void take_copies(world *w, const pkv_batch_view *v) {
   learn_copies(w, v);
   memcpy(w->taken, w->queued, w->nqueued * sizeof w->taken[0]);
   w->ntaken = w->nqueued;
@@ -202,22 +178,18 @@ static inline void take_copies(world *w, const pkv_batch_view *v)
 
 /* The open batch's copies are done, in order: in the shadow, and in the real pool when the host
  * does them (pkv did them otherwise). */
-static inline void do_taken(world *w, int by_host)
-{
+static inline void do_taken(world *w, int by_host) {
   for (uint32_t i = 0; i < w->ntaken; i++) {
     copy_block(w, w->shadow, &w->taken[i]);
-    if (by_host && copy_valid(w, &w->taken[i]))
-      pool_copy(w, &w->taken[i]);
+    if (by_host && copy_valid(w, &w->taken[i])) pool_copy(w, &w->taken[i]);
   }
   w->ntaken = 0;
   w->copies_done = 1;
 }
 
 /* The batch was aborted before its copies were done: they go back to the head of the queue. */
-static inline void untake_copies(world *w)
-{
-  if (!EXPECT(w->ntaken + w->nqueued <= MAX_COPIES))
-    return;
+static inline void untake_copies(world *w) {
+  if (!EXPECT(w->ntaken + w->nqueued <= MAX_COPIES)) return;
   memmove(w->queued + w->ntaken, w->queued, w->nqueued * sizeof w->queued[0]);
   memcpy(w->queued, w->taken, w->ntaken * sizeof w->queued[0]);
   w->nqueued += w->ntaken;

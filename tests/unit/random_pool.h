@@ -12,32 +12,23 @@
 
 /* What a slot holding context ctx holds on one layer's K (v = 0) or V (v = 1); 0 stays 0 (never
  * written: the pool starts zeroed). */
-static inline uint64_t pool_tag(uint64_t ctx, uint32_t layer, int v)
-{
+static inline uint64_t pool_tag(uint64_t ctx, uint32_t layer, int v) {
   return ctx ? ctx + 0x9e3779b97f4a7c15ull * (2u * layer + (uint32_t)v + 1u) : 0;
 }
 
-static inline unsigned char *pool_base(const world *w, int host, int v, uint32_t layer)
-{
+static inline unsigned char *pool_base(const world *w, int host, int v, uint32_t layer) {
   const struct pkv_pool_info *p = &w->pool;
   char *base = host ? (v ? p->host_v_base : p->host_k_base) : (v ? p->v_base : p->k_base);
   const uint64_t layer_stride = host ? p->host_layer_stride : p->layer_stride;
   return (unsigned char *)base + layer * layer_stride * sizeof(float);
 }
 
-static inline size_t row_bytes(const world *w)
-{
-  return w->pool.token_stride * sizeof(float);
-}
+static inline size_t row_bytes(const world *w) { return w->pool.token_stride * sizeof(float); }
 
-static inline size_t block_bytes(const world *w)
-{
-  return w->pool.block_stride * sizeof(float);
-}
+static inline size_t block_bytes(const world *w) { return w->pool.block_stride * sizeof(float); }
 
 /* Zeroes both tiers and reads their layout; 0 when the engine's pool is not what this expects. */
-static inline int pool_init(world *w)
-{
+static inline int pool_init(world *w) {
   memset(&w->pool, 0, sizeof w->pool);
   w->pool.struct_size = sizeof w->pool;
   if (!CHECK_OK(pkv_pool_info(w->e, &w->pool)) || !CHECK(w->pool.dtype == PKV_DTYPE_F32) ||
@@ -53,8 +44,7 @@ static inline int pool_init(world *w)
 }
 
 /* A write of the token whose context is ctx into slot of the pool (tier 0). */
-static inline void pool_write(world *w, int64_t slot, uint64_t ctx)
-{
+static inline void pool_write(world *w, int64_t slot, uint64_t ctx) {
   const size_t rb = row_bytes(w);
   for (uint32_t l = 0; l < w->pool.num_layers; l++)
     for (int v = 0; v < 2; v++) {
@@ -66,8 +56,7 @@ static inline void pool_write(world *w, int64_t slot, uint64_t ctx)
 }
 
 /* A copy done by the host: the whole block, every layer, K and V. */
-static inline void pool_copy(world *w, const rcopy *c)
-{
+static inline void pool_copy(world *w, const rcopy *c) {
   const int from = reads_host(c->kind), to = writes_host(c->kind);
   const size_t bb = block_bytes(w);
   for (uint32_t l = 0; l < w->pool.num_layers; l++)
@@ -77,8 +66,7 @@ static inline void pool_copy(world *w, const rcopy *c)
 }
 
 /* Every slot of both tiers holds what the shadow says (up to 3 mismatches reported). */
-static inline void check_pool(world *w)
-{
+static inline void check_pool(world *w) {
   const size_t rb = row_bytes(w);
   uint32_t bad = 0;
   for (int host = 0; host < 2; host++) {
@@ -92,10 +80,10 @@ static inline void check_pool(world *w)
           memcpy(&head, row, sizeof head);
           memcpy(&tail, row + rb - sizeof tail, sizeof tail);
           const uint64_t want = pool_tag(shadow[slot], l, v);
-          if (head == want && tail == want)
-            continue;
+          if (head == want && tail == want) continue;
           if (bad++ < 3)
-            fprintf(stderr, "  %s slot %llu layer %u %c: holds %016llx/%016llx, the shadow %016llx\n",
+            fprintf(stderr,
+                    "  %s slot %llu layer %u %c: holds %016llx/%016llx, the shadow %016llx\n",
                     host ? "host-tier" : "pool", (unsigned long long)slot, l, v ? 'V' : 'K',
                     (unsigned long long)head, (unsigned long long)tail, (unsigned long long)want);
         }

@@ -11,11 +11,9 @@
 
 /* Running -> swapped: its table's blocks are copied (a block whose KV a sharer's earlier swap-out
  * already holds is not), the host tier loses as many free blocks. */
-static void op_swap_out(world *w)
-{
+static void op_swap_out(world *w) {
   int i = pick(w, RUNNING | IDLE);
-  if (i < 0 || w->ncands == MAX_CANDS)
-    return;
+  if (i < 0 || w->ncands == MAX_CANDS) return;
   rseq *s = &w->seqs[i];
   int32_t old[MAX_LEN];
   const uint32_t n = get_table(w, s, old);
@@ -30,14 +28,14 @@ static void op_swap_out(world *w)
     w->num_swap_no_space += w->host_blocks != 0;
     return;
   }
-  if (!CHECK_OK(r))
-    return;
+  if (!CHECK_OK(r)) return;
   const pkv_stats st1 = tu_stats(w->e);
   const uint32_t k = (uint32_t)(st1.num_swapped_out_blocks - st0.num_swapped_out_blocks);
   EXPECT(k <= n && st0.num_host_free_blocks - st1.num_host_free_blocks == k);
   /* Every block is given up at once (its copy comes first in the next step); those a sharer
    * keeps do not become free. */
-  EXPECT(st1.num_free_blocks >= st0.num_free_blocks && st1.num_free_blocks - st0.num_free_blocks <= n);
+  EXPECT(st1.num_free_blocks >= st0.num_free_blocks &&
+         st1.num_free_blocks - st0.num_free_blocks <= n);
   s->swapped = 1;
   w->num_swap_out++;
   w->num_twin_shares += n - k;
@@ -46,11 +44,9 @@ static void op_swap_out(world *w)
 
 /* Swapped -> running, all or nothing: new pool blocks for the blocks whose KV is not still in the
  * pool (a sharer's), each with a copy; computed tokens stay computed. */
-static void op_swap_in(world *w)
-{
+static void op_swap_in(world *w) {
   int i = pick(w, SWAPPED);
-  if (i < 0 || w->ncands == MAX_CANDS)
-    return;
+  if (i < 0 || w->ncands == MAX_CANDS) return;
   rseq *s = &w->seqs[i];
   const uint32_t nb = num_table_blocks(w, s);
   const pkv_stats st0 = tu_stats(w->e);
@@ -63,8 +59,7 @@ static void op_swap_in(world *w)
     w->num_swap_in_no_space++;
     return;
   }
-  if (!CHECK_OK(r))
-    return;
+  if (!CHECK_OK(r)) return;
   s->swapped = 0;
   int32_t table[MAX_LEN];
   const uint32_t n = get_table(w, s, table);
@@ -80,11 +75,9 @@ static void op_swap_in(world *w)
 /* Calls refused by a sequence's state: a swapped one cannot grow, fork, compute, be preempted,
  * resumed or swapped out again; a preempted one has nothing to swap; a running one is not
  * swapped or preempted. */
-static void misuse_state(world *w)
-{
+static void misuse_state(world *w) {
   int i = pick(w, IDLE);
-  if (i < 0)
-    return;
+  if (i < 0) return;
   const rseq *s = &w->seqs[i];
   uint64_t id = s->id, child = 0, st = world_state(w);
   int32_t t = 1;
@@ -93,12 +86,24 @@ static void misuse_state(world *w)
   const uint64_t r = rnd(w, 6);
   if (s->swapped) {
     switch (r) {
-    case 0: CHECK_ERR(w->e, pkv_append(w->e, id, &t, 1), PKV_ERR_STATE); break;
-    case 1: CHECK_ERR(w->e, pkv_fork(w->e, id, &child), PKV_ERR_STATE); break;
-    case 2: CHECK_ERR(w->e, pkv_batch_begin(w->e, &id, NULL, 1, &b), PKV_ERR_STATE); break;
-    case 3: CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE); break;
-    case 4: CHECK_ERR(w->e, pkv_resume(w->e, id, &cached), PKV_ERR_STATE); break;
-    default: CHECK_ERR(w->e, pkv_swap_out(w->e, id), PKV_ERR_STATE); break;
+      case 0:
+        CHECK_ERR(w->e, pkv_append(w->e, id, &t, 1), PKV_ERR_STATE);
+        break;
+      case 1:
+        CHECK_ERR(w->e, pkv_fork(w->e, id, &child), PKV_ERR_STATE);
+        break;
+      case 2:
+        CHECK_ERR(w->e, pkv_batch_begin(w->e, &id, NULL, 1, &b), PKV_ERR_STATE);
+        break;
+      case 3:
+        CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE);
+        break;
+      case 4:
+        CHECK_ERR(w->e, pkv_resume(w->e, id, &cached), PKV_ERR_STATE);
+        break;
+      default:
+        CHECK_ERR(w->e, pkv_swap_out(w->e, id), PKV_ERR_STATE);
+        break;
     }
   } else if (s->preempted) {
     CHECK_ERR(w->e, r % 2 ? pkv_swap_out(w->e, id) : pkv_swap_in(w->e, id), PKV_ERR_STATE);

@@ -25,8 +25,13 @@
 
 #include "test_util.h"
 
-enum { MAX_SEQS = 24, MAX_LEN = 96, MAX_WRITES = MAX_SEQS * MAX_LEN, MAX_COPIES = 1024,
-       MAX_CANDS = 64 };
+enum {
+  MAX_SEQS = 24,
+  MAX_LEN = 96,
+  MAX_WRITES = MAX_SEQS * MAX_LEN,
+  MAX_COPIES = 1024,
+  MAX_CANDS = 64
+};
 
 /* Only failures are counted in the hot loops; passes would be millions of lines of nothing. */
 #define EXPECT(cond) ((cond) ? 1 : CHECK(cond))
@@ -53,17 +58,17 @@ typedef struct {
   uint64_t rng;
   rseq seqs[MAX_SEQS];
   uint32_t nseqs;
-  uint64_t probe;    /* a 1-token sequence outside seqs, never computed: batches that list copies */
-  uint64_t *shadow;  /* [num_blocks * bs] then [host_blocks * bs]; 0 = never written */
-  uint64_t *eff;     /* the same, scratch: the shadow after the copies not yet done */
-  uint32_t *refs;    /* [num_blocks] scratch: live tables referencing each block */
-  struct pkv_pool_info pool; /* where the real K/V are */
-  rcopy queued[MAX_COPIES]; /* copies not yet taken by a batch, in pkv's order */
+  uint64_t probe;   /* a 1-token sequence outside seqs, never computed: batches that list copies */
+  uint64_t *shadow; /* [num_blocks * bs] then [host_blocks * bs]; 0 = never written */
+  uint64_t *eff;    /* the same, scratch: the shadow after the copies not yet done */
+  uint32_t *refs;   /* [num_blocks] scratch: live tables referencing each block */
+  struct pkv_pool_info pool;  /* where the real K/V are */
+  rcopy queued[MAX_COPIES];   /* copies not yet taken by a batch, in pkv's order */
   uint32_t nqueued, nunknown; /* of which swap copies not yet seen in a view */
-  uint32_t nextra;           /* offloads and loads queued in pkv, not yet seen in a view */
-  uint64_t tier_copies;      /* offloads and loads counted in the stats so far */
-  int offload;               /* pkv_engine_params.host_offload */
-  int store;                 /* a store below the host tier (random_store.h) */
+  uint32_t nextra;            /* offloads and loads queued in pkv, not yet seen in a view */
+  uint64_t tier_copies;       /* offloads and loads counted in the stats so far */
+  int offload;                /* pkv_engine_params.host_offload */
+  int store;                  /* a store below the host tier (random_store.h) */
   uint64_t store_hits_seen, num_store_synced;
   rcopy taken[MAX_COPIES]; /* the open batch's copies, done (in order) by batch_copy or its end */
   uint32_t ntaken;
@@ -75,13 +80,12 @@ typedef struct {
   int64_t write_slot[MAX_WRITES];
   uint64_t write_ctx[MAX_WRITES];
   /* what the run exercised */
-  uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out,
-      num_swap_in, num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release,
-      num_batch_copy, num_probes, num_truncates;
+  uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out, num_swap_in,
+      num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release, num_batch_copy,
+      num_probes, num_truncates;
 } world;
 
-static inline uint64_t rnd(world *w, uint64_t n)
-{
+static inline uint64_t rnd(world *w, uint64_t n) {
   w->rng += 0x9e3779b97f4a7c15ull; /* splitmix64 */
   uint64_t z = w->rng;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -90,20 +94,15 @@ static inline uint64_t rnd(world *w, uint64_t n)
   return n ? z % n : 0;
 }
 
-static inline uint64_t mix64(uint64_t z)
-{
+static inline uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-static inline const char *salt_name(int salt)
-{
-  return salt == 1 ? "a" : salt == 2 ? "b" : NULL;
-}
+static inline const char *salt_name(int salt) { return salt == 1 ? "a" : salt == 2 ? "b" : NULL; }
 
-static inline void seq_push(rseq *s, const int32_t *tokens, uint32_t n)
-{
+static inline void seq_push(rseq *s, const int32_t *tokens, uint32_t n) {
   for (uint32_t i = 0; i < n; i++, s->len++) {
     uint64_t prev = s->len ? s->ctx[s->len - 1] : mix64(0x5a17u + (uint64_t)s->salt);
     s->tokens[s->len] = tokens[i];
@@ -111,45 +110,35 @@ static inline void seq_push(rseq *s, const int32_t *tokens, uint32_t n)
   }
 }
 
-static inline uint32_t get_table(world *w, const rseq *s, int32_t *out)
-{
+static inline uint32_t get_table(world *w, const rseq *s, int32_t *out) {
   uint32_t len = 0;
   CHECK_OK(pkv_seq_block_table(w->e, s->id, out, MAX_LEN, &len));
   return len;
 }
 
-static inline uint32_t num_table_blocks(const world *w, const rseq *s)
-{
+static inline uint32_t num_table_blocks(const world *w, const rseq *s) {
   return (s->len + w->bs - 1) / w->bs;
 }
 
-static inline uint64_t world_state(world *w)
-{
+static inline uint64_t world_state(world *w) {
   uint64_t ids[MAX_SEQS + 1];
-  for (uint32_t i = 0; i < w->nseqs; i++)
-    ids[i] = w->seqs[i].id;
+  for (uint32_t i = 0; i < w->nseqs; i++) ids[i] = w->seqs[i].id;
   ids[w->nseqs] = w->probe;
   return tu_state(w->e, ids, w->nseqs + 1);
 }
 
-static inline uint32_t free_blocks(world *w)
-{
-  return (uint32_t)tu_stats(w->e).num_free_blocks;
-}
+static inline uint32_t free_blocks(world *w) { return (uint32_t)tu_stats(w->e).num_free_blocks; }
 
 /* The tiers a copy (PKV_COPY_*) reads and writes: 0 the pool, 1 the host tier. */
-static inline int reads_host(int32_t kind)
-{
+static inline int reads_host(int32_t kind) {
   return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD;
 }
 
-static inline int writes_host(int32_t kind)
-{
+static inline int writes_host(int32_t kind) {
   return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD;
 }
 
-static inline int tier_copy(int32_t kind)
-{
+static inline int tier_copy(int32_t kind) {
   return kind == PKV_COPY_OFFLOAD || kind == PKV_COPY_LOAD;
 }
 
@@ -159,13 +148,11 @@ static inline int tier_copy(int32_t kind)
 
 /* Positions [from, to) of s hold s's contexts in the pool tier of shadow. */
 static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t to,
-                               const uint64_t *shadow)
-{
+                               const uint64_t *shadow) {
   int32_t table[MAX_LEN];
   uint32_t n = get_table(w, s, table);
   for (uint32_t pos = from; pos < to; pos++) {
-    if (!EXPECT(pos / w->bs < n))
-      return;
+    if (!EXPECT(pos / w->bs < n)) return;
     int64_t slot = (int64_t)table[pos / w->bs] * w->bs + pos % w->bs;
     if (!EXPECT(shadow[slot] == s->ctx[pos])) {
       fprintf(stderr, "  seq %llu pos %u: block %d holds another context\n",
@@ -176,8 +163,7 @@ static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t 
 }
 
 /* shadow: NULL while swap copies are not yet known (the content is checked once they are). */
-static inline void check_seq(world *w, const rseq *s, const uint64_t *shadow)
-{
+static inline void check_seq(world *w, const rseq *s, const uint64_t *shadow) {
   struct pkv_seq_info info = tu_info(w->e, s->id);
   const uint32_t nb = num_table_blocks(w, s);
   EXPECT(info.num_tokens == s->len);
@@ -187,25 +173,23 @@ static inline void check_seq(world *w, const rseq *s, const uint64_t *shadow)
   EXPECT(info.cache_salt_len == (s->salt ? 1u : 0u));
   EXPECT(info.num_blocks == (s->preempted || s->swapped ? 0 : nb));
   EXPECT(info.num_host_blocks == (s->swapped ? nb : 0));
-  EXPECT(info.kv_tier == (s->swapped ? PKV_TIER_HOST : s->preempted ? PKV_TIER_NONE : PKV_TIER_DEVICE));
-  if (!s->preempted && !s->swapped && shadow)
-    check_slots(w, s, 0, s->computed, shadow);
+  EXPECT(info.kv_tier == (s->swapped     ? PKV_TIER_HOST
+                          : s->preempted ? PKV_TIER_NONE
+                                         : PKV_TIER_DEVICE));
+  if (!s->preempted && !s->swapped && shadow) check_slots(w, s, 0, s->computed, shadow);
 }
 
-static inline void check_tokens(world *w, const rseq *s)
-{
+static inline void check_tokens(world *w, const rseq *s) {
   int32_t tokens[MAX_LEN];
   uint32_t n = 0;
   CHECK_OK(pkv_seq_tokens(w->e, s->id, tokens, MAX_LEN, &n));
   EXPECT(n == s->len && memcmp(tokens, s->tokens, n * sizeof tokens[0]) == 0);
 }
 
-static inline void check_world(world *w, int deep)
-{
+static inline void check_world(world *w, int deep) {
   note_tier_copies(w);
   store_resync(w);
-  if (w->nunknown && !w->batch)
-    probe_copies(w);
+  if (w->nunknown && !w->batch) probe_copies(w);
   if (!EXPECT(pkv_engine_check(w->e) == PKV_OK))
     fprintf(stderr, "  pkv_engine_check: %s\n", pkv_engine_last_error(w->e));
   pkv_stats st = tu_stats(w->e);
@@ -231,8 +215,7 @@ static inline void check_world(world *w, int deep)
   const uint64_t *shadow = effective(w);
   for (uint32_t i = 0; i < w->nseqs; i++) {
     check_seq(w, &w->seqs[i], shadow);
-    if (deep)
-      check_tokens(w, &w->seqs[i]);
+    if (deep) check_tokens(w, &w->seqs[i]);
   }
   check_pool(w);
 }
@@ -240,8 +223,7 @@ static inline void check_world(world *w, int deep)
 /* Which sequences an operation may pick. */
 enum { RUNNING = 1, IDLE = 2, PREEMPTED = 4, MEMBER = 8, SWAPPED = 16 };
 
-static inline int pick(world *w, int want)
-{
+static inline int pick(world *w, int want) {
   int cand[MAX_SEQS], n = 0;
   for (uint32_t i = 0; i < w->nseqs; i++) {
     const rseq *s = &w->seqs[i];
@@ -255,17 +237,14 @@ static inline int pick(world *w, int want)
 }
 
 /* refs[b] = how many live tables hold block b. */
-static inline void count_refs(world *w)
-{
+static inline void count_refs(world *w) {
   memset(w->refs, 0, w->num_blocks * sizeof w->refs[0]);
   int32_t table[MAX_LEN];
   for (uint32_t i = 0; i < w->nseqs; i++) {
-    if (w->seqs[i].preempted || w->seqs[i].swapped)
-      continue;
+    if (w->seqs[i].preempted || w->seqs[i].swapped) continue;
     uint32_t n = get_table(w, &w->seqs[i], table);
     for (uint32_t k = 0; k < n; k++)
-      if (EXPECT(table[k] >= 0 && (uint32_t)table[k] < w->num_blocks))
-        w->refs[table[k]]++;
+      if (EXPECT(table[k] >= 0 && (uint32_t)table[k] < w->num_blocks)) w->refs[table[k]]++;
   }
 }
 

@@ -6,18 +6,16 @@ enum { BS = 4, MAX_LEN = 32 };
 
 typedef struct {
   pkv_engine *e;
-  uint64_t live[3];    /* a: 6 tokens computed; b: 9 tokens, 4 computed; p: preempted */
+  uint64_t live[3]; /* a: 6 tokens computed; b: 9 tokens, 4 computed; p: preempted */
   uint64_t released;
 } fixture;
 
-static int setup(fixture *f)
-{
+static int setup(fixture *f) {
   pkv_engine_params p;
   tu_params(&p, BS, 16);
   p.max_model_len = MAX_LEN;
   f->e = tu_engine_p(&p);
-  if (!f->e)
-    return 0;
+  if (!f->e) return 0;
   int32_t t[20];
   tu_fill(t, 20, 1);
   f->live[0] = tu_alloc(f->e, t, 6, NULL);
@@ -25,8 +23,7 @@ static int setup(fixture *f)
   f->live[1] = tu_alloc(f->e, t + 8, 9, NULL);
   uint32_t four = 4;
   pkv_batch *b = NULL;
-  if (CHECK_OK(pkv_batch_begin(f->e, &f->live[1], &four, 1, &b)))
-    CHECK_OK(pkv_batch_end(b));
+  if (CHECK_OK(pkv_batch_begin(f->e, &f->live[1], &four, 1, &b))) CHECK_OK(pkv_batch_end(b));
   f->live[2] = tu_alloc(f->e, t, 3, NULL);
   CHECK_OK(pkv_preempt(f->e, f->live[2]));
   f->released = tu_alloc(f->e, t, 2, NULL);
@@ -36,16 +33,15 @@ static int setup(fixture *f)
 
 /* Refused with want, both messages set, nothing observable changed. A successful call first
  * clears the engine's message, so the one checked is this call's. */
-#define REFUSED(f, expr, want)                                                                     \
-  do {                                                                                             \
-    uint64_t st_ = tu_state((f)->e, (f)->live, 3);                                                 \
-    tu_stats((f)->e);                                                                              \
-    CHECK_ERR((f)->e, expr, want);                                                                 \
-    CHECK(tu_state((f)->e, (f)->live, 3) == st_);                                                  \
+#define REFUSED(f, expr, want)                     \
+  do {                                             \
+    uint64_t st_ = tu_state((f)->e, (f)->live, 3); \
+    tu_stats((f)->e);                              \
+    CHECK_ERR((f)->e, expr, want);                 \
+    CHECK(tu_state((f)->e, (f)->live, 3) == st_);  \
   } while (0)
 
-static void test_bad_allocate(fixture *f)
-{
+static void test_bad_allocate(fixture *f) {
   int32_t t[MAX_LEN + 1];
   tu_fill(t, MAX_LEN + 1, 100);
   uint64_t seq = 777;
@@ -68,8 +64,7 @@ static void test_bad_allocate(fixture *f)
   CHECK_OK(pkv_allocate_query(f->e, t, MAX_LEN, NULL, NULL, NULL)); /* the limit itself is fine */
 }
 
-static void test_unknown_ids(fixture *f)
-{
+static void test_unknown_ids(fixture *f) {
   const uint64_t ids[3] = {0, f->released, 0x7fffffffffffull};
   int32_t t[4] = {1, 2, 3, 4}, buf[8];
   uint32_t n = 0;
@@ -94,8 +89,7 @@ static void test_unknown_ids(fixture *f)
   CHECK(b == NULL);
 }
 
-static void test_bad_seq_calls(fixture *f)
-{
+static void test_bad_seq_calls(fixture *f) {
   int32_t t[MAX_LEN] = {0}, buf[8];
   uint32_t n = 0;
   uint64_t a = f->live[0], child = 0;
@@ -105,7 +99,7 @@ static void test_bad_seq_calls(fixture *f)
   REFUSED(f, pkv_append(f->e, a, t, MAX_LEN - 6 + 1), bad); /* past max_model_len */
   REFUSED(f, pkv_fork(f->e, a, NULL), bad);
   REFUSED(f, pkv_fork(f->e, f->live[1], &child), PKV_ERR_STATE); /* not all computed */
-  REFUSED(f, pkv_resume(f->e, a, &n), PKV_ERR_STATE);             /* not preempted */
+  REFUSED(f, pkv_resume(f->e, a, &n), PKV_ERR_STATE);            /* not preempted */
   REFUSED(f, pkv_seq_info(f->e, a, NULL), bad);
   REFUSED(f, pkv_seq_block_table(f->e, a, buf, 8, NULL), bad);
   REFUSED(f, pkv_seq_block_table(f->e, a, NULL, 8, &n), bad);
@@ -115,8 +109,7 @@ static void test_bad_seq_calls(fixture *f)
 }
 
 /* A short buffer: INVALID_ARGUMENT with the size needed; cap 0 asks the size. */
-static void test_short_buffers(fixture *f)
-{
+static void test_short_buffers(fixture *f) {
   uint64_t bq = f->live[1];
   int32_t buf[8];
   uint32_t n = 0;
@@ -136,8 +129,7 @@ static void test_short_buffers(fixture *f)
   CHECK_EQ_INT(n, 0);
 }
 
-static void test_bad_batch_begin(fixture *f)
-{
+static void test_bad_batch_begin(fixture *f) {
   uint64_t a = f->live[0], bq = f->live[1];
   pkv_batch *const sentinel = (pkv_batch *)(void *)f;
   pkv_batch *b = sentinel;
@@ -156,14 +148,12 @@ static void test_bad_batch_begin(fixture *f)
 }
 
 /* While a batch is open: no second one, and its members cannot change. Others can. */
-static void test_open_batch(fixture *f)
-{
+static void test_open_batch(fixture *f) {
   uint64_t a = f->live[0], bq = f->live[1], child = 0;
   int32_t t[2] = {5, 6};
   uint32_t two = 2;
   pkv_batch *b = NULL, *b2 = NULL;
-  if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &two, 1, &b)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &two, 1, &b))) return;
   REFUSED(f, pkv_batch_begin(f->e, &a, NULL, 1, &b2), PKV_ERR_STATE);
   CHECK_OK(pkv_append(f->e, a, t, 1)); /* a is not a member */
   REFUSED(f, pkv_batch_begin(f->e, &a, NULL, 1, &b2), PKV_ERR_STATE);
@@ -181,11 +171,9 @@ static void test_open_batch(fixture *f)
 }
 
 /* Destroying an engine with an open batch frees both (ASan checks the rest). */
-static void test_destroy_with_open_batch(void)
-{
+static void test_destroy_with_open_batch(void) {
   pkv_engine *e = tu_engine(BS, 8, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[5] = {1, 2, 3, 4, 5};
   uint64_t a = tu_alloc(e, t, 5, NULL);
   pkv_batch *b = NULL;
@@ -196,19 +184,16 @@ static void test_destroy_with_open_batch(void)
 /* A handle whose batch ended is refused by every batch call, also while a newer batch of the same
  * engine is open (in 0.1 a handle was the batch's address, which a new batch could reuse), and
  * also after its engine is gone. The newer batch is untouched. */
-static void test_stale_handles(fixture *f)
-{
+static void test_stale_handles(fixture *f) {
   uint64_t a = f->live[0], bq = f->live[1];
   int32_t t[1] = {5};
   CHECK_OK(pkv_append(f->e, a, t, 1));
   uint32_t one = 1;
   pkv_batch *old = NULL, *cur = NULL;
-  if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &one, 1, &old)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &one, 1, &old))) return;
   CHECK_OK(pkv_batch_end(old));
   for (int round = 0; round < 8; round++) { /* end/begin again: an allocator often reuses memory */
-    if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &one, 1, &cur)))
-      return;
+    if (!CHECK_OK(pkv_batch_begin(f->e, &bq, &one, 1, &cur))) return;
     CHECK(cur != old);
     pkv_batch_view v;
     memset(&v, 0, sizeof v);
@@ -231,8 +216,7 @@ static void test_stale_handles(fixture *f)
   CHECK_OK(pkv_batch_end(cur));
   /* A handle outlives its engine's destruction as a refused value, not a read of freed memory. */
   pkv_engine *e = tu_engine(BS, 8, 0);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t s = tu_alloc(e, t, 1, NULL);
   pkv_batch *gone = NULL;
   CHECK_OK(pkv_batch_begin(e, &s, NULL, 1, &gone));
@@ -241,16 +225,15 @@ static void test_stale_handles(fixture *f)
   pkv_batch_abort(gone);
 }
 
-#define WITH_FIXTURE(fn)                                                                           \
-  static void fn##_fresh(void)                                                                     \
-  {                                                                                                \
-    fixture f;                                                                                     \
-    memset(&f, 0, sizeof f);                                                                       \
-    if (setup(&f)) {                                                                               \
-      fn(&f);                                                                                      \
-      CHECK_ENGINE(f.e);                                                                           \
-    }                                                                                              \
-    pkv_engine_destroy(f.e);                                                                       \
+#define WITH_FIXTURE(fn)         \
+  static void fn##_fresh(void) { \
+    fixture f;                   \
+    memset(&f, 0, sizeof f);     \
+    if (setup(&f)) {             \
+      fn(&f);                    \
+      CHECK_ENGINE(f.e);         \
+    }                            \
+    pkv_engine_destroy(f.e);     \
   }
 
 WITH_FIXTURE(test_bad_allocate)
@@ -261,8 +244,7 @@ WITH_FIXTURE(test_bad_batch_begin)
 WITH_FIXTURE(test_open_batch)
 WITH_FIXTURE(test_stale_handles)
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_bad_allocate_fresh);
   TU_RUN(test_unknown_ids_fresh);
   TU_RUN(test_bad_seq_calls_fresh);

@@ -5,14 +5,13 @@
 
 #include <math.h>
 
-static void test_versions_and_statuses(void)
-{
+static void test_versions_and_statuses(void) {
   CHECK_EQ_INT(pkv_version(),
                PKV_VERSION_MAJOR * 10000 + PKV_VERSION_MINOR * 100 + PKV_VERSION_PATCH);
   CHECK_EQ_INT(pkv_abi_version(), PKV_ABI_VERSION);
-#define CHECK_STATUS_STRING_(name, value, message)                                                 \
-  CHECK_EQ_INT(PKV_##name, value);                                                                 \
-  CHECK(strcmp(pkv_status_string(PKV_##name), "unknown status") != 0);                             \
+#define CHECK_STATUS_STRING_(name, value, message)                     \
+  CHECK_EQ_INT(PKV_##name, value);                                     \
+  CHECK(strcmp(pkv_status_string(PKV_##name), "unknown status") != 0); \
   CHECK(pkv_status_string(PKV_##name)[0] != '\0');
   PKV_STATUS_MAP(CHECK_STATUS_STRING_)
 #undef CHECK_STATUS_STRING_
@@ -21,12 +20,10 @@ static void test_versions_and_statuses(void)
   CHECK(pkv_last_error() != NULL);
 }
 
-static void test_params_init(void)
-{
+static void test_params_init(void) {
   pkv_engine_params p;
   memset(&p, 0xab, sizeof p);
-  if (!CHECK_OK(pkv_engine_params_init(&p, sizeof p)))
-    return;
+  if (!CHECK_OK(pkv_engine_params_init(&p, sizeof p))) return;
   CHECK_EQ_INT(p.struct_size, sizeof p);
   CHECK_EQ_INT(p.dtype, PKV_DTYPE_BF16);
   CHECK_EQ_INT(p.tp_size, 1);
@@ -56,42 +53,34 @@ static void test_params_init(void)
   CHECK_STATUS(pkv_seq_params_init(&sp, 3), PKV_ERR_INVALID_ARGUMENT);
 }
 
-static int have_nvidia_driver(void)
-{
+static int have_nvidia_driver(void) {
   FILE *f = fopen("/proc/driver/nvidia/version", "r");
-  if (f)
-    fclose(f);
+  if (f) fclose(f);
   return f != NULL;
 }
 
 /* create and profile both refuse p with want; *out is untouched. */
-static void check_rejected(const pkv_engine_params *p, pkv_status want, const char *what)
-{
+static void check_rejected(const pkv_engine_params *p, pkv_status want, const char *what) {
   static int sentinel_storage;
   pkv_engine *const sentinel = (pkv_engine *)(void *)&sentinel_storage;
   pkv_engine *e = sentinel;
-  if (!CHECK_STATUS(pkv_engine_create(p, &e), want))
-    fprintf(stderr, "  params: %s\n", what);
-  if (!CHECK(e == sentinel) && e != NULL)
-    pkv_engine_destroy(e);
-  if (want != PKV_ERR_INVALID_ARGUMENT)
-    return;
+  if (!CHECK_STATUS(pkv_engine_create(p, &e), want)) fprintf(stderr, "  params: %s\n", what);
+  if (!CHECK(e == sentinel) && e != NULL) pkv_engine_destroy(e);
+  if (want != PKV_ERR_INVALID_ARGUMENT) return;
   pkv_kv_budget b;
   memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
-  if (!CHECK_STATUS(pkv_profile(p, &b), want))
-    fprintf(stderr, "  profile params: %s\n", what);
+  if (!CHECK_STATUS(pkv_profile(p, &b), want)) fprintf(stderr, "  profile params: %s\n", what);
 }
 
-#define REJECT(stmt, want)                                                                         \
-  do {                                                                                             \
-    tu_params(&p, 4, 16);                                                                          \
-    stmt;                                                                                          \
-    check_rejected(&p, want, #stmt);                                                               \
+#define REJECT(stmt, want)           \
+  do {                               \
+    tu_params(&p, 4, 16);            \
+    stmt;                            \
+    check_rejected(&p, want, #stmt); \
   } while (0)
 
-static void test_bad_engine_params(void)
-{
+static void test_bad_engine_params(void) {
   pkv_engine_params p;
   REJECT(p.struct_size = 4, PKV_ERR_INVALID_ARGUMENT);
   REJECT(p.struct_size = 0, PKV_ERR_INVALID_ARGUMENT);
@@ -144,8 +133,7 @@ static void test_bad_engine_params(void)
 }
 
 /* The variants' refusals say what was wrong; their edges are accepted. */
-static void test_variant_messages(void)
-{
+static void test_variant_messages(void) {
   pkv_engine_params p;
   pkv_engine *e = NULL;
   const struct {
@@ -183,8 +171,7 @@ static void test_variant_messages(void)
     p.kv_dtype = good[i];
     p.sliding_window = 0x7fffffffu;
     e = tu_engine_p(&p);
-    if (!e)
-      continue;
+    if (!e) continue;
     struct pkv_pool_info in;
     memset(&in, 0, sizeof in);
     in.struct_size = sizeof in;
@@ -204,8 +191,7 @@ static void test_variant_messages(void)
 
 /* pkv_set_kv_scales: fp8 engines only, before the first sequence, finite positive scales for
  * this rank's heads of a layer that exists; a refusal changes nothing. */
-static void test_kv_scales(void)
-{
+static void test_kv_scales(void) {
   pkv_engine *e = tu_engine(4, 16, 0); /* f32: no scales */
   const float one[2] = {1.0f, 1.0f}, half[2] = {0.5f, 0.25f};
   if (e) {
@@ -218,8 +204,7 @@ static void test_kv_scales(void)
   tu_params(&p, 4, 16);
   p.kv_dtype = PKV_DTYPE_FP8_E4M3;
   e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   const float zero[2] = {1.0f, 0.0f}, negative[2] = {-1.0f, 1.0f}, nan_[2] = {1.0f, NAN},
               inf[2] = {INFINITY, 1.0f};
   CHECK_OK(pkv_set_kv_scales(e, 0, half, one));
@@ -245,28 +230,24 @@ static void test_kv_scales(void)
 }
 
 /* Utilization exactly 1 is allowed; AUTO picks the CPU on a machine without a GPU. */
-static void test_edge_params_accepted(void)
-{
+static void test_edge_params_accepted(void) {
   pkv_engine_params p;
   tu_params(&p, 4, 16);
   p.memory_utilization = 1.0;
   p.device = PKV_DEVICE_AUTO;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   pkv_engine_params got;
   memset(&got, 0, sizeof got);
   got.struct_size = sizeof got;
   CHECK_OK(pkv_engine_params_get(e, &got));
-  if (!have_nvidia_driver())
-    CHECK_EQ_INT(got.device, PKV_DEVICE_CPU);
+  if (!have_nvidia_driver()) CHECK_EQ_INT(got.device, PKV_DEVICE_CPU);
   CHECK_EQ_INT(got.num_blocks, 16);
   pkv_engine_destroy(e);
 }
 
 /* Every call taking an engine or a batch refuses NULL with INVALID_ARGUMENT and a message. */
-static void test_null_engine(void)
-{
+static void test_null_engine(void) {
   int32_t t[4] = {1, 2, 3, 4}, table[4];
   uint64_t seq = 1;
   uint32_t n = 0;
@@ -303,11 +284,9 @@ static void test_null_engine(void)
 }
 
 /* NULL outputs on a live engine; a successful call clears the engine's message. */
-static void test_null_outputs(void)
-{
+static void test_null_outputs(void) {
   pkv_engine *e = tu_engine(4, 16, 0);
-  if (!e)
-    return;
+  if (!e) return;
   const pkv_status bad = PKV_ERR_INVALID_ARGUMENT;
   CHECK_ERR(e, pkv_engine_params_get(e, NULL), bad);
   CHECK_ERR(e, pkv_engine_budget(e, NULL), bad);
@@ -319,8 +298,7 @@ static void test_null_outputs(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_versions_and_statuses);
   TU_RUN(test_params_init);
   TU_RUN(test_bad_engine_params);

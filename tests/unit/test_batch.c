@@ -6,16 +6,15 @@ enum { BS = 4 };
 
 typedef struct {
   uint64_t seq;
-  uint32_t first;  /* first new position */
-  uint32_t count;  /* new tokens */
+  uint32_t first; /* first new position */
+  uint32_t count; /* new tokens */
   int32_t table[16];
   uint32_t nblk;
 } member;
 
 /* The view's rows for member i, given its first row and first listed block. */
 static void check_member(const pkv_batch_view *v, uint32_t i, const member *m, int32_t row,
-                         int32_t blk)
-{
+                         int32_t blk) {
   uint32_t ctx = m->first + m->count, listed = (ctx + BS - 1) / BS;
   CHECK_EQ_INT(v->seq_ids[i], m->seq);
   CHECK_EQ_INT(v->query_start[i], row);
@@ -29,16 +28,14 @@ static void check_member(const pkv_batch_view *v, uint32_t i, const member *m, i
     CHECK_EQ_INT(v->positions[row + k], pos);
     CHECK_EQ_INT(v->slot_mapping[row + k], (int64_t)m->table[pos / BS] * BS + pos % BS);
   }
-  for (uint32_t k = 0; k < listed; k++)
-    CHECK_EQ_INT(v->block_indices[blk + k], m->table[k]);
+  for (uint32_t k = 0; k < listed; k++) CHECK_EQ_INT(v->block_indices[blk + k], m->table[k]);
   for (uint32_t k = 0; k < v->max_blocks_per_seq; k++)
     CHECK_EQ_INT(v->block_tables[i * v->max_blocks_per_seq + k], k < listed ? m->table[k] : -1);
 }
 
 /* d: 6 computed + 1 appended (decode); l: 30-token prompt, 8 computed, next chunk 10;
  * h: 13-token prompt whose first 8 tokens hit q's blocks. */
-static void make_members(pkv_engine *e, member *m)
-{
+static void make_members(pkv_engine *e, member *m) {
   int32_t t[64];
   tu_fill(t, 64, 1);
   m[0].seq = tu_alloc(e, t, 6, NULL);
@@ -49,8 +46,7 @@ static void make_members(pkv_engine *e, member *m)
   m[1].seq = tu_alloc(e, t + 20, 30, NULL);
   uint32_t eight = 8;
   pkv_batch *b = NULL;
-  if (CHECK_OK(pkv_batch_begin(e, &m[1].seq, &eight, 1, &b)))
-    CHECK_OK(pkv_batch_end(b));
+  if (CHECK_OK(pkv_batch_begin(e, &m[1].seq, &eight, 1, &b))) CHECK_OK(pkv_batch_end(b));
   CHECK_EQ_INT(tu_info(e, m[1].seq).num_computed_tokens, 8);
   m[1].first = 8, m[1].count = 10;
 
@@ -64,23 +60,19 @@ static void make_members(pkv_engine *e, member *m)
   m[2].seq = tu_alloc(e, h, 13, &cached);
   CHECK_EQ_INT(cached, 8);
   m[2].first = 8, m[2].count = 5;
-  for (int i = 0; i < 3; i++)
-    m[i].nblk = tu_table(e, m[i].seq, m[i].table, 16);
+  for (int i = 0; i < 3; i++) m[i].nblk = tu_table(e, m[i].seq, m[i].table, 16);
 }
 
-static void test_mixed_batch_view(void)
-{
+static void test_mixed_batch_view(void) {
   pkv_engine *e = tu_engine(BS, 64, 0);
-  if (!e)
-    return;
+  if (!e) return;
   member m[3];
   memset(m, 0, sizeof m);
   make_members(e, m);
   uint64_t seqs[3] = {m[0].seq, m[1].seq, m[2].seq};
   uint32_t counts[3] = {1, 10, 5};
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, seqs, counts, 3, &b)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(e, seqs, counts, 3, &b))) return;
   pkv_batch_view v = tu_view(b);
   CHECK_EQ_INT(v.num_seqs, 3);
   CHECK_EQ_INT(v.num_tokens, 16);
@@ -105,11 +97,9 @@ static void test_mixed_batch_view(void)
 }
 
 /* A long prompt computed in chunks: positions continue, blocks are sealed as they fill. */
-static void test_chunked_prefill(void)
-{
+static void test_chunked_prefill(void) {
   pkv_engine *e = tu_engine(BS, 32, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[23];
   tu_fill(t, 23, 40);
   uint64_t a = tu_alloc(e, t, 23, NULL);
@@ -117,8 +107,7 @@ static void test_chunked_prefill(void)
   uint32_t done = 0;
   for (int c = 0; c < 3; c++) {
     pkv_batch *b = NULL;
-    if (!CHECK_OK(pkv_batch_begin(e, &a, &chunks[c], 1, &b)))
-      break;
+    if (!CHECK_OK(pkv_batch_begin(e, &a, &chunks[c], 1, &b))) break;
     pkv_batch_view v = tu_view(b);
     CHECK_EQ_INT(v.num_tokens, chunks[c]);
     CHECK_EQ_INT(v.positions[0], done);
@@ -136,17 +125,14 @@ static void test_chunked_prefill(void)
 }
 
 /* Abort computes nothing and seals nothing; the same plan can be begun again. */
-static void test_abort(void)
-{
+static void test_abort(void) {
   pkv_engine *e = tu_engine(BS, 32, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[9];
   tu_fill(t, 9, 1);
   uint64_t a = tu_alloc(e, t, 9, NULL);
   pkv_batch *b = NULL;
-  if (CHECK_OK(pkv_batch_begin(e, &a, NULL, 1, &b)))
-    pkv_batch_abort(b);
+  if (CHECK_OK(pkv_batch_begin(e, &a, NULL, 1, &b))) pkv_batch_abort(b);
   struct pkv_seq_info info = tu_info(e, a);
   CHECK_EQ_INT(info.num_computed_tokens, 0);
   CHECK_EQ_INT(info.in_batch, 0);
@@ -166,11 +152,9 @@ static void test_abort(void)
 
 /* Same-step duplicates: two identical prompts in one batch get separate blocks (no hit on KV that
  * is not written yet), and both are sealed afterwards. */
-static void test_same_step_duplicates(void)
-{
+static void test_same_step_duplicates(void) {
   pkv_engine *e = tu_engine(BS, 32, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[9];
   tu_fill(t, 9, 1);
   uint32_t c1 = 99, c2 = 99;
@@ -182,8 +166,7 @@ static void test_same_step_duplicates(void)
   int32_t t1[3], t2[3];
   tu_table(e, s[0], t1, 3);
   tu_table(e, s[1], t2, 3);
-  for (int i = 0; i < 3; i++)
-    CHECK(t1[i] != t2[i]);
+  for (int i = 0; i < 3; i++) CHECK(t1[i] != t2[i]);
   tu_compute(e, s, 2);
   CHECK_OK(pkv_release(e, s[0]));
   CHECK_OK(pkv_release(e, s[1]));
@@ -193,8 +176,7 @@ static void test_same_step_duplicates(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_mixed_batch_view);
   TU_RUN(test_chunked_prefill);
   TU_RUN(test_abort);

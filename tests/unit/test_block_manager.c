@@ -3,8 +3,7 @@
 #include "test_util.h"
 
 /* pkv_allocate_query's answer is what pkv_allocate then takes. */
-static void check_query_then_alloc(pkv_engine *e, const int32_t *t, uint32_t n, uint64_t *out)
-{
+static void check_query_then_alloc(pkv_engine *e, const int32_t *t, uint32_t n, uint64_t *out) {
   uint32_t q_blocks = 0, q_cached = 0, cached = 99;
   pkv_stats before = tu_stats(e);
   CHECK_OK(pkv_allocate_query(e, t, n, NULL, &q_blocks, &q_cached));
@@ -16,11 +15,9 @@ static void check_query_then_alloc(pkv_engine *e, const int32_t *t, uint32_t n, 
   CHECK_EQ_INT(cached, q_cached);
 }
 
-static void test_no_space_allocate(void)
-{
+static void test_no_space_allocate(void) {
   pkv_engine *e = tu_engine(4, 8, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t ta[20], tb[16];
   tu_fill(ta, 20, 1);
   tu_fill(tb, 16, 100);
@@ -52,15 +49,13 @@ static void test_no_space_allocate(void)
   pkv_engine_destroy(e);
 }
 
-static void test_no_space_append_resume(void)
-{
+static void test_no_space_append_resume(void) {
   pkv_engine *e = tu_engine(4, 8, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[40];
   tu_fill(t, 40, 1);
   uint64_t seqs[3];
-  seqs[0] = tu_alloc(e, t, 18, NULL); /* 5 blocks, the last holds 2 */
+  seqs[0] = tu_alloc(e, t, 18, NULL);      /* 5 blocks, the last holds 2 */
   seqs[1] = tu_alloc(e, t + 20, 12, NULL); /* 3 blocks: the pool is full */
   uint64_t st = tu_state(e, seqs, 2);
   CHECK_ERR(e, pkv_append(e, seqs[1], t, 1), PKV_ERR_NO_SPACE);
@@ -88,11 +83,9 @@ static void test_no_space_append_resume(void)
 
 /* Fork, then append to the child into the shared, partly filled block: one copy, listed by the
  * next batch; the tables then differ only in the last block. */
-static void test_fork_copy_on_write(void)
-{
+static void test_fork_copy_on_write(void) {
   pkv_engine *e = tu_engine(4, 16, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[6];
   tu_fill(t, 6, 10);
   uint64_t p = tu_alloc(e, t, 6, NULL), c = 0;
@@ -120,8 +113,7 @@ static void test_fork_copy_on_write(void)
   /* an aborted batch gives the copy back to the queue; the next one lists it again */
   for (int round = 0; round < 2; round++) {
     pkv_batch *b = NULL;
-    if (!CHECK_OK(pkv_batch_begin(e, &c, NULL, 1, &b)))
-      break;
+    if (!CHECK_OK(pkv_batch_begin(e, &c, NULL, 1, &b))) break;
     pkv_batch_view v = tu_view(b);
     if (CHECK_EQ_INT(v.num_copies, 1)) {
       CHECK_EQ_INT(v.copy_src[0], tp[1]);
@@ -149,11 +141,9 @@ static void test_fork_copy_on_write(void)
 }
 
 /* Fork of a sequence whose last block is full: append takes a new block, no copy. */
-static void test_fork_full_last_block(void)
-{
+static void test_fork_full_last_block(void) {
   pkv_engine *e = tu_engine(4, 16, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[8];
   tu_fill(t, 8, 10);
   uint64_t p = tu_alloc(e, t, 8, NULL), c = 0;
@@ -171,11 +161,9 @@ static void test_fork_full_last_block(void)
 
 /* Unsealed blocks are reused first; a released sequence's last block is evicted before its first;
  * an earlier release is evicted before a later one. */
-static void test_eviction_order(void)
-{
+static void test_eviction_order(void) {
   pkv_engine *e = tu_engine(4, 8, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[64];
   tu_fill(t, 64, 1);
   int32_t ta[4], tb[4], tc[4], td[4];
@@ -211,11 +199,9 @@ static void test_eviction_order(void)
   pkv_engine_destroy(e);
 }
 
-static void test_eviction_release_order(void)
-{
+static void test_eviction_release_order(void) {
   pkv_engine *e = tu_engine(4, 4, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t x[5] = {1, 2, 3, 4, 9}, y[5] = {5, 6, 7, 8, 9}, z[12];
   tu_fill(z, 12, 100);
   uint64_t xy[2] = {tu_alloc(e, x, 4, NULL), tu_alloc(e, y, 4, NULL)};
@@ -234,11 +220,9 @@ static void test_eviction_release_order(void)
   pkv_engine_destroy(e);
 }
 
-static void test_preempt_resume(void)
-{
+static void test_preempt_resume(void) {
   pkv_engine *e = tu_engine(4, 16, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[13];
   tu_fill(t, 13, 1);
   uint64_t a = tu_alloc(e, t, 10, NULL);
@@ -288,8 +272,7 @@ static void test_preempt_resume(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_no_space_allocate);
   TU_RUN(test_no_space_append_resume);
   TU_RUN(test_fork_copy_on_write);

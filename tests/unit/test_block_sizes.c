@@ -1,21 +1,16 @@
 /* Block sizes 1, 7 and 16: allocation, slot mapping, sealing and hits, with any block size. */
 #include "test_util.h"
 
-static uint32_t ceil_div(uint32_t a, uint32_t b)
-{
-  return (a + b - 1) / b;
-}
+static uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 /* One step computing everything seq has reserved; checks positions and slots from first on. */
 static void compute_checked(pkv_engine *e, uint64_t seq, uint32_t bs, uint32_t first,
-                            uint32_t total)
-{
+                            uint32_t total) {
   int32_t table[64];
   uint32_t nblk = tu_table(e, seq, table, 64);
   CHECK_EQ_INT(nblk, ceil_div(total, bs));
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b))) return;
   pkv_batch_view v = tu_view(b);
   CHECK_EQ_INT(v.block_size, bs);
   CHECK_EQ_INT(v.num_tokens, total - first);
@@ -27,17 +22,14 @@ static void compute_checked(pkv_engine *e, uint64_t seq, uint32_t bs, uint32_t f
     CHECK_EQ_INT(v.positions[i], pos);
     CHECK_EQ_INT(v.slot_mapping[i], (int64_t)table[pos / bs] * bs + pos % bs);
   }
-  for (uint32_t i = 0; i < nblk; i++)
-    CHECK_EQ_INT(v.block_indices[i], table[i]);
+  for (uint32_t i = 0; i < nblk; i++) CHECK_EQ_INT(v.block_indices[i], table[i]);
   CHECK_OK(pkv_batch_end(b));
 }
 
-static void run(uint32_t bs)
-{
+static void run(uint32_t bs) {
   printf("block_size %u\n", bs);
   pkv_engine *e = tu_engine(bs, 64, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[128], tb[128];
   tu_fill(t, 128, 1);
   uint32_t len = 3 * bs + 2, cached = 99;
@@ -73,23 +65,13 @@ static void run(uint32_t bs)
   pkv_engine_destroy(e);
 }
 
-static void test_block_size_1(void)
-{
-  run(1);
-}
+static void test_block_size_1(void) { run(1); }
 
-static void test_block_size_7(void)
-{
-  run(7);
-}
+static void test_block_size_7(void) { run(7); }
 
-static void test_block_size_16(void)
-{
-  run(16);
-}
+static void test_block_size_16(void) { run(16); }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_block_size_1);
   TU_RUN(test_block_size_7);
   TU_RUN(test_block_size_16);

@@ -12,9 +12,8 @@
 
 enum { BS = 4 };
 
-static pkv_status create(const pkv_event_publisher_params *pub, uint32_t num_blocks, uint32_t kv_events,
-                         pkv_engine **out)
-{
+static pkv_status create(const pkv_event_publisher_params *pub, uint32_t num_blocks,
+                         uint32_t kv_events, pkv_engine **out) {
   pkv_engine_params p;
   tu_params(&p, BS, num_blocks);
   p.enable_kv_events = kv_events;
@@ -23,14 +22,12 @@ static pkv_status create(const pkv_event_publisher_params *pub, uint32_t num_blo
   return pkv_engine_create(&p, out);
 }
 
-static void sleep_ms(long ms)
-{
+static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
 }
 
-static void test_params_init(void)
-{
+static void test_params_init(void) {
   pkv_event_publisher_params p;
   memset(&p, 0xab, sizeof p);
   CHECK_OK(pkv_event_publisher_params_init(&p, sizeof p));
@@ -48,12 +45,11 @@ static void test_params_init(void)
 }
 
 /* Every refusal of the parameters, before anything is bound. */
-static void test_bad_params(void)
-{
+static void test_bad_params(void) {
   pkv_event_publisher_params p;
   pkv_engine *e;
   pkv_event_publisher_params_init(&p, sizeof p);
-  CHECK_STATUS(create(&p, 16, 0, &e), PKV_ERR_INVALID_ARGUMENT);  /* no endpoint */
+  CHECK_STATUS(create(&p, 16, 0, &e), PKV_ERR_INVALID_ARGUMENT); /* no endpoint */
   CHECK(strstr(pkv_last_error(), "endpoint") != NULL);
   CHECK(e == NULL);
   p.endpoint = "";
@@ -90,8 +86,7 @@ static void test_bad_params(void)
 
 /* A caller built against 0.3 (its struct ends before format) gets the default, MAP, whatever
  * lies past its struct; a struct that ends inside the 0.3 fields is refused. */
-static void test_old_caller(void)
-{
+static void test_old_caller(void) {
   struct {
     pkv_event_publisher_params p;
     uint32_t garbage[4];
@@ -103,8 +98,7 @@ static void test_old_caller(void)
   in.p.reserved0 = 7;
   in.p.endpoint = "tcp://127.0.0.1:*";
   pkv_engine *e;
-  if (!CHECK_OK(create(&in.p, 16, 0, &e)))
-    return;
+  if (!CHECK_OK(create(&in.p, 16, 0, &e))) return;
   pkv_engine_params got;
   pkv_engine_params_init(&got, sizeof got);
   CHECK_OK(pkv_engine_params_get(e, &got));
@@ -116,8 +110,7 @@ static void test_old_caller(void)
 }
 
 /* Whether this build publishes at all (UNSUPPORTED, with a message that says why, when not). */
-static int publisher_built(void)
-{
+static int publisher_built(void) {
   pkv_event_publisher_params p;
   pkv_event_publisher_params_init(&p, sizeof p);
   p.endpoint = "tcp://127.0.0.1:*";
@@ -133,8 +126,7 @@ static int publisher_built(void)
   return s == PKV_OK;
 }
 
-static void test_bind_errors(void)
-{
+static void test_bind_errors(void) {
   pkv_event_publisher_params p;
   pkv_event_publisher_params_init(&p, sizeof p);
   pkv_engine *e, *other;
@@ -143,19 +135,19 @@ static void test_bind_errors(void)
   CHECK(strstr(pkv_last_error(), "nonsense") != NULL);
   CHECK(e == NULL);
   p.endpoint = "tcp://127.0.0.1:*";
-  p.replay_endpoint = "tcp://256.0.0.1:1";  /* the PUB socket binds, the ROUTER cannot */
+  p.replay_endpoint = "tcp://256.0.0.1:1"; /* the PUB socket binds, the ROUTER cannot */
   CHECK_STATUS(create(&p, 16, 0, &e), PKV_ERR_EVENTS);
   CHECK(strstr(pkv_last_error(), "256.0.0.1") != NULL);
 
   /* A taken port: the second engine is refused and the first keeps publishing. */
   p.replay_endpoint = "tcp://127.0.0.1:*";
-  if (!CHECK_OK(create(&p, 16, 0, &e)))
-    return;
+  if (!CHECK_OK(create(&p, 16, 0, &e))) return;
   struct pkv_event_publisher_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   CHECK_OK(pkv_event_publisher_info(e, &info));
-  CHECK(strncmp(info.endpoint, "tcp://127.0.0.1:", 16) == 0 && strcmp(info.endpoint, "tcp://127.0.0.1:*") != 0);
+  CHECK(strncmp(info.endpoint, "tcp://127.0.0.1:", 16) == 0 &&
+        strcmp(info.endpoint, "tcp://127.0.0.1:*") != 0);
   CHECK(strncmp(info.replay_endpoint, "tcp://127.0.0.1:", 16) == 0);
   CHECK(strcmp(info.endpoint, info.replay_endpoint) != 0);
   char taken[PKV_MAX_EVENT_ENDPOINT_BYTES];
@@ -178,8 +170,7 @@ static void test_bind_errors(void)
   pkv_engine_destroy(e);
 }
 
-static void test_info_calls(void)
-{
+static void test_info_calls(void) {
   pkv_engine *e;
   CHECK_OK(create(NULL, 16, 0, &e));
   struct pkv_event_publisher_info info;
@@ -209,15 +200,13 @@ static void test_info_calls(void)
 
 /* A workload with sharing, eviction and a reset: every event the in-process queue gets is
  * published, none dropped; batches are at most max_batch_events events. */
-static void test_everything_published(void)
-{
+static void test_everything_published(void) {
   pkv_event_publisher_params p;
   pkv_event_publisher_params_init(&p, sizeof p);
   p.endpoint = "tcp://127.0.0.1:*";
   p.max_batch_events = 3;
   pkv_engine *e;
-  if (!CHECK_OK(create(&p, 24, 1, &e)))
-    return;
+  if (!CHECK_OK(create(&p, 24, 1, &e))) return;
   uint64_t in_process = 0;
   pkv_kv_event ev[64];
   uint32_t got;
@@ -226,7 +215,7 @@ static void test_everything_published(void)
     int32_t t[40];
     for (uint32_t i = 0; i < 40; i++) {
       seed = seed * 1103515245u + 12345u;
-      t[i] = i < 8 ? (int32_t)i : (int32_t)(seed >> 20 & 7);  /* a shared first 2 blocks */
+      t[i] = i < 8 ? (int32_t)i : (int32_t)(seed >> 20 & 7); /* a shared first 2 blocks */
     }
     uint32_t n = 9 + (uint32_t)round % 30;
     uint64_t s = 0;
@@ -234,12 +223,10 @@ static void test_everything_published(void)
       tu_compute1(e, s);
       CHECK_OK(pkv_release(e, s));
     }
-    if (round == 40)
-      CHECK_OK(pkv_reset_prefix_cache(e));
+    if (round == 40) CHECK_OK(pkv_reset_prefix_cache(e));
     do {
       CHECK_OK(pkv_drain_kv_events(e, ev, 64, &got));
-      for (uint32_t i = 0; i < got; i++)
-        in_process += ev[i].type != PKV_EVENT_OVERFLOW;
+      for (uint32_t i = 0; i < got; i++) in_process += ev[i].type != PKV_EVENT_OVERFLOW;
     } while (got == 64);
   }
   CHECK(in_process > 60);
@@ -248,8 +235,7 @@ static void test_everything_published(void)
   info.struct_size = sizeof info;
   for (int i = 0; i < 500; i++) {
     CHECK_OK(pkv_event_publisher_info(e, &info));
-    if (info.events_published == in_process)
-      break;
+    if (info.events_published == in_process) break;
     sleep_ms(10);
   }
   CHECK_EQ_INT(info.events_published, in_process);
@@ -265,30 +251,27 @@ static void test_everything_published(void)
 }
 
 /* A queue of one event: a call staging two drops both, and an AllBlocksCleared goes instead. */
-static void test_overflow(void)
-{
+static void test_overflow(void) {
   pkv_event_publisher_params p;
   pkv_event_publisher_params_init(&p, sizeof p);
   p.endpoint = "tcp://127.0.0.1:*";
   p.max_queue_events = 1;
   pkv_engine *e;
-  if (!CHECK_OK(create(&p, 16, 1, &e)))
-    return;
+  if (!CHECK_OK(create(&p, 16, 1, &e))) return;
   int32_t t[9];
   tu_fill(t, 9, 1);
   uint64_t s = tu_alloc(e, t, 9, NULL);
-  tu_compute1(e, s);  /* seals 2 blocks in one call: 2 STORED */
+  tu_compute1(e, s); /* seals 2 blocks in one call: 2 STORED */
   struct pkv_event_publisher_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   for (int i = 0; i < 200; i++) {
     CHECK_OK(pkv_event_publisher_info(e, &info));
-    if (info.events_published == 1)
-      break;
+    if (info.events_published == 1) break;
     sleep_ms(10);
   }
   CHECK_EQ_INT(info.events_dropped, 2);
-  CHECK_EQ_INT(info.events_published, 1);  /* the AllBlocksCleared */
+  CHECK_EQ_INT(info.events_published, 1); /* the AllBlocksCleared */
   /* The in-process queue is its own: both events are there. */
   pkv_kv_event ev[4];
   uint32_t n = 0;
@@ -297,8 +280,7 @@ static void test_overflow(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_params_init);
   TU_RUN(test_bad_params);
   if (publisher_built()) {

@@ -9,13 +9,9 @@
 #define GIB (1024ull * MIB)
 
 /* block_bytes = 2 x 2 layers x 16 tokens x 2 heads x 8 x 4 B = 4 KiB. */
-static void params(pkv_engine_params *p)
-{
-  tu_params(p, 16, 64);
-}
+static void params(pkv_engine_params *p) { tu_params(p, 16, 64); }
 
-static void test_planned(void)
-{
+static void test_planned(void) {
   pkv_engine_params p;
   params(&p);
   p.memory_total_bytes = 8 * GIB; /* planning: nothing measured */
@@ -47,8 +43,7 @@ static void test_planned(void)
   CHECK_EQ_INT(b.host_total_bytes, 0);
 }
 
-static void test_refused(void)
-{
+static void test_refused(void) {
   pkv_engine_params p;
   pkv_kv_budget b;
   memset(&b, 0, sizeof b);
@@ -81,14 +76,12 @@ static void test_refused(void)
 }
 
 /* A CPU engine's host tier: its own region, the pool's layout with its own block count. */
-static void test_pool_info(void)
-{
+static void test_pool_info(void) {
   pkv_engine_params p;
   params(&p);
   p.host_cache_bytes = 12 * 4096;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   pkv_engine_params got;
   memset(&got, 0, sizeof got);
   got.struct_size = sizeof got;
@@ -112,8 +105,7 @@ static void test_pool_info(void)
   /* No host tier: no region. */
   params(&p);
   e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   CHECK_OK(pkv_pool_info(e, &info));
   CHECK(info.host_k_base == NULL && info.host_v_base == NULL);
   CHECK_EQ_INT(info.host_num_blocks, 0);
@@ -123,11 +115,12 @@ static void test_pool_info(void)
 
 /* A host built against 0.1 passes the 0.1 sizes: accepted, no host tier, nothing written past
  * its structs. */
-static void test_old_callers(void)
-{
-  enum { OLD_PARAMS = offsetof(pkv_engine_params, host_num_blocks),
-         OLD_BUDGET = offsetof(pkv_kv_budget, host_num_blocks),
-         OLD_POOL = offsetof(struct pkv_pool_info, host_k_base) };
+static void test_old_callers(void) {
+  enum {
+    OLD_PARAMS = offsetof(pkv_engine_params, host_num_blocks),
+    OLD_BUDGET = offsetof(pkv_kv_budget, host_num_blocks),
+    OLD_POOL = offsetof(struct pkv_pool_info, host_k_base)
+  };
   unsigned char raw[sizeof(pkv_engine_params) + 16];
   memset(raw, 0xAB, sizeof raw);
   pkv_engine_params *p = (pkv_engine_params *)raw;
@@ -143,8 +136,7 @@ static void test_old_callers(void)
   CHECK_EQ_INT(b->num_blocks, 8);
   CHECK_EQ_INT(out[OLD_BUDGET], 0xCD);
   pkv_engine *e = NULL;
-  if (!CHECK_OK(pkv_engine_create(p, &e)))
-    return;
+  if (!CHECK_OK(pkv_engine_create(p, &e))) return;
   unsigned char info_raw[sizeof(struct pkv_pool_info) + 16];
   memset(info_raw, 0xEF, sizeof info_raw);
   struct pkv_pool_info *info = (struct pkv_pool_info *)info_raw;
@@ -157,8 +149,7 @@ static void test_old_callers(void)
   CHECK_STATUS(pkv_engine_params_init(p, OLD_PARAMS - 4), PKV_ERR_INVALID_ARGUMENT);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_planned);
   TU_RUN(test_refused);
   TU_RUN(test_pool_info);

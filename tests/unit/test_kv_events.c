@@ -6,8 +6,7 @@
 
 enum { BS = 4, SEED = 7 };
 
-static pkv_engine *engine(uint32_t num_blocks, uint32_t enable, uint32_t capacity)
-{
+static pkv_engine *engine(uint32_t num_blocks, uint32_t enable, uint32_t capacity) {
   pkv_engine_params p;
   tu_params(&p, BS, num_blocks);
   p.hash_seed = SEED;
@@ -16,8 +15,7 @@ static pkv_engine *engine(uint32_t num_blocks, uint32_t enable, uint32_t capacit
   return tu_engine_p(&p);
 }
 
-static uint32_t drain(pkv_engine *e, pkv_kv_event *out, uint32_t cap)
-{
+static uint32_t drain(pkv_engine *e, pkv_kv_event *out, uint32_t cap) {
   uint32_t n = 0;
   CHECK_OK(pkv_drain_kv_events(e, out, cap, &n));
   return n;
@@ -25,33 +23,30 @@ static uint32_t drain(pkv_engine *e, pkv_kv_event *out, uint32_t cap)
 
 /* hashes[i] = canonical hash of block i of tokens[0 .. n*BS), under salt (NULL = none);
  * hashes[-1] is the root. */
-static void chain(const int32_t *tokens, uint32_t n, const char *salt, uint64_t *hashes)
-{
+static void chain(const int32_t *tokens, uint32_t n, const char *salt, uint64_t *hashes) {
   CHECK_OK(pkv_block_hash_root(SEED, salt, salt ? (uint32_t)strlen(salt) : 0, &hashes[-1]));
   for (uint32_t i = 0; i < n; i++)
     CHECK_OK(pkv_block_hash(SEED, hashes[(int)i - 1], tokens + i * BS, BS, &hashes[i]));
 }
 
 static void check_event(const pkv_kv_event *ev, uint32_t type, uint64_t seq_no, uint64_t hash,
-                        uint64_t parent)
-{
+                        uint64_t parent) {
   CHECK_EQ_INT(ev->type, type);
   CHECK_EQ_INT(ev->seq_no, seq_no);
-  CHECK_EQ_INT(ev->num_tokens, type == PKV_EVENT_BLOCK_STORED || type == PKV_EVENT_BLOCK_REMOVED ? BS : 0);
+  CHECK_EQ_INT(ev->num_tokens,
+               type == PKV_EVENT_BLOCK_STORED || type == PKV_EVENT_BLOCK_REMOVED ? BS : 0);
   if (type == PKV_EVENT_BLOCK_STORED || type == PKV_EVENT_BLOCK_REMOVED) {
     CHECK(ev->block_hash == hash);
     CHECK(ev->parent_hash == parent);
   }
 }
 
-static void test_disabled_by_default(void)
-{
+static void test_disabled_by_default(void) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   CHECK_EQ_INT(p.enable_kv_events, 0);
   pkv_engine *e = engine(16, 0, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[12];
   tu_fill(t, 12, 1);
   uint64_t s = tu_alloc(e, t, 12, NULL);
@@ -69,11 +64,9 @@ static void test_disabled_by_default(void)
 }
 
 /* Stored once per prefix, with the chain; removed when the last copy goes. */
-static void test_stored_and_removed(void)
-{
+static void test_stored_and_removed(void) {
   pkv_engine *e = engine(16, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[12], big[64];
   tu_fill(t, 12, 1);
   tu_fill(big, 64, 1000);
@@ -117,11 +110,9 @@ static void test_stored_and_removed(void)
 
 /* A reset with nothing sealed in use: one ALL_CLEARED. With some in use: REMOVED per node that
  * went, and the nodes in use stay. */
-static void test_reset(void)
-{
+static void test_reset(void) {
   pkv_engine *e = engine(16, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[8], u[8];
   tu_fill(t, 8, 1);
   tu_fill(u, 8, 300);
@@ -146,8 +137,7 @@ static void test_reset(void)
   CHECK_OK(pkv_release(e, a));
   CHECK_OK(pkv_reset_prefix_cache(e));
   n = drain(e, ev, 16);
-  if (CHECK_EQ_INT(n, 1))
-    check_event(&ev[0], PKV_EVENT_ALL_CLEARED, 7, 0, 0);
+  if (CHECK_EQ_INT(n, 1)) check_event(&ev[0], PKV_EVENT_ALL_CLEARED, 7, 0, 0);
   st = tu_stats(e);
   CHECK_EQ_INT(st.num_cached_blocks + st.num_prefix_nodes, 0);
   uint32_t cached = 9;
@@ -159,11 +149,9 @@ static void test_reset(void)
 }
 
 /* Capacity 4: the fifth event overflows: the queue drops all and holds OVERFLOW, then goes on. */
-static void test_overflow_and_batches(void)
-{
+static void test_overflow_and_batches(void) {
   pkv_engine *e = engine(32, 1, 4);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[24];
   tu_fill(t, 24, 1);
   uint64_t h_[7], *h = h_ + 1;
@@ -177,8 +165,7 @@ static void test_overflow_and_batches(void)
     check_event(&ev[1], PKV_EVENT_BLOCK_STORED, 6, h[4], h[3]);
   }
   n = drain(e, ev, 2);
-  if (CHECK_EQ_INT(n, 1))
-    check_event(&ev[0], PKV_EVENT_BLOCK_STORED, 7, h[5], h[4]);
+  if (CHECK_EQ_INT(n, 1)) check_event(&ev[0], PKV_EVENT_BLOCK_STORED, 7, h[5], h[4]);
   CHECK_EQ_INT(drain(e, ev, 2), 0);
   /* under capacity: drained in batches of 2, oldest first */
   int32_t u[12];
@@ -198,11 +185,9 @@ static void test_overflow_and_batches(void)
 }
 
 /* Salted prompts chain from the salt's root; the same tokens under two salts are two prefixes. */
-static void test_salted_roots(void)
-{
+static void test_salted_roots(void) {
   pkv_engine *e = engine(16, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[8];
   tu_fill(t, 8, 1);
   uint64_t ha_[3], *ha = ha_ + 1, hb_[3], *hb = hb_ + 1;
@@ -225,11 +210,9 @@ static void test_salted_roots(void)
 
 /* pkv_drain_kv_events_sized: a caller's grown struct gets the known fields and zeroes after
  * them, at its own stride; sizes below 32 or not a multiple of 8 are refused and drain nothing. */
-static void test_sized_drain(void)
-{
+static void test_sized_drain(void) {
   pkv_engine *e = engine(16, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[12];
   tu_fill(t, 12, 1);
   uint64_t s = tu_alloc(e, t, 12, NULL);
@@ -240,8 +223,10 @@ static void test_sized_drain(void)
   unsigned char buf[4 * GROWN];
   memset(buf, 0xAB, sizeof buf);
   uint32_t n = 9;
-  CHECK_ERR(e, pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, 24, 3, &n), PKV_ERR_INVALID_ARGUMENT);
-  CHECK_ERR(e, pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, 36, 3, &n), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, 24, 3, &n),
+            PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(e, pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, 36, 3, &n),
+            PKV_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(n, 9);
   CHECK_OK(pkv_drain_kv_events_sized(e, (pkv_kv_event *)buf, GROWN, 4, &n));
   CHECK_EQ_INT(n, 3);
@@ -249,8 +234,7 @@ static void test_sized_drain(void)
     pkv_kv_event ev;
     memcpy(&ev, buf + i * GROWN, sizeof ev);
     check_event(&ev, PKV_EVENT_BLOCK_STORED, i + 1, h[i], h[(int)i - 1]);
-    for (uint32_t b = sizeof ev; b < GROWN; b++)
-      CHECK_EQ_INT(buf[i * GROWN + b], 0);
+    for (uint32_t b = sizeof ev; b < GROWN; b++) CHECK_EQ_INT(buf[i * GROWN + b], 0);
   }
   CHECK_EQ_INT(buf[3 * GROWN], 0xAB); /* nothing past the events drained */
   /* The 0.1 size through the sized call is the 0.1 call. */
@@ -263,8 +247,7 @@ static void test_sized_drain(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_disabled_by_default);
   TU_RUN(test_stored_and_removed);
   TU_RUN(test_reset);

@@ -12,9 +12,8 @@
 enum { MAX_GROUPS = 8, MAX_BLOCKS = 512 };
 
 /* 2 x num_layers layers: windows[i % n] for layer i (0 = full attention). */
-static pkv_engine *windowed_engine(uint32_t bs, uint32_t blocks, const uint32_t *windows, uint32_t num_layers,
-                                   int caching, int events)
-{
+static pkv_engine *windowed_engine(uint32_t bs, uint32_t blocks, const uint32_t *windows,
+                                   uint32_t num_layers, int caching, int events) {
   pkv_engine_params p;
   tu_params(&p, bs, blocks);
   p.num_layers = num_layers;
@@ -25,8 +24,7 @@ static pkv_engine *windowed_engine(uint32_t bs, uint32_t blocks, const uint32_t 
   return tu_engine_p(&p);
 }
 
-static uint32_t group_windows(pkv_engine *e, uint32_t *out)
-{
+static uint32_t group_windows(pkv_engine *e, uint32_t *out) {
   pkv_engine_params p;
   memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
@@ -36,45 +34,36 @@ static uint32_t group_windows(pkv_engine *e, uint32_t *out)
   return n;
 }
 
-static uint32_t group_table(pkv_engine *e, uint64_t seq, uint32_t g, int32_t *out)
-{
+static uint32_t group_table(pkv_engine *e, uint64_t seq, uint32_t g, int32_t *out) {
   uint32_t len = 0;
   CHECK_OK(pkv_seq_group_block_table(e, seq, g, out, MAX_BLOCKS, &len));
   return len;
 }
 
-static uint32_t held(const int32_t *t, uint32_t n)
-{
+static uint32_t held(const int32_t *t, uint32_t n) {
   uint32_t k = 0;
-  for (uint32_t i = 0; i < n; i++)
-    k += t[i] >= 0;
+  for (uint32_t i = 0; i < n; i++) k += t[i] >= 0;
   return k;
 }
 
 /* The first block a group holds with the next token at `next` (caching: never past the last
  * sealed block, the next one's parent) - the rule written out once more, apart from pkv's. */
-static uint32_t first_held(uint32_t w, uint32_t bs, uint32_t next, int caching)
-{
-  if (!w)
-    return 0;
+static uint32_t first_held(uint32_t w, uint32_t bs, uint32_t next, int caching) {
+  if (!w) return 0;
   const uint32_t first = (next >= w ? next - w + 1 : 0) / bs;
-  if (!caching)
-    return first;
+  if (!caching) return first;
   const uint32_t sealed = next / bs;
   return first < (sealed ? sealed - 1 : 0) ? first : (sealed ? sealed - 1 : 0);
 }
 
 /* Decode far past the window: every windowed group keeps at most ceil(w / bs) + 1 blocks, the
  * full group all of them, and the pool's used blocks are exactly the tables' entries. */
-static void test_block_bound(uint32_t bs, uint32_t w, int caching)
-{
+static void test_block_bound(uint32_t bs, uint32_t w, int caching) {
   const uint32_t windows[4] = {w, 0, w, 0};
   pkv_engine *e = windowed_engine(bs, 400, windows, 4, caching, 0);
-  if (!e)
-    return;
+  if (!e) return;
   uint32_t gw[MAX_GROUPS];
-  if (!CHECK_EQ_INT(group_windows(e, gw), 2) || !CHECK(gw[0] == 0 && gw[1] == w))
-    goto out;
+  if (!CHECK_EQ_INT(group_windows(e, gw), 2) || !CHECK(gw[0] == 0 && gw[1] == w)) goto out;
   int32_t prompt[30];
   tu_fill(prompt, 30, 1);
   const uint64_t s = tu_alloc(e, prompt, 30, NULL);
@@ -82,8 +71,7 @@ static void test_block_bound(uint32_t bs, uint32_t w, int caching)
   const uint32_t bound = (w + bs - 1) / bs + 1;
   for (uint32_t step = 0; step < 300; step++) {
     int32_t tok = 1000 + (int32_t)step;
-    if (!CHECK_OK(pkv_append(e, s, &tok, 1)) || !tu_compute1(e, s) || !CHECK_ENGINE(e))
-      break;
+    if (!CHECK_OK(pkv_append(e, s, &tok, 1)) || !tu_compute1(e, s) || !CHECK_ENGINE(e)) break;
     int32_t t0[MAX_BLOCKS], t1[MAX_BLOCKS];
     const uint32_t n0 = group_table(e, s, 0, t0), n1 = group_table(e, s, 1, t1);
     const uint32_t tokens = 31 + step;
@@ -105,12 +93,10 @@ out:
 }
 
 /* The batch view lists each group's tables and slots; KV events say the group. */
-static void test_view_and_events(void)
-{
+static void test_view_and_events(void) {
   const uint32_t windows[2] = {0, 6};
   pkv_engine *e = windowed_engine(4, 64, windows, 2, 1, 1);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[40];
   tu_fill(t, 40, 7);
   const uint64_t s = tu_alloc(e, t, 21, NULL);
@@ -133,8 +119,7 @@ static void test_view_and_events(void)
                      (int64_t)table[pos / 4] * 4 + pos % 4);
       }
       if (g == 0) {
-        for (uint32_t j = 0; j < n; j++)
-          CHECK_EQ_INT(v.block_indices[j], table[j]);
+        for (uint32_t j = 0; j < n; j++) CHECK_EQ_INT(v.block_indices[j], table[j]);
         CHECK_EQ_INT(held(table, n), n);
       } else {
         /* Window 6 at next token 21: keys from 16 on, block 4; blocks 0..3 given back. */
@@ -167,12 +152,10 @@ static void test_view_and_events(void)
 /* A hit needs the window's blocks: a second prompt sharing a long prefix hits it whole while the
  * windowed group still caches its window, and hits only where every group allows once the
  * windowed blocks are evicted. */
-static void test_hybrid_hits(void)
-{
+static void test_hybrid_hits(void) {
   const uint32_t windows[2] = {0, 8};
   pkv_engine *e = windowed_engine(4, 40, windows, 2, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[64];
   tu_fill(t, 64, 100);
   const uint64_t a = tu_alloc(e, t, 33, NULL);
@@ -205,12 +188,10 @@ static void test_hybrid_hits(void)
 
 /* Rollback in a windowed group: the blocks the kept window needs again come back from the cache;
  * when the cache no longer holds them the cut is refused and nothing changes. */
-static void test_truncate_window(void)
-{
+static void test_truncate_window(void) {
   const uint32_t windows[2] = {8, 0};
   pkv_engine *e = windowed_engine(4, 48, windows, 2, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   uint32_t gw[MAX_GROUPS];
   group_windows(e, gw);
   CHECK(gw[0] == 0 && gw[1] == 8);
@@ -256,12 +237,10 @@ static void test_truncate_window(void)
 }
 
 /* Forks share every group's blocks; both decode on, each within its bound. */
-static void test_fork(void)
-{
+static void test_fork(void) {
   const uint32_t windows[3] = {5, 0, 5};
   pkv_engine *e = windowed_engine(3, 64, windows, 3, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[64];
   tu_fill(t, 64, 3);
   const uint64_t a = tu_alloc(e, t, 17, NULL);
@@ -282,8 +261,7 @@ static void test_fork(void)
   for (uint32_t g = 0; g < ng; g++) {
     int32_t ta[MAX_BLOCKS];
     const uint32_t na = group_table(e, a, g, ta);
-    if (gw[g])
-      CHECK(held(ta, na) <= (gw[g] + 2) / 3 + 1);
+    if (gw[g]) CHECK(held(ta, na) <= (gw[g] + 2) / 3 + 1);
   }
   CHECK_OK(pkv_release(e, a));
   CHECK_OK(pkv_release(e, b));
@@ -293,35 +271,29 @@ static void test_fork(void)
 }
 
 /* The scheduler runs windowed requests whose full-attention KV would not fit the pool. */
-static void test_scheduler(void)
-{
+static void test_scheduler(void) {
   pkv_engine_params p;
   tu_params(&p, 4, 24);
   p.sliding_window = 8; /* every layer: one windowed group */
   p.max_num_batched_tokens = 64;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t prompt[12];
   tu_fill(prompt, 12, 40);
   pkv_request_params rp;
   pkv_request_params_init(&rp, sizeof rp);
   rp.max_new_tokens = 150; /* 162 tokens: 41 blocks under full attention, 4 with the window */
   uint64_t ids[3];
-  for (int i = 0; i < 3; i++)
-    CHECK_OK(pkv_submit(e, prompt, 12, &rp, &ids[i]));
+  for (int i = 0; i < 3; i++) CHECK_OK(pkv_submit(e, prompt, 12, &rp, &ids[i]));
   uint32_t steps = 0, finished = 0;
   int32_t sampled[8];
   for (; steps < 1000 && finished < 3; steps++) {
     pkv_batch *b = NULL;
-    if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-      break;
+    if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) break;
     const pkv_batch_view v = tu_view(b);
-    for (uint32_t i = 0; i < v.num_seqs; i++)
-      sampled[i] = 9;
+    for (uint32_t i = 0; i < v.num_seqs; i++) sampled[i] = 9;
     CHECK_OK(pkv_commit(b, sampled));
-    if (!CHECK_ENGINE(e))
-      break;
+    if (!CHECK_ENGINE(e)) break;
     uint64_t done[8];
     uint32_t nd = 0;
     CHECK_OK(pkv_drain_finished(e, done, 8, &nd));
@@ -329,8 +301,7 @@ static void test_scheduler(void)
   }
   CHECK_EQ_INT(finished, 3);
   CHECK_EQ_INT(tu_stats(e).num_preemptions, 0);
-  for (int i = 0; i < 3; i++)
-    CHECK_EQ_INT(tu_info(e, ids[i]).num_generated_tokens, 150);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(tu_info(e, ids[i]).num_generated_tokens, 150);
   /* A request whose prompt alone exceeds the pool is still refused. */
   int32_t big[100];
   tu_fill(big, 100, 1);
@@ -339,8 +310,7 @@ static void test_scheduler(void)
   pkv_engine_destroy(e);
 }
 
-static void test_refusals(void)
-{
+static void test_refusals(void) {
   const uint32_t windows[2] = {0, 16};
   pkv_engine_params p;
   tu_params(&p, 4, 32);
@@ -351,8 +321,7 @@ static void test_refusals(void)
   CHECK(e == NULL);
   p.host_num_blocks = 0;
   e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[8];
   tu_fill(t, 8, 1);
   const uint64_t s = tu_alloc(e, t, 8, NULL);
@@ -374,22 +343,17 @@ typedef struct {
   uint32_t count;
 } HashSet;
 
-static int set_has(const HashSet *s, uint64_t h)
-{
+static int set_has(const HashSet *s, uint64_t h) {
   for (uint32_t i = 0; i < s->count; i++)
-    if (s->hash[i] == h)
-      return 1;
+    if (s->hash[i] == h) return 1;
   return 0;
 }
 
-static void set_add(HashSet *s, uint64_t h)
-{
-  if (!set_has(s, h) && CHECK(s->count < 4096))
-    s->hash[s->count++] = h;
+static void set_add(HashSet *s, uint64_t h) {
+  if (!set_has(s, h) && CHECK(s->count < 4096)) s->hash[s->count++] = h;
 }
 
-static void set_del(HashSet *s, uint64_t h)
-{
+static void set_del(HashSet *s, uint64_t h) {
   for (uint32_t i = 0; i < s->count; i++)
     if (s->hash[i] == h) {
       s->hash[i] = s->hash[--s->count];
@@ -400,8 +364,7 @@ static void set_del(HashSet *s, uint64_t h)
 
 static HashSet model[MAX_GROUPS];
 
-static void absorb_events(pkv_engine *e)
-{
+static void absorb_events(pkv_engine *e) {
   pkv_kv_event ev[256];
   uint32_t n = 0;
   do {
@@ -409,20 +372,16 @@ static void absorb_events(pkv_engine *e)
     for (uint32_t i = 0; i < n; i++) {
       CHECK(ev[i].type != PKV_EVENT_OVERFLOW);
       if (ev[i].type == PKV_EVENT_ALL_CLEARED)
-        for (uint32_t g = 0; g < MAX_GROUPS; g++)
-          model[g].count = 0;
-      if (!CHECK(ev[i].group < MAX_GROUPS) || ev[i].medium != PKV_TIER_DEVICE)
-        continue;
-      if (ev[i].type == PKV_EVENT_BLOCK_STORED)
-        set_add(&model[ev[i].group], ev[i].block_hash);
-      if (ev[i].type == PKV_EVENT_BLOCK_REMOVED)
-        set_del(&model[ev[i].group], ev[i].block_hash);
+        for (uint32_t g = 0; g < MAX_GROUPS; g++) model[g].count = 0;
+      if (!CHECK(ev[i].group < MAX_GROUPS) || ev[i].medium != PKV_TIER_DEVICE) continue;
+      if (ev[i].type == PKV_EVENT_BLOCK_STORED) set_add(&model[ev[i].group], ev[i].block_hash);
+      if (ev[i].type == PKV_EVENT_BLOCK_REMOVED) set_del(&model[ev[i].group], ev[i].block_hash);
     }
   } while (n == 256);
 }
 
-static uint32_t model_hit_tokens(const int32_t *tokens, uint32_t n, uint32_t bs, const uint32_t *gw, uint32_t ng)
-{
+static uint32_t model_hit_tokens(const int32_t *tokens, uint32_t n, uint32_t bs, const uint32_t *gw,
+                                 uint32_t ng) {
   uint64_t hashes[MAX_BLOCKS];
   uint64_t h = 0;
   pkv_block_hash_root(0, NULL, 0, &h);
@@ -436,17 +395,15 @@ static uint32_t model_hit_tokens(const int32_t *tokens, uint32_t n, uint32_t bs,
     for (uint32_t g = 0; g < ng && ok; g++)
       for (uint32_t j = first_held(gw[g], bs, hit * bs, 1); j < hit && ok; j++)
         ok = set_has(&model[g], hashes[j]);
-    if (ok)
-      return hit * bs;
+    if (ok) return hit * bs;
   }
   return 0;
 }
 
-static void test_random(uint32_t seed, uint32_t bs, const uint32_t *windows, uint32_t num_layers, uint32_t ops)
-{
+static void test_random(uint32_t seed, uint32_t bs, const uint32_t *windows, uint32_t num_layers,
+                        uint32_t ops) {
   pkv_engine *e = windowed_engine(bs, 96, windows, num_layers, 1, 1);
-  if (!e)
-    return;
+  if (!e) return;
   memset(model, 0, sizeof model);
   uint32_t gw[MAX_GROUPS];
   const uint32_t ng = group_windows(e, gw);
@@ -454,8 +411,7 @@ static void test_random(uint32_t seed, uint32_t bs, const uint32_t *windows, uin
   enum { FAMILIES = 3, MAX_LIVE = 6 };
   int32_t base[FAMILIES][80];
   for (int f = 0; f < FAMILIES; f++)
-    for (int i = 0; i < 80; i++)
-      base[f][i] = f * 1000 + i;
+    for (int i = 0; i < 80; i++) base[f][i] = f * 1000 + i;
   uint64_t live[MAX_LIVE];
   uint32_t num_live = 0, hits_checked = 0, nonzero = 0, short_hits = 0;
   for (uint32_t op = 0; op < ops; op++) {
@@ -466,14 +422,14 @@ static void test_random(uint32_t seed, uint32_t bs, const uint32_t *windows, uin
       const int f = rand() % FAMILIES;
       const uint32_t n = 1 + (uint32_t)rand() % 60;
       memcpy(prompt, base[f], sizeof prompt);
-      if (rand() % 3 == 0)
-        prompt[rand() % n] = 77777 + rand() % 5;
+      if (rand() % 3 == 0) prompt[rand() % n] = 77777 + rand() % 5;
       absorb_events(e);
       const uint32_t expect = model_hit_tokens(prompt, n, bs, gw, ng);
       uint32_t q_blocks = 0, q_cached = 0;
       CHECK_OK(pkv_allocate_query(e, prompt, n, NULL, &q_blocks, &q_cached));
       if (!CHECK_EQ_INT(q_cached, expect))
-        printf("  seed %u op %u: query hit %u, the model says %u (prompt %u)\n", seed, op, q_cached, expect, n);
+        printf("  seed %u op %u: query hit %u, the model says %u (prompt %u)\n", seed, op, q_cached,
+               expect, n);
       uint64_t s = 0;
       uint32_t cached = 0;
       const pkv_status st = pkv_allocate(e, prompt, n, NULL, &s, &cached);
@@ -501,8 +457,7 @@ static void test_random(uint32_t seed, uint32_t bs, const uint32_t *windows, uin
         }
       }
       pkv_batch *b = NULL;
-      if (k && CHECK_OK(pkv_batch_begin(e, seqs, counts, k, &b)))
-        CHECK_OK(pkv_batch_end(b));
+      if (k && CHECK_OK(pkv_batch_begin(e, seqs, counts, k, &b))) CHECK_OK(pkv_batch_end(b));
     } else if (r < 75 && num_live) {
       /* Decode a token onto a computed sequence. */
       const uint64_t s = live[rand() % num_live];
@@ -542,35 +497,33 @@ static void test_random(uint32_t seed, uint32_t bs, const uint32_t *windows, uin
     /* The bound, for every computed sequence in every windowed group. */
     for (uint32_t i = 0; i < num_live; i++) {
       const struct pkv_seq_info in = tu_info(e, live[i]);
-      if (in.num_tokens != in.num_computed_tokens)
-        continue;
+      if (in.num_tokens != in.num_computed_tokens) continue;
       for (uint32_t g = 0; g < ng; g++) {
-        if (!gw[g])
-          continue;
+        if (!gw[g]) continue;
         int32_t t[MAX_BLOCKS];
         const uint32_t n = group_table(e, live[i], g, t);
         CHECK(held(t, n) <= (gw[g] + bs - 1) / bs + 1);
       }
     }
   }
-  printf("  seed %u bs %u: %u admissions checked against the model, %u with hits, %u of them short\n", seed, bs,
-         hits_checked, nonzero, short_hits);
+  printf(
+      "  seed %u bs %u: %u admissions checked against the model, %u with hits, %u of them short\n",
+      seed, bs, hits_checked, nonzero, short_hits);
   CHECK(hits_checked > ops / 20 && nonzero > 0);
-  for (uint32_t i = 0; i < num_live; i++)
-    CHECK_OK(pkv_release(e, live[i]));
+  for (uint32_t i = 0; i < num_live; i++) CHECK_OK(pkv_release(e, live[i]));
   CHECK_ENGINE(e);
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_view_and_events);
   TU_RUN(test_hybrid_hits);
   TU_RUN(test_truncate_window);
   TU_RUN(test_fork);
   TU_RUN(test_scheduler);
   TU_RUN(test_refusals);
-  static const uint32_t sizes[][2] = {{1, 1}, {1, 7}, {4, 1}, {4, 10}, {7, 16}, {16, 16}, {16, 40}, {3, 4096}};
+  static const uint32_t sizes[][2] = {{1, 1},  {1, 7},   {4, 1},   {4, 10},
+                                      {7, 16}, {16, 16}, {16, 40}, {3, 4096}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     test_block_bound(sizes[i][0], sizes[i][1], 1);
     test_block_bound(sizes[i][0], sizes[i][1], 0);

@@ -161,8 +161,7 @@ void test_growth() {
     for (uint32_t i = 0; i < n; ++i) all = all && has(t, uint64_t(i) * 1000003u, i) == (i % 2 == 1);
     CHECK(all);
     for (uint32_t i = 0; i < n; i += 2) t.insert(uint64_t(i) * 1000003u, n + i);
-    for (uint32_t i = 0; i < n; ++i)
-      all = all && has(t, uint64_t(i) * 1000003u, i % 2 ? i : n + i);
+    for (uint32_t i = 0; i < n; ++i) all = all && has(t, uint64_t(i) * 1000003u, i % 2 ? i : n + i);
     CHECK(all);
     CHECK(t.size() == n);
   }
@@ -215,8 +214,8 @@ void test_random_against_model(uint64_t seed, int ops) {
       const auto &p = live[rng.below(live.size())];
       key = p.first ^ 1;
       const uint32_t node = r < 98 ? p.second : next_node + 1;
-      const bool there = model.count(key) &&
-                         std::count(model[key].begin(), model[key].end(), node) != 0;
+      const bool there =
+          model.count(key) && std::count(model[key].begin(), model[key].end(), node) != 0;
       if (!CHECK(t.erase(key, node) == false || there)) return;
       if (there) {  // the rare case where key ^ 1 holds it after all
         std::vector<uint32_t> &v = model[key];

@@ -8,8 +8,7 @@
 
 enum { BS = 4, BLOCKS = 12, D = 8, KVH = 2, LAYERS = 2 };
 
-static pkv_engine *engine(uint32_t host_blocks, uint32_t offload, uint32_t events)
-{
+static pkv_engine *engine(uint32_t host_blocks, uint32_t offload, uint32_t events) {
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS); /* f32, 2 layers, 2 kv heads of 8 */
   p.host_num_blocks = host_blocks;
@@ -19,8 +18,7 @@ static pkv_engine *engine(uint32_t host_blocks, uint32_t offload, uint32_t event
 }
 
 /* A prompt computed (its KV written as tag) and released: its full blocks stay cached. */
-static void cache_prompt(pkv_engine *e, const int32_t *t, uint32_t n, uint32_t tag)
-{
+static void cache_prompt(pkv_engine *e, const int32_t *t, uint32_t n, uint32_t tag) {
   const uint64_t s = tu_alloc(e, t, n, NULL);
   tu_compute1(e, s);
   tu_kv_pattern(e, s, tag, n, 0);
@@ -30,15 +28,12 @@ static void cache_prompt(pkv_engine *e, const int32_t *t, uint32_t n, uint32_t t
 /* Begins a batch of seq's uncomputed tokens, checks that it lists `want` copies of `kind` (among
  * any others) and does them (pkv_batch_copy); ends the batch, or aborts it when abort != 0 (the
  * copies stay done). */
-static void do_copies(pkv_engine *e, uint64_t seq, int32_t kind, uint32_t want, int abort)
-{
+static void do_copies(pkv_engine *e, uint64_t seq, int32_t kind, uint32_t want, int abort) {
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b))) return;
   const pkv_batch_view v = tu_view(b);
   uint32_t got = 0;
-  for (uint32_t i = 0; i < v.num_copies; i++)
-    got += v.copy_kind[i] == kind;
+  for (uint32_t i = 0; i < v.num_copies; i++) got += v.copy_kind[i] == kind;
   CHECK_EQ_INT(got, want);
   CHECK_OK(pkv_batch_copy(b));
   if (abort)
@@ -49,8 +44,7 @@ static void do_copies(pkv_engine *e, uint64_t seq, int32_t kind, uint32_t want, 
 
 /* A prompt of every pool block, never computed: it evicts every cached block. Released after its
  * batch did the copies its evictions queued. */
-static void flush_pool(pkv_engine *e, int32_t first, uint32_t offloads)
-{
+static void flush_pool(pkv_engine *e, int32_t first, uint32_t offloads) {
   int32_t t[BLOCKS * BS];
   tu_fill(t, BLOCKS * BS, first);
   const uint64_t f = tu_alloc(e, t, BLOCKS * BS, NULL);
@@ -58,28 +52,23 @@ static void flush_pool(pkv_engine *e, int32_t first, uint32_t offloads)
   CHECK_OK(pkv_release(e, f));
 }
 
-static uint32_t query(pkv_engine *e, const int32_t *t, uint32_t n)
-{
+static uint32_t query(pkv_engine *e, const int32_t *t, uint32_t n) {
   uint32_t blocks = 0, cached = 0;
   CHECK_OK(pkv_allocate_query(e, t, n, NULL, &blocks, &cached));
   return cached;
 }
 
-static uint32_t count_events(const pkv_kv_event *ev, uint32_t n, uint32_t type, uint32_t medium)
-{
+static uint32_t count_events(const pkv_kv_event *ev, uint32_t n, uint32_t type, uint32_t medium) {
   uint32_t k = 0;
-  for (uint32_t i = 0; i < n; i++)
-    k += ev[i].type == type && ev[i].medium == medium;
+  for (uint32_t i = 0; i < n; i++) k += ev[i].type == type && ev[i].medium == medium;
   return k;
 }
 
 /* Offload, then a hit that loads the blocks back with the same bytes; a third prompt hits the
  * node's pool copy (it has one in each tier now) and loads nothing. */
-static void test_offload_then_hit(void)
-{
+static void test_offload_then_hit(void) {
   pkv_engine *e = engine(6, 1, 1);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t a[9];
   tu_fill(a, 9, 1);
   cache_prompt(e, a, 9, 7);
@@ -116,7 +105,8 @@ static void test_offload_then_hit(void)
   do_copies(e, s, PKV_COPY_LOAD, 2, 0);
   CHECK_EQ_INT(tu_kv_pattern(e, s, 7, 8, 1), 0); /* the loaded blocks hold the KV they left with */
   CHECK_OK(pkv_drain_kv_events(e, ev, 32, &n));
-  CHECK_EQ_INT(count_events(ev, n, PKV_EVENT_BLOCK_STORED, PKV_TIER_DEVICE), 2); /* back in the pool */
+  CHECK_EQ_INT(count_events(ev, n, PKV_EVENT_BLOCK_STORED, PKV_TIER_DEVICE),
+               2); /* back in the pool */
   CHECK_EQ_INT(n, 2);
 
   /* Copies in both tiers: the pool copy serves, nothing is loaded. */
@@ -141,11 +131,9 @@ static void test_offload_then_hit(void)
 
 /* The host tier's LRU: a full host tier drops its least recently used blocks for new offloads; a
  * load counts as a use. */
-static void test_host_lru(void)
-{
+static void test_host_lru(void) {
   pkv_engine *e = engine(4, 1, 1);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t a[9], b[9], d[9];
   tu_fill(a, 9, 1);
   tu_fill(b, 9, 100);
@@ -188,8 +176,7 @@ static void test_host_lru(void)
 
 /* Uses the 9-token prompt t's 8 cached tokens, loaded from the host tier (2 blocks), and
  * releases it. */
-static void use_from_host(pkv_engine *e, const int32_t *t)
-{
+static void use_from_host(pkv_engine *e, const int32_t *t) {
   uint32_t cached = 0;
   const uint64_t s = tu_alloc(e, t, 9, &cached);
   CHECK_EQ_INT(cached, 8);
@@ -201,11 +188,9 @@ static void use_from_host(pkv_engine *e, const int32_t *t)
  * evicted again becomes the host tier's newest, though its host copy was made first. Before the
  * fix the host copy kept the age of its first offload, so the prefix used a moment ago was the
  * first one dropped. */
-static void test_host_lru_reoffload(void)
-{
+static void test_host_lru_reoffload(void) {
   pkv_engine *e = engine(4, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t a[9], b[9], d[9];
   tu_fill(a, 9, 1);
   tu_fill(b, 9, 100);
@@ -214,8 +199,8 @@ static void test_host_lru_reoffload(void)
   flush_pool(e, 1000, 2); /* host: a */
   cache_prompt(e, b, 9, 2);
   flush_pool(e, 2000, 2); /* host: a, b (a the oldest) */
-  use_from_host(e, b); /* loaded: b has a copy in each tier */
-  use_from_host(e, a); /* loaded: a is the host tier's newest */
+  use_from_host(e, b);    /* loaded: b has a copy in each tier */
+  use_from_host(e, a);    /* loaded: a is the host tier's newest */
   uint32_t cached = 0;
   const uint64_t sb2 = tu_alloc(e, b, 9, &cached); /* b used last, from its pool copy */
   CHECK_EQ_INT(cached, 8);
@@ -240,11 +225,9 @@ static void test_host_lru_reoffload(void)
 }
 
 /* A load needs a pool block like any new block: NO_SPACE changes nothing, not even the LRU. */
-static void test_load_no_space(void)
-{
+static void test_load_no_space(void) {
   pkv_engine *e = engine(4, 1, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t a[9], big[BLOCKS * BS];
   tu_fill(a, 9, 1);
   tu_fill(big, BLOCKS * BS, 5000);
@@ -266,11 +249,9 @@ static void test_load_no_space(void)
 }
 
 /* host_offload 0: the host tier holds swapped sequences only; an evicted prefix is gone. */
-static void test_offload_off(void)
-{
+static void test_offload_off(void) {
   pkv_engine *e = engine(6, 0, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t a[9];
   tu_fill(a, 9, 1);
   cache_prompt(e, a, 9, 1);
@@ -286,11 +267,9 @@ static void test_offload_off(void)
 
 /* Swap-outs take host-tier blocks from the offloaded prefix blocks when none is free, and a reset
  * clears the host tier's cache too. */
-static void test_swap_takes_cached_host_blocks(void)
-{
+static void test_swap_takes_cached_host_blocks(void) {
   pkv_engine *e = engine(4, 1, 1);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t a[9], b[16];
   tu_fill(a, 9, 1);
   tu_fill(b, 16, 300);
@@ -329,11 +308,9 @@ static void test_swap_takes_cached_host_blocks(void)
 }
 
 /* The 0.1 symbol still writes 32-byte events; the header's macro gives the 40-byte ones. */
-static void test_event_sizes(void)
-{
+static void test_event_sizes(void) {
   pkv_engine *e = engine(4, 1, 1);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t a[9];
   tu_fill(a, 9, 1);
   cache_prompt(e, a, 9, 1);
@@ -351,8 +328,7 @@ static void test_event_sizes(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_offload_then_hit);
   TU_RUN(test_host_lru);
   TU_RUN(test_host_lru_reoffload);

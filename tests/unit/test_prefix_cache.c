@@ -2,11 +2,9 @@
 #include "test_util.h"
 
 /* The seeds' example: S2's first 512 tokens are S1's, so it shares S1's first two blocks. */
-static void test_s1_s2(void)
-{
+static void test_s1_s2(void) {
   pkv_engine *e = tu_engine(256, 16, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t s1[600], s2[520];
   tu_fill(s1, 600, 1000);
   memcpy(s2, s1, 512 * sizeof s1[0]);
@@ -45,11 +43,9 @@ static void test_s1_s2(void)
 
 /* A = [x, y, t], B = [z, y]: B's y must never be served to a prompt [x, y, ...] - neither while
  * A's y is alive, nor after A's y block was reused for y under z (nano-vllm's stale entry). */
-static void test_same_tokens_other_prefix(void)
-{
+static void test_same_tokens_other_prefix(void) {
   pkv_engine *e = tu_engine(4, 3, 0);
-  if (!e)
-    return;
+  if (!e) return;
   const int32_t x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8}, z[4] = {9, 10, 11, 12};
   int32_t pa[9], pb[8];
   memcpy(pa, x, sizeof x);
@@ -94,11 +90,9 @@ static void test_same_tokens_other_prefix(void)
 }
 
 /* Two live sequences with the same 2 blocks, then B with [z, y]: B's y has its own block. */
-static void test_same_tokens_live(void)
-{
+static void test_same_tokens_live(void) {
   pkv_engine *e = tu_engine(4, 32, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t pa[9] = {1, 2, 3, 4, 5, 6, 7, 8, 77};
   int32_t pb[9] = {9, 10, 11, 12, 5, 6, 7, 8, 77};
   uint32_t cached = 99;
@@ -110,18 +104,15 @@ static void test_same_tokens_live(void)
   tu_table(e, a, ta, 3);
   tu_table(e, b, tb, 3);
   for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++)
-      CHECK(ta[i] != tb[j]);
+    for (int j = 0; j < 3; j++) CHECK(ta[i] != tb[j]);
   CHECK_ENGINE(e);
   pkv_engine_destroy(e);
 }
 
 /* A prompt of whole blocks, fully cached, still recomputes its last block. */
-static void test_whole_block_cap(void)
-{
+static void test_whole_block_cap(void) {
   pkv_engine *e = tu_engine(4, 32, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[12];
   tu_fill(t, 12, 100);
   uint32_t cached = 99, q_blocks = 0, q_cached = 99;
@@ -154,11 +145,9 @@ static void test_whole_block_cap(void)
 }
 
 /* Different salts never share; the same salt (other buffer, same bytes) does. */
-static void test_salts(void)
-{
+static void test_salts(void) {
   pkv_engine *e = tu_engine(4, 64, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[9];
   tu_fill(t, 9, 500);
   char salt_a2[] = "tenant-a";
@@ -196,11 +185,9 @@ static void test_salts(void)
 }
 
 /* Same-step duplicates are two copies of one node; a hit prefers the copy in use. */
-static void test_hit_prefers_used_copy(void)
-{
+static void test_hit_prefers_used_copy(void) {
   pkv_engine *e = tu_engine(4, 32, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[9];
   tu_fill(t, 9, 700);
   uint32_t cached = 99;
@@ -229,14 +216,12 @@ static void test_hit_prefers_used_copy(void)
 }
 
 /* Prefix caching off: nothing is ever shared. */
-static void test_prefix_caching_off(void)
-{
+static void test_prefix_caching_off(void) {
   pkv_engine_params p;
   tu_params(&p, 4, 32);
   p.enable_prefix_caching = 0;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[9];
   tu_fill(t, 9, 1);
   uint32_t cached = 99;
@@ -249,8 +234,7 @@ static void test_prefix_caching_off(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_s1_s2);
   TU_RUN(test_same_tokens_other_prefix);
   TU_RUN(test_same_tokens_live);

@@ -7,8 +7,7 @@
 #define MIB (1024ull * 1024)
 
 /* A Llama-3-8B-like shape on a planned 80 GiB device (no measuring). */
-static void llama_params(pkv_engine_params *p)
-{
+static void llama_params(pkv_engine_params *p) {
   tu_params(p, 16, 0);
   p->num_layers = 32;
   p->num_q_heads = 32;
@@ -22,8 +21,7 @@ static void llama_params(pkv_engine_params *p)
   p->memory_utilization = 0.5;
 }
 
-static pkv_kv_budget profile(const pkv_engine_params *p, pkv_status want)
-{
+static pkv_kv_budget profile(const pkv_engine_params *p, pkv_status want) {
   pkv_kv_budget b;
   memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
@@ -31,8 +29,7 @@ static pkv_kv_budget profile(const pkv_engine_params *p, pkv_status want)
   return b;
 }
 
-static void test_budget_terms(void)
-{
+static void test_budget_terms(void) {
   pkv_engine_params p;
   llama_params(&p);
   pkv_kv_budget b = profile(&p, PKV_OK);
@@ -69,15 +66,14 @@ static void test_budget_terms(void)
   CHECK_EQ_INT(b.max_seqs_at_max_model_len, b.num_blocks);
 }
 
-static void test_block_bytes(void)
-{
+static void test_block_bytes(void) {
   pkv_engine_params p;
   llama_params(&p);
   const struct {
     int32_t dtype;
     uint32_t tp, kv_heads, block_size, per_rank, dtype_bytes;
   } cases[] = {
-      {PKV_DTYPE_F32, 1, 8, 16, 8, 4}, {PKV_DTYPE_F16, 2, 8, 16, 4, 2},
+      {PKV_DTYPE_F32, 1, 8, 16, 8, 4},  {PKV_DTYPE_F16, 2, 8, 16, 4, 2},
       {PKV_DTYPE_BF16, 8, 8, 32, 1, 2}, {PKV_DTYPE_BF16, 16, 8, 16, 1, 2},
       {PKV_DTYPE_F16, 4, 2, 7, 1, 2},   {PKV_DTYPE_F32, 1, 32, 1, 32, 4},
   };
@@ -95,8 +91,7 @@ static void test_block_bytes(void)
   }
 }
 
-static void test_byte_cap_and_fixed_blocks(void)
-{
+static void test_byte_cap_and_fixed_blocks(void) {
   pkv_engine_params p;
   llama_params(&p);
   p.kv_cache_bytes = GIB + 5;
@@ -117,8 +112,7 @@ static void test_byte_cap_and_fixed_blocks(void)
   CHECK_EQ_INT(b.max_seqs_at_max_model_len, 1);
 }
 
-static void test_too_small(void)
-{
+static void test_too_small(void) {
   pkv_engine_params p;
   llama_params(&p);
   p.kv_cache_bytes = 100 * MIB; /* one 4096-token sequence needs 512 MiB */
@@ -146,15 +140,13 @@ static void test_too_small(void)
 }
 
 /* An engine sized by a byte cap reports the same budget and that many blocks. */
-static void test_engine_budget(void)
-{
+static void test_engine_budget(void) {
   pkv_engine_params p;
   tu_params(&p, 4, 0);
   uint64_t block_bytes = 2ull * 2 * 4 * 2 * 8 * 4;
   p.kv_cache_bytes = 10 * block_bytes + 5;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   pkv_kv_budget b;
   memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
@@ -175,8 +167,7 @@ static void test_engine_budget(void)
 }
 
 /* Measuring the host (memory_total_bytes 0) gives a real total and changes nothing. */
-static void test_measured_host(void)
-{
+static void test_measured_host(void) {
   pkv_engine_params p;
   llama_params(&p);
   p.memory_total_bytes = 0;
@@ -190,8 +181,7 @@ static void test_measured_host(void)
 
 /* fp8: one byte per element, half of bf16's block; its scales (K and V, per layer and kv head
  * of this rank) come out of the budget before the blocks. */
-static void test_fp8(void)
-{
+static void test_fp8(void) {
   pkv_engine_params p;
   llama_params(&p); /* bf16, budget 22 GiB, max_model_len 4096 */
   pkv_kv_budget b16 = profile(&p, PKV_OK);
@@ -261,18 +251,29 @@ static void test_fp8(void)
 
 /* One window for every layer: one group; a sequence of max_model_len holds what one token's
  * window spans, ceil(w / block_size) + 1 blocks, never more than its own. */
-static void test_one_window(void)
-{
+static void test_one_window(void) {
   pkv_engine_params p;
   llama_params(&p); /* max_model_len 4096, block_size 16: 256 blocks under full attention */
   const struct {
     uint32_t window, max_model_len, blocks;
   } cases[] = {
-      {1024, 4096, 65},  {1000, 4096, 64}, {1008, 4096, 64}, {1009, 4096, 65},
+      {1024, 4096, 65},
+      {1000, 4096, 64},
+      {1008, 4096, 64},
+      {1009, 4096, 65},
       /* max_model_len on a block boundary: the sequence one token shorter holds 9, not 8 */
-      {128, 4096, 9},    {128, 4095, 9},   {16, 4096, 2},    {1, 4096, 2},
-      {4096, 4096, 256}, {5000, 4096, 256}, {4080, 4096, 256}, {4064, 4096, 255},
-      {4048, 4096, 254}, {8, 20, 2},       {8, 10, 1},       {64, 0, 1},
+      {128, 4096, 9},
+      {128, 4095, 9},
+      {16, 4096, 2},
+      {1, 4096, 2},
+      {4096, 4096, 256},
+      {5000, 4096, 256},
+      {4080, 4096, 256},
+      {4064, 4096, 255},
+      {4048, 4096, 254},
+      {8, 20, 2},
+      {8, 10, 1},
+      {64, 0, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     p.sliding_window = cases[i].window;
@@ -288,8 +289,7 @@ static void test_one_window(void)
   }
   /* the same through layer_windows all alike */
   uint32_t w[32];
-  for (int l = 0; l < 32; l++)
-    w[l] = 1024;
+  for (int l = 0; l < 32; l++) w[l] = 1024;
   p.sliding_window = 0;
   p.max_model_len = 4096;
   p.layer_windows = w;
@@ -299,8 +299,7 @@ static void test_one_window(void)
 
 /* Windows on some layers: KV groups of group_layers layers, blocks of that many layers, and a
  * sequence's blocks summed over the groups. */
-static void test_groups(void)
-{
+static void test_groups(void) {
   pkv_engine_params p;
   llama_params(&p);
   uint32_t w[32];
@@ -320,8 +319,7 @@ static void test_groups(void)
 
   /* Gemma 3's 5:1 over 62 layers: 10 full set group_layers, 52 windowed in 6 groups, 8 padded */
   uint32_t g3[62];
-  for (uint32_t l = 0; l < 62; l++)
-    g3[l] = (l + 1) % 6 ? 1024 : 0;
+  for (uint32_t l = 0; l < 62; l++) g3[l] = (l + 1) % 6 ? 1024 : 0;
   p.num_layers = 62;
   p.num_kv_heads = 16;
   p.layer_windows = g3;
@@ -356,8 +354,7 @@ static void test_groups(void)
 /* Multi-head latent attention: one latent of kv_lora_rank + qk_rope_head_dim values per token per
  * layer, no V, whole on every rank; DeepSeek-V3's shape at 80 GiB. Its rules, and engines over it
  * refused for now. */
-static void test_mla(void)
-{
+static void test_mla(void) {
   pkv_engine_params p;
   tu_params(&p, 16, 0);
   p.num_layers = 61;
@@ -377,7 +374,8 @@ static void test_mla(void)
     pkv_kv_budget b = profile(&p, PKV_OK);
     CHECK_EQ_INT(b.kv_layout, PKV_KV_LAYOUT_MLA);
     CHECK_EQ_INT(b.kv_heads_per_rank, 1);
-    CHECK_EQ_INT(b.bytes_per_token, 61ull * 576 * 2); /* 70272: the latent, not K and V of 128 heads */
+    CHECK_EQ_INT(b.bytes_per_token,
+                 61ull * 576 * 2); /* 70272: the latent, not K and V of 128 heads */
     CHECK_EQ_INT(b.block_bytes, 16ull * 61 * 576 * 2);
     CHECK_EQ_INT(b.num_blocks, (uint64_t)(80 * GIB * 0.9) / b.block_bytes);
     CHECK_EQ_INT(b.max_seqs_at_max_model_len, b.num_blocks / 10240);
@@ -444,8 +442,7 @@ static void test_mla(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_budget_terms);
   TU_RUN(test_block_bytes);
   TU_RUN(test_byte_cap_and_fixed_blocks);

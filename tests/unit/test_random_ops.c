@@ -14,27 +14,21 @@ enum { NUM_BASES = 4, BASE_LEN = 48, ALPHABET = 6 };
 
 static int32_t bases[NUM_BASES][BASE_LEN];
 
-static void random_tokens(world *w, int32_t *t, uint32_t n)
-{
-  for (uint32_t i = 0; i < n; i++)
-    t[i] = (int32_t)rnd(w, ALPHABET);
+static void random_tokens(world *w, int32_t *t, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) t[i] = (int32_t)rnd(w, ALPHABET);
 }
 
 /* No false hit: a new sequence's cached tokens hold its contexts (later, when copies are
  * pending that no view has listed yet: check_world checks every computed token then). */
-static void check_hit(world *w, const rseq *s, uint32_t cached)
-{
+static void check_hit(world *w, const rseq *s, uint32_t cached) {
   note_tier_copies(w); /* loads of host-tier hits, offloads of the blocks it evicted */
   store_resync(w);     /* blocks fetched from the store into the host tier */
   const uint64_t *shadow = effective(w);
-  if (shadow)
-    check_slots(w, s, 0, cached, shadow);
+  if (shadow) check_slots(w, s, 0, cached, shadow);
 }
 
-static void op_allocate(world *w)
-{
-  if (w->nseqs == MAX_SEQS)
-    return;
+static void op_allocate(world *w) {
+  if (w->nseqs == MAX_SEQS) return;
   rseq *s = &w->seqs[w->nseqs];
   memset(s, 0, sizeof *s);
   s->salt = (int)rnd(w, 3);
@@ -57,8 +51,7 @@ static void op_allocate(world *w)
     EXPECT(world_state(w) == st);
     return;
   }
-  if (!CHECK_OK(r))
-    return;
+  if (!CHECK_OK(r)) return;
   EXPECT(q_blocks <= free_before && free_blocks(w) == free_before - q_blocks);
   EXPECT(w->store ? cached >= q_cached : cached == q_cached); /* the query does not ask the store */
   EXPECT(cached % w->bs == 0 && cached <= (n - 1) / w->bs * w->bs);
@@ -69,17 +62,13 @@ static void op_allocate(world *w)
   check_hit(w, s, cached);
 }
 
-static void op_append(world *w)
-{
+static void op_append(world *w) {
   int i = pick(w, RUNNING | IDLE);
-  if (i < 0)
-    return;
+  if (i < 0) return;
   rseq *s = &w->seqs[i];
   uint32_t n = 1 + (uint32_t)rnd(w, w->bs + 2);
-  if (n > MAX_LEN - s->len)
-    n = MAX_LEN - s->len;
-  if (n == 0)
-    return;
+  if (n > MAX_LEN - s->len) n = MAX_LEN - s->len;
+  if (n == 0) return;
   int32_t t[MAX_LEN], old[MAX_LEN];
   random_tokens(w, t, n);
   uint32_t n_old = get_table(w, s, old);
@@ -90,17 +79,14 @@ static void op_append(world *w)
     EXPECT(world_state(w) == st);
     return;
   }
-  if (!CHECK_OK(r))
-    return;
+  if (!CHECK_OK(r)) return;
   seq_push(s, t, n);
   note_copies(w, s, old, n_old);
 }
 
-static void op_fork(world *w)
-{
+static void op_fork(world *w) {
   int i = pick(w, IDLE);
-  if (i < 0 || w->nseqs == MAX_SEQS)
-    return;
+  if (i < 0 || w->nseqs == MAX_SEQS) return;
   rseq *p = &w->seqs[i], *c = &w->seqs[w->nseqs];
   uint64_t child = 0;
   if (p->computed < p->len || p->swapped) {
@@ -109,8 +95,7 @@ static void op_fork(world *w)
     EXPECT(world_state(w) == st);
     return;
   }
-  if (!CHECK_OK(pkv_fork(w->e, p->id, &child)))
-    return;
+  if (!CHECK_OK(pkv_fork(w->e, p->id, &child))) return;
   *c = *p;
   c->id = child;
   w->nseqs++;
@@ -119,15 +104,12 @@ static void op_fork(world *w)
   EXPECT(np == nc && memcmp(tp, tc, np * sizeof tp[0]) == 0);
 }
 
-static void op_release(world *w)
-{
+static void op_release(world *w) {
   int i = pick(w, IDLE);
-  if (i < 0)
-    return;
+  if (i < 0) return;
   const int swapped = w->seqs[i].swapped;
   const uint64_t host_free = tu_stats(w->e).num_host_free_blocks;
-  if (!CHECK_OK(pkv_release(w->e, w->seqs[i].id)))
-    return;
+  if (!CHECK_OK(pkv_release(w->e, w->seqs[i].id))) return;
   w->seqs[i] = w->seqs[--w->nseqs];
   w->num_swapped_release += (uint64_t)swapped;
   EXPECT(swapped ? tu_stats(w->e).num_host_free_blocks >= host_free
@@ -136,11 +118,9 @@ static void op_release(world *w)
 
 /* Rollback: a running or preempted sequence outside the batch keeps a random prefix of its
  * tokens; a swapped one is refused. */
-static void op_truncate(world *w)
-{
+static void op_truncate(world *w) {
   int i = pick(w, IDLE);
-  if (i < 0)
-    return;
+  if (i < 0) return;
   rseq *s = &w->seqs[i];
   const uint32_t n = 1 + (uint32_t)rnd(w, s->len);
   if (s->swapped) {
@@ -150,28 +130,22 @@ static void op_truncate(world *w)
     return;
   }
   /* The model mirrors which queued copy-on-write pkv drops: every queued copy must be known. */
-  if (w->nunknown && !w->batch)
-    probe_copies(w);
-  if (w->nunknown)
-    return;
+  if (w->nunknown && !w->batch) probe_copies(w);
+  if (w->nunknown) return;
   int32_t before[MAX_LEN];
   const uint32_t nb = s->preempted ? 0 : get_table(w, s, before);
   const uint32_t free0 = free_blocks(w);
-  if (!CHECK_OK(pkv_truncate(w->e, s->id, n)))
-    return;
+  if (!CHECK_OK(pkv_truncate(w->e, s->id, n))) return;
   EXPECT(free_blocks(w) >= free0);
   s->len = n;
-  if (s->computed > n)
-    s->computed = n;
+  if (s->computed > n) s->computed = n;
   w->num_truncates++;
   count_refs(w);
   for (uint32_t k = nb; k-- > num_table_blocks(w, s) && !s->preempted;)
-    if (w->refs[before[k]] == 0)
-      undo_copy_into(w, before[k]);
+    if (w->refs[before[k]] == 0) undo_copy_into(w, before[k]);
 }
 
-static void op_preempt(world *w)
-{
+static void op_preempt(world *w) {
   int i = pick(w, RUNNING | IDLE);
   if (i >= 0 && CHECK_OK(pkv_preempt(w->e, w->seqs[i].id))) {
     w->seqs[i].preempted = 1;
@@ -180,11 +154,9 @@ static void op_preempt(world *w)
   }
 }
 
-static void op_resume(world *w)
-{
+static void op_resume(world *w) {
   int i = pick(w, PREEMPTED);
-  if (i < 0)
-    return;
+  if (i < 0) return;
   rseq *s = &w->seqs[i];
   uint64_t st = world_state(w);
   uint32_t cached = 0;
@@ -194,8 +166,7 @@ static void op_resume(world *w)
     EXPECT(world_state(w) == st);
     return;
   }
-  if (!CHECK_OK(r))
-    return;
+  if (!CHECK_OK(r)) return;
   EXPECT(cached % w->bs == 0 && cached <= (s->len - 1) / w->bs * w->bs);
   s->preempted = 0;
   s->computed = cached;
@@ -204,8 +175,7 @@ static void op_resume(world *w)
 }
 
 /* Checks member k's rows of the view and queues its writes; none may go to a shared block. */
-static void plan_writes(world *w, const pkv_batch_view *v, uint32_t k, const rseq *s)
-{
+static void plan_writes(world *w, const pkv_batch_view *v, uint32_t k, const rseq *s) {
   int32_t table[MAX_LEN];
   uint32_t nt = get_table(w, s, table);
   int32_t row = v->query_start[k];
@@ -225,23 +195,19 @@ static void plan_writes(world *w, const pkv_batch_view *v, uint32_t k, const rse
   }
 }
 
-static void op_begin(world *w)
-{
-  if (w->batch)
-    return;
+static void op_begin(world *w) {
+  if (w->batch) return;
   uint64_t ids[MAX_SEQS];
   uint32_t counts[MAX_SEQS], n = 0;
   int idx[MAX_SEQS], all = rnd(w, 4) == 0;
   for (uint32_t i = 0; i < w->nseqs; i++) {
     const rseq *s = &w->seqs[i];
-    if (s->preempted || s->swapped || s->computed == s->len || rnd(w, 2))
-      continue;
+    if (s->preempted || s->swapped || s->computed == s->len || rnd(w, 2)) continue;
     idx[n] = (int)i;
     ids[n] = s->id;
     counts[n++] = all ? s->len - s->computed : 1 + (uint32_t)rnd(w, s->len - s->computed);
   }
-  if (n == 0 || !CHECK_OK(pkv_batch_begin(w->e, ids, all ? NULL : counts, n, &w->batch)))
-    return;
+  if (n == 0 || !CHECK_OK(pkv_batch_begin(w->e, ids, all ? NULL : counts, n, &w->batch))) return;
   pkv_batch_view v = tu_view(w->batch);
   EXPECT(v.num_seqs == n && v.block_size == w->bs);
   count_refs(w);
@@ -255,85 +221,100 @@ static void op_begin(world *w)
 }
 
 /* pkv does the open batch's copies now (a host without pkv_attention); once only. */
-static void op_batch_copy(world *w)
-{
-  if (!w->batch || !CHECK_OK(pkv_batch_copy(w->batch)) || w->copies_done)
-    return;
+static void op_batch_copy(world *w) {
+  if (!w->batch || !CHECK_OK(pkv_batch_copy(w->batch)) || w->copies_done) return;
   do_taken(w, 0);
   w->num_batch_copy++;
 }
 
-static void op_end(world *w, int abort)
-{
-  if (!w->batch)
-    return;
+static void op_end(world *w, int abort) {
+  if (!w->batch) return;
   if (abort) {
     pkv_batch_abort(w->batch);
-    if (!w->copies_done)
-      untake_copies(w);
+    if (!w->copies_done) untake_copies(w);
   } else {
-    if (!w->copies_done && rnd(w, 2))
-      op_batch_copy(w);
+    if (!w->copies_done && rnd(w, 2)) op_batch_copy(w);
     if (!w->copies_done)
       do_taken(w, 1); /* the host's own kernels: the copies first, then the writes */
-    for (uint32_t i = 0; i < w->nwrites; i++)
-      pool_write(w, w->write_slot[i], w->write_ctx[i]);
+    for (uint32_t i = 0; i < w->nwrites; i++) pool_write(w, w->write_slot[i], w->write_ctx[i]);
     if (CHECK_OK(pkv_batch_end(w->batch))) {
-      for (uint32_t i = 0; i < w->nwrites; i++)
-        w->shadow[w->write_slot[i]] = w->write_ctx[i];
-      for (uint32_t i = 0; i < w->nseqs; i++)
-        w->seqs[i].computed += w->seqs[i].batch_new;
+      for (uint32_t i = 0; i < w->nwrites; i++) w->shadow[w->write_slot[i]] = w->write_ctx[i];
+      for (uint32_t i = 0; i < w->nseqs; i++) w->seqs[i].computed += w->seqs[i].batch_new;
     }
   }
   w->batch = NULL;
   w->copies_done = 0;
-  for (uint32_t i = 0; i < w->nseqs; i++)
-    w->seqs[i].batch_new = 0;
+  for (uint32_t i = 0; i < w->nseqs; i++) w->seqs[i].batch_new = 0;
 }
 
 /* Calls refused while a batch is open: a second batch, changes to a member. */
-static void misuse_member(world *w)
-{
+static void misuse_member(world *w) {
   int i = pick(w, MEMBER);
-  if (!w->batch || i < 0)
-    return;
+  if (!w->batch || i < 0) return;
   uint64_t id = w->seqs[i].id, child = 0, st = world_state(w);
   int32_t t = 1;
   pkv_batch *b = NULL;
   switch (rnd(w, 7)) {
-  case 0: CHECK_ERR(w->e, pkv_batch_begin(w->e, &id, NULL, 1, &b), PKV_ERR_STATE); break;
-  case 1: CHECK_ERR(w->e, pkv_append(w->e, id, &t, 1), PKV_ERR_STATE); break;
-  case 2: CHECK_ERR(w->e, pkv_fork(w->e, id, &child), PKV_ERR_STATE); break;
-  case 3: CHECK_ERR(w->e, pkv_release(w->e, id), PKV_ERR_STATE); break;
-  case 4: CHECK_ERR(w->e, pkv_swap_out(w->e, id), PKV_ERR_STATE); break;
-  case 5: CHECK_ERR(w->e, pkv_swap_in(w->e, id), PKV_ERR_STATE); break;
-  default: CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE); break;
+    case 0:
+      CHECK_ERR(w->e, pkv_batch_begin(w->e, &id, NULL, 1, &b), PKV_ERR_STATE);
+      break;
+    case 1:
+      CHECK_ERR(w->e, pkv_append(w->e, id, &t, 1), PKV_ERR_STATE);
+      break;
+    case 2:
+      CHECK_ERR(w->e, pkv_fork(w->e, id, &child), PKV_ERR_STATE);
+      break;
+    case 3:
+      CHECK_ERR(w->e, pkv_release(w->e, id), PKV_ERR_STATE);
+      break;
+    case 4:
+      CHECK_ERR(w->e, pkv_swap_out(w->e, id), PKV_ERR_STATE);
+      break;
+    case 5:
+      CHECK_ERR(w->e, pkv_swap_in(w->e, id), PKV_ERR_STATE);
+      break;
+    default:
+      CHECK_ERR(w->e, pkv_preempt(w->e, id), PKV_ERR_STATE);
+      break;
   }
   EXPECT(world_state(w) == st);
 }
 
-static void step(world *w)
-{
+static void step(world *w) {
   uint64_t r = rnd(w, 118);
-  if (r < 18) op_allocate(w);
-  else if (r < 36) op_append(w);
-  else if (r < 52) op_begin(w);
-  else if (r < 64) op_end(w, 0);
-  else if (r < 67) op_end(w, 1);
-  else if (r < 73) op_fork(w);
-  else if (r < 85) op_release(w);
-  else if (r < 89) op_preempt(w);
-  else if (r < 95) op_resume(w);
-  else if (r < 98) misuse_member(w);
-  else if (r < 100) misuse_state(w);
-  else if (r < 105) op_swap_out(w);
-  else if (r < 110) op_swap_in(w);
-  else if (r < 114) op_batch_copy(w);
-  else op_truncate(w);
+  if (r < 18)
+    op_allocate(w);
+  else if (r < 36)
+    op_append(w);
+  else if (r < 52)
+    op_begin(w);
+  else if (r < 64)
+    op_end(w, 0);
+  else if (r < 67)
+    op_end(w, 1);
+  else if (r < 73)
+    op_fork(w);
+  else if (r < 85)
+    op_release(w);
+  else if (r < 89)
+    op_preempt(w);
+  else if (r < 95)
+    op_resume(w);
+  else if (r < 98)
+    misuse_member(w);
+  else if (r < 100)
+    misuse_state(w);
+  else if (r < 105)
+    op_swap_out(w);
+  else if (r < 110)
+    op_swap_in(w);
+  else if (r < 114)
+    op_batch_copy(w);
+  else
+    op_truncate(w);
 }
 
-static void report(const world *w, uint32_t ops)
-{
+static void report(const world *w, uint32_t ops) {
   printf("%u ops: %llu NO_SPACE, %llu admissions with hits, %llu copies, %llu preemptions\n", ops,
          (unsigned long long)w->num_no_space, (unsigned long long)w->num_hits,
          (unsigned long long)w->num_cow, (unsigned long long)w->num_preempt);
@@ -361,35 +342,32 @@ static void report(const world *w, uint32_t ops)
   if (w->host_blocks && w->offload)
     CHECK(st.num_offloaded_blocks > 0 && st.num_loaded_blocks > 0 && st.num_host_evictions > 0);
   if (w->store) {
-    printf("store: %llu blocks looked up, %llu fetched (%llu hit tokens), %llu written, %llu host slots synced\n",
-           (unsigned long long)st.num_store_lookups, (unsigned long long)st.num_store_hits,
-           (unsigned long long)st.store_hit_tokens, (unsigned long long)st.num_store_puts,
-           (unsigned long long)w->num_store_synced);
+    printf(
+        "store: %llu blocks looked up, %llu fetched (%llu hit tokens), %llu written, %llu host slots synced\n",
+        (unsigned long long)st.num_store_lookups, (unsigned long long)st.num_store_hits,
+        (unsigned long long)st.store_hit_tokens, (unsigned long long)st.num_store_puts,
+        (unsigned long long)w->num_store_synced);
     CHECK(st.num_store_hits > 0 && st.num_store_rejected == 0 && st.num_store_errors == 0);
   }
 }
 
 /* Everything released and one step's copies done (the probe's batch, aborted after
  * pkv_batch_copy): both tiers are free again, but for the probe's block. */
-static void drain(world *w)
-{
+static void drain(world *w) {
   op_end(w, 0);
   while (w->nseqs)
-    if (!CHECK_OK(pkv_release(w->e, w->seqs[--w->nseqs].id)))
-      return;
+    if (!CHECK_OK(pkv_release(w->e, w->seqs[--w->nseqs].id))) return;
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b))) return;
   CHECK_OK(pkv_batch_copy(b));
   pkv_batch_abort(b);
   CHECK_ENGINE(w->e);
   const pkv_stats st = tu_stats(w->e);
-  CHECK(st.num_used_blocks == 1 && st.num_host_free_blocks == w->host_blocks &&
-        st.num_seqs == 1 && st.num_swapped_seqs == 0);
+  CHECK(st.num_used_blocks == 1 && st.num_host_free_blocks == w->host_blocks && st.num_seqs == 1 &&
+        st.num_swapped_seqs == 0);
 }
 
-static int setup(world *w, uint32_t flags)
-{
+static int setup(world *w, uint32_t flags) {
   pkv_engine_params p;
   tu_params(&p, w->bs, w->num_blocks);
   p.max_model_len = MAX_LEN;
@@ -404,13 +382,11 @@ static int setup(world *w, uint32_t flags)
     store.write_queue_blocks = 1u << 16;
     p.store = &store;
   }
-  if (!(w->e = tu_engine_p(&p)))
-    return 0;
+  if (!(w->e = tu_engine_p(&p))) return 0;
   w->shadow = calloc(shadow_len(w), sizeof w->shadow[0]);
   w->eff = calloc(shadow_len(w), sizeof w->eff[0]);
   w->refs = calloc(w->num_blocks, sizeof w->refs[0]);
-  if (!CHECK(w->shadow && w->eff && w->refs) || !pool_init(w))
-    return 0;
+  if (!CHECK(w->shadow && w->eff && w->refs) || !pool_init(w)) return 0;
   pkv_seq_params sp;
   pkv_seq_params_init(&sp, sizeof sp);
   sp.cache_salt = "probe";
@@ -420,21 +396,18 @@ static int setup(world *w, uint32_t flags)
 }
 
 static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_ops, uint32_t flags,
-                uint32_t host_blocks, int offload, int store)
-{
-  printf("seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u, %u host-tier blocks, offload %d, "
-         "store %d\n",
-         (unsigned long long)seed, bs, num_blocks, num_ops, flags, host_blocks, offload, store);
+                uint32_t host_blocks, int offload, int store) {
+  printf(
+      "seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u, %u host-tier blocks, offload %d, "
+      "store %d\n",
+      (unsigned long long)seed, bs, num_blocks, num_ops, flags, host_blocks, offload, store);
   world *w = calloc(1, sizeof *w);
-  if (!CHECK(w != NULL))
-    return;
+  if (!CHECK(w != NULL)) return;
   w->rng = seed, w->bs = bs, w->num_blocks = num_blocks, w->host_blocks = host_blocks;
   w->offload = offload;
   w->store = store;
-  if (!setup(w, flags))
-    num_ops = 0;
-  for (int k = 0; k < NUM_BASES; k++)
-    random_tokens(w, bases[k], BASE_LEN);
+  if (!setup(w, flags)) num_ops = 0;
+  for (int k = 0; k < NUM_BASES; k++) random_tokens(w, bases[k], BASE_LEN);
   int failed_before = tu_failed_;
   uint32_t op = 0;
   for (; op < num_ops && tu_failed_ == failed_before; op++) {
@@ -455,11 +428,12 @@ static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_op
   free(w);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   if (!CHECK(argc >= 5)) {
-    fprintf(stderr, "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD [STORE]]]]\n",
-            argv[0]);
+    fprintf(
+        stderr,
+        "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD [STORE]]]]\n",
+        argv[0]);
     return tu_summary();
   }
   run(strtoull(argv[1], NULL, 0), (uint32_t)strtoul(argv[2], NULL, 0),

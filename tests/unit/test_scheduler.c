@@ -4,14 +4,11 @@
  * randomized run in test_scheduler_random.c. */
 #include "sched_util.h"
 
-static void test_running_decode_every_step(void)
-{
+static void test_running_decode_every_step(void) {
   pkv_engine *e = su_engine(4, 64, 8, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t s[3];
-  for (int i = 0; i < 3; i++)
-    s[i] = su_submit_plain(e, 100 * (i + 1), 3 + (uint32_t)i, 5, -1, 0);
+  for (int i = 0; i < 3; i++) s[i] = su_submit_plain(e, 100 * (i + 1), 3 + (uint32_t)i, 5, -1, 0);
   su_plan v;
   CHECK_EQ_INT(su_step(e, &v), 3);
   CHECK_EQ_INT(v.num_tokens, 3 + 4 + 5);
@@ -46,15 +43,12 @@ static void test_running_decode_every_step(void)
 }
 
 /* max_num_seqs 1 and one token each: the steps show the admission order. */
-static void test_priority_then_arrival(void)
-{
+static void test_priority_then_arrival(void) {
   pkv_engine *e = su_engine(4, 64, 1, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t prio[5] = {0, 5, 0, 5, 9};
   uint64_t s[5];
-  for (int i = 0; i < 5; i++)
-    s[i] = su_submit_plain(e, 10 * i, 2, 1, -1, prio[i]);
+  for (int i = 0; i < 5; i++) s[i] = su_submit_plain(e, 10 * i, 2, 1, -1, prio[i]);
   int order[5] = {4, 1, 3, 0, 2};
   for (int k = 0; k < 5; k++) {
     su_plan v;
@@ -65,21 +59,17 @@ static void test_priority_then_arrival(void)
   uint32_t n = 0;
   CHECK_OK(pkv_drain_finished(e, done, 8, &n));
   CHECK_EQ_INT(n, 5);
-  for (uint32_t k = 0; k < n; k++)
-    CHECK_EQ_INT(done[k], s[order[k]]);
+  for (uint32_t k = 0; k < n; k++) CHECK_EQ_INT(done[k], s[order[k]]);
   CHECK_OK(pkv_drain_finished(e, done, 8, &n));
   CHECK_EQ_INT(n, 0);
   pkv_engine_destroy(e);
 }
 
-static void test_max_num_seqs(void)
-{
+static void test_max_num_seqs(void) {
   pkv_engine *e = su_engine(4, 64, 2, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t s[4];
-  for (int i = 0; i < 4; i++)
-    s[i] = su_submit_plain(e, 10 * i, 3, 3, -1, 0);
+  for (int i = 0; i < 4; i++) s[i] = su_submit_plain(e, 10 * i, 3, 3, -1, 0);
   su_plan v;
   CHECK_EQ_INT(su_step(e, &v), 2);
   CHECK_EQ_INT(v.seq_ids[0], s[0]);
@@ -100,11 +90,9 @@ static void test_max_num_seqs(void)
 
 /* A 20-token prompt under a budget of 8 tokens: chunks 8, 8, 4; the 3-token request behind it
  * shares the last chunk's step. */
-static void test_chunked_prompt(void)
-{
+static void test_chunked_prompt(void) {
   pkv_engine *e = su_engine(4, 64, 8, 8, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t a = su_submit_plain(e, 1, 20, 2, -1, 0);
   uint64_t b = su_submit_plain(e, 100, 3, 2, -1, 0);
   su_plan v;
@@ -142,18 +130,15 @@ static void test_chunked_prompt(void)
 /* bs 2, 9 blocks: a, b (2 tokens) and c (8 tokens) run; d waits (max_num_seqs 3). At step 4
  * each needs a block for its fifth token: c, the newest, is preempted, and d is not admitted
  * although blocks are free. c recomputes first, with its own prefix from the cache. */
-static void test_preempt_newest(void)
-{
+static void test_preempt_newest(void) {
   pkv_engine *e = su_engine(2, 9, 3, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t a = su_submit_plain(e, 1, 2, 6, -1, 0);
   uint64_t b = su_submit_plain(e, 10, 2, 6, -1, 0);
   uint64_t c = su_submit_plain(e, 20, 8, 6, -1, 0);
   uint64_t d = su_submit_plain(e, 40, 1, 2, -1, 0);
   su_plan v;
-  for (int k = 0; k < 3; k++)
-    CHECK_EQ_INT(su_step(e, &v), 3);
+  for (int k = 0; k < 3; k++) CHECK_EQ_INT(su_step(e, &v), 3);
   CHECK_EQ_INT(tu_stats(e).num_free_blocks, 0);
   pkv_stats before = tu_stats(e);
   CHECK_EQ_INT(su_step(e, &v), 2);
@@ -176,8 +161,7 @@ static void test_preempt_newest(void)
   int c_back = 0;
   for (int k = 0; k < 60 && !c_back; k++) {
     uint64_t hits = tu_stats(e).prefix_hit_tokens;
-    if (su_step(e, &v) <= 0)
-      break;
+    if (su_step(e, &v) <= 0) break;
     if (tu_info(e, d).num_computed_tokens > 0 || tu_info(e, d).finish_reason)
       CHECK(!tu_info(e, c).is_preempted || tu_info(e, c).finish_reason);
     if (!tu_info(e, c).is_preempted) {
@@ -199,12 +183,10 @@ static void test_preempt_newest(void)
   pkv_engine_destroy(e);
 }
 
-static void test_refused_at_submit(void)
-{
+static void test_refused_at_submit(void) {
   pkv_engine *e = su_engine(4, 4, 8, 64, 16, 1);
   pkv_engine *f = su_engine(4, 4, 8, 64, 0, 1);
-  if (!e || !f)
-    return;
+  if (!e || !f) return;
   uint64_t live = su_submit_plain(e, 1, 3, 2, -1, 0);
   int32_t t[32];
   tu_fill(t, 32, 1);
@@ -238,22 +220,18 @@ static void test_refused_at_submit(void)
 }
 
 /* Commits chosen tokens to a one-request engine until it finishes. */
-static void commit_tokens(pkv_engine *e, const int32_t *tokens, int n)
-{
+static void commit_tokens(pkv_engine *e, const int32_t *tokens, int n) {
   for (int k = 0; k < n; k++) {
     pkv_batch *b = NULL;
-    if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-      return;
+    if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) return;
     CHECK_OK(pkv_commit(b, &tokens[k]));
     CHECK_ENGINE(e);
   }
 }
 
-static void test_finish_reasons(void)
-{
+static void test_finish_reasons(void) {
   pkv_engine *e = su_engine(4, 16, 8, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t s = su_submit_plain(e, 1, 5, 10, 99, 0);
   int32_t gen[3] = {5, 6, 99};
   commit_tokens(e, gen, 3);
@@ -302,11 +280,9 @@ static void test_finish_reasons(void)
 /* The only running request preempts itself when pkv_allocate's sequences hold the other blocks:
  * pkv_step then has nothing to run and says so (NULL) while the stats show the request waiting;
  * once the blocks come back it resumes, recomputes, and finishes with the right tokens. */
-static void test_self_preempt(void)
-{
+static void test_self_preempt(void) {
   pkv_engine *e = su_engine(2, 4, 4, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t m[4] = {50, 51, 52, 53};
   uint64_t manual = 0;
   CHECK_OK(pkv_allocate(e, m, 4, NULL, &manual, NULL)); /* holds 2 of the 4 blocks */
@@ -325,15 +301,13 @@ static void test_self_preempt(void)
   CHECK(su_run(e, 20) >= 0);
   int32_t t[16];
   CHECK_EQ_INT(su_tokens(e, a, t, 16), 8);
-  for (uint32_t p = 4; p < 8; p++)
-    CHECK_EQ_INT(t[p], su_next(su_chain(t, p)));
+  for (uint32_t p = 4; p < 8; p++) CHECK_EQ_INT(t[p], su_next(su_chain(t, p)));
   CHECK_EQ_INT(tu_info(e, a).finish_reason, PKV_FINISH_LENGTH);
   CHECK_OK(pkv_engine_check(e));
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_running_decode_every_step);
   TU_RUN(test_priority_then_arrival);
   TU_RUN(test_max_num_seqs);

@@ -3,15 +3,12 @@
  * on request sequences, releasing requests in every state, the request counters. */
 #include "sched_util.h"
 
-static void test_wrong_batch_kinds(void)
-{
+static void test_wrong_batch_kinds(void) {
   pkv_engine *e = su_engine(4, 32, 8, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t r = su_submit_plain(e, 1, 5, 4, -1, 0);
   pkv_batch *b = NULL, *b2 = NULL;
-  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-    return;
+  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) return;
   uint64_t before = tu_state(e, &r, 1);
   CHECK_ERR(e, pkv_step(e, &b2), PKV_ERR_STATE);
   CHECK(b2 == NULL);
@@ -26,8 +23,7 @@ static void test_wrong_batch_kinds(void)
   tu_fill(t, 8, 500);
   uint64_t m = tu_alloc(e, t, 8, NULL);
   pkv_batch *mb = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, &m, NULL, 1, &mb)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(e, &m, NULL, 1, &mb))) return;
   CHECK_ERR(e, pkv_step(e, &b2), PKV_ERR_STATE);
   CHECK_ERR(e, pkv_commit(mb, &tok), PKV_ERR_STATE);
   CHECK_EQ_INT(tu_info(e, m).in_batch, 1);
@@ -38,22 +34,18 @@ static void test_wrong_batch_kinds(void)
   pkv_engine_destroy(e);
 }
 
-static void test_commit_null_tokens(void)
-{
+static void test_commit_null_tokens(void) {
   pkv_engine *e = su_engine(4, 32, 8, 6, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t r = su_submit_plain(e, 1, 10, 4, -1, 0);
   pkv_batch *b = NULL;
   /* first chunk of 6: nothing samples, NULL is fine */
-  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-    return;
+  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) return;
   CHECK_EQ_INT(tu_view(b).sample_rows[0], -1);
   CHECK_OK(pkv_commit(b, NULL));
   CHECK_EQ_INT(tu_info(e, r).num_computed_tokens, 6);
   /* last chunk samples: NULL is refused and the batch stays open */
-  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-    return;
+  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) return;
   uint64_t before = tu_state(e, &r, 1);
   CHECK_ERR(e, pkv_commit(b, NULL), PKV_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(tu_state(e, &r, 1), before);
@@ -75,8 +67,7 @@ typedef struct plan {
   int64_t slots[64];
 } plan;
 
-static plan plan_of(const pkv_batch_view *v)
-{
+static plan plan_of(const pkv_batch_view *v) {
   plan p;
   memset(&p, 0, sizeof p);
   p.num_seqs = v->num_seqs, p.num_tokens = v->num_tokens;
@@ -88,8 +79,7 @@ static plan plan_of(const pkv_batch_view *v)
   return p;
 }
 
-static int same_plan(const plan *a, const plan *b)
-{
+static int same_plan(const plan *a, const plan *b) {
   return a->num_seqs == b->num_seqs && a->num_tokens == b->num_tokens &&
          !memcmp(a->seqs, b->seqs, sizeof a->seqs) &&
          !memcmp(a->query_start, b->query_start, sizeof a->query_start) &&
@@ -99,18 +89,15 @@ static int same_plan(const plan *a, const plan *b)
 }
 
 /* Aborts the next step and checks that the one after plans the same work; then commits it. */
-static void abort_and_replan(pkv_engine *e)
-{
+static void abort_and_replan(pkv_engine *e) {
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-    return;
+  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) return;
   pkv_batch_view v = tu_view(b);
   plan first = plan_of(&v);
   pkv_stats st = tu_stats(e);
   pkv_batch_abort(b);
   CHECK_ENGINE(e);
-  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-    return;
+  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) return;
   v = tu_view(b);
   plan again = plan_of(&v);
   CHECK(same_plan(&first, &again));
@@ -123,11 +110,9 @@ static void abort_and_replan(pkv_engine *e)
   CHECK_ENGINE(e);
 }
 
-static void test_abort_replans(void)
-{
+static void test_abort_replans(void) {
   pkv_engine *e = su_engine(4, 32, 8, 12, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t s[3];
   s[0] = su_submit_plain(e, 1, 5, 3, -1, 0);
   s[1] = su_submit_plain(e, 100, 9, 3, -1, 0);
@@ -138,16 +123,13 @@ static void test_abort_replans(void)
   CHECK(su_run(e, 50) >= 0);
   int32_t t[32];
   uint32_t lens[3] = {8, 12, 6};
-  for (int i = 0; i < 3; i++)
-    CHECK_EQ_INT(su_tokens(e, s[i], t, 32), lens[i]);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(su_tokens(e, s[i], t, 32), lens[i]);
   pkv_engine_destroy(e);
 }
 
-static void test_manual_calls_refused(void)
-{
+static void test_manual_calls_refused(void) {
   pkv_engine *e = su_engine(4, 32, 8, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t run = su_submit_plain(e, 1, 5, 8, -1, 0);
   uint64_t fin = su_submit_plain(e, 50, 3, 1, -1, 0);
   CHECK_EQ_INT(su_step(e, NULL), 2);
@@ -170,11 +152,9 @@ static void test_manual_calls_refused(void)
   pkv_engine_destroy(e);
 }
 
-static void test_release_each_state(void)
-{
+static void test_release_each_state(void) {
   pkv_engine *e = su_engine(4, 32, 8, 64, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   uint64_t run = su_submit_plain(e, 1, 6, 8, -1, 0);
   uint64_t fin = su_submit_plain(e, 50, 3, 1, -1, 0);
   CHECK_EQ_INT(su_step(e, NULL), 2);
@@ -186,8 +166,7 @@ static void test_release_each_state(void)
   CHECK_EQ_INT(st.num_used_blocks, 2);
   /* in a batch: refused */
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL))
-    return;
+  if (!CHECK_OK(pkv_step(e, &b)) || !CHECK(b != NULL)) return;
   CHECK_ERR(e, pkv_release(e, run), PKV_ERR_STATE);
   pkv_batch_abort(b);
   CHECK_OK(pkv_release(e, wait));
@@ -210,19 +189,16 @@ static void test_release_each_state(void)
   pkv_engine_destroy(e);
 }
 
-static void test_request_counters(void)
-{
+static void test_request_counters(void) {
   pkv_engine *e = su_engine(4, 64, 2, 16, 0, 1);
-  if (!e)
-    return;
+  if (!e) return;
   pkv_stats st = tu_stats(e);
   CHECK_EQ_INT(st.num_steps, 0);
   CHECK_EQ_INT(st.num_scheduled_tokens, 0);
   pkv_batch *b = (pkv_batch *)&st;
   CHECK_OK(pkv_step(e, &b)); /* nothing to run: NULL, not counted */
   CHECK(b == NULL);
-  for (int i = 0; i < 3; i++)
-    su_submit_plain(e, 10 * i, 6, 2, -1, 0);
+  for (int i = 0; i < 3; i++) su_submit_plain(e, 10 * i, 6, 2, -1, 0);
   uint64_t tokens = 0, steps = 0;
   su_plan v;
   while (su_step(e, &v) > 0) {
@@ -238,8 +214,7 @@ static void test_request_counters(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_wrong_batch_kinds);
   TU_RUN(test_commit_null_tokens);
   TU_RUN(test_abort_replans);

@@ -21,23 +21,19 @@ typedef struct world {
   uint64_t steps;
 } world;
 
-static uint32_t rnd(world *w, uint32_t n)
-{
+static uint32_t rnd(world *w, uint32_t n) {
   w->rng = su_mix(w->rng, 12345);
   return (uint32_t)(w->rng % n);
 }
 
-static int find(world *w, uint64_t seq)
-{
+static int find(world *w, uint64_t seq) {
   for (uint32_t i = 0; i < w->num_reqs; i++)
-    if (w->reqs[i].seq == seq)
-      return (int)i;
+    if (w->reqs[i].seq == seq) return (int)i;
   CHECK(!"a batch lists an unknown sequence");
   return 0;
 }
 
-static void list_remove(int *list, uint32_t *n, int r)
-{
+static void list_remove(int *list, uint32_t *n, int r) {
   for (uint32_t i = 0; i < *n; i++)
     if (list[i] == r) {
       memmove(list + i, list + i + 1, (*n - i - 1) * sizeof *list);
@@ -46,8 +42,7 @@ static void list_remove(int *list, uint32_t *n, int r)
     }
 }
 
-static void list_insert(int *list, uint32_t *n, uint32_t at, int r)
-{
+static void list_insert(int *list, uint32_t *n, uint32_t at, int r) {
   memmove(list + at + 1, list + at, (*n - at) * sizeof *list);
   list[at] = r;
   (*n)++;
@@ -55,20 +50,17 @@ static void list_insert(int *list, uint32_t *n, uint32_t at, int r)
 
 /* A new request: a shared prefix (or none), a random tail; refused at submit when it can never
  * fit, as pkv must. */
-static void submit_one(world *w)
-{
+static void submit_one(world *w) {
   int32_t prompt[128];
   uint32_t n = 0, k = rnd(w, NUM_PREFIXES + 1);
-  if (k < NUM_PREFIXES)
-    memcpy(prompt, w->prefixes[k], (n = w->prefix_len[k]) * sizeof prompt[0]);
+  if (k < NUM_PREFIXES) memcpy(prompt, w->prefixes[k], (n = w->prefix_len[k]) * sizeof prompt[0]);
   for (uint32_t tail = 1 + rnd(w, rnd(w, 8) ? 24 : 90), i = 0; i < tail; i++)
     prompt[n++] = (int32_t)rnd(w, SU_VOCAB);
   uint32_t max_new = 1 + rnd(w, rnd(w, 8) ? 16 : 60);
   int32_t stop = rnd(w, 2) ? -1 : (int32_t)rnd(w, SU_VOCAB);
   int32_t prio = rnd(w, 4) ? 0 : (int32_t)rnd(w, 3);
   su_req *r = &w->reqs[w->num_reqs];
-  if (!su_req_make(r, prompt, n, max_new, stop, prio))
-    return;
+  if (!su_req_make(r, prompt, n, max_new, stop, prio)) return;
   r->salt = rnd(w, 5) ? NULL : "tenant-b";
   uint64_t total = n + max_new, bs = w->p.block_size;
   if ((total + bs - 1) / bs > w->p.num_blocks) {
@@ -80,31 +72,25 @@ static void submit_one(world *w)
     su_req_free(r);
     return;
   }
-  if (!su_submit(w->e, r))
-    return;
+  if (!su_submit(w->e, r)) return;
   uint32_t at = 0; /* the queue: before the first of lower priority */
-  while (at < w->num_waiting && w->reqs[w->waiting[at]].priority >= prio)
-    at++;
+  while (at < w->num_waiting && w->reqs[w->waiting[at]].priority >= prio) at++;
   list_insert(w->waiting, &w->num_waiting, at, (int)w->num_reqs++);
 }
 
 /* The batch against the policy: preempted requests are the newest running ones, and then nothing
  * is admitted; admitted ones are the front of the queue; whoever runs and is left out finds the
  * batch full. Updates the queue model. */
-static void check_plan(world *w, const pkv_batch_view *v, const int *in_batch)
-{
+static void check_plan(world *w, const pkv_batch_view *v, const int *in_batch) {
   uint32_t preempted = 0, admitted = 0;
   for (uint32_t i = w->num_running; i-- > 0;) {
-    if (!tu_info(w->e, w->reqs[w->running[i]].seq).is_preempted)
-      break;
+    if (!tu_info(w->e, w->reqs[w->running[i]].seq).is_preempted) break;
     preempted++;
   }
   for (uint32_t i = 0; i + preempted < w->num_running; i++)
     CHECK(!tu_info(w->e, w->reqs[w->running[i]].seq).is_preempted);
-  while (admitted < w->num_waiting && in_batch[w->waiting[admitted]])
-    admitted++;
-  for (uint32_t i = admitted; i < w->num_waiting; i++)
-    CHECK(!in_batch[w->waiting[i]]);
+  while (admitted < w->num_waiting && in_batch[w->waiting[admitted]]) admitted++;
+  for (uint32_t i = admitted; i < w->num_waiting; i++) CHECK(!in_batch[w->waiting[i]]);
   CHECK(preempted == 0 || admitted == 0);
   w->num_running -= preempted;
   for (uint32_t i = 0; i < preempted; i++)
@@ -114,15 +100,13 @@ static void check_plan(world *w, const pkv_batch_view *v, const int *in_batch)
     list_remove(w->waiting, &w->num_waiting, w->waiting[0]);
   }
   int full = v->num_seqs == w->p.max_num_seqs || v->num_tokens == w->p.max_num_batched_tokens;
-  for (uint32_t i = 0; i < w->num_running; i++)
-    CHECK(in_batch[w->running[i]] || full);
+  for (uint32_t i = 0; i < w->num_running; i++) CHECK(in_batch[w->running[i]] || full);
   CHECK(v->num_seqs <= w->p.max_num_seqs && v->num_tokens <= w->p.max_num_batched_tokens);
   CHECK(w->num_running <= w->p.max_num_seqs);
 }
 
 /* pkv_attention with the model's V on every layer; every output row checked. */
-static void attend(world *w, pkv_batch *b, const pkv_batch_view *v)
-{
+static void attend(world *w, pkv_batch *b, const pkv_batch_view *v) {
   size_t nq = (size_t)v->num_tokens * SU_QH * SU_HD, nkv = (size_t)v->num_tokens * SU_KV;
   float *q = calloc(nq, sizeof *q), *k = calloc(nkv, sizeof *k), *val = calloc(nkv, sizeof *val);
   float *out = calloc(nq, sizeof *out);
@@ -132,20 +116,20 @@ static void attend(world *w, pkv_batch *b, const pkv_batch_view *v)
       for (int32_t row = v->query_start[i]; row < v->query_start[i + 1]; row++) {
         const int32_t *s = r->vsum + (size_t)v->positions[row] * SU_KV;
         for (uint32_t j = 0; j < SU_KV; j++)
-          val[(size_t)row * SU_KV + j] = (float)(s[j] - (v->positions[row] ? s[(int)j - SU_KV] : 0) + (int32_t)layer);
+          val[(size_t)row * SU_KV + j] =
+              (float)(s[j] - (v->positions[row] ? s[(int)j - SU_KV] : 0) + (int32_t)layer);
       }
     }
-    if (!CHECK_OK(pkv_attention(b, layer, q, k, val, out)))
-      break;
+    if (!CHECK_OK(pkv_attention(b, layer, q, k, val, out))) break;
     int bad = 0;
     for (uint32_t row = 0; row < v->num_tokens && !bad; row++) {
       uint32_t i = 0;
-      while ((uint32_t)v->query_start[i + 1] <= row)
-        i++;
+      while ((uint32_t)v->query_start[i + 1] <= row) i++;
       const su_req *r = &w->reqs[find(w, v->seq_ids[i])];
       int32_t pos = v->positions[row];
       for (uint32_t h = 0; h < SU_QH * SU_HD && !bad; h++) {
-        double want = r->vsum[(size_t)pos * SU_KV + (h / SU_HD) / (SU_QH / SU_KVH) * SU_HD + h % SU_HD];
+        double want =
+            r->vsum[(size_t)pos * SU_KV + (h / SU_HD) / (SU_QH / SU_KVH) * SU_HD + h % SU_HD];
         want += (double)layer * (pos + 1);
         double err = out[(size_t)row * SU_QH * SU_HD + h] * (pos + 1) - want;
         bad = !CHECK(err < 0.25 && err > -0.25);
@@ -157,8 +141,7 @@ static void attend(world *w, pkv_batch *b, const pkv_batch_view *v)
 
 /* After the commit: requests that sampled their last token finished, with exactly the model's
  * tokens; the others hold a prefix of them. */
-static void check_after_commit(world *w, const su_plan *v)
-{
+static void check_after_commit(world *w, const su_plan *v) {
   static int32_t buf[1024];
   for (uint32_t i = 0; i < v->num_seqs; i++) {
     int ri = find(w, v->seq_ids[i]);
@@ -167,8 +150,7 @@ static void check_after_commit(world *w, const su_plan *v)
     uint32_t len = su_tokens(w->e, r->seq, buf, 1024);
     CHECK_EQ_INT(len, info.num_tokens);
     CHECK_EQ_INT(info.num_prompt_tokens + info.num_generated_tokens, len);
-    if (!CHECK(len <= r->len) || !CHECK(memcmp(buf, r->tokens, len * sizeof buf[0]) == 0))
-      continue;
+    if (!CHECK(len <= r->len) || !CHECK(memcmp(buf, r->tokens, len * sizeof buf[0]) == 0)) continue;
     if (len < r->len) {
       CHECK_EQ_INT(info.finish_reason, PKV_FINISH_NONE);
       continue;
@@ -181,8 +163,7 @@ static void check_after_commit(world *w, const su_plan *v)
   }
 }
 
-static void drain(world *w)
-{
+static void drain(world *w) {
   uint64_t ids[3];
   uint32_t n = 0;
   do {
@@ -197,14 +178,11 @@ static void drain(world *w)
 }
 
 /* Now and then releases a request in any state (between steps: none is in a batch). */
-static void maybe_release(world *w, int releases)
-{
-  if (rnd(w, 40) != 0 || !releases || w->num_reqs == 0)
-    return;
+static void maybe_release(world *w, int releases) {
+  if (rnd(w, 40) != 0 || !releases || w->num_reqs == 0) return;
   int ri = (int)rnd(w, w->num_reqs);
   su_req *r = &w->reqs[ri];
-  if (r->state == SU_RELEASED)
-    return;
+  if (r->state == SU_RELEASED) return;
   CHECK_OK(pkv_release(w->e, r->seq));
   if (r->state == SU_WAITING)
     list_remove(w->waiting, &w->num_waiting, ri);
@@ -217,8 +195,7 @@ static void maybe_release(world *w, int releases)
   w->num_released++;
 }
 
-static void check_counters(world *w)
-{
+static void check_counters(world *w) {
   pkv_stats st = tu_stats(w->e);
   uint32_t finished_live = 0;
   for (uint32_t i = 0; i < w->num_reqs; i++)
@@ -231,22 +208,17 @@ static void check_counters(world *w)
 }
 
 /* One step; 0 when pkv had nothing to run. */
-static int step(world *w)
-{
+static int step(world *w) {
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_step(w->e, &b)) || !b)
-    return 0;
+  if (!CHECK_OK(pkv_step(w->e, &b)) || !b) return 0;
   w->steps++;
   pkv_batch_view v = tu_view(b);
   static int in_batch[MAX_REQS];
   memset(in_batch, 0, sizeof in_batch);
-  for (uint32_t i = 0; i < v.num_seqs; i++)
-    in_batch[find(w, v.seq_ids[i])] = 1;
+  for (uint32_t i = 0; i < v.num_seqs; i++) in_batch[find(w, v.seq_ids[i])] = 1;
   check_plan(w, &v, in_batch);
-  for (uint32_t i = 0; i < w->num_running; i++)
-    w->reqs[w->running[i]].state = SU_RUNNING;
-  for (uint32_t i = 0; i < w->num_waiting; i++)
-    w->reqs[w->waiting[i]].state = SU_WAITING;
+  for (uint32_t i = 0; i < w->num_running; i++) w->reqs[w->running[i]].state = SU_RUNNING;
+  for (uint32_t i = 0; i < w->num_waiting; i++) w->reqs[w->waiting[i]].state = SU_WAITING;
   attend(w, b, &v);
   static int32_t sampled[MAX_REQS];
   for (uint32_t i = 0; i < v.num_seqs; i++) {
@@ -257,8 +229,7 @@ static int step(world *w)
   }
   static su_plan plan;
   su_plan_of(&v, &plan);
-  if (!CHECK_OK(pkv_commit(b, sampled)))
-    return 0;
+  if (!CHECK_OK(pkv_commit(b, sampled))) return 0;
   check_after_commit(w, &plan);
   return 1;
 }
@@ -269,25 +240,21 @@ typedef struct config {
 } config;
 
 /* Runs a whole workload; out_tokens (nullable) gets every request's final tokens, concatenated. */
-static void run_world(const config *c, int32_t *out_tokens, uint64_t *out_preemptions)
-{
+static void run_world(const config *c, int32_t *out_tokens, uint64_t *out_preemptions) {
   static world w;
   memset(&w, 0, sizeof w);
   w.rng = c->seed, w.target_reqs = c->num_reqs;
   w.e = su_engine(c->block_size, c->num_blocks, c->max_num_seqs, c->max_tokens, 0, c->caching);
-  if (!w.e)
-    return;
+  if (!w.e) return;
   w.p.struct_size = sizeof w.p;
   CHECK_OK(pkv_engine_params_get(w.e, &w.p));
   for (int k = 0; k < NUM_PREFIXES; k++) {
     w.prefix_len[k] = 4 + rnd(&w, PREFIX_MAX - 4);
-    for (uint32_t i = 0; i < w.prefix_len[k]; i++)
-      w.prefixes[k][i] = (int32_t)rnd(&w, SU_VOCAB);
+    for (uint32_t i = 0; i < w.prefix_len[k]; i++) w.prefixes[k][i] = (int32_t)rnd(&w, SU_VOCAB);
   }
   uint32_t idle = 0;
   while ((w.num_reqs < w.target_reqs || w.num_done < w.num_reqs) && idle < 10 && tu_failed_ < 20) {
-    for (uint32_t n = rnd(&w, 3); n > 0 && w.num_reqs < w.target_reqs; n--)
-      submit_one(&w);
+    for (uint32_t n = rnd(&w, 3); n > 0 && w.num_reqs < w.target_reqs; n--) submit_one(&w);
     idle = step(&w) ? 0 : idle + 1;
     drain(&w);
     maybe_release(&w, (int)c->releases);
@@ -301,16 +268,14 @@ static void run_world(const config *c, int32_t *out_tokens, uint64_t *out_preemp
          c->caching, w.num_reqs, w.num_released, (unsigned long long)w.steps,
          (unsigned long long)st.num_preemptions, (unsigned long long)st.prefix_hit_tokens,
          (unsigned long long)st.prefix_query_tokens);
-  if (out_preemptions)
-    *out_preemptions = st.num_preemptions;
+  if (out_preemptions) *out_preemptions = st.num_preemptions;
   for (uint32_t i = 0; i < w.num_reqs; i++) {
     if (out_tokens && w.reqs[i].state != SU_RELEASED) {
       uint32_t len = su_tokens(w.e, w.reqs[i].seq, out_tokens, 1024);
       CHECK_EQ_INT(len, w.reqs[i].len);
       out_tokens += len;
     }
-    if (w.reqs[i].state != SU_RELEASED)
-      CHECK_OK(pkv_release(w.e, w.reqs[i].seq));
+    if (w.reqs[i].state != SU_RELEASED) CHECK_OK(pkv_release(w.e, w.reqs[i].seq));
     su_req_free(&w.reqs[i]);
   }
   st = tu_stats(w.e);
@@ -319,14 +284,10 @@ static void run_world(const config *c, int32_t *out_tokens, uint64_t *out_preemp
   pkv_engine_destroy(w.e);
 }
 
-static void test_random_runs(void)
-{
+static void test_random_runs(void) {
   const config runs[] = {
-      {1, 4, 40, 6, 32, 300, 1, 1},
-      {2, 1, 150, 8, 16, 300, 1, 1},
-      {3, 3, 60, 4, 64, 300, 1, 1},
-      {4, 16, 12, 8, 48, 300, 1, 1},
-      {5, 2, 80, 3, 5, 200, 0, 1},
+      {1, 4, 40, 6, 32, 300, 1, 1},  {2, 1, 150, 8, 16, 300, 1, 1}, {3, 3, 60, 4, 64, 300, 1, 1},
+      {4, 16, 12, 8, 48, 300, 1, 1}, {5, 2, 80, 3, 5, 200, 0, 1},
   };
   uint64_t preemptions = 0, p = 0;
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
@@ -338,8 +299,7 @@ static void test_random_runs(void)
 
 /* The same workload (no releases) with prefix caching on and off: the same tokens, request for
  * request - besides each run's own check against the model. */
-static void test_caching_does_not_change_tokens(void)
-{
+static void test_caching_does_not_change_tokens(void) {
   static int32_t on[MAX_REQS * 160], off[MAX_REQS * 160];
   memset(on, 0, sizeof on), memset(off, 0, sizeof off);
   config c = {7, 4, 40, 6, 24, 250, 1, 0};
@@ -349,8 +309,7 @@ static void test_caching_does_not_change_tokens(void)
   CHECK(memcmp(on, off, sizeof on) == 0);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_random_runs);
   TU_RUN(test_caching_does_not_change_tokens);
   return tu_summary();

@@ -6,8 +6,7 @@
 
 enum { BS = 2, BLOCKS = 9 };
 
-static pkv_engine *engine(uint32_t mode, uint32_t host_blocks, uint32_t max_tokens)
-{
+static pkv_engine *engine(uint32_t mode, uint32_t host_blocks, uint32_t max_tokens) {
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS);
   p.max_num_seqs = 3;
@@ -25,16 +24,14 @@ typedef struct outcome {
 
 /* a, b (2 tokens) and c (8) run, d waits; at step 4 each needs a block for its fifth token and
  * c, the newest, is preempted. Runs to the end; returns what happened. */
-static void run(pkv_engine *e, outcome *o, int expect_swap)
-{
+static void run(pkv_engine *e, outcome *o, int expect_swap) {
   memset(o, 0, sizeof *o);
   const uint64_t a = su_submit_plain(e, 1, 2, 6, -1, 0);
   const uint64_t b = su_submit_plain(e, 10, 2, 6, -1, 0);
   const uint64_t c = su_submit_plain(e, 20, 8, 6, -1, 0);
   const uint64_t d = su_submit_plain(e, 40, 1, 2, -1, 0);
   su_plan v;
-  for (int k = 0; k < 3; k++)
-    CHECK_EQ_INT(su_step(e, &v), 3);
+  for (int k = 0; k < 3; k++) CHECK_EQ_INT(su_step(e, &v), 3);
   CHECK_EQ_INT(su_step(e, &v), 2);
   struct pkv_seq_info ci = tu_info(e, c);
   CHECK_EQ_INT(ci.kv_tier, expect_swap ? PKV_TIER_HOST : PKV_TIER_NONE);
@@ -48,8 +45,7 @@ static void run(pkv_engine *e, outcome *o, int expect_swap)
   for (int k = 0; k < 60; k++) {
     if (tu_info(e, d).num_computed_tokens > 0 || tu_info(e, d).finish_reason)
       CHECK(tu_info(e, c).kv_tier == PKV_TIER_DEVICE || tu_info(e, c).finish_reason);
-    if (su_step(e, &v) <= 0)
-      break;
+    if (su_step(e, &v) <= 0) break;
   }
   o->stats = tu_stats(e);
   const uint64_t ids[4] = {a, b, c, d};
@@ -63,19 +59,16 @@ static void run(pkv_engine *e, outcome *o, int expect_swap)
   CHECK_EQ_INT(o->stats.num_host_free_blocks, o->stats.num_host_blocks);
 }
 
-static void same_tokens(const outcome *x, const outcome *y)
-{
+static void same_tokens(const outcome *x, const outcome *y) {
   for (int i = 0; i < 4; i++) {
     CHECK_EQ_INT(x->len[i], y->len[i]);
     CHECK(memcmp(x->tokens[i], y->tokens[i], x->len[i] * sizeof(int32_t)) == 0);
   }
 }
 
-static void test_swap_instead_of_recompute(void)
-{
+static void test_swap_instead_of_recompute(void) {
   pkv_engine *re = engine(PKV_PREEMPT_RECOMPUTE, 0, 64), *sw = engine(PKV_PREEMPT_SWAP, 8, 64);
-  if (!re || !sw)
-    return;
+  if (!re || !sw) return;
   outcome r, s;
   run(re, &r, 0);
   run(sw, &s, 1);
@@ -92,11 +85,9 @@ static void test_swap_instead_of_recompute(void)
 }
 
 /* A full host tier: the victim is recomputed instead. */
-static void test_full_host_tier_recomputes(void)
-{
+static void test_full_host_tier_recomputes(void) {
   pkv_engine *e = engine(PKV_PREEMPT_SWAP, 4, 64); /* c needs 5 host blocks */
-  if (!e)
-    return;
+  if (!e) return;
   outcome o;
   run(e, &o, 0);
   CHECK_EQ_INT(o.stats.num_preemptions, 1);
@@ -106,12 +97,10 @@ static void test_full_host_tier_recomputes(void)
 
 /* AUTO swaps only what costs more than one step's prefill to recompute: c's 10 computed tokens
  * against max_num_batched_tokens 64 (recompute) and 8 (swap). */
-static void test_auto(void)
-{
+static void test_auto(void) {
   pkv_engine *cheap = engine(PKV_PREEMPT_AUTO, 8, 64), *dear = engine(PKV_PREEMPT_AUTO, 8, 8);
   pkv_engine *none = engine(PKV_PREEMPT_AUTO, 0, 64);
-  if (!cheap || !dear || !none)
-    return;
+  if (!cheap || !dear || !none) return;
   outcome x, y, z;
   run(cheap, &x, 0);
   run(dear, &y, 1);
@@ -125,8 +114,7 @@ static void test_auto(void)
   pkv_engine_destroy(none);
 }
 
-static void test_mode_refused(void)
-{
+static void test_mode_refused(void) {
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS);
   pkv_engine *e = NULL;
@@ -138,8 +126,7 @@ static void test_mode_refused(void)
   CHECK(e == NULL);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_swap_instead_of_recompute);
   TU_RUN(test_full_host_tier_recomputes);
   TU_RUN(test_auto);

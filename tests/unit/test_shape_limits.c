@@ -10,8 +10,7 @@
 #define I64_MAX 9223372036854775807ull
 
 /* A llama-like shape (block_bytes 2 MiB) planned on a 80 GiB CPU, nothing measured. */
-static void base_params(pkv_engine_params *p)
-{
+static void base_params(pkv_engine_params *p) {
   tu_params(p, 16, 0);
   p->num_layers = 32;
   p->num_q_heads = 32;
@@ -22,16 +21,14 @@ static void base_params(pkv_engine_params *p)
 }
 
 /* block_bytes = 2^(k+21): num_layers 32 << k. */
-static void big_block_params(pkv_engine_params *p, unsigned k)
-{
+static void big_block_params(pkv_engine_params *p, unsigned k) {
   base_params(p);
   p->num_layers = 32u << k;
 }
 
 /* pkv_profile and pkv_engine_create both refuse p with INVALID_ARGUMENT, a message naming
  * field, and neither writes its output. */
-static void check_refused(const pkv_engine_params *p, const char *field, int line)
-{
+static void check_refused(const pkv_engine_params *p, const char *field, int line) {
   pkv_kv_budget b, before;
   memset(&b, 0xab, sizeof b);
   b.struct_size = sizeof b;
@@ -51,8 +48,7 @@ static void check_refused(const pkv_engine_params *p, const char *field, int lin
 }
 #define REFUSED(p, field) check_refused((p), (field), __LINE__)
 
-static pkv_kv_budget profile_ok(const pkv_engine_params *p)
-{
+static pkv_kv_budget profile_ok(const pkv_engine_params *p) {
   pkv_kv_budget b;
   memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
@@ -61,8 +57,7 @@ static pkv_kv_budget profile_ok(const pkv_engine_params *p)
 }
 
 /* block_bytes wrapping 64 bits, and just past / just under 2^63. */
-static void test_block_bytes_edge(void)
-{
+static void test_block_bytes_edge(void) {
   pkv_engine_params p;
   base_params(&p);
   p.num_layers = UINT32_MAX; /* 2 x (2^32-1) x 16 x (2^32-1) x 1024 x 2: about 2^80 */
@@ -96,8 +91,7 @@ static void test_block_bytes_edge(void)
 }
 
 /* A fixed num_blocks whose pool passes 2^63-1 bytes; the largest that fits. */
-static void test_fixed_blocks_edge(void)
-{
+static void test_fixed_blocks_edge(void) {
   pkv_engine_params p;
   big_block_params(&p, 15); /* block_bytes 2^36 */
   p.num_blocks = 1u << 27;  /* pool 2^63 */
@@ -114,8 +108,7 @@ static void test_fixed_blocks_edge(void)
 
 /* A budget larger than any pool: num_blocks stops at the largest representable pool (and at
  * 2^31-1 blocks), never wraps. */
-static void test_budget_cap(void)
-{
+static void test_budget_cap(void) {
   pkv_engine_params p;
   big_block_params(&p, 15);
   p.kv_cache_bytes = UINT64_MAX;
@@ -138,8 +131,7 @@ static void test_budget_cap(void)
 }
 
 /* max_model_len whose one sequence no pool of the shape can hold: no budget would help. */
-static void test_max_model_len_edge(void)
-{
+static void test_max_model_len_edge(void) {
   pkv_engine_params p;
   big_block_params(&p, 15);
   p.kv_cache_bytes = UINT64_MAX;
@@ -163,8 +155,7 @@ static void test_max_model_len_edge(void)
 }
 
 /* Budget terms: used_bytes (measured + memory_used_bytes) and the shortfall fit in 64 bits. */
-static void test_budget_terms_edge(void)
-{
+static void test_budget_terms_edge(void) {
   pkv_engine_params p;
   base_params(&p);
   p.memory_total_bytes = 0; /* measure the host: something is in use */
@@ -188,8 +179,7 @@ static void test_budget_terms_edge(void)
 }
 
 /* A small engine's pool_info is the header's formula, and the budget's pool is both pools. */
-static void test_pool_info_formula(void)
-{
+static void test_pool_info_formula(void) {
   pkv_engine_params p;
   tu_params(&p, 5, 3);
   p.num_layers = 3;
@@ -197,8 +187,7 @@ static void test_pool_info_formula(void)
   p.num_kv_heads = 3;
   p.dtype = PKV_DTYPE_F16;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   struct pkv_pool_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
@@ -218,8 +207,7 @@ static void test_pool_info_formula(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_block_bytes_edge);
   TU_RUN(test_fixed_blocks_edge);
   TU_RUN(test_budget_cap);

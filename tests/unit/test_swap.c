@@ -7,8 +7,7 @@
 
 enum { BS = 4, BLOCKS = 12, HOST_BLOCKS = 6, D = 8, KVH = 2, LAYERS = 2 };
 
-static pkv_engine *engine(uint32_t host_blocks)
-{
+static pkv_engine *engine(uint32_t host_blocks) {
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS); /* f32, 2 layers, 2 kv heads of 8 */
   p.host_num_blocks = host_blocks;
@@ -17,25 +16,20 @@ static pkv_engine *engine(uint32_t host_blocks)
 
 /* Runs a batch of seq's uncomputed tokens whose only work is the listed copies (each of a kind in
  * the mask 1 << PKV_COPY_*); returns how many there were. */
-static uint32_t run_copies(pkv_engine *e, uint64_t seq, unsigned kinds)
-{
+static uint32_t run_copies(pkv_engine *e, uint64_t seq, unsigned kinds) {
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b)))
-    return 0;
+  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b))) return 0;
   const pkv_batch_view v = tu_view(b);
-  for (uint32_t i = 0; i < v.num_copies; i++)
-    CHECK(kinds >> v.copy_kind[i] & 1);
+  for (uint32_t i = 0; i < v.num_copies; i++) CHECK(kinds >> v.copy_kind[i] & 1);
   CHECK_OK(pkv_batch_copy(b));
   CHECK_OK(pkv_batch_copy(b)); /* once only */
   CHECK_OK(pkv_batch_end(b));
   return v.num_copies;
 }
 
-static void test_round_trip(void)
-{
+static void test_round_trip(void) {
   pkv_engine *e = engine(HOST_BLOCKS);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[16];
   tu_fill(t, 16, 1);
   const uint64_t a = tu_alloc(e, t, 10, NULL);
@@ -94,11 +88,9 @@ static void test_round_trip(void)
 
 /* A forked pair: swapped out one after the other, its shared blocks move once and stay shared;
  * swapped in while the sharer still holds the same pool blocks, nothing is copied. */
-static void test_shared_blocks_move_once(void)
-{
+static void test_shared_blocks_move_once(void) {
   pkv_engine *e = engine(HOST_BLOCKS);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[12];
   tu_fill(t, 12, 1);
   const uint64_t a = tu_alloc(e, t, 10, NULL);
@@ -119,8 +111,9 @@ static void test_shared_blocks_move_once(void)
   CHECK_EQ_INT(tu_stats(e).num_host_free_blocks, HOST_BLOCKS);
   CHECK_ENGINE(e);
   CHECK_OK(pkv_append(e, f, t, 1)); /* copy-on-write of the shared partial block */
-  CHECK_EQ_INT(run_copies(e, f, 1u << PKV_COPY_SWAP_OUT | 1u << PKV_COPY_SWAP_IN | 1u << PKV_COPY_COW),
-               3 + 3 + 1);
+  CHECK_EQ_INT(
+      run_copies(e, f, 1u << PKV_COPY_SWAP_OUT | 1u << PKV_COPY_SWAP_IN | 1u << PKV_COPY_COW),
+      3 + 3 + 1);
   CHECK_EQ_INT(tu_kv_pattern(e, f, 3, 10, 1), 0);
   CHECK_EQ_INT(tu_kv_pattern(e, a, 3, 10, 1), 0);
   /* Swapped out while its sharer stays: a's blocks are copied. Swapped back in while f still
@@ -145,18 +138,15 @@ static void test_shared_blocks_move_once(void)
 /* Swapped back in before its swap-out copies are done: its KV comes back through the host blocks
  * those copies fill first (the step's copies run in order, out then in), its uncomputed tokens are
  * written after them, and pkv_engine_check holds throughout. */
-static void test_back_before_copies(void)
-{
+static void test_back_before_copies(void) {
   pkv_engine *e = engine(HOST_BLOCKS);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[16];
   tu_fill(t, 16, 1);
   const uint64_t a = tu_alloc(e, t, 10, NULL);
   const uint32_t eight = 8;
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, &a, &eight, 1, &b)) || !CHECK_OK(pkv_batch_end(b)))
-    return;
+  if (!CHECK_OK(pkv_batch_begin(e, &a, &eight, 1, &b)) || !CHECK_OK(pkv_batch_end(b))) return;
   tu_kv_pattern(e, a, 5, 8, 0);
   const uint64_t fresh = tu_alloc(e, t + 10, 3, NULL); /* nothing computed at all */
   CHECK_OK(pkv_swap_out(e, a));
@@ -184,11 +174,9 @@ static void test_back_before_copies(void)
  * them) and its host blocks too; the copies still run, into blocks nobody reads. (When a swap
  * held its pool blocks until the copies ran, a released swapped sequence left them held: with no
  * other sequence, the pool was lost for good.) */
-static void test_released_before_copies(void)
-{
+static void test_released_before_copies(void) {
   pkv_engine *e = engine(HOST_BLOCKS);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[4 * BLOCKS];
   tu_fill(t, 4 * BLOCKS, 1);
   const uint64_t a = tu_alloc(e, t, 4 * (BLOCKS / 2), NULL); /* half the pool: 6 blocks */
@@ -211,12 +199,10 @@ static void test_released_before_copies(void)
 }
 
 /* Too few blocks in the tier moved to, no host tier, bad states: refused, nothing changed. */
-static void test_refusals(void)
-{
+static void test_refusals(void) {
   pkv_engine *none = engine(0);
   pkv_engine *e = engine(2);
-  if (!none || !e)
-    return;
+  if (!none || !e) return;
   int32_t t[16];
   tu_fill(t, 16, 1);
   const uint64_t x = tu_alloc(none, t, 5, NULL);
@@ -256,8 +242,7 @@ static void test_refusals(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_round_trip);
   TU_RUN(test_shared_blocks_move_once);
   TU_RUN(test_back_before_copies);

@@ -22,22 +22,19 @@ static void fill_prompt(int32_t *t, int32_t first) { tu_fill(t, LEN, first); }
 
 /* Allocates under salt (bytes, len) and computes it; returns the id. */
 static uint64_t compute_salted(pkv_engine *e, const int32_t *t, uint32_t n, const void *salt,
-                               uint32_t salt_len, uint32_t *cached)
-{
+                               uint32_t salt_len, uint32_t *cached) {
   pkv_seq_params sp;
   pkv_seq_params_init(&sp, sizeof sp);
   sp.cache_salt = salt;
   sp.cache_salt_len = salt_len;
   uint64_t seq = 0;
-  if (!CHECK_OK(pkv_allocate(e, t, n, &sp, &seq, cached)))
-    return 0;
+  if (!CHECK_OK(pkv_allocate(e, t, n, &sp, &seq, cached))) return 0;
   tu_compute1(e, seq);
   return seq;
 }
 
 static uint32_t query_cached(pkv_engine *e, const int32_t *t, uint32_t n, const void *salt,
-                             uint32_t salt_len, uint32_t *blocks)
-{
+                             uint32_t salt_len, uint32_t *blocks) {
   pkv_seq_params sp;
   pkv_seq_params_init(&sp, sizeof sp);
   sp.cache_salt = salt;
@@ -47,11 +44,9 @@ static uint32_t query_cached(pkv_engine *e, const int32_t *t, uint32_t n, const 
   return cached;
 }
 
-static void test_cached_counts_per_salt(uint32_t debug_flags)
-{
+static void test_cached_counts_per_salt(uint32_t debug_flags) {
   pkv_engine *e = tu_engine(BS, 64, debug_flags);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t p[LEN];
   fill_prompt(p, 100);
   uint32_t cached = 99, blocks = 0;
@@ -60,8 +55,10 @@ static void test_cached_counts_per_salt(uint32_t debug_flags)
   /* the same salt hits (the test is not vacuous) */
   CHECK_EQ_INT(query_cached(e, p, LEN, "alice", 5, &blocks), 3 * BS);
   /* other salts, and no salt, see nothing */
-  static const struct { const char *s; uint32_t len; } others[] = {
-      {"bob", 3}, {"alic", 4}, {"alicee", 6}, {"", 0}, {"alice\0x", 7}, {"ALICE", 5}};
+  static const struct {
+    const char *s;
+    uint32_t len;
+  } others[] = {{"bob", 3}, {"alic", 4}, {"alicee", 6}, {"", 0}, {"alice\0x", 7}, {"ALICE", 5}};
   for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
     CHECK_EQ_INT(query_cached(e, p, LEN, others[i].s, others[i].len, &blocks), 0);
     CHECK_EQ_INT(blocks, 4); /* as for a prompt never seen */
@@ -88,16 +85,13 @@ static void test_cached_counts_per_salt(uint32_t debug_flags)
 }
 
 static void test_counts_per_salt(void) { test_cached_counts_per_salt(0); }
-static void test_counts_per_salt_constant_hash(void)
-{
+static void test_counts_per_salt_constant_hash(void) {
   test_cached_counts_per_salt(PKV_DEBUG_CONSTANT_HASH);
 }
 
-static void test_tables_never_shared(void)
-{
+static void test_tables_never_shared(void) {
   pkv_engine *e = tu_engine(BS, 64, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t p[LEN];
   fill_prompt(p, 7);
   uint64_t a = compute_salted(e, p, LEN, "alice", 5, NULL);
@@ -112,16 +106,12 @@ static void test_tables_never_shared(void)
   CHECK_EQ_INT(ta[0], ta2[0]); /* same salt shares its full blocks */
   CHECK_EQ_INT(tb[0], tf[0]);  /* a fork shares its parent's */
   for (uint32_t i = 0; i < na; i++) {
-    for (uint32_t j = 0; j < nb; j++)
-      CHECK(ta[i] != tb[j]);
-    for (uint32_t j = 0; j < nu; j++)
-      CHECK(ta[i] != tu[j]);
-    for (uint32_t j = 0; j < nf; j++)
-      CHECK(ta[i] != tf[j]);
+    for (uint32_t j = 0; j < nb; j++) CHECK(ta[i] != tb[j]);
+    for (uint32_t j = 0; j < nu; j++) CHECK(ta[i] != tu[j]);
+    for (uint32_t j = 0; j < nf; j++) CHECK(ta[i] != tf[j]);
   }
   for (uint32_t i = 0; i < nb; i++)
-    for (uint32_t j = 0; j < nu; j++)
-      CHECK(tb[i] != tu[j]);
+    for (uint32_t j = 0; j < nu; j++) CHECK(tb[i] != tu[j]);
   (void)na2;
   CHECK_ENGINE(e);
   pkv_engine_destroy(e);
@@ -135,12 +125,11 @@ typedef struct {
   pkv_stats before, after;
 } observation;
 
-static void observe(const int32_t *a_prompt, const int32_t *g, uint32_t num_blocks, observation *o)
-{
+static void observe(const int32_t *a_prompt, const int32_t *g, uint32_t num_blocks,
+                    observation *o) {
   memset(o, 0, sizeof *o);
   pkv_engine *e = tu_engine(BS, num_blocks, 0);
-  if (!e)
-    return;
+  if (!e) return;
   /* alice: her prompt computed and released (3 sealed blocks cached), then a 9-token prefix of
    * it admitted (2 of them revived: hits) and kept: 1 of her blocks cached, 3 in use */
   CHECK_OK(pkv_release(e, compute_salted(e, a_prompt, LEN, "alice", 5, NULL)));
@@ -155,8 +144,7 @@ static void observe(const int32_t *a_prompt, const int32_t *g, uint32_t num_bloc
   pkv_engine_destroy(e);
 }
 
-static void test_nothing_learned_from_other_salts(void)
-{
+static void test_nothing_learned_from_other_salts(void) {
   int32_t g[LEN], h[LEN];
   fill_prompt(g, 500);
   fill_prompt(h, 900); /* as long as g, different tokens */
@@ -164,7 +152,7 @@ static void test_nothing_learned_from_other_salts(void)
   static const uint32_t pools[] = {64, 7};
   for (int i = 0; i < 2; i++) {
     observation same, other;
-    observe(g, g, pools[i], &same); /* alice computed bob's guess */
+    observe(g, g, pools[i], &same);  /* alice computed bob's guess */
     observe(h, g, pools[i], &other); /* alice computed something else */
     CHECK_EQ_INT(same.cached, 0);
     CHECK_EQ_INT(same.query_cached, 0);
@@ -175,15 +163,13 @@ static void test_nothing_learned_from_other_salts(void)
   }
 }
 
-static void test_events_hash_from_salt_root(void)
-{
+static void test_events_hash_from_salt_root(void) {
   pkv_engine_params p;
   tu_params(&p, BS, 64);
   p.enable_kv_events = 1;
   p.hash_seed = 1234;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[LEN];
   fill_prompt(t, 40);
   compute_salted(e, t, LEN, "alice", 5, NULL);
@@ -214,11 +200,9 @@ static void test_events_hash_from_salt_root(void)
 }
 
 /* Requests of the scheduler: the salt of pkv_request_params isolates the same way. */
-static void test_requests_isolated(void)
-{
+static void test_requests_isolated(void) {
   pkv_engine *e = tu_engine(BS, 64, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[LEN];
   fill_prompt(t, 300);
   uint64_t ids[3];
@@ -232,20 +216,18 @@ static void test_requests_isolated(void)
     CHECK_OK(pkv_submit(e, t, LEN, &rp, &ids[r]));
     pkv_batch *b = NULL;
     CHECK_OK(pkv_step(e, &b));
-    if (!CHECK(b != NULL))
-      break;
+    if (!CHECK(b != NULL)) break;
     int32_t sampled[4] = {1, 1, 1, 1};
     CHECK_OK(pkv_commit(b, sampled));
   }
   CHECK_EQ_INT(tu_info(e, ids[0]).num_cached_tokens, 0);
-  CHECK_EQ_INT(tu_info(e, ids[1]).num_cached_tokens, 0);          /* bob: nothing of alice's */
-  CHECK_EQ_INT(tu_info(e, ids[2]).num_cached_tokens, 3 * BS);     /* alice: her own prefix */
+  CHECK_EQ_INT(tu_info(e, ids[1]).num_cached_tokens, 0);      /* bob: nothing of alice's */
+  CHECK_EQ_INT(tu_info(e, ids[2]).num_cached_tokens, 3 * BS); /* alice: her own prefix */
   CHECK_ENGINE(e);
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_counts_per_salt);
   TU_RUN(test_counts_per_salt_constant_hash);
   TU_RUN(test_tables_never_shared);

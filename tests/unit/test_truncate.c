@@ -7,8 +7,8 @@
 
 enum { BS = 4, BLOCKS = 16 };
 
-static void expect_seq(pkv_engine *e, uint64_t s, uint32_t tokens, uint32_t computed, uint32_t blocks)
-{
+static void expect_seq(pkv_engine *e, uint64_t s, uint32_t tokens, uint32_t computed,
+                       uint32_t blocks) {
   const struct pkv_seq_info in = tu_info(e, s);
   CHECK_EQ_INT(in.num_tokens, tokens);
   CHECK_EQ_INT(in.num_computed_tokens, computed);
@@ -18,11 +18,9 @@ static void expect_seq(pkv_engine *e, uint64_t s, uint32_t tokens, uint32_t comp
 
 /* Computed tokens cut mid-block: the blocks past the cut go back (cached: their prefix still
  * hits), the cut block stays sealed in the cache, and appending copies it. */
-static void test_computed_mid_block(void)
-{
+static void test_computed_mid_block(void) {
   pkv_engine *e = tu_engine(BS, BLOCKS, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[16];
   tu_fill(t, 16, 1);
   const uint64_t s = tu_alloc(e, t, 14, NULL);
@@ -58,11 +56,9 @@ static void test_computed_mid_block(void)
 }
 
 /* At a block edge, and of reserved (not yet computed) tokens. */
-static void test_edges_and_reserved(void)
-{
+static void test_edges_and_reserved(void) {
   pkv_engine *e = tu_engine(BS, BLOCKS, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[16];
   tu_fill(t, 16, 50);
   const uint64_t s = tu_alloc(e, t, 9, NULL);
@@ -93,11 +89,9 @@ static void test_edges_and_reserved(void)
 
 /* A forked pair: the child's cut drops only its references; a copy-on-write block only its
  * dropped tokens needed goes back; the parent's blocks and KV are untouched. */
-static void test_forked_pair(void)
-{
+static void test_forked_pair(void) {
   pkv_engine *e = tu_engine(BS, BLOCKS, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[16];
   tu_fill(t, 16, 100);
   const uint64_t p = tu_alloc(e, t, 6, NULL);
@@ -126,11 +120,9 @@ static void test_forked_pair(void)
 }
 
 /* Preempted: just the tokens; refusals change nothing. */
-static void test_states_and_refusals(void)
-{
+static void test_states_and_refusals(void) {
   pkv_engine *e = tu_engine(BS, BLOCKS, 0);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[16];
   tu_fill(t, 16, 200);
   const uint64_t s = tu_alloc(e, t, 10, NULL);
@@ -163,14 +155,12 @@ static void test_states_and_refusals(void)
 }
 
 /* Swapped out: refused (swap it in first). */
-static void test_swapped(void)
-{
+static void test_swapped(void) {
   pkv_engine_params p;
   tu_params(&p, BS, BLOCKS);
   p.host_num_blocks = 8;
   pkv_engine *e = tu_engine_p(&p);
-  if (!e)
-    return;
+  if (!e) return;
   int32_t t[8];
   tu_fill(t, 8, 300);
   const uint64_t s = tu_alloc(e, t, 6, NULL);
@@ -185,8 +175,7 @@ static void test_swapped(void)
   pkv_engine_destroy(e);
 }
 
-int main(void)
-{
+int main(void) {
   TU_RUN(test_computed_mid_block);
   TU_RUN(test_edges_and_reserved);
   TU_RUN(test_forked_pair);

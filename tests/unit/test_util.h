@@ -19,8 +19,7 @@
 static int tu_passed_;
 static int tu_failed_;
 
-static inline int tu_result_(int ok, const char *file, int line, const char *what)
-{
+static inline int tu_result_(int ok, const char *file, int line, const char *what) {
   if (ok) {
     tu_passed_++;
     return 1;
@@ -31,10 +30,8 @@ static inline int tu_result_(int ok, const char *file, int line, const char *wha
 }
 
 static inline int tu_check_eq_(long long a, long long b, const char *sa, const char *sb,
-                               const char *file, int line)
-{
-  if (a == b)
-    return tu_result_(1, file, line, sa);
+                               const char *file, int line) {
+  if (a == b) return tu_result_(1, file, line, sa);
   tu_failed_++;
   fprintf(stderr, "FAIL %s:%d: %s == %s (%lld vs %lld)\n", file, line, sa, sb, a, b);
   return 0;
@@ -42,23 +39,20 @@ static inline int tu_check_eq_(long long a, long long b, const char *sa, const c
 
 /* A status check. want != PKV_OK also requires a non-empty pkv_last_error(). */
 static inline int tu_check_status_(pkv_status got, pkv_status want, const char *expr,
-                                   const char *file, int line)
-{
+                                   const char *file, int line) {
   const char *msg = pkv_last_error();
   if (got == want && (want == PKV_OK || (msg != NULL && msg[0] != '\0')))
     return tu_result_(1, file, line, expr);
   tu_failed_++;
-  fprintf(stderr, "FAIL %s:%d: %s -> %d (%s), want %d (%s); last error: \"%s\"\n", file, line,
-          expr, (int)got, pkv_status_string(got), (int)want, pkv_status_string(want),
+  fprintf(stderr, "FAIL %s:%d: %s -> %d (%s), want %d (%s); last error: \"%s\"\n", file, line, expr,
+          (int)got, pkv_status_string(got), (int)want, pkv_status_string(want),
           msg ? msg : "(null)");
   return 0;
 }
 
 static inline int tu_check_err_(const pkv_engine *e, pkv_status got, pkv_status want,
-                                const char *expr, const char *file, int line)
-{
-  if (!tu_check_status_(got, want, expr, file, line))
-    return 0;
+                                const char *expr, const char *file, int line) {
+  if (!tu_check_status_(got, want, expr, file, line)) return 0;
   const char *msg = pkv_engine_last_error(e);
   return tu_result_(msg != NULL && msg[0] != '\0', file, line, "pkv_engine_last_error() set");
 }
@@ -70,23 +64,21 @@ static inline int tu_check_err_(const pkv_engine *e, pkv_status got, pkv_status 
 /* A failed call on engine e: the status, and a non-empty message from both error channels. */
 #define CHECK_ERR(e, expr, want) tu_check_err_((e), (expr), (want), #expr, __FILE__, __LINE__)
 
-#define TU_RUN(fn)                                                                                 \
-  do {                                                                                             \
-    int failed_before_ = tu_failed_;                                                               \
-    fn();                                                                                          \
-    printf("%s %s\n", tu_failed_ == failed_before_ ? "ok  " : "FAIL", #fn);                      \
+#define TU_RUN(fn)                                                          \
+  do {                                                                      \
+    int failed_before_ = tu_failed_;                                        \
+    fn();                                                                   \
+    printf("%s %s\n", tu_failed_ == failed_before_ ? "ok  " : "FAIL", #fn); \
   } while (0)
 
-static inline int tu_summary(void)
-{
+static inline int tu_summary(void) {
   printf("%d passed, %d failed\n", tu_passed_, tu_failed_);
   return tu_failed_ ? 1 : 0;
 }
 
 /* ---------------------------------------------------------------- engines */
 /* A tiny CPU model: 2 layers, 4 q heads, 2 kv heads, head_dim 8, f32, one worker thread. */
-static inline void tu_params(pkv_engine_params *p, uint32_t block_size, uint32_t num_blocks)
-{
+static inline void tu_params(pkv_engine_params *p, uint32_t block_size, uint32_t num_blocks) {
   memset(p, 0, sizeof *p);
   pkv_engine_params_init(p, sizeof *p);
   p->num_layers = 2;
@@ -100,17 +92,15 @@ static inline void tu_params(pkv_engine_params *p, uint32_t block_size, uint32_t
   p->num_threads = 1;
 }
 
-static inline pkv_engine *tu_engine_p(const pkv_engine_params *p)
-{
+static inline pkv_engine *tu_engine_p(const pkv_engine_params *p) {
   pkv_engine *e = NULL;
-  if (!CHECK_OK(pkv_engine_create(p, &e)))
-    return NULL;
+  if (!CHECK_OK(pkv_engine_create(p, &e))) return NULL;
   CHECK(e != NULL);
   return e;
 }
 
-static inline pkv_engine *tu_engine(uint32_t block_size, uint32_t num_blocks, uint32_t debug_flags)
-{
+static inline pkv_engine *tu_engine(uint32_t block_size, uint32_t num_blocks,
+                                    uint32_t debug_flags) {
   pkv_engine_params p;
   tu_params(&p, block_size, num_blocks);
   p.debug_flags = debug_flags;
@@ -118,38 +108,31 @@ static inline pkv_engine *tu_engine(uint32_t block_size, uint32_t num_blocks, ui
 }
 
 /* ---------------------------------------------------------------- sequences */
-static inline void tu_fill(int32_t *tokens, uint32_t n, int32_t first)
-{
-  for (uint32_t i = 0; i < n; i++)
-    tokens[i] = first + (int32_t)i;
+static inline void tu_fill(int32_t *tokens, uint32_t n, int32_t first) {
+  for (uint32_t i = 0; i < n; i++) tokens[i] = first + (int32_t)i;
 }
 
 /* Allocates with an optional salt (NULL = none); returns the id, 0 on failure (counted). */
 static inline uint64_t tu_alloc_salt(pkv_engine *e, const int32_t *tokens, uint32_t n,
-                                     const char *salt, uint32_t *out_cached)
-{
+                                     const char *salt, uint32_t *out_cached) {
   pkv_seq_params sp;
   pkv_seq_params_init(&sp, sizeof sp);
   sp.cache_salt = salt;
   sp.cache_salt_len = salt ? (uint32_t)strlen(salt) : 0;
   uint64_t seq = 0;
   uint32_t cached = 0xdeadbeef;
-  if (!CHECK_OK(pkv_allocate(e, tokens, n, &sp, &seq, &cached)))
-    return 0;
+  if (!CHECK_OK(pkv_allocate(e, tokens, n, &sp, &seq, &cached))) return 0;
   CHECK(seq != 0);
-  if (out_cached)
-    *out_cached = cached;
+  if (out_cached) *out_cached = cached;
   return seq;
 }
 
 static inline uint64_t tu_alloc(pkv_engine *e, const int32_t *tokens, uint32_t n,
-                                uint32_t *out_cached)
-{
+                                uint32_t *out_cached) {
   return tu_alloc_salt(e, tokens, n, NULL, out_cached);
 }
 
-static inline pkv_stats tu_stats(pkv_engine *e)
-{
+static inline pkv_stats tu_stats(pkv_engine *e) {
   pkv_stats s;
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
@@ -157,8 +140,7 @@ static inline pkv_stats tu_stats(pkv_engine *e)
   return s;
 }
 
-static inline struct pkv_seq_info tu_info(pkv_engine *e, uint64_t seq)
-{
+static inline struct pkv_seq_info tu_info(pkv_engine *e, uint64_t seq) {
   struct pkv_seq_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
@@ -167,29 +149,22 @@ static inline struct pkv_seq_info tu_info(pkv_engine *e, uint64_t seq)
 }
 
 /* The block table of seq into out[cap]; returns its length. */
-static inline uint32_t tu_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap)
-{
+static inline uint32_t tu_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap) {
   uint32_t len = 0;
   CHECK_OK(pkv_seq_block_table(e, seq, out, cap, &len));
   return len;
 }
 
 /* One step computing every uncomputed token of seqs[0..n). */
-static inline int tu_compute(pkv_engine *e, const uint64_t *seqs, uint32_t n)
-{
+static inline int tu_compute(pkv_engine *e, const uint64_t *seqs, uint32_t n) {
   pkv_batch *b = NULL;
-  if (!CHECK_OK(pkv_batch_begin(e, seqs, NULL, n, &b)))
-    return 0;
+  if (!CHECK_OK(pkv_batch_begin(e, seqs, NULL, n, &b))) return 0;
   return CHECK_OK(pkv_batch_end(b));
 }
 
-static inline int tu_compute1(pkv_engine *e, uint64_t seq)
-{
-  return tu_compute(e, &seq, 1);
-}
+static inline int tu_compute1(pkv_engine *e, uint64_t seq) { return tu_compute(e, &seq, 1); }
 
-static inline pkv_batch_view tu_view(const pkv_batch *b)
-{
+static inline pkv_batch_view tu_view(const pkv_batch *b) {
   pkv_batch_view v;
   memset(&v, 0, sizeof v);
   v.struct_size = sizeof v;
@@ -200,30 +175,28 @@ static inline pkv_batch_view tu_view(const pkv_batch *b)
 /* ---------------------------------------------------------------- KV written as a host would */
 /* What a host's kernels write (f32 pools) for position pos of a sequence tagged tag: K (v = 0) or
  * V (v = 1), element i of the token's row on one layer. */
-static inline float tu_kv_value(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i)
-{
+static inline float tu_kv_value(uint32_t tag, int v, uint32_t layer, uint32_t pos, uint32_t i) {
   return (float)(tag * 100000 + v * 50000 + layer * 10000 + pos * 100 + i);
 }
 
 /* Writes (check 0) the pool K/V of seq's first n tokens through its block table, or (check 1)
  * returns how many of those floats differ from what a write would have put there. */
-static inline uint32_t tu_kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t n, int check)
-{
+static inline uint32_t tu_kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t n,
+                                     int check) {
   struct pkv_pool_info in;
   memset(&in, 0, sizeof in);
   in.struct_size = sizeof in;
-  if (!CHECK_OK(pkv_pool_info(e, &in)) || !CHECK(in.dtype == PKV_DTYPE_F32))
-    return 1;
+  if (!CHECK_OK(pkv_pool_info(e, &in)) || !CHECK(in.dtype == PKV_DTYPE_F32)) return 1;
   int32_t table[256];
   const uint32_t nb = tu_table(e, seq, table, 256);
-  if (!CHECK((uint64_t)nb * in.block_size >= n))
-    return 1;
+  if (!CHECK((uint64_t)nb * in.block_size >= n)) return 1;
   uint32_t bad = 0;
   for (uint32_t pos = 0; pos < n; pos++)
     for (int v = 0; v < 2; v++)
       for (uint32_t l = 0; l < in.num_layers; l++) {
         float *row = (float *)(v ? in.v_base : in.k_base) + l * in.layer_stride +
-                     (uint64_t)table[pos / in.block_size] * in.block_stride + (pos % in.block_size) * in.token_stride;
+                     (uint64_t)table[pos / in.block_size] * in.block_stride +
+                     (pos % in.block_size) * in.token_stride;
         for (uint32_t i = 0; i < in.kv_heads * in.head_dim; i++) {
           if (check)
             bad += row[i] != tu_kv_value(tag, v, l, pos, i);
@@ -238,18 +211,15 @@ static inline uint32_t tu_kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, 
 #define CHECK_ENGINE(e) CHECK_OK(pkv_engine_check(e))
 
 /* ---------------------------------------------------------------- "nothing changed" */
-static inline uint64_t tu_mix_(uint64_t h, const void *data, size_t n)
-{
+static inline uint64_t tu_mix_(uint64_t h, const void *data, size_t n) {
   const unsigned char *c = (const unsigned char *)data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ c[i]) * 1099511628211ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull; /* FNV-1a */
   return h;
 }
 
 /* A fingerprint of everything observable: stats (cumulative counters included) and, for each of
  * seqs, its status, info, block table and tokens. Equal before and after = nothing changed. */
-static inline uint64_t tu_state(pkv_engine *e, const uint64_t *seqs, uint32_t n)
-{
+static inline uint64_t tu_state(pkv_engine *e, const uint64_t *seqs, uint32_t n) {
   pkv_stats s;
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
@@ -257,7 +227,8 @@ static inline uint64_t tu_state(pkv_engine *e, const uint64_t *seqs, uint32_t n)
   /* A store's writer thread counts its writes whenever it finishes them, and its fetcher thread
    * the lookups of submitted requests whenever it answers them: not a call's doing. */
   s.num_store_puts = s.num_store_put_errors = 0;
-  s.num_store_lookups = s.num_store_hits = s.num_store_misses = s.num_store_rejected = s.num_store_errors = 0;
+  s.num_store_lookups = s.num_store_hits = s.num_store_misses = s.num_store_rejected =
+      s.num_store_errors = 0;
   uint64_t h = tu_mix_(14695981039346656037ull, &st, sizeof st);
   h = tu_mix_(h, &s, sizeof s);
   for (uint32_t i = 0; i < n; i++) {

@@ -100,8 +100,8 @@ template <> inline void convert_row(const Fp8E5M2 *src, float *dst, uint32_t n, 
 // acc = acc * alpha + sum over t < n of p[t] * v[t] (hd values, rows `stride` apart), for one
 // (row, head): acc stays in eight registers (64 lanes) while the keys stream past — eight
 // independent chains, enough to keep both FMA units busy despite their latency.
-inline void accumulate(float *acc, float alpha, const float *p, const float *v, uint32_t n, uint32_t hd,
-                       size_t stride) {
+inline void accumulate(float *acc, float alpha, const float *p, const float *v, uint32_t n,
+                       uint32_t hd, size_t stride) {
   const v8f a = splat(alpha);
   uint32_t d = 0;
   for (; d + 64 <= hd; d += 64) {
@@ -159,8 +159,8 @@ template <class T, class C> struct ItemRunner {
 
   // Loads the keys [key, key + n) of seq's kv head `head` from the paged cache into dst (fp8:
   // times the head's scale in `scales`).
-  void load_rows(const void *cache, const float *scales, uint32_t seq, uint32_t head, uint32_t key, uint32_t n,
-                 float *dst) const {
+  void load_rows(const void *cache, const float *scales, uint32_t seq, uint32_t head, uint32_t key,
+                 uint32_t n, float *dst) const {
     const int32_t *blocks = step.block_table(layer.group, seq);
     const float scale = kIsFp8<C> ? scales[head] : 1.0f;
     for (uint32_t t = 0; t < n; ++t) {
@@ -181,8 +181,10 @@ template <class T, class C> struct ItemRunner {
       const uint32_t pos = key + t;
       const int64_t slot = int64_t(blocks[pos / s.bs]) * s.bs + pos % s.bs;
       const size_t offset = (slot * s.kv_heads + it.head) * s.hd;
-      const char *k = reinterpret_cast<const char *>(static_cast<const C *>(layer.k_cache) + offset);
-      const char *v = reinterpret_cast<const char *>(static_cast<const C *>(layer.v_cache) + offset);
+      const char *k =
+          reinterpret_cast<const char *>(static_cast<const C *>(layer.k_cache) + offset);
+      const char *v =
+          reinterpret_cast<const char *>(static_cast<const C *>(layer.v_cache) + offset);
       for (size_t b = 0; b < bytes; b += 64) {
         __builtin_prefetch(k + b);
         if (!s.mla) __builtin_prefetch(v + b);
@@ -197,7 +199,8 @@ template <class T, class C> struct ItemRunner {
     const uint32_t first_pos = step.context_lens[it.seq] - qlen + it.row0;  // of row 0
     const uint32_t token0 = step.query_start[it.seq] + it.row0;
     for (uint32_t r = 0; r < it.rows; ++r) {
-      const T *qrow = static_cast<const T *>(layer.q) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * hd;
+      const T *qrow = static_cast<const T *>(layer.q) +
+                      (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * hd;
       convert_row(qrow, w.q + size_t(r) * qh * hd, qh * hd);
     }
     const v8f scale = splat(layer.scale);
@@ -219,7 +222,8 @@ template <class T, class C> struct ItemRunner {
           const uint32_t first = s.window && pos >= s.window ? pos - s.window + 1 : 0;
           const uint32_t lo = first > key ? std::min(n, first - key) : 0;
           const uint32_t hi = pos >= key ? std::min(n, pos - key + 1) : 0;
-          for (uint32_t g = 0; g < s.group; ++g) softmax_update(w, r * qh + hh * s.group + g, lo, hi, n);
+          for (uint32_t g = 0; g < s.group; ++g)
+            softmax_update(w, r * qh + hh * s.group + g, lo, hi, n);
         }
         // MLA: V is the latents just converted, their first vd values.
         if (!s.mla) load_rows(layer.v_cache, layer.v_scale, it.seq, it.head + hh, key, n, w.vf);
@@ -238,7 +242,8 @@ template <class T, class C> struct ItemRunner {
       return;
     }
     for (uint32_t r = 0; r < it.rows; ++r) {
-      T *orow = static_cast<T *>(out) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * vd;
+      T *orow =
+          static_cast<T *>(out) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * vd;
       for (uint32_t j = 0; j < qh; ++j) {
         const uint32_t i = r * qh + j;
         const float inv = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
@@ -267,7 +272,8 @@ template <class T, class C> struct ItemRunner {
     w.alpha[i] = w.m[i] == kNegInf ? 0.0f : fast_exp(w.m[i] - m_new);
     const v8f m = splat(m_new);
     v8f sum = splat(0.0f);
-    for (uint32_t t = 0; t < n; t += 8) {  // kChunk is a multiple of 8; outside [lo, hi) exp gives 0
+    for (uint32_t t = 0; t < n;
+         t += 8) {  // kChunk is a multiple of 8; outside [lo, hi) exp gives 0
       const v8f e = exp8(load8(p + t) - m);
       store8(p + t, e);
       sum += e;
@@ -278,10 +284,12 @@ template <class T, class C> struct ItemRunner {
 };
 
 // Combines the splits of one (sequence, kv head, tile): items[first .. first + splits).
-template <class T> void merge(const Item *items, size_t first, const float *partials,
-                              const CpuStep &step, const CpuLayer &layer, const Shape &s, float *acc) {
+template <class T>
+void merge(const Item *items, size_t first, const float *partials, const CpuStep &step,
+           const CpuLayer &layer, const Shape &s, float *acc) {
   const Item &it0 = items[first];
-  const uint32_t qh = it0.num_heads * s.group, rg = it0.rows * qh, hd = s.vd, splits = it0.num_splits;
+  const uint32_t qh = it0.num_heads * s.group, rg = it0.rows * qh, hd = s.vd,
+                 splits = it0.num_splits;
   const uint32_t token0 = step.query_start[it0.seq] + it0.row0;
   for (uint32_t i = 0; i < rg; ++i) {
     float mx = kNegInf;
@@ -297,15 +305,19 @@ template <class T> void merge(const Item *items, size_t first, const float *part
       for (uint32_t d = 0; d < hd; ++d) acc[d] += a[d] * w;
     }
     const uint32_t r = i / qh, j = i % qh;
-    T *orow = static_cast<T *>(layer.out) + (size_t(token0 + r) * s.q_heads + size_t(it0.head) * s.group + j) * hd;
+    T *orow = static_cast<T *>(layer.out) +
+              (size_t(token0 + r) * s.q_heads + size_t(it0.head) * s.group + j) * hd;
     from_float_scaled(acc, l > 0 ? 1.0f / l : 0.0f, orow, hd);
   }
 }
 
 template <class T, class C>
-void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork &work, ThreadPool &pool) {
-  const Shape s{layer.head_dim, layer.q_heads / layer.kv_heads, layer.q_heads, layer.kv_heads, step.block_size,
-                layer.window, layer.v_dim, layer.mla};
+void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,
+                     ThreadPool &pool) {
+  const Shape s{layer.head_dim,  layer.q_heads / layer.kv_heads,
+                layer.q_heads,   layer.kv_heads,
+                step.block_size, layer.window,
+                layer.v_dim,     layer.mla};
   const ItemRunner<T, C> runner{step, layer, s};
   pool.parallel_for(work.num_items, [&](size_t i, uint32_t thread) {
     const Item &it = work.items[i];
@@ -324,24 +336,34 @@ void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork 
 
 // The cache's type for a model dtype T.
 template <class T>
-void attention_model(const CpuStep &step, const CpuLayer &layer, const AttnWork &work, ThreadPool &pool) {
+void attention_model(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,
+                     ThreadPool &pool) {
   switch (layer.kv_dtype) {
-    case PKV_DTYPE_FP8_E4M3: return attention_typed<T, Fp8E4M3>(step, layer, work, pool);
-    case PKV_DTYPE_FP8_E5M2: return attention_typed<T, Fp8E5M2>(step, layer, work, pool);
-    default: return attention_typed<T, T>(step, layer, work, pool);
+    case PKV_DTYPE_FP8_E4M3:
+      return attention_typed<T, Fp8E4M3>(step, layer, work, pool);
+    case PKV_DTYPE_FP8_E5M2:
+      return attention_typed<T, Fp8E5M2>(step, layer, work, pool);
+    default:
+      return attention_typed<T, T>(step, layer, work, pool);
   }
 }
 
-template <class T, class C> void quantize_typed(const T *src, uint8_t *dst, uint32_t n, float scale) {
+template <class T, class C>
+void quantize_typed(const T *src, uint8_t *dst, uint32_t n, float scale) {
   const v8f s = splat(scale);
-  for (uint32_t d = 0; d < n; d += 8) store8_u8(dst + d, fp8_encode8<C>(load8(src + d) / s));  // IEEE division
+  for (uint32_t d = 0; d < n; d += 8)
+    store8_u8(dst + d, fp8_encode8<C>(load8(src + d) / s));  // IEEE division
 }
 
-template <class C> void quantize_model(const void *src, int32_t dtype, uint8_t *dst, uint32_t n, float scale) {
+template <class C>
+void quantize_model(const void *src, int32_t dtype, uint8_t *dst, uint32_t n, float scale) {
   switch (dtype) {
-    case PKV_DTYPE_F32: return quantize_typed<float, C>(static_cast<const float *>(src), dst, n, scale);
-    case PKV_DTYPE_F16: return quantize_typed<_Float16, C>(static_cast<const _Float16 *>(src), dst, n, scale);
-    default: return quantize_typed<Bf16, C>(static_cast<const Bf16 *>(src), dst, n, scale);
+    case PKV_DTYPE_F32:
+      return quantize_typed<float, C>(static_cast<const float *>(src), dst, n, scale);
+    case PKV_DTYPE_F16:
+      return quantize_typed<_Float16, C>(static_cast<const _Float16 *>(src), dst, n, scale);
+    default:
+      return quantize_typed<Bf16, C>(static_cast<const Bf16 *>(src), dst, n, scale);
   }
 }
 
@@ -349,13 +371,17 @@ template <class C> void quantize_model(const void *src, int32_t dtype, uint8_t *
 
 void attention(const CpuStep &step, const CpuLayer &layer, const AttnWork &work, ThreadPool &pool) {
   switch (layer.dtype) {
-    case PKV_DTYPE_F32: return attention_model<float>(step, layer, work, pool);
-    case PKV_DTYPE_F16: return attention_model<_Float16>(step, layer, work, pool);
-    default: return attention_model<Bf16>(step, layer, work, pool);
+    case PKV_DTYPE_F32:
+      return attention_model<float>(step, layer, work, pool);
+    case PKV_DTYPE_F16:
+      return attention_model<_Float16>(step, layer, work, pool);
+    default:
+      return attention_model<Bf16>(step, layer, work, pool);
   }
 }
 
-void quantize_fp8(const void *src, int32_t dtype, int32_t kv_dtype, uint8_t *dst, uint32_t n, float scale) {
+void quantize_fp8(const void *src, int32_t dtype, int32_t kv_dtype, uint8_t *dst, uint32_t n,
+                  float scale) {
   if (kv_dtype == PKV_DTYPE_FP8_E5M2) return quantize_model<Fp8E5M2>(src, dtype, dst, n, scale);
   quantize_model<Fp8E4M3>(src, dtype, dst, n, scale);
 }

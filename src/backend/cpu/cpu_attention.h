@@ -16,7 +16,8 @@ namespace pkv {
 constexpr size_t kKernelScratchFloats = size_t(1) << 18;
 inline size_t attention_scratch_floats(uint32_t max_q, uint32_t head_dim) {
   const size_t rg = max_q;
-  const size_t generic = 2 * rg * head_dim + 3 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;
+  const size_t generic =
+      2 * rg * head_dim + 3 * rg + 2 * size_t(kAttnChunk) * head_dim + rg * kAttnChunk;
   const size_t kernels = 2 * rg * (head_dim + 16) + kKernelScratchFloats;
   return generic > kernels ? generic : kernels;
 }
@@ -33,12 +34,12 @@ inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t
 
 // attention: the planned items of one layer's call. quantize_fp8: write_kv's rounding of n
 // elements (a multiple of 8) of dtype at src to kv_dtype's fp8 codes of x / scale.
-#define PKV_DECLARE_CPU_ATTENTION(ns)                                                       \
-  namespace ns {                                                                          \
-  void attention(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,        \
-                 ThreadPool &pool);                                                       \
-  void quantize_fp8(const void *src, int32_t dtype, int32_t kv_dtype, uint8_t *dst,       \
-                    uint32_t n, float scale);                                             \
+#define PKV_DECLARE_CPU_ATTENTION(ns)                                                           \
+  namespace ns {                                                                                \
+  void attention(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,              \
+                 ThreadPool &pool);                                                             \
+  void quantize_fp8(const void *src, int32_t dtype, int32_t kv_dtype, uint8_t *dst, uint32_t n, \
+                    float scale);                                                               \
   }
 
 PKV_DECLARE_CPU_ATTENTION(cpu_baseline)
@@ -56,8 +57,10 @@ PKV_DECLARE_CPU_ATTENTION(cpu_avx512_bf16)  // + AVX-512 BF16 (vdpbf16ps), VBMI
 // attention_scratch_floats(max_q, head_dim) floats.
 #if defined(PKV_CPU_VARIANT)
 namespace PKV_CPU_VARIANT {
-bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch, float *partial);
-bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch, float *partial);
+bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch,
+                 float *partial);
+bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch,
+                  float *partial);
 }  // namespace PKV_CPU_VARIANT
 #endif
 

@@ -17,7 +17,8 @@ class Mapping {
  public:
   Mapping(uint64_t bytes, const char *what) : bytes_(bytes) {
     if (!bytes_) return;
-    void *p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
       fail(PKV_ERR_OUT_OF_MEMORY, "cannot map a %llu-byte %s: %s", (unsigned long long)bytes_, what,
            std::strerror(errno));
@@ -58,10 +59,13 @@ class CpuBackend final : public Backend {
     return host_.base() && !shape_.mla() ? host_.base() + shape_.host_bytes.pool : nullptr;
   }
 
-  void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) override {
-    const CpuTier tiers[2] = {{pool_.base(), static_cast<char *>(v_pool()), shape_.layer_bytes()},
-                              {host_.base(), static_cast<char *>(host_v_pool()), shape_.host_bytes.layer}};
-    kernels().copy_blocks(tiers, shape_.num_layers, shape_.tensors, shape_.block_bytes(), src, dst, kind, n);
+  void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
+                   uint32_t n) override {
+    const CpuTier tiers[2] = {
+        {pool_.base(), static_cast<char *>(v_pool()), shape_.layer_bytes()},
+        {host_.base(), static_cast<char *>(host_v_pool()), shape_.host_bytes.layer}};
+    kernels().copy_blocks(tiers, shape_.num_layers, shape_.tensors, shape_.block_bytes(), src, dst,
+                          kind, n);
   }
 
   void read_block(int32_t block, void *dst) override {
@@ -76,8 +80,9 @@ class CpuBackend final : public Backend {
 
   void plan(const pkv_batch_view &v) override {
     PKV_ASSERT(v.num_kv_groups >= 1 && v.group_slot_mapping && v.group_block_tables);
-    step_ = CpuStep{v.num_seqs, v.num_tokens, v.block_size, v.max_blocks_per_seq, v.num_kv_groups,
-                    v.query_start, v.context_lens, v.group_slot_mapping, v.group_block_tables};
+    step_ = CpuStep{v.num_seqs,           v.num_tokens,         v.block_size,
+                    v.max_blocks_per_seq, v.num_kv_groups,      v.query_start,
+                    v.context_lens,       v.group_slot_mapping, v.group_block_tables};
     kernels().plan(step_, shape_.q_heads, shape_.kv_heads, shape_.head_dim, shape_.v_dim());
   }
 
@@ -88,10 +93,17 @@ class CpuBackend final : public Backend {
     PKV_ASSERT(shape_.mla() == (call.v == nullptr));
     const uint64_t offset = call.slot * shape_.layer_bytes();
     // MLA: V is the latents themselves (their first v_dim values), read through the K pool.
-    char *k_cache = pool_.base() + offset, *v_cache = shape_.mla() ? k_cache : pool_.base() + bytes_ + offset;
-    CpuLayer layer{k_cache, v_cache, shape_.q_heads, shape_.kv_heads, shape_.head_dim, shape_.v_dim(),
-                   shape_.mla(), shape_.dtype, shape_.kv_dtype, call.group, call.window, call.scale,
-                   call.k_scale, shape_.mla() ? call.k_scale : call.v_scale, call.q, call.k, call.v, call.out};
+    char *k_cache = pool_.base() + offset,
+         *v_cache = shape_.mla() ? k_cache : pool_.base() + bytes_ + offset;
+    CpuLayer layer{k_cache,         v_cache,
+                   shape_.q_heads,  shape_.kv_heads,
+                   shape_.head_dim, shape_.v_dim(),
+                   shape_.mla(),    shape_.dtype,
+                   shape_.kv_dtype, call.group,
+                   call.window,     call.scale,
+                   call.k_scale,    shape_.mla() ? call.k_scale : call.v_scale,
+                   call.q,          call.k,
+                   call.v,          call.out};
     kernels().write_kv(step_, layer);
     kernels().attention(step_, layer);
   }

@@ -67,12 +67,14 @@ namespace PKV_CPU_VARIANT {
 
 #if !defined(PKV_DECODE_KERNEL)
 
-bool decode_item(const CpuStep &, const CpuLayer &, const AttnItem &, float *, float *) { return false; }
+bool decode_item(const CpuStep &, const CpuLayer &, const AttnItem &, float *, float *) {
+  return false;
+}
 
 #else
 
 namespace {
-constexpr uint32_t kKeys = 64;        // keys per chunk at most (a multiple of 4)
+constexpr uint32_t kKeys = 64;  // keys per chunk at most (a multiple of 4)
 
 // ------------------------------------------------------------------------------------ lanes
 // The two register widths, with the same operations (all of them work within 128-bit lanes).
@@ -93,15 +95,19 @@ struct Ymm {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
-  static R load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+  static R load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+  }
   // L fp8 codes as floats, through halves (fp8.h's fp8_halves): e5m2 is a half's high byte; e4m3
   // moved into a half's fields reads 2^-8 of its value (the caller's kFp8Unit), and its NaN codes
   // (S.1111.111, which would read 1.875) are made a half's NaN.
   template <bool kE4M3> static R load_fp8(const uint8_t *p) {
-    const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+    const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(),
+                                           _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
     __m128i w = fp8_halves(high, kE4M3);
     if constexpr (kE4M3) {
-      const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(high, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
+      const __m128i nan =
+          _mm_cmpeq_epi16(_mm_and_si128(high, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
       w = _mm_blendv_epi8(w, _mm_set1_epi16(0x7e00), nan);
     }
     return _mm256_cvtph_ps(w);
@@ -117,7 +123,8 @@ struct Ymm {
   template <int kImm> static R permute(R x) { return _mm256_permute_ps(x, kImm); }
   static R round(R x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static R exp2i(R n) {  // 2^n for integral n in [-126, 127]
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
   }
   static R zero_below(R x, R value, float lo) {  // 0 where x < lo, else value (NaN x: value)
     return _mm256_and_ps(value, _mm256_cmp_ps(x, set1(lo), _CMP_NLT_UQ));
@@ -143,16 +150,19 @@ struct Zmm {
   static R max(R a, R b) { return _mm512_max_ps(a, b); }
   static R bcast1(const float *p) { return _mm512_set1_ps(*p); }
   static R load_bf16(const uint16_t *p) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   }
   static R load_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
   }
   template <bool kE4M3> static R load_fp8(const uint8_t *p) {  // as Ymm's, 16 lanes wide
-    __m256i w = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 8);
+    __m256i w = _mm256_slli_epi16(
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 8);
     if constexpr (kE4M3) {
-      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7f00)), _mm256_set1_epi16(0x7f00));
+      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7f00)),
+                                                    _mm256_set1_epi16(0x7f00));
       w = _mm256_and_si256(_mm256_srai_epi16(w, 1), _mm256_set1_epi16(short(0xbfff)));
       w = _mm256_mask_mov_epi16(w, nan, _mm256_set1_epi16(0x7e00));
     }
@@ -167,16 +177,21 @@ struct Zmm {
     return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
   }
   template <int kImm> static R permute(R x) { return _mm512_permute_ps(x, kImm); }
-  static R round(R x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static R round(R x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
   static R exp2i(R n) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
   static R zero_below(R x, R value, float lo) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(lo), _CMP_NLT_UQ), value);
   }
   static R sum_blocks(const R *r) {  // block i: the sum of r[i]'s four 128-bit blocks
-    const R u01 = add(_mm512_shuffle_f32x4(r[0], r[1], 0x44), _mm512_shuffle_f32x4(r[0], r[1], 0xEE));
-    const R u23 = add(_mm512_shuffle_f32x4(r[2], r[3], 0x44), _mm512_shuffle_f32x4(r[2], r[3], 0xEE));
+    const R u01 =
+        add(_mm512_shuffle_f32x4(r[0], r[1], 0x44), _mm512_shuffle_f32x4(r[0], r[1], 0xEE));
+    const R u23 =
+        add(_mm512_shuffle_f32x4(r[2], r[3], 0x44), _mm512_shuffle_f32x4(r[2], r[3], 0xEE));
     return add(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
   }
 };
@@ -184,7 +199,7 @@ struct Zmm {
 
 // Within each group of 4 lanes, every lane gets the group's max / sum.
 template <class W> inline typename W::R group_max(typename W::R x) {
-  x = W::max(x, W::template permute<0xB1>(x));  // lanes 1 0 3 2
+  x = W::max(x, W::template permute<0xB1>(x));     // lanes 1 0 3 2
   return W::max(x, W::template permute<0x4E>(x));  // lanes 2 3 0 1
 }
 template <class W> inline typename W::R group_sum(typename W::R x) {
@@ -253,7 +268,7 @@ struct Buffers {
 // for two 128-entry byte lookups (vpermi2b).
 template <class C> constexpr uint16_t fp8_bf16_bits(uint32_t m) {
   constexpr uint32_t kMan = C::kMan, kBias = C::kBias;
-  if (kMan == 3 && m == 0x7f) return 0x7fc0;                     // e4m3 NaN
+  if (kMan == 3 && m == 0x7f) return 0x7fc0;                       // e4m3 NaN
   if (kMan == 2 && m >= 0x7c) return m == 0x7c ? 0x7f80 : 0x7fc0;  // e5m2 inf, NaN
   const uint32_t e = m >> kMan, f = m & ((1u << kMan) - 1);
   if (e == 0) {  // subnormal: f * 2^(1 - bias - kMan), normalized
@@ -301,10 +316,12 @@ template <class C> struct Fp8Bf16 {
     sign = _mm512_set1_epi8(char(0x80));
   }
   void pairs(const uint8_t *r0, const uint8_t *r1, __m512i &p0, __m512i &p1) const {
-    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(r0))),
-                                            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r1)), 1);
+    const __m512i both = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(r0))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(r1)), 1);
     const __m512i codes = _mm512_permutexvar_epi8(order, both);
-    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
+    const __m512i hi =
+        _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
     const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
     p0 = _mm512_unpacklo_epi8(lo, hi);
     p1 = _mm512_unpackhi_epi8(lo, hi);
@@ -313,7 +330,8 @@ template <class C> struct Fp8Bf16 {
   // and w1 = 8-15, 24-31, 40-47, 56-63, as bf16.
   void row64(const uint8_t *r, __mmask64 live, __m512i &w0, __m512i &w1) const {
     const __m512i codes = _mm512_maskz_loadu_epi8(live, r);
-    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
+    const __m512i hi =
+        _mm512_or_si512(_mm512_permutex2var_epi8(hi0, codes, hi1), _mm512_and_si512(codes, sign));
     const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
     w0 = _mm512_unpacklo_epi8(lo, hi);
     w1 = _mm512_unpackhi_epi8(lo, hi);
@@ -365,13 +383,16 @@ template <class W, bool Dot, class C> class Decoder {
 
   void run(const AttnItem &it, float *partial) {
     const uint32_t hd = s_.hd, g = s_.g, qh = it.num_heads * g;
-    const uint32_t token = step_.query_start[it.seq] + it.row0;  // the one row (of a decode, or a tile)
+    const uint32_t token =
+        step_.query_start[it.seq] + it.row0;  // the one row (of a decode, or a tile)
     arrange_q(it, token);
     item_head_ = it.head;
-    q_bf16_ = static_cast<const uint16_t *>(layer_.q) + (size_t(token) * layer_.q_heads + size_t(it.head) * g) * hd;
+    q_bf16_ = static_cast<const uint16_t *>(layer_.q) +
+              (size_t(token) * layer_.q_heads + size_t(it.head) * g) * hd;
     ahead_.start(s_, it.head, it.num_heads);
     std::fill(b_.acc, b_.acc + size_t(qh) * hd, 0.0f);
-    for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i) b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
+    for (uint32_t i = 0; i < it.num_heads * regs_ * L; ++i)
+      b_.m[i] = -__builtin_inff(), b_.l[i] = 0.0f;
     std::memset(b_.zero, 0, size_t(hd) * 4);
     const int32_t *table = step_.block_table(layer_.group, it.seq);
     const uint32_t kc = chunk_keys(s_, it.num_heads);
@@ -379,7 +400,10 @@ template <class W, bool Dot, class C> class Decoder {
     size_t rows[2][kKeys];
     uint32_t n = offsets(table, it.key0, std::min(it.key1, it.key0 + kc), rows[0]);
     for (uint32_t key = it.key0, c = 0; key < it.key1; key += kc, c ^= 1) {
-      const uint32_t next = key + kc < it.key1 ? offsets(table, key + kc, std::min(it.key1, key + 2 * kc), rows[c ^ 1]) : 0;
+      const uint32_t next =
+          key + kc < it.key1
+              ? offsets(table, key + kc, std::min(it.key1, key + 2 * kc), rows[c ^ 1])
+              : 0;
       chunk_ = rows[c];
       for (uint32_t h = 0; h < it.num_heads; ++h) {
         ahead_.share(rows[c ^ 1], next, h, it.num_heads, (n + 3) / 4);
@@ -419,7 +443,9 @@ template <class W, bool Dot, class C> class Decoder {
   class Ahead {
    public:
     Ahead(const CpuLayer &layer, const Shape &s)
-        : k_(static_cast<const char *>(layer.k_cache)), v_(static_cast<const char *>(layer.v_cache)), esize_(s.esize) {}
+        : k_(static_cast<const char *>(layer.k_cache)),
+          v_(static_cast<const char *>(layer.v_cache)),
+          esize_(s.esize) {}
     void start(const Shape &s, uint32_t head, uint32_t heads) {
       base_ = size_t(head) * s.hd * s.esize;
       bytes_ = size_t(heads) * s.hd * s.esize;
@@ -460,7 +486,8 @@ template <class W, bool Dot, class C> class Decoder {
   // With Dot also, for score4_lanes, the pairs of quads of each kv head's q heads in lanes: bf16
   // [kv head][quad][8-value block][head of the quad][8].
   void arrange_q(const AttnItem &it, uint32_t token) {
-    const size_t q0 = (size_t(token) * layer_.q_heads + size_t(it.head) * s_.g) * s_.hd;  // its first q head
+    const size_t q0 =
+        (size_t(token) * layer_.q_heads + size_t(it.head) * s_.g) * s_.hd;  // its first q head
     const size_t rows = size_t(it.num_heads) * s_.g;
     if constexpr (!Dot) {
       for (size_t i = 0; i < rows * s_.hd; ++i) b_.q[i] = q_float(q0 + i);
@@ -488,14 +515,16 @@ template <class W, bool Dot, class C> class Decoder {
   }
   float q_float(size_t at) const {
     switch (layer_.dtype) {
-      case PKV_DTYPE_F16: return float(static_cast<const _Float16 *>(layer_.q)[at]);
+      case PKV_DTYPE_F16:
+        return float(static_cast<const _Float16 *>(layer_.q)[at]);
       case PKV_DTYPE_BF16: {
         const uint32_t u = uint32_t(static_cast<const uint16_t *>(layer_.q)[at]) << 16;
         float f;
         std::memcpy(&f, &u, 4);
         return f;
       }
-      default: return static_cast<const float *>(layer_.q)[at];
+      default:
+        return static_cast<const float *>(layer_.q)[at];
     }
   }
   // ---- scores of kv head h's q heads against the chunk's n keys -> b_.s, scaled
@@ -517,12 +546,18 @@ template <class W, bool Dot, class C> class Decoder {
           }
         }
         switch (std::min(kHeadsPerReg, s_.g - j0)) {
-          case 1: score4_rows<1>(h, j0, rows + t, out); break;
-          case 2: score4_rows<2>(h, j0, rows + t, out); break;
+          case 1:
+            score4_rows<1>(h, j0, rows + t, out);
+            break;
+          case 2:
+            score4_rows<2>(h, j0, rows + t, out);
+            break;
           default:
             if constexpr (kHeadsPerReg == 4) {
-              if (s_.g - j0 == 3) score4_rows<3>(h, j0, rows + t, out);
-              else score4_rows<4>(h, j0, rows + t, out);
+              if (s_.g - j0 == 3)
+                score4_rows<3>(h, j0, rows + t, out);
+              else
+                score4_rows<4>(h, j0, rows + t, out);
             }
         }
       }
@@ -535,7 +570,8 @@ template <class W, bool Dot, class C> class Decoder {
   // j0 + i's 4 scores (groups past NH: 0). Every lane does useful work and the loads are whole
   // rows, converted in registers (f16 by vcvtph2ps): no broadcasts, which cost as much as the
   // multiply-adds, and no converted copy of the chunk to store and read back.
-  template <uint32_t NH> void score4_rows(uint32_t h, uint32_t j0, const void *const *rows, float *out) const {
+  template <uint32_t NH>
+  void score4_rows(uint32_t h, uint32_t j0, const void *const *rows, float *out) const {
     constexpr uint32_t kSplit = NH == 1 ? 2 : 1;  // independent chains: at least 8
     const uint32_t hd = s_.hd;
     const size_t q0 = (size_t(h) * s_.g + j0) * hd;  // the first q head's row
@@ -551,13 +587,17 @@ template <class W, bool Dot, class C> class Decoder {
       for (uint32_t d = 0; d < hd; d += 64) {
         const __mmask64 live = hd - d >= 64 ? ~__mmask64(0) : (__mmask64(1) << (hd - d)) - 1;
         __m512i w0[4], w1[4];
-        for (uint32_t k = 0; k < 4; ++k) fp8_.row64(static_cast<const uint8_t *>(rows[k]) + d, live, w0[k], w1[k]);
+        for (uint32_t k = 0; k < 4; ++k)
+          fp8_.row64(static_cast<const uint8_t *>(rows[k]) + d, live, w0[k], w1[k]);
         for (uint32_t j = 0; j < NH; ++j) {
-          const __m512bh q0v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hdp + d));
-          const __m512bh q1v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hdp + d + 32));
+          const __m512bh q0v =
+              reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hdp + d));
+          const __m512bh q1v =
+              reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hdp + d + 32));
           for (uint32_t k = 0; k < 4; ++k) {
             acc[0][j][k] = _mm512_dpbf16_ps(acc[0][j][k], reinterpret_cast<__m512bh>(w0[k]), q0v);
-            acc[kSplit - 1][j][k] = _mm512_dpbf16_ps(acc[kSplit - 1][j][k], reinterpret_cast<__m512bh>(w1[k]), q1v);
+            acc[kSplit - 1][j][k] =
+                _mm512_dpbf16_ps(acc[kSplit - 1][j][k], reinterpret_cast<__m512bh>(w1[k]), q1v);
           }
         }
       }
@@ -570,9 +610,11 @@ template <class W, bool Dot, class C> class Decoder {
           const uint32_t d = d0 + 32 * x;
           if (d >= hd) break;
           __m512i kv[4];
-          for (uint32_t k = 0; k < 4; ++k) kv[k] = _mm512_loadu_si512(static_cast<const uint16_t *>(rows[k]) + d);
+          for (uint32_t k = 0; k < 4; ++k)
+            kv[k] = _mm512_loadu_si512(static_cast<const uint16_t *>(rows[k]) + d);
           for (uint32_t j = 0; j < NH; ++j) {
-            const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hd + d));
+            const __m512bh qv =
+                reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + size_t(j) * hd + d));
             for (uint32_t k = 0; k < 4; ++k)
               acc[x][j][k] = _mm512_dpbf16_ps(acc[x][j][k], reinterpret_cast<__m512bh>(kv[k]), qv);
           }
@@ -599,7 +641,8 @@ template <class W, bool Dot, class C> class Decoder {
         continue;
       }
       R a[4];
-      for (uint32_t k = 0; k < 4; ++k) a[k] = kSplit == 2 ? W::add(acc[0][j][k], acc[kSplit - 1][j][k]) : acc[0][j][k];
+      for (uint32_t k = 0; k < 4; ++k)
+        a[k] = kSplit == 2 ? W::add(acc[0][j][k], acc[kSplit - 1][j][k]) : acc[0][j][k];
       r[j] = reduce4<W>(a[0], a[1], a[2], a[3]);
     }
     W::store(out, W::sum_blocks(r));
@@ -632,7 +675,9 @@ template <class W, bool Dot, class C> class Decoder {
       for (uint32_t k = 0; k < 4; ++k) key[k] = static_cast<const uint16_t *>(rows[k]);
     }
     // Block b's 8 values in key[k]: in place, or where row64 put them.
-    const auto at = [](uint32_t b) { return kFp8 ? b / 8 * 64 + b % 2 * 32 + b / 2 % 4 * 8 : 8 * b; };
+    const auto at = [](uint32_t b) {
+      return kFp8 ? b / 8 * 64 + b % 2 * 32 + b / 2 % 4 * 8 : 8 * b;
+    };
     R acc[NQ][4];  // 8 independent chains
     for (uint32_t c = 0; c < NQ; ++c)
       for (uint32_t k = 0; k < 4; ++k) acc[c][k] = W::zero();
@@ -641,24 +686,31 @@ template <class W, bool Dot, class C> class Decoder {
       for (uint32_t c = 0; c < NQ; ++c)
         qv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + (size_t(c) * blocks + b) * 32));
       for (uint32_t k = 0; k < 4; ++k) {
-        const __m512bh kb = reinterpret_cast<__m512bh>(
-            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(key[k] + at(b)))));
+        const __m512bh kb = reinterpret_cast<__m512bh>(_mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(key[k] + at(b)))));
         for (uint32_t c = 0; c < NQ; ++c) acc[c][k] = _mm512_dpbf16_ps(acc[c][k], kb, qv[c]);
       }
     }
-    for (uint32_t c = 0; c < NQ; ++c) W::store(out + c * L, reduce4<W>(acc[c][0], acc[c][1], acc[c][2], acc[c][3]));
+    for (uint32_t c = 0; c < NQ; ++c)
+      W::store(out + c * L, reduce4<W>(acc[c][0], acc[c][1], acc[c][2], acc[c][3]));
 #else
     (void)h, (void)r, (void)rows, (void)out;
 #endif
   }
   // L values of a key's row from d, as floats (fp8: times kFp8Unit).
-  R key_vals(const void *row, uint32_t d) const { return load_row(static_cast<const C *>(row) + d); }
+  R key_vals(const void *row, uint32_t d) const {
+    return load_row(static_cast<const C *>(row) + d);
+  }
   // L elements of a row as floats, converted in registers.
   static R load_row(const C *p) {
-    if constexpr (std::is_same_v<C, Bf16>) return W::load_bf16(reinterpret_cast<const uint16_t *>(p));
-    else if constexpr (std::is_same_v<C, _Float16>) return W::load_f16(reinterpret_cast<const uint16_t *>(p));
-    else if constexpr (kFp8) return W::template load_fp8<C::kMan == 3>(reinterpret_cast<const uint8_t *>(p));
-    else return W::load(reinterpret_cast<const float *>(p));
+    if constexpr (std::is_same_v<C, Bf16>)
+      return W::load_bf16(reinterpret_cast<const uint16_t *>(p));
+    else if constexpr (std::is_same_v<C, _Float16>)
+      return W::load_f16(reinterpret_cast<const uint16_t *>(p));
+    else if constexpr (kFp8)
+      return W::template load_fp8<C::kMan == 3>(reinterpret_cast<const uint8_t *>(p));
+    else
+      return W::load(reinterpret_cast<const float *>(p));
   }
 
   // The factor of every score: the softmax scale, and fp8's K scale (the loops use the codes'
@@ -702,8 +754,10 @@ template <class W, bool Dot, class C> class Decoder {
 #if defined(__AVX512BF16__)
         if constexpr (Dot) {
           const __m256i pb = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p));
-          _mm256_storeu_si256(reinterpret_cast<__m256i *>(b_.pb + (size_t(t4) * regs_ + r) * L), pb);
-          p = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));  // the rounded values
+          _mm256_storeu_si256(reinterpret_cast<__m256i *>(b_.pb + (size_t(t4) * regs_ + r) * L),
+                              pb);
+          p = _mm512_castsi512_ps(
+              _mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));  // the rounded values
         }
 #endif
         if constexpr (!Dot) W::store(at, p);
@@ -713,7 +767,8 @@ template <class W, bool Dot, class C> class Decoder {
       W::store(lh + r * L, l);
       alignas(64) float a[L];
       W::store(a, alpha);
-      for (uint32_t i = 0; i < kHeadsPerReg && r * kHeadsPerReg + i < s_.g; ++i) b_.alpha[r * kHeadsPerReg + i] = a[i * 4];
+      for (uint32_t i = 0; i < kHeadsPerReg && r * kHeadsPerReg + i < s_.g; ++i)
+        b_.alpha[r * kHeadsPerReg + i] = a[i * 4];
     }
   }
 
@@ -725,10 +780,14 @@ template <class W, bool Dot, class C> class Decoder {
     const uint32_t g = s_.g;
     for (uint32_t j = 0; j < g;) {  // passes of 8, 4, 2 or 1 heads
       const uint32_t hp = g - j >= 8 ? 8 : g - j >= 4 ? 4 : g - j >= 2 ? 2 : 1;
-      if (hp == 8) pass<8>(h, j, rows, n);
-      else if (hp == 4) pass<4>(h, j, rows, n);
-      else if (hp == 2) pass<2>(h, j, rows, n);
-      else pass<1>(h, j, rows, n);
+      if (hp == 8)
+        pass<8>(h, j, rows, n);
+      else if (hp == 4)
+        pass<4>(h, j, rows, n);
+      else if (hp == 2)
+        pass<2>(h, j, rows, n);
+      else
+        pass<1>(h, j, rows, n);
       j += hp;
     }
   }
@@ -741,16 +800,26 @@ template <class W, bool Dot, class C> class Decoder {
     while (a > (Dot ? 2u : 1u) && hd % (a * (Dot ? 16 : L)) != 0) a /= 2;
     (void)unit;
     switch (a) {
-      case 16: if constexpr (kMax >= 16) return pass_a<HP, 16>(h, j0, rows, n); break;
-      case 8: if constexpr (kMax >= 8) return pass_a<HP, 8>(h, j0, rows, n); break;
-      case 4: if constexpr (kMax >= 4) return pass_a<HP, 4>(h, j0, rows, n); break;
-      case 2: if constexpr (kMax >= 2) return pass_a<HP, 2>(h, j0, rows, n); break;
-      default: break;
+      case 16:
+        if constexpr (kMax >= 16) return pass_a<HP, 16>(h, j0, rows, n);
+        break;
+      case 8:
+        if constexpr (kMax >= 8) return pass_a<HP, 8>(h, j0, rows, n);
+        break;
+      case 4:
+        if constexpr (kMax >= 4) return pass_a<HP, 4>(h, j0, rows, n);
+        break;
+      case 2:
+        if constexpr (kMax >= 2) return pass_a<HP, 2>(h, j0, rows, n);
+        break;
+      default:
+        break;
     }
     if constexpr (!Dot) pass_a<HP, 1>(h, j0, rows, n);
   }
   // Heads [j0, j0 + HP) of kv head h, A registers each, over head_dim A * (Dot ? 16 : L) at a time.
-  template <uint32_t HP, uint32_t A> void pass_a(uint32_t h, uint32_t j0, const void *const *rows, uint32_t n) {
+  template <uint32_t HP, uint32_t A>
+  void pass_a(uint32_t h, uint32_t j0, const void *const *rows, uint32_t n) {
     const uint32_t hd = s_.hd, g = s_.g;
     constexpr uint32_t kSpan = A * (Dot ? 16 : W::L);
     for (uint32_t d0 = 0; d0 < hd; d0 += kSpan) {
@@ -768,10 +837,12 @@ template <class W, bool Dot, class C> class Decoder {
           const C *r1 = static_cast<const C *>(rows[t + 1]) + d0;  // rows[n]: zero
           for (uint32_t z = 0; z < A / 2; ++z) {
             if constexpr (kFp8) {
-              fp8_.pairs(reinterpret_cast<const uint8_t *>(r0 + 32 * z), reinterpret_cast<const uint8_t *>(r1 + 32 * z),
-                        pair[2 * z], pair[2 * z + 1]);
+              fp8_.pairs(reinterpret_cast<const uint8_t *>(r0 + 32 * z),
+                         reinterpret_cast<const uint8_t *>(r1 + 32 * z), pair[2 * z],
+                         pair[2 * z + 1]);
             } else {
-              const __m512i x = _mm512_loadu_si512(r0 + 32 * z), y = _mm512_loadu_si512(r1 + 32 * z);
+              const __m512i x = _mm512_loadu_si512(r0 + 32 * z),
+                            y = _mm512_loadu_si512(r1 + 32 * z);
               pair[2 * z] = _mm512_unpacklo_epi16(x, y);
               pair[2 * z + 1] = _mm512_unpackhi_epi16(x, y);
             }
@@ -781,7 +852,8 @@ template <class W, bool Dot, class C> class Decoder {
             int32_t pp;
             std::memcpy(&pp, pt + 4 * jj, 4);
             const __m512bh p = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pp));
-            for (uint32_t a = 0; a < A; ++a) acc[jj][a] = _mm512_dpbf16_ps(acc[jj][a], reinterpret_cast<__m512bh>(pair[a]), p);
+            for (uint32_t a = 0; a < A; ++a)
+              acc[jj][a] = _mm512_dpbf16_ps(acc[jj][a], reinterpret_cast<__m512bh>(pair[a]), p);
           }
         }
 #endif
@@ -806,8 +878,12 @@ template <class W, bool Dot, class C> class Decoder {
   // Head j's probability of chunk key t (fp32), or of keys t, t + 1 (bf16 pair; t even). Group i
   // of register r holds head r * kHeadsPerReg + i, and L = 4 * kHeadsPerReg: head j's 4 lanes
   // start at 4 * j.
-  const float *prob(uint32_t j, uint32_t t) const { return b_.s + size_t(t / 4) * regs_ * L + 4 * j + t % 4; }
-  const uint16_t *prob_bf16(uint32_t j, uint32_t t) const { return b_.pb + size_t(t / 4) * regs_ * L + 4 * j + t % 4; }
+  const float *prob(uint32_t j, uint32_t t) const {
+    return b_.s + size_t(t / 4) * regs_ * L + 4 * j + t % 4;
+  }
+  const uint16_t *prob_bf16(uint32_t j, uint32_t t) const {
+    return b_.pb + size_t(t / 4) * regs_ * L + 4 * j + t % 4;
+  }
 
   // ---- the item's result: (m, l, acc) into partial, or acc / l into out
   void finish(const AttnItem &it, uint32_t token, float *partial) const {
@@ -830,7 +906,8 @@ template <class W, bool Dot, class C> class Decoder {
           for (uint32_t d = 0; d < hd; ++d) dst[d] = acc[d] * scale;
           continue;
         }
-        write_out(acc, l > 0 ? scale / l : 0.0f, (size_t(token) * layer_.q_heads + size_t(it.head) * g + i) * hd);
+        write_out(acc, l > 0 ? scale / l : 0.0f,
+                  (size_t(token) * layer_.q_heads + size_t(it.head) * g + i) * hd);
       }
     }
   }
@@ -848,9 +925,12 @@ template <class W, bool Dot, class C> class Decoder {
   }
   void write_out(const float *acc, float mult, size_t at) const {
     switch (layer_.dtype) {
-      case PKV_DTYPE_F16: return from_float_scaled(acc, mult, static_cast<_Float16 *>(layer_.out) + at, s_.hd);
-      case PKV_DTYPE_BF16: return from_float_scaled(acc, mult, static_cast<Bf16 *>(layer_.out) + at, s_.hd);
-      default: return from_float_scaled(acc, mult, static_cast<float *>(layer_.out) + at, s_.hd);
+      case PKV_DTYPE_F16:
+        return from_float_scaled(acc, mult, static_cast<_Float16 *>(layer_.out) + at, s_.hd);
+      case PKV_DTYPE_BF16:
+        return from_float_scaled(acc, mult, static_cast<Bf16 *>(layer_.out) + at, s_.hd);
+      default:
+        return from_float_scaled(acc, mult, static_cast<float *>(layer_.out) + at, s_.hd);
     }
   }
 
@@ -859,18 +939,19 @@ template <class W, bool Dot, class C> class Decoder {
   const Shape &s_;
   const Buffers &b_;
   const uint32_t regs_;
-  uint32_t item_head_ = 0;   // its first kv head
+  uint32_t item_head_ = 0;            // its first kv head
   const uint16_t *q_bf16_ = nullptr;  // Dot: the item's q heads (bf16 rows)
-  const size_t *chunk_ = nullptr;  // element offsets of the chunk's rows (kv head 0)
+  const size_t *chunk_ = nullptr;     // element offsets of the chunk's rows (kv head 0)
   Ahead ahead_{layer_, s_};
 #if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
-  [[no_unique_address]] const std::conditional_t<Dot && kFp8, Fp8Bf16<C>, NoTables> fp8_{};  // its tables
+  [[no_unique_address]] const std::conditional_t<Dot && kFp8, Fp8Bf16<C>, NoTables>
+      fp8_{};  // its tables
 #endif
 };
 
 template <class W, bool Dot, class C>
-bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, const Shape &s, float *scratch,
-                 float *partial) {
+bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, const Shape &s,
+                 float *scratch, float *partial) {
   using D = Decoder<W, Dot, C>;
   const size_t qh = size_t(it.num_heads) * s.g;
   // What attention_scratch_floats guarantees besides acc (max_q >= q heads of the layer).
@@ -893,8 +974,8 @@ bool run_decoder(const CpuStep &step, const CpuLayer &layer, const AttnItem &it,
 }
 
 template <class C>
-bool decode_cache(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, const Shape &s, float *scratch,
-                  float *partial) {
+bool decode_cache(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, const Shape &s,
+                  float *scratch, float *partial) {
 #if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
   // vdpbf16ps: the q rows must be bf16 already, and V's pairs of rows span 32 values.
   if constexpr (!std::is_same_v<C, _Float16>)
@@ -909,17 +990,27 @@ bool decode_cache(const CpuStep &step, const CpuLayer &layer, const AttnItem &it
 
 }  // namespace
 
-bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
+bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch,
+                 float *partial) {
   // f32 models, and caches that are the model's f32: the generic runner.
   if (layer.dtype == PKV_DTYPE_F32 || it.rows != 1 || layer.mla) return false;
   const Shape s{layer.q_heads / layer.kv_heads, layer.head_dim, layer.kv_heads, 0};
   Shape shape = s;
   switch (layer.kv_dtype) {
-    case PKV_DTYPE_FP8_E4M3: shape.esize = 1; return decode_cache<Fp8E4M3>(step, layer, it, shape, scratch, partial);
-    case PKV_DTYPE_FP8_E5M2: shape.esize = 1; return decode_cache<Fp8E5M2>(step, layer, it, shape, scratch, partial);
-    case PKV_DTYPE_F16: shape.esize = 2; return decode_cache<_Float16>(step, layer, it, shape, scratch, partial);
-    case PKV_DTYPE_BF16: shape.esize = 2; return decode_cache<Bf16>(step, layer, it, shape, scratch, partial);
-    default: return false;
+    case PKV_DTYPE_FP8_E4M3:
+      shape.esize = 1;
+      return decode_cache<Fp8E4M3>(step, layer, it, shape, scratch, partial);
+    case PKV_DTYPE_FP8_E5M2:
+      shape.esize = 1;
+      return decode_cache<Fp8E5M2>(step, layer, it, shape, scratch, partial);
+    case PKV_DTYPE_F16:
+      shape.esize = 2;
+      return decode_cache<_Float16>(step, layer, it, shape, scratch, partial);
+    case PKV_DTYPE_BF16:
+      shape.esize = 2;
+      return decode_cache<Bf16>(step, layer, it, shape, scratch, partial);
+    default:
+      return false;
   }
 }
 

@@ -72,24 +72,27 @@ const CpuVariant &cpu_variant() {
     for (const VariantEntry &e : kVariants) {
       if (std::strcmp(forced, e.v.name) == 0) {
         if (const char *f = missing_feature(e))
-          fail(PKV_ERR_UNSUPPORTED, "PKV_CPU_ISA=%s: this CPU lacks %s (unset the variable to pick by CPUID)",
-               forced, f);
+          fail(PKV_ERR_UNSUPPORTED,
+               "PKV_CPU_ISA=%s: this CPU lacks %s (unset the variable to pick by CPUID)", forced,
+               f);
         return e.v;
       }
       names += names.empty() ? "" : ", ";
       names += e.v.name;
     }
-    fail(PKV_ERR_INVALID_ARGUMENT, "PKV_CPU_ISA=%s: no such CPU kernel variant in this build (%s)", forced,
-         names.c_str());
+    fail(PKV_ERR_INVALID_ARGUMENT, "PKV_CPU_ISA=%s: no such CPU kernel variant in this build (%s)",
+         forced, names.c_str());
   }
   for (const VariantEntry &e : kVariants)
     if (!missing_feature(e)) return e.v;
   return kVariants[sizeof kVariants / sizeof kVariants[0] - 1].v;
 }
 
-CpuKernels::CpuKernels(uint32_t num_threads, const CpuVariant &variant) : pool_(num_threads), variant_(variant) {}
+CpuKernels::CpuKernels(uint32_t num_threads, const CpuVariant &variant)
+    : pool_(num_threads), variant_(variant) {}
 
-void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim, uint32_t v_dim) {
+void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
+                      uint32_t v_dim) {
   q_heads_ = q_heads, kv_heads_ = kv_heads, head_dim_ = head_dim, v_dim_ = v_dim;
   tile_rows_ = attn_tile_rows(q_heads / kv_heads);
   plans_.resize(step.num_groups);
@@ -151,8 +154,15 @@ void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &pla
         if (splits > 1) plan.split_tiles.push_back(plan.items.size());
         for (uint32_t k = 0; k < splits; ++k) {
           const uint64_t key0 = keys.first + k * split;
-          AttnItem it{i, h, heads_per_item, row0, rows, static_cast<uint32_t>(key0),
-                      static_cast<uint32_t>(std::min<uint64_t>(keys.end, key0 + split)), -1, splits};
+          AttnItem it{i,
+                      h,
+                      heads_per_item,
+                      row0,
+                      rows,
+                      static_cast<uint32_t>(key0),
+                      static_cast<uint32_t>(std::min<uint64_t>(keys.end, key0 + split)),
+                      -1,
+                      splits};
           if (splits > 1) {
             it.part = static_cast<int64_t>(partial);
             partial += attention_partial_floats(rows, group * heads_per_item, v_dim_);
@@ -178,8 +188,8 @@ void CpuKernels::attention(const CpuStep &step, const CpuLayer &layer) {
   PKV_ASSERT(layer.group < plans_.size());
   GroupPlan &plan = plans_[layer.group];
   if (!plan.ready || plan.window != layer.window) plan_group(step, layer.window, plan);
-  const AttnWork work{plan.items.data(), plan.items.size(), plan.split_tiles.data(), plan.split_tiles.size(),
-                      partials_.data(), scratch_ptrs_.data()};
+  const AttnWork work{plan.items.data(),       plan.items.size(), plan.split_tiles.data(),
+                      plan.split_tiles.size(), partials_.data(),  scratch_ptrs_.data()};
   variant_.attention(step, layer, work, pool_);
 }
 
@@ -209,26 +219,29 @@ void CpuKernels::write_kv(const CpuStep &step, const CpuLayer &layer) {
       }
       for (uint32_t h = 0; h < layer.kv_heads; ++h) {
         const size_t out = size_t(h) * layer.head_dim;
-        variant_.quantize(k + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(kc) + out,
-                          layer.head_dim, layer.k_scale[h]);
+        variant_.quantize(k + h * head, layer.dtype, layer.kv_dtype,
+                          reinterpret_cast<uint8_t *>(kc) + out, layer.head_dim, layer.k_scale[h]);
         if (v)
-          variant_.quantize(v + h * head, layer.dtype, layer.kv_dtype, reinterpret_cast<uint8_t *>(vc) + out,
-                            layer.head_dim, layer.v_scale[h]);
+          variant_.quantize(v + h * head, layer.dtype, layer.kv_dtype,
+                            reinterpret_cast<uint8_t *>(vc) + out, layer.head_dim,
+                            layer.v_scale[h]);
       }
     }
   });
 }
 
-void CpuKernels::copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint32_t tensors, uint64_t block_bytes,
-                             const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) {
+void CpuKernels::copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint32_t tensors,
+                             uint64_t block_bytes, const int32_t *src, const int32_t *dst,
+                             const int32_t *kind, uint32_t n) {
   pool_.parallel_for(size_t(num_layers) * tensors, [&](size_t i, uint32_t) {
     const uint64_t layer = i / tensors;
     char *base[2];  // this layer's K (or V) in each tier
-    for (int t = 0; t < 2; ++t) base[t] = (i % tensors ? tiers[t].v : tiers[t].k) + layer * tiers[t].layer_bytes;
+    for (int t = 0; t < 2; ++t)
+      base[t] = (i % tensors ? tiers[t].v : tiers[t].k) + layer * tiers[t].layer_bytes;
     for (uint32_t c = 0; c < n; ++c) {  // in order: chained copies read earlier destinations
       const int from = copy_reads_host(kind[c]), to = copy_writes_host(kind[c]);
-      std::memmove(base[to] + uint64_t(dst[c]) * block_bytes, base[from] + uint64_t(src[c]) * block_bytes,
-                   block_bytes);
+      std::memmove(base[to] + uint64_t(dst[c]) * block_bytes,
+                   base[from] + uint64_t(src[c]) * block_bytes, block_bytes);
     }
   });
 }

@@ -40,7 +40,6 @@ struct AttnWork {
   float *const *scratch;  // per thread, attention_scratch_floats() each
 };
 
-
 // Where one tier's blocks are: K and V, each [layers][blocks][block bytes] (MLA: v null).
 struct CpuTier {
   char *k, *v;
@@ -57,7 +56,9 @@ struct CpuStep {
   const int64_t *group_slot_mapping;  // [num_groups][num_tokens], -1 = skip
   const int32_t *group_block_tables;  // [num_groups][num_seqs][max_blocks_per_seq], -1 = none
 
-  const int64_t *slot_mapping(uint32_t group) const { return group_slot_mapping + size_t(group) * num_tokens; }
+  const int64_t *slot_mapping(uint32_t group) const {
+    return group_slot_mapping + size_t(group) * num_tokens;
+  }
   const int32_t *block_table(uint32_t group, uint32_t seq) const {
     return group_block_tables + (size_t(group) * num_seqs + seq) * max_blocks_per_seq;
   }
@@ -72,12 +73,12 @@ struct CpuLayer {
   uint32_t q_heads, kv_heads, head_dim;  // head_dim a multiple of 8: at most 256, or 640 for MLA
   uint32_t v_dim;                        // V's and out's values per head: head_dim, or kv_lora_rank
   bool mla;
-  int32_t dtype;                         // PKV_DTYPE_* of q, k, v and out
-  int32_t kv_dtype;                      // the caches': dtype or PKV_DTYPE_FP8_*
-  uint32_t group;                        // the KV group whose slot mapping and tables it uses
-  uint32_t window;                       // keys a token sees, itself included; 0 = all
-  float scale;                           // softmax
-  const float *k_scale, *v_scale;        // fp8: [kv_heads], a stored code means value * scale
+  int32_t dtype;                   // PKV_DTYPE_* of q, k, v and out
+  int32_t kv_dtype;                // the caches': dtype or PKV_DTYPE_FP8_*
+  uint32_t group;                  // the KV group whose slot mapping and tables it uses
+  uint32_t window;                 // keys a token sees, itself included; 0 = all
+  float scale;                     // softmax
+  const float *k_scale, *v_scale;  // fp8: [kv_heads], a stored code means value * scale
   const void *q, *k, *v;
   void *out;
 };
@@ -103,7 +104,8 @@ class CpuKernels {
 
   // Prepares a step. Its work items depend on the shape and the window, not the layer: they are
   // made at the first call of each KV group and kept for the group's other layers.
-  void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim, uint32_t v_dim);
+  void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
+            uint32_t v_dim);
   void write_kv(const CpuStep &step, const CpuLayer &layer);
   void attention(const CpuStep &step, const CpuLayer &layer);  // of the planned step
   // The keys the planned items of `group` read per kv head (a decode's items count once for all
@@ -112,8 +114,9 @@ class CpuKernels {
   // For every layer, block src[c] -> dst[c] in order (a later pair may read an earlier one's
   // dst), each in the tier its kind names (PKV_COPY_*): tiers[0] the pool, tiers[1] the host tier.
   // tensors: 2 (K and V) or 1 (K: the MLA latents).
-  void copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint32_t tensors, uint64_t block_bytes,
-                   const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n);
+  void copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint32_t tensors,
+                   uint64_t block_bytes, const int32_t *src, const int32_t *dst,
+                   const int32_t *kind, uint32_t n);
 
  private:
   // The items of one KV group of the planned step, for its window.
@@ -128,8 +131,8 @@ class CpuKernels {
   ThreadPool pool_;
   const CpuVariant &variant_;
   uint32_t q_heads_ = 0, kv_heads_ = 0, head_dim_ = 0, v_dim_ = 0;  // of the planned step
-  uint32_t tile_rows_ = kAttnPrefillRows;  // new tokens per item of a sequence with several
-  std::vector<GroupPlan> plans_;                        // [step.num_groups]
+  uint32_t tile_rows_ = kAttnPrefillRows;    // new tokens per item of a sequence with several
+  std::vector<GroupPlan> plans_;             // [step.num_groups]
   std::vector<float> partials_;              // split results waiting for the merge
   std::vector<std::vector<float>> scratch_;  // per thread
   std::vector<float *> scratch_ptrs_;

@@ -34,7 +34,9 @@ namespace PKV_CPU_VARIANT {
 
 #if !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
 
-bool prefill_item(const CpuStep &, const CpuLayer &, const AttnItem &, float *, float *) { return false; }
+bool prefill_item(const CpuStep &, const CpuLayer &, const AttnItem &, float *, float *) {
+  return false;
+}
 
 #else
 namespace {
@@ -43,9 +45,11 @@ namespace {
 // (attention_scratch_floats(max_q, head_dim), max_q as CpuKernels::plan sizes it), or 0 when
 // even 8 keys do not fit.
 template <class Engine> uint32_t chunk_keys(const Tile &t, const CpuLayer &layer) {
-  const size_t avail = attention_scratch_floats(attention_max_q(layer.q_heads, layer.kv_heads), t.hd);
+  const size_t avail =
+      attention_scratch_floats(attention_max_q(layer.q_heads, layer.kv_heads), t.hd);
   // lo, pos, m, l, alpha, o, a row, the chunk's and the next chunk's row pointers, the alignment.
-  const size_t state = 5 * size_t(t.rgp) + size_t(t.rgp) * t.hdp + t.widep + 6 * kMaxChunk + 5 * 16 + 16;
+  const size_t state =
+      5 * size_t(t.rgp) + size_t(t.rgp) * t.hdp + t.widep + 6 * kMaxChunk + 5 * 16 + 16;
   for (uint32_t chunk = kMaxChunk; chunk >= 8; chunk /= 2)
     if (state + Engine::floats(t, chunk) <= avail) return chunk;
   return 0;
@@ -60,11 +64,13 @@ void start_tile(Tile &t, Arena &arena, uint32_t window) {
   t.l = arena.take(t.rgp);
   t.alpha = arena.take(t.rgp);
   t.o = arena.take(size_t(t.rgp) * t.hdp);
-  t.pf.rows = reinterpret_cast<const char **>(arena.take(2 * kMaxChunk * sizeof(void *) / sizeof(float)));
+  t.pf.rows =
+      reinterpret_cast<const char **>(arena.take(2 * kMaxChunk * sizeof(void *) / sizeof(float)));
   for (uint32_t i = 0; i < t.rgp; ++i) {  // row r = i / group sits at first_pos + r
     const uint32_t pos = t.first_pos + i / t.group;
     t.pos[i] = i < t.rg ? int32_t(pos) : -1;
-    t.lo[i] = i < t.rg ? int32_t(window && pos >= window ? pos - window + 1 : 0) : std::numeric_limits<int32_t>::max();
+    t.lo[i] = i < t.rg ? int32_t(window && pos >= window ? pos - window + 1 : 0)
+                       : std::numeric_limits<int32_t>::max();
   }
   t.lo_last = uint32_t(t.lo[t.rg - 1]);
   fill_range(t.m, t.m + t.rgp, kNegInf);
@@ -75,23 +81,28 @@ void start_tile(Tile &t, Arena &arena, uint32_t window) {
 // Keys [key, key + n) of the item's kv head, the item's keys ending at key1; sc: the score
 // scale in log2 units. rows: room for a chunk's row pointers.
 template <class C, class Engine>
-void run_chunk(Tile &t, Engine &e, const CpuStep &step, const CpuLayer &layer, uint32_t head, uint32_t key,
-               uint32_t n, uint32_t key1, float sc, const C **rows) {
+void run_chunk(Tile &t, Engine &e, const CpuStep &step, const CpuLayer &layer, uint32_t head,
+               uint32_t key, uint32_t n, uint32_t key1, float sc, const C **rows) {
   const uint32_t ahead = std::min(t.chunk, key1 - key - n);  // the next chunk's keys
   for (uint32_t j = 0; j < ahead; ++j) {
-    t.pf.rows[2 * j] = reinterpret_cast<const char *>(cache_row<C>(layer.k_cache, t, step, layer, head, key + n + j));
-    t.pf.rows[2 * j + 1] = reinterpret_cast<const char *>(cache_row<C>(layer.v_cache, t, step, layer, head, key + n + j));
+    t.pf.rows[2 * j] = reinterpret_cast<const char *>(
+        cache_row<C>(layer.k_cache, t, step, layer, head, key + n + j));
+    t.pf.rows[2 * j + 1] = reinterpret_cast<const char *>(
+        cache_row<C>(layer.v_cache, t, step, layer, head, key + n + j));
   }
   const uint32_t calls = Engine::score_calls(t, n);
   t.pf.count = 2 * ahead, t.pf.next = 0, t.pf.per_call = (2 * ahead + calls - 1) / calls;
-  for (uint32_t j = 0; j < n; ++j) rows[j] = cache_row<C>(layer.k_cache, t, step, layer, head, key + j);
+  for (uint32_t j = 0; j < n; ++j)
+    rows[j] = cache_row<C>(layer.k_cache, t, step, layer, head, key + j);
   e.load_k(rows, n, t);
   e.scores(t, n);
   t.pf.finish();
   // Masks only where some query vector misses a key: past the first row, or before the last one's window.
   const bool masked = key + n - 1 > t.first_pos || key < t.lo_last;
-  for (uint32_t i = 0; i < t.rgp; i += kLanes) e.probs(t, n, i, chunk_max(t, e.s, n, i, key, sc, masked));
-  for (uint32_t j = 0; j < n; ++j) rows[j] = cache_row<C>(layer.v_cache, t, step, layer, head, key + j);
+  for (uint32_t i = 0; i < t.rgp; i += kLanes)
+    e.probs(t, n, i, chunk_max(t, e.s, n, i, key, sc, masked));
+  for (uint32_t j = 0; j < n; ++j)
+    rows[j] = cache_row<C>(layer.v_cache, t, step, layer, head, key + j);
   e.load_v(rows, n, t);
   e.accumulate(t, n);
 }
@@ -119,7 +130,8 @@ void write_result(const Tile &t, float vs, float *partial, T *out, size_t out_st
 // One item, T the model's dtype (q, out), C the cache's, Engine the micro-kernels' (prefill_f32.h,
 // prefill_bf16.h).
 template <class T, class C, class Engine>
-bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
+bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch,
+              float *partial) {
   Tile t;
   t.hd = layer.head_dim;
   t.vd = layer.v_dim;
@@ -140,7 +152,8 @@ bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, fl
   Arena arena{Arena::align(scratch)};
   start_tile(t, arena, layer.window);
   float *row = arena.take(t.widep);
-  const C **rows = reinterpret_cast<const C **>(arena.take(kMaxChunk * sizeof(void *) / sizeof(float)));
+  const C **rows =
+      reinterpret_cast<const C **>(arena.take(kMaxChunk * sizeof(void *) / sizeof(float)));
   Engine e;
   e.carve(arena, t);
   // q: [tokens][q_heads][head_dim], out: [tokens][q_heads][v_dim]; the item's q heads are
@@ -153,18 +166,23 @@ bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, fl
   const bool fp8 = kIsFp8<C>;
   const float sc = layer.scale * kLog2e * (fp8 ? layer.k_scale[it.head] : 1.0f);
   for (uint32_t key = it.key0; key < it.key1; key += t.chunk)
-    run_chunk<C>(t, e, step, layer, it.head, key, std::min(t.chunk, it.key1 - key), it.key1, sc, rows);
+    run_chunk<C>(t, e, step, layer, it.head, key, std::min(t.chunk, it.key1 - key), it.key1, sc,
+                 rows);
   write_result<T, Engine>(t, fp8 ? layer.v_scale[it.head] : 1.0f, partial,
                           static_cast<T *>(layer.out) + out_offset, out_stride);
   return true;
 }
 
 template <class T, template <class, class> class Engine>
-bool run_model(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
+bool run_model(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch,
+               float *partial) {
   switch (layer.kv_dtype) {
-    case PKV_DTYPE_FP8_E4M3: return run_item<T, Fp8E4M3, Engine<T, Fp8E4M3>>(step, layer, it, scratch, partial);
-    case PKV_DTYPE_FP8_E5M2: return run_item<T, Fp8E5M2, Engine<T, Fp8E5M2>>(step, layer, it, scratch, partial);
-    default: return run_item<T, T, Engine<T, T>>(step, layer, it, scratch, partial);
+    case PKV_DTYPE_FP8_E4M3:
+      return run_item<T, Fp8E4M3, Engine<T, Fp8E4M3>>(step, layer, it, scratch, partial);
+    case PKV_DTYPE_FP8_E5M2:
+      return run_item<T, Fp8E5M2, Engine<T, Fp8E5M2>>(step, layer, it, scratch, partial);
+    default:
+      return run_item<T, T, Engine<T, T>>(step, layer, it, scratch, partial);
   }
 }
 
@@ -174,17 +192,20 @@ template <class T, class C> using Bf16Of = Bf16Engine<C>;
 
 }  // namespace
 
-bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch, float *partial) {
+bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch,
+                  float *partial) {
   if (it.num_heads != 1) return false;
   switch (layer.dtype) {
-    case PKV_DTYPE_F16: return run_model<_Float16, F32Engine>(step, layer, it, scratch, partial);
+    case PKV_DTYPE_F16:
+      return run_model<_Float16, F32Engine>(step, layer, it, scratch, partial);
     case PKV_DTYPE_BF16:
 #if defined(__AVX512BF16__)
       return run_model<Bf16, Bf16Of>(step, layer, it, scratch, partial);
 #else
       return run_model<Bf16, F32Engine>(step, layer, it, scratch, partial);
 #endif
-    default: return false;  // f32 models: the generic runner
+    default:
+      return false;  // f32 models: the generic runner
   }
 }
 

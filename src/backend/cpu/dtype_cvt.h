@@ -48,7 +48,8 @@ inline void from_float1(float f, Bf16 *dst) {
   dst->bits = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u) : rounded;
 }
 
-template <class T> inline void from_float_scaled(const float *src, float scale, T *dst, uint32_t n) {
+template <class T>
+inline void from_float_scaled(const float *src, float scale, T *dst, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) from_float1(src[i] * scale, dst + i);
 }
 

@@ -37,7 +37,9 @@ inline LaneMask lanes_visible(const int32_t *lo, const int32_t *pos, int32_t key
   return _mm512_cmp_epi32_mask(_mm512_loadu_si512(lo), k, _MM_CMPINT_LE) &
          _mm512_cmp_epi32_mask(_mm512_loadu_si512(pos), k, _MM_CMPINT_NLT);
 }
-inline Lanes lanes_keep(LaneMask m, Lanes v, Lanes other) { return _mm512_mask_blend_ps(m, other, v); }
+inline Lanes lanes_keep(LaneMask m, Lanes v, Lanes other) {
+  return _mm512_mask_blend_ps(m, other, v);
+}
 inline Lanes lanes_if_eq(Lanes a, Lanes b, Lanes then, Lanes other) {  // a == b ? then : other
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ), other, then);
 }
@@ -59,8 +61,8 @@ inline LaneMask lanes_visible(const int32_t *lo, const int32_t *pos, int32_t key
   const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(lo));
   const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(pos));
   // lo <= key and key <= pos: neither lo > key nor key > pos.
-  return _mm256_castsi256_ps(
-      _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(l, k), _mm256_cmpgt_epi32(k, p)), _mm256_set1_epi32(-1)));
+  return _mm256_castsi256_ps(_mm256_andnot_si256(
+      _mm256_or_si256(_mm256_cmpgt_epi32(l, k), _mm256_cmpgt_epi32(k, p)), _mm256_set1_epi32(-1)));
 }
 inline Lanes lanes_keep(LaneMask m, Lanes v, Lanes other) { return _mm256_blendv_ps(other, v, m); }
 inline Lanes lanes_if_eq(Lanes a, Lanes b, Lanes then, Lanes other) {
@@ -73,7 +75,8 @@ inline Lanes lanes_if_eq(Lanes a, Lanes b, Lanes then, Lanes other) {
 // path), else within ~2e-7 relative: x = n + f, |f| <= 1/2, 2^f by its Taylor polynomial of
 // degree 6 (error below (ln2 / 2)^7 / 7!), times 2^n by the exponent.
 inline Lanes lanes_exp2(Lanes x) {
-  const Lanes xc = lanes_max(lanes_splat(-127.0f), x);  // -inf too; NaN stays (max returns its 2nd operand)
+  const Lanes xc =
+      lanes_max(lanes_splat(-127.0f), x);  // -inf too; NaN stays (max returns its 2nd operand)
 #if defined(__AVX512F__)
   const Lanes n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
@@ -90,8 +93,10 @@ inline Lanes lanes_exp2(Lanes x) {
 #if defined(__AVX512F__)
   return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(xc, lanes_splat(-125.0f), _CMP_NLT_UQ), p, n);
 #else
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_cmp_ps(xc, lanes_splat(-125.0f), _CMP_NLT_UQ));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)),
+                       _mm256_cmp_ps(xc, lanes_splat(-125.0f), _CMP_NLT_UQ));
 #endif
 }
 

@@ -37,13 +37,14 @@ constexpr int32_t float_bits(float f) { return __builtin_bit_cast(int32_t, f); }
 template <class C> inline v8u fp8_encode8(v8f y) {
   constexpr int kShift = 23 - C::kMan;  // float mantissa bits that go
   constexpr int32_t kRebias = int32_t(127 - C::kBias) << C::kMan;
-  constexpr float kMinNormal = 1.0f / float(1u << (C::kBias - 1));      // 2^(1 - bias)
-  constexpr float kSubUnit = float(1u << (C::kBias + C::kMan - 1));     // 1 / subnormal step
+  constexpr float kMinNormal = 1.0f / float(1u << (C::kBias - 1));   // 2^(1 - bias)
+  constexpr float kSubUnit = float(1u << (C::kBias + C::kMan - 1));  // 1 / subnormal step
   const v8i bits = v8i(as_bits(y)), abs = bits & 0x7fffffff;
   const v8f a = as_float(v8u(abs));
   // Normal codes: float's exponent and mantissa rounded to kMan bits, nearest even (a carry
   // moves into the exponent, as it should), then rebiased. No lane overflows: abs < 2^31 - 2^22.
-  const v8i normal = ((abs + ((1 << (kShift - 1)) - 1) + ((abs >> kShift) & 1)) >> kShift) - kRebias;
+  const v8i normal =
+      ((abs + ((1 << (kShift - 1)) - 1) + ((abs >> kShift) & 1)) >> kShift) - kRebias;
   // Subnormal codes are the count of subnormal steps: a * kSubUnit is exact (a power of two,
   // below 2^kMan + 1), and adding 2^23 rounds it to an integer, nearest even. The largest rounds
   // to the smallest normal's code, as it should.
@@ -65,7 +66,8 @@ template <class C> inline v8f fp8_decode8(v8u codes) {
   const v8i normal = (mag << (23 - C::kMan)) + kRebias;
   const v8i sub = v8i(as_bits(__builtin_convertvector(mag, v8f) * kSubStep));
   const v8i special = ~less(mag, C::kMan == 3 ? 0x7f : 0x7c);
-  const v8i bits = select(less(mag, 1 << C::kMan), sub, normal) | (special & 0x7f800000) | ((c & 0x80) << 24);
+  const v8i bits =
+      select(less(mag, 1 << C::kMan), sub, normal) | (special & 0x7f800000) | ((c & 0x80) << 24);
   return as_float(v8u(bits));
 }
 
@@ -81,7 +83,8 @@ template <class C> inline void fp8_row_portable(const C *src, float *dst, uint32
 // reads 1.875: NaNs are put back after (rare: only a NaN input is stored as one).
 inline __m128i fp8_halves(__m128i bytes_in_high, bool e4m3) {
   // S.EEEE.MMM.00000000 -> S.0EEEE.MMM0000000: arithmetic shift copies the sign, the mask drops it.
-  return e4m3 ? _mm_and_si128(_mm_srai_epi16(bytes_in_high, 1), _mm_set1_epi16(short(0xbfff))) : bytes_in_high;
+  return e4m3 ? _mm_and_si128(_mm_srai_epi16(bytes_in_high, 1), _mm_set1_epi16(short(0xbfff)))
+              : bytes_in_high;
 }
 
 inline void store_halves(float *dst, __m128i halves, __m256 mult) {
@@ -93,14 +96,16 @@ template <class C> inline void fp8_row(const C *src, float *dst, uint32_t n, flo
   const float mult = kE4M3 ? scale * 256.0f : scale;
   if (!(mult <= FLT_MAX)) return fp8_row_portable(src, dst, n, scale);  // a scale above 2^120
   const __m256 m = _mm256_set1_ps(mult);
-  const __m128i zero = _mm_setzero_si128(), nan = _mm_set1_epi8(char(0xff)), sign = _mm_set1_epi8(char(0x80));
+  const __m128i zero = _mm_setzero_si128(), nan = _mm_set1_epi8(char(0xff)),
+                sign = _mm_set1_epi8(char(0x80));
   const uint8_t *p = &src[0].bits;
   uint32_t d = 0;
   for (; d + 16 <= n; d += 16) {
     const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + d));
     store_halves(dst + d, fp8_halves(_mm_unpacklo_epi8(zero, x), kE4M3), m);
     store_halves(dst + d + 8, fp8_halves(_mm_unpackhi_epi8(zero, x), kE4M3), m);
-    if (kE4M3 && __builtin_expect(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(x, sign), nan)) != 0, 0))
+    if (kE4M3 &&
+        __builtin_expect(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(x, sign), nan)) != 0, 0))
       for (int i = 0; i < 16; ++i)
         if ((p[d + i] & 0x7f) == 0x7f) dst[d + i] = __builtin_nanf("");
   }

@@ -23,7 +23,7 @@ namespace PKV_CPU_VARIANT {
 // see (or clash with) these names.
 namespace {
 
-constexpr int kDpQueries = 2, kDpKeys = 8;    // S: 2 x 16 query vectors x 8 keys
+constexpr int kDpQueries = 2, kDpKeys = 8;      // S: 2 x 16 query vectors x 8 keys
 constexpr int kDpPvQueries = 4, kDpPvVecs = 4;  // O: 4 query vectors x 64 of head_dim
 
 // The same bits as another vector type.
@@ -55,12 +55,13 @@ inline void qk_bf16(const uint32_t *qp, uint32_t rgp, const uint32_t *k, uint32_
 
 // o[query][d] = o * alpha + sum over key pairs u of pp[u][query] . vp[u][d].
 template <int QI, int DV>
-inline void pv_bf16(const uint32_t *pp, uint32_t rgp, const uint32_t *vp, uint32_t hdp, uint32_t pairs,
-                    const float *alpha, float *o) {
+inline void pv_bf16(const uint32_t *pp, uint32_t rgp, const uint32_t *vp, uint32_t hdp,
+                    uint32_t pairs, const float *alpha, float *o) {
   __m512 acc[QI][DV];
   for (int i = 0; i < QI; ++i) {
     const __m512 a = _mm512_set1_ps(alpha[i]);
-    for (int c = 0; c < DV; ++c) acc[i][c] = _mm512_mul_ps(_mm512_loadu_ps(o + size_t(i) * hdp + c * 16), a);
+    for (int c = 0; c < DV; ++c)
+      acc[i][c] = _mm512_mul_ps(_mm512_loadu_ps(o + size_t(i) * hdp + c * 16), a);
   }
   for (uint32_t u = 0; u < pairs; ++u) {
     __m512bh vv[DV];
@@ -74,15 +75,21 @@ inline void pv_bf16(const uint32_t *pp, uint32_t rgp, const uint32_t *vp, uint32
     for (int c = 0; c < DV; ++c) _mm512_storeu_ps(o + size_t(i) * hdp + c * 16, acc[i][c]);
 }
 
-template <int QI> inline void pv_bf16_rows(const uint32_t *pp, uint32_t rgp, const uint32_t *vp, uint32_t hdp,
-                                           uint32_t pairs, const float *alpha, float *o) {
+template <int QI>
+inline void pv_bf16_rows(const uint32_t *pp, uint32_t rgp, const uint32_t *vp, uint32_t hdp,
+                         uint32_t pairs, const float *alpha, float *o) {
   uint32_t d = 0;
-  for (; d + kDpPvVecs * 16 <= hdp; d += kDpPvVecs * 16) pv_bf16<QI, kDpPvVecs>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
+  for (; d + kDpPvVecs * 16 <= hdp; d += kDpPvVecs * 16)
+    pv_bf16<QI, kDpPvVecs>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
   switch ((hdp - d) / 16) {
-    case 3: return pv_bf16<QI, 3>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
-    case 2: return pv_bf16<QI, 2>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
-    case 1: return pv_bf16<QI, 1>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
-    default: return;
+    case 3:
+      return pv_bf16<QI, 3>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
+    case 2:
+      return pv_bf16<QI, 2>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
+    case 1:
+      return pv_bf16<QI, 1>(pp, rgp, vp + d, hdp, pairs, alpha, o + d);
+    default:
+      return;
   }
 }
 
@@ -93,15 +100,18 @@ inline void transpose16(__m512i r[16]) {
     t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
     t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
   }
-  for (int k = 0; k < 4; ++k) {  // then each 128-bit lane of r[4k + j] holds column 4 lane + j of rows 4k .. 4k + 3
+  for (int k = 0; k < 4;
+       ++k) {  // then each 128-bit lane of r[4k + j] holds column 4 lane + j of rows 4k .. 4k + 3
     r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
     r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
     r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
     r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
   }
   for (int j = 0; j < 4; ++j) {  // gather the 4 x 4 blocks of each column from the 4 registers
-    const __m512i a = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), b = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
-    const __m512i c = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88), d = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    const __m512i a = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88),
+                  b = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+    const __m512i c = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88),
+                  d = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
     t[j] = _mm512_shuffle_i32x4(a, c, 0x88);
     t[8 + j] = _mm512_shuffle_i32x4(a, c, 0xdd);
     t[4 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
@@ -120,8 +130,9 @@ inline __m512i interleave_index(int x0, int y0) {
 }
 
 template <class C> struct Bf16Engine {
-  uint32_t *qp, *k, *pp, *vp;  // [hd/2][rgp] query pairs; [chunk][hd/2] keys; [chunk/2][rgp] P pairs; [chunk/2][hdp] V pairs
-  float *s, *row_a, *row_b;    // [chunk][rgp] scores; two rows of widep floats (fp8 conversion)
+  uint32_t *qp, *k, *pp,
+      *vp;  // [hd/2][rgp] query pairs; [chunk][hd/2] keys; [chunk/2][rgp] P pairs; [chunk/2][hdp] V pairs
+  float *s, *row_a, *row_b;  // [chunk][rgp] scores; two rows of widep floats (fp8 conversion)
   __m512i halves, lo_pairs, hi_pairs;
 
   static size_t floats(const Tile &t, uint32_t chunk) {
@@ -145,30 +156,36 @@ template <class C> struct Bf16Engine {
     const uint32_t pairs = t.hd / 2;
     for (uint32_t i0 = 0; i0 < t.rgp; i0 += 16)
       for (uint32_t p0 = 0; p0 < pairs; p0 += 16) {
-        const __mmask16 m = pairs - p0 >= 16 ? __mmask16(0xffff) : __mmask16((1u << (pairs - p0)) - 1);
+        const __mmask16 m =
+            pairs - p0 >= 16 ? __mmask16(0xffff) : __mmask16((1u << (pairs - p0)) - 1);
         __m512i r[16];
         for (uint32_t k = 0; k < 16; ++k) {
           const uint32_t i = i0 + k;
-          r[k] = i < t.rg ? _mm512_maskz_loadu_epi32(m, q + (i / t.group) * q_stride + size_t(i % t.group) * t.hd + 2 * p0)
+          r[k] = i < t.rg ? _mm512_maskz_loadu_epi32(m, q + (i / t.group) * q_stride +
+                                                            size_t(i % t.group) * t.hd + 2 * p0)
                           : _mm512_setzero_si512();
         }
         transpose16(r);
-        for (uint32_t k = 0; k < 16 && p0 + k < pairs; ++k) _mm512_storeu_si512(qp + size_t(p0 + k) * t.rgp + i0, r[k]);
+        for (uint32_t k = 0; k < 16 && p0 + k < pairs; ++k)
+          _mm512_storeu_si512(qp + size_t(p0 + k) * t.rgp + i0, r[k]);
       }
   }
   // dst = src * scale rounded to bf16 (nearest even), n a multiple of 8.
   static void store_out(const float *src, float scale, Bf16 *dst, uint32_t n) {
     const __m512 s = _mm512_set1_ps(scale);
     for (uint32_t d = 0; d < n; d += 16) {
-      const __m256i b = vcast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d), s)));
-      _mm256_mask_storeu_epi16(dst + d, n - d >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - d)) - 1), b);
+      const __m256i b =
+          vcast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d), s)));
+      _mm256_mask_storeu_epi16(dst + d,
+                               n - d >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - d)) - 1), b);
     }
   }
   // Floats (zero past hd) to bf16 (exact for fp8 values), 16 at a time.
   static void f32_to_bf16(const float *src, uint32_t hd, uint16_t *dst) {
     for (uint32_t d = 0; d < hd; d += 16) {
       const __m256i b = vcast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + d)));
-      _mm256_mask_storeu_epi16(dst + d, hd - d >= 16 ? __mmask16(0xffff) : __mmask16((1u << (hd - d)) - 1), b);
+      _mm256_mask_storeu_epi16(
+          dst + d, hd - d >= 16 ? __mmask16(0xffff) : __mmask16((1u << (hd - d)) - 1), b);
     }
   }
   void load_k(const C *const *rows, uint32_t n, const Tile &t) {
@@ -189,13 +206,17 @@ template <class C> struct Bf16Engine {
     uint32_t i = 0;
     for (; i + kDpQueries * 16 <= t.rgp; i += kDpQueries * 16)
       for (uint32_t j = 0; j < nk; j += kDpKeys)
-        qk_bf16<kDpQueries, kDpKeys>(qp + i, t.rgp, k + size_t(j) * pairs, pairs, s + size_t(j) * t.rgp + i), t.pf.step();
+        qk_bf16<kDpQueries, kDpKeys>(qp + i, t.rgp, k + size_t(j) * pairs, pairs,
+                                     s + size_t(j) * t.rgp + i),
+            t.pf.step();
     for (; i < t.rgp; i += 16)
       for (uint32_t j = 0; j < nk; j += kDpKeys)
-        qk_bf16<1, kDpKeys>(qp + i, t.rgp, k + size_t(j) * pairs, pairs, s + size_t(j) * t.rgp + i), t.pf.step();
+        qk_bf16<1, kDpKeys>(qp + i, t.rgp, k + size_t(j) * pairs, pairs, s + size_t(j) * t.rgp + i),
+            t.pf.step();
   }
   static uint32_t score_calls(const Tile &t, uint32_t n) {
-    return (t.rgp / (kDpQueries * 16) + t.rgp % (kDpQueries * 16) / 16) * (round_up(n, kDpKeys) / kDpKeys);
+    return (t.rgp / (kDpQueries * 16) + t.rgp % (kDpQueries * 16) / 16) *
+           (round_up(n, kDpKeys) / kDpKeys);
   }
   // P = 2^(s - m) rounded to bf16, packed in key pairs; l sums the rounded values.
   void probs(Tile &t, uint32_t n, uint32_t i0, Lanes m_use) {
@@ -203,7 +224,9 @@ template <class C> struct Bf16Engine {
     const __m512i high = _mm512_set1_epi32(int32_t(0xffff0000u));
     for (uint32_t j = 0; j < n; j += 2) {
       const Lanes p0 = lanes_exp2(lanes_sub(lanes_load(s + size_t(j) * t.rgp + i0), m_use));
-      const Lanes p1 = j + 1 < n ? lanes_exp2(lanes_sub(lanes_load(s + size_t(j + 1) * t.rgp + i0), m_use)) : lanes_zero();
+      const Lanes p1 =
+          j + 1 < n ? lanes_exp2(lanes_sub(lanes_load(s + size_t(j + 1) * t.rgp + i0), m_use))
+                    : lanes_zero();
       const __m512bh both = _mm512_cvtne2ps_pbh(p1, p0);  // p0's 16 words, then p1's
       const __m512i pairs = _mm512_permutexvar_epi16(halves, vcast<__m512i>(both));
       _mm512_storeu_si512(pp + size_t(j / 2) * t.rgp + i0, pairs);
@@ -220,7 +243,8 @@ template <class C> struct Bf16Engine {
       if (b) to_f32(b, row_b, t.vd);
       fill_range(row_b + (b ? t.vd : 0), row_b + t.hdp, 0.0f);
       for (uint32_t d = 0; d < t.hdp; d += 16) {
-        const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row_b + d), _mm512_loadu_ps(row_a + d));
+        const __m512bh both =
+            _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row_b + d), _mm512_loadu_ps(row_a + d));
         _mm512_storeu_si512(dst + d, _mm512_permutexvar_epi16(halves, vcast<__m512i>(both)));
       }
     } else {
@@ -230,17 +254,20 @@ template <class C> struct Bf16Engine {
         const __m512i x = _mm512_maskz_loadu_epi16(m, a + d);
         const __m512i y = b ? _mm512_maskz_loadu_epi16(m, b + d) : _mm512_setzero_si512();
         _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi16(x, lo_pairs, y));
-        if (d + 16 < t.hdp) _mm512_storeu_si512(dst + d + 16, _mm512_permutex2var_epi16(x, hi_pairs, y));
+        if (d + 16 < t.hdp)
+          _mm512_storeu_si512(dst + d + 16, _mm512_permutex2var_epi16(x, hi_pairs, y));
       }
     }
   }
   void load_v(const C *const *rows, uint32_t n, const Tile &t) {
-    for (uint32_t j = 0; j < n; j += 2) pack_v_pair(rows[j], j + 1 < n ? rows[j + 1] : nullptr, t, vp + size_t(j / 2) * t.hdp);
+    for (uint32_t j = 0; j < n; j += 2)
+      pack_v_pair(rows[j], j + 1 < n ? rows[j + 1] : nullptr, t, vp + size_t(j / 2) * t.hdp);
   }
   void accumulate(Tile &t, uint32_t n) {
     const uint32_t pairs = (n + 1) / 2;
     for (uint32_t i = 0; i < t.rgp; i += kDpPvQueries)
-      pv_bf16_rows<kDpPvQueries>(pp + i, t.rgp, vp, t.hdp, pairs, t.alpha + i, t.o + size_t(i) * t.hdp);
+      pv_bf16_rows<kDpPvQueries>(pp + i, t.rgp, vp, t.hdp, pairs, t.alpha + i,
+                                 t.o + size_t(i) * t.hdp);
   }
 };
 

@@ -50,12 +50,13 @@ inline void qk_f32(const float *qt, uint32_t rgp, const float *k, uint32_t hd, f
 // o[query][d] = o * alpha[query] + sum over keys of p[key][query] * v[key][d], for QI queries and
 // DV x kLanes of head_dim.
 template <int QI, int DV>
-inline void pv_f32(const float *p, uint32_t rgp, const float *v, uint32_t hdp, uint32_t n, const float *alpha,
-                   float *o) {
+inline void pv_f32(const float *p, uint32_t rgp, const float *v, uint32_t hdp, uint32_t n,
+                   const float *alpha, float *o) {
   Lanes acc[QI][DV];
   for (int i = 0; i < QI; ++i) {
     const Lanes a = lanes_splat(alpha[i]);
-    for (int c = 0; c < DV; ++c) acc[i][c] = lanes_mul(lanes_load(o + size_t(i) * hdp + c * kLanes), a);
+    for (int c = 0; c < DV; ++c)
+      acc[i][c] = lanes_mul(lanes_load(o + size_t(i) * hdp + c * kLanes), a);
   }
   for (uint32_t j = 0; j < n; ++j) {
     Lanes vv[DV];
@@ -69,24 +70,32 @@ inline void pv_f32(const float *p, uint32_t rgp, const float *v, uint32_t hdp, u
     for (int c = 0; c < DV; ++c) lanes_store(o + size_t(i) * hdp + c * kLanes, acc[i][c]);
 }
 
-template <int QI> inline void pv_f32_rows(const float *p, uint32_t rgp, const float *v, uint32_t hdp, uint32_t n,
-                                          const float *alpha, float *o) {
+template <int QI>
+inline void pv_f32_rows(const float *p, uint32_t rgp, const float *v, uint32_t hdp, uint32_t n,
+                        const float *alpha, float *o) {
   uint32_t d = 0;
-  for (; d + kPvVecs * kLanes <= hdp; d += kPvVecs * kLanes) pv_f32<QI, kPvVecs>(p, rgp, v + d, hdp, n, alpha, o + d);
+  for (; d + kPvVecs * kLanes <= hdp; d += kPvVecs * kLanes)
+    pv_f32<QI, kPvVecs>(p, rgp, v + d, hdp, n, alpha, o + d);
   switch ((hdp - d) / kLanes) {
-    case 3: return pv_f32<QI, 3>(p, rgp, v + d, hdp, n, alpha, o + d);
-    case 2: return pv_f32<QI, 2>(p, rgp, v + d, hdp, n, alpha, o + d);
-    case 1: return pv_f32<QI, 1>(p, rgp, v + d, hdp, n, alpha, o + d);
-    default: return;
+    case 3:
+      return pv_f32<QI, 3>(p, rgp, v + d, hdp, n, alpha, o + d);
+    case 2:
+      return pv_f32<QI, 2>(p, rgp, v + d, hdp, n, alpha, o + d);
+    case 1:
+      return pv_f32<QI, 1>(p, rgp, v + d, hdp, n, alpha, o + d);
+    default:
+      return;
   }
 }
 
 // T: the model's dtype (q, out); C: the cache's.
 template <class T, class C> struct F32Engine {
-  float *qt, *k, *s, *v;  // [hd][rgp] queries; [chunk][hd] keys; [chunk][rgp] scores, then P; [chunk][hdp] values
+  float *qt, *k, *s,
+      *v;  // [hd][rgp] queries; [chunk][hd] keys; [chunk][rgp] scores, then P; [chunk][hdp] values
 
   static size_t floats(const Tile &t, uint32_t chunk) {
-    return size_t(t.hd) * t.rgp + size_t(chunk) * t.hd + size_t(chunk) * t.rgp + size_t(chunk) * t.hdp + 64;
+    return size_t(t.hd) * t.rgp + size_t(chunk) * t.hd + size_t(chunk) * t.rgp +
+           size_t(chunk) * t.hdp + 64;
   }
   void carve(Arena &a, const Tile &t) {
     qt = a.take(size_t(t.hd) * t.rgp);
@@ -104,7 +113,9 @@ template <class T, class C> struct F32Engine {
         for (uint32_t d = 0; d < t.hd; ++d) qt[size_t(d) * t.rgp + i] = row[d];
       }
   }
-  static void store_out(const float *src, float scale, T *dst, uint32_t n) { from_float_scaled(src, scale, dst, n); }
+  static void store_out(const float *src, float scale, T *dst, uint32_t n) {
+    from_float_scaled(src, scale, dst, n);
+  }
   void load_k(const C *const *rows, uint32_t n, const Tile &t) {
     const uint32_t nk = round_up(n, kQkKeys);
     for (uint32_t j = 0; j < n; ++j) to_f32(rows[j], k + size_t(j) * t.hd, t.hd);
@@ -115,13 +126,17 @@ template <class T, class C> struct F32Engine {
     uint32_t i = 0;
     for (; i + kQkQueries * kLanes <= t.rgp; i += kQkQueries * kLanes)
       for (uint32_t j = 0; j < nk; j += kQkKeys)
-        qk_f32<kQkQueries, kQkKeys>(qt + i, t.rgp, k + size_t(j) * t.hd, t.hd, s + size_t(j) * t.rgp + i), t.pf.step();
+        qk_f32<kQkQueries, kQkKeys>(qt + i, t.rgp, k + size_t(j) * t.hd, t.hd,
+                                    s + size_t(j) * t.rgp + i),
+            t.pf.step();
     for (; i < t.rgp; i += kLanes)
       for (uint32_t j = 0; j < nk; j += kQkKeys)
-        qk_f32<1, kQkKeys>(qt + i, t.rgp, k + size_t(j) * t.hd, t.hd, s + size_t(j) * t.rgp + i), t.pf.step();
+        qk_f32<1, kQkKeys>(qt + i, t.rgp, k + size_t(j) * t.hd, t.hd, s + size_t(j) * t.rgp + i),
+            t.pf.step();
   }
   static uint32_t score_calls(const Tile &t, uint32_t n) {
-    return (t.rgp / (kQkQueries * kLanes) + t.rgp % (kQkQueries * kLanes) / kLanes) * (round_up(n, kQkKeys) / kQkKeys);
+    return (t.rgp / (kQkQueries * kLanes) + t.rgp % (kQkQueries * kLanes) / kLanes) *
+           (round_up(n, kQkKeys) / kQkKeys);
   }
   // P = 2^(s - m) in place; l = l * alpha + the chunk's sum.
   void probs(Tile &t, uint32_t n, uint32_t i0, Lanes m_use) {

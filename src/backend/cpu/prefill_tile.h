@@ -84,9 +84,10 @@ struct Tile {
 
 // The cache row of key `key` of kv head `head`: [num_blocks][block_size][kv_heads][head_dim].
 template <class C>
-inline const C *cache_row(const void *cache, const Tile &t, const CpuStep &step, const CpuLayer &layer, uint32_t head,
-                          uint32_t key) {
-  const int64_t slot = int64_t(t.blocks[key / step.block_size]) * step.block_size + key % step.block_size;
+inline const C *cache_row(const void *cache, const Tile &t, const CpuStep &step,
+                          const CpuLayer &layer, uint32_t head, uint32_t key) {
+  const int64_t slot =
+      int64_t(t.blocks[key / step.block_size]) * step.block_size + key % step.block_size;
   return static_cast<const C *>(cache) + (slot * layer.kv_heads + head) * layer.head_dim;
 }
 
@@ -97,12 +98,15 @@ inline void to_f32(const Bf16 *src, float *dst, uint32_t n) {
 inline void to_f32(const _Float16 *src, float *dst, uint32_t n) {
   for (uint32_t d = 0; d < n; d += 8) store8(dst + d, load8(src + d));
 }
-template <class C> inline void to_f32(const C *src, float *dst, uint32_t n) { fp8_row(src, dst, n, 1.0f); }
+template <class C> inline void to_f32(const C *src, float *dst, uint32_t n) {
+  fp8_row(src, dst, n, 1.0f);
+}
 
 // Scales the chunk's scores of query vectors [i0, i0 + kLanes) by sc (keys a vector does not see
 // become -inf when masked), updates their running max and rescale; returns the max to subtract
 // (0 where no key was seen yet: exp2(-inf - 0) is 0).
-inline Lanes chunk_max(Tile &t, float *s, uint32_t n, uint32_t i0, uint32_t key, float sc, bool masked) {
+inline Lanes chunk_max(Tile &t, float *s, uint32_t n, uint32_t i0, uint32_t key, float sc,
+                       bool masked) {
   const Lanes scale = lanes_splat(sc), neg_inf = lanes_splat(kNegInf);
   Lanes mx = neg_inf;
   for (uint32_t j = 0; j < n; ++j) {

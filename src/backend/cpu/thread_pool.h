@@ -45,10 +45,10 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // one more per parallel_for (and at the end)
   std::atomic<uint32_t> busy_{0};        // workers not yet done with this generation
   std::atomic<bool> stop_{false};
-  std::mutex mutex_;                     // guards the sleeping: sleepers_, caller_waits_
+  std::mutex mutex_;  // guards the sleeping: sleepers_, caller_waits_
   std::condition_variable wake_, done_;
-  uint32_t sleepers_ = 0;                // workers blocked on wake_
-  bool caller_waits_ = false;            // parallel_for blocked on done_
+  uint32_t sleepers_ = 0;      // workers blocked on wake_
+  bool caller_waits_ = false;  // parallel_for blocked on done_
 };
 
 }  // namespace pkv

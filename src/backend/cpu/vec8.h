@@ -42,7 +42,9 @@ inline v8u as_bits(v8f f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
-inline float hsum(v8f v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
+inline float hsum(v8f v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
 
 // Eight elements of a KV dtype as floats.
 inline v8f load8(const Bf16 *p) {

@@ -68,8 +68,8 @@ inline bool plan_block_copies(const int32_t *src, const int32_t *dst, const int3
     bool any = false;
     for (int32_t d = 0; d < kNumCopyDirections; ++d) {
       if (wave[d].empty()) continue;
-      plan.launches.push_back({CopyDirection(d), uint32_t(plan.pairs.size() / 2),
-                               uint32_t(wave[d].size() / 2)});
+      plan.launches.push_back(
+          {CopyDirection(d), uint32_t(plan.pairs.size() / 2), uint32_t(wave[d].size() / 2)});
       plan.pairs.insert(plan.pairs.end(), wave[d].begin(), wave[d].end());
       wave[d].clear();
       any = true;

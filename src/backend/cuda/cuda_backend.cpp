@@ -63,12 +63,14 @@ class ScaleTable {
     heads_ = kv_heads, layers_ = num_layers, tensors_ = tensors;
     const size_t bytes = tensors_ * layers_ * heads_ * sizeof(float);
     cudaError_t err = cudaMalloc(&dev_, bytes);
-    if (err == cudaSuccess) err = cudaHostAlloc(reinterpret_cast<void **>(&host_), bytes, cudaHostAllocDefault);
+    if (err == cudaSuccess)
+      err = cudaHostAlloc(reinterpret_cast<void **>(&host_), bytes, cudaHostAllocDefault);
     if (err != cudaSuccess) {
       release();
       check_cuda(err, "allocating the fp8 scales");
     }
-    std::fill(host_, host_ + tensors_ * layers_ * heads_, 0.f);  // scales are > 0: nothing uploaded yet
+    std::fill(host_, host_ + tensors_ * layers_ * heads_,
+              0.f);  // scales are > 0: nothing uploaded yet
   }
   // The device copy of layer's scales, k then v ([tensors][kv_heads]); v is null with one tensor.
   const float *layer(uint32_t layer, const float *k, const float *v, cudaStream_t stream) {
@@ -79,7 +81,8 @@ class ScaleTable {
     if (std::memcmp(h, k, bytes) != 0 || (v && std::memcmp(h + heads_, v, bytes) != 0)) {
       std::memcpy(h, k, bytes);
       if (v) std::memcpy(h + heads_, v, bytes);
-      check_cuda(cudaMemcpyAsync(d, h, tensors_ * bytes, cudaMemcpyHostToDevice, stream), "uploading fp8 scales");
+      check_cuda(cudaMemcpyAsync(d, h, tensors_ * bytes, cudaMemcpyHostToDevice, stream),
+                 "uploading fp8 scales");
     }
     return d;
   }
@@ -105,8 +108,9 @@ class CudaBackend final : public Backend {
     check_cuda(cudaSetDevice(device_id), "cudaSetDevice");
     check_cuda(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_id),
                "reading the SM count");
-    check_cuda(cudaDeviceGetAttribute(&max_smem_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id),
-               "reading the shared memory limit");
+    check_cuda(
+        cudaDeviceGetAttribute(&max_smem_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id),
+        "reading the shared memory limit");
     PKV_ASSERT(shape.tensors == 1 || shape.tensors == 2);
     const uint64_t bytes = shape.bytes_per_pool();
     check_cuda(cudaMalloc(&k_, bytes), "allocating the K pool");
@@ -142,7 +146,8 @@ class CudaBackend final : public Backend {
 
   // One plan (copy_plan.h): waves of independent copies, each at most one launch per direction;
   // all pairs uploaded at once; one wait at the end, as pairs_buf_ is reused by the next call.
-  void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) override {
+  void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
+                   uint32_t n) override {
     CopyPlan plan;
     if (!plan_block_copies(src, dst, kind, n, &plan))
       fail(PKV_ERR_INTERNAL, "copy_blocks: a queued copy of an unknown kind");
@@ -178,8 +183,9 @@ class CudaBackend final : public Backend {
     char *out = static_cast<char *>(dst);
     const char *pools[2] = {static_cast<const char *>(k_), static_cast<const char *>(v_)};
     for (size_t kv = 0; kv < tensors; ++kv)
-      check_cuda(cudaMemcpy2DAsync(out + kv * bb, tensors * bb, pools[kv] + bb * size_t(block), shape_.layer_bytes(), bb,
-                                   shape_.num_layers, cudaMemcpyDeviceToHost, stream_),
+      check_cuda(cudaMemcpy2DAsync(out + kv * bb, tensors * bb, pools[kv] + bb * size_t(block),
+                                   shape_.layer_bytes(), bb, shape_.num_layers,
+                                   cudaMemcpyDeviceToHost, stream_),
                  "reading a block for the store");
     check_cuda(cudaStreamSynchronize(stream_), "reading a block for the store");
   }
@@ -194,13 +200,15 @@ class CudaBackend final : public Backend {
                 PKV_CUDA_MAX_GRID, v.num_seqs);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     const size_t groups = v.num_kv_groups ? v.num_kv_groups : 1;
-    const size_t n_seq = v.num_seqs, n_tok = v.num_tokens, n_blocks = size_t(v.block_indptr[v.num_seqs]);
+    const size_t n_seq = v.num_seqs, n_tok = v.num_tokens,
+                 n_blocks = size_t(v.block_indptr[v.num_seqs]);
     PKV_ASSERT(groups == 1 || (v.group_slot_mapping && v.group_block_tables));
     if (cuda::is_fp8(cuda::DType(shape_.kv_dtype)))
       scales_.reserve(groups * shape_.num_layers, shape_.kv_heads, shape_.tensors);
     std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + n_tok);
     for (size_t g = 1; g < groups; ++g)
-      slots.insert(slots.end(), v.group_slot_mapping + g * n_tok, v.group_slot_mapping + (g + 1) * n_tok);
+      slots.insert(slots.end(), v.group_slot_mapping + g * n_tok,
+                   v.group_slot_mapping + (g + 1) * n_tok);
     std::vector<int32_t> ints;
     ints.insert(ints.end(), v.query_start, v.query_start + n_seq + 1);
     ints.insert(ints.end(), v.context_lens, v.context_lens + n_seq);
@@ -211,12 +219,14 @@ class CudaBackend final : public Backend {
         const int32_t *row = v.group_block_tables + (g * n_seq + i) * v.max_blocks_per_seq;
         ints.insert(ints.end(), row, row + (v.block_indptr[i + 1] - v.block_indptr[i]));
       }
-    const size_t slot_bytes = slots.size() * sizeof(int64_t), int_bytes = ints.size() * sizeof(int32_t);
+    const size_t slot_bytes = slots.size() * sizeof(int64_t),
+                 int_bytes = ints.size() * sizeof(int32_t);
     char *d = static_cast<char *>(batch_buf_.get(slot_bytes + int_bytes + 16));
     std::vector<char> host(slot_bytes + int_bytes);
     std::memcpy(host.data(), slots.data(), slot_bytes);
     std::memcpy(host.data() + slot_bytes, ints.data(), int_bytes);
-    check_cuda(cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), "uploading the batch");
+    check_cuda(cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream_),
+               "uploading the batch");
     check_cuda(cudaStreamSynchronize(stream_), "uploading the batch");  // `host` dies here
     const int64_t *d_slots = reinterpret_cast<const int64_t *>(d);
     const int32_t *di = reinterpret_cast<const int32_t *>(d + slot_bytes);
@@ -231,12 +241,14 @@ class CudaBackend final : public Backend {
     size_t ws = 0;
     if (shape_.mla()) {
       PKV_ASSERT(groups == 1);
-      mla_plan_ = cuda::plan_mla(groups_[0].batch, int32_t(shape_.q_heads), int32_t(shape_.kv_lora_rank),
-                                 int32_t(shape_.head_dim), num_sms_, size_t(max_smem_));
+      mla_plan_ =
+          cuda::plan_mla(groups_[0].batch, int32_t(shape_.q_heads), int32_t(shape_.kv_lora_rank),
+                         int32_t(shape_.head_dim), num_sms_, size_t(max_smem_));
       ws = mla_plan_.workspace_bytes;
     } else {
-      ws = cuda::decode_workspace_bound(groups_[0].batch, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
-                                        int32_t(shape_.head_dim), num_sms_);
+      ws = cuda::decode_workspace_bound(groups_[0].batch, int32_t(shape_.q_heads),
+                                        int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
+                                        num_sms_);
     }
     workspace_ptr_ = ws ? workspace_.get(ws) : nullptr;
   }
@@ -245,26 +257,35 @@ class CudaBackend final : public Backend {
     if (shape_.mla()) return mla_attention(call);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
-      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k, v and out must be 16-byte aligned on CUDA");
-    PKV_ASSERT(call.group < groups_.size() && call.slot < shape_.num_layers && call.window <= INT32_MAX);
+      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                  "q, k, v and out must be 16-byte aligned on CUDA");
+    PKV_ASSERT(call.group < groups_.size() && call.slot < shape_.num_layers &&
+               call.window <= INT32_MAX);
     const StepGroup &g = groups_[call.group];
     const uint64_t offset = uint64_t(call.slot) * shape_.layer_bytes();
-    cuda::KvLayer layer{static_cast<char *>(k_) + offset, static_cast<char *>(v_) + offset,
-                        int32_t(shape_.block_size), int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
-                        cuda::DType(shape_.dtype), cuda::DType(shape_.kv_dtype), nullptr, nullptr,
+    cuda::KvLayer layer{static_cast<char *>(k_) + offset,
+                        static_cast<char *>(v_) + offset,
+                        int32_t(shape_.block_size),
+                        int32_t(shape_.kv_heads),
+                        int32_t(shape_.head_dim),
+                        cuda::DType(shape_.dtype),
+                        cuda::DType(shape_.kv_dtype),
+                        nullptr,
+                        nullptr,
                         int32_t(call.window)};
     if (cuda::is_fp8(layer.kv_dtype)) {
       const float *scales = scales_.layer(call.layer, call.k_scale, call.v_scale, stream_);
       layer.k_scale = scales, layer.v_scale = scales + shape_.kv_heads;
     }
-    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, g.slots, g.batch.num_tokens, stream_), "write_kv");
-    check_cuda(cuda::launch_decode_attention(layer, g.batch, call.q, call.out, int32_t(shape_.q_heads),
-                                             call.scale, decode_plan(g.batch, layer.window),
-                                             workspace_ptr_, stream_),
+    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, g.slots, g.batch.num_tokens, stream_),
+               "write_kv");
+    check_cuda(cuda::launch_decode_attention(
+                   layer, g.batch, call.q, call.out, int32_t(shape_.q_heads), call.scale,
+                   decode_plan(g.batch, layer.window), workspace_ptr_, stream_),
                "decode attention");
     if (g.batch.max_query_len > 1)
-      check_cuda(cuda::launch_prefill_attention(layer, g.batch, call.q, call.out, int32_t(shape_.q_heads),
-                                                call.scale, stream_),
+      check_cuda(cuda::launch_prefill_attention(layer, g.batch, call.q, call.out,
+                                                int32_t(shape_.q_heads), call.scale, stream_),
                  "prefill attention");
   }
 
@@ -273,17 +294,31 @@ class CudaBackend final : public Backend {
   void mla_attention(const AttentionCall &call) {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     for (const void *p : {call.q, call.k, static_cast<const void *>(call.out)})
-      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0, "q, k and out must be 16-byte aligned on CUDA");
-    PKV_REQUIRE(!call.v, "pkv_attention on an MLA cache takes v NULL (V is the latents' first kv_lora_rank)");
-    PKV_ASSERT(call.group == 0 && groups_.size() == 1 && call.window == 0 && call.slot < shape_.num_layers);
+      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                  "q, k and out must be 16-byte aligned on CUDA");
+    PKV_REQUIRE(
+        !call.v,
+        "pkv_attention on an MLA cache takes v NULL (V is the latents' first kv_lora_rank)");
+    PKV_ASSERT(call.group == 0 && groups_.size() == 1 && call.window == 0 &&
+               call.slot < shape_.num_layers);
     const StepGroup &g = groups_[0];
-    cuda::KvLayer layer{static_cast<char *>(k_) + uint64_t(call.slot) * shape_.layer_bytes(), nullptr,
-                        int32_t(shape_.block_size), 1, int32_t(shape_.head_dim), cuda::DType(shape_.dtype),
-                        cuda::DType(shape_.kv_dtype), nullptr, nullptr, 0};
-    if (cuda::is_fp8(layer.kv_dtype)) layer.k_scale = scales_.layer(call.layer, call.k_scale, nullptr, stream_);
-    check_cuda(cuda::launch_write_kv(layer, call.k, nullptr, g.slots, g.batch.num_tokens, stream_), "write_kv");
-    check_cuda(cuda::launch_mla_attention(layer, int32_t(shape_.kv_lora_rank), g.batch, call.q, call.out,
-                                          int32_t(shape_.q_heads), call.scale, mla_plan_, workspace_ptr_, stream_),
+    cuda::KvLayer layer{static_cast<char *>(k_) + uint64_t(call.slot) * shape_.layer_bytes(),
+                        nullptr,
+                        int32_t(shape_.block_size),
+                        1,
+                        int32_t(shape_.head_dim),
+                        cuda::DType(shape_.dtype),
+                        cuda::DType(shape_.kv_dtype),
+                        nullptr,
+                        nullptr,
+                        0};
+    if (cuda::is_fp8(layer.kv_dtype))
+      layer.k_scale = scales_.layer(call.layer, call.k_scale, nullptr, stream_);
+    check_cuda(cuda::launch_write_kv(layer, call.k, nullptr, g.slots, g.batch.num_tokens, stream_),
+               "write_kv");
+    check_cuda(cuda::launch_mla_attention(layer, int32_t(shape_.kv_lora_rank), g.batch, call.q,
+                                          call.out, int32_t(shape_.q_heads), call.scale, mla_plan_,
+                                          workspace_ptr_, stream_),
                "MLA attention");
   }
 
@@ -299,8 +334,9 @@ class CudaBackend final : public Backend {
   const cuda::DecodePlan &decode_plan(const cuda::BatchView &batch, int32_t window) {
     for (const auto &p : decode_plans_)
       if (p.first == window) return p.second;
-    decode_plans_.emplace_back(window, cuda::plan_decode(batch, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
-                                                         int32_t(shape_.head_dim), window, num_sms_));
+    decode_plans_.emplace_back(
+        window, cuda::plan_decode(batch, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
+                                  int32_t(shape_.head_dim), window, num_sms_));
     return decode_plans_.back().second;
   }
 
@@ -322,7 +358,7 @@ class CudaBackend final : public Backend {
   void *workspace_ptr_ = nullptr;  // decode_workspace_bound bytes: any window's plan fits
   std::vector<StepGroup> groups_;  // [num_kv_groups] of the planned step
   std::vector<std::pair<int32_t, cuda::DecodePlan>> decode_plans_;  // (window, plan) of the step
-  cuda::MlaPlan mla_plan_{};  // MLA: the step's
+  cuda::MlaPlan mla_plan_{};                                        // MLA: the step's
   ScaleTable scales_;
 };
 
@@ -334,7 +370,8 @@ bool cuda_usable(int32_t device_id, std::string *why) {
   if (err != cudaSuccess) {
     // cudaErrorNoDevice, or cudaErrorInsufficientDriver where no NVIDIA driver is loaded at all:
     // either way no GPU can be used here; the runtime's words follow for the rest.
-    *why = std::string("no CUDA GPU was found (the CUDA runtime says: ") + cudaGetErrorString(err) + ")";
+    *why = std::string("no CUDA GPU was found (the CUDA runtime says: ") + cudaGetErrorString(err) +
+           ")";
     cudaGetLastError();  // clear the error so later calls start clean
     return false;
   }
@@ -343,8 +380,8 @@ bool cuda_usable(int32_t device_id, std::string *why) {
     return false;
   }
   if (device_id < 0 || device_id >= count) {
-    *why = "this machine has " + std::to_string(count) + " CUDA GPUs (device_id 0 .. " + std::to_string(count - 1) +
-           ")";
+    *why = "this machine has " + std::to_string(count) + " CUDA GPUs (device_id 0 .. " +
+           std::to_string(count - 1) + ")";
     return false;
   }
   return true;
@@ -352,7 +389,8 @@ bool cuda_usable(int32_t device_id, std::string *why) {
 
 MemoryInfo cuda_memory(int32_t device_id) {
   std::string why;
-  if (!cuda_usable(device_id, &why)) fail(PKV_ERR_NO_DEVICE, "no usable CUDA device: %s", why.c_str());
+  if (!cuda_usable(device_id, &why))
+    fail(PKV_ERR_NO_DEVICE, "no usable CUDA device: %s", why.c_str());
   check_cuda(cudaSetDevice(device_id), "cudaSetDevice");
   size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -361,7 +399,8 @@ MemoryInfo cuda_memory(int32_t device_id) {
 
 std::unique_ptr<Backend> make_cuda_backend(int32_t device_id, const PoolShape &shape) {
   std::string why;
-  if (!cuda_usable(device_id, &why)) fail(PKV_ERR_NO_DEVICE, "no usable CUDA device: %s", why.c_str());
+  if (!cuda_usable(device_id, &why))
+    fail(PKV_ERR_NO_DEVICE, "no usable CUDA device: %s", why.c_str());
   return std::make_unique<CudaBackend>(device_id, shape);
 }
 
