@@ -175,7 +175,8 @@ enum { PKV_KV_LAYOUT_HEADS = 0, /* K and V of each kv head (multi-head, GQA, MQA
 /* How pkv_kv_budget.num_blocks was decided. */
 enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET_FIXED_BLOCKS = 2 };
 /* Bits of pkv_engine_params.debug_flags: for tests of pkv itself, never for production. */
-enum { PKV_DEBUG_CONSTANT_HASH = 1 }; /* every prefix-lookup hash is 0: exactness by token compare */
+enum { PKV_DEBUG_CONSTANT_HASH = 1 }; /* every prefix-lookup hash is 0: exactness by
+                                         token compare */
 /* Why a request finished. */
 enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
 /* pkv_batch_view.copy_kind: what a listed block copy moves (ids are in the tiers it names). */
@@ -188,7 +189,8 @@ enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write
                                      only in the host tier */
 /* pkv_engine_params.preemption_mode: what pkv_step does to the request it preempts. */
 enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when re-admitted */
-       PKV_PREEMPT_SWAP = 1,      /* swap it out to the host tier (recompute when the tier is full) */
+       PKV_PREEMPT_SWAP = 1,      /* swap it out to the host tier (recompute when the tier
+                                     is full) */
        PKV_PREEMPT_AUTO = 2 };    /* swap when the host tier has room and its computed tokens are
                                      more than one step's prefill (max_num_batched_tokens): copying
                                      is then cheaper than recomputing; else recompute */
@@ -226,7 +228,8 @@ typedef struct pkv_engine_params {
                                      ceil(max_model_len / block_size), must fit in the largest pool
                                      (see num_blocks), else PKV_ERR_INVALID_ARGUMENT */
   /* paging */
-  uint32_t block_size;            /* tokens per block, 1 .. PKV_MAX_BLOCK_SIZE (any value). default 16 */
+  uint32_t block_size;            /* tokens per block, 1 .. PKV_MAX_BLOCK_SIZE (any value).
+                                     default 16 */
   uint32_t num_blocks;            /* 0 = as many as the memory budget allows, at most 2^31-1 and
                                      (2^63-1) / block_bytes. A fixed value must be <= 2^31-1 with
                                      num_blocks * block_bytes <= 2^63-1, else
@@ -234,7 +237,8 @@ typedef struct pkv_engine_params {
   uint32_t enable_prefix_caching; /* 0 or 1. default 1 */
   uint64_t hash_seed;             /* seed of the canonical block hash. default 0 */
   /* where the pool lives */
-  int32_t device;                 /* PKV_DEVICE_*. default AUTO: CUDA when a GPU is usable, else CPU */
+  int32_t device;                 /* PKV_DEVICE_*. default AUTO: CUDA when a GPU is usable,
+                                     else CPU */
   int32_t device_id;              /* CUDA device ordinal, >= 0. default 0 */
   uint32_t num_threads;           /* CPU worker threads, 0 .. PKV_MAX_THREADS; 0 = one per core.
                                      default 0 */
@@ -259,7 +263,8 @@ typedef struct pkv_engine_params {
   /* observability */
   uint32_t enable_kv_events;      /* 0 or 1: queue KV events for pkv_drain_kv_events. default 0 */
   uint32_t kv_events_capacity;    /* events kept until drained; 0 = PKV_DEFAULT_KV_EVENTS_CAPACITY.
-                                     An overflow drops them all and queues one PKV_EVENT_OVERFLOW. */
+                                     An overflow drops them all and queues one
+                                     PKV_EVENT_OVERFLOW. */
   /* host tier (since 0.2.0): a second pool of blocks in host memory (pinned on CUDA), below the
    * device pool. Off when both sizes are 0 (the default). Its blocks have the pool's block_bytes;
    * when the host memory is measured (memory_total_bytes 0), they must fit in the available host
@@ -364,7 +369,8 @@ PKV_API pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out);
 /* ---------------------------------------------------------------- sequences */
 typedef struct pkv_seq_params {
   uint32_t struct_size;
-  uint32_t cache_salt_len;        /* bytes of cache_salt, 0 .. PKV_MAX_CACHE_SALT_BYTES; 0 = no salt */
+  uint32_t cache_salt_len;        /* bytes of cache_salt, 0 ..
+                                     PKV_MAX_CACHE_SALT_BYTES; 0 = no salt */
   const void *cache_salt;         /* tenant / adapter key: different salts never share blocks */
 } pkv_seq_params;
 
@@ -466,8 +472,8 @@ PKV_API pkv_status pkv_seq_block_table(pkv_engine *e, uint64_t seq, int32_t *out
  * NULL with cap > 0; cap below the length, with *out_len still written), PKV_ERR_NOT_FOUND (no
  * sequence seq).
  * Since 0.2.0. */
-PKV_API pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group, int32_t *out,
-                                             uint32_t cap, uint32_t *out_len);
+PKV_API pkv_status pkv_seq_group_block_table(pkv_engine *e, uint64_t seq, uint32_t group,
+                                             int32_t *out, uint32_t cap, uint32_t *out_len);
 
 /* Copies the token ids of seq into out[cap]; *out_len = its length. As pkv_seq_block_table.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; cap below the length,
@@ -672,7 +678,8 @@ PKV_API pkv_status pkv_commit(pkv_batch *b, const int32_t *sampled_tokens);
 /* Moves the ids of requests finished since the last call into out[cap]; *out_len = how many
  * were moved (at most cap; call again while it equals cap). They stay readable until released.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0). */
-PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len);
+PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap,
+                                      uint32_t *out_len);
 
 /* ================================================================ advanced API */
 /* What a host needs once its engine runs: the config reader, the profiler, counters,
@@ -765,7 +772,8 @@ struct pkv_kv_budget {
   uint64_t used_bytes;            /* in use before pkv: measured + memory_used_bytes */
   uint64_t reserve_bytes;         /* the host's reserve, as given */
   double memory_utilization;      /* as given */
-  uint64_t budget_bytes;          /* total*utilization - used - reserve, or kv_cache_bytes; 0 if negative */
+  uint64_t budget_bytes;          /* total*utilization - used - reserve, or
+                                     kv_cache_bytes; 0 if negative */
   uint64_t num_blocks;            /* blocks in the pool: budget_bytes / block_bytes, or num_blocks;
                                      at most 2^31-1 and (2^63-1) / block_bytes */
   uint64_t pool_bytes;            /* num_blocks * block_bytes (K and V): <= 2^63-1 */
@@ -782,8 +790,10 @@ struct pkv_kv_budget {
   /* the host tier (since 0.2.0), all 0 when it is off */
   uint64_t host_num_blocks;       /* host_num_blocks, or host_cache_bytes / block_bytes */
   uint64_t host_pool_bytes;       /* host_num_blocks * block_bytes: pinned (CUDA) or mapped (CPU) */
-  uint64_t host_total_bytes;      /* the host memory it is taken from (MemTotal); 0 = not measured */
-  uint64_t host_available_bytes;  /* of which available before pkv (MemAvailable); 0 = not measured */
+  uint64_t host_total_bytes;      /* the host memory it is taken from
+                                     (MemTotal); 0 = not measured */
+  uint64_t host_available_bytes;  /* of which available before pkv
+                                     (MemAvailable); 0 = not measured */
   /* attention variants (since 0.2.0) */
   int32_t kv_dtype;               /* the cache's dtype (kv_dtype resolved) */
   uint32_t num_kv_groups;         /* pkv_kv_groups; 1 without windows */
@@ -837,7 +847,8 @@ typedef struct pkv_stats {
   uint64_t num_host_free_blocks;  /* of which ref count 0, cached or not: what swap-outs and
                                      offloads can use */
   uint64_t num_swapped_seqs;      /* sequences whose KV is in the host tier (pkv_swap_out) */
-  uint64_t num_swapped_out_blocks; /* device -> host block copies queued by swap-outs (cumulative) */
+  uint64_t num_swapped_out_blocks; /* device -> host block copies queued by
+                                      swap-outs (cumulative) */
   uint64_t num_swapped_in_blocks; /* host -> device block copies queued by swap-ins (cumulative) */
   uint64_t num_swap_preemptions;  /* of num_preemptions, by swapping (preemption_mode) */
   uint64_t num_host_cached_blocks; /* of num_host_free_blocks, holding an offloaded prefix block */
@@ -857,7 +868,8 @@ typedef struct pkv_stats {
   uint64_t num_store_errors;      /* of which lost to a store error or a timeout */
   uint64_t num_store_puts;        /* blocks written to the store */
   uint64_t num_store_put_dropped; /* blocks not written: the write queue was full */
-  uint64_t num_store_put_errors;  /* blocks not written: the store failed (full disk, server gone) */
+  uint64_t num_store_put_errors;  /* blocks not written: the store failed (full disk,
+                                     server gone) */
   uint64_t num_loading_requests;  /* submitted requests whose prefix is being fetched from the store
                                      (counted in num_waiting_requests); pkv_step admits them when
                                      their fetch is back, and waits for it when nothing else runs */
@@ -1060,12 +1072,14 @@ typedef struct pkv_event_publisher_params {
                                      back by pkv_event_publisher_info); required */
   const char *replay_endpoint;    /* the ROUTER socket's; NULL = no replay. default NULL */
   const char *topic;              /* every message's first frame; NULL = "kv-events" */
-  uint32_t replay_buffer_batches; /* batches kept for replay; 0 = PKV_DEFAULT_EVENT_REPLAY_BATCHES */
+  uint32_t replay_buffer_batches; /* batches kept for replay;
+                                     0 = PKV_DEFAULT_EVENT_REPLAY_BATCHES */
   uint32_t send_hwm;              /* messages queued per subscriber before it loses them (ZMQ's
                                      SNDHWM); 0 = PKV_DEFAULT_EVENT_SEND_HWM */
   uint32_t max_queue_events;      /* events waiting for the publishing thread; 0 =
                                      PKV_DEFAULT_EVENT_QUEUE_EVENTS */
-  uint32_t max_batch_events;      /* events in one batch at most; 0 = PKV_DEFAULT_EVENT_BATCH_EVENTS */
+  uint32_t max_batch_events;      /* events in one batch at most;
+                                     0 = PKV_DEFAULT_EVENT_BATCH_EVENTS */
   /* (since 0.4.0) a 0.3 caller's struct_size ends here: it gets the default */
   uint32_t format;                /* PKV_EVENT_FORMAT_*: how batches are encoded (above); other
                                      values are refused (PKV_ERR_INVALID_ARGUMENT). default MAP */
@@ -1091,7 +1105,8 @@ struct pkv_event_publisher_info {
                                      AllBlocksCleared ones, each counted once the batch holding
                                      it is handed to the PUB socket (a subscriber past send_hwm
                                      may still lose it); batches are next_seq's count */
-  uint64_t events_dropped;        /* events lost to a full queue (each loss sent AllBlocksCleared) */
+  uint64_t events_dropped;        /* events lost to a full queue (each loss
+                                     sent AllBlocksCleared) */
   uint64_t replay_requests;       /* replay requests answered */
   uint64_t events_queued;         /* events handed to the publishing thread and not yet sent; 0:
                                      every event of the calls so far is on the wire (or dropped) */
@@ -1233,7 +1248,8 @@ PKV_API pkv_status pkv_store_params_init(pkv_store_params *p, uint32_t size);
  * blocks. out may be NULL when cap is 0.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0).
  * Since 0.2.0. */
-PKV_API pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap, uint32_t *out_len);
+PKV_API pkv_status pkv_engine_store_error(pkv_engine *e, char *out, uint32_t cap,
+                                          uint32_t *out_len);
 
 /* ---------------------------------------------------------------- store administration */
 /* (since 0.2.0) A handle on a store for its administrator (`pkv store`): how much it holds, what
@@ -1286,7 +1302,8 @@ enum { PKV_STORE_VALUE_UNREAD = 0,  /* not read (PKV_STORE_LIST_KEYS_ONLY) */
        PKV_STORE_VALUE_GOOD = 1,    /* a whole pkv block: its header, tokens and payload check out
                                        (checksums), it names this key, and the key is SHA-256 of
                                        its parent and tokens */
-       PKV_STORE_VALUE_BAD = 2 };   /* anything else: `problem` says what; an engine never uses it */
+       PKV_STORE_VALUE_BAD = 2 };   /* anything else: `problem` says what; an engine never
+                                       uses it */
 enum { PKV_STORE_PROBLEM_BYTES = 64 }; /* pkv_store_entry.problem, the NUL included */
 
 /* One block of a listing. Entries have no struct_size: pkv_store_list takes the caller's
@@ -1320,8 +1337,9 @@ typedef struct pkv_store_entry {
  * PKV_STORE_LIST_*; entry_size too small or not a multiple of 8; a nonzero cursor this handle did
  * not return last), PKV_ERR_STORE (the store failed).
  * Since 0.2.0. */
-PKV_API pkv_status pkv_store_list(pkv_store *s, uint64_t *cursor, uint32_t flags, pkv_store_entry *out,
-                                  uint32_t entry_size, uint32_t cap, uint32_t *out_len);
+PKV_API pkv_status pkv_store_list(pkv_store *s, uint64_t *cursor, uint32_t flags,
+                                  pkv_store_entry *out, uint32_t entry_size, uint32_t cap,
+                                  uint32_t *out_len);
 
 typedef struct pkv_store_verify_result {
   uint32_t struct_size;
@@ -1346,7 +1364,8 @@ typedef struct pkv_store_verify_result {
  * or 1), PKV_ERR_STATE (remove_bad 1 on a handle opened read-only), PKV_ERR_STORE (the store
  * failed, part way: *out holds the counts up to it).
  * Since 0.2.0. */
-PKV_API pkv_status pkv_store_verify(pkv_store *s, uint32_t remove_bad, pkv_store_verify_result *out);
+PKV_API pkv_status pkv_store_verify(pkv_store *s, uint32_t remove_bad,
+                                    pkv_store_verify_result *out);
 
 /* Removes every block of the store (only block names: other files, or keys outside key_prefix,
  * stay); *out_removed = how many this call removed. Blocks that engines write meanwhile may stay.
