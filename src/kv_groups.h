@@ -17,7 +17,11 @@ namespace pkv {
 struct KvGroups {
   uint32_t num_layers = 0;
   uint32_t group_layers = 0;           // layers a block holds
-  std::vector<uint32_t> group_window;  // [num_groups]: 0 = full attention
+  std::vector<uint32_t> group_window;  // [num_groups]: 0 = full attention; the chunk size of a
+                                       // chunked group
+  // [num_groups]: PKV_ATTENTION_* of each group (FULL, SLIDING: group_window is the window,
+  // CHUNKED: it is the chunk size). Empty = FULL or SLIDING as group_window says.
+  std::vector<uint32_t> group_attention;
   // [num_layers] each, or empty for one group (layer l: window group_window[0], group 0, slot l).
   std::vector<uint32_t> windows, groups, slots;
 
@@ -26,7 +30,11 @@ struct KvGroups {
   uint32_t layer_slot(uint32_t l) const { return slots.empty() ? l : slots[l]; }
   uint32_t num_groups() const { return static_cast<uint32_t>(group_window.size()); }
   uint32_t padded_layers() const { return group_layers * num_groups() - num_layers; }
+  // Sliding or chunked: the group gives back blocks no future token reads.
   bool windowed(uint32_t group) const { return group_window[group] != 0; }
+  bool chunked(uint32_t group) const {
+    return !group_attention.empty() && group_attention[group] == 2 /* PKV_ATTENTION_CHUNKED */;
+  }
   bool any_windowed() const;
 };
 

@@ -95,7 +95,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 4
+#define PKV_VERSION_MINOR 5
 #define PKV_VERSION_PATCH 0
 /* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
@@ -172,6 +172,17 @@ enum { PKV_KV_LAYOUT_HEADS = 0, /* K and V of each kv head (multi-head, GQA, MQA
        PKV_KV_LAYOUT_MLA = 1 }; /* one latent vector of kv_lora_rank + qk_rope_head_dim values,
                                    no V (multi-head latent attention: DeepSeek V2/V3/R1, Kimi K2;
                                    V is a view of the latent's first kv_lora_rank values) */
+/* pkv_layer_spec.kind (since 0.5.0): what a layer keeps in the cache. */
+enum { PKV_LAYER_ATTENTION = 0, /* K and V of its own kv heads (V may be K: k_eq_v) */
+       PKV_LAYER_MLA = 1,       /* one latent per token (kv_layout MLA's; no mix with the others) */
+       PKV_LAYER_SHARED = 2 };  /* no cache of its own: it reads the K and V of an earlier layer,
+                                   source_layer (Gemma 3n / 4: num_kv_shared_layers). 3 and up are
+                                   kept for recurrent state and indexer caches */
+/* pkv_layer_spec.attention (since 0.5.0): which keys a token at position p attends to. */
+enum { PKV_ATTENTION_FULL = 0,    /* keys 0 .. p */
+       PKV_ATTENTION_SLIDING = 1, /* keys p - window + 1 .. p */
+       PKV_ATTENTION_CHUNKED = 2 }; /* keys of its own chunk: floor(p / window) * window .. p
+                                       (Llama 4's attention_chunk_size) */
 /* How pkv_kv_budget.num_blocks was decided. */
 enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET_FIXED_BLOCKS = 2 };
 /* Bits of pkv_engine_params.debug_flags: for tests of pkv itself, never for production. */
@@ -209,6 +220,36 @@ enum { PKV_EVENT_BLOCK_STORED = 1, PKV_EVENT_BLOCK_REMOVED = 2, PKV_EVENT_ALL_CL
 /* pkv_event_publisher_params.format (since 0.4.0): how KV events are encoded on the wire. */
 enum { PKV_EVENT_FORMAT_MAP = 0,   /* msgpack maps with named fields (vLLM 0.26 and later) */
        PKV_EVENT_FORMAT_ARRAY = 1 }; /* msgpack arrays, fields by position (vLLM before 0.26) */
+
+/* One layer of the cache (since 0.5.0), an element of pkv_engine_params.layer_specs: the
+ * model's layers may differ in kind, heads, widths, window and softmax (DESIGN.md §12). Fields
+ * left 0 take the engine's flat fields, so a spec of zeros is the layer pkv_engine_params
+ * describes. Layers with the same kind of window (attention, window) share a KV group: one
+ * block table per sequence (pkv_kv_groups); a group's block holds its layers' K and V. */
+typedef struct pkv_layer_spec {
+  uint32_t kind;                  /* PKV_LAYER_*. default ATTENTION */
+  uint32_t attention;             /* PKV_ATTENTION_*. A SHARED layer's must be its source's */
+  uint32_t window;                /* SLIDING: keys per token, itself included; CHUNKED: the
+                                     chunk size; each 1 .. 2^31-1. FULL: must be 0 */
+  uint32_t num_kv_heads;          /* 0 = pkv_engine_params.num_kv_heads; divides num_q_heads */
+  uint32_t head_dim;              /* K's values per head, 0 = pkv_engine_params.head_dim;
+                                     1 .. PKV_MAX_HEAD_DIM */
+  uint32_t v_head_dim;            /* V's values per head (and out's); 0 = head_dim */
+  uint32_t k_eq_v;                /* 0 or 1: V is K (Gemma 4's attention_k_eq_v), stored once,
+                                     and pkv_attention takes v NULL; v_head_dim must be 0 or
+                                     head_dim */
+  uint32_t source_layer;          /* SHARED: the layer whose K and V it reads, an ATTENTION
+                                     layer before it with the same heads, widths and window;
+                                     else 0 */
+  uint32_t sinks;                 /* 0 or 1: a learned logit per q head joins every softmax
+                                     denominator and adds nothing to the output (gpt-oss); set
+                                     them with pkv_set_attention_sinks */
+  float logit_softcap;            /* c > 0: each scaled score s becomes c * tanh(s / c) before
+                                     the softmax (Gemma 2: 50); 0 = none */
+  float softmax_scale;            /* this layer's scale; 0 = pkv_engine_params.softmax_scale, or
+                                     1/sqrt(this layer's head_dim) when that is 0 */
+  uint32_t reserved0;             /* must be 0 */
+} pkv_layer_spec;
 
 /* ---------------------------------------------------------------- engine parameters */
 typedef struct pkv_engine_params {
@@ -319,6 +360,14 @@ typedef struct pkv_engine_params {
                                      multiple of PKV_ATTENTION_HEAD_DIM_ALIGN (0, 8, 16, ...), at
                                      most PKV_ATTENTION_MAX_ROPE_DIM. 0 for HEADS */
   uint32_t reserved2;             /* must be 0 */
+  /* the cache described per layer (since 0.5.0), DESIGN.md §12 */
+  const pkv_layer_spec *layer_specs; /* NULL (every layer as the fields above say), or
+                                     [num_layers] specs; read at create only. With it,
+                                     sliding_window must be 0 and layer_windows NULL (each
+                                     layer's window is in its spec) */
+  uint32_t layer_spec_size;       /* sizeof(pkv_layer_spec) as the caller compiled it, when
+                                     layer_specs is not NULL: at least its 0.5 size (48) */
+  uint32_t reserved3;             /* must be 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -613,16 +662,25 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * read once for all q heads. kv_lora_rank and qk_rope_head_dim are multiples of
  * PKV_ATTENTION_HEAD_DIM_ALIGN (qk_rope_head_dim may be 0), at most
  * PKV_ATTENTION_MAX_KV_LORA_RANK and PKV_ATTENTION_MAX_ROPE_DIM.
+ * Layers described by pkv_engine_params.layer_specs (since 0.5.0) each use their own spec
+ * (pkv_layer_info): q [num_tokens][q_heads][head_dim], k [num_tokens][kv_heads][head_dim], v
+ * [num_tokens][kv_heads][v_head_dim] of the layer, out [num_tokens][q_heads][v_head_dim]; a k_eq_v
+ * layer takes v NULL (V is K); a SHARED layer takes k and v NULL, writes nothing and attends over
+ * its source layer's cache (call it after its source in the step); SLIDING masks keys older than
+ * the window, CHUNKED keys before the token's chunk; a sink joins each softmax denominator once
+ * (split work included), and a soft-cap c turns each scaled score s into c * tanh(s / c) before
+ * the softmax. Without sinks or caps the output is what it was before 0.5.0, bit for bit.
  * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
  * PKV_CUDA_MAX_GRID sequences. The call returns once its kernels are queued on the engine's
  * stream: the host synchronizes that stream before it reads out on the host. pkv itself waits on
  * the stream only at a batch's first call (after uploading the plan) and between waves of block
  * copies.
- * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA - v
- * NULL; v not NULL on an MLA cache; out aliasing an input; on CUDA a pointer not 16-byte aligned,
- * or more than PKV_CUDA_MAX_GRID sequences), PKV_ERR_STATE (b has ended), PKV_ERR_UNSUPPORTED
- * (head_dim, or MLA's kv_lora_rank or qk_rope_head_dim, outside the limits above), PKV_ERR_DEVICE
- * (CUDA: a kernel or copy could not be queued). */
+ * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA,
+ * k_eq_v and SHARED layers - v NULL; v not NULL on an MLA cache or a k_eq_v layer; k or v not
+ * NULL on a SHARED layer; out aliasing an input; on CUDA a pointer not 16-byte aligned, or more
+ * than PKV_CUDA_MAX_GRID sequences), PKV_ERR_STATE (b has ended; a layer with sinks whose sinks
+ * were not set), PKV_ERR_UNSUPPORTED (head_dim, or MLA's kv_lora_rank or qk_rope_head_dim,
+ * outside the limits above), PKV_ERR_DEVICE (CUDA: a kernel or copy could not be queued). */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
                                  const void *v, void *out);
 
@@ -758,6 +816,26 @@ PKV_API pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_gro
                                  uint32_t *layer_slot, uint32_t *group_window, uint32_t cap,
                                  uint32_t *out_num_groups, uint32_t *out_group_layers);
 
+/* One KV group of pkv_kv_groups (since 0.5.0). */
+struct pkv_kv_group_info {
+  uint32_t struct_size;
+  uint32_t attention;             /* PKV_ATTENTION_* of its layers */
+  uint32_t window;                /* their window or chunk size; 0 for FULL */
+  uint32_t num_layers;            /* layers whose K and V its blocks hold */
+  uint64_t bytes_per_token;       /* those layers' K and V of one token, this rank */
+  uint64_t padding_bytes_per_block; /* pkv_kv_budget.block_bytes - bytes_per_token * block_size:
+                                     what its blocks leave unused */
+};
+
+/* Group `group` (< the number pkv_kv_groups reports) of the layers of p, and its bytes. p is
+ * validated as by pkv_engine_create.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL, or out's struct_size too small; group not
+ * below the number of groups; params pkv_engine_create refuses so), PKV_ERR_UNSUPPORTED (as
+ * pkv_kv_groups).
+ * Since 0.5.0. */
+PKV_API pkv_status pkv_kv_group_info(const pkv_engine_params *p, uint32_t group,
+                                     struct pkv_kv_group_info *out);
+
 /* ---------------------------------------------------------------- KV profiler */
 struct pkv_kv_budget {
   uint32_t struct_size;
@@ -806,6 +884,14 @@ struct pkv_kv_budget {
   /* (since 0.3.0) */
   uint32_t kv_layout;             /* PKV_KV_LAYOUT_* of the params */
   uint32_t reserved0;
+  /* per-layer specs (since 0.5.0); with unequal groups block_bytes is the page every group's
+     block fills, group_layers the most layers one block holds (pkv_kv_group_info has each) */
+  uint32_t num_cached_layers;     /* layers with a cache of their own: num_layers less SHARED */
+  uint32_t reserved1;
+  uint64_t model_bytes_per_token; /* K and V of one token in every cached layer, this rank: what
+                                     a token costs where every group holds it */
+  uint64_t padding_bytes_per_block; /* bytes of a block that no layer of its group fills, in the
+                                     group that leaves the most; 0 = no waste */
 };
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
@@ -924,6 +1010,44 @@ struct pkv_pool_info {
 /* Where e's pool is, and its layout.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
+
+/* One layer of the pool (since 0.5.0): its spec resolved, and where its K and V are, for hosts
+ * that run their own kernels on models whose layers differ. Layer l's K of token t of block b
+ * (a block of its group's tables), kv head h, is k_base + b * block_stride + t * token_stride +
+ * h * head_stride elements of the pool's dtype; V likewise from v_base (with its own widths). */
+struct pkv_layer_info {
+  uint32_t struct_size;
+  uint32_t kind;                  /* PKV_LAYER_* */
+  uint32_t attention;             /* PKV_ATTENTION_* */
+  uint32_t window;                /* window or chunk size; 0 for FULL */
+  uint32_t group;                 /* its KV group (a SHARED layer: its source's) */
+  uint32_t source_layer;          /* the layer whose cache it reads: itself, or a SHARED
+                                     layer's source */
+  uint32_t kv_heads;              /* per rank */
+  uint32_t head_dim;              /* K's values per head */
+  uint32_t v_head_dim;            /* V's values per head (and pkv_attention's out) */
+  uint32_t k_eq_v;                /* 1: v_base == k_base (also for MLA: V is the latent's first
+                                     v_head_dim values) */
+  uint32_t sinks;                 /* 1: the layer has attention sinks */
+  float logit_softcap;            /* 0 = none */
+  float softmax_scale;            /* resolved: the scale pkv_attention uses */
+  uint32_t reserved0;
+  void *k_base;                   /* block 0 of its K in the pool */
+  void *v_base;                   /* block 0 of its V */
+  uint64_t block_stride;          /* elements between blocks */
+  uint64_t token_stride;          /* elements between tokens: kv_heads * head_dim (K), and for V
+                                     kv_heads * v_head_dim, v_token_stride */
+  uint64_t v_token_stride;
+  uint64_t head_stride;           /* K's head_dim; V's heads are v_head_dim apart */
+  void *host_k_base;              /* the host tier's, with the same strides; NULL when off */
+  void *host_v_base;
+};
+
+/* Layer `layer` (< num_layers) of e's pool.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small; layer not below
+ * num_layers).
+ * Since 0.5.0. */
+PKV_API pkv_status pkv_layer_info(pkv_engine *e, uint32_t layer, struct pkv_layer_info *out);
 
 /* Evicts every cached (ref-0) block from the prefix cache, in the pool and in the host tier: the
  * host tier's offloaded blocks are dropped too (a write-back store is written as on any host-tier
@@ -1131,6 +1255,19 @@ PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publ
  * Since 0.2.0. */
 PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales,
                                      const float *v_scales);
+
+/* Attention sinks (pkv_layer_spec.sinks): the logits of `layer` (< num_layers), sinks[num_sinks]
+ * with num_sinks = num_q_heads / tp_size (this rank's q heads, in order), each finite. Head h's
+ * softmax over scores s_j becomes exp(s_j) / (exp(sink_h) + sum_k exp(s_k)): the sink takes
+ * weight and adds nothing to the output. Set them once per layer that has sinks, before the first
+ * pkv_allocate or pkv_submit (with the weights); pkv_attention on a layer with sinks not set
+ * fails (PKV_ERR_STATE) rather than attend without them.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers, or a layer whose spec has no
+ * sinks; sinks NULL; num_sinks not this rank's q heads; a logit not finite), PKV_ERR_STATE (a
+ * sequence was made before: pkv_allocate or pkv_submit).
+ * Since 0.5.0. */
+PKV_API pkv_status pkv_set_attention_sinks(pkv_engine *e, uint32_t layer, const float *sinks,
+                                           uint32_t num_sinks);
 
 /* The CUDA stream pkv's later calls run on (a cudaStream_t; NULL = the default stream; default
  * NULL). A change takes effect at the next call, also in the middle of a batch. When the stream
