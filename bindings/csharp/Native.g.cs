@@ -8,9 +8,9 @@ using System;
 using System.Runtime.InteropServices;
 
 // The assembly's version is pkv.h's PKV_VERSION_*.
-[assembly: System.Reflection.AssemblyVersion("0.4.0.0")]
-[assembly: System.Reflection.AssemblyFileVersion("0.4.0.0")]
-[assembly: System.Reflection.AssemblyInformationalVersion("0.4.0")]
+[assembly: System.Reflection.AssemblyVersion("0.5.0.0")]
+[assembly: System.Reflection.AssemblyFileVersion("0.5.0.0")]
+[assembly: System.Reflection.AssemblyInformationalVersion("0.5.0")]
 
 namespace Pkv
 {
@@ -137,6 +137,24 @@ namespace Pkv
         Bad = 2,
     }
 
+    /// <summary>pkv_layer_spec (48 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct LayerSpec
+    {
+        public uint Kind;
+        public uint Attention;
+        public uint Window;
+        public uint NumKvHeads;
+        public uint HeadDim;
+        public uint VHeadDim;
+        public uint KEqV;
+        public uint SourceLayer;
+        public uint Sinks;
+        public float LogitSoftcap;
+        public float SoftmaxScale;
+        public uint Reserved0;
+    }
+
     /// <summary>pkv_store_key (32 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal unsafe partial struct StoreKey
@@ -211,7 +229,7 @@ namespace Pkv
         public uint Reserved0;
     }
 
-    /// <summary>pkv_engine_params (208 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (224 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct EngineParamsNative
     {
@@ -257,6 +275,9 @@ namespace Pkv
         public uint KvLoraRank;
         public uint QkRopeHeadDim;
         public uint Reserved2;
+        public IntPtr LayerSpecs;
+        public uint LayerSpecSize;
+        public uint Reserved3;
     }
 
     /// <summary>pkv_engine_params in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -298,6 +319,7 @@ namespace Pkv
         public KvLayout KvLayout;
         public uint KvLoraRank;
         public uint QkRopeHeadDim;
+        public uint LayerSpecSize;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
 
         /// <summary>The C struct of these fields (pointers zero).</summary>
@@ -339,6 +361,7 @@ namespace Pkv
             n.KvLayout = KvLayout;
             n.KvLoraRank = KvLoraRank;
             n.QkRopeHeadDim = QkRopeHeadDim;
+            n.LayerSpecSize = LayerSpecSize;
             return n;
         }
 
@@ -381,6 +404,7 @@ namespace Pkv
             p.KvLayout = n.KvLayout;
             p.KvLoraRank = n.KvLoraRank;
             p.QkRopeHeadDim = n.QkRopeHeadDim;
+            p.LayerSpecSize = n.LayerSpecSize;
             return p;
         }
     }
@@ -517,7 +541,19 @@ namespace Pkv
         internal IntPtr CacheSalt;
     }
 
-    /// <summary>pkv_kv_budget (184 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_group_info (32 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct KvGroupInfo
+    {
+        public uint StructSize;
+        public uint Attention;
+        public uint Window;
+        public uint NumLayers;
+        public ulong BytesPerToken;
+        public ulong PaddingBytesPerBlock;
+    }
+
+    /// <summary>pkv_kv_budget (208 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvBudget
     {
@@ -549,6 +585,10 @@ namespace Pkv
         public ulong KvScaleBytes;
         public KvLayout KvLayout;
         public uint Reserved0;
+        public uint NumCachedLayers;
+        public uint Reserved1;
+        public ulong ModelBytesPerToken;
+        public ulong PaddingBytesPerBlock;
     }
 
     /// <summary>pkv_stats (320 bytes on x86_64).</summary>
@@ -627,6 +667,34 @@ namespace Pkv
         internal IntPtr Kernels;
     }
 
+    /// <summary>pkv_layer_info (120 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct LayerInfo
+    {
+        public uint StructSize;
+        public uint Kind;
+        public uint Attention;
+        public uint Window;
+        public uint Group;
+        public uint SourceLayer;
+        public uint KvHeads;
+        public uint HeadDim;
+        public uint VHeadDim;
+        public uint KEqV;
+        public uint Sinks;
+        public float LogitSoftcap;
+        public float SoftmaxScale;
+        public uint Reserved0;
+        internal IntPtr KBase;
+        internal IntPtr VBase;
+        public ulong BlockStride;
+        public ulong TokenStride;
+        public ulong VTokenStride;
+        public ulong HeadStride;
+        internal IntPtr HostKBase;
+        internal IntPtr HostVBase;
+    }
+
     /// <summary>pkv_kv_event (40 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvEvent
@@ -701,7 +769,7 @@ namespace Pkv
     public static class Constants
     {
         public const int VersionMajor = 0;
-        public const int VersionMinor = 4;
+        public const int VersionMinor = 5;
         public const int VersionPatch = 0;
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
@@ -722,6 +790,12 @@ namespace Pkv
         public const int DefaultEventBatchEvents = 1024;
         public const int MaxEventEndpointBytes = 1024;
         public const int MaxEventTopicBytes = 1024;
+        public const int LayerAttention = 0;
+        public const int LayerMla = 1;
+        public const int LayerShared = 2;
+        public const int AttentionFull = 0;
+        public const int AttentionSliding = 1;
+        public const int AttentionChunked = 2;
         public const int StoreProblemBytes = 64;
     }
 
@@ -732,7 +806,7 @@ namespace Pkv
         public const string Library = "libpkv.so.1";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 4;
+        public const int PKV_VERSION_MINOR = 5;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 
@@ -777,6 +851,12 @@ namespace Pkv
         public const int PKV_DTYPE_FP8_E5M2 = 4;
         public const int PKV_KV_LAYOUT_HEADS = 0;
         public const int PKV_KV_LAYOUT_MLA = 1;
+        public const int PKV_LAYER_ATTENTION = 0;
+        public const int PKV_LAYER_MLA = 1;
+        public const int PKV_LAYER_SHARED = 2;
+        public const int PKV_ATTENTION_FULL = 0;
+        public const int PKV_ATTENTION_SLIDING = 1;
+        public const int PKV_ATTENTION_CHUNKED = 2;
         public const int PKV_BUDGET_FROM_UTILIZATION = 0;
         public const int PKV_BUDGET_FROM_BYTE_CAP = 1;
         public const int PKV_BUDGET_FIXED_BLOCKS = 2;
@@ -816,8 +896,8 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 32, 40, 112, 56, 208, 16, 56, 160, 32, 184, 320, 144, 40, 64, 24, 184, 160 };
+        public static readonly Type[] StructTypes = { typeof(LayerSpec), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly int[] StructSizes = { 48, 32, 40, 112, 56, 224, 16, 56, 160, 32, 32, 208, 320, 144, 120, 40, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1155,6 +1235,15 @@ namespace Pkv
             return pkv_kv_groups_native(p, layer_group, layer_slot, group_window, cap, out_num_groups, out_group_layers);
         }
 
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_kv_group_info")]
+        static extern Status pkv_kv_group_info_native(EngineParamsNative* p, uint group, KvGroupInfo* @out);
+
+        public static Status pkv_kv_group_info(EngineParamsNative* p, uint group, KvGroupInfo* @out)
+        {
+            Loaded();
+            return pkv_kv_group_info_native(p, group, @out);
+        }
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_profile")]
         static extern Status pkv_profile_native(EngineParamsNative* p, KvBudget* @out);
 
@@ -1180,6 +1269,15 @@ namespace Pkv
         {
             Loaded();
             return pkv_pool_info_native(e, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_layer_info")]
+        static extern Status pkv_layer_info_native(EngineHandle e, uint layer, LayerInfo* @out);
+
+        public static Status pkv_layer_info(EngineHandle e, uint layer, LayerInfo* @out)
+        {
+            Loaded();
+            return pkv_layer_info_native(e, layer, @out);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_reset_prefix_cache")]
@@ -1279,6 +1377,15 @@ namespace Pkv
         {
             Loaded();
             return pkv_set_kv_scales_native(e, layer, k_scales, v_scales);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_set_attention_sinks")]
+        static extern Status pkv_set_attention_sinks_native(EngineHandle e, uint layer, float* sinks, uint num_sinks);
+
+        public static Status pkv_set_attention_sinks(EngineHandle e, uint layer, float* sinks, uint num_sinks)
+        {
+            Loaded();
+            return pkv_set_attention_sinks_native(e, layer, sinks, num_sinks);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_set_stream")]

@@ -46,11 +46,14 @@ def main():
     args = ap.parse_args()
     ci.Config.set_library_file(os.environ.get('PKV_LIBCLANG', '/usr/lib/llvm-14/lib/libclang.so.1'))
     h = Header(os.path.abspath(args.header))
-    for rel, gen in OUTPUTS:
+    # Every output is generated before any is written: an emitter that refuses the header (it
+    # exits naming the field) leaves the committed files as they were, not half regenerated.
+    texts = [(rel, gen(h)) for rel, gen in OUTPUTS]
+    for rel, text in texts:
         path = os.path.join(args.out, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, 'w', encoding='utf-8', newline='\n') as f:
-            f.write(gen(h))
+            f.write(text)
 
 
 if __name__ == '__main__':

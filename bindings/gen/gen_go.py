@@ -45,16 +45,21 @@ GO_ENUMS = {
                                 'bits of EngineParams.DebugFlags, for tests of pkv itself'),
     'PKV_KV_LAYOUT_HEADS': ('KVLayout', 'uint32', 'PKV_KV_LAYOUT_', 'KVLayout',
                             'what the cache holds per token per layer (kv heads\' K and V, or an MLA latent)'),
+    'PKV_LAYER_ATTENTION': ('LayerKind', 'uint32', 'PKV_LAYER_', 'Layer',
+                            'what a layer keeps in the cache (LayerSpec.Kind)'),
+    'PKV_ATTENTION_FULL': ('AttentionKind', 'uint32', 'PKV_ATTENTION_', 'Attention',
+                           'which keys a token attends to (LayerSpec.Attention)'),
 }
-# Struct fields of a named type (any struct): the field's C name -> the Go type.
+# Struct fields of a named type: the field's C name (any struct) or struct.field -> the Go type.
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_tier': 'Tier', 'medium': 'Tier', 'finish_reason': 'FinishReason',
                    'preemption_mode': 'PreemptionMode', 'source': 'BudgetSource', 'type': 'EventType',
                    'kv_layout': 'KVLayout', 'debug_flags': 'DebugFlags', 'kind': 'StoreKind',
-                   'state': 'StoreValueState'}
+                   'state': 'StoreValueState', 'pkv_layer_spec.kind': 'LayerKind',
+                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
-                  'in_batch', 'is_request'}
+                  'in_batch', 'is_request', 'k_eq_v', 'sinks'}
 # The structs of the Go API: C name -> (direction: 'in' has toC, 'out' fromC, 'inout' both;
 # fields the generator leaves to the binding's code: C field -> (Go field, Go type) or None to
 # leave out; unexported fields to add; doc).
@@ -62,15 +67,22 @@ GO_API_STRUCTS = {
     'pkv_engine_params': ('inout', {
         'store': None,
         'layer_windows': ('LayerWindows', '[]uint32'),
+        'layer_specs': ('LayerSpecs', '[]LayerSpec'), 'layer_spec_size': None,
         'event_publisher': ('EventPublisher', '*EventPublisherParams')}, ['initialized bool'],
         'EngineParams are an engine\'s parameters (pkv_engine_params; pkv.h documents each field).\n'
         'Start from DefaultParams (or ParamsFromHFConfig): a struct literal lacks pkv\'s defaults and\n'
         'is refused. LayerWindows: each layer\'s sliding window (0 = full attention), NumLayers of\n'
-        'them, nil for SlidingWindow in every layer. EventPublisher: publish the engine\'s KV events\n'
+        'them, nil for SlidingWindow in every layer. LayerSpecs: the cache per layer, NumLayers of\n'
+        'them (nil: every layer as the flat fields say). EventPublisher: publish the engine\'s KV events\n'
         'over ZeroMQ (nil: none). The store tier is NewEngineWithStore\'s.'),
     'pkv_request_params': ('inout', {'cache_salt': None, 'cache_salt_len': None}, ['initialized bool'],
                            'RequestParams are a request\'s parameters (pkv_request_params): start\n'
                            'from DefaultRequestParams; the cache salt is an argument of Submit.'),
+    'pkv_layer_spec': ('inout', {}, [], 'LayerSpec is one layer of the cache (pkv_layer_spec): zero fields\n'
+                       'take the engine\'s flat ones, so LayerSpec{} is the layer EngineParams describe.'),
+    'pkv_kv_group_info': ('out', {}, [], 'KVGroupInfo is one KV group and its bytes (pkv_kv_group_info).'),
+    'pkv_layer_info': ('out', {}, [], 'LayerInfo is one layer of an engine\'s pool (pkv_layer_info): its spec\n'
+                       'resolved, and where its K and V are (addresses in the pool, strides in elements).'),
     'pkv_kv_budget': ('out', {}, [], 'KVBudget is how many KV blocks fit and why (pkv_kv_budget).'),
     'pkv_stats': ('out', {}, [], 'Stats are an engine\'s counters (pkv_stats).'),
     'pkv_seq_info': ('out', {}, [], 'SeqInfo is a sequence\'s state (pkv_seq_info).'),
@@ -226,8 +238,8 @@ def go_api_fields(name, fields):
             if t.base != 'uint32_t':
                 sys.exit('gen.py: %s.%s: an on/off field that is not uint32_t' % (name, f))
             out.append((f, g, 'bool', 'bool'))
-        elif f in GO_TYPED_FIELDS:
-            out.append((f, g, GO_TYPED_FIELDS[f], 'typed'))
+        elif name + '.' + f in GO_TYPED_FIELDS or f in GO_TYPED_FIELDS:
+            out.append((f, g, GO_TYPED_FIELDS.get(name + '.' + f, GO_TYPED_FIELDS.get(f)), 'typed'))
         else:
             out.append((f, g, GO_SCALARS[t.base], 'plain'))
     for f in hand:

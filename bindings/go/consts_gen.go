@@ -5,14 +5,14 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 4
+	VersionMinor = 5
 	VersionPatch = 0
 	ABIVersion   = 1
 )
 
 // BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
 // generated from (the version a go.mod requires it at).
-const BindingVersion = "0.4.0"
+const BindingVersion = "0.5.0"
 
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (
@@ -77,6 +77,24 @@ type KVLayout uint32
 const (
 	KVLayoutHeads KVLayout = 0
 	KVLayoutMLA   KVLayout = 1
+)
+
+// LayerKind is what a layer keeps in the cache (LayerSpec.Kind): pkv.h's PKV_LAYER_*.
+type LayerKind uint32
+
+const (
+	LayerAttention LayerKind = 0
+	LayerMLA       LayerKind = 1
+	LayerShared    LayerKind = 2
+)
+
+// AttentionKind is which keys a token attends to (LayerSpec.Attention): pkv.h's PKV_ATTENTION_*.
+type AttentionKind uint32
+
+const (
+	AttentionFull    AttentionKind = 0
+	AttentionSliding AttentionKind = 1
+	AttentionChunked AttentionKind = 2
 )
 
 // BudgetSource is how KVBudget.NumBlocks was decided: pkv.h's PKV_BUDGET_*.
@@ -187,6 +205,19 @@ const (
 const (
 	StoreProblemBytes = 64
 )
+
+// String is the C name without PKV_, e.g. "ATTENTION_FULL".
+func (v AttentionKind) String() string {
+	switch v {
+	case AttentionFull:
+		return "ATTENTION_FULL"
+	case AttentionSliding:
+		return "ATTENTION_SLIDING"
+	case AttentionChunked:
+		return "ATTENTION_CHUNKED"
+	}
+	return unknown("AttentionKind", int64(v))
+}
 
 // String is the C name without PKV_, e.g. "BUDGET_FROM_UTILIZATION".
 func (v BudgetSource) String() string {
@@ -307,6 +338,19 @@ func (v KVLayout) String() string {
 	return unknown("KVLayout", int64(v))
 }
 
+// String is the C name without PKV_, e.g. "LAYER_ATTENTION".
+func (v LayerKind) String() string {
+	switch v {
+	case LayerAttention:
+		return "LAYER_ATTENTION"
+	case LayerMLA:
+		return "LAYER_MLA"
+	case LayerShared:
+		return "LAYER_SHARED"
+	}
+	return unknown("LayerKind", int64(v))
+}
+
 // String is the C name without PKV_, e.g. "PREEMPT_RECOMPUTE".
 func (v PreemptionMode) String() string {
 	switch v {
@@ -422,6 +466,22 @@ var sentinels = map[Status]*Error{
 	StatusEvents:          ErrEvents,
 }
 
+// cLayerSpec mirrors C's pkv_layer_spec (48 bytes on amd64; layout checked against C at init).
+type cLayerSpec struct {
+	Kind         uint32
+	Attention    uint32
+	Window       uint32
+	NumKVHeads   uint32
+	HeadDim      uint32
+	VHeadDim     uint32
+	KEqV         uint32
+	SourceLayer  uint32
+	Sinks        uint32
+	LogitSoftcap float32
+	SoftmaxScale float32
+	Reserved0    uint32
+}
+
 // StoreKey is C's pkv_store_key (32 bytes on amd64; layout checked against C at init).
 type StoreKey struct {
 	Bytes [32]uint8
@@ -476,7 +536,7 @@ type cEventPublisherParams struct {
 	Reserved0           uint32
 }
 
-// cEngineParams mirrors C's pkv_engine_params (208 bytes on amd64; layout checked against C at init).
+// cEngineParams mirrors C's pkv_engine_params (224 bytes on amd64; layout checked against C at init).
 type cEngineParams struct {
 	StructSize          uint32
 	NumLayers           uint32
@@ -520,6 +580,9 @@ type cEngineParams struct {
 	KVLoraRank          uint32
 	QKRopeHeadDim       uint32
 	Reserved2           uint32
+	LayerSpecs          uintptr
+	LayerSpecSize       uint32
+	Reserved3           uint32
 }
 
 // cSeqParams mirrors C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
@@ -587,7 +650,17 @@ type cRequestParams struct {
 	CacheSalt    uintptr
 }
 
-// cKVBudget mirrors C's pkv_kv_budget (184 bytes on amd64; layout checked against C at init).
+// cKVGroupInfo mirrors C's pkv_kv_group_info (32 bytes on amd64; layout checked against C at init).
+type cKVGroupInfo struct {
+	StructSize           uint32
+	Attention            uint32
+	Window               uint32
+	NumLayers            uint32
+	BytesPerToken        uint64
+	PaddingBytesPerBlock uint64
+}
+
+// cKVBudget mirrors C's pkv_kv_budget (208 bytes on amd64; layout checked against C at init).
 type cKVBudget struct {
 	StructSize           uint32
 	Device               int32
@@ -617,6 +690,10 @@ type cKVBudget struct {
 	KVScaleBytes         uint64
 	KVLayout             uint32
 	Reserved0            uint32
+	NumCachedLayers      uint32
+	Reserved1            uint32
+	ModelBytesPerToken   uint64
+	PaddingBytesPerBlock uint64
 }
 
 // cStats mirrors C's pkv_stats (320 bytes on amd64; layout checked against C at init).
@@ -689,6 +766,32 @@ type cPoolInfo struct {
 	ModelDType       int32
 	NumKVGroups      uint32
 	Kernels          uintptr
+}
+
+// cLayerInfo mirrors C's pkv_layer_info (120 bytes on amd64; layout checked against C at init).
+type cLayerInfo struct {
+	StructSize   uint32
+	Kind         uint32
+	Attention    uint32
+	Window       uint32
+	Group        uint32
+	SourceLayer  uint32
+	KVHeads      uint32
+	HeadDim      uint32
+	VHeadDim     uint32
+	KEqV         uint32
+	Sinks        uint32
+	LogitSoftcap float32
+	SoftmaxScale float32
+	Reserved0    uint32
+	KBase        uintptr
+	VBase        uintptr
+	BlockStride  uint64
+	TokenStride  uint64
+	VTokenStride uint64
+	HeadStride   uint64
+	HostKBase    uintptr
+	HostVBase    uintptr
 }
 
 // cKVEvent mirrors C's pkv_kv_event (40 bytes on amd64; layout checked against C at init).

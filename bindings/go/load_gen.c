@@ -47,9 +47,11 @@ static struct {
   pkv_status (*pkv_hf_config_layer_windows)(const char *, size_t, uint32_t *, uint32_t, uint32_t *);
   pkv_status (*pkv_hf_config_digest)(const char *, size_t, char *, uint32_t);
   pkv_status (*pkv_kv_groups)(const pkv_engine_params *, uint32_t *, uint32_t *, uint32_t *, uint32_t, uint32_t *, uint32_t *);
+  pkv_status (*pkv_kv_group_info)(const pkv_engine_params *, uint32_t, struct pkv_kv_group_info *);
   pkv_status (*pkv_profile)(const pkv_engine_params *, pkv_kv_budget *);
   pkv_status (*pkv_engine_stats)(pkv_engine *, pkv_stats *);
   pkv_status (*pkv_pool_info)(pkv_engine *, struct pkv_pool_info *);
+  pkv_status (*pkv_layer_info)(pkv_engine *, uint32_t, struct pkv_layer_info *);
   pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
   pkv_status (*pkv_preempt)(pkv_engine *, uint64_t);
   pkv_status (*pkv_resume)(pkv_engine *, uint64_t, uint32_t *);
@@ -61,6 +63,7 @@ static struct {
   pkv_status (*pkv_event_publisher_params_init)(pkv_event_publisher_params *, uint32_t);
   pkv_status (*pkv_event_publisher_info)(pkv_engine *, struct pkv_event_publisher_info *);
   pkv_status (*pkv_set_kv_scales)(pkv_engine *, uint32_t, const float *, const float *);
+  pkv_status (*pkv_set_attention_sinks)(pkv_engine *, uint32_t, const float *, uint32_t);
   pkv_status (*pkv_engine_set_stream)(pkv_engine *, void *);
   pkv_status (*pkv_block_hash_root)(uint64_t, const void *, uint32_t, uint64_t *);
   pkv_status (*pkv_block_hash)(uint64_t, uint64_t, const int32_t *, uint32_t, uint64_t *);
@@ -216,6 +219,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
     *missing = "pkv_kv_groups";
     return -1;
   }
+  if (!(*(void **)&fn.pkv_kv_group_info = dlsym(lib, "pkv_kv_group_info"))) {
+    *missing = "pkv_kv_group_info";
+    return -1;
+  }
   if (!(*(void **)&fn.pkv_profile = dlsym(lib, "pkv_profile"))) {
     *missing = "pkv_profile";
     return -1;
@@ -226,6 +233,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_pool_info = dlsym(lib, "pkv_pool_info"))) {
     *missing = "pkv_pool_info";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_layer_info = dlsym(lib, "pkv_layer_info"))) {
+    *missing = "pkv_layer_info";
     return -1;
   }
   if (!(*(void **)&fn.pkv_reset_prefix_cache = dlsym(lib, "pkv_reset_prefix_cache"))) {
@@ -270,6 +281,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_set_kv_scales = dlsym(lib, "pkv_set_kv_scales"))) {
     *missing = "pkv_set_kv_scales";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_set_attention_sinks = dlsym(lib, "pkv_set_attention_sinks"))) {
+    *missing = "pkv_set_attention_sinks";
     return -1;
   }
   if (!(*(void **)&fn.pkv_engine_set_stream = dlsym(lib, "pkv_engine_set_stream"))) {
@@ -463,6 +478,10 @@ pkv_status (pkv_kv_groups)(const pkv_engine_params *p, uint32_t *layer_group, ui
   return fn.pkv_kv_groups ? (fn.pkv_kv_groups)(p, layer_group, layer_slot, group_window, cap, out_num_groups, out_group_layers) : PKV_ERR_UNSUPPORTED;
 }
 
+pkv_status (pkv_kv_group_info)(const pkv_engine_params *p, uint32_t group, struct pkv_kv_group_info *out) {
+  return fn.pkv_kv_group_info ? (fn.pkv_kv_group_info)(p, group, out) : PKV_ERR_UNSUPPORTED;
+}
+
 pkv_status (pkv_profile)(const pkv_engine_params *p, pkv_kv_budget *out) {
   return fn.pkv_profile ? (fn.pkv_profile)(p, out) : PKV_ERR_UNSUPPORTED;
 }
@@ -473,6 +492,10 @@ pkv_status (pkv_engine_stats)(pkv_engine *e, pkv_stats *out) {
 
 pkv_status (pkv_pool_info)(pkv_engine *e, struct pkv_pool_info *out) {
   return fn.pkv_pool_info ? (fn.pkv_pool_info)(e, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_layer_info)(pkv_engine *e, uint32_t layer, struct pkv_layer_info *out) {
+  return fn.pkv_layer_info ? (fn.pkv_layer_info)(e, layer, out) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_reset_prefix_cache)(pkv_engine *e) {
@@ -517,6 +540,10 @@ pkv_status (pkv_event_publisher_info)(pkv_engine *e, struct pkv_event_publisher_
 
 pkv_status (pkv_set_kv_scales)(pkv_engine *e, uint32_t layer, const float *k_scales, const float *v_scales) {
   return fn.pkv_set_kv_scales ? (fn.pkv_set_kv_scales)(e, layer, k_scales, v_scales) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_set_attention_sinks)(pkv_engine *e, uint32_t layer, const float *sinks, uint32_t num_sinks) {
+  return fn.pkv_set_attention_sinks ? (fn.pkv_set_attention_sinks)(e, layer, sinks, num_sinks) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_engine_set_stream)(pkv_engine *e, void *cuda_stream) {

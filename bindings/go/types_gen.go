@@ -2,10 +2,57 @@
 
 package pkv
 
+// LayerSpec is one layer of the cache (pkv_layer_spec): zero fields take the engine's flat ones,
+// so LayerSpec{} is the layer EngineParams describe.
+type LayerSpec struct {
+	Kind         LayerKind
+	Attention    AttentionKind
+	Window       uint32
+	NumKVHeads   uint32
+	HeadDim      uint32
+	VHeadDim     uint32
+	KEqV         bool
+	SourceLayer  uint32
+	Sinks        bool
+	LogitSoftcap float32
+	SoftmaxScale float32
+}
+
+// toC copies p into c, but for the fields the binding sets by hand.
+func (p *LayerSpec) toC(c *cLayerSpec) {
+	c.Kind = uint32(p.Kind)
+	c.Attention = uint32(p.Attention)
+	c.Window = p.Window
+	c.NumKVHeads = p.NumKVHeads
+	c.HeadDim = p.HeadDim
+	c.VHeadDim = p.VHeadDim
+	c.KEqV = boolU32(p.KEqV)
+	c.SourceLayer = p.SourceLayer
+	c.Sinks = boolU32(p.Sinks)
+	c.LogitSoftcap = p.LogitSoftcap
+	c.SoftmaxScale = p.SoftmaxScale
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *LayerSpec) fromC(c *cLayerSpec) {
+	p.Kind = LayerKind(c.Kind)
+	p.Attention = AttentionKind(c.Attention)
+	p.Window = c.Window
+	p.NumKVHeads = c.NumKVHeads
+	p.HeadDim = c.HeadDim
+	p.VHeadDim = c.VHeadDim
+	p.KEqV = c.KEqV != 0
+	p.SourceLayer = c.SourceLayer
+	p.Sinks = c.Sinks != 0
+	p.LogitSoftcap = c.LogitSoftcap
+	p.SoftmaxScale = c.SoftmaxScale
+}
+
 // EngineParams are an engine's parameters (pkv_engine_params; pkv.h documents each field). Start
 // from DefaultParams (or ParamsFromHFConfig): a struct literal lacks pkv's defaults and is
 // refused. LayerWindows: each layer's sliding window (0 = full attention), NumLayers of them,
-// nil for SlidingWindow in every layer. EventPublisher: publish the engine's KV events over
+// nil for SlidingWindow in every layer. LayerSpecs: the cache per layer, NumLayers of them (nil:
+// every layer as the flat fields say). EventPublisher: publish the engine's KV events over
 // ZeroMQ (nil: none). The store tier is NewEngineWithStore's.
 type EngineParams struct {
 	NumLayers           uint32
@@ -45,6 +92,7 @@ type EngineParams struct {
 	KVLayout            KVLayout
 	KVLoraRank          uint32
 	QKRopeHeadDim       uint32
+	LayerSpecs          []LayerSpec
 
 	initialized bool
 }
@@ -240,6 +288,24 @@ func (p *RequestParams) fromC(c *cRequestParams) {
 	p.Priority = c.Priority
 }
 
+// KVGroupInfo is one KV group and its bytes (pkv_kv_group_info).
+type KVGroupInfo struct {
+	Attention            AttentionKind
+	Window               uint32
+	NumLayers            uint32
+	BytesPerToken        uint64
+	PaddingBytesPerBlock uint64
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *KVGroupInfo) fromC(c *cKVGroupInfo) {
+	p.Attention = AttentionKind(c.Attention)
+	p.Window = c.Window
+	p.NumLayers = c.NumLayers
+	p.BytesPerToken = c.BytesPerToken
+	p.PaddingBytesPerBlock = c.PaddingBytesPerBlock
+}
+
 // KVBudget is how many KV blocks fit and why (pkv_kv_budget).
 type KVBudget struct {
 	Device               Device
@@ -268,6 +334,9 @@ type KVBudget struct {
 	PaddedLayers         uint32
 	KVScaleBytes         uint64
 	KVLayout             KVLayout
+	NumCachedLayers      uint32
+	ModelBytesPerToken   uint64
+	PaddingBytesPerBlock uint64
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -298,6 +367,9 @@ func (p *KVBudget) fromC(c *cKVBudget) {
 	p.PaddedLayers = c.PaddedLayers
 	p.KVScaleBytes = c.KVScaleBytes
 	p.KVLayout = KVLayout(c.KVLayout)
+	p.NumCachedLayers = c.NumCachedLayers
+	p.ModelBytesPerToken = c.ModelBytesPerToken
+	p.PaddingBytesPerBlock = c.PaddingBytesPerBlock
 }
 
 // Stats are an engine's counters (pkv_stats).
@@ -437,6 +509,55 @@ func (p *PoolInfo) fromC(c *cPoolInfo) {
 	p.ModelDType = DType(c.ModelDType)
 	p.NumKVGroups = c.NumKVGroups
 	p.Kernels = goString(c.Kernels)
+}
+
+// LayerInfo is one layer of an engine's pool (pkv_layer_info): its spec resolved, and where its
+// K and V are (addresses in the pool, strides in elements).
+type LayerInfo struct {
+	Kind         LayerKind
+	Attention    AttentionKind
+	Window       uint32
+	Group        uint32
+	SourceLayer  uint32
+	KVHeads      uint32
+	HeadDim      uint32
+	VHeadDim     uint32
+	KEqV         bool
+	Sinks        bool
+	LogitSoftcap float32
+	SoftmaxScale float32
+	KBase        uintptr
+	VBase        uintptr
+	BlockStride  uint64
+	TokenStride  uint64
+	VTokenStride uint64
+	HeadStride   uint64
+	HostKBase    uintptr
+	HostVBase    uintptr
+}
+
+// fromC copies c into p, but for the fields the binding sets by hand.
+func (p *LayerInfo) fromC(c *cLayerInfo) {
+	p.Kind = LayerKind(c.Kind)
+	p.Attention = AttentionKind(c.Attention)
+	p.Window = c.Window
+	p.Group = c.Group
+	p.SourceLayer = c.SourceLayer
+	p.KVHeads = c.KVHeads
+	p.HeadDim = c.HeadDim
+	p.VHeadDim = c.VHeadDim
+	p.KEqV = c.KEqV != 0
+	p.Sinks = c.Sinks != 0
+	p.LogitSoftcap = c.LogitSoftcap
+	p.SoftmaxScale = c.SoftmaxScale
+	p.KBase = c.KBase
+	p.VBase = c.VBase
+	p.BlockStride = c.BlockStride
+	p.TokenStride = c.TokenStride
+	p.VTokenStride = c.VTokenStride
+	p.HeadStride = c.HeadStride
+	p.HostKBase = c.HostKBase
+	p.HostVBase = c.HostVBase
 }
 
 // KVEvent is one KV event (pkv_kv_event).

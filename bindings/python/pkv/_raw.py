@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 4
+PKV_VERSION_MINOR = 5
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
@@ -51,6 +51,12 @@ PKV_DTYPE_FP8_E4M3 = 3
 PKV_DTYPE_FP8_E5M2 = 4
 PKV_KV_LAYOUT_HEADS = 0
 PKV_KV_LAYOUT_MLA = 1
+PKV_LAYER_ATTENTION = 0
+PKV_LAYER_MLA = 1
+PKV_LAYER_SHARED = 2
+PKV_ATTENTION_FULL = 0
+PKV_ATTENTION_SLIDING = 1
+PKV_ATTENTION_CHUNKED = 2
 PKV_BUDGET_FROM_UTILIZATION = 0
 PKV_BUDGET_FROM_BYTE_CAP = 1
 PKV_BUDGET_FIXED_BLOCKS = 2
@@ -116,6 +122,23 @@ class pkv_engine(_c.Structure):
 
 class pkv_store(_c.Structure):
     """Opaque handle."""
+
+
+class pkv_layer_spec(_c.Structure):
+    _fields_ = [
+        ('kind', _c.c_uint32),
+        ('attention', _c.c_uint32),
+        ('window', _c.c_uint32),
+        ('num_kv_heads', _c.c_uint32),
+        ('head_dim', _c.c_uint32),
+        ('v_head_dim', _c.c_uint32),
+        ('k_eq_v', _c.c_uint32),
+        ('source_layer', _c.c_uint32),
+        ('sinks', _c.c_uint32),
+        ('logit_softcap', _c.c_float),
+        ('softmax_scale', _c.c_float),
+        ('reserved0', _c.c_uint32),
+    ]
 
 
 class pkv_store_key(_c.Structure):
@@ -232,6 +255,9 @@ class pkv_engine_params(_c.Structure):
         ('kv_lora_rank', _c.c_uint32),
         ('qk_rope_head_dim', _c.c_uint32),
         ('reserved2', _c.c_uint32),
+        ('layer_specs', _c.POINTER(pkv_layer_spec)),
+        ('layer_spec_size', _c.c_uint32),
+        ('reserved3', _c.c_uint32),
     ]
 
 
@@ -304,6 +330,17 @@ class pkv_request_params(_c.Structure):
     ]
 
 
+class pkv_kv_group_info(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('attention', _c.c_uint32),
+        ('window', _c.c_uint32),
+        ('num_layers', _c.c_uint32),
+        ('bytes_per_token', _c.c_uint64),
+        ('padding_bytes_per_block', _c.c_uint64),
+    ]
+
+
 class pkv_kv_budget(_c.Structure):
     _fields_ = [
         ('struct_size', _c.c_uint32),
@@ -334,6 +371,10 @@ class pkv_kv_budget(_c.Structure):
         ('kv_scale_bytes', _c.c_uint64),
         ('kv_layout', _c.c_uint32),
         ('reserved0', _c.c_uint32),
+        ('num_cached_layers', _c.c_uint32),
+        ('reserved1', _c.c_uint32),
+        ('model_bytes_per_token', _c.c_uint64),
+        ('padding_bytes_per_block', _c.c_uint64),
     ]
 
 
@@ -411,6 +452,33 @@ class pkv_pool_info(_c.Structure):
     ]
 
 
+class pkv_layer_info(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('kind', _c.c_uint32),
+        ('attention', _c.c_uint32),
+        ('window', _c.c_uint32),
+        ('group', _c.c_uint32),
+        ('source_layer', _c.c_uint32),
+        ('kv_heads', _c.c_uint32),
+        ('head_dim', _c.c_uint32),
+        ('v_head_dim', _c.c_uint32),
+        ('k_eq_v', _c.c_uint32),
+        ('sinks', _c.c_uint32),
+        ('logit_softcap', _c.c_float),
+        ('softmax_scale', _c.c_float),
+        ('reserved0', _c.c_uint32),
+        ('k_base', _c.c_void_p),
+        ('v_base', _c.c_void_p),
+        ('block_stride', _c.c_uint64),
+        ('token_stride', _c.c_uint64),
+        ('v_token_stride', _c.c_uint64),
+        ('head_stride', _c.c_uint64),
+        ('host_k_base', _c.c_void_p),
+        ('host_v_base', _c.c_void_p),
+    ]
+
+
 class pkv_kv_event(_c.Structure):
     _fields_ = [
         ('type', _c.c_uint32),
@@ -477,18 +545,21 @@ class pkv_store_verify_result(_c.Structure):
 
 # sizeof of each struct as clang sees it on x86_64 Linux (checked by the tests)
 SIZES = {
+    'pkv_layer_spec': 48,
     'pkv_store_key': 32,
     'pkv_store_callbacks': 40,
     'pkv_store_params': 112,
     'pkv_event_publisher_params': 56,
-    'pkv_engine_params': 208,
+    'pkv_engine_params': 224,
     'pkv_seq_params': 16,
     'pkv_seq_info': 56,
     'pkv_batch_view': 160,
     'pkv_request_params': 32,
-    'pkv_kv_budget': 184,
+    'pkv_kv_group_info': 32,
+    'pkv_kv_budget': 208,
     'pkv_stats': 320,
     'pkv_pool_info': 144,
+    'pkv_layer_info': 120,
     'pkv_kv_event': 40,
     'pkv_event_publisher_info': 64,
     'pkv_store_info': 24,
@@ -533,9 +604,11 @@ FUNCTIONS = {
     'pkv_hf_config_layer_windows': (pkv_status, [_c.c_char_p, _c.c_size_t, _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_hf_config_digest': (pkv_status, [_c.c_char_p, _c.c_size_t, _c.c_char_p, _c.c_uint32]),
     'pkv_kv_groups': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32), _c.c_uint32, _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32)]),
+    'pkv_kv_group_info': (pkv_status, [_c.POINTER(pkv_engine_params), _c.c_uint32, _c.POINTER(pkv_kv_group_info)]),
     'pkv_profile': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(pkv_kv_budget)]),
     'pkv_engine_stats': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_stats)]),
     'pkv_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_pool_info)]),
+    'pkv_layer_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_layer_info)]),
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
     'pkv_preempt': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
     'pkv_resume': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(_c.c_uint32)]),
@@ -547,6 +620,7 @@ FUNCTIONS = {
     'pkv_event_publisher_params_init': (pkv_status, [_c.POINTER(pkv_event_publisher_params), _c.c_uint32]),
     'pkv_event_publisher_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_event_publisher_info)]),
     'pkv_set_kv_scales': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(_c.c_float), _c.POINTER(_c.c_float)]),
+    'pkv_set_attention_sinks': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(_c.c_float), _c.c_uint32]),
     'pkv_engine_set_stream': (pkv_status, [_c.POINTER(pkv_engine), _c.c_void_p]),
     'pkv_block_hash_root': (pkv_status, [_c.c_uint64, _c.c_void_p, _c.c_uint32, _c.POINTER(_c.c_uint64)]),
     'pkv_block_hash': (pkv_status, [_c.c_uint64, _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint64)]),
@@ -597,9 +671,11 @@ PARAM_NAMES = {
     'pkv_hf_config_layer_windows': ('json', 'json_len', 'out', 'cap', 'out_len'),
     'pkv_hf_config_digest': ('json', 'json_len', 'out', 'cap'),
     'pkv_kv_groups': ('p', 'layer_group', 'layer_slot', 'group_window', 'cap', 'out_num_groups', 'out_group_layers'),
+    'pkv_kv_group_info': ('p', 'group', 'out'),
     'pkv_profile': ('p', 'out'),
     'pkv_engine_stats': ('e', 'out'),
     'pkv_pool_info': ('e', 'out'),
+    'pkv_layer_info': ('e', 'layer', 'out'),
     'pkv_reset_prefix_cache': ('e',),
     'pkv_preempt': ('e', 'seq'),
     'pkv_resume': ('e', 'seq', 'out_num_cached_tokens'),
@@ -611,6 +687,7 @@ PARAM_NAMES = {
     'pkv_event_publisher_params_init': ('p', 'size'),
     'pkv_event_publisher_info': ('e', 'out'),
     'pkv_set_kv_scales': ('e', 'layer', 'k_scales', 'v_scales'),
+    'pkv_set_attention_sinks': ('e', 'layer', 'sinks', 'num_sinks'),
     'pkv_engine_set_stream': ('e', 'cuda_stream'),
     'pkv_block_hash_root': ('seed', 'salt', 'salt_len', 'out_hash'),
     'pkv_block_hash': ('seed', 'parent_hash', 'tokens', 'num_tokens', 'out_hash'),
