@@ -1217,6 +1217,15 @@ namespace Pkv
             return pkv_hf_config_layer_windows_native(json, json_len, @out, cap, out_len);
         }
 
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_params_from_hf_config_layers")]
+        static extern Status pkv_engine_params_from_hf_config_layers_native(EngineParamsNative* p, byte* json, UIntPtr json_len, LayerSpec* specs, uint spec_size, uint cap, uint* out_num_layers);
+
+        public static Status pkv_engine_params_from_hf_config_layers(EngineParamsNative* p, byte* json, UIntPtr json_len, LayerSpec* specs, uint spec_size, uint cap, uint* out_num_layers)
+        {
+            Loaded();
+            return pkv_engine_params_from_hf_config_layers_native(p, json, json_len, specs, spec_size, cap, out_num_layers);
+        }
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hf_config_digest")]
         static extern Status pkv_hf_config_digest_native(byte* json, UIntPtr json_len, byte* @out, uint cap);
 

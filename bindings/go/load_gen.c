@@ -45,6 +45,7 @@ static struct {
   pkv_status (*pkv_drain_finished)(pkv_engine *, uint64_t *, uint32_t, uint32_t *);
   pkv_status (*pkv_engine_params_from_hf_config)(pkv_engine_params *, const char *, size_t);
   pkv_status (*pkv_hf_config_layer_windows)(const char *, size_t, uint32_t *, uint32_t, uint32_t *);
+  pkv_status (*pkv_engine_params_from_hf_config_layers)(pkv_engine_params *, const char *, size_t, pkv_layer_spec *, uint32_t, uint32_t, uint32_t *);
   pkv_status (*pkv_hf_config_digest)(const char *, size_t, char *, uint32_t);
   pkv_status (*pkv_kv_groups)(const pkv_engine_params *, uint32_t *, uint32_t *, uint32_t *, uint32_t, uint32_t *, uint32_t *);
   pkv_status (*pkv_kv_group_info)(const pkv_engine_params *, uint32_t, struct pkv_kv_group_info *);
@@ -209,6 +210,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_hf_config_layer_windows = dlsym(lib, "pkv_hf_config_layer_windows"))) {
     *missing = "pkv_hf_config_layer_windows";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_engine_params_from_hf_config_layers = dlsym(lib, "pkv_engine_params_from_hf_config_layers"))) {
+    *missing = "pkv_engine_params_from_hf_config_layers";
     return -1;
   }
   if (!(*(void **)&fn.pkv_hf_config_digest = dlsym(lib, "pkv_hf_config_digest"))) {
@@ -468,6 +473,10 @@ pkv_status (pkv_engine_params_from_hf_config)(pkv_engine_params *p, const char *
 
 pkv_status (pkv_hf_config_layer_windows)(const char *json, size_t json_len, uint32_t *out, uint32_t cap, uint32_t *out_len) {
   return fn.pkv_hf_config_layer_windows ? (fn.pkv_hf_config_layer_windows)(json, json_len, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_engine_params_from_hf_config_layers)(pkv_engine_params *p, const char *json, size_t json_len, pkv_layer_spec *specs, uint32_t spec_size, uint32_t cap, uint32_t *out_num_layers) {
+  return fn.pkv_engine_params_from_hf_config_layers ? (fn.pkv_engine_params_from_hf_config_layers)(p, json, json_len, specs, spec_size, cap, out_num_layers) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_hf_config_digest)(const char *json, size_t json_len, char *out, uint32_t cap) {

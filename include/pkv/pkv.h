@@ -759,12 +759,19 @@ PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap
  * softmax_scale: MLA's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale^2 under yarn
  * rope_scaling (mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's
  * code scales it; any other config gets HEADS.
+ * It also sets softmax_scale (since 0.5.0) where the model's is not 1/sqrt(head_dim): Gemma 2 and
+ * Gemma 3 (model_type gemma2, gemma3, gemma3_text) scale by query_pre_attn_scalar^-0.5 (Gemma 3
+ * 27B: 1/sqrt(168), its head_dim being 128); a config whose cache is described only per layer
+ * (pkv_engine_params_from_hf_config_layers says which) is refused, never profiled as another.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p or json NULL; malformed JSON; a missing or invalid field;
  * one of the MLA fields without the others; an MLA config into a p whose struct_size ends before
  * kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention pkv cannot hold, its field
  * named: index_topk / index_n_heads (DeepSeek sparse attention), linear_num_key_heads /
- * linear_num_value_heads (linear attention), attention_chunk_size (chunked local attention),
- * mamba_d_state / ssm_state_size (state-space layers); sliding windows with MLA). */
+ * linear_num_value_heads (linear attention), mamba_d_state / ssm_state_size (state-space
+ * layers); sliding windows with MLA; since 0.5.0 also a cache that needs per-layer specs, the
+ * field and pkv_engine_params_from_hf_config_layers named: sinks (model_type gpt_oss),
+ * attn_logit_softcapping, global_head_dim / num_global_key_value_heads (heads per layer),
+ * attention_k_eq_v, num_kv_shared_layers, attention_chunk_size (chunked local attention)). */
 PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
                                                     size_t json_len);
 
@@ -784,6 +791,43 @@ PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const 
  * Since 0.2.0. */
 PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
                                                uint32_t cap, uint32_t *out_len);
+
+/* Fills p as pkv_engine_params_from_hf_config does and specs[cap] with each layer of the model
+ * (pkv_layer_spec, every field given, none left 0 to mean the flat field); *out_num_layers =
+ * num_hidden_layers. When the layers are not all what the flat fields say (mixed windows, sinks,
+ * soft-caps, heads or widths per layer, K = V, shared layers, chunks), p->layer_specs = specs,
+ * p->layer_spec_size = spec_size, p->sliding_window 0 and p->layer_windows NULL; else
+ * p->layer_specs NULL and p->layer_spec_size 0 (the flat fields describe every layer; specs are
+ * filled all the same). p then points into specs: keep them while p is used. The rules, each from
+ * the model's own code (transformers' modeling_*.py; src/hf_config_layers.cpp cites them):
+ * - windows as pkv_hf_config_layer_windows reads them ("sliding_attention" layers);
+ * - gpt-oss (model_type gpt_oss): sinks in every layer (pkv_set_attention_sinks gives them);
+ * - Gemma 2 (gemma2): attn_logit_softcapping is every layer's logit_softcap
+ *   (final_logit_softcapping is the host's, on the logits: not read); Gemma 2 and 3 (gemma3,
+ *   gemma3_text): softmax_scale query_pre_attn_scalar^-0.5;
+ * - Gemma 3n (gemma3n_text) and Gemma 4 (gemma4_text): softmax_scale 1 (their q and k are
+ *   normalized); the last num_kv_shared_layers layers are SHARED, each reading the last layer
+ *   before them of its own layer type; Gemma 4's "full_attention" layers have head_dim
+ *   global_head_dim, and with attention_k_eq_v they keep K = V with num_global_key_value_heads
+ *   kv heads;
+ * - Llama 4 (llama4_text): attention_chunk_size chunks the layers that use rope
+ *   (no_rope_layers[l] 1, or, with no_rope_layers empty or absent, each layer but every
+ *   no_rope_layer_interval-th, default 4); or "chunked_attention" in layer_types.
+ * spec_size is sizeof(pkv_layer_spec) as the caller compiled it (at least 48): each spec is
+ * written whole, bytes pkv does not know zeroed. specs NULL with cap 0 asks the length: only
+ * *out_num_layers is written. A failure changes neither p nor specs.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p, json or out_num_layers NULL; specs NULL with cap > 0;
+ * spec_size below 48; cap below num_hidden_layers, with *out_num_layers still written; p's
+ * struct_size ending before reserved3 (a header older than 0.5); a config
+ * pkv_engine_params_from_hf_config refuses so; a layer_types entry other than
+ * "sliding_attention", "full_attention" or (Llama 4) "chunked_attention"; num_kv_shared_layers
+ * not below num_hidden_layers or with no earlier layer of a shared layer's type),
+ * PKV_ERR_UNSUPPORTED (as pkv_engine_params_from_hf_config, but for the fields it reads).
+ * Since 0.5.0. */
+PKV_API pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p, const char *json,
+                                                           size_t json_len, pkv_layer_spec *specs,
+                                                           uint32_t spec_size, uint32_t cap,
+                                                           uint32_t *out_num_layers);
 
 /* A model id for pkv_store_params.model_id from the text of a config.json: "config-sha256:"
  * and the 64 lowercase hex digits of SHA-256 of the json_len bytes as they are, into out (at
