@@ -409,13 +409,28 @@ namespace Pkv
         }
     }
 
-    /// <summary>pkv_seq_params (16 bytes on x86_64).</summary>
+    /// <summary>pkv_extra_key (24 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct ExtraKey
+    {
+        public uint StartToken;
+        public uint EndToken;
+        internal IntPtr Key;
+        public uint KeyLen;
+        public uint Reserved0;
+    }
+
+    /// <summary>pkv_seq_params (40 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct SeqParams
     {
         public uint StructSize;
         public uint CacheSaltLen;
         public IntPtr CacheSalt;
+        public IntPtr ExtraKeys;
+        public uint NumExtraKeys;
+        public uint ExtraKeySize;
+        public ulong LoraId;
     }
 
     /// <summary>pkv_seq_info (56 bytes on x86_64).</summary>
@@ -528,7 +543,7 @@ namespace Pkv
         public IntPtr GroupBlockTables;
     }
 
-    /// <summary>pkv_request_params (32 bytes on x86_64).</summary>
+    /// <summary>pkv_request_params (56 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct RequestParams
     {
@@ -539,6 +554,10 @@ namespace Pkv
         public uint CacheSaltLen;
         public uint Reserved0;
         internal IntPtr CacheSalt;
+        internal IntPtr ExtraKeys;
+        public uint NumExtraKeys;
+        public uint ExtraKeySize;
+        public ulong LoraId;
     }
 
     /// <summary>pkv_kv_group_info (32 bytes on x86_64).</summary>
@@ -695,7 +714,7 @@ namespace Pkv
         internal IntPtr HostVBase;
     }
 
-    /// <summary>pkv_kv_event (40 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_event (56 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvEvent
     {
@@ -706,6 +725,9 @@ namespace Pkv
         public ulong ParentHash;
         public Tier Medium;
         public uint Group;
+        public ulong LoraId;
+        public uint NumExtraKeys;
+        public uint Reserved0;
     }
 
     /// <summary>pkv_event_publisher_info (64 bytes on x86_64).</summary>
@@ -783,6 +805,8 @@ namespace Pkv
         public const int HfConfigDigestBytes = 80;
         public const int MaxThreads = 4096;
         public const int MaxCacheSaltBytes = 65536;
+        public const int MaxExtraKeyBytes = 64;
+        public const int MaxExtraKeys = 65536;
         public const int DefaultKvEventsCapacity = 65536;
         public const int DefaultEventReplayBatches = 10000;
         public const int DefaultEventSendHwm = 100000;
@@ -834,6 +858,8 @@ namespace Pkv
         public const int PKV_HF_CONFIG_DIGEST_BYTES = 80;
         public const int PKV_MAX_THREADS = 4096;
         public const int PKV_MAX_CACHE_SALT_BYTES = 65536;
+        public const int PKV_MAX_EXTRA_KEY_BYTES = 64;
+        public const int PKV_MAX_EXTRA_KEYS = 65536;
         public const int PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536;
         public const int PKV_DEFAULT_EVENT_REPLAY_BATCHES = 10000;
         public const int PKV_DEFAULT_EVENT_SEND_HWM = 100000;
@@ -896,8 +922,8 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(LayerSpec), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 48, 32, 40, 112, 56, 224, 16, 56, 160, 32, 32, 208, 320, 144, 120, 40, 64, 24, 184, 160 };
+        public static readonly Type[] StructTypes = { typeof(LayerSpec), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKey), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly int[] StructSizes = { 48, 32, 40, 112, 56, 224, 24, 40, 56, 160, 56, 32, 208, 320, 144, 120, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1422,6 +1448,24 @@ namespace Pkv
         {
             Loaded();
             return pkv_block_hash_native(seed, parent_hash, tokens, num_tokens, out_hash);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_block_hash_root_lora")]
+        static extern Status pkv_block_hash_root_lora_native(ulong seed, void* salt, uint salt_len, ulong lora_id, ulong* out_hash);
+
+        public static Status pkv_block_hash_root_lora(ulong seed, void* salt, uint salt_len, ulong lora_id, ulong* out_hash)
+        {
+            Loaded();
+            return pkv_block_hash_root_lora_native(seed, salt, salt_len, lora_id, out_hash);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_block_hash_extra")]
+        static extern Status pkv_block_hash_extra_native(ulong seed, ulong parent_hash, int* tokens, uint num_tokens, uint first_token, ExtraKey* keys, uint num_keys, uint key_size, ulong* out_hash);
+
+        public static Status pkv_block_hash_extra(ulong seed, ulong parent_hash, int* tokens, uint num_tokens, uint first_token, ExtraKey* keys, uint num_keys, uint key_size, ulong* out_hash)
+        {
+            Loaded();
+            return pkv_block_hash_extra_native(seed, parent_hash, tokens, num_tokens, first_token, keys, num_keys, key_size, out_hash);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_store_params_init")]

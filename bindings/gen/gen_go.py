@@ -75,7 +75,9 @@ GO_API_STRUCTS = {
         'them, nil for SlidingWindow in every layer. LayerSpecs: the cache per layer, NumLayers of\n'
         'them (nil: every layer as the flat fields say). EventPublisher: publish the engine\'s KV events\n'
         'over ZeroMQ (nil: none). The store tier is NewEngineWithStore\'s.'),
-    'pkv_request_params': ('inout', {'cache_salt': None, 'cache_salt_len': None}, ['initialized bool'],
+    'pkv_request_params': ('inout', {'cache_salt': None, 'cache_salt_len': None,
+                                     'extra_keys': None, 'num_extra_keys': None,
+                                     'extra_key_size': None}, ['initialized bool'],
                            'RequestParams are a request\'s parameters (pkv_request_params): start\n'
                            'from DefaultRequestParams; the cache salt is an argument of Submit.'),
     'pkv_layer_spec': ('inout', {}, [], 'LayerSpec is one layer of the cache (pkv_layer_spec): zero fields\n'

@@ -42,6 +42,8 @@ const (
 	HFConfigDigestBytes       = 80
 	MaxThreads                = 4096
 	MaxCacheSaltBytes         = 65536
+	MaxExtraKeyBytes          = 64
+	MaxExtraKeys              = 65536
 	DefaultKVEventsCapacity   = 65536
 	DefaultEventReplayBatches = 10000
 	DefaultEventSendHWM       = 100000
@@ -585,11 +587,24 @@ type cEngineParams struct {
 	Reserved3           uint32
 }
 
-// cSeqParams mirrors C's pkv_seq_params (16 bytes on amd64; layout checked against C at init).
+// cExtraKey mirrors C's pkv_extra_key (24 bytes on amd64; layout checked against C at init).
+type cExtraKey struct {
+	StartToken uint32
+	EndToken   uint32
+	Key        uintptr
+	KeyLen     uint32
+	Reserved0  uint32
+}
+
+// cSeqParams mirrors C's pkv_seq_params (40 bytes on amd64; layout checked against C at init).
 type cSeqParams struct {
 	StructSize   uint32
 	CacheSaltLen uint32
 	CacheSalt    uintptr
+	ExtraKeys    uintptr
+	NumExtraKeys uint32
+	ExtraKeySize uint32
+	LoraID       uint64
 }
 
 // cSeqInfo mirrors C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
@@ -639,7 +654,7 @@ type cBatchView struct {
 	GroupBlockTables uintptr
 }
 
-// cRequestParams mirrors C's pkv_request_params (32 bytes on amd64; layout checked against C at init).
+// cRequestParams mirrors C's pkv_request_params (56 bytes on amd64; layout checked against C at init).
 type cRequestParams struct {
 	StructSize   uint32
 	MaxNewTokens uint32
@@ -648,6 +663,10 @@ type cRequestParams struct {
 	CacheSaltLen uint32
 	Reserved0    uint32
 	CacheSalt    uintptr
+	ExtraKeys    uintptr
+	NumExtraKeys uint32
+	ExtraKeySize uint32
+	LoraID       uint64
 }
 
 // cKVGroupInfo mirrors C's pkv_kv_group_info (32 bytes on amd64; layout checked against C at init).
@@ -794,15 +813,18 @@ type cLayerInfo struct {
 	HostVBase    uintptr
 }
 
-// cKVEvent mirrors C's pkv_kv_event (40 bytes on amd64; layout checked against C at init).
+// cKVEvent mirrors C's pkv_kv_event (56 bytes on amd64; layout checked against C at init).
 type cKVEvent struct {
-	Type       uint32
-	NumTokens  uint32
-	SeqNo      uint64
-	BlockHash  uint64
-	ParentHash uint64
-	Medium     uint32
-	Group      uint32
+	Type         uint32
+	NumTokens    uint32
+	SeqNo        uint64
+	BlockHash    uint64
+	ParentHash   uint64
+	Medium       uint32
+	Group        uint32
+	LoraID       uint64
+	NumExtraKeys uint32
+	Reserved0    uint32
 }
 
 // cEventPublisherInfo mirrors C's pkv_event_publisher_info (64 bytes on amd64; layout checked against C at init).

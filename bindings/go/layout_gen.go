@@ -116,10 +116,21 @@ var layouts = []layout{
 		{"layer_spec_size", unsafe.Offsetof(cEngineParams{}.LayerSpecSize), unsafe.Offsetof(C.struct_pkv_engine_params{}.layer_spec_size)},
 		{"reserved3", unsafe.Offsetof(cEngineParams{}.Reserved3), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved3)},
 	}},
+	{"pkv_extra_key", unsafe.Sizeof(cExtraKey{}), unsafe.Sizeof(C.struct_pkv_extra_key{}), []fieldOffset{
+		{"start_token", unsafe.Offsetof(cExtraKey{}.StartToken), unsafe.Offsetof(C.struct_pkv_extra_key{}.start_token)},
+		{"end_token", unsafe.Offsetof(cExtraKey{}.EndToken), unsafe.Offsetof(C.struct_pkv_extra_key{}.end_token)},
+		{"key", unsafe.Offsetof(cExtraKey{}.Key), unsafe.Offsetof(C.struct_pkv_extra_key{}.key)},
+		{"key_len", unsafe.Offsetof(cExtraKey{}.KeyLen), unsafe.Offsetof(C.struct_pkv_extra_key{}.key_len)},
+		{"reserved0", unsafe.Offsetof(cExtraKey{}.Reserved0), unsafe.Offsetof(C.struct_pkv_extra_key{}.reserved0)},
+	}},
 	{"pkv_seq_params", unsafe.Sizeof(cSeqParams{}), unsafe.Sizeof(C.struct_pkv_seq_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cSeqParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_seq_params{}.struct_size)},
 		{"cache_salt_len", unsafe.Offsetof(cSeqParams{}.CacheSaltLen), unsafe.Offsetof(C.struct_pkv_seq_params{}.cache_salt_len)},
 		{"cache_salt", unsafe.Offsetof(cSeqParams{}.CacheSalt), unsafe.Offsetof(C.struct_pkv_seq_params{}.cache_salt)},
+		{"extra_keys", unsafe.Offsetof(cSeqParams{}.ExtraKeys), unsafe.Offsetof(C.struct_pkv_seq_params{}.extra_keys)},
+		{"num_extra_keys", unsafe.Offsetof(cSeqParams{}.NumExtraKeys), unsafe.Offsetof(C.struct_pkv_seq_params{}.num_extra_keys)},
+		{"extra_key_size", unsafe.Offsetof(cSeqParams{}.ExtraKeySize), unsafe.Offsetof(C.struct_pkv_seq_params{}.extra_key_size)},
+		{"lora_id", unsafe.Offsetof(cSeqParams{}.LoraID), unsafe.Offsetof(C.struct_pkv_seq_params{}.lora_id)},
 	}},
 	{"pkv_seq_info", unsafe.Sizeof(cSeqInfo{}), unsafe.Sizeof(C.struct_pkv_seq_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cSeqInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_seq_info{}.struct_size)},
@@ -172,6 +183,10 @@ var layouts = []layout{
 		{"cache_salt_len", unsafe.Offsetof(cRequestParams{}.CacheSaltLen), unsafe.Offsetof(C.struct_pkv_request_params{}.cache_salt_len)},
 		{"reserved0", unsafe.Offsetof(cRequestParams{}.Reserved0), unsafe.Offsetof(C.struct_pkv_request_params{}.reserved0)},
 		{"cache_salt", unsafe.Offsetof(cRequestParams{}.CacheSalt), unsafe.Offsetof(C.struct_pkv_request_params{}.cache_salt)},
+		{"extra_keys", unsafe.Offsetof(cRequestParams{}.ExtraKeys), unsafe.Offsetof(C.struct_pkv_request_params{}.extra_keys)},
+		{"num_extra_keys", unsafe.Offsetof(cRequestParams{}.NumExtraKeys), unsafe.Offsetof(C.struct_pkv_request_params{}.num_extra_keys)},
+		{"extra_key_size", unsafe.Offsetof(cRequestParams{}.ExtraKeySize), unsafe.Offsetof(C.struct_pkv_request_params{}.extra_key_size)},
+		{"lora_id", unsafe.Offsetof(cRequestParams{}.LoraID), unsafe.Offsetof(C.struct_pkv_request_params{}.lora_id)},
 	}},
 	{"pkv_kv_group_info", unsafe.Sizeof(cKVGroupInfo{}), unsafe.Sizeof(C.struct_pkv_kv_group_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cKVGroupInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_group_info{}.struct_size)},
@@ -315,6 +330,9 @@ var layouts = []layout{
 		{"parent_hash", unsafe.Offsetof(cKVEvent{}.ParentHash), unsafe.Offsetof(C.struct_pkv_kv_event{}.parent_hash)},
 		{"medium", unsafe.Offsetof(cKVEvent{}.Medium), unsafe.Offsetof(C.struct_pkv_kv_event{}.medium)},
 		{"group", unsafe.Offsetof(cKVEvent{}.Group), unsafe.Offsetof(C.struct_pkv_kv_event{}.group)},
+		{"lora_id", unsafe.Offsetof(cKVEvent{}.LoraID), unsafe.Offsetof(C.struct_pkv_kv_event{}.lora_id)},
+		{"num_extra_keys", unsafe.Offsetof(cKVEvent{}.NumExtraKeys), unsafe.Offsetof(C.struct_pkv_kv_event{}.num_extra_keys)},
+		{"reserved0", unsafe.Offsetof(cKVEvent{}.Reserved0), unsafe.Offsetof(C.struct_pkv_kv_event{}.reserved0)},
 	}},
 	{"pkv_event_publisher_info", unsafe.Sizeof(cEventPublisherInfo{}), unsafe.Sizeof(C.struct_pkv_event_publisher_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cEventPublisherInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_event_publisher_info{}.struct_size)},

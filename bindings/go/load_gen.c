@@ -68,6 +68,8 @@ static struct {
   pkv_status (*pkv_engine_set_stream)(pkv_engine *, void *);
   pkv_status (*pkv_block_hash_root)(uint64_t, const void *, uint32_t, uint64_t *);
   pkv_status (*pkv_block_hash)(uint64_t, uint64_t, const int32_t *, uint32_t, uint64_t *);
+  pkv_status (*pkv_block_hash_root_lora)(uint64_t, const void *, uint32_t, uint64_t, uint64_t *);
+  pkv_status (*pkv_block_hash_extra)(uint64_t, uint64_t, const int32_t *, uint32_t, uint32_t, const pkv_extra_key *, uint32_t, uint32_t, uint64_t *);
   pkv_status (*pkv_store_params_init)(pkv_store_params *, uint32_t);
   pkv_status (*pkv_engine_store_error)(pkv_engine *, char *, uint32_t, uint32_t *);
   pkv_status (*pkv_store_open)(const pkv_store_params *, pkv_store **);
@@ -302,6 +304,14 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_block_hash = dlsym(lib, "pkv_block_hash"))) {
     *missing = "pkv_block_hash";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_block_hash_root_lora = dlsym(lib, "pkv_block_hash_root_lora"))) {
+    *missing = "pkv_block_hash_root_lora";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_block_hash_extra = dlsym(lib, "pkv_block_hash_extra"))) {
+    *missing = "pkv_block_hash_extra";
     return -1;
   }
   if (!(*(void **)&fn.pkv_store_params_init = dlsym(lib, "pkv_store_params_init"))) {
@@ -565,6 +575,14 @@ pkv_status (pkv_block_hash_root)(uint64_t seed, const void *salt, uint32_t salt_
 
 pkv_status (pkv_block_hash)(uint64_t seed, uint64_t parent_hash, const int32_t *tokens, uint32_t num_tokens, uint64_t *out_hash) {
   return fn.pkv_block_hash ? (fn.pkv_block_hash)(seed, parent_hash, tokens, num_tokens, out_hash) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_block_hash_root_lora)(uint64_t seed, const void *salt, uint32_t salt_len, uint64_t lora_id, uint64_t *out_hash) {
+  return fn.pkv_block_hash_root_lora ? (fn.pkv_block_hash_root_lora)(seed, salt, salt_len, lora_id, out_hash) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_block_hash_extra)(uint64_t seed, uint64_t parent_hash, const int32_t *tokens, uint32_t num_tokens, uint32_t first_token, const pkv_extra_key *keys, uint32_t num_keys, uint32_t key_size, uint64_t *out_hash) {
+  return fn.pkv_block_hash_extra ? (fn.pkv_block_hash_extra)(seed, parent_hash, tokens, num_tokens, first_token, keys, num_keys, key_size, out_hash) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_store_params_init)(pkv_store_params *p, uint32_t size) {

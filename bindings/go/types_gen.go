@@ -270,6 +270,7 @@ type RequestParams struct {
 	MaxNewTokens uint32
 	StopToken    int32
 	Priority     int32
+	LoraID       uint64
 
 	initialized bool
 }
@@ -279,6 +280,7 @@ func (p *RequestParams) toC(c *cRequestParams) {
 	c.MaxNewTokens = p.MaxNewTokens
 	c.StopToken = p.StopToken
 	c.Priority = p.Priority
+	c.LoraID = p.LoraID
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -286,6 +288,7 @@ func (p *RequestParams) fromC(c *cRequestParams) {
 	p.MaxNewTokens = c.MaxNewTokens
 	p.StopToken = c.StopToken
 	p.Priority = c.Priority
+	p.LoraID = c.LoraID
 }
 
 // KVGroupInfo is one KV group and its bytes (pkv_kv_group_info).
@@ -562,13 +565,15 @@ func (p *LayerInfo) fromC(c *cLayerInfo) {
 
 // KVEvent is one KV event (pkv_kv_event).
 type KVEvent struct {
-	Type       EventType
-	NumTokens  uint32
-	SeqNo      uint64
-	BlockHash  uint64
-	ParentHash uint64
-	Medium     Tier
-	Group      uint32
+	Type         EventType
+	NumTokens    uint32
+	SeqNo        uint64
+	BlockHash    uint64
+	ParentHash   uint64
+	Medium       Tier
+	Group        uint32
+	LoraID       uint64
+	NumExtraKeys uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -580,6 +585,8 @@ func (p *KVEvent) fromC(c *cKVEvent) {
 	p.ParentHash = c.ParentHash
 	p.Medium = Tier(c.Medium)
 	p.Group = c.Group
+	p.LoraID = c.LoraID
+	p.NumExtraKeys = c.NumExtraKeys
 }
 
 // EventPublisherInfo is what an engine's event publisher did (pkv_event_publisher_info): its

@@ -152,6 +152,8 @@ enum {
   PKV_HF_CONFIG_DIGEST_BYTES = 80,      /* pkv_hf_config_digest's text, the NUL counted */
   PKV_MAX_THREADS = 4096,               /* pkv_engine_params.num_threads: 0 .. this */
   PKV_MAX_CACHE_SALT_BYTES = 65536,     /* cache_salt_len: 0 .. this */
+  PKV_MAX_EXTRA_KEY_BYTES = 64,         /* (since 0.5.0) pkv_extra_key.key_len: 1 .. this */
+  PKV_MAX_EXTRA_KEYS = 65536,           /* (since 0.5.0) num_extra_keys: 0 .. this */
   PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536, /* kv_events_capacity 0 means this */
   /* pkv_event_publisher_params (since 0.3.0): the defaults its 0 fields mean, and the limits */
   PKV_DEFAULT_EVENT_REPLAY_BATCHES = 10000,   /* replay_buffer_batches: 0 means this; 1 .. 2^24 */
@@ -416,11 +418,38 @@ PKV_API pkv_status pkv_engine_params_get(pkv_engine *e, pkv_engine_params *out);
 PKV_API pkv_status pkv_engine_budget(pkv_engine *e, pkv_kv_budget *out);
 
 /* ---------------------------------------------------------------- sequences */
+/* (since 0.5.0) An extra key of a prompt: bytes that tell apart prompts whose tokens are equal,
+ * over the tokens [start_token, end_token) they concern - a multimodal item's content hash over
+ * its placeholder tokens (vLLM's mm_hash). It joins the identity of every block it overlaps:
+ * a cached block hits only under equal tokens, equal extra keys (the same ranges, overlaps and
+ * bytes, compared exactly) and an equal lora_id; blocks before the first key keep their text
+ * prefix shared. The bytes are copied: the caller's may go once the call returns. The canonical
+ * hash mixes them in as pkv_block_hash_extra says. */
+typedef struct pkv_extra_key {
+  uint32_t start_token;           /* the first token it covers, counted from the prompt's start */
+  uint32_t end_token;             /* one past its last: start_token < end_token <= the prompt's
+                                     tokens */
+  const void *key;                /* key_len bytes (e.g. an image's content hash) */
+  uint32_t key_len;               /* 1 .. PKV_MAX_EXTRA_KEY_BYTES */
+  uint32_t reserved0;             /* must be 0 */
+} pkv_extra_key;
+
 typedef struct pkv_seq_params {
   uint32_t struct_size;
   uint32_t cache_salt_len;        /* bytes of cache_salt, 0 ..
                                      PKV_MAX_CACHE_SALT_BYTES; 0 = no salt */
   const void *cache_salt;         /* tenant / adapter key: different salts never share blocks */
+  /* (since 0.5.0) a 0.4 caller's struct_size ends here: no extra keys, no adapter */
+  const pkv_extra_key *extra_keys; /* [num_extra_keys], sorted by start_token, not overlapping
+                                     (each starts at or after the previous one's end_token),
+                                     inside the prompt; NULL when num_extra_keys is 0. A bad one
+                                     is refused naming its index and the rule. default NULL */
+  uint32_t num_extra_keys;        /* 0 .. PKV_MAX_EXTRA_KEYS. default 0 */
+  uint32_t extra_key_size;        /* sizeof(pkv_extra_key) as the caller compiled it: at least
+                                     its 0.5 size (24) and a multiple of 8; extra_keys[i] starts
+                                     at byte i * extra_key_size. default sizeof(pkv_extra_key) */
+  uint64_t lora_id;               /* the LoRA adapter the KV is computed with, 0 = none: blocks of
+                                     other adapters never hit (the id joins the root). default 0 */
 } pkv_seq_params;
 
 /* Fills p with the defaults above (no salt); as pkv_engine_params_init.
@@ -436,8 +465,8 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
  * has computed the tokens past them, so a long prompt needs about num_kv_groups * ceil(num_tokens
  * / block_size) free blocks, less its cached ones (pkv_allocate_query says how many).
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_seq NULL; num_tokens 0, above max_model_len or
- * above 2^31-1; a bad sp: struct_size, cache_salt), PKV_ERR_NO_SPACE (not enough free blocks;
- * nothing changed). */
+ * above 2^31-1; a bad sp: struct_size, cache_salt, extra_keys (since 0.5.0)), PKV_ERR_NO_SPACE
+ * (not enough free blocks; nothing changed). */
 PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                 const pkv_seq_params *sp, uint64_t *out_seq,
                                 uint32_t *out_num_cached_tokens);
@@ -448,7 +477,7 @@ PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t n
  * blocks pkv_allocate would fetch from it are counted as new ones (they take a free block each
  * just the same), not as cached tokens.
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens NULL; num_tokens 0, above max_model_len or above
- * 2^31-1; a bad sp: struct_size, cache_salt). */
+ * 2^31-1; a bad sp: struct_size, cache_salt, extra_keys (since 0.5.0)). */
 PKV_API pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                       const pkv_seq_params *sp, uint32_t *out_num_blocks,
                                       uint32_t *out_num_cached_tokens);
@@ -464,8 +493,8 @@ PKV_API pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint
 PKV_API pkv_status pkv_append(pkv_engine *e, uint64_t seq, const int32_t *tokens,
                               uint32_t num_tokens);
 
-/* A new sequence sharing every block of parent (ref counts + 1), with the same tokens, salt and
- * computed count. parent must have all its tokens computed.
+/* A new sequence sharing every block of parent (ref counts + 1), with the same tokens, salt,
+ * extra keys, lora_id (since 0.5.0) and computed count. parent must have all its tokens computed.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out_child NULL), PKV_ERR_NOT_FOUND (no sequence parent),
  * PKV_ERR_STATE (parent has uncomputed tokens, is preempted or swapped out, is in the open batch,
  * or is a request of pkv_submit). */
@@ -701,6 +730,11 @@ typedef struct pkv_request_params {
   uint32_t cache_salt_len;        /* 0 .. PKV_MAX_CACHE_SALT_BYTES */
   uint32_t reserved0;             /* must be 0 */
   const void *cache_salt;         /* as pkv_seq_params.cache_salt */
+  /* (since 0.5.0) a 0.4 caller's struct_size ends here: no extra keys, no adapter */
+  const pkv_extra_key *extra_keys; /* as pkv_seq_params.extra_keys, inside the prompt */
+  uint32_t num_extra_keys;        /* as pkv_seq_params.num_extra_keys. default 0 */
+  uint32_t extra_key_size;        /* as pkv_seq_params.extra_key_size */
+  uint64_t lora_id;               /* as pkv_seq_params.lora_id. default 0 */
 } pkv_request_params;
 
 /* Fills p with the defaults above; as pkv_engine_params_init.
@@ -712,8 +746,9 @@ PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size)
  * pkv_fork, pkv_preempt, pkv_resume and pkv_batch_begin refuse it. Its prompt is reserved whole
  * when it is admitted, in every KV group (as pkv_allocate's).
  * Errors: PKV_ERR_INVALID_ARGUMENT (prompt or out_seq NULL; num_tokens 0; a bad rp: struct_size,
- * max_new_tokens 0, reserved0, cache_salt; a request that can never run - prompt +
- * max_new_tokens above max_model_len or 2^31-1, or more blocks than the pool has). */
+ * max_new_tokens 0, reserved0, cache_salt, extra_keys (since 0.5.0); a request that can never
+ * run - prompt + max_new_tokens above max_model_len or 2^31-1, or more blocks than the pool
+ * has). */
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
@@ -1165,6 +1200,14 @@ typedef struct pkv_kv_event {
                                      ALL_CLEARED and OVERFLOW, which concern every medium */
   uint32_t group;                 /* the KV group whose block it is (pkv_kv_groups; 0 without
                                      windows, and for ALL_CLEARED and OVERFLOW) */
+  /* (since 0.5.0) 56 bytes */
+  uint64_t lora_id;               /* the block's adapter (pkv_seq_params.lora_id): 0 = none, and
+                                     for ALL_CLEARED and OVERFLOW */
+  uint32_t num_extra_keys;        /* extra keys overlapping the block (pkv_extra_key): 0 = none,
+                                     its hash is pkv_block_hash's; else pkv_block_hash_extra's.
+                                     The keys themselves are on the wire only (BlockStored's
+                                     extra_keys) */
+  uint32_t reserved0;             /* 0 */
 } pkv_kv_event;
 
 /* Moves up to cap queued events, oldest first, into out; *out_len = how many. The symbol writes
@@ -1208,8 +1251,13 @@ PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, u
  *       fields ignores the trailing ones.
  *     Every field is sent, in both encodings. ts: float64, seconds since the epoch. hashes are
  *     pkv's canonical block hashes (uint64, pkv_block_hash; parent_block_hash is nil when the
- *     parent is a salt's root); token_ids are the blocks' tokens; lora_id, lora_name and
- *     extra_keys are nil (pkv has no adapters; the cache salt is in the hashes). group_idx is the
+ *     parent is a salt's root); token_ids are the blocks' tokens; lora_id is the blocks'
+ *     pkv_seq_params.lora_id, nil when 0 (since 0.5.0; the cache salt is in the hashes);
+ *     lora_name is nil; extra_keys (since 0.5.0) is nil when no block of the event has extra
+ *     keys, else one element per block: nil for a block without, else an array of its items in
+ *     order, each [key (bin), start, end, item_start]: the key's bytes, the overlap's first
+ *     and one-past-last token within the block, and the overlap's first token within the item
+ *     (pkv_block_hash_extra's fields). A run of blocks shares one lora_id. group_idx is the
  *     block's KV group (pkv_kv_event.group; 0 in an engine of one group). kv_cache_spec_kind
  *     names the group's kind in vLLM's words: "sliding_window" (a group of windowed layers),
  *     "full_attention", or "mla_attention" (full attention over a PKV_KV_LAYOUT_MLA cache);
@@ -1337,9 +1385,43 @@ PKV_API pkv_status pkv_block_hash_root(uint64_t seed, const void *salt, uint32_t
 PKV_API pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
                                   uint32_t num_tokens, uint64_t *out_hash);
 
+/* The canonical hash of a block with extra keys and a LoRA adapter (pkv_seq_params.extra_keys,
+ * lora_id). Without them (lora_id 0, no key overlapping the block) each is exactly the hash
+ * above, so a prompt's blocks before its first key keep the hashes of the same text:
+ *   root  = lora_id 0: as pkv_block_hash_root; else
+ *           XXH3_64bits_withSeed(salt bytes ++ lora_id as u64 LE ++ salt_len as u32 LE ++
+ *                                the 8 bytes "pkv-lora", seed)
+ *   block = XXH3_64bits_withSeed(parent hash as u64 LE ++ token ids as i32 LE ++ extra, seed)
+ *   extra = for each key overlapping the block's tokens, in order: the overlap's first token
+ *           and one past its last, counted from the block's first token; the overlap's first
+ *           token counted from the key's start_token (0 unless the key began in an earlier
+ *           block); key_len; each as u32 LE, then the key's key_len bytes. (Empty: no key.)
+ * pkv_block_hash_root_lora: salt may be NULL only when salt_len is 0.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_hash NULL; salt NULL with salt_len > 0).
+ * Since 0.5.0. */
+PKV_API pkv_status pkv_block_hash_root_lora(uint64_t seed, const void *salt, uint32_t salt_len,
+                                            uint64_t lora_id, uint64_t *out_hash);
+/* A block's hash (above): its num_tokens >= 1 tokens are the prompt's tokens [first_token,
+ * first_token + num_tokens); keys[num_keys] (each at byte i * key_size, key_size as
+ * pkv_seq_params.extra_key_size) are the prompt's extra keys, sorted and not overlapping as
+ * pkv_seq_params says; those not overlapping the block are skipped, so a host may pass all of
+ * them for every block. keys may be NULL when num_keys is 0.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_hash NULL; num_tokens 0; first_token +
+ * num_tokens above 2^32-1; keys NULL with num_keys > 0; num_keys above PKV_MAX_EXTRA_KEYS; a bad
+ * key_size; a key out of order, overlapping the previous one, empty, NULL or of a bad key_len,
+ * or with reserved0 set: the message names its index and the rule).
+ * Since 0.5.0. */
+PKV_API pkv_status pkv_block_hash_extra(uint64_t seed, uint64_t parent_hash,
+                                        const int32_t *tokens, uint32_t num_tokens,
+                                        uint32_t first_token, const pkv_extra_key *keys,
+                                        uint32_t num_keys, uint32_t key_size,
+                                        uint64_t *out_hash);
+
 /* ---------------------------------------------------------------- the store tier */
 /* A store key: SHA-256 of (the parent block's key, the block's token ids), chained from a root of
- * the cache salt and the model's fingerprint (DESIGN.md §11). */
+ * the cache salt and the model's fingerprint (DESIGN.md §11); (since 0.5.0) the root also of the
+ * lora_id when not 0, and the parent key of a block with extra keys mixed with them first (the
+ * key stays SHA-256 of the parent key its value names and its tokens). */
 typedef struct pkv_store_key {
   uint8_t bytes[32];
 } pkv_store_key;

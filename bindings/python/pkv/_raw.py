@@ -34,6 +34,8 @@ PKV_MAX_MODEL_ID_BYTES = 256
 PKV_HF_CONFIG_DIGEST_BYTES = 80
 PKV_MAX_THREADS = 4096
 PKV_MAX_CACHE_SALT_BYTES = 65536
+PKV_MAX_EXTRA_KEY_BYTES = 64
+PKV_MAX_EXTRA_KEYS = 65536
 PKV_DEFAULT_KV_EVENTS_CAPACITY = 65536
 PKV_DEFAULT_EVENT_REPLAY_BATCHES = 10000
 PKV_DEFAULT_EVENT_SEND_HWM = 100000
@@ -261,11 +263,25 @@ class pkv_engine_params(_c.Structure):
     ]
 
 
+class pkv_extra_key(_c.Structure):
+    _fields_ = [
+        ('start_token', _c.c_uint32),
+        ('end_token', _c.c_uint32),
+        ('key', _c.c_void_p),
+        ('key_len', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
+    ]
+
+
 class pkv_seq_params(_c.Structure):
     _fields_ = [
         ('struct_size', _c.c_uint32),
         ('cache_salt_len', _c.c_uint32),
         ('cache_salt', _c.c_void_p),
+        ('extra_keys', _c.POINTER(pkv_extra_key)),
+        ('num_extra_keys', _c.c_uint32),
+        ('extra_key_size', _c.c_uint32),
+        ('lora_id', _c.c_uint64),
     ]
 
 
@@ -327,6 +343,10 @@ class pkv_request_params(_c.Structure):
         ('cache_salt_len', _c.c_uint32),
         ('reserved0', _c.c_uint32),
         ('cache_salt', _c.c_void_p),
+        ('extra_keys', _c.POINTER(pkv_extra_key)),
+        ('num_extra_keys', _c.c_uint32),
+        ('extra_key_size', _c.c_uint32),
+        ('lora_id', _c.c_uint64),
     ]
 
 
@@ -488,6 +508,9 @@ class pkv_kv_event(_c.Structure):
         ('parent_hash', _c.c_uint64),
         ('medium', _c.c_uint32),
         ('group', _c.c_uint32),
+        ('lora_id', _c.c_uint64),
+        ('num_extra_keys', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
     ]
 
 
@@ -551,16 +574,17 @@ SIZES = {
     'pkv_store_params': 112,
     'pkv_event_publisher_params': 56,
     'pkv_engine_params': 224,
-    'pkv_seq_params': 16,
+    'pkv_extra_key': 24,
+    'pkv_seq_params': 40,
     'pkv_seq_info': 56,
     'pkv_batch_view': 160,
-    'pkv_request_params': 32,
+    'pkv_request_params': 56,
     'pkv_kv_group_info': 32,
     'pkv_kv_budget': 208,
     'pkv_stats': 320,
     'pkv_pool_info': 144,
     'pkv_layer_info': 120,
-    'pkv_kv_event': 40,
+    'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,
     'pkv_store_info': 24,
     'pkv_store_entry': 184,
@@ -625,6 +649,8 @@ FUNCTIONS = {
     'pkv_engine_set_stream': (pkv_status, [_c.POINTER(pkv_engine), _c.c_void_p]),
     'pkv_block_hash_root': (pkv_status, [_c.c_uint64, _c.c_void_p, _c.c_uint32, _c.POINTER(_c.c_uint64)]),
     'pkv_block_hash': (pkv_status, [_c.c_uint64, _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint64)]),
+    'pkv_block_hash_root_lora': (pkv_status, [_c.c_uint64, _c.c_void_p, _c.c_uint32, _c.c_uint64, _c.POINTER(_c.c_uint64)]),
+    'pkv_block_hash_extra': (pkv_status, [_c.c_uint64, _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.c_uint32, _c.POINTER(pkv_extra_key), _c.c_uint32, _c.c_uint32, _c.POINTER(_c.c_uint64)]),
     'pkv_store_params_init': (pkv_status, [_c.POINTER(pkv_store_params), _c.c_uint32]),
     'pkv_engine_store_error': (pkv_status, [_c.POINTER(pkv_engine), _c.c_char_p, _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_store_open': (pkv_status, [_c.POINTER(pkv_store_params), _c.POINTER(_c.POINTER(pkv_store))]),
@@ -693,6 +719,8 @@ PARAM_NAMES = {
     'pkv_engine_set_stream': ('e', 'cuda_stream'),
     'pkv_block_hash_root': ('seed', 'salt', 'salt_len', 'out_hash'),
     'pkv_block_hash': ('seed', 'parent_hash', 'tokens', 'num_tokens', 'out_hash'),
+    'pkv_block_hash_root_lora': ('seed', 'salt', 'salt_len', 'lora_id', 'out_hash'),
+    'pkv_block_hash_extra': ('seed', 'parent_hash', 'tokens', 'num_tokens', 'first_token', 'keys', 'num_keys', 'key_size', 'out_hash'),
     'pkv_store_params_init': ('p', 'size'),
     'pkv_engine_store_error': ('e', 'out', 'cap', 'out_len'),
     'pkv_store_open': ('p', 'out'),
