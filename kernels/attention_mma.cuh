@@ -15,7 +15,9 @@
 //   k [K][D / 2 + 4]   the same for key j of the tile
 //   v [K / 2][D + 8]   word c of pair p: V[2p][c] (low), V[2p + 1][c]: P V's B fragments
 //                      pair keys 2 tig, 2 tig + 1 of one column, so one word is one register
-// Keys of the tile at or past key_end are zeros (their probability 0 multiplies them).
+// Keys of the tile at or past key_end are zeros (their probability 0 multiplies them). A soft-cap
+// maps the scores before the mask, sinks join the row sums at the end (mma_store): a layer
+// with neither runs the same instructions as before them.
 #pragma once
 
 #include "attention_tile.cuh"
@@ -78,9 +80,8 @@ __device__ __forceinline__ void mma_load_kv(const AttnArgs &a, const RowBlock &r
     for (int h = 0; h < 2; ++h) {
       const int key = k0 + 2 * p + h;
       if (key < key_end) {
-        const int64_t slot =
-            int64_t(blocks[key / a.block_size]) * a.block_size + key % a.block_size;
-        const int64_t off = (slot * a.kv_heads + rb.kv_head) * D + d8;
+        const int64_t off = int64_t(blocks[key / a.block_size]) * a.block_stride +
+                            (int64_t(key % a.block_size) * a.kv_heads + rb.kv_head) * D + d8;
         load_bits8<T, C>(k_cache + off, kx[h]);
         load_bits8<T, C>(v_cache + off, vx[h]);
       }
@@ -97,18 +98,20 @@ __device__ __forceinline__ void mma_load_kv(const AttnArgs &a, const RowBlock &r
 }
 
 // This warp's rows (16 from row0 of the CTA's tile): per lane rows group and group + 8, the
-// last key each may see (causal; -1 for padding rows), the online softmax state and O.
+// last key each may see (causal; -1 for padding rows) and the first (window or chunk), the online
+// softmax state and O.
 template <int D> struct WarpRows {
-  int last[2];
+  int last[2], first[2];
   float m[2], l[2];
   float o[D / 8][4];  // O's n-tiles of 8 dims, C-fragment layout
 };
 
-// S = Q K^T for the warp's 16 rows against the tile's K keys, scaled to base 2 and masked.
+// S = Q K^T for the warp's 16 rows against the tile's K keys, scaled to base 2, soft-capped
+// (cap > 0) and masked.
 template <class T, int D, int K>
 __device__ __forceinline__ void mma_scores(const uint32_t *q, const uint32_t *k, int warp_row0,
                                            const WarpRows<D> &w, float (&s)[K / 8][4], int k0,
-                                           int key_end, int window, float score_scale) {
+                                           int key_end, float cap, float score_scale) {
   constexpr int kStride = D / 2 + 4;
   const int lane = threadIdx.x % 32, group = lane / 4, tig = lane % 4;
 #pragma unroll
@@ -127,10 +130,20 @@ __device__ __forceinline__ void mma_scores(const uint32_t *q, const uint32_t *k,
 #pragma unroll
   for (int j = 0; j < K / 8; ++j)
 #pragma unroll
+    for (int i = 0; i < 4; ++i) s[j][i] *= score_scale;
+  if (cap > 0.f) {
+#pragma unroll
+    for (int j = 0; j < K / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[j][i] = soft_cap(s[j][i], cap);
+  }
+#pragma unroll
+  for (int j = 0; j < K / 8; ++j)
+#pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int key = k0 + 8 * j + 2 * tig + (i & 1), last = w.last[i >> 1];
-      const bool seen = key < key_end && key <= last && last - key < window;
-      s[j][i] = seen ? s[j][i] * score_scale : -INFINITY;
+      const int key = k0 + 8 * j + 2 * tig + (i & 1);
+      const bool seen = key < key_end && key <= w.last[i >> 1] && key >= w.first[i >> 1];
+      if (!seen) s[j][i] = -INFINITY;
     }
 }
 
@@ -180,7 +193,8 @@ __device__ __forceinline__ void mma_softmax_pv(const uint32_t *v, WarpRows<D> &w
   }
 }
 
-// out = O / l (times v_scale for fp8) for the warp's real rows.
+// out = O / l (times v_scale for fp8) for the warp's real rows; with sinks, l with the row's
+// sink joined and O rescaled to the max with it.
 template <class T, int D>
 __device__ __forceinline__ void mma_store(const AttnArgs &a, const RowBlock &rb, int warp_row0,
                                           WarpRows<D> &w, float v_scale) {
@@ -191,7 +205,12 @@ __device__ __forceinline__ void mma_store(const AttnArgs &a, const RowBlock &rb,
     w.l[h] += __shfl_xor_sync(0xffffffffu, w.l[h], 2);
     const int r = warp_row0 + group + 8 * h;
     if (r >= rb.num_rows) continue;
-    const float f = v_scale / w.l[h];
+    float f = v_scale / w.l[h];
+    if (a.sinks) {
+      const int q_head = rb.kv_head * a.group + (rb.row0 + r) % a.group;
+      const float corr = join_sink(a, q_head, w.m[h], w.l[h]);
+      f = v_scale * corr / w.l[h];
+    }
     T *out = static_cast<T *>(a.out) + row_offset(a, rb, r, D) + 2 * tig;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
@@ -216,13 +235,14 @@ __device__ __forceinline__ void attend_rows_mma(const AttnArgs &a, const RowBloc
   for (int h = 0; h < 2; ++h) {
     const int r = warp_row0 + group + 8 * h;
     w.last[h] = r < rb.num_rows ? first_new + (rb.row0 + r) / a.group : -1;
+    w.first[h] = r < rb.num_rows ? first_key(a, w.last[h]) : 0;
     w.m[h] = -INFINITY, w.l[h] = 0.f;
   }
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) w.o[n][0] = w.o[n][1] = w.o[n][2] = w.o[n][3] = 0.f;
   const int warp_rows = imin(16, rb.num_rows - warp_row0);  // <= 0: padding only
   const int warp_last = first_new + (rb.row0 + warp_row0 + warp_rows - 1) / a.group;
-  const int warp_first = window_start(first_new + (rb.row0 + warp_row0) / a.group, a.window);
+  const int warp_first = first_key(a, first_new + (rb.row0 + warp_row0) / a.group);
   float score_scale = a.scale_log2, v_scale = 1.f;
   if constexpr (kIsFp8<C>) score_scale *= a.k_scale[rb.kv_head], v_scale = a.v_scale[rb.kv_head];
   mma_load_q<T, D, Tile::kRows>(a, rb, q);
@@ -231,7 +251,7 @@ __device__ __forceinline__ void attend_rows_mma(const AttnArgs &a, const RowBloc
     __syncthreads();
     if (warp_rows > 0 && k0 <= warp_last && k0 + K > warp_first) {
       float s[K / 8][4];
-      mma_scores<T, D, K>(q, k, warp_row0, w, s, k0, key_end, a.window, score_scale);
+      mma_scores<T, D, K>(q, k, warp_row0, w, s, k0, key_end, a.cap_log2, score_scale);
       mma_softmax_pv<T, D, K>(v, w, s);
     }
     __syncthreads();

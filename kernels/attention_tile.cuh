@@ -10,8 +10,10 @@
 //   kv   [K][d + 1]    the K tile, then the V tile (+1 breaks bank conflicts of the dot products)
 //   s    [R][K]        scores, then probabilities
 //   m, l, corr [R]     running max, running sum, this tile's rescale of the accumulators
-//   last [R] (int32)   the last key position row r may see (causal), -1 for padding rows; it
-//                      sees last - window + 1 .. last
+//   last [R] (int32)   the last key position row r may see (causal), -1 for padding rows
+//   first [R] (int32)  the first: its window's (last - window + 1) or its chunk's
+// A soft-cap (AttnArgs::cap_log2) maps each score before the mask; sinks join the sums at the
+// end (store_rows, or the decode merge), so a layer without either runs the same arithmetic.
 // Accumulators live in registers: pair i of a thread is element f = tid + i * kAttnThreads of
 // the [R][d] output tile.
 #pragma once
@@ -32,12 +34,12 @@ template <int D, int R, int K> struct Tile {
   static constexpr int kRows = R, kKeys = K;
   static constexpr int kMaxD = D ? D : PKV_ATTENTION_MAX_HEAD_DIM;
   static constexpr int kPairs = (R * kMaxD + kAttnThreads - 1) / kAttnThreads;
-  static size_t smem_bytes(int d) { return sizeof(float) * (R * d + K * (d + 1) + R * K + 4 * R); }
+  static size_t smem_bytes(int d) { return sizeof(float) * (R * d + K * (d + 1) + R * K + 5 * R); }
 };
 
 struct TileSmem {
   float *q, *kv, *s, *m, *l, *corr;
-  int32_t *last;
+  int32_t *last, *first;
 };
 
 // base: the kernel's dynamic shared memory, declared as bytes because it holds floats and
@@ -52,7 +54,27 @@ template <int R, int K> __device__ __forceinline__ TileSmem carve_smem(unsigned 
   t.corr = t.l + R;
   const int floats = R * d + K * (d + 1) + R * K + 3 * R;  // q, kv, s, m, l, corr
   t.last = reinterpret_cast<int32_t *>(base + sizeof(float) * floats);
+  t.first = t.last + R;
   return t;
+}
+
+// The first key a row at position pos sees: its chunk's first (chunked local attention), else
+// its window's (0 under full attention). Never after pos.
+__device__ __forceinline__ int32_t first_key(const AttnArgs &a, int32_t pos) {
+  return a.chunk ? pos - pos % a.chunk : window_start(pos, a.window);
+}
+
+// A score s (base 2) under the soft-cap c (base 2 too): c * tanh(s / c), the same map as in
+// natural units since both sides scale by log2(e).
+__device__ __forceinline__ float soft_cap(float s, float cap) { return cap * tanhf(s / cap); }
+
+// Joins q head h's sink to a row's final max m and sum l (base 2): l becomes the sum with the
+// sink's weight; returns the factor that rescales the row's accumulators to the new max.
+__device__ __forceinline__ float join_sink(const AttnArgs &a, int q_head, float m, float &l) {
+  const float sink = a.sinks[q_head] * 1.4426950408889634f;  // log2(e): logits to base 2
+  const float m_new = fmaxf(m, sink), f = exp2f(m - m_new);
+  l = l * f + exp2f(sink - m_new);
+  return f;
 }
 
 // Offset of row r's vector in q / out: [token][q_heads][head_dim].
@@ -75,6 +97,7 @@ __device__ __forceinline__ void load_rows(const AttnArgs &a, const RowBlock &rb,
   for (int r = threadIdx.x; r < R; r += kAttnThreads) {
     const int token = (rb.row0 + r) / a.group;
     sm.last[r] = r < rb.num_rows ? rb.context_len - rb.query_len + token : -1;
+    sm.first[r] = r < rb.num_rows ? first_key(a, sm.last[r]) : 0;
     sm.m[r] = -INFINITY;
     sm.l[r] = 0.f;
   }
@@ -92,8 +115,9 @@ __device__ __forceinline__ void load_kv_tile(const C *cache, const AttnArgs &a, 
     const int j = c / chunks, d8 = c % chunks * 8, key = k0 + j;
     float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (key < key_end) {
-      const int64_t slot = int64_t(blocks[key / a.block_size]) * a.block_size + key % a.block_size;
-      load8(cache + (slot * a.kv_heads + rb.kv_head) * d + d8, x);
+      const int64_t at = int64_t(blocks[key / a.block_size]) * a.block_stride +
+                         (int64_t(key % a.block_size) * a.kv_heads + rb.kv_head) * d;
+      load8(cache + at + d8, x);
       if constexpr (kIsFp8<C>) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) x[i] *= scale;
@@ -104,18 +128,19 @@ __device__ __forceinline__ void load_kv_tile(const C *cache, const AttnArgs &a, 
   }
 }
 
-// Scores of the tile; a key outside row r's causal window (past last[r], or window or more keys
-// before it) scores -inf.
+// Scores of the tile, soft-capped when cap > 0; a key outside row r's causal window or chunk
+// (past last[r] or before first[r]) scores -inf.
 template <int D, int R, int K>
 __device__ __forceinline__ void tile_scores(const TileSmem &sm, int d, int k0, int key_end,
-                                            int window) {
+                                            float cap) {
   for (int e = threadIdx.x; e < R * K; e += kAttnThreads) {
-    const int r = e / K, j = e % K, key = k0 + j, last = sm.last[r];
+    const int r = e / K, j = e % K, key = k0 + j;
     const float *qr = sm.q + r * d, *kr = sm.kv + j * (d + 1);
     float dot = 0.f;
 #pragma unroll 8
     for (int i = 0; i < (D ? D : d); ++i) dot += qr[i] * kr[i];
-    sm.s[e] = key < key_end && key <= last && last - key < window ? dot : -INFINITY;
+    if (cap > 0.f) dot = soft_cap(dot, cap);
+    sm.s[e] = key < key_end && key <= sm.last[r] && key >= sm.first[r] ? dot : -INFINITY;
   }
 }
 
@@ -175,7 +200,7 @@ __device__ __forceinline__ void attend_rows(const AttnArgs &a, const RowBlock &r
   for (int k0 = key_begin; k0 < key_end; k0 += K) {
     load_kv_tile<C, K>(static_cast<const C *>(a.k_cache), a, rb, sm, d, k0, key_end, k_scale);
     __syncthreads();
-    tile_scores<D, R, K>(sm, d, k0, key_end, a.window);
+    tile_scores<D, R, K>(sm, d, k0, key_end, a.cap_log2);
     __syncthreads();
     load_kv_tile<C, K>(static_cast<const C *>(a.v_cache), a, rb, sm, d, k0, key_end, v_scale);
     tile_softmax<R, K>(sm);
@@ -185,17 +210,24 @@ __device__ __forceinline__ void attend_rows(const AttnArgs &a, const RowBlock &r
   }
 }
 
-// out = acc / l for the real rows.
+// out = acc / l for the real rows; with sinks, acc * corr / l after each row's sink joined l
+// (corr: the rescale to the max with the sink).
 template <class T, int D, int R, int P>
 __device__ __forceinline__ void store_rows(const AttnArgs &a, const RowBlock &rb,
                                            const TileSmem &sm, const float (&acc)[P]) {
   const int d = D ? D : a.head_dim;
+  if (a.sinks) {
+    for (int r = threadIdx.x; r < rb.num_rows; r += kAttnThreads)
+      sm.corr[r] = join_sink(a, rb.kv_head * a.group + (rb.row0 + r) % a.group, sm.m[r], sm.l[r]);
+    __syncthreads();
+  }
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     const int f = threadIdx.x + i * kAttnThreads;
     const int r = f / d, c = f % d;
     if (f >= R * d || r >= rb.num_rows) break;
-    static_cast<T *>(a.out)[row_offset(a, rb, r, d) + c] = from_float<T>(acc[i] / sm.l[r]);
+    const float x = a.sinks ? acc[i] * sm.corr[r] / sm.l[r] : acc[i] / sm.l[r];
+    static_cast<T *>(a.out)[row_offset(a, rb, r, d) + c] = from_float<T>(x);
   }
 }
 

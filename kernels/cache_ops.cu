@@ -14,36 +14,47 @@ namespace {
 constexpr int kWriteThreads = 128;
 constexpr int kCopyThreads = 256;
 
-// grid.x = token. k, v: [tokens][row_chunks]; caches: [slots][row_chunks]; v and v_cache null:
-// K only.
+// Where slot's row starts in a cache whose blocks of block_size rows of row units each are
+// block_stride units apart (units: elements, chunks or bytes).
+__device__ __forceinline__ int64_t slot_offset(int64_t slot, int32_t block_size,
+                                               int64_t block_stride, int64_t row) {
+  return slot / block_size * block_stride + slot % block_size * row;
+}
+
+// grid.x = token. k, v: [tokens][row_chunks]; caches: blocks of [block_size][row_chunks],
+// block_stride chunks apart; v and v_cache null: K only.
 template <class Chunk>
 __global__ void __launch_bounds__(kWriteThreads)
     write_kv_kernel(const Chunk *__restrict__ k, const Chunk *__restrict__ v, Chunk *k_cache,
-                    Chunk *v_cache, const int64_t *__restrict__ slot_mapping, int64_t row_chunks) {
+                    Chunk *v_cache, const int64_t *__restrict__ slot_mapping, int64_t row_chunks,
+                    int32_t block_size, int64_t block_stride) {
   const int64_t token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
   if (slot < 0) return;
-  const int64_t src = token * row_chunks, dst = slot * row_chunks;
+  const int64_t src = token * row_chunks;
+  const int64_t dst = slot_offset(slot, block_size, block_stride, row_chunks);
   for (int64_t c = threadIdx.x; c < row_chunks; c += blockDim.x) {
     k_cache[dst + c] = k[src + c];
     if (v_cache) v_cache[dst + c] = v[src + c];
   }
 }
 
-// grid = (token, kv head). k, v: [tokens][kv_heads][head_dim] of T; caches: [slots][kv_heads]
-// [head_dim] of fp8 codes C. Each element is divided by its head's scale in IEEE fp32 (__fdiv_rn,
-// whatever the division flags) and encoded (fp8.cuh). v, v_cache and v_scale null: K only.
+// grid = (token, kv head). k, v: [tokens][kv_heads][head_dim] of T; caches: blocks of
+// [block_size][kv_heads][head_dim] fp8 codes C, block_stride bytes apart. Each element is divided
+// by its head's scale in IEEE fp32 (__fdiv_rn, whatever the division flags) and encoded
+// (fp8.cuh). v, v_cache and v_scale null: K only.
 template <class T, class C>
 __global__ void __launch_bounds__(kWriteThreads)
     write_kv_fp8_kernel(const T *__restrict__ k, const T *__restrict__ v, uint8_t *k_cache,
                         uint8_t *v_cache, const int64_t *__restrict__ slot_mapping,
                         const float *__restrict__ k_scale, const float *__restrict__ v_scale,
-                        int32_t head_dim) {
+                        int32_t head_dim, int32_t block_size, int64_t block_stride) {
   const int64_t token = blockIdx.x, head = blockIdx.y;
   const int64_t slot = slot_mapping[token];
   if (slot < 0) return;
   const int64_t row = int64_t(gridDim.y) * head_dim;
-  const int64_t src = token * row + head * head_dim, dst = slot * row + head * head_dim;
+  const int64_t src = token * row + head * head_dim;
+  const int64_t dst = slot_offset(slot, block_size, block_stride, row) + head * head_dim;
   const float ks = k_scale[head], vs = v_cache ? v_scale[head] : 1.f;
   for (int32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
     k_cache[dst + i] = dev::fp8_encode<C>(__fdiv_rn(dev::to_float(k[src + i]), ks));
@@ -68,12 +79,19 @@ __global__ void __launch_bounds__(kCopyThreads)
   for (int64_t c = threadIdx.x; c < block_chunks; c += blockDim.x) to[c] = from[c];
 }
 
+// The bytes from one block of the layer to the next: its block_stride, or dense.
+int64_t stride_bytes(const KvLayer &layer, int64_t row_bytes) {
+  return layer.block_stride ? layer.block_stride : row_bytes * layer.block_size;
+}
+
 template <class Chunk>
 cudaError_t write_kv_as(const KvLayer &layer, const void *k, const void *v, const int64_t *slots,
                         int32_t num_tokens, int64_t row_bytes, cudaStream_t stream) {
+  const int64_t chunk = sizeof(Chunk);
   write_kv_kernel<Chunk><<<num_tokens, kWriteThreads, 0, stream>>>(
       static_cast<const Chunk *>(k), static_cast<const Chunk *>(v), static_cast<Chunk *>(layer.k),
-      static_cast<Chunk *>(layer.v), slots, row_bytes / int64_t(sizeof(Chunk)));
+      static_cast<Chunk *>(layer.v), slots, row_bytes / chunk, layer.block_size,
+      stride_bytes(layer, row_bytes) / chunk);
   return cudaGetLastError();
 }
 
@@ -83,7 +101,8 @@ cudaError_t write_kv_fp8_as(const KvLayer &layer, const void *k, const void *v,
   const dim3 grid(uint32_t(num_tokens), uint32_t(layer.kv_heads));
   write_kv_fp8_kernel<T, C><<<grid, kWriteThreads, 0, stream>>>(
       static_cast<const T *>(k), static_cast<const T *>(v), static_cast<uint8_t *>(layer.k),
-      static_cast<uint8_t *>(layer.v), slots, layer.k_scale, layer.v_scale, layer.head_dim);
+      static_cast<uint8_t *>(layer.v), slots, layer.k_scale, layer.v_scale, layer.head_dim,
+      layer.block_size, stride_bytes(layer, int64_t(layer.kv_heads) * layer.head_dim));
   return cudaGetLastError();
 }
 
@@ -108,8 +127,13 @@ bool pool_aligned16(const KvPool &p) {
 
 cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
                             const int64_t *slot_mapping, int32_t num_tokens, cudaStream_t stream) {
+  const int64_t row_bytes =
+      int64_t(layer.kv_heads) * layer.head_dim * int64_t(dtype_bytes(layer.kv_dtype));
   if (num_tokens < 0 || layer.block_size < 1 || layer.kv_heads < 1 ||
-      layer.kv_heads > PKV_CUDA_MAX_GRID || layer.head_dim < 1 || !layer.k || !k || !layer.v != !v)
+      layer.kv_heads > PKV_CUDA_MAX_GRID || layer.head_dim < 1 || !layer.k || !k ||
+      !layer.v != !v || (layer.v_dim != 0 && layer.v_dim != layer.head_dim) ||
+      (layer.block_stride != 0 &&
+       (layer.block_stride < row_bytes * layer.block_size || layer.block_stride % 16 != 0)))
     return cudaErrorInvalidValue;
   if (is_fp8(layer.kv_dtype)) {
     if (!layer.k_scale || (layer.v && !layer.v_scale)) return cudaErrorInvalidValue;
@@ -124,8 +148,6 @@ cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
   }
   if (layer.kv_dtype != layer.dtype || dtype_bytes(layer.dtype) == 1) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
-  const int64_t row_bytes =
-      int64_t(layer.kv_heads) * layer.head_dim * int64_t(dtype_bytes(layer.dtype));
   if (aligned16(k) && aligned16(v) && aligned16(layer.k) && aligned16(layer.v) &&
       row_bytes % 16 == 0)
     return write_kv_as<uint4>(layer, k, v, slot_mapping, num_tokens, row_bytes, stream);

@@ -13,7 +13,10 @@ namespace pkv::cuda {
 // pool (layer.kv_dtype) gets each element x of head h as the code of x / scale[h] (fp32
 // division, nearest with ties to even, saturating to the largest finite, NaN -> 0x7F). A pool
 // without V (layer.v null: the MLA latent cache, whose rows are k's) takes v null and writes K
-// alone; its fp8 layer.v_scale is not read.
+// alone; its fp8 layer.v_scale is not read; so does a layer whose V is its K. Slot s = b *
+// block_size + o is row o of block b, blocks layer.block_stride bytes apart (0: dense). A
+// block_stride below the dense bytes or not a multiple of 16, or a v_dim other than head_dim,
+// is refused.
 cudaError_t launch_write_kv(const KvLayer &layer, const void *k, const void *v,
                             const int64_t *slot_mapping, int32_t num_tokens, cudaStream_t stream);
 

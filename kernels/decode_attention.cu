@@ -17,9 +17,10 @@ constexpr int kSplitAlign = 64;
 
 template <int D> using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
 
-// The keys a decoding sequence of context_len tokens reads: its window's first .. the last.
+// The keys a decoding sequence of context_len tokens reads: its window's or chunk's first .. the
+// last.
 __device__ __forceinline__ int decode_first_key(const AttnArgs &a, int context_len) {
-  return dev::window_start(context_len - 1, a.window);
+  return dev::first_key(a, context_len - 1);
 }
 __device__ __forceinline__ int decode_splits(const AttnArgs &a, int context_len) {
   return dev::ceil_div(context_len - decode_first_key(a, context_len), a.split_tokens);
@@ -66,7 +67,9 @@ __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
   }
 }
 
-// grid = (q_head, seq): out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
+// grid = (q_head, seq): out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s. A sink joins
+// here, once: as one more split's max with sum 1 and no acc (without sinks m starts at -inf and l
+// at 0, the arithmetic of before).
 template <class T> __global__ void __launch_bounds__(kAttnThreads) decode_merge_kernel(AttnArgs a) {
   const int seq = blockIdx.y, q_head = blockIdx.x;
   const int query_start = a.query_start[seq];
@@ -75,8 +78,10 @@ template <class T> __global__ void __launch_bounds__(kAttnThreads) decode_merge_
   if (num_splits <= 1) return;
   const int64_t part0 = (int64_t(seq) * a.q_heads + q_head) * a.max_splits;
   const float *ml = a.ws_ml + 2 * part0;
-  float m = -INFINITY, l = 0.f;
+  const float sink = a.sinks ? a.sinks[q_head] * 1.4426950408889634f : -INFINITY;  // base 2
+  float m = sink, l = 0.f;
   for (int s = 0; s < num_splits; ++s) m = fmaxf(m, ml[2 * s]);
+  if (a.sinks) l = exp2f(sink - m);
   for (int s = 0; s < num_splits; ++s) l += exp2f(ml[2 * s] - m) * ml[2 * s + 1];
   T *out = static_cast<T *>(a.out) + (int64_t(query_start) * a.q_heads + q_head) * a.head_dim;
   for (int c = threadIdx.x; c < a.head_dim; c += kAttnThreads) {
@@ -104,7 +109,8 @@ cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t str
 
 namespace {
 
-// The most keys one decoding sequence of the batch reads under `window` (0 = all), at least 1.
+// The most keys one decoding sequence of the batch reads under `window` (a window or a chunk; 0 =
+// all), at least 1.
 int32_t max_keys(const BatchView &batch, int32_t window) {
   const int32_t keys =
       window > 0 ? dev::imin(batch.max_context_len, window) : batch.max_context_len;
@@ -158,8 +164,8 @@ cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch
                                     void *out, int32_t q_heads, float scale, const DecodePlan &plan,
                                     void *workspace, cudaStream_t stream) {
   if (batch.num_seqs == 0) return cudaSuccess;
-  if (plan.split_tokens < 1 || plan.max_splits < 1 || layer.window < 0 ||
-      int64_t(plan.max_splits) * plan.split_tokens < max_keys(batch, layer.window) ||
+  if (plan.split_tokens < 1 || plan.max_splits < 1 || layer.window < 0 || layer.chunk < 0 ||
+      int64_t(plan.max_splits) * plan.split_tokens < max_keys(batch, dev::attn_span(layer)) ||
       (plan.max_splits > 1 && !workspace))
     return cudaErrorInvalidValue;
   AttnArgs a;

@@ -17,8 +17,9 @@ struct DecodePlan {
 };
 
 // Chooses split_tokens so that about two CTAs per SM are busy (num_sms: the device's SM count),
-// never fewer than 256 keys per split. window: the layers' (KvLayer::window; 0 = all): a
-// sequence reads at most that many keys, split from the window's first on.
+// never fewer than 256 keys per split. window: the layers' span, KvLayer::window or for chunked
+// layers KvLayer::chunk (0 = all): a sequence reads at most that many keys, split from the
+// window's (chunk's) first on.
 DecodePlan plan_decode(const BatchView &batch, int32_t q_heads, int32_t kv_heads, int32_t head_dim,
                        int32_t window, int32_t num_sms);
 // The most workspace plan_decode asks for with these arguments, under any window: a buffer of
@@ -29,11 +30,13 @@ size_t decode_workspace_bound(const BatchView &batch, int32_t q_heads, int32_t k
 DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32_t head_dim,
                                   int32_t window, int32_t split_tokens);
 
-// out[t] = softmax(q[t] K^T * scale) V over the keys of t's window (layer.window; 0 = all) for
-// every sequence whose query_len is 1 (other rows of out are left untouched); fp8 K/V are read
-// times layer's scales. q, out: [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned;
-// q_heads a multiple of layer.kv_heads; scale > 0 (pkv resolves the default). plan: one made for
-// layer.window or a wider one; workspace: device, plan.workspace_bytes. Asynchronous on stream;
+// out[t] = softmax(q[t] K^T * scale) V over the keys of t's window (layer.window; 0 = all) or
+// chunk (layer.chunk) for every sequence whose query_len is 1 (other rows of out are left
+// untouched); fp8 K/V are read times layer's scales; layer.softcap caps the scaled scores and
+// layer.sinks join the denominators (once per row, in the merge when split). q, out:
+// [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned; q_heads a multiple of
+// layer.kv_heads; scale > 0 (pkv resolves the default). plan: one made for layer.window (or
+// chunk) or a wider one; workspace: device, plan.workspace_bytes. Asynchronous on stream;
 // returns the launch status.
 cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
                                     void *out, int32_t q_heads, float scale, const DecodePlan &plan,

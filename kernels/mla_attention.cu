@@ -145,8 +145,9 @@ cudaError_t launch_mla_attention(const KvLayer &layer, int32_t kv_lora_rank, con
                                  const MlaPlan &plan, void *workspace, cudaStream_t stream) {
   if (batch.num_seqs < 0 || batch.num_seqs > PKV_CUDA_MAX_GRID || q_heads < 1 ||
       q_heads > PKV_CUDA_MAX_GRID || layer.v || layer.kv_heads != 1 || layer.window != 0 ||
-      layer.block_size < 1 || !latent_ok(layer.head_dim, kv_lora_rank) || !aligned16(q) ||
-      !aligned16(out) || !aligned16(layer.k) || !(scale > 0.f) ||
+      layer.chunk != 0 || layer.softcap != 0.f || layer.sinks || layer.v_dim != 0 ||
+      layer.block_stride != 0 || layer.block_size < 1 || !latent_ok(layer.head_dim, kv_lora_rank) ||
+      !aligned16(q) || !aligned16(out) || !aligned16(layer.k) || !(scale > 0.f) ||
       (is_fp8(layer.kv_dtype) && !layer.k_scale) || plan.split_tokens < 1 || plan.max_splits < 1 ||
       int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
       (plan.max_splits > 1 && !workspace) || (plan.row_groups != 2 && plan.row_groups != 4))

@@ -32,7 +32,7 @@ __device__ bool prefill_rows(const AttnArgs &a, RowBlock &rb, int &key_begin, in
   const int context_len = a.context_lens[seq];
   const int num_rows = dev::imin(kRows, query_len * a.group - row0);
   rb = RowBlock{seq, int(blockIdx.y), row0, num_rows, query_start, query_len, context_len};
-  key_begin = dev::window_start(context_len - query_len + row0 / a.group, a.window);
+  key_begin = dev::first_key(a, context_len - query_len + row0 / a.group);
   key_end = context_len - query_len + (row0 + num_rows - 1) / a.group + 1;
   return true;
 }

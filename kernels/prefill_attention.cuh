@@ -11,8 +11,9 @@
 namespace pkv::cuda {
 
 // out[t] = causal softmax(q[t] K^T * scale) V over the keys of t's window (layer.window; 0 =
-// all) for every sequence whose query_len is at least 2 (rows of query_len-1 sequences are left
-// to launch_decode_attention); fp8 K/V are read times layer's scales. q, out:
+// all) or chunk (layer.chunk) for every sequence whose query_len is at least 2 (rows of
+// query_len-1 sequences are left to launch_decode_attention); fp8 K/V are read times layer's
+// scales; layer.softcap caps the scaled scores and layer.sinks join each row's denominator. q, out:
 // [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned; q_heads a multiple of
 // layer.kv_heads; scale > 0 (pkv resolves the default). The new tokens' K/V must already be in
 // the cache (launch_write_kv). Asynchronous on stream; returns the launch status.
