@@ -145,10 +145,14 @@ namespace Pkv
         /// (Engine.IsMla) takes the absorbed form, with W = KvLoraRank + QkRopeHeadDim (its
         /// HeadDim): q [tokens][q heads per rank][W], k the new tokens' latents [tokens][W], v
         /// null (V is the latents' first KvLoraRank values; a v is refused), output [tokens][q
-        /// heads per rank][KvLoraRank]. Checked before pkv is called (PkvException
-        /// InvalidArgument, saying what was expected): the engine's model dtype is F32, and each
-        /// array holds at least the elements pkv reads or writes; Unsupported on a CUDA engine
-        /// (use the NativeAddress overload).</summary>
+        /// heads per rank][KvLoraRank]. An engine of EngineParams.LayerSpecs takes each layer's
+        /// own shape (Engine.LayerInfo): q [tokens][q heads per rank][HeadDim], k [tokens][KvHeads]
+        /// [HeadDim], v [tokens][KvHeads][VHeadDim], output [tokens][q heads per rank][VHeadDim]; a
+        /// K = V layer takes v null, a Shared layer k and v null (it writes nothing and reads its
+        /// source layer's cache: call it after its source). Checked before pkv is called
+        /// (PkvException InvalidArgument, saying what was expected): the engine's model dtype is
+        /// F32, and each array holds at least the elements pkv reads or writes; Unsupported on a
+        /// CUDA engine (use the NativeAddress overload).</summary>
         public void Attention(uint layer, float[] q, float[] k, float[] v, float[] output)
         {
             Pinned(layer, q, k, v, output, "float[]");
@@ -164,7 +168,7 @@ namespace Pkv
 
         /// <summary>pkv_attention on native addresses (device memory on a CUDA engine), of the
         /// sizes the array overloads check: this overload cannot check them. An MLA engine's v is
-        /// NativeAddress.Zero.</summary>
+        /// NativeAddress.Zero, and so are a K = V layer's v and a Shared layer's k and v.</summary>
         public void Attention(uint layer, NativeAddress q, NativeAddress k, NativeAddress v, NativeAddress output)
         {
             lock (engine.Gate)
@@ -172,32 +176,34 @@ namespace Pkv
                                            (void*)output.Pointer));
         }
 
-        // v null: no V (MLA's), passed as NULL
+        // k or v null: none (a Shared layer's k and v, MLA's and K = V's v), passed as NULL
         void Pinned(uint layer, Array q, Array k, Array v, Array output, string elem)
         {
-            CheckBuffers(q, k, v, output, elem);
-            var pins = new[] { GCHandle.Alloc(q, GCHandleType.Pinned), GCHandle.Alloc(k, GCHandleType.Pinned),
-                               GCHandle.Alloc(output, GCHandleType.Pinned) };
-            GCHandle? vPin = v == null ? (GCHandle?)null : GCHandle.Alloc(v, GCHandleType.Pinned);
+            CheckBuffers(layer, q, k, v, output, elem);
+            Array[] arrays = { q, k, v, output };
+            var pins = new GCHandle?[arrays.Length];
             try
             {
-                lock (engine.Gate)
-                    Check(Native.pkv_attention(Handle, layer, (void*)pins[0].AddrOfPinnedObject(),
-                                               (void*)pins[1].AddrOfPinnedObject(),
-                                               vPin.HasValue ? (void*)vPin.Value.AddrOfPinnedObject() : null,
-                                               (void*)pins[2].AddrOfPinnedObject()));
+                var at = new void*[arrays.Length];
+                for (int i = 0; i < arrays.Length; i++)
+                {
+                    if (arrays[i] == null) continue;
+                    pins[i] = GCHandle.Alloc(arrays[i], GCHandleType.Pinned);
+                    at[i] = (void*)pins[i].Value.AddrOfPinnedObject();
+                }
+                lock (engine.Gate) Check(Native.pkv_attention(Handle, layer, at[0], at[1], at[2], at[3]));
             }
             finally
             {
-                foreach (var p in pins) p.Free();
-                if (vPin.HasValue) vPin.Value.Free();
+                foreach (var p in pins)
+                    if (p.HasValue) p.Value.Free();
             }
         }
 
         /// <summary>Refuses host arrays pkv would misread: of another element type than the
         /// engine's model dtype (float32 given to a bf16 engine reads as garbage), too short for
         /// the step's tokens, or on a CUDA engine (pkv would take them for device memory).</summary>
-        void CheckBuffers(Array q, Array k, Array v, Array output, string elem)
+        void CheckBuffers(uint layer, Array q, Array k, Array v, Array output, string elem)
         {
             EngineParams p = engine.Params;
             if (engine.PoolDevice != Device.Cpu)
@@ -209,14 +215,30 @@ namespace Pkv
                 throw new PkvException(Status.InvalidArgument, string.Format(
                     "Attention: the engine's model dtype is {0}, so q, k, v and output are {1} ({2}), not {3}",
                     p.DType, want, p.DType == DType.F32 ? "float32 values" : p.DType + " bit patterns", elem));
-            if (v == null && !engine.IsMla)
-                throw new PkvException(Status.InvalidArgument,
-                    "Attention: v is null: give the new tokens' V (only an MLA engine takes none)");
+            LayerShape shape = engine.Shape(layer);
+            CheckAbsent(layer, shape, k, v);
             long rows = view.NumTokens;
-            Need(q, rows * engine.QPerToken, "q", elem);
-            Need(k, rows * engine.KvPerToken, "k", elem);
-            if (v != null) Need(v, rows * engine.KvPerToken, "v", elem);
-            Need(output, rows * engine.OutPerToken, "output", elem);
+            Need(q, rows * shape.Q, "q", elem);
+            if (k != null) Need(k, rows * shape.K, "k", elem);
+            if (v != null && shape.V > 0) Need(v, rows * shape.V, "v", elem);  // MLA's v: pkv says why not
+            Need(output, rows * shape.Out, "output", elem);
+        }
+
+        // k or v given where the layer takes none, or missing where it needs one: refused, saying why
+        void CheckAbsent(uint layer, LayerShape shape, Array k, Array v)
+        {
+            string why = null;
+            if (shape.Kind == LayerKind.Shared && (k != null || v != null))
+                why = string.Format("layer {0} is Shared (it reads layer {1}'s K and V and writes none): k and v " +
+                                    "must be null", layer, engine.LayerInfo(layer).SourceLayer);
+            else if (shape.Kind != LayerKind.Shared && k == null)
+                why = "k is null: give the new tokens' K (only a Shared layer takes none)";
+            else if (shape.KEqV && shape.Kind == LayerKind.Attention && v != null)
+                why = string.Format("layer {0} keeps K = V (stored once): v must be null", layer);
+            else if (shape.V > 0 && v == null)
+                why = "v is null: give the new tokens' V (only an MLA engine, a K = V layer or a Shared layer " +
+                      "takes none)";
+            if (why != null) throw new PkvException(Status.InvalidArgument, "Attention: " + why);
         }
 
         static void Need(Array a, long need, string name, string elem)

@@ -49,6 +49,7 @@ namespace Pkv
                       EventPublisherConfig eventPublisher = null)
         {
             uint[] windows = Library.Windows(p, layerWindows);
+            LayerSpecNative[] specs = Library.NativeSpecs(p);
             StoreBridge bridge = store == null ? null : store.Build();
             var publisher = new StoreBridge();  // the publisher's memory, until create has copied it
             Status created;
@@ -58,8 +59,10 @@ namespace Pkv
                 n.Store = bridge == null ? IntPtr.Zero : (IntPtr)bridge.Params;
                 if (eventPublisher != null) n.EventPublisher = (IntPtr)eventPublisher.Build(publisher);
                 fixed (uint* w = windows)  // pinned for the call: pkv copies them at create
+                fixed (LayerSpecNative* s = specs)
                 {
                     n.LayerWindows = (IntPtr)w;
+                    Library.SetSpecs(ref n, s);
                     created = Native.pkv_engine_create(&n, out handle);
                 }
             }
@@ -79,6 +82,8 @@ namespace Pkv
             Call(Native.pkv_engine_params_get(handle, &eff));
             EngineParams effective = EngineParams.FromNative(eff);
             effective.LayerWindows = Library.CopyLayerWindows(eff);  // they point into the engine
+            // the specs as the engine holds them, else as given (pkv reads them at create only)
+            effective.LayerSpecs = Library.CopyLayerSpecs(eff) ?? p.SpecsNoCopy;
             Params = effective;
             uint qHeads = eff.NumQHeads / eff.TpSize;
             QPerToken = qHeads * eff.HeadDim;
@@ -117,45 +122,59 @@ namespace Pkv
             if (s != Status.Ok) throw new PkvException(s, Native.Text(Native.pkv_engine_last_error(handle)));
         }
 
-        /// <summary>Admits a prompt (pkv_allocate). PkvException NoSpace: nothing changed.</summary>
-        public Sequence Allocate(int[] tokens, byte[] salt = null)
+        /// <summary>Admits a prompt (pkv_allocate). PkvException NoSpace: nothing changed. salt: a
+        /// tenant key (different salts never share blocks); extraKeys (a multimodal item's
+        /// content hash over its placeholder tokens) and loraId (the adapter the KV is computed
+        /// with, 0 = none): a block hits only under equal tokens, extra keys and adapter.</summary>
+        public Sequence Allocate(int[] tokens, byte[] salt = null, ExtraKey[] extraKeys = null, ulong loraId = 0)
         {
             ulong id;
             uint cached;
+            using (var keys = new PinnedKeys(extraKeys))
             lock (gate)
                 fixed (int* t = tokens)
                 fixed (byte* s = salt)
                 {
-                    SeqParams sp = SaltParams(s, salt);
-                    Call(Native.pkv_allocate(Handle, t, (uint)tokens.Length, salt == null ? null : &sp,
+                    SeqParams sp = SeqParamsOf(s, salt, keys, loraId);
+                    Call(Native.pkv_allocate(Handle, t, (uint)tokens.Length, sp.StructSize == 0 ? null : &sp,
                                              &id, &cached));
                 }
             return new Sequence(this, id, cached);
         }
 
         /// <summary>Free blocks pkv_allocate would take now, and the tokens it would find cached.</summary>
-        public uint AllocateQuery(int[] tokens, out uint numCachedTokens, byte[] salt = null)
+        public uint AllocateQuery(int[] tokens, out uint numCachedTokens, byte[] salt = null, ExtraKey[] extraKeys = null,
+                                  ulong loraId = 0)
         {
             uint blocks, cached;
+            using (var keys = new PinnedKeys(extraKeys))
             lock (gate)
                 fixed (int* t = tokens)
                 fixed (byte* s = salt)
                 {
-                    SeqParams sp = SaltParams(s, salt);
+                    SeqParams sp = SeqParamsOf(s, salt, keys, loraId);
                     Call(Native.pkv_allocate_query(Handle, t, (uint)tokens.Length,
-                                                   salt == null ? null : &sp, &blocks, &cached));
+                                                   sp.StructSize == 0 ? null : &sp, &blocks, &cached));
                 }
             numCachedTokens = cached;
             return blocks;
         }
 
-        static SeqParams SaltParams(byte* s, byte[] salt)
+        // The sequence's params, or all zero (passed as NULL, as a 0.4 caller does) when none is given
+        static SeqParams SeqParamsOf(byte* s, byte[] salt, PinnedKeys keys, ulong loraId)
         {
             var sp = new SeqParams();
-            if (salt == null) return sp;
+            if (salt == null && keys.Count == 0 && loraId == 0) return sp;
             Native.Check(Native.pkv_seq_params_init(&sp, (uint)sizeof(SeqParams)));
-            sp.CacheSalt = (IntPtr)s;
-            sp.CacheSaltLen = (uint)salt.Length;
+            if (salt != null)
+            {
+                sp.CacheSalt = (IntPtr)s;
+                sp.CacheSaltLen = (uint)salt.Length;
+            }
+            sp.ExtraKeys = (IntPtr)keys.Keys;
+            sp.NumExtraKeys = keys.Count;
+            sp.ExtraKeySize = PinnedKeys.Size;
+            sp.LoraId = loraId;
             return sp;
         }
 
@@ -186,16 +205,21 @@ namespace Pkv
             }
         }
 
-        /// <summary>Queues a request for the scheduler (pkv_submit); rp null = defaults.</summary>
-        public Sequence Submit(int[] prompt, RequestParams? rp = null, byte[] salt = null)
+        /// <summary>Queues a request for the scheduler (pkv_submit); rp null = defaults (its
+        /// LoraId: the adapter, as Allocate's loraId). salt and extraKeys: as Allocate's.</summary>
+        public Sequence Submit(int[] prompt, RequestParams? rp = null, byte[] salt = null, ExtraKey[] extraKeys = null)
         {
             RequestParams r = rp ?? RequestParams.Defaults();
             ulong id;
+            using (var keys = new PinnedKeys(extraKeys))
             lock (gate)
                 fixed (int* t = prompt)
                 fixed (byte* s = salt)
                 {
                     if (salt != null) { r.CacheSalt = (IntPtr)s; r.CacheSaltLen = (uint)salt.Length; }
+                    r.ExtraKeys = (IntPtr)keys.Keys;
+                    r.NumExtraKeys = keys.Count;
+                    r.ExtraKeySize = PinnedKeys.Size;
                     Call(Native.pkv_submit(Handle, t, (uint)prompt.Length, &r, &id));
                 }
             return new Sequence(this, id, 0);
@@ -234,9 +258,10 @@ namespace Pkv
         }
 
         /// <summary>Up to maxEvents queued KV events (enable_kv_events), oldest first; an event's
-        /// Tier (Medium) says where its block was stored or removed. They are written at this
-        /// binding's sizeof(KvEvent) (40 bytes): a newer libpkv fills only the fields KvEvent
-        /// has, an older one zeroes those it does not know.</summary>
+        /// Tier (Medium) says where its block was stored or removed; LoraId and NumExtraKeys (since
+        /// 0.5) what joined its hash. They are written at this binding's sizeof(KvEvent) (56
+        /// bytes): a newer libpkv fills only the fields KvEvent has, an older one zeroes those it
+        /// does not know.</summary>
         public KvEvent[] DrainKvEvents(int maxEvents = 4096)
         {
             var buf = new KvEvent[maxEvents];

@@ -56,6 +56,22 @@ namespace Pkv
         Mla = 1,
     }
 
+    /// <summary>What a layer keeps in the cache (LayerSpec.Kind, PKV_LAYER_*): Attention (K and V of its own heads), Mla (one latent) or Shared (an earlier layer's).</summary>
+    public enum LayerKind : uint
+    {
+        Attention = 0,
+        Mla = 1,
+        Shared = 2,
+    }
+
+    /// <summary>Which keys a token attends to (LayerSpec.Attention, PKV_ATTENTION_*): Full, Sliding (the last Window) or Chunked (its own Window-token chunk).</summary>
+    public enum AttentionKind : uint
+    {
+        Full = 0,
+        Sliding = 1,
+        Chunked = 2,
+    }
+
     /// <summary>Which rule decided a budget's NumBlocks (PKV_BUDGET_*).</summary>
     public enum BudgetSource : uint
     {
@@ -139,10 +155,10 @@ namespace Pkv
 
     /// <summary>pkv_layer_spec (48 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
-    public partial struct LayerSpec
+    internal partial struct LayerSpecNative
     {
-        public uint Kind;
-        public uint Attention;
+        public LayerKind Kind;
+        public AttentionKind Attention;
         public uint Window;
         public uint NumKvHeads;
         public uint HeadDim;
@@ -153,6 +169,59 @@ namespace Pkv
         public float LogitSoftcap;
         public float SoftmaxScale;
         public uint Reserved0;
+    }
+
+    /// <summary>pkv_layer_spec in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
+    /// LayerSpecNative is its C layout.</summary>
+    public partial struct LayerSpec
+    {
+        public LayerKind Kind;
+        public AttentionKind Attention;
+        public uint Window;
+        public uint NumKvHeads;
+        public uint HeadDim;
+        public uint VHeadDim;
+        public bool KEqV;
+        public uint SourceLayer;
+        public bool Sinks;
+        public float LogitSoftcap;
+        public float SoftmaxScale;
+
+        /// <summary>The C struct of these fields (pointers zero).</summary>
+        internal unsafe LayerSpecNative ToNative()
+        {
+            var n = new LayerSpecNative();
+            n.Kind = Kind;
+            n.Attention = Attention;
+            n.Window = Window;
+            n.NumKvHeads = NumKvHeads;
+            n.HeadDim = HeadDim;
+            n.VHeadDim = VHeadDim;
+            n.KEqV = KEqV ? 1u : 0u;
+            n.SourceLayer = SourceLayer;
+            n.Sinks = Sinks ? 1u : 0u;
+            n.LogitSoftcap = LogitSoftcap;
+            n.SoftmaxScale = SoftmaxScale;
+            return n;
+        }
+
+        /// <summary>The fields of a C struct pkv filled (its pointers are not read).</summary>
+        internal static LayerSpec FromNative(LayerSpecNative n)
+        {
+            var p = new LayerSpec();
+            p.Kind = n.Kind;
+            p.Attention = n.Attention;
+            p.Window = n.Window;
+            p.NumKvHeads = n.NumKvHeads;
+            p.HeadDim = n.HeadDim;
+            p.VHeadDim = n.VHeadDim;
+            p.KEqV = n.KEqV != 0;
+            p.SourceLayer = n.SourceLayer;
+            p.Sinks = n.Sinks != 0;
+            p.LogitSoftcap = n.LogitSoftcap;
+            p.SoftmaxScale = n.SoftmaxScale;
+            return p;
+        }
     }
 
     /// <summary>pkv_store_key (32 bytes on x86_64).</summary>
@@ -319,8 +388,8 @@ namespace Pkv
         public KvLayout KvLayout;
         public uint KvLoraRank;
         public uint QkRopeHeadDim;
-        public uint LayerSpecSize;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
+        LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place
 
         /// <summary>The C struct of these fields (pointers zero).</summary>
         internal unsafe EngineParamsNative ToNative()
@@ -361,7 +430,6 @@ namespace Pkv
             n.KvLayout = KvLayout;
             n.KvLoraRank = KvLoraRank;
             n.QkRopeHeadDim = QkRopeHeadDim;
-            n.LayerSpecSize = LayerSpecSize;
             return n;
         }
 
@@ -404,18 +472,17 @@ namespace Pkv
             p.KvLayout = n.KvLayout;
             p.KvLoraRank = n.KvLoraRank;
             p.QkRopeHeadDim = n.QkRopeHeadDim;
-            p.LayerSpecSize = n.LayerSpecSize;
             return p;
         }
     }
 
     /// <summary>pkv_extra_key (24 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
-    public partial struct ExtraKey
+    internal partial struct ExtraKeyNative
     {
         public uint StartToken;
         public uint EndToken;
-        internal IntPtr Key;
+        public IntPtr Key;
         public uint KeyLen;
         public uint Reserved0;
     }
@@ -565,7 +632,7 @@ namespace Pkv
     public partial struct KvGroupInfo
     {
         public uint StructSize;
-        public uint Attention;
+        public AttentionKind Attention;
         public uint Window;
         public uint NumLayers;
         public ulong BytesPerToken;
@@ -691,8 +758,8 @@ namespace Pkv
     public partial struct LayerInfo
     {
         public uint StructSize;
-        public uint Kind;
-        public uint Attention;
+        public LayerKind Kind;
+        public AttentionKind Attention;
         public uint Window;
         public uint Group;
         public uint SourceLayer;
@@ -814,12 +881,6 @@ namespace Pkv
         public const int DefaultEventBatchEvents = 1024;
         public const int MaxEventEndpointBytes = 1024;
         public const int MaxEventTopicBytes = 1024;
-        public const int LayerAttention = 0;
-        public const int LayerMla = 1;
-        public const int LayerShared = 2;
-        public const int AttentionFull = 0;
-        public const int AttentionSliding = 1;
-        public const int AttentionChunked = 2;
         public const int StoreProblemBytes = 64;
     }
 
@@ -922,7 +983,7 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(LayerSpec), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKey), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
         public static readonly int[] StructSizes = { 48, 32, 40, 112, 56, 224, 24, 40, 56, 160, 56, 32, 208, 320, 144, 120, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
@@ -1244,9 +1305,9 @@ namespace Pkv
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_params_from_hf_config_layers")]
-        static extern Status pkv_engine_params_from_hf_config_layers_native(EngineParamsNative* p, byte* json, UIntPtr json_len, LayerSpec* specs, uint spec_size, uint cap, uint* out_num_layers);
+        static extern Status pkv_engine_params_from_hf_config_layers_native(EngineParamsNative* p, byte* json, UIntPtr json_len, LayerSpecNative* specs, uint spec_size, uint cap, uint* out_num_layers);
 
-        public static Status pkv_engine_params_from_hf_config_layers(EngineParamsNative* p, byte* json, UIntPtr json_len, LayerSpec* specs, uint spec_size, uint cap, uint* out_num_layers)
+        public static Status pkv_engine_params_from_hf_config_layers(EngineParamsNative* p, byte* json, UIntPtr json_len, LayerSpecNative* specs, uint spec_size, uint cap, uint* out_num_layers)
         {
             Loaded();
             return pkv_engine_params_from_hf_config_layers_native(p, json, json_len, specs, spec_size, cap, out_num_layers);
@@ -1460,9 +1521,9 @@ namespace Pkv
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_block_hash_extra")]
-        static extern Status pkv_block_hash_extra_native(ulong seed, ulong parent_hash, int* tokens, uint num_tokens, uint first_token, ExtraKey* keys, uint num_keys, uint key_size, ulong* out_hash);
+        static extern Status pkv_block_hash_extra_native(ulong seed, ulong parent_hash, int* tokens, uint num_tokens, uint first_token, ExtraKeyNative* keys, uint num_keys, uint key_size, ulong* out_hash);
 
-        public static Status pkv_block_hash_extra(ulong seed, ulong parent_hash, int* tokens, uint num_tokens, uint first_token, ExtraKey* keys, uint num_keys, uint key_size, ulong* out_hash)
+        public static Status pkv_block_hash_extra(ulong seed, ulong parent_hash, int* tokens, uint num_tokens, uint first_token, ExtraKeyNative* keys, uint num_keys, uint key_size, ulong* out_hash)
         {
             Loaded();
             return pkv_block_hash_extra_native(seed, parent_hash, tokens, num_tokens, first_token, keys, num_keys, key_size, out_hash);

@@ -76,11 +76,14 @@ namespace Pkv
         public static KvGroups KvGroups(EngineParams p, uint[] layerWindows = null)
         {
             uint[] windows = Windows(p, layerWindows);
+            LayerSpecNative[] specs = NativeSpecs(p);
             var g = new KvGroups();
             EngineParamsNative raw = p.ToNative();
             fixed (uint* w = windows)
+            fixed (LayerSpecNative* s = specs)
             {
                 raw.LayerWindows = (IntPtr)w;
+                SetSpecs(ref raw, s);
                 uint n, layers;
                 Native.Check(Native.pkv_kv_groups(&raw, null, null, null, 0, &n, &layers));
                 g.GroupWindow = new uint[n];
@@ -109,16 +112,19 @@ namespace Pkv
         public static Status ProfileOrShortfall(EngineParams p, uint[] layerWindows, out KvBudget budget)
         {
             uint[] windows = Windows(p, layerWindows);
+            LayerSpecNative[] specs = NativeSpecs(p);
             var b = new KvBudget { StructSize = (uint)sizeof(KvBudget) };
             EngineParamsNative raw = p.ToNative();
-            Status s;
+            Status status;
             fixed (uint* w = windows)
+            fixed (LayerSpecNative* s = specs)
             {
                 raw.LayerWindows = (IntPtr)w;
-                s = Native.pkv_profile(&raw, &b);
+                SetSpecs(ref raw, s);
+                status = Native.pkv_profile(&raw, &b);
             }
             budget = b;
-            return s;
+            return status;
         }
     }
 

@@ -19,6 +19,12 @@ CS_ENUMS = {
     'PKV_KV_LAYOUT_HEADS': ('KvLayout', 'PKV_KV_LAYOUT_',
                             'What the cache holds per token per layer: Heads (K and V of each kv head) '
                             'or Mla (one latent) (PKV_KV_LAYOUT_*).', False),
+    'PKV_LAYER_ATTENTION': ('LayerKind', 'PKV_LAYER_',
+                            'What a layer keeps in the cache (LayerSpec.Kind, PKV_LAYER_*): Attention (K and '
+                            'V of its own heads), Mla (one latent) or Shared (an earlier layer\'s).', False),
+    'PKV_ATTENTION_FULL': ('AttentionKind', 'PKV_ATTENTION_',
+                           'Which keys a token attends to (LayerSpec.Attention, PKV_ATTENTION_*): Full, '
+                           'Sliding (the last Window) or Chunked (its own Window-token chunk).', False),
     'PKV_BUDGET_FROM_UTILIZATION': ('BudgetSource', 'PKV_BUDGET_',
                                     'Which rule decided a budget\'s NumBlocks (PKV_BUDGET_*).', False),
     'PKV_DEBUG_CONSTANT_HASH': ('DebugFlags', 'PKV_DEBUG_',
@@ -41,7 +47,7 @@ CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_
                    'DebugFlags': 'uint32_t', 'FinishReason': 'uint32_t', 'PreemptionMode': 'uint32_t',
                    'KvEventType': 'uint32_t', 'StoreKind': 'uint32_t', 'StoreWriteMode': 'uint32_t',
                    'StoreListFlags': 'uint32_t', 'StoreValueState': 'uint32_t', 'Tier': 'uint32_t',
-                   'EventFormat': 'uint32_t'}
+                   'EventFormat': 'uint32_t', 'LayerKind': 'uint32_t', 'AttentionKind': 'uint32_t'}
 # The fields of those types, by C name or struct.field.
 CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_layout': 'KvLayout', 'pkv_kv_budget.source': 'BudgetSource',
@@ -50,7 +56,8 @@ CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'pkv_store_params.kind': 'StoreKind', 'pkv_store_info.kind': 'StoreKind',
                    'pkv_store_params.write_mode': 'StoreWriteMode', 'pkv_store_entry.state': 'StoreValueState',
                    'pkv_seq_info.kv_tier': 'Tier', 'pkv_kv_event.medium': 'Tier',
-                   'pkv_event_publisher_params.format': 'EventFormat'}
+                   'pkv_event_publisher_params.format': 'EventFormat', 'pkv_layer_spec.kind': 'LayerKind',
+                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind'}
 CS_WORDS = {'dtype': 'DType'}
 # Structs only the binding's own types use (they hold C pointers, strings or fixed buffers):
 # internal. Every other struct is public, its pointer fields internal (IntPtr is never public).
@@ -61,12 +68,18 @@ CS_INTERNAL_STRUCTS = {'pkv_store_key', 'pkv_store_callbacks', 'pkv_store_params
 # <Name> a struct of its non-pointer fields (no struct_size, no reserved) plus what the binding
 # adds by hand (EngineParams.LayerWindows, an array it owns), with ToNative/FromNative. Each
 # maps to the fields of those additions (all of a struct's fields are declared in one part).
-CS_MANAGED_STRUCTS = {'pkv_engine_params': ['uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place'],
-                      'pkv_seq_info': []}
+CS_MANAGED_STRUCTS = {'pkv_engine_params': ['uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place',
+                                            'LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place'],
+                      'pkv_seq_info': [], 'pkv_layer_spec': []}
+# Fields of a managed twin that the binding sets itself (the size of an array it passes): left out.
+CS_HIDDEN_FIELDS = {'pkv_engine_params.layer_spec_size'}
+# Structs whose public type the binding writes by hand (it owns memory a pointer field needs): the
+# C layout is internal <Name>Native, with no generated twin.
+CS_HAND_STRUCTS = {'pkv_extra_key'}
 # Fields of the managed twins that pkv.h documents as 0 or 1: bool in C#.
 CS_BOOL_FIELDS = {'pkv_engine_params.enable_prefix_caching', 'pkv_engine_params.enable_kv_events',
                   'pkv_engine_params.host_offload', 'pkv_seq_info.is_preempted', 'pkv_seq_info.in_batch',
-                  'pkv_seq_info.is_request'}
+                  'pkv_seq_info.is_request', 'pkv_layer_spec.k_eq_v', 'pkv_layer_spec.sinks'}
 # The enums written by hand (by first constant): not Constants.
 CS_HAND_ENUMS = {'PKV_TIER_NONE', 'PKV_COPY_COW'}
 # Calls of FREES that free their handle on success only (a failed pkv_batch_end keeps the batch):
@@ -76,7 +89,7 @@ CS_FREES_ON_SUCCESS = {'pkv_batch_end'}
 
 def cs_name(c_name):  # pkv_engine_params -> EngineParams, pkv_engine -> EngineHandle
     name = pascal(c_name[len('pkv_'):]) if c_name.startswith('pkv_') else pascal(c_name)
-    return name + 'Native' if c_name in CS_MANAGED_STRUCTS else name
+    return name + 'Native' if c_name in CS_MANAGED_STRUCTS or c_name in CS_HAND_STRUCTS else name
 
 
 def cs_type(t, fn=None, field=False):
@@ -118,7 +131,7 @@ def cs_struct(name, fields, size):
                   '    internal unsafe delegate %s %s(%s);' % (cs_type(res), cs_name(t.base), ', '.join(
                       '%s %s' % (cs_type(pt, t.base), cs_ident(p)) for p, pt in params)), '']
     fixed = any(t.length for _, t in fields)  # a fixed buffer needs an unsafe struct
-    public = name not in CS_INTERNAL_STRUCTS and name not in CS_MANAGED_STRUCTS
+    public = name not in CS_INTERNAL_STRUCTS and name not in CS_MANAGED_STRUCTS and name not in CS_HAND_STRUCTS
     o += ['    /// <summary>%s (%d bytes on x86_64).</summary>' % (name, size),
           '    [StructLayout(LayoutKind.Sequential)]',
           '    %s %spartial struct %s' % ('public' if public else 'internal', 'unsafe ' if fixed else '',
@@ -133,7 +146,9 @@ def cs_struct(name, fields, size):
 
 def cs_managed_struct(name, fields):
     mine = [(f, t) for f, t in fields
-            if not (t.depth or t.proto or t.length or f == 'struct_size' or f.startswith('reserved'))]
+            if not (t.depth or t.proto or t.length or f == 'struct_size' or f.startswith('reserved')
+                    or name + '.' + f in CS_HIDDEN_FIELDS)]
+    sized = any(f == 'struct_size' for f, _ in fields)
     public, raw = pascal(name[len('pkv_'):]), cs_name(name)
     o = ['    /// <summary>%s in C# values (0/1 as bool; no pointers, struct_size or reserved fields);'
          % name, '    /// %s is its C layout.</summary>' % raw, '    public partial struct %s' % public, '    {']
@@ -145,7 +160,8 @@ def cs_managed_struct(name, fields):
     o += ['        ' + extra for extra in CS_MANAGED_STRUCTS[name]]
     o += ['', '        /// <summary>The C struct of these fields (pointers zero).</summary>',
           '        internal unsafe %s ToNative()' % raw, '        {',
-          '            var n = new %s { StructSize = (uint)sizeof(%s) };' % (raw, raw)]
+          '            var n = new %s { StructSize = (uint)sizeof(%s) };' % (raw, raw) if sized else
+          '            var n = new %s();' % raw]
     o += ['            n.{0} = {0}{1};'.format(field(f, t), ' ? 1u : 0u' if f in bools else '') for f, t in mine]
     o += ['            return n;', '        }', '',
           '        /// <summary>The fields of a C struct pkv filled (its pointers are not read).</summary>',

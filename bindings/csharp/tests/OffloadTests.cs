@@ -30,7 +30,7 @@ static partial class Tests
     {
         Equal(true, EngineParams.Defaults().HostOffload, "HostOffload default");
         Equal(Native.PKV_COPY_LOAD, (int)CopyKind.Load, "CopyKind.Load");
-        Equal(40, Marshal.SizeOf(typeof(KvEvent)), "sizeof(KvEvent)");
+        Equal(56, Marshal.SizeOf(typeof(KvEvent)), "sizeof(KvEvent) (0.5: LoraId, NumExtraKeys)");
         var firstHashes = new ulong[3];
         ulong h = Library.BlockHashRoot(0, null);
         for (int i = 0; i < 3; i++)

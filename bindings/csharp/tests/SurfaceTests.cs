@@ -51,6 +51,11 @@ static partial class Tests
         { "pkv_store_info", "StoreAdmin.Info" }, { "pkv_store_list", "StoreAdmin.List" },
         { "pkv_store_verify", "StoreAdmin.Verify" }, { "pkv_store_clear", "StoreAdmin.Clear" },
         { "pkv_engine_check", "Engine.Check" },
+        // 0.5: the cache per layer, extra keys and adapters
+        { "pkv_engine_params_from_hf_config_layers", "EngineParams.FromHfConfigLayers" },
+        { "pkv_kv_group_info", "Library.KvGroupInfo" }, { "pkv_layer_info", "Engine.LayerInfo" },
+        { "pkv_set_attention_sinks", "Engine.SetAttentionSinks" },
+        { "pkv_block_hash_root_lora", "Library.BlockHashRootLora" }, { "pkv_block_hash_extra", "Library.BlockHashExtra" },
     };
 
     // C call -> why the binding leaves it out
