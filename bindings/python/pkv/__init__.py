@@ -17,16 +17,20 @@ from . import _raw
 from .enums import CONSTANTS, ENUMS, owner
 from ._lib import lib, path as library_path, text as _text
 from .batch import Batch, BatchView
-from .engine import Engine, Sequence
+from .engine import Engine
 from .enums import *  # noqa: F401,F403  Device, Dtype, KvLayout, EventType, Tier, ... (IntEnum)
 from .enums import __all__ as _enum_names
 from .errors import *  # noqa: F401,F403  PkvError and one subclass per status
 from .errors import __all__ as _error_names
 from .events import EventPublisherParams
-from .hashing import block_hash, block_hash_root, block_hashes
+from .extra_keys import ExtraKey
+from .hashing import (block_hash, block_hash_extra, block_hash_root, block_hash_root_lora,
+                      block_hashes)
+from .layers import LayerSpec, kv_group_info, kv_group_infos
 from .params import Params, hf_config_digest, hf_config_layer_windows, kv_groups, profile
 from .records import *  # noqa: F401,F403  Stats, KvBudget, PoolInfo, SeqInfo, ... (dataclasses)
 from .records import __all__ as _record_names
+from .sequence import Sequence
 from .store import DictStore, StoreParams
 from .store_admin import StoreAdmin
 
@@ -55,8 +59,10 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'profile', 'kv_groups',
-           'hf_config_layer_windows', 'hf_config_digest', 'StoreParams', 'StoreAdmin', 'EventPublisherParams',
-           'DictStore', 'block_hash', 'block_hash_root', 'block_hashes', 'version', 'abi_version',
+__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'LayerSpec', 'ExtraKey', 'profile',
+           'kv_groups', 'kv_group_info', 'kv_group_infos', 'hf_config_layer_windows',
+           'hf_config_digest', 'StoreParams', 'StoreAdmin', 'EventPublisherParams', 'DictStore',
+           'block_hash', 'block_hash_root', 'block_hashes', 'block_hash_root_lora',
+           'block_hash_extra', 'version', 'abi_version',
            'status_string', 'library_path', 'lib'] + sorted(_CONSTANTS) + _error_names + \
     _enum_names + _record_names

@@ -80,31 +80,29 @@ class Batch:
         An MLA engine (engine.mla) takes the absorbed form, with W = kv_lora_rank +
         qk_rope_head_dim (its head_dim): q [num_tokens][q heads per rank][W], k the new tokens'
         latents [num_tokens][W], v None (NULL: V is the latents' first kv_lora_rank values), and
-        out [num_tokens][q heads per rank][kv_lora_rank]."""
+        out [num_tokens][q heads per rank][kv_lora_rank].
+
+        An engine of layer specs (since 0.5.0) takes each layer's own shape (engine.layer_info):
+        q [num_tokens][q heads per rank][head_dim], k [num_tokens][kv_heads][head_dim], v
+        [num_tokens][kv_heads][v_head_dim], out [num_tokens][q heads per rank][v_head_dim]; a
+        k_eq_v layer takes v None (V is K), a SHARED layer k and v None (it writes nothing and
+        reads its source layer's cache: call it after its source)."""
         n = self.view.num_tokens
         e = self._engine
         if e._device != _raw.PKV_DEVICE_CPU and not all(
-                isinstance(b, int) for b in (q, k, out) + (() if v is None else (v,))):
+                isinstance(b, int) for b in (q, k, v, out) if b is not None):
             raise make_error(_raw.PKV_ERR_UNSUPPORTED, 'attention: a CUDA engine takes device '
                              'addresses (ints, e.g. tensor.data_ptr()), not host buffers')
-        if e.mla and v is not None:
-            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v must be None on an MLA '
-                             'engine: it caches no V (the latents in k are both)')
-        if not e.mla and v is None:
-            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v is None; only an MLA '
-                             'engine takes no V')
-        width = e.params.head_dim
-        q_shape = '%d tokens x %d q heads x %d' % (n, e._q_heads, width)
-        kv_shape = ('%d tokens x %d' % (n, width) if e.mla else
-                    '%d tokens x %d kv heads x %d' % (n, e._kv_heads, width))
-        out_shape = '%d tokens x %d q heads x %d' % (n, e._q_heads, e._out_dim)
-        kv_count = n * e._kv_heads * width
-        pq, kq = element_pointer(q, e._dtype, n * e._q_heads * width, False, 'q', q_shape)
-        pk, kk = element_pointer(k, e._dtype, kv_count, False, 'k', kv_shape)
-        pv, kv = (None, None) if v is None else element_pointer(v, e._dtype, kv_count, False, 'v',
-                                                                 kv_shape)
-        po, ko = element_pointer(out, e._dtype, n * e._q_heads * e._out_dim, True, 'out',
-                                 out_shape)
+        kv_rows, q_dim, k_dim, v_dim, out_dim = e._attention_shape(layer)
+        _check_absent(e, layer, k, k_dim, v, v_dim)
+        heads = '%d tokens x %d q heads x %d' % (n, e._q_heads, q_dim // e._q_heads)
+        pq, kq = element_pointer(q, e._dtype, n * q_dim, False, 'q', heads)
+        pk, kk = (None, None) if k is None else element_pointer(
+            k, e._dtype, n * k_dim, False, 'k', _rows(n, kv_rows, k_dim, e.mla))
+        pv, kv = (None, None) if v is None else element_pointer(
+            v, e._dtype, n * v_dim, False, 'v', _rows(n, kv_rows, v_dim, e.mla))
+        po, ko = element_pointer(out, e._dtype, n * out_dim, True, 'out', '%d tokens x %d q heads '
+                                 'x %d' % (n, e._q_heads, out_dim // e._q_heads))
         with e._lock:
             self._check(lib.pkv_attention(self._live(), layer, pq, pk, pv, po))
         del kq, kk, kv, ko
@@ -247,3 +245,31 @@ def _view_field(name):
 
 for _name in _COUNTS + tuple(BatchView._ARRAYS):
     setattr(Batch, _name, _view_field(_name))
+
+
+def _rows(n, kv_heads, per_token, mla):
+    """k's or v's expected shape as text, for a refusal."""
+    if mla:
+        return '%d tokens x %d' % (n, per_token)
+    return '%d tokens x %d kv heads x %d' % (n, kv_heads, per_token // max(kv_heads, 1))
+
+
+def _check_absent(e, layer, k, k_dim, v, v_dim):
+    """Refuses k or v where the layer takes none (or none where it needs one), saying why,
+    before pkv is called."""
+    if e.mla and v is not None:
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v must be None on an MLA '
+                         'engine: it caches no V (the latents in k are both)')
+    if k_dim is None and (k is not None or v is not None):
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: layer %d is SHARED (it reads '
+                         'layer %d\'s K and V and writes none): k and v must be None'
+                         % (layer, e.layer_info(layer).source_layer))
+    if k_dim is not None and k is None:
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: k is None; only a SHARED '
+                         'layer takes no K')
+    if v_dim is None and v is not None:
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v must be None on layer %d: '
+                         'its V is K (k_eq_v), stored once' % layer)
+    if v_dim is not None and v is None:
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v is None; only an MLA '
+                         'engine, a k_eq_v layer or a SHARED layer takes no V')

@@ -1,4 +1,4 @@
-"""Engine (pkv_engine) and Sequence (a sequence id on an engine)."""
+"""Engine (pkv_engine). Its sequences are sequence.py's Sequence."""
 import ctypes
 import threading
 import weakref
@@ -8,9 +8,13 @@ from ._buffers import byte_string, int32_array
 from ._lib import lib, text
 from ._owner import Owner
 from .errors import make_error
+from .enums import LayerKind
+from .events import EventPublisherParams
+from .extra_keys import key_array
+from .layers import kv_group_info
 from .params import KvLayout, Params, check, kv_groups
 from .records import record
-from .events import EventPublisherParams
+from .sequence import Sequence
 from .store import StoreParams
 
 
@@ -50,7 +54,7 @@ class Engine(Owner):
             publisher_keep = event_publisher._struct()  # until create has copied it
             p._c.event_publisher = ctypes.pointer(publisher_keep[0])
         handle = ctypes.POINTER(_raw.pkv_engine)()
-        # layer_windows: p keeps the array until create has copied it
+        # layer_windows, layer_specs: p keeps the arrays until create has copied them
         check(lib.pkv_engine_create(ctypes.byref(p._checked()), ctypes.byref(handle)))
         self._handle = handle
         self._lock = threading.RLock()
@@ -60,6 +64,9 @@ class Engine(Owner):
         out = _raw.pkv_engine_params(struct_size=ctypes.sizeof(_raw.pkv_engine_params))
         self._call(lib.pkv_engine_params_get, ctypes.byref(out))
         self.params = Params._from_struct(out)  # copies the windows out of the engine
+        if p._specs is not None and not out.layer_specs:  # read at create only: keep them here
+            self.params.layer_specs = p.layer_specs
+        self._layer_shapes = {}  # attention()'s per-layer shapes, with layer specs (layer_info)
         budget = self.budget()
         # what attention() checks its buffers against: the model dtype, the device, and the
         # elements per new token of q, of k/v and of out; MLA's k is the latent (kv heads 1,
@@ -104,20 +111,25 @@ class Engine(Owner):
             return text(lib.pkv_engine_last_error(self._handle)) if self._handle else ''
 
     # ------------------------------------------------------------------ sequences
-    def allocate(self, tokens, salt=None):
+    def allocate(self, tokens, salt=None, extra_keys=None, lora_id=0):
         """Admits a prompt (pkv_allocate); returns its Sequence, whose num_cached_tokens says how
-        many tokens the prefix cache served. NoSpaceError: nothing changed."""
+        many tokens the prefix cache served. NoSpaceError: nothing changed.
+
+        salt: a tenant key (bytes or str): different salts never share blocks. extra_keys (since
+        0.5.0): pkv.ExtraKeys (a multimodal item's content hash over its placeholder tokens),
+        sorted and not overlapping; lora_id: the LoRA adapter the KV is computed with (0 = none).
+        A block hits only under equal tokens, extra keys and adapter."""
         arr, n = int32_array(tokens)
-        sp, keep = _seq_params(salt)
+        sp, keep = _seq_params(salt, extra_keys, lora_id)
         seq, cached = ctypes.c_uint64(), ctypes.c_uint32()
         self._call(lib.pkv_allocate, arr, n, sp, ctypes.byref(seq), ctypes.byref(cached))
         del keep
         return Sequence(self, seq.value, cached.value)
 
-    def allocate_query(self, tokens, salt=None):
+    def allocate_query(self, tokens, salt=None, extra_keys=None, lora_id=0):
         """(free blocks pkv_allocate would take now, tokens it would find cached); changes nothing."""
         arr, n = int32_array(tokens)
-        sp, keep = _seq_params(salt)
+        sp, keep = _seq_params(salt, extra_keys, lora_id)
         blocks, cached = ctypes.c_uint32(), ctypes.c_uint32()
         self._call(lib.pkv_allocate_query, arr, n, sp, ctypes.byref(blocks), ctypes.byref(cached))
         del keep
@@ -146,8 +158,10 @@ class Engine(Owner):
             return batch
 
     # ------------------------------------------------------------------ scheduler
-    def submit(self, prompt, max_new_tokens=16, stop_token=-1, priority=0, salt=None):
-        """Queues a request for the scheduler (pkv_submit); returns its Sequence."""
+    def submit(self, prompt, max_new_tokens=16, stop_token=-1, priority=0, salt=None,
+               extra_keys=None, lora_id=0):
+        """Queues a request for the scheduler (pkv_submit); returns its Sequence. salt,
+        extra_keys and lora_id: as allocate()'s."""
         arr, n = int32_array(prompt, 'prompt')
         rp = _raw.pkv_request_params()
         check(lib.pkv_request_params_init(ctypes.byref(rp), ctypes.sizeof(rp)))
@@ -155,8 +169,13 @@ class Engine(Owner):
         data, rp.cache_salt_len = byte_string(salt)
         buf = ctypes.create_string_buffer(data, rp.cache_salt_len) if data is not None else None
         rp.cache_salt = ctypes.cast(buf, ctypes.c_void_p) if buf is not None else None
+        keys, rp.num_extra_keys, keep = key_array(extra_keys)
+        rp.extra_keys = ctypes.cast(keys, ctypes.POINTER(_raw.pkv_extra_key)) if keys else None
+        rp.extra_key_size = ctypes.sizeof(_raw.pkv_extra_key)  # the stride of keys
+        rp.lora_id = _lora(lora_id)
         seq = ctypes.c_uint64()
         self._call(lib.pkv_submit, arr, n, ctypes.byref(rp), ctypes.byref(seq))
+        del keep
         return Sequence(self, seq.value, 0)
 
     def step(self):
@@ -238,6 +257,47 @@ class Engine(Owner):
             arrays.append((ctypes.c_float * heads)(*values))
         self._call(lib.pkv_set_kv_scales, ctypes.c_uint32(layer), arrays[0], arrays[1])
 
+    def set_attention_sinks(self, layer, sinks):
+        """The sink logits of a layer whose spec has sinks (LayerSpec(sinks=True); gpt-oss): one
+        finite float per q head of this rank, before the first sequence
+        (pkv_set_attention_sinks). attention() on such a layer is StateError until they are
+        set; StateError once a sequence was made; InvalidArgumentError for a layer without
+        sinks or a count that is not this rank's q heads."""
+        values = [float(x) for x in sinks]
+        arr = (ctypes.c_float * len(values))(*values)
+        self._call(lib.pkv_set_attention_sinks, ctypes.c_uint32(layer), arr,
+                   ctypes.c_uint32(len(values)))
+
+    def layer_info(self, layer):
+        """Layer `layer` of the pool (pkv_layer_info), as a LayerInfo: its spec resolved (kind a
+        LayerKind, attention an AttentionKind, k_eq_v and sinks bool, softmax_scale the one
+        attention() uses), its KV group and source_layer, and where its K and V are (k_base,
+        v_base: int addresses; strides in elements of the pool's dtype) for a host's own
+        kernels."""
+        return self._get(_raw.pkv_layer_info, lib.pkv_layer_info, ctypes.c_uint32(layer))
+
+    def kv_group_info(self, group):
+        """One KV group of the engine and its bytes (pkv.kv_group_info of its parameters)."""
+        return kv_group_info(self.params, group)
+
+    def _attention_shape(self, layer):
+        """(kv heads, then q, k, v and out elements per new token) of pkv_attention on `layer`,
+        k or v None where the layer takes NULL; with layer specs from layer_info, once per
+        layer."""
+        if self.params._specs is None:
+            kv = self._kv_heads * self.params.head_dim
+            return (self._kv_heads, self._q_heads * self.params.head_dim, kv,
+                    None if self.mla else kv, self._q_heads * self._out_dim)
+        with self._lock:
+            if layer not in self._layer_shapes:
+                i = self.layer_info(layer)
+                shared = i.kind == LayerKind.SHARED
+                self._layer_shapes[layer] = (
+                    i.kv_heads, self._q_heads * i.head_dim, None if shared else i.kv_heads * i.head_dim,
+                    None if shared or i.k_eq_v else i.kv_heads * i.v_head_dim,
+                    self._q_heads * i.v_head_dim)
+            return self._layer_shapes[layer]
+
     def store_error(self):
         """The store's last problem (a miss by error, a rejected value, a failed write) as text;
         '' when there was none or the engine has no store (pkv_engine_store_error)."""
@@ -286,101 +346,32 @@ class Engine(Owner):
         return '<pkv.Engine %s>' % ('closed' if self.closed else repr(self.params))
 
 
-class Sequence:
-    """A sequence of an Engine. As a context manager it is released on exit."""
-
-    __slots__ = ('engine', 'id', 'num_cached_tokens')
-
-    def __init__(self, engine, seq_id, num_cached_tokens):
-        self.engine, self.id, self.num_cached_tokens = engine, seq_id, num_cached_tokens
-
-    def append(self, tokens):
-        """Reserves slots for more tokens (pkv_append); NoSpaceError: nothing changed."""
-        arr, n = int32_array(tokens)
-        self.engine._call(lib.pkv_append, ctypes.c_uint64(self.id), arr, n)
-
-    def fork(self):
-        """A new Sequence sharing every block of this one (copy-on-write)."""
-        child = ctypes.c_uint64()
-        self.engine._call(lib.pkv_fork, ctypes.c_uint64(self.id), ctypes.byref(child))
-        return Sequence(self.engine, child.value, self.num_cached_tokens)
-
-    def release(self):
-        self.engine._call(lib.pkv_release, ctypes.c_uint64(self.id))
-
-    def truncate(self, num_tokens):
-        """Keeps the first num_tokens tokens, 1..len (rollback of rejected speculative tokens)."""
-        self.engine._call(lib.pkv_truncate, ctypes.c_uint64(self.id), ctypes.c_uint32(num_tokens))
-
-    def preempt(self):
-        self.engine._call(lib.pkv_preempt, ctypes.c_uint64(self.id))
-
-    def resume(self):
-        """Re-admits a preempted sequence; returns (and remembers) its cached-token count."""
-        cached = ctypes.c_uint32()
-        self.engine._call(lib.pkv_resume, ctypes.c_uint64(self.id), ctypes.byref(cached))
-        self.num_cached_tokens = cached.value
-        return cached.value
-
-    def swap_out(self):
-        """Moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and computed
-        count; the next batch lists the copies (view.copy_kind COPY_SWAP_OUT). UnsupportedError:
-        the engine has no host tier; NoSpaceError: too few host blocks, nothing changed;
-        StateError: not running."""
-        self.engine._call(lib.pkv_swap_out, ctypes.c_uint64(self.id))
-
-    def swap_in(self):
-        """Brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or nothing;
-        the next batch lists the copies (COPY_SWAP_IN). StateError: not swapped out."""
-        self.engine._call(lib.pkv_swap_in, ctypes.c_uint64(self.id))
-
-    def info(self):
-        """The sequence's state (pkv_seq_info), as a SeqInfo: is_preempted, in_batch and
-        is_request as bool, finish_reason a FinishReason, kv_tier a Tier."""
-        return self.engine._get(_raw.pkv_seq_info, lib.pkv_seq_info, ctypes.c_uint64(self.id))
-
-    def block_table(self):
-        return self.engine._array(lib.pkv_seq_block_table, self.id)
-
-    def group_block_table(self, group):
-        """The block table in KV group `group` (pkv_seq_group_block_table): -1 where a windowed
-        group gave back a block no later token's window reaches. Group 0's is block_table()."""
-        def get(handle, seq, out, cap, n):
-            return lib.pkv_seq_group_block_table(handle, seq, ctypes.c_uint32(group), out, cap, n)
-        return self.engine._array(get, self.id)
-
-    def tokens(self):
-        return self.engine._array(lib.pkv_seq_tokens, self.id)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if not self.engine.closed:
-            self.release()
-
-    def __eq__(self, other):
-        return isinstance(other, Sequence) and (self.engine, self.id) == (other.engine, other.id)
-
-    def __hash__(self):
-        return hash((id(self.engine), self.id))
-
-    def __repr__(self):
-        return '<pkv.Sequence %d>' % self.id
-
-
 def _ids(seqs):
     ids = [s.id if isinstance(s, Sequence) else int(s) for s in seqs]
     return (ctypes.c_uint64 * len(ids))(*ids), len(ids)
 
 
-def _seq_params(salt):
+def _seq_params(salt, extra_keys=None, lora_id=0):
     """(pointer to pkv_seq_params or None, objects to keep alive during the call)."""
     data, n = byte_string(salt)
-    if data is None:
-        return None, None
+    lora_id = _lora(lora_id)
+    if data is None and not extra_keys and not lora_id:
+        return None, None  # NULL: what a 0.4 caller passes
     sp = _raw.pkv_seq_params()
     check(lib.pkv_seq_params_init(ctypes.byref(sp), ctypes.sizeof(sp)))
-    buf = ctypes.create_string_buffer(data, n)
-    sp.cache_salt_len, sp.cache_salt = n, ctypes.cast(buf, ctypes.c_void_p)
-    return ctypes.byref(sp), (sp, buf)
+    buf = ctypes.create_string_buffer(data, n) if data is not None else None
+    if buf is not None:
+        sp.cache_salt_len, sp.cache_salt = n, ctypes.cast(buf, ctypes.c_void_p)
+    keys, sp.num_extra_keys, keep = key_array(extra_keys)
+    sp.extra_keys = ctypes.cast(keys, ctypes.POINTER(_raw.pkv_extra_key)) if keys else None
+    sp.extra_key_size = ctypes.sizeof(_raw.pkv_extra_key)  # the stride of keys
+    sp.lora_id = lora_id
+    return ctypes.byref(sp), (sp, buf, keep)
+
+
+def _lora(lora_id):
+    """lora_id checked: a uint64 (ctypes would wrap a negative one silently)."""
+    if isinstance(lora_id, bool) or not isinstance(lora_id, int) or not 0 <= lora_id < 2**64:
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'lora_id is %r: give the adapter\'s id, '
+                         'an integer 0 .. 2^64-1 (0 = none)' % (lora_id,))
+    return lora_id

@@ -24,6 +24,13 @@ _TABLE = (
      'What the cache holds per token per layer (pkv_engine_params.kv_layout, PKV_KV_LAYOUT_*): '
      'HEADS, K and V of each kv head; MLA, one latent of kv_lora_rank + qk_rope_head_dim values '
      '(multi-head latent attention: DeepSeek V2/V3, Kimi K2), whose first kv_lora_rank are V.'),
+    ('LayerKind', enum.IntEnum, 'LAYER_', ('LAYER_',),
+     'What a layer keeps in the cache (LayerSpec.kind, LayerInfo.kind, PKV_LAYER_*): ATTENTION, K '
+     'and V of its own kv heads; MLA, one latent; SHARED, nothing: it reads an earlier layer\'s.'),
+    ('AttentionKind', enum.IntEnum, 'ATTENTION_',
+     ('ATTENTION_FULL', 'ATTENTION_SLIDING', 'ATTENTION_CHUNKED'),
+     'Which keys a token at position p attends to (LayerSpec.attention, PKV_ATTENTION_*): FULL, '
+     '0..p; SLIDING, the last `window`; CHUNKED, those of its own `window`-token chunk.'),
     ('BudgetSource', enum.IntEnum, 'BUDGET_', ('BUDGET_',),
      "Which rule decided a budget's num_blocks (pkv_kv_budget.source, PKV_BUDGET_*)."),
     ('DebugFlags', enum.IntFlag, 'DEBUG_', ('DEBUG_',),

@@ -1,6 +1,6 @@
 """Engine parameters (pkv_engine_params), the KV profiler (pkv_profile), the KV groups
-(pkv_kv_groups), a config's per-layer windows (pkv_hf_config_layer_windows) and its digest
-(pkv_hf_config_digest)."""
+(pkv_kv_groups), a config's per-layer windows (pkv_hf_config_layer_windows) and specs
+(pkv_engine_params_from_hf_config_layers), and its digest (pkv_hf_config_digest)."""
 import ctypes
 import json
 
@@ -8,6 +8,7 @@ from . import _raw
 from ._lib import lib, text
 from .enums import KvLayout, typed  # noqa: F401  KvLayout: pkv.params.KvLayout as before
 from .errors import make_error
+from .layers import kv_group_info, spec_array, specs_from
 from .records import FIELD_ENUMS, KvGroups, record
 
 
@@ -67,13 +68,18 @@ class Params:
 
     layer_windows is a list of ints (one window per layer, 0 = full attention) or None: the
     Params keeps the C array it points to, and its length must be num_layers when the params are
-    used (InvalidArgumentError otherwise)."""
+    used (InvalidArgumentError otherwise).
 
-    __slots__ = ('_c', '_windows')
+    layer_specs (since 0.5.0) is a list of pkv.LayerSpec, one per layer, or None (every layer as
+    the flat fields say): kept as a C array the same way, with layer_spec_size set to match (it
+    is not set by hand). With it, sliding_window must be 0 and layer_windows None."""
+
+    __slots__ = ('_c', '_windows', '_specs')
 
     def __init__(self, **fields):
         object.__setattr__(self, '_c', _raw.pkv_engine_params())
         object.__setattr__(self, '_windows', None)
+        object.__setattr__(self, '_specs', None)
         check(lib.pkv_engine_params_init(ctypes.byref(self._c), ctypes.sizeof(self._c)))
         for name, value in fields.items():
             setattr(self, name, value)
@@ -97,28 +103,61 @@ class Params:
         return p
 
     @classmethod
+    def from_hf_config_layers(cls, config, **fields):
+        """Params and each layer's spec read from a Hugging Face config.json (text, dict or path;
+        pkv_engine_params_from_hf_config_layers), for the models whose layers differ: gpt-oss
+        (sinks), Gemma 2 (soft-capping), Gemma 3n / 4 (heads per layer, K = V, shared layers),
+        Llama 4 (chunks). layer_specs is None when the flat fields describe every layer; then
+        fields set by name."""
+        data = _config_bytes(config)
+        p, n = cls(), ctypes.c_uint32()
+        size = ctypes.sizeof(_raw.pkv_layer_spec)
+        check(lib.pkv_engine_params_from_hf_config_layers(ctypes.byref(p._c), data, len(data),
+                                                          None, size, 0, ctypes.byref(n)))
+        specs = (_raw.pkv_layer_spec * n.value)()
+        check(lib.pkv_engine_params_from_hf_config_layers(ctypes.byref(p._c), data, len(data),
+                                                          specs, size, n.value, ctypes.byref(n)))
+        if p._c.layer_specs:  # it points into specs: the Params takes its own copy
+            p._c.layer_specs = None
+            p.layer_specs = specs_from(ctypes.addressof(specs), n.value, size)
+        for name, value in fields.items():
+            setattr(p, name, value)
+        return p
+
+    @classmethod
     def _from_struct(cls, struct):
-        """Params over a struct pkv filled (pkv_engine_params_get): its layer_windows, which
-        point into the engine, are copied here."""
+        """Params over a struct pkv filled (pkv_engine_params_get): its layer_windows and
+        layer_specs, which point into the engine, are copied here."""
         p = cls.__new__(cls)
         object.__setattr__(p, '_c', struct)
         object.__setattr__(p, '_windows', None)
+        object.__setattr__(p, '_specs', None)
         if struct.layer_windows:
             p.layer_windows = list(struct.layer_windows[:struct.num_layers])
+        if struct.layer_specs:
+            address = ctypes.cast(struct.layer_specs, ctypes.c_void_p).value
+            size = struct.layer_spec_size or ctypes.sizeof(_raw.pkv_layer_spec)
+            p.layer_specs = specs_from(address, struct.num_layers, size)
         return p
 
     def _checked(self):
-        """The C struct, for a call that reads it: layer_windows must have num_layers entries."""
-        if self._windows is not None and len(self._windows) != self._c.num_layers:
-            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT,
-                             'layer_windows has %d entries, num_layers is %d'
-                             % (len(self._windows), self._c.num_layers))
+        """The C struct, for a call that reads it: layer_windows and layer_specs must have
+        num_layers entries."""
+        for name, given in (('layer_windows', self._windows), ('layer_specs', self._specs)):
+            if given is not None and len(given) != self._c.num_layers:
+                raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT,
+                                 '%s has %d entries, num_layers is %d: give one per layer'
+                                 % (name, len(given), self._c.num_layers))
         return self._c
 
     def __getattr__(self, name):
         if name == 'layer_windows':
             windows = object.__getattribute__(self, '_windows')
             return None if windows is None else list(windows)
+        if name == 'layer_specs':
+            specs = object.__getattribute__(self, '_specs')
+            return None if specs is None else specs_from(ctypes.addressof(specs), len(specs),
+                                                         ctypes.sizeof(_raw.pkv_layer_spec))
         try:
             return _typed(name, getattr(object.__getattribute__(self, '_c'), name))
         except AttributeError:
@@ -132,19 +171,29 @@ class Params:
             object.__setattr__(self, '_windows', windows)
             self._c.layer_windows = ctypes.cast(windows, ctypes.POINTER(ctypes.c_uint32)) if windows else None
             return
+        if name == 'layer_specs':
+            specs = None if value is None else spec_array(value)
+            object.__setattr__(self, '_specs', specs)
+            self._c.layer_specs = ctypes.cast(specs, ctypes.POINTER(_raw.pkv_layer_spec)) if specs else None
+            self._c.layer_spec_size = ctypes.sizeof(_raw.pkv_layer_spec) if specs else 0
+            return
+        if name == 'layer_spec_size':
+            raise AttributeError('layer_spec_size follows layer_specs: set layer_specs')
         setattr(self._c, name, value)
 
     def copy(self):
-        """An independent copy (its own layer_windows array)."""
+        """An independent copy (its own layer_windows and layer_specs arrays)."""
         c = _raw.pkv_engine_params.from_buffer_copy(self._c)
-        c.layer_windows = None  # this copy's own array, below
+        c.layer_windows, c.layer_specs = None, None  # this copy's own arrays, below
         p = Params._from_struct(c)
         p.layer_windows = self.layer_windows
+        p.layer_specs = self.layer_specs
         return p
 
     def as_dict(self):
         d = {name: _typed(name, getattr(self._c, name)) for name, _ in self._c._fields_}
         d['layer_windows'] = self.layer_windows
+        d['layer_specs'] = self.layer_specs
         return d
 
     def __repr__(self):
@@ -157,6 +206,10 @@ class Params:
 
     def kv_groups(self):
         return kv_groups(self)
+
+    def kv_group_info(self, group):
+        """pkv.kv_group_info(self, group): one KV group and its bytes."""
+        return kv_group_info(self, group)
 
 
 def kv_groups(params):

@@ -10,18 +10,26 @@ import dataclasses
 import typing
 
 from . import _raw
-from .enums import (BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType, FinishReason,
-                    KvLayout, PreemptionMode, StoreKind, StoreValueState, StoreWriteMode, Tier,
-                    typed)
+from .enums import (AttentionKind, BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType,
+                    FinishReason, KvLayout, LayerKind, PreemptionMode, StoreKind, StoreValueState,
+                    StoreWriteMode, Tier, typed)
 
 # The enum of each C field that holds one, by field name (the names are unique across pkv.h's
-# structs where they hold an enum).
+# structs where they hold an enum, but for STRUCT_ENUMS').
 FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype': Dtype,
                'kv_layout': KvLayout, 'source': BudgetSource, 'finish_reason': FinishReason,
                'kv_tier': Tier, 'medium': Tier, 'type': EventType, 'state': StoreValueState,
                'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
-               'debug_flags': DebugFlags, 'format': EventFormat}
-_BOOLS = {'is_preempted', 'in_batch', 'is_request'}  # uint32_t 0 or 1 in pkv_seq_info
+               'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind}
+# 'struct.field' of an enum field whose name means another enum elsewhere (the stores' kind)
+STRUCT_ENUMS = {'pkv_layer_info.kind': LayerKind, 'pkv_layer_spec.kind': LayerKind}
+# uint32_t 0 or 1: pkv_seq_info's, and a layer's (pkv_layer_spec, pkv_layer_info)
+_BOOLS = {'is_preempted', 'in_batch', 'is_request', 'k_eq_v', 'sinks'}
+
+
+def field_enum(struct_name, name):
+    """The enum class of field `name` of struct `struct_name`, or None."""
+    return STRUCT_ENUMS.get(struct_name + '.' + name) or FIELD_ENUMS.get(name)
 
 
 def _is_text(ctype):
@@ -34,9 +42,9 @@ def _is_bytes(ctype):
                                            and ctype._type_ is ctypes.c_uint8)
 
 
-def _annotation(name, ctype):
-    if name in FIELD_ENUMS:
-        return FIELD_ENUMS[name]
+def _annotation(struct_name, name, ctype):
+    if field_enum(struct_name, name):
+        return field_enum(struct_name, name)
     if name in _BOOLS:
         return bool
     if _is_text(ctype):
@@ -50,10 +58,10 @@ def _annotation(name, ctype):
     return int
 
 
-def value(name, ctype, raw):
+def value(name, ctype, raw, struct_name=''):
     """A C field's value as its record field holds it."""
-    if name in FIELD_ENUMS:
-        return typed(FIELD_ENUMS[name], raw)
+    if field_enum(struct_name, name):
+        return typed(field_enum(struct_name, name), raw)
     if name in _BOOLS:
         return bool(raw)
     if _is_text(ctype):
@@ -66,7 +74,7 @@ def value(name, ctype, raw):
 
 
 def _record_class(name, struct, doc):
-    fields = [(f, _annotation(f, t)) for f, t in struct._fields_
+    fields = [(f, _annotation(struct.__name__, f, t)) for f, t in struct._fields_
               if f != 'struct_size' and not f.startswith('reserved')]
     cls = dataclasses.make_dataclass(name, fields, frozen=True, namespace={'__module__': 'pkv'})
     cls.__doc__ = '%s (%s).' % (doc, struct.__name__)
@@ -78,7 +86,8 @@ def _record_class(name, struct, doc):
 def record(struct_value):
     """The dataclass of a filled ctypes struct (one of RECORDS' structs)."""
     cls = _BY_STRUCT[type(struct_value)]
-    return cls(**{f: value(f, t, getattr(struct_value, f)) for f, t in cls._c_fields})
+    name = cls._struct.__name__
+    return cls(**{f: value(f, t, getattr(struct_value, f), name) for f, t in cls._c_fields})
 
 
 Stats = _record_class('Stats', _raw.pkv_stats, "An engine's counters (Engine.stats)")
@@ -96,9 +105,14 @@ StoreEntry = _record_class('StoreEntry', _raw.pkv_store_entry,
                            'One block of a store listing (StoreAdmin.list)')
 StoreVerifyResult = _record_class('StoreVerifyResult', _raw.pkv_store_verify_result,
                                   'What StoreAdmin.verify found')
+KvGroupInfo = _record_class('KvGroupInfo', _raw.pkv_kv_group_info,
+                            'One KV group and its bytes (pkv.kv_group_info, Engine.kv_group_info)')
+LayerInfo = _record_class('LayerInfo', _raw.pkv_layer_info,
+                          "One layer of an engine's pool: its spec resolved, where its K and V "
+                          'are (Engine.layer_info)')
 
 RECORDS = (Stats, KvBudget, PoolInfo, SeqInfo, KvEvent, EventPublisherInfo, StoreInfo,
-           StoreEntry, StoreVerifyResult)
+           StoreEntry, StoreVerifyResult, KvGroupInfo, LayerInfo)
 _BY_STRUCT = {cls._struct: cls for cls in RECORDS}
 
 

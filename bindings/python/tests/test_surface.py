@@ -55,6 +55,11 @@ WRAPPED = {
     'pkv_store_info': 'StoreAdmin.info', 'pkv_store_list': 'StoreAdmin.list',
     'pkv_store_verify': 'StoreAdmin.verify', 'pkv_store_clear': 'StoreAdmin.clear',
     'pkv_engine_check': 'Engine.check',
+    # 0.5: the cache per layer, extra keys and adapters
+    'pkv_engine_params_from_hf_config_layers': 'Params.from_hf_config_layers',
+    'pkv_kv_group_info': 'kv_group_info', 'pkv_layer_info': 'Engine.layer_info',
+    'pkv_set_attention_sinks': 'Engine.set_attention_sinks',
+    'pkv_block_hash_root_lora': 'block_hash_root_lora', 'pkv_block_hash_extra': 'block_hash_extra',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
@@ -71,6 +76,8 @@ STRUCTS = {
     'pkv_store_params': 'StoreParams', 'pkv_event_publisher_params': 'EventPublisherParams',
     'pkv_engine_params': 'Params', 'pkv_seq_params': 'Engine.allocate(salt=...)',
     'pkv_batch_view': 'BatchView', 'pkv_request_params': 'Engine.submit keywords',
+    'pkv_layer_spec': 'LayerSpec (Params.layer_specs)',
+    'pkv_extra_key': 'ExtraKey (Engine.allocate(extra_keys=...), block_hash_extra)',
 }
 
 
@@ -173,6 +180,10 @@ class Types(unittest.TestCase):
         self.assertIsInstance(pkv.kv_groups(pkv.Params(num_layers=2, num_q_heads=2, num_kv_heads=1,
                                                          head_dim=8)), pkv.KvGroups)
         self.assertIs(pkv.StoreParams.file('/tmp').kind, pkv.StoreKind.FILE)
+        self.assertIs(pkv.LayerSpec.shared(0).kind, pkv.LayerKind.SHARED)  # 'kind': per struct
+        self.assertIs(pkv.records.field_enum('pkv_layer_info', 'kind'), pkv.LayerKind)
+        self.assertIs(pkv.records.field_enum('pkv_store_info', 'kind'), pkv.StoreKind)
+        self.assertIs(pkv.records.field_enum('pkv_kv_group_info', 'attention'), pkv.AttentionKind)
         self.assertIs(pkv.EventPublisherParams().format, pkv.EventFormat.MAP)
 
 

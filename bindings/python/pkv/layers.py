@@ -1,0 +1,130 @@
+"""The cache described per layer (since 0.5.0): LayerSpec (pkv_layer_spec, an element of
+Params.layer_specs), and what pkv reports per KV group (pkv_kv_group_info) and per layer of an
+engine (pkv_layer_info, Engine.layer_info).
+
+    specs = [pkv.LayerSpec.sliding(128, sinks=True), pkv.LayerSpec(sinks=True)] * 12  # gpt-oss
+    params = pkv.Params(num_layers=24, ..., layer_specs=specs)
+    [pkv.kv_group_info(params, g).bytes_per_token for g in range(params.kv_groups().num_groups)]
+"""
+import ctypes
+import dataclasses
+
+from . import _raw
+from ._lib import lib, text
+from .enums import AttentionKind, LayerKind, typed
+from .errors import make_error
+from .records import record
+
+_U32 = ('window', 'num_kv_heads', 'head_dim', 'v_head_dim', 'source_layer')
+
+
+@dataclasses.dataclass
+class LayerSpec:
+    """One layer of the cache (pkv_layer_spec). A field left 0 takes the engine's flat field
+    (num_kv_heads, head_dim, softmax_scale), so LayerSpec() is the layer Params describes.
+
+    kind: LayerKind.ATTENTION (K and V of its own heads), MLA, or SHARED (no cache of its own: it
+    reads the K and V of source_layer, an earlier ATTENTION layer of the same shape and window).
+    attention: AttentionKind.FULL, SLIDING (window: keys per token, itself included) or CHUNKED
+    (window: the chunk size). v_head_dim: V's width (0 = head_dim). k_eq_v: V is K, stored once
+    (attention() then takes v None). sinks: a learned logit per q head joins every softmax
+    denominator (Engine.set_attention_sinks gives them). logit_softcap c > 0: each scaled score s
+    becomes c * tanh(s / c). pkv checks the rules when the params are used."""
+    kind: LayerKind = LayerKind.ATTENTION
+    attention: AttentionKind = AttentionKind.FULL
+    window: int = 0
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    v_head_dim: int = 0
+    k_eq_v: bool = False
+    source_layer: int = 0
+    sinks: bool = False
+    logit_softcap: float = 0.0
+    softmax_scale: float = 0.0
+
+    @classmethod
+    def sliding(cls, window, **fields):
+        """A layer attending to its last `window` keys (its own included)."""
+        return cls(attention=AttentionKind.SLIDING, window=window, **fields)
+
+    @classmethod
+    def chunked(cls, chunk, **fields):
+        """A layer attending to the keys of its own `chunk`-token chunk (Llama 4)."""
+        return cls(attention=AttentionKind.CHUNKED, window=chunk, **fields)
+
+    @classmethod
+    def shared(cls, source_layer, attention=AttentionKind.FULL, window=0, **fields):
+        """A layer with no cache of its own, reading source_layer's (Gemma 3n / 4); its
+        attention and window are its source's."""
+        return cls(kind=LayerKind.SHARED, source_layer=source_layer, attention=attention,
+                   window=window, **fields)
+
+
+def spec_array(specs):
+    """A ctypes array of pkv_layer_spec from LayerSpecs (or dicts of their fields). A value
+    no pkv_layer_spec field can hold is InvalidArgumentError naming the layer and field."""
+    specs = [s if isinstance(s, LayerSpec) else _from_mapping(i, s) for i, s in enumerate(specs)]
+    out = (_raw.pkv_layer_spec * len(specs))()
+    for i, s in enumerate(specs):
+        c = out[i]
+        for name in ('kind', 'attention') + _U32:
+            v = getattr(s, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+                raise _invalid('layer_specs[%d].%s is %r: give an integer 0 .. 2^32-1'
+                               % (i, name, v))
+            setattr(c, name, v)
+        for name in ('k_eq_v', 'sinks'):
+            v = getattr(s, name)
+            if v not in (0, 1):  # True, False, 0 and 1
+                raise _invalid('layer_specs[%d].%s is %r: give True or False' % (i, name, v))
+            setattr(c, name, int(v))
+        for name in ('logit_softcap', 'softmax_scale'):
+            v = getattr(s, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _invalid('layer_specs[%d].%s is %r: give a number' % (i, name, v))
+            setattr(c, name, float(v))
+    return out
+
+
+def _from_mapping(i, d):
+    try:
+        return LayerSpec(**d)
+    except TypeError as e:  # an unknown field name, or not a mapping
+        raise _invalid('layer_specs[%d]: %s (give pkv.LayerSpec objects, or dicts of their '
+                       'fields)' % (i, e)) from None
+
+
+def specs_from(address, count, size):
+    """LayerSpecs read from `count` C specs at address, `size` bytes apart (the library's own
+    sizeof, pkv_engine_params.layer_spec_size); only the fields this binding knows."""
+    out = []
+    for i in range(count):
+        c = _raw.pkv_layer_spec.from_address(address + i * size)
+        out.append(LayerSpec(kind=typed(LayerKind, c.kind),
+                             attention=typed(AttentionKind, c.attention),
+                             **{n: getattr(c, n) for n in _U32},
+                             k_eq_v=bool(c.k_eq_v), sinks=bool(c.sinks),
+                             logit_softcap=c.logit_softcap, softmax_scale=c.softmax_scale))
+    return out
+
+
+def kv_group_info(params, group):
+    """KV group `group` (< params.kv_groups().num_groups) of params, as a KvGroupInfo
+    (pkv_kv_group_info): attention (AttentionKind), window, num_layers, bytes_per_token (its
+    layers' K and V of one token, this rank) and padding_bytes_per_block (what its blocks leave
+    unused)."""
+    out = _raw.pkv_kv_group_info(struct_size=ctypes.sizeof(_raw.pkv_kv_group_info))
+    status = lib.pkv_kv_group_info(ctypes.byref(params._checked()), ctypes.c_uint32(group),
+                                   ctypes.byref(out))
+    if status != _raw.PKV_OK:
+        raise make_error(status, text(lib.pkv_last_error()))
+    return record(out)
+
+
+def kv_group_infos(params):
+    """kv_group_info of every KV group of params, in group order."""
+    return [kv_group_info(params, g) for g in range(params.kv_groups().num_groups)]
+
+
+def _invalid(message):
+    return make_error(_raw.PKV_ERR_INVALID_ARGUMENT, message)

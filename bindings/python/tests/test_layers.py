@@ -1,0 +1,187 @@
+"""The cache described per layer (pkv 0.5): Params.layer_specs (the binding owns the array for
+the calls that read it), each KV group's bytes (kv_group_info), an engine's layers (layer_info),
+attention sinks, attention on heterogeneous layers (each layer's own shape, K = V and shared
+layers), and the specs a config gives (Params.from_hf_config_layers)."""
+import array
+import os
+import unittest
+
+from _util import TREE, pkv
+
+CONFIGS = os.path.join(TREE, 'tools', 'configs')
+Q_HEADS, N = 4, 5  # q heads; tokens of the prompt
+F32 = 4
+
+
+def mixed_params(**fields):
+    """Four layers: 0 full (2 kv heads x 16), 1 sliding 8 with sinks, 2 full K = V (1 kv head x
+    32), 3 shared (reads layer 0)."""
+    p = pkv.Params(num_layers=4, num_q_heads=Q_HEADS, num_kv_heads=2, head_dim=16,
+                   dtype=pkv.DTYPE_F32, block_size=4, num_blocks=32, device=pkv.DEVICE_CPU,
+                   num_threads=1,
+                   layer_specs=[pkv.LayerSpec(), pkv.LayerSpec.sliding(8, sinks=True),
+                                pkv.LayerSpec(num_kv_heads=1, head_dim=32, k_eq_v=True),
+                                pkv.LayerSpec.shared(0)])
+    for name, value in fields.items():
+        setattr(p, name, value)
+    return p
+
+
+def values(n, seed):
+    """n floats in [-1, 1), the same for a seed."""
+    x, out = seed, array.array('f')
+    for _ in range(n):
+        x = (x * 1103515245 + 12345) % 2**31
+        out.append(x / 2**30 - 1)
+    return out
+
+
+class Specs(unittest.TestCase):
+    def test_params_keep_and_copy_the_specs(self):
+        p = mixed_params()
+        specs = p.layer_specs
+        self.assertEqual(len(specs), 4)
+        self.assertIs(specs[1].attention, pkv.AttentionKind.SLIDING)
+        self.assertEqual((specs[1].window, specs[1].sinks), (8, True))
+        self.assertIs(specs[3].kind, pkv.LayerKind.SHARED)
+        self.assertEqual(p.layer_spec_size, 48)  # sizeof(pkv_layer_spec), set with the specs
+        specs[0].head_dim = 99  # a copy: the Params' array is its own
+        self.assertEqual(p.layer_specs[0].head_dim, 0)
+        self.assertEqual(p.copy().layer_specs, p.layer_specs)
+        self.assertEqual(p.as_dict()['layer_specs'], p.layer_specs)
+        p.layer_specs = [dict(attention=pkv.ATTENTION_CHUNKED, window=16)] * 4  # dicts too
+        self.assertIs(p.layer_specs[2].attention, pkv.AttentionKind.CHUNKED)
+        p.layer_specs = None
+        self.assertEqual((p.layer_specs, p.layer_spec_size), (None, 0))
+        with self.assertRaisesRegex(AttributeError, 'layer_specs'):
+            p.layer_spec_size = 48
+
+    def test_bad_specs_are_refused_before_pkv(self):
+        p = mixed_params()
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, r'layer_specs\[1\]\.window is -1'):
+            p.layer_specs = [pkv.LayerSpec(), pkv.LayerSpec.sliding(-1)]
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, r'layer_specs\[0\]\.sinks'):
+            p.layer_specs = [pkv.LayerSpec(sinks=2)]
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, r'layer_specs\[0\]: .*head_dims'):
+            p.layer_specs = [{'head_dims': 8}]
+        self.assertEqual(len(p.layer_specs), 4)  # a refusal changed nothing
+        p.num_layers = 3
+        for call in (pkv.Engine, pkv.profile, pkv.kv_groups, lambda q: pkv.kv_group_info(q, 0)):
+            with self.assertRaisesRegex(pkv.InvalidArgumentError, 'layer_specs has 4 entries, '
+                                        'num_layers is 3'):
+                call(p)
+
+    def test_groups_and_their_bytes(self):
+        p = mixed_params()
+        groups = p.kv_groups()
+        self.assertEqual(groups.num_groups, 2)
+        self.assertEqual(groups.group_window, [0, 8])  # full first
+        self.assertEqual(groups.layer_group, [0, 1, 0, 0])  # the shared layer: its source's
+        full, sliding = pkv.kv_group_infos(p)
+        self.assertIsInstance(full, pkv.KvGroupInfo)
+        self.assertIs(full.attention, pkv.AttentionKind.FULL)
+        self.assertEqual((full.window, full.num_layers), (0, 2))
+        self.assertEqual(full.bytes_per_token, (2 * 16 * 2 + 1 * 32) * F32)  # K and V, K = V
+        self.assertIs(sliding.attention, pkv.AttentionKind.SLIDING)
+        self.assertEqual((sliding.window, sliding.num_layers), (8, 1))
+        self.assertEqual(sliding.bytes_per_token, 2 * 16 * 2 * F32)
+        self.assertEqual(p.kv_group_info(1), sliding)
+        with self.assertRaises(pkv.InvalidArgumentError):
+            pkv.kv_group_info(p, 2)
+        budget = p.profile()
+        self.assertEqual(budget.num_cached_layers, 3)
+        self.assertEqual(budget.model_bytes_per_token, (2 * 16 * 2 * 2 + 32) * F32)
+
+    def test_engine_layers(self):
+        with pkv.Engine(mixed_params()) as engine:
+            self.assertEqual([(s.kind, s.attention, s.window, s.sinks)  # kept past create
+                              for s in engine.params.layer_specs],
+                             [(s.kind, s.attention, s.window, s.sinks)
+                              for s in mixed_params().layer_specs])
+            self.assertEqual(engine.kv_group_info(0).num_layers, 2)
+            infos = [engine.layer_info(layer) for layer in range(4)]
+            self.assertIsInstance(infos[0], pkv.LayerInfo)
+            self.assertEqual([i.kind for i in infos], [pkv.LayerKind.ATTENTION] * 3 +
+                             [pkv.LayerKind.SHARED])
+            self.assertEqual([i.group for i in infos], [0, 1, 0, 0])
+            self.assertEqual([i.source_layer for i in infos], [0, 1, 2, 0])
+            self.assertEqual([(i.kv_heads, i.head_dim, i.v_head_dim) for i in infos],
+                             [(2, 16, 16), (2, 16, 16), (1, 32, 32), (2, 16, 16)])
+            self.assertEqual([i.k_eq_v for i in infos], [False, False, True, False])
+            self.assertEqual([i.sinks for i in infos], [False, True, False, False])
+            self.assertAlmostEqual(infos[2].softmax_scale, 32 ** -0.5, places=6)
+            self.assertEqual(infos[2].v_base, infos[2].k_base)  # V is K
+            self.assertEqual(infos[3].k_base, infos[0].k_base)  # the shared layer reads layer 0
+            with self.assertRaises(pkv.InvalidArgumentError):
+                engine.layer_info(4)
+
+    def test_sinks(self):
+        with pkv.Engine(mixed_params()) as engine:
+            with self.assertRaises(pkv.InvalidArgumentError):  # layer 0 has no sinks
+                engine.set_attention_sinks(0, [0.0] * Q_HEADS)
+            with self.assertRaises(pkv.InvalidArgumentError):  # one per q head
+                engine.set_attention_sinks(1, [0.0] * (Q_HEADS - 1))
+            with self.assertRaises(pkv.InvalidArgumentError):
+                engine.set_attention_sinks(1, [float('nan')] * Q_HEADS)
+            seq = engine.allocate(list(range(1, N + 1)))
+            with engine.batch([seq]) as batch:  # sinks never set: refused, not ignored
+                with self.assertRaises(pkv.StateError):
+                    batch.attention(1, values(N * Q_HEADS * 16, 1), values(N * 32, 2),
+                                    values(N * 32, 3), array.array('f', [0] * (N * Q_HEADS * 16)))
+                batch.abort()
+            with self.assertRaises(pkv.StateError):  # too late: a sequence was made
+                engine.set_attention_sinks(1, [0.5] * Q_HEADS)
+
+    def test_attention_on_heterogeneous_layers(self):
+        with pkv.Engine(mixed_params()) as engine:
+            engine.set_attention_sinks(1, [0.5, -1.0, 2.0, 0.0])
+            seq = engine.allocate(list(range(1, N + 1)))
+            q16, k16, v16 = values(N * Q_HEADS * 16, 4), values(N * 32, 5), values(N * 32, 6)
+            out = {layer: array.array('f', [0] * (N * Q_HEADS * (32 if layer == 2 else 16)))
+                   for layer in range(4)}
+            with engine.batch([seq]) as batch:
+                batch.attention(0, q16, k16, v16, out[0])
+                batch.attention(1, q16, k16, v16, out[1])  # layer 0's inputs; its window holds all
+                k32 = values(N * 32, 7)
+                with self.assertRaisesRegex(pkv.InvalidArgumentError, 'K = V|k_eq_v'):
+                    batch.attention(2, values(N * Q_HEADS * 32, 8), k32, k32, out[2])
+                with self.assertRaisesRegex(pkv.InvalidArgumentError, 'q: .* this step needs'):
+                    batch.attention(2, q16, k32, None, out[2])  # q is 32 wide on layer 2
+                batch.attention(2, values(N * Q_HEADS * 32, 8), k32, None, out[2])
+                with self.assertRaisesRegex(pkv.InvalidArgumentError, 'SHARED .* layer 0'):
+                    batch.attention(3, q16, k16, None, out[3])
+                batch.attention(3, q16, None, None, out[3])
+            # the shared layer attends over layer 0's K and V with layer 0's q: the same output
+            self.assertEqual(out[3], out[0])
+            # K = V: the first token sees only itself, so each q head's output is its K
+            self.assertLessEqual(max(abs(a - b) for a, b in zip(out[2][:32], k32[:32])), 1e-6)
+            # the sinks take weight and add nothing: each output of layer 1 is layer 0's scaled
+            # by a factor below 1 (the same keys, values and window)
+            self.assertNotEqual(out[1], out[0])
+            self.assertTrue(all(abs(a) <= abs(b) + 1e-6 for a, b in zip(out[1], out[0])))
+            engine.check()
+
+
+class Configs(unittest.TestCase):
+    def test_gpt_oss_sinks_and_windows(self):
+        p = pkv.Params.from_hf_config_layers(os.path.join(CONFIGS, 'gpt-oss-20b.json'))
+        specs = p.layer_specs
+        self.assertEqual(len(specs), p.num_layers)
+        self.assertTrue(all(s.sinks for s in specs))
+        self.assertEqual([s.window for s in specs[:4]], [128, 0, 128, 0])
+        self.assertEqual((p.sliding_window, p.layer_windows), (0, None))
+        with self.assertRaisesRegex(pkv.UnsupportedError, 'from_hf_config_layers'):
+            pkv.Params.from_hf_config(os.path.join(CONFIGS, 'gpt-oss-20b.json'))
+
+    def test_gemma2_softcap_and_flat_models(self):
+        p = pkv.Params.from_hf_config_layers(os.path.join(CONFIGS, 'gemma-2-9b.json'),
+                                             device=pkv.DEVICE_CPU)
+        self.assertEqual({s.logit_softcap for s in p.layer_specs}, {50.0})
+        self.assertIs(p.device, pkv.Device.CPU)  # fields set by name after the config
+        llama = pkv.Params.from_hf_config_layers(os.path.join(CONFIGS, 'llama-3-8b.json'))
+        self.assertIsNone(llama.layer_specs)  # the flat fields say it all
+        self.assertEqual(llama.num_layers, 32)
+
+
+if __name__ == '__main__':
+    unittest.main()
