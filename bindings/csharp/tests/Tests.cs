@@ -394,6 +394,11 @@ static partial class Tests
             { "store_admin_of_file_store", StoreAdminOfFileStore },
             { "surface_matches_header", SurfaceMatchesHeader }, { "public_surface_is_safe", PublicSurfaceIsSafe },
             { "version_from_header", VersionFromHeader }, { "model_id_keeps_models_apart", ModelIdKeepsModelsApart },
+            { "layer_specs_owned_and_checked", LayerSpecsOwnedAndChecked }, { "kv_group_bytes", KvGroupBytes },
+            { "engine_layers_and_sinks", EngineLayersAndSinks },
+            { "attention_on_heterogeneous_layers", AttentionOnHeterogeneousLayers },
+            { "config_layer_specs", ConfigLayerSpecs }, { "extra_keys_decide_hits", ExtraKeysDecideHits },
+            { "extra_key_events_and_hashes", ExtraKeyEventsAndHashes }, { "bad_extra_keys_refused", BadExtraKeysRefused },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

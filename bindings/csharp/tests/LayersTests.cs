@@ -1,0 +1,151 @@
+// The cache described per layer (pkv 0.5): EngineParams.LayerSpecs (owned by the params, pinned
+// per call), each KV group's bytes, an engine's layers, attention sinks, Attention on
+// heterogeneous layers (each layer's own shape, K = V and Shared layers), a config's specs.
+using System;
+using System.IO;
+using System.Linq;
+using Pkv;
+
+static partial class Tests
+{
+    const uint LayersQHeads = 4, LayersTokens = 5;
+
+    // Four layers: 0 full (2 kv heads x 16), 1 sliding 8 with sinks, 2 full K = V (1 kv head x
+    // 32), 3 shared (reads layer 0).
+    static EngineParams MixedLayers()
+    {
+        var p = EngineParams.Defaults();
+        p.NumLayers = 4; p.NumQHeads = LayersQHeads; p.NumKvHeads = 2; p.HeadDim = 16;
+        p.DType = DType.F32; p.BlockSize = 4; p.NumBlocks = 32; p.Device = Device.Cpu; p.NumThreads = 1;
+        LayerSpec sliding = LayerSpec.Sliding(8);
+        sliding.Sinks = true;
+        p.LayerSpecs = new[] { new LayerSpec(), sliding,
+                               new LayerSpec { NumKvHeads = 1, HeadDim = 32, KEqV = true }, LayerSpec.Shared(0) };
+        return p;
+    }
+
+    static float[] LayerValues(uint n, int seed)
+    {
+        var r = new Random(seed);
+        return Enumerable.Range(0, (int)n).Select(_ => (float)(r.NextDouble() * 2 - 1)).ToArray();
+    }
+
+    static void LayerSpecsOwnedAndChecked()
+    {
+        EngineParams p = MixedLayers();
+        LayerSpec[] specs = p.LayerSpecs;
+        Equal(4, specs.Length, "specs");
+        Equal(AttentionKind.Sliding, specs[1].Attention, "attention");
+        Equal(LayerKind.Shared, specs[3].Kind, "kind");
+        specs[0].HeadDim = 99;  // a copy: the params' array is their own
+        Equal(0u, p.LayerSpecs[0].HeadDim, "owned");
+        p.NumLayers = 3;  // refused by the binding, before pkv reads the specs
+        foreach (Action call in new Action[] { () => new Engine(p).Dispose(), () => Library.Profile(p),
+                                               () => Library.KvGroups(p), () => Library.KvGroupInfo(p, 0) })
+            Assert(Throws(Status.InvalidArgument, call).Detail.Contains("LayerSpecs has 4 entries, NumLayers is 3"),
+                   "names the count");
+    }
+
+    static void KvGroupBytes()
+    {
+        EngineParams p = MixedLayers();
+        KvGroups g = Library.KvGroups(p);
+        Equal(2, g.NumGroups, "groups");
+        Equal("0 8", string.Join(" ", g.GroupWindow), "windows, full first");
+        Equal("0 1 0 0", string.Join(" ", g.LayerGroup), "the shared layer is in its source's group");
+        KvGroupInfo full = Library.KvGroupInfo(p, 0), sliding = Library.KvGroupInfo(p, 1);
+        Equal(AttentionKind.Full, full.Attention, "group 0");
+        Equal(2u, full.NumLayers, "group 0 layers");
+        Equal((ulong)(2 * 16 * 2 + 1 * 32) * 4, full.BytesPerToken, "K and V of layer 0, K of layer 2");
+        Equal(AttentionKind.Sliding, sliding.Attention, "group 1");
+        Equal(8u, sliding.Window, "window");
+        Equal((ulong)2 * 16 * 2 * 4, sliding.BytesPerToken, "group 1 bytes");
+        Throws(Status.InvalidArgument, () => Library.KvGroupInfo(p, 2));
+        KvBudget b = Library.Profile(p);
+        Equal(3u, b.NumCachedLayers, "cached layers");
+        Equal((ulong)(2 * 16 * 2 * 2 + 32) * 4, b.ModelBytesPerToken, "model bytes per token");
+    }
+
+    static void EngineLayersAndSinks()
+    {
+        using (var e = new Engine(MixedLayers()))
+        {
+            Equal(LayerKind.Shared, e.Params.LayerSpecs[3].Kind, "kept past create");
+            Equal(2u, e.KvGroupInfo(0).NumLayers, "engine's group 0");
+            LayerInfo[] info = Enumerable.Range(0, 4).Select(l => e.LayerInfo((uint)l)).ToArray();
+            Equal("Attention Attention Attention Shared", string.Join(" ", info.Select(i => i.Kind)), "kinds");
+            Equal("0 1 0 0", string.Join(" ", info.Select(i => i.Group)), "groups");
+            Equal("0 1 2 0", string.Join(" ", info.Select(i => i.SourceLayer)), "sources");
+            Equal("2x16x16 2x16x16 1x32x32 2x16x16",
+                  string.Join(" ", info.Select(i => i.KvHeads + "x" + i.HeadDim + "x" + i.VHeadDim)), "shapes");
+            Assert(info[2].IsKEqV && !info[0].IsKEqV && info[1].HasSinks && !info[0].HasSinks, "flags");
+            Equal(info[2].KPool, info[2].VPool, "V is K");
+            Equal(info[0].KPool, info[3].KPool, "the shared layer reads layer 0");
+            Assert(Math.Abs(info[2].SoftmaxScale - 1 / Math.Sqrt(32)) < 1e-6, "layer 2's own scale");
+            Throws(Status.InvalidArgument, () => e.LayerInfo(4));
+            Throws(Status.InvalidArgument, () => e.SetAttentionSinks(0, new float[LayersQHeads]));  // no sinks
+            Throws(Status.InvalidArgument, () => e.SetAttentionSinks(1, new float[LayersQHeads - 1]));
+            Throws(Status.InvalidArgument, () => e.SetAttentionSinks(1, Enumerable.Repeat(float.NaN, 4).ToArray()));
+            Sequence seq = e.Allocate(new[] { 1, 2, 3, 4, 5 });
+            using (var b = e.BeginBatch(new[] { seq }))  // sinks never set: refused, not ignored
+                Throws(Status.State, () => b.Attention(1, new float[5 * 64], new float[5 * 32], new float[5 * 32],
+                                                       new float[5 * 64]));
+            Throws(Status.State, () => e.SetAttentionSinks(1, new float[LayersQHeads]));  // a sequence exists
+        }
+    }
+
+    static void AttentionOnHeterogeneousLayers()
+    {
+        using (var e = new Engine(MixedLayers()))
+        {
+            e.SetAttentionSinks(1, new[] { 0.5f, -1f, 2f, 0f });
+            const uint n = LayersTokens;
+            Sequence seq = e.Allocate(new[] { 1, 2, 3, 4, 5 });
+            float[] q16 = LayerValues(n * 64, 1), k16 = LayerValues(n * 32, 2), v16 = LayerValues(n * 32, 3);
+            float[] q32 = LayerValues(n * 128, 4), k32 = LayerValues(n * 32, 5);
+            float[] out0 = new float[n * 64], out1 = new float[n * 64], out2 = new float[n * 128], out3 = new float[n * 64];
+            using (var b = e.BeginBatch(new[] { seq }))
+            {
+                b.Attention(0, q16, k16, v16, out0);
+                b.Attention(1, q16, k16, v16, out1);  // layer 0's inputs: its window holds them all
+                Assert(Throws(Status.InvalidArgument, () => b.Attention(2, q32, k32, k32, out2)).Detail.Contains("K = V"),
+                       "a V on a K = V layer");
+                Assert(Throws(Status.InvalidArgument, () => b.Attention(2, q16, k32, null, out2)).Detail
+                           .Contains("q has 320 elements, this step needs 640"), "layer 2's own q width");
+                b.Attention(2, q32, k32, null, out2);
+                Assert(Throws(Status.InvalidArgument, () => b.Attention(3, q16, k16, null, out3)).Detail
+                           .Contains("reads layer 0's"), "a K on a shared layer");
+                b.Attention(3, q16, null, null, out3);
+                b.End();
+            }
+            Assert(out3.SequenceEqual(out0), "the shared layer attends over layer 0's K and V");
+            for (int d = 0; d < 32; d++)  // the first token sees only itself: each head's output is its K
+                Assert(Math.Abs(out2[d] - k32[d]) <= 1e-6, "K = V output " + d);
+            Assert(!out1.SequenceEqual(out0), "the sinks took weight");
+            for (int i = 0; i < out1.Length; i++)
+                Assert(Math.Abs(out1[i]) <= Math.Abs(out0[i]) + 1e-6, "a sink adds nothing to the output: " + i);
+            e.Check();
+        }
+    }
+
+    static void ConfigLayerSpecs()
+    {
+        string configs = Path.Combine(Path.Combine(RepoRoot(), "tools"), "configs");
+        EngineParams oss = EngineParams.FromHfConfigLayers(File.ReadAllText(Path.Combine(configs, "gpt-oss-20b.json")));
+        LayerSpec[] specs = oss.LayerSpecs;
+        Equal((int)oss.NumLayers, specs.Length, "one spec per layer");
+        Assert(specs.All(s => s.Sinks), "gpt-oss: sinks in every layer");
+        Equal("128 0 128 0", string.Join(" ", specs.Take(4).Select(s => s.Window)), "alternating windows");
+        Assert(oss.LayerWindows == null && oss.SlidingWindow == 0, "the windows are in the specs");
+        EngineParams gemma2 = EngineParams.FromHfConfigLayers(File.ReadAllText(Path.Combine(configs, "gemma-2-9b.json")));
+        Assert(gemma2.LayerSpecs.All(s => s.LogitSoftcap == 50f), "Gemma 2's soft-cap");
+        EngineParams llama = EngineParams.FromHfConfigLayers(File.ReadAllText(Path.Combine(configs, "llama-3-8b.json")));
+        Assert(llama.LayerSpecs == null && llama.NumLayers == 32, "a model the flat fields describe");
+        Throws(Status.Unsupported, () => EngineParams.FromHfConfig(File.ReadAllText(Path.Combine(configs, "gpt-oss-20b.json"))));
+    }
+
+    static string RepoRoot()
+    {
+        return Path.GetDirectoryName(Path.GetDirectoryName(Path.GetDirectoryName(Path.GetFullPath(hashVectors))));
+    }
+}
