@@ -53,9 +53,10 @@ static partial class Tests
         uint[] groups = { 2, 7 };
         for (int i = 0; i < names.Length; i++)
         {
-            var p = EngineParams.FromHfConfig(Config(names[i]));
+            // (0.5: Gemma 2's soft-cap needs layer specs, so its windows come in them)
+            var p = i == 0 ? EngineParams.FromHfConfigLayers(Config(names[i])) : EngineParams.FromHfConfig(Config(names[i]));
             p.MemoryTotalBytes = 24UL << 30; p.MemoryUsedBytes = 0;
-            Assert(p.LayerWindows != null, names[i] + ": windows read");
+            Assert(p.LayerWindows != null || p.LayerSpecs != null, names[i] + ": windows read");
             KvBudget b;
             Equal(Status.Ok, Library.ProfileOrShortfall(p, out b), names[i] + " profile");
             Equal(seqs[i], b.MaxSeqsAtMaxModelLen, names[i] + " max sequences");
@@ -63,17 +64,17 @@ static partial class Tests
             var copy = p;  // a copy of the params profiles the same
             Equal(seqs[i], Library.Profile(copy).MaxSeqsAtMaxModelLen, names[i] + " copy");
         }
-        var g2 = EngineParams.FromHfConfig(Config("gemma-2-9b.json"));
-        uint[] mine = g2.LayerWindows;
-        mine[0] = 7;  // the params own their array: a caller's change is not theirs
-        Equal(4096u, g2.LayerWindows[0], "windows copied out");
+        var g2 = EngineParams.FromHfConfigLayers(Config("gemma-2-9b.json"));
+        LayerSpec[] mine = g2.LayerSpecs;
+        mine[0].Window = 7;  // the params own their array: a caller's change is not theirs
+        Equal(4096u, g2.LayerSpecs[0].Window, "specs copied out");
         g2.NumLayers = 4; g2.Device = Device.Cpu; g2.NumBlocks = 8; g2.NumThreads = 1; g2.MaxModelLen = 32;
         Assert(Throws(Status.InvalidArgument, () => new Engine(g2)).Detail
-                   .Contains("EngineParams.LayerWindows has 42 entries, NumLayers is 4"), "refused before pkv reads them");
-        g2.LayerWindows = g2.LayerWindows.Take(4).ToArray();
+                   .Contains("EngineParams.LayerSpecs has 42 entries, NumLayers is 4"), "refused before pkv reads them");
+        g2.LayerSpecs = g2.LayerSpecs.Take(4).ToArray();
         using (var e = new Engine(g2))
         {
-            Assert(e.Params.LayerWindows.SequenceEqual(new uint[] { 4096, 0, 4096, 0 }), "engine windows");
+            Assert(e.Params.LayerSpecs.Select(s => s.Window).SequenceEqual(new uint[] { 4096, 0, 4096, 0 }), "engine windows");
             Assert(e.KvGroups().GroupWindow.SequenceEqual(new uint[] { 0, 4096 }), "engine groups");
         }
         var mistral = EngineParams.FromHfConfig(Config("mistral-7b.json"));

@@ -33,24 +33,27 @@ class ConfigWindows(unittest.TestCase):
         # issue 26, item 3: the same sequences as `pkv profile --config tools/configs/gemma-2-9b.json
         # --memory 24GiB` (10) and gemma-3-27b.json (2), and the other bindings: the windows come
         # with the shape, never a second call
+        # (0.5: Gemma 2's soft-cap needs layer specs, so its windows come in them)
         for name, seqs, groups in (('gemma-2-9b', 10, 2), ('gemma-3-27b', 2, 7)):
             with open(os.path.join(CONFIGS, name + '.json')) as f:
                 text = f.read()
-            p = pkv.Params.from_hf_config(text, memory_total_bytes=24 << 30, memory_used_bytes=0)
-            del text  # the Params owns its windows array, not the config text
-            self.assertIsNotNone(p.layer_windows, name)
+            read = pkv.Params.from_hf_config_layers if name == 'gemma-2-9b' else \
+                pkv.Params.from_hf_config
+            p = read(text, memory_total_bytes=24 << 30, memory_used_bytes=0)
+            del text  # the Params owns its windows or specs array, not the config text
+            self.assertTrue(p.layer_windows or p.layer_specs, name)
             budget = pkv.profile(p)
             self.assertEqual((budget.max_seqs_at_max_model_len, budget.num_kv_groups),
                              (seqs, groups), name)
             self.assertEqual(pkv.profile(p.copy()).max_seqs_at_max_model_len, seqs, name)
-        p = pkv.Params.from_hf_config(os.path.join(CONFIGS, 'gemma-2-9b.json'), num_layers=4,
-                                      device=pkv.DEVICE_CPU, num_blocks=8, num_threads=1,
-                                      max_model_len=32)
-        with self.assertRaisesRegex(pkv.InvalidArgumentError, 'layer_windows has 42 entries'):
-            pkv.Engine(p)  # the windows are the config's 42 layers, refused before pkv reads them
-        p.layer_windows = p.layer_windows[:4]
+        p = pkv.Params.from_hf_config_layers(os.path.join(CONFIGS, 'gemma-2-9b.json'),
+                                             num_layers=4, device=pkv.DEVICE_CPU, num_blocks=8,
+                                             num_threads=1, max_model_len=32)
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, 'layer_specs has 42 entries'):
+            pkv.Engine(p)  # the specs are the config's 42 layers, refused before pkv reads them
+        p.layer_specs = p.layer_specs[:4]
         with pkv.Engine(p) as engine:
-            self.assertEqual(engine.params.layer_windows, [4096, 0, 4096, 0])
+            self.assertEqual([s.window for s in engine.params.layer_specs], [4096, 0, 4096, 0])
             self.assertEqual(engine.kv_groups().group_window, [0, 4096])
 
     def test_gpt_oss_layer_types_and_mistral(self):
