@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "tiers/store.h"
+#include "tiers/store_factory.h"
 #include "tiers/store_format.h"
 
 struct bench_store {

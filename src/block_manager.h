@@ -2,7 +2,7 @@
 // pool and the host tier.
 //
 // In each tier a block is free (ref 0, nothing reusable), cached (ref 0, sealed KV a prefix node
-// points at, evictable) or used (ref >= 1); see tiers/block_pool.h. Allocation takes the head of
+// points at, evictable) or used (ref >= 1); see block_pool.h. Allocation takes the head of
 // the pool's free list; a release appends the sequence's sealed blocks to the tail in reverse
 // table order (its tail blocks are evicted first) and puts unsealed ones at the head (reused
 // first). With a host tier, a sealed block evicted from the pool is offloaded: copied into a
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "prefix_tree.h"
-#include "tiers/block_pool.h"
+#include "block_pool.h"
 
 namespace pkv {
 

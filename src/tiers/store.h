@@ -1,6 +1,7 @@
 // Tier 2 of DESIGN.md §11: a store of whole blocks (K and V of every layer) by store key, below
 // the host tier: a directory (file_store), a Redis or Valkey server (redis_store), or the host's
-// callbacks (callback_store). A store holds opaque values of one size per engine
+// callbacks (callback_store); store_factory.h makes the one pkv_store_params name, and this
+// interface knows none of them. A store holds opaque values of one size per engine
 // (store_format.h); everything it returns is verified by the caller before it can hit, so a store
 // only has to be a byte map: it may lose, truncate or corrupt values, and that is a miss.
 //
@@ -96,11 +97,5 @@ class Store {
     return StoreStatus::failure(std::string("the ") + kind() + " store cannot remove keys");
   }
 };
-
-// The store pkv_store_params describe (kind FILE, REDIS or CALLBACK). Throws
-// PKV_ERR_INVALID_ARGUMENT for bad parameters and PKV_ERR_STORE (with the reason) when the store
-// cannot be reached or opened at all (a missing directory that cannot be made, a refused
-// connection, a wrong password).
-std::unique_ptr<Store> make_store(const pkv_store_params &p);
 
 }  // namespace pkv

@@ -10,6 +10,7 @@
 
 #include "status.h"
 #include "tiers/store_format.h"
+#include "tiers/store_factory.h"
 
 namespace pkv {
 namespace {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "status.h"
+#include "tiers/store_factory.h"
 
 namespace pkv {
 

@@ -19,7 +19,7 @@ LAYERS = [
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*"]),
     ("sequence", ["sequence.*"]),
-    ("block manager", ["block_manager.*", "block_manager_tiers.cpp", "block_manager_check.cpp"]),
+    ("block manager", ["block_manager.*", "block_manager_tiers.cpp", "block_manager_check.cpp", "block_pool.*"]),
     ("prefix cache", ["prefix_tree.*", "node_table.h", "block_hash.*"]),
     ("tiers", ["tiers/*"]),
     ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "checked.h"]),

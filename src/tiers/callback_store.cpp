@@ -1,8 +1,8 @@
-#include "tiers/store.h"
+// The store of the host's callbacks (pkv_store_callbacks, PKV_STORE_CALLBACK): each call goes
+// through the host's table, copied at create.
+#include "tiers/callback_store.h"
 
 #include "status.h"
-#include "tiers/file_store.h"
-#include "tiers/redis_store.h"
 
 namespace pkv {
 namespace {
@@ -64,20 +64,10 @@ class CallbackStore final : public Store {
 
 }  // namespace
 
-std::unique_ptr<Store> make_store(const pkv_store_params &p) {
-  switch (p.kind) {
-    case PKV_STORE_FILE:
-      return make_file_store(p);
-    case PKV_STORE_REDIS:
-      return make_redis_store(p);
-    case PKV_STORE_CALLBACK:
-      PKV_REQUIRE(p.callbacks != nullptr, "store kind CALLBACK needs callbacks");
-      PKV_REQUIRE(p.callbacks->get && p.callbacks->put,
-                  "store callbacks: get and put are required");
-      return std::make_unique<CallbackStore>(*p.callbacks);
-    default:
-      fail(PKV_ERR_INVALID_ARGUMENT, "store kind %u is not a PKV_STORE_* kind", p.kind);
-  }
+std::unique_ptr<Store> make_callback_store(const pkv_store_params &p) {
+  PKV_REQUIRE(p.callbacks != nullptr, "store kind CALLBACK needs callbacks");
+  PKV_REQUIRE(p.callbacks->get && p.callbacks->put, "store callbacks: get and put are required");
+  return std::make_unique<CallbackStore>(*p.callbacks);
 }
 
 }  // namespace pkv

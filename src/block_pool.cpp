@@ -1,4 +1,4 @@
-#include "tiers/block_pool.h"
+#include "block_pool.h"
 
 #include "status.h"
 
