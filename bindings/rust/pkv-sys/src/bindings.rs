@@ -34,6 +34,8 @@ pub const PKV_MAX_MODEL_ID_BYTES: _bindgen_ty_2 = 256;
 pub const PKV_HF_CONFIG_DIGEST_BYTES: _bindgen_ty_2 = 80;
 pub const PKV_MAX_THREADS: _bindgen_ty_2 = 4096;
 pub const PKV_MAX_CACHE_SALT_BYTES: _bindgen_ty_2 = 65536;
+pub const PKV_MAX_EXTRA_KEY_BYTES: _bindgen_ty_2 = 64;
+pub const PKV_MAX_EXTRA_KEYS: _bindgen_ty_2 = 65536;
 pub const PKV_DEFAULT_KV_EVENTS_CAPACITY: _bindgen_ty_2 = 65536;
 pub const PKV_DEFAULT_EVENT_REPLAY_BATCHES: _bindgen_ty_2 = 10000;
 pub const PKV_DEFAULT_EVENT_SEND_HWM: _bindgen_ty_2 = 100000;
@@ -177,10 +179,23 @@ pub struct pkv_engine {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct pkv_extra_key {
+    pub start_token: u32,
+    pub end_token: u32,
+    pub key: *const ::std::os::raw::c_void,
+    pub key_len: u32,
+    pub reserved0: u32,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct pkv_seq_params {
     pub struct_size: u32,
     pub cache_salt_len: u32,
     pub cache_salt: *const ::std::os::raw::c_void,
+    pub extra_keys: *const pkv_extra_key,
+    pub num_extra_keys: u32,
+    pub extra_key_size: u32,
+    pub lora_id: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -244,6 +259,10 @@ pub struct pkv_request_params {
     pub cache_salt_len: u32,
     pub reserved0: u32,
     pub cache_salt: *const ::std::os::raw::c_void,
+    pub extra_keys: *const pkv_extra_key,
+    pub num_extra_keys: u32,
+    pub extra_key_size: u32,
+    pub lora_id: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -399,6 +418,9 @@ pub struct pkv_kv_event {
     pub parent_hash: u64,
     pub medium: u32,
     pub group: u32,
+    pub lora_id: u64,
+    pub num_extra_keys: u32,
+    pub reserved0: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -714,6 +736,18 @@ pub struct PkvLib {
         ) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_engine_params_from_hf_config_layers: Result<
+        unsafe extern "C" fn(
+            p: *mut pkv_engine_params,
+            json: *const ::std::os::raw::c_char,
+            json_len: usize,
+            specs: *mut pkv_layer_spec,
+            spec_size: u32,
+            cap: u32,
+            out_num_layers: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_hf_config_digest: Result<
         unsafe extern "C" fn(
             json: *const ::std::os::raw::c_char,
@@ -838,6 +872,30 @@ pub struct PkvLib {
         ) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_block_hash_root_lora: Result<
+        unsafe extern "C" fn(
+            seed: u64,
+            salt: *const ::std::os::raw::c_void,
+            salt_len: u32,
+            lora_id: u64,
+            out_hash: *mut u64,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_block_hash_extra: Result<
+        unsafe extern "C" fn(
+            seed: u64,
+            parent_hash: u64,
+            tokens: *const i32,
+            num_tokens: u32,
+            first_token: u32,
+            keys: *const pkv_extra_key,
+            num_keys: u32,
+            key_size: u32,
+            out_hash: *mut u64,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_store_params_init:
         Result<unsafe extern "C" fn(p: *mut pkv_store_params, size: u32) -> pkv_status, ::libloading::Error>,
     pub pkv_engine_store_error: Result<
@@ -931,6 +989,8 @@ impl PkvLib {
         let pkv_engine_params_from_hf_config =
             __library.get(b"pkv_engine_params_from_hf_config\0").map(|sym| *sym);
         let pkv_hf_config_layer_windows = __library.get(b"pkv_hf_config_layer_windows\0").map(|sym| *sym);
+        let pkv_engine_params_from_hf_config_layers =
+            __library.get(b"pkv_engine_params_from_hf_config_layers\0").map(|sym| *sym);
         let pkv_hf_config_digest = __library.get(b"pkv_hf_config_digest\0").map(|sym| *sym);
         let pkv_kv_groups = __library.get(b"pkv_kv_groups\0").map(|sym| *sym);
         let pkv_kv_group_info = __library.get(b"pkv_kv_group_info\0").map(|sym| *sym);
@@ -954,6 +1014,8 @@ impl PkvLib {
         let pkv_engine_set_stream = __library.get(b"pkv_engine_set_stream\0").map(|sym| *sym);
         let pkv_block_hash_root = __library.get(b"pkv_block_hash_root\0").map(|sym| *sym);
         let pkv_block_hash = __library.get(b"pkv_block_hash\0").map(|sym| *sym);
+        let pkv_block_hash_root_lora = __library.get(b"pkv_block_hash_root_lora\0").map(|sym| *sym);
+        let pkv_block_hash_extra = __library.get(b"pkv_block_hash_extra\0").map(|sym| *sym);
         let pkv_store_params_init = __library.get(b"pkv_store_params_init\0").map(|sym| *sym);
         let pkv_engine_store_error = __library.get(b"pkv_engine_store_error\0").map(|sym| *sym);
         let pkv_store_open = __library.get(b"pkv_store_open\0").map(|sym| *sym);
@@ -998,6 +1060,7 @@ impl PkvLib {
             pkv_drain_finished,
             pkv_engine_params_from_hf_config,
             pkv_hf_config_layer_windows,
+            pkv_engine_params_from_hf_config_layers,
             pkv_hf_config_digest,
             pkv_kv_groups,
             pkv_kv_group_info,
@@ -1020,6 +1083,8 @@ impl PkvLib {
             pkv_engine_set_stream,
             pkv_block_hash_root,
             pkv_block_hash,
+            pkv_block_hash_root_lora,
+            pkv_block_hash_extra,
             pkv_store_params_init,
             pkv_engine_store_error,
             pkv_store_open,
@@ -1248,6 +1313,26 @@ impl PkvLib {
             json, json_len, out, cap, out_len,
         )
     }
+    pub unsafe fn pkv_engine_params_from_hf_config_layers(
+        &self,
+        p: *mut pkv_engine_params,
+        json: *const ::std::os::raw::c_char,
+        json_len: usize,
+        specs: *mut pkv_layer_spec,
+        spec_size: u32,
+        cap: u32,
+        out_num_layers: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_engine_params_from_hf_config_layers.as_ref().expect("Expected function, got error."))(
+            p,
+            json,
+            json_len,
+            specs,
+            spec_size,
+            cap,
+            out_num_layers,
+        )
+    }
     pub unsafe fn pkv_hf_config_digest(
         &self,
         json: *const ::std::os::raw::c_char,
@@ -1413,6 +1498,42 @@ impl PkvLib {
             parent_hash,
             tokens,
             num_tokens,
+            out_hash,
+        )
+    }
+    pub unsafe fn pkv_block_hash_root_lora(
+        &self,
+        seed: u64,
+        salt: *const ::std::os::raw::c_void,
+        salt_len: u32,
+        lora_id: u64,
+        out_hash: *mut u64,
+    ) -> pkv_status {
+        (self.pkv_block_hash_root_lora.as_ref().expect("Expected function, got error."))(
+            seed, salt, salt_len, lora_id, out_hash,
+        )
+    }
+    pub unsafe fn pkv_block_hash_extra(
+        &self,
+        seed: u64,
+        parent_hash: u64,
+        tokens: *const i32,
+        num_tokens: u32,
+        first_token: u32,
+        keys: *const pkv_extra_key,
+        num_keys: u32,
+        key_size: u32,
+        out_hash: *mut u64,
+    ) -> pkv_status {
+        (self.pkv_block_hash_extra.as_ref().expect("Expected function, got error."))(
+            seed,
+            parent_hash,
+            tokens,
+            num_tokens,
+            first_token,
+            keys,
+            num_keys,
+            key_size,
             out_hash,
         )
     }

@@ -17,7 +17,7 @@ use crate::element::Element;
 use crate::engine::Engine;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, sized};
-use crate::params::{Device, Dtype, KvLayout};
+use crate::shape::host_shape;
 use crate::view::{self, BatchView};
 
 /// What every open batch does: read its plan, run attention, do its block copies. Reached
@@ -67,7 +67,9 @@ impl<'e> OpenBatch<'e> {
     /// head_dim` elements, k and v `num_tokens * kv_heads_per_rank * head_dim` (longer slices
     /// are fine; only those are used). Another element type or a shorter slice is
     /// `Status::InvalidArgument` naming what was expected, before pkv is called. An MLA engine
-    /// takes no V: `attention_mla` (a v here is `Status::InvalidArgument`).
+    /// takes no V: `attention_mla` (a v here is `Status::InvalidArgument`). With layer specs
+    /// each layer has its own shape (`Engine::layer_info`); a K = V or shared layer is
+    /// `attention_kv`'s.
     pub fn attention<T: Element>(
         &mut self,
         layer: u32,
@@ -76,8 +78,11 @@ impl<'e> OpenBatch<'e> {
         v: &[T],
         out: &mut [T],
     ) -> Result<()> {
-        let want = self.host_shape::<T>("attention")?;
-        want.check("attention", &[("q", q.len(), want.q), ("k", k.len(), want.kv), ("v", v.len(), want.kv)])?;
+        let want = host_shape::<T>(self.engine, layer, self.num_tokens(), "attention")?;
+        if self.engine.layer_shape(layer).is_some() {
+            want.check_args("attention", layer, true, true)?;
+        }
+        want.check("attention", &[("q", q.len(), want.q), ("k", k.len(), want.k), ("v", v.len(), want.v)])?;
         want.check("attention", &[("out", out.len(), want.out)])?;
         // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others.
         unsafe {
@@ -105,8 +110,8 @@ impl<'e> OpenBatch<'e> {
         latents: &[T],
         out: &mut [T],
     ) -> Result<()> {
-        let want = self.host_shape::<T>("attention_mla")?;
-        want.check("attention_mla", &[("q", q.len(), want.q), ("latents", latents.len(), want.kv)])?;
+        let want = host_shape::<T>(self.engine, layer, self.num_tokens(), "attention_mla")?;
+        want.check("attention_mla", &[("q", q.len(), want.q), ("latents", latents.len(), want.k)])?;
         want.check("attention_mla", &[("out", out.len(), want.out)])?;
         // SAFETY: host buffers of the sizes pkv reads and writes; out does not alias the others;
         // v NULL is MLA's.
@@ -121,48 +126,34 @@ impl<'e> OpenBatch<'e> {
         }
     }
 
-    /// What `attention` reads and writes from host slices of `T`, refusing an engine that is
-    /// not on the CPU and an element type that is not the model's.
-    fn host_shape<T: Element>(&self, call: &str) -> Result<HostShape> {
-        let engine = self.engine;
-        let pool = engine.raw_pool();
-        if engine.device() != Some(Device::Cpu) {
-            return Err(Error::new(
-                Status::Unsupported,
-                format!("{}: host slices need a CPU engine; use attention_raw with device pointers", call),
-            ));
+    /// `pkv_attention` on any layer of a CPU engine (pkv 0.5), k and v as the layer takes them
+    /// (`Engine::layer_info`): an attention layer k and v, a K = V layer (`LayerSpec::k_eq_v`)
+    /// or an MLA one k only, a shared layer neither (it reads its source layer's cache, written
+    /// earlier in the step, and writes nothing). q holds `num_tokens * q_heads_per_rank *
+    /// head_dim` elements, k `num_tokens * kv_heads * head_dim`, v `num_tokens * kv_heads *
+    /// v_head_dim` and out `num_tokens * q_heads_per_rank * v_head_dim`, of the layer. Other
+    /// arguments are `Status::InvalidArgument` saying what the layer takes, before pkv is called.
+    pub fn attention_kv<T: Element>(
+        &mut self,
+        layer: u32,
+        q: &[T],
+        k: Option<&[T]>,
+        v: Option<&[T]>,
+        out: &mut [T],
+    ) -> Result<()> {
+        let want = host_shape::<T>(self.engine, layer, self.num_tokens(), "attention_kv")?;
+        want.check_args("attention_kv", layer, k.is_some(), v.is_some())?;
+        want.check("attention_kv", &[("q", q.len(), want.q), ("out", out.len(), want.out)])?;
+        if let Some(k) = k {
+            want.check("attention_kv", &[("k", k.len(), want.k)])?;
         }
-        let dtype = engine.dtype();
-        if dtype != Some(T::DTYPE) {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "{}: the engine's model dtype is {}: slices of {} expected, {} given",
-                    call,
-                    dtype.map_or_else(|| "unknown to this binding".to_string(), |d| format!("{:?}", d)),
-                    dtype.map_or("a type this binding has", element_name),
-                    element_name(T::DTYPE)
-                ),
-            ));
+        if let Some(v) = v {
+            want.check("attention_kv", &[("v", v.len(), want.v)])?;
         }
-        let p = engine.params_raw();
-        let out_dim = match KvLayout::from_code(p.kv_layout) {
-            Some(KvLayout::Mla) => p.kv_lora_rank,
-            _ => pool.head_dim,
-        };
-        let (rows, q_heads) = (self.num_tokens(), (p.num_q_heads / p.tp_size.max(1)) as usize);
-        let (kv_heads, head_dim, out_dim) =
-            (pool.kv_heads as usize, pool.head_dim as usize, out_dim as usize);
-        Ok(HostShape {
-            rows,
-            q_heads,
-            kv_heads,
-            head_dim,
-            out_dim,
-            q: rows * q_heads * head_dim,
-            kv: rows * kv_heads * head_dim,
-            out: rows * q_heads * out_dim,
-        })
+        let ptr_of = |s: Option<&[T]>| s.map_or(ptr::null(), |s| s.as_ptr().cast());
+        // SAFETY: host buffers of the sizes pkv reads and writes for this layer; NULL where the
+        // layer takes none; out does not alias the others.
+        unsafe { self.attention_raw(layer, q.as_ptr().cast(), ptr_of(k), ptr_of(v), out.as_mut_ptr().cast()) }
     }
 
     /// `pkv_attention` with raw pointers (device pointers on a CUDA engine); an MLA engine's v
@@ -209,51 +200,6 @@ impl Drop for OpenBatch<'_> {
             // any open batch, of pkv_batch_begin or of pkv_step.
             unsafe { abort(self.raw) };
         }
-    }
-}
-
-/// The Rust type of a model dtype's values.
-fn element_name(dtype: Dtype) -> &'static str {
-    match dtype {
-        Dtype::F32 => "f32",
-        Dtype::F16 => "pkv::F16",
-        Dtype::Bf16 => "pkv::Bf16",
-        _ => "none (not a model dtype)",
-    }
-}
-
-/// The shape of `attention`'s host slices: rows x heads x head_dim, and the element counts.
-struct HostShape {
-    rows: usize,
-    q_heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    out_dim: usize,
-    q: usize,
-    kv: usize,
-    out: usize,
-}
-
-impl HostShape {
-    /// `InvalidArgument` for the first slice shorter than expected, with the shape that asks it.
-    fn check(&self, call: &str, slices: &[(&str, usize, usize)]) -> Result<()> {
-        for &(name, got, want) in slices {
-            if got < want {
-                let (heads, dim) = match name {
-                    "q" => (self.q_heads, self.head_dim),
-                    "out" => (self.q_heads, self.out_dim),
-                    _ => (self.kv_heads, self.head_dim),
-                };
-                return Err(Error::new(
-                    Status::InvalidArgument,
-                    format!(
-                        "{}: {} has {} elements, {} expected ({} tokens x {} heads x {})",
-                        call, name, got, want, self.rows, heads, dim
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -67,6 +67,8 @@ pub struct Engine {
     lib: &'static Library,
     params: Params,
     pool: sys::pkv_pool_info,
+    // each layer's shape when the params have layer specs (attention's checks); else empty
+    layers: Vec<sys::pkv_layer_info>,
     // the host's Store pkv calls; dropped after pkv_engine_destroy (Drop), which waits for the
     // queued writes
     _store: Option<Box<Bridge>>,
@@ -107,8 +109,14 @@ impl Engine {
         let raw =
             NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "pkv_engine_create gave NULL"))?;
         // From here on, an early return destroys the engine (Drop).
-        let mut engine =
-            Engine { raw, lib, params: params.clone(), pool: sized!(sys::pkv_pool_info), _store: bridge };
+        let mut engine = Engine {
+            raw,
+            lib,
+            params: params.clone(),
+            pool: sized!(sys::pkv_pool_info),
+            layers: Vec::new(),
+            _store: bridge,
+        };
         let (mut p, mut pool) = (sized!(sys::pkv_engine_params), sized!(sys::pkv_pool_info));
         // SAFETY: engine.raw is live; both structs are full ones. p.layer_windows points into
         // the engine (num_layers values) and is copied out at once; its store pointer is dropped.
@@ -119,6 +127,14 @@ impl Engine {
             engine.params = Params::from_raw(p, lib);
         }
         engine.pool = pool;
+        if engine.params.specs.is_none() {
+            engine.params.specs = params.specs.clone(); // the library did not give them back
+        }
+        if engine.params.specs.is_some() {
+            engine.layers = (0..engine.params.raw().num_layers)
+                .map(|l| engine.raw_layer_info(l))
+                .collect::<Result<_>>()?;
+        }
         Ok(engine)
     }
 
@@ -149,6 +165,11 @@ impl Engine {
 
     pub(crate) fn raw_pool(&self) -> &sys::pkv_pool_info {
         &self.pool
+    }
+
+    /// Layer `layer`'s resolved spec, as of creation, when the engine has layer specs.
+    pub(crate) fn layer_shape(&self, layer: u32) -> Option<&sys::pkv_layer_info> {
+        self.layers.get(layer as usize)
     }
 
     /// The effective parameters' C struct (its pointers are NULL).

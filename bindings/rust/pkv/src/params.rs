@@ -10,6 +10,7 @@ use pkv_sys as sys;
 
 use crate::config::layer_windows_of;
 use crate::error::{Error, Result, Status};
+use crate::layers::RawSpecs;
 use crate::library::{call, library, sized, Library};
 use crate::publisher::{EventPublisherParams, PublisherStruct};
 use crate::types::KvBudget;
@@ -106,8 +107,9 @@ impl KvLayout {
 
 /// Engine parameters. `Params::new()` holds the library's defaults; each setter replaces one
 /// field and returns the builder. `raw()` / `raw_mut()` reach every field of the C struct but
-/// `layer_windows`, which the `Params` keeps itself (`layer_windows`, `get_layer_windows`) and
-/// points the struct at only for the calls that read it (its raw pointer is ignored).
+/// `layer_windows` and `layer_specs`, which the `Params` keeps itself (`layer_windows`,
+/// `layer_specs`) and points the struct at only for the calls that read them (their raw
+/// pointers are ignored).
 ///
 /// ```no_run
 /// let p = pkv::Params::new()?.num_layers(2).num_q_heads(4).num_kv_heads(2).head_dim(16)
@@ -117,7 +119,8 @@ impl KvLayout {
 #[derive(Clone, Debug)]
 pub struct Params {
     raw: sys::pkv_engine_params,
-    windows: Option<Arc<[u32]>>,
+    pub(crate) windows: Option<Arc<[u32]>>,
+    pub(crate) specs: RawSpecs,
     publisher: Option<Arc<PublisherStruct>>,
     lib: &'static Library,
 }
@@ -143,7 +146,7 @@ impl Params {
         let mut raw = sized!(sys::pkv_engine_params);
         // SAFETY: raw is a pkv_engine_params of the size passed.
         unsafe { call!(lib, pkv_engine_params_init(&mut raw, raw.struct_size))? };
-        Ok(Params { raw, windows: None, publisher: None, lib })
+        Ok(Params { raw, windows: None, specs: None, publisher: None, lib })
     }
 
     /// The defaults with the model shape read from a Hugging Face `config.json` text.
@@ -162,9 +165,11 @@ impl Params {
         let windows = layer_windows_of(self.lib, json)?;
         let mut raw = self.raw;
         raw.layer_windows = ptr::null();
+        raw.layer_specs = ptr::null();
         // SAFETY: text points at json.len() bytes (no NUL needed); raw is a full struct.
         unsafe { call!(self.lib, pkv_engine_params_from_hf_config(&mut raw, text, json.len()))? };
         self.raw = raw;
+        self.specs = None; // the config replaces the shape: specs of the old layers do not apply
         self.windows = match windows.first() {
             Some(&first) if windows.iter().any(|&w| w != first) => Some(windows.into()),
             _ => None,
@@ -176,20 +181,38 @@ impl Params {
     /// windows it points at.
     ///
     /// # Safety
-    /// `raw.layer_windows` is NULL or points at `raw.num_layers` readable values.
+    /// `raw.layer_windows` is NULL or points at `raw.num_layers` readable values;
+    /// `raw.layer_specs` is NULL or points at `raw.num_layers` specs of `raw.layer_spec_size`
+    /// bytes each.
     pub(crate) unsafe fn from_raw(mut raw: sys::pkv_engine_params, lib: &'static Library) -> Params {
         let windows = if raw.layer_windows.is_null() {
             None
         } else {
             Some(std::slice::from_raw_parts(raw.layer_windows, raw.num_layers as usize).into())
         };
+        let specs = if raw.layer_specs.is_null() {
+            None
+        } else {
+            // a spec of another size: each is read at its stride, this binding's fields only
+            let size = std::mem::size_of::<sys::pkv_layer_spec>();
+            let stride = if raw.layer_spec_size == 0 { size } else { raw.layer_spec_size as usize };
+            let base = raw.layer_specs as *const u8;
+            let read = |l: usize| {
+                let mut s: sys::pkv_layer_spec = std::mem::zeroed();
+                ptr::copy_nonoverlapping(base.add(l * stride), &mut s as *mut _ as *mut u8, size.min(stride));
+                s
+            };
+            Some((0..raw.num_layers as usize).map(read).collect::<Vec<_>>().into())
+        };
         raw.layer_windows = ptr::null();
+        raw.layer_specs = ptr::null();
+        raw.layer_spec_size = 0;
         raw.event_publisher = ptr::null(); // the engine's copy: used at create only
-        Params { raw, windows, publisher: None, lib }
+        Params { raw, windows, specs, publisher: None, lib }
     }
 
-    /// The struct pkv reads: `raw()` with `layer_windows` pointing at this Params' windows
-    /// (valid while `self` lives). `Status::InvalidArgument` when they are not `num_layers`.
+    /// The struct pkv reads: `raw()` with `layer_windows` and `layer_specs` pointing at this
+    /// Params' windows and specs (valid while `self` lives). `Status::InvalidArgument` when they are not `num_layers`.
     pub(crate) fn c_params(&self) -> Result<sys::pkv_engine_params> {
         let mut raw = self.raw;
         raw.layer_windows = match &self.windows {
@@ -199,6 +222,22 @@ impl Params {
                 return Err(Error::new(
                     Status::InvalidArgument,
                     format!("layer_windows has {} entries, num_layers is {}", w.len(), raw.num_layers),
+                ))
+            }
+        };
+        (raw.layer_specs, raw.layer_spec_size) = match &self.specs {
+            None => (ptr::null(), 0),
+            Some(s) if s.len() == raw.num_layers as usize => {
+                (s.as_ptr(), std::mem::size_of::<sys::pkv_layer_spec>() as u32)
+            }
+            Some(s) => {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!(
+                        "layer_specs has {} specs, num_layers is {}: give one per layer",
+                        s.len(),
+                        raw.num_layers
+                    ),
                 ))
             }
         };

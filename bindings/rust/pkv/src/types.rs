@@ -272,6 +272,12 @@ pub struct KvBudget {
     pub padded_layers: u32,
     pub kv_scale_bytes: u64,
     pub kv_layout: Option<KvLayout>,
+    /// Layers with a cache of their own (pkv 0.5): `num_layers` less the shared ones.
+    pub num_cached_layers: u32,
+    /// K and V of one token in every cached layer, this rank.
+    pub model_bytes_per_token: u64,
+    /// Bytes of a block no layer of its group fills, in the group that leaves the most.
+    pub padding_bytes_per_block: u64,
 }
 
 impl KvBudget {
@@ -303,6 +309,9 @@ impl KvBudget {
             padded_layers: r.padded_layers,
             kv_scale_bytes: r.kv_scale_bytes,
             kv_layout: KvLayout::from_code(r.kv_layout),
+            num_cached_layers: r.num_cached_layers,
+            model_bytes_per_token: r.model_bytes_per_token,
+            padding_bytes_per_block: r.padding_bytes_per_block,
         }
     }
 }

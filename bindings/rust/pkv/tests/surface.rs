@@ -79,6 +79,10 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_store_verify => StoreAdmin::verify;
         pkv_store_clear => StoreAdmin::clear;
         pkv_engine_check => Engine::check;
+        pkv_engine_params_from_hf_config_layers => Params::from_hf_config_layers, Params::hf_config_layers;
+        pkv_kv_group_info => Params::kv_group_info, Params::kv_group_infos;
+        pkv_layer_info => Engine::layer_info;
+        pkv_set_attention_sinks => Engine::set_attention_sinks;
     }
 }
 
