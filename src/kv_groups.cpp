@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
+#include <tuple>
+
+#include "layer_specs.h"
+#include "pkv/pkv.h"
 
 namespace pkv {
 
@@ -9,10 +14,24 @@ bool KvGroups::any_windowed() const {
   return std::any_of(group_window.begin(), group_window.end(), [](uint32_t w) { return w != 0; });
 }
 
+uint32_t KvGroups::padded_layers() const {
+  if (group_size.empty()) return group_layers * num_groups() - num_layers;
+  uint32_t n = 0;
+  for (uint32_t g = 0; g < num_groups(); ++g)
+    n += (paged ? uint32_t(page_token_bytes / layer_token_bytes[g]) : group_layers) - group_size[g];
+  return n;
+}
+
+uint32_t KvGroups::attention(uint32_t group) const {
+  if (!group_attention.empty()) return group_attention[group];
+  return group_window[group] ? PKV_ATTENTION_SLIDING : PKV_ATTENTION_FULL;
+}
+
 KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window,
                         const uint32_t *layer_windows) {
   KvGroups g;
   g.num_layers = num_layers;
+  g.num_cached = num_layers;
   g.group_layers = num_layers;
   if (!layer_windows || std::all_of(layer_windows, layer_windows + num_layers,
                                     [&](uint32_t w) { return w == layer_windows[0]; })) {
@@ -35,6 +54,88 @@ KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window,
       g.slots[layers[i]] = static_cast<uint32_t>(i % g.group_layers);
     }
   }
+  return g;
+}
+
+uint64_t choose_page(const std::vector<PageKind> &kinds) {
+  // No waste: a page P (bytes per token) with P % t_k == 0 and (n_k t_k) % P == 0 for every kind
+  // exists exactly when lcm(t_k) divides gcd(n_k t_k), and the largest is that gcd.
+  uint64_t total_gcd = 0;
+  for (const PageKind &k : kinds) total_gcd = std::gcd(total_gcd, k.token_bytes * k.num_layers);
+  if (std::all_of(kinds.begin(), kinds.end(),
+                  [&](const PageKind &k) { return total_gcd % k.token_bytes == 0; }))
+    return total_gcd;
+  // Else every page of m layers of one kind (at least the widest layer) is a candidate; its
+  // waste is what each group's page holds beyond its layers, summed over the groups a token fills.
+  uint64_t widest = 0, held = 0;
+  for (const PageKind &k : kinds)
+    widest = std::max(widest, k.token_bytes), held += k.token_bytes * k.num_layers;
+  uint64_t best = 0;
+  unsigned __int128 best_waste = ~(unsigned __int128)0;
+  for (const PageKind &c : kinds)
+    for (uint64_t m = 1; m <= c.num_layers; ++m) {
+      const uint64_t page = c.token_bytes * m;
+      if (page < widest) continue;
+      unsigned __int128 bytes = 0;
+      for (const PageKind &k : kinds) {
+        const uint64_t per_page = page / k.token_bytes;
+        bytes += (unsigned __int128)((k.num_layers + per_page - 1) / per_page) * page;
+      }
+      const unsigned __int128 waste = bytes - held;
+      if (waste < best_waste || (waste == best_waste && page > best))
+        best = page, best_waste = waste;
+    }
+  return best;
+}
+
+KvGroups make_kv_groups(const std::vector<LayerSpec> &specs, uint32_t dtype_bytes) {
+  KvGroups g;
+  g.num_layers = static_cast<uint32_t>(specs.size());
+  // Kinds by (attention, window, bytes): FULL (0, 0) first, as the windows' groups above.
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::vector<uint32_t>> kinds;
+  for (uint32_t l = 0; l < g.num_layers; ++l)
+    if (specs[l].cached())
+      kinds[{specs[l].attention, specs[l].window, specs[l].token_bytes(dtype_bytes)}].push_back(l);
+  std::vector<PageKind> page_kinds;
+  uint32_t fewest = UINT32_MAX;
+  for (const auto &k : kinds) {
+    page_kinds.push_back(PageKind{std::get<2>(k.first), uint32_t(k.second.size())});
+    fewest = std::min<uint32_t>(fewest, k.second.size());
+    g.num_cached += k.second.size();
+  }
+  const bool equal = std::all_of(page_kinds.begin(), page_kinds.end(), [&](const PageKind &k) {
+    return k.token_bytes == page_kinds[0].token_bytes;
+  });
+  // Equal layers: today's groups (the fewest layers of a kind per block, the rest padded).
+  g.page_token_bytes = equal ? page_kinds[0].token_bytes * fewest : choose_page(page_kinds);
+  g.paged = !uniform_storage(specs);
+  g.windows.resize(g.num_layers);
+  g.groups.resize(g.num_layers);
+  g.slots.resize(g.num_layers);
+  for (const auto &k : kinds) {
+    const uint64_t bytes = std::get<2>(k.first);
+    const uint32_t per_block = static_cast<uint32_t>(g.page_token_bytes / bytes);
+    g.group_layers = std::max(g.group_layers, per_block);
+    for (size_t i = 0; i < k.second.size(); ++i) {
+      if (i % per_block == 0) {
+        g.group_attention.push_back(std::get<0>(k.first));
+        g.group_window.push_back(std::get<1>(k.first));
+        g.layer_token_bytes.push_back(bytes);
+        g.group_size.push_back(0);
+      }
+      const uint32_t l = k.second[i];
+      g.groups[l] = g.num_groups() - 1;
+      g.slots[l] = static_cast<uint32_t>(i % per_block);
+      g.windows[l] = specs[l].window;
+      ++g.group_size.back();
+    }
+  }
+  for (uint32_t l = 0; l < g.num_layers; ++l)
+    if (!specs[l].cached()) {
+      g.groups[l] = g.groups[specs[l].source];
+      g.slots[l] = g.slots[specs[l].source];
+      g.windows[l] = g.windows[specs[l].source];
+    }
   return g;
 }
 

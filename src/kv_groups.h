@@ -25,11 +25,24 @@ struct KvGroups {
   // [num_layers] each, or empty for one group (layer l: window group_window[0], group 0, slot l).
   std::vector<uint32_t> windows, groups, slots;
 
+  // Layer specs (DESIGN.md §12; empty without them): per group, one of its layers' K and V of
+  // one token (its layers' bytes are equal), and how many layers it holds.
+  std::vector<uint64_t> layer_token_bytes;
+  std::vector<uint32_t> group_size;
+  // Layer specs: a block's bytes / block_size (every group's block is this page), and whether
+  // blocks are pages (layers unequal: a layer's K and V at its slot's offset within each block's
+  // page) rather than today's [slot][block] layout.
+  uint64_t page_token_bytes = 0;
+  bool paged = false;
+  uint32_t num_cached = 0;  // layers with a cache of their own: num_layers less SHARED
+
   uint32_t layer_window(uint32_t l) const { return windows.empty() ? group_window[0] : windows[l]; }
   uint32_t layer_group(uint32_t l) const { return groups.empty() ? 0 : groups[l]; }
   uint32_t layer_slot(uint32_t l) const { return slots.empty() ? l : slots[l]; }
   uint32_t num_groups() const { return static_cast<uint32_t>(group_window.size()); }
-  uint32_t padded_layers() const { return group_layers * num_groups() - num_layers; }
+  // Slots no layer fills: in equal groups, group_layers each; in pages, what the page holds.
+  uint32_t padded_layers() const;
+  uint32_t attention(uint32_t group) const;  // PKV_ATTENTION_* of a group
   // Sliding or chunked: the group gives back blocks no future token reads.
   bool windowed(uint32_t group) const { return group_window[group] != 0; }
   bool chunked(uint32_t group) const {
@@ -42,6 +55,23 @@ struct KvGroups {
 // sliding_window everywhere).
 KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window,
                         const uint32_t *layer_windows);
+
+struct LayerSpec;
+// The groups of resolved layer specs (layer_specs.h): layers grouped by (attention, window,
+// bytes per token); a SHARED layer in its source's group and slot. Equal layers: groups as
+// above; unequal: a page that wastes nothing when one exists, else the least (kv_groups.cpp).
+KvGroups make_kv_groups(const std::vector<LayerSpec> &specs, uint32_t dtype_bytes);
+
+// One KV group of pages: the bytes of one token of one layer and how many layers there are.
+struct PageKind {
+  uint64_t token_bytes;
+  uint32_t num_layers;
+};
+// The page (bytes per token of a block) for kinds of unequal bytes: the largest page that every
+// kind's layer bytes divide and that divides every kind's total, when one exists (no waste);
+// else the candidate page (a whole number of some kind's layers) that wastes the least per token
+// held by every group, ties to the larger page (fewer groups).
+uint64_t choose_page(const std::vector<PageKind> &kinds);
 
 // The first token a window of `window` keys needs when the next token to compute is at position
 // `next`: keys before it are never read again (0 for full attention).

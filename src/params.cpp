@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "layer_specs.h"
+
 namespace pkv {
 
 pkv_engine_params default_engine_params() {
@@ -273,6 +275,8 @@ void validate_engine_params(const pkv_engine_params &p) {
         PKV_ERR_UNSUPPORTED,
         "kv_layout MLA with sliding windows: no latent-attention model has them, and pkv's MLA attention does "
         "not mask one (set sliding_window and layer_windows to full attention)");
+  PKV_REQUIRE(p.reserved3 == 0, "reserved3 must be 0");
+  resolve_layer_specs(p);  // every rule of layer_specs (layer_specs.cpp)
   if (windowed && (p.host_num_blocks || p.host_cache_bytes))
     fail(
         PKV_ERR_UNSUPPORTED,

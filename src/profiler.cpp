@@ -20,14 +20,59 @@ uint32_t kv_heads_per_rank(const pkv_engine_params &p) {
 
 uint32_t kv_tensors(const pkv_engine_params &p) { return p.kv_layout == PKV_KV_LAYOUT_MLA ? 1 : 2; }
 
-PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
+LayerSpec layer_spec_of(const pkv_engine_params &p, uint32_t l) {
+  if (!p.layer_specs) return flat_layer_spec(p, l);
+  return resolve_layer_specs(p)[l];
+}
+
+namespace {
+
+// The layer today's layout repeats: the flat fields', or the first cached spec (every cached
+// spec stores the same, uniform_storage).
+LayerSpec unit_layer(const pkv_engine_params &p) {
+  if (!p.layer_specs) return flat_layer_spec(p, 0);
+  for (const LayerSpec &s : resolve_layer_specs(p))
+    if (s.cached()) return s;
+  fail(PKV_ERR_INTERNAL, "layer_specs without a cached layer");  // layer 0 cannot be SHARED
+}
+
+// Pages: num_blocks of page_token_bytes x block_size bytes, one tensor.
+PoolLayout paged_layout(const pkv_engine_params &p, const KvGroups &groups, uint64_t num_blocks) {
   PoolLayout l;
-  l.kv_heads = kv_heads_per_rank(p);
+  l.paged = true;
+  l.kv_heads = 0;
+  for (uint32_t i = 0; i < p.num_layers; ++i)
+    l.kv_heads = std::max(l.kv_heads, layer_spec_of(p, i).kv_heads);
+  l.tensors = 1;
+  l.dtype_bytes = dtype_bytes(kv_dtype_of(p));
+  l.num_layers = 1;
+  l.num_blocks = num_blocks;
+  l.block_bytes = checked_product({groups.page_token_bytes, p.block_size}, kMaxOffset,
+                                  "block_bytes = the page: its layers' K and V bytes per token "
+                                  "(pkv_kv_group_info) x block_size");
+  l.pool_bytes = checked_product({num_blocks, l.block_bytes}, kMaxOffset,
+                                 "pool_bytes = num_blocks x block_bytes (every page)");
+  l.head_stride = l.token_stride = 0;  // per layer: layer_place, pkv_layer_info
+  l.block_stride = l.block_bytes / l.dtype_bytes;
+  l.layer_stride = 0;
+  l.layer_block_bytes = l.block_bytes;
+  l.layer_bytes = l.bytes_per_pool = l.pool_bytes;
+  return l;
+}
+
+}  // namespace
+
+PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
+  const KvGroups groups = kv_groups_of(p);
+  if (groups.paged) return paged_layout(p, groups, num_blocks);
+  const LayerSpec unit = unit_layer(p);
+  PoolLayout l;
+  l.kv_heads = unit.kv_heads;
   l.dtype_bytes = dtype_bytes(kv_dtype_of(p));
   l.num_blocks = num_blocks;
-  l.num_layers = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows).group_layers;
-  const uint64_t kv = l.kv_heads, bs = p.block_size, hd = p.head_dim, db = l.dtype_bytes;
-  l.tensors = kv_tensors(p);
+  l.num_layers = groups.group_layers;
+  const uint64_t kv = l.kv_heads, bs = p.block_size, hd = unit.head_dim, db = l.dtype_bytes;
+  l.tensors = unit.v_is_k() ? 1 : 2;
   // block_bytes first: every per-block figure divides it, so it is the one a shape overflows.
   l.block_bytes =
       checked_product({l.tensors, l.num_layers, bs, kv, hd, db}, kMaxOffset,
@@ -53,6 +98,47 @@ PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks) {
   return l;
 }
 
+LayerPlace layer_place(const PoolLayout &layout, const KvGroups &groups, const LayerSpec &spec,
+                       uint32_t block_size) {
+  const uint32_t slot = groups.layer_slot(spec.source);
+  LayerPlace at;
+  if (layout.paged) {
+    const uint64_t layer = groups.layer_token_bytes[groups.layer_group(spec.source)] * block_size;
+    at.k_offset = slot * layer;
+    at.v_offset =
+        at.k_offset + (spec.v_is_k() ? 0 : spec.k_token_bytes(layout.dtype_bytes) * block_size);
+    at.block_stride = layout.block_bytes;
+    at.v_in_k_pool = true;
+    return at;
+  }
+  at.k_offset = at.v_offset = slot * layout.layer_bytes;
+  at.block_stride = layout.layer_block_bytes;
+  at.v_in_k_pool = spec.v_is_k();
+  return at;
+}
+
+std::vector<GroupBytes> group_bytes(const pkv_engine_params &p, const KvGroups &groups,
+                                    const PoolLayout &unit) {
+  std::vector<GroupBytes> out(groups.num_groups());
+  // Equal layers without specs: one group, or windows whose layer arrays count the groups.
+  std::vector<uint32_t> sizes = groups.group_size;
+  if (sizes.empty()) {
+    sizes.assign(groups.num_groups(), 0);
+    if (groups.groups.empty()) sizes[0] = groups.num_layers;
+    for (uint32_t g : groups.groups) ++sizes[g];
+  }
+  for (uint32_t g = 0; g < groups.num_groups(); ++g) {
+    out[g].layer_token_bytes =
+        groups.layer_token_bytes.empty()
+            ? unit.block_bytes / (uint64_t(groups.group_layers) * p.block_size)
+            : groups.layer_token_bytes[g];
+    out[g].num_layers = sizes[g];
+    out[g].padding_bytes_per_block =
+        unit.block_bytes - out[g].layer_token_bytes * sizes[g] * p.block_size;
+  }
+  return out;
+}
+
 uint64_t max_pool_blocks(const PoolLayout &unit) {
   return std::min<uint64_t>(INT32_MAX, kMaxOffset / unit.block_bytes);
 }
@@ -63,6 +149,12 @@ namespace {
 // block_bytes bounds layers x kv heads by 2^62 only, so 8 times that is checked too.
 uint64_t kv_scale_bytes(const pkv_engine_params &p, const PoolLayout &unit) {
   if (!is_fp8(kv_dtype_of(p))) return 0;
+  if (p.layer_specs) {  // each cached layer's own heads and tensors (a few thousand at most)
+    uint64_t n = 0;
+    for (const LayerSpec &s : resolve_layer_specs(p))
+      if (s.cached()) n += (s.v_is_k() ? 1 : 2) * uint64_t(s.kv_heads) * sizeof(float);
+    return n;
+  }
   return checked_product(
       {unit.tensors, p.num_layers, unit.kv_heads, sizeof(float)}, kMaxOffset,
       "kv_scale_bytes = 2 (K,V; 1 for the MLA latent) x num_layers x kv_heads_per_rank x 4");
@@ -72,7 +164,7 @@ uint64_t kv_scale_bytes(const pkv_engine_params &p, const PoolLayout &unit) {
 // windowed group holding those of one token's window only (kv_groups.h, group_blocks_for). Refused when no pool of this shape could hold them, as
 // no budget would help.
 uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) {
-  const KvGroups groups = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
+  const KvGroups groups = kv_groups_of(p);
   if (!p.max_model_len) return groups.num_groups();
   uint64_t n = 0;
   for (uint32_t w : groups.group_window) n += group_blocks_for(w, p.max_model_len, p.block_size);
@@ -106,9 +198,20 @@ uint64_t shortfall(const pkv_engine_params &p, const pkv_kv_budget &b, long doub
   return static_cast<uint64_t>(missing);
 }
 
-}  // namespace
-
-namespace {
+// The per-layer terms (since 0.5.0): cached layers, a token's bytes in all of them, the most
+// bytes a group's block leaves unused.
+void model_bytes(const pkv_engine_params &p, const KvGroups &groups, const PoolLayout &unit,
+                 pkv_kv_budget &b) {
+  b.num_cached_layers = groups.num_cached;
+  for (const GroupBytes &g : group_bytes(p, groups, unit)) {
+    b.model_bytes_per_token = checked_sum(
+        b.model_bytes_per_token,
+        checked_product({g.layer_token_bytes, g.num_layers}, kMaxOffset,
+                        "a group's bytes per token"),
+        kMaxOffset, "model_bytes_per_token = every cached layer's K and V bytes of one token");
+    b.padding_bytes_per_block = std::max(b.padding_bytes_per_block, g.padding_bytes_per_block);
+  }
+}
 
 // The host tier's terms: its blocks from host_num_blocks or host_cache_bytes, its bytes, and the
 // host memory it comes from (host: zero when not measured).
@@ -133,7 +236,7 @@ void host_tier(const pkv_engine_params &p, const PoolLayout &unit, const MemoryI
 pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured,
                              const MemoryInfo &host) {
   const PoolLayout unit = pool_layout(p, 0);
-  const KvGroups groups = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
+  const KvGroups groups = kv_groups_of(p);
   pkv_kv_budget b;
   std::memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
@@ -147,6 +250,7 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   b.kv_heads_per_rank = unit.kv_heads;
   b.block_bytes = unit.block_bytes;
   b.bytes_per_token = b.block_bytes / p.block_size;
+  model_bytes(p, groups, unit, b);
   if (p.memory_total_bytes) {
     b.total_bytes = p.memory_total_bytes;
     b.used_bytes = p.memory_used_bytes;

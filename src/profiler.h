@@ -1,7 +1,11 @@
 // The KV profiler (DESIGN.md §5): how many blocks fit, and every term of why.
 #pragma once
 
+#include <vector>
+
 #include "backend/backend.h"
+#include "kv_groups.h"
+#include "layer_specs.h"
 #include "pkv/pkv.h"
 
 namespace pkv {
@@ -13,7 +17,12 @@ uint32_t kv_tensors(const pkv_engine_params &p);
 // The pool's whole layout (pkv.h, pkv_pool_info): K and V each
 // [group_layers][num_blocks][block_size][kv_heads][head_dim]. The budget, the backends' allocation
 // (PoolShape) and pkv_pool_info all come from here, so the pool described is the pool allocated.
+//
+// Layers of unequal bytes (layer specs, KvGroups::paged): the pool is num_blocks pages of
+// block_bytes, one tensor (tensors 1, num_layers 1: a page is copied whole); each layer's K and V
+// are where layer_place says. kv_heads is then the most any layer has.
 struct PoolLayout {
+  bool paged = false;
   uint32_t kv_heads;     // per rank
   uint32_t tensors;      // 2 (K, V) or 1 (the MLA latent)
   uint32_t dtype_bytes;  // of the kv dtype
@@ -33,6 +42,29 @@ struct PoolLayout {
 // (the CPU backend maps both in one mapping), must fit in int64; else INVALID_ARGUMENT naming
 // the field.
 PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks);
+
+// Where one layer's K and V are: byte offsets of block 0 (K in the K pool; V in the V pool,
+// or in the K pool when v_in_k_pool: paged pools, MLA and k_eq_v layers), and the bytes from one
+// block to the next. A SHARED layer: its source's.
+struct LayerPlace {
+  uint64_t k_offset, v_offset, block_stride;
+  bool v_in_k_pool;
+};
+LayerPlace layer_place(const PoolLayout &layout, const KvGroups &groups, const LayerSpec &spec,
+                       uint32_t block_size);
+
+// A layer of p: its spec resolved, from layer_specs or the flat fields.
+LayerSpec layer_spec_of(const pkv_engine_params &p, uint32_t l);
+
+// Each KV group's bytes (pkv_kv_group_info): one of its layers' per token, its layers, and what
+// its blocks leave unused.
+struct GroupBytes {
+  uint64_t layer_token_bytes;
+  uint32_t num_layers;
+  uint64_t padding_bytes_per_block;
+};
+std::vector<GroupBytes> group_bytes(const pkv_engine_params &p, const KvGroups &groups,
+                                    const PoolLayout &unit);
 
 // The most blocks a pool of this shape can have: 2^31-1 (block ids are int32), and no more
 // than keep pool_bytes within 2^63-1. At least 1 for a layout pool_layout accepted.

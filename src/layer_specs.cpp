@@ -1,0 +1,222 @@
+#include "layer_specs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "params.h"
+#include "profiler.h"
+#include "status.h"
+
+namespace pkv {
+
+uint64_t LayerSpec::token_bytes(uint32_t dtype_bytes) const {
+  if (!cached()) return 0;
+  const uint64_t v = v_is_k() ? 0 : uint64_t(kv_heads) * v_dim * dtype_bytes;
+  return k_token_bytes(dtype_bytes) + v;
+}
+
+namespace {
+
+uint32_t per_rank(uint32_t kv_heads, uint32_t tp_size) { return std::max(1u, kv_heads / tp_size); }
+
+float scale_of(float scale, float flat_scale, uint32_t head_dim) {
+  if (scale > 0) return scale;
+  return flat_scale > 0 ? flat_scale : 1.0f / std::sqrt(float(head_dim));
+}
+
+// The window a flat layer has: its layer_windows entry, else sliding_window.
+uint32_t flat_window(const pkv_engine_params &p, uint32_t l) {
+  return p.layer_windows ? p.layer_windows[l] : p.sliding_window;
+}
+
+}  // namespace
+
+LayerSpec flat_layer_spec(const pkv_engine_params &p, uint32_t l) {
+  LayerSpec s;
+  const bool mla = p.kv_layout == PKV_KV_LAYOUT_MLA;
+  s.kind = mla ? PKV_LAYER_MLA : PKV_LAYER_ATTENTION;
+  s.window = flat_window(p, l);
+  s.attention = s.window ? PKV_ATTENTION_SLIDING : PKV_ATTENTION_FULL;
+  s.kv_heads = kv_heads_per_rank(p);
+  s.head_dim = p.head_dim;
+  s.v_dim = mla ? p.kv_lora_rank : p.head_dim;
+  s.source = l;
+  s.scale = attention_scale(p);
+  return s;
+}
+
+std::vector<pkv_layer_spec> copy_layer_specs(const pkv_engine_params &p) {
+  std::vector<pkv_layer_spec> out;
+  if (!p.layer_specs) return out;
+  PKV_REQUIRE(p.layer_spec_size >= kMinLayerSpecSize && p.layer_spec_size % 4 == 0,
+              "layer_spec_size %u: sizeof(pkv_layer_spec) expected (at least %u, a multiple of 4)",
+              p.layer_spec_size, kMinLayerSpecSize);
+  out.resize(p.num_layers);
+  const char *in = reinterpret_cast<const char *>(p.layer_specs);
+  const size_t n = std::min<size_t>(p.layer_spec_size, sizeof(pkv_layer_spec));
+  for (uint32_t l = 0; l < p.num_layers; ++l)
+    std::memcpy(&out[l], in + size_t(l) * p.layer_spec_size, n);
+  return out;
+}
+
+namespace {
+
+// INVALID_ARGUMENT "layer_specs[l].field: <message>" unless ok.
+__attribute__((format(printf, 4, 5))) void spec_require(bool ok, uint32_t l, const char *field,
+                                                        const char *fmt, ...) {
+  if (ok) return;
+  char text[400];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(text, sizeof text, fmt, args);
+  va_end(args);
+  fail(PKV_ERR_INVALID_ARGUMENT, "layer_specs[%u].%s: %s", l, field, text);
+}
+
+// One spec's own fields (not its relation to other layers), resolved.
+LayerSpec resolve_one(const pkv_engine_params &p, const pkv_layer_spec &in, uint32_t l) {
+  spec_require(in.kind <= PKV_LAYER_SHARED, l, "kind",
+               "%u is not PKV_LAYER_ATTENTION (0), MLA (1) or SHARED (2)", in.kind);
+  spec_require(in.attention <= PKV_ATTENTION_CHUNKED, l, "attention",
+               "%u is not PKV_ATTENTION_FULL (0), SLIDING (1) or CHUNKED (2)", in.attention);
+  if (in.attention == PKV_ATTENTION_FULL)
+    spec_require(in.window == 0, l, "window", "%u with attention FULL: must be 0", in.window);
+  else
+    spec_require(in.window >= 1 && in.window <= INT32_MAX, l, "window",
+                 "%u: a %s window must be in 1 .. 2^31-1", in.window,
+                 in.attention == PKV_ATTENTION_SLIDING ? "SLIDING" : "CHUNKED");
+  const uint32_t kv = in.num_kv_heads ? in.num_kv_heads : p.num_kv_heads;
+  spec_require(p.num_q_heads % kv == 0, l, "num_kv_heads", "%u must divide num_q_heads (%u)", kv,
+               p.num_q_heads);
+  spec_require(kv % p.tp_size == 0 || p.tp_size % kv == 0, l, "num_kv_heads",
+               "%u and tp_size %u: one must divide the other", kv, p.tp_size);
+  LayerSpec s;
+  s.kind = in.kind;
+  s.attention = in.attention;
+  s.window = in.window;
+  s.kv_heads = per_rank(kv, p.tp_size);
+  s.head_dim = in.head_dim ? in.head_dim : p.head_dim;
+  spec_require(s.head_dim <= PKV_MAX_HEAD_DIM, l, "head_dim", "%u: must be in 1 .. %d", s.head_dim,
+               PKV_MAX_HEAD_DIM);
+  spec_require(in.v_head_dim <= PKV_MAX_HEAD_DIM, l, "v_head_dim", "%u: must be in 0 .. %d",
+               in.v_head_dim, PKV_MAX_HEAD_DIM);
+  s.v_dim = in.v_head_dim ? in.v_head_dim : s.head_dim;
+  spec_require(in.k_eq_v <= 1, l, "k_eq_v", "must be 0 or 1, got %u", in.k_eq_v);
+  spec_require(!in.k_eq_v || s.v_dim == s.head_dim, l, "v_head_dim",
+               "%u with k_eq_v: V is K, so it must be 0 or head_dim (%u)", s.v_dim, s.head_dim);
+  s.k_eq_v = in.k_eq_v;
+  spec_require(in.sinks <= 1, l, "sinks", "must be 0 or 1, got %u", in.sinks);
+  s.sinks = in.sinks;
+  spec_require(std::isfinite(in.logit_softcap) && in.logit_softcap >= 0, l, "logit_softcap",
+               "must be finite and >= 0 (0 = none), got %g", double(in.logit_softcap));
+  spec_require(std::isfinite(in.softmax_scale) && in.softmax_scale >= 0, l, "softmax_scale",
+               "must be finite and >= 0 (0 = the engine's), got %g", double(in.softmax_scale));
+  s.softcap = in.logit_softcap;
+  spec_require(in.reserved0 == 0, l, "reserved0", "must be 0, got %u", in.reserved0);
+  s.source = l;
+  if (in.kind == PKV_LAYER_SHARED) {
+    spec_require(in.source_layer < l, l, "source_layer",
+                 "%u: a SHARED layer reads an earlier layer's cache (below %u)", in.source_layer,
+                 l);
+    s.source = in.source_layer;
+  } else {
+    spec_require(in.source_layer == 0, l, "source_layer",
+                 "%u: only a SHARED layer has a source (0 otherwise)", in.source_layer);
+  }
+  if (in.kind == PKV_LAYER_MLA) {
+    spec_require(p.kv_layout == PKV_KV_LAYOUT_MLA, l, "kind",
+                 "MLA needs kv_layout PKV_KV_LAYOUT_MLA (and kv_lora_rank, qk_rope_head_dim)");
+    spec_require(kv == 1, l, "num_kv_heads", "%u: an MLA layer caches one latent (0 or 1)", kv);
+    spec_require(s.head_dim == p.head_dim, l, "head_dim",
+                 "%u: an MLA layer's latent is head_dim (%u) wide: 0 or that", s.head_dim,
+                 p.head_dim);
+    spec_require(!in.v_head_dim || in.v_head_dim == p.kv_lora_rank, l, "v_head_dim",
+                 "%u: an MLA layer's V is the latent's first kv_lora_rank (%u): 0 or that",
+                 in.v_head_dim, p.kv_lora_rank);
+    spec_require(!in.k_eq_v, l, "k_eq_v", "an MLA layer has no V of its own: must be 0");
+    s.v_dim = p.kv_lora_rank;
+  }
+  s.scale = scale_of(in.softmax_scale, p.softmax_scale, s.head_dim);
+  return s;
+}
+
+// A SHARED layer against its source (both resolved).
+void check_shared(const std::vector<LayerSpec> &specs, uint32_t l) {
+  const LayerSpec &s = specs[l], &src = specs[s.source];
+  spec_require(src.kind == PKV_LAYER_ATTENTION, l, "source_layer",
+               "%u is not an ATTENTION layer (kind %u): a SHARED layer reads one", s.source,
+               src.kind);
+  const char *field = s.attention != src.attention ? "attention"
+                      : s.window != src.window     ? "window"
+                      : s.kv_heads != src.kv_heads ? "num_kv_heads"
+                      : s.head_dim != src.head_dim ? "head_dim"
+                      : s.v_dim != src.v_dim       ? "v_head_dim"
+                      : s.k_eq_v != src.k_eq_v     ? "k_eq_v"
+                                                   : nullptr;
+  spec_require(!field, l, field ? field : "",
+               "differs from its source layer %u's: a SHARED layer reads that cache as it is",
+               s.source);
+}
+
+bool flat_describable(const pkv_engine_params &p, const std::vector<LayerSpec> &specs) {
+  const LayerSpec flat = flat_layer_spec(p, 0);
+  return std::all_of(specs.begin(), specs.end(), [&](const LayerSpec &s) {
+    return s.kind == flat.kind && s.attention == PKV_ATTENTION_FULL && !s.k_eq_v &&
+           s.kv_heads == flat.kv_heads && s.head_dim == flat.head_dim && s.v_dim == flat.v_dim;
+  });
+}
+
+}  // namespace
+
+std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p) {
+  const std::vector<pkv_layer_spec> raw = copy_layer_specs(p);
+  std::vector<LayerSpec> specs;
+  if (raw.empty()) return specs;
+  PKV_REQUIRE(p.sliding_window == 0 && p.layer_windows == nullptr,
+              "layer_specs with sliding_window %u or layer_windows set: give each layer's window "
+              "in its spec (attention, window) and set those to 0 and NULL",
+              p.sliding_window);
+  specs.reserve(raw.size());
+  for (uint32_t l = 0; l < p.num_layers; ++l) specs.push_back(resolve_one(p, raw[l], l));
+  bool windowed = false;
+  for (uint32_t l = 0; l < p.num_layers; ++l) {
+    if (!specs[l].cached()) check_shared(specs, l);
+    windowed |= specs[l].attention != PKV_ATTENTION_FULL;
+    if (p.kv_layout == PKV_KV_LAYOUT_MLA)
+      spec_require(specs[l].kind == PKV_LAYER_MLA, l, "kind",
+                   "%u under kv_layout MLA: every layer of an MLA cache is MLA", specs[l].kind);
+  }
+  if (windowed && p.kv_layout == PKV_KV_LAYOUT_MLA)
+    fail(PKV_ERR_UNSUPPORTED,
+         "layer_specs: MLA layers with SLIDING or CHUNKED attention are not supported (no "
+         "latent-attention model has them): give every layer attention FULL");
+  if ((p.host_num_blocks || p.host_cache_bytes) && !flat_describable(p, specs))
+    fail(PKV_ERR_UNSUPPORTED,
+         "layer_specs whose layers differ from the flat fields (windows, chunks, heads, widths, "
+         "k_eq_v or SHARED layers) with a host tier (swap, offload, store) are not supported "
+         "yet: set host_num_blocks and host_cache_bytes to 0");
+  return specs;
+}
+
+KvGroups kv_groups_of(const pkv_engine_params &p) {
+  if (!p.layer_specs) return make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
+  return make_kv_groups(resolve_layer_specs(p), dtype_bytes(kv_dtype_of(p)));
+}
+
+bool uniform_storage(const std::vector<LayerSpec> &specs) {
+  const LayerSpec *first = nullptr;
+  for (const LayerSpec &s : specs) {
+    if (!s.cached()) continue;
+    if (s.k_eq_v || (s.kind != PKV_LAYER_MLA && s.v_dim != s.head_dim)) return false;
+    if (!first) first = &s;
+    if (s.kind != first->kind || s.kv_heads != first->kv_heads || s.head_dim != first->head_dim ||
+        s.v_dim != first->v_dim)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace pkv

@@ -1,0 +1,61 @@
+// The cache described per layer (pkv_engine_params.layer_specs, DESIGN.md §12): reading the
+// caller's specs at its layer_spec_size, every rule pkv.h states for them, and each layer's spec
+// resolved (zeros filled from the flat fields, heads per rank, the scale).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kv_groups.h"
+#include "pkv/pkv.h"
+
+namespace pkv {
+
+// One layer, resolved: nothing left 0 that pkv.h defaults.
+struct LayerSpec {
+  uint32_t kind = PKV_LAYER_ATTENTION;
+  uint32_t attention = PKV_ATTENTION_FULL;
+  uint32_t window = 0;    // SLIDING: the window, CHUNKED: the chunk size, FULL: 0
+  uint32_t kv_heads = 0;  // this rank's (MLA: 1, the latent)
+  uint32_t head_dim = 0;  // K's values per head (MLA: the latent's width)
+  uint32_t v_dim = 0;     // V's and out's values per head (MLA: kv_lora_rank)
+  bool k_eq_v = false;    // V is K, stored once
+  bool sinks = false;
+  uint32_t source = 0;  // the layer whose cache it reads: itself, or a SHARED layer's source
+  float softcap = 0.0f;
+  float scale = 0.0f;  // pkv_attention's
+
+  bool cached() const { return kind != PKV_LAYER_SHARED; }
+  // K and V are one tensor: a k_eq_v layer, or MLA's latent (V its first v_dim values).
+  bool v_is_k() const { return k_eq_v || kind == PKV_LAYER_MLA; }
+  // Bytes of one token's K (and V) in this layer's cache: 0 for a SHARED layer.
+  uint64_t token_bytes(uint32_t dtype_bytes) const;
+  uint64_t k_token_bytes(uint32_t dtype_bytes) const {
+    return uint64_t(kv_heads) * head_dim * dtype_bytes;
+  }
+};
+
+// The 0.5 size of pkv_layer_spec: the least layer_spec_size accepted.
+constexpr uint32_t kMinLayerSpecSize = 48;
+static_assert(sizeof(pkv_layer_spec) >= kMinLayerSpecSize, "pkv_layer_spec only grows");
+
+// Layer l of validated params without layer_specs, as the flat fields say.
+LayerSpec flat_layer_spec(const pkv_engine_params &p, uint32_t l);
+
+// The caller's specs copied at its layer_spec_size (fields it lacks are 0); empty when
+// layer_specs is NULL. Checks only what reading needs (the size); see check_layer_specs.
+std::vector<pkv_layer_spec> copy_layer_specs(const pkv_engine_params &p);
+
+// Every rule of pkv.h for layer_specs (p's other fields already checked): INVALID_ARGUMENT
+// naming the layer and field, UNSUPPORTED for what pkv cannot serve yet (a host tier or store
+// with layers the flat fields could not describe; MLA with windows). Then the specs resolved.
+std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p);
+
+// The KV groups of validated params: from their layer specs, or their windows (kv_groups.h).
+KvGroups kv_groups_of(const pkv_engine_params &p);
+
+// Whether every cached layer stores the same tensors of the same shape, both K and V (or MLA's
+// latent) with V as wide as K: today's pool layout holds them (profiler.h, pool_layout).
+bool uniform_storage(const std::vector<LayerSpec> &specs);
+
+}  // namespace pkv
