@@ -140,6 +140,7 @@ DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32
   p.split_tokens = dev::ceil_div(split_tokens > 0 ? split_tokens : 1, kSplitAlign) * kSplitAlign;
   p.max_splits = dev::ceil_div(max_keys(batch, window), p.split_tokens);
   p.workspace_bytes = workspace_for(batch, q_heads, head_dim, p.max_splits);
+  p.q_heads = q_heads, p.head_dim = head_dim;
   return p;
 }
 
@@ -166,7 +167,8 @@ cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch
   if (batch.num_seqs == 0) return cudaSuccess;
   if (plan.split_tokens < 1 || plan.max_splits < 1 || layer.window < 0 || layer.chunk < 0 ||
       int64_t(plan.max_splits) * plan.split_tokens < max_keys(batch, dev::attn_span(layer)) ||
-      (plan.max_splits > 1 && !workspace))
+      (plan.max_splits > 1 && !workspace) || plan.q_heads != q_heads ||
+      plan.head_dim != layer.head_dim)
     return cudaErrorInvalidValue;
   AttnArgs a;
   if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a)) return e;

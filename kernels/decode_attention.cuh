@@ -14,6 +14,10 @@ struct DecodePlan {
   int32_t split_tokens;    // keys per split, a multiple of 64
   int32_t max_splits;      // ceil(keys / split_tokens), keys = min(max_context_len, window or all)
   size_t workspace_bytes;  // device workspace launch_decode_attention needs (0: none)
+  // The shape it was made for: a step whose layers differ in shape (DESIGN.md §12) makes a plan
+  // per shape, and launch_decode_attention refuses a plan of another (its workspace is sized
+  // for this one).
+  int32_t q_heads, head_dim;
 };
 
 // Chooses split_tokens so that about two CTAs per SM are busy (num_sms: the device's SM count),
@@ -35,8 +39,8 @@ DecodePlan plan_decode_with_split(const BatchView &batch, int32_t q_heads, int32
 // untouched); fp8 K/V are read times layer's scales; layer.softcap caps the scaled scores and
 // layer.sinks join the denominators (once per row, in the merge when split). q, out:
 // [num_tokens][q_heads][head_dim] in layer.dtype, 16-byte aligned; q_heads a multiple of
-// layer.kv_heads; scale > 0 (pkv resolves the default). plan: one made for layer.window (or
-// chunk) or a wider one; workspace: device, plan.workspace_bytes. Asynchronous on stream;
+// layer.kv_heads; scale > 0 (pkv resolves the default). plan: one made for these q_heads and
+// head_dim, and layer.window (or chunk) or a wider one; workspace: device, plan.workspace_bytes. Asynchronous on stream;
 // returns the launch status.
 cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch, const void *q,
                                     void *out, int32_t q_heads, float scale, const DecodePlan &plan,

@@ -103,11 +103,17 @@ int require_device() {
 namespace {
 
 // What a refused launch may differ in besides head_dim, q_heads, q's alignment and scale: the
-// pool's dtype (an f32 model's), its fp8 scales, the window.
+// pool's dtype (an f32 model's), its fp8 scales, the window; since 0.5.0 the chunk, soft-cap,
+// V's width, block stride (bytes; -1: the dense bytes minus 16) and a decode plan made for
+// another head_dim (plan_head_dim, 0: the launch's).
 struct PoolArgs {
   DType kv_dtype = DType::f32;
   bool scales = false;
-  int32_t window = 0;
+  int32_t window = 0, chunk = 0;
+  float softcap = 0.f;
+  int32_t v_dim = 0;
+  int64_t block_stride = 0;
+  int32_t plan_head_dim = 0;
 };
 
 // One decode-only sequence of 8 tokens in one block; nothing is launched when the arguments are
@@ -130,15 +136,19 @@ cudaError_t try_launch(bool decode, int32_t head_dim, int32_t q_heads, size_t q_
   const float ones[2] = {1.f, 1.f};
   scales.upload(ones, sizeof ones);
   const float *sp = pa.scales ? scales.as<float>() : nullptr;
-  const pkv::cuda::KvLayer layer{kp.as<void>(), vp.as<void>(), block_size, kv_heads, head_dim,
-                                 DType::f32,    pa.kv_dtype,   sp,         sp,       pa.window};
+  pkv::cuda::KvLayer layer{kp.as<void>(), vp.as<void>(), block_size, kv_heads, head_dim,
+                           DType::f32,    pa.kv_dtype,   sp,         sp,       pa.window};
+  layer.chunk = pa.chunk, layer.softcap = pa.softcap, layer.v_dim = pa.v_dim;
+  layer.block_stride =
+      pa.block_stride >= 0 ? pa.block_stride : int64_t(block_size) * kv_heads * int64_t(row) - 16;
   const pkv::cuda::BatchView batch{
       1, tokens, tokens, 8, qs.as<int32_t>(), cl.as<int32_t>(), ip.as<int32_t>(), bi.as<int32_t>()};
   const void *qp = q.as<char>() + q_offset;
   cudaError_t e;
   if (decode) {
-    const pkv::cuda::DecodePlan plan =
-        pkv::cuda::plan_decode_with_split(batch, q_heads, head_dim, pa.window, 64);
+    const pkv::cuda::DecodePlan plan = pkv::cuda::plan_decode_with_split(
+        batch, q_heads, pa.plan_head_dim ? pa.plan_head_dim : head_dim,
+        pa.chunk ? pa.chunk : pa.window, 64);
     e = pkv::cuda::launch_decode_attention(layer, batch, qp, out.as<void>(), q_heads, scale, plan,
                                            nullptr, nullptr);
   } else {
@@ -258,6 +268,36 @@ bool check_refused_launches() {
       {"an fp8 pool without scales", 64, 4, 0, false, 0.125f, {DType::fp8_e4m3, false}},
       {"a pool of another 16/32-bit dtype", 64, 4, 0, false, 0.125f, {DType::bf16, false}},
       {"a negative window", 64, 4, 0, false, 0.125f, {DType::f32, false, -1}},
+      {"a chunk of 1", 64, 4, 0, true, 0.125f, {DType::f32, false, 0, 1}},
+      {"a negative chunk", 64, 4, 0, false, 0.125f, {DType::f32, false, 0, -1}},
+      {"a window and a chunk", 64, 4, 0, false, 0.125f, {DType::f32, false, 4, 4}},
+      {"a soft-cap", 64, 4, 0, true, 0.125f, {DType::f32, false, 0, 0, 30.f}},
+      {"a negative soft-cap", 64, 4, 0, false, 0.125f, {DType::f32, false, 0, 0, -1.f}},
+      {"a NaN soft-cap", 64, 4, 0, false, 0.125f, {DType::f32, false, 0, 0, std::nanf("")}},
+      {"an infinite soft-cap", 64, 4, 0, false, 0.125f, {DType::f32, false, 0, 0, INFINITY}},
+      {"v_dim = head_dim", 64, 4, 0, true, 0.125f, {DType::f32, false, 0, 0, 0.f, 64}},
+      {"v_dim other than head_dim", 64, 4, 0, false, 0.125f, {DType::f32, false, 0, 0, 0.f, 32}},
+      {"a block stride of the dense bytes",
+       64,
+       4,
+       0,
+       true,
+       0.125f,
+       {DType::f32, false, 0, 0, 0.f, 0, 16 * 2 * 64 * 4}},
+      {"a block stride under the dense bytes",
+       64,
+       4,
+       0,
+       false,
+       0.125f,
+       {DType::f32, false, 0, 0, 0.f, 0, -1}},
+      {"a block stride not a multiple of 16",
+       64,
+       4,
+       0,
+       false,
+       0.125f,
+       {DType::f32, false, 0, 0, 0.f, 0, 16 * 2 * 64 * 4 + 8}},
   };
   bool all = true;
   for (const Case &c : cases) {
@@ -269,6 +309,13 @@ bool check_refused_launches() {
                 cudaGetErrorString(e));
       all = all && ok;
     }
+  }
+  // A decode plan sizes its workspace for one shape: a plan of another head_dim is refused.
+  PoolArgs other;
+  other.plan_head_dim = 128;
+  if (try_launch(true, 64, 4, 0, 0.125f, other) != cudaErrorInvalidValue) {
+    fprintf(stderr, "FAIL decode launch, a plan made for another head_dim: accepted\n");
+    all = false;
   }
   return all;
 }

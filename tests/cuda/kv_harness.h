@@ -92,6 +92,17 @@ struct StepCase {
   // plan_mla's choice for 132 SMs and 99 KiB) the tensor-core kernel's rows.
   int32_t mla_rank = 0;
   int32_t row_groups = 0;
+  // Since 0.5.0 (KvLayer's new fields). chunk: chunked local attention (KvLayer::chunk; as a
+  // chunked KV group's table, blocks wholly before the first new token's chunk are -1).
+  // softcap: KvLayer::softcap. sinks: a logit per q head drawn from U(-1, 3) (large enough to
+  // take a real share of each softmax). k_eq_v: V is K (KvLayer::v null; no V pool). page_layers
+  // > 0: the pool is pages of that many layers' blocks (block_stride = page_layers * the dense
+  // block bytes) and the layer is the page's last; the other layers' bytes stay NaN, so a kernel
+  // that strays into them fails.
+  int32_t chunk = 0;
+  float softcap = 0.f;
+  bool sinks = false, k_eq_v = false;
+  int32_t page_layers = 0;
 };
 
 // One forward step on fresh data: prefix K/V into a shuffled paged pool (fp8 codes of the

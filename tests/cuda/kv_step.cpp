@@ -13,7 +13,20 @@ namespace {
 
 bool fp8(const StepCase &c) { return pkv::cuda::is_fp8(c.kv_dtype); }
 DType pool_dtype(const StepCase &c) { return fp8(c) ? c.kv_dtype : c.dtype; }
+size_t pool_elem_bytes(const StepCase &c) { return pkv::cuda::dtype_bytes(pool_dtype(c)); }
 bool mla(const StepCase &c) { return c.mla_rank > 0; }
+// A pool of K alone: MLA's latents, or a layer whose V is its K.
+bool no_v(const StepCase &c) { return mla(c) || c.k_eq_v; }
+// Keys a token sees at most (plan_decode's window): the chunk or the window, 0 = all.
+int32_t span(const StepCase &c) { return c.chunk ? c.chunk : c.window; }
+size_t page_layers(const StepCase &c) { return c.page_layers > 0 ? size_t(c.page_layers) : 1; }
+// Element e of slot's row in the layer's pool: blocks of block_size rows, each the last block of
+// a page of page_layers (dense: pages of one block).
+size_t pool_elem(const StepCase &c, int64_t slot, size_t e) {
+  const size_t row = size_t(c.kv_heads) * c.head_dim, block = row * c.block_size;
+  return size_t(slot / c.block_size) * block * page_layers(c) + (page_layers(c) - 1) * block +
+         size_t(slot % c.block_size) * row + e;
+}
 // Values a head of out holds: kv_lora_rank for MLA, else head_dim.
 size_t out_dim(const StepCase &c) { return size_t(mla(c) ? c.mla_rank : c.head_dim); }
 float softmax_scale(const StepCase &c) {
@@ -29,6 +42,7 @@ struct HostStep {
   std::vector<int32_t> kept_from;  // per seq: the first position in a kept block
   std::vector<int64_t> slot_mapping;
   std::vector<float> k_scale, v_scale;  // fp8: [kv_heads]
+  std::vector<float> sinks;             // [q_heads] when c.sinks
   std::vector<std::vector<double>> k_seq,
       v_seq;              // per seq [context - kept_from][kv_heads][head_dim]
                           // (MLA: v_seq, v_new, v_pool empty)
@@ -42,11 +56,12 @@ double rounded(DType t, double x) {
   return load_elem(t, buf, 0);
 }
 
-// The first position whose block a windowed table keeps: the block of the first new token's
-// window start (pkv's windowed KV groups give back the blocks before it).
+// The first position whose block a windowed (chunked) table keeps: the block of the first new
+// token's window (chunk) start (pkv's windowed and chunked KV groups give back the blocks before).
 int32_t first_kept(const StepCase &c, const SeqSpec &s) {
   const int32_t first_new = s.context_len - s.query_len;
-  const int32_t start = c.window && first_new >= c.window ? first_new - c.window + 1 : 0;
+  int32_t start = c.window && first_new >= c.window ? first_new - c.window + 1 : 0;
+  if (c.chunk) start = first_new - first_new % c.chunk;
   return start / c.block_size * c.block_size;
 }
 
@@ -96,9 +111,11 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
     h.k_scale.push_back(float(c.fp8_scale * rng.uniform(0.5, 2)));
     h.v_scale.push_back(float(c.fp8_scale * rng.uniform(0.5, 2)));
   }
-  h.k_pool.assign(size_t(h.num_blocks) * c.block_size * row * pb, 0xFF);
+  h.k_pool.assign(size_t(h.num_blocks) * page_layers(c) * c.block_size * row * pb, 0xFF);
   h.k_new.resize(size_t(h.num_tokens) * row * eb);
-  if (!mla(c)) h.v_pool.assign(h.k_pool.size(), 0xFF), h.v_new.resize(h.k_new.size());
+  if (!no_v(c)) h.v_pool.assign(h.k_pool.size(), 0xFF), h.v_new.resize(h.k_new.size());
+  for (size_t i = 0; c.sinks && i < q_row / c.head_dim; ++i)
+    h.sinks.push_back(float(rng.uniform(-1, 3)));
   h.q.resize(size_t(h.num_tokens) * q_row);
   h.q_raw.resize(h.q.size() * eb);
   for (size_t i = 0; i < h.q.size(); ++i) {
@@ -108,7 +125,7 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const int32_t ctx = c.seqs[s].context_len, first_new = ctx - c.seqs[s].query_len;
     const int32_t from = h.kept_from[s];
-    std::vector<double> k(size_t(ctx - from) * row), v(mla(c) ? 0 : k.size());
+    std::vector<double> k(size_t(ctx - from) * row), v(no_v(c) ? 0 : k.size());
     for (int32_t pos = from; pos < ctx; ++pos) {
       const int32_t blk = h.block_indices[h.block_indptr[s] + pos / c.block_size];
       const int64_t slot = int64_t(blk) * c.block_size + pos % c.block_size;
@@ -117,7 +134,7 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
       if (is_new) h.slot_mapping.push_back(slot);
       for (size_t e = 0; e < row; ++e) {
         const size_t i = size_t(pos - from) * row + e;
-        for (int kv = 0; kv < (mla(c) ? 1 : 2); ++kv) {
+        for (int kv = 0; kv < (no_v(c) ? 1 : 2); ++kv) {
           const std::vector<float> &scales = kv ? h.v_scale : h.k_scale;
           std::vector<unsigned char> &pool = kv ? h.v_pool : h.k_pool;
           const double x = draw(c, rng, scales, e);
@@ -126,12 +143,13 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
           if (is_new)  // the model's dtype; write_kv stores it
             store_elem(t, (kv ? h.v_new : h.k_new).data(), size_t(token) * row + e, x);
           else if (fp8(c))  // the code, as write_kv would have left it
-            pool[size_t(slot) * row + e] = code;
+            pool[pool_elem(c, slot, e)] = code;
           else
-            store_elem(t, pool.data(), size_t(slot) * row + e, x);
+            store_elem(t, pool.data(), pool_elem(c, slot, e), x);
         }
       }
     }
+    if (c.k_eq_v) v = k;
     h.k_seq.push_back(std::move(k));
     h.v_seq.push_back(std::move(v));
   }
@@ -163,29 +181,25 @@ std::vector<double> reference(const StepCase &c, const HostStep &h) {
 // The pool write_kv must leave: the new rows in their slots, as bytes or as the reference's
 // fp8 codes of their elements under their heads' scales (MLA: K alone).
 void expect_write_kv(const StepCase &c, HostStep &h) {
-  const size_t row = size_t(c.kv_heads) * c.head_dim;
-  if (!fp8(c) && mla(c)) {
-    const size_t row_bytes = row * pkv::cuda::dtype_bytes(c.dtype);
-    for (int32_t t = 0; t < h.num_tokens; ++t)
-      if (h.slot_mapping[t] >= 0)
-        memcpy(&h.k_pool[size_t(h.slot_mapping[t]) * row_bytes], &h.k_new[size_t(t) * row_bytes],
-               row_bytes);
-    return;
-  }
-  if (!fp8(c)) {
+  const size_t row = size_t(c.kv_heads) * c.head_dim, eb = pkv::cuda::dtype_bytes(c.dtype);
+  if (!fp8(c) && !no_v(c) && page_layers(c) == 1) {
     pkv_ref_write_kv(h.k_new.data(), h.v_new.data(), h.k_pool.data(), h.v_pool.data(),
-                     h.slot_mapping.data(), uint32_t(h.num_tokens),
-                     row * pkv::cuda::dtype_bytes(c.dtype));
+                     h.slot_mapping.data(), uint32_t(h.num_tokens), row * eb);
     return;
   }
   const int e5m2 = c.kv_dtype == DType::fp8_e5m2;
   for (int32_t t = 0; t < h.num_tokens; ++t) {
     if (h.slot_mapping[t] < 0) continue;
     for (size_t e = 0; e < row; ++e) {
-      const size_t dst = size_t(h.slot_mapping[t]) * row + e, src = size_t(t) * row + e;
+      const size_t dst = pool_elem(c, h.slot_mapping[t], e), src = size_t(t) * row + e;
+      if (!fp8(c)) {
+        memcpy(&h.k_pool[dst * eb], &h.k_new[src * eb], eb);
+        if (!no_v(c)) memcpy(&h.v_pool[dst * eb], &h.v_new[src * eb], eb);
+        continue;
+      }
       const float kx = float(load_elem(c.dtype, h.k_new.data(), src));
       h.k_pool[dst] = pkv_ref_fp8_encode(kx, h.k_scale[e / c.head_dim], e5m2);
-      if (mla(c)) continue;
+      if (no_v(c)) continue;
       const float vx = float(load_elem(c.dtype, h.v_new.data(), src));
       h.v_pool[dst] = pkv_ref_fp8_encode(vx, h.v_scale[e / c.head_dim], e5m2);
     }
@@ -201,6 +215,11 @@ std::string describe(const StepCase &c) {
                   " kvh=" + std::to_string(c.kv_heads) + " group=" + std::to_string(c.group) +
                   " d=" + std::to_string(c.head_dim);
   if (c.window) s += " window=" + std::to_string(c.window);
+  if (c.chunk) s += " chunk=" + std::to_string(c.chunk);
+  if (c.softcap > 0.f) s += " softcap=" + std::to_string(c.softcap);
+  if (c.sinks) s += " sinks";
+  if (c.k_eq_v) s += " k=v";
+  if (c.page_layers) s += " page_layers=" + std::to_string(c.page_layers);
   if (mla(c))
     s += " mla rank=" + std::to_string(c.mla_rank) + " rg=" + std::to_string(c.row_groups);
   if (fp8(c))
@@ -217,7 +236,7 @@ int32_t launch_step(const StepCase &c, const pkv::cuda::KvLayer &layer,
                     const pkv::cuda::BatchView &batch, const HostStep &h, const DevBuf &kn,
                     const DevBuf &vn, const DevBuf &sm, const DevBuf &q, const DevBuf &out) {
   const int32_t q_heads = c.kv_heads * c.group;
-  check_cuda(pkv::cuda::launch_write_kv(layer, kn.as<void>(), mla(c) ? nullptr : vn.as<void>(),
+  check_cuda(pkv::cuda::launch_write_kv(layer, kn.as<void>(), no_v(c) ? nullptr : vn.as<void>(),
                                         sm.as<int64_t>(), h.num_tokens, nullptr),
              "launch_write_kv");
   if (mla(c)) {
@@ -237,8 +256,8 @@ int32_t launch_step(const StepCase &c, const pkv::cuda::KvLayer &layer,
   }
   const pkv::cuda::DecodePlan plan =
       c.split_tokens
-          ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, c.window, c.split_tokens)
-          : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, c.window, 132);
+          ? pkv::cuda::plan_decode_with_split(batch, q_heads, c.head_dim, span(c), c.split_tokens)
+          : pkv::cuda::plan_decode(batch, q_heads, c.kv_heads, c.head_dim, span(c), 132);
   DevBuf ws(plan.workspace_bytes);
   check_cuda(pkv::cuda::launch_decode_attention(layer, batch, q.as<void>(), out.as<void>(), q_heads,
                                                 softmax_scale(c), plan, ws.as<void>(), nullptr),
@@ -271,16 +290,23 @@ bool run_step(const StepCase &c, uint64_t seed) {
       upload_vec(vp, h.v_pool);
   upload_vec(ks, h.k_scale), upload_vec(vs, h.v_scale);
 
-  const pkv::cuda::KvLayer layer{kp.as<void>(),
-                                 mla(c) ? nullptr : vp.as<void>(),
-                                 c.block_size,
-                                 c.kv_heads,
-                                 c.head_dim,
-                                 c.dtype,
-                                 pool_dtype(c),
-                                 fp8(c) ? ks.as<float>() : nullptr,
-                                 fp8(c) && !mla(c) ? vs.as<float>() : nullptr,
-                                 c.window};
+  DevBuf sinks(4 * h.sinks.size());
+  upload_vec(sinks, h.sinks);
+  const size_t block_bytes = size_t(c.block_size) * c.kv_heads * c.head_dim * pool_elem_bytes(c);
+  const size_t layer_at = (page_layers(c) - 1) * block_bytes;  // the page's last layer
+  pkv::cuda::KvLayer layer{kp.as<char>() + layer_at,
+                           no_v(c) ? nullptr : vp.as<char>() + layer_at,
+                           c.block_size,
+                           c.kv_heads,
+                           c.head_dim,
+                           c.dtype,
+                           pool_dtype(c),
+                           fp8(c) ? ks.as<float>() : nullptr,
+                           fp8(c) && !no_v(c) ? vs.as<float>() : nullptr,
+                           c.window};
+  layer.block_stride = c.page_layers ? int64_t(page_layers(c) * block_bytes) : 0;
+  layer.chunk = c.chunk, layer.softcap = c.softcap;
+  layer.sinks = c.sinks ? sinks.as<float>() : nullptr;
   const pkv::cuda::BatchView batch{ns,
                                    h.num_tokens,
                                    h.max_query_len,
