@@ -203,6 +203,11 @@ func (b *Batch) Copy() error {
 // KVLoraRank + QKRopeHeadDim (its HeadDim): q [tokens][q heads per rank][W], k the new tokens'
 // latents [tokens][W], v nil (NULL: V is the latents' first KVLoraRank values; a v is
 // ErrInvalidArgument), out [tokens][q heads per rank][KVLoraRank].
+//
+// With EngineParams.LayerSpecs each layer has its own shape (Engine.LayerInfo): k [tokens][its
+// kv heads][its HeadDim], v [tokens][its kv heads][its VHeadDim], out [tokens][q heads per
+// rank][its VHeadDim]; a K = V layer (LayerSpec.KEqV) takes v nil, and a shared layer
+// (LayerShared) k and v nil: it reads its source layer's cache, written earlier in the step.
 func (b *Batch) Attention(layer int, q, k, v, out []float32) error {
 	return attention(b, "Attention", layer, q, k, v, out)
 }
@@ -222,12 +227,22 @@ func (b *Batch) AttentionRaw(layer int, q, k, v, out unsafe.Pointer) error {
 // attentionShape is what pkv_attention reads and writes per new token, in elements, and how to
 // say it in an error.
 type attentionShape struct {
-	dtype                DType
-	device               Device
-	q, kv, out           int    // elements per token of q, of k (and v), of out
-	qDims, kvDims, oDims string // their shapes per token, e.g. "[4 q heads per rank][head_dim 16]"
-	mla                  bool
+	dtype                       DType
+	device                      Device
+	q, kv, v, out               int    // elements per token of q, of k, of v, of out
+	qDims, kvDims, vDims, oDims string // their shapes per token, e.g. "[4 q heads per rank][head_dim 16]"
+	mla                         bool
+	args                        kvArgs
 }
+
+// kvArgs are which of k and v a layer's call takes.
+type kvArgs int
+
+const (
+	kvBoth  kvArgs = iota // an attention layer: k and v
+	kvKOnly               // V is K (KEqV) or the latents' first values (MLA): k, v nil
+	kvNone                // a shared layer: k and v nil
+)
 
 func attentionShapeOf(p *EngineParams, kvHeadsPerRank int) attentionShape {
 	qHeads := int(p.NumQHeads / p.TPSize)
@@ -235,9 +250,9 @@ func attentionShapeOf(p *EngineParams, kvHeadsPerRank int) attentionShape {
 		kv: kvHeadsPerRank * int(p.HeadDim), out: qHeads * int(p.HeadDim)}
 	s.qDims = fmt.Sprintf("[%d q heads per rank][head_dim %d]", qHeads, p.HeadDim)
 	s.kvDims = fmt.Sprintf("[%d kv heads per rank][head_dim %d]", kvHeadsPerRank, p.HeadDim)
-	s.oDims = s.qDims
+	s.v, s.vDims, s.oDims = s.kv, s.kvDims, s.qDims
 	if p.KVLayout == KVLayoutMLA {
-		s.mla, s.out = true, qHeads*int(p.KVLoraRank)
+		s.mla, s.out, s.args = true, qHeads*int(p.KVLoraRank), kvKOnly
 		s.kvDims = fmt.Sprintf("[latent width %d]", p.HeadDim)
 		s.oDims = fmt.Sprintf("[%d q heads per rank][kv_lora_rank %d]", qHeads, p.KVLoraRank)
 	}
@@ -260,21 +275,17 @@ func checkAttention[T float32 | uint16](s *attentionShape, call string, n int, q
 		return invalid("%s: the engine's dtype is %v: pass []float32 to Attention, not []uint16",
 			call, s.dtype)
 	}
-	if v == nil && !s.mla {
-		return invalid("%s: v is nil: only an MLA engine takes no V; give v [tokens]%s", call, s.kvDims)
-	}
-	if v != nil && s.mla {
-		return invalid("%s: an MLA engine takes no V (V is the latents' first kv_lora_rank values): "+
-			"pass v nil", call)
+	if err := checkKV(s, call, k == nil, v == nil); err != nil {
+		return err
 	}
 	args := []struct {
 		name       string
 		got, width int
 		dims       string
-	}{{"q", len(q), s.q, s.qDims}, {"k", len(k), s.kv, s.kvDims}, {"v", len(v), s.kv, s.kvDims},
+	}{{"q", len(q), s.q, s.qDims}, {"k", len(k), s.kv, s.kvDims}, {"v", len(v), s.v, s.vDims},
 		{"out", len(out), s.out, s.oDims}}
 	for _, a := range args {
-		if a.name == "v" && v == nil {
+		if (a.name == "v" && v == nil) || (a.name == "k" && k == nil) {
 			continue
 		}
 		if a.got < n*a.width || a.got == 0 {
@@ -285,16 +296,46 @@ func checkAttention[T float32 | uint16](s *attentionShape, call string, n int, q
 	return nil
 }
 
-// attention checks the slices and calls pkv_attention; a nil v is NULL (MLA's).
+// checkKV refuses a nil k or v where the layer reads one, and one where it takes none.
+func checkKV(s *attentionShape, call string, noK, noV bool) error {
+	switch {
+	case s.args == kvNone && (!noK || !noV):
+		return invalid("%s: a shared layer reads its source layer's cache and writes nothing: "+
+			"pass k and v nil", call)
+	case s.args != kvNone && noK:
+		return invalid("%s: k is nil: give k [tokens]%s (only a shared layer takes none)", call, s.kvDims)
+	case s.args == kvBoth && noV:
+		return invalid("%s: v is nil: only an MLA engine or a K = V layer takes no V; give v [tokens]%s",
+			call, s.vDims)
+	case s.args == kvKOnly && !noV && s.mla:
+		return invalid("%s: an MLA engine takes no V (V is the latents' first kv_lora_rank values): "+
+			"pass v nil", call)
+	case s.args == kvKOnly && !noV:
+		return invalid("%s: a K = V layer takes no V (V is K, stored once): pass v nil", call)
+	}
+	return nil
+}
+
+// attention checks the slices against the layer's shape and calls pkv_attention; a nil k or v
+// is NULL (MLA's and K = V layers' v, shared layers' k and v).
 func attention[T float32 | uint16](b *Batch, call string, layer int, q, k, v, out []T) error {
-	if err := checkAttention(&b.engine.shape, call, b.NumTokens(), q, k, v, out); err != nil {
+	s := &b.engine.shape
+	if layers := b.engine.layers; layers != nil {
+		if layer < 0 || layer >= len(layers) {
+			return invalid("%s: layer %d is not below NumLayers %d", call, layer, len(layers))
+		}
+		s = &layers[layer]
+	}
+	if err := checkAttention(s, call, b.NumTokens(), q, k, v, out); err != nil {
 		return err
 	}
-	var pv unsafe.Pointer
-	if v != nil {
-		pv = unsafe.Pointer(&v[0])
+	first := func(x []T) unsafe.Pointer {
+		if x == nil {
+			return nil
+		}
+		return unsafe.Pointer(&x[0])
 	}
-	return b.AttentionRaw(layer, unsafe.Pointer(&q[0]), unsafe.Pointer(&k[0]), pv, unsafe.Pointer(&out[0]))
+	return b.AttentionRaw(layer, first(q), first(k), first(v), first(out))
 }
 
 // End: the step ran; its tokens become computed and full blocks are sealed (pkv_batch_end).

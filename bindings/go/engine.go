@@ -20,9 +20,10 @@ type Engine struct {
 	// the open batch, if any (pkv allows one per engine); a Batch is live while it is this one
 	batch    *C.pkv_batch
 	batchGen uint64
-	shape    attentionShape // what Attention's slices hold per new token
-	kvHeads  int            // per rank: SetKVScales' length
-	store    *storeMem      // the store's C parameters and Store handle (NewEngineWithStore)
+	shape    attentionShape   // what Attention's slices hold per new token
+	layers   []attentionShape // each layer's, when the engine has LayerSpecs (else shape)
+	kvHeads  int              // per rank: SetKVScales' length
+	store    *storeMem        // the store's C parameters and Store handle (NewEngineWithStore)
 }
 
 // NewEngine creates an engine (pkv_engine_create) of p, which starts from DefaultParams.
@@ -62,6 +63,15 @@ func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
 	}
 	eng.shape = attentionShapeOf(&eng.params, int(budget.KVHeadsPerRank))
 	eng.kvHeads = int(budget.KVHeadsPerRank)
+	if eng.params.LayerSpecs == nil && p.LayerSpecs != nil { // the library did not give them back
+		eng.params.LayerSpecs = append([]LayerSpec(nil), p.LayerSpecs...)
+	}
+	if eng.params.LayerSpecs != nil {
+		if eng.layers, err = eng.layerShapes(); err != nil {
+			eng.Close()
+			return nil, err
+		}
+	}
 	return eng, nil
 }
 
@@ -103,6 +113,9 @@ func (eng *Engine) Params() EngineParams {
 	p := eng.params
 	if p.LayerWindows != nil {
 		p.LayerWindows = append([]uint32(nil), p.LayerWindows...)
+	}
+	if p.LayerSpecs != nil {
+		p.LayerSpecs = append([]LayerSpec(nil), p.LayerSpecs...)
 	}
 	if p.EventPublisher != nil {
 		pub := *p.EventPublisher

@@ -152,7 +152,7 @@ func DefaultParams() (EngineParams, error) {
 func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error) {
 	// The config replaces the shape: windows of p's old layer count do not apply to it.
 	in := p
-	in.LayerWindows = nil
+	in.LayerWindows, in.LayerSpecs = nil, nil
 	c, err := newCParams(&in)
 	if err != nil {
 		return p, err
@@ -292,6 +292,10 @@ func newCParams(p *EngineParams) (*cParams, error) {
 		return nil, invalid("LayerWindows has %d windows, NumLayers is %d: give one per layer, or nil",
 			len(p.LayerWindows), p.NumLayers)
 	}
+	if p.LayerSpecs != nil && len(p.LayerSpecs) != int(p.NumLayers) {
+		return nil, invalid("LayerSpecs has %d specs, NumLayers is %d: give one per layer, or nil",
+			len(p.LayerSpecs), p.NumLayers)
+	}
 	c := &cParams{}
 	raw := (*cEngineParams)(c.mem.alloc(unsafe.Sizeof(cEngineParams{})))
 	raw.StructSize = uint32(unsafe.Sizeof(cEngineParams{}))
@@ -300,6 +304,15 @@ func newCParams(p *EngineParams) (*cParams, error) {
 		w := c.mem.alloc(uintptr(len(p.LayerWindows)) * 4)
 		copy(unsafe.Slice((*uint32)(w), len(p.LayerWindows)), p.LayerWindows)
 		raw.LayerWindows = uintptr(w)
+	}
+	if len(p.LayerSpecs) > 0 {
+		specs := unsafe.Slice((*cLayerSpec)(c.mem.alloc(uintptr(len(p.LayerSpecs))*unsafe.Sizeof(cLayerSpec{}))),
+			len(p.LayerSpecs))
+		for i := range p.LayerSpecs {
+			p.LayerSpecs[i].toC(&specs[i])
+		}
+		raw.LayerSpecs = uintptr(unsafe.Pointer(&specs[0]))
+		raw.LayerSpecSize = uint32(unsafe.Sizeof(cLayerSpec{}))
 	}
 	if p.EventPublisher != nil {
 		pub, err := p.EventPublisher.toC(&c.mem)
@@ -321,6 +334,9 @@ func engineParamsOf(raw *cEngineParams) EngineParams {
 	p.initialized = true
 	if raw.LayerWindows != 0 {
 		p.LayerWindows = append([]uint32(nil), unsafe.Slice((*uint32)(addr(raw.LayerWindows)), raw.NumLayers)...)
+	}
+	if raw.LayerSpecs != 0 {
+		p.LayerSpecs = layerSpecsOf(raw.LayerSpecs, raw.LayerSpecSize, raw.NumLayers)
 	}
 	if raw.EventPublisher != 0 {
 		p.EventPublisher = eventPublisherParamsOf((*cEventPublisherParams)(addr(raw.EventPublisher)))
