@@ -76,10 +76,11 @@ GO_API_STRUCTS = {
         'them (nil: every layer as the flat fields say). EventPublisher: publish the engine\'s KV events\n'
         'over ZeroMQ (nil: none). The store tier is NewEngineWithStore\'s.'),
     'pkv_request_params': ('inout', {'cache_salt': None, 'cache_salt_len': None,
-                                     'extra_keys': None, 'num_extra_keys': None,
+                                     'extra_keys': ('ExtraKeys', '[]ExtraKey'), 'num_extra_keys': None,
                                      'extra_key_size': None}, ['initialized bool'],
                            'RequestParams are a request\'s parameters (pkv_request_params): start\n'
-                           'from DefaultRequestParams; the cache salt is an argument of Submit.'),
+                           'from DefaultRequestParams; the cache salt is an argument of Submit.\n'
+                           'ExtraKeys: the prompt\'s extra keys (nil: none), LoraID its adapter.'),
     'pkv_layer_spec': ('inout', {}, [], 'LayerSpec is one layer of the cache (pkv_layer_spec): zero fields\n'
                        'take the engine\'s flat ones, so LayerSpec{} is the layer EngineParams describe.'),
     'pkv_kv_group_info': ('out', {}, [], 'KVGroupInfo is one KV group and its bytes (pkv_kv_group_info).'),

@@ -50,6 +50,10 @@ func (eng *Engine) Submit(prompt []int32, rp *RequestParams, salt []byte) (*Sequ
 		defer C.free(c)
 		raw.CacheSalt, raw.CacheSaltLen = uintptr(c), uint32(len(salt))
 	}
+	var keys cMem
+	defer keys.free()
+	raw.ExtraKeys, raw.NumExtraKeys = cExtraKeys(&keys, r.ExtraKeys), uint32(len(r.ExtraKeys))
+	raw.ExtraKeySize = uint32(unsafe.Sizeof(cExtraKey{}))
 	var id C.uint64_t
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
 		return C.pkv_submit(e, int32Ptr(prompt), C.uint32_t(len(prompt)),
@@ -130,7 +134,7 @@ func (eng *Engine) DrainFinished() ([]*Sequence, error) {
 // DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first; an event's
 // Medium is the tier its block was stored in or removed from (TierDevice, or TierHost for an
 // offloaded block), TierNone for EventAllCleared and EventOverflow. pkv writes them at the size
-// of this binding's pkv_kv_event (40 bytes): a newer libpkv fills only the fields it has, an
+// of this binding's pkv_kv_event (56 bytes): a newer libpkv fills only the fields it has, an
 // older one zeroes those it does not know.
 func (eng *Engine) DrainKVEvents(max int) ([]KVEvent, error) {
 	if max <= 0 {

@@ -81,6 +81,8 @@ var wrapped = map[string]string{
 	"pkv_kv_group_info":                       "KVGroupInfoOf",
 	"pkv_layer_info":                          "Engine.LayerInfo",
 	"pkv_set_attention_sinks":                 "Engine.SetAttentionSinks",
+	"pkv_block_hash_root_lora":                "BlockHashRootLoRA",
+	"pkv_block_hash_extra":                    "BlockHashExtra",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.

@@ -265,11 +265,13 @@ func (p *BatchView) fromC(c *cBatchView) {
 }
 
 // RequestParams are a request's parameters (pkv_request_params): start from
-// DefaultRequestParams; the cache salt is an argument of Submit.
+// DefaultRequestParams; the cache salt is an argument of Submit. ExtraKeys: the prompt's extra
+// keys (nil: none), LoraID its adapter.
 type RequestParams struct {
 	MaxNewTokens uint32
 	StopToken    int32
 	Priority     int32
+	ExtraKeys    []ExtraKey
 	LoraID       uint64
 
 	initialized bool
