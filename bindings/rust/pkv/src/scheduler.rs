@@ -7,12 +7,14 @@ use pkv_sys as sys;
 use crate::batch::StepBatch;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::keys::{keys_arg, raw_keys, ExtraKey};
 use crate::library::{call, count, sized};
 use crate::seq::Seq;
 use crate::types::KvEvent;
 
 /// A request's options for `Engine::submit` (`pkv_request_params`); `Default` = pkv's defaults
-/// as documented in pkv.h (16 new tokens, no stop token, priority 0, no salt).
+/// as documented in pkv.h (16 new tokens, no stop token, priority 0, no salt, no extra keys,
+/// no adapter).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request<'a> {
     pub max_new_tokens: u32,
@@ -21,11 +23,22 @@ pub struct Request<'a> {
     /// Larger runs first; ties run oldest first.
     pub priority: i32,
     pub cache_salt: &'a [u8],
+    /// The prompt's extra keys (pkv 0.5; `Engine::allocate_keyed` says what they do).
+    pub extra_keys: &'a [ExtraKey<'a>],
+    /// The LoRA adapter the KV is computed with (pkv 0.5); 0 = none.
+    pub lora_id: u64,
 }
 
 impl Default for Request<'_> {
     fn default() -> Self {
-        Request { max_new_tokens: 16, stop_token: None, priority: 0, cache_salt: &[] }
+        Request {
+            max_new_tokens: 16,
+            stop_token: None,
+            priority: 0,
+            cache_salt: &[],
+            extra_keys: &[],
+            lora_id: 0,
+        }
     }
 }
 
@@ -35,7 +48,8 @@ impl Engine {
         let n = count(prompt.len(), "prompt")?;
         let mut rp = sized!(sys::pkv_request_params);
         let mut seq = 0u64;
-        // SAFETY: rp is a full struct; prompt has n elements and the salt outlives the call.
+        let keys = raw_keys(request.extra_keys)?;
+        // SAFETY: rp is a full struct; prompt has n elements; the salt and keys outlive the call.
         unsafe {
             call!(self.library(), pkv_request_params_init(&mut rp, rp.struct_size))?;
             rp.max_new_tokens = request.max_new_tokens;
@@ -45,6 +59,8 @@ impl Engine {
             if !request.cache_salt.is_empty() {
                 rp.cache_salt = request.cache_salt.as_ptr() as *const c_void;
             }
+            (rp.extra_keys, rp.num_extra_keys, rp.extra_key_size) = keys_arg(&keys)?;
+            rp.lora_id = request.lora_id;
             call!(self.library(), pkv_submit(self.as_raw(), prompt.as_ptr(), n, &rp, &mut seq))?;
         }
         Ok(Seq(seq))
@@ -100,7 +116,7 @@ impl Engine {
     }
 
     /// The queued KV events, oldest first (`pkv_drain_kv_events_sized`; needs
-    /// `Params::kv_events`). Events are read at pkv-sys's `size_of::<pkv_kv_event>()` (40 bytes):
+    /// `Params::kv_events`). Events are read at pkv-sys's `size_of::<pkv_kv_event>()` (56 bytes):
     /// a newer libpkv fills only the fields this crate knows, an older one zeroes those it does
     /// not.
     pub fn drain_kv_events(&self) -> Result<Vec<KvEvent>> {

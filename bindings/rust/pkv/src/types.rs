@@ -153,6 +153,11 @@ pub struct KvEvent {
     pub medium: Option<Tier>,
     /// The KV group of the block (`Engine::kv_groups`; 0 without windows).
     pub group: u32,
+    /// The block's LoRA adapter (pkv 0.5; `Request::lora_id`): 0 = none.
+    pub lora_id: u64,
+    /// Extra keys overlapping the block (pkv 0.5): 0 = none, its hash is `block_hash`'s; else
+    /// `block_hash_extra`'s.
+    pub num_extra_keys: u32,
 }
 
 impl KvEvent {
@@ -165,6 +170,8 @@ impl KvEvent {
             parent_hash: r.parent_hash,
             medium: Tier::from_code(r.medium),
             group: r.group,
+            lora_id: r.lora_id,
+            num_extra_keys: r.num_extra_keys,
         }
     }
 }

@@ -7,7 +7,13 @@ use pkv::{FinishReason, KvEventKind, Request, Status};
 fn submit_step_commit_until_finished() {
     let e = pkv::Engine::new(&common::params(4, 32).kv_events(true)).unwrap();
     let short = Request { max_new_tokens: 3, ..Request::default() };
-    let stop = Request { max_new_tokens: 10, stop_token: Some(7), priority: 1, cache_salt: b"x" };
+    let stop = Request {
+        max_new_tokens: 10,
+        stop_token: Some(7),
+        priority: 1,
+        cache_salt: b"x",
+        ..Request::default()
+    };
     let a = e.submit(&common::tokens(0, 9), &short).unwrap();
     let b = e.submit(&common::tokens(50, 5), &stop).unwrap();
     let mut finished = Vec::new();

@@ -39,7 +39,7 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_engine_stats => Engine::stats;
         pkv_engine_store_error => Engine::store_error;
         pkv_seq_params_init => Engine::allocate, Engine::allocate_query;
-        pkv_allocate => Engine::allocate;
+        pkv_allocate => Engine::allocate, Engine::allocate_keyed;
         pkv_allocate_query => Engine::allocate_query;
         pkv_append => Engine::append;
         pkv_fork => Engine::fork;
@@ -59,7 +59,7 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_batch_end => Batch::end;
         pkv_batch_abort => Batch::abort, StepBatch::abort;
         pkv_request_params_init => Engine::submit;
-        pkv_submit => Engine::submit;
+        pkv_submit => Engine::submit, pkv::Request::default;
         pkv_step => Engine::step;
         pkv_commit => StepBatch::commit;
         pkv_drain_finished => Engine::drain_finished;
@@ -83,6 +83,8 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_kv_group_info => Params::kv_group_info, Params::kv_group_infos;
         pkv_layer_info => Engine::layer_info;
         pkv_set_attention_sinks => Engine::set_attention_sinks;
+        pkv_block_hash_root_lora => pkv::block_hash_root_lora;
+        pkv_block_hash_extra => pkv::block_hash_extra;
     }
 }
 
