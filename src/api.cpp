@@ -217,8 +217,8 @@ pkv_status pkv_hf_config_digest(const char *json, size_t len, char *out, uint32_
     PKV_REQUIRE(cap >= PKV_HF_CONFIG_DIGEST_BYTES,
                 "out holds %u bytes: PKV_HF_CONFIG_DIGEST_BYTES (%d) are needed", cap,
                 int(PKV_HF_CONFIG_DIGEST_BYTES));
-    pkv::params_from_hf_config(pkv::default_engine_params(), json,
-                               len);  // a config pkv reads, or its error
+    pkv::layers_from_hf_config(pkv::default_engine_params(), json, len,
+                               false);  // a config pkv reads (per layer too), or its error
     const std::string id = pkv::config_model_id(json, len);
     std::memcpy(out, id.c_str(), id.size() + 1);
   });
@@ -237,6 +237,41 @@ pkv_status pkv_hf_config_layer_windows(const char *json, size_t len, uint32_t *o
       pkv::fail(PKV_ERR_INVALID_ARGUMENT, "the model has %u layers, the buffer holds %u",
                 w.num_layers(), cap);
     w.copy_to(out);
+  });
+}
+
+pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p, const char *json,
+                                                   size_t len, pkv_layer_spec *specs,
+                                                   uint32_t spec_size, uint32_t cap,
+                                                   uint32_t *out_num_layers) {
+  return guard([&] {
+    const pkv_engine_params in = pkv::read_struct(p, pkv::default_engine_params(), "params");
+    PKV_REQUIRE(json != nullptr, "json is NULL");
+    PKV_REQUIRE(out_num_layers != nullptr, "out_num_layers is NULL");
+    PKV_REQUIRE(specs != nullptr || cap == 0, "specs is NULL with cap %u", cap);
+    PKV_REQUIRE(specs == nullptr || spec_size >= offsetof(pkv_layer_spec, reserved0) + 4,
+                "spec_size %u is below pkv_layer_spec's 0.5 size (%zu)", spec_size,
+                offsetof(pkv_layer_spec, reserved0) + 4);
+    PKV_REQUIRE(p->struct_size >= offsetof(pkv_engine_params, reserved3) + 4,
+                "params (struct_size %u) ends before layer_specs: pkv.h 0.5's struct is needed",
+                p->struct_size);
+    pkv::HfLayers m = pkv::layers_from_hf_config(in, json, len, specs != nullptr);
+    *out_num_layers = m.params.num_layers;  // also when the buffer is short: the length it needs
+    if (specs == nullptr) return;
+    if (cap < m.params.num_layers)
+      pkv::fail(PKV_ERR_INVALID_ARGUMENT, "the model has %u layers, specs holds %u",
+                m.params.num_layers, cap);
+    if (m.needs_specs) {
+      m.params.layer_specs = specs;
+      m.params.layer_spec_size = spec_size;
+      m.params.sliding_window = 0;
+      m.params.layer_windows = nullptr;
+    } else {
+      m.params.layer_specs = nullptr;
+      m.params.layer_spec_size = 0;
+    }
+    pkv::write_layer_specs(m.specs, specs, spec_size);
+    pkv::write_struct(p, m.params);
   });
 }
 

@@ -1,18 +1,14 @@
 #include "hf_config.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
+#include "hf_json.h"
 #include "status.h"
 
-namespace pkv {
-namespace {
-
-using nlohmann::json;
+namespace pkv::hf {
 
 // A positive integer field that fits in 32 bits; throws when present but wrong.
 bool read_count(const json &cfg, const char *key, uint32_t *out) {
@@ -34,7 +30,7 @@ uint32_t require_count(const json &cfg, const char *key) {
   return v;
 }
 
-int32_t read_dtype(const json &cfg, int32_t fallback) {
+static int32_t read_dtype(const json &cfg, int32_t fallback) {
   for (const char *key : {"torch_dtype", "dtype"}) {
     auto it = cfg.find(key);
     if (it == cfg.end() || it->is_null()) continue;
@@ -99,8 +95,28 @@ bool read_index(const json &cfg, const char *key, uint32_t *out) {
   return true;
 }
 
+bool read_positive(const json &cfg, const char *key, double *out) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return false;
+  if (!it->is_number() || !std::isfinite(it->get<double>()) || !(it->get<double>() > 0))
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: \"%s\" must be a finite number > 0, got %s", key,
+         it->is_primitive() ? it->dump().c_str() : it->type_name());
+  *out = it->get<double>();
+  return true;
+}
+
+// transformers names a multimodal model's text part "<family>_text": one name for both.
+std::string model_type(const json &root, const json &cfg) {
+  std::string m = read_string(cfg, "model_type");
+  if (m.empty()) m = read_string(root, "model_type");
+  const std::string suffix = "_text";
+  if (m.size() > suffix.size() && m.compare(m.size() - suffix.size(), suffix.size(), suffix) == 0)
+    m.resize(m.size() - suffix.size());
+  return m;
+}
+
 // layer_types: one "sliding_attention" or "full_attention" per layer.
-std::vector<uint32_t> typed_windows(const json &types, uint32_t layers, uint32_t window) {
+static std::vector<uint32_t> typed_windows(const json &types, uint32_t layers, uint32_t window) {
   if (!types.is_array() || types.size() != layers)
     fail(
         PKV_ERR_INVALID_ARGUMENT,
@@ -129,14 +145,12 @@ LayerWindows layer_windows(const json &root, const json &cfg) {
   auto types = cfg.find("layer_types");
   if (types != cfg.end() && !types->is_null())  // Gemma 3, gpt-oss, Qwen3 and newer configs
     return LayerWindows(layers, window, Rule::kTypes, 0, typed_windows(*types, layers, window));
-  const std::string model = read_string(cfg, "model_type").empty() ? read_string(root, "model_type")
-                                                                   : read_string(cfg, "model_type");
+  const std::string model = model_type(root, cfg);
   uint32_t pattern = 0;
   if (read_count(cfg, "sliding_window_pattern", &pattern))  // Gemma 3: every pattern-th layer full
     return LayerWindows(layers, window, Rule::kPattern, pattern);
   // Gemma 3 configs may leave the pattern out: transformers' Gemma3TextConfig default is 6.
-  if (model == "gemma3" || model == "gemma3_text")
-    return LayerWindows(layers, window, Rule::kPattern, 6);
+  if (model == "gemma3") return LayerWindows(layers, window, Rule::kPattern, 6);
   if (model == "gemma2") return LayerWindows(layers, window, Rule::kAlternate);
   if (cfg.contains("use_sliding_window")) {
     // Qwen2 (and Qwen2-MoE, Qwen3): windows only when use_sliding_window, on layers from
@@ -149,7 +163,9 @@ LayerWindows layer_windows(const json &root, const json &cfg) {
   return LayerWindows(layers, window, Rule::kAll);  // Mistral: one window everywhere
 }
 
-}  // namespace
+}  // namespace pkv::hf
+
+namespace pkv {
 
 LayerWindows::LayerWindows(uint32_t num_layers, uint32_t window, Rule rule, uint32_t n,
                            std::vector<uint32_t> types)
@@ -195,10 +211,13 @@ void LayerWindows::copy_to(uint32_t *out) const {
 }
 
 LayerWindows layer_windows_from_hf_config(const char *text, size_t len) {
-  const json root = parse_config(text, len);
-  return layer_windows(root, text_config(root));
+  const hf::json root = hf::parse_config(text, len);
+  return hf::layer_windows(root, hf::text_config(root));
 }
 
+}  // namespace pkv
+
+namespace pkv::hf {
 namespace {
 
 // Fields of attention kinds whose cache pkv cannot hold: a config with one is refused by name,
@@ -211,7 +230,6 @@ constexpr Unplaced kUnplaced[] = {
     {"index_n_heads", "DeepSeek sparse attention (its indexer keeps a key cache of its own)"},
     {"linear_num_key_heads", "linear attention layers (a recurrent state, not a KV cache)"},
     {"linear_num_value_heads", "linear attention layers (a recurrent state, not a KV cache)"},
-    {"attention_chunk_size", "chunked local attention"},
     {"mamba_d_state", "state-space (Mamba) layers"},
     {"ssm_state_size", "state-space (Mamba) layers"},
 };
@@ -278,32 +296,45 @@ bool read_mla(const json &cfg, pkv_engine_params *out) {
   return true;
 }
 
+// The softmax scale where the model's is not 1/sqrt(head_dim). Gemma 2 and 3 scale queries by
+// query_pre_attn_scalar^-0.5 (transformers' Gemma2Attention / Gemma3Attention: scaling =
+// config.query_pre_attn_scalar**-0.5). Gemma 3n and 4 normalize q and k and scale by 1
+// (Gemma3nTextAttention / Gemma4TextAttention: self.scaling = 1.0), though 3n's config still
+// carries a query_pre_attn_scalar. Other models: the caller's field as it was.
+void read_softmax_scale(const json &root, const json &cfg, pkv_engine_params *out) {
+  const std::string model = model_type(root, cfg);
+  double scalar = 0;
+  if ((model == "gemma2" || model == "gemma3") &&
+      read_positive(cfg, "query_pre_attn_scalar", &scalar))
+    out->softmax_scale = float(1.0 / std::sqrt(scalar));
+  else if (model == "gemma3n" || model == "gemma4")
+    out->softmax_scale = 1.0f;
+}
+
 }  // namespace
 
-pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *text, size_t len) {
-  const json root = parse_config(text, len);
-  const json *cfg = &text_config(root);
+pkv_engine_params flat_params(const pkv_engine_params &p, const json &root, const json &cfg) {
   for (const Unplaced &u : kUnplaced)
-    if (cfg->contains(u.key) && !(*cfg)[u.key].is_null())
+    if (cfg.contains(u.key) && !cfg[u.key].is_null())
       fail(PKV_ERR_UNSUPPORTED, "config.json: \"%s\": %s is not a cache pkv holds", u.key, u.what);
   pkv_engine_params out = p;
   out.kv_layout = PKV_KV_LAYOUT_HEADS;
   out.kv_lora_rank = out.qk_rope_head_dim = 0;
-  out.num_layers = require_count(*cfg, "num_hidden_layers");
-  out.num_q_heads = require_count(*cfg, "num_attention_heads");
-  if (read_mla(*cfg, &out)) {
-    out.dtype = read_dtype(*cfg, read_dtype(root, p.dtype));
-    read_count(*cfg, "max_position_embeddings", &out.max_model_len);
-    const LayerWindows w = layer_windows(root, *cfg);
+  out.num_layers = require_count(cfg, "num_hidden_layers");
+  out.num_q_heads = require_count(cfg, "num_attention_heads");
+  if (read_mla(cfg, &out)) {
+    out.dtype = read_dtype(cfg, read_dtype(root, p.dtype));
+    read_count(cfg, "max_position_embeddings", &out.max_model_len);
+    const LayerWindows w = layer_windows(root, cfg);
     if (!w.uniform() || w.at(0))
       fail(PKV_ERR_UNSUPPORTED, "config.json: sliding windows with multi-head latent attention");
     out.sliding_window = 0;
     return out;
   }
   out.num_kv_heads = out.num_q_heads;
-  read_count(*cfg, "num_key_value_heads", &out.num_kv_heads);
-  if (!read_count(*cfg, "head_dim", &out.head_dim)) {
-    uint32_t hidden = require_count(*cfg, "hidden_size");
+  read_count(cfg, "num_key_value_heads", &out.num_kv_heads);
+  if (!read_count(cfg, "head_dim", &out.head_dim)) {
+    uint32_t hidden = require_count(cfg, "hidden_size");
     if (hidden % out.num_q_heads)
       fail(
           PKV_ERR_INVALID_ARGUMENT,
@@ -311,15 +342,28 @@ pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *
           hidden, out.num_q_heads);
     out.head_dim = hidden / out.num_q_heads;
   }
-  out.dtype = read_dtype(*cfg, read_dtype(root, p.dtype));
-  read_count(*cfg, "max_position_embeddings", &out.max_model_len);
+  out.dtype = read_dtype(cfg, read_dtype(root, p.dtype));
+  read_count(cfg, "max_position_embeddings", &out.max_model_len);
   if (out.num_q_heads % out.num_kv_heads)
     fail(PKV_ERR_INVALID_ARGUMENT,
          "config.json: num_key_value_heads %u does not divide num_attention_heads %u",
          out.num_kv_heads, out.num_q_heads);
+  read_softmax_scale(root, cfg, &out);
   // One window for every layer (Mistral) is sliding_window; mixed models need layer_windows.
-  const LayerWindows w = layer_windows(root, *cfg);
+  const LayerWindows w = layer_windows(root, cfg);
   out.sliding_window = w.uniform() ? w.at(0) : 0;
+  return out;
+}
+
+}  // namespace pkv::hf
+
+namespace pkv {
+
+pkv_engine_params params_from_hf_config(const pkv_engine_params &p, const char *text, size_t len) {
+  const hf::json root = hf::parse_config(text, len);
+  const hf::json &cfg = hf::text_config(root);
+  const pkv_engine_params out = hf::flat_params(p, root, cfg);
+  hf::refuse_specs(root, cfg, out);  // a model the flat fields would describe wrong
   return out;
 }
 

@@ -42,4 +42,20 @@ class LayerWindows {
 
 LayerWindows layer_windows_from_hf_config(const char *json, size_t len);
 
+// A config's layers, per layer (pkv_engine_params_from_hf_config_layers documents the rules).
+struct HfLayers {
+  pkv_engine_params params;           // the flat fields, as pkv_engine_params_from_hf_config's
+  std::vector<pkv_layer_spec> specs;  // [params.num_layers] when asked for, else empty
+  bool needs_specs = false;           // the flat fields describe some layer wrong (with specs)
+};
+
+// Specs are built only when want_specs: a config may claim 2^31-1 layers, and the caller's
+// buffer is what bounds them.
+HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *json, size_t len,
+                               bool want_specs);
+
+// The specs into the caller's array of spec_size-byte elements, unknown bytes zeroed.
+void write_layer_specs(const std::vector<pkv_layer_spec> &specs, pkv_layer_spec *out,
+                       uint32_t spec_size);
+
 }  // namespace pkv

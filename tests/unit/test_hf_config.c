@@ -256,7 +256,17 @@ static void test_layer_types(void) {
   snprintf(json + at, sizeof json - at, "]}");
   if (!CHECK_EQ_INT(windows_of(json, w), 24)) return;
   for (uint32_t l = 0; l < 24; l++) CHECK_EQ_INT(w[l], l % 2 ? 0 : 128);
-  CHECK_EQ_INT(sliding_window_of(json), 0); /* mixed: the layers' windows are layer_windows' */
+  /* gpt-oss has sinks: the flat fields would describe it wrong (issue 27), so the 0.1 call
+   * refuses it by name and points to the per-layer call */
+  pkv_engine_params p;
+  sentinel_params(&p);
+  pkv_engine_params before = p;
+  CHECK_STATUS(parse(&p, json), PKV_ERR_UNSUPPORTED);
+  CHECK(strstr(pkv_last_error(), "gpt_oss") != NULL);
+  CHECK(strstr(pkv_last_error(), "pkv_engine_params_from_hf_config_layers") != NULL);
+  CHECK(memcmp(&p, &before, sizeof p) == 0);
+  memcpy(strstr(json, "gpt_oss"), "qwen_3", 6); /* the same layers without sinks */
+  CHECK_EQ_INT(sliding_window_of(json), 0);     /* mixed: the layers' windows are layer_windows' */
 
   /* layer_types wins over every other rule, and all-sliding is one window for all */
   static const char all_sliding[] =
@@ -562,7 +572,8 @@ static void test_mla(void) {
        "index_topk", PKV_ERR_UNSUPPORTED},
       {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"linear_num_key_heads\": 16}",
        "linear_num_key_heads", PKV_ERR_UNSUPPORTED},
-      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"attention_chunk_size\": 8192}",
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"head_dim\": 64,"
+       " \"attention_chunk_size\": 8192}",
        "attention_chunk_size", PKV_ERR_UNSUPPORTED},
       {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"mamba_d_state\": 16}",
        "mamba_d_state", PKV_ERR_UNSUPPORTED},

@@ -1,0 +1,40 @@
+// The JSON reading both config calls share (hf_config.cpp, hf_config_layers.cpp): each reader
+// throws PKV_ERR_INVALID_ARGUMENT naming the field when it is present but wrong.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "hf_config.h"
+
+namespace pkv::hf {
+
+using nlohmann::json;
+
+json parse_config(const char *text, size_t len);  // the root object, strictly
+const json &text_config(const json &root);        // "text_config" when the root has no layers
+
+bool read_count(const json &cfg, const char *key, uint32_t *out);  // 1 .. 2^31-1; false: absent
+uint32_t require_count(const json &cfg, const char *key);
+bool read_index(const json &cfg, const char *key, uint32_t *out);  // 0 .. 2^31-1
+bool read_bool(const json &cfg, const char *key, bool fallback);
+std::string read_string(const json &cfg, const char *key);  // "" when absent or not a string
+bool read_positive(const json &cfg, const char *key, double *out);  // finite > 0; null: absent
+
+// model_type of the text config, else of the root ("gemma3" over "gemma3_text" alike).
+std::string model_type(const json &root, const json &cfg);
+
+LayerWindows layer_windows(const json &root, const json &cfg);
+
+// The flat fields as pkv_engine_params_from_hf_config fills them, before its refusal of configs
+// that need per-layer specs (pkv_engine_params_from_hf_config_layers reads those).
+pkv_engine_params flat_params(const pkv_engine_params &p, const json &root, const json &cfg);
+
+// Throws PKV_ERR_UNSUPPORTED naming the first field whose cache flat (flat_params' result) cannot
+// describe, and pkv_engine_params_from_hf_config_layers (hf_config_layers.cpp).
+void refuse_specs(const json &root, const json &cfg, const pkv_engine_params &flat);
+
+}  // namespace pkv::hf
