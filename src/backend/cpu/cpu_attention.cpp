@@ -12,13 +12,19 @@
 // multiple of 8; lanes of 8), exp is a branch-free polynomial so it vectorizes too.
 // Templates take the model's dtype T (q, out) and the cache's C (T, or fp8: its rows are
 // converted to floats times their head's scale as they are loaded, fp8.h).
-// A sliding window masks each row's keys below its position - window + 1; an item's keys are
-// those of its rows' windows only, so blocks wholly outside them are never read.
-// MLA (layer.mla): K is the latent (head_dim values), V its first v_dim values, out v_dim per
-// head: a chunk's latents are converted once and serve as both.
+// A sliding window masks each row's keys below its position - window + 1, a chunked layer those
+// before its chunk; an item's keys are those of its rows' windows (chunks) only, so blocks wholly
+// outside them are never read.
+// MLA (layer.mla) and K = V: K is the latent (head_dim values), V its first v_dim values, out
+// v_dim per head: a chunk's latents are converted once and serve as both.
+// Soft-capping (layer.softcap c) turns each scaled score s into c tanh(s / c) (std::tanh) before
+// the softmax; sinks (layer.sinks) join each row's denominator once, when its output is written
+// (a split item's partial leaves it to the merge). Both are decided once per item: without them
+// the loops are today's.
 #include "backend/cpu/cpu_attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -128,9 +134,10 @@ inline void accumulate(float *acc, float alpha, const float *p, const float *v, 
 
 struct Shape {
   uint32_t hd, group, q_heads, kv_heads, bs;
-  uint32_t window;  // 0 = full attention
-  uint32_t vd;      // V's and out's values per head (MLA: the latent's first vd)
-  bool mla;
+  uint32_t vd;                // V's and out's values per head (MLA: the latent's first vd)
+  uint32_t vrow;              // V's values per head in its cache rows (MLA, K = V: hd)
+  uint64_t k_block, v_block;  // elements from one block of K (V) to the next
+  bool kv_same;               // V's rows are K's (MLA, K = V): one conversion serves both
 };
 
 // Scratch of one thread, for an item's rows x q heads (at most max_q of them): q (scaled) and
@@ -138,16 +145,16 @@ struct Shape {
 // chunks [kChunk][hd], probabilities [rows][q heads][kChunk].
 struct Scratch {
   float *q, *acc, *m, *l, *alpha, *kf, *vf, *p;
-  Scratch(float *base, const Shape &s) {
-    const size_t rg = attention_max_q(s.q_heads, s.kv_heads);
+  Scratch(float *base, const Shape &s) {  // CpuKernels sizes it for max(hd, vd) per head
+    const size_t rg = attention_max_q(s.q_heads, s.kv_heads), wide = std::max(s.hd, s.vrow);
     q = base;
-    acc = q + rg * s.hd;
-    m = acc + rg * s.hd;
+    acc = q + rg * wide;
+    m = acc + rg * wide;
     l = m + rg;
     alpha = l + rg;
     kf = alpha + rg;
-    vf = kf + size_t(kChunk) * s.hd;
-    p = vf + size_t(kChunk) * s.hd;
+    vf = kf + size_t(kChunk) * wide;
+    p = vf + size_t(kChunk) * wide;
   }
 };
 
@@ -157,18 +164,25 @@ template <class T, class C> struct ItemRunner {
   const CpuLayer &layer;
   const Shape &s;
 
-  // Loads the keys [key, key + n) of seq's kv head `head` from the paged cache into dst (fp8:
-  // times the head's scale in `scales`).
-  void load_rows(const void *cache, const float *scales, uint32_t seq, uint32_t head, uint32_t key,
-                 uint32_t n, float *dst) const {
+  // Element offset of key pos's row of kv head `head` in a cache of `width` values per head
+  // and blocks `block` elements apart.
+  size_t row_at(const int32_t *blocks, uint32_t pos, uint32_t head, uint32_t width,
+                uint64_t block) const {
+    return int64_t(blocks[pos / s.bs]) * int64_t(block) +
+           (size_t(pos % s.bs) * s.kv_heads + head) * width;
+  }
+  // Loads the keys [key, key + n) of seq's kv head `head` from the paged cache (K: v false) into
+  // dst, rows of hd (K) or vrow (V) floats (fp8: times the head's scale in `scales`).
+  void load_rows(bool v, const float *scales, uint32_t seq, uint32_t head, uint32_t key, uint32_t n,
+                 float *dst) const {
     const int32_t *blocks = step.block_table(layer.group, seq);
     const float scale = kIsFp8<C> ? scales[head] : 1.0f;
-    for (uint32_t t = 0; t < n; ++t) {
-      const uint32_t pos = key + t;
-      const int64_t slot = int64_t(blocks[pos / s.bs]) * s.bs + pos % s.bs;
-      const C *src = static_cast<const C *>(cache) + (slot * s.kv_heads + head) * s.hd;
-      convert_row(src, dst + size_t(t) * s.hd, s.hd, scale);
-    }
+    const C *cache = static_cast<const C *>(v ? layer.v_cache : layer.k_cache);
+    const uint32_t width = v ? s.vrow : s.hd;
+    const uint64_t block = v ? s.v_block : s.k_block;
+    for (uint32_t t = 0; t < n; ++t)
+      convert_row(cache + row_at(blocks, key + t, head, width, block), dst + size_t(t) * width,
+                  width, scale);
   }
 
   // Starts loading the K and V rows of keys [key, key + n): a kv head's row is a short run
@@ -177,18 +191,17 @@ template <class T, class C> struct ItemRunner {
   void prefetch_rows(const Item &it, uint32_t key, uint32_t n) const {
     const int32_t *blocks = step.block_table(layer.group, it.seq);
     const size_t bytes = size_t(it.num_heads) * s.hd * sizeof(C);  // the item's heads are adjacent
+    const size_t v_bytes = size_t(it.num_heads) * s.vrow * sizeof(C);
     for (uint32_t t = 0; t < n; ++t) {
-      const uint32_t pos = key + t;
-      const int64_t slot = int64_t(blocks[pos / s.bs]) * s.bs + pos % s.bs;
-      const size_t offset = (slot * s.kv_heads + it.head) * s.hd;
       const char *k =
-          reinterpret_cast<const char *>(static_cast<const C *>(layer.k_cache) + offset);
+          reinterpret_cast<const char *>(static_cast<const C *>(layer.k_cache) +
+                                         row_at(blocks, key + t, it.head, s.hd, s.k_block));
       const char *v =
-          reinterpret_cast<const char *>(static_cast<const C *>(layer.v_cache) + offset);
-      for (size_t b = 0; b < bytes; b += 64) {
-        __builtin_prefetch(k + b);
-        if (!s.mla) __builtin_prefetch(v + b);
-      }
+          reinterpret_cast<const char *>(static_cast<const C *>(layer.v_cache) +
+                                         row_at(blocks, key + t, it.head, s.vrow, s.v_block));
+      for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(k + b);
+      if (!s.kv_same)
+        for (size_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b);
     }
   }
 
@@ -215,23 +228,24 @@ template <class T, class C> struct ItemRunner {
       const uint32_t ahead = key + 2 * kChunk;
       if (ahead < it.key1) prefetch_rows(it, ahead, std::min(kChunk, it.key1 - ahead));
       for (uint32_t hh = 0; hh < it.num_heads; ++hh) {
-        load_rows(layer.k_cache, layer.k_scale, it.seq, it.head + hh, key, n, w.kf);
+        load_rows(false, layer.k_scale, it.seq, it.head + hh, key, n, w.kf);
         for (uint32_t r = 0; r < it.rows; ++r) {
-          // Row r sits at first_pos + r and sees keys up to it, from its window's first on.
+          // Row r sits at first_pos + r and sees keys up to it, from its window's (chunk's) first.
           const uint32_t pos = first_pos + r;
-          const uint32_t first = s.window && pos >= s.window ? pos - s.window + 1 : 0;
+          const uint32_t first = layer.first_key(pos);
           const uint32_t lo = first > key ? std::min(n, first - key) : 0;
           const uint32_t hi = pos >= key ? std::min(n, pos - key + 1) : 0;
           for (uint32_t g = 0; g < s.group; ++g)
             softmax_update(w, r * qh + hh * s.group + g, lo, hi, n);
         }
-        // MLA: V is the latents just converted, their first vd values.
-        if (!s.mla) load_rows(layer.v_cache, layer.v_scale, it.seq, it.head + hh, key, n, w.vf);
-        const float *vf = s.mla ? w.kf : w.vf;
+        // MLA, K = V: V is the latents just converted, their first vd values.
+        if (!s.kv_same) load_rows(true, layer.v_scale, it.seq, it.head + hh, key, n, w.vf);
+        const float *vf = s.kv_same ? w.kf : w.vf;
         for (uint32_t r = 0; r < it.rows; ++r)
           for (uint32_t g = 0; g < s.group; ++g) {
             const uint32_t i = r * qh + hh * s.group + g;
-            accumulate(w.acc + size_t(i) * vd, w.alpha[i], w.p + size_t(i) * kChunk, vf, n, vd, hd);
+            accumulate(w.acc + size_t(i) * vd, w.alpha[i], w.p + size_t(i) * kChunk, vf, n, vd,
+                       s.vrow);
           }
       }
     }
@@ -246,7 +260,10 @@ template <class T, class C> struct ItemRunner {
           static_cast<T *>(out) + (size_t(token0 + r) * s.q_heads + size_t(it.head) * s.group) * vd;
       for (uint32_t j = 0; j < qh; ++j) {
         const uint32_t i = r * qh + j;
-        const float inv = w.l[i] > 0 ? 1.0f / w.l[i] : 0.0f;
+        const float inv = layer.sinks
+                              ? sink_scale(w.m[i], w.l[i], layer.sinks[it.head * s.group + j])
+                          : w.l[i] > 0 ? 1.0f / w.l[i]
+                                       : 0.0f;
         from_float_scaled(w.acc + size_t(i) * vd, inv, orow + size_t(j) * vd, vd);
       }
     }
@@ -266,6 +283,8 @@ template <class T, class C> struct ItemRunner {
     uint32_t t = lo;
     for (; t + 4 <= hi; t += 4) dot4(q, w.kf + size_t(t) * s.hd, s.hd, s.hd, p + t);
     for (; t < hi; ++t) p[t] = dot(q, w.kf + size_t(t) * s.hd, s.hd);
+    if (layer.softcap > 0.0f)
+      for (t = lo; t < hi; ++t) p[t] = layer.softcap * std::tanh(p[t] / layer.softcap);
     float mx = kNegInf;
     for (t = lo; t < hi; ++t) mx = std::max(mx, p[t]);
     const float m_new = std::max(w.m[i], mx);
@@ -304,20 +323,27 @@ void merge(const Item *items, size_t first, const float *partials, const CpuStep
       const float *a = p + 2 * rg + size_t(i) * hd;
       for (uint32_t d = 0; d < hd; ++d) acc[d] += a[d] * w;
     }
-    const uint32_t r = i / qh, j = i % qh;
-    T *orow = static_cast<T *>(layer.out) +
-              (size_t(token0 + r) * s.q_heads + size_t(it0.head) * s.group + j) * hd;
-    from_float_scaled(acc, l > 0 ? 1.0f / l : 0.0f, orow, hd);
+    const uint32_t r = i / qh, j = i % qh, head = it0.head * s.group + j;
+    T *orow = static_cast<T *>(layer.out) + (size_t(token0 + r) * s.q_heads + head) * hd;
+    const float inv = layer.sinks ? sink_scale(mx, l, layer.sinks[head]) : l > 0 ? 1.0f / l : 0.0f;
+    from_float_scaled(acc, inv, orow, hd);
   }
 }
 
 template <class T, class C>
 void attention_typed(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,
                      ThreadPool &pool) {
-  const Shape s{layer.head_dim,  layer.q_heads / layer.kv_heads,
-                layer.q_heads,   layer.kv_heads,
-                step.block_size, layer.window,
-                layer.v_dim,     layer.mla};
+  const bool kv_same = layer.v_cache == layer.k_cache && layer.v_scale == layer.k_scale;
+  const Shape s{layer.head_dim,
+                layer.q_heads / layer.kv_heads,
+                layer.q_heads,
+                layer.kv_heads,
+                step.block_size,
+                layer.v_dim,
+                layer.v_row(),
+                layer.k_block_elts(step.block_size),
+                layer.v_block_elts(step.block_size),
+                kv_same};
   const ItemRunner<T, C> runner{step, layer, s};
   pool.parallel_for(work.num_items, [&](size_t i, uint32_t thread) {
     const Item &it = work.items[i];

@@ -3,6 +3,7 @@
 // picks the variant at run time.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -57,6 +58,16 @@ PKV_DECLARE_CPU_ATTENTION(cpu_avx512_bf16)  // + AVX-512 BF16 (vdpbf16ps), VBMI
 // attention_scratch_floats(max_q, head_dim) floats.
 #if defined(PKV_CPU_VARIANT)
 namespace PKV_CPU_VARIANT {
+namespace {  // internal: each variant's copy keeps its own instruction set
+// The factor of a row's acc when a sink logit joins its denominator, natural-log units: m and l
+// the row's running max and sum (no key: -inf and 0). acc e^(m - top) / (l e^(m - top) +
+// e^(sink - top)) with top the larger of m and sink, so that neither exponential overflows.
+inline float sink_scale(float m, float l, float sink) {
+  const float top = m > sink ? m : sink;
+  const float alpha = std::exp(m - top);  // m = -inf: 0, and the row's output 0
+  return alpha / (l * alpha + std::exp(sink - top));
+}
+}  // namespace
 bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch,
                  float *partial);
 bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &item, float *scratch,

@@ -90,6 +90,11 @@ struct Ymm {
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
   static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
   static R max(R a, R b) { return _mm256_max_ps(a, b); }
+  static R div(R a, R b) { return _mm256_div_ps(a, b); }
+  static R abs(R x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+  static R sign_of(R mag, R s) {  // |mag| with s's sign (mag >= 0)
+    return _mm256_or_ps(mag, _mm256_and_ps(_mm256_set1_ps(-0.0f), s));
+  }
   static R bcast1(const float *p) { return _mm256_broadcast_ss(p); }
   static R load_bf16(const uint16_t *p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
@@ -148,6 +153,16 @@ struct Zmm {
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R max(R a, R b) { return _mm512_max_ps(a, b); }
+  static R div(R a, R b) { return _mm512_div_ps(a, b); }
+  static R abs(R x) {
+    return _mm512_castsi512_ps(
+        _mm512_andnot_epi32(_mm512_set1_epi32(int32_t(0x80000000u)), _mm512_castps_si512(x)));
+  }
+  static R sign_of(R mag, R s) {
+    const __m512i sign = _mm512_set1_epi32(int32_t(0x80000000u));
+    return _mm512_castsi512_ps(
+        _mm512_or_epi32(_mm512_castps_si512(mag), _mm512_and_epi32(sign, _mm512_castps_si512(s))));
+  }
   static R bcast1(const float *p) { return _mm512_set1_ps(*p); }
   static R load_bf16(const uint16_t *p) {
     const __m512i w =
@@ -232,6 +247,17 @@ template <class W> inline typename W::R exp(typename W::R x) {
   p = W::fma(p, r, W::set1(5.0000001201E-1f));
   p = W::add(W::fma(W::mul(p, r), r, r), W::set1(1.0f));
   return W::zero_below(x, W::mul(p, W::exp2i(n)), -87.0f);
+}
+
+// Logit soft-capping: c tanh(x / c) (inv_c = 1 / c) as f32_lanes.h's lanes_softcap, through this
+// file's exp: tanh(y) = sign(y) (1 - e) / (1 + e), e = e^(-2 |y|); ~2e-7 c absolute error.
+template <class W>
+inline typename W::R softcap(typename W::R x, typename W::R c, typename W::R inv_c) {
+  using R = typename W::R;
+  const R y = W::mul(x, inv_c);
+  const R e = exp<W>(W::mul(W::abs(y), W::set1(-2.0f)));
+  const R one = W::set1(1.0f);
+  return W::sign_of(W::mul(c, W::div(W::sub(one, e), W::add(one, e))), y);
 }
 
 // ------------------------------------------------------------------------------------ layout
@@ -410,7 +436,10 @@ template <class W, bool Dot, class C> class Decoder {
         const uint32_t head = it.head + h;
         scores(h, n);
         ahead_.all();
-        softmax(h, head, n);
+        if (layer_.softcap > 0.0f)  // once per chunk and head: the loops stay today's without it
+          softmax<true>(h, head, n);
+        else
+          softmax<false>(h, head, n);
         accumulate(h, n);
       }
       n = next;
@@ -422,9 +451,10 @@ template <class W, bool Dot, class C> class Decoder {
   // Row offsets of keys [key, end) (at most kKeys) into row; their count.
   uint32_t offsets(const int32_t *table, uint32_t key, uint32_t end, size_t *row) const {
     const uint32_t n = end - key, bs = step_.block_size;
+    const size_t block = block_;  // K's and V's (decode_item takes V rows as wide as K's only)
     for (uint32_t t = 0; t < n; ++t) {
       const uint32_t pos = key + t;
-      row[t] = (size_t(table[pos / bs]) * bs + pos % bs) * s_.kvh * s_.hd;
+      row[t] = size_t(table[pos / bs]) * block + size_t(pos % bs) * s_.kvh * s_.hd;
     }
     return n;
   }
@@ -726,9 +756,10 @@ template <class W, bool Dot, class C> class Decoder {
 
   // ---- online softmax over the chunk's scores of kv head h: probabilities into b_.s (fp32)
   // or b_.pb (bf16), each head's rescale into b_.alpha, the running max and sum updated.
-  void softmax(uint32_t h, uint32_t head, uint32_t n) {
+  template <bool kCap> void softmax(uint32_t h, uint32_t head, uint32_t n) {
     const uint32_t quads = (n + 3) / 4;
     const R scale = W::set1(score_scale(head)), unit = W::set1(kFp8Unit);
+    const R cap = W::set1(layer_.softcap), inv_cap = W::set1(kCap ? 1.0f / layer_.softcap : 0.0f);
     // Keys past n (the last quad's lanes >= n % 4 in every group): -inf.
     alignas(64) float pad[L];
     for (uint32_t i = 0; i < L; ++i) pad[i] = n % 4 && i % 4 >= n % 4 ? -__builtin_inff() : 0.0f;
@@ -741,6 +772,7 @@ template <class W, bool Dot, class C> class Decoder {
         R x = W::load(at);
         if constexpr (kFp8Unit != 1.0f) x = W::mul(x, unit);  // exact: a power of two
         x = W::mul(x, scale);
+        if constexpr (kCap) x = softcap<W>(x, cap, inv_cap);
         if (t4 + 1 == quads) x = W::add(x, last_pad);
         W::store(at, x);
         mx = W::max(mx, x);
@@ -906,8 +938,11 @@ template <class W, bool Dot, class C> class Decoder {
           for (uint32_t d = 0; d < hd; ++d) dst[d] = acc[d] * scale;
           continue;
         }
-        write_out(acc, l > 0 ? scale / l : 0.0f,
-                  (size_t(token) * layer_.q_heads + size_t(it.head) * g + i) * hd);
+        const size_t q_head = size_t(it.head) * g + i;
+        const float mult = layer_.sinks ? scale * sink_scale(m, l, layer_.sinks[q_head])
+                           : l > 0      ? scale / l
+                                        : 0.0f;
+        write_out(acc, mult, (size_t(token) * layer_.q_heads + q_head) * hd);
       }
     }
   }
@@ -939,7 +974,8 @@ template <class W, bool Dot, class C> class Decoder {
   const Shape &s_;
   const Buffers &b_;
   const uint32_t regs_;
-  uint32_t item_head_ = 0;            // its first kv head
+  const size_t block_ = layer_.k_block_elts(step_.block_size);  // elements between blocks
+  uint32_t item_head_ = 0;                                      // its first kv head
   const uint16_t *q_bf16_ = nullptr;  // Dot: the item's q heads (bf16 rows)
   const size_t *chunk_ = nullptr;     // element offsets of the chunk's rows (kv head 0)
   Ahead ahead_{layer_, s_};
@@ -992,8 +1028,10 @@ bool decode_cache(const CpuStep &step, const CpuLayer &layer, const AttnItem &it
 
 bool decode_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch,
                  float *partial) {
-  // f32 models, and caches that are the model's f32: the generic runner.
-  if (layer.dtype == PKV_DTYPE_F32 || it.rows != 1 || layer.mla) return false;
+  // f32 models, and caches that are the model's f32: the generic runner; V rows narrower or wider
+  // than K's too (a layer's own v_head_dim).
+  if (layer.dtype == PKV_DTYPE_F32 || it.rows != 1 || layer.mla || layer.v_row() != layer.head_dim)
+    return false;
   const Shape s{layer.q_heads / layer.kv_heads, layer.head_dim, layer.kv_heads, 0};
   Shape shape = s;
   switch (layer.kv_dtype) {

@@ -91,13 +91,17 @@ const CpuVariant &cpu_variant() {
 CpuKernels::CpuKernels(uint32_t num_threads, const CpuVariant &variant)
     : pool_(num_threads), variant_(variant) {}
 
-void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
+void CpuKernels::plan(const CpuStep &, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
                       uint32_t v_dim) {
-  q_heads_ = q_heads, kv_heads_ = kv_heads, head_dim_ = head_dim, v_dim_ = v_dim;
-  tile_rows_ = attn_tile_rows(q_heads / kv_heads);
-  plans_.resize(step.num_groups);
   for (GroupPlan &g : plans_) g.ready = false;
-  const size_t scratch = attention_scratch_floats(attention_max_q(q_heads, kv_heads), head_dim);
+  reserve_scratch(q_heads, kv_heads, head_dim, v_dim);
+}
+
+// Grows the threads' scratch to what a call of this shape needs (V rows may be wider than K's).
+void CpuKernels::reserve_scratch(uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
+                                 uint32_t v_dim) {
+  const size_t scratch =
+      attention_scratch_floats(attention_max_q(q_heads, kv_heads), std::max(head_dim, v_dim));
   scratch_.resize(pool_.num_threads());
   scratch_ptrs_.resize(pool_.num_threads());
   for (size_t t = 0; t < scratch_.size(); ++t) {
@@ -109,31 +113,32 @@ void CpuKernels::plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, 
 namespace {
 
 // The keys [first, end) that tile rows [first_pos, first_pos + rows) see: each row up to its own
-// position, from its window's first key on.
+// position, from its window's (or chunk's) first key on; the first row's is the smallest.
 struct KeyRange {
   uint32_t first, end;
 };
-KeyRange tile_keys(uint32_t first_pos, uint32_t rows, uint32_t window) {
-  return {window && first_pos >= window ? first_pos - window + 1 : 0, first_pos + rows};
+KeyRange tile_keys(uint32_t first_pos, uint32_t rows, const CpuLayer &layer) {
+  return {layer.first_key(first_pos), first_pos + rows};
 }
 
 }  // namespace
 
-// The items of one group: tiles of new tokens per (sequence, kv head), over the keys their
-// windows see, split over keys so that about 4 items per thread exist (a decode of one long
-// sequence still uses every core).
-void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &plan) {
-  const uint32_t group = q_heads_ / kv_heads_;
+// The items of one plan: tiles of new tokens per (sequence, kv head), over the keys their
+// windows (chunks) see, split over keys so that about 4 items per thread exist (a decode of one
+// long sequence still uses every core).
+void CpuKernels::plan_group(const CpuStep &step, const CpuLayer &layer, GroupPlan &plan) {
+  const uint32_t group = layer.q_heads / layer.kv_heads, kv_heads = layer.kv_heads;
+  const uint32_t tile_rows = attn_tile_rows(group);
   plan.items.clear();
   plan.split_tiles.clear();
   uint64_t total_keys = 0;  // keys over all items, counting a decode's item once
   for (uint32_t i = 0; i < step.num_seqs; ++i) {
     const uint32_t qlen = step.query_start[i + 1] - step.query_start[i];
     const uint32_t ctx = step.context_lens[i];
-    for (uint32_t row0 = 0; row0 < qlen; row0 += tile_rows_) {
-      const uint32_t rows = std::min(tile_rows_, qlen - row0);
-      const KeyRange k = tile_keys(ctx - qlen + row0, rows, window);
-      total_keys += uint64_t(k.end - k.first) * (qlen == 1 ? 1 : kv_heads_);
+    for (uint32_t row0 = 0; row0 < qlen; row0 += tile_rows) {
+      const uint32_t rows = std::min(tile_rows, qlen - row0);
+      const KeyRange k = tile_keys(ctx - qlen + row0, rows, layer);
+      total_keys += uint64_t(k.end - k.first) * (qlen == 1 ? 1 : kv_heads);
     }
   }
   const uint64_t target = 4ull * pool_.num_threads();
@@ -143,14 +148,14 @@ void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &pla
   for (uint32_t i = 0; i < step.num_seqs; ++i) {
     const uint32_t qlen = step.query_start[i + 1] - step.query_start[i];
     const uint32_t ctx = step.context_lens[i];
-    for (uint32_t row0 = 0; row0 < qlen; row0 += tile_rows_) {
-      const uint32_t rows = std::min(tile_rows_, qlen - row0);
-      const KeyRange keys = tile_keys(ctx - qlen + row0, rows, window);
+    for (uint32_t row0 = 0; row0 < qlen; row0 += tile_rows) {
+      const uint32_t rows = std::min(tile_rows, qlen - row0);
+      const KeyRange keys = tile_keys(ctx - qlen + row0, rows, layer);
       const uint32_t splits = static_cast<uint32_t>((keys.end - keys.first + split - 1) / split);
       // A single-row tile (a decode) takes every kv head: it then reads whole token rows of the
       // pool (all heads, contiguous) instead of one head's slice every kv_heads * head_dim.
-      const uint32_t heads_per_item = rows == 1 ? kv_heads_ : 1;
-      for (uint32_t h = 0; h < kv_heads_; h += heads_per_item) {
+      const uint32_t heads_per_item = rows == 1 ? kv_heads : 1;
+      for (uint32_t h = 0; h < kv_heads; h += heads_per_item) {
         if (splits > 1) plan.split_tiles.push_back(plan.items.size());
         for (uint32_t k = 0; k < splits; ++k) {
           const uint64_t key0 = keys.first + k * split;
@@ -165,66 +170,84 @@ void CpuKernels::plan_group(const CpuStep &step, uint32_t window, GroupPlan &pla
                       splits};
           if (splits > 1) {
             it.part = static_cast<int64_t>(partial);
-            partial += attention_partial_floats(rows, group * heads_per_item, v_dim_);
+            partial += attention_partial_floats(rows, group * heads_per_item, layer.v_dim);
           }
           plan.items.push_back(it);
         }
       }
     }
   }
-  if (partials_.size() < partial) partials_.resize(partial);  // shared: one group runs at a time
-  plan.window = window;
+  if (partials_.size() < partial) partials_.resize(partial);  // shared: one call runs at a time
+  plan.group = layer.group, plan.q_heads = layer.q_heads, plan.kv_heads = kv_heads;
+  plan.v_dim = layer.v_dim, plan.window = layer.window, plan.chunk = layer.chunk;
   plan.ready = true;
 }
 
 uint64_t CpuKernels::planned_keys(uint32_t group) const {
   uint64_t keys = 0;
-  if (group < plans_.size() && plans_[group].ready)
-    for (const AttnItem &it : plans_[group].items) keys += it.key1 - it.key0;
+  for (const GroupPlan &plan : plans_)
+    if (plan.ready && plan.group == group)
+      for (const AttnItem &it : plan.items) keys += it.key1 - it.key0;
   return keys;
 }
 
+// The step's plan for the layer's group, shape and window: found, or made (in a slot a previous
+// step left, so its vectors' memory is reused).
+CpuKernels::GroupPlan &CpuKernels::plan_for(const CpuStep &step, const CpuLayer &layer) {
+  for (GroupPlan &plan : plans_)
+    if (plan.fits(layer)) return plan;
+  reserve_scratch(layer.q_heads, layer.kv_heads, layer.head_dim, layer.v_dim);
+  for (GroupPlan &plan : plans_)
+    if (!plan.ready) return plan_group(step, layer, plan), plan;
+  plans_.emplace_back();
+  plan_group(step, layer, plans_.back());
+  return plans_.back();
+}
+
 void CpuKernels::attention(const CpuStep &step, const CpuLayer &layer) {
-  PKV_ASSERT(layer.group < plans_.size());
-  GroupPlan &plan = plans_[layer.group];
-  if (!plan.ready || plan.window != layer.window) plan_group(step, layer.window, plan);
+  PKV_ASSERT(layer.group < step.num_groups && layer.kv_heads &&
+             layer.q_heads % layer.kv_heads == 0);
+  PKV_ASSERT(!(layer.window && layer.chunk));
+  const GroupPlan &plan = plan_for(step, layer);
   const AttnWork work{plan.items.data(),       plan.items.size(), plan.split_tiles.data(),
                       plan.split_tiles.size(), partials_.data(),  scratch_ptrs_.data()};
   variant_.attention(step, layer, work, pool_);
 }
 
 // New rows into their slots of the layer's group: copied, or rounded to fp8 head by head (each
-// head's scale). MLA: the latents (k) alone.
+// head's scale). MLA and K = V: the latents (k) alone. A slot is (block, offset in the block):
+// blocks are block_stride apart in a strided pool layout.
 void CpuKernels::write_kv(const CpuStep &step, const CpuLayer &layer) {
-  const size_t elt = layer.dtype == PKV_DTYPE_F32 ? 4 : 2;
+  const size_t elt = layer.dtype == PKV_DTYPE_F32 ? 4 : 2, cache_elt = layer.cache_elt();
   const bool fp8 = layer.kv_dtype == PKV_DTYPE_FP8_E4M3 || layer.kv_dtype == PKV_DTYPE_FP8_E5M2;
-  const size_t head = size_t(layer.head_dim) * elt, row = layer.kv_heads * head;  // of k and v
-  const size_t cache_row = fp8 ? size_t(layer.kv_heads) * layer.head_dim : row;
+  const uint32_t heads = layer.kv_heads, bs = step.block_size;
+  const uint32_t width[2] = {layer.head_dim, layer.v_dim};  // of k's and v's heads
+  const uint64_t block_elts[2] = {layer.k_block_elts(bs), layer.v_block_elts(bs)};
+  const size_t row = size_t(heads) * std::max(width[0], width[1]) * elt;
   const size_t per_item = std::max<size_t>(1, (64 << 10) / row);  // ~64 KiB of rows per item
   const size_t n_items = (step.num_tokens + per_item - 1) / per_item;
   const int64_t *slots = step.slot_mapping(layer.group);
+  const bool has_v = layer.v != nullptr;
   pool_.parallel_for(n_items, [&](size_t i, uint32_t) {
     const size_t end = std::min<size_t>(step.num_tokens, (i + 1) * per_item);
     for (size_t t = i * per_item; t < end; ++t) {
       const int64_t slot = slots[t];
       if (slot < 0) continue;
-      char *kc = static_cast<char *>(layer.k_cache) + slot * cache_row;
-      char *vc = static_cast<char *>(layer.v_cache) + slot * cache_row;
-      const char *k = static_cast<const char *>(layer.k) + t * row;
-      const char *v = layer.mla ? nullptr : static_cast<const char *>(layer.v) + t * row;
-      if (!fp8) {
-        std::memcpy(kc, k, row);
-        if (v) std::memcpy(vc, v, row);
-        continue;
-      }
-      for (uint32_t h = 0; h < layer.kv_heads; ++h) {
-        const size_t out = size_t(h) * layer.head_dim;
-        variant_.quantize(k + h * head, layer.dtype, layer.kv_dtype,
-                          reinterpret_cast<uint8_t *>(kc) + out, layer.head_dim, layer.k_scale[h]);
-        if (v)
-          variant_.quantize(v + h * head, layer.dtype, layer.kv_dtype,
-                            reinterpret_cast<uint8_t *>(vc) + out, layer.head_dim,
-                            layer.v_scale[h]);
+      for (int x = 0; x < 1 + has_v; ++x) {
+        const size_t head = size_t(width[x]) * elt, src_row = heads * head;
+        const uint64_t at =
+            uint64_t(slot / bs) * block_elts[x] + uint64_t(slot % bs) * heads * width[x];
+        char *dst = static_cast<char *>(x ? layer.v_cache : layer.k_cache) + at * cache_elt;
+        const char *src = static_cast<const char *>(x ? layer.v : layer.k) + t * src_row;
+        if (!fp8) {
+          std::memcpy(dst, src, src_row);
+          continue;
+        }
+        const float *scale = x ? layer.v_scale : layer.k_scale;
+        for (uint32_t h = 0; h < heads; ++h)
+          variant_.quantize(src + h * head, layer.dtype, layer.kv_dtype,
+                            reinterpret_cast<uint8_t *>(dst) + size_t(h) * width[x], width[x],
+                            scale[h]);
       }
     }
   });

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/thread_pool.h"
+#include "pkv/pkv.h"
 
 namespace pkv {
 
@@ -64,10 +65,13 @@ struct CpuStep {
   }
 };
 
-// One layer's call. Caches: [num_blocks][block_size][kv_heads][head_dim] of kv_dtype.
-// q: [num_tokens][q_heads][head_dim]; k, v: [num_tokens][kv_heads][head_dim] of dtype; out:
-// [num_tokens][q_heads][v_dim]. MLA: one latent per token (kv_heads 1), v null, v_cache ==
-// k_cache (V is the first v_dim values of each latent's row) and v_scale == k_scale.
+// One layer's call. Caches: [num_blocks] blocks, block_stride bytes apart (0: dense), each
+// [block_size][kv_heads][head_dim] of kv_dtype for K ([block_size][kv_heads][v_dim] for V).
+// q: [num_tokens][q_heads][head_dim]; k: [num_tokens][kv_heads][head_dim] of dtype, v the same
+// with v_dim; out: [num_tokens][q_heads][v_dim]. MLA: one latent per token (kv_heads 1), v null,
+// v_cache == k_cache (V is the first v_dim values of each latent's row) and v_scale == k_scale.
+// K = V (Gemma 4's k_eq_v): as MLA's view, v null, v_cache == k_cache, v_dim == head_dim, but
+// kv_heads and mla false. Shapes may differ from call to call within one step.
 struct CpuLayer {
   void *k_cache, *v_cache;
   uint32_t q_heads, kv_heads, head_dim;  // head_dim a multiple of 8: at most 256, or 640 for MLA
@@ -81,6 +85,32 @@ struct CpuLayer {
   const float *k_scale, *v_scale;  // fp8: [kv_heads], a stored code means value * scale
   const void *q, *k, *v;
   void *out;
+  uint64_t block_stride = 0;     // bytes from one block of K (and of V) to the next; 0: dense,
+                                 // block_size * kv_heads * head_dim (V: v_dim) * element bytes
+  uint32_t chunk = 0;            // chunked local: a token at p sees keys p / chunk * chunk .. p;
+                                 // 0 = none; never with window
+  float softcap = 0.0f;          // c > 0: each scaled score s becomes c * tanh(s / c); 0 = none
+  const float *sinks = nullptr;  // [q_heads] logits joining every softmax denominator, or null
+
+  size_t cache_elt() const {
+    return kv_dtype == PKV_DTYPE_F32                                 ? 4
+           : kv_dtype == PKV_DTYPE_F16 || kv_dtype == PKV_DTYPE_BF16 ? 2
+                                                                     : 1;
+  }
+  // V's values per head in its cache rows: MLA's and K = V's are K's rows.
+  uint32_t v_row() const { return v_cache == k_cache ? head_dim : v_dim; }
+  // Elements from one block of K (V) to the next.
+  uint64_t k_block_elts(uint32_t block_size) const {
+    return block_stride ? block_stride / cache_elt() : uint64_t(block_size) * kv_heads * head_dim;
+  }
+  uint64_t v_block_elts(uint32_t block_size) const {
+    return block_stride ? block_stride / cache_elt() : uint64_t(block_size) * kv_heads * v_row();
+  }
+  // The first key a token at pos sees (window or chunk).
+  uint32_t first_key(uint32_t pos) const {
+    if (chunk) return pos / chunk * chunk;
+    return window && pos >= window ? pos - window + 1 : 0;
+  }
 };
 
 // One build of the attention math for an instruction set (cpu_attention.h).
@@ -102,8 +132,10 @@ class CpuKernels {
   uint32_t num_threads() const { return pool_.num_threads(); }
   const char *isa() const { return variant_.name; }  // the attention variant it runs
 
-  // Prepares a step. Its work items depend on the shape and the window, not the layer: they are
-  // made at the first call of each KV group and kept for the group's other layers.
+  // Prepares a step; the shape given sizes the threads' scratch ahead of the first call. Work
+  // items depend on the group, the shape (q and kv heads, v_dim) and the window or chunk, not
+  // the layer: they are made at the first call of each (group, shape, window) and kept for the
+  // other layers of the step that match it, so the layers of one step may differ in shape.
   void plan(const CpuStep &step, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
             uint32_t v_dim);
   void write_kv(const CpuStep &step, const CpuLayer &layer);
@@ -119,20 +151,24 @@ class CpuKernels {
                    const int32_t *kind, uint32_t n);
 
  private:
-  // The items of one KV group of the planned step, for its window.
+  // The items of one (KV group, shape, window or chunk) of the planned step.
   struct GroupPlan {
     bool ready = false;
-    uint32_t window = 0;
+    uint32_t group = 0, q_heads = 0, kv_heads = 0, v_dim = 0, window = 0, chunk = 0;
     std::vector<AttnItem> items;
     std::vector<size_t> split_tiles;  // first item of each split tile
+    bool fits(const CpuLayer &l) const {
+      return ready && group == l.group && q_heads == l.q_heads && kv_heads == l.kv_heads &&
+             v_dim == l.v_dim && window == l.window && chunk == l.chunk;
+    }
   };
-  void plan_group(const CpuStep &step, uint32_t window, GroupPlan &plan);
+  GroupPlan &plan_for(const CpuStep &step, const CpuLayer &layer);
+  void plan_group(const CpuStep &step, const CpuLayer &layer, GroupPlan &plan);
+  void reserve_scratch(uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim, uint32_t v_dim);
 
   ThreadPool pool_;
   const CpuVariant &variant_;
-  uint32_t q_heads_ = 0, kv_heads_ = 0, head_dim_ = 0, v_dim_ = 0;  // of the planned step
-  uint32_t tile_rows_ = kAttnPrefillRows;    // new tokens per item of a sequence with several
-  std::vector<GroupPlan> plans_;             // [step.num_groups]
+  std::vector<GroupPlan> plans_;             // of the planned step, in first-call order
   std::vector<float> partials_;              // split results waiting for the merge
   std::vector<std::vector<float>> scratch_;  // per thread
   std::vector<float *> scratch_ptrs_;

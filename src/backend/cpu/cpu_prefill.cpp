@@ -57,7 +57,7 @@ template <class Engine> uint32_t chunk_keys(const Tile &t, const CpuLayer &layer
 
 // Carves the item's state out of the scratch and starts it: what each query vector sees,
 // m = -inf, l = 0, O = 0.
-void start_tile(Tile &t, Arena &arena, uint32_t window) {
+void start_tile(Tile &t, Arena &arena, const CpuLayer &layer) {
   t.lo = reinterpret_cast<int32_t *>(arena.take(t.rgp));
   t.pos = reinterpret_cast<int32_t *>(arena.take(t.rgp));
   t.m = arena.take(t.rgp);
@@ -69,8 +69,7 @@ void start_tile(Tile &t, Arena &arena, uint32_t window) {
   for (uint32_t i = 0; i < t.rgp; ++i) {  // row r = i / group sits at first_pos + r
     const uint32_t pos = t.first_pos + i / t.group;
     t.pos[i] = i < t.rg ? int32_t(pos) : -1;
-    t.lo[i] = i < t.rg ? int32_t(window && pos >= window ? pos - window + 1 : 0)
-                       : std::numeric_limits<int32_t>::max();
+    t.lo[i] = i < t.rg ? int32_t(layer.first_key(pos)) : std::numeric_limits<int32_t>::max();
   }
   t.lo_last = uint32_t(t.lo[t.rg - 1]);
   fill_range(t.m, t.m + t.rgp, kNegInf);
@@ -97,10 +96,14 @@ void run_chunk(Tile &t, Engine &e, const CpuStep &step, const CpuLayer &layer, u
   e.load_k(rows, n, t);
   e.scores(t, n);
   t.pf.finish();
-  // Masks only where some query vector misses a key: past the first row, or before the last one's window.
+  // Masks only where some query vector misses a key: past the first row, or before the last
+  // one's window (chunk): rows' first keys grow with their positions.
   const bool masked = key + n - 1 > t.first_pos || key < t.lo_last;
+  const float cap = layer.softcap * kLog2e;  // the scores' units
   for (uint32_t i = 0; i < t.rgp; i += kLanes)
-    e.probs(t, n, i, chunk_max(t, e.s, n, i, key, sc, masked));
+    e.probs(t, n, i,
+            cap > 0.0f ? chunk_max<true>(t, e.s, n, i, key, sc, cap, masked)
+                       : chunk_max<false>(t, e.s, n, i, key, sc, cap, masked));
   for (uint32_t j = 0; j < n; ++j)
     rows[j] = cache_row<C>(layer.v_cache, t, step, layer, head, key + j);
   e.load_v(rows, n, t);
@@ -109,9 +112,11 @@ void run_chunk(Tile &t, Engine &e, const CpuStep &step, const CpuLayer &layer, u
 
 // The item's result, the generic runner's: with `partial`, (m, l, acc) with m in natural-log
 // units; else its rows of out (the tile's first at out, vd values per q head), rows out_stride
-// apart. vs: the output's scale (fp8 V).
+// apart, each q head's sink in its denominator (sinks: the item's q heads', or null). vs: the
+// output's scale (fp8 V).
 template <class T, class Engine>
-void write_result(const Tile &t, float vs, float *partial, T *out, size_t out_stride) {
+void write_result(const Tile &t, float vs, const float *sinks, float *partial, T *out,
+                  size_t out_stride) {
   if (partial) {
     for (uint32_t i = 0; i < t.rg; ++i) {
       partial[i] = t.m[i] * kLn2;
@@ -123,7 +128,10 @@ void write_result(const Tile &t, float vs, float *partial, T *out, size_t out_st
   }
   for (uint32_t i = 0; i < t.rg; ++i) {
     T *orow = out + (i / t.group) * out_stride + size_t(i % t.group) * t.vd;
-    Engine::store_out(t.o + size_t(i) * t.hdp, t.l[i] > 0 ? vs / t.l[i] : 0.0f, orow, t.vd);
+    const float mult = sinks        ? vs * sink_scale(t.m[i] * kLn2, t.l[i], sinks[i % t.group])
+                       : t.l[i] > 0 ? vs / t.l[i]
+                                    : 0.0f;
+    Engine::store_out(t.o + size_t(i) * t.hdp, mult, orow, t.vd);
   }
 }
 
@@ -147,10 +155,11 @@ bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, fl
   t.first_pos = step.context_lens[it.seq] - qlen + it.row0;
   t.token0 = step.query_start[it.seq] + it.row0;
   t.blocks = step.block_table(layer.group, it.seq);
+  t.block = layer.k_block_elts(step.block_size);
   t.pf.bytes = t.hd * sizeof(C);
 
   Arena arena{Arena::align(scratch)};
-  start_tile(t, arena, layer.window);
+  start_tile(t, arena, layer);
   float *row = arena.take(t.widep);
   const C **rows =
       reinterpret_cast<const C **>(arena.take(kMaxChunk * sizeof(void *) / sizeof(float)));
@@ -168,7 +177,8 @@ bool run_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, fl
   for (uint32_t key = it.key0; key < it.key1; key += t.chunk)
     run_chunk<C>(t, e, step, layer, it.head, key, std::min(t.chunk, it.key1 - key), it.key1, sc,
                  rows);
-  write_result<T, Engine>(t, fp8 ? layer.v_scale[it.head] : 1.0f, partial,
+  const float *sinks = layer.sinks ? layer.sinks + size_t(it.head) * t.group : nullptr;
+  write_result<T, Engine>(t, fp8 ? layer.v_scale[it.head] : 1.0f, sinks, partial,
                           static_cast<T *>(layer.out) + out_offset, out_stride);
   return true;
 }
@@ -194,7 +204,8 @@ template <class T, class C> using Bf16Of = Bf16Engine<C>;
 
 bool prefill_item(const CpuStep &step, const CpuLayer &layer, const AttnItem &it, float *scratch,
                   float *partial) {
-  if (it.num_heads != 1) return false;
+  // V rows of their own width (a layer's v_head_dim, not MLA's view): the generic runner.
+  if (it.num_heads != 1 || layer.v_row() != layer.head_dim) return false;
   switch (layer.dtype) {
     case PKV_DTYPE_F16:
       return run_model<_Float16, F32Engine>(step, layer, it, scratch, partial);

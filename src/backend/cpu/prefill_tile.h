@@ -76,19 +76,21 @@ struct Tile {
   uint32_t hd, vd, hdp, widep, group, rows, rg, rgp, chunk;
   uint32_t token0, first_pos, lo_last;  // lo_last: the last row's first key (the largest)
   const int32_t *blocks;                // the sequence's block table
+  uint64_t block;                       // elements from one block of the cache to the next
   int32_t *lo, *pos;                    // [rgp]: query vector i sees keys [lo[i], pos[i]]
   float *m, *l, *alpha;                 // [rgp]: running max (log2 units), sum; chunk's rescale
   float *o;                             // [rgp][hdp]: running output
   Prefetcher pf;                        // the next chunk's rows
 };
 
-// The cache row of key `key` of kv head `head`: [num_blocks][block_size][kv_heads][head_dim].
+// The cache row of key `key` of kv head `head`: [num_blocks] blocks t.block elements apart, each
+// [block_size][kv_heads][head_dim] (V's rows are K's width: prefill_item declines others).
 template <class C>
 inline const C *cache_row(const void *cache, const Tile &t, const CpuStep &step,
                           const CpuLayer &layer, uint32_t head, uint32_t key) {
-  const int64_t slot =
-      int64_t(t.blocks[key / step.block_size]) * step.block_size + key % step.block_size;
-  return static_cast<const C *>(cache) + (slot * layer.kv_heads + head) * layer.head_dim;
+  const int64_t block = t.blocks[key / step.block_size];
+  return static_cast<const C *>(cache) + block * int64_t(t.block) +
+         (size_t(key % step.block_size) * layer.kv_heads + head) * layer.head_dim;
 }
 
 // n elements (a multiple of 8) of a cache or model dtype to floats (fp8: the codes' values, unscaled).
@@ -102,16 +104,19 @@ template <class C> inline void to_f32(const C *src, float *dst, uint32_t n) {
   fp8_row(src, dst, n, 1.0f);
 }
 
-// Scales the chunk's scores of query vectors [i0, i0 + kLanes) by sc (keys a vector does not see
-// become -inf when masked), updates their running max and rescale; returns the max to subtract
-// (0 where no key was seen yet: exp2(-inf - 0) is 0).
+// Scales the chunk's scores of query vectors [i0, i0 + kLanes) by sc (kCap: then caps them at
+// cap, log2 units; keys a vector does not see become -inf when masked), updates their running
+// max and rescale; returns the max to subtract (0 where no key was seen yet: exp2(-inf - 0) is 0).
+template <bool kCap>
 inline Lanes chunk_max(Tile &t, float *s, uint32_t n, uint32_t i0, uint32_t key, float sc,
-                       bool masked) {
+                       float cap, bool masked) {
   const Lanes scale = lanes_splat(sc), neg_inf = lanes_splat(kNegInf);
+  const Lanes c = lanes_splat(cap), inv_c = lanes_splat(kCap ? 1.0f / cap : 0.0f);
   Lanes mx = neg_inf;
   for (uint32_t j = 0; j < n; ++j) {
     float *row = s + size_t(j) * t.rgp + i0;
     Lanes v = lanes_mul(lanes_load(row), scale);
+    if constexpr (kCap) v = lanes_softcap(v, c, inv_c);
     if (masked) v = lanes_keep(lanes_visible(t.lo + i0, t.pos + i0, int32_t(key + j)), v, neg_inf);
     lanes_store(row, v);
     mx = lanes_max(mx, v);
