@@ -200,33 +200,38 @@ func TestKVEventGroup(t *testing.T) {
 // Issue 26 item 3: reading a config is one call that yields the whole shape, windows included,
 // so the budget is the CLI's: `pkv profile --config tools/configs/gemma-2-9b.json --memory 24GiB
 // --device cpu` plans 10 sequences of max_model_len (8 if the windows were lost), and Gemma 3
-// 27B fits 2 in 24 GiB (ErrOutOfMemory if they were).
+// 27B fits 2 in 24 GiB (ErrOutOfMemory if they were). Gemma 2 also caps its logits (pkv 0.5):
+// ParamsFromHFConfig refuses it naming the per-layer call, and ParamsFromHFConfigLayers reads
+// it whole, its windows in the specs.
 func TestConfigBudgetWithItsWindows(t *testing.T) {
-	cases := []struct {
-		config  string
-		layers  int
-		maxSeqs uint64
-		groups  uint32
-	}{{"gemma-2-9b.json", 42, 10, 2}, {"gemma-3-27b.json", 62, 2, 7}}
-	for _, c := range cases {
-		p := must(pkv.ParamsFromHFConfig(must(pkv.DefaultParams()), readConfig(t, c.config)))
-		if len(p.LayerWindows) != c.layers {
-			t.Fatalf("%s: %d layer windows, want %d", c.config, len(p.LayerWindows), c.layers)
-		}
+	profile := func(name string, p pkv.EngineParams, maxSeqs uint64, groups uint32) {
+		t.Helper()
 		p.Device, p.MemoryTotalBytes = pkv.DeviceCPU, 24<<30
 		b, err := pkv.Profile(p)
 		if err != nil {
-			t.Fatalf("%s at 24 GiB: %v", c.config, err)
+			t.Fatalf("%s at 24 GiB: %v", name, err)
 		}
-		if b.MaxSeqsAtMaxModelLen != c.maxSeqs || b.NumKVGroups != c.groups {
+		if b.MaxSeqsAtMaxModelLen != maxSeqs || b.NumKVGroups != groups {
 			t.Fatalf("%s at 24 GiB: %d sequences in %d groups, want %d in %d (pkv profile's)",
-				c.config, b.MaxSeqsAtMaxModelLen, b.NumKVGroups, c.maxSeqs, c.groups)
+				name, b.MaxSeqsAtMaxModelLen, b.NumKVGroups, maxSeqs, groups)
 		}
 	}
-	// Without its windows Gemma 2 would plan 8.
-	p := must(pkv.ParamsFromHFConfig(must(pkv.DefaultParams()), readConfig(t, "gemma-2-9b.json")))
-	p.Device, p.MemoryTotalBytes, p.LayerWindows = pkv.DeviceCPU, 24<<30, nil
-	if b := must(pkv.Profile(p)); b.MaxSeqsAtMaxModelLen != 8 {
-		t.Fatalf("gemma 2 without windows: %d sequences", b.MaxSeqsAtMaxModelLen)
+	p := must(pkv.ParamsFromHFConfig(must(pkv.DefaultParams()), readConfig(t, "gemma-3-27b.json")))
+	if len(p.LayerWindows) != 62 {
+		t.Fatalf("gemma 3: %d layer windows, want 62", len(p.LayerWindows))
 	}
+	profile("gemma 3", p, 2, 7)
+	_, err := pkv.ParamsFromHFConfig(must(pkv.DefaultParams()), readConfig(t, "gemma-2-9b.json"))
+	expectStatus(t, err, pkv.ErrUnsupported)
+	if !strings.Contains(err.Error(), "attn_logit_softcapping") {
+		t.Fatalf("gemma 2's refusal does not name its field: %v", err)
+	}
+	p = must(pkv.ParamsFromHFConfigLayers(must(pkv.DefaultParams()), readConfig(t, "gemma-2-9b.json")))
+	if len(p.LayerSpecs) != 42 || p.LayerSpecs[0].LogitSoftcap != 50 {
+		t.Fatalf("gemma 2: %d layer specs, the first %+v", len(p.LayerSpecs), p.LayerSpecs)
+	}
+	profile("gemma 2", p, 10, 2)
+	// Without its windows Gemma 2 would plan 8.
+	p.LayerSpecs = nil
+	profile("gemma 2 without windows", p, 8, 1)
 }

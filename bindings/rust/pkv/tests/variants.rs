@@ -150,28 +150,33 @@ fn kv_events_carry_their_group() {
 /// included. The sequences match `pkv profile --config tools/configs/gemma-2-9b.json --memory
 /// 24GiB --device cpu` (10; 8 if the windows were dropped) and gemma-3-27b.json (2, not
 /// OutOfMemory), as in the other bindings.
+/// Gemma 2 also caps its logits (pkv 0.5): `from_hf_config` refuses it, naming the per-layer
+/// call, and `from_hf_config_layers` reads it whole, its windows in the specs.
 #[test]
 fn one_config_call_gives_the_whole_shape() {
-    for (name, seqs, groups, without_windows) in
-        [("gemma-2-9b.json", 10, 2, Ok(8)), ("gemma-3-27b.json", 2, 7, Err(Status::OutOfMemory))]
-    {
-        let p =
-            Params::from_hf_config(&config(name)).unwrap().memory_total_bytes(24 << 30).memory_used_bytes(0);
-        assert!(p.get_layer_windows().is_some(), "{}", name);
-        let budget = p.profile().unwrap();
-        assert_eq!((budget.max_seqs_at_max_model_len, budget.num_kv_groups), (seqs, groups), "{}", name);
-        assert_eq!(
-            p.clone().profile().unwrap().max_seqs_at_max_model_len,
-            seqs,
-            "{}: a copy keeps them",
-            name
-        );
-        let full = p.without_layer_windows().profile();
-        assert_eq!(
-            full.map(|b| b.max_seqs_at_max_model_len).map_err(|e| e.status()),
-            without_windows,
-            "{}",
-            name
-        );
-    }
+    let p = Params::from_hf_config(&config("gemma-3-27b.json"))
+        .unwrap()
+        .memory_total_bytes(24 << 30)
+        .memory_used_bytes(0);
+    assert!(p.get_layer_windows().is_some());
+    let budget = p.profile().unwrap();
+    assert_eq!((budget.max_seqs_at_max_model_len, budget.num_kv_groups), (2, 7));
+    assert_eq!(p.clone().profile().unwrap().max_seqs_at_max_model_len, 2, "a copy keeps them");
+    let full = p.without_layer_windows().profile();
+    assert_eq!(full.unwrap_err().status(), Status::OutOfMemory);
+
+    let err = Params::from_hf_config(&config("gemma-2-9b.json")).unwrap_err();
+    assert_eq!(err.status(), Status::Unsupported);
+    assert!(err.message().contains("attn_logit_softcapping"), "{}", err);
+    let p = Params::from_hf_config_layers(&config("gemma-2-9b.json"))
+        .unwrap()
+        .memory_total_bytes(24 << 30)
+        .memory_used_bytes(0);
+    let specs = p.get_layer_specs().expect("Gemma 2's specs");
+    assert_eq!(specs.len(), 42);
+    assert!(specs.iter().all(|s| s.logit_softcap == 50.0), "{:?}", specs[0]);
+    let budget = p.profile().unwrap();
+    assert_eq!((budget.max_seqs_at_max_model_len, budget.num_kv_groups), (10, 2));
+    assert_eq!(p.clone().profile().unwrap().max_seqs_at_max_model_len, 10, "a copy keeps them");
+    assert_eq!(p.without_layer_specs().profile().unwrap().max_seqs_at_max_model_len, 8, "without windows");
 }
