@@ -276,3 +276,34 @@ func TestParamsFromHFConfigLayers(t *testing.T) {
 		t.Fatal("a refused config changed the params")
 	}
 }
+
+func TestChunkedAndSlidingLayersMaskTheirKeys(t *testing.T) {
+	p := smallParams(t)
+	p.LayerSpecs = []pkv.LayerSpec{pkv.ChunkedLayer(2), pkv.SlidingLayer(2)}
+	e := newEngine(t, p)
+	s := must(e.Allocate([]int32{1, 2, 3}, nil))
+	b := must(e.BeginBatch([]*pkv.Sequence{s}, nil))
+	defer b.Abort()
+	// equal scores (q = 0): each token's output is the mean of the values it sees, token t's
+	// values all t + 1
+	q, k, v, out := make([]float32, 3*64), make([]float32, 3*32), make([]float32, 3*32), make([]float32, 3*64)
+	for i := range v {
+		v[i] = float32(i/32 + 1)
+	}
+	// chunks of 2: token 2 starts its own chunk; a window of 2: token 2 sees tokens 1 and 2
+	for layer, want := range [][3]float64{{1, 1.5, 3}, {1, 1.5, 2.5}} {
+		if err := b.Attention(layer, q, k, v, out); err != nil {
+			t.Fatal(err)
+		}
+		for tok, w := range want {
+			for _, x := range out[tok*64 : (tok+1)*64] {
+				if math.Abs(float64(x)-w) > 1e-6 {
+					t.Fatalf("layer %d token %d: %v, want %v", layer, tok, x, w)
+				}
+			}
+		}
+	}
+	if err := b.End(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -249,3 +249,31 @@ fn a_config_is_read_per_layer() {
     let err = Params::from_hf_config_layers("{").unwrap_err();
     assert_eq!(err.status(), Status::InvalidArgument);
 }
+
+#[test]
+fn chunked_and_sliding_layers_mask_their_keys() {
+    let specs = [LayerSpec::chunked(2), LayerSpec::sliding(2)];
+    let e = Engine::new(&common::params(4, 16).layer_specs(&specs)).unwrap();
+    let a = e.allocate(&[1, 2, 3], None).unwrap();
+    let mut b = e.batch(&[a.seq], None).unwrap();
+    // equal scores (q = 0): each token's output is the mean of the values it sees, token t's
+    // values all t + 1
+    let (q, k) = (vec![0f32; 3 * 64], vec![0f32; 3 * 32]);
+    let v: Vec<f32> = (0..3 * 32).map(|i| (i / 32 + 1) as f32).collect();
+    let mut out = vec![0f32; 3 * 64];
+    // chunks of 2: token 2 starts its own chunk; a window of 2: token 2 sees tokens 1 and 2
+    for (layer, want) in [(0, [1.0, 1.5, 3.0]), (1, [1.0, 1.5, 2.5])] {
+        b.attention(layer, &q, &k, &v, &mut out).unwrap();
+        for (t, &w) in want.iter().enumerate() {
+            let row = &out[t * 64..][..64];
+            assert!(
+                row.iter().all(|&x| (x - w).abs() < 1e-6),
+                "layer {} token {}: {:?}",
+                layer,
+                t,
+                &row[..4]
+            );
+        }
+    }
+    b.end().unwrap();
+}
