@@ -143,12 +143,13 @@ func DefaultParams() (EngineParams, error) {
 
 // ParamsFromHFConfig is p with the whole model shape of a Hugging Face config.json (its text):
 // pkv_engine_params_from_hf_config's fields, and the layers' sliding windows
-// (pkv_hf_config_layer_windows). A model whose layers have different windows (Gemma 2/3,
-// gpt-oss, Qwen with max_window_layers) gets them as LayerWindows; one window for every layer
-// (Mistral) is SlidingWindow, with LayerWindows nil. An MLA config (kv_lora_rank and
-// qk_rope_head_dim: DeepSeek V2/V3, Kimi K2) sets KVLayout KVLayoutMLA, KVLoraRank,
-// QKRopeHeadDim, NumKVHeads 1, HeadDim their sum and the model's SoftmaxScale. On error p is
-// returned unchanged.
+// (pkv_hf_config_layer_windows). A model whose layers have different windows (Gemma 3, Qwen
+// with max_window_layers) gets them as LayerWindows; one window for every layer (Mistral) is
+// SlidingWindow, with LayerWindows nil. An MLA config (kv_lora_rank and qk_rope_head_dim:
+// DeepSeek V2/V3, Kimi K2) sets KVLayout KVLayoutMLA, KVLoraRank, QKRopeHeadDim, NumKVHeads 1,
+// HeadDim their sum and the model's SoftmaxScale. A model whose cache needs per-layer specs
+// (gpt-oss's sinks, Gemma 2's soft-cap, Gemma 3n/4, Llama 4's chunks) is ErrUnsupported, naming
+// the field: ParamsFromHFConfigLayers reads it. On error p is returned unchanged.
 func ParamsFromHFConfig(p EngineParams, configJSON []byte) (EngineParams, error) {
 	// The config replaces the shape: windows of p's old layer count do not apply to it.
 	in := p

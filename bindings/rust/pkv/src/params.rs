@@ -157,9 +157,11 @@ impl Params {
     /// Replaces the model-shape fields (layers, heads, head_dim, dtype, max_model_len) and the
     /// windows with those of a Hugging Face `config.json` text
     /// (`pkv_engine_params_from_hf_config`): one window for every layer (Mistral) is
-    /// `sliding_window`, windows that differ (Gemma 2/3, gpt-oss) are `layer_windows`. An MLA
+    /// `sliding_window`, windows that differ (Gemma 3, Qwen) are `layer_windows`. An MLA
     /// config (DeepSeek V2/V3, Kimi K2) sets `KvLayout::Mla`, `kv_lora_rank`,
-    /// `qk_rope_head_dim`, one kv head of their sum and the model's `softmax_scale`.
+    /// `qk_rope_head_dim`, one kv head of their sum and the model's `softmax_scale`. A model
+    /// whose cache needs per-layer specs (gpt-oss's sinks, Gemma 2's soft-cap, Gemma 3n/4, Llama
+    /// 4's chunks) is `Status::Unsupported`, naming the field: `hf_config_layers` reads it.
     pub fn hf_config(mut self, json: &str) -> Result<Params> {
         let text = json.as_ptr() as *const c_char;
         let windows = layer_windows_of(self.lib, json)?;
