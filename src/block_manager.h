@@ -12,10 +12,15 @@
 // exist before it changes anything, and it is O(blocks touched), never O(pool).
 //
 // KV groups (DESIGN.md §12): a sequence has one table per group, all in the one pool, and each
-// group caches its own blocks of a prefix (prefix-tree roots per salt and group). A windowed group
-// gives back the blocks before its window: with next the first token to compute, block j of a
-// windowed group is held iff j >= first_held(window, next) - the window's first block, but never
-// past the last sealed block (the parent of the next block sealed); given-back entries are -1.
+// group caches its own blocks of a prefix (prefix-tree roots per salt and group). Each group has a
+// kind (block_kinds.h: full, sliding window, chunked, shared) whose rules say which blocks it
+// holds: with next the first token to compute, block j is held iff j >= first_held(g, next) - the
+// kind's first block needed, but never past the last sealed block (the parent of the next block
+// sealed); given-back entries are -1. A shared group holds none: every entry is -1.
+//
+// The core is block_manager.cpp; admission and the kinds' rules block_manager_admit.cpp; the host
+// tier block_manager_host.cpp; store staging tiers/store_staging.cpp; the invariants
+// block_manager_check.cpp.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +31,8 @@
 #include <vector>
 
 #include "prefix_tree.h"
+#include "backend/copy_kind.h"
+#include "block_kinds.h"
 #include "block_pool.h"
 
 namespace pkv {
@@ -39,7 +46,7 @@ template <class T> void make_room(std::vector<T> &v, size_t n) {
 // A sequence's blocks in one KV group, as the block manager keeps them. The owner (a Sequence)
 // keeps the tokens; every call that needs them is passed them.
 struct BlockTable {
-  std::vector<int32_t> ids;  // physical blocks, in token order; -1: given back (windowed group)
+  std::vector<int32_t> ids;  // physical blocks, in token order; -1: given back (block_kinds.h)
   uint32_t num_sealed = 0;   // leading blocks that are (or, given back, were) copies of
                              // prefix-tree nodes
 };
@@ -50,7 +57,7 @@ using SeqTables = std::vector<BlockTable>;
 struct TableOwner {
   uint64_t id;
   const SeqTables *tables;
-  const std::string *salt;
+  const PrefixKeys *keys;
   const int32_t *tokens;
   uint32_t num_slotted;   // tokens the tables must cover (0 when they hold no blocks)
   uint32_t num_computed;  // of which computed
@@ -66,11 +73,14 @@ struct BlockCopy {
   int32_t kind;
 };
 
-// A prefix block leaving the host tier (for the store's write-back): its salt, the tokens of its
-// prefix up to and including it, its host-tier block (its bytes are valid until the call
-// returns) and its canonical hashes.
+// A prefix block leaving the host tier (for the store's write-back): its salt and adapter, the
+// tokens of its prefix up to and including it and their blocks' extra bytes (empty when none has
+// any), its host-tier block (its bytes are valid until the call returns) and its canonical
+// hashes.
 struct EvictedHostBlock {
   const std::string *salt;
+  uint64_t lora_id;
+  std::vector<std::string> extras;
   std::vector<int32_t> tokens;
   int32_t host;
   uint64_t hash, parent_hash;
@@ -103,36 +113,37 @@ struct BlockStats {
 class BlockManager {
  public:
   // offload: sealed blocks evicted from the pool go to the host tier (when it has blocks).
-  // group_windows: each KV group's window (0 = full attention); one entry without windows.
+  // kinds: each KV group's kind (group_kinds(KvGroups)); one full-attention group by default.
   BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix_caching, uint64_t hash_seed,
                bool constant_hash, uint32_t host_num_blocks, bool offload,
-               std::vector<uint32_t> group_windows = {0});
+               std::vector<GroupKind> kinds = {GroupKind{}});
 
-  // One group's hits of an admission: blocks [first, num_hits) of the prompt (a windowed group
-  // needs none before first).
+  // One group's hits of an admission: blocks [first, num_hits) of the prompt (a group that gives
+  // blocks back needs none before first; a shared group's first is the prompt's block count).
   struct GroupHits {
     uint32_t first = 0;
     std::vector<int32_t> blocks;  // the pool block of each hit; -1: a load from the host tier
     std::vector<uint32_t> nodes;  // the prefix node of each hit
   };
   // What admitting these tokens under this salt would take: the cached blocks it would reuse and
-  // how many free blocks it would consume. A hit of h blocks needs every full-attention group to
-  // hold blocks 0 .. h-1 and every windowed group those from first_held(window, h * block_size);
+  // how many free blocks it would consume. A hit of h blocks needs every group to hold blocks
+  // first_held(g, h * block_size) .. h-1 (its kind's rule: all of them under full attention);
   // the longest h that every group allows is taken, trying each block boundary.
   struct Admission {
     uint32_t num_hits = 0;          // leading blocks of the prompt the cache serves
+    uint32_t num_blocks = 0;        // the prompt's blocks: each table's length
     std::vector<GroupHits> groups;  // [num_groups]
     uint32_t num_loads = 0;
     uint32_t num_new_blocks = 0;  // in all groups
     uint32_t num_free_needed =
         0;  // new blocks + loads + cached hit blocks revived from the free list
   };
-  Admission plan_admission(const std::string &salt, const int32_t *tokens, uint32_t n) const;
+  Admission plan_admission(const PrefixKeys &keys, const int32_t *tokens, uint32_t n) const;
 
   // Gives empty tables the blocks of n tokens: prefix hits (pool blocks shared, host-tier ones
   // loaded into new pool blocks), then new blocks. Returns the tokens whose KV the hits hold.
   // Throws PKV_ERR_NO_SPACE with nothing changed.
-  uint32_t admit(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t n);
+  uint32_t admit(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
   // Of the last successful admit's hits, how many were loaded from the host tier.
   uint32_t last_admission_loads() const { return last_loads_; }
   // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
@@ -148,11 +159,11 @@ class BlockManager {
   // that goes free is dropped from the queue, unless it is among the first `taken` copies (an open
   // batch's) or a later copy reads that block. A sealed block cut short stays its node's copy:
   // the next write into it copies it first (reserve_slots). computed: the sequence's computed
-  // tokens before the cut. A windowed group takes back, from the prefix cache, the blocks it gave
+  // tokens before the cut. A sliding or chunked group takes back, from the prefix cache, the blocks it gave
   // back that the kept tokens' window needs again (pool copies shared, host-tier ones loaded);
   // when one is no longer cached anywhere: PKV_ERR_STATE, or PKV_ERR_NO_SPACE for the loads, with
   // nothing changed. Without windows it cannot fail.
-  void truncate(SeqTables &tables, const std::string &salt, const int32_t *tokens, uint32_t keep,
+  void truncate(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens, uint32_t keep,
                 uint32_t computed, size_t taken);
   // Swap-out: the table's KV moves to host-tier blocks (appended to host, which was empty) and
   // the table becomes empty; swap-in: back into pool blocks. A block with a twin in the other tier
@@ -163,8 +174,8 @@ class BlockManager {
   // Drops the references of a swapped-out table's host blocks; it becomes empty.
   void free_host(std::vector<int32_t> &host);
   // Seals the tables' full, computed blocks (of num_computed tokens) into the prefix tree; then
-  // windowed groups give back the blocks before first_held.
-  void seal(SeqTables &tables, const std::string &salt, const int32_t *tokens,
+  // groups give back the blocks before first_held (their kinds' rule).
+  void seal(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens,
             uint32_t num_computed);
   // While collect is on, seal() records the blocks that made new prefix nodes; take_sealed()
   // hands them over (and forgets them).
@@ -186,7 +197,7 @@ class BlockManager {
   // the block's KV in a tier. Host blocks a queued copy reads or writes are not used, nor those of
   // the prompt's own prefix. Returns how many leading blocks got a node or had one (fewer than n
   // when the host tier has no room). Emits a STORED event of medium STORE for each block given.
-  uint32_t stage_from_store(const std::string &salt, const int32_t *tokens, const Admission &plan,
+  uint32_t stage_from_store(const PrefixKeys &keys, const int32_t *tokens, const Admission &plan,
                             uint32_t n, std::vector<int32_t> *host_out);
   // n blocks of an admission's hits came from the store: counted there, not as host-tier hits.
   void count_store_hits(uint32_t n) {
@@ -206,15 +217,22 @@ class BlockManager {
   // The first n pending copies are done: their sources are released.
   void copies_done(size_t n);
 
-  uint32_t num_groups() const { return static_cast<uint32_t>(windows_.size()); }
+  uint32_t num_groups() const { return static_cast<uint32_t>(kinds_.size()); }
+  const GroupKind &kind(uint32_t group) const { return kinds_[group]; }
+  // Whether any group gives blocks back (sliding, chunked or shared).
   bool any_windowed() const;
-  // The first block a group holds when the next token to compute is at `next`: 0 for full
-  // attention; for a window, the block of the window's first key, but never past the last sealed
-  // block (the parent of the next one sealed) when prefix caching is on.
+  // How many leading blocks of a prompt of n tokens a hit may serve (block_kinds.h's rule; 0
+  // without prefix caching).
+  uint32_t max_hits(uint32_t n) const {
+    return prefix_caching_ ? max_hit_blocks(n, block_size_) : 0;
+  }
+  // The first block a group holds when the next token to compute is at `next`: its kind's first
+  // block needed, but never past the last sealed block (the parent of the next one sealed) when
+  // prefix caching is on and the group holds blocks at all. UINT32_MAX for a shared group.
   uint32_t first_held(uint32_t group, uint64_t next) const;
   // The most blocks a request of prompt + max_new_tokens = total tokens holds at once: its prompt
-  // in every group at admission, or at its end the full groups' total and the windowed groups'
-  // last windows.
+  // in every group that holds blocks at admission, or at its end each kind's most
+  // (GroupKind::max_blocks: the full groups' total, the windowed groups' last windows).
   uint64_t peak_blocks(uint32_t prompt, uint64_t total) const;
   uint32_t num_blocks() const { return pool_.num_blocks(); }
   uint32_t block_size() const { return block_size_; }
@@ -240,22 +258,21 @@ class BlockManager {
   void undo_copy_into(int32_t block, size_t taken);
   void report_host_block(int32_t host,
                          const std::function<void(const EvictedHostBlock &)> &f) const;
-  static bool copy_reads_host_tier(int32_t kind) {
-    return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD;
-  }
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
   void drop_ref(int32_t block);  // at 0: cached to the tail, unsealed to the head
   void reserve(SeqTables &tables, const Admission &plan);
   // Group g's walk of the prompt's first max_hits blocks through the prefix tree: the node of
   // each block while there is one, and the pool block a hit would use (-1: load from the host
   // tier, -2: the node holds no KV; full groups stop there).
-  void walk(uint32_t group, const std::string &salt, const int32_t *tokens, uint32_t max_hits,
+  void walk(uint32_t group, const PrefixKeys &keys, const int32_t *tokens, uint32_t max_hits,
             std::vector<uint32_t> *nodes, std::vector<int32_t> *picks) const;
-  void reserve_group_slots(BlockTable &table, uint32_t num_slotted, uint32_t need, bool cow);
-  void seal_group(uint32_t group, BlockTable &table, const std::string &salt, const int32_t *tokens,
+  void reserve_group_slots(uint32_t group, BlockTable &table, uint32_t num_slotted, uint32_t need,
+                           bool cow);
+  void seal_group(uint32_t group, BlockTable &table, const PrefixKeys &keys, const int32_t *tokens,
                   uint32_t num_computed);
   void truncate_group(BlockTable &table, uint32_t keep, size_t taken);
-  std::vector<uint32_t> windows_;  // per KV group, 0 = full attention
+  bool holds_blocks(uint32_t group) const { return kinds_[group].rules().holds_blocks; }
+  std::vector<GroupKind> kinds_;  // per KV group
   // Twins: a pool block and a host-tier block holding the same KV. A pair lives while both blocks
   // are referenced and the pool block is not written.
   void add_twins(int32_t device, int32_t host);

@@ -49,19 +49,21 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
       // Sealed blocks are copies of the nodes of exactly this sequence's prefix, in this group.
       for (uint32_t j = first; j < t.num_sealed; ++j) {
         const uint32_t node = pool_.node(t.ids[j]);
-        const uint32_t parent = j == 0      ? tree_.find_root(*o.salt, g)
+        const uint32_t parent = j == 0      ? tree_.find_root(*o.keys, g)
                                 : j > first ? pool_.node(t.ids[j - 1])
                                 : node != kNoNode && tree_.is_live(node) ? tree_.parent(node)
                                                                          : kNoNode;
         if (node == kNoNode || !tree_.is_live(node) || tree_.parent(node) != parent ||
             parent == kNoNode || tree_.group(node) != g ||
             std::memcmp(tree_.tokens(node), o.tokens + size_t(j) * block_size_,
-                        sizeof(int32_t) * block_size_) != 0)
+                        sizeof(int32_t) * block_size_) != 0 ||
+            tree_.extra(node) != o.keys->block_extra(j * block_size_, block_size_))
           fail(PKV_ERR_INTERNAL, "seq %llu group %u: block %u is not a copy of its prefix's node",
                id, g, j);
       }
-      // No write into a shared or sealed block: every slot still to compute is in a private block.
-      for (uint32_t pos = o.num_computed; pos < o.num_slotted; ++pos) {
+      // No write into a shared or sealed block: every slot still to compute is in a private block
+      // (a shared group's layers write nothing: it holds no block).
+      for (uint32_t pos = o.num_computed; holds_blocks(g) && pos < o.num_slotted; ++pos) {
         const int32_t b = t.ids[pos / block_size_];
         if (b < 0 || pool_.ref(b) != 1 || pool_.node(b) != kNoNode)
           fail(PKV_ERR_INTERNAL,

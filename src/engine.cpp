@@ -39,7 +39,7 @@ Engine::Engine(const pkv_engine_params &params)
       events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
               params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0,
-              params_.host_num_blocks, params_.host_offload != 0, groups_.group_window),
+              params_.host_num_blocks, params_.host_offload != 0, group_kinds(groups_)),
       scheduler_(limits_of(params_), seqs_, blocks_) {
   blocks_.set_events(&events_);
   PKV_ASSERT(!params_.host_num_blocks ||
@@ -367,8 +367,7 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
 uint32_t Engine::consult_store(const std::string &salt, const int32_t *tokens, uint32_t n) {
   if (!store_ || n == 0) return 0;
   const BlockManager::Admission plan = blocks_.plan_admission(salt, tokens, n);
-  const uint32_t max_hits =
-      (n - 1) / params_.block_size;  // as plan_admission: the last token computes
+  const uint32_t max_hits = blocks_.max_hits(n);
   const uint32_t first = plan.num_hits;
   // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
   // pool block as a new one would): the store is not touched.

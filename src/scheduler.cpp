@@ -137,7 +137,7 @@ bool Scheduler::start_lookup(Sequence &s) {
   s.request.store_looked_up = true;
   const uint32_t n = s.num_tokens();
   const BlockManager::Admission plan = blocks_.plan_admission(s.salt, s.tokens.data(), n);
-  const uint32_t max_hits = (n - 1) / limits_.block_size, first = plan.num_hits;
+  const uint32_t max_hits = blocks_.max_hits(n), first = plan.num_hits;
   if (first >= max_hits) return false;
   std::vector<StoreKey> keys;
   store_->keys(s.salt, s.tokens.data(), max_hits, &keys);

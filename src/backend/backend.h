@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/copy_kind.h"
 #include "pkv/pkv.h"
 
 namespace pkv {
@@ -46,13 +47,6 @@ struct PoolShape {
   uint64_t bytes_per_pool() const { return bytes.pool; }
 };
 
-// The tiers a queued copy (PKV_COPY_*) reads and writes: false = the pool, true = the host tier.
-constexpr bool copy_reads_host(int32_t kind) {
-  return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD;
-}
-constexpr bool copy_writes_host(int32_t kind) {
-  return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD;
-}
 
 // One layer's call of pkv_attention, on the planned step. MLA: k is the new tokens' latents
 // [tokens][head_dim], v null, q [tokens][q_heads][head_dim], out [tokens][q_heads][kv_lora_rank]; every

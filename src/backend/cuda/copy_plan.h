@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/copy_kind.h"
 #include "pkv/pkv.h"
 
 namespace pkv {
@@ -16,23 +17,13 @@ namespace pkv {
 enum class CopyDirection : int32_t { device_to_device = 0, device_to_host = 1, host_to_device = 2 };
 constexpr int32_t kNumCopyDirections = 3;
 
-// The direction of a PKV_COPY_* kind; false for a kind this file does not know.
+// The direction of a PKV_COPY_* kind (copy_kind.h's tiers); false for a kind that is none.
 inline bool copy_direction(int32_t kind, CopyDirection *out) {
-  switch (kind) {
-    case PKV_COPY_COW:
-      *out = CopyDirection::device_to_device;
-      return true;
-    case PKV_COPY_SWAP_OUT:
-    case PKV_COPY_OFFLOAD:
-      *out = CopyDirection::device_to_host;
-      return true;
-    case PKV_COPY_SWAP_IN:
-    case PKV_COPY_LOAD:
-      *out = CopyDirection::host_to_device;
-      return true;
-    default:
-      return false;
-  }
+  if (!copy_kind_known(kind)) return false;
+  *out = copy_writes_host(kind)  ? CopyDirection::device_to_host
+         : copy_reads_host(kind) ? CopyDirection::host_to_device
+                                 : CopyDirection::device_to_device;
+  return true;
 }
 
 // One kernel launch: pairs [first_pair, first_pair + num_pairs) of CopyPlan::pairs.

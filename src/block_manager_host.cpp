@@ -1,82 +1,78 @@
-// BlockManager and the tiers beside the pool: blocks staged from the store tier, the copies a
-// step carries, and the host tier's twins, swapping out and in (block_manager.h; the pool's own
-// rules are in block_manager.cpp).
+// BlockManager's host tier (block_manager.h, DESIGN.md §11): offload of evicted sealed blocks,
+// the host tier's own evictions, the copies a step carries, the twins, swapping out and in.
 #include "block_manager.h"
-
-#include <unordered_set>
 
 #include "block_hash.h"
 #include "status.h"
 
 namespace pkv {
 
-// ---------------------------------------------------------------- the store tier's blocks
+// ---------------------------------------------------------------- offload and host-tier eviction
 
-uint32_t BlockManager::stage_from_store(const std::string &salt, const int32_t *tokens,
-                                        const Admission &plan, uint32_t n,
-                                        std::vector<int32_t> *host_out) {
-  host_out->clear();
-  if (!prefix_caching_ || host_.num_blocks() == 0 || n == 0) return 0;
-  PKV_ASSERT(num_groups() == 1);  // the engine allows a store with one KV group only
-  const std::vector<int32_t> &hit_blocks = plan.groups[0].blocks;
-  const std::vector<uint32_t> &hit_nodes = plan.groups[0].nodes;
-  const uint32_t first = plan.num_hits;
-  // Host blocks that may not take new contents now: those a queued copy reads or writes (their
-  // bytes are not yet what the queue says they will be), and the prompt's own host-tier hits.
-  std::unordered_set<int32_t> busy;
-  for (const BlockCopy &c : pending_copies_) {
-    if (c.kind == PKV_COPY_LOAD || c.kind == PKV_COPY_SWAP_IN) busy.insert(c.src);
-    if (c.kind == PKV_COPY_OFFLOAD || c.kind == PKV_COPY_SWAP_OUT) busy.insert(c.dst);
-  }
-  for (size_t i = 0; i < hit_blocks.size(); ++i)
-    if (hit_blocks[i] < 0) busy.insert(tree_.host(hit_nodes[i]));
-  host_out->reserve(n);
-  std::vector<int32_t> held;  // host blocks taken, held (ref 1) until the end
-  // The root is made only when a node is added under it: an empty one may not stay.
-  uint32_t parent = first ? hit_nodes[first - 1] : tree_.find_root(salt);
-  uint64_t parent_hash =
-      parent != kNoNode ? tree_.hash(parent) : root_hash(seed_, salt.data(), salt.size());
-  uint32_t done = 0;
-  for (; done < n; ++done) {
-    const int32_t *block_tokens = tokens + size_t(first + done) * block_size_;
-    const uint64_t hash = block_hash(seed_, parent_hash, block_tokens, block_size_);
-    uint32_t node = parent != kNoNode ? tree_.find_child(parent, hash, block_tokens) : kNoNode;
-    if (node != kNoNode && (!tree_.copies(node).empty() || tree_.host(node) >= 0)) {
-      host_out->push_back(-1);  // held here already (past a node kept only by its children)
-      if (tree_.host(node) >= 0) busy.insert(tree_.host(node));  // on the path: kept
-      parent = node;
-      parent_hash = hash;
-      continue;
-    }
-    int32_t host = -1;
-    host_.for_each_free([&](int32_t h) {
-      if (busy.count(h)) return true;
-      host = h;
-      return false;
-    });
-    if (host < 0) break;
-    if (host_.node(host) != kNoNode) {
-      evict_host(host);
-      // That may have removed nodes left with nothing: the node found (kept only by the subtree
-      // just dropped) and, for the first block, the salt's root. Look them up again. (A later
-      // block's parent holds a copy or a held host block, and is kept.)
-      if (first + done == 0) parent = tree_.find_root(salt);
-      node = parent != kNoNode ? tree_.find_child(parent, hash, block_tokens) : kNoNode;
-    }
-    host_.take(host);
-    held.push_back(host);
-    if (parent == kNoNode) parent = tree_.get_or_add_root(salt);
-    if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens);
+int32_t BlockManager::pop_host() {
+  const int32_t host = host_.head();
+  PKV_ASSERT(host >= 0);
+  if (host_.node(host) != kNoNode) evict_host(host);
+  return host_.take();
+}
+
+void BlockManager::evict(int32_t block, bool offload) {
+  const uint32_t node = pool_.node(block);
+  if (offload && tree_.host(node) < 0 && host_.num_free() > 0) {
+    // The copy is queued before anything the block's next owner writes (see BlockCopy).
+    const int32_t host = pop_host();
+    pending_copies_.push_back({block, host, PKV_COPY_OFFLOAD});
     host_.set_node(host, node);
     tree_.set_host(node, host);
-    if (events_)
-      events_->stored(hash, parent_hash, first + done == 0, block_tokens, PKV_TIER_STORE, 0);
-    host_out->push_back(host);
-    parent = node;
-    parent_hash = hash;
+    host_.drop_ref(host);  // cached: the newest of the host tier's LRU
+    stats_.num_offloaded_blocks++;
+  } else if (offload && tree_.host(node) >= 0) {
+    // A re-offload: the host copy holds these bytes already, and becomes the newest, as this pool
+    // copy was used more recently than the host copy was made (issue 26: it kept the age of its
+    // first offload and could be the first block dropped).
+    host_.touch(tree_.host(node));
   }
-  for (int32_t h : held) host_.drop_ref(h);  // cached: the host tier's newest
-  return done;
+  pool_.set_node(block, kNoNode);
+  tree_.remove_copy(node, block);
+  stats_.num_evictions++;
+}
+
+void BlockManager::report_host_block(int32_t host,
+                                     const std::function<void(const EvictedHostBlock &)> &f) const {
+  for (const BlockCopy &c : pending_copies_)  // its bytes are still to come from a queued copy
+    if (copy_writes_host(c.kind) && c.dst == host) return;
+  const uint32_t node = host_.node(host);
+  EvictedHostBlock ev{nullptr, 0, {}, {}, host, tree_.hash(node), tree_.hash(tree_.parent(node))};
+  std::vector<uint32_t> chain;  // the node and its ancestors up to the root
+  bool any_extra = false;
+  for (uint32_t n = node; !tree_.is_root(n); n = tree_.parent(n)) {
+    chain.push_back(n);
+    any_extra = any_extra || !tree_.extra(n).empty();
+  }
+  ev.salt = &tree_.root_salt(tree_.parent(chain.back()));
+  ev.lora_id = tree_.lora_id(node);
+  ev.tokens.reserve(chain.size() * block_size_);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    ev.tokens.insert(ev.tokens.end(), tree_.tokens(*it), tree_.tokens(*it) + block_size_);
+    if (any_extra) ev.extras.push_back(tree_.extra(*it));
+  }
+  f(ev);
+}
+
+void BlockManager::for_each_host_cached(
+    const std::function<void(const EvictedHostBlock &)> &f) const {
+  host_.for_each_free([&](int32_t h) {
+    if (host_.node(h) != kNoNode) report_host_block(h, f);
+    return true;
+  });
+}
+
+void BlockManager::evict_host(int32_t host) {
+  const uint32_t node = host_.node(host);
+  if (on_host_evict_) report_host_block(host, on_host_evict_);
+  host_.set_node(host, kNoNode);
+  tree_.clear_host(node);
+  stats_.num_host_evictions++;
 }
 
 // ---------------------------------------------------------------- copies and the host tier

@@ -1,0 +1,22 @@
+// The tiers a queued block copy (PKV_COPY_*) reads and writes, written once for the block manager,
+// the backends and the CUDA copy plan: false = the pool (tier 0), true = the host tier (tier 1).
+#pragma once
+
+#include <cstdint>
+
+#include "pkv/pkv.h"
+
+namespace pkv {
+
+constexpr bool copy_reads_host(int32_t kind) {
+  return kind == PKV_COPY_SWAP_IN || kind == PKV_COPY_LOAD;
+}
+constexpr bool copy_writes_host(int32_t kind) {
+  return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD;
+}
+// A PKV_COPY_* kind (COW: the pool to the pool).
+constexpr bool copy_kind_known(int32_t kind) {
+  return kind == PKV_COPY_COW || copy_reads_host(kind) || copy_writes_host(kind);
+}
+
+}  // namespace pkv

@@ -1,0 +1,210 @@
+// BlockManager's admission (block_manager.h): the kinds' rules per group (block_kinds.h), the
+// walk of a prompt through the prefix tree, the plan of an admission and its reservation.
+#include "block_manager.h"
+
+#include <algorithm>
+
+#include "block_hash.h"
+#include "params.h"
+#include "status.h"
+
+namespace pkv {
+
+// ---------------------------------------------------------------- the kinds' rules
+
+bool BlockManager::any_windowed() const {
+  return std::any_of(kinds_.begin(), kinds_.end(),
+                     [](const GroupKind &k) { return k.rules().gives_back; });
+}
+
+uint32_t BlockManager::first_held(uint32_t group, uint64_t next) const {
+  const GroupKind &k = kinds_[group];
+  const uint32_t first = k.first_needed(next, block_size_);
+  if (!prefix_caching_ || !k.rules().holds_blocks || first == 0) return first;
+  // The last sealed block stays: it is the parent of the next block sealed.
+  const uint32_t sealed = static_cast<uint32_t>(next / block_size_);
+  return std::min(first, sealed ? sealed - 1 : 0);
+}
+
+uint64_t BlockManager::peak_blocks(uint32_t prompt, uint64_t total) const {
+  uint64_t at_end = 0, holding = 0;
+  for (const GroupKind &k : kinds_) {
+    at_end += k.max_blocks(total, block_size_);
+    holding += k.rules().holds_blocks;
+  }
+  return std::max<uint64_t>(holding * blocks_for_tokens(prompt, block_size_), at_end);
+}
+
+// ---------------------------------------------------------------- admission
+
+void BlockManager::walk(uint32_t group, const PrefixKeys &keys, const int32_t *tokens,
+                        uint32_t max_hits, std::vector<uint32_t> *nodes,
+                        std::vector<int32_t> *picks) const {
+  uint32_t node = tree_.find_root(keys, group);
+  if (node == kNoNode || !max_hits) return;
+  const bool windowed = kinds_[group].rules().gives_back;
+  // The chained hashes do not depend on the tree, so the walk computes them kAhead blocks
+  // early and starts loading those blocks' table slots and node tokens from memory.
+  constexpr uint32_t kAhead = 8;
+  uint64_t ahead[kAhead];
+  uint64_t last = tree_.hash(node);
+  uint32_t hashed = 0;  // blocks whose hash is computed (and slot prefetched)
+  nodes->reserve(max_hits);
+  picks->reserve(max_hits);
+  for (uint32_t j = 0; j < max_hits; ++j) {
+    // The window grows with the hits: a prompt that misses at once hashes one block or two.
+    const uint32_t want = std::min({max_hits, j + 1 + kAhead - 1, 2 * j + 2});
+    for (; hashed < want; ++hashed) {
+      const std::string extra = keys.block_extra(hashed * block_size_, block_size_);
+      last = block_hash(seed_, last, tokens + size_t(hashed) * block_size_, block_size_,
+                        extra.data(), extra.size());
+      ahead[hashed % kAhead] = last;
+      tree_.prefetch_slot(node, last);
+    }
+    const uint64_t hash = ahead[j % kAhead];
+    if (j + kAhead / 2 < hashed) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
+    const uint32_t child = tree_.find_child(node, hash, tokens + size_t(j) * block_size_,
+                                            keys.block_extra(j * block_size_, block_size_));
+    if (child == kNoNode) break;
+    // Prefer a copy already in use: reviving a cached one would take it off the free list.
+    // A node held only in the host tier is loaded into a new pool block.
+    int32_t pick = -1;
+    for (int32_t c : tree_.copies(child)) {
+      if (pool_.ref(c) > 0) {
+        pick = c;
+        break;
+      }
+      if (pick < 0) pick = c;
+    }
+    if (pick < 0 && tree_.host(child) < 0) {
+      if (!windowed) break;  // a windowed group may not need this block: the walk goes on
+      pick = -2;
+    }
+    nodes->push_back(child);
+    picks->push_back(pick);
+    node = child;
+  }
+}
+
+BlockManager::Admission BlockManager::plan_admission(const PrefixKeys &keys, const int32_t *tokens,
+                                                     uint32_t n) const {
+  Admission plan;
+  const uint32_t groups = num_groups();
+  const uint32_t total = blocks_for_tokens(n, block_size_);
+  uint32_t limit = max_hits(n);
+  plan.num_blocks = total;
+  plan.groups.resize(groups);
+  for (uint32_t g = 0; g < groups && limit; ++g) {
+    if (!holds_blocks(g)) continue;  // a hit needs nothing of a shared group
+    GroupHits &gh = plan.groups[g];
+    walk(g, keys, tokens, limit, &gh.nodes, &gh.blocks);
+    limit = std::min<uint32_t>(limit, gh.blocks.size());  // no node past the walk's end
+  }
+  uint32_t h = limit;
+  if (any_windowed() && h) {
+    // Groups that give blocks back: a hit of h blocks needs blocks first_held .. h-1 (their kind's
+    // rule). missing[g][j]: blocks before j holding no KV, so each boundary is tried in O(groups).
+    std::vector<std::vector<uint32_t>> missing(groups);
+    auto partial = [&](uint32_t g) { return kinds_[g].rules().gives_back && holds_blocks(g); };
+    for (uint32_t g = 0; g < groups; ++g) {
+      if (!partial(g)) continue;
+      missing[g].assign(limit + 1, 0);
+      for (uint32_t j = 0; j < limit; ++j)
+        missing[g][j + 1] = missing[g][j] + (plan.groups[g].blocks[j] == -2);
+    }
+    for (; h > 0; --h) {
+      bool ok = true;
+      for (uint32_t g = 0; g < groups && ok; ++g)
+        if (partial(g)) ok = missing[g][h] == missing[g][first_held(g, uint64_t(h) * block_size_)];
+      if (ok) break;
+    }
+  }
+  plan.num_hits = h;
+  for (uint32_t g = 0; g < groups; ++g) {
+    GroupHits &gh = plan.groups[g];
+    if (!holds_blocks(g)) {  // all of its table given back: nothing hit, nothing new
+      gh.first = total;
+      continue;
+    }
+    gh.first = first_held(g, uint64_t(h) * block_size_);
+    gh.blocks.resize(std::min<size_t>(gh.blocks.size(), h));
+    gh.nodes.resize(gh.blocks.size());
+    if (gh.first) {
+      gh.blocks.erase(gh.blocks.begin(), gh.blocks.begin() + gh.first);
+      gh.nodes.erase(gh.nodes.begin(), gh.nodes.begin() + gh.first);
+    }
+    for (int32_t b : gh.blocks) {
+      PKV_ASSERT(b != -2);
+      if (b < 0) plan.num_loads++;
+      if (b < 0 || pool_.ref(b) == 0) plan.num_free_needed++;
+    }
+    plan.num_new_blocks += total - h;
+  }
+  plan.num_free_needed += plan.num_new_blocks;
+  return plan;
+}
+
+void BlockManager::reserve(SeqTables &tables, const Admission &plan) {
+  const uint32_t total = plan.num_blocks;
+  // Room first (a load, and an offload per eviction): nothing below can throw.
+  SeqTables out(num_groups());
+  for (BlockTable &t : out) t.ids.reserve(total);
+  make_room(pending_copies_, 2 * (size_t(plan.num_loads) + plan.num_new_blocks));
+  // Hits first: they leave the free lists before any pop could evict them (host copies to load
+  // are held the same way until their loads are queued).
+  for (const GroupHits &gh : plan.groups)
+    for (size_t i = 0; i < gh.blocks.size(); ++i) {
+      if (gh.blocks[i] >= 0)
+        add_ref(gh.blocks[i]);
+      else
+        host_.add_ref(tree_.host(gh.nodes[i]));
+    }
+  for (uint32_t g = 0; g < num_groups(); ++g) {
+    const GroupHits &gh = plan.groups[g];
+    BlockTable &table = out[g];
+    table.ids.assign(gh.first, -1);  // before the window or chunk (a shared group: all): not held
+    for (size_t i = 0; i < gh.blocks.size(); ++i) {
+      if (gh.blocks[i] >= 0) {
+        table.ids.push_back(gh.blocks[i]);
+        continue;
+      }
+      const uint32_t node = gh.nodes[i];
+      const int32_t block = pop_free();
+      pending_copies_.push_back({tree_.host(node), block, PKV_COPY_LOAD});
+      pool_.set_node(block, node);  // a sealed copy from now on: the load precedes any read
+      tree_.add_copy(node, block);
+      table.ids.push_back(block);
+      stats_.num_loaded_blocks++;
+    }
+    while (table.ids.size() < total) table.ids.push_back(pop_free());  // none when shared
+    table.num_sealed = plan.num_hits;
+  }
+  for (const GroupHits &gh : plan.groups)  // back to the host tier's LRU, as its newest
+    for (size_t i = 0; i < gh.blocks.size(); ++i)
+      if (gh.blocks[i] < 0) host_.drop_ref(tree_.host(gh.nodes[i]));
+  tables.swap(out);
+}
+
+uint32_t BlockManager::admit(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens,
+                             uint32_t n) {
+  PKV_ASSERT(tables.empty() && n > 0);
+  Admission plan = plan_admission(keys, tokens, n);
+  check_space(plan.num_free_needed, "admitting the prompt");
+  reserve(tables, plan);
+  const uint32_t hit_tokens = plan.num_hits * block_size_;
+  if (prefix_caching_) {
+    // A hit token is served by the host tier when a group loaded its block.
+    std::vector<bool> loaded(plan.num_hits, false);
+    for (const GroupHits &gh : plan.groups)
+      for (size_t i = 0; i < gh.blocks.size(); ++i)
+        if (gh.blocks[i] < 0) loaded[gh.first + i] = true;
+    stats_.prefix_query_tokens += n;
+    stats_.prefix_hit_tokens += hit_tokens;
+    stats_.host_hit_tokens +=
+        uint64_t(std::count(loaded.begin(), loaded.end(), true)) * block_size_;
+  }
+  last_loads_ = plan.num_loads;
+  return hit_tokens;
+}
+
+}  // namespace pkv
