@@ -128,6 +128,35 @@ static partial class Tests
         }
     }
 
+    // q = 0 makes every score equal: each token's output is the mean of the V it sees
+    static void ChunkedAndSlidingLayersMask()
+    {
+        const int n = 6, width = 2 * 8;  // tokens; 2 heads of 8
+        var p = EngineParams.Defaults();
+        p.NumLayers = 2; p.NumQHeads = 2; p.NumKvHeads = 2; p.HeadDim = 8;
+        p.DType = DType.F32; p.BlockSize = 4; p.NumBlocks = 16; p.Device = Device.Cpu; p.NumThreads = 1;
+        p.LayerSpecs = new[] { LayerSpec.Chunked(4), LayerSpec.Sliding(3) };
+        Func<int, int, int> first = (layer, t) => layer == 0 ? t / 4 * 4 : Math.Max(0, t - 2);
+        using (var e = new Engine(p))
+        using (var b = e.BeginBatch(new[] { e.Allocate(new[] { 1, 2, 3, 4, 5, 6 }) }))
+        {
+            float[] q = new float[n * width], k = LayerValues(n * width, 9), v = LayerValues(n * width, 10);
+            for (uint layer = 0; layer < 2; layer++)
+            {
+                var output = new float[n * width];
+                b.Attention(layer, q, k, v, output);
+                for (int t = 0; t < n; t++)
+                    for (int i = 0; i < width; i++)
+                    {
+                        int from = first((int)layer, t);
+                        double want = Enumerable.Range(from, t + 1 - from).Average(j => v[j * width + i]);
+                        Assert(Math.Abs(output[t * width + i] - want) <= 1e-5, "layer " + layer + " token " + t);
+                    }
+            }
+            b.End();
+        }
+    }
+
     static void ConfigLayerSpecs()
     {
         string configs = Path.Combine(Path.Combine(RepoRoot(), "tools"), "configs");

@@ -161,6 +161,29 @@ class Specs(unittest.TestCase):
             self.assertTrue(all(abs(a) <= abs(b) + 1e-6 for a, b in zip(out[1], out[0])))
             engine.check()
 
+    def test_chunked_and_sliding_layers_mask_their_keys(self):
+        # q = 0 makes every score equal: each token's output is the mean of the V it sees
+        n, heads, dim = 6, 2, 8
+        p = pkv.Params(num_layers=2, num_q_heads=heads, num_kv_heads=heads, head_dim=dim,
+                       dtype=pkv.DTYPE_F32, block_size=4, num_blocks=16, device=pkv.DEVICE_CPU,
+                       num_threads=1, layer_specs=[pkv.LayerSpec.chunked(4),
+                                                   pkv.LayerSpec.sliding(3)])
+        seen = {0: lambda t: range(t // 4 * 4, t + 1), 1: lambda t: range(max(0, t - 2), t + 1)}
+        with pkv.Engine(p) as engine:
+            seq = engine.allocate(list(range(1, n + 1)))
+            q, k, v = array.array('f', [0] * (n * heads * dim)), values(n * heads * dim, 9), \
+                values(n * heads * dim, 10)
+            with engine.batch([seq]) as batch:
+                for layer in (0, 1):
+                    out = array.array('f', [0] * (n * heads * dim))
+                    batch.attention(layer, q, k, v, out)
+                    for t in range(n):
+                        for i in range(heads * dim):
+                            want = sum(v[j * heads * dim + i] for j in seen[layer](t)) / \
+                                len(seen[layer](t))
+                            self.assertAlmostEqual(out[t * heads * dim + i], want, places=5,
+                                                   msg='layer %d token %d' % (layer, t))
+
 
 class Configs(unittest.TestCase):
     def test_gpt_oss_sinks_and_windows(self):
