@@ -46,6 +46,197 @@ static void test_gemma3_scale(void) {
   free(json);
 }
 
+/* The specs of a config through the per-layer call; n = its layers. */
+#define MAX_SPECS 128
+static int read_specs(const char *name, pkv_engine_params *p, pkv_layer_spec *specs, uint32_t *n) {
+  size_t len = 0;
+  char *json = read_config(name, &len);
+  if (!json) return 0;
+  tu_params(p, 16, 64);
+  p->num_blocks = 0; /* from the memory: the profiles below */
+  p->sliding_window = 5;
+  *n = 0;
+  int ok = CHECK_OK(
+      pkv_engine_params_from_hf_config_layers(p, json, len, specs, sizeof *specs, MAX_SPECS, n));
+  free(json);
+  return ok;
+}
+
+/* Every field of one spec. */
+static void check_spec(const pkv_layer_spec *s, uint32_t kind, uint32_t attention, uint32_t window,
+                       uint32_t kv_heads, uint32_t head_dim, uint32_t k_eq_v, uint32_t source,
+                       uint32_t sinks, float softcap, double scale) {
+  CHECK_EQ_INT(s->kind, kind);
+  CHECK_EQ_INT(s->attention, attention);
+  CHECK_EQ_INT(s->window, window);
+  CHECK_EQ_INT(s->num_kv_heads, kv_heads);
+  CHECK_EQ_INT(s->head_dim, head_dim);
+  CHECK_EQ_INT(s->v_head_dim, head_dim);
+  CHECK_EQ_INT(s->k_eq_v, k_eq_v);
+  CHECK_EQ_INT(s->source_layer, source);
+  CHECK_EQ_INT(s->sinks, sinks);
+  CHECK(s->logit_softcap == softcap);
+  check_scale(s->softmax_scale, scale);
+  CHECK_EQ_INT(s->reserved0, 0);
+}
+
+enum {
+  ATT = PKV_LAYER_ATTENTION,
+  SHARED = PKV_LAYER_SHARED,
+  FULL = PKV_ATTENTION_FULL,
+  SLIDING = PKV_ATTENTION_SLIDING,
+  CHUNKED = PKV_ATTENTION_CHUNKED
+};
+
+/* The per-layer fields in p: layer_specs set, the flat window cleared. */
+static void check_uses_specs(const pkv_engine_params *p, const pkv_layer_spec *specs) {
+  CHECK(p->layer_specs == specs);
+  CHECK_EQ_INT(p->layer_spec_size, sizeof *specs);
+  CHECK_EQ_INT(p->sliding_window, 0);
+  CHECK(p->layer_windows == NULL);
+}
+
+/* gpt-oss (transformers' GptOssAttention): sinks in every layer, layer_types alternating a
+ * window of 128 and full attention; scale 1/sqrt(64). */
+static void test_gpt_oss(void) {
+  pkv_engine_params p;
+  pkv_layer_spec s[MAX_SPECS];
+  uint32_t n = 0;
+  if (!read_specs("gpt-oss-120b.json", &p, s, &n) || !CHECK_EQ_INT(n, 36)) return;
+  check_uses_specs(&p, s);
+  for (uint32_t l = 0; l < n; l++)
+    check_spec(&s[l], ATT, l % 2 ? FULL : SLIDING, l % 2 ? 0 : 128, 8, 64, 0, 0, 1, 0, 0.125);
+}
+
+/* Gemma 2 27B: attn_logit_softcapping 50 in every layer, query_pre_attn_scalar 144 (scale 1/12),
+ * windowed and full layers alternating, the first windowed; float32 weights. */
+static void test_gemma2(void) {
+  pkv_engine_params p;
+  pkv_layer_spec s[MAX_SPECS];
+  uint32_t n = 0;
+  if (!read_specs("gemma-2-27b.json", &p, s, &n) || !CHECK_EQ_INT(n, 46)) return;
+  check_uses_specs(&p, s);
+  CHECK_EQ_INT(p.dtype, PKV_DTYPE_F32);
+  check_scale(p.softmax_scale, 1.0 / 12);
+  for (uint32_t l = 0; l < n; l++)
+    check_spec(&s[l], ATT, l % 2 ? FULL : SLIDING, l % 2 ? 0 : 4096, 16, 128, 0, 0, 0, 50.0f,
+               1.0 / 12);
+}
+
+/* Gemma 3 27B: every 6th layer full (sliding_window_pattern 6), window 1024, 1/sqrt(168). */
+static void test_gemma3(void) {
+  pkv_engine_params p;
+  pkv_layer_spec s[MAX_SPECS];
+  uint32_t n = 0;
+  if (!read_specs("gemma-3-27b.json", &p, s, &n) || !CHECK_EQ_INT(n, 62)) return;
+  check_uses_specs(&p, s); /* mixed windows: the flat fields hold one */
+  for (uint32_t l = 0; l < n; l++)
+    check_spec(&s[l], ATT, l % 6 == 5 ? FULL : SLIDING, l % 6 == 5 ? 0 : 1024, 16, 128, 0, 0, 0, 0,
+               1.0 / sqrt(168.0));
+}
+
+/* Gemma 3n E4B (Gemma3nTextAttention): layer_types 4 sliding (512) + 1 full, 35 layers; the last
+ * num_kv_shared_layers 15 (20..34) read the last layer before 20 of their type: sliding 18,
+ * full 19. Scale 1 (q and k normalized), its query_pre_attn_scalar 256 not used. */
+static void test_gemma3n(void) {
+  pkv_engine_params p;
+  pkv_layer_spec s[MAX_SPECS];
+  uint32_t n = 0;
+  if (!read_specs("gemma-3n-E4B.json", &p, s, &n) || !CHECK_EQ_INT(n, 35)) return;
+  check_uses_specs(&p, s);
+  check_scale(p.softmax_scale, 1.0);
+  for (uint32_t l = 0; l < n; l++) {
+    const int full = l % 5 == 4;
+    check_spec(&s[l], l >= 20 ? SHARED : ATT, full ? FULL : SLIDING, full ? 0 : 512, 2, 256, 0,
+               l >= 20 ? (full ? 19 : 18) : 0, 0, 0, 1.0);
+  }
+}
+
+/* Gemma 4 31B (Gemma4TextAttention): 5 sliding (1024) + 1 full, 60 layers; full layers head_dim
+ * global_head_dim 512, attention_k_eq_v with num_global_key_value_heads 4; sliding 16 x 256. */
+static void test_gemma4(void) {
+  pkv_engine_params p;
+  pkv_layer_spec s[MAX_SPECS];
+  uint32_t n = 0;
+  if (!read_specs("gemma-4-31B.json", &p, s, &n) || !CHECK_EQ_INT(n, 60)) return;
+  check_uses_specs(&p, s);
+  CHECK_EQ_INT(p.num_kv_heads, 16);
+  CHECK_EQ_INT(p.head_dim, 256);
+  for (uint32_t l = 0; l < n; l++) {
+    if (l % 6 == 5)
+      check_spec(&s[l], ATT, FULL, 0, 4, 512, 1, 0, 0, 0, 1.0);
+    else
+      check_spec(&s[l], ATT, SLIDING, 1024, 16, 256, 0, 0, 0, 0, 1.0);
+  }
+}
+
+/* Llama 4 Scout: no_rope_layers empty, so every 4th layer is NoPE (full attention) and the rope
+ * layers attend within chunks of attention_chunk_size 8192; scale 1/sqrt(128). */
+static void test_llama4(void) {
+  pkv_engine_params p;
+  pkv_layer_spec s[MAX_SPECS];
+  uint32_t n = 0;
+  if (!read_specs("llama-4-scout.json", &p, s, &n) || !CHECK_EQ_INT(n, 48)) return;
+  check_uses_specs(&p, s);
+  for (uint32_t l = 0; l < n; l++) {
+    const int nope = (l + 1) % 4 == 0;
+    check_spec(&s[l], ATT, nope ? FULL : CHUNKED, nope ? 0 : 8192, 8, 128, 0, 0, 0, 0,
+               1.0 / sqrt(128.0));
+  }
+}
+
+/* Models the flat fields describe: layer_specs stays NULL, the specs are filled all the same. */
+static void test_flat_models(void) {
+  pkv_engine_params p;
+  pkv_layer_spec s[MAX_SPECS];
+  uint32_t n = 0;
+  if (read_specs("llama-3-8b.json", &p, s, &n) && CHECK_EQ_INT(n, 32)) {
+    CHECK(p.layer_specs == NULL);
+    CHECK_EQ_INT(p.layer_spec_size, 0);
+    CHECK_EQ_INT(p.sliding_window, 0);
+    for (uint32_t l = 0; l < n; l++)
+      check_spec(&s[l], ATT, FULL, 0, 8, 128, 0, 0, 0, 0, 1.0 / sqrt(128.0));
+  }
+  if (read_specs("mistral-7b.json", &p, s, &n) && CHECK_EQ_INT(n, 32)) {
+    CHECK(p.layer_specs == NULL); /* one window in every layer: sliding_window says it */
+    CHECK_EQ_INT(p.sliding_window, 4096);
+    check_spec(&s[31], ATT, SLIDING, 4096, 8, 128, 0, 0, 0, 0, 1.0 / sqrt(128.0));
+  }
+  if (read_specs("deepseek-v3.json", &p, s, &n) && CHECK_EQ_INT(n, 61)) {
+    CHECK(p.layer_specs == NULL);
+    CHECK_EQ_INT(s[60].kind, PKV_LAYER_MLA);
+    CHECK_EQ_INT(s[60].head_dim, 576); /* kv_lora_rank 512 + qk_rope_head_dim 64 */
+    CHECK_EQ_INT(s[60].v_head_dim, 512);
+    CHECK(s[60].softmax_scale == p.softmax_scale);
+  }
+}
+
+/* The 0.1 call refuses what it would describe wrong, by field, naming the per-layer call. */
+static void test_flat_call_refuses(void) {
+  static const struct {
+    const char *config, *field;
+  } cases[] = {{"gpt-oss-120b.json", "gpt_oss"},
+               {"gpt-oss-20b.json", "gpt_oss"},
+               {"gemma-2-27b.json", "attn_logit_softcapping"},
+               {"gemma-2-9b.json", "attn_logit_softcapping"},
+               {"gemma-3n-E4B.json", "num_kv_shared_layers"},
+               {"gemma-4-31B.json", "global_head_dim"},
+               {"llama-4-scout.json", "attention_chunk_size"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t len = 0;
+    char *json = read_config(cases[i].config, &len);
+    if (!json) continue;
+    pkv_engine_params p, before;
+    tu_params(&p, 16, 64);
+    before = p;
+    CHECK_STATUS(pkv_engine_params_from_hf_config(&p, json, len), PKV_ERR_UNSUPPORTED);
+    CHECK(strstr(pkv_last_error(), cases[i].field) != NULL);
+    CHECK(strstr(pkv_last_error(), "pkv_engine_params_from_hf_config_layers") != NULL);
+    CHECK(memcmp(&p, &before, sizeof p) == 0);
+    free(json);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s TOOLS_CONFIGS_DIR\n", argv[0]);
@@ -53,5 +244,13 @@ int main(int argc, char **argv) {
   }
   configs_dir = argv[1];
   TU_RUN(test_gemma3_scale);
+  TU_RUN(test_gpt_oss);
+  TU_RUN(test_gemma2);
+  TU_RUN(test_gemma3);
+  TU_RUN(test_gemma3n);
+  TU_RUN(test_gemma4);
+  TU_RUN(test_llama4);
+  TU_RUN(test_flat_models);
+  TU_RUN(test_flat_call_refuses);
   return tu_summary();
 }
