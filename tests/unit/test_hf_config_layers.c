@@ -3,6 +3,7 @@
  * (Gemma 2/3's query_pre_attn_scalar), the 0.1 call's refusal of configs that need specs, and
  * bad input (short buffers, bad layer_types, shared layers without a source) changing nothing. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -237,6 +238,117 @@ static void test_flat_call_refuses(void) {
   }
 }
 
+/* The length query, short buffers, sizes and bad fields: refused by name, nothing changed. */
+static void test_bad_input(void) {
+  size_t len = 0;
+  char *json = read_config("gemma-3n-E4B.json", &len);
+  if (!json) return;
+  pkv_engine_params p, before;
+  tu_params(&p, 16, 64);
+  before = p;
+  pkv_layer_spec s[MAX_SPECS], s_before[MAX_SPECS];
+  memset(s, 0xab, sizeof s);
+  memcpy(s_before, s, sizeof s);
+  uint32_t n = 0;
+  /* the length: only out_num_layers */
+  CHECK_OK(pkv_engine_params_from_hf_config_layers(&p, json, len, NULL, 0, 0, &n));
+  CHECK_EQ_INT(n, 35);
+  CHECK(memcmp(&p, &before, sizeof p) == 0);
+  /* a short buffer: the length still written, nothing else */
+  n = 0;
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, json, len, s, sizeof *s, 34, &n),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "35 layers") != NULL);
+  CHECK_EQ_INT(n, 35);
+  CHECK(memcmp(&p, &before, sizeof p) == 0 && memcmp(s, s_before, sizeof s) == 0);
+  /* NULLs and sizes */
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(NULL, json, len, s, sizeof *s, 64, &n),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, NULL, len, s, sizeof *s, 64, &n),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, json, len, s, sizeof *s, 64, NULL),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, json, len, NULL, sizeof *s, 64, &n),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, json, len, s, 44, 64, &n),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "spec_size 44") != NULL);
+  p.struct_size = (uint32_t)offsetof(pkv_engine_params, layer_specs); /* a 0.4 header's */
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, json, len, s, sizeof *s, 64, &n),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_last_error(), "struct_size") != NULL);
+  p.struct_size = sizeof p;
+  CHECK(memcmp(&p, &before, sizeof p) == 0 && memcmp(s, s_before, sizeof s) == 0);
+  /* a caller's larger spec: written at its stride, the bytes pkv does not know zeroed */
+  unsigned char wide[35][64];
+  memset(wide, 0xcd, sizeof wide);
+  if (CHECK_OK(pkv_engine_params_from_hf_config_layers(&p, json, len, (pkv_layer_spec *)wide, 64,
+                                                       35, &n))) {
+    CHECK_EQ_INT(p.layer_spec_size, 64);
+    const pkv_layer_spec *last = (const pkv_layer_spec *)wide[34];
+    CHECK_EQ_INT(last->kind, PKV_LAYER_SHARED);
+    CHECK_EQ_INT(last->source_layer, 19); /* layer 34 is full attention */
+    CHECK_EQ_INT(wide[34][sizeof(pkv_layer_spec)], 0);
+    CHECK_EQ_INT(wide[34][63], 0);
+  }
+  free(json);
+}
+
+/* One config text through the per-layer call: its status, and the message names what. */
+static void check_refused(const char *json, pkv_status want, const char *what) {
+  pkv_engine_params p, before;
+  tu_params(&p, 16, 64);
+  before = p;
+  pkv_layer_spec s[8];
+  uint32_t n = 0;
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, json, strlen(json), s, sizeof *s, 8, &n),
+               want);
+  if (!CHECK(strstr(pkv_last_error(), what) != NULL))
+    printf("  message: %s\n  wanted: %s\n", pkv_last_error(), what);
+  CHECK(memcmp(&p, &before, sizeof p) == 0);
+}
+
+#define SHAPE4 "\"num_hidden_layers\": 4, \"num_attention_heads\": 8, \"head_dim\": 64"
+
+static void test_bad_fields(void) {
+  check_refused("{" SHAPE4 ", \"num_kv_shared_layers\": 4, \"sliding_window\": 8}",
+                PKV_ERR_INVALID_ARGUMENT, "num_kv_shared_layers 4 must be below");
+  check_refused("{" SHAPE4 ", \"num_kv_shared_layers\": 1, \"sliding_window\": 8, \"layer_types\":"
+                " [\"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+                " \"full_attention\"]}",
+                PKV_ERR_INVALID_ARGUMENT, "shared layer 3 has no layer of its type");
+  check_refused("{" SHAPE4
+                ", \"attention_chunk_size\": 16, \"layer_types\": [\"chunked_attention\","
+                " \"full_attention\", \"sliding_attention\", \"full_attention\"]}",
+                PKV_ERR_INVALID_ARGUMENT, "layer_types[2]");
+  check_refused("{" SHAPE4 ", \"attention_chunk_size\": 16, \"no_rope_layers\": [1, 0]}",
+                PKV_ERR_INVALID_ARGUMENT, "no_rope_layers");
+  check_refused("{" SHAPE4 ", \"attention_chunk_size\": 16, \"no_rope_layers\": [1, 0, 2, 1]}",
+                PKV_ERR_INVALID_ARGUMENT, "no_rope_layers[2]");
+  check_refused("{" SHAPE4 ", \"attention_k_eq_v\": true, \"num_global_key_value_heads\": 3}",
+                PKV_ERR_INVALID_ARGUMENT, "num_global_key_value_heads 3 does not divide");
+  check_refused("{" SHAPE4 ", \"model_type\": \"gemma2\", \"query_pre_attn_scalar\": -1}",
+                PKV_ERR_INVALID_ARGUMENT, "query_pre_attn_scalar");
+  check_refused("{" SHAPE4 ", \"attn_logit_softcapping\": \"50\"}", PKV_ERR_INVALID_ARGUMENT,
+                "attn_logit_softcapping");
+  /* caches pkv cannot hold stay refused by name */
+  check_refused("{" SHAPE4 ", \"linear_num_key_heads\": 16}", PKV_ERR_UNSUPPORTED,
+                "linear_num_key_heads");
+  check_refused("{" SHAPE4 ", \"index_topk\": 2048}", PKV_ERR_UNSUPPORTED, "index_topk");
+  check_refused("{" SHAPE4 ", \"mamba_d_state\": 16}", PKV_ERR_UNSUPPORTED, "mamba_d_state");
+  /* no_rope_layers given: exactly its rope layers are chunked */
+  static const char rope[] =
+      "{" SHAPE4 ", \"attention_chunk_size\": 16, \"no_rope_layers\": [0, 1, 1, 0]}";
+  pkv_engine_params p;
+  tu_params(&p, 16, 64);
+  pkv_layer_spec s[4];
+  uint32_t n = 0;
+  if (CHECK_OK(
+          pkv_engine_params_from_hf_config_layers(&p, rope, strlen(rope), s, sizeof *s, 4, &n)))
+    for (uint32_t l = 0; l < 4; l++)
+      CHECK_EQ_INT(s[l].attention, l == 1 || l == 2 ? CHUNKED : FULL);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s TOOLS_CONFIGS_DIR\n", argv[0]);
@@ -252,5 +364,7 @@ int main(int argc, char **argv) {
   TU_RUN(test_llama4);
   TU_RUN(test_flat_models);
   TU_RUN(test_flat_call_refuses);
+  TU_RUN(test_bad_input);
+  TU_RUN(test_bad_fields);
   return tu_summary();
 }
