@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "hf_config.h"
 #include "params.h"
+#include "prefix_keys.h"
 #include "profiler.h"
 #include "status.h"
 #include "tiers/store_admin.h"
@@ -143,10 +144,11 @@ void require_tokens(const int32_t *tokens, uint32_t n) {
   PKV_REQUIRE(tokens != nullptr, "tokens is NULL with num_tokens %u", n);
 }
 
-std::string salt_of(const pkv_seq_params *sp) {
-  if (!sp) return std::string();
+pkv::PrefixKeys keys_of(const pkv_seq_params *sp, uint32_t num_tokens) {
+  if (!sp) return pkv::PrefixKeys();
   pkv_seq_params p = pkv::read_struct(sp, pkv::default_seq_params(), "seq params");
-  return pkv::salt_bytes(p.cache_salt, p.cache_salt_len);
+  return pkv::read_prefix_keys(p.cache_salt, p.cache_salt_len, p.extra_keys, p.num_extra_keys,
+                               p.extra_key_size, p.lora_id, num_tokens);
 }
 
 // Copies a variable-size array into a caller buffer; a short buffer is refused with the length.
@@ -363,9 +365,9 @@ pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_token
   return guard(e, [&](Engine &en) {
     require_tokens(tokens, num_tokens);
     PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
-    std::string salt = salt_of(sp);
+    const pkv::PrefixKeys keys = keys_of(sp, num_tokens);
     uint32_t cached = 0;
-    *out_seq = en.allocate(tokens, num_tokens, salt, &cached);
+    *out_seq = en.allocate(tokens, num_tokens, keys, &cached);
     if (out_num_cached_tokens) *out_num_cached_tokens = cached;
   });
 }
@@ -375,7 +377,7 @@ pkv_status pkv_allocate_query(pkv_engine *e, const int32_t *tokens, uint32_t num
                               uint32_t *out_num_cached_tokens) {
   return guard(e, [&](Engine &en) {
     require_tokens(tokens, num_tokens);
-    auto plan = en.query(tokens, num_tokens, salt_of(sp));
+    auto plan = en.query(tokens, num_tokens, keys_of(sp, num_tokens));
     if (out_num_blocks) *out_num_blocks = plan.num_free_needed;
     if (out_num_cached_tokens) *out_num_cached_tokens = plan.num_hits * en.params().block_size;
   });
@@ -522,7 +524,10 @@ pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
     PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
     const pkv_request_params defaults = pkv::default_request_params();
     pkv_request_params p = rp ? pkv::read_struct(rp, defaults, "request params") : defaults;
-    *out_seq = en.submit(prompt, num_tokens, p, pkv::salt_bytes(p.cache_salt, p.cache_salt_len));
+    *out_seq =
+        en.submit(prompt, num_tokens, p,
+                  pkv::read_prefix_keys(p.cache_salt, p.cache_salt_len, p.extra_keys,
+                                        p.num_extra_keys, p.extra_key_size, p.lora_id, num_tokens));
   });
 }
 
@@ -689,3 +694,28 @@ pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *to
 }
 
 }  // extern "C"
+pkv_status pkv_block_hash_root_lora(uint64_t seed, const void *salt, uint32_t salt_len,
+                                    uint64_t lora_id, uint64_t *out_hash) {
+  return guard([&] {
+    PKV_REQUIRE(out_hash != nullptr, "out_hash is NULL");
+    PKV_REQUIRE(salt != nullptr || salt_len == 0, "salt is NULL with salt_len %u", salt_len);
+    *out_hash = pkv::root_hash(seed, salt, salt_len, lora_id);
+  });
+}
+
+pkv_status pkv_block_hash_extra(uint64_t seed, uint64_t parent_hash, const int32_t *tokens,
+                                uint32_t num_tokens, uint32_t first_token,
+                                const pkv_extra_key *keys, uint32_t num_keys, uint32_t key_size,
+                                uint64_t *out_hash) {
+  return guard([&] {
+    PKV_REQUIRE(out_hash != nullptr, "out_hash is NULL");
+    require_tokens(tokens, num_tokens);
+    PKV_REQUIRE(uint64_t(first_token) + num_tokens <= UINT32_MAX,
+                "first_token %u + num_tokens %u exceed 2^32-1", first_token, num_tokens);
+    pkv::PrefixKeys k;
+    k.extra = pkv::read_extra_keys(keys, num_keys, key_size, UINT32_MAX);
+    const std::string extra = k.block_extra(first_token, num_tokens);
+    *out_hash = pkv::block_hash(seed, parent_hash, tokens, num_tokens, extra.data(), extra.size());
+  });
+}
+

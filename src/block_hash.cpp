@@ -34,6 +34,43 @@ uint64_t root_hash(uint64_t seed, const void *salt, size_t salt_len) {
   return XXH3_64bits_withSeed(salt_len ? salt : "", salt_len, seed);
 }
 
+uint64_t root_hash(uint64_t seed, const void *salt, size_t salt_len, uint64_t lora_id) {
+  if (lora_id == 0) return root_hash(seed, salt, salt_len);
+  // The id and the salt's length after the salt, then a tag: a salt alone ending in these 20
+  // bytes is the only input that hashes alike, and it must end in "pkv-lora" (hashes name
+  // blocks for routers; pkv itself compares salts and ids exactly).
+  unsigned char tail[20];
+  store_le32(tail, static_cast<uint32_t>(lora_id));
+  store_le32(tail + 4, static_cast<uint32_t>(lora_id >> 32));
+  store_le32(tail + 8, static_cast<uint32_t>(salt_len));
+  std::memcpy(tail + 12, "pkv-lora", 8);
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset_withSeed(&state, seed);
+  if (salt_len) XXH3_64bits_update(&state, salt, salt_len);
+  XXH3_64bits_update(&state, tail, sizeof tail);
+  return XXH3_64bits_digest(&state);
+}
+
+uint64_t block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens, size_t num_tokens,
+                    const void *extra, size_t extra_len) {
+  if (extra_len == 0) return block_hash(seed, parent_hash, tokens, num_tokens);
+  unsigned char buf[8 + 4 * kChunkTokens];
+  store_le32(buf, static_cast<uint32_t>(parent_hash));
+  store_le32(buf + 4, static_cast<uint32_t>(parent_hash >> 32));
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset_withSeed(&state, seed);
+  XXH3_64bits_update(&state, buf, 8);
+  for (size_t i = 0; i < num_tokens; i += kChunkTokens) {
+    const size_t n = num_tokens - i < kChunkTokens ? num_tokens - i : kChunkTokens;
+    store_tokens_le(buf, tokens + i, n);
+    XXH3_64bits_update(&state, buf, 4 * n);
+  }
+  XXH3_64bits_update(&state, extra, extra_len);
+  return XXH3_64bits_digest(&state);
+}
+
 uint64_t block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *tokens, size_t num_tokens) {
   unsigned char buf[8 + 4 * kChunkTokens];
   store_le32(buf, static_cast<uint32_t>(parent_hash));

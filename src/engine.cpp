@@ -219,19 +219,19 @@ void Engine::require_running(const Sequence &s) const {
 // ---------------------------------------------------------------- sequences
 
 BlockManager::Admission Engine::query(const int32_t *tokens, uint32_t n,
-                                      const std::string &salt) const {
+                                      const PrefixKeys &keys) const {
   require_length(n);
-  return blocks_.plan_admission(salt, tokens, n);
+  return blocks_.plan_admission(keys, tokens, n);
 }
 
-uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const std::string &salt,
+uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const PrefixKeys &keys,
                           uint32_t *cached) {
   require_length(n);
   Sequence &s = seqs_.create();
   try {
-    s.salt = salt;
+    s.keys = keys;
     s.tokens.assign(tokens, tokens + n);
-    const uint32_t from_store = consult_store(salt, tokens, n);
+    const uint32_t from_store = consult_store(keys, tokens, n);
     admit(s, blocks_);
     blocks_.count_store_hits(from_store);
   } catch (...) {
@@ -263,7 +263,7 @@ uint64_t Engine::fork(uint64_t parent_id) {
   Sequence &child = seqs_.create();  // references into the table stay valid
   const uint64_t id = child.id;
   try {
-    child = parent;  // tokens, salt, blocks, computed and cached counts
+    child = parent;  // tokens, keys (salt, adapter, extra keys), blocks, computed and cached
   } catch (...) {
     seqs_.discard(id);
     throw;
@@ -309,7 +309,7 @@ uint32_t Engine::resume(uint64_t id) {
   require_manual(s, "resume");
   if (s.state != SeqState::kPreempted)
     fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
-  const uint32_t from_store = consult_store(s.salt, s.tokens.data(), s.num_tokens());
+  const uint32_t from_store = consult_store(s.keys, s.tokens.data(), s.num_tokens());
   admit(s, blocks_);
   blocks_.count_store_hits(from_store);
   return s.num_cached;
@@ -335,8 +335,8 @@ void Engine::swap_in(uint64_t id) {
 }
 
 uint64_t Engine::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
-                        const std::string &salt) {
-  return scheduler_.submit(prompt, n, rp, salt);
+                        const PrefixKeys &keys) {
+  return scheduler_.submit(prompt, n, rp, keys);
 }
 
 struct pkv_seq_info Engine::seq_info(uint64_t id) const {
@@ -350,7 +350,7 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
   info.num_blocks = s.tables.empty() ? 0 : static_cast<uint32_t>(s.tables[0].ids.size());
   info.is_preempted = s.state == SeqState::kPreempted;
   info.in_batch = s.in_batch;
-  info.cache_salt_len = static_cast<uint32_t>(s.salt.size());
+  info.cache_salt_len = static_cast<uint32_t>(s.keys.salt.size());
   info.is_request = s.request.is_request;
   info.num_prompt_tokens = s.request.prompt_len;
   info.num_generated_tokens = s.request.num_generated;
@@ -364,19 +364,19 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
 
 // ---------------------------------------------------------------- the store tier
 
-uint32_t Engine::consult_store(const std::string &salt, const int32_t *tokens, uint32_t n) {
+uint32_t Engine::consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n) {
   if (!store_ || n == 0) return 0;
-  const BlockManager::Admission plan = blocks_.plan_admission(salt, tokens, n);
+  const BlockManager::Admission plan = blocks_.plan_admission(keys, tokens, n);
   const uint32_t max_hits = blocks_.max_hits(n);
   const uint32_t first = plan.num_hits;
   // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
   // pool block as a new one would): the store is not touched.
   if (first >= max_hits || plan.num_free_needed > blocks_.num_free()) return 0;
-  std::vector<StoreKey> keys;
-  store_->keys(salt, tokens, max_hits, &keys);
+  StoreChain chain;
+  store_->keys(keys, tokens, max_hits, &chain);
   std::vector<uint8_t> values;
-  const uint32_t got = store_->fetch(keys, tokens, first, max_hits - first, &values);
-  return got ? stage_fetched(blocks_, *store_, salt, tokens, n, first, got, values) : 0;
+  const uint32_t got = store_->fetch(chain, tokens, first, max_hits - first, &values);
+  return got ? stage_fetched(blocks_, *store_, keys, tokens, n, first, got, values) : 0;
 }
 
 void Engine::write_sealed(const Sequence &s) {
@@ -384,34 +384,37 @@ void Engine::write_sealed(const Sequence &s) {
   if (sealed.empty()) return;
   uint32_t last = 0;
   for (const SealedBlock &b : sealed) last = std::max(last, b.index);
-  std::vector<StoreKey> keys;
-  store_->keys(s.salt, s.tokens.data(), last + 1, &keys);
+  StoreChain chain;
+  store_->keys(s.keys, s.tokens.data(), last + 1, &chain);
   const StoreShape &shape = store_->shape();
   const uint64_t offset = payload_offset(shape);
   for (const SealedBlock &b : sealed) {
     std::vector<uint8_t> value(shape.value_bytes());
     backend_->read_block(b.block, value.data() + offset);
-    store_->encode(keys[b.index + 1], keys[b.index],
+    store_->encode(chain.keys[b.index + 1], chain.parents[b.index],
                    s.tokens.data() + size_t(b.index) * params_.block_size, value.data());
     const int32_t *block_tokens = s.tokens.data() + size_t(b.index) * params_.block_size;
     store_->write(
-        keys[b.index + 1], std::move(value),
+        chain.keys[b.index + 1], std::move(value),
         StoreWritten{b.hash, b.parent_hash, b.index == 0,
-                     std::vector<int32_t>(block_tokens, block_tokens + params_.block_size)});
+                     std::vector<int32_t>(block_tokens, block_tokens + params_.block_size),
+                     s.keys.lora_id,
+                     s.keys.block_extra(b.index * params_.block_size, params_.block_size)});
   }
 }
 
 void Engine::write_back(const EvictedHostBlock &b, bool wait) {
   // The host tier's copy, read now (host memory): its block is reused right after this call.
   const uint32_t bs = params_.block_size, index = static_cast<uint32_t>(b.tokens.size() / bs) - 1;
-  std::vector<StoreKey> keys;
-  store_->keys(*b.salt, b.tokens.data(), index + 1, &keys);
+  StoreChain chain;
+  store_->keys(*b.salt, b.lora_id, b.extras, b.tokens.data(), index + 1, &chain);
   const StoreShape &shape = store_->shape();
   std::vector<uint8_t> value(shape.value_bytes());
   store_->read_host(b.host, value.data());
-  store_->encode(keys[index + 1], keys[index], b.tokens.data() + size_t(index) * bs, value.data());
+  store_->encode(chain.keys[index + 1], chain.parents[index], b.tokens.data() + size_t(index) * bs,
+                 value.data());
   const int32_t *block_tokens = b.tokens.data() + size_t(index) * bs;
-  store_->write(keys[index + 1], std::move(value),
+  store_->write(chain.keys[index + 1], std::move(value),
                 StoreWritten{b.hash, b.parent_hash, index == 0,
                              std::vector<int32_t>(block_tokens, block_tokens + bs)},
                 wait);
@@ -420,7 +423,8 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
 void Engine::note_store_events() {
   if (!store_) return;
   for (const StoreWritten &w : store_->take_written())
-    events_.stored(w.hash, w.parent_hash, w.parent_is_root, w.tokens.data(), PKV_TIER_STORE, 0);
+    events_.stored(w.hash, w.parent_hash, w.parent_is_root, w.tokens.data(), PKV_TIER_STORE, 0,
+                   w.lora_id, w.extra);
 }
 
 void Engine::publisher_info(struct pkv_event_publisher_info *out) const {

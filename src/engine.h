@@ -36,8 +36,8 @@ class Engine {
   const KvGroups &groups() const { return groups_; }
 
   // Sequences (pkv_allocate's).
-  uint64_t allocate(const int32_t *tokens, uint32_t n, const std::string &salt, uint32_t *cached);
-  BlockManager::Admission query(const int32_t *tokens, uint32_t n, const std::string &salt) const;
+  uint64_t allocate(const int32_t *tokens, uint32_t n, const PrefixKeys &keys, uint32_t *cached);
+  BlockManager::Admission query(const int32_t *tokens, uint32_t n, const PrefixKeys &keys) const;
   void append(uint64_t id, const int32_t *tokens, uint32_t n);
   uint64_t fork(uint64_t parent);
   void release(uint64_t id);
@@ -51,7 +51,7 @@ class Engine {
 
   // Requests (the scheduler's).
   uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
-                  const std::string &salt);
+                  const PrefixKeys &keys);
   size_t drain_finished(uint64_t *out, size_t cap) { return scheduler_.drain_finished(out, cap); }
 
   // The one open batch: begun by pkv_batch_begin or pkv_step, ended by pkv_batch_end or
@@ -103,7 +103,7 @@ class Engine {
   // The store tier. Before an admission of tokens under salt: the blocks after where the prefix
   // tree stops are asked of the store and those verified are staged in the host tier, for the
   // admission to load; returns how many. Never throws for the store's sake.
-  uint32_t consult_store(const std::string &salt, const int32_t *tokens, uint32_t n);
+  uint32_t consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
   // After s's blocks were sealed (write-through): the new prefix blocks go to the writer.
   void write_sealed(const Sequence &s);
   // An offloaded block leaving the host tier goes to the writer (write-back); wait: for room in

@@ -127,7 +127,7 @@ struct KvPublisher::Impl {
     WireEvent q = e;
     q.tokens = staged_tokens.size();
     if (tokens) staged_tokens.insert(staged_tokens.end(), tokens, tokens + shape.block_size);
-    staged.push_back(q);
+    staged.push_back(std::move(q));
   }
 
   // The staged events join the queue; a queue they would overfill is dropped (counted) for one
@@ -339,8 +339,10 @@ KvPublisher::~KvPublisher() {
 }
 
 void KvPublisher::stored(uint64_t hash, bool has_parent, uint64_t parent_hash,
-                         const int32_t *tokens, uint32_t medium, uint32_t group) {
-  impl_->stage(WireEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0},
+                         const int32_t *tokens, uint32_t medium, uint32_t group, uint64_t lora_id,
+                         const std::string &extra) {
+  impl_->stage(WireEvent{PKV_EVENT_BLOCK_STORED, medium, group, has_parent, hash, parent_hash, 0,
+                         lora_id, extra},
                tokens);
 }
 
@@ -381,7 +383,8 @@ KvPublisher::KvPublisher(const pkv_event_publisher_params &, uint32_t, std::arra
 }
 
 KvPublisher::~KvPublisher() = default;
-void KvPublisher::stored(uint64_t, bool, uint64_t, const int32_t *, uint32_t, uint32_t) {}
+void KvPublisher::stored(uint64_t, bool, uint64_t, const int32_t *, uint32_t, uint32_t, uint64_t,
+                         const std::string &) {}
 void KvPublisher::removed(uint64_t, uint32_t, uint32_t) {}
 void KvPublisher::all_cleared() {}
 void KvPublisher::flush() {}

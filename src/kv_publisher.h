@@ -31,8 +31,9 @@ class KvPublisher {
 
   // The engine's events, in order, staged until flush(). tokens: the block's block_size tokens. has_parent: false when
   // the block is the first under its salt's root (parent_block_hash nil on the wire).
+  // lora_id: the block's adapter (0: none); extra: its extra bytes (PrefixKeys::block_extra).
   void stored(uint64_t hash, bool has_parent, uint64_t parent_hash, const int32_t *tokens,
-              uint32_t medium, uint32_t group);
+              uint32_t medium, uint32_t group, uint64_t lora_id, const std::string &extra);
   void removed(uint64_t hash, uint32_t medium, uint32_t group);
   void all_cleared();
   // Hands the events of the engine call that just ended to the publishing thread (one lock and at

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "pkv/pkv.h"
+#include "prefix_keys.h"
 
 namespace pkv {
 
@@ -57,6 +58,10 @@ class Writer {
   void array(size_t n) { msgpack_pack_array(&pk_, n); }
   void i32(int32_t v) { msgpack_pack_int32(&pk_, v); }
   void f64(double v) { msgpack_pack_double(&pk_, v); }
+  void bin(const char *b, size_t n) {
+    msgpack_pack_bin(&pk_, n);
+    msgpack_pack_bin_body(&pk_, b, n);
+  }
 
  private:
   msgpack_packer pk_;
@@ -74,6 +79,31 @@ void block_hashes(Writer &w, const WireEvent *run, size_t n) {
   w.field("block_hashes");
   w.array(n);
   for (size_t i = 0; i < n; ++i) w.u64(run[i].hash);
+}
+
+// extra_keys: nil when no block of the run has extra keys, else per block nil or its items, each
+// [key (bin), start, end, item_start] (pkv_block_hash_extra's fields).
+void extra_keys(Writer &w, const WireEvent *run, size_t n) {
+  w.field("extra_keys");
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) any = any || !run[i].extra.empty();
+  if (!any) return w.nil();
+  w.array(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (run[i].extra.empty()) {
+      w.nil();
+      continue;
+    }
+    const std::vector<ExtraItem> items = parse_block_extra(run[i].extra);
+    w.array(items.size());
+    for (const ExtraItem &it : items) {
+      w.array(4);
+      w.bin(it.key, it.key_len);
+      w.u64(it.start);
+      w.u64(it.end);
+      w.u64(it.item_start);
+    }
+  }
 }
 
 // BlockStored's 11 fields.
@@ -94,14 +124,16 @@ void block_stored(Writer &w, const WireShape &s, const WireEvent *run, size_t n,
     for (uint32_t t = 0; t < s.block_size; ++t) w.i32(tokens[run[i].tokens + t]);
   w.field("block_size");
   w.u64(s.block_size);
-  w.field("lora_id");  // vLLM's deprecated adapter id; pkv has no adapters
-  w.nil();
+  w.field("lora_id");  // the run's adapter: one chain, one root, one adapter
+  if (e.lora_id)
+    w.u64(e.lora_id);
+  else
+    w.nil();
   w.field("medium");
   w.str(s.medium[e.medium]);
-  w.field("lora_name");
+  w.field("lora_name");  // pkv knows adapters by id only
   w.nil();
-  w.field("extra_keys");  // the salt is in the hashes; no per-block keys a router must add
-  w.nil();
+  extra_keys(w, run, n);
   w.field("group_idx");
   w.u64(e.group);
   w.field("kv_cache_spec_kind");
@@ -125,7 +157,8 @@ void block_removed(Writer &w, const WireShape &s, const WireEvent *run, size_t n
 
 // Whether event b continues the run event a is in (one BlockStored / BlockRemoved on the wire).
 bool continues(const WireEvent &a, const WireEvent &b) {
-  if (a.type != b.type || a.medium != b.medium || a.group != b.group) return false;
+  if (a.type != b.type || a.medium != b.medium || a.group != b.group || a.lora_id != b.lora_id)
+    return false;
   if (b.type == PKV_EVENT_BLOCK_STORED) return b.has_parent && b.parent_hash == a.hash;
   return b.type == PKV_EVENT_BLOCK_REMOVED;
 }

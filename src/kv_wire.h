@@ -19,7 +19,9 @@ struct WireEvent {
   uint32_t group;   // its KV group
   bool has_parent;  // false: the first block under its salt's root (parent_block_hash nil)
   uint64_t hash, parent_hash;
-  size_t tokens;  // STORED: its block_size tokens start here in the token array
+  size_t tokens;         // STORED: its block_size tokens start here in the token array
+  uint64_t lora_id = 0;  // STORED: its adapter, 0 = none
+  std::string extra;     // STORED: its extra bytes (PrefixKeys::block_extra), empty when none
 };
 
 // What the encoding knows of the engine, fixed at its create.

@@ -133,6 +133,7 @@ pkv_seq_params default_seq_params() {
   pkv_seq_params p;
   std::memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
+  p.extra_key_size = sizeof(pkv_extra_key);
   return p;
 }
 
@@ -142,6 +143,7 @@ pkv_request_params default_request_params() {
   p.struct_size = sizeof p;
   p.max_new_tokens = 16;
   p.stop_token = -1;
+  p.extra_key_size = sizeof(pkv_extra_key);
   return p;
 }
 

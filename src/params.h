@@ -42,6 +42,12 @@ inline constexpr uint32_t kMinStructSize<pkv_event_publisher_params> =
 // Grew in 0.4.0: a 0.3 caller's store params end where model_id starts.
 template <>
 inline constexpr uint32_t kMinStructSize<pkv_store_params> = offsetof(pkv_store_params, model_id);
+// Grew in 0.5.0 (extra keys, lora_id): a 0.4 caller's struct ends at the fields' start.
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_seq_params> = offsetof(pkv_seq_params, extra_keys);
+template <>
+inline constexpr uint32_t kMinStructSize<pkv_request_params> = offsetof(pkv_request_params,
+                                                                        extra_keys);
 static_assert(sizeof(pkv_kv_event) >= 32, "pkv_kv_event only grows");
 
 // Reads a caller's versioned struct: fields the caller does not have keep their defaults.

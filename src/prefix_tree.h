@@ -1,10 +1,11 @@
 // The exact block-level prefix cache (DESIGN.md §4).
 //
-// A node is one full block of tokens under one exact prefix: (parent node, tokens). Roots are one
-// per (cache salt, KV group) and hold no tokens: each KV group (DESIGN.md §12) caches its own
-// blocks of a prefix, under the salt's canonical root hash. A node keeps the pool blocks whose KV holds it (its copies)
+// A node is one full block of tokens under one exact prefix: (parent node, tokens, the block's
+// extra bytes: the extra keys overlapping it, PrefixKeys::block_extra). Roots are one per (cache
+// salt, LoRA adapter id, KV group) and hold no tokens: each KV group (DESIGN.md §12) caches its
+// own blocks of a prefix, under the canonical root hash of the salt and adapter. A node keeps the pool blocks whose KV holds it (its copies)
 // and at most one host-tier block (its offloaded copy, DESIGN.md §11). Children are found through one hash map keyed by (parent, hash of the block) and the
-// tokens are compared on every hit, so a hash collision, a crafted collision or a block reused
+// tokens and extra bytes are compared on every hit, so a hash collision, a crafted collision or a block reused
 // under another prefix can never serve wrong KV. Nodes without copies in either tier and without
 // children are removed, up the tree.
 #pragma once
@@ -16,6 +17,7 @@
 
 #include "kv_events.h"
 #include "node_table.h"
+#include "prefix_keys.h"
 
 namespace pkv {
 
@@ -29,19 +31,35 @@ class PrefixTree {
   // events go, with the tier as their medium; may be null.
   void set_events(KvEvents *events) { events_ = events; }
 
-  // The root of a salt in a KV group, or kNoNode when no block was ever sealed under it.
-  uint32_t find_root(const std::string &salt, uint32_t group = 0) const;
-  uint32_t get_or_add_root(const std::string &salt, uint32_t group = 0);
-  // The salt of a root (a node whose parent is kNoNode).
+  // The root of keys' salt and adapter in a KV group, or kNoNode when no block was ever sealed
+  // under it (keys' extra keys name blocks, not roots).
+  uint32_t find_root(const PrefixKeys &keys, uint32_t group = 0) const;
+  uint32_t get_or_add_root(const PrefixKeys &keys, uint32_t group = 0);
+  // A salt without adapter (the callers that have no PrefixKeys yet).
+  uint32_t find_root(const std::string &salt, uint32_t group = 0) const {
+    return find_root(salt_only(salt), group);
+  }
+  uint32_t get_or_add_root(const std::string &salt, uint32_t group = 0) {
+    return get_or_add_root(salt_only(salt), group);
+  }
+  // The salt and adapter of a root (a node whose parent is kNoNode).
   const std::string &root_salt(uint32_t root) const { return root_salts_.at(root).salt; }
-  // The KV group of a node (its root's).
+  uint64_t root_lora(uint32_t root) const { return root_salts_.at(root).lora_id; }
+  // The KV group of a node (its root's), its adapter (its root's), its extra bytes.
   uint32_t group(uint32_t node) const { return nodes_[node].group; }
+  uint64_t lora_id(uint32_t node) const { return nodes_[node].lora_id; }
+  const std::string &extra(uint32_t node) const;
 
-  // The canonical hash of the child of `parent` holding `tokens` (block_size of them).
-  uint64_t child_hash(uint32_t parent, const int32_t *tokens) const;
-  // The child of parent holding exactly these tokens, whose canonical hash is `hash`; kNoNode if none.
-  uint32_t find_child(uint32_t parent, uint64_t hash, const int32_t *tokens) const;
-  uint32_t add_child(uint32_t parent, uint64_t hash, const int32_t *tokens);
+  // The canonical hash of the child of `parent` holding `tokens` (block_size of them) and the
+  // block's extra bytes.
+  uint64_t child_hash(uint32_t parent, const int32_t *tokens,
+                      const std::string &extra = kNoExtra) const;
+  // The child of parent holding exactly these tokens and extra bytes, whose canonical hash is
+  // `hash`; kNoNode if none.
+  uint32_t find_child(uint32_t parent, uint64_t hash, const int32_t *tokens,
+                      const std::string &extra = kNoExtra) const;
+  uint32_t add_child(uint32_t parent, uint64_t hash, const int32_t *tokens,
+                     const std::string &extra = kNoExtra);
   // Lookups of a prompt's blocks know every canonical hash up front (it chains hashes, not
   // nodes), so they can start loading the table slots and tokens of blocks ahead.
   void prefetch_slot(uint32_t parent, uint64_t hash) const {
@@ -82,6 +100,8 @@ class PrefixTree {
     uint32_t num_children = 0;
     uint32_t group = 0;
     bool live = false;
+    bool has_extra = false;       // its extra bytes are in extras_
+    uint64_t lora_id = 0;         // its root's
     uint64_t hash = 0;            // canonical hash
     std::vector<int32_t> copies;  // pool blocks
     int32_t host = -1;            // host-tier block, -1 when none
@@ -89,9 +109,17 @@ class PrefixTree {
 
   struct RootKey {
     std::string salt;
+    uint64_t lora_id;
     uint32_t group;
   };
-  static std::string root_key(const std::string &salt, uint32_t group);
+  static PrefixKeys salt_only(const std::string &salt) {
+    PrefixKeys k;
+    k.salt = salt;
+    return k;
+  }
+  static std::string root_key(const std::string &salt, uint64_t lora_id, uint32_t group);
+  bool same_block(uint32_t node, uint32_t parent, const int32_t *tokens,
+                  const std::string &extra) const;
   uint64_t map_key(uint32_t parent, uint64_t hash) const;
   uint32_t new_node();
   void maybe_remove(uint32_t node);
@@ -105,8 +133,11 @@ class PrefixTree {
   std::vector<uint32_t> free_nodes_;
   size_t num_live_ = 0;
   NodeTable children_;                               // map_key(parent, hash) -> node
-  std::unordered_map<std::string, uint32_t> roots_;  // root_key(salt, group) -> root
+  std::unordered_map<std::string, uint32_t> roots_;  // root_key(salt, lora, group) -> root
   std::unordered_map<uint32_t, RootKey> root_salts_;
+  // The extra bytes of the nodes that have them (multimodal prompts): a side table keeps the
+  // nodes of text prompts as small as before.
+  std::unordered_map<uint32_t, std::string> extras_;
 };
 
 }  // namespace pkv

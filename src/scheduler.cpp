@@ -21,15 +21,15 @@ template <class F> bool fits(F &&f) {
 
 }  // namespace
 
-uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt,
+uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const PrefixKeys &keys,
                        const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
                        const std::vector<uint8_t> &values) {
-  const BlockManager::Admission plan = blocks.plan_admission(salt, tokens, n);
+  const BlockManager::Admission plan = blocks.plan_admission(keys, tokens, n);
   const uint32_t now = plan.num_hits;
   if (now < first || now >= first + got) return 0;  // a gap before them, or nothing left to add
   const uint32_t skip = now - first;
   std::vector<int32_t> host;
-  const uint32_t staged = blocks.stage_from_store(salt, tokens, plan, got - skip, &host);
+  const uint32_t staged = blocks.stage_from_store(keys, tokens, plan, got - skip, &host);
   const uint64_t vb = store.shape().value_bytes();
   uint32_t from_store = 0;
   for (uint32_t i = 0; i < staged; ++i) {
@@ -41,7 +41,7 @@ uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string
 }
 
 uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
-                           const std::string &salt) {
+                           const PrefixKeys &keys) {
   PKV_REQUIRE(rp.max_new_tokens >= 1, "max_new_tokens must be >= 1");
   PKV_REQUIRE(rp.reserved0 == 0, "reserved0 must be 0");
   const uint64_t total = uint64_t(n) + rp.max_new_tokens;
@@ -56,7 +56,7 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
       n, rp.max_new_tokens, (unsigned long long)need, limits_.num_blocks);
   Sequence &s = seqs_.create();
   try {
-    s.salt = salt;
+    s.keys = keys;
     s.tokens.assign(prompt, prompt + n);
     s.request = Request{true, n, rp.max_new_tokens, 0, rp.stop_token, rp.priority, PKV_FINISH_NONE};
     enqueue(s.id);
@@ -127,7 +127,7 @@ void Scheduler::absorb_fetched() {
     Sequence *s = &seqs_.get(f.id);
     num_loading_--;
     s->state = SeqState::kWaiting;
-    s->request.store_staged = f.got ? stage_fetched(blocks_, *store_, s->salt, s->tokens.data(),
+    s->request.store_staged = f.got ? stage_fetched(blocks_, *store_, s->keys, s->tokens.data(),
                                                     s->num_tokens(), f.first, f.got, f.values)
                                     : 0;
   }
@@ -136,13 +136,13 @@ void Scheduler::absorb_fetched() {
 bool Scheduler::start_lookup(Sequence &s) {
   s.request.store_looked_up = true;
   const uint32_t n = s.num_tokens();
-  const BlockManager::Admission plan = blocks_.plan_admission(s.salt, s.tokens.data(), n);
+  const BlockManager::Admission plan = blocks_.plan_admission(s.keys, s.tokens.data(), n);
   const uint32_t max_hits = blocks_.max_hits(n), first = plan.num_hits;
   if (first >= max_hits) return false;
-  std::vector<StoreKey> keys;
-  store_->keys(s.salt, s.tokens.data(), max_hits, &keys);
+  StoreChain chain;
+  store_->keys(s.keys, s.tokens.data(), max_hits, &chain);
   store_->fetch_async(
-      s.id, std::move(keys),
+      s.id, std::move(chain),
       std::vector<int32_t>(s.tokens.begin(),
                            s.tokens.begin() + size_t(max_hits) * limits_.block_size),
       first, max_hits - first);

@@ -35,7 +35,7 @@ struct StepPlan {
 // Stages store blocks fetched for tokens under salt (blocks [first, first + got), values
 // value_bytes each) in the host tier, where the prefix tree now stops (what it already holds is
 // skipped; nothing when it stops before `first`). Returns how many blocks came from the store.
-uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const std::string &salt,
+uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const PrefixKeys &keys,
                        const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
                        const std::vector<uint8_t> &values);
 
@@ -45,7 +45,7 @@ class Scheduler {
       : limits_(limits), seqs_(seqs), blocks_(blocks) {}
 
   uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
-                  const std::string &salt);
+                  const PrefixKeys &keys);
   // With a store, a waiting request is first looked up there in the background (loading); it is
   // admitted once the fetch came back, while others run.
   void set_store(StoreTier *store) { store_ = store; }

@@ -29,7 +29,7 @@ const char *state_name(SeqState state) {
 void admit(Sequence &s, BlockManager &blocks) {
   PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
   PKV_ASSERT(s.num_unslotted == 0);
-  const uint32_t hit = blocks.admit(s.tables, s.salt, s.tokens.data(), s.num_tokens());
+  const uint32_t hit = blocks.admit(s.tables, s.keys, s.tokens.data(), s.num_tokens());
   s.num_cached = hit;
   s.num_computed = hit;
   s.state = SeqState::kRunning;
@@ -84,13 +84,13 @@ void swap_in(Sequence &s, BlockManager &blocks) {
   s.state = SeqState::kRunning;
   // The blocks' KV is the computed tokens' (their copies come first in the next step): its
   // full blocks join the prefix tree as copies of their nodes again.
-  blocks.seal(s.tables, s.salt, s.tokens.data(), s.num_computed);
+  blocks.seal(s.tables, s.keys, s.tokens.data(), s.num_computed);
 }
 
 void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken) {
   PKV_ASSERT((s.running() || s.state == SeqState::kPreempted) && n >= 1 && n <= s.num_tokens());
   PKV_ASSERT(s.num_unslotted == 0);  // sequences of pkv_allocate: every token has its slot
-  if (s.running()) blocks.truncate(s.tables, s.salt, s.tokens.data(), n, s.num_computed, taken);
+  if (s.running()) blocks.truncate(s.tables, s.keys, s.tokens.data(), n, s.num_computed, taken);
   s.tokens.resize(n);
   s.num_computed = std::min(s.num_computed, n);
   s.num_cached = std::min(s.num_cached, n);
@@ -104,7 +104,7 @@ void free_kv(Sequence &s, BlockManager &blocks) {
 void computed(Sequence &s, BlockManager &blocks, uint32_t n) {
   PKV_ASSERT(s.running() && n <= s.num_uncomputed());
   s.num_computed += n;
-  blocks.seal(s.tables, s.salt, s.tokens.data(), s.num_computed);
+  blocks.seal(s.tables, s.keys, s.tokens.data(), s.num_computed);
 }
 
 void add_sampled(Sequence &s, int32_t token) {
@@ -161,7 +161,7 @@ std::vector<TableOwner> SequenceTable::owners() const {
   std::vector<TableOwner> out;
   out.reserve(seqs_.size());
   for (const auto &[id, s] : seqs_)
-    out.push_back(TableOwner{id, &s.tables, &s.salt, s.tokens.data(),
+    out.push_back(TableOwner{id, &s.tables, &s.keys, s.tokens.data(),
                              s.running() ? s.num_slotted() : 0, s.running() ? s.num_computed : 0,
                              &s.host_blocks});
   return out;

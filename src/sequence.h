@@ -40,7 +40,8 @@ struct Request {
 struct Sequence {
   uint64_t id = 0;
   SeqState state = SeqState::kWaiting;
-  std::string salt;                  // cache salt: sequences with different salts share nothing
+  PrefixKeys keys;                   // salt, adapter, extra keys: what names its blocks besides
+                                     // their tokens (kept through preemption, copied by a fork)
   std::vector<int32_t> tokens;       // prompt, appended and sampled tokens
   SeqTables tables;                  // one per KV group, covering num_slotted() tokens while
                                      // running; else empty

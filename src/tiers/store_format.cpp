@@ -121,11 +121,27 @@ std::string config_model_id(const char *json, size_t len) {
   return "config-sha256:" + k.hex();
 }
 
-StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt) {
+StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt, uint64_t lora_id) {
   Sha256 h;
-  h.add("pkv-store-root-v1", 17).add(fp.bytes, 32);
+  if (lora_id == 0) {
+    h.add("pkv-store-root-v1", 17).add(fp.bytes, 32);
+  } else {
+    h.add("pkv-store-root-lora-v1", 22).add(fp.bytes, 32);
+    add_le(h, lora_id);
+  }
   add_le(h, uint64_t(salt.size()));
   h.add(salt.data(), salt.size());
+  StoreKey k;
+  h.done(k.bytes);
+  return k;
+}
+
+StoreKey store_value_parent(const StoreKey &parent, const std::string &extra) {
+  if (extra.empty()) return parent;
+  Sha256 h;
+  h.add("pkv-store-extra-v1", 18).add(parent.bytes, 32);
+  add_le(h, uint64_t(extra.size()));
+  h.add(extra.data(), extra.size());
   StoreKey k;
   h.done(k.bytes);
   return k;

@@ -4,7 +4,13 @@
 // Keys: SHA-256 chains (OpenSSL's libcrypto: the hashing library every Debian machine already
 // has, with SHA-NI/AVX2 code paths picked at run time). The root of a salt is
 // SHA-256("pkv-store-root-v1" | fingerprint | salt length | salt); a block's key is
-// SHA-256(parent key | its token ids as int32 little-endian). The fingerprint is SHA-256 of the
+// SHA-256(parent key | its token ids as int32 little-endian). With a LoRA adapter (lora_id != 0)
+// the root is SHA-256("pkv-store-root-lora-v1" | fingerprint | lora_id as u64 | salt length |
+// salt); a block with extra keys names as its parent SHA-256("pkv-store-extra-v1" | parent key |
+// extra length as u64 | its extra bytes, PrefixKeys::block_extra) instead of the parent key, so
+// its key stays SHA-256 of the parent its value names and its tokens (the value format and
+// `pkv store verify` are unchanged) while another adapter's or item's value is another key and
+// never hits (its header names that key). The fingerprint is SHA-256 of the
 // model's KV shape on this rank (layers, kv heads per rank, head_dim, KV dtype, block size, tp
 // rank and size; an MLA cache's layout and kv_lora_rank) and of the host's model id when it gives
 // one, so engines of other models (ids) or ranks never share a key. Without a model id, models
@@ -48,7 +54,9 @@ struct StoreFingerprint {
 StoreFingerprint store_fingerprint(const StoreShape &shape);
 // pkv_hf_config_digest's text: "config-sha256:" and SHA-256 of the bytes, in hex.
 std::string config_model_id(const char *json, size_t len);
-StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt);
+StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt, uint64_t lora_id = 0);
+// The parent a block's value names: parent itself when extra is empty, else mixed with it.
+StoreKey store_value_parent(const StoreKey &parent, const std::string &extra);
 StoreKey store_block_key(const StoreKey &parent, const int32_t *tokens, uint32_t n);
 
 // Writes the header and tokens of a value into value[0 .. value_bytes - payload_bytes); the

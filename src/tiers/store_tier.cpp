@@ -45,27 +45,38 @@ StoreTier::~StoreTier() {
   writer_.join();
 }
 
-void StoreTier::keys(const std::string &salt, const int32_t *tokens, uint32_t n,
-                     std::vector<StoreKey> *out) const {
-  out->resize(size_t(n) + 1);
-  (*out)[0] = store_root_key(fingerprint_, salt);
-  for (uint32_t j = 0; j < n; ++j)
-    (*out)[j + 1] =
-        store_block_key((*out)[j], tokens + size_t(j) * shape_.block_size, shape_.block_size);
+void StoreTier::keys(const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
+                     StoreChain *out) const {
+  this->keys(keys.salt, keys.lora_id,
+             keys.block_extras(keys.has_extra() ? n : 0, shape_.block_size), tokens, n, out);
 }
 
-uint32_t StoreTier::fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first,
+void StoreTier::keys(const std::string &salt, uint64_t lora_id,
+                     const std::vector<std::string> &extras, const int32_t *tokens, uint32_t n,
+                     StoreChain *out) const {
+  PKV_ASSERT(extras.empty() || extras.size() >= n);
+  out->keys.resize(size_t(n) + 1);
+  out->parents.resize(n);
+  out->keys[0] = store_root_key(fingerprint_, salt, lora_id);
+  for (uint32_t j = 0; j < n; ++j) {
+    out->parents[j] = extras.empty() ? out->keys[j] : store_value_parent(out->keys[j], extras[j]);
+    out->keys[j + 1] =
+        store_block_key(out->parents[j], tokens + size_t(j) * shape_.block_size, shape_.block_size);
+  }
+}
+
+uint32_t StoreTier::fetch(const StoreChain &chain, const int32_t *tokens, uint32_t first,
                           uint32_t n, std::vector<uint8_t> *values) {
-  return fetch_from(*lookup_, keys, tokens, first, n, values);
+  return fetch_from(*lookup_, chain, tokens, first, n, values);
 }
 
 // Never blocks on the store: the fetcher thread makes its store (a Redis connection) itself.
-void StoreTier::fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens,
+void StoreTier::fetch_async(uint64_t id, StoreChain chain, std::vector<int32_t> tokens,
                             uint32_t first, uint32_t n) {
   if (!fetcher_.joinable()) fetcher_ = std::thread([this] { fetcher_loop(); });
   {
     std::lock_guard<std::mutex> lock(fetch_mutex_);
-    fetch_queue_.push_back(FetchJob{id, std::move(keys), std::move(tokens), first, n});
+    fetch_queue_.push_back(FetchJob{id, std::move(chain), std::move(tokens), first, n});
   }
   fetch_wake_.notify_one();
 }
@@ -108,7 +119,7 @@ void StoreTier::fetcher_loop() {
     StoreFetched out{job.id, job.first, 0, {}};
     if (fetcher_store_) {
       out.got =
-          fetch_from(*fetcher_store_, job.keys, job.tokens.data(), job.first, job.n, &out.values);
+          fetch_from(*fetcher_store_, job.chain, job.tokens.data(), job.first, job.n, &out.values);
     } else {
       counters_.lookups += job.n;
       counters_.errors += job.n;
@@ -142,12 +153,12 @@ void StoreTier::read_host(int32_t host, uint8_t *value) const {
   }
 }
 
-uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys,
-                               const int32_t *tokens, uint32_t first, uint32_t n,
-                               std::vector<uint8_t> *values) {
+uint32_t StoreTier::fetch_from(Store &store, const StoreChain &chain, const int32_t *tokens,
+                               uint32_t first, uint32_t n, std::vector<uint8_t> *values) {
   values->clear();
   if (n == 0) return 0;
-  PKV_ASSERT(keys.size() > size_t(first) + n);
+  const std::vector<StoreKey> &keys = chain.keys;
+  PKV_ASSERT(keys.size() > size_t(first) + n && chain.parents.size() >= size_t(first) + n);
   counters_.lookups += n;
   const uint64_t vb = shape_.value_bytes();
   values->resize(size_t(n) * vb);
@@ -163,7 +174,7 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys,
   }
   uint32_t good = 0;
   for (; good < n; ++good) {
-    const uint32_t j = first + good;  // block j: key keys[j + 1], parent keys[j]
+    const uint32_t j = first + good;  // block j: key keys[j + 1], parent parents[j]
     if (found[good] == kStoreAbsent) {
       counters_.misses += n - good;
       break;
@@ -179,7 +190,7 @@ uint32_t StoreTier::fetch_from(Store &store, const std::vector<StoreKey> &keys,
           "not a value (a FIFO, device or directory in a block file's place, or another Redis type)";
     else
       why =
-          verify_value(shape_, fingerprint_, keys[j + 1], keys[j],
+          verify_value(shape_, fingerprint_, keys[j + 1], chain.parents[j],
                        tokens + size_t(j) * shape_.block_size, values->data() + size_t(good) * vb);
     if (!why.empty()) {
       counters_.rejected++;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "prefix_keys.h"
 #include "tiers/store.h"
 #include "tiers/store_format.h"
 
@@ -30,6 +31,16 @@ struct StoreWritten {
   uint64_t hash, parent_hash;
   bool parent_is_root;          // the block is the first under its salt
   std::vector<int32_t> tokens;  // the block's
+  uint64_t lora_id = 0;         // its adapter, 0 = none
+  std::string extra;            // its extra bytes (PrefixKeys::block_extra)
+};
+
+// The store keys of a prompt's blocks [0, n): keys[0] is the root (salt, adapter), block j's key
+// is keys[j + 1]; parents[j] is the parent its value names (keys[j], mixed with the block's extra
+// bytes when it has them: store_value_parent).
+struct StoreChain {
+  std::vector<StoreKey> keys;
+  std::vector<StoreKey> parents;
 };
 
 // Where the host tier's bytes are (host memory on every backend): fetched blocks are staged there.
@@ -66,21 +77,23 @@ class StoreTier {
   bool writes_through() const { return write_mode_ == PKV_STORE_WRITE_THROUGH; }
   uint32_t lookup_timeout_ms() const { return lookup_timeout_ms_; }
 
-  // The salt's root key, then the keys of blocks [0, n) of tokens under salt (n + 1 keys).
-  void keys(const std::string &salt, const int32_t *tokens, uint32_t n,
-            std::vector<StoreKey> *out) const;
-  // Asks the store for blocks [first, first + n) (keys from keys(): block j's is keys[j + 1]) in one call
-  // and verifies them in order; values gets the leading verified ones (value_bytes each) and
-  // their number is returned. Counted in the counters.
-  uint32_t fetch(const std::vector<StoreKey> &keys, const int32_t *tokens, uint32_t first,
-                 uint32_t n, std::vector<uint8_t> *values);
+  // The chain of blocks [0, n) of tokens under keys (salt, adapter, extra keys).
+  void keys(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, StoreChain *out) const;
+  // The same from each block's extra bytes (extras: [n], or empty when no block has any).
+  void keys(const std::string &salt, uint64_t lora_id, const std::vector<std::string> &extras,
+            const int32_t *tokens, uint32_t n, StoreChain *out) const;
+  // Asks the store for blocks [first, first + n) of the chain in one call and verifies them in
+  // order; values gets the leading verified ones (value_bytes each) and their number is
+  // returned. Counted in the counters.
+  uint32_t fetch(const StoreChain &chain, const int32_t *tokens, uint32_t first, uint32_t n,
+                 std::vector<uint8_t> *values);
   // The scheduler's lookups: the fetch runs on a thread of its own (started at the first call,
   // which makes its own store there and keeps it: the engine's thread never waits for a
   // connection; while the store cannot be made, a lookup is a miss answered at once) and its
   // result comes back through take_fetched(); keys and tokens as for fetch(). Never throws for
   // the store's sake.
-  void fetch_async(uint64_t id, std::vector<StoreKey> keys, std::vector<int32_t> tokens,
-                   uint32_t first, uint32_t n);
+  void fetch_async(uint64_t id, StoreChain chain, std::vector<int32_t> tokens, uint32_t first,
+                   uint32_t n);
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).
   bool wait_fetched(uint32_t timeout_ms);
@@ -116,7 +129,7 @@ class StoreTier {
 
   struct FetchJob {
     uint64_t id;
-    std::vector<StoreKey> keys;
+    StoreChain chain;
     std::vector<int32_t> tokens;
     uint32_t first, n;
   };
@@ -125,8 +138,8 @@ class StoreTier {
   void writer_loop();
   void fetcher_loop();
   // fetch() on a given store.
-  uint32_t fetch_from(Store &store, const std::vector<StoreKey> &keys, const int32_t *tokens,
-                      uint32_t first, uint32_t n, std::vector<uint8_t> *values);
+  uint32_t fetch_from(Store &store, const StoreChain &chain, const int32_t *tokens, uint32_t first,
+                      uint32_t n, std::vector<uint8_t> *values);
 
   StoreShape shape_;
   StoreFingerprint fingerprint_;
