@@ -285,8 +285,7 @@ pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group, uint
     PKV_REQUIRE(out_num_groups != nullptr, "out_num_groups is NULL");
     PKV_REQUIRE(group_window != nullptr || cap == 0, "group_window is NULL with cap %u", cap);
     pkv::validate_engine_params(params);
-    const pkv::KvGroups g =
-        pkv::make_kv_groups(params.num_layers, params.sliding_window, params.layer_windows);
+    const pkv::KvGroups g = pkv::kv_groups_of(params);
     if (group_window) copy_out(g.group_window, group_window, cap, out_num_groups, "the groups");
     *out_num_groups = g.num_groups();
     for (uint32_t l = 0; l < params.num_layers; ++l) {
@@ -294,6 +293,29 @@ pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group, uint
       if (layer_slot) layer_slot[l] = g.layer_slot(l);
     }
     if (out_group_layers) *out_group_layers = g.group_layers;
+  });
+}
+
+pkv_status pkv_kv_group_info(const pkv_engine_params *p, uint32_t group,
+                             struct pkv_kv_group_info *out) {
+  return guard([&] {
+    pkv_engine_params params = pkv::read_struct(p, pkv::default_engine_params(), "params");
+    pkv::require_out_struct(out, "out");
+    pkv::validate_engine_params(params);
+    const pkv::KvGroups g = pkv::kv_groups_of(params);
+    PKV_REQUIRE(group < g.num_groups(), "group %u: the params have %u KV groups (pkv_kv_groups)",
+                group, g.num_groups());
+    const pkv::PoolLayout unit = pkv::pool_layout(params, 0);
+    const pkv::GroupBytes bytes = pkv::group_bytes(params, g, unit)[group];
+    struct pkv_kv_group_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    info.attention = g.attention(group);
+    info.window = g.group_window[group];
+    info.num_layers = bytes.num_layers;
+    info.bytes_per_token = bytes.layer_token_bytes * bytes.num_layers;
+    info.padding_bytes_per_block = bytes.padding_bytes_per_block;
+    pkv::write_struct(out, info);
   });
 }
 
@@ -600,6 +622,18 @@ pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out) {
   });
 }
 
+pkv_status pkv_layer_info(pkv_engine *e, uint32_t layer, struct pkv_layer_info *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, en.layer_info(layer));
+  });
+}
+
+pkv_status pkv_set_attention_sinks(pkv_engine *e, uint32_t layer, const float *sinks,
+                                   uint32_t num_sinks) {
+  return guard(e, [&](Engine &en) { en.set_attention_sinks(layer, sinks, num_sinks); });
+}
+
 pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream) {
   return guard(e, [&](Engine &en) { en.set_stream(cuda_stream); });
 }
@@ -718,4 +752,3 @@ pkv_status pkv_block_hash_extra(uint64_t seed, uint64_t parent_hash, const int32
     *out_hash = pkv::block_hash(seed, parent_hash, tokens, num_tokens, extra.data(), extra.size());
   });
 }
-

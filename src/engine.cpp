@@ -34,7 +34,7 @@ SchedulerLimits limits_of(const pkv_engine_params &p) {
 Engine::Engine(const pkv_engine_params &params)
     : budget_(budget_for(params)),
       params_(resolved(params, budget_)),
-      groups_(make_kv_groups(params.num_layers, params.sliding_window, params.layer_windows)),
+      groups_(kv_groups_of(params)),
       softmax_scale_(attention_scale(params_)),
       events_(params_.enable_kv_events != 0, params_.kv_events_capacity, params_.block_size),
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
@@ -47,6 +47,15 @@ Engine::Engine(const pkv_engine_params &params)
   if (params.layer_windows)
     layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
+  layer_specs_ = copy_layer_specs(params);
+  specs_ = resolve_layer_specs(params);
+  params_.layer_specs = layer_specs_.empty() ? nullptr : layer_specs_.data();
+  params_.layer_spec_size = layer_specs_.empty() ? 0 : sizeof(pkv_layer_spec);
+  layout_ = pool_layout(params_, params_.num_blocks);
+  if (std::any_of(specs_.begin(), specs_.end(), [](const LayerSpec &s) { return s.sinks; })) {
+    sinks_.assign(size_t(params_.num_layers) * (params_.num_q_heads / params_.tp_size), 0.0f);
+    sinks_set_.assign(params_.num_layers, 0);
+  }
   if (is_fp8(budget_.kv_dtype)) {
     k_scales_.assign(size_t(params_.num_layers) * budget_.kv_heads_per_rank, 1.0f);
     if (params_.kv_layout != PKV_KV_LAYOUT_MLA) v_scales_ = k_scales_;  // MLA: no V
@@ -112,80 +121,6 @@ Engine::~Engine() {
     blocks_.for_each_host_cached([this](const EvictedHostBlock &b) { write_back(b, true); });
   } catch (...) {  // out of memory for a value: the rest is not written; nothing else to do here
   }
-}
-
-PoolShape Engine::pool_shape() const {
-  const PoolLayout l = pool_layout(params_, params_.num_blocks);
-  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
-  return PoolShape{l.num_layers,
-                   params_.num_blocks,
-                   params_.block_size,
-                   l.kv_heads,
-                   params_.head_dim,
-                   l.dtype_bytes,
-                   params_.dtype,
-                   kv_dtype_of(params_),
-                   params_.num_q_heads / params_.tp_size,
-                   {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool},
-                   params_.host_num_blocks,
-                   {h.layer_bytes, h.bytes_per_pool},
-                   l.tensors,
-                   params_.kv_layout == PKV_KV_LAYOUT_MLA ? params_.kv_lora_rank : 0};
-}
-
-struct pkv_pool_info Engine::pool_info() const {
-  const PoolLayout l =
-      pool_layout(params_, params_.num_blocks);  // the layout pool_shape() allocated
-  struct pkv_pool_info info;
-  std::memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  info.device = backend_->device();
-  info.dtype = kv_dtype_of(params_);
-  info.model_dtype = params_.dtype;
-  info.num_kv_groups = groups_.num_groups();
-  info.kernels = backend_->kernels();
-  info.num_layers = l.num_layers;
-  info.num_blocks = params_.num_blocks;
-  info.block_size = params_.block_size;
-  info.kv_heads = l.kv_heads;
-  info.head_dim = params_.head_dim;
-  info.k_base = backend_->k_pool();
-  info.v_base = backend_->v_pool();
-  info.head_stride = l.head_stride;
-  info.token_stride = l.token_stride;
-  info.block_stride = l.block_stride;
-  info.layer_stride = l.layer_stride;
-  info.bytes_per_pool = l.bytes_per_pool;
-  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
-  info.host_num_blocks = params_.host_num_blocks;
-  info.host_k_base = backend_->host_k_pool();
-  info.host_v_base = backend_->host_v_pool();
-  info.host_layer_stride = h.layer_stride;
-  info.host_bytes_per_pool = h.bytes_per_pool;
-  return info;
-}
-
-void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales) {
-  if (k_scales_.empty())
-    fail(PKV_ERR_INVALID_ARGUMENT, "the cache is %s, not fp8: it has no scales (kv_dtype)",
-         dtype_name(kv_dtype_of(params_)));
-  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
-  // MLA: the latent's scale is k's; there is no V to scale.
-  const bool mla = params_.kv_layout == PKV_KV_LAYOUT_MLA;
-  PKV_REQUIRE(k_scales && (v_scales || mla), "k_scales and v_scales must not be NULL");
-  if (mla) v_scales = k_scales;  // checked as k's, not kept
-  const uint32_t heads = budget_.kv_heads_per_rank;
-  for (uint32_t h = 0; h < heads; ++h)
-    PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) &&
-                    v_scales[h] > 0,
-                "kv head %u: scales must be finite and > 0, got k %g, v %g", h, double(k_scales[h]),
-                double(v_scales[h]));
-  if (seqs_.ever_created())
-    fail(PKV_ERR_STATE,
-         "scales are set before the first sequence: KV already written keeps its scale");
-  std::copy(k_scales, k_scales + heads, &k_scales_[size_t(layer) * heads]);
-  if (!mla) std::copy(v_scales, v_scales + heads, &v_scales_[size_t(layer) * heads]);
-  if (store_) store_->set_kv_scales(k_scales_, v_scales_);
 }
 
 // ---------------------------------------------------------------- checks

@@ -15,7 +15,9 @@
 #include "block_manager.h"
 #include "kv_events.h"
 #include "kv_groups.h"
+#include "layer_specs.h"
 #include "params.h"
+#include "profiler.h"
 #include "pkv/pkv.h"
 #include "scheduler.h"
 #include "sequence.h"
@@ -70,8 +72,13 @@ class Engine {
   void attention(uint32_t layer, const void *q, const void *k, const void *v, void *out);
 
   struct pkv_pool_info pool_info() const;
-  // fp8 KV: layer's scales ([kv_heads_per_rank] each), before the first sequence.
+  // Layer l resolved: its spec (layer_specs), or the flat fields' (engine_layers.cpp).
+  LayerSpec layer_spec(uint32_t l) const;
+  struct pkv_layer_info layer_info(uint32_t layer) const;
+  // fp8 KV: layer's scales ([its kv heads per rank] each), before the first sequence.
   void set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales);
+  // A sinks layer's logits ([q heads per rank]), before the first sequence.
+  void set_attention_sinks(uint32_t layer, const float *sinks, uint32_t num_sinks);
   void set_stream(void *stream) { backend_->set_stream(stream); }
   size_t drain_events(void *out, size_t event_size, size_t cap);
   // After every call on the engine (api.cpp's guards): its KV events go to the publisher.
@@ -94,6 +101,10 @@ class Engine {
   };
 
   PoolShape pool_shape() const;
+  // pkv_attention's checks of one layer's arguments, and its call (engine_layers.cpp).
+  void check_attention(uint32_t layer, const LayerSpec &spec, const void *q, const void *k,
+                       const void *v, const void *out) const;
+  AttentionCall attention_call(uint32_t layer, const LayerSpec &spec) const;
   void require_length(uint64_t num_tokens) const;
   void require_outside_batch(const Sequence &s, const char *what) const;
   void require_manual(const Sequence &s, const char *what) const;
@@ -115,9 +126,15 @@ class Engine {
   std::string last_error_;
   pkv_kv_budget budget_;  // before params_: params_ is resolved from it
   pkv_engine_params params_;
-  KvGroups groups_;                         // the layers' windows and groups
-  std::vector<uint32_t> layer_windows_;     // params_.layer_windows points here (or is null)
-  std::vector<float> k_scales_, v_scales_;  // fp8: [num_layers][kv_heads_per_rank]; else empty
+  KvGroups groups_;                      // the layers' windows and groups
+  std::vector<uint32_t> layer_windows_;  // params_.layer_windows points here (or is null)
+  // fp8: [num_layers][kv_heads_per_rank] (the most any layer has); else empty
+  std::vector<float> k_scales_, v_scales_;
+  std::vector<pkv_layer_spec> layer_specs_;  // params_.layer_specs points here (or is null)
+  std::vector<LayerSpec> specs_;             // layer_specs resolved; empty without them
+  PoolLayout layout_;                        // the pool's (pool_layout)
+  std::vector<float> sinks_;                 // [num_layers][q heads per rank] when any layer has
+  std::vector<uint8_t> sinks_set_;           // [num_layers]: 1 once pkv_set_attention_sinks ran
   float softmax_scale_;
   std::unique_ptr<Backend> backend_;
   // Before events_ and blocks_, which hand it events: it is destroyed after them.

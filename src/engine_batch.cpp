@@ -127,25 +127,8 @@ void Engine::do_copies() {
 void Engine::attention(uint32_t layer, const void *q, const void *k, const void *v, void *out) {
   PKV_ASSERT(open_);
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
-  const bool mla = params_.kv_layout == PKV_KV_LAYOUT_MLA;
-  if (mla) {
-    PKV_REQUIRE(q && k && out, "q, k (the latents) and out must not be NULL");
-    PKV_REQUIRE(!v, "kv_layout MLA has no V (it is a view of the latents): pass v NULL");
-    PKV_REQUIRE(out != q && out != k, "out may not alias q or k");
-    if (!attention_mla_supported(params_.kv_lora_rank, params_.qk_rope_head_dim))
-      fail(
-          PKV_ERR_UNSUPPORTED,
-          "pkv_attention on an MLA cache supports kv_lora_rank and qk_rope_head_dim multiples of %d up to %d "
-          "and %d, not %u and %u",
-          PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_KV_LORA_RANK, PKV_ATTENTION_MAX_ROPE_DIM,
-          params_.kv_lora_rank, params_.qk_rope_head_dim);
-  } else {
-    PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
-    PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
-    if (!attention_head_dim_supported(params_.head_dim))
-      fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
-           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
-  }
+  const LayerSpec spec = layer_spec(layer);
+  check_attention(layer, spec, q, k, v, out);  // each layer's own shape (engine_layers.cpp)
   OpenBatch &ob = *open_;
   do_copies();  // before any write of the step, for every layer at once
   const pkv_batch_view view = ob.batch->view();
@@ -153,11 +136,9 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
     backend_->plan(view);
     ob.planned = true;
   }
-  const size_t heads = budget_.kv_heads_per_rank;
-  backend_->attention(AttentionCall{
-      layer, groups_.layer_slot(layer), groups_.layer_group(layer), groups_.layer_window(layer),
-      softmax_scale_, k_scales_.empty() ? nullptr : &k_scales_[layer * heads],
-      v_scales_.empty() ? nullptr : &v_scales_[layer * heads], q, k, v, out});
+  AttentionCall call = attention_call(layer, spec);
+  call.q = q, call.k = k, call.v = v, call.out = out;
+  backend_->attention(call);
 }
 
 }  // namespace pkv

@@ -115,7 +115,9 @@ KvGroups make_kv_groups(const std::vector<LayerSpec> &specs, uint32_t dtype_byte
   for (const auto &k : kinds) {
     const uint64_t bytes = std::get<2>(k.first);
     const uint32_t per_block = static_cast<uint32_t>(g.page_token_bytes / bytes);
-    g.group_layers = std::max(g.group_layers, per_block);
+    // The most layers a block holds: a page with room for more than its kind has counts those.
+    g.group_layers =
+        std::max<uint32_t>(g.group_layers, std::min<size_t>(per_block, k.second.size()));
     for (size_t i = 0; i < k.second.size(); ++i) {
       if (i % per_block == 0) {
         g.group_attention.push_back(std::get<0>(k.first));

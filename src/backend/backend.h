@@ -38,19 +38,26 @@ struct PoolShape {
   struct {
     uint64_t layer, pool;
   } host_bytes;
-  uint32_t tensors = 2;       // 2 (K and V) or 1 (the MLA latent)
+  uint32_t tensors = 2;       // 2 (K and V) or 1 (the MLA latent, or pages)
   uint32_t kv_lora_rank = 0;  // MLA: the values per q head of V and of pkv_attention's out
-  bool mla() const { return tensors == 1; }
+  // Layers of unequal bytes (DESIGN.md §12): the pool is num_blocks pages (num_layers 1, tensors
+  // 1, bytes.block the page); each layer's K and V are where its AttentionCall says. kv_heads,
+  // head_dim: the largest of any layer (scratch sizes), not a layer's.
+  bool paged = false;
+  uint32_t model_layers = 0;  // the model's layers (per-layer tables: fp8 scales)
+  bool mla() const { return tensors == 1 && !paged; }
   uint32_t v_dim() const { return mla() ? kv_lora_rank : head_dim; }
   uint64_t block_bytes() const { return bytes.block; }
   uint64_t layer_bytes() const { return bytes.layer; }
   uint64_t bytes_per_pool() const { return bytes.pool; }
 };
 
-
 // One layer's call of pkv_attention, on the planned step. MLA: k is the new tokens' latents
 // [tokens][head_dim], v null, q [tokens][q_heads][head_dim], out [tokens][q_heads][kv_lora_rank]; every
 // q head attends to the one latent (K = the latent, V = its first kv_lora_rank values).
+// Layer specs (since 0.5.0): each call has its layer's own geometry and softmax; a k_eq_v layer
+// has v null and reads V from K's bytes, a SHARED layer (write false) has k and v null and
+// attends over its source's cache without writing.
 struct AttentionCall {
   uint32_t layer;   // the model's layer
   uint32_t slot;    // its index in the pool's layer dimension (KvGroups::layer_slot)
@@ -61,6 +68,16 @@ struct AttentionCall {
       *v_scale;  // fp8 pools: [kv_heads] of this layer; else null (MLA: no v_scale)
   const void *q, *k, *v;
   void *out;
+  uint32_t kv_heads, head_dim, v_dim;  // this layer's, per rank
+  bool mla;                            // the latent: V is K's first v_dim values
+  bool write;                          // write_kv first; false for a SHARED layer
+  // Its K and V block 0 in bytes from the K pool (V: from the V pool unless v_in_k_pool), and
+  // the bytes from one block to the next; dense_stride: today's layout (the kernels' 0).
+  uint64_t k_offset, v_offset, block_stride;
+  bool v_in_k_pool, dense_stride;
+  uint32_t chunk;      // CHUNKED: a token at p sees keys floor(p / chunk) * chunk .. p; else 0
+  float softcap;       // 0 = none
+  const float *sinks;  // [q_heads of this rank] host memory, or null
 };
 
 // Plan, then run (FlashInfer's habit): a step's metadata is prepared once, its layers run many

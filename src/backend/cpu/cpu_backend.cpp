@@ -53,10 +53,12 @@ class CpuBackend final : public Backend {
   int32_t device() const override { return PKV_DEVICE_CPU; }
   const char *kernels() const override { return variant_.name; }
   void *k_pool() const override { return pool_.base(); }
-  void *v_pool() const override { return shape_.mla() ? nullptr : pool_.base() + bytes_; }
+  void *v_pool() const override {
+    return shape_.tensors == 1 ? nullptr : pool_.base() + bytes_;  // MLA, pages: none
+  }
   void *host_k_pool() const override { return host_.base(); }
   void *host_v_pool() const override {
-    return host_.base() && !shape_.mla() ? host_.base() + shape_.host_bytes.pool : nullptr;
+    return host_.base() && shape_.tensors == 2 ? host_.base() + shape_.host_bytes.pool : nullptr;
   }
 
   void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
@@ -89,22 +91,19 @@ class CpuBackend final : public Backend {
   void attention(const AttentionCall &call) override {
     PKV_ASSERT(call.group < step_.num_groups);
     PKV_ASSERT((shape_.kv_dtype != PKV_DTYPE_FP8_E4M3 && shape_.kv_dtype != PKV_DTYPE_FP8_E5M2) ||
-               (call.k_scale && (call.v_scale || shape_.mla())));
-    PKV_ASSERT(shape_.mla() == (call.v == nullptr));
-    const uint64_t offset = call.slot * shape_.layer_bytes();
-    // MLA: V is the latents themselves (their first v_dim values), read through the K pool.
-    char *k_cache = pool_.base() + offset,
-         *v_cache = shape_.mla() ? k_cache : pool_.base() + bytes_ + offset;
-    CpuLayer layer{k_cache,         v_cache,
-                   shape_.q_heads,  shape_.kv_heads,
-                   shape_.head_dim, shape_.v_dim(),
-                   shape_.mla(),    shape_.dtype,
-                   shape_.kv_dtype, call.group,
-                   call.window,     call.scale,
-                   call.k_scale,    shape_.mla() ? call.k_scale : call.v_scale,
-                   call.q,          call.k,
-                   call.v,          call.out};
-    kernels().write_kv(step_, layer);
+               (call.k_scale && call.v_scale));
+    // MLA and K = V: V is read through K's bytes; pages: every layer's K and V in one page.
+    char *k_cache = pool_.base() + call.k_offset,
+         *v_cache = (call.v_in_k_pool ? pool_.base() : pool_.base() + bytes_) + call.v_offset;
+    CpuLayer layer{k_cache,     v_cache,    shape_.q_heads, call.kv_heads,   call.head_dim,
+                   call.v_dim,  call.mla,   shape_.dtype,   shape_.kv_dtype, call.group,
+                   call.window, call.scale, call.k_scale,   call.v_scale,    call.q,
+                   call.k,      call.v,     call.out};
+    layer.block_stride = call.dense_stride ? 0 : call.block_stride;
+    layer.chunk = call.chunk;
+    layer.softcap = call.softcap;
+    layer.sinks = call.sinks;
+    if (call.write) kernels().write_kv(step_, layer);
     kernels().attention(step_, layer);
   }
 

@@ -114,7 +114,7 @@ class CudaBackend final : public Backend {
     PKV_ASSERT(shape.tensors == 1 || shape.tensors == 2);
     const uint64_t bytes = shape.bytes_per_pool();
     check_cuda(cudaMalloc(&k_, bytes), "allocating the K pool");
-    cudaError_t err = shape.mla() ? cudaSuccess : cudaMalloc(&v_, bytes);
+    cudaError_t err = shape.tensors == 1 ? cudaSuccess : cudaMalloc(&v_, bytes);  // MLA, pages
     // The host tier: pinned and mapped, K then V (MLA: K) in one allocation. The copy kernels
     // read and write it over the bus through its device pointer (the same address under UVA).
     if (err == cudaSuccess && shape.host_num_blocks)
@@ -132,7 +132,8 @@ class CudaBackend final : public Backend {
   void *v_pool() const override { return v_; }
   void *host_k_pool() const override { return host_; }
   void *host_v_pool() const override {
-    return host_ && !shape_.mla() ? static_cast<char *>(host_) + shape_.host_bytes.pool : nullptr;
+    return host_ && shape_.tensors == 2 ? static_cast<char *>(host_) + shape_.host_bytes.pool
+                                        : nullptr;
   }
   // pkv's buffers (the batch's arrays, the split workspace, the copy pairs) are reused by later
   // calls on the new stream: the work queued on the old one must be done with them first.
@@ -203,8 +204,8 @@ class CudaBackend final : public Backend {
     const size_t n_seq = v.num_seqs, n_tok = v.num_tokens,
                  n_blocks = size_t(v.block_indptr[v.num_seqs]);
     PKV_ASSERT(groups == 1 || (v.group_slot_mapping && v.group_block_tables));
-    if (cuda::is_fp8(cuda::DType(shape_.kv_dtype)))
-      scales_.reserve(groups * shape_.num_layers, shape_.kv_heads, shape_.tensors);
+    if (cuda::is_fp8(cuda::DType(shape_.kv_dtype)))  // by the model's layer; pages: K and V
+      scales_.reserve(shape_.model_layers, shape_.kv_heads, shape_.mla() ? 1 : 2);
     std::vector<int64_t> slots(v.slot_mapping, v.slot_mapping + n_tok);
     for (size_t g = 1; g < groups; ++g)
       slots.insert(slots.end(), v.group_slot_mapping + g * n_tok,

@@ -1,0 +1,242 @@
+// Engine's layers (engine.h): the pool's shape and where each layer's K and V are in it
+// (pkv_pool_info, pkv_layer_info), what is set per layer before the first sequence (fp8 scales,
+// attention sinks), and pkv_attention's checks and call for one layer. DESIGN.md §12.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine.h"
+#include "status.h"
+
+namespace pkv {
+
+LayerSpec Engine::layer_spec(uint32_t l) const {
+  return specs_.empty() ? flat_layer_spec(params_, l) : specs_[l];
+}
+
+PoolShape Engine::pool_shape() const {
+  const PoolLayout &l = layout_;
+  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
+  // Pages: the widest layer sizes the kernels' scratch (head_dim covers V's width too).
+  uint32_t head_dim = params_.head_dim;
+  if (l.paged)
+    for (const LayerSpec &s : specs_) head_dim = std::max({head_dim, s.head_dim, s.v_dim});
+  else if (!specs_.empty())
+    head_dim = std::find_if(specs_.begin(), specs_.end(), [](const LayerSpec &s) {
+                 return s.cached();
+               })->head_dim;
+  PoolShape shape{l.num_layers,
+                  params_.num_blocks,
+                  params_.block_size,
+                  l.kv_heads,
+                  head_dim,
+                  l.dtype_bytes,
+                  params_.dtype,
+                  kv_dtype_of(params_),
+                  params_.num_q_heads / params_.tp_size,
+                  {l.layer_block_bytes, l.layer_bytes, l.bytes_per_pool},
+                  params_.host_num_blocks,
+                  {h.layer_bytes, h.bytes_per_pool},
+                  l.tensors,
+                  params_.kv_layout == PKV_KV_LAYOUT_MLA ? params_.kv_lora_rank : 0};
+  shape.paged = l.paged;
+  shape.model_layers = params_.num_layers;
+  return shape;
+}
+
+struct pkv_pool_info Engine::pool_info() const {
+  const PoolLayout &l = layout_;  // the layout pool_shape() allocated
+  struct pkv_pool_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  info.device = backend_->device();
+  info.dtype = kv_dtype_of(params_);
+  info.model_dtype = params_.dtype;
+  info.num_kv_groups = groups_.num_groups();
+  info.kernels = backend_->kernels();
+  info.num_layers = l.num_layers;
+  info.num_blocks = params_.num_blocks;
+  info.block_size = params_.block_size;
+  info.kv_heads = l.kv_heads;
+  info.head_dim = pool_shape().head_dim;
+  info.k_base = backend_->k_pool();
+  info.v_base = backend_->v_pool();
+  info.head_stride = l.head_stride;
+  info.token_stride = l.token_stride;
+  info.block_stride = l.block_stride;
+  info.layer_stride = l.layer_stride;
+  info.bytes_per_pool = l.bytes_per_pool;
+  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
+  info.host_num_blocks = params_.host_num_blocks;
+  info.host_k_base = backend_->host_k_pool();
+  info.host_v_base = backend_->host_v_pool();
+  info.host_layer_stride = h.layer_stride;
+  info.host_bytes_per_pool = h.bytes_per_pool;
+  return info;
+}
+
+struct pkv_layer_info Engine::layer_info(uint32_t layer) const {
+  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
+  const LayerSpec s = layer_spec(layer);
+  const uint32_t db = layout_.dtype_bytes;
+  struct pkv_layer_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  info.kind = s.kind;
+  info.attention = s.attention;
+  info.window = s.window;
+  info.group = groups_.layer_group(layer);
+  info.source_layer = s.source;
+  info.kv_heads = s.kv_heads;
+  info.head_dim = s.head_dim;
+  info.v_head_dim = s.v_dim;
+  info.k_eq_v = s.v_is_k();
+  info.sinks = s.sinks;
+  info.logit_softcap = s.softcap;
+  info.softmax_scale = s.scale;
+  // V's rows are K's where V is K (MLA's latent, k_eq_v): as wide as K's.
+  const uint64_t v_row = s.v_is_k() ? s.head_dim : s.v_dim;
+  info.token_stride = uint64_t(s.kv_heads) * s.head_dim;
+  info.v_token_stride = uint64_t(s.kv_heads) * v_row;
+  info.head_stride = s.head_dim;
+  const LayerPlace at = layer_place(layout_, groups_, s, params_.block_size);
+  info.block_stride = at.block_stride / db;
+  char *k = static_cast<char *>(backend_->k_pool());
+  char *v = at.v_in_k_pool ? k : static_cast<char *>(backend_->v_pool());
+  info.k_base = k + at.k_offset;
+  info.v_base = v + at.v_offset;
+  if (char *hk = static_cast<char *>(backend_->host_k_pool())) {
+    const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
+    const LayerPlace ht = layer_place(h, groups_, s, params_.block_size);
+    char *hv = ht.v_in_k_pool ? hk : static_cast<char *>(backend_->host_v_pool());
+    info.host_k_base = hk + ht.k_offset;
+    info.host_v_base = hv + ht.v_offset;
+  }
+  return info;
+}
+
+void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales) {
+  if (k_scales_.empty())
+    fail(PKV_ERR_INVALID_ARGUMENT, "the cache is %s, not fp8: it has no scales (kv_dtype)",
+         dtype_name(kv_dtype_of(params_)));
+  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
+  const LayerSpec spec = layer_spec(layer);
+  PKV_REQUIRE(spec.cached(),
+              "layer %u is SHARED: it reads layer %u's cache, quantized with that layer's scales "
+              "(set them there)",
+              layer, spec.source);
+  // MLA and K = V: one tensor, k's scale; there is no V to scale.
+  const bool one = spec.v_is_k();
+  PKV_REQUIRE(k_scales && (v_scales || one), "k_scales and v_scales must not be NULL");
+  if (one) v_scales = k_scales;  // checked as k's, not kept
+  const uint32_t heads = spec.kv_heads;
+  for (uint32_t h = 0; h < heads; ++h)
+    PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) &&
+                    v_scales[h] > 0,
+                "kv head %u: scales must be finite and > 0, got k %g, v %g", h, double(k_scales[h]),
+                double(v_scales[h]));
+  if (seqs_.ever_created())
+    fail(PKV_ERR_STATE,
+         "scales are set before the first sequence: KV already written keeps its scale");
+  const size_t at = size_t(layer) * budget_.kv_heads_per_rank;
+  std::copy(k_scales, k_scales + heads, &k_scales_[at]);
+  if (!v_scales_.empty()) std::copy(v_scales, v_scales + heads, &v_scales_[at]);
+  if (store_) store_->set_kv_scales(k_scales_, v_scales_);
+}
+
+void Engine::set_attention_sinks(uint32_t layer, const float *sinks, uint32_t num_sinks) {
+  PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
+  PKV_REQUIRE(layer_spec(layer).sinks,
+              "layer %u has no sinks: its pkv_layer_spec.sinks is 0 (set it to 1 at create)",
+              layer);
+  PKV_REQUIRE(sinks != nullptr, "sinks is NULL");
+  const uint32_t heads = params_.num_q_heads / params_.tp_size;
+  PKV_REQUIRE(num_sinks == heads, "num_sinks %u: this rank has %u q heads (num_q_heads / tp_size)",
+              num_sinks, heads);
+  for (uint32_t h = 0; h < heads; ++h)
+    PKV_REQUIRE(std::isfinite(sinks[h]), "sinks[%u] is %g: each sink logit must be finite", h,
+                double(sinks[h]));
+  if (seqs_.ever_created())
+    fail(PKV_ERR_STATE,
+         "sinks are set before the first sequence (pkv_allocate or pkv_submit), with the weights");
+  std::copy(sinks, sinks + heads, &sinks_[size_t(layer) * heads]);
+  sinks_set_[layer] = 1;
+}
+
+void Engine::check_attention(uint32_t layer, const LayerSpec &s, const void *q, const void *k,
+                             const void *v, const void *out) const {
+  if (s.kind == PKV_LAYER_MLA) {
+    PKV_REQUIRE(q && k && out, "q, k (the latents) and out must not be NULL");
+    PKV_REQUIRE(!v, "kv_layout MLA has no V (it is a view of the latents): pass v NULL");
+    PKV_REQUIRE(out != q && out != k, "out may not alias q or k");
+    if (!attention_mla_supported(params_.kv_lora_rank, params_.qk_rope_head_dim))
+      fail(
+          PKV_ERR_UNSUPPORTED,
+          "pkv_attention on an MLA cache supports kv_lora_rank and qk_rope_head_dim multiples of %d up to %d "
+          "and %d, not %u and %u",
+          PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_KV_LORA_RANK, PKV_ATTENTION_MAX_ROPE_DIM,
+          params_.kv_lora_rank, params_.qk_rope_head_dim);
+    return;
+  }
+  if (s.kind == PKV_LAYER_SHARED) {
+    PKV_REQUIRE(q && out, "q and out must not be NULL");
+    PKV_REQUIRE(
+        !k && !v,
+        "layer %u is SHARED: it reads layer %u's K and V and writes none: pass k and v NULL", layer,
+        s.source);
+    PKV_REQUIRE(out != q, "out may not alias q");
+  } else if (s.k_eq_v) {
+    PKV_REQUIRE(q && k && out, "q, k and out must not be NULL");
+    PKV_REQUIRE(!v, "layer %u keeps K = V (k_eq_v): pass v NULL", layer);
+    PKV_REQUIRE(out != q && out != k, "out may not alias q or k");
+  } else {
+    PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
+    PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
+  }
+  if (!attention_head_dim_supported(s.head_dim) || !attention_head_dim_supported(s.v_dim)) {
+    if (specs_.empty())
+      fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
+           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
+    fail(PKV_ERR_UNSUPPORTED,
+         "layer %u: pkv_attention supports head_dim and v_head_dim multiples of %d up to %d, not "
+         "%u and %u (the pool holds the layer: pkv_layer_info says where, for the host's kernels)",
+         layer, PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, s.head_dim, s.v_dim);
+  }
+  if (s.sinks && !sinks_set_[layer])
+    fail(PKV_ERR_STATE,
+         "layer %u has attention sinks that were not set: call pkv_set_attention_sinks before the "
+         "first sequence (attending without them would be wrong)",
+         layer);
+}
+
+AttentionCall Engine::attention_call(uint32_t layer, const LayerSpec &s) const {
+  AttentionCall c{};
+  c.layer = layer;
+  c.slot = groups_.layer_slot(layer);
+  c.group = groups_.layer_group(layer);
+  c.window = s.attention == PKV_ATTENTION_SLIDING ? s.window : 0;
+  c.chunk = s.attention == PKV_ATTENTION_CHUNKED ? s.window : 0;
+  c.scale = s.scale;
+  // A SHARED layer reads its source's codes: its source's scales.
+  const size_t heads = budget_.kv_heads_per_rank;
+  if (!k_scales_.empty()) {
+    c.k_scale = &k_scales_[s.source * heads];
+    c.v_scale = s.v_is_k() ? c.k_scale : &v_scales_[s.source * heads];
+  }
+  c.kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.v_dim = s.v_dim;
+  c.mla = s.kind == PKV_LAYER_MLA;
+  c.write = s.cached();
+  const LayerPlace at = layer_place(layout_, groups_, s, params_.block_size);
+  c.k_offset = at.k_offset;
+  c.v_offset = at.v_offset;
+  c.block_stride = at.block_stride;
+  c.v_in_k_pool = at.v_in_k_pool;
+  c.dense_stride = !layout_.paged;
+  c.softcap = s.softcap;
+  c.sinks = s.sinks ? &sinks_[size_t(layer) * (params_.num_q_heads / params_.tp_size)] : nullptr;
+  return c;
+}
+
+}  // namespace pkv
