@@ -7,25 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "config_files.h"
 #include "test_util.h"
-
-static const char *configs_dir;
-
-/* The text of tools/configs/NAME (malloc'd, NUL-terminated); NULL and a failed check if absent. */
-static char *read_config(const char *name, size_t *len) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", configs_dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!CHECK(f != NULL)) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *text = malloc((size_t)n + 1);
-  *len = fread(text, 1, (size_t)n, f);
-  text[*len] = '\0';
-  fclose(f);
-  return text;
-}
 
 /* scale == want to float precision (the reader rounds a double once). */
 static int check_scale(float got, double want) {
@@ -354,7 +337,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s TOOLS_CONFIGS_DIR\n", argv[0]);
     return 2;
   }
-  configs_dir = argv[1];
+  tu_configs_dir = argv[1];
   TU_RUN(test_gemma3_scale);
   TU_RUN(test_gpt_oss);
   TU_RUN(test_gemma2);
