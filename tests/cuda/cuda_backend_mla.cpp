@@ -127,8 +127,13 @@ size_t run_step(pkv::Backend &be, Run &r, const std::vector<std::pair<int32_t, i
     DevBuf dq(qr.size()), dk(kr.size()), dout(ref.size() * eb);
     dq.upload(qr.data(), qr.size()), dk.upload(kr.data(), kr.size());
     const float *ks = r.w.scale.empty() ? nullptr : &r.w.scale[l];
-    be.attention(pkv::AttentionCall{l, l, 0, 0, kScale, ks, nullptr, dq.as<void>(), dk.as<void>(),
-                                    nullptr, dout.as<void>()});
+    pkv::AttentionCall call{};
+    call.layer = call.slot = l, call.scale = kScale, call.k_scale = ks;
+    call.q = dq.as<void>(), call.k = dk.as<void>(), call.out = dout.as<void>();
+    call.kv_heads = 1, call.head_dim = kWidth, call.v_dim = kRank, call.mla = true;
+    call.write = true, call.dense_stride = true;
+    call.k_offset = l * r.sh.bytes.layer, call.block_stride = r.sh.bytes.block;
+    be.attention(call);
     check_cuda(cudaDeviceSynchronize(), "sync");
     std::vector<unsigned char> raw(ref.size() * eb);
     dout.download(raw.data(), raw.size());
@@ -211,7 +216,7 @@ bool run_case(const MlaCase &c, uint64_t seed) {
   sh.host_num_blocks = host_blocks;
   sh.host_bytes.layer = sh.bytes.block * host_blocks,
   sh.host_bytes.pool = sh.host_bytes.layer * kLayers;
-  sh.tensors = 1, sh.kv_lora_rank = kRank;
+  sh.tensors = 1, sh.kv_lora_rank = kRank, sh.model_layers = kLayers;
   std::unique_ptr<pkv::Backend> be = pkv::make_cuda_backend(0, sh);
   size_t bad = !be->k_pool() || be->v_pool() || !be->host_k_pool() || be->host_v_pool();
   if (bad) fprintf(stderr, "%s: the pools are not K alone\n", name.c_str());

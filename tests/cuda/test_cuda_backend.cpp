@@ -274,10 +274,19 @@ size_t run_step(pkv::Backend &be, const World &w, Step &st, Rng &rng, const std:
     io.push_back(layer_inputs(w, st, l, rng, &q[l]));
     const float *ks = is_fp8(w.c) ? &w.k_scale[l * kKvHeads] : nullptr;
     const float *vs = is_fp8(w.c) ? &w.v_scale[l * kKvHeads] : nullptr;
-    be.attention(pkv::AttentionCall{l, layer_slot(l), layer_group(l), kWindow[layer_group(l)],
-                                    1.f / std::sqrt(float(kHeadDim)), ks, vs, io[l]->q.as<void>(),
-                                    io[l]->k.as<void>(), io[l]->v.as<void>(),
-                                    io[l]->out.as<void>()});
+    pkv::AttentionCall call{};
+    call.layer = l, call.slot = layer_slot(l), call.group = layer_group(l);
+    call.window = kWindow[layer_group(l)], call.scale = 1.f / std::sqrt(float(kHeadDim));
+    call.k_scale = ks, call.v_scale = vs;
+    call.q = io[l]->q.as<void>(), call.k = io[l]->k.as<void>(), call.v = io[l]->v.as<void>();
+    call.out = io[l]->out.as<void>();
+    // Equal layers, the dense layout: slot l / 2 of each pool, blocks back to back.
+    call.kv_heads = kKvHeads, call.head_dim = call.v_dim = kHeadDim, call.write = true;
+    const uint64_t block_bytes =
+        uint64_t(w.c.block_size) * kKvHeads * kHeadDim * pkv::cuda::dtype_bytes(w.c.kv_dtype);
+    call.k_offset = call.v_offset = layer_slot(l) * block_bytes * w.c.num_blocks;
+    call.block_stride = block_bytes, call.dense_stride = true;
+    be.attention(call);
   }
   check_cuda(cudaDeviceSynchronize(), "sync");
   size_t bad = check_pool(be, w, st, label);
@@ -297,7 +306,7 @@ bool run_case(const Case &c, uint64_t seed) {
   shape.num_layers = kSlots, shape.num_blocks = c.num_blocks, shape.block_size = c.block_size;
   shape.kv_heads = kKvHeads, shape.head_dim = kHeadDim, shape.dtype_bytes = uint32_t(pb);
   shape.dtype = int32_t(c.dtype), shape.kv_dtype = int32_t(c.kv_dtype),
-  shape.q_heads = kKvHeads * kGroup;
+  shape.q_heads = kKvHeads * kGroup, shape.model_layers = kLayers;
   shape.bytes.block = c.block_size * row * pb;
   shape.bytes.layer = shape.bytes.block * c.num_blocks;
   shape.bytes.pool = shape.bytes.layer * kSlots;

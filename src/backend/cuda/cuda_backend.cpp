@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/copy_plan.h"
+#include "backend/cuda/sink_table.h"
 #include "cache_ops.cuh"
 #include "decode_attention.cuh"
 #include "mla_attention.cuh"
@@ -252,6 +253,7 @@ class CudaBackend final : public Backend {
                                         num_sms_);
     }
     workspace_ptr_ = ws ? workspace_.get(ws) : nullptr;
+    workspace_bytes_ = ws;
   }
 
   void attention(const AttentionCall &call) override {
@@ -260,33 +262,21 @@ class CudaBackend final : public Backend {
     for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
       PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
                   "q, k, v and out must be 16-byte aligned on CUDA");
-    PKV_ASSERT(call.group < groups_.size() && call.slot < shape_.num_layers &&
-               call.window <= INT32_MAX);
+    PKV_ASSERT(call.group < groups_.size() && call.window <= INT32_MAX && call.chunk <= INT32_MAX);
     const StepGroup &g = groups_[call.group];
-    const uint64_t offset = uint64_t(call.slot) * shape_.layer_bytes();
-    cuda::KvLayer layer{static_cast<char *>(k_) + offset,
-                        static_cast<char *>(v_) + offset,
-                        int32_t(shape_.block_size),
-                        int32_t(shape_.kv_heads),
-                        int32_t(shape_.head_dim),
-                        cuda::DType(shape_.dtype),
-                        cuda::DType(shape_.kv_dtype),
-                        nullptr,
-                        nullptr,
-                        int32_t(call.window)};
-    if (cuda::is_fp8(layer.kv_dtype)) {
-      const float *scales = scales_.layer(call.layer, call.k_scale, call.v_scale, stream_);
-      layer.k_scale = scales, layer.v_scale = scales + shape_.kv_heads;
-    }
-    check_cuda(cuda::launch_write_kv(layer, call.k, call.v, g.slots, g.batch.num_tokens, stream_),
-               "write_kv");
-    check_cuda(cuda::launch_decode_attention(
-                   layer, g.batch, call.q, call.out, int32_t(shape_.q_heads), call.scale,
-                   decode_plan(g.batch, layer.window), workspace_ptr_, stream_),
+    const cuda::KvLayer layer = kv_layer(call);
+    const int32_t q_heads = int32_t(shape_.q_heads);
+    if (call.write)  // a SHARED layer attends over its source's KV and writes none
+      check_cuda(cuda::launch_write_kv(layer, call.k, layer.v ? call.v : nullptr, g.slots,
+                                       g.batch.num_tokens, stream_),
+                 "write_kv");
+    check_cuda(cuda::launch_decode_attention(layer, g.batch, call.q, call.out, q_heads, call.scale,
+                                             decode_plan(g.batch, layer, q_heads), workspace_ptr_,
+                                             stream_),
                "decode attention");
     if (g.batch.max_query_len > 1)
-      check_cuda(cuda::launch_prefill_attention(layer, g.batch, call.q, call.out,
-                                                int32_t(shape_.q_heads), call.scale, stream_),
+      check_cuda(cuda::launch_prefill_attention(layer, g.batch, call.q, call.out, q_heads,
+                                                call.scale, stream_),
                  "prefill attention");
   }
 
@@ -331,14 +321,54 @@ class CudaBackend final : public Backend {
     k_ = v_ = host_ = host_dev_ = nullptr;
   }
 
-  // The step's decode split for the layers of `window` (made once per step and window).
-  const cuda::DecodePlan &decode_plan(const cuda::BatchView &batch, int32_t window) {
-    for (const auto &p : decode_plans_)
-      if (p.first == window) return p.second;
-    decode_plans_.emplace_back(
-        window, cuda::plan_decode(batch, int32_t(shape_.q_heads), int32_t(shape_.kv_heads),
-                                  int32_t(shape_.head_dim), window, num_sms_));
-    return decode_plans_.back().second;
+  // The kernels' view of the call's layer (kernels/kv_types.cuh): its own heads and widths, where
+  // its K and V blocks are (v null when V is K: the same bytes), its window or chunk, soft-cap,
+  // and sinks on the device (uploaded at the layer's first call).
+  cuda::KvLayer kv_layer(const AttentionCall &call) {
+    char *k_pool = static_cast<char *>(k_);
+    char *v_pool = static_cast<char *>(call.v_in_k_pool ? k_ : v_);
+    const bool v_is_k = call.v_in_k_pool && call.v_offset == call.k_offset;
+    cuda::KvLayer layer{k_pool + call.k_offset,
+                        v_is_k ? nullptr : v_pool + call.v_offset,
+                        int32_t(shape_.block_size),
+                        int32_t(call.kv_heads),
+                        int32_t(call.head_dim),
+                        cuda::DType(shape_.dtype),
+                        cuda::DType(shape_.kv_dtype),
+                        nullptr,
+                        nullptr,
+                        int32_t(call.window)};
+    layer.block_stride = call.dense_stride ? 0 : int64_t(call.block_stride);
+    layer.v_dim = int32_t(call.v_dim), layer.chunk = int32_t(call.chunk);
+    layer.softcap = call.softcap;
+    if (call.sinks)
+      check_cuda(sinks_.layer(call.layer, call.sinks, shape_.q_heads, stream_, &layer.sinks),
+                 "uploading attention sinks");
+    if (cuda::is_fp8(layer.kv_dtype)) {
+      const float *scales = scales_.layer(call.layer, call.k_scale, call.v_scale, stream_);
+      layer.k_scale = scales, layer.v_scale = scales + shape_.kv_heads;
+    }
+    return layer;
+  }
+
+  // The step's decode split for layers of this span (window or chunk) and shape, made once per
+  // step and kind. Layers that differ in kv heads want different splits, so the workspace grows
+  // here when a plan needs more than plan() reserved (cudaFree waits for the work queued on it).
+  const cuda::DecodePlan &decode_plan(const cuda::BatchView &batch, const cuda::KvLayer &layer,
+                                      int32_t q_heads) {
+    const int32_t span = layer.chunk ? layer.chunk : layer.window;
+    for (const StepPlan &p : decode_plans_)
+      if (p.span == span && p.kv_heads == layer.kv_heads && p.plan.head_dim == layer.head_dim &&
+          p.plan.q_heads == q_heads)
+        return p.plan;
+    const cuda::DecodePlan plan =
+        cuda::plan_decode(batch, q_heads, layer.kv_heads, layer.head_dim, span, num_sms_);
+    if (plan.workspace_bytes > workspace_bytes_) {
+      workspace_ptr_ = workspace_.get(plan.workspace_bytes);
+      workspace_bytes_ = plan.workspace_bytes;
+    }
+    decode_plans_.push_back({span, layer.kv_heads, plan});
+    return decode_plans_.back().plan;
   }
 
   // One KV group's view of the step on the device.
@@ -356,11 +386,19 @@ class CudaBackend final : public Backend {
   void *host_dev_ = nullptr;  // the same memory, for kernels
   cudaStream_t stream_ = nullptr;
   DeviceBuffer batch_buf_, workspace_, pairs_buf_;
-  void *workspace_ptr_ = nullptr;  // decode_workspace_bound bytes: any window's plan fits
+  // decode_workspace_bound bytes of the pool's shape (any window's plan fits), or more when a
+  // layer's shape asked for it (decode_plan).
+  void *workspace_ptr_ = nullptr;
+  size_t workspace_bytes_ = 0;
   std::vector<StepGroup> groups_;  // [num_kv_groups] of the planned step
-  std::vector<std::pair<int32_t, cuda::DecodePlan>> decode_plans_;  // (window, plan) of the step
-  cuda::MlaPlan mla_plan_{};                                        // MLA: the step's
+  struct StepPlan {
+    int32_t span, kv_heads;  // the layers it serves (with plan.q_heads, plan.head_dim)
+    cuda::DecodePlan plan;
+  };
+  std::vector<StepPlan> decode_plans_;  // of the step
+  cuda::MlaPlan mla_plan_{};            // MLA: the step's
   ScaleTable scales_;
+  SinkTable sinks_;
 };
 
 }  // namespace
