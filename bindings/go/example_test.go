@@ -68,9 +68,9 @@ func ExampleEngine_Step() {
 	// [1 2 3 4 5 6 101 102 103]
 }
 
-// Reading a config is one call that yields the whole shape, Gemma 2's windows included.
+// Reading a config is one call that yields the whole shape, Gemma 3's windows included.
 func ExampleParamsFromHFConfig() {
-	text, err := os.ReadFile(filepath.Join("..", "..", "tools", "configs", "gemma-2-9b.json"))
+	text, err := os.ReadFile(filepath.Join("..", "..", "tools", "configs", "gemma-3-27b.json"))
 	if err != nil {
 		panic(err)
 	}
@@ -84,10 +84,35 @@ func ExampleParamsFromHFConfig() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%d layers, windows %v...; %d KV groups\n", p.NumLayers, p.LayerWindows[:4], b.NumKVGroups)
+	fmt.Printf("%d layers, windows %v...; %d KV groups\n", p.NumLayers, p.LayerWindows[:6], b.NumKVGroups)
 	fmt.Printf("%d sequences of %d tokens in 24 GiB\n", b.MaxSeqsAtMaxModelLen, p.MaxModelLen)
 	// Output:
-	// 42 layers, windows [4096 0 4096 0]...; 2 KV groups
+	// 62 layers, windows [1024 1024 1024 1024 1024 0]...; 7 KV groups
+	// 2 sequences of 131072 tokens in 24 GiB
+}
+
+// A model whose layers differ beyond their windows (Gemma 2 caps its logits) is read per layer.
+func ExampleParamsFromHFConfigLayers() {
+	text, err := os.ReadFile(filepath.Join("..", "..", "tools", "configs", "gemma-2-9b.json"))
+	if err != nil {
+		panic(err)
+	}
+	base, _ := pkv.DefaultParams()
+	p, err := pkv.ParamsFromHFConfigLayers(base, text)
+	if err != nil {
+		panic(err)
+	}
+	p.Device, p.MemoryTotalBytes = pkv.DeviceCPU, 24<<30
+	b, err := pkv.Profile(p)
+	if err != nil {
+		panic(err)
+	}
+	s := p.LayerSpecs
+	fmt.Printf("%d layers: %v %d, %v %d, ...; soft-cap %v; %d KV groups\n", len(s), s[0].Attention,
+		s[0].Window, s[1].Attention, s[1].Window, s[0].LogitSoftcap, b.NumKVGroups)
+	fmt.Printf("%d sequences of %d tokens in 24 GiB\n", b.MaxSeqsAtMaxModelLen, p.MaxModelLen)
+	// Output:
+	// 42 layers: ATTENTION_SLIDING 4096, ATTENTION_FULL 0, ...; soft-cap 50; 2 KV groups
 	// 10 sequences of 8192 tokens in 24 GiB
 }
 
