@@ -6,32 +6,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* q . k over qk_dim values, v's first v_dim values: the rows of k and v are kv_stride apart. */
-static void attend_row_dims(const double *q, const double *k, const double *v, double *out,
-                            uint32_t num_keys, uint32_t kv_stride, uint32_t qk_dim, uint32_t v_dim,
-                            double scale, double *scores) {
-  double max = -INFINITY, sum = 0.0;
+/* One query row: q . k over qk_dim values, v's first v_dim values; the rows of k and v are
+ * k_stride and v_stride apart. Scores scaled, then capped (softcap > 0); a sink (non-NULL)
+ * joins the denominator. */
+static void attend_row_full(const double *q, const double *k, const double *v, double *out,
+                            uint32_t num_keys, size_t k_stride, size_t v_stride, uint32_t qk_dim,
+                            uint32_t v_dim, double scale, double softcap, const double *sink,
+                            double *scores) {
+  double max = sink ? *sink : -INFINITY, sum = 0.0;
   for (uint32_t j = 0; j < num_keys; ++j) {
     double s = 0.0;
-    for (uint32_t d = 0; d < qk_dim; ++d) s += q[d] * k[(size_t)j * kv_stride + d];
-    scores[j] = s * scale;
+    for (uint32_t d = 0; d < qk_dim; ++d) s += q[d] * k[(size_t)j * k_stride + d];
+    s *= scale;
+    if (softcap > 0.0) s = softcap * tanh(s / softcap);
+    scores[j] = s;
     if (scores[j] > max) max = scores[j];
   }
   for (uint32_t j = 0; j < num_keys; ++j) {
     scores[j] = exp(scores[j] - max);
     sum += scores[j];
   }
+  if (sink) sum += exp(*sink - max);
   for (uint32_t d = 0; d < v_dim; ++d) {
     double acc = 0.0;
-    for (uint32_t j = 0; j < num_keys; ++j) acc += scores[j] * v[(size_t)j * kv_stride + d];
+    for (uint32_t j = 0; j < num_keys; ++j) acc += scores[j] * v[(size_t)j * v_stride + d];
     out[d] = acc / sum;
   }
 }
 
-static void attend_row(const double *q, const double *k, const double *v, double *out,
-                       uint32_t num_keys, uint32_t kv_stride, uint32_t head_dim, double scale,
-                       double *scores) {
-  attend_row_dims(q, k, v, out, num_keys, kv_stride, head_dim, head_dim, scale, scores);
+static void attend_row_dims(const double *q, const double *k, const double *v, double *out,
+                            uint32_t num_keys, uint32_t kv_stride, uint32_t qk_dim, uint32_t v_dim,
+                            double scale, double *scores) {
+  attend_row_full(q, k, v, out, num_keys, kv_stride, kv_stride, qk_dim, v_dim, scale, 0.0, NULL,
+                  scores);
 }
 
 void pkv_ref_attention(const double *q, const double *k, const double *v, double *out,
@@ -43,21 +50,46 @@ void pkv_ref_attention(const double *q, const double *k, const double *v, double
 void pkv_ref_attention_window(const double *q, const double *k, const double *v, double *out,
                               uint32_t num_q, uint32_t context_len, uint32_t q_heads,
                               uint32_t kv_heads, uint32_t head_dim, double scale, uint32_t window) {
-  const uint32_t group = q_heads / kv_heads, kv_stride = kv_heads * head_dim;
+  const pkv_ref_layer layer = {q_heads, kv_heads, head_dim, head_dim, scale, window, 0, 0.0, NULL};
+  pkv_ref_attention_layer(&layer, q, k, v, out, num_q, context_len);
+}
+
+uint32_t pkv_ref_first_key(const pkv_ref_layer *layer, uint32_t pos) {
+  if (layer->chunk) return pos / layer->chunk * layer->chunk;
+  return layer->window && pos + 1 > layer->window ? pos + 1 - layer->window : 0;
+}
+
+void pkv_ref_attention_layer(const pkv_ref_layer *layer, const double *q, const double *k,
+                             const double *v, double *out, uint32_t num_q, uint32_t context_len) {
+  const uint32_t group = layer->q_heads / layer->kv_heads, hd = layer->head_dim, vd = layer->v_dim;
+  const size_t k_stride = (size_t)layer->kv_heads * hd;
+  const size_t v_stride = v ? (size_t)layer->kv_heads * vd : k_stride;
+  const uint32_t v_width = v ? vd : hd; /* of a V head's row */
+  const double scale = layer->scale > 0.0 ? layer->scale : 1.0 / sqrt((double)hd);
   double *scores = (double *)malloc(sizeof(double) * (context_len ? context_len : 1));
-  if (scale <= 0.0) scale = 1.0 / sqrt((double)head_dim);
+  if (!v) v = k;
   for (uint32_t i = 0; i < num_q; ++i) {
-    const uint32_t pos = context_len - num_q + i;
-    for (uint32_t h = 0; h < q_heads; ++h) {
-      const size_t row = ((size_t)i * q_heads + h) * head_dim;
-      /* A window of w keys: positions pos - w + 1 .. pos. */
-      const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
-      const size_t kv_off = (size_t)first * kv_stride + (size_t)(h / group) * head_dim;
-      attend_row(q + row, k + kv_off, v + kv_off, out + row, pos + 1 - first, kv_stride, head_dim,
-                 scale, scores);
+    const uint32_t pos = context_len - num_q + i, first = pkv_ref_first_key(layer, pos);
+    for (uint32_t h = 0; h < layer->q_heads; ++h) {
+      const size_t kv = h / group;
+      attend_row_full(q + ((size_t)i * layer->q_heads + h) * hd, k + first * k_stride + kv * hd,
+                      v + first * v_stride + kv * v_width,
+                      out + ((size_t)i * layer->q_heads + h) * vd, pos + 1 - first, k_stride,
+                      v_stride, hd, vd, scale, layer->softcap,
+                      layer->sinks ? &layer->sinks[h] : NULL, scores);
     }
   }
   free(scores);
+}
+
+void pkv_ref_gather_rows(const void *cache, const int32_t *block_table, uint32_t block_size,
+                         size_t block_stride, size_t row_bytes, uint32_t num_rows, void *dst) {
+  for (uint32_t p = 0; p < num_rows; ++p) {
+    const int32_t block = block_table[p / block_size];
+    if (block < 0) continue;
+    const size_t at = (size_t)block * block_stride + (size_t)(p % block_size) * row_bytes;
+    memcpy((char *)dst + (size_t)p * row_bytes, (const char *)cache + at, row_bytes);
+  }
 }
 
 void pkv_ref_mla_attention(const double *q, const double *latent, double *out, uint32_t num_q,

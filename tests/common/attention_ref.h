@@ -27,6 +27,37 @@ void pkv_ref_attention_window(const double *q, const double *k, const double *v,
                               uint32_t num_q, uint32_t context_len, uint32_t q_heads,
                               uint32_t kv_heads, uint32_t head_dim, double scale, uint32_t window);
 
+/* One layer as pkv 0.5 describes it (pkv_layer_spec); the functions above are its shorthands.
+ * q:   [num_q][q_heads][head_dim]              the new tokens' queries
+ * k:   [context_len][kv_heads][head_dim]       the whole context, new tokens last
+ * v:   [context_len][kv_heads][v_dim], or NULL: V is K (K = V, and MLA's view), each key's
+ *      first v_dim values (v_dim <= head_dim)
+ * out: [num_q][q_heads][v_dim]
+ * New token i sits at p = context_len - num_q + i and attends to keys first .. p: first is
+ * p - window + 1 with a window, floor(p / chunk) * chunk with a chunk (never both), else 0.
+ * Each score is q . k times scale, then c tanh(s / c) with softcap c > 0; a sink logit of the
+ * q head (sinks non-NULL) joins the softmax denominator, exp(sink - max) added to its sum, and
+ * adds nothing to the output. */
+typedef struct pkv_ref_layer {
+  uint32_t q_heads, kv_heads, head_dim, v_dim;
+  double scale;        /* <= 0: 1/sqrt(head_dim) */
+  uint32_t window;     /* 0 = none */
+  uint32_t chunk;      /* 0 = none */
+  double softcap;      /* 0 = none */
+  const double *sinks; /* [q_heads] logits, or NULL */
+} pkv_ref_layer;
+void pkv_ref_attention_layer(const pkv_ref_layer *layer, const double *q, const double *k,
+                             const double *v, double *out, uint32_t num_q, uint32_t context_len);
+/* The first key a token at pos sees in layer (its window's or chunk's). */
+uint32_t pkv_ref_first_key(const pkv_ref_layer *layer, uint32_t pos);
+
+/* The rows of positions 0 .. num_rows - 1 of a paged cache, in order, into dst ([num_rows]
+ * [row_bytes]): position p's row is row p % block_size of block block_table[p / block_size],
+ * blocks block_stride bytes apart from cache (a strided page layout; dense: block_size *
+ * row_bytes). Blocks -1 (given back) leave their rows in dst as they were. */
+void pkv_ref_gather_rows(const void *cache, const int32_t *block_table, uint32_t block_size,
+                         size_t block_stride, size_t row_bytes, uint32_t num_rows, void *dst);
+
 /* Multi-head latent attention in the absorbed form (PKV_KV_LAYOUT_MLA): one latent per token,
  * K is the whole latent and V a view of its first kv_lora_rank values.
  * q:      [num_q][q_heads][kv_lora_rank + rope_dim]   queries projected into latent space

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attention_ref.h"
+#include "cpu_test_values.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "status.h"
 #include "pkv/pkv.h"
@@ -27,6 +28,27 @@
 namespace {
 
 int passed, failed;
+uint64_t out_hash;  // FNV-1a over every output of the config, in order
+
+// The hashes of every config's outputs as pkv 0.4's kernels computed them (commit 3b05f9b, GCC
+// 12, this file's steps): the layers of 0.5 without sinks or a soft-cap must match them bit for
+// bit. Only the variants of the machine that recorded them: another variant prints its hash
+// and checks the fp64 reference only (to record one: build this test from 3b05f9b's
+// src/backend/cpu on that CPU and run it with PKV_CPU_ISA set).
+struct Golden {
+  const char *isa, *config;
+  uint64_t hash;
+};
+const Golden kGolden[] = {
+    {"baseline", "bs7_f32", 0x9e48e346fb2c91ceull},
+    {"baseline", "bs16_bf16_e4m3", 0xb7bdc701f56b4cd1ull},
+    {"baseline", "bs1_f16_e5m2", 0x3ec73b7b4c561256ull},
+    {"baseline", "bs16_f16", 0x35128928993fe166ull},
+    {"avx2", "bs7_f32", 0x2c157849820e00d2ull},
+    {"avx2", "bs16_bf16_e4m3", 0x98844665c20909fdull},
+    {"avx2", "bs1_f16_e5m2", 0xa100b3b90c788714ull},
+    {"avx2", "bs16_f16", 0x496859ffba16d278ull},
+};
 
 bool check(bool ok, const char *what, int line) {
   ok ? passed++ : failed++;
@@ -49,41 +71,11 @@ const Config kConfigs[] = {
     {"bs16_f16", 16, PKV_DTYPE_F16, PKV_DTYPE_F16},
 };
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-size_t dtype_bytes(int32_t d) {
-  return d == PKV_DTYPE_F32 ? 4 : d == PKV_DTYPE_F16 || d == PKV_DTYPE_BF16 ? 2 : 1;
-}
-bool is_fp8(int32_t d) { return d == PKV_DTYPE_FP8_E4M3 || d == PKV_DTYPE_FP8_E5M2; }
-
-// Stores x in dtype at base[i]; returns the stored value.
-double store(int32_t dtype, double x, void *base, size_t i) {
-  const float f = static_cast<float>(x);
-  if (dtype == PKV_DTYPE_F32) return static_cast<float *>(base)[i] = f;
-  if (dtype == PKV_DTYPE_F16)
-    return static_cast<double>(static_cast<_Float16 *>(base)[i] = static_cast<_Float16>(f));
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint16_t b = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  static_cast<uint16_t *>(base)[i] = b;
-  u = uint32_t(b) << 16;
-  float g;
-  std::memcpy(&g, &u, 4);
-  return g;
-}
-double load(int32_t dtype, const void *base, size_t i) {
-  if (dtype == PKV_DTYPE_F32) return static_cast<const float *>(base)[i];
-  if (dtype == PKV_DTYPE_F16) return static_cast<double>(static_cast<const _Float16 *>(base)[i]);
-  const uint32_t u = uint32_t(static_cast<const uint16_t *>(base)[i]) << 16;
-  float g;
-  std::memcpy(&g, &u, 4);
-  return g;
-}
+using pkv_test::dtype_bytes;
+using pkv_test::is_fp8;
+using pkv_test::load;
+using pkv_test::mix;
+using pkv_test::store;
 
 // One step's world: its groups' windows, sequences (context, new tokens), tables and pool.
 struct World {
@@ -234,6 +226,7 @@ void run_layer(pkv::CpuKernels &kernels, World &w, const pkv::CpuStep &step, uin
                             out.data()};
   kernels.write_kv(step, layer);
   kernels.attention(step, layer);
+  for (uint8_t b : out) out_hash = (out_hash ^ b) * 0x100000001b3ull;
   const double atol = w.c.dtype == PKV_DTYPE_F32 ? 1e-5 : w.c.dtype == PKV_DTYPE_F16 ? 2e-3 : 1e-2;
   const double rtol = w.c.dtype == PKV_DTYPE_F32 ? 1e-4 : w.c.dtype == PKV_DTYPE_F16 ? 1e-2 : 2e-2;
   std::vector<uint8_t> row(kKvn * 4);
@@ -306,8 +299,19 @@ int main(int argc, char **argv) {
   for (const Config &c : kConfigs) {
     if (argc > 1 && std::strcmp(argv[1], c.name) != 0) continue;
     const int failed_before = failed;
+    out_hash = 0xcbf29ce484222325ull;
     run_config(c);
-    printf("%s %s\n", failed == failed_before ? "ok  " : "FAIL", c.name);
+    const char *isa = pkv::cpu_variant().name;
+    bool recorded = false;
+    for (const Golden &g : kGolden)
+      if (std::strcmp(g.isa, isa) == 0 && std::strcmp(g.config, c.name) == 0) {
+        recorded = true;
+        if (!CHECK(g.hash == out_hash))
+          fprintf(stderr, "%s: outputs hash to %016llx, 0.4's to %016llx: not bit for bit\n",
+                  c.name, (unsigned long long)out_hash, (unsigned long long)g.hash);
+      }
+    printf("%s %s (outputs %016llx, %s)\n", failed == failed_before ? "ok  " : "FAIL", c.name,
+           (unsigned long long)out_hash, recorded ? "as 0.4's" : "no 0.4 hash for this variant");
     ran++;
   }
   if (!ran) {
