@@ -1087,7 +1087,12 @@ struct pkv_pool_info {
   const char *kernels;
 };
 
-/* Where e's pool is, and its layout.
+/* Where e's pool is, and its layout. Layers of equal bytes (every engine without layer_specs,
+ * and specs whose cached layers store the same K and V shape) keep this layout. Layers that
+ * differ (pkv_layer_info) share one pool (since 0.5.0) of num_blocks pages of
+ * pkv_kv_budget.block_bytes: then num_layers is 1, k_base the first page, v_base NULL,
+ * block_stride the page in elements, layer_stride, token_stride and head_stride 0,
+ * bytes_per_pool the whole pool; each layer's K and V are where pkv_layer_info says.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
 
@@ -1342,9 +1347,11 @@ PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publ
  * pkv_submit (with the weights): KV written under one scale is not rewritten. A store's blocks
  * are named for the scales (the fingerprint), so engines with other scales never share them.
  * kv_layout MLA: k_scales is the latent's one scale and v_scales may be NULL (it is not read).
- * Errors: PKV_ERR_INVALID_ARGUMENT (the cache is not fp8; layer not below num_layers; k_scales
- * NULL, or v_scales NULL but for MLA; a scale not finite or not > 0), PKV_ERR_STATE (a sequence
- * was made before: pkv_allocate or pkv_submit).
+ * Layer specs (since 0.5.0): [the layer's kv heads per rank] each; a k_eq_v layer's V is its K
+ * (v_scales may be NULL); a SHARED layer reads its source's codes with the source's scales.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (the cache is not fp8; layer not below num_layers, or SHARED;
+ * k_scales NULL, or v_scales NULL but for MLA and k_eq_v; a scale not finite or not > 0),
+ * PKV_ERR_STATE (a sequence was made before: pkv_allocate or pkv_submit).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float *k_scales,
                                      const float *v_scales);
@@ -1354,7 +1361,7 @@ PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float 
  * softmax over scores s_j becomes exp(s_j) / (exp(sink_h) + sum_k exp(s_k)): the sink takes
  * weight and adds nothing to the output. Set them once per layer that has sinks, before the first
  * pkv_allocate or pkv_submit (with the weights); pkv_attention on a layer with sinks not set
- * fails (PKV_ERR_STATE) rather than attend without them.
+ * fails rather than attend without them.
  * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers, or a layer whose spec has no
  * sinks; sinks NULL; num_sinks not this rank's q heads; a logit not finite), PKV_ERR_STATE (a
  * sequence was made before: pkv_allocate or pkv_submit).
