@@ -2,6 +2,8 @@
 // another item's key never hit, with the same key they do; another adapter never hits; events
 // carry LoraId and NumExtraKeys, hashed as BlockHashExtra says; bad keys are refused.
 using System;
+using System.Globalization;
+using System.IO;
 using System.Linq;
 using System.Text;
 using Pkv;
@@ -81,6 +83,44 @@ static partial class Tests
         Equal(Library.BlockHash(0, root, tokens),
               Library.BlockHashExtra(0, root, tokens, 0, new[] { new ExtraKey(4, 6, new byte[] { 1 }) }),
               "a key past the block is skipped");
+    }
+
+    static byte[] Hex(string s)
+    {
+        return Enumerable.Range(0, s.Length / 2).Select(i => Convert.ToByte(s.Substring(2 * i, 2), 16)).ToArray();
+    }
+
+    // tests/data/hash_vectors_extra.txt (beside hash_vectors.txt): seed salt lora_id keys blocks -> root hashes
+    static void ExtraHashVectors()
+    {
+        int cases = 0;
+        foreach (string raw in File.ReadAllLines(Path.Combine(Path.GetDirectoryName(Path.GetFullPath(hashVectors)),
+                                                              "hash_vectors_extra.txt")))
+        {
+            string line = raw.Trim();
+            if (line.Length == 0 || line.StartsWith("#")) continue;
+            string[] sides = line.Split(new[] { "->" }, StringSplitOptions.None);
+            string[] left = sides[0].Split(new[] { ' ' }, StringSplitOptions.RemoveEmptyEntries);
+            ulong[] want = sides[1].Split(new[] { ' ' }, StringSplitOptions.RemoveEmptyEntries)
+                .Select(x => ulong.Parse(x.Substring(2), NumberStyles.HexNumber)).ToArray();
+            ulong seed = ulong.Parse(left[0]), lora = ulong.Parse(left[2]);
+            byte[] salt = left[1] == "-" ? null : Hex(left[1]);
+            ExtraKey[] keys = left[3] == "-" ? null : left[3].Split(',').Select(item => item.Split(':'))
+                .Select(f => new ExtraKey(uint.Parse(f[0]), uint.Parse(f[1]), Hex(f[2]))).ToArray();
+            ulong h = Library.BlockHashRootLora(seed, salt, lora);
+            Equal(want[0], h, "root of case " + cases);
+            uint first = 0;
+            string[] blocks = left[4].Split(';');
+            for (int b = 0; b < blocks.Length; b++)
+            {
+                int[] tokens = blocks[b].Split(',').Select(int.Parse).ToArray();
+                h = Library.BlockHashExtra(seed, h, tokens, first, keys);  // every key: those apart add nothing
+                Equal(want[b + 1], h, "case " + cases + " block " + b);
+                first += (uint)tokens.Length;
+            }
+            cases++;
+        }
+        Assert(cases >= 5, "cases read: " + cases);
     }
 
     static void BadExtraKeysRefused()

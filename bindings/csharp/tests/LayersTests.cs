@@ -10,8 +10,8 @@ static partial class Tests
 {
     const uint LayersQHeads = 4, LayersTokens = 5;
 
-    // Four layers: 0 full (2 kv heads x 16), 1 sliding 8 with sinks, 2 full K = V (1 kv head x
-    // 32), 3 shared (reads layer 0).
+    // Four layers: 0 full (2 kv heads x 16), 1 sliding 8 with sinks, 2 full K = V (2 kv heads x
+    // 32: the bytes of layer 0's K and V), 3 shared (reads layer 0).
     static EngineParams MixedLayers()
     {
         var p = EngineParams.Defaults();
@@ -20,7 +20,7 @@ static partial class Tests
         LayerSpec sliding = LayerSpec.Sliding(8);
         sliding.Sinks = true;
         p.LayerSpecs = new[] { new LayerSpec(), sliding,
-                               new LayerSpec { NumKvHeads = 1, HeadDim = 32, KEqV = true }, LayerSpec.Shared(0) };
+                               new LayerSpec { HeadDim = 32, KEqV = true }, LayerSpec.Shared(0) };
         return p;
     }
 
@@ -46,24 +46,30 @@ static partial class Tests
                    "names the count");
     }
 
+    // What holds however layers of one window but other shapes are grouped (pkv.h: by attention
+    // and window; DESIGN §12: also by bytes per token).
     static void KvGroupBytes()
     {
         EngineParams p = MixedLayers();
         KvGroups g = Library.KvGroups(p);
-        Equal(2, g.NumGroups, "groups");
-        Equal("0 8", string.Join(" ", g.GroupWindow), "windows, full first");
-        Equal("0 1 0 0", string.Join(" ", g.LayerGroup), "the shared layer is in its source's group");
-        KvGroupInfo full = Library.KvGroupInfo(p, 0), sliding = Library.KvGroupInfo(p, 1);
-        Equal(AttentionKind.Full, full.Attention, "group 0");
-        Equal(2u, full.NumLayers, "group 0 layers");
-        Equal((ulong)(2 * 16 * 2 + 1 * 32) * 4, full.BytesPerToken, "K and V of layer 0, K of layer 2");
-        Equal(AttentionKind.Sliding, sliding.Attention, "group 1");
-        Equal(8u, sliding.Window, "window");
-        Equal((ulong)2 * 16 * 2 * 4, sliding.BytesPerToken, "group 1 bytes");
-        Throws(Status.InvalidArgument, () => Library.KvGroupInfo(p, 2));
+        uint[] lg = g.LayerGroup;
+        Equal(lg[0], lg[3], "the shared layer is in its source's group");
+        Assert(lg[1] != lg[0] && lg[1] != lg[2], "the windowed layer has its own group");
+        Equal(8u, g.GroupWindow[lg[1]], "its window");
+        Equal(0u, g.GroupWindow[0], "full groups first");
+        KvGroupInfo[] infos = Enumerable.Range(0, g.NumGroups).Select(i => Library.KvGroupInfo(p, (uint)i)).ToArray();
+        KvGroupInfo sliding = infos[lg[1]];
+        Equal(AttentionKind.Sliding, sliding.Attention, "sliding group");
+        Equal(1u, sliding.NumLayers, "its layers");
+        Equal((ulong)2 * 16 * 2 * 4, sliding.BytesPerToken, "its bytes");
+        Assert(infos.Where((x, i) => i != lg[1]).All(x => x.Attention == AttentionKind.Full), "the others are full");
+        Equal(3u, (uint)infos.Sum(x => x.NumLayers), "the shared layer has no cache");
+        const ulong model = (2 * 16 * 2 * 2 + 2 * 32) * 4;  // K and V of layers 0 and 1, K of layer 2
+        Equal(model, (ulong)infos.Sum(x => (long)x.BytesPerToken), "bytes per token, summed");
+        Throws(Status.InvalidArgument, () => Library.KvGroupInfo(p, (uint)g.NumGroups));
         KvBudget b = Library.Profile(p);
         Equal(3u, b.NumCachedLayers, "cached layers");
-        Equal((ulong)(2 * 16 * 2 * 2 + 32) * 4, b.ModelBytesPerToken, "model bytes per token");
+        Equal(model, b.ModelBytesPerToken, "model bytes per token");
     }
 
     static void EngineLayersAndSinks()
@@ -71,12 +77,13 @@ static partial class Tests
         using (var e = new Engine(MixedLayers()))
         {
             Equal(LayerKind.Shared, e.Params.LayerSpecs[3].Kind, "kept past create");
-            Equal(2u, e.KvGroupInfo(0).NumLayers, "engine's group 0");
             LayerInfo[] info = Enumerable.Range(0, 4).Select(l => e.LayerInfo((uint)l)).ToArray();
+            Equal(8u, e.KvGroupInfo(info[1].Group).Window, "the engine's windowed group");
             Equal("Attention Attention Attention Shared", string.Join(" ", info.Select(i => i.Kind)), "kinds");
-            Equal("0 1 0 0", string.Join(" ", info.Select(i => i.Group)), "groups");
+            Equal(string.Join(" ", e.KvGroups().LayerGroup), string.Join(" ", info.Select(i => i.Group)), "groups");
+            Equal(info[0].Group, info[3].Group, "the shared layer's group");
             Equal("0 1 2 0", string.Join(" ", info.Select(i => i.SourceLayer)), "sources");
-            Equal("2x16x16 2x16x16 1x32x32 2x16x16",
+            Equal("2x16x16 2x16x16 2x32x32 2x16x16",
                   string.Join(" ", info.Select(i => i.KvHeads + "x" + i.HeadDim + "x" + i.VHeadDim)), "shapes");
             Assert(info[2].IsKEqV && !info[0].IsKEqV && info[1].HasSinks && !info[0].HasSinks, "flags");
             Equal(info[2].KPool, info[2].VPool, "V is K");
@@ -102,7 +109,7 @@ static partial class Tests
             const uint n = LayersTokens;
             Sequence seq = e.Allocate(new[] { 1, 2, 3, 4, 5 });
             float[] q16 = LayerValues(n * 64, 1), k16 = LayerValues(n * 32, 2), v16 = LayerValues(n * 32, 3);
-            float[] q32 = LayerValues(n * 128, 4), k32 = LayerValues(n * 32, 5);
+            float[] q32 = LayerValues(n * 128, 4), k32 = LayerValues(n * 64, 5);
             float[] out0 = new float[n * 64], out1 = new float[n * 64], out2 = new float[n * 128], out3 = new float[n * 64];
             using (var b = e.BeginBatch(new[] { seq }))
             {
@@ -119,7 +126,7 @@ static partial class Tests
                 b.End();
             }
             Assert(out3.SequenceEqual(out0), "the shared layer attends over layer 0's K and V");
-            for (int d = 0; d < 32; d++)  // the first token sees only itself: each head's output is its K
+            for (int d = 0; d < 32; d++)  // the first token sees only itself: q head 0's output is kv head 0's K
                 Assert(Math.Abs(out2[d] - k32[d]) <= 1e-6, "K = V output " + d);
             Assert(!out1.SequenceEqual(out0), "the sinks took weight");
             for (int i = 0; i < out1.Length; i++)

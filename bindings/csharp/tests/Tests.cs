@@ -399,7 +399,7 @@ static partial class Tests
             { "attention_on_heterogeneous_layers", AttentionOnHeterogeneousLayers },
             { "chunked_and_sliding_layers_mask", ChunkedAndSlidingLayersMask },
             { "config_layer_specs", ConfigLayerSpecs }, { "extra_keys_decide_hits", ExtraKeysDecideHits },
-            { "extra_key_events_and_hashes", ExtraKeyEventsAndHashes }, { "bad_extra_keys_refused", BadExtraKeysRefused },
+            { "extra_key_events_and_hashes", ExtraKeyEventsAndHashes }, { "extra_hash_vectors", ExtraHashVectors }, { "bad_extra_keys_refused", BadExtraKeysRefused },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

@@ -14,13 +14,13 @@ F32 = 4
 
 
 def mixed_params(**fields):
-    """Four layers: 0 full (2 kv heads x 16), 1 sliding 8 with sinks, 2 full K = V (1 kv head x
-    32), 3 shared (reads layer 0)."""
+    """Four layers: 0 full (2 kv heads x 16), 1 sliding 8 with sinks, 2 full K = V (2 kv heads x
+    32: the bytes of layer 0's K and V), 3 shared (reads layer 0)."""
     p = pkv.Params(num_layers=4, num_q_heads=Q_HEADS, num_kv_heads=2, head_dim=16,
                    dtype=pkv.DTYPE_F32, block_size=4, num_blocks=32, device=pkv.DEVICE_CPU,
                    num_threads=1,
                    layer_specs=[pkv.LayerSpec(), pkv.LayerSpec.sliding(8, sinks=True),
-                                pkv.LayerSpec(num_kv_heads=1, head_dim=32, k_eq_v=True),
+                                pkv.LayerSpec(head_dim=32, k_eq_v=True),
                                 pkv.LayerSpec.shared(0)])
     for name, value in fields.items():
         setattr(p, name, value)
@@ -72,25 +72,33 @@ class Specs(unittest.TestCase):
                 call(p)
 
     def test_groups_and_their_bytes(self):
+        # what holds however layers of one window but other shapes are grouped (pkv.h: by
+        # attention and window; DESIGN §12: also by bytes per token)
         p = mixed_params()
         groups = p.kv_groups()
-        self.assertEqual(groups.num_groups, 2)
-        self.assertEqual(groups.group_window, [0, 8])  # full first
-        self.assertEqual(groups.layer_group, [0, 1, 0, 0])  # the shared layer: its source's
-        full, sliding = pkv.kv_group_infos(p)
-        self.assertIsInstance(full, pkv.KvGroupInfo)
-        self.assertIs(full.attention, pkv.AttentionKind.FULL)
-        self.assertEqual((full.window, full.num_layers), (0, 2))
-        self.assertEqual(full.bytes_per_token, (2 * 16 * 2 + 1 * 32) * F32)  # K and V, K = V
+        g = groups.layer_group
+        self.assertEqual(g[3], g[0])  # the shared layer: its source's group
+        self.assertNotIn(g[1], (g[0], g[2]))  # the windowed layer's own
+        self.assertEqual(groups.group_window[g[1]], 8)
+        self.assertEqual([groups.group_window[g[l]] for l in (0, 2)], [0, 0])
+        self.assertEqual(groups.group_window[0], 0)  # full groups first
+        infos = pkv.kv_group_infos(p)
+        self.assertEqual(len(infos), groups.num_groups)
+        self.assertIsInstance(infos[0], pkv.KvGroupInfo)
+        sliding = infos[g[1]]
         self.assertIs(sliding.attention, pkv.AttentionKind.SLIDING)
         self.assertEqual((sliding.window, sliding.num_layers), (8, 1))
         self.assertEqual(sliding.bytes_per_token, 2 * 16 * 2 * F32)
-        self.assertEqual(p.kv_group_info(1), sliding)
+        self.assertEqual(p.kv_group_info(g[1]), sliding)
+        self.assertTrue(all(i.attention is pkv.AttentionKind.FULL for i in infos if i != sliding))
+        self.assertEqual(sum(i.num_layers for i in infos), 3)  # the shared layer has no cache
+        model_bytes = (2 * 16 * 2 * 2 + 2 * 32) * F32  # K and V of layers 0 and 1, K of layer 2
+        self.assertEqual(sum(i.bytes_per_token for i in infos), model_bytes)
         with self.assertRaises(pkv.InvalidArgumentError):
-            pkv.kv_group_info(p, 2)
+            pkv.kv_group_info(p, groups.num_groups)
         budget = p.profile()
         self.assertEqual(budget.num_cached_layers, 3)
-        self.assertEqual(budget.model_bytes_per_token, (2 * 16 * 2 * 2 + 32) * F32)
+        self.assertEqual(budget.model_bytes_per_token, model_bytes)
 
     def test_engine_layers(self):
         with pkv.Engine(mixed_params()) as engine:
@@ -98,15 +106,16 @@ class Specs(unittest.TestCase):
                               for s in engine.params.layer_specs],
                              [(s.kind, s.attention, s.window, s.sinks)
                               for s in mixed_params().layer_specs])
-            self.assertEqual(engine.kv_group_info(0).num_layers, 2)
             infos = [engine.layer_info(layer) for layer in range(4)]
+            self.assertEqual(engine.kv_group_info(infos[1].group).window, 8)
             self.assertIsInstance(infos[0], pkv.LayerInfo)
             self.assertEqual([i.kind for i in infos], [pkv.LayerKind.ATTENTION] * 3 +
                              [pkv.LayerKind.SHARED])
-            self.assertEqual([i.group for i in infos], [0, 1, 0, 0])
+            self.assertEqual([i.group for i in infos], engine.kv_groups().layer_group)
+            self.assertEqual(infos[3].group, infos[0].group)
             self.assertEqual([i.source_layer for i in infos], [0, 1, 2, 0])
             self.assertEqual([(i.kv_heads, i.head_dim, i.v_head_dim) for i in infos],
-                             [(2, 16, 16), (2, 16, 16), (1, 32, 32), (2, 16, 16)])
+                             [(2, 16, 16), (2, 16, 16), (2, 32, 32), (2, 16, 16)])
             self.assertEqual([i.k_eq_v for i in infos], [False, False, True, False])
             self.assertEqual([i.sinks for i in infos], [False, True, False, False])
             self.assertAlmostEqual(infos[2].softmax_scale, 32 ** -0.5, places=6)
@@ -142,7 +151,7 @@ class Specs(unittest.TestCase):
             with engine.batch([seq]) as batch:
                 batch.attention(0, q16, k16, v16, out[0])
                 batch.attention(1, q16, k16, v16, out[1])  # layer 0's inputs; its window holds all
-                k32 = values(N * 32, 7)
+                k32 = values(N * 2 * 32, 7)
                 with self.assertRaisesRegex(pkv.InvalidArgumentError, 'K = V|k_eq_v'):
                     batch.attention(2, values(N * Q_HEADS * 32, 8), k32, k32, out[2])
                 with self.assertRaisesRegex(pkv.InvalidArgumentError, 'q: .* this step needs'):
@@ -153,7 +162,7 @@ class Specs(unittest.TestCase):
                 batch.attention(3, q16, None, None, out[3])
             # the shared layer attends over layer 0's K and V with layer 0's q: the same output
             self.assertEqual(out[3], out[0])
-            # K = V: the first token sees only itself, so each q head's output is its K
+            # K = V: the first token sees only itself, so q head 0's output is kv head 0's K
             self.assertLessEqual(max(abs(a - b) for a, b in zip(out[2][:32], k32[:32])), 1e-6)
             # the sinks take weight and add nothing: each output of layer 1 is layer 0's scaled
             # by a factor below 1 (the same keys, values and window)
