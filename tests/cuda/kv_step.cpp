@@ -149,18 +149,27 @@ void fill_data(const StepCase &c, Rng &rng, HostStep &h) {
         }
       }
     }
-    if (c.k_eq_v) v = k;
     h.k_seq.push_back(std::move(k));
     h.v_seq.push_back(std::move(v));
   }
 }
 
-// Each sequence's context from its first kept position: the same windows, since no new token's
-// window reaches before it.
+// Each sequence's whole context from position 0 (chunks are absolute): the positions before its
+// first kept block, which no new token sees, are zeros. A K = V layer passes no V.
 std::vector<double> reference(const StepCase &c, const HostStep &h) {
   const uint32_t q_heads = uint32_t(c.kv_heads * c.group);
   const size_t q_row = size_t(q_heads) * c.head_dim, out_row = size_t(q_heads) * out_dim(c);
-  std::vector<double> ref(size_t(h.num_tokens) * out_row);
+  const size_t row = size_t(c.kv_heads) * c.head_dim;
+  std::vector<double> ref(size_t(h.num_tokens) * out_row), sinks(h.sinks.begin(), h.sinks.end());
+  const pkv_ref_layer layer{q_heads,
+                            uint32_t(c.kv_heads),
+                            uint32_t(c.head_dim),
+                            uint32_t(c.head_dim),
+                            0.0,
+                            uint32_t(c.window),
+                            uint32_t(c.chunk),
+                            double(c.softcap),
+                            c.sinks ? sinks.data() : nullptr};
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const size_t off = size_t(h.query_start[s]) * q_row;
     if (mla(c)) {
@@ -170,10 +179,13 @@ std::vector<double> reference(const StepCase &c, const HostStep &h) {
           uint32_t(c.mla_rank), uint32_t(c.head_dim - c.mla_rank), double(softmax_scale(c)));
       continue;
     }
-    pkv_ref_attention_window(h.q.data() + off, h.k_seq[s].data(), h.v_seq[s].data(),
-                             ref.data() + off, uint32_t(c.seqs[s].query_len),
-                             uint32_t(c.seqs[s].context_len - h.kept_from[s]), q_heads,
-                             uint32_t(c.kv_heads), uint32_t(c.head_dim), 0.0, uint32_t(c.window));
+    const size_t skipped = size_t(h.kept_from[s]) * row;
+    std::vector<double> k(skipped), v(c.k_eq_v ? 0 : skipped);
+    k.insert(k.end(), h.k_seq[s].begin(), h.k_seq[s].end());
+    v.insert(v.end(), h.v_seq[s].begin(), h.v_seq[s].end());
+    pkv_ref_attention_layer(&layer, h.q.data() + off, k.data(), c.k_eq_v ? nullptr : v.data(),
+                            ref.data() + off, uint32_t(c.seqs[s].query_len),
+                            uint32_t(c.seqs[s].context_len));
   }
   return ref;
 }

@@ -7,7 +7,9 @@
 // another across the window's edge and a fresh prompt, while group 1 has given back the blocks
 // before its windows (-1 in its tables) and step 2 writes other tokens into them. Every output
 // row, and every value write_kv left in the pool, is checked. Then the MLA pool (the latents in
-// K alone, copies and read_block of K, MLA attention): cuda_backend_mla.cpp.
+// K alone, copies and read_block of K, MLA attention): cuda_backend_mla.cpp; and the pages of
+// unequal layers (two shapes in one step, K = V, a shared layer, chunk, soft-cap, sinks):
+// cuda_backend_layers.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,6 +21,7 @@
 
 #include "attention_ref.h"
 #include "backend/backend.h"
+#include "cuda_backend_layers.h"
 #include "cuda_backend_mla.h"
 #include "kv_harness.h"
 #include "status.h"
@@ -341,11 +344,12 @@ int main() {
   try {
     for (const Case &c : cases) failures += !run_case(c, seed++);
     failures += run_mla_backend_cases(seed);
+    failures += run_layers_backend_cases(seed + 3);
   } catch (const pkv::Error &e) {
     fprintf(stderr, "FAIL: the backend threw %s: %s\n", pkv::status_string(e.status()), e.what());
     return 1;
   }
-  printf("cuda_backend: %d of %zu cases passed (3 of them MLA)\n",
-         int(std::size(cases)) + 3 - failures, std::size(cases) + 3);
+  printf("cuda_backend: %d of %zu cases passed (3 of them MLA, 2 of unequal layers)\n",
+         int(std::size(cases)) + 5 - failures, std::size(cases) + 5);
   return failures ? 1 : 0;
 }
