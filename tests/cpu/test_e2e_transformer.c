@@ -5,7 +5,7 @@
  * preemption and resume that recomputes what the cache lost, a forked pair swapped out to the
  * host tier and back) and once on a naive contiguous KV
  * cache per sequence. The tokens must be identical and the logits equal within f32 noise.
- * The story runs seven times: f32 KV; fp8 e4m3 and e5m2 KV (scales per layer and kv head from
+ * The story runs nine times: f32 KV; fp8 e4m3 and e5m2 KV (scales per layer and kv head from
  * the amax of an f32 run, the naive cache rounding as pkv_ref_fp8_encode does: the logits
  * then agree within what a value landing on the other side of a rounding edge could move); a
  * sliding window of 8 on every layer (the naive side masks it); a hybrid model, the window on
@@ -14,7 +14,9 @@
  * multi-head latent attention (DeepSeek's: a latent of 32 + a shared rotary key of 16 per token,
  * per-head keys and values up-projected from it), pkv caching the latent and attending in the
  * absorbed form while the naive side decompresses every head's K and V into its contiguous
- * cache. It prints how often fp8 KV picks the tokens bf16 KV (the naive cache rounding to bf16)
+ * cache; and two models described per layer (pkv's layer_specs, kv_mode.specs): gpt-oss-like
+ * (alternating windows, a sink logit per layer and q head) and Gemma-4-like (layers of unequal
+ * kv heads in one paged pool, a K = V layer, a SHARED layer reading layer 0's KV). It prints how often fp8 KV picks the tokens bf16 KV (the naive cache rounding to bf16)
  * picks.
  * One file past the ~400-line rule on purpose: the model, both KV sides and the comparison read
  * in order. */
@@ -44,7 +46,32 @@ typedef struct kv_mode {
   int hybrid; /* the window on layers 0 and 2 only: a windowed and a full KV group */
   int mla;    /* the model's attention is multi-head latent attention */
   float scales[LAYERS][2][KVH]; /* fp8: k, v of each layer's kv heads */
+  int specs;                    /* a model described per layer (pkv's layer_specs): SPECS_* */
 } kv_mode;
+
+/* The per-layer models (window: kv_mode's). gpt-oss-like: the window on layers 0 and 2, full
+ * attention on 1, a learned sink logit per (layer, q head) in every softmax. Gemma-4-like: layer
+ * 0 windowed (2 kv heads), layer 1 full with one kv head whose V is its K (k_eq_v: the first
+ * head of the model's k, stored once), layer 2 SHARED: no KV of its own, it attends over layer
+ * 0's with its own queries. */
+enum { SPECS_NONE = 0, SPECS_GPT_OSS = 1, SPECS_GEMMA4 = 2 };
+
+static uint32_t layer_window(const kv_mode *mode, uint32_t l) {
+  return (mode->hybrid || mode->specs) && l == 1 ? 0 : mode->window;
+}
+static int layer_kv_heads(const kv_mode *mode, uint32_t l) {
+  return mode->specs == SPECS_GEMMA4 && l == 1 ? 1 : KVH;
+}
+static int layer_k_eq_v(const kv_mode *mode, uint32_t l) {
+  return mode->specs == SPECS_GEMMA4 && l == 1;
+}
+static uint32_t layer_source(const kv_mode *mode, uint32_t l) {
+  return mode->specs == SPECS_GEMMA4 && l == 2 ? 0 : l;
+}
+/* gpt-oss-like's sink of (layer, q head); -INFINITY: none. */
+static float layer_sink(const kv_mode *mode, uint32_t l, int h) {
+  return mode->specs == SPECS_GPT_OSS ? 0.4f * (float)h - 0.7f + 0.3f * (float)l : -INFINITY;
+}
 
 typedef struct layer_w {
   float norm1[HID], norm2[HID];
@@ -279,15 +306,17 @@ static float kv_round(const kv_mode *mode, float x, uint32_t l, int kind, int he
 static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
                            float *out) {
   naive_seq *s = ctx;
+  const kv_mode *mode = s->mode;
+  const uint32_t src = layer_source(mode, l), w = layer_window(mode, l);
+  const int kvh_n = layer_kv_heads(mode, l), keqv = layer_k_eq_v(mode, l);
   float p[MAX_TOKENS];
   for (uint32_t r = 0; r < s->n; r++) {
     const int32_t pos = s->len + (int32_t)r;
-    const uint32_t w = s->mode->hybrid && l == 1 ? 0 : s->mode->window;
     const int32_t first = w && (uint32_t)pos >= w ? pos - (int32_t)w + 1 : 0;
-    for (int i = 0; i < KVH * HD; i++) {
-      const float kx = k[r * KVH * HD + i], vx = v[r * KVH * HD + i];
-      s->k[l][pos][i] = kv_round(s->mode, kx, l, 0, i / HD);
-      s->v[l][pos][i] = kv_round(s->mode, vx, l, 1, i / HD);
+    for (int i = 0; src == l && i < kvh_n * HD; i++) { /* a SHARED layer keeps nothing */
+      const float kx = k[r * KVH * HD + i], vx = keqv ? kx : v[r * KVH * HD + i];
+      s->k[l][pos][i] = kv_round(mode, kx, l, 0, i / HD);
+      s->v[l][pos][i] = kv_round(mode, vx, l, 1, i / HD);
       if (s->amax) {
         s->amax[l][0][i / HD] = fmaxf(s->amax[l][0][i / HD], fabsf(kx));
         s->amax[l][1][i / HD] = fmaxf(s->amax[l][1][i / HD], fabsf(vx));
@@ -295,19 +324,21 @@ static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k
     }
     for (int h = 0; h < QH; h++) {
       const float *qh = q + (r * QH + h) * HD;
-      const int kvh = h / (QH / KVH);
-      float mx = -INFINITY, sum = 0.0f;
+      const int kvh = h / (QH / kvh_n);
+      const float sink = layer_sink(mode, l, h);
+      float mx = sink, sum = 0.0f;
       for (int32_t j = first; j <= pos; j++) {
         float d = 0.0f;
-        for (int i = 0; i < HD; i++) d += qh[i] * s->k[l][j][kvh * HD + i];
+        for (int i = 0; i < HD; i++) d += qh[i] * s->k[src][j][kvh * HD + i];
         p[j] = d / sqrtf(HD);
         mx = fmaxf(mx, p[j]);
       }
       for (int32_t j = first; j <= pos; j++) sum += p[j] = expf(p[j] - mx);
+      sum += expf(sink - mx); /* the sink takes weight and adds nothing (0 without one) */
       float *o = out + (r * QH + h) * HD;
       for (int i = 0; i < HD; i++) {
         float acc = 0.0f;
-        for (int32_t j = first; j <= pos; j++) acc += p[j] * s->v[l][j][kvh * HD + i];
+        for (int32_t j = first; j <= pos; j++) acc += p[j] * s->v[src][j][kvh * HD + i];
         o[i] = acc / sum;
       }
     }
@@ -389,9 +420,25 @@ typedef struct e2e_run {
   e2e_seq seqs[NUM_PROMPTS];
 } e2e_run;
 
+/* The mode pkv runs (the per-layer models pass each layer's own K and V). */
+static const kv_mode *pkv_mode;
+
 static int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
                             float *out) {
-  return CHECK_OK(pkv_attention((pkv_batch *)ctx, l, q, k, v, out));
+  pkv_batch *b = ctx;
+  if (layer_source(pkv_mode, l) != l) /* SHARED: its source's cache, nothing written */
+    return CHECK_OK(pkv_attention(b, l, q, NULL, NULL, out));
+  if (!layer_k_eq_v(pkv_mode, l)) return CHECK_OK(pkv_attention(b, l, q, k, v, out));
+  /* K = V, one kv head: the first head of each row of the model's k, v NULL */
+  pkv_batch_view view;
+  memset(&view, 0, sizeof view);
+  view.struct_size = sizeof view;
+  if (!CHECK_OK(pkv_batch_info(b, &view))) return 0;
+  float *k1 = malloc(sizeof(float) * view.num_tokens * HD);
+  for (uint32_t r = 0; r < view.num_tokens; r++) memcpy(k1 + r * HD, k + r * KVH * HD, HD * 4);
+  const int ok = CHECK_OK(pkv_attention(b, l, q, k1, NULL, out));
+  free(k1);
+  return ok;
 }
 
 static uint32_t uncomputed(e2e_run *run, const e2e_seq *s) {
@@ -482,6 +529,21 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode) {
   p.kv_dtype = mode->kv_dtype, p.sliding_window = mode->hybrid ? 0 : mode->window;
   const uint32_t hybrid_windows[LAYERS] = {mode->window, 0, mode->window};
   if (mode->hybrid) p.layer_windows = hybrid_windows;
+  pkv_layer_spec specs[LAYERS];
+  memset(specs, 0, sizeof specs);
+  for (uint32_t l = 0; mode->specs && l < LAYERS; l++) {
+    specs[l].attention = layer_window(mode, l) ? PKV_ATTENTION_SLIDING : PKV_ATTENTION_FULL;
+    specs[l].window = layer_window(mode, l);
+    specs[l].num_kv_heads = (uint32_t)layer_kv_heads(mode, l);
+    specs[l].k_eq_v = (uint32_t)layer_k_eq_v(mode, l);
+    specs[l].sinks = mode->specs == SPECS_GPT_OSS;
+    if (layer_source(mode, l) != l) specs[l].kind = PKV_LAYER_SHARED;
+    specs[l].source_layer = layer_source(mode, l) != l ? layer_source(mode, l) : 0;
+  }
+  if (mode->specs) {
+    p.sliding_window = 0, p.layer_specs = specs, p.layer_spec_size = sizeof specs[0];
+  }
+  pkv_mode = mode;
   if (mode->mla) { /* one latent per token; the scale is the heads' 1/sqrt(NOPE + ROPE) */
     p.kv_layout = PKV_KV_LAYOUT_MLA, p.num_kv_heads = 1, p.head_dim = LATENT;
     p.kv_lora_rank = RANK, p.qk_rope_head_dim = ROPE, p.softmax_scale = 1.0f / sqrtf(QKD);
@@ -491,6 +553,11 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode) {
   if (!CHECK_OK(pkv_engine_create(&p, &run->e))) return 0;
   for (uint32_t l = 0; mode->kv_dtype && l < LAYERS; l++)
     if (!CHECK_OK(pkv_set_kv_scales(run->e, l, mode->scales[l][0], mode->scales[l][1]))) return 0;
+  for (uint32_t l = 0; mode->specs == SPECS_GPT_OSS && l < LAYERS; l++) {
+    float sinks[QH];
+    for (int h = 0; h < QH; h++) sinks[h] = layer_sink(mode, l, h);
+    if (!CHECK_OK(pkv_set_attention_sinks(run->e, l, sinks, QH))) return 0;
+  }
   const int exact = mode->window == 0; /* the cached counts below are exact */
   int32_t sys[SYS_LEN], user[3][9];
   for (int i = 0; i < SYS_LEN; i++) sys[i] = (int32_t)((i * 37 + 11) % VOCAB);
@@ -622,8 +689,8 @@ static void agreement(const model *m, const e2e_run *run, const kv_mode *mode,
  * the format's largest finite. */
 static void bf16_and_scales(const model *m, const e2e_run *run, kv_mode *e4m3, kv_mode *e5m2,
                             int32_t (*bf16_tokens)[GEN]) {
-  const kv_mode bf16 = {"bf16", PKV_DTYPE_BF16, 0, 0, 0, {{{0}}}},
-                f32 = {"f32", 0, 0, 0, 0, {{{0}}}};
+  const kv_mode bf16 = {"bf16", PKV_DTYPE_BF16, 0, 0, 0, {{{0}}}, 0},
+                f32 = {"f32", 0, 0, 0, 0, {{{0}}}, 0};
   float amax[LAYERS][2][KVH] = {{{0}}};
   float(*logits)[VOCAB] = malloc(sizeof(float) * GEN * VOCAB);
   int32_t tokens[GEN];
@@ -649,16 +716,18 @@ int main(void) {
   init_model(m);
   e2e_run *run = calloc(1, sizeof *run);
   float min_gap = INFINITY; /* the closest greedy choice: how far from a tie the test runs */
-  kv_mode modes[7] = {{"f32", 0, 0, 0, 0, {{{0}}}},
-                      {"e4m3", PKV_DTYPE_FP8_E4M3, 0, 0, 0, {{{0}}}},
-                      {"e5m2", PKV_DTYPE_FP8_E5M2, 0, 0, 0, {{{0}}}},
-                      {"window", 0, WINDOW, 0, 0, {{{0}}}},
-                      {"hybrid", 0, WINDOW, 1, 0, {{{0}}}},
-                      {"hybrid8", PKV_DTYPE_FP8_E4M3, WINDOW, 1, 0, {{{0}}}},
-                      {"mla", 0, 0, 0, 1, {{{0}}}}};
+  kv_mode modes[9] = {{"f32", 0, 0, 0, 0, {{{0}}}, 0},
+                      {"e4m3", PKV_DTYPE_FP8_E4M3, 0, 0, 0, {{{0}}}, 0},
+                      {"e5m2", PKV_DTYPE_FP8_E5M2, 0, 0, 0, {{{0}}}, 0},
+                      {"window", 0, WINDOW, 0, 0, {{{0}}}, 0},
+                      {"hybrid", 0, WINDOW, 1, 0, {{{0}}}, 0},
+                      {"hybrid8", PKV_DTYPE_FP8_E4M3, WINDOW, 1, 0, {{{0}}}, 0},
+                      {"mla", 0, 0, 0, 1, {{{0}}}, 0},
+                      {"gpt-oss", 0, WINDOW, 0, 0, {{{0}}}, SPECS_GPT_OSS},
+                      {"gemma4", 0, WINDOW, 0, 0, {{{0}}}, SPECS_GEMMA4}};
   int32_t bf16_tokens[NUM_PROMPTS][GEN];
   unsigned generated[3] = {0}, choices[3] = {0}; /* f32, e4m3, e5m2 against bf16 KV */
-  for (int k = 0; k < 7; k++) {
+  for (int k = 0; k < 9; k++) {
     float gap = INFINITY;
     if (!run_mode(m, &modes[k], run, &gap)) break;
     printf("%-8s smallest top-2 logit gap of a greedy choice: %.3g\n", modes[k].name, gap);
