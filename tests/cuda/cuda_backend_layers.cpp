@@ -5,7 +5,8 @@
 // its K, chunked (16) and soft-capped; layer 2 is SHARED on layer 1 (no write, its own sinks).
 // Step 1 prefills two prompts, step 2 decodes one, continues the other across a chunk boundary
 // and prefills a third. Every output row is checked against pkv_ref_attention_layer and every
-// row write_kv left in the pages byte for byte (layer 2 writes none).
+// row write_kv left in the pages byte for byte (layer 2 writes none). A layer whose V is not as
+// wide as its K is refused before it writes anything.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "backend/backend.h"
 #include "cuda_backend_layers.h"
 #include "kv_harness.h"
+#include "status.h"
 
 namespace {
 
@@ -186,6 +188,24 @@ size_t check_pages(const pkv::Backend &be, const Run &r, const std::string &labe
   return bad;
 }
 
+// A layer whose V is narrower than its K, on the planned step: refused (PKV_ERR_UNSUPPORTED)
+// before write_kv, so the pages are unchanged (check_pages after it).
+size_t refuses_v_dim(pkv::Backend &be, const Run &r, const std::string &label) {
+  DevBuf buf(size_t(64) * kQHeads * 128 * r.eb);
+  pkv::AttentionCall call{};
+  call.scale = 0.125f, call.q = call.k = call.v = buf.as<void>(), call.out = buf.as<void>();
+  call.write = true, call.kv_heads = 2, call.head_dim = 64, call.v_dim = 32;
+  call.k_offset = r.k_off[0], call.v_offset = r.v_off[0], call.block_stride = r.page;
+  call.v_in_k_pool = true;
+  try {
+    be.attention(call);
+  } catch (const pkv::Error &e) {
+    if (e.status() == PKV_ERR_UNSUPPORTED) return 0;
+  }
+  fprintf(stderr, "%s: v_dim 32 with head_dim 64 was not refused as unsupported\n", label.c_str());
+  return 1;
+}
+
 bool run_case(DType t, uint32_t bs, uint64_t seed) {
   Rng rng(seed);
   Run r = make_run(t, bs, rng, {41, 33, 12});
@@ -205,6 +225,7 @@ bool run_case(DType t, uint32_t bs, uint64_t seed) {
     const std::string label = name + " step " + std::to_string(i + 1);
     be->plan(st.view(bs));
     for (uint32_t l = 0; l < kLayers; ++l) bad += run_layer(*be, r, st, l, rng, label);
+    if (i == 1) bad += refuses_v_dim(*be, r, label);
     bad += check_pages(*be, r, label);
   }
   if (bad) fprintf(stderr, "FAIL %s\n", name.c_str());

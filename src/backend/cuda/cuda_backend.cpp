@@ -264,6 +264,12 @@ class CudaBackend final : public Backend {
                   "q, k, v and out must be 16-byte aligned on CUDA");
     PKV_ASSERT(call.group < groups_.size() && call.window <= INT32_MAX && call.chunk <= INT32_MAX);
     const StepGroup &g = groups_[call.group];
+    // Refused before anything is written: the CUDA kernels stage K and V tiles of one width.
+    if (call.v_dim != call.head_dim)
+      fail(PKV_ERR_UNSUPPORTED,
+           "layer %u: the CUDA kernels take V as wide as K (v_head_dim %u, head_dim %u); run the "
+           "layer on the CPU backend or with the host's kernels over the pool (pkv_layer_info)",
+           call.layer, call.v_dim, call.head_dim);
     const cuda::KvLayer layer = kv_layer(call);
     const int32_t q_heads = int32_t(shape_.q_heads);
     if (call.write)  // a SHARED layer attends over its source's KV and writes none
