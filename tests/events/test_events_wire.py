@@ -9,7 +9,8 @@ with exactly the events the engine queued in process (pkv_drain_kv_events), in o
 encodings are heard: the MAP one of vLLM 0.26+ (pkv's default) and the ARRAY one of older routers
 (pkv_event_publisher_params.format), each event carrying every field vLLM declares. Also: a
 windowed model's groups (group_idx, kv_cache_spec_kind, the window), an MLA model's kind, a
-stalled subscriber (it loses messages, the engine does not wait, replay recovers them),
+stalled subscriber (it loses messages, the engine does not wait, replay recovers them), a
+multimodal prompt's extra_keys and a LoRA adapter's lora_id (pkv 0.5),
 malformed replay requests, a custom topic and data-parallel rank, an unknown format refused.
 
 Needs Debian's python3-zmq and python3-msgpack, and the pkv Python binding (bindings/python, found
@@ -250,6 +251,40 @@ class EventsWireTest(unittest.TestCase):
             with self.assertRaises(DecodeError):  # a 0.26 router does not take arrays
                 decode(payload, named=True)
         engine.close()
+
+    def test_items_and_adapters_on_the_wire(self):
+        """A prompt with an image's key over its placeholders and a LoRA adapter: its BlockStored
+        carries lora_id and, per block, extra_keys (nil before the image; then [key, start, end,
+        item_start] of the image's part in the block), and its hashes are pkv_block_hash_extra's
+        from pkv_block_hash_root_lora; a plain prompt's stay nil. Both encodings."""
+        image = pkv.ExtraKey(6, 18, b'image-A')
+        tokens = [100 + i for i in range(6)] + [151655] * 12
+        for fmt in (MAP, ARRAY):
+            engine = self.engine(self.publisher(format=fmt))
+            sub = Subscriber(self.ctx, engine.event_publisher_info(), named=fmt == MAP)
+            for extra, lora in (([image], 5), (None, 0)):
+                seq = engine.allocate(tokens if extra else tokens[:8], extra_keys=extra, lora_id=lora)
+                with engine.batch([seq]):
+                    pass
+            sub.wait_for(engine)
+            sub.close()
+            stored = [e for e in wire_events(sub.batches) if isinstance(e, BlockStored)]
+            self.assertEqual(len(stored), 2)
+            keyed, plain = stored
+            blocks = [tokens[i:i + BS] for i in range(0, 16, BS)]
+            want = pkv.block_hashes(blocks, SEED, extra_keys=[image], lora_id=5)
+            self.assertIsNone(keyed.parent_block_hash)
+            self.assertEqual(keyed.block_hashes, want[1:])
+            self.assertNotEqual(want[0], pkv.block_hash_root(SEED))
+            self.assertEqual(keyed.lora_id, 5)
+            self.assertEqual(keyed.extra_keys, [None, [[b'image-A', 2, 4, 0]],
+                                                [[b'image-A', 0, 4, 2]], [[b'image-A', 0, 4, 6]]])
+            self.assertEqual((plain.lora_id, plain.extra_keys), (None, None))
+            self.assertEqual(plain.block_hashes, pkv.block_hashes(blocks[:2], SEED)[1:])
+            mine = [ev for ev in engine.drain_kv_events(64) if ev.type == pkv.EVENT_BLOCK_STORED]
+            self.assertEqual([(ev.lora_id, ev.num_extra_keys) for ev in mine],
+                             [(5, 0), (5, 1), (5, 1), (5, 1), (0, 0), (0, 0)])
+            engine.close()
 
     def test_windowed_models_name_their_groups(self):
         """Each event's group: group_idx, and on BlockStored its kind and window, in both
