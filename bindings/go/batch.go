@@ -233,6 +233,7 @@ type attentionShape struct {
 	qDims, kvDims, vDims, oDims string // their shapes per token, e.g. "[4 q heads per rank][head_dim 16]"
 	mla                         bool
 	args                        kvArgs
+	kvHeads                     int // per rank: SetKVScales' length
 }
 
 // kvArgs are which of k and v a layer's call takes.
@@ -247,7 +248,7 @@ const (
 func attentionShapeOf(p *EngineParams, kvHeadsPerRank int) attentionShape {
 	qHeads := int(p.NumQHeads / p.TPSize)
 	s := attentionShape{dtype: p.DType, device: p.Device, q: qHeads * int(p.HeadDim),
-		kv: kvHeadsPerRank * int(p.HeadDim), out: qHeads * int(p.HeadDim)}
+		kv: kvHeadsPerRank * int(p.HeadDim), out: qHeads * int(p.HeadDim), kvHeads: kvHeadsPerRank}
 	s.qDims = fmt.Sprintf("[%d q heads per rank][head_dim %d]", qHeads, p.HeadDim)
 	s.kvDims = fmt.Sprintf("[%d kv heads per rank][head_dim %d]", kvHeadsPerRank, p.HeadDim)
 	s.v, s.vDims, s.oDims = s.kv, s.kvDims, s.qDims

@@ -307,3 +307,51 @@ func TestChunkedAndSlidingLayersMaskTheirKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestFP8ScalesFollowEachLayersHeads(t *testing.T) {
+	p := smallParams(t)
+	p.NumLayers, p.KVDType = 3, pkv.DTypeFP8E4M3
+	p.LayerSpecs = []pkv.LayerSpec{{}, {NumKVHeads: 1, HeadDim: 32, KEqV: true}, pkv.SharedLayer(0)}
+	e := newEngine(t, p)
+	half := []float32{0.5, 0.5}
+	if err := e.SetKVScales(0, half, half); err != nil {
+		t.Fatal(err)
+	}
+	// layer 1 has one kv head, and its V is its K: v nil
+	expectRefusal(t, e.SetKVScales(1, half, half), "layer 1 has 1 kv heads")
+	if err := e.SetKVScales(1, half[:1], nil); err != nil {
+		t.Fatal(err)
+	}
+	// a shared layer reads its source's codes with the source's scales
+	expectStatus(t, e.SetKVScales(2, half, half), pkv.ErrInvalidArgument)
+	s := must(e.Allocate([]int32{1, 2, 3}, nil))
+	b := must(e.BeginBatch([]*pkv.Sequence{s}, nil))
+	defer b.Abort()
+	fill := func(size int, x float32) []float32 {
+		v := make([]float32, size)
+		for i := range v {
+			v[i] = x
+		}
+		return v
+	}
+	q16, kv16, out16 := fill(3*64, 0.1), fill(3*32, 0.2), make([]float32, 3*64)
+	q32, k32, out32 := fill(3*128, 0.1), fill(3*32, 0.3), make([]float32, 3*128)
+	if err := b.Attention(0, q16, kv16, kv16, out16); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Attention(1, q32, k32, nil, out32); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Attention(2, q16, nil, nil, out16); err != nil {
+		t.Fatal(err)
+	}
+	// e4m3 keeps 3 mantissa bits: within 1/16 of the value
+	for i := range out32 {
+		if math.Abs(float64(out32[i])-0.3) > 0.3/16 || (i < len(out16) && math.Abs(float64(out16[i])-0.2) > 0.2/16) {
+			t.Fatalf("out32[%d] = %v (want 0.3), out16 %v (want 0.2)", i, out32[i], out16[:4])
+		}
+	}
+	if err := b.End(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -79,12 +79,18 @@ func (eng *Engine) LayerWindows() []uint32 { return eng.Params().LayerWindows }
 // SetKVScales sets an fp8 cache's scales of layer (KVDType DTypeFP8E4M3 / DTypeFP8E5M2): k and
 // v have one per kv head of this rank each (finite, > 0; 1.0 until set), before the first
 // sequence (pkv_set_kv_scales). An MLA engine's k is the latent's one scale and v may be nil
-// (NULL: there is no V); other engines refuse a nil v. ErrState once a sequence was made;
+// (NULL: there is no V); other engines refuse a nil v. With LayerSpecs (pkv 0.5) each layer has
+// its own kv heads, a K = V layer's v may be nil (its V is its K) and a shared layer has none
+// (it reads its source's codes with the source's scales). ErrState once a sequence was made;
 // ErrInvalidArgument for a cache that is not fp8.
 func (eng *Engine) SetKVScales(layer uint32, k, v []float32) error {
-	if len(k) != eng.kvHeads || (v != nil && len(v) != eng.kvHeads) {
+	heads := eng.kvHeads
+	if eng.layers != nil && int(layer) < len(eng.layers) {
+		heads = eng.layers[layer].kvHeads
+	}
+	if len(k) != heads || (v != nil && len(v) != heads) {
 		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf(
-			"SetKVScales: %d k and %d v scales, the engine has %d kv heads per rank", len(k), len(v), eng.kvHeads)}
+			"SetKVScales: %d k and %d v scales, layer %d has %d kv heads per rank", len(k), len(v), layer, heads)}
 	}
 	var pv *C.float
 	if v != nil {

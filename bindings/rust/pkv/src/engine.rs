@@ -203,16 +203,19 @@ impl Engine {
     /// fp8 KV: `layer`'s K and V scales, one per kv head of this rank each (finite, > 0; 1.0
     /// until set), before the first sequence (`pkv_set_kv_scales`). `Status::State` once a
     /// sequence was made; `Status::InvalidArgument` for a cache that is not fp8. An MLA engine
-    /// has no V: `set_mla_scales`.
+    /// or a K = V layer has no V scales: `set_k_scales`. With layer specs (pkv 0.5) each layer
+    /// has its own kv heads; a shared layer has no scales (it reads its source's codes with the
+    /// source's).
     pub fn set_kv_scales(&self, layer: u32, k_scales: &[f32], v_scales: &[f32]) -> Result<()> {
-        let heads = self.pool.kv_heads as usize;
+        let heads = self.kv_heads_of(layer);
         if k_scales.len() != heads || v_scales.len() != heads {
             return Err(Error::new(
                 Status::InvalidArgument,
                 format!(
-                    "set_kv_scales: {} k and {} v scales, the engine has {} kv heads per rank",
+                    "set_kv_scales: {} k and {} v scales, layer {} has {} kv heads per rank",
                     k_scales.len(),
                     v_scales.len(),
+                    layer,
                     heads
                 ),
             ));
@@ -226,19 +229,37 @@ impl Engine {
     /// fp8 KV on a `KvLayout::Mla` engine (pkv 0.3): `layer`'s latent scale (one value: the
     /// latent is one kv head), with no V scales (pkv gets NULL); as `set_kv_scales` otherwise.
     pub fn set_mla_scales(&self, layer: u32, k_scales: &[f32]) -> Result<()> {
-        let heads = self.pool.kv_heads as usize;
+        self.k_scales("set_mla_scales", layer, k_scales)
+    }
+
+    /// fp8 KV of a layer without V scales (pkv gets NULL): an MLA engine's (as `set_mla_scales`)
+    /// or a K = V layer's (pkv 0.5: its V is its K), one scale per kv head of the layer on this
+    /// rank; as `set_kv_scales` otherwise.
+    pub fn set_k_scales(&self, layer: u32, k_scales: &[f32]) -> Result<()> {
+        self.k_scales("set_k_scales", layer, k_scales)
+    }
+
+    fn k_scales(&self, call: &str, layer: u32, k_scales: &[f32]) -> Result<()> {
+        let heads = self.kv_heads_of(layer);
         if k_scales.len() != heads {
             return Err(Error::new(
                 Status::InvalidArgument,
                 format!(
-                    "set_mla_scales: {} scales, the engine has {} kv heads per rank",
+                    "{}: {} scales, layer {} has {} kv heads per rank",
+                    call,
                     k_scales.len(),
+                    layer,
                     heads
                 ),
             ));
         }
-        // SAFETY: k_scales has kv_heads_per_rank elements; v NULL is MLA's.
+        // SAFETY: k_scales has the layer's kv heads per rank elements; v NULL: no V scales.
         unsafe { call!(self.lib, pkv_set_kv_scales(self.as_raw(), layer, k_scales.as_ptr(), ptr::null())) }
+    }
+
+    /// `layer`'s kv heads per rank: its own with layer specs, else the pool's.
+    fn kv_heads_of(&self, layer: u32) -> usize {
+        self.layer_shape(layer).map_or(self.pool.kv_heads, |l| l.kv_heads) as usize
     }
 
     /// The cache's layout (`Params::kv_layout`).

@@ -277,3 +277,32 @@ fn chunked_and_sliding_layers_mask_their_keys() {
     }
     b.end().unwrap();
 }
+
+#[test]
+fn fp8_scales_follow_each_layers_heads() {
+    let specs = [
+        LayerSpec::default(),
+        LayerSpec { num_kv_heads: 1, head_dim: 32, k_eq_v: true, ..LayerSpec::default() },
+        LayerSpec::shared(0),
+    ];
+    let p = common::params(4, 16).num_layers(3).kv_dtype(pkv::Dtype::Fp8E4m3).layer_specs(&specs);
+    let e = Engine::new(&p).unwrap();
+    e.set_kv_scales(0, &[0.5, 0.5], &[0.5, 0.5]).unwrap();
+    // layer 1 has one kv head, and its V is its K: no V scales
+    let err = e.set_kv_scales(1, &[0.5, 0.5], &[0.5, 0.5]).unwrap_err();
+    assert!(err.message().contains("layer 1 has 1 kv heads"), "{}", err.message());
+    e.set_k_scales(1, &[0.5]).unwrap();
+    // a shared layer reads its source's codes with the source's scales
+    assert_eq!(e.set_kv_scales(2, &[0.5, 0.5], &[0.5, 0.5]).unwrap_err().status(), Status::InvalidArgument);
+    let a = e.allocate(&[1, 2, 3], None).unwrap();
+    let mut b = e.batch(&[a.seq], None).unwrap();
+    let (q16, kv16, mut out16) = (vec![0.1f32; 3 * 64], vec![0.2f32; 3 * 32], vec![0f32; 3 * 64]);
+    let (q32, k32, mut out32) = (vec![0.1f32; 3 * 128], vec![0.3f32; 3 * 32], vec![0f32; 3 * 128]);
+    b.attention(0, &q16, &kv16, &kv16, &mut out16).unwrap();
+    b.attention_kv(1, &q32, Some(&k32), None, &mut out32).unwrap();
+    // e4m3 keeps 3 mantissa bits: within 1/16 of the value
+    assert!(out32.iter().all(|&x| (x - 0.3).abs() <= 0.3 / 16.0), "{:?}", &out32[..4]);
+    b.attention_kv(2, &q16, None, None, &mut out16).unwrap();
+    assert!(out16.iter().all(|&x| (x - 0.2).abs() <= 0.2 / 16.0), "{:?}", &out16[..4]);
+    b.end().unwrap();
+}

@@ -68,7 +68,7 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_reset_prefix_cache => Engine::reset_prefix_cache;
         pkv_attention => OpenBatch::attention::<f32>, OpenBatch::attention_mla::<pkv::Bf16>, OpenBatch::attention_raw;
         pkv_pool_info => Engine::pool_info;
-        pkv_set_kv_scales => Engine::set_kv_scales, Engine::set_mla_scales;
+        pkv_set_kv_scales => Engine::set_kv_scales, Engine::set_mla_scales, Engine::set_k_scales;
         pkv_engine_set_stream => Engine::set_stream;
         pkv_block_hash_root => pkv::block_hash_root;
         pkv_block_hash => pkv::block_hash;
