@@ -1258,7 +1258,7 @@ PKV_API pkv_status pkv_drain_kv_events_sized(pkv_engine *e, pkv_kv_event *out, u
  *     Every field is sent, in both encodings. ts: float64, seconds since the epoch. hashes are
  *     pkv's canonical block hashes (uint64, pkv_block_hash; parent_block_hash is nil when the
  *     parent is a salt's root); token_ids are the blocks' tokens; lora_id is the blocks'
- *     pkv_seq_params.lora_id, nil when 0 (since 0.5.0; the cache salt is in the hashes);
+ *     pkv_seq_params.lora_id (since 0.5.0), nil when 0 (the cache salt is in the hashes);
  *     lora_name is nil; extra_keys (since 0.5.0) is nil when no block of the event has extra
  *     keys, else one element per block: nil for a block without, else an array of its items in
  *     order, each [key (bin), start, end, item_start]: the key's bytes, the overlap's first
