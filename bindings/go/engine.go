@@ -147,7 +147,9 @@ func (eng *Engine) Budget() (KVBudget, error) {
 }
 
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels. An MLA engine's KBase
-// holds the latents, and its VBase and HostVBase are 0 (no V).
+// holds the latents, and its VBase and HostVBase are 0 (no V). Layers of unequal bytes (pkv 0.5)
+// share pages: NumLayers 1, KBase the first page, BlockStride the page; each layer's K and V are
+// where LayerInfo says.
 func (eng *Engine) PoolInfo() (PoolInfo, error) {
 	var p PoolInfo
 	raw := cPoolInfo{StructSize: uint32(unsafe.Sizeof(cPoolInfo{}))}

@@ -157,7 +157,9 @@ impl Engine {
     }
 
     /// The pool's layout (`pkv_pool_info`), as of creation. An MLA engine's `k_base` holds the
-    /// latents and its `v_base` and `host_v_base` are null.
+    /// latents and its `v_base` and `host_v_base` are null. Layers of unequal bytes (pkv 0.5)
+    /// share pages: `num_layers` 1, `k_base` the first page, `block_stride` the page; each
+    /// layer's K and V are where `layer_info` says.
     pub fn pool_info(&self) -> PoolInfo {
         // SAFETY: kernels is a static string of the library (pkv.h).
         unsafe { PoolInfo::from_raw(&self.pool) }
