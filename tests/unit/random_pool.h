@@ -5,7 +5,8 @@
  * test (pool_copy: whole blocks, every layer, K and V, between the tiers the kind names).
  * check_pool() compares every slot of both tiers with the shadow. Included by random_world.h.
  *
- * Layout (f32): each of K and V, per tier, is [layers][blocks][block_size][kv_heads][head_dim].
+ * Layout (f32): where pkv_layer_info says, per layer: K (and V) block b at block_stride * b
+ * elements from its base, token t of the block token_stride (v_token_stride) further.
  */
 #ifndef PKV_RANDOM_POOL_H
 #define PKV_RANDOM_POOL_H
@@ -16,26 +17,44 @@ static inline uint64_t pool_tag(uint64_t ctx, uint32_t layer, int v) {
   return ctx ? ctx + 0x9e3779b97f4a7c15ull * (2u * layer + (uint32_t)v + 1u) : 0;
 }
 
+/* Layer l's K (v 0) or V block 0 in a tier, through pkv_layer_info: the layout is pkv's to
+ * choose (today's [layer][block] for equal layers, pages for drawn specs of unequal shape). */
 static inline unsigned char *pool_base(const world *w, int host, int v, uint32_t layer) {
-  const struct pkv_pool_info *p = &w->pool;
-  char *base = host ? (v ? p->host_v_base : p->host_k_base) : (v ? p->v_base : p->k_base);
-  const uint64_t layer_stride = host ? p->host_layer_stride : p->layer_stride;
-  return (unsigned char *)base + layer * layer_stride * sizeof(float);
+  const struct pkv_layer_info *in = &w->layer[layer];
+  return (unsigned char *)(host ? (v ? in->host_v_base : in->host_k_base)
+                                : (v ? in->v_base : in->k_base));
 }
 
-static inline size_t row_bytes(const world *w) { return w->pool.token_stride * sizeof(float); }
+static inline size_t row_bytes(const world *w, uint32_t layer, int v) {
+  return (v ? w->layer[layer].v_token_stride : w->layer[layer].token_stride) * sizeof(float);
+}
 
-static inline size_t block_bytes(const world *w) { return w->pool.block_stride * sizeof(float); }
+static inline size_t block_bytes(const world *w, uint32_t layer) {
+  return w->layer[layer].block_stride * sizeof(float);
+}
+
+/* The (layer, K or V) that hold bytes of their own: not a SHARED layer's (its source's), not
+ * the V of a layer whose V is its K. */
+static inline int own_bytes(const world *w, uint32_t layer, int v) {
+  const struct pkv_layer_info *in = &w->layer[layer];
+  return in->source_layer == layer && !(v && in->k_eq_v);
+}
 
 /* Zeroes both tiers and reads their layout; 0 when the engine's pool is not what this expects. */
 static inline int pool_init(world *w) {
   memset(&w->pool, 0, sizeof w->pool);
   w->pool.struct_size = sizeof w->pool;
   if (!CHECK_OK(pkv_pool_info(w->e, &w->pool)) || !CHECK(w->pool.dtype == PKV_DTYPE_F32) ||
-      !CHECK(row_bytes(w) >= 16) || !CHECK(w->pool.host_num_blocks == w->host_blocks))
+      !CHECK(w->pool.host_num_blocks == w->host_blocks) || !CHECK(w->num_layers <= MAX_POOL_LAYERS))
     return 0;
+  for (uint32_t l = 0; l < w->num_layers; l++) {
+    memset(&w->layer[l], 0, sizeof w->layer[l]);
+    w->layer[l].struct_size = sizeof w->layer[l];
+    if (!CHECK_OK(pkv_layer_info(w->e, l, &w->layer[l])) || !CHECK(row_bytes(w, l, 0) >= 16))
+      return 0;
+  }
   memset(w->pool.k_base, 0, w->pool.bytes_per_pool);
-  memset(w->pool.v_base, 0, w->pool.bytes_per_pool);
+  if (w->pool.v_base) memset(w->pool.v_base, 0, w->pool.bytes_per_pool);
   if (w->host_blocks) {
     memset(w->pool.host_k_base, 0, w->pool.host_bytes_per_pool);
     memset(w->pool.host_v_base, 0, w->pool.host_bytes_per_pool);
@@ -43,13 +62,20 @@ static inline int pool_init(world *w) {
   return 1;
 }
 
+/* Where a slot's row of layer l's K (v 0) or V is in a tier. */
+static inline unsigned char *pool_row(const world *w, int host, int v, uint32_t l, uint64_t slot) {
+  return pool_base(w, host, v, l) + (slot / w->bs) * block_bytes(w, l) +
+         (slot % w->bs) * row_bytes(w, l, v);
+}
+
 /* A write of the token whose context is ctx into slot of the pool (tier 0). */
 static inline void pool_write(world *w, int64_t slot, uint64_t ctx) {
-  const size_t rb = row_bytes(w);
-  for (uint32_t l = 0; l < w->pool.num_layers; l++)
+  for (uint32_t l = 0; l < w->num_layers; l++)
     for (int v = 0; v < 2; v++) {
+      if (!own_bytes(w, l, v)) continue;
+      const size_t rb = row_bytes(w, l, v);
       const uint64_t tag = pool_tag(ctx, l, v);
-      unsigned char *row = pool_base(w, 0, v, l) + (size_t)slot * rb;
+      unsigned char *row = pool_row(w, 0, v, l, (uint64_t)slot);
       memcpy(row, &tag, sizeof tag);
       memcpy(row + rb - sizeof tag, &tag, sizeof tag);
     }
@@ -58,24 +84,26 @@ static inline void pool_write(world *w, int64_t slot, uint64_t ctx) {
 /* A copy done by the host: the whole block, every layer, K and V. */
 static inline void pool_copy(world *w, const rcopy *c) {
   const int from = reads_host(c->kind), to = writes_host(c->kind);
-  const size_t bb = block_bytes(w);
-  for (uint32_t l = 0; l < w->pool.num_layers; l++)
+  for (uint32_t l = 0; l < w->num_layers; l++)
     for (int v = 0; v < 2; v++)
-      memmove(pool_base(w, to, v, l) + (size_t)c->dst * bb,
-              pool_base(w, from, v, l) + (size_t)c->src * bb, bb);
+      if (own_bytes(w, l, v))
+        memmove(pool_row(w, to, v, l, (uint64_t)c->dst * w->bs),
+                pool_row(w, from, v, l, (uint64_t)c->src * w->bs),
+                (size_t)w->bs * row_bytes(w, l, v));
 }
 
 /* Every slot of both tiers holds what the shadow says (up to 3 mismatches reported). */
 static inline void check_pool(world *w) {
-  const size_t rb = row_bytes(w);
   uint32_t bad = 0;
   for (int host = 0; host < 2; host++) {
     const uint64_t slots = (uint64_t)(host ? w->host_blocks : w->num_blocks) * w->bs;
     const uint64_t *shadow = w->shadow + (host ? (size_t)w->num_blocks * w->bs : 0);
     for (uint64_t slot = 0; slot < slots; slot++)
-      for (uint32_t l = 0; l < w->pool.num_layers; l++)
+      for (uint32_t l = 0; l < w->num_layers; l++)
         for (int v = 0; v < 2; v++) {
-          const unsigned char *row = pool_base(w, host, v, l) + slot * rb;
+          if (!own_bytes(w, l, v)) continue;
+          const size_t rb = row_bytes(w, l, v);
+          const unsigned char *row = pool_row(w, host, v, l, slot);
           uint64_t head, tail;
           memcpy(&head, row, sizeof head);
           memcpy(&tail, row + rb - sizeof tail, sizeof tail);

@@ -81,10 +81,10 @@ static inline void store_resync(world *w) {
   const uint64_t hits = tu_stats(w->e).num_store_hits;
   if (hits == w->store_hits_seen) return;
   w->store_hits_seen = hits;
-  const size_t rb = row_bytes(w);
+  const size_t rb = row_bytes(w, 0, 0);
   uint64_t *shadow = w->shadow + (size_t)w->num_blocks * w->bs;
   for (uint64_t slot = 0; slot < (uint64_t)w->host_blocks * w->bs; slot++) {
-    const unsigned char *row = pool_base(w, 1, 0, 0) + slot * rb;
+    const unsigned char *row = pool_row(w, 1, 0, 0, slot);
     uint64_t head, tail;
     memcpy(&head, row, sizeof head);
     memcpy(&tail, row + rb - sizeof tail, sizeof tail);

@@ -52,6 +52,8 @@ typedef struct {
   int32_t src, dst, kind, cand;
 } rcopy;
 
+enum { MAX_POOL_LAYERS = 4 };
+
 typedef struct {
   pkv_engine *e;
   uint32_t bs, num_blocks, host_blocks;
@@ -62,7 +64,9 @@ typedef struct {
   uint64_t *shadow; /* [num_blocks * bs] then [host_blocks * bs]; 0 = never written */
   uint64_t *eff;    /* the same, scratch: the shadow after the copies not yet done */
   uint32_t *refs;   /* [num_blocks] scratch: live tables referencing each block */
-  struct pkv_pool_info pool;  /* where the real K/V are */
+  struct pkv_pool_info pool;                    /* where the real K/V are */
+  uint32_t num_layers;                          /* the model's (drawn layer specs: random_pool.h) */
+  struct pkv_layer_info layer[MAX_POOL_LAYERS]; /* where each layer's K and V are */
   rcopy queued[MAX_COPIES];   /* copies not yet taken by a batch, in pkv's order */
   uint32_t nqueued, nunknown; /* of which swap copies not yet seen in a view */
   uint32_t nextra;            /* offloads and loads queued in pkv, not yet seen in a view */

@@ -367,9 +367,43 @@ static void drain(world *w) {
         st.num_swapped_seqs == 0);
 }
 
-static int setup(world *w, uint32_t flags) {
+/* Layer specs drawn from the seed (DESIGN.md §12): 2 to 4 full-attention layers of one KV group
+ * whose shapes differ at equal bytes per token (2 x 8, 1 x 16, 4 x 4, or one head of 32 with
+ * V = K), so the pool is pages; later layers may be SHARED, reading an earlier one's KV. */
+static pkv_layer_spec drawn_specs[MAX_POOL_LAYERS];
+
+static void draw_specs(world *w, pkv_engine_params *p) {
+  static const uint32_t heads[4] = {2, 1, 4, 1}, dims[4] = {8, 16, 4, 32}, k_eq_v[4] = {0, 0, 0, 1};
+  memset(drawn_specs, 0, sizeof drawn_specs);
+  p->num_layers = 2 + (uint32_t)rnd(w, MAX_POOL_LAYERS - 1);
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    pkv_layer_spec *s = &drawn_specs[l];
+    if (l > 0 && rnd(w, 3) == 0) { /* SHARED: an earlier cached layer's spec, its source */
+      uint32_t src = (uint32_t)rnd(w, l);
+      while (drawn_specs[src].kind == PKV_LAYER_SHARED) src = drawn_specs[src].source_layer;
+      *s = drawn_specs[src];
+      s->kind = PKV_LAYER_SHARED, s->source_layer = src;
+      continue;
+    }
+    const uint64_t k = rnd(w, 4);
+    s->num_kv_heads = heads[k], s->head_dim = dims[k], s->k_eq_v = k_eq_v[k];
+  }
+  p->layer_specs = drawn_specs;
+  p->layer_spec_size = sizeof drawn_specs[0];
+  printf("layer specs:");
+  for (uint32_t l = 0; l < p->num_layers; l++)
+    printf(drawn_specs[l].kind == PKV_LAYER_SHARED ? " shared(%u)" : " %ux%u%s",
+           drawn_specs[l].kind == PKV_LAYER_SHARED ? drawn_specs[l].source_layer
+                                                   : drawn_specs[l].num_kv_heads,
+           drawn_specs[l].head_dim, drawn_specs[l].k_eq_v ? "(k=v)" : "");
+  printf("\n");
+}
+
+static int setup(world *w, uint32_t flags, int specs) {
   pkv_engine_params p;
   tu_params(&p, w->bs, w->num_blocks);
+  if (specs) draw_specs(w, &p);
+  w->num_layers = p.num_layers;
   p.max_model_len = MAX_LEN;
   p.debug_flags = flags;
   p.host_num_blocks = w->host_blocks;
@@ -396,7 +430,7 @@ static int setup(world *w, uint32_t flags) {
 }
 
 static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_ops, uint32_t flags,
-                uint32_t host_blocks, int offload, int store) {
+                uint32_t host_blocks, int offload, int store, int specs) {
   printf(
       "seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u, %u host-tier blocks, offload %d, "
       "store %d\n",
@@ -406,7 +440,7 @@ static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_op
   w->rng = seed, w->bs = bs, w->num_blocks = num_blocks, w->host_blocks = host_blocks;
   w->offload = offload;
   w->store = store;
-  if (!setup(w, flags)) num_ops = 0;
+  if (!setup(w, flags, specs)) num_ops = 0;
   for (int k = 0; k < NUM_BASES; k++) random_tokens(w, bases[k], BASE_LEN);
   int failed_before = tu_failed_;
   uint32_t op = 0;
@@ -432,7 +466,8 @@ int main(int argc, char **argv) {
   if (!CHECK(argc >= 5)) {
     fprintf(
         stderr,
-        "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD [STORE]]]]\n",
+        "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD [STORE "
+        "[SPECS]]]]]\n",
         argv[0]);
     return tu_summary();
   }
@@ -440,7 +475,7 @@ int main(int argc, char **argv) {
       (uint32_t)strtoul(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
       argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 0) : 0,
       argc > 6 ? (uint32_t)strtoul(argv[6], NULL, 0) : 0, argc > 7 ? atoi(argv[7]) : 1,
-      argc > 8 ? atoi(argv[8]) : 0);
+      argc > 8 ? atoi(argv[8]) : 0, argc > 9 ? atoi(argv[9]) : 0);
   rstore_free();
   return tu_summary();
 }
