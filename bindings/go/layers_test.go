@@ -61,6 +61,16 @@ func TestEngineFromLayerSpecs(t *testing.T) {
 	}
 	_, err := e.LayerInfo(4)
 	expectStatus(t, err, pkv.ErrInvalidArgument)
+	// layers of unequal bytes share pages: the pool is one range, each layer's K inside it
+	pool := must(e.PoolInfo())
+	if pool.NumLayers != 1 || pool.VBase != 0 {
+		t.Fatalf("pool of unequal layers: %+v", pool)
+	}
+	for l := 0; l < 4; l++ {
+		if k := must(e.LayerInfo(l)).KBase; k < pool.KBase || k >= pool.KBase+uintptr(pool.BytesPerPool) {
+			t.Fatalf("layer %d: %#x outside the pool %#x + %d", l, k, pool.KBase, pool.BytesPerPool)
+		}
+	}
 }
 
 func TestAttentionPerLayerKind(t *testing.T) {

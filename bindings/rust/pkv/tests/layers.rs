@@ -58,6 +58,14 @@ fn an_engine_from_specs_has_each_layers_shape() {
     assert_eq!((l3.attention, l3.window), (Some(AttentionKind::Sliding), 8));
     assert_eq!(l3.k_base, l1.k_base);
     assert_eq!(e.layer_info(4).unwrap_err().status(), Status::InvalidArgument);
+    // layers of unequal bytes share pages: the pool is one range, each layer's K inside it
+    let pool = e.pool_info();
+    assert_eq!((pool.num_layers, pool.v_base), (1, std::ptr::null_mut()));
+    let (start, end) = (pool.k_base as usize, pool.k_base as usize + pool.bytes_per_pool as usize);
+    for l in 0..4 {
+        let k = e.layer_info(l).unwrap().k_base as usize;
+        assert!(start <= k && k < end, "layer {}: {:#x} outside {:#x}..{:#x}", l, k, start, end);
+    }
 }
 
 #[test]
