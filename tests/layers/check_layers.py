@@ -15,7 +15,7 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
-    ("engine", ["engine.*", "engine_batch.cpp"]),
+    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*"]),
     ("sequence", ["sequence.*"]),
@@ -25,7 +25,7 @@ LAYERS = [
                        "block_kind_shared.h", "tiers/store_staging.cpp"]),
     ("prefix cache", ["prefix_tree.*", "node_table.h", "block_hash.*"]),
     ("tiers", ["tiers/*"]),
-    ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "checked.h"]),
+    ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "layer_specs.*", "checked.h"]),
     ("backends", ["backend/*"]),
     ("status", ["status.*"]),
     ("kernels", ["kernels/*"]),
