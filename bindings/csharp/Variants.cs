@@ -140,18 +140,20 @@ namespace Pkv
         /// <summary>fp8 KV (KvDType DType.Fp8E4m3 / Fp8E5m2): layer's K and V scales, one per
         /// kv head of this rank each (finite, > 0; 1.0 until set), before the first sequence
         /// (pkv_set_kv_scales). An MLA engine's kScales is the latent's one scale and vScales may
-        /// be null (passed as NULL: there is no V); other engines need both. PkvException State
-        /// once a sequence was made; InvalidArgument for a cache that is not fp8.</summary>
+        /// be null (passed as NULL: there is no V); other engines need both. With LayerSpecs, one
+        /// per kv head of the layer (LayerInfo), a K = V layer's vScales may be null, and a Shared
+        /// layer's are its source's (refused). PkvException State once a sequence was made;
+        /// InvalidArgument for a cache that is not fp8.</summary>
         public void SetKvScales(uint layer, float[] kScales, float[] vScales = null)
         {
-            uint heads = Budget().KvHeadsPerRank;
+            uint heads = Params.SpecsNoCopy == null ? Budget().KvHeadsPerRank : LayerInfo(layer).KvHeads;
             if (kScales == null || kScales.Length != heads || (vScales != null && vScales.Length != heads))
                 throw new PkvException(Status.InvalidArgument, string.Format(
-                    "SetKvScales: {0} k and {1} v scales, the engine has {2} kv heads per rank",
-                    kScales == null ? 0 : kScales.Length, vScales == null ? 0 : vScales.Length, heads));
+                    "SetKvScales: {0} k and {1} v scales, layer {3} has {2} kv heads per rank",
+                    kScales == null ? 0 : kScales.Length, vScales == null ? 0 : vScales.Length, heads, layer));
             lock (gate)
                 fixed (float* k = kScales)
-                fixed (float* v = vScales)  // null: NULL, which pkv refuses but for MLA
+                fixed (float* v = vScales)  // null: NULL, which pkv refuses but for MLA and K = V
                     Call(Native.pkv_set_kv_scales(Handle, layer, k, v));
         }
     }

@@ -135,6 +135,22 @@ static partial class Tests
         }
     }
 
+    static void Fp8ScalesPerLayer()
+    {
+        var p = EngineParams.Defaults();
+        p.NumLayers = 3; p.NumQHeads = LayersQHeads; p.NumKvHeads = 2; p.HeadDim = 16; p.DType = DType.F32;
+        p.KvDType = DType.Fp8E4m3; p.BlockSize = 4; p.NumBlocks = 16; p.Device = Device.Cpu; p.NumThreads = 1;
+        p.LayerSpecs = new[] { new LayerSpec(), new LayerSpec { NumKvHeads = 1, KEqV = true }, LayerSpec.Shared(0) };
+        using (var e = new Engine(p))
+        {
+            e.SetKvScales(0, new[] { 0.5f, 0.25f }, new[] { 2f, 1f });
+            e.SetKvScales(1, new[] { 0.5f });  // K = V: its one kv head, no V scales
+            Assert(Throws(Status.InvalidArgument, () => e.SetKvScales(1, new[] { 0.5f, 0.5f })).Detail
+                       .Contains("layer 1 has 1 kv heads"), "the layer's heads, not the flat field's");
+            Throws(Status.InvalidArgument, () => e.SetKvScales(2, new[] { 0.5f, 0.5f }, new[] { 0.5f, 0.5f }));  // its source's
+        }
+    }
+
     // q = 0 makes every score equal: each token's output is the mean of the V it sees
     static void ChunkedAndSlidingLayersMask()
     {

@@ -397,7 +397,7 @@ static partial class Tests
             { "layer_specs_owned_and_checked", LayerSpecsOwnedAndChecked }, { "kv_group_bytes", KvGroupBytes },
             { "engine_layers_and_sinks", EngineLayersAndSinks },
             { "attention_on_heterogeneous_layers", AttentionOnHeterogeneousLayers },
-            { "chunked_and_sliding_layers_mask", ChunkedAndSlidingLayersMask },
+            { "chunked_and_sliding_layers_mask", ChunkedAndSlidingLayersMask }, { "fp8_scales_per_layer", Fp8ScalesPerLayer },
             { "config_layer_specs", ConfigLayerSpecs }, { "extra_keys_decide_hits", ExtraKeysDecideHits },
             { "extra_key_events_and_hashes", ExtraKeyEventsAndHashes }, { "extra_hash_vectors", ExtraHashVectors }, { "bad_extra_keys_refused", BadExtraKeysRefused },
             { "demo_output", DemoOutput },

@@ -242,9 +242,12 @@ class Engine(Owner):
         """fp8 KV (kv_dtype FP8_E4M3 / FP8_E5M2): layer's K and V scales, one float per kv head
         of this rank each (finite, > 0; 1.0 until set), before the first sequence
         (pkv_set_kv_scales). An MLA engine's k_scales is the latent's one scale, and v_scales
-        may be None (passed as NULL: there is no V); other engines need both. StateError once a
-        sequence was made; InvalidArgumentError for a cache that is not fp8."""
-        heads = self.budget().kv_heads_per_rank
+        may be None (passed as NULL: there is no V); other engines need both. With layer specs,
+        one per kv head of the layer (layer_info), a k_eq_v layer's v_scales may be None, and a
+        SHARED layer's are its source's (refused here). StateError once a sequence was made;
+        InvalidArgumentError for a cache that is not fp8."""
+        heads = (self.budget().kv_heads_per_rank if self.params._specs is None
+                 else self.layer_info(layer).kv_heads)
         arrays = []
         for name, scales in (('k_scales', k_scales), ('v_scales', v_scales)):
             if scales is None:  # NULL: pkv refuses it but for an MLA engine's v_scales

@@ -170,6 +170,20 @@ class Specs(unittest.TestCase):
             self.assertTrue(all(abs(a) <= abs(b) + 1e-6 for a, b in zip(out[1], out[0])))
             engine.check()
 
+    def test_fp8_scales_per_layer(self):
+        p = pkv.Params(num_layers=3, num_q_heads=Q_HEADS, num_kv_heads=2, head_dim=16,
+                       dtype=pkv.DTYPE_F32, kv_dtype=pkv.DTYPE_FP8_E4M3, block_size=4,
+                       num_blocks=16, device=pkv.DEVICE_CPU, num_threads=1,
+                       layer_specs=[pkv.LayerSpec(), pkv.LayerSpec(num_kv_heads=1, k_eq_v=True),
+                                    pkv.LayerSpec.shared(0)])
+        with pkv.Engine(p) as engine:
+            engine.set_kv_scales(0, [0.5, 0.25], [2.0, 1.0])
+            engine.set_kv_scales(1, [0.5])  # K = V: its one kv head, no V scales
+            with self.assertRaisesRegex(pkv.InvalidArgumentError, 'k_scales needs 1 values'):
+                engine.set_kv_scales(1, [0.5, 0.5])  # the layer's heads, not the flat field's
+            with self.assertRaises(pkv.InvalidArgumentError):  # a shared layer has its source's
+                engine.set_kv_scales(2, [0.5, 0.5], [0.5, 0.5])
+
     def test_chunked_and_sliding_layers_mask_their_keys(self):
         # q = 0 makes every score equal: each token's output is the mean of the V it sees
         n, heads, dim = 6, 2, 8
