@@ -306,7 +306,9 @@ namespace Pkv
         }
 
         /// <summary>Where the pool is (pkv_pool_info), for a host's own kernels. An MLA engine's
-        /// KBase holds the latents, and its VBase and HostVBase are IntPtr.Zero (no V).</summary>
+        /// KBase holds the latents, and its VBase and HostVBase are IntPtr.Zero (no V). Layers of
+        /// unequal shapes (LayerSpecs) share one range of pages: NumLayers 1, KPool the first
+        /// page, VPool Zero, BlockStride the page; LayerInfo(l) says where each layer is.</summary>
         public PoolInfo PoolInfo()
         {
             var p = new PoolInfo { StructSize = (uint)sizeof(PoolInfo) };

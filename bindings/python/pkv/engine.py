@@ -314,7 +314,9 @@ class Engine(Owner):
     def pool_info(self):
         """Where the pool is (pkv_pool_info), as a PoolInfo: k_base, v_base (int addresses, or
         None), strides, dtype and model_dtype (Dtype), kernels (str), .... An MLA engine's
-        k_base holds the latents and its v_base and host_v_base are None."""
+        k_base holds the latents and its v_base and host_v_base are None. Layers of unequal
+        shapes (layer specs) share one range of pages: num_layers 1, k_base the first page,
+        v_base None, block_stride the page; layer_info(l) says where each layer is."""
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
 
     def event_publisher_info(self):
