@@ -90,6 +90,8 @@ static partial class Tests
             Equal(info[0].KPool, info[3].KPool, "the shared layer reads layer 0");
             Assert(Math.Abs(info[2].SoftmaxScale - 1 / Math.Sqrt(32)) < 1e-6, "layer 2's own scale");
             Throws(Status.InvalidArgument, () => e.LayerInfo(4));
+            PoolInfo pool = e.PoolInfo();  // unequal layers: one range of pages
+            Assert(pool.NumLayers == 1 && pool.VPool == NativeAddress.Zero, "pages: " + pool.NumLayers);
             Throws(Status.InvalidArgument, () => e.SetAttentionSinks(0, new float[LayersQHeads]));  // no sinks
             Throws(Status.InvalidArgument, () => e.SetAttentionSinks(1, new float[LayersQHeads - 1]));
             Throws(Status.InvalidArgument, () => e.SetAttentionSinks(1, Enumerable.Repeat(float.NaN, 4).ToArray()));

@@ -123,6 +123,8 @@ class Specs(unittest.TestCase):
             self.assertEqual(infos[3].k_base, infos[0].k_base)  # the shared layer reads layer 0
             with self.assertRaises(pkv.InvalidArgumentError):
                 engine.layer_info(4)
+            pool = engine.pool_info()  # unequal layers: one range of pages
+            self.assertEqual((pool.num_layers, pool.v_base), (1, None))
 
     def test_sinks(self):
         with pkv.Engine(mixed_params()) as engine:
