@@ -192,10 +192,45 @@ static void test_head_dim_beyond_kernels(void) {
   pkv_engine_destroy(e);
 }
 
+/* fp8 KV: scales per layer of its own kv heads; V = K takes K's; a SHARED layer has its
+ * source's. Every layer then attends. */
+static void test_fp8_scales_per_layer(void) {
+  pkv_engine_params p;
+  params(&p);
+  p.kv_dtype = PKV_DTYPE_FP8_E4M3;
+  pkv_engine *e = tu_engine_p(&p);
+  if (!e) return;
+  const float sinks[Q_HEADS] = {0.5f, -1.0f, 0.0f, 2.0f};
+  const float ones[4] = {0.5f, 0.25f, 0.125f, 1.0f}, bad[4] = {1.0f, 0.0f, 1.0f, 1.0f};
+  CHECK_OK(pkv_set_attention_sinks(e, 2, sinks, Q_HEADS));
+  CHECK_OK(pkv_set_kv_scales(e, 0, ones, ones));                               /* 2 kv heads */
+  CHECK_OK(pkv_set_kv_scales(e, 1, ones, NULL));                               /* 1 head, V = K */
+  CHECK_OK(pkv_set_kv_scales(e, 2, ones, ones));                               /* 4 heads */
+  CHECK_ERR(e, pkv_set_kv_scales(e, 2, ones, bad), PKV_ERR_INVALID_ARGUMENT);  /* its 4th: 1.0 */
+  CHECK_ERR(e, pkv_set_kv_scales(e, 3, ones, ones), PKV_ERR_INVALID_ARGUMENT); /* SHARED */
+  CHECK(strstr(pkv_last_error(), "SHARED") != NULL);
+  CHECK_ERR(e, pkv_set_kv_scales(e, 0, ones, NULL), PKV_ERR_INVALID_ARGUMENT);
+  int32_t tokens[TOKENS];
+  tu_fill(tokens, TOKENS, 1);
+  const uint64_t seq = tu_alloc(e, tokens, TOKENS, NULL);
+  static float q[TOKENS * Q_HEADS * 16], k[TOKENS * MAX_ROW], v[TOKENS * MAX_ROW],
+      out[TOKENS * Q_HEADS * 16];
+  for (uint32_t i = 0; i < TOKENS * MAX_ROW; i++) k[i] = v[i] = (float)(i % 5) * 0.1f;
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b))) return;
+  CHECK_OK(pkv_attention(b, 0, q, k, v, out));
+  CHECK_OK(pkv_attention(b, 1, q, k, NULL, out));
+  CHECK_OK(pkv_attention(b, 2, q, k, v, out));
+  CHECK_OK(pkv_attention(b, 3, q, NULL, NULL, out));
+  CHECK_OK(pkv_batch_end(b));
+  pkv_engine_destroy(e);
+}
+
 int main(void) {
   TU_RUN(test_layer_info);
   TU_RUN(test_sinks_calls);
   TU_RUN(test_attention_writes_where_layer_info_says);
   TU_RUN(test_head_dim_beyond_kernels);
+  TU_RUN(test_fp8_scales_per_layer);
   return tu_summary();
 }
