@@ -206,7 +206,7 @@ static void test_fp8_scales_per_layer(void) {
   CHECK_OK(pkv_set_kv_scales(e, 0, ones, ones));                               /* 2 kv heads */
   CHECK_OK(pkv_set_kv_scales(e, 1, ones, NULL));                               /* 1 head, V = K */
   CHECK_OK(pkv_set_kv_scales(e, 2, ones, ones));                               /* 4 heads */
-  CHECK_ERR(e, pkv_set_kv_scales(e, 2, ones, bad), PKV_ERR_INVALID_ARGUMENT);  /* its 4th: 1.0 */
+  CHECK_ERR(e, pkv_set_kv_scales(e, 2, ones, bad), PKV_ERR_INVALID_ARGUMENT);  /* a scale of 0 */
   CHECK_ERR(e, pkv_set_kv_scales(e, 3, ones, ones), PKV_ERR_INVALID_ARGUMENT); /* SHARED */
   CHECK(strstr(pkv_last_error(), "SHARED") != NULL);
   CHECK_ERR(e, pkv_set_kv_scales(e, 0, ones, NULL), PKV_ERR_INVALID_ARGUMENT);
