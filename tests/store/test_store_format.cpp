@@ -47,6 +47,18 @@ void test_keys() {
   EXPECT(!(k == store_block_key(root, u, 4)));
   EXPECT(!(k == store_block_key(store_root_key(fp, "b"), t, 4)));
   EXPECT(k.hex().size() == 64);
+  // An adapter is a root of its own (lora_id 0 is none); extra bytes name another parent, and
+  // none leave it the parent key itself (0.4's chain).
+  EXPECT(root == store_root_key(fp, "a", 0));
+  EXPECT(!(root == store_root_key(fp, "a", 1)));
+  EXPECT(!(store_root_key(fp, "a", 1) == store_root_key(fp, "a", 2)));
+  EXPECT(!(store_root_key(fp, "", 1) == store_root_key(fp, "", 0)));
+  EXPECT(store_value_parent(root, "") == root);
+  const StoreKey p1 = store_value_parent(root, std::string("\x00\x00\x00\x00", 4) + "img-a");
+  EXPECT(!(p1 == root));
+  EXPECT(!(p1 == store_value_parent(root, std::string("\x00\x00\x00\x00", 4) + "img-b")));
+  EXPECT(p1 == store_value_parent(root, std::string("\x00\x00\x00\x00", 4) + "img-a"));
+  EXPECT(!(store_block_key(p1, t, 4) == k));
   // Every field of the shape is in the fingerprint.
   StoreShape o = s;
   const auto differs = [&](const StoreShape &x) {
