@@ -239,11 +239,100 @@ static void test_page_without_waste(void) {
   CHECK_EQ_INT(group_of(&p, 1).num_layers, 2);
 }
 
+/* Random spec lists of unequal layers: the groups account for every cached layer, each group's
+ * block is the page (its bytes plus its padding), and the page wastes nothing exactly when some
+ * page can (every kind's bytes divide the gcd of the kinds' totals), else no candidate page (a
+ * whole number of some kind's layers, at least the widest) wastes less per token. */
+typedef struct kind {
+  uint32_t attention, window, layers;
+  uint64_t bytes;
+} kind;
+
+static uint64_t gcd64(uint64_t a, uint64_t b) {
+  while (b) {
+    const uint64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
+/* What pages of `page` bytes per token waste per token held by every group. */
+static uint64_t waste_of(const kind *k, uint32_t n, uint64_t page) {
+  uint64_t held = 0, used = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const uint64_t per = page / k[i].bytes;
+    used += (k[i].layers + per - 1) / per * page, held += k[i].layers * k[i].bytes;
+  }
+  return used - held;
+}
+
+static void test_random_pages(void) {
+  uint64_t rng = 7;
+  for (int round = 0; round < 300; round++) {
+    pkv_engine_params p;
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t layers = 2 + (uint32_t)(rng >> 60) % 12;
+    spec_params(&p, layers, 8, 8, 64);
+    kind kinds[MAX_LAYERS];
+    uint32_t nk = 0;
+    for (uint32_t l = 0; l < layers; l++) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      pkv_layer_spec *sp = &specs_[l];
+      const uint32_t r = (uint32_t)(rng >> 33);
+      if (l > 0 && r % 5 == 0) { /* SHARED: layer 0's spec */
+        *sp = specs_[0], sp->kind = PKV_LAYER_SHARED, sp->source_layer = 0;
+        continue;
+      }
+      sp->attention = r / 5 % 3;
+      sp->window = sp->attention ? 64u << sp->attention : 0;
+      sp->num_kv_heads = 1u << (r / 15 % 4);
+      sp->head_dim = 64u << (r / 60 % 3);
+      sp->k_eq_v = r / 180 % 2;
+      const uint64_t bytes = (sp->k_eq_v ? 1 : 2) * (uint64_t)sp->num_kv_heads * sp->head_dim * 2;
+      uint32_t i = 0;
+      while (i < nk && !(kinds[i].attention == sp->attention && kinds[i].window == sp->window &&
+                         kinds[i].bytes == bytes))
+        i++;
+      if (i == nk) kinds[nk++] = (kind){sp->attention, sp->window, 0, bytes};
+      kinds[i].layers++;
+    }
+    const pkv_kv_budget b = budget_of(&p);
+    const uint64_t page = b.block_bytes / 16;
+    uint64_t total = 0, cached = 0, all_gcd = 0, widest = 0;
+    int equal = 1, exact = 1;
+    for (uint32_t i = 0; i < nk; i++) {
+      cached += kinds[i].layers, all_gcd = gcd64(all_gcd, kinds[i].layers * kinds[i].bytes);
+      widest = kinds[i].bytes > widest ? kinds[i].bytes : widest;
+      equal &= kinds[i].bytes == kinds[0].bytes;
+    }
+    for (uint32_t i = 0; i < nk; i++) exact &= all_gcd % kinds[i].bytes == 0;
+    CHECK_EQ_INT(b.num_cached_layers, cached);
+    for (uint32_t g = 0; g < b.num_kv_groups; g++) {
+      const struct pkv_kv_group_info info = group_of(&p, g);
+      CHECK_EQ_INT(info.bytes_per_token * 16 + info.padding_bytes_per_block, b.block_bytes);
+      CHECK(info.padding_bytes_per_block <= b.padding_bytes_per_block);
+      total += info.bytes_per_token;
+    }
+    CHECK_EQ_INT(total, b.model_bytes_per_token);
+    if (equal) continue; /* today's groups: test_kv_groups */
+    if (!CHECK_EQ_INT(b.padding_bytes_per_block == 0, exact))
+      fprintf(stderr, "  round %d: page %llu\n", round, (unsigned long long)page);
+    const uint64_t waste = waste_of(kinds, nk, page);
+    for (uint32_t i = 0; i < nk; i++)
+      for (uint64_t m = 1; m <= kinds[i].layers; m++)
+        if (m * kinds[i].bytes >= widest &&
+            !CHECK(waste <= waste_of(kinds, nk, m * kinds[i].bytes)))
+          fprintf(stderr, "  round %d: page %llu wastes more than %llu\n", round,
+                  (unsigned long long)page, (unsigned long long)(m * kinds[i].bytes));
+  }
+}
+
 int main(void) {
   TU_RUN(test_specs_equal_flat_fields);
   TU_RUN(test_gpt_oss_like);
   TU_RUN(test_gemma4_like);
   TU_RUN(test_llama4_like);
   TU_RUN(test_page_without_waste);
+  TU_RUN(test_random_pages);
   return tu_summary();
 }
