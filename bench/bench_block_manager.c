@@ -16,6 +16,12 @@
  * and evictions run against a full prefix tree, as in a long-running server.
  * Method: CLOCK_MONOTONIC around loops of calls (the clock's own cost subtracted), one warm-up
  * round, then the median over several runs. Not a test; not installed. --quick: a smoke run.
+ *
+ * Then (bench_request_cost.c) one request's admission, allocate + prefill + release of a 50%-shared
+ * prompt, by pool size: its ratio to the 4k pool (flat: <= 1.2x), and with --old PATH the same
+ * requests on another libpkv loaded by path in the same run (e.g. 0.3.0's, built from commit
+ * 03f6ad6 into a directory of its own), with the ratio this/other; and the cost per KV group
+ * of a Gemma-4-like engine (layer specs) beside a one-group one.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -26,6 +32,7 @@
 
 #include <pkv/pkv.h>
 
+#include "bench_request_cost.h"
 #include "bench_util.h"
 
 enum { BLOCK_SIZE = 16, MIN_PROMPT = 512, MAX_PROMPT = 4096, PROMPTS_PER_ROUND = 8 };
@@ -229,11 +236,18 @@ static int bench_config(const bench_cfg *cfg, bench *b, op_result out[NUM_OPS],
 
 int main(int argc, char **argv) {
   int quick = 0;
+  const char *old_lib = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = 1;
+    } else if (strcmp(argv[i], "--old") == 0 && i + 1 < argc) {
+      old_lib = argv[++i];
     } else {
-      fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--quick] [--old PATH]\n"
+              "  --old PATH  also run the per-request comparison on the libpkv at PATH (an older\n"
+              "              build, e.g. 0.3.0's libpkv.so), in the same run\n",
+              argv[0]);
       return strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ? 0 : 2;
     }
   }
@@ -262,6 +276,16 @@ int main(int argc, char **argv) {
     }
   }
   if (status == 0) bench_print_summary(pools, results);
+  req_api apis[REQ_MAX_APIS];
+  uint32_t num_apis = 1;
+  req_api_linked(&apis[0]);
+  if (status == 0 && old_lib != NULL) {
+    if (req_api_open(&apis[1], old_lib) != 0) status = -1;
+    num_apis = 2;
+  }
+  if (status == 0) status = bench_request_cost(apis, num_apis, quick);
+  if (num_apis == 2) req_api_close(&apis[1]);
+  if (status == 0) status = bench_request_groups(quick);
   bench_free_prompts(b->prompts, PROMPTS_PER_ROUND, b->miss_prompt);
   free(b);
   return status == 0 ? 0 : 1;

@@ -37,6 +37,32 @@ int32_t BlockManager::pop_free() {
   return pool_.take();
 }
 
+void BlockManager::prefetch_pops(uint32_t n) const {
+  // A full pool's free list is its cached blocks in LRU order, at random places in arrays as
+  // large as the pool; each pop evicts one, reading its prefix node, the node's copies and its
+  // child-table slot. Read one pop after another, those misses came in series and made admission
+  // cost grow with the pool (0.3.0: 1.7x from 4k to 512k blocks, bench_block_manager). Here the
+  // list is walked once and every line the evictions read is requested at once, so the misses
+  // overlap; the pops then find them in cache. Only a hint: nothing is changed.
+  constexpr uint32_t kMaxAhead = 512;  // lines of a few hundred evictions fit in L2
+  uint32_t nodes[kMaxAhead];
+  uint32_t k = 0, seen = 0;
+  n = std::min(n, kMaxAhead);
+  if (n < 2 || pool_.num_cached() == 0) return;
+  pool_.for_each_free([&](int32_t b) {
+    const uint32_t node = pool_.node(b);
+    if (node != kNoNode) {
+      nodes[k++] = node;
+      __builtin_prefetch(&tree_.copies(node));  // the node's entry (no load: its address)
+    }
+    return ++seen < n;
+  });
+  for (uint32_t i = 0; i < k; ++i) {
+    tree_.prefetch_slot(tree_.parent(nodes[i]), tree_.hash(nodes[i]));
+    __builtin_prefetch(tree_.copies(nodes[i]).data());
+  }
+}
+
 void BlockManager::drop_ref(int32_t block) {
   if (pool_.drop_ref(block)) forget_device_twin(block);  // its KV may be overwritten from now on
 }
@@ -69,6 +95,7 @@ void BlockManager::reserve_slots(SeqTables &tables, uint32_t num_slotted, uint32
   check_space(needed, "appending the tokens");
   for (BlockTable &t : tables) make_room(t.ids, need);
   make_room(pending_copies_, 2 * size_t(needed));  // the copies-on-write, an offload per eviction
+  prefetch_pops(needed);
   for (uint32_t g = 0; g < num_groups(); ++g)
     reserve_group_slots(g, tables[g], num_slotted, need, cow(g));
 }

@@ -250,7 +250,8 @@ class BlockManager {
 
  private:
   int32_t pop_free();  // head of the pool's free list, evicted if cached; ref becomes 1
-  int32_t pop_host();  // the same in the host tier
+  void prefetch_pops(uint32_t n) const;  // loads what the next n pop_free() calls evict
+  int32_t pop_host();                    // the same in the host tier
   // A cached pool block's KV is about to be overwritten: its node forgets it, after a copy to
   // the host tier when offloading and the node has none there yet.
   void evict(int32_t block, bool offload);

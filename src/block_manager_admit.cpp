@@ -159,6 +159,7 @@ void BlockManager::reserve(SeqTables &tables, const Admission &plan) {
       else
         host_.add_ref(tree_.host(gh.nodes[i]));
     }
+  prefetch_pops(plan.num_loads + plan.num_new_blocks);
   for (uint32_t g = 0; g < num_groups(); ++g) {
     const GroupHits &gh = plan.groups[g];
     BlockTable &table = out[g];

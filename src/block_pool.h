@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "huge_pages.h"
+
 namespace pkv {
 
 class BlockPool {
@@ -67,7 +69,8 @@ class BlockPool {
   void link(int32_t b);  // a ref-0 block onto the list: cached to the tail, free to the head
 
   uint32_t num_blocks_;
-  std::vector<Block> blocks_;  // num_blocks_ + 1: the last is the list's sentinel
+  // num_blocks_ + 1: the last is the list's sentinel. Huge pages: read at random (huge_pages.h).
+  std::vector<Block, HugePageAllocator<Block>> blocks_;
   uint32_t num_free_;
   uint32_t num_cached_ = 0;
 };

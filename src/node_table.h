@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "huge_pages.h"
+
 namespace pkv {
 
 class NodeTable {
@@ -82,7 +84,7 @@ class NodeTable {
     slots_[i] = Slot{key, node};
   }
   void rebuild(size_t capacity) {
-    std::vector<Slot> old;
+    std::vector<Slot, HugePageAllocator<Slot>> old;
     old.swap(slots_);
     slots_.assign(capacity, Slot{0, kEmpty});
     mask_ = capacity - 1;
@@ -92,7 +94,7 @@ class NodeTable {
       if (s.node != kEmpty) place(s.key, s.node);
   }
 
-  std::vector<Slot> slots_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;  // huge pages: probed at random
   size_t mask_ = 0;
   unsigned shift_ = 64;
   size_t size_ = 0;

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "huge_pages.h"
 #include "kv_events.h"
 #include "node_table.h"
 #include "prefix_keys.h"
@@ -128,8 +129,9 @@ class PrefixTree {
   uint32_t block_size_;
   uint64_t seed_;
   bool constant_hash_;
-  std::vector<Node> nodes_;
-  std::vector<int32_t> tokens_;  // [node][block_size]
+  // Huge pages: a request reads and writes nodes at random places (huge_pages.h).
+  std::vector<Node, HugePageAllocator<Node>> nodes_;
+  std::vector<int32_t, HugePageAllocator<int32_t>> tokens_;  // [node][block_size]
   std::vector<uint32_t> free_nodes_;
   size_t num_live_ = 0;
   NodeTable children_;                               // map_key(parent, hash) -> node

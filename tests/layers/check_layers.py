@@ -27,7 +27,7 @@ LAYERS = [
     ("tiers", ["tiers/*"]),
     ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "layer_specs.*", "checked.h"]),
     ("backends", ["backend/*"]),
-    ("status", ["status.*"]),
+    ("status", ["status.*", "huge_pages.h"]),
     ("kernels", ["kernels/*"]),
 ]
 NOT_CODE = {"meson.build", "libpkv.map"}
