@@ -1,14 +1,16 @@
 /*
  * profile.c - `pkv profile`: how many KV blocks, tokens and sequences fit, and why.
  *
- * Reads a Hugging Face config.json (pkv_engine_params_from_hf_config and, for per-layer
- * windows, pkv_hf_config_layer_windows), applies the flags, calls pkv_profile and prints every
- * term of the budget (DESIGN.md §5) so a person can check it:
+ * Reads a Hugging Face config.json (pkv_engine_params_from_hf_config_layers: the flat fields, or
+ * per-layer specs where the layers differ; pkv_hf_config_layer_windows for --layer-windows'
+ * models), applies the flags, calls pkv_profile and prints every term of the budget (DESIGN.md
+ * §5) so a person can check it:
  *   block_bytes = 2 (K,V; 1 for MLA's latent) * group_layers * block_size * kv_heads_per_rank *
  *                 head_dim * kv dtype bytes
  *   budget      = total * utilization - used - reserve   (or --kv-cache, or --num-blocks)
  * group_layers is num_layers without sliding windows; the attention variants (the kv dtype, the
- * windows' KV groups and what they gain) are variants.c's.
+ * windows' KV groups and what they gain) are variants.c's; a model described per layer prints its
+ * layers and groups from profile_layers.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,19 +54,36 @@ static int flag_seen(const cli_command *cmd, const char *name) {
   return 0;
 }
 
+/* p and its layer specs (*specs, malloc'd; NULL and freed when the flat fields describe the
+ * model) from config.json. Returns 0, or -1 with the reason printed. */
+static int read_config(const char *path, pkv_engine_params *p, const char *text, size_t len,
+                       pkv_layer_spec **specs) {
+  uint32_t n = 0;
+  *specs = NULL;
+  pkv_status s = pkv_engine_params_from_hf_config_layers(p, text, len, NULL, 0, 0, &n);
+  if (s == PKV_OK && (*specs = calloc(n, sizeof **specs)) == NULL) {
+    fprintf(stderr, "pkv profile: %s: out of memory for the specs of %u layers\n", path, n);
+    return -1;
+  }
+  if (s == PKV_OK)
+    s = pkv_engine_params_from_hf_config_layers(p, text, len, *specs, sizeof **specs, n, &n);
+  if (s != PKV_OK || p->layer_specs == NULL) free(*specs), *specs = NULL;
+  if (s != PKV_OK)
+    fprintf(stderr, "pkv profile: %s: %s (%s)\n", path, pkv_last_error(), pkv_status_string(s));
+  return s == PKV_OK ? 0 : -1;
+}
+
 /* Reads the config and applies the flags to p. Returns an exit code (CLI_EXIT_OK to go on);
- * *windows is p->layer_windows' array (or NULL), for the caller to free. */
+ * *windows is p->layer_windows' array and *specs p->layer_specs' (or NULL), for the caller to
+ * free. */
 static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engine_params *p,
-                        uint32_t **windows) {
+                        uint32_t **windows, pkv_layer_spec **specs) {
   *windows = NULL;
   pkv_engine_params_init(p, sizeof *p);
   char *text = NULL;
   size_t len = 0;
   if (cli_read_file(o->config, &text, &len) != 0) return CLI_EXIT_FAIL;
-  pkv_status s = pkv_engine_params_from_hf_config(p, text, len);
-  if (s != PKV_OK) {
-    fprintf(stderr, "pkv profile: %s: %s (%s)\n", o->config, pkv_last_error(),
-            pkv_status_string(s));
+  if (read_config(o->config, p, text, len, specs) != 0) {
     free(text);
     return CLI_EXIT_FAIL;
   }
@@ -137,10 +156,15 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
         p->head_dim, (double)p->softmax_scale,
         p->softmax_scale > 0 ? " (the model's)"
                              : " (not in config.json: give it to pkv_engine_create)");
+  else if (p->layer_specs != NULL)
+    printf("  model      %u layers, %u q heads, %s, max_model_len %u%s; its layers differ:\n",
+           p->num_layers, p->num_q_heads, dtype_name(p->dtype), p->max_model_len,
+           p->max_model_len == 0 ? " (no limit)" : "");
   else
     printf("  model      %u layers, %u q heads, %u kv heads, head_dim %u, %s, max_model_len %u%s\n",
            p->num_layers, p->num_q_heads, p->num_kv_heads, p->head_dim, dtype_name(p->dtype),
            p->max_model_len, p->max_model_len == 0 ? " (no limit)" : "");
+  if (p->layer_specs != NULL) profile_print_layers(p);
   variants_print_model(p, b);
   if (mla)
     printf("  parallel   tp %u, rank %u: every rank holds the whole latent\n", p->tp_size,
@@ -161,7 +185,10 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
         (unsigned long long)p->memory_used_bytes);
   printf("\n");
   printf("  %-26s %12s %16s\n", "term", "size", "bytes");
-  if (mla)
+  if (p->layer_specs != NULL)
+    snprintf(note, sizeof note, "one page: every group's block, %u tokens (KV groups below)",
+             p->block_size);
+  else if (mla)
     snprintf(note, sizeof note, "1 (the latent) x %u layers x %u tokens x %u x %u B",
              b->group_layers, p->block_size, p->head_dim, variants_dtype_bytes(b->kv_dtype));
   else
@@ -223,6 +250,7 @@ static void print_table(const profile_opts *o, const pkv_engine_params *p, const
   row_count("max seqs at max_model_len", b->max_seqs_at_max_model_len,
             "blocks / blocks per max sequence");
   if (b->shortfall_bytes != 0) row_bytes("shortfall", b->shortfall_bytes, "more KV memory needed");
+  if (p->layer_specs != NULL) profile_print_layer_groups(p, b);
   variants_print_table(p, b);
   if (b->host_num_blocks == 0) return;
   printf("\n  host tier (swapped-out sequences, evicted prefix blocks)\n");
@@ -438,10 +466,11 @@ int cmd_profile(int argc, char **argv) {
   o.variants.window_seen = flag_seen(&cmd, "window");
   o.seen = &cmd;
   pkv_engine_params p;
-  uint32_t *windows = NULL; /* p.layer_windows' array: freed at every return below */
-  rc = build_params(&o, &cmd, &p, &windows);
-  if (rc != CLI_EXIT_OK) return rc;
-  rc = run_profile(&o, &p);
+  uint32_t *windows = NULL;     /* p.layer_windows' array and */
+  pkv_layer_spec *specs = NULL; /* p.layer_specs': freed at every return below */
+  rc = build_params(&o, &cmd, &p, &windows, &specs);
+  if (rc == CLI_EXIT_OK) rc = run_profile(&o, &p);
   free(windows);
+  free(specs);
   return rc;
 }

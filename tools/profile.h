@@ -14,4 +14,11 @@ const char *profile_device_name(int32_t device);
 void profile_print_json(const char *config, const pkv_engine_params *p, const pkv_kv_budget *b,
                         pkv_status s, const char *error);
 
+/* A model described per layer (p->layer_specs set; profile_layers.c): its kinds of layers, its KV
+ * groups and totals as a table, and the groups as --json's "groups" (variants_print_json adds
+ * "compare"). */
+void profile_print_layers(const pkv_engine_params *p);
+void profile_print_layer_groups(const pkv_engine_params *p, const pkv_kv_budget *b);
+void profile_layer_groups_json(const pkv_engine_params *p, const pkv_kv_budget *b);
+
 #endif /* PKV_TOOLS_PROFILE_H */

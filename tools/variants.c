@@ -5,6 +5,7 @@
  */
 #include "variants.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,46 @@ int variants_parse_layer_windows(const char *list, uint32_t num_layers, uint32_t
 
 /* ---------------------------------------------------------------- the params */
 
+/* --window or --layer-windows into the specs of a model described per layer (the tool's own
+ * array, p->layer_specs): each layer sliding with its window, or full. Chunked and shared layers
+ * keep the config's (a shared layer's window is its source's). Returns an exit code. */
+static int windows_into_specs(const variant_flags *f, const char *config_path,
+                              pkv_engine_params *p) {
+  char *specs = (char *)(uintptr_t)p->layer_specs; /* the tool's own, malloc'd by profile.c */
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    const pkv_layer_spec *s = (const pkv_layer_spec *)(specs + (size_t)l * p->layer_spec_size);
+    if (s->kind == PKV_LAYER_SHARED || s->attention == PKV_ATTENTION_CHUNKED) {
+      fprintf(
+          stderr,
+          "pkv profile: %s: --window and --layer-windows set sliding windows; layer %u is %s, "
+          "its window the config's: leave the flags out for this model\n",
+          config_path, l,
+          s->kind == PKV_LAYER_SHARED ? "shared (it reads another layer's K and V)" : "chunked");
+      return CLI_EXIT_USAGE;
+    }
+  }
+  uint32_t *w = calloc(p->num_layers, sizeof *w);
+  if (w == NULL) {
+    fprintf(stderr, "pkv profile: out of memory for the windows of %u layers\n", p->num_layers);
+    return CLI_EXIT_FAIL;
+  }
+  char err[160];
+  if (f->window_seen) {
+    for (uint32_t l = 0; l < p->num_layers; l++) w[l] = f->window;
+  } else if (variants_parse_layer_windows(f->layer_windows, p->num_layers, w, err, sizeof err)) {
+    fprintf(stderr, "pkv profile: bad --layer-windows '%s': %s\n", f->layer_windows, err);
+    free(w);
+    return CLI_EXIT_USAGE;
+  }
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    pkv_layer_spec *s = (pkv_layer_spec *)(specs + (size_t)l * p->layer_spec_size);
+    s->attention = w[l] ? PKV_ATTENTION_SLIDING : PKV_ATTENTION_FULL;
+    s->window = w[l];
+  }
+  free(w);
+  return CLI_EXIT_OK;
+}
+
 int variants_apply(const variant_flags *f, const char *config_path, const char *text, size_t len,
                    pkv_engine_params *p, uint32_t **windows) {
   *windows = NULL;
@@ -150,6 +191,9 @@ int variants_apply(const variant_flags *f, const char *config_path, const char *
     }
     p->kv_dtype = kv == p->dtype ? 0 : kv; /* 0: the model's (PKV_DTYPE_F32 is 0 too) */
   }
+  if (p->layer_specs != NULL) /* each layer's window or chunk is in its spec */
+    return f->window_seen || f->layer_windows != NULL ? windows_into_specs(f, config_path, p)
+                                                      : CLI_EXIT_OK;
   if (f->window_seen) { /* every layer, whatever the config says */
     p->sliding_window = f->window;
     p->layer_windows = NULL;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "profile.h"
 #include "variants.h"
 
 static int is_fp8(int32_t d) { return d == PKV_DTYPE_FP8_E4M3 || d == PKV_DTYPE_FP8_E5M2; }
@@ -151,13 +152,25 @@ static const char *layer_list(const pkv_engine_params *p, const groups *g, uint3
 static int baseline(const pkv_engine_params *p, const pkv_kv_budget *b, int model_dtype, int full,
                     pkv_kv_budget *out) {
   pkv_engine_params q = *p;
+  char *specs = NULL; /* a model described per layer: its specs with windows and chunks cleared */
   if (model_dtype) q.kv_dtype = 0;
   if (full) q.sliding_window = 0, q.layer_windows = NULL;
+  if (full && p->layer_specs != NULL) {
+    const size_t size = p->layer_spec_size;
+    if ((specs = malloc((size_t)p->num_layers * size)) == NULL) return -1;
+    memcpy(specs, p->layer_specs, (size_t)p->num_layers * size);
+    for (uint32_t l = 0; l < p->num_layers; l++) {
+      pkv_layer_spec *s = (pkv_layer_spec *)(specs + (size_t)l * size);
+      s->attention = PKV_ATTENTION_FULL, s->window = 0;
+    }
+    q.layer_specs = (const pkv_layer_spec *)specs;
+  }
   q.memory_total_bytes = b->total_bytes; /* what was measured, not a second measure */
   q.memory_used_bytes = b->used_bytes;
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   pkv_status s = pkv_profile(&q, out);
+  free(specs);
   return s == PKV_OK || s == PKV_ERR_OUT_OF_MEMORY ? 0 : -1;
 }
 
@@ -189,6 +202,18 @@ static void print_ratio(const char *who_holds, uint64_t got, uint64_t base, cons
            unit, against, (unsigned long long)got, (unsigned long long)base);
 }
 
+/* "sliding windows", or "chunks" / "windows and chunks" for a model with chunked layers. */
+static const char *windows_word(const pkv_engine_params *p) {
+  int sliding = 0, chunked = 0;
+  for (uint32_t l = 0; p->layer_specs != NULL && l < p->num_layers; l++) {
+    const pkv_layer_spec *s =
+        (const pkv_layer_spec *)((const char *)p->layer_specs + (size_t)l * p->layer_spec_size);
+    sliding |= s->attention == PKV_ATTENTION_SLIDING,
+        chunked |= s->attention == PKV_ATTENTION_CHUNKED;
+  }
+  return !chunked ? "sliding windows" : sliding ? "windows and chunks" : "chunks";
+}
+
 /* What the windows save: the bytes of a sequence of max_model_len with and without them, and how
  * many such sequences fit in each case. */
 static void print_window_saving(const pkv_engine_params *p, const pkv_kv_budget *b,
@@ -198,11 +223,12 @@ static void print_window_saving(const pkv_engine_params *p, const pkv_kv_budget 
                  without = full->blocks_per_max_seq * full->block_bytes;
   const uint64_t saved = without > with ? without - with : 0;
   printf(
-      "    sliding windows save %s (%.0f%%) of a sequence of max_model_len %u: it takes %s,\n"
+      "    %s save %s (%.0f%%) of a sequence of max_model_len %u: it takes %s,\n"
       "    not the %s of full attention in every layer; %llu such sequences fit, against %s with\n"
       "    full attention\n",
-      cli_format_size(saved, d, sizeof d), without ? 100.0 * (double)saved / (double)without : 0.0,
-      p->max_model_len, cli_format_size(with, a, sizeof a), cli_format_size(without, f, sizeof f),
+      windows_word(p), cli_format_size(saved, d, sizeof d),
+      without ? 100.0 * (double)saved / (double)without : 0.0, p->max_model_len,
+      cli_format_size(with, a, sizeof a), cli_format_size(without, f, sizeof f),
       (unsigned long long)b->max_seqs_at_max_model_len,
       full->max_seqs_at_max_model_len
           ? (snprintf(n, sizeof n, "%llu", (unsigned long long)full->max_seqs_at_max_model_len), n)
@@ -224,7 +250,7 @@ static void print_gains(const pkv_engine_params *p, const pkv_kv_budget *b, cons
                 G->base[0].max_tokens / G->base[0].num_kv_groups, "tokens", model);
   }
   if (G->windows && p->max_model_len == 0) {
-    printf("    sliding windows: no max_model_len, so no longest sequence to count them by\n");
+    printf("    %s: no max_model_len, so no longest sequence to count them by\n", windows_word(p));
     return;
   }
   if (G->windows && G->ok[1]) print_window_saving(p, b, &G->base[1]);
@@ -287,6 +313,7 @@ void variants_print_model(const pkv_engine_params *p, const pkv_kv_budget *b) {
   else
     printf("  kv cache   %s, %u B per element (the model's dtype)\n",
            variants_dtype_name(b->kv_dtype), variants_dtype_bytes(b->kv_dtype));
+  if (p->layer_specs != NULL) return; /* windows and chunks per layer: profile_layers.c */
   groups g;
   if (get_groups(p, &g) != 0) return;
   if (g.num_groups == 1 && g.group_window[0] == 0) {
@@ -315,7 +342,8 @@ void variants_print_table(const pkv_engine_params *p, const pkv_kv_budget *b) {
   if (get_groups(p, &g) != 0) return;
   gains G;
   get_gains(p, b, &g, &G);
-  if (g.num_groups > 1 || G.windows) print_groups(p, b, &g);
+  /* a model described per layer has its groups printed by profile_layers.c */
+  if (p->layer_specs == NULL && (g.num_groups > 1 || G.windows)) print_groups(p, b, &g);
   if (G.fp8 || G.windows) print_gains(p, b, &G);
   free_groups(&g);
 }
@@ -354,8 +382,9 @@ void variants_print_json(const pkv_engine_params *p, const pkv_kv_budget *b) {
     printf(",\n  \"groups\": null,\n  \"compare\": null");
     return;
   }
-  printf(",\n  \"groups\": [");
-  for (uint32_t i = 0; i < g.num_groups; i++) {
+  if (p->layer_specs != NULL) profile_layer_groups_json(p, b); /* per layer: profile_layers.c */
+  if (p->layer_specs == NULL) printf(",\n  \"groups\": [");
+  for (uint32_t i = 0; i < g.num_groups && p->layer_specs == NULL; i++) {
     const uint32_t n = group_count(p, &g, i);
     const uint64_t blocks = group_blocks(g.group_window[i], p->max_model_len, p->block_size);
     printf(
@@ -375,7 +404,7 @@ void variants_print_json(const pkv_engine_params *p, const pkv_kv_budget *b) {
   }
   gains G;
   get_gains(p, b, &g, &G);
-  printf("\n  ],\n  \"compare\": {\n");
+  printf("%s,\n  \"compare\": {\n", p->layer_specs == NULL ? "\n  ]" : "");
   json_baseline("model_dtype", G.fp8, G.ok[0], &G.base[0], b, 0);
   json_baseline("full_attention", G.windows, G.ok[1], &G.base[1], b, 0);
   json_baseline("model_dtype_full_attention", G.fp8 && G.windows, G.ok[2], &G.base[2], b, 1);

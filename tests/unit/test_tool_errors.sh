@@ -244,12 +244,18 @@ done
 expect_error_says "demo: --host-cache 8MB refused" "bad value '8MB' for --host-cache: sizes are binary" demo --host-cache 8MB
 # attention variants, from the example configs and the flags
 configs=$(dirname "$0")/../../tools/configs
+# Gemma 3's windows differ per layer: read per layer (its layers, then its groups on one page)
 expect_output "profile: Gemma 3 groups, fp8" "kv cache +fp8_e4m3, 1 B per element \(the model's bf16: 2 B\)" \
-  "windows +10 layers of full attention, 52 of 1024 keys, in 7 KV groups of 10 layers" \
-  "block bytes +640.00 KiB +655360 +2 \(K,V\) x 10 layers \(a group's\) x 16 tokens x 16 heads x 128 x 1 B" \
+  "^ +sliding 1024 +16 kv heads x 128 +scale 0.0771517: layers 0-4,6-10,12-16,.*,54-58,60,61$" \
+  "^ +full +16 kv heads x 128 +scale 0.0771517: layers 5,11,\.\.,59$" \
+  "block bytes +640.00 KiB +655360 +one page: every group's block, 16 tokens" \
   "- kv scales +7.75 KiB +7936 " "blocks per max sequence +8582 " \
-  "KV groups: 7 of 10 layers each .*, 8 layer slots padded" \
-  "^ +0 +full +10 +0 +40960 +8192 +5.00 GiB +5,11,\.\.,59$" "^ +1 +1024 +10 +0 +40960 +65 +40.62 MiB +0-4,6-10$" "^ +6 +1024 +2 +8 +40960 +65 +40.62 MiB +60,61$" \
+  "KV groups: 7, each block one page of 655360 bytes" \
+  "^ +0 +full +- +10 +40960 +0 +8192 +5.00 GiB +5,11,\.\.,59$" \
+  "^ +1\.\.5 +sliding +1024 +10 +40960 +0 +65 +40.62 MiB +0-4,6-10,12-16,.*,54-58$" \
+  "^ +6 +sliding +1024 +2 +8192 +524288 +65 +40.62 MiB +60,61$" \
+  "^ +model +62 +253952 +524288 +8582 +5.24 GiB +every group$" \
+  "no page size holds these groups without waste" \
   "fp8_e4m3 holds 2.00x the tokens of bf16 \(269632 vs 134816\)" \
   "13 such sequences fit, against 2 with" \
   "fp8_e4m3 and windows together hold 13.00x the sequences of max_model_len of bf16 with full attention \(13 vs 1\)" \
@@ -270,18 +276,26 @@ printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "kv_lora_rank": 51
 expect_error_says "profile: DeepSeek sparse attention refused" "index_topk" profile --config "$tmp/dsa.json" --memory 80GiB
 printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "qk_rope_head_dim": 64}' >"$tmp/half_mla.json"
 expect_error_says "profile: MLA without kv_lora_rank" "kv_lora_rank" profile --config "$tmp/half_mla.json" --memory 80GiB
-expect_output "profile: Gemma 2 alternates" "21 layers of full attention, 21 of 4096 keys, in 2 KV groups of 21 layers" \
-  "^ +0 +full +21 +0 +172032 +512 +1.31 GiB +1,3,\.\.,41$" "^ +1 +4096 +21 +0 +172032 +257 +674.62 MiB +0,2,\.\.,40$" "blocks per max sequence +769 " \
+# Gemma 2 (soft-caps) and gpt-oss (sinks) are read per layer (issue 27): their layers, then groups
+expect_output "profile: Gemma 2 alternates" \
+  "^ +sliding 4096 +8 kv heads x 256 +scale 0.0625, soft-cap 50: layers 0,2,\.\.,40$" \
+  "^ +0 +full +- +21 +172032 +0 +512 +1.31 GiB +1,3,\.\.,41$" "^ +1 +sliding +4096 +21 +172032 +0 +257 +674.62 MiB +0,2,\.\.,40$" \
+  "blocks per max sequence +769 " \
   -- profile --config "$configs/gemma-2-9b.json" --memory 80GiB
-expect_output "profile: gpt-oss, layer_types" "12 layers of full attention, 12 of 128 keys, in 2 KV groups of 12 layers" \
-  "^ +1 +128 +12 +0 +24576 +9 +3.38 MiB +0,2,\.\.,22$" "blocks per max sequence +8201 " "max seqs at max_model_len +23 " \
+expect_output "profile: gpt-oss, layer_types" "^ +full +8 kv heads x 64 +scale 0.125, sinks: layers 1,3,\.\.,23$" \
+  "^ +1 +sliding +128 +12 +24576 +0 +9 +3.38 MiB +0,2,\.\.,22$" "blocks per max sequence +8201 " "max seqs at max_model_len +23 " \
   "sliding windows save 3.00 GiB \(50%\) of a sequence of max_model_len 131072" "23 such sequences fit, against 12 with" \
   -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB
-expect_output "profile: gpt-oss, --window 0 is full attention" "windows +none: full attention in every layer" \
+expect_output "profile: gpt-oss, --window 0 is full attention" "^ +full +8 kv heads x 64 +scale 0.125, sinks: layers 0-23$" \
   "blocks per max sequence +8192 " "max seqs at max_model_len +12 " \
   -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB --window 0
 expect_output "profile: gpt-oss as --layer-windows" "blocks per max sequence +8201 " "max seqs at max_model_len +23 " \
   -- profile --config "$configs/gpt-oss-20b.json" --memory 80GiB --layer-windows 128,0,...
+# a chunked or shared layer keeps the config's window: the flags are refused, naming the layer
+expect_error_says "profile: --window on Llama 4's chunks" "layer 0 is chunked" \
+  profile --config "$configs/llama-4-scout.json" --memory 80GiB --window 0
+expect_error_says "profile: --layer-windows on Gemma 3n's shared layers" "layer 20 is shared" \
+  profile --config "$configs/gemma-3n-E4B.json" --memory 80GiB --layer-windows 512,0,...
 expect_output "profile: Mistral, one window" "windows +4096 keys in every layer" \
   "blocks per max sequence +257 +window 4096: min\(ceil\(w / 16\) \+ 1, ceil\(max_model_len 32768 / 16\)\)" \
   "sliding windows save 3.50 GiB \(87%\) of a sequence of max_model_len 32768: it takes 514.00 MiB," "143 such sequences fit, against 18 with" \

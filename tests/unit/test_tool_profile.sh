@@ -12,7 +12,24 @@
 #   Gemma-3-27B: 62 layers, 10 full + 52 of window 1024, in 7 KV groups of 10 layers (the last
 #     windowed group holds 2, 8 slots padded); 16 kv heads, head_dim 128, bf16: a group's token
 #     2 x 10 x 16 x 128 x 2 = 81920; inside every window 7 x 81920 = 573440; past them 81920.
-#     fp8: 40960, 286720.
+#     fp8: 40960, 286720. Its last group's own layers: 2 x 8192 = 16384 a token, the page's other
+#     8 x 8192 x 16 = 1048576 bytes a block padding; the model's K and V 62 x 8192 = 507904.
+# Since issue 27 a model whose layers differ is read per layer and printed per group: each row a
+# group (or a run a..b of alike ones) with its kind, window or chunk, layers, its own bytes per
+# token and padding per block (pkv_kv_group_info), blocks and bytes a sequence of max_model_len
+# holds in it; "model" sums its cached layers. At 80GiB (budget 0.9 x 80 GiB = 77309411328):
+#   gpt-oss-120b: 36 layers of 8 x 64, bf16: 2048 B a layer; 2 groups of 18: 36864 a token,
+#     page 589824; 131072 blocks; a sequence of 131072: 8192 + ceil(128 / 16) + 1 = 8201 blocks
+#     (4.50 GiB), 15 of them.
+#   Gemma 4 31B: 50 windowed layers of 16 x 256 (16384 B), 10 full of 4 x 512 with K = V (4096 B):
+#     the page of one windowed layer (16384 x 16 = 262144) wastes least: full groups of 4, 4, 2
+#     (8192 a token, 2 x 4096 x 16 = 131072 padded); model 50 x 16384 + 10 x 4096 = 860160; a
+#     sequence of 262144: 3 x 16384 + 50 x 65 = 52402 blocks (12.79 GiB), 294912 / 52402 = 5.
+#   Gemma 3n E4B: 35 layers of 2 x 256 (2048 B), 15 shared: 20 cached, groups of 4 (8192 a
+#     token); model 40960; 2048 + 4 x 33 = 2180 blocks a sequence of 32768 (272.50 MiB).
+#   Llama 4 Scout: 48 layers of 8 x 128 (4096 B): 12 full + 36 chunked (8192) in groups of 12
+#     (49152 a token); model 196608; max_model_len 10485760 needs 655360 + 3 x 513 = 656899
+#     blocks (481.13 GiB): 409.13 GiB short; at 131072, 8192 + 3 x 513 = 9731 blocks, 10 fit.
 set -u
 tool=$1
 configs=$2
@@ -39,15 +56,15 @@ expect out 0 "Gemma 2: a token in the window costs both groups" \
   "past the windows +168.00 KiB +172032 +1 full-attention group x 172032" \
   "max tokens +67408 +blocks x 16 tokens / 2 KV groups" \
   "blocks per max sequence +769 " "bytes per max sequence +1.97 GiB +2116681728 " \
-  "^ +0 +full +21 +0 +172032 +512 +1.31 GiB +1,3,\.\.,41$" \
-  "^ +1 +4096 +21 +0 +172032 +257 +674.62 MiB +0,2,\.\.,40$" \
-  "^ +model +42 +0 +344064 +769 +1.97 GiB +every group$" \
+  "^ +0 +full +- +21 +172032 +0 +512 +1.31 GiB +1,3,\.\.,41$" \
+  "^ +1 +sliding +4096 +21 +172032 +0 +257 +674.62 MiB +0,2,\.\.,40$" \
+  "^ +model +42 +344064 +0 +769 +1.97 GiB +every group$" \
   "sliding windows save 669.38 MiB \(25%\) of a sequence of max_model_len 8192: it takes 1.97 GiB," \
   "not the 2.62 GiB of full attention in every layer; 10 such sequences fit, against 8 with" \
   -- profile --config "$g2" --memory 24GiB
 expect out 0 "Gemma 3: seven groups, the model's token in every window" \
   "bytes per token +560.00 KiB +573440 +7 KV groups x 81920" "past the windows +80.00 KiB +81920 " \
-  "^ +6 +1024 +2 +8 +81920 +65 +81.25 MiB +60,61$" "^ +model +62 +8 +573440 +8582 " \
+  "^ +6 +sliding +1024 +2 +16384 +1048576 +65 +81.25 MiB +60,61$" "^ +model +62 +507904 +1048576 +8582 " \
   "2 such sequences fit, against none with" \
   -- profile --config "$g3" --memory 24GiB
 if grep -q "holds none\|, where" "$tmp/out"; then bad "Gemma 3: no garbled sentence" "$(grep 'holds none\|, where' "$tmp/out")"; else ok "Gemma 3: no garbled sentence"; fi
@@ -56,6 +73,37 @@ expect out 0 "Gemma 3, fp8: half the bytes" "bytes per token +280.00 KiB +286720
   -- profile --config "$g3" --memory 24GiB --kv-dtype fp8
 expect out 0 "one group: bytes per token as before" "bytes per token +128.00 KiB +131072 +block bytes / block size" \
   "max tokens +589824 +blocks x 16 tokens per block" -- profile --config "$llama" --memory 80GiB
+
+# Item 4 of issue 27: every group with its layers, kind, window or chunk, bytes and padding
+c=$configs
+expect out 0 "gpt-oss-120b: sinks, two groups of 18" "^ +sliding 128 +8 kv heads x 64 +scale 0.125, sinks: layers 0,2,\.\.,34$" \
+  "^ +0 +full +- +18 +36864 +0 +8192 +4.50 GiB +1,3,\.\.,35$" "^ +1 +sliding +128 +18 +36864 +0 +9 +5.06 MiB +0,2,\.\.,34$" \
+  "^ +model +36 +73728 +0 +8201 +4.50 GiB +every group$" "max seqs at max_model_len +15 " \
+  -- profile --config "$c/gpt-oss-120b.json" --memory 80GiB --device cpu
+expect out 0 "Gemma 4 31B: heads per layer, K = V, the least waste" \
+  "^ +full +4 kv heads x 512 +scale 1, K = V \(stored once\): layers 5,11,\.\.,59$" \
+  "block bytes +256.00 KiB +262144 " "^ +0\.\.1 +full +- +4 +16384 +0 +16384 +4.00 GiB +5,11,\.\.,47$" \
+  "^ +2 +full +- +2 +8192 +131072 +16384 +4.00 GiB +53,59$" "^ +3\.\.52 +sliding +1024 +1 +16384 +0 +65 +16.25 MiB +0-4,6-10," \
+  "^ +model +60 +860160 +131072 +52402 +12.79 GiB +every group$" "no page size holds these groups without waste" \
+  "max seqs at max_model_len +5 " -- profile --config "$c/gemma-4-31B.json" --memory 80GiB --device cpu
+expect out 0 "Gemma 3n E4B: shared layers keep no cache" \
+  "^ +sliding 512 +2 kv heads x 256 +scale 1, shared: reads layer 18's K and V: layers 20-23,25-28,30-33$" \
+  "^ +1\.\.4 +sliding +512 +4 +8192 +0 +33 +4.12 MiB +0-3,5-8,10-13,15-18$" \
+  "^ +model +20 +40960 +0 +2180 +272.50 MiB +every group$" "15 shared layers keep no cache" \
+  -- profile --config "$c/gemma-3n-E4B.json" --memory 80GiB --device cpu
+expect out 1 "Llama 4 Scout: chunks, and 10M tokens do not fit" \
+  "^ +chunked 8192 +8 kv heads x 128 +scale 0.0883883: layers 0-2,4-6," \
+  "^ +1\.\.3 +chunked +8192 +12 +49152 +0 +513 +384.75 MiB +0-2,4-6," \
+  "^ +model +48 +196608 +0 +656899 +481.13 GiB +every group$" "shortfall +409.13 GiB +439296983040 " \
+  -- profile --config "$c/llama-4-scout.json" --memory 80GiB --device cpu
+expect out 0 "Llama 4 Scout at 128k: what chunks save" "max seqs at max_model_len +10 " \
+  "chunks save 16.87 GiB \(70%\) of a sequence of max_model_len 131072" \
+  -- profile --config "$c/llama-4-scout.json" --memory 80GiB --device cpu --max-model-len 131072
+expect out 0 "json: a model read per layer" '"num_cached_layers": 20, "model_bytes_per_token": 40960,' \
+  '"group": 1, "kind": "sliding_window", "window": 512, "num_layers": 4, "bytes_per_token": 8192,' \
+  -- profile --config "$c/gemma-3n-E4B.json" --memory 80GiB --device cpu --json
+expect out 0 "json: chunks" '"kind": "chunked_local", "window": 8192,' \
+  -- profile --config "$c/llama-4-scout.json" --memory 80GiB --device cpu --json --max-model-len 131072
 
 # the rules written where a user looks
 expect out 0 "profile --help: binary sizes, the weights" "SIZEs are binary: 80G = 80GiB" "KB, MB, GB and TB are refused" \
