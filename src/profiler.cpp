@@ -41,8 +41,7 @@ PoolLayout paged_layout(const pkv_engine_params &p, const KvGroups &groups, uint
   PoolLayout l;
   l.paged = true;
   l.kv_heads = 0;
-  for (uint32_t i = 0; i < p.num_layers; ++i)
-    l.kv_heads = std::max(l.kv_heads, layer_spec_of(p, i).kv_heads);
+  for (const LayerSpec &s : resolve_layer_specs(p)) l.kv_heads = std::max(l.kv_heads, s.kv_heads);
   l.tensors = 1;
   l.dtype_bytes = dtype_bytes(kv_dtype_of(p));
   l.num_layers = 1;
