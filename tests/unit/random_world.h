@@ -39,10 +39,14 @@ enum {
 typedef struct {
   uint64_t id;
   int salt; /* 0 = none, 1 = "a", 2 = "b" */
+  int lora; /* its adapter id: 0 (none) or 1 */
+  int item; /* 0 = none, else the extra key item_name(item) over tokens [item_start, item_end) */
+  uint32_t item_start, item_end;
   uint32_t len, computed, batch_new;
   int preempted, swapped;
   int32_t tokens[MAX_LEN];
-  uint64_t ctx[MAX_LEN]; /* ctx[i]: identity of (salt, tokens[0..i]) */
+  uint64_t ctx[MAX_LEN]; /* ctx[i]: identity of (salt, adapter, tokens[0..i] and the item's
+                            key and offset at each token it covers) */
 } rseq;
 
 /* A queued block copy (PKV_COPY_* kind). A swap copy is known by its count before a view lists
@@ -106,11 +110,20 @@ static inline uint64_t mix64(uint64_t z) {
 
 static inline const char *salt_name(int salt) { return salt == 1 ? "a" : salt == 2 ? "b" : NULL; }
 
+static inline const char *item_name(int item) { return item == 1 ? "item-1" : "item-2"; }
+
+/* A block's identity in pkv is its tokens plus, for each item overlapping it, the overlap and the
+ * item's key: the same as the item's (key, offset) at each token it covers, mixed in here. */
 static inline void seq_push(rseq *s, const int32_t *tokens, uint32_t n) {
   for (uint32_t i = 0; i < n; i++, s->len++) {
-    uint64_t prev = s->len ? s->ctx[s->len - 1] : mix64(0x5a17u + (uint64_t)s->salt);
+    uint64_t prev =
+        s->len ? s->ctx[s->len - 1] : mix64(0x5a17u + (uint64_t)s->salt + 4 * (uint64_t)s->lora);
+    const int in_item = s->item && s->len >= s->item_start && s->len < s->item_end;
+    const uint64_t label =
+        in_item ? mix64(((uint64_t)s->item << 32) + (s->len - s->item_start) + 1) : 0;
     s->tokens[s->len] = tokens[i];
-    s->ctx[s->len] = mix64(prev ^ (0x9e3779b97f4a7c15ull * ((uint64_t)(uint32_t)tokens[i] + 1)));
+    s->ctx[s->len] =
+        mix64(prev ^ label ^ (0x9e3779b97f4a7c15ull * ((uint64_t)(uint32_t)tokens[i] + 1)));
   }
 }
 

@@ -1,6 +1,6 @@
 /* Randomized operation sequences against the model of random_world.h: allocate (prompts from a few
- * shared prefixes, 3 salts), append, fork, release, preempt/resume, swap-out/swap-in (a host tier
- * of HOST_BLOCKS, small enough to run out; none: swap-out is UNSUPPORTED and changes nothing),
+ * shared prefixes, 3 salts, an adapter id and a multimodal item now and then), append, fork,
+ * release, preempt/resume, swap-out/swap-in (a host tier of HOST_BLOCKS, small enough to run out; none: swap-out is UNSUPPORTED and changes nothing),
  * batches begun on random subsets with random counts, their copies done by pkv_batch_copy or by
  * the test, ended or aborted, calls refused on batch members and on sequences in the wrong state,
  * and NO_SPACE when either tier runs out. After every operation the whole engine is checked
@@ -41,6 +41,19 @@ static void op_allocate(world *w) {
   pkv_seq_params_init(&sp, sizeof sp);
   sp.cache_salt = salt_name(s->salt);
   sp.cache_salt_len = s->salt ? 1 : 0;
+  /* An adapter now and then; an item (a multimodal key) of 6 tokens at one of a few places, so
+   * prompts of one base meet it again, with the same key or the other. */
+  s->lora = rnd(w, 4) == 0;
+  const uint32_t item_draw = (uint32_t)rnd(w, 6), item_start = 4 * (uint32_t)rnd(w, 3);
+  s->item = item_draw >= 4 && item_start + 6 <= n ? (int)item_draw - 3 : 0;
+  s->item_start = item_start, s->item_end = item_start + 6;
+  pkv_extra_key item;
+  memset(&item, 0, sizeof item);
+  item.start_token = s->item_start, item.end_token = s->item_end;
+  item.key = item_name(s->item), item.key_len = 6;
+  sp.extra_keys = s->item ? &item : NULL;
+  sp.num_extra_keys = s->item ? 1 : 0;
+  sp.lora_id = (uint64_t)s->lora;
   uint32_t q_blocks = 0, q_cached = 0, cached = 0, free_before = free_blocks(w);
   CHECK_OK(pkv_allocate_query(w->e, t, n, &sp, &q_blocks, &q_cached));
   uint64_t st = world_state(w);
