@@ -36,13 +36,6 @@ class PrefixTree {
   // under it (keys' extra keys name blocks, not roots).
   uint32_t find_root(const PrefixKeys &keys, uint32_t group = 0) const;
   uint32_t get_or_add_root(const PrefixKeys &keys, uint32_t group = 0);
-  // A salt without adapter (the callers that have no PrefixKeys yet).
-  uint32_t find_root(const std::string &salt, uint32_t group = 0) const {
-    return find_root(salt_only(salt), group);
-  }
-  uint32_t get_or_add_root(const std::string &salt, uint32_t group = 0) {
-    return get_or_add_root(salt_only(salt), group);
-  }
   // The salt and adapter of a root (a node whose parent is kNoNode).
   const std::string &root_salt(uint32_t root) const { return root_salts_.at(root).salt; }
   uint64_t root_lora(uint32_t root) const { return root_salts_.at(root).lora_id; }
@@ -113,11 +106,6 @@ class PrefixTree {
     uint64_t lora_id;
     uint32_t group;
   };
-  static PrefixKeys salt_only(const std::string &salt) {
-    PrefixKeys k;
-    k.salt = salt;
-    return k;
-  }
   static std::string root_key(const std::string &salt, uint64_t lora_id, uint32_t group);
   bool same_block(uint32_t node, uint32_t parent, const int32_t *tokens,
                   const std::string &extra) const;
