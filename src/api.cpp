@@ -220,7 +220,7 @@ pkv_status pkv_hf_config_digest(const char *json, size_t len, char *out, uint32_
                 "out holds %u bytes: PKV_HF_CONFIG_DIGEST_BYTES (%d) are needed", cap,
                 int(PKV_HF_CONFIG_DIGEST_BYTES));
     pkv::layers_from_hf_config(pkv::default_engine_params(), json, len,
-                               false);  // a config pkv reads (per layer too), or its error
+                               0);  // a config pkv reads (per layer too), or its error
     const std::string id = pkv::config_model_id(json, len);
     std::memcpy(out, id.c_str(), id.size() + 1);
   });
@@ -257,7 +257,7 @@ pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p, const c
     PKV_REQUIRE(p->struct_size >= offsetof(pkv_engine_params, reserved3) + 4,
                 "params (struct_size %u) ends before layer_specs: pkv.h 0.5's struct is needed",
                 p->struct_size);
-    pkv::HfLayers m = pkv::layers_from_hf_config(in, json, len, specs != nullptr);
+    pkv::HfLayers m = pkv::layers_from_hf_config(in, json, len, specs != nullptr ? cap : 0);
     *out_num_layers = m.params.num_layers;  // also when the buffer is short: the length it needs
     if (specs == nullptr) return;
     if (cap < m.params.num_layers)

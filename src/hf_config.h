@@ -49,10 +49,10 @@ struct HfLayers {
   bool needs_specs = false;           // the flat fields describe some layer wrong (with specs)
 };
 
-// Specs are built only when want_specs: a config may claim 2^31-1 layers, and the caller's
-// buffer is what bounds them.
+// Specs are built only when the model has at most max_specs layers: a config may claim 2^31-1
+// layers, and the caller's buffer is what bounds them (0: the flat fields only).
 HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *json, size_t len,
-                               bool want_specs);
+                               uint32_t max_specs);
 
 // The specs into the caller's array of spec_size-byte elements, unknown bytes zeroed.
 void write_layer_specs(const std::vector<pkv_layer_spec> &specs, pkv_layer_spec *out,

@@ -85,10 +85,10 @@ void read_attention(const json &root, const json &cfg, std::vector<pkv_layer_spe
 void read_global_heads(const json &cfg, const pkv_engine_params &flat,
                        std::vector<pkv_layer_spec> *specs) {
   uint32_t head_dim = flat.head_dim, kv_heads = flat.num_kv_heads;
-  read_count(cfg, "global_head_dim", &head_dim);
+  const bool global = read_count(cfg, "global_head_dim", &head_dim);
   const bool k_eq_v = read_bool(cfg, "attention_k_eq_v", false);
   if (k_eq_v) read_count(cfg, "num_global_key_value_heads", &kv_heads);
-  if (head_dim > PKV_MAX_HEAD_DIM)
+  if (global && head_dim > PKV_MAX_HEAD_DIM)  // the flat head_dim is checked where it is used
     fail(PKV_ERR_INVALID_ARGUMENT, "config.json: global_head_dim %u exceeds %d", head_dim,
          PKV_MAX_HEAD_DIM);
   if (flat.num_q_heads % kv_heads)
@@ -180,13 +180,13 @@ void refuse_specs(const json &root, const json &cfg, const pkv_engine_params &fl
 namespace pkv {
 
 HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *text, size_t len,
-                               bool want_specs) {
+                               uint32_t max_specs) {
   const hf::json root = hf::parse_config(text, len);
   const hf::json &cfg = hf::text_config(root);
   HfLayers out;
   out.params = hf::flat_params(p, root, cfg);
   const pkv_engine_params &flat = out.params;
-  if (!want_specs) return out;
+  if (flat.num_layers > max_specs) return out;
   const bool mla = flat.kv_layout == PKV_KV_LAYOUT_MLA;
   pkv_layer_spec base{};
   base.kind = mla ? PKV_LAYER_MLA : PKV_LAYER_ATTENTION;

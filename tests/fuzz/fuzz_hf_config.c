@@ -6,8 +6,61 @@
  * named) with a message and p unchanged; a success fills only the model-shape fields (the MLA
  * layout consistent: one latent of kv_lora_rank + qk_rope_head_dim values), with values
  * pkv_profile accepts or refuses cleanly, and never comes from a text holding a NUL byte.
+ * The same text through pkv_engine_params_from_hf_config_layers (since 0.5): refused likewise
+ * with nothing changed, or read whenever the flat call reads it, each layer's spec consistent (a
+ * SHARED layer reads an earlier cached layer of its own window, FULL has no window, heads divide
+ * the q heads), and pkv_profile of the result accepting or refusing it cleanly.
  */
 #include "fuzz_util.h"
+
+enum { FZ_MAX_SPECS = 256 };
+
+/* The per-layer call on text; flat_ok: the flat call read it. */
+static void check_layers(const char *text, size_t size, const pkv_engine_params *start,
+                         int flat_ok) {
+  static pkv_layer_spec specs[FZ_MAX_SPECS], before_specs[FZ_MAX_SPECS];
+  pkv_engine_params p = *start;
+  memset(specs, 0x5a, sizeof specs);
+  memcpy(before_specs, specs, sizeof specs);
+  uint32_t n = 0;
+  pkv_status s = pkv_engine_params_from_hf_config_layers(&p, text, size, specs, sizeof *specs,
+                                                         FZ_MAX_SPECS, &n);
+  if (s != PKV_OK) {
+    FZ_CHECK(s == PKV_ERR_INVALID_ARGUMENT || s == PKV_ERR_UNSUPPORTED, "layers: status %d", s);
+    FZ_CHECK(pkv_last_error()[0] != '\0', "layers: no message");
+    FZ_CHECK(memcmp(&p, start, sizeof p) == 0, "layers: params changed by a refused config");
+    FZ_CHECK(memcmp(specs, before_specs, sizeof specs) == 0, "layers: specs changed");
+    FZ_CHECK(!flat_ok || n > FZ_MAX_SPECS, "layers: refused a config the flat call reads: %s",
+             pkv_last_error());
+    return;
+  }
+  FZ_CHECK(n == p.num_layers && n <= FZ_MAX_SPECS, "layers: %u specs of %u layers", n,
+           p.num_layers);
+  FZ_CHECK(p.layer_specs == NULL || p.layer_specs == specs, "layers: layer_specs elsewhere");
+  for (uint32_t l = 0; l < n; l++) {
+    const pkv_layer_spec *x = &specs[l];
+    FZ_CHECK(x->kind <= PKV_LAYER_SHARED && x->attention <= PKV_ATTENTION_CHUNKED,
+             "layer %u: kind %u attention %u", l, x->kind, x->attention);
+    FZ_CHECK((x->attention == PKV_ATTENTION_FULL) == (x->window == 0), "layer %u: window %u", l,
+             x->window);
+    FZ_CHECK(x->num_kv_heads > 0 && p.num_q_heads % x->num_kv_heads == 0 && x->head_dim > 0,
+             "layer %u: %u kv heads x %u", l, x->num_kv_heads, x->head_dim);
+    FZ_CHECK(x->softmax_scale > 0 && x->softmax_scale < 1e30f, "layer %u: scale", l);
+    if (x->kind == PKV_LAYER_SHARED) {
+      const pkv_layer_spec *src = &specs[x->source_layer];
+      FZ_CHECK(x->source_layer < l && src->kind != PKV_LAYER_SHARED &&
+                   src->attention == x->attention && src->window == x->window,
+               "layer %u: reads layer %u", l, x->source_layer);
+    }
+  }
+  pkv_kv_budget b;
+  memset(&b, 0, sizeof b);
+  b.struct_size = sizeof b;
+  s = pkv_profile(&p, &b);
+  FZ_CHECK(s == PKV_OK || s == PKV_ERR_INVALID_ARGUMENT || s == PKV_ERR_OUT_OF_MEMORY ||
+               s == PKV_ERR_UNSUPPORTED,
+           "profile of a config read per layer: %d", s);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   pkv_engine_params p, before;
@@ -20,6 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = malloc(size ? size : 1);
   memcpy(text, data, size);
   pkv_status s = pkv_engine_params_from_hf_config(&p, text, size);
+  check_layers(text, size, &before, s == PKV_OK);
   free(text);
   if (s != PKV_OK) {
     FZ_CHECK(s == PKV_ERR_INVALID_ARGUMENT || s == PKV_ERR_UNSUPPORTED, "status %d", s);

@@ -293,6 +293,23 @@ static void check_refused(const char *json, pkv_status want, const char *what) {
 
 #define SHAPE4 "\"num_hidden_layers\": 4, \"num_attention_heads\": 8, \"head_dim\": 64"
 
+/* A config may claim 2^31-1 layers: a short buffer is refused with the length, never allocated
+ * for (the reader built every spec before it compared the buffer: out of memory, no length). */
+static void test_huge_layer_count(void) {
+  static const char huge[] =
+      "{\"num_hidden_layers\": 2147483647, \"num_attention_heads\": 8,"
+      " \"head_dim\": 64, \"sliding_window\": 16, \"model_type\": \"gemma2\"}";
+  pkv_engine_params p, before;
+  tu_params(&p, 16, 64);
+  before = p;
+  pkv_layer_spec s[8];
+  uint32_t n = 0;
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, huge, strlen(huge), s, sizeof *s, 8, &n),
+               PKV_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(n, 2147483647);
+  CHECK(memcmp(&p, &before, sizeof p) == 0);
+}
+
 static void test_bad_fields(void) {
   check_refused("{" SHAPE4 ", \"num_kv_shared_layers\": 4, \"sliding_window\": 8}",
                 PKV_ERR_INVALID_ARGUMENT, "num_kv_shared_layers 4 must be below");
@@ -349,5 +366,6 @@ int main(int argc, char **argv) {
   TU_RUN(test_flat_call_refuses);
   TU_RUN(test_bad_input);
   TU_RUN(test_bad_fields);
+  TU_RUN(test_huge_layer_count);
   return tu_summary();
 }
