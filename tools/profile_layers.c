@@ -250,3 +250,29 @@ void profile_layer_groups_json(const pkv_engine_params *p, const pkv_kv_budget *
   free(group);
   free(members);
 }
+
+/* "sliding windows", or "chunks" / "windows and chunks" for a model with chunked layers. */
+const char *profile_windows_word(const pkv_engine_params *p) {
+  int sliding = 0, chunked = 0;
+  for (uint32_t l = 0; p->layer_specs != NULL && l < p->num_layers; l++) {
+    const pkv_layer_spec *s =
+        (const pkv_layer_spec *)((const char *)p->layer_specs + (size_t)l * p->layer_spec_size);
+    sliding |= s->attention == PKV_ATTENTION_SLIDING,
+        chunked |= s->attention == PKV_ATTENTION_CHUNKED;
+  }
+  return !chunked ? "sliding windows" : sliding ? "windows and chunks" : "chunks";
+}
+
+/* p's specs with every layer under full attention (malloc'd, at p's spec size), for the
+ * comparison with full attention; NULL without memory. */
+pkv_layer_spec *profile_full_attention_specs(const pkv_engine_params *p) {
+  const size_t size = p->layer_spec_size;
+  char *specs = malloc((size_t)p->num_layers * size);
+  if (specs == NULL) return NULL;
+  memcpy(specs, p->layer_specs, (size_t)p->num_layers * size);
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    pkv_layer_spec *s = (pkv_layer_spec *)(specs + (size_t)l * size);
+    s->attention = PKV_ATTENTION_FULL, s->window = 0;
+  }
+  return (pkv_layer_spec *)specs;
+}

@@ -152,18 +152,12 @@ static const char *layer_list(const pkv_engine_params *p, const groups *g, uint3
 static int baseline(const pkv_engine_params *p, const pkv_kv_budget *b, int model_dtype, int full,
                     pkv_kv_budget *out) {
   pkv_engine_params q = *p;
-  char *specs = NULL; /* a model described per layer: its specs with windows and chunks cleared */
+  void *specs = NULL; /* a model described per layer: its specs with windows and chunks cleared */
   if (model_dtype) q.kv_dtype = 0;
   if (full) q.sliding_window = 0, q.layer_windows = NULL;
   if (full && p->layer_specs != NULL) {
-    const size_t size = p->layer_spec_size;
-    if ((specs = malloc((size_t)p->num_layers * size)) == NULL) return -1;
-    memcpy(specs, p->layer_specs, (size_t)p->num_layers * size);
-    for (uint32_t l = 0; l < p->num_layers; l++) {
-      pkv_layer_spec *s = (pkv_layer_spec *)(specs + (size_t)l * size);
-      s->attention = PKV_ATTENTION_FULL, s->window = 0;
-    }
-    q.layer_specs = (const pkv_layer_spec *)specs;
+    if ((specs = profile_full_attention_specs(p)) == NULL) return -1;
+    q.layer_specs = specs;
   }
   q.memory_total_bytes = b->total_bytes; /* what was measured, not a second measure */
   q.memory_used_bytes = b->used_bytes;
@@ -202,18 +196,6 @@ static void print_ratio(const char *who_holds, uint64_t got, uint64_t base, cons
            unit, against, (unsigned long long)got, (unsigned long long)base);
 }
 
-/* "sliding windows", or "chunks" / "windows and chunks" for a model with chunked layers. */
-static const char *windows_word(const pkv_engine_params *p) {
-  int sliding = 0, chunked = 0;
-  for (uint32_t l = 0; p->layer_specs != NULL && l < p->num_layers; l++) {
-    const pkv_layer_spec *s =
-        (const pkv_layer_spec *)((const char *)p->layer_specs + (size_t)l * p->layer_spec_size);
-    sliding |= s->attention == PKV_ATTENTION_SLIDING,
-        chunked |= s->attention == PKV_ATTENTION_CHUNKED;
-  }
-  return !chunked ? "sliding windows" : sliding ? "windows and chunks" : "chunks";
-}
-
 /* What the windows save: the bytes of a sequence of max_model_len with and without them, and how
  * many such sequences fit in each case. */
 static void print_window_saving(const pkv_engine_params *p, const pkv_kv_budget *b,
@@ -226,7 +208,7 @@ static void print_window_saving(const pkv_engine_params *p, const pkv_kv_budget 
       "    %s save %s (%.0f%%) of a sequence of max_model_len %u: it takes %s,\n"
       "    not the %s of full attention in every layer; %llu such sequences fit, against %s with\n"
       "    full attention\n",
-      windows_word(p), cli_format_size(saved, d, sizeof d),
+      profile_windows_word(p), cli_format_size(saved, d, sizeof d),
       without ? 100.0 * (double)saved / (double)without : 0.0, p->max_model_len,
       cli_format_size(with, a, sizeof a), cli_format_size(without, f, sizeof f),
       (unsigned long long)b->max_seqs_at_max_model_len,
@@ -250,7 +232,8 @@ static void print_gains(const pkv_engine_params *p, const pkv_kv_budget *b, cons
                 G->base[0].max_tokens / G->base[0].num_kv_groups, "tokens", model);
   }
   if (G->windows && p->max_model_len == 0) {
-    printf("    %s: no max_model_len, so no longest sequence to count them by\n", windows_word(p));
+    printf("    %s: no max_model_len, so no longest sequence to count them by\n",
+           profile_windows_word(p));
     return;
   }
   if (G->windows && G->ok[1]) print_window_saving(p, b, &G->base[1]);
