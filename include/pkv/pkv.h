@@ -803,7 +803,7 @@ PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap
  * kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention pkv cannot hold, its field
  * named: index_topk / index_n_heads (DeepSeek sparse attention), linear_num_key_heads /
  * linear_num_value_heads (linear attention), mamba_d_state / ssm_state_size (state-space
- * layers); sliding windows with MLA; since 0.5.0 also a cache that needs per-layer specs, the
+ * layers); sliding windows with MLA; (since 0.5.0) a cache that needs per-layer specs, the
  * field and pkv_engine_params_from_hf_config_layers named: sinks (model_type gpt_oss),
  * attn_logit_softcapping, global_head_dim / num_global_key_value_heads (heads per layer),
  * attention_k_eq_v, num_kv_shared_layers, attention_chunk_size (chunked local attention)). */
@@ -867,8 +867,8 @@ PKV_API pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p,
 /* A model id for pkv_store_params.model_id from the text of a config.json: "config-sha256:"
  * and the 64 lowercase hex digits of SHA-256 of the json_len bytes as they are, into out (at
  * least PKV_HF_CONFIG_DIGEST_BYTES bytes, NUL-terminated). The text must be a config
- * pkv_engine_params_from_hf_config_layers reads (since 0.5.0; before, one the flat call reads);
- * a failure leaves out unchanged. It tells models of other configs apart (other attention,
+ * pkv_engine_params_from_hf_config_layers reads (since 0.5.0), or before 0.5 one
+ * pkv_engine_params_from_hf_config reads; a failure leaves out unchanged. It tells models of other configs apart (other attention,
  * vocabularies, rope) where their KV shapes are equal; reformatting the file changes it (blocks
  * are then not shared, never wrongly shared). Two fine-tunes of one base model have one config:
  * give them a weights digest or name@revision instead.
