@@ -35,7 +35,7 @@ static uint64_t fz_seq(fz_world *w, fz_input *in) {
 
 static const pkv_seq_params *fz_salt(fz_input *in, pkv_seq_params *sp, char *bytes) {
   pkv_seq_params_init(sp, sizeof *sp);
-  switch (fz_pick(in, 9)) {
+  switch (fz_pick(in, 11)) {
     case 0:
       return NULL;
     case 1:
@@ -58,6 +58,31 @@ static const pkv_seq_params *fz_salt(fz_input *in, pkv_seq_params *sp, char *byt
     case 6:
       sp->struct_size = fz_pick(in, sizeof *sp);
       break;
+    case 7: { /* (0.5) an image's key over a few tokens, under an adapter */
+      static pkv_extra_key item;
+      memset(&item, 0, sizeof item);
+      item.start_token = fz_pick(in, 8);
+      item.end_token = item.start_token + 1 + fz_pick(in, 8);
+      item.key = fz_pick(in, 2) ? "img-a" : "img-b", item.key_len = 5;
+      sp->extra_keys = &item, sp->num_extra_keys = 1;
+      sp->lora_id = fz_pick(in, 3);
+      break;
+    }
+    case 8: { /* (0.5) raw key fields, most of them refused; room for any element size read */
+      static pkv_extra_key raw[8];
+      static char key[PKV_MAX_EXTRA_KEY_BYTES + 1];
+      for (int i = 0; i < 2; i++) {
+        raw[i].start_token = fz_pick(in, 24), raw[i].end_token = fz_pick(in, 24);
+        raw[i].key = fz_pick(in, 8) ? key : NULL;
+        raw[i].key_len = fz_pick(in, PKV_MAX_EXTRA_KEY_BYTES + 2);
+        raw[i].reserved0 = fz_pick(in, 8) == 0;
+      }
+      sp->extra_keys = fz_pick(in, 8) ? raw : NULL;
+      sp->num_extra_keys = fz_pick(in, 3);
+      sp->extra_key_size = fz_pick(in, 4) ? (uint32_t)sizeof(pkv_extra_key) : fz_pick(in, 65);
+      sp->lora_id = fz_u64(in);
+      break;
+    }
     default:
       break;
   }
