@@ -205,7 +205,7 @@ bool test_copy_tier_refused() {
   return ok;
 }
 
-// write_kv takes v exactly when the pool has V.
+// write_kv takes v exactly when the pool has V, and a block stride of the layer's rules.
 bool test_write_kv_refused() {
   DevBuf k(256), v(256), kc(256), vc(256), map(8);
   const pkv::cuda::KvLayer with_v{kc.as<void>(), vc.as<void>(), 1,       1,       8,
@@ -217,7 +217,32 @@ bool test_write_kv_refused() {
                   pkv::cuda::launch_write_kv(no_v, k.as<void>(), v.as<void>(), map.as<int64_t>(), 1,
                                              nullptr) == cudaErrorInvalidValue;
   if (!ok) fprintf(stderr, "FAIL write_kv accepted a v that does not match the pool\n");
-  return ok;
+  // A block stride under the dense bytes (1 row of 8 floats: 32) or not a multiple of 16, or a
+  // v_dim other than head_dim, is refused; the dense bytes and a wider multiple of 16 are taken.
+  const struct {
+    int64_t stride;
+    int32_t v_dim;
+    cudaError_t want;
+  } strides[] = {{16, 0, cudaErrorInvalidValue},
+                 {40, 0, cudaErrorInvalidValue},
+                 {32, 16, cudaErrorInvalidValue},
+                 {32, 8, cudaSuccess},
+                 {48, 0, cudaSuccess}};
+  const int64_t none = -1;
+  map.upload(&none, sizeof none);  // the accepted launches skip their one row
+  bool strides_ok = true;
+  for (const auto &t : strides) {
+    pkv::cuda::KvLayer l = with_v;
+    l.block_stride = t.stride, l.v_dim = t.v_dim;
+    const cudaError_t e =
+        pkv::cuda::launch_write_kv(l, k.as<void>(), v.as<void>(), map.as<int64_t>(), 1, nullptr);
+    if (e != t.want)
+      fprintf(stderr, "FAIL write_kv with block_stride %lld, v_dim %d: %s\n", (long long)t.stride,
+              t.v_dim, cudaGetErrorString(e));
+    strides_ok = strides_ok && e == t.want;
+  }
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  return ok && strides_ok;
 }
 
 }  // namespace
