@@ -31,36 +31,48 @@ BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix
 // ---------------------------------------------------------------- taking and evicting blocks
 
 int32_t BlockManager::pop_free() {
+  if (ahead_left_) {  // a reservation's pops: keep the loads ahead of them going
+    ahead_left_--;
+    advance_ahead();
+  }
   const int32_t block = pool_.head();
   PKV_ASSERT(block >= 0);
   if (pool_.node(block) != kNoNode) evict(block, offload_);
   return pool_.take();
 }
 
-void BlockManager::prefetch_pops(uint32_t n) const {
-  // A full pool's free list is its cached blocks in LRU order, at random places in arrays as
-  // large as the pool; each pop evicts one, reading its prefix node, the node's copies and its
-  // child-table slot. Read one pop after another, those misses came in series and made admission
-  // cost grow with the pool (0.3.0: 1.7x from 4k to 512k blocks, bench_block_manager). Here the
-  // list is walked once and every line the evictions read is requested at once, so the misses
-  // overlap; the pops then find them in cache. Only a hint: nothing is changed.
-  constexpr uint32_t kMaxAhead = 512;  // lines of a few hundred evictions fit in L2
-  uint32_t nodes[kMaxAhead];
-  uint32_t k = 0, seen = 0;
-  n = std::min(n, kMaxAhead);
-  if (n < 2 || pool_.num_cached() == 0) return;
-  pool_.for_each_free([&](int32_t b) {
-    const uint32_t node = pool_.node(b);
-    if (node != kNoNode) {
-      nodes[k++] = node;
-      __builtin_prefetch(&tree_.copies(node));  // the node's entry (no load: its address)
-    }
-    return ++seen < n;
-  });
-  for (uint32_t i = 0; i < k; ++i) {
-    tree_.prefetch_slot(tree_.parent(nodes[i]), tree_.hash(nodes[i]));
-    __builtin_prefetch(tree_.copies(nodes[i]).data());
+// A full pool's free list is its cached blocks in LRU order, at random places in arrays as large
+// as the pool; each pop evicts one, reading its list entry, its prefix node, the node's copies and
+// its child-table slot. Read pop after pop, those misses came in series and made admission cost
+// grow with the pool (0.3.0: 1.7x from 4k to 512k blocks, bench_block_manager). So while a
+// reservation pops, two cursors run ahead on the list: the far one (2 * kAhead pops ahead) asks
+// for the node's entry, the near one (kAhead ahead) reads it, now in cache, and asks for the
+// node's slot and copies; each pop then finds its lines loaded. Only hints: nothing changes.
+void BlockManager::prefetch_pops(uint32_t n) {
+  ahead_left_ = pool_.num_cached() ? n : 0;  // no cached block: no eviction to prepare
+  ahead_far_ = ahead_near_ = ahead_left_ ? pool_.head() : -1;
+  for (uint32_t i = 0; i < 2 * kAhead && ahead_far_ >= 0; ++i) advance_far();
+  for (uint32_t i = 0; i < kAhead && ahead_near_ >= 0; ++i) advance_near();
+}
+
+void BlockManager::advance_far() {
+  const uint32_t node = pool_.node(ahead_far_);
+  if (node != kNoNode) __builtin_prefetch(&tree_.copies(node));  // its entry: an address only
+  ahead_far_ = pool_.next_free(ahead_far_);
+}
+
+void BlockManager::advance_near() {
+  const uint32_t node = pool_.node(ahead_near_);
+  if (node != kNoNode) {
+    tree_.prefetch_slot(tree_.parent(node), tree_.hash(node));
+    __builtin_prefetch(tree_.copies(node).data());
   }
+  ahead_near_ = pool_.next_free(ahead_near_);
+}
+
+void BlockManager::advance_ahead() {
+  if (ahead_far_ >= 0) advance_far();
+  if (ahead_near_ >= 0) advance_near();
 }
 
 void BlockManager::drop_ref(int32_t block) {
@@ -252,7 +264,7 @@ void BlockManager::seal_group(uint32_t group, BlockTable &table, const PrefixKey
   }
   // Chunks of blocks: their chained hashes first (they need no tree), with their table slots
   // prefetched, then the inserts, which then rarely wait on memory.
-  constexpr uint32_t kChunk = 32;
+  constexpr uint32_t kChunk = 256;  // a long prefill's blocks: the slots load while the rest hash
   uint64_t hashes[kChunk];
   uint32_t j = table.num_sealed;
   // The last sealed block is held in every group (first_held): the parent of the next one.

@@ -250,8 +250,13 @@ class BlockManager {
 
  private:
   int32_t pop_free();  // head of the pool's free list, evicted if cached; ref becomes 1
-  void prefetch_pops(uint32_t n) const;  // loads what the next n pop_free() calls evict
-  int32_t pop_host();                    // the same in the host tier
+  // The next n pop_free() calls are one reservation's: the lines their evictions read are loaded
+  // ahead of them (block_manager.cpp).
+  void prefetch_pops(uint32_t n);
+  void advance_ahead();
+  void advance_far();
+  void advance_near();
+  int32_t pop_host();  // the same in the host tier
   // A cached pool block's KV is about to be overwritten: its node forgets it, after a copy to
   // the host tier when offloading and the node has none there yet.
   void evict(int32_t block, bool offload);
@@ -273,7 +278,10 @@ class BlockManager {
                   uint32_t num_computed);
   void truncate_group(BlockTable &table, uint32_t keep, size_t taken);
   bool holds_blocks(uint32_t group) const { return kinds_[group].rules().holds_blocks; }
-  std::vector<GroupKind> kinds_;  // per KV group
+  static constexpr uint32_t kAhead = 8;       // pops between a node's slot request and its eviction
+  uint32_t ahead_left_ = 0;                   // pops of the reservation prefetch_pops began
+  int32_t ahead_far_ = -1, ahead_near_ = -1;  // free-list cursors; -1: past the tail
+  std::vector<GroupKind> kinds_;              // per KV group
   // Twins: a pool block and a host-tier block holding the same KV. A pair lives while both blocks
   // are referenced and the pool block is not written.
   void add_twins(int32_t device, int32_t host);

@@ -27,6 +27,14 @@ class BlockPool {
   uint32_t node(int32_t b) const { return blocks_[b].node; }
   // The block take() would hand out next (a cached one must be evicted first), -1 when none.
   int32_t head() const { return num_free_ ? blocks_[sentinel()].next : -1; }
+  // The ref-0 block after b on the list (b must be on it), -1 after the tail; its entry is asked
+  // for, so a walk ahead of the pops (BlockManager::prefetch_pops) finds it loaded.
+  int32_t next_free(int32_t b) const {
+    const int32_t next = blocks_[b].next;
+    if (next == sentinel() || next < 0) return -1;
+    __builtin_prefetch(&blocks_[next]);
+    return next;
+  }
   // Ref-0 blocks from head to tail: f(block) for each until it returns false.
   template <class F> void for_each_free(F &&f) const {
     for (int32_t b = blocks_[sentinel()].next; b != sentinel();) {
