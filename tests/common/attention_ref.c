@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 /* One query row: q . k over qk_dim values, v's first v_dim values; the rows of k and v are
  * k_stride and v_stride apart. Scores scaled, then capped (softcap > 0); a sink (non-NULL)
@@ -171,15 +172,25 @@ static double fp8_value(uint8_t b, int e5m2) {
 
 double pkv_ref_fp8_decode(uint8_t b, int e5m2) { return fp8_value(b, e5m2); }
 
+/* The non-negative codes' values of e4m3 and e5m2, computed once (tests encode millions of
+ * elements, each against every code): call_once keeps it safe from threads. */
+static double fp8_values[2][128];
+static once_flag fp8_values_once = ONCE_FLAG_INIT;
+static void fill_fp8_values(void) {
+  for (int f = 0; f < 2; ++f)
+    for (int c = 0; c < 128; ++c) fp8_values[f][c] = fp8_value((uint8_t)c, f);
+}
+
 uint8_t pkv_ref_fp8_encode(float x, float scale, int e5m2) {
   const float y = x / scale; /* fp32 division, as the kernels do */
   if (isnan(y)) return e5m2 ? 0x7F : 0x7F;
   const double max = e5m2 ? 57344.0 : 448.0;
   if (fabs((double)y) >= max) return (uint8_t)((y < 0 ? 0x80 : 0) | (e5m2 ? 0x7B : 0x7E));
+  call_once(&fp8_values_once, fill_fp8_values);
   uint8_t best = 0;
   double best_err = INFINITY;
   for (int c = 0; c < 128; ++c) { /* non-negative codes, then the sign */
-    const double v = fp8_value((uint8_t)c, e5m2);
+    const double v = fp8_values[e5m2 != 0][c];
     if (!isfinite(v)) continue;
     const double err = fabs(v - fabs((double)y));
     if (err < best_err || (err == best_err && (c & 1) == 0)) {

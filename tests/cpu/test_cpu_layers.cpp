@@ -75,6 +75,7 @@ const LayerDef kLayers[] = {
     {1, 4, 32, 32, true, 20.0f, false},   // 5: window, K = V, cap
     {0, 2, 64, 64, false, 0.0f, false},   // 6: plain (today's path, in the page layout)
     {0, 2, 64, 64, false, 10.0f, false},  // 7: cap on a split decode
+    {0, 1, 512, 512, true, 0.0f, true},   // 8: Gemma 4's full layers: head_dim 512, K = V
 };
 constexpr uint32_t kNumLayers = sizeof kLayers / sizeof kLayers[0];
 const uint32_t kCtx[] = {1100, 33, 70, 100}, kQlen[] = {1, 1, 70, 40};
@@ -184,7 +185,7 @@ void build(World &w) {
     w.sinks.push_back(double(float(4.0 * double(mix(i + 77) >> 40) / 16777216.0 - 1.0)));
     w.sinks_f.push_back(float(w.sinks.back()));
   }
-  std::vector<uint8_t> row(4 * 128 * 4);
+  std::vector<uint8_t> row(4 * 512 * 4);  // a K or V row at most
   for (uint32_t l = 0; l < kNumLayers; ++l)
     for (uint32_t s = 0; s < kSeqs; ++s) {
       const uint32_t g = kLayers[l].group, new0 = kCtx[s] - kQlen[s];
@@ -311,7 +312,7 @@ void run_config(const Config &c) {
   const pkv::CpuStep step = step_of(w);
   kernels.plan(step, kQHeads, 2, 64,
                64);  // one layer's shape: the others' are planned at their calls
-  for (uint32_t l : {3u, 0u, 5u, 1u, 6u, 2u, 4u, 7u}) run_layer(kernels, w, step, l);
+  for (uint32_t l : {3u, 0u, 5u, 8u, 1u, 6u, 2u, 4u, 7u}) run_layer(kernels, w, step, l);
   // Group 2 (chunks of 32), per plan: decodes 12 + 1 keys; the prompt's tiles of 32 rows 32, 32
   // and 6 keys, the chunk's (rows 60..91, 92..99) 60 and 36, per kv head (2). Two plans (layers
   // 2 and 4: V widths 64 and 32).
