@@ -47,6 +47,7 @@ void BlockManager::walk(uint32_t group, const PrefixKeys &keys, const int32_t *t
   // early and starts loading those blocks' table slots and node tokens from memory.
   constexpr uint32_t kAhead = 8;
   uint64_t ahead[kAhead];
+  std::string ahead_extra[kAhead];  // each block's extra bytes, made once (empty for text)
   uint64_t last = tree_.hash(node);
   uint32_t hashed = 0;  // blocks whose hash is computed (and slot prefetched)
   nodes->reserve(max_hits);
@@ -55,7 +56,8 @@ void BlockManager::walk(uint32_t group, const PrefixKeys &keys, const int32_t *t
     // The window grows with the hits: a prompt that misses at once hashes one block or two.
     const uint32_t want = std::min({max_hits, j + 1 + kAhead - 1, 2 * j + 2});
     for (; hashed < want; ++hashed) {
-      const std::string extra = keys.block_extra(hashed * block_size_, block_size_);
+      std::string &extra = ahead_extra[hashed % kAhead];
+      extra = keys.block_extra(hashed * block_size_, block_size_);
       last = block_hash(seed_, last, tokens + size_t(hashed) * block_size_, block_size_,
                         extra.data(), extra.size());
       ahead[hashed % kAhead] = last;
@@ -63,8 +65,8 @@ void BlockManager::walk(uint32_t group, const PrefixKeys &keys, const int32_t *t
     }
     const uint64_t hash = ahead[j % kAhead];
     if (j + kAhead / 2 < hashed) tree_.prefetch_node(node, ahead[(j + kAhead / 2) % kAhead]);
-    const uint32_t child = tree_.find_child(node, hash, tokens + size_t(j) * block_size_,
-                                            keys.block_extra(j * block_size_, block_size_));
+    const uint32_t child =
+        tree_.find_child(node, hash, tokens + size_t(j) * block_size_, ahead_extra[j % kAhead]);
     if (child == kNoNode) break;
     // Prefer a copy already in use: reviving a cached one would take it off the free list.
     // A node held only in the host tier is loaded into a new pool block.
