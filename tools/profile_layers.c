@@ -71,6 +71,23 @@ static const pkv_layer_spec *spec_of(const pkv_engine_params *p, uint32_t l) {
   return (const pkv_layer_spec *)((const char *)p->layer_specs + (size_t)l * p->layer_spec_size);
 }
 
+/* Whether every cached layer stores the same bytes per token (the flat fields' widths where a
+ * spec leaves 0): such layers keep 0.4's layout, not a page chosen against waste. */
+static int equal_widths(const pkv_engine_params *p) {
+  uint64_t first = 0;
+  for (uint32_t l = 0; p->layer_specs && l < p->num_layers; ++l) {
+    const pkv_layer_spec *s = spec_of(p, l);
+    if (s->kind == PKV_LAYER_SHARED) continue;
+    const uint64_t heads = s->num_kv_heads ? s->num_kv_heads : p->num_kv_heads;
+    const uint64_t k = s->head_dim ? s->head_dim : p->head_dim;
+    const uint64_t v = s->k_eq_v ? 0 : s->v_head_dim ? s->v_head_dim : k;
+    const uint64_t bytes = heads * (k + v);
+    if (!first) first = bytes;
+    if (bytes != first) return 0;
+  }
+  return 1;
+}
+
 /* One line per kind of layer: which layers, attention, heads, and what else the softmax has. */
 void profile_print_layers(const pkv_engine_params *p) {
   uint32_t *members = malloc((size_t)p->num_layers * sizeof *members);
@@ -211,7 +228,11 @@ void profile_print_layer_groups(const pkv_engine_params *p, const pkv_kv_budget 
       "%s"
       "  blocks/seq: what a sequence of max_model_len holds in the group: all its blocks, or a\n"
       "  window's or chunk's ceil(w / %u) + 1\n",
-      b->padding_bytes_per_block ? "  (no page size holds these groups without waste)\n" : "",
+      !b->padding_bytes_per_block ? ""
+      : equal_widths(p)
+          ? "  (layers of equal width keep 0.4's layout: groups of as many layers as the kind\n"
+            "  with the fewest, the last of a kind padded)\n"
+          : "  (no page of whole layers holds these groups without waste: this one wastes least)\n",
       p->block_size);
   if (b->num_cached_layers < p->num_layers)
     printf("  %u shared layers keep no cache: each reads the K and V of the layer it names\n",

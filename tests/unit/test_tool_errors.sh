@@ -255,7 +255,7 @@ expect_output "profile: Gemma 3 groups, fp8" "kv cache +fp8_e4m3, 1 B per elemen
   "^ +1\.\.5 +sliding +1024 +10 +40960 +0 +65 +40.62 MiB +0-4,6-10,12-16,.*,54-58$" \
   "^ +6 +sliding +1024 +2 +8192 +524288 +65 +40.62 MiB +60,61$" \
   "^ +model +62 +253952 +524288 +8582 +5.24 GiB +every group$" \
-  "no page size holds these groups without waste" \
+  "layers of equal width keep 0.4.s layout: groups of as many layers as the kind" \
   "fp8_e4m3 holds 2.00x the tokens of bf16 \(269632 vs 134816\)" \
   "13 such sequences fit, against 2 with" \
   "fp8_e4m3 and windows together hold 13.00x the sequences of max_model_len of bf16 with full attention \(13 vs 1\)" \

@@ -84,7 +84,7 @@ expect out 0 "Gemma 4 31B: heads per layer, K = V, the least waste" \
   "^ +full +4 kv heads x 512 +scale 1, K = V \(stored once\): layers 5,11,\.\.,59$" \
   "block bytes +256.00 KiB +262144 " "^ +0\.\.1 +full +- +4 +16384 +0 +16384 +4.00 GiB +5,11,\.\.,47$" \
   "^ +2 +full +- +2 +8192 +131072 +16384 +4.00 GiB +53,59$" "^ +3\.\.52 +sliding +1024 +1 +16384 +0 +65 +16.25 MiB +0-4,6-10," \
-  "^ +model +60 +860160 +131072 +52402 +12.79 GiB +every group$" "no page size holds these groups without waste" \
+  "^ +model +60 +860160 +131072 +52402 +12.79 GiB +every group$" "no page of whole layers holds these groups without waste: this one wastes least" \
   "max seqs at max_model_len +5 " -- profile --config "$c/gemma-4-31B.json" --memory 80GiB --device cpu
 expect out 0 "Gemma 3n E4B: shared layers keep no cache" \
   "^ +sliding 512 +2 kv heads x 256 +scale 1, shared: reads layer 18's K and V: layers 20-23,25-28,30-33$" \
