@@ -727,7 +727,6 @@ pkv_status pkv_block_hash(uint64_t seed, uint64_t parent_hash, const int32_t *to
   });
 }
 
-}  // extern "C"
 pkv_status pkv_block_hash_root_lora(uint64_t seed, const void *salt, uint32_t salt_len,
                                     uint64_t lora_id, uint64_t *out_hash) {
   return guard([&] {
@@ -752,3 +751,5 @@ pkv_status pkv_block_hash_extra(uint64_t seed, uint64_t parent_hash, const int32
     *out_hash = pkv::block_hash(seed, parent_hash, tokens, num_tokens, extra.data(), extra.size());
   });
 }
+
+}  // extern "C"

@@ -351,7 +351,8 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
   const int32_t *block_tokens = b.tokens.data() + size_t(index) * bs;
   store_->write(chain.keys[index + 1], std::move(value),
                 StoreWritten{b.hash, b.parent_hash, index == 0,
-                             std::vector<int32_t>(block_tokens, block_tokens + bs)},
+                             std::vector<int32_t>(block_tokens, block_tokens + bs), b.lora_id,
+                             b.extras.empty() ? std::string() : b.extras[index]},
                 wait);
 }
 
