@@ -226,8 +226,10 @@ enum { PKV_EVENT_FORMAT_MAP = 0,   /* msgpack maps with named fields (vLLM 0.26 
 /* One layer of the cache (since 0.5.0), an element of pkv_engine_params.layer_specs: the
  * model's layers may differ in kind, heads, widths, window and softmax (DESIGN.md §12). Fields
  * left 0 take the engine's flat fields, so a spec of zeros is the layer pkv_engine_params
- * describes. Layers with the same kind of window (attention, window) share a KV group: one
- * block table per sequence (pkv_kv_groups); a group's block holds its layers' K and V. */
+ * describes. Cached layers of equal attention, window and K + V bytes per token are one kind;
+ * a kind's layers fill KV groups of as many as one block (a page of equal bytes for every
+ * group) holds. Each group has one block table per sequence (pkv_kv_groups, pkv_kv_group_info);
+ * a group's block holds its layers' K and V; a SHARED layer is in its source's group. */
 typedef struct pkv_layer_spec {
   uint32_t kind;                  /* PKV_LAYER_*. default ATTENTION */
   uint32_t attention;             /* PKV_ATTENTION_*. A SHARED layer's must be its source's */
