@@ -103,6 +103,67 @@ func TestHashVectors(t *testing.T) {
 	}
 }
 
+// With adapters and extra keys (pkv 0.5): tests/data/hash_vectors_extra.txt, every key passed
+// with every block (those apart from a block add nothing to its hash).
+func TestExtraHashVectors(t *testing.T) {
+	path := filepath.Join("..", "..", "tests", "data", "hash_vectors_extra.txt")
+	if v := os.Getenv("PKV_HASH_VECTORS"); v != "" {
+		path = filepath.Join(filepath.Dir(v), "hash_vectors_extra.txt")
+	}
+	f := must(os.Open(path))
+	defer f.Close()
+	cases := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sides := strings.Split(line, "->")
+		left, right := strings.Fields(sides[0]), strings.Fields(sides[1])
+		if len(left) != 5 {
+			t.Fatalf("seed salt lora_id keys blocks: %s", line)
+		}
+		seed := must(strconv.ParseUint(left[0], 10, 64))
+		var salt []byte
+		if left[1] != "-" {
+			salt = must(hex.DecodeString(left[1]))
+		}
+		lora := must(strconv.ParseUint(left[2], 10, 64))
+		var keys []pkv.ExtraKey
+		if left[3] != "-" {
+			for _, item := range strings.Split(left[3], ",") {
+				parts := strings.Split(item, ":")
+				keys = append(keys, pkv.ExtraKey{
+					StartToken: uint32(must(strconv.ParseUint(parts[0], 10, 32))),
+					EndToken:   uint32(must(strconv.ParseUint(parts[1], 10, 32))),
+					Key:        must(hex.DecodeString(parts[2]))})
+			}
+		}
+		h := must(pkv.BlockHashRootLoRA(seed, salt, lora))
+		got := []string{"0x" + strconv.FormatUint(h, 16)}
+		first := uint32(0)
+		for _, block := range strings.Split(left[4], ";") {
+			var tokens []int32
+			for _, tok := range strings.Split(block, ",") {
+				tokens = append(tokens, int32(must(strconv.ParseInt(tok, 10, 32))))
+			}
+			h = must(pkv.BlockHashExtra(seed, h, tokens, first, keys))
+			got = append(got, "0x"+strconv.FormatUint(h, 16))
+			first += uint32(len(tokens))
+		}
+		for i := range right {
+			right[i] = "0x" + strings.TrimLeft(right[i][2:], "0")
+		}
+		if !reflect.DeepEqual(got, right) {
+			t.Errorf("%s: got %v", line, got)
+		}
+		cases++
+	}
+	if cases < 5 {
+		t.Fatalf("%d vectors read", cases)
+	}
+}
+
 func expectStatus(t *testing.T, err error, sentinel *pkv.Error) {
 	t.Helper()
 	var pe *pkv.Error
