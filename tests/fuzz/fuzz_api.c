@@ -177,6 +177,35 @@ static void raw_field(fz_input *in, pkv_engine_params *p) {
 }
 
 static uint32_t fz_layer_windows[2];
+static pkv_layer_spec fz_specs[3];
+
+/* Per-layer specs (0.5): 2 or 3 layers of drawn kinds, heads, widths, K = V, windows or chunks,
+ * sinks and caps, a SHARED last layer, and now and then a field no rule allows. */
+static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
+  p->num_layers = 2 + fz_pick(in, 2);
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    pkv_layer_spec *s = &fz_specs[l];
+    memset(s, 0, sizeof *s);
+    s->attention = fz_pick(in, 3);
+    s->window = s->attention == PKV_ATTENTION_FULL ? 0 : 1 + fz_pick(in, 12);
+    s->num_kv_heads = fz_pick(in, 3); /* 0: the engine's */
+    s->head_dim = fz_pick(in, 2) ? 0 : 8 * (1 + fz_pick(in, 2));
+    s->k_eq_v = fz_pick(in, 3) == 0;
+    s->sinks = fz_pick(in, 8) == 0;
+    s->logit_softcap = fz_pick(in, 4) == 0 ? 5.0f : 0.0f;
+    if (l == p->num_layers - 1 && fz_pick(in, 3) == 0) { /* reads layer 0's cache */
+      *s = fz_specs[0];
+      s->kind = PKV_LAYER_SHARED;
+      s->source_layer = 0;
+    }
+  }
+  if (fz_pick(in, 8) == 0) { /* one field no rule allows, or a rule's edge */
+    uint32_t *fields = (uint32_t *)&fz_specs[fz_pick(in, p->num_layers)];
+    fields[fz_pick(in, sizeof(pkv_layer_spec) / 4)] = fz_u32(in);
+  }
+  p->layer_specs = fz_specs;
+  p->layer_spec_size = sizeof(pkv_layer_spec);
+}
 
 static void fuzz_params(fz_input *in, pkv_engine_params *p) {
   FZ_CHECK(pkv_engine_params_init(p, sizeof *p) == PKV_OK, "params_init");
@@ -244,6 +273,9 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p) {
       break;
     case 5: /* fp8 KV */
       p->kv_dtype = PKV_DTYPE_FP8_E4M3 + (int32_t)fz_pick(in, 2);
+      break;
+    case 6: /* the cache per layer (a host tier with specs: refused, by profile and create) */
+      fuzz_specs(in, p);
       break;
     default:
       break;

@@ -206,17 +206,32 @@ static void op_attention(fz_world *w, fz_input *in) {
     FZ_CHECK(pkv_batch_info(b, &v) == PKV_OK, "batch_info");
     rows = v.num_tokens;
   }
-  size_t qn = (size_t)rows * w->q_heads * w->p.head_dim * w->dtype_bytes;
-  size_t kn = (size_t)rows * w->kv_heads * w->p.head_dim * w->dtype_bytes;
+  /* buffers of the widest layer: pkv reads each layer at its own shape */
+  size_t qn = (size_t)rows * w->q_row * w->dtype_bytes;
+  size_t kn = (size_t)rows * w->kv_row * w->dtype_bytes;
   unsigned char *q = malloc(qn), *k = malloc(kn), *v = malloc(kn), *out = malloc(qn);
   int fill = fz_pick(in, 2) ? 0x3c : 0;
   memset(q, fill, qn), memset(k, fill, kn), memset(v, fill, kn);
   uint32_t layer = fz_pick(in, w->p.num_layers + 1);
+  /* 0, 1: a NULL q, out aliasing q; 2: v NULL (K = V and MLA layers take it so); 3: k and v NULL
+   * (SHARED layers take them so): each refused where the layer takes the other form */
   int bad = fz_pick(in, 16);
   uint64_t before = fz_state(w);
-  pkv_status s = pkv_attention(b, layer, bad == 0 ? NULL : q, k, v, bad == 1 ? (void *)q : out);
+  pkv_status s = pkv_attention(b, layer, bad == 0 ? NULL : q, bad == 3 ? NULL : k,
+                               bad == 2 || bad == 3 ? NULL : v, bad == 1 ? (void *)q : out);
   fz_after(w, before, s, "pkv_attention");
-  FZ_CHECK(s != PKV_OK || w->p.head_dim % 8 == 0, "attention with head_dim %u", w->p.head_dim);
+  struct pkv_layer_info li;
+  memset(&li, 0, sizeof li);
+  li.struct_size = sizeof li;
+  if (s == PKV_OK) {
+    FZ_CHECK(pkv_layer_info(w->e, layer, &li) == PKV_OK, "layer_info of an attended layer");
+    FZ_CHECK(li.head_dim % 8 == 0, "attention with head_dim %u", li.head_dim);
+    FZ_CHECK((bad == 3) == (li.kind == PKV_LAYER_SHARED), "k and v NULL on a layer of kind %u",
+             li.kind);
+    FZ_CHECK(li.kind == PKV_LAYER_SHARED || (bad == 2) == (li.k_eq_v != 0),
+             "v %s on a layer with k_eq_v %u", bad == 2 ? "NULL" : "given", li.k_eq_v);
+    FZ_CHECK(!li.sinks, "attention on layer %u, whose sinks the fuzzer never set", layer);
+  }
   free(q), free(k), free(v), free(out);
 }
 

@@ -23,6 +23,8 @@ typedef struct {
   pkv_batch *stale; /* a handle that was ended, committed or aborted */
   uint64_t last_event_seq_no;
   uint32_t dtype_bytes, q_heads, kv_heads; /* per rank */
+  /* the widest layer's row of q (and out) and of k or v, in elements (layer specs may differ) */
+  uint64_t q_row, kv_row;
 } fz_world;
 
 static inline uint64_t fz_mix(uint64_t h, const void *data, size_t n) {
@@ -181,6 +183,15 @@ static inline void fz_world_init(fz_world *w, pkv_engine *e, const pkv_engine_pa
   w->dtype_bytes = w->p.dtype == PKV_DTYPE_F32 ? 4 : 2;
   w->q_heads = w->p.num_q_heads / w->p.tp_size;
   w->kv_heads = w->p.num_kv_heads / w->p.tp_size ? w->p.num_kv_heads / w->p.tp_size : 1;
+  for (uint32_t l = 0; l < w->p.num_layers; l++) { /* each layer's own shape (pkv_layer_info) */
+    struct pkv_layer_info li;
+    memset(&li, 0, sizeof li);
+    li.struct_size = sizeof li;
+    FZ_CHECK(pkv_layer_info(e, l, &li) == PKV_OK, "layer_info %u", l);
+    const uint32_t width = li.head_dim > li.v_head_dim ? li.head_dim : li.v_head_dim;
+    if ((uint64_t)w->q_heads * width > w->q_row) w->q_row = (uint64_t)w->q_heads * width;
+    if ((uint64_t)li.kv_heads * width > w->kv_row) w->kv_row = (uint64_t)li.kv_heads * width;
+  }
   (void)p;
   fz_consistent(w);
 }
