@@ -193,14 +193,20 @@ void Engine::check_attention(uint32_t layer, const LayerSpec &s, const void *q, 
     PKV_REQUIRE(q && k && v && out, "q, k, v and out must not be NULL");
     PKV_REQUIRE(out != q && out != k && out != v, "out may not alias q, k or v");
   }
-  if (!attention_head_dim_supported(s.head_dim) || !attention_head_dim_supported(s.v_dim)) {
+  const int32_t device = backend_->device();
+  if (!attention_head_dim_supported(s.head_dim, device) ||
+      !attention_head_dim_supported(s.v_dim, device)) {
+    const char *on = device == PKV_DEVICE_CPU ? "on the CPU" : "on CUDA";
     if (specs_.empty())
-      fail(PKV_ERR_UNSUPPORTED, "pkv_attention supports head_dim multiples of %d up to %d, not %u",
-           PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, params_.head_dim);
+      fail(PKV_ERR_UNSUPPORTED,
+           "pkv_attention %s supports head_dim multiples of %d up to %u, not %u", on,
+           PKV_ATTENTION_HEAD_DIM_ALIGN, attention_max_head_dim(device), params_.head_dim);
     fail(PKV_ERR_UNSUPPORTED,
-         "layer %u: pkv_attention supports head_dim and v_head_dim multiples of %d up to %d, not "
-         "%u and %u (the pool holds the layer: pkv_layer_info says where, for the host's kernels)",
-         layer, PKV_ATTENTION_HEAD_DIM_ALIGN, PKV_ATTENTION_MAX_HEAD_DIM, s.head_dim, s.v_dim);
+         "layer %u: pkv_attention %s supports head_dim and v_head_dim multiples of %d up to %u, "
+         "not %u and %u (the pool holds the layer: pkv_layer_info says where, for the host's "
+         "kernels)",
+         layer, on, PKV_ATTENTION_HEAD_DIM_ALIGN, attention_max_head_dim(device), s.head_dim,
+         s.v_dim);
   }
   if (s.sinks && !sinks_set_[layer])
     fail(PKV_ERR_STATE,

@@ -10,6 +10,9 @@
 
 namespace pkv {
 
+// Sums of pages over groups can pass 2^64 before the choice (pages up to 2^63 bytes).
+__extension__ typedef unsigned __int128 u128;
+
 bool KvGroups::any_windowed() const {
   return std::any_of(group_window.begin(), group_window.end(), [](uint32_t w) { return w != 0; });
 }
@@ -71,17 +74,17 @@ uint64_t choose_page(const std::vector<PageKind> &kinds) {
   for (const PageKind &k : kinds)
     widest = std::max(widest, k.token_bytes), held += k.token_bytes * k.num_layers;
   uint64_t best = 0;
-  unsigned __int128 best_waste = ~(unsigned __int128)0;
+  u128 best_waste = ~(u128)0;
   for (const PageKind &c : kinds)
     for (uint64_t m = 1; m <= c.num_layers; ++m) {
       const uint64_t page = c.token_bytes * m;
       if (page < widest) continue;
-      unsigned __int128 bytes = 0;
+      u128 bytes = 0;
       for (const PageKind &k : kinds) {
         const uint64_t per_page = page / k.token_bytes;
-        bytes += (unsigned __int128)((k.num_layers + per_page - 1) / per_page) * page;
+        bytes += (u128)((k.num_layers + per_page - 1) / per_page) * page;
       }
-      const unsigned __int128 waste = bytes - held;
+      const u128 waste = bytes - held;
       if (waste < best_waste || (waste == best_waste && page > best))
         best = page, best_waste = waste;
     }

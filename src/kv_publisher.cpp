@@ -147,7 +147,7 @@ struct KvPublisher::Impl {
         dropped += queue.size() + staged.size();
         queue.clear();
         queue_tokens.clear();
-        queue.push_back(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
+        queue.push_back(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0, 0, {}});
       }
       queued = queue.size();
     }
@@ -168,7 +168,7 @@ struct KvPublisher::Impl {
       dropped += queue.size() + skip;
       queue.clear();
       queue_tokens.clear();
-      queue.push_back(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0});
+      queue.push_back(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0, 0, {}});
     }
     if (queue.empty()) {  // the usual case: the thread has taken everything before
       queue.swap(staged);
@@ -347,11 +347,12 @@ void KvPublisher::stored(uint64_t hash, bool has_parent, uint64_t parent_hash,
 }
 
 void KvPublisher::removed(uint64_t hash, uint32_t medium, uint32_t group) {
-  impl_->stage(WireEvent{PKV_EVENT_BLOCK_REMOVED, medium, group, false, hash, 0, 0}, nullptr);
+  impl_->stage(WireEvent{PKV_EVENT_BLOCK_REMOVED, medium, group, false, hash, 0, 0, 0, {}},
+               nullptr);
 }
 
 void KvPublisher::all_cleared() {
-  impl_->stage(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0}, nullptr);
+  impl_->stage(WireEvent{PKV_EVENT_ALL_CLEARED, PKV_TIER_NONE, 0, false, 0, 0, 0, 0, {}}, nullptr);
 }
 
 void KvPublisher::flush() { impl_->flush(); }

@@ -143,8 +143,12 @@ inline int32_t kv_dtype_of(const pkv_engine_params &p) { return p.kv_dtype ? p.k
 // pkv_attention's scale: softmax_scale, or 1/sqrt(head_dim) when it is 0.
 float attention_scale(const pkv_engine_params &p);
 // Whether pkv_attention (the CPU variants and the CUDA kernels alike) handles this head_dim.
-inline bool attention_head_dim_supported(uint32_t head_dim) {
-  return head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && head_dim <= PKV_ATTENTION_MAX_HEAD_DIM;
+inline uint32_t attention_max_head_dim(int32_t device) {
+  return device == PKV_DEVICE_CPU ? PKV_ATTENTION_MAX_HEAD_DIM_CPU : PKV_ATTENTION_MAX_HEAD_DIM;
+}
+// device: the engine's (resolved), PKV_DEVICE_CPU or PKV_DEVICE_CUDA.
+inline bool attention_head_dim_supported(uint32_t head_dim, int32_t device) {
+  return head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 && head_dim <= attention_max_head_dim(device);
 }
 // Whether pkv_attention handles an MLA latent of these parts (kv_layout MLA).
 inline bool attention_mla_supported(uint32_t kv_lora_rank, uint32_t rope_dim) {

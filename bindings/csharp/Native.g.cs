@@ -863,6 +863,7 @@ namespace Pkv
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
         public const int AttentionMaxHeadDim = 256;
+        public const int AttentionMaxHeadDimCpu = 512;
         public const int AttentionHeadDimAlign = 8;
         public const int AttentionMaxKvLoraRank = 512;
         public const int AttentionMaxRopeDim = 128;
@@ -910,6 +911,7 @@ namespace Pkv
 
         public const int PKV_MAX_HEAD_DIM = 1024;
         public const int PKV_ATTENTION_MAX_HEAD_DIM = 256;
+        public const int PKV_ATTENTION_MAX_HEAD_DIM_CPU = 512;
         public const int PKV_ATTENTION_HEAD_DIM_ALIGN = 8;
         public const int PKV_ATTENTION_MAX_KV_LORA_RANK = 512;
         public const int PKV_ATTENTION_MAX_ROPE_DIM = 128;

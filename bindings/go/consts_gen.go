@@ -33,6 +33,7 @@ const (
 const (
 	MaxHeadDim                = 1024
 	AttentionMaxHeadDim       = 256
+	AttentionMaxHeadDimCPU    = 512
 	AttentionHeadDimAlign     = 8
 	AttentionMaxKVLoraRank    = 512
 	AttentionMaxRopeDim       = 128

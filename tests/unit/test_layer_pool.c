@@ -2,6 +2,8 @@
  * layer's K and V where pkv_layer_info says (read back through the group's block table), a
  * k_eq_v layer stores K alone, a SHARED layer writes nothing and attends over its source's cache;
  * attention sinks (pkv_set_attention_sinks) are required where a spec has them. */
+#include <math.h>
+
 #include "test_util.h"
 
 #define LAYERS 4
@@ -171,25 +173,44 @@ static void test_attention_writes_where_layer_info_says(void) {
   pkv_engine_destroy(e);
 }
 
-/* A layer beyond the kernels' head_dim is held in the pool but refused by pkv_attention. */
-static void test_head_dim_beyond_kernels(void) {
+/* A CPU engine attends layers up to PKV_ATTENTION_MAX_HEAD_DIM_CPU wide (Gemma 4's 512): with q 0
+ * every key weighs the same, so token t's output is the mean of the V rows 0 .. t (K = V here:
+ * token i's row is all i + 1, the mean (t + 2) / 2). A wider layer is held in the pool but refused
+ * by pkv_attention, naming the layer. */
+static void attend_wide(uint32_t head_dim, pkv_status want) {
   pkv_engine_params p;
   params(&p);
-  specs_[1].head_dim = PKV_ATTENTION_MAX_HEAD_DIM * 2;
+  specs_[1].head_dim = head_dim;
   pkv_engine *e = tu_engine_p(&p);
   if (!e) return;
-  CHECK_EQ_INT(info_of(e, 1).head_dim, PKV_ATTENTION_MAX_HEAD_DIM * 2);
+  CHECK_EQ_INT(info_of(e, 1).head_dim, head_dim);
   int32_t tokens[4] = {1, 2, 3, 4};
   const uint64_t seq = tu_alloc(e, tokens, 4, NULL);
-  static float buf[4 * Q_HEADS * PKV_ATTENTION_MAX_HEAD_DIM * 2];
-  static float out[4 * Q_HEADS * PKV_ATTENTION_MAX_HEAD_DIM * 2];
+  enum { W = PKV_ATTENTION_MAX_HEAD_DIM_CPU + 8 };
+  static float q[4 * Q_HEADS * W], k[4 * W], out[4 * Q_HEADS * W];
+  memset(q, 0, sizeof q);
+  for (uint32_t t = 0; t < 4; t++)
+    for (uint32_t i = 0; i < head_dim; i++) k[t * head_dim + i] = (float)(t + 1);
   pkv_batch *b = NULL;
   if (CHECK_OK(pkv_batch_begin(e, &seq, NULL, 1, &b))) {
-    CHECK_STATUS(pkv_attention(b, 1, buf, buf, NULL, out), PKV_ERR_UNSUPPORTED);
-    CHECK(strstr(pkv_last_error(), "layer 1") != NULL);
+    CHECK_STATUS(pkv_attention(b, 1, q, k, NULL, out), want);
+    if (want != PKV_OK) {
+      CHECK(strstr(pkv_last_error(), "layer 1") != NULL);
+    } else {
+      int bad = 0;
+      for (uint32_t t = 0; t < 4; t++)
+        for (uint32_t i = 0; i < Q_HEADS * head_dim; i++)
+          bad += fabsf(out[(size_t)t * Q_HEADS * head_dim + i] - (float)(t + 2) / 2) > 1e-5f;
+      CHECK_EQ_INT(bad, 0);
+    }
     pkv_batch_abort(b);
   }
   pkv_engine_destroy(e);
+}
+
+static void test_head_dim_beyond_kernels(void) {
+  attend_wide(PKV_ATTENTION_MAX_HEAD_DIM_CPU, PKV_OK);
+  attend_wide(PKV_ATTENTION_MAX_HEAD_DIM_CPU + 8, PKV_ERR_UNSUPPORTED);
 }
 
 /* fp8 KV: scales per layer of its own kv heads; V = K takes K's; a SHARED layer has its
