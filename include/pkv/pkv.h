@@ -873,10 +873,11 @@ PKV_API pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p,
  * and the 64 lowercase hex digits of SHA-256 of the json_len bytes as they are, into out (at
  * least PKV_HF_CONFIG_DIGEST_BYTES bytes, NUL-terminated). The text must be a config
  * pkv_engine_params_from_hf_config_layers reads (since 0.5.0), or before 0.5 one
- * pkv_engine_params_from_hf_config reads; a failure leaves out unchanged. It tells models of other configs apart (other attention,
- * vocabularies, rope) where their KV shapes are equal; reformatting the file changes it (blocks
- * are then not shared, never wrongly shared). Two fine-tunes of one base model have one config:
- * give them a weights digest or name@revision instead.
+ * pkv_engine_params_from_hf_config reads; a failure leaves out unchanged. It tells models of
+ * other configs apart (other attention, vocabularies, rope) where their KV shapes are equal;
+ * reformatting the file changes it (blocks are then not shared, never wrongly shared). Two
+ * fine-tunes of one base model have one config: give them a weights digest or name@revision
+ * instead.
  * Errors: PKV_ERR_INVALID_ARGUMENT (json or out NULL; cap below PKV_HF_CONFIG_DIGEST_BYTES; a
  * config pkv_engine_params_from_hf_config_layers refuses so), PKV_ERR_UNSUPPORTED (a config it
  * refuses so).
