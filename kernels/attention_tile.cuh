@@ -30,9 +30,10 @@ struct RowBlock {
   int32_t seq, kv_head, row0, num_rows, query_start, query_len, context_len;
 };
 
-template <int D, int R, int K> struct Tile {
+// W: the widest head_dim of the bucket (HeadDim::kWidth), which sizes the accumulators.
+template <int D, int R, int K, int W = (D ? D : PKV_ATTENTION_MAX_HEAD_DIM)> struct Tile {
   static constexpr int kRows = R, kKeys = K;
-  static constexpr int kMaxD = D ? D : PKV_ATTENTION_MAX_HEAD_DIM;
+  static constexpr int kMaxD = D ? D : W;
   static constexpr int kPairs = (R * kMaxD + kAttnThreads - 1) / kAttnThreads;
   static size_t smem_bytes(int d) { return sizeof(float) * (R * d + K * (d + 1) + R * K + 5 * R); }
 };

@@ -15,7 +15,13 @@ constexpr int kDecodeRows = 8;  // q heads of one kv head per CTA; larger groups
 constexpr int kMinSplitTokens = 256;
 constexpr int kSplitAlign = 64;
 
-template <int D> using DecodeTile = dev::Tile<D, kDecodeRows, (D == 0 || D > 128) ? 32 : 64>;
+// Keys per tile: 64 up to head_dim 128, 32 up to 256, 16 for the wider bucket (W: its widest
+// head_dim), whose 512-wide tile takes 48.7 KiB of shared memory (opted in at launch).
+template <int D, int W>
+constexpr int kDecodeKeys = W > PKV_ATTENTION_MAX_HEAD_DIM ? 16
+                            : (D == 0 || D > 128)          ? 32
+                                                           : 64;
+template <int D, int W> using DecodeTile = dev::Tile<D, kDecodeRows, kDecodeKeys<D, W>, W>;
 
 // The keys a decoding sequence of context_len tokens reads: its window's or chunk's first .. the
 // last.
@@ -30,9 +36,9 @@ __device__ __forceinline__ int decode_splits(const AttnArgs &a, int context_len)
 // split_tokens on (first: the window's start), so a context far past its window reads the
 // window's blocks only. Writes the normalized output when the sequence has one split, else this
 // split's (max, sum, acc) to the workspace.
-template <class T, class C, int D>
+template <class T, class C, int D, int W>
 __global__ void __launch_bounds__(kAttnThreads, 1) decode_kernel(AttnArgs a) {
-  using Tile = DecodeTile<D>;
+  using Tile = DecodeTile<D, W>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int seq = blockIdx.z, split = blockIdx.x;
   const int query_start = a.query_start[seq];
@@ -92,12 +98,15 @@ template <class T> __global__ void __launch_bounds__(kAttnThreads) decode_merge_
   }
 }
 
-template <class T, class C, int D>
+template <class T, class C, int D, int W>
 cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
-  const size_t smem = DecodeTile<D>::smem_bytes(a.head_dim);
+  const size_t smem = DecodeTile<D, W>::smem_bytes(a.head_dim);
   const int chunks = dev::ceil_div(a.group, kDecodeRows);
   const dim3 grid(uint32_t(a.max_splits), uint32_t(a.kv_heads * chunks), uint32_t(b.num_seqs));
-  decode_kernel<T, C, D><<<grid, kAttnThreads, smem, stream>>>(a);
+  if (const cudaError_t e =
+          allow_smem(reinterpret_cast<const void *>(&decode_kernel<T, C, D, W>), smem))
+    return e;
+  decode_kernel<T, C, D, W><<<grid, kAttnThreads, smem, stream>>>(a);
   if (a.max_splits > 1) {
     const dim3 merge_grid(uint32_t(a.q_heads), uint32_t(b.num_seqs));
     decode_merge_kernel<T><<<merge_grid, kAttnThreads, 0, stream>>>(a);
@@ -178,7 +187,8 @@ cudaError_t launch_decode_attention(const KvLayer &layer, const BatchView &batch
   a.ws_ml = a.ws_acc ? a.ws_acc + parts * layer.head_dim : nullptr;
   return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
     return dispatch_head_dim(layer.head_dim, [&](auto d) {
-      return launch_typed<decltype(t), decltype(c), decltype(d)::value>(a, batch, stream);
+      using Dim = decltype(d);
+      return launch_typed<decltype(t), decltype(c), Dim::value, Dim::kWidth>(a, batch, stream);
     });
   });
 }

@@ -118,27 +118,45 @@ template <class F> cudaError_t dispatch_kv_dtype(DType dtype, DType kv_dtype, F 
   });
 }
 
-// Runtime head_dim -> compile-time: the specialized sizes, else 0 (the generic path, which reads
-// head_dim at run time). Never a wrong answer: unsupported sizes are refused here, by the limits
-// pkv.h states for pkv_attention (load8 moves 8 elements at a time; tiles are sized for 256).
+// A head_dim bucket: D the specialized size (0: generic, head_dim read at run time) and W the
+// widest head_dim its kernels take (D itself when specialized), which sizes their tiles and
+// accumulators. Generic sizes up to 256 keep the tiles of before; wider ones (264 .. 512) get
+// their own kernels, so the <= 256 instantiations are unchanged.
+template <int D, int W = D> struct HeadDim { static constexpr int value = D, kWidth = W; };
+
+// Runtime head_dim -> compile-time bucket (HeadDim). Never a wrong answer: unsupported sizes are
+// refused here, by the limits pkv.h states for pkv_attention on a CUDA engine (load8 moves 8
+// elements at a time; tiles are sized for PKV_ATTENTION_MAX_HEAD_DIM_CUDA at most).
 template <class F> cudaError_t dispatch_head_dim(int32_t head_dim, F &&f) {
-  if (head_dim <= 0 || head_dim > PKV_ATTENTION_MAX_HEAD_DIM ||
+  if (head_dim <= 0 || head_dim > PKV_ATTENTION_MAX_HEAD_DIM_CUDA ||
       head_dim % PKV_ATTENTION_HEAD_DIM_ALIGN != 0)
     return cudaErrorInvalidValue;
   switch (head_dim) {
     case 64:
-      return f(std::integral_constant<int, 64>{});
+      return f(HeadDim<64>{});
     case 80:
-      return f(std::integral_constant<int, 80>{});
+      return f(HeadDim<80>{});
     case 96:
-      return f(std::integral_constant<int, 96>{});
+      return f(HeadDim<96>{});
     case 128:
-      return f(std::integral_constant<int, 128>{});
+      return f(HeadDim<128>{});
     case 256:
-      return f(std::integral_constant<int, 256>{});
+      return f(HeadDim<256>{});
+    case 512:
+      return f(HeadDim<512>{});
     default:
-      return f(std::integral_constant<int, 0>{});
+      if (head_dim <= PKV_ATTENTION_MAX_HEAD_DIM)
+        return f(HeadDim<0, PKV_ATTENTION_MAX_HEAD_DIM>{});
+      return f(HeadDim<0, PKV_ATTENTION_MAX_HEAD_DIM_CUDA>{});
   }
+}
+
+// Dynamic shared memory past the default 48 KiB needs the kernel's opt-in before its launch
+// (sm_80 allows up to 163 KiB a block, sm_90 227 KiB). Called per launch, so every device the
+// process launches on has it; a kernel within the default makes no call.
+inline cudaError_t allow_smem(const void *kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
 inline bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

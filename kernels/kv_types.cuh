@@ -29,7 +29,7 @@ struct KvLayer {
   void *v;
   int32_t block_size;  // tokens per block, any value >= 1
   int32_t kv_heads;
-  int32_t head_dim;  // a multiple of 8, at most 256: pkv.h's PKV_ATTENTION_* limits
+  int32_t head_dim;  // a multiple of 8, at most 512: pkv.h's PKV_ATTENTION_* limits (CUDA)
   DType dtype;       // the model's: q, out and the new k, v rows (f32, f16, bf16)
   DType kv_dtype;    // the pool's elements: dtype, or fp8 (a stored code means code * scale)
   // fp8 only (else null): device [kv_heads] each, the scale of every K (V) element of a head;

@@ -1,7 +1,7 @@
 // Paged prefill attention with a causal mask (see prefill_attention.cuh): on tensor cores for
-// f16 / bf16 models with a specialized head_dim (attention_mma.cuh; all of them are multiples of
-// 16), else the fp32 tile loop of attention_tile.cuh (f32 models, and the generic head_dims: 8 ..
-// 256 in steps of 8, some not a multiple of 16).
+// f16 / bf16 models with a specialized head_dim up to 256 (attention_mma.cuh; all of them are
+// multiples of 16), else the fp32 tile loop of attention_tile.cuh (f32 models, head_dim 512, and
+// the generic head_dims: 8 .. 504 in steps of 8, some not a multiple of 16).
 #include "attention_mma.cuh"
 #include "prefill_attention.cuh"
 
@@ -13,10 +13,12 @@ using dev::kAttnThreads;
 using dev::RowBlock;
 
 // Rows x keys per tile: 32 x 32 up to head_dim 128, 16 x 16 above (and for the generic path),
-// which keeps shared memory under the 48 KiB default and the accumulators at 32 per thread.
-template <int D>
+// which keeps shared memory under the 48 KiB default and the accumulators at 32 per thread. The
+// wider bucket (W: its widest head_dim, up to 512) keeps 16 x 16: 64 accumulators a thread and
+// 65.4 KiB of shared memory at 512 (opted in at launch).
+template <int D, int W>
 using PrefillTile =
-    std::conditional_t<(D == 0 || D > 128), dev::Tile<D, 16, 16>, dev::Tile<D, 32, 32>>;
+    std::conditional_t<(D == 0 || D > 128), dev::Tile<D, 16, 16, W>, dev::Tile<D, 32, 32, W>>;
 
 // grid = (row tile, kv head, seq). Rows of a sequence are its query_len * group (token, q head)
 // pairs; a tile needs the keys from its first row's window start to its last row's position.
@@ -37,9 +39,9 @@ __device__ bool prefill_rows(const AttnArgs &a, RowBlock &rb, int &key_begin, in
   return true;
 }
 
-template <class T, class C, int D>
+template <class T, class C, int D, int W>
 __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
-  using Tile = PrefillTile<D>;
+  using Tile = PrefillTile<D, W>;
   extern __shared__ __align__(16) unsigned char smem[];
   RowBlock rb;
   int key_begin, key_end;
@@ -79,23 +81,29 @@ cudaError_t launch_mma(const AttnArgs &a, const BatchView &b, cudaStream_t strea
   return cudaGetLastError();
 }
 
-template <class T, class C, int D>
+template <class T, class C, int D, int W>
 cudaError_t launch_tile(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
-  using Tile = PrefillTile<D>;
+  using Tile = PrefillTile<D, W>;
   const int64_t rows = int64_t(b.max_query_len) * a.group;
   const dim3 grid(uint32_t((rows + Tile::kRows - 1) / Tile::kRows), uint32_t(a.kv_heads),
                   uint32_t(b.num_seqs));
-  prefill_kernel<T, C, D><<<grid, kAttnThreads, Tile::smem_bytes(a.head_dim), stream>>>(a);
+  const size_t smem = Tile::smem_bytes(a.head_dim);
+  if (const cudaError_t e =
+          allow_smem(reinterpret_cast<const void *>(&prefill_kernel<T, C, D, W>), smem))
+    return e;
+  prefill_kernel<T, C, D, W><<<grid, kAttnThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
-// Tensor cores where they apply; only the other combinations instantiate the fp32 kernel.
-template <class T, class C, int D>
+// Tensor cores where they apply; only the other combinations instantiate the fp32 kernel. A
+// head_dim past 256 takes the fp32 tile loop: the tensor-core warp keeps its rows' whole output
+// (D / 2 floats a lane) in registers, which 512 would overflow.
+template <class T, class C, int D, int W>
 cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
-  if constexpr (dev::kMmaType<T> && D != 0)
+  if constexpr (dev::kMmaType<T> && D != 0 && D <= PKV_ATTENTION_MAX_HEAD_DIM)
     return launch_mma<T, C, D>(a, b, stream);
   else
-    return launch_tile<T, C, D>(a, b, stream);
+    return launch_tile<T, C, D, W>(a, b, stream);
 }
 
 }  // namespace
@@ -107,7 +115,8 @@ cudaError_t launch_prefill_attention(const KvLayer &layer, const BatchView &batc
   if (const cudaError_t e = dev::make_attn_args(layer, batch, q, out, q_heads, scale, &a)) return e;
   return dispatch_kv_dtype(layer.dtype, layer.kv_dtype, [&](auto t, auto c) {
     return dispatch_head_dim(layer.head_dim, [&](auto d) {
-      return launch_typed<decltype(t), decltype(c), decltype(d)::value>(a, batch, stream);
+      using Dim = decltype(d);
+      return launch_typed<decltype(t), decltype(c), Dim::value, Dim::kWidth>(a, batch, stream);
     });
   });
 }

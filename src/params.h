@@ -144,7 +144,8 @@ inline int32_t kv_dtype_of(const pkv_engine_params &p) { return p.kv_dtype ? p.k
 float attention_scale(const pkv_engine_params &p);
 // Whether pkv_attention (the CPU variants and the CUDA kernels alike) handles this head_dim.
 inline uint32_t attention_max_head_dim(int32_t device) {
-  return device == PKV_DEVICE_CPU ? PKV_ATTENTION_MAX_HEAD_DIM_CPU : PKV_ATTENTION_MAX_HEAD_DIM;
+  return device == PKV_DEVICE_CPU ? PKV_ATTENTION_MAX_HEAD_DIM_CPU
+                                  : PKV_ATTENTION_MAX_HEAD_DIM_CUDA;
 }
 // device: the engine's (resolved), PKV_DEVICE_CPU or PKV_DEVICE_CUDA.
 inline bool attention_head_dim_supported(uint32_t head_dim, int32_t device) {

@@ -864,6 +864,7 @@ namespace Pkv
         public const int MaxHeadDim = 1024;
         public const int AttentionMaxHeadDim = 256;
         public const int AttentionMaxHeadDimCpu = 512;
+        public const int AttentionMaxHeadDimCuda = 512;
         public const int AttentionHeadDimAlign = 8;
         public const int AttentionMaxKvLoraRank = 512;
         public const int AttentionMaxRopeDim = 128;
@@ -912,6 +913,7 @@ namespace Pkv
         public const int PKV_MAX_HEAD_DIM = 1024;
         public const int PKV_ATTENTION_MAX_HEAD_DIM = 256;
         public const int PKV_ATTENTION_MAX_HEAD_DIM_CPU = 512;
+        public const int PKV_ATTENTION_MAX_HEAD_DIM_CUDA = 512;
         public const int PKV_ATTENTION_HEAD_DIM_ALIGN = 8;
         public const int PKV_ATTENTION_MAX_KV_LORA_RANK = 512;
         public const int PKV_ATTENTION_MAX_ROPE_DIM = 128;

@@ -34,6 +34,7 @@ const (
 	MaxHeadDim                = 1024
 	AttentionMaxHeadDim       = 256
 	AttentionMaxHeadDimCPU    = 512
+	AttentionMaxHeadDimCUDA   = 512
 	AttentionHeadDimAlign     = 8
 	AttentionMaxKVLoraRank    = 512
 	AttentionMaxRopeDim       = 128

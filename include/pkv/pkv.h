@@ -141,9 +141,10 @@ PKV_API const char *pkv_last_error(void);
 /* Limits (each is also written beside the field or call it bounds). */
 enum {
   PKV_MAX_HEAD_DIM = 1024,              /* pkv_engine_params.head_dim: 1 .. this */
-  PKV_ATTENTION_MAX_HEAD_DIM = 256,     /* pkv_attention: head_dim at most this ... */
+  PKV_ATTENTION_MAX_HEAD_DIM = 256,     /* pkv_attention: head_dim at most this (0.1-0.4) ... */
   PKV_ATTENTION_MAX_HEAD_DIM_CPU = 512, /* (since 0.5.0) ... or this on a CPU engine (Gemma 4's
-                                           512-wide full layers; CUDA: the one above) ... */
+                                           512-wide full layers) ... */
+  PKV_ATTENTION_MAX_HEAD_DIM_CUDA = 512, /* (since 0.5.0) ... or this on a CUDA engine ... */
   PKV_ATTENTION_HEAD_DIM_ALIGN = 8,     /* ... and a multiple of this */
   PKV_ATTENTION_MAX_KV_LORA_RANK = 512, /* (since 0.3.0) pkv_attention on an MLA cache: kv_lora_rank
                                            and qk_rope_head_dim multiples of the align above, ... */
@@ -684,8 +685,9 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * Call it for every layer, in any order, between pkv_batch_begin and pkv_batch_end; the step's
  * plan (on CUDA: its arrays uploaded to the device) is made once, at the batch's first call.
  * layer < num_layers; q, k, v (MLA: q, k), out not NULL, and out aliases none of them. head_dim
- * is a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN, at most PKV_ATTENTION_MAX_HEAD_DIM (a CPU
- * engine (since 0.5.0): PKV_ATTENTION_MAX_HEAD_DIM_CPU).
+ * is a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN, at most PKV_ATTENTION_MAX_HEAD_DIM (since
+ * 0.5.0: a CPU engine's PKV_ATTENTION_MAX_HEAD_DIM_CPU, a CUDA engine's
+ * PKV_ATTENTION_MAX_HEAD_DIM_CUDA).
  * kv_layout MLA (since 0.3.0), the absorbed form, with W = kv_lora_rank + qk_rope_head_dim:
  *   q   [num_tokens][num_q_heads / tp_size][W]             queries projected into latent space
  *   k   [num_tokens][W]                                    the new tokens' latents (cached)

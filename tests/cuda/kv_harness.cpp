@@ -252,9 +252,12 @@ bool check_refused_launches() {
   const PoolArgs e4m3{DType::fp8_e4m3, true}, e5m2{DType::fp8_e5m2, true};
   const Case cases[] = {
       {"head_dim = PKV_ATTENTION_MAX_HEAD_DIM", PKV_ATTENTION_MAX_HEAD_DIM, 4, 0, true},
+      {"head_dim = PKV_ATTENTION_MAX_HEAD_DIM_CUDA", PKV_ATTENTION_MAX_HEAD_DIM_CUDA, 4, 0, true},
+      {"head_dim just past PKV_ATTENTION_MAX_HEAD_DIM (the wide generic bucket)",
+       PKV_ATTENTION_MAX_HEAD_DIM + PKV_ATTENTION_HEAD_DIM_ALIGN, 4, 0, true},
       {"head_dim = PKV_ATTENTION_HEAD_DIM_ALIGN", PKV_ATTENTION_HEAD_DIM_ALIGN, 4, 0, true},
-      {"head_dim over the maximum", PKV_ATTENTION_MAX_HEAD_DIM + PKV_ATTENTION_HEAD_DIM_ALIGN, 4, 0,
-       false},
+      {"head_dim over the maximum", PKV_ATTENTION_MAX_HEAD_DIM_CUDA + PKV_ATTENTION_HEAD_DIM_ALIGN,
+       4, 0, false},
       {"head_dim not a multiple of the alignment", PKV_ATTENTION_HEAD_DIM_ALIGN * 8 + 4, 4, 0,
        false},
       {"head_dim 0", 0, 4, 0, false},

@@ -111,7 +111,7 @@ struct StepCase {
 // their scales). Returns true when everything matches.
 bool run_step(const StepCase &c, uint64_t seed);
 // Launches both attention launchers must refuse (cudaErrorInvalidValue) before any work:
-// head_dim outside pkv.h's limits (PKV_ATTENTION_MAX_HEAD_DIM, PKV_ATTENTION_HEAD_DIM_ALIGN),
+// head_dim outside pkv.h's limits (PKV_ATTENTION_MAX_HEAD_DIM_CUDA, PKV_ATTENTION_HEAD_DIM_ALIGN),
 // q_heads not a multiple of kv_heads, q not 16-byte aligned, a scale not > 0, an fp8 pool without
 // scales, a pool of another 16/32-bit dtype than the model's, a negative window. True when all
 // are refused and the limits themselves (fp8 pools with scales, a window of 1) are accepted.

@@ -26,6 +26,7 @@ pub type _bindgen_ty_1 = ::std::os::raw::c_int;
 pub const PKV_MAX_HEAD_DIM: _bindgen_ty_2 = 1024;
 pub const PKV_ATTENTION_MAX_HEAD_DIM: _bindgen_ty_2 = 256;
 pub const PKV_ATTENTION_MAX_HEAD_DIM_CPU: _bindgen_ty_2 = 512;
+pub const PKV_ATTENTION_MAX_HEAD_DIM_CUDA: _bindgen_ty_2 = 512;
 pub const PKV_ATTENTION_HEAD_DIM_ALIGN: _bindgen_ty_2 = 8;
 pub const PKV_ATTENTION_MAX_KV_LORA_RANK: _bindgen_ty_2 = 512;
 pub const PKV_ATTENTION_MAX_ROPE_DIM: _bindgen_ty_2 = 128;
