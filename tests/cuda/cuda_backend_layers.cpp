@@ -1,8 +1,9 @@
 // The CUDA backend on a paged pool of unequal layers (PoolShape.paged: one tensor of pages, a
 // page holding every layer's K and V of one block at the offsets its AttentionCall names, pages
-// page_bytes apart: DESIGN.md §12), run through the Backend interface. Two shapes in one step:
-// layer 0 has 2 kv heads of 64 and its own V, with sinks; layer 1 one kv head of 128 whose V is
-// its K, chunked (16) and soft-capped; layer 2 is SHARED on layer 1 (no write, its own sinks).
+// page_bytes apart: DESIGN.md §12), run through the Backend interface. Two shapes in one step, as
+// Gemma 4's: layer 0 has 2 kv heads of 256 and its own V, with sinks; layer 1 one kv head of 512
+// (PKV_ATTENTION_MAX_HEAD_DIM_CUDA) whose V is its K, chunked (16) and soft-capped; layer 2 is
+// SHARED on layer 1 (no write, its own sinks).
 // Step 1 prefills two prompts, step 2 decodes one, continues the other across a chunk boundary
 // and prefills a third. Every output row is checked against pkv_ref_attention_layer and every
 // row write_kv left in the pages byte for byte (layer 2 writes none). A layer whose V is not as
@@ -34,9 +35,9 @@ struct LayerDef {
   float softcap;
   bool sinks;
 };
-constexpr LayerDef kDefs[kLayers] = {{2, 64, false, 0, 0, 0.f, true},
-                                     {1, 128, true, 1, 16, 5.f, false},
-                                     {1, 128, true, 1, 16, 0.f, true}};
+constexpr LayerDef kDefs[kLayers] = {{2, 256, false, 0, 0, 0.f, true},
+                                     {1, 512, true, 1, 16, 5.f, false},
+                                     {1, 512, true, 1, 16, 0.f, true}};
 
 size_t row_elems(const LayerDef &d) { return size_t(d.kv_heads) * d.head_dim; }
 
