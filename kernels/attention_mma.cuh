@@ -25,9 +25,12 @@
 
 namespace pkv::cuda::dev {
 
-template <int D, int K> struct MmaTile {
-  static_assert(D % 16 == 0 && K % 16 == 0, "mma tiles are 16 wide");
-  static constexpr int kRows = 64, kKeys = K, kQkStride = D / 2 + 4, kVStride = D + 8;
+// DV: the output columns one pass over the keys computes (the whole D up to 256; D = 512 takes
+// two passes of 256, each recomputing the scores, so a lane keeps 256 / 2 floats of O, as at 256).
+template <int D, int K, int DV = D> struct MmaTile {
+  static_assert(D % 16 == 0 && K % 16 == 0 && D % DV == 0, "mma tiles are 16 wide");
+  static constexpr int kRows = 64, kKeys = K, kOutCols = DV, kQkStride = D / 2 + 4,
+                       kVStride = DV + 8;
   static constexpr int kWords = (kRows + K) * kQkStride + K / 2 * kVStride;
   static constexpr size_t kSmemBytes = sizeof(uint32_t) * kWords;
 };
@@ -65,16 +68,18 @@ __device__ __forceinline__ void mma_load_q(const AttnArgs &a, const RowBlock &rb
   }
 }
 
-// Keys k0 .. k0 + K - 1 of the K and V pools into k and v (layouts above).
-template <class T, class C, int D, int K>
+// Keys k0 .. k0 + K - 1 of the K pool into k and of V's columns v0 .. v0 + DV - 1 into v
+// (layouts above).
+template <class T, class C, int D, int K, int DV = D>
 __device__ __forceinline__ void mma_load_kv(const AttnArgs &a, const RowBlock &rb, uint32_t *k,
-                                            uint32_t *v, int k0, int key_end) {
-  constexpr int kChunks = D / 8, kStride = D / 2 + 4, kVStride = D + 8;
+                                            uint32_t *v, int k0, int key_end, int v0 = 0) {
+  constexpr int kChunks = D / 8, kStride = D / 2 + 4, kVStride = DV + 8;
   const int32_t *blocks = a.block_indices + a.block_indptr[rb.seq];
   const C *k_cache = static_cast<const C *>(a.k_cache),
           *v_cache = static_cast<const C *>(a.v_cache);
   for (int c = threadIdx.x; c < K / 2 * kChunks; c += kAttnThreads) {
     const int p = c / kChunks, d8 = c % kChunks * 8;
+    const bool in_v = DV == D || (d8 >= v0 && d8 < v0 + DV);  // a column of this pass's V
     uint16_t kx[2][8] = {}, vx[2][8] = {};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -83,13 +88,14 @@ __device__ __forceinline__ void mma_load_kv(const AttnArgs &a, const RowBlock &r
         const int64_t off = int64_t(blocks[key / a.block_size]) * a.block_stride +
                             (int64_t(key % a.block_size) * a.kv_heads + rb.kv_head) * D + d8;
         load_bits8<T, C>(k_cache + off, kx[h]);
-        load_bits8<T, C>(v_cache + off, vx[h]);
+        if (in_v) load_bits8<T, C>(v_cache + off, vx[h]);
       }
       store4(k + (2 * p + h) * kStride + d8 / 2, pack_bits(kx[h][0], kx[h][1]),
              pack_bits(kx[h][2], kx[h][3]), pack_bits(kx[h][4], kx[h][5]),
              pack_bits(kx[h][6], kx[h][7]));
     }
-    uint32_t *vp = v + p * kVStride + d8;
+    if (!in_v) continue;
+    uint32_t *vp = v + p * kVStride + (d8 - v0);
     store4(vp, pack_bits(vx[0][0], vx[1][0]), pack_bits(vx[0][1], vx[1][1]),
            pack_bits(vx[0][2], vx[1][2]), pack_bits(vx[0][3], vx[1][3]));
     store4(vp + 4, pack_bits(vx[0][4], vx[1][4]), pack_bits(vx[0][5], vx[1][5]),
@@ -99,18 +105,18 @@ __device__ __forceinline__ void mma_load_kv(const AttnArgs &a, const RowBlock &r
 
 // This warp's rows (16 from row0 of the CTA's tile): per lane rows group and group + 8, the
 // last key each may see (causal; -1 for padding rows) and the first (window or chunk), the online
-// softmax state and O.
-template <int D> struct WarpRows {
+// softmax state and O (DV: the pass's output columns).
+template <int DV> struct WarpRows {
   int last[2], first[2];
   float m[2], l[2];
-  float o[D / 8][4];  // O's n-tiles of 8 dims, C-fragment layout
+  float o[DV / 8][4];  // O's n-tiles of 8 dims, C-fragment layout
 };
 
 // S = Q K^T for the warp's 16 rows against the tile's K keys, scaled to base 2, soft-capped
 // (cap > 0) and masked.
-template <class T, int D, int K>
+template <class T, int D, int K, int DV>
 __device__ __forceinline__ void mma_scores(const uint32_t *q, const uint32_t *k, int warp_row0,
-                                           const WarpRows<D> &w, float (&s)[K / 8][4], int k0,
+                                           const WarpRows<DV> &w, float (&s)[K / 8][4], int k0,
                                            int key_end, float cap, float score_scale) {
   constexpr int kStride = D / 2 + 4;
   const int lane = threadIdx.x % 32, group = lane / 4, tig = lane % 4;
@@ -193,11 +199,11 @@ __device__ __forceinline__ void mma_softmax_pv(const uint32_t *v, WarpRows<D> &w
   }
 }
 
-// out = O / l (times v_scale for fp8) for the warp's real rows; with sinks, l with the row's
-// sink joined and O rescaled to the max with it.
-template <class T, int D>
+// out = O / l (times v_scale for fp8) for the warp's real rows, columns o0 .. o0 + DV - 1; with
+// sinks, l with the row's sink joined and O rescaled to the max with it.
+template <class T, int D, int DV = D>
 __device__ __forceinline__ void mma_store(const AttnArgs &a, const RowBlock &rb, int warp_row0,
-                                          WarpRows<D> &w, float v_scale) {
+                                          WarpRows<DV> &w, float v_scale, int o0 = 0) {
   const int lane = threadIdx.x % 32, group = lane / 4, tig = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -211,9 +217,9 @@ __device__ __forceinline__ void mma_store(const AttnArgs &a, const RowBlock &rb,
       const float corr = join_sink(a, q_head, w.m[h], w.l[h]);
       f = v_scale * corr / w.l[h];
     }
-    T *out = static_cast<T *>(a.out) + row_offset(a, rb, r, D) + 2 * tig;
+    T *out = static_cast<T *>(a.out) + row_offset(a, rb, r, D) + o0 + 2 * tig;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
+    for (int n = 0; n < DV / 8; ++n) {
       out[8 * n] = from_float<T>(w.o[n][2 * h] * f);
       out[8 * n + 1] = from_float<T>(w.o[n][2 * h + 1] * f);
     }
@@ -221,42 +227,47 @@ __device__ __forceinline__ void mma_store(const AttnArgs &a, const RowBlock &rb,
 }
 
 // The whole walk over keys key_begin .. key_end - 1 for the CTA's rows, then the output. A warp
-// skips the multiplies of a tile that none of its rows sees (its loads and barriers stay).
-template <class T, class C, int D, int K>
+// skips the multiplies of a tile that none of its rows sees (its loads and barriers stay). With
+// DV < D the walk runs once per DV output columns: each pass recomputes the same scores (so the
+// same softmax) and keeps only its columns of O.
+template <class T, class C, int D, int K, int DV = D>
 __device__ __forceinline__ void attend_rows_mma(const AttnArgs &a, const RowBlock &rb,
                                                 unsigned char *smem, int key_begin, int key_end) {
-  using Tile = MmaTile<D, K>;
+  using Tile = MmaTile<D, K, DV>;
   uint32_t *q = reinterpret_cast<uint32_t *>(smem);
   uint32_t *k = q + Tile::kRows * Tile::kQkStride, *v = k + K * Tile::kQkStride;
   const int warp_row0 = threadIdx.x / 32 * 16, group = threadIdx.x % 32 / 4;
   const int first_new = rb.context_len - rb.query_len;
-  WarpRows<D> w;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp_row0 + group + 8 * h;
-    w.last[h] = r < rb.num_rows ? first_new + (rb.row0 + r) / a.group : -1;
-    w.first[h] = r < rb.num_rows ? first_key(a, w.last[h]) : 0;
-    w.m[h] = -INFINITY, w.l[h] = 0.f;
-  }
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) w.o[n][0] = w.o[n][1] = w.o[n][2] = w.o[n][3] = 0.f;
   const int warp_rows = imin(16, rb.num_rows - warp_row0);  // <= 0: padding only
   const int warp_last = first_new + (rb.row0 + warp_row0 + warp_rows - 1) / a.group;
   const int warp_first = first_key(a, first_new + (rb.row0 + warp_row0) / a.group);
   float score_scale = a.scale_log2, v_scale = 1.f;
   if constexpr (kIsFp8<C>) score_scale *= a.k_scale[rb.kv_head], v_scale = a.v_scale[rb.kv_head];
   mma_load_q<T, D, Tile::kRows>(a, rb, q);
-  for (int k0 = key_begin; k0 < key_end; k0 += K) {
-    mma_load_kv<T, C, D, K>(a, rb, k, v, k0, key_end);
-    __syncthreads();
-    if (warp_rows > 0 && k0 <= warp_last && k0 + K > warp_first) {
-      float s[K / 8][4];
-      mma_scores<T, D, K>(q, k, warp_row0, w, s, k0, key_end, a.cap_log2, score_scale);
-      mma_softmax_pv<T, D, K>(v, w, s);
+#pragma unroll 1
+  for (int v0 = 0; v0 < D; v0 += DV) {
+    WarpRows<DV> w;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp_row0 + group + 8 * h;
+      w.last[h] = r < rb.num_rows ? first_new + (rb.row0 + r) / a.group : -1;
+      w.first[h] = r < rb.num_rows ? first_key(a, w.last[h]) : 0;
+      w.m[h] = -INFINITY, w.l[h] = 0.f;
     }
-    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < DV / 8; ++n) w.o[n][0] = w.o[n][1] = w.o[n][2] = w.o[n][3] = 0.f;
+    for (int k0 = key_begin; k0 < key_end; k0 += K) {
+      mma_load_kv<T, C, D, K, DV>(a, rb, k, v, k0, key_end, v0);
+      __syncthreads();
+      if (warp_rows > 0 && k0 <= warp_last && k0 + K > warp_first) {
+        float s[K / 8][4];
+        mma_scores<T, D, K>(q, k, warp_row0, w, s, k0, key_end, a.cap_log2, score_scale);
+        mma_softmax_pv<T, DV, K>(v, w, s);
+      }
+      __syncthreads();
+    }
+    if (warp_rows > 0) mma_store<T, D, DV>(a, rb, warp_row0, w, v_scale, v0);
   }
-  if (warp_rows > 0) mma_store<T, D>(a, rb, warp_row0, w, v_scale);
 }
 
 }  // namespace pkv::cuda::dev

@@ -1,7 +1,7 @@
 // Paged prefill attention with a causal mask (see prefill_attention.cuh): on tensor cores for
-// f16 / bf16 models with a specialized head_dim up to 256 (attention_mma.cuh; all of them are
-// multiples of 16), else the fp32 tile loop of attention_tile.cuh (f32 models, head_dim 512, and
-// the generic head_dims: 8 .. 504 in steps of 8, some not a multiple of 16).
+// f16 / bf16 models with a specialized head_dim (attention_mma.cuh; all of them are multiples of
+// 16; 512 in two passes of 256 output columns), else the fp32 tile loop of attention_tile.cuh
+// (f32 models, and the generic head_dims: 8 .. 504 in steps of 8, some not a multiple of 16).
 #include "attention_mma.cuh"
 #include "prefill_attention.cuh"
 
@@ -53,7 +53,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) prefill_kernel(AttnArgs a) {
 }
 
 // Tensor cores: keys per tile 64, 32 for head_dim 256 (registers: O is D / 2 floats a lane).
-template <int D> using PrefillMmaTile = dev::MmaTile<D, (D > 128 ? 32 : 64)>;
+// head_dim 512 computes O in two passes of 256 columns (attend_rows_mma) with 16 keys a tile:
+// 89.5 KiB of shared memory, two CTAs an SM on sm_90.
+template <int D>
+using PrefillMmaTile = std::conditional_t<(D > PKV_ATTENTION_MAX_HEAD_DIM),
+                                          dev::MmaTile<D, 16, PKV_ATTENTION_MAX_HEAD_DIM>,
+                                          dev::MmaTile<D, (D > 128 ? 32 : 64)>>;
 
 // The same grid and rows as prefill_kernel, 64 rows a CTA.
 template <class T, class C, int D>
@@ -63,7 +68,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) prefill_mma_kernel(AttnArgs a
   RowBlock rb;
   int key_begin, key_end;
   if (!prefill_rows<Tile::kRows>(a, rb, key_begin, key_end)) return;
-  dev::attend_rows_mma<T, C, D, Tile::kKeys>(a, rb, smem, key_begin, key_end);
+  dev::attend_rows_mma<T, C, D, Tile::kKeys, Tile::kOutCols>(a, rb, smem, key_begin, key_end);
 }
 
 template <class T, class C, int D>
@@ -95,12 +100,10 @@ cudaError_t launch_tile(const AttnArgs &a, const BatchView &b, cudaStream_t stre
   return cudaGetLastError();
 }
 
-// Tensor cores where they apply; only the other combinations instantiate the fp32 kernel. A
-// head_dim past 256 takes the fp32 tile loop: the tensor-core warp keeps its rows' whole output
-// (D / 2 floats a lane) in registers, which 512 would overflow.
+// Tensor cores where they apply; only the other combinations instantiate the fp32 kernel.
 template <class T, class C, int D, int W>
 cudaError_t launch_typed(const AttnArgs &a, const BatchView &b, cudaStream_t stream) {
-  if constexpr (dev::kMmaType<T> && D != 0 && D <= PKV_ATTENTION_MAX_HEAD_DIM)
+  if constexpr (dev::kMmaType<T> && D != 0)
     return launch_mma<T, C, D>(a, b, stream);
   else
     return launch_tile<T, C, D, W>(a, b, stream);

@@ -3,9 +3,10 @@
 // the fp64 reference: K = V layers (v null) with GQA (4 q heads a kv head), decodes split and
 // unsplit, prompts and chunks over several blocks, one case with sinks and a soft-cap, fp8 pools,
 // pages of several layers whose other layers' bytes are NaN (a kernel reading past its own head
-// fails), and the generic wide bucket (264: not a specialized size) with its own V. The 512 tiles
-// take more than the default 48 KiB of shared memory, so every case also runs the launchers'
-// opt-in. Shapes stay small: the emulator runs every case three times.
+// fails), and the generic wide bucket (264: not a specialized size) with its own V. bf16 / f16
+// prompts at 512 run on tensor cores in two passes of 256 output columns, f32 and 264 on the fp32
+// tile loop. The 512 tiles take more than the default 48 KiB of shared memory, so every case also
+// runs the launchers' opt-in. Shapes stay small: the emulator runs every case three times.
 #include "kv_harness.h"
 
 using kvtest::DType;
