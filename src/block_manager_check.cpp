@@ -81,8 +81,8 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
            pool_.ref(int32_t(b)), (long long)refs[b]);
     const uint32_t node = pool_.node(int32_t(b));
     if (node != kNoNode) {
-      const auto &c = tree_.is_live(node) ? tree_.copies(node) : std::vector<int32_t>{};
-      if (std::count(c.begin(), c.end(), int32_t(b)) != 1)
+      if (!tree_.is_live(node) ||
+          std::count(tree_.copies(node).begin(), tree_.copies(node).end(), int32_t(b)) != 1)
         fail(PKV_ERR_INTERNAL, "block %u: not listed once among its node's copies", b);
     }
   }

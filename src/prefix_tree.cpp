@@ -8,6 +8,35 @@
 
 namespace pkv {
 
+bool CopyList::contains(int32_t block) const { return std::find(begin(), end(), block) != end(); }
+
+void CopyList::push_back(int32_t block) {
+  if (more_) {
+    more_->push_back(block);
+  } else if (one_ < 0) {
+    one_ = block;
+  } else {
+    more_ = std::make_unique<std::vector<int32_t>>(std::vector<int32_t>{one_, block});
+    one_ = -1;
+  }
+}
+
+void CopyList::remove(int32_t block) {
+  if (!more_) {
+    PKV_ASSERT(one_ == block);
+    one_ = -1;
+    return;
+  }
+  auto it = std::find(more_->begin(), more_->end(), block);
+  PKV_ASSERT(it != more_->end());
+  *it = more_->back();
+  more_->pop_back();
+  if (more_->size() == 1) {
+    one_ = more_->front();
+    more_.reset();
+  }
+}
+
 PrefixTree::PrefixTree(uint32_t block_size, uint64_t seed, bool constant_hash,
                        size_t expected_nodes)
     : block_size_(block_size),
@@ -120,11 +149,8 @@ void PrefixTree::add_copy(uint32_t node, int32_t block) {
 }
 
 void PrefixTree::remove_copy(uint32_t node, int32_t block) {
-  auto &c = nodes_[node].copies;
-  auto it = std::find(c.begin(), c.end(), block);
-  PKV_ASSERT(it != c.end());
-  *it = c.back();
-  c.pop_back();
+  CopyList &c = nodes_[node].copies;
+  c.remove(block);
   if (c.empty() && events_)
     events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash, PKV_TIER_DEVICE,
                      nodes_[node].group, nodes_[node].lora_id, count_block_extra(extra(node)));

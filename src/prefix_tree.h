@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +24,27 @@
 namespace pkv {
 
 constexpr uint32_t kNoNode = UINT32_MAX;
+
+// A prefix node's pool copies. Nearly always one: it is held in the node itself, so sealing
+// allocates nothing and an eviction reads no second cache line (a std::vector here cost a malloc
+// per sealed block and a pointer chase per eviction, about a tenth of an admission). A second
+// copy (the same block computed twice, e.g. by two prompts admitted before either sealed) moves
+// the list to the heap.
+class CopyList {
+ public:
+  const int32_t *begin() const { return more_ ? more_->data() : &one_; }
+  const int32_t *end() const { return begin() + size(); }
+  size_t size() const { return more_ ? more_->size() : size_t(one_ >= 0); }
+  bool empty() const { return size() == 0; }
+  bool contains(int32_t block) const;
+  void push_back(int32_t block);
+  // Removes block, which must be listed; order is not kept.
+  void remove(int32_t block);
+
+ private:
+  int32_t one_ = -1;                            // the only copy, while more_ is null
+  std::unique_ptr<std::vector<int32_t>> more_;  // all copies, once there were two
+};
 
 class PrefixTree {
  public:
@@ -67,6 +89,17 @@ class PrefixTree {
     }
   }
 
+  // Starts loading the entry and token line of the k-th node add_child will make from now (the
+  // free list's: a seal's inserts write them).
+  void prefetch_new_node(size_t k) const {
+    if (k >= free_nodes_.size()) return;
+    const uint32_t id = free_nodes_[free_nodes_.size() - 1 - k];
+    __builtin_prefetch(&nodes_[id], 1);
+    __builtin_prefetch(&tokens_[size_t(id) * block_size_], 1);
+  }
+  // Starts loading a node's entry (its one cache line).
+  void prefetch_node_entry(uint32_t node) const { __builtin_prefetch(&nodes_[node]); }
+
   void add_copy(uint32_t node, int32_t block);
   // Removes a copy; a node left with no copies and no children is removed, and so on upwards.
   void remove_copy(uint32_t node, int32_t block);
@@ -75,7 +108,7 @@ class PrefixTree {
   void clear_host(uint32_t node);
   int32_t host(uint32_t node) const { return nodes_[node].host; }
 
-  const std::vector<int32_t> &copies(uint32_t node) const { return nodes_[node].copies; }
+  const CopyList &copies(uint32_t node) const { return nodes_[node].copies; }
   uint64_t hash(uint32_t node) const { return nodes_[node].hash; }
   uint32_t parent(uint32_t node) const { return nodes_[node].parent; }
   const int32_t *tokens(uint32_t node) const { return &tokens_[size_t(node) * block_size_]; }
@@ -89,16 +122,17 @@ class PrefixTree {
   void check() const;
 
  private:
-  struct Node {
+  // One cache line: an eviction or a hit reads one line of the node.
+  struct alignas(64) Node {
     uint32_t parent = kNoNode;
     uint32_t num_children = 0;
     uint32_t group = 0;
     bool live = false;
-    bool has_extra = false;       // its extra bytes are in extras_
-    uint64_t lora_id = 0;         // its root's
-    uint64_t hash = 0;            // canonical hash
-    std::vector<int32_t> copies;  // pool blocks
-    int32_t host = -1;            // host-tier block, -1 when none
+    bool has_extra = false;  // its extra bytes are in extras_
+    uint64_t lora_id = 0;    // its root's
+    uint64_t hash = 0;       // canonical hash
+    CopyList copies;         // pool blocks
+    int32_t host = -1;       // host-tier block, -1 when none
   };
 
   struct RootKey {
