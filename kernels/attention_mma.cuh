@@ -227,12 +227,52 @@ __device__ __forceinline__ void mma_store(const AttnArgs &a, const RowBlock &rb,
 }
 
 // The whole walk over keys key_begin .. key_end - 1 for the CTA's rows, then the output. A warp
-// skips the multiplies of a tile that none of its rows sees (its loads and barriers stay). With
-// DV < D the walk runs once per DV output columns: each pass recomputes the same scores (so the
-// same softmax) and keeps only its columns of O.
-template <class T, class C, int D, int K, int DV = D>
+// skips the multiplies of a tile that none of its rows sees (its loads and barriers stay).
+template <class T, class C, int D, int K>
 __device__ __forceinline__ void attend_rows_mma(const AttnArgs &a, const RowBlock &rb,
                                                 unsigned char *smem, int key_begin, int key_end) {
+  using Tile = MmaTile<D, K>;
+  uint32_t *q = reinterpret_cast<uint32_t *>(smem);
+  uint32_t *k = q + Tile::kRows * Tile::kQkStride, *v = k + K * Tile::kQkStride;
+  const int warp_row0 = threadIdx.x / 32 * 16, group = threadIdx.x % 32 / 4;
+  const int first_new = rb.context_len - rb.query_len;
+  WarpRows<D> w;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp_row0 + group + 8 * h;
+    w.last[h] = r < rb.num_rows ? first_new + (rb.row0 + r) / a.group : -1;
+    w.first[h] = r < rb.num_rows ? first_key(a, w.last[h]) : 0;
+    w.m[h] = -INFINITY, w.l[h] = 0.f;
+  }
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) w.o[n][0] = w.o[n][1] = w.o[n][2] = w.o[n][3] = 0.f;
+  const int warp_rows = imin(16, rb.num_rows - warp_row0);  // <= 0: padding only
+  const int warp_last = first_new + (rb.row0 + warp_row0 + warp_rows - 1) / a.group;
+  const int warp_first = first_key(a, first_new + (rb.row0 + warp_row0) / a.group);
+  float score_scale = a.scale_log2, v_scale = 1.f;
+  if constexpr (kIsFp8<C>) score_scale *= a.k_scale[rb.kv_head], v_scale = a.v_scale[rb.kv_head];
+  mma_load_q<T, D, Tile::kRows>(a, rb, q);
+  for (int k0 = key_begin; k0 < key_end; k0 += K) {
+    mma_load_kv<T, C, D, K>(a, rb, k, v, k0, key_end);
+    __syncthreads();
+    if (warp_rows > 0 && k0 <= warp_last && k0 + K > warp_first) {
+      float s[K / 8][4];
+      mma_scores<T, D, K>(q, k, warp_row0, w, s, k0, key_end, a.cap_log2, score_scale);
+      mma_softmax_pv<T, D, K>(v, w, s);
+    }
+    __syncthreads();
+  }
+  if (warp_rows > 0) mma_store<T, D>(a, rb, warp_row0, w, v_scale);
+}
+
+// attend_rows_mma for a D too wide for O in registers: the walk runs once per DV output columns
+// (DV < D), each pass recomputing the same scores (so the same softmax) and keeping only its
+// columns of O. A separate function, so the kernels of D <= 256 keep their instructions.
+template <class T, class C, int D, int K, int DV>
+__device__ __forceinline__ void attend_rows_mma_split(const AttnArgs &a, const RowBlock &rb,
+                                                      unsigned char *smem, int key_begin,
+                                                      int key_end) {
+  static_assert(DV < D, "one pass: attend_rows_mma");
   using Tile = MmaTile<D, K, DV>;
   uint32_t *q = reinterpret_cast<uint32_t *>(smem);
   uint32_t *k = q + Tile::kRows * Tile::kQkStride, *v = k + K * Tile::kQkStride;

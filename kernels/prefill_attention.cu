@@ -68,7 +68,11 @@ __global__ void __launch_bounds__(kAttnThreads, 1) prefill_mma_kernel(AttnArgs a
   RowBlock rb;
   int key_begin, key_end;
   if (!prefill_rows<Tile::kRows>(a, rb, key_begin, key_end)) return;
-  dev::attend_rows_mma<T, C, D, Tile::kKeys, Tile::kOutCols>(a, rb, smem, key_begin, key_end);
+  if constexpr (Tile::kOutCols < D)
+    dev::attend_rows_mma_split<T, C, D, Tile::kKeys, Tile::kOutCols>(a, rb, smem, key_begin,
+                                                                     key_end);
+  else
+    dev::attend_rows_mma<T, C, D, Tile::kKeys>(a, rb, smem, key_begin, key_end);
 }
 
 template <class T, class C, int D>
