@@ -48,7 +48,7 @@ static const kw_config configs[] = {
     {"bs16_hd96_gqa3_bf16", 2, 6, 2, 96, BF16, 16, 0, 2, 0, 0, 0, 3, 0, 0, 0},
     {"bs1_hd112_gqa2_f16_e5m2", 2, 4, 2, 112, F16, 1, 0, 2, 0, 0, 0, 3, E5M2, 0, 0},
     {"bs16_hd256_gqa16_bf16_e5m2", 2, 16, 1, 256, BF16, 16, 0, 2, 0, 0, 0, 2, E5M2, 0, 0},
-    /* past the CUDA limit, up to the CPU's (PKV_ATTENTION_MAX_HEAD_DIM_CPU: Gemma 4's 512) */
+    /* past 0.4's limit (256), up to PKV_ATTENTION_MAX_HEAD_DIM_CPU (Gemma 4's 512) */
     {"bs16_hd512_gqa4_bf16", 2, 8, 2, 512, BF16, 16, 0, 2, 0, 0, 0, 2, 0, 0, 0},
     {"bs7_hd264_gqa2_f32_e4m3", 2, 4, 2, 264, F32, 7, 0, 2, 0, 0, 0, 2, E4M3, 0, 0},
     /* bf16 models' scores with q heads in lanes: quads in pairs and alone, fp8 keys staged from a
