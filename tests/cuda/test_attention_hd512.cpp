@@ -1,12 +1,13 @@
 // head_dim past 256 in kernels/decode_attention.cu and prefill_attention.cu (pkv.h's
 // PKV_ATTENTION_MAX_HEAD_DIM_CUDA: Gemma 4's full-attention layers, 512 wide, V their K), against
 // the fp64 reference: K = V layers (v null) with GQA (4 q heads a kv head), decodes split and
-// unsplit, prompts and chunks over several blocks, one case with sinks and a soft-cap, fp8 pools,
-// pages of several layers whose other layers' bytes are NaN (a kernel reading past its own head
-// fails), and the generic wide bucket (264: not a specialized size) with its own V. bf16 / f16
-// prompts at 512 run on tensor cores in two passes of 256 output columns, f32 and 264 on the fp32
-// tile loop. The 512 tiles take more than the default 48 KiB of shared memory, so every case also
-// runs the launchers' opt-in. Shapes stay small: the emulator runs every case three times.
+// unsplit, prompts and chunks over several blocks, one case with sinks and a soft-cap, fp8 pools
+// under f32 and bf16 models, pages of several layers whose other layers' bytes are NaN (a kernel
+// reading past its own head fails), and the generic wide bucket (264: not a specialized size)
+// with its own V. bf16 / f16 prompts at 512 run on tensor cores in two passes of 256 output
+// columns, f32 and 264 on the fp32 tile loop. The 512 tiles take more than the default 48 KiB of
+// shared memory, so every case also runs the launchers' opt-in. Shapes stay small: the emulator
+// runs every case three times.
 #include "kv_harness.h"
 
 using kvtest::DType;
@@ -29,6 +30,11 @@ int main() {
   fp8.k_eq_v = true, fp8.kv_dtype = DType::fp8_e4m3, fp8.fp8_span = 448.0 * 4 / 3;
   fp8.fp8_scale = 2.0 / fp8.fp8_span;
   cases.push_back(fp8);
+  // fp8 under a bf16 model: the prompt on tensor cores, codes decoded exactly into both passes.
+  StepCase fp8_mma{DType::bf16, 16, 1, 4, 512, {{40, 1}, {20, 20}}, 0};
+  fp8_mma.k_eq_v = true, fp8_mma.kv_dtype = DType::fp8_e5m2, fp8_mma.fp8_span = 8;
+  fp8_mma.fp8_scale = 0.25;
+  cases.push_back(fp8_mma);
   // The generic wide bucket: 264 with its own V (e5m2), pages of 3 layers, split decode.
   StepCase wide{DType::bf16, 16, 1, 2, 264, {{100, 1}, {40, 17}}, 64};
   wide.kv_dtype = DType::fp8_e5m2, wide.fp8_span = 8, wide.fp8_scale = 0.25;
