@@ -62,6 +62,7 @@ namespace Pkv
         Attention = 0,
         Mla = 1,
         Shared = 2,
+        State = 3,
     }
 
     /// <summary>Which keys a token attends to (LayerSpec.Attention, PKV_ATTENTION_*): Full, Sliding (the last Window) or Chunked (its own Window-token chunk).</summary>
@@ -153,9 +154,9 @@ namespace Pkv
         Bad = 2,
     }
 
-    /// <summary>pkv_layer_spec (48 bytes on x86_64).</summary>
+    /// <summary>pkv_layer_spec (88 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
-    internal partial struct LayerSpecNative
+    internal unsafe partial struct LayerSpecNative
     {
         public LayerKind Kind;
         public AttentionKind Attention;
@@ -169,6 +170,8 @@ namespace Pkv
         public float LogitSoftcap;
         public float SoftmaxScale;
         public uint Reserved0;
+        public fixed uint StateDType[2];
+        public fixed uint StateShape[8];
     }
 
     /// <summary>pkv_layer_spec in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -298,7 +301,7 @@ namespace Pkv
         public uint Reserved0;
     }
 
-    /// <summary>pkv_engine_params (224 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (240 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct EngineParamsNative
     {
@@ -347,6 +350,10 @@ namespace Pkv
         public IntPtr LayerSpecs;
         public uint LayerSpecSize;
         public uint Reserved3;
+        public uint StateCheckpointPolicy;
+        public uint StateCheckpointInterval;
+        public uint NumStateCheckpoints;
+        public uint Reserved4;
     }
 
     /// <summary>pkv_engine_params in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -388,6 +395,9 @@ namespace Pkv
         public KvLayout KvLayout;
         public uint KvLoraRank;
         public uint QkRopeHeadDim;
+        public uint StateCheckpointPolicy;
+        public uint StateCheckpointInterval;
+        public uint NumStateCheckpoints;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
         LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place
 
@@ -430,6 +440,9 @@ namespace Pkv
             n.KvLayout = KvLayout;
             n.KvLoraRank = KvLoraRank;
             n.QkRopeHeadDim = QkRopeHeadDim;
+            n.StateCheckpointPolicy = StateCheckpointPolicy;
+            n.StateCheckpointInterval = StateCheckpointInterval;
+            n.NumStateCheckpoints = NumStateCheckpoints;
             return n;
         }
 
@@ -472,6 +485,9 @@ namespace Pkv
             p.KvLayout = n.KvLayout;
             p.KvLoraRank = n.KvLoraRank;
             p.QkRopeHeadDim = n.QkRopeHeadDim;
+            p.StateCheckpointPolicy = n.StateCheckpointPolicy;
+            p.StateCheckpointInterval = n.StateCheckpointInterval;
+            p.NumStateCheckpoints = n.NumStateCheckpoints;
             return p;
         }
     }
@@ -579,7 +595,7 @@ namespace Pkv
         }
     }
 
-    /// <summary>pkv_batch_view (160 bytes on x86_64).</summary>
+    /// <summary>pkv_batch_view (168 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct BatchView
     {
@@ -608,6 +624,7 @@ namespace Pkv
         public uint Reserved0;
         public IntPtr GroupSlotMapping;
         public IntPtr GroupBlockTables;
+        public IntPtr StateSlots;
     }
 
     /// <summary>pkv_request_params (56 bytes on x86_64).</summary>
@@ -639,7 +656,7 @@ namespace Pkv
         public ulong PaddingBytesPerBlock;
     }
 
-    /// <summary>pkv_kv_budget (208 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_budget (240 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvBudget
     {
@@ -675,6 +692,12 @@ namespace Pkv
         public uint Reserved1;
         public ulong ModelBytesPerToken;
         public ulong PaddingBytesPerBlock;
+        public uint NumStateLayers;
+        public uint NumStateSlots;
+        public uint NumStateCheckpoints;
+        public uint Reserved2;
+        public ulong StateBytesPerSeq;
+        public ulong StatePoolBytes;
     }
 
     /// <summary>pkv_stats (320 bytes on x86_64).</summary>
@@ -724,7 +747,7 @@ namespace Pkv
         public ulong NumLoadingRequests;
     }
 
-    /// <summary>pkv_pool_info (144 bytes on x86_64).</summary>
+    /// <summary>pkv_pool_info (168 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct PoolInfo
     {
@@ -751,11 +774,15 @@ namespace Pkv
         public DType ModelDType;
         public uint NumKvGroups;
         internal IntPtr Kernels;
+        internal IntPtr StateBase;
+        public ulong StateSlotBytes;
+        public uint NumStateSlots;
+        public uint Reserved1;
     }
 
-    /// <summary>pkv_layer_info (120 bytes on x86_64).</summary>
+    /// <summary>pkv_layer_info (192 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
-    public partial struct LayerInfo
+    public unsafe partial struct LayerInfo
     {
         public uint StructSize;
         public LayerKind Kind;
@@ -779,6 +806,10 @@ namespace Pkv
         public ulong HeadStride;
         internal IntPtr HostKBase;
         internal IntPtr HostVBase;
+        public fixed ulong StateOffset[2];
+        public fixed ulong StateBytes[2];
+        public fixed uint StateDType[2];
+        public fixed uint StateShape[8];
     }
 
     /// <summary>pkv_kv_event (56 bytes on x86_64).</summary>
@@ -883,6 +914,11 @@ namespace Pkv
         public const int DefaultEventBatchEvents = 1024;
         public const int MaxEventEndpointBytes = 1024;
         public const int MaxEventTopicBytes = 1024;
+        public const int MaxStateParts = 2;
+        public const int MaxStateDims = 4;
+        public const int StateCheckpointPromptEnd = 0;
+        public const int StateCheckpointEvery = 1;
+        public const int StateCheckpointNone = 2;
         public const int StoreProblemBytes = 64;
     }
 
@@ -945,6 +981,12 @@ namespace Pkv
         public const int PKV_LAYER_ATTENTION = 0;
         public const int PKV_LAYER_MLA = 1;
         public const int PKV_LAYER_SHARED = 2;
+        public const int PKV_LAYER_STATE = 3;
+        public const int PKV_MAX_STATE_PARTS = 2;
+        public const int PKV_MAX_STATE_DIMS = 4;
+        public const int PKV_STATE_CHECKPOINT_PROMPT_END = 0;
+        public const int PKV_STATE_CHECKPOINT_EVERY = 1;
+        public const int PKV_STATE_CHECKPOINT_NONE = 2;
         public const int PKV_ATTENTION_FULL = 0;
         public const int PKV_ATTENTION_SLIDING = 1;
         public const int PKV_ATTENTION_CHUNKED = 2;
@@ -959,6 +1001,7 @@ namespace Pkv
         public const int PKV_COPY_SWAP_OUT = 2;
         public const int PKV_COPY_SWAP_IN = 3;
         public const int PKV_COPY_OFFLOAD = 4;
+        public const int PKV_COPY_STATE = 6;
         public const int PKV_COPY_LOAD = 5;
         public const int PKV_PREEMPT_RECOMPUTE = 0;
         public const int PKV_PREEMPT_SWAP = 1;
@@ -988,7 +1031,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 48, 32, 40, 112, 56, 224, 24, 40, 56, 160, 56, 32, 208, 320, 144, 120, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 240, 320, 168, 192, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

@@ -226,7 +226,7 @@ def go_api_fields(name, fields):
         g = go_ident(f)
         if t.length and not t.depth and t.base == 'char':
             out.append((f, g, 'string', 'chars'))
-        elif t.length and not t.depth and t.base == 'uint8_t':
+        elif t.length and not t.depth and t.base in GO_SCALARS:  # bytes, or numbers: [N]T both
             out.append((f, g, go_field_type(t), 'plain'))
         elif t.record and not t.depth and not t.length and t.base in GO_RAW_PUBLIC:
             out.append((f, g, go_raw_name(t.base), 'plain'))

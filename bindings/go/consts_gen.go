@@ -90,6 +90,18 @@ const (
 	LayerAttention LayerKind = 0
 	LayerMLA       LayerKind = 1
 	LayerShared    LayerKind = 2
+	LayerState     LayerKind = 3
+)
+
+const (
+	MaxStateParts = 2
+	MaxStateDims  = 4
+)
+
+const (
+	StateCheckpointPromptEnd = 0
+	StateCheckpointEvery     = 1
+	StateCheckpointNone      = 2
 )
 
 // AttentionKind is which keys a token attends to (LayerSpec.Attention): pkv.h's PKV_ATTENTION_*.
@@ -134,6 +146,7 @@ const (
 	CopySwapOut CopyKind = 2
 	CopySwapIn  CopyKind = 3
 	CopyOffload CopyKind = 4
+	CopyState   CopyKind = 6
 	CopyLoad    CopyKind = 5
 )
 
@@ -247,6 +260,8 @@ func (v CopyKind) String() string {
 		return "COPY_SWAP_IN"
 	case CopyOffload:
 		return "COPY_OFFLOAD"
+	case CopyState:
+		return "COPY_STATE"
 	case CopyLoad:
 		return "COPY_LOAD"
 	}
@@ -351,6 +366,8 @@ func (v LayerKind) String() string {
 		return "LAYER_MLA"
 	case LayerShared:
 		return "LAYER_SHARED"
+	case LayerState:
+		return "LAYER_STATE"
 	}
 	return unknown("LayerKind", int64(v))
 }
@@ -470,7 +487,7 @@ var sentinels = map[Status]*Error{
 	StatusEvents:          ErrEvents,
 }
 
-// cLayerSpec mirrors C's pkv_layer_spec (48 bytes on amd64; layout checked against C at init).
+// cLayerSpec mirrors C's pkv_layer_spec (88 bytes on amd64; layout checked against C at init).
 type cLayerSpec struct {
 	Kind         uint32
 	Attention    uint32
@@ -484,6 +501,8 @@ type cLayerSpec struct {
 	LogitSoftcap float32
 	SoftmaxScale float32
 	Reserved0    uint32
+	StateDType   [2]uint32
+	StateShape   [8]uint32
 }
 
 // StoreKey is C's pkv_store_key (32 bytes on amd64; layout checked against C at init).
@@ -540,53 +559,57 @@ type cEventPublisherParams struct {
 	Reserved0           uint32
 }
 
-// cEngineParams mirrors C's pkv_engine_params (224 bytes on amd64; layout checked against C at init).
+// cEngineParams mirrors C's pkv_engine_params (240 bytes on amd64; layout checked against C at init).
 type cEngineParams struct {
-	StructSize          uint32
-	NumLayers           uint32
-	NumQHeads           uint32
-	NumKVHeads          uint32
-	HeadDim             uint32
-	DType               int32
-	TPSize              uint32
-	TPRank              uint32
-	MaxModelLen         uint32
-	BlockSize           uint32
-	NumBlocks           uint32
-	EnablePrefixCaching uint32
-	HashSeed            uint64
-	Device              int32
-	DeviceID            int32
-	NumThreads          uint32
-	DebugFlags          uint32
-	MemoryUtilization   float64
-	KVCacheBytes        uint64
-	MemoryTotalBytes    uint64
-	MemoryUsedBytes     uint64
-	ReserveBytes        uint64
-	SoftmaxScale        float32
-	Reserved0           uint32
-	MaxNumSeqs          uint32
-	MaxNumBatchedTokens uint32
-	EnableKVEvents      uint32
-	KVEventsCapacity    uint32
-	HostNumBlocks       uint32
-	Reserved1           uint32
-	HostCacheBytes      uint64
-	PreemptionMode      uint32
-	HostOffload         uint32
-	Store               uintptr
-	KVDType             int32
-	SlidingWindow       uint32
-	LayerWindows        uintptr
-	EventPublisher      uintptr
-	KVLayout            uint32
-	KVLoraRank          uint32
-	QKRopeHeadDim       uint32
-	Reserved2           uint32
-	LayerSpecs          uintptr
-	LayerSpecSize       uint32
-	Reserved3           uint32
+	StructSize              uint32
+	NumLayers               uint32
+	NumQHeads               uint32
+	NumKVHeads              uint32
+	HeadDim                 uint32
+	DType                   int32
+	TPSize                  uint32
+	TPRank                  uint32
+	MaxModelLen             uint32
+	BlockSize               uint32
+	NumBlocks               uint32
+	EnablePrefixCaching     uint32
+	HashSeed                uint64
+	Device                  int32
+	DeviceID                int32
+	NumThreads              uint32
+	DebugFlags              uint32
+	MemoryUtilization       float64
+	KVCacheBytes            uint64
+	MemoryTotalBytes        uint64
+	MemoryUsedBytes         uint64
+	ReserveBytes            uint64
+	SoftmaxScale            float32
+	Reserved0               uint32
+	MaxNumSeqs              uint32
+	MaxNumBatchedTokens     uint32
+	EnableKVEvents          uint32
+	KVEventsCapacity        uint32
+	HostNumBlocks           uint32
+	Reserved1               uint32
+	HostCacheBytes          uint64
+	PreemptionMode          uint32
+	HostOffload             uint32
+	Store                   uintptr
+	KVDType                 int32
+	SlidingWindow           uint32
+	LayerWindows            uintptr
+	EventPublisher          uintptr
+	KVLayout                uint32
+	KVLoraRank              uint32
+	QKRopeHeadDim           uint32
+	Reserved2               uint32
+	LayerSpecs              uintptr
+	LayerSpecSize           uint32
+	Reserved3               uint32
+	StateCheckpointPolicy   uint32
+	StateCheckpointInterval uint32
+	NumStateCheckpoints     uint32
+	Reserved4               uint32
 }
 
 // cExtraKey mirrors C's pkv_extra_key (24 bytes on amd64; layout checked against C at init).
@@ -627,7 +650,7 @@ type cSeqInfo struct {
 	NumHostBlocks      uint32
 }
 
-// cBatchView mirrors C's pkv_batch_view (160 bytes on amd64; layout checked against C at init).
+// cBatchView mirrors C's pkv_batch_view (168 bytes on amd64; layout checked against C at init).
 type cBatchView struct {
 	StructSize       uint32
 	NumSeqs          uint32
@@ -654,6 +677,7 @@ type cBatchView struct {
 	Reserved0        uint32
 	GroupSlotMapping uintptr
 	GroupBlockTables uintptr
+	StateSlots       uintptr
 }
 
 // cRequestParams mirrors C's pkv_request_params (56 bytes on amd64; layout checked against C at init).
@@ -681,7 +705,7 @@ type cKVGroupInfo struct {
 	PaddingBytesPerBlock uint64
 }
 
-// cKVBudget mirrors C's pkv_kv_budget (208 bytes on amd64; layout checked against C at init).
+// cKVBudget mirrors C's pkv_kv_budget (240 bytes on amd64; layout checked against C at init).
 type cKVBudget struct {
 	StructSize           uint32
 	Device               int32
@@ -715,6 +739,12 @@ type cKVBudget struct {
 	Reserved1            uint32
 	ModelBytesPerToken   uint64
 	PaddingBytesPerBlock uint64
+	NumStateLayers       uint32
+	NumStateSlots        uint32
+	NumStateCheckpoints  uint32
+	Reserved2            uint32
+	StateBytesPerSeq     uint64
+	StatePoolBytes       uint64
 }
 
 // cStats mirrors C's pkv_stats (320 bytes on amd64; layout checked against C at init).
@@ -762,7 +792,7 @@ type cStats struct {
 	NumLoadingRequests  uint64
 }
 
-// cPoolInfo mirrors C's pkv_pool_info (144 bytes on amd64; layout checked against C at init).
+// cPoolInfo mirrors C's pkv_pool_info (168 bytes on amd64; layout checked against C at init).
 type cPoolInfo struct {
 	StructSize       uint32
 	Device           int32
@@ -787,9 +817,13 @@ type cPoolInfo struct {
 	ModelDType       int32
 	NumKVGroups      uint32
 	Kernels          uintptr
+	StateBase        uintptr
+	StateSlotBytes   uint64
+	NumStateSlots    uint32
+	Reserved1        uint32
 }
 
-// cLayerInfo mirrors C's pkv_layer_info (120 bytes on amd64; layout checked against C at init).
+// cLayerInfo mirrors C's pkv_layer_info (192 bytes on amd64; layout checked against C at init).
 type cLayerInfo struct {
 	StructSize   uint32
 	Kind         uint32
@@ -813,6 +847,10 @@ type cLayerInfo struct {
 	HeadStride   uint64
 	HostKBase    uintptr
 	HostVBase    uintptr
+	StateOffset  [2]uint64
+	StateBytes   [2]uint64
+	StateDType   [2]uint32
+	StateShape   [8]uint32
 }
 
 // cKVEvent mirrors C's pkv_kv_event (56 bytes on amd64; layout checked against C at init).

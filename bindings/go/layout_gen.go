@@ -22,6 +22,8 @@ var layouts = []layout{
 		{"logit_softcap", unsafe.Offsetof(cLayerSpec{}.LogitSoftcap), unsafe.Offsetof(C.struct_pkv_layer_spec{}.logit_softcap)},
 		{"softmax_scale", unsafe.Offsetof(cLayerSpec{}.SoftmaxScale), unsafe.Offsetof(C.struct_pkv_layer_spec{}.softmax_scale)},
 		{"reserved0", unsafe.Offsetof(cLayerSpec{}.Reserved0), unsafe.Offsetof(C.struct_pkv_layer_spec{}.reserved0)},
+		{"state_dtype", unsafe.Offsetof(cLayerSpec{}.StateDType), unsafe.Offsetof(C.struct_pkv_layer_spec{}.state_dtype)},
+		{"state_shape", unsafe.Offsetof(cLayerSpec{}.StateShape), unsafe.Offsetof(C.struct_pkv_layer_spec{}.state_shape)},
 	}},
 	{"pkv_store_key", unsafe.Sizeof(StoreKey{}), unsafe.Sizeof(C.struct_pkv_store_key{}), []fieldOffset{
 		{"bytes", unsafe.Offsetof(StoreKey{}.Bytes), unsafe.Offsetof(C.struct_pkv_store_key{}.bytes)},
@@ -115,6 +117,10 @@ var layouts = []layout{
 		{"layer_specs", unsafe.Offsetof(cEngineParams{}.LayerSpecs), unsafe.Offsetof(C.struct_pkv_engine_params{}.layer_specs)},
 		{"layer_spec_size", unsafe.Offsetof(cEngineParams{}.LayerSpecSize), unsafe.Offsetof(C.struct_pkv_engine_params{}.layer_spec_size)},
 		{"reserved3", unsafe.Offsetof(cEngineParams{}.Reserved3), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved3)},
+		{"state_checkpoint_policy", unsafe.Offsetof(cEngineParams{}.StateCheckpointPolicy), unsafe.Offsetof(C.struct_pkv_engine_params{}.state_checkpoint_policy)},
+		{"state_checkpoint_interval", unsafe.Offsetof(cEngineParams{}.StateCheckpointInterval), unsafe.Offsetof(C.struct_pkv_engine_params{}.state_checkpoint_interval)},
+		{"num_state_checkpoints", unsafe.Offsetof(cEngineParams{}.NumStateCheckpoints), unsafe.Offsetof(C.struct_pkv_engine_params{}.num_state_checkpoints)},
+		{"reserved4", unsafe.Offsetof(cEngineParams{}.Reserved4), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved4)},
 	}},
 	{"pkv_extra_key", unsafe.Sizeof(cExtraKey{}), unsafe.Sizeof(C.struct_pkv_extra_key{}), []fieldOffset{
 		{"start_token", unsafe.Offsetof(cExtraKey{}.StartToken), unsafe.Offsetof(C.struct_pkv_extra_key{}.start_token)},
@@ -174,6 +180,7 @@ var layouts = []layout{
 		{"reserved0", unsafe.Offsetof(cBatchView{}.Reserved0), unsafe.Offsetof(C.struct_pkv_batch_view{}.reserved0)},
 		{"group_slot_mapping", unsafe.Offsetof(cBatchView{}.GroupSlotMapping), unsafe.Offsetof(C.struct_pkv_batch_view{}.group_slot_mapping)},
 		{"group_block_tables", unsafe.Offsetof(cBatchView{}.GroupBlockTables), unsafe.Offsetof(C.struct_pkv_batch_view{}.group_block_tables)},
+		{"state_slots", unsafe.Offsetof(cBatchView{}.StateSlots), unsafe.Offsetof(C.struct_pkv_batch_view{}.state_slots)},
 	}},
 	{"pkv_request_params", unsafe.Sizeof(cRequestParams{}), unsafe.Sizeof(C.struct_pkv_request_params{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cRequestParams{}.StructSize), unsafe.Offsetof(C.struct_pkv_request_params{}.struct_size)},
@@ -229,6 +236,12 @@ var layouts = []layout{
 		{"reserved1", unsafe.Offsetof(cKVBudget{}.Reserved1), unsafe.Offsetof(C.struct_pkv_kv_budget{}.reserved1)},
 		{"model_bytes_per_token", unsafe.Offsetof(cKVBudget{}.ModelBytesPerToken), unsafe.Offsetof(C.struct_pkv_kv_budget{}.model_bytes_per_token)},
 		{"padding_bytes_per_block", unsafe.Offsetof(cKVBudget{}.PaddingBytesPerBlock), unsafe.Offsetof(C.struct_pkv_kv_budget{}.padding_bytes_per_block)},
+		{"num_state_layers", unsafe.Offsetof(cKVBudget{}.NumStateLayers), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_state_layers)},
+		{"num_state_slots", unsafe.Offsetof(cKVBudget{}.NumStateSlots), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_state_slots)},
+		{"num_state_checkpoints", unsafe.Offsetof(cKVBudget{}.NumStateCheckpoints), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_state_checkpoints)},
+		{"reserved2", unsafe.Offsetof(cKVBudget{}.Reserved2), unsafe.Offsetof(C.struct_pkv_kv_budget{}.reserved2)},
+		{"state_bytes_per_seq", unsafe.Offsetof(cKVBudget{}.StateBytesPerSeq), unsafe.Offsetof(C.struct_pkv_kv_budget{}.state_bytes_per_seq)},
+		{"state_pool_bytes", unsafe.Offsetof(cKVBudget{}.StatePoolBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.state_pool_bytes)},
 	}},
 	{"pkv_stats", unsafe.Sizeof(cStats{}), unsafe.Sizeof(C.struct_pkv_stats{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cStats{}.StructSize), unsafe.Offsetof(C.struct_pkv_stats{}.struct_size)},
@@ -297,6 +310,10 @@ var layouts = []layout{
 		{"model_dtype", unsafe.Offsetof(cPoolInfo{}.ModelDType), unsafe.Offsetof(C.struct_pkv_pool_info{}.model_dtype)},
 		{"num_kv_groups", unsafe.Offsetof(cPoolInfo{}.NumKVGroups), unsafe.Offsetof(C.struct_pkv_pool_info{}.num_kv_groups)},
 		{"kernels", unsafe.Offsetof(cPoolInfo{}.Kernels), unsafe.Offsetof(C.struct_pkv_pool_info{}.kernels)},
+		{"state_base", unsafe.Offsetof(cPoolInfo{}.StateBase), unsafe.Offsetof(C.struct_pkv_pool_info{}.state_base)},
+		{"state_slot_bytes", unsafe.Offsetof(cPoolInfo{}.StateSlotBytes), unsafe.Offsetof(C.struct_pkv_pool_info{}.state_slot_bytes)},
+		{"num_state_slots", unsafe.Offsetof(cPoolInfo{}.NumStateSlots), unsafe.Offsetof(C.struct_pkv_pool_info{}.num_state_slots)},
+		{"reserved1", unsafe.Offsetof(cPoolInfo{}.Reserved1), unsafe.Offsetof(C.struct_pkv_pool_info{}.reserved1)},
 	}},
 	{"pkv_layer_info", unsafe.Sizeof(cLayerInfo{}), unsafe.Sizeof(C.struct_pkv_layer_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cLayerInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_layer_info{}.struct_size)},
@@ -321,6 +338,10 @@ var layouts = []layout{
 		{"head_stride", unsafe.Offsetof(cLayerInfo{}.HeadStride), unsafe.Offsetof(C.struct_pkv_layer_info{}.head_stride)},
 		{"host_k_base", unsafe.Offsetof(cLayerInfo{}.HostKBase), unsafe.Offsetof(C.struct_pkv_layer_info{}.host_k_base)},
 		{"host_v_base", unsafe.Offsetof(cLayerInfo{}.HostVBase), unsafe.Offsetof(C.struct_pkv_layer_info{}.host_v_base)},
+		{"state_offset", unsafe.Offsetof(cLayerInfo{}.StateOffset), unsafe.Offsetof(C.struct_pkv_layer_info{}.state_offset)},
+		{"state_bytes", unsafe.Offsetof(cLayerInfo{}.StateBytes), unsafe.Offsetof(C.struct_pkv_layer_info{}.state_bytes)},
+		{"state_dtype", unsafe.Offsetof(cLayerInfo{}.StateDType), unsafe.Offsetof(C.struct_pkv_layer_info{}.state_dtype)},
+		{"state_shape", unsafe.Offsetof(cLayerInfo{}.StateShape), unsafe.Offsetof(C.struct_pkv_layer_info{}.state_shape)},
 	}},
 	{"pkv_kv_event", unsafe.Sizeof(cKVEvent{}), unsafe.Sizeof(C.struct_pkv_kv_event{}), []fieldOffset{
 		{"type", unsafe.Offsetof(cKVEvent{}.Type), unsafe.Offsetof(C.struct_pkv_kv_event{}._type)},

@@ -16,6 +16,8 @@ type LayerSpec struct {
 	Sinks        bool
 	LogitSoftcap float32
 	SoftmaxScale float32
+	StateDType   [2]uint32
+	StateShape   [8]uint32
 }
 
 // toC copies p into c, but for the fields the binding sets by hand.
@@ -31,6 +33,8 @@ func (p *LayerSpec) toC(c *cLayerSpec) {
 	c.Sinks = boolU32(p.Sinks)
 	c.LogitSoftcap = p.LogitSoftcap
 	c.SoftmaxScale = p.SoftmaxScale
+	c.StateDType = p.StateDType
+	c.StateShape = p.StateShape
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -46,6 +50,8 @@ func (p *LayerSpec) fromC(c *cLayerSpec) {
 	p.Sinks = c.Sinks != 0
 	p.LogitSoftcap = c.LogitSoftcap
 	p.SoftmaxScale = c.SoftmaxScale
+	p.StateDType = c.StateDType
+	p.StateShape = c.StateShape
 }
 
 // EngineParams are an engine's parameters (pkv_engine_params; pkv.h documents each field). Start
@@ -55,44 +61,47 @@ func (p *LayerSpec) fromC(c *cLayerSpec) {
 // every layer as the flat fields say). EventPublisher: publish the engine's KV events over
 // ZeroMQ (nil: none). The store tier is NewEngineWithStore's.
 type EngineParams struct {
-	NumLayers           uint32
-	NumQHeads           uint32
-	NumKVHeads          uint32
-	HeadDim             uint32
-	DType               DType
-	TPSize              uint32
-	TPRank              uint32
-	MaxModelLen         uint32
-	BlockSize           uint32
-	NumBlocks           uint32
-	EnablePrefixCaching bool
-	HashSeed            uint64
-	Device              Device
-	DeviceID            int32
-	NumThreads          uint32
-	DebugFlags          DebugFlags
-	MemoryUtilization   float64
-	KVCacheBytes        uint64
-	MemoryTotalBytes    uint64
-	MemoryUsedBytes     uint64
-	ReserveBytes        uint64
-	SoftmaxScale        float32
-	MaxNumSeqs          uint32
-	MaxNumBatchedTokens uint32
-	EnableKVEvents      bool
-	KVEventsCapacity    uint32
-	HostNumBlocks       uint32
-	HostCacheBytes      uint64
-	PreemptionMode      PreemptionMode
-	HostOffload         bool
-	KVDType             DType
-	SlidingWindow       uint32
-	LayerWindows        []uint32
-	EventPublisher      *EventPublisherParams
-	KVLayout            KVLayout
-	KVLoraRank          uint32
-	QKRopeHeadDim       uint32
-	LayerSpecs          []LayerSpec
+	NumLayers               uint32
+	NumQHeads               uint32
+	NumKVHeads              uint32
+	HeadDim                 uint32
+	DType                   DType
+	TPSize                  uint32
+	TPRank                  uint32
+	MaxModelLen             uint32
+	BlockSize               uint32
+	NumBlocks               uint32
+	EnablePrefixCaching     bool
+	HashSeed                uint64
+	Device                  Device
+	DeviceID                int32
+	NumThreads              uint32
+	DebugFlags              DebugFlags
+	MemoryUtilization       float64
+	KVCacheBytes            uint64
+	MemoryTotalBytes        uint64
+	MemoryUsedBytes         uint64
+	ReserveBytes            uint64
+	SoftmaxScale            float32
+	MaxNumSeqs              uint32
+	MaxNumBatchedTokens     uint32
+	EnableKVEvents          bool
+	KVEventsCapacity        uint32
+	HostNumBlocks           uint32
+	HostCacheBytes          uint64
+	PreemptionMode          PreemptionMode
+	HostOffload             bool
+	KVDType                 DType
+	SlidingWindow           uint32
+	LayerWindows            []uint32
+	EventPublisher          *EventPublisherParams
+	KVLayout                KVLayout
+	KVLoraRank              uint32
+	QKRopeHeadDim           uint32
+	LayerSpecs              []LayerSpec
+	StateCheckpointPolicy   uint32
+	StateCheckpointInterval uint32
+	NumStateCheckpoints     uint32
 
 	initialized bool
 }
@@ -134,6 +143,9 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.KVLayout = uint32(p.KVLayout)
 	c.KVLoraRank = p.KVLoraRank
 	c.QKRopeHeadDim = p.QKRopeHeadDim
+	c.StateCheckpointPolicy = p.StateCheckpointPolicy
+	c.StateCheckpointInterval = p.StateCheckpointInterval
+	c.NumStateCheckpoints = p.NumStateCheckpoints
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -173,6 +185,9 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.KVLayout = KVLayout(c.KVLayout)
 	p.KVLoraRank = c.KVLoraRank
 	p.QKRopeHeadDim = c.QKRopeHeadDim
+	p.StateCheckpointPolicy = c.StateCheckpointPolicy
+	p.StateCheckpointInterval = c.StateCheckpointInterval
+	p.NumStateCheckpoints = c.NumStateCheckpoints
 }
 
 // SeqInfo is a sequence's state (pkv_seq_info).
@@ -235,6 +250,7 @@ type BatchView struct {
 	NumKVGroups      uint32
 	GroupSlotMapping uintptr
 	GroupBlockTables uintptr
+	StateSlots       uintptr
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -262,6 +278,7 @@ func (p *BatchView) fromC(c *cBatchView) {
 	p.NumKVGroups = c.NumKVGroups
 	p.GroupSlotMapping = c.GroupSlotMapping
 	p.GroupBlockTables = c.GroupBlockTables
+	p.StateSlots = c.StateSlots
 }
 
 // RequestParams are a request's parameters (pkv_request_params): start from
@@ -342,6 +359,11 @@ type KVBudget struct {
 	NumCachedLayers      uint32
 	ModelBytesPerToken   uint64
 	PaddingBytesPerBlock uint64
+	NumStateLayers       uint32
+	NumStateSlots        uint32
+	NumStateCheckpoints  uint32
+	StateBytesPerSeq     uint64
+	StatePoolBytes       uint64
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -375,6 +397,11 @@ func (p *KVBudget) fromC(c *cKVBudget) {
 	p.NumCachedLayers = c.NumCachedLayers
 	p.ModelBytesPerToken = c.ModelBytesPerToken
 	p.PaddingBytesPerBlock = c.PaddingBytesPerBlock
+	p.NumStateLayers = c.NumStateLayers
+	p.NumStateSlots = c.NumStateSlots
+	p.NumStateCheckpoints = c.NumStateCheckpoints
+	p.StateBytesPerSeq = c.StateBytesPerSeq
+	p.StatePoolBytes = c.StatePoolBytes
 }
 
 // Stats are an engine's counters (pkv_stats).
@@ -488,6 +515,9 @@ type PoolInfo struct {
 	ModelDType       DType
 	NumKVGroups      uint32
 	Kernels          string
+	StateBase        uintptr
+	StateSlotBytes   uint64
+	NumStateSlots    uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -514,6 +544,9 @@ func (p *PoolInfo) fromC(c *cPoolInfo) {
 	p.ModelDType = DType(c.ModelDType)
 	p.NumKVGroups = c.NumKVGroups
 	p.Kernels = goString(c.Kernels)
+	p.StateBase = c.StateBase
+	p.StateSlotBytes = c.StateSlotBytes
+	p.NumStateSlots = c.NumStateSlots
 }
 
 // LayerInfo is one layer of an engine's pool (pkv_layer_info): its spec resolved, and where its
@@ -539,6 +572,10 @@ type LayerInfo struct {
 	HeadStride   uint64
 	HostKBase    uintptr
 	HostVBase    uintptr
+	StateOffset  [2]uint64
+	StateBytes   [2]uint64
+	StateDType   [2]uint32
+	StateShape   [8]uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -563,6 +600,10 @@ func (p *LayerInfo) fromC(c *cLayerInfo) {
 	p.HeadStride = c.HeadStride
 	p.HostKBase = c.HostKBase
 	p.HostVBase = c.HostVBase
+	p.StateOffset = c.StateOffset
+	p.StateBytes = c.StateBytes
+	p.StateDType = c.StateDType
+	p.StateShape = c.StateShape
 }
 
 // KVEvent is one KV event (pkv_kv_event).

@@ -180,9 +180,23 @@ enum { PKV_KV_LAYOUT_HEADS = 0, /* K and V of each kv head (multi-head, GQA, MQA
 /* pkv_layer_spec.kind (since 0.5.0): what a layer keeps in the cache. */
 enum { PKV_LAYER_ATTENTION = 0, /* K and V of its own kv heads (V may be K: k_eq_v) */
        PKV_LAYER_MLA = 1,       /* one latent per token (kv_layout MLA's; no mix with the others) */
-       PKV_LAYER_SHARED = 2 };  /* no cache of its own: it reads the K and V of an earlier layer,
-                                   source_layer (Gemma 3n / 4: num_kv_shared_layers). 3 and up are
-                                   kept for recurrent state and indexer caches */
+       PKV_LAYER_SHARED = 2,    /* no cache of its own: it reads the K and V of an earlier layer,
+                                   source_layer (Gemma 3n / 4: num_kv_shared_layers) */
+       PKV_LAYER_STATE = 3 };   /* (since 0.6.0) a recurrent layer (Gated DeltaNet, KDA, Mamba):
+                                   a fixed-size state per sequence instead of K and V, in the
+                                   parts state_shape and state_dtype give (DESIGN.md §13). 4 and
+                                   up are kept for indexer caches */
+/* pkv_layer_spec's state parts (since 0.6.0) */
+enum { PKV_MAX_STATE_PARTS = 2, /* parts of a STATE layer's state: a conv state, an SSM state */
+       PKV_MAX_STATE_DIMS = 4 }; /* dimensions of a part's shape */
+/* pkv_engine_params.state_checkpoint_policy (since 0.6.0): where a sequence leaves checkpoints
+ * of its recurrent state for prefix caching; only at block boundaries (a later prompt that
+ * shares the tokens up to a checkpoint starts from it; one without any starts from token 0). */
+enum { PKV_STATE_CHECKPOINT_PROMPT_END = 0, /* the last block boundary its prompt reaches */
+       PKV_STATE_CHECKPOINT_EVERY = 1,      /* every state_checkpoint_interval blocks of its
+                                               computed tokens, and its prompt's last boundary */
+       PKV_STATE_CHECKPOINT_NONE = 2 };     /* none: no prefix hits on a model with STATE
+                                               layers */
 /* pkv_layer_spec.attention (since 0.5.0): which keys a token at position p attends to. */
 enum { PKV_ATTENTION_FULL = 0,    /* keys 0 .. p */
        PKV_ATTENTION_SLIDING = 1, /* keys p - window + 1 .. p */
@@ -201,6 +215,11 @@ enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write
        PKV_COPY_SWAP_IN = 3,      /* host-tier block -> device block: pkv_swap_in */
        PKV_COPY_OFFLOAD = 4,      /* device block -> host-tier block: a sealed block evicted from
                                      the pool keeps its KV in the host tier */
+       PKV_COPY_STATE = 6,        /* (since 0.6.0) state slot -> state slot (ids are slots,
+                                     pkv_pool_info.state_base): a fork's copy of the working state,
+                                     a checkpoint restored into a working slot, a checkpoint taken
+                                     (the working state at the boundary: the copies run before the
+                                     step writes anything) */
        PKV_COPY_LOAD = 5 };       /* host-tier block -> device block: a prefix hit on a block held
                                      only in the host tier */
 /* pkv_engine_params.preemption_mode: what pkv_step does to the request it preempts. */
@@ -256,6 +275,16 @@ typedef struct pkv_layer_spec {
   float softmax_scale;            /* this layer's scale; 0 = pkv_engine_params.softmax_scale, or
                                      1/sqrt(this layer's head_dim) when that is 0 */
   uint32_t reserved0;             /* must be 0 */
+  /* (since 0.6.0) a STATE layer's state per sequence, this rank's; 0 in every other layer */
+  uint32_t state_dtype[PKV_MAX_STATE_PARTS]; /* each part's PKV_DTYPE_F32 / F16 / BF16 (fp32 SSM
+                                     states in bf16 models are common); 0 is F32 */
+  uint32_t state_shape[PKV_MAX_STATE_PARTS * PKV_MAX_STATE_DIMS]; /* part i's dimensions at
+                                     [i * PKV_MAX_STATE_DIMS ...], outermost first, ending at the
+                                     first 0 (or the fourth): part 0 the conv state (Qwen3-Next:
+                                     conv_dim x (conv_kernel - 1)), part 1 the SSM / delta-rule
+                                     state (v_heads x k_dim x v_dim); a part whose first dimension
+                                     is 0 is absent, one at least is present; each dimension
+                                     1 .. 2^24, a part at most 2^40 bytes */
 } pkv_layer_spec;
 
 /* ---------------------------------------------------------------- engine parameters */
@@ -373,8 +402,18 @@ typedef struct pkv_engine_params {
                                      sliding_window must be 0 and layer_windows NULL (each
                                      layer's window is in its spec) */
   uint32_t layer_spec_size;       /* sizeof(pkv_layer_spec) as the caller compiled it, when
-                                     layer_specs is not NULL: at least its 0.5 size (48) */
+                                     layer_specs is not NULL: at least its 0.5 size (48; 88 with
+                                     0.6's state fields) */
   uint32_t reserved3;             /* must be 0 */
+  /* recurrent state (since 0.6.0), DESIGN.md §13: with STATE layers, every running sequence
+     holds one working state slot (max_num_seqs of them), and checkpoint slots keep states at
+     block boundaries for prefix caching */
+  uint32_t state_checkpoint_policy; /* PKV_STATE_CHECKPOINT_*. default PROMPT_END */
+  uint32_t state_checkpoint_interval; /* EVERY: blocks between checkpoints, 1 .. 2^20; else 0 */
+  uint32_t num_state_checkpoints; /* checkpoint slots, each a whole state (every STATE layer's
+                                     parts); 0 = max_num_seqs (NONE: 0 always). Taken from the
+                                     budget before the KV blocks */
+  uint32_t reserved4;             /* must be 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -621,6 +660,10 @@ typedef struct pkv_batch_view {
   uint32_t reserved0;
   const int64_t *group_slot_mapping;  /* [num_kv_groups][num_tokens] */
   const int32_t *group_block_tables;  /* [num_kv_groups][num_seqs][max_blocks_per_seq], -1 padded */
+  /* recurrent state (since 0.6.0), DESIGN.md §13 */
+  const int32_t *state_slots;     /* [num_seqs]: the slot holding sequence i's state after its
+                                     computed tokens, which the step reads and updates in place
+                                     (pkv_pool_info.state_base); NULL without STATE layers */
 } pkv_batch_view;
 
 /* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
@@ -979,6 +1022,14 @@ struct pkv_kv_budget {
                                      a token costs where every group holds it */
   uint64_t padding_bytes_per_block; /* bytes of a block that no layer of its group fills, in the
                                      group that leaves the most; 0 = no waste */
+  /* recurrent state (since 0.6.0), DESIGN.md §13; 0 without STATE layers */
+  uint32_t num_state_layers;
+  uint32_t num_state_slots;       /* working states: max_num_seqs */
+  uint32_t num_state_checkpoints; /* checkpoint slots */
+  uint32_t reserved2;
+  uint64_t state_bytes_per_seq;   /* one slot: every STATE layer's parts, this rank */
+  uint64_t state_pool_bytes;      /* (num_state_slots + num_state_checkpoints) *
+                                     state_bytes_per_seq, taken from the budget before the blocks */
 };
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
@@ -1092,6 +1143,14 @@ struct pkv_pool_info {
      instruction-set variant picked by CPUID at run time ("avx512-bf16", "avx512", "avx2",
      "baseline"; the environment variable PKV_CPU_ISA forces one the CPU has); "cuda" */
   const char *kernels;
+  /* recurrent state (since 0.6.0), DESIGN.md §13: num_state_slots slots of state_slot_bytes in
+     the engine's device memory, slot s at state_base + s * state_slot_bytes (working states and
+     checkpoints alike: pkv_batch_view.state_slots); each STATE layer's parts where
+     pkv_layer_info says. NULL and 0 without STATE layers */
+  void *state_base;
+  uint64_t state_slot_bytes;
+  uint32_t num_state_slots;       /* pkv_kv_budget's num_state_slots + num_state_checkpoints */
+  uint32_t reserved1;
 };
 
 /* Where e's pool is, and its layout. Layers of equal bytes (every engine without layer_specs,
@@ -1133,6 +1192,13 @@ struct pkv_layer_info {
   uint64_t head_stride;           /* K's head_dim; V's heads are v_head_dim apart */
   void *host_k_base;              /* the host tier's, with the same strides; NULL when off */
   void *host_v_base;
+  /* (since 0.6.0) a STATE layer (k_base, v_base and the strides above NULL and 0): part i of slot
+     s's state is state_bytes[i] bytes at pkv_pool_info.state_base + s * state_slot_bytes +
+     state_offset[i], a dense array of state_shape[i] of state_dtype[i]; 0 bytes: no such part */
+  uint64_t state_offset[PKV_MAX_STATE_PARTS];
+  uint64_t state_bytes[PKV_MAX_STATE_PARTS];
+  uint32_t state_dtype[PKV_MAX_STATE_PARTS];
+  uint32_t state_shape[PKV_MAX_STATE_PARTS * PKV_MAX_STATE_DIMS];
 };
 
 /* Layer `layer` (< num_layers) of e's pool.

@@ -58,6 +58,12 @@ PKV_KV_LAYOUT_MLA = 1
 PKV_LAYER_ATTENTION = 0
 PKV_LAYER_MLA = 1
 PKV_LAYER_SHARED = 2
+PKV_LAYER_STATE = 3
+PKV_MAX_STATE_PARTS = 2
+PKV_MAX_STATE_DIMS = 4
+PKV_STATE_CHECKPOINT_PROMPT_END = 0
+PKV_STATE_CHECKPOINT_EVERY = 1
+PKV_STATE_CHECKPOINT_NONE = 2
 PKV_ATTENTION_FULL = 0
 PKV_ATTENTION_SLIDING = 1
 PKV_ATTENTION_CHUNKED = 2
@@ -72,6 +78,7 @@ PKV_COPY_COW = 1
 PKV_COPY_SWAP_OUT = 2
 PKV_COPY_SWAP_IN = 3
 PKV_COPY_OFFLOAD = 4
+PKV_COPY_STATE = 6
 PKV_COPY_LOAD = 5
 PKV_PREEMPT_RECOMPUTE = 0
 PKV_PREEMPT_SWAP = 1
@@ -142,6 +149,8 @@ class pkv_layer_spec(_c.Structure):
         ('logit_softcap', _c.c_float),
         ('softmax_scale', _c.c_float),
         ('reserved0', _c.c_uint32),
+        ('state_dtype', _c.c_uint32 * 2),
+        ('state_shape', _c.c_uint32 * 8),
     ]
 
 
@@ -262,6 +271,10 @@ class pkv_engine_params(_c.Structure):
         ('layer_specs', _c.POINTER(pkv_layer_spec)),
         ('layer_spec_size', _c.c_uint32),
         ('reserved3', _c.c_uint32),
+        ('state_checkpoint_policy', _c.c_uint32),
+        ('state_checkpoint_interval', _c.c_uint32),
+        ('num_state_checkpoints', _c.c_uint32),
+        ('reserved4', _c.c_uint32),
     ]
 
 
@@ -333,6 +346,7 @@ class pkv_batch_view(_c.Structure):
         ('reserved0', _c.c_uint32),
         ('group_slot_mapping', _c.POINTER(_c.c_int64)),
         ('group_block_tables', _c.POINTER(_c.c_int32)),
+        ('state_slots', _c.POINTER(_c.c_int32)),
     ]
 
 
@@ -397,6 +411,12 @@ class pkv_kv_budget(_c.Structure):
         ('reserved1', _c.c_uint32),
         ('model_bytes_per_token', _c.c_uint64),
         ('padding_bytes_per_block', _c.c_uint64),
+        ('num_state_layers', _c.c_uint32),
+        ('num_state_slots', _c.c_uint32),
+        ('num_state_checkpoints', _c.c_uint32),
+        ('reserved2', _c.c_uint32),
+        ('state_bytes_per_seq', _c.c_uint64),
+        ('state_pool_bytes', _c.c_uint64),
     ]
 
 
@@ -471,6 +491,10 @@ class pkv_pool_info(_c.Structure):
         ('model_dtype', _c.c_int32),
         ('num_kv_groups', _c.c_uint32),
         ('kernels', _c.c_char_p),
+        ('state_base', _c.c_void_p),
+        ('state_slot_bytes', _c.c_uint64),
+        ('num_state_slots', _c.c_uint32),
+        ('reserved1', _c.c_uint32),
     ]
 
 
@@ -498,6 +522,10 @@ class pkv_layer_info(_c.Structure):
         ('head_stride', _c.c_uint64),
         ('host_k_base', _c.c_void_p),
         ('host_v_base', _c.c_void_p),
+        ('state_offset', _c.c_uint64 * 2),
+        ('state_bytes', _c.c_uint64 * 2),
+        ('state_dtype', _c.c_uint32 * 2),
+        ('state_shape', _c.c_uint32 * 8),
     ]
 
 
@@ -570,22 +598,22 @@ class pkv_store_verify_result(_c.Structure):
 
 # sizeof of each struct as clang sees it on x86_64 Linux (checked by the tests)
 SIZES = {
-    'pkv_layer_spec': 48,
+    'pkv_layer_spec': 88,
     'pkv_store_key': 32,
     'pkv_store_callbacks': 40,
     'pkv_store_params': 112,
     'pkv_event_publisher_params': 56,
-    'pkv_engine_params': 224,
+    'pkv_engine_params': 240,
     'pkv_extra_key': 24,
     'pkv_seq_params': 40,
     'pkv_seq_info': 56,
-    'pkv_batch_view': 160,
+    'pkv_batch_view': 168,
     'pkv_request_params': 56,
     'pkv_kv_group_info': 32,
-    'pkv_kv_budget': 208,
+    'pkv_kv_budget': 240,
     'pkv_stats': 320,
-    'pkv_pool_info': 144,
-    'pkv_layer_info': 120,
+    'pkv_pool_info': 168,
+    'pkv_layer_info': 192,
     'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,
     'pkv_store_info': 24,

@@ -62,53 +62,62 @@ pub type _bindgen_ty_5 = ::std::os::raw::c_uint;
 pub const PKV_LAYER_ATTENTION: _bindgen_ty_6 = 0;
 pub const PKV_LAYER_MLA: _bindgen_ty_6 = 1;
 pub const PKV_LAYER_SHARED: _bindgen_ty_6 = 2;
+pub const PKV_LAYER_STATE: _bindgen_ty_6 = 3;
 pub type _bindgen_ty_6 = ::std::os::raw::c_uint;
-pub const PKV_ATTENTION_FULL: _bindgen_ty_7 = 0;
-pub const PKV_ATTENTION_SLIDING: _bindgen_ty_7 = 1;
-pub const PKV_ATTENTION_CHUNKED: _bindgen_ty_7 = 2;
+pub const PKV_MAX_STATE_PARTS: _bindgen_ty_7 = 2;
+pub const PKV_MAX_STATE_DIMS: _bindgen_ty_7 = 4;
 pub type _bindgen_ty_7 = ::std::os::raw::c_uint;
-pub const PKV_BUDGET_FROM_UTILIZATION: _bindgen_ty_8 = 0;
-pub const PKV_BUDGET_FROM_BYTE_CAP: _bindgen_ty_8 = 1;
-pub const PKV_BUDGET_FIXED_BLOCKS: _bindgen_ty_8 = 2;
+pub const PKV_STATE_CHECKPOINT_PROMPT_END: _bindgen_ty_8 = 0;
+pub const PKV_STATE_CHECKPOINT_EVERY: _bindgen_ty_8 = 1;
+pub const PKV_STATE_CHECKPOINT_NONE: _bindgen_ty_8 = 2;
 pub type _bindgen_ty_8 = ::std::os::raw::c_uint;
-pub const PKV_DEBUG_CONSTANT_HASH: _bindgen_ty_9 = 1;
+pub const PKV_ATTENTION_FULL: _bindgen_ty_9 = 0;
+pub const PKV_ATTENTION_SLIDING: _bindgen_ty_9 = 1;
+pub const PKV_ATTENTION_CHUNKED: _bindgen_ty_9 = 2;
 pub type _bindgen_ty_9 = ::std::os::raw::c_uint;
-pub const PKV_FINISH_NONE: _bindgen_ty_10 = 0;
-pub const PKV_FINISH_STOP_TOKEN: _bindgen_ty_10 = 1;
-pub const PKV_FINISH_LENGTH: _bindgen_ty_10 = 2;
+pub const PKV_BUDGET_FROM_UTILIZATION: _bindgen_ty_10 = 0;
+pub const PKV_BUDGET_FROM_BYTE_CAP: _bindgen_ty_10 = 1;
+pub const PKV_BUDGET_FIXED_BLOCKS: _bindgen_ty_10 = 2;
 pub type _bindgen_ty_10 = ::std::os::raw::c_uint;
-pub const PKV_COPY_COW: _bindgen_ty_11 = 1;
-pub const PKV_COPY_SWAP_OUT: _bindgen_ty_11 = 2;
-pub const PKV_COPY_SWAP_IN: _bindgen_ty_11 = 3;
-pub const PKV_COPY_OFFLOAD: _bindgen_ty_11 = 4;
-pub const PKV_COPY_LOAD: _bindgen_ty_11 = 5;
+pub const PKV_DEBUG_CONSTANT_HASH: _bindgen_ty_11 = 1;
 pub type _bindgen_ty_11 = ::std::os::raw::c_uint;
-pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_12 = 0;
-pub const PKV_PREEMPT_SWAP: _bindgen_ty_12 = 1;
-pub const PKV_PREEMPT_AUTO: _bindgen_ty_12 = 2;
+pub const PKV_FINISH_NONE: _bindgen_ty_12 = 0;
+pub const PKV_FINISH_STOP_TOKEN: _bindgen_ty_12 = 1;
+pub const PKV_FINISH_LENGTH: _bindgen_ty_12 = 2;
 pub type _bindgen_ty_12 = ::std::os::raw::c_uint;
-pub const PKV_TIER_NONE: _bindgen_ty_13 = 0;
-pub const PKV_TIER_DEVICE: _bindgen_ty_13 = 1;
-pub const PKV_TIER_HOST: _bindgen_ty_13 = 2;
-pub const PKV_TIER_STORE: _bindgen_ty_13 = 3;
+pub const PKV_COPY_COW: _bindgen_ty_13 = 1;
+pub const PKV_COPY_SWAP_OUT: _bindgen_ty_13 = 2;
+pub const PKV_COPY_SWAP_IN: _bindgen_ty_13 = 3;
+pub const PKV_COPY_OFFLOAD: _bindgen_ty_13 = 4;
+pub const PKV_COPY_STATE: _bindgen_ty_13 = 6;
+pub const PKV_COPY_LOAD: _bindgen_ty_13 = 5;
 pub type _bindgen_ty_13 = ::std::os::raw::c_uint;
-pub const PKV_STORE_NONE: _bindgen_ty_14 = 0;
-pub const PKV_STORE_FILE: _bindgen_ty_14 = 1;
-pub const PKV_STORE_REDIS: _bindgen_ty_14 = 2;
-pub const PKV_STORE_CALLBACK: _bindgen_ty_14 = 3;
+pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_14 = 0;
+pub const PKV_PREEMPT_SWAP: _bindgen_ty_14 = 1;
+pub const PKV_PREEMPT_AUTO: _bindgen_ty_14 = 2;
 pub type _bindgen_ty_14 = ::std::os::raw::c_uint;
-pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_15 = 0;
-pub const PKV_STORE_WRITE_BACK: _bindgen_ty_15 = 1;
-pub const PKV_STORE_READ_ONLY: _bindgen_ty_15 = 2;
+pub const PKV_TIER_NONE: _bindgen_ty_15 = 0;
+pub const PKV_TIER_DEVICE: _bindgen_ty_15 = 1;
+pub const PKV_TIER_HOST: _bindgen_ty_15 = 2;
+pub const PKV_TIER_STORE: _bindgen_ty_15 = 3;
 pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_16 = 1;
-pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_16 = 2;
-pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_16 = 3;
-pub const PKV_EVENT_OVERFLOW: _bindgen_ty_16 = 4;
+pub const PKV_STORE_NONE: _bindgen_ty_16 = 0;
+pub const PKV_STORE_FILE: _bindgen_ty_16 = 1;
+pub const PKV_STORE_REDIS: _bindgen_ty_16 = 2;
+pub const PKV_STORE_CALLBACK: _bindgen_ty_16 = 3;
 pub type _bindgen_ty_16 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_FORMAT_MAP: _bindgen_ty_17 = 0;
-pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_17 = 1;
+pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_17 = 0;
+pub const PKV_STORE_WRITE_BACK: _bindgen_ty_17 = 1;
+pub const PKV_STORE_READ_ONLY: _bindgen_ty_17 = 2;
 pub type _bindgen_ty_17 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_18 = 1;
+pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_18 = 2;
+pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_18 = 3;
+pub const PKV_EVENT_OVERFLOW: _bindgen_ty_18 = 4;
+pub type _bindgen_ty_18 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_FORMAT_MAP: _bindgen_ty_19 = 0;
+pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_19 = 1;
+pub type _bindgen_ty_19 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_layer_spec {
@@ -124,6 +133,8 @@ pub struct pkv_layer_spec {
     pub logit_softcap: f32,
     pub softmax_scale: f32,
     pub reserved0: u32,
+    pub state_dtype: [u32; 2usize],
+    pub state_shape: [u32; 8usize],
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -173,6 +184,10 @@ pub struct pkv_engine_params {
     pub layer_specs: *const pkv_layer_spec,
     pub layer_spec_size: u32,
     pub reserved3: u32,
+    pub state_checkpoint_policy: u32,
+    pub state_checkpoint_interval: u32,
+    pub num_state_checkpoints: u32,
+    pub reserved4: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -250,6 +265,7 @@ pub struct pkv_batch_view {
     pub reserved0: u32,
     pub group_slot_mapping: *const i64,
     pub group_block_tables: *const i32,
+    pub state_slots: *const i32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -311,6 +327,12 @@ pub struct pkv_kv_budget {
     pub reserved1: u32,
     pub model_bytes_per_token: u64,
     pub padding_bytes_per_block: u64,
+    pub num_state_layers: u32,
+    pub num_state_slots: u32,
+    pub num_state_checkpoints: u32,
+    pub reserved2: u32,
+    pub state_bytes_per_seq: u64,
+    pub state_pool_bytes: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -383,6 +405,10 @@ pub struct pkv_pool_info {
     pub model_dtype: i32,
     pub num_kv_groups: u32,
     pub kernels: *const ::std::os::raw::c_char,
+    pub state_base: *mut ::std::os::raw::c_void,
+    pub state_slot_bytes: u64,
+    pub num_state_slots: u32,
+    pub reserved1: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -409,6 +435,10 @@ pub struct pkv_layer_info {
     pub head_stride: u64,
     pub host_k_base: *mut ::std::os::raw::c_void,
     pub host_v_base: *mut ::std::os::raw::c_void,
+    pub state_offset: [u64; 2usize],
+    pub state_bytes: [u64; 2usize],
+    pub state_dtype: [u32; 2usize],
+    pub state_shape: [u32; 8usize],
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -535,14 +565,14 @@ pub struct pkv_store_info {
     pub num_blocks: u64,
     pub total_bytes: u64,
 }
-pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_18 = 1;
-pub type _bindgen_ty_18 = ::std::os::raw::c_uint;
-pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_19 = 0;
-pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_19 = 1;
-pub const PKV_STORE_VALUE_BAD: _bindgen_ty_19 = 2;
-pub type _bindgen_ty_19 = ::std::os::raw::c_uint;
-pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_20 = 64;
+pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_20 = 1;
 pub type _bindgen_ty_20 = ::std::os::raw::c_uint;
+pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_21 = 0;
+pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_21 = 1;
+pub const PKV_STORE_VALUE_BAD: _bindgen_ty_21 = 2;
+pub type _bindgen_ty_21 = ::std::os::raw::c_uint;
+pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_22 = 64;
+pub type _bindgen_ty_22 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_store_entry {
