@@ -1,7 +1,8 @@
 //! The cache described per layer (pkv 0.5): `LayerSpec` (`pkv_layer_spec`, given to
 //! `Params::layer_specs`), what each KV group costs (`Params::kv_group_info`), where each layer
 //! of an engine's pool is (`Engine::layer_info`), attention sinks (`Engine::set_attention_sinks`)
-//! and a config.json read into specs (`Params::from_hf_config_layers`).
+//! and a config.json read into specs (`Params::from_hf_config_layers`). A recurrent layer's
+//! state (pkv 0.6) is in state.rs.
 use std::os::raw::{c_char, c_void};
 use std::ptr;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, codes, count, sized};
 use crate::params::Params;
+use crate::state::{StatePart, StatePartInfo, MAX_STATE_PARTS};
 
 codes! {
     /// What a layer keeps in the cache (`PKV_LAYER_*`).
@@ -22,6 +24,9 @@ codes! {
         Mla = sys::PKV_LAYER_MLA,
         /// No cache of its own: it reads the K and V of `source_layer` (Gemma 3n / 4).
         Shared = sys::PKV_LAYER_SHARED,
+        /// A recurrent layer (pkv 0.6): a fixed-size state per sequence instead of K and V, in
+        /// the parts of `LayerSpec::state` (`LayerSpec::state()`).
+        State = sys::PKV_LAYER_STATE,
     }
 }
 
@@ -62,6 +67,8 @@ pub struct LayerSpec {
     pub logit_softcap: f32,
     /// 0: the engine's `softmax_scale`, or 1/sqrt(this layer's head_dim).
     pub softmax_scale: f32,
+    /// A state layer's parts, this rank's (pkv 0.6): `[conv, ssm]`; absent in every other layer.
+    pub state: [StatePart; MAX_STATE_PARTS],
 }
 
 impl LayerSpec {
@@ -79,6 +86,7 @@ impl LayerSpec {
     }
 
     pub(crate) fn to_raw(&self) -> sys::pkv_layer_spec {
+        let (state_dtype, state_shape) = StatePart::parts_to_raw(&self.state);
         sys::pkv_layer_spec {
             kind: self.kind.map_or(sys::PKV_LAYER_ATTENTION as u32, LayerKind::code),
             attention: self.attention.map_or(sys::PKV_ATTENTION_FULL as u32, AttentionKind::code),
@@ -92,6 +100,8 @@ impl LayerSpec {
             logit_softcap: self.logit_softcap,
             softmax_scale: self.softmax_scale,
             reserved0: 0,
+            state_dtype,
+            state_shape,
         }
     }
 
@@ -109,6 +119,7 @@ impl LayerSpec {
             sinks: r.sinks != 0,
             logit_softcap: r.logit_softcap,
             softmax_scale: r.softmax_scale,
+            state: StatePart::parts_from_raw(&r.state_dtype, &r.state_shape),
         }
     }
 }
@@ -160,6 +171,9 @@ pub struct LayerInfo {
     /// The host tier's, with the same strides; null when it is off.
     pub host_k_base: *mut c_void,
     pub host_v_base: *mut c_void,
+    /// A state layer's parts and where each is within a slot (pkv 0.6; no K and V: the bases
+    /// above null, the strides 0).
+    pub state: [StatePartInfo; MAX_STATE_PARTS],
 }
 
 impl LayerInfo {
@@ -185,6 +199,7 @@ impl LayerInfo {
             head_stride: r.head_stride,
             host_k_base: r.host_k_base,
             host_v_base: r.host_v_base,
+            state: StatePartInfo::from_raw(r),
         }
     }
 }

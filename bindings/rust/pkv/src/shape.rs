@@ -66,6 +66,16 @@ pub(crate) fn host_shape<T: Element>(
         Some(l) => {
             let args = match LayerKind::from_code(l.kind) {
                 Some(LayerKind::Shared) => KvArgs::None,
+                Some(LayerKind::State) => {
+                    return Err(Error::new(
+                        Status::InvalidArgument,
+                        format!(
+                            "{}: layer {} is a state layer (a recurrent state, no K and V): pkv has no \
+                             attention for it; run its recurrence on BatchView::state_slots",
+                            call, layer
+                        ),
+                    ))
+                }
                 _ if l.k_eq_v != 0 => KvArgs::KOnly,
                 _ => KvArgs::Both,
             };

@@ -213,6 +213,13 @@ pub struct PoolInfo {
     /// The attention kernels the engine runs: on the CPU the instruction-set variant picked at
     /// run time ("avx512-bf16", "avx512", "avx2", "baseline"); "cuda".
     pub kernels: String,
+    /// Recurrent state (pkv 0.6): `num_state_slots` slots of `state_slot_bytes`, slot s at
+    /// `state_base + s * state_slot_bytes` (`LayerInfo::state` says where each layer's parts
+    /// are); null and 0 without state layers.
+    pub state_base: *mut c_void,
+    pub state_slot_bytes: u64,
+    /// Working slots and checkpoint slots together.
+    pub num_state_slots: u32,
 }
 
 impl PoolInfo {
@@ -242,6 +249,9 @@ impl PoolInfo {
             host_bytes_per_pool: r.host_bytes_per_pool,
             num_kv_groups: r.num_kv_groups,
             kernels: text(r.kernels),
+            state_base: r.state_base,
+            state_slot_bytes: r.state_slot_bytes,
+            num_state_slots: r.num_state_slots,
         }
     }
 }
@@ -285,6 +295,17 @@ pub struct KvBudget {
     pub model_bytes_per_token: u64,
     /// Bytes of a block no layer of its group fills, in the group that leaves the most.
     pub padding_bytes_per_block: u64,
+    /// Recurrent state (pkv 0.6; 0 without state layers): the state layers.
+    pub num_state_layers: u32,
+    /// Working states: `max_num_seqs`.
+    pub num_state_slots: u32,
+    /// Checkpoint slots.
+    pub num_state_checkpoints: u32,
+    /// One slot: every state layer's parts, this rank.
+    pub state_bytes_per_seq: u64,
+    /// `(num_state_slots + num_state_checkpoints) * state_bytes_per_seq`, taken from the budget
+    /// before the blocks.
+    pub state_pool_bytes: u64,
 }
 
 impl KvBudget {
@@ -319,6 +340,11 @@ impl KvBudget {
             num_cached_layers: r.num_cached_layers,
             model_bytes_per_token: r.model_bytes_per_token,
             padding_bytes_per_block: r.padding_bytes_per_block,
+            num_state_layers: r.num_state_layers,
+            num_state_slots: r.num_state_slots,
+            num_state_checkpoints: r.num_state_checkpoints,
+            state_bytes_per_seq: r.state_bytes_per_seq,
+            state_pool_bytes: r.state_pool_bytes,
         }
     }
 }

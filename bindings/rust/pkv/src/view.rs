@@ -18,6 +18,9 @@ pub enum CopyKind {
     Offload,
     /// Host-tier block to pool block: a prefix hit on a block held only in the host tier.
     Load,
+    /// State slot to state slot (pkv 0.6; ids are slots, `PoolInfo::state_base`): a fork's
+    /// copy of the working state, run before the step reads any state.
+    State,
 }
 
 impl CopyKind {
@@ -28,12 +31,20 @@ impl CopyKind {
             CopyKind::SwapIn => sys::PKV_COPY_SWAP_IN,
             CopyKind::Offload => sys::PKV_COPY_OFFLOAD,
             CopyKind::Load => sys::PKV_COPY_LOAD,
+            CopyKind::State => sys::PKV_COPY_STATE,
         }) as i32
     }
     pub fn from_code(code: i32) -> Option<CopyKind> {
-        [CopyKind::Cow, CopyKind::SwapOut, CopyKind::SwapIn, CopyKind::Offload, CopyKind::Load]
-            .into_iter()
-            .find(|k| k.code() == code)
+        [
+            CopyKind::Cow,
+            CopyKind::SwapOut,
+            CopyKind::SwapIn,
+            CopyKind::Offload,
+            CopyKind::Load,
+            CopyKind::State,
+        ]
+        .into_iter()
+        .find(|k| k.code() == code)
     }
 }
 
@@ -81,6 +92,9 @@ pub struct BatchView<'b> {
     /// `[num_kv_groups][num_seqs][max_blocks_per_seq]`, -1 padded (`group_tables`); a windowed
     /// group's hold -1 for blocks it gave back.
     pub group_block_tables: &'b [i32],
+    /// `[num_seqs]` (pkv 0.6): the state slot of each sequence, which the step reads and updates
+    /// in place (`PoolInfo::state_base`); empty without state layers.
+    pub state_slots: &'b [i32],
 }
 
 impl<'b> BatchView<'b> {
@@ -139,5 +153,6 @@ pub(crate) unsafe fn borrow<'b>(v: &sys::pkv_batch_view) -> BatchView<'b> {
         num_kv_groups: v.num_kv_groups,
         group_slot_mapping: view_slice(v.group_slot_mapping, v.num_kv_groups as usize * tokens),
         group_block_tables: view_slice(v.group_block_tables, v.num_kv_groups as usize * tables),
+        state_slots: view_slice(v.state_slots, seqs),
     }
 }

@@ -1,0 +1,135 @@
+//! Recurrent state (pkv 0.6, issue 28 item 7): state layer specs round-trip through the Params
+//! and pkv_profile, whose budget's state terms are checked against bytes computed here by hand;
+//! an engine's state pool (pool_info), each state layer's parts in a slot (layer_info) and the
+//! batch's state slots; the checkpoint params; refusals that name what was wrong.
+mod common;
+
+use pkv::{
+    AttentionKind, CopyKind, Dtype, Engine, LayerKind, LayerSpec, Params, StateCheckpointPolicy, StatePart,
+    Status,
+};
+
+/// A Gated DeltaNet-like layer, small: a bf16 conv state of 96 channels x 3 taps (576 bytes,
+/// 768 with its part rounded to 256) and an f32 delta-rule state of 2 heads x 16 x 16 (2048).
+fn gdn() -> LayerSpec {
+    LayerSpec::state([
+        StatePart::new(Dtype::Bf16, &[96, 3]).unwrap(),
+        StatePart::new(Dtype::F32, &[2, 16, 16]).unwrap(),
+    ])
+}
+const CONV_BYTES: u64 = 96 * 3 * 2;
+const SSM_BYTES: u64 = 2 * 16 * 16 * 4;
+const LAYER_BYTES: u64 = 768 + SSM_BYTES; // each part at a 256-byte boundary
+const SLOT_BYTES: u64 = 3 * LAYER_BYTES; // 8448, a multiple of 256
+/// Layer 3, full attention: f32 K and V of 2 kv heads x 16, 4 tokens a block.
+const BLOCK_BYTES: u64 = 2 * 2 * 16 * 4 * 4;
+
+/// Three state layers then one attention layer (a 3 : 1 hybrid, as Qwen3-Next's), 8 sequences.
+fn hybrid() -> Params {
+    common::params(4, 32).num_layers(4).max_num_seqs(8).layer_specs(&[
+        gdn(),
+        gdn(),
+        gdn(),
+        LayerSpec::default(),
+    ])
+}
+
+#[test]
+fn a_state_spec_round_trips_through_the_params() {
+    let specs = hybrid().get_layer_specs().unwrap();
+    assert_eq!(specs[0], LayerSpec { attention: Some(AttentionKind::Full), ..gdn() });
+    assert_eq!(specs[0].kind, Some(LayerKind::State));
+    assert_eq!(specs[1].state[0].dims(), &[96, 3]);
+    assert_eq!(specs[2].state[1].dims(), &[2, 16, 16]);
+    assert_eq!(specs[2].state[1].dtype, Some(Dtype::F32));
+    assert!(!specs[3].state[0].is_present() && !specs[3].state[1].is_present());
+    let p = hybrid().state_checkpoint_policy(StateCheckpointPolicy::Every).state_checkpoint_interval(4);
+    assert_eq!(p.get_state_checkpoint_policy(), Some(StateCheckpointPolicy::Every));
+}
+
+#[test]
+fn the_budget_takes_the_state_pool_before_the_blocks() {
+    // default checkpoints: max_num_seqs of them, beside the 8 working slots
+    let b = hybrid().profile().unwrap();
+    assert_eq!((b.num_state_layers, b.num_state_slots, b.num_state_checkpoints), (3, 8, 8));
+    assert_eq!(b.state_bytes_per_seq, SLOT_BYTES);
+    assert_eq!(b.state_pool_bytes, 16 * SLOT_BYTES);
+    assert_eq!(b.block_bytes, BLOCK_BYTES); // the state layers hold no K and V
+                                            // a budget in bytes: the state pool (8 + 4 slots) first, then whole blocks of what is left
+    let state = 12 * SLOT_BYTES;
+    let p = hybrid().num_blocks(0).kv_cache_bytes(state + 40 * BLOCK_BYTES + 100).num_state_checkpoints(4);
+    let b = p.profile().unwrap();
+    assert_eq!((b.num_state_slots, b.num_state_checkpoints, b.state_pool_bytes), (8, 4, state));
+    assert_eq!((b.num_blocks, b.pool_bytes), (40, 40 * BLOCK_BYTES));
+    // policy NONE keeps no checkpoints
+    let b = hybrid().state_checkpoint_policy(StateCheckpointPolicy::None).profile().unwrap();
+    assert_eq!((b.num_state_checkpoints, b.state_pool_bytes), (0, 8 * SLOT_BYTES));
+    // no state layers: every state term 0
+    let b = common::params(4, 32).profile().unwrap();
+    assert_eq!(
+        (b.num_state_layers, b.num_state_slots, b.state_bytes_per_seq, b.state_pool_bytes),
+        (0, 0, 0, 0)
+    );
+}
+
+#[test]
+fn bad_state_specs_are_refused_by_name() {
+    let err = StatePart::new(Dtype::F32, &[1, 2, 3, 4, 5]).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("1 to 4 dimensions"), "{}", err.message());
+    assert_eq!(StatePart::new(Dtype::F32, &[8, 0]).unwrap_err().status(), Status::InvalidArgument);
+    // pkv's rules: a state layer has no attention fields, and one part at least
+    let heads = LayerSpec { num_kv_heads: 2, ..gdn() };
+    let err = hybrid().layer_specs(&[heads, gdn(), gdn(), LayerSpec::default()]).profile().unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("num_kv_heads"), "{}", err.message());
+    let empty = LayerSpec::state(Default::default());
+    let err = hybrid().layer_specs(&[gdn(), empty, gdn(), LayerSpec::default()]).profile().unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("layer_specs[1]"), "{}", err.message());
+    let err = hybrid().state_checkpoint_interval(3).profile().unwrap_err(); // interval without EVERY
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("state_checkpoint_interval"), "{}", err.message());
+}
+
+#[test]
+fn an_engine_says_where_each_sequences_state_is() {
+    let e = Engine::new(&hybrid().num_state_checkpoints(4)).unwrap();
+    let pool = e.pool_info();
+    assert!(!pool.state_base.is_null());
+    assert_eq!((pool.state_slot_bytes, pool.num_state_slots), (SLOT_BYTES, 12));
+    for layer in 0..3u32 {
+        let info = e.layer_info(layer).unwrap();
+        assert_eq!(info.kind, Some(LayerKind::State));
+        assert!(info.k_base.is_null() && info.v_base.is_null());
+        let base = u64::from(layer) * LAYER_BYTES;
+        assert_eq!((info.state[0].offset, info.state[0].bytes), (base, CONV_BYTES));
+        assert_eq!((info.state[1].offset, info.state[1].bytes), (base + 768, SSM_BYTES));
+        assert_eq!(info.state[0].part, gdn().state[0]);
+    }
+    assert_eq!(e.layer_info(3).unwrap().state, [pkv::StatePartInfo::default(); 2]);
+    // each running sequence its own working slot
+    let a = e.allocate(&common::tokens(1, 6), None).unwrap();
+    let b = e.allocate(&common::tokens(50, 5), None).unwrap();
+    let mut batch = e.batch(&[a.seq, b.seq], None).unwrap();
+    let slots = batch.view().state_slots.to_vec();
+    assert_eq!(slots.len(), 2);
+    assert_ne!(slots[0], slots[1]);
+    assert!(slots.iter().all(|&s| (0..8).contains(&s)), "{:?}", slots);
+    let (q, kv, mut out) = (vec![0f32; 11 * 64], vec![0f32; 11 * 32], vec![0f32; 11 * 64]);
+    let err = batch.attention(0, &q, &kv, &kv, &mut out).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("state layer"), "{}", err.message());
+    batch.end().map_err(|e| e.into_parts().0).unwrap(); // the host ran every layer itself
+                                                        // a fork takes a slot of its own, its parent's state copied into it before the step
+    let c = e.fork(a.seq).unwrap();
+    e.append(c, &[7]).unwrap();
+    let batch = e.batch(&[c], None).unwrap();
+    let v = batch.view();
+    let slot = v.state_slots[0];
+    assert!(!slots.contains(&slot) && (0..8).contains(&slot), "{} {:?}", slot, slots);
+    let copy = (0..v.copy_kind.len()).find(|&i| CopyKind::from_code(v.copy_kind[i]) == Some(CopyKind::State));
+    let i = copy.unwrap_or_else(|| panic!("no state copy in {:?}", v.copy_kind));
+    assert_eq!((v.copy_src[i], v.copy_dst[i]), (slots[0], slot));
+    batch.abort();
+}
