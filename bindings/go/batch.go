@@ -234,6 +234,7 @@ type attentionShape struct {
 	mla                         bool
 	args                        kvArgs
 	kvHeads                     int // per rank: SetKVScales' length
+	layer                       int // with layer specs: the layer (for a state layer's refusal)
 }
 
 // kvArgs are which of k and v a layer's call takes.
@@ -243,6 +244,7 @@ const (
 	kvBoth  kvArgs = iota // an attention layer: k and v
 	kvKOnly               // V is K (KEqV) or the latents' first values (MLA): k, v nil
 	kvNone                // a shared layer: k and v nil
+	kvState               // a state layer (pkv 0.6): no attention at all
 )
 
 func attentionShapeOf(p *EngineParams, kvHeadsPerRank int) attentionShape {
@@ -300,6 +302,8 @@ func checkAttention[T float32 | uint16](s *attentionShape, call string, n int, q
 // checkKV refuses a nil k or v where the layer reads one, and one where it takes none.
 func checkKV(s *attentionShape, call string, noK, noV bool) error {
 	switch {
+	case s.args == kvState:
+		return stateLayerRefusal(call, s.layer)
 	case s.args == kvNone && (!noK || !noV):
 		return invalid("%s: a shared layer reads its source layer's cache and writes nothing: "+
 			"pass k and v nil", call)

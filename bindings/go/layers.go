@@ -166,12 +166,14 @@ func (eng *Engine) layerShapes() ([]attentionShape, error) {
 		}
 		kvH, hd, vd := int(l.KVHeads), int(l.HeadDim), int(l.VHeadDim)
 		s := attentionShape{dtype: p.DType, device: p.Device, q: qHeads * hd, kv: kvH * hd, v: kvH * vd,
-			out: qHeads * vd, args: kvBoth, kvHeads: kvH}
+			out: qHeads * vd, args: kvBoth, kvHeads: kvH, layer: layer}
 		s.qDims = fmt.Sprintf("[%d q heads per rank][head_dim %d] (layer %d)", qHeads, hd, layer)
 		s.kvDims = fmt.Sprintf("[%d kv heads per rank][head_dim %d] (layer %d)", kvH, hd, layer)
 		s.vDims = fmt.Sprintf("[%d kv heads per rank][v_head_dim %d] (layer %d)", kvH, vd, layer)
 		s.oDims = fmt.Sprintf("[%d q heads per rank][v_head_dim %d] (layer %d)", qHeads, vd, layer)
 		switch {
+		case l.Kind == LayerState:
+			s.args = kvState
 		case l.Kind == LayerShared:
 			s.args = kvNone
 		case l.Kind == LayerMLA:
