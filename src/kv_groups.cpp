@@ -136,7 +136,7 @@ KvGroups make_kv_groups(const std::vector<LayerSpec> &specs, uint32_t dtype_byte
     }
   }
   for (uint32_t l = 0; l < g.num_layers; ++l)
-    if (!specs[l].cached()) {
+    if (specs[l].kind == PKV_LAYER_SHARED) {
       g.groups[l] = g.groups[specs[l].source];
       g.slots[l] = g.slots[specs[l].source];
       g.windows[l] = g.windows[specs[l].source];

@@ -183,7 +183,7 @@ std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p) {
   for (uint32_t l = 0; l < p.num_layers; ++l) specs.push_back(resolve_one(p, raw[l], l));
   bool windowed = false;
   for (uint32_t l = 0; l < p.num_layers; ++l) {
-    if (!specs[l].cached()) check_shared(specs, l);
+    if (specs[l].kind == PKV_LAYER_SHARED) check_shared(specs, l);
     windowed |= specs[l].attention != PKV_ATTENTION_FULL;
     if (p.kv_layout == PKV_KV_LAYOUT_MLA)
       spec_require(specs[l].kind == PKV_LAYER_MLA, l, "kind",

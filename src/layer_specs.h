@@ -8,6 +8,7 @@
 
 #include "kv_groups.h"
 #include "pkv/pkv.h"
+#include "state_layout.h"
 
 namespace pkv {
 
@@ -24,8 +25,12 @@ struct LayerSpec {
   uint32_t source = 0;  // the layer whose cache it reads: itself, or a SHARED layer's source
   float softcap = 0.0f;
   float scale = 0.0f;  // pkv_attention's
+  // A STATE layer's parts (pkv_layer_spec.state_*; bytes 0 = absent, and in every other kind).
+  StatePart state[PKV_MAX_STATE_PARTS] = {};
 
-  bool cached() const { return kind != PKV_LAYER_SHARED; }
+  // Has a KV cache of its own: neither SHARED (it reads its source's) nor STATE (a fixed-size
+  // state per sequence in a state slot, state_layout.h; in no KV group).
+  bool cached() const { return kind != PKV_LAYER_SHARED && kind != PKV_LAYER_STATE; }
   // K and V are one tensor: a k_eq_v layer, or MLA's latent (V its first v_dim values).
   bool v_is_k() const { return k_eq_v || kind == PKV_LAYER_MLA; }
   // Bytes of one token's K (and V) in this layer's cache: 0 for a SHARED layer.
