@@ -20,6 +20,9 @@ namespace Pkv
         /// <summary>Host-tier block to pool block: a prefix hit on a block held only in the host
         /// tier.</summary>
         Load = Native.PKV_COPY_LOAD,
+        /// <summary>State slot to state slot (pkv 0.6; ids are slots, PoolInfo.StatePool): a
+        /// fork's copy of its parent's state, run before the step reads any state.</summary>
+        State = Native.PKV_COPY_STATE,
     }
 
     /// <summary>One step's plan, from Engine.BeginBatch or Engine.Step. Call Attention for every
@@ -228,7 +231,10 @@ namespace Pkv
         void CheckAbsent(uint layer, LayerShape shape, Array k, Array v)
         {
             string why = null;
-            if (shape.Kind == LayerKind.Shared && (k != null || v != null))
+            if (shape.Kind == LayerKind.State)
+                why = string.Format("layer {0} is a State layer (a recurrent state, no K and V): pkv has no " +
+                                    "attention for it; run its recurrence on the slots of StateSlots()", layer);
+            else if (shape.Kind == LayerKind.Shared && (k != null || v != null))
                 why = string.Format("layer {0} is Shared (it reads layer {1}'s K and V and writes none): k and v " +
                                     "must be null", layer, engine.LayerInfo(layer).SourceLayer);
             else if (shape.Kind != LayerKind.Shared && k == null)

@@ -101,7 +101,7 @@ namespace Pkv
                     "EngineParams.LayerSpecs has {0} entries, NumLayers is {1}: give one spec per layer",
                     specs.Length, p.NumLayers));
             var n = new LayerSpecNative[specs.Length];
-            for (int l = 0; l < n.Length; l++) n[l] = specs[l].ToNative();
+            for (int l = 0; l < n.Length; l++) n[l] = specs[l].ToNativeWithState();
             return n;
         }
 
@@ -119,8 +119,18 @@ namespace Pkv
             long stride = n.LayerSpecSize == 0 ? (uint)sizeof(LayerSpecNative) : n.LayerSpecSize;
             var specs = new LayerSpec[n.NumLayers];
             for (int l = 0; l < specs.Length; l++)
-                specs[l] = LayerSpec.FromNative(*(LayerSpecNative*)((byte*)n.LayerSpecs + l * stride));
+                specs[l] = LayerSpec.FromNativeWithState(Spec(n.LayerSpecs, l, stride));
             return specs;
+        }
+
+        /// <summary>Spec l of specs `stride` bytes apart: a library's specs may be larger than this
+        /// binding's (its fields only) or smaller (an older library's: the rest zero).</summary>
+        static LayerSpecNative Spec(IntPtr specs, int l, long stride)
+        {
+            var s = new LayerSpecNative();
+            long size = Math.Min(stride, sizeof(LayerSpecNative));
+            Buffer.MemoryCopy((byte*)specs + l * stride, &s, sizeof(LayerSpecNative), size);
+            return s;
         }
 
         /// <summary>KV group `group` (below KvGroups(p).NumGroups) of p and its bytes

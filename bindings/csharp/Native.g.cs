@@ -189,6 +189,7 @@ namespace Pkv
         public bool Sinks;
         public float LogitSoftcap;
         public float SoftmaxScale;
+        StatePart[] stateParts;  // StateParts (State.cs): never changed in place
 
         /// <summary>The C struct of these fields (pointers zero).</summary>
         internal unsafe LayerSpecNative ToNative()

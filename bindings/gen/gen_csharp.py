@@ -70,7 +70,8 @@ CS_INTERNAL_STRUCTS = {'pkv_store_key', 'pkv_store_callbacks', 'pkv_store_params
 # maps to the fields of those additions (all of a struct's fields are declared in one part).
 CS_MANAGED_STRUCTS = {'pkv_engine_params': ['uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place',
                                             'LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place'],
-                      'pkv_seq_info': [], 'pkv_layer_spec': []}
+                      'pkv_seq_info': [],
+                      'pkv_layer_spec': ['StatePart[] stateParts;  // StateParts (State.cs): never changed in place']}
 # Fields of a managed twin that the binding sets itself (the size of an array it passes): left out.
 CS_HIDDEN_FIELDS = {'pkv_engine_params.layer_spec_size'}
 # Structs whose public type the binding writes by hand (it owns memory a pointer field needs): the

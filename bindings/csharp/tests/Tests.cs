@@ -400,6 +400,8 @@ static partial class Tests
             { "chunked_and_sliding_layers_mask", ChunkedAndSlidingLayersMask }, { "fp8_scales_per_layer", Fp8ScalesPerLayer },
             { "config_layer_specs", ConfigLayerSpecs }, { "extra_keys_decide_hits", ExtraKeysDecideHits },
             { "extra_key_events_and_hashes", ExtraKeyEventsAndHashes }, { "extra_hash_vectors", ExtraHashVectors }, { "bad_extra_keys_refused", BadExtraKeysRefused },
+            { "state_spec_round_trips", StateSpecRoundTrips }, { "state_budget_by_hand", StateBudgetByHand },
+            { "bad_state_specs_refused", BadStateSpecsRefused }, { "engine_state_slots", EngineStateSlots },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
