@@ -25,7 +25,10 @@ class Batch:
     block_size, num_kv_groups) and the arrays as lists, copied when read (seq_ids, query_start,
     positions, slot_mapping, context_lens, block_indptr, block_indices, last_block_len,
     block_tables, copy_src, copy_dst, copy_kind, sample_rows, group_slot_mapping,
-    group_block_tables; group_slots(g), group_tables(g)). batch.view is the same plan as a
+    group_block_tables, state_slots; group_slots(g), group_tables(g)). state_slots (since 0.6.0)
+    is each sequence's state slot (engine.pool_info().state_base + slot * state_slot_bytes),
+    [] on an engine without STATE layers; a copy of kind CopyKind.STATE moves slot copy_src[i]
+    into slot copy_dst[i] (a fork's state), run before the step reads any state. batch.view is the same plan as a
     BatchView, whose .raw is the ctypes struct (zero-copy pointers while the batch is open)."""
 
     def __init__(self, engine, handle, scheduled=False):
@@ -86,7 +89,8 @@ class Batch:
         q [num_tokens][q heads per rank][head_dim], k [num_tokens][kv_heads][head_dim], v
         [num_tokens][kv_heads][v_head_dim], out [num_tokens][q heads per rank][v_head_dim]; a
         k_eq_v layer takes v None (V is K), a SHARED layer k and v None (it writes nothing and
-        reads its source layer's cache: call it after its source)."""
+        reads its source layer's cache: call it after its source). A STATE layer (since 0.6.0)
+        has no attention: the host runs its recurrence on the state in view.state_slots."""
         n = self.view.num_tokens
         e = self._engine
         if e._device != _raw.PKV_DEVICE_CPU and not all(
@@ -195,6 +199,8 @@ class BatchView:
         # KV groups: each group's slot mapping and padded tables, group 0's first (the ones above)
         'group_slot_mapping': lambda v: v.num_kv_groups * v.num_tokens,
         'group_block_tables': lambda v: v.num_kv_groups * v.num_seqs * v.max_blocks_per_seq,
+        # (since 0.6.0) each sequence's state slot ([] without STATE layers: pkv's NULL)
+        'state_slots': lambda v: v.num_seqs,
     }
 
     def __init__(self, batch, raw):
@@ -257,6 +263,10 @@ def _rows(n, kv_heads, per_token, mla):
 def _check_absent(e, layer, k, k_dim, v, v_dim):
     """Refuses k or v where the layer takes none (or none where it needs one), saying why,
     before pkv is called."""
+    if k_dim is False:
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: layer %d is a STATE layer '
+                         '(a recurrent state, no K and V): pkv has no attention for it; run its '
+                         'recurrence on the state slots of batch.state_slots' % layer)
     if e.mla and v is not None:
         raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'attention: v must be None on an MLA '
                          'engine: it caches no V (the latents in k are both)')

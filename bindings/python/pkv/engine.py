@@ -276,7 +276,9 @@ class Engine(Owner):
         LayerKind, attention an AttentionKind, k_eq_v and sinks bool, softmax_scale the one
         attention() uses), its KV group and source_layer, and where its K and V are (k_base,
         v_base: int addresses; strides in elements of the pool's dtype) for a host's own
-        kernels."""
+        kernels. A STATE layer's (since 0.6.0) has no K and V: part i of slot s's state is
+        state_bytes[i] bytes at pool_info().state_base + s * state_slot_bytes + state_offset[i],
+        a dense array of state_shape[i] (a tuple of dimensions) of state_dtype[i]."""
         return self._get(_raw.pkv_layer_info, lib.pkv_layer_info, ctypes.c_uint32(layer))
 
     def kv_group_info(self, group):
@@ -285,8 +287,8 @@ class Engine(Owner):
 
     def _attention_shape(self, layer):
         """(kv heads, then q, k, v and out elements per new token) of pkv_attention on `layer`,
-        k or v None where the layer takes NULL; with layer specs from layer_info, once per
-        layer."""
+        k or v None where the layer takes NULL, k False on a STATE layer (no attention); with
+        layer specs from layer_info, once per layer."""
         if self.params._specs is None:
             kv = self._kv_heads * self.params.head_dim
             return (self._kv_heads, self._q_heads * self.params.head_dim, kv,
@@ -294,6 +296,8 @@ class Engine(Owner):
         with self._lock:
             if layer not in self._layer_shapes:
                 i = self.layer_info(layer)
+                if i.kind == LayerKind.STATE:
+                    return (0, 0, False, None, 0)
                 shared = i.kind == LayerKind.SHARED
                 self._layer_shapes[layer] = (
                     i.kv_heads, self._q_heads * i.head_dim, None if shared else i.kv_heads * i.head_dim,
@@ -316,7 +320,9 @@ class Engine(Owner):
         None), strides, dtype and model_dtype (Dtype), kernels (str), .... An MLA engine's
         k_base holds the latents and its v_base and host_v_base are None. Layers of unequal
         shapes (layer specs) share one range of pages: num_layers 1, k_base the first page,
-        v_base None, block_stride the page; layer_info(l) says where each layer is."""
+        v_base None, block_stride the page; layer_info(l) says where each layer is. With STATE
+        layers (since 0.6.0) state_base is where num_state_slots slots of state_slot_bytes
+        are (None and 0 without)."""
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
 
     def event_publisher_info(self):

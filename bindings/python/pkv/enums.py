@@ -26,11 +26,16 @@ _TABLE = (
      '(multi-head latent attention: DeepSeek V2/V3, Kimi K2), whose first kv_lora_rank are V.'),
     ('LayerKind', enum.IntEnum, 'LAYER_', ('LAYER_',),
      'What a layer keeps in the cache (LayerSpec.kind, LayerInfo.kind, PKV_LAYER_*): ATTENTION, K '
-     'and V of its own kv heads; MLA, one latent; SHARED, nothing: it reads an earlier layer\'s.'),
+     'and V of its own kv heads; MLA, one latent; SHARED, nothing: it reads an earlier layer\'s; '
+     'STATE (since 0.6.0), a recurrent layer\'s fixed-size state per sequence, in a state slot.'),
     ('AttentionKind', enum.IntEnum, 'ATTENTION_',
      ('ATTENTION_FULL', 'ATTENTION_SLIDING', 'ATTENTION_CHUNKED'),
      'Which keys a token at position p attends to (LayerSpec.attention, PKV_ATTENTION_*): FULL, '
      '0..p; SLIDING, the last `window`; CHUNKED, those of its own `window`-token chunk.'),
+    ('StateCheckpointPolicy', enum.IntEnum, 'STATE_CHECKPOINT_', ('STATE_CHECKPOINT_',),
+     'Where a sequence leaves checkpoints of its recurrent state (since 0.6.0; '
+     'params.state_checkpoint_policy, PKV_STATE_CHECKPOINT_*): PROMPT_END, its prompt\'s last '
+     'block boundary; EVERY, each state_checkpoint_interval blocks too; NONE, none.'),
     ('BudgetSource', enum.IntEnum, 'BUDGET_', ('BUDGET_',),
      "Which rule decided a budget's num_blocks (pkv_kv_budget.source, PKV_BUDGET_*)."),
     ('DebugFlags', enum.IntFlag, 'DEBUG_', ('DEBUG_',),
@@ -38,7 +43,8 @@ _TABLE = (
     ('FinishReason', enum.IntEnum, 'FINISH_', ('FINISH_',),
      "Why a request finished (pkv_seq_info.finish_reason, PKV_FINISH_*)."),
     ('CopyKind', enum.IntEnum, 'COPY_', ('COPY_',),
-     'What a block copy of a batch moves (batch.copy_kind, PKV_COPY_*).'),
+     'What a copy of a batch moves (batch.copy_kind, PKV_COPY_*): a block, or (STATE, since '
+     '0.6.0) a state slot into another.'),
     ('PreemptionMode', enum.IntEnum, 'PREEMPT_', ('PREEMPT_',),
      'What the scheduler does to a request it preempts (params.preemption_mode, PKV_PREEMPT_*).'),
     ('Tier', enum.IntEnum, 'TIER_', ('TIER_',),

@@ -3,6 +3,7 @@ Params.layer_specs), and what pkv reports per KV group (pkv_kv_group_info) and p
 engine (pkv_layer_info, Engine.layer_info).
 
     specs = [pkv.LayerSpec.sliding(128, sinks=True), pkv.LayerSpec(sinks=True)] * 12  # gpt-oss
+    gdn = pkv.LayerSpec.state(conv=(8192, 3), ssm=(32, 128, 128), conv_dtype=pkv.Dtype.BF16)
     params = pkv.Params(num_layers=24, ..., layer_specs=specs)
     [pkv.kv_group_info(params, g).bytes_per_token for g in range(params.kv_groups().num_groups)]
 """
@@ -11,11 +12,12 @@ import dataclasses
 
 from . import _raw
 from ._lib import lib, text
-from .enums import AttentionKind, LayerKind, typed
+from .enums import AttentionKind, Dtype, LayerKind, typed
 from .errors import make_error
-from .records import record
+from .records import record, state_shapes
 
 _U32 = ('window', 'num_kv_heads', 'head_dim', 'v_head_dim', 'source_layer')
+_PARTS, _DIMS = _raw.PKV_MAX_STATE_PARTS, _raw.PKV_MAX_STATE_DIMS
 
 
 @dataclasses.dataclass
@@ -29,7 +31,12 @@ class LayerSpec:
     (window: the chunk size). v_head_dim: V's width (0 = head_dim). k_eq_v: V is K, stored once
     (attention() then takes v None). sinks: a learned logit per q head joins every softmax
     denominator (Engine.set_attention_sinks gives them). logit_softcap c > 0: each scaled score s
-    becomes c * tanh(s / c). pkv checks the rules when the params are used."""
+    becomes c * tanh(s / c). pkv checks the rules when the params are used.
+
+    kind LayerKind.STATE (since 0.6.0; LayerSpec.state) is a recurrent layer: no K and V (its
+    attention fields stay 0) but a fixed-size state per sequence in up to PKV_MAX_STATE_PARTS
+    parts: state_shape holds each part's dimensions (outermost first, up to PKV_MAX_STATE_DIMS,
+    each >= 1; () for an absent part), state_dtype each part's Dtype (F32, F16 or BF16)."""
     kind: LayerKind = LayerKind.ATTENTION
     attention: AttentionKind = AttentionKind.FULL
     window: int = 0
@@ -41,6 +48,19 @@ class LayerSpec:
     sinks: bool = False
     logit_softcap: float = 0.0
     softmax_scale: float = 0.0
+    state_dtype: tuple = (Dtype.F32,) * _PARTS
+    state_shape: tuple = ((),) * _PARTS
+
+    def __post_init__(self):
+        # one spelling per spec (lists or fewer parts given), so specs compare equal after a
+        # round trip through C; anything else is left for spec_array to refuse by name
+        try:
+            shape = tuple(tuple(part) for part in self.state_shape)
+            dtype = tuple(self.state_dtype)
+        except TypeError:
+            return
+        self.state_shape = shape + ((),) * (_PARTS - len(shape))
+        self.state_dtype = dtype + (Dtype.F32,) * (_PARTS - len(dtype))
 
     @classmethod
     def sliding(cls, window, **fields):
@@ -58,6 +78,14 @@ class LayerSpec:
         attention and window are its source's."""
         return cls(kind=LayerKind.SHARED, source_layer=source_layer, attention=attention,
                    window=window, **fields)
+
+    @classmethod
+    def state(cls, conv=(), ssm=(), conv_dtype=Dtype.F32, ssm_dtype=Dtype.F32, **fields):
+        """A recurrent layer (since 0.6.0: Gated DeltaNet, KDA, Mamba), this rank's state:
+        part 0 the conv state's shape (Qwen3-Next: conv_dim x (conv_kernel - 1)), part 1 the
+        SSM / delta-rule state's (v_heads x k_dim x v_dim); () leaves a part out."""
+        return cls(kind=LayerKind.STATE, state_shape=(tuple(conv), tuple(ssm)),
+                   state_dtype=(conv_dtype, ssm_dtype), **fields)
 
 
 def spec_array(specs):
@@ -83,7 +111,29 @@ def spec_array(specs):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _invalid('layer_specs[%d].%s is %r: give a number' % (i, name, v))
             setattr(c, name, float(v))
+        _state_into(c, i, s)
     return out
+
+
+def _state_into(c, i, s):
+    """s's state parts into C spec c, refusing what no field can hold, by layer and part."""
+    for name, given in (('state_dtype', s.state_dtype), ('state_shape', s.state_shape)):
+        if not isinstance(given, (tuple, list)) or len(given) > _PARTS:
+            raise _invalid('layer_specs[%d].%s is %r: give at most %d parts'
+                           % (i, name, given, _PARTS))
+    for part, dtype in enumerate(s.state_dtype):
+        if isinstance(dtype, bool) or not isinstance(dtype, int) or not 0 <= dtype < 2**32:
+            raise _invalid('layer_specs[%d].state_dtype[%d] is %r: give a pkv.Dtype (F32, F16 '
+                           'or BF16)' % (i, part, dtype))
+        c.state_dtype[part] = dtype
+    for part, dims in enumerate(s.state_shape):
+        if (not isinstance(dims, tuple) or len(dims) > _DIMS
+                or not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < 2**32
+                           for d in dims)):
+            raise _invalid('layer_specs[%d].state_shape[%d] is %r: give up to %d dimensions, '
+                           'each an integer >= 1 (() for an absent part)' % (i, part, dims, _DIMS))
+        for k, d in enumerate(dims):
+            c.state_shape[part * _DIMS + k] = d
 
 
 def _from_mapping(i, d):
@@ -104,8 +154,17 @@ def specs_from(address, count, size):
                              attention=typed(AttentionKind, c.attention),
                              **{n: getattr(c, n) for n in _U32},
                              k_eq_v=bool(c.k_eq_v), sinks=bool(c.sinks),
-                             logit_softcap=c.logit_softcap, softmax_scale=c.softmax_scale))
+                             logit_softcap=c.logit_softcap, softmax_scale=c.softmax_scale,
+                             **_state_from(c, size)))
     return out
+
+
+def _state_from(c, size):
+    """The state fields of C spec c, when the library's specs have them (since 0.6.0)."""
+    if size < _raw.pkv_layer_spec.state_shape.offset + _raw.pkv_layer_spec.state_shape.size:
+        return {}
+    return dict(state_dtype=tuple(typed(Dtype, d) for d in c.state_dtype),
+                state_shape=state_shapes(c.state_shape))
 
 
 def kv_group_info(params, group):

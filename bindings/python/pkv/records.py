@@ -1,6 +1,7 @@
 """What pkv's calls report, as frozen dataclasses made from the generated ctypes structs: one
 field per C field (struct_size and reserved* left out), enums as pkv.enums classes, flags of 0/1
-as bool, C strings as str, keys and digests as bytes, addresses as int or None.
+as bool, C strings as str, keys and digests as bytes, addresses as int or None, arrays of numbers
+as tuples (a state layer's state_shape: one tuple of dimensions per part).
 
     budget = pkv.profile(params)           # a KvBudget: budget.device is Device.CPU, ...
     dataclasses.asdict(engine.stats())     # every counter by name
@@ -11,8 +12,8 @@ import typing
 
 from . import _raw
 from .enums import (AttentionKind, BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType,
-                    FinishReason, KvLayout, LayerKind, PreemptionMode, StoreKind, StoreValueState,
-                    StoreWriteMode, Tier, typed)
+                    FinishReason, KvLayout, LayerKind, PreemptionMode, StateCheckpointPolicy,
+                    StoreKind, StoreValueState, StoreWriteMode, Tier, typed)
 
 # The enum of each C field that holds one, by field name (the names are unique across pkv.h's
 # structs where they hold an enum, but for STRUCT_ENUMS').
@@ -20,11 +21,26 @@ FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype
                'kv_layout': KvLayout, 'source': BudgetSource, 'finish_reason': FinishReason,
                'kv_tier': Tier, 'medium': Tier, 'type': EventType, 'state': StoreValueState,
                'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
-               'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind}
+               'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind,
+               'state_checkpoint_policy': StateCheckpointPolicy}
 # 'struct.field' of an enum field whose name means another enum elsewhere (the stores' kind)
 STRUCT_ENUMS = {'pkv_layer_info.kind': LayerKind, 'pkv_layer_spec.kind': LayerKind}
 # uint32_t 0 or 1: pkv_seq_info's, and a layer's (pkv_layer_spec, pkv_layer_info)
 _BOOLS = {'is_preempted', 'in_batch', 'is_request', 'k_eq_v', 'sinks'}
+
+
+def state_shapes(flat):
+    """pkv's state_shape array (PKV_MAX_STATE_PARTS x PKV_MAX_STATE_DIMS, each part ending at its
+    first 0) as one tuple of dimensions per part."""
+    parts = []
+    for part in range(_raw.PKV_MAX_STATE_PARTS):
+        dims = list(flat[part * _raw.PKV_MAX_STATE_DIMS:(part + 1) * _raw.PKV_MAX_STATE_DIMS])
+        parts.append(tuple(dims[:dims.index(0)] if 0 in dims else dims))
+    return tuple(parts)
+
+
+def _is_numbers(ctype):
+    return issubclass(ctype, ctypes.Array) and ctype._type_ in (ctypes.c_uint32, ctypes.c_uint64)
 
 
 def field_enum(struct_name, name):
@@ -55,6 +71,12 @@ def _annotation(struct_name, name, ctype):
         return typing.Optional[int]
     if ctype in (ctypes.c_double, ctypes.c_float):
         return float
+    if name == 'state_shape':
+        return typing.Tuple[typing.Tuple[int, ...], ...]
+    if name == 'state_dtype':
+        return typing.Tuple[Dtype, ...]
+    if _is_numbers(ctype):
+        return typing.Tuple[int, ...]
     return int
 
 
@@ -70,6 +92,12 @@ def value(name, ctype, raw, struct_name=''):
         return bytes(raw.bytes)
     if _is_bytes(ctype):
         return bytes(raw)
+    if name == 'state_shape':  # (since 0.6.0) one tuple of dimensions per part
+        return state_shapes(raw)
+    if name == 'state_dtype':
+        return tuple(typed(Dtype, d) for d in raw)
+    if _is_numbers(ctype):
+        return tuple(raw)
     return raw
 
 

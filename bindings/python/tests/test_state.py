@@ -1,0 +1,133 @@
+"""Recurrent state (pkv 0.6, issue 28 item 7): state layer specs round-trip through the Params and
+pkv.profile, whose budget's state terms are checked against bytes computed here by hand; an
+engine's state pool (pool_info), each state layer's parts in a slot (layer_info) and the batch's
+state slots; the checkpoint params; refusals that name what was wrong. The same model as the
+other bindings' state tests."""
+import unittest
+
+from _util import pkv, small_params
+
+# A Gated DeltaNet-like layer, small: a bf16 conv state of 96 channels x 3 taps (576 bytes, 768
+# with its part rounded to 256) and an f32 delta-rule state of 2 heads x 16 x 16 (2048).
+CONV_BYTES = 96 * 3 * 2
+SSM_BYTES = 2 * 16 * 16 * 4
+LAYER_BYTES = 768 + SSM_BYTES  # each part at a 256-byte boundary
+SLOT_BYTES = 3 * LAYER_BYTES  # 8448, a multiple of 256
+BLOCK_BYTES = 2 * 2 * 16 * 4 * 4  # layer 3: f32 K and V of 2 kv heads x 16, 4 tokens a block
+
+
+def gdn():
+    return pkv.LayerSpec.state(conv=(96, 3), ssm=(2, 16, 16), conv_dtype=pkv.Dtype.BF16)
+
+
+def hybrid(**fields):
+    """Three state layers then one attention layer (3 : 1, as Qwen3-Next's), 8 sequences."""
+    p = small_params(num_layers=4, num_blocks=32, max_num_seqs=8,
+                     layer_specs=[gdn(), gdn(), gdn(), pkv.LayerSpec()])
+    for name, value in fields.items():
+        setattr(p, name, value)
+    return p
+
+
+class StateSpecs(unittest.TestCase):
+    def test_a_state_spec_round_trips_through_the_params(self):
+        p = hybrid()
+        specs = p.layer_specs
+        self.assertEqual(specs[0], gdn())
+        self.assertIs(specs[1].kind, pkv.LayerKind.STATE)
+        self.assertEqual(specs[2].state_shape, ((96, 3), (2, 16, 16)))
+        self.assertEqual(specs[2].state_dtype, (pkv.Dtype.BF16, pkv.Dtype.F32))
+        self.assertEqual(specs[3].state_shape, ((), ()))
+        self.assertEqual(p.layer_spec_size, 88)  # 0.6's pkv_layer_spec
+        self.assertEqual(p.copy().layer_specs, specs)
+        p.state_checkpoint_policy = pkv.StateCheckpointPolicy.EVERY
+        self.assertIs(p.state_checkpoint_policy, pkv.StateCheckpointPolicy.EVERY)
+        # lists and fewer parts are one spelling of the same spec
+        self.assertEqual(pkv.LayerSpec(kind=pkv.LayerKind.STATE, state_shape=[[4, 2]],
+                                       state_dtype=[pkv.Dtype.F16]).state_shape, ((4, 2), ()))
+
+    def test_the_budget_takes_the_state_pool_before_the_blocks(self):
+        # default checkpoints: max_num_seqs of them, beside the 8 working slots
+        b = pkv.profile(hybrid())
+        self.assertEqual((b.num_state_layers, b.num_state_slots, b.num_state_checkpoints),
+                         (3, 8, 8))
+        self.assertEqual(b.state_bytes_per_seq, SLOT_BYTES)
+        self.assertEqual(b.state_pool_bytes, 16 * SLOT_BYTES)
+        self.assertEqual(b.block_bytes, BLOCK_BYTES)  # the state layers hold no K and V
+        # a budget in bytes: the state pool (8 + 4 slots) first, then whole blocks of the rest
+        state = 12 * SLOT_BYTES
+        b = pkv.profile(hybrid(num_blocks=0, kv_cache_bytes=state + 40 * BLOCK_BYTES + 100,
+                               num_state_checkpoints=4))
+        self.assertEqual((b.num_state_slots, b.num_state_checkpoints, b.state_pool_bytes),
+                         (8, 4, state))
+        self.assertEqual((b.num_blocks, b.pool_bytes), (40, 40 * BLOCK_BYTES))
+        b = pkv.profile(hybrid(state_checkpoint_policy=pkv.StateCheckpointPolicy.NONE))
+        self.assertEqual((b.num_state_checkpoints, b.state_pool_bytes), (0, 8 * SLOT_BYTES))
+        b = pkv.profile(small_params())  # no state layers: every state term 0
+        self.assertEqual((b.num_state_layers, b.num_state_slots, b.state_bytes_per_seq,
+                          b.state_pool_bytes), (0, 0, 0, 0))
+
+    def test_bad_state_specs_are_refused_by_name(self):
+        p = hybrid()
+        for bad, said in (([(1, 2, 3, 4, 5)], r'state_shape\[0\] is \(1, 2, 3, 4, 5\)'),
+                          ([(8, 0)], r'state_shape\[0\] is \(8, 0\)'),
+                          ([(), (), (4,)], r'state_shape is .*at most 2 parts')):
+            with self.assertRaisesRegex(pkv.InvalidArgumentError, r'layer_specs\[1\]\.' + said):
+                p.layer_specs = [gdn(), pkv.LayerSpec(kind=pkv.LayerKind.STATE, state_shape=bad)]
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, r'state_dtype\[1\] is .*pkv.Dtype'):
+            p.layer_specs = [pkv.LayerSpec.state(conv=(4,), ssm=(4,), ssm_dtype='bf16')]
+        self.assertEqual(p.layer_specs[0], gdn())  # a refusal changed nothing
+        # pkv's rules: a state layer has no attention fields, and one part at least
+        p.layer_specs = [pkv.LayerSpec.state(conv=(96, 3), num_kv_heads=2), gdn(), gdn(),
+                         pkv.LayerSpec()]
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, 'num_kv_heads'):
+            pkv.profile(p)
+        p.layer_specs = [gdn(), pkv.LayerSpec.state(), gdn(), pkv.LayerSpec()]
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, r'layer_specs\[1\]'):
+            pkv.profile(p)
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, 'state_checkpoint_interval'):
+            pkv.profile(hybrid(state_checkpoint_interval=3))  # an interval without EVERY
+
+
+class StateEngine(unittest.TestCase):
+    def test_an_engine_says_where_each_sequences_state_is(self):
+        with pkv.Engine(hybrid(num_state_checkpoints=4)) as e:
+            pool = e.pool_info()
+            self.assertIsNotNone(pool.state_base)
+            self.assertEqual((pool.state_slot_bytes, pool.num_state_slots), (SLOT_BYTES, 12))
+            for layer in range(3):
+                info = e.layer_info(layer)
+                self.assertIs(info.kind, pkv.LayerKind.STATE)
+                self.assertEqual((info.k_base, info.v_base), (None, None))
+                base = layer * LAYER_BYTES
+                self.assertEqual(info.state_offset, (base, base + 768))
+                self.assertEqual(info.state_bytes, (CONV_BYTES, SSM_BYTES))
+                self.assertEqual(info.state_shape, ((96, 3), (2, 16, 16)))
+                self.assertEqual(info.state_dtype, (pkv.Dtype.BF16, pkv.Dtype.F32))
+            self.assertEqual(e.layer_info(3).state_bytes, (0, 0))
+            a = e.allocate(list(range(1, 7)))
+            b = e.allocate(list(range(50, 55)))
+            batch = e.batch([a, b])
+            slots = batch.state_slots
+            self.assertEqual(len(slots), 2)
+            self.assertNotEqual(slots[0], slots[1])
+            self.assertTrue(all(0 <= s < 8 for s in slots), slots)
+            with self.assertRaisesRegex(pkv.InvalidArgumentError, 'layer 0 is a STATE layer'):
+                batch.attention(0, bytes(11 * 256), bytes(11 * 128), bytes(11 * 128),
+                                bytearray(11 * 256))
+            batch.end()  # the host ran every layer itself
+            # a fork takes a slot of its own, its parent's state copied into it before the step
+            c = a.fork()
+            c.append([7])
+            batch = e.batch([c])
+            slot = batch.state_slots[0]
+            self.assertTrue(slot not in slots and 0 <= slot < 8, (slot, slots))
+            kinds = batch.copy_kind
+            self.assertIn(pkv.CopyKind.STATE, kinds)
+            i = kinds.index(pkv.CopyKind.STATE)
+            self.assertEqual((batch.copy_src[i], batch.copy_dst[i]), (slots[0], slot))
+            batch.abort()
+
+
+if __name__ == '__main__':
+    unittest.main()
