@@ -11,7 +11,7 @@ namespace pkv {
 
 Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t *num_new_tokens,
              uint32_t num_seqs, uint32_t block_size, uint32_t num_groups,
-             const std::vector<BlockCopy> &copies, bool from_step)
+             const std::vector<BlockCopy> &copies, const StatePool &states, bool from_step)
     : from_step_(from_step), block_size_(block_size), copies_(copies), num_groups_(num_groups) {
   PKV_REQUIRE(num_seqs > 0, "a batch needs at least one sequence (num_seqs is 0)");
   PKV_REQUIRE(seq_ids != nullptr, "seqs is NULL");
@@ -46,11 +46,19 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
               block_tables_.begin() + size_t(i) * max_blocks_per_seq_);
   // Every group's slots and tables, group 0's first (the fields above: one group needs no more).
   if (num_groups_ > 1) plan_groups(seqs);
-  for (const BlockCopy &c : copies_) {
-    copy_src_.push_back(c.src);
-    copy_dst_.push_back(c.dst);
-    copy_kind_.push_back(c.kind);
-  }
+  const std::vector<BlockCopy> *lists[] = {&copies_, &states.pending_copies()};
+  for (const std::vector<BlockCopy> *list : lists)
+    for (const BlockCopy &c : *list) {
+      copy_src_.push_back(c.src);
+      copy_dst_.push_back(c.dst);
+      copy_kind_.push_back(c.kind);
+    }
+  if (states.enabled())
+    for (uint64_t id : seq_ids_) {
+      const int32_t slot = seqs.get(id).state_slot;
+      PKV_ASSERT(slot >= 0);  // a running sequence holds its working slot
+      state_slots_.push_back(slot);
+    }
 }
 
 void Batch::plan_groups(const SequenceTable &seqs) {
@@ -106,7 +114,7 @@ pkv_batch_view Batch::view() const {
   v.max_blocks_per_seq = max_blocks_per_seq_;
   v.max_query_len = max_query_len_;
   v.max_context_len = max_context_len_;
-  v.num_copies = static_cast<uint32_t>(copies_.size());
+  v.num_copies = static_cast<uint32_t>(copy_src_.size());
   v.block_size = block_size_;
   v.seq_ids = seq_ids_.data();
   v.query_start = query_start_.data();
@@ -124,6 +132,7 @@ pkv_batch_view Batch::view() const {
   v.num_kv_groups = num_groups_;
   v.group_slot_mapping = num_groups_ > 1 ? group_slot_mapping_.data() : slot_mapping_.data();
   v.group_block_tables = num_groups_ > 1 ? group_block_tables_.data() : block_tables_.data();
+  v.state_slots = state_slots_.empty() ? nullptr : state_slots_.data();
   return v;
 }
 

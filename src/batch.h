@@ -9,24 +9,28 @@
 #include "block_manager.h"
 #include "pkv/pkv.h"
 #include "sequence.h"
+#include "state_pool.h"
 
 namespace pkv {
 
 class Batch {
  public:
   // Plans the next num_new_tokens[i] tokens of seq_ids[i] (null num_new_tokens: all their
-  // uncomputed tokens), with copies to do first. Validates everything; throws with nothing
-  // changed.
+  // uncomputed tokens), with copies to do first: the block manager's, then the state pool's
+  // (disjoint memory: their relative order does not matter; each list keeps its own). With
+  // STATE layers the view lists each sequence's working state slot. Validates everything;
+  // throws with nothing changed.
   Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t *num_new_tokens,
         uint32_t num_seqs, uint32_t block_size, uint32_t num_groups,
-        const std::vector<BlockCopy> &copies, bool from_step);
+        const std::vector<BlockCopy> &copies, const StatePool &states, bool from_step);
 
   pkv_batch_view view() const;
   bool from_step() const { return from_step_; }  // planned by pkv_step: ends with pkv_commit
   const std::vector<uint64_t> &seq_ids() const { return seq_ids_; }
   const std::vector<uint32_t> &num_new_tokens() const { return num_new_; }
   const std::vector<int32_t> &sample_rows() const { return sample_rows_; }
-  const std::vector<BlockCopy> &copies() const { return copies_; }
+  const std::vector<BlockCopy> &copies() const { return copies_; }  // the block manager's
+  size_t num_state_copies() const { return copy_src_.size() - copies_.size(); }
 
  private:
   void plan_seq(const Sequence &s, uint32_t num_new);
@@ -53,6 +57,7 @@ class Batch {
   uint32_t num_groups_ = 1;
   std::vector<int64_t> group_slot_mapping_;  // [groups][tokens], with several groups
   std::vector<int32_t> group_block_tables_;  // [groups][seqs][max_blocks_per_seq], the same
+  std::vector<int32_t> state_slots_;         // [seqs] with STATE layers, else empty
 };
 
 }  // namespace pkv

@@ -222,10 +222,13 @@ class BlockManager {
   // Whether any group gives blocks back (sliding, chunked or shared).
   bool any_windowed() const;
   // How many leading blocks of a prompt of n tokens a hit may serve (block_kinds.h's rule; 0
-  // without prefix caching).
+  // without prefix caching, and after serve_no_hits).
   uint32_t max_hits(uint32_t n) const {
-    return prefix_caching_ ? max_hit_blocks(n, block_size_) : 0;
+    return prefix_caching_ && serves_hits_ ? max_hit_blocks(n, block_size_) : 0;
   }
+  // No admission hits from now on (blocks are still sealed and shared by forks): an engine with
+  // STATE layers, until checkpoints of the state come with the blocks (DESIGN.md §13).
+  void serve_no_hits() { serves_hits_ = false; }
   // The first block a group holds when the next token to compute is at `next`: its kind's first
   // block needed, but never past the last sealed block (the parent of the next one sealed) when
   // prefix caching is on and the group holds blocks at all. UINT32_MAX for a shared group.
@@ -292,6 +295,7 @@ class BlockManager {
 
   uint32_t block_size_;
   bool prefix_caching_;
+  bool serves_hits_ = true;
   bool offload_;
   uint64_t seed_;
   BlockPool pool_;  // tier 0; a block's node is the prefix node it is a sealed copy of

@@ -24,6 +24,13 @@ pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
   return p;
 }
 
+// The working slots (one per running sequence: max_num_seqs) and the checkpoint slots after them,
+// as the profiler took them from the budget; none without STATE layers.
+StatePool state_pool_of(const pkv_kv_budget &b) {
+  if (!b.num_state_layers) return StatePool();
+  return StatePool(b.num_state_slots, b.num_state_slots + b.num_state_checkpoints);
+}
+
 SchedulerLimits limits_of(const pkv_engine_params &p) {
   return SchedulerLimits{p.max_num_seqs, p.max_num_batched_tokens, p.max_model_len, p.block_size,
                          p.num_blocks,   p.preemption_mode};
@@ -40,7 +47,8 @@ Engine::Engine(const pkv_engine_params &params)
       blocks_(params_.num_blocks, params_.block_size, params_.enable_prefix_caching != 0,
               params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0,
               params_.host_num_blocks, params_.host_offload != 0, group_kinds(groups_)),
-      scheduler_(limits_of(params_), seqs_, blocks_) {
+      states_(state_pool_of(budget_)),
+      scheduler_(limits_of(params_), seqs_, blocks_, states_) {
   blocks_.set_events(&events_);
   PKV_ASSERT(!params_.host_num_blocks ||
              !blocks_.any_windowed());  // validate_engine_params refuses them
@@ -49,6 +57,12 @@ Engine::Engine(const pkv_engine_params &params)
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
   layer_specs_ = copy_layer_specs(params);
   specs_ = resolve_layer_specs(params);
+  state_layout_ = state_layout_of(specs_);
+  PKV_ASSERT(state_layout_.slot_bytes == budget_.state_bytes_per_seq &&
+             state_layout_.num_state_layers == budget_.num_state_layers);
+  // Until prefix caching keeps the state at block boundaries (checkpoints), a hit would give a
+  // sequence the attention KV of a prefix without the recurrent state at its end: no hits.
+  if (!state_layout_.empty()) blocks_.serve_no_hits();
   params_.layer_specs = layer_specs_.empty() ? nullptr : layer_specs_.data();
   params_.layer_spec_size = layer_specs_.empty() ? 0 : sizeof(pkv_layer_spec);
   layout_ = pool_layout(params_, params_.num_blocks);
@@ -167,7 +181,7 @@ uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const PrefixKeys &k
     s.keys = keys;
     s.tokens.assign(tokens, tokens + n);
     const uint32_t from_store = consult_store(keys, tokens, n);
-    admit(s, blocks_);
+    admit(s, blocks_, states_);
     blocks_.count_store_hits(from_store);
   } catch (...) {
     seqs_.discard(s.id);
@@ -195,15 +209,25 @@ uint64_t Engine::fork(uint64_t parent_id) {
     fail(PKV_ERR_STATE,
          "sequence %llu has %u uncomputed tokens: fork it after the batch that computes them",
          (unsigned long long)parent_id, parent.num_uncomputed());
+  if (states_.enabled()) states_.require_free("pkv_fork");
   Sequence &child = seqs_.create();  // references into the table stay valid
   const uint64_t id = child.id;
+  int32_t slot = -1;
   try {
     child = parent;  // tokens, keys (salt, adapter, extra keys), blocks, computed and cached
+    if (states_.enabled()) {
+      // The child's state is the parent's after its computed tokens: a copy queued for the
+      // next step, which runs it before it writes either slot.
+      slot = states_.take();
+      states_.queue_copy(parent.state_slot, slot);
+    }
   } catch (...) {
+    if (slot >= 0) states_.give_back(slot);
     seqs_.discard(id);
     throw;
   }
   child.id = id;
+  child.state_slot = slot;
   blocks_.fork(child.tables);  // cannot fail: every block is already in use
   return id;
 }
@@ -212,7 +236,7 @@ void Engine::release(uint64_t id) {
   Sequence &s = seqs_.get(id);
   require_outside_batch(s, "release");
   if (s.request.is_request) scheduler_.forget(s);
-  free_kv(s, blocks_);
+  free_kv(s, blocks_, states_);
   seqs_.erase(id);
 }
 
@@ -222,7 +246,7 @@ void Engine::preempt(uint64_t id) {
   require_manual(s, "preempt");
   if (!s.running())
     fail(PKV_ERR_STATE, "sequence %llu is already preempted", (unsigned long long)id);
-  pkv::preempt(s, blocks_);
+  pkv::preempt(s, blocks_, states_);
 }
 
 void Engine::truncate(uint64_t id, uint32_t num_tokens) {
@@ -235,6 +259,13 @@ void Engine::truncate(uint64_t id, uint32_t num_tokens) {
   PKV_REQUIRE(num_tokens >= 1 && num_tokens <= s.num_tokens(),
               "num_tokens %u: 1 .. %u (the sequence's tokens) expected", num_tokens,
               s.num_tokens());
+  // A recurrent state cannot drop tokens it has taken in (no checkpoint to go back to yet).
+  if (s.state_slot >= 0 && num_tokens < s.num_computed)
+    fail(PKV_ERR_UNSUPPORTED,
+         "sequence %llu: its recurrent state (STATE layers) has taken in %u tokens and cannot be "
+         "rolled back to %u; truncate only uncomputed tokens, or pkv_preempt it first (its state "
+         "is then recomputed from token 0 at pkv_resume)",
+         (unsigned long long)id, s.num_computed, num_tokens);
   const size_t taken = open_ && !open_->copies_done ? open_->batch->copies().size() : 0;
   pkv::truncate(s, blocks_, num_tokens, taken);
 }
@@ -245,7 +276,7 @@ uint32_t Engine::resume(uint64_t id) {
   if (s.state != SeqState::kPreempted)
     fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
   const uint32_t from_store = consult_store(s.keys, s.tokens.data(), s.num_tokens());
-  admit(s, blocks_);
+  admit(s, blocks_, states_);
   blocks_.count_store_hits(from_store);
   return s.num_cached;
 }
@@ -429,11 +460,15 @@ pkv_stats Engine::stats() const {
 void Engine::check() const {
   blocks_.check(seqs_.owners());
   scheduler_.check();
+  if (states_.enabled()) states_.check(seqs_.state_slots());
   size_t in_batch = 0;
   for (const auto &kv : seqs_) {
     const Sequence &s = kv.second;
     in_batch += s.in_batch;
     const bool swapped = s.state == SeqState::kSwapped;
+    if ((s.state_slot >= 0) != (states_.enabled() && (s.running() || swapped)))
+      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds state slot %d", (unsigned long long)s.id,
+           state_name(s.state), s.state_slot);
     if (s.host_blocks.size() !=
         (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens",

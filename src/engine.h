@@ -21,6 +21,8 @@
 #include "pkv/pkv.h"
 #include "scheduler.h"
 #include "sequence.h"
+#include "state_layout.h"
+#include "state_pool.h"
 #include "tiers/store_tier.h"
 
 namespace pkv {
@@ -105,6 +107,8 @@ class Engine {
   void check_attention(uint32_t layer, const LayerSpec &spec, const void *q, const void *k,
                        const void *v, const void *out) const;
   AttentionCall attention_call(uint32_t layer, const LayerSpec &spec) const;
+  struct pkv_layer_info state_layer_info(uint32_t layer, const LayerSpec &spec,
+                                         struct pkv_layer_info info) const;
   void require_length(uint64_t num_tokens) const;
   void require_outside_batch(const Sequence &s, const char *what) const;
   void require_manual(const Sequence &s, const char *what) const;
@@ -133,6 +137,7 @@ class Engine {
   std::vector<pkv_layer_spec> layer_specs_;  // params_.layer_specs points here (or is null)
   std::vector<LayerSpec> specs_;             // layer_specs resolved; empty without them
   PoolLayout layout_;                        // the pool's (pool_layout)
+  StateLayout state_layout_;                 // each STATE layer's parts within a state slot
   std::vector<float> sinks_;                 // [num_layers][q heads per rank] when any layer has
   std::vector<uint8_t> sinks_set_;           // [num_layers]: 1 once pkv_set_attention_sinks ran
   float softmax_scale_;
@@ -144,6 +149,7 @@ class Engine {
   KvEvents events_;
   BlockManager blocks_;
   SequenceTable seqs_;
+  StatePool states_;  // before scheduler_, which holds it
   Scheduler scheduler_;
   std::unique_ptr<OpenBatch> open_;
   std::unique_ptr<StoreConfig> store_config_;  // the caller's pkv_store_params, owned

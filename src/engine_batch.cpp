@@ -39,7 +39,7 @@ void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, u
     for (uint32_t i = 0; i < num_seqs; ++i)
       if (const Sequence *s = seqs_.find(seqs[i])) require_manual(*s, "batch");
   open(std::make_unique<Batch>(seqs_, seqs, num_new_tokens, num_seqs, params_.block_size,
-                               groups_.num_groups(), blocks_.pending_copies(), false));
+                               groups_.num_groups(), blocks_.pending_copies(), states_, false));
 }
 
 bool Engine::step() {
@@ -54,7 +54,7 @@ bool Engine::step() {
   if (plan.seq_ids.empty()) return false;
   open(std::make_unique<Batch>(seqs_, plan.seq_ids.data(), plan.num_new_tokens.data(),
                                static_cast<uint32_t>(plan.seq_ids.size()), params_.block_size,
-                               groups_.num_groups(), blocks_.pending_copies(), true));
+                               groups_.num_groups(), blocks_.pending_copies(), states_, true));
   scheduler_.count_step(plan.num_tokens);
   return true;
 }
@@ -76,7 +76,10 @@ void Engine::close(bool ran) {
   }
   // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
   // leaves them queued for the next batch, unless pkv already did them.
-  if (ran && !ob->copies_done) blocks_.copies_done(b.copies().size());
+  if (ran && !ob->copies_done) {
+    blocks_.copies_done(b.copies().size());
+    states_.copies_done(b.num_state_copies());
+  }
   // The store's writer finishes blocks on its own thread: the wire hears of them step by step.
   if (publisher_) note_store_events();
 }
@@ -120,7 +123,8 @@ void Engine::do_copies() {
   const pkv_batch_view view = open_->batch->view();
   if (view.num_copies)
     backend_->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
-  blocks_.copies_done(view.num_copies);
+  blocks_.copies_done(open_->batch->copies().size());
+  states_.copies_done(open_->batch->num_state_copies());
   open_->copies_done = true;
 }
 

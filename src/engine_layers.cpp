@@ -21,10 +21,11 @@ PoolShape Engine::pool_shape() const {
   uint32_t head_dim = params_.head_dim;
   if (l.paged)
     for (const LayerSpec &s : specs_) head_dim = std::max({head_dim, s.head_dim, s.v_dim});
-  else if (!specs_.empty())
-    head_dim = std::find_if(specs_.begin(), specs_.end(), [](const LayerSpec &s) {
-                 return s.cached();
-               })->head_dim;
+  else if (!specs_.empty()) {
+    const auto first =
+        std::find_if(specs_.begin(), specs_.end(), [](const LayerSpec &s) { return s.cached(); });
+    if (first != specs_.end()) head_dim = first->head_dim;  // none: STATE layers alone
+  }
   PoolShape shape{l.num_layers,
                   params_.num_blocks,
                   params_.block_size,
@@ -41,6 +42,8 @@ PoolShape Engine::pool_shape() const {
                   params_.kv_layout == PKV_KV_LAYOUT_MLA ? params_.kv_lora_rank : 0};
   shape.paged = l.paged;
   shape.model_layers = params_.num_layers;
+  shape.num_state_slots = states_.num_total();
+  shape.state_slot_bytes = state_layout_.slot_bytes;
   return shape;
 }
 
@@ -72,6 +75,9 @@ struct pkv_pool_info Engine::pool_info() const {
   info.host_v_base = backend_->host_v_pool();
   info.host_layer_stride = h.layer_stride;
   info.host_bytes_per_pool = h.bytes_per_pool;
+  info.state_base = backend_->state_pool();
+  info.state_slot_bytes = states_.enabled() ? state_layout_.slot_bytes : 0;
+  info.num_state_slots = states_.num_total();
   return info;
 }
 
@@ -94,6 +100,7 @@ struct pkv_layer_info Engine::layer_info(uint32_t layer) const {
   info.sinks = s.sinks;
   info.logit_softcap = s.softcap;
   info.softmax_scale = s.scale;
+  if (s.kind == PKV_LAYER_STATE) return state_layer_info(layer, s, info);
   // V's rows are K's where V is K (MLA's latent, k_eq_v): as wide as K's.
   const uint64_t v_row = s.v_is_k() ? s.head_dim : s.v_dim;
   info.token_stride = uint64_t(s.kv_heads) * s.head_dim;
@@ -115,12 +122,33 @@ struct pkv_layer_info Engine::layer_info(uint32_t layer) const {
   return info;
 }
 
+// A STATE layer has no K and V: its parts' places within a state slot (state_layout_), and no
+// KV group (UINT32_MAX).
+struct pkv_layer_info Engine::state_layer_info(uint32_t layer, const LayerSpec &s,
+                                               struct pkv_layer_info info) const {
+  info.group = UINT32_MAX;
+  info.source_layer = layer;
+  for (uint32_t i = 0; i < PKV_MAX_STATE_PARTS; ++i) {
+    info.state_offset[i] = state_layout_.offset[layer][i];
+    info.state_bytes[i] = state_layout_.bytes[layer][i];
+    if (!s.state[i].bytes) continue;
+    info.state_dtype[i] = s.state[i].dtype;
+    std::copy(s.state[i].shape, s.state[i].shape + PKV_MAX_STATE_DIMS,
+              info.state_shape + size_t(i) * PKV_MAX_STATE_DIMS);
+  }
+  return info;
+}
+
 void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales) {
   if (k_scales_.empty())
     fail(PKV_ERR_INVALID_ARGUMENT, "the cache is %s, not fp8: it has no scales (kv_dtype)",
          dtype_name(kv_dtype_of(params_)));
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
   const LayerSpec spec = layer_spec(layer);
+  PKV_REQUIRE(spec.kind != PKV_LAYER_STATE,
+              "layer %u is a STATE layer: its recurrent state is not quantized (it has no K and V "
+              "to scale)",
+              layer);
   PKV_REQUIRE(spec.cached(),
               "layer %u is SHARED: it reads layer %u's cache, quantized with that layer's scales "
               "(set them there)",
@@ -165,6 +193,13 @@ void Engine::set_attention_sinks(uint32_t layer, const float *sinks, uint32_t nu
 
 void Engine::check_attention(uint32_t layer, const LayerSpec &s, const void *q, const void *k,
                              const void *v, const void *out) const {
+  if (s.kind == PKV_LAYER_STATE)
+    fail(
+        PKV_ERR_INVALID_ARGUMENT,
+        "layer %u is a STATE layer: it has no K and V to attend over; the host runs its recurrence "
+        "on the state in slot pkv_batch_view.state_slots[i] (pkv_layer_info says where its parts "
+        "are)",
+        layer);
   if (s.kind == PKV_LAYER_MLA) {
     PKV_REQUIRE(q && k && out, "q, k (the latents) and out must not be NULL");
     PKV_REQUIRE(!v, "kv_layout MLA has no V (it is a view of the latents): pass v NULL");

@@ -76,7 +76,7 @@ void Scheduler::enqueue(uint64_t id) {
 }
 
 void Scheduler::finish_request(Sequence &s, uint32_t reason) {
-  finish(s, blocks_, reason);
+  finish(s, blocks_, states_, reason);
   running_.erase(std::find(running_.begin(), running_.end(), s.id));
   finished_.push_back(s.id);
   num_finished_++;
@@ -92,7 +92,7 @@ bool Scheduler::reserve(Sequence &s, std::vector<uint64_t> &chosen) {
     if (swap_out_victim(victim)) {
       swapped_.push_front(victim.id);
     } else {
-      preempt(victim, blocks_);
+      preempt(victim, blocks_, states_);
       waiting_.push_front(victim.id);
     }
     running_.pop_back();
@@ -202,7 +202,7 @@ StepPlan Scheduler::schedule() {
       ++i;
       continue;
     }
-    if (!fits([&] { admit(s, blocks_); })) break;
+    if (!fits([&] { admit(s, blocks_, states_); })) break;  // no blocks, or no state slot
     waiting_.erase(waiting_.begin() + long(i));
     running_.push_back(s.id);
     const uint32_t loads = blocks_.last_admission_loads();

@@ -1,7 +1,7 @@
 // Continuous batching (DESIGN.md §7): pkv_submit queues a request, schedule() picks the next
 // step's sequences and token counts, commit() takes the sampled tokens. Requests are ordinary
 // sequences of the SequenceTable; the scheduler keeps which are waiting, running or finished,
-// and works through the BlockManager alone. The engine turns its plans into batches.
+// and works through the BlockManager and the StatePool alone. The engine turns its plans into batches.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +41,9 @@ uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const PrefixKeys 
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerLimits &limits, SequenceTable &seqs, BlockManager &blocks)
-      : limits_(limits), seqs_(seqs), blocks_(blocks) {}
+  Scheduler(const SchedulerLimits &limits, SequenceTable &seqs, BlockManager &blocks,
+            StatePool &states)
+      : limits_(limits), seqs_(seqs), blocks_(blocks), states_(states) {}
 
   uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                   const PrefixKeys &keys);
@@ -89,6 +90,7 @@ class Scheduler {
   SchedulerLimits limits_;
   SequenceTable &seqs_;
   BlockManager &blocks_;
+  StatePool &states_;              // a request runs only with a working state slot (STATE layers)
   std::deque<uint64_t> waiting_;   // waiting and preempted requests, in admission order
   std::deque<uint64_t> swapped_;   // swapped out by a preemption; they come back first
   std::vector<uint64_t> running_;  // admission order: the newest is preempted first

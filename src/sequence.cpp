@@ -26,10 +26,12 @@ const char *state_name(SeqState state) {
 
 // ---------------------------------------------------------------- moves between states
 
-void admit(Sequence &s, BlockManager &blocks) {
+void admit(Sequence &s, BlockManager &blocks, StatePool &states) {
   PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
-  PKV_ASSERT(s.num_unslotted == 0);
+  PKV_ASSERT(s.num_unslotted == 0 && s.state_slot < 0);
+  if (states.enabled()) states.require_free("admitting a sequence");
   const uint32_t hit = blocks.admit(s.tables, s.keys, s.tokens.data(), s.num_tokens());
+  if (states.enabled()) s.state_slot = states.take();  // cannot fail: checked above
   s.num_cached = hit;
   s.num_computed = hit;
   s.state = SeqState::kRunning;
@@ -51,9 +53,16 @@ void reserve_unslotted(Sequence &s, BlockManager &blocks) {
 
 namespace {
 
-void give_back(Sequence &s, BlockManager &blocks, SeqState to) {
+void give_back_state(Sequence &s, StatePool &states) {
+  if (s.state_slot < 0) return;
+  states.give_back(s.state_slot);
+  s.state_slot = -1;
+}
+
+void give_back(Sequence &s, BlockManager &blocks, StatePool &states, SeqState to) {
   PKV_ASSERT(s.running());
   blocks.free(s.tables);
+  give_back_state(s, states);
   s.num_computed = 0;
   s.num_unslotted = 0;
   s.state = to;
@@ -61,14 +70,14 @@ void give_back(Sequence &s, BlockManager &blocks, SeqState to) {
 
 }  // namespace
 
-void preempt(Sequence &s, BlockManager &blocks) {
-  give_back(s, blocks, SeqState::kPreempted);
+void preempt(Sequence &s, BlockManager &blocks, StatePool &states) {
+  give_back(s, blocks, states, SeqState::kPreempted);
   s.num_cached = 0;
   blocks.count_preemption();
 }
 
-void finish(Sequence &s, BlockManager &blocks, uint32_t reason) {
-  give_back(s, blocks, SeqState::kFinished);
+void finish(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t reason) {
+  give_back(s, blocks, states, SeqState::kFinished);
   s.request.finish_reason = reason;
 }
 
@@ -96,9 +105,10 @@ void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken) {
   s.num_cached = std::min(s.num_cached, n);
 }
 
-void free_kv(Sequence &s, BlockManager &blocks) {
+void free_kv(Sequence &s, BlockManager &blocks, StatePool &states) {
   blocks.free(s.tables);
   blocks.free_host(s.host_blocks);
+  give_back_state(s, states);
 }
 
 void computed(Sequence &s, BlockManager &blocks, uint32_t n) {
@@ -147,7 +157,7 @@ void SequenceTable::discard(uint64_t id) {
 
 void SequenceTable::erase(uint64_t id) {
   const Sequence &s = get(id);
-  PKV_ASSERT(s.tables.empty() && s.host_blocks.empty() && !s.in_batch);
+  PKV_ASSERT(s.tables.empty() && s.host_blocks.empty() && !s.in_batch && s.state_slot < 0);
   seqs_.erase(id);
 }
 
@@ -164,6 +174,13 @@ std::vector<TableOwner> SequenceTable::owners() const {
     out.push_back(TableOwner{id, &s.tables, &s.keys, s.tokens.data(),
                              s.running() ? s.num_slotted() : 0, s.running() ? s.num_computed : 0,
                              &s.host_blocks});
+  return out;
+}
+
+std::vector<int32_t> SequenceTable::state_slots() const {
+  std::vector<int32_t> out;
+  out.reserve(seqs_.size());
+  for (const auto &kv : seqs_) out.push_back(kv.second.state_slot);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "block_manager.h"
+#include "state_pool.h"
 
 namespace pkv {
 
@@ -52,6 +53,9 @@ struct Sequence {
   // (then it may find no block and preempt someone). 0 or 1, and only while running.
   uint32_t num_unslotted = 0;
   bool in_batch = false;  // a member of the engine's open batch
+  // Its working state slot (StatePool) while running or swapped, on a model with STATE layers;
+  // else -1. A preempted sequence gives it back: its state is recomputed from token 0.
+  int32_t state_slot = -1;
   Request request;
 
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }
@@ -64,16 +68,20 @@ const char *state_name(SeqState state);
 
 // ---------------------------------------------------------------- moves between states
 // Each is all-or-nothing: it throws (PKV_ERR_NO_SPACE, out of memory) with nothing changed.
+// states: the state slots (disabled without STATE layers): a running or swapped sequence holds
+// one working slot, taken at admission and given back when it stops running (not when swapped:
+// its state stays in the slot).
 
-// waiting / preempted -> running: blocks for every token, the prefix cache's hit counted computed.
-void admit(Sequence &s, BlockManager &blocks);
+// waiting / preempted -> running: blocks for every token, the prefix cache's hit counted
+// computed, and a working state slot (none free: PKV_ERR_NO_SPACE).
+void admit(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running: n more tokens, with their slots.
 void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n);
 // Running: the slot of the sampled token that waits for one.
 void reserve_unslotted(Sequence &s, BlockManager &blocks);
 // Running -> preempted: the blocks go back, the tokens stay (a sampled token awaiting its slot
 // becomes an ordinary token, computed at re-admission). Cannot fail.
-void preempt(Sequence &s, BlockManager &blocks);
+void preempt(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running -> swapped: the KV moves to the host tier (copies queued); computed tokens stay computed.
 void swap_out(Sequence &s, BlockManager &blocks);
 // Swapped -> running: back into pool blocks (copies queued), full computed blocks sealed again.
@@ -84,9 +92,9 @@ void swap_in(Sequence &s, BlockManager &blocks);
 // taken: the queued copies an open batch holds.
 void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken);
 // Gives back whatever the sequence holds, in either tier (pkv_release).
-void free_kv(Sequence &s, BlockManager &blocks);
+void free_kv(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running -> finished (a request): the blocks go back, the tokens stay. Cannot fail.
-void finish(Sequence &s, BlockManager &blocks, uint32_t reason);
+void finish(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t reason);
 // Running: a step computed the next n tokens; full blocks are sealed into the prefix cache.
 void computed(Sequence &s, BlockManager &blocks, uint32_t n);
 // Running: a sampled token joins the tokens, its slot reserved at the next step. The caller
@@ -116,6 +124,8 @@ class SequenceTable {
   Map::const_iterator end() const { return seqs_.end(); }
   // Every sequence's block table, as BlockManager::check wants them.
   std::vector<TableOwner> owners() const;
+  // Every sequence's working state slot (-1: none), as StatePool::check wants them.
+  std::vector<int32_t> state_slots() const;
 
  private:
   Map seqs_;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/copy_kind.h"
 #include "pkv/pkv.h"
@@ -45,6 +46,10 @@ struct PoolShape {
   // head_dim: the largest of any layer (scratch sizes), not a layer's.
   bool paged = false;
   uint32_t model_layers = 0;  // the model's layers (per-layer tables: fp8 scales)
+  // Recurrent state (DESIGN.md §13): num_state_slots slots of state_slot_bytes (a multiple of
+  // 256), beside the pool in the same memory; none without STATE layers.
+  uint32_t num_state_slots = 0;
+  uint64_t state_slot_bytes = 0;
   bool mla() const { return tensors == 1 && !paged; }
   uint32_t v_dim() const { return mla() ? kv_lora_rank : head_dim; }
   uint64_t block_bytes() const { return bytes.block; }
@@ -93,8 +98,10 @@ class Backend {
   // The host tier's K and V (host memory, pinned on CUDA); null when it has no blocks.
   virtual void *host_k_pool() const = 0;
   virtual void *host_v_pool() const = 0;
+  // The state slots (num_state_slots * state_slot_bytes, 256-byte aligned); null when none.
+  virtual void *state_pool() const = 0;
   // Block copies src[i] -> dst[i], in order, every layer, K and V (MLA: K); kind[i] (PKV_COPY_*) says
-  // which tier each id is in.
+  // which tier each id is in. A PKV_COPY_STATE copy's ids are state slots: the whole slot.
   virtual void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
                            uint32_t n) = 0;
   // Pool block `block`'s K and V of every layer into dst (host memory), layer by layer, K then V
@@ -109,6 +116,15 @@ class Backend {
   // CUDA: the stream to run on from the next call on; CPU: only nullptr.
   virtual void set_stream(void *stream) = 0;
 };
+
+// A step's copy list split by what it moves: the KV block copies (in their order) and the state
+// slot copies (in theirs). The two touch disjoint memory, so running one list, then the other,
+// gives what the whole list gives in order.
+struct SplitCopies {
+  std::vector<int32_t> src, dst, kind;  // the block copies
+  std::vector<int32_t> state_src, state_dst;
+};
+SplitCopies split_copies(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n);
 
 // Host memory from /proc/meminfo.
 MemoryInfo host_memory();

@@ -14,9 +14,13 @@ constexpr bool copy_reads_host(int32_t kind) {
 constexpr bool copy_writes_host(int32_t kind) {
   return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD;
 }
-// A PKV_COPY_* kind (COW: the pool to the pool).
+// A PKV_COPY_* kind of KV blocks (COW: the pool to the pool).
 constexpr bool copy_kind_known(int32_t kind) {
   return kind == PKV_COPY_COW || copy_reads_host(kind) || copy_writes_host(kind);
 }
+// A copy of a whole state slot to another (DESIGN.md §13): its ids are state slots, not blocks,
+// in memory no block copy touches, so the backends run these apart from the block copies (in
+// their own order).
+constexpr bool copy_is_state(int32_t kind) { return kind == PKV_COPY_STATE; }
 
 }  // namespace pkv

@@ -1,6 +1,7 @@
 // CPU backend: the pool in host memory, the compute in cpu_kernels.cpp on a thread pool.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -41,14 +42,16 @@ class Mapping {
 
 class CpuBackend final : public Backend {
  public:
-  // One mapping for the pool's K then V (MLA: the latents alone), one for the host tier's.
+  // One mapping for the pool's K then V (MLA: the latents alone), one for the host tier's, one
+  // for the state slots (page-aligned: each slot's parts stay 256-byte aligned).
   CpuBackend(const PoolShape &shape, uint32_t num_threads)
       : shape_(shape),
         bytes_(shape.bytes_per_pool()),
         num_threads_(num_threads),
         variant_(cpu_variant()),
         pool_(shape.tensors * bytes_, "KV pool"),
-        host_(shape.tensors * shape.host_bytes.pool, "host tier") {}
+        host_(shape.tensors * shape.host_bytes.pool, "host tier"),
+        state_(uint64_t(shape.num_state_slots) * shape.state_slot_bytes, "state pool") {}
 
   int32_t device() const override { return PKV_DEVICE_CPU; }
   const char *kernels() const override { return variant_.name; }
@@ -61,13 +64,29 @@ class CpuBackend final : public Backend {
     return host_.base() && shape_.tensors == 2 ? host_.base() + shape_.host_bytes.pool : nullptr;
   }
 
+  void *state_pool() const override { return state_.base(); }
+
   void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
                    uint32_t n) override {
     const CpuTier tiers[2] = {
         {pool_.base(), static_cast<char *>(v_pool()), shape_.layer_bytes()},
         {host_.base(), static_cast<char *>(host_v_pool()), shape_.host_bytes.layer}};
-    kernels().copy_blocks(tiers, shape_.num_layers, shape_.tensors, shape_.block_bytes(), src, dst,
-                          kind, n);
+    if (!std::any_of(kind, kind + n, copy_is_state)) {
+      kernels().copy_blocks(tiers, shape_.num_layers, shape_.tensors, shape_.block_bytes(), src,
+                            dst, kind, n);
+      return;
+    }
+    const SplitCopies c = split_copies(src, dst, kind, n);
+    if (!c.src.empty())
+      kernels().copy_blocks(tiers, shape_.num_layers, shape_.tensors, shape_.block_bytes(),
+                            c.src.data(), c.dst.data(), c.kind.data(), uint32_t(c.src.size()));
+    const uint64_t sb = shape_.state_slot_bytes;
+    for (size_t i = 0; i < c.state_src.size(); ++i) {  // in order: a copy may read an earlier one's
+      PKV_ASSERT(uint32_t(c.state_src[i]) < shape_.num_state_slots &&
+                 uint32_t(c.state_dst[i]) < shape_.num_state_slots);
+      std::memmove(state_.base() + uint64_t(c.state_dst[i]) * sb,
+                   state_.base() + uint64_t(c.state_src[i]) * sb, sb);
+    }
   }
 
   void read_block(int32_t block, void *dst) override {
@@ -124,7 +143,7 @@ class CpuBackend final : public Backend {
   uint64_t bytes_;
   uint32_t num_threads_;
   const CpuVariant &variant_;
-  Mapping pool_, host_;
+  Mapping pool_, host_, state_;
   std::unique_ptr<CpuKernels> kernels_;
 };
 

@@ -121,6 +121,10 @@ class CudaBackend final : public Backend {
     if (err == cudaSuccess && shape.host_num_blocks)
       err = cudaHostAlloc(&host_, shape.tensors * shape.host_bytes.pool, cudaHostAllocMapped);
     if (err == cudaSuccess && host_) err = cudaHostGetDevicePointer(&host_dev_, host_, 0);
+    // The state slots (cudaMalloc's 256-byte alignment keeps each part aligned), zeroed once.
+    const uint64_t state_bytes = uint64_t(shape.num_state_slots) * shape.state_slot_bytes;
+    if (err == cudaSuccess && state_bytes) err = cudaMalloc(&state_, state_bytes);
+    if (err == cudaSuccess && state_bytes) err = cudaMemset(state_, 0, state_bytes);
     if (err != cudaSuccess) {
       release();
       check_cuda(err, "allocating the KV pool and its host tier");
@@ -130,6 +134,7 @@ class CudaBackend final : public Backend {
   int32_t device() const override { return PKV_DEVICE_CUDA; }
   const char *kernels() const override { return "cuda"; }
   void *k_pool() const override { return k_; }
+  void *state_pool() const override { return state_; }
   void *v_pool() const override { return v_; }
   void *host_k_pool() const override { return host_; }
   void *host_v_pool() const override {
@@ -150,10 +155,16 @@ class CudaBackend final : public Backend {
   // all pairs uploaded at once; one wait at the end, as pairs_buf_ is reused by the next call.
   void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
                    uint32_t n) override {
+    const SplitCopies c = split_copies(src, dst, kind, n);
     CopyPlan plan;
-    if (!plan_block_copies(src, dst, kind, n, &plan))
+    if (!plan_block_copies(c.src.data(), c.dst.data(), c.kind.data(), uint32_t(c.src.size()),
+                           &plan))
       fail(PKV_ERR_INTERNAL, "copy_blocks: a queued copy of an unknown kind");
-    if (plan.launches.empty()) return;
+    if (!c.state_src.empty()) copy_states(c);
+    if (plan.launches.empty()) {
+      if (!c.state_src.empty()) check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");
+      return;
+    }
     for (const CopyLaunch &l : plan.launches)
       PKV_ASSERT(host_dev_ || l.direction == CopyDirection::device_to_device);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
@@ -175,6 +186,23 @@ class CudaBackend final : public Backend {
                  "copy_blocks");
     }
     check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");
+  }
+
+  // Whole state slots, device to device, in order on the stream (a copy may read an earlier
+  // one's destination); the caller waits for the stream.
+  void copy_states(const SplitCopies &c) {
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    const uint64_t sb = shape_.state_slot_bytes;
+    char *base = static_cast<char *>(state_);
+    for (size_t i = 0; i < c.state_src.size(); ++i) {
+      PKV_ASSERT(uint32_t(c.state_src[i]) < shape_.num_state_slots &&
+                 uint32_t(c.state_dst[i]) < shape_.num_state_slots);
+      if (c.state_src[i] == c.state_dst[i]) continue;
+      check_cuda(cudaMemcpyAsync(base + uint64_t(c.state_dst[i]) * sb,
+                                 base + uint64_t(c.state_src[i]) * sb, sb, cudaMemcpyDeviceToDevice,
+                                 stream_),
+                 "copying state slots");
+    }
   }
 
   void read_block(int32_t block, void *dst) override {
@@ -323,8 +351,9 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_id_);
     cudaFree(k_);
     cudaFree(v_);
+    cudaFree(state_);
     if (host_) cudaFreeHost(host_);
-    k_ = v_ = host_ = host_dev_ = nullptr;
+    k_ = v_ = host_ = host_dev_ = state_ = nullptr;
   }
 
   // The kernels' view of the call's layer (kernels/kv_types.cuh): its own heads and widths, where
@@ -390,6 +419,7 @@ class CudaBackend final : public Backend {
   void *v_ = nullptr;
   void *host_ = nullptr;      // the host tier, for the host (host_k_pool)
   void *host_dev_ = nullptr;  // the same memory, for kernels
+  void *state_ = nullptr;     // the state slots (PoolShape::num_state_slots), device memory
   cudaStream_t stream_ = nullptr;
   DeviceBuffer batch_buf_, workspace_, pairs_buf_;
   // decode_workspace_bound bytes of the pool's shape (any window's plan fits), or more when a

@@ -1,0 +1,47 @@
+// The recurrent state's slots (DESIGN.md §13): ids 0 .. total-1 of the state region beside the KV
+// pool (backend.h), the first num_working meant for the working states of running sequences (one
+// each), the rest for prefix-cache checkpoints. A free list of working slots, and the queued
+// PKV_COPY_STATE copies (slot -> slot) that a step runs before it writes anything, in order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "block_manager.h"  // BlockCopy
+
+namespace pkv {
+
+class StatePool {
+ public:
+  StatePool() = default;  // no STATE layers: no slots
+  StatePool(uint32_t num_working, uint32_t num_total);
+
+  bool enabled() const { return num_total_ > 0; }
+  uint32_t num_working() const { return num_working_; }
+  uint32_t num_total() const { return num_total_; }
+  uint32_t num_free_working() const { return static_cast<uint32_t>(free_.size()); }
+
+  // A free working slot for a sequence that starts running. Throws PKV_ERR_NO_SPACE, with nothing
+  // changed, when every working slot is held (`what` names the call in the message).
+  void require_free(const char *what) const;
+  int32_t take();  // after require_free: cannot fail
+  void give_back(int32_t slot);
+
+  // A copy of src's state into dst, run before the next step writes either (a fork's).
+  // Throws (out of memory) with nothing changed.
+  void queue_copy(int32_t src, int32_t dst);
+  // Copies queued and not yet done, in order. A batch lists those queued before it began.
+  const std::vector<BlockCopy> &pending_copies() const { return pending_; }
+  void copies_done(size_t n);  // the first n pending copies are done
+
+  // held: every sequence's working slot (-1: none). Each held slot is held once and is not free;
+  // the free and held slots together are the working slots. Throws PKV_ERR_INTERNAL.
+  void check(const std::vector<int32_t> &held) const;
+
+ private:
+  uint32_t num_working_ = 0, num_total_ = 0;
+  std::vector<int32_t> free_;  // a stack: the lowest slot on top at first
+  std::vector<BlockCopy> pending_;
+};
+
+}  // namespace pkv
