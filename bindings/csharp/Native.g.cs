@@ -56,13 +56,21 @@ namespace Pkv
         Mla = 1,
     }
 
-    /// <summary>What a layer keeps in the cache (LayerSpec.Kind, PKV_LAYER_*): Attention (K and V of its own heads), Mla (one latent) or Shared (an earlier layer's).</summary>
+    /// <summary>What a layer keeps in the cache (LayerSpec.Kind, PKV_LAYER_*): Attention (K and V of its own heads), Mla (one latent), Shared (an earlier layer's) or State (a recurrent state per sequence, since 0.6).</summary>
     public enum LayerKind : uint
     {
         Attention = 0,
         Mla = 1,
         Shared = 2,
         State = 3,
+    }
+
+    /// <summary>Where a sequence leaves checkpoints of its recurrent state (EngineParams.StateCheckpointPolicy, PKV_STATE_CHECKPOINT_*).</summary>
+    public enum StateCheckpointPolicy : uint
+    {
+        PromptEnd = 0,
+        Every = 1,
+        None = 2,
     }
 
     /// <summary>Which keys a token attends to (LayerSpec.Attention, PKV_ATTENTION_*): Full, Sliding (the last Window) or Chunked (its own Window-token chunk).</summary>
@@ -351,7 +359,7 @@ namespace Pkv
         public IntPtr LayerSpecs;
         public uint LayerSpecSize;
         public uint Reserved3;
-        public uint StateCheckpointPolicy;
+        public StateCheckpointPolicy StateCheckpointPolicy;
         public uint StateCheckpointInterval;
         public uint NumStateCheckpoints;
         public uint Reserved4;
@@ -396,7 +404,7 @@ namespace Pkv
         public KvLayout KvLayout;
         public uint KvLoraRank;
         public uint QkRopeHeadDim;
-        public uint StateCheckpointPolicy;
+        public StateCheckpointPolicy StateCheckpointPolicy;
         public uint StateCheckpointInterval;
         public uint NumStateCheckpoints;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
@@ -917,9 +925,6 @@ namespace Pkv
         public const int MaxEventTopicBytes = 1024;
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
-        public const int StateCheckpointPromptEnd = 0;
-        public const int StateCheckpointEvery = 1;
-        public const int StateCheckpointNone = 2;
         public const int StoreProblemBytes = 64;
     }
 

@@ -21,7 +21,8 @@ CS_ENUMS = {
                             'or Mla (one latent) (PKV_KV_LAYOUT_*).', False),
     'PKV_LAYER_ATTENTION': ('LayerKind', 'PKV_LAYER_',
                             'What a layer keeps in the cache (LayerSpec.Kind, PKV_LAYER_*): Attention (K and '
-                            'V of its own heads), Mla (one latent) or Shared (an earlier layer\'s).', False),
+                            'V of its own heads), Mla (one latent), Shared (an earlier layer\'s) or State (a '
+                            'recurrent state per sequence, since 0.6).', False),
     'PKV_ATTENTION_FULL': ('AttentionKind', 'PKV_ATTENTION_',
                            'Which keys a token attends to (LayerSpec.Attention, PKV_ATTENTION_*): Full, '
                            'Sliding (the last Window) or Chunked (its own Window-token chunk).', False),
@@ -39,6 +40,9 @@ CS_ENUMS = {
     'PKV_STORE_WRITE_THROUGH': ('StoreWriteMode', 'PKV_STORE_',
                                 'How an engine writes to its store (PKV_STORE_WRITE_*, READ_ONLY).', False),
     'PKV_STORE_LIST_KEYS_ONLY': ('StoreListFlags', 'PKV_STORE_LIST_', 'Store.List flags (PKV_STORE_LIST_*).', True),
+    'PKV_STATE_CHECKPOINT_PROMPT_END': ('StateCheckpointPolicy', 'PKV_STATE_CHECKPOINT_',
+                                        'Where a sequence leaves checkpoints of its recurrent state '
+                                        '(EngineParams.StateCheckpointPolicy, PKV_STATE_CHECKPOINT_*).', False),
     'PKV_STORE_VALUE_UNREAD': ('StoreValueState', 'PKV_STORE_VALUE_',
                                'What reading a store value found (PKV_STORE_VALUE_*).', False),
 }
@@ -47,11 +51,13 @@ CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_
                    'DebugFlags': 'uint32_t', 'FinishReason': 'uint32_t', 'PreemptionMode': 'uint32_t',
                    'KvEventType': 'uint32_t', 'StoreKind': 'uint32_t', 'StoreWriteMode': 'uint32_t',
                    'StoreListFlags': 'uint32_t', 'StoreValueState': 'uint32_t', 'Tier': 'uint32_t',
-                   'EventFormat': 'uint32_t', 'LayerKind': 'uint32_t', 'AttentionKind': 'uint32_t'}
+                   'EventFormat': 'uint32_t', 'LayerKind': 'uint32_t', 'AttentionKind': 'uint32_t',
+                   'StateCheckpointPolicy': 'uint32_t'}
 # The fields of those types, by C name or struct.field.
 CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_layout': 'KvLayout', 'pkv_kv_budget.source': 'BudgetSource',
-                   'pkv_engine_params.debug_flags': 'DebugFlags', 'pkv_seq_info.finish_reason': 'FinishReason',
+                   'pkv_engine_params.debug_flags': 'DebugFlags',
+                   'pkv_engine_params.state_checkpoint_policy': 'StateCheckpointPolicy', 'pkv_seq_info.finish_reason': 'FinishReason',
                    'pkv_engine_params.preemption_mode': 'PreemptionMode', 'pkv_kv_event.type': 'KvEventType',
                    'pkv_store_params.kind': 'StoreKind', 'pkv_store_info.kind': 'StoreKind',
                    'pkv_store_params.write_mode': 'StoreWriteMode', 'pkv_store_entry.state': 'StoreValueState',

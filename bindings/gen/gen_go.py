@@ -49,6 +49,9 @@ GO_ENUMS = {
                             'what a layer keeps in the cache (LayerSpec.Kind)'),
     'PKV_ATTENTION_FULL': ('AttentionKind', 'uint32', 'PKV_ATTENTION_', 'Attention',
                            'which keys a token attends to (LayerSpec.Attention)'),
+    'PKV_STATE_CHECKPOINT_PROMPT_END': ('StateCheckpointPolicy', 'uint32', 'PKV_STATE_CHECKPOINT_', 'StateCheckpoint',
+                                        'where a sequence leaves checkpoints of its recurrent state '
+                                        '(EngineParams.StateCheckpointPolicy)'),
 }
 # Struct fields of a named type: the field's C name (any struct) or struct.field -> the Go type.
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
@@ -56,7 +59,8 @@ GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'preemption_mode': 'PreemptionMode', 'source': 'BudgetSource', 'type': 'EventType',
                    'kv_layout': 'KVLayout', 'debug_flags': 'DebugFlags', 'kind': 'StoreKind',
                    'state': 'StoreValueState', 'pkv_layer_spec.kind': 'LayerKind',
-                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind'}
+                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind',
+                   'state_checkpoint_policy': 'StateCheckpointPolicy'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
                   'in_batch', 'is_request', 'k_eq_v', 'sinks'}

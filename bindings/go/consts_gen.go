@@ -98,10 +98,13 @@ const (
 	MaxStateDims  = 4
 )
 
+// StateCheckpointPolicy is where a sequence leaves checkpoints of its recurrent state (EngineParams.StateCheckpointPolicy): pkv.h's PKV_STATE_CHECKPOINT_*.
+type StateCheckpointPolicy uint32
+
 const (
-	StateCheckpointPromptEnd = 0
-	StateCheckpointEvery     = 1
-	StateCheckpointNone      = 2
+	StateCheckpointPromptEnd StateCheckpointPolicy = 0
+	StateCheckpointEvery     StateCheckpointPolicy = 1
+	StateCheckpointNone      StateCheckpointPolicy = 2
 )
 
 // AttentionKind is which keys a token attends to (LayerSpec.Attention): pkv.h's PKV_ATTENTION_*.
@@ -383,6 +386,19 @@ func (v PreemptionMode) String() string {
 		return "PREEMPT_AUTO"
 	}
 	return unknown("PreemptionMode", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "STATE_CHECKPOINT_PROMPT_END".
+func (v StateCheckpointPolicy) String() string {
+	switch v {
+	case StateCheckpointPromptEnd:
+		return "STATE_CHECKPOINT_PROMPT_END"
+	case StateCheckpointEvery:
+		return "STATE_CHECKPOINT_EVERY"
+	case StateCheckpointNone:
+		return "STATE_CHECKPOINT_NONE"
+	}
+	return unknown("StateCheckpointPolicy", int64(v))
 }
 
 // String is the C name without PKV_, e.g. "STORE_NONE".

@@ -99,7 +99,7 @@ type EngineParams struct {
 	KVLoraRank              uint32
 	QKRopeHeadDim           uint32
 	LayerSpecs              []LayerSpec
-	StateCheckpointPolicy   uint32
+	StateCheckpointPolicy   StateCheckpointPolicy
 	StateCheckpointInterval uint32
 	NumStateCheckpoints     uint32
 
@@ -143,7 +143,7 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.KVLayout = uint32(p.KVLayout)
 	c.KVLoraRank = p.KVLoraRank
 	c.QKRopeHeadDim = p.QKRopeHeadDim
-	c.StateCheckpointPolicy = p.StateCheckpointPolicy
+	c.StateCheckpointPolicy = uint32(p.StateCheckpointPolicy)
 	c.StateCheckpointInterval = p.StateCheckpointInterval
 	c.NumStateCheckpoints = p.NumStateCheckpoints
 }
@@ -185,7 +185,7 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.KVLayout = KVLayout(c.KVLayout)
 	p.KVLoraRank = c.KVLoraRank
 	p.QKRopeHeadDim = c.QKRopeHeadDim
-	p.StateCheckpointPolicy = c.StateCheckpointPolicy
+	p.StateCheckpointPolicy = StateCheckpointPolicy(c.StateCheckpointPolicy)
 	p.StateCheckpointInterval = c.StateCheckpointInterval
 	p.NumStateCheckpoints = c.NumStateCheckpoints
 }

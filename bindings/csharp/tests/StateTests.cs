@@ -75,7 +75,7 @@ static partial class Tests
         Equal(40ul, b.NumBlocks, "blocks of the rest");
         Equal(40 * HybridBlockBytes, b.PoolBytes, "KV pool");
         p = Hybrid();
-        p.StateCheckpointPolicy = Constants.StateCheckpointNone;
+        p.StateCheckpointPolicy = StateCheckpointPolicy.None;
         b = Library.Profile(p);
         Equal(0u, b.NumStateCheckpoints, "NONE: no checkpoints");
         Equal(8 * SlotBytes, b.StatePoolBytes, "NONE: working slots only");
