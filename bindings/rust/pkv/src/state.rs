@@ -69,12 +69,15 @@ impl StatePart {
         self.shape[0] != 0
     }
 
-    /// The parts of a C spec's or layer info's `state_dtype` and `state_shape` arrays.
+    /// The parts of a C spec's or layer info's `state_dtype` and `state_shape` arrays; an absent
+    /// part is `StatePart::default()` whatever its dtype code (so specs compare equal read back).
     pub(crate) fn parts_from_raw(dtype: &[u32], shape: &[u32]) -> [StatePart; MAX_STATE_PARTS] {
         let mut parts = [StatePart::default(); MAX_STATE_PARTS];
         for (i, part) in parts.iter_mut().enumerate() {
-            part.dtype = Dtype::from_code(dtype[i] as i32);
             part.shape.copy_from_slice(&shape[i * MAX_STATE_DIMS..(i + 1) * MAX_STATE_DIMS]);
+            if part.is_present() {
+                part.dtype = Dtype::from_code(dtype[i] as i32);
+            }
         }
         parts
     }
