@@ -263,6 +263,13 @@ pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p, const c
     if (cap < m.params.num_layers)
       pkv::fail(PKV_ERR_INVALID_ARGUMENT, "the model has %u layers, specs holds %u",
                 m.params.num_layers, cap);
+    // A spec of an older header ends before state_dtype: a recurrent layer would lose its state.
+    for (uint32_t l = 0; l < m.specs.size() && spec_size < sizeof(pkv_layer_spec); ++l)
+      if (m.specs[l].kind == PKV_LAYER_STATE)
+        pkv::fail(PKV_ERR_INVALID_ARGUMENT,
+                  "layer %u is recurrent (PKV_LAYER_STATE): spec_size %u ends before its state "
+                  "fields; pkv.h 0.6's pkv_layer_spec (%zu bytes) is needed",
+                  l, spec_size, sizeof(pkv_layer_spec));
     if (m.needs_specs) {
       m.params.layer_specs = specs;
       m.params.layer_spec_size = spec_size;

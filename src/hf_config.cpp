@@ -300,7 +300,7 @@ bool read_mla(const json &cfg, pkv_engine_params *out) {
 // query_pre_attn_scalar^-0.5 (transformers' Gemma2Attention / Gemma3Attention: scaling =
 // config.query_pre_attn_scalar**-0.5). Gemma 3n and 4 normalize q and k and scale by 1
 // (Gemma3nTextAttention / Gemma4TextAttention: self.scaling = 1.0), though 3n's config still
-// carries a query_pre_attn_scalar. Other models: the caller's field as it was.
+// carries a query_pre_attn_scalar. Granite: attention_multiplier. Other models: the caller's field as it was.
 void read_softmax_scale(const json &root, const json &cfg, pkv_engine_params *out) {
   const std::string model = model_type(root, cfg);
   double scalar = 0;
@@ -309,13 +309,20 @@ void read_softmax_scale(const json &root, const json &cfg, pkv_engine_params *ou
     out->softmax_scale = float(1.0 / std::sqrt(scalar));
   else if (model == "gemma3n" || model == "gemma4")
     out->softmax_scale = 1.0f;
+  // Granite (GraniteAttention, GraniteMoeHybridAttention: self.scaling =
+  // config.attention_multiplier): Granite 4.0-H scales by 1/128 where 1/sqrt(128) is the default.
+  else if (model.compare(0, 7, "granite") == 0 &&
+           read_positive(cfg, "attention_multiplier", &scalar))
+    out->softmax_scale = float(scalar);
 }
 
 }  // namespace
 
 pkv_engine_params flat_params(const pkv_engine_params &p, const json &root, const json &cfg) {
+  // A hybrid family pkv reads (hf_config_state.cpp) holds its recurrent layers as STATE specs.
+  const bool hybrid = state_family_field(root, cfg) != nullptr;
   for (const Unplaced &u : kUnplaced)
-    if (cfg.contains(u.key) && !cfg[u.key].is_null())
+    if (!hybrid && cfg.contains(u.key) && !cfg[u.key].is_null())
       fail(PKV_ERR_UNSUPPORTED, "config.json: \"%s\": %s is not a cache pkv holds", u.key, u.what);
   pkv_engine_params out = p;
   out.kv_layout = PKV_KV_LAYOUT_HEADS;

@@ -136,6 +136,18 @@ void read_shared(const json &cfg, std::vector<pkv_layer_spec> *specs) {
   }
 }
 
+// A hybrid model's attention layers are read as full attention: windows in one (the config's
+// layer_types name recurrent layers, not windows) are refused rather than dropped.
+void refuse_hybrid_windows(const json &root, const json &cfg) {
+  uint32_t window = 0;
+  if (read_count(cfg, "sliding_window", &window) &&
+      (!cfg.contains("use_sliding_window") || read_bool(cfg, "use_sliding_window", false)))
+    fail(PKV_ERR_UNSUPPORTED,
+         "config.json: \"sliding_window\" (%u) in a model with recurrent layers (model_type %s): "
+         "pkv reads its attention layers as full attention only",
+         window, model_type(root, cfg).c_str());
+}
+
 // Whether flat describes every layer (then pkv_engine_params.layer_specs stays NULL).
 bool flat_describes(const std::vector<pkv_layer_spec> &specs, const pkv_engine_params &flat) {
   const bool mla = flat.kv_layout == PKV_KV_LAYOUT_MLA;
@@ -170,6 +182,15 @@ void refuse_specs(const json &root, const json &cfg, const pkv_engine_params &fl
   if (read_index(cfg, "num_kv_shared_layers", &n) && n)
     fail(PKV_ERR_UNSUPPORTED,
          "config.json: \"num_kv_shared_layers\" (%u layers without a cache) %s", n, kUseLayersCall);
+  if (const char *field = state_family_field(root, cfg)) {
+    const StateLayers st = read_state_layers(root, cfg, flat, 0);
+    if (st.num_state_layers)
+      fail(PKV_ERR_UNSUPPORTED, "config.json: \"%s\" (%u recurrent layers, model_type %s) %s",
+           field, st.num_state_layers, model_type(root, cfg).c_str(), kUseLayersCall);
+    if (st.num_layers != flat.num_layers)
+      fail(PKV_ERR_UNSUPPORTED, "config.json: \"%s\" (%u of num_hidden_layers %u keep a cache) %s",
+           field, st.num_layers, flat.num_layers, kUseLayersCall);
+  }
   if (read_count(cfg, "attention_chunk_size", &n))
     fail(PKV_ERR_UNSUPPORTED, "config.json: \"attention_chunk_size\" (chunked local attention) %s",
          kUseLayersCall);
@@ -185,6 +206,8 @@ HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *text, siz
   const hf::json &cfg = hf::text_config(root);
   HfLayers out;
   out.params = hf::flat_params(p, root, cfg);
+  const hf::StateLayers st = hf::read_state_layers(root, cfg, out.params, max_specs);
+  out.params.num_layers = st.num_layers;  // Nemotron-H: its blocks that keep a cache
   const pkv_engine_params &flat = out.params;
   if (flat.num_layers > max_specs) return out;
   const bool mla = flat.kv_layout == PKV_KV_LAYOUT_MLA;
@@ -199,14 +222,20 @@ HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *text, siz
   // final_logit_softcapping caps the host's logits, not attention: not read.
   if (hf::read_positive(cfg, "attn_logit_softcapping", &cap)) base.logit_softcap = float(cap);
   out.specs.assign(flat.num_layers, base);
-  hf::read_attention(root, cfg, &out.specs);
+  if (st.num_state_layers)
+    hf::refuse_hybrid_windows(root, cfg);
+  else
+    hf::read_attention(root, cfg, &out.specs);
   if (!mla) hf::read_global_heads(cfg, flat, &out.specs);
   hf::read_shared(cfg, &out.specs);
-  // The scale every layer uses, given explicitly: the engine's default is 1/sqrt(head_dim) of
-  // the layer, computed as params.cpp computes it.
+  // The scale every attention layer uses, given explicitly: the engine's default is
+  // 1/sqrt(head_dim) of the layer, computed as params.cpp computes it.
   for (pkv_layer_spec &s : out.specs)
     s.softmax_scale =
         flat.softmax_scale > 0 ? flat.softmax_scale : 1.0f / std::sqrt(float(s.head_dim));
+  // Recurrent layers last: the attention readers above set every layer's heads and scale.
+  for (uint32_t l = 0; l < st.state.size(); ++l)
+    if (st.state[l]) out.specs[l] = st.spec;
   out.needs_specs = !hf::flat_describes(out.specs, flat);
   return out;
 }

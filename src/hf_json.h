@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hf_config.h"
 
@@ -32,6 +33,24 @@ LayerWindows layer_windows(const json &root, const json &cfg);
 // The flat fields as pkv_engine_params_from_hf_config fills them, before its refusal of configs
 // that need per-layer specs (pkv_engine_params_from_hf_config_layers reads those).
 pkv_engine_params flat_params(const pkv_engine_params &p, const json &root, const json &cfg);
+
+// A hybrid model's recurrent layers (hf_config_state.cpp; pkv_engine_params_from_hf_config_layers
+// documents the families).
+struct StateLayers {
+  pkv_layer_spec spec{};          // every recurrent layer's: kind STATE, its parts (this rank's)
+  uint32_t num_layers = 0;        // the model's layers pkv holds (Nemotron-H: its M and * blocks)
+  uint32_t num_state_layers = 0;  // 0: no recurrent layer (then spec is all zeros)
+  std::vector<bool> state;        // [num_layers] when num_layers <= max_layers: recurrent or not
+};
+
+// The field that says a model_type of a hybrid family pkv reads has recurrent layers; nullptr
+// for every other model_type.
+const char *state_family_field(const json &root, const json &cfg);
+
+// The recurrent layers of flat's model (flat_params' result: its num_layers, dtype and tp_size);
+// num_state_layers 0 for a model of no hybrid family. Throws naming a missing or bad field.
+StateLayers read_state_layers(const json &root, const json &cfg, const pkv_engine_params &flat,
+                              uint32_t max_layers);
 
 // Throws PKV_ERR_UNSUPPORTED naming the first field whose cache flat (flat_params' result) cannot
 // describe, and pkv_engine_params_from_hf_config_layers (hf_config_layers.cpp).

@@ -262,17 +262,28 @@ static void test_bad_input(void) {
   CHECK(strstr(pkv_last_error(), "struct_size") != NULL);
   p.struct_size = sizeof p;
   CHECK(memcmp(&p, &before, sizeof p) == 0 && memcmp(s, s_before, sizeof s) == 0);
-  /* a caller's larger spec: written at its stride, the bytes pkv does not know zeroed */
-  unsigned char wide[35][64];
+  /* a caller's larger spec (a newer header's): written at its stride, the bytes pkv does not
+   * know zeroed. 64 bytes were larger than 0.5's spec, and are smaller than 0.6's: the test read
+   * past its rows */
+  unsigned char wide[35][128];
   memset(wide, 0xcd, sizeof wide);
-  if (CHECK_OK(pkv_engine_params_from_hf_config_layers(&p, json, len, (pkv_layer_spec *)wide, 64,
+  if (CHECK_OK(pkv_engine_params_from_hf_config_layers(&p, json, len, (pkv_layer_spec *)wide, 128,
                                                        35, &n))) {
-    CHECK_EQ_INT(p.layer_spec_size, 64);
+    CHECK_EQ_INT(p.layer_spec_size, 128);
     const pkv_layer_spec *last = (const pkv_layer_spec *)wide[34];
     CHECK_EQ_INT(last->kind, PKV_LAYER_SHARED);
     CHECK_EQ_INT(last->source_layer, 19); /* layer 34 is full attention */
     CHECK_EQ_INT(wide[34][sizeof(pkv_layer_spec)], 0);
-    CHECK_EQ_INT(wide[34][63], 0);
+    CHECK_EQ_INT(wide[34][127], 0);
+  }
+  /* a 0.5 caller's 48-byte spec (no recurrent layer): its fields, nothing past its rows */
+  unsigned char old[36][48];
+  memset(old, 0xcd, sizeof old);
+  if (CHECK_OK(pkv_engine_params_from_hf_config_layers(&p, json, len, (pkv_layer_spec *)old, 48, 35,
+                                                       &n))) {
+    CHECK_EQ_INT(p.layer_spec_size, 48);
+    CHECK_EQ_INT(((const pkv_layer_spec *)old[34])->source_layer, 19);
+    CHECK_EQ_INT(old[35][0], 0xcd);
   }
   free(json);
 }
