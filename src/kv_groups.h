@@ -23,6 +23,7 @@ struct KvGroups {
   // CHUNKED: it is the chunk size). Empty = FULL or SLIDING as group_window says.
   std::vector<uint32_t> group_attention;
   // [num_layers] each, or empty for one group (layer l: window group_window[0], group 0, slot l).
+  // A STATE layer is in no group (its entries are 0 and mean nothing: LayerSpec::cached()).
   std::vector<uint32_t> windows, groups, slots;
 
   // Layer specs (DESIGN.md §12; empty without them): per group, one of its layers' K and V of

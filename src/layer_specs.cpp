@@ -76,10 +76,110 @@ __attribute__((format(printf, 4, 5))) void spec_require(bool ok, uint32_t l, con
   fail(PKV_ERR_INVALID_ARGUMENT, "layer_specs[%u].%s: %s", l, field, text);
 }
 
+// A part's dense bytes: dims of 1 .. 2^24 ending at the first 0, at most 2^40 bytes (so a slot
+// of up to 2^22 such parts stays below 2^63: resolve_layer_specs checks the sum).
+uint64_t state_part_bytes(const pkv_layer_spec &in, uint32_t l, uint32_t part) {
+  const uint32_t *dims = in.state_shape + part * PKV_MAX_STATE_DIMS;
+  char field[32];
+  std::snprintf(field, sizeof field, "state_dtype[%u]", part);
+  const uint32_t dtype = in.state_dtype[part];
+  spec_require(dtype == PKV_DTYPE_F32 || dtype == PKV_DTYPE_F16 || dtype == PKV_DTYPE_BF16, l,
+               field, "%u is not PKV_DTYPE_F32 (0), F16 (1) or BF16 (2)", dtype);
+  uint64_t bytes = dtype_bytes(int32_t(dtype));
+  bool ended = false;
+  for (uint32_t d = 0; d < PKV_MAX_STATE_DIMS; ++d) {
+    std::snprintf(field, sizeof field, "state_shape[%u]", part * PKV_MAX_STATE_DIMS + d);
+    if (ended) {
+      spec_require(dims[d] == 0, l, field,
+                   "%u after a 0: part %u's shape ends at its first 0 dimension (give the "
+                   "dimensions outermost first, with no 0 between them)",
+                   dims[d], part);
+      continue;
+    }
+    if (dims[d] == 0) {
+      ended = true;
+      continue;
+    }
+    spec_require(dims[d] <= (1u << 24), l, field, "%u: a dimension must be in 1 .. 2^24", dims[d]);
+    bytes *= dims[d];
+    spec_require(bytes <= (uint64_t(1) << 40), l, field,
+                 "part %u of a STATE layer is past 2^40 bytes (%llu so far): at most 2^40", part,
+                 (unsigned long long)bytes);
+  }
+  return bytes;
+}
+
+// A STATE layer: its parts, and every attention field 0 (it has no K, V or softmax).
+void resolve_state(const pkv_layer_spec &in, uint32_t l, LayerSpec &s) {
+  const char *field = in.attention       ? "attention"
+                      : in.window        ? "window"
+                      : in.num_kv_heads  ? "num_kv_heads"
+                      : in.head_dim      ? "head_dim"
+                      : in.v_head_dim    ? "v_head_dim"
+                      : in.k_eq_v        ? "k_eq_v"
+                      : in.source_layer  ? "source_layer"
+                      : in.sinks         ? "sinks"
+                      : in.logit_softcap ? "logit_softcap"
+                      : in.softmax_scale ? "softmax_scale"
+                      : in.reserved0     ? "reserved0"
+                                         : nullptr;
+  spec_require(!field, l, field ? field : "",
+               "must be 0 in a STATE layer (no K, V or softmax: its state is state_shape's parts)");
+  s = LayerSpec();
+  s.kind = PKV_LAYER_STATE;
+  s.source = l;
+  bool any = false;
+  for (uint32_t i = 0; i < PKV_MAX_STATE_PARTS; ++i) {
+    if (in.state_shape[i * PKV_MAX_STATE_DIMS] == 0) {
+      char name[32];
+      std::snprintf(name, sizeof name, "state_dtype[%u]", i);
+      spec_require(in.state_dtype[i] == 0, l, name, "%u for an absent part (state_shape[%u] 0)",
+                   in.state_dtype[i], i * PKV_MAX_STATE_DIMS);
+      for (uint32_t d = 1; d < PKV_MAX_STATE_DIMS; ++d) {
+        std::snprintf(name, sizeof name, "state_shape[%u]", i * PKV_MAX_STATE_DIMS + d);
+        spec_require(in.state_shape[i * PKV_MAX_STATE_DIMS + d] == 0, l, name,
+                     "%u: part %u is absent (its first dimension is 0), so every dimension is 0",
+                     in.state_shape[i * PKV_MAX_STATE_DIMS + d], i);
+      }
+      continue;
+    }
+    any = true;
+    s.state[i].dtype = in.state_dtype[i];
+    std::memcpy(s.state[i].shape, in.state_shape + i * PKV_MAX_STATE_DIMS, sizeof s.state[i].shape);
+    s.state[i].bytes = state_part_bytes(in, l, i);
+  }
+  spec_require(any, l, "state_shape",
+               "a STATE layer needs one part at least (state_shape[0] or state_shape[%d] > 0; "
+               "layer_spec_size %u must include the 0.6 state fields: 88)",
+               PKV_MAX_STATE_DIMS, uint32_t(sizeof(pkv_layer_spec)));
+}
+
+// Any other kind: the state fields 0.
+void require_no_state(const pkv_layer_spec &in, uint32_t l) {
+  for (uint32_t i = 0; i < PKV_MAX_STATE_PARTS; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "state_dtype[%u]", i);
+    spec_require(in.state_dtype[i] == 0, l, name,
+                 "%u: only a STATE layer (kind 3) has a state: must be 0", in.state_dtype[i]);
+  }
+  for (uint32_t i = 0; i < PKV_MAX_STATE_PARTS * PKV_MAX_STATE_DIMS; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "state_shape[%u]", i);
+    spec_require(in.state_shape[i] == 0, l, name,
+                 "%u: only a STATE layer (kind 3) has a state: must be 0", in.state_shape[i]);
+  }
+}
+
 // One spec's own fields (not its relation to other layers), resolved.
 LayerSpec resolve_one(const pkv_engine_params &p, const pkv_layer_spec &in, uint32_t l) {
-  spec_require(in.kind <= PKV_LAYER_SHARED, l, "kind",
-               "%u is not PKV_LAYER_ATTENTION (0), MLA (1) or SHARED (2)", in.kind);
+  spec_require(in.kind <= PKV_LAYER_STATE, l, "kind",
+               "%u is not PKV_LAYER_ATTENTION (0), MLA (1), SHARED (2) or STATE (3)", in.kind);
+  if (in.kind == PKV_LAYER_STATE) {
+    LayerSpec s;
+    resolve_state(in, l, s);
+    return s;
+  }
+  require_no_state(in, l);
   spec_require(in.attention <= PKV_ATTENTION_CHUNKED, l, "attention",
                "%u is not PKV_ATTENTION_FULL (0), SLIDING (1) or CHUNKED (2)", in.attention);
   if (in.attention == PKV_ATTENTION_FULL)
@@ -161,6 +261,29 @@ void check_shared(const std::vector<LayerSpec> &specs, uint32_t l) {
                s.source);
 }
 
+// What STATE layers need of the model: a KV layer beside them (the pool and prefix tree are
+// built on KV groups), no host tier yet (issue 28's tiers come next), a slot below 2^63 bytes.
+void check_state_model(const pkv_engine_params &p, const std::vector<LayerSpec> &specs,
+                       bool any_kv) {
+  if (!any_kv)
+    fail(PKV_ERR_UNSUPPORTED,
+         "layer_specs: every layer is STATE; a model with no attention (or MLA) layer is not "
+         "supported yet: pkv's pool is built on KV blocks");
+  if (p.host_num_blocks || p.host_cache_bytes)
+    fail(PKV_ERR_UNSUPPORTED,
+         "layer_specs with STATE layers and a host tier (swap, offload, store) are not supported "
+         "yet: set host_num_blocks and host_cache_bytes to 0");
+  // Each aligned part is at most 2^40 + 256 bytes: a sum stopped at 2^62 cannot overflow.
+  uint64_t slot = 0;
+  for (size_t l = 0; l < specs.size() && slot < (uint64_t(1) << 62); ++l)
+    for (const StatePart &part : specs[l].state)
+      slot += (part.bytes + kStatePartAlign - 1) / kStatePartAlign * kStatePartAlign;
+  PKV_REQUIRE(slot < (uint64_t(1) << 62),
+              "layer_specs: one sequence's state (every STATE layer's parts, each 256-byte "
+              "aligned) is %llu bytes, past 2^62: fewer or smaller state parts",
+              (unsigned long long)slot);
+}
+
 bool flat_describable(const pkv_engine_params &p, const std::vector<LayerSpec> &specs) {
   const LayerSpec flat = flat_layer_spec(p, 0);
   return std::all_of(specs.begin(), specs.end(), [&](const LayerSpec &s) {
@@ -182,13 +305,19 @@ std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p) {
   specs.reserve(raw.size());
   for (uint32_t l = 0; l < p.num_layers; ++l) specs.push_back(resolve_one(p, raw[l], l));
   bool windowed = false;
+  bool any_state = false, any_kv = false;
   for (uint32_t l = 0; l < p.num_layers; ++l) {
     if (specs[l].kind == PKV_LAYER_SHARED) check_shared(specs, l);
     windowed |= specs[l].attention != PKV_ATTENTION_FULL;
+    any_state |= specs[l].kind == PKV_LAYER_STATE;
+    any_kv |= specs[l].cached();
+    // STATE layers mix with any KV kind (Kimi Linear: KDA with MLA); MLA with no other KV kind.
     if (p.kv_layout == PKV_KV_LAYOUT_MLA)
-      spec_require(specs[l].kind == PKV_LAYER_MLA, l, "kind",
-                   "%u under kv_layout MLA: every layer of an MLA cache is MLA", specs[l].kind);
+      spec_require(specs[l].kind == PKV_LAYER_MLA || specs[l].kind == PKV_LAYER_STATE, l, "kind",
+                   "%u under kv_layout MLA: every layer of an MLA cache is MLA (or STATE)",
+                   specs[l].kind);
   }
+  if (any_state) check_state_model(p, specs, any_kv);
   if (windowed && p.kv_layout == PKV_KV_LAYOUT_MLA)
     fail(PKV_ERR_UNSUPPORTED,
          "layer_specs: MLA layers with SLIDING or CHUNKED attention are not supported (no "

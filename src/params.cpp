@@ -19,6 +19,7 @@ pkv_engine_params default_engine_params() {
   p.max_num_seqs = 256;
   p.max_num_batched_tokens = 2048;
   p.host_offload = 1;
+  p.state_checkpoint_policy = PKV_STATE_CHECKPOINT_PROMPT_END;
   return p;
 }
 
@@ -193,6 +194,34 @@ const char *dtype_name(int32_t dtype) {
   }
 }
 
+namespace {
+
+// The recurrent state's fields (since 0.6.0); they matter only with STATE layers, and are
+// checked always so that a wrong value is caught before a model with such layers comes.
+void validate_state_params(const pkv_engine_params &p) {
+  PKV_REQUIRE(p.state_checkpoint_policy <= PKV_STATE_CHECKPOINT_NONE,
+              "state_checkpoint_policy %u is not PKV_STATE_CHECKPOINT_PROMPT_END (0), EVERY (1) "
+              "or NONE (2)",
+              p.state_checkpoint_policy);
+  if (p.state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY)
+    PKV_REQUIRE(p.state_checkpoint_interval >= 1 && p.state_checkpoint_interval <= (1u << 20),
+                "state_checkpoint_interval %u with policy EVERY: blocks between checkpoints, "
+                "1 .. 2^20",
+                p.state_checkpoint_interval);
+  else
+    PKV_REQUIRE(p.state_checkpoint_interval == 0,
+                "state_checkpoint_interval %u: only policy EVERY (1) takes an interval; must be 0",
+                p.state_checkpoint_interval);
+  PKV_REQUIRE(
+      p.state_checkpoint_policy != PKV_STATE_CHECKPOINT_NONE || p.num_state_checkpoints == 0,
+      "num_state_checkpoints %u with state_checkpoint_policy NONE: no checkpoint is taken, so it "
+      "must be 0",
+      p.num_state_checkpoints);
+  PKV_REQUIRE(p.reserved4 == 0, "reserved4 must be 0, got %u", p.reserved4);
+}
+
+}  // namespace
+
 void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.num_layers > 0, "num_layers must be > 0");
   PKV_REQUIRE(p.num_q_heads > 0, "num_q_heads must be > 0");
@@ -278,6 +307,7 @@ void validate_engine_params(const pkv_engine_params &p) {
         "kv_layout MLA with sliding windows: no latent-attention model has them, and pkv's MLA attention does "
         "not mask one (set sliding_window and layer_windows to full attention)");
   PKV_REQUIRE(p.reserved3 == 0, "reserved3 must be 0");
+  validate_state_params(p);
   resolve_layer_specs(p);  // every rule of layer_specs (layer_specs.cpp)
   if (windowed && (p.host_num_blocks || p.host_cache_bytes))
     fail(

@@ -8,6 +8,7 @@
 #include "checked.h"
 #include "kv_groups.h"
 #include "params.h"
+#include "state_layout.h"
 #include "status.h"
 
 namespace pkv {
@@ -181,10 +182,13 @@ uint64_t blocks_per_max_seq(const pkv_engine_params &p, const PoolLayout &unit) 
 // formula it is counted from the signed budget: when used + reserve already exceed
 // total * utilization, that excess is missing too.
 uint64_t shortfall(const pkv_engine_params &p, const pkv_kv_budget &b, long double allowed) {
-  const uint64_t need = checked_sum(checked_product({b.blocks_per_max_seq, b.block_bytes},
-                                                    kMaxOffset, "blocks_per_max_seq x block_bytes"),
-                                    b.kv_scale_bytes, kMaxOffset,
-                                    "blocks_per_max_seq x block_bytes + kv_scale_bytes");
+  const uint64_t need =
+      checked_sum(checked_sum(checked_product({b.blocks_per_max_seq, b.block_bytes}, kMaxOffset,
+                                              "blocks_per_max_seq x block_bytes"),
+                              b.kv_scale_bytes, kMaxOffset,
+                              "blocks_per_max_seq x block_bytes + kv_scale_bytes"),
+                  b.state_pool_bytes, kMaxOffset,
+                  "blocks_per_max_seq x block_bytes + kv_scale_bytes + state_pool_bytes");
   // Integers where the budget is one: need exceeds it, as num_blocks < blocks_per_max_seq.
   if (p.num_blocks) return need - b.pool_bytes;
   if (p.kv_cache_bytes) return need - p.kv_cache_bytes;
@@ -250,6 +254,7 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   b.block_bytes = unit.block_bytes;
   b.bytes_per_token = b.block_bytes / p.block_size;
   model_bytes(p, groups, unit, b);
+  state_budget(p, b);  // the state slots come off the budget before the blocks (DESIGN.md §13)
   if (p.memory_total_bytes) {
     b.total_bytes = p.memory_total_bytes;
     b.used_bytes = p.memory_used_bytes;
@@ -271,7 +276,8 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
     b.budget_bytes = allowed > 0 ? static_cast<uint64_t>(std::floor(allowed)) : 0;
     b.source = PKV_BUDGET_FROM_UTILIZATION;
   }
-  const uint64_t for_blocks = b.budget_bytes - std::min(b.budget_bytes, b.kv_scale_bytes);
+  const uint64_t before_blocks = b.kv_scale_bytes + b.state_pool_bytes;  // each below 2^63
+  const uint64_t for_blocks = b.budget_bytes - std::min(b.budget_bytes, before_blocks);
   if (p.num_blocks) {
     b.num_blocks = p.num_blocks;  // pool_layout refuses a pool that cannot be represented
     b.source = PKV_BUDGET_FIXED_BLOCKS;
@@ -329,8 +335,10 @@ void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
         "num_blocks to at least %llu (or 0 to size the pool from the budget), or lower max_model_len",
         p.num_blocks, p.max_model_len, (unsigned long long)b.blocks_per_max_seq, p.block_size,
         (unsigned long long)b.blocks_per_max_seq);
-  // As shortfall() counts it (checked there): the blocks of one longest sequence and the scales.
-  const uint64_t need = b.blocks_per_max_seq * b.block_bytes + b.kv_scale_bytes;
+  // As shortfall() counts it (checked there): the blocks of one longest sequence, the scales
+  // and the state slots.
+  const uint64_t need =
+      b.blocks_per_max_seq * b.block_bytes + b.kv_scale_bytes + b.state_pool_bytes;
   const bool cap = b.source == PKV_BUDGET_FROM_BYTE_CAP;
   std::string what = cap ? "kv_cache_bytes" : "total x memory_utilization - used - reserve_bytes";
   if (!cap &&
@@ -346,17 +354,24 @@ void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
         fix, sizeof fix,
         "Raise memory_utilization (now %.3g)%s, or lower reserve_bytes or memory_used_bytes",
         (double)p.memory_utilization, p.memory_total_bytes ? " or memory_total_bytes" : "");
+  char states[160] = "";
+  if (b.state_pool_bytes)
+    std::snprintf(states, sizeof states, " and %u state slots of %s",
+                  b.num_state_slots + b.num_state_checkpoints,
+                  readable_bytes(b.state_bytes_per_seq).c_str());
   char who[64];
   if (p.max_model_len)
     std::snprintf(who, sizeof who, "one sequence of max_model_len %u", p.max_model_len);
   else
     std::snprintf(who, sizeof who, "the smallest pool (max_model_len 0: a block per KV group)");
   fail(PKV_ERR_OUT_OF_MEMORY,
-       "%s needs %llu blocks of %s%s: %s; the KV budget (%s) is %s, %s missing. %s%s%s", who,
+       "%s needs %llu blocks of %s%s%s: %s; the KV budget (%s) is %s, %s missing. %s%s%s%s", who,
        (unsigned long long)b.blocks_per_max_seq, readable_bytes(b.block_bytes).c_str(),
-       b.kv_scale_bytes ? " and the fp8 scales" : "", readable_bytes(need).c_str(), what.c_str(),
-       readable_bytes(b.budget_bytes).c_str(), readable_bytes(b.shortfall_bytes).c_str(), fix,
+       b.kv_scale_bytes ? " and the fp8 scales" : "", states, readable_bytes(need).c_str(),
+       what.c_str(), readable_bytes(b.budget_bytes).c_str(),
+       readable_bytes(b.shortfall_bytes).c_str(), fix,
        p.max_model_len ? ", or lower max_model_len" : "",
+       b.state_pool_bytes ? ", or lower max_num_seqs or num_state_checkpoints" : "",
        is_fp8(kv_dtype_of(p)) ? "" : " (or an fp8 kv_dtype: one byte per element)");
 }
 
@@ -366,6 +381,8 @@ pkv_kv_budget profile(const pkv_engine_params &p) {
   const PoolLayout unit = pool_layout(p, p.num_blocks);
   blocks_per_max_seq(p, unit);
   kv_scale_bytes(p, unit);
+  pkv_kv_budget states{};
+  state_budget(p, states);
   const int32_t device = resolve_device(p.device, p.device_id);
   MemoryInfo measured, host;
   if (!p.memory_total_bytes) {

@@ -1,5 +1,6 @@
 #include "state_layout.h"
 
+#include "checked.h"
 #include "layer_specs.h"
 
 namespace pkv {
@@ -35,6 +36,31 @@ StateLayout state_layout_of(const std::vector<LayerSpec> &specs) {
   }
   out.slot_bytes = at;  // every part's end is aligned, so the slot's is
   return out;
+}
+
+uint32_t resolved_state_checkpoints(const pkv_engine_params &p) {
+  if (p.state_checkpoint_policy == PKV_STATE_CHECKPOINT_NONE) return 0;
+  return p.num_state_checkpoints ? p.num_state_checkpoints : p.max_num_seqs;
+}
+
+void state_budget(const pkv_engine_params &p, pkv_kv_budget &b) {
+  if (!p.layer_specs) return;
+  const StateLayout layout = state_layout_of(resolve_layer_specs(p));
+  if (layout.empty()) return;
+  const uint32_t checkpoints = resolved_state_checkpoints(p);
+  const uint64_t slots = uint64_t(p.max_num_seqs) + checkpoints;
+  if (slots > INT32_MAX)
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "max_num_seqs %u + num_state_checkpoints %u (resolved) = %llu state slots: slot ids are "
+         "int32, at most 2^31-1. Lower max_num_seqs or num_state_checkpoints",
+         p.max_num_seqs, checkpoints, (unsigned long long)slots);
+  b.num_state_layers = layout.num_state_layers;
+  b.num_state_slots = p.max_num_seqs;  // one working state per sequence a step may run
+  b.num_state_checkpoints = checkpoints;
+  b.state_bytes_per_seq = layout.slot_bytes;
+  b.state_pool_bytes = checked_product({slots, layout.slot_bytes}, kMaxOffset,
+                                       "state_pool_bytes = (max_num_seqs + num_state_checkpoints) "
+                                       "x state_bytes_per_seq");
 }
 
 }  // namespace pkv

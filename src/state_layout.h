@@ -40,4 +40,14 @@ struct LayerSpec;
 // checked by resolve_layer_specs (a part at most 2^40 bytes, at most 2^32 layers: no overflow).
 StateLayout state_layout_of(const std::vector<LayerSpec> &specs);
 
+// The checkpoint slots validated params ask for: none under policy NONE, else
+// num_state_checkpoints, or max_num_seqs when that is 0 (pkv.h). 0 without STATE layers too.
+uint32_t resolved_state_checkpoints(const pkv_engine_params &p);
+
+// The budget's state terms for validated params (pkv_kv_budget: num_state_layers,
+// num_state_slots, num_state_checkpoints, state_bytes_per_seq, state_pool_bytes), all 0
+// without STATE layers. INVALID_ARGUMENT naming the fields when the slots pass 2^31-1 (slot ids
+// are int32) or the pool 2^63-1 bytes.
+void state_budget(const pkv_engine_params &p, pkv_kv_budget &b);
+
 }  // namespace pkv
