@@ -846,17 +846,22 @@ PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap
  * code scales it; any other config gets HEADS.
  * It also sets softmax_scale (since 0.5.0) where the model's is not 1/sqrt(head_dim): Gemma 2 and
  * Gemma 3 (model_type gemma2, gemma3, gemma3_text) scale by query_pre_attn_scalar^-0.5 (Gemma 3
- * 27B: 1/sqrt(168), its head_dim being 128); a config whose cache is described only per layer
+ * 27B: 1/sqrt(168), its head_dim being 128), and (since 0.6.0) Granite (model_type granite*) by
+ * attention_multiplier (Granite 4.0-H: 1/128); a config whose cache is described only per layer
  * (pkv_engine_params_from_hf_config_layers says which) is refused, never profiled as another.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p or json NULL; malformed JSON; a missing or invalid field;
  * one of the MLA fields without the others; an MLA config into a p whose struct_size ends before
  * kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention pkv cannot hold, its field
  * named: index_topk / index_n_heads (DeepSeek sparse attention), linear_num_key_heads /
  * linear_num_value_heads (linear attention), mamba_d_state / ssm_state_size (state-space
- * layers); sliding windows with MLA; (since 0.5.0) a cache that needs per-layer specs, the
+ * layers), each in a model_type pkv_engine_params_from_hf_config_layers does not read as
+ * recurrent layers; sliding windows with MLA; (since 0.5.0) a cache that needs per-layer specs, the
  * field and pkv_engine_params_from_hf_config_layers named: sinks (model_type gpt_oss),
  * attn_logit_softcapping, global_head_dim / num_global_key_value_heads (heads per layer),
- * attention_k_eq_v, num_kv_shared_layers, attention_chunk_size (chunked local attention)). */
+ * attention_k_eq_v, num_kv_shared_layers, attention_chunk_size (chunked local attention); (since
+ * 0.6.0) recurrent layers: linear_num_value_heads (Qwen3-Next, Qwen3.5), linear_attn_config (Kimi
+ * Linear), hybrid_override_pattern (Nemotron-H), mamba_n_heads (Granite 4.0-H), mamba_d_state
+ * (Jamba)). */
 PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
                                                     size_t json_len);
 
@@ -879,7 +884,7 @@ PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len
 
 /* Fills p as pkv_engine_params_from_hf_config does and specs[cap] with each layer of the model
  * (pkv_layer_spec, every field given, none left 0 to mean the flat field); *out_num_layers =
- * num_hidden_layers. When the layers are not all what the flat fields say (mixed windows, sinks,
+ * num_hidden_layers (Nemotron-H: its blocks that keep a cache, below). When the layers are not all what the flat fields say (mixed windows, sinks,
  * soft-caps, heads or widths per layer, K = V, shared layers, chunks), p->layer_specs = specs,
  * p->layer_spec_size = spec_size, p->sliding_window 0 and p->layer_windows NULL; else
  * p->layer_specs NULL and p->layer_spec_size 0 (the flat fields describe every layer; specs are
@@ -897,17 +902,42 @@ PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len
  *   kv heads;
  * - Llama 4 (llama4_text): attention_chunk_size chunks the layers that use rope
  *   (no_rope_layers[l] 1, or, with no_rope_layers empty or absent, each layer but every
- *   no_rope_layer_interval-th, default 4); or "chunked_attention" in layer_types.
+ *   no_rope_layer_interval-th, default 4); or "chunked_attention" in layer_types;
+ * - (since 0.6.0) hybrid models: their recurrent layers are PKV_LAYER_STATE (no attention field
+ *   set), each with part 0 the conv state (channels x (kernel - 1), the model's dtype) and part 1
+ *   the recurrent state, shapes this rank's under p->tp_size as given (heads and conv channels
+ *   split; refused when they do not divide). The state's dtype is fp32 for Gated DeltaNet and KDA
+ *   and the model's for Mamba, unless "mamba_ssm_dtype" says (Qwen3.5: float32); a host that keeps
+ *   it otherwise sets state_dtype[1] itself. Qwen3-Next / Qwen3.5 (qwen3_next, qwen3_5,
+ *   qwen3_5_moe): layer_types "linear_attention" / "full_attention", else every
+ *   full_attention_interval-th layer (default 4) full; conv 2 * linear_num_key_heads *
+ *   linear_key_head_dim + linear_num_value_heads * linear_value_head_dim channels, state
+ *   linear_num_value_heads x linear_key_head_dim x linear_value_head_dim. Kimi Linear
+ *   (kimi_linear): linear_attn_config.kda_layers (numbered from 1) are KDA, the others MLA; conv
+ *   3 * num_heads * head_dim channels (its q, k and v convs side by side), state num_heads x
+ *   head_dim x head_dim. Nemotron-H / Nemotron 3 (nemotron_h): hybrid_override_pattern's 'M'
+ *   blocks are Mamba2 and '*' attention; its '-' (MLP) and 'E' (experts) blocks keep no cache and
+ *   are no layer of pkv: *out_num_layers counts the M and * blocks, in order. Granite 4.0-H
+ *   (granitemoehybrid): layer_types "mamba" / "attention". Mamba2: conv mamba heads * head_dim +
+ *   2 * groups * d_state channels (a single group is whole on every rank), state heads x head_dim
+ *   x d_state. Jamba (jamba): layer l is attention when l % attn_layer_period (8) ==
+ *   attn_layer_offset (4), else Mamba1: conv mamba_expand * hidden_size channels, state that x
+ *   mamba_d_state.
  * spec_size is sizeof(pkv_layer_spec) as the caller compiled it (at least 48): each spec is
  * written whole, bytes pkv does not know zeroed. specs NULL with cap 0 asks the length: only
  * *out_num_layers is written. A failure changes neither p nor specs.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p, json or out_num_layers NULL; specs NULL with cap > 0;
- * spec_size below 48; cap below num_hidden_layers, with *out_num_layers still written; p's
+ * spec_size below 48, or (since 0.6.0) below sizeof(pkv_layer_spec) for a model with recurrent
+ * layers; cap below the model's layers, with *out_num_layers still written; p's
  * struct_size ending before reserved3 (a header older than 0.5); a config
  * pkv_engine_params_from_hf_config refuses so; a layer_types entry other than
  * "sliding_attention", "full_attention" or (Llama 4) "chunked_attention"; num_kv_shared_layers
- * not below num_hidden_layers or with no earlier layer of a shared layer's type),
- * PKV_ERR_UNSUPPORTED (as pkv_engine_params_from_hf_config, but for the fields it reads).
+ * not below num_hidden_layers or with no earlier layer of a shared layer's type; (since 0.6.0) a
+ * hybrid model's field missing or bad, named: a layer list or pattern of another length or with
+ * another entry, heads not a multiple of tp_size, a state dimension past 2^24 or a part past
+ * 2^40 bytes),
+ * PKV_ERR_UNSUPPORTED (as pkv_engine_params_from_hf_config, but for the fields it reads; (since
+ * 0.6.0) a sliding window in a hybrid model).
  * Since 0.5.0. */
 PKV_API pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p, const char *json,
                                                            size_t json_len, pkv_layer_spec *specs,
