@@ -119,7 +119,7 @@ def _state_into(c, i, s):
     """s's state parts into C spec c, refusing what no field can hold, by layer and part."""
     for name, given in (('state_dtype', s.state_dtype), ('state_shape', s.state_shape)):
         if not isinstance(given, (tuple, list)) or len(given) > _PARTS:
-            raise _invalid('layer_specs[%d].%s is %r: give at most %d parts'
+            raise _invalid('layer_specs[%d].%s is %r: give a tuple of at most %d parts'
                            % (i, name, given, _PARTS))
     for part, dtype in enumerate(s.state_dtype):
         if isinstance(dtype, bool) or not isinstance(dtype, int) or not 0 <= dtype < 2**32:

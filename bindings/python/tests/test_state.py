@@ -71,9 +71,11 @@ class StateSpecs(unittest.TestCase):
         p = hybrid()
         for bad, said in (([(1, 2, 3, 4, 5)], r'state_shape\[0\] is \(1, 2, 3, 4, 5\)'),
                           ([(8, 0)], r'state_shape\[0\] is \(8, 0\)'),
-                          ([(), (), (4,)], r'state_shape is .*at most 2 parts')):
+                          ([(), (), (4,)], r'state_shape is .*a tuple of at most 2 parts')):
             with self.assertRaisesRegex(pkv.InvalidArgumentError, r'layer_specs\[1\]\.' + said):
                 p.layer_specs = [gdn(), pkv.LayerSpec(kind=pkv.LayerKind.STATE, state_shape=bad)]
+        with self.assertRaisesRegex(pkv.InvalidArgumentError, r'state_dtype is 2: give a tuple'):
+            p.layer_specs = [pkv.LayerSpec(kind=pkv.LayerKind.STATE, state_shape=[(4,)], state_dtype=2)]
         with self.assertRaisesRegex(pkv.InvalidArgumentError, r'state_dtype\[1\] is .*pkv.Dtype'):
             p.layer_specs = [pkv.LayerSpec.state(conv=(4,), ssm=(4,), ssm_dtype='bf16')]
         self.assertEqual(p.layer_specs[0], gdn())  # a refusal changed nothing
