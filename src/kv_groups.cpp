@@ -140,6 +140,8 @@ KvGroups make_kv_groups(const std::vector<LayerSpec> &specs, uint32_t dtype_byte
       g.groups[l] = g.groups[specs[l].source];
       g.slots[l] = g.slots[specs[l].source];
       g.windows[l] = g.windows[specs[l].source];
+    } else if (specs[l].kind == PKV_LAYER_STATE) {
+      g.groups[l] = g.slots[l] = kNoGroup;  // its state is in a state slot (state_layout.h)
     }
   return g;
 }

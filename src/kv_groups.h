@@ -12,6 +12,9 @@
 
 namespace pkv {
 
+// The group (and slot) of a layer that is in none: a STATE layer (pkv_kv_groups, pkv_layer_info).
+constexpr uint32_t kNoGroup = UINT32_MAX;
+
 // One window for every layer (no layer_windows) is one group and keeps no per-layer arrays: a
 // shape of 2^32-1 layers costs nothing to describe.
 struct KvGroups {
@@ -23,7 +26,7 @@ struct KvGroups {
   // CHUNKED: it is the chunk size). Empty = FULL or SLIDING as group_window says.
   std::vector<uint32_t> group_attention;
   // [num_layers] each, or empty for one group (layer l: window group_window[0], group 0, slot l).
-  // A STATE layer is in no group (its entries are 0 and mean nothing: LayerSpec::cached()).
+  // A STATE layer is in no group: its group and slot are kNoGroup, its window 0.
   std::vector<uint32_t> windows, groups, slots;
 
   // Layer specs (DESIGN.md §12; empty without them): per group, one of its layers' K and V of

@@ -284,7 +284,10 @@ typedef struct pkv_layer_spec {
                                      conv_dim x (conv_kernel - 1)), part 1 the SSM / delta-rule
                                      state (v_heads x k_dim x v_dim); a part whose first dimension
                                      is 0 is absent, one at least is present; each dimension
-                                     1 .. 2^24, a part at most 2^40 bytes */
+                                     1 .. 2^24, a part at most 2^40 bytes, every STATE layer's
+                                     parts (256-byte aligned) below 2^62. PKV_ERR_UNSUPPORTED
+                                     for now: a model whose every layer is STATE, STATE layers
+                                     with a host tier */
 } pkv_layer_spec;
 
 /* ---------------------------------------------------------------- engine parameters */
@@ -412,7 +415,8 @@ typedef struct pkv_engine_params {
   uint32_t state_checkpoint_interval; /* EVERY: blocks between checkpoints, 1 .. 2^20; else 0 */
   uint32_t num_state_checkpoints; /* checkpoint slots, each a whole state (every STATE layer's
                                      parts); 0 = max_num_seqs (NONE: 0 always). Taken from the
-                                     budget before the KV blocks */
+                                     budget before the KV blocks; max_num_seqs + these at most
+                                     2^31-1 with STATE layers */
   uint32_t reserved4;             /* must be 0 */
 } pkv_engine_params;
 
@@ -964,7 +968,8 @@ PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char 
  * split, the last of its groups padded), full-attention groups first, then by window. Each group
  * has its own block table per sequence; a block of the pool holds K and V of group_layers layers.
  * layer_group[l] and layer_slot[l] ([num_layers] each; either may be NULL): layer l's group and
- * its place in that group's blocks (its index in the pool's layer dimension, pkv_pool_info).
+ * its place in that group's blocks (its index in the pool's layer dimension, pkv_pool_info); a
+ * STATE layer is in no group: UINT32_MAX for both (since 0.6.0).
  * group_window[g] ([cap]; NULL when cap is 0): group g's window (0 = full). *out_num_groups =
  * how many groups; *out_group_layers (nullable) = group_layers. p is validated as by
  * pkv_engine_create.
@@ -1201,7 +1206,8 @@ struct pkv_layer_info {
   uint32_t kind;                  /* PKV_LAYER_* */
   uint32_t attention;             /* PKV_ATTENTION_* */
   uint32_t window;                /* window or chunk size; 0 for FULL */
-  uint32_t group;                 /* its KV group (a SHARED layer: its source's) */
+  uint32_t group;                 /* its KV group (a SHARED layer: its source's; a STATE
+                                     layer: UINT32_MAX, none (since 0.6.0)) */
   uint32_t source_layer;          /* the layer whose cache it reads: itself, or a SHARED
                                      layer's source */
   uint32_t kv_heads;              /* per rank */

@@ -181,6 +181,21 @@ static void test_layer_info_places(void) {
   pkv_engine_destroy(e);
 }
 
+/* STATE layers are in no KV group: pkv_kv_groups gives them UINT32_MAX, and the attention
+ * layers' groups are as without them. */
+static void test_no_kv_group(void) {
+  pkv_engine_params p;
+  qwen35(&p);
+  uint32_t group[40], slot[40], window[4], n = 0, group_layers = 0;
+  if (!CHECK_OK(pkv_kv_groups(&p, group, slot, window, 4, &n, &group_layers))) return;
+  CHECK_EQ_INT(n, 1);
+  CHECK_EQ_INT(group_layers, 10);
+  for (uint32_t l = 0; l < 40; ++l) {
+    CHECK_EQ_INT(group[l], l % 4 == 3 ? 0 : UINT32_MAX);
+    CHECK_EQ_INT(slot[l], l % 4 == 3 ? l / 4 : UINT32_MAX);
+  }
+}
+
 /* p refused by create and pkv_profile with want, the message holding `says`; nothing written. */
 static void refused(const pkv_engine_params *p, pkv_status want, const char *says, int line) {
   pkv_engine *e = (pkv_engine *)0x1;
@@ -302,6 +317,7 @@ int main(void) {
   TU_RUN(test_jamba_budget);
   TU_RUN(test_state_with_mla);
   TU_RUN(test_layer_info_places);
+  TU_RUN(test_no_kv_group);
   TU_RUN(test_bad_state_fields);
   TU_RUN(test_bad_models_and_params);
   TU_RUN(test_shortfall_counts_states);
