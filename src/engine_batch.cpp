@@ -120,11 +120,14 @@ void Engine::abort_batch() {
 void Engine::do_copies() {
   PKV_ASSERT(open_);
   if (open_->copies_done) return;
-  const pkv_batch_view view = open_->batch->view();
-  if (view.num_copies)
+  const Batch &b = *open_->batch;
+  const size_t num_block_copies = b.copies().size(), num_state_copies = b.num_state_copies();
+  if (num_block_copies + num_state_copies) {
+    const pkv_batch_view view = b.view();
     backend_->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
-  blocks_.copies_done(open_->batch->copies().size());
-  states_.copies_done(open_->batch->num_state_copies());
+  }
+  blocks_.copies_done(num_block_copies);
+  states_.copies_done(num_state_copies);
   open_->copies_done = true;
 }
 
