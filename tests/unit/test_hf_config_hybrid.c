@@ -330,6 +330,44 @@ static void test_old_spec_and_attention_only(void) {
   }
 }
 
+/* Each config's specs through pkv_profile (80 GiB, utilization 0.9): the recurrent layers are in
+ * no KV group, and one sequence's state is every STATE layer's parts (each a multiple of 256
+ * bytes here, so no padding): layers x (conv + state) bytes, by hand from the tests above. */
+static void test_profiles(void) {
+  static const struct {
+    const char *config;
+    uint32_t state_layers, cached_layers;
+    uint64_t state_bytes;
+  } cases[] = {{"qwen3-next-80b-a3b.json", 36, 12, 36ull * (49152 + 2097152)},
+               {"qwen3.5-35b-a3b.json", 30, 10, 64389120},
+               {"kimi-linear-48b-a3b.json", 20, 7, 20ull * (73728 + 2097152)},
+               {"nemotron-h-8b.json", 24, 4, 24ull * (61440 + 2097152)},
+               {"granite-4.0-h-small.json", 36, 4, 36ull * (50688 + 2097152)},
+               {"jamba-mini-1.5.json", 28, 4, 28ull * (49152 + 262144)}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pkv_engine_params p;
+    pkv_layer_spec s[MAX_SPECS];
+    uint32_t n = 0;
+    if (!read_specs(cases[i].config, 1, &p, s, &n)) continue;
+    p.num_blocks = 0;
+    p.memory_total_bytes = 80ull << 30;
+    p.max_model_len = 32768;
+    pkv_kv_budget b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    if (!CHECK_OK(pkv_profile(&p, &b))) {
+      printf("  %s: %s\n", cases[i].config, pkv_last_error());
+      continue;
+    }
+    CHECK_EQ_INT(b.num_state_layers, cases[i].state_layers);
+    CHECK_EQ_INT(b.num_cached_layers, cases[i].cached_layers);
+    CHECK_EQ_INT(b.state_bytes_per_seq, cases[i].state_bytes);
+    CHECK_EQ_INT(b.num_state_slots, p.max_num_seqs);
+    CHECK_EQ_INT(b.state_pool_bytes,
+                 (uint64_t)(b.num_state_slots + b.num_state_checkpoints) * cases[i].state_bytes);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s TOOLS_CONFIGS_DIR\n", argv[0]);
@@ -345,5 +383,6 @@ int main(int argc, char **argv) {
   TU_RUN(test_flat_call_refuses);
   TU_RUN(test_bad_fields);
   TU_RUN(test_old_spec_and_attention_only);
+  TU_RUN(test_profiles);
   return tu_summary();
 }
