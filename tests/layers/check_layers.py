@@ -22,7 +22,7 @@ LAYERS = [
     ("block manager", ["block_manager.*", "block_manager_admit.cpp", "block_manager_host.cpp",
                        "block_manager_check.cpp", "block_pool.*", "block_kinds.*",
                        "block_kind_full.h", "block_kind_sliding.h", "block_kind_chunked.h",
-                       "block_kind_shared.h", "tiers/store_staging.cpp"]),
+                       "block_kind_shared.h", "tiers/store_staging.cpp", "state_pool.*"]),
     ("prefix cache", ["prefix_tree.*", "node_table.h", "block_hash.*"]),
     ("tiers", ["tiers/*"]),
     ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "hf_config_layers.cpp", "hf_config_state.cpp", "hf_json.h", "prefix_keys.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "layer_specs.*", "checked.h"]),
