@@ -29,7 +29,8 @@ typedef struct profile_opts {
   uint64_t memory, reserve, used, kv_cache, host_cache;
   double utilization;
   uint32_t tp, tp_rank, block_size, max_model_len, num_blocks, host_blocks;
-  const char *dtype, *device;
+  uint32_t max_num_seqs, num_checkpoints;
+  const char *dtype, *device, *checkpoints;
   int json;
   variant_flags variants;
   const struct cli_command *seen; /* the parsed command: which flags were given */
@@ -44,6 +45,24 @@ static int parse_device(const char *s, int32_t *out) {
   if (strcasecmp(s, "cpu") == 0) return *out = PKV_DEVICE_CPU, 0;
   if (strcasecmp(s, "cuda") == 0 || strcasecmp(s, "gpu") == 0) return *out = PKV_DEVICE_CUDA, 0;
   return -1;
+}
+
+/* --state-checkpoints: prompt-end, none or every:K (K blocks between checkpoints). */
+static int parse_checkpoints(const char *s, pkv_engine_params *p) {
+  char *end = NULL;
+  if (strcasecmp(s, "prompt-end") == 0) {
+    p->state_checkpoint_policy = PKV_STATE_CHECKPOINT_PROMPT_END;
+  } else if (strcasecmp(s, "none") == 0) {
+    p->state_checkpoint_policy = PKV_STATE_CHECKPOINT_NONE;
+  } else if (strncasecmp(s, "every:", 6) == 0) {
+    const unsigned long k = strtoul(s + 6, &end, 10);
+    if (end == s + 6 || *end != '\0' || k == 0 || k > (1ul << 20)) return -1;
+    p->state_checkpoint_policy = PKV_STATE_CHECKPOINT_EVERY;
+    p->state_checkpoint_interval = (uint32_t)k;
+  } else {
+    return -1;
+  }
+  return 0;
 }
 
 static int flag_seen(const cli_command *cmd, const char *name) {
@@ -95,6 +114,13 @@ static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engin
   int rc = variants_apply(&o->variants, o->config, text, len, p, windows);
   free(text);
   if (rc != CLI_EXIT_OK) return rc;
+  if (o->checkpoints != NULL && parse_checkpoints(o->checkpoints, p) != 0) {
+    fprintf(stderr,
+            "pkv profile: bad --state-checkpoints '%s': expected prompt-end, none or every:K "
+            "(a checkpoint every K blocks, 1 .. 1048576)\n",
+            o->checkpoints);
+    return CLI_EXIT_USAGE;
+  }
   if (o->device != NULL && parse_device(o->device, &p->device) != 0) {
     fprintf(stderr, "pkv profile: bad --device '%s': expected auto, cpu or cuda\n", o->device);
     return CLI_EXIT_USAGE;
@@ -114,6 +140,8 @@ static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engin
     if (strcmp(f->name, "num-blocks") == 0) p->num_blocks = o->num_blocks;
     if (strcmp(f->name, "host-cache") == 0) p->host_cache_bytes = o->host_cache;
     if (strcmp(f->name, "host-blocks") == 0) p->host_num_blocks = o->host_blocks;
+    if (strcmp(f->name, "max-num-seqs") == 0) p->max_num_seqs = o->max_num_seqs;
+    if (strcmp(f->name, "num-checkpoints") == 0) p->num_state_checkpoints = o->num_checkpoints;
   }
   return CLI_EXIT_OK;
 }
@@ -142,14 +170,20 @@ static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
         (unsigned long long)b->blocks_per_max_seq);
     return CLI_EXIT_FAIL;
   }
-  const uint64_t need = b->blocks_per_max_seq * b->block_bytes + b->kv_scale_bytes;
+  const uint64_t need =
+      b->blocks_per_max_seq * b->block_bytes + b->kv_scale_bytes + b->state_pool_bytes;
+  char states[96] = "";
+  if (b->state_pool_bytes)
+    snprintf(states, sizeof states, " and %u state slots of %llu bytes",
+             b->num_state_slots + b->num_state_checkpoints,
+             (unsigned long long)b->state_bytes_per_seq);
   fprintf(
       stderr,
-      "pkv profile: one sequence of max_model_len %u needs %s (%llu blocks of %llu bytes%s); the KV budget is "
+      "pkv profile: one sequence of max_model_len %u needs %s (%llu blocks of %llu bytes%s%s); the KV budget is "
       "%s: %s (%llu bytes) missing.\n",
       p->max_model_len, cli_format_size(need, need_h, sizeof need_h),
       (unsigned long long)b->blocks_per_max_seq, (unsigned long long)b->block_bytes,
-      b->kv_scale_bytes ? " and the fp8 scales" : "",
+      b->kv_scale_bytes ? " and the fp8 scales" : "", states,
       cli_format_size(b->budget_bytes, have_h, sizeof have_h),
       cli_format_size(b->shortfall_bytes, miss_h, sizeof miss_h),
       (unsigned long long)b->shortfall_bytes);
@@ -158,7 +192,8 @@ static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
   else
     fprintf(stderr, "  Raise --memory or --utilization, or lower --used or --reserve");
   fprintf(
-      stderr, ", or a smaller --max-model-len%s\n",
+      stderr, ", or a smaller --max-model-len%s%s\n",
+      b->state_pool_bytes ? ", --max-num-seqs or --num-checkpoints" : "",
       variants_dtype_bytes(b->kv_dtype) > 1 ? ", or --kv-dtype fp8 (one byte per element)" : "");
   return CLI_EXIT_FAIL;
 }
@@ -186,6 +221,10 @@ static const char *in_flag_terms(const profile_opts *o, const char *msg, char *b
       {"max_model_len", "--max-model-len", 1},
       {"sliding_window", "--window", 1},
       {"layer_windows", "--layer-windows", 1},
+      {"max_num_seqs", "--max-num-seqs", 0},
+      {"num_state_checkpoints", "--num-checkpoints", 0},
+      {"state_checkpoint_policy", "--state-checkpoints", 0},
+      {"state_checkpoint_interval", "--state-checkpoints every:K", 0},
   };
   const char *names[sizeof all / sizeof all[0]][2];
   size_t n = 0;
@@ -260,6 +299,13 @@ int cmd_profile(int argc, char **argv) {
        "each layer's window: 1024x5,0,... (see above)", 0},
       {"max-model-len", CLI_U32, &o.max_model_len, "N", "longest sequence (default: the config's)",
        0},
+      {"max-num-seqs", CLI_U32, &o.max_num_seqs, "N",
+       "sequences a step runs (256): a model with STATE layers keeps a state for each", 0},
+      {"state-checkpoints", CLI_STRING, &o.checkpoints, "P",
+       "prompt-end (default), every:K (blocks) or none: where sequences leave state checkpoints",
+       0},
+      {"num-checkpoints", CLI_U32, &o.num_checkpoints, "N",
+       "state checkpoint slots (default: --max-num-seqs; none with --state-checkpoints none)", 0},
       {"device", CLI_STRING, &o.device, "D", "auto, cpu or cuda (auto)", 0},
       {"json", CLI_FLAG, &o.json, NULL, "print JSON instead of a table", 0},
   };
@@ -281,6 +327,11 @@ int cmd_profile(int argc, char **argv) {
       "  --layer-windows 0x31,4096      31 full layers, then one of 4096 keys\n"
       "With fp8 or windows it also prints the KV groups and what they gain against the same\n"
       "model with model-dtype KV and full attention in the same memory.\n"
+      "\n"
+      "Hybrid models (Qwen3-Next / 3.5, Kimi Linear, Nemotron-H, Granite 4.0-H, Jamba): each\n"
+      "recurrent layer keeps a fixed-size state per sequence, not K and V. The budget holds\n"
+      "--max-num-seqs working states and --num-checkpoints checkpoints first, then KV blocks:\n"
+      "  N sequences' states (X) + C checkpoints (Y) + M blocks of KV (Z tokens)\n"
       "\n"
       "examples:\n"
       "  pkv profile --config tools/configs/llama-3-8b.json --memory 80GiB --tp 1\n"

@@ -71,7 +71,18 @@ void profile_print_json(const char *config, const pkv_engine_params *p, const pk
   json_u64("kv_scale_bytes", b->kv_scale_bytes, 0);
   json_u64("num_kv_groups", b->num_kv_groups, 0);
   json_u64("group_layers", b->group_layers, 0);
-  json_u64("padded_layers", b->padded_layers, 1);
+  json_u64("padded_layers", b->padded_layers, 0);
+  /* recurrent state (DESIGN.md §13): taken from the budget before the blocks */
+  printf("    \"state_checkpoint_policy\": \"%s\",\n",
+         p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_NONE    ? "none"
+         : p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY ? "every"
+                                                                    : "prompt_end");
+  json_u64("state_checkpoint_interval", p->state_checkpoint_interval, 0);
+  json_u64("num_state_layers", b->num_state_layers, 0);
+  json_u64("num_state_slots", b->num_state_slots, 0);
+  json_u64("num_state_checkpoints", b->num_state_checkpoints, 0);
+  json_u64("state_bytes_per_seq", b->state_bytes_per_seq, 0);
+  json_u64("state_pool_bytes", b->state_pool_bytes, 1);
   printf("  }");
   variants_print_json(p, b);
   printf("\n}\n");

@@ -60,6 +60,10 @@ static const char *list_layers(const uint32_t *m, uint32_t n, char *buf, size_t 
 
 /* Two layers print alike: the same spec, source included. */
 static int same_kind(const pkv_layer_spec *a, const pkv_layer_spec *b) {
+  if (a->kind == PKV_LAYER_STATE || b->kind == PKV_LAYER_STATE)
+    return a->kind == b->kind &&
+           memcmp(a->state_dtype, b->state_dtype, sizeof a->state_dtype) == 0 &&
+           memcmp(a->state_shape, b->state_shape, sizeof a->state_shape) == 0;
   return a->kind == b->kind && a->attention == b->attention && a->window == b->window &&
          a->num_kv_heads == b->num_kv_heads && a->head_dim == b->head_dim &&
          a->v_head_dim == b->v_head_dim && a->k_eq_v == b->k_eq_v && a->sinks == b->sinks &&
@@ -77,7 +81,7 @@ static int equal_widths(const pkv_engine_params *p) {
   uint64_t first = 0;
   for (uint32_t l = 0; p->layer_specs && l < p->num_layers; ++l) {
     const pkv_layer_spec *s = spec_of(p, l);
-    if (s->kind == PKV_LAYER_SHARED) continue;
+    if (s->kind == PKV_LAYER_SHARED || s->kind == PKV_LAYER_STATE) continue;
     const uint64_t heads = s->num_kv_heads ? s->num_kv_heads : p->num_kv_heads;
     const uint64_t k = s->head_dim ? s->head_dim : p->head_dim;
     const uint64_t v = s->k_eq_v ? 0 : s->v_head_dim ? s->v_head_dim : k;
@@ -86,6 +90,28 @@ static int equal_widths(const pkv_engine_params *p) {
     if (bytes != first) return 0;
   }
   return 1;
+}
+
+/* A STATE layer's parts: "part 0 8192 x 3 bf16 (48.00 KiB), part 1 32 x 128 x 128 f32 (2.00
+ * MiB)", each the dense array pkv_layer_info places in a slot. */
+static const char *state_parts(const pkv_layer_spec *s, char *buf, size_t cap) {
+  static const char *const dtypes[] = {"f32", "f16", "bf16"};
+  size_t at = 0;
+  buf[0] = '\0';
+  for (uint32_t i = 0; i < PKV_MAX_STATE_PARTS; i++) {
+    const uint32_t *dims = s->state_shape + i * PKV_MAX_STATE_DIMS;
+    if (dims[0] == 0) continue;
+    const uint32_t dtype = s->state_dtype[i] < 3 ? s->state_dtype[i] : 0;
+    uint64_t bytes = dtype == PKV_DTYPE_F32 ? 4 : 2;
+    append(buf, cap, &at, "%spart %u ", at ? ", " : "", i);
+    for (uint32_t d = 0; d < PKV_MAX_STATE_DIMS && dims[d]; d++) {
+      append(buf, cap, &at, "%s%u", d ? " x " : "", dims[d]);
+      bytes *= dims[d];
+    }
+    char h[32];
+    append(buf, cap, &at, " %s (%s)", dtypes[dtype], cli_format_size(bytes, h, sizeof h));
+  }
+  return buf;
 }
 
 /* One line per kind of layer: which layers, attention, heads, and what else the softmax has. */
@@ -106,6 +132,11 @@ void profile_print_layers(const pkv_engine_params *p) {
     for (uint32_t k = l; k < p->num_layers; k++)
       if (!done[k] && same_kind(s, spec_of(p, k))) members[n++] = k, done[k] = 1;
     char list[160], win[24], extra[160];
+    if (s->kind == PKV_LAYER_STATE) {
+      printf("    %-13s %s: layers %s\n", "state", state_parts(s, extra, sizeof extra),
+             list_layers(members, n, list, sizeof list));
+      continue;
+    }
     size_t at = 0;
     extra[0] = '\0';
     snprintf(win, sizeof win, s->window ? "%s %u" : "%s", attention_name(s->attention), s->window);
@@ -154,6 +185,7 @@ static uint32_t group_members(const pkv_engine_params *p, const uint32_t *group,
   uint32_t n = 0;
   for (uint32_t l = 0; l < p->num_layers; l++)
     if (group[l] == g && spec_of(p, l)->kind != PKV_LAYER_SHARED) members[n++] = l;
+  /* (a STATE layer's group is UINT32_MAX: it is in none) */
   return n;
 }
 
@@ -234,9 +266,13 @@ void profile_print_layer_groups(const pkv_engine_params *p, const pkv_kv_budget 
             "  with the fewest, the last of a kind padded)\n"
           : "  (no page of whole layers holds these groups without waste: this one wastes least)\n",
       p->block_size);
-  if (b->num_cached_layers < p->num_layers)
+  const uint32_t shared = p->num_layers - b->num_cached_layers - b->num_state_layers;
+  if (shared)
     printf("  %u shared layers keep no cache: each reads the K and V of the layer it names\n",
-           p->num_layers - b->num_cached_layers);
+           shared);
+  if (b->num_state_layers)
+    printf("  %u STATE layers keep no K and V: each sequence's state is in a state slot\n",
+           b->num_state_layers);
   free(group);
   free(members);
 }

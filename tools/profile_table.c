@@ -35,6 +35,45 @@ static const char *source_note(uint32_t source) {
   }
 }
 
+static const char *checkpoint_policy(const pkv_engine_params *p, char *buf, size_t cap) {
+  if (p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_NONE)
+    snprintf(buf, cap, "--state-checkpoints none");
+  else if (p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY)
+    snprintf(buf, cap, "--state-checkpoints every:%u (blocks)", p->state_checkpoint_interval);
+  else
+    snprintf(buf, cap, "--state-checkpoints prompt-end");
+  return buf;
+}
+
+/* The state slots' rows (DESIGN.md §13): taken from the budget before the blocks. */
+static void state_rows(const pkv_engine_params *p, const pkv_kv_budget *b) {
+  char note[160], policy[64];
+  snprintf(note, sizeof note, "%u STATE layers' parts, each 256-byte aligned (layers above)",
+           b->num_state_layers);
+  row_bytes("state bytes per sequence", b->state_bytes_per_seq, note);
+  snprintf(note, sizeof note, "%u working states (--max-num-seqs) x state bytes",
+           b->num_state_slots);
+  row_bytes("- states", (uint64_t)b->num_state_slots * b->state_bytes_per_seq, note);
+  snprintf(note, sizeof note, "%u checkpoints (%s%s) x state bytes", b->num_state_checkpoints,
+           checkpoint_policy(p, policy, sizeof policy),
+           p->num_state_checkpoints ? ", --num-checkpoints" : "");
+  row_bytes("- checkpoints", (uint64_t)b->num_state_checkpoints * b->state_bytes_per_seq, note);
+}
+
+/* "N sequences' states (X) + C checkpoints (Y) + M blocks of KV (Z tokens)": the budget's split. */
+static void state_summary(const pkv_kv_budget *b) {
+  char s[32], c[32], k[32];
+  const uint32_t groups = b->num_kv_groups ? b->num_kv_groups : 1;
+  printf("\n  memory     %u sequences' states (%s) + %u checkpoints (%s) + %llu blocks of KV "
+         "(%s, %llu tokens)\n",
+         b->num_state_slots,
+         cli_format_size((uint64_t)b->num_state_slots * b->state_bytes_per_seq, s, sizeof s),
+         b->num_state_checkpoints,
+         cli_format_size((uint64_t)b->num_state_checkpoints * b->state_bytes_per_seq, c, sizeof c),
+         (unsigned long long)b->num_blocks, cli_format_size(b->pool_bytes, k, sizeof k),
+         (unsigned long long)(b->max_tokens / groups));
+}
+
 void profile_print_table(const char *config, const pkv_engine_params *p, const pkv_kv_budget *b) {
   char note[160];
   printf("pkv profile: %s\n", config);
@@ -112,8 +151,11 @@ void profile_print_table(const char *config, const pkv_engine_params *p, const p
              mla ? "1 (the latent)" : "2 (K,V)", p->num_layers, b->kv_heads_per_rank);
     row_bytes("- kv scales", b->kv_scale_bytes, note);
   }
+  if (b->state_pool_bytes) state_rows(p, b);
   snprintf(note, sizeof note, "%s / block bytes%s",
-           b->kv_scale_bytes ? "(budget - kv scales)" : "budget",
+           b->state_pool_bytes ? "(budget - the above)"
+           : b->kv_scale_bytes ? "(budget - kv scales)"
+                               : "budget",
            b->source == PKV_BUDGET_FIXED_BLOCKS ? " (here: fixed)" : "");
   row_count("blocks", b->num_blocks, note);
   row_bytes("pool bytes", b->pool_bytes, "blocks x block bytes");
@@ -143,6 +185,7 @@ void profile_print_table(const char *config, const pkv_engine_params *p, const p
   row_count("max seqs at max_model_len", b->max_seqs_at_max_model_len,
             "blocks / blocks per max sequence");
   if (b->shortfall_bytes != 0) row_bytes("shortfall", b->shortfall_bytes, "more KV memory needed");
+  if (b->state_pool_bytes) state_summary(b);
   if (p->layer_specs != NULL) profile_print_layer_groups(p, b);
   variants_print_table(p, b);
   if (b->host_num_blocks == 0) return;
