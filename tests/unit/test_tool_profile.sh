@@ -182,5 +182,39 @@ expect err 1 "store ls on a file" "--dir $tmp/file: not a directory" -- store ls
 mkdir "$tmp/store"
 expect out 0 "store stats on an empty directory" "blocks +0" -- store stats --dir "$tmp/store"
 
+# Issue 28: a hybrid model's states come off the budget before the blocks. Qwen3.5-35B-A3B:
+# 30 Gated DeltaNet layers of conv 8192 x 3 bf16 (49152 B) + 32 x 128 x 128 f32 (2097152 B):
+# 64389120 B a sequence; 10 attention layers of 2 x 256 bf16: 20480 B a token, 327680 a block.
+# 80 GiB x 0.9 = 77309411328; 64 states + 64 checkpoints (prompt-end: --max-num-seqs of them)
+# = 8241807360, (77309411328 - 8241807360) / 327680 = 210777 blocks; every:4 with 16
+# checkpoints: 80 slots, 220209 blocks; none: 64 slots, 223353 blocks.
+q35=$configs/qwen3.5-35b-a3b.json
+expect out 0 "Qwen3.5: the states, checkpoints and blocks" \
+  "^    state +part 0 8192 x 3 bf16 \(48.00 KiB\), part 1 32 x 128 x 128 f32 \(2.00 MiB\): layers 0-2,4-6," \
+  "state bytes per sequence +61.41 MiB +64389120 +30 STATE layers" \
+  "- states +3.84 GiB +4120903680 +64 working states" \
+  "- checkpoints +3.84 GiB +4120903680 +64 checkpoints \(--state-checkpoints prompt-end\)" \
+  "^  blocks +210777 " \
+  "^  memory +64 sequences' states \(3.84 GiB\) \+ 64 checkpoints \(3.84 GiB\) \+ 210777 blocks of KV \(64.32 GiB, 3372432 tokens\)$" \
+  -- profile --config "$q35" --memory 80GiB --max-num-seqs 64
+expect out 0 "Qwen3.5: every:4 with 16 checkpoints" \
+  "- checkpoints +982.50 MiB +1030225920 +16 checkpoints \(--state-checkpoints every:4 \(blocks\), --num-checkpoints\)" \
+  "^  blocks +220209 " \
+  -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --state-checkpoints every:4 --num-checkpoints 16
+expect out 0 "Qwen3.5 json: no checkpoints" '"state_checkpoint_policy": "none"' \
+  '"num_state_layers": 30,' '"num_state_slots": 64,' '"num_state_checkpoints": 0,' \
+  '"state_bytes_per_seq": 64389120,' '"state_pool_bytes": 4120903680$' '"num_blocks": 223353,' \
+  -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --state-checkpoints none --json
+expect err 2 "--state-checkpoints every:0 refused" "bad --state-checkpoints 'every:0': expected prompt-end, none or every:K" \
+  -- profile --config "$q35" --memory 80GiB --state-checkpoints every:0
+expect err 1 "--num-checkpoints with none: named as the flags" \
+  "--num-checkpoints 8 with --state-checkpoints NONE: no checkpoint is taken" \
+  -- profile --config "$q35" --memory 80GiB --state-checkpoints none --num-checkpoints 8
+expect err 1 "Qwen3.5 in 8 GiB: the states counted in what is missing" \
+  "needs .* \(16384 blocks of 327680 bytes and 512 state slots of 64389120 bytes\)" \
+  "or a smaller --max-model-len, --max-num-seqs or --num-checkpoints" \
+  -- profile --config "$q35" --memory 8GiB
+no_c_names "Qwen3.5 in 8 GiB: no C names"
+
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
