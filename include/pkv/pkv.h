@@ -512,9 +512,13 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
  * windowed groups too: a windowed group gives back the blocks behind its window only once a batch
  * has computed the tokens past them, so a long prompt needs about num_kv_groups * ceil(num_tokens
  * / block_size) free blocks, less its cached ones (pkv_allocate_query says how many).
+ * With STATE layers (since 0.6.0) the sequence also takes a working state slot (one per running
+ * sequence, max_num_seqs in all; pkv_batch_view.state_slots), and nothing is served from the
+ * prefix cache yet (*out_num_cached_tokens 0, pkv_allocate_query's too): a hit would lack the
+ * recurrent state at its boundary, which checkpoints of the state will keep (DESIGN.md §13).
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_seq NULL; num_tokens 0, above max_model_len or
  * above 2^31-1; a bad sp: struct_size, cache_salt, extra_keys (since 0.5.0)), PKV_ERR_NO_SPACE
- * (not enough free blocks; nothing changed). */
+ * (not enough free blocks, or (since 0.6.0) no free working state slot; nothing changed). */
 PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                 const pkv_seq_params *sp, uint64_t *out_seq,
                                 uint32_t *out_num_cached_tokens);
@@ -543,9 +547,12 @@ PKV_API pkv_status pkv_append(pkv_engine *e, uint64_t seq, const int32_t *tokens
 
 /* A new sequence sharing every block of parent (ref counts + 1), with the same tokens, salt,
  * extra keys, lora_id (since 0.5.0) and computed count. parent must have all its tokens computed.
+ * With STATE layers (since 0.6.0) the child takes a working state slot and a PKV_COPY_STATE copy
+ * of parent's slot into it is queued: the next batch lists it and does it before anything else.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out_child NULL), PKV_ERR_NOT_FOUND (no sequence parent),
  * PKV_ERR_STATE (parent has uncomputed tokens, is preempted or swapped out, is in the open batch,
- * or is a request of pkv_submit). */
+ * or is a request of pkv_submit), PKV_ERR_NO_SPACE (no free working state slot (since 0.6.0);
+ * nothing changed). */
 PKV_API pkv_status pkv_fork(pkv_engine *e, uint64_t parent, uint64_t *out_child);
 
 /* Ends a sequence: drops its block references; a block whose count reaches 0 becomes cached when
@@ -667,7 +674,9 @@ typedef struct pkv_batch_view {
   /* recurrent state (since 0.6.0), DESIGN.md §13 */
   const int32_t *state_slots;     /* [num_seqs]: the slot holding sequence i's state after its
                                      computed tokens, which the step reads and updates in place
-                                     (pkv_pool_info.state_base); NULL without STATE layers */
+                                     (pkv_pool_info.state_base); NULL without STATE layers. A
+                                     sequence whose rows start at position 0 has no state yet:
+                                     its slot holds stale bytes, start from zeros */
 } pkv_batch_view;
 
 /* Plans one step: for each seqs[i], compute the next num_new_tokens[i] of its reserved, not yet
@@ -761,7 +770,8 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA,
  * k_eq_v and SHARED layers - v NULL; v not NULL on an MLA cache or a k_eq_v layer; k or v not
  * NULL on a SHARED layer; out aliasing an input; on CUDA a pointer not 16-byte aligned, or more
- * than PKV_CUDA_MAX_GRID sequences), PKV_ERR_STATE (b has ended; a layer with sinks whose sinks
+ * than PKV_CUDA_MAX_GRID sequences; (since 0.6.0) a STATE layer: the host runs its recurrence on
+ * pkv_batch_view.state_slots), PKV_ERR_STATE (b has ended; a layer with sinks whose sinks
  * were not set), PKV_ERR_UNSUPPORTED (head_dim, or MLA's kv_lora_rank or qk_rope_head_dim,
  * outside the limits above), PKV_ERR_DEVICE (CUDA: a kernel or copy could not be queued). */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
@@ -1260,7 +1270,8 @@ PKV_API pkv_status pkv_preempt(pkv_engine *e, uint64_t seq);
 /* Re-admits a preempted seq like a prompt of all its tokens (prefix lookup included, its own
  * prefix likely still cached), all-or-nothing; *out_num_cached_tokens (nullable) as pkv_allocate.
  * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not preempted, or is a
- * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free blocks; nothing changed). */
+ * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free blocks, or (since 0.6.0) no free
+ * working state slot; nothing changed). */
 PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cached_tokens);
 
 /* Preemption by swapping (needs the host tier): pkv_swap_out moves seq's KV to host-tier blocks
@@ -1294,7 +1305,9 @@ PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
  * PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is swapped out, in the open batch, or a
  * request of pkv_submit; or a block the window needs again is cached no longer - evicted, or
  * prefix caching off: preempt and resume the sequence instead), PKV_ERR_NO_SPACE (not enough free
- * blocks to take those blocks back; nothing changed).
+ * blocks to take those blocks back; nothing changed), PKV_ERR_UNSUPPORTED ((since 0.6.0) with
+ * STATE layers, a running seq cut below its computed tokens: its state has taken them in; cut
+ * uncomputed tokens only, or preempt it first and it recomputes from token 0).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens);
 
