@@ -97,6 +97,8 @@ static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engin
                         uint32_t **windows, pkv_layer_spec **specs) {
   *windows = NULL;
   pkv_engine_params_init(p, sizeof *p);
+  /* A hybrid model's state shapes are read as this rank's share: the reader needs --tp first. */
+  if (flag_seen(cmd, "tp")) p->tp_size = o->tp;
   char *text = NULL;
   size_t len = 0;
   if (cli_read_file(o->config, &text, &len) != 0) return CLI_EXIT_FAIL;

@@ -148,7 +148,8 @@ void profile_print_table(const char *config, const pkv_engine_params *p, const p
   row_bytes("= KV budget", b->budget_bytes, source_note(b->source));
   if (b->kv_scale_bytes != 0) {
     snprintf(note, sizeof note, "fp8 scales: %s x %u layers x %u heads x 4 B",
-             mla ? "1 (the latent)" : "2 (K,V)", p->num_layers, b->kv_heads_per_rank);
+             mla ? "1 (the latent)" : "2 (K,V)",
+             p->layer_specs ? b->num_cached_layers : p->num_layers, b->kv_heads_per_rank);
     row_bytes("- kv scales", b->kv_scale_bytes, note);
   }
   if (b->state_pool_bytes) state_rows(p, b);

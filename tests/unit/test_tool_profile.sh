@@ -205,6 +205,11 @@ expect out 0 "Qwen3.5 json: no checkpoints" '"state_checkpoint_policy": "none"' 
   '"num_state_layers": 30,' '"num_state_slots": 64,' '"num_state_checkpoints": 0,' \
   '"state_bytes_per_seq": 64389120,' '"state_pool_bytes": 4120903680$' '"num_blocks": 223353,' \
   -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --state-checkpoints none --json
+# --tp 2: the config is read as one rank's share (heads and conv channels halved): 32194560 B
+expect out 0 "Qwen3.5 at --tp 2: each rank's state" \
+  "part 0 4096 x 3 bf16 \(24.00 KiB\), part 1 16 x 128 x 128 f32 \(1.00 MiB\)" \
+  "state bytes per sequence +30.70 MiB +32194560 " \
+  -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --tp 2
 expect err 2 "--state-checkpoints every:0 refused" "bad --state-checkpoints 'every:0': expected prompt-end, none or every:K" \
   -- profile --config "$q35" --memory 80GiB --state-checkpoints every:0
 expect err 1 "--num-checkpoints with none: named as the flags" \
