@@ -9,7 +9,8 @@
  * The same text through pkv_engine_params_from_hf_config_layers (since 0.5): refused likewise
  * with nothing changed, or read whenever the flat call reads it, each layer's spec consistent (a
  * SHARED layer reads an earlier cached layer of its own window, FULL has no window, heads divide
- * the q heads), and pkv_profile of the result accepting or refusing it cleanly.
+ * the q heads; since 0.6 a STATE layer sets no attention field and has a state), and pkv_profile
+ * of the result accepting or refusing it cleanly.
  */
 #include "fuzz_util.h"
 
@@ -39,8 +40,15 @@ static void check_layers(const char *text, size_t size, const pkv_engine_params 
   FZ_CHECK(p.layer_specs == NULL || p.layer_specs == specs, "layers: layer_specs elsewhere");
   for (uint32_t l = 0; l < n; l++) {
     const pkv_layer_spec *x = &specs[l];
-    FZ_CHECK(x->kind <= PKV_LAYER_SHARED && x->attention <= PKV_ATTENTION_CHUNKED,
+    FZ_CHECK(x->kind <= PKV_LAYER_STATE && x->attention <= PKV_ATTENTION_CHUNKED,
              "layer %u: kind %u attention %u", l, x->kind, x->attention);
+    if (x->kind == PKV_LAYER_STATE) { /* a recurrent layer: no attention field, a state */
+      FZ_CHECK(x->attention == 0 && x->window == 0 && x->num_kv_heads == 0 && x->head_dim == 0 &&
+                   x->softmax_scale == 0,
+               "layer %u: a STATE layer with attention fields", l);
+      FZ_CHECK(x->state_shape[PKV_MAX_STATE_DIMS] > 0, "layer %u: no recurrent state", l);
+      continue;
+    }
     FZ_CHECK((x->attention == PKV_ATTENTION_FULL) == (x->window == 0), "layer %u: window %u", l,
              x->window);
     FZ_CHECK(x->num_kv_heads > 0 && p.num_q_heads % x->num_kv_heads == 0 && x->head_dim > 0,
