@@ -42,7 +42,7 @@ static uint64_t check_part(const pkv_layer_spec *s, int i, uint32_t dtype, uint3
   CHECK_EQ_INT(shape[1], d1);
   CHECK_EQ_INT(shape[2], d2);
   CHECK_EQ_INT(shape[3], 0);
-  uint64_t bytes = dtype == F32 ? 4 : 2;
+  uint64_t bytes = shape[0] == 0 ? 0 : dtype == F32 ? 4 : 2; /* absent: no bytes */
   for (int d = 0; d < PKV_MAX_STATE_DIMS && shape[d]; d++) bytes *= shape[d];
   return bytes;
 }
@@ -330,6 +330,22 @@ static void test_old_spec_and_attention_only(void) {
   }
 }
 
+/* A conv of kernel 1 keeps no past inputs: part 0 absent (every dim and its dtype 0), the state
+ * alone, in the model's dtype (p's F32: the config gives none). */
+static void test_conv_kernel_one(void) {
+  static const char jamba[] =
+      "{\"model_type\": \"jamba\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+      "\"hidden_size\": 128, \"attn_layer_period\": 2, \"attn_layer_offset\": 1, "
+      "\"mamba_d_state\": 16, \"mamba_d_conv\": 1, \"mamba_expand\": 2}";
+  pkv_engine_params p;
+  tu_params(&p, 16, 64);
+  pkv_layer_spec s[2];
+  uint32_t n = 0;
+  if (CHECK_OK(
+          pkv_engine_params_from_hf_config_layers(&p, jamba, strlen(jamba), s, sizeof *s, 2, &n)))
+    CHECK_EQ_INT(check_state(&s[0], F32, 0, 0, F32, 256, 16, 0), 256 * 16 * 4);
+}
+
 /* Each config's specs through pkv_profile (80 GiB, utilization 0.9): the recurrent layers are in
  * no KV group, and one sequence's state is every STATE layer's parts (each a multiple of 256
  * bytes here, so no padding): layers x (conv + state) bytes, by hand from the tests above. */
@@ -383,6 +399,7 @@ int main(int argc, char **argv) {
   TU_RUN(test_flat_call_refuses);
   TU_RUN(test_bad_fields);
   TU_RUN(test_old_spec_and_attention_only);
+  TU_RUN(test_conv_kernel_one);
   TU_RUN(test_profiles);
   return tu_summary();
 }
