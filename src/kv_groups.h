@@ -38,7 +38,7 @@ struct KvGroups {
   // page) rather than today's [slot][block] layout.
   uint64_t page_token_bytes = 0;
   bool paged = false;
-  uint32_t num_cached = 0;  // layers with a cache of their own: num_layers less SHARED
+  uint32_t num_cached = 0;  // layers with a KV cache of their own: less SHARED and STATE
 
   uint32_t layer_window(uint32_t l) const { return windows.empty() ? group_window[0] : windows[l]; }
   uint32_t layer_group(uint32_t l) const { return groups.empty() ? 0 : groups[l]; }

@@ -1061,7 +1061,8 @@ struct pkv_kv_budget {
   uint32_t reserved0;
   /* per-layer specs (since 0.5.0); with unequal groups block_bytes is the page every group's
      block fills, group_layers the most layers one block holds (pkv_kv_group_info has each) */
-  uint32_t num_cached_layers;     /* layers with a cache of their own: num_layers less SHARED */
+  uint32_t num_cached_layers;     /* layers with a KV cache of their own: num_layers less
+                                     SHARED, and STATE (since 0.6.0) */
   uint32_t reserved1;
   uint64_t model_bytes_per_token; /* K and V of one token in every cached layer, this rank: what
                                      a token costs where every group holds it */

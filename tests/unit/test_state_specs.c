@@ -1,6 +1,8 @@
 /* STATE layers (pkv.h PKV_LAYER_STATE, DESIGN.md §13) in the specs and the profiler: the budgets
  * of a Qwen3.5-like and a Jamba-like model computed by hand, each part's place in a slot, every
  * bad field refused by name with nothing written, and the profile's terms summing to the budget. */
+#include <stddef.h>
+
 #include "test_util.h"
 
 #define MIB (1024ull * 1024)
@@ -196,6 +198,26 @@ static void test_no_kv_group(void) {
   }
 }
 
+/* pkv_engine_params_init's state defaults, and a 0.5 caller's params (struct_size ending before
+ * the state fields) reading as those defaults. */
+static void test_defaults(void) {
+  pkv_engine_params p;
+  memset(&p, 0x5a, sizeof p);
+  CHECK_OK(pkv_engine_params_init(&p, sizeof p));
+  CHECK_EQ_INT(p.state_checkpoint_policy, PKV_STATE_CHECKPOINT_PROMPT_END);
+  CHECK_EQ_INT(p.state_checkpoint_interval, 0);
+  CHECK_EQ_INT(p.num_state_checkpoints, 0);
+  CHECK_EQ_INT(p.reserved4, 0);
+  qwen35(&p);
+  const pkv_kv_budget whole = profile_ok(&p);
+  p.state_checkpoint_policy = 9, p.reserved4 = 9; /* beyond a 0.5 struct: never read */
+  p.struct_size = (uint32_t)offsetof(pkv_engine_params, state_checkpoint_policy);
+  const pkv_kv_budget old = profile_ok(&p);
+  CHECK_EQ_INT(old.num_state_checkpoints, 64);
+  CHECK_EQ_INT(old.state_pool_bytes, whole.state_pool_bytes);
+  CHECK_EQ_INT(old.num_blocks, whole.num_blocks);
+}
+
 /* p refused by create and pkv_profile with want, the message holding `says`; nothing written. */
 static void refused(const pkv_engine_params *p, pkv_status want, const char *says, int line) {
   pkv_engine *e = (pkv_engine *)0x1;
@@ -318,6 +340,7 @@ int main(void) {
   TU_RUN(test_state_with_mla);
   TU_RUN(test_layer_info_places);
   TU_RUN(test_no_kv_group);
+  TU_RUN(test_defaults);
   TU_RUN(test_bad_state_fields);
   TU_RUN(test_bad_models_and_params);
   TU_RUN(test_shortfall_counts_states);
