@@ -7,21 +7,6 @@
 
 namespace pkv {
 
-SplitCopies split_copies(const int32_t *src, const int32_t *dst, const int32_t *kind, uint32_t n) {
-  SplitCopies out;
-  for (uint32_t i = 0; i < n; ++i) {
-    if (copy_is_state(kind[i])) {
-      out.state_src.push_back(src[i]);
-      out.state_dst.push_back(dst[i]);
-      continue;
-    }
-    out.src.push_back(src[i]);
-    out.dst.push_back(dst[i]);
-    out.kind.push_back(kind[i]);
-  }
-  return out;
-}
-
 MemoryInfo host_memory() {
   MemoryInfo info;
   std::FILE *f = std::fopen("/proc/meminfo", "r");

@@ -22,6 +22,7 @@
 #include "attention_ref.h"
 #include "backend/backend.h"
 #include "cuda_backend_layers.h"
+#include "cuda_backend_state.h"
 #include "cuda_backend_mla.h"
 #include "kv_harness.h"
 #include "status.h"
@@ -345,11 +346,13 @@ int main() {
     for (const Case &c : cases) failures += !run_case(c, seed++);
     failures += run_mla_backend_cases(seed);
     failures += run_layers_backend_cases(seed + 3);
+    failures += run_state_backend_cases();
   } catch (const pkv::Error &e) {
     fprintf(stderr, "FAIL: the backend threw %s: %s\n", pkv::status_string(e.status()), e.what());
     return 1;
   }
-  printf("cuda_backend: %d of %zu cases passed (3 of them MLA, 2 of unequal layers)\n",
-         int(std::size(cases)) + 5 - failures, std::size(cases) + 5);
+  printf("cuda_backend: %d of %zu cases passed (3 of them MLA, 2 of unequal layers, 1 of state "
+         "slots)\n",
+         int(std::size(cases)) + 6 - failures, std::size(cases) + 6);
   return failures ? 1 : 0;
 }
