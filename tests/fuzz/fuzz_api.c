@@ -180,7 +180,8 @@ static uint32_t fz_layer_windows[2];
 static pkv_layer_spec fz_specs[3];
 
 /* Per-layer specs (0.5): 2 or 3 layers of drawn kinds, heads, widths, K = V, windows or chunks,
- * sinks and caps, a SHARED last layer, and now and then a field no rule allows. */
+ * sinks and caps, a SHARED last layer, STATE layers after the first (0.6: working state slots,
+ * forks' state copies), and now and then a field no rule allows. */
 static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
   p->num_layers = 2 + fz_pick(in, 2);
   for (uint32_t l = 0; l < p->num_layers; l++) {
@@ -193,6 +194,16 @@ static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
     s->k_eq_v = fz_pick(in, 3) == 0;
     s->sinks = fz_pick(in, 8) == 0;
     s->logit_softcap = fz_pick(in, 4) == 0 ? 5.0f : 0.0f;
+    if (l > 0 && fz_pick(in, 4) == 0) { /* a recurrent layer (0.6): one or two state parts */
+      memset(s, 0, sizeof *s);
+      s->kind = PKV_LAYER_STATE;
+      s->state_dtype[1] = fz_pick(in, 3);
+      s->state_shape[PKV_MAX_STATE_DIMS] = 1 + fz_pick(in, 8);
+      s->state_shape[PKV_MAX_STATE_DIMS + 1] = 1 + fz_pick(in, 8);
+      if (fz_pick(in, 2))
+        s->state_dtype[0] = fz_pick(in, 3), s->state_shape[0] = 1 + fz_pick(in, 16);
+      continue;
+    }
     if (l == p->num_layers - 1 && fz_pick(in, 3) == 0) { /* reads layer 0's cache */
       *s = fz_specs[0];
       s->kind = PKV_LAYER_SHARED;
