@@ -15,7 +15,7 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
-    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp"]),
+    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_store.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*"]),
     ("sequence", ["sequence.*"]),

@@ -1,0 +1,86 @@
+// Engine's tiers below the pool and its events (engine.h): the store tier consulted before an
+// admission, written through or back, and the KV events drained or published. The rest of
+// Engine is in engine.cpp.
+#include <algorithm>
+
+#include "engine.h"
+#include "status.h"
+
+namespace pkv {
+
+uint32_t Engine::consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n) {
+  if (!store_ || n == 0) return 0;
+  const BlockManager::Admission plan = blocks_.plan_admission(keys, tokens, n);
+  const uint32_t max_hits = blocks_.max_hits(n);
+  const uint32_t first = plan.num_hits;
+  // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
+  // pool block as a new one would): the store is not touched.
+  if (first >= max_hits || plan.num_free_needed > blocks_.num_free()) return 0;
+  StoreChain chain;
+  store_->keys(keys, tokens, max_hits, &chain);
+  std::vector<uint8_t> values;
+  const uint32_t got = store_->fetch(chain, tokens, first, max_hits - first, &values);
+  return got ? stage_fetched(blocks_, *store_, keys, tokens, n, first, got, values) : 0;
+}
+
+void Engine::write_sealed(const Sequence &s) {
+  const std::vector<SealedBlock> sealed = blocks_.take_sealed();
+  if (sealed.empty()) return;
+  uint32_t last = 0;
+  for (const SealedBlock &b : sealed) last = std::max(last, b.index);
+  StoreChain chain;
+  store_->keys(s.keys, s.tokens.data(), last + 1, &chain);
+  const StoreShape &shape = store_->shape();
+  const uint64_t offset = payload_offset(shape);
+  for (const SealedBlock &b : sealed) {
+    std::vector<uint8_t> value(shape.value_bytes());
+    backend_->read_block(b.block, value.data() + offset);
+    store_->encode(chain.keys[b.index + 1], chain.parents[b.index],
+                   s.tokens.data() + size_t(b.index) * params_.block_size, value.data());
+    const int32_t *block_tokens = s.tokens.data() + size_t(b.index) * params_.block_size;
+    store_->write(
+        chain.keys[b.index + 1], std::move(value),
+        StoreWritten{b.hash, b.parent_hash, b.index == 0,
+                     std::vector<int32_t>(block_tokens, block_tokens + params_.block_size),
+                     s.keys.lora_id,
+                     s.keys.block_extra(b.index * params_.block_size, params_.block_size)});
+  }
+}
+
+void Engine::write_back(const EvictedHostBlock &b, bool wait) {
+  // The host tier's copy, read now (host memory): its block is reused right after this call.
+  const uint32_t bs = params_.block_size, index = static_cast<uint32_t>(b.tokens.size() / bs) - 1;
+  StoreChain chain;
+  store_->keys(*b.salt, b.lora_id, b.extras, b.tokens.data(), index + 1, &chain);
+  const StoreShape &shape = store_->shape();
+  std::vector<uint8_t> value(shape.value_bytes());
+  store_->read_host(b.host, value.data());
+  store_->encode(chain.keys[index + 1], chain.parents[index], b.tokens.data() + size_t(index) * bs,
+                 value.data());
+  const int32_t *block_tokens = b.tokens.data() + size_t(index) * bs;
+  store_->write(chain.keys[index + 1], std::move(value),
+                StoreWritten{b.hash, b.parent_hash, index == 0,
+                             std::vector<int32_t>(block_tokens, block_tokens + bs), b.lora_id,
+                             b.extras.empty() ? std::string() : b.extras[index]},
+                wait);
+}
+
+void Engine::note_store_events() {
+  if (!store_) return;
+  for (const StoreWritten &w : store_->take_written())
+    events_.stored(w.hash, w.parent_hash, w.parent_is_root, w.tokens.data(), PKV_TIER_STORE, 0,
+                   w.lora_id, w.extra);
+}
+
+void Engine::publisher_info(struct pkv_event_publisher_info *out) const {
+  if (!publisher_)
+    fail(PKV_ERR_STATE, "this engine has no event publisher (pkv_engine_params.event_publisher)");
+  publisher_->info(out);
+}
+
+size_t Engine::drain_events(void *out, size_t event_size, size_t cap) {
+  note_store_events();
+  return events_.drain(out, event_size, cap);
+}
+
+}  // namespace pkv
