@@ -43,13 +43,15 @@ int32_t BlockManager::pop_free() {
 
 // A full pool's free list is its cached blocks in LRU order, at random places in arrays as large
 // as the pool; each pop evicts one, reading its list entry, its prefix node (copies inline), its
-// parent's entry (a child less) and its child-table slot. Read pop after pop, those misses came in series and made admission cost
-// grow with the pool (0.3.0: 1.7x from 4k to 512k blocks, bench_block_manager). So while a
-// reservation pops, two cursors run ahead on the list: the far one (2 * kAhead pops ahead) asks
-// for the node's entry, the near one (kAhead ahead) reads it, now in cache, and asks for the
-// node's slot and its parent's entry; each pop then finds its lines loaded. Only hints: nothing
-// changes. (A ring of the order cached blocks joined, read ahead instead of the list, was tried
-// and measured slower: its writes on every release cost more than the walk it saved.)
+// parent's entry (a child less) and its child-table slot. Read pop after pop, those misses came
+// in series and made admission cost grow with the pool (0.3.0: 1.7x from 4k to 512k blocks,
+// bench_block_manager). So while a reservation pops, two cursors run ahead on the list: the far
+// one (2 * kAhead pops ahead) asks for the node's entry, the near one (kAhead ahead) reads it,
+// now in cache, and asks for the node's slot and its parent's entry; each pop then finds its
+// lines loaded. Only hints: nothing changes. (A ring of the order cached blocks joined, read
+// ahead instead of walking the list, was tried: its guesses were exact, and it measured no
+// faster. At 512k blocks the prefetches wait for free miss buffers: the lines a request touches
+// cost, not the order it reaches them in.)
 void BlockManager::prefetch_pops(uint32_t n) {
   ahead_left_ = pool_.num_cached() ? n : 0;  // no cached block: no eviction to prepare
   ahead_far_ = ahead_near_ = ahead_left_ ? pool_.head() : -1;

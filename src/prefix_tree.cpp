@@ -8,8 +8,6 @@
 
 namespace pkv {
 
-bool CopyList::contains(int32_t block) const { return std::find(begin(), end(), block) != end(); }
-
 void CopyList::push_back(int32_t block) {
   if (more_) {
     more_->push_back(block);

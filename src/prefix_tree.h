@@ -3,11 +3,13 @@
 // A node is one full block of tokens under one exact prefix: (parent node, tokens, the block's
 // extra bytes: the extra keys overlapping it, PrefixKeys::block_extra). Roots are one per (cache
 // salt, LoRA adapter id, KV group) and hold no tokens: each KV group (DESIGN.md §12) caches its
-// own blocks of a prefix, under the canonical root hash of the salt and adapter. A node keeps the pool blocks whose KV holds it (its copies)
-// and at most one host-tier block (its offloaded copy, DESIGN.md §11). Children are found through one hash map keyed by (parent, hash of the block) and the
-// tokens and extra bytes are compared on every hit, so a hash collision, a crafted collision or a block reused
-// under another prefix can never serve wrong KV. Nodes without copies in either tier and without
-// children are removed, up the tree.
+// own blocks of a prefix, under the canonical root hash of the salt and adapter. A node keeps the
+// pool blocks whose KV holds it (its copies) and at most one host-tier block (its offloaded copy,
+// DESIGN.md §11). Children are found through one table keyed by the block's canonical hash, which
+// chains its parent's (node_table.h), and the parent, tokens and extra bytes are compared on
+// every hit, so a hash collision, a crafted collision or a block reused under another prefix can
+// never serve wrong KV. Nodes without copies in either tier and without children are removed,
+// up the tree.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,6 @@ class CopyList {
   const int32_t *end() const { return begin() + size(); }
   size_t size() const { return more_ ? more_->size() : size_t(one_ >= 0); }
   bool empty() const { return size() == 0; }
-  bool contains(int32_t block) const;
   void push_back(int32_t block);
   // Removes block, which must be listed; order is not kept.
   void remove(int32_t block);
