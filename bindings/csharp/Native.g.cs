@@ -709,7 +709,7 @@ namespace Pkv
         public ulong StatePoolBytes;
     }
 
-    /// <summary>pkv_stats (320 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (360 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -754,6 +754,11 @@ namespace Pkv
         public ulong NumStorePutDropped;
         public ulong NumStorePutErrors;
         public ulong NumLoadingRequests;
+        public ulong NumStateCheckpointsHeld;
+        public ulong NumStateCheckpointsTaken;
+        public ulong NumStateCheckpointEvictions;
+        public ulong NumStateRestores;
+        public ulong StateFallbackTokens;
     }
 
     /// <summary>pkv_pool_info (168 bytes on x86_64).</summary>
@@ -1037,7 +1042,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 240, 320, 168, 192, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 240, 360, 168, 192, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

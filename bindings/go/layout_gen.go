@@ -285,6 +285,11 @@ var layouts = []layout{
 		{"num_store_put_dropped", unsafe.Offsetof(cStats{}.NumStorePutDropped), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_put_dropped)},
 		{"num_store_put_errors", unsafe.Offsetof(cStats{}.NumStorePutErrors), unsafe.Offsetof(C.struct_pkv_stats{}.num_store_put_errors)},
 		{"num_loading_requests", unsafe.Offsetof(cStats{}.NumLoadingRequests), unsafe.Offsetof(C.struct_pkv_stats{}.num_loading_requests)},
+		{"num_state_checkpoints_held", unsafe.Offsetof(cStats{}.NumStateCheckpointsHeld), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_checkpoints_held)},
+		{"num_state_checkpoints_taken", unsafe.Offsetof(cStats{}.NumStateCheckpointsTaken), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_checkpoints_taken)},
+		{"num_state_checkpoint_evictions", unsafe.Offsetof(cStats{}.NumStateCheckpointEvictions), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_checkpoint_evictions)},
+		{"num_state_restores", unsafe.Offsetof(cStats{}.NumStateRestores), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_restores)},
+		{"state_fallback_tokens", unsafe.Offsetof(cStats{}.StateFallbackTokens), unsafe.Offsetof(C.struct_pkv_stats{}.state_fallback_tokens)},
 	}},
 	{"pkv_pool_info", unsafe.Sizeof(cPoolInfo{}), unsafe.Sizeof(C.struct_pkv_pool_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cPoolInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_pool_info{}.struct_size)},

@@ -192,9 +192,13 @@ enum { PKV_MAX_STATE_PARTS = 2, /* parts of a STATE layer's state: a conv state,
 /* pkv_engine_params.state_checkpoint_policy (since 0.6.0): where a sequence leaves checkpoints
  * of its recurrent state for prefix caching; only at block boundaries (a later prompt that
  * shares the tokens up to a checkpoint starts from it; one without any starts from token 0). */
-enum { PKV_STATE_CHECKPOINT_PROMPT_END = 0, /* the last block boundary its prompt reaches */
+enum { PKV_STATE_CHECKPOINT_PROMPT_END = 0, /* the last block boundary its prompt reaches,
+                                               and the boundary where the cached KV of its
+                                               prompt ends when no checkpoint is there (a
+                                               prefix another prompt shares: the next one
+                                               sharing it hits) */
        PKV_STATE_CHECKPOINT_EVERY = 1,      /* every state_checkpoint_interval blocks of its
-                                               computed tokens, and its prompt's last boundary */
+                                               computed tokens, and PROMPT_END's boundaries */
        PKV_STATE_CHECKPOINT_NONE = 2 };     /* none: no prefix hits on a model with STATE
                                                layers */
 /* pkv_layer_spec.attention (since 0.5.0): which keys a token at position p attends to. */
@@ -1143,6 +1147,15 @@ typedef struct pkv_stats {
   uint64_t num_loading_requests;  /* submitted requests whose prefix is being fetched from the store
                                      (counted in num_waiting_requests); pkv_step admits them when
                                      their fetch is back, and waits for it when nothing else runs */
+  /* recurrent state (since 0.6.0), DESIGN.md §13; 0 without STATE layers */
+  uint64_t num_state_checkpoints_held; /* checkpoint slots holding a state now */
+  uint64_t num_state_checkpoints_taken; /* states copied into a checkpoint slot at a block
+                                          boundary (cumulative) */
+  uint64_t num_state_checkpoint_evictions; /* checkpoints dropped: for room, or with the last
+                                              copy of their block (cumulative) */
+  uint64_t num_state_restores;    /* admissions that started from a checkpoint (cumulative) */
+  uint64_t state_fallback_tokens; /* prompt tokens whose KV was cached but were recomputed: no
+                                     checkpoint at that boundary (cumulative) */
 } pkv_stats;
 
 /* The engine's counters now.

@@ -463,6 +463,11 @@ class pkv_stats(_c.Structure):
         ('num_store_put_dropped', _c.c_uint64),
         ('num_store_put_errors', _c.c_uint64),
         ('num_loading_requests', _c.c_uint64),
+        ('num_state_checkpoints_held', _c.c_uint64),
+        ('num_state_checkpoints_taken', _c.c_uint64),
+        ('num_state_checkpoint_evictions', _c.c_uint64),
+        ('num_state_restores', _c.c_uint64),
+        ('state_fallback_tokens', _c.c_uint64),
     ]
 
 
@@ -611,7 +616,7 @@ SIZES = {
     'pkv_request_params': 56,
     'pkv_kv_group_info': 32,
     'pkv_kv_budget': 240,
-    'pkv_stats': 320,
+    'pkv_stats': 360,
     'pkv_pool_info': 168,
     'pkv_layer_info': 192,
     'pkv_kv_event': 56,

@@ -378,6 +378,11 @@ pub struct pkv_stats {
     pub num_store_put_dropped: u64,
     pub num_store_put_errors: u64,
     pub num_loading_requests: u64,
+    pub num_state_checkpoints_held: u64,
+    pub num_state_checkpoints_taken: u64,
+    pub num_state_checkpoint_evictions: u64,
+    pub num_state_restores: u64,
+    pub state_fallback_tokens: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
