@@ -1,0 +1,114 @@
+/* e2e_model.h - the end-to-end tests' tiny transformer (test_e2e_transformer.c tells the model
+ * and its modes): its weights, its forward pass with the KV side a callback, the naive contiguous
+ * KV cache it is checked against, and the layer calls that put the KV side on pkv. Shared by
+ * test_e2e_transformer.c (every attention mode's story) and e2e_recurrent.c (the recurrent
+ * model's prefix hits from state checkpoints). */
+#ifndef PKV_TESTS_E2E_MODEL_H
+#define PKV_TESTS_E2E_MODEL_H
+
+#include <pkv/pkv.h>
+
+#include <math.h>
+#include <stdint.h>
+
+enum { VOCAB = 200, HID = 64, LAYERS = 3, QH = 4, KVH = 2, HD = 16, FFN = 128, BS = 7 };
+enum { GEN = 10, MAX_TOKENS = 64 };
+/* The MLA model: per token one latent of RANK + ROPE values (the compressed KV and the shared
+ * rotary key); per q head NOPE + ROPE query values and VD output values. */
+enum { RANK = 32, ROPE = 16, NOPE = 16, VD = HD, LATENT = RANK + ROPE, QKD = NOPE + ROPE };
+#define LOGIT_ATOL 5e-5
+#define LOGIT_RTOL 5e-5
+#define FP8_LOGIT_TOL 2e-2
+
+/* How K/V are kept (both sides): kv_dtype 0 = f32, PKV_DTYPE_FP8_* with scales, or (naive side
+ * only) BF16; window 0 = full attention. */
+typedef struct kv_mode {
+  const char *name;
+  int32_t kv_dtype;
+  uint32_t window;
+  int hybrid; /* the window on layers 0 and 2 only: a windowed and a full KV group */
+  int mla;    /* the model's attention is multi-head latent attention */
+  float scales[LAYERS][2][KVH]; /* fp8: k, v of each layer's kv heads */
+  int specs;                    /* a model described per layer (pkv's layer_specs): SPECS_* */
+} kv_mode;
+
+/* The per-layer models (window: kv_mode's). gpt-oss-like: the window on layers 0 and 2, full
+ * attention on 1, a learned sink logit per (layer, q head) in every softmax. Gemma-4-like: layer
+ * 0 windowed (2 kv heads), layer 1 full with one kv head whose V is its K (k_eq_v: the first
+ * head of the model's k, stored once), layer 2 SHARED: no KV of its own, it attends over layer
+ * 0's with its own queries. */
+enum { SPECS_NONE = 0, SPECS_GPT_OSS = 1, SPECS_GEMMA4 = 2, SPECS_RECURRENT = 3 };
+/* The recurrent model's STATE layer and its state: a conv state (the last CONV - 1 rows of v,
+ * oldest first) and per kv head an SSM state S [HD (k)][HD (v)]. */
+enum { RECURRENT_LAYER = 1, CONV = 3 };
+#define CONV_FLOATS ((CONV - 1) * KVH * HD)
+#define SSM_FLOATS (KVH * HD * HD)
+
+static inline int layer_recurrent(const kv_mode *mode, uint32_t l) {
+  return mode->specs == SPECS_RECURRENT && l == RECURRENT_LAYER;
+}
+
+static inline uint32_t layer_window(const kv_mode *mode, uint32_t l) {
+  return (mode->hybrid || mode->specs) && l == 1 ? 0 : mode->window;
+}
+static inline int layer_kv_heads(const kv_mode *mode, uint32_t l) {
+  return mode->specs == SPECS_GEMMA4 && l == 1 ? 1 : KVH;
+}
+static inline int layer_k_eq_v(const kv_mode *mode, uint32_t l) {
+  return mode->specs == SPECS_GEMMA4 && l == 1;
+}
+static inline uint32_t layer_source(const kv_mode *mode, uint32_t l) {
+  return mode->specs == SPECS_GEMMA4 && l == 2 ? 0 : l;
+}
+/* gpt-oss-like's sink of (layer, q head); -INFINITY: none. */
+static inline float layer_sink(const kv_mode *mode, uint32_t l, int h) {
+  return mode->specs == SPECS_GPT_OSS ? 0.4f * (float)h - 0.7f + 0.3f * (float)l : -INFINITY;
+}
+
+typedef struct layer_w {
+  float norm1[HID], norm2[HID];
+  float wq[QH * HD][HID], wk[KVH * HD][HID], wv[KVH * HD][HID], wo[HID][QH * HD];
+  float gate[FFN][HID], up[FFN][HID], down[HID][FFN];
+  /* MLA (wo shared: VD == HD): q [QH][NOPE | ROPE], the latent [RANK | ROPE], the up-projections
+   * of the latent's RANK part to each head's key (NOPE) and value (VD) */
+  float mq[QH * QKD][HID], dkv[LATENT][HID], uk[QH][NOPE][RANK], uv[QH][VD][RANK];
+} layer_w;
+
+typedef struct model {
+  float embed[VOCAB][HID];
+  layer_w layer[LAYERS];
+  float norm_f[HID];
+  float head[VOCAB][HID];
+} model;
+
+/* The KV side of one layer: rows' q [n][QH][HD], k/v [n][KVH][HD] -> out [n][QH][HD]. MLA, on
+ * pkv: q [n][QH][LATENT] (absorbed), k the latents [n][LATENT], v NULL -> out [n][QH][RANK]; on the
+ * naive side: q [n][QH][QKD], k [n][QH][QKD], v [n][QH][VD] (decompressed) -> out [n][QH][VD]. */
+typedef int (*attention_fn)(void *ctx, uint32_t layer, const float *q, const float *k,
+                            const float *v, float *out);
+
+/* Deterministic random weights (the same on every call). */
+void init_model(model *m);
+/* Runs n rows (token, position) through the model, the KV side by attn; logits [n][VOCAB].
+ * mla: the model's MLA attention, absorbed (pkv's form) or not (the naive side's). */
+int forward(const model *m, const int32_t *tokens, const int32_t *positions, uint32_t n, int mla,
+            int absorbed, attention_fn attn, void *ctx, float *logits);
+/* The best (rank 0) or second best (rank 1) token. */
+int32_t pick(const float *logits, int rank);
+/* Greedy generation of GEN tokens after prompt (token `second_at` takes the second best), K/V
+ * kept as mode says in a contiguous cache per sequence; amax (may be NULL) grows to the largest
+ * |k| and |v| seen. With forced, the tokens fed back are forced[g], not the picks. */
+void naive_generate(const model *m, const int32_t *prompt, uint32_t len, int second_at,
+                    const kv_mode *mode, float (*amax)[2][KVH], const int32_t *forced,
+                    int32_t *out_tokens, float (*out_logits)[VOCAB]);
+/* How close an fp8 run came to a value on the other side of a rounding edge (relative). */
+extern double closest_edge;
+
+/* The pkv side's attention_fn (ctx: the open pkv_batch): pkv_attention on the layers of
+ * e2e_mode, the recurrence on the state in the batch's working slots of e2e_engine. */
+extern const kv_mode *e2e_mode;
+extern pkv_engine *e2e_engine;
+int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
+                     float *out);
+
+#endif
