@@ -86,6 +86,17 @@ plain! {
         num_store_lookups: u64, num_store_hits: u64, num_store_misses: u64,
         num_store_rejected: u64, num_store_errors: u64, num_store_puts: u64,
         num_store_put_dropped: u64, num_store_put_errors: u64, num_loading_requests: u64,
+        /// Recurrent state (pkv 0.6; 0 without state layers): checkpoint slots holding a state.
+        num_state_checkpoints_held: u64,
+        /// Cumulative: states copied into a checkpoint slot at a block boundary.
+        num_state_checkpoints_taken: u64,
+        /// Cumulative: checkpoints dropped, for room or with the last copy of their block.
+        num_state_checkpoint_evictions: u64,
+        /// Cumulative: admissions that started from a checkpoint.
+        num_state_restores: u64,
+        /// Cumulative: prompt tokens whose KV was cached but were recomputed, for want of a
+        /// checkpoint at that boundary.
+        state_fallback_tokens: u64,
     }
 }
 

@@ -191,3 +191,12 @@ fn the_crate_version_is_pkv_h_s() {
     };
     assert_eq!(pkv::VERSION, format!("{}.{}.{}", part("MAJOR"), part("MINOR"), part("PATCH")));
 }
+
+/// `Stats` copies pkv_stats's counters by hand (types.rs): a counter pkv.h appends and the list
+/// leaves out fails here. Every counter is a u64; the raw struct has struct_size and reserved0
+/// (two u32) more. (0.6's recurrent-state counters were left out once.)
+#[test]
+fn stats_holds_every_counter_of_pkv_stats() {
+    let raw = std::mem::size_of::<pkv::sys::pkv_stats>();
+    assert_eq!(std::mem::size_of::<pkv::Stats>(), raw - 8, "a counter of pkv_stats is not in pkv::Stats");
+}
