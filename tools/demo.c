@@ -4,7 +4,8 @@
  * the same workload through a contiguous-KV baseline in the same memory (demo_contig.c). Prints
  * throughput, time to first token, prefix-cache hits, KV utilization and preemptions of both, and
  * checks that both generated the same tokens. No arguments needed. With --store, pkv alone instead,
- * cold and then warm from a store (demo_store.c).
+ * cold and then warm from a store (demo_store.c). With --hybrid, a model with recurrent layers,
+ * once per checkpoint policy of their state (demo_hybrid.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,15 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"windows", CLI_STRING, &o->windows, "W,W,...",
        "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory",
        0},
+      {"hybrid", CLI_FLAG, &o->hybrid, NULL,
+       "instead: recurrent layers (3 of every 4, default --layers 4), pkv keeping their states; runs pkv once per --state-checkpoints policy and compares with contiguous",
+       0},
+      {"state-checkpoints", CLI_STRING, &o->state_checkpoints, "POLICY",
+       "--hybrid: prompt-end, every or none, each run against none (default: all three)", 0},
+      {"checkpoint-interval", CLI_U32, &o->checkpoint_interval, "BLOCKS",
+       "--hybrid: policy every's blocks between checkpoints (default 4)", 0},
+      {"checkpoint-slots", CLI_U32, &o->checkpoint_slots, "N",
+       "--hybrid: checkpoint slots (default --max-num-seqs)", 0},
   };
   const cli_command cmd = {
       "demo", "demo [options]",
@@ -117,6 +127,8 @@ static int parse(demo_options *o, int argc, char **argv) {
   else if (o->windows && parse_windows(o) != 0)
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
+  else
+    bad = demo_hybrid_check(o, flags[3].seen); /* flags[3]: --layers */
   if (!bad) return CLI_PARSED;
   fprintf(stderr, "pkv demo: %s\n", bad);
   return CLI_BAD_USAGE;
@@ -142,7 +154,10 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
   }
   const uint64_t pool_tokens = (uint64_t)o->num_blocks * o->block_size;
   char size[32];
-  cli_format_size(pool_tokens * 2 * m->c.num_layers * m->kv_dim * sizeof(float), size, sizeof size);
+  /* --hybrid: only every DEMO_ATTENTION_INTERVAL-th layer holds KV */
+  const uint32_t kv_layers =
+      o->hybrid ? m->c.num_layers / DEMO_ATTENTION_INTERVAL : m->c.num_layers;
+  cli_format_size(pool_tokens * 2 * kv_layers * m->kv_dim * sizeof(float), size, sizeof size);
   printf("pkv demo: a tiny transformer served end to end through pkv (CPU engine)\n\n");
   printf("  model      %u layers, hidden %u, %u q / %u kv heads of %u, SwiGLU %u, vocab %u, f32,\n"
          "             %.1fM random parameters (seed %llu); GEMM: %s\n",
@@ -380,8 +395,8 @@ int cmd_demo(int argc, char **argv) {
     return CLI_EXIT_FAIL;
   }
   fflush(stdout);
-  if (o.store) {
-    rc = demo_store_runs(&o, &w, &m);
+  if (o.store || o.hybrid) {
+    rc = o.store ? demo_store_runs(&o, &w, &m) : demo_hybrid_runs(&o, &w, &m);
     demo_workload_free(&w);
     model_free(&m);
     return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;

@@ -8,6 +8,8 @@
  *   demo_contig.c   the baseline: each sequence preallocates max_model_len tokens of KV
  *   demo_plot.c     the SVG: per run, KV reserved and used and running sequences per step
  *   demo_store.c    --store: a cold and a warm run in two processes sharing a store
+ *   demo_hybrid.c   --hybrid: recurrent layers, runs by checkpoint policy against contiguous
+ *   demo_mixer.c    --hybrid's recurrent layers, on pkv's state slots or the baseline's own
  */
 #ifndef PKV_TOOLS_DEMO_H
 #define PKV_TOOLS_DEMO_H
@@ -19,6 +21,30 @@
 #include "model.h"
 
 enum { DEMO_MAX_TENANTS = 16 };
+enum {
+  DEMO_ATTENTION_INTERVAL = 4, /* --hybrid: layer l is attention when l % 4 == 3 */
+  DEMO_CONV_KERNEL = 4
+}; /* its recurrent layers' causal conv, in tokens */
+
+/* --hybrid's recurrent layers (demo_mixer.c): weights, and the layout of one layer's state. */
+typedef struct demo_mixer {
+  uint32_t num_layers, q_heads, kv_heads, head_dim;
+  uint32_t conv_dim;                /* q | k | v channels: q_dim + 2 * kv_dim */
+  uint32_t conv_floats, ssm_floats; /* a layer's state parts: conv_dim x 3, kv_heads x D x D */
+  uint8_t is_state[16];             /* [layer] 1: recurrent, 0: attention */
+  float *conv_w;                    /* [layer][conv_dim][DEMO_CONV_KERNEL] */
+  float *gate_w;                    /* [layer][kv_heads][head_dim] */
+  float *scratch;                   /* [conv_dim]: the demo runs one thread */
+} demo_mixer;
+
+/* Where pkv keeps the states: slot s's part i of layer l at base + s * slot_bytes +
+ * offset[l][i] (pkv_pool_info, pkv_layer_info). */
+typedef struct demo_state_region {
+  void *base;
+  uint64_t slot_bytes;
+  uint32_t num_slots;
+  uint64_t offset[16][2];
+} demo_state_region;
 
 typedef struct demo_options {
   uint32_t num_requests, num_tenants, num_layers;
@@ -36,6 +62,12 @@ typedef struct demo_options {
   uint32_t layer_windows[16]; /* parsed from it; all 0 = full attention */
   int full_attention;         /* a paged run that ignores layer_windows (the comparison run) */
   uint32_t paged_blocks; /* a paged run's pool: num_blocks scaled to the same bytes (set per run) */
+  int hybrid;            /* --hybrid: recurrent layers (demo_hybrid.c) */
+  const char *state_checkpoints; /* --state-checkpoints: one policy; NULL = each */
+  uint32_t checkpoint_interval;  /* --checkpoint-interval: EVERY's blocks */
+  uint32_t checkpoint_slots;     /* --checkpoint-slots: 0 = pkv's default (max_num_seqs) */
+  uint32_t checkpoint_policy;    /* PKV_STATE_CHECKPOINT_* of a paged run (set per run) */
+  demo_mixer *mixer;             /* --hybrid: the recurrent layers of both designs (set by it) */
 } demo_options;
 
 typedef struct demo_request {
@@ -72,9 +104,12 @@ typedef struct demo_result {
   uint64_t store_put_lost;    /* blocks not written: the write queue was full, or a store error */
   double close_s;             /* pkv_engine_destroy: with a store, the queued writes finish there */
   uint32_t concurrency_limit; /* the contiguous design's slots; 0 for pkv */
-  float *trace_util;          /* [steps] KV utilization (live tokens' share), for the plot */
-  float *trace_reserved;      /* [steps] the budget's share reserved for running sequences */
-  uint32_t *trace_running;    /* [steps] running sequences */
+  /* --hybrid: pkv_stats's checkpoint counters, pkv_kv_budget's state terms */
+  uint64_t ckpt_taken, ckpt_evicted, ckpt_held, state_restores, state_fallback_tokens;
+  uint64_t ckpt_slots, state_bytes_per_seq, block_bytes;
+  float *trace_util;       /* [steps] KV utilization (live tokens' share), for the plot */
+  float *trace_reserved;   /* [steps] the budget's share reserved for running sequences */
+  uint32_t *trace_running; /* [steps] running sequences */
   uint64_t trace_cap;
   char error[256]; /* set when the run failed */
 } demo_result;
@@ -111,6 +146,31 @@ const char *demo_store_check(const char *spec);
 /* The cold and the warm run through the store, each in a process of its own, and their report;
  * 0, or -1 (message printed). */
 int demo_store_runs(const demo_options *o, const demo_workload *w, const model *m);
+
+/* demo_mixer.c. Weights from the model's seed; 0, or -1 (out of memory). */
+int demo_mixer_init(demo_mixer *x, const model *m);
+void demo_mixer_free(demo_mixer *x);
+uint32_t demo_mixer_num_state_layers(const demo_mixer *x);
+/* specs[num_layers]: PKV_LAYER_STATE specs of the recurrent layers, zeros elsewhere. */
+void demo_mixer_specs(const demo_mixer *x, pkv_layer_spec *specs);
+/* One sequence's rows of recurrent layer `layer`, in order: q [rows][q_heads][D], k, v
+ * [rows][kv_heads][D] -> out like q; conv and ssm its state parts, updated in place; fresh: the
+ * rows start at position 0, so the state starts from zeros. */
+void demo_mixer_rows(demo_mixer *x, uint32_t layer, const float *q, const float *k, const float *v,
+                     uint32_t rows, int fresh, float *conv, float *ssm, float *out);
+/* pkv's state region of engine e, checked against x's layout; 0, or -1. */
+int demo_state_region_get(pkv_engine *e, const demo_mixer *x, demo_state_region *sr);
+/* Every sequence of batch view v through recurrent layer `layer` on its state slot
+ * (v->state_slots); 0, or -1 with error[cap] set. */
+int demo_mixer_batch(demo_mixer *x, uint32_t layer, const pkv_batch_view *v,
+                     const demo_state_region *sr, const float *q, const float *k, const float *vv,
+                     float *out, char *error, size_t cap);
+
+/* demo_hybrid.c. Why the options cannot run --hybrid (a message naming the flag), or NULL; sets
+ * --hybrid's defaults (--layers 4 unless layers_seen). */
+const char *demo_hybrid_check(demo_options *o, int layers_seen);
+/* The runs by checkpoint policy and the contiguous one, and their report; 0, or -1 (printed). */
+int demo_hybrid_runs(demo_options *o, const demo_workload *w, const model *m);
 
 /* demo_plot.c: the SVG of runs[0..num_runs), a panel each; 0, or -1 (message printed). */
 int demo_plot(const char *path, const demo_result *const *runs, uint32_t num_runs,

@@ -3,7 +3,8 @@
  * running sequence owns a slot of max_model_len tokens of KV, reserved whole at admission, in the
  * same memory as pkv's pool - so only pool_tokens / max_model_len sequences run at once. The same
  * model, the same step-token budget and chunking, the same greedy tokens; attention is computed
- * here on the slot (f32, two-pass softmax).
+ * here on the slot (f32, two-pass softmax). With --hybrid, a slot also holds its sequence's
+ * recurrent state, every sequence computed from token 0 (no prefix cache, no checkpoint).
  */
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ typedef struct contig_run {
   int32_t *tokens, *positions, *sample_rows, *out;
   uint32_t *row_slot, *sample_req;
   float *scores; /* [max_model_len] */
+  float *states; /* --hybrid: [slot][layer][conv | ssm] (demo_mixer.c's parts) */
   model_workspace ws;
 } contig_run;
 
@@ -37,11 +39,29 @@ static size_t slot_offset(const contig_run *c, uint32_t slot, uint32_t layer, ui
   return (((size_t)slot * c->m->c.num_layers + layer) * c->o->max_model_len + pos) * c->kvd;
 }
 
+/* A recurrent layer: each sequence's rows (consecutive: add_rows) on its slot's state. */
+static void recur(contig_run *c, uint32_t layer, const float *q, const float *k, const float *v,
+                  float *out) {
+  demo_mixer *x = c->o->mixer;
+  const size_t qd = c->m->q_dim, per_layer = x->conv_floats + x->ssm_floats;
+  for (uint32_t r0 = 0, r1; r0 < c->step_rows; r0 = r1) {
+    for (r1 = r0 + 1; r1 < c->step_rows && c->row_slot[r1] == c->row_slot[r0];) r1++;
+    float *st = c->states + ((size_t)c->row_slot[r0] * x->num_layers + layer) * per_layer;
+    demo_mixer_rows(x, layer, q + r0 * qd, k + (size_t)r0 * c->kvd, v + (size_t)r0 * c->kvd,
+                    r1 - r0, c->positions[r0] == 0, st, st + x->conv_floats, out + r0 * qd);
+  }
+}
+
 /* Writes the rows' K/V into their slots, then causal attention of each row over its slot. */
 static int attend(void *ctx, uint32_t layer, const float *q, const float *k, const float *v,
                   float *out) {
   contig_run *c = ctx;
   const double t0 = cli_now_s();
+  if (c->o->mixer && c->o->mixer->is_state[layer]) {
+    recur(c, layer, q, k, v, out);
+    c->r->attn_s += cli_now_s() - t0;
+    return 0;
+  }
   const uint32_t D = c->m->c.head_dim, QH = c->m->c.num_q_heads, group = QH / c->m->c.num_kv_heads;
   const uint32_t rows = c->step_rows;
   const float scale = 1.0f / sqrtf((float)D);
@@ -169,6 +189,10 @@ static int alloc(contig_run *c) {
   c->row_slot = malloc(rows * sizeof *c->row_slot);
   c->sample_req = malloc(rows * sizeof *c->sample_req);
   c->scores = malloc(len * sizeof *c->scores);
+  const demo_mixer *x = c->o->mixer;
+  if (x && !(c->states = malloc((size_t)c->num_slots * x->num_layers *
+                                (x->conv_floats + x->ssm_floats) * sizeof(float))))
+    return -1;
   if (!c->k_cache || !c->v_cache || !c->slot_req || !c->order || !c->computed || !c->tokens ||
       !c->positions || !c->sample_rows || !c->out || !c->row_slot || !c->sample_req || !c->scores)
     return -1;
@@ -203,6 +227,6 @@ int demo_run_contig(const demo_options *o, const demo_workload *w, const model *
   model_workspace_free(&c.ws);
   free(c.k_cache), free(c.v_cache), free(c.slot_req), free(c.order), free(c.computed);
   free(c.tokens), free(c.positions), free(c.sample_rows), free(c.out), free(c.row_slot);
-  free(c.sample_req), free(c.scores);
+  free(c.sample_req), free(c.scores), free(c.states);
   return rc;
 }

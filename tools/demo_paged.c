@@ -3,7 +3,9 @@
  * pkv_submit (its tenant's cache salt, max_new_tokens, the stop token), then each pkv_step's batch
  * runs through the model with pkv_attention as the attention of every layer, and pkv_commit takes
  * the greedy tokens. Finished requests are drained, checked against pkv's own record
- * (pkv_seq_tokens, finish reason) and released.
+ * (pkv_seq_tokens, finish reason) and released. With --hybrid, the recurrent layers run the
+ * demo's recurrence (demo_mixer.c) on the state slots the batch lists, after pkv_batch_copy has
+ * done the queued state copies (checkpoints taken and restored).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@ typedef struct paged_run {
   uint32_t cap_rows;
   model_workspace ws;
   double t0;
+  demo_state_region sr; /* --hybrid: pkv's state slots */
 } paged_run;
 
 /* The run's failure into r->error: what failed, then pkv's status and message when a pkv call
@@ -53,6 +56,9 @@ const char *demo_in_flag_terms(const demo_options *o, const char *msg, char *buf
       {"max_num_batched_tokens", "--step-tokens"},
       {"host_cache_bytes", "--host-cache"},
       {"preemption_mode", "--preemption"},
+      {"state_checkpoint_policy", "--state-checkpoints"},
+      {"state_checkpoint_interval", "--checkpoint-interval"},
+      {"num_state_checkpoints", "--checkpoint-slots"},
   };
   return cli_in_flag_terms(msg, (const char *const(*)[2])names, sizeof names / sizeof names[0], buf,
                            cap);
@@ -61,12 +67,22 @@ const char *demo_in_flag_terms(const demo_options *o, const char *msg, char *buf
 typedef struct attend_ctx {
   pkv_batch *b;
   demo_result *r;
+  const pkv_batch_view *v;
+  paged_run *p;
 } attend_ctx;
 
+/* A recurrent layer (--hybrid) is the demo's own kernel on pkv's state slots: pkv has none. */
 static int attend(void *ctx, uint32_t layer, const float *q, const float *k, const float *v,
                   float *out) {
   attend_ctx *a = ctx;
   const double t = cli_now_s();
+  demo_mixer *x = a->p->o->mixer;
+  if (x && x->is_state[layer]) {
+    int rc =
+        demo_mixer_batch(x, layer, a->v, &a->p->sr, q, k, v, out, a->r->error, sizeof a->r->error);
+    a->r->attn_s += cli_now_s() - t;
+    return rc;
+  }
   pkv_status s = pkv_attention(a->b, layer, q, k, v, out);
   a->r->attn_s += cli_now_s() - t;
   return s == PKV_OK ? 0 : -1;
@@ -91,7 +107,19 @@ static int create(paged_run *p) {
   ep.preemption_mode = p->o->preemption_mode;
   ep.host_cache_bytes = p->o->preemption_mode != PKV_PREEMPT_RECOMPUTE ? p->o->host_cache : 0;
   ep.store = p->o->store_params;
+  pkv_layer_spec specs[16];
+  if (p->o->mixer) {
+    demo_mixer_specs(p->o->mixer, specs);
+    ep.layer_specs = specs, ep.layer_spec_size = sizeof specs[0];
+    ep.state_checkpoint_policy = p->o->checkpoint_policy;
+    if (p->o->checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY)
+      ep.state_checkpoint_interval = p->o->checkpoint_interval;
+    if (p->o->checkpoint_policy != PKV_STATE_CHECKPOINT_NONE)
+      ep.num_state_checkpoints = p->o->checkpoint_slots;
+  }
   pkv_status s = pkv_engine_create(&ep, &p->e);
+  if (s == PKV_OK && p->o->mixer && demo_state_region_get(p->e, p->o->mixer, &p->sr) != 0)
+    return fail(p, "pkv's state slots are not laid out as the layer specs asked", PKV_OK);
   if (s == PKV_OK) return 0;
   char said[sizeof p->r->error];
   snprintf(p->r->error, sizeof p->r->error, "the engine refused: %s",
@@ -159,10 +187,14 @@ static int forward(paged_run *p, pkv_batch *b, const pkv_batch_view *v) {
     if (v->sample_rows[i] >= 0) p->sample_seq[n] = i, p->sample_rows[n++] = v->sample_rows[i];
   }
   double t = cli_now_s();
-  attend_ctx a = {b, p->r};
+  /* pkv_attention would do the copies at its first call, after the recurrent layers before it
+   * had read their slots: a checkpoint restored or taken must be copied first */
+  const pkv_status cs = p->o->mixer ? pkv_batch_copy(b) : PKV_OK;
+  if (cs != PKV_OK) return fail(p, "pkv_batch_copy", cs);
+  attend_ctx a = {b, p->r, v, p};
   if (model_forward(p->m, &p->ws, p->tokens, p->positions, v->num_tokens, p->sample_rows, n, attend,
                     &a, p->row_out) != 0)
-    return fail(p, "pkv_attention", PKV_ERR_INTERNAL);
+    return p->r->error[0] ? -1 : fail(p, "pkv_attention", PKV_ERR_INTERNAL); /* or the mixer's */
   p->r->model_s += cli_now_s() - t;
   p->r->rows += v->num_tokens;
   for (uint32_t s = 0; s < n; s++) p->sampled[p->sample_seq[s]] = p->row_out[s];
@@ -261,6 +293,19 @@ int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m
     r->store_bad = st.num_store_rejected + st.num_store_errors;
     r->store_puts = st.num_store_puts;
     r->store_put_lost = st.num_store_put_dropped + st.num_store_put_errors;
+    r->ckpt_taken = st.num_state_checkpoints_taken;
+    r->ckpt_evicted = st.num_state_checkpoint_evictions;
+    r->ckpt_held = st.num_state_checkpoints_held;
+    r->state_restores = st.num_state_restores;
+    r->state_fallback_tokens = st.state_fallback_tokens;
+  }
+  pkv_kv_budget kb;
+  memset(&kb, 0, sizeof kb);
+  kb.struct_size = sizeof kb;
+  if (p.e && pkv_engine_budget(p.e, &kb) == PKV_OK) {
+    r->ckpt_slots = kb.num_state_checkpoints;
+    r->state_bytes_per_seq = kb.state_bytes_per_seq;
+    r->block_bytes = kb.block_bytes;
   }
   /* With a store, destroying the engine finishes the writes still queued (not in the counts). */
   const double t = cli_now_s();
