@@ -3,8 +3,10 @@ package pkv_test
 // Recurrent state (pkv 0.6, issue 28 item 7): state layer specs round-trip through the params and
 // pkv_profile, whose budget's state terms are checked against bytes computed here by hand; an
 // engine's state pool (PoolInfo), each state layer's parts in a slot (LayerInfo.StateParts) and
-// the batch's state slots; the checkpoint params; refusals that name what was wrong. The same
-// model as the other bindings' state tests.
+// the batch's state slots; the checkpoint params; refusals that name what was wrong. Prefix
+// caching of the state through the step loop: the checkpoints each policy takes, the restore of a
+// shared prefix from one, their copies in the batches, their events and the Stats' counters. The
+// same model and requests as the other bindings' state tests.
 
 import (
 	"reflect"
@@ -151,4 +153,143 @@ func TestEngineStateSlots(t *testing.T) {
 		}
 	}
 	t.Fatalf("no state copy in %v", kinds)
+}
+
+// Working slots are ids 0..8 (MaxNumSeqs), checkpoints 8..16 (NumStateCheckpoints' default).
+func isWorking(slot int32) bool    { return slot >= 0 && slot < 8 }
+func isCheckpoint(slot int32) bool { return slot >= 8 && slot < 16 }
+
+// stateCopy is a state copy of a batch (CopyState): slot Src into slot Dst.
+type stateCopy struct{ Src, Dst int32 }
+
+func (c stateCopy) isCapture() bool { return isWorking(c.Src) && isCheckpoint(c.Dst) }
+
+// sharedPrompt is 14 tokens (3 whole blocks of 4 and 2 more): the 8 every prompt here shares (a
+// system prompt of two blocks), then 6 of its own.
+func sharedPrompt(own int32) []int32 {
+	prompt := []int32{0, 1, 2, 3, 4, 5, 6, 7}
+	for i := int32(0); i < 6; i++ {
+		prompt = append(prompt, 100*own+i)
+	}
+	return prompt
+}
+
+// runRequest runs one request of prompt sampling one token through the step loop until it
+// finishes; the host runs no kernel (pkv's checkpoints and counters do not read the state). It
+// returns the request's info and the state copies its batches listed.
+func runRequest(t *testing.T, e *pkv.Engine, prompt []int32) (pkv.SeqInfo, []stateCopy) {
+	t.Helper()
+	rp := must(pkv.DefaultRequestParams())
+	rp.MaxNewTokens = 1
+	seq := must(e.Submit(prompt, &rp, nil))
+	var copies []stateCopy
+	for steps := 1; ; steps++ {
+		batch := must(e.Step())
+		if batch == nil {
+			break
+		}
+		if steps >= 10 {
+			t.Fatal("the scheduler does not finish")
+		}
+		kinds, src, dst := must(batch.CopyKind()), must(batch.CopySrc()), must(batch.CopyDst())
+		for i, k := range kinds {
+			if k == pkv.CopyState {
+				copies = append(copies, stateCopy{src[i], dst[i]})
+			}
+		}
+		sampled := make([]int32, batch.NumSeqs())
+		if err := batch.Commit(sampled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if done := must(e.DrainFinished()); len(done) != 1 || done[0].ID != seq.ID {
+		t.Fatalf("finished %v, submitted %d", done, seq.ID)
+	}
+	info := must(seq.Info())
+	if err := seq.Release(); err != nil {
+		t.Fatal(err)
+	}
+	return info, copies
+}
+
+// threeRequests runs three requests sharing sharedPrompt's first two blocks, one after the other,
+// on e: their infos' cached tokens, their state copies, then the engine's stats.
+func threeRequests(t *testing.T, e *pkv.Engine) ([]uint32, [][]stateCopy, pkv.Stats) {
+	t.Helper()
+	var cached []uint32
+	var copies [][]stateCopy
+	for own := int32(1); own <= 3; own++ {
+		info, c := runRequest(t, e, sharedPrompt(own))
+		cached, copies = append(cached, info.NumCachedTokens), append(copies, c)
+	}
+	if err := e.Check(); err != nil {
+		t.Fatal(err)
+	}
+	return cached, copies, must(e.Stats())
+}
+
+func TestStateCheckpointRestoresASharedPrefix(t *testing.T) {
+	p := hybridParams(t)
+	p.EnableKVEvents = true
+	e := newEngine(t, p)
+	cached, copies, st := threeRequests(t, e)
+	// A: nothing cached. B: A's two blocks of KV, but no checkpoint at their end: from token 0.
+	// C: the checkpoint B left where its cached KV ended (the branch point).
+	if !reflect.DeepEqual(cached, []uint32{0, 0, 8}) {
+		t.Fatalf("cached tokens %v", cached)
+	}
+	// A checkpoints at its prompt's last boundary (12); B at the branch point (8), then at 12;
+	// C's working slot starts from B's checkpoint at 8, before any write, then checkpoints at 12
+	a, b, c := copies[0], copies[1], copies[2]
+	if len(a) != 1 || !a[0].isCapture() || len(b) != 2 || !b[0].isCapture() || !b[1].isCapture() {
+		t.Fatalf("A's state copies %v, B's %v", a, b)
+	}
+	if len(c) != 2 || c[0].Src != b[0].Dst || !isWorking(c[0].Dst) || !c[1].isCapture() || c[1].Src != c[0].Dst {
+		t.Fatalf("C's state copies %v (B's %v)", c, b)
+	}
+	if st.NumStateCheckpointsTaken != 4 || st.NumStateRestores != 1 || st.NumStateCheckpointsHeld != 4 ||
+		st.StateFallbackTokens != 8 || st.NumStateCheckpointEvictions != 0 || st.PrefixHitTokens != 8 {
+		t.Fatalf("stats %+v", st)
+	}
+	// each checkpoint is a BlockStored of its block's hash in the state "group", after the KV's
+	groups := uint32(len(must(e.KVGroups()).GroupWindow))
+	root := must(pkv.BlockHashRoot(0, nil))
+	branch := must(pkv.BlockHash(0, must(pkv.BlockHash(0, root, []int32{0, 1, 2, 3})), []int32{4, 5, 6, 7}))
+	var stored, atBranch int
+	for _, ev := range must(e.DrainKVEvents(1024)) {
+		if ev.Group != groups {
+			continue
+		}
+		if ev.Type != pkv.EventBlockStored || ev.Medium != pkv.TierDevice {
+			t.Fatalf("a checkpoint's event %+v", ev)
+		}
+		stored++
+		if ev.BlockHash == branch {
+			atBranch++
+		}
+	}
+	if stored != 4 || atBranch != 1 {
+		t.Fatalf("%d checkpoint events, %d of them B's at 8", stored, atBranch)
+	}
+}
+
+func TestStateCheckpointPolicies(t *testing.T) {
+	// EVERY 1: A leaves checkpoints at 4, 8 and 12; B and C each restore at 8, checkpoint at 12
+	p := hybridParams(t)
+	p.StateCheckpointPolicy, p.StateCheckpointInterval = pkv.StateCheckpointEvery, 1
+	cached, _, st := threeRequests(t, newEngine(t, p))
+	if !reflect.DeepEqual(cached, []uint32{0, 8, 8}) || st.NumStateCheckpointsTaken != 5 ||
+		st.NumStateRestores != 2 || st.StateFallbackTokens != 0 || st.NumStateCheckpointsHeld != 5 {
+		t.Fatalf("EVERY 1: cached tokens %v, stats %+v", cached, st)
+	}
+	// NONE: no checkpoint, so no hit: B and C recompute the 8 tokens whose KV was cached
+	p.StateCheckpointPolicy, p.StateCheckpointInterval = pkv.StateCheckpointNone, 0
+	cached, copies, st := threeRequests(t, newEngine(t, p))
+	if !reflect.DeepEqual(cached, []uint32{0, 0, 0}) || len(copies[0])+len(copies[1])+len(copies[2]) != 0 {
+		t.Fatalf("NONE: cached tokens %v, state copies %v", cached, copies)
+	}
+	if st.NumStateCheckpointsTaken != 0 || st.NumStateRestores != 0 || st.NumStateCheckpointsHeld != 0 ||
+		st.StateFallbackTokens != 16 || st.PrefixHitTokens != 0 {
+		t.Fatalf("NONE: stats %+v", st)
+	}
 }

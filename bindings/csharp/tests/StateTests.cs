@@ -1,9 +1,12 @@
 // Recurrent state (pkv 0.6, issue 28 item 7): state layer specs round-trip through the params
 // and Library.Profile, whose budget's state terms are checked against bytes computed here by
 // hand; an engine's state pool (PoolInfo), each state layer's parts in a slot (LayerInfo) and the
-// batch's state slots; the checkpoint params; refusals that name what was wrong. The same model
-// as the other bindings' state tests.
+// batch's state slots; the checkpoint params; refusals that name what was wrong. Prefix caching of
+// the state through the step loop: the checkpoints each policy takes, the restore of a shared
+// prefix from one, their copies in the batches, their events and the Stats' counters. The same
+// model and requests as the other bindings' state tests.
 using System;
+using System.Collections.Generic;
 using System.Linq;
 using Pkv;
 
@@ -158,6 +161,123 @@ static partial class Tests
                 Equal(slots[0], b.CopySrc()[i], "from the parent's slot");
                 Equal(slot, b.CopyDst()[i], "into the fork's");
             }
+        }
+    }
+
+    // Working slots are ids 0..8 (MaxNumSeqs), checkpoints 8..16 (NumStateCheckpoints' default).
+    static bool IsWorking(int slot) { return slot >= 0 && slot < 8; }
+    static bool IsCheckpoint(int slot) { return slot >= 8 && slot < 16; }
+    // A state copy of a batch (CopyKind.State) from a working slot into a checkpoint slot.
+    static bool IsCapture(int[] copy) { return IsWorking(copy[0]) && IsCheckpoint(copy[1]); }
+    static string Copies(List<int[]> copies) { return string.Join(" ", copies.Select(c => c[0] + "->" + c[1])); }
+
+    // 14 tokens (3 whole blocks of 4 and 2 more): the 8 every prompt here shares (a system prompt
+    // of two blocks), then 6 of its own.
+    static int[] SharedPrompt(int own)
+    {
+        return Enumerable.Range(0, 8).Concat(Enumerable.Range(100 * own, 6)).ToArray();
+    }
+
+    // One request of prompt sampling one token, through the step loop until it finishes; the host
+    // runs no kernel (pkv's checkpoints and counters do not read the state). Its cached tokens,
+    // and the state copies {src, dst} its batches listed into copies.
+    static uint RunRequest(Engine e, int[] prompt, List<int[]> copies)
+    {
+        var rp = RequestParams.Defaults(); rp.MaxNewTokens = 1;
+        Sequence seq = e.Submit(prompt, rp);
+        int steps = 0;
+        for (Batch batch; (batch = e.Step()) != null; )
+        {
+            Assert(++steps < 10, "the scheduler does not finish");
+            CopyKind[] kinds = batch.CopyKinds();
+            int[] src = batch.CopySrc(), dst = batch.CopyDst();
+            for (int i = 0; i < kinds.Length; i++)
+                if (kinds[i] == CopyKind.State) copies.Add(new[] { src[i], dst[i] });
+            batch.Commit(new int[batch.NumSeqs]);
+        }
+        Assert(e.DrainFinished().SequenceEqual(new[] { seq.Id }), "the request finished");
+        uint cached = seq.Info().NumCachedTokens;
+        seq.Release();
+        return cached;
+    }
+
+    // Three requests sharing SharedPrompt's first two blocks, one after the other: their cached
+    // tokens, their state copies into copies[0..3), then the engine's stats.
+    static uint[] ThreeRequests(Engine e, List<int[]>[] copies, out Stats st)
+    {
+        var cached = new uint[3];
+        for (int own = 1; own <= 3; own++)
+        {
+            copies[own - 1] = new List<int[]>();
+            cached[own - 1] = RunRequest(e, SharedPrompt(own), copies[own - 1]);
+        }
+        e.Check();
+        st = e.Stats();
+        return cached;
+    }
+
+    static void StateCheckpointRestoresASharedPrefix()
+    {
+        EngineParams p = Hybrid();
+        p.EnableKvEvents = true;
+        using (var e = new Engine(p))
+        {
+            var copies = new List<int[]>[3];
+            Stats st;
+            uint[] cached = ThreeRequests(e, copies, out st);
+            // A: nothing cached. B: A's two blocks of KV, but no checkpoint at their end: from
+            // token 0. C: the checkpoint B left where its cached KV ended (the branch point).
+            Assert(cached.SequenceEqual(new uint[] { 0, 0, 8 }), "cached tokens " + string.Join(",", cached));
+            // A checkpoints at its prompt's last boundary (12); B at the branch point (8), then at 12
+            List<int[]> a = copies[0], b = copies[1], c = copies[2];
+            Assert(a.Count == 1 && a.All(IsCapture), "A's state copies " + Copies(a));
+            Assert(b.Count == 2 && b.All(IsCapture), "B's state copies " + Copies(b));
+            // C's working slot starts from B's checkpoint at 8, before any write, then checkpoints at 12
+            Assert(c.Count == 2 && c[0][0] == b[0][1] && IsWorking(c[0][1]) && IsCapture(c[1]) && c[1][0] == c[0][1],
+                   "C's state copies " + Copies(c) + ", B's " + Copies(b));
+            Equal(4ul, st.NumStateCheckpointsTaken, "checkpoints taken");
+            Equal(1ul, st.NumStateRestores, "restores");
+            Equal(4ul, st.NumStateCheckpointsHeld, "checkpoints held");
+            Equal(8ul, st.StateFallbackTokens, "B's cached tokens recomputed");
+            Equal(0ul, st.NumStateCheckpointEvictions, "evictions");
+            Equal(8ul, st.PrefixHitTokens, "hit tokens");
+            // each checkpoint is a BlockStored of its block's hash in the state "group", after the KV's
+            uint groups = (uint)e.KvGroups().GroupWindow.Length;
+            KvEvent[] stored = e.DrainKvEvents().Where(ev => ev.Group == groups).ToArray();
+            Equal(4, stored.Length, "checkpoint events");
+            Assert(stored.All(ev => ev.Type == KvEventType.BlockStored && ev.Medium == Tier.Device), "stored on the device");
+            ulong block0 = Library.BlockHash(0, Library.BlockHashRoot(0, null), new[] { 0, 1, 2, 3 });
+            ulong branch = Library.BlockHash(0, block0, new[] { 4, 5, 6, 7 });  // B's checkpoint at 8
+            Equal(1, stored.Count(ev => ev.BlockHash == branch), "B's checkpoint's event");
+        }
+    }
+
+    static void StateCheckpointPolicies()
+    {
+        // EVERY 1: A leaves checkpoints at 4, 8 and 12; B and C each restore at 8, checkpoint at 12
+        EngineParams p = Hybrid();
+        p.StateCheckpointPolicy = StateCheckpointPolicy.Every; p.StateCheckpointInterval = 1;
+        var copies = new List<int[]>[3];
+        Stats st;
+        using (var e = new Engine(p))
+        {
+            Assert(ThreeRequests(e, copies, out st).SequenceEqual(new uint[] { 0, 8, 8 }), "EVERY 1: cached tokens");
+            Equal(5ul, st.NumStateCheckpointsTaken, "EVERY 1: checkpoints taken");
+            Equal(2ul, st.NumStateRestores, "EVERY 1: restores");
+            Equal(0ul, st.StateFallbackTokens, "EVERY 1: tokens recomputed");
+            Equal(5ul, st.NumStateCheckpointsHeld, "EVERY 1: checkpoints held");
+        }
+        // NONE: no checkpoint, so no hit: B and C recompute the 8 tokens whose KV was cached
+        p.StateCheckpointPolicy = StateCheckpointPolicy.None; p.StateCheckpointInterval = 0;
+        using (var e = new Engine(p))
+        {
+            Assert(ThreeRequests(e, copies, out st).All(n => n == 0), "NONE: no hit");
+            Assert(copies.All(list => list.Count == 0), "NONE: no state copy");
+            Equal(0ul, st.NumStateCheckpointsTaken, "NONE: checkpoints taken");
+            Equal(0ul, st.NumStateRestores, "NONE: restores");
+            Equal(0ul, st.NumStateCheckpointsHeld, "NONE: checkpoints held");
+            Equal(16ul, st.StateFallbackTokens, "NONE: B's and C's cached tokens recomputed");
+            Equal(0ul, st.PrefixHitTokens, "NONE: hit tokens");
         }
     }
 }

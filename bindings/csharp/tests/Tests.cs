@@ -402,6 +402,8 @@ static partial class Tests
             { "extra_key_events_and_hashes", ExtraKeyEventsAndHashes }, { "extra_hash_vectors", ExtraHashVectors }, { "bad_extra_keys_refused", BadExtraKeysRefused },
             { "state_spec_round_trips", StateSpecRoundTrips }, { "state_budget_by_hand", StateBudgetByHand },
             { "bad_state_specs_refused", BadStateSpecsRefused }, { "engine_state_slots", EngineStateSlots },
+            { "state_checkpoint_restores_a_shared_prefix", StateCheckpointRestoresASharedPrefix },
+            { "state_checkpoint_policies", StateCheckpointPolicies },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

@@ -211,7 +211,8 @@ class Engine(Owner):
         with type (an EventType), num_tokens, seq_no, block_hash, parent_hash and medium (a Tier)
         (every field of pkv_kv_event; medium: TIER_DEVICE or TIER_HOST where the block was stored
         or removed, TIER_NONE for EVENT_ALL_CLEARED and EVENT_OVERFLOW; group: the KV group whose
-        block it is, 0 without windows)."""
+        block it is, 0 without windows; a checkpoint of the recurrent state (pkv 0.6): the group
+        one past the KV groups, kv_groups().num_groups)."""
         buf = (_raw.pkv_kv_event * max_events)()
         got = ctypes.c_uint32()
         # our sizeof: a library newer than _raw fills our fields only, an older one zeroes the rest

@@ -1,8 +1,10 @@
 """Recurrent state (pkv 0.6, issue 28 item 7): state layer specs round-trip through the Params and
 pkv.profile, whose budget's state terms are checked against bytes computed here by hand; an
 engine's state pool (pool_info), each state layer's parts in a slot (layer_info) and the batch's
-state slots; the checkpoint params; refusals that name what was wrong. The same model as the
-other bindings' state tests."""
+state slots; the checkpoint params; refusals that name what was wrong. Prefix caching of the
+state through the step loop: the checkpoints each policy takes, the restore of a shared prefix
+from one, their copies in the batches, their events and the stats' counters. The same model and
+requests as the other bindings' state tests."""
 import unittest
 
 from _util import pkv, small_params
@@ -129,6 +131,98 @@ class StateEngine(unittest.TestCase):
             i = kinds.index(pkv.CopyKind.STATE)
             self.assertEqual((batch.copy_src[i], batch.copy_dst[i]), (slots[0], slot))
             batch.abort()
+
+
+# Working slots are ids 0..8 (max_num_seqs), checkpoints 8..16 (num_state_checkpoints' default).
+WORKING, CHECKPOINTS = range(0, 8), range(8, 16)
+
+
+def shared_prompt(own):
+    """14 tokens (3 whole blocks of 4 and 2 more): the 8 every prompt here shares (a system
+    prompt of two blocks), then 6 of its own."""
+    return list(range(8)) + list(range(100 * own, 100 * own + 6))
+
+
+def run(engine, prompt):
+    """One request of prompt sampling one token, through the step loop until it finishes; the
+    host runs no kernel (pkv's checkpoints and counters do not read the state). Its info and the
+    state copies (src, dst) its batches listed."""
+    seq = engine.submit(prompt, max_new_tokens=1)
+    copies, steps = [], 0
+    while True:
+        batch = engine.step()
+        if batch is None:
+            break
+        steps += 1
+        assert steps < 10, 'the scheduler does not finish'
+        listed = zip(batch.copy_kind, batch.copy_src, batch.copy_dst)
+        copies += [(src, dst) for kind, src, dst in listed if kind == pkv.CopyKind.STATE]
+        batch.commit([1] * batch.view.num_seqs)
+    assert [s.id for s in engine.drain_finished()] == [seq.id]
+    info = seq.info()
+    seq.release()
+    return info, copies
+
+
+def three_requests(engine):
+    """Three requests sharing shared_prompt's first two blocks, one after the other: each one's
+    info and state copies, then the engine's stats."""
+    runs = [run(engine, shared_prompt(own)) for own in (1, 2, 3)]
+    engine.check()
+    return runs, engine.stats()
+
+
+class StateCheckpoints(unittest.TestCase):
+    def test_a_shared_prefix_is_restored_from_the_checkpoint_its_second_request_left(self):
+        with pkv.Engine(hybrid(enable_kv_events=1)) as e:
+            runs, st = three_requests(e)
+            # A: nothing cached. B: A's two blocks of KV, but no checkpoint at their end: from
+            # token 0. C: the checkpoint B left where its cached KV ended (the branch point).
+            self.assertEqual([info.num_cached_tokens for info, _ in runs], [0, 0, 8])
+            a, b, c = (copies for _, copies in runs)
+
+            def capture(copy):
+                return copy[0] in WORKING and copy[1] in CHECKPOINTS
+            # A checkpoints at its prompt's last boundary (12); B at the branch point (8), then 12
+            self.assertTrue(len(a) == 1 and all(map(capture, a)), a)
+            self.assertTrue(len(b) == 2 and all(map(capture, b)), b)
+            # C's working slot starts from B's checkpoint at 8, before any write, then
+            # checkpoints at 12
+            self.assertEqual(len(c), 2, c)
+            self.assertEqual(c[0][0], b[0][1], (c, b))
+            self.assertTrue(c[0][1] in WORKING and capture(c[1]) and c[1][0] == c[0][1], c)
+            self.assertEqual((st.num_state_checkpoints_taken, st.num_state_restores,
+                              st.num_state_checkpoints_held), (4, 1, 4), st)
+            self.assertEqual((st.state_fallback_tokens, st.num_state_checkpoint_evictions),
+                             (8, 0), st)
+            self.assertEqual(st.prefix_hit_tokens, 8)
+            # each checkpoint is a BlockStored of its block's hash in the state "group", after
+            # the KV groups
+            groups = e.kv_groups().num_groups
+            stored = [ev for ev in e.drain_kv_events() if ev.group == groups]
+            self.assertEqual(len(stored), 4, stored)
+            self.assertTrue(all(ev.type is pkv.EventType.BLOCK_STORED
+                                and ev.medium is pkv.Tier.DEVICE for ev in stored), stored)
+            branch = pkv.block_hashes([range(4), range(4, 8)])[2]  # B's checkpoint at 8
+            self.assertEqual([ev.block_hash for ev in stored].count(branch), 1, stored)
+
+    def test_every_policy_checkpoints_its_boundaries_and_none_takes_none(self):
+        # EVERY 1: A leaves checkpoints at 4, 8 and 12; B and C each restore at 8, checkpoint at 12
+        with pkv.Engine(hybrid(state_checkpoint_policy=pkv.StateCheckpointPolicy.EVERY,
+                               state_checkpoint_interval=1)) as e:
+            runs, st = three_requests(e)
+            self.assertEqual([info.num_cached_tokens for info, _ in runs], [0, 8, 8])
+            self.assertEqual((st.num_state_checkpoints_taken, st.num_state_restores,
+                              st.state_fallback_tokens, st.num_state_checkpoints_held),
+                             (5, 2, 0, 5), st)
+        # NONE: no checkpoint, so no hit: B and C recompute the 8 tokens whose KV was cached
+        with pkv.Engine(hybrid(state_checkpoint_policy=pkv.StateCheckpointPolicy.NONE)) as e:
+            runs, st = three_requests(e)
+            self.assertEqual([(info.num_cached_tokens, copies) for info, copies in runs],
+                             [(0, [])] * 3)
+            self.assertEqual((st.num_state_checkpoints_taken, st.num_state_restores,
+                              st.num_state_checkpoints_held), (0, 0, 0), st)
+            self.assertEqual((st.state_fallback_tokens, st.prefix_hit_tokens), (16, 0), st)
 
 
 if __name__ == '__main__':

@@ -162,7 +162,8 @@ pub struct KvEvent {
     /// The tier the block was stored in or removed from; `Tier::None` for `AllCleared` and
     /// `Overflow`, which concern every tier.
     pub medium: Option<Tier>,
-    /// The KV group of the block (`Engine::kv_groups`; 0 without windows).
+    /// The KV group of the block (`Engine::kv_groups`; 0 without windows). A checkpoint of the
+    /// recurrent state (pkv 0.6) is in the group one past the KV groups.
     pub group: u32,
     /// The block's LoRA adapter (pkv 0.5; `Request::lora_id`): 0 = none.
     pub lora_id: u64,

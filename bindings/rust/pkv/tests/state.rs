@@ -1,12 +1,14 @@
 //! Recurrent state (pkv 0.6, issue 28 item 7): state layer specs round-trip through the Params
 //! and pkv_profile, whose budget's state terms are checked against bytes computed here by hand;
 //! an engine's state pool (pool_info), each state layer's parts in a slot (layer_info) and the
-//! batch's state slots; the checkpoint params; refusals that name what was wrong.
+//! batch's state slots; the checkpoint params; refusals that name what was wrong. Prefix caching
+//! of the state through the step loop: the checkpoints each policy takes, the restore of a shared
+//! prefix from one, their copies in the batches, their events and the counters of `Stats`.
 mod common;
 
 use pkv::{
-    AttentionKind, CopyKind, Dtype, Engine, LayerKind, LayerSpec, Params, StateCheckpointPolicy, StatePart,
-    Status,
+    AttentionKind, CopyKind, Dtype, Engine, KvEventKind, LayerKind, LayerSpec, Params, Request, SeqInfo,
+    StateCheckpointPolicy, StatePart, Stats, Status, Tier,
 };
 
 /// A Gated DeltaNet-like layer, small: a bf16 conv state of 96 channels x 3 taps (576 bytes,
@@ -132,4 +134,107 @@ fn an_engine_says_where_each_sequences_state_is() {
     let i = copy.unwrap_or_else(|| panic!("no state copy in {:?}", v.copy_kind));
     assert_eq!((v.copy_src[i], v.copy_dst[i]), (slots[0], slot));
     batch.abort();
+}
+
+/// A prompt of 14 tokens (3 whole blocks of 4 and 2 more): the 8 every prompt here shares (a
+/// system prompt of two blocks), then 6 of its own.
+fn shared_prompt(own: i32) -> Vec<i32> {
+    let mut prompt = common::tokens(0, 8);
+    prompt.extend(common::tokens(100 * own, 6));
+    prompt
+}
+
+/// A state copy of a batch (`CopyKind::State`): slot `src` into slot `dst`.
+type StateCopy = (i32, i32);
+/// A request's info when it finished, and the state copies of its batches.
+type Run = (SeqInfo, Vec<StateCopy>);
+
+/// One request of `prompt` sampling one token, through the step loop until it finishes; the host
+/// runs no kernel (pkv's checkpoints and counters do not read the state). Returns its info and
+/// the state copies its batches listed.
+fn run(e: &Engine, prompt: &[i32]) -> Run {
+    let seq = e.submit(prompt, &Request { max_new_tokens: 1, ..Request::default() }).unwrap();
+    let mut copies = Vec::new();
+    let mut steps = 0;
+    while let Some(batch) = e.step().unwrap() {
+        steps += 1;
+        assert!(steps < 10, "the scheduler does not finish");
+        let v = batch.view();
+        for (i, &kind) in v.copy_kind.iter().enumerate() {
+            if CopyKind::from_code(kind) == Some(CopyKind::State) {
+                copies.push((v.copy_src[i], v.copy_dst[i]));
+            }
+        }
+        let sampled = vec![1; v.num_seqs as usize];
+        batch.commit(&sampled).map_err(|e| e.into_parts().0).unwrap();
+    }
+    assert_eq!(e.drain_finished().unwrap(), vec![seq]);
+    let info = e.seq_info(seq).unwrap();
+    e.release(seq).unwrap();
+    (info, copies)
+}
+
+/// Three requests sharing `shared_prompt`'s first two blocks, one after the other, on the hybrid
+/// model (8 working slots, ids 0..8; 8 checkpoints, 8..16) under `policy`: each one's info and
+/// state copies, then the engine's stats.
+fn three_requests(policy: StateCheckpointPolicy, interval: u32) -> (Engine, Vec<Run>, Stats) {
+    let p = hybrid().kv_events(true).state_checkpoint_policy(policy).state_checkpoint_interval(interval);
+    let e = Engine::new(&p).unwrap();
+    let runs: Vec<_> = (1..=3).map(|own| run(&e, &shared_prompt(own))).collect();
+    let stats = e.stats().unwrap();
+    e.check().unwrap();
+    (e, runs, stats)
+}
+
+const CHECKPOINT: std::ops::Range<i32> = 8..16;
+const WORKING: std::ops::Range<i32> = 0..8;
+
+#[test]
+fn a_shared_prefix_is_restored_from_the_checkpoint_its_second_request_left() {
+    let (e, runs, st) = three_requests(StateCheckpointPolicy::PromptEnd, 0);
+    let cached: Vec<u32> = runs.iter().map(|(info, _)| info.num_cached_tokens).collect();
+    // A: nothing cached. B: A's two blocks of KV, but no checkpoint at their end: from token 0.
+    // C: the checkpoint B left where its cached KV ended (the branch point).
+    assert_eq!(cached, [0, 0, 8]);
+    let (a, b, c) = (&runs[0].1, &runs[1].1, &runs[2].1);
+    // A checkpoints at its prompt's last boundary (12); B at the branch point (8), then at 12
+    let is_capture = |&(src, dst): &StateCopy| WORKING.contains(&src) && CHECKPOINT.contains(&dst);
+    assert!(a.len() == 1 && a.iter().all(is_capture), "A's state copies {:?}", a);
+    assert!(b.len() == 2 && b.iter().all(is_capture), "B's state copies {:?}", b);
+    // C's working slot starts from B's checkpoint at 8, before any write, then checkpoints at 12
+    assert_eq!(c.len(), 2, "C's state copies {:?}", c);
+    assert_eq!(c[0].0, b[0].1, "C restores from {} (B's checkpoints {:?})", c[0].0, b);
+    assert!(WORKING.contains(&c[0].1) && is_capture(&c[1]) && c[1].0 == c[0].1, "{:?}", c);
+    let counters = (st.num_state_checkpoints_taken, st.num_state_restores, st.num_state_checkpoints_held);
+    assert_eq!(counters, (4, 1, 4), "{:?}", st);
+    assert_eq!((st.state_fallback_tokens, st.num_state_checkpoint_evictions), (8, 0), "{:?}", st);
+    assert_eq!(st.prefix_hit_tokens, 8);
+    // each checkpoint is a BlockStored of its block's hash in the state "group" (after the KV's)
+    let groups = e.kv_groups().unwrap().group_window.len() as u32;
+    let stored: Vec<_> = e.drain_kv_events().unwrap().into_iter().filter(|ev| ev.group == groups).collect();
+    assert_eq!(stored.len(), 4, "{:?}", stored);
+    let device_store =
+        |ev: &pkv::KvEvent| ev.kind == Some(KvEventKind::BlockStored) && ev.medium == Some(Tier::Device);
+    assert!(stored.iter().all(device_store), "{:?}", stored);
+    let root = pkv::block_hash_root(0, b"").unwrap();
+    let block0 = pkv::block_hash(0, root, &common::tokens(0, 4)).unwrap();
+    let branch = pkv::block_hash(0, block0, &common::tokens(4, 4)).unwrap(); // B's checkpoint at 8
+    assert_eq!(stored.iter().filter(|ev| ev.block_hash == branch).count(), 1, "{:?}", stored);
+}
+
+#[test]
+fn every_policy_checkpoints_its_boundaries_and_none_takes_none() {
+    // EVERY 1: A leaves checkpoints at 4, 8 and 12; B and C each restore at 8, checkpoint at 12
+    let (_, runs, st) = three_requests(StateCheckpointPolicy::Every, 1);
+    let cached: Vec<u32> = runs.iter().map(|(info, _)| info.num_cached_tokens).collect();
+    assert_eq!(cached, [0, 8, 8]);
+    let counters = (st.num_state_checkpoints_taken, st.num_state_restores, st.state_fallback_tokens);
+    assert_eq!(counters, (5, 2, 0), "{:?}", st);
+    assert_eq!(st.num_state_checkpoints_held, 5);
+    // NONE: no checkpoint, so no hit: B and C recompute the 8 tokens whose KV was cached
+    let (_, runs, st) = three_requests(StateCheckpointPolicy::None, 0);
+    assert!(runs.iter().all(|(info, copies)| info.num_cached_tokens == 0 && copies.is_empty()), "{:?}", runs);
+    let counters = (st.num_state_checkpoints_taken, st.num_state_restores, st.num_state_checkpoints_held);
+    assert_eq!(counters, (0, 0, 0), "{:?}", st);
+    assert_eq!((st.state_fallback_tokens, st.prefix_hit_tokens), (16, 0), "{:?}", st);
 }
