@@ -293,3 +293,30 @@ func TestStateCheckpointPolicies(t *testing.T) {
 		t.Fatalf("NONE: stats %+v", st)
 	}
 }
+
+func TestStateCheckpointsEvictTheLeastRecentlyUsed(t *testing.T) {
+	// 2 checkpoint slots: B's at 12 evicts A's (the oldest); C's restore touches B's at 8, so C's
+	// at 12 evicts B's at 12
+	p := hybridParams(t)
+	p.EnableKVEvents, p.NumStateCheckpoints = true, 2
+	e := newEngine(t, p)
+	cached, _, st := threeRequests(t, e)
+	if !reflect.DeepEqual(cached, []uint32{0, 0, 8}) || st.NumStateCheckpointsTaken != 4 ||
+		st.NumStateCheckpointEvictions != 2 || st.NumStateRestores != 1 || st.NumStateCheckpointsHeld != 2 {
+		t.Fatalf("cached tokens %v, stats %+v", cached, st)
+	}
+	groups := uint32(len(must(e.KVGroups()).GroupWindow))
+	var stored, removed []uint64
+	for _, ev := range must(e.DrainKVEvents(1024)) {
+		switch {
+		case ev.Group == groups && ev.Type == pkv.EventBlockStored:
+			stored = append(stored, ev.BlockHash)
+		case ev.Group == groups && ev.Type == pkv.EventBlockRemoved:
+			removed = append(removed, ev.BlockHash)
+		}
+	}
+	// stored: A's at 12, B's at 8, B's at 12, C's at 12
+	if len(stored) != 4 || !reflect.DeepEqual(removed, []uint64{stored[0], stored[2]}) {
+		t.Fatalf("checkpoints stored %x, removed %x", stored, removed)
+	}
+}

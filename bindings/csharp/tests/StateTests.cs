@@ -280,4 +280,29 @@ static partial class Tests
             Equal(0ul, st.PrefixHitTokens, "NONE: hit tokens");
         }
     }
+
+    static void StateCheckpointsEvictTheLeastRecentlyUsed()
+    {
+        // 2 checkpoint slots: B's at 12 evicts A's (the oldest); C's restore touches B's at 8, so
+        // C's at 12 evicts B's at 12
+        EngineParams p = Hybrid();
+        p.EnableKvEvents = true; p.NumStateCheckpoints = 2;
+        using (var e = new Engine(p))
+        {
+            var copies = new List<int[]>[3];
+            Stats st;
+            Assert(ThreeRequests(e, copies, out st).SequenceEqual(new uint[] { 0, 0, 8 }), "cached tokens");
+            Equal(4ul, st.NumStateCheckpointsTaken, "checkpoints taken");
+            Equal(2ul, st.NumStateCheckpointEvictions, "evictions");
+            Equal(1ul, st.NumStateRestores, "restores");
+            Equal(2ul, st.NumStateCheckpointsHeld, "checkpoints held");
+            uint groups = (uint)e.KvGroups().GroupWindow.Length;
+            KvEvent[] events = e.DrainKvEvents().Where(ev => ev.Group == groups).ToArray();
+            ulong[] stored = events.Where(ev => ev.Type == KvEventType.BlockStored).Select(ev => ev.BlockHash).ToArray();
+            ulong[] removed = events.Where(ev => ev.Type == KvEventType.BlockRemoved).Select(ev => ev.BlockHash).ToArray();
+            // stored: A's at 12, B's at 8, B's at 12, C's at 12
+            Equal(4, stored.Length, "checkpoints stored");
+            Assert(removed.SequenceEqual(new[] { stored[0], stored[2] }), "removed: A's at 12, then B's at 12");
+        }
+    }
 }

@@ -404,6 +404,7 @@ static partial class Tests
             { "bad_state_specs_refused", BadStateSpecsRefused }, { "engine_state_slots", EngineStateSlots },
             { "state_checkpoint_restores_a_shared_prefix", StateCheckpointRestoresASharedPrefix },
             { "state_checkpoint_policies", StateCheckpointPolicies },
+            { "state_checkpoints_evict_the_least_recently_used", StateCheckpointsEvictTheLeastRecentlyUsed },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

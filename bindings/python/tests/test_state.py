@@ -224,6 +224,22 @@ class StateCheckpoints(unittest.TestCase):
                               st.num_state_checkpoints_held), (0, 0, 0), st)
             self.assertEqual((st.state_fallback_tokens, st.prefix_hit_tokens), (16, 0), st)
 
+    def test_a_full_set_of_checkpoints_evicts_the_least_recently_used(self):
+        # 2 checkpoint slots: B's at 12 evicts A's (the oldest); C's restore touches B's at 8, so
+        # C's at 12 evicts B's at 12
+        with pkv.Engine(hybrid(num_state_checkpoints=2, enable_kv_events=1)) as e:
+            runs, st = three_requests(e)
+            self.assertEqual([info.num_cached_tokens for info, _ in runs], [0, 0, 8])
+            self.assertEqual((st.num_state_checkpoints_taken, st.num_state_checkpoint_evictions,
+                              st.num_state_restores, st.num_state_checkpoints_held),
+                             (4, 2, 1, 2), st)
+            groups = e.kv_groups().num_groups
+            events = [ev for ev in e.drain_kv_events() if ev.group == groups]
+            stored = [ev.block_hash for ev in events if ev.type is pkv.EventType.BLOCK_STORED]
+            removed = [ev.block_hash for ev in events if ev.type is pkv.EventType.BLOCK_REMOVED]
+            # stored: A's at 12, B's at 8, B's at 12, C's at 12
+            self.assertEqual((len(stored), removed), (4, [stored[0], stored[2]]), events)
+
 
 if __name__ == '__main__':
     unittest.main()

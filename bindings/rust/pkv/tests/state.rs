@@ -238,3 +238,25 @@ fn every_policy_checkpoints_its_boundaries_and_none_takes_none() {
     assert_eq!(counters, (0, 0, 0), "{:?}", st);
     assert_eq!((st.state_fallback_tokens, st.prefix_hit_tokens), (16, 0), "{:?}", st);
 }
+
+#[test]
+fn a_full_set_of_checkpoints_evicts_the_least_recently_used() {
+    // 2 checkpoint slots: B's at 12 evicts A's (the oldest); C's restore touches B's at 8, so C's
+    // at 12 evicts B's at 12
+    let p = hybrid().kv_events(true).num_state_checkpoints(2);
+    let e = Engine::new(&p).unwrap();
+    let cached: Vec<u32> = (1..=3).map(|own| run(&e, &shared_prompt(own)).0.num_cached_tokens).collect();
+    assert_eq!(cached, [0, 0, 8]);
+    let st = e.stats().unwrap();
+    let counters = (st.num_state_checkpoints_taken, st.num_state_checkpoint_evictions, st.num_state_restores);
+    assert_eq!(counters, (4, 2, 1), "{:?}", st);
+    assert_eq!(st.num_state_checkpoints_held, 2);
+    let groups = e.kv_groups().unwrap().group_window.len() as u32;
+    let events: Vec<_> = e.drain_kv_events().unwrap().into_iter().filter(|ev| ev.group == groups).collect();
+    let of =
+        |kind| events.iter().filter(|ev| ev.kind == Some(kind)).map(|ev| ev.block_hash).collect::<Vec<_>>();
+    let (stored, removed) = (of(KvEventKind::BlockStored), of(KvEventKind::BlockRemoved));
+    // stored: A's at 12, B's at 8, B's at 12, C's at 12
+    assert_eq!((stored.len(), removed), (4, vec![stored[0], stored[2]]), "{:?}", events);
+    e.check().unwrap();
+}
