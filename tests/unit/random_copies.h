@@ -12,15 +12,30 @@
  * where they fall among the copies it predicts, from the next view. Their content is then
  * checked like every other copy's: a sequence admitted with a host-tier hit must hold exactly its
  * contexts once the listed copies are done.
+ *
+ * State copies (PKV_COPY_STATE, slot -> slot) are placed the same way: counted (a fork's, and the
+ * checkpoints taken and restored in the stats), learnt from the view; the shadow's last
+ * num_state_slots entries are the slots (random_state.h).
  */
 #ifndef PKV_RANDOM_COPIES_H
 #define PKV_RANDOM_COPIES_H
 
 static inline size_t shadow_len(const world *w) {
+  return ((size_t)w->num_blocks + w->host_blocks) * w->bs + w->num_state_slots;
+}
+
+/* Where the state slots' entries begin in a shadow. */
+static inline size_t state0(const world *w) {
   return ((size_t)w->num_blocks + w->host_blocks) * w->bs;
 }
 
+/* A copy the model counts but cannot place before a view lists it. */
+static inline int counted_copy(int32_t kind) { return tier_copy(kind) || kind == PKV_COPY_STATE; }
+
 static inline int copy_valid(const world *w, const rcopy *c) {
+  if (c->kind == PKV_COPY_STATE)
+    return c->src >= 0 && c->dst >= 0 && c->src != c->dst &&
+           (uint32_t)c->src < w->num_state_slots && (uint32_t)c->dst < w->num_state_slots;
   const uint32_t src_n = reads_host(c->kind) ? w->host_blocks : w->num_blocks;
   const uint32_t dst_n = writes_host(c->kind) ? w->host_blocks : w->num_blocks;
   return c->kind >= PKV_COPY_COW && c->kind <= PKV_COPY_LOAD && c->src >= 0 && c->dst >= 0 &&
@@ -30,6 +45,10 @@ static inline int copy_valid(const world *w, const rcopy *c) {
 
 static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c) {
   if (!EXPECT(copy_valid(w, c))) return;
+  if (c->kind == PKV_COPY_STATE) {
+    shadow[state0(w) + (size_t)c->dst] = shadow[state0(w) + (size_t)c->src];
+    return;
+  }
   const size_t host0 = (size_t)w->num_blocks * w->bs;
   const uint64_t *from = shadow + (reads_host(c->kind) ? host0 : 0) + (size_t)c->src * w->bs;
   uint64_t *to = shadow + (writes_host(c->kind) ? host0 : 0) + (size_t)c->dst * w->bs;
@@ -63,11 +82,12 @@ static inline void queue_unknown(world *w, int32_t kind, uint32_t k, const int32
   w->ncands++;
 }
 
-/* Offloads and loads queued since the last call, counted in the stats: unknown until a view lists
- * them. */
+/* Offloads and loads queued since the last call, counted in the stats, and the state copies of
+ * checkpoints taken and restored: unknown until a view lists them. */
 static inline void note_tier_copies(world *w) {
   const pkv_stats st = tu_stats(w->e);
-  const uint64_t total = st.num_offloaded_blocks + st.num_loaded_blocks;
+  const uint64_t total = st.num_offloaded_blocks + st.num_loaded_blocks +
+                         st.num_state_checkpoints_taken + st.num_state_restores;
   EXPECT(total >= w->tier_copies);
   w->nextra += (uint32_t)(total - w->tier_copies);
   w->nunknown += (uint32_t)(total - w->tier_copies);
@@ -94,35 +114,47 @@ static inline int in_cand(const world *w, int32_t cand, int32_t block) {
   return 0;
 }
 
-/* A view lists exactly the queued copies, in order: the known ones as they are, the unknown ones
+/* The next queued copy of a class (state copies, or block copies) from *at on; NULL at the end. */
+static inline const rcopy *next_of(const world *w, uint32_t *at, int state) {
+  while (*at < w->nqueued && (w->queued[*at].kind == PKV_COPY_STATE) != state) (*at)++;
+  return *at < w->nqueued ? &w->queued[*at] : NULL;
+}
+
+/* A view lists exactly the queued copies, in order within each class (the block copies, the
+ * state copies: they touch different memory, so pkv may list one class first): the known ones as they are, the unknown ones
  * with their kind and a pool block of the swapped table, and the offloads and loads counted
  * (anywhere among them); from now on all are known. */
 static inline void learn_copies(world *w, const pkv_batch_view *v) {
   EXPECT(w->ntaken == 0);
   if (!EXPECT(v->num_copies == w->nqueued + w->nextra)) {
     fprintf(stderr,
-            "  the view lists %u copies, the model queued %u and counted %u offloads and loads\n",
+            "  the view lists %u copies, the model queued %u and counted %u offloads, loads and "
+            "state copies\n",
             v->num_copies, w->nqueued, w->nextra);
+    for (uint32_t k = 0; k < v->num_copies && k < 8; k++)
+      fprintf(stderr, "  listed %d -> %d kind %d\n", v->copy_src[k], v->copy_dst[k],
+              v->copy_kind[k]);
     return;
   }
   static rcopy learnt[MAX_COPIES];
-  uint32_t m = 0, extra = 0;
+  uint32_t m = 0, extra = 0, at[2] = {0, 0};
   for (uint32_t k = 0; k < v->num_copies; k++) {
     const rcopy got = {v->copy_src[k], v->copy_dst[k], v->copy_kind[k], -1};
     learnt[k] = got;
-    const rcopy *q = m < w->nqueued ? &w->queued[m] : NULL;
+    const int cls = got.kind == PKV_COPY_STATE;
+    const rcopy *q = next_of(w, &at[cls], cls);
     const int matches =
         q && got.kind == q->kind &&
         (q->cand < 0 ? got.src == q->src && got.dst == q->dst
                      : in_cand(w, q->cand, writes_host(q->kind) ? got.src : got.dst));
-    if (!matches && tier_copy(got.kind) && extra < w->nextra) {
-      extra++; /* an offload or a load the model counted but could not place */
+    if (!matches && counted_copy(got.kind) && extra < w->nextra) {
+      extra++; /* an offload, a load or a state copy the model counted but could not place */
       if (!EXPECT(copy_valid(w, &got)))
         fprintf(stderr, "  copy %u: listed %d -> %d kind %d\n", k, got.src, got.dst, got.kind);
       continue;
     }
     if (!EXPECT(q != NULL)) return;
-    m++;
+    m++, at[cls]++;
     if (!(EXPECT(matches) && EXPECT(copy_valid(w, &got))))
       fprintf(stderr, "  copy %u: listed %d -> %d kind %d, the model %d -> %d kind %d\n", k,
               got.src, got.dst, got.kind, q->src, q->dst, q->kind);

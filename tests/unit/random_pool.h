@@ -34,13 +34,14 @@ static inline size_t block_bytes(const world *w, uint32_t layer) {
 }
 
 /* The (layer, K or V) that hold bytes of their own: not a SHARED layer's (its source's), not
- * the V of a layer whose V is its K. */
+ * the V of a layer whose V is its K, not a STATE layer's (its state is in the slots). */
 static inline int own_bytes(const world *w, uint32_t layer, int v) {
   const struct pkv_layer_info *in = &w->layer[layer];
-  return in->source_layer == layer && !(v && in->k_eq_v);
+  return in->kind != PKV_LAYER_STATE && in->source_layer == layer && !(v && in->k_eq_v);
 }
 
-/* Zeroes both tiers and reads their layout; 0 when the engine's pool is not what this expects. */
+/* Zeroes both tiers and the state slots, reads their layout; 0 when the engine's pool is not
+ * what this expects. Before the shadow is made: it sizes it. */
 static inline int pool_init(world *w) {
   memset(&w->pool, 0, sizeof w->pool);
   w->pool.struct_size = sizeof w->pool;
@@ -50,9 +51,13 @@ static inline int pool_init(world *w) {
   for (uint32_t l = 0; l < w->num_layers; l++) {
     memset(&w->layer[l], 0, sizeof w->layer[l]);
     w->layer[l].struct_size = sizeof w->layer[l];
-    if (!CHECK_OK(pkv_layer_info(w->e, l, &w->layer[l])) || !CHECK(row_bytes(w, l, 0) >= 16))
+    if (!CHECK_OK(pkv_layer_info(w->e, l, &w->layer[l])) ||
+        !CHECK(w->layer[l].kind == PKV_LAYER_STATE || row_bytes(w, l, 0) >= 16))
       return 0;
   }
+  w->num_state_slots = w->pool.num_state_slots; /* the shadow's last entries */
+  if (w->num_state_slots)
+    memset(w->pool.state_base, 0, w->pool.state_slot_bytes * w->num_state_slots);
   memset(w->pool.k_base, 0, w->pool.bytes_per_pool);
   if (w->pool.v_base) memset(w->pool.v_base, 0, w->pool.bytes_per_pool);
   if (w->host_blocks) {
@@ -81,8 +86,14 @@ static inline void pool_write(world *w, int64_t slot, uint64_t ctx) {
     }
 }
 
-/* A copy done by the host: the whole block, every layer, K and V. */
+/* A copy done by the host: the whole block, every layer, K and V; or a whole state slot. */
 static inline void pool_copy(world *w, const rcopy *c) {
+  if (c->kind == PKV_COPY_STATE) {
+    unsigned char *base = (unsigned char *)w->pool.state_base;
+    const size_t sb = w->pool.state_slot_bytes;
+    memmove(base + (size_t)c->dst * sb, base + (size_t)c->src * sb, sb);
+    return;
+  }
   const int from = reads_host(c->kind), to = writes_host(c->kind);
   for (uint32_t l = 0; l < w->num_layers; l++)
     for (int v = 0; v < 2; v++)

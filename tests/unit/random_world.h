@@ -44,6 +44,10 @@ typedef struct {
   uint32_t item_start, item_end;
   uint32_t len, computed, batch_new;
   int preempted, swapped;
+  int32_t state_slot;  /* its working state slot as a view listed it; -1: not known yet, none */
+  uint32_t prompt_len; /* tokens at its admission (random_state.h's checkpoint policy) */
+  uint32_t branch;     /* the boundary (blocks) where its cached KV ended at admission with no
+                          checkpoint there; 0: none */
   int32_t tokens[MAX_LEN];
   uint64_t ctx[MAX_LEN]; /* ctx[i]: identity of (salt, adapter, tokens[0..i] and the item's
                             key and offset at each token it covers) */
@@ -56,7 +60,7 @@ typedef struct {
   int32_t src, dst, kind, cand;
 } rcopy;
 
-enum { MAX_POOL_LAYERS = 4 };
+enum { MAX_POOL_LAYERS = 4, MAX_NODES = 512 };
 
 typedef struct {
   pkv_engine *e;
@@ -65,7 +69,8 @@ typedef struct {
   rseq seqs[MAX_SEQS];
   uint32_t nseqs;
   uint64_t probe;   /* a 1-token sequence outside seqs, never computed: batches that list copies */
-  uint64_t *shadow; /* [num_blocks * bs] then [host_blocks * bs]; 0 = never written */
+  uint64_t *shadow; /* [num_blocks * bs] then [host_blocks * bs]; 0 = never written; then
+                       [num_state_slots]: the context whose state a slot holds (0: zeros) */
   uint64_t *eff;    /* the same, scratch: the shadow after the copies not yet done */
   uint32_t *refs;   /* [num_blocks] scratch: live tables referencing each block */
   struct pkv_pool_info pool;                    /* where the real K/V are */
@@ -87,6 +92,18 @@ typedef struct {
   uint32_t nwrites; /* the open batch's writes, done at batch_end */
   int64_t write_slot[MAX_WRITES];
   uint64_t write_ctx[MAX_WRITES];
+  /* recurrent state (random_state.h); all 0 without STATE layers */
+  int state;                /* 1 + pkv_engine_params.state_checkpoint_policy; 0: no STATE */
+  uint32_t ckpt_interval;   /* pkv_engine_params.state_checkpoint_interval */
+  uint32_t num_working;     /* working slots (max_num_seqs); checkpoint slots follow */
+  uint32_t num_state_slots; /* working and checkpoint slots: the shadow's last entries */
+  uint32_t num_kv_groups;   /* the state group's id in KV events */
+  uint64_t kv_nodes[MAX_NODES], ckpt_nodes[MAX_NODES]; /* held, by the events: hashes */
+  uint32_t nkv, nckpt;
+  uint32_t nstate_writes; /* the open batch's state writes, done at batch_end */
+  int32_t state_write_slot[MAX_SEQS];
+  uint64_t state_write_ctx[MAX_SEQS];
+  uint64_t num_state_hits, num_state_fallbacks, num_state_probes, num_captures_seen;
   /* what the run exercised */
   uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out, num_swap_in,
       num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release, num_batch_copy,
@@ -162,6 +179,7 @@ static inline int tier_copy(int32_t kind) {
 #include "random_pool.h"
 #include "random_copies.h"
 #include "random_store.h"
+#include "random_state.h"
 
 /* Positions [from, to) of s hold s's contexts in the pool tier of shadow. */
 static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t to,
@@ -206,6 +224,7 @@ static inline void check_tokens(world *w, const rseq *s) {
 static inline void check_world(world *w, int deep) {
   note_tier_copies(w);
   store_resync(w);
+  state_probes(w);
   if (w->nunknown && !w->batch) probe_copies(w);
   if (!EXPECT(pkv_engine_check(w->e) == PKV_OK))
     fprintf(stderr, "  pkv_engine_check: %s\n", pkv_engine_last_error(w->e));
@@ -235,6 +254,7 @@ static inline void check_world(world *w, int deep) {
     if (deep) check_tokens(w, &w->seqs[i]);
   }
   check_pool(w);
+  state_check(w, shadow);
 }
 
 /* Which sequences an operation may pick. */

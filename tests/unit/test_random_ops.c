@@ -6,8 +6,13 @@
  * and NO_SPACE when either tier runs out. After every operation the whole engine is checked
  * against the model, the real K/V of both tiers included.
  *
- * Usage: test_random_ops SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS]] */
+ * With STATE (1 + a PKV_STATE_CHECKPOINT_* policy) some drawn layers are recurrent: the test
+ * keeps a shadow of the state slots and a model of the admission rule (random_state.h).
+ *
+ * Usage: test_random_ops SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD
+ *        [STORE [SPECS [STATE]]]]]] */
 #include "random_world.h"
+#include "random_specs.h"
 #include "random_swap.h"
 
 enum { NUM_BASES = 4, BASE_LEN = 48, ALPHABET = 6 };
@@ -54,6 +59,9 @@ static void op_allocate(world *w) {
   sp.extra_keys = s->item ? &item : NULL;
   sp.num_extra_keys = s->item ? 1 : 0;
   sp.lora_id = (uint64_t)s->lora;
+  seq_push(s, t, n); /* counted in the world once admitted */
+  s->prompt_len = n;
+  const state_want want = w->state ? state_expect(w, s) : (state_want){0};
   uint32_t q_blocks = 0, q_cached = 0, cached = 0, free_before = free_blocks(w);
   CHECK_OK(pkv_allocate_query(w->e, t, n, &sp, &q_blocks, &q_cached));
   uint64_t st = world_state(w);
@@ -68,10 +76,10 @@ static void op_allocate(world *w) {
   EXPECT(q_blocks <= free_before && free_blocks(w) == free_before - q_blocks);
   EXPECT(w->store ? cached >= q_cached : cached == q_cached); /* the query does not ask the store */
   EXPECT(cached % w->bs == 0 && cached <= (n - 1) / w->bs * w->bs);
-  seq_push(s, t, n);
   s->computed = cached;
   w->nseqs++;
   w->num_hits += cached > 0;
+  state_admitted(w, s, cached, &want);
   check_hit(w, s, cached);
 }
 
@@ -112,6 +120,7 @@ static void op_fork(world *w) {
   *c = *p;
   c->id = child;
   w->nseqs++;
+  state_forked(w, c);
   int32_t tp[MAX_LEN], tc[MAX_LEN];
   uint32_t np = get_table(w, p, tp), nc = get_table(w, c, tc);
   EXPECT(np == nc && memcmp(tp, tc, np * sizeof tp[0]) == 0);
@@ -142,6 +151,7 @@ static void op_truncate(world *w) {
     EXPECT(world_state(w) == st);
     return;
   }
+  if (state_truncate_refused(w, s, n)) return;
   /* The model mirrors which queued copy-on-write pkv drops: every queued copy must be known. */
   if (w->nunknown && !w->batch) probe_copies(w);
   if (w->nunknown) return;
@@ -163,6 +173,7 @@ static void op_preempt(world *w) {
   if (i >= 0 && CHECK_OK(pkv_preempt(w->e, w->seqs[i].id))) {
     w->seqs[i].preempted = 1;
     w->seqs[i].computed = 0;
+    w->seqs[i].state_slot = -1; /* given back */
     w->num_preempt++;
   }
 }
@@ -171,6 +182,8 @@ static void op_resume(world *w) {
   int i = pick(w, PREEMPTED);
   if (i < 0) return;
   rseq *s = &w->seqs[i];
+  s->prompt_len = s->len; /* its prompt when re-admitted: every token it has */
+  const state_want want = w->state ? state_expect(w, s) : (state_want){0};
   uint64_t st = world_state(w);
   uint32_t cached = 0;
   pkv_status r = pkv_resume(w->e, s->id, &cached);
@@ -184,6 +197,7 @@ static void op_resume(world *w) {
   s->preempted = 0;
   s->computed = cached;
   w->num_hits += cached > 0;
+  state_admitted(w, s, cached, &want);
   check_hit(w, s, cached);
 }
 
@@ -225,10 +239,11 @@ static void op_begin(world *w) {
   EXPECT(v.num_seqs == n && v.block_size == w->bs);
   count_refs(w);
   take_copies(w, &v);
-  w->nwrites = 0;
+  w->nwrites = w->nstate_writes = 0;
   for (uint32_t k = 0; k < n; k++) {
     w->seqs[idx[k]].batch_new = counts[k];
     plan_writes(w, &v, k, &w->seqs[idx[k]]);
+    state_member(w, &v, k, &w->seqs[idx[k]]);
   }
   EXPECT(v.num_tokens == w->nwrites);
 }
@@ -250,11 +265,14 @@ static void op_end(world *w, int abort) {
     if (!w->copies_done)
       do_taken(w, 1); /* the host's own kernels: the copies first, then the writes */
     for (uint32_t i = 0; i < w->nwrites; i++) pool_write(w, w->write_slot[i], w->write_ctx[i]);
+    state_write(w);
     if (CHECK_OK(pkv_batch_end(w->batch))) {
       for (uint32_t i = 0; i < w->nwrites; i++) w->shadow[w->write_slot[i]] = w->write_ctx[i];
       for (uint32_t i = 0; i < w->nseqs; i++) w->seqs[i].computed += w->seqs[i].batch_new;
+      state_batch_ended(w);
     }
   }
+  w->nstate_writes = 0;
   w->batch = NULL;
   w->copies_done = 0;
   for (uint32_t i = 0; i < w->nseqs; i++) w->seqs[i].batch_new = 0;
@@ -339,7 +357,8 @@ static void report(const world *w, uint32_t ops) {
          (unsigned long long)w->num_batch_copy, (unsigned long long)w->num_probes,
          (unsigned long long)w->num_unsupported);
   /* what the run is for */
-  CHECK(w->num_no_space > 0 && w->num_hits > 0 && w->num_preempt > 0 && w->num_truncates > 0);
+  CHECK(w->num_no_space > 0 && w->num_preempt > 0 && w->num_truncates > 0);
+  CHECK(w->num_hits > 0 || state_policy(w) == PKV_STATE_CHECKPOINT_NONE);
   CHECK(w->num_cow > 0 || w->bs == 1); /* block size 1 has no partly filled block */
   if (w->host_blocks)
     CHECK(w->num_swap_out > 0 && w->num_swap_in > 0 && w->num_swap_no_space > 0 &&
@@ -362,6 +381,7 @@ static void report(const world *w, uint32_t ops) {
         (unsigned long long)w->num_store_synced);
     CHECK(st.num_store_hits > 0 && st.num_store_rejected == 0 && st.num_store_errors == 0);
   }
+  state_report(w);
 }
 
 /* Everything released and one step's copies done (the probe's batch, aborted after
@@ -380,42 +400,11 @@ static void drain(world *w) {
         st.num_swapped_seqs == 0);
 }
 
-/* Layer specs drawn from the seed (DESIGN.md §12): 2 to 4 full-attention layers of one KV group
- * whose shapes differ at equal bytes per token (2 x 8, 1 x 16, 4 x 4, or one head of 32 with
- * V = K), so the pool is pages; later layers may be SHARED, reading an earlier one's KV. */
-static pkv_layer_spec drawn_specs[MAX_POOL_LAYERS];
-
-static void draw_specs(world *w, pkv_engine_params *p) {
-  static const uint32_t heads[4] = {2, 1, 4, 1}, dims[4] = {8, 16, 4, 32}, k_eq_v[4] = {0, 0, 0, 1};
-  memset(drawn_specs, 0, sizeof drawn_specs);
-  p->num_layers = 2 + (uint32_t)rnd(w, MAX_POOL_LAYERS - 1);
-  for (uint32_t l = 0; l < p->num_layers; l++) {
-    pkv_layer_spec *s = &drawn_specs[l];
-    if (l > 0 && rnd(w, 3) == 0) { /* SHARED: an earlier cached layer's spec, its source */
-      uint32_t src = (uint32_t)rnd(w, l);
-      while (drawn_specs[src].kind == PKV_LAYER_SHARED) src = drawn_specs[src].source_layer;
-      *s = drawn_specs[src];
-      s->kind = PKV_LAYER_SHARED, s->source_layer = src;
-      continue;
-    }
-    const uint64_t k = rnd(w, 4);
-    s->num_kv_heads = heads[k], s->head_dim = dims[k], s->k_eq_v = k_eq_v[k];
-  }
-  p->layer_specs = drawn_specs;
-  p->layer_spec_size = sizeof drawn_specs[0];
-  printf("layer specs:");
-  for (uint32_t l = 0; l < p->num_layers; l++)
-    printf(drawn_specs[l].kind == PKV_LAYER_SHARED ? " shared(%u)" : " %ux%u%s",
-           drawn_specs[l].kind == PKV_LAYER_SHARED ? drawn_specs[l].source_layer
-                                                   : drawn_specs[l].num_kv_heads,
-           drawn_specs[l].head_dim, drawn_specs[l].k_eq_v ? "(k=v)" : "");
-  printf("\n");
-}
-
 static int setup(world *w, uint32_t flags, int specs) {
   pkv_engine_params p;
   tu_params(&p, w->bs, w->num_blocks);
-  if (specs) draw_specs(w, &p);
+  if (specs || w->state) draw_specs(w, &p);
+  if (w->state) state_params(w, &p);
   w->num_layers = p.num_layers;
   p.max_model_len = MAX_LEN;
   p.debug_flags = flags;
@@ -429,30 +418,37 @@ static int setup(world *w, uint32_t flags, int specs) {
     store.write_queue_blocks = 1u << 16;
     p.store = &store;
   }
-  if (!(w->e = tu_engine_p(&p))) return 0;
+  if (!(w->e = tu_engine_p(&p)) || !pool_init(w)) return 0;
   w->shadow = calloc(shadow_len(w), sizeof w->shadow[0]);
   w->eff = calloc(shadow_len(w), sizeof w->eff[0]);
   w->refs = calloc(w->num_blocks, sizeof w->refs[0]);
-  if (!CHECK(w->shadow && w->eff && w->refs) || !pool_init(w)) return 0;
+  if (!CHECK(w->shadow && w->eff && w->refs)) return 0;
   pkv_seq_params sp;
   pkv_seq_params_init(&sp, sizeof sp);
   sp.cache_salt = "probe";
   sp.cache_salt_len = 5;
   const int32_t t = 0;
-  return CHECK_OK(pkv_allocate(w->e, &t, 1, &sp, &w->probe, NULL));
+  pkv_batch *b = NULL; /* the probe's first view says how many KV groups there are */
+  if (!CHECK_OK(pkv_allocate(w->e, &t, 1, &sp, &w->probe, NULL)) ||
+      !CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b)))
+    return 0;
+  w->num_kv_groups = tu_view(b).num_kv_groups;
+  pkv_batch_abort(b);
+  return 1;
 }
 
 static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_ops, uint32_t flags,
-                uint32_t host_blocks, int offload, int store, int specs) {
+                uint32_t host_blocks, int offload, int store, int specs, int state) {
   printf(
       "seed %llu, block_size %u, %u blocks, %u ops, debug_flags %u, %u host-tier blocks, offload %d, "
-      "store %d\n",
-      (unsigned long long)seed, bs, num_blocks, num_ops, flags, host_blocks, offload, store);
+      "store %d, state %d\n",
+      (unsigned long long)seed, bs, num_blocks, num_ops, flags, host_blocks, offload, store, state);
   world *w = calloc(1, sizeof *w);
   if (!CHECK(w != NULL)) return;
   w->rng = seed, w->bs = bs, w->num_blocks = num_blocks, w->host_blocks = host_blocks;
   w->offload = offload;
   w->store = store;
+  w->state = state;
   if (!setup(w, flags, specs)) num_ops = 0;
   for (int k = 0; k < NUM_BASES; k++) random_tokens(w, bases[k], BASE_LEN);
   int failed_before = tu_failed_;
@@ -480,7 +476,7 @@ int main(int argc, char **argv) {
     fprintf(
         stderr,
         "usage: %s SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD [STORE "
-        "[SPECS]]]]]\n",
+        "[SPECS [STATE]]]]]]\n",
         argv[0]);
     return tu_summary();
   }
@@ -488,7 +484,7 @@ int main(int argc, char **argv) {
       (uint32_t)strtoul(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
       argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 0) : 0,
       argc > 6 ? (uint32_t)strtoul(argv[6], NULL, 0) : 0, argc > 7 ? atoi(argv[7]) : 1,
-      argc > 8 ? atoi(argv[8]) : 0, argc > 9 ? atoi(argv[9]) : 0);
+      argc > 8 ? atoi(argv[8]) : 0, argc > 9 ? atoi(argv[9]) : 0, argc > 10 ? atoi(argv[10]) : 0);
   rstore_free();
   return tu_summary();
 }
