@@ -45,6 +45,12 @@ static int parse_windows(demo_options *o) {
   return 0;
 }
 
+static int flag_seen(const cli_command *cmd, const char *name) {
+  for (size_t i = 0; i < cmd->num_flags; i++)
+    if (strcmp(cmd->flags[i].name, name) == 0) return cmd->flags[i].seen;
+  return 0;
+}
+
 static int parse(demo_options *o, int argc, char **argv) {
   cli_flag flags[] = {
       {"requests", CLI_U32, &o->num_requests, "N", "requests in the workload (default 64)", 0},
@@ -128,7 +134,7 @@ static int parse(demo_options *o, int argc, char **argv) {
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
   else
-    bad = demo_hybrid_check(o, flags[3].seen); /* flags[3]: --layers */
+    bad = demo_hybrid_check(o, flag_seen(&cmd, "layers"), flag_seen(&cmd, "checkpoint-interval"));
   if (!bad) return CLI_PARSED;
   fprintf(stderr, "pkv demo: %s\n", bad);
   return CLI_BAD_USAGE;

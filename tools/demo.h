@@ -167,8 +167,8 @@ int demo_mixer_batch(demo_mixer *x, uint32_t layer, const pkv_batch_view *v,
                      float *out, char *error, size_t cap);
 
 /* demo_hybrid.c. Why the options cannot run --hybrid (a message naming the flag), or NULL; sets
- * --hybrid's defaults (--layers 4 unless layers_seen). */
-const char *demo_hybrid_check(demo_options *o, int layers_seen);
+ * --hybrid's defaults (--layers 4, --checkpoint-interval 4, unless the flag was seen). */
+const char *demo_hybrid_check(demo_options *o, int layers_seen, int interval_seen);
 /* The runs by checkpoint policy and the contiguous one, and their report; 0, or -1 (printed). */
 int demo_hybrid_runs(demo_options *o, const demo_workload *w, const model *m);
 

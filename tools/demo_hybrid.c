@@ -25,9 +25,9 @@ static int policy_of(const char *name) {
   return -1;
 }
 
-const char *demo_hybrid_check(demo_options *o, int layers_seen) {
+const char *demo_hybrid_check(demo_options *o, int layers_seen, int interval_seen) {
   if (!o->hybrid) {
-    if (o->state_checkpoints || o->checkpoint_interval || o->checkpoint_slots)
+    if (o->state_checkpoints || interval_seen || o->checkpoint_slots)
       return "--state-checkpoints, --checkpoint-interval and --checkpoint-slots go with --hybrid";
     return NULL;
   }
@@ -43,8 +43,16 @@ const char *demo_hybrid_check(demo_options *o, int layers_seen) {
            "(--state-checkpoints none is the run without checkpoints)";
   if (o->state_checkpoints && policy_of(o->state_checkpoints) < 0)
     return "--state-checkpoints must be prompt-end, every or none";
-  if (o->checkpoint_interval == 0) o->checkpoint_interval = 4;
-  if (o->checkpoint_interval > 1u << 20) return "--checkpoint-interval must be in 1 .. 1048576";
+  if (!interval_seen) o->checkpoint_interval = 4; /* why 4: README, "pkv demo --hybrid" */
+  if (o->checkpoint_interval == 0 || o->checkpoint_interval > 1u << 20)
+    return "--checkpoint-interval must be in 1 .. 1048576 (blocks)";
+  if (o->checkpoint_slots && o->state_checkpoints &&
+      policy_of(o->state_checkpoints) == PKV_STATE_CHECKPOINT_NONE)
+    return "--checkpoint-slots sizes prompt-end's and every's checkpoints: none keeps none, drop it";
+  if (interval_seen && o->state_checkpoints &&
+      policy_of(o->state_checkpoints) != PKV_STATE_CHECKPOINT_EVERY)
+    return "--checkpoint-interval is policy every's: give --state-checkpoints every, or leave "
+           "--state-checkpoints out (every policy runs)";
   return NULL;
 }
 
