@@ -45,9 +45,10 @@ static int fail(paged_run *p, const char *what, pkv_status s) {
 const char *demo_in_flag_terms(const demo_options *o, const char *msg, char *buf, size_t cap) {
   /* every engine field the demo takes from a flag; the model's shape is built in, not a flag */
   const char *names[][2] = {
-      {"num_blocks", o->paged_blocks
-                         ? "the windowed pool's blocks (--num-blocks scaled to its bytes)"
-                         : "--num-blocks"},
+      {"num_blocks", !o->paged_blocks ? "--num-blocks"
+                     : o->hybrid
+                         ? "the pool's blocks (--num-blocks and the checkpoints' bytes as blocks)"
+                         : "the windowed pool's blocks (--num-blocks scaled to its bytes)"},
       {"block_size", "--block-size"},
       {"max_model_len", "--max-model-len"},
       {"num_layers", "--layers"},
