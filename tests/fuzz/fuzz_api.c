@@ -179,10 +179,25 @@ static void raw_field(fz_input *in, pkv_engine_params *p) {
 static uint32_t fz_layer_windows[2];
 static pkv_layer_spec fz_specs[3];
 
+/* With STATE layers (0.6): a checkpoint policy (now and then one no rule allows), its interval
+ * (0 or past the limit now and then) and slots; mostly no host tier, which pkv refuses with STATE
+ * layers for now, so the engine is made and its batches and steps take checkpoints at block
+ * boundaries, restore them at admissions and evict them (pkv_engine_check holds them to their
+ * prefix nodes after every call). */
+static void fuzz_checkpoints(fz_input *in, pkv_engine_params *p) {
+  p->state_checkpoint_policy = fz_pick(in, 8) == 0 ? fz_u32(in) : fz_pick(in, 3);
+  const int every = p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY;
+  p->state_checkpoint_interval = fz_pick(in, 8) == 0 ? fz_u32(in) : every ? 1 + fz_pick(in, 4) : 0;
+  p->num_state_checkpoints = fz_pick(in, 5); /* 0: max_num_seqs; 1 or 2: evictions */
+  if (fz_pick(in, 4) != 0) p->host_num_blocks = 0, p->host_cache_bytes = 0;
+  if (fz_pick(in, 4) != 0) p->enable_prefix_caching = 1;
+}
+
 /* Per-layer specs (0.5): 2 or 3 layers of drawn kinds, heads, widths, K = V, windows or chunks,
  * sinks and caps, a SHARED last layer, STATE layers after the first (0.6: working state slots,
- * forks' state copies), and now and then a field no rule allows. */
+ * forks' state copies, checkpoints of a drawn policy), and now and then a field no rule allows. */
 static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
+  int has_state = 0;
   p->num_layers = 2 + fz_pick(in, 2);
   for (uint32_t l = 0; l < p->num_layers; l++) {
     pkv_layer_spec *s = &fz_specs[l];
@@ -202,6 +217,7 @@ static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
       s->state_shape[PKV_MAX_STATE_DIMS + 1] = 1 + fz_pick(in, 8);
       if (fz_pick(in, 2))
         s->state_dtype[0] = fz_pick(in, 3), s->state_shape[0] = 1 + fz_pick(in, 16);
+      has_state = 1;
       continue;
     }
     if (l == p->num_layers - 1 && fz_pick(in, 3) == 0) { /* reads layer 0's cache */
@@ -210,6 +226,7 @@ static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
       s->source_layer = 0;
     }
   }
+  if (has_state) fuzz_checkpoints(in, p);
   if (fz_pick(in, 8) == 0) { /* one field no rule allows, or a rule's edge */
     uint32_t *fields = (uint32_t *)&fz_specs[fz_pick(in, p->num_layers)];
     fields[fz_pick(in, sizeof(pkv_layer_spec) / 4)] = fz_u32(in);

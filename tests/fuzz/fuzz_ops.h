@@ -114,7 +114,11 @@ static void op_allocate(fz_world *w, fz_input *in) {
   /* The query does not ask a store: pkv_allocate may find more there. */
   FZ_CHECK(as != PKV_OK || (qs == PKV_OK && (w->p.store ? cached >= q_cached : cached == q_cached)),
            "allocate cached %u, the query said %d/%u", cached, qs, q_cached);
-  FZ_CHECK(qs != PKV_OK || q_blocks > s.num_free_blocks || as != PKV_ERR_NO_SPACE,
+  /* NO_SPACE with blocks enough: every working state slot is held (one per running sequence). */
+  const int slots_full =
+      fz_has_state(&w->p) &&
+      s.num_seqs - s.num_preempted_seqs - s.num_swapped_seqs >= w->p.max_num_seqs;
+  FZ_CHECK(qs != PKV_OK || q_blocks > s.num_free_blocks || slots_full || as != PKV_ERR_NO_SPACE,
            "query: %u blocks of %llu free, allocate: no space", q_blocks,
            (unsigned long long)s.num_free_blocks);
   if (as == PKV_OK) {

@@ -77,6 +77,22 @@ static inline uint64_t fz_state(fz_world *w) {
   return h;
 }
 
+/* Whether a KV group may be windowed (a window everywhere, per layer, or in a layer's spec):
+ * then a table may hold -1, a block the group gave back. */
+static inline int fz_windowed(const pkv_engine_params *p) {
+  if (p->sliding_window || p->layer_windows) return 1;
+  for (uint32_t l = 0; p->layer_specs && l < p->num_layers; l++)
+    if (p->layer_specs[l].attention != PKV_ATTENTION_FULL) return 1;
+  return 0;
+}
+
+/* Whether the model has STATE layers: a running sequence holds a working state slot. */
+static inline int fz_has_state(const pkv_engine_params *p) {
+  for (uint32_t l = 0; p->layer_specs && l < p->num_layers; l++)
+    if (p->layer_specs[l].kind == PKV_LAYER_STATE) return 1;
+  return 0;
+}
+
 /* Every invariant visible through the API, pkv_engine_check's included. */
 static inline void fz_consistent(fz_world *w) {
   FZ_CHECK(pkv_engine_check(w->e) == PKV_OK, "pkv_engine_check: %s", pkv_engine_last_error(w->e));
@@ -115,11 +131,12 @@ static inline void fz_consistent(fz_world *w) {
     uint32_t len = 0;
     FZ_CHECK(pkv_seq_block_table(w->e, w->seqs[i], table, FZ_TABLE_CAP, &len) == PKV_OK, "table");
     FZ_CHECK(len == info.num_blocks, "table %u, info %u blocks", len, info.num_blocks);
-    /* -1: a block a windowed group gave back (group 0 is windowed when every layer is). */
+    /* -1: a block a windowed group gave back (group 0 is windowed when every cached layer is,
+     * as with one windowed layer beside STATE layers). */
     for (uint32_t j = 0; j < len; j++)
-      FZ_CHECK(table[j] >= (w->p.sliding_window || w->p.layer_windows ? -1 : 0) &&
-                   (int64_t)table[j] < (int64_t)s.num_blocks,
-               "block id %d", table[j]);
+      FZ_CHECK(
+          table[j] >= (fz_windowed(&w->p) ? -1 : 0) && (int64_t)table[j] < (int64_t)s.num_blocks,
+          "block id %d", table[j]);
     FZ_CHECK(info.num_computed_tokens <= info.num_tokens, "computed > tokens");
     FZ_CHECK(info.num_cached_tokens <= info.num_tokens, "cached > tokens");
     FZ_CHECK(w->batch != NULL || info.in_batch == 0, "in_batch with no batch open");
