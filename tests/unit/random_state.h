@@ -107,87 +107,7 @@ static inline void check_state_pool(world *w) {
   EXPECT(bad == 0);
 }
 
-/* ---------------------------------------------------------------- the events' model */
-
-static inline int node_find(const uint64_t *set, uint32_t n, uint64_t hash) {
-  for (uint32_t i = 0; i < n; i++)
-    if (set[i] == hash) return (int)i;
-  return -1;
-}
-
-/* A node stored (add 1) or removed (add 0) in a set; a second store or a removal of a node not
- * held is a failure. */
-static inline void node_event(uint64_t *set, uint32_t *n, uint64_t hash, int add,
-                              const char *what) {
-  const int at = node_find(set, *n, hash);
-  if (add ? !EXPECT(at < 0 && *n < MAX_NODES) : !EXPECT(at >= 0)) {
-    fprintf(stderr, "  %s %016llx: %s\n", what, (unsigned long long)hash,
-            add ? "stored twice" : "removed, not held");
-    return;
-  }
-  if (add)
-    set[(*n)++] = hash;
-  else
-    set[at] = set[--*n];
-}
-
-/* Takes in the events queued so far. */
-static inline void state_drain(world *w) {
-  pkv_kv_event ev[64];
-  uint32_t n = 64;
-  while (n == 64 && CHECK_OK(pkv_drain_kv_events(w->e, ev, 64, &n)))
-    for (uint32_t i = 0; i < n; i++) {
-      const pkv_kv_event *x = &ev[i];
-      const int add = x->type == PKV_EVENT_BLOCK_STORED;
-      if (!EXPECT(add || x->type == PKV_EVENT_BLOCK_REMOVED)) { /* no overflow, nothing cleared */
-        fprintf(stderr, "  event type %u\n", x->type);
-        continue;
-      }
-      EXPECT(x->medium == PKV_TIER_DEVICE && x->group <= w->num_kv_groups);
-      if (x->group == w->num_kv_groups)
-        node_event(w->ckpt_nodes, &w->nckpt, x->block_hash, add, "checkpoint");
-      else
-        node_event(w->kv_nodes, &w->nkv, x->block_hash, add, "KV block");
-    }
-}
-
-/* The canonical hashes of s's first n blocks (pkv.h: root of the salt and adapter, the item's
- * key mixed into the blocks it overlaps). */
-static inline void seq_hashes(const rseq *s, uint32_t bs, uint32_t n, uint64_t *out) {
-  const char *salt = salt_name(s->salt);
-  uint64_t h = 0;
-  CHECK_OK(pkv_block_hash_root_lora(0, salt, salt ? 1 : 0, (uint64_t)s->lora, &h));
-  pkv_extra_key key;
-  memset(&key, 0, sizeof key);
-  key.start_token = s->item_start, key.end_token = s->item_end;
-  key.key = item_name(s->item), key.key_len = 6;
-  for (uint32_t b = 0; b < n; b++) {
-    CHECK_OK(pkv_block_hash_extra(0, h, s->tokens + b * bs, bs, b * bs, s->item ? &key : NULL,
-                                  s->item ? 1 : 0, sizeof key, &h));
-    out[b] = h;
-  }
-}
-
-/* What admitting s (its tokens as pkv has them) should find, in blocks: the hit, and the longest
- * run of blocks holding KV (capped as the hit is: the last token is computed; NONE looks up
- * nothing, so recomputes no cached KV in the stats' sense). */
-typedef struct {
-  uint32_t hit, kv;
-  pkv_stats st; /* before */
-} state_want;
-
-static inline state_want state_expect(world *w, const rseq *s) {
-  state_want want = {0, 0, tu_stats(w->e)};
-  state_drain(w);
-  if (state_policy(w) == PKV_STATE_CHECKPOINT_NONE) return want; /* no hit: nothing looked up */
-  uint64_t hashes[MAX_LEN];
-  const uint32_t cap = (s->len - 1) / w->bs;
-  seq_hashes(s, w->bs, cap, hashes);
-  while (want.kv < cap && node_find(w->kv_nodes, w->nkv, hashes[want.kv]) >= 0) want.kv++;
-  for (uint32_t h = want.kv; h > 0 && !want.hit; h--)
-    if (node_find(w->ckpt_nodes, w->nckpt, hashes[h - 1]) >= 0) want.hit = h;
-  return want;
-}
+#include "random_ckpt.h"
 
 /* Learns s's working slot from a batch of one of its tokens, aborted at once (it changes
  * nothing); the view also lists every copy queued, learnt as random_copies.h does. */
@@ -227,6 +147,7 @@ static inline void state_admitted(world *w, rseq *s, uint32_t cached, const stat
   EXPECT(st.num_state_restores - want->st.num_state_restores == (want->hit > 0));
   EXPECT(st.state_fallback_tokens - want->st.state_fallback_tokens ==
          (uint64_t)(want->kv - want->hit) * w->bs);
+  if (want->hit && cached == want->hit * w->bs) ckpt_touch(w, want->anchor);
   w->num_state_hits += want->hit > 0;
   w->num_state_fallbacks += want->kv > want->hit;
   state_probe(w, s);
@@ -248,6 +169,7 @@ static inline void state_member(world *w, const pkv_batch_view *v, uint32_t k, r
   if (!EXPECT(slot >= 0 && (uint32_t)slot < w->num_working)) return;
   if (s->state_slot >= 0) EXPECT(slot == s->state_slot);
   s->state_slot = slot;
+  w->state_write_id[w->nstate_writes] = s->id;
   w->state_write_slot[w->nstate_writes] = slot;
   w->state_write_ctx[w->nstate_writes++] = s->ctx[s->computed + s->batch_new - 1];
 }
@@ -267,29 +189,25 @@ static inline int state_wanted(const world *w, const rseq *s, uint32_t h) {
 }
 
 /* The batch ended (its members' computed counts already advanced, batch_new still set): the
- * shadow takes the writes, and each member ending on a boundary its policy wants holds a
- * checkpoint there (unless more were wanted at once than there are checkpoint slots). */
+ * shadow takes the writes, and each member ending on a boundary its policy wants, in the batch's
+ * order, holds a checkpoint there: one it touches, or a new one in a free slot or in the least
+ * recently used one's (random_ckpt.h: the events must say exactly that). */
 static inline void state_batch_ended(world *w) {
-  for (uint32_t i = 0; i < w->nstate_writes; i++)
+  for (uint32_t i = 0; i < w->nstate_writes; i++) {
     w->shadow[state0(w) + (size_t)w->state_write_slot[i]] = w->state_write_ctx[i];
-  w->nstate_writes = 0;
-  if (!w->state) return;
-  state_drain(w);
-  uint64_t want[MAX_SEQS], hashes[MAX_LEN];
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < w->nseqs; i++) {
-    const rseq *s = &w->seqs[i];
-    const uint32_t h = s->computed / w->bs;
-    if (!s->batch_new || s->computed % w->bs || !h || !state_wanted(w, s, h)) continue;
+    if (!w->state) continue;
+    const rseq *s = NULL;
+    for (uint32_t k = 0; k < w->nseqs && !s; k++)
+      if (w->seqs[k].id == w->state_write_id[i]) s = &w->seqs[k];
+    const uint32_t h = s ? s->computed / w->bs : 0;
+    if (!s || s->computed % w->bs || !h || !state_wanted(w, s, h)) continue;
+    uint64_t hashes[MAX_LEN];
     seq_hashes(s, w->bs, h, hashes);
-    if (node_find(want, n, hashes[h - 1]) < 0) want[n++] = hashes[h - 1];
+    ckpt_capture(w, hashes[h - 1]);
+    w->num_captures_seen++;
   }
-  if (n > w->num_state_slots - w->num_working) return;
-  for (uint32_t i = 0; i < n; i++)
-    if (!EXPECT(node_find(w->ckpt_nodes, w->nckpt, want[i]) >= 0))
-      fprintf(stderr, "  no checkpoint at a wanted boundary (node %016llx)\n",
-              (unsigned long long)want[i]);
-  w->num_captures_seen += n;
+  w->nstate_writes = 0;
+  if (w->state) ckpt_expect_done(w);
 }
 
 /* pkv_truncate below a running sequence's computed tokens is refused with STATE layers (its
@@ -332,11 +250,13 @@ static inline void state_report(const world *w) {
   if (!w->state) return;
   const pkv_stats st = tu_stats(w->e);
   printf("state: %llu hits from a checkpoint, %llu fallbacks (%llu tokens), %llu checkpoints "
-         "taken, %llu evicted, %llu held, %llu captures checked, %llu slot probes\n",
+         "taken, %llu evicted (%llu for room), %llu held, %llu captures checked, %llu slot "
+         "probes\n",
          (unsigned long long)w->num_state_hits, (unsigned long long)w->num_state_fallbacks,
          (unsigned long long)st.state_fallback_tokens,
          (unsigned long long)st.num_state_checkpoints_taken,
          (unsigned long long)st.num_state_checkpoint_evictions,
+         (unsigned long long)w->num_lru_evictions,
          (unsigned long long)st.num_state_checkpoints_held,
          (unsigned long long)w->num_captures_seen, (unsigned long long)w->num_state_probes);
   EXPECT(st.num_state_restores == w->num_state_hits);
@@ -344,7 +264,7 @@ static inline void state_report(const world *w) {
     CHECK(w->num_hits == 0 && st.num_state_checkpoints_taken == 0);
   else
     CHECK(w->num_state_hits > 0 && w->num_state_fallbacks > 0 && w->num_captures_seen > 0 &&
-          st.num_state_checkpoint_evictions > 0);
+          st.num_state_checkpoint_evictions > w->num_lru_evictions && w->num_lru_evictions > 0);
 }
 
 #endif /* PKV_RANDOM_STATE_H */

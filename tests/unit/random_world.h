@@ -99,11 +99,16 @@ typedef struct {
   uint32_t num_state_slots; /* working and checkpoint slots: the shadow's last entries */
   uint32_t num_kv_groups;   /* the state group's id in KV events */
   uint64_t kv_nodes[MAX_NODES], ckpt_nodes[MAX_NODES]; /* held, by the events: hashes */
-  uint32_t nkv, nckpt;
-  uint32_t nstate_writes; /* the open batch's state writes, done at batch_end */
+  uint32_t nkv, nckpt;                /* ckpt_nodes in LRU order: [0] the least recently used */
+  uint64_t expect_hash[2 * MAX_SEQS]; /* checkpoint events a batch's end must queue, in order */
+  uint8_t expect_add[2 * MAX_SEQS];
+  uint32_t nexpect, expect_at;
+  uint32_t nstate_writes;            /* the open batch's state writes, done at batch_end */
+  uint64_t state_write_id[MAX_SEQS]; /* the members in the batch's order */
   int32_t state_write_slot[MAX_SEQS];
   uint64_t state_write_ctx[MAX_SEQS];
-  uint64_t num_state_hits, num_state_fallbacks, num_state_probes, num_captures_seen;
+  uint64_t num_state_hits, num_state_fallbacks, num_state_probes, num_captures_seen,
+      num_lru_evictions;
   /* what the run exercised */
   uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out, num_swap_in,
       num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release, num_batch_copy,
