@@ -99,7 +99,10 @@ static int parse(demo_options *o, int argc, char **argv) {
       "through a contiguous-KV baseline in the same memory, and compares them.\n"
       "With --store, the workload runs through pkv twice instead, each time in a new process: cold\n"
       "(the store filled as blocks are sealed), then warm from the store, with an empty pool and\n"
-      "host tier. The store's runs have a host tier: --host-cache, else the pool's size.",
+      "host tier. The store's runs have a host tier: --host-cache, else the pool's size.\n"
+      "With --hybrid, a model whose layers are 3 of 4 recurrent runs through pkv once per\n"
+      "checkpoint policy of their state (--state-checkpoints), against contiguous, in the same KV\n"
+      "budget; pkv's checkpoint slots come on top of it, and the report says how much they take.",
       flags, sizeof flags / sizeof flags[0]};
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc;

@@ -38,6 +38,7 @@ const char *demo_hybrid_check(demo_options *o, int layers_seen, int interval_see
     return "--hybrid runs without a host tier (pkv does not yet move recurrent states to "
            "--host-cache or --store): drop them";
   if (o->windows) return "--hybrid runs full attention layers: drop --windows";
+  if (o->plot) return "--plot draws the runs of pkv demo without --hybrid: drop one of them";
   if (o->no_prefix_caching)
     return "--hybrid compares checkpoint policies of the prefix cache: drop --no-prefix-caching "
            "(--state-checkpoints none is the run without checkpoints)";
