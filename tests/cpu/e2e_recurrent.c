@@ -2,7 +2,8 @@
  * lives in pkv's slots, between two full-attention layers) with prefix caching: pkv's paged run,
  * its recurrent states restored from checkpoints at block boundaries, generates the tokens (and
  * logits within f32 noise) of a naive contiguous run that caches nothing.
- * Under each checkpoint policy (PROMPT_END, EVERY 2 blocks, NONE) two stories run:
+ * Under each checkpoint policy (PROMPT_END, EVERY 2 blocks, NONE, and PROMPT_END with a single
+ * checkpoint slot: LRU evictions) two stories run:
  * - batches the test plans (pkv_allocate, pkv_batch_begin): a prefill in chunks, some ending on
  *   block boundaries (a checkpoint is taken there when the policy wants one) and some crossing
  *   them; an admission whose cached KV ends where no checkpoint is (B: it falls back to a
@@ -52,6 +53,7 @@ int rec_engine(const rec_policy *pol, uint32_t num_blocks, uint32_t max_num_batc
   p.num_blocks = num_blocks, p.num_threads = 2, p.enable_prefix_caching = 1;
   p.max_num_batched_tokens = max_num_batched_tokens;
   p.state_checkpoint_policy = pol->policy, p.state_checkpoint_interval = pol->interval;
+  p.num_state_checkpoints = pol->num_checkpoints;
   pkv_layer_spec specs[LAYERS];
   memset(specs, 0, sizeof specs);
   for (uint32_t l = 0; l < LAYERS; l++) {
@@ -282,13 +284,16 @@ int main(void) {
   model *m = malloc(sizeof *m);
   init_model(m);
   rec_seq *seqs = calloc(NUM_SEQS, sizeof *seqs);
-  /* name, policy, interval; hits of B, C, D, C resumed; checkpoints taken (PROMPT_END: A at 28,
-   * B at 21 and 28; EVERY 2 also A at 14 and C at 28 as it decodes) */
-  const rec_policy policies[3] = {
-      {"PROMPT_END", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 21, 28, 21, 3},
-      {"EVERY 2", PKV_STATE_CHECKPOINT_EVERY, 2, 14, 21, 28, 28, 5},
-      {"NONE", PKV_STATE_CHECKPOINT_NONE, 0, 0, 0, 0, 0, 0}};
-  for (int i = 0; i < 3; i++) {
+  /* name, policy, interval, checkpoint slots; hits of B, C, D, C resumed; checkpoints taken
+   * (PROMPT_END: A at 28, B at 21 and 28; EVERY 2 also A at 14 and C at 28 as it decodes). With
+   * one checkpoint slot, B's 21 evicts A's 28 and B's 28 evicts B's 21 (LRU): C and D find KV
+   * but no checkpoint, and fall back to token 0 */
+  const rec_policy policies[] = {
+      {"PROMPT_END", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3},
+      {"EVERY 2", PKV_STATE_CHECKPOINT_EVERY, 2, 0, 14, 21, 28, 28, 5},
+      {"NONE", PKV_STATE_CHECKPOINT_NONE, 0, 0, 0, 0, 0, 0, 0},
+      {"1 slot", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 1, 0, 0, 0, 0, 3}};
+  for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
     const int failed = kw_failed;
     manual_story(m, &policies[i], seqs);
     printf("%s %s: batches the test plans\n", kw_failed == failed ? "ok  " : "FAIL",

@@ -18,6 +18,7 @@ enum { P_LEN = 24, A_LEN = 30, B_LEN = 30, C_LEN = 27, D_LEN = 32 };
 typedef struct rec_policy {
   const char *name;
   uint32_t policy, interval;    /* pkv_engine_params.state_checkpoint_policy, _interval */
+  uint32_t num_checkpoints;     /* pkv_engine_params.num_state_checkpoints (0: the default) */
   uint32_t hit_b, hit_c, hit_d; /* tokens each admission must serve */
   uint32_t hit_c_resumed;       /* C preempted with 29 of 30 tokens computed (the KV of 28) */
   uint32_t checkpoints_taken;   /* by the whole story of batches the test plans */

@@ -104,10 +104,9 @@ static int phase(const model *m, const rec_policy *p, sched *s, const char *whic
 
 int rec_sched_story(const model *m, const rec_policy *p) {
   sched *s = calloc(1, sizeof *s);
-  /* 20 blocks hold A..D (12 at most at once, some shared); NONE shares none: 13 hold them (C and
-   * D: 6 each) and are too few for two of E..J (7 each once decoding) */
-  const int none = p->policy == PKV_STATE_CHECKPOINT_NONE;
-  if (!rec_engine(p, none ? 13 : 20, 10, &s->e)) {
+  /* 20 blocks hold A..D (12 at most at once, some shared); prompts that hit nothing share no
+   * blocks: 13 hold them (C and D: 6 each) and are too few for two of E..J (7 each decoding) */
+  if (!rec_engine(p, p->hit_c ? 20 : 13, 10, &s->e)) {
     free(s);
     return 0;
   }
