@@ -267,7 +267,7 @@ static partial class Tests
             Equal(0ul, st.StateFallbackTokens, "EVERY 1: tokens recomputed");
             Equal(5ul, st.NumStateCheckpointsHeld, "EVERY 1: checkpoints held");
         }
-        // NONE: no checkpoint, so no hit: B and C recompute the 8 tokens whose KV was cached
+        // NONE: no checkpoint and no hit: every prompt from token 0, no fallback counted
         p.StateCheckpointPolicy = StateCheckpointPolicy.None; p.StateCheckpointInterval = 0;
         using (var e = new Engine(p))
         {
@@ -276,7 +276,7 @@ static partial class Tests
             Equal(0ul, st.NumStateCheckpointsTaken, "NONE: checkpoints taken");
             Equal(0ul, st.NumStateRestores, "NONE: restores");
             Equal(0ul, st.NumStateCheckpointsHeld, "NONE: checkpoints held");
-            Equal(16ul, st.StateFallbackTokens, "NONE: B's and C's cached tokens recomputed");
+            Equal(0ul, st.StateFallbackTokens, "NONE: no fallback counted");
             Equal(0ul, st.PrefixHitTokens, "NONE: hit tokens");
         }
     }

@@ -215,14 +215,14 @@ class StateCheckpoints(unittest.TestCase):
             self.assertEqual((st.num_state_checkpoints_taken, st.num_state_restores,
                               st.state_fallback_tokens, st.num_state_checkpoints_held),
                              (5, 2, 0, 5), st)
-        # NONE: no checkpoint, so no hit: B and C recompute the 8 tokens whose KV was cached
+        # NONE: no checkpoint and no hit: every prompt from token 0, no fallback counted
         with pkv.Engine(hybrid(state_checkpoint_policy=pkv.StateCheckpointPolicy.NONE)) as e:
             runs, st = three_requests(e)
             self.assertEqual([(info.num_cached_tokens, copies) for info, copies in runs],
                              [(0, [])] * 3)
             self.assertEqual((st.num_state_checkpoints_taken, st.num_state_restores,
                               st.num_state_checkpoints_held), (0, 0, 0), st)
-            self.assertEqual((st.state_fallback_tokens, st.prefix_hit_tokens), (16, 0), st)
+            self.assertEqual((st.state_fallback_tokens, st.prefix_hit_tokens), (0, 0), st)
 
     def test_a_full_set_of_checkpoints_evicts_the_least_recently_used(self):
         # 2 checkpoint slots: B's at 12 evicts A's (the oldest); C's restore touches B's at 8, so
