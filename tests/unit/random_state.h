@@ -13,20 +13,19 @@
  * admission's restored slot the context of its hit, and a checkpoint the context of the boundary
  * its node ends at. The real slots are compared with the shadow byte for byte.
  *
- * A model of the admission rule, from the KV events: the nodes holding KV (BlockStored /
- * BlockRemoved of a KV group) and the nodes holding a checkpoint (group num_kv_groups, the state
- * group). A prompt hits at the longest boundary h (at most (n - 1) / block_size blocks) whose
- * blocks < h hold KV and whose node h - 1 holds a checkpoint; its KV before the longest cached
- * run is recomputed (state_fallback_tokens). A batch that ends a member on a boundary its
- * policy wants leaves a checkpoint there.
+ * A model of the admission rule, from the KV events (random_ckpt.h): the nodes holding KV and
+ * the nodes holding a checkpoint, in LRU order. A prompt hits at the longest boundary h whose
+ * blocks < h hold KV and whose node h - 1 holds a checkpoint (the restore is counted, and the KV
+ * up to the longest cached run is counted as recomputed); a batch that ends a member on a
+ * boundary its policy wants leaves a checkpoint there, evicting the least recently used one when
+ * the slots are full, and the events must say exactly that.
  */
 #ifndef PKV_RANDOM_STATE_H
 #define PKV_RANDOM_STATE_H
 
 #include "random_world.h"
 
-enum { STATE_POLICIES = 3 }; /* test args 1 .. 3: PROMPT_END, EVERY, NONE (+ 1) */
-
+/* The run's STATE argument, 1 .. 3, is 1 + PROMPT_END, EVERY or NONE. */
 static inline int state_policy(const world *w) { return w->state - 1; }
 
 /* A STATE layer: part 0 (f32 [2, 4 or 6][2 or 3]) and part 1 (a drawn dtype, [1 or 2][2 or
