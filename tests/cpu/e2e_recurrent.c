@@ -264,6 +264,12 @@ static int manual_story(const model *m, const rec_policy *p, rec_seq *seqs) {
        CHECK(st.num_state_checkpoints_taken == p->checkpoints_taken) &&
        CHECK(st.num_state_checkpoints_held ==
              st.num_state_checkpoints_taken - st.num_state_checkpoint_evictions);
+  printf("%-10s batches: %llu checkpoints taken, %llu evicted, %llu restores, %llu hit tokens, "
+         "%llu fallback tokens\n",
+         p->name, (unsigned long long)st.num_state_checkpoints_taken,
+         (unsigned long long)st.num_state_checkpoint_evictions,
+         (unsigned long long)st.num_state_restores, (unsigned long long)st.prefix_hit_tokens,
+         (unsigned long long)st.state_fallback_tokens);
   if (!ok)
     fprintf(stderr, "  %s: %llu checkpoints taken (want %u), %llu held\n", p->name,
             (unsigned long long)st.num_state_checkpoints_taken, p->checkpoints_taken,
