@@ -18,9 +18,13 @@
 // kind's first block needed, but never past the last sealed block (the parent of the next block
 // sealed); given-back entries are -1. A shared group holds none: every entry is -1.
 //
+// Recurrent state (DESIGN.md §13): with STATE layers, a prefix node of the anchor group (the first
+// group holding blocks, a full one when there is one) may hold a checkpoint of the state at its
+// block's end (state_checkpoints.h), and a hit of h blocks also needs one at boundary h.
+//
 // The core is block_manager.cpp; admission and the kinds' rules block_manager_admit.cpp; the host
-// tier block_manager_host.cpp; store staging tiers/store_staging.cpp; the invariants
-// block_manager_check.cpp.
+// tier block_manager_host.cpp; the state's checkpoints block_manager_state.cpp; store staging
+// tiers/store_staging.cpp; the invariants block_manager_check.cpp.
 #pragma once
 
 #include <algorithm>
@@ -34,6 +38,7 @@
 #include "backend/copy_kind.h"
 #include "block_kinds.h"
 #include "block_pool.h"
+#include "state_checkpoints.h"
 
 namespace pkv {
 
@@ -108,6 +113,10 @@ struct BlockStats {
   uint64_t num_offloaded_blocks = 0;
   uint64_t num_loaded_blocks = 0;
   uint64_t num_host_evictions = 0;
+  uint64_t num_state_checkpoints_taken = 0;
+  uint64_t num_state_checkpoint_evictions = 0;
+  uint64_t num_state_restores = 0;
+  uint64_t state_fallback_tokens = 0;
 };
 
 class BlockManager {
@@ -137,6 +146,10 @@ class BlockManager {
     uint32_t num_new_blocks = 0;  // in all groups
     uint32_t num_free_needed =
         0;  // new blocks + loads + cached hit blocks revived from the free list
+    // With STATE layers: the hit the KV alone allows, and the checkpoint at boundary num_hits
+    // that the new working state starts from (-1: none, computed from token 0).
+    uint32_t kv_hits = 0;
+    int32_t checkpoint = -1;
   };
   Admission plan_admission(const PrefixKeys &keys, const int32_t *tokens, uint32_t n) const;
 
@@ -146,6 +159,27 @@ class BlockManager {
   uint32_t admit(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
   // Of the last successful admit's hits, how many were loaded from the host tier.
   uint32_t last_admission_loads() const { return last_loads_; }
+  // The last successful admit's checkpoint (-1: none) and the hit its KV alone allowed (blocks).
+  int32_t last_admission_checkpoint() const { return last_checkpoint_; }
+  uint32_t last_admission_kv_hits() const { return last_kv_hits_; }
+
+  // ---------------------------------------------------------------- recurrent state
+  // An engine with STATE layers: checkpoint slots first .. first + count - 1 of the state region,
+  // taken where the policy (PKV_STATE_CHECKPOINT_*, interval for EVERY) wants them. Without
+  // prefix caching, or with policy NONE or no slots, there are none and no admission hits.
+  void enable_state(int32_t first_slot, uint32_t count, uint32_t policy, uint32_t interval);
+  bool has_state() const { return has_state_; }
+  // Whether a sequence wants a checkpoint at block boundary b, given the last boundary of its
+  // prompt (end) and where its prompt's cached KV ended without a checkpoint (branch; 0: none).
+  bool wants_checkpoint(uint32_t b, uint32_t end, uint32_t branch) const;
+  // The first token count after `computed` that is a boundary the sequence wants (a chunk that
+  // reaches it ends there); UINT64_MAX when none.
+  uint64_t next_checkpoint(uint32_t computed, uint32_t end, uint32_t branch) const;
+  // A sequence's computed tokens reached boundary b (blocks, sealed): the checkpoint slot to copy
+  // its working state into, now held by the node of its block b-1 (a free slot, else the least
+  // recently used one's, evicted), or -1 when that node holds one already. Cannot fail.
+  int32_t capture(const SeqTables &tables, uint32_t b);
+  uint32_t num_checkpoints_held() const { return checkpoints_.num_held(); }
   // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
   // copy-on-write of a shared, partly filled last block. Throws PKV_ERR_NO_SPACE with nothing
   // changed.
@@ -222,13 +256,10 @@ class BlockManager {
   // Whether any group gives blocks back (sliding, chunked or shared).
   bool any_windowed() const;
   // How many leading blocks of a prompt of n tokens a hit may serve (block_kinds.h's rule; 0
-  // without prefix caching, and after serve_no_hits).
+  // without prefix caching, and with STATE layers but no checkpoints).
   uint32_t max_hits(uint32_t n) const {
     return prefix_caching_ && serves_hits_ ? max_hit_blocks(n, block_size_) : 0;
   }
-  // No admission hits from now on (blocks are still sealed and shared by forks): an engine with
-  // STATE layers, until checkpoints of the state come with the blocks (DESIGN.md §13).
-  void serve_no_hits() { serves_hits_ = false; }
   // The first block a group holds when the next token to compute is at `next`: its kind's first
   // block needed, but never past the last sealed block (the parent of the next one sealed) when
   // prefix caching is on and the group holds blocks at all. UINT32_MAX for a shared group.
@@ -265,6 +296,10 @@ class BlockManager {
   void evict(int32_t block, bool offload);
   void evict_host(int32_t host);
   void undo_copy_into(int32_t block, size_t taken);
+  // The node's checkpoint slot goes free (it is evicted); events say so.
+  void drop_checkpoint(uint32_t node);
+  void checkpoint_event(uint32_t node, bool stored) const;
+  void check_checkpoints() const;
   void report_host_block(int32_t host,
                          const std::function<void(const EvictedHostBlock &)> &f) const;
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
@@ -296,6 +331,12 @@ class BlockManager {
   uint32_t block_size_;
   bool prefix_caching_;
   bool serves_hits_ = true;
+  bool has_state_ = false;
+  uint32_t anchor_ = 0;               // the group whose nodes hold the checkpoints
+  uint32_t checkpoint_interval_ = 0;  // EVERY: blocks between checkpoints; else 0
+  StateCheckpoints checkpoints_;
+  int32_t last_checkpoint_ = -1;
+  uint32_t last_kv_hits_ = 0;
   bool offload_;
   uint64_t seed_;
   BlockPool pool_;  // tier 0; a block's node is the prefix node it is a sealed copy of

@@ -102,24 +102,32 @@ BlockManager::Admission BlockManager::plan_admission(const PrefixKeys &keys, con
     walk(g, keys, tokens, limit, &gh.nodes, &gh.blocks);
     limit = std::min<uint32_t>(limit, gh.blocks.size());  // no node past the walk's end
   }
-  uint32_t h = limit;
-  if (any_windowed() && h) {
-    // Groups that give blocks back: a hit of h blocks needs blocks first_held .. h-1 (their kind's
-    // rule). missing[g][j]: blocks before j holding no KV, so each boundary is tried in O(groups).
-    std::vector<std::vector<uint32_t>> missing(groups);
-    auto partial = [&](uint32_t g) { return kinds_[g].rules().gives_back && holds_blocks(g); };
+  // Groups that give blocks back: a hit of h blocks needs blocks first_held .. h-1 (their kind's
+  // rule). missing[g][j]: blocks before j holding no KV, so each boundary is tried in O(groups).
+  std::vector<std::vector<uint32_t>> missing(groups);
+  auto partial = [&](uint32_t g) { return kinds_[g].rules().gives_back && holds_blocks(g); };
+  if (any_windowed() && limit)
     for (uint32_t g = 0; g < groups; ++g) {
       if (!partial(g)) continue;
       missing[g].assign(limit + 1, 0);
       for (uint32_t j = 0; j < limit; ++j)
         missing[g][j + 1] = missing[g][j] + (plan.groups[g].blocks[j] == -2);
     }
-    for (; h > 0; --h) {
-      bool ok = true;
-      for (uint32_t g = 0; g < groups && ok; ++g)
-        if (partial(g)) ok = missing[g][h] == missing[g][first_held(g, uint64_t(h) * block_size_)];
-      if (ok) break;
-    }
+  auto kv_holds = [&](uint32_t h) {
+    for (uint32_t g = 0; g < groups; ++g)
+      if (partial(g) && missing[g][h] != missing[g][first_held(g, uint64_t(h) * block_size_)])
+        return false;
+    return true;
+  };
+  uint32_t h = limit;
+  while (h > 0 && !kv_holds(h)) --h;
+  plan.kv_hits = h;
+  if (has_state_ && h) {
+    // The recurrent state (DESIGN.md §13): a hit also needs a checkpoint at its boundary, held
+    // by the anchor group's node of block h-1.
+    const std::vector<uint32_t> &nodes = plan.groups[anchor_].nodes;
+    while (h > 0 && !(tree_.state(nodes[h - 1]) >= 0 && kv_holds(h))) --h;
+    plan.checkpoint = h ? tree_.state(nodes[h - 1]) : -1;
   }
   plan.num_hits = h;
   for (uint32_t g = 0; g < groups; ++g) {
@@ -207,6 +215,16 @@ uint32_t BlockManager::admit(SeqTables &tables, const PrefixKeys &keys, const in
         uint64_t(std::count(loaded.begin(), loaded.end(), true)) * block_size_;
   }
   last_loads_ = plan.num_loads;
+  last_checkpoint_ = plan.checkpoint;
+  last_kv_hits_ = plan.kv_hits;
+  if (has_state_ && prefix_caching_) {
+    // The checkpoint's node holds a hit block (referenced now): no pop above could evict it.
+    if (plan.checkpoint >= 0) {
+      checkpoints_.touch(plan.checkpoint);
+      stats_.num_state_restores++;
+    }
+    stats_.state_fallback_tokens += uint64_t(plan.kv_hits - plan.num_hits) * block_size_;
+  }
   return hit_tokens;
 }
 

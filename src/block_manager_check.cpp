@@ -119,6 +119,7 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
            h);
   }
   tree_.check();
+  check_checkpoints();
 }
 
 }  // namespace pkv

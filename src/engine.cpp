@@ -60,9 +60,11 @@ Engine::Engine(const pkv_engine_params &params)
   state_layout_ = state_layout_of(specs_);
   PKV_ASSERT(state_layout_.slot_bytes == budget_.state_bytes_per_seq &&
              state_layout_.num_state_layers == budget_.num_state_layers);
-  // Until prefix caching keeps the state at block boundaries (checkpoints), a hit would give a
-  // sequence the attention KV of a prefix without the recurrent state at its end: no hits.
-  if (!state_layout_.empty()) blocks_.serve_no_hits();
+  // A prefix hit needs the recurrent state at its boundary too: checkpoint slots follow the
+  // working ones in the state region (DESIGN.md §13).
+  if (!state_layout_.empty())
+    blocks_.enable_state(int32_t(budget_.num_state_slots), budget_.num_state_checkpoints,
+                         params_.state_checkpoint_policy, params_.state_checkpoint_interval);
   params_.layer_specs = layer_specs_.empty() ? nullptr : layer_specs_.data();
   params_.layer_spec_size = layer_specs_.empty() ? 0 : sizeof(pkv_layer_spec);
   layout_ = pool_layout(params_, params_.num_blocks);
@@ -259,12 +261,13 @@ void Engine::truncate(uint64_t id, uint32_t num_tokens) {
   PKV_REQUIRE(num_tokens >= 1 && num_tokens <= s.num_tokens(),
               "num_tokens %u: 1 .. %u (the sequence's tokens) expected", num_tokens,
               s.num_tokens());
-  // A recurrent state cannot drop tokens it has taken in (no checkpoint to go back to yet).
+  // A recurrent state cannot drop tokens it has taken in (a rollback to a checkpoint: issue 28's
+  // tiers step).
   if (s.state_slot >= 0 && num_tokens < s.num_computed)
     fail(PKV_ERR_UNSUPPORTED,
          "sequence %llu: its recurrent state (STATE layers) has taken in %u tokens and cannot be "
-         "rolled back to %u; truncate only uncomputed tokens, or pkv_preempt it first (its state "
-         "is then recomputed from token 0 at pkv_resume)",
+         "rolled back to %u; truncate only uncomputed tokens, or pkv_preempt it first (pkv_resume "
+         "then restarts it from its last checkpoint, or token 0)",
          (unsigned long long)id, s.num_computed, num_tokens);
   const size_t taken = open_ && !open_->copies_done ? open_->batch->copies().size() : 0;
   pkv::truncate(s, blocks_, num_tokens, taken);
@@ -370,6 +373,11 @@ pkv_stats Engine::stats() const {
   st.num_host_evictions = b.num_host_evictions;
   st.store_hit_tokens = b.store_hit_tokens;
   st.device_hit_tokens = b.prefix_hit_tokens - b.host_hit_tokens - b.store_hit_tokens;
+  st.num_state_checkpoints_held = blocks_.num_checkpoints_held();
+  st.num_state_checkpoints_taken = b.num_state_checkpoints_taken;
+  st.num_state_checkpoint_evictions = b.num_state_checkpoint_evictions;
+  st.num_state_restores = b.num_state_restores;
+  st.state_fallback_tokens = b.state_fallback_tokens;
   if (store_) {
     const StoreCounters &c = store_->counters();
     st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;

@@ -70,7 +70,8 @@ void Engine::close(bool ran) {
     // just computed); blocks sealed elsewhere (a swap-in resealing, its copy still queued) not.
     const bool through = store_ && store_->writes_through();
     blocks_.collect_sealed(through);
-    computed(s, blocks_, b.num_new_tokens()[i]);
+    states_.make_room(1);
+    computed(s, blocks_, states_, b.num_new_tokens()[i]);
     blocks_.collect_sealed(false);
     if (through) write_sealed(s);
   }

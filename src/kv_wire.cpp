@@ -70,7 +70,10 @@ class Writer {
 
 // vLLM's KVCacheSpecKind of a group. An MLA cache with a window would be "sliding_window_mla",
 // but engine create refuses MLA with windows.
-const char *spec_kind(uint32_t window, bool latent) {
+// The recurrent state's checkpoints are one more group after the KV groups (DESIGN.md §13):
+// vLLM's kind for a state spec is "mamba".
+const char *spec_kind(uint32_t window, bool latent, bool state) {
+  if (state) return "mamba";
   if (window) return "sliding_window";
   return latent ? "mla_attention" : "full_attention";
 }
@@ -110,7 +113,8 @@ void extra_keys(Writer &w, const WireEvent *run, size_t n) {
 void block_stored(Writer &w, const WireShape &s, const WireEvent *run, size_t n,
                   const int32_t *tokens) {
   const WireEvent &e = run[0];
-  const uint32_t window = s.group_windows.at(e.group);
+  const bool state = e.group == s.group_windows.size();
+  const uint32_t window = state ? 0 : s.group_windows.at(e.group);
   w.begin(11, "BlockStored");
   block_hashes(w, run, n);
   w.field("parent_block_hash");
@@ -137,7 +141,7 @@ void block_stored(Writer &w, const WireShape &s, const WireEvent *run, size_t n,
   w.field("group_idx");
   w.u64(e.group);
   w.field("kv_cache_spec_kind");
-  w.str(spec_kind(window, s.latent));
+  w.str(spec_kind(window, s.latent, state));
   w.field("kv_cache_spec_sliding_window");
   if (window)
     w.u64(window);

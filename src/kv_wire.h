@@ -30,7 +30,8 @@ struct WireShape {
   uint32_t block_size = 0;              // tokens per block
   uint32_t rank = 0;                    // data_parallel_rank
   std::array<std::string, 4> medium;    // [PKV_TIER_*]: what each tier is called
-  std::vector<uint32_t> group_windows;  // [group]: its sliding window, 0 = full attention
+  std::vector<uint32_t> group_windows;  // [group]: its sliding window, 0 = full attention; group
+                                        // group_windows.size(): the state's checkpoints
   bool latent = false;                  // an MLA cache: vLLM calls its full attention mla_attention
 };
 

@@ -152,6 +152,7 @@ void PrefixTree::remove_copy(uint32_t node, int32_t block) {
   if (c.empty() && events_)
     events_->removed(nodes_[node].hash, nodes_[nodes_[node].parent].hash, PKV_TIER_DEVICE,
                      nodes_[node].group, nodes_[node].lora_id, count_block_extra(extra(node)));
+  orphan_state(node);
   maybe_remove(node);
 }
 
@@ -171,7 +172,27 @@ void PrefixTree::clear_host(uint32_t node) {
   if (events_)
     events_->removed(n.hash, nodes_[n.parent].hash, PKV_TIER_HOST, n.group, n.lora_id,
                      count_block_extra(extra(node)));
+  orphan_state(node);
   maybe_remove(node);
+}
+
+void PrefixTree::set_state(uint32_t node, int32_t slot) {
+  Node &n = nodes_[node];
+  PKV_ASSERT(n.live && n.state < 0 && slot >= 0 && (!n.copies.empty() || n.host >= 0));
+  n.state = slot;
+}
+
+void PrefixTree::clear_state(uint32_t node) {
+  PKV_ASSERT(nodes_[node].state >= 0);
+  nodes_[node].state = -1;
+}
+
+void PrefixTree::orphan_state(uint32_t node) {
+  const Node &n = nodes_[node];
+  if (n.state < 0 || !n.copies.empty() || n.host >= 0) return;
+  PKV_ASSERT(on_state_orphaned_);
+  on_state_orphaned_(node);
+  PKV_ASSERT(nodes_[node].state < 0);
 }
 
 void PrefixTree::maybe_remove(uint32_t node) {
@@ -227,6 +248,9 @@ void PrefixTree::check() const {
     }
     if (n.copies.empty() && n.host < 0 && n.num_children == 0)
       fail(PKV_ERR_INTERNAL, "prefix node %u has no copies and no children", i);
+    if (n.state >= 0 && n.copies.empty() && n.host < 0)
+      fail(PKV_ERR_INTERNAL, "prefix node %u holds checkpoint %d without a copy of its block", i,
+           n.state);
     if (n.parent == kNoNode && (!n.copies.empty() || n.host >= 0))
       fail(PKV_ERR_INTERNAL, "prefix root %u holds a copy", i);
   }

@@ -9,10 +9,12 @@
 // chains its parent's (node_table.h), and the parent, tokens and extra bytes are compared on
 // every hit, so a hash collision, a crafted collision or a block reused under another prefix can
 // never serve wrong KV. Nodes without copies in either tier and without children are removed,
-// up the tree.
+// up the tree. With STATE layers, a node may also name a checkpoint slot of the recurrent state at
+// its block's end (DESIGN.md §13): it goes when the node's last copy in either tier goes.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -109,6 +111,15 @@ class PrefixTree {
   void clear_host(uint32_t node);
   int32_t host(uint32_t node) const { return nodes_[node].host; }
 
+  // The checkpoint of the recurrent state at the end of the node's block (state_checkpoints.h),
+  // -1 when none. Only a node with a copy in either tier holds one.
+  int32_t state(uint32_t node) const { return nodes_[node].state; }
+  void set_state(uint32_t node, int32_t slot);
+  void clear_state(uint32_t node);
+  // Called when a node holding a checkpoint loses its last copy in either tier, before the node
+  // may be removed; f must clear_state(node).
+  void on_state_orphaned(std::function<void(uint32_t)> f) { on_state_orphaned_ = std::move(f); }
+
   const CopyList &copies(uint32_t node) const { return nodes_[node].copies; }
   uint64_t hash(uint32_t node) const { return nodes_[node].hash; }
   uint32_t parent(uint32_t node) const { return nodes_[node].parent; }
@@ -134,6 +145,7 @@ class PrefixTree {
     uint64_t hash = 0;       // canonical hash
     CopyList copies;         // pool blocks
     int32_t host = -1;       // host-tier block, -1 when none
+    int32_t state = -1;      // checkpoint slot of the recurrent state, -1 when none
   };
 
   struct RootKey {
@@ -147,8 +159,10 @@ class PrefixTree {
   uint64_t map_key(uint32_t parent, uint64_t hash) const;
   uint32_t new_node();
   void maybe_remove(uint32_t node);
+  void orphan_state(uint32_t node);
 
   KvEvents *events_ = nullptr;
+  std::function<void(uint32_t)> on_state_orphaned_;
   uint32_t block_size_;
   uint64_t seed_;
   bool constant_hash_;

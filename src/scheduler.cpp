@@ -168,7 +168,10 @@ StepPlan Scheduler::schedule() {
   StepPlan plan;
   uint32_t budget = limits_.max_num_batched_tokens;
   auto add = [&](const Sequence &s) {
-    const uint32_t n = std::min(s.num_uncomputed(), budget);
+    uint32_t n = std::min(s.num_uncomputed(), budget);
+    // A chunk ends at a boundary where the sequence leaves a checkpoint of its recurrent state.
+    const uint64_t stop = next_checkpoint(s, blocks_);
+    if (stop < uint64_t(s.num_computed) + n) n = uint32_t(stop - s.num_computed);
     plan.seq_ids.push_back(s.id);
     plan.num_new_tokens.push_back(n);
     budget -= n;

@@ -29,9 +29,20 @@ const char *state_name(SeqState state) {
 void admit(Sequence &s, BlockManager &blocks, StatePool &states) {
   PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
   PKV_ASSERT(s.num_unslotted == 0 && s.state_slot < 0);
-  if (states.enabled()) states.require_free("admitting a sequence");
+  if (states.enabled()) {
+    states.require_free("admitting a sequence");
+    states.make_room(1);
+  }
   const uint32_t hit = blocks.admit(s.tables, s.keys, s.tokens.data(), s.num_tokens());
-  if (states.enabled()) s.state_slot = states.take();  // cannot fail: checked above
+  if (states.enabled()) {  // nothing below can fail: checked and made room above
+    s.state_slot = states.take();
+    // The state at the hit's boundary: its checkpoint, copied before the step writes the slot.
+    const int32_t checkpoint = blocks.last_admission_checkpoint();
+    if (checkpoint >= 0) states.queue_copy(checkpoint, s.state_slot);
+    const uint32_t bs = blocks.block_size(), kv_hits = blocks.last_admission_kv_hits();
+    s.checkpoint_end = s.num_tokens() / bs;
+    s.checkpoint_branch = kv_hits > hit / bs ? kv_hits : 0;
+  }
   s.num_cached = hit;
   s.num_computed = hit;
   s.state = SeqState::kRunning;
@@ -111,10 +122,23 @@ void free_kv(Sequence &s, BlockManager &blocks, StatePool &states) {
   give_back_state(s, states);
 }
 
-void computed(Sequence &s, BlockManager &blocks, uint32_t n) {
+void computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) {
   PKV_ASSERT(s.running() && n <= s.num_uncomputed());
   s.num_computed += n;
   blocks.seal(s.tables, s.keys, s.tokens.data(), s.num_computed);
+  const uint32_t bs = blocks.block_size(), b = s.num_computed / bs;
+  if (s.state_slot < 0 || n == 0 || s.num_computed % bs != 0 ||
+      !blocks.wants_checkpoint(b, s.checkpoint_end, s.checkpoint_branch))
+    return;
+  // The working slot holds the state after exactly b blocks until the next step writes it; the
+  // copy is queued before that step's, which runs its copies first.
+  const int32_t slot = blocks.capture(s.tables, b);
+  if (slot >= 0) states.queue_copy(s.state_slot, slot);
+}
+
+uint64_t next_checkpoint(const Sequence &s, const BlockManager &blocks) {
+  if (s.state_slot < 0) return UINT64_MAX;
+  return blocks.next_checkpoint(s.num_computed, s.checkpoint_end, s.checkpoint_branch);
 }
 
 void add_sampled(Sequence &s, int32_t token) {

@@ -56,6 +56,10 @@ struct Sequence {
   // Its working state slot (StatePool) while running or swapped, on a model with STATE layers;
   // else -1. A preempted sequence gives it back: its state is recomputed from token 0.
   int32_t state_slot = -1;
+  // The block boundaries where it leaves checkpoints of that state (BlockManager::
+  // wants_checkpoint), set at admission: its prompt's last one, and where the cached KV of its
+  // prompt ended without a checkpoint (0: none).
+  uint32_t checkpoint_end = 0, checkpoint_branch = 0;
   Request request;
 
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }
@@ -73,7 +77,8 @@ const char *state_name(SeqState state);
 // its state stays in the slot).
 
 // waiting / preempted -> running: blocks for every token, the prefix cache's hit counted
-// computed, and a working state slot (none free: PKV_ERR_NO_SPACE).
+// computed, and a working state slot (none free: PKV_ERR_NO_SPACE) that a copy of the hit's
+// checkpoint fills first.
 void admit(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running: n more tokens, with their slots.
 void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n);
@@ -95,8 +100,13 @@ void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken);
 void free_kv(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running -> finished (a request): the blocks go back, the tokens stay. Cannot fail.
 void finish(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t reason);
-// Running: a step computed the next n tokens; full blocks are sealed into the prefix cache.
-void computed(Sequence &s, BlockManager &blocks, uint32_t n);
+// Running: a step computed the next n tokens; full blocks are sealed into the prefix cache, and a
+// boundary reached that the sequence wants a checkpoint at takes one (a copy of its working state,
+// queued). The caller made room for one state copy (StatePool::make_room).
+void computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n);
+// The first token count after its computed ones where it wants a checkpoint: a chunk that reaches
+// it ends there. UINT64_MAX when none.
+uint64_t next_checkpoint(const Sequence &s, const BlockManager &blocks);
 // Running: a sampled token joins the tokens, its slot reserved at the next step. The caller
 // made room in s.tokens first (commit is all-or-nothing).
 void add_sampled(Sequence &s, int32_t token);

@@ -27,9 +27,12 @@ class StatePool {
   int32_t take();  // after require_free: cannot fail
   void give_back(int32_t slot);
 
-  // A copy of src's state into dst, run before the next step writes either (a fork's).
-  // Throws (out of memory) with nothing changed.
+  // A copy of src's state into dst, run before the next step writes either (a fork's, a
+  // checkpoint's restore or capture). Throws (out of memory) with nothing changed, unless room
+  // was made for it.
   void queue_copy(int32_t src, int32_t dst);
+  // Room for n more queued copies: the next n queue_copy calls cannot fail.
+  void make_room(size_t n) { pkv::make_room(pending_, n); }
   // Copies queued and not yet done, in order. A batch lists those queued before it began.
   const std::vector<BlockCopy> &pending_copies() const { return pending_; }
   void copies_done(size_t n);  // the first n pending copies are done

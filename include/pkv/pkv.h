@@ -517,9 +517,13 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
  * has computed the tokens past them, so a long prompt needs about num_kv_groups * ceil(num_tokens
  * / block_size) free blocks, less its cached ones (pkv_allocate_query says how many).
  * With STATE layers (since 0.6.0) the sequence also takes a working state slot (one per running
- * sequence, max_num_seqs in all; pkv_batch_view.state_slots), and nothing is served from the
- * prefix cache yet (*out_num_cached_tokens 0, pkv_allocate_query's too): a hit would lack the
- * recurrent state at its boundary, which checkpoints of the state will keep (DESIGN.md §13).
+ * sequence, max_num_seqs in all; pkv_batch_view.state_slots), and a prefix hit of h blocks needs,
+ * besides their KV, a checkpoint of the recurrent state at boundary h (state_checkpoint_policy,
+ * DESIGN.md §13): the longest such h is served (pkv_allocate_query's answer too), and the working
+ * slot starts from a copy of that checkpoint, a PKV_COPY_STATE the next batch lists first; with
+ * none the prompt is computed from token 0 (pkv_stats.state_fallback_tokens counts what that
+ * recomputes). A batch that ends exactly on a boundary the policy wants leaves a checkpoint there;
+ * pkv_step's chunks end on them.
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_seq NULL; num_tokens 0, above max_model_len or
  * above 2^31-1; a bad sp: struct_size, cache_salt, extra_keys (since 0.5.0)), PKV_ERR_NO_SPACE
  * (not enough free blocks, or (since 0.6.0) no free working state slot; nothing changed). */
@@ -1341,7 +1345,9 @@ typedef struct pkv_kv_event {
                                      (the pool) or HOST (the host tier, offload); NONE for
                                      ALL_CLEARED and OVERFLOW, which concern every medium */
   uint32_t group;                 /* the KV group whose block it is (pkv_kv_groups; 0 without
-                                     windows, and for ALL_CLEARED and OVERFLOW) */
+                                     windows, and for ALL_CLEARED and OVERFLOW); (since 0.6.0)
+                                     num_kv_groups: a checkpoint of the recurrent state at the
+                                     block's end, stored or removed */
   /* (since 0.5.0) 56 bytes */
   uint64_t lora_id;               /* the block's adapter (pkv_seq_params.lora_id): 0 = none, and
                                      for ALL_CLEARED and OVERFLOW */
