@@ -28,6 +28,7 @@ else
   # targets meson test itself would rebuild), not the ~500 targets of the other suites (the ASan
   # stage of .ci/run: the unit suite needs neither tests/store's nor tests/cpu's programs).
   BUILD_TARGETS=build.ninja bash scripts/build.sh "$@"
+  # shellcheck disable=SC2086  # a list of suite names
   targets=$(python3 - "$builddir" ${PKV_SUITES} <<'PY'
 import json, os, subprocess, sys
 info = json.loads(subprocess.run(["meson", "introspect", "--tests", "--targets", sys.argv[1]],
