@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hf_json.h"
+#include "params.h"
 #include "status.h"
 
 namespace pkv::hf {
@@ -212,7 +213,11 @@ void LayerWindows::copy_to(uint32_t *out) const {
 
 LayerWindows layer_windows_from_hf_config(const char *text, size_t len) {
   const hf::json root = hf::parse_config(text, len);
-  return hf::layer_windows(root, hf::text_config(root));
+  const hf::json &cfg = hf::text_config(root);
+  // A hybrid family's layers are not its num_hidden_layers blocks (Nemotron-H's MLP blocks keep
+  // no cache): refused as the flat call refuses it, naming the per-layer call.
+  if (hf::state_family_field(root, cfg)) params_from_hf_config(default_engine_params(), text, len);
+  return hf::layer_windows(root, cfg);
 }
 
 }  // namespace pkv

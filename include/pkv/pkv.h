@@ -899,7 +899,8 @@ PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const 
  * Errors: PKV_ERR_INVALID_ARGUMENT (json or out_len NULL; out NULL with cap > 0; malformed JSON
  * or a field as pkv_engine_params_from_hf_config refuses it; a "layer_types" entry other than
  * those two, or of a length other than num_hidden_layers; cap below num_hidden_layers, with
- * *out_len still written).
+ * *out_len still written), PKV_ERR_UNSUPPORTED ((since 0.6.0) a model with recurrent layers,
+ * as pkv_engine_params_from_hf_config refuses it: its layers are per-layer specs).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len, uint32_t *out,
                                                uint32_t cap, uint32_t *out_len);
@@ -1159,7 +1160,8 @@ typedef struct pkv_stats {
                                               copy of their block (cumulative) */
   uint64_t num_state_restores;    /* admissions that started from a checkpoint (cumulative) */
   uint64_t state_fallback_tokens; /* prompt tokens whose KV was cached but were recomputed: no
-                                     checkpoint at that boundary (cumulative) */
+                                     checkpoint at that boundary (cumulative; 0 under policy
+                                     NONE, which serves no hits at all) */
 } pkv_stats;
 
 /* The engine's counters now.

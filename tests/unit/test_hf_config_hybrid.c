@@ -188,7 +188,8 @@ static void test_jamba(void) {
 }
 
 /* The 0.1 call would describe a hybrid model wrong: refused by its field, naming the per-layer
- * call; the digest reads it. */
+ * call, and so is its companion pkv_hf_config_layer_windows (Nemotron-H's 52 blocks are 28 cached
+ * layers: 52 windows would not be the per-layer call's layers); the digest reads it. */
 static void test_flat_call_refuses(void) {
   static const struct {
     const char *config, *field;
@@ -202,6 +203,10 @@ static void test_flat_call_refuses(void) {
     size_t len = 0;
     char *json = check_flat_call_refuses(cases[i].config, cases[i].field, &len);
     if (!json) continue;
+    uint32_t windows[64], n = 0;
+    CHECK_STATUS(pkv_hf_config_layer_windows(json, len, windows, 64, &n), PKV_ERR_UNSUPPORTED);
+    CHECK(strstr(pkv_last_error(), cases[i].field) != NULL);
+    CHECK(strstr(pkv_last_error(), "pkv_engine_params_from_hf_config_layers") != NULL);
     char id[PKV_HF_CONFIG_DIGEST_BYTES];
     CHECK_OK(pkv_hf_config_digest(json, len, id, sizeof id));
     free(json);
