@@ -24,27 +24,6 @@ static void defaults(demo_options *o) {
   o->max_model_len = 1024, o->stop_token = 2;
 }
 
-/* --windows: W[,W...] repeated over the layers. */
-static int parse_windows(demo_options *o) {
-  uint32_t list[16], n = 0;
-  const char *s = o->windows;
-  while (*s) {
-    char *end = NULL;
-    if (*s < '0' || *s > '9' || n == 16) return -1;
-    const unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || v > 1u << 30) return -1;
-    list[n++] = (uint32_t)v;
-    s = end;
-    if (*s == ',' && s[1])
-      s++;
-    else if (*s)
-      return -1;
-  }
-  if (n == 0) return -1;
-  for (uint32_t l = 0; l < 16; l++) o->layer_windows[l] = list[l % n];
-  return 0;
-}
-
 static int flag_seen(const cli_command *cmd, const char *name) {
   for (size_t i = 0; i < cmd->num_flags; i++)
     if (strcmp(cmd->flags[i].name, name) == 0) return cmd->flags[i].seen;
@@ -133,7 +112,7 @@ static int parse(demo_options *o, int argc, char **argv) {
   else if (o->windows && (o->store || o->host_cache))
     bad =
         "--windows runs without a host tier (pkv does not yet combine windows with --host-cache or --store)";
-  else if (o->windows && parse_windows(o) != 0)
+  else if (o->windows && demo_parse_windows(o) != 0)
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
   else
@@ -150,8 +129,6 @@ static void model_config_of(const demo_options *o, model_config *c) {
   c->seed = o->seed;
   c->bias_token = o->stop_token, c->bias = 0.9f; /* so that some requests stop on their own */
 }
-
-static double per_s(double x, double s) { return s > 0 ? x / s : 0; }
 
 static void print_header(const demo_options *o, const demo_workload *w, const model *m) {
   uint32_t lo = UINT32_MAX, hi = 0, nlo = UINT32_MAX, nhi = 0;
@@ -189,14 +166,6 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
   printf("\n");
 }
 
-#define ROW(label, fmt_a, a, fmt_b, b)                      \
-  do {                                                      \
-    char cell_a_[48], cell_b_[48];                          \
-    snprintf(cell_a_, sizeof cell_a_, fmt_a, a);            \
-    snprintf(cell_b_, sizeof cell_b_, fmt_b, b);            \
-    printf("  %-34s %20s %20s\n", label, cell_a_, cell_b_); \
-  } while (0)
-
 static void print_table(const demo_workload *w, const demo_result *p, const demo_result *c) {
   const uint32_t n = w->num_requests;
   double ps[3], pm[3], cs[3], cm[3];
@@ -204,19 +173,19 @@ static void print_table(const demo_workload *w, const demo_result *p, const demo
   demo_result_ttft(c, n, 0, cs), demo_result_ttft(c, n, 1, cm);
   char a[48], b[48];
   printf("  %-34s %20s %20s\n", "", "pkv (paged)", "contiguous");
-  ROW("wall time", "%.2f s", p->wall_s, "%.2f s", c->wall_s);
-  ROW("  in the model's forward passes", "%.2f s", p->model_s, "%.2f s", c->model_s);
-  ROW("  of which attention", "%.2f s", p->attn_s, "%.2f s", c->attn_s);
-  ROW("steps", "%llu", (unsigned long long)p->steps, "%llu", (unsigned long long)c->steps);
+  DEMO_ROW("wall time", "%.2f s", p->wall_s, "%.2f s", c->wall_s);
+  DEMO_ROW("  in the model's forward passes", "%.2f s", p->model_s, "%.2f s", c->model_s);
+  DEMO_ROW("  of which attention", "%.2f s", p->attn_s, "%.2f s", c->attn_s);
+  DEMO_ROW("steps", "%llu", (unsigned long long)p->steps, "%llu", (unsigned long long)c->steps);
   snprintf(a, sizeof a, "%u / %.1f", p->max_running, (double)p->sum_running / (double)p->steps);
   snprintf(b, sizeof b, "%u / %.1f", c->max_running, (double)c->sum_running / (double)c->steps);
-  ROW("running sequences, max / mean", "%s", a, "%s", b);
-  ROW("prompt tokens/s", "%.0f", per_s((double)w->prompt_tokens, p->wall_s), "%.0f",
-      per_s((double)w->prompt_tokens, c->wall_s));
-  ROW("generated tokens/s", "%.0f", per_s((double)p->generated_tokens, p->wall_s), "%.0f",
-      per_s((double)c->generated_tokens, c->wall_s));
-  ROW("forward rows (tokens computed)", "%llu", (unsigned long long)p->rows, "%llu",
-      (unsigned long long)c->rows);
+  DEMO_ROW("running sequences, max / mean", "%s", a, "%s", b);
+  DEMO_ROW("prompt tokens/s", "%.0f", demo_per_s((double)w->prompt_tokens, p->wall_s), "%.0f",
+           demo_per_s((double)w->prompt_tokens, c->wall_s));
+  DEMO_ROW("generated tokens/s", "%.0f", demo_per_s((double)p->generated_tokens, p->wall_s), "%.0f",
+           demo_per_s((double)c->generated_tokens, c->wall_s));
+  DEMO_ROW("forward rows (tokens computed)", "%llu", (unsigned long long)p->rows, "%llu",
+           (unsigned long long)c->rows);
   const char *names[3] = {"time to first token, mean", "time to first token, p50",
                           "time to first token, p90"};
   for (int k = 0; k < 3; k++) {
@@ -224,23 +193,24 @@ static void print_table(const demo_workload *w, const demo_result *p, const demo
     snprintf(b, sizeof b, "%.0f steps %6.0f ms", cs[k], cm[k]);
     printf("  %-34s %20s %20s\n", names[k], a, b);
   }
-  snprintf(a, sizeof a, "%.1f%%", 100.0 * per_s((double)p->hit_tokens, (double)p->query_tokens));
-  ROW("prefix-cache hit rate (tokens)", "%s", p->query_tokens ? a : "off", "%s", "-");
+  snprintf(a, sizeof a, "%.1f%%",
+           100.0 * demo_per_s((double)p->hit_tokens, (double)p->query_tokens));
+  DEMO_ROW("prefix-cache hit rate (tokens)", "%s", p->query_tokens ? a : "off", "%s", "-");
   snprintf(a, sizeof a, "%.0f%% / %.0f%%", 100.0 * p->util_sum / (double)p->steps,
            100.0 * p->util_peak);
   snprintf(b, sizeof b, "%.0f%% / %.0f%%", 100.0 * c->util_sum / (double)c->steps,
            100.0 * c->util_peak);
-  ROW("KV utilization, mean / peak", "%s", a, "%s", b);
-  ROW("KV reserved, mean", "%s", "= utilization", "%.0f%%",
-      100.0 * c->reserved_sum / (double)c->steps);
-  ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%s", "-");
+  DEMO_ROW("KV utilization, mean / peak", "%s", a, "%s", b);
+  DEMO_ROW("KV reserved, mean", "%s", "= utilization", "%.0f%%",
+           100.0 * c->reserved_sum / (double)c->steps);
+  DEMO_ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%s", "-");
   uint32_t stops[2] = {0, 0};
   for (uint32_t i = 0; i < n; i++)
     stops[0] += p->finish[i] == PKV_FINISH_STOP_TOKEN,
         stops[1] += c->finish[i] == PKV_FINISH_STOP_TOKEN;
   snprintf(a, sizeof a, "%u / %u", stops[0], n - stops[0]);
   snprintf(b, sizeof b, "%u / %u", stops[1], n - stops[1]);
-  ROW("finished on stop token / length", "%s", a, "%s", b);
+  DEMO_ROW("finished on stop token / length", "%s", a, "%s", b);
 }
 
 /* Whether both runs generated the same tokens; prints the verdict. */
@@ -267,7 +237,7 @@ static void print_summary(const demo_options *o, const demo_result *p, const dem
       "  %s\n",
       (double)p->max_running / (c->max_running ? c->max_running : 1),
       (double)p->sum_running / (double)p->steps, (double)c->sum_running / (double)c->steps,
-      per_s(c->wall_s, p->wall_s),
+      demo_per_s(c->wall_s, p->wall_s),
       o->no_prefix_caching ? "with prefix caching off."
                            : "sharing each tenant's system prompt through the prefix cache.");
 }
@@ -301,72 +271,6 @@ static int print_host_tier(const demo_options *o, const demo_workload *w, const 
   return differ ? -1 : 0;
 }
 
-/* --windows: the pool of the windowed run holds blocks of group_layers layers, so it gets
- * num_blocks * num_layers / group_layers of them - the same bytes as the other runs. 0, or -1. */
-static int windowed_pool(demo_options *o, const model *m) {
-  pkv_engine_params p;
-  pkv_engine_params_init(&p, sizeof p);
-  p.num_layers = m->c.num_layers, p.num_q_heads = m->c.num_q_heads,
-  p.num_kv_heads = m->c.num_kv_heads;
-  p.head_dim = m->c.head_dim, p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU;
-  p.layer_windows = o->layer_windows;
-  uint32_t windows[16], groups = 0, group_layers = 0;
-  char said[512];
-  if (pkv_kv_groups(&p, NULL, NULL, windows, 16, &groups, &group_layers) != PKV_OK) {
-    fprintf(stderr, "pkv demo: --windows: %s\n",
-            demo_in_flag_terms(o, pkv_last_error(), said, sizeof said));
-    return -1;
-  }
-  /* checked here: cast to 32 bits, a larger pool would silently become another size */
-  const uint64_t blocks = (uint64_t)o->num_blocks * m->c.num_layers / group_layers;
-  if (blocks > INT32_MAX) {
-    fprintf(
-        stderr,
-        "pkv demo: --num-blocks %u makes the windowed run's pool %llu blocks of %u layer%s (the same "
-        "bytes), more than pkv's 2^31-1 blocks: give a smaller --num-blocks\n",
-        o->num_blocks, (unsigned long long)blocks, group_layers, group_layers == 1 ? "" : "s");
-    return -1;
-  }
-  o->paged_blocks = (uint32_t)blocks;
-  printf("  windows    ");
-  for (uint32_t l = 0; l < m->c.num_layers; l++) printf("%s%u", l ? "," : "", o->layer_windows[l]);
-  printf(" (per layer): %u KV groups of %u layers; pkv's pool: %u blocks of %u layers\n\n", groups,
-         group_layers, o->paged_blocks, group_layers);
-  return 0;
-}
-
-/* --windows: the same model with full attention, in the same memory (its tokens differ: another
- * model). */
-static int print_full_attention(const demo_options *o, const demo_workload *w, const model *m,
-                                const demo_result *p) {
-  demo_options of = *o;
-  of.full_attention = 1, of.paged_blocks = 0;
-  demo_result f;
-  memset(&f, 0, sizeof f);
-  if (demo_result_init(&f, "pkv, full attention", w) != 0 || demo_run_paged(&of, w, m, &f) != 0) {
-    fprintf(stderr, "pkv demo: the full-attention run failed: %s\n", f.error);
-    demo_result_free(&f, w);
-    return -1;
-  }
-  printf("\n  the same model with full attention in every layer, in the same memory:\n");
-  printf("  %-34s %20s %20s\n", "", "windows", "full attention");
-  char a[48], b[48];
-  snprintf(a, sizeof a, "%u / %.1f", p->max_running, (double)p->sum_running / (double)p->steps);
-  snprintf(b, sizeof b, "%u / %.1f", f.max_running, (double)f.sum_running / (double)f.steps);
-  ROW("running sequences, max / mean", "%s", a, "%s", b);
-  ROW("generated tokens/s", "%.0f", per_s((double)p->generated_tokens, p->wall_s), "%.0f",
-      per_s((double)f.generated_tokens, f.wall_s));
-  ROW("steps", "%llu", (unsigned long long)p->steps, "%llu", (unsigned long long)f.steps);
-  ROW("preemptions", "%llu", (unsigned long long)p->preemptions, "%llu",
-      (unsigned long long)f.preemptions);
-  printf("\n  windows ran %.2fx the sequences at once (mean) and %.2fx the generated tokens/s.\n",
-         per_s((double)p->sum_running / (double)p->steps, (double)f.sum_running / (double)f.steps),
-         per_s(per_s((double)p->generated_tokens, p->wall_s),
-               per_s((double)f.generated_tokens, f.wall_s)));
-  demo_result_free(&f, w);
-  return 0;
-}
-
 /* Runs one design; prints its failure. */
 static int run(int paged, const demo_options *o, const demo_workload *w, const model *m,
                demo_result *r) {
@@ -398,7 +302,7 @@ int cmd_demo(int argc, char **argv) {
     return CLI_EXIT_FAIL;
   }
   print_header(&o, &w, &m);
-  if (o.windows && windowed_pool(&o, &m) != 0) {
+  if (o.windows && demo_windowed_pool(&o, &m) != 0) {
     demo_workload_free(&w);
     model_free(&m);
     return CLI_EXIT_FAIL;
@@ -418,7 +322,7 @@ int cmd_demo(int argc, char **argv) {
     print_summary(&o, &p, &c);
     rc = compare_tokens(&w, &p, &c);
   }
-  if (rc == 0 && o.windows) rc = print_full_attention(&o, &w, &m, &p);
+  if (rc == 0 && o.windows) rc = demo_print_full_attention(&o, &w, &m, &p);
   if (rc == 0 && o.host_cache) {
     demo_options oh = o;
     oh.preemption_mode =

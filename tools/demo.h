@@ -6,6 +6,7 @@
  *   demo_workload.c the workload and the result bookkeeping
  *   demo_paged.c    serving through pkv: pkv_submit / pkv_step / pkv_attention / pkv_commit
  *   demo_contig.c   the baseline: each sequence preallocates max_model_len tokens of KV
+ *   demo_windows.c  --windows: per-layer windows, the pool in the same bytes, full attention's run
  *   demo_plot.c     the SVG: per run, KV reserved and used and running sequences per step
  *   demo_store.c    --store: a cold and a warm run in two processes sharing a store
  *   demo_hybrid.c   --hybrid: recurrent layers, runs by checkpoint policy against contiguous
@@ -114,6 +115,17 @@ typedef struct demo_result {
   char error[256]; /* set when the run failed */
 } demo_result;
 
+/* One row of a two-run table: the label, then each run's cell. */
+#define DEMO_ROW(label, fmt_a, a, fmt_b, b)                 \
+  do {                                                      \
+    char cell_a_[48], cell_b_[48];                          \
+    snprintf(cell_a_, sizeof cell_a_, fmt_a, a);            \
+    snprintf(cell_b_, sizeof cell_b_, fmt_b, b);            \
+    printf("  %-34s %20s %20s\n", label, cell_a_, cell_b_); \
+  } while (0)
+
+static inline double demo_per_s(double x, double s) { return s > 0 ? x / s : 0; }
+
 /* demo_workload.c */
 int demo_workload_make(const demo_options *o, uint32_t vocab, demo_workload *w);
 void demo_workload_free(demo_workload *w);
@@ -146,6 +158,15 @@ const char *demo_store_check(const char *spec);
 /* The cold and the warm run through the store, each in a process of its own, and their report;
  * 0, or -1 (message printed). */
 int demo_store_runs(const demo_options *o, const demo_workload *w, const model *m);
+
+/* demo_windows.c. --windows into o->layer_windows: 0, or -1 (malformed). */
+int demo_parse_windows(demo_options *o);
+/* The windowed run's pool: as many blocks as num_blocks' bytes hold (o->paged_blocks); prints
+ * the groups. 0, or -1 (message printed). */
+int demo_windowed_pool(demo_options *o, const model *m);
+/* The same model with full attention in the same memory, against the windowed run p; 0, or -1. */
+int demo_print_full_attention(const demo_options *o, const demo_workload *w, const model *m,
+                              const demo_result *p);
 
 /* demo_mixer.c. Weights from the model's seed; 0, or -1 (out of memory). */
 int demo_mixer_init(demo_mixer *x, const model *m);
