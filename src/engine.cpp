@@ -261,14 +261,9 @@ void Engine::truncate(uint64_t id, uint32_t num_tokens) {
   PKV_REQUIRE(num_tokens >= 1 && num_tokens <= s.num_tokens(),
               "num_tokens %u: 1 .. %u (the sequence's tokens) expected", num_tokens,
               s.num_tokens());
-  // A recurrent state cannot drop tokens it has taken in (a rollback to a checkpoint: issue 28's
-  // tiers step).
-  if (s.state_slot >= 0 && num_tokens < s.num_computed)
-    fail(PKV_ERR_UNSUPPORTED,
-         "sequence %llu: its recurrent state (STATE layers) has taken in %u tokens and cannot be "
-         "rolled back to %u; truncate only uncomputed tokens, or pkv_preempt it first (pkv_resume "
-         "then restarts it from its last checkpoint, or token 0)",
-         (unsigned long long)id, s.num_computed, num_tokens);
+  // A recurrent state cannot give back tokens it has taken in: it goes back to a checkpoint.
+  if (s.running() && s.state_slot >= 0 && num_tokens < s.num_computed)
+    return roll_back(s, blocks_, states_, num_tokens);
   const size_t taken = open_ && !open_->copies_done ? open_->batch->copies().size() : 0;
   pkv::truncate(s, blocks_, num_tokens, taken);
 }

@@ -26,6 +26,22 @@ const char *state_name(SeqState state) {
 
 // ---------------------------------------------------------------- moves between states
 
+namespace {
+
+// After an admission of s's first n tokens that hit `hit` tokens: its working slot starts from
+// the hit's checkpoint (a copy queued before the step writes the slot; room made by the caller),
+// and the boundaries it leaves checkpoints at.
+void start_state(Sequence &s, const BlockManager &blocks, StatePool &states, uint32_t n,
+                 uint32_t hit) {
+  const int32_t checkpoint = blocks.last_admission_checkpoint();
+  if (checkpoint >= 0) states.queue_copy(checkpoint, s.state_slot);
+  const uint32_t bs = blocks.block_size(), kv_hits = blocks.last_admission_kv_hits();
+  s.checkpoint_end = n / bs;
+  s.checkpoint_branch = kv_hits > hit / bs ? kv_hits : 0;
+}
+
+}  // namespace
+
 void admit(Sequence &s, BlockManager &blocks, StatePool &states) {
   PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
   PKV_ASSERT(s.num_unslotted == 0 && s.state_slot < 0);
@@ -36,16 +52,33 @@ void admit(Sequence &s, BlockManager &blocks, StatePool &states) {
   const uint32_t hit = blocks.admit(s.tables, s.keys, s.tokens.data(), s.num_tokens());
   if (states.enabled()) {  // nothing below can fail: checked and made room above
     s.state_slot = states.take();
-    // The state at the hit's boundary: its checkpoint, copied before the step writes the slot.
-    const int32_t checkpoint = blocks.last_admission_checkpoint();
-    if (checkpoint >= 0) states.queue_copy(checkpoint, s.state_slot);
-    const uint32_t bs = blocks.block_size(), kv_hits = blocks.last_admission_kv_hits();
-    s.checkpoint_end = s.num_tokens() / bs;
-    s.checkpoint_branch = kv_hits > hit / bs ? kv_hits : 0;
+    start_state(s, blocks, states, s.num_tokens(), hit);
   }
   s.num_cached = hit;
   s.num_computed = hit;
   s.state = SeqState::kRunning;
+}
+
+void roll_back(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) {
+  PKV_ASSERT(s.running() && s.state_slot >= 0 && n >= 1 && n < s.num_computed);
+  PKV_ASSERT(s.num_unslotted == 0);
+  SeqTables held = s.tables;  // may throw: before any change
+  states.make_room(1);
+  blocks.free(s.tables);
+  uint32_t hit = 0;
+  try {
+    hit = blocks.admit(s.tables, s.keys, s.tokens.data(), n);
+  } catch (...) {
+    // The admission changed nothing (it checks room first): its blocks are taken back as they
+    // were, none reused meanwhile.
+    blocks.fork(held);
+    s.tables.swap(held);
+    throw;
+  }
+  start_state(s, blocks, states, n, hit);
+  s.tokens.resize(n);
+  s.num_cached = hit;
+  s.num_computed = hit;
 }
 
 void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n) {

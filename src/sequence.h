@@ -96,6 +96,13 @@ void swap_in(Sequence &s, BlockManager &blocks);
 // a windowed group cannot take back a block the kept window needs (BlockManager::truncate).
 // taken: the queued copies an open batch holds.
 void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken);
+// Running, with a recurrent state: keeps the first n tokens, fewer than it computed. A state
+// cannot give tokens back, so the sequence is admitted again for its first n tokens, keeping its
+// working slot: the prefix cache serves the longest hit with a checkpoint (its own blocks and
+// checkpoints are in the cache), the slot starts from a copy of that checkpoint (else from token
+// 0), and the rest is computed again. PKV_ERR_NO_SPACE (a windowed group's whole prompt does not
+// fit) with nothing changed.
+void roll_back(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n);
 // Gives back whatever the sequence holds, in either tier (pkv_release).
 void free_kv(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running -> finished (a request): the blocks go back, the tokens stay. Cannot fail.

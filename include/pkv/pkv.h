@@ -1320,14 +1320,18 @@ PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
  * the prefix cache: the next append copies it before writing. seq must be running or preempted,
  * outside the open batch, and one of pkv_allocate's. With sliding windows, a windowed KV group
  * takes back from the prefix cache the blocks it gave back that the kept tokens' window reaches
- * again (a cut of a few tokens near a block edge).
+ * again (a cut of a few tokens near a block edge). With STATE layers (since 0.6.0), a running seq
+ * cut below its computed tokens goes back to a checkpoint, as a state cannot give tokens back: it
+ * is admitted again for its first num_tokens tokens, keeping its working slot, so the prefix
+ * cache (its own blocks and checkpoints included) serves the longest hit with a checkpoint, the
+ * slot starts from a copy of it (queued, PKV_COPY_STATE; none: from token 0) and the tokens after
+ * it are computed again (pkv_seq_info's computed count says how many are kept).
  * Errors: PKV_ERR_INVALID_ARGUMENT (num_tokens not in 1 .. the sequence's tokens),
  * PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is swapped out, in the open batch, or a
  * request of pkv_submit; or a block the window needs again is cached no longer - evicted, or
  * prefix caching off: preempt and resume the sequence instead), PKV_ERR_NO_SPACE (not enough free
- * blocks to take those blocks back; nothing changed), PKV_ERR_UNSUPPORTED ((since 0.6.0) with
- * STATE layers, a running seq cut below its computed tokens: its state has taken them in; cut
- * uncomputed tokens only, or preempt it first and it recomputes from token 0).
+ * blocks to take those blocks back, or (since 0.6.0) for a rollback's admission of the kept
+ * tokens, in which a windowed group holds every block; nothing changed).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_truncate(pkv_engine *e, uint64_t seq, uint32_t num_tokens);
 

@@ -209,16 +209,6 @@ static inline void state_batch_ended(world *w) {
   if (w->state) ckpt_expect_done(w);
 }
 
-/* pkv_truncate below a running sequence's computed tokens is refused with STATE layers (its
- * state has taken them in): 1 when this cut is one (checked here). */
-static inline int state_truncate_refused(world *w, const rseq *s, uint32_t n) {
-  if (!w->state || s->preempted || n >= s->computed) return 0;
-  const uint64_t before = world_state(w);
-  CHECK_ERR(w->e, pkv_truncate(w->e, s->id, n), PKV_ERR_UNSUPPORTED);
-  EXPECT(world_state(w) == before);
-  return 1;
-}
-
 /* After every operation: the events' model agrees with the stats (a checkpoint only on a node
  * holding KV), working slots are distinct, each running sequence's slot holds (once the pending
  * copies are done) the context of its computed tokens, and the real slots hold the shadow. */

@@ -139,6 +139,32 @@ static void op_release(world *w) {
                  : tu_stats(w->e).num_host_free_blocks == host_free);
 }
 
+/* With STATE layers, a cut below a running sequence's computed tokens rolls back to a
+ * checkpoint: pkv admits its first n tokens again, keeping its working slot, so the hit is the
+ * model's (its own blocks and checkpoints are in the cache); NO_SPACE changes nothing. */
+static void roll_back(world *w, rseq *s, uint32_t n) {
+  const uint32_t len = s->len;
+  s->len = n;
+  const state_want want = state_expect(w, s);
+  s->len = len;
+  const uint64_t st = world_state(w);
+  const pkv_status r = pkv_truncate(w->e, s->id, n);
+  if (r == PKV_ERR_NO_SPACE) {
+    w->num_no_space++;
+    EXPECT(world_state(w) == st);
+    return;
+  }
+  if (!CHECK_OK(r)) return;
+  const uint32_t cached = tu_info(w->e, s->id).num_computed_tokens;
+  s->len = n;
+  s->prompt_len = n; /* its prompt, as an admission of n tokens */
+  s->computed = cached;
+  w->num_truncates++;
+  w->num_hits += cached > 0;
+  state_admitted(w, s, cached, &want);
+  check_hit(w, s, cached);
+}
+
 /* Rollback: a running or preempted sequence outside the batch keeps a random prefix of its
  * tokens; a swapped one is refused. */
 static void op_truncate(world *w) {
@@ -152,7 +178,10 @@ static void op_truncate(world *w) {
     EXPECT(world_state(w) == st);
     return;
   }
-  if (state_truncate_refused(w, s, n)) return;
+  if (w->state && !s->preempted && n < s->computed) {
+    roll_back(w, s, n);
+    return;
+  }
   /* The model mirrors which queued copy-on-write pkv drops: every queued copy must be known. */
   if (w->nunknown && !w->batch) probe_copies(w);
   if (w->nunknown) return;

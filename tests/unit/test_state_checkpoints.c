@@ -4,7 +4,8 @@
  * its working slot starts from a copy of it; a prompt whose cached KV reaches a boundary without a
  * checkpoint falls back (to an earlier checkpoint, or token 0) and leaves one there; checkpoints are
  * LRU among themselves, go with their block, and are KV events of the group after the KV groups;
- * pkv_step's chunks end on wanted boundaries; policy NONE and no prefix caching hit nothing. */
+ * pkv_step's chunks end on wanted boundaries; policy NONE hits nothing; pkv_truncate of computed
+ * tokens rolls back to a checkpoint. */
 #include "test_util.h"
 
 #define BS 4
@@ -292,6 +293,69 @@ static void test_sliding_anchor(void) {
   pkv_engine_destroy(e);
 }
 
+/* pkv_truncate below the computed tokens goes back to the last checkpoint a hit of the kept
+ * tokens may use: the slot starts from its bytes, the tokens after it are computed again; with
+ * none, from token 0. A rollback that does not fit is refused with nothing changed. */
+static void test_rollback(void) {
+  pkv_engine *e = engine(PKV_STATE_CHECKPOINT_PROMPT_END, 2);
+  if (!e) return;
+  int32_t t[14];
+  tu_fill(t, 14, 5);
+  const uint64_t a = tu_alloc(e, t, 14, NULL);
+  run(e, a, 12, NULL, NULL); /* the prompt's last boundary: 3 */
+  run(e, a, 0, NULL, NULL);
+  CHECK_OK(pkv_truncate(e, a, 13)); /* a hit of 13 tokens may use 3 blocks: the checkpoint */
+  CHECK_EQ_INT(tu_info(e, a).num_computed_tokens, 12);
+  CHECK_EQ_INT(tu_info(e, a).num_tokens, 13);
+  int32_t c[4][2];
+  uint32_t nc = 0;
+  pkv_batch *b = NULL;
+  if (CHECK_OK(pkv_batch_begin(e, &a, NULL, 1, &b))) {
+    const pkv_batch_view v = tu_view(b);
+    for (uint32_t i = 0; i < v.num_copies; i++)
+      if (v.copy_kind[i] == PKV_COPY_STATE) c[nc][0] = v.copy_src[i], c[nc++][1] = v.copy_dst[i];
+    CHECK(nc == 1 && c[0][1] == v.state_slots[0] && v.num_tokens == 1);
+    CHECK_OK(pkv_batch_copy(b));
+    CHECK(slot_bytes(e, v.state_slots[0])[0] == 12); /* the state after exactly 12 tokens */
+    CHECK_OK(pkv_batch_end(b));
+  }
+  CHECK_OK(pkv_truncate(e, a, 6)); /* one block a hit may use: no checkpoint at 1 */
+  CHECK_EQ_INT(tu_info(e, a).num_computed_tokens, 0);
+  run(e, a, 0, c, &nc);
+  CHECK_EQ_INT(nc, 0);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
+/* A windowed group holds a rolled-back prompt's every block, as an admission does: with too few
+ * free, NO_SPACE and nothing changed; the sequence goes on. */
+static void test_rollback_no_space(void) {
+  pkv_engine *e = engine_w(PKV_STATE_CHECKPOINT_PROMPT_END, 0, 2, 4, 0);
+  if (!e) return;
+  int32_t t[112];
+  tu_fill(t, 112, 9);
+  const uint64_t x = tu_alloc(e, t, 112, NULL);
+  run(e, x, 0, NULL, NULL);
+  const uint32_t free_blocks = (uint32_t)tu_stats(e).num_free_blocks;
+  int32_t big[64 * BS];
+  tu_fill(big, (free_blocks - 5) * BS, 30000);
+  const uint64_t hog = tu_alloc(e, big, (free_blocks - 5) * BS, NULL);
+  uint64_t seqs[2] = {x, hog};
+  const uint64_t before = tu_state(e, seqs, 2);
+  CHECK_ERR(e, pkv_truncate(e, x, 100), PKV_ERR_NO_SPACE);
+  CHECK_EQ_INT(tu_state(e, seqs, 2), before);
+  CHECK_EQ_INT(tu_info(e, x).num_computed_tokens, 112);
+  CHECK_ENGINE(e);
+  const int32_t one = 1;
+  CHECK_OK(pkv_append(e, x, &one, 1));
+  run(e, x, 0, NULL, NULL);
+  CHECK_OK(pkv_release(e, hog));
+  CHECK_OK(pkv_truncate(e, x, 100)); /* now it fits */
+  CHECK(tu_info(e, x).num_computed_tokens < 100);
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
 int main(void) {
   TU_RUN(test_capture_and_restore);
   TU_RUN(test_branch_point);
@@ -299,5 +363,7 @@ int main(void) {
   TU_RUN(test_goes_with_block);
   TU_RUN(test_scheduler_chunks);
   TU_RUN(test_sliding_anchor);
+  TU_RUN(test_rollback);
+  TU_RUN(test_rollback_no_space);
   return tu_summary();
 }

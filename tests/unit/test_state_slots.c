@@ -262,8 +262,9 @@ static void test_preempt_resume(void) {
   pkv_engine_destroy(e);
 }
 
-/* Truncating into the computed tokens would leave a state that has taken them in: refused;
- * dropping uncomputed tokens, or a preempted sequence's, is fine. A STATE layer has no attention. */
+/* Truncating into the computed tokens goes back to a checkpoint (test_state_checkpoints): here
+ * there is none below the cut, so the sequence starts over from token 0; dropping uncomputed
+ * tokens, or a preempted sequence's, is fine. A STATE layer has no attention. */
 static void test_truncate_attention(void) {
   pkv_engine *e = engine(32);
   if (!e) return;
@@ -272,10 +273,13 @@ static void test_truncate_attention(void) {
   uint64_t s = tu_alloc(e, tokens, 8, NULL);
   tu_compute1(e, s);
   CHECK_OK(pkv_append(e, s, tokens, 3));
-  const uint64_t before = tu_state(e, &s, 1);
-  CHECK_ERR(e, pkv_truncate(e, s, 7), PKV_ERR_UNSUPPORTED);
-  CHECK_EQ_INT(tu_state(e, &s, 1), before);
   CHECK_OK(pkv_truncate(e, s, 9)); /* two of the three uncomputed tokens */
+  CHECK_EQ_INT(tu_info(e, s).num_computed_tokens, 8);
+  CHECK_OK(pkv_truncate(e, s, 7)); /* (7 - 1) / 4 = 1 block a hit may serve: no checkpoint */
+  CHECK_EQ_INT(tu_info(e, s).num_computed_tokens, 0);
+  CHECK_EQ_INT(tu_info(e, s).num_tokens, 7);
+  tu_compute1(e, s);
+  CHECK_OK(pkv_append(e, s, tokens, 2));
   CHECK_OK(pkv_preempt(e, s));
   CHECK_OK(pkv_truncate(e, s, 5));
   CHECK_OK(pkv_resume(e, s, NULL));
