@@ -104,16 +104,21 @@ BlockManager::Admission BlockManager::plan_admission(const PrefixKeys &keys, con
   }
   // Groups that give blocks back: a hit of h blocks needs blocks first_held .. h-1 (their kind's
   // rule). missing[g][j]: blocks before j holding no KV, so each boundary is tried in O(groups).
-  std::vector<std::vector<uint32_t>> missing(groups);
+  // (Nothing is allocated without windows: an admission's cost is flat, DESIGN.md §10.)
+  const bool windowed = any_windowed();
+  std::vector<std::vector<uint32_t>> missing;
   auto partial = [&](uint32_t g) { return kinds_[g].rules().gives_back && holds_blocks(g); };
-  if (any_windowed() && limit)
+  if (windowed && limit) {
+    missing.resize(groups);
     for (uint32_t g = 0; g < groups; ++g) {
       if (!partial(g)) continue;
       missing[g].assign(limit + 1, 0);
       for (uint32_t j = 0; j < limit; ++j)
         missing[g][j + 1] = missing[g][j] + (plan.groups[g].blocks[j] == -2);
     }
+  }
   auto kv_holds = [&](uint32_t h) {
+    if (!windowed) return true;
     for (uint32_t g = 0; g < groups; ++g)
       if (partial(g) && missing[g][h] != missing[g][first_held(g, uint64_t(h) * block_size_)])
         return false;
