@@ -290,13 +290,17 @@ class EventsWireTest(unittest.TestCase):
         """Each event's group: group_idx, and on BlockStored its kind and window, in both
         encodings. layer_windows [0, 8]: group 0 full attention, group 1 a window of 8; a window
         in every layer makes group 0 the windowed one; an MLA cache (pkv refuses windows on it)
-        is vLLM's mla_attention."""
+        is vLLM's mla_attention; a hybrid model's checkpoints of its recurrent state are the group
+        after its KV groups, vLLM's mamba."""
+        hybrid = dict(layer_specs=[pkv.LayerSpec(), pkv.LayerSpec.state(ssm=(2, 4, 4))],
+                      max_num_seqs=8)
         mla = dict(num_q_heads=4, num_kv_heads=1, head_dim=16, kv_layout=pkv.KvLayout.MLA,
                    kv_lora_rank=8, qk_rope_head_dim=8, softmax_scale=0.25)
         cases = [
             ('mixed', dict(layer_windows=[0, 8]), {0: FULL, 1: ('sliding_window', 8)}),
             ('all windowed', dict(sliding_window=12), {0: ('sliding_window', 12)}),
             ('mla', mla, {0: ('mla_attention', None)}),
+            ('hybrid', hybrid, {0: FULL, 1: ('mamba', None)}),
         ]
         for fmt in (MAP, ARRAY):
             for name, fields, specs in cases:
