@@ -22,7 +22,7 @@ if [ -n "${PKV_GPU_DEPS:-}" ]; then
   mkdir -p $root
   for f in "$PKV_GPU_DEPS"/*.deb; do dpkg -x "$f" $root; done
   lib=$root/usr/lib/x86_64-linux-gnu
-  for pc in $lib/pkgconfig/*.pc $root/usr/share/pkgconfig/*.pc; do
+  for pc in "$lib"/pkgconfig/*.pc "$root"/usr/share/pkgconfig/*.pc; do
     [ -f "$pc" ] && sed -i -e "s|=/usr/|=$root/usr/|" -e "s|=/usr\$|=$root/usr|" "$pc"
   done
   export PKG_CONFIG_PATH=$lib/pkgconfig:$root/usr/share/pkgconfig
@@ -38,19 +38,19 @@ nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm,clocks.max.me
   tee "$out/gpu.txt"
 arch=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)}
 
-build=build-gpu/b
+build="build-gpu/b"
 if [ ! -f $build/build.ninja ]; then
   meson setup $build -Dbuildtype=release -Dgpu=enabled -Dgpu_archs="$arch" -Dtests=true \
     -Dbenchmarks=true -Dtools=false -Devents_wire=disabled >"$out/setup.log" 2>&1 ||
     { tail -40 "$out/setup.log"; exit 1; }
 fi
 # Only what the checks run: the gpu suite's programs and the bench.
-targets=$(meson introspect --tests $build | python3 -c '
+mapfile -t targets < <(meson introspect --tests $build | python3 -c '
 import json, sys, os
 for t in json.load(sys.stdin):
     if "gpu" in t["suite"] or "pkv:gpu" in t["suite"]:
         print(os.path.relpath(t["cmd"][0], sys.argv[1]))' $build)
-ninja -C $build $targets bench/bench_attention_gpu >"$out/build.log" 2>&1 ||
+ninja -C $build "${targets[@]}" bench/bench_attention_gpu >"$out/build.log" 2>&1 ||
   { tail -60 "$out/build.log"; exit 1; }
 
 status=0
