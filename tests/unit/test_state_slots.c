@@ -3,7 +3,8 @@
  * pkv_layer_info say where the slots and each layer's parts are; a fork takes a new slot and
  * queues a PKV_COPY_STATE copy that the next batch lists and pkv_batch_copy does (bytes checked);
  * release and preemption give the slot back; no free slot is refused with nothing changed; the
- * scheduler admits only while a slot is free; an engine with STATE layers serves no prefix hit. */
+ * scheduler admits only while a slot is free; a prefix hit needs a checkpoint of the state at its
+ * boundary (test_state_checkpoints), which a batch running past the boundary does not leave. */
 #include "test_util.h"
 
 #define LAYERS 4
@@ -229,7 +230,8 @@ static void test_fork_copy_survives_abort(void) {
 }
 
 /* pkv_preempt gives the slot back (another sequence can take it); pkv_resume takes one again and
- * recomputes from token 0: no prefix hit, on an engine with STATE layers. */
+ * recomputes from token 0: the 9-token prompts ran in one batch past boundary 2, so no checkpoint
+ * was left and their cached KV serves no hit. */
 static void test_preempt_resume(void) {
   pkv_engine *e = engine(32);
   if (!e) return;
@@ -241,7 +243,7 @@ static void test_preempt_resume(void) {
     tu_compute1(e, seqs[i]);
   }
   uint32_t cached = 99;
-  /* The same prompt again: its blocks are cached, but a hit would lack the state at its end. */
+  /* The same prompt again: its blocks are cached, but no checkpoint holds the state at 8. */
   CHECK_OK(pkv_allocate_query(e, tokens, 9, NULL, NULL, &cached));
   CHECK_EQ_INT(cached, 0);
   CHECK_OK(pkv_preempt(e, seqs[0]));
