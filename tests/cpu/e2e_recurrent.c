@@ -79,6 +79,18 @@ pkv_stats rec_stats(pkv_engine *e) {
   return st;
 }
 
+int rec_counters(const rec_policy *p, const char *run, const pkv_stats *st) {
+  printf("%-10s %s: %llu preemptions, %llu checkpoints taken, %llu evicted, %llu restores, "
+         "%llu hit tokens, %llu fallback tokens\n",
+         p->name, run, (unsigned long long)st->num_preemptions,
+         (unsigned long long)st->num_state_checkpoints_taken,
+         (unsigned long long)st->num_state_checkpoint_evictions,
+         (unsigned long long)st->num_state_restores, (unsigned long long)st->prefix_hit_tokens,
+         (unsigned long long)st->state_fallback_tokens);
+  return CHECK(st->num_state_checkpoints_held ==
+               st->num_state_checkpoints_taken - st->num_state_checkpoint_evictions);
+}
+
 int rec_forward(const model *m, pkv_batch *b, rec_seq *seqs, int n, int32_t *sampled) {
   pkv_batch_view v;
   memset(&v, 0, sizeof v);
@@ -260,16 +272,9 @@ static int manual_story(const model *m, const rec_policy *p, rec_seq *seqs) {
                                  p->hit_c_resumed > 0);
   for (int s = 0; ok && s < 2 * GEN; s++) ok = step_all(m, e, seqs, 0);
   const pkv_stats st = rec_stats(e);
-  ok = ok && CHECK(st.num_preemptions == 1 && st.num_cow_copies >= 1) &&
-       CHECK(st.num_state_checkpoints_taken == p->checkpoints_taken) &&
-       CHECK(st.num_state_checkpoints_held ==
-             st.num_state_checkpoints_taken - st.num_state_checkpoint_evictions);
-  printf("%-10s batches: %llu checkpoints taken, %llu evicted, %llu restores, %llu hit tokens, "
-         "%llu fallback tokens\n",
-         p->name, (unsigned long long)st.num_state_checkpoints_taken,
-         (unsigned long long)st.num_state_checkpoint_evictions,
-         (unsigned long long)st.num_state_restores, (unsigned long long)st.prefix_hit_tokens,
-         (unsigned long long)st.state_fallback_tokens);
+  ok = rec_counters(p, "batches", &st) && ok &&
+       CHECK(st.num_preemptions == 1 && st.num_cow_copies >= 1) &&
+       CHECK(st.num_state_checkpoints_taken == p->checkpoints_taken);
   if (!ok)
     fprintf(stderr, "  %s: %llu checkpoints taken (want %u), %llu held\n", p->name,
             (unsigned long long)st.num_state_checkpoints_taken, p->checkpoints_taken,

@@ -43,6 +43,9 @@ void rec_prompt(rec_seq *s, char which);
 int rec_engine(const rec_policy *p, uint32_t num_blocks, uint32_t max_num_batched_tokens,
                pkv_engine **out);
 pkv_stats rec_stats(pkv_engine *e);
+/* A run's checkpoint counters, printed under run ("batches", "pkv_step"): held is taken less
+ * evicted. 1 when it is. */
+int rec_counters(const rec_policy *p, const char *run, const pkv_stats *st);
 /* Runs the open batch b through the model (its sequences among seqs[n]). Each sequence whose rows
  * reach its last token takes its next token: logits kept, pending = the pick, sampled[i] (its
  * index in the batch) too when sampled is not NULL. */

@@ -127,17 +127,9 @@ int rec_sched_story(const model *m, const rec_policy *p) {
   for (int i = 0; ok && i < 6; i++) ok = submit(s, (char)('E' + i));
   ok = ok && run_all(m, s);
   const pkv_stats after = rec_stats(s->e);
-  ok = ok && CHECK(after.num_preemptions > before.num_preemptions) &&
-       CHECK(p->policy != PKV_STATE_CHECKPOINT_NONE || after.prefix_hit_tokens == 0) &&
-       CHECK(after.num_state_checkpoints_held ==
-             after.num_state_checkpoints_taken - after.num_state_checkpoint_evictions);
-  printf("%-10s pkv_step: %llu preemptions, %llu checkpoints taken, %llu evicted, %llu restores, "
-         "%llu hit tokens, %llu fallback tokens\n",
-         p->name, (unsigned long long)after.num_preemptions,
-         (unsigned long long)after.num_state_checkpoints_taken,
-         (unsigned long long)after.num_state_checkpoint_evictions,
-         (unsigned long long)after.num_state_restores, (unsigned long long)after.prefix_hit_tokens,
-         (unsigned long long)after.state_fallback_tokens);
+  ok = rec_counters(p, "pkv_step", &after) && ok &&
+       CHECK(after.num_preemptions > before.num_preemptions) &&
+       CHECK(p->policy != PKV_STATE_CHECKPOINT_NONE || after.prefix_hit_tokens == 0);
   for (int j = 0; ok && j < s->n; j++) {
     char label[64];
     snprintf(label, sizeof label, "%s: pkv_step: request %c", p->name, 'A' + j);
