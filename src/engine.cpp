@@ -28,7 +28,9 @@ pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
 // as the profiler took them from the budget; none without STATE layers.
 StatePool state_pool_of(const pkv_kv_budget &b) {
   if (!b.num_state_layers) return StatePool();
-  return StatePool(b.num_state_slots, b.num_state_slots + b.num_state_checkpoints);
+  // With a host tier, a host slot per working one: every running sequence may be swapped out.
+  return StatePool(b.num_state_slots, b.num_state_slots + b.num_state_checkpoints,
+                   b.host_num_blocks ? b.num_state_slots : 0);
 }
 
 SchedulerLimits limits_of(const pkv_engine_params &p) {
@@ -286,7 +288,7 @@ void Engine::swap_out(uint64_t id) {
   if (!s.running())
     fail(PKV_ERR_STATE, "sequence %llu is %s, not running", (unsigned long long)id,
          state_name(s.state));
-  pkv::swap_out(s, blocks_);
+  pkv::swap_out(s, blocks_, states_);
 }
 
 void Engine::swap_in(uint64_t id) {
@@ -295,7 +297,7 @@ void Engine::swap_in(uint64_t id) {
   if (s.state != SeqState::kSwapped)
     fail(PKV_ERR_STATE, "sequence %llu is %s, not swapped out", (unsigned long long)id,
          state_name(s.state));
-  pkv::swap_in(s, blocks_);
+  pkv::swap_in(s, blocks_, states_);
 }
 
 uint64_t Engine::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
@@ -386,15 +388,17 @@ pkv_stats Engine::stats() const {
 void Engine::check() const {
   blocks_.check(seqs_.owners());
   scheduler_.check();
-  if (states_.enabled()) states_.check(seqs_.state_slots());
+  if (states_.enabled()) states_.check(seqs_.state_slots(), seqs_.state_slots(true));
   size_t in_batch = 0;
   for (const auto &kv : seqs_) {
     const Sequence &s = kv.second;
     in_batch += s.in_batch;
     const bool swapped = s.state == SeqState::kSwapped;
-    if ((s.state_slot >= 0) != (states_.enabled() && (s.running() || swapped)))
-      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds state slot %d", (unsigned long long)s.id,
-           state_name(s.state), s.state_slot);
+    // A running sequence's state is in a working slot, a swapped-out one's in a host slot.
+    if ((s.state_slot >= 0) != (states_.enabled() && s.running()) ||
+        (s.host_state_slot >= 0) != (states_.enabled() && swapped))
+      fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds state slot %d, host state slot %d",
+           (unsigned long long)s.id, state_name(s.state), s.state_slot, s.host_state_slot);
     if (s.host_blocks.size() !=
         (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens",

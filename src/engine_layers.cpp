@@ -44,6 +44,7 @@ PoolShape Engine::pool_shape() const {
   shape.model_layers = params_.num_layers;
   shape.num_state_slots = states_.num_total();
   shape.state_slot_bytes = state_layout_.slot_bytes;
+  shape.num_host_state_slots = states_.num_host();
   return shape;
 }
 
@@ -78,6 +79,8 @@ struct pkv_pool_info Engine::pool_info() const {
   info.state_base = backend_->state_pool();
   info.state_slot_bytes = states_.enabled() ? state_layout_.slot_bytes : 0;
   info.num_state_slots = states_.num_total();
+  info.host_state_base = backend_->host_state_pool();
+  info.num_host_state_slots = states_.num_host();
   return info;
 }
 

@@ -112,7 +112,7 @@ bool Scheduler::wants_swap(const Sequence &victim) const {
 }
 
 bool Scheduler::swap_out_victim(Sequence &victim) {
-  if (!wants_swap(victim) || !fits([&] { swap_out(victim, blocks_); }))
+  if (!wants_swap(victim) || !fits([&] { swap_out(victim, blocks_, states_); }))
     return false;  // full: recompute
   blocks_.count_preemption();
   num_swap_preemptions_++;
@@ -190,7 +190,7 @@ StepPlan Scheduler::schedule() {
   };
   while (room() && !swapped_.empty()) {
     Sequence &s = seqs_.get(swapped_.front());
-    if (!fits([&] { swap_in(s, blocks_); })) break;
+    if (!fits([&] { swap_in(s, blocks_, states_); })) break;
     swapped_.pop_front();
     running_.push_back(s.id);
     // Its sampled token's slot; without one it waits for the next step, running.

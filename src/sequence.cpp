@@ -125,15 +125,37 @@ void finish(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t reaso
   s.request.finish_reason = reason;
 }
 
-void swap_out(Sequence &s, BlockManager &blocks) {
+void swap_out(Sequence &s, BlockManager &blocks, StatePool &states) {
   PKV_ASSERT(s.running());  // a request's sampled token awaiting its slot stays so, swapped
+  const bool state = s.state_slot >= 0;
+  if (state) {
+    states.require_free_host("swapping out");
+    states.make_room(1);
+  }
   blocks.swap_out(s.tables, s.host_blocks);
+  if (state) {  // cannot fail: checked and made room above
+    // The copy reads the working slot before any later copy or step writes it.
+    s.host_state_slot = states.take_host();
+    states.queue_copy(s.state_slot, s.host_state_slot, PKV_COPY_STATE_OUT);
+    give_back_state(s, states);
+  }
   s.state = SeqState::kSwapped;
 }
 
-void swap_in(Sequence &s, BlockManager &blocks) {
+void swap_in(Sequence &s, BlockManager &blocks, StatePool &states) {
   PKV_ASSERT(s.state == SeqState::kSwapped);
+  const bool state = s.host_state_slot >= 0;
+  if (state) {
+    states.require_free("swapping in");
+    states.make_room(1);
+  }
   blocks.swap_in(s.host_blocks, s.tables);  // the slotted tokens' blocks
+  if (state) {
+    s.state_slot = states.take();
+    states.queue_copy(s.host_state_slot, s.state_slot, PKV_COPY_STATE_IN);
+    states.give_back_host(s.host_state_slot);
+    s.host_state_slot = -1;
+  }
   s.state = SeqState::kRunning;
   // The blocks' KV is the computed tokens' (their copies come first in the next step): its
   // full blocks join the prefix tree as copies of their nodes again.
@@ -153,6 +175,10 @@ void free_kv(Sequence &s, BlockManager &blocks, StatePool &states) {
   blocks.free(s.tables);
   blocks.free_host(s.host_blocks);
   give_back_state(s, states);
+  if (s.host_state_slot >= 0) {
+    states.give_back_host(s.host_state_slot);
+    s.host_state_slot = -1;
+  }
 }
 
 void computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) {
@@ -234,10 +260,11 @@ std::vector<TableOwner> SequenceTable::owners() const {
   return out;
 }
 
-std::vector<int32_t> SequenceTable::state_slots() const {
+std::vector<int32_t> SequenceTable::state_slots(bool host) const {
   std::vector<int32_t> out;
   out.reserve(seqs_.size());
-  for (const auto &kv : seqs_) out.push_back(kv.second.state_slot);
+  for (const auto &kv : seqs_)
+    out.push_back(host ? kv.second.host_state_slot : kv.second.state_slot);
   return out;
 }
 

@@ -56,6 +56,7 @@ struct Sequence {
   // Its working state slot (StatePool) while running or swapped, on a model with STATE layers;
   // else -1. A preempted sequence gives it back: its state is recomputed from token 0.
   int32_t state_slot = -1;
+  int32_t host_state_slot = -1;  // while swapped out: its state's host slot (StatePool), else -1
   // The block boundaries where it leaves checkpoints of that state (BlockManager::
   // wants_checkpoint), set at admission: its prompt's last one, and where the cached KV of its
   // prompt ended without a checkpoint (0: none).
@@ -88,9 +89,12 @@ void reserve_unslotted(Sequence &s, BlockManager &blocks);
 // becomes an ordinary token, computed at re-admission). Cannot fail.
 void preempt(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running -> swapped: the KV moves to the host tier (copies queued); computed tokens stay computed.
-void swap_out(Sequence &s, BlockManager &blocks);
-// Swapped -> running: back into pool blocks (copies queued), full computed blocks sealed again.
-void swap_in(Sequence &s, BlockManager &blocks);
+// Its recurrent state moves to a host state slot (PKV_COPY_STATE_OUT) and its working slot goes
+// back.
+void swap_out(Sequence &s, BlockManager &blocks, StatePool &states);
+// Swapped -> running: back into pool blocks (copies queued), full computed blocks sealed again;
+// its state into a working slot (PKV_COPY_STATE_IN; none free: PKV_ERR_NO_SPACE).
+void swap_in(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running or preempted: keeps the first n tokens (1 <= n <= its tokens); blocks no token needs
 // any more go back; computed and cached counts shrink with it. Fails (nothing changed) only when
 // a windowed group cannot take back a block the kept window needs (BlockManager::truncate).
@@ -141,8 +145,8 @@ class SequenceTable {
   Map::const_iterator end() const { return seqs_.end(); }
   // Every sequence's block table, as BlockManager::check wants them.
   std::vector<TableOwner> owners() const;
-  // Every sequence's working state slot (-1: none), as StatePool::check wants them.
-  std::vector<int32_t> state_slots() const;
+  // Every sequence's working (host: its host) state slot (-1: none), as StatePool::check wants.
+  std::vector<int32_t> state_slots(bool host = false) const;
 
  private:
   Map seqs_;

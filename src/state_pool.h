@@ -14,12 +14,20 @@ namespace pkv {
 class StatePool {
  public:
   StatePool() = default;  // no STATE layers: no slots
-  StatePool(uint32_t num_working, uint32_t num_total);
+  // num_host: host slots for swapped-out sequences' states (with a host tier: max_num_seqs).
+  StatePool(uint32_t num_working, uint32_t num_total, uint32_t num_host = 0);
 
   bool enabled() const { return num_total_ > 0; }
   uint32_t num_working() const { return num_working_; }
   uint32_t num_total() const { return num_total_; }
   uint32_t num_free_working() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t num_host() const { return num_host_; }
+
+  // A free host slot for a sequence swapped out (PKV_ERR_UNSUPPORTED without host slots,
+  // PKV_ERR_NO_SPACE when all are held; nothing changed), taken, given back.
+  void require_free_host(const char *what) const;
+  int32_t take_host();
+  void give_back_host(int32_t slot);
 
   // A free working slot for a sequence that starts running. Throws PKV_ERR_NO_SPACE, with nothing
   // changed, when every working slot is held (`what` names the call in the message).
@@ -30,7 +38,8 @@ class StatePool {
   // A copy of src's state into dst, run before the next step writes either (a fork's, a
   // checkpoint's restore or capture). Throws (out of memory) with nothing changed, unless room
   // was made for it.
-  void queue_copy(int32_t src, int32_t dst);
+  // kind: PKV_COPY_STATE (slot -> slot), _OUT (working -> host slot) or _IN (host -> working).
+  void queue_copy(int32_t src, int32_t dst, int32_t kind = PKV_COPY_STATE);
   // Room for n more queued copies: the next n queue_copy calls cannot fail.
   void make_room(size_t n) { pkv::make_room(pending_, n); }
   // Copies queued and not yet done, in order. A batch lists those queued before it began.
@@ -39,11 +48,13 @@ class StatePool {
 
   // held: every sequence's working slot (-1: none). Each held slot is held once and is not free;
   // the free and held slots together are the working slots. Throws PKV_ERR_INTERNAL.
-  void check(const std::vector<int32_t> &held) const;
+  // host_held: every swapped-out sequence's host slot (-1: none), checked the same way.
+  void check(const std::vector<int32_t> &held, const std::vector<int32_t> &host_held = {}) const;
 
  private:
-  uint32_t num_working_ = 0, num_total_ = 0;
+  uint32_t num_working_ = 0, num_total_ = 0, num_host_ = 0;
   std::vector<int32_t> free_;  // a stack: the lowest slot on top at first
+  std::vector<int32_t> host_free_;
   std::vector<BlockCopy> pending_;
 };
 

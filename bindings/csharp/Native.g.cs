@@ -761,7 +761,7 @@ namespace Pkv
         public ulong StateFallbackTokens;
     }
 
-    /// <summary>pkv_pool_info (168 bytes on x86_64).</summary>
+    /// <summary>pkv_pool_info (184 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct PoolInfo
     {
@@ -792,6 +792,9 @@ namespace Pkv
         public ulong StateSlotBytes;
         public uint NumStateSlots;
         public uint Reserved1;
+        internal IntPtr HostStateBase;
+        public uint NumHostStateSlots;
+        public uint Reserved2;
     }
 
     /// <summary>pkv_layer_info (192 bytes on x86_64).</summary>
@@ -1014,6 +1017,8 @@ namespace Pkv
         public const int PKV_COPY_OFFLOAD = 4;
         public const int PKV_COPY_STATE = 6;
         public const int PKV_COPY_LOAD = 5;
+        public const int PKV_COPY_STATE_OUT = 7;
+        public const int PKV_COPY_STATE_IN = 8;
         public const int PKV_PREEMPT_RECOMPUTE = 0;
         public const int PKV_PREEMPT_SWAP = 1;
         public const int PKV_PREEMPT_AUTO = 2;
@@ -1042,7 +1047,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 240, 360, 168, 192, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 240, 360, 184, 192, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

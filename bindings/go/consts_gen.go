@@ -145,12 +145,14 @@ const (
 type CopyKind int32
 
 const (
-	CopyCOW     CopyKind = 1
-	CopySwapOut CopyKind = 2
-	CopySwapIn  CopyKind = 3
-	CopyOffload CopyKind = 4
-	CopyState   CopyKind = 6
-	CopyLoad    CopyKind = 5
+	CopyCOW      CopyKind = 1
+	CopySwapOut  CopyKind = 2
+	CopySwapIn   CopyKind = 3
+	CopyOffload  CopyKind = 4
+	CopyState    CopyKind = 6
+	CopyLoad     CopyKind = 5
+	CopyStateOut CopyKind = 7
+	CopyStateIn  CopyKind = 8
 )
 
 // PreemptionMode is what the scheduler does to the request it preempts: pkv.h's PKV_PREEMPT_*.
@@ -267,6 +269,10 @@ func (v CopyKind) String() string {
 		return "COPY_STATE"
 	case CopyLoad:
 		return "COPY_LOAD"
+	case CopyStateOut:
+		return "COPY_STATE_OUT"
+	case CopyStateIn:
+		return "COPY_STATE_IN"
 	}
 	return unknown("CopyKind", int64(v))
 }
@@ -813,35 +819,38 @@ type cStats struct {
 	StateFallbackTokens         uint64
 }
 
-// cPoolInfo mirrors C's pkv_pool_info (168 bytes on amd64; layout checked against C at init).
+// cPoolInfo mirrors C's pkv_pool_info (184 bytes on amd64; layout checked against C at init).
 type cPoolInfo struct {
-	StructSize       uint32
-	Device           int32
-	DType            int32
-	NumLayers        uint32
-	NumBlocks        uint32
-	BlockSize        uint32
-	KVHeads          uint32
-	HeadDim          uint32
-	KBase            uintptr
-	VBase            uintptr
-	LayerStride      uint64
-	BlockStride      uint64
-	TokenStride      uint64
-	HeadStride       uint64
-	BytesPerPool     uint64
-	HostKBase        uintptr
-	HostVBase        uintptr
-	HostNumBlocks    uint64
-	HostLayerStride  uint64
-	HostBytesPerPool uint64
-	ModelDType       int32
-	NumKVGroups      uint32
-	Kernels          uintptr
-	StateBase        uintptr
-	StateSlotBytes   uint64
-	NumStateSlots    uint32
-	Reserved1        uint32
+	StructSize        uint32
+	Device            int32
+	DType             int32
+	NumLayers         uint32
+	NumBlocks         uint32
+	BlockSize         uint32
+	KVHeads           uint32
+	HeadDim           uint32
+	KBase             uintptr
+	VBase             uintptr
+	LayerStride       uint64
+	BlockStride       uint64
+	TokenStride       uint64
+	HeadStride        uint64
+	BytesPerPool      uint64
+	HostKBase         uintptr
+	HostVBase         uintptr
+	HostNumBlocks     uint64
+	HostLayerStride   uint64
+	HostBytesPerPool  uint64
+	ModelDType        int32
+	NumKVGroups       uint32
+	Kernels           uintptr
+	StateBase         uintptr
+	StateSlotBytes    uint64
+	NumStateSlots     uint32
+	Reserved1         uint32
+	HostStateBase     uintptr
+	NumHostStateSlots uint32
+	Reserved2         uint32
 }
 
 // cLayerInfo mirrors C's pkv_layer_info (192 bytes on amd64; layout checked against C at init).

@@ -319,6 +319,9 @@ var layouts = []layout{
 		{"state_slot_bytes", unsafe.Offsetof(cPoolInfo{}.StateSlotBytes), unsafe.Offsetof(C.struct_pkv_pool_info{}.state_slot_bytes)},
 		{"num_state_slots", unsafe.Offsetof(cPoolInfo{}.NumStateSlots), unsafe.Offsetof(C.struct_pkv_pool_info{}.num_state_slots)},
 		{"reserved1", unsafe.Offsetof(cPoolInfo{}.Reserved1), unsafe.Offsetof(C.struct_pkv_pool_info{}.reserved1)},
+		{"host_state_base", unsafe.Offsetof(cPoolInfo{}.HostStateBase), unsafe.Offsetof(C.struct_pkv_pool_info{}.host_state_base)},
+		{"num_host_state_slots", unsafe.Offsetof(cPoolInfo{}.NumHostStateSlots), unsafe.Offsetof(C.struct_pkv_pool_info{}.num_host_state_slots)},
+		{"reserved2", unsafe.Offsetof(cPoolInfo{}.Reserved2), unsafe.Offsetof(C.struct_pkv_pool_info{}.reserved2)},
 	}},
 	{"pkv_layer_info", unsafe.Sizeof(cLayerInfo{}), unsafe.Sizeof(C.struct_pkv_layer_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cLayerInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_layer_info{}.struct_size)},

@@ -503,31 +503,33 @@ func (p *Stats) fromC(c *cStats) {
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels: addresses and
 // strides in bytes.
 type PoolInfo struct {
-	Device           Device
-	DType            DType
-	NumLayers        uint32
-	NumBlocks        uint32
-	BlockSize        uint32
-	KVHeads          uint32
-	HeadDim          uint32
-	KBase            uintptr
-	VBase            uintptr
-	LayerStride      uint64
-	BlockStride      uint64
-	TokenStride      uint64
-	HeadStride       uint64
-	BytesPerPool     uint64
-	HostKBase        uintptr
-	HostVBase        uintptr
-	HostNumBlocks    uint64
-	HostLayerStride  uint64
-	HostBytesPerPool uint64
-	ModelDType       DType
-	NumKVGroups      uint32
-	Kernels          string
-	StateBase        uintptr
-	StateSlotBytes   uint64
-	NumStateSlots    uint32
+	Device            Device
+	DType             DType
+	NumLayers         uint32
+	NumBlocks         uint32
+	BlockSize         uint32
+	KVHeads           uint32
+	HeadDim           uint32
+	KBase             uintptr
+	VBase             uintptr
+	LayerStride       uint64
+	BlockStride       uint64
+	TokenStride       uint64
+	HeadStride        uint64
+	BytesPerPool      uint64
+	HostKBase         uintptr
+	HostVBase         uintptr
+	HostNumBlocks     uint64
+	HostLayerStride   uint64
+	HostBytesPerPool  uint64
+	ModelDType        DType
+	NumKVGroups       uint32
+	Kernels           string
+	StateBase         uintptr
+	StateSlotBytes    uint64
+	NumStateSlots     uint32
+	HostStateBase     uintptr
+	NumHostStateSlots uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -557,6 +559,8 @@ func (p *PoolInfo) fromC(c *cPoolInfo) {
 	p.StateBase = c.StateBase
 	p.StateSlotBytes = c.StateSlotBytes
 	p.NumStateSlots = c.NumStateSlots
+	p.HostStateBase = c.HostStateBase
+	p.NumHostStateSlots = c.NumHostStateSlots
 }
 
 // LayerInfo is one layer of an engine's pool (pkv_layer_info): its spec resolved, and where its

@@ -224,8 +224,13 @@ enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write
                                      a checkpoint restored into a working slot, a checkpoint taken
                                      (the working state at the boundary: the copies run before the
                                      step writes anything) */
-       PKV_COPY_LOAD = 5 };       /* host-tier block -> device block: a prefix hit on a block held
+       PKV_COPY_LOAD = 5,         /* host-tier block -> device block: a prefix hit on a block held
                                      only in the host tier */
+       PKV_COPY_STATE_OUT = 7,    /* (since 0.6.0) working state slot -> host state slot
+                                     (pkv_pool_info.host_state_base): pkv_swap_out of a sequence
+                                     with STATE layers */
+       PKV_COPY_STATE_IN = 8 };   /* (since 0.6.0) host state slot -> working state slot:
+                                     pkv_swap_in */
 /* pkv_engine_params.preemption_mode: what pkv_step does to the request it preempts. */
 enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when re-admitted */
        PKV_PREEMPT_SWAP = 1,      /* swap it out to the host tier (recompute when the tier
@@ -1216,6 +1221,12 @@ struct pkv_pool_info {
   uint64_t state_slot_bytes;
   uint32_t num_state_slots;       /* pkv_kv_budget's num_state_slots + num_state_checkpoints */
   uint32_t reserved1;
+  /* (since 0.6.0) with STATE layers and a host tier: a swapped-out sequence's state is in one of
+     num_host_state_slots slots (max_num_seqs) of state_slot_bytes at host_state_base (host
+     memory, pinned on CUDA; PKV_COPY_STATE_OUT / _IN move it). NULL and 0 otherwise */
+  void *host_state_base;
+  uint32_t num_host_state_slots;
+  uint32_t reserved2;
 };
 
 /* Where e's pool is, and its layout. Layers of equal bytes (every engine without layer_specs,

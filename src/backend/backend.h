@@ -50,6 +50,9 @@ struct PoolShape {
   // 256), beside the pool in the same memory; none without STATE layers.
   uint32_t num_state_slots = 0;
   uint64_t state_slot_bytes = 0;
+  // With a host tier: num_host_state_slots slots of the same bytes in host memory (pinned on
+  // CUDA) for swapped-out sequences' states (PKV_COPY_STATE_OUT / _IN).
+  uint32_t num_host_state_slots = 0;
   bool mla() const { return tensors == 1 && !paged; }
   uint32_t v_dim() const { return mla() ? kv_lora_rank : head_dim; }
   uint64_t block_bytes() const { return bytes.block; }
@@ -100,6 +103,8 @@ class Backend {
   virtual void *host_v_pool() const = 0;
   // The state slots (num_state_slots * state_slot_bytes, 256-byte aligned); null when none.
   virtual void *state_pool() const = 0;
+  // The host state slots (num_host_state_slots * state_slot_bytes); null when none.
+  virtual void *host_state_pool() const = 0;
   // Block copies src[i] -> dst[i], in order, every layer, K and V (MLA: K); kind[i] (PKV_COPY_*) says
   // which tier each id is in. A PKV_COPY_STATE copy's ids are state slots: the whole slot.
   virtual void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
@@ -122,7 +127,7 @@ class Backend {
 // gives what the whole list gives in order.
 struct SplitCopies {
   std::vector<int32_t> src, dst, kind;  // the block copies
-  std::vector<int32_t> state_src, state_dst;
+  std::vector<int32_t> state_src, state_dst, state_kind;
 };
 // Inline: the CUDA backend's emulator test links cuda_backend.cpp without backend.cpp.
 inline SplitCopies split_copies(const int32_t *src, const int32_t *dst, const int32_t *kind,
@@ -132,6 +137,7 @@ inline SplitCopies split_copies(const int32_t *src, const int32_t *dst, const in
     if (copy_is_state(kind[i])) {
       out.state_src.push_back(src[i]);
       out.state_dst.push_back(dst[i]);
+      out.state_kind.push_back(kind[i]);
       continue;
     }
     out.src.push_back(src[i]);

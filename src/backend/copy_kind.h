@@ -21,6 +21,12 @@ constexpr bool copy_kind_known(int32_t kind) {
 // A copy of a whole state slot to another (DESIGN.md §13): its ids are state slots, not blocks,
 // in memory no block copy touches, so the backends run these apart from the block copies (in
 // their own order).
-constexpr bool copy_is_state(int32_t kind) { return kind == PKV_COPY_STATE; }
+constexpr bool copy_is_state(int32_t kind) {
+  return kind == PKV_COPY_STATE || kind == PKV_COPY_STATE_OUT || kind == PKV_COPY_STATE_IN;
+}
+// Which state region a state copy reads and writes: false = the device's slots, true = the
+// host's (a swapped-out sequence's).
+constexpr bool state_reads_host(int32_t kind) { return kind == PKV_COPY_STATE_IN; }
+constexpr bool state_writes_host(int32_t kind) { return kind == PKV_COPY_STATE_OUT; }
 
 }  // namespace pkv

@@ -343,6 +343,73 @@ static void test_scheduler(void) {
   pkv_engine_destroy(e);
 }
 
+/* With a host tier, pkv_swap_out moves a sequence's state to a host state slot
+ * (PKV_COPY_STATE_OUT, listed and done; bytes checked) and gives its working slot back, which
+ * another sequence takes; pkv_swap_in brings it back (PKV_COPY_STATE_IN) into a free working
+ * slot, none free: NO_SPACE with nothing changed. */
+static void test_swap(void) {
+  pkv_engine_params p;
+  params(&p, 32);
+  p.host_num_blocks = 16;
+  pkv_engine *e = tu_engine_p(&p);
+  if (!e) return;
+  struct pkv_pool_info in = pool_of(e);
+  CHECK(in.host_state_base != NULL && in.num_host_state_slots == MAX_SEQS);
+  int32_t tokens[6];
+  tu_fill(tokens, 6, 1);
+  uint64_t a = tu_alloc(e, tokens, 6, NULL);
+  const int32_t ws = slot_of(e, a);
+  if (!CHECK(ws >= 0)) return;
+  memset(slot_bytes(e, ws), 0x6b, SLOT_BYTES);
+  CHECK_OK(pkv_swap_out(e, a));
+  CHECK_ENGINE(e);
+  /* The next batch lists the copy out, before the slot's new owner writes it. */
+  tu_fill(tokens, 6, 50);
+  uint64_t others[MAX_SEQS];
+  for (uint32_t i = 0; i < MAX_SEQS; i++) others[i] = tu_alloc(e, tokens, 6, NULL);
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(e, others, NULL, MAX_SEQS, &b))) return;
+  pkv_batch_view v = tu_view(b);
+  int32_t host = -1;
+  for (uint32_t i = 0; i < v.num_copies; i++)
+    if (v.copy_kind[i] == PKV_COPY_STATE_OUT) {
+      CHECK_EQ_INT(v.copy_src[i], ws);
+      host = v.copy_dst[i];
+    }
+  if (!CHECK(host >= 0 && host < MAX_SEQS)) return;
+  CHECK_OK(pkv_batch_copy(b));
+  const unsigned char *hb = (const unsigned char *)in.host_state_base + host * SLOT_BYTES;
+  CHECK(hb[0] == 0x6b && hb[SLOT_BYTES - 1] == 0x6b);
+  for (uint32_t i = 0; i < MAX_SEQS; i++) memset(slot_bytes(e, v.state_slots[i]), 0, SLOT_BYTES);
+  CHECK_OK(pkv_batch_end(b));
+  /* Every working slot is held: swap-in is refused, nothing changed. */
+  uint64_t all[MAX_SEQS + 1] = {a, others[0], others[1], others[2]};
+  const uint64_t before = tu_state(e, all, MAX_SEQS + 1);
+  CHECK_ERR(e, pkv_swap_in(e, a), PKV_ERR_NO_SPACE);
+  CHECK(strstr(pkv_engine_last_error(e), "state slot") != NULL);
+  CHECK_EQ_INT(tu_state(e, all, MAX_SEQS + 1), before);
+  CHECK_OK(pkv_release(e, others[1]));
+  CHECK_OK(pkv_swap_in(e, a));
+  CHECK_ENGINE(e);
+  const int32_t one = 9;
+  CHECK_OK(pkv_append(e, a, &one, 1));
+  if (CHECK_OK(pkv_batch_begin(e, &a, NULL, 1, &b))) {
+    v = tu_view(b);
+    uint32_t listed = 0;
+    for (uint32_t i = 0; i < v.num_copies; i++)
+      if (v.copy_kind[i] == PKV_COPY_STATE_IN) {
+        listed++;
+        CHECK(v.copy_src[i] == host && v.copy_dst[i] == v.state_slots[0]);
+      }
+    CHECK_EQ_INT(listed, 1);
+    CHECK_OK(pkv_batch_copy(b));
+    CHECK(slot_bytes(e, v.state_slots[0])[0] == 0x6b);
+    CHECK_OK(pkv_batch_end(b));
+  }
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
 int main(void) {
   TU_RUN(test_layout);
   TU_RUN(test_allocate_release);
@@ -351,5 +418,6 @@ int main(void) {
   TU_RUN(test_preempt_resume);
   TU_RUN(test_truncate_attention);
   TU_RUN(test_scheduler);
+  TU_RUN(test_swap);
   return tu_summary();
 }

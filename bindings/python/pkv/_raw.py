@@ -80,6 +80,8 @@ PKV_COPY_SWAP_IN = 3
 PKV_COPY_OFFLOAD = 4
 PKV_COPY_STATE = 6
 PKV_COPY_LOAD = 5
+PKV_COPY_STATE_OUT = 7
+PKV_COPY_STATE_IN = 8
 PKV_PREEMPT_RECOMPUTE = 0
 PKV_PREEMPT_SWAP = 1
 PKV_PREEMPT_AUTO = 2
@@ -500,6 +502,9 @@ class pkv_pool_info(_c.Structure):
         ('state_slot_bytes', _c.c_uint64),
         ('num_state_slots', _c.c_uint32),
         ('reserved1', _c.c_uint32),
+        ('host_state_base', _c.c_void_p),
+        ('num_host_state_slots', _c.c_uint32),
+        ('reserved2', _c.c_uint32),
     ]
 
 
@@ -617,7 +622,7 @@ SIZES = {
     'pkv_kv_group_info': 32,
     'pkv_kv_budget': 240,
     'pkv_stats': 360,
-    'pkv_pool_info': 168,
+    'pkv_pool_info': 184,
     'pkv_layer_info': 192,
     'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,

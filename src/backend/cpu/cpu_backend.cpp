@@ -51,7 +51,9 @@ class CpuBackend final : public Backend {
         variant_(cpu_variant()),
         pool_(shape.tensors * bytes_, "KV pool"),
         host_(shape.tensors * shape.host_bytes.pool, "host tier"),
-        state_(uint64_t(shape.num_state_slots) * shape.state_slot_bytes, "state pool") {}
+        state_(uint64_t(shape.num_state_slots) * shape.state_slot_bytes, "state pool"),
+        host_state_(uint64_t(shape.num_host_state_slots) * shape.state_slot_bytes,
+                    "host state slots") {}
 
   int32_t device() const override { return PKV_DEVICE_CPU; }
   const char *kernels() const override { return variant_.name; }
@@ -65,6 +67,7 @@ class CpuBackend final : public Backend {
   }
 
   void *state_pool() const override { return state_.base(); }
+  void *host_state_pool() const override { return host_state_.base(); }
 
   void copy_blocks(const int32_t *src, const int32_t *dst, const int32_t *kind,
                    uint32_t n) override {
@@ -82,11 +85,17 @@ class CpuBackend final : public Backend {
                             c.src.data(), c.dst.data(), c.kind.data(), uint32_t(c.src.size()));
     const uint64_t sb = shape_.state_slot_bytes;
     for (size_t i = 0; i < c.state_src.size(); ++i) {  // in order: a copy may read an earlier one's
-      PKV_ASSERT(uint32_t(c.state_src[i]) < shape_.num_state_slots &&
-                 uint32_t(c.state_dst[i]) < shape_.num_state_slots);
-      std::memmove(state_.base() + uint64_t(c.state_dst[i]) * sb,
-                   state_.base() + uint64_t(c.state_src[i]) * sb, sb);
+      const int32_t k = c.state_kind[i];
+      std::memmove(state_slot(state_writes_host(k), c.state_dst[i]),
+                   state_slot(state_reads_host(k), c.state_src[i]), sb);
     }
+  }
+
+  // Slot `slot` of the device's state slots, or of the host's.
+  char *state_slot(bool host, int32_t slot) const {
+    PKV_ASSERT(slot >= 0 &&
+               uint32_t(slot) < (host ? shape_.num_host_state_slots : shape_.num_state_slots));
+    return (host ? host_state_ : state_).base() + uint64_t(slot) * shape_.state_slot_bytes;
   }
 
   void read_block(int32_t block, void *dst) override {
@@ -143,7 +152,7 @@ class CpuBackend final : public Backend {
   uint64_t bytes_;
   uint32_t num_threads_;
   const CpuVariant &variant_;
-  Mapping pool_, host_, state_;
+  Mapping pool_, host_, state_, host_state_;
   std::unique_ptr<CpuKernels> kernels_;
 };
 

@@ -125,6 +125,10 @@ class CudaBackend final : public Backend {
     const uint64_t state_bytes = uint64_t(shape.num_state_slots) * shape.state_slot_bytes;
     if (err == cudaSuccess && state_bytes) err = cudaMalloc(&state_, state_bytes);
     if (err == cudaSuccess && state_bytes) err = cudaMemset(state_, 0, state_bytes);
+    // A swapped-out sequence's state: pinned host slots, moved by cudaMemcpyAsync (DMA).
+    const uint64_t host_state_bytes = uint64_t(shape.num_host_state_slots) * shape.state_slot_bytes;
+    if (err == cudaSuccess && host_state_bytes)
+      err = cudaHostAlloc(&host_state_, host_state_bytes, cudaHostAllocDefault);
     if (err != cudaSuccess) {
       release();
       check_cuda(err, "allocating the KV pool and its host tier");
@@ -135,6 +139,7 @@ class CudaBackend final : public Backend {
   const char *kernels() const override { return "cuda"; }
   void *k_pool() const override { return k_; }
   void *state_pool() const override { return state_; }
+  void *host_state_pool() const override { return host_state_; }
   void *v_pool() const override { return v_; }
   void *host_k_pool() const override { return host_; }
   void *host_v_pool() const override {
@@ -188,21 +193,30 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamSynchronize(stream_), "copy_blocks");
   }
 
-  // Whole state slots, device to device, in order on the stream (a copy may read an earlier
-  // one's destination); the caller waits for the stream.
+  // Whole state slots, in order on the stream (a copy may read an earlier one's destination):
+  // device to device, or to and from the pinned host slots of swapped-out sequences; the caller
+  // waits for the stream.
   void copy_states(const SplitCopies &c) {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
-    const uint64_t sb = shape_.state_slot_bytes;
-    char *base = static_cast<char *>(state_);
     for (size_t i = 0; i < c.state_src.size(); ++i) {
-      PKV_ASSERT(uint32_t(c.state_src[i]) < shape_.num_state_slots &&
-                 uint32_t(c.state_dst[i]) < shape_.num_state_slots);
-      if (c.state_src[i] == c.state_dst[i]) continue;
-      check_cuda(cudaMemcpyAsync(base + uint64_t(c.state_dst[i]) * sb,
-                                 base + uint64_t(c.state_src[i]) * sb, sb, cudaMemcpyDeviceToDevice,
-                                 stream_),
+      const int32_t k = c.state_kind[i];
+      const bool from_host = state_reads_host(k), to_host = state_writes_host(k);
+      if (!from_host && !to_host && c.state_src[i] == c.state_dst[i]) continue;
+      const cudaMemcpyKind dir = from_host ? cudaMemcpyHostToDevice
+                                 : to_host ? cudaMemcpyDeviceToHost
+                                           : cudaMemcpyDeviceToDevice;
+      check_cuda(cudaMemcpyAsync(state_slot(to_host, c.state_dst[i]),
+                                 state_slot(from_host, c.state_src[i]), shape_.state_slot_bytes,
+                                 dir, stream_),
                  "copying state slots");
     }
+  }
+  // Slot `slot` of the device's state slots, or of the host's.
+  char *state_slot(bool host, int32_t slot) const {
+    PKV_ASSERT(slot >= 0 &&
+               uint32_t(slot) < (host ? shape_.num_host_state_slots : shape_.num_state_slots));
+    return static_cast<char *>(host ? host_state_ : state_) +
+           uint64_t(slot) * shape_.state_slot_bytes;
   }
 
   void read_block(int32_t block, void *dst) override {
@@ -353,7 +367,8 @@ class CudaBackend final : public Backend {
     cudaFree(v_);
     cudaFree(state_);
     if (host_) cudaFreeHost(host_);
-    k_ = v_ = host_ = host_dev_ = state_ = nullptr;
+    if (host_state_) cudaFreeHost(host_state_);
+    k_ = v_ = host_ = host_dev_ = state_ = host_state_ = nullptr;
   }
 
   // The kernels' view of the call's layer (kernels/kv_types.cuh): its own heads and widths, where
@@ -417,9 +432,10 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0, max_smem_ = 0;
   void *k_ = nullptr;
   void *v_ = nullptr;
-  void *host_ = nullptr;      // the host tier, for the host (host_k_pool)
-  void *host_dev_ = nullptr;  // the same memory, for kernels
-  void *state_ = nullptr;     // the state slots (PoolShape::num_state_slots), device memory
+  void *host_ = nullptr;        // the host tier, for the host (host_k_pool)
+  void *host_dev_ = nullptr;    // the same memory, for kernels
+  void *state_ = nullptr;       // the state slots (PoolShape::num_state_slots), device memory
+  void *host_state_ = nullptr;  // swapped-out states (num_host_state_slots), pinned host memory
   cudaStream_t stream_ = nullptr;
   DeviceBuffer batch_buf_, workspace_, pairs_buf_;
   // decode_workspace_bound bytes of the pool's shape (any window's plan fits), or more when a

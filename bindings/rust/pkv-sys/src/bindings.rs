@@ -91,6 +91,8 @@ pub const PKV_COPY_SWAP_IN: _bindgen_ty_13 = 3;
 pub const PKV_COPY_OFFLOAD: _bindgen_ty_13 = 4;
 pub const PKV_COPY_STATE: _bindgen_ty_13 = 6;
 pub const PKV_COPY_LOAD: _bindgen_ty_13 = 5;
+pub const PKV_COPY_STATE_OUT: _bindgen_ty_13 = 7;
+pub const PKV_COPY_STATE_IN: _bindgen_ty_13 = 8;
 pub type _bindgen_ty_13 = ::std::os::raw::c_uint;
 pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_14 = 0;
 pub const PKV_PREEMPT_SWAP: _bindgen_ty_14 = 1;
@@ -414,6 +416,9 @@ pub struct pkv_pool_info {
     pub state_slot_bytes: u64,
     pub num_state_slots: u32,
     pub reserved1: u32,
+    pub host_state_base: *mut ::std::os::raw::c_void,
+    pub num_host_state_slots: u32,
+    pub reserved2: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
