@@ -287,7 +287,9 @@ void check_state_model(const pkv_engine_params &p, const std::vector<LayerSpec> 
 
 bool flat_describable(const pkv_engine_params &p, const std::vector<LayerSpec> &specs) {
   const LayerSpec flat = flat_layer_spec(p, 0);
+  // A STATE layer keeps no KV: the pool (and the host tier's copy of it) holds the others alone.
   return std::all_of(specs.begin(), specs.end(), [&](const LayerSpec &s) {
+    if (s.kind == PKV_LAYER_STATE) return true;
     return s.kind == flat.kind && s.attention == PKV_ATTENTION_FULL && !s.k_eq_v &&
            s.kv_heads == flat.kv_heads && s.head_dim == flat.head_dim && s.v_dim == flat.v_dim;
   });
