@@ -300,8 +300,12 @@ static void test_truncate_attention(void) {
 /* The scheduler: a sequence of pkv_allocate holds a slot, so at most MAX_SEQS - 1 requests run
  * at once; blocks run out and requests are preempted (their slots freed and retaken); every
  * step's slots are distinct working slots; every request finishes. */
-static void test_scheduler(void) {
-  pkv_engine *e = engine(10);
+static void run_scheduler(uint32_t preemption_mode) {
+  pkv_engine_params p;
+  params(&p, 10);
+  if (preemption_mode == PKV_PREEMPT_SWAP) p.host_num_blocks = 32;
+  p.preemption_mode = preemption_mode;
+  pkv_engine *e = tu_engine_p(&p);
   if (!e) return;
   int32_t tokens[12];
   tu_fill(tokens, 4, 500);
@@ -334,13 +338,24 @@ static void test_scheduler(void) {
   CHECK_EQ_INT(most, MAX_SEQS - 1);
   CHECK_EQ_INT(st.num_finished_requests, 4);
   CHECK(st.num_preemptions > 0);
-  /* A preempted request comes back from the checkpoint its prompt left (PROMPT_END), never
-     from KV alone: every hit is a restore. */
-  CHECK(st.num_state_restores > 0);
-  CHECK(st.prefix_hit_tokens > 0);
+  if (preemption_mode == PKV_PREEMPT_SWAP) {
+    /* Swapped out and back in, states with them: nothing recomputed. */
+    CHECK_EQ_INT(st.num_swap_preemptions, st.num_preemptions);
+    CHECK(st.num_swapped_in_blocks > 0);
+  } else {
+    /* A preempted request comes back from the checkpoint its prompt left (PROMPT_END), never
+       from KV alone: every hit is a restore. */
+    CHECK(st.num_state_restores > 0);
+    CHECK(st.prefix_hit_tokens > 0);
+  }
   CHECK(st.num_state_checkpoints_taken >= st.num_state_checkpoints_held);
   CHECK(slot_of(e, manual) >= 0); /* it kept its slot all along */
   pkv_engine_destroy(e);
+}
+
+static void test_scheduler(void) {
+  run_scheduler(PKV_PREEMPT_RECOMPUTE);
+  run_scheduler(PKV_PREEMPT_SWAP);
 }
 
 /* With a host tier, pkv_swap_out moves a sequence's state to a host state slot
