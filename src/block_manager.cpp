@@ -314,10 +314,11 @@ void BlockManager::reset_cache() {
   const bool all = sealed_in_use == 0;
   if (events_ && all) events_->mute(true);
   // Checkpoints are cache too, those of nodes in use included (DESIGN.md §13).
-  while (checkpoints_.num_held()) {
-    drop_checkpoint(checkpoints_.node(checkpoints_.oldest()));
-    stats_.num_state_checkpoint_evictions++;
-  }
+  for (StateCheckpoints *tier : {&checkpoints_, &host_checkpoints_})
+    while (tier->num_held()) {
+      drop_checkpoint(tier->node(tier->oldest()));
+      stats_.num_state_checkpoint_evictions++;
+    }
   pool_.for_each_free([&](int32_t b) {
     if (pool_.node(b) != kNoNode) evict(b, false);
     return true;

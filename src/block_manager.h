@@ -117,6 +117,8 @@ struct BlockStats {
   uint64_t num_state_checkpoint_evictions = 0;
   uint64_t num_state_restores = 0;
   uint64_t state_fallback_tokens = 0;
+  uint64_t num_state_checkpoints_offloaded = 0;
+  uint64_t num_state_restores_from_host = 0;
 };
 
 class BlockManager {
@@ -147,7 +149,7 @@ class BlockManager {
     uint32_t num_free_needed =
         0;  // new blocks + loads + cached hit blocks revived from the free list
     // With STATE layers: the hit the KV alone allows, and the checkpoint at boundary num_hits
-    // that the new working state starts from (-1: none, computed from token 0).
+    // that the new working state starts from (a CheckpointRef; -1: none, computed from token 0).
     uint32_t kv_hits = 0;
     int32_t checkpoint = -1;
   };
@@ -159,7 +161,8 @@ class BlockManager {
   uint32_t admit(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
   // Of the last successful admit's hits, how many were loaded from the host tier.
   uint32_t last_admission_loads() const { return last_loads_; }
-  // The last successful admit's checkpoint (-1: none) and the hit its KV alone allowed (blocks).
+  // The last successful admit's checkpoint (a CheckpointRef, state_checkpoints.h; -1: none) and
+  // the hit its KV alone allowed (blocks).
   int32_t last_admission_checkpoint() const { return last_checkpoint_; }
   uint32_t last_admission_kv_hits() const { return last_kv_hits_; }
 
@@ -167,7 +170,10 @@ class BlockManager {
   // An engine with STATE layers: checkpoint slots first .. first + count - 1 of the state region,
   // taken where the policy (PKV_STATE_CHECKPOINT_*, interval for EVERY) wants them. Without
   // prefix caching, or with policy NONE or no slots, there are none and no admission hits.
-  void enable_state(int32_t first_slot, uint32_t count, uint32_t policy, uint32_t interval);
+  // host_count host state slots from host_first take the checkpoints evicted from the device
+  // (offload; 0: they are dropped).
+  void enable_state(int32_t first_slot, uint32_t count, uint32_t policy, uint32_t interval,
+                    int32_t host_first = 0, uint32_t host_count = 0);
   bool has_state() const { return has_state_; }
   // Whether a sequence wants a checkpoint at block boundary b, given the last boundary of its
   // prompt (end) and where its prompt's cached KV ended without a checkpoint (branch; 0: none).
@@ -175,11 +181,17 @@ class BlockManager {
   // The first token count after `computed` that is a boundary the sequence wants (a chunk that
   // reaches it ends there); UINT64_MAX when none.
   uint64_t next_checkpoint(uint32_t computed, uint32_t end, uint32_t branch) const;
-  // A sequence's computed tokens reached boundary b (blocks, sealed): the checkpoint slot to copy
-  // its working state into, now held by the node of its block b-1 (a free slot, else the least
-  // recently used one's, evicted), or -1 when that node holds one already. Cannot fail.
-  int32_t capture(const SeqTables &tables, uint32_t b);
+  // A sequence's computed tokens reached boundary b (blocks, sealed): slot is the checkpoint slot
+  // to copy its working state into, now held by the node of its block b-1 (a free slot, else the
+  // least recently used one's, evicted), or -1 when that node holds one already. When the
+  // evicted checkpoint was offloaded, offload_to is the host state slot its state goes to first
+  // (a STATE_OUT copy queued before the capture's copy), else -1. Cannot fail.
+  struct Capture {
+    int32_t slot = -1, offload_to = -1;
+  };
+  Capture capture(const SeqTables &tables, uint32_t b);
   uint32_t num_checkpoints_held() const { return checkpoints_.num_held(); }
+  uint32_t num_host_checkpoints_held() const { return host_checkpoints_.num_held(); }
   // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
   // copy-on-write of a shared, partly filled last block. Throws PKV_ERR_NO_SPACE with nothing
   // changed.
@@ -296,9 +308,13 @@ class BlockManager {
   void evict(int32_t block, bool offload);
   void evict_host(int32_t host);
   void undo_copy_into(int32_t block, size_t taken);
-  // The node's checkpoint slot goes free (it is evicted); events say so.
+  // The node's checkpoint slot (device or host) goes free (it is evicted); events say so.
   void drop_checkpoint(uint32_t node);
-  void checkpoint_event(uint32_t node, bool stored) const;
+  // The node's device checkpoint in `slot` moves to a host state slot (the least recently used
+  // one's dropped when none is free): returns it, or -1 when there are no host checkpoint slots
+  // and the checkpoint is dropped instead.
+  int32_t offload_checkpoint(uint32_t node, int32_t slot);
+  void checkpoint_event(uint32_t node, bool stored, int32_t tier) const;
   void check_checkpoints() const;
   void report_host_block(int32_t host,
                          const std::function<void(const EvictedHostBlock &)> &f) const;
@@ -335,6 +351,7 @@ class BlockManager {
   uint32_t anchor_ = 0;               // the group whose nodes hold the checkpoints
   uint32_t checkpoint_interval_ = 0;  // EVERY: blocks between checkpoints; else 0
   StateCheckpoints checkpoints_;
+  StateCheckpoints host_checkpoints_;  // of host state slots: the offloaded ones
   int32_t last_checkpoint_ = -1;
   uint32_t last_kv_hits_ = 0;
   bool offload_;

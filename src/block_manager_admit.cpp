@@ -131,8 +131,8 @@ BlockManager::Admission BlockManager::plan_admission(const PrefixKeys &keys, con
     // The recurrent state (DESIGN.md §13): a hit also needs a checkpoint at its boundary, held
     // by the anchor group's node of block h-1.
     const std::vector<uint32_t> &nodes = plan.groups[anchor_].nodes;
-    while (h > 0 && !(tree_.state(nodes[h - 1]) >= 0 && kv_holds(h))) --h;
-    plan.checkpoint = h ? tree_.state(nodes[h - 1]) : -1;
+    while (h > 0 && !(tree_.state(nodes[h - 1]) != kNoCheckpoint && kv_holds(h))) --h;
+    plan.checkpoint = h ? tree_.state(nodes[h - 1]) : kNoCheckpoint;
   }
   plan.num_hits = h;
   for (uint32_t g = 0; g < groups; ++g) {
@@ -224,9 +224,11 @@ uint32_t BlockManager::admit(SeqTables &tables, const PrefixKeys &keys, const in
   last_kv_hits_ = plan.kv_hits;
   if (has_state_ && prefix_caching_) {
     // The checkpoint's node holds a hit block (referenced now): no pop above could evict it.
-    if (plan.checkpoint >= 0) {
-      checkpoints_.touch(plan.checkpoint);
+    if (plan.checkpoint != kNoCheckpoint) {
+      const bool host = is_host_checkpoint(plan.checkpoint);
+      (host ? host_checkpoints_ : checkpoints_).touch(checkpoint_slot(plan.checkpoint));
       stats_.num_state_restores++;
+      stats_.num_state_restores_from_host += host;
     }
     stats_.state_fallback_tokens += uint64_t(plan.kv_hits - plan.num_hits) * block_size_;
   }

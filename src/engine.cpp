@@ -28,9 +28,10 @@ pkv_engine_params resolved(pkv_engine_params p, const pkv_kv_budget &b) {
 // as the profiler took them from the budget; none without STATE layers.
 StatePool state_pool_of(const pkv_kv_budget &b) {
   if (!b.num_state_layers) return StatePool();
-  // With a host tier, a host slot per working one: every running sequence may be swapped out.
+  // With a host tier, a host slot per working one (every running sequence may be swapped out),
+  // then the offloaded checkpoints' (pkv_kv_budget.num_host_state_slots).
   return StatePool(b.num_state_slots, b.num_state_slots + b.num_state_checkpoints,
-                   b.host_num_blocks ? b.num_state_slots : 0);
+                   b.num_host_state_slots ? b.num_state_slots : 0, b.num_host_state_slots);
 }
 
 SchedulerLimits limits_of(const pkv_engine_params &p) {
@@ -64,9 +65,14 @@ Engine::Engine(const pkv_engine_params &params)
              state_layout_.num_state_layers == budget_.num_state_layers);
   // A prefix hit needs the recurrent state at its boundary too: checkpoint slots follow the
   // working ones in the state region (DESIGN.md §13).
-  if (!state_layout_.empty())
+  // With a host tier and offload, host slots after the swapped-out sequences' hold checkpoints
+  // evicted from the device.
+  if (!state_layout_.empty()) {
+    const uint32_t host_first = budget_.num_host_state_slots ? budget_.num_state_slots : 0;
     blocks_.enable_state(int32_t(budget_.num_state_slots), budget_.num_state_checkpoints,
-                         params_.state_checkpoint_policy, params_.state_checkpoint_interval);
+                         params_.state_checkpoint_policy, params_.state_checkpoint_interval,
+                         int32_t(host_first), budget_.num_host_state_slots - host_first);
+  }
   params_.layer_specs = layer_specs_.empty() ? nullptr : layer_specs_.data();
   params_.layer_spec_size = layer_specs_.empty() ? 0 : sizeof(pkv_layer_spec);
   layout_ = pool_layout(params_, params_.num_blocks);
@@ -375,6 +381,9 @@ pkv_stats Engine::stats() const {
   st.num_state_checkpoint_evictions = b.num_state_checkpoint_evictions;
   st.num_state_restores = b.num_state_restores;
   st.state_fallback_tokens = b.state_fallback_tokens;
+  st.num_host_state_checkpoints_held = blocks_.num_host_checkpoints_held();
+  st.num_state_checkpoints_offloaded = b.num_state_checkpoints_offloaded;
+  st.num_state_restores_from_host = b.num_state_restores_from_host;
   if (store_) {
     const StoreCounters &c = store_->counters();
     st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;

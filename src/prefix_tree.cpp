@@ -178,21 +178,21 @@ void PrefixTree::clear_host(uint32_t node) {
 
 void PrefixTree::set_state(uint32_t node, int32_t slot) {
   Node &n = nodes_[node];
-  PKV_ASSERT(n.live && n.state < 0 && slot >= 0 && (!n.copies.empty() || n.host >= 0));
+  PKV_ASSERT(n.live && n.state == -1 && slot != -1 && (!n.copies.empty() || n.host >= 0));
   n.state = slot;
 }
 
 void PrefixTree::clear_state(uint32_t node) {
-  PKV_ASSERT(nodes_[node].state >= 0);
+  PKV_ASSERT(nodes_[node].state != -1);
   nodes_[node].state = -1;
 }
 
 void PrefixTree::orphan_state(uint32_t node) {
   const Node &n = nodes_[node];
-  if (n.state < 0 || !n.copies.empty() || n.host >= 0) return;
+  if (n.state == -1 || !n.copies.empty() || n.host >= 0) return;
   PKV_ASSERT(on_state_orphaned_);
   on_state_orphaned_(node);
-  PKV_ASSERT(nodes_[node].state < 0);
+  PKV_ASSERT(nodes_[node].state == -1);
 }
 
 void PrefixTree::maybe_remove(uint32_t node) {

@@ -111,8 +111,9 @@ class PrefixTree {
   void clear_host(uint32_t node);
   int32_t host(uint32_t node) const { return nodes_[node].host; }
 
-  // The checkpoint of the recurrent state at the end of the node's block (state_checkpoints.h),
-  // -1 when none. Only a node with a copy in either tier holds one.
+  // The checkpoint of the recurrent state at the end of the node's block: a CheckpointRef
+  // (state_checkpoints.h, device or host slot), kNoCheckpoint (-1) when none. Only a node with a
+  // copy in either tier holds one.
   int32_t state(uint32_t node) const { return nodes_[node].state; }
   void set_state(uint32_t node, int32_t slot);
   void clear_state(uint32_t node);
@@ -145,7 +146,7 @@ class PrefixTree {
     uint64_t hash = 0;       // canonical hash
     CopyList copies;         // pool blocks
     int32_t host = -1;       // host-tier block, -1 when none
-    int32_t state = -1;      // checkpoint slot of the recurrent state, -1 when none
+    int32_t state = -1;      // CheckpointRef of the recurrent state, -1 when none
   };
 
   struct RootKey {

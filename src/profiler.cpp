@@ -319,14 +319,17 @@ std::string readable_bytes(uint64_t n) {
 }  // namespace
 
 void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
-  if (b.host_total_bytes && b.host_pool_bytes > b.host_available_bytes)
-    fail(
-        PKV_ERR_OUT_OF_MEMORY,
-        "the host tier's %llu blocks take %s; the host has %s available (of %s): %s missing. Lower "
-        "host_num_blocks or host_cache_bytes",
-        (unsigned long long)b.host_num_blocks, readable_bytes(b.host_pool_bytes).c_str(),
-        readable_bytes(b.host_available_bytes).c_str(), readable_bytes(b.host_total_bytes).c_str(),
-        readable_bytes(b.host_pool_bytes - b.host_available_bytes).c_str());
+  // Each term is below 2^63: the sum cannot overflow.
+  const uint64_t host_bytes = b.host_pool_bytes + b.host_state_bytes;
+  if (b.host_total_bytes && host_bytes > b.host_available_bytes)
+    fail(PKV_ERR_OUT_OF_MEMORY,
+         "the host tier's %llu blocks%s take %s; the host has %s available (of %s): %s missing. "
+         "Lower host_num_blocks or host_cache_bytes%s",
+         (unsigned long long)b.host_num_blocks, b.host_state_bytes ? " and its state slots" : "",
+         readable_bytes(host_bytes).c_str(), readable_bytes(b.host_available_bytes).c_str(),
+         readable_bytes(b.host_total_bytes).c_str(),
+         readable_bytes(host_bytes - b.host_available_bytes).c_str(),
+         b.host_state_bytes ? " (or max_num_seqs, num_state_checkpoints, host_offload)" : "");
   if (b.shortfall_bytes == 0) return;
   if (b.source == PKV_BUDGET_FIXED_BLOCKS)
     fail(

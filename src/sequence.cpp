@@ -34,7 +34,9 @@ namespace {
 void start_state(Sequence &s, const BlockManager &blocks, StatePool &states, uint32_t n,
                  uint32_t hit) {
   const int32_t checkpoint = blocks.last_admission_checkpoint();
-  if (checkpoint >= 0) states.queue_copy(checkpoint, s.state_slot);
+  if (checkpoint != kNoCheckpoint)  // an offloaded one comes straight from its host slot
+    states.queue_copy(checkpoint_slot(checkpoint), s.state_slot,
+                      is_host_checkpoint(checkpoint) ? PKV_COPY_STATE_IN : PKV_COPY_STATE);
   const uint32_t bs = blocks.block_size(), kv_hits = blocks.last_admission_kv_hits();
   s.checkpoint_end = n / bs;
   s.checkpoint_branch = kv_hits > hit / bs ? kv_hits : 0;
@@ -190,9 +192,12 @@ void computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) 
       !blocks.wants_checkpoint(b, s.checkpoint_end, s.checkpoint_branch))
     return;
   // The working slot holds the state after exactly b blocks until the next step writes it; the
-  // copy is queued before that step's, which runs its copies first.
-  const int32_t slot = blocks.capture(s.tables, b);
-  if (slot >= 0) states.queue_copy(s.state_slot, slot);
+  // copy is queued before that step's, which runs its copies first. An evicted checkpoint's
+  // offload reads its slot before the capture overwrites it.
+  states.make_room(2);
+  const BlockManager::Capture c = blocks.capture(s.tables, b);
+  if (c.offload_to >= 0) states.queue_copy(c.slot, c.offload_to, PKV_COPY_STATE_OUT);
+  if (c.slot >= 0) states.queue_copy(s.state_slot, c.slot);
 }
 
 uint64_t next_checkpoint(const Sequence &s, const BlockManager &blocks) {

@@ -11,6 +11,14 @@
 
 namespace pkv {
 
+// What a prefix-tree node holds of the state (PrefixTree::state): a device checkpoint slot
+// (>= 0, an id of the state region), an offloaded one in a host state slot (encoded <= -2), or
+// kNoCheckpoint.
+constexpr int32_t kNoCheckpoint = -1;
+inline int32_t host_checkpoint_ref(int32_t host_slot) { return -2 - host_slot; }
+inline bool is_host_checkpoint(int32_t ref) { return ref <= -2; }
+inline int32_t checkpoint_slot(int32_t ref) { return ref <= -2 ? -2 - ref : ref; }
+
 class StateCheckpoints {
  public:
   StateCheckpoints() = default;  // no checkpoints

@@ -39,7 +39,8 @@ StateLayout state_layout_of(const std::vector<LayerSpec> &specs) {
 }
 
 uint32_t resolved_state_checkpoints(const pkv_engine_params &p) {
-  if (p.state_checkpoint_policy == PKV_STATE_CHECKPOINT_NONE) return 0;
+  // Checkpoints serve prefix hits only: without prefix caching they would be memory for nothing.
+  if (p.state_checkpoint_policy == PKV_STATE_CHECKPOINT_NONE || !p.enable_prefix_caching) return 0;
   return p.num_state_checkpoints ? p.num_state_checkpoints : p.max_num_seqs;
 }
 
@@ -58,6 +59,13 @@ void state_budget(const pkv_engine_params &p, pkv_kv_budget &b) {
   b.num_state_slots = p.max_num_seqs;  // one working state per sequence a step may run
   b.num_state_checkpoints = checkpoints;
   b.state_bytes_per_seq = layout.slot_bytes;
+  // With a host tier, a host slot for every sequence that may be swapped out and, when evicted
+  // blocks are offloaded, one for every checkpoint evicted with them (DESIGN.md §13).
+  if (p.host_num_blocks || p.host_cache_bytes)
+    b.num_host_state_slots = p.max_num_seqs + (p.host_offload ? checkpoints : 0);
+  b.host_state_bytes = checked_product({b.num_host_state_slots, layout.slot_bytes}, kMaxOffset,
+                                       "host_state_bytes = num_host_state_slots x "
+                                       "state_bytes_per_seq");
   b.state_pool_bytes = checked_product({slots, layout.slot_bytes}, kMaxOffset,
                                        "state_pool_bytes = (max_num_seqs + num_state_checkpoints) "
                                        "x state_bytes_per_seq");

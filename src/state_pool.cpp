@@ -6,21 +6,28 @@
 
 namespace pkv {
 
-StatePool::StatePool(uint32_t num_working, uint32_t num_total, uint32_t num_host)
-    : num_working_(num_working), num_total_(num_total), num_host_(num_host) {
-  PKV_ASSERT(num_working <= num_total && num_total <= INT32_MAX && num_host <= INT32_MAX);
+StatePool::StatePool(uint32_t num_working, uint32_t num_total, uint32_t num_host_swap,
+                     uint32_t num_host)
+    : num_working_(num_working),
+      num_total_(num_total),
+      num_host_swap_(num_host_swap),
+      num_host_(num_host) {
+  PKV_ASSERT(num_working <= num_total && num_total <= INT32_MAX && num_host_swap <= num_host &&
+             num_host <= INT32_MAX);
   free_.reserve(num_working);  // give_back never allocates
   for (uint32_t s = num_working; s-- > 0;) free_.push_back(static_cast<int32_t>(s));
-  host_free_.reserve(num_host);
-  for (uint32_t s = num_host; s-- > 0;) host_free_.push_back(static_cast<int32_t>(s));
+  host_free_.reserve(num_host_swap);
+  for (uint32_t s = num_host_swap; s-- > 0;) host_free_.push_back(static_cast<int32_t>(s));
 }
 
 void StatePool::require_free_host(const char *what) const {
-  if (num_host_ == 0)
+  if (num_host_swap_ == 0)
     fail(PKV_ERR_UNSUPPORTED, "%s: no host state slots (the engine has no host tier)", what);
   if (host_free_.empty())
-    fail(PKV_ERR_NO_SPACE, "%s: all %u host state slots (one per swapped-out sequence) are held",
-         what, num_host_);
+    fail(PKV_ERR_NO_SPACE,
+         "%s: all %u host state slots for swapped-out sequences (max_num_seqs) are held; swap a "
+         "sequence in or release one first",
+         what, num_host_swap_);
 }
 
 int32_t StatePool::take_host() {
@@ -31,7 +38,7 @@ int32_t StatePool::take_host() {
 }
 
 void StatePool::give_back_host(int32_t slot) {
-  PKV_ASSERT(slot >= 0 && uint32_t(slot) < num_host_ && host_free_.size() < num_host_);
+  PKV_ASSERT(slot >= 0 && uint32_t(slot) < num_host_swap_ && host_free_.size() < num_host_swap_);
   host_free_.push_back(slot);
 }
 
@@ -71,20 +78,20 @@ void StatePool::copies_done(size_t n) {
 
 void StatePool::check(const std::vector<int32_t> &held,
                       const std::vector<int32_t> &host_held) const {
-  std::vector<uint8_t> host_seen(num_host_, 0);
+  std::vector<uint8_t> host_seen(num_host_swap_, 0);
   for (int32_t s : host_free_)
-    if (s < 0 || uint32_t(s) >= num_host_ || host_seen[size_t(s)]++)
+    if (s < 0 || uint32_t(s) >= num_host_swap_ || host_seen[size_t(s)]++)
       fail(PKV_ERR_INTERNAL, "host state slot %d is free twice, or no host slot", s);
   size_t num_host_held = 0;
   for (int32_t s : host_held) {
     if (s < 0) continue;
-    if (uint32_t(s) >= num_host_ || host_seen[size_t(s)]++)
+    if (uint32_t(s) >= num_host_swap_ || host_seen[size_t(s)]++)
       fail(PKV_ERR_INTERNAL, "host state slot %d is held while free or held twice", s);
     num_host_held++;
   }
-  if (num_host_held + host_free_.size() != num_host_)
+  if (num_host_held + host_free_.size() != num_host_swap_)
     fail(PKV_ERR_INTERNAL, "%zu host state slots held + %zu free != %u", num_host_held,
-         host_free_.size(), num_host_);
+         host_free_.size(), num_host_swap_);
   std::vector<uint8_t> seen(num_working_, 0);
   for (int32_t s : free_) {
     if (s < 0 || uint32_t(s) >= num_working_ || seen[size_t(s)]++)

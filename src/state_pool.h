@@ -14,14 +14,18 @@ namespace pkv {
 class StatePool {
  public:
   StatePool() = default;  // no STATE layers: no slots
-  // num_host: host slots for swapped-out sequences' states (with a host tier: max_num_seqs).
-  StatePool(uint32_t num_working, uint32_t num_total, uint32_t num_host = 0);
+  // Host slots 0 .. num_host_swap-1 hold swapped-out sequences' states (with a host tier:
+  // max_num_seqs), num_host_swap .. num_host-1 checkpoints offloaded from the device (the block
+  // manager's, block_manager_state.cpp).
+  StatePool(uint32_t num_working, uint32_t num_total, uint32_t num_host_swap = 0,
+            uint32_t num_host = 0);
 
   bool enabled() const { return num_total_ > 0; }
   uint32_t num_working() const { return num_working_; }
   uint32_t num_total() const { return num_total_; }
   uint32_t num_free_working() const { return static_cast<uint32_t>(free_.size()); }
   uint32_t num_host() const { return num_host_; }
+  uint32_t num_host_swap() const { return num_host_swap_; }
 
   // A free host slot for a sequence swapped out (PKV_ERR_UNSUPPORTED without host slots,
   // PKV_ERR_NO_SPACE when all are held; nothing changed), taken, given back.
@@ -52,9 +56,9 @@ class StatePool {
   void check(const std::vector<int32_t> &held, const std::vector<int32_t> &host_held = {}) const;
 
  private:
-  uint32_t num_working_ = 0, num_total_ = 0, num_host_ = 0;
-  std::vector<int32_t> free_;  // a stack: the lowest slot on top at first
-  std::vector<int32_t> host_free_;
+  uint32_t num_working_ = 0, num_total_ = 0, num_host_swap_ = 0, num_host_ = 0;
+  std::vector<int32_t> free_;       // a stack: the lowest slot on top at first
+  std::vector<int32_t> host_free_;  // of the swap slots
   std::vector<BlockCopy> pending_;
 };
 

@@ -665,7 +665,7 @@ namespace Pkv
         public ulong PaddingBytesPerBlock;
     }
 
-    /// <summary>pkv_kv_budget (240 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_budget (248 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvBudget
     {
@@ -704,12 +704,13 @@ namespace Pkv
         public uint NumStateLayers;
         public uint NumStateSlots;
         public uint NumStateCheckpoints;
-        public uint Reserved2;
+        public uint NumHostStateSlots;
         public ulong StateBytesPerSeq;
         public ulong StatePoolBytes;
+        public ulong HostStateBytes;
     }
 
-    /// <summary>pkv_stats (360 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (384 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -759,6 +760,9 @@ namespace Pkv
         public ulong NumStateCheckpointEvictions;
         public ulong NumStateRestores;
         public ulong StateFallbackTokens;
+        public ulong NumHostStateCheckpointsHeld;
+        public ulong NumStateCheckpointsOffloaded;
+        public ulong NumStateRestoresFromHost;
     }
 
     /// <summary>pkv_pool_info (184 bytes on x86_64).</summary>
@@ -1047,7 +1051,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 240, 360, 184, 192, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 248, 384, 184, 192, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

@@ -727,7 +727,7 @@ type cKVGroupInfo struct {
 	PaddingBytesPerBlock uint64
 }
 
-// cKVBudget mirrors C's pkv_kv_budget (240 bytes on amd64; layout checked against C at init).
+// cKVBudget mirrors C's pkv_kv_budget (248 bytes on amd64; layout checked against C at init).
 type cKVBudget struct {
 	StructSize           uint32
 	Device               int32
@@ -764,59 +764,63 @@ type cKVBudget struct {
 	NumStateLayers       uint32
 	NumStateSlots        uint32
 	NumStateCheckpoints  uint32
-	Reserved2            uint32
+	NumHostStateSlots    uint32
 	StateBytesPerSeq     uint64
 	StatePoolBytes       uint64
+	HostStateBytes       uint64
 }
 
-// cStats mirrors C's pkv_stats (360 bytes on amd64; layout checked against C at init).
+// cStats mirrors C's pkv_stats (384 bytes on amd64; layout checked against C at init).
 type cStats struct {
-	StructSize                  uint32
-	Reserved0                   uint32
-	NumBlocks                   uint64
-	NumFreeBlocks               uint64
-	NumCachedBlocks             uint64
-	NumUsedBlocks               uint64
-	NumSeqs                     uint64
-	NumPreemptedSeqs            uint64
-	NumPrefixNodes              uint64
-	PrefixQueryTokens           uint64
-	PrefixHitTokens             uint64
-	NumEvictions                uint64
-	NumCOWCopies                uint64
-	NumPreemptions              uint64
-	NumWaitingRequests          uint64
-	NumRunningRequests          uint64
-	NumFinishedRequests         uint64
-	NumScheduledTokens          uint64
-	NumSteps                    uint64
-	NumHostBlocks               uint64
-	NumHostFreeBlocks           uint64
-	NumSwappedSeqs              uint64
-	NumSwappedOutBlocks         uint64
-	NumSwappedInBlocks          uint64
-	NumSwapPreemptions          uint64
-	NumHostCachedBlocks         uint64
-	DeviceHitTokens             uint64
-	HostHitTokens               uint64
-	NumOffloadedBlocks          uint64
-	NumLoadedBlocks             uint64
-	NumHostEvictions            uint64
-	StoreHitTokens              uint64
-	NumStoreLookups             uint64
-	NumStoreHits                uint64
-	NumStoreMisses              uint64
-	NumStoreRejected            uint64
-	NumStoreErrors              uint64
-	NumStorePuts                uint64
-	NumStorePutDropped          uint64
-	NumStorePutErrors           uint64
-	NumLoadingRequests          uint64
-	NumStateCheckpointsHeld     uint64
-	NumStateCheckpointsTaken    uint64
-	NumStateCheckpointEvictions uint64
-	NumStateRestores            uint64
-	StateFallbackTokens         uint64
+	StructSize                   uint32
+	Reserved0                    uint32
+	NumBlocks                    uint64
+	NumFreeBlocks                uint64
+	NumCachedBlocks              uint64
+	NumUsedBlocks                uint64
+	NumSeqs                      uint64
+	NumPreemptedSeqs             uint64
+	NumPrefixNodes               uint64
+	PrefixQueryTokens            uint64
+	PrefixHitTokens              uint64
+	NumEvictions                 uint64
+	NumCOWCopies                 uint64
+	NumPreemptions               uint64
+	NumWaitingRequests           uint64
+	NumRunningRequests           uint64
+	NumFinishedRequests          uint64
+	NumScheduledTokens           uint64
+	NumSteps                     uint64
+	NumHostBlocks                uint64
+	NumHostFreeBlocks            uint64
+	NumSwappedSeqs               uint64
+	NumSwappedOutBlocks          uint64
+	NumSwappedInBlocks           uint64
+	NumSwapPreemptions           uint64
+	NumHostCachedBlocks          uint64
+	DeviceHitTokens              uint64
+	HostHitTokens                uint64
+	NumOffloadedBlocks           uint64
+	NumLoadedBlocks              uint64
+	NumHostEvictions             uint64
+	StoreHitTokens               uint64
+	NumStoreLookups              uint64
+	NumStoreHits                 uint64
+	NumStoreMisses               uint64
+	NumStoreRejected             uint64
+	NumStoreErrors               uint64
+	NumStorePuts                 uint64
+	NumStorePutDropped           uint64
+	NumStorePutErrors            uint64
+	NumLoadingRequests           uint64
+	NumStateCheckpointsHeld      uint64
+	NumStateCheckpointsTaken     uint64
+	NumStateCheckpointEvictions  uint64
+	NumStateRestores             uint64
+	StateFallbackTokens          uint64
+	NumHostStateCheckpointsHeld  uint64
+	NumStateCheckpointsOffloaded uint64
+	NumStateRestoresFromHost     uint64
 }
 
 // cPoolInfo mirrors C's pkv_pool_info (184 bytes on amd64; layout checked against C at init).

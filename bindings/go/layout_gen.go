@@ -239,9 +239,10 @@ var layouts = []layout{
 		{"num_state_layers", unsafe.Offsetof(cKVBudget{}.NumStateLayers), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_state_layers)},
 		{"num_state_slots", unsafe.Offsetof(cKVBudget{}.NumStateSlots), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_state_slots)},
 		{"num_state_checkpoints", unsafe.Offsetof(cKVBudget{}.NumStateCheckpoints), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_state_checkpoints)},
-		{"reserved2", unsafe.Offsetof(cKVBudget{}.Reserved2), unsafe.Offsetof(C.struct_pkv_kv_budget{}.reserved2)},
+		{"num_host_state_slots", unsafe.Offsetof(cKVBudget{}.NumHostStateSlots), unsafe.Offsetof(C.struct_pkv_kv_budget{}.num_host_state_slots)},
 		{"state_bytes_per_seq", unsafe.Offsetof(cKVBudget{}.StateBytesPerSeq), unsafe.Offsetof(C.struct_pkv_kv_budget{}.state_bytes_per_seq)},
 		{"state_pool_bytes", unsafe.Offsetof(cKVBudget{}.StatePoolBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.state_pool_bytes)},
+		{"host_state_bytes", unsafe.Offsetof(cKVBudget{}.HostStateBytes), unsafe.Offsetof(C.struct_pkv_kv_budget{}.host_state_bytes)},
 	}},
 	{"pkv_stats", unsafe.Sizeof(cStats{}), unsafe.Sizeof(C.struct_pkv_stats{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cStats{}.StructSize), unsafe.Offsetof(C.struct_pkv_stats{}.struct_size)},
@@ -290,6 +291,9 @@ var layouts = []layout{
 		{"num_state_checkpoint_evictions", unsafe.Offsetof(cStats{}.NumStateCheckpointEvictions), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_checkpoint_evictions)},
 		{"num_state_restores", unsafe.Offsetof(cStats{}.NumStateRestores), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_restores)},
 		{"state_fallback_tokens", unsafe.Offsetof(cStats{}.StateFallbackTokens), unsafe.Offsetof(C.struct_pkv_stats{}.state_fallback_tokens)},
+		{"num_host_state_checkpoints_held", unsafe.Offsetof(cStats{}.NumHostStateCheckpointsHeld), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_state_checkpoints_held)},
+		{"num_state_checkpoints_offloaded", unsafe.Offsetof(cStats{}.NumStateCheckpointsOffloaded), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_checkpoints_offloaded)},
+		{"num_state_restores_from_host", unsafe.Offsetof(cStats{}.NumStateRestoresFromHost), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_restores_from_host)},
 	}},
 	{"pkv_pool_info", unsafe.Sizeof(cPoolInfo{}), unsafe.Sizeof(C.struct_pkv_pool_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cPoolInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_pool_info{}.struct_size)},

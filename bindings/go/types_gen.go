@@ -362,8 +362,10 @@ type KVBudget struct {
 	NumStateLayers       uint32
 	NumStateSlots        uint32
 	NumStateCheckpoints  uint32
+	NumHostStateSlots    uint32
 	StateBytesPerSeq     uint64
 	StatePoolBytes       uint64
+	HostStateBytes       uint64
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -400,56 +402,61 @@ func (p *KVBudget) fromC(c *cKVBudget) {
 	p.NumStateLayers = c.NumStateLayers
 	p.NumStateSlots = c.NumStateSlots
 	p.NumStateCheckpoints = c.NumStateCheckpoints
+	p.NumHostStateSlots = c.NumHostStateSlots
 	p.StateBytesPerSeq = c.StateBytesPerSeq
 	p.StatePoolBytes = c.StatePoolBytes
+	p.HostStateBytes = c.HostStateBytes
 }
 
 // Stats are an engine's counters (pkv_stats).
 type Stats struct {
-	NumBlocks                   uint64
-	NumFreeBlocks               uint64
-	NumCachedBlocks             uint64
-	NumUsedBlocks               uint64
-	NumSeqs                     uint64
-	NumPreemptedSeqs            uint64
-	NumPrefixNodes              uint64
-	PrefixQueryTokens           uint64
-	PrefixHitTokens             uint64
-	NumEvictions                uint64
-	NumCOWCopies                uint64
-	NumPreemptions              uint64
-	NumWaitingRequests          uint64
-	NumRunningRequests          uint64
-	NumFinishedRequests         uint64
-	NumScheduledTokens          uint64
-	NumSteps                    uint64
-	NumHostBlocks               uint64
-	NumHostFreeBlocks           uint64
-	NumSwappedSeqs              uint64
-	NumSwappedOutBlocks         uint64
-	NumSwappedInBlocks          uint64
-	NumSwapPreemptions          uint64
-	NumHostCachedBlocks         uint64
-	DeviceHitTokens             uint64
-	HostHitTokens               uint64
-	NumOffloadedBlocks          uint64
-	NumLoadedBlocks             uint64
-	NumHostEvictions            uint64
-	StoreHitTokens              uint64
-	NumStoreLookups             uint64
-	NumStoreHits                uint64
-	NumStoreMisses              uint64
-	NumStoreRejected            uint64
-	NumStoreErrors              uint64
-	NumStorePuts                uint64
-	NumStorePutDropped          uint64
-	NumStorePutErrors           uint64
-	NumLoadingRequests          uint64
-	NumStateCheckpointsHeld     uint64
-	NumStateCheckpointsTaken    uint64
-	NumStateCheckpointEvictions uint64
-	NumStateRestores            uint64
-	StateFallbackTokens         uint64
+	NumBlocks                    uint64
+	NumFreeBlocks                uint64
+	NumCachedBlocks              uint64
+	NumUsedBlocks                uint64
+	NumSeqs                      uint64
+	NumPreemptedSeqs             uint64
+	NumPrefixNodes               uint64
+	PrefixQueryTokens            uint64
+	PrefixHitTokens              uint64
+	NumEvictions                 uint64
+	NumCOWCopies                 uint64
+	NumPreemptions               uint64
+	NumWaitingRequests           uint64
+	NumRunningRequests           uint64
+	NumFinishedRequests          uint64
+	NumScheduledTokens           uint64
+	NumSteps                     uint64
+	NumHostBlocks                uint64
+	NumHostFreeBlocks            uint64
+	NumSwappedSeqs               uint64
+	NumSwappedOutBlocks          uint64
+	NumSwappedInBlocks           uint64
+	NumSwapPreemptions           uint64
+	NumHostCachedBlocks          uint64
+	DeviceHitTokens              uint64
+	HostHitTokens                uint64
+	NumOffloadedBlocks           uint64
+	NumLoadedBlocks              uint64
+	NumHostEvictions             uint64
+	StoreHitTokens               uint64
+	NumStoreLookups              uint64
+	NumStoreHits                 uint64
+	NumStoreMisses               uint64
+	NumStoreRejected             uint64
+	NumStoreErrors               uint64
+	NumStorePuts                 uint64
+	NumStorePutDropped           uint64
+	NumStorePutErrors            uint64
+	NumLoadingRequests           uint64
+	NumStateCheckpointsHeld      uint64
+	NumStateCheckpointsTaken     uint64
+	NumStateCheckpointEvictions  uint64
+	NumStateRestores             uint64
+	StateFallbackTokens          uint64
+	NumHostStateCheckpointsHeld  uint64
+	NumStateCheckpointsOffloaded uint64
+	NumStateRestoresFromHost     uint64
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -498,6 +505,9 @@ func (p *Stats) fromC(c *cStats) {
 	p.NumStateCheckpointEvictions = c.NumStateCheckpointEvictions
 	p.NumStateRestores = c.NumStateRestores
 	p.StateFallbackTokens = c.StateFallbackTokens
+	p.NumHostStateCheckpointsHeld = c.NumHostStateCheckpointsHeld
+	p.NumStateCheckpointsOffloaded = c.NumStateCheckpointsOffloaded
+	p.NumStateRestoresFromHost = c.NumStateRestoresFromHost
 }
 
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels: addresses and

@@ -226,11 +226,13 @@ enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write
                                      step writes anything) */
        PKV_COPY_LOAD = 5,         /* host-tier block -> device block: a prefix hit on a block held
                                      only in the host tier */
-       PKV_COPY_STATE_OUT = 7,    /* (since 0.6.0) working state slot -> host state slot
+       PKV_COPY_STATE_OUT = 7,    /* (since 0.6.0) state slot -> host state slot
                                      (pkv_pool_info.host_state_base): pkv_swap_out of a sequence
-                                     with STATE layers */
+                                     with STATE layers (its working slot), or a checkpoint evicted
+                                     from the device and offloaded (its checkpoint slot) */
        PKV_COPY_STATE_IN = 8 };   /* (since 0.6.0) host state slot -> working state slot:
-                                     pkv_swap_in */
+                                     pkv_swap_in, or a prefix hit restoring an offloaded
+                                     checkpoint */
 /* pkv_engine_params.preemption_mode: what pkv_step does to the request it preempts. */
 enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when re-admitted */
        PKV_PREEMPT_SWAP = 1,      /* swap it out to the host tier (recompute when the tier
@@ -296,7 +298,7 @@ typedef struct pkv_layer_spec {
                                      1 .. 2^24, a part at most 2^40 bytes, every STATE layer's
                                      parts (256-byte aligned) below 2^62. PKV_ERR_UNSUPPORTED
                                      for now: a model whose every layer is STATE, STATE layers
-                                     with a host tier */
+                                     with a store (a host tier is fine (since 0.6.0)) */
 } pkv_layer_spec;
 
 /* ---------------------------------------------------------------- engine parameters */
@@ -1086,10 +1088,14 @@ struct pkv_kv_budget {
   uint32_t num_state_layers;
   uint32_t num_state_slots;       /* working states: max_num_seqs */
   uint32_t num_state_checkpoints; /* checkpoint slots */
-  uint32_t reserved2;
+  uint32_t num_host_state_slots;  /* with a host tier: max_num_seqs (swapped-out states) plus,
+                                     with host_offload, num_state_checkpoints (checkpoints evicted
+                                     from the device); else 0 */
   uint64_t state_bytes_per_seq;   /* one slot: every STATE layer's parts, this rank */
   uint64_t state_pool_bytes;      /* (num_state_slots + num_state_checkpoints) *
                                      state_bytes_per_seq, taken from the budget before the blocks */
+  uint64_t host_state_bytes;      /* num_host_state_slots * state_bytes_per_seq: host memory
+                                     (pinned on CUDA) beside host_pool_bytes */
 };
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
@@ -1167,6 +1173,12 @@ typedef struct pkv_stats {
   uint64_t state_fallback_tokens; /* prompt tokens whose KV was cached but were recomputed: no
                                      checkpoint at that boundary (cumulative; 0 under policy
                                      NONE, which serves no hits at all) */
+  uint64_t num_host_state_checkpoints_held; /* host state slots holding an offloaded
+                                               checkpoint now */
+  uint64_t num_state_checkpoints_offloaded; /* checkpoints evicted from the device and copied to a
+                                               host state slot (cumulative) */
+  uint64_t num_state_restores_from_host; /* of num_state_restores, from an offloaded checkpoint
+                                            (cumulative) */
 } pkv_stats;
 
 /* The engine's counters now.
@@ -1221,9 +1233,10 @@ struct pkv_pool_info {
   uint64_t state_slot_bytes;
   uint32_t num_state_slots;       /* pkv_kv_budget's num_state_slots + num_state_checkpoints */
   uint32_t reserved1;
-  /* (since 0.6.0) with STATE layers and a host tier: a swapped-out sequence's state is in one of
-     num_host_state_slots slots (max_num_seqs) of state_slot_bytes at host_state_base (host
-     memory, pinned on CUDA; PKV_COPY_STATE_OUT / _IN move it). NULL and 0 otherwise */
+  /* (since 0.6.0) with STATE layers and a host tier: num_host_state_slots (pkv_kv_budget's)
+     slots of state_slot_bytes at host_state_base, in host memory (pinned on CUDA). Host slots
+     0 .. max_num_seqs-1 hold swapped-out sequences' states, the rest checkpoints offloaded from
+     the device; PKV_COPY_STATE_OUT / _IN move states between the two. NULL and 0 otherwise */
   void *host_state_base;
   uint32_t num_host_state_slots;
   uint32_t reserved2;
@@ -1312,15 +1325,19 @@ PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cac
  * sequences is copied once and its copies stay shared (a sharer swapped out later, or swapped in
  * while an identical block is still in the pool, copies nothing). A swapped sequence cannot be
  * appended to, forked or batched (those calls refuse it); pkv_release frees its host blocks. The
- * scheduler swaps its own requests (preemption_mode).
+ * scheduler swaps its own requests (preemption_mode). With STATE layers (since 0.6.0) the
+ * sequence's working state moves too: to a host state slot (a STATE_OUT copy) on swap-out, back to
+ * a working slot (STATE_IN) on swap-in.
  * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_UNSUPPORTED (an engine without a host
  * tier), PKV_ERR_STATE (seq is not running, is in the open batch, or is a request of pkv_submit),
- * PKV_ERR_NO_SPACE (not enough free host-tier blocks; nothing changed).
+ * PKV_ERR_NO_SPACE (not enough free host-tier blocks, or ((since 0.6.0) no free host state slot);
+ * nothing changed).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_swap_out(pkv_engine *e, uint64_t seq);
 /* Brings a swapped-out seq back into pool blocks (above), all or nothing.
  * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not swapped out, or is a
- * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free pool blocks; nothing changed).
+ * request of pkv_submit), PKV_ERR_NO_SPACE (not enough free pool blocks, or ((since 0.6.0) no
+ * free working state slot); nothing changed).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
 

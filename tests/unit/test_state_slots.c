@@ -369,7 +369,8 @@ static void test_swap(void) {
   pkv_engine *e = tu_engine_p(&p);
   if (!e) return;
   struct pkv_pool_info in = pool_of(e);
-  CHECK(in.host_state_base != NULL && in.num_host_state_slots == MAX_SEQS);
+  /* a host slot per sequence that may be swapped out, then one per offloaded checkpoint */
+  CHECK(in.host_state_base != NULL && in.num_host_state_slots == MAX_SEQS + CHECKPOINTS);
   int32_t tokens[6];
   tu_fill(tokens, 6, 1);
   uint64_t a = tu_alloc(e, tokens, 6, NULL);

@@ -416,9 +416,10 @@ class pkv_kv_budget(_c.Structure):
         ('num_state_layers', _c.c_uint32),
         ('num_state_slots', _c.c_uint32),
         ('num_state_checkpoints', _c.c_uint32),
-        ('reserved2', _c.c_uint32),
+        ('num_host_state_slots', _c.c_uint32),
         ('state_bytes_per_seq', _c.c_uint64),
         ('state_pool_bytes', _c.c_uint64),
+        ('host_state_bytes', _c.c_uint64),
     ]
 
 
@@ -470,6 +471,9 @@ class pkv_stats(_c.Structure):
         ('num_state_checkpoint_evictions', _c.c_uint64),
         ('num_state_restores', _c.c_uint64),
         ('state_fallback_tokens', _c.c_uint64),
+        ('num_host_state_checkpoints_held', _c.c_uint64),
+        ('num_state_checkpoints_offloaded', _c.c_uint64),
+        ('num_state_restores_from_host', _c.c_uint64),
     ]
 
 
@@ -620,8 +624,8 @@ SIZES = {
     'pkv_batch_view': 168,
     'pkv_request_params': 56,
     'pkv_kv_group_info': 32,
-    'pkv_kv_budget': 240,
-    'pkv_stats': 360,
+    'pkv_kv_budget': 248,
+    'pkv_stats': 384,
     'pkv_pool_info': 184,
     'pkv_layer_info': 192,
     'pkv_kv_event': 56,

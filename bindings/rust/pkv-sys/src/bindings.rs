@@ -332,9 +332,10 @@ pub struct pkv_kv_budget {
     pub num_state_layers: u32,
     pub num_state_slots: u32,
     pub num_state_checkpoints: u32,
-    pub reserved2: u32,
+    pub num_host_state_slots: u32,
     pub state_bytes_per_seq: u64,
     pub state_pool_bytes: u64,
+    pub host_state_bytes: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -385,6 +386,9 @@ pub struct pkv_stats {
     pub num_state_checkpoint_evictions: u64,
     pub num_state_restores: u64,
     pub state_fallback_tokens: u64,
+    pub num_host_state_checkpoints_held: u64,
+    pub num_state_checkpoints_offloaded: u64,
+    pub num_state_restores_from_host: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
