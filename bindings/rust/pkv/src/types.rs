@@ -97,6 +97,12 @@ plain! {
         /// Cumulative: prompt tokens whose KV was cached but were recomputed, for want of a
         /// checkpoint at that boundary.
         state_fallback_tokens: u64,
+        /// Host state slots holding an offloaded checkpoint now (pkv 0.6).
+        num_host_state_checkpoints_held: u64,
+        /// Cumulative: checkpoints evicted from the device and copied to a host state slot.
+        num_state_checkpoints_offloaded: u64,
+        /// Cumulative: of `num_state_restores`, from an offloaded checkpoint.
+        num_state_restores_from_host: u64,
     }
 }
 
@@ -232,6 +238,12 @@ pub struct PoolInfo {
     pub state_slot_bytes: u64,
     /// Working slots and checkpoint slots together.
     pub num_state_slots: u32,
+    /// With state layers and a host tier (pkv 0.6): `num_host_state_slots` host slots of
+    /// `state_slot_bytes` at `host_state_base` (pinned on CUDA). Slots 0 .. max_num_seqs hold
+    /// swapped-out sequences' states, the rest checkpoints offloaded from the device
+    /// (`CopyKind::StateOut` / `StateIn`); null and 0 otherwise.
+    pub host_state_base: *mut c_void,
+    pub num_host_state_slots: u32,
 }
 
 impl PoolInfo {
@@ -264,6 +276,8 @@ impl PoolInfo {
             state_base: r.state_base,
             state_slot_bytes: r.state_slot_bytes,
             num_state_slots: r.num_state_slots,
+            host_state_base: r.host_state_base,
+            num_host_state_slots: r.num_host_state_slots,
         }
     }
 }
@@ -318,6 +332,11 @@ pub struct KvBudget {
     /// `(num_state_slots + num_state_checkpoints) * state_bytes_per_seq`, taken from the budget
     /// before the blocks.
     pub state_pool_bytes: u64,
+    /// With a host tier (pkv 0.6): `max_num_seqs` (swapped-out states) plus, with host offload,
+    /// `num_state_checkpoints` (checkpoints evicted from the device); else 0.
+    pub num_host_state_slots: u32,
+    /// `num_host_state_slots * state_bytes_per_seq`: host memory beside `host_pool_bytes`.
+    pub host_state_bytes: u64,
 }
 
 impl KvBudget {
@@ -357,6 +376,8 @@ impl KvBudget {
             num_state_checkpoints: r.num_state_checkpoints,
             state_bytes_per_seq: r.state_bytes_per_seq,
             state_pool_bytes: r.state_pool_bytes,
+            num_host_state_slots: r.num_host_state_slots,
+            host_state_bytes: r.host_state_bytes,
         }
     }
 }

@@ -21,6 +21,13 @@ pub enum CopyKind {
     /// State slot to state slot (pkv 0.6; ids are slots, `PoolInfo::state_base`): a fork's
     /// copy of the working state, run before the step reads any state.
     State,
+    /// State slot to host state slot (pkv 0.6; `src` a state slot, `dst` a host state slot at
+    /// `PoolInfo::host_state_base`): `Engine::swap_out`'s working state, or a checkpoint evicted
+    /// from the device and offloaded.
+    StateOut,
+    /// Host state slot to working state slot (pkv 0.6): `Engine::swap_in`, or a prefix hit
+    /// restoring an offloaded checkpoint.
+    StateIn,
 }
 
 impl CopyKind {
@@ -32,6 +39,8 @@ impl CopyKind {
             CopyKind::Offload => sys::PKV_COPY_OFFLOAD,
             CopyKind::Load => sys::PKV_COPY_LOAD,
             CopyKind::State => sys::PKV_COPY_STATE,
+            CopyKind::StateOut => sys::PKV_COPY_STATE_OUT,
+            CopyKind::StateIn => sys::PKV_COPY_STATE_IN,
         }) as i32
     }
     pub fn from_code(code: i32) -> Option<CopyKind> {
@@ -42,6 +51,8 @@ impl CopyKind {
             CopyKind::Offload,
             CopyKind::Load,
             CopyKind::State,
+            CopyKind::StateOut,
+            CopyKind::StateIn,
         ]
         .into_iter()
         .find(|k| k.code() == code)

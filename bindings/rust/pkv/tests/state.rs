@@ -3,7 +3,9 @@
 //! an engine's state pool (pool_info), each state layer's parts in a slot (layer_info) and the
 //! batch's state slots; the checkpoint params; refusals that name what was wrong. Prefix caching
 //! of the state through the step loop: the checkpoints each policy takes, the restore of a shared
-//! prefix from one, their copies in the batches, their events and the counters of `Stats`.
+//! prefix from one, their copies in the batches, their events and the counters of `Stats`. A host
+//! tier (pkv 0.6): host state slots in the budget and pool, swap's STATE_OUT / STATE_IN copies, a
+//! checkpoint offloaded and restored.
 mod common;
 
 use pkv::{
@@ -258,5 +260,86 @@ fn a_full_set_of_checkpoints_evicts_the_least_recently_used() {
     let (stored, removed) = (of(KvEventKind::BlockStored), of(KvEventKind::BlockRemoved));
     // stored: A's at 12, B's at 8, B's at 12, C's at 12
     assert_eq!((stored.len(), removed), (4, vec![stored[0], stored[2]]), "{:?}", events);
+    e.check().unwrap();
+}
+
+/// The copies of `kind` a batch lists, as (src, dst).
+fn copies_of(v: &pkv::BatchView, kind: CopyKind) -> Vec<StateCopy> {
+    let listed = 0..v.copy_kind.len();
+    listed
+        .filter(|&i| CopyKind::from_code(v.copy_kind[i]) == Some(kind))
+        .map(|i| (v.copy_src[i], v.copy_dst[i]))
+        .collect()
+}
+
+/// The hybrid with a host tier (pkv 0.6): 8 working slots and `checkpoints` checkpoint slots.
+fn with_host(checkpoints: u32) -> Params {
+    hybrid().host_num_blocks(16).num_state_checkpoints(checkpoints)
+}
+
+#[test]
+fn a_host_tier_holds_swapped_states_and_offloaded_checkpoints() {
+    // host state slots: one per sequence (swap) and one per checkpoint (offload)
+    let e = Engine::new(&with_host(4)).unwrap();
+    for b in [with_host(4).profile().unwrap(), e.budget().unwrap()] {
+        assert_eq!((b.num_host_state_slots, b.host_state_bytes), (8 + 4, 12 * SLOT_BYTES), "{:?}", b);
+    }
+    let pool = e.pool_info();
+    assert!(!pool.host_state_base.is_null());
+    assert_eq!(pool.num_host_state_slots, 12);
+    let st = e.stats().unwrap();
+    let offload = (
+        st.num_host_state_checkpoints_held,
+        st.num_state_checkpoints_offloaded,
+        st.num_state_restores_from_host,
+    );
+    assert_eq!(offload, (0, 0, 0), "{:?}", st);
+    // no host tier: no host state
+    let b = hybrid().profile().unwrap();
+    assert_eq!((b.num_host_state_slots, b.host_state_bytes), (0, 0));
+    assert!(Engine::new(&hybrid()).unwrap().pool_info().host_state_base.is_null());
+}
+
+#[test]
+fn swap_moves_the_working_state_through_a_host_state_slot() {
+    assert_eq!((CopyKind::StateOut.code(), CopyKind::from_code(8)), (7, Some(CopyKind::StateIn)));
+    let e = Engine::new(&with_host(4)).unwrap();
+    let a = e.allocate(&common::tokens(1, 6), None).unwrap().seq;
+    let batch = e.batch(&[a], None).unwrap();
+    let slot = batch.view().state_slots[0];
+    batch.end().map_err(|e| e.into_parts().0).unwrap();
+    e.swap_out(a).unwrap();
+    // the next batch (another sequence's) copies a's working slot out to a host state slot
+    let b = e.allocate(&common::tokens(50, 5), None).unwrap().seq;
+    let batch = e.batch(&[b], None).unwrap();
+    let out = copies_of(&batch.view(), CopyKind::StateOut);
+    assert_eq!(out.len(), 1, "{:?}", batch.view().copy_kind);
+    assert_eq!(out[0].0, slot);
+    assert!((0..12).contains(&out[0].1), "host state slot {}", out[0].1);
+    batch.end().map_err(|e| e.into_parts().0).unwrap();
+    // back in: a working slot again, the state copied in from the host slot before the step
+    e.swap_in(a).unwrap();
+    e.append(a, &[7]).unwrap();
+    let batch = e.batch(&[a], None).unwrap();
+    let v = batch.view();
+    assert_eq!(copies_of(&v, CopyKind::StateIn), vec![(out[0].1, v.state_slots[0])], "{:?}", v.copy_kind);
+    batch.end().map_err(|e| e.into_parts().0).unwrap();
+    e.check().unwrap();
+}
+
+#[test]
+fn a_checkpoint_evicted_from_the_device_is_offloaded_then_restored() {
+    // one checkpoint slot: B's checkpoint at 12 evicts A's, which moves to the host; A's prompt
+    // again finds its KV on the device and its checkpoint on the host
+    let e = Engine::new(&with_host(1)).unwrap();
+    let (a, b) = (common::tokens(0, 14), common::tokens(500, 14));
+    run(&e, &a);
+    run(&e, &b);
+    let st = e.stats().unwrap();
+    assert_eq!((st.num_state_checkpoints_offloaded, st.num_host_state_checkpoints_held), (1, 1), "{:?}", st);
+    let (info, _) = run(&e, &a);
+    assert_eq!(info.num_cached_tokens, 12);
+    let st = e.stats().unwrap();
+    assert_eq!((st.num_state_restores, st.num_state_restores_from_host), (1, 1), "{:?}", st);
     e.check().unwrap();
 }
