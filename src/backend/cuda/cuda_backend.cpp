@@ -125,7 +125,7 @@ class CudaBackend final : public Backend {
     const uint64_t state_bytes = uint64_t(shape.num_state_slots) * shape.state_slot_bytes;
     if (err == cudaSuccess && state_bytes) err = cudaMalloc(&state_, state_bytes);
     if (err == cudaSuccess && state_bytes) err = cudaMemset(state_, 0, state_bytes);
-    // A swapped-out sequence's state: pinned host slots, moved by cudaMemcpyAsync (DMA).
+    // Swapped-out states and offloaded checkpoints: pinned host slots, moved by cudaMemcpyAsync.
     const uint64_t host_state_bytes = uint64_t(shape.num_host_state_slots) * shape.state_slot_bytes;
     if (err == cudaSuccess && host_state_bytes)
       err = cudaHostAlloc(&host_state_, host_state_bytes, cudaHostAllocDefault);
@@ -435,7 +435,7 @@ class CudaBackend final : public Backend {
   void *host_ = nullptr;        // the host tier, for the host (host_k_pool)
   void *host_dev_ = nullptr;    // the same memory, for kernels
   void *state_ = nullptr;       // the state slots (PoolShape::num_state_slots), device memory
-  void *host_state_ = nullptr;  // swapped-out states (num_host_state_slots), pinned host memory
+  void *host_state_ = nullptr;  // host state slots (swapped, offloaded), pinned host memory
   cudaStream_t stream_ = nullptr;
   DeviceBuffer batch_buf_, workspace_, pairs_buf_;
   // decode_workspace_bound bytes of the pool's shape (any window's plan fits), or more when a
