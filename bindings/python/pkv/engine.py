@@ -323,7 +323,9 @@ class Engine(Owner):
         shapes (layer specs) share one range of pages: num_layers 1, k_base the first page,
         v_base None, block_stride the page; layer_info(l) says where each layer is. With STATE
         layers (since 0.6.0) state_base is where num_state_slots slots of state_slot_bytes
-        are (None and 0 without)."""
+        are (None and 0 without); with a host tier too, host_state_base is where
+        num_host_state_slots host slots of state_slot_bytes are (swapped-out states in the first
+        max_num_seqs, offloaded checkpoints after them; None and 0 otherwise)."""
         return self._get(_raw.pkv_pool_info, lib.pkv_pool_info)
 
     def event_publisher_info(self):

@@ -44,7 +44,9 @@ _TABLE = (
      "Why a request finished (pkv_seq_info.finish_reason, PKV_FINISH_*)."),
     ('CopyKind', enum.IntEnum, 'COPY_', ('COPY_',),
      'What a copy of a batch moves (batch.copy_kind, PKV_COPY_*): a block, or (STATE, since '
-     '0.6.0) a state slot into another.'),
+     '0.6.0) a state slot into another; STATE_OUT (since 0.6.0), a state slot to a host state '
+     'slot (swap-out, a checkpoint offloaded); STATE_IN, a host state slot to a working slot '
+     '(swap-in, an offloaded checkpoint restored).'),
     ('PreemptionMode', enum.IntEnum, 'PREEMPT_', ('PREEMPT_',),
      'What the scheduler does to a request it preempts (params.preemption_mode, PKV_PREEMPT_*).'),
     ('Tier', enum.IntEnum, 'TIER_', ('TIER_',),

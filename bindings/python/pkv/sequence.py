@@ -44,14 +44,17 @@ class Sequence:
 
     def swap_out(self):
         """Moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and computed
-        count; the next batch lists the copies (view.copy_kind COPY_SWAP_OUT). UnsupportedError:
-        the engine has no host tier; NoSpaceError: too few host blocks, nothing changed;
-        StateError: not running."""
+        count; the next batch lists the copies (view.copy_kind COPY_SWAP_OUT; with STATE layers
+        one COPY_STATE_OUT of its working state slot to a host state slot). UnsupportedError:
+        the engine has no host tier; NoSpaceError: too few host blocks or no free host state
+        slot, nothing changed; StateError: not running."""
         self.engine._call(lib.pkv_swap_out, ctypes.c_uint64(self.id))
 
     def swap_in(self):
         """Brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or nothing;
-        the next batch lists the copies (COPY_SWAP_IN). StateError: not swapped out."""
+        the next batch lists the copies (COPY_SWAP_IN; with STATE layers one COPY_STATE_IN
+        into its new working slot). StateError: not swapped out; NoSpaceError: too few free
+        blocks or no free working state slot, nothing changed."""
         self.engine._call(lib.pkv_swap_in, ctypes.c_uint64(self.id))
 
     def info(self):

@@ -3,8 +3,9 @@ pkv.profile, whose budget's state terms are checked against bytes computed here 
 engine's state pool (pool_info), each state layer's parts in a slot (layer_info) and the batch's
 state slots; the checkpoint params; refusals that name what was wrong. Prefix caching of the
 state through the step loop: the checkpoints each policy takes, the restore of a shared prefix
-from one, their copies in the batches, their events and the stats' counters. The same model and
-requests as the other bindings' state tests."""
+from one, their copies in the batches, their events and the stats' counters. A host tier (since
+0.6.0): host state slots in the budget and pool, swap's STATE_OUT / STATE_IN copies, a checkpoint
+offloaded and restored. The same model and requests as the other bindings' state tests."""
 import unittest
 
 from _util import pkv, small_params
@@ -239,6 +240,81 @@ class StateCheckpoints(unittest.TestCase):
             removed = [ev.block_hash for ev in events if ev.type is pkv.EventType.BLOCK_REMOVED]
             # stored: A's at 12, B's at 8, B's at 12, C's at 12
             self.assertEqual((len(stored), removed), (4, [stored[0], stored[2]]), events)
+
+
+def host_tier(checkpoints):
+    """The hybrid with a host tier (since 0.6.0): 8 working slots, `checkpoints` checkpoints."""
+    return hybrid(host_num_blocks=16, num_state_checkpoints=checkpoints)
+
+
+def copies_of(batch, kind):
+    """The copies of `kind` a batch lists, as (src, dst)."""
+    listed = zip(batch.copy_kind, batch.copy_src, batch.copy_dst)
+    return [(src, dst) for k, src, dst in listed if k == kind]
+
+
+class StateHostTier(unittest.TestCase):
+    def test_a_host_tier_holds_swapped_states_and_offloaded_checkpoints(self):
+        # host state slots: one per sequence (swap) and one per checkpoint (offload)
+        with pkv.Engine(host_tier(4)) as e:
+            for b in (pkv.profile(host_tier(4)), e.budget()):
+                self.assertEqual((b.num_host_state_slots, b.host_state_bytes),
+                                 (8 + 4, 12 * SLOT_BYTES), b)
+            pool = e.pool_info()
+            self.assertIsNotNone(pool.host_state_base)
+            self.assertEqual(pool.num_host_state_slots, 12)
+            st = e.stats()
+            self.assertEqual((st.num_host_state_checkpoints_held,
+                              st.num_state_checkpoints_offloaded,
+                              st.num_state_restores_from_host), (0, 0, 0), st)
+        # no host tier: no host state
+        b = pkv.profile(hybrid())
+        self.assertEqual((b.num_host_state_slots, b.host_state_bytes), (0, 0))
+        with pkv.Engine(hybrid()) as e:
+            self.assertEqual((e.pool_info().host_state_base, e.pool_info().num_host_state_slots),
+                             (None, 0))
+
+    def test_swap_moves_the_working_state_through_a_host_state_slot(self):
+        self.assertEqual((int(pkv.CopyKind.STATE_OUT), pkv.CopyKind(8)),
+                         (7, pkv.CopyKind.STATE_IN))
+        with pkv.Engine(host_tier(4)) as e:
+            a = e.allocate(list(range(1, 7)))
+            batch = e.batch([a])
+            slot = batch.state_slots[0]
+            batch.end()
+            a.swap_out()
+            # the next batch (another sequence's) copies a's working slot out to a host state slot
+            b = e.allocate(list(range(50, 55)))
+            batch = e.batch([b])
+            out = copies_of(batch, pkv.CopyKind.STATE_OUT)
+            self.assertEqual(len(out), 1, batch.copy_kind)
+            self.assertEqual(out[0][0], slot)
+            self.assertIn(out[0][1], range(12))
+            batch.end()
+            # back in: a working slot again, the state copied in from the host slot before the step
+            a.swap_in()
+            a.append([7])
+            batch = e.batch([a])
+            self.assertEqual(copies_of(batch, pkv.CopyKind.STATE_IN),
+                             [(out[0][1], batch.state_slots[0])], batch.copy_kind)
+            batch.end()
+            e.check()
+
+    def test_a_checkpoint_evicted_from_the_device_is_offloaded_then_restored(self):
+        # one checkpoint slot: B's checkpoint at 12 evicts A's, which moves to the host; A's
+        # prompt again finds its KV on the device and its checkpoint on the host
+        with pkv.Engine(host_tier(1)) as e:
+            a, b = list(range(14)), list(range(500, 514))
+            run(e, a)
+            run(e, b)
+            st = e.stats()
+            self.assertEqual((st.num_state_checkpoints_offloaded,
+                              st.num_host_state_checkpoints_held), (1, 1), st)
+            info, _ = run(e, a)
+            self.assertEqual(info.num_cached_tokens, 12)
+            st = e.stats()
+            self.assertEqual((st.num_state_restores, st.num_state_restores_from_host), (1, 1), st)
+            e.check()
 
 
 if __name__ == '__main__':
