@@ -425,7 +425,9 @@ typedef struct pkv_engine_params {
   uint32_t state_checkpoint_policy; /* PKV_STATE_CHECKPOINT_*. default PROMPT_END */
   uint32_t state_checkpoint_interval; /* EVERY: blocks between checkpoints, 1 .. 2^20; else 0 */
   uint32_t num_state_checkpoints; /* checkpoint slots, each a whole state (every STATE layer's
-                                     parts); 0 = max_num_seqs (NONE: 0 always). Taken from the
+                                     parts); 0 = max_num_seqs (NONE, or prefix caching off: 0
+                                     always). With a host tier and host_offload, as many host
+                                     state slots take the ones evicted. Taken from the
                                      budget before the KV blocks; max_num_seqs + these at most
                                      2^31-1 with STATE layers */
   uint32_t reserved4;             /* must be 0 */
