@@ -177,7 +177,10 @@ func (b *Batch) CopyDst() ([]int32, error) {
 
 // CopyKind is, per listed copy, what it moves: CopyCOW, CopySwapOut, CopySwapIn, CopyOffload (a
 // cached block evicted from the pool, kept in the host tier) or CopyLoad (a prefix hit on a block
-// held in the host tier only). Empty from a library older than 0.2, whose copies are all COW.
+// held in the host tier only); with state layers (pkv 0.6) CopyState (slot to slot), CopyStateOut
+// (a state slot to a host state slot at PoolInfo.HostStateBase: a swap-out, or a checkpoint
+// offloaded) or CopyStateIn (a host state slot back to a working slot: a swap-in, or an offloaded
+// checkpoint restored). Empty from a library older than 0.2, whose copies are all COW.
 func (b *Batch) CopyKind() ([]CopyKind, error) {
 	n := int(b.view.NumCopies)
 	if b.view.CopyKind == 0 {

@@ -269,14 +269,18 @@ func (s *Sequence) Resume() (uint32, error) {
 }
 
 // SwapOut moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and
-// computed count; the next batch lists the copies (CopySwapOut). ErrUnsupported: the engine has
-// no host tier; ErrNoSpace: too few host blocks, nothing changed; ErrState: not running.
+// computed count; the next batch lists the copies (CopySwapOut; with state layers one
+// CopyStateOut of its working state slot to a host state slot). ErrUnsupported: the engine has
+// no host tier; ErrNoSpace: too few host blocks or no free host state slot, nothing changed;
+// ErrState: not running.
 func (s *Sequence) SwapOut() error {
 	return s.Engine.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_swap_out(e, C.uint64_t(s.ID)) })
 }
 
 // SwapIn brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or
-// nothing; the next batch lists the copies (CopySwapIn). ErrState: not swapped out.
+// nothing; the next batch lists the copies (CopySwapIn; with state layers one CopyStateIn into
+// its new working slot). ErrState: not swapped out; ErrNoSpace: too few free blocks or no free
+// working state slot, nothing changed.
 func (s *Sequence) SwapIn() error {
 	return s.Engine.call(func(e *C.pkv_engine) C.pkv_status { return C.pkv_swap_in(e, C.uint64_t(s.ID)) })
 }
