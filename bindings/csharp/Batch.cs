@@ -23,6 +23,13 @@ namespace Pkv
         /// <summary>State slot to state slot (pkv 0.6; ids are slots, PoolInfo.StatePool): a
         /// fork's copy of its parent's state, run before the step reads any state.</summary>
         State = Native.PKV_COPY_STATE,
+        /// <summary>State slot to host state slot (pkv 0.6; Src a state slot, Dst a host state
+        /// slot, PoolInfo.HostStatePool): Sequence.SwapOut's working state, or a checkpoint
+        /// evicted from the device and offloaded.</summary>
+        StateOut = Native.PKV_COPY_STATE_OUT,
+        /// <summary>Host state slot to working state slot (pkv 0.6): Sequence.SwapIn, or a prefix
+        /// hit restoring an offloaded checkpoint.</summary>
+        StateIn = Native.PKV_COPY_STATE_IN,
     }
 
     /// <summary>One step's plan, from Engine.BeginBatch or Engine.Step. Call Attention for every

@@ -70,13 +70,16 @@ namespace Pkv
         }
 
         /// <summary>Moves the sequence's KV to the host tier (pkv_swap_out), keeping its tokens and
-        /// computed count; the next batch lists the copies (CopyKind.SwapOut). PkvException
-        /// Unsupported: no host tier; NoSpace: too few host blocks, nothing changed; State: not
-        /// running.</summary>
+        /// computed count; the next batch lists the copies (CopyKind.SwapOut; with state layers
+        /// one CopyKind.StateOut of its working state slot to a host state slot). PkvException
+        /// Unsupported: no host tier; NoSpace: too few host blocks or no free host state slot,
+        /// nothing changed; State: not running.</summary>
         public void SwapOut() { lock (Engine.Gate) Engine.Call(Native.pkv_swap_out(Engine.Handle, Id)); }
 
         /// <summary>Brings a swapped-out sequence's KV back into pool blocks (pkv_swap_in), all or
-        /// nothing; the next batch lists the copies (CopyKind.SwapIn). State: not swapped out.</summary>
+        /// nothing; the next batch lists the copies (CopyKind.SwapIn; with state layers one
+        /// CopyKind.StateIn into its new working slot). State: not swapped out; NoSpace: too few
+        /// free blocks or no free working state slot, nothing changed.</summary>
         public void SwapIn() { lock (Engine.Gate) Engine.Call(Native.pkv_swap_in(Engine.Handle, Id)); }
 
         public SeqInfo Info()

@@ -135,6 +135,11 @@ namespace Pkv
         /// <summary>Where the state slots are (pkv 0.6): NumStateSlots of StateSlotBytes, slot s
         /// at StatePool + s * StateSlotBytes; Zero without state layers.</summary>
         public NativeAddress StatePool { get { return NativeAddress.Of(StateBase); } }
+        /// <summary>With state layers and a host tier (pkv 0.6): NumHostStateSlots host slots of
+        /// StateSlotBytes (pinned on CUDA). Slots 0 .. MaxNumSeqs-1 hold swapped-out sequences'
+        /// states, the rest checkpoints offloaded from the device (CopyKind.StateOut / StateIn);
+        /// Zero otherwise.</summary>
+        public NativeAddress HostStatePool { get { return NativeAddress.Of(HostStateBase); } }
     }
 
     public sealed unsafe partial class Batch

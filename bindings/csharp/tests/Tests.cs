@@ -405,6 +405,9 @@ static partial class Tests
             { "state_checkpoint_restores_a_shared_prefix", StateCheckpointRestoresASharedPrefix },
             { "state_checkpoint_policies", StateCheckpointPolicies },
             { "state_checkpoints_evict_the_least_recently_used", StateCheckpointsEvictTheLeastRecentlyUsed },
+            { "host_state_slots_in_budget_and_pool", HostStateSlotsInBudgetAndPool },
+            { "swap_moves_the_working_state_through_a_host_slot", SwapMovesTheWorkingStateThroughAHostSlot },
+            { "a_checkpoint_is_offloaded_then_restored", ACheckpointIsOffloadedThenRestored },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
