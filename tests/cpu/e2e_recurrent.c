@@ -2,14 +2,17 @@
  * lives in pkv's slots, between two full-attention layers) with prefix caching: pkv's paged run,
  * its recurrent states restored from checkpoints at block boundaries, generates the tokens (and
  * logits within f32 noise) of a naive contiguous run that caches nothing.
- * Under each checkpoint policy (PROMPT_END, EVERY 2 blocks, NONE, and PROMPT_END with a single
- * checkpoint slot: LRU evictions) two stories run:
+ * Under each checkpoint policy (PROMPT_END, EVERY 2 blocks, NONE, PROMPT_END with a single
+ * checkpoint slot: LRU evictions; and with a host tier: PROMPT_END under swap preemption, and two
+ * checkpoint slots whose evictions are offloaded to host state slots and restored from there)
+ * two stories run:
  * - batches the test plans (pkv_allocate, pkv_batch_begin): a prefill in chunks, some ending on
  *   block boundaries (a checkpoint is taken there when the policy wants one) and some crossing
  *   them; an admission whose cached KV ends where no checkpoint is (B: it falls back to a
  *   shorter hit or to token 0, and leaves the checkpoint the next prompt sharing it hits); hits
  *   at 21 and 28 tokens taken from checkpoints; a fork (its state copied); a preemption and
- *   resume that restarts from the last checkpoint;
+ *   resume that restarts from the last checkpoint; with a host tier, D swapped out by hand
+ *   (STATE_OUT) while C resumes, then swapped back in (STATE_IN);
  * - the same prompts through pkv_submit / pkv_step (e2e_recurrent_sched.c): the scheduler ends
  *   chunks on the boundaries the policy wants, then preempts under a small pool.
  * Each admission's hit is the policy's (rec_policy), and pkv_stats counts it: restores, hit
@@ -54,6 +57,7 @@ int rec_engine(const rec_policy *pol, uint32_t num_blocks, uint32_t max_num_batc
   p.max_num_batched_tokens = max_num_batched_tokens;
   p.state_checkpoint_policy = pol->policy, p.state_checkpoint_interval = pol->interval;
   p.num_state_checkpoints = pol->num_checkpoints;
+  p.host_num_blocks = pol->host_blocks, p.preemption_mode = pol->preemption_mode;
   pkv_layer_spec specs[LAYERS];
   memset(specs, 0, sizeof specs);
   for (uint32_t l = 0; l < LAYERS; l++) {
@@ -80,14 +84,18 @@ pkv_stats rec_stats(pkv_engine *e) {
 }
 
 int rec_counters(const rec_policy *p, const char *run, const pkv_stats *st) {
-  printf("%-10s %s: %llu preemptions, %llu checkpoints taken, %llu evicted, %llu restores, "
-         "%llu hit tokens, %llu fallback tokens\n",
+  printf("%-10s %s: %llu preemptions (%llu swaps), %llu checkpoints taken, %llu evicted (%llu "
+         "offloaded), %llu restores (%llu from host), %llu hit tokens, %llu fallback tokens\n",
          p->name, run, (unsigned long long)st->num_preemptions,
+         (unsigned long long)st->num_swap_preemptions,
          (unsigned long long)st->num_state_checkpoints_taken,
          (unsigned long long)st->num_state_checkpoint_evictions,
-         (unsigned long long)st->num_state_restores, (unsigned long long)st->prefix_hit_tokens,
-         (unsigned long long)st->state_fallback_tokens);
-  return CHECK(st->num_state_checkpoints_held ==
+         (unsigned long long)st->num_state_checkpoints_offloaded,
+         (unsigned long long)st->num_state_restores,
+         (unsigned long long)st->num_state_restores_from_host,
+         (unsigned long long)st->prefix_hit_tokens, (unsigned long long)st->state_fallback_tokens);
+  /* an offloaded checkpoint is not dropped: it is held on the host */
+  return CHECK(st->num_state_checkpoints_held + st->num_host_state_checkpoints_held ==
                st->num_state_checkpoints_taken - st->num_state_checkpoint_evictions);
 }
 
@@ -175,6 +183,20 @@ static uint32_t uncomputed(pkv_engine *e, const rec_seq *s) {
   return info.num_tokens - info.num_computed_tokens;
 }
 
+/* STATE_OUT and STATE_IN copies the batches listed (a manual story's) */
+static uint32_t state_moves[2];
+
+static void count_state_moves(pkv_batch *b) {
+  pkv_batch_view v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = sizeof v;
+  if (!CHECK_OK(pkv_batch_info(b, &v))) return;
+  for (uint32_t i = 0; i < v.num_copies; i++) {
+    state_moves[0] += v.copy_kind[i] == PKV_COPY_STATE_OUT;
+    state_moves[1] += v.copy_kind[i] == PKV_COPY_STATE_IN;
+  }
+}
+
 /* One batch: seqs idx[i] compute num_new[i] tokens (0: all uncomputed). */
 static int step(const model *m, pkv_engine *e, rec_seq *seqs, const int *idx,
                 const uint32_t *num_new, uint32_t n) {
@@ -186,6 +208,7 @@ static int step(const model *m, pkv_engine *e, rec_seq *seqs, const int *idx,
   }
   pkv_batch *b = NULL;
   if (!CHECK_OK(pkv_batch_begin(e, ids, counts, n, &b))) return 0;
+  count_state_moves(b);
   const int ok = rec_forward(m, b, seqs, NUM_SEQS, NULL);
   if (!ok) pkv_batch_abort(b);
   return ok && CHECK_OK(pkv_batch_end(b));
@@ -242,9 +265,20 @@ static int prefill_by_blocks(const model *m, pkv_engine *e, rec_seq *seqs) {
   return ok;
 }
 
+/* pkv_swap_out of s, with STATE layers: its working state needs a host state slot, which
+ * pkv_pool_info names (the slots pkv's CPU backend copies STATE_OUT / STATE_IN through). */
+static int swap_out_checked(pkv_engine *e, const rec_seq *s) {
+  struct pkv_pool_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  return CHECK_OK(pkv_pool_info(e, &info)) && CHECK(info.host_state_base != NULL) &&
+         CHECK(info.num_host_state_slots > 0) && CHECK_OK(pkv_swap_out(e, s->id));
+}
+
 static int manual_story(const model *m, const rec_policy *p, rec_seq *seqs) {
   pkv_engine *e = NULL;
   memset(seqs, 0, sizeof(rec_seq) * NUM_SEQS);
+  state_moves[0] = state_moves[1] = 0;
   if (!rec_engine(p, 64, 2048, &e)) return 0;
   /* A in chunks ending at 10 (inside a block), 14, 28 and its last token */
   int ok = admit(p, e, &seqs[SA], 'A', 0, 0);
@@ -263,18 +297,31 @@ static int manual_story(const model *m, const rec_policy *p, rec_seq *seqs) {
   /* C's prompt, then 2 tokens: 30 tokens, 29 computed (EVERY 2 checkpoints 28), preempted */
   for (int s = 0; ok && s < 3; s++) ok = step_all(m, e, seqs, 0);
   ok = ok && CHECK(seqs[SC].num_tokens == 30) && CHECK_OK(pkv_preempt(e, seqs[SC].id));
-  for (int s = 0; ok && s < 2; s++) ok = step_all(m, e, seqs, 1u << SC);
+  /* with a host tier D sits out swapped out too (its state leaves by STATE_OUT in the next
+   * step), and stays out while C resumes and recomputes into a working slot, so a state not
+   * brought back by STATE_IN would show in D's tokens */
+  const unsigned out = p->host_blocks ? 1u << SC | 1u << SD : 1u << SC;
+  const uint32_t moved_out = state_moves[0], moved_in = state_moves[1];
+  ok = ok && (!p->host_blocks || swap_out_checked(e, &seqs[SD]));
+  for (int s = 0; ok && s < 2; s++) ok = step_all(m, e, seqs, out);
+  ok = ok && CHECK(state_moves[0] - moved_out == (p->host_blocks ? 1u : 0u));
   const pkv_stats before = rec_stats(e);
   uint32_t cached = 0;
   ok = ok && CHECK_OK(pkv_resume(e, seqs[SC].id, &cached));
   const pkv_stats after = rec_stats(e);
   ok = ok && rec_check_admission(p, "resume C", &before, &after, cached, p->hit_c_resumed, 4 * BS,
                                  p->hit_c_resumed > 0);
+  if (ok && p->host_blocks)
+    ok = step_all(m, e, seqs, 1u << SD) && CHECK_OK(pkv_swap_in(e, seqs[SD].id)) &&
+         step_all(m, e, seqs, 0) && CHECK(state_moves[1] - moved_in == 1);
   for (int s = 0; ok && s < 2 * GEN; s++) ok = step_all(m, e, seqs, 0);
   const pkv_stats st = rec_stats(e);
   ok = rec_counters(p, "batches", &st) && ok &&
        CHECK(st.num_preemptions == 1 && st.num_cow_copies >= 1) &&
-       CHECK(st.num_state_checkpoints_taken == p->checkpoints_taken);
+       CHECK(st.num_state_checkpoints_taken == p->checkpoints_taken) &&
+       CHECK(st.num_state_checkpoints_offloaded >= p->offloaded_min) &&
+       CHECK(st.num_state_restores_from_host == p->host_restores) &&
+       CHECK(st.num_host_state_checkpoints_held <= st.num_state_checkpoints_offloaded);
   if (!ok)
     fprintf(stderr, "  %s: %llu checkpoints taken (want %u), %llu held\n", p->name,
             (unsigned long long)st.num_state_checkpoints_taken, p->checkpoints_taken,
@@ -300,10 +347,16 @@ int main(void) {
    * one checkpoint slot, B's 21 evicts A's 28 and B's 28 evicts B's 21 (LRU): C and D find KV
    * but no checkpoint, and fall back to token 0 */
   const rec_policy policies[] = {
-      {"PROMPT_END", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3},
-      {"EVERY 2", PKV_STATE_CHECKPOINT_EVERY, 2, 0, 14, 21, 28, 28, 5},
-      {"NONE", PKV_STATE_CHECKPOINT_NONE, 0, 0, 0, 0, 0, 0, 0},
-      {"1 slot", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 1, 0, 0, 0, 0, 3}};
+      {"PROMPT_END", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3, 0, 0, 0, 0},
+      {"EVERY 2", PKV_STATE_CHECKPOINT_EVERY, 2, 0, 14, 21, 28, 28, 5, 0, 0, 0, 0},
+      {"NONE", PKV_STATE_CHECKPOINT_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"1 slot", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 1, 0, 0, 0, 0, 3, 0, 0, 0, 0},
+      /* with a host tier (swap preemption, offload): the PROMPT_END hits, D swapped by hand */
+      {"SWAP", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3, 64, PKV_PREEMPT_SWAP, 0, 0},
+      /* two checkpoint slots and a host tier: B's 28 evicts A's 28 to a host state slot (LRU),
+       * D's hit at 28 restores it from there, C's at 21 (B's) from the device */
+      {"2 slots+host", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 2, 0, 21, 28, 21, 3, 64,
+       PKV_PREEMPT_SWAP, 1, 1}};
   for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
     const int failed = kw_failed;
     manual_story(m, &policies[i], seqs);

@@ -22,6 +22,12 @@ typedef struct rec_policy {
   uint32_t hit_b, hit_c, hit_d; /* tokens each admission must serve */
   uint32_t hit_c_resumed;       /* C preempted with 29 of 30 tokens computed (the KV of 28) */
   uint32_t checkpoints_taken;   /* by the whole story of batches the test plans */
+  /* The host tier (0: none). With one, the batches swap D out and back in by hand (its state
+   * leaves by STATE_OUT, returns by STATE_IN), pkv_step preempts by preemption_mode, and device
+   * checkpoints evicted for room go to host state slots, later hits restoring from there. */
+  uint32_t host_blocks, preemption_mode;
+  uint32_t offloaded_min; /* batches: checkpoints offloaded, at least */
+  uint32_t host_restores; /* batches: of the restores, from host state slots */
 } rec_policy;
 
 /* One sequence as the test knows it. */
@@ -43,8 +49,8 @@ void rec_prompt(rec_seq *s, char which);
 int rec_engine(const rec_policy *p, uint32_t num_blocks, uint32_t max_num_batched_tokens,
                pkv_engine **out);
 pkv_stats rec_stats(pkv_engine *e);
-/* A run's checkpoint counters, printed under run ("batches", "pkv_step"): held is taken less
- * evicted. 1 when it is. */
+/* A run's checkpoint counters, printed under run ("batches", "pkv_step"): held (device and host)
+ * is taken less evicted. 1 when it is. */
 int rec_counters(const rec_policy *p, const char *run, const pkv_stats *st);
 /* Runs the open batch b through the model (its sequences among seqs[n]). Each sequence whose rows
  * reach its last token takes its next token: logits kept, pending = the pick, sampled[i] (its

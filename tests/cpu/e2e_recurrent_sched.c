@@ -129,6 +129,8 @@ int rec_sched_story(const model *m, const rec_policy *p) {
   const pkv_stats after = rec_stats(s->e);
   ok = rec_counters(p, "pkv_step", &after) && ok &&
        CHECK(after.num_preemptions > before.num_preemptions) &&
+       CHECK(p->preemption_mode != PKV_PREEMPT_SWAP ||
+             after.num_swap_preemptions > before.num_swap_preemptions) &&
        CHECK(p->policy != PKV_STATE_CHECKPOINT_NONE || after.prefix_hit_tokens == 0);
   for (int j = 0; ok && j < s->n; j++) {
     char label[64];
