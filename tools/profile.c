@@ -152,15 +152,16 @@ static int build_params(const profile_opts *o, const cli_command *cmd, pkv_engin
  * Returns CLI_EXIT_FAIL. */
 static int budget_refusal(const pkv_engine_params *p, const pkv_kv_budget *b) {
   char need_h[32], have_h[32], miss_h[32];
-  if (b->shortfall_bytes == 0) { /* the host tier's memory */
-    fprintf(
-        stderr,
-        "pkv profile: the host tier takes %s (%llu blocks); the host has %s available: %s missing. Lower "
-        "--host-cache or --host-blocks\n",
-        cli_format_size(b->host_pool_bytes, need_h, sizeof need_h),
-        (unsigned long long)b->host_num_blocks,
-        cli_format_size(b->host_available_bytes, have_h, sizeof have_h),
-        cli_format_size(b->host_pool_bytes - b->host_available_bytes, miss_h, sizeof miss_h));
+  if (b->shortfall_bytes == 0) { /* the host tier's memory, its state slots included */
+    const uint64_t host = b->host_pool_bytes + b->host_state_bytes;
+    fprintf(stderr,
+            "pkv profile: the host tier takes %s (%llu blocks%s); the host has %s available: %s "
+            "missing. Lower --host-cache or --host-blocks%s\n",
+            cli_format_size(host, need_h, sizeof need_h), (unsigned long long)b->host_num_blocks,
+            b->host_state_bytes ? " and its state slots" : "",
+            cli_format_size(b->host_available_bytes, have_h, sizeof have_h),
+            cli_format_size(host - b->host_available_bytes, miss_h, sizeof miss_h),
+            b->host_state_bytes ? " (or --max-num-seqs, --num-checkpoints)" : "");
     return CLI_EXIT_FAIL;
   }
   if (b->source == PKV_BUDGET_FIXED_BLOCKS) {

@@ -82,7 +82,9 @@ void profile_print_json(const char *config, const pkv_engine_params *p, const pk
   json_u64("num_state_slots", b->num_state_slots, 0);
   json_u64("num_state_checkpoints", b->num_state_checkpoints, 0);
   json_u64("state_bytes_per_seq", b->state_bytes_per_seq, 0);
-  json_u64("state_pool_bytes", b->state_pool_bytes, 1);
+  json_u64("state_pool_bytes", b->state_pool_bytes, 0);
+  json_u64("num_host_state_slots", b->num_host_state_slots, 0);
+  json_u64("host_state_bytes", b->host_state_bytes, 1);
   printf("  }");
   variants_print_json(p, b);
   printf("\n}\n");

@@ -197,11 +197,21 @@ void profile_print_table(const char *config, const pkv_engine_params *p, const p
   row_bytes("host pool bytes", b->host_pool_bytes,
             b->device == PKV_DEVICE_CUDA ? "host blocks x block bytes, pinned"
                                          : "host blocks x block bytes");
+  if (b->num_host_state_slots) { /* DESIGN.md §13: swapped-out states, offloaded checkpoints */
+    row_count("host state slots", b->num_host_state_slots,
+              b->num_host_state_slots > b->num_state_slots
+                  ? "max_num_seqs (swap) + checkpoints (offload)"
+                  : "max_num_seqs (swap)");
+    row_bytes("host state bytes", b->host_state_bytes,
+              b->device == PKV_DEVICE_CUDA ? "host state slots x state bytes, pinned"
+                                           : "host state slots x state bytes");
+  }
   if (b->host_total_bytes == 0) {
     printf("  %-26s %12s %16s   %s\n", "host memory", "-", "", "not measured (--memory plans)");
     return;
   }
   row_bytes("host memory", b->host_total_bytes, "measured (MemTotal)");
   row_bytes("host memory available", b->host_available_bytes,
-            "measured (MemAvailable): >= host pool bytes");
+            b->host_state_bytes ? "measured (MemAvailable): >= host pool + state bytes"
+                                : "measured (MemAvailable): >= host pool bytes");
 }

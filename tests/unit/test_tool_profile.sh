@@ -203,8 +203,16 @@ expect out 0 "Qwen3.5: every:4 with 16 checkpoints" \
   -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --state-checkpoints every:4 --num-checkpoints 16
 expect out 0 "Qwen3.5 json: no checkpoints" '"state_checkpoint_policy": "none"' \
   '"num_state_layers": 30,' '"num_state_slots": 64,' '"num_state_checkpoints": 0,' \
-  '"state_bytes_per_seq": 64389120,' '"state_pool_bytes": 4120903680$' '"num_blocks": 223353,' \
+  '"state_bytes_per_seq": 64389120,' '"state_pool_bytes": 4120903680,' '"num_blocks": 223353,' \
   -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --state-checkpoints none --json
+# A host tier holds a state slot per sequence (swap) and per checkpoint (offload): 128 x 64389120
+expect out 0 "Qwen3.5 with a host tier: its state slots" \
+  "^  host state slots +128 +max_num_seqs \(swap\) \+ checkpoints \(offload\)" \
+  "^  host state bytes +7.68 GiB +8241807360 " \
+  -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --host-cache 64GiB
+expect out 0 "Qwen3.5 json with a host tier" '"num_host_state_slots": 128,' \
+  '"host_state_bytes": 8241807360$' \
+  -- profile --config "$q35" --memory 80GiB --max-num-seqs 64 --host-cache 64GiB --json
 # --tp 2: the config is read as one rank's share (heads and conv channels halved): 32194560 B
 expect out 0 "Qwen3.5 at --tp 2: each rank's state" \
   "part 0 4096 x 3 bf16 \(24.00 KiB\), part 1 16 x 128 x 128 f32 \(1.00 MiB\)" \
