@@ -53,8 +53,9 @@ struct Sequence {
   // (then it may find no block and preempt someone). 0 or 1, and only while running.
   uint32_t num_unslotted = 0;
   bool in_batch = false;  // a member of the engine's open batch
-  // Its working state slot (StatePool) while running or swapped, on a model with STATE layers;
-  // else -1. A preempted sequence gives it back: its state is recomputed from token 0.
+  // Its working state slot (StatePool) while running, on a model with STATE layers; else -1. A
+  // preempted sequence gives it back (re-admission restores a checkpoint or starts from token 0);
+  // a swapped-out one holds a host slot instead.
   int32_t state_slot = -1;
   int32_t host_state_slot = -1;  // while swapped out: its state's host slot (StatePool), else -1
   // The block boundaries where it leaves checkpoints of that state (BlockManager::
