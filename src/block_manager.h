@@ -192,6 +192,9 @@ class BlockManager {
   Capture capture(const SeqTables &tables, uint32_t b);
   uint32_t num_checkpoints_held() const { return checkpoints_.num_held(); }
   uint32_t num_host_checkpoints_held() const { return host_checkpoints_.num_held(); }
+  // The hash of the anchor group's block b-1 of tables (sealed) and of its parent: a
+  // checkpoint's event names them.
+  std::pair<uint64_t, uint64_t> anchor_hashes(const SeqTables &tables, uint32_t b) const;
   // Reserves slots for n more tokens after the table's first num_slotted: new blocks, and a
   // copy-on-write of a shared, partly filled last block. Throws PKV_ERR_NO_SPACE with nothing
   // changed.
@@ -238,13 +241,23 @@ class BlockManager {
 
   // The store tier's fetched blocks enter the prefix tree as nodes held in the host tier, so a
   // later admission loads them like offloaded ones. For a prompt whose prefix walk (plan) stopped
-  // at block `first`: nodes for blocks [first, first + n) of tokens, each in a host-tier block
-  // (host_out[i]) the caller fills at once with the block's K/V, or -1 where a node already holds
-  // the block's KV in a tier. Host blocks a queued copy reads or writes are not used, nor those of
-  // the prompt's own prefix. Returns how many leading blocks got a node or had one (fewer than n
-  // when the host tier has no room). Emits a STORED event of medium STORE for each block given.
+  // at block `first` (plan.num_hits): nodes for blocks [first, first + n) of tokens, each in a
+  // host-tier block (host_out[i]) the caller fills at once with the block's K/V, or -1 where a
+  // node already holds the block's KV in a tier. Only blocks from `fetched` on have values: one
+  // before it that no node holds ends the walk. Host blocks a queued copy reads or writes are not
+  // used, nor those of the prompt's own prefix. Returns how many leading blocks got a node or had
+  // one (fewer than n when the host tier has no room). Emits a STORED event of medium STORE for
+  // each block given.
   uint32_t stage_from_store(const PrefixKeys &keys, const int32_t *tokens, const Admission &plan,
-                            uint32_t n, std::vector<int32_t> *host_out);
+                            uint32_t fetched, uint32_t n, std::vector<int32_t> *host_out);
+  // A checkpoint of the state at boundary h fetched from the store, for n tokens whose first h
+  // blocks a node holds in a tier and no checkpoint at h or later serves: the anchor node of block
+  // h-1 takes a host checkpoint slot (a free one, else the least recently used one's, dropped)
+  // that the caller fills at once, or -1 (nothing changed) when there is none, or the slot is
+  // busy (a queued copy reads or writes it), or the blocks are no longer held. Emits a STORED
+  // event of medium STORE in the state's group.
+  int32_t stage_checkpoint(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, uint32_t h,
+                           const std::function<bool(int32_t)> &busy);
   // n blocks of an admission's hits came from the store: counted there, not as host-tier hits.
   void count_store_hits(uint32_t n) {
     stats_.host_hit_tokens -= uint64_t(n) * block_size_;

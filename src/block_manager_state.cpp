@@ -107,6 +107,15 @@ void BlockManager::drop_checkpoint(uint32_t node) {
   (host ? host_checkpoints_ : checkpoints_).release(checkpoint_slot(ref));
 }
 
+std::pair<uint64_t, uint64_t> BlockManager::anchor_hashes(const SeqTables &tables,
+                                                          uint32_t b) const {
+  const BlockTable &t = tables[anchor_];
+  PKV_ASSERT(b >= 1 && t.num_sealed >= b && t.ids[b - 1] >= 0);
+  const uint32_t node = pool_.node(t.ids[b - 1]);
+  PKV_ASSERT(node != kNoNode);
+  return {tree_.hash(node), tree_.hash(tree_.parent(node))};
+}
+
 // A checkpoint stored or removed is an event of the state's group (numbered after the KV groups),
 // in the tier that holds it, named by its node's hash: a router learns which prefixes can restore
 // a state.

@@ -118,6 +118,8 @@ Engine::Engine(const pkv_engine_params &params)
         HostTierView{static_cast<char *>(backend_->host_k_pool()),
                      static_cast<char *>(backend_->host_v_pool()), shape.host_bytes.layer,
                      shape.block_bytes(), shape.num_layers});
+    // Checkpoints of the recurrent state go to the store and come back through host state slots.
+    if (!state_layout_.empty()) enable_store_state();
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
       blocks_.on_host_evict([this](const EvictedHostBlock &b) { write_back(b, false); });
     scheduler_.set_store(store_.get());

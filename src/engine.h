@@ -121,6 +121,10 @@ class Engine {
   uint32_t consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
   // After s's blocks were sealed (write-through): the new prefix blocks go to the writer.
   void write_sealed(const Sequence &s);
+  // With STATE layers: the store's checkpoints (store_tier_state.cpp) are on; s's checkpoint just
+  // taken at boundary b (its working slot's state) goes to the writer.
+  void enable_store_state();
+  void write_checkpoint(const Sequence &s, uint32_t b);
   // An offloaded block leaving the host tier goes to the writer (write-back); wait: for room in
   // the queue instead of dropping it (the flush at destroy).
   void write_back(const EvictedHostBlock &b, bool wait);

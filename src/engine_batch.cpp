@@ -71,9 +71,13 @@ void Engine::close(bool ran) {
     const bool through = store_ && store_->writes_through();
     blocks_.collect_sealed(through);
     states_.make_room(1);
-    computed(s, blocks_, states_, b.num_new_tokens()[i]);
+    const uint32_t captured = computed(s, blocks_, states_, b.num_new_tokens()[i]);
     blocks_.collect_sealed(false);
     if (through) write_sealed(s);
+    // A checkpoint of the state goes to the store when taken, in either write mode: the working
+    // slot holds it only until the next step.
+    if (captured && store_ && store_->has_state() && store_->writes())
+      write_checkpoint(s, captured);
   }
   // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
   // leaves them queued for the next batch, unless pkv already did them.

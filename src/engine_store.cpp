@@ -12,15 +12,56 @@ uint32_t Engine::consult_store(const PrefixKeys &keys, const int32_t *tokens, ui
   if (!store_ || n == 0) return 0;
   const BlockManager::Admission plan = blocks_.plan_admission(keys, tokens, n);
   const uint32_t max_hits = blocks_.max_hits(n);
-  const uint32_t first = plan.num_hits;
+  // The blocks past the KV the tree holds and, with STATE layers, a checkpoint past the one it
+  // holds (where the hit stops), up to where that KV reaches.
+  const uint32_t first = plan.kv_hits;
+  const bool state = store_->has_state() && plan.num_hits < max_hits;
   // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
   // pool block as a new one would): the store is not touched.
-  if (first >= max_hits || plan.num_free_needed > blocks_.num_free()) return 0;
+  if ((first >= max_hits && !state) || plan.num_free_needed > blocks_.num_free()) return 0;
   StoreChain chain;
   store_->keys(keys, tokens, max_hits, &chain);
   std::vector<uint8_t> values;
   const uint32_t got = store_->fetch(chain, tokens, first, max_hits - first, &values);
-  return got ? stage_fetched(blocks_, *store_, keys, tokens, n, first, got, values) : 0;
+  const uint32_t from_store =
+      got ? stage_fetched(blocks_, *store_, keys, tokens, n, first, got, values) : 0;
+  if (state) {
+    std::vector<uint8_t> value;
+    const uint32_t h = store_->fetch_state(chain, tokens, plan.num_hits + 1, first + got, &value);
+    if (h) stage_fetched_state(blocks_, states_, *store_, keys, tokens, n, h, value);
+  }
+  return from_store;
+}
+
+void Engine::enable_store_state() {
+  // The fingerprint's layout: every STATE layer's parts, by layer, dtype and shape (a host that
+  // changes a part's dtype or shape keeps no checkpoint of the other layout).
+  std::string layout;
+  for (size_t l = 0; l < specs_.size(); ++l)
+    for (const StatePart &part : specs_[l].state) {
+      if (!part.bytes) continue;
+      layout += std::to_string(l) + ":" + std::to_string(part.dtype);
+      for (uint32_t d : part.shape) layout += "," + std::to_string(d);
+      layout += ";";
+    }
+  store_->enable_state(state_layout_.slot_bytes, layout,
+                       static_cast<char *>(backend_->host_state_pool()));
+}
+
+void Engine::write_checkpoint(const Sequence &s, uint32_t b) {
+  // The working slot holds the state after exactly b blocks until the next step writes it.
+  std::vector<uint8_t> state(state_layout_.slot_bytes);
+  backend_->read_state(s.state_slot, state.data());
+  StoreChain chain;
+  store_->keys(s.keys, s.tokens.data(), b, &chain);
+  const uint32_t bs = params_.block_size;
+  const int32_t *block_tokens = s.tokens.data() + size_t(b - 1) * bs;
+  const std::pair<uint64_t, uint64_t> hashes = blocks_.anchor_hashes(s.tables, b);
+  store_->write_state(
+      chain, s.tokens.data(), b, state.data(),
+      StoreWritten{hashes.first, hashes.second, b == 1,
+                   std::vector<int32_t>(block_tokens, block_tokens + bs), s.keys.lora_id,
+                   s.keys.block_extra((b - 1) * bs, bs), groups_.num_groups()});
 }
 
 void Engine::write_sealed(const Sequence &s) {
@@ -68,8 +109,8 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
 void Engine::note_store_events() {
   if (!store_) return;
   for (const StoreWritten &w : store_->take_written())
-    events_.stored(w.hash, w.parent_hash, w.parent_is_root, w.tokens.data(), PKV_TIER_STORE, 0,
-                   w.lora_id, w.extra);
+    events_.stored(w.hash, w.parent_hash, w.parent_is_root, w.tokens.data(), PKV_TIER_STORE,
+                   w.group, w.lora_id, w.extra);
 }
 
 void Engine::publisher_info(struct pkv_event_publisher_info *out) const {

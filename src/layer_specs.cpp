@@ -269,11 +269,6 @@ void check_state_model(const pkv_engine_params &p, const std::vector<LayerSpec> 
     fail(PKV_ERR_UNSUPPORTED,
          "layer_specs: every layer is STATE; a model with no attention (or MLA) layer is not "
          "supported yet: pkv's pool is built on KV blocks");
-  if (p.store)
-    fail(PKV_ERR_UNSUPPORTED,
-         "layer_specs with STATE layers and a store (pkv_engine_params.store) are not supported "
-         "yet: the store's values hold KV blocks, not checkpoints of the state; set store to "
-         "NULL (a host tier, swap and offload are fine)");
   // Each aligned part is at most 2^40 + 256 bytes: a sum stopped at 2^62 cannot overflow.
   uint64_t slot = 0;
   for (size_t l = 0; l < specs.size() && slot < (uint64_t(1) << 62); ++l)

@@ -25,19 +25,31 @@ uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const PrefixKeys 
                        const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
                        const std::vector<uint8_t> &values) {
   const BlockManager::Admission plan = blocks.plan_admission(keys, tokens, n);
+  // Where the hit stops now (with STATE layers: its checkpoint; the KV may go on, held).
   const uint32_t now = plan.num_hits;
-  if (now < first || now >= first + got) return 0;  // a gap before them, or nothing left to add
-  const uint32_t skip = now - first;
+  if (now >= first + got) return 0;  // nothing left to add
   std::vector<int32_t> host;
-  const uint32_t staged = blocks.stage_from_store(keys, tokens, plan, got - skip, &host);
+  const uint32_t staged =
+      blocks.stage_from_store(keys, tokens, plan, first, first + got - now, &host);
   const uint64_t vb = store.shape().value_bytes();
   uint32_t from_store = 0;
   for (uint32_t i = 0; i < staged; ++i) {
     if (host[i] < 0) continue;
-    store.stage(values.data() + size_t(skip + i) * vb, host[i]);
+    PKV_ASSERT(now + i >= first);  // blocks before the fetched ones are never staged
+    store.stage(values.data() + size_t(now + i - first) * vb, host[i]);
     from_store++;
   }
   return from_store;
+}
+
+bool stage_fetched_state(BlockManager &blocks, const StatePool &states, StoreTier &store,
+                         const PrefixKeys &keys, const int32_t *tokens, uint32_t n, uint32_t h,
+                         const std::vector<uint8_t> &value) {
+  const int32_t slot = blocks.stage_checkpoint(keys, tokens, n, h,
+                                               [&](int32_t s) { return states.host_slot_busy(s); });
+  if (slot < 0) return false;
+  store.stage_state(value.data(), slot);
+  return true;
 }
 
 uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
@@ -130,6 +142,9 @@ void Scheduler::absorb_fetched() {
     s->request.store_staged = f.got ? stage_fetched(blocks_, *store_, s->keys, s->tokens.data(),
                                                     s->num_tokens(), f.first, f.got, f.values)
                                     : 0;
+    if (f.state_boundary)
+      stage_fetched_state(blocks_, states_, *store_, s->keys, s->tokens.data(), s->num_tokens(),
+                          f.state_boundary, f.state_value);
   }
 }
 
@@ -137,15 +152,18 @@ bool Scheduler::start_lookup(Sequence &s) {
   s.request.store_looked_up = true;
   const uint32_t n = s.num_tokens();
   const BlockManager::Admission plan = blocks_.plan_admission(s.keys, s.tokens.data(), n);
-  const uint32_t max_hits = blocks_.max_hits(n), first = plan.num_hits;
-  if (first >= max_hits) return false;
+  // The blocks past the KV the tree holds and, with STATE layers, a checkpoint past the one it
+  // holds (where the hit stops): up to where that KV reaches.
+  const uint32_t max_hits = blocks_.max_hits(n), first = plan.kv_hits;
+  const bool state = store_->has_state() && plan.num_hits < max_hits;
+  if (first >= max_hits && !state) return false;
   StoreChain chain;
   store_->keys(s.keys, s.tokens.data(), max_hits, &chain);
   store_->fetch_async(
       s.id, std::move(chain),
       std::vector<int32_t>(s.tokens.begin(),
                            s.tokens.begin() + size_t(max_hits) * limits_.block_size),
-      first, max_hits - first);
+      first, max_hits - first, state ? plan.num_hits + 1 : 0);
   s.state = SeqState::kLoading;
   num_loading_++;
   return true;

@@ -38,6 +38,12 @@ struct StepPlan {
 uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const PrefixKeys &keys,
                        const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
                        const std::vector<uint8_t> &values);
+// Stages a checkpoint of the recurrent state fetched at boundary h (its value) in a host state
+// slot, held by the prefix node where the tokens' block h-1 is, for the admission to restore.
+// False (nothing changed) when there is no slot for it, or no node holds those blocks now.
+bool stage_fetched_state(BlockManager &blocks, const StatePool &states, StoreTier &store,
+                         const PrefixKeys &keys, const int32_t *tokens, uint32_t n, uint32_t h,
+                         const std::vector<uint8_t> &value);
 
 class Scheduler {
  public:

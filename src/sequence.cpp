@@ -183,14 +183,14 @@ void free_kv(Sequence &s, BlockManager &blocks, StatePool &states) {
   }
 }
 
-void computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) {
+uint32_t computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) {
   PKV_ASSERT(s.running() && n <= s.num_uncomputed());
   s.num_computed += n;
   blocks.seal(s.tables, s.keys, s.tokens.data(), s.num_computed);
   const uint32_t bs = blocks.block_size(), b = s.num_computed / bs;
   if (s.state_slot < 0 || n == 0 || s.num_computed % bs != 0 ||
       !blocks.wants_checkpoint(b, s.checkpoint_end, s.checkpoint_branch))
-    return;
+    return 0;
   // The working slot holds the state after exactly b blocks until the next step writes it; the
   // copy is queued before that step's, which runs its copies first. An evicted checkpoint's
   // offload reads its slot before the capture overwrites it.
@@ -198,6 +198,7 @@ void computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) 
   const BlockManager::Capture c = blocks.capture(s.tables, b);
   if (c.offload_to >= 0) states.queue_copy(c.slot, c.offload_to, PKV_COPY_STATE_OUT);
   if (c.slot >= 0) states.queue_copy(s.state_slot, c.slot);
+  return c.slot >= 0 ? b : 0;
 }
 
 uint64_t next_checkpoint(const Sequence &s, const BlockManager &blocks) {

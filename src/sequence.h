@@ -114,8 +114,8 @@ void free_kv(Sequence &s, BlockManager &blocks, StatePool &states);
 void finish(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t reason);
 // Running: a step computed the next n tokens; full blocks are sealed into the prefix cache, and a
 // boundary reached that the sequence wants a checkpoint at takes one (a copy of its working state,
-// queued). The caller made room for one state copy (StatePool::make_room).
-void computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n);
+// queued). Returns that boundary (blocks) when a new checkpoint was taken there, else 0.
+uint32_t computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n);
 // The first token count after its computed ones where it wants a checkpoint: a chunk that reaches
 // it ends there. UINT64_MAX when none.
 uint64_t next_checkpoint(const Sequence &s, const BlockManager &blocks);

@@ -60,9 +60,9 @@ void state_budget(const pkv_engine_params &p, pkv_kv_budget &b) {
   b.num_state_checkpoints = checkpoints;
   b.state_bytes_per_seq = layout.slot_bytes;
   // With a host tier, a host slot for every sequence that may be swapped out and, when evicted
-  // blocks are offloaded, one for every checkpoint evicted with them (DESIGN.md §13).
+  // blocks are offloaded or a store's are fetched, one per checkpoint (DESIGN.md §13).
   if (p.host_num_blocks || p.host_cache_bytes)
-    b.num_host_state_slots = p.max_num_seqs + (p.host_offload ? checkpoints : 0);
+    b.num_host_state_slots = p.max_num_seqs + (p.host_offload || p.store ? checkpoints : 0);
   b.host_state_bytes = checked_product({b.num_host_state_slots, layout.slot_bytes}, kMaxOffset,
                                        "host_state_bytes = num_host_state_slots x "
                                        "state_bytes_per_seq");

@@ -71,6 +71,14 @@ void StatePool::queue_copy(int32_t src, int32_t dst, int32_t kind) {
   pending_.push_back({src, dst, kind});
 }
 
+bool StatePool::host_slot_busy(int32_t slot) const {
+  for (const BlockCopy &c : pending_)
+    if ((c.kind == PKV_COPY_STATE_IN && c.src == slot) ||
+        (c.kind == PKV_COPY_STATE_OUT && c.dst == slot))
+      return true;
+  return false;
+}
+
 void StatePool::copies_done(size_t n) {
   PKV_ASSERT(n <= pending_.size());
   pending_.erase(pending_.begin(), pending_.begin() + long(n));

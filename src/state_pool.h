@@ -44,6 +44,9 @@ class StatePool {
   // was made for it.
   // kind: PKV_COPY_STATE (slot -> slot), _OUT (working -> host slot) or _IN (host -> working).
   void queue_copy(int32_t src, int32_t dst, int32_t kind = PKV_COPY_STATE);
+  // Whether a queued copy reads or writes host state slot `slot` (its bytes are not yet what the
+  // queue says they will be): no one may fill it now.
+  bool host_slot_busy(int32_t slot) const;
   // Room for n more queued copies: the next n queue_copy calls cannot fail.
   void make_room(size_t n) { pkv::make_room(pending_, n); }
   // Copies queued and not yet done, in order. A batch lists those queued before it began.

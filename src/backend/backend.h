@@ -112,6 +112,9 @@ class Backend {
   // Pool block `block`'s K and V of every layer into dst (host memory), layer by layer, K then V
   // (bytes.block each; MLA: K only): the store tier's payload. After the work queued so far (synchronous).
   virtual void read_block(int32_t block, void *dst) = 0;
+  // State slot `slot`'s state_slot_bytes into host memory dst, after the work queued before it
+  // (the store's copy of a checkpoint).
+  virtual void read_state(int32_t slot, void *dst) = 0;
   // Prepares a step: step's arrays (host memory) stay valid and unchanged until the batch ends.
   // With several KV groups, each group's slot mapping and tables (group_slot_mapping,
   // group_block_tables; -1 for blocks a windowed group gave back) are planned.

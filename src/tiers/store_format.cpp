@@ -155,6 +155,31 @@ StoreKey store_block_key(const StoreKey &parent, const int32_t *tokens, uint32_t
   return k;
 }
 
+StoreShape state_store_shape(const StoreShape &kv, uint64_t slot_bytes) {
+  StoreShape s = kv;
+  s.num_layers = 1, s.tensors = 1, s.block_bytes = slot_bytes;
+  s.kv_scales.clear();
+  return s;
+}
+
+StoreFingerprint state_fingerprint(const StoreFingerprint &kv, const std::string &layout) {
+  Sha256 h;
+  h.add("pkv-store-state-fingerprint-v1", 30).add(kv.bytes, 32);
+  add_le(h, uint64_t(layout.size()));
+  h.add(layout.data(), layout.size());
+  StoreFingerprint fp;
+  h.done(fp.bytes);
+  return fp;
+}
+
+StoreKey store_state_parent(const StoreFingerprint &state_fp, const StoreKey &block_key) {
+  Sha256 h;
+  h.add("pkv-store-state-v1", 18).add(state_fp.bytes, 32).add(block_key.bytes, 32);
+  StoreKey k;
+  h.done(k.bytes);
+  return k;
+}
+
 void encode_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,
                   const StoreKey &parent, const int32_t *tokens, uint8_t *value) {
   Header h;

@@ -59,6 +59,17 @@ StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt, uin
 StoreKey store_value_parent(const StoreKey &parent, const std::string &extra);
 StoreKey store_block_key(const StoreKey &parent, const int32_t *tokens, uint32_t n);
 
+// Checkpoints of the recurrent state (DESIGN.md §13) are values of the same format: the state
+// after the tokens up to a block boundary, under the block that ends there. Their shape is one
+// "layer" of one tensor of state_bytes_per_seq (state_store_shape); their fingerprint is the KV
+// fingerprint mixed with the state's layout (every STATE layer's parts: dtype and shape), so
+// another state layout never hits; the parent a value names is store_state_parent(its
+// fingerprint, the block's key), and its key store_block_key(that parent, the block's tokens):
+// keyed apart from the block, and checked by `pkv store verify` as every value is.
+StoreShape state_store_shape(const StoreShape &kv, uint64_t slot_bytes);
+StoreFingerprint state_fingerprint(const StoreFingerprint &kv, const std::string &layout);
+StoreKey store_state_parent(const StoreFingerprint &state_fp, const StoreKey &block_key);
+
 // Writes the header and tokens of a value into value[0 .. value_bytes - payload_bytes); the
 // payload (already in place after them) is checksummed.
 void encode_value(const StoreShape &shape, const StoreFingerprint &fp, const StoreKey &key,

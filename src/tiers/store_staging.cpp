@@ -10,7 +10,7 @@
 namespace pkv {
 
 uint32_t BlockManager::stage_from_store(const PrefixKeys &keys, const int32_t *tokens,
-                                        const Admission &plan, uint32_t n,
+                                        const Admission &plan, uint32_t fetched, uint32_t n,
                                         std::vector<int32_t> *host_out) {
   host_out->clear();
   if (!prefix_caching_ || host_.num_blocks() == 0 || n == 0) return 0;
@@ -49,6 +49,7 @@ uint32_t BlockManager::stage_from_store(const PrefixKeys &keys, const int32_t *t
       parent_hash = hash;
       continue;
     }
+    if (first + done < fetched) break;  // held by no tier, and not fetched: the hit stops here
     int32_t host = -1;
     host_.for_each_free([&](int32_t h) {
       if (busy.count(h)) return true;
@@ -79,6 +80,28 @@ uint32_t BlockManager::stage_from_store(const PrefixKeys &keys, const int32_t *t
   }
   for (int32_t h : held) host_.drop_ref(h);  // cached: the host tier's newest
   return done;
+}
+
+int32_t BlockManager::stage_checkpoint(const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
+                                       uint32_t h, const std::function<bool(int32_t)> &busy) {
+  if (!host_checkpoints_.enabled() || h == 0 || h > max_hits(n)) return -1;
+  std::vector<uint32_t> nodes;
+  std::vector<int32_t> picks;
+  walk(anchor_, keys, tokens, h, &nodes, &picks);
+  if (nodes.size() < h) return -1;  // its KV went meanwhile (an async fetch's staging)
+  const uint32_t node = nodes[h - 1];
+  if (tree_.state(node) != kNoCheckpoint) return -1;  // one came meanwhile
+  int32_t slot = host_checkpoints_.free_slot();
+  if (slot == StateCheckpoints::kNone) slot = host_checkpoints_.oldest();
+  if (busy(slot)) return -1;
+  if (host_checkpoints_.node(slot) != kNoNode) {
+    drop_checkpoint(host_checkpoints_.node(slot));
+    stats_.num_state_checkpoint_evictions++;
+  }
+  tree_.set_state(node, host_checkpoint_ref(slot));
+  host_checkpoints_.hold(slot, node);
+  checkpoint_event(node, true, PKV_TIER_STORE);
+  return slot;
 }
 
 }  // namespace pkv

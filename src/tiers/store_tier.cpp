@@ -72,11 +72,11 @@ uint32_t StoreTier::fetch(const StoreChain &chain, const int32_t *tokens, uint32
 
 // Never blocks on the store: the fetcher thread makes its store (a Redis connection) itself.
 void StoreTier::fetch_async(uint64_t id, StoreChain chain, std::vector<int32_t> tokens,
-                            uint32_t first, uint32_t n) {
+                            uint32_t first, uint32_t n, uint32_t state_lo) {
   if (!fetcher_.joinable()) fetcher_ = std::thread([this] { fetcher_loop(); });
   {
     std::lock_guard<std::mutex> lock(fetch_mutex_);
-    fetch_queue_.push_back(FetchJob{id, std::move(chain), std::move(tokens), first, n});
+    fetch_queue_.push_back(FetchJob{id, std::move(chain), std::move(tokens), first, n, state_lo});
   }
   fetch_wake_.notify_one();
 }
@@ -116,10 +116,13 @@ void StoreTier::fetcher_loop() {
         note_error(std::string("the store's fetcher: ") + err.what());
       }
     }
-    StoreFetched out{job.id, job.first, 0, {}};
+    StoreFetched out{job.id, job.first, 0, {}, 0, {}};
     if (fetcher_store_) {
       out.got =
           fetch_from(*fetcher_store_, job.chain, job.tokens.data(), job.first, job.n, &out.values);
+      if (job.state_lo)  // a checkpoint where the KV reaches: the tree's and these blocks
+        out.state_boundary = fetch_state_from(*fetcher_store_, job.chain, job.tokens.data(),
+                                              job.state_lo, job.first + out.got, &out.state_value);
     } else {
       counters_.lookups += job.n;
       counters_.errors += job.n;
@@ -240,13 +243,34 @@ void StoreTier::note_error(std::string what) {
   last_error_ = std::move(what);
 }
 
+void StoreTier::put_jobs(const std::vector<Job> &jobs, size_t i, size_t j,
+                         std::vector<StoreKey> *keys, std::vector<uint8_t> *values) {
+  const size_t vb = jobs[i].value.size(), n = j - i;
+  keys->resize(n);
+  values->resize(n * vb);
+  for (size_t k = 0; k < n; ++k) {
+    (*keys)[k] = jobs[i + k].key;
+    std::copy(jobs[i + k].value.begin(), jobs[i + k].value.end(), values->begin() + k * vb);
+  }
+  const StoreStatus st = writer_store_->put(keys->data(), n, values->data(), vb);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (st.ok) {
+    counters_.puts += n;
+    for (size_t k = i; k < j; ++k) written_.push_back(jobs[k].written);
+  } else {
+    counters_.put_errors += n;
+    last_error_ = std::string(writer_store_->kind()) + " store: writing " + std::to_string(n) +
+                  " values failed: " + st.error;
+  }
+}
+
 void StoreTier::writer_loop() {
-  // Takes what is queued (up to a batch) and puts it in one call; the engine never waits for it.
+  // Takes what is queued (up to a batch) and puts it, a call per value size; the engine never
+  // waits for it.
   constexpr size_t kBatch = 32;
   std::vector<Job> jobs;
   std::vector<StoreKey> keys;
   std::vector<uint8_t> values;
-  const uint64_t vb = shape_.value_bytes();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -260,23 +284,13 @@ void StoreTier::writer_loop() {
       busy_ = jobs.size();
     }
     room_.notify_all();
-    keys.resize(jobs.size());
-    values.resize(jobs.size() * vb);
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      keys[i] = jobs[i].key;
-      std::copy(jobs[i].value.begin(), jobs[i].value.end(), values.begin() + i * vb);
+    // Values of one size go in one call (blocks; checkpoints of the state are another size).
+    for (size_t i = 0, j = 0; i < jobs.size(); i = j) {
+      for (j = i + 1; j < jobs.size() && jobs[j].value.size() == jobs[i].value.size();) ++j;
+      put_jobs(jobs, i, j, &keys, &values);
     }
-    const StoreStatus st = writer_store_->put(keys.data(), jobs.size(), values.data(), vb);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (st.ok) {
-        counters_.puts += jobs.size();
-        for (const Job &j : jobs) written_.push_back(j.written);
-      } else {
-        counters_.put_errors += jobs.size();
-        last_error_ = std::string(writer_store_->kind()) + " store: writing " +
-                      std::to_string(jobs.size()) + " blocks failed: " + st.error;
-      }
       busy_ = 0;
     }
     idle_.notify_all();

@@ -33,6 +33,7 @@ struct StoreWritten {
   std::vector<int32_t> tokens;  // the block's
   uint64_t lora_id = 0;         // its adapter, 0 = none
   std::string extra;            // its extra bytes (PrefixKeys::block_extra)
+  uint32_t group = 0;           // its KV group; a checkpoint of the state: the state's group
 };
 
 // The store keys of a prompt's blocks [0, n): keys[0] is the root (salt, adapter), block j's key
@@ -51,11 +52,14 @@ struct HostTierView {
 };
 
 // A finished background fetch (fetch_async): blocks [first, first + got) of the request's tokens,
-// verified, values value_bytes each.
+// verified, values value_bytes each; with STATE layers the checkpoint found at state_boundary
+// (0: none), its value.
 struct StoreFetched {
   uint64_t id;
   uint32_t first, got;
   std::vector<uint8_t> values;
+  uint32_t state_boundary = 0;
+  std::vector<uint8_t> state_value;
 };
 
 class StoreTier {
@@ -75,6 +79,7 @@ class StoreTier {
     fingerprint_ = store_fingerprint(shape_);
   }
   bool writes_through() const { return write_mode_ == PKV_STORE_WRITE_THROUGH; }
+  bool writes() const { return write_mode_ != PKV_STORE_READ_ONLY; }
   uint32_t lookup_timeout_ms() const { return lookup_timeout_ms_; }
 
   // The chain of blocks [0, n) of tokens under keys (salt, adapter, extra keys).
@@ -91,9 +96,10 @@ class StoreTier {
   // which makes its own store there and keeps it: the engine's thread never waits for a
   // connection; while the store cannot be made, a lookup is a miss answered at once) and its
   // result comes back through take_fetched(); keys and tokens as for fetch(). Never throws for
-  // the store's sake.
+  // the store's sake. state_lo (with STATE layers; 0: none): also the longest checkpoint of
+  // boundaries state_lo .. first + the blocks got (fetch_state).
   void fetch_async(uint64_t id, StoreChain chain, std::vector<int32_t> tokens, uint32_t first,
-                   uint32_t n);
+                   uint32_t n, uint32_t state_lo = 0);
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).
   bool wait_fetched(uint32_t timeout_ms);
@@ -117,6 +123,26 @@ class StoreTier {
   // Waits until every queued write is done (tests, shutdown).
   void flush();
 
+  // ---------------------------------------------------------------- the recurrent state
+  // Checkpoints of the state (store_format.h, store_tier_state.cpp), for an engine with STATE
+  // layers: slot_bytes each, layout as state_fingerprint wants it, staged into the host state
+  // slots at host_slots.
+  void enable_state(uint64_t slot_bytes, const std::string &layout, char *host_slots);
+  bool has_state() const { return state_; }
+  // The longest boundary h in [lo, hi] (blocks; chain and tokens cover hi blocks) whose
+  // checkpoint the store holds and that verifies: h, its value in *value; 0 when none. Asks which
+  // are held first (one call), then reads the held ones from the longest down. Counted as blocks.
+  uint32_t fetch_state(const StoreChain &chain, const int32_t *tokens, uint32_t lo, uint32_t hi,
+                       std::vector<uint8_t> *value) {
+    return fetch_state_from(*lookup_, chain, tokens, lo, hi, value);
+  }
+  // A fetched checkpoint's state into host state slot `slot`.
+  void stage_state(const uint8_t *value, int32_t slot) const;
+  // Queues the checkpoint at boundary h (chain and tokens cover h blocks): the state's
+  // slot_bytes at `state`, copied now.
+  void write_state(const StoreChain &chain, const int32_t *tokens, uint32_t h, const void *state,
+                   StoreWritten written);
+
   const StoreCounters &counters() const { return counters_; }
   std::string last_error() const;
 
@@ -131,7 +157,7 @@ class StoreTier {
     uint64_t id;
     StoreChain chain;
     std::vector<int32_t> tokens;
-    uint32_t first, n;
+    uint32_t first, n, state_lo;
   };
 
   void note_error(std::string what);
@@ -140,6 +166,15 @@ class StoreTier {
   // fetch() on a given store.
   uint32_t fetch_from(Store &store, const StoreChain &chain, const int32_t *tokens, uint32_t first,
                       uint32_t n, std::vector<uint8_t> *values);
+  // fetch_state() on a given store.
+  uint32_t fetch_state_from(Store &store, const StoreChain &chain, const int32_t *tokens,
+                            uint32_t lo, uint32_t hi, std::vector<uint8_t> *value);
+  // The key of the checkpoint at boundary h, and the parent its value names.
+  void state_key(const StoreChain &chain, const int32_t *tokens, uint32_t h, StoreKey *key,
+                 StoreKey *parent) const;
+  // Puts jobs[i, j) (values of one size) in one call; counts and notes what it did.
+  void put_jobs(const std::vector<Job> &jobs, size_t i, size_t j, std::vector<StoreKey> *keys,
+                std::vector<uint8_t> *values);
 
   StoreShape shape_;
   StoreFingerprint fingerprint_;
@@ -166,6 +201,11 @@ class StoreTier {
   bool fetch_stop_ = false;
   std::thread fetcher_;
   pkv_store_params params_;  // the engine's copy (its strings outlive this)
+
+  bool state_ = false;  // checkpoints of the recurrent state (enable_state)
+  StoreShape state_shape_{};
+  StoreFingerprint state_fp_{};
+  char *host_state_ = nullptr;
 };
 
 }  // namespace pkv

@@ -294,14 +294,7 @@ static void test_bad_models_and_params(void) {
   qwen35(&p);
   for (uint32_t l = 3; l < 40; l += 4) specs_[l] = specs_[0];
   REFUSED(&p, PKV_ERR_UNSUPPORTED, "every layer is STATE");
-  /* A host tier is fine (swap moves the state, offloaded blocks keep their checkpoints); a store
-     is not yet: its values hold no checkpoints. */
-  pkv_store_params st;
-  pkv_store_params_init(&st, sizeof st);
-  st.kind = PKV_STORE_FILE;
-  st.path = "/nonexistent-pkv-store";
-  qwen35(&p), p.host_num_blocks = 16, p.store = &st;
-  REFUSED(&p, PKV_ERR_UNSUPPORTED, "STATE layers and a store");
+  /* A host tier and a store are fine with STATE layers: test_state_offload, test_state_store. */
   qwen35(&p), p.state_checkpoint_policy = 3;
   REFUSED(&p, bad, "state_checkpoint_policy 3");
   qwen35(&p), p.state_checkpoint_policy = PKV_STATE_CHECKPOINT_EVERY;

@@ -98,6 +98,10 @@ class CpuBackend final : public Backend {
     return (host ? host_state_ : state_).base() + uint64_t(slot) * shape_.state_slot_bytes;
   }
 
+  void read_state(int32_t slot, void *dst) override {
+    std::memcpy(dst, state_slot(false, slot), shape_.state_slot_bytes);
+  }
+
   void read_block(int32_t block, void *dst) override {
     char *out = static_cast<char *>(dst);
     const uint64_t bb = shape_.block_bytes();

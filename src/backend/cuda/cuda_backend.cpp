@@ -234,6 +234,14 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamSynchronize(stream_), "reading a block for the store");
   }
 
+  void read_state(int32_t slot, void *dst) override {
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    check_cuda(cudaMemcpyAsync(dst, state_slot(false, slot), shape_.state_slot_bytes,
+                               cudaMemcpyDeviceToHost, stream_),
+               "reading a state slot for the store");
+    check_cuda(cudaStreamSynchronize(stream_), "reading a state slot for the store");
+  }
+
   // The step's arrays, packed into one device buffer with one copy: [groups][tokens] slot
   // mappings (int64), then query_start, context_lens, block_indptr, and [groups] block indices
   // in indptr form (int32; a windowed group's -1 entries are never read). Decode plans are made
