@@ -297,8 +297,7 @@ typedef struct pkv_layer_spec {
                                      is 0 is absent, one at least is present; each dimension
                                      1 .. 2^24, a part at most 2^40 bytes, every STATE layer's
                                      parts (256-byte aligned) below 2^62. PKV_ERR_UNSUPPORTED
-                                     for now: a model whose every layer is STATE, STATE layers
-                                     with a store (a host tier is fine (since 0.6.0)) */
+                                     for now: a model whose every layer is STATE */
 } pkv_layer_spec;
 
 /* ---------------------------------------------------------------- engine parameters */
@@ -374,7 +373,9 @@ typedef struct pkv_engine_params {
                                      0: the host tier holds swapped-out sequences only. default 1 */
   /* the store tier (since 0.2.0): prefix blocks kept in a directory, a Redis/Valkey server or the
    * host's callbacks, across restarts and engines. Needs prefix caching and a host tier (store
-   * blocks are fetched into host-tier blocks, then loaded like offloaded ones). */
+   * blocks are fetched into host-tier blocks, then loaded like offloaded ones). (since 0.6.0)
+   * With STATE layers, each checkpoint of the state is written to it when taken (in every write
+   * mode but READ_ONLY) and fetched with the blocks it ends, into a host state slot. */
   const struct pkv_store_params *store; /* NULL = no store (the default); read at create only */
   /* attention variants (since 0.2.0), DESIGN.md §12 */
   int32_t kv_dtype;               /* the KV cache's dtype: 0 (or dtype itself) = dtype; or
@@ -426,8 +427,9 @@ typedef struct pkv_engine_params {
   uint32_t state_checkpoint_interval; /* EVERY: blocks between checkpoints, 1 .. 2^20; else 0 */
   uint32_t num_state_checkpoints; /* checkpoint slots, each a whole state (every STATE layer's
                                      parts); 0 = max_num_seqs (NONE, or prefix caching off: 0
-                                     always). With a host tier and host_offload, as many host
-                                     state slots take the ones evicted. Taken from the
+                                     always). With a host tier and host_offload (or a store), as
+                                     many host state slots take the ones evicted (or fetched).
+                                     Taken from the
                                      budget before the KV blocks; max_num_seqs + these at most
                                      2^31-1 with STATE layers */
   uint32_t reserved4;             /* must be 0 */
@@ -1091,8 +1093,9 @@ struct pkv_kv_budget {
   uint32_t num_state_slots;       /* working states: max_num_seqs */
   uint32_t num_state_checkpoints; /* checkpoint slots */
   uint32_t num_host_state_slots;  /* with a host tier: max_num_seqs (swapped-out states) plus,
-                                     with host_offload, num_state_checkpoints (checkpoints evicted
-                                     from the device); else 0 */
+                                     with host_offload or a store, num_state_checkpoints
+                                     (checkpoints evicted from the device, or fetched from the
+                                     store); else 0 */
   uint64_t state_bytes_per_seq;   /* one slot: every STATE layer's parts, this rank */
   uint64_t state_pool_bytes;      /* (num_state_slots + num_state_checkpoints) *
                                      state_bytes_per_seq, taken from the budget before the blocks */
@@ -1150,7 +1153,9 @@ typedef struct pkv_stats {
   uint64_t num_offloaded_blocks;  /* evicted pool blocks copied to the host tier (cumulative) */
   uint64_t num_loaded_blocks;     /* host-tier blocks copied back by prefix hits (cumulative) */
   uint64_t num_host_evictions;    /* offloaded blocks dropped from the host tier (cumulative) */
-  /* the store tier (since 0.2.0); blocks unless said otherwise, cumulative */
+  /* the store tier (since 0.2.0); blocks unless said otherwise, cumulative. (since 0.6.0) With
+     STATE layers, checkpoints of the state are values too: counted in lookups, hits, misses,
+     rejected, errors and puts beside the blocks */
   uint64_t store_hit_tokens;      /* of prefix_hit_tokens, fetched from the store */
   uint64_t num_store_lookups;     /* blocks asked of the store after the prefix tree stopped */
   uint64_t num_store_hits;        /* of which fetched, verified and used */
@@ -1238,7 +1243,8 @@ struct pkv_pool_info {
   /* (since 0.6.0) with STATE layers and a host tier: num_host_state_slots (pkv_kv_budget's)
      slots of state_slot_bytes at host_state_base, in host memory (pinned on CUDA). Host slots
      0 .. max_num_seqs-1 hold swapped-out sequences' states, the rest checkpoints offloaded from
-     the device; PKV_COPY_STATE_OUT / _IN move states between the two. NULL and 0 otherwise */
+     the device or fetched from the store; PKV_COPY_STATE_OUT / _IN move states between the two.
+     NULL and 0 otherwise */
   void *host_state_base;
   uint32_t num_host_state_slots;
   uint32_t reserved2;
