@@ -262,9 +262,8 @@ void check_shared(const std::vector<LayerSpec> &specs, uint32_t l) {
 }
 
 // What STATE layers need of the model: a KV layer beside them (the pool and prefix tree are
-// built on KV groups), no host tier yet (issue 28's tiers come next), a slot below 2^63 bytes.
-void check_state_model(const pkv_engine_params &p, const std::vector<LayerSpec> &specs,
-                       bool any_kv) {
+// built on KV groups), a slot below 2^63 bytes. Every tier carries the state (DESIGN.md §13).
+void check_state_model(const std::vector<LayerSpec> &specs, bool any_kv) {
   if (!any_kv)
     fail(PKV_ERR_UNSUPPORTED,
          "layer_specs: every layer is STATE; a model with no attention (or MLA) layer is not "
@@ -315,7 +314,7 @@ std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p) {
                    "%u under kv_layout MLA: every layer of an MLA cache is MLA (or STATE)",
                    specs[l].kind);
   }
-  if (any_state) check_state_model(p, specs, any_kv);
+  if (any_state) check_state_model(specs, any_kv);
   if (windowed && p.kv_layout == PKV_KV_LAYOUT_MLA)
     fail(PKV_ERR_UNSUPPORTED,
          "layer_specs: MLA layers with SLIDING or CHUNKED attention are not supported (no "

@@ -15,6 +15,9 @@
  *   (STATE_OUT) while C resumes, then swapped back in (STATE_IN);
  * - the same prompts through pkv_submit / pkv_step (e2e_recurrent_sched.c): the scheduler ends
  *   chunks on the boundaries the policy wants, then preempts under a small pool.
+ * And a store restart: an engine on a file store computes A, whose checkpoint at 28 is written
+ * beside its blocks; a new engine on the store hits 28 tokens of D (the blocks and the
+ * checkpoint fetched, the state restored from a host state slot) and of A.
  * Each admission's hit is the policy's (rec_policy), and pkv_stats counts it: restores, hit
  * tokens, fallback tokens. NONE hits nothing. */
 #include <stdio.h>
@@ -58,6 +61,10 @@ int rec_engine(const rec_policy *pol, uint32_t num_blocks, uint32_t max_num_batc
   p.state_checkpoint_policy = pol->policy, p.state_checkpoint_interval = pol->interval;
   p.num_state_checkpoints = pol->num_checkpoints;
   p.host_num_blocks = pol->host_blocks, p.preemption_mode = pol->preemption_mode;
+  pkv_store_params st;
+  pkv_store_params_init(&st, sizeof st);
+  st.kind = PKV_STORE_FILE, st.path = pol->store_dir, st.model_id = "e2e-recurrent";
+  if (pol->store_dir) p.store = &st;
   pkv_layer_spec specs[LAYERS];
   memset(specs, 0, sizeof specs);
   for (uint32_t l = 0; l < LAYERS; l++) {
@@ -337,6 +344,37 @@ static int manual_story(const model *m, const rec_policy *p, rec_seq *seqs) {
   return ok;
 }
 
+/* The store restart (the file header's last story), under PROMPT_END with a host tier. */
+static int store_story(const model *m, const rec_policy *p, rec_seq *seqs) {
+  pkv_engine *e = NULL;
+  memset(seqs, 0, sizeof(rec_seq) * NUM_SEQS);
+  if (!rec_engine(p, 64, 2048, &e)) return 0;
+  int ok = admit(p, e, &seqs[SA], 'A', 0, 0);
+  const uint32_t chunks[2] = {28, 2}; /* a checkpoint at 28, written when taken */
+  for (int c = 0; ok && c < 2; c++) ok = step(m, e, seqs, (const int[]){SA}, &chunks[c], 1);
+  ok = ok && append_pending(e, seqs);
+  for (int s = 0; ok && s < GEN; s++) ok = step_all(m, e, seqs, 0);
+  ok = ok && rec_check_seq(m, e, &seqs[SA], "store: the first engine: seq A") && CHECK_ENGINE(e);
+  pkv_engine_destroy(e); /* its writes are finished */
+  memset(seqs, 0, sizeof(rec_seq) * NUM_SEQS);
+  if (!ok || !rec_engine(p, 64, 2048, &e)) return 0;
+  for (int i = 0; ok && i < 2; i++) { /* D from the store, then A from what D's admission left */
+    rec_seq *s = &seqs[i ? SA : SD];
+    rec_prompt(s, i ? 'A' : 'D');
+    uint32_t cached = 0;
+    ok = CHECK_OK(pkv_allocate(e, s->tokens, s->num_tokens, NULL, &s->id, &cached)) &&
+         CHECK(cached == 4 * BS);
+  }
+  for (int s = 0; ok && s < GEN; s++) ok = step_all(m, e, seqs, 0);
+  const pkv_stats st = rec_stats(e);
+  ok = ok && CHECK(st.store_hit_tokens == 4 * BS) && CHECK(st.num_state_restores == 2) &&
+       CHECK(st.num_state_restores_from_host == 2) && CHECK(st.num_store_rejected == 0) &&
+       rec_check_seq(m, e, &seqs[SD], "store: after the restart: seq D") &&
+       rec_check_seq(m, e, &seqs[SA], "store: after the restart: seq A") && CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+  return ok;
+}
+
 int main(void) {
   kw_skip_unless_isa();
   model *m = malloc(sizeof *m);
@@ -347,16 +385,28 @@ int main(void) {
    * one checkpoint slot, B's 21 evicts A's 28 and B's 28 evicts B's 21 (LRU): C and D find KV
    * but no checkpoint, and fall back to token 0 */
   const rec_policy policies[] = {
-      {"PROMPT_END", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3, 0, 0, 0, 0},
-      {"EVERY 2", PKV_STATE_CHECKPOINT_EVERY, 2, 0, 14, 21, 28, 28, 5, 0, 0, 0, 0},
-      {"NONE", PKV_STATE_CHECKPOINT_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-      {"1 slot", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 1, 0, 0, 0, 0, 3, 0, 0, 0, 0},
+      {"PROMPT_END", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3, 0, 0, 0, 0, NULL},
+      {"EVERY 2", PKV_STATE_CHECKPOINT_EVERY, 2, 0, 14, 21, 28, 28, 5, 0, 0, 0, 0, NULL},
+      {"NONE", PKV_STATE_CHECKPOINT_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
+      {"1 slot", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 1, 0, 0, 0, 0, 3, 0, 0, 0, 0, NULL},
       /* with a host tier (swap preemption, offload): the PROMPT_END hits, D swapped by hand */
-      {"SWAP", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3, 64, PKV_PREEMPT_SWAP, 0, 0},
+      {"SWAP", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 0, 0, 21, 28, 21, 3, 64, PKV_PREEMPT_SWAP, 0, 0,
+       NULL},
       /* two checkpoint slots and a host tier: B's 28 evicts A's 28 to a host state slot (LRU),
        * D's hit at 28 restores it from there, C's at 21 (B's) from the device */
       {"2 slots+host", PKV_STATE_CHECKPOINT_PROMPT_END, 0, 2, 0, 21, 28, 21, 3, 64,
-       PKV_PREEMPT_SWAP, 1, 1}};
+       PKV_PREEMPT_SWAP, 1, 1, NULL}};
+  char dir[64];
+  if (CHECK(rec_store_dir(dir))) {
+    const rec_policy store = {.name = "store",
+                              .policy = PKV_STATE_CHECKPOINT_PROMPT_END,
+                              .host_blocks = 64,
+                              .store_dir = dir};
+    const int failed = kw_failed;
+    store_story(m, &store, seqs);
+    printf("%s store: a restart hits A's checkpoint\n", kw_failed == failed ? "ok  " : "FAIL");
+    rec_store_remove(dir);
+  }
   for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
     const int failed = kw_failed;
     manual_story(m, &policies[i], seqs);

@@ -28,6 +28,7 @@ typedef struct rec_policy {
   uint32_t host_blocks, preemption_mode;
   uint32_t offloaded_min; /* batches: checkpoints offloaded, at least */
   uint32_t host_restores; /* batches: of the restores, from host state slots */
+  const char *store_dir;  /* a FILE store there (write-through; needs host_blocks), or NULL */
 } rec_policy;
 
 /* One sequence as the test knows it. */
@@ -64,6 +65,11 @@ int rec_check_admission(const rec_policy *p, const char *label, const pkv_stats 
                         uint32_t restores);
 /* pkv's tokens of s are the test's, and its tokens and logits are the naive contiguous run's. */
 int rec_check_seq(const model *m, pkv_engine *e, const rec_seq *s, const char *label);
+
+/* A fresh store directory under /tmp (1, or 0 when none could be made), and its removal
+ * (e2e_recurrent_store.c). */
+int rec_store_dir(char out[64]);
+void rec_store_remove(const char *dir);
 
 /* The story through pkv_step (e2e_recurrent_sched.c). */
 int rec_sched_story(const model *m, const rec_policy *p);
