@@ -180,17 +180,22 @@ static uint32_t fz_layer_windows[2];
 static pkv_layer_spec fz_specs[3];
 
 /* With STATE layers (0.6): a checkpoint policy (now and then one no rule allows), its interval
- * (0 or past the limit now and then) and slots; mostly no host tier, which pkv refuses with STATE
- * layers for now, so the engine is made and its batches and steps take checkpoints at block
- * boundaries, restore them at admissions and evict them (pkv_engine_check holds them to their
- * prefix nodes after every call). */
+ * (0 or past the limit now and then) and slots; the host tier drawn before mostly kept, so
+ * swap-outs move working states to host state slots (STATE_OUT) and back (STATE_IN) and, with
+ * host_offload, checkpoints evicted for room go to host state slots and restore from there
+ * (pkv_engine_check holds device and host checkpoints to their prefix nodes after every call).
+ * A host tier takes attention layers equal to the flat fields, so those mostly become plain ones;
+ * a store stays refused with STATE layers (by pkv_profile and create alike). */
 static void fuzz_checkpoints(fz_input *in, pkv_engine_params *p) {
   p->state_checkpoint_policy = fz_pick(in, 8) == 0 ? fz_u32(in) : fz_pick(in, 3);
   const int every = p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY;
   p->state_checkpoint_interval = fz_pick(in, 8) == 0 ? fz_u32(in) : every ? 1 + fz_pick(in, 4) : 0;
   p->num_state_checkpoints = fz_pick(in, 5); /* 0: max_num_seqs; 1 or 2: evictions */
-  if (fz_pick(in, 4) != 0) p->host_num_blocks = 0, p->host_cache_bytes = 0;
+  if (fz_pick(in, 4) == 0) p->host_num_blocks = 0, p->host_cache_bytes = 0;
   if (fz_pick(in, 4) != 0) p->enable_prefix_caching = 1;
+  const int host = p->host_num_blocks || p->host_cache_bytes;
+  for (uint32_t l = 0; host && fz_pick(in, 4) != 0 && l < p->num_layers; l++)
+    if (fz_specs[l].kind != PKV_LAYER_STATE) memset(&fz_specs[l], 0, sizeof fz_specs[l]);
 }
 
 /* Per-layer specs (0.5): 2 or 3 layers of drawn kinds, heads, widths, K = V, windows or chunks,
@@ -313,6 +318,22 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p) {
   if (p->enable_prefix_caching != 1 || p->host_num_blocks == 0) p->store = NULL;
 }
 
+/* With STATE layers and a host tier the host state slots pkv_profile promised are there, one
+ * per sequence at least (each may be swapped out); none without either. */
+static void fuzz_host_state_slots(pkv_engine *e, const pkv_engine_params *p,
+                                  const pkv_kv_budget *b) {
+  struct pkv_pool_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  FZ_CHECK(pkv_pool_info(e, &info) == PKV_OK, "pool_info");
+  const int want = fz_has_state(p) && b->host_num_blocks > 0;
+  FZ_CHECK(info.num_host_state_slots == b->num_host_state_slots &&
+               (info.host_state_base != NULL) == (info.num_host_state_slots > 0) &&
+               (want ? b->num_host_state_slots >= p->max_num_seqs : b->num_host_state_slots == 0),
+           "host state slots: %u in the pool, %u in the budget (%u sequences)",
+           info.num_host_state_slots, b->num_host_state_slots, p->max_num_seqs);
+}
+
 /* Creates the engine when the fuzzed params describe a small enough one; NULL otherwise. A
  * refusal by pkv_profile must be a refusal by pkv_engine_create too, *out untouched. */
 static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p) {
@@ -338,6 +359,8 @@ static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p) {
     FZ_CHECK(p->device != PKV_DEVICE_CPU, "create of a profiled CPU engine failed: %d", s);
     return NULL;
   }
+  FZ_CHECK(!(p->store && fz_has_state(p)), "a store with STATE layers was not refused");
+  fuzz_host_state_slots(e, p, &b);
   pkv_engine_params got;
   memset(&got, 0, sizeof got);
   got.struct_size = sizeof got;

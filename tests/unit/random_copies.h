@@ -13,15 +13,17 @@
  * checked like every other copy's: a sequence admitted with a host-tier hit must hold exactly its
  * contexts once the listed copies are done.
  *
- * State copies (PKV_COPY_STATE, slot -> slot) are placed the same way: counted (a fork's, and the
- * checkpoints taken and restored in the stats), learnt from the view; the shadow's last
- * num_state_slots entries are the slots (random_state.h).
+ * State copies (PKV_COPY_STATE, slot -> slot; STATE_OUT / STATE_IN, to and from a host state
+ * slot) are placed the same way: counted (a fork's, a swap's, and the checkpoints taken and
+ * restored in the stats), learnt from the view; the shadow's last num_state_slots +
+ * num_host_state_slots entries are the slots, device then host (random_state.h).
  */
 #ifndef PKV_RANDOM_COPIES_H
 #define PKV_RANDOM_COPIES_H
 
 static inline size_t shadow_len(const world *w) {
-  return ((size_t)w->num_blocks + w->host_blocks) * w->bs + w->num_state_slots;
+  return ((size_t)w->num_blocks + w->host_blocks) * w->bs + w->num_state_slots +
+         w->num_host_state_slots;
 }
 
 /* Where the state slots' entries begin in a shadow. */
@@ -29,13 +31,27 @@ static inline size_t state0(const world *w) {
   return ((size_t)w->num_blocks + w->host_blocks) * w->bs;
 }
 
+/* Where host state slot `slot`'s entry is in a shadow: after the device's. */
+static inline size_t host_state0(const world *w) { return state0(w) + w->num_state_slots; }
+
 /* A copy the model counts but cannot place before a view lists it. */
-static inline int counted_copy(int32_t kind) { return tier_copy(kind) || kind == PKV_COPY_STATE; }
+static inline int counted_copy(int32_t kind) { return tier_copy(kind) || state_copy(kind); }
+
+/* A state copy's source (dst 0) or destination (dst 1) entry in a shadow. */
+static inline size_t state_entry(const world *w, const rcopy *c, int dst) {
+  const int host = dst ? c->kind == PKV_COPY_STATE_OUT : c->kind == PKV_COPY_STATE_IN;
+  return (host ? host_state0(w) : state0(w)) + (size_t)(dst ? c->dst : c->src);
+}
 
 static inline int copy_valid(const world *w, const rcopy *c) {
-  if (c->kind == PKV_COPY_STATE)
-    return c->src >= 0 && c->dst >= 0 && c->src != c->dst &&
-           (uint32_t)c->src < w->num_state_slots && (uint32_t)c->dst < w->num_state_slots;
+  if (state_copy(c->kind)) {
+    const uint32_t src_n =
+        c->kind == PKV_COPY_STATE_IN ? w->num_host_state_slots : w->num_state_slots;
+    const uint32_t dst_n =
+        c->kind == PKV_COPY_STATE_OUT ? w->num_host_state_slots : w->num_state_slots;
+    return c->src >= 0 && c->dst >= 0 && (c->kind != PKV_COPY_STATE || c->src != c->dst) &&
+           (uint32_t)c->src < src_n && (uint32_t)c->dst < dst_n;
+  }
   const uint32_t src_n = reads_host(c->kind) ? w->host_blocks : w->num_blocks;
   const uint32_t dst_n = writes_host(c->kind) ? w->host_blocks : w->num_blocks;
   return c->kind >= PKV_COPY_COW && c->kind <= PKV_COPY_LOAD && c->src >= 0 && c->dst >= 0 &&
@@ -45,8 +61,8 @@ static inline int copy_valid(const world *w, const rcopy *c) {
 
 static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c) {
   if (!EXPECT(copy_valid(w, c))) return;
-  if (c->kind == PKV_COPY_STATE) {
-    shadow[state0(w) + (size_t)c->dst] = shadow[state0(w) + (size_t)c->src];
+  if (state_copy(c->kind)) {
+    shadow[state_entry(w, c, 1)] = shadow[state_entry(w, c, 0)];
     return;
   }
   const size_t host0 = (size_t)w->num_blocks * w->bs;
@@ -116,7 +132,7 @@ static inline int in_cand(const world *w, int32_t cand, int32_t block) {
 
 /* The next queued copy of a class (state copies, or block copies) from *at on; NULL at the end. */
 static inline const rcopy *next_of(const world *w, uint32_t *at, int state) {
-  while (*at < w->nqueued && (w->queued[*at].kind == PKV_COPY_STATE) != state) (*at)++;
+  while (*at < w->nqueued && state_copy(w->queued[*at].kind) != state) (*at)++;
   return *at < w->nqueued ? &w->queued[*at] : NULL;
 }
 
@@ -141,7 +157,7 @@ static inline void learn_copies(world *w, const pkv_batch_view *v) {
   for (uint32_t k = 0; k < v->num_copies; k++) {
     const rcopy got = {v->copy_src[k], v->copy_dst[k], v->copy_kind[k], -1};
     learnt[k] = got;
-    const int cls = got.kind == PKV_COPY_STATE;
+    const int cls = state_copy(got.kind);
     const rcopy *q = next_of(w, &at[cls], cls);
     const int matches =
         q && got.kind == q->kind &&

@@ -56,6 +56,9 @@ static inline int pool_init(world *w) {
       return 0;
   }
   w->num_state_slots = w->pool.num_state_slots; /* the shadow's last entries */
+  w->num_host_state_slots = w->pool.num_host_state_slots;
+  if (w->num_host_state_slots)
+    memset(w->pool.host_state_base, 0, w->pool.state_slot_bytes * w->num_host_state_slots);
   if (w->num_state_slots)
     memset(w->pool.state_base, 0, w->pool.state_slot_bytes * w->num_state_slots);
   memset(w->pool.k_base, 0, w->pool.bytes_per_pool);
@@ -88,10 +91,12 @@ static inline void pool_write(world *w, int64_t slot, uint64_t ctx) {
 
 /* A copy done by the host: the whole block, every layer, K and V; or a whole state slot. */
 static inline void pool_copy(world *w, const rcopy *c) {
-  if (c->kind == PKV_COPY_STATE) {
-    unsigned char *base = (unsigned char *)w->pool.state_base;
+  if (state_copy(c->kind)) { /* STATE_OUT writes a host state slot, STATE_IN reads one */
+    unsigned char *dev = (unsigned char *)w->pool.state_base;
+    unsigned char *host = (unsigned char *)w->pool.host_state_base;
     const size_t sb = w->pool.state_slot_bytes;
-    memmove(base + (size_t)c->dst * sb, base + (size_t)c->src * sb, sb);
+    memmove((c->kind == PKV_COPY_STATE_OUT ? host : dev) + (size_t)c->dst * sb,
+            (c->kind == PKV_COPY_STATE_IN ? host : dev) + (size_t)c->src * sb, sb);
     return;
   }
   const int from = reads_host(c->kind), to = writes_host(c->kind);

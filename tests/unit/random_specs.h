@@ -47,6 +47,10 @@ static inline void draw_specs(world *w, pkv_engine_params *p) {
       num_state++;
       continue;
     }
+    if (w->state && w->host_blocks) { /* a host tier takes attention layers of the flat fields */
+      s->num_kv_heads = p->num_kv_heads, s->head_dim = p->head_dim;
+      continue;
+    }
     if (l > 0 && rnd(w, 3) == 0) { /* SHARED: an earlier cached layer's spec, its source */
       const uint32_t src = shared_source(w, l);
       *s = drawn_specs[src];

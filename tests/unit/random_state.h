@@ -11,7 +11,10 @@
  * host or by pkv_batch_copy, in the slots. So after every operation each running sequence's slot
  * holds, once the pending copies are done, exactly the context of its computed tokens: an
  * admission's restored slot the context of its hit, and a checkpoint the context of the boundary
- * its node ends at. The real slots are compared with the shadow byte for byte.
+ * its node ends at. The real slots are compared with the shadow byte for byte. With a host tier
+ * the shadow also holds the host state slots (pkv_pool_info.host_state_base): a swap-out's
+ * STATE_OUT copy gives one the context of the device slot it came from, and the STATE_IN of the
+ * swap-in brings it back to the working slot the sequence then holds.
  *
  * A model of the admission rule, from the KV events (random_ckpt.h): the nodes holding KV and
  * the nodes holding a checkpoint, in LRU order. A prompt hits at the longest boundary h whose
@@ -70,9 +73,15 @@ static inline uint64_t state_word(uint64_t ctx, uint32_t l, int part, uint64_t i
   return i == 0 ? ctx : mix64(ctx + 0x9e3779b97f4a7c15ull * (2u * l + (uint32_t)part + 1u) + i);
 }
 
+/* host: a host state slot (pkv_pool_info.host_state_base), laid out as a device one */
+static inline unsigned char *state_part_at(const world *w, int host, int32_t slot, uint32_t l,
+                                           int part) {
+  return (unsigned char *)(host ? w->pool.host_state_base : w->pool.state_base) +
+         (size_t)slot * w->pool.state_slot_bytes + w->layer[l].state_offset[part];
+}
+
 static inline unsigned char *state_part(const world *w, int32_t slot, uint32_t l, int part) {
-  return (unsigned char *)w->pool.state_base + (size_t)slot * w->pool.state_slot_bytes +
-         w->layer[l].state_offset[part];
+  return state_part_at(w, 0, slot, l, part);
 }
 
 /* The host's recurrence has taken in context ctx: slot's every state part says so. */
@@ -85,22 +94,25 @@ static inline void state_fill(world *w, int32_t slot, uint64_t ctx) {
       }
 }
 
-/* Every slot holds what the shadow says (up to 3 mismatches reported). */
+/* Every slot, device and host, holds what the shadow says (up to 3 mismatches reported). */
 static inline void check_state_pool(world *w) {
   uint32_t bad = 0;
-  for (uint32_t slot = 0; slot < w->num_state_slots; slot++) {
-    const uint64_t ctx = w->shadow[state0(w) + slot];
+  const uint32_t n = w->num_state_slots + w->num_host_state_slots;
+  for (uint32_t e = 0; e < n; e++) {
+    const int host = e >= w->num_state_slots;
+    const int32_t slot = (int32_t)(host ? e - w->num_state_slots : e);
+    const uint64_t ctx = w->shadow[state0(w) + e]; /* the host slots' entries follow */
     for (uint32_t l = 0; l < w->num_layers; l++)
       for (int part = 0; part < PKV_MAX_STATE_PARTS; part++)
         for (uint64_t i = 0; i < w->layer[l].state_bytes[part] / 8; i++) {
           uint64_t got;
-          memcpy(&got, state_part(w, (int32_t)slot, l, part) + 8 * i, 8);
+          memcpy(&got, state_part_at(w, host, slot, l, part) + 8 * i, 8);
           if (got == state_word(ctx, l, part, i)) continue;
           if (bad++ < 3)
             fprintf(stderr,
-                    "  state slot %u layer %u part %d word %llu: %016llx, the shadow %016llx\n",
-                    slot, l, part, (unsigned long long)i, (unsigned long long)got,
-                    (unsigned long long)ctx);
+                    "  %sstate slot %d layer %u part %d word %llu: %016llx, the shadow %016llx\n",
+                    host ? "host " : "", slot, l, part, (unsigned long long)i,
+                    (unsigned long long)got, (unsigned long long)ctx);
         }
   }
   EXPECT(bad == 0);
@@ -249,6 +261,11 @@ static inline void state_report(const world *w) {
          (unsigned long long)st.num_state_checkpoints_held,
          (unsigned long long)w->num_captures_seen, (unsigned long long)w->num_state_probes);
   EXPECT(st.num_state_restores == w->num_state_hits);
+  if (w->host_blocks) {
+    printf("state: %llu swaps moved a working state (STATE_OUT / STATE_IN)\n",
+           (unsigned long long)w->num_state_swaps);
+    CHECK(w->num_state_swaps > 0);
+  }
   if (state_policy(w) == PKV_STATE_CHECKPOINT_NONE)
     CHECK(w->num_hits == 0 && st.num_state_checkpoints_taken == 0);
   else

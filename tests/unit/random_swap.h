@@ -9,6 +9,16 @@
 
 #include "random_world.h"
 
+/* With STATE layers a swap moves the working state too: one STATE_OUT copy into a host state
+ * slot (out), one STATE_IN into a working slot (in), counted here and learnt from the next view
+ * (random_copies.h); the slot it comes back to is learnt by a probe. */
+static void swap_state(world *w, rseq *s) {
+  if (!w->state) return;
+  w->nextra++, w->nunknown++;
+  s->state_slot = -1;
+  w->num_state_swaps++;
+}
+
 /* Running -> swapped: its table's blocks are copied (a block whose KV a sharer's earlier swap-out
  * already holds is not), the host tier loses as many free blocks. */
 static void op_swap_out(world *w) {
@@ -40,6 +50,7 @@ static void op_swap_out(world *w) {
   w->num_swap_out++;
   w->num_twin_shares += n - k;
   queue_unknown(w, PKV_COPY_SWAP_OUT, k, old, n);
+  swap_state(w, s);
 }
 
 /* Swapped -> running, all or nothing: new pool blocks for the blocks whose KV is not still in the
@@ -70,6 +81,7 @@ static void op_swap_in(world *w) {
   w->num_swap_in++;
   w->num_twin_shares += nb - k;
   queue_unknown(w, PKV_COPY_SWAP_IN, k, table, n);
+  swap_state(w, s);
 }
 
 /* Calls refused by a sequence's state: a swapped one cannot grow, fork, compute, be preempted,

@@ -93,11 +93,12 @@ typedef struct {
   int64_t write_slot[MAX_WRITES];
   uint64_t write_ctx[MAX_WRITES];
   /* recurrent state (random_state.h); all 0 without STATE layers */
-  int state;                /* 1 + pkv_engine_params.state_checkpoint_policy; 0: no STATE */
-  uint32_t ckpt_interval;   /* pkv_engine_params.state_checkpoint_interval */
-  uint32_t num_working;     /* working slots (max_num_seqs); checkpoint slots follow */
-  uint32_t num_state_slots; /* working and checkpoint slots: the shadow's last entries */
-  uint32_t num_kv_groups;   /* the state group's id in KV events */
+  int state;                     /* 1 + pkv_engine_params.state_checkpoint_policy; 0: no STATE */
+  uint32_t ckpt_interval;        /* pkv_engine_params.state_checkpoint_interval */
+  uint32_t num_working;          /* working slots (max_num_seqs); checkpoint slots follow */
+  uint32_t num_state_slots;      /* working and checkpoint slots: the shadow's last entries but */
+  uint32_t num_host_state_slots; /* with a host tier: host state slots, after them */
+  uint32_t num_kv_groups;        /* the state group's id in KV events */
   uint64_t kv_nodes[MAX_NODES], ckpt_nodes[MAX_NODES]; /* held, by the events: hashes */
   uint32_t nkv, nckpt;                /* ckpt_nodes in LRU order: [0] the least recently used */
   uint64_t expect_hash[2 * MAX_SEQS]; /* checkpoint events a batch's end must queue, in order */
@@ -107,6 +108,7 @@ typedef struct {
   uint64_t state_write_id[MAX_SEQS]; /* the members in the batch's order */
   int32_t state_write_slot[MAX_SEQS];
   uint64_t state_write_ctx[MAX_SEQS];
+  uint64_t num_state_swaps; /* swap-outs and swap-ins of a sequence with a working state */
   uint64_t num_state_hits, num_state_fallbacks, num_state_probes, num_captures_seen,
       num_lru_evictions;
   /* what the run exercised */
@@ -175,6 +177,11 @@ static inline int reads_host(int32_t kind) {
 
 static inline int writes_host(int32_t kind) {
   return kind == PKV_COPY_SWAP_OUT || kind == PKV_COPY_OFFLOAD;
+}
+
+/* A copy of state slots (ids are slots): a fork's, a checkpoint's, a swap's (OUT / IN). */
+static inline int state_copy(int32_t kind) {
+  return kind == PKV_COPY_STATE || kind == PKV_COPY_STATE_OUT || kind == PKV_COPY_STATE_IN;
 }
 
 static inline int tier_copy(int32_t kind) {
