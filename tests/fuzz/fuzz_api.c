@@ -185,7 +185,7 @@ static pkv_layer_spec fz_specs[3];
  * host_offload, checkpoints evicted for room go to host state slots and restore from there
  * (pkv_engine_check holds device and host checkpoints to their prefix nodes after every call).
  * A host tier takes attention layers equal to the flat fields, so those mostly become plain ones;
- * a store stays refused with STATE layers (by pkv_profile and create alike). */
+ * a store then keeps checkpoints too, fetched into host state slots. */
 static void fuzz_checkpoints(fz_input *in, pkv_engine_params *p) {
   p->state_checkpoint_policy = fz_pick(in, 8) == 0 ? fz_u32(in) : fz_pick(in, 3);
   const int every = p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY;
@@ -326,10 +326,12 @@ static void fuzz_host_state_slots(pkv_engine *e, const pkv_engine_params *p,
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   FZ_CHECK(pkv_pool_info(e, &info) == PKV_OK, "pool_info");
+  /* a slot per sequence that may be swapped out, and per checkpoint offloaded or fetched */
   const int want = fz_has_state(p) && b->host_num_blocks > 0;
+  const uint32_t ckpt = p->host_offload || p->store ? b->num_state_checkpoints : 0;
   FZ_CHECK(info.num_host_state_slots == b->num_host_state_slots &&
                (info.host_state_base != NULL) == (info.num_host_state_slots > 0) &&
-               (want ? b->num_host_state_slots >= p->max_num_seqs : b->num_host_state_slots == 0),
+               b->num_host_state_slots == (want ? p->max_num_seqs + ckpt : 0),
            "host state slots: %u in the pool, %u in the budget (%u sequences)",
            info.num_host_state_slots, b->num_host_state_slots, p->max_num_seqs);
 }
@@ -359,7 +361,6 @@ static pkv_engine *fuzz_engine(fz_input *in, pkv_engine_params *p) {
     FZ_CHECK(p->device != PKV_DEVICE_CPU, "create of a profiled CPU engine failed: %d", s);
     return NULL;
   }
-  FZ_CHECK(!(p->store && fz_has_state(p)), "a store with STATE layers was not refused");
   fuzz_host_state_slots(e, p, &b);
   pkv_engine_params got;
   memset(&got, 0, sizeof got);
