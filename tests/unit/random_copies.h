@@ -99,11 +99,12 @@ static inline void queue_unknown(world *w, int32_t kind, uint32_t k, const int32
 }
 
 /* Offloads and loads queued since the last call, counted in the stats, and the state copies of
- * checkpoints taken and restored: unknown until a view lists them. */
+ * checkpoints taken, offloaded and restored: unknown until a view lists them. */
 static inline void note_tier_copies(world *w) {
   const pkv_stats st = tu_stats(w->e);
   const uint64_t total = st.num_offloaded_blocks + st.num_loaded_blocks +
-                         st.num_state_checkpoints_taken + st.num_state_restores;
+                         st.num_state_checkpoints_taken + st.num_state_checkpoints_offloaded +
+                         st.num_state_restores;
   EXPECT(total >= w->tier_copies);
   w->nextra += (uint32_t)(total - w->tier_copies);
   w->nunknown += (uint32_t)(total - w->tier_copies);

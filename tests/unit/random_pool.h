@@ -57,6 +57,9 @@ static inline int pool_init(world *w) {
   }
   w->num_state_slots = w->pool.num_state_slots; /* the shadow's last entries */
   w->num_host_state_slots = w->pool.num_host_state_slots;
+  /* after a slot per sequence that may be swapped out: the offloaded checkpoints' */
+  w->num_host_ckpt_slots =
+      w->num_host_state_slots > w->num_working ? w->num_host_state_slots - w->num_working : 0;
   if (w->num_host_state_slots)
     memset(w->pool.host_state_base, 0, w->pool.state_slot_bytes * w->num_host_state_slots);
   if (w->num_state_slots)

@@ -158,7 +158,11 @@ static inline void state_admitted(world *w, rseq *s, uint32_t cached, const stat
   EXPECT(st.num_state_restores - want->st.num_state_restores == (want->hit > 0));
   EXPECT(st.state_fallback_tokens - want->st.state_fallback_tokens ==
          (uint64_t)(want->kv - want->hit) * w->bs);
-  if (want->hit && cached == want->hit * w->bs) ckpt_touch(w, want->anchor);
+  if (want->hit && cached == want->hit * w->bs) {
+    w->num_host_restores += node_find(w->ckpt_nodes, w->nckpt, want->anchor) < 0;
+    ckpt_touch(w, want->anchor);
+  }
+  EXPECT(st.num_state_restores_from_host == w->num_host_restores);
   w->num_state_hits += want->hit > 0;
   w->num_state_fallbacks += want->kv > want->hit;
   state_probe(w, s);
@@ -229,8 +233,10 @@ static inline void state_check(world *w, const uint64_t *eff) {
   state_drain(w);
   const pkv_stats st = tu_stats(w->e);
   EXPECT(st.num_state_checkpoints_held == w->nckpt);
-  for (uint32_t i = 0; i < w->nckpt; i++)
-    EXPECT(node_find(w->kv_nodes, w->nkv, w->ckpt_nodes[i]) >= 0);
+  EXPECT(st.num_host_state_checkpoints_held == w->nckpt_host);
+  EXPECT(st.num_state_checkpoints_offloaded == w->num_ckpt_offloads);
+  for (uint32_t i = 0; i < w->nckpt; i++) EXPECT(kv_held(w, w->ckpt_nodes[i]));
+  for (uint32_t i = 0; i < w->nckpt_host; i++) EXPECT(kv_held(w, w->ckpt_host_nodes[i]));
   uint64_t used = 0; /* working slots as a bit set: MAX_SEQS + 1 of them */
   for (uint32_t i = 0; i < w->nseqs; i++) {
     const rseq *s = &w->seqs[i];
@@ -262,15 +268,19 @@ static inline void state_report(const world *w) {
          (unsigned long long)w->num_captures_seen, (unsigned long long)w->num_state_probes);
   EXPECT(st.num_state_restores == w->num_state_hits);
   if (w->host_blocks) {
-    printf("state: %llu swaps moved a working state (STATE_OUT / STATE_IN)\n",
-           (unsigned long long)w->num_state_swaps);
+    printf("state: %llu swaps moved a working state (STATE_OUT / STATE_IN), %llu checkpoints "
+           "offloaded, %llu restored from the host\n",
+           (unsigned long long)w->num_state_swaps, (unsigned long long)w->num_ckpt_offloads,
+           (unsigned long long)w->num_host_restores);
     CHECK(w->num_state_swaps > 0);
+    if (w->num_host_ckpt_slots) CHECK(w->num_ckpt_offloads > 0 && w->num_host_restores > 0);
   }
   if (state_policy(w) == PKV_STATE_CHECKPOINT_NONE)
     CHECK(w->num_hits == 0 && st.num_state_checkpoints_taken == 0);
   else
     CHECK(w->num_state_hits > 0 && w->num_state_fallbacks > 0 && w->num_captures_seen > 0 &&
-          st.num_state_checkpoint_evictions > w->num_lru_evictions && w->num_lru_evictions > 0);
+          st.num_state_checkpoint_evictions > w->num_lru_evictions &&
+          (w->num_host_ckpt_slots ? w->num_ckpt_offloads > 0 : w->num_lru_evictions > 0));
 }
 
 #endif /* PKV_RANDOM_STATE_H */

@@ -100,9 +100,13 @@ typedef struct {
   uint32_t num_host_state_slots; /* with a host tier: host state slots, after them */
   uint32_t num_kv_groups;        /* the state group's id in KV events */
   uint64_t kv_nodes[MAX_NODES], ckpt_nodes[MAX_NODES]; /* held, by the events: hashes */
-  uint32_t nkv, nckpt;                /* ckpt_nodes in LRU order: [0] the least recently used */
-  uint64_t expect_hash[2 * MAX_SEQS]; /* checkpoint events a batch's end must queue, in order */
-  uint8_t expect_add[2 * MAX_SEQS];
+  uint32_t nkv, nckpt; /* ckpt_nodes in LRU order: [0] the least recently used */
+  /* the same in the host tier: blocks offloaded, checkpoints offloaded (host_offload) */
+  uint64_t kv_host_nodes[MAX_NODES], ckpt_host_nodes[MAX_NODES];
+  uint32_t nkv_host, nckpt_host;
+  uint32_t num_host_ckpt_slots;       /* host state slots for offloaded checkpoints */
+  uint64_t expect_hash[4 * MAX_SEQS]; /* checkpoint events a batch's end must queue, in order */
+  uint8_t expect_add[4 * MAX_SEQS], expect_host[4 * MAX_SEQS];
   uint32_t nexpect, expect_at;
   uint32_t nstate_writes;            /* the open batch's state writes, done at batch_end */
   uint64_t state_write_id[MAX_SEQS]; /* the members in the batch's order */
@@ -110,7 +114,7 @@ typedef struct {
   uint64_t state_write_ctx[MAX_SEQS];
   uint64_t num_state_swaps; /* swap-outs and swap-ins of a sequence with a working state */
   uint64_t num_state_hits, num_state_fallbacks, num_state_probes, num_captures_seen,
-      num_lru_evictions;
+      num_lru_evictions, num_ckpt_offloads, num_host_restores;
   /* what the run exercised */
   uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out, num_swap_in,
       num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release, num_batch_copy,
