@@ -427,11 +427,10 @@ typedef struct pkv_engine_params {
   uint32_t state_checkpoint_interval; /* EVERY: blocks between checkpoints, 1 .. 2^20; else 0 */
   uint32_t num_state_checkpoints; /* checkpoint slots, each a whole state (every STATE layer's
                                      parts); 0 = max_num_seqs (NONE, or prefix caching off: 0
-                                     always). With a host tier and host_offload (or a store), as
-                                     many host state slots take the ones evicted (or fetched).
-                                     Taken from the
-                                     budget before the KV blocks; max_num_seqs + these at most
-                                     2^31-1 with STATE layers */
+                                     always). Taken from the budget before the KV blocks;
+                                     max_num_seqs + these at most 2^31-1 with STATE layers. With
+                                     a host tier and host_offload (or a store), as many host
+                                     state slots take the ones evicted (or fetched) */
   uint32_t reserved4;             /* must be 0 */
 } pkv_engine_params;
 
