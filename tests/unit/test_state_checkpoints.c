@@ -41,14 +41,6 @@ static pkv_engine *engine(uint32_t policy, uint32_t checkpoints) {
   return engine_w(policy, 0, checkpoints, 0, 0);
 }
 
-static unsigned char *slot_bytes(pkv_engine *e, int32_t slot) {
-  struct pkv_pool_info in;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  CHECK_OK(pkv_pool_info(e, &in));
-  return (unsigned char *)in.state_base + (uint64_t)slot * in.state_slot_bytes;
-}
-
 /* One batch of n of seq's tokens (0: all uncomputed). The host's "kernel": the state after it is
  * filled with a byte naming the tokens taken in, so a checkpoint names the prefix it holds.
  * Returns the batch's working slot; *copies (nullable) gets its PKV_COPY_STATE copies (src, dst). */
@@ -66,7 +58,7 @@ static int32_t run(pkv_engine *e, uint64_t seq, uint32_t n, int32_t copies[][2],
   CHECK_OK(pkv_batch_copy(b));
   const int32_t slot = v.state_slots[0];
   const uint32_t done = tu_info(e, seq).num_computed_tokens + v.num_tokens;
-  memset(slot_bytes(e, slot), (int)done, SLOT_BYTES);
+  memset(tu_state_slot(e, slot, 0), (int)done, SLOT_BYTES);
   CHECK_OK(pkv_batch_end(b));
   return slot;
 }
@@ -90,7 +82,7 @@ static void test_capture_and_restore(void) {
   CHECK_EQ_INT(nc, 1);
   const int32_t cp = c[0][1];
   CHECK(c[0][0] == wa && cp >= 3 && cp < 5); /* working slots 0..2, checkpoints 3..4 */
-  CHECK(slot_bytes(e, cp)[0] == 8 && slot_bytes(e, cp)[SLOT_BYTES - 1] == 8);
+  CHECK(tu_state_slot(e, cp, 0)[0] == 8 && tu_state_slot(e, cp, 0)[SLOT_BYTES - 1] == 8);
   uint32_t cached = 99;
   CHECK_OK(pkv_allocate_query(e, t, 10, NULL, NULL, &cached));
   CHECK_EQ_INT(cached, 8);
@@ -140,7 +132,7 @@ static void test_branch_point(void) {
   int32_t cp[4][2];
   uint32_t nc = 0;
   run(e, c, 0, cp, &nc);
-  CHECK(nc == 1 && slot_bytes(e, cp[0][1])[0] == 14); /* c's own state after the run */
+  CHECK(nc == 1 && tu_state_slot(e, cp[0][1], 0)[0] == 14); /* c's own state after the run */
   st = tu_stats(e);
   CHECK_EQ_INT(st.num_state_restores, 1);
   CHECK_EQ_INT(st.state_fallback_tokens, 8);
@@ -316,7 +308,7 @@ static void test_rollback(void) {
       if (v.copy_kind[i] == PKV_COPY_STATE) c[nc][0] = v.copy_src[i], c[nc++][1] = v.copy_dst[i];
     CHECK(nc == 1 && c[0][1] == v.state_slots[0] && v.num_tokens == 1);
     CHECK_OK(pkv_batch_copy(b));
-    CHECK(slot_bytes(e, v.state_slots[0])[0] == 12); /* the state after exactly 12 tokens */
+    CHECK(tu_state_slot(e, v.state_slots[0], 0)[0] == 12); /* the state after exactly 12 tokens */
     CHECK_OK(pkv_batch_end(b));
   }
   CHECK_OK(pkv_truncate(e, a, 6)); /* one block a hit may use: no checkpoint at 1 */

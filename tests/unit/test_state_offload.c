@@ -35,21 +35,6 @@ static void params(pkv_engine_params *p, uint32_t host_offload) {
   p->layer_spec_size = sizeof(pkv_layer_spec);
 }
 
-static struct pkv_pool_info pool_of(pkv_engine *e) {
-  struct pkv_pool_info in;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  CHECK_OK(pkv_pool_info(e, &in));
-  return in;
-}
-
-/* A device state slot's bytes, or a host one's (host != 0). */
-static unsigned char *slot_bytes(pkv_engine *e, int32_t slot, int host) {
-  const struct pkv_pool_info in = pool_of(e);
-  unsigned char *base = (unsigned char *)(host ? in.host_state_base : in.state_base);
-  return base + (uint64_t)slot * in.state_slot_bytes;
-}
-
 /* The state copies of one batch, in order: kind, src, dst. */
 typedef struct {
   uint32_t n;
@@ -74,7 +59,7 @@ static int32_t run(pkv_engine *e, uint64_t seq, uint32_t n, state_copies *sc) {
   CHECK_OK(pkv_batch_copy(b));
   const int32_t slot = v.state_slots[0];
   const uint32_t done = tu_info(e, seq).num_computed_tokens + v.num_tokens;
-  memset(slot_bytes(e, slot, 0), (int)done, SLOT_BYTES);
+  memset(tu_state_slot(e, slot, 0), (int)done, SLOT_BYTES);
   CHECK_OK(pkv_batch_end(b));
   return slot;
 }
@@ -122,7 +107,7 @@ static void test_offload_and_restore(void) {
   params(&p, 1);
   pkv_engine *e = tu_engine_p(&p);
   if (!e) return;
-  CHECK_EQ_INT(pool_of(e).num_host_state_slots, SEQS + 1);
+  CHECK_EQ_INT(tu_pool(e).num_host_state_slots, SEQS + 1);
   int32_t ta[6], tb[10];
   tu_fill(ta, 6, 100);
   tu_fill(tb, 10, 500);
@@ -135,8 +120,8 @@ static void test_offload_and_restore(void) {
     CHECK(sc.kind[0] == PKV_COPY_STATE_OUT && sc.src[0] == SEQS && sc.dst[0] == SEQS);
     CHECK(sc.kind[1] == PKV_COPY_STATE && sc.dst[1] == SEQS);
   }
-  CHECK(slot_bytes(e, SEQS, 1)[0] == 4 && slot_bytes(e, SEQS, 1)[SLOT_BYTES - 1] == 4);
-  CHECK(slot_bytes(e, SEQS, 0)[0] == 8);
+  CHECK(tu_state_slot(e, SEQS, 1)[0] == 4 && tu_state_slot(e, SEQS, 1)[SLOT_BYTES - 1] == 4);
+  CHECK(tu_state_slot(e, SEQS, 0)[0] == 8);
   pkv_stats st = tu_stats(e);
   CHECK_EQ_INT(st.num_state_checkpoints_offloaded, 1);
   CHECK_EQ_INT(st.num_host_state_checkpoints_held, 1);

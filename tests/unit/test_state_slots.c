@@ -41,19 +41,6 @@ static pkv_engine *engine(uint32_t num_blocks) {
   return tu_engine_p(&p);
 }
 
-static struct pkv_pool_info pool_of(pkv_engine *e) {
-  struct pkv_pool_info in;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  CHECK_OK(pkv_pool_info(e, &in));
-  return in;
-}
-
-static unsigned char *slot_bytes(pkv_engine *e, int32_t slot) {
-  const struct pkv_pool_info in = pool_of(e);
-  return (unsigned char *)in.state_base + (uint64_t)slot * in.state_slot_bytes;
-}
-
 /* One batch of seq's uncomputed tokens; its slot from the view (-1 on failure). */
 static int32_t slot_of(pkv_engine *e, uint64_t seq) {
   pkv_batch *b = NULL;
@@ -67,7 +54,7 @@ static int32_t slot_of(pkv_engine *e, uint64_t seq) {
 static void test_layout(void) {
   pkv_engine *e = engine(32);
   if (!e) return;
-  const struct pkv_pool_info in = pool_of(e);
+  const struct pkv_pool_info in = tu_pool(e);
   CHECK(in.state_base != NULL);
   CHECK_EQ_INT(in.state_slot_bytes, SLOT_BYTES);
   CHECK_EQ_INT(in.num_state_slots, MAX_SEQS + CHECKPOINTS);
@@ -95,7 +82,7 @@ static void test_layout(void) {
   /* Without STATE layers: no slots, and the view's state_slots is NULL. */
   pkv_engine *flat = tu_engine(4, 32, 0);
   if (!flat) return;
-  const struct pkv_pool_info fi = pool_of(flat);
+  const struct pkv_pool_info fi = tu_pool(flat);
   CHECK(fi.state_base == NULL && fi.state_slot_bytes == 0 && fi.num_state_slots == 0);
   int32_t tokens[6];
   tu_fill(tokens, 6, 1);
@@ -156,7 +143,7 @@ static void test_fork(void) {
   const int32_t ps = slot_of(e, parent);
   if (!CHECK(ps >= 0)) return;
   /* The host's recurrence wrote the parent's state after its 6 tokens. */
-  unsigned char *pb = slot_bytes(e, ps), expect[SLOT_BYTES];
+  unsigned char *pb = tu_state_slot(e, ps, 0), expect[SLOT_BYTES];
   for (uint32_t i = 0; i < SLOT_BYTES; i++) pb[i] = expect[i] = (unsigned char)(i * 7 + 3);
   uint64_t child = 0;
   if (!CHECK_OK(pkv_fork(e, parent, &child))) return;
@@ -175,10 +162,10 @@ static void test_fork(void) {
       CHECK_EQ_INT(v.copy_dst[i], cs);
     }
   CHECK_EQ_INT(listed, 1);
-  CHECK(memcmp(slot_bytes(e, cs), expect, SLOT_BYTES) != 0); /* not yet copied */
+  CHECK(memcmp(tu_state_slot(e, cs, 0), expect, SLOT_BYTES) != 0); /* not yet copied */
   CHECK_OK(pkv_batch_copy(b));
-  CHECK(memcmp(slot_bytes(e, cs), expect, SLOT_BYTES) == 0);
-  CHECK(memcmp(slot_bytes(e, ps), expect, SLOT_BYTES) == 0);
+  CHECK(memcmp(tu_state_slot(e, cs, 0), expect, SLOT_BYTES) == 0);
+  CHECK(memcmp(tu_state_slot(e, ps, 0), expect, SLOT_BYTES) == 0);
   CHECK_OK(pkv_batch_end(b));
   CHECK_OK(pkv_append(e, child, &one, 1));
   if (CHECK_OK(pkv_batch_begin(e, &child, NULL, 1, &b))) {
@@ -207,7 +194,7 @@ static void test_fork_copy_survives_abort(void) {
   const uint64_t parent = tu_alloc(e, tokens, 5, NULL);
   const int32_t ps = slot_of(e, parent);
   if (!CHECK(ps >= 0)) return;
-  memset(slot_bytes(e, ps), 0x3c, SLOT_BYTES);
+  memset(tu_state_slot(e, ps, 0), 0x3c, SLOT_BYTES);
   uint64_t child = 0;
   CHECK_OK(pkv_fork(e, parent, &child));
   const int32_t one = 7;
@@ -223,7 +210,7 @@ static void test_fork_copy_survives_abort(void) {
   CHECK_OK(pkv_batch_copy(b));
   unsigned char expect[SLOT_BYTES];
   memset(expect, 0x3c, SLOT_BYTES);
-  CHECK(memcmp(slot_bytes(e, v.state_slots[0]), expect, SLOT_BYTES) == 0);
+  CHECK(memcmp(tu_state_slot(e, v.state_slots[0], 0), expect, SLOT_BYTES) == 0);
   CHECK_OK(pkv_batch_end(b));
   CHECK_ENGINE(e);
   pkv_engine_destroy(e);
@@ -368,7 +355,7 @@ static void test_swap(void) {
   p.host_num_blocks = 16;
   pkv_engine *e = tu_engine_p(&p);
   if (!e) return;
-  struct pkv_pool_info in = pool_of(e);
+  struct pkv_pool_info in = tu_pool(e);
   /* a host slot per sequence that may be swapped out, then one per offloaded checkpoint */
   CHECK(in.host_state_base != NULL && in.num_host_state_slots == MAX_SEQS + CHECKPOINTS);
   int32_t tokens[6];
@@ -376,7 +363,7 @@ static void test_swap(void) {
   uint64_t a = tu_alloc(e, tokens, 6, NULL);
   const int32_t ws = slot_of(e, a);
   if (!CHECK(ws >= 0)) return;
-  memset(slot_bytes(e, ws), 0x6b, SLOT_BYTES);
+  memset(tu_state_slot(e, ws, 0), 0x6b, SLOT_BYTES);
   CHECK_OK(pkv_swap_out(e, a));
   CHECK_ENGINE(e);
   /* The next batch lists the copy out, before the slot's new owner writes it. */
@@ -396,7 +383,8 @@ static void test_swap(void) {
   CHECK_OK(pkv_batch_copy(b));
   const unsigned char *hb = (const unsigned char *)in.host_state_base + host * SLOT_BYTES;
   CHECK(hb[0] == 0x6b && hb[SLOT_BYTES - 1] == 0x6b);
-  for (uint32_t i = 0; i < MAX_SEQS; i++) memset(slot_bytes(e, v.state_slots[i]), 0, SLOT_BYTES);
+  for (uint32_t i = 0; i < MAX_SEQS; i++)
+    memset(tu_state_slot(e, v.state_slots[i], 0), 0, SLOT_BYTES);
   CHECK_OK(pkv_batch_end(b));
   /* Every working slot is held: swap-in is refused, nothing changed. */
   uint64_t all[MAX_SEQS + 1] = {a, others[0], others[1], others[2]};
@@ -419,7 +407,7 @@ static void test_swap(void) {
       }
     CHECK_EQ_INT(listed, 1);
     CHECK_OK(pkv_batch_copy(b));
-    CHECK(slot_bytes(e, v.state_slots[0])[0] == 0x6b);
+    CHECK(tu_state_slot(e, v.state_slots[0], 0)[0] == 0x6b);
     CHECK_OK(pkv_batch_end(b));
   }
   CHECK_ENGINE(e);

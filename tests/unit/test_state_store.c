@@ -45,14 +45,6 @@ static pkv_engine *engine(uint32_t write_mode, uint32_t n) {
   return tu_engine_p(&p);
 }
 
-static unsigned char *slot_bytes(pkv_engine *e, int32_t slot) {
-  struct pkv_pool_info in;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  CHECK_OK(pkv_pool_info(e, &in));
-  return (unsigned char *)in.state_base + (uint64_t)slot * in.state_slot_bytes;
-}
-
 /* One batch of n of seq's tokens (0: all uncomputed); the "kernel" fills the state after it with
  * the count of tokens taken in. Returns the working slot; *in gets the source of a STATE_IN copy
  * the batch lists (-1: none), *state_at0 the slot's first byte after the copies. */
@@ -65,9 +57,9 @@ static int32_t run(pkv_engine *e, uint64_t seq, uint32_t n, int32_t *in, int *st
     if (v.copy_kind[i] == PKV_COPY_STATE_IN && in) *in = v.copy_src[i];
   CHECK_OK(pkv_batch_copy(b));
   const int32_t slot = v.state_slots[0];
-  if (state_at0) *state_at0 = slot_bytes(e, slot)[0];
+  if (state_at0) *state_at0 = tu_state_slot(e, slot, 0)[0];
   const uint32_t done = tu_info(e, seq).num_computed_tokens + v.num_tokens;
-  memset(slot_bytes(e, slot), (int)done, SLOT_BYTES);
+  memset(tu_state_slot(e, slot, 0), (int)done, SLOT_BYTES);
   CHECK_OK(pkv_batch_end(b));
   return slot;
 }

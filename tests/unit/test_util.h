@@ -148,6 +148,22 @@ static inline struct pkv_seq_info tu_info(pkv_engine *e, uint64_t seq) {
   return info;
 }
 
+/* Where e's pool and state slots are (pkv_pool_info). */
+static inline struct pkv_pool_info tu_pool(pkv_engine *e) {
+  struct pkv_pool_info in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  CHECK_OK(pkv_pool_info(e, &in));
+  return in;
+}
+
+/* The bytes of state slot `slot`: a device one, or (host 1) a host state slot. */
+static inline unsigned char *tu_state_slot(pkv_engine *e, int32_t slot, int host) {
+  const struct pkv_pool_info in = tu_pool(e);
+  unsigned char *base = (unsigned char *)(host ? in.host_state_base : in.state_base);
+  return base + (uint64_t)slot * in.state_slot_bytes;
+}
+
 /* The block table of seq into out[cap]; returns its length. */
 static inline uint32_t tu_table(pkv_engine *e, uint64_t seq, int32_t *out, uint32_t cap) {
   uint32_t len = 0;
