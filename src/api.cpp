@@ -622,6 +622,20 @@ pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void
   return guard_batch(b, [&](Engine &en) { en.attention(layer, q, k, v, out); });
 }
 
+pkv_status pkv_indexer_write(pkv_batch *b, uint32_t layer, const void *k, uint32_t flags) {
+  return guard_batch(b, [&](Engine &en) { en.indexer_write(layer, k, flags); });
+}
+
+pkv_status pkv_indexer_topk(pkv_batch *b, uint32_t layer, const void *q, const float *weights,
+                            uint32_t out_kind, int32_t *out) {
+  return guard_batch(b, [&](Engine &en) { en.indexer_topk(layer, q, weights, out_kind, out); });
+}
+
+pkv_status pkv_sparse_mla_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
+                                    const int32_t *indices, void *out) {
+  return guard_batch(b, [&](Engine &en) { en.sparse_attention(layer, q, k, indices, out); });
+}
+
 pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out) {
   return guard(e, [&](Engine &en) {
     pkv::require_out_struct(out, "out");

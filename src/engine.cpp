@@ -107,6 +107,10 @@ Engine::Engine(const pkv_engine_params &params)
                  : make_cpu_backend(pool_shape(), params_.num_threads);
   if (store_config_) {
     const PoolShape shape = pool_shape();
+    // Every cached layer has the same indexer, or none, with a store (host_tier_holds).
+    LayerSpec indexer;
+    for (const LayerSpec &s : specs_)
+      if (s.indexed()) indexer = s;
     std::vector<float> scales = k_scales_;
     scales.insert(scales.end(), v_scales_.begin(), v_scales_.end());
     store_ = std::make_unique<StoreTier>(
@@ -114,7 +118,8 @@ Engine::Engine(const pkv_engine_params &params)
         StoreShape{shape.num_layers, shape.kv_heads, params_.head_dim, params_.block_size,
                    params_.tp_rank, params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales,
                    shape.tensors, shape.kv_lora_rank,
-                   store_config_->params().model_id ? store_config_->params().model_id : ""},
+                   store_config_->params().model_id ? store_config_->params().model_id : "",
+                   indexer.index_dim, indexer.index_dtype},
         HostTierView{static_cast<char *>(backend_->host_k_pool()),
                      static_cast<char *>(backend_->host_v_pool()), shape.host_bytes.layer,
                      shape.block_bytes(), shape.num_layers});

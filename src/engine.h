@@ -72,6 +72,12 @@ class Engine {
   void do_copies();
   // pkv_attention of the open batch: its copies and its plan first (once), then one layer.
   void attention(uint32_t layer, const void *q, const void *k, const void *v, void *out);
+  // Sparse attention's calls of the open batch (engine_sparse.cpp, DESIGN.md §14).
+  void indexer_write(uint32_t layer, const void *k, uint32_t flags);
+  void indexer_topk(uint32_t layer, const void *q, const float *weights, uint32_t out_kind,
+                    int32_t *out);
+  void sparse_attention(uint32_t layer, const void *q, const void *k, const int32_t *indices,
+                        void *out);
 
   struct pkv_pool_info pool_info() const;
   // Layer l resolved: its spec (layer_specs), or the flat fields' (engine_layers.cpp).
@@ -107,6 +113,11 @@ class Engine {
   void check_attention(uint32_t layer, const LayerSpec &spec, const void *q, const void *k,
                        const void *v, const void *out) const;
   AttentionCall attention_call(uint32_t layer, const LayerSpec &spec) const;
+  // The open batch's copies and plan, once (every compute call starts with it).
+  void prepare_step();
+  // A layer with an indexer the calls support, else the error naming `call`; its IndexerCall.
+  LayerSpec indexed_layer(uint32_t layer, const char *call) const;
+  IndexerCall indexer_call(uint32_t layer, const LayerSpec &spec) const;
   struct pkv_layer_info state_layer_info(uint32_t layer, const LayerSpec &spec,
                                          struct pkv_layer_info info) const;
   void require_length(uint64_t num_tokens) const;

@@ -141,13 +141,7 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
   const LayerSpec spec = layer_spec(layer);
   check_attention(layer, spec, q, k, v, out);  // each layer's own shape (engine_layers.cpp)
-  OpenBatch &ob = *open_;
-  do_copies();  // before any write of the step, for every layer at once
-  const pkv_batch_view view = ob.batch->view();
-  if (!ob.planned) {
-    backend_->plan(view);
-    ob.planned = true;
-  }
+  prepare_step();
   AttentionCall call = attention_call(layer, spec);
   call.q = q, call.k = k, call.v = v, call.out = out;
   backend_->attention(call);

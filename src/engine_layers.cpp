@@ -121,6 +121,19 @@ struct pkv_layer_info Engine::layer_info(uint32_t layer) const {
     char *hv = ht.v_in_k_pool ? hk : static_cast<char *>(backend_->host_v_pool());
     info.host_k_base = hk + ht.k_offset;
     info.host_v_base = hv + ht.v_offset;
+    if (s.indexed()) {
+      info.host_index_base = hk + ht.index_offset;
+      if (s.index_dtype != PKV_DTYPE_BF16) info.host_index_scale_base = hk + ht.index_scale_offset;
+    }
+  }
+  if (s.indexed()) {
+    info.index_head_dim = s.index_dim;
+    info.index_dtype = s.index_dtype;
+    info.index_n_heads = s.index_heads;
+    info.index_topk = s.index_topk;
+    info.index_block_bytes = at.block_stride;
+    info.index_base = k + at.index_offset;
+    if (s.index_dtype != PKV_DTYPE_BF16) info.index_scale_base = k + at.index_scale_offset;
   }
   return info;
 }

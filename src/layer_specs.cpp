@@ -15,7 +15,7 @@ namespace pkv {
 uint64_t LayerSpec::token_bytes(uint32_t dtype_bytes) const {
   if (!cached()) return 0;
   const uint64_t v = v_is_k() ? 0 : uint64_t(kv_heads) * v_dim * dtype_bytes;
-  return k_token_bytes(dtype_bytes) + v;
+  return k_token_bytes(dtype_bytes) + v + index_token_bytes();
 }
 
 namespace {
@@ -109,6 +109,44 @@ uint64_t state_part_bytes(const pkv_layer_spec &in, uint32_t l, uint32_t part) {
   return bytes;
 }
 
+// Layers other than MLA: the indexer's fields 0.
+void require_no_indexer(const pkv_layer_spec &in, uint32_t l, const char *what) {
+  const char *field = in.index_head_dim  ? "index_head_dim"
+                      : in.index_dtype   ? "index_dtype"
+                      : in.index_n_heads ? "index_n_heads"
+                      : in.index_topk    ? "index_topk"
+                                         : nullptr;
+  spec_require(!field, l, field ? field : "",
+               "must be 0 in %s: only an MLA layer has a sparse-attention indexer", what);
+}
+
+// An MLA layer's indexer: none (every field 0), or a key width, its dtype, heads and top-k.
+void resolve_indexer(const pkv_layer_spec &in, uint32_t l, LayerSpec &s) {
+  if (!in.index_head_dim) {
+    const char *field = in.index_dtype     ? "index_dtype"
+                        : in.index_n_heads ? "index_n_heads"
+                        : in.index_topk    ? "index_topk"
+                                           : nullptr;
+    spec_require(!field, l, field ? field : "", "must be 0 without an indexer (index_head_dim 0)");
+    return;
+  }
+  spec_require(in.index_head_dim <= PKV_MAX_HEAD_DIM, l, "index_head_dim",
+               "%u: must be in 1 .. %d (0 = no indexer)", in.index_head_dim, PKV_MAX_HEAD_DIM);
+  spec_require(in.index_dtype == 0 || in.index_dtype == PKV_DTYPE_FP8_E4M3 ||
+                   in.index_dtype == PKV_DTYPE_BF16,
+               l, "index_dtype",
+               "%u is not PKV_DTYPE_FP8_E4M3 (3, or 0: one fp32 scale per token) or BF16 (2)",
+               in.index_dtype);
+  spec_require(in.index_n_heads >= 1 && in.index_n_heads <= (1u << 16), l, "index_n_heads",
+               "%u: the indexer's query heads must be in 1 .. 2^16", in.index_n_heads);
+  spec_require(in.index_topk >= 1 && in.index_topk <= (1u << 20), l, "index_topk",
+               "%u: the keys each query keeps must be in 1 .. 2^20", in.index_topk);
+  s.index_dim = in.index_head_dim;
+  s.index_dtype = in.index_dtype == PKV_DTYPE_BF16 ? PKV_DTYPE_BF16 : PKV_DTYPE_FP8_E4M3;
+  s.index_heads = in.index_n_heads;
+  s.index_topk = in.index_topk;
+}
+
 // A STATE layer: its parts, and every attention field 0 (it has no K, V or softmax).
 void resolve_state(const pkv_layer_spec &in, uint32_t l, LayerSpec &s) {
   const char *field = in.attention       ? "attention"
@@ -125,6 +163,7 @@ void resolve_state(const pkv_layer_spec &in, uint32_t l, LayerSpec &s) {
                                          : nullptr;
   spec_require(!field, l, field ? field : "",
                "must be 0 in a STATE layer (no K, V or softmax: its state is state_shape's parts)");
+  require_no_indexer(in, l, "a STATE layer");
   s = LayerSpec();
   s.kind = PKV_LAYER_STATE;
   s.source = l;
@@ -238,6 +277,10 @@ LayerSpec resolve_one(const pkv_engine_params &p, const pkv_layer_spec &in, uint
                  in.v_head_dim, p.kv_lora_rank);
     spec_require(!in.k_eq_v, l, "k_eq_v", "an MLA layer has no V of its own: must be 0");
     s.v_dim = p.kv_lora_rank;
+    resolve_indexer(in, l, s);
+  } else {
+    require_no_indexer(in, l,
+                       in.kind == PKV_LAYER_SHARED ? "a SHARED layer" : "an ATTENTION layer");
   }
   s.scale = scale_of(in.softmax_scale, p.softmax_scale, s.head_dim);
   return s;
@@ -279,13 +322,18 @@ void check_state_model(const std::vector<LayerSpec> &specs, bool any_kv) {
               (unsigned long long)slot);
 }
 
-bool flat_describable(const pkv_engine_params &p, const std::vector<LayerSpec> &specs) {
+// Whether the host tier holds these layers: one KV group of full attention. The flat fields'
+// layers, STATE layers beside them (no KV: the pool and the host tier's copy hold the others
+// alone), and MLA layers that all have the same indexer (their pages are one unit per block).
+bool host_tier_holds(const pkv_engine_params &p, const std::vector<LayerSpec> &specs) {
   const LayerSpec flat = flat_layer_spec(p, 0);
-  // A STATE layer keeps no KV: the pool (and the host tier's copy of it) holds the others alone.
+  const auto first =
+      std::find_if(specs.begin(), specs.end(), [](const LayerSpec &s) { return s.cached(); });
   return std::all_of(specs.begin(), specs.end(), [&](const LayerSpec &s) {
     if (s.kind == PKV_LAYER_STATE) return true;
     return s.kind == flat.kind && s.attention == PKV_ATTENTION_FULL && !s.k_eq_v &&
-           s.kv_heads == flat.kv_heads && s.head_dim == flat.head_dim && s.v_dim == flat.v_dim;
+           s.kv_heads == flat.kv_heads && s.head_dim == flat.head_dim && s.v_dim == flat.v_dim &&
+           s.index_dim == first->index_dim && s.index_dtype == first->index_dtype;
   });
 }
 
@@ -319,11 +367,11 @@ std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p) {
     fail(PKV_ERR_UNSUPPORTED,
          "layer_specs: MLA layers with SLIDING or CHUNKED attention are not supported (no "
          "latent-attention model has them): give every layer attention FULL");
-  if ((p.host_num_blocks || p.host_cache_bytes) && !flat_describable(p, specs))
+  if ((p.host_num_blocks || p.host_cache_bytes) && !host_tier_holds(p, specs))
     fail(PKV_ERR_UNSUPPORTED,
          "layer_specs whose layers differ from the flat fields (windows, chunks, heads, widths, "
-         "k_eq_v or SHARED layers) with a host tier (swap, offload, store) are not supported "
-         "yet: set host_num_blocks and host_cache_bytes to 0");
+         "k_eq_v or SHARED layers, indexers in some MLA layers only) with a host tier (swap, "
+         "offload, store) are not supported yet: set host_num_blocks and host_cache_bytes to 0");
   return specs;
 }
 
@@ -338,6 +386,8 @@ bool uniform_storage(const std::vector<LayerSpec> &specs) {
     if (!s.cached()) continue;
     if (s.k_eq_v || (s.kind != PKV_LAYER_MLA && s.v_dim != s.head_dim)) return false;
     if (!first) first = &s;
+    // An indexer's keys sit after the block's latents: pages (layer_place).
+    if (s.indexed()) return false;
     if (s.kind != first->kind || s.kv_heads != first->kv_heads || s.head_dim != first->head_dim ||
         s.v_dim != first->v_dim)
       return false;

@@ -27,6 +27,10 @@ struct LayerSpec {
   float scale = 0.0f;  // pkv_attention's
   // A STATE layer's parts (pkv_layer_spec.state_*; bytes 0 = absent, and in every other kind).
   StatePart state[PKV_MAX_STATE_PARTS] = {};
+  // An MLA layer's indexer (pkv_layer_spec.index_*; index_dim 0 = none, DESIGN.md §14): per
+  // token a key of index_dim values of index_dtype (FP8_E4M3 with an fp32 scale, or BF16) after
+  // the block's latents in the same page.
+  uint32_t index_dim = 0, index_dtype = 0, index_heads = 0, index_topk = 0;
 
   // Has a KV cache of its own: neither SHARED (it reads its source's) nor STATE (a fixed-size
   // state per sequence in a state slot, state_layout.h; in no KV group).
@@ -38,10 +42,20 @@ struct LayerSpec {
   uint64_t k_token_bytes(uint32_t dtype_bytes) const {
     return uint64_t(kv_heads) * head_dim * dtype_bytes;
   }
+  bool indexed() const { return index_dim != 0; }
+  // One token's indexer bytes: its key's values, and fp8's scale (0 without an indexer).
+  uint64_t index_key_bytes() const {
+    return uint64_t(index_dim) * (index_dtype == PKV_DTYPE_BF16 ? 2 : 1);
+  }
+  uint64_t index_token_bytes() const {
+    return index_dim ? index_key_bytes() + (index_dtype == PKV_DTYPE_BF16 ? 0 : 4) : 0;
+  }
 };
 
 // The 0.5 size of pkv_layer_spec: the least layer_spec_size accepted.
 constexpr uint32_t kMinLayerSpecSize = 48;
+// The 0.7 size: with the indexer's fields (a spec that names an indexer is read at this size).
+constexpr uint32_t kIndexerLayerSpecSize = 104;
 static_assert(sizeof(pkv_layer_spec) >= kMinLayerSpecSize, "pkv_layer_spec only grows");
 
 // Layer l of validated params without layer_specs, as the flat fields say.

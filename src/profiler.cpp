@@ -109,6 +109,10 @@ LayerPlace layer_place(const PoolLayout &layout, const KvGroups &groups, const L
         at.k_offset + (spec.v_is_k() ? 0 : spec.k_token_bytes(layout.dtype_bytes) * block_size);
     at.block_stride = layout.block_bytes;
     at.v_in_k_pool = true;
+    if (spec.indexed()) {
+      at.index_offset = at.k_offset + spec.k_token_bytes(layout.dtype_bytes) * block_size;
+      at.index_scale_offset = at.index_offset + spec.index_key_bytes() * block_size;
+    }
     return at;
   }
   at.k_offset = at.v_offset = slot * layout.layer_bytes;

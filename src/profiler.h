@@ -46,9 +46,12 @@ PoolLayout pool_layout(const pkv_engine_params &p, uint64_t num_blocks);
 // Where one layer's K and V are: byte offsets of block 0 (K in the K pool; V in the V pool,
 // or in the K pool when v_in_k_pool: paged pools, MLA and k_eq_v layers), and the bytes from one
 // block to the next. A SHARED layer: its source's.
+// An MLA layer with an indexer (pages only): its keys after the block's latents, then fp8's
+// scales, byte offsets of block 0 in the K pool (0 without an indexer).
 struct LayerPlace {
   uint64_t k_offset, v_offset, block_stride;
   bool v_in_k_pool;
+  uint64_t index_offset = 0, index_scale_offset = 0;
 };
 LayerPlace layer_place(const PoolLayout &layout, const KvGroups &groups, const LayerSpec &spec,
                        uint32_t block_size);

@@ -8,9 +8,9 @@ using System;
 using System.Runtime.InteropServices;
 
 // The assembly's version is pkv.h's PKV_VERSION_*.
-[assembly: System.Reflection.AssemblyVersion("0.6.0.0")]
-[assembly: System.Reflection.AssemblyFileVersion("0.6.0.0")]
-[assembly: System.Reflection.AssemblyInformationalVersion("0.6.0")]
+[assembly: System.Reflection.AssemblyVersion("0.7.0.0")]
+[assembly: System.Reflection.AssemblyFileVersion("0.7.0.0")]
+[assembly: System.Reflection.AssemblyInformationalVersion("0.7.0")]
 
 namespace Pkv
 {
@@ -162,7 +162,7 @@ namespace Pkv
         Bad = 2,
     }
 
-    /// <summary>pkv_layer_spec (88 bytes on x86_64).</summary>
+    /// <summary>pkv_layer_spec (104 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal unsafe partial struct LayerSpecNative
     {
@@ -180,6 +180,10 @@ namespace Pkv
         public uint Reserved0;
         public fixed uint StateDType[2];
         public fixed uint StateShape[8];
+        public uint IndexHeadDim;
+        public uint IndexDType;
+        public uint IndexNHeads;
+        public uint IndexTopk;
     }
 
     /// <summary>pkv_layer_spec in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -197,6 +201,10 @@ namespace Pkv
         public bool Sinks;
         public float LogitSoftcap;
         public float SoftmaxScale;
+        public uint IndexHeadDim;
+        public uint IndexDType;
+        public uint IndexNHeads;
+        public uint IndexTopk;
         StatePart[] stateParts;  // StateParts (State.cs): never changed in place
 
         /// <summary>The C struct of these fields (pointers zero).</summary>
@@ -214,6 +222,10 @@ namespace Pkv
             n.Sinks = Sinks ? 1u : 0u;
             n.LogitSoftcap = LogitSoftcap;
             n.SoftmaxScale = SoftmaxScale;
+            n.IndexHeadDim = IndexHeadDim;
+            n.IndexDType = IndexDType;
+            n.IndexNHeads = IndexNHeads;
+            n.IndexTopk = IndexTopk;
             return n;
         }
 
@@ -232,6 +244,10 @@ namespace Pkv
             p.Sinks = n.Sinks != 0;
             p.LogitSoftcap = n.LogitSoftcap;
             p.SoftmaxScale = n.SoftmaxScale;
+            p.IndexHeadDim = n.IndexHeadDim;
+            p.IndexDType = n.IndexDType;
+            p.IndexNHeads = n.IndexNHeads;
+            p.IndexTopk = n.IndexTopk;
             return p;
         }
     }
@@ -801,7 +817,7 @@ namespace Pkv
         public uint Reserved2;
     }
 
-    /// <summary>pkv_layer_info (192 bytes on x86_64).</summary>
+    /// <summary>pkv_layer_info (248 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public unsafe partial struct LayerInfo
     {
@@ -831,6 +847,15 @@ namespace Pkv
         public fixed ulong StateBytes[2];
         public fixed uint StateDType[2];
         public fixed uint StateShape[8];
+        public uint IndexHeadDim;
+        public uint IndexDType;
+        public uint IndexNHeads;
+        public uint IndexTopk;
+        public ulong IndexBlockBytes;
+        internal IntPtr IndexBase;
+        internal IntPtr IndexScaleBase;
+        internal IntPtr HostIndexBase;
+        internal IntPtr HostIndexScaleBase;
     }
 
     /// <summary>pkv_kv_event (56 bytes on x86_64).</summary>
@@ -910,7 +935,7 @@ namespace Pkv
     public static class Constants
     {
         public const int VersionMajor = 0;
-        public const int VersionMinor = 6;
+        public const int VersionMinor = 7;
         public const int VersionPatch = 0;
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
@@ -920,6 +945,7 @@ namespace Pkv
         public const int AttentionHeadDimAlign = 8;
         public const int AttentionMaxKvLoraRank = 512;
         public const int AttentionMaxRopeDim = 128;
+        public const int IndexerMaxHeadDim = 256;
         public const int CudaMaxGrid = 65535;
         public const int MaxBlockSize = 1048576;
         public const int MaxModelIdBytes = 256;
@@ -937,6 +963,9 @@ namespace Pkv
         public const int MaxEventTopicBytes = 1024;
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
+        public const int IndexerScaleUe8m0 = 1;
+        public const int TopkPositions = 0;
+        public const int TopkSlots = 1;
         public const int StoreProblemBytes = 64;
     }
 
@@ -947,7 +976,7 @@ namespace Pkv
         public const string Library = "libpkv.so.1";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 6;
+        public const int PKV_VERSION_MINOR = 7;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 
@@ -971,6 +1000,7 @@ namespace Pkv
         public const int PKV_ATTENTION_HEAD_DIM_ALIGN = 8;
         public const int PKV_ATTENTION_MAX_KV_LORA_RANK = 512;
         public const int PKV_ATTENTION_MAX_ROPE_DIM = 128;
+        public const int PKV_INDEXER_MAX_HEAD_DIM = 256;
         public const int PKV_CUDA_MAX_GRID = 65535;
         public const int PKV_MAX_BLOCK_SIZE = 1048576;
         public const int PKV_MAX_MODEL_ID_BYTES = 256;
@@ -1043,6 +1073,9 @@ namespace Pkv
         public const int PKV_EVENT_OVERFLOW = 4;
         public const int PKV_EVENT_FORMAT_MAP = 0;
         public const int PKV_EVENT_FORMAT_ARRAY = 1;
+        public const int PKV_INDEXER_SCALE_UE8M0 = 1;
+        public const int PKV_TOPK_POSITIONS = 0;
+        public const int PKV_TOPK_SLOTS = 1;
         public const int PKV_STORE_LIST_KEYS_ONLY = 1;
         public const int PKV_STORE_VALUE_UNREAD = 0;
         public const int PKV_STORE_VALUE_GOOD = 1;
@@ -1051,7 +1084,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 88, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 248, 384, 184, 192, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 248, 384, 184, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1306,6 +1339,33 @@ namespace Pkv
         {
             Loaded();
             return pkv_attention_native(b, layer, q, k, v, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_indexer_write")]
+        static extern Status pkv_indexer_write_native(BatchHandle b, uint layer, void* k, uint flags);
+
+        public static Status pkv_indexer_write(BatchHandle b, uint layer, void* k, uint flags)
+        {
+            Loaded();
+            return pkv_indexer_write_native(b, layer, k, flags);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_indexer_topk")]
+        static extern Status pkv_indexer_topk_native(BatchHandle b, uint layer, void* q, float* weights, uint out_kind, int* @out);
+
+        public static Status pkv_indexer_topk(BatchHandle b, uint layer, void* q, float* weights, uint out_kind, int* @out)
+        {
+            Loaded();
+            return pkv_indexer_topk_native(b, layer, q, weights, out_kind, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_sparse_mla_attention")]
+        static extern Status pkv_sparse_mla_attention_native(BatchHandle b, uint layer, void* q, void* k, int* indices, void* @out);
+
+        public static Status pkv_sparse_mla_attention(BatchHandle b, uint layer, void* q, void* k, int* indices, void* @out)
+        {
+            Loaded();
+            return pkv_sparse_mla_attention_native(b, layer, q, k, indices, @out);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_request_params_init")]

@@ -5,14 +5,14 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 6
+	VersionMinor = 7
 	VersionPatch = 0
 	ABIVersion   = 1
 )
 
 // BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
 // generated from (the version a go.mod requires it at).
-const BindingVersion = "0.6.0"
+const BindingVersion = "0.7.0"
 
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (
@@ -38,6 +38,7 @@ const (
 	AttentionHeadDimAlign     = 8
 	AttentionMaxKVLoraRank    = 512
 	AttentionMaxRopeDim       = 128
+	IndexerMaxHeadDim         = 256
 	CUDAMaxGrid               = 65535
 	MaxBlockSize              = 1048576
 	MaxModelIDBytes           = 256
@@ -209,6 +210,15 @@ type EventFormat uint32
 const (
 	EventFormatMap   EventFormat = 0
 	EventFormatArray EventFormat = 1
+)
+
+const (
+	IndexerScaleUe8m0 = 1
+)
+
+const (
+	TopkPositions = 0
+	TopkSlots     = 1
 )
 
 const (
@@ -509,7 +519,7 @@ var sentinels = map[Status]*Error{
 	StatusEvents:          ErrEvents,
 }
 
-// cLayerSpec mirrors C's pkv_layer_spec (88 bytes on amd64; layout checked against C at init).
+// cLayerSpec mirrors C's pkv_layer_spec (104 bytes on amd64; layout checked against C at init).
 type cLayerSpec struct {
 	Kind         uint32
 	Attention    uint32
@@ -525,6 +535,10 @@ type cLayerSpec struct {
 	Reserved0    uint32
 	StateDType   [2]uint32
 	StateShape   [8]uint32
+	IndexHeadDim uint32
+	IndexDType   uint32
+	IndexNHeads  uint32
+	IndexTopk    uint32
 }
 
 // StoreKey is C's pkv_store_key (32 bytes on amd64; layout checked against C at init).
@@ -857,34 +871,43 @@ type cPoolInfo struct {
 	Reserved2         uint32
 }
 
-// cLayerInfo mirrors C's pkv_layer_info (192 bytes on amd64; layout checked against C at init).
+// cLayerInfo mirrors C's pkv_layer_info (248 bytes on amd64; layout checked against C at init).
 type cLayerInfo struct {
-	StructSize   uint32
-	Kind         uint32
-	Attention    uint32
-	Window       uint32
-	Group        uint32
-	SourceLayer  uint32
-	KVHeads      uint32
-	HeadDim      uint32
-	VHeadDim     uint32
-	KEqV         uint32
-	Sinks        uint32
-	LogitSoftcap float32
-	SoftmaxScale float32
-	Reserved0    uint32
-	KBase        uintptr
-	VBase        uintptr
-	BlockStride  uint64
-	TokenStride  uint64
-	VTokenStride uint64
-	HeadStride   uint64
-	HostKBase    uintptr
-	HostVBase    uintptr
-	StateOffset  [2]uint64
-	StateBytes   [2]uint64
-	StateDType   [2]uint32
-	StateShape   [8]uint32
+	StructSize         uint32
+	Kind               uint32
+	Attention          uint32
+	Window             uint32
+	Group              uint32
+	SourceLayer        uint32
+	KVHeads            uint32
+	HeadDim            uint32
+	VHeadDim           uint32
+	KEqV               uint32
+	Sinks              uint32
+	LogitSoftcap       float32
+	SoftmaxScale       float32
+	Reserved0          uint32
+	KBase              uintptr
+	VBase              uintptr
+	BlockStride        uint64
+	TokenStride        uint64
+	VTokenStride       uint64
+	HeadStride         uint64
+	HostKBase          uintptr
+	HostVBase          uintptr
+	StateOffset        [2]uint64
+	StateBytes         [2]uint64
+	StateDType         [2]uint32
+	StateShape         [8]uint32
+	IndexHeadDim       uint32
+	IndexDType         uint32
+	IndexNHeads        uint32
+	IndexTopk          uint32
+	IndexBlockBytes    uint64
+	IndexBase          uintptr
+	IndexScaleBase     uintptr
+	HostIndexBase      uintptr
+	HostIndexScaleBase uintptr
 }
 
 // cKVEvent mirrors C's pkv_kv_event (56 bytes on amd64; layout checked against C at init).

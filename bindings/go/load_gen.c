@@ -38,6 +38,9 @@ static struct {
   pkv_status (*pkv_batch_end)(pkv_batch *);
   void (*pkv_batch_abort)(pkv_batch *);
   pkv_status (*pkv_attention)(pkv_batch *, uint32_t, const void *, const void *, const void *, void *);
+  pkv_status (*pkv_indexer_write)(pkv_batch *, uint32_t, const void *, uint32_t);
+  pkv_status (*pkv_indexer_topk)(pkv_batch *, uint32_t, const void *, const float *, uint32_t, int32_t *);
+  pkv_status (*pkv_sparse_mla_attention)(pkv_batch *, uint32_t, const void *, const void *, const int32_t *, void *);
   pkv_status (*pkv_request_params_init)(pkv_request_params *, uint32_t);
   pkv_status (*pkv_submit)(pkv_engine *, const int32_t *, uint32_t, const pkv_request_params *, uint64_t *);
   pkv_status (*pkv_step)(pkv_engine *, pkv_batch **);
@@ -184,6 +187,18 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_attention = dlsym(lib, "pkv_attention"))) {
     *missing = "pkv_attention";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_indexer_write = dlsym(lib, "pkv_indexer_write"))) {
+    *missing = "pkv_indexer_write";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_indexer_topk = dlsym(lib, "pkv_indexer_topk"))) {
+    *missing = "pkv_indexer_topk";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_sparse_mla_attention = dlsym(lib, "pkv_sparse_mla_attention"))) {
+    *missing = "pkv_sparse_mla_attention";
     return -1;
   }
   if (!(*(void **)&fn.pkv_request_params_init = dlsym(lib, "pkv_request_params_init"))) {
@@ -455,6 +470,18 @@ void (pkv_batch_abort)(pkv_batch *b) {
 
 pkv_status (pkv_attention)(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v, void *out) {
   return fn.pkv_attention ? (fn.pkv_attention)(b, layer, q, k, v, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_indexer_write)(pkv_batch *b, uint32_t layer, const void *k, uint32_t flags) {
+  return fn.pkv_indexer_write ? (fn.pkv_indexer_write)(b, layer, k, flags) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_indexer_topk)(pkv_batch *b, uint32_t layer, const void *q, const float *weights, uint32_t out_kind, int32_t *out) {
+  return fn.pkv_indexer_topk ? (fn.pkv_indexer_topk)(b, layer, q, weights, out_kind, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_sparse_mla_attention)(pkv_batch *b, uint32_t layer, const void *q, const void *k, const int32_t *indices, void *out) {
+  return fn.pkv_sparse_mla_attention ? (fn.pkv_sparse_mla_attention)(b, layer, q, k, indices, out) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_request_params_init)(pkv_request_params *p, uint32_t size) {

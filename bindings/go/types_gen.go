@@ -18,6 +18,10 @@ type LayerSpec struct {
 	SoftmaxScale float32
 	StateDType   [2]uint32
 	StateShape   [8]uint32
+	IndexHeadDim uint32
+	IndexDType   uint32
+	IndexNHeads  uint32
+	IndexTopk    uint32
 }
 
 // toC copies p into c, but for the fields the binding sets by hand.
@@ -35,6 +39,10 @@ func (p *LayerSpec) toC(c *cLayerSpec) {
 	c.SoftmaxScale = p.SoftmaxScale
 	c.StateDType = p.StateDType
 	c.StateShape = p.StateShape
+	c.IndexHeadDim = p.IndexHeadDim
+	c.IndexDType = p.IndexDType
+	c.IndexNHeads = p.IndexNHeads
+	c.IndexTopk = p.IndexTopk
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -52,6 +60,10 @@ func (p *LayerSpec) fromC(c *cLayerSpec) {
 	p.SoftmaxScale = c.SoftmaxScale
 	p.StateDType = c.StateDType
 	p.StateShape = c.StateShape
+	p.IndexHeadDim = c.IndexHeadDim
+	p.IndexDType = c.IndexDType
+	p.IndexNHeads = c.IndexNHeads
+	p.IndexTopk = c.IndexTopk
 }
 
 // EngineParams are an engine's parameters (pkv_engine_params; pkv.h documents each field). Start
@@ -576,30 +588,39 @@ func (p *PoolInfo) fromC(c *cPoolInfo) {
 // LayerInfo is one layer of an engine's pool (pkv_layer_info): its spec resolved, and where its
 // K and V are (addresses in the pool, strides in elements).
 type LayerInfo struct {
-	Kind         LayerKind
-	Attention    AttentionKind
-	Window       uint32
-	Group        uint32
-	SourceLayer  uint32
-	KVHeads      uint32
-	HeadDim      uint32
-	VHeadDim     uint32
-	KEqV         bool
-	Sinks        bool
-	LogitSoftcap float32
-	SoftmaxScale float32
-	KBase        uintptr
-	VBase        uintptr
-	BlockStride  uint64
-	TokenStride  uint64
-	VTokenStride uint64
-	HeadStride   uint64
-	HostKBase    uintptr
-	HostVBase    uintptr
-	StateOffset  [2]uint64
-	StateBytes   [2]uint64
-	StateDType   [2]uint32
-	StateShape   [8]uint32
+	Kind               LayerKind
+	Attention          AttentionKind
+	Window             uint32
+	Group              uint32
+	SourceLayer        uint32
+	KVHeads            uint32
+	HeadDim            uint32
+	VHeadDim           uint32
+	KEqV               bool
+	Sinks              bool
+	LogitSoftcap       float32
+	SoftmaxScale       float32
+	KBase              uintptr
+	VBase              uintptr
+	BlockStride        uint64
+	TokenStride        uint64
+	VTokenStride       uint64
+	HeadStride         uint64
+	HostKBase          uintptr
+	HostVBase          uintptr
+	StateOffset        [2]uint64
+	StateBytes         [2]uint64
+	StateDType         [2]uint32
+	StateShape         [8]uint32
+	IndexHeadDim       uint32
+	IndexDType         uint32
+	IndexNHeads        uint32
+	IndexTopk          uint32
+	IndexBlockBytes    uint64
+	IndexBase          uintptr
+	IndexScaleBase     uintptr
+	HostIndexBase      uintptr
+	HostIndexScaleBase uintptr
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -628,6 +649,15 @@ func (p *LayerInfo) fromC(c *cLayerInfo) {
 	p.StateBytes = c.StateBytes
 	p.StateDType = c.StateDType
 	p.StateShape = c.StateShape
+	p.IndexHeadDim = c.IndexHeadDim
+	p.IndexDType = c.IndexDType
+	p.IndexNHeads = c.IndexNHeads
+	p.IndexTopk = c.IndexTopk
+	p.IndexBlockBytes = c.IndexBlockBytes
+	p.IndexBase = c.IndexBase
+	p.IndexScaleBase = c.IndexScaleBase
+	p.HostIndexBase = c.HostIndexBase
+	p.HostIndexScaleBase = c.HostIndexScaleBase
 }
 
 // KVEvent is one KV event (pkv_kv_event).

@@ -95,7 +95,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 6
+#define PKV_VERSION_MINOR 7
 #define PKV_VERSION_PATCH 0
 /* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
@@ -149,6 +149,8 @@ enum {
   PKV_ATTENTION_MAX_KV_LORA_RANK = 512, /* (since 0.3.0) pkv_attention on an MLA cache: kv_lora_rank
                                            and qk_rope_head_dim multiples of the align above, ... */
   PKV_ATTENTION_MAX_ROPE_DIM = 128,     /* ... at most these (DeepSeek V2/V3, Kimi K2: 512, 64) */
+  PKV_INDEXER_MAX_HEAD_DIM = 256,       /* (since 0.7.0) pkv_indexer_*: index_head_dim at most
+                                           this, a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN */
   PKV_CUDA_MAX_GRID = 65535,            /* CUDA: layers, kv heads per rank, sequences per batch */
   PKV_MAX_BLOCK_SIZE = 1048576,         /* pkv_engine_params.block_size: 1 .. this (2^20) */
   PKV_MAX_MODEL_ID_BYTES = 256,         /* pkv_store_params.model_id, the NUL not counted */
@@ -184,8 +186,8 @@ enum { PKV_LAYER_ATTENTION = 0, /* K and V of its own kv heads (V may be K: k_eq
                                    source_layer (Gemma 3n / 4: num_kv_shared_layers) */
        PKV_LAYER_STATE = 3 };   /* (since 0.6.0) a recurrent layer (Gated DeltaNet, KDA, Mamba):
                                    a fixed-size state per sequence instead of K and V, in the
-                                   parts state_shape and state_dtype give (DESIGN.md §13). 4 and
-                                   up are kept for indexer caches */
+                                   parts state_shape and state_dtype give (DESIGN.md §13). An
+                                   indexer cache is part of an MLA layer (index_head_dim) */
 /* pkv_layer_spec's state parts (since 0.6.0) */
 enum { PKV_MAX_STATE_PARTS = 2, /* parts of a STATE layer's state: a conv state, an SSM state */
        PKV_MAX_STATE_DIMS = 4 }; /* dimensions of a part's shape */
@@ -298,6 +300,23 @@ typedef struct pkv_layer_spec {
                                      1 .. 2^24, a part at most 2^40 bytes, every STATE layer's
                                      parts (256-byte aligned) below 2^62. PKV_ERR_UNSUPPORTED
                                      for now: a model whose every layer is STATE */
+  /* (since 0.7.0) sparse attention's indexer (DeepSeek V3.2, GLM-5; DESIGN.md §14), on an MLA
+     layer only (0 in every other layer): per token, a key of index_head_dim values beside the
+     latent, in the same block (pkv_layer_info gives the layout). Every tier moves it with the
+     latent: one block, one unit. pkv_indexer_write fills it, pkv_indexer_topk scores it,
+     pkv_sparse_mla_attention attends over the keys it selects */
+  uint32_t index_head_dim;        /* the indexer key's values, 0 = no indexer, 1 .. PKV_MAX_HEAD_DIM
+                                     (DeepSeek V3.2, GLM-5: 128); the calls above take multiples
+                                     of PKV_ATTENTION_HEAD_DIM_ALIGN up to
+                                     PKV_INDEXER_MAX_HEAD_DIM */
+  uint32_t index_dtype;           /* the indexer cache's dtype: PKV_DTYPE_FP8_E4M3 (or 0), one
+                                     fp32 scale per token (vLLM's and FlashInfer's layout: 132
+                                     bytes per token for 128 values), or PKV_DTYPE_BF16 */
+  uint32_t index_n_heads;         /* indexer query heads (pkv_indexer_topk's q), every rank's
+                                     (the indexer is replicated, not split by tp_size), 1 .. 2^16
+                                     (DeepSeek V3.2: 64, GLM-5: 32); 0 without an indexer */
+  uint32_t index_topk;            /* keys each query token keeps, 1 .. 2^20 (both: 2048); 0
+                                     without an indexer */
 } pkv_layer_spec;
 
 /* ---------------------------------------------------------------- engine parameters */
@@ -418,7 +437,7 @@ typedef struct pkv_engine_params {
                                      layer's window is in its spec) */
   uint32_t layer_spec_size;       /* sizeof(pkv_layer_spec) as the caller compiled it, when
                                      layer_specs is not NULL: at least its 0.5 size (48; 88 with
-                                     0.6's state fields) */
+                                     0.6's state fields, 104 with 0.7's indexer) */
   uint32_t reserved3;             /* must be 0 */
   /* recurrent state (since 0.6.0), DESIGN.md §13: with STATE layers, every running sequence
      holds one working state slot (max_num_seqs of them), and checkpoint slots keep states at
@@ -794,6 +813,68 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * outside the limits above), PKV_ERR_DEVICE (CUDA: a kernel or copy could not be queued). */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
                                  const void *v, void *out);
+
+/* ------------------------------------------------------------- sparse attention (since 0.7.0) */
+/* DeepSeek V3.2 / GLM-5's sparse attention (DESIGN.md §14) on an MLA layer with an indexer
+ * (pkv_layer_spec.index_head_dim > 0), per layer per step, in pkv_attention's batch order:
+ * 1. pkv_indexer_write: the new tokens' indexer keys into their slots;
+ * 2. pkv_indexer_topk: each new token's index_topk best keys of its context;
+ * 3. pkv_sparse_mla_attention: MLA over those keys only. pkv_attention (dense MLA) is the same
+ *    attention while every context is at most index_topk tokens (the top-k is then the whole
+ *    context), and it writes the latents as this call does.
+ * Like pkv_attention, each call may be a batch's first (it then does the listed block copies);
+ * on CUDA, pointers are device pointers aligned to 16 bytes and the calls queue their kernels on
+ * the engine's stream. */
+enum { PKV_INDEXER_SCALE_UE8M0 = 1 }; /* pkv_indexer_write flags: each fp8 key's scale rounded
+                                         up to a power of two, 2^ceil(log2(max|x| / 448))
+                                         (DeepSeek's "ue8m0" scale format) */
+/* pkv_indexer_topk's out_kind: what its indices are. */
+enum { PKV_TOPK_POSITIONS = 0, /* positions in the token's sequence, 0 .. p */
+       PKV_TOPK_SLOTS = 1 };   /* slots of the layer's group: block id * block_size + offset
+                                  (for a host's own kernels over pkv_layer_info's layout) */
+
+/* Writes the new tokens' indexer keys k [num_tokens][index_head_dim] (the engine's dtype) into
+ * their slots of `layer`. FP8_E4M3: a key x becomes the codes saturate(round_to_nearest_even(x /
+ * s)) and its fp32 scale s = max|x| / 448 (vLLM's indexer_k_quant_and_cache; with flags
+ * PKV_INDEXER_SCALE_UE8M0 rounded up to a power of two; 1 for a key of zeros). BF16: each value
+ * rounded to nearest even. Call it for every new token before pkv_indexer_topk reads them.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers, or without an indexer; k NULL;
+ * a flag other than PKV_INDEXER_SCALE_UE8M0; CUDA: k not 16-byte aligned), PKV_ERR_STATE (b has
+ * ended), PKV_ERR_UNSUPPORTED (index_head_dim not a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN or
+ * past PKV_INDEXER_MAX_HEAD_DIM), PKV_ERR_DEVICE (CUDA: a kernel could not be queued).
+ * Since 0.7.0. */
+PKV_API pkv_status pkv_indexer_write(pkv_batch *b, uint32_t layer, const void *k, uint32_t flags);
+
+/* Each new token's top keys. For token t at position p of its sequence, with its indexer
+ * queries q [num_tokens][index_n_heads][index_head_dim] (the engine's dtype) and head weights
+ * [num_tokens][index_n_heads] (fp32), every key s in 0 .. p scores
+ *   score(t, s) = sum over h of weights[t][h] * relu(q[t][h] . key(s))
+ * with key(s) the cached key (fp8: its codes times its scale), in fp32. out [num_tokens]
+ * [index_topk] gets the index_topk keys of highest score, ascending by position, then -1 in
+ * the entries past p + 1 when the context is shorter (all of its keys are then kept). Ties: of
+ * equal scores the lower position is kept (a NaN score ranks below every number). The keys of
+ * the new tokens are read, so pkv_indexer_write comes first. out_kind PKV_TOPK_POSITIONS gives
+ * positions (pkv_sparse_mla_attention takes them), PKV_TOPK_SLOTS the slots of those keys.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers, or without an indexer; q, weights
+ * or out NULL; out_kind not PKV_TOPK_*; CUDA: a pointer not 16-byte aligned), PKV_ERR_STATE (b
+ * has ended), PKV_ERR_UNSUPPORTED (index_head_dim outside pkv_indexer_write's limits),
+ * PKV_ERR_DEVICE (CUDA: a kernel could not be queued).
+ * Since 0.7.0. */
+PKV_API pkv_status pkv_indexer_topk(pkv_batch *b, uint32_t layer, const void *q,
+                                    const float *weights, uint32_t out_kind, int32_t *out);
+
+/* pkv_attention's MLA form restricted to the given keys: writes the new tokens' latents k
+ * [num_tokens][W] into their slots, then each new token t attends over the latents at the
+ * positions indices[t][0 .. index_topk) of its sequence (pkv_indexer_topk's PKV_TOPK_POSITIONS
+ * output), with q, out, scale and the fp32 softmax of pkv_attention's MLA form. Entries outside
+ * 0 .. p (the token's own position; -1 is the padding) are skipped, and a position given twice
+ * counts twice. A token with no key left gets out 0.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (as pkv_attention's MLA form; a layer without an indexer;
+ * indices NULL), PKV_ERR_STATE (b has ended), PKV_ERR_UNSUPPORTED (as pkv_attention's MLA
+ * form), PKV_ERR_DEVICE (CUDA: a kernel could not be queued).
+ * Since 0.7.0. */
+PKV_API pkv_status pkv_sparse_mla_attention(pkv_batch *b, uint32_t layer, const void *q,
+                                            const void *k, const int32_t *indices, void *out);
 
 /* ---------------------------------------------------------------- scheduler */
 /* Continuous batching on top of the calls above: pkv_submit queues a request, pkv_step picks the
@@ -1296,6 +1377,21 @@ struct pkv_layer_info {
   uint64_t state_bytes[PKV_MAX_STATE_PARTS];
   uint32_t state_dtype[PKV_MAX_STATE_PARTS];
   uint32_t state_shape[PKV_MAX_STATE_PARTS * PKV_MAX_STATE_DIMS];
+  /* (since 0.7.0) an MLA layer with an indexer (pkv_layer_spec.index_*; else 0 and NULL). Its
+     pages (the pool is paged: pkv_pool_info) hold per layer, after the block's block_size
+     latents, the block's block_size indexer keys of index_head_dim values of index_dtype, then
+     (FP8_E4M3) their block_size fp32 scales. Key of token t of block b: index_base +
+     b * index_block_bytes + t * index_head_dim * (1 or 2) bytes; its scale (FP8_E4M3, a key
+     means its codes times it): index_scale_base + b * index_block_bytes + 4 * t bytes */
+  uint32_t index_head_dim;
+  uint32_t index_dtype;           /* PKV_DTYPE_FP8_E4M3 or PKV_DTYPE_BF16 */
+  uint32_t index_n_heads;
+  uint32_t index_topk;
+  uint64_t index_block_bytes;     /* bytes between blocks: the page */
+  void *index_base;
+  void *index_scale_base;         /* NULL for BF16 */
+  void *host_index_base;          /* the host tier's, with the same strides; NULL when off */
+  void *host_index_scale_base;
 };
 
 /* Layer `layer` (< num_layers) of e's pool.

@@ -86,6 +86,33 @@ struct AttentionCall {
   uint32_t chunk;      // CHUNKED: a token at p sees keys floor(p / chunk) * chunk .. p; else 0
   float softcap;       // 0 = none
   const float *sinks;  // [q_heads of this rank] host memory, or null
+  // Sparse MLA (pkv_sparse_mla_attention, DESIGN.md §14): each new token attends over the
+  // positions indices[t][0 .. topk) of its sequence only, those outside 0 .. its position
+  // skipped; null: every key (dense).
+  const int32_t *indices = nullptr;
+  uint32_t topk = 0;
+};
+
+// One layer's indexer call of the planned step (DESIGN.md §14). The layer's keys of block 0 are
+// key_offset bytes into the K pool (pages), fp8's per-token fp32 scales scale_offset bytes,
+// block_stride bytes between blocks; a block's token t at + t * key_bytes (or + 4t).
+struct IndexerCall {
+  uint32_t layer, group;  // the model's layer, its KV group (slot mapping, block tables)
+  uint32_t dim;           // index_head_dim
+  int32_t index_dtype;    // PKV_DTYPE_FP8_E4M3 or PKV_DTYPE_BF16
+  uint32_t heads, topk;   // index_n_heads, index_topk
+  uint64_t key_offset, scale_offset, block_stride;
+  // indexer_write: the new tokens' keys [tokens][dim] of the model's dtype; ue8m0: fp8 scales
+  // rounded up to powers of two.
+  const void *k = nullptr;
+  bool ue8m0 = false;
+  // indexer_topk: q [tokens][heads][dim] of the model's dtype, weights [tokens][heads] fp32, out
+  // [tokens][topk]: positions ascending (slots: their slots), then -1.
+  const void *q = nullptr;
+  const float *weights = nullptr;
+  int32_t *out = nullptr;
+  bool slots = false;
+  uint32_t key_bytes() const { return dim * (index_dtype == PKV_DTYPE_BF16 ? 2 : 1); }
 };
 
 // Plan, then run (FlashInfer's habit): a step's metadata is prepared once, its layers run many
@@ -121,6 +148,10 @@ class Backend {
   virtual void plan(const pkv_batch_view &step) = 0;
   // write_kv of the planned step's new tokens into `layer`, then their causal paged attention.
   virtual void attention(const AttentionCall &call) = 0;
+  // The planned step's new tokens' indexer keys into their slots (pkv_indexer_write).
+  virtual void indexer_write(const IndexerCall &call) = 0;
+  // Each new token's top keys over the layer's indexer cache (pkv_indexer_topk; pkv.h's rule).
+  virtual void indexer_topk(const IndexerCall &call) = 0;
   // CUDA: the stream to run on from the next call on; CPU: only nullptr.
   virtual void set_stream(void *stream) = 0;
 };

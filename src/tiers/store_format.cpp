@@ -96,6 +96,9 @@ StoreFingerprint store_fingerprint(const StoreShape &s) {
   // A latent cache (one tensor): named apart from a K/V cache of the same widths. K/V caches hash
   // as before 0.3, so their stores keep their keys.
   if (s.tensors == 1) h.add("mla", 3), add_le(h, s.kv_lora_rank);
+  // An indexer's keys are in the pages (since 0.7): named, so that no other layout of equal
+  // page bytes reads them as something else.
+  if (s.index_dim) h.add("indexer", 7), add_le(h, s.index_dim), add_le(h, s.index_dtype);
   // fp8 blocks mean their values times the scales: blocks written under other scales are other KV.
   for (float f : s.kv_scales) {
     uint32_t bits;

@@ -42,6 +42,7 @@ struct StoreShape {
   uint32_t tensors = 2;       // 2 (K, V) or 1 (the MLA latent: K alone)
   uint32_t kv_lora_rank = 0;  // MLA: the latent's compressed part
   std::string model_id = "";  // pkv_store_params.model_id, "" for none
+  uint32_t index_dim = 0, index_dtype = 0;  // MLA layers' indexer (DESIGN.md §14); 0: none
 
   uint64_t payload_bytes() const { return tensors * uint64_t(num_layers) * block_bytes; }
   uint64_t value_bytes() const;  // header + tokens + payload

@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 6
+PKV_VERSION_MINOR = 7
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
@@ -30,6 +30,7 @@ PKV_ATTENTION_MAX_HEAD_DIM_CUDA = 512
 PKV_ATTENTION_HEAD_DIM_ALIGN = 8
 PKV_ATTENTION_MAX_KV_LORA_RANK = 512
 PKV_ATTENTION_MAX_ROPE_DIM = 128
+PKV_INDEXER_MAX_HEAD_DIM = 256
 PKV_CUDA_MAX_GRID = 65535
 PKV_MAX_BLOCK_SIZE = 1048576
 PKV_MAX_MODEL_ID_BYTES = 256
@@ -102,6 +103,9 @@ PKV_EVENT_ALL_CLEARED = 3
 PKV_EVENT_OVERFLOW = 4
 PKV_EVENT_FORMAT_MAP = 0
 PKV_EVENT_FORMAT_ARRAY = 1
+PKV_INDEXER_SCALE_UE8M0 = 1
+PKV_TOPK_POSITIONS = 0
+PKV_TOPK_SLOTS = 1
 PKV_STORE_LIST_KEYS_ONLY = 1
 PKV_STORE_VALUE_UNREAD = 0
 PKV_STORE_VALUE_GOOD = 1
@@ -153,6 +157,10 @@ class pkv_layer_spec(_c.Structure):
         ('reserved0', _c.c_uint32),
         ('state_dtype', _c.c_uint32 * 2),
         ('state_shape', _c.c_uint32 * 8),
+        ('index_head_dim', _c.c_uint32),
+        ('index_dtype', _c.c_uint32),
+        ('index_n_heads', _c.c_uint32),
+        ('index_topk', _c.c_uint32),
     ]
 
 
@@ -540,6 +548,15 @@ class pkv_layer_info(_c.Structure):
         ('state_bytes', _c.c_uint64 * 2),
         ('state_dtype', _c.c_uint32 * 2),
         ('state_shape', _c.c_uint32 * 8),
+        ('index_head_dim', _c.c_uint32),
+        ('index_dtype', _c.c_uint32),
+        ('index_n_heads', _c.c_uint32),
+        ('index_topk', _c.c_uint32),
+        ('index_block_bytes', _c.c_uint64),
+        ('index_base', _c.c_void_p),
+        ('index_scale_base', _c.c_void_p),
+        ('host_index_base', _c.c_void_p),
+        ('host_index_scale_base', _c.c_void_p),
     ]
 
 
@@ -612,7 +629,7 @@ class pkv_store_verify_result(_c.Structure):
 
 # sizeof of each struct as clang sees it on x86_64 Linux (checked by the tests)
 SIZES = {
-    'pkv_layer_spec': 88,
+    'pkv_layer_spec': 104,
     'pkv_store_key': 32,
     'pkv_store_callbacks': 40,
     'pkv_store_params': 112,
@@ -627,7 +644,7 @@ SIZES = {
     'pkv_kv_budget': 248,
     'pkv_stats': 384,
     'pkv_pool_info': 184,
-    'pkv_layer_info': 192,
+    'pkv_layer_info': 248,
     'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,
     'pkv_store_info': 24,
@@ -663,6 +680,9 @@ FUNCTIONS = {
     'pkv_batch_end': (pkv_status, [_c.POINTER(pkv_batch)]),
     'pkv_batch_abort': (None, [_c.POINTER(pkv_batch)]),
     'pkv_attention': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
+    'pkv_indexer_write': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_uint32]),
+    'pkv_indexer_topk': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.POINTER(_c.c_float), _c.c_uint32, _c.POINTER(_c.c_int32)]),
+    'pkv_sparse_mla_attention': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_void_p]),
     'pkv_request_params_init': (pkv_status, [_c.POINTER(pkv_request_params), _c.c_uint32]),
     'pkv_submit': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_request_params), _c.POINTER(_c.c_uint64)]),
     'pkv_step': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.POINTER(pkv_batch))]),
@@ -733,6 +753,9 @@ PARAM_NAMES = {
     'pkv_batch_end': ('b',),
     'pkv_batch_abort': ('b',),
     'pkv_attention': ('b', 'layer', 'q', 'k', 'v', 'out'),
+    'pkv_indexer_write': ('b', 'layer', 'k', 'flags'),
+    'pkv_indexer_topk': ('b', 'layer', 'q', 'weights', 'out_kind', 'out'),
+    'pkv_sparse_mla_attention': ('b', 'layer', 'q', 'k', 'indices', 'out'),
     'pkv_request_params_init': ('p', 'size'),
     'pkv_submit': ('e', 'prompt', 'num_tokens', 'rp', 'out_seq'),
     'pkv_step': ('e', 'out'),

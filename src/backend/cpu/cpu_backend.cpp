@@ -136,7 +136,20 @@ class CpuBackend final : public Backend {
     layer.softcap = call.softcap;
     layer.sinks = call.sinks;
     if (call.write) kernels().write_kv(step_, layer);
-    kernels().attention(step_, layer);
+    if (call.indices)
+      kernels().sparse_mla(step_, layer, call.indices, call.topk);
+    else
+      kernels().attention(step_, layer);
+  }
+
+  void indexer_write(const IndexerCall &call) override {
+    PKV_ASSERT(call.group < step_.num_groups);
+    kernels().indexer_write(step_, pool_.base(), call, shape_.dtype);
+  }
+
+  void indexer_topk(const IndexerCall &call) override {
+    PKV_ASSERT(call.group < step_.num_groups);
+    kernels().indexer_topk(step_, pool_.base(), call, shape_.dtype);
   }
 
   void set_stream(void *stream) override {

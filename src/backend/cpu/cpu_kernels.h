@@ -13,6 +13,8 @@
 
 namespace pkv {
 
+struct IndexerCall;  // backend.h
+
 constexpr uint32_t kAttnChunk = 16;        // keys converted to fp32 at a time
 constexpr uint32_t kAttnPrefillRows = 32;  // new tokens per item when a sequence has several
 // An item's rows: kAttnPrefillRows, fewer when one kv head has many q heads (MLA's 128 share one
@@ -149,6 +151,13 @@ class CpuKernels {
   void copy_blocks(const CpuTier (&tiers)[2], uint32_t num_layers, uint32_t tensors,
                    uint64_t block_bytes, const int32_t *src, const int32_t *dst,
                    const int32_t *kind, uint32_t n);
+  // Sparse attention (cpu_indexer.cpp, DESIGN.md §14) on the planned step: pool is the pages'
+  // base, dtype the model's (c.k, c.q). sparse_mla is attention()'s MLA restricted to indices
+  // [tokens][topk] (positions; those outside 0 .. a token's own skipped).
+  void indexer_write(const CpuStep &step, char *pool, const IndexerCall &c, int32_t dtype);
+  void indexer_topk(const CpuStep &step, const char *pool, const IndexerCall &c, int32_t dtype);
+  void sparse_mla(const CpuStep &step, const CpuLayer &layer, const int32_t *indices,
+                  uint32_t topk);
 
  private:
   // The items of one (KV group, shape, window or chunk) of the planned step.

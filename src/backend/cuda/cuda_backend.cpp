@@ -336,6 +336,16 @@ class CudaBackend final : public Backend {
                  "prefill attention");
   }
 
+  void indexer_write(const IndexerCall &call) override {
+    fail(PKV_ERR_UNSUPPORTED, "layer %u: pkv_indexer_write has no CUDA kernel in this build yet",
+         call.layer);
+  }
+
+  void indexer_topk(const IndexerCall &call) override {
+    fail(PKV_ERR_UNSUPPORTED, "layer %u: pkv_indexer_topk has no CUDA kernel in this build yet",
+         call.layer);
+  }
+
  private:
   // MLA: the latents of the new tokens into their slots (K alone), then attention over them.
   void mla_attention(const AttentionCall &call) {
