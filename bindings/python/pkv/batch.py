@@ -7,9 +7,10 @@ from ._buffers import element_pointer, int32_array
 from ._lib import lib, text
 from .enums import CopyKind, typed
 from .errors import make_error
+from .sparse import SparseAttention
 
 
-class Batch:
+class Batch(SparseAttention):
     """One step's plan, from Engine.batch() or Engine.step(). Call attention() for every layer,
     then end it: a batch of Engine.batch with end() (the new tokens become computed), a batch of
     Engine.step with commit(sampled_tokens); or abort() either (nothing becomes computed). A
@@ -17,7 +18,8 @@ class Batch:
     manager it is aborted on an exception; on a normal exit a batch of Engine.batch is ended, and
     a batch of Engine.step not committed in the block is aborted and StateError raised. A batch
     dropped while open (no reference left) is aborted. After it ends (or Engine.close) every call
-    raises ValueError.
+    raises ValueError. An MLA layer with an indexer (since 0.7.0) runs indexer_write,
+    indexer_topk and sparse_mla_attention (pkv.sparse): attention over each token's top keys.
 
     The plan's fields are the batch's attributes, as in the other bindings (Go's
     b.SlotMapping(), C#'s b.SlotMapping(), Rust's batch.view().slot_mapping): the counts

@@ -65,11 +65,18 @@ _TABLE = (
     ('EventFormat', enum.IntEnum, 'EVENT_FORMAT_', ('EVENT_FORMAT_',),
      'How the event publisher encodes KV events on the wire (EventPublisherParams.format, '
      'PKV_EVENT_FORMAT_*).'),
+    ('IndexerFlags', enum.IntFlag, 'INDEXER_', ('INDEXER_SCALE_',),
+     'Bits of batch.indexer_write\'s flags (since 0.7.0, PKV_INDEXER_*): SCALE_UE8M0, each fp8 '
+     'key\'s scale rounded up to a power of two (DeepSeek\'s "ue8m0" scale format).'),
+    ('TopkKind', enum.IntEnum, 'TOPK_', ('TOPK_',),
+     'What batch.indexer_topk\'s indices are (since 0.7.0, PKV_TOPK_*): POSITIONS in the '
+     'token\'s sequence (batch.sparse_mla_attention takes them), or SLOTS of the layer\'s group '
+     '(block id * block_size + offset, for a host\'s own kernels over layer_info\'s layout).'),
 )
 
 # Constants that are no enum: versions, statuses (pkv.errors), limits and defaults.
 PLAIN = ('VERSION_', 'ABI_VERSION', 'OK', 'ERR_', 'MAX_', 'ATTENTION_', 'CUDA_MAX_GRID', 'DEFAULT_',
-         'STORE_PROBLEM_BYTES', 'HF_CONFIG_DIGEST_BYTES')
+         'STORE_PROBLEM_BYTES', 'HF_CONFIG_DIGEST_BYTES', 'INDEXER_MAX_HEAD_DIM')
 
 CONSTANTS = {name[len('PKV_'):]: value for name, value in vars(_raw).items()
              if name.startswith('PKV_') and isinstance(value, int)}

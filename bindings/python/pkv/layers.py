@@ -17,6 +17,7 @@ from .errors import make_error
 from .records import record, state_shapes
 
 _U32 = ('window', 'num_kv_heads', 'head_dim', 'v_head_dim', 'source_layer')
+_INDEX = ('index_head_dim', 'index_dtype', 'index_n_heads', 'index_topk')  # (since 0.7.0)
 _PARTS, _DIMS = _raw.PKV_MAX_STATE_PARTS, _raw.PKV_MAX_STATE_DIMS
 
 
@@ -36,7 +37,13 @@ class LayerSpec:
     kind LayerKind.STATE (since 0.6.0; LayerSpec.state) is a recurrent layer: no K and V (its
     attention fields stay 0) but a fixed-size state per sequence in up to PKV_MAX_STATE_PARTS
     parts: state_shape holds each part's dimensions (outermost first, up to PKV_MAX_STATE_DIMS,
-    each >= 1; () for an absent part), state_dtype each part's Dtype (F32, F16 or BF16)."""
+    each >= 1; () for an absent part), state_dtype each part's Dtype (F32, F16 or BF16).
+
+    An MLA layer of a sparse-attention model (since 0.7.0: DeepSeek V3.2, GLM-5; LayerSpec.indexed)
+    has an indexer: per token a key of index_head_dim values beside its latent, in the same block,
+    of index_dtype (0 or Dtype.FP8_E4M3: fp8 codes with one fp32 scale per token; Dtype.BF16);
+    index_n_heads indexer query heads, and index_topk keys kept per query token (Batch's
+    indexer_write, indexer_topk and sparse_mla_attention). All four stay 0 without one."""
     kind: LayerKind = LayerKind.ATTENTION
     attention: AttentionKind = AttentionKind.FULL
     window: int = 0
@@ -50,6 +57,10 @@ class LayerSpec:
     softmax_scale: float = 0.0
     state_dtype: tuple = (Dtype.F32,) * _PARTS
     state_shape: tuple = ((),) * _PARTS
+    index_head_dim: int = 0
+    index_dtype: int = 0
+    index_n_heads: int = 0
+    index_topk: int = 0
 
     def __post_init__(self):
         # one spelling per spec (lists or fewer parts given), so specs compare equal after a
@@ -80,6 +91,15 @@ class LayerSpec:
                    window=window, **fields)
 
     @classmethod
+    def indexed(cls, index_head_dim, index_n_heads, index_topk, index_dtype=Dtype.FP8_E4M3,
+                **fields):
+        """An MLA layer with a sparse-attention indexer (since 0.7.0; DeepSeek V3.2: 128, 64,
+        2048, fp8)."""
+        return cls(kind=LayerKind.MLA, index_head_dim=index_head_dim,
+                   index_n_heads=index_n_heads, index_topk=index_topk, index_dtype=index_dtype,
+                   **fields)
+
+    @classmethod
     def state(cls, conv=(), ssm=(), conv_dtype=Dtype.F32, ssm_dtype=Dtype.F32, **fields):
         """A recurrent layer (since 0.6.0: Gated DeltaNet, KDA, Mamba), this rank's state:
         part 0 the conv state's shape (Qwen3-Next: conv_dim x (conv_kernel - 1)), part 1 the
@@ -95,7 +115,7 @@ def spec_array(specs):
     out = (_raw.pkv_layer_spec * len(specs))()
     for i, s in enumerate(specs):
         c = out[i]
-        for name in ('kind', 'attention') + _U32:
+        for name in ('kind', 'attention') + _U32 + _INDEX:
             v = getattr(s, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
                 raise _invalid('layer_specs[%d].%s is %r: give an integer 0 .. 2^32-1'
@@ -155,7 +175,7 @@ def specs_from(address, count, size):
                              **{n: getattr(c, n) for n in _U32},
                              k_eq_v=bool(c.k_eq_v), sinks=bool(c.sinks),
                              logit_softcap=c.logit_softcap, softmax_scale=c.softmax_scale,
-                             **_state_from(c, size)))
+                             **_state_from(c, size), **_index_from(c, size)))
     return out
 
 
@@ -165,6 +185,18 @@ def _state_from(c, size):
         return {}
     return dict(state_dtype=tuple(typed(Dtype, d) for d in c.state_dtype),
                 state_shape=state_shapes(c.state_shape))
+
+
+def _index_from(c, size):
+    """The indexer fields of C spec c, when the library's specs have them (since 0.7.0); a
+    dtype of 0 (fp8) stays 0, so a spec compares equal after a round trip."""
+    last = getattr(_raw.pkv_layer_spec, _INDEX[-1])
+    if size < last.offset + last.size:
+        return {}
+    fields = {n: getattr(c, n) for n in _INDEX}
+    if fields['index_dtype']:
+        fields['index_dtype'] = typed(Dtype, fields['index_dtype'])
+    return fields
 
 
 def kv_group_info(params, group):

@@ -44,7 +44,7 @@ class Specs(unittest.TestCase):
         self.assertIs(specs[1].attention, pkv.AttentionKind.SLIDING)
         self.assertEqual((specs[1].window, specs[1].sinks), (8, True))
         self.assertIs(specs[3].kind, pkv.LayerKind.SHARED)
-        self.assertEqual(p.layer_spec_size, 88)  # sizeof(pkv_layer_spec) (0.6), set with the specs
+        self.assertEqual(p.layer_spec_size, 104)  # sizeof(pkv_layer_spec) (0.7), set with the specs
         specs[0].head_dim = 99  # a copy: the Params' array is its own
         self.assertEqual(p.layer_specs[0].head_dim, 0)
         self.assertEqual(p.copy().layer_specs, p.layer_specs)

@@ -41,7 +41,7 @@ class StateSpecs(unittest.TestCase):
         self.assertEqual(specs[2].state_shape, ((96, 3), (2, 16, 16)))
         self.assertEqual(specs[2].state_dtype, (pkv.Dtype.BF16, pkv.Dtype.F32))
         self.assertEqual(specs[3].state_shape, ((), ()))
-        self.assertEqual(p.layer_spec_size, 88)  # 0.6's pkv_layer_spec
+        self.assertEqual(p.layer_spec_size, 104)  # 0.7's pkv_layer_spec (0.6's was 88)
         self.assertEqual(p.copy().layer_specs, specs)
         p.state_checkpoint_policy = pkv.StateCheckpointPolicy.EVERY
         self.assertIs(p.state_checkpoint_policy, pkv.StateCheckpointPolicy.EVERY)

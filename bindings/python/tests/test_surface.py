@@ -60,6 +60,9 @@ WRAPPED = {
     'pkv_kv_group_info': 'kv_group_info', 'pkv_layer_info': 'Engine.layer_info',
     'pkv_set_attention_sinks': 'Engine.set_attention_sinks',
     'pkv_block_hash_root_lora': 'block_hash_root_lora', 'pkv_block_hash_extra': 'block_hash_extra',
+    # 0.7: sparse attention
+    'pkv_indexer_write': 'Batch.indexer_write', 'pkv_indexer_topk': 'Batch.indexer_topk',
+    'pkv_sparse_mla_attention': 'Batch.sparse_mla_attention',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
