@@ -12,7 +12,7 @@ from gen_header import BANNER, pascal
 # types (typed enums, bool on/off fields, no struct_size or reserved fields) converted to and
 # from the raw ones by generated toC / fromC methods.
 INITIALISMS = {'ABI', 'CPU', 'CUDA', 'F32', 'F16', 'BF16', 'FP8', 'E4M3', 'E5M2', 'OK', 'HF', 'ID',
-               'KV', 'COW', 'TP', 'HWM', 'TTL', 'IO', 'LRU', 'URL', 'MLA', 'QK'}
+               'KV', 'COW', 'TP', 'HWM', 'TTL', 'IO', 'LRU', 'URL', 'MLA', 'QK', 'UE8M0'}
 GO_WORDS = {'dtype': 'DType', 'ids': 'IDs'}
 GO_SCALARS = {'char': 'byte', 'uint8_t': 'uint8', 'int32_t': 'int32', 'uint32_t': 'uint32', 'int64_t': 'int64', 'uint64_t': 'uint64',
               'double': 'float64', 'float': 'float32'}
@@ -52,6 +52,10 @@ GO_ENUMS = {
     'PKV_STATE_CHECKPOINT_PROMPT_END': ('StateCheckpointPolicy', 'uint32', 'PKV_STATE_CHECKPOINT_', 'StateCheckpoint',
                                         'where a sequence leaves checkpoints of its recurrent state '
                                         '(EngineParams.StateCheckpointPolicy)'),
+    'PKV_INDEXER_SCALE_UE8M0': ('IndexerFlags', 'uint32', 'PKV_INDEXER_', 'Indexer',
+                                'bits of Batch.IndexerWrite\'s flags (pkv_indexer_write)'),
+    'PKV_TOPK_POSITIONS': ('TopKKind', 'uint32', 'PKV_TOPK_', 'TopK',
+                           'what Batch.IndexerTopK\'s indices are (pkv_indexer_topk\'s out_kind)'),
 }
 # Struct fields of a named type: the field's C name (any struct) or struct.field -> the Go type.
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
@@ -60,7 +64,7 @@ GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'kv_layout': 'KVLayout', 'debug_flags': 'DebugFlags', 'kind': 'StoreKind',
                    'state': 'StoreValueState', 'pkv_layer_spec.kind': 'LayerKind',
                    'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind',
-                   'state_checkpoint_policy': 'StateCheckpointPolicy'}
+                   'state_checkpoint_policy': 'StateCheckpointPolicy', 'index_dtype': 'DType'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
                   'in_batch', 'is_request', 'k_eq_v', 'sinks'}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -238,6 +239,7 @@ type attentionShape struct {
 	args                        kvArgs
 	kvHeads                     int // per rank: SetKVScales' length
 	layer                       int // with layer specs: the layer (for a state layer's refusal)
+	index                       indexerShape
 }
 
 // kvArgs are which of k and v a layer's call takes.
@@ -268,18 +270,8 @@ func attentionShapeOf(p *EngineParams, kvHeadsPerRank int) attentionShape {
 // checkAttention refuses slices of T that do not fit the engine: its device, its dtype, and n
 // tokens of each argument's shape.
 func checkAttention[T float32 | uint16](s *attentionShape, call string, n int, q, k, v, out []T) error {
-	if s.device != DeviceCPU {
-		return &Error{Status: StatusUnsupported, Message: fmt.Sprintf("%s: Go slices are host "+
-			"memory and this engine's Device is %v: pass device addresses to AttentionRaw", call, s.device)}
-	}
-	var zero T
-	if _, f32 := any(zero).(float32); f32 != (s.dtype == DTypeF32) {
-		if f32 {
-			return invalid("%s: the engine's dtype is %v, its values are 16 bits: pass their bit "+
-				"patterns as []uint16 to AttentionU16, not []float32", call, s.dtype)
-		}
-		return invalid("%s: the engine's dtype is %v: pass []float32 to Attention, not []uint16",
-			call, s.dtype)
+	if err := checkHostSlices[T](s, call); err != nil {
+		return err
 	}
 	if err := checkKV(s, call, k == nil, v == nil); err != nil {
 		return err
@@ -298,6 +290,27 @@ func checkAttention[T float32 | uint16](s *attentionShape, call string, n int, q
 			return invalid("%s: %s holds %d elements, the batch needs %d: [%d tokens]%s of %v",
 				call, a.name, a.got, n*a.width, n, a.dims, s.dtype)
 		}
+	}
+	return nil
+}
+
+// checkHostSlices refuses Go slices of T on an engine that cannot take them: a CUDA engine (its
+// buffers are device memory: the call's Raw form), or one of another dtype (f32 slices for
+// f32, []uint16 bit patterns for f16 and bf16: the call's U16 form).
+func checkHostSlices[T float32 | uint16](s *attentionShape, call string) error {
+	base := strings.TrimSuffix(call, "U16")
+	if s.device != DeviceCPU {
+		return &Error{Status: StatusUnsupported, Message: fmt.Sprintf("%s: Go slices are host "+
+			"memory and this engine's Device is %v: pass device addresses to %sRaw", call, s.device, base)}
+	}
+	var zero T
+	if _, f32 := any(zero).(float32); f32 != (s.dtype == DTypeF32) {
+		if f32 {
+			return invalid("%s: the engine's dtype is %v, its values are 16 bits: pass their bit "+
+				"patterns as []uint16 to %sU16, not []float32", call, s.dtype, base)
+		}
+		return invalid("%s: the engine's dtype is %v: pass []float32 to %s, not []uint16",
+			call, s.dtype, base)
 	}
 	return nil
 }

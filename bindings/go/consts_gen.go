@@ -212,13 +212,19 @@ const (
 	EventFormatArray EventFormat = 1
 )
 
-const (
-	IndexerScaleUe8m0 = 1
-)
+// IndexerFlags is bits of Batch.IndexerWrite's flags (pkv_indexer_write): pkv.h's PKV_INDEXER_*.
+type IndexerFlags uint32
 
 const (
-	TopkPositions = 0
-	TopkSlots     = 1
+	IndexerScaleUE8M0 IndexerFlags = 1
+)
+
+// TopKKind is what Batch.IndexerTopK's indices are (pkv_indexer_topk's out_kind): pkv.h's PKV_TOPK_*.
+type TopKKind uint32
+
+const (
+	TopKPositions TopKKind = 0
+	TopKSlots     TopKKind = 1
 )
 
 const (
@@ -365,6 +371,15 @@ func (v FinishReason) String() string {
 	return unknown("FinishReason", int64(v))
 }
 
+// String is the C name without PKV_, e.g. "INDEXER_SCALE_UE8M0".
+func (v IndexerFlags) String() string {
+	switch v {
+	case IndexerScaleUE8M0:
+		return "INDEXER_SCALE_UE8M0"
+	}
+	return unknown("IndexerFlags", int64(v))
+}
+
 // String is the C name without PKV_, e.g. "KV_LAYOUT_HEADS".
 func (v KVLayout) String() string {
 	switch v {
@@ -471,6 +486,17 @@ func (v Tier) String() string {
 		return "TIER_STORE"
 	}
 	return unknown("Tier", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "TOPK_POSITIONS".
+func (v TopKKind) String() string {
+	switch v {
+	case TopKPositions:
+		return "TOPK_POSITIONS"
+	case TopKSlots:
+		return "TOPK_SLOTS"
+	}
+	return unknown("TopKKind", int64(v))
 }
 
 // statusNames are the C names without PKV_.

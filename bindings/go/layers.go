@@ -171,6 +171,7 @@ func (eng *Engine) layerShapes() ([]attentionShape, error) {
 		s.kvDims = fmt.Sprintf("[%d kv heads per rank][head_dim %d] (layer %d)", kvH, hd, layer)
 		s.vDims = fmt.Sprintf("[%d kv heads per rank][v_head_dim %d] (layer %d)", kvH, vd, layer)
 		s.oDims = fmt.Sprintf("[%d q heads per rank][v_head_dim %d] (layer %d)", qHeads, vd, layer)
+		s.index = indexerShape{dim: int(l.IndexHeadDim), heads: int(l.IndexNHeads), topK: int(l.IndexTopk)}
 		switch {
 		case l.Kind == LayerState:
 			s.args = kvState

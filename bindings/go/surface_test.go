@@ -83,6 +83,9 @@ var wrapped = map[string]string{
 	"pkv_set_attention_sinks":                 "Engine.SetAttentionSinks",
 	"pkv_block_hash_root_lora":                "BlockHashRootLoRA",
 	"pkv_block_hash_extra":                    "BlockHashExtra",
+	"pkv_indexer_write":                       "Batch.IndexerWriteRaw",
+	"pkv_indexer_topk":                        "Batch.IndexerTopKRaw",
+	"pkv_sparse_mla_attention":                "Batch.SparseMLAAttentionRaw",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.

@@ -19,7 +19,7 @@ type LayerSpec struct {
 	StateDType   [2]uint32
 	StateShape   [8]uint32
 	IndexHeadDim uint32
-	IndexDType   uint32
+	IndexDType   DType
 	IndexNHeads  uint32
 	IndexTopk    uint32
 }
@@ -40,7 +40,7 @@ func (p *LayerSpec) toC(c *cLayerSpec) {
 	c.StateDType = p.StateDType
 	c.StateShape = p.StateShape
 	c.IndexHeadDim = p.IndexHeadDim
-	c.IndexDType = p.IndexDType
+	c.IndexDType = uint32(p.IndexDType)
 	c.IndexNHeads = p.IndexNHeads
 	c.IndexTopk = p.IndexTopk
 }
@@ -61,7 +61,7 @@ func (p *LayerSpec) fromC(c *cLayerSpec) {
 	p.StateDType = c.StateDType
 	p.StateShape = c.StateShape
 	p.IndexHeadDim = c.IndexHeadDim
-	p.IndexDType = c.IndexDType
+	p.IndexDType = DType(c.IndexDType)
 	p.IndexNHeads = c.IndexNHeads
 	p.IndexTopk = c.IndexTopk
 }
@@ -613,7 +613,7 @@ type LayerInfo struct {
 	StateDType         [2]uint32
 	StateShape         [8]uint32
 	IndexHeadDim       uint32
-	IndexDType         uint32
+	IndexDType         DType
 	IndexNHeads        uint32
 	IndexTopk          uint32
 	IndexBlockBytes    uint64
@@ -650,7 +650,7 @@ func (p *LayerInfo) fromC(c *cLayerInfo) {
 	p.StateDType = c.StateDType
 	p.StateShape = c.StateShape
 	p.IndexHeadDim = c.IndexHeadDim
-	p.IndexDType = c.IndexDType
+	p.IndexDType = DType(c.IndexDType)
 	p.IndexNHeads = c.IndexNHeads
 	p.IndexTopk = c.IndexTopk
 	p.IndexBlockBytes = c.IndexBlockBytes
