@@ -190,52 +190,36 @@ namespace Pkv
         void Pinned(uint layer, Array q, Array k, Array v, Array output, string elem)
         {
             CheckBuffers(layer, q, k, v, output, elem);
-            Array[] arrays = { q, k, v, output };
-            var pins = new GCHandle?[arrays.Length];
-            try
-            {
-                var at = new void*[arrays.Length];
-                for (int i = 0; i < arrays.Length; i++)
-                {
-                    if (arrays[i] == null) continue;
-                    pins[i] = GCHandle.Alloc(arrays[i], GCHandleType.Pinned);
-                    at[i] = (void*)pins[i].Value.AddrOfPinnedObject();
-                }
-                lock (engine.Gate) Check(Native.pkv_attention(Handle, layer, at[0], at[1], at[2], at[3]));
-            }
-            finally
-            {
-                foreach (var p in pins)
-                    if (p.HasValue) p.Value.Free();
-            }
+            Pinned(new[] { q, k, v, output }, at => Native.pkv_attention(Handle, layer, at[0], at[1], at[2], at[3]));
         }
 
         /// <summary>Refuses host arrays pkv would misread: of another element type than the
         /// engine's model dtype (float32 given to a bf16 engine reads as garbage), too short for
         /// the step's tokens, or on a CUDA engine (pkv would take them for device memory).</summary>
-        void CheckBuffers(uint layer, Array q, Array k, Array v, Array output, string elem)
+        void CheckBuffers(uint layer, Array q, Array k, Array v, Array output, string elem,
+                          string call = "Attention")
         {
             EngineParams p = engine.Params;
             if (engine.PoolDevice != Device.Cpu)
                 throw new PkvException(Status.Unsupported,
-                    "Attention: arrays are host memory and this engine's pool is on " + engine.PoolDevice +
+                    call + ": arrays are host memory and this engine's pool is on " + engine.PoolDevice +
                     ": pass device buffers with the NativeAddress overload");
             string want = p.DType == DType.F32 ? "float[]" : "ushort[]";
             if (elem != want)
                 throw new PkvException(Status.InvalidArgument, string.Format(
-                    "Attention: the engine's model dtype is {0}, so q, k, v and output are {1} ({2}), not {3}",
-                    p.DType, want, p.DType == DType.F32 ? "float32 values" : p.DType + " bit patterns", elem));
+                    "{4}: the engine's model dtype is {0}, so q, k, v and output are {1} ({2}), not {3}",
+                    p.DType, want, p.DType == DType.F32 ? "float32 values" : p.DType + " bit patterns", elem, call));
             LayerShape shape = engine.Shape(layer);
-            CheckAbsent(layer, shape, k, v);
+            CheckAbsent(layer, shape, k, v, call);
             long rows = view.NumTokens;
-            Need(q, rows * shape.Q, "q", elem);
-            if (k != null) Need(k, rows * shape.K, "k", elem);
-            if (v != null && shape.V > 0) Need(v, rows * shape.V, "v", elem);  // MLA's v: pkv says why not
-            Need(output, rows * shape.Out, "output", elem);
+            Need(q, rows * shape.Q, "q", elem, call);
+            if (k != null) Need(k, rows * shape.K, "k", elem, call);
+            if (v != null && shape.V > 0) Need(v, rows * shape.V, "v", elem, call);  // MLA's v: pkv says why not
+            Need(output, rows * shape.Out, "output", elem, call);
         }
 
         // k or v given where the layer takes none, or missing where it needs one: refused, saying why
-        void CheckAbsent(uint layer, LayerShape shape, Array k, Array v)
+        void CheckAbsent(uint layer, LayerShape shape, Array k, Array v, string call)
         {
             string why = null;
             if (shape.Kind == LayerKind.State)
@@ -251,16 +235,16 @@ namespace Pkv
             else if (shape.V > 0 && v == null)
                 why = "v is null: give the new tokens' V (only an MLA engine, a K = V layer or a Shared layer " +
                       "takes none)";
-            if (why != null) throw new PkvException(Status.InvalidArgument, "Attention: " + why);
+            if (why != null) throw new PkvException(Status.InvalidArgument, call + ": " + why);
         }
 
-        static void Need(Array a, long need, string name, string elem)
+        static void Need(Array a, long need, string name, string elem, string call)
         {
             if (a == null) throw new ArgumentNullException(name);
             if (a.Length < need)
                 throw new PkvException(Status.InvalidArgument, string.Format(
-                    "Attention: {0} has {1} elements, this step needs {2} ({0} is {3}, [tokens][heads][dims])",
-                    name, a.Length, need, elem));
+                    "{4}: {0} has {1} elements, this step needs {2} ({0} is {3}, [tokens][heads][dims])",
+                    name, a.Length, need, elem, call));
         }
 
         /// <summary>The step ran (pkv_batch_end): its tokens become computed, full blocks are

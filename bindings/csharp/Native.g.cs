@@ -146,6 +146,21 @@ namespace Pkv
         Array = 1,
     }
 
+    /// <summary>Batch.IndexerWrite flags (since 0.7, PKV_INDEXER_*).</summary>
+    [Flags]
+    public enum IndexerFlags : uint
+    {
+        None = 0,
+        ScaleUe8m0 = 1,
+    }
+
+    /// <summary>What Batch.IndexerTopK's indices are (since 0.7, PKV_TOPK_*): Positions in the token's sequence, or Slots of the layer's KV group.</summary>
+    public enum TopKKind : uint
+    {
+        Positions = 0,
+        Slots = 1,
+    }
+
     /// <summary>Store.List flags (PKV_STORE_LIST_*).</summary>
     [Flags]
     public enum StoreListFlags : uint
@@ -181,7 +196,7 @@ namespace Pkv
         public fixed uint StateDType[2];
         public fixed uint StateShape[8];
         public uint IndexHeadDim;
-        public uint IndexDType;
+        public DType IndexDType;
         public uint IndexNHeads;
         public uint IndexTopk;
     }
@@ -202,7 +217,7 @@ namespace Pkv
         public float LogitSoftcap;
         public float SoftmaxScale;
         public uint IndexHeadDim;
-        public uint IndexDType;
+        public DType IndexDType;
         public uint IndexNHeads;
         public uint IndexTopk;
         StatePart[] stateParts;  // StateParts (State.cs): never changed in place
@@ -848,7 +863,7 @@ namespace Pkv
         public fixed uint StateDType[2];
         public fixed uint StateShape[8];
         public uint IndexHeadDim;
-        public uint IndexDType;
+        public DType IndexDType;
         public uint IndexNHeads;
         public uint IndexTopk;
         public ulong IndexBlockBytes;
@@ -963,9 +978,6 @@ namespace Pkv
         public const int MaxEventTopicBytes = 1024;
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
-        public const int IndexerScaleUe8m0 = 1;
-        public const int TopkPositions = 0;
-        public const int TopkSlots = 1;
         public const int StoreProblemBytes = 64;
     }
 

@@ -45,6 +45,11 @@ CS_ENUMS = {
                                         '(EngineParams.StateCheckpointPolicy, PKV_STATE_CHECKPOINT_*).', False),
     'PKV_STORE_VALUE_UNREAD': ('StoreValueState', 'PKV_STORE_VALUE_',
                                'What reading a store value found (PKV_STORE_VALUE_*).', False),
+    'PKV_INDEXER_SCALE_UE8M0': ('IndexerFlags', 'PKV_INDEXER_',
+                                'Batch.IndexerWrite flags (since 0.7, PKV_INDEXER_*).', True),
+    'PKV_TOPK_POSITIONS': ('TopKKind', 'PKV_TOPK_',
+                           'What Batch.IndexerTopK\'s indices are (since 0.7, PKV_TOPK_*): Positions in '
+                           'the token\'s sequence, or Slots of the layer\'s KV group.', False),
 }
 # The C type of each C# enum's fields (an enum of a uint32_t field is ': uint').
 CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_t', 'BudgetSource': 'uint32_t',
@@ -52,7 +57,7 @@ CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_
                    'KvEventType': 'uint32_t', 'StoreKind': 'uint32_t', 'StoreWriteMode': 'uint32_t',
                    'StoreListFlags': 'uint32_t', 'StoreValueState': 'uint32_t', 'Tier': 'uint32_t',
                    'EventFormat': 'uint32_t', 'LayerKind': 'uint32_t', 'AttentionKind': 'uint32_t',
-                   'StateCheckpointPolicy': 'uint32_t'}
+                   'StateCheckpointPolicy': 'uint32_t', 'IndexerFlags': 'uint32_t', 'TopKKind': 'uint32_t'}
 # The fields of those types, by C name or struct.field.
 CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_layout': 'KvLayout', 'pkv_kv_budget.source': 'BudgetSource',
@@ -63,7 +68,7 @@ CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'pkv_store_params.write_mode': 'StoreWriteMode', 'pkv_store_entry.state': 'StoreValueState',
                    'pkv_seq_info.kv_tier': 'Tier', 'pkv_kv_event.medium': 'Tier',
                    'pkv_event_publisher_params.format': 'EventFormat', 'pkv_layer_spec.kind': 'LayerKind',
-                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind'}
+                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind', 'index_dtype': 'DType'}
 CS_WORDS = {'dtype': 'DType'}
 # Structs only the binding's own types use (they hold C pointers, strings or fixed buffers):
 # internal. Every other struct is public, its pointer fields internal (IntPtr is never public).
@@ -258,7 +263,10 @@ def cs_field(struct, f, t):
         return 'fixed %s %s[%d]' % (CS_SCALARS[t.base], name, t.length)
     typed = CS_TYPED_FIELDS.get(struct + '.' + f) or CS_TYPED_FIELDS.get(f)
     if typed:
-        if t.base != CS_ENUM_C_TYPES[typed] or t.depth:
+        c_type = CS_ENUM_C_TYPES[typed]
+        # a uint32_t field may hold an int32_t enum (index_dtype: a DType): the same size, and
+        # pkv's values of it are small
+        if t.depth or (t.base != c_type and {t.base, c_type} != {'int32_t', 'uint32_t'}):
             sys.exit('gen.py: %s.%s is not an %s field' % (struct, f, CS_ENUM_C_TYPES[typed]))
         return '%s %s' % (typed, name)
     return '%s %s' % (cs_type(t, field=True), name)

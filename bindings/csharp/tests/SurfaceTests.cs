@@ -56,6 +56,9 @@ static partial class Tests
         { "pkv_kv_group_info", "Library.KvGroupInfo" }, { "pkv_layer_info", "Engine.LayerInfo" },
         { "pkv_set_attention_sinks", "Engine.SetAttentionSinks" },
         { "pkv_block_hash_root_lora", "Library.BlockHashRootLora" }, { "pkv_block_hash_extra", "Library.BlockHashExtra" },
+        // 0.7: sparse attention
+        { "pkv_indexer_write", "Batch.IndexerWrite" }, { "pkv_indexer_topk", "Batch.IndexerTopK" },
+        { "pkv_sparse_mla_attention", "Batch.SparseMlaAttention" },
     };
 
     // C call -> why the binding leaves it out

@@ -408,6 +408,8 @@ static partial class Tests
             { "host_state_slots_in_budget_and_pool", HostStateSlotsInBudgetAndPool },
             { "swap_moves_the_working_state_through_a_host_slot", SwapMovesTheWorkingStateThroughAHostSlot },
             { "a_checkpoint_is_offloaded_then_restored", ACheckpointIsOffloadedThenRestored },
+            { "sparse_layer_info", SparseLayerInfo }, { "sparse_topk_and_attention", SparseTopKAndAttention },
+            { "sparse_refusals", SparseRefusals },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
