@@ -44,6 +44,13 @@ void init_model(model *m) {
     fill(&w->uk[0][0][0], sizeof w->uk / 4, 2 * 1.7f / sqrtf(RANK));
     fill(&w->uv[0][0][0], sizeof w->uv / 4, 1.7f / sqrtf(RANK));
   }
+  for (int l = 0; l < LAYERS; l++) { /* DSA's indexer, last for the same reason */
+    layer_w *w = &m->layer[l];
+    const float a = 1.7f / sqrtf(HID);
+    fill(&w->iq[0][0], sizeof w->iq / 4, 2 * a);
+    fill(&w->ik[0][0], sizeof w->ik / 4, 2 * a);
+    fill(&w->iw[0][0], sizeof w->iw / 4, a);
+  }
 }
 
 /* y[rows] = W[rows][cols] x[cols] */
@@ -78,11 +85,25 @@ static void rope_part(float *x, int heads, int stride, int offset, int dims, int
 
 static void rope(float *x, int heads, int32_t pos) { rope_part(x, heads, HD, 0, HD, pos); }
 
+dsa_rows dsa_current;
+
 /* MLA's projections of n rows (normed hidden states h [n][HID]) into q, k, v for attn, and the
  * heads' outputs back to o [n][QH][VD]. absorbed (pkv): q in latent space, k the latents, v NULL;
- * else (the naive side) K and V decompressed per head. */
+ * else (the naive side) K and V decompressed per head. dsa: the indexer's rows too (no rotary
+ * part: a token repeated gives equal keys in layer 0, so top-k cuts between equal scores happen
+ * and pkv.h's tie rule decides them), in dsa_current. */
 static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int32_t *positions,
-                         uint32_t n, int absorbed, attention_fn attn, void *ctx, float *o) {
+                         uint32_t n, int absorbed, int dsa, attention_fn attn, void *ctx,
+                         float *o) {
+  float *iq = dsa ? malloc(sizeof(float) * n * IDX_HEADS * IDX_DIM) : NULL;
+  float *ik = dsa ? malloc(sizeof(float) * n * IDX_DIM) : NULL;
+  float *iw = dsa ? malloc(sizeof(float) * n * IDX_HEADS) : NULL;
+  for (uint32_t r = 0; dsa && r < n; r++) {
+    matvec(&w->iq[0][0], h + r * HID, iq + r * IDX_HEADS * IDX_DIM, IDX_HEADS * IDX_DIM, HID);
+    matvec(&w->ik[0][0], h + r * HID, ik + r * IDX_DIM, IDX_DIM, HID);
+    matvec(&w->iw[0][0], h + r * HID, iw + r * IDX_HEADS, IDX_HEADS, HID);
+  }
+  dsa_current = (dsa_rows){iq, ik, iw};
   float *q = malloc(sizeof(float) * n * QH * QKD), *lat = malloc(sizeof(float) * n * LATENT);
   float *qa = malloc(sizeof(float) * n * QH * LATENT), *ol = malloc(sizeof(float) * n * QH * RANK);
   float *k = malloc(sizeof(float) * n * QH * QKD), *v = malloc(sizeof(float) * n * QH * VD);
@@ -114,7 +135,8 @@ static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int
   } else {
     ok = attn(ctx, l, q, k, v, o);
   }
-  free(q), free(lat), free(qa), free(ol), free(k), free(v);
+  free(q), free(lat), free(qa), free(ol), free(k), free(v), free(iq), free(ik), free(iw);
+  dsa_current = (dsa_rows){NULL, NULL, NULL};
   return ok;
 }
 
@@ -143,7 +165,7 @@ int forward(const model *m, const int32_t *tokens, const int32_t *positions, uin
       rope(q + r * QH * HD, QH, positions[r]);
       rope(k + r * KVH * HD, KVH, positions[r]);
     }
-    ok = mla ? mla_attention(w, l, hn, positions, n, absorbed, attn, ctx, o)
+    ok = mla ? mla_attention(w, l, hn, positions, n, absorbed, mla == E2E_DSA, attn, ctx, o)
              : attn(ctx, l, q, k, v, o);
     for (uint32_t r = 0; ok && r < n; r++) {
       float *xr = x + r * HID;
@@ -212,6 +234,7 @@ static void recurrence(float *conv, float *ssm, const float *q, const float *k, 
 typedef struct naive_seq {
   float k[LAYERS][MAX_TOKENS][KVH * HD], v[LAYERS][MAX_TOKENS][KVH * HD];
   float mk[LAYERS][MAX_TOKENS][QH * QKD], mv[LAYERS][MAX_TOKENS][QH * VD]; /* MLA, decompressed */
+  dsa_key ik[LAYERS][MAX_TOKENS];           /* DSA: the indexer keys as cached */
   float conv[CONV_FLOATS], ssm[SSM_FLOATS]; /* the recurrent layer's state, zero at first */
   int32_t len;                              /* tokens in the cache */
   uint32_t n;                               /* rows of the current call */
@@ -297,28 +320,38 @@ static int naive_attention(void *ctx, uint32_t l, const float *q, const float *k
 }
 
 /* MLA's attention as its model is written: every head's own key (QKD) and value (VD), scale
- * 1/sqrt(QKD), each token's decompressed K/V kept in a contiguous cache. */
+ * 1/sqrt(QKD), each token's decompressed K/V kept in a contiguous cache. DSA: each row's keys
+ * are the top-k of its own indexer over the keys cached so far (its own included). */
 static int naive_mla_attention(void *ctx, uint32_t l, const float *q, const float *k,
                                const float *v, float *out) {
   naive_seq *s = ctx;
+  const int dsa = s->mode->mla == E2E_DSA;
   float p[MAX_TOKENS];
+  int32_t keys[MAX_TOKENS];
   for (uint32_t r = 0; r < s->n; r++) {
     const int32_t pos = s->len + (int32_t)r;
     memcpy(s->mk[l][pos], k + r * QH * QKD, sizeof s->mk[l][pos]);
     memcpy(s->mv[l][pos], v + r * QH * VD, sizeof s->mv[l][pos]);
+    uint32_t nk = (uint32_t)pos + 1;
+    for (uint32_t j = 0; j < nk; j++) keys[j] = (int32_t)j;
+    if (dsa) {
+      dsa_quantize(dsa_current.k + r * IDX_DIM, &s->ik[l][pos]);
+      nk = dsa_select(s->ik[l], pos, dsa_current.q + r * IDX_HEADS * IDX_DIM,
+                      dsa_current.w + r * IDX_HEADS, keys);
+    }
     for (int h = 0; h < QH; h++) {
       const float *qh = q + (r * QH + h) * QKD;
       float mx = -INFINITY, sum = 0.0f;
-      for (int32_t j = 0; j <= pos; j++) {
+      for (uint32_t j = 0; j < nk; j++) {
         float d = 0.0f;
-        for (int i = 0; i < QKD; i++) d += qh[i] * s->mk[l][j][h * QKD + i];
+        for (int i = 0; i < QKD; i++) d += qh[i] * s->mk[l][keys[j]][h * QKD + i];
         p[j] = d / sqrtf(QKD);
         mx = fmaxf(mx, p[j]);
       }
-      for (int32_t j = 0; j <= pos; j++) sum += p[j] = expf(p[j] - mx);
+      for (uint32_t j = 0; j < nk; j++) sum += p[j] = expf(p[j] - mx);
       for (int i = 0; i < VD; i++) {
         float acc = 0.0f;
-        for (int32_t j = 0; j <= pos; j++) acc += p[j] * s->mv[l][j][h * VD + i];
+        for (uint32_t j = 0; j < nk; j++) acc += p[j] * s->mv[l][keys[j]][h * VD + i];
         out[(r * QH + h) * VD + i] = acc / sum;
       }
     }
@@ -392,6 +425,7 @@ static int recurrence_on_pkv(pkv_batch *b, uint32_t l, const float *q, const flo
 int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
                      float *out) {
   pkv_batch *b = ctx;
+  if (e2e_mode->mla == E2E_DSA) return dsa_on_pkv(b, l, q, k, out);
   if (layer_recurrent(e2e_mode, l)) return recurrence_on_pkv(b, l, q, k, v, out);
   if (layer_source(e2e_mode, l) != l) /* SHARED: its source's cache, nothing written */
     return CHECK_OK(pkv_attention(b, l, q, NULL, NULL, out));

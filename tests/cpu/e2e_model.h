@@ -16,6 +16,12 @@ enum { GEN = 10, MAX_TOKENS = 64 };
 /* The MLA model: per token one latent of RANK + ROPE values (the compressed KV and the shared
  * rotary key); per q head NOPE + ROPE query values and VD output values. */
 enum { RANK = 32, ROPE = 16, NOPE = 16, VD = HD, LATENT = RANK + ROPE, QKD = NOPE + ROPE };
+/* The DSA model (kv_mode.mla E2E_DSA: DeepSeek V3.2 / GLM-5's sparse attention): the MLA model
+ * with a lightning indexer in every layer: per token an indexer key of IDX_DIM values (the cache
+ * keeps it in fp8 e4m3 with one scale per token), per query IDX_HEADS indexer heads of IDX_DIM
+ * and a weight per head, all projected from the normed hidden state; each query attends over
+ * the IDX_TOPK keys of its context that score best only. */
+enum { E2E_MLA = 1, E2E_DSA = 2, IDX_DIM = 16, IDX_HEADS = 3, IDX_TOPK = 8 };
 #define LOGIT_ATOL 5e-5
 #define LOGIT_RTOL 5e-5
 #define FP8_LOGIT_TOL 2e-2
@@ -27,7 +33,8 @@ typedef struct kv_mode {
   int32_t kv_dtype;
   uint32_t window;
   int hybrid; /* the window on layers 0 and 2 only: a windowed and a full KV group */
-  int mla;    /* the model's attention is multi-head latent attention */
+  int mla;    /* the model's attention is multi-head latent attention (E2E_MLA), with DSA's
+                 indexer (E2E_DSA) */
   float scales[LAYERS][2][KVH]; /* fp8: k, v of each layer's kv heads */
   int specs;                    /* a model described per layer (pkv's layer_specs): SPECS_* */
 } kv_mode;
@@ -72,6 +79,8 @@ typedef struct layer_w {
   /* MLA (wo shared: VD == HD): q [QH][NOPE | ROPE], the latent [RANK | ROPE], the up-projections
    * of the latent's RANK part to each head's key (NOPE) and value (VD) */
   float mq[QH * QKD][HID], dkv[LATENT][HID], uk[QH][NOPE][RANK], uv[QH][VD][RANK];
+  /* DSA: the indexer's queries [IDX_HEADS][IDX_DIM], key [IDX_DIM] and head weights */
+  float iq[IDX_HEADS * IDX_DIM][HID], ik[IDX_DIM][HID], iw[IDX_HEADS][HID];
 } layer_w;
 
 typedef struct model {
@@ -110,5 +119,34 @@ extern const kv_mode *e2e_mode;
 extern pkv_engine *e2e_engine;
 int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
                      float *out);
+
+/* ---------------------------------------------------------------- DSA (e2e_dsa_model.c)
+ * An indexer key as the naive side caches it: pkv.h's fp8 e4m3 codes (their values) and the
+ * token's fp32 scale. */
+typedef struct dsa_key {
+  float code[IDX_DIM];
+  float scale;
+} dsa_key;
+/* The indexer rows of the layer call in flight (forward sets them before attn on a DSA layer):
+ * q [n][IDX_HEADS][IDX_DIM], k [n][IDX_DIM], w [n][IDX_HEADS]. */
+typedef struct dsa_rows {
+  const float *q, *k, *w;
+} dsa_rows;
+extern dsa_rows dsa_current;
+/* x quantized as pkv_indexer_write specifies (scale = max|x| / 448, 1 for zeros; codes
+ * round-to-nearest-even of x / scale, saturating). */
+void dsa_quantize(const float *x, dsa_key *out);
+/* The naive side's top-k of a query at position pos over keys[0 .. pos]: scores
+ * sum_h w[h] * relu(q[h] . key) in fp64, the IDX_TOPK best (NaN last, ties to the lower
+ * position), written ascending into sel; returns how many (min(pos + 1, IDX_TOPK)). */
+uint32_t dsa_select(const dsa_key *keys, int32_t pos, const float *q, const float *w, int32_t *sel);
+/* A DSA layer on pkv: pkv_indexer_write, pkv_indexer_topk (positions, and slots checked
+ * against the batch's block tables), pkv_sparse_mla_attention (qa, lat: MLA's absorbed form). */
+int dsa_on_pkv(pkv_batch *b, uint32_t l, const float *qa, const float *lat, float *out);
+/* How far the DSA runs were from a choice f32 noise could flip: the closest indexer value to an
+ * fp8 rounding edge (relative, as closest_edge), the smallest relative score gap across a top-k
+ * cut, and how many cuts (of how many) fell between equal scores (the tie rule decided). */
+extern double dsa_closest_edge, dsa_min_cut_gap;
+extern unsigned dsa_cut_ties, dsa_cuts;
 
 #endif
