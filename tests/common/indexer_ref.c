@@ -69,7 +69,7 @@ double pkv_ref_indexer_score(const double *q, const double *w, const double *key
   for (uint32_t h = 0; h < heads; ++h) {
     double dot = 0.0;
     for (uint32_t i = 0; i < dim; ++i) dot += q[(size_t)h * dim + i] * key[i];
-    sum += w[h] * (dot > 0.0 ? dot : 0.0);
+    sum += w[h] * (dot < 0.0 ? 0.0 : dot); /* relu: a NaN stays NaN (torch's relu) */
   }
   return sum;
 }

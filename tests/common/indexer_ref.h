@@ -32,7 +32,8 @@ double pkv_ref_bf16_value(uint16_t bits);
 void pkv_ref_indexer_key_fp8(const uint8_t *codes, float scale, uint32_t dim, double *key);
 void pkv_ref_indexer_key_bf16(const uint16_t *bits, uint32_t dim, double *key);
 
-/* score = sum over h of w[h] * relu(q[h] . key), q [heads][dim], w [heads], key [dim]. */
+/* score = sum over h of w[h] * relu(q[h] . key), q [heads][dim], w [heads], key [dim]; relu
+ * keeps a NaN (a NaN key scores NaN, which the top-k ranks last). */
 double pkv_ref_indexer_score(const double *q, const double *w, const double *key, uint32_t heads,
                              uint32_t dim);
 
