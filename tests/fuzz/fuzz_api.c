@@ -240,6 +240,51 @@ static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
   p->layer_spec_size = sizeof(pkv_layer_spec);
 }
 
+/* Sparse attention (0.7): an MLA cache whose every layer has one indexer (fp8 or bf16), a STATE
+ * layer now and then (checkpoints of a drawn policy), the host tier drawn before kept (its pages
+ * move whole: swap, offload, the store), now and then one layer without the indexer (refused
+ * with a host tier) or a field no rule allows. */
+static void fuzz_dsa(fz_input *in, pkv_engine_params *p) {
+  p->kv_layout = PKV_KV_LAYOUT_MLA;
+  p->num_kv_heads = 1;
+  p->num_q_heads = 1 + fz_pick(in, 2);
+  p->tp_size = 1, p->tp_rank = 0;
+  p->kv_lora_rank = 8;
+  p->qk_rope_head_dim = 8 * fz_pick(in, 2);
+  p->head_dim = p->kv_lora_rank + p->qk_rope_head_dim;
+  p->softmax_scale = 0.25f;
+  p->num_layers = 2 + fz_pick(in, 2);
+  const uint32_t dim = 8 * (1 + fz_pick(in, 2)), heads = 1 + fz_pick(in, 3);
+  const uint32_t topk = 1 + fz_pick(in, 8);
+  const uint32_t dtype = fz_pick(in, 2) ? PKV_DTYPE_BF16 : fz_pick(in, 2) ? PKV_DTYPE_FP8_E4M3 : 0;
+  int has_state = 0;
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    pkv_layer_spec *s = &fz_specs[l];
+    memset(s, 0, sizeof *s);
+    if (l > 0 && fz_pick(in, 5) == 0) {
+      s->kind = PKV_LAYER_STATE;
+      s->state_shape[PKV_MAX_STATE_DIMS] = 1 + fz_pick(in, 8);
+      has_state = 1;
+      continue;
+    }
+    s->kind = PKV_LAYER_MLA;
+    s->index_head_dim = dim, s->index_dtype = dtype, s->index_n_heads = heads;
+    s->index_topk = topk;
+  }
+  if (has_state) {
+    p->state_checkpoint_policy = fz_pick(in, 3);
+    p->state_checkpoint_interval = p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY;
+    p->num_state_checkpoints = fz_pick(in, 3);
+  }
+  if (fz_pick(in, 8) == 0) fz_specs[fz_pick(in, p->num_layers)].index_head_dim = 0;
+  if (fz_pick(in, 8) == 0) {
+    uint32_t *fields = (uint32_t *)&fz_specs[fz_pick(in, p->num_layers)];
+    fields[fz_pick(in, sizeof(pkv_layer_spec) / 4)] = fz_u32(in);
+  }
+  p->layer_specs = fz_specs;
+  p->layer_spec_size = sizeof(pkv_layer_spec);
+}
+
 static void fuzz_params(fz_input *in, pkv_engine_params *p) {
   FZ_CHECK(pkv_engine_params_init(p, sizeof *p) == PKV_OK, "params_init");
   p->device = PKV_DEVICE_CPU;
@@ -311,6 +356,7 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p) {
       fuzz_specs(in, p);
       break;
     default:
+      if (fz_pick(in, 2) == 0) fuzz_dsa(in, p); /* sparse attention's indexer (0.7) */
       break;
   }
   /* A raw field may have taken away what a store needs (prefix caching, a host tier): pkv_profile

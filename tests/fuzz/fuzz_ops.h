@@ -200,6 +200,58 @@ static void fz_closed(fz_world *w, pkv_batch *b) {
   w->batch = NULL;
 }
 
+/* Sparse attention's calls (0.7) on a layer with an indexer: a write of the new tokens' keys,
+ * their top-k (whose rows must be ascending positions of the token's context, as many as it and
+ * index_topk allow, then -1) or sparse MLA over drawn positions (some outside the context: skipped),
+ * each now and then with a NULL pointer, a bad flag or out_kind. */
+static void op_indexer(fz_world *w, fz_input *in, pkv_batch *b, uint32_t layer,
+                       const struct pkv_layer_info *li, uint32_t rows) {
+  const uint32_t dim = li->index_head_dim, heads = li->index_n_heads, topk = li->index_topk;
+  float *keys = calloc((size_t)rows * dim + 1, sizeof(float));
+  float *q = calloc((size_t)rows * heads * dim + 1, sizeof(float));
+  float *wts = calloc((size_t)rows * heads + 1, sizeof(float));
+  int32_t *out = calloc((size_t)rows * topk + 1, sizeof(int32_t));
+  unsigned char *mq = calloc((size_t)rows * w->q_row * w->dtype_bytes + 1, 1);
+  unsigned char *mk = calloc((size_t)rows * w->kv_row * w->dtype_bytes + 1, 1);
+  unsigned char *mo = calloc((size_t)rows * w->q_row * w->dtype_bytes + 1, 1);
+  for (size_t i = 0; i < (size_t)rows * dim; i++) keys[i] = (float)fz_pick(in, 5) - 2.0f;
+  for (size_t i = 0; i < (size_t)rows * heads * dim; i++) q[i] = (float)fz_pick(in, 3) - 1.0f;
+  for (size_t i = 0; i < (size_t)rows * heads; i++) wts[i] = 1.0f;
+  for (size_t i = 0; i < (size_t)rows * topk; i++) out[i] = (int32_t)fz_pick(in, 48) - 8;
+  const int bad = fz_pick(in, 16), call = fz_pick(in, 3);
+  uint64_t before = fz_state(w);
+  pkv_status s;
+  /* the model's dtype: keys, q and weights as f32 bytes are read as f16 / bf16 pairs there */
+  if (call == 0) {
+    s = pkv_indexer_write(b, layer, bad == 0 ? NULL : keys, bad == 1 ? 2u : 0u);
+    fz_after(w, before, s, "pkv_indexer_write");
+  } else if (call == 1) {
+    s = pkv_indexer_topk(b, layer, bad == 0 ? NULL : q, wts, bad == 1 ? 7u : PKV_TOPK_POSITIONS,
+                         out);
+    fz_after(w, before, s, "pkv_indexer_topk");
+    pkv_batch_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    if (s == PKV_OK) FZ_CHECK(pkv_batch_info(b, &v) == PKV_OK, "batch_info");
+    for (uint32_t t = 0; s == PKV_OK && t < rows; t++) {
+      const uint32_t ctx = (uint32_t)v.positions[t] + 1, keep = ctx < topk ? ctx : topk;
+      for (uint32_t j = 0; j < topk; j++) {
+        const int32_t x = out[(size_t)t * topk + j];
+        FZ_CHECK(j < keep
+                     ? x >= 0 && (uint32_t)x < ctx && (j == 0 || x > out[(size_t)t * topk + j - 1])
+                     : x == -1,
+                 "top-k row %u entry %u is %d (context %u, index_topk %u)", t, j, x, ctx, topk);
+      }
+    }
+  } else {
+    s = pkv_sparse_mla_attention(b, layer, mq, mk, bad == 0 ? NULL : out,
+                                 bad == 1 ? (void *)mq : mo);
+    fz_after(w, before, s, "pkv_sparse_mla_attention");
+  }
+  if (s == PKV_OK) FZ_CHECK(bad > 1, "bad argument %d of an indexer call accepted", bad);
+  free(keys), free(q), free(wts), free(out), free(mq), free(mk), free(mo);
+}
+
 static void op_attention(fz_world *w, fz_input *in) {
   pkv_batch *b = fz_batch(w, in);
   uint32_t rows = 1;
@@ -217,6 +269,15 @@ static void op_attention(fz_world *w, fz_input *in) {
   int fill = fz_pick(in, 2) ? 0x3c : 0;
   memset(q, fill, qn), memset(k, fill, kn), memset(v, fill, kn);
   uint32_t layer = fz_pick(in, w->p.num_layers + 1);
+  struct pkv_layer_info il;
+  memset(&il, 0, sizeof il);
+  il.struct_size = sizeof il;
+  if (layer < w->p.num_layers && pkv_layer_info(w->e, layer, &il) == PKV_OK && il.index_head_dim &&
+      fz_pick(in, 2)) {
+    op_indexer(w, in, b, layer, &il, rows);
+    free(q), free(k), free(v), free(out);
+    return;
+  }
   /* 0, 1: a NULL q, out aliasing q; 2: v NULL (K = V and MLA layers take it so); 3: k and v NULL
    * (SHARED layers take them so): each refused where the layer takes the other form */
   int bad = fz_pick(in, 16);

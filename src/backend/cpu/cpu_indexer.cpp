@@ -13,10 +13,35 @@
 namespace pkv {
 namespace {
 
+// IEEE half by its bits (no _Float16: not every compiler of this file has it on x86).
+float half_to_float(uint16_t h) {
+  const uint32_t exp = (h >> 10) & 31, man = h & 1023;
+  float f = exp == 0    ? std::ldexp(float(man), -24)
+            : exp == 31 ? (man ? NAN : INFINITY)
+                        : std::ldexp(float(man | 1024), int(exp) - 25);
+  return h & 0x8000 ? -f : f;
+}
+
+// Round to nearest even; past the largest finite (65504) to infinity, as a conversion does.
+uint16_t float_to_half(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return sign | 0x7e00;
+  if (a >= 65520.0f) return sign | 0x7c00;
+  if (a < 6.103515625e-05f) return sign | uint16_t(std::nearbyint(a * 16777216.0f));  // 2^-24
+  int e;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e): 10 mantissa bits step 2^(e-11)
+  int exp = e - 1 + 15, man = int(std::nearbyint(std::ldexp(a, 11 - e))) - 1024;
+  if (man == 1024) ++exp, man = 0;
+  return sign | uint16_t(exp << 10) | uint16_t(man);
+}
+
 // The model's dtype (f32, f16, bf16) to float.
 inline float load_value(const void *base, size_t i, int32_t dtype) {
   if (dtype == PKV_DTYPE_F32) return static_cast<const float *>(base)[i];
-  if (dtype == PKV_DTYPE_F16) return float(static_cast<const _Float16 *>(base)[i]);
+  if (dtype == PKV_DTYPE_F16) return half_to_float(static_cast<const uint16_t *>(base)[i]);
   const uint32_t bits = uint32_t(static_cast<const uint16_t *>(base)[i]) << 16;
   float f;
   std::memcpy(&f, &bits, 4);
@@ -34,7 +59,7 @@ inline void store_value(void *base, size_t i, int32_t dtype, float f) {
   if (dtype == PKV_DTYPE_F32) {
     static_cast<float *>(base)[i] = f;
   } else if (dtype == PKV_DTYPE_F16) {
-    static_cast<_Float16 *>(base)[i] = static_cast<_Float16>(f);
+    static_cast<uint16_t *>(base)[i] = float_to_half(f);
   } else {
     static_cast<uint16_t *>(base)[i] = bf16_bits(f);
   }
@@ -72,12 +97,7 @@ const E4m3Table kE4m3;
 // The latent cache's element (f32, f16, bf16, fp8 e4m3 / e5m2 codes) to float, unscaled.
 inline float load_cache(const char *row, uint32_t i, int32_t kv_dtype) {
   if (kv_dtype == PKV_DTYPE_FP8_E4M3) return kE4m3.v[uint8_t(row[i])];
-  if (kv_dtype == PKV_DTYPE_FP8_E5M2) {  // the upper byte of an f16
-    const uint16_t h = uint16_t(uint8_t(row[i])) << 8;
-    _Float16 f;
-    std::memcpy(&f, &h, 2);
-    return float(f);
-  }
+  if (kv_dtype == PKV_DTYPE_FP8_E5M2) return half_to_float(uint16_t(uint8_t(row[i]) << 8));
   return load_value(row, i, kv_dtype);
 }
 
