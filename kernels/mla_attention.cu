@@ -98,13 +98,6 @@ cudaError_t launch_typed(const MlaArgs &a, const BatchView &b, int32_t row_group
   }
 }
 
-// pkv.h's limits on an MLA latent: both parts multiples of the alignment, at most the maxima.
-bool latent_ok(int32_t width, int32_t rank) {
-  const int32_t rope = width - rank, align = PKV_ATTENTION_HEAD_DIM_ALIGN;
-  return rank >= align && rank <= PKV_ATTENTION_MAX_KV_LORA_RANK && rank % align == 0 &&
-         rope >= 0 && rope <= PKV_ATTENTION_MAX_ROPE_DIM && rope % align == 0;
-}
-
 }  // namespace
 
 size_t mla_smem_bytes(int32_t row_groups, int32_t width) {
@@ -145,8 +138,9 @@ cudaError_t launch_mla_attention(const KvLayer &layer, int32_t kv_lora_rank, con
                                  const MlaPlan &plan, void *workspace, cudaStream_t stream) {
   if (batch.num_seqs < 0 || batch.num_seqs > PKV_CUDA_MAX_GRID || q_heads < 1 ||
       q_heads > PKV_CUDA_MAX_GRID || layer.v || layer.kv_heads != 1 || layer.window != 0 ||
-      layer.chunk != 0 || layer.softcap != 0.f || layer.sinks || layer.v_dim != 0 ||
-      layer.block_stride != 0 || layer.block_size < 1 || !latent_ok(layer.head_dim, kv_lora_rank) ||
+      layer.chunk != 0 || layer.softcap != 0.f || layer.sinks ||
+      (layer.v_dim != 0 && layer.v_dim != kv_lora_rank) || layer.block_size < 1 ||
+      !dev::latent_ok(layer.head_dim, kv_lora_rank) || !dev::latent_stride_ok(layer) ||
       !aligned16(q) || !aligned16(out) || !aligned16(layer.k) || !(scale > 0.f) ||
       (is_fp8(layer.kv_dtype) && !layer.k_scale) || plan.split_tokens < 1 || plan.max_splits < 1 ||
       int64_t(plan.max_splits) * plan.split_tokens < batch.max_context_len ||
@@ -159,6 +153,7 @@ cudaError_t launch_mla_attention(const KvLayer &layer, int32_t kv_lora_rank, con
   a.block_indptr = batch.block_indptr, a.block_indices = batch.block_indices;
   a.q_heads = q_heads, a.width = layer.head_dim, a.rank = kv_lora_rank;
   a.block_size = layer.block_size;
+  a.block_elems = dev::latent_block_elems(layer);
   a.scale_log2 = scale * 1.4426950408889634f;  // log2(e)
   a.split_tokens = plan.split_tokens, a.max_splits = plan.max_splits;
   const size_t parts = size_t(batch.num_seqs) * q_heads * plan.max_splits;

@@ -39,7 +39,8 @@ MlaPlan plan_mla_with(const BatchView &batch, int32_t q_heads, int32_t kv_lora_r
 // out[t][h] = causal softmax(q[t][h] . latent * scale) latent[:kv_lora_rank] over the keys of
 // t's sequence (0 .. t's position), for every row of the batch (decode and prefill); fp8 latents
 // are read times layer.k_scale[0]. layer: the latent cache (v null, kv_heads 1, window 0, and
-// since 0.5.0 no chunk, softcap, sinks, v_dim or block_stride: the engine refuses those on MLA),
+// since 0.5.0 no chunk, softcap or sinks: the engine refuses those on MLA; v_dim 0 or
+// kv_lora_rank; since 0.7.0 a block_stride of pages, a multiple of 16 bytes: DESIGN.md §12),
 // head_dim = kv_lora_rank + rope, both parts multiples of PKV_ATTENTION_HEAD_DIM_ALIGN, at most
 // PKV_ATTENTION_MAX_KV_LORA_RANK / PKV_ATTENTION_MAX_ROPE_DIM). q: [num_tokens][q_heads][head_dim],
 // out: [num_tokens][q_heads][kv_lora_rank], layer.dtype, 16-byte aligned; scale > 0. The new

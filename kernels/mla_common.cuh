@@ -14,18 +14,41 @@ constexpr int kMlaMaxWidth = PKV_ATTENTION_MAX_KV_LORA_RANK + PKV_ATTENTION_MAX_
 struct MlaArgs {
   const void *q;         // [num_tokens][q_heads][width], the model's dtype
   void *out;             // [num_tokens][q_heads][rank]
-  const void *cache;     // [num_blocks][block_size][width], the kv dtype
+  const void *cache;     // block b at b * block_elems: [block_size][width], the kv dtype
   const float *k_scale;  // fp8: [1], the latents' scale; else null
   const int32_t *query_start, *context_lens, *block_indptr, *block_indices;
   int32_t q_heads, width, rank, block_size;
-  float scale_log2;  // scale * log2(e): the softmax is in base 2
-  float *ws_acc;     // decode splits: [num_seqs][q_heads][max_splits][rank]
-  float *ws_ml;      // decode splits: [num_seqs][q_heads][max_splits][2] = (max, sum)
+  int64_t block_elems;  // elements from one block to the next: block_size * width, or a page's
+  float scale_log2;     // scale * log2(e): the softmax is in base 2
+  float *ws_acc;        // decode splits: [num_seqs][q_heads][max_splits][rank]
+  float *ws_ml;         // decode splits: [num_seqs][q_heads][max_splits][2] = (max, sum)
   int32_t split_tokens, max_splits;
   // The launch's rows: 1 the decodes' (grid = split, row tile of the q heads, seq), 0 the
   // prefills' (grid = row tile of the packed rows, 1, seq).
   int32_t decode;
 };
+
+// pkv.h's limits on an MLA latent: both parts multiples of the alignment, at most the maxima.
+inline bool latent_ok(int32_t width, int32_t rank) {
+  const int32_t rope = width - rank, align = PKV_ATTENTION_HEAD_DIM_ALIGN;
+  return rank >= align && rank <= PKV_ATTENTION_MAX_KV_LORA_RANK && rank % align == 0 &&
+         rope >= 0 && rope <= PKV_ATTENTION_MAX_ROPE_DIM && rope % align == 0;
+}
+
+// A paged layer (block_stride > 0, DESIGN.md §12): at least the dense block and a multiple of
+// 16 bytes, so every latent row stays as aligned as load8's chunks of 8 need.
+inline bool latent_stride_ok(const KvLayer &layer) {
+  if (layer.block_stride == 0) return true;
+  const int64_t dense =
+      int64_t(layer.block_size) * layer.head_dim * int64_t(dtype_bytes(layer.kv_dtype));
+  return layer.block_stride >= dense && layer.block_stride % 16 == 0;
+}
+
+// The elements from one block's latents to the next's.
+inline int64_t latent_block_elems(const KvLayer &layer) {
+  return layer.block_stride ? layer.block_stride / int64_t(dtype_bytes(layer.kv_dtype))
+                            : int64_t(layer.block_size) * layer.head_dim;
+}
 
 // A CTA's rows: packed rows row0 .. row0 + num_rows - 1 of its sequence's query_len * q_heads,
 // p = token * q_heads + head (q and out rows query_start * q_heads + p), and its keys.
@@ -72,6 +95,12 @@ template <int kRows> __device__ __forceinline__ bool mla_rows(const MlaArgs &a, 
 // The last key row r sees (causal), -1 for a padding row.
 __device__ __forceinline__ int mla_last_key(const MlaArgs &a, const MlaRows &rb, int r) {
   return r < rb.num_rows ? rb.context_len - rb.query_len + (rb.row0 + r) / a.q_heads : -1;
+}
+
+// Key `key`'s latent in the cache, in elements (blocks: the sequence's table).
+__device__ __forceinline__ int64_t mla_latent_at(const MlaArgs &a, const int32_t *blocks, int key) {
+  return int64_t(blocks[key / a.block_size]) * a.block_elems +
+         int64_t(key % a.block_size) * a.width;
 }
 
 // Row r's vector in q ([tokens][q_heads][width]): packed rows are consecutive q rows.

@@ -72,8 +72,7 @@ __device__ __forceinline__ void mla_fma_load_lat(const MlaArgs &a, const MlaRows
     const int j = c / chunks, d8 = c % chunks * 8, key = k0 + j;
     float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (key < rb.key_end) {
-      const int64_t slot = int64_t(blocks[key / a.block_size]) * a.block_size + key % a.block_size;
-      load8(static_cast<const C *>(a.cache) + slot * a.width + d8, x);
+      load8(static_cast<const C *>(a.cache) + mla_latent_at(a, blocks, key) + d8, x);
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) sm.lat[j * sm.lat_stride + d8 + i] = x[i];

@@ -82,8 +82,8 @@ __device__ __forceinline__ void mla_fetch(const MlaArgs &a, const MlaRows &rb, i
     const int c = threadIdx.x + i * kMlaThreads, j = c / chunks, key = k0 + j;
     raw[i] = MlaChunk<C>{};
     if (j < Tile::kKeys && key < rb.key_end) {
-      const int64_t slot = int64_t(blocks[key / a.block_size]) * a.block_size + key % a.block_size;
-      raw[i] = *reinterpret_cast<const MlaChunk<C> *>(cache + slot * a.width + c % chunks * 8);
+      raw[i] = *reinterpret_cast<const MlaChunk<C> *>(cache + mla_latent_at(a, blocks, key) +
+                                                      c % chunks * 8);
     }
   }
 }

@@ -5,7 +5,8 @@
 // heads, on both row-group shapes of the tensor-core kernel (64 rows with 16 heads: padding rows;
 // 32 rows with 128 heads: four row tiles); block sizes 1, 16 and 64 with shuffled tables; decodes
 // over one split and over many (splits of 96 keys in blocks of 64: boundaries inside a block),
-// prefills of fresh prompts and of chunks after a cached prefix, and batches mixing both.
+// prefills of fresh prompts and of chunks after a cached prefix, and batches mixing both; and
+// latents in pages of several layers (block_stride: a sparse-attention engine's pool).
 #include "kv_harness.h"
 
 using kvtest::DType;
@@ -65,5 +66,14 @@ int main() {
   cases.push_back(mla(DType::bf16, 16, 16, 512, 64, {{333, 1}, {80, 12}}, 0, 4));
   cases.push_back(mla(DType::f16, 1, 8, 32, 8, kMixed, 96, 4));
   cases.push_back(mla(DType::bf16, 16, 4, 32, 8, kMixed, 0, 2));
+  // Pages of 3 layers' blocks (block_stride, DESIGN.md §12: a sparse-attention engine's pool),
+  // the layer the page's last: the tensor-core and fp32 kernels, an fp8 cache, many splits.
+  for (StepCase c :
+       {mla(DType::bf16, 16, 16, 64, 16, kMixed, 96),
+        mla(DType::f32, 4, 8, 32, 8, {{150, 1}, {40, 7}}),
+        fp8(mla(DType::f16, 16, 16, 512, 64, {{300, 1}, {20, 5}}, 128), DType::fp8_e4m3)}) {
+    c.page_layers = 3;
+    cases.push_back(c);
+  }
   return kvtest::run_cases("mla_attention", cases);
 }
