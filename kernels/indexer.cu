@@ -1,0 +1,264 @@
+// The lightning indexer (see indexer.cuh): key writes, one warp per token; the top-k in two
+// kernels per wave of tokens: indexer_score_kernel splits each token's context over CTAs (the
+// work: heads * dim multiply-adds per key) and leaves every score in the workspace, then
+// indexer_select_kernel, one CTA per token, finds the k-th score by a radix select on the
+// scores' order-preserving bits and emits the kept keys in position order. Both are independent
+// of the threads' order: the same scores and the same set, ties included, run after run.
+#include "device_common.cuh"
+#include "indexer.cuh"
+#include "indexer_select.cuh"
+
+namespace pkv::cuda {
+namespace {
+
+using dev::imin;
+
+constexpr int kWriteWarps = 4;
+constexpr int kScoreThreads = 256, kTileKeys = 32, kHeadLanes = kScoreThreads / kTileKeys;
+constexpr int kSplitKeys = 256;     // keys per score CTA (8 tiles)
+constexpr int kQueryFloats = 8192;  // q heads staged at once: 32 KiB of shared memory
+constexpr float kFp8Max = 448.f;    // e4m3's largest finite value
+
+// The fp8 scale of a key whose largest magnitude is amax (pkv.h: amax / 448, 1 for zeros; ue8m0:
+// the power of two at or above it).
+__device__ __forceinline__ float key_scale(float amax, bool ue8m0) {
+  if (!(amax > 0.f)) return 1.f;
+  const float s = amax / kFp8Max;
+  if (!ue8m0) return s;
+  int e;
+  const float f = frexpf(s, &e);  // s = f * 2^e, f in [0.5, 1)
+  return ldexpf(1.f, f == 0.5f ? e - 1 : e);
+}
+
+// One warp per token: lane i holds values 8i .. 8i + 7 (dim <= 256 = 32 chunks of 8).
+template <class T, bool kFp8>
+__global__ void __launch_bounds__(32 * kWriteWarps)
+    indexer_write_kernel(IndexerLayer layer, const T *k, const int64_t *slots, int32_t num_tokens,
+                         bool ue8m0) {
+  const int t = blockIdx.x * kWriteWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (t >= num_tokens) return;  // the whole warp
+  const int64_t slot = slots[t];
+  if (slot < 0) return;
+  const int chunks = layer.dim / 8;
+  float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (lane < chunks) dev::load8(k + int64_t(t) * layer.dim + lane * 8, x);
+  char *page = static_cast<char *>(layer.pages) + slot / layer.block_size * layer.block_stride;
+  const int64_t off = slot % layer.block_size;
+  if constexpr (!kFp8) {
+    uint16_t bits[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) bits[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+    uint4 raw;
+    memcpy(&raw, bits, sizeof raw);
+    if (lane < chunks)
+      *reinterpret_cast<uint4 *>(page + layer.key_offset + (off * layer.dim + lane * 8) * 2) = raw;
+  } else {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    const float scale = key_scale(dev::warp_max(amax), ue8m0);
+    uint8_t codes[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) codes[i] = dev::fp8_encode<Fp8E4M3>(x[i] / scale);
+    uint2 raw;
+    memcpy(&raw, codes, sizeof raw);
+    if (lane < chunks)
+      *reinterpret_cast<uint2 *>(page + layer.key_offset + off * layer.dim + lane * 8) = raw;
+    if (lane == 0) *reinterpret_cast<float *>(page + layer.scale_offset + off * 4) = scale;
+  }
+}
+
+// What the score and select kernels read, by value.
+struct TopkArgs {
+  IndexerLayer layer;
+  BatchView batch;
+  const void *q;
+  const float *weights;
+  int32_t heads, topk, token0;  // token0: the wave's first token
+  bool slots;
+  float *scores;  // [wave tokens][max_keys]
+  int32_t max_keys;
+  int32_t *out;
+};
+
+// Shared memory of a score CTA: the staged q heads and weights, the key tile transposed
+// ([dim][kTileKeys]: a warp reads one row, a key a lane), its scales, the head lanes' sums.
+size_t score_smem_floats(int32_t dim, int32_t heads) {
+  const int32_t staged = imin(heads, kQueryFloats / dim);
+  return size_t(staged) * dim + staged + size_t(dim) * kTileKeys + kTileKeys +
+         kHeadLanes * kTileKeys;
+}
+
+// Keys k0 .. k0 + kTileKeys - 1 of the token's sequence (zeros at or past n) into kt, as the
+// codes' values (or bf16's), their scales into ks.
+template <class C>
+__device__ void load_key_tile(const TopkArgs &a, const int32_t *blocks, int k0, int n, float *kt,
+                              float *ks) {
+  const IndexerLayer &l = a.layer;
+  const int chunks = l.dim / 8;
+  const char *pages = static_cast<const char *>(l.pages);
+  for (int c = threadIdx.x; c < kTileKeys * chunks; c += kScoreThreads) {
+    const int j = c / chunks, d8 = c % chunks * 8, key = k0 + j;
+    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (key < n) {
+      const char *page = pages + int64_t(blocks[key / l.block_size]) * l.block_stride;
+      const int64_t off = key % l.block_size;
+      dev::load8(reinterpret_cast<const C *>(page + l.key_offset) + off * l.dim + d8, x);
+      if (d8 == 0)
+        ks[j] = kIsFp8<C> ? *reinterpret_cast<const float *>(page + l.scale_offset + off * 4) : 1.f;
+    } else if (d8 == 0) {
+      ks[j] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) kt[(d8 + i) * kTileKeys + j] = x[i];
+  }
+}
+
+// Heads h0 .. h0 + count - 1 of the token's q and weights into qs, ws (as floats).
+template <class T>
+__device__ void stage_queries(const TopkArgs &a, int t, int h0, int count, float *qs, float *ws) {
+  const int dim = a.layer.dim, chunks = count * dim / 8;
+  const T *q = static_cast<const T *>(a.q) + (int64_t(t) * a.heads + h0) * dim;
+  for (int c = threadIdx.x; c < chunks; c += kScoreThreads) {
+    float x[8];
+    dev::load8(q + c * 8, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qs[c * 8 + i] = x[i];
+  }
+  for (int h = threadIdx.x; h < count; h += kScoreThreads)
+    ws[h] = a.weights[int64_t(t) * a.heads + h0 + h];
+}
+
+// grid = (key split, wave token): the scores of the split's keys, kTileKeys at a time; a warp
+// per head lane (heads lane, lane + 8, ...), a key per thread; the lanes' sums added in order.
+template <class T, class C>
+__global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(TopkArgs a) {
+  extern __shared__ __align__(16) float smem[];
+  const int t = a.token0 + int(blockIdx.y);
+  const dev::TokenPlace tp = dev::token_place(a.batch, t);
+  const int n = tp.pos + 1, key_begin = int(blockIdx.x) * kSplitKeys;
+  if (key_begin >= n) return;  // the whole CTA
+  const int dim = a.layer.dim, staged = imin(a.heads, kQueryFloats / dim);
+  float *qs = smem, *ws = qs + staged * dim, *kt = ws + staged, *ks = kt + dim * kTileKeys;
+  float *red = ks + kTileKeys;
+  const int32_t *blocks = a.batch.block_indices + a.batch.block_indptr[tp.seq];
+  const int j = threadIdx.x % kTileKeys, lane_h = threadIdx.x / kTileKeys;
+  int loaded = -1;  // the first head staged in qs
+  for (int k0 = key_begin; k0 < imin(n, key_begin + kSplitKeys); k0 += kTileKeys) {
+    __syncthreads();  // the previous tile's reads of kt, ks and red are done
+    load_key_tile<C>(a, blocks, k0, n, kt, ks);
+    float acc = 0.f;
+    for (int h0 = 0; h0 < a.heads; h0 += staged) {
+      const int count = imin(staged, a.heads - h0);
+      if (h0 != loaded) {  // every tile with more heads than fit, the first tile otherwise
+        __syncthreads();
+        stage_queries<T>(a, t, h0, count, qs, ws);
+        loaded = h0;
+      }
+      __syncthreads();
+      for (int h = lane_h; h < count; h += kHeadLanes) {
+        const float *qh = qs + h * dim;
+        float dot = 0.f;
+        for (int d = 0; d < dim; ++d) dot += qh[d] * kt[d * kTileKeys + j];
+        const float r = dot * ks[j];
+        acc += ws[h] * (r < 0.f ? 0.f : r);  // relu that keeps a NaN (it ranks last)
+      }
+    }
+    red[lane_h * kTileKeys + j] = acc;
+    __syncthreads();
+    if (threadIdx.x < kTileKeys && k0 + j < n) {
+      float s = 0.f;
+      for (int i = 0; i < kHeadLanes; ++i) s += red[i * kTileKeys + j];
+      a.scores[int64_t(blockIdx.y) * a.max_keys + k0 + j] = s;
+    }
+  }
+}
+
+// grid = wave token: the token's row of out from its scores (dev::select_top).
+__global__ void __launch_bounds__(dev::kSelectThreads) indexer_select_kernel(TopkArgs a) {
+  const int t = a.token0 + int(blockIdx.x);
+  const dev::TokenPlace tp = dev::token_place(a.batch, t);
+  const int32_t *blocks = a.batch.block_indices + a.batch.block_indptr[tp.seq];
+  dev::select_top(a.scores + int64_t(blockIdx.x) * a.max_keys, tp.pos + 1, a.topk,
+                  a.out + int64_t(t) * a.topk, a.slots ? blocks : nullptr, a.layer.block_size);
+}
+
+// IndexerLayer's rules, shared by both launchers.
+bool layer_ok(const IndexerLayer &l) {
+  const bool fp8 = l.index_dtype == DType::fp8_e4m3;
+  return l.pages && aligned16(l.pages) && l.block_size >= 1 && l.dim >= 8 &&
+         l.dim <= PKV_INDEXER_MAX_HEAD_DIM && l.dim % PKV_ATTENTION_HEAD_DIM_ALIGN == 0 &&
+         (fp8 || l.index_dtype == DType::bf16) && l.key_offset >= 0 && l.key_offset % 16 == 0 &&
+         l.block_stride > 0 && l.block_stride % 16 == 0 &&
+         (!fp8 || (l.scale_offset >= 0 && l.scale_offset % 4 == 0));
+}
+
+template <class T, class C>
+cudaError_t launch_topk_typed(TopkArgs a, const IndexerTopkPlan &plan, cudaStream_t stream) {
+  const size_t smem = score_smem_floats(a.layer.dim, a.heads) * sizeof(float);
+  if (const cudaError_t e =
+          allow_smem(reinterpret_cast<const void *>(indexer_score_kernel<T, C>), smem))
+    return e;
+  const uint32_t splits = uint32_t(dev::ceil_div(plan.max_keys, kSplitKeys));
+  for (int32_t t0 = 0; t0 < a.batch.num_tokens; t0 += plan.wave_tokens) {
+    const uint32_t wave = uint32_t(imin(plan.wave_tokens, a.batch.num_tokens - t0));
+    a.token0 = t0;
+    indexer_score_kernel<T, C><<<dim3(splits, wave), kScoreThreads, smem, stream>>>(a);
+    indexer_select_kernel<<<wave, dev::kSelectThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_indexer_write(const IndexerLayer &layer, const void *k, const int64_t *slots,
+                                 int32_t num_tokens, bool ue8m0, cudaStream_t stream) {
+  if (!layer_ok(layer) || !aligned16(k) || !slots || num_tokens < 0) return cudaErrorInvalidValue;
+  if (num_tokens == 0) return cudaSuccess;
+  const uint32_t grid = uint32_t(dev::ceil_div(num_tokens, kWriteWarps));
+  return dispatch_dtype(layer.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T *kt = static_cast<const T *>(k);
+    if (layer.index_dtype == DType::fp8_e4m3)
+      indexer_write_kernel<T, true>
+          <<<grid, 32 * kWriteWarps, 0, stream>>>(layer, kt, slots, num_tokens, ue8m0);
+    else
+      indexer_write_kernel<T, false>
+          <<<grid, 32 * kWriteWarps, 0, stream>>>(layer, kt, slots, num_tokens, ue8m0);
+    return cudaGetLastError();
+  });
+}
+
+IndexerTopkPlan plan_indexer_topk(const BatchView &batch, size_t max_workspace) {
+  IndexerTopkPlan p{};
+  p.max_keys = batch.max_context_len > 0 ? batch.max_context_len : 1;
+  const size_t row = size_t(p.max_keys) * sizeof(float);
+  const size_t fit = max_workspace / row;
+  const int32_t tokens = batch.num_tokens > 0 ? batch.num_tokens : 1;
+  const size_t most = size_t(tokens < PKV_CUDA_MAX_GRID ? tokens : PKV_CUDA_MAX_GRID);  // grid.y
+  p.wave_tokens = int32_t(fit < 1 ? 1 : fit < most ? fit : most);
+  p.workspace_bytes = size_t(p.wave_tokens) * row;
+  return p;
+}
+
+cudaError_t launch_indexer_topk(const IndexerLayer &layer, const BatchView &batch, const void *q,
+                                const float *weights, int32_t heads, int32_t topk, bool slots,
+                                int32_t *out, const IndexerTopkPlan &plan, void *workspace,
+                                cudaStream_t stream) {
+  if (!layer_ok(layer) || !aligned16(q) || !weights || !out || heads < 1 || heads > 65536 ||
+      topk < 1 || batch.num_seqs < 0 || batch.num_tokens < 0 || plan.wave_tokens < 1 ||
+      plan.wave_tokens > PKV_CUDA_MAX_GRID || plan.max_keys < batch.max_context_len || !workspace ||
+      plan.workspace_bytes < size_t(plan.wave_tokens) * size_t(plan.max_keys) * sizeof(float))
+    return cudaErrorInvalidValue;
+  if (batch.num_tokens == 0) return cudaSuccess;
+  TopkArgs a{
+      layer,         batch, q, weights, heads, topk, 0, slots, static_cast<float *>(workspace),
+      plan.max_keys, out};
+  return dispatch_dtype(layer.dtype, [&](auto t) {
+    using T = decltype(t);
+    if (layer.index_dtype == DType::fp8_e4m3) return launch_topk_typed<T, Fp8E4M3>(a, plan, stream);
+    return launch_topk_typed<T, __nv_bfloat16>(a, plan, stream);
+  });
+}
+
+}  // namespace pkv::cuda
