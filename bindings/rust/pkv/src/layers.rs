@@ -13,6 +13,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result, Status};
 use crate::library::{call, codes, count, sized};
 use crate::params::Params;
+use crate::sparse::{IndexerInfo, IndexerSpec};
 use crate::state::{StatePart, StatePartInfo, MAX_STATE_PARTS};
 
 codes! {
@@ -69,6 +70,9 @@ pub struct LayerSpec {
     pub softmax_scale: f32,
     /// A state layer's parts, this rank's (pkv 0.6): `[conv, ssm]`; absent in every other layer.
     pub state: [StatePart; MAX_STATE_PARTS],
+    /// An MLA layer's sparse-attention indexer (pkv 0.7: DeepSeek V3.2, GLM-5); `None` in every
+    /// other layer.
+    pub indexer: Option<IndexerSpec>,
 }
 
 impl LayerSpec {
@@ -84,9 +88,14 @@ impl LayerSpec {
     pub fn shared(source: u32) -> LayerSpec {
         LayerSpec { kind: Some(LayerKind::Shared), source_layer: source, ..LayerSpec::default() }
     }
+    /// An MLA layer with a sparse-attention indexer (pkv 0.7).
+    pub fn indexed(indexer: IndexerSpec) -> LayerSpec {
+        LayerSpec { kind: Some(LayerKind::Mla), indexer: Some(indexer), ..LayerSpec::default() }
+    }
 
     pub(crate) fn to_raw(&self) -> sys::pkv_layer_spec {
         let (state_dtype, state_shape) = StatePart::parts_to_raw(&self.state);
+        let [index_head_dim, index_dtype, index_n_heads, index_topk] = IndexerSpec::to_raw(self.indexer);
         sys::pkv_layer_spec {
             kind: self.kind.map_or(sys::PKV_LAYER_ATTENTION as u32, LayerKind::code),
             attention: self.attention.map_or(sys::PKV_ATTENTION_FULL as u32, AttentionKind::code),
@@ -102,6 +111,10 @@ impl LayerSpec {
             reserved0: 0,
             state_dtype,
             state_shape,
+            index_head_dim,
+            index_dtype,
+            index_n_heads,
+            index_topk,
         }
     }
 
@@ -120,6 +133,7 @@ impl LayerSpec {
             logit_softcap: r.logit_softcap,
             softmax_scale: r.softmax_scale,
             state: StatePart::parts_from_raw(&r.state_dtype, &r.state_shape),
+            indexer: IndexerSpec::from_raw(r.index_head_dim, r.index_dtype, r.index_n_heads, r.index_topk),
         }
     }
 }
@@ -174,6 +188,8 @@ pub struct LayerInfo {
     /// A state layer's parts and where each is within a slot (pkv 0.6; no K and V: the bases
     /// above null, the strides 0).
     pub state: [StatePartInfo; MAX_STATE_PARTS],
+    /// An MLA layer's indexer and where its keys are (pkv 0.7); `None` without one.
+    pub indexer: Option<IndexerInfo>,
 }
 
 impl LayerInfo {
@@ -200,6 +216,7 @@ impl LayerInfo {
             host_k_base: r.host_k_base,
             host_v_base: r.host_v_base,
             state: StatePartInfo::from_raw(r),
+            indexer: IndexerInfo::from_raw(r),
         }
     }
 }

@@ -85,6 +85,9 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_set_attention_sinks => Engine::set_attention_sinks;
         pkv_block_hash_root_lora => pkv::block_hash_root_lora;
         pkv_block_hash_extra => pkv::block_hash_extra;
+        pkv_indexer_write => OpenBatch::indexer_write::<f32>, OpenBatch::indexer_write_raw;
+        pkv_indexer_topk => OpenBatch::indexer_topk::<f32>, OpenBatch::indexer_topk_raw;
+        pkv_sparse_mla_attention => OpenBatch::sparse_mla_attention::<f32>, OpenBatch::sparse_mla_attention_raw;
     }
 }
 
