@@ -368,6 +368,8 @@ class BlockManager {
   int32_t last_checkpoint_ = -1;
   uint32_t last_kv_hits_ = 0;
   bool offload_;
+  // Nodes were given host copies by stage_from_store: without offload too, they may hold one.
+  bool staged_from_store_ = false;
   uint64_t seed_;
   BlockPool pool_;  // tier 0; a block's node is the prefix node it is a sealed copy of
   BlockPool host_;  // tier 1; a cached block's node is the node it holds offloaded

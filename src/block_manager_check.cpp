@@ -104,7 +104,7 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
     const int32_t h = tree_.host(n);
     if (h >= 0 && (uint32_t(h) >= host_.num_blocks() || host_.node(h) != n))
       fail(PKV_ERR_INTERNAL, "prefix node %u lists host block %d that is not its copy", n, h);
-    if (h >= 0 && !offload_)
+    if (h >= 0 && !offload_ && !staged_from_store_)
       fail(PKV_ERR_INTERNAL, "prefix node %u has a host copy without offload", n);
   }
   pool_.check("pool");

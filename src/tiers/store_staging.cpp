@@ -71,6 +71,7 @@ uint32_t BlockManager::stage_from_store(const PrefixKeys &keys, const int32_t *t
     if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens, extra);
     host_.set_node(host, node);
     tree_.set_host(node, host);
+    staged_from_store_ = true;
     if (events_)
       events_->stored(hash, parent_hash, first + done == 0, block_tokens, PKV_TIER_STORE, 0,
                       keys.lora_id, extra);
