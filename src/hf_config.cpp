@@ -231,41 +231,42 @@ struct Unplaced {
   const char *key, *what;
 };
 constexpr Unplaced kUnplaced[] = {
-    {"index_topk", "DeepSeek sparse attention (its indexer keeps a key cache of its own)"},
-    {"index_n_heads", "DeepSeek sparse attention (its indexer keeps a key cache of its own)"},
     {"linear_num_key_heads", "linear attention layers (a recurrent state, not a KV cache)"},
     {"linear_num_value_heads", "linear attention layers (a recurrent state, not a KV cache)"},
     {"mamba_d_state", "state-space (Mamba) layers"},
     {"ssm_state_size", "state-space (Mamba) layers"},
 };
 
-// A number of rope_scaling (>= 0 when given), or fallback.
-double read_scaling(const json &scaling, const char *key, double fallback) {
+// A number of rope_scaling (or what names it: rope_parameters; >= 0 when given), or fallback.
+double read_scaling(const json &scaling, const char *name, const char *key, double fallback) {
   const auto it = scaling.find(key);
   if (it == scaling.end() || it->is_null()) return fallback;
   if (!it->is_number() || !(it->get<double>() >= 0) || !std::isfinite(it->get<double>()))
-    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: rope_scaling.%s must be a finite number >= 0",
-         key);
+    fail(PKV_ERR_INVALID_ARGUMENT, "config.json: %s.%s must be a finite number >= 0", name, key);
   return it->get<double>();
 }
 
 // MLA's softmax scale: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (the heads' query-key width
 // before absorption), times mscale^2 when rope_scaling stretches the context (DeepSeek's yarn:
 // mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's and vLLM's code
-// scale it.
+// scale it. Configs that transformers 5 writes keep those fields in rope_parameters instead
+// (GLM-5's: rope_type "default", no factor, so 1/sqrt(192 + 64); its GlmMoeDsaAttention scales
+// as DeepSeek V3's).
 float mla_softmax_scale(const json &cfg, uint32_t nope, uint32_t rope) {
   double scale = 1.0 / std::sqrt(double(nope) + rope);
-  const auto it = cfg.find("rope_scaling");
+  const char *name = "rope_scaling";
+  auto it = cfg.find(name);
+  if (it == cfg.end() || !it->is_object()) it = cfg.find(name = "rope_parameters");
   if (it != cfg.end() && it->is_object()) {
-    const double factor = read_scaling(*it, "factor", 1.0),
-                 all_dim = read_scaling(*it, "mscale_all_dim", 0.0);
+    const double factor = read_scaling(*it, name, "factor", 1.0),
+                 all_dim = read_scaling(*it, name, "mscale_all_dim", 0.0);
     const double mscale = factor > 1.0 ? 0.1 * all_dim * std::log(factor) + 1.0 : 1.0;
     scale *= mscale * mscale;
   }
   return float(scale);
 }
 
-// Multi-head latent attention (DeepSeek V2/V3/R1, Kimi K2): one latent of kv_lora_rank +
+// Multi-head latent attention (DeepSeek V2/V3/R1/V3.2, Kimi K2, GLM-5): one latent of kv_lora_rank +
 // qk_rope_head_dim values per token per layer, shared by every head. False when the config has
 // none of its fields.
 bool read_mla(const json &cfg, pkv_engine_params *out) {

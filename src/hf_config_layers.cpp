@@ -1,7 +1,9 @@
 // A config.json's layers as pkv_layer_spec: windows, chunks, sinks, soft-caps, heads per layer,
-// K = V and shared layers, each rule from the model's own code (cited where it is applied). The
-// flat fields come from hf_config.cpp; this file adds what differs per layer.
+// K = V, shared layers and sparse attention's indexer (hf_config_dsa.cpp), each rule from the
+// model's own code (cited where it is applied). The flat fields come from hf_config.cpp; this
+// file adds what differs per layer.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -156,7 +158,7 @@ bool flat_describes(const std::vector<pkv_layer_spec> &specs, const pkv_engine_p
         s.attention == PKV_ATTENTION_CHUNKED || s.window != flat.sliding_window || s.sinks ||
         s.logit_softcap != 0 || s.num_kv_heads != flat.num_kv_heads ||
         s.head_dim != flat.head_dim || s.k_eq_v ||
-        s.v_head_dim != (mla ? flat.kv_lora_rank : flat.head_dim))
+        s.v_head_dim != (mla ? flat.kv_lora_rank : flat.head_dim) || s.index_head_dim)
       return false;
   return true;
 }
@@ -171,6 +173,13 @@ void refuse_specs(const json &root, const json &cfg, const pkv_engine_params &fl
          "config.json: model_type \"gpt_oss\" (attention sinks in every layer) %s", kUseLayersCall);
   double cap = 0;
   uint32_t n = 0;
+  // DeepSeek V3.2, GLM-5: the indexer's keys are a field of each MLA layer's spec, not of params.
+  const Indexer ix = read_indexer(cfg, flat.kv_layout == PKV_KV_LAYOUT_MLA);
+  if (ix.head_dim)
+    fail(PKV_ERR_UNSUPPORTED,
+         "config.json: \"index_topk\" (%u: sparse attention, whose indexer keeps %u values a token "
+         "beside each layer's latent) %s",
+         ix.topk, ix.head_dim, kUseLayersCall);
   if (read_positive(cfg, "attn_logit_softcapping", &cap))
     fail(PKV_ERR_UNSUPPORTED, "config.json: \"attn_logit_softcapping\" (%g) %s", cap,
          kUseLayersCall);
@@ -217,6 +226,7 @@ HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *text, siz
   base.head_dim = flat.head_dim;
   base.v_head_dim = mla ? flat.kv_lora_rank : flat.head_dim;
   base.sinks = hf::model_type(root, cfg) == "gpt_oss";  // see refuse_specs
+  hf::set_indexer(hf::read_indexer(cfg, mla), &base);   // every MLA layer's (hf_config_dsa.cpp)
   double cap = 0;
   // Gemma 2 (Gemma2Attention): attn_logit_softcapping caps every layer's scores;
   // final_logit_softcapping caps the host's logits, not attention: not read.
@@ -242,6 +252,14 @@ HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *text, siz
 
 void write_layer_specs(const std::vector<pkv_layer_spec> &specs, pkv_layer_spec *out,
                        uint32_t spec_size) {
+  // A spec of a header before 0.7 ends before the indexer: the layer would read as dense MLA.
+  constexpr size_t kIndexerEnd = offsetof(pkv_layer_spec, index_topk) + sizeof(uint32_t);
+  for (size_t l = 0; l < specs.size() && spec_size < kIndexerEnd; ++l)
+    if (specs[l].index_head_dim)
+      fail(PKV_ERR_INVALID_ARGUMENT,
+           "layer %zu has a sparse-attention indexer (index_head_dim %u): spec_size %u ends before "
+           "its fields; pkv.h 0.7's pkv_layer_spec (%zu bytes) is needed",
+           l, specs[l].index_head_dim, spec_size, kIndexerEnd);
   auto *bytes = reinterpret_cast<unsigned char *>(out);
   const size_t known = spec_size < sizeof(pkv_layer_spec) ? spec_size : sizeof(pkv_layer_spec);
   for (size_t l = 0; l < specs.size(); ++l) {

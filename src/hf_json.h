@@ -52,6 +52,20 @@ const char *state_family_field(const json &root, const json &cfg);
 StateLayers read_state_layers(const json &root, const json &cfg, const pkv_engine_params &flat,
                               uint32_t max_layers);
 
+// Sparse attention's indexer (DeepSeek V3.2, GLM-5; hf_config_dsa.cpp): head_dim 0 = none.
+struct Indexer {
+  uint32_t head_dim = 0, n_heads = 0, topk = 0;
+};
+
+// index_head_dim, index_n_heads and index_topk of cfg, all three or none; throws naming a
+// missing or bad one (INVALID_ARGUMENT), or a model pkv cannot give them to (UNSUPPORTED: no
+// MLA, or layers that share another's top-k).
+Indexer read_indexer(const json &cfg, bool mla);
+
+// The indexer into an MLA spec (fp8 keys with a per-token scale, as vLLM caches them); other
+// kinds, and ix without one, leave s as it is.
+void set_indexer(const Indexer &ix, pkv_layer_spec *s);
+
 // Throws PKV_ERR_UNSUPPORTED naming the first field whose cache flat (flat_params' result) cannot
 // describe, and pkv_engine_params_from_hf_config_layers (hf_config_layers.cpp).
 void refuse_specs(const json &root, const json &cfg, const pkv_engine_params &flat);

@@ -28,4 +28,11 @@ const char *profile_windows_word(const pkv_engine_params *p);
 /* p's specs with every layer under full attention (malloc'd; NULL without memory). */
 pkv_layer_spec *profile_full_attention_specs(const pkv_engine_params *p);
 
+/* Sparse attention's indexer (profile_indexer.c; nothing, or "indexer": null, for a model without
+ * one): its line under the model's, the per-token terms under bytes per token (latent + indexer,
+ * a layer), and --json's "indexer" member (starting with a comma). */
+void profile_print_indexer_model(const pkv_engine_params *p, const pkv_kv_budget *b);
+void profile_print_indexer_rows(const pkv_engine_params *p, const pkv_kv_budget *b);
+void profile_indexer_json(const pkv_engine_params *p, const pkv_kv_budget *b);
+
 #endif /* PKV_TOOLS_PROFILE_H */

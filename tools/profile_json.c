@@ -86,6 +86,7 @@ void profile_print_json(const char *config, const pkv_engine_params *p, const pk
   json_u64("num_host_state_slots", b->num_host_state_slots, 0);
   json_u64("host_state_bytes", b->host_state_bytes, 1);
   printf("  }");
+  profile_indexer_json(p, b);
   variants_print_json(p, b);
   printf("\n}\n");
 }

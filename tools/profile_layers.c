@@ -68,7 +68,9 @@ static int same_kind(const pkv_layer_spec *a, const pkv_layer_spec *b) {
          a->num_kv_heads == b->num_kv_heads && a->head_dim == b->head_dim &&
          a->v_head_dim == b->v_head_dim && a->k_eq_v == b->k_eq_v && a->sinks == b->sinks &&
          a->logit_softcap == b->logit_softcap && a->softmax_scale == b->softmax_scale &&
-         (a->kind != PKV_LAYER_SHARED || a->source_layer == b->source_layer);
+         (a->kind != PKV_LAYER_SHARED || a->source_layer == b->source_layer) &&
+         a->index_head_dim == b->index_head_dim && a->index_dtype == b->index_dtype &&
+         a->index_n_heads == b->index_n_heads && a->index_topk == b->index_topk;
 }
 
 static const pkv_layer_spec *spec_of(const pkv_engine_params *p, uint32_t l) {
@@ -146,6 +148,9 @@ void profile_print_layers(const pkv_engine_params *p) {
     if (s->sinks) append(extra, sizeof extra, &at, ", sinks");
     if (s->logit_softcap > 0)
       append(extra, sizeof extra, &at, ", soft-cap %g", (double)s->logit_softcap);
+    if (s->index_head_dim) /* sparse attention (profile_indexer.c) */
+      append(extra, sizeof extra, &at, ", indexer %u %s x %u heads, top-k %u", s->index_head_dim,
+             s->index_dtype == PKV_DTYPE_BF16 ? "bf16" : "fp8", s->index_n_heads, s->index_topk);
     printf("    %-13s %3u kv heads x %-4u scale %.6g%s: layers %s\n", win, s->num_kv_heads,
            s->head_dim, (double)s->softmax_scale, extra,
            list_layers(members, n, list, sizeof list));

@@ -88,6 +88,8 @@ void profile_print_table(const char *config, const pkv_engine_params *p, const p
         p->head_dim, (double)p->softmax_scale,
         p->softmax_scale > 0 ? " (the model's)"
                              : " (not in config.json: give it to pkv_engine_create)");
+  if (mla)
+    profile_print_indexer_model(p, b);
   else if (p->layer_specs != NULL)
     printf("  model      %u layers, %u q heads, %s, max_model_len %u%s; its layers differ:\n",
            p->num_layers, p->num_q_heads, dtype_name(p->dtype), p->max_model_len,
@@ -140,6 +142,7 @@ void profile_print_table(const char *config, const pkv_engine_params *p, const p
   } else {
     row_bytes("bytes per token", b->bytes_per_token, "block bytes / block size");
   }
+  profile_print_indexer_rows(p, b);
   row_bytes("total memory", b->total_bytes, p->memory_total_bytes != 0 ? "--memory" : "measured");
   printf("  %-26s %12.3f %16s   %s\n", "x memory utilization", b->memory_utilization, "",
          "--utilization");
