@@ -9,8 +9,34 @@
 #include "e2e_model.h"
 #include "kv_world.h"
 
+dsa_rows dsa_current;
 double dsa_closest_edge = INFINITY, dsa_min_cut_gap = INFINITY;
 unsigned dsa_cut_ties, dsa_cuts;
+
+/* y[rows] = W[rows][HID] x[HID] */
+static void project(const float *w, const float *x, float *y, int rows) {
+  for (int r = 0; r < rows; r++) {
+    float s = 0.0f;
+    for (int c = 0; c < HID; c++) s += w[r * HID + c] * x[c];
+    y[r] = s;
+  }
+}
+
+void dsa_project(const layer_w *w, const float *h, uint32_t n) {
+  float *iq = malloc(sizeof(float) * n * IDX_HEADS * IDX_DIM);
+  float *ik = malloc(sizeof(float) * n * IDX_DIM), *iw = malloc(sizeof(float) * n * IDX_HEADS);
+  for (uint32_t r = 0; r < n; r++) {
+    project(&w->iq[0][0], h + r * HID, iq + r * IDX_HEADS * IDX_DIM, IDX_HEADS * IDX_DIM);
+    project(&w->ik[0][0], h + r * HID, ik + r * IDX_DIM, IDX_DIM);
+    project(&w->iw[0][0], h + r * HID, iw + r * IDX_HEADS, IDX_HEADS);
+  }
+  dsa_current = (dsa_rows){iq, ik, iw};
+}
+
+void dsa_release(void) {
+  free((void *)dsa_current.q), free((void *)dsa_current.k), free((void *)dsa_current.w);
+  dsa_current = (dsa_rows){NULL, NULL, NULL};
+}
 
 /* How close y (a value over its scale) came to the midpoint between its code and a neighbour
  * (relative): pkv and the naive side see hidden states f32 noise apart, so only a value that

@@ -85,25 +85,14 @@ static void rope_part(float *x, int heads, int stride, int offset, int dims, int
 
 static void rope(float *x, int heads, int32_t pos) { rope_part(x, heads, HD, 0, HD, pos); }
 
-dsa_rows dsa_current;
-
 /* MLA's projections of n rows (normed hidden states h [n][HID]) into q, k, v for attn, and the
  * heads' outputs back to o [n][QH][VD]. absorbed (pkv): q in latent space, k the latents, v NULL;
- * else (the naive side) K and V decompressed per head. dsa: the indexer's rows too (no rotary
- * part: a token repeated gives equal keys in layer 0, so top-k cuts between equal scores happen
- * and pkv.h's tie rule decides them), in dsa_current. */
+ * else (the naive side) K and V decompressed per head. dsa: the indexer's rows too, in
+ * dsa_current. */
 static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int32_t *positions,
                          uint32_t n, int absorbed, int dsa, attention_fn attn, void *ctx,
                          float *o) {
-  float *iq = dsa ? malloc(sizeof(float) * n * IDX_HEADS * IDX_DIM) : NULL;
-  float *ik = dsa ? malloc(sizeof(float) * n * IDX_DIM) : NULL;
-  float *iw = dsa ? malloc(sizeof(float) * n * IDX_HEADS) : NULL;
-  for (uint32_t r = 0; dsa && r < n; r++) {
-    matvec(&w->iq[0][0], h + r * HID, iq + r * IDX_HEADS * IDX_DIM, IDX_HEADS * IDX_DIM, HID);
-    matvec(&w->ik[0][0], h + r * HID, ik + r * IDX_DIM, IDX_DIM, HID);
-    matvec(&w->iw[0][0], h + r * HID, iw + r * IDX_HEADS, IDX_HEADS, HID);
-  }
-  dsa_current = (dsa_rows){iq, ik, iw};
+  if (dsa) dsa_project(w, h, n);
   float *q = malloc(sizeof(float) * n * QH * QKD), *lat = malloc(sizeof(float) * n * LATENT);
   float *qa = malloc(sizeof(float) * n * QH * LATENT), *ol = malloc(sizeof(float) * n * QH * RANK);
   float *k = malloc(sizeof(float) * n * QH * QKD), *v = malloc(sizeof(float) * n * QH * VD);
@@ -135,8 +124,8 @@ static int mla_attention(const layer_w *w, uint32_t l, const float *h, const int
   } else {
     ok = attn(ctx, l, q, k, v, o);
   }
-  free(q), free(lat), free(qa), free(ol), free(k), free(v), free(iq), free(ik), free(iw);
-  dsa_current = (dsa_rows){NULL, NULL, NULL};
+  free(q), free(lat), free(qa), free(ol), free(k), free(v);
+  if (dsa) dsa_release();
   return ok;
 }
 

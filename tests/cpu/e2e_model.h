@@ -133,6 +133,11 @@ typedef struct dsa_rows {
   const float *q, *k, *w;
 } dsa_rows;
 extern dsa_rows dsa_current;
+/* Projects n normed hidden states h [n][HID] through w's indexer into dsa_current (no rotary
+ * part: a token repeated gives equal keys in layer 0, so some top-k cuts fall between equal
+ * scores and pkv.h's tie rule decides them); dsa_release frees them. */
+void dsa_project(const layer_w *w, const float *h, uint32_t n);
+void dsa_release(void);
 /* x quantized as pkv_indexer_write specifies (scale = max|x| / 448, 1 for zeros; codes
  * round-to-nearest-even of x / scale, saturating). */
 void dsa_quantize(const float *x, dsa_key *out);
