@@ -1,5 +1,6 @@
-/* Bad input, part 2: sequence and batch calls with bad ids, counts, buffers and states. Each
- * refused call returns its status, leaves a message in both error channels, and changes nothing. */
+/* Bad input, part 2: sequence and batch calls with bad ids, counts, buffers and states, and
+ * (0.7) the sparse attention calls. Each refused call returns its status, leaves a message in
+ * both error channels, and changes nothing. */
 #include "test_util.h"
 
 enum { BS = 4, MAX_LEN = 32 };
@@ -244,6 +245,127 @@ WITH_FIXTURE(test_bad_batch_begin)
 WITH_FIXTURE(test_open_batch)
 WITH_FIXTURE(test_stale_handles)
 
+/* ---------------------------------------------------------------- sparse attention (0.7) */
+/* An MLA engine (latent 16 + 8, f32) whose layer 0 has an fp8 indexer of index_dim values, 2
+ * heads, top-k 4, and layer 1 none. */
+static pkv_engine *sparse_engine(uint32_t index_dim) {
+  static pkv_layer_spec s[2];
+  memset(s, 0, sizeof s);
+  s[0].kind = s[1].kind = PKV_LAYER_MLA;
+  s[0].index_head_dim = index_dim, s[0].index_n_heads = 2, s[0].index_topk = 4;
+  pkv_engine_params p;
+  tu_params(&p, BS, 16);
+  p.num_q_heads = 2, p.num_kv_heads = 1, p.head_dim = 24, p.softmax_scale = 0.2f;
+  p.kv_layout = PKV_KV_LAYOUT_MLA, p.kv_lora_rank = 16, p.qk_rope_head_dim = 8;
+  p.layer_specs = s, p.layer_spec_size = sizeof s[0];
+  return tu_engine_p(&p);
+}
+
+/* The pool's bytes and the sequence's state: what a refused call must leave as it was. */
+static uint64_t sparse_state(pkv_engine *e, uint64_t seq) {
+  const struct pkv_pool_info pool = tu_pool(e);
+  return tu_mix_(tu_state(e, &seq, 1), pool.k_base, pool.bytes_per_pool);
+}
+
+/* Refused with want and a message holding says; the pool, the sequence and every output
+ * buffer (a fingerprint of `bufs`) as they were. */
+#define SPARSE_REFUSED(e, seq, expr, want, says)                                          \
+  do {                                                                                    \
+    const uint64_t st_ = sparse_state((e), (seq)), out_ = tu_mix_(0, &bufs, sizeof bufs); \
+    CHECK_ERR((e), expr, want);                                                           \
+    if (!CHECK(strstr(pkv_last_error(), (says)) != NULL))                                 \
+      fprintf(stderr, "  wanted \"%s\" in \"%s\"\n", (says), pkv_last_error());           \
+    CHECK(sparse_state((e), (seq)) == st_ && tu_mix_(0, &bufs, sizeof bufs) == out_);     \
+  } while (0)
+
+/* Inputs and outputs of the three calls for 6 tokens (f32): every output 0x5a before. */
+typedef struct {
+  float k[6 * 16], q[6 * 2 * 16], w[6 * 2], lat[6 * 24], mq[6 * 2 * 24];
+  int32_t top[6 * 4];
+  float out[6 * 2 * 16];
+} sparse_bufs;
+
+/* Each refusal in an open batch (the batch's first calls: its copies not yet done), then the
+ * calls themselves succeed; a batch that has ended is refused by all three. */
+static void test_sparse_refusals(void) {
+  pkv_engine *e = sparse_engine(16);
+  int32_t t[6] = {1, 2, 3, 4, 5, 6};
+  uint64_t a = e ? tu_alloc(e, t, 6, NULL) : 0;
+  pkv_batch *b = NULL;
+  if (!a || !CHECK_OK(pkv_batch_begin(e, &a, NULL, 1, &b))) {
+    pkv_engine_destroy(e);
+    return;
+  }
+  static sparse_bufs bufs;
+  memset(&bufs, 0, sizeof bufs);
+  for (int i = 0; i < 6 * 2; i++) bufs.w[i] = 1.0f;
+  memset(bufs.top, 0x5a, sizeof bufs.top), memset(bufs.out, 0x5a, sizeof bufs.out);
+  const pkv_status bad = PKV_ERR_INVALID_ARGUMENT;
+  SPARSE_REFUSED(e, a, pkv_indexer_write(b, 1, bufs.k, 0), bad, "layer 1 has no indexer");
+  SPARSE_REFUSED(e, a, pkv_indexer_write(b, 2, bufs.k, 0), bad, "layer 2 of 2");
+  SPARSE_REFUSED(e, a, pkv_indexer_write(b, 0, NULL, 0), bad, "k (the new tokens' indexer keys)");
+  SPARSE_REFUSED(e, a, pkv_indexer_write(b, 0, bufs.k, 2), bad, "flags 0x2");
+  SPARSE_REFUSED(e, a, pkv_indexer_write(b, 0, bufs.k, 3), bad, "PKV_INDEXER_SCALE_UE8M0");
+  const float *w = bufs.w;
+  SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 1, bufs.q, w, 0, bufs.top), bad, "has no indexer");
+  SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 7, bufs.q, w, 0, bufs.top), bad, "layer 7 of 2");
+  SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 0, NULL, w, 0, bufs.top), bad, "must not be NULL");
+  SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 0, bufs.q, NULL, 0, bufs.top), bad, "weights");
+  SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 0, bufs.q, w, 0, NULL), bad, "must not be NULL");
+  SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 0, bufs.q, w, 2, bufs.top), bad, "out_kind 2");
+  float *mo = bufs.out;
+  SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 1, bufs.mq, bufs.lat, bufs.top, mo), bad,
+                 "layer 1 has no indexer");
+  SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 0, bufs.mq, bufs.lat, NULL, mo), bad, "indices");
+  SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 0, NULL, bufs.lat, bufs.top, mo), bad, "q");
+  SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 0, bufs.mq, NULL, bufs.top, mo), bad, "k");
+  SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 0, bufs.mq, bufs.lat, bufs.top, NULL), bad,
+                 "out");
+  SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 0, bufs.mq, bufs.lat, bufs.top, bufs.mq), bad,
+                 "out");
+  CHECK_ERR(NULL, pkv_indexer_write(NULL, 0, bufs.k, 0), bad);
+  CHECK_ERR(NULL, pkv_indexer_topk(NULL, 0, bufs.q, w, 0, bufs.top), bad);
+  CHECK_ERR(NULL, pkv_sparse_mla_attention(NULL, 0, bufs.mq, bufs.lat, bufs.top, mo), bad);
+  /* The batch is as it was: the calls run (keys of zeros: every score 0, positions 0 .. p). */
+  CHECK_OK(pkv_indexer_write(b, 0, bufs.k, PKV_INDEXER_SCALE_UE8M0));
+  CHECK_OK(pkv_indexer_topk(b, 0, bufs.q, w, PKV_TOPK_POSITIONS, bufs.top));
+  CHECK(bufs.top[0] == 0 && bufs.top[1] == -1 && bufs.top[5 * 4 + 3] == 3);
+  CHECK_OK(pkv_sparse_mla_attention(b, 0, bufs.mq, bufs.lat, bufs.top, mo));
+  CHECK_OK(pkv_batch_end(b));
+  const pkv_status ended = PKV_ERR_STATE;
+  SPARSE_REFUSED(e, a, pkv_indexer_write(b, 0, bufs.k, 0), ended, "ended");
+  SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 0, bufs.q, w, 0, bufs.top), ended, "ended");
+  SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 0, bufs.mq, bufs.lat, bufs.top, mo), ended,
+                 "ended");
+  CHECK_ENGINE(e);
+  pkv_engine_destroy(e);
+}
+
+/* index_head_dim the calls cannot run (the engine accepts it: pkv_layer_info says where the keys
+ * are, for the host's kernels): not a multiple of 8, or past PKV_INDEXER_MAX_HEAD_DIM. */
+static void test_sparse_unsupported(void) {
+  const uint32_t dims[] = {12, PKV_INDEXER_MAX_HEAD_DIM + 8};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    pkv_engine *e = sparse_engine(dims[i]);
+    int32_t t[3] = {1, 2, 3};
+    uint64_t a = e ? tu_alloc(e, t, 3, NULL) : 0;
+    pkv_batch *b = NULL;
+    static float big[3 * 2 * 264 + 3 * 2 * 24];
+    static int32_t top[3 * 4];
+    static sparse_bufs bufs; /* only its fingerprint: big and top are these calls' buffers */
+    if (a && CHECK_OK(pkv_batch_begin(e, &a, NULL, 1, &b))) {
+      const pkv_status no = PKV_ERR_UNSUPPORTED;
+      SPARSE_REFUSED(e, a, pkv_indexer_write(b, 0, big, 0), no, "index_head_dim multiples of 8");
+      SPARSE_REFUSED(e, a, pkv_indexer_topk(b, 0, big, big, 0, top), no, "up to 256");
+      SPARSE_REFUSED(e, a, pkv_sparse_mla_attention(b, 0, big, big, top, big + 3 * 2 * 264), no,
+                     "pkv_sparse_mla_attention supports index_head_dim");
+      CHECK(top[0] == 0);
+      CHECK_OK(pkv_batch_end(b));
+    }
+    pkv_engine_destroy(e);
+  }
+}
+
 int main(void) {
   TU_RUN(test_bad_allocate_fresh);
   TU_RUN(test_unknown_ids_fresh);
@@ -253,5 +375,7 @@ int main(void) {
   TU_RUN(test_open_batch_fresh);
   TU_RUN(test_stale_handles_fresh);
   TU_RUN(test_destroy_with_open_batch);
+  TU_RUN(test_sparse_refusals);
+  TU_RUN(test_sparse_unsupported);
   return tu_summary();
 }
