@@ -2,7 +2,8 @@
  * pkv_engine_params_from_hf_config_layers, at a fixed memory on the CPU: 80 GiB, utilization 0.9,
  * block_size 16, so the KV budget is 0.9 x 85899345920 = 77309411328 bytes. Every number below is
  * computed by hand in its comment; per layer and token a layer costs 2 (K, V; 1 with K = V) x
- * kv_heads x head_dim x dtype bytes, a SHARED layer nothing. Groups of unequal layers share one
+ * kv_heads x head_dim x dtype bytes, a SHARED layer nothing, an MLA layer its latent and its
+ * indexer's key (DESIGN.md §14). Groups of unequal layers share one
  * page (block bytes): the page that wastes nothing, else the one that wastes least
  * (DESIGN.md §12), and padding_bytes_per_block is what the worst group's block leaves unused. */
 #include <string.h>
@@ -58,6 +59,14 @@ static const profile_case cases[] = {
     /* Llama 3 8B (flat: no specs): 32 layers, 8 x 128, bf16: block 32 x 4096 x 16 = 2097152;
      * 36864 blocks; a sequence of 8192: 512 blocks; 72 sequences. */
     {"llama-3-8b.json", PKV_OK, 2097152, 36864, 1, 32, 131072, 0, 512, 72, 0},
+    /* DeepSeek-V3.2 (sparse attention, issue 29): 61 MLA layers, each token's latent 576 x 2 =
+     * 1152 B and its indexer key 128 fp8 values + a 4 B scale = 132 B: 1284 B a layer, model
+     * 61 x 1284 = 78324; one group, block 78324 x 16 = 1253184; 77309411328 / 1253184 = 61690.4:
+     * 61690 blocks. A sequence of 163840: 10240 blocks; 61690 / 10240 = 6. */
+    {"deepseek-v3.2.json", PKV_OK, 1253184, 61690, 1, 61, 78324, 0, 10240, 6, 0},
+    /* GLM-5: 78 layers of the same 1284 B: model 100152, block 1602432; 48245.9: 48245 blocks. A
+     * sequence of 202752: 12672 blocks; 48245 / 12672 = 3. */
+    {"glm-5.json", PKV_OK, 1602432, 48245, 1, 78, 100152, 0, 12672, 3, 0},
 };
 
 static void check_profile(const profile_case *c) {

@@ -567,9 +567,14 @@ static void test_mla(void) {
        "kv_lora_rank", PKV_ERR_INVALID_ARGUMENT},
       {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"kv_lora_rank\": 1000, \"qk_rope_head_dim\": 64}",
        "1024", PKV_ERR_INVALID_ARGUMENT},
+      /* DeepSeek V3.2's indexer: the flat fields cannot hold it (test_hf_config_dsa), and a
+       * part of it is named as missing */
+      {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64,"
+       " \"index_topk\": 2048, \"index_n_heads\": 64, \"index_head_dim\": 128}",
+       "pkv_engine_params_from_hf_config_layers", PKV_ERR_UNSUPPORTED},
       {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64,"
        " \"index_topk\": 2048, \"index_n_heads\": 64}",
-       "index_topk", PKV_ERR_UNSUPPORTED},
+       "\"index_head_dim\" is missing", PKV_ERR_INVALID_ARGUMENT},
       {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"linear_num_key_heads\": 16}",
        "linear_num_key_heads", PKV_ERR_UNSUPPORTED},
       {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"head_dim\": 64,"

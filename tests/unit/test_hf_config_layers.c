@@ -338,7 +338,9 @@ static void test_bad_fields(void) {
   /* caches pkv cannot hold stay refused by name */
   check_refused("{" SHAPE4 ", \"linear_num_key_heads\": 16}", PKV_ERR_UNSUPPORTED,
                 "linear_num_key_heads");
-  check_refused("{" SHAPE4 ", \"index_topk\": 2048}", PKV_ERR_UNSUPPORTED, "index_topk");
+  check_refused("{" SHAPE4
+                ", \"index_topk\": 2048, \"index_n_heads\": 64, \"index_head_dim\": 128}",
+                PKV_ERR_UNSUPPORTED, "\"index_topk\" without multi-head latent attention");
   check_refused("{" SHAPE4 ", \"mamba_d_state\": 16}", PKV_ERR_UNSUPPORTED, "mamba_d_state");
   /* no_rope_layers given: exactly its rope layers are chunked */
   static const char rope[] =
