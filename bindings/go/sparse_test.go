@@ -208,3 +208,65 @@ func TestSparseRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// bf16 is x's bfloat16 bit pattern (truncated: exact for the small integers and zeros used here).
+func bf16(x float32) uint16 { return uint16(math.Float32bits(x) >> 16) }
+
+// TestSparseBF16 runs the U16 forms on a bf16 engine whose indexer keeps bf16 keys: the top-k
+// is exact (integer scores), and f32 slices are refused by name.
+func TestSparseBF16(t *testing.T) {
+	p := dsaParams(t)
+	p.DType = pkv.DTypeBF16
+	p.LayerSpecs[0].IndexDType = pkv.DTypeBF16
+	e := newEngine(t, p)
+	l := must(e.LayerInfo(0))
+	if l.IndexDType != pkv.DTypeBF16 || l.IndexScaleBase != 0 || l.IndexBase != l.KBase+4*dsaWidth*2 {
+		t.Fatalf("bf16 indexer %+v", l) // bf16 latents, then bf16 keys, no scales
+	}
+	seq := must(e.Allocate([]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, nil))
+	b := must(e.BeginBatch([]*pkv.Sequence{seq}, nil))
+	defer b.Abort()
+	seed := uint64(5)
+	keys, iq, weights := dsaIndexInputs(&seed)
+	k16, q16 := make([]uint16, len(keys)), make([]uint16, len(iq))
+	for i := range keys {
+		k16[i] = bf16(keys[i])
+	}
+	for i := range iq {
+		q16[i] = bf16(iq[i])
+	}
+	err := b.IndexerWrite(0, keys, 0)
+	expectStatus(t, err, pkv.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "pass their bit patterns as []uint16 to IndexerWriteU16") {
+		t.Fatal(err)
+	}
+	if err := b.IndexerWriteU16(0, k16, 0); err != nil {
+		t.Fatal(err)
+	}
+	top := make([]int32, dsaTokens*dsaTopK)
+	if err := b.IndexerTopKU16(0, q16, weights, pkv.TopKPositions, top); err != nil {
+		t.Fatal(err)
+	}
+	for tok := 0; tok < dsaTokens; tok++ {
+		if got := top[tok*dsaTopK:][:dsaTopK]; !reflect.DeepEqual(got, dsaExpected(tok)) {
+			t.Fatalf("token %d: top-k %v, want %v", tok, got, dsaExpected(tok))
+		}
+	}
+	q, latents := make([]uint16, dsaTokens*dsaQHeads*dsaWidth), make([]uint16, dsaTokens*dsaWidth)
+	qf, lf := mlaValues(&seed, len(q)), mlaValues(&seed, len(latents))
+	for i := range q {
+		q[i], qf[i] = bf16(qf[i]), math.Float32frombits(uint32(bf16(qf[i]))<<16)
+	}
+	for i := range latents {
+		latents[i], lf[i] = bf16(lf[i]), math.Float32frombits(uint32(bf16(lf[i]))<<16)
+	}
+	out := make([]uint16, dsaTokens*dsaQHeads*dsaLatent)
+	if err := b.SparseMLAAttentionU16(0, q, latents, top, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range dsaReference(qf, lf, top) { // bf16 out: 8 bits of mantissa
+		if got := float64(math.Float32frombits(uint32(out[i]) << 16)); math.Abs(got-w) > 1e-2 {
+			t.Fatalf("sparse MLA element %d: %g, want %g", i, got, w)
+		}
+	}
+}
