@@ -22,7 +22,7 @@ FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype
                'kv_tier': Tier, 'medium': Tier, 'type': EventType, 'state': StoreValueState,
                'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
                'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind,
-               'state_checkpoint_policy': StateCheckpointPolicy}
+               'state_checkpoint_policy': StateCheckpointPolicy, 'index_dtype': Dtype}
 # 'struct.field' of an enum field whose name means another enum elsewhere (the stores' kind)
 STRUCT_ENUMS = {'pkv_layer_info.kind': LayerKind, 'pkv_layer_spec.kind': LayerKind}
 # uint32_t 0 or 1: pkv_seq_info's, and a layer's (pkv_layer_spec, pkv_layer_info)

@@ -71,7 +71,7 @@ class Sparse(unittest.TestCase):
             info = engine.layer_info(0)
             self.assertEqual((info.index_head_dim, info.index_n_heads, info.index_topk),
                              (INDEX_DIM, INDEX_HEADS, TOPK))
-            self.assertEqual(info.index_dtype, pkv.Dtype.FP8_E4M3)
+            self.assertIs(info.index_dtype, pkv.Dtype.FP8_E4M3)
             self.assertEqual(info.index_block_bytes, engine.budget().block_bytes)  # the page
             self.assertIsNotNone(info.index_base)
             self.assertIsNotNone(info.index_scale_base)
