@@ -272,8 +272,14 @@ expect_output "profile: DeepSeek-V2-Lite" '"bytes_per_token": 31104,' '"kv_layou
 expect_output "profile: Kimi K2, fp8, tp 8" "bytes per token +34.31 KiB +35136 " \
   "every rank holds the whole latent" "fp8 scales: 1 \(the latent\) x 61 layers" \
   -- profile --config "$configs/kimi-k2.json" --memory 80GiB --kv-dtype fp8_e4m3 --tp 8
+# DeepSeek sparse attention (issue 29): the indexer's keys beside each latent, 1152 + 132 B a layer
+expect_output "profile: DeepSeek-V3.2, the latent and the indexer" "index_head_dim 128: fp8_e4m3 values" \
+  "bytes per token +76.49 KiB +78324 " "^ +\+ indexer, a layer +132 B +132 " "blocks +61690 " \
+  -- profile --config "$configs/deepseek-v3.2.json" --memory 80GiB
 printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 2048}' >"$tmp/dsa.json"
-expect_error_says "profile: DeepSeek sparse attention refused" "index_topk" profile --config "$tmp/dsa.json" --memory 80GiB
+expect_error_says "profile: a part of the indexer named" '"index_head_dim" is missing' profile --config "$tmp/dsa.json" --memory 80GiB
+printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 2048, "index_n_heads": 64, "index_head_dim": 4096}' >"$tmp/dsa_wide.json"
+expect_error_says "profile: an indexer too wide" '"index_head_dim" 4096 exceeds 1024' profile --config "$tmp/dsa_wide.json" --memory 80GiB
 printf '{"num_hidden_layers": 61, "num_attention_heads": 128, "qk_rope_head_dim": 64}' >"$tmp/half_mla.json"
 expect_error_says "profile: MLA without kv_lora_rank" "kv_lora_rank" profile --config "$tmp/half_mla.json" --memory 80GiB
 # Gemma 2 (soft-caps) and gpt-oss (sinks) are read per layer (issue 27): their layers, then groups

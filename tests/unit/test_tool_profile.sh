@@ -229,5 +229,37 @@ expect err 1 "Qwen3.5 in 8 GiB: the states counted in what is missing" \
   -- profile --config "$q35" --memory 8GiB
 no_c_names "Qwen3.5 in 8 GiB: no C names"
 
+# Issue 29: sparse attention's indexer beside each MLA latent. DeepSeek-V3.2: 61 layers of a latent
+# 576 x 2 = 1152 B and an indexer key of 128 fp8 values + a 4 B fp32 scale = 132 B: 1284 B a layer,
+# 61 x 1284 = 78324 a token, block 78324 x 16 = 1253184; 77309411328 / 1253184 = 61690 blocks;
+# a sequence of 163840: 10240 blocks, 6 fit. fp8 latents: 576 + 132 = 708 B a layer, 43188 a token,
+# (77309411328 - 61 x 4 scales) / 691008 = 111879 blocks. GLM-5 at --tp 8 (the latent and the
+# indexer are whole on every rank): 78 x 1284 = 100152 a token, 48245 blocks, 3 of 202752.
+dsv32=$configs/deepseek-v3.2.json glm5=$configs/glm-5.json
+expect out 0 "DeepSeek-V3.2: the latent and the indexer, every term" \
+  "^  indexer +index_head_dim 128: fp8_e4m3 values \+ a 4 B fp32 scale = 132 B a token a layer,$" \
+  "in 61 layers; 64 query heads \(every rank's\);$" "each token attends to its top 2048 keys$" \
+  "^ +full +1 kv heads x 576 +scale 0.135234, indexer 128 fp8 x 64 heads, top-k 2048: layers 0-60$" \
+  "^  block bytes +1.20 MiB +1253184 " "^  bytes per token +76.49 KiB +78324 " \
+  "^    latent, a layer +1.12 KiB +1152 +576 values x 2 B \(bf16\)$" \
+  "^    \+ indexer, a layer +132 B +132 +128 values x 1 B \(fp8_e4m3\) \+ 4 B \(its fp32 scale\)$" \
+  "^    = a layer +1.25 KiB +1284 +x 61 layers = 78324$" \
+  "^  blocks +61690 " "^  max seqs at max_model_len +6 " "^ +model +61 +78324 +0 +10240 +11.95 GiB +every group$" \
+  -- profile --config "$dsv32" --memory 80GiB
+expect out 0 "DeepSeek-V3.2, fp8 latents: the indexer as it was" \
+  "^    latent, a layer +576 B +576 +576 values x 1 B \(fp8_e4m3\)$" "^    = a layer +708 B +708 +x 61 layers = 43188$" \
+  "^  blocks +111879 " -- profile --config "$dsv32" --memory 80GiB --kv-dtype fp8
+expect out 0 "DeepSeek-V3.2 json: the indexer's terms" \
+  '"indexer": \{"num_layers": 61, "all_alike": true, "index_head_dim": 128, "index_dtype": "fp8_e4m3", "index_n_heads": 64, "index_topk": 2048,$' \
+  '"key_bytes_per_token": 128, "scale_bytes_per_token": 4, "indexer_bytes_per_token_per_layer": 132, "latent_bytes_per_token_per_layer": 1152,$' \
+  '"bytes_per_token_per_layer": 1284, "latent_bytes_per_token": 70272, "indexer_bytes_per_token": 8052, "model_bytes_per_token": 78324\},$' \
+  '"bytes_per_token": 78324,' '"num_blocks": 61690,' \
+  -- profile --config "$dsv32" --memory 80GiB --json
+expect out 0 "GLM-5 at --tp 8: whole on every rank" "softmax scale 0.0625 \(the model's\)" \
+  "tp 8, rank 0: every rank holds the whole latent" "in 78 layers; 32 query heads \(every rank's\);$" \
+  "^    = a layer +1.25 KiB +1284 +x 78 layers = 100152$" "^  blocks +48245 " "^  max seqs at max_model_len +3 " \
+  -- profile --config "$glm5" --memory 80GiB --tp 8
+expect out 0 "json: no indexer is null" '"indexer": null,' -- profile --config "$llama" --memory 80GiB --json
+
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
