@@ -955,7 +955,8 @@ PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap
  * kv_lora_rank and qk_rope_head_dim (DeepSeek V2/V3/R1, Kimi K2) gets kv_layout MLA, num_kv_heads
  * 1 and head_dim kv_lora_rank + qk_rope_head_dim, and, when it gives qk_nope_head_dim,
  * softmax_scale: MLA's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times mscale^2 under yarn
- * rope_scaling (mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1), as DeepSeek's
+ * rope_scaling (mscale = 0.1 * mscale_all_dim * ln(factor) + 1 for factor > 1; (since 0.7.0)
+ * read from rope_parameters, transformers 5's name, when rope_scaling is absent), as DeepSeek's
  * code scales it; any other config gets HEADS.
  * It also sets softmax_scale (since 0.5.0) where the model's is not 1/sqrt(head_dim): Gemma 2 and
  * Gemma 3 (model_type gemma2, gemma3, gemma3_text) scale by query_pre_attn_scalar^-0.5 (Gemma 3
@@ -963,9 +964,10 @@ PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap
  * attention_multiplier (Granite 4.0-H: 1/128); a config whose cache is described only per layer
  * (pkv_engine_params_from_hf_config_layers says which) is refused, never profiled as another.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p or json NULL; malformed JSON; a missing or invalid field;
- * one of the MLA fields without the others; an MLA config into a p whose struct_size ends before
- * kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention pkv cannot hold, its field
- * named: index_topk / index_n_heads (DeepSeek sparse attention), linear_num_key_heads /
+ * one of the MLA fields without the others; (since 0.7.0) some of index_head_dim, index_n_heads
+ * and index_topk without the others, or one past pkv_layer_spec's limit; an MLA config into a p
+ * whose struct_size ends before kv_layout, an older header's), PKV_ERR_UNSUPPORTED (an attention
+ * pkv cannot hold, its field named: (since 0.7.0) index_topk without MLA, linear_num_key_heads /
  * linear_num_value_heads (linear attention), mamba_d_state / ssm_state_size (state-space
  * layers), each in a model_type pkv_engine_params_from_hf_config_layers does not read as
  * recurrent layers; sliding windows with MLA; (since 0.5.0) a cache that needs per-layer specs, the
@@ -974,7 +976,7 @@ PKV_API pkv_status pkv_drain_finished(pkv_engine *e, uint64_t *out, uint32_t cap
  * attention_k_eq_v, num_kv_shared_layers, attention_chunk_size (chunked local attention); (since
  * 0.6.0) recurrent layers: linear_num_value_heads (Qwen3-Next, Qwen3.5), linear_attn_config (Kimi
  * Linear), hybrid_override_pattern (Nemotron-H), mamba_n_heads (Granite 4.0-H), mamba_d_state
- * (Jamba)). */
+ * (Jamba); (since 0.7.0) sparse attention's indexer: index_topk (DeepSeek V3.2, GLM-5)). */
 PKV_API pkv_status pkv_engine_params_from_hf_config(pkv_engine_params *p, const char *json,
                                                     size_t json_len);
 
@@ -999,7 +1001,8 @@ PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len
 /* Fills p as pkv_engine_params_from_hf_config does and specs[cap] with each layer of the model
  * (pkv_layer_spec, every field given, none left 0 to mean the flat field); *out_num_layers =
  * num_hidden_layers (Nemotron-H: its blocks that keep a cache, below). When the layers are not all what the flat fields say (mixed windows, sinks,
- * soft-caps, heads or widths per layer, K = V, shared layers, chunks), p->layer_specs = specs,
+ * soft-caps, heads or widths per layer, K = V, shared layers, chunks, (since 0.7.0) an indexer),
+ * p->layer_specs = specs,
  * p->layer_spec_size = spec_size, p->sliding_window 0 and p->layer_windows NULL; else
  * p->layer_specs NULL and p->layer_spec_size 0 (the flat fields describe every layer; specs are
  * filled all the same). p then points into specs: keep them while p is used. The rules, each from
@@ -1036,7 +1039,11 @@ PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len
  *   2 * groups * d_state channels (a single group is whole on every rank), state heads x head_dim
  *   x d_state. Jamba (jamba): layer l is attention when l % attn_layer_period (8) ==
  *   attn_layer_offset (4), else Mamba1: conv mamba_expand * hidden_size channels, state that x
- *   mamba_d_state.
+ *   mamba_d_state;
+ * - (since 0.7.0) sparse attention, DeepSeek V3.2 (deepseek_v32) and GLM-5 (glm_moe_dsa):
+ *   index_head_dim, index_n_heads and index_topk (all three) give every MLA layer those indexer
+ *   fields, index_n_heads whole on every rank, and index_dtype PKV_DTYPE_FP8_E4M3 (vLLM's cache:
+ *   132 bytes a token for 128 values; a host that keeps bf16 keys sets index_dtype itself).
  * spec_size is sizeof(pkv_layer_spec) as the caller compiled it (at least 48): each spec is
  * written whole, bytes pkv does not know zeroed. specs NULL with cap 0 asks the length: only
  * *out_num_layers is written. A failure changes neither p nor specs.
@@ -1049,9 +1056,10 @@ PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len
  * not below num_hidden_layers or with no earlier layer of a shared layer's type; (since 0.6.0) a
  * hybrid model's field missing or bad, named: a layer list or pattern of another length or with
  * another entry, heads not a multiple of tp_size, a state dimension past 2^24 or a part past
- * 2^40 bytes),
+ * 2^40 bytes; (since 0.7.0) spec_size below 104 for a model with an indexer),
  * PKV_ERR_UNSUPPORTED (as pkv_engine_params_from_hf_config, but for the fields it reads; (since
- * 0.6.0) a sliding window in a hybrid model).
+ * 0.6.0) a sliding window in a hybrid model; (since 0.7.0) layers that reuse another's top-k:
+ * indexer_types other than "full", index_topk_freq above 1, index_topk_pattern (GLM's IndexShare)).
  * Since 0.5.0. */
 PKV_API pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p, const char *json,
                                                            size_t json_len, pkv_layer_spec *specs,
