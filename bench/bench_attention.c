@@ -51,8 +51,10 @@
  * contexts 2k-32k; GB/s of latent read against the probe, and GFLOP/s against the bf16 model's
  * GEMM of the prefill: 128 heads do 242 FLOPs per latent byte, so a CPU runs out of multiply-adds
  * long before memory.
- * Usage: bench_attention [--quick | --full] [--prefill | --mla] [--threads N] [--isa NAME]. Not a
- * test; not installed.
+ * Sparse MLA decode (issue 29; bench_attention_sparse.c): DeepSeek V3.2's indexer, top-k 2048 and
+ * MLA over the kept latents at 32k, 64k and 128k, against dense MLA decode of the same engine.
+ * Usage: bench_attention [--quick | --full] [--prefill | --mla | --sparse] [--heads N]
+ * [--threads N] [--isa NAME]. Not a test; not installed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -65,6 +67,7 @@
 
 #include "bench_attention_engine.h"
 #include "bench_attention_prefill.h"
+#include "bench_attention_sparse.h"
 #include "bench_cpu.h"
 #include "bench_gemm.h"
 #include "bench_util.h"
@@ -104,11 +107,12 @@ static size_t case_block_bytes(const decode_case *c) {
 }
 
 /* The tables a run prints: all, or one of them (--prefill, --mla). */
-typedef enum run_tables { TABLES_ALL, TABLES_PREFILL, TABLES_MLA } run_tables;
+typedef enum run_tables { TABLES_ALL, TABLES_PREFILL, TABLES_MLA, TABLES_SPARSE } run_tables;
 
 /* What every case needs. */
 typedef struct bench_cfg {
   uint32_t threads, max_runs;
+  uint32_t sparse_heads; /* the sparse MLA table's q heads (--heads; DeepSeek's 128) */
   const uint64_t *probe_buf;
   double best_probe; /* the best probe of the run so far */
   size_t block_bytes[8];
@@ -322,9 +326,11 @@ static int mla_table(bench_cfg *cfg, int mode, double start_probe) {
 /* ---------------------------------------------------------------- main */
 static int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--quick | --full] [--prefill | --mla] [--threads N] [--isa NAME]\n"
+          "usage: %s [--quick | --full] [--prefill | --mla | --sparse] [--heads N] [--threads N]"
+          " [--isa NAME]\n"
           "  --prefill   the prefill table only\n"
           "  --mla       the MLA decode table only\n"
+          "  --sparse    the sparse MLA decode table only (--heads: its q heads, 1 .. 128)\n"
           "  --isa NAME  sets PKV_CPU_ISA: avx512-bf16, avx512, avx2 or baseline\n",
           argv0);
   return 2;
@@ -341,6 +347,10 @@ static int parse_args(int argc, char **argv, int *mode, bench_cfg *cfg) {
       cfg->tables = TABLES_PREFILL;
     else if (strcmp(argv[i], "--mla") == 0)
       cfg->tables = TABLES_MLA;
+    else if (strcmp(argv[i], "--sparse") == 0)
+      cfg->tables = TABLES_SPARSE;
+    else if (strcmp(argv[i], "--heads") == 0 && i + 1 < argc)
+      cfg->sparse_heads = (uint32_t)atoi(argv[++i]);
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       cfg->threads = (uint32_t)atoi(argv[++i]);
     else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc)
@@ -349,6 +359,7 @@ static int parse_args(int argc, char **argv, int *mode, bench_cfg *cfg) {
       return usage(argv[0]);
   }
   if (cfg->threads < 1 || cfg->threads > 64) cfg->threads = 1;
+  if (cfg->sparse_heads < 1 || cfg->sparse_heads > 128) return usage(argv[0]);
   cfg->max_runs = *mode == 1 ? 3 : 7;
   return 0;
 }
@@ -382,7 +393,7 @@ int main(int argc, char **argv) {
   const double t0 = bench_now_ns();
   int mode = 0;
   bench_cfg cfg = {
-      (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, NULL, 0.0, {0}, {0}, 1.0, "?", TABLES_ALL};
+      (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), 7, 128, NULL, 0.0, {0}, {0}, 1.0, "?", TABLES_ALL};
   if (parse_args(argc, argv, &mode, &cfg) != 0) return 2;
   const char *isa = getenv("PKV_CPU_ISA"), *kernels = bench_kernels();
   uint64_t *probe_buf = kernels ? bench_probe_buffer(PROBE_BYTES) : NULL;
@@ -427,9 +438,12 @@ int main(int argc, char **argv) {
   }
   int rc = 0;
   for (int i = 0; i < num_cases; i++) rc |= decode_case_run(&cfg, &cases[i], probe0);
-  if (cfg.tables != TABLES_MLA)
+  if (cfg.tables == TABLES_ALL || cfg.tables == TABLES_PREFILL)
     rc |= bench_prefill_table(KINDS, NUM_KINDS, cfg.threads, cfg.max_runs, mode == 1);
-  if (cfg.tables != TABLES_PREFILL) rc |= mla_table(&cfg, mode, probe0);
+  if (cfg.tables == TABLES_ALL || cfg.tables == TABLES_MLA) rc |= mla_table(&cfg, mode, probe0);
+  const sparse_probe sp = {probe_buf, PROBE_BYTES, cfg.threads, probe0};
+  if (cfg.tables == TABLES_ALL || cfg.tables == TABLES_SPARSE)
+    rc |= bench_sparse_table(&sp, cfg.sparse_heads, cfg.max_runs, mode == 1);
   print_summary(&cfg, cases, num_cases, probe0);
   printf("run time %.0f s\n", (bench_now_ns() - t0) * 1e-9);
   bench_probe_buffer_free(probe_buf, PROBE_BYTES);
