@@ -8,7 +8,8 @@
  * kernels read (one byte an element for fp8, the window's keys only); prefill GFLOP/s (2k, 8k
  * tokens; bf16, f16, an e4m3 cache, a window) as % of the tensor-core peak; then MLA decode
  * (bench_mla_gpu.c: 128 q heads over a bf16 latent of 512 + 64) in GB/s of latents read and
- * TFLOP/s. All buffers on the device;
+ * TFLOP/s; then sparse MLA decode at 32k .. 128k against dense MLA at the same context
+ * (bench_attention_gpu_sparse.c: DeepSeek V3.2's indexer and top-k 2048). All buffers on the device;
  * calls on our stream (pkv_engine_set_stream), timed by cudaEvents: a warm-up (it uploads the
  * batch), then the median of several, L2 flushed (untimed memset) before each. Without a usable
  * GPU it says so and exits 0. Usage: bench_attention_gpu [--quick]. Not a test; not installed.
@@ -23,6 +24,7 @@
 #include <pkv/pkv.h>
 
 #include "bench_attention_gpu.h"
+#include "bench_attention_gpu_sparse.h"
 #include "bench_mla_gpu.h"
 #include "bench_util.h"
 
@@ -184,6 +186,10 @@ static int open_run(bench_run *r, kv_config c, uint64_t num_blocks, uint32_t seq
     return -1;
   }
   return 0;
+}
+
+void bench_gpu_flush_l2(uint32_t i) {
+  cudaMemsetAsync(flush_dev, (int)(i & 0xff), FLUSH_BYTES, stream);
 }
 
 /* bench_attention_gpu.h; cudaEvents on the engine's stream around each call. */
@@ -358,6 +364,7 @@ int main(int argc, char **argv) {
       fflush(stdout);
     }
   rc |= bench_mla_decode_table(ref, ref_name, tc_peak, quick);
+  rc |= bench_sparse_gpu_table(ref, ref_name, quick);
   printf("\ndecode, contexts >= 2k, lowest GB/s (%s %.1f GB/s):\n", ref_name, ref);
   for (int k = 0; k < NUM_CONFIGS; k++)
     if (worst[k] < 1e9)

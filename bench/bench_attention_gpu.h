@@ -28,6 +28,8 @@ int bench_gpu_fill(void *dst, size_t bytes, int32_t dtype, uint64_t *state);
 /* Median seconds of `runs` pkv_attention calls after one warm-up, the L2 flushed before each;
  * < 0 on failure. */
 double bench_gpu_time_calls(bench_run *r, uint32_t runs);
+/* Queues an untimed write over more than the L2 on the bench's stream (i: its byte). */
+void bench_gpu_flush_l2(uint32_t i);
 /* Aborts the batch, destroys the engine, frees the buffers (NULL ones too). */
 void bench_gpu_free_run(bench_run *r);
 
