@@ -131,8 +131,10 @@ __device__ void stage_queries(const TopkArgs &a, int t, int h0, int count, float
 
 // grid = (key split, wave token): the scores of the split's keys, kTileKeys at a time; a warp
 // per head lane (heads lane, lane + 8, ...), a key per thread; the lanes' sums added in order.
+// Two CTAs an SM (64 KiB of shared memory each), so at most 128 registers: without the bound
+// ptxas spilled the f32 model's fp8 variant (sm_90, CUDA 13).
 template <class T, class C>
-__global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(TopkArgs a) {
+__global__ void __launch_bounds__(kScoreThreads, 2) indexer_score_kernel(TopkArgs a) {
   extern __shared__ __align__(16) float smem[];
   const int t = a.token0 + int(blockIdx.y);
   const dev::TokenPlace tp = dev::token_place(a.batch, t);
