@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks, as one run on a machine with an NVIDIA GPU: build with CUDA for its
-# architecture, the `gpu` suite (every kernel against the fp64 reference on the device),
-# bench_attention_gpu (decode GB/s against the device's bandwidth, prefill GFLOP/s), and the
-# CUDA backend's engine tests that skip without a GPU.
+# architecture, the `gpu` suite (every kernel against the fp64 reference on the device; sparse
+# attention's: gpu_indexer, gpu_sparse_mla, and gpu_cuda_backend's pages of a DSA engine),
+# bench_attention_gpu (decode GB/s against the device's bandwidth, prefill GFLOP/s, MLA decode,
+# sparse MLA decode at 32k .. 128k against dense MLA), and the CUDA backend's engine tests that
+# skip without a GPU.
 #
 #   scripts/gpu-check.sh [OUT_DIR]
 #
