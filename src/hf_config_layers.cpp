@@ -218,15 +218,17 @@ HfLayers layers_from_hf_config(const pkv_engine_params &p, const char *text, siz
   const hf::StateLayers st = hf::read_state_layers(root, cfg, out.params, max_specs);
   out.params.num_layers = st.num_layers;  // Nemotron-H: its blocks that keep a cache
   const pkv_engine_params &flat = out.params;
-  if (flat.num_layers > max_specs) return out;
   const bool mla = flat.kv_layout == PKV_KV_LAYOUT_MLA;
+  // Read before the specs are known to be wanted: a length query and a digest refuse it alike.
+  const hf::Indexer indexer = hf::read_indexer(cfg, mla);
+  if (flat.num_layers > max_specs) return out;
   pkv_layer_spec base{};
   base.kind = mla ? PKV_LAYER_MLA : PKV_LAYER_ATTENTION;
   base.num_kv_heads = flat.num_kv_heads;
   base.head_dim = flat.head_dim;
   base.v_head_dim = mla ? flat.kv_lora_rank : flat.head_dim;
   base.sinks = hf::model_type(root, cfg) == "gpt_oss";  // see refuse_specs
-  hf::set_indexer(hf::read_indexer(cfg, mla), &base);   // every MLA layer's (hf_config_dsa.cpp)
+  hf::set_indexer(indexer, &base);                      // every MLA layer's (hf_config_dsa.cpp)
   double cap = 0;
   // Gemma 2 (Gemma2Attention): attn_logit_softcapping caps every layer's scores;
   // final_logit_softcapping caps the host's logits, not attention: not read.

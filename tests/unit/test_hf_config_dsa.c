@@ -157,6 +157,12 @@ static void check_refused(const char *json, pkv_status want, const char *what) {
   if (!CHECK(strstr(pkv_last_error(), what) != NULL))
     printf("  message: %s\n  wanted: %s\n", pkv_last_error(), what);
   CHECK(memcmp(&p, &before, sizeof p) == 0 && memcmp(s, kept, sizeof s) == 0);
+  /* the length query and the digest, which build no specs, refuse it alike (they used to pass) */
+  CHECK_STATUS(pkv_engine_params_from_hf_config_layers(&p, json, strlen(json), NULL, 0, 0, &n),
+               want);
+  char digest[PKV_HF_CONFIG_DIGEST_BYTES];
+  CHECK_STATUS(pkv_hf_config_digest(json, strlen(json), digest, sizeof digest), want);
+  CHECK(strstr(pkv_last_error(), what) != NULL);
 }
 
 #define MLA4                                                                      \
