@@ -2,7 +2,8 @@
  * reference of tests/common/indexer_ref.h: an engine of two MLA layers with indexers (layer 0's
  * of the config's dtype, layer 1's of the other, other widths, heads and top-k), sequences of
  * contexts shorter and longer than index_topk, prompt chunks and decodes, one decode past 1024
- * keys alone in its batch (2 threads: cpu_indexer.cpp's split over keys). Per batch and layer:
+ * keys alone in its batch (2 threads: cpu_indexer.cpp's split over keys), latents of the
+ * engine's dtype or fp8 (e4m3, e5m2). Per batch and layer:
  * - pkv_indexer_write: the cached keys and scales (pkv_layer_info's index_base,
  *   index_scale_base, index_block_bytes) byte for byte as the reference quantizes them;
  * - pkv_indexer_topk: positions equal to the reference's, slots their block table's. The
@@ -26,12 +27,14 @@
 #include "test_sparse_attention_world.h"
 
 static const sa_config configs[] = {
-    {"fp8_bs16_f32", PKV_DTYPE_F32, PKV_DTYPE_FP8_E4M3, 0, 16},
-    {"fp8_ue8m0_bs7_bf16", PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 1, 7},
-    {"fp8_bs7_f16", PKV_DTYPE_F16, PKV_DTYPE_FP8_E4M3, 0, 7},
-    {"fp8_ue8m0_bs16_f32", PKV_DTYPE_F32, PKV_DTYPE_FP8_E4M3, 1, 16},
-    {"bf16_bs16_bf16", PKV_DTYPE_BF16, PKV_DTYPE_BF16, 0, 16},
-    {"bf16_bs7_f16", PKV_DTYPE_F16, PKV_DTYPE_BF16, 1, 7},
+    {"fp8_bs16_f32", PKV_DTYPE_F32, PKV_DTYPE_FP8_E4M3, 0, 16, 0},
+    {"fp8_ue8m0_bs7_bf16", PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 1, 7, 0},
+    {"fp8_bs7_f16", PKV_DTYPE_F16, PKV_DTYPE_FP8_E4M3, 0, 7, 0},
+    {"fp8_ue8m0_bs16_f32", PKV_DTYPE_F32, PKV_DTYPE_FP8_E4M3, 1, 16, 0},
+    {"bf16_bs16_bf16", PKV_DTYPE_BF16, PKV_DTYPE_BF16, 0, 16, 0},
+    {"bf16_bs7_f16", PKV_DTYPE_F16, PKV_DTYPE_BF16, 1, 7, 0},
+    {"fp8_bs16_bf16_kv_e4m3", PKV_DTYPE_BF16, PKV_DTYPE_FP8_E4M3, 0, 16, PKV_DTYPE_FP8_E4M3},
+    {"bf16_bs7_f32_kv_e5m2", PKV_DTYPE_F32, PKV_DTYPE_BF16, 1, 7, PKV_DTYPE_FP8_E5M2},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 

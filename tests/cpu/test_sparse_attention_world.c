@@ -71,7 +71,13 @@ int sa_init(sa_world *w, const sa_config *c) {
   p.softmax_scale = 0.15f, p.kv_layout = PKV_KV_LAYOUT_MLA;
   p.kv_lora_rank = SA_RANK, p.qk_rope_head_dim = SA_ROPE;
   p.layer_specs = specs, p.layer_spec_size = sizeof specs[0];
-  return CHECK_OK(pkv_engine_create(&p, &w->e));
+  p.kv_dtype = c->kv_dtype;
+  if (!CHECK_OK(pkv_engine_create(&p, &w->e))) return 0;
+  for (uint32_t l = 0; l < SA_LAYERS && c->kv_dtype; l++) {
+    w->kv_scale[l] = l ? 0.004f : 0.125f; /* values in [-1, 1]: codes up to 250, or 8 */
+    if (!CHECK_OK(pkv_set_kv_scales(w->e, l, &w->kv_scale[l], NULL))) return 0;
+  }
+  return 1;
 }
 
 void sa_free(sa_world *w) {
@@ -167,9 +173,16 @@ static void fill_token(sa_world *w, sa_bufs *u, sa_seq *q, uint32_t l, uint32_t 
   for (uint32_t i = 0; i < SA_HEADS * SA_WIDTH; i++)
     kw_store(dt, unit(hash_of(q->seed, p, l, WHAT_Q, i)), u->q,
              (size_t)t * SA_HEADS * SA_WIDTH + i);
-  for (uint32_t i = 0; i < SA_WIDTH; i++)
-    q->latent[l][(size_t)p * SA_WIDTH + i] = kw_store(
-        dt, unit(hash_of(q->seed, p, l, WHAT_LATENT, i)), u->lat, (size_t)t * SA_WIDTH + i);
+  for (uint32_t i = 0; i < SA_WIDTH; i++) { /* the latent as the cache holds it */
+    double v = kw_store(dt, unit(hash_of(q->seed, p, l, WHAT_LATENT, i)), u->lat,
+                        (size_t)t * SA_WIDTH + i);
+    if (w->c.kv_dtype) {
+      const int e5m2 = w->c.kv_dtype == PKV_DTYPE_FP8_E5M2;
+      const uint8_t code = pkv_ref_fp8_encode((float)v, w->kv_scale[l], e5m2);
+      v = pkv_ref_fp8_decode(code, e5m2) * w->kv_scale[l];
+    }
+    q->latent[l][(size_t)p * SA_WIDTH + i] = v;
+  }
 }
 
 /* The key bytes (and fp8 scale) of q's position p in the page of `slot`, as the reference's. */

@@ -16,6 +16,8 @@ typedef struct sa_config {
   int32_t index_dtype; /* layer 0's indexer: PKV_DTYPE_FP8_E4M3 or BF16; layer 1's the other */
   uint32_t ue8m0;      /* pkv_indexer_write's flags */
   uint32_t block_size;
+  int32_t kv_dtype; /* the latents': 0 (dtype), or fp8 codes (PKV_DTYPE_FP8_E4M3 / E5M2) of a
+                       per-layer scale (pkv_set_kv_scales) */
 } sa_config;
 
 /* The model: MLA latents of SA_RANK + SA_ROPE values, SA_HEADS q heads. */
@@ -43,7 +45,8 @@ typedef struct sa_world {
   sa_config c;
   pkv_engine *e;
   sa_layer layers[SA_LAYERS];
-  double atol, rtol; /* attention outputs, by the dtype */
+  float kv_scale[SA_LAYERS]; /* fp8 latents' scales */
+  double atol, rtol;         /* attention outputs, by the dtype */
   sa_seq seqs[SA_MAX_SEQS];
   uint32_t tie_rows; /* exact top-k rows where the tie rule decided (count_ties) */
   uint32_t nan_rows; /* ... that left a NaN key out */
