@@ -9,7 +9,9 @@
 // row, and every value write_kv left in the pool, is checked. Then the MLA pool (the latents in
 // K alone, copies and read_block of K, MLA attention): cuda_backend_mla.cpp; and the pages of
 // unequal layers (two shapes in one step, K = V, a shared layer, chunk, soft-cap, sinks):
-// cuda_backend_layers.cpp.
+// cuda_backend_layers.cpp; a sparse-attention engine's pages (indexer keys beside the latents,
+// the indexer's write and top-k, sparse and dense MLA, unaligned pages refused):
+// cuda_backend_sparse.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,6 +26,7 @@
 #include "cuda_backend_layers.h"
 #include "cuda_backend_state.h"
 #include "cuda_backend_mla.h"
+#include "cuda_backend_sparse.h"
 #include "kv_harness.h"
 #include "status.h"
 
@@ -347,12 +350,13 @@ int main() {
     failures += run_mla_backend_cases(seed);
     failures += run_layers_backend_cases(seed + 3);
     failures += run_state_backend_cases();
+    failures += run_sparse_backend_cases(seed + 5);
   } catch (const pkv::Error &e) {
     fprintf(stderr, "FAIL: the backend threw %s: %s\n", pkv::status_string(e.status()), e.what());
     return 1;
   }
   printf("cuda_backend: %d of %zu cases passed (3 of them MLA, 2 of unequal layers, 1 of state "
-         "slots)\n",
-         int(std::size(cases)) + 6 - failures, std::size(cases) + 6);
+         "slots, 3 of sparse attention's pages)\n",
+         int(std::size(cases)) + 9 - failures, std::size(cases) + 9);
   return failures ? 1 : 0;
 }

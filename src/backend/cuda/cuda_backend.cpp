@@ -2,7 +2,9 @@
 // (kernels/ holds the kernels). A batch's arrays, every KV group's, go to the device once, in
 // plan(); fp8 scales once per layer, at its first attention. An MLA pool (shape.mla()) is K alone
 // (the latents): no V pool, the host tier, copies and the store's payload are K only, and
-// attention runs kernels/mla_attention.cu.
+// attention runs kernels/mla_attention.cu. A sparse-attention engine's MLA layers live in pages
+// (DESIGN.md §14): the same kernels at the layer's offset, kernels/indexer.cu for the indexer
+// keys beside the latents, kernels/sparse_mla.cu for attention over the selected keys.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -16,12 +18,16 @@
 #include "backend/cuda/sink_table.h"
 #include "cache_ops.cuh"
 #include "decode_attention.cuh"
+#include "indexer.cuh"
 #include "mla_attention.cuh"
 #include "prefill_attention.cuh"
+#include "sparse_mla.cuh"
 #include "status.h"
 
 namespace pkv {
 namespace {
+
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 void check_cuda(cudaError_t err, const char *what) {
   if (err == cudaSuccess) return;
@@ -290,6 +296,7 @@ class CudaBackend final : public Backend {
                           int32_t(v.max_context_len), di, di + n_seq + 1, di + 2 * n_seq + 1,
                           di + 3 * n_seq + 2 + g * n_blocks}});
     decode_plans_.clear();
+    mla_planned_ = false;
     size_t ws = 0;
     if (shape_.mla()) {
       PKV_ASSERT(groups == 1);
@@ -307,7 +314,7 @@ class CudaBackend final : public Backend {
   }
 
   void attention(const AttentionCall &call) override {
-    if (shape_.mla()) return mla_attention(call);
+    if (shape_.mla() || call.mla) return mla_attention(call);
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
     for (const void *p : {call.q, call.k, call.v, static_cast<const void *>(call.out)})
       PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
@@ -337,46 +344,135 @@ class CudaBackend final : public Backend {
   }
 
   void indexer_write(const IndexerCall &call) override {
-    fail(PKV_ERR_UNSUPPORTED, "layer %u: pkv_indexer_write has no CUDA kernel in this build yet",
-         call.layer);
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    PKV_REQUIRE(aligned16(call.k), "k must be 16-byte aligned on CUDA");
+    const cuda::IndexerLayer layer = indexer_layer(call);
+    const StepGroup &g = step_group(call.group);
+    check_cuda(
+        cuda::launch_indexer_write(layer, call.k, g.slots, g.batch.num_tokens, call.ue8m0, stream_),
+        "indexer write");
   }
 
+  // Scores a wave of tokens at a time into a workspace of at most kIndexerWorkspace bytes
+  // (one token's row at least), then selects each token's top keys (kernels/indexer.cu).
   void indexer_topk(const IndexerCall &call) override {
-    fail(PKV_ERR_UNSUPPORTED, "layer %u: pkv_indexer_topk has no CUDA kernel in this build yet",
-         call.layer);
+    check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
+    for (const void *p :
+         {call.q, static_cast<const void *>(call.weights), static_cast<const void *>(call.out)})
+      PKV_REQUIRE(aligned16(p), "q, weights and out must be 16-byte aligned on CUDA");
+    const cuda::IndexerLayer layer = indexer_layer(call);
+    const StepGroup &g = step_group(call.group);
+    const cuda::IndexerTopkPlan plan = cuda::plan_indexer_topk(g.batch, kIndexerWorkspace);
+    void *ws = index_ws_.get(plan.workspace_bytes);
+    check_cuda(
+        cuda::launch_indexer_topk(layer, g.batch, call.q, call.weights, int32_t(call.heads),
+                                  int32_t(call.topk), call.slots, call.out, plan, ws, stream_),
+        "indexer top-k");
   }
 
  private:
-  // MLA: the latents of the new tokens into their slots (K alone), then attention over them.
+  // MLA: the latents of the new tokens into their slots (K alone), then attention over them:
+  // dense (every key), or sparse over call.indices (pkv_sparse_mla_attention). The MLA pool
+  // (shape_.mla()) holds one layer per slot; pages (a sparse-attention engine's) hold the layer
+  // at call.k_offset of each page.
   void mla_attention(const AttentionCall &call) {
     check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
-    for (const void *p : {call.q, call.k, static_cast<const void *>(call.out)})
-      PKV_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
-                  "q, k and out must be 16-byte aligned on CUDA");
+    for (const void *p : {call.q, call.k, static_cast<const void *>(call.out),
+                          static_cast<const void *>(call.indices)})
+      PKV_REQUIRE(aligned16(p), call.indices
+                                    ? "q, k, indices and out must be 16-byte aligned on CUDA"
+                                    : "q, k and out must be 16-byte aligned on CUDA");
     PKV_REQUIRE(
         !call.v,
         "pkv_attention on an MLA cache takes v NULL (V is the latents' first kv_lora_rank)");
-    PKV_ASSERT(call.group == 0 && groups_.size() == 1 && call.window == 0 &&
-               call.slot < shape_.num_layers);
-    const StepGroup &g = groups_[0];
-    cuda::KvLayer layer{static_cast<char *>(k_) + uint64_t(call.slot) * shape_.layer_bytes(),
+    PKV_ASSERT(call.window == 0 && call.slot < shape_.num_layers);
+    const StepGroup &g = step_group(call.group);
+    const cuda::KvLayer layer = mla_layer(call);
+    const int32_t rank = int32_t(shape_.mla() ? shape_.kv_lora_rank : call.v_dim);
+    check_cuda(cuda::launch_write_kv(layer, call.k, nullptr, g.slots, g.batch.num_tokens, stream_),
+               "write_kv");
+    if (call.indices) {
+      check_cuda(
+          cuda::launch_sparse_mla(layer, rank, g.batch, call.q, call.indices, int32_t(call.topk),
+                                  call.out, int32_t(shape_.q_heads), call.scale, stream_),
+          "sparse MLA attention");
+      return;
+    }
+    check_cuda(cuda::launch_mla_attention(
+                   layer, rank, g.batch, call.q, call.out, int32_t(shape_.q_heads), call.scale,
+                   mla_plan(g.batch, layer.head_dim, rank), workspace_ptr_, stream_),
+               "MLA attention");
+  }
+
+  // The kernels' view of an MLA layer's latents. Pages: the layer's offset and the page stride,
+  // refused (before anything is written) where the kernels' 16-byte loads would not be aligned.
+  cuda::KvLayer mla_layer(const AttentionCall &call) {
+    const bool pages = !shape_.mla();
+    if (pages && (call.k_offset % 16 || call.block_stride % 16))
+      fail(PKV_ERR_UNSUPPORTED,
+           "layer %u: its latents start %llu bytes into a page of %llu bytes; the CUDA kernels "
+           "need both to be multiples of 16 (a block_size that is a multiple of 4 makes them so "
+           "for DeepSeek V3.2 and GLM-5), or run the layer with the host's kernels over the "
+           "pool (pkv_layer_info)",
+           call.layer, static_cast<unsigned long long>(call.k_offset),
+           static_cast<unsigned long long>(call.block_stride));
+    char *base = static_cast<char *>(k_) +
+                 (pages ? call.k_offset : uint64_t(call.slot) * shape_.layer_bytes());
+    cuda::KvLayer layer{base,
                         nullptr,
                         int32_t(shape_.block_size),
                         1,
-                        int32_t(shape_.head_dim),
+                        int32_t(pages ? call.head_dim : shape_.head_dim),
                         cuda::DType(shape_.dtype),
                         cuda::DType(shape_.kv_dtype),
                         nullptr,
                         nullptr,
                         0};
+    layer.block_stride = pages ? int64_t(call.block_stride) : 0;
+    // The scale table holds K and V of every layer for pages (tensors 2): an MLA layer's V
+    // scale is its K scale (AttentionCall::v_scale), the latents' one scale.
     if (cuda::is_fp8(layer.kv_dtype))
-      layer.k_scale = scales_.layer(call.layer, call.k_scale, nullptr, stream_);
-    check_cuda(cuda::launch_write_kv(layer, call.k, nullptr, g.slots, g.batch.num_tokens, stream_),
-               "write_kv");
-    check_cuda(cuda::launch_mla_attention(layer, int32_t(shape_.kv_lora_rank), g.batch, call.q,
-                                          call.out, int32_t(shape_.q_heads), call.scale, mla_plan_,
-                                          workspace_ptr_, stream_),
-               "MLA attention");
+      layer.k_scale =
+          scales_.layer(call.layer, call.k_scale, pages ? call.k_scale : nullptr, stream_);
+    return layer;
+  }
+
+  // The step's MLA plan: made in plan() for the MLA pool, at the first MLA layer for pages (the
+  // workspace grows here when it needs more than plan() reserved).
+  const cuda::MlaPlan &mla_plan(const cuda::BatchView &batch, int32_t width, int32_t rank) {
+    if (shape_.mla() || mla_planned_) return mla_plan_;
+    mla_plan_ =
+        cuda::plan_mla(batch, int32_t(shape_.q_heads), rank, width, num_sms_, size_t(max_smem_));
+    mla_planned_ = true;
+    if (mla_plan_.workspace_bytes > workspace_bytes_) {
+      workspace_ptr_ = workspace_.get(mla_plan_.workspace_bytes);
+      workspace_bytes_ = mla_plan_.workspace_bytes;
+    }
+    return mla_plan_;
+  }
+
+  // The kernels' view of an indexer layer (pages at the call's offsets), refused where the
+  // offsets would misalign the kernels' loads (an odd block_size's fp8 scales, for one).
+  cuda::IndexerLayer indexer_layer(const IndexerCall &call) const {
+    const bool fp8 = call.index_dtype != PKV_DTYPE_BF16;
+    if (call.key_offset % 16 || call.block_stride % 16 || (fp8 && call.scale_offset % 4))
+      fail(PKV_ERR_UNSUPPORTED,
+           "layer %u: its indexer keys start %llu bytes into a page of %llu bytes; the CUDA "
+           "kernels need both to be multiples of 16 (a block_size that is a multiple of 4 makes "
+           "them so), or run the indexer with the host's kernels over the pool (pkv_layer_info)",
+           call.layer, static_cast<unsigned long long>(call.key_offset),
+           static_cast<unsigned long long>(call.block_stride));
+    if (call.dim % PKV_ATTENTION_HEAD_DIM_ALIGN || call.dim > PKV_INDEXER_MAX_HEAD_DIM)
+      fail(PKV_ERR_UNSUPPORTED, "layer %u: index_head_dim %u is outside the CUDA kernels' limits",
+           call.layer, call.dim);
+    cuda::IndexerLayer l{};
+    l.pages = k_;
+    l.key_offset = int64_t(call.key_offset), l.scale_offset = int64_t(call.scale_offset);
+    l.block_stride = int64_t(call.block_stride);
+    l.block_size = int32_t(shape_.block_size), l.dim = int32_t(call.dim);
+    l.dtype = cuda::DType(shape_.dtype);
+    l.index_dtype = fp8 ? cuda::DType::fp8_e4m3 : cuda::DType::bf16;
+    return l;
   }
 
   void release() {
@@ -444,6 +540,10 @@ class CudaBackend final : public Backend {
     const int64_t *slots;   // [num_tokens]
     cuda::BatchView batch;  // block_indices: the group's
   };
+  const StepGroup &step_group(uint32_t group) const {
+    PKV_ASSERT(group < groups_.size());
+    return groups_[group];
+  }
 
   int32_t device_id_;
   PoolShape shape_;
@@ -467,6 +567,10 @@ class CudaBackend final : public Backend {
   };
   std::vector<StepPlan> decode_plans_;  // of the step
   cuda::MlaPlan mla_plan_{};            // MLA: the step's
+  bool mla_planned_ = false;            // pages: mla_plan_ is the step's
+  // The indexer's top-k scores (at most kIndexerWorkspace bytes: longer prefills run in waves).
+  static constexpr size_t kIndexerWorkspace = size_t(256) << 20;
+  DeviceBuffer index_ws_;
   ScaleTable scales_;
   SinkTable sinks_;
 };
