@@ -134,13 +134,14 @@ static float q_value(uint32_t l, uint32_t pos, uint32_t h, uint32_t i) {
 
 /* One batch of n of seq's uncomputed tokens (0: all), as a host runs it on every layer:
  * pkv_indexer_write (tag's keys), pkv_indexer_topk (positions; the last token's row of layer l
- * into top[l] when top is not NULL) and pkv_attention (tag's latents). Without an indexer only
- * pkv_attention. Returns how many copies of `kind` the batch listed. */
+ * into top[l] when top is not NULL; and slots, checked against the batch's block table) and
+ * pkv_attention (tag's latents); without an indexer pkv_attention only. Returns how many
+ * copies of `kind` the batch listed. */
 static uint32_t step(pkv_engine *e, uint64_t seq, uint32_t n, uint32_t tag, int32_t kind,
                      int32_t (*top)[TOPK]) {
   static float k[MAXT][IDIM], q[MAXT][IHEADS][IDIM], wt[MAXT][IHEADS];
   static float lat[MAXT][W], mq[MAXT][QH][W], out[MAXT][QH][RANK];
-  static int32_t idx[MAXT][TOPK];
+  static int32_t idx[MAXT][TOPK], slot[MAXT][TOPK];
   pkv_batch *b = NULL;
   if (!CHECK_OK(pkv_batch_begin(e, &seq, n ? &n : NULL, 1, &b))) return 0;
   const pkv_batch_view v = tu_view(b);
@@ -164,6 +165,14 @@ static uint32_t step(pkv_engine *e, uint64_t seq, uint32_t n, uint32_t tag, int3
       CHECK_OK(pkv_indexer_write(b, l, k, 0));
       CHECK_OK(pkv_indexer_topk(b, l, q, &wt[0][0], PKV_TOPK_POSITIONS, &idx[0][0]));
       if (top) memcpy(top[l], idx[v.num_tokens - 1], sizeof top[l]);
+      /* The same keys as slots of the sequence's blocks, wherever a tier put them. */
+      CHECK_OK(pkv_indexer_topk(b, l, q, &wt[0][0], PKV_TOPK_SLOTS, &slot[0][0]));
+      uint32_t wrong = 0;
+      for (uint32_t t = 0; t < v.num_tokens; t++)
+        for (uint32_t j = 0; j < TOPK; j++)
+          wrong += slot[t][j] !=
+                   (idx[t][j] < 0 ? -1 : v.block_tables[idx[t][j] / BS] * BS + idx[t][j] % BS);
+      CHECK_EQ_INT(wrong, 0);
     }
     CHECK_OK(pkv_attention(b, l, mq, lat, NULL, out));
   }
