@@ -27,22 +27,36 @@ static double unit(uint64_t h) { return (double)(h >> 11) * (1.0 / 9007199254740
 
 enum { WHAT_KEY = 1, WHAT_QIDX, WHAT_WEIGHT, WHAT_Q, WHAT_LATENT, WHAT_PROTO };
 
-/* An exact key (see the test's top): c_i * 2^m, c_i in -7 .. 7, one of them +-7. Half the
- * tokens take one of 10 prototypes of their sequence: their scores tie. */
+/* An exact key (see the test's top): c_i * 2^m, c_i in -7 .. 7, one of them +-7 (codes c_i *
+ * 64); a sixth of the values halfway between two e4m3 codes (y * 2^(m-6): the code of even
+ * mantissa is kept). Half the tokens take one of 10 prototypes of their sequence: their scores
+ * tie. */
 static void exact_key(uint64_t seed, uint32_t pos, uint32_t l, uint32_t dim, double *x) {
+  static const double halfway[8] = {272, 304, 336, 432, 8.5, 9.5, 4.25, 0.53125};
   const uint64_t h = hash_of(seed, pos, l, WHAT_KEY, 0);
   const uint64_t src = h & 1 ? hash_of(seed, 0, l, WHAT_PROTO, (uint32_t)(h >> 1) % 10) : h;
   const int m = (int)(src % 5) - 3;
-  for (uint32_t i = 0; i < dim; i++) x[i] = ldexp((double)(int)(mix(src + i) % 15) - 7, m);
+  for (uint32_t i = 0; i < dim; i++) {
+    const uint64_t r = mix(src + i);
+    x[i] = (r >> 20) % 6 ? ldexp((double)(int)(r % 15) - 7, m)
+                         : ldexp(halfway[(r >> 8) % 8] * ((r >> 12) & 1 ? 1 : -1), m - 6);
+  }
   x[(src >> 8) % dim] = ldexp((src >> 16) & 1 ? 7.0 : -7.0, m);
 }
 
-/* A random key: any scale (2^-4 .. 2^5), every 13th a key of zeros. */
+/* A random key: any scale (2^-4 .. 2^5), every 13th a key of zeros; every 7th value halfway
+ * between two bf16 values (an f32 engine keeps it: bf16 keys round it to the even one). */
 static void random_key(uint64_t seed, uint32_t pos, uint32_t l, uint32_t dim, double *x) {
   const uint64_t h = hash_of(seed, pos, l, WHAT_KEY, 0);
   const double amp = ldexp(1.5 + unit(h >> 3) / 2, (int)(h % 9) - 4);
-  for (uint32_t i = 0; i < dim; i++)
-    x[i] = pos % 13 == 4 ? 0.0 : amp * unit(hash_of(seed, pos, l, WHAT_KEY, i + 1));
+  for (uint32_t i = 0; i < dim; i++) {
+    float f = pos % 13 == 4 ? 0.0f : (float)(amp * unit(hash_of(seed, pos, l, WHAT_KEY, i + 1)));
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if (i % 7 == 3 && f != 0.0f) bits = (bits & 0xffff0000u) | 0x8000u;
+    memcpy(&f, &bits, 4);
+    x[i] = f;
+  }
 }
 
 int sa_init(sa_world *w, const sa_config *c) {
