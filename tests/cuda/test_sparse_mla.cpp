@@ -4,8 +4,8 @@
 // of padding, and one row with no valid entry (out 0). f32, f16 and bf16 models, caches of the
 // model's dtype and fp8 e4m3 / e5m2 (scale not 1); DeepSeek V3's latent (512 + 64) and small
 // ones (64 + 16, 32 + 8); 1, 16, 40 q heads (a partial head block); block sizes 1, 5, 16; dense
-// blocks and pages (block_stride past the latents, the bytes between them NaN); then refused
-// launches.
+// blocks and pages (block_stride past the latents, the bytes between them NaN); rows in one
+// split and in many (merged); then refused launches.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,6 +26,7 @@ struct Case {
   int32_t heads, rank, rope, topk, block_size;
   std::vector<SeqSpec> seqs;
   bool paged;
+  int32_t split_entries = 0;  // 0: plan_sparse_mla's for 132 SMs
 };
 
 std::string describe(const Case &c) {
@@ -136,8 +137,14 @@ bool run_case(const Case &c, uint64_t seed) {
                                    dctx.as<int32_t>(),
                                    dptr.as<int32_t>(),
                                    dblocks.as<int32_t>()};
+  const pkv::cuda::SparseMlaPlan plan =
+      c.split_entries
+          ? pkv::cuda::plan_sparse_mla_with(tokens, c.heads, c.rank, c.topk, c.split_entries)
+          : pkv::cuda::plan_sparse_mla(tokens, c.heads, c.rank, c.topk, 132);
+  DevBuf ws(std::max<size_t>(plan.workspace_bytes, 16));
   check_cuda(pkv::cuda::launch_sparse_mla(layer, c.rank, batch, dq.as<void>(), didx.as<int32_t>(),
-                                          c.topk, dout.as<void>(), c.heads, float(scale), nullptr),
+                                          c.topk, dout.as<void>(), c.heads, float(scale), plan,
+                                          ws.as<void>(), nullptr),
              "launch_sparse_mla");
   std::vector<unsigned char> raw(ref.size() * eb);
   dout.download(raw.data(), raw.size());
@@ -147,13 +154,14 @@ bool run_case(const Case &c, uint64_t seed) {
   tolerances(c.dtype, &atol, &rtol);
   const size_t bad =
       pkv_ref_compare(describe(c).c_str(), got.data(), ref.data(), got.size(), atol, rtol);
-  if (!bad) printf("ok %s (%d tokens)\n", describe(c).c_str(), tokens);
+  if (!bad) printf("ok %s (%d tokens, %d splits)\n", describe(c).c_str(), tokens, plan.num_splits);
   return bad == 0;
 }
 
 // Launches the launcher must refuse before any work, and the limits it takes.
 bool check_refused() {
-  DevBuf pool(1 << 14), q(1 << 14), out(1 << 14), idx(64), qs(16), ctx(16), ptr(16), blocks(16);
+  DevBuf pool(1 << 14), q(1 << 14), out(1 << 14), idx(256), qs(16), ctx(16), ptr(16), blocks(16),
+      ws(1 << 14);
   const int32_t host[4] = {0, 1, 0, 0}, one[4] = {1, 0, 0, 0};
   qs.upload(host, 8), ptr.upload(host, 8), blocks.upload(host, 4), ctx.upload(one, 4);
   idx.upload(host, 4);
@@ -165,8 +173,10 @@ bool check_refused() {
     int32_t rank = 64, width = 80, topk = 4;
     int64_t stride = 0;
     size_t q_offset = 0;
+    int32_t split = 0;       // split_entries of the plan; 0: one split
+    bool uncovered = false;  // a plan of no split at all
   };
-  std::vector<Try> tries(7, Try{"a small latent", true});
+  std::vector<Try> tries(9, Try{"a small latent", true});
   tries[1].what = "DeepSeek V3's latent", tries[1].rank = 512, tries[1].width = 576;
   tries[2].what = "a rope not a multiple of 8", tries[2].ok = false, tries[2].width = 84;
   tries[3].what = "a page stride 8 bytes off 16", tries[3].ok = false,
@@ -174,14 +184,20 @@ bool check_refused() {
   tries[4].what = "a page stride under the latents", tries[4].ok = false, tries[4].stride = 160;
   tries[5].what = "q 8 bytes off 16", tries[5].ok = false, tries[5].q_offset = 8;
   tries[6].what = "a top-k of 0", tries[6].ok = false, tries[6].topk = 0;
+  tries[7].what = "a plan whose splits do not cover the row", tries[7].ok = false;
+  tries[7].uncovered = true;
+  tries[8].what = "a plan of 3 splits (its workspace given)", tries[8].split = 16;
+  tries[8].topk = 40;
   bool all = true;
   for (const Try &t : tries) {
     pkv::cuda::KvLayer l{pool.as<void>(), nullptr,     16,      1,       t.width,
                          DType::bf16,     DType::bf16, nullptr, nullptr, 0};
     l.block_stride = t.stride;
+    pkv::cuda::SparseMlaPlan plan = pkv::cuda::plan_sparse_mla_with(1, 4, t.rank, t.topk, t.split);
+    if (t.uncovered) plan.num_splits = 0;
     const cudaError_t e =
         pkv::cuda::launch_sparse_mla(l, t.rank, batch, q.as<char>() + t.q_offset, idx.as<int32_t>(),
-                                     t.topk, out.as<void>(), 4, 0.1f, nullptr);
+                                     t.topk, out.as<void>(), 4, 0.1f, plan, ws.as<void>(), nullptr);
     if ((e == cudaSuccess) != t.ok) {
       fprintf(stderr, "FAIL refused sparse MLA launch, %s: got %s\n", t.what,
               cudaGetErrorString(e));
@@ -205,6 +221,11 @@ int main() {
       {bf16, DType::fp8_e4m3, 16, 512, 64, 48, 16, {{150, 1}, {40, 3}}, true},
       {f16, DType::fp8_e5m2, 8, 64, 16, 32, 16, mixed, false},
       {f32, DType::fp8_e4m3, 4, 64, 16, 20, 5, mixed, true},
+      // Rows split over CTAs (16 and 32 entries: one split of only padding), then merged; the
+      // plan's own split for one decode of 2 head blocks on 132 SMs.
+      {bf16, bf16, 32, 512, 64, 96, 16, {{300, 1}, {100, 1}}, true, 16},
+      {f16, DType::fp8_e4m3, 40, 64, 16, 64, 5, mixed, false, 32},
+      {f32, f32, 20, 32, 8, 512, 16, {{900, 1}}, false},
   };
   bool ok = check_refused();
   for (size_t i = 0; i < cases.size(); ++i) ok = run_case(cases[i], 200 + i) && ok;

@@ -392,9 +392,12 @@ class CudaBackend final : public Backend {
     check_cuda(cuda::launch_write_kv(layer, call.k, nullptr, g.slots, g.batch.num_tokens, stream_),
                "write_kv");
     if (call.indices) {
+      const cuda::SparseMlaPlan plan = cuda::plan_sparse_mla(
+          g.batch.num_tokens, int32_t(shape_.q_heads), rank, int32_t(call.topk), num_sms_);
+      void *ws = plan.workspace_bytes ? sparse_ws_.get(plan.workspace_bytes) : nullptr;
       check_cuda(
           cuda::launch_sparse_mla(layer, rank, g.batch, call.q, call.indices, int32_t(call.topk),
-                                  call.out, int32_t(shape_.q_heads), call.scale, stream_),
+                                  call.out, int32_t(shape_.q_heads), call.scale, plan, ws, stream_),
           "sparse MLA attention");
       return;
     }
@@ -571,6 +574,7 @@ class CudaBackend final : public Backend {
   // The indexer's top-k scores (at most kIndexerWorkspace bytes: longer prefills run in waves).
   static constexpr size_t kIndexerWorkspace = size_t(256) << 20;
   DeviceBuffer index_ws_;
+  DeviceBuffer sparse_ws_;  // sparse MLA's split rows (SparseMlaPlan)
   ScaleTable scales_;
   SinkTable sinks_;
 };
