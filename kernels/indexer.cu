@@ -1,6 +1,7 @@
 // The lightning indexer (see indexer.cuh): key writes, one warp per token; the top-k in two
 // kernels per wave of tokens: indexer_score_kernel splits each token's context over CTAs (the
-// work: heads * dim multiply-adds per key) and leaves every score in the workspace, then
+// work: heads * dim multiply-adds per key, in fp32 on the CUDA cores, register-blocked 4 keys x 4
+// heads a thread) and leaves every score in the workspace, then
 // indexer_select_kernel, one CTA per token, finds the k-th score by a radix select on the
 // scores' order-preserving bits and emits the kept keys in position order. Both are independent
 // of the threads' order: the same scores and the same set, ties included, run after run.
@@ -14,10 +15,14 @@ namespace {
 using dev::imin;
 
 constexpr int kWriteWarps = 4;
-constexpr int kScoreThreads = 256, kTileKeys = 32, kHeadLanes = kScoreThreads / kTileKeys;
-constexpr int kSplitKeys = 256;     // keys per score CTA (8 tiles)
-constexpr int kQueryFloats = 8192;  // q heads staged at once: 32 KiB of shared memory
-constexpr float kFp8Max = 448.f;    // e4m3's largest finite value
+// The score CTA: a tile of 64 keys against 64 staged heads, each thread 4 keys x 4 heads (16
+// dot products in registers from two 16-byte shared loads per value of the dimension).
+constexpr int kScoreThreads = 256, kTileKeys = 64, kKeysPer = 4, kHeadsPer = 4;
+constexpr int kKeyGroups = kTileKeys / kKeysPer;         // 16
+constexpr int kHeadGroups = kScoreThreads / kKeyGroups;  // 16
+constexpr int kStagedHeads = kHeadGroups * kHeadsPer;    // 64
+constexpr int kSplitKeys = 256;                          // keys per score CTA (4 tiles)
+constexpr float kFp8Max = 448.f;                         // e4m3's largest finite value
 
 // The fp8 scale of a key whose largest magnitude is amax (pkv.h: amax / 448, 1 for zeros; ue8m0:
 // the power of two at or above it).
@@ -81,12 +86,12 @@ struct TopkArgs {
   int32_t *out;
 };
 
-// Shared memory of a score CTA: the staged q heads and weights, the key tile transposed
-// ([dim][kTileKeys]: a warp reads one row, a key a lane), its scales, the head lanes' sums.
-size_t score_smem_floats(int32_t dim, int32_t heads) {
-  const int32_t staged = imin(heads, kQueryFloats / dim);
-  return size_t(staged) * dim + staged + size_t(dim) * kTileKeys + kTileKeys +
-         kHeadLanes * kTileKeys;
+// Shared memory of a score CTA: the staged q heads transposed ([dim][64]: a thread reads its 4
+// heads at once) and their weights, the key tile transposed ([dim][64]: its 4 keys at once),
+// the keys' scales, the head groups' sums per key.
+size_t score_smem_floats(int32_t dim) {
+  return size_t(dim) * kStagedHeads + kStagedHeads + size_t(dim) * kTileKeys + kTileKeys +
+         kHeadGroups * kTileKeys;
 }
 
 // Keys k0 .. k0 + kTileKeys - 1 of the token's sequence (zeros at or past n) into kt, as the
@@ -114,25 +119,49 @@ __device__ void load_key_tile(const TopkArgs &a, const int32_t *blocks, int k0, 
   }
 }
 
-// Heads h0 .. h0 + count - 1 of the token's q and weights into qs, ws (as floats).
+// Heads h0 .. h0 + count - 1 of the token's q into qt ([dim][64], as floats) and weights into ws;
+// zeros for the heads past count (weight 0: they add nothing).
 template <class T>
-__device__ void stage_queries(const TopkArgs &a, int t, int h0, int count, float *qs, float *ws) {
-  const int dim = a.layer.dim, chunks = count * dim / 8;
+__device__ void stage_queries(const TopkArgs &a, int t, int h0, int count, float *qt, float *ws) {
+  const int dim = a.layer.dim, chunks = dim / 8;
   const T *q = static_cast<const T *>(a.q) + (int64_t(t) * a.heads + h0) * dim;
-  for (int c = threadIdx.x; c < chunks; c += kScoreThreads) {
-    float x[8];
-    dev::load8(q + c * 8, x);
+  for (int c = threadIdx.x; c < kStagedHeads * chunks; c += kScoreThreads) {
+    const int h = c / chunks, d8 = c % chunks * 8;
+    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (h < count) dev::load8(q + h * dim + d8, x);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qs[c * 8 + i] = x[i];
+    for (int i = 0; i < 8; ++i) qt[(d8 + i) * kStagedHeads + h] = x[i];
   }
-  for (int h = threadIdx.x; h < count; h += kScoreThreads)
-    ws[h] = a.weights[int64_t(t) * a.heads + h0 + h];
+  for (int h = threadIdx.x; h < kStagedHeads; h += kScoreThreads)
+    ws[h] = h < count ? a.weights[int64_t(t) * a.heads + h0 + h] : 0.f;
 }
 
-// grid = (key split, wave token): the scores of the split's keys, kTileKeys at a time; a warp
-// per head lane (heads lane, lane + 8, ...), a key per thread; the lanes' sums added in order.
-// Two CTAs an SM (64 KiB of shared memory each), so at most 128 registers: without the bound
-// ptxas spilled the f32 model's fp8 variant (sm_90, CUDA 13).
+// The thread's 4 keys' sums over its 4 heads: sum of w * relu(dot * scale), into part.
+__device__ __forceinline__ void score_block(int dim, const float *qt, const float *ws,
+                                            const float *kt, const float *ks, int kg, int hg,
+                                            float (&part)[kKeysPer]) {
+  float dot[kHeadsPer][kKeysPer] = {};
+  for (int d = 0; d < dim; ++d) {
+    const float4 qv = *reinterpret_cast<const float4 *>(qt + d * kStagedHeads + hg * kHeadsPer);
+    const float4 kv = *reinterpret_cast<const float4 *>(kt + d * kTileKeys + kg * kKeysPer);
+    const float qh[kHeadsPer] = {qv.x, qv.y, qv.z, qv.w}, kk[kKeysPer] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+    for (int i = 0; i < kHeadsPer; ++i)
+#pragma unroll
+      for (int k = 0; k < kKeysPer; ++k) dot[i][k] += qh[i] * kk[k];
+  }
+#pragma unroll
+  for (int i = 0; i < kHeadsPer; ++i)
+#pragma unroll
+    for (int k = 0; k < kKeysPer; ++k) {
+      const float r = dot[i][k] * ks[kg * kKeysPer + k];
+      part[k] += ws[hg * kHeadsPer + i] * (r < 0.f ? 0.f : r);  // relu keeping a NaN (last)
+    }
+}
+
+// grid = (key split, wave token): the scores of the split's keys, kTileKeys at a time, against
+// kStagedHeads heads at a time; the head groups' sums added in order. Two CTAs an SM at dim 128
+// (66 KiB of shared memory each), so at most 128 registers.
 template <class T, class C>
 __global__ void __launch_bounds__(kScoreThreads, 2) indexer_score_kernel(TopkArgs a) {
   extern __shared__ __align__(16) float smem[];
@@ -140,38 +169,33 @@ __global__ void __launch_bounds__(kScoreThreads, 2) indexer_score_kernel(TopkArg
   const dev::TokenPlace tp = dev::token_place(a.batch, t);
   const int n = tp.pos + 1, key_begin = int(blockIdx.x) * kSplitKeys;
   if (key_begin >= n) return;  // the whole CTA
-  const int dim = a.layer.dim, staged = imin(a.heads, kQueryFloats / dim);
-  float *qs = smem, *ws = qs + staged * dim, *kt = ws + staged, *ks = kt + dim * kTileKeys;
-  float *red = ks + kTileKeys;
+  const int dim = a.layer.dim;
+  float *qt = smem, *ws = qt + dim * kStagedHeads, *kt = ws + kStagedHeads;
+  float *ks = kt + dim * kTileKeys, *red = ks + kTileKeys;
   const int32_t *blocks = a.batch.block_indices + a.batch.block_indptr[tp.seq];
-  const int j = threadIdx.x % kTileKeys, lane_h = threadIdx.x / kTileKeys;
-  int loaded = -1;  // the first head staged in qs
+  const int kg = threadIdx.x % kKeyGroups, hg = threadIdx.x / kKeyGroups;
+  int loaded = -1;  // the first head staged in qt
   for (int k0 = key_begin; k0 < imin(n, key_begin + kSplitKeys); k0 += kTileKeys) {
     __syncthreads();  // the previous tile's reads of kt, ks and red are done
     load_key_tile<C>(a, blocks, k0, n, kt, ks);
-    float acc = 0.f;
-    for (int h0 = 0; h0 < a.heads; h0 += staged) {
-      const int count = imin(staged, a.heads - h0);
-      if (h0 != loaded) {  // every tile with more heads than fit, the first tile otherwise
+    float part[kKeysPer] = {0.f, 0.f, 0.f, 0.f};
+    for (int h0 = 0; h0 < a.heads; h0 += kStagedHeads) {
+      if (h0 != loaded) {  // every tile with more heads than one staging, the first otherwise
         __syncthreads();
-        stage_queries<T>(a, t, h0, count, qs, ws);
+        stage_queries<T>(a, t, h0, imin(kStagedHeads, a.heads - h0), qt, ws);
         loaded = h0;
       }
       __syncthreads();
-      for (int h = lane_h; h < count; h += kHeadLanes) {
-        const float *qh = qs + h * dim;
-        float dot = 0.f;
-        for (int d = 0; d < dim; ++d) dot += qh[d] * kt[d * kTileKeys + j];
-        const float r = dot * ks[j];
-        acc += ws[h] * (r < 0.f ? 0.f : r);  // relu that keeps a NaN (it ranks last)
-      }
+      score_block(dim, qt, ws, kt, ks, kg, hg, part);
     }
-    red[lane_h * kTileKeys + j] = acc;
+#pragma unroll
+    for (int k = 0; k < kKeysPer; ++k) red[hg * kTileKeys + kg * kKeysPer + k] = part[k];
     __syncthreads();
-    if (threadIdx.x < kTileKeys && k0 + j < n) {
-      float s = 0.f;
-      for (int i = 0; i < kHeadLanes; ++i) s += red[i * kTileKeys + j];
-      a.scores[int64_t(blockIdx.y) * a.max_keys + k0 + j] = s;
+    const int j = threadIdx.x;
+    if (j < kTileKeys && k0 + j < n) {
+      float sum = 0.f;
+      for (int g = 0; g < kHeadGroups; ++g) sum += red[g * kTileKeys + j];
+      a.scores[int64_t(blockIdx.y) * a.max_keys + k0 + j] = sum;
     }
   }
 }
@@ -197,7 +221,7 @@ bool layer_ok(const IndexerLayer &l) {
 
 template <class T, class C>
 cudaError_t launch_topk_typed(TopkArgs a, const IndexerTopkPlan &plan, cudaStream_t stream) {
-  const size_t smem = score_smem_floats(a.layer.dim, a.heads) * sizeof(float);
+  const size_t smem = score_smem_floats(a.layer.dim) * sizeof(float);
   if (const cudaError_t e =
           allow_smem(reinterpret_cast<const void *>(indexer_score_kernel<T, C>), smem))
     return e;

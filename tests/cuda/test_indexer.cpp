@@ -6,7 +6,7 @@
 // small integers with a largest magnitude of 7 (an fp8 scale of exactly 2^-6), queries and
 // weights small integers times powers of two: every fp32 sum is exact, so the sets must be
 // equal, and the many ties must break as pkv.h says. Cases: f32, f16 and bf16 models, fp8 (with
-// and without ue8m0) and bf16 caches, dims 32 .. 256, 1 .. 40 heads (more than the score kernel
+// and without ue8m0) and bf16 caches, dims 32 .. 256, 2 .. 72 heads (more than the score kernel
 // stages at once), block sizes 1, 5 and 16, contexts over several score splits, top-k above and
 // below the context, NaN keys (ranked last), several waves of tokens; then refused launches.
 #include <algorithm>
@@ -312,8 +312,8 @@ int main() {
       {f32, e4m3, false, 32, 3, 16, 1, {{300, 1}, {20, 20}}},
       {bf16, bf16, false, 64, 4, 48, 16, mixed},
       {f32, bf16, false, 32, 2, 8, 5, {{90, 3}, {8, 1}}},
-      // More heads than one staging of q (dim 256: 32 heads at once), the widest key.
-      {bf16, e4m3, true, 256, 40, 24, 16, {{280, 1}, {30, 2}}},
+      // More heads than one staging of q (64 at once: 72 = 64 + 8), the widest key.
+      {bf16, e4m3, true, 256, 72, 24, 16, {{280, 1}, {30, 2}}},
       // A top-k of 1, NaN keys, waves of 3 tokens.
       {f16, e4m3, false, 32, 2, 1, 16, {{100, 4}, {1, 1}}, true, 3 * 100 * 4},
       {bf16, e4m3, false, 64, 4, 40, 5, mixed, true, 2 * 600 * 4},
