@@ -264,12 +264,14 @@ pkv_status pkv_engine_params_from_hf_config_layers(pkv_engine_params *p, const c
       pkv::fail(PKV_ERR_INVALID_ARGUMENT, "the model has %u layers, specs holds %u",
                 m.params.num_layers, cap);
     // A spec of an older header ends before state_dtype: a recurrent layer would lose its state.
-    for (uint32_t l = 0; l < m.specs.size() && spec_size < sizeof(pkv_layer_spec); ++l)
+    // (0.6's spec, 88 bytes, ends where the indexer's fields begin: it holds every state field.)
+    const size_t state_end = offsetof(pkv_layer_spec, index_head_dim);
+    for (uint32_t l = 0; l < m.specs.size() && spec_size < state_end; ++l)
       if (m.specs[l].kind == PKV_LAYER_STATE)
         pkv::fail(PKV_ERR_INVALID_ARGUMENT,
                   "layer %u is recurrent (PKV_LAYER_STATE): spec_size %u ends before its state "
-                  "fields; pkv.h 0.6's pkv_layer_spec (%zu bytes) is needed",
-                  l, spec_size, sizeof(pkv_layer_spec));
+                  "fields; pkv.h 0.6's pkv_layer_spec (%zu bytes) or later is needed",
+                  l, spec_size, state_end);
     if (m.needs_specs) {
       m.params.layer_specs = specs;
       m.params.layer_spec_size = spec_size;

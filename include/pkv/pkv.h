@@ -1048,8 +1048,8 @@ PKV_API pkv_status pkv_hf_config_layer_windows(const char *json, size_t json_len
  * written whole, bytes pkv does not know zeroed. specs NULL with cap 0 asks the length: only
  * *out_num_layers is written. A failure changes neither p nor specs.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p, json or out_num_layers NULL; specs NULL with cap > 0;
- * spec_size below 48, or (since 0.6.0) below sizeof(pkv_layer_spec) for a model with recurrent
- * layers; cap below the model's layers, with *out_num_layers still written; p's
+ * spec_size below 48, or (since 0.6.0) below 88 (0.6's pkv_layer_spec) for a model with
+ * recurrent layers; cap below the model's layers, with *out_num_layers still written; p's
  * struct_size ending before reserved3 (a header older than 0.5); a config
  * pkv_engine_params_from_hf_config refuses so; a layer_types entry other than
  * "sliding_attention", "full_attention" or (Llama 4) "chunked_attention"; num_kv_shared_layers

@@ -313,6 +313,20 @@ static void test_old_spec_and_attention_only(void) {
     CHECK(strstr(pkv_last_error(), "layer 0 is recurrent") != NULL);
     CHECK(strstr(pkv_last_error(), "spec_size 48") != NULL);
     CHECK(memcmp(&p, &before, sizeof p) == 0 && memcmp(old, old_before, sizeof old) == 0);
+    /* A 0.6 caller's spec (88 bytes) holds every state field: read, the 0.7 fields not written
+     * (pkv 0.7 once refused it: the check compared with the 0.7 size). */
+    static unsigned char six[32 * 88 + 16];
+    memset(six, 0xab, sizeof six);
+    if (CHECK_OK(pkv_engine_params_from_hf_config_layers(&p, json, len, (pkv_layer_spec *)six, 88,
+                                                         32, &n))) {
+      pkv_layer_spec first;
+      memset(&first, 0, sizeof first);
+      memcpy(&first, six, 88);
+      CHECK_EQ_INT(first.kind, PKV_LAYER_STATE);
+      CHECK(first.state_shape[0] > 0);
+      CHECK_EQ_INT(p.layer_spec_size, 88);
+      CHECK(six[(size_t)n * 88] == 0xab); /* past the last 88-byte spec: untouched */
+    }
     free(json);
   }
   static const char micro[] =
