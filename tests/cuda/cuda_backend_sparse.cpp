@@ -120,7 +120,7 @@ pkv::IndexerCall indexer_call(const Run &r, uint32_t l) {
 
 pkv::AttentionCall attention_call(const Run &r, uint32_t l) {
   pkv::AttentionCall c{};
-  c.layer = l, c.slot = 0, c.group = 0, c.scale = kScale;
+  c.layer = l, c.slot = l, c.group = 0, c.scale = kScale;  // slot: its place in the page
   c.kv_heads = 1, c.head_dim = kWidth, c.v_dim = kRank, c.mla = true, c.write = true;
   c.k_offset = r.k_off(l), c.v_offset = r.k_off(l), c.block_stride = r.page;
   c.v_in_k_pool = true;

@@ -385,7 +385,9 @@ class CudaBackend final : public Backend {
     PKV_REQUIRE(
         !call.v,
         "pkv_attention on an MLA cache takes v NULL (V is the latents' first kv_lora_rank)");
-    PKV_ASSERT(call.window == 0 && call.slot < shape_.num_layers);
+    // The MLA pool's slot is its layer dimension; a page's (slot > 0 for the second layer of a
+    // page) is not: pages place a layer by its k_offset.
+    PKV_ASSERT(call.window == 0 && (!shape_.mla() || call.slot < shape_.num_layers));
     const StepGroup &g = step_group(call.group);
     const cuda::KvLayer layer = mla_layer(call);
     const int32_t rank = int32_t(shape_.mla() ? shape_.kv_lora_rank : call.v_dim);
