@@ -73,7 +73,50 @@ static void run_config(const sa_config *c) {
   sa_free(&w);
 }
 
+/* The reference itself on hand-computed cases: what the kernels are held to. */
+static void test_reference(void) {
+  const float three[2] = {1344.0f, -1.0f}, over[1] = {449.0f}, exact[1] = {448.0f};
+  CHECK(pkv_ref_indexer_scale(three, 2, 0) == 3.0f && pkv_ref_indexer_scale(three, 2, 1) == 4.0f);
+  CHECK(pkv_ref_indexer_scale(over, 1, 1) == 2.0f && pkv_ref_indexer_scale(exact, 1, 1) == 1.0f);
+  const float zeros[2] = {0.0f, -0.0f}, x[4] = {1.0f, -896.0f, 3.0f, 0.0f};
+  CHECK(pkv_ref_indexer_scale(zeros, 2, 0) == 1.0f && pkv_ref_indexer_scale(zeros, 2, 1) == 1.0f);
+  uint8_t codes[4];
+  float scale = 0.0f;
+  pkv_ref_indexer_quantize_fp8(x, 4, 0, codes, &scale); /* 0.5, -448, 1.5, 0 */
+  CHECK(scale == 2.0f && codes[0] == 0x30 && codes[1] == 0xfe && codes[2] == 0x3c && !codes[3]);
+  /* bf16: halfway cases go to the even code */
+  CHECK(pkv_ref_bf16_bits(1.00390625f) == 0x3f80 && pkv_ref_bf16_bits(1.01171875f) == 0x3f82);
+  CHECK(pkv_ref_bf16_bits(-1.0f) == 0xbf80 && pkv_ref_bf16_value(0x4040) == 3.0);
+  const double key[2] = {1.0, 2.0}, q[4] = {1.0, 1.0, -1.0, 0.0}, w[2] = {2.0, 5.0};
+  CHECK(pkv_ref_indexer_score(q, w, key, 2, 2) == 6.0); /* 2 * relu(3) + 5 * relu(-1) */
+  const double scores[8] = {1, NAN, 3, 3, 2, NAN, 3, 0};
+  int32_t top[10];
+  CHECK(pkv_ref_topk(scores, 8, 3, top) == 3 && top[0] == 2 && top[1] == 3 && top[2] == 6);
+  CHECK(pkv_ref_topk(scores, 8, 4, top) == 4 && top[0] == 2 && top[3] == 6 && top[1] == 3);
+  CHECK(pkv_ref_topk(scores, 8, 5, top) == 5 && top[0] == 0 && top[4] == 6); /* score 1 beats 0 */
+  CHECK(pkv_ref_topk(scores, 8, 7, top) == 7 && top[1] == 1 && top[6] == 7); /* NaN 1, not 5 */
+  CHECK(pkv_ref_topk(scores, 8, 10, top) == 8 && top[7] == 7 && top[8] == -1 && top[9] == -1);
+  const int32_t table[2] = {9, 4};
+  int32_t slots[4], pos[4] = {0, 6, 3, -1};
+  pkv_ref_positions_to_slots(pos, 4, table, 4, slots);
+  CHECK(slots[0] == 36 && slots[1] == 18 && slots[2] == 39 && slots[3] == -1);
+  /* sparse MLA, 1 head, rank 1 + rope 1: scores ln 3 and 0 -> weights 3/4, 1/4 */
+  const double lat[4] = {1.0, 0.0, 0.0, 0.0}, mq[2] = {log(3.0), 0.0};
+  const int32_t idx[4] = {0, 1, -1, 5}, twice[3] = {0, 0, 1}, none[2] = {-1, 7};
+  double out = -1.0;
+  pkv_ref_sparse_mla(mq, lat, idx, 4, 1, 1, 1, 1, 1.0, &out);
+  CHECK(fabs(out - 0.75) < 1e-15);
+  pkv_ref_sparse_mla(mq, lat, twice, 3, 1, 1, 1, 1, 1.0, &out); /* a position twice: 6/7 */
+  CHECK(fabs(out - 6.0 / 7.0) < 1e-15);
+  pkv_ref_sparse_mla(mq, lat, none, 2, 1, 1, 1, 1, 1.0, &out);
+  CHECK(out == 0.0);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "reference") == 0) {
+    test_reference();
+    return kw_summary();
+  }
   kw_skip_unless_isa();
   int ran = 0;
   for (int i = 0; i < NUM_CONFIGS; i++) {
