@@ -35,12 +35,21 @@ inline size_t attention_partial_floats(uint32_t rows, uint32_t q_heads, uint32_t
 
 // attention: the planned items of one layer's call. quantize_fp8: write_kv's rounding of n
 // elements (a multiple of 8) of dtype at src to kv_dtype's fp8 codes of x / scale.
+// (cpu_sparse_math.cpp, DESIGN.md §14) indexer_scores8: the indexer scores of 8 keys, keys_t
+// [dim][8] (dim a multiple of 8) their values as floats, scales [8]: score[k] = sum_h w[h] *
+// relu(scales[k] * q[h] . key k). sparse_attend: out [heads][rank] of q [heads][width] over n
+// latents [n][width] (width a multiple of 8): the softmax of scale * q . latent weighting the
+// latents' first rank values (0 for n 0); p holds n floats of scratch.
 #define PKV_DECLARE_CPU_ATTENTION(ns)                                                           \
   namespace ns {                                                                                \
   void attention(const CpuStep &step, const CpuLayer &layer, const AttnWork &work,              \
                  ThreadPool &pool);                                                             \
   void quantize_fp8(const void *src, int32_t dtype, int32_t kv_dtype, uint8_t *dst, uint32_t n, \
                     float scale);                                                               \
+  void indexer_scores8(const float *q, const float *w, uint32_t heads, uint32_t dim,            \
+                       const float *keys_t, const float *scales, float *score);                 \
+  void sparse_attend(const float *q, uint32_t heads, uint32_t width, uint32_t rank,             \
+                     const float *lat, uint32_t n, float scale, float *p, float *out);          \
   }
 
 PKV_DECLARE_CPU_ATTENTION(cpu_baseline)

@@ -161,30 +161,38 @@ void CpuKernels::indexer_write(const CpuStep &step, char *pool, const IndexerCal
 
 namespace {
 
+using Scores8 = void (*)(const float *, const float *, uint32_t, uint32_t, const float *,
+                         const float *, float *);
+
 // Scores of seq's keys [key0, key1) for one query (q [heads][dim] and w [heads], floats): into
-// score[key0 ..].
-void score_keys(const CpuStep &step, const char *pool, const IndexerCall &c, uint32_t seq,
-                const float *q, const float *w, uint32_t key0, uint32_t key1, float *score) {
-  std::vector<float> key(c.dim);
-  for (uint32_t s = key0; s < key1; ++s) {
-    const Place at = place_of(step, c.group, seq, s);
-    const char *page = pool + uint64_t(at.block) * c.block_stride;
-    const char *codes = page + c.key_offset + uint64_t(at.offset) * c.key_bytes();
-    float scale = 1.0f;
-    if (c.index_dtype == PKV_DTYPE_BF16) {
-      for (uint32_t i = 0; i < c.dim; ++i) key[i] = load_value(codes, i, PKV_DTYPE_BF16);
-    } else {
-      for (uint32_t i = 0; i < c.dim; ++i) key[i] = kE4m3.v[uint8_t(codes[i])];
-      std::memcpy(&scale, page + c.scale_offset + uint64_t(at.offset) * 4, 4);
+// score[key0 ..], 8 keys at a time gathered as floats [dim][8] (the variant's math).
+void score_keys(const CpuStep &step, const char *pool, const IndexerCall &c, Scores8 scores8,
+                uint32_t seq, const float *q, const float *w, uint32_t key0, uint32_t key1,
+                float *score) {
+  std::vector<float> keys_t(size_t(c.dim) * 8);
+  float scales[8], out[8];
+  for (uint32_t s0 = key0; s0 < key1; s0 += 8) {
+    const uint32_t n = std::min(8u, key1 - s0);
+    for (uint32_t k = 0; k < 8; ++k) {
+      scales[k] = 0.0f;  // a lane past the last key: zeros, its score unused
+      if (k >= n) {
+        for (uint32_t i = 0; i < c.dim; ++i) keys_t[size_t(i) * 8 + k] = 0.0f;
+        continue;
+      }
+      const Place at = place_of(step, c.group, seq, s0 + k);
+      const char *page = pool + uint64_t(at.block) * c.block_stride;
+      const char *codes = page + c.key_offset + uint64_t(at.offset) * c.key_bytes();
+      if (c.index_dtype == PKV_DTYPE_BF16) {
+        scales[k] = 1.0f;
+        for (uint32_t i = 0; i < c.dim; ++i)
+          keys_t[size_t(i) * 8 + k] = load_value(codes, i, PKV_DTYPE_BF16);
+      } else {
+        for (uint32_t i = 0; i < c.dim; ++i) keys_t[size_t(i) * 8 + k] = kE4m3.v[uint8_t(codes[i])];
+        std::memcpy(&scales[k], page + c.scale_offset + uint64_t(at.offset) * 4, 4);
+      }
     }
-    float sum = 0.0f;
-    for (uint32_t h = 0; h < c.heads; ++h) {
-      const float *qh = q + size_t(h) * c.dim;
-      float dot = 0.0f;
-      for (uint32_t i = 0; i < c.dim; ++i) dot += qh[i] * key[i];
-      sum += w[h] * std::max(dot * scale, 0.0f);
-    }
-    score[s] = sum;
+    scores8(q, w, c.heads, c.dim, keys_t.data(), scales, out);
+    std::copy(out, out + n, score + s0);
   }
 }
 
@@ -233,10 +241,11 @@ void CpuKernels::indexer_topk(const CpuStep &step, const char *pool, const Index
     if (split && n > kChunk) {
       pool_.parallel_for((n + kChunk - 1) / kChunk, [&](size_t i, uint32_t) {
         const uint32_t k0 = uint32_t(i) * kChunk;
-        score_keys(step, pool, c, seq, q.data(), w, k0, std::min(n, k0 + kChunk), score.data());
+        score_keys(step, pool, c, variant_.indexer_scores8, seq, q.data(), w, k0,
+                   std::min(n, k0 + kChunk), score.data());
       });
     } else {
-      score_keys(step, pool, c, seq, q.data(), w, 0, n, score.data());
+      score_keys(step, pool, c, variant_.indexer_scores8, seq, q.data(), w, 0, n, score.data());
     }
     select_top(step, c, seq, score.data(), n, order, c.out + size_t(t) * c.topk);
   };
@@ -262,14 +271,16 @@ void CpuKernels::sparse_mla(const CpuStep &step, const CpuLayer &layer, const in
   std::vector<uint32_t> seq_of(step.num_tokens);
   for (uint32_t s = 0; s < step.num_seqs; ++s)
     for (int32_t t = step.query_start[s]; t < step.query_start[s + 1]; ++t) seq_of[t] = s;
-  // Items: (token, 16 q heads); each gathers its token's selected latents as floats once.
-  constexpr uint32_t kHeads = 16;
+  // Items: (token, 32 q heads); each gathers its token's selected latents as floats once, and
+  // the variant's math attends its heads over them.
+  constexpr uint32_t kHeads = 32;
   const uint32_t head_items = (heads + kHeads - 1) / kHeads;
   pool_.parallel_for(size_t(step.num_tokens) * head_items, [&](size_t item, uint32_t) {
     const uint32_t t = uint32_t(item / head_items), h0 = uint32_t(item % head_items) * kHeads;
+    const uint32_t nh = std::min(heads, h0 + kHeads) - h0;
     const uint32_t seq = seq_of[t];
     const uint32_t pos = first_position(step, seq) + (t - uint32_t(step.query_start[seq]));
-    thread_local std::vector<float> lat, p, q;
+    thread_local std::vector<float> lat, p, q, o;
     lat.resize(size_t(topk) * width);
     uint32_t n = 0;
     for (uint32_t j = 0; j < topk; ++j) {
@@ -282,26 +293,15 @@ void CpuKernels::sparse_mla(const CpuStep &step, const CpuLayer &layer, const in
         lat[size_t(n) * width + i] = load_cache(row, i, layer.kv_dtype) * kscale;
       ++n;
     }
-    p.resize(n);
-    q.resize(width);
-    for (uint32_t h = h0; h < std::min(heads, h0 + kHeads); ++h) {
-      const size_t qi = (size_t(t) * heads + h) * width, oi = (size_t(t) * heads + h) * rank;
-      for (uint32_t i = 0; i < width; ++i) q[i] = load_value(layer.q, qi + i, layer.dtype);
-      float max = -INFINITY;
-      for (uint32_t j = 0; j < n; ++j) {
-        float dot = 0.0f;
-        for (uint32_t i = 0; i < width; ++i) dot += q[i] * lat[size_t(j) * width + i];
-        p[j] = dot * layer.scale;
-        max = std::max(max, p[j]);
-      }
-      float sum = 0.0f;
-      for (uint32_t j = 0; j < n; ++j) sum += p[j] = std::exp(p[j] - max);
-      for (uint32_t i = 0; i < rank; ++i) {
-        float acc = 0.0f;
-        for (uint32_t j = 0; j < n; ++j) acc += p[j] * lat[size_t(j) * width + i];
-        store_value(layer.out, oi + i, layer.dtype, n ? acc / sum : 0.0f);
-      }
-    }
+    p.resize(std::max(n, 1u));
+    q.resize(size_t(nh) * width);
+    o.resize(size_t(nh) * rank);
+    const size_t q0 = (size_t(t) * heads + h0) * width;
+    for (size_t i = 0; i < q.size(); ++i) q[i] = load_value(layer.q, q0 + i, layer.dtype);
+    variant_.sparse_attend(q.data(), nh, width, rank, lat.data(), n, layer.scale, p.data(),
+                           o.data());
+    const size_t o0 = (size_t(t) * heads + h0) * rank;
+    for (size_t i = 0; i < o.size(); ++i) store_value(layer.out, o0 + i, layer.dtype, o[i]);
   });
 }
 

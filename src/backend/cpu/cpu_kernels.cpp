@@ -24,14 +24,20 @@ struct VariantEntry {
 };
 const VariantEntry kVariants[] = {
 #if defined(PKV_HAVE_CPU_X86)
-    {{"avx512-bf16", &cpu_avx512_bf16::attention, &cpu_avx512_bf16::quantize_fp8},
+    {{"avx512-bf16", &cpu_avx512_bf16::attention, &cpu_avx512_bf16::quantize_fp8,
+      &cpu_avx512_bf16::indexer_scores8, &cpu_avx512_bf16::sparse_attend},
      {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512bf16",
       "avx512vbmi"}},
-    {{"avx512", &cpu_avx512::attention, &cpu_avx512::quantize_fp8},
+    {{"avx512", &cpu_avx512::attention, &cpu_avx512::quantize_fp8, &cpu_avx512::indexer_scores8,
+      &cpu_avx512::sparse_attend},
      {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"}},
-    {{"avx2", &cpu_avx2::attention, &cpu_avx2::quantize_fp8}, {"avx2", "fma", "f16c"}},
+    {{"avx2", &cpu_avx2::attention, &cpu_avx2::quantize_fp8, &cpu_avx2::indexer_scores8,
+      &cpu_avx2::sparse_attend},
+     {"avx2", "fma", "f16c"}},
 #endif
-    {{"baseline", &cpu_baseline::attention, &cpu_baseline::quantize_fp8}, {}},
+    {{"baseline", &cpu_baseline::attention, &cpu_baseline::quantize_fp8,
+      &cpu_baseline::indexer_scores8, &cpu_baseline::sparse_attend},
+     {}},
 };
 
 #if defined(PKV_HAVE_CPU_X86)

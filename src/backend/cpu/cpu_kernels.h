@@ -120,6 +120,11 @@ struct CpuVariant {
   const char *name;  // pkv_pool_info.kernels
   void (*attention)(const CpuStep &, const CpuLayer &, const AttnWork &, ThreadPool &);
   void (*quantize)(const void *, int32_t, int32_t, uint8_t *, uint32_t, float);
+  // Sparse attention's math (cpu_attention.h: indexer_scores8, sparse_attend)
+  void (*indexer_scores8)(const float *, const float *, uint32_t, uint32_t, const float *,
+                          const float *, float *);
+  void (*sparse_attend)(const float *, uint32_t, uint32_t, uint32_t, const float *, uint32_t, float,
+                        float *, float *);
 };
 
 // The variant this process runs: the best this CPU's CPUID (and the OS's saved vector state)
