@@ -3,8 +3,9 @@
 // must stay as they were), the pages checked byte for byte against pkv_ref_indexer_quantize_fp8 /
 // pkv_ref_bf16_bits; then launch_indexer_topk of the new tokens, each row equal to pkv_ref_topk
 // over pkv_ref_indexer_score of the keys the pages hold, as positions and as slots. The keys are
-// small integers with a largest magnitude of 7 (an fp8 scale of exactly 2^-6), queries and
-// weights small integers times powers of two: every fp32 sum is exact, so the sets must be
+// small integers with a largest magnitude of 7 (an fp8 scale of exactly 2^-6; ue8m0: 4 .. 7,
+// rounded up to it), some all zeros (scale 1), queries and weights small integers times powers
+// of two: every fp32 sum is exact, so the sets must be
 // equal, and the many ties must break as pkv.h says. Cases: f32, f16 and bf16 models, fp8 (with
 // and without ue8m0) and bf16 caches, dims 32 .. 256, 2 .. 72 heads (more than the score kernel
 // stages at once), block sizes 1, 5 and 16, contexts over several score splits, top-k above and
@@ -72,12 +73,17 @@ Step make_step(const Case &c, Rng &rng) {
   return s;
 }
 
-// Key values: integers in -7 .. 7, each key's largest magnitude 7 (a fp8 scale of 2^-6 exactly).
+// Key values: integers whose largest magnitude is 7 (an fp8 scale of 2^-6 exactly); with ue8m0
+// 4 .. 7 (amax / 448 rounds up to 2^-6: the rounding is exercised, the codes stay exact). Every
+// eleventh key is zeros (scale 1, score 0: ties).
 std::vector<double> make_keys(const Case &c, size_t tokens, Rng &rng) {
   std::vector<double> k(tokens * size_t(c.dim));
   for (size_t t = 0; t < tokens; ++t) {
-    for (int32_t i = 0; i < c.dim; ++i) k[t * c.dim + i] = double(int(rng.below(15)) - 7);
-    k[t * c.dim + rng.below(uint32_t(c.dim))] = rng.below(2) ? 7 : -7;
+    if (t % 11 == 5) continue;
+    const int amax = c.ue8m0 ? 4 + int(rng.below(4)) : 7;
+    for (int32_t i = 0; i < c.dim; ++i)
+      k[t * c.dim + i] = double(int(rng.below(uint32_t(2 * amax + 1))) - amax);
+    k[t * c.dim + rng.below(uint32_t(c.dim))] = rng.below(2) ? amax : -amax;
   }
   return k;
 }
