@@ -5,11 +5,11 @@
 // over pkv_ref_indexer_score of the keys the pages hold, as positions and as slots. The keys are
 // small integers with a largest magnitude of 7 (an fp8 scale of exactly 2^-6; ue8m0: 4 .. 7,
 // rounded up to it), some all zeros (scale 1), queries and weights small integers times powers
-// of two: every fp32 sum is exact, so the sets must be
-// equal, and the many ties must break as pkv.h says. Cases: f32, f16 and bf16 models, fp8 (with
-// and without ue8m0) and bf16 caches, dims 32 .. 256, 2 .. 72 heads (more than the score kernel
-// stages at once), block sizes 1, 5 and 16, contexts over several score splits, top-k above and
-// below the context, NaN keys (ranked last), several waves of tokens; then refused launches.
+// of two: every fp32 sum is exact, so the sets must be equal, and the many ties must break as
+// pkv.h says. Cases: f32, f16 and bf16 models, fp8 (with and without ue8m0) and bf16 caches,
+// dims 32 .. 256, 2 .. 72 heads (more than the score kernel stages at once), block sizes 1, 5
+// and 16, contexts over several score splits, top-k above and below the context, NaN keys
+// (ranked last), several waves of tokens; then refused launches.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
