@@ -54,8 +54,6 @@ struct LayerSpec {
 
 // The 0.5 size of pkv_layer_spec: the least layer_spec_size accepted.
 constexpr uint32_t kMinLayerSpecSize = 48;
-// The 0.7 size: with the indexer's fields (a spec that names an indexer is read at this size).
-constexpr uint32_t kIndexerLayerSpecSize = 104;
 static_assert(sizeof(pkv_layer_spec) >= kMinLayerSpecSize, "pkv_layer_spec only grows");
 
 // Layer l of validated params without layer_specs, as the flat fields say.

@@ -841,7 +841,9 @@ enum { PKV_TOPK_POSITIONS = 0, /* positions in the token's sequence, 0 .. p */
  * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers, or without an indexer; k NULL;
  * a flag other than PKV_INDEXER_SCALE_UE8M0; CUDA: k not 16-byte aligned), PKV_ERR_STATE (b has
  * ended), PKV_ERR_UNSUPPORTED (index_head_dim not a multiple of PKV_ATTENTION_HEAD_DIM_ALIGN or
- * past PKV_INDEXER_MAX_HEAD_DIM), PKV_ERR_DEVICE (CUDA: a kernel could not be queued).
+ * past PKV_INDEXER_MAX_HEAD_DIM; CUDA: the layer's keys not 16-byte aligned in the page, as a
+ * block_size that is not a multiple of 4 may leave them), PKV_ERR_DEVICE (CUDA: a kernel could
+ * not be queued).
  * Since 0.7.0. */
 PKV_API pkv_status pkv_indexer_write(pkv_batch *b, uint32_t layer, const void *k, uint32_t flags);
 
@@ -857,8 +859,8 @@ PKV_API pkv_status pkv_indexer_write(pkv_batch *b, uint32_t layer, const void *k
  * positions (pkv_sparse_mla_attention takes them), PKV_TOPK_SLOTS the slots of those keys.
  * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers, or without an indexer; q, weights
  * or out NULL; out_kind not PKV_TOPK_*; CUDA: a pointer not 16-byte aligned), PKV_ERR_STATE (b
- * has ended), PKV_ERR_UNSUPPORTED (index_head_dim outside pkv_indexer_write's limits),
- * PKV_ERR_DEVICE (CUDA: a kernel could not be queued).
+ * has ended), PKV_ERR_UNSUPPORTED (index_head_dim outside pkv_indexer_write's limits, or its
+ * CUDA alignment), PKV_ERR_DEVICE (CUDA: a kernel could not be queued).
  * Since 0.7.0. */
 PKV_API pkv_status pkv_indexer_topk(pkv_batch *b, uint32_t layer, const void *q,
                                     const float *weights, uint32_t out_kind, int32_t *out);
@@ -871,7 +873,9 @@ PKV_API pkv_status pkv_indexer_topk(pkv_batch *b, uint32_t layer, const void *q,
  * counts twice. A token with no key left gets out 0.
  * Errors: PKV_ERR_INVALID_ARGUMENT (as pkv_attention's MLA form; a layer without an indexer;
  * indices NULL), PKV_ERR_STATE (b has ended), PKV_ERR_UNSUPPORTED (as pkv_attention's MLA
- * form), PKV_ERR_DEVICE (CUDA: a kernel could not be queued).
+ * form; CUDA: the layer's latents not 16-byte aligned in the page, as a block_size that is not a
+ * multiple of 4 may leave them, which dense pkv_attention refuses too), PKV_ERR_DEVICE (CUDA: a
+ * kernel could not be queued).
  * Since 0.7.0. */
 PKV_API pkv_status pkv_sparse_mla_attention(pkv_batch *b, uint32_t layer, const void *q,
                                             const void *k, const int32_t *indices, void *out);
