@@ -15,7 +15,7 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
-    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_store.cpp"]),
+    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*"]),
     ("sequence", ["sequence.*"]),
@@ -25,7 +25,7 @@ LAYERS = [
                        "block_kind_shared.h", "tiers/store_staging.cpp", "state_pool.*"]),
     ("prefix cache", ["prefix_tree.*", "node_table.h", "block_hash.*", "state_checkpoints.*"]),
     ("tiers", ["tiers/*"]),
-    ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "hf_config_layers.cpp", "hf_config_state.cpp", "hf_json.h", "prefix_keys.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "layer_specs.*", "state_layout.*", "checked.h"]),
+    ("profiler, params, config, events", ["profiler.*", "params.*", "hf_config.*", "hf_config_layers.cpp", "hf_config_state.cpp", "hf_config_dsa.cpp", "hf_json.h", "prefix_keys.*", "kv_events.*", "kv_publisher.*", "kv_wire.*", "kv_groups.*", "layer_specs.*", "state_layout.*", "checked.h"]),
     ("backends", ["backend/*"]),
     ("status", ["status.*", "huge_pages.h"]),
     ("kernels", ["kernels/*"]),
