@@ -34,7 +34,8 @@ uint32_t StoreTier::fetch_state_from(Store &store, const StoreChain &chain, cons
   // Which are held, in one call: a state is large (tens of MiB), so only the one used is read.
   std::vector<uint8_t> held(n, 0);
   StoreStatus st = store.exists(keys.data(), n, held.data());
-  if (!st.ok) {
+  if (!st.ok) {  // one lookup that failed: the counters keep hits + misses + ... <= lookups
+    counters_.lookups++;
     counters_.errors++;
     note_error(std::string(store.kind()) + " store: checkpoints of the state: " + st.error);
     return 0;
