@@ -249,7 +249,9 @@ static void test_swap(uint32_t index_dtype) {
   CHECK_EQ_INT(outs, 3);
   CHECK_EQ_INT(bad, 0); /* the host tier's pages hold the latents, keys and scales */
   CHECK_OK(pkv_release(e, o));
-  const uint64_t fill = tu_alloc(e, t + 30, MAXT - 16, NULL); /* overwrites the freed blocks */
+  int32_t other[MAXT]; /* tokens no sequence had: no prefix hit */
+  tu_fill(other, MAXT, 1000);
+  const uint64_t fill = tu_alloc(e, other, MAXT - 16, NULL); /* overwrites the freed blocks */
   step(e, fill, 0, 9, 0, NULL);
   CHECK_OK(pkv_release(e, fill));
   CHECK_OK(pkv_swap_in(e, a));
