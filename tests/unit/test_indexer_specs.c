@@ -52,20 +52,7 @@ static void refused(const pkv_engine_params *p, const char *says, const char *sa
     fprintf(stderr, "  (line %d) wanted \"%s\", \"%s\" in \"%s\"\n", line, says, says2,
             pkv_last_error());
   CHECK(e == (pkv_engine *)0x1);
-  pkv_kv_budget b;
-  memset(&b, 0x5a, sizeof b);
-  b.struct_size = sizeof b;
-  CHECK_STATUS(pkv_profile(p, &b), want);
-  CHECK(strstr(pkv_last_error(), says) != NULL);
-  CHECK_EQ_INT(b.num_blocks, 0x5a5a5a5a5a5a5a5aull);
-  uint32_t groups = 77, group_layers = 77, window[LAYERS] = {9, 9, 9};
-  CHECK_STATUS(pkv_kv_groups(p, NULL, NULL, window, LAYERS, &groups, &group_layers), want);
-  CHECK(groups == 77 && group_layers == 77 && window[0] == 9);
-  struct pkv_kv_group_info info;
-  memset(&info, 0x5a, sizeof info);
-  info.struct_size = sizeof info;
-  CHECK_STATUS(pkv_kv_group_info(p, 0, &info), want);
-  CHECK_EQ_INT(info.num_layers, 0x5a5a5a5a);
+  tu_params_calls_refuse(p, want, says);
 }
 
 #define REFUSED(p, says, says2) refused((p), (says), (says2), __LINE__)

@@ -227,6 +227,29 @@ static inline uint32_t tu_kv_pattern(pkv_engine *e, uint64_t seq, uint32_t tag, 
 #define CHECK_ENGINE(e) CHECK_OK(pkv_engine_check(e))
 
 /* ---------------------------------------------------------------- "nothing changed" */
+/* The params calls other than pkv_engine_create (pkv_profile, pkv_kv_groups, pkv_kv_group_info)
+ * refuse p with want, the message holding `says` (NULL: not checked), and write none of their
+ * outputs. */
+static inline void tu_params_calls_refuse(const pkv_engine_params *p, pkv_status want,
+                                          const char *says) {
+  pkv_kv_budget b;
+  memset(&b, 0x5a, sizeof b);
+  b.struct_size = sizeof b;
+  CHECK_STATUS(pkv_profile(p, &b), want);
+  if (says) CHECK(strstr(pkv_last_error(), says) != NULL);
+  CHECK_EQ_INT(b.num_blocks, 0x5a5a5a5a5a5a5a5aull);
+  uint32_t groups = 77, group_layers = 77, window[64];
+  for (int i = 0; i < 64; i++) window[i] = 9;
+  const uint32_t cap = p->num_layers < 64 ? p->num_layers : 64;
+  CHECK_STATUS(pkv_kv_groups(p, NULL, NULL, window, cap, &groups, &group_layers), want);
+  CHECK(groups == 77 && group_layers == 77 && window[0] == 9);
+  struct pkv_kv_group_info info;
+  memset(&info, 0x5a, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_STATUS(pkv_kv_group_info(p, 0, &info), want);
+  CHECK_EQ_INT(info.num_layers, 0x5a5a5a5a);
+}
+
 static inline uint64_t tu_mix_(uint64_t h, const void *data, size_t n) {
   const unsigned char *c = (const unsigned char *)data;
   for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull; /* FNV-1a */
