@@ -8,9 +8,9 @@ using System;
 using System.Runtime.InteropServices;
 
 // The assembly's version is pkv.h's PKV_VERSION_*.
-[assembly: System.Reflection.AssemblyVersion("0.7.0.0")]
-[assembly: System.Reflection.AssemblyFileVersion("0.7.0.0")]
-[assembly: System.Reflection.AssemblyInformationalVersion("0.7.0")]
+[assembly: System.Reflection.AssemblyVersion("0.8.0.0")]
+[assembly: System.Reflection.AssemblyFileVersion("0.8.0.0")]
+[assembly: System.Reflection.AssemblyInformationalVersion("0.8.0")]
 
 namespace Pkv
 {
@@ -950,7 +950,7 @@ namespace Pkv
     public static class Constants
     {
         public const int VersionMajor = 0;
-        public const int VersionMinor = 7;
+        public const int VersionMinor = 8;
         public const int VersionPatch = 0;
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
@@ -988,7 +988,7 @@ namespace Pkv
         public const string Library = "libpkv.so.1";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 7;
+        public const int PKV_VERSION_MINOR = 8;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 

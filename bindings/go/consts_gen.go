@@ -5,14 +5,14 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 7
+	VersionMinor = 8
 	VersionPatch = 0
 	ABIVersion   = 1
 )
 
 // BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
 // generated from (the version a go.mod requires it at).
-const BindingVersion = "0.7.0"
+const BindingVersion = "0.8.0"
 
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (

@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 7
+PKV_VERSION_MINOR = 8
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
