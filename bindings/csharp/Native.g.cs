@@ -95,6 +95,7 @@ namespace Pkv
     {
         None = 0,
         ConstantHash = 1,
+        TestClock = 2,
     }
 
     /// <summary>Why a request finished (PKV_FINISH_*).</summary>
@@ -543,7 +544,7 @@ namespace Pkv
         public uint Reserved0;
     }
 
-    /// <summary>pkv_seq_params (40 bytes on x86_64).</summary>
+    /// <summary>pkv_seq_params (48 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct SeqParams
     {
@@ -554,6 +555,8 @@ namespace Pkv
         public uint NumExtraKeys;
         public uint ExtraKeySize;
         public ulong LoraId;
+        public int CachePriority;
+        public uint CacheRetentionMs;
     }
 
     /// <summary>pkv_seq_info (56 bytes on x86_64).</summary>
@@ -667,7 +670,7 @@ namespace Pkv
         public IntPtr StateSlots;
     }
 
-    /// <summary>pkv_request_params (56 bytes on x86_64).</summary>
+    /// <summary>pkv_request_params (64 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct RequestParams
     {
@@ -682,6 +685,8 @@ namespace Pkv
         public uint NumExtraKeys;
         public uint ExtraKeySize;
         public ulong LoraId;
+        public int CachePriority;
+        public uint CacheRetentionMs;
     }
 
     /// <summary>pkv_kv_group_info (32 bytes on x86_64).</summary>
@@ -741,7 +746,7 @@ namespace Pkv
         public ulong HostStateBytes;
     }
 
-    /// <summary>pkv_stats (384 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (432 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -794,6 +799,12 @@ namespace Pkv
         public ulong NumHostStateCheckpointsHeld;
         public ulong NumStateCheckpointsOffloaded;
         public ulong NumStateRestoresFromHost;
+        public ulong NumPinnedBlocks;
+        public ulong NumPins;
+        public ulong NumEvictionsLow;
+        public ulong NumEvictionsNormal;
+        public ulong NumEvictionsHigh;
+        public ulong NumEvictionsHighest;
     }
 
     /// <summary>pkv_pool_info (184 bytes on x86_64).</summary>
@@ -976,6 +987,10 @@ namespace Pkv
         public const int DefaultEventBatchEvents = 1024;
         public const int MaxEventEndpointBytes = 1024;
         public const int MaxEventTopicBytes = 1024;
+        public const int CachePriorityMin = -1;
+        public const int CachePriorityMax = 2;
+        public const int MaxPinnedPercent = 50;
+        public const int MaxCacheRetentions = 4;
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
         public const int StoreProblemBytes = 64;
@@ -1028,6 +1043,10 @@ namespace Pkv
         public const int PKV_DEFAULT_EVENT_BATCH_EVENTS = 1024;
         public const int PKV_MAX_EVENT_ENDPOINT_BYTES = 1024;
         public const int PKV_MAX_EVENT_TOPIC_BYTES = 1024;
+        public const int PKV_CACHE_PRIORITY_MIN = -1;
+        public const int PKV_CACHE_PRIORITY_MAX = 2;
+        public const int PKV_MAX_PINNED_PERCENT = 50;
+        public const int PKV_MAX_CACHE_RETENTIONS = 4;
         public const int PKV_DEVICE_AUTO = 0;
         public const int PKV_DEVICE_CPU = 1;
         public const int PKV_DEVICE_CUDA = 2;
@@ -1054,6 +1073,7 @@ namespace Pkv
         public const int PKV_BUDGET_FROM_BYTE_CAP = 1;
         public const int PKV_BUDGET_FIXED_BLOCKS = 2;
         public const int PKV_DEBUG_CONSTANT_HASH = 1;
+        public const int PKV_DEBUG_TEST_CLOCK = 2;
         public const int PKV_FINISH_NONE = 0;
         public const int PKV_FINISH_STOP_TOKEN = 1;
         public const int PKV_FINISH_LENGTH = 2;
@@ -1096,7 +1116,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 240, 24, 40, 56, 168, 56, 32, 248, 384, 184, 248, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 240, 24, 48, 56, 168, 64, 32, 248, 432, 184, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1522,6 +1542,33 @@ namespace Pkv
         {
             Loaded();
             return pkv_reset_prefix_cache_native(e);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_cache_set_priority")]
+        static extern Status pkv_cache_set_priority_native(EngineHandle e, int* tokens, uint num_tokens, SeqParams* sp, int priority, uint retention_ms, uint* out_num_blocks);
+
+        public static Status pkv_cache_set_priority(EngineHandle e, int* tokens, uint num_tokens, SeqParams* sp, int priority, uint retention_ms, uint* out_num_blocks)
+        {
+            Loaded();
+            return pkv_cache_set_priority_native(e, tokens, num_tokens, sp, priority, retention_ms, out_num_blocks);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_cache_pin")]
+        static extern Status pkv_cache_pin_native(EngineHandle e, int* tokens, uint num_tokens, SeqParams* sp, ulong* out_pin, uint* out_num_tokens);
+
+        public static Status pkv_cache_pin(EngineHandle e, int* tokens, uint num_tokens, SeqParams* sp, ulong* out_pin, uint* out_num_tokens)
+        {
+            Loaded();
+            return pkv_cache_pin_native(e, tokens, num_tokens, sp, out_pin, out_num_tokens);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_cache_unpin")]
+        static extern Status pkv_cache_unpin_native(EngineHandle e, ulong pin);
+
+        public static Status pkv_cache_unpin(EngineHandle e, ulong pin)
+        {
+            Loaded();
+            return pkv_cache_unpin_native(e, pin);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_preempt")]

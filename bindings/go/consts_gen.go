@@ -56,6 +56,13 @@ const (
 	MaxEventTopicBytes        = 1024
 )
 
+const (
+	CachePriorityMin   = -1
+	CachePriorityMax   = 2
+	MaxPinnedPercent   = 50
+	MaxCacheRetentions = 4
+)
+
 // Device is where an engine's pool lives (pkv_engine_params.device): pkv.h's PKV_DEVICE_*.
 type Device int32
 
@@ -131,6 +138,7 @@ type DebugFlags uint32
 
 const (
 	DebugConstantHash DebugFlags = 1
+	DebugTestClock    DebugFlags = 2
 )
 
 // FinishReason is why a request finished: pkv.h's PKV_FINISH_*.
@@ -315,6 +323,8 @@ func (v DebugFlags) String() string {
 	switch v {
 	case DebugConstantHash:
 		return "DEBUG_CONSTANT_HASH"
+	case DebugTestClock:
+		return "DEBUG_TEST_CLOCK"
 	}
 	return unknown("DebugFlags", int64(v))
 }
@@ -683,15 +693,17 @@ type cExtraKey struct {
 	Reserved0  uint32
 }
 
-// cSeqParams mirrors C's pkv_seq_params (40 bytes on amd64; layout checked against C at init).
+// cSeqParams mirrors C's pkv_seq_params (48 bytes on amd64; layout checked against C at init).
 type cSeqParams struct {
-	StructSize   uint32
-	CacheSaltLen uint32
-	CacheSalt    uintptr
-	ExtraKeys    uintptr
-	NumExtraKeys uint32
-	ExtraKeySize uint32
-	LoraID       uint64
+	StructSize       uint32
+	CacheSaltLen     uint32
+	CacheSalt        uintptr
+	ExtraKeys        uintptr
+	NumExtraKeys     uint32
+	ExtraKeySize     uint32
+	LoraID           uint64
+	CachePriority    int32
+	CacheRetentionMs uint32
 }
 
 // cSeqInfo mirrors C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
@@ -742,19 +754,21 @@ type cBatchView struct {
 	StateSlots       uintptr
 }
 
-// cRequestParams mirrors C's pkv_request_params (56 bytes on amd64; layout checked against C at init).
+// cRequestParams mirrors C's pkv_request_params (64 bytes on amd64; layout checked against C at init).
 type cRequestParams struct {
-	StructSize   uint32
-	MaxNewTokens uint32
-	StopToken    int32
-	Priority     int32
-	CacheSaltLen uint32
-	Reserved0    uint32
-	CacheSalt    uintptr
-	ExtraKeys    uintptr
-	NumExtraKeys uint32
-	ExtraKeySize uint32
-	LoraID       uint64
+	StructSize       uint32
+	MaxNewTokens     uint32
+	StopToken        int32
+	Priority         int32
+	CacheSaltLen     uint32
+	Reserved0        uint32
+	CacheSalt        uintptr
+	ExtraKeys        uintptr
+	NumExtraKeys     uint32
+	ExtraKeySize     uint32
+	LoraID           uint64
+	CachePriority    int32
+	CacheRetentionMs uint32
 }
 
 // cKVGroupInfo mirrors C's pkv_kv_group_info (32 bytes on amd64; layout checked against C at init).
@@ -810,7 +824,7 @@ type cKVBudget struct {
 	HostStateBytes       uint64
 }
 
-// cStats mirrors C's pkv_stats (384 bytes on amd64; layout checked against C at init).
+// cStats mirrors C's pkv_stats (432 bytes on amd64; layout checked against C at init).
 type cStats struct {
 	StructSize                   uint32
 	Reserved0                    uint32
@@ -861,6 +875,12 @@ type cStats struct {
 	NumHostStateCheckpointsHeld  uint64
 	NumStateCheckpointsOffloaded uint64
 	NumStateRestoresFromHost     uint64
+	NumPinnedBlocks              uint64
+	NumPins                      uint64
+	NumEvictionsLow              uint64
+	NumEvictionsNormal           uint64
+	NumEvictionsHigh             uint64
+	NumEvictionsHighest          uint64
 }
 
 // cPoolInfo mirrors C's pkv_pool_info (184 bytes on amd64; layout checked against C at init).

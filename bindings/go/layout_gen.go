@@ -141,6 +141,8 @@ var layouts = []layout{
 		{"num_extra_keys", unsafe.Offsetof(cSeqParams{}.NumExtraKeys), unsafe.Offsetof(C.struct_pkv_seq_params{}.num_extra_keys)},
 		{"extra_key_size", unsafe.Offsetof(cSeqParams{}.ExtraKeySize), unsafe.Offsetof(C.struct_pkv_seq_params{}.extra_key_size)},
 		{"lora_id", unsafe.Offsetof(cSeqParams{}.LoraID), unsafe.Offsetof(C.struct_pkv_seq_params{}.lora_id)},
+		{"cache_priority", unsafe.Offsetof(cSeqParams{}.CachePriority), unsafe.Offsetof(C.struct_pkv_seq_params{}.cache_priority)},
+		{"cache_retention_ms", unsafe.Offsetof(cSeqParams{}.CacheRetentionMs), unsafe.Offsetof(C.struct_pkv_seq_params{}.cache_retention_ms)},
 	}},
 	{"pkv_seq_info", unsafe.Sizeof(cSeqInfo{}), unsafe.Sizeof(C.struct_pkv_seq_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cSeqInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_seq_info{}.struct_size)},
@@ -198,6 +200,8 @@ var layouts = []layout{
 		{"num_extra_keys", unsafe.Offsetof(cRequestParams{}.NumExtraKeys), unsafe.Offsetof(C.struct_pkv_request_params{}.num_extra_keys)},
 		{"extra_key_size", unsafe.Offsetof(cRequestParams{}.ExtraKeySize), unsafe.Offsetof(C.struct_pkv_request_params{}.extra_key_size)},
 		{"lora_id", unsafe.Offsetof(cRequestParams{}.LoraID), unsafe.Offsetof(C.struct_pkv_request_params{}.lora_id)},
+		{"cache_priority", unsafe.Offsetof(cRequestParams{}.CachePriority), unsafe.Offsetof(C.struct_pkv_request_params{}.cache_priority)},
+		{"cache_retention_ms", unsafe.Offsetof(cRequestParams{}.CacheRetentionMs), unsafe.Offsetof(C.struct_pkv_request_params{}.cache_retention_ms)},
 	}},
 	{"pkv_kv_group_info", unsafe.Sizeof(cKVGroupInfo{}), unsafe.Sizeof(C.struct_pkv_kv_group_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cKVGroupInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_kv_group_info{}.struct_size)},
@@ -298,6 +302,12 @@ var layouts = []layout{
 		{"num_host_state_checkpoints_held", unsafe.Offsetof(cStats{}.NumHostStateCheckpointsHeld), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_state_checkpoints_held)},
 		{"num_state_checkpoints_offloaded", unsafe.Offsetof(cStats{}.NumStateCheckpointsOffloaded), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_checkpoints_offloaded)},
 		{"num_state_restores_from_host", unsafe.Offsetof(cStats{}.NumStateRestoresFromHost), unsafe.Offsetof(C.struct_pkv_stats{}.num_state_restores_from_host)},
+		{"num_pinned_blocks", unsafe.Offsetof(cStats{}.NumPinnedBlocks), unsafe.Offsetof(C.struct_pkv_stats{}.num_pinned_blocks)},
+		{"num_pins", unsafe.Offsetof(cStats{}.NumPins), unsafe.Offsetof(C.struct_pkv_stats{}.num_pins)},
+		{"num_evictions_low", unsafe.Offsetof(cStats{}.NumEvictionsLow), unsafe.Offsetof(C.struct_pkv_stats{}.num_evictions_low)},
+		{"num_evictions_normal", unsafe.Offsetof(cStats{}.NumEvictionsNormal), unsafe.Offsetof(C.struct_pkv_stats{}.num_evictions_normal)},
+		{"num_evictions_high", unsafe.Offsetof(cStats{}.NumEvictionsHigh), unsafe.Offsetof(C.struct_pkv_stats{}.num_evictions_high)},
+		{"num_evictions_highest", unsafe.Offsetof(cStats{}.NumEvictionsHighest), unsafe.Offsetof(C.struct_pkv_stats{}.num_evictions_highest)},
 	}},
 	{"pkv_pool_info", unsafe.Sizeof(cPoolInfo{}), unsafe.Sizeof(C.struct_pkv_pool_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cPoolInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_pool_info{}.struct_size)},

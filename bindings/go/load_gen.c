@@ -57,6 +57,9 @@ static struct {
   pkv_status (*pkv_pool_info)(pkv_engine *, struct pkv_pool_info *);
   pkv_status (*pkv_layer_info)(pkv_engine *, uint32_t, struct pkv_layer_info *);
   pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
+  pkv_status (*pkv_cache_set_priority)(pkv_engine *, const int32_t *, uint32_t, const pkv_seq_params *, int32_t, uint32_t, uint32_t *);
+  pkv_status (*pkv_cache_pin)(pkv_engine *, const int32_t *, uint32_t, const pkv_seq_params *, uint64_t *, uint32_t *);
+  pkv_status (*pkv_cache_unpin)(pkv_engine *, uint64_t);
   pkv_status (*pkv_preempt)(pkv_engine *, uint64_t);
   pkv_status (*pkv_resume)(pkv_engine *, uint64_t, uint32_t *);
   pkv_status (*pkv_swap_out)(pkv_engine *, uint64_t);
@@ -263,6 +266,18 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_reset_prefix_cache = dlsym(lib, "pkv_reset_prefix_cache"))) {
     *missing = "pkv_reset_prefix_cache";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_cache_set_priority = dlsym(lib, "pkv_cache_set_priority"))) {
+    *missing = "pkv_cache_set_priority";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_cache_pin = dlsym(lib, "pkv_cache_pin"))) {
+    *missing = "pkv_cache_pin";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_cache_unpin = dlsym(lib, "pkv_cache_unpin"))) {
+    *missing = "pkv_cache_unpin";
     return -1;
   }
   if (!(*(void **)&fn.pkv_preempt = dlsym(lib, "pkv_preempt"))) {
@@ -546,6 +561,18 @@ pkv_status (pkv_layer_info)(pkv_engine *e, uint32_t layer, struct pkv_layer_info
 
 pkv_status (pkv_reset_prefix_cache)(pkv_engine *e) {
   return fn.pkv_reset_prefix_cache ? (fn.pkv_reset_prefix_cache)(e) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_cache_set_priority)(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens, const pkv_seq_params *sp, int32_t priority, uint32_t retention_ms, uint32_t *out_num_blocks) {
+  return fn.pkv_cache_set_priority ? (fn.pkv_cache_set_priority)(e, tokens, num_tokens, sp, priority, retention_ms, out_num_blocks) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_cache_pin)(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens, const pkv_seq_params *sp, uint64_t *out_pin, uint32_t *out_num_tokens) {
+  return fn.pkv_cache_pin ? (fn.pkv_cache_pin)(e, tokens, num_tokens, sp, out_pin, out_num_tokens) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_cache_unpin)(pkv_engine *e, uint64_t pin) {
+  return fn.pkv_cache_unpin ? (fn.pkv_cache_unpin)(e, pin) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_preempt)(pkv_engine *e, uint64_t seq) {

@@ -297,11 +297,13 @@ func (p *BatchView) fromC(c *cBatchView) {
 // DefaultRequestParams; the cache salt is an argument of Submit. ExtraKeys: the prompt's extra
 // keys (nil: none), LoraID its adapter.
 type RequestParams struct {
-	MaxNewTokens uint32
-	StopToken    int32
-	Priority     int32
-	ExtraKeys    []ExtraKey
-	LoraID       uint64
+	MaxNewTokens     uint32
+	StopToken        int32
+	Priority         int32
+	ExtraKeys        []ExtraKey
+	LoraID           uint64
+	CachePriority    int32
+	CacheRetentionMs uint32
 
 	initialized bool
 }
@@ -312,6 +314,8 @@ func (p *RequestParams) toC(c *cRequestParams) {
 	c.StopToken = p.StopToken
 	c.Priority = p.Priority
 	c.LoraID = p.LoraID
+	c.CachePriority = p.CachePriority
+	c.CacheRetentionMs = p.CacheRetentionMs
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -320,6 +324,8 @@ func (p *RequestParams) fromC(c *cRequestParams) {
 	p.StopToken = c.StopToken
 	p.Priority = c.Priority
 	p.LoraID = c.LoraID
+	p.CachePriority = c.CachePriority
+	p.CacheRetentionMs = c.CacheRetentionMs
 }
 
 // KVGroupInfo is one KV group and its bytes (pkv_kv_group_info).
@@ -469,6 +475,12 @@ type Stats struct {
 	NumHostStateCheckpointsHeld  uint64
 	NumStateCheckpointsOffloaded uint64
 	NumStateRestoresFromHost     uint64
+	NumPinnedBlocks              uint64
+	NumPins                      uint64
+	NumEvictionsLow              uint64
+	NumEvictionsNormal           uint64
+	NumEvictionsHigh             uint64
+	NumEvictionsHighest          uint64
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -520,6 +532,12 @@ func (p *Stats) fromC(c *cStats) {
 	p.NumHostStateCheckpointsHeld = c.NumHostStateCheckpointsHeld
 	p.NumStateCheckpointsOffloaded = c.NumStateCheckpointsOffloaded
 	p.NumStateRestoresFromHost = c.NumStateRestoresFromHost
+	p.NumPinnedBlocks = c.NumPinnedBlocks
+	p.NumPins = c.NumPins
+	p.NumEvictionsLow = c.NumEvictionsLow
+	p.NumEvictionsNormal = c.NumEvictionsNormal
+	p.NumEvictionsHigh = c.NumEvictionsHigh
+	p.NumEvictionsHighest = c.NumEvictionsHighest
 }
 
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels: addresses and

@@ -168,6 +168,19 @@ enum {
   PKV_MAX_EVENT_ENDPOINT_BYTES = 1024,        /* endpoint, replay_endpoint: 1 .. this bytes */
   PKV_MAX_EVENT_TOPIC_BYTES = 1024            /* topic: 0 .. this bytes */
 };
+/* Retention of cached blocks (since 0.8.0): cache_priority (pkv_seq_params, pkv_request_params,
+ * pkv_cache_set_priority) orders eviction, the lowest first, least recently released first within
+ * one; 0 is normal (plain LRU). The host tier keeps plain LRU. */
+enum {
+  PKV_CACHE_PRIORITY_MIN = -1,  /* (since 0.8.0) evicted before normal blocks */
+  PKV_CACHE_PRIORITY_MAX = 2,   /* (since 0.8.0) cache_priority: MIN .. this */
+  PKV_MAX_PINNED_PERCENT = 50,  /* (since 0.8.0) pkv_cache_pin: all pins together hold at most
+                                   this share of the pool's blocks */
+  PKV_MAX_CACHE_RETENTIONS = 4  /* (since 0.8.0) distinct cache_retention_ms values per non-zero
+                                   priority among cached blocks at once; a block released with
+                                   another one while all are in use joins the one nearest to it
+                                   (ties: the shorter) and decays with it */
+};
 enum { PKV_DEVICE_AUTO = 0, PKV_DEVICE_CPU = 1, PKV_DEVICE_CUDA = 2 };
 enum { PKV_DTYPE_F32 = 0, PKV_DTYPE_F16 = 1, PKV_DTYPE_BF16 = 2,
        /* (since 0.2.0) KV cache dtypes only (pkv_engine_params.kv_dtype), one byte per element,
@@ -211,8 +224,12 @@ enum { PKV_ATTENTION_FULL = 0,    /* keys 0 .. p */
 /* How pkv_kv_budget.num_blocks was decided. */
 enum { PKV_BUDGET_FROM_UTILIZATION = 0, PKV_BUDGET_FROM_BYTE_CAP = 1, PKV_BUDGET_FIXED_BLOCKS = 2 };
 /* Bits of pkv_engine_params.debug_flags: for tests of pkv itself, never for production. */
-enum { PKV_DEBUG_CONSTANT_HASH = 1 }; /* every prefix-lookup hash is 0: exactness by
+enum { PKV_DEBUG_CONSTANT_HASH = 1, /* every prefix-lookup hash is 0: exactness by
                                          token compare */
+       PKV_DEBUG_TEST_CLOCK = 2 };   /* (since 0.8.0) the engine's clock (cache_retention_ms) is
+                                        the decimal milliseconds of the environment variable
+                                        PKV_TEST_CLOCK_MS (unset or bad: 0), read once per call,
+                                        instead of the steady clock: tests advance it */
 /* Why a request finished. */
 enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
 /* pkv_batch_view.copy_kind: what a listed block copy moves (ids are in the tiers it names). */
@@ -531,6 +548,16 @@ typedef struct pkv_seq_params {
                                      at byte i * extra_key_size. default sizeof(pkv_extra_key) */
   uint64_t lora_id;               /* the LoRA adapter the KV is computed with, 0 = none: blocks of
                                      other adapters never hit (the id joins the root). default 0 */
+  /* (since 0.8.0) a 0.7 caller's struct_size ends here: priority 0, plain LRU */
+  int32_t cache_priority;         /* (since 0.8.0) the eviction priority its sealed blocks get when
+                                     it releases them (pkv_release, pkv_truncate, pkv_preempt, a
+                                     window's give-back, a swap-out): PKV_CACHE_PRIORITY_MIN ..
+                                     PKV_CACHE_PRIORITY_MAX, lower evicted first; a block released
+                                     by several holders keeps the highest (then the longest
+                                     retention). default 0 */
+  uint32_t cache_retention_ms;    /* (since 0.8.0) 0 = the priority never decays; else it holds for
+                                     this many ms after the block's last release, then the block
+                                     is evicted as a normal one. default 0 */
 } pkv_seq_params;
 
 /* Fills p with the defaults above (no salt); as pkv_engine_params_init.
@@ -902,6 +929,10 @@ typedef struct pkv_request_params {
   uint32_t num_extra_keys;        /* as pkv_seq_params.num_extra_keys. default 0 */
   uint32_t extra_key_size;        /* as pkv_seq_params.extra_key_size */
   uint64_t lora_id;               /* as pkv_seq_params.lora_id. default 0 */
+  /* (since 0.8.0) a 0.7 caller's struct_size ends here: priority 0, plain LRU */
+  int32_t cache_priority;         /* (since 0.8.0) as pkv_seq_params.cache_priority (priority
+                                     above orders the queue; this orders eviction). default 0 */
+  uint32_t cache_retention_ms;    /* (since 0.8.0) as pkv_seq_params.cache_retention_ms. default 0 */
 } pkv_request_params;
 
 /* Fills p with the defaults above; as pkv_engine_params_init.
@@ -1278,6 +1309,14 @@ typedef struct pkv_stats {
                                                host state slot (cumulative) */
   uint64_t num_state_restores_from_host; /* of num_state_restores, from an offloaded checkpoint
                                             (cumulative) */
+  /* retention (since 0.8.0): pins now, and num_evictions split by the priority a block had when
+     evicted (after its retention decayed): the four sum to num_evictions */
+  uint64_t num_pinned_blocks;     /* (since 0.8.0) pool blocks held by pins (counted once each) */
+  uint64_t num_pins;              /* (since 0.8.0) pins of pkv_cache_pin not yet unpinned */
+  uint64_t num_evictions_low;     /* (since 0.8.0) priority PKV_CACHE_PRIORITY_MIN (cumulative) */
+  uint64_t num_evictions_normal;  /* (since 0.8.0) priority 0 (cumulative) */
+  uint64_t num_evictions_high;    /* (since 0.8.0) priority 1 (cumulative) */
+  uint64_t num_evictions_highest; /* (since 0.8.0) priority PKV_CACHE_PRIORITY_MAX (cumulative) */
 } pkv_stats;
 
 /* The engine's counters now.
@@ -1415,10 +1454,53 @@ PKV_API pkv_status pkv_layer_info(pkv_engine *e, uint32_t layer, struct pkv_laye
 /* Evicts every cached (ref-0) block from the prefix cache, in the pool and in the host tier: the
  * host tier's offloaded blocks are dropped too (a write-back store is written as on any host-tier
  * eviction; the store itself keeps its blocks). Blocks in use stay, and so do swapped-out
- * sequences' host blocks. Queues PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED
- * event per node that went.
+ * sequences' host blocks, and pinned blocks (pkv_cache_pin: a pin holds them as a sequence
+ * does). Queues PKV_EVENT_ALL_CLEARED when the cache ends empty, else a REMOVED event per node
+ * that went.
  * Errors: PKV_ERR_STATE (a batch is open on e). */
 PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
+
+/* Gives the pool blocks the prefix cache holds of a token prefix (its full blocks, under sp's
+ * salt, adapter and extra keys, in every KV group; sp may be NULL) an eviction priority and
+ * retention, as cache_priority and cache_retention_ms of pkv_seq_params mean them. Cached blocks
+ * move to their place in eviction order at once, as if released now (the retention counts from
+ * this call); blocks in use keep it for their release, where the higher of it and the releasing
+ * sequence's priority wins. Host-tier copies are not changed (the host tier is plain LRU).
+ * *out_num_blocks (nullable) is the count of blocks given it. Events and the store are unchanged.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (tokens NULL; num_tokens 0, above max_model_len or above
+ * 2^31-1; priority outside PKV_CACHE_PRIORITY_MIN .. PKV_CACHE_PRIORITY_MAX; a bad sp; nothing
+ * changed), PKV_ERR_STATE (a batch is open on e).
+ * Since 0.8.0. */
+PKV_API pkv_status pkv_cache_set_priority(pkv_engine *e, const int32_t *tokens,
+                                          uint32_t num_tokens, const pkv_seq_params *sp,
+                                          int32_t priority, uint32_t retention_ms,
+                                          uint32_t *out_num_blocks);
+
+/* Pins the leading cached blocks of a token prefix (its full blocks under sp's salt, adapter and
+ * extra keys; sp may be NULL) that the pool holds, as an admission's hit would use them: every KV
+ * group's blocks (a windowed group's those a hit of that length needs). The pin holds a reference
+ * on each, as a sequence does: they are never evicted while pinned, and are not free blocks.
+ * Blocks held only in the host tier or the store are not loaded: the pin ends before them.
+ * *out_pin is the pin's id (never 0, never reused), *out_num_tokens (nullable) the tokens pinned
+ * (0 when nothing is cached: the pin then holds nothing). All pins together hold at most
+ * PKV_MAX_PINNED_PERCENT of the pool's blocks (a block pinned twice counts once); pins do not
+ * count against a request's "can it ever run" check, so keep them well below what the largest
+ * request needs free.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_pin NULL; num_tokens 0, above max_model_len or
+ * above 2^31-1; a bad sp), PKV_ERR_NO_SPACE (the pin would take the pinned blocks past
+ * PKV_MAX_PINNED_PERCENT of the pool; the message gives the numbers; nothing changed),
+ * PKV_ERR_STATE (a batch is open on e).
+ * Since 0.8.0. */
+PKV_API pkv_status pkv_cache_pin(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
+                                 const pkv_seq_params *sp, uint64_t *out_pin,
+                                 uint32_t *out_num_tokens);
+
+/* Drops a pin: its references go as a sequence's release drops them (blocks no one else holds
+ * become cached again, with the priority they had).
+ * Errors: PKV_ERR_NOT_FOUND (no pin `pin`: never given, or unpinned), PKV_ERR_STATE (a batch is
+ * open on e).
+ * Since 0.8.0. */
+PKV_API pkv_status pkv_cache_unpin(pkv_engine *e, uint64_t pin);
 
 /* ------------------------------------------------------------ preemption, swapping and rollback */
 /* Preemption by recompute: seq gives back all its blocks (as pkv_release does) but keeps its

@@ -46,6 +46,10 @@ PKV_DEFAULT_EVENT_QUEUE_EVENTS = 1048576
 PKV_DEFAULT_EVENT_BATCH_EVENTS = 1024
 PKV_MAX_EVENT_ENDPOINT_BYTES = 1024
 PKV_MAX_EVENT_TOPIC_BYTES = 1024
+PKV_CACHE_PRIORITY_MIN = -1
+PKV_CACHE_PRIORITY_MAX = 2
+PKV_MAX_PINNED_PERCENT = 50
+PKV_MAX_CACHE_RETENTIONS = 4
 PKV_DEVICE_AUTO = 0
 PKV_DEVICE_CPU = 1
 PKV_DEVICE_CUDA = 2
@@ -72,6 +76,7 @@ PKV_BUDGET_FROM_UTILIZATION = 0
 PKV_BUDGET_FROM_BYTE_CAP = 1
 PKV_BUDGET_FIXED_BLOCKS = 2
 PKV_DEBUG_CONSTANT_HASH = 1
+PKV_DEBUG_TEST_CLOCK = 2
 PKV_FINISH_NONE = 0
 PKV_FINISH_STOP_TOKEN = 1
 PKV_FINISH_LENGTH = 2
@@ -307,6 +312,8 @@ class pkv_seq_params(_c.Structure):
         ('num_extra_keys', _c.c_uint32),
         ('extra_key_size', _c.c_uint32),
         ('lora_id', _c.c_uint64),
+        ('cache_priority', _c.c_int32),
+        ('cache_retention_ms', _c.c_uint32),
     ]
 
 
@@ -373,6 +380,8 @@ class pkv_request_params(_c.Structure):
         ('num_extra_keys', _c.c_uint32),
         ('extra_key_size', _c.c_uint32),
         ('lora_id', _c.c_uint64),
+        ('cache_priority', _c.c_int32),
+        ('cache_retention_ms', _c.c_uint32),
     ]
 
 
@@ -482,6 +491,12 @@ class pkv_stats(_c.Structure):
         ('num_host_state_checkpoints_held', _c.c_uint64),
         ('num_state_checkpoints_offloaded', _c.c_uint64),
         ('num_state_restores_from_host', _c.c_uint64),
+        ('num_pinned_blocks', _c.c_uint64),
+        ('num_pins', _c.c_uint64),
+        ('num_evictions_low', _c.c_uint64),
+        ('num_evictions_normal', _c.c_uint64),
+        ('num_evictions_high', _c.c_uint64),
+        ('num_evictions_highest', _c.c_uint64),
     ]
 
 
@@ -636,13 +651,13 @@ SIZES = {
     'pkv_event_publisher_params': 56,
     'pkv_engine_params': 240,
     'pkv_extra_key': 24,
-    'pkv_seq_params': 40,
+    'pkv_seq_params': 48,
     'pkv_seq_info': 56,
     'pkv_batch_view': 168,
-    'pkv_request_params': 56,
+    'pkv_request_params': 64,
     'pkv_kv_group_info': 32,
     'pkv_kv_budget': 248,
-    'pkv_stats': 384,
+    'pkv_stats': 432,
     'pkv_pool_info': 184,
     'pkv_layer_info': 248,
     'pkv_kv_event': 56,
@@ -699,6 +714,9 @@ FUNCTIONS = {
     'pkv_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_pool_info)]),
     'pkv_layer_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_layer_info)]),
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
+    'pkv_cache_set_priority': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_seq_params), _c.c_int32, _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_cache_pin': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_seq_params), _c.POINTER(_c.c_uint64), _c.POINTER(_c.c_uint32)]),
+    'pkv_cache_unpin': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
     'pkv_preempt': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
     'pkv_resume': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.POINTER(_c.c_uint32)]),
     'pkv_swap_out': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64]),
@@ -772,6 +790,9 @@ PARAM_NAMES = {
     'pkv_pool_info': ('e', 'out'),
     'pkv_layer_info': ('e', 'layer', 'out'),
     'pkv_reset_prefix_cache': ('e',),
+    'pkv_cache_set_priority': ('e', 'tokens', 'num_tokens', 'sp', 'priority', 'retention_ms', 'out_num_blocks'),
+    'pkv_cache_pin': ('e', 'tokens', 'num_tokens', 'sp', 'out_pin', 'out_num_tokens'),
+    'pkv_cache_unpin': ('e', 'pin'),
     'pkv_preempt': ('e', 'seq'),
     'pkv_resume': ('e', 'seq', 'out_num_cached_tokens'),
     'pkv_swap_out': ('e', 'seq'),

@@ -47,80 +47,86 @@ pub const PKV_DEFAULT_EVENT_BATCH_EVENTS: _bindgen_ty_2 = 1024;
 pub const PKV_MAX_EVENT_ENDPOINT_BYTES: _bindgen_ty_2 = 1024;
 pub const PKV_MAX_EVENT_TOPIC_BYTES: _bindgen_ty_2 = 1024;
 pub type _bindgen_ty_2 = ::std::os::raw::c_uint;
-pub const PKV_DEVICE_AUTO: _bindgen_ty_3 = 0;
-pub const PKV_DEVICE_CPU: _bindgen_ty_3 = 1;
-pub const PKV_DEVICE_CUDA: _bindgen_ty_3 = 2;
-pub type _bindgen_ty_3 = ::std::os::raw::c_uint;
-pub const PKV_DTYPE_F32: _bindgen_ty_4 = 0;
-pub const PKV_DTYPE_F16: _bindgen_ty_4 = 1;
-pub const PKV_DTYPE_BF16: _bindgen_ty_4 = 2;
-pub const PKV_DTYPE_FP8_E4M3: _bindgen_ty_4 = 3;
-pub const PKV_DTYPE_FP8_E5M2: _bindgen_ty_4 = 4;
+pub const PKV_CACHE_PRIORITY_MIN: _bindgen_ty_3 = -1;
+pub const PKV_CACHE_PRIORITY_MAX: _bindgen_ty_3 = 2;
+pub const PKV_MAX_PINNED_PERCENT: _bindgen_ty_3 = 50;
+pub const PKV_MAX_CACHE_RETENTIONS: _bindgen_ty_3 = 4;
+pub type _bindgen_ty_3 = ::std::os::raw::c_int;
+pub const PKV_DEVICE_AUTO: _bindgen_ty_4 = 0;
+pub const PKV_DEVICE_CPU: _bindgen_ty_4 = 1;
+pub const PKV_DEVICE_CUDA: _bindgen_ty_4 = 2;
 pub type _bindgen_ty_4 = ::std::os::raw::c_uint;
-pub const PKV_KV_LAYOUT_HEADS: _bindgen_ty_5 = 0;
-pub const PKV_KV_LAYOUT_MLA: _bindgen_ty_5 = 1;
+pub const PKV_DTYPE_F32: _bindgen_ty_5 = 0;
+pub const PKV_DTYPE_F16: _bindgen_ty_5 = 1;
+pub const PKV_DTYPE_BF16: _bindgen_ty_5 = 2;
+pub const PKV_DTYPE_FP8_E4M3: _bindgen_ty_5 = 3;
+pub const PKV_DTYPE_FP8_E5M2: _bindgen_ty_5 = 4;
 pub type _bindgen_ty_5 = ::std::os::raw::c_uint;
-pub const PKV_LAYER_ATTENTION: _bindgen_ty_6 = 0;
-pub const PKV_LAYER_MLA: _bindgen_ty_6 = 1;
-pub const PKV_LAYER_SHARED: _bindgen_ty_6 = 2;
-pub const PKV_LAYER_STATE: _bindgen_ty_6 = 3;
+pub const PKV_KV_LAYOUT_HEADS: _bindgen_ty_6 = 0;
+pub const PKV_KV_LAYOUT_MLA: _bindgen_ty_6 = 1;
 pub type _bindgen_ty_6 = ::std::os::raw::c_uint;
-pub const PKV_MAX_STATE_PARTS: _bindgen_ty_7 = 2;
-pub const PKV_MAX_STATE_DIMS: _bindgen_ty_7 = 4;
+pub const PKV_LAYER_ATTENTION: _bindgen_ty_7 = 0;
+pub const PKV_LAYER_MLA: _bindgen_ty_7 = 1;
+pub const PKV_LAYER_SHARED: _bindgen_ty_7 = 2;
+pub const PKV_LAYER_STATE: _bindgen_ty_7 = 3;
 pub type _bindgen_ty_7 = ::std::os::raw::c_uint;
-pub const PKV_STATE_CHECKPOINT_PROMPT_END: _bindgen_ty_8 = 0;
-pub const PKV_STATE_CHECKPOINT_EVERY: _bindgen_ty_8 = 1;
-pub const PKV_STATE_CHECKPOINT_NONE: _bindgen_ty_8 = 2;
+pub const PKV_MAX_STATE_PARTS: _bindgen_ty_8 = 2;
+pub const PKV_MAX_STATE_DIMS: _bindgen_ty_8 = 4;
 pub type _bindgen_ty_8 = ::std::os::raw::c_uint;
-pub const PKV_ATTENTION_FULL: _bindgen_ty_9 = 0;
-pub const PKV_ATTENTION_SLIDING: _bindgen_ty_9 = 1;
-pub const PKV_ATTENTION_CHUNKED: _bindgen_ty_9 = 2;
+pub const PKV_STATE_CHECKPOINT_PROMPT_END: _bindgen_ty_9 = 0;
+pub const PKV_STATE_CHECKPOINT_EVERY: _bindgen_ty_9 = 1;
+pub const PKV_STATE_CHECKPOINT_NONE: _bindgen_ty_9 = 2;
 pub type _bindgen_ty_9 = ::std::os::raw::c_uint;
-pub const PKV_BUDGET_FROM_UTILIZATION: _bindgen_ty_10 = 0;
-pub const PKV_BUDGET_FROM_BYTE_CAP: _bindgen_ty_10 = 1;
-pub const PKV_BUDGET_FIXED_BLOCKS: _bindgen_ty_10 = 2;
+pub const PKV_ATTENTION_FULL: _bindgen_ty_10 = 0;
+pub const PKV_ATTENTION_SLIDING: _bindgen_ty_10 = 1;
+pub const PKV_ATTENTION_CHUNKED: _bindgen_ty_10 = 2;
 pub type _bindgen_ty_10 = ::std::os::raw::c_uint;
-pub const PKV_DEBUG_CONSTANT_HASH: _bindgen_ty_11 = 1;
+pub const PKV_BUDGET_FROM_UTILIZATION: _bindgen_ty_11 = 0;
+pub const PKV_BUDGET_FROM_BYTE_CAP: _bindgen_ty_11 = 1;
+pub const PKV_BUDGET_FIXED_BLOCKS: _bindgen_ty_11 = 2;
 pub type _bindgen_ty_11 = ::std::os::raw::c_uint;
-pub const PKV_FINISH_NONE: _bindgen_ty_12 = 0;
-pub const PKV_FINISH_STOP_TOKEN: _bindgen_ty_12 = 1;
-pub const PKV_FINISH_LENGTH: _bindgen_ty_12 = 2;
+pub const PKV_DEBUG_CONSTANT_HASH: _bindgen_ty_12 = 1;
+pub const PKV_DEBUG_TEST_CLOCK: _bindgen_ty_12 = 2;
 pub type _bindgen_ty_12 = ::std::os::raw::c_uint;
-pub const PKV_COPY_COW: _bindgen_ty_13 = 1;
-pub const PKV_COPY_SWAP_OUT: _bindgen_ty_13 = 2;
-pub const PKV_COPY_SWAP_IN: _bindgen_ty_13 = 3;
-pub const PKV_COPY_OFFLOAD: _bindgen_ty_13 = 4;
-pub const PKV_COPY_STATE: _bindgen_ty_13 = 6;
-pub const PKV_COPY_LOAD: _bindgen_ty_13 = 5;
-pub const PKV_COPY_STATE_OUT: _bindgen_ty_13 = 7;
-pub const PKV_COPY_STATE_IN: _bindgen_ty_13 = 8;
+pub const PKV_FINISH_NONE: _bindgen_ty_13 = 0;
+pub const PKV_FINISH_STOP_TOKEN: _bindgen_ty_13 = 1;
+pub const PKV_FINISH_LENGTH: _bindgen_ty_13 = 2;
 pub type _bindgen_ty_13 = ::std::os::raw::c_uint;
-pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_14 = 0;
-pub const PKV_PREEMPT_SWAP: _bindgen_ty_14 = 1;
-pub const PKV_PREEMPT_AUTO: _bindgen_ty_14 = 2;
+pub const PKV_COPY_COW: _bindgen_ty_14 = 1;
+pub const PKV_COPY_SWAP_OUT: _bindgen_ty_14 = 2;
+pub const PKV_COPY_SWAP_IN: _bindgen_ty_14 = 3;
+pub const PKV_COPY_OFFLOAD: _bindgen_ty_14 = 4;
+pub const PKV_COPY_STATE: _bindgen_ty_14 = 6;
+pub const PKV_COPY_LOAD: _bindgen_ty_14 = 5;
+pub const PKV_COPY_STATE_OUT: _bindgen_ty_14 = 7;
+pub const PKV_COPY_STATE_IN: _bindgen_ty_14 = 8;
 pub type _bindgen_ty_14 = ::std::os::raw::c_uint;
-pub const PKV_TIER_NONE: _bindgen_ty_15 = 0;
-pub const PKV_TIER_DEVICE: _bindgen_ty_15 = 1;
-pub const PKV_TIER_HOST: _bindgen_ty_15 = 2;
-pub const PKV_TIER_STORE: _bindgen_ty_15 = 3;
+pub const PKV_PREEMPT_RECOMPUTE: _bindgen_ty_15 = 0;
+pub const PKV_PREEMPT_SWAP: _bindgen_ty_15 = 1;
+pub const PKV_PREEMPT_AUTO: _bindgen_ty_15 = 2;
 pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
-pub const PKV_STORE_NONE: _bindgen_ty_16 = 0;
-pub const PKV_STORE_FILE: _bindgen_ty_16 = 1;
-pub const PKV_STORE_REDIS: _bindgen_ty_16 = 2;
-pub const PKV_STORE_CALLBACK: _bindgen_ty_16 = 3;
+pub const PKV_TIER_NONE: _bindgen_ty_16 = 0;
+pub const PKV_TIER_DEVICE: _bindgen_ty_16 = 1;
+pub const PKV_TIER_HOST: _bindgen_ty_16 = 2;
+pub const PKV_TIER_STORE: _bindgen_ty_16 = 3;
 pub type _bindgen_ty_16 = ::std::os::raw::c_uint;
-pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_17 = 0;
-pub const PKV_STORE_WRITE_BACK: _bindgen_ty_17 = 1;
-pub const PKV_STORE_READ_ONLY: _bindgen_ty_17 = 2;
+pub const PKV_STORE_NONE: _bindgen_ty_17 = 0;
+pub const PKV_STORE_FILE: _bindgen_ty_17 = 1;
+pub const PKV_STORE_REDIS: _bindgen_ty_17 = 2;
+pub const PKV_STORE_CALLBACK: _bindgen_ty_17 = 3;
 pub type _bindgen_ty_17 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_18 = 1;
-pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_18 = 2;
-pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_18 = 3;
-pub const PKV_EVENT_OVERFLOW: _bindgen_ty_18 = 4;
+pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_18 = 0;
+pub const PKV_STORE_WRITE_BACK: _bindgen_ty_18 = 1;
+pub const PKV_STORE_READ_ONLY: _bindgen_ty_18 = 2;
 pub type _bindgen_ty_18 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_FORMAT_MAP: _bindgen_ty_19 = 0;
-pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_19 = 1;
+pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_19 = 1;
+pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_19 = 2;
+pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_19 = 3;
+pub const PKV_EVENT_OVERFLOW: _bindgen_ty_19 = 4;
 pub type _bindgen_ty_19 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_FORMAT_MAP: _bindgen_ty_20 = 0;
+pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_20 = 1;
+pub type _bindgen_ty_20 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_layer_spec {
@@ -220,6 +226,8 @@ pub struct pkv_seq_params {
     pub num_extra_keys: u32,
     pub extra_key_size: u32,
     pub lora_id: u64,
+    pub cache_priority: i32,
+    pub cache_retention_ms: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -274,11 +282,11 @@ pub struct pkv_batch_view {
     pub group_block_tables: *const i32,
     pub state_slots: *const i32,
 }
-pub const PKV_INDEXER_SCALE_UE8M0: _bindgen_ty_20 = 1;
-pub type _bindgen_ty_20 = ::std::os::raw::c_uint;
-pub const PKV_TOPK_POSITIONS: _bindgen_ty_21 = 0;
-pub const PKV_TOPK_SLOTS: _bindgen_ty_21 = 1;
+pub const PKV_INDEXER_SCALE_UE8M0: _bindgen_ty_21 = 1;
 pub type _bindgen_ty_21 = ::std::os::raw::c_uint;
+pub const PKV_TOPK_POSITIONS: _bindgen_ty_22 = 0;
+pub const PKV_TOPK_SLOTS: _bindgen_ty_22 = 1;
+pub type _bindgen_ty_22 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_request_params {
@@ -293,6 +301,8 @@ pub struct pkv_request_params {
     pub num_extra_keys: u32,
     pub extra_key_size: u32,
     pub lora_id: u64,
+    pub cache_priority: i32,
+    pub cache_retention_ms: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -399,6 +409,12 @@ pub struct pkv_stats {
     pub num_host_state_checkpoints_held: u64,
     pub num_state_checkpoints_offloaded: u64,
     pub num_state_restores_from_host: u64,
+    pub num_pinned_blocks: u64,
+    pub num_pins: u64,
+    pub num_evictions_low: u64,
+    pub num_evictions_normal: u64,
+    pub num_evictions_high: u64,
+    pub num_evictions_highest: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -598,14 +614,14 @@ pub struct pkv_store_info {
     pub num_blocks: u64,
     pub total_bytes: u64,
 }
-pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_22 = 1;
-pub type _bindgen_ty_22 = ::std::os::raw::c_uint;
-pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_23 = 0;
-pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_23 = 1;
-pub const PKV_STORE_VALUE_BAD: _bindgen_ty_23 = 2;
+pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_23 = 1;
 pub type _bindgen_ty_23 = ::std::os::raw::c_uint;
-pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_24 = 64;
+pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_24 = 0;
+pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_24 = 1;
+pub const PKV_STORE_VALUE_BAD: _bindgen_ty_24 = 2;
 pub type _bindgen_ty_24 = ::std::os::raw::c_uint;
+pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_25 = 64;
+pub type _bindgen_ty_25 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_store_entry {
@@ -891,6 +907,31 @@ pub struct PkvLib {
     >,
     pub pkv_reset_prefix_cache:
         Result<unsafe extern "C" fn(e: *mut pkv_engine) -> pkv_status, ::libloading::Error>,
+    pub pkv_cache_set_priority: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            tokens: *const i32,
+            num_tokens: u32,
+            sp: *const pkv_seq_params,
+            priority: i32,
+            retention_ms: u32,
+            out_num_blocks: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_cache_pin: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            tokens: *const i32,
+            num_tokens: u32,
+            sp: *const pkv_seq_params,
+            out_pin: *mut u64,
+            out_num_tokens: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_cache_unpin:
+        Result<unsafe extern "C" fn(e: *mut pkv_engine, pin: u64) -> pkv_status, ::libloading::Error>,
     pub pkv_preempt:
         Result<unsafe extern "C" fn(e: *mut pkv_engine, seq: u64) -> pkv_status, ::libloading::Error>,
     pub pkv_resume: Result<
@@ -1098,6 +1139,9 @@ impl PkvLib {
         let pkv_pool_info = __library.get(b"pkv_pool_info\0").map(|sym| *sym);
         let pkv_layer_info = __library.get(b"pkv_layer_info\0").map(|sym| *sym);
         let pkv_reset_prefix_cache = __library.get(b"pkv_reset_prefix_cache\0").map(|sym| *sym);
+        let pkv_cache_set_priority = __library.get(b"pkv_cache_set_priority\0").map(|sym| *sym);
+        let pkv_cache_pin = __library.get(b"pkv_cache_pin\0").map(|sym| *sym);
+        let pkv_cache_unpin = __library.get(b"pkv_cache_unpin\0").map(|sym| *sym);
         let pkv_preempt = __library.get(b"pkv_preempt\0").map(|sym| *sym);
         let pkv_resume = __library.get(b"pkv_resume\0").map(|sym| *sym);
         let pkv_swap_out = __library.get(b"pkv_swap_out\0").map(|sym| *sym);
@@ -1171,6 +1215,9 @@ impl PkvLib {
             pkv_pool_info,
             pkv_layer_info,
             pkv_reset_prefix_cache,
+            pkv_cache_set_priority,
+            pkv_cache_pin,
+            pkv_cache_unpin,
             pkv_preempt,
             pkv_resume,
             pkv_swap_out,
@@ -1526,6 +1573,47 @@ impl PkvLib {
     }
     pub unsafe fn pkv_reset_prefix_cache(&self, e: *mut pkv_engine) -> pkv_status {
         (self.pkv_reset_prefix_cache.as_ref().expect("Expected function, got error."))(e)
+    }
+    pub unsafe fn pkv_cache_set_priority(
+        &self,
+        e: *mut pkv_engine,
+        tokens: *const i32,
+        num_tokens: u32,
+        sp: *const pkv_seq_params,
+        priority: i32,
+        retention_ms: u32,
+        out_num_blocks: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_cache_set_priority.as_ref().expect("Expected function, got error."))(
+            e,
+            tokens,
+            num_tokens,
+            sp,
+            priority,
+            retention_ms,
+            out_num_blocks,
+        )
+    }
+    pub unsafe fn pkv_cache_pin(
+        &self,
+        e: *mut pkv_engine,
+        tokens: *const i32,
+        num_tokens: u32,
+        sp: *const pkv_seq_params,
+        out_pin: *mut u64,
+        out_num_tokens: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_cache_pin.as_ref().expect("Expected function, got error."))(
+            e,
+            tokens,
+            num_tokens,
+            sp,
+            out_pin,
+            out_num_tokens,
+        )
+    }
+    pub unsafe fn pkv_cache_unpin(&self, e: *mut pkv_engine, pin: u64) -> pkv_status {
+        (self.pkv_cache_unpin.as_ref().expect("Expected function, got error."))(e, pin)
     }
     pub unsafe fn pkv_preempt(&self, e: *mut pkv_engine, seq: u64) -> pkv_status {
         (self.pkv_preempt.as_ref().expect("Expected function, got error."))(e, seq)
