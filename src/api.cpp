@@ -74,6 +74,7 @@ template <class F> pkv_status guard(pkv_engine *handle, F &&f) noexcept {
   Engine *e = E(handle);
   std::lock_guard<std::mutex> lock(e->mutex());
   e->last_error().clear();
+  e->tick();  // the clock of retention, once per call
   const pkv_status s = run(&e->last_error(), [&] { f(*e); });
   e->publish_events();
   return s;
@@ -120,6 +121,7 @@ pkv_status guard_batch(const pkv_batch *handle, F &&f, bool quiet = false) noexc
     });
   }
   e->last_error().clear();
+  e->tick();
   const pkv_status s = run(&e->last_error(), [&] {
     PKV_ASSERT(e->has_open_batch());
     f(*e);
@@ -149,6 +151,13 @@ pkv::PrefixKeys keys_of(const pkv_seq_params *sp, uint32_t num_tokens) {
   pkv_seq_params p = pkv::read_struct(sp, pkv::default_seq_params(), "seq params");
   return pkv::read_prefix_keys(p.cache_salt, p.cache_salt_len, p.extra_keys, p.num_extra_keys,
                                p.extra_key_size, p.lora_id, num_tokens);
+}
+
+// sp's cache_priority and cache_retention_ms, checked (defaults without sp or for a 0.7 size).
+pkv::Retention retention_of(const pkv_seq_params *sp) {
+  if (!sp) return pkv::Retention();
+  const pkv_seq_params p = pkv::read_struct(sp, pkv::default_seq_params(), "seq params");
+  return pkv::read_retention(p.cache_priority, p.cache_retention_ms, "seq params'");
 }
 
 // Copies a variable-size array into a caller buffer; a short buffer is refused with the length.
@@ -397,8 +406,10 @@ pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_token
     require_tokens(tokens, num_tokens);
     PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
     const pkv::PrefixKeys keys = keys_of(sp, num_tokens);
+    const pkv::Retention retention = retention_of(sp);
     uint32_t cached = 0;
     *out_seq = en.allocate(tokens, num_tokens, keys, &cached);
+    en.set_retention(*out_seq, retention);
     if (out_num_cached_tokens) *out_num_cached_tokens = cached;
   });
 }
@@ -611,6 +622,32 @@ pkv_status pkv_drain_kv_events(pkv_engine *e, pkv_kv_event *out, uint32_t cap, u
 
 pkv_status pkv_reset_prefix_cache(pkv_engine *e) {
   return guard(e, [&](Engine &en) { en.reset_prefix_cache(); });
+}
+
+pkv_status pkv_cache_set_priority(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
+                                  const pkv_seq_params *sp, int32_t priority,
+                                  uint32_t retention_ms, uint32_t *out_num_blocks) {
+  return guard(e, [&](Engine &en) {
+    require_tokens(tokens, num_tokens);
+    const pkv::Retention r = pkv::read_retention(priority, retention_ms, "pkv_cache_set_priority:");
+    const uint32_t n = en.cache_set_priority(tokens, num_tokens, keys_of(sp, num_tokens), r);
+    if (out_num_blocks) *out_num_blocks = n;
+  });
+}
+
+pkv_status pkv_cache_pin(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
+                         const pkv_seq_params *sp, uint64_t *out_pin, uint32_t *out_num_tokens) {
+  return guard(e, [&](Engine &en) {
+    require_tokens(tokens, num_tokens);
+    PKV_REQUIRE(out_pin != nullptr, "out_pin is NULL");
+    uint32_t pinned = 0;
+    *out_pin = en.cache_pin(tokens, num_tokens, keys_of(sp, num_tokens), &pinned);
+    if (out_num_tokens) *out_num_tokens = pinned;
+  });
+}
+
+pkv_status pkv_cache_unpin(pkv_engine *e, uint64_t pin) {
+  return guard(e, [&](Engine &en) { en.cache_unpin(pin); });
 }
 
 void pkv_batch_abort(pkv_batch *b) {

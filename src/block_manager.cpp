@@ -37,7 +37,10 @@ int32_t BlockManager::pop_free() {
   }
   const int32_t block = pool_.head();
   PKV_ASSERT(block >= 0);
-  if (pool_.node(block) != kNoNode) evict(block, offload_);
+  if (pool_.node(block) != kNoNode) {
+    count_eviction(block);
+    evict(block, offload_);
+  }
   return pool_.take();
 }
 
@@ -80,7 +83,7 @@ void BlockManager::advance_ahead() {
 }
 
 void BlockManager::drop_ref(int32_t block) {
-  if (pool_.drop_ref(block)) forget_device_twin(block);  // its KV may be overwritten from now on
+  if (pool_.drop_ref(block, releasing_)) forget_device_twin(block);  // its KV may be overwritten from now on
 }
 
 void BlockManager::check_space(uint32_t needed, const char *what) const {
@@ -320,7 +323,9 @@ void BlockManager::reset_cache() {
       stats_.num_state_checkpoint_evictions++;
     }
   pool_.for_each_free([&](int32_t b) {
-    if (pool_.node(b) != kNoNode) evict(b, false);
+    if (pool_.node(b) == kNoNode) return true;
+    count_eviction(b);
+    evict(b, false);
     return true;
   });
   host_.for_each_free([&](int32_t h) {

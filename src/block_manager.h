@@ -121,6 +121,9 @@ struct BlockStats {
   uint64_t num_state_restores_from_host = 0;
 };
 
+  // num_evictions by the priority the block had when evicted: [priority -
+  // PKV_CACHE_PRIORITY_MIN]
+  uint64_t num_evictions_by_priority[PKV_CACHE_PRIORITY_MAX - PKV_CACHE_PRIORITY_MIN + 1] = {};
 class BlockManager {
  public:
   // offload: sealed blocks evicted from the pool go to the host tier (when it has blocks).
@@ -277,6 +280,33 @@ class BlockManager {
   void copies_done(size_t n);
 
   uint32_t num_groups() const { return static_cast<uint32_t>(kinds_.size()); }
+
+  // ---------------------------------------------------------------- retention (DESIGN.md §4)
+  // (block_manager_retain.cpp.) The engine's clock (ms), set once per engine call.
+  void set_now(uint64_t ms) { pool_.set_now(ms); }
+  // While a Releasing lives, the blocks its sequence releases keep (at least) its retention.
+  class Releasing {
+   public:
+    Releasing(BlockManager &m, Retention r) : m_(m), was_(m.releasing_) { m.releasing_ = r; }
+    ~Releasing() { m_.releasing_ = was_; }
+    Releasing(const Releasing &) = delete;
+    Releasing &operator=(const Releasing &) = delete;
+
+   private:
+    BlockManager &m_;
+    Retention was_;
+  };
+  // pkv_cache_set_priority: every pool copy of every node of the prompt's full blocks, in every
+  // group, takes r (BlockPool::set_retention); returns how many.
+  uint32_t set_priority(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, Retention r);
+  // pkv_cache_pin: references on the pool blocks a hit of the prompt's longest cached prefix of
+  // full blocks needs; *out_tokens its tokens. PKV_ERR_NO_SPACE past PKV_MAX_PINNED_PERCENT,
+  // nothing changed. Returns the pin's id.
+  uint64_t pin(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, uint32_t *out_tokens);
+  // pkv_cache_unpin: PKV_ERR_NOT_FOUND for an unknown pin.
+  void unpin(uint64_t pin);
+  uint32_t num_pins() const { return static_cast<uint32_t>(pins_.size()); }
+  uint32_t num_pinned_blocks() const { return static_cast<uint32_t>(pinned_.size()); }
   const GroupKind &kind(uint32_t group) const { return kinds_[group]; }
   // Whether any group gives blocks back (sliding, chunked or shared).
   bool any_windowed() const;
@@ -332,7 +362,11 @@ class BlockManager {
   void report_host_block(int32_t host,
                          const std::function<void(const EvictedHostBlock &)> &f) const;
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
-  void drop_ref(int32_t block);  // at 0: cached to the tail, unsealed to the head
+  void drop_ref(int32_t block);  // at 0: cached to its class's tail (releasing_), unsealed to
+                                 // the head
+  void count_eviction(int32_t block);  // by its priority, before evict()
+  // The pins' references, counted into refs (check()); the pins' own bookkeeping checked.
+  void check_pins(std::vector<int64_t> &refs) const;
   void reserve(SeqTables &tables, const Admission &plan);
   // Group g's walk of the prompt's first max_hits blocks through the prefix tree: the node of
   // each block while there is one, and the pool block a hit would use (-1: load from the host
@@ -386,3 +420,7 @@ class BlockManager {
 };
 
 }  // namespace pkv
+  Retention releasing_;  // what a release gives its blocks (Releasing)
+  std::unordered_map<uint64_t, std::vector<int32_t>> pins_;  // pin -> its distinct blocks
+  std::unordered_map<int32_t, uint32_t> pinned_;             // block -> pins holding it
+  uint64_t next_pin_ = 1;

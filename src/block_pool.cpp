@@ -4,11 +4,40 @@
 
 namespace pkv {
 
+namespace {
+
+// Retention 0 never decays: longer than any.
+uint64_t span(uint32_t retention_ms) { return retention_ms ? retention_ms : UINT64_MAX; }
+
+}  // namespace
+
+Retention stronger(Retention a, Retention b) {
+  if (a.priority != b.priority) return a.priority > b.priority ? a : b;
+  return span(a.retention_ms) >= span(b.retention_ms) ? a : b;
+}
+
+Retention read_retention(int32_t priority, uint32_t retention_ms, const char *what) {
+  PKV_REQUIRE(priority >= PKV_CACHE_PRIORITY_MIN && priority <= PKV_CACHE_PRIORITY_MAX,
+              "%s cache_priority %d is outside PKV_CACHE_PRIORITY_MIN .. PKV_CACHE_PRIORITY_MAX "
+              "(%d .. %d): 0 is normal, lower is evicted first",
+              what, priority, int(PKV_CACHE_PRIORITY_MIN), int(PKV_CACHE_PRIORITY_MAX));
+  return {priority, retention_ms};
+}
+
 BlockPool::BlockPool(uint32_t num_blocks)
-    : num_blocks_(num_blocks), blocks_(size_t(num_blocks) + 1), num_free_(num_blocks) {
-  const int32_t s = sentinel();
-  blocks_[s].prev = blocks_[s].next = s;
-  for (int32_t b = 0; b < s; ++b) insert_after(blocks_[s].prev, b);
+    : num_blocks_(num_blocks),
+      blocks_(size_t(num_blocks) + kClasses),
+      released_ms_(num_blocks, 0),
+      num_free_(num_blocks) {
+  static_assert(kClasses <= 32, "class_mask_ has a bit per class");
+  for (uint32_t c = 0; c < kClasses; ++c) {
+    const int32_t s = sentinel(c);
+    blocks_[s].prev = blocks_[s].next = s;
+    // Classes 1.. are kRetentions slots per non-zero priority, lowest first.
+    const int32_t p = c ? PKV_CACHE_PRIORITY_MIN + int32_t((c - 1) / kRetentions) : 0;
+    classes_[c].priority = p >= 0 ? p + 1 : p;
+  }
+  for (int32_t b = 0; b < sentinel(); ++b) insert_after(blocks_[sentinel()].prev, b);
 }
 
 void BlockPool::insert_after(int32_t at, int32_t b) {
@@ -24,10 +53,87 @@ void BlockPool::remove(int32_t b) {
   blocks_[blk.prev].next = blk.next;
   blocks_[blk.next].prev = blk.prev;
   blk.prev = blk.next = -1;
+  if (blk.cls && --classes_[blk.cls].count == 0) class_mask_ &= ~(1u << blk.cls);
+  blk.cls = 0;
+}
+
+uint32_t BlockPool::class_for(Retention r) {
+  if (r.priority == 0) return 0;
+  const int32_t p = r.priority;
+  const uint32_t first = 1 + uint32_t((p > 0 ? p - 1 : p) - PKV_CACHE_PRIORITY_MIN) * kRetentions;
+  uint32_t open = 0, nearest = first;
+  uint64_t best = UINT64_MAX;
+  for (uint32_t c = first; c < first + kRetentions; ++c) {
+    const Class &k = classes_[c];
+    if (k.count == 0) {
+      if (!open) open = c;
+      continue;
+    }
+    if (k.retention_ms == r.retention_ms) return c;
+    // All slots in use: the nearest retention (0 = forever, the longest), ties the shorter.
+    const uint64_t a = span(k.retention_ms), want = span(r.retention_ms);
+    const uint64_t d = a > want ? a - want : want - a;
+    if (d < best || (d == best && a < span(classes_[nearest].retention_ms))) {
+      best = d;
+      nearest = c;
+    }
+  }
+  if (!open) return nearest;
+  classes_[open].retention_ms = r.retention_ms;
+  return open;
 }
 
 void BlockPool::link(int32_t b) {
-  insert_after(blocks_[b].node != kNoNode ? blocks_[sentinel()].prev : sentinel(), b);
+  Block &blk = blocks_[b];
+  if (blk.node == kNoNode) {  // nothing to keep: reused first
+    blk.priority = 0;
+    blk.retention_ms = 0;
+    insert_after(sentinel(), b);
+    return;
+  }
+  const uint32_t c = class_for({blk.priority, blk.retention_ms});
+  Class &k = classes_[c];
+  blk.cls = static_cast<uint8_t>(c);
+  blk.priority = static_cast<int8_t>(k.priority);
+  blk.retention_ms = k.retention_ms;  // a merged class's
+  blk.stamp = next_stamp_++;
+  if (c) {
+    k.count++;
+    class_mask_ |= 1u << c;
+    if (k.retention_ms) released_ms_[b] = now_ms_;
+  }
+  insert_after(blocks_[sentinel(c)].prev, b);
+}
+
+bool BlockPool::ended(int32_t b) const {
+  const Block &blk = blocks_[b];
+  return blk.cls && blk.retention_ms && now_ms_ - released_ms_[b] >= blk.retention_ms;
+}
+
+int32_t BlockPool::effective_priority(int32_t b) const {
+  return ended(b) ? 0 : blocks_[b].priority;
+}
+
+int32_t BlockPool::head() const {
+  if (!num_free_) return -1;
+  const int32_t first = blocks_[sentinel()].next;
+  const bool has_first = first != sentinel();
+  if (!class_mask_ || (has_first && blocks_[first].node == kNoNode)) return first;
+  // Cached blocks only: the least (effective priority, release stamp) of the lists' heads. List
+  // 0's head is its oldest normal block; a class's head is its oldest, and its retention ends
+  // first, so no later block of it can be lower.
+  int32_t best = has_first ? first : -1;
+  int32_t best_priority = 0;
+  for (uint32_t m = class_mask_; m; m &= m - 1) {
+    const int32_t h = blocks_[sentinel(uint32_t(__builtin_ctz(m)))].next;
+    const int32_t p = effective_priority(h);
+    if (best < 0 || p < best_priority ||
+        (p == best_priority && blocks_[h].stamp < blocks_[best].stamp)) {
+      best = h;
+      best_priority = p;
+    }
+  }
+  return best;
 }
 
 int32_t BlockPool::take() {
@@ -38,23 +144,33 @@ int32_t BlockPool::take() {
 }
 
 void BlockPool::take(int32_t b) {
-  PKV_ASSERT(blocks_[b].ref == 0 && blocks_[b].node == kNoNode);
+  Block &blk = blocks_[b];
+  PKV_ASSERT(blk.ref == 0 && blk.node == kNoNode);
   remove(b);
   num_free_--;
-  blocks_[b].ref = 1;
+  blk.ref = 1;
+  blk.priority = 0;
+  blk.retention_ms = 0;
 }
 
 void BlockPool::add_ref(int32_t b) {
   Block &blk = blocks_[b];
   if (blk.ref++ > 0) return;
+  if (ended(b)) {  // decayed: a normal block from now on
+    blk.priority = 0;
+    blk.retention_ms = 0;
+  }
   remove(b);
   num_free_--;
   if (blk.node != kNoNode) num_cached_--;
 }
 
-bool BlockPool::drop_ref(int32_t b) {
+bool BlockPool::drop_ref(int32_t b, Retention r) {
   Block &blk = blocks_[b];
   PKV_ASSERT(blk.ref > 0);
+  const Retention kept = stronger({blk.priority, blk.retention_ms}, r);
+  blk.priority = static_cast<int8_t>(kept.priority);
+  blk.retention_ms = kept.retention_ms;
   if (--blk.ref > 0) return false;
   num_free_++;
   if (blk.node != kNoNode) num_cached_++;
@@ -64,6 +180,10 @@ bool BlockPool::drop_ref(int32_t b) {
 
 void BlockPool::set_node(int32_t b, uint32_t node) {
   Block &blk = blocks_[b];
+  if (node == kNoNode) {  // its KV goes, and what kept it
+    blk.priority = 0;
+    blk.retention_ms = 0;
+  }
   if (blk.ref > 0) {
     blk.node = node;
     return;
@@ -81,6 +201,16 @@ void BlockPool::touch(int32_t b) {
   link(b);
 }
 
+void BlockPool::set_retention(int32_t b, Retention r) {
+  Block &blk = blocks_[b];
+  if (blk.ref == 0 && blk.node == kNoNode) return;
+  blk.priority = static_cast<int8_t>(r.priority);
+  blk.retention_ms = r.retention_ms;
+  if (blk.ref > 0) return;
+  remove(b);
+  link(b);
+}
+
 void BlockPool::check(const char *tier) const {
   uint32_t ref0 = 0, cached = 0;
   for (uint32_t b = 0; b < num_blocks_; ++b) {
@@ -93,19 +223,38 @@ void BlockPool::check(const char *tier) const {
     fail(PKV_ERR_INTERNAL, "%s counters: free %u (actual %u), cached %u (actual %u)", tier,
          num_free_, ref0, num_cached_, cached);
   uint32_t walked = 0;
-  bool seen_cached = false;
-  for (int32_t b = blocks_[sentinel()].next; b != sentinel(); b = blocks_[b].next) {
-    if (b < 0 || uint32_t(b) >= num_blocks_ || blocks_[b].ref != 0 || ++walked > num_free_)
-      fail(PKV_ERR_INTERNAL, "%s free list holds block %d wrongly or loops", tier, b);
-    if (blocks_[blocks_[b].next].prev != b)
-      fail(PKV_ERR_INTERNAL, "%s free list links broken at %d", tier, b);
-    const bool is_cached = blocks_[b].node != kNoNode;
-    if (seen_cached && !is_cached)
-      fail(PKV_ERR_INTERNAL, "%s free list: free block %d after a cached one", tier, b);
-    seen_cached |= is_cached;
+  for (uint32_t c = 0; c < kClasses; ++c) {
+    const Class &k = classes_[c];
+    bool seen_cached = false;
+    uint32_t count = 0;
+    uint64_t stamp = 0, released = 0;
+    for (int32_t b = blocks_[sentinel(c)].next; b != sentinel(c); b = blocks_[b].next) {
+      if (b < 0 || uint32_t(b) >= num_blocks_ || blocks_[b].ref != 0 || ++walked > num_free_)
+        fail(PKV_ERR_INTERNAL, "%s free list %u holds block %d wrongly or loops", tier, c, b);
+      const Block &blk = blocks_[b];
+      if (blocks_[blk.next].prev != b)
+        fail(PKV_ERR_INTERNAL, "%s free list %u links broken at %d", tier, c, b);
+      const bool is_cached = blk.node != kNoNode;
+      if ((seen_cached && !is_cached) || (c && !is_cached))
+        fail(PKV_ERR_INTERNAL, "%s free list %u: free block %d after a cached one or in a class",
+             tier, c, b);
+      seen_cached |= is_cached;
+      count += c != 0;
+      if (blk.cls != c || blk.priority != k.priority ||
+          blk.retention_ms != (c ? k.retention_ms : 0))
+        fail(PKV_ERR_INTERNAL, "%s block %d: class %u, priority %d, retention %u ms on list %u",
+             tier, b, blk.cls, blk.priority, blk.retention_ms, c);
+      // Release order, so within a class also the order retentions end in.
+      if (is_cached && (blk.stamp <= stamp || (c && k.retention_ms && released_ms_[b] < released)))
+        fail(PKV_ERR_INTERNAL, "%s free list %u: block %d out of release order", tier, c, b);
+      if (is_cached) stamp = blk.stamp;
+      if (c && k.retention_ms) released = released_ms_[b];
+    }
+    if (count != k.count || ((class_mask_ >> c) & 1) != (c && count > 0))
+      fail(PKV_ERR_INTERNAL, "%s class %u: %u blocks counted, %u listed", tier, c, k.count, count);
   }
   if (walked != num_free_)
-    fail(PKV_ERR_INTERNAL, "%s free list holds %u of %u free blocks", tier, walked, num_free_);
+    fail(PKV_ERR_INTERNAL, "%s free lists hold %u of %u free blocks", tier, walked, num_free_);
 }
 
 }  // namespace pkv

@@ -1,22 +1,46 @@
 // The blocks of one tier (DESIGN.md §4 and §11): the device pool (tier 0) and the host tier
 // (tier 1) keep their blocks alike. A block is free (ref 0, holding nothing reusable), cached
-// (ref 0, holding the KV of a prefix-tree node: reusable, evictable) or used (ref >= 1). The ref-0
-// blocks sit on one intrusive doubly linked list: take() pops its head, a block whose last
-// reference goes joins the tail when cached (evicted last) and the head when free (reused first),
-// so the list runs from free blocks through cached ones in LRU order. Every call is O(1).
-// The block manager decides what a block holds; this keeps the counts and the list.
+// (ref 0, holding the KV of a prefix-tree node: reusable, evictable) or used (ref >= 1).
+//
+// The ref-0 blocks sit on intrusive doubly linked lists, one per retention class (DESIGN.md §4,
+// "Retention"). List 0 holds the free blocks at its head (reused first) and the normal cached
+// ones (priority 0) after them in release order; each other class, a (priority, retention_ms)
+// pair in use, holds its cached blocks in release order, which within one class is also the
+// order their retention ends in. take() hands out list 0's head when it is free; else the victim
+// is the head of least (effective priority, release stamp) among the lists' heads: a head whose
+// retention ended counts as priority 0. So eviction is exact (lowest priority first, least
+// recently released first within one) and costs one comparison per class in use, at most
+// kClasses: O(1). The host tier uses list 0 only (plain LRU).
+// The block manager decides what a block holds; this keeps the counts and the lists.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "huge_pages.h"
+#include "pkv/pkv.h"
 
 namespace pkv {
+
+// An eviction priority and how long it holds after a release (pkv_seq_params.cache_priority,
+// cache_retention_ms): priority 0 is normal (plain LRU), retention 0 never decays.
+struct Retention {
+  int32_t priority = 0;
+  uint32_t retention_ms = 0;
+};
+// The one a block keeps when two holders differ: the higher priority, then the longer retention
+// (0 = forever), so the later deadline.
+Retention stronger(Retention a, Retention b);
+// A caller's cache_priority and cache_retention_ms, checked (what names the struct or call):
+// PKV_ERR_INVALID_ARGUMENT for a priority outside PKV_CACHE_PRIORITY_MIN .. MAX.
+Retention read_retention(int32_t priority, uint32_t retention_ms, const char *what);
 
 class BlockPool {
  public:
   static constexpr uint32_t kNoNode = UINT32_MAX;
+  static constexpr uint32_t kRetentions = PKV_MAX_CACHE_RETENTIONS;  // per non-zero priority
+  static constexpr uint32_t kPriorities = PKV_CACHE_PRIORITY_MAX - PKV_CACHE_PRIORITY_MIN;
+  static constexpr uint32_t kClasses = 1 + kPriorities * kRetentions;  // list 0 first
 
   explicit BlockPool(uint32_t num_blocks);  // every block free, taken in id order
 
@@ -25,42 +49,56 @@ class BlockPool {
   uint32_t num_cached() const { return num_cached_; }  // ref 0 and holding a node's KV
   int32_t ref(int32_t b) const { return blocks_[b].ref; }
   uint32_t node(int32_t b) const { return blocks_[b].node; }
+  // The clock retention is measured by (ms); it never goes back (a smaller value is ignored).
+  void set_now(uint64_t ms) { now_ms_ = ms > now_ms_ ? ms : now_ms_; }
   // The block take() would hand out next (a cached one must be evicted first), -1 when none.
-  int32_t head() const { return num_free_ ? blocks_[sentinel()].next : -1; }
-  // The ref-0 block after b on the list (b must be on it), -1 after the tail; its entry is asked
-  // for, so a walk ahead of the pops (BlockManager::prefetch_pops) finds it loaded.
+  int32_t head() const;
+  // The ref-0 block after b on its list (b must be on one), -1 after the tail; its entry is asked
+  // for, so a walk ahead of the pops (BlockManager::prefetch_pops) finds it loaded. With several
+  // classes in use the pops may come from other lists: a walk of one list is then only a guess.
   int32_t next_free(int32_t b) const {
     const int32_t next = blocks_[b].next;
-    if (next == sentinel() || next < 0) return -1;
+    if (next < 0 || uint32_t(next) >= num_blocks_) return -1;
     __builtin_prefetch(&blocks_[next]);
     return next;
   }
-  // Ref-0 blocks from head to tail: f(block) for each until it returns false.
+  // Ref-0 blocks, list 0 first (head to tail), then each class's: f(block) for each until it
+  // returns false. f may set a block's node to kNoNode (it moves to list 0's head, walked).
   template <class F> void for_each_free(F &&f) const {
-    for (int32_t b = blocks_[sentinel()].next; b != sentinel();) {
-      const int32_t next = blocks_[b].next;  // f may move b
-      if (!f(b)) return;
-      b = next;
-    }
+    for (uint32_t c = 0; c < kClasses; ++c)
+      for (int32_t b = blocks_[sentinel(c)].next; b != sentinel(c);) {
+        const int32_t next = blocks_[b].next;  // f may move b
+        if (!f(b)) return;
+        b = next;
+      }
   }
 
-  // The head of the list, its ref count 1. It must not be cached (the caller evicts first).
+  // head(), its ref count 1. It must not be cached (the caller evicts first).
   int32_t take();
-  // The same for a given ref-0 block anywhere on the list.
+  // The same for a given ref-0 block anywhere on the lists.
   void take(int32_t b);
-  // One more reference; a ref-0 block (a cached hit) leaves the list and keeps its node.
+  // One more reference; a ref-0 block (a cached hit) leaves its list and keeps its node, and its
+  // priority unless its retention ended.
   void add_ref(int32_t b);
-  // One reference less; at 0 the block joins the list (tail when cached, head when free) and
-  // true is returned.
-  bool drop_ref(int32_t b);
-  // The KV of node is in b (node set) or no longer (kNoNode). A ref-0 block moves to the tail
-  // when it becomes cached and to the head when it stops being.
+  // One reference less, by a holder releasing with retention r: the block keeps the stronger of
+  // r and its own. At 0 the block joins a list (a class's tail when cached, list 0's head when
+  // free) and true is returned.
+  bool drop_ref(int32_t b, Retention r = {});
+  // The KV of node is in b (node set) or no longer (kNoNode: its retention goes too). A ref-0
+  // block moves to its class's tail when it becomes cached and to list 0's head when it stops.
   void set_node(int32_t b, uint32_t node);
-  // A cached block was used: it becomes the last to be evicted.
+  // A cached block was used: it becomes the last of its class to be evicted.
   void touch(int32_t b);
+  // pkv_cache_set_priority: a block in use keeps r for its release; a cached one takes r as if
+  // released now (to its new class's tail). A free block has nothing to keep: unchanged.
+  void set_retention(int32_t b, Retention r);
+  // The priority a cached block would be evicted with now: its class's, or 0 once its retention
+  // ended.
+  int32_t effective_priority(int32_t b) const;
 
-  // The list holds exactly the ref-0 blocks, linked both ways, free ones before cached ones; the
-  // counters agree. tier names the pool in messages. Throws PKV_ERR_INTERNAL.
+  // The lists hold exactly the ref-0 blocks, linked both ways, free ones before cached ones on
+  // list 0, each class's blocks of its priority and retention in release order; the counters and
+  // the classes' counts agree. tier names the pool in messages. Throws PKV_ERR_INTERNAL.
   void check(const char *tier) const;
 
  private:
@@ -69,18 +107,36 @@ class BlockPool {
     int32_t prev = -1;  // list links, valid while ref == 0
     int32_t next = -1;
     uint32_t node = kNoNode;
+    uint64_t stamp = 0;         // release order: when it last joined a list's tail
+    uint32_t retention_ms = 0;  // its retention: kept for its release (used) or its class's
+    int8_t priority = 0;        // likewise
+    uint8_t cls = 0;            // its list while ref 0
+  };
+  struct Class {
+    int32_t priority = 0;
+    uint32_t retention_ms = 0;
+    uint32_t count = 0;  // its cached blocks; 0: the slot is open to another retention
   };
 
-  int32_t sentinel() const { return static_cast<int32_t>(num_blocks_); }
+  int32_t sentinel(uint32_t cls = 0) const { return static_cast<int32_t>(num_blocks_ + cls); }
   void insert_after(int32_t at, int32_t b);
-  void remove(int32_t b);
-  void link(int32_t b);  // a ref-0 block onto the list: cached to the tail, free to the head
+  void remove(int32_t b);  // off its list (its class's count follows)
+  void link(int32_t b);    // a ref-0 block onto its list: cached to its class's tail, free to
+                           // list 0's head
+  uint32_t class_for(Retention r);  // the list a cached block of retention r joins
+  bool ended(int32_t b) const;      // a cached block's retention ended
 
   uint32_t num_blocks_;
-  // num_blocks_ + 1: the last is the list's sentinel. Huge pages: read at random (huge_pages.h).
+  // num_blocks_ + kClasses: the last are the lists' sentinels. Huge pages: read at random
+  // (huge_pages.h).
   std::vector<Block, HugePageAllocator<Block>> blocks_;
+  std::vector<uint64_t> released_ms_;  // a cached block of a class with a retention: its release
+  Class classes_[kClasses];
+  uint32_t class_mask_ = 0;  // bit c: class c (>= 1) holds blocks
   uint32_t num_free_;
   uint32_t num_cached_ = 0;
+  uint64_t next_stamp_ = 1;
+  uint64_t now_ms_ = 0;
 };
 
 }  // namespace pkv

@@ -389,6 +389,12 @@ pkv_stats Engine::stats() const {
   st.num_state_restores = b.num_state_restores;
   st.state_fallback_tokens = b.state_fallback_tokens;
   st.num_host_state_checkpoints_held = blocks_.num_host_checkpoints_held();
+  st.num_pinned_blocks = blocks_.num_pinned_blocks();
+  st.num_pins = blocks_.num_pins();
+  st.num_evictions_low = b.num_evictions_by_priority[0];
+  st.num_evictions_normal = b.num_evictions_by_priority[1];
+  st.num_evictions_high = b.num_evictions_by_priority[2];
+  st.num_evictions_highest = b.num_evictions_by_priority[3];
   st.num_state_checkpoints_offloaded = b.num_state_checkpoints_offloaded;
   st.num_state_restores_from_host = b.num_state_restores_from_host;
   if (store_) {

@@ -97,6 +97,16 @@ class Engine {
   void publisher_info(struct pkv_event_publisher_info *out) const;
   std::string store_error() const { return store_ ? store_->last_error() : std::string(); }
   void reset_prefix_cache();
+  // Retention (engine_retention.cpp, DESIGN.md §4): a pkv_allocate sequence's (set after it),
+  // pkv_cache_set_priority, pkv_cache_pin, pkv_cache_unpin, and the clock they are measured by,
+  // read once per call (api.cpp's guards).
+  void set_retention(uint64_t id, Retention r) { seqs_.get(id).retention = r; }
+  uint32_t cache_set_priority(const int32_t *tokens, uint32_t n, const PrefixKeys &keys,
+                              Retention r);
+  uint64_t cache_pin(const int32_t *tokens, uint32_t n, const PrefixKeys &keys,
+                     uint32_t *out_tokens);
+  void cache_unpin(uint64_t pin);
+  void tick() noexcept;
   pkv_stats stats() const;
   void check() const;
 

@@ -255,7 +255,7 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.device_id >= 0, "device_id must be >= 0");
   PKV_REQUIRE(p.num_threads <= PKV_MAX_THREADS, "num_threads %u is too many (at most %d)",
               p.num_threads, PKV_MAX_THREADS);
-  PKV_REQUIRE((p.debug_flags & ~uint32_t(PKV_DEBUG_CONSTANT_HASH)) == 0,
+  PKV_REQUIRE((p.debug_flags & ~uint32_t(PKV_DEBUG_CONSTANT_HASH | PKV_DEBUG_TEST_CLOCK)) == 0,
               "debug_flags has unknown bits 0x%x", p.debug_flags);
   PKV_REQUIRE(std::isfinite(p.memory_utilization) && p.memory_utilization > 0.0 &&
                   p.memory_utilization <= 1.0,

@@ -82,6 +82,8 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
 void Scheduler::enqueue(uint64_t id) {
   // Higher priority first; equal priorities keep their arrival order.
   const int32_t prio = seqs_.get(id).request.priority;
+  const Retention retention =
+      read_retention(rp.cache_priority, rp.cache_retention_ms, "request params'");
   auto it = std::find_if(waiting_.begin(), waiting_.end(),
                          [&](uint64_t other) { return seqs_.get(other).request.priority < prio; });
   waiting_.insert(it, id);
@@ -98,6 +100,7 @@ void Scheduler::finish_request(Sequence &s, uint32_t reason) {
 // front of the queue) while there is no free block. False when s itself had to go.
 bool Scheduler::reserve(Sequence &s, std::vector<uint64_t> &chosen) {
   for (;;) {
+    s.retention = retention;
     if (fits([&] { reserve_unslotted(s, blocks_); })) return true;
     Sequence &victim = seqs_.get(running_.back());
     chosen.erase(std::remove(chosen.begin(), chosen.end(), victim.id), chosen.end());

@@ -67,6 +67,7 @@ void roll_back(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n)
   SeqTables held = s.tables;  // may throw: before any change
   states.make_room(1);
   blocks.free(s.tables);
+  const BlockManager::Releasing as(blocks, s.retention);
   uint32_t hit = 0;
   try {
     hit = blocks.admit(s.tables, s.keys, s.tokens.data(), n);
@@ -108,6 +109,7 @@ void give_back_state(Sequence &s, StatePool &states) {
 void give_back(Sequence &s, BlockManager &blocks, StatePool &states, SeqState to) {
   PKV_ASSERT(s.running());
   blocks.free(s.tables);
+  const BlockManager::Releasing as(blocks, s.retention);
   give_back_state(s, states);
   s.num_computed = 0;
   s.num_unslotted = 0;
@@ -134,7 +136,10 @@ void swap_out(Sequence &s, BlockManager &blocks, StatePool &states) {
     states.require_free_host("swapping out");
     states.make_room(1);
   }
-  blocks.swap_out(s.tables, s.host_blocks);
+  {
+    const BlockManager::Releasing as(blocks, s.retention);
+    blocks.swap_out(s.tables, s.host_blocks);
+  }
   if (state) {  // cannot fail: checked and made room above
     // The copy reads the working slot before any later copy or step writes it.
     s.host_state_slot = states.take_host();
@@ -168,6 +173,7 @@ void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken) {
   PKV_ASSERT((s.running() || s.state == SeqState::kPreempted) && n >= 1 && n <= s.num_tokens());
   PKV_ASSERT(s.num_unslotted == 0);  // sequences of pkv_allocate: every token has its slot
   if (s.running()) blocks.truncate(s.tables, s.keys, s.tokens.data(), n, s.num_computed, taken);
+  const BlockManager::Releasing as(blocks, s.retention);
   s.tokens.resize(n);
   s.num_computed = std::min(s.num_computed, n);
   s.num_cached = std::min(s.num_cached, n);
@@ -175,6 +181,7 @@ void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken) {
 
 void free_kv(Sequence &s, BlockManager &blocks, StatePool &states) {
   blocks.free(s.tables);
+  const BlockManager::Releasing as(blocks, s.retention);
   blocks.free_host(s.host_blocks);
   give_back_state(s, states);
   if (s.host_state_slot >= 0) {
@@ -186,7 +193,10 @@ void free_kv(Sequence &s, BlockManager &blocks, StatePool &states) {
 uint32_t computed(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n) {
   PKV_ASSERT(s.running() && n <= s.num_uncomputed());
   s.num_computed += n;
-  blocks.seal(s.tables, s.keys, s.tokens.data(), s.num_computed);
+  {
+    const BlockManager::Releasing as(blocks, s.retention);  // a window's give-back
+    blocks.seal(s.tables, s.keys, s.tokens.data(), s.num_computed);
+  }
   const uint32_t bs = blocks.block_size(), b = s.num_computed / bs;
   if (s.state_slot < 0 || n == 0 || s.num_computed % bs != 0 ||
       !blocks.wants_checkpoint(b, s.checkpoint_end, s.checkpoint_branch))
