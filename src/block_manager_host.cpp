@@ -42,7 +42,8 @@ void BlockManager::report_host_block(int32_t host,
   for (const BlockCopy &c : pending_copies_)  // its bytes are still to come from a queued copy
     if (copy_writes_host(c.kind) && c.dst == host) return;
   const uint32_t node = host_.node(host);
-  EvictedHostBlock ev{nullptr, 0, {}, {}, host, tree_.hash(node), tree_.hash(tree_.parent(node))};
+  EvictedHostBlock ev{nullptr, 0,    tree_.group(node), {},
+                      {},      host, tree_.hash(node),  tree_.hash(tree_.parent(node))};
   std::vector<uint32_t> chain;  // the node and its ancestors up to the root
   bool any_extra = false;
   for (uint32_t n = node; !tree_.is_root(n); n = tree_.parent(n)) {
@@ -71,6 +72,7 @@ void BlockManager::evict_host(int32_t host) {
   const uint32_t node = host_.node(host);
   if (on_host_evict_) report_host_block(host, on_host_evict_);
   host_.set_node(host, kNoNode);
+  host_from_store_[host] = 0;
   tree_.clear_host(node);
   stats_.num_host_evictions++;
 }
@@ -109,53 +111,68 @@ void BlockManager::swap_out(SeqTables &tables, std::vector<int32_t> &host) {
   if (host_.num_blocks() == 0)
     fail(PKV_ERR_UNSUPPORTED,
          "swapping out needs a host tier (host_num_blocks or host_cache_bytes)");
-  PKV_ASSERT(host.empty() && tables.size() == 1 &&
-             !any_windowed());  // the engine allows no host tier with windows
-  BlockTable &table = tables[0];
+  PKV_ASSERT(host.empty() && tables.size() == num_groups());
+  // Every group's table moves, in group order, into one host table (block_manager.h); an entry
+  // a windowed or shared group does not hold stays -1 and takes no host block.
   uint32_t need = 0;
-  for (int32_t d : table.ids) need += host_twin_.count(d) == 0;
+  size_t entries = 0;
+  for (const BlockTable &t : tables) {
+    entries += t.ids.size();
+    for (int32_t d : t.ids) need += d >= 0 && host_twin_.count(d) == 0;
+  }
   if (need > host_.num_free())
     fail(PKV_ERR_NO_SPACE, "swapping out needs %u free host-tier blocks, %u are free (of %u)", need,
          host_.num_free(), host_.num_blocks());
   // Room first: nothing below can fail.
-  host.reserve(table.ids.size());
+  host.reserve(entries);
   make_room(pending_copies_, need);
   host_twin_.reserve(host_twin_.size() + need);
   device_twin_.reserve(device_twin_.size() + need);
-  for (int32_t d : table.ids) {
-    auto twin = host_twin_.find(d);
-    if (twin != host_twin_.end()) {  // a sharer moved it already: share its host copy
-      host_.add_ref(twin->second);
-      host.push_back(twin->second);
-      drop_ref(d);
-      continue;
+  for (const BlockTable &table : tables)
+    for (int32_t d : table.ids) {
+      if (d < 0) {
+        host.push_back(-1);
+        continue;
+      }
+      auto twin = host_twin_.find(d);
+      if (twin != host_twin_.end()) {  // a sharer moved it already: share its host copy
+        host_.add_ref(twin->second);
+        host.push_back(twin->second);
+        drop_ref(d);
+        continue;
+      }
+      const int32_t h = pop_host();
+      pending_copies_.push_back({d, h, PKV_COPY_SWAP_OUT});
+      add_twins(d, h);  // for the sharers still holding d
+      drop_ref(d);      // free now: the copy comes before any write of the next step
+      host.push_back(h);
+      stats_.num_swapped_out_blocks++;
     }
-    const int32_t h = pop_host();
-    pending_copies_.push_back({d, h, PKV_COPY_SWAP_OUT});
-    add_twins(d, h);  // for the sharers still holding d
-    drop_ref(d);      // free now: the copy comes before any write of the next step
-    host.push_back(h);
-    stats_.num_swapped_out_blocks++;
-  }
   tables.clear();
 }
 
 void BlockManager::swap_in(std::vector<int32_t> &host, SeqTables &tables) {
-  PKV_ASSERT(tables.empty() && num_groups() == 1);
-  SeqTables out(1);
-  BlockTable &table = out[0];
+  PKV_ASSERT(tables.empty() && host.size() % num_groups() == 0);
+  const size_t n = host.size() / num_groups();  // each group's entries (swap_out's order)
+  SeqTables out(num_groups());
   uint32_t need = 0;
-  for (int32_t h : host) need += device_twin_.count(h) == 0;
+  for (int32_t h : host) need += h >= 0 && device_twin_.count(h) == 0;
   check_space(need, "swapping in");
-  table.ids.reserve(host.size());
+  for (BlockTable &t : out) t.ids.reserve(n);
   make_room(pending_copies_, 2 * size_t(need));  // a swap-in, an offload per eviction
   host_twin_.reserve(host_twin_.size() + need);
   device_twin_.reserve(device_twin_.size() + need);
-  for (int32_t h : host) {
+  for (size_t i = 0; i < host.size(); ++i) {
+    const int32_t h = host[i];
+    std::vector<int32_t> &ids = out[i / n].ids;
+    if (h < 0) {
+      ids.push_back(-1);
+      continue;
+    }
     auto twin = device_twin_.find(h);
     if (twin != device_twin_.end()) {  // the same KV is still in a pool block: share it
       add_ref(twin->second);
-      table.ids.push_back(twin->second);
+      ids.push_back(twin->second);
       drop_host_ref(h);
       continue;
     }
@@ -163,7 +180,7 @@ void BlockManager::swap_in(std::vector<int32_t> &host, SeqTables &tables) {
     pending_copies_.push_back({h, d, PKV_COPY_SWAP_IN});
     add_twins(d, h);  // for the swapped-out sharers of h
     drop_host_ref(h);
-    table.ids.push_back(d);
+    ids.push_back(d);
     stats_.num_swapped_in_blocks++;
   }
   host.clear();
@@ -171,7 +188,8 @@ void BlockManager::swap_in(std::vector<int32_t> &host, SeqTables &tables) {
 }
 
 void BlockManager::free_host(std::vector<int32_t> &host) {
-  for (int32_t h : host) drop_host_ref(h);
+  for (int32_t h : host)
+    if (h >= 0) drop_host_ref(h);
   host.clear();
 }
 

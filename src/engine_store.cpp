@@ -8,8 +8,8 @@
 
 namespace pkv {
 
-uint32_t Engine::consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n) {
-  if (!store_ || n == 0) return 0;
+void Engine::consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n) {
+  if (!store_ || n == 0) return;
   const BlockManager::Admission plan = blocks_.plan_admission(keys, tokens, n);
   const uint32_t max_hits = blocks_.max_hits(n);
   // The blocks past the KV the tree holds and, with STATE layers, a checkpoint past the one it
@@ -18,19 +18,18 @@ uint32_t Engine::consult_store(const PrefixKeys &keys, const int32_t *tokens, ui
   const bool state = store_->has_state() && plan.num_hits < max_hits;
   // Nothing to ask, or an admission that will fail NO_SPACE either way (a store block takes a
   // pool block as a new one would): the store is not touched.
-  if ((first >= max_hits && !state) || plan.num_free_needed > blocks_.num_free()) return 0;
-  StoreChain chain;
-  store_->keys(keys, tokens, max_hits, &chain);
-  std::vector<uint8_t> values;
-  const uint32_t got = store_->fetch(chain, tokens, first, max_hits - first, &values);
-  const uint32_t from_store =
-      got ? stage_fetched(blocks_, *store_, keys, tokens, n, first, got, values) : 0;
-  if (state) {
+  if ((first >= max_hits && !state) || plan.num_free_needed > blocks_.num_free()) return;
+  std::vector<GroupFetched> fetched;
+  const uint32_t reach =
+      store_->fetch_groups(store_lookup(blocks_, *store_, keys, tokens, n, plan), tokens, &fetched);
+  stage_fetched(blocks_, *store_, keys, tokens, n, fetched);
+  if (state && reach > plan.num_hits) {
+    StoreChain chain;  // a checkpoint's key is group 0's block key (write_checkpoint)
+    store_->keys(keys, tokens, reach, &chain);
     std::vector<uint8_t> value;
-    const uint32_t h = store_->fetch_state(chain, tokens, plan.num_hits + 1, first + got, &value);
+    const uint32_t h = store_->fetch_state(chain, tokens, plan.num_hits + 1, reach, &value);
     if (h) stage_fetched_state(blocks_, states_, *store_, keys, tokens, n, h, value);
   }
-  return from_store;
 }
 
 void Engine::enable_store_state() {
@@ -69,11 +68,12 @@ void Engine::write_sealed(const Sequence &s) {
   if (sealed.empty()) return;
   uint32_t last = 0;
   for (const SealedBlock &b : sealed) last = std::max(last, b.index);
-  StoreChain chain;
-  store_->keys(s.keys, s.tokens.data(), last + 1, &chain);
+  std::vector<StoreChain> chains(groups_.num_groups());  // each group's that sealed a block
   const StoreShape &shape = store_->shape();
   const uint64_t offset = payload_offset(shape);
   for (const SealedBlock &b : sealed) {
+    StoreChain &chain = chains[b.group];
+    if (chain.keys.empty()) store_->keys(s.keys, s.tokens.data(), last + 1, &chain, b.group);
     std::vector<uint8_t> value(shape.value_bytes());
     backend_->read_block(b.block, value.data() + offset);
     store_->encode(chain.keys[b.index + 1], chain.parents[b.index],
@@ -81,10 +81,10 @@ void Engine::write_sealed(const Sequence &s) {
     const int32_t *block_tokens = s.tokens.data() + size_t(b.index) * params_.block_size;
     store_->write(
         chain.keys[b.index + 1], std::move(value),
-        StoreWritten{b.hash, b.parent_hash, b.index == 0,
-                     std::vector<int32_t>(block_tokens, block_tokens + params_.block_size),
-                     s.keys.lora_id,
-                     s.keys.block_extra(b.index * params_.block_size, params_.block_size)});
+        StoreWritten{
+            b.hash, b.parent_hash, b.index == 0,
+            std::vector<int32_t>(block_tokens, block_tokens + params_.block_size), s.keys.lora_id,
+            s.keys.block_extra(b.index * params_.block_size, params_.block_size), b.group});
   }
 }
 
@@ -92,7 +92,7 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
   // The host tier's copy, read now (host memory): its block is reused right after this call.
   const uint32_t bs = params_.block_size, index = static_cast<uint32_t>(b.tokens.size() / bs) - 1;
   StoreChain chain;
-  store_->keys(*b.salt, b.lora_id, b.extras, b.tokens.data(), index + 1, &chain);
+  store_->keys(*b.salt, b.lora_id, b.extras, b.tokens.data(), index + 1, &chain, b.group);
   const StoreShape &shape = store_->shape();
   std::vector<uint8_t> value(shape.value_bytes());
   store_->read_host(b.host, value.data());
@@ -102,7 +102,7 @@ void Engine::write_back(const EvictedHostBlock &b, bool wait) {
   store_->write(chain.keys[index + 1], std::move(value),
                 StoreWritten{b.hash, b.parent_hash, index == 0,
                              std::vector<int32_t>(block_tokens, block_tokens + bs), b.lora_id,
-                             b.extras.empty() ? std::string() : b.extras[index]},
+                             b.extras.empty() ? std::string() : b.extras[index], b.group},
                 wait);
 }
 

@@ -322,10 +322,10 @@ void check_state_model(const std::vector<LayerSpec> &specs, bool any_kv) {
               (unsigned long long)slot);
 }
 
-// Whether the host tier holds these layers: one KV group of full attention. The flat fields'
-// layers, STATE layers beside them (no KV: the pool and the host tier's copy hold the others
-// alone), and MLA layers that all have the same indexer (their pages are one unit per block).
-bool host_tier_holds(const pkv_engine_params &p, const std::vector<LayerSpec> &specs) {
+// Whether these layers are the store's keys of 0.7 (store_layout): one KV group of full
+// attention of the flat fields' layers, STATE layers beside them, MLA layers that all have the
+// same indexer (the fingerprint names it).
+bool flat_store_layout(const pkv_engine_params &p, const std::vector<LayerSpec> &specs) {
   const LayerSpec flat = flat_layer_spec(p, 0);
   const auto first =
       std::find_if(specs.begin(), specs.end(), [](const LayerSpec &s) { return s.cached(); });
@@ -367,12 +367,28 @@ std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p) {
     fail(PKV_ERR_UNSUPPORTED,
          "layer_specs: MLA layers with SLIDING or CHUNKED attention are not supported (no "
          "latent-attention model has them): give every layer attention FULL");
-  if ((p.host_num_blocks || p.host_cache_bytes) && !host_tier_holds(p, specs))
-    fail(PKV_ERR_UNSUPPORTED,
-         "layer_specs whose layers differ from the flat fields (windows, chunks, heads, widths, "
-         "k_eq_v or SHARED layers, indexers in some MLA layers only) with a host tier (swap, "
-         "offload, store) are not supported yet: set host_num_blocks and host_cache_bytes to 0");
   return specs;
+}
+
+std::string store_layout(const pkv_engine_params &p, const std::vector<LayerSpec> &specs,
+                         const KvGroups &groups) {
+  if (specs.empty() && !groups.any_windowed()) return "";
+  if (!specs.empty() && flat_store_layout(p, specs)) return "";
+  if (specs.empty() && !p.layer_windows)  // one window everywhere: one group, no per-layer list
+    return "sliding " + std::to_string(p.sliding_window);
+  std::string out;
+  for (uint32_t l = 0; l < p.num_layers; ++l) {
+    const LayerSpec s = specs.empty() ? flat_layer_spec(p, l) : specs[l];
+    const uint32_t window = specs.empty() ? groups.layer_window(l) : s.window;
+    for (uint64_t v :
+         {uint64_t(s.kind), uint64_t(s.attention), uint64_t(window), uint64_t(s.kv_heads),
+          uint64_t(s.head_dim), uint64_t(s.v_dim), uint64_t(s.k_eq_v), uint64_t(s.source),
+          uint64_t(s.index_dim), uint64_t(s.index_dtype), uint64_t(groups.layer_group(l)),
+          uint64_t(groups.layer_slot(l))})
+      out += std::to_string(v) + ",";
+    out.back() = ';';
+  }
+  return out;
 }
 
 KvGroups kv_groups_of(const pkv_engine_params &p) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kv_groups.h"
@@ -70,6 +71,12 @@ std::vector<LayerSpec> resolve_layer_specs(const pkv_engine_params &p);
 
 // The KV groups of validated params: from their layer specs, or their windows (kv_groups.h).
 KvGroups kv_groups_of(const pkv_engine_params &p);
+
+// The store fingerprint's KV layout (StoreShape::layout, DESIGN.md §11): "" for one KV group of
+// full attention of the flat fields' layers (STATE layers beside them, one indexer in every MLA
+// layer: 0.7's keys); else every layer's spec, window, group and slot as text.
+std::string store_layout(const pkv_engine_params &p, const std::vector<LayerSpec> &specs,
+                         const KvGroups &groups);
 
 // Whether every cached layer stores the same tensors of the same shape, both K and V (or MLA's
 // latent) with V as wide as K: today's pool layout holds them (profiler.h, pool_layout).

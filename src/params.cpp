@@ -309,11 +309,6 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.reserved3 == 0, "reserved3 must be 0");
   validate_state_params(p);
   resolve_layer_specs(p);  // every rule of layer_specs (layer_specs.cpp)
-  if (windowed && (p.host_num_blocks || p.host_cache_bytes))
-    fail(
-        PKV_ERR_UNSUPPORTED,
-        "a host tier (swap, offload, store) with sliding windows is not supported yet: set host_num_blocks and "
-        "host_cache_bytes to 0, or sliding_window and layer_windows to full attention");
 }
 
 }  // namespace pkv

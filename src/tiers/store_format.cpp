@@ -99,6 +99,14 @@ StoreFingerprint store_fingerprint(const StoreShape &s) {
   // An indexer's keys are in the pages (since 0.7): named, so that no other layout of equal
   // page bytes reads them as something else.
   if (s.index_dim) h.add("indexer", 7), add_le(h, s.index_dim), add_le(h, s.index_dtype);
+  // KV groups (since 0.8): the layers' specs and their groups and slots, so that no other
+  // grouping of equal page bytes reads a block as its own. One full-attention group of the flat
+  // fields' layers names none: its keys stay those of 0.7.
+  if (!s.layout.empty()) {
+    h.add("kv-layout", 9);
+    add_le(h, uint64_t(s.layout.size()));
+    h.add(s.layout.data(), s.layout.size());
+  }
   // fp8 blocks mean their values times the scales: blocks written under other scales are other KV.
   for (float f : s.kv_scales) {
     uint32_t bits;
@@ -134,6 +142,16 @@ StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt, uin
   }
   add_le(h, uint64_t(salt.size()));
   h.add(salt.data(), salt.size());
+  StoreKey k;
+  h.done(k.bytes);
+  return k;
+}
+
+StoreKey store_group_root(const StoreKey &root, uint32_t group) {
+  if (group == 0) return root;
+  Sha256 h;
+  h.add("pkv-store-group-v1", 18).add(root.bytes, 32);
+  add_le(h, group);
   StoreKey k;
   h.done(k.bytes);
   return k;

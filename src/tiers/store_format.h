@@ -4,7 +4,8 @@
 // Keys: SHA-256 chains (OpenSSL's libcrypto: the hashing library every Debian machine already
 // has, with SHA-NI/AVX2 code paths picked at run time). The root of a salt is
 // SHA-256("pkv-store-root-v1" | fingerprint | salt length | salt); a block's key is
-// SHA-256(parent key | its token ids as int32 little-endian). With a LoRA adapter (lora_id != 0)
+// SHA-256(parent key | its token ids as int32 little-endian); a KV group other than the first
+// chains from its own root (store_group_root). With a LoRA adapter (lora_id != 0)
 // the root is SHA-256("pkv-store-root-lora-v1" | fingerprint | lora_id as u64 | salt length |
 // salt); a block with extra keys names as its parent SHA-256("pkv-store-extra-v1" | parent key |
 // extra length as u64 | its extra bytes, PrefixKeys::block_extra) instead of the parent key, so
@@ -12,7 +13,8 @@
 // `pkv store verify` are unchanged) while another adapter's or item's value is another key and
 // never hits (its header names that key). The fingerprint is SHA-256 of the
 // model's KV shape on this rank (layers, kv heads per rank, head_dim, KV dtype, block size, tp
-// rank and size; an MLA cache's layout and kv_lora_rank) and of the host's model id when it gives
+// rank and size; an MLA cache's layout and kv_lora_rank; KV groups' layout) and of the host's
+// model id when it gives
 // one, so engines of other models (ids) or ranks never share a key. Without a model id, models
 // of one KV shape share keys (pkv.h says so, and the engine warns).
 //
@@ -43,6 +45,9 @@ struct StoreShape {
   uint32_t kv_lora_rank = 0;  // MLA: the latent's compressed part
   std::string model_id = "";  // pkv_store_params.model_id, "" for none
   uint32_t index_dim = 0, index_dtype = 0;  // MLA layers' indexer (DESIGN.md §14); 0: none
+  // KV groups (DESIGN.md §12): every layer's spec, group and slot as text; "" for one
+  // full-attention group of the flat fields' layers (the keys of 0.7 and before).
+  std::string layout = "";
 
   uint64_t payload_bytes() const { return tensors * uint64_t(num_layers) * block_bytes; }
   uint64_t value_bytes() const;  // header + tokens + payload
@@ -56,6 +61,10 @@ StoreFingerprint store_fingerprint(const StoreShape &shape);
 // pkv_hf_config_digest's text: "config-sha256:" and SHA-256 of the bytes, in hex.
 std::string config_model_id(const char *json, size_t len);
 StoreKey store_root_key(const StoreFingerprint &fp, const std::string &salt, uint64_t lora_id = 0);
+// The root of KV group `group`'s chain under a salt's root: the root itself for group 0 (an
+// engine of one group keeps 0.7's keys), else SHA-256("pkv-store-group-v1" | root | group as
+// u32), so each group's blocks of one prefix are values of their own.
+StoreKey store_group_root(const StoreKey &root, uint32_t group);
 // The parent a block's value names: parent itself when extra is empty, else mixed with it.
 StoreKey store_value_parent(const StoreKey &parent, const std::string &extra);
 StoreKey store_block_key(const StoreKey &parent, const int32_t *tokens, uint32_t n);

@@ -1,8 +1,6 @@
 // BlockManager's store staging (block_manager.h, DESIGN.md §11): blocks fetched from the store
 // tier enter the prefix tree as nodes held in the host tier. It lives beside the store it serves
 // and belongs to the block manager's layer (tests/layers/check_layers.py).
-#include <unordered_set>
-
 #include "block_hash.h"
 #include "block_manager.h"
 #include "status.h"
@@ -10,76 +8,110 @@
 namespace pkv {
 
 uint32_t BlockManager::stage_from_store(const PrefixKeys &keys, const int32_t *tokens,
-                                        const Admission &plan, uint32_t fetched, uint32_t n,
+                                        uint32_t group, uint32_t from, uint32_t n,
+                                        std::unordered_set<int32_t> *keep,
                                         std::vector<int32_t> *host_out) {
   host_out->clear();
-  if (!prefix_caching_ || host_.num_blocks() == 0 || n == 0) return 0;
-  PKV_ASSERT(num_groups() == 1);  // the engine allows a store with one KV group only
-  const std::vector<int32_t> &hit_blocks = plan.groups[0].blocks;
-  const std::vector<uint32_t> &hit_nodes = plan.groups[0].nodes;
-  const uint32_t first = plan.num_hits;
-  // Host blocks that may not take new contents now: those a queued copy reads or writes (their
-  // bytes are not yet what the queue says they will be), and the prompt's own host-tier hits.
-  std::unordered_set<int32_t> busy;
+  if (!prefix_caching_ || host_.num_blocks() == 0 || n == 0 || !holds_blocks(group)) return 0;
+  const bool windowed = kinds_[group].rules().gives_back;
+  const uint32_t end = from + n;
+  // The path's hashes and extra bytes (they need no tree), then a walk that counts the blocks to
+  // stage. Host blocks that may not take new contents now: those a queued copy reads or writes
+  // (their bytes are not yet what the queue says they will be), those on the path, and keep.
+  std::vector<uint64_t> hashes(end);
+  std::vector<std::string> extras(end);
+  const uint64_t root = root_hash(seed_, keys.salt.data(), keys.salt.size(), keys.lora_id);
+  uint64_t h = root;
+  for (uint32_t j = 0; j < end; ++j) {
+    extras[j] = keys.block_extra(j * block_size_, block_size_);
+    h = block_hash(seed_, h, tokens + size_t(j) * block_size_, block_size_, extras[j].data(),
+                   extras[j].size());
+    hashes[j] = h;
+  }
+  auto holds_kv = [&](uint32_t node) {
+    return node != kNoNode && (!tree_.copies(node).empty() || tree_.host(node) >= 0);
+  };
+  std::unordered_set<int32_t> busy(keep->begin(), keep->end());
   for (const BlockCopy &c : pending_copies_) {
     if (copy_reads_host(c.kind)) busy.insert(c.src);
     if (copy_writes_host(c.kind)) busy.insert(c.dst);
   }
-  for (size_t i = 0; i < hit_blocks.size(); ++i)
-    if (hit_blocks[i] < 0) busy.insert(tree_.host(hit_nodes[i]));
-  host_out->reserve(n);
-  std::vector<int32_t> held;  // host blocks taken, held (ref 1) until the end
-  // The root is made only when a node is added under it: an empty one may not stay.
-  uint32_t parent = first ? hit_nodes[first - 1] : tree_.find_root(keys);
-  uint64_t parent_hash = parent != kNoNode
-                             ? tree_.hash(parent)
-                             : root_hash(seed_, keys.salt.data(), keys.salt.size(), keys.lora_id);
-  uint32_t done = 0;
-  for (; done < n; ++done) {
-    const int32_t *block_tokens = tokens + size_t(first + done) * block_size_;
-    const std::string extra = keys.block_extra((first + done) * block_size_, block_size_);
-    const uint64_t hash =
-        block_hash(seed_, parent_hash, block_tokens, block_size_, extra.data(), extra.size());
-    uint32_t node =
-        parent != kNoNode ? tree_.find_child(parent, hash, block_tokens, extra) : kNoNode;
-    if (node != kNoNode && (!tree_.copies(node).empty() || tree_.host(node) >= 0)) {
-      host_out->push_back(-1);  // held here already (past a node kept only by its children)
-      if (tree_.host(node) >= 0) busy.insert(tree_.host(node));  // on the path: kept
-      parent = node;
-      parent_hash = hash;
-      continue;
-    }
-    if (first + done < fetched) break;  // held by no tier, and not fetched: the hit stops here
+  uint32_t need = 0;
+  uint32_t node = tree_.find_root(keys, group);
+  for (uint32_t j = 0; j < end; ++j) {
+    const uint32_t child =
+        node != kNoNode
+            ? tree_.find_child(node, hashes[j], tokens + size_t(j) * block_size_, extras[j])
+            : kNoNode;
+    if (child != kNoNode && tree_.host(child) >= 0) busy.insert(tree_.host(child));
+    if (j < from && !windowed && !holds_kv(child)) return 0;  // the hit cannot reach from
+    if (j >= from) need += !holds_kv(child);
+    node = child;
+  }
+  // The host blocks first: their evictions may remove nodes (a node left with no KV and no
+  // child), so the path is walked again after them, and no eviction happens during that walk.
+  std::vector<int32_t> held;  // taken (ref 1) until the end
+  held.reserve(need);
+  while (held.size() < need) {
     int32_t host = -1;
-    host_.for_each_free([&](int32_t h) {
-      if (busy.count(h)) return true;
-      host = h;
+    host_.for_each_free([&](int32_t b) {
+      if (busy.count(b)) return true;
+      host = b;
       return false;
     });
     if (host < 0) break;
-    if (host_.node(host) != kNoNode) {
-      evict_host(host);
-      // That may have removed nodes left with nothing: the node found (kept only by the subtree
-      // just dropped) and, for the first block, the salt's root. Look them up again. (A later
-      // block's parent holds a copy or a held host block, and is kept.)
-      if (first + done == 0) parent = tree_.find_root(keys);
-      node = parent != kNoNode ? tree_.find_child(parent, hash, block_tokens, extra) : kNoNode;
-    }
+    if (host_.node(host) != kNoNode) evict_host(host);
     host_.take(host);
     held.push_back(host);
-    if (parent == kNoNode) parent = tree_.get_or_add_root(keys);
-    if (node == kNoNode) node = tree_.add_child(parent, hash, block_tokens, extra);
-    host_.set_node(host, node);
-    tree_.set_host(node, host);
+    busy.insert(host);
+  }
+  host_out->reserve(n);
+  size_t used = 0;
+  uint32_t parent = tree_.find_root(keys, group);
+  uint32_t missing = parent == kNoNode ? 0 : UINT32_MAX;  // the first block without a node
+  uint32_t done = 0;
+  for (uint32_t j = 0; j < end; ++j) {
+    const int32_t *block_tokens = tokens + size_t(j) * block_size_;
+    uint32_t child = missing == UINT32_MAX
+                         ? tree_.find_child(parent, hashes[j], block_tokens, extras[j])
+                         : kNoNode;
+    if (j < from) {
+      if (child == kNoNode && missing == UINT32_MAX) missing = j;
+      parent = child;
+      continue;
+    }
+    if (holds_kv(child)) {
+      host_out->push_back(-1);  // held here already
+      parent = child;
+      done++;
+      continue;
+    }
+    if (used == held.size()) break;  // no room left: the hit stops here
+    // Nodes before it that are missing (a window's blocks given back and evicted) are made now,
+    // without KV: the staged child keeps them.
+    if (missing != UINT32_MAX) {
+      parent = tree_.get_or_add_root(keys, group);
+      for (uint32_t i = 0; i < missing; ++i)
+        parent = tree_.find_child(parent, hashes[i], tokens + size_t(i) * block_size_, extras[i]);
+      for (uint32_t i = missing; i < j; ++i)
+        parent = tree_.add_child(parent, hashes[i], tokens + size_t(i) * block_size_, extras[i]);
+      missing = UINT32_MAX;
+    }
+    if (child == kNoNode) child = tree_.add_child(parent, hashes[j], block_tokens, extras[j]);
+    const int32_t host = held[used++];
+    host_.set_node(host, child);
+    tree_.set_host(child, host);
+    keep->insert(host);
+    host_from_store_[host] = 1;
     staged_from_store_ = true;
     if (events_)
-      events_->stored(hash, parent_hash, first + done == 0, block_tokens, PKV_TIER_STORE, 0,
-                      keys.lora_id, extra);
+      events_->stored(hashes[j], j ? hashes[j - 1] : root, j == 0, block_tokens, PKV_TIER_STORE,
+                      group, keys.lora_id, extras[j]);
     host_out->push_back(host);
-    parent = node;
-    parent_hash = hash;
+    parent = child;
+    done++;
   }
-  for (int32_t h : held) host_.drop_ref(h);  // cached: the host tier's newest
+  for (size_t i = 0; i < held.size(); ++i) host_.drop_ref(held[i]);  // cached: the newest
   return done;
 }
 

@@ -1,5 +1,6 @@
 #include "tiers/store_tier.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -45,19 +46,19 @@ StoreTier::~StoreTier() {
   writer_.join();
 }
 
-void StoreTier::keys(const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
-                     StoreChain *out) const {
+void StoreTier::keys(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, StoreChain *out,
+                     uint32_t group) const {
   this->keys(keys.salt, keys.lora_id,
-             keys.block_extras(keys.has_extra() ? n : 0, shape_.block_size), tokens, n, out);
+             keys.block_extras(keys.has_extra() ? n : 0, shape_.block_size), tokens, n, out, group);
 }
 
 void StoreTier::keys(const std::string &salt, uint64_t lora_id,
                      const std::vector<std::string> &extras, const int32_t *tokens, uint32_t n,
-                     StoreChain *out) const {
+                     StoreChain *out, uint32_t group) const {
   PKV_ASSERT(extras.empty() || extras.size() >= n);
   out->keys.resize(size_t(n) + 1);
   out->parents.resize(n);
-  out->keys[0] = store_root_key(fingerprint_, salt, lora_id);
+  out->keys[0] = store_group_root(store_root_key(fingerprint_, salt, lora_id), group);
   for (uint32_t j = 0; j < n; ++j) {
     out->parents[j] = extras.empty() ? out->keys[j] : store_value_parent(out->keys[j], extras[j]);
     out->keys[j + 1] =
@@ -70,13 +71,42 @@ uint32_t StoreTier::fetch(const StoreChain &chain, const int32_t *tokens, uint32
   return fetch_from(*lookup_, chain, tokens, first, n, values);
 }
 
+uint32_t StoreTier::fetch_groups_from(Store &store, const std::vector<GroupFetch> &groups,
+                                      const int32_t *tokens, std::vector<GroupFetched> *out) {
+  out->clear();
+  out->reserve(groups.size());
+  uint32_t reach = 0;  // the hit's end that the groups needing every block allow
+  bool any_full = false;
+  for (const GroupFetch &g : groups) reach = std::max(reach, g.first + g.n);
+  for (const GroupFetch &g : groups) {
+    GroupFetched f;
+    f.group = g.group;
+    f.first = g.first;
+    uint32_t end = g.first + g.n;
+    if (g.first_needed) {  // its window before the reach: blocks of no use past it are not read
+      end = std::min(end, reach);
+      f.first = std::max(g.first, std::min(g.first_needed(reach), end));
+    }
+    f.got =
+        end > f.first ? fetch_from(store, g.chain, tokens, f.first, end - f.first, &f.values) : 0;
+    if (!g.first_needed) {
+      reach = any_full ? std::min(reach, f.first + f.got) : f.first + f.got;
+      any_full = true;
+    }
+    out->push_back(std::move(f));
+  }
+  return reach;
+}
+
 // Never blocks on the store: the fetcher thread makes its store (a Redis connection) itself.
-void StoreTier::fetch_async(uint64_t id, StoreChain chain, std::vector<int32_t> tokens,
-                            uint32_t first, uint32_t n, uint32_t state_lo) {
+void StoreTier::fetch_async(uint64_t id, std::vector<GroupFetch> groups,
+                            std::vector<int32_t> tokens, uint32_t state_lo,
+                            StoreChain state_chain) {
   if (!fetcher_.joinable()) fetcher_ = std::thread([this] { fetcher_loop(); });
   {
     std::lock_guard<std::mutex> lock(fetch_mutex_);
-    fetch_queue_.push_back(FetchJob{id, std::move(chain), std::move(tokens), first, n, state_lo});
+    fetch_queue_.push_back(
+        FetchJob{id, std::move(groups), std::move(tokens), state_lo, std::move(state_chain)});
   }
   fetch_wake_.notify_one();
 }
@@ -116,16 +146,19 @@ void StoreTier::fetcher_loop() {
         note_error(std::string("the store's fetcher: ") + err.what());
       }
     }
-    StoreFetched out{job.id, job.first, 0, {}, 0, {}};
+    StoreFetched out{job.id, {}, 0, {}};
     if (fetcher_store_) {
-      out.got =
-          fetch_from(*fetcher_store_, job.chain, job.tokens.data(), job.first, job.n, &out.values);
-      if (job.state_lo)  // a checkpoint where the KV reaches: the tree's and these blocks
-        out.state_boundary = fetch_state_from(*fetcher_store_, job.chain, job.tokens.data(),
-                                              job.state_lo, job.first + out.got, &out.state_value);
+      const uint32_t reach =
+          fetch_groups_from(*fetcher_store_, job.groups, job.tokens.data(), &out.groups);
+      if (job.state_lo && reach >= job.state_lo)  // a checkpoint where the KV reaches
+        out.state_boundary = fetch_state_from(
+            *fetcher_store_, job.state_chain, job.tokens.data(), job.state_lo,
+            std::min<uint32_t>(reach, uint32_t(job.state_chain.parents.size())), &out.state_value);
     } else {
-      counters_.lookups += job.n;
-      counters_.errors += job.n;
+      for (const GroupFetch &g : job.groups) {
+        counters_.lookups += g.n;
+        counters_.errors += g.n;
+      }
     }
     {
       std::lock_guard<std::mutex> lock(fetch_mutex_);

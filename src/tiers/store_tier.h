@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,13 +52,30 @@ struct HostTierView {
   uint32_t num_layers;
 };
 
-// A finished background fetch (fetch_async): blocks [first, first + got) of the request's tokens,
-// verified, values value_bytes each; with STATE layers the checkpoint found at state_boundary
-// (0: none), its value.
+// One KV group's part of a lookup (DESIGN.md §11): blocks [first, first + n) of its chain. A
+// group that gives blocks back (a window, a chunk) needs only those of the window before where
+// the hit ends: first_needed(h) is the first block a hit of h blocks needs (the group's rule), and
+// its blocks are asked for once the groups that need every block (listed before it) have said how
+// far the hit can reach. Empty for those groups.
+struct GroupFetch {
+  uint32_t group = 0;
+  StoreChain chain;
+  uint32_t first = 0, n = 0;
+  std::function<uint32_t(uint32_t)> first_needed;
+};
+
+// What a lookup got for one group: blocks [first, first + got) of its chain, verified, values
+// value_bytes each.
+struct GroupFetched {
+  uint32_t group = 0, first = 0, got = 0;
+  std::vector<uint8_t> values;
+};
+
+// A finished background fetch (fetch_async): each group's blocks; with STATE layers the
+// checkpoint found at state_boundary (0: none), its value.
 struct StoreFetched {
   uint64_t id;
-  uint32_t first, got;
-  std::vector<uint8_t> values;
+  std::vector<GroupFetched> groups;
   uint32_t state_boundary = 0;
   std::vector<uint8_t> state_value;
 };
@@ -82,24 +100,34 @@ class StoreTier {
   bool writes() const { return write_mode_ != PKV_STORE_READ_ONLY; }
   uint32_t lookup_timeout_ms() const { return lookup_timeout_ms_; }
 
-  // The chain of blocks [0, n) of tokens under keys (salt, adapter, extra keys).
-  void keys(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, StoreChain *out) const;
+  // The chain of blocks [0, n) of tokens under keys (salt, adapter, extra keys) in a KV group
+  // (store_group_root).
+  void keys(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, StoreChain *out,
+            uint32_t group = 0) const;
   // The same from each block's extra bytes (extras: [n], or empty when no block has any).
   void keys(const std::string &salt, uint64_t lora_id, const std::vector<std::string> &extras,
-            const int32_t *tokens, uint32_t n, StoreChain *out) const;
+            const int32_t *tokens, uint32_t n, StoreChain *out, uint32_t group = 0) const;
   // Asks the store for blocks [first, first + n) of the chain in one call and verifies them in
   // order; values gets the leading verified ones (value_bytes each) and their number is
   // returned. Counted in the counters.
   uint32_t fetch(const StoreChain &chain, const int32_t *tokens, uint32_t first, uint32_t n,
                  std::vector<uint8_t> *values);
+  // Every group's part of a lookup (GroupFetch), in order: one fetch() per group; a group with
+  // first_needed asks for the window before the hit the groups before it allow. Returns how far
+  // the hit can reach (blocks) by the groups that need every block; tokens cover its chains.
+  uint32_t fetch_groups(const std::vector<GroupFetch> &groups, const int32_t *tokens,
+                        std::vector<GroupFetched> *out) {
+    return fetch_groups_from(*lookup_, groups, tokens, out);
+  }
   // The scheduler's lookups: the fetch runs on a thread of its own (started at the first call,
   // which makes its own store there and keeps it: the engine's thread never waits for a
   // connection; while the store cannot be made, a lookup is a miss answered at once) and its
-  // result comes back through take_fetched(); keys and tokens as for fetch(). Never throws for
-  // the store's sake. state_lo (with STATE layers; 0: none): also the longest checkpoint of
-  // boundaries state_lo .. first + the blocks got (fetch_state).
-  void fetch_async(uint64_t id, StoreChain chain, std::vector<int32_t> tokens, uint32_t first,
-                   uint32_t n, uint32_t state_lo = 0);
+  // result comes back through take_fetched(); groups and tokens as for fetch_groups(). Never
+  // throws for the store's sake. state_lo (with STATE layers; 0: none): also the longest
+  // checkpoint of boundaries state_lo .. where the hit can reach (fetch_state on state_chain:
+  // group 0's, as write_state's).
+  void fetch_async(uint64_t id, std::vector<GroupFetch> groups, std::vector<int32_t> tokens,
+                   uint32_t state_lo = 0, StoreChain state_chain = {});
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).
   bool wait_fetched(uint32_t timeout_ms);
@@ -155,9 +183,10 @@ class StoreTier {
 
   struct FetchJob {
     uint64_t id;
-    StoreChain chain;
+    std::vector<GroupFetch> groups;
     std::vector<int32_t> tokens;
-    uint32_t first, n, state_lo;
+    uint32_t state_lo;
+    StoreChain state_chain;
   };
 
   void note_error(std::string what);
@@ -166,6 +195,9 @@ class StoreTier {
   // fetch() on a given store.
   uint32_t fetch_from(Store &store, const StoreChain &chain, const int32_t *tokens, uint32_t first,
                       uint32_t n, std::vector<uint8_t> *values);
+  // fetch_groups() on a given store.
+  uint32_t fetch_groups_from(Store &store, const std::vector<GroupFetch> &groups,
+                             const int32_t *tokens, std::vector<GroupFetched> *out);
   // fetch_state() on a given store.
   uint32_t fetch_state_from(Store &store, const StoreChain &chain, const int32_t *tokens,
                             uint32_t lo, uint32_t hi, std::vector<uint8_t> *value);
