@@ -394,7 +394,8 @@ typedef struct pkv_engine_params {
   /* host tier (since 0.2.0): a second pool of blocks in host memory (pinned on CUDA), below the
    * device pool. Off when both sizes are 0 (the default). Its blocks have the pool's block_bytes;
    * when the host memory is measured (memory_total_bytes 0), they must fit in the available host
-   * memory (PKV_ERR_OUT_OF_MEMORY otherwise). */
+   * memory (PKV_ERR_OUT_OF_MEMORY otherwise). (since 0.8.0) With every layout: windows, chunks,
+   * unequal and SHARED layers, MLA, indexers (before 0.8 those were refused UNSUPPORTED). */
   uint32_t host_num_blocks;       /* blocks of the host tier, at most 2^31-1 and (2^63-1) /
                                      block_bytes; 0 = from host_cache_bytes. default 0 */
   uint32_t reserved1;             /* must be 0 */
@@ -411,7 +412,10 @@ typedef struct pkv_engine_params {
    * host's callbacks, across restarts and engines. Needs prefix caching and a host tier (store
    * blocks are fetched into host-tier blocks, then loaded like offloaded ones). (since 0.6.0)
    * With STATE layers, each checkpoint of the state is written to it when taken (in every write
-   * mode but READ_ONLY) and fetched with the blocks it ends, into a host state slot. */
+   * mode but READ_ONLY) and fetched with the blocks it ends, into a host state slot. (since 0.8.0)
+   * With KV groups each group's blocks are values of their own (a key chain per group), a windowed
+   * group's only those of its window before the hit; the fingerprint names the layout, so another
+   * grouping of equal block bytes never hits. */
   const struct pkv_store_params *store; /* NULL = no store (the default); read at create only */
   /* attention variants (since 0.2.0), DESIGN.md §12 */
   int32_t kv_dtype;               /* the KV cache's dtype: 0 (or dtype itself) = dtype; or
@@ -487,7 +491,7 @@ typedef struct pkv_kv_budget pkv_kv_budget;
  * success; destroy it with pkv_engine_destroy.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL; a field out of the range its comment gives, or
  * fields that do not fit together, named; on CUDA more than PKV_CUDA_MAX_GRID layers or kv heads
- * per rank), PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA; an event
+ * per rank), PKV_ERR_UNSUPPORTED (windows with kv_layout MLA; an event
  * publisher in a build without libzmq; /proc/meminfo unreadable), PKV_ERR_NO_DEVICE (device CUDA
  * asked for and no usable GPU, or a build without CUDA), PKV_ERR_DEVICE (the CUDA runtime
  * failed), PKV_ERR_OUT_OF_MEMORY (the pool or the host tier could not be allocated, or the budget
@@ -1128,7 +1132,7 @@ PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char 
  * pkv_engine_create.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p or out_num_groups NULL; group_window NULL with cap > 0; cap
  * below the number of groups, with *out_num_groups still written; params pkv_engine_create
- * refuses so), PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA).
+ * refuses so), PKV_ERR_UNSUPPORTED (windows with kv_layout MLA).
  * Since 0.2.0. */
 PKV_API pkv_status pkv_kv_groups(const pkv_engine_params *p, uint32_t *layer_group,
                                  uint32_t *layer_slot, uint32_t *group_window, uint32_t cap,
@@ -1233,7 +1237,7 @@ struct pkv_kv_budget {
  * memory_total_bytes is set. Allocates nothing.
  * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL, or out's struct_size too small; params
  * pkv_engine_create refuses so; a fixed num_blocks that holds no sequence of max_model_len),
- * PKV_ERR_UNSUPPORTED (windows with a host tier, or with kv_layout MLA; /proc/meminfo unreadable),
+ * PKV_ERR_UNSUPPORTED (windows with kv_layout MLA; /proc/meminfo unreadable),
  * PKV_ERR_NO_DEVICE (device CUDA and no usable GPU, or a build without CUDA), PKV_ERR_DEVICE (the
  * CUDA runtime failed), PKV_ERR_OUT_OF_MEMORY (the budget holds no sequence of max_model_len, or
  * the host tier does not fit in the available host memory). */
@@ -1524,7 +1528,9 @@ PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cac
  * appended to, forked or batched (those calls refuse it); pkv_release frees its host blocks. The
  * scheduler swaps its own requests (preemption_mode). With STATE layers (since 0.6.0) the
  * sequence's working state moves too: to a host state slot (a STATE_OUT copy) on swap-out, back to
- * a working slot (STATE_IN) on swap-in.
+ * a working slot (STATE_IN) on swap-in. With KV groups (since 0.8.0: windows, chunks, unequal or
+ * SHARED layers) every group's blocks move, and only those it holds (a window's given-back blocks
+ * take no host block): pkv_seq_info.num_host_blocks counts them.
  * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_UNSUPPORTED (an engine without a host
  * tier), PKV_ERR_STATE (seq is not running, is in the open batch, or is a request of pkv_submit),
  * PKV_ERR_NO_SPACE (not enough free host-tier blocks, or ((since 0.6.0) no free host state slot);
