@@ -30,6 +30,7 @@ from .layers import LayerSpec, kv_group_info, kv_group_infos
 from .params import Params, hf_config_digest, hf_config_layer_windows, kv_groups, profile
 from .records import *  # noqa: F401,F403  Stats, KvBudget, PoolInfo, SeqInfo, ... (dataclasses)
 from .records import __all__ as _record_names
+from .retention import CachePin
 from .sequence import Sequence
 from .store import DictStore, StoreParams
 from .store_admin import StoreAdmin
@@ -59,7 +60,7 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'Batch', 'BatchView', 'Params', 'LayerSpec', 'ExtraKey', 'profile',
+__all__ = ['Engine', 'Sequence', 'CachePin', 'Batch', 'BatchView', 'Params', 'LayerSpec', 'ExtraKey', 'profile',
            'kv_groups', 'kv_group_info', 'kv_group_infos', 'hf_config_layer_windows',
            'hf_config_digest', 'StoreParams', 'StoreAdmin', 'EventPublisherParams', 'DictStore',
            'block_hash', 'block_hash_root', 'block_hashes', 'block_hash_root_lora',

@@ -14,11 +14,12 @@ from .extra_keys import key_array
 from .layers import kv_group_info
 from .params import KvLayout, Params, check, kv_groups
 from .records import record
+from .retention import Retention, check_priority
 from .sequence import Sequence
 from .store import StoreParams
 
 
-class Engine(Owner):
+class Engine(Owner, Retention):
     """A KV-cache engine. Use it as a context manager, or call close(); a closed engine refuses
     every call with ValueError. Calls on one Engine may come from several threads (each runs under
     the engine's lock, together with reading its error message).
@@ -111,16 +112,21 @@ class Engine(Owner):
             return text(lib.pkv_engine_last_error(self._handle)) if self._handle else ''
 
     # ------------------------------------------------------------------ sequences
-    def allocate(self, tokens, salt=None, extra_keys=None, lora_id=0):
+    def allocate(self, tokens, salt=None, extra_keys=None, lora_id=0, cache_priority=0,
+                 cache_retention_ms=0):
         """Admits a prompt (pkv_allocate); returns its Sequence, whose num_cached_tokens says how
         many tokens the prefix cache served. NoSpaceError: nothing changed.
 
         salt: a tenant key (bytes or str): different salts never share blocks. extra_keys (since
         0.5.0): pkv.ExtraKeys (a multimodal item's content hash over its placeholder tokens),
         sorted and not overlapping; lora_id: the LoRA adapter the KV is computed with (0 = none).
-        A block hits only under equal tokens, extra keys and adapter."""
+        A block hits only under equal tokens, extra keys and adapter.
+
+        cache_priority (since 0.8.0): the eviction priority its blocks keep when it releases them,
+        CACHE_PRIORITY_MIN .. CACHE_PRIORITY_MAX (lower evicted first; 0, plain LRU);
+        cache_retention_ms: 0 = it never decays, else it holds that long after the release."""
         arr, n = int32_array(tokens)
-        sp, keep = _seq_params(salt, extra_keys, lora_id)
+        sp, keep = _seq_params(salt, extra_keys, lora_id, cache_priority, cache_retention_ms)
         seq, cached = ctypes.c_uint64(), ctypes.c_uint32()
         self._call(lib.pkv_allocate, arr, n, sp, ctypes.byref(seq), ctypes.byref(cached))
         del keep
@@ -159,9 +165,10 @@ class Engine(Owner):
 
     # ------------------------------------------------------------------ scheduler
     def submit(self, prompt, max_new_tokens=16, stop_token=-1, priority=0, salt=None,
-               extra_keys=None, lora_id=0):
+               extra_keys=None, lora_id=0, cache_priority=0, cache_retention_ms=0):
         """Queues a request for the scheduler (pkv_submit); returns its Sequence. salt,
-        extra_keys and lora_id: as allocate()'s."""
+        extra_keys, lora_id, cache_priority and cache_retention_ms: as allocate()'s (priority
+        orders the queue, cache_priority eviction)."""
         arr, n = int32_array(prompt, 'prompt')
         rp = _raw.pkv_request_params()
         check(lib.pkv_request_params_init(ctypes.byref(rp), ctypes.sizeof(rp)))
@@ -173,6 +180,8 @@ class Engine(Owner):
         rp.extra_keys = ctypes.cast(keys, ctypes.POINTER(_raw.pkv_extra_key)) if keys else None
         rp.extra_key_size = ctypes.sizeof(_raw.pkv_extra_key)  # the stride of keys
         rp.lora_id = _lora(lora_id)
+        rp.cache_priority, rp.cache_retention_ms = check_priority(cache_priority,
+                                                                  cache_retention_ms)
         seq = ctypes.c_uint64()
         self._call(lib.pkv_submit, arr, n, ctypes.byref(rp), ctypes.byref(seq))
         del keep
@@ -365,11 +374,12 @@ def _ids(seqs):
     return (ctypes.c_uint64 * len(ids))(*ids), len(ids)
 
 
-def _seq_params(salt, extra_keys=None, lora_id=0):
+def _seq_params(salt, extra_keys=None, lora_id=0, cache_priority=0, cache_retention_ms=0):
     """(pointer to pkv_seq_params or None, objects to keep alive during the call)."""
     data, n = byte_string(salt)
     lora_id = _lora(lora_id)
-    if data is None and not extra_keys and not lora_id:
+    retention = check_priority(cache_priority, cache_retention_ms)
+    if data is None and not extra_keys and not lora_id and retention == (0, 0):
         return None, None  # NULL: what a 0.4 caller passes
     sp = _raw.pkv_seq_params()
     check(lib.pkv_seq_params_init(ctypes.byref(sp), ctypes.sizeof(sp)))
@@ -380,6 +390,7 @@ def _seq_params(salt, extra_keys=None, lora_id=0):
     sp.extra_keys = ctypes.cast(keys, ctypes.POINTER(_raw.pkv_extra_key)) if keys else None
     sp.extra_key_size = ctypes.sizeof(_raw.pkv_extra_key)  # the stride of keys
     sp.lora_id = lora_id
+    sp.cache_priority, sp.cache_retention_ms = retention
     return ctypes.byref(sp), (sp, buf, keep)
 
 

@@ -76,7 +76,8 @@ _TABLE = (
 
 # Constants that are no enum: versions, statuses (pkv.errors), limits and defaults.
 PLAIN = ('VERSION_', 'ABI_VERSION', 'OK', 'ERR_', 'MAX_', 'ATTENTION_', 'CUDA_MAX_GRID', 'DEFAULT_',
-         'STORE_PROBLEM_BYTES', 'HF_CONFIG_DIGEST_BYTES', 'INDEXER_MAX_HEAD_DIM')
+         'STORE_PROBLEM_BYTES', 'HF_CONFIG_DIGEST_BYTES', 'INDEXER_MAX_HEAD_DIM',
+         'CACHE_PRIORITY_')
 
 CONSTANTS = {name[len('PKV_'):]: value for name, value in vars(_raw).items()
              if name.startswith('PKV_') and isinstance(value, int)}

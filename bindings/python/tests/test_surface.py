@@ -63,6 +63,9 @@ WRAPPED = {
     # 0.7: sparse attention
     'pkv_indexer_write': 'Batch.indexer_write', 'pkv_indexer_topk': 'Batch.indexer_topk',
     'pkv_sparse_mla_attention': 'Batch.sparse_mla_attention',
+    # 0.8: retention
+    'pkv_cache_set_priority': 'Engine.cache_set_priority', 'pkv_cache_pin': 'Engine.cache_pin',
+    'pkv_cache_unpin': 'Engine.cache_unpin',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
