@@ -87,7 +87,11 @@ impl Engine {
         Ok(AllocationQuery { num_blocks: blocks, num_cached_tokens: cached })
     }
 
-    fn keyed_params(&self, keys: &SeqKeys<'_>, raw: &[sys::pkv_extra_key]) -> Result<sys::pkv_seq_params> {
+    pub(crate) fn keyed_params(
+        &self,
+        keys: &SeqKeys<'_>,
+        raw: &[sys::pkv_extra_key],
+    ) -> Result<sys::pkv_seq_params> {
         let mut sp = sized!(sys::pkv_seq_params);
         // SAFETY: sp is a full struct.
         unsafe { call!(self.library(), pkv_seq_params_init(&mut sp, sp.struct_size))? };

@@ -30,6 +30,7 @@ mod layers;
 mod params;
 mod profile;
 mod publisher;
+mod retention;
 mod scheduler;
 mod seq;
 mod shape;
@@ -52,6 +53,10 @@ pub use params::{Device, Dtype, KvLayout, Params};
 pub use pkv_sys as sys;
 pub use profile::{profile, KvGroups};
 pub use publisher::{EventFormat, EventPublisherInfo, EventPublisherParams};
+pub use retention::{
+    CachePin, Retention, CACHE_PRIORITY_MAX, CACHE_PRIORITY_MIN, DEBUG_TEST_CLOCK, MAX_CACHE_RETENTIONS,
+    MAX_PINNED_PERCENT,
+};
 pub use scheduler::Request;
 pub use seq::{Allocation, AllocationQuery, Seq};
 pub use sparse::{IndexerInfo, IndexerSpec, TopkKind, INDEXER_MAX_HEAD_DIM, INDEXER_SCALE_UE8M0};

@@ -9,12 +9,13 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::keys::{keys_arg, raw_keys, ExtraKey};
 use crate::library::{call, count, sized};
+use crate::retention::Retention;
 use crate::seq::Seq;
 use crate::types::KvEvent;
 
 /// A request's options for `Engine::submit` (`pkv_request_params`); `Default` = pkv's defaults
 /// as documented in pkv.h (16 new tokens, no stop token, priority 0, no salt, no extra keys,
-/// no adapter).
+/// no adapter, normal retention).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request<'a> {
     pub max_new_tokens: u32,
@@ -27,6 +28,9 @@ pub struct Request<'a> {
     pub extra_keys: &'a [ExtraKey<'a>],
     /// The LoRA adapter the KV is computed with (pkv 0.5); 0 = none.
     pub lora_id: u64,
+    /// The eviction priority and retention its blocks keep when released (pkv 0.8;
+    /// `Engine::allocate_retained` says how). `priority` above orders the queue instead.
+    pub cache_retention: Retention,
 }
 
 impl Default for Request<'_> {
@@ -38,6 +42,7 @@ impl Default for Request<'_> {
             cache_salt: &[],
             extra_keys: &[],
             lora_id: 0,
+            cache_retention: Retention::default(),
         }
     }
 }
@@ -61,6 +66,8 @@ impl Engine {
             }
             (rp.extra_keys, rp.num_extra_keys, rp.extra_key_size) = keys_arg(&keys)?;
             rp.lora_id = request.lora_id;
+            rp.cache_priority = request.cache_retention.priority;
+            rp.cache_retention_ms = request.cache_retention.retention_ms;
             call!(self.library(), pkv_submit(self.as_raw(), prompt.as_ptr(), n, &rp, &mut seq))?;
         }
         Ok(Seq(seq))

@@ -103,6 +103,16 @@ plain! {
         num_state_checkpoints_offloaded: u64,
         /// Cumulative: of `num_state_restores`, from an offloaded checkpoint.
         num_state_restores_from_host: u64,
+        /// Retention (pkv 0.8): pool blocks held by pins (each counted once), and pins not yet
+        /// unpinned.
+        num_pinned_blocks: u64,
+        num_pins: u64,
+        /// Cumulative: `num_evictions` by the priority a block had when evicted (after its
+        /// retention decayed): `CACHE_PRIORITY_MIN`, 0, 1, `CACHE_PRIORITY_MAX`. They sum to it.
+        num_evictions_low: u64,
+        num_evictions_normal: u64,
+        num_evictions_high: u64,
+        num_evictions_highest: u64,
     }
 }
 

@@ -88,6 +88,9 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_indexer_write => OpenBatch::indexer_write::<f32>, OpenBatch::indexer_write_raw;
         pkv_indexer_topk => OpenBatch::indexer_topk::<f32>, OpenBatch::indexer_topk_raw;
         pkv_sparse_mla_attention => OpenBatch::sparse_mla_attention::<f32>, OpenBatch::sparse_mla_attention_raw;
+        pkv_cache_set_priority => Engine::cache_set_priority;
+        pkv_cache_pin => Engine::cache_pin;
+        pkv_cache_unpin => Engine::cache_unpin, pkv::CachePin::unpin;
     }
 }
 
