@@ -9,24 +9,30 @@
 
 #include "random_world.h"
 
-/* Checks member k's rows of the view and queues its writes; none may go to a shared block. */
+/* Checks member k's rows of the view and queues its writes, each group's into its slot of that
+ * group's table (the view's group_slot_mapping); none may go to a shared block. */
 static void plan_writes(world *w, const pkv_batch_view *v, uint32_t k, const rseq *s) {
   int32_t table[MAX_LEN];
-  uint32_t nt = get_table(w, s, table);
   int32_t row = v->query_start[k];
   EXPECT(v->seq_ids[k] == s->id);
   EXPECT(v->query_start[k + 1] - row == (int32_t)s->batch_new);
   EXPECT(v->context_lens[k] == (int32_t)(s->computed + s->batch_new));
-  for (uint32_t j = 0; j < s->batch_new; j++) {
-    uint32_t pos = s->computed + j;
-    int64_t slot = v->slot_mapping[row + (int32_t)j];
-    EXPECT(v->positions[row + (int32_t)j] == (int32_t)pos);
-    if (!EXPECT(pos / w->bs < nt && slot == (int64_t)table[pos / w->bs] * w->bs + pos % w->bs))
-      continue;
-    if (!EXPECT(w->refs[slot / w->bs] == 1))
-      fprintf(stderr, "  write into shared block %lld\n", (long long)(slot / w->bs));
-    w->write_slot[w->nwrites] = slot;
-    w->write_ctx[w->nwrites++] = s->ctx[pos];
+  for (uint32_t g = 0; g < w->ngroups; g++) {
+    const uint32_t nt = get_gtable(w, s, g, table);
+    const int64_t *map = g ? v->group_slot_mapping + (size_t)g * v->num_tokens : v->slot_mapping;
+    for (uint32_t j = 0; j < s->batch_new; j++) {
+      uint32_t pos = s->computed + j;
+      int64_t slot = map[row + (int32_t)j];
+      EXPECT(v->positions[row + (int32_t)j] == (int32_t)pos);
+      if (!EXPECT(pos / w->bs < nt && table[pos / w->bs] >= 0 &&
+                  slot == (int64_t)table[pos / w->bs] * w->bs + pos % w->bs))
+        continue;
+      if (!EXPECT(w->refs[slot / w->bs] == 1))
+        fprintf(stderr, "  write into shared block %lld\n", (long long)(slot / w->bs));
+      w->write_slot[w->nwrites] = slot;
+      w->write_group[w->nwrites] = (uint8_t)g;
+      w->write_ctx[w->nwrites++] = ident(s->ctx[pos], g);
+    }
   }
 }
 
@@ -53,7 +59,7 @@ static void op_begin(world *w) {
     plan_writes(w, &v, k, &w->seqs[idx[k]]);
     state_member(w, &v, k, &w->seqs[idx[k]]);
   }
-  EXPECT(v.num_tokens == w->nwrites);
+  EXPECT(v.num_tokens * w->ngroups == w->nwrites && v.num_kv_groups == w->ngroups);
 }
 
 /* pkv does the open batch's copies now (a host without pkv_attention); once only. */
@@ -72,10 +78,12 @@ static void op_end(world *w, int abort) {
     if (!w->copies_done && rnd(w, 2)) op_batch_copy(w);
     if (!w->copies_done)
       do_taken(w, 1); /* the host's own kernels: the copies first, then the writes */
-    for (uint32_t i = 0; i < w->nwrites; i++) pool_write(w, w->write_slot[i], w->write_ctx[i]);
+    for (uint32_t i = 0; i < w->nwrites; i++)
+      pool_write(w, w->write_slot[i], w->write_ctx[i], w->write_group[i]);
     state_write(w);
     if (CHECK_OK(pkv_batch_end(w->batch))) {
-      for (uint32_t i = 0; i < w->nwrites; i++) w->shadow[w->write_slot[i]] = w->write_ctx[i];
+      for (uint32_t i = 0; i < w->nwrites; i++)
+        shadow_write(w, w->write_slot[i], w->write_ctx[i], w->write_group[i]);
       for (uint32_t i = 0; i < w->nseqs; i++) w->seqs[i].computed += w->seqs[i].batch_new;
       state_batch_ended(w);
     }

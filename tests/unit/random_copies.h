@@ -69,6 +69,9 @@ static inline void copy_block(world *w, uint64_t *shadow, const rcopy *c) {
   const uint64_t *from = shadow + (reads_host(c->kind) ? host0 : 0) + (size_t)c->src * w->bs;
   uint64_t *to = shadow + (writes_host(c->kind) ? host0 : 0) + (size_t)c->dst * w->bs;
   memmove(to, from, w->bs * sizeof to[0]);
+  if (shadow == w->shadow) /* done: the block's layout goes with its bytes */
+    w->bgroup[(writes_host(c->kind) ? w->num_blocks : 0) + (uint32_t)c->dst] =
+        w->bgroup[(reads_host(c->kind) ? w->num_blocks : 0) + (uint32_t)c->src];
 }
 
 /* What both tiers will hold once the copies taken and queued are done, in order: the content a
@@ -86,8 +89,8 @@ static inline void queue_copy(world *w, rcopy c) {
   if (EXPECT(w->nqueued < MAX_COPIES)) w->queued[w->nqueued++] = c;
 }
 
-/* k copies of kind queued by a swap of a sequence whose pool table is (or was) table[0..n). The
- * caller checked w->ncands < MAX_CANDS. */
+/* k copies of kind queued by a swap of a sequence whose held pool blocks (every group's) are (or
+ * were) table[0..n). The caller checked w->ncands < MAX_CANDS. */
 static inline void queue_unknown(world *w, int32_t kind, uint32_t k, const int32_t *table,
                                  uint32_t n) {
   if (k == 0) return;
@@ -111,17 +114,27 @@ static inline void note_tier_copies(world *w) {
   w->tier_copies = total;
 }
 
-/* After an append to s whose table was old[0..n_old): a changed entry is a copy-on-write copy,
- * queued in pkv for the next batch. Only the last old block may change. */
-static inline void note_copies(world *w, const rseq *s, const int32_t *old, uint32_t n_old) {
+/* Every group's table of s: old[g][0..n). */
+static inline uint32_t get_gtables(world *w, const rseq *s, int32_t (*out)[MAX_LEN]) {
+  uint32_t n = 0;
+  for (uint32_t g = 0; g < w->ngroups; g++) n = get_gtable(w, s, g, out[g]);
+  return n;
+}
+
+/* After an append to s whose tables were old[g][0..n_old): a changed entry is a copy-on-write
+ * copy, queued in pkv for the next batch, group after group. Only the last old block may
+ * change. */
+static inline void note_copies(world *w, const rseq *s, int32_t (*old)[MAX_LEN], uint32_t n_old) {
   int32_t table[MAX_LEN];
-  uint32_t n = get_table(w, s, table);
-  EXPECT(n >= n_old);
-  for (uint32_t k = 0; k < n_old && k < n; k++) {
-    if (table[k] == old[k]) continue;
-    EXPECT(k + 1 == n_old);
-    queue_copy(w, (rcopy){old[k], table[k], PKV_COPY_COW, -1});
-    w->num_cow++;
+  for (uint32_t g = 0; g < w->ngroups; g++) {
+    const uint32_t n = get_gtable(w, s, g, table);
+    EXPECT(n >= n_old);
+    for (uint32_t k = 0; k < n_old && k < n; k++) {
+      if (table[k] == old[g][k]) continue;
+      EXPECT(k + 1 == n_old && old[g][k] >= 0 && table[k] >= 0);
+      queue_copy(w, (rcopy){old[g][k], table[k], PKV_COPY_COW, -1});
+      w->num_cow++;
+    }
   }
 }
 

@@ -79,11 +79,12 @@ static inline unsigned char *pool_row(const world *w, int host, int v, uint32_t 
          (slot % w->bs) * row_bytes(w, l, v);
 }
 
-/* A write of the token whose context is ctx into slot of the pool (tier 0). */
-static inline void pool_write(world *w, int64_t slot, uint64_t ctx) {
+/* A write of group g's layers of the token whose shadow value is ctx (ident: its context in g)
+ * into slot of the pool (tier 0): the slot is in a block of g's, laid out as g's layers. */
+static inline void pool_write(world *w, int64_t slot, uint64_t ctx, uint32_t g) {
   for (uint32_t l = 0; l < w->num_layers; l++)
     for (int v = 0; v < 2; v++) {
-      if (!own_bytes(w, l, v)) continue;
+      if (!own_bytes(w, l, v) || w->layer[l].group != g) continue;
       const size_t rb = row_bytes(w, l, v);
       const uint64_t tag = pool_tag(ctx, l, v);
       unsigned char *row = pool_row(w, 0, v, l, (uint64_t)slot);
@@ -111,16 +112,31 @@ static inline void pool_copy(world *w, const rcopy *c) {
                 (size_t)w->bs * row_bytes(w, l, v));
 }
 
-/* Every slot of both tiers holds what the shadow says (up to 3 mismatches reported). */
+/* The shadow learns group g's write of value ctx into slot. A block's bytes are in the layout of
+ * the group whose table holds it (pages: another group's layers lie elsewhere in the block), so
+ * the first write of a new group makes the block's other slots unknown: no table reads them
+ * before they are written again (its earlier group's node left with the block). */
+static inline void shadow_write(world *w, int64_t slot, uint64_t ctx, uint32_t g) {
+  const int64_t b = slot / w->bs;
+  if (w->bgroup[b] != g) {
+    w->bgroup[b] = (uint8_t)g;
+    for (uint32_t i = 0; i < w->bs; i++) w->shadow[b * w->bs + i] = SLOT_UNKNOWN;
+  }
+  w->shadow[slot] = ctx;
+}
+
+/* Every slot of both tiers holds what the shadow says in the layers of its block's group (up to
+ * 3 mismatches reported). */
 static inline void check_pool(world *w) {
   uint32_t bad = 0;
   for (int host = 0; host < 2; host++) {
     const uint64_t slots = (uint64_t)(host ? w->host_blocks : w->num_blocks) * w->bs;
     const uint64_t *shadow = w->shadow + (host ? (size_t)w->num_blocks * w->bs : 0);
+    const uint8_t *bgroup = w->bgroup + (host ? w->num_blocks : 0);
     for (uint64_t slot = 0; slot < slots; slot++)
-      for (uint32_t l = 0; l < w->num_layers; l++)
+      for (uint32_t l = 0; l < w->num_layers && shadow[slot] != SLOT_UNKNOWN; l++)
         for (int v = 0; v < 2; v++) {
-          if (!own_bytes(w, l, v)) continue;
+          if (!own_bytes(w, l, v) || w->layer[l].group != bgroup[slot / w->bs]) continue;
           const size_t rb = row_bytes(w, l, v);
           const unsigned char *row = pool_row(w, host, v, l, slot);
           uint64_t head, tail;

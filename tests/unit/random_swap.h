@@ -19,14 +19,16 @@ static void swap_state(world *w, rseq *s) {
   w->num_state_swaps++;
 }
 
-/* Running -> swapped: its table's blocks are copied (a block whose KV a sharer's earlier swap-out
- * already holds is not), the host tier loses as many free blocks. */
+/* Running -> swapped: the blocks its tables hold (every group's: not those a window gave back)
+ * are copied (a block whose KV a sharer's earlier swap-out already holds is not), the host tier
+ * loses as many free blocks. */
 static void op_swap_out(world *w) {
   int i = pick(w, RUNNING | IDLE);
   if (i < 0 || w->ncands == MAX_CANDS) return;
   rseq *s = &w->seqs[i];
-  int32_t old[MAX_LEN];
-  const uint32_t n = get_table(w, s, old);
+  int32_t old[MAX_GROUPS * MAX_LEN];
+  const uint32_t n = held_list(w, s, old);
+  EXPECT(n == held_blocks(w, s));
   const pkv_stats st0 = tu_stats(w->e);
   const uint64_t state = world_state(w);
   const pkv_status r = pkv_swap_out(w->e, s->id);
@@ -53,13 +55,14 @@ static void op_swap_out(world *w) {
   swap_state(w, s);
 }
 
-/* Swapped -> running, all or nothing: new pool blocks for the blocks whose KV is not still in the
- * pool (a sharer's), each with a copy; computed tokens stay computed. */
+/* Swapped -> running, all or nothing: new pool blocks for the held blocks whose KV is not still
+ * in the pool (a sharer's), each with a copy; computed tokens stay computed, and every group's
+ * given-back entries stay -1 (check_tables). */
 static void op_swap_in(world *w) {
   int i = pick(w, SWAPPED);
   if (i < 0 || w->ncands == MAX_CANDS) return;
   rseq *s = &w->seqs[i];
-  const uint32_t nb = num_table_blocks(w, s);
+  const uint32_t nb = held_blocks(w, s);
   const pkv_stats st0 = tu_stats(w->e);
   const uint64_t state = world_state(w);
   const pkv_status r = pkv_swap_in(w->e, s->id);
@@ -72,8 +75,8 @@ static void op_swap_in(world *w) {
   }
   if (!CHECK_OK(r)) return;
   s->swapped = 0;
-  int32_t table[MAX_LEN];
-  const uint32_t n = get_table(w, s, table);
+  int32_t table[MAX_GROUPS * MAX_LEN];
+  const uint32_t n = held_list(w, s, table);
   const pkv_stats st1 = tu_stats(w->e);
   const uint32_t k = (uint32_t)(st1.num_swapped_in_blocks - st0.num_swapped_in_blocks);
   EXPECT(n == nb && k <= nb && st0.num_free_blocks - st1.num_free_blocks == k);

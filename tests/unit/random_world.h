@@ -28,10 +28,14 @@
 enum {
   MAX_SEQS = 24,
   MAX_LEN = 96,
-  MAX_WRITES = MAX_SEQS * MAX_LEN,
+  MAX_GROUPS = 4, /* KV groups: at most one per drawn layer (MAX_POOL_LAYERS) */
+  MAX_WRITES = MAX_SEQS * MAX_LEN * MAX_GROUPS,
   MAX_COPIES = 1024,
   MAX_CANDS = 64
 };
+
+/* A shadow slot whose bytes another KV group's write made unknown (never a context). */
+#define SLOT_UNKNOWN UINT64_MAX
 
 /* Only failures are counted in the hot loops; passes would be millions of lines of nothing. */
 #define EXPECT(cond) ((cond) ? 1 : CHECK(cond))
@@ -85,13 +89,22 @@ typedef struct {
   uint64_t store_hits_seen, num_store_synced;
   rcopy taken[MAX_COPIES]; /* the open batch's copies, done (in order) by batch_copy or its end */
   uint32_t ntaken;
-  int32_t cands[MAX_CANDS][MAX_LEN]; /* the tables unknown copies name; freed when none is left */
+  int32_t cands[MAX_CANDS][MAX_GROUPS * MAX_LEN]; /* the held blocks of the tables unknown copies
+                                                     name; freed when none is left */
   uint32_t ncand_len[MAX_CANDS], ncands;
   pkv_batch *batch;
   int copies_done;  /* the open batch's copies were done by pkv_batch_copy */
   uint32_t nwrites; /* the open batch's writes, done at batch_end */
   int64_t write_slot[MAX_WRITES];
-  uint64_t write_ctx[MAX_WRITES];
+  uint64_t write_ctx[MAX_WRITES]; /* ident(context, group) */
+  uint8_t write_group[MAX_WRITES];
+  /* KV groups (DESIGN.md §12; pkv_kv_group_info): 1 full-attention group but in the SPECS modes
+   * of random_groups.h. A group's table holds -1 before first_held (the kind's rule). */
+  uint32_t ngroups;
+  uint32_t group_attention[MAX_GROUPS], group_span[MAX_GROUPS]; /* PKV_ATTENTION_*, window */
+  int caching;     /* pkv_engine_params.enable_prefix_caching */
+  uint8_t *bgroup; /* [num_blocks + host_blocks]: the group whose layout a block's bytes are in
+                      (its last writer's; a copy moves it): check_pool reads that group's layers */
   /* recurrent state (random_state.h); all 0 without STATE layers */
   int state;                     /* 1 + pkv_engine_params.state_checkpoint_policy; 0: no STATE */
   uint32_t ckpt_interval;        /* pkv_engine_params.state_checkpoint_interval */
@@ -119,6 +132,9 @@ typedef struct {
   uint64_t num_no_space, num_hits, num_cow, num_preempt, num_unsupported, num_swap_out, num_swap_in,
       num_swap_no_space, num_swap_in_no_space, num_twin_shares, num_swapped_release, num_batch_copy,
       num_probes, num_truncates;
+  /* KV groups (random_groups.h): -1 entries seen, truncates that took blocks back (and their
+   * LOAD copies: counted in the stats' loaded blocks, not hits), refused ones */
+  uint64_t num_given_back, num_take_back, take_back_loads, num_take_back_refused;
 } world;
 
 static inline uint64_t rnd(world *w, uint64_t n) {
@@ -161,15 +177,76 @@ static inline uint32_t get_table(world *w, const rseq *s, int32_t *out) {
   return len;
 }
 
+/* s's block table in KV group g (-1: a block the group gave back). */
+static inline uint32_t get_gtable(world *w, const rseq *s, uint32_t g, int32_t *out) {
+  uint32_t len = 0;
+  CHECK_OK(pkv_seq_group_block_table(w->e, s->id, g, out, MAX_LEN, &len));
+  return len;
+}
+
+/* What a slot of group g holding context ctx holds in the shadow: group 0's is the context (the
+ * runs of one group), another group's a mix of both, so one group's block never passes for
+ * another's. */
+static inline uint64_t ident(uint64_t ctx, uint32_t g) {
+  return g ? mix64(ctx ^ (0x51ed270b27a9c5f3ull * g)) : ctx;
+}
+
+/* The first block group g holds with the next token to compute at `next` (DESIGN.md §12), the
+ * rule written out apart from pkv's: a window's first key's block, a chunk's first token's
+ * block, all for full attention; with prefix caching never past the last sealed block (the
+ * parent of the next one sealed). */
+static inline uint32_t first_held(const world *w, uint32_t g, uint32_t next) {
+  const uint32_t span = w->group_span[g];
+  uint32_t first = 0;
+  if (w->group_attention[g] == PKV_ATTENTION_SLIDING)
+    first = (next >= span ? next - span + 1 : 0) / w->bs;
+  else if (w->group_attention[g] == PKV_ATTENTION_CHUNKED)
+    first = next / span * span / w->bs;
+  const uint32_t sealed = next / w->bs, last = sealed ? sealed - 1 : 0;
+  return w->caching && first > last ? last : first;
+}
+
 static inline uint32_t num_table_blocks(const world *w, const rseq *s) {
   return (s->len + w->bs - 1) / w->bs;
+}
+
+/* The blocks s holds in every group together: what a swap moves. */
+static inline uint32_t held_blocks(const world *w, const rseq *s) {
+  const uint32_t nb = num_table_blocks(w, s);
+  uint32_t held = 0;
+  for (uint32_t g = 0; g < w->ngroups; g++) {
+    const uint32_t first = first_held(w, g, s->computed);
+    held += nb - (first < nb ? first : nb);
+  }
+  return held;
+}
+
+/* s's held blocks of every group, in group order (pkv's order of a swap's copies). */
+static inline uint32_t held_list(world *w, const rseq *s, int32_t *out) {
+  int32_t table[MAX_LEN];
+  uint32_t k = 0;
+  for (uint32_t g = 0; g < w->ngroups; g++) {
+    const uint32_t n = get_gtable(w, s, g, table);
+    for (uint32_t j = 0; j < n; j++)
+      if (table[j] >= 0) out[k++] = table[j];
+  }
+  return k;
 }
 
 static inline uint64_t world_state(world *w) {
   uint64_t ids[MAX_SEQS + 1];
   for (uint32_t i = 0; i < w->nseqs; i++) ids[i] = w->seqs[i].id;
   ids[w->nseqs] = w->probe;
-  return tu_state(w->e, ids, w->nseqs + 1);
+  uint64_t h = tu_state(w->e, ids, w->nseqs + 1);
+  for (uint32_t g = 1; g < w->ngroups; g++) /* tu_state hashes group 0's tables */
+    for (uint32_t i = 0; i <= w->nseqs; i++) {
+      int32_t table[MAX_LEN];
+      uint32_t len = 0;
+      const pkv_status r = pkv_seq_group_block_table(w->e, ids[i], g, table, MAX_LEN, &len);
+      h = tu_mix_(h, &r, sizeof r);
+      h = tu_mix_(h, table, (r == PKV_OK ? len : 0) * sizeof table[0]);
+    }
+  return h;
 }
 
 static inline uint32_t free_blocks(world *w) { return (uint32_t)tu_stats(w->e).num_free_blocks; }
@@ -197,19 +274,40 @@ static inline int tier_copy(int32_t kind) {
 #include "random_store.h"
 #include "random_state.h"
 
-/* Positions [from, to) of s hold s's contexts in the pool tier of shadow. */
+/* Positions [from, to) of s hold s's contexts in the pool tier of shadow, in every group's
+ * block where the group holds their block. */
 static inline void check_slots(world *w, const rseq *s, uint32_t from, uint32_t to,
                                const uint64_t *shadow) {
   int32_t table[MAX_LEN];
-  uint32_t n = get_table(w, s, table);
-  for (uint32_t pos = from; pos < to; pos++) {
-    if (!EXPECT(pos / w->bs < n)) return;
-    int64_t slot = (int64_t)table[pos / w->bs] * w->bs + pos % w->bs;
-    if (!EXPECT(shadow[slot] == s->ctx[pos])) {
-      fprintf(stderr, "  seq %llu pos %u: block %d holds another context\n",
-              (unsigned long long)s->id, pos, table[pos / w->bs]);
-      return;
+  for (uint32_t g = 0; g < w->ngroups; g++) {
+    const uint32_t n = get_gtable(w, s, g, table), first = first_held(w, g, s->computed);
+    for (uint32_t pos = from > first * w->bs ? from : first * w->bs; pos < to; pos++) {
+      if (!EXPECT(pos / w->bs < n && table[pos / w->bs] >= 0)) return;
+      int64_t slot = (int64_t)table[pos / w->bs] * w->bs + pos % w->bs;
+      if (!EXPECT(shadow[slot] == ident(s->ctx[pos], g))) {
+        fprintf(stderr, "  seq %llu group %u pos %u: block %d holds another context\n",
+                (unsigned long long)s->id, g, pos, table[pos / w->bs]);
+        return;
+      }
     }
+  }
+}
+
+/* Each group's table of a running s covers its tokens and holds exactly the blocks from
+ * first_held on: the ones before are -1 (given back, or never taken by a hit). */
+static inline void check_tables(world *w, const rseq *s) {
+  int32_t table[MAX_LEN];
+  const uint32_t nb = num_table_blocks(w, s);
+  for (uint32_t g = 0; g < w->ngroups; g++) {
+    const uint32_t n = get_gtable(w, s, g, table), first = first_held(w, g, s->computed);
+    if (!EXPECT(n == nb)) return;
+    w->num_given_back += first < n ? first : n;
+    for (uint32_t j = 0; j < n; j++)
+      if (!EXPECT((table[j] < 0) == (j < first) && table[j] < (int32_t)w->num_blocks)) {
+        fprintf(stderr, "  seq %llu group %u: block %u is %d, the rule holds blocks from %u\n",
+                (unsigned long long)s->id, g, j, table[j], first);
+        return;
+      }
   }
 }
 
@@ -223,10 +321,11 @@ static inline void check_seq(world *w, const rseq *s, const uint64_t *shadow) {
   EXPECT(info.in_batch == (s->batch_new > 0));
   EXPECT(info.cache_salt_len == (s->salt ? 1u : 0u));
   EXPECT(info.num_blocks == (s->preempted || s->swapped ? 0 : nb));
-  EXPECT(info.num_host_blocks == (s->swapped ? nb : 0));
+  EXPECT(info.num_host_blocks == (s->swapped ? held_blocks(w, s) : 0));
   EXPECT(info.kv_tier == (s->swapped     ? PKV_TIER_HOST
                           : s->preempted ? PKV_TIER_NONE
                                          : PKV_TIER_DEVICE));
+  if (!s->preempted && !s->swapped) check_tables(w, s);
   if (!s->preempted && !s->swapped && shadow) check_slots(w, s, 0, s->computed, shadow);
 }
 
@@ -262,7 +361,8 @@ static inline void check_world(world *w, int deep) {
   EXPECT(st.num_swapped_seqs == swapped);
   EXPECT(st.num_host_cached_blocks <= st.num_host_free_blocks);
   EXPECT(st.device_hit_tokens + st.host_hit_tokens + st.store_hit_tokens == st.prefix_hit_tokens);
-  EXPECT(st.host_hit_tokens + st.store_hit_tokens == st.num_loaded_blocks * w->bs);
+  EXPECT(st.host_hit_tokens + st.store_hit_tokens ==
+         (st.num_loaded_blocks - w->take_back_loads) * w->bs);
   EXPECT(w->offload || st.num_offloaded_blocks + st.num_host_cached_blocks == 0);
   const uint64_t *shadow = effective(w);
   for (uint32_t i = 0; i < w->nseqs; i++) {
@@ -289,15 +389,15 @@ static inline int pick(world *w, int want) {
   return n ? cand[rnd(w, (uint64_t)n)] : -1;
 }
 
-/* refs[b] = how many live tables hold block b. */
+/* refs[b] = how many live tables (of every group) hold block b. */
 static inline void count_refs(world *w) {
   memset(w->refs, 0, w->num_blocks * sizeof w->refs[0]);
-  int32_t table[MAX_LEN];
+  int32_t held[MAX_GROUPS * MAX_LEN];
   for (uint32_t i = 0; i < w->nseqs; i++) {
     if (w->seqs[i].preempted || w->seqs[i].swapped) continue;
-    uint32_t n = get_table(w, &w->seqs[i], table);
+    const uint32_t n = held_list(w, &w->seqs[i], held);
     for (uint32_t k = 0; k < n; k++)
-      if (EXPECT(table[k] >= 0 && (uint32_t)table[k] < w->num_blocks)) w->refs[table[k]]++;
+      if (EXPECT((uint32_t)held[k] < w->num_blocks)) w->refs[held[k]]++;
   }
 }
 

@@ -15,6 +15,7 @@
 #include "random_specs.h"
 #include "random_swap.h"
 #include "random_batch.h"
+#include "random_groups.h"
 
 enum { NUM_BASES = 4, BASE_LEN = 48, ALPHABET = 6 };
 
@@ -91,9 +92,9 @@ static void op_append(world *w) {
   uint32_t n = 1 + (uint32_t)rnd(w, w->bs + 2);
   if (n > MAX_LEN - s->len) n = MAX_LEN - s->len;
   if (n == 0) return;
-  int32_t t[MAX_LEN], old[MAX_LEN];
+  int32_t t[MAX_LEN], old[MAX_GROUPS][MAX_LEN];
   random_tokens(w, t, n);
-  uint32_t n_old = get_table(w, s, old);
+  uint32_t n_old = get_gtables(w, s, old);
   uint64_t st = world_state(w);
   pkv_status r = pkv_append(w->e, s->id, t, n);
   if (r == PKV_ERR_NO_SPACE) {
@@ -123,8 +124,10 @@ static void op_fork(world *w) {
   w->nseqs++;
   state_forked(w, c);
   int32_t tp[MAX_LEN], tc[MAX_LEN];
-  uint32_t np = get_table(w, p, tp), nc = get_table(w, c, tc);
-  EXPECT(np == nc && memcmp(tp, tc, np * sizeof tp[0]) == 0);
+  for (uint32_t g = 0; g < w->ngroups; g++) {
+    uint32_t np = get_gtable(w, p, g, tp), nc = get_gtable(w, c, g, tc);
+    EXPECT(np == nc && memcmp(tp, tc, np * sizeof tp[0]) == 0);
+  }
 }
 
 static void op_release(world *w) {
@@ -185,17 +188,19 @@ static void op_truncate(world *w) {
   /* The model mirrors which queued copy-on-write pkv drops: every queued copy must be known. */
   if (w->nunknown && !w->batch) probe_copies(w);
   if (w->nunknown) return;
-  int32_t before[MAX_LEN];
-  const uint32_t nb = s->preempted ? 0 : get_table(w, s, before);
+  int32_t before[MAX_GROUPS][MAX_LEN];
+  const uint32_t nb = s->preempted ? 0 : get_gtables(w, s, before);
+  if (!s->preempted && n < s->computed && takes_back(w, s, n)) {
+    take_back(w, s, n, before, nb);
+    return;
+  }
   const uint32_t free0 = free_blocks(w);
   if (!CHECK_OK(pkv_truncate(w->e, s->id, n))) return;
   EXPECT(free_blocks(w) >= free0);
   s->len = n;
   if (s->computed > n) s->computed = n;
   w->num_truncates++;
-  count_refs(w);
-  for (uint32_t k = nb; k-- > num_table_blocks(w, s) && !s->preempted;)
-    if (w->refs[before[k]] == 0) undo_copy_into(w, before[k]);
+  undo_dropped(w, s, before, nb);
 }
 
 static void op_preempt(world *w) {
@@ -302,6 +307,7 @@ static void report(const world *w, uint32_t ops) {
     CHECK(st.num_store_hits > 0 && st.num_store_rejected == 0 && st.num_store_errors == 0);
   }
   state_report(w);
+  groups_report(w);
 }
 
 /* Everything released and one step's copies done (the probe's batch, aborted after
@@ -316,14 +322,17 @@ static void drain(world *w) {
   pkv_batch_abort(b);
   CHECK_ENGINE(w->e);
   const pkv_stats st = tu_stats(w->e);
-  CHECK(st.num_used_blocks == 1 && st.num_host_free_blocks == w->host_blocks && st.num_seqs == 1 &&
-        st.num_swapped_seqs == 0);
+  CHECK(st.num_used_blocks == w->ngroups && st.num_host_free_blocks == w->host_blocks &&
+        st.num_seqs == 1 && st.num_swapped_seqs == 0); /* the probe's block in each group */
 }
 
 static int setup(world *w, uint32_t flags, int specs) {
   pkv_engine_params p;
   tu_params(&p, w->bs, w->num_blocks);
-  if (specs || w->state) draw_specs(w, &p);
+  if (specs >= SPECS_WINDOWS)
+    draw_group_specs(w, &p, specs);
+  else if (specs || w->state)
+    draw_specs(w, &p);
   if (w->state) state_params(w, &p);
   w->num_layers = p.num_layers;
   p.max_model_len = MAX_LEN;
@@ -342,7 +351,8 @@ static int setup(world *w, uint32_t flags, int specs) {
   w->shadow = calloc(shadow_len(w), sizeof w->shadow[0]);
   w->eff = calloc(shadow_len(w), sizeof w->eff[0]);
   w->refs = calloc(w->num_blocks, sizeof w->refs[0]);
-  if (!CHECK(w->shadow && w->eff && w->refs)) return 0;
+  w->bgroup = calloc((size_t)w->num_blocks + w->host_blocks, 1);
+  if (!CHECK(w->shadow && w->eff && w->refs && w->bgroup) || !groups_init(w, &p)) return 0;
   pkv_seq_params sp;
   pkv_seq_params_init(&sp, sizeof sp);
   sp.cache_salt = "probe";
@@ -353,6 +363,7 @@ static int setup(world *w, uint32_t flags, int specs) {
       !CHECK_OK(pkv_batch_begin(w->e, &w->probe, NULL, 1, &b)))
     return 0;
   w->num_kv_groups = tu_view(b).num_kv_groups;
+  CHECK(w->num_kv_groups == w->ngroups);
   pkv_batch_abort(b);
   return 1;
 }
@@ -388,6 +399,7 @@ static void run(uint64_t seed, uint32_t bs, uint32_t num_blocks, uint32_t num_op
   free(w->shadow);
   free(w->eff);
   free(w->refs);
+  free(w->bgroup);
   free(w);
 }
 
