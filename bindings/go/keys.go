@@ -47,6 +47,11 @@ func cExtraKeys(m *cMem, keys []ExtraKey) uintptr {
 
 // withKeys calls fn with a pkv_seq_params of k, in C memory freed after.
 func withKeys(k SeqKeys, fn func(*C.pkv_seq_params) C.pkv_status) C.pkv_status {
+	return withParams(k, Retention{}, fn)
+}
+
+// withParams is withKeys with a retention (pkv 0.8) in the params too.
+func withParams(k SeqKeys, r Retention, fn func(*C.pkv_seq_params) C.pkv_status) C.pkv_status {
 	var m cMem
 	defer m.free()
 	sp := (*cSeqParams)(m.alloc(unsafe.Sizeof(cSeqParams{})))
@@ -60,6 +65,7 @@ func withKeys(k SeqKeys, fn func(*C.pkv_seq_params) C.pkv_status) C.pkv_status {
 	}
 	sp.ExtraKeys, sp.NumExtraKeys = cExtraKeys(&m, k.ExtraKeys), uint32(len(k.ExtraKeys))
 	sp.ExtraKeySize, sp.LoraID = uint32(unsafe.Sizeof(cExtraKey{})), k.LoraID
+	sp.CachePriority, sp.CacheRetentionMs = r.Priority, r.RetentionMs
 	return fn((*C.pkv_seq_params)(unsafe.Pointer(sp)))
 }
 

@@ -86,6 +86,9 @@ var wrapped = map[string]string{
 	"pkv_indexer_write":                       "Batch.IndexerWriteRaw",
 	"pkv_indexer_topk":                        "Batch.IndexerTopKRaw",
 	"pkv_sparse_mla_attention":                "Batch.SparseMLAAttentionRaw",
+	"pkv_cache_set_priority":                  "Engine.CacheSetPriority",
+	"pkv_cache_pin":                           "Engine.CachePin",
+	"pkv_cache_unpin":                         "Engine.CacheUnpin",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.
