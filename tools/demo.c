@@ -59,7 +59,7 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"plot", CLI_STRING, &o->plot, "FILE",
        "write an SVG, a panel per run: KV reserved and used, running sequences per step", 0},
       {"windows", CLI_STRING, &o->windows, "W,W,...",
-       "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory",
+       "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory; with --host-cache or --store too",
        0},
       {"hybrid", CLI_FLAG, &o->hybrid, NULL,
        "instead: recurrent layers (3 of every 4, default --layers 4), pkv keeping their states; runs pkv once per --state-checkpoints policy and compares with contiguous",
@@ -109,9 +109,6 @@ static int parse(demo_options *o, int argc, char **argv) {
     bad = demo_store_check(o->store);
   else if (o->store && o->no_prefix_caching)
     bad = "--store needs prefix caching (the store holds prefix blocks): drop --no-prefix-caching";
-  else if (o->windows && (o->store || o->host_cache))
-    bad =
-        "--windows runs without a host tier (pkv does not yet combine windows with --host-cache or --store)";
   else if (o->windows && demo_parse_windows(o) != 0)
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
