@@ -125,8 +125,11 @@ namespace Pkv
         /// <summary>Admits a prompt (pkv_allocate). PkvException NoSpace: nothing changed. salt: a
         /// tenant key (different salts never share blocks); extraKeys (a multimodal item's
         /// content hash over its placeholder tokens) and loraId (the adapter the KV is computed
-        /// with, 0 = none): a block hits only under equal tokens, extra keys and adapter.</summary>
-        public Sequence Allocate(int[] tokens, byte[] salt = null, ExtraKey[] extraKeys = null, ulong loraId = 0)
+        /// with, 0 = none): a block hits only under equal tokens, extra keys and adapter.
+        /// retention (since 0.8.0): the eviction priority and retention its blocks keep when it
+        /// releases them (Retention says how; default: plain LRU).</summary>
+        public Sequence Allocate(int[] tokens, byte[] salt = null, ExtraKey[] extraKeys = null, ulong loraId = 0,
+                                 Retention retention = default(Retention))
         {
             ulong id;
             uint cached;
@@ -135,7 +138,7 @@ namespace Pkv
                 fixed (int* t = tokens)
                 fixed (byte* s = salt)
                 {
-                    SeqParams sp = SeqParamsOf(s, salt, keys, loraId);
+                    SeqParams sp = SeqParamsOf(s, salt, keys, loraId, retention);
                     Call(Native.pkv_allocate(Handle, t, (uint)tokens.Length, sp.StructSize == 0 ? null : &sp,
                                              &id, &cached));
                 }
@@ -161,10 +164,11 @@ namespace Pkv
         }
 
         // The sequence's params, or all zero (passed as NULL, as a 0.4 caller does) when none is given
-        static SeqParams SeqParamsOf(byte* s, byte[] salt, PinnedKeys keys, ulong loraId)
+        internal static SeqParams SeqParamsOf(byte* s, byte[] salt, PinnedKeys keys, ulong loraId,
+                                              Retention retention = default(Retention))
         {
             var sp = new SeqParams();
-            if (salt == null && keys.Count == 0 && loraId == 0) return sp;
+            if (salt == null && keys.Count == 0 && loraId == 0 && retention.Equals(default(Retention))) return sp;
             Native.Check(Native.pkv_seq_params_init(&sp, (uint)sizeof(SeqParams)));
             if (salt != null)
             {
@@ -175,6 +179,8 @@ namespace Pkv
             sp.NumExtraKeys = keys.Count;
             sp.ExtraKeySize = PinnedKeys.Size;
             sp.LoraId = loraId;
+            sp.CachePriority = retention.Priority;
+            sp.CacheRetentionMs = retention.RetentionMs;
             return sp;
         }
 
@@ -206,7 +212,8 @@ namespace Pkv
         }
 
         /// <summary>Queues a request for the scheduler (pkv_submit); rp null = defaults (its
-        /// LoraId: the adapter, as Allocate's loraId). salt and extraKeys: as Allocate's.</summary>
+        /// LoraId: the adapter, as Allocate's loraId; CachePriority and CacheRetentionMs, since
+        /// 0.8.0: as Allocate's retention). salt and extraKeys: as Allocate's.</summary>
         public Sequence Submit(int[] prompt, RequestParams? rp = null, byte[] salt = null, ExtraKey[] extraKeys = null)
         {
             RequestParams r = rp ?? RequestParams.Defaults();

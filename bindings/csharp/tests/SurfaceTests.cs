@@ -59,6 +59,9 @@ static partial class Tests
         // 0.7: sparse attention
         { "pkv_indexer_write", "Batch.IndexerWrite" }, { "pkv_indexer_topk", "Batch.IndexerTopK" },
         { "pkv_sparse_mla_attention", "Batch.SparseMlaAttention" },
+        // 0.8: retention
+        { "pkv_cache_set_priority", "Engine.CacheSetPriority" }, { "pkv_cache_pin", "Engine.CachePin" },
+        { "pkv_cache_unpin", "Engine.CacheUnpin" },
     };
 
     // C call -> why the binding leaves it out

@@ -410,6 +410,11 @@ static partial class Tests
             { "a_checkpoint_is_offloaded_then_restored", ACheckpointIsOffloadedThenRestored },
             { "sparse_layer_info", SparseLayerInfo }, { "sparse_topk_and_attention", SparseTopKAndAttention },
             { "sparse_refusals", SparseRefusals },
+            { "retention_keeps_system_prompts", RetentionKeepsSystemPrompts },
+            { "retention_evictions_by_priority", RetentionEvictionsByPriority },
+            { "retention_refusals", RetentionRefusals }, { "retention_of_a_request", RetentionOfARequest },
+            { "cache_pin", CachePinHoldsAPrefix }, { "cache_pin_cap", CachePinCap },
+            { "retention_decays", RetentionDecays },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
