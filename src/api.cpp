@@ -625,8 +625,8 @@ pkv_status pkv_reset_prefix_cache(pkv_engine *e) {
 }
 
 pkv_status pkv_cache_set_priority(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
-                                  const pkv_seq_params *sp, int32_t priority,
-                                  uint32_t retention_ms, uint32_t *out_num_blocks) {
+                                  const pkv_seq_params *sp, int32_t priority, uint32_t retention_ms,
+                                  uint32_t *out_num_blocks) {
   return guard(e, [&](Engine &en) {
     require_tokens(tokens, num_tokens);
     const pkv::Retention r = pkv::read_retention(priority, retention_ms, "pkv_cache_set_priority:");

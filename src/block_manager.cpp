@@ -83,7 +83,8 @@ void BlockManager::advance_ahead() {
 }
 
 void BlockManager::drop_ref(int32_t block) {
-  if (pool_.drop_ref(block, releasing_)) forget_device_twin(block);  // its KV may be overwritten from now on
+  // At 0 its KV may be overwritten from now on: no longer a twin.
+  if (pool_.drop_ref(block, releasing_)) forget_device_twin(block);
 }
 
 void BlockManager::check_space(uint32_t needed, const char *what) const {

@@ -362,8 +362,8 @@ class BlockManager {
   void report_host_block(int32_t host,
                          const std::function<void(const EvictedHostBlock &)> &f) const;
   void add_ref(int32_t block) { pool_.add_ref(block); }  // revives a ref-0 block when needed
-  void drop_ref(int32_t block);  // at 0: cached to its class's tail (releasing_), unsealed to
-                                 // the head
+  // At 0: cached to its class's tail (releasing_), unsealed to the head.
+  void drop_ref(int32_t block);
   void count_eviction(int32_t block);  // by its priority, before evict()
   // The pins' references, counted into refs (check()); the pins' own bookkeeping checked.
   void check_pins(std::vector<int64_t> &refs) const;
@@ -417,10 +417,10 @@ class BlockManager {
   std::unordered_map<int32_t, int32_t> host_twin_;    // pool block -> host-tier block
   std::unordered_map<int32_t, int32_t> device_twin_;  // host-tier block -> pool block
   BlockStats stats_;
-};
-
-}  // namespace pkv
-  Retention releasing_;  // what a release gives its blocks (Releasing)
+  Retention releasing_ = kNoRetention;  // what a release gives its blocks (Releasing)
   std::unordered_map<uint64_t, std::vector<int32_t>> pins_;  // pin -> its distinct blocks
   std::unordered_map<int32_t, uint32_t> pinned_;             // block -> pins holding it
   uint64_t next_pin_ = 1;
+};
+
+}  // namespace pkv

@@ -72,8 +72,8 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
       }
     }
   }
-  // Each block is in one state per tier: its references are its owners', and a node it holds
   check_pins(refs);  // pins are owners too
+  // Each block is in one state per tier: its references are its owners', and a node it holds
   // lists it (a pool block among its node's copies, a host-tier block as its node's host copy,
   // only while no swapped-out sequence uses it).
   for (uint32_t b = 0; b < num_blocks; ++b) {

@@ -34,7 +34,8 @@ BlockPool::BlockPool(uint32_t num_blocks)
     const int32_t s = sentinel(c);
     blocks_[s].prev = blocks_[s].next = s;
     // Classes 1.. are kRetentions slots per non-zero priority, lowest first.
-    const int32_t p = c ? PKV_CACHE_PRIORITY_MIN + int32_t((c - 1) / kRetentions) : 0;
+    if (c == 0) continue;  // list 0: free and normal blocks
+    const int32_t p = PKV_CACHE_PRIORITY_MIN + int32_t((c - 1) / kRetentions);
     classes_[c].priority = p >= 0 ? p + 1 : p;
   }
   for (int32_t b = 0; b < sentinel(); ++b) insert_after(blocks_[sentinel()].prev, b);
@@ -85,7 +86,8 @@ uint32_t BlockPool::class_for(Retention r) {
 
 void BlockPool::link(int32_t b) {
   Block &blk = blocks_[b];
-  if (blk.node == kNoNode) {  // nothing to keep: reused first
+  if (blk.priority == kUnset) blk.priority = 0;  // cached while no holder gave one: normal
+  if (blk.node == kNoNode) {                     // nothing to keep: reused first
     blk.priority = 0;
     blk.retention_ms = 0;
     insert_after(sentinel(), b);
@@ -149,17 +151,14 @@ void BlockPool::take(int32_t b) {
   remove(b);
   num_free_--;
   blk.ref = 1;
-  blk.priority = 0;
-  blk.retention_ms = 0;
+  unset(blk);
 }
 
 void BlockPool::add_ref(int32_t b) {
   Block &blk = blocks_[b];
   if (blk.ref++ > 0) return;
-  if (ended(b)) {  // decayed: a normal block from now on
-    blk.priority = 0;
-    blk.retention_ms = 0;
-  }
+  // Normal, or decayed: its releasers decide alone (a low one too).
+  if (blk.cls == 0 || ended(b)) unset(blk);
   remove(b);
   num_free_--;
   if (blk.node != kNoNode) num_cached_--;
@@ -168,7 +167,10 @@ void BlockPool::add_ref(int32_t b) {
 bool BlockPool::drop_ref(int32_t b, Retention r) {
   Block &blk = blocks_[b];
   PKV_ASSERT(blk.ref > 0);
-  const Retention kept = stronger({blk.priority, blk.retention_ms}, r);
+  const Retention had{blk.priority, blk.retention_ms};
+  const Retention kept = r.priority == kNoRetention.priority ? had
+                         : blk.priority == kUnset            ? r
+                                                             : stronger(had, r);
   blk.priority = static_cast<int8_t>(kept.priority);
   blk.retention_ms = kept.retention_ms;
   if (--blk.ref > 0) return false;
@@ -180,10 +182,7 @@ bool BlockPool::drop_ref(int32_t b, Retention r) {
 
 void BlockPool::set_node(int32_t b, uint32_t node) {
   Block &blk = blocks_[b];
-  if (node == kNoNode) {  // its KV goes, and what kept it
-    blk.priority = 0;
-    blk.retention_ms = 0;
-  }
+  if (node == kNoNode) unset(blk);  // its KV goes, and what kept it
   if (blk.ref > 0) {
     blk.node = node;
     return;

@@ -28,6 +28,9 @@ struct Retention {
   int32_t priority = 0;
   uint32_t retention_ms = 0;
 };
+// A release by no holder of its own (a pin's, a copy-on-write's source): the block keeps what
+// it had.
+inline constexpr Retention kNoRetention{INT32_MIN, 0};
 // The one a block keeps when two holders differ: the higher priority, then the longer retention
 // (0 = forever), so the later deadline.
 Retention stronger(Retention a, Retention b);
@@ -78,12 +81,12 @@ class BlockPool {
   // The same for a given ref-0 block anywhere on the lists.
   void take(int32_t b);
   // One more reference; a ref-0 block (a cached hit) leaves its list and keeps its node, and its
-  // priority unless its retention ended.
+  // priority (as one holder's) unless it is normal or its retention ended.
   void add_ref(int32_t b);
   // One reference less, by a holder releasing with retention r: the block keeps the stronger of
   // r and its own. At 0 the block joins a list (a class's tail when cached, list 0's head when
   // free) and true is returned.
-  bool drop_ref(int32_t b, Retention r = {});
+  bool drop_ref(int32_t b, Retention r = kNoRetention);
   // The KV of node is in b (node set) or no longer (kNoNode: its retention goes too). A ref-0
   // block moves to its class's tail when it becomes cached and to list 0's head when it stops.
   void set_node(int32_t b, uint32_t node);
@@ -109,7 +112,7 @@ class BlockPool {
     uint32_t node = kNoNode;
     uint64_t stamp = 0;         // release order: when it last joined a list's tail
     uint32_t retention_ms = 0;  // its retention: kept for its release (used) or its class's
-    int8_t priority = 0;        // likewise
+    int8_t priority = 0;        // likewise; kUnset: in use, and no holder has given one yet
     uint8_t cls = 0;            // its list while ref 0
   };
   struct Class {
@@ -118,6 +121,11 @@ class BlockPool {
     uint32_t count = 0;  // its cached blocks; 0: the slot is open to another retention
   };
 
+  static constexpr int8_t kUnset = INT8_MIN;
+  void unset(Block &blk) {
+    blk.priority = kUnset;
+    blk.retention_ms = 0;
+  }
   int32_t sentinel(uint32_t cls = 0) const { return static_cast<int32_t>(num_blocks_ + cls); }
   void insert_after(int32_t at, int32_t b);
   void remove(int32_t b);  // off its list (its class's count follows)

@@ -56,6 +56,8 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
                            const PrefixKeys &keys) {
   PKV_REQUIRE(rp.max_new_tokens >= 1, "max_new_tokens must be >= 1");
   PKV_REQUIRE(rp.reserved0 == 0, "reserved0 must be 0");
+  const Retention retention =
+      read_retention(rp.cache_priority, rp.cache_retention_ms, "request params'");
   const uint64_t total = uint64_t(n) + rp.max_new_tokens;
   PKV_REQUIRE(
       total <= INT32_MAX && (limits_.max_model_len == 0 || total <= limits_.max_model_len),
@@ -69,6 +71,7 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
   Sequence &s = seqs_.create();
   try {
     s.keys = keys;
+    s.retention = retention;
     s.tokens.assign(prompt, prompt + n);
     s.request = Request{true, n, rp.max_new_tokens, 0, rp.stop_token, rp.priority, PKV_FINISH_NONE};
     enqueue(s.id);
@@ -82,8 +85,6 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
 void Scheduler::enqueue(uint64_t id) {
   // Higher priority first; equal priorities keep their arrival order.
   const int32_t prio = seqs_.get(id).request.priority;
-  const Retention retention =
-      read_retention(rp.cache_priority, rp.cache_retention_ms, "request params'");
   auto it = std::find_if(waiting_.begin(), waiting_.end(),
                          [&](uint64_t other) { return seqs_.get(other).request.priority < prio; });
   waiting_.insert(it, id);
@@ -100,7 +101,6 @@ void Scheduler::finish_request(Sequence &s, uint32_t reason) {
 // front of the queue) while there is no free block. False when s itself had to go.
 bool Scheduler::reserve(Sequence &s, std::vector<uint64_t> &chosen) {
   for (;;) {
-    s.retention = retention;
     if (fits([&] { reserve_unslotted(s, blocks_); })) return true;
     Sequence &victim = seqs_.get(running_.back());
     chosen.erase(std::remove(chosen.begin(), chosen.end(), victim.id), chosen.end());

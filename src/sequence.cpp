@@ -66,8 +66,8 @@ void roll_back(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n)
   PKV_ASSERT(s.num_unslotted == 0);
   SeqTables held = s.tables;  // may throw: before any change
   states.make_room(1);
-  blocks.free(s.tables);
   const BlockManager::Releasing as(blocks, s.retention);
+  blocks.free(s.tables);
   uint32_t hit = 0;
   try {
     hit = blocks.admit(s.tables, s.keys, s.tokens.data(), n);
@@ -108,8 +108,8 @@ void give_back_state(Sequence &s, StatePool &states) {
 
 void give_back(Sequence &s, BlockManager &blocks, StatePool &states, SeqState to) {
   PKV_ASSERT(s.running());
-  blocks.free(s.tables);
   const BlockManager::Releasing as(blocks, s.retention);
+  blocks.free(s.tables);
   give_back_state(s, states);
   s.num_computed = 0;
   s.num_unslotted = 0;
@@ -172,16 +172,16 @@ void swap_in(Sequence &s, BlockManager &blocks, StatePool &states) {
 void truncate(Sequence &s, BlockManager &blocks, uint32_t n, size_t taken) {
   PKV_ASSERT((s.running() || s.state == SeqState::kPreempted) && n >= 1 && n <= s.num_tokens());
   PKV_ASSERT(s.num_unslotted == 0);  // sequences of pkv_allocate: every token has its slot
-  if (s.running()) blocks.truncate(s.tables, s.keys, s.tokens.data(), n, s.num_computed, taken);
   const BlockManager::Releasing as(blocks, s.retention);
+  if (s.running()) blocks.truncate(s.tables, s.keys, s.tokens.data(), n, s.num_computed, taken);
   s.tokens.resize(n);
   s.num_computed = std::min(s.num_computed, n);
   s.num_cached = std::min(s.num_cached, n);
 }
 
 void free_kv(Sequence &s, BlockManager &blocks, StatePool &states) {
-  blocks.free(s.tables);
   const BlockManager::Releasing as(blocks, s.retention);
+  blocks.free(s.tables);
   blocks.free_host(s.host_blocks);
   give_back_state(s, states);
   if (s.host_state_slot >= 0) {

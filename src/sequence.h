@@ -42,8 +42,8 @@ struct Sequence {
   uint64_t id = 0;
   SeqState state = SeqState::kWaiting;
   PrefixKeys keys;                   // salt, adapter, extra keys: what names its blocks besides
-  Retention retention;               // what its released sealed blocks keep (DESIGN.md §4)
                                      // their tokens (kept through preemption, copied by a fork)
+  Retention retention;               // what its released sealed blocks keep (DESIGN.md §4)
   std::vector<int32_t> tokens;       // prompt, appended and sampled tokens
   SeqTables tables;                  // one per KV group, covering num_slotted() tokens while
                                      // running; else empty
