@@ -26,7 +26,8 @@ Batch::Batch(const SequenceTable &seqs, const uint64_t *seq_ids, const uint32_t 
     if (!s.running())
       fail(PKV_ERR_STATE, "sequence %llu is %s: only running sequences compute%s", id,
            state_name(s.state), s.state == SeqState::kPreempted ? " (resume it first)" : "");
-    PKV_ASSERT(s.num_unslotted == 0 && !s.in_batch);
+    // A request's unslotted tokens (admitted per chunk) wait past its uncomputed ones.
+    PKV_ASSERT((s.num_unslotted == 0 || s.request.is_request) && !s.in_batch);
     const uint32_t n = num_new_tokens ? num_new_tokens[i] : s.num_uncomputed();
     PKV_REQUIRE(n >= 1 && n <= s.num_uncomputed(),
                 "sequence %llu: %u new tokens asked, it has %u uncomputed (1 .. that many allowed)",

@@ -5,7 +5,9 @@
 // the token at h * block_size that lie before it (none when the hit ends on a chunk boundary).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "kv_groups.h"
 
@@ -21,6 +23,17 @@ struct ChunkedKind {
   // rule with the chunk as the window.
   static uint64_t max_blocks(uint32_t chunk, uint64_t num_tokens, uint32_t block_size) {
     return group_blocks_for(chunk, num_tokens, block_size);
+  }
+  // A prefill chunk of up to B tokens from C holds keys from C's chunk start (a multiple of the
+  // chunk size) to C + B - 1: at most chunk + B - 1 tokens. A chunk start lies at a multiple of
+  // g = gcd(chunk, block_size) within its block, so at worst g short of the block's end:
+  // ceil((block_size - g + chunk + B - 1) / block_size) blocks, never more than num_tokens fill.
+  static uint64_t max_blocks_chunk(uint32_t chunk, uint64_t num_tokens, uint32_t prefill,
+                                   uint32_t block_size) {
+    const uint64_t all = (num_tokens + block_size - 1) / block_size;
+    const uint64_t offset = block_size - std::gcd(chunk, block_size);
+    const uint64_t keys = uint64_t(chunk) + prefill - 1;
+    return std::min<uint64_t>(all, (offset + keys + block_size - 1) / block_size);
   }
 };
 

@@ -17,6 +17,11 @@ struct FullKind {
   static uint64_t max_blocks(uint32_t /*span*/, uint64_t num_tokens, uint32_t block_size) {
     return group_blocks_for(0, num_tokens, block_size);
   }
+  // A chunk changes nothing: it holds every block it has.
+  static uint64_t max_blocks_chunk(uint32_t /*span*/, uint64_t num_tokens, uint32_t /*chunk*/,
+                                   uint32_t block_size) {
+    return group_blocks_for(0, num_tokens, block_size);
+  }
 };
 
 }  // namespace pkv

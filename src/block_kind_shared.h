@@ -17,6 +17,10 @@ struct SharedKind {
   static uint64_t max_blocks(uint32_t /*span*/, uint64_t /*num_tokens*/, uint32_t /*block_size*/) {
     return 0;
   }
+  static uint64_t max_blocks_chunk(uint32_t /*span*/, uint64_t /*num_tokens*/, uint32_t /*chunk*/,
+                                   uint32_t /*block_size*/) {
+    return 0;
+  }
 };
 
 }  // namespace pkv

@@ -11,10 +11,14 @@ namespace {
 
 // [BlockKind]: the rules each kind's unit gives.
 const KindRules kKindRules[] = {
-    {"full attention", false, true, FullKind::first_needed, FullKind::max_blocks},
-    {"sliding window", true, true, SlidingKind::first_needed, SlidingKind::max_blocks},
-    {"chunked local attention", true, true, ChunkedKind::first_needed, ChunkedKind::max_blocks},
-    {"shared", true, false, SharedKind::first_needed, SharedKind::max_blocks},
+    {"full attention", false, true, FullKind::first_needed, FullKind::max_blocks,
+     FullKind::max_blocks_chunk},
+    {"sliding window", true, true, SlidingKind::first_needed, SlidingKind::max_blocks,
+     SlidingKind::max_blocks_chunk},
+    {"chunked local attention", true, true, ChunkedKind::first_needed, ChunkedKind::max_blocks,
+     ChunkedKind::max_blocks_chunk},
+    {"shared", true, false, SharedKind::first_needed, SharedKind::max_blocks,
+     SharedKind::max_blocks_chunk},
 };
 
 }  // namespace

@@ -27,6 +27,12 @@ struct KindRules {
   uint32_t (*first_needed)(uint32_t span, uint64_t next, uint32_t block_size);
   // The most blocks a sequence of up to num_tokens tokens, all computed but the last, holds.
   uint64_t (*max_blocks)(uint32_t span, uint64_t num_tokens, uint32_t block_size);
+  // The most blocks it holds while a chunk of up to `chunk` tokens has its slots and is not yet
+  // computed (admission per chunk: the chunk is reserved before the kind gives back what falls
+  // out of the window, DESIGN.md §7), by the kind's rule alone (first_needed; the core adds its
+  // last-sealed-block rule), never more than num_tokens fill.
+  uint64_t (*max_blocks_chunk)(uint32_t span, uint64_t num_tokens, uint32_t chunk,
+                               uint32_t block_size);
 };
 
 // One group's kind: its rules and their span (tokens of the window or chunk; 0 for FULL, SHARED).
@@ -39,6 +45,9 @@ struct GroupKind {
   }
   uint64_t max_blocks(uint64_t num_tokens, uint32_t block_size) const {
     return rules().max_blocks(span, num_tokens, block_size);
+  }
+  uint64_t max_blocks_chunk(uint64_t num_tokens, uint32_t chunk, uint32_t block_size) const {
+    return rules().max_blocks_chunk(span, num_tokens, chunk, block_size);
   }
 };
 

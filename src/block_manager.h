@@ -145,7 +145,8 @@ class BlockManager {
   // the longest h that every group allows is taken, trying each block boundary.
   struct Admission {
     uint32_t num_hits = 0;          // leading blocks of the prompt the cache serves
-    uint32_t num_blocks = 0;        // the prompt's blocks: each table's length
+    uint32_t num_tokens = 0;        // the tokens given slots: the prompt, or its hit + first chunk
+    uint32_t num_blocks = 0;        // their blocks: each table's length
     std::vector<GroupHits> groups;  // [num_groups]
     uint32_t num_loads = 0;
     uint32_t num_new_blocks = 0;  // in all groups
@@ -156,12 +157,19 @@ class BlockManager {
     uint32_t kv_hits = 0;
     int32_t checkpoint = -1;
   };
-  Admission plan_admission(const PrefixKeys &keys, const int32_t *tokens, uint32_t n) const;
+  // max_chunk: admission per chunk (DESIGN.md §7) gives slots to the hit and the next max_chunk
+  // tokens only (the rest get theirs from reserve_slots, chunk by chunk); UINT32_MAX: all n.
+  Admission plan_admission(const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
+                           uint32_t max_chunk = UINT32_MAX) const;
 
-  // Gives empty tables the blocks of n tokens: prefix hits (pool blocks shared, host-tier ones
-  // loaded into new pool blocks), then new blocks. Returns the tokens whose KV the hits hold.
-  // Throws PKV_ERR_NO_SPACE with nothing changed.
-  uint32_t admit(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
+  // Gives empty tables the blocks of n tokens (of the hit and max_chunk more: plan_admission):
+  // prefix hits (pool blocks shared, host-tier ones loaded into new pool blocks), then new
+  // blocks. Returns the tokens whose KV the hits hold. Throws PKV_ERR_NO_SPACE with nothing
+  // changed.
+  uint32_t admit(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
+                 uint32_t max_chunk = UINT32_MAX);
+  // The tokens the last successful admit gave slots to.
+  uint32_t last_admission_tokens() const { return last_tokens_; }
   // Of the last successful admit's hits, how many were loaded from the host tier.
   uint32_t last_admission_loads() const { return last_loads_; }
   // The last successful admit's checkpoint (a CheckpointRef, state_checkpoints.h; -1: none) and
@@ -319,10 +327,16 @@ class BlockManager {
   // block needed, but never past the last sealed block (the parent of the next one sealed) when
   // prefix caching is on and the group holds blocks at all. UINT32_MAX for a shared group.
   uint32_t first_held(uint32_t group, uint64_t next) const;
-  // The most blocks a request of prompt + max_new_tokens = total tokens holds at once: its prompt
-  // in every group that holds blocks at admission, or at its end each kind's most
-  // (GroupKind::max_blocks: the full groups' total, the windowed groups' last windows).
-  uint64_t peak_blocks(uint32_t prompt, uint64_t total) const;
+  // Whether pkv_step admits requests per chunk (DESIGN.md §7): a group holds blocks and gives
+  // them back behind a window or chunk, so a whole-prompt reservation would cost it more.
+  bool admits_per_chunk() const;
+  // The most blocks a request of prompt + max_new_tokens = total tokens holds at once.
+  // max_chunk 0 (whole-prompt admission): its prompt in every group that holds blocks at
+  // admission, or at its end each kind's most (GroupKind::max_blocks: the full groups' total,
+  // the windowed groups' last windows). Per chunk of up to max_chunk tokens: the sum of each
+  // group's own peak, min(total's blocks, max(its decode peak, its chunk peak)) (the formula
+  // in block_manager_admit.cpp).
+  uint64_t peak_blocks(uint32_t prompt, uint64_t total, uint32_t max_chunk = 0) const;
   uint32_t num_blocks() const { return pool_.num_blocks(); }
   uint32_t block_size() const { return block_size_; }
   uint32_t num_free() const { return pool_.num_free(); }
@@ -421,6 +435,7 @@ class BlockManager {
   std::unordered_map<uint64_t, std::vector<int32_t>> pins_;  // pin -> its distinct blocks
   std::unordered_map<int32_t, uint32_t> pinned_;             // block -> pins holding it
   uint64_t next_pin_ = 1;
+  uint32_t last_tokens_ = 0;
 };
 
 }  // namespace pkv

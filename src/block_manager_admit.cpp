@@ -26,12 +26,35 @@ uint32_t BlockManager::first_held(uint32_t group, uint64_t next) const {
   return std::min(first, sealed ? sealed - 1 : 0);
 }
 
-uint64_t BlockManager::peak_blocks(uint32_t prompt, uint64_t total) const {
-  uint64_t at_end = 0, holding = 0;
+bool BlockManager::admits_per_chunk() const {
+  return std::any_of(kinds_.begin(), kinds_.end(), [](const GroupKind &k) {
+    return k.rules().gives_back && k.rules().holds_blocks;
+  });
+}
+
+uint64_t BlockManager::peak_blocks(uint32_t prompt, uint64_t total, uint32_t max_chunk) const {
+  uint64_t at_end = 0, holding = 0, per_chunk = 0;
+  const uint64_t bs = block_size_, all = (total + bs - 1) / bs;
   for (const GroupKind &k : kinds_) {
     at_end += k.max_blocks(total, block_size_);
     holding += k.rules().holds_blocks;
+    if (!max_chunk || !k.rules().holds_blocks) continue;
+    // Per chunk of up to B = max_chunk tokens, a group's own peak is the larger of its decode
+    // peak and its peak while a chunk is reserved, not yet computed (what fell out of the
+    // window is given back only then): the kind's rule (window + B - 1 keys for a window,
+    // chunk + B - 1 for a chunk: block_kind_*.h), or, with prefix caching, the core's rule that
+    // the last sealed block stays (first_held): from the block before the chunk's first, at
+    // worst at its block's last slot, ceil((bs - 1 + B) / bs) + 1 blocks. Full groups: all.
+    uint64_t chunk = k.max_blocks_chunk(total, max_chunk, block_size_);
+    if (prefix_caching_ && k.rules().gives_back)
+      chunk = std::max(chunk, std::min(all, (bs - 1 + max_chunk + bs - 1) / bs + 1));
+    per_chunk += std::max(k.max_blocks(total, block_size_), chunk);
   }
+  // Each group's peak, summed: the full groups' is at the end, a windowed group's may come at
+  // any chunk of a prefill or of a recompute after preemption (whose tokens reach total - 1), so
+  // the sum bounds every step and no request that can run is refused by more than a block or
+  // two per windowed group (the chunk's alignment at the end).
+  if (max_chunk) return per_chunk;
   return std::max<uint64_t>(holding * blocks_for_tokens(prompt, block_size_), at_end);
 }
 
@@ -89,12 +112,11 @@ void BlockManager::walk(uint32_t group, const PrefixKeys &keys, const int32_t *t
 }
 
 BlockManager::Admission BlockManager::plan_admission(const PrefixKeys &keys, const int32_t *tokens,
-                                                     uint32_t n) const {
+                                                     uint32_t n, uint32_t max_chunk) const {
+  PKV_ASSERT(max_chunk > 0);
   Admission plan;
   const uint32_t groups = num_groups();
-  const uint32_t total = blocks_for_tokens(n, block_size_);
   uint32_t limit = max_hits(n);
-  plan.num_blocks = total;
   plan.groups.resize(groups);
   for (uint32_t g = 0; g < groups && limit; ++g) {
     if (!holds_blocks(g)) continue;  // a hit needs nothing of a shared group
@@ -135,6 +157,10 @@ BlockManager::Admission BlockManager::plan_admission(const PrefixKeys &keys, con
     plan.checkpoint = h ? tree_.state(nodes[h - 1]) : kNoCheckpoint;
   }
   plan.num_hits = h;
+  // The hit and the first chunk get slots (a hit leaves at least one token to compute).
+  plan.num_tokens = uint32_t(std::min<uint64_t>(n, uint64_t(h) * block_size_ + max_chunk));
+  const uint32_t total = blocks_for_tokens(plan.num_tokens, block_size_);
+  plan.num_blocks = total;
   for (uint32_t g = 0; g < groups; ++g) {
     GroupHits &gh = plan.groups[g];
     if (!holds_blocks(g)) {  // all of its table given back: nothing hit, nothing new
@@ -202,9 +228,9 @@ void BlockManager::reserve(SeqTables &tables, const Admission &plan) {
 }
 
 uint32_t BlockManager::admit(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens,
-                             uint32_t n) {
+                             uint32_t n, uint32_t max_chunk) {
   PKV_ASSERT(tables.empty() && n > 0);
-  Admission plan = plan_admission(keys, tokens, n);
+  Admission plan = plan_admission(keys, tokens, n, max_chunk);
   check_space(plan.num_free_needed, "admitting the prompt");
   reserve(tables, plan);
   const uint32_t hit_tokens = plan.num_hits * block_size_;
@@ -233,6 +259,7 @@ uint32_t BlockManager::admit(SeqTables &tables, const PrefixKeys &keys, const in
     stats_.state_fallback_tokens += uint64_t(plan.kv_hits - plan.num_hits) * block_size_;
   }
   return hit_tokens;
+  last_tokens_ = plan.num_tokens;
 }
 
 }  // namespace pkv

@@ -425,7 +425,8 @@ void Engine::check() const {
         (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens",
            (unsigned long long)s.id, state_name(s.state), s.host_blocks.size(), s.num_slotted());
-    if (s.num_unslotted > (s.request.is_request && (s.running() || swapped) ? 1u : 0u))
+    // Only a request holds unslotted tokens (a sampled token; a prompt admitted per chunk).
+    if (s.num_unslotted && !(s.request.is_request && (s.running() || swapped)))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) has %u tokens without a slot",
            (unsigned long long)s.id, state_name(s.state), s.num_unslotted);
   }

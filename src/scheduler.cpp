@@ -63,11 +63,14 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
       total <= INT32_MAX && (limits_.max_model_len == 0 || total <= limits_.max_model_len),
       "prompt (%u) + max_new_tokens (%u) exceed max_model_len %u: this request can never run", n,
       rp.max_new_tokens, limits_.max_model_len);
-  const uint64_t need = blocks_.peak_blocks(n, total);  // every KV group's
-  PKV_REQUIRE(
-      need <= limits_.num_blocks,
-      "prompt (%u) + max_new_tokens (%u) need %llu blocks, the pool has %u: this request can never run",
-      n, rp.max_new_tokens, (unsigned long long)need, limits_.num_blocks);
+  // Every KV group's blocks at the request's peak, over prefill (per chunk: chunks of up to
+  // max_num_batched_tokens) and decode.
+  const uint64_t need = blocks_.peak_blocks(n, total, max_chunk());
+  PKV_REQUIRE(need <= limits_.num_blocks,
+              "prompt (%u) + max_new_tokens (%u) need %llu blocks at their peak (%s), the pool has "
+              "%u: this request can never run",
+              n, rp.max_new_tokens, (unsigned long long)need,
+              max_chunk() ? "admitted per chunk" : "its prompt admitted whole", limits_.num_blocks);
   Sequence &s = seqs_.create();
   try {
     s.keys = keys;
@@ -97,13 +100,28 @@ void Scheduler::finish_request(Sequence &s, uint32_t reason) {
   num_finished_++;
 }
 
-// Reserves the slot of s's sampled token, preempting the newest running requests (back to the
-// front of the queue) while there is no free block. False when s itself had to go.
-bool Scheduler::reserve(Sequence &s, std::vector<uint64_t> &chosen) {
+uint32_t Scheduler::max_chunk() const {
+  return blocks_.admits_per_chunk() ? limits_.max_num_batched_tokens : 0;
+}
+
+uint32_t Scheduler::to_reserve(const Sequence &s, uint32_t budget) const {
+  // A sampled token (or a prompt's last one) gets its slot as a decode token does, budget or not.
+  if (s.num_unslotted <= 1 && s.num_uncomputed() == 0) return s.num_unslotted;
+  // A chunk ends at the budget and at a checkpoint boundary (as add() cuts it); what it has
+  // slotted already counts, so slotted - computed never passes max_num_batched_tokens.
+  const uint64_t limit =
+      std::min<uint64_t>(budget, next_checkpoint(s, blocks_) - uint64_t(s.num_computed));
+  if (limit <= s.num_uncomputed()) return 0;
+  return uint32_t(std::min<uint64_t>(s.num_unslotted, limit - s.num_uncomputed()));
+}
+
+// Reserves the slots of s's next n unslotted tokens (its sampled token's, or its prompt's next
+// chunk), preempting the newest running requests (back to the front of the queue) while there
+// is no free block. False when s itself had to go.
+bool Scheduler::reserve(Sequence &s, uint32_t n) {
   for (;;) {
-    if (fits([&] { reserve_unslotted(s, blocks_); })) return true;
+    if (fits([&] { reserve_unslotted(s, blocks_, n); })) return true;
     Sequence &victim = seqs_.get(running_.back());
-    chosen.erase(std::remove(chosen.begin(), chosen.end(), victim.id), chosen.end());
     if (swap_out_victim(victim)) {
       swapped_.push_front(victim.id);
     } else {
@@ -174,18 +192,7 @@ bool Scheduler::start_lookup(Sequence &s) {
 
 StepPlan Scheduler::schedule() {
   absorb_fetched();
-  std::vector<uint64_t> chosen;
   bool preempted = false;
-  // Running requests first, oldest first: their sampled tokens get slots, then they compute.
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Sequence &s = seqs_.get(running_[i]);
-    const size_t before = running_.size();
-    const bool kept = reserve(s, chosen);
-    preempted |= running_.size() != before;
-    if (!kept) break;  // s itself was the newest and went back to the queue
-    chosen.push_back(s.id);
-  }
-  // Budget in running order; what does not fit waits for the next step.
   StepPlan plan;
   uint32_t budget = limits_.max_num_batched_tokens;
   auto add = [&](const Sequence &s) {
@@ -197,10 +204,17 @@ StepPlan Scheduler::schedule() {
     plan.num_new_tokens.push_back(n);
     budget -= n;
   };
-  for (uint64_t id : chosen) {
-    const Sequence &s = seqs_.get(id);
-    if (plan.seq_ids.size() == limits_.max_num_seqs || budget == 0) break;
-    if (s.num_uncomputed() > 0) add(s);
+  // Running requests first, oldest first: their sampled tokens, or their prompts' next chunks
+  // (admitted per chunk), get slots, then they compute within the budget, in running order;
+  // what does not fit waits for the next step. A preemption only takes newer requests than s.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence &s = seqs_.get(running_[i]);
+    const size_t before = running_.size();
+    const bool seat = plan.seq_ids.size() < limits_.max_num_seqs;
+    const bool kept = reserve(s, to_reserve(s, seat ? budget : 0));
+    preempted |= running_.size() != before;
+    if (!kept) break;  // s itself was the newest and went back to the queue
+    if (seat && budget > 0 && s.num_uncomputed() > 0) add(s);
   }
   // Swapped-out requests come back first, then waiting ones, while seats, tokens and blocks
   // allow - not in a step that had to preempt, unless that left nothing to run (then the front
@@ -214,8 +228,9 @@ StepPlan Scheduler::schedule() {
     if (!fits([&] { swap_in(s, blocks_, states_); })) break;
     swapped_.pop_front();
     running_.push_back(s.id);
-    // Its sampled token's slot; without one it waits for the next step, running.
-    if (!fits([&] { reserve_unslotted(s, blocks_); })) break;
+    // Its sampled token's slot or its next chunk's; without them it waits for the next step,
+    // running.
+    if (!fits([&] { reserve_unslotted(s, blocks_, to_reserve(s, budget)); })) break;
     if (s.num_uncomputed() > 0) add(s);
   }
   // A request not yet asked of the store starts loading and lets the ones behind it go first.
@@ -226,7 +241,10 @@ StepPlan Scheduler::schedule() {
       ++i;
       continue;
     }
-    if (!fits([&] { admit(s, blocks_, states_); })) break;  // no blocks, or no state slot
+    // Per chunk: its hit and a first chunk within the budget, else its whole prompt. No blocks
+    // (or no state slot): it waits, and nothing changed.
+    const uint32_t first = max_chunk() ? budget : UINT32_MAX;
+    if (!fits([&] { admit(s, blocks_, states_, first); })) break;
     waiting_.erase(waiting_.begin() + long(i));
     running_.push_back(s.id);
     const uint32_t loads = blocks_.last_admission_loads();

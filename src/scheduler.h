@@ -84,7 +84,13 @@ class Scheduler {
 
  private:
   void enqueue(uint64_t id);  // by priority, then arrival
-  bool reserve(Sequence &s, std::vector<uint64_t> &chosen);
+  // Admission per chunk (DESIGN.md §7): the largest chunk a request gets slots for at once
+  // (max_num_batched_tokens) when a group gives blocks back behind a window or chunk; 0: every
+  // request is admitted with its whole prompt.
+  uint32_t max_chunk() const;
+  // How many of s's unslotted tokens get slots this step, with `budget` tokens left in it.
+  uint32_t to_reserve(const Sequence &s, uint32_t budget) const;
+  bool reserve(Sequence &s, uint32_t n);
   bool swap_out_victim(Sequence &victim);  // false: it is preempted by recompute instead
   bool wants_swap(const Sequence &victim) const;
   void finish_request(Sequence &s, uint32_t reason);

@@ -44,20 +44,21 @@ void start_state(Sequence &s, const BlockManager &blocks, StatePool &states, uin
 
 }  // namespace
 
-void admit(Sequence &s, BlockManager &blocks, StatePool &states) {
+void admit(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t max_chunk) {
   PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
   PKV_ASSERT(s.num_unslotted == 0 && s.state_slot < 0);
   if (states.enabled()) {
     states.require_free("admitting a sequence");
     states.make_room(1);
   }
-  const uint32_t hit = blocks.admit(s.tables, s.keys, s.tokens.data(), s.num_tokens());
+  const uint32_t hit = blocks.admit(s.tables, s.keys, s.tokens.data(), s.num_tokens(), max_chunk);
   if (states.enabled()) {  // nothing below can fail: checked and made room above
     s.state_slot = states.take();
     start_state(s, blocks, states, s.num_tokens(), hit);
   }
   s.num_cached = hit;
   s.num_computed = hit;
+  s.num_unslotted = s.num_tokens() - blocks.last_admission_tokens();
   s.state = SeqState::kRunning;
 }
 
@@ -91,11 +92,11 @@ void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n
   s.tokens.insert(s.tokens.end(), tokens, tokens + n);
 }
 
-void reserve_unslotted(Sequence &s, BlockManager &blocks) {
-  PKV_ASSERT(s.running());
-  if (s.num_unslotted == 0) return;
-  blocks.reserve_slots(s.tables, s.num_slotted(), s.num_unslotted);
-  s.num_unslotted = 0;
+void reserve_unslotted(Sequence &s, BlockManager &blocks, uint32_t n) {
+  PKV_ASSERT(s.running() && n <= s.num_unslotted);
+  if (n == 0) return;
+  blocks.reserve_slots(s.tables, s.num_slotted(), n);
+  s.num_unslotted -= n;
 }
 
 namespace {

@@ -18,7 +18,7 @@ namespace pkv {
 // waiting, run, may be preempted, and finish.
 enum class SeqState : uint8_t {
   kWaiting,    // submitted, never admitted: tokens, no blocks
-  kRunning,    // holds blocks for its tokens (all but a sampled token awaiting its slot)
+  kRunning,    // holds blocks for its tokens (all but its unslotted ones)
   kPreempted,  // gave its blocks back and keeps its tokens, to be re-admitted (recompute)
   kFinished,   // a request that reached its stop token or length: tokens kept, no blocks
   kSwapped,    // its KV moved to the host tier: tokens, computed count and host blocks kept
@@ -50,8 +50,11 @@ struct Sequence {
   std::vector<int32_t> host_blocks;  // host-tier blocks while swapped, else empty
   uint32_t num_computed = 0;         // tokens whose KV is in the pool (cached ones included)
   uint32_t num_cached = 0;           // tokens served by the prefix cache at the last admission
-  // Trailing tokens with no slot yet: a sampled token waits for the next step to reserve it
-  // (then it may find no block and preempt someone). 0 or 1, and only while running.
+  // Trailing tokens with no slot yet, only while running (or swapped out running): a sampled
+  // token waits for the next step to reserve it (then it may find no block and preempt
+  // someone), and a request admitted per chunk (DESIGN.md §7) keeps the rest of its prompt
+  // here, reserved chunk by chunk as the scheduler computes it. Never computed, never in a
+  // batch: the tables cover num_slotted() tokens (BlockManager::check).
   uint32_t num_unslotted = 0;
   bool in_batch = false;  // a member of the engine's open batch
   // Its working state slot (StatePool) while running, on a model with STATE layers; else -1. A
@@ -79,16 +82,16 @@ const char *state_name(SeqState state);
 // one working slot, taken at admission and given back when it stops running (not when swapped:
 // its state stays in the slot).
 
-// waiting / preempted -> running: blocks for every token, the prefix cache's hit counted
-// computed, and a working state slot (none free: PKV_ERR_NO_SPACE) that a copy of the hit's
-// checkpoint fills first.
-void admit(Sequence &s, BlockManager &blocks, StatePool &states);
+// waiting / preempted -> running: blocks for every token (per chunk: for the prefix cache's hit
+// and the next max_chunk tokens, the rest unslotted), the hit counted computed, and a working
+// state slot (none free: PKV_ERR_NO_SPACE) that a copy of the hit's checkpoint fills first.
+void admit(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t max_chunk = UINT32_MAX);
 // Running: n more tokens, with their slots.
 void append(Sequence &s, BlockManager &blocks, const int32_t *tokens, uint32_t n);
-// Running: the slot of the sampled token that waits for one.
-void reserve_unslotted(Sequence &s, BlockManager &blocks);
-// Running -> preempted: the blocks go back, the tokens stay (a sampled token awaiting its slot
-// becomes an ordinary token, computed at re-admission). Cannot fail.
+// Running: the slots of its next n unslotted tokens (a sampled token's, or a prompt's chunk).
+void reserve_unslotted(Sequence &s, BlockManager &blocks, uint32_t n);
+// Running -> preempted: the blocks go back, the tokens stay (unslotted ones become ordinary
+// tokens, computed at re-admission). Cannot fail.
 void preempt(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running -> swapped: the KV moves to the host tier (copies queued); computed tokens stay computed.
 // Its recurrent state moves to a host state slot (PKV_COPY_STATE_OUT) and its working slot goes
