@@ -119,11 +119,11 @@ struct BlockStats {
   uint64_t state_fallback_tokens = 0;
   uint64_t num_state_checkpoints_offloaded = 0;
   uint64_t num_state_restores_from_host = 0;
-};
-
   // num_evictions by the priority the block had when evicted: [priority -
   // PKV_CACHE_PRIORITY_MIN]
   uint64_t num_evictions_by_priority[PKV_CACHE_PRIORITY_MAX - PKV_CACHE_PRIORITY_MIN + 1] = {};
+};
+
 class BlockManager {
  public:
   // offload: sealed blocks evicted from the pool go to the host tier (when it has blocks).
