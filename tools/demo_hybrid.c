@@ -34,9 +34,9 @@ const char *demo_hybrid_check(demo_options *o, int layers_seen, int interval_see
   if (!layers_seen) o->num_layers = DEMO_ATTENTION_INTERVAL;
   if (o->num_layers < DEMO_ATTENTION_INTERVAL)
     return "--hybrid makes every 4th layer attention (Qwen3.5's 3 : 1): give --layers 4 or more";
-  if (o->store || o->host_cache)
-    return "--hybrid runs without a host tier (pkv does not yet move recurrent states to "
-           "--host-cache or --store): drop them";
+  if (o->store)
+    return "--hybrid runs in one process (the store's cold and warm runs are pkv demo --store's): "
+           "drop --store (--host-cache gives its runs a host tier)";
   if (o->windows) return "--hybrid runs full attention layers: drop --windows";
   if (o->plot) return "--plot draws the runs of pkv demo without --hybrid: drop one of them";
   if (o->no_prefix_caching)
@@ -142,6 +142,9 @@ static void print_table(const demo_result *const *runs, uint32_t n, const demo_r
       "  = KV blocks", "-", "%.1f",
       r_->block_bytes ? (double)(r_->ckpt_slots * r_->state_bytes_per_seq) / r_->block_bytes : 0.0);
   CELLS("preemptions", "-", "%llu", (unsigned long long)r_->preemptions);
+  if (!runs[0]->host_blocks) return;
+  CELLS("  of which swapped out", "-", "%llu", (unsigned long long)r_->swap_preemptions);
+  CELLS("hit tokens from the host tier", "-", "%llu", (unsigned long long)r_->host_hit_tokens);
 }
 
 /* Whether every paged run generated the contiguous run's tokens; prints the verdict. */
@@ -238,6 +241,9 @@ int demo_hybrid_runs(demo_options *o, const demo_workload *w, const model *m) {
     return -1;
   }
   o->mixer = &x;
+  if (o->host_cache) /* the host tier's runs: swapped states and KV, offloaded prefix blocks */
+    o->preemption_mode =
+        o->preemption && strcmp(o->preemption, "auto") == 0 ? PKV_PREEMPT_AUTO : PKV_PREEMPT_SWAP;
   uint32_t policies[NUM_POLICIES], n = 0;
   if (o->state_checkpoints && policy_of(o->state_checkpoints) != PKV_STATE_CHECKPOINT_NONE)
     policies[n++] = (uint32_t)policy_of(o->state_checkpoints);
