@@ -14,12 +14,12 @@ from .extra_keys import key_array
 from .layers import kv_group_info
 from .params import KvLayout, Params, check, kv_groups
 from .records import record
-from .retention import Retention, check_priority
+from .retention import RetentionCalls, check_priority
 from .sequence import Sequence
 from .store import StoreParams
 
 
-class Engine(Owner, Retention):
+class Engine(Owner, RetentionCalls):
     """A KV-cache engine. Use it as a context manager, or call close(); a closed engine refuses
     every call with ValueError. Calls on one Engine may come from several threads (each runs under
     the engine's lock, together with reading its error message).

@@ -4,7 +4,7 @@
     with engine.cache_pin(system_prompt) as pin:                      # never evicted in here
         print(pin.num_tokens, engine.stats().num_pinned_blocks)
 
-Engine takes these methods from Retention; a sequence or a request gets its priority with
+Engine takes these methods from RetentionCalls; a sequence or a request gets its priority with
 allocate(..., cache_priority=, cache_retention_ms=) and submit(...) alike."""
 import ctypes
 
@@ -57,7 +57,7 @@ class CachePin:
                                                    ', unpinned' if self.unpinned else '')
 
 
-class Retention:
+class RetentionCalls:
     """Engine's retention calls (a mixin: Engine's _call and lock)."""
 
     def cache_set_priority(self, tokens, priority, retention_ms=0, salt=None, extra_keys=None,
