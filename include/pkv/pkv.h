@@ -573,9 +573,11 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
  * block the prompt needs. On success *out_seq is a new sequence id (never 0, never reused) and
  * *out_num_cached_tokens (nullable) the tokens whose KV is already there: they count as
  * computed. sp may be NULL. With sliding windows every KV group reserves the whole prompt,
- * windowed groups too: a windowed group gives back the blocks behind its window only once a batch
- * has computed the tokens past them, so a long prompt needs about num_kv_groups * ceil(num_tokens
- * / block_size) free blocks, less its cached ones (pkv_allocate_query says how many).
+ * windowed groups too (every token given has its slot): a windowed group gives back the blocks
+ * behind its window only once a batch has computed the tokens past them, so a long prompt needs
+ * about num_kv_groups * ceil(num_tokens / block_size) free blocks, less its cached ones
+ * (pkv_allocate_query says how many). A host that wants less appends its prompt chunk by chunk;
+ * pkv_submit's requests are admitted per chunk (since 0.8.0).
  * With STATE layers (since 0.6.0) the sequence also takes a working state slot (one per running
  * sequence, max_num_seqs in all; pkv_batch_view.state_slots), and a prefix hit of h blocks needs,
  * besides their KV, a checkpoint of the recurrent state at boundary h (state_checkpoint_policy,
@@ -945,12 +947,18 @@ PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size)
 
 /* Queues a request; *out_seq is its sequence id (pkv_seq_info, pkv_seq_tokens, pkv_release).
  * rp may be NULL (defaults). A request is driven by pkv_step / pkv_commit only: pkv_append,
- * pkv_fork, pkv_preempt, pkv_resume and pkv_batch_begin refuse it. Its prompt is reserved whole
- * when it is admitted, in every KV group (as pkv_allocate's).
+ * pkv_fork, pkv_preempt, pkv_resume and pkv_batch_begin refuse it. Without a sliding or chunked
+ * KV group its prompt is reserved whole when it is admitted, in every KV group (as
+ * pkv_allocate's). With one (since 0.8.0) it is admitted per chunk: once its prefix hit and its
+ * first chunk (at most max_num_batched_tokens tokens) fit in every group, each later chunk
+ * reserving its slots when pkv_step schedules it (a chunk that does not fit preempts as a decode
+ * token does), so a windowed group holds at most its window plus one chunk during the prefill
+ * (DESIGN.md §7).
  * Errors: PKV_ERR_INVALID_ARGUMENT (prompt or out_seq NULL; num_tokens 0; a bad rp: struct_size,
  * max_new_tokens 0, reserved0, cache_salt, extra_keys (since 0.5.0); a request that can never
- * run - prompt + max_new_tokens above max_model_len or 2^31-1, or more blocks than the pool
- * has). */
+ * run - prompt + max_new_tokens above max_model_len or 2^31-1, or more blocks at its peak than
+ * the pool has: per chunk, each group's own peak over the prefill and the decode, summed; the
+ * message says how many). */
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
