@@ -133,9 +133,8 @@ static void take_back(world *w, rseq *s, uint32_t n, int32_t (*before)[MAX_LEN],
   const uint64_t st = world_state(w), loaded = tu_stats(w->e).num_loaded_blocks;
   const pkv_status r = pkv_truncate(w->e, s->id, n);
   if (r == PKV_ERR_STATE || r == PKV_ERR_NO_SPACE) {
+    CHECK_ERR(w->e, r, r); /* a message says why (before another call replaces it) */
     EXPECT(world_state(w) == st);
-    if (!EXPECT(pkv_engine_last_error(w->e)[0] != '\0'))
-      fprintf(stderr, "  pkv_truncate refused with no message\n");
     w->num_take_back_refused++;
     w->num_no_space += r == PKV_ERR_NO_SPACE;
     return;

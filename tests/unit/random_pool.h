@@ -68,7 +68,8 @@ static inline int pool_init(world *w) {
   if (w->pool.v_base) memset(w->pool.v_base, 0, w->pool.bytes_per_pool);
   if (w->host_blocks) {
     memset(w->pool.host_k_base, 0, w->pool.host_bytes_per_pool);
-    memset(w->pool.host_v_base, 0, w->pool.host_bytes_per_pool);
+    if (w->pool.host_v_base) /* pages (drawn specs) are one array: no V pool */
+      memset(w->pool.host_v_base, 0, w->pool.host_bytes_per_pool);
   }
   return 1;
 }

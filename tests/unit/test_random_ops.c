@@ -9,6 +9,10 @@
  * With STATE (1 + a PKV_STATE_CHECKPOINT_* policy) some drawn layers are recurrent: the test
  * keeps a shadow of the state slots and a model of the admission rule (random_state.h).
  *
+ * SPECS: 0 the flat fields' layers, 1 drawn layer specs of one full-attention group
+ * (random_specs.h), 2-5 layouts of several KV groups: windows, sliding and chunked specs,
+ * heterogeneous heads (random_groups.h), each group's table and blocks in the shadow.
+ *
  * Usage: test_random_ops SEED BLOCK_SIZE NUM_BLOCKS NUM_OPS [DEBUG_FLAGS [HOST_BLOCKS [OFFLOAD
  *        [STORE [SPECS [STATE]]]]]] */
 #include "random_world.h"
