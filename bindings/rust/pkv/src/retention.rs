@@ -62,7 +62,8 @@ impl CachePin<'_> {
     }
 
     /// Unpins (`pkv_cache_unpin`): the blocks are cached again, with the priority they had.
-    /// `Status::State` while a batch is open (the pin is kept then, as `into_id` keeps it).
+    /// `Status::State` while a batch is open: the pin is kept then, as `into_id` keeps it (read
+    /// `id()` first to retry with `Engine::cache_unpin`).
     pub fn unpin(self) -> Result<()> {
         let (engine, id) = (self.engine, self.into_id());
         engine.cache_unpin(id)
