@@ -223,9 +223,15 @@ func TestCachePinCap(t *testing.T) {
 		t.Fatalf("unpin after Close: %v", err)
 	}
 	other := must(e.CachePin(span(3000, 12), pkv.SeqKeys{}))
-	defer other.Close()
 	if other.NumTokens != 12 {
 		t.Fatalf("pinned %d tokens, want 12", other.NumTokens)
+	}
+	e.Close() // ends every pin: Close of one then asks nothing of the closed engine
+	if err := other.Close(); err != nil {
+		t.Fatalf("Close of a pin of a closed engine: %v", err)
+	}
+	if err := other.Unpin(); !errors.Is(err, pkv.ErrClosed) {
+		t.Fatalf("Unpin of a pin of a closed engine: %v", err)
 	}
 }
 

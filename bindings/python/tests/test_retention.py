@@ -88,6 +88,12 @@ class Priority(unittest.TestCase):
                 engine.allocate(SYSTEM, cache_priority=pkv.CACHE_PRIORITY_MIN - 1)
             with self.assertRaisesRegex(pkv.InvalidArgumentError, 'cache_retention_ms'):
                 engine.submit(SYSTEM, cache_retention_ms=-1)
+            # values the C types cannot hold are refused here, before ctypes would wrap them
+            for bad in (2**31, True, 1.0):
+                with self.assertRaisesRegex(pkv.InvalidArgumentError, 'cache_priority is'):
+                    engine.cache_set_priority(SYSTEM, bad)
+            with self.assertRaisesRegex(pkv.InvalidArgumentError, 'cache_retention_ms is'):
+                engine.allocate(SYSTEM, cache_priority=1, cache_retention_ms=2**32)
             self.assertEqual(engine.stats().num_seqs, 0)
 
     def test_request_keeps_its_priority(self):
@@ -152,6 +158,15 @@ class Pins(unittest.TestCase):
             with engine.cache_pin(OTHER) as pin:
                 self.assertEqual(pin.num_tokens, 0)
                 self.assertEqual(engine.stats().num_pins, 1)
+
+    def test_pin_outlived_by_nothing(self):
+        engine = pkv.Engine(small_params(num_blocks=8))
+        run(engine, SYSTEM + [1])
+        with engine.cache_pin(SYSTEM) as pin:
+            engine.close()  # ends every pin: leaving the block asks nothing of a closed engine
+        self.assertFalse(pin.unpinned)
+        with self.assertRaisesRegex(ValueError, 'closed'):
+            pin.unpin()
 
 
 class Decay(unittest.TestCase):
