@@ -176,6 +176,10 @@ static partial class Tests
             Throws(Status.NotFound, () => e.CacheUnpin(pin.Id));
             using (var other = e.CachePin(Span(3000, 12))) Equal(12u, other.NumTokens, "pinned tokens");
             e.Check();
+            var last = e.CachePin(SystemPrompt);
+            e.Dispose();  // ends every pin: Dispose of one then asks nothing of the disposed engine
+            last.Dispose();
+            Throws<ObjectDisposedException>(last.Unpin);
         }
     }
 
