@@ -166,8 +166,8 @@ class Engine(Owner, RetentionCalls):
     # ------------------------------------------------------------------ scheduler
     def submit(self, prompt, max_new_tokens=16, stop_token=-1, priority=0, salt=None,
                extra_keys=None, lora_id=0, cache_priority=0, cache_retention_ms=0):
-        """Queues a request (pkv_submit); returns its Sequence. salt, extra_keys, lora_id and
-        the cache_*: as allocate()'s (priority orders the queue, cache_priority eviction)."""
+        """Queues a request (pkv_submit); returns its Sequence. salt, extra_keys, lora_id, the
+        cache_*: as allocate()'s (priority orders the queue; cache_priority, eviction)."""
         arr, n = int32_array(prompt, 'prompt')
         rp = _raw.pkv_request_params()
         check(lib.pkv_request_params_init(ctypes.byref(rp), ctypes.sizeof(rp)))
@@ -179,7 +179,8 @@ class Engine(Owner, RetentionCalls):
         rp.extra_keys = ctypes.cast(keys, ctypes.POINTER(_raw.pkv_extra_key)) if keys else None
         rp.extra_key_size = ctypes.sizeof(_raw.pkv_extra_key)  # the stride of keys
         rp.lora_id = _lora(lora_id)
-        rp.cache_priority, rp.cache_retention_ms = check_priority(cache_priority, cache_retention_ms)
+        retention = check_priority(cache_priority, cache_retention_ms)
+        rp.cache_priority, rp.cache_retention_ms = retention
         seq = ctypes.c_uint64()
         self._call(lib.pkv_submit, arr, n, ctypes.byref(rp), ctypes.byref(seq))
         del keep

@@ -61,7 +61,8 @@ class Priority(unittest.TestCase):
     def test_high_priority_system_prompts_survive_a_burst(self):
         (system, other), s = self.system_prompts_after_a_burst(pkv.CACHE_PRIORITY_MAX)
         self.assertEqual((system, other), (8, 8))
-        self.assertEqual((s.num_evictions, s.num_evictions_normal, s.num_evictions_highest), (5, 5, 0))
+        self.assertEqual((s.num_evictions, s.num_evictions_normal, s.num_evictions_highest),
+                         (5, 5, 0))
 
     def test_plain_lru_evicts_them(self):
         (system, other), s = self.system_prompts_after_a_burst(0)
@@ -182,7 +183,8 @@ class Decay(unittest.TestCase):
             burst(engine, 1, first=9000)  # 1 free block, then 2 evictions: SYSTEM's
             self.assertEqual(cached(engine, SYSTEM), 0)
             s = engine.stats()
-            self.assertEqual((s.num_evictions_highest, s.num_evictions_normal), (0, s.num_evictions))
+            self.assertEqual((s.num_evictions_highest, s.num_evictions_normal),
+                             (0, s.num_evictions))
             check_sums(self, engine)
 
 
