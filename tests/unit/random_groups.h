@@ -159,6 +159,8 @@ static void groups_report(const world *w) {
   for (uint32_t g = 0; g < w->ngroups; g++)
     gives_back |= w->group_attention[g] != PKV_ATTENTION_FULL;
   if (gives_back) CHECK(w->num_given_back > 0 && w->num_take_back > 0);
+  if (gives_back && w->host_blocks && w->offload) /* some taken back from the host tier */
+    CHECK(w->take_back_loads > 0 && w->num_take_back_refused > 0);
 }
 
 #endif /* PKV_RANDOM_GROUPS_H */
