@@ -6,8 +6,10 @@
  *                  SHARED layers, some of them SLIDING;
  *   SPECS_CHUNKED  the same with CHUNKED (chunked local attention) for SLIDING;
  *   SPECS_HETERO   the same, every layer FULL: groups by bytes per token alone.
- * Windows and chunks are 1 .. 2 * block_size + 2 tokens, so give-backs are frequent. No STATE
- * layer is drawn here, and no store (refused with several groups or windows, for now).
+ * Windows and chunks are 1 .. 4 * block_size + 4 tokens (MAX_LEN is 96), so give-backs are
+ * frequent. No STATE layer is drawn here (random_state.h models one KV group's events), and no
+ * store: random_store.h learns a fetched block's contexts from layer 0's bytes, which with
+ * several groups may be another group's layout (a fetched block does not say its group).
  *
  * Each group has its own table per sequence (random_world.h's check_tables: -1 before
  * first_held, exactly), writes go to every group's slot (random_batch.h), swaps move every
@@ -50,7 +52,7 @@ static void draw_layer(world *w, uint32_t l, uint32_t attention, uint32_t mode) 
   }
   draw_shape(w, s, mode == SPECS_HETERO && l == 1 ? spec_floats(&drawn_specs[0]) : 0);
   if (l == 1 || (l > 1 && rnd(w, 2))) s->attention = attention;
-  if (s->attention != PKV_ATTENTION_FULL) s->window = 1 + (uint32_t)rnd(w, 2 * w->bs + 2);
+  if (s->attention != PKV_ATTENTION_FULL) s->window = 1 + (uint32_t)rnd(w, 4 * w->bs + 4);
 }
 
 static void draw_group_specs(world *w, pkv_engine_params *p, int mode) {
@@ -60,7 +62,7 @@ static void draw_group_specs(world *w, pkv_engine_params *p, int mode) {
     printf("layer windows:");
     for (uint32_t l = 0; l < p->num_layers; l++) {
       const int windowed = l == 1 || (l > 1 && rnd(w, 2));
-      drawn_windows[l] = windowed ? 1 + (uint32_t)rnd(w, 2 * w->bs + 2) : 0;
+      drawn_windows[l] = windowed ? 1 + (uint32_t)rnd(w, 4 * w->bs + 4) : 0;
       printf(" %u", drawn_windows[l]);
     }
     printf("\n");
