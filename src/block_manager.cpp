@@ -23,6 +23,7 @@ BlockManager::BlockManager(uint32_t num_blocks, uint32_t block_size, bool prefix
       block_size_(block_size),
       prefix_caching_(prefix_caching),
       offload_(offload && prefix_caching && host_num_blocks > 0),
+      host_from_store_(host_num_blocks, 0),
       seed_(hash_seed),
       pool_(num_blocks),
       host_(host_num_blocks),
@@ -194,7 +195,6 @@ void BlockManager::truncate(SeqTables &tables, const PrefixKeys &keys, const int
     make_room(pending_copies_, 2 * revive.size());  // a load, an offload per eviction
     // Held first, so no pop below evicts one: pool copies, and host copies to load (a pop's
     // offload may otherwise take the host block before its load is queued), as reserve() does.
-    // (No load happens here today: windows and a host tier are refused together.)
     for (const Revive &r : revive) {
       if (r.block >= 0)
         add_ref(r.block);
@@ -275,9 +275,13 @@ void BlockManager::seal_group(uint32_t group, BlockTable &table, const PrefixKey
   constexpr uint32_t kChunk = 256;  // a long prefill's blocks: the slots load while the rest hash
   uint64_t hashes[kChunk];
   uint32_t j = table.num_sealed;
-  // The last sealed block is held in every group (first_held): the parent of the next one.
+  // The last sealed block is held in every group (first_held): the parent of the next one. A
+  // table sealed from 0 again (a swap-in) may start with given-back blocks (-1): their nodes are
+  // found, or made anew without KV (kept by the held child sealed after them), so the held ones
+  // hang under their prefix as an admission's walk expects.
+  uint32_t parent = j == 0 ? kNoNode : pool_.node(table.ids[j - 1]);  // kNoNode at 0: the root
   uint64_t parent_hash = j == 0 ? root_hash(seed_, keys.salt.data(), keys.salt.size(), keys.lora_id)
-                                : tree_.hash(pool_.node(table.ids[j - 1]));
+                                : tree_.hash(parent);
   while (j < full) {
     const uint32_t n = std::min(kChunk, full - j);
     for (uint32_t i = 0; i < n; ++i) {
@@ -290,20 +294,26 @@ void BlockManager::seal_group(uint32_t group, BlockTable &table, const PrefixKey
     }
     for (uint32_t i = 0; i < n; ++i, ++j) {
       const int32_t block = table.ids[j];
-      if (pool_.node(block) != kNoNode) continue;  // shared with a sequence that sealed it
+      if (block >= 0 && pool_.node(block) != kNoNode) {  // shared with a sequence that sealed it
+        parent = pool_.node(block);
+        continue;
+      }
       const int32_t *block_tokens = tokens + size_t(j) * block_size_;
-      const uint32_t parent =
-          j == 0 ? tree_.get_or_add_root(keys, group) : pool_.node(table.ids[j - 1]);
+      if (j == 0) parent = tree_.get_or_add_root(keys, group);
       PKV_ASSERT(parent != kNoNode);
       const std::string extra = keys.block_extra(j * block_size_, block_size_);
       uint32_t node = tree_.find_child(parent, hashes[i], block_tokens, extra);
       // Same-step duplicates (two prompts computed the same block) become copies of one node.
       if (node == kNoNode) {
         node = tree_.add_child(parent, hashes[i], block_tokens, extra);
-        if (collect_sealed_) sealed_.push_back({block, j, hashes[i], tree_.hash(parent)});
+        if (collect_sealed_ && block >= 0)
+          sealed_.push_back({block, j, hashes[i], tree_.hash(parent), group});
       }
-      tree_.add_copy(node, block);
-      pool_.set_node(block, node);
+      if (block >= 0) {
+        tree_.add_copy(node, block);
+        pool_.set_node(block, node);
+      }
+      parent = node;
     }
   }
   if (full > table.num_sealed) table.num_sealed = full;

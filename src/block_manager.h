@@ -32,6 +32,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "prefix_tree.h"
@@ -85,6 +86,7 @@ struct BlockCopy {
 struct EvictedHostBlock {
   const std::string *salt;
   uint64_t lora_id;
+  uint32_t group;  // its KV group
   std::vector<std::string> extras;
   std::vector<int32_t> tokens;
   int32_t host;
@@ -97,6 +99,7 @@ struct SealedBlock {
   int32_t block;
   uint32_t index;
   uint64_t hash, parent_hash;
+  uint32_t group;  // its KV group
 };
 
 struct BlockStats {
@@ -107,9 +110,8 @@ struct BlockStats {
   uint64_t num_preemptions = 0;
   uint64_t num_swapped_out_blocks = 0;
   uint64_t num_swapped_in_blocks = 0;
-  uint64_t host_hit_tokens = 0;  // of prefix_hit_tokens, loaded from the host tier
-  uint64_t store_hit_tokens =
-      0;  // of prefix_hit_tokens, fetched from the store (not in host_hit_tokens)
+  uint64_t host_hit_tokens = 0;   // of prefix_hit_tokens, loaded from the host tier
+  uint64_t store_hit_tokens = 0;  // of prefix_hit_tokens, the store's blocks' first loads
   uint64_t num_offloaded_blocks = 0;
   uint64_t num_loaded_blocks = 0;
   uint64_t num_host_evictions = 0;
@@ -161,6 +163,8 @@ class BlockManager {
   // tokens only (the rest get theirs from reserve_slots, chunk by chunk); UINT32_MAX: all n.
   Admission plan_admission(const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
                            uint32_t max_chunk = UINT32_MAX) const;
+  // The host-tier blocks a plan's hits would load, in every group.
+  std::unordered_set<int32_t> host_hits(const Admission &plan) const;
 
   // Gives empty tables the blocks of n tokens (of the hit and max_chunk more: plan_admission):
   // prefix hits (pool blocks shared, host-tier ones loaded into new pool blocks), then new
@@ -225,10 +229,13 @@ class BlockManager {
   // nothing changed. Without windows it cannot fail.
   void truncate(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens, uint32_t keep,
                 uint32_t computed, size_t taken);
-  // Swap-out: the table's KV moves to host-tier blocks (appended to host, which was empty) and
-  // the table becomes empty; swap-in: back into pool blocks. A block with a twin in the other tier
-  // (the same KV, from an earlier move of a sharer) is not copied again. PKV_ERR_UNSUPPORTED
-  // without a host tier, PKV_ERR_NO_SPACE with nothing changed.
+  // Swap-out: the tables' KV moves to host-tier blocks and the tables become empty; host (empty
+  // before) gets every group's table in group order, each as long as the tables were, with -1
+  // where a group held no block (a window's or chunk's given-back blocks, a shared group's).
+  // Swap-in: back into pool blocks, the -1 entries kept; the caller then seals the tables again
+  // (seal() with the computed tokens: their nodes found or made anew). A block with a twin in the
+  // other tier (the same KV, from an earlier move of a sharer) is not copied again.
+  // PKV_ERR_UNSUPPORTED without a host tier, PKV_ERR_NO_SPACE with nothing changed.
   void swap_out(SeqTables &tables, std::vector<int32_t> &host);
   void swap_in(std::vector<int32_t> &host, SeqTables &tables);
   // Drops the references of a swapped-out table's host blocks; it becomes empty.
@@ -251,16 +258,19 @@ class BlockManager {
   std::vector<SealedBlock> take_sealed() { return std::move(sealed_); }
 
   // The store tier's fetched blocks enter the prefix tree as nodes held in the host tier, so a
-  // later admission loads them like offloaded ones. For a prompt whose prefix walk (plan) stopped
-  // at block `first` (plan.num_hits): nodes for blocks [first, first + n) of tokens, each in a
-  // host-tier block (host_out[i]) the caller fills at once with the block's K/V, or -1 where a
-  // node already holds the block's KV in a tier. Only blocks from `fetched` on have values: one
-  // before it that no node holds ends the walk. Host blocks a queued copy reads or writes are not
-  // used, nor those of the prompt's own prefix. Returns how many leading blocks got a node or had
+  // later admission loads them like offloaded ones. Blocks [from, from + n) of tokens in KV group
+  // `group`: each gets a node held in a host-tier block (host_out[i] for block from + i) that the
+  // caller fills at once with the block's K/V, or -1 where a node already holds the block's KV in
+  // a tier. Blocks before `from` are the hit's parents: a group that needs every block must hold
+  // them (else nothing is staged); a windowed group's may hold no KV, and their nodes are made
+  // (without KV, kept by the staged child) when missing. Host blocks in `keep`, those a queued
+  // copy reads or writes, and those on the prompt's path are not taken; those given are added to
+  // keep (the next group's staging keeps them). Returns how many leading blocks got a node or had
   // one (fewer than n when the host tier has no room). Emits a STORED event of medium STORE for
   // each block given.
-  uint32_t stage_from_store(const PrefixKeys &keys, const int32_t *tokens, const Admission &plan,
-                            uint32_t fetched, uint32_t n, std::vector<int32_t> *host_out);
+  uint32_t stage_from_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t group,
+                            uint32_t from, uint32_t n, std::unordered_set<int32_t> *keep,
+                            std::vector<int32_t> *host_out);
   // A checkpoint of the state at boundary h fetched from the store, for n tokens whose first h
   // blocks a node holds in a tier and no checkpoint at h or later serves: the anchor node of block
   // h-1 takes a host checkpoint slot (a free one, else the least recently used one's, dropped)
@@ -269,25 +279,7 @@ class BlockManager {
   // event of medium STORE in the state's group.
   int32_t stage_checkpoint(const PrefixKeys &keys, const int32_t *tokens, uint32_t n, uint32_t h,
                            const std::function<bool(int32_t)> &busy);
-  // n blocks of an admission's hits came from the store: counted there, not as host-tier hits.
-  void count_store_hits(uint32_t n) {
-    stats_.host_hit_tokens -= uint64_t(n) * block_size_;
-    stats_.store_hit_tokens += uint64_t(n) * block_size_;
-  }
   void count_preemption() { stats_.num_preemptions++; }
-  // Evicts every cached block (pkv_reset_prefix_cache); events as documented there.
-  void reset_cache();
-  void set_events(KvEvents *events) {
-    events_ = events;
-    tree_.set_events(events);
-  }
-
-  // Copies queued and not yet done, in order. A batch lists those queued before it began.
-  const std::vector<BlockCopy> &pending_copies() const { return pending_copies_; }
-  // The first n pending copies are done: their sources are released.
-  void copies_done(size_t n);
-
-  uint32_t num_groups() const { return static_cast<uint32_t>(kinds_.size()); }
 
   // ---------------------------------------------------------------- retention (DESIGN.md §4)
   // (block_manager_retain.cpp.) The engine's clock (ms), set once per engine call.
@@ -315,6 +307,19 @@ class BlockManager {
   void unpin(uint64_t pin);
   uint32_t num_pins() const { return static_cast<uint32_t>(pins_.size()); }
   uint32_t num_pinned_blocks() const { return static_cast<uint32_t>(pinned_.size()); }
+  // Evicts every cached block (pkv_reset_prefix_cache); events as documented there.
+  void reset_cache();
+  void set_events(KvEvents *events) {
+    events_ = events;
+    tree_.set_events(events);
+  }
+
+  // Copies queued and not yet done, in order. A batch lists those queued before it began.
+  const std::vector<BlockCopy> &pending_copies() const { return pending_copies_; }
+  // The first n pending copies are done: their sources are released.
+  void copies_done(size_t n);
+
+  uint32_t num_groups() const { return static_cast<uint32_t>(kinds_.size()); }
   const GroupKind &kind(uint32_t group) const { return kinds_[group]; }
   // Whether any group gives blocks back (sliding, chunked or shared).
   bool any_windowed() const;
@@ -418,6 +423,9 @@ class BlockManager {
   bool offload_;
   // Nodes were given host copies by stage_from_store: without offload too, they may hold one.
   bool staged_from_store_ = false;
+  // [host blocks]: 1 while a block the store gave waits for its first load (an admission counts
+  // it as a store hit, not a host-tier one); cleared by that load or the block's eviction.
+  std::vector<uint8_t> host_from_store_;
   uint64_t seed_;
   BlockPool pool_;  // tier 0; a block's node is the prefix node it is a sealed copy of
   BlockPool host_;  // tier 1; a cached block's node is the node it holds offloaded
@@ -427,6 +435,7 @@ class BlockManager {
   bool collect_sealed_ = false;
   std::function<void(const EvictedHostBlock &)> on_host_evict_;
   uint32_t last_loads_ = 0;
+  uint32_t last_tokens_ = 0;
   std::vector<SealedBlock> sealed_;
   std::unordered_map<int32_t, int32_t> host_twin_;    // pool block -> host-tier block
   std::unordered_map<int32_t, int32_t> device_twin_;  // host-tier block -> pool block
@@ -435,7 +444,6 @@ class BlockManager {
   std::unordered_map<uint64_t, std::vector<int32_t>> pins_;  // pin -> its distinct blocks
   std::unordered_map<int32_t, uint32_t> pinned_;             // block -> pins holding it
   uint64_t next_pin_ = 1;
-  uint32_t last_tokens_ = 0;
 };
 
 }  // namespace pkv

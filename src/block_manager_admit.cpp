@@ -185,6 +185,14 @@ BlockManager::Admission BlockManager::plan_admission(const PrefixKeys &keys, con
   return plan;
 }
 
+std::unordered_set<int32_t> BlockManager::host_hits(const Admission &plan) const {
+  std::unordered_set<int32_t> out;
+  for (const GroupHits &gh : plan.groups)
+    for (size_t i = 0; i < gh.blocks.size(); ++i)
+      if (gh.blocks[i] < 0) out.insert(tree_.host(gh.nodes[i]));
+  return out;
+}
+
 void BlockManager::reserve(SeqTables &tables, const Admission &plan) {
   const uint32_t total = plan.num_blocks;
   // Room first (a load, and an offload per eviction): nothing below can throw.
@@ -235,17 +243,23 @@ uint32_t BlockManager::admit(SeqTables &tables, const PrefixKeys &keys, const in
   reserve(tables, plan);
   const uint32_t hit_tokens = plan.num_hits * block_size_;
   if (prefix_caching_) {
-    // A hit token is served by the host tier when a group loaded its block.
-    std::vector<bool> loaded(plan.num_hits, false);
+    // A hit token is served by the host tier when a group loaded its block, and by the store
+    // when one of those loads is a block the store gave (its first load since it was staged).
+    std::vector<uint8_t> loaded(plan.num_hits, 0);  // 1: the host tier's, 2: the store's
     for (const GroupHits &gh : plan.groups)
-      for (size_t i = 0; i < gh.blocks.size(); ++i)
-        if (gh.blocks[i] < 0) loaded[gh.first + i] = true;
+      for (size_t i = 0; i < gh.blocks.size(); ++i) {
+        if (gh.blocks[i] >= 0) continue;
+        uint8_t &from = host_from_store_[tree_.host(gh.nodes[i])];
+        loaded[gh.first + i] = std::max<uint8_t>(loaded[gh.first + i], from ? 2 : 1);
+        from = 0;
+      }
     stats_.prefix_query_tokens += n;
     stats_.prefix_hit_tokens += hit_tokens;
-    stats_.host_hit_tokens +=
-        uint64_t(std::count(loaded.begin(), loaded.end(), true)) * block_size_;
+    for (uint8_t l : loaded)
+      (l == 2 ? stats_.store_hit_tokens : stats_.host_hit_tokens) += l ? block_size_ : 0;
   }
   last_loads_ = plan.num_loads;
+  last_tokens_ = plan.num_tokens;
   last_checkpoint_ = plan.checkpoint;
   last_kv_hits_ = plan.kv_hits;
   if (has_state_ && prefix_caching_) {
@@ -259,7 +273,6 @@ uint32_t BlockManager::admit(SeqTables &tables, const PrefixKeys &keys, const in
     stats_.state_fallback_tokens += uint64_t(plan.kv_hits - plan.num_hits) * block_size_;
   }
   return hit_tokens;
-  last_tokens_ = plan.num_tokens;
 }
 
 }  // namespace pkv

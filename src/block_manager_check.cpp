@@ -14,6 +14,7 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
   std::vector<int64_t> refs(num_blocks, 0), host_refs(host_.num_blocks(), 0);
   for (const TableOwner &o : owners) {
     for (int32_t h : *o.host_table) {
+      if (h == -1) continue;  // a block its group did not hold (swap_out)
       if (h < 0 || uint32_t(h) >= host_.num_blocks())
         fail(PKV_ERR_INTERNAL, "seq %llu: host block id %d out of range", (unsigned long long)o.id,
              h);

@@ -53,8 +53,6 @@ Engine::Engine(const pkv_engine_params &params)
       states_(state_pool_of(budget_)),
       scheduler_(limits_of(params_), seqs_, blocks_, states_) {
   blocks_.set_events(&events_);
-  PKV_ASSERT(!params_.host_num_blocks ||
-             !blocks_.any_windowed());  // validate_engine_params refuses them
   if (params.layer_windows)
     layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
   params_.layer_windows = params.layer_windows ? layer_windows_.data() : nullptr;
@@ -107,10 +105,11 @@ Engine::Engine(const pkv_engine_params &params)
                  : make_cpu_backend(pool_shape(), params_.num_threads);
   if (store_config_) {
     const PoolShape shape = pool_shape();
-    // Every cached layer has the same indexer, or none, with a store (host_tier_holds).
+    // The indexer is named by its fields; KV groups and unequal layers by store_layout.
     LayerSpec indexer;
     for (const LayerSpec &s : specs_)
       if (s.indexed()) indexer = s;
+    const std::string layout = store_layout(params_, specs_, groups_);
     std::vector<float> scales = k_scales_;
     scales.insert(scales.end(), v_scales_.begin(), v_scales_.end());
     store_ = std::make_unique<StoreTier>(
@@ -119,7 +118,7 @@ Engine::Engine(const pkv_engine_params &params)
                    params_.tp_rank, params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales,
                    shape.tensors, shape.kv_lora_rank,
                    store_config_->params().model_id ? store_config_->params().model_id : "",
-                   indexer.index_dim, indexer.index_dtype},
+                   indexer.index_dim, indexer.index_dtype, layout},
         HostTierView{static_cast<char *>(backend_->host_k_pool()),
                      static_cast<char *>(backend_->host_v_pool()), shape.host_bytes.layer,
                      shape.block_bytes(), shape.num_layers});
@@ -197,9 +196,8 @@ uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const PrefixKeys &k
   try {
     s.keys = keys;
     s.tokens.assign(tokens, tokens + n);
-    const uint32_t from_store = consult_store(keys, tokens, n);
+    consult_store(keys, tokens, n);
     admit(s, blocks_, states_);
-    blocks_.count_store_hits(from_store);
   } catch (...) {
     seqs_.discard(s.id);
     throw;
@@ -288,9 +286,8 @@ uint32_t Engine::resume(uint64_t id) {
   require_manual(s, "resume");
   if (s.state != SeqState::kPreempted)
     fail(PKV_ERR_STATE, "sequence %llu is not preempted", (unsigned long long)id);
-  const uint32_t from_store = consult_store(s.keys, s.tokens.data(), s.num_tokens());
+  consult_store(s.keys, s.tokens.data(), s.num_tokens());
   admit(s, blocks_, states_);
-  blocks_.count_store_hits(from_store);
   return s.num_cached;
 }
 
@@ -337,7 +334,8 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
   info.kv_tier = s.running()                     ? PKV_TIER_DEVICE
                  : s.state == SeqState::kSwapped ? PKV_TIER_HOST
                                                  : PKV_TIER_NONE;
-  info.num_host_blocks = static_cast<uint32_t>(s.host_blocks.size());
+  info.num_host_blocks = static_cast<uint32_t>(
+      std::count_if(s.host_blocks.begin(), s.host_blocks.end(), [](int32_t h) { return h >= 0; }));
   return info;
 }
 
@@ -389,14 +387,14 @@ pkv_stats Engine::stats() const {
   st.num_state_restores = b.num_state_restores;
   st.state_fallback_tokens = b.state_fallback_tokens;
   st.num_host_state_checkpoints_held = blocks_.num_host_checkpoints_held();
+  st.num_state_checkpoints_offloaded = b.num_state_checkpoints_offloaded;
+  st.num_state_restores_from_host = b.num_state_restores_from_host;
   st.num_pinned_blocks = blocks_.num_pinned_blocks();
   st.num_pins = blocks_.num_pins();
   st.num_evictions_low = b.num_evictions_by_priority[0];
   st.num_evictions_normal = b.num_evictions_by_priority[1];
   st.num_evictions_high = b.num_evictions_by_priority[2];
   st.num_evictions_highest = b.num_evictions_by_priority[3];
-  st.num_state_checkpoints_offloaded = b.num_state_checkpoints_offloaded;
-  st.num_state_restores_from_host = b.num_state_restores_from_host;
   if (store_) {
     const StoreCounters &c = store_->counters();
     st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;
@@ -422,7 +420,9 @@ void Engine::check() const {
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds state slot %d, host state slot %d",
            (unsigned long long)s.id, state_name(s.state), s.state_slot, s.host_state_slot);
     if (s.host_blocks.size() !=
-        (swapped ? blocks_for_tokens(s.num_slotted(), params_.block_size) : 0u))
+        (swapped
+             ? size_t(blocks_.num_groups()) * blocks_for_tokens(s.num_slotted(), params_.block_size)
+             : 0u))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens",
            (unsigned long long)s.id, state_name(s.state), s.host_blocks.size(), s.num_slotted());
     // Only a request holds unslotted tokens (a sampled token; a prompt admitted per chunk).

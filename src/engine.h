@@ -137,9 +137,9 @@ class Engine {
   void open(std::unique_ptr<Batch> batch);
   void close(bool ran);  // members leave the batch; ran: their new tokens are computed
   // The store tier. Before an admission of tokens under salt: the blocks after where the prefix
-  // tree stops are asked of the store and those verified are staged in the host tier, for the
-  // admission to load; returns how many. Never throws for the store's sake.
-  uint32_t consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
+  // tree stops are asked of the store (each KV group's: store_lookup) and those verified are
+  // staged in the host tier, for the admission to load. Never throws for the store's sake.
+  void consult_store(const PrefixKeys &keys, const int32_t *tokens, uint32_t n);
   // After s's blocks were sealed (write-through): the new prefix blocks go to the writer.
   void write_sealed(const Sequence &s);
   // With STATE layers: the store's checkpoints (store_tier_state.cpp) are on; s's checkpoint just

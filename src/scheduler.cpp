@@ -1,6 +1,7 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "params.h"
 #include "status.h"
@@ -21,23 +22,48 @@ template <class F> bool fits(F &&f) {
 
 }  // namespace
 
+std::vector<GroupFetch> store_lookup(const BlockManager &blocks, const StoreTier &store,
+                                     const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
+                                     const BlockManager::Admission &plan) {
+  const uint32_t max_hits = blocks.max_hits(n), first = std::min(plan.kv_hits, max_hits);
+  std::vector<GroupFetch> out;
+  const uint32_t bs = blocks.block_size();
+  for (int windowed = 0; windowed < 2; ++windowed)
+    for (uint32_t g = 0; g < blocks.num_groups(); ++g) {
+      const GroupKind kind = blocks.kind(g);
+      if (!kind.rules().holds_blocks || kind.rules().gives_back != bool(windowed)) continue;
+      GroupFetch f;
+      f.group = g;
+      f.first = first;
+      f.n = max_hits - first;
+      store.keys(keys, tokens, max_hits, &f.chain, g);
+      // first_held with prefix caching on (a store needs it): the kind's first block, but never
+      // past the hit's last block (block_manager_admit.cpp).
+      if (windowed)
+        f.first_needed = [kind, bs](uint32_t h) {
+          return std::min(kind.first_needed(uint64_t(h) * bs, bs), h ? h - 1 : 0);
+        };
+      out.push_back(std::move(f));
+    }
+  return out;
+}
+
 uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const PrefixKeys &keys,
-                       const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
-                       const std::vector<uint8_t> &values) {
+                       const int32_t *tokens, uint32_t n,
+                       const std::vector<GroupFetched> &fetched) {
   const BlockManager::Admission plan = blocks.plan_admission(keys, tokens, n);
-  // Where the hit stops now (with STATE layers: its checkpoint; the KV may go on, held).
-  const uint32_t now = plan.num_hits;
-  if (now >= first + got) return 0;  // nothing left to add
-  std::vector<int32_t> host;
-  const uint32_t staged =
-      blocks.stage_from_store(keys, tokens, plan, first, first + got - now, &host);
+  std::unordered_set<int32_t> keep = blocks.host_hits(plan);  // what the hit loads stays
   const uint64_t vb = store.shape().value_bytes();
   uint32_t from_store = 0;
-  for (uint32_t i = 0; i < staged; ++i) {
-    if (host[i] < 0) continue;
-    PKV_ASSERT(now + i >= first);  // blocks before the fetched ones are never staged
-    store.stage(values.data() + size_t(now + i - first) * vb, host[i]);
-    from_store++;
+  std::vector<int32_t> host;
+  for (const GroupFetched &f : fetched) {
+    const uint32_t staged =
+        blocks.stage_from_store(keys, tokens, f.group, f.first, f.got, &keep, &host);
+    for (uint32_t i = 0; i < staged; ++i) {
+      if (host[i] < 0) continue;
+      store.stage(f.values.data() + size_t(i) * vb, host[i]);
+      from_store++;
+    }
   }
   return from_store;
 }
@@ -160,9 +186,7 @@ void Scheduler::absorb_fetched() {
     Sequence *s = &seqs_.get(f.id);
     num_loading_--;
     s->state = SeqState::kWaiting;
-    s->request.store_staged = f.got ? stage_fetched(blocks_, *store_, s->keys, s->tokens.data(),
-                                                    s->num_tokens(), f.first, f.got, f.values)
-                                    : 0;
+    stage_fetched(blocks_, *store_, s->keys, s->tokens.data(), s->num_tokens(), f.groups);
     if (f.state_boundary)
       stage_fetched_state(blocks_, states_, *store_, s->keys, s->tokens.data(), s->num_tokens(),
                           f.state_boundary, f.state_value);
@@ -178,13 +202,13 @@ bool Scheduler::start_lookup(Sequence &s) {
   const uint32_t max_hits = blocks_.max_hits(n), first = plan.kv_hits;
   const bool state = store_->has_state() && plan.num_hits < max_hits;
   if (first >= max_hits && !state) return false;
-  StoreChain chain;
-  store_->keys(s.keys, s.tokens.data(), max_hits, &chain);
+  StoreChain state_chain;  // a checkpoint's key is group 0's block key (write_checkpoint)
+  if (state) store_->keys(s.keys, s.tokens.data(), max_hits, &state_chain);
   store_->fetch_async(
-      s.id, std::move(chain),
+      s.id, store_lookup(blocks_, *store_, s.keys, s.tokens.data(), n, plan),
       std::vector<int32_t>(s.tokens.begin(),
                            s.tokens.begin() + size_t(max_hits) * limits_.block_size),
-      first, max_hits - first, state ? plan.num_hits + 1 : 0);
+      state ? plan.num_hits + 1 : 0, std::move(state_chain));
   s.state = SeqState::kLoading;
   num_loading_++;
   return true;
@@ -247,9 +271,6 @@ StepPlan Scheduler::schedule() {
     if (!fits([&] { admit(s, blocks_, states_, first); })) break;
     waiting_.erase(waiting_.begin() + long(i));
     running_.push_back(s.id);
-    const uint32_t loads = blocks_.last_admission_loads();
-    blocks_.count_store_hits(std::min(s.request.store_staged, loads));
-    s.request.store_staged = 0;
     add(s);
   }
   plan.num_tokens = limits_.max_num_batched_tokens - budget;

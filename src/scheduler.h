@@ -32,12 +32,18 @@ struct StepPlan {
   uint32_t num_tokens = 0;
 };
 
-// Stages store blocks fetched for tokens under salt (blocks [first, first + got), values
-// value_bytes each) in the host tier, where the prefix tree now stops (what it already holds is
-// skipped; nothing when it stops before `first`). Returns how many blocks came from the store.
+// The store lookup of a prompt of n tokens whose tree walk gives plan (DESIGN.md §11): per KV
+// group that holds blocks, the blocks past where the tree's KV stops up to the most a hit may
+// serve; groups that need every block first, then the windowed ones (their window before the
+// reach: GroupFetch). Empty when there is nothing to ask.
+std::vector<GroupFetch> store_lookup(const BlockManager &blocks, const StoreTier &store,
+                                     const PrefixKeys &keys, const int32_t *tokens, uint32_t n,
+                                     const BlockManager::Admission &plan);
+// Stages the blocks a lookup fetched for tokens (each group's, values value_bytes each) in the
+// host tier, group by group (BlockManager::stage_from_store: what the tree already holds is
+// skipped). The host blocks the prompt's hits would load are kept. Returns how many it staged.
 uint32_t stage_fetched(BlockManager &blocks, StoreTier &store, const PrefixKeys &keys,
-                       const int32_t *tokens, uint32_t n, uint32_t first, uint32_t got,
-                       const std::vector<uint8_t> &values);
+                       const int32_t *tokens, uint32_t n, const std::vector<GroupFetched> &fetched);
 // Stages a checkpoint of the recurrent state fetched at boundary h (its value) in a host state
 // slot, held by the prefix node where the tokens' block h-1 is, for the admission to restore.
 // False (nothing changed) when there is no slot for it, or no node holds those blocks now.

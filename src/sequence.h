@@ -35,7 +35,6 @@ struct Request {
   int32_t priority = 0;
   uint32_t finish_reason = PKV_FINISH_NONE;
   bool store_looked_up = false;  // its prompt was asked of the store (once per admission)
-  uint32_t store_staged = 0;     // blocks the store gave it, staged in the host tier
 };
 
 struct Sequence {
