@@ -240,6 +240,67 @@ void test_peak_blocks() {
   CHECK(!BlockManager(64, kBs, true, 1, false, 0, false).any_windowed());
 }
 
+// Admission per chunk (DESIGN.md §7): the most blocks group 1 holds while a chunk is reserved
+// and not yet computed, over every alignment of the chunks (a first chunk of r tokens, then
+// chunks of up to B), for a prompt of n tokens; the last sealed block stays with caching.
+uint32_t measured_chunk_peak(GroupKind kind, bool caching, uint32_t n, uint32_t chunk) {
+  uint32_t most = 0;
+  for (uint32_t r = 1; r <= chunk; ++r) {
+    BlockManager bm = make(256, caching, kind);
+    Seq s;
+    s.tokens = tokens_from(100, n);
+    bm.admit(s.tables, s.keys, s.tokens.data(), n, r);
+    s.slotted = bm.last_admission_tokens();
+    for (;;) {
+      uint32_t held = 0;
+      for (int32_t b : s.tables[1].ids) held += b >= 0;
+      most = std::max(most, held);
+      s.computed = s.slotted;
+      bm.seal(s.tables, s.keys, s.tokens.data(), s.computed);
+      if (!invariants(bm, {&s}) || s.computed == n) break;
+      const uint32_t next = std::min(chunk, n - s.slotted);
+      bm.reserve_slots(s.tables, s.slotted, next);
+      s.slotted += next;
+    }
+  }
+  return most;
+}
+
+// peak_blocks per chunk, hand-computed (bs 4, prompt 60 + 40 = 100 tokens: the full group 25),
+// and each windowed group's part reached exactly by some alignment of the chunks.
+void test_peak_blocks_per_chunk() {
+  // Window 8, chunks of 6: 8 + 6 - 1 = 13 keys from a block's last slot: ceil(12 / 4) + 1 = 4
+  // (the decode window: ceil(8 / 4) + 1 = 3; the last sealed block: ceil((3 + 6) / 4) + 1 = 4).
+  CHECK(make(64, false, kSlide8).peak_blocks(60, 100, 6) == 25 + 4);
+  CHECK(make(64, true, kSlide8).peak_blocks(60, 100, 6) == 25 + 4);
+  CHECK(measured_chunk_peak(kSlide8, false, 60, 6) == 4);
+  CHECK(measured_chunk_peak(kSlide8, true, 60, 6) == 4);
+  // Window 2 (under a block), chunks of 4: the window's 2 + 4 - 1 = 5 keys span ceil(4 / 4) + 1
+  // = 2 blocks, but with caching the last sealed block stays: ceil((3 + 4) / 4) + 1 = 3.
+  const GroupKind slide2{BlockKind::kSliding, 2};
+  CHECK(make(64, false, slide2).peak_blocks(60, 100, 4) == 25 + 2);
+  CHECK(make(64, true, slide2).peak_blocks(60, 100, 4) == 25 + 3);
+  CHECK(measured_chunk_peak(slide2, false, 60, 4) == 2);
+  CHECK(measured_chunk_peak(slide2, true, 60, 4) == 3);
+  // Chunk 8 (block-aligned starts), chunks of 6: 8 + 6 - 1 = 13 keys from a block's first slot:
+  // ceil(13 / 4) = 4.
+  CHECK(make(64, false, kChunk8).peak_blocks(60, 100, 6) == 25 + 4);
+  CHECK(measured_chunk_peak(kChunk8, false, 60, 6) == 4);
+  // Chunk 6: starts 0, 6, 12, ... lie 0 or 2 into a block (gcd(6, 4) = 2); chunks of 3: 6 + 3 - 1
+  // = 8 keys from 2 into a block: ceil((4 - 2 + 8) / 4) = 3 (the decode's ceil(6 / 4) + 1 = 3).
+  const GroupKind chunk6{BlockKind::kChunked, 6};
+  CHECK(make(64, false, chunk6).peak_blocks(60, 100, 3) == 25 + 3);
+  CHECK(measured_chunk_peak(chunk6, false, 60, 3) == 3);
+  // Chunks of 16 in chunk 6: 6 + 16 - 1 = 21 keys from 2 in: ceil(23 / 4) = 6.
+  CHECK(make(64, false, chunk6).peak_blocks(60, 100, 16) == 25 + 6);
+  CHECK(measured_chunk_peak(chunk6, false, 60, 16) == 6);
+  // A short request: never more than its tokens' blocks (5 tokens: 2 blocks in each group).
+  CHECK(make(64, true, kSlide8).peak_blocks(3, 5, 6) == 2 + 2);
+  // No chunk (whole-prompt admission): as before.
+  CHECK(make(64, true, kSlide8).peak_blocks(90, 100, 0) == 46);
+  CHECK(make(64, true, kSlide8).admits_per_chunk() && !make(64, true, kShared).admits_per_chunk());
+}
+
 }  // namespace
 
 int main() {
@@ -248,6 +309,7 @@ int main() {
   test_chunked_hits();
   test_shared_holds_nothing();
   test_peak_blocks();
+  test_peak_blocks_per_chunk();
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
