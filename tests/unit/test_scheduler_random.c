@@ -3,7 +3,9 @@
  * requests in every state. Every step runs pkv_attention on sched_util.h's checkable model and
  * checks the outputs, the sampled tokens, the batch against a model of the queue policy, the
  * counters and pkv_engine_check. Every request must finish with exactly the tokens the model
- * gives, whether prefix caching is on or off. */
+ * gives, whether prefix caching is on or off. With a window on layer 0 (a sliding group beside
+ * the full one) requests are admitted per chunk (DESIGN.md §7) and layer 0's outputs are checked
+ * against the window's average. */
 #include "sched_util.h"
 
 enum { MAX_REQS = 512, NUM_PREFIXES = 4, PREFIX_MAX = 24 };
@@ -19,6 +21,7 @@ typedef struct world {
   uint32_t prefix_len[NUM_PREFIXES];
   uint64_t rng;
   uint64_t steps;
+  uint32_t window; /* layer 0's; 0: none */
 } world;
 
 static uint32_t rnd(world *w, uint32_t n) {
@@ -48,6 +51,22 @@ static void list_insert(int *list, uint32_t *n, uint32_t at, int r) {
   (*n)++;
 }
 
+/* The blocks a request of total tokens holds at its peak, the rule written out once more apart
+ * from pkv's (DESIGN.md §7): without a window its blocks; with one, admitted per chunk of up to
+ * B = max_num_batched_tokens, the full group's blocks and the windowed group's largest of its
+ * decode window, a chunk's window + B - 1 keys from a block's last slot and, with caching, the
+ * last sealed block kept before a chunk - never more than its blocks. */
+static uint64_t peak_blocks(const world *w, uint64_t total) {
+  const uint64_t bs = w->p.block_size, all = (total + bs - 1) / bs, b = w->p.max_num_batched_tokens;
+  if (!w->window) return all;
+  uint64_t win = (w->window + bs - 1) / bs + 1;
+  const uint64_t chunk = (w->window + b - 2 + bs - 1) / bs + 1,
+                 sealed = (bs - 1 + b + bs - 1) / bs + 1;
+  win = chunk > win ? chunk : win;
+  if (w->p.enable_prefix_caching) win = sealed > win ? sealed : win;
+  return all + (win < all ? win : all);
+}
+
 /* A new request: a shared prefix (or none), a random tail; refused at submit when it can never
  * fit, as pkv must. */
 static void submit_one(world *w) {
@@ -62,8 +81,8 @@ static void submit_one(world *w) {
   su_req *r = &w->reqs[w->num_reqs];
   if (!su_req_make(r, prompt, n, max_new, stop, prio)) return;
   r->salt = rnd(w, 5) ? NULL : "tenant-b";
-  uint64_t total = n + max_new, bs = w->p.block_size;
-  if ((total + bs - 1) / bs > w->p.num_blocks) {
+  uint64_t total = n + max_new;
+  if (peak_blocks(w, total) > w->p.num_blocks) {
     pkv_request_params rp;
     pkv_request_params_init(&rp, sizeof rp);
     rp.max_new_tokens = max_new;
@@ -105,7 +124,8 @@ static void check_plan(world *w, const pkv_batch_view *v, const int *in_batch) {
   CHECK(w->num_running <= w->p.max_num_seqs);
 }
 
-/* pkv_attention with the model's V on every layer; every output row checked. */
+/* pkv_attention with the model's V on every layer; every output row checked: out * count is the
+ * sum of V over the keys the layer reads (layer 0 its window, when there is one). */
 static void attend(world *w, pkv_batch *b, const pkv_batch_view *v) {
   size_t nq = (size_t)v->num_tokens * SU_QH * SU_HD, nkv = (size_t)v->num_tokens * SU_KV;
   float *q = calloc(nq, sizeof *q), *k = calloc(nkv, sizeof *k), *val = calloc(nkv, sizeof *val);
@@ -127,11 +147,14 @@ static void attend(world *w, pkv_batch *b, const pkv_batch_view *v) {
       while ((uint32_t)v->query_start[i + 1] <= row) i++;
       const su_req *r = &w->reqs[find(w, v->seq_ids[i])];
       int32_t pos = v->positions[row];
+      const int32_t from =
+          layer == 0 && w->window && pos >= (int32_t)w->window ? pos - (int32_t)w->window + 1 : 0;
       for (uint32_t h = 0; h < SU_QH * SU_HD && !bad; h++) {
+        const size_t j = (h / SU_HD) / (SU_QH / SU_KVH) * SU_HD + h % SU_HD;
         double want =
-            r->vsum[(size_t)pos * SU_KV + (h / SU_HD) / (SU_QH / SU_KVH) * SU_HD + h % SU_HD];
-        want += (double)layer * (pos + 1);
-        double err = out[(size_t)row * SU_QH * SU_HD + h] * (pos + 1) - want;
+            r->vsum[(size_t)pos * SU_KV + j] - (from ? r->vsum[(size_t)(from - 1) * SU_KV + j] : 0);
+        want += (double)layer * (pos - from + 1);
+        double err = out[(size_t)row * SU_QH * SU_HD + h] * (pos - from + 1) - want;
         bad = !CHECK(err < 0.25 && err > -0.25);
       }
     }
@@ -237,14 +260,21 @@ static int step(world *w) {
 typedef struct config {
   uint64_t seed;
   uint32_t block_size, num_blocks, max_num_seqs, max_tokens, num_reqs, caching, releases;
+  uint32_t window; /* layer 0's; 0: none */
 } config;
 
 /* Runs a whole workload; out_tokens (nullable) gets every request's final tokens, concatenated. */
 static void run_world(const config *c, int32_t *out_tokens, uint64_t *out_preemptions) {
   static world w;
   memset(&w, 0, sizeof w);
-  w.rng = c->seed, w.target_reqs = c->num_reqs;
-  w.e = su_engine(c->block_size, c->num_blocks, c->max_num_seqs, c->max_tokens, 0, c->caching);
+  w.rng = c->seed, w.target_reqs = c->num_reqs, w.window = c->window;
+  pkv_engine_params ep;
+  tu_params(&ep, c->block_size, c->num_blocks);
+  const uint32_t windows[SU_LAYERS] = {c->window, 0};
+  ep.layer_windows = c->window ? windows : NULL;
+  ep.max_num_seqs = c->max_num_seqs, ep.max_num_batched_tokens = c->max_tokens;
+  ep.enable_prefix_caching = c->caching;
+  w.e = tu_engine_p(&ep);
   if (!w.e) return;
   w.p.struct_size = sizeof w.p;
   CHECK_OK(pkv_engine_params_get(w.e, &w.p));
@@ -262,10 +292,10 @@ static void run_world(const config *c, int32_t *out_tokens, uint64_t *out_preemp
   }
   CHECK_EQ_INT(w.num_done, w.num_reqs);
   pkv_stats st = tu_stats(w.e);
-  printf("  seed %llu bs %u blocks %u seqs %u tokens %u caching %u: %u requests (%u released), "
-         "%llu steps, %llu preemptions, %llu/%llu prompt tokens hit\n",
+  printf("  seed %llu bs %u blocks %u seqs %u tokens %u caching %u window %u: %u requests (%u "
+         "released), %llu steps, %llu preemptions, %llu/%llu prompt tokens hit\n",
          (unsigned long long)c->seed, c->block_size, c->num_blocks, c->max_num_seqs, c->max_tokens,
-         c->caching, w.num_reqs, w.num_released, (unsigned long long)w.steps,
+         c->caching, c->window, w.num_reqs, w.num_released, (unsigned long long)w.steps,
          (unsigned long long)st.num_preemptions, (unsigned long long)st.prefix_hit_tokens,
          (unsigned long long)st.prefix_query_tokens);
   if (out_preemptions) *out_preemptions = st.num_preemptions;
@@ -286,8 +316,25 @@ static void run_world(const config *c, int32_t *out_tokens, uint64_t *out_preemp
 
 static void test_random_runs(void) {
   const config runs[] = {
-      {1, 4, 40, 6, 32, 300, 1, 1},  {2, 1, 150, 8, 16, 300, 1, 1}, {3, 3, 60, 4, 64, 300, 1, 1},
-      {4, 16, 12, 8, 48, 300, 1, 1}, {5, 2, 80, 3, 5, 200, 0, 1},
+      {1, 4, 40, 6, 32, 300, 1, 1, 0}, {2, 1, 150, 8, 16, 300, 1, 1, 0},
+      {3, 3, 60, 4, 64, 300, 1, 1, 0}, {4, 16, 12, 8, 48, 300, 1, 1, 0},
+      {5, 2, 80, 3, 5, 200, 0, 1, 0},
+  };
+  uint64_t preemptions = 0, p = 0;
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    run_world(&runs[i], NULL, &p);
+    preemptions += p;
+  }
+  CHECK(preemptions > 0);
+}
+
+/* Windowed runs: requests admitted per chunk race for pools smaller than their prompts' whole
+ * blocks in both groups; later chunks preempt as decode tokens do. */
+static void test_random_runs_windows(void) {
+  const config runs[] = {
+      {21, 4, 48, 6, 32, 300, 1, 1, 8}, {22, 1, 150, 8, 16, 300, 1, 1, 5},
+      {23, 3, 70, 4, 64, 300, 1, 1, 7}, {24, 16, 18, 8, 48, 300, 1, 1, 20},
+      {25, 2, 90, 3, 5, 200, 0, 1, 3},  {26, 4, 48, 6, 32, 300, 0, 1, 2},
   };
   uint64_t preemptions = 0, p = 0;
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
@@ -298,19 +345,25 @@ static void test_random_runs(void) {
 }
 
 /* The same workload (no releases) with prefix caching on and off: the same tokens, request for
- * request - besides each run's own check against the model. */
-static void test_caching_does_not_change_tokens(void) {
+ * request - besides each run's own check against the model. With a window too. */
+static void caching_does_not_change_tokens(uint32_t window) {
   static int32_t on[MAX_REQS * 160], off[MAX_REQS * 160];
   memset(on, 0, sizeof on), memset(off, 0, sizeof off);
-  config c = {7, 4, 40, 6, 24, 250, 1, 0};
+  config c = {7, 4, 40, 6, 24, 250, 1, 0, window};
   run_world(&c, on, NULL);
   c.caching = 0;
   run_world(&c, off, NULL);
   CHECK(memcmp(on, off, sizeof on) == 0);
 }
 
+static void test_caching_does_not_change_tokens(void) {
+  caching_does_not_change_tokens(0);
+  caching_does_not_change_tokens(6);
+}
+
 int main(void) {
   TU_RUN(test_random_runs);
+  TU_RUN(test_random_runs_windows);
   TU_RUN(test_caching_does_not_change_tokens);
   return tu_summary();
 }
