@@ -184,8 +184,8 @@ static pkv_layer_spec fz_specs[3];
  * swap-outs move working states to host state slots (STATE_OUT) and back (STATE_IN) and, with
  * host_offload, checkpoints evicted for room go to host state slots and restore from there
  * (pkv_engine_check holds device and host checkpoints to their prefix nodes after every call).
- * A host tier takes attention layers equal to the flat fields, so those mostly become plain ones;
- * a store then keeps checkpoints too, fetched into host state slots. */
+ * The attention layers drawn stay as drawn (0.8: a host tier and the store hold every layout);
+ * a store keeps checkpoints too, fetched into host state slots. */
 static void fuzz_checkpoints(fz_input *in, pkv_engine_params *p) {
   p->state_checkpoint_policy = fz_pick(in, 8) == 0 ? fz_u32(in) : fz_pick(in, 3);
   const int every = p->state_checkpoint_policy == PKV_STATE_CHECKPOINT_EVERY;
@@ -193,9 +193,6 @@ static void fuzz_checkpoints(fz_input *in, pkv_engine_params *p) {
   p->num_state_checkpoints = fz_pick(in, 5); /* 0: max_num_seqs; 1 or 2: evictions */
   if (fz_pick(in, 4) == 0) p->host_num_blocks = 0, p->host_cache_bytes = 0;
   if (fz_pick(in, 4) != 0) p->enable_prefix_caching = 1;
-  const int host = p->host_num_blocks || p->host_cache_bytes;
-  for (uint32_t l = 0; host && fz_pick(in, 4) != 0 && l < p->num_layers; l++)
-    if (fz_specs[l].kind != PKV_LAYER_STATE) memset(&fz_specs[l], 0, sizeof fz_specs[l]);
 }
 
 /* Per-layer specs (0.5): 2 or 3 layers of drawn kinds, heads, widths, K = V, windows or chunks,
@@ -242,8 +239,8 @@ static void fuzz_specs(fz_input *in, pkv_engine_params *p) {
 
 /* Sparse attention (0.7): an MLA cache whose every layer has one indexer (fp8 or bf16), a STATE
  * layer now and then (checkpoints of a drawn policy), the host tier drawn before kept (its pages
- * move whole: swap, offload, the store), now and then one layer without the indexer (refused
- * with a host tier) or a field no rule allows. */
+ * move whole: swap, offload, the store), now and then one layer without the indexer (0.8: its
+ * unequal pages too) or a field no rule allows. */
 static void fuzz_dsa(fz_input *in, pkv_engine_params *p) {
   p->kv_layout = PKV_KV_LAYOUT_MLA;
   p->num_kv_heads = 1;
@@ -339,8 +336,7 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p) {
     case 3:
       p->num_threads = 2;
       break; /* worker threads */
-    case 4:  /* sliding windows (KV groups): not with a host tier, which pkv refuses with them */
-      if (p->host_num_blocks || p->host_cache_bytes) break;
+    case 4:  /* sliding windows (KV groups), with the host tier and store drawn above (0.8) */
       fz_layer_windows[0] = 1 + fz_pick(in, 12);
       fz_layer_windows[1] = fz_pick(in, 2) ? 0 : 1 + fz_pick(in, 12);
       p->num_layers = 2;
@@ -352,7 +348,7 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p) {
     case 5: /* fp8 KV */
       p->kv_dtype = PKV_DTYPE_FP8_E4M3 + (int32_t)fz_pick(in, 2);
       break;
-    case 6: /* the cache per layer (a host tier with specs: refused, by profile and create) */
+    case 6: /* the cache per layer, with the host tier and store drawn above (0.8) */
       fuzz_specs(in, p);
       break;
     default:

@@ -23,6 +23,7 @@ typedef struct {
   pkv_batch *stale; /* a handle that was ended, committed or aborted */
   uint64_t last_event_seq_no;
   uint32_t dtype_bytes, q_heads, kv_heads; /* per rank */
+  uint32_t num_kv_groups;                  /* pkv_kv_groups */
   /* the widest layer's row of q (and out) and of k or v, in elements (layer specs may differ) */
   uint64_t q_row, kv_row;
 } fz_world;
@@ -150,9 +151,15 @@ static inline void fz_consistent(fz_world *w) {
     if (info.kv_tier == PKV_TIER_HOST) { /* swapped out: pkv_allocate's, idle, all its tokens */
       swapped++;
       FZ_CHECK(!info.is_request && !info.is_preempted && !info.in_batch, "swapped and more");
-      FZ_CHECK(info.num_host_blocks == (info.num_tokens + bs - 1) / bs &&
+      /* (0.8) every group's held blocks: a table's worth per group at most, all of it with one
+       * full-attention group */
+      const uint32_t table_len = (info.num_tokens + bs - 1) / bs;
+      const int one_full = w->num_kv_groups == 1 && !fz_windowed(&w->p);
+      FZ_CHECK((one_full ? info.num_host_blocks == table_len
+                         : info.num_host_blocks <= w->num_kv_groups * table_len) &&
                    info.num_host_blocks <= s.num_host_blocks - s.num_host_free_blocks,
-               "%u host blocks for %u tokens", info.num_host_blocks, info.num_tokens);
+               "%u host blocks for %u tokens in %u KV groups", info.num_host_blocks,
+               info.num_tokens, w->num_kv_groups);
     }
     if (!info.is_request && !info.is_preempted && info.kv_tier != PKV_TIER_HOST)
       FZ_CHECK(info.num_blocks == (info.num_tokens + bs - 1) / bs, "%u blocks for %u tokens",
@@ -210,6 +217,10 @@ static inline void fz_world_init(fz_world *w, pkv_engine *e, const pkv_engine_pa
     if ((uint64_t)li.kv_heads * width > w->kv_row) w->kv_row = (uint64_t)li.kv_heads * width;
   }
   (void)p;
+  uint32_t windows[64];
+  FZ_CHECK(pkv_kv_groups(&w->p, NULL, NULL, windows, 64, &w->num_kv_groups, NULL) == PKV_OK &&
+               w->num_kv_groups >= 1,
+           "pkv_kv_groups of a created engine's params: %s", pkv_last_error());
   fz_consistent(w);
 }
 
