@@ -33,6 +33,7 @@ BlockPool::BlockPool(uint32_t num_blocks)
   for (uint32_t c = 0; c < kClasses; ++c) {
     const int32_t s = sentinel(c);
     blocks_[s].prev = blocks_[s].next = s;
+    classes_[c].fresh = s;
     // Classes 1.. are kRetentions slots per non-zero priority, lowest first.
     if (c == 0) continue;  // list 0: free and normal blocks
     const int32_t p = PKV_CACHE_PRIORITY_MIN + int32_t((c - 1) / kRetentions);
@@ -51,6 +52,7 @@ void BlockPool::insert_after(int32_t at, int32_t b) {
 
 void BlockPool::remove(int32_t b) {
   Block &blk = blocks_[b];
+  if (blk.cls && classes_[blk.cls].fresh == b) classes_[blk.cls].fresh = blk.next;
   blocks_[blk.prev].next = blk.next;
   blocks_[blk.next].prev = blk.prev;
   blk.prev = blk.next = -1;
@@ -103,6 +105,7 @@ void BlockPool::link(int32_t b) {
     k.count++;
     class_mask_ |= 1u << c;
     if (k.retention_ms) released_ms_[b] = now_ms_;
+    if (k.fresh == sentinel(c)) k.fresh = b;  // released now: its retention holds
   }
   insert_after(blocks_[sentinel(c)].prev, b);
 }
@@ -110,6 +113,12 @@ void BlockPool::link(int32_t b) {
 bool BlockPool::ended(int32_t b) const {
   const Block &blk = blocks_[b];
   return blk.cls && blk.retention_ms && now_ms_ - released_ms_[b] >= blk.retention_ms;
+}
+
+int32_t BlockPool::fresh(uint32_t c) const {
+  Class &k = classes_[c];
+  while (k.fresh != sentinel(c) && ended(k.fresh)) k.fresh = blocks_[k.fresh].next;
+  return k.fresh;
 }
 
 int32_t BlockPool::effective_priority(int32_t b) const {
@@ -126,13 +135,21 @@ int32_t BlockPool::head() const {
   // first, so no later block of it can be lower.
   int32_t best = has_first ? first : -1;
   int32_t best_priority = 0;
-  for (uint32_t m = class_mask_; m; m &= m - 1) {
-    const int32_t h = blocks_[sentinel(uint32_t(__builtin_ctz(m)))].next;
-    const int32_t p = effective_priority(h);
+  auto consider = [&](int32_t b, int32_t p) {
     if (best < 0 || p < best_priority ||
-        (p == best_priority && blocks_[h].stamp < blocks_[best].stamp)) {
-      best = h;
+        (p == best_priority && blocks_[b].stamp < blocks_[best].stamp)) {
+      best = b;
       best_priority = p;
+    }
+  };
+  for (uint32_t m = class_mask_; m; m &= m - 1) {
+    const uint32_t c = uint32_t(__builtin_ctz(m));
+    const int32_t h = blocks_[sentinel(c)].next;
+    consider(h, effective_priority(h));
+    // A low class's ended head is normal now; its first block still held low is lower.
+    if (classes_[c].priority < 0 && classes_[c].retention_ms) {
+      const int32_t f = fresh(c);
+      if (f != sentinel(c) && f != h) consider(f, classes_[c].priority);
     }
   }
   return best;
@@ -227,6 +244,7 @@ void BlockPool::check(const char *tier) const {
     bool seen_cached = false;
     uint32_t count = 0;
     uint64_t stamp = 0, released = 0;
+    bool fresh_seen = k.fresh == sentinel(c) || c == 0;
     for (int32_t b = blocks_[sentinel(c)].next; b != sentinel(c); b = blocks_[b].next) {
       if (b < 0 || uint32_t(b) >= num_blocks_ || blocks_[b].ref != 0 || ++walked > num_free_)
         fail(PKV_ERR_INTERNAL, "%s free list %u holds block %d wrongly or loops", tier, c, b);
@@ -246,9 +264,17 @@ void BlockPool::check(const char *tier) const {
       // Release order, so within a class also the order retentions end in.
       if (is_cached && (blk.stamp <= stamp || (c && k.retention_ms && released_ms_[b] < released)))
         fail(PKV_ERR_INTERNAL, "%s free list %u: block %d out of release order", tier, c, b);
+      // The blocks before a class's fresh one have ended (it never skips a held one).
+      fresh_seen |= b == k.fresh;
+      if (!fresh_seen && !ended(b))
+        fail(PKV_ERR_INTERNAL, "%s class %u: block %d's retention holds, before the fresh one",
+             tier, c, b);
       if (is_cached) stamp = blk.stamp;
       if (c && k.retention_ms) released = released_ms_[b];
     }
+    if (!fresh_seen)
+      fail(PKV_ERR_INTERNAL, "%s class %u: its fresh block %d is not on its list", tier, c,
+           k.fresh);
     if (count != k.count || ((class_mask_ >> c) & 1) != (c && count > 0))
       fail(PKV_ERR_INTERNAL, "%s class %u: %u blocks counted, %u listed", tier, c, k.count, count);
   }

@@ -7,10 +7,12 @@
 // ones (priority 0) after them in release order; each other class, a (priority, retention_ms)
 // pair in use, holds its cached blocks in release order, which within one class is also the
 // order their retention ends in. take() hands out list 0's head when it is free; else the victim
-// is the head of least (effective priority, release stamp) among the lists' heads: a head whose
-// retention ended counts as priority 0. So eviction is exact (lowest priority first, least
-// recently released first within one) and costs one comparison per class in use, at most
-// kClasses: O(1). The host tier uses list 0 only (plain LRU).
+// is the least (effective priority, release stamp) among the lists' heads, a head whose retention
+// ended counting as priority 0, and for a low class (priority < 0, which a decay raises) also its
+// first block whose retention holds. So eviction is exact (lowest priority first, least recently
+// released first within one) and costs one or two comparisons per class in use, at most
+// kClasses, plus a low class's cursor that only moves forward: O(1) amortized. The host tier uses
+// list 0 only (plain LRU).
 // The block manager decides what a block holds; this keeps the counts and the lists.
 #pragma once
 
@@ -119,6 +121,10 @@ class BlockPool {
     int32_t priority = 0;
     uint32_t retention_ms = 0;
     uint32_t count = 0;  // its cached blocks; 0: the slot is open to another retention
+    // A low class with a retention (a decay raises it to 0): its first block whose retention has
+    // not ended as last seen, or its sentinel. The blocks before it have ended (release order),
+    // so its lowest block is this one; it only moves forward (amortized O(1)).
+    int32_t fresh = -1;
   };
 
   static constexpr int8_t kUnset = INT8_MIN;
@@ -133,14 +139,15 @@ class BlockPool {
                            // list 0's head
   uint32_t class_for(Retention r);  // the list a cached block of retention r joins
   bool ended(int32_t b) const;      // a cached block's retention ended
+  int32_t fresh(uint32_t c) const;  // class c's first block whose retention holds (advanced)
 
   uint32_t num_blocks_;
   // num_blocks_ + kClasses: the last are the lists' sentinels. Huge pages: read at random
   // (huge_pages.h).
   std::vector<Block, HugePageAllocator<Block>> blocks_;
   std::vector<uint64_t> released_ms_;  // a cached block of a class with a retention: its release
-  Class classes_[kClasses];
-  uint32_t class_mask_ = 0;  // bit c: class c (>= 1) holds blocks
+  mutable Class classes_[kClasses];    // head() advances a low class's fresh block
+  uint32_t class_mask_ = 0;            // bit c: class c (>= 1) holds blocks
   uint32_t num_free_;
   uint32_t num_cached_ = 0;
   uint64_t next_stamp_ = 1;

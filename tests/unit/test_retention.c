@@ -109,6 +109,30 @@ static void test_retention_decay(void) {
   unsetenv("PKV_TEST_CLOCK_MS");
 }
 
+/* A low priority's decay raises the block to normal: an older low block of one retention that
+ * has decayed must not hide a later one still low (found by test_random_retention: the victim was
+ * the decayed head of the class, not the later low block). */
+static void test_low_decay_behind(void) {
+  clock_at("1000");
+  pkv_engine *e = tu_engine(BS, 4, PKV_DEBUG_TEST_CLOCK);
+  if (!e) return;
+  cache_prompt(e, 100, 5, -1, 100); /* A: low until 1100 */
+  clock_at("1050");
+  cache_prompt(e, 200, 5, 0, 0); /* B */
+  clock_at("1080");
+  cache_prompt(e, 300, 5, -1, 100); /* C: low until 1180 */
+  clock_at("1120");
+  uint64_t d = run_prompt(e, 400, 5, 0, 0); /* C, the only low one now */
+  CHECK_EQ_INT(cached_of(e, 300, 5), 0);
+  CHECK_EQ_INT(cached_of(e, 100, 5), 4);
+  CHECK_EQ_INT(cached_of(e, 200, 5), 4);
+  CHECK_EQ_INT(tu_stats(e).num_evictions_low, 1);
+  CHECK_OK(pkv_release(e, d));
+  check_sums(e);
+  pkv_engine_destroy(e);
+  unsetenv("PKV_TEST_CLOCK_MS");
+}
+
 /* A cached block moves at once; a block in use keeps the priority for its release; a block
  * shared by holders of different priorities keeps the highest. */
 static void test_set_priority(void) {
@@ -368,6 +392,7 @@ static void test_bad_arguments(void) {
 int main(void) {
   TU_RUN(test_priority_order);
   TU_RUN(test_retention_decay);
+  TU_RUN(test_low_decay_behind);
   TU_RUN(test_set_priority);
   TU_RUN(test_preempt_keeps_priority);
   TU_RUN(test_pins);
