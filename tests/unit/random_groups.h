@@ -7,9 +7,9 @@
  *   SPECS_CHUNKED  the same with CHUNKED (chunked local attention) for SLIDING;
  *   SPECS_HETERO   the same, every layer FULL: groups by bytes per token alone.
  * Windows and chunks are 1 .. 4 * block_size + 4 tokens (MAX_LEN is 96), so give-backs are
- * frequent. No STATE layer is drawn here (random_state.h models one KV group's events), and no
- * store: random_store.h learns a fetched block's contexts from layer 0's bytes, which with
- * several groups may be another group's layout (a fetched block does not say its group).
+ * frequent. No STATE layer is drawn here (random_state.h models one KV group's events). With a
+ * store (per group since 0.8), a fetched block's group and contexts are read from its bytes
+ * (random_store.h).
  *
  * Each group has its own table per sequence (random_world.h's check_tables: -1 before
  * first_held, exactly), writes go to every group's slot (random_batch.h), swaps move every

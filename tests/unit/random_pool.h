@@ -80,6 +80,12 @@ static inline unsigned char *pool_row(const world *w, int host, int v, uint32_t 
          (slot % w->bs) * row_bytes(w, l, v);
 }
 
+/* A row's second word (rows of 24 bytes or more): which group wrote its tag, so the bytes of a
+ * block the store filled say their group (random_store.h). */
+static inline uint64_t row_check(uint64_t tag, uint32_t g) {
+  return mix64(tag ^ (0x243f6a8885a308d3ull + g));
+}
+
 /* A write of group g's layers of the token whose shadow value is ctx (ident: its context in g)
  * into slot of the pool (tier 0): the slot is in a block of g's, laid out as g's layers. */
 static inline void pool_write(world *w, int64_t slot, uint64_t ctx, uint32_t g) {
@@ -87,9 +93,10 @@ static inline void pool_write(world *w, int64_t slot, uint64_t ctx, uint32_t g) 
     for (int v = 0; v < 2; v++) {
       if (!own_bytes(w, l, v) || w->layer[l].group != g) continue;
       const size_t rb = row_bytes(w, l, v);
-      const uint64_t tag = pool_tag(ctx, l, v);
+      const uint64_t tag = pool_tag(ctx, l, v), check = row_check(tag, g);
       unsigned char *row = pool_row(w, 0, v, l, (uint64_t)slot);
       memcpy(row, &tag, sizeof tag);
+      if (rb >= 3 * sizeof tag) memcpy(row + sizeof tag, &check, sizeof check);
       memcpy(row + rb - sizeof tag, &tag, sizeof tag);
     }
 }

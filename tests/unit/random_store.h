@@ -76,11 +76,66 @@ static pkv_store_callbacks rstore_callbacks = {
 /* After blocks were fetched from the store (num_store_hits grew): the host-tier slots whose real
  * bytes differ from the shadow are the ones pkv filled; the shadow takes their contexts (the tag
  * of layer 0's K, whose head and tail agree, decoded). */
+/* Host-tier row `slot` of layer l's K (v 0) or V as group g wrote it: its shadow value, or 0 when
+ * it is not. */
+static inline uint64_t row_decode(const world *w, uint32_t l, int v, uint32_t g, uint64_t slot) {
+  const size_t rb = row_bytes(w, l, v);
+  const unsigned char *row = pool_row(w, 1, v, l, slot);
+  uint64_t head, check, tail;
+  memcpy(&head, row, sizeof head);
+  memcpy(&check, row + sizeof head, sizeof check);
+  memcpy(&tail, row + rb - sizeof tail, sizeof tail);
+  if (rb < 3 * sizeof head || head != tail || head == 0 || check != row_check(head, g)) return 0;
+  return head - 0x9e3779b97f4a7c15ull * (2u * l + (uint32_t)v + 1u); /* pool_tag(value, l, v) */
+}
+
+/* The value every row of group g's layers holds at host slot `slot`, or 0 when they disagree. */
+static inline uint64_t slot_decode(const world *w, uint32_t g, uint64_t slot) {
+  uint64_t value = 0;
+  for (uint32_t l = 0; l < w->num_layers; l++)
+    for (int v = 0; v < 2; v++) {
+      if (!own_bytes(w, l, v) || w->layer[l].group != g) continue;
+      const uint64_t got = row_decode(w, l, v, g, slot);
+      if (!got || (value && got != value)) return 0;
+      value = got;
+    }
+  return value;
+}
+
+/* With several KV groups: a stored block's slots were all written by its group, so a host block
+ * pkv filled from the store has every slot's rows, in every layer of one group, carrying that
+ * group's check word and one value; the shadow takes those where they differ from it. (Row 0 is
+ * at the block's first byte in every group's layout, so one group at most passes there.) A
+ * block only partly written by its group is none of the store's and stays as the shadow says. */
+static inline void store_resync_groups(world *w) {
+  uint64_t *shadow = w->shadow + (size_t)w->num_blocks * w->bs;
+  for (uint32_t b = 0; b < w->host_blocks; b++) {
+    uint32_t g = 0;
+    while (g < w->ngroups && !slot_decode(w, g, (uint64_t)b * w->bs)) g++;
+    if (g == w->ngroups) continue;
+    uint64_t got[MAX_LEN];
+    int changed = w->bgroup[w->num_blocks + b] != g, full = 1;
+    for (uint32_t i = 0; i < w->bs && full; i++) {
+      got[i] = slot_decode(w, g, (uint64_t)b * w->bs + i);
+      full = got[i] != 0;
+      changed |= got[i] != shadow[(size_t)b * w->bs + i];
+    }
+    if (!full || !changed) continue;
+    memcpy(shadow + (size_t)b * w->bs, got, w->bs * sizeof got[0]);
+    w->bgroup[w->num_blocks + b] = (uint8_t)g;
+    w->num_store_synced++;
+  }
+}
+
 static inline void store_resync(world *w) {
   if (!w->store) return;
   const uint64_t hits = tu_stats(w->e).num_store_hits;
   if (hits == w->store_hits_seen) return;
   w->store_hits_seen = hits;
+  if (w->ngroups > 1) {
+    store_resync_groups(w);
+    return;
+  }
   const size_t rb = row_bytes(w, 0, 0);
   uint64_t *shadow = w->shadow + (size_t)w->num_blocks * w->bs;
   for (uint64_t slot = 0; slot < (uint64_t)w->host_blocks * w->bs; slot++) {

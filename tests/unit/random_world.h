@@ -195,6 +195,13 @@ static inline uint64_t ident(uint64_t ctx, uint32_t g) {
   return g ? mix64(ctx ^ (0x51ed270b27a9c5f3ull * g)) : ctx;
 }
 
+/* Whether some group gives blocks back (a window or chunk). */
+static inline int gives_back(const world *w) {
+  for (uint32_t g = 0; g < w->ngroups; g++)
+    if (w->group_attention[g] != PKV_ATTENTION_FULL) return 1;
+  return 0;
+}
+
 /* The first block group g holds with the next token to compute at `next` (DESIGN.md §12), the
  * rule written out apart from pkv's: a window's first key's block, a chunk's first token's
  * block, all for full attention; with prefix caching never past the last sealed block (the
