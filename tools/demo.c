@@ -5,7 +5,9 @@
  * throughput, time to first token, prefix-cache hits, KV utilization and preemptions of both, and
  * checks that both generated the same tokens. No arguments needed. With --store, pkv alone instead,
  * cold and then warm from a store (demo_store.c). With --hybrid, a model with recurrent layers,
- * once per checkpoint policy of their state (demo_hybrid.c).
+ * once per checkpoint policy of their state (demo_hybrid.c). With --retention, tenants' system
+ * prompts through a burst of unique prompts, under plain LRU and under retention
+ * (demo_retention.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +72,12 @@ static int parse(demo_options *o, int argc, char **argv) {
        "--hybrid: policy every's blocks between checkpoints (default 4)", 0},
       {"checkpoint-slots", CLI_U32, &o->checkpoint_slots, "N",
        "--hybrid: checkpoint slots (default --max-num-seqs)", 0},
+      {"retention", CLI_FLAG, &o->retention, NULL,
+       "instead: tenants' requests (--requests a round, default 8), a burst of unique prompts, the "
+       "tenants again; pkv under plain LRU, then keeping the system prompts (priority, pins)",
+       0},
+      {"burst", CLI_U32, &o->burst, "N",
+       "--retention: unique prompts in the burst (default: twice the pool's tokens)", 0},
   };
   const cli_command cmd = {
       "demo", "demo [options]",
@@ -81,7 +89,11 @@ static int parse(demo_options *o, int argc, char **argv) {
       "host tier. The store's runs have a host tier: --host-cache, else the pool's size.\n"
       "With --hybrid, a model whose layers are 3 of 4 recurrent runs through pkv once per\n"
       "checkpoint policy of their state (--state-checkpoints), against contiguous, in the same KV\n"
-      "budget; pkv's checkpoint slots come on top of it, and the report says how much they take.",
+      "budget; pkv's checkpoint slots come on top of it, and the report says how much they take.\n"
+      "With --retention (default --num-blocks 96, --max-num-seqs 4), tenants' requests, a burst\n"
+      "of unique prompts that cycles the pool, then the tenants' requests again, through pkv under\n"
+      "plain LRU and with the system prompts kept (cache_priority, pkv_cache_set_priority,\n"
+      "pkv_cache_pin): the tenants' second-round hit rate of each, tokens identical across runs.",
       flags, sizeof flags / sizeof flags[0]};
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc;
@@ -112,8 +124,10 @@ static int parse(demo_options *o, int argc, char **argv) {
   else if (o->windows && demo_parse_windows(o) != 0)
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
-  else
-    bad = demo_hybrid_check(o, flag_seen(&cmd, "layers"), flag_seen(&cmd, "checkpoint-interval"));
+  else if (!(bad = demo_hybrid_check(o, flag_seen(&cmd, "layers"),
+                                     flag_seen(&cmd, "checkpoint-interval"))))
+    bad = demo_retention_check(o, flag_seen(&cmd, "requests"), flag_seen(&cmd, "num-blocks"),
+                               flag_seen(&cmd, "max-num-seqs"));
   if (!bad) return CLI_PARSED;
   fprintf(stderr, "pkv demo: %s\n", bad);
   return CLI_BAD_USAGE;
@@ -291,6 +305,7 @@ int cmd_demo(int argc, char **argv) {
   if (rc != CLI_PARSED) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : CLI_EXIT_USAGE;
   model_config mc;
   model_config_of(&o, &mc);
+  if (o.retention) return demo_retention_runs(&o, &mc) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
   model m;
   demo_workload w;
   if (model_init(&m, &mc) != 0 || demo_workload_make(&o, mc.vocab, &w) != 0) {

@@ -11,6 +11,7 @@
  *   demo_store.c    --store: a cold and a warm run in two processes sharing a store
  *   demo_hybrid.c   --hybrid: recurrent layers, runs by checkpoint policy against contiguous
  *   demo_mixer.c    --hybrid's recurrent layers, on pkv's state slots or the baseline's own
+ *   demo_retention.c --retention: tenants' system prompts through a burst, LRU against retention
  */
 #ifndef PKV_TOOLS_DEMO_H
 #define PKV_TOOLS_DEMO_H
@@ -69,11 +70,18 @@ typedef struct demo_options {
   uint32_t checkpoint_slots;     /* --checkpoint-slots: 0 = pkv's default (max_num_seqs) */
   uint32_t checkpoint_policy;    /* PKV_STATE_CHECKPOINT_* of a paged run (set per run) */
   demo_mixer *mixer;             /* --hybrid: the recurrent layers of both designs (set by it) */
+  int retention;                 /* --retention (demo_retention.c) */
+  uint32_t burst;                /* --burst: its unique prompts; 0 = twice the pool's tokens */
+  /* A paged run calls this after each pkv_commit (no batch open), when set: --retention's pins
+   * and prefix priorities need the system prompts' blocks to exist. 0, or -1 with error set. */
+  int (*on_step)(void *ctx, pkv_engine *e, char *error, size_t cap);
+  void *on_step_ctx;
 } demo_options;
 
 typedef struct demo_request {
   int32_t *prompt; /* [prompt_len]: the tenant's system prompt, then the user's part */
   uint32_t prompt_len, system_len, tenant, max_new_tokens;
+  int32_t cache_priority; /* its pkv_request_params.cache_priority (--retention); 0 = plain LRU */
 } demo_request;
 
 typedef struct demo_workload {
@@ -108,6 +116,11 @@ typedef struct demo_result {
   /* --hybrid: pkv_stats's checkpoint counters, pkv_kv_budget's state terms */
   uint64_t ckpt_taken, ckpt_evicted, ckpt_held, state_restores, state_fallback_tokens;
   uint64_t ckpt_slots, state_bytes_per_seq, block_bytes;
+  /* --retention: pkv_stats's evictions by priority (low, normal, high, highest), pinned blocks
+   * at the end; per request, prompt tokens the prefix cache served at its last admission (NULL
+   * unless the caller allocated it) */
+  uint64_t evictions[4], pinned_blocks;
+  uint32_t *cached_tokens;
   float *trace_util;       /* [steps] KV utilization (live tokens' share), for the plot */
   float *trace_reserved;   /* [steps] the budget's share reserved for running sequences */
   uint32_t *trace_running; /* [steps] running sequences */
@@ -192,6 +205,14 @@ int demo_mixer_batch(demo_mixer *x, uint32_t layer, const pkv_batch_view *v,
 const char *demo_hybrid_check(demo_options *o, int layers_seen, int interval_seen);
 /* The runs by checkpoint policy and the contiguous one, and their report; 0, or -1 (printed). */
 int demo_hybrid_runs(demo_options *o, const demo_workload *w, const model *m);
+
+/* demo_retention.c. Why the options cannot run --retention (a message naming the flag), or NULL;
+ * sets its defaults (--requests 8, --num-blocks 96, --max-num-seqs 4, unless the flag was seen). */
+const char *demo_retention_check(demo_options *o, int requests_seen, int blocks_seen,
+                                 int seqs_seen);
+/* Its workload, runs (plain LRU, requests' priority, system prompts' priority, pins) and report;
+ * 0, or -1 (message printed). */
+int demo_retention_runs(demo_options *o, const model_config *mc);
 
 /* demo_plot.c: the SVG of runs[0..num_runs), a panel each; 0, or -1 (message printed). */
 int demo_plot(const char *path, const demo_result *const *runs, uint32_t num_runs,

@@ -137,6 +137,7 @@ static int submit_all(paged_run *p) {
     rp.stop_token = p->o->stop_token;
     rp.cache_salt = p->w->salts[q->tenant];
     rp.cache_salt_len = (uint32_t)strlen(p->w->salts[q->tenant]);
+    rp.cache_priority = q->cache_priority;
     pkv_status s = pkv_submit(p->e, q->prompt, q->prompt_len, &rp, &p->seqs[i]);
     if (s != PKV_OK) return fail(p, "pkv_submit", s);
     if (i > 0 && p->seqs[i] <= p->seqs[i - 1])
@@ -214,6 +215,7 @@ static int retire(paged_run *p, uint64_t seq) {
   if (reserve_rows(p, n, 1) != 0) return fail(p, "out of memory", PKV_OK);
   s = pkv_seq_tokens(p->e, seq, p->tokens, p->cap_rows, &len);
   if (s != PKV_OK) return fail(p, "pkv_seq_tokens", s);
+  if (p->r->cached_tokens) p->r->cached_tokens[i] = info.num_cached_tokens;
   int same = len == n && info.finish_reason == p->r->finish[i];
   for (uint32_t k = 0; same && k < n; k++) same = p->tokens[k] == demo_token_at(p->w, p->r, i, k);
   if (!same)
@@ -242,6 +244,8 @@ static int step(paged_run *p) {
       demo_result_token(p->r, p->w, request_of(p, v.seq_ids[i]), p->sampled[i], p->o->stop_token,
                         ms);
   if ((s = pkv_commit(b, p->sampled)) != PKV_OK) return fail(p, "pkv_commit", s);
+  if (p->o->on_step && p->o->on_step(p->o->on_step_ctx, p->e, p->r->error, sizeof p->r->error))
+    return -1;
   pkv_stats st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
@@ -299,6 +303,9 @@ int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m
     r->ckpt_held = st.num_state_checkpoints_held;
     r->state_restores = st.num_state_restores;
     r->state_fallback_tokens = st.state_fallback_tokens;
+    r->evictions[0] = st.num_evictions_low, r->evictions[1] = st.num_evictions_normal;
+    r->evictions[2] = st.num_evictions_high, r->evictions[3] = st.num_evictions_highest;
+    r->pinned_blocks = st.num_pinned_blocks;
   }
   pkv_kv_budget kb;
   memset(&kb, 0, sizeof kb);
