@@ -62,7 +62,7 @@ const char *demo_retention_check(demo_options *o, int requests_seen, int blocks_
   if (o->num_requests < o->num_tenants)
     return "--retention: --requests (each round's) must be at least --tenants, so that every "
            "tenant comes back after the burst";
-  if (o->burst > 100000) return "--burst must be in 1 .. 100000";
+  if (o->burst > 100000) return "--burst must be at most 100000 (0: twice the pool's tokens)";
   return NULL;
 }
 
