@@ -240,6 +240,49 @@ static void print_group_rows(const pkv_engine_params *p, const pkv_kv_budget *b,
   }
 }
 
+static uint64_t gcd64(uint64_t a, uint64_t b) { return b ? gcd64(b, a % b) : a; }
+
+/* The most blocks a prompt of len tokens holds in a group while pkv_step computes it in chunks
+ * of up to c tokens (admission per chunk, DESIGN.md §7's rule): a window w's w + c - 1 keys from
+ * a block's last slot, a chunked group's chunk + c - 1 keys from gcd(chunk, block size) short of
+ * a block's end, with prefix caching at least the last sealed block and the chunk, never less
+ * than the decode's nor more than all. */
+static uint64_t prefill_blocks(const struct pkv_kv_group_info *gi, const pkv_engine_params *p,
+                               uint32_t len, uint32_t c) {
+  const uint64_t bs = p->block_size, w = gi->window, all = ((uint64_t)len + bs - 1) / bs;
+  if (w == 0) return all;
+  uint64_t most = gi->attention == PKV_ATTENTION_CHUNKED
+                      ? (bs - gcd64(w, bs) + w + c - 1 + bs - 1) / bs
+                      : (w + c - 2 + bs - 1) / bs + 1;
+  const uint64_t sealed = (bs - 1 + c + bs - 1) / bs + 1;
+  if (p->enable_prefix_caching && sealed > most) most = sealed;
+  const uint64_t decode = group_blocks(gi->window, len, p->block_size);
+  most = most > decode ? most : decode;
+  return most < all ? most : all;
+}
+
+/* Per run of alike groups: the prefill peak of a max_model_len prompt per chunk (pkv_step with a
+ * windowed group) against whole (pkv_allocate, and pkv_step before 0.8). */
+static void print_prefill_rows(const pkv_engine_params *p, uint32_t ng) {
+  const uint32_t len = p->max_model_len, c = p->max_num_batched_tokens;
+  printf("  prefill of a %u-token prompt in chunks of %u (max_num_batched_tokens), blocks at its "
+         "peak:\n  %8s %8s %7s %11s %11s\n",
+         len, c, "group", "kind", "window", "per chunk", "whole");
+  char label[32], win[16];
+  for (uint32_t g = 0; g < ng;) {
+    struct pkv_kv_group_info gi, next;
+    if (group_info(p, g, &gi) != 0) return;
+    uint32_t last = g;
+    while (last + 1 < ng && group_info(p, last + 1, &next) == 0 && same_group(&gi, &next)) last++;
+    snprintf(label, sizeof label, last > g ? "%u..%u" : "%u", g, last);
+    snprintf(win, sizeof win, gi.window ? "%u" : "-", gi.window);
+    printf("  %8s %8s %7s %11llu %11llu\n", label, attention_name(gi.attention), win,
+           (unsigned long long)prefill_blocks(&gi, p, len, c),
+           (unsigned long long)(((uint64_t)len + p->block_size - 1) / p->block_size));
+    g = last + 1;
+  }
+}
+
 void profile_print_layer_groups(const pkv_engine_params *p, const pkv_kv_budget *b) {
   uint32_t ng = 0, *group = layer_groups(p, &ng);
   uint32_t *members = group ? malloc((size_t)p->num_layers * sizeof *members) : NULL;
@@ -271,6 +314,7 @@ void profile_print_layer_groups(const pkv_engine_params *p, const pkv_kv_budget 
             "  with the fewest, the last of a kind padded)\n"
           : "  (no page of whole layers holds these groups without waste: this one wastes least)\n",
       p->block_size);
+  if (p->max_model_len) print_prefill_rows(p, ng);
   const uint32_t shared = p->num_layers - b->num_cached_layers - b->num_state_layers;
   if (shared)
     printf("  %u shared layers keep no cache: each reads the K and V of the layer it names\n",

@@ -10,17 +10,25 @@
 
 enum { BS = 16, MAX_REQ = 8 };
 
-/* Layer 0 windowed (window), layer 1 full: one group each. */
-static pkv_engine *gemma_like(uint32_t window, uint32_t num_blocks, uint32_t max_tokens,
-                              uint32_t max_seqs, uint32_t caching) {
+/* Layer 0 windowed (window), layer 1 full: one group each. host_blocks: a host tier that
+ * preemption swaps to (0: none, preemption recomputes). */
+static pkv_engine *gemma_like_host(uint32_t window, uint32_t num_blocks, uint32_t max_tokens,
+                                   uint32_t max_seqs, uint32_t caching, uint32_t host_blocks) {
   pkv_engine_params p;
   tu_params(&p, BS, num_blocks);
+  p.host_num_blocks = host_blocks;
+  p.preemption_mode = host_blocks ? PKV_PREEMPT_SWAP : p.preemption_mode;
   const uint32_t windows[2] = {window, 0};
   p.layer_windows = windows;
   p.max_num_batched_tokens = max_tokens;
   p.max_num_seqs = max_seqs;
   p.enable_prefix_caching = caching;
   return tu_engine_p(&p);
+}
+
+static pkv_engine *gemma_like(uint32_t window, uint32_t num_blocks, uint32_t max_tokens,
+                              uint32_t max_seqs, uint32_t caching) {
+  return gemma_like_host(window, num_blocks, max_tokens, max_seqs, caching, 0);
 }
 
 /* The group of the windowed layer (layer 0) and of the full one. */
@@ -245,11 +253,12 @@ static void test_first_chunk_does_not_fit(void) {
 }
 
 /* Several long prompts racing for a small pool: later chunks that do not fit preempt the newest
- * request (recompute), and every request still finishes with the model's tokens and outputs.
- * Each needs 41 + 9 = 50 blocks at its peak (prompt 640 + 8: ceil(648 / 16) = 41 full; window
- * 64, chunks of 64: ceil(126 / 16) + 1 = 9); the pool has 64. */
-static void test_preemption_under_pressure(uint32_t caching) {
-  pkv_engine *e = gemma_like(64, 64, 64, 4, caching);
+ * request (recompute, or swap to the host tier: its slotted KV goes, its unslotted prompt rest
+ * waits with it), and every request still finishes with the model's tokens and outputs. Each
+ * needs 41 + 9 = 50 blocks at its peak (prompt 640 + 8: ceil(648 / 16) = 41 full; window 64,
+ * chunks of 64: ceil(126 / 16) + 1 = 9); the pool has 64. */
+static void test_preemption_under_pressure(uint32_t caching, uint32_t swap) {
+  pkv_engine *e = gemma_like_host(64, 64, 64, 4, caching, swap ? 256 : 0);
   if (!e) return;
   su_req reqs[4];
   for (uint32_t i = 0; i < 4; i++)
@@ -257,9 +266,10 @@ static void test_preemption_under_pressure(uint32_t caching) {
   const peaks pk = run(e, reqs, 4, 64);
   const pkv_stats st = tu_stats(e);
   CHECK(st.num_preemptions > 0);
+  CHECK_EQ_INT(st.num_swap_preemptions, swap ? st.num_preemptions : 0);
   CHECK(pk.used <= 64);
-  printf("  4 prompts of 640 in 64 blocks (caching %u): %u steps, %llu preemptions\n", caching,
-         pk.steps, (unsigned long long)st.num_preemptions);
+  printf("  4 prompts of 640 in 64 blocks (caching %u, swap %u): %u steps, %llu preemptions\n",
+         caching, swap, pk.steps, (unsigned long long)st.num_preemptions);
   for (uint32_t i = 0; i < 4; i++) {
     CHECK_OK(pkv_release(e, reqs[i].seq));
     su_req_free(&reqs[i]);
@@ -268,8 +278,9 @@ static void test_preemption_under_pressure(uint32_t caching) {
   pkv_engine_destroy(e);
 }
 
-static void test_preemption_caching(void) { test_preemption_under_pressure(1); }
-static void test_preemption_no_caching(void) { test_preemption_under_pressure(0); }
+static void test_preemption_caching(void) { test_preemption_under_pressure(1, 0); }
+static void test_preemption_no_caching(void) { test_preemption_under_pressure(0, 0); }
+static void test_preemption_swap(void) { test_preemption_under_pressure(1, 1); }
 
 /* Without a windowed group the whole prompt is still reserved at admission (DESIGN.md §7). */
 static void test_full_attention_admits_whole(void) {
@@ -295,6 +306,7 @@ int main(void) {
   TU_RUN(test_first_chunk_does_not_fit);
   TU_RUN(test_preemption_caching);
   TU_RUN(test_preemption_no_caching);
+  TU_RUN(test_preemption_swap);
   TU_RUN(test_full_attention_admits_whole);
   return tu_summary();
 }

@@ -14,6 +14,9 @@
 #     2 x 10 x 16 x 128 x 2 = 81920; inside every window 7 x 81920 = 573440; past them 81920.
 #     fp8: 40960, 286720. Its last group's own layers: 2 x 8192 = 16384 a token, the page's other
 #     8 x 8192 x 16 = 1048576 bytes a block padding; the model's K and V 62 x 8192 = 507904.
+#     Its prefill of a 131072-token prompt in chunks of 2048 (issue 30: pkv_step admits per chunk):
+#     a windowed group holds 1024 + 2048 - 1 keys from a block's last slot at most, ceil(3070 /
+#     16) + 1 = 193 blocks, against 131072 / 16 = 8192 whole; the full group 8192 either way.
 # Since issue 27 a model whose layers differ is read per layer and printed per group: each row a
 # group (or a run a..b of alike ones) with its kind, window or chunk, layers, its own bytes per
 # token and padding per block (pkv_kv_group_info), blocks and bytes a sequence of max_model_len
@@ -66,6 +69,10 @@ expect out 0 "Gemma 3: seven groups, the model's token in every window" \
   "bytes per token +560.00 KiB +573440 +7 KV groups x 81920" "past the windows +80.00 KiB +81920 " \
   "^ +6 +sliding +1024 +2 +16384 +1048576 +65 +81.25 MiB +60,61$" "^ +model +62 +507904 +1048576 +8582 " \
   "2 such sequences fit, against none with" \
+  -- profile --config "$g3" --memory 24GiB
+expect out 0 "Gemma 3: prefill peak per chunk against whole" \
+  "prefill of a 131072-token prompt in chunks of 2048 \(max_num_batched_tokens\)" \
+  "^ +0 +full +- +8192 +8192$" "^ +1\.\.5 +sliding +1024 +193 +8192$" \
   -- profile --config "$g3" --memory 24GiB
 if grep -q "holds none\|, where" "$tmp/out"; then bad "Gemma 3: no garbled sentence" "$(grep 'holds none\|, where' "$tmp/out")"; else ok "Gemma 3: no garbled sentence"; fi
 expect out 0 "Gemma 3, fp8: half the bytes" "bytes per token +280.00 KiB +286720 " \
