@@ -22,6 +22,9 @@
  * requests on another libpkv loaded by path in the same run (e.g. 0.3.0's, built from commit
  * 03f6ad6 into a directory of its own), with the ratio this/other; and the cost per KV group
  * of a Gemma-4-like engine (layer specs) beside a one-group one.
+ * Then (bench_chunk_admission.c) admission per chunk (pkv_step) against whole-prompt admission
+ * (pkv_allocate) in a Gemma-3-like engine: ns per prompt block and each group's peak, in the
+ * same run.
  * Last (bench_eviction.c) the cost of an evicted block with retention priorities against plain
  * LRU, in the same run, as a ratio.
  */
@@ -34,6 +37,7 @@
 
 #include <pkv/pkv.h>
 
+#include "bench_chunk_admission.h"
 #include "bench_eviction.h"
 #include "bench_request_cost.h"
 #include "bench_util.h"
@@ -289,6 +293,7 @@ int main(int argc, char **argv) {
   if (status == 0) status = bench_request_cost(apis, num_apis, quick);
   if (num_apis == 2) req_api_close(&apis[1]);
   if (status == 0) status = bench_request_groups(quick);
+  if (status == 0) status = bench_admission_per_chunk(quick);
   if (status == 0) status = bench_eviction_priorities(quick);
   bench_free_prompts(b->prompts, PROMPTS_PER_ROUND, b->miss_prompt);
   free(b);
