@@ -2,7 +2,8 @@
  * eviction - lowest effective priority first, least recently released within one, a priority past
  * its retention counted as normal - and the engine must agree after every operation: which
  * prefixes stay cached (pkv_allocate_query), NO_SPACE exactly when the shadow runs out, the
- * evictions by priority, the pins and pkv_engine_check.
+ * evictions by priority, the pins and pkv_engine_check. Operations: allocate, release, preempt
+ * and resume, set a prefix's priority, pin, unpin, advance the clock.
  *
  * Block size 2, prompts of 3 tokens: prompt k is one sealed block (its own node) and one unsealed
  * block, so the shadow follows one cached block per prompt. Retentions come from 4 values, so no
@@ -25,6 +26,7 @@ typedef struct {
   uint64_t id;
   int prompt, priority;
   uint32_t retention_ms;
+  int preempted; /* holds no block (pkv_preempt) until pkv_resume */
 } Seq;
 
 typedef struct {
@@ -113,27 +115,16 @@ static void take_block(Shadow *s) {
   memset(v, 0, sizeof *v);
 }
 
-static void op_allocate(pkv_engine *e, Shadow *s) {
-  if (s->num_seqs == MAX_SEQS) return;
-  const int k = (int)rnd(PROMPTS), priority = (int)rnd(4) - 1;
-  static const uint32_t retentions[4] = {0, 50, 200, 1000};
-  const uint32_t retention_ms = retentions[rnd(4)];
+/* The shadow's side of an admission of prompt k, after the engine said st: NO_SPACE exactly when
+ * the blocks it needs are not free. Returns whether it was admitted. */
+static int admit(Shadow *s, int k, pkv_status st) {
   Block *b = &s->b[k];
   const int needed = b->present && b->ref > 0 ? 1 : 2;
-  const int free_total = POOL - s->num_used;
-  int32_t t[3];
-  tokens_of(k, t);
-  pkv_seq_params sp;
-  pkv_seq_params_init(&sp, sizeof sp);
-  sp.cache_priority = priority;
-  sp.cache_retention_ms = retention_ms;
-  uint64_t id = 0;
-  pkv_status st = pkv_allocate(e, t, 3, &sp, &id, NULL);
-  if (needed > free_total) {
+  if (needed > POOL - s->num_used) {
     CHECK_EQ_INT(st, PKV_ERR_NO_SPACE);
-    return;
+    return 0;
   }
-  if (!CHECK_OK(st)) return;
+  if (!CHECK_OK(st)) return 0;
   if (b->present) {
     hold(s, b); /* the hit is held before any pop */
   } else {
@@ -144,8 +135,41 @@ static void op_allocate(pkv_engine *e, Shadow *s) {
   }
   take_block(s); /* the unsealed block of its last token */
   s->num_used++;
+  return 1;
+}
+
+static void op_allocate(pkv_engine *e, Shadow *s) {
+  if (s->num_seqs == MAX_SEQS) return;
+  const int k = (int)rnd(PROMPTS), priority = (int)rnd(4) - 1;
+  static const uint32_t retentions[4] = {0, 50, 200, 1000};
+  const uint32_t retention_ms = retentions[rnd(4)];
+  int32_t t[3];
+  tokens_of(k, t);
+  pkv_seq_params sp;
+  pkv_seq_params_init(&sp, sizeof sp);
+  sp.cache_priority = priority;
+  sp.cache_retention_ms = retention_ms;
+  uint64_t id = 0;
+  if (!admit(s, k, pkv_allocate(e, t, 3, &sp, &id, NULL))) return;
   CHECK(tu_compute1(e, id));
-  s->seqs[s->num_seqs++] = (Seq){id, k, priority, retention_ms};
+  s->seqs[s->num_seqs++] = (Seq){id, k, priority, retention_ms, 0};
+}
+
+/* A running sequence gives its blocks back as a release does (its priority too), or a preempted
+ * one is admitted again. */
+static void op_preempt_or_resume(pkv_engine *e, Shadow *s) {
+  if (!s->num_seqs) return;
+  Seq *q = &s->seqs[rnd((uint32_t)s->num_seqs)];
+  if (q->preempted) {
+    if (!admit(s, q->prompt, pkv_resume(e, q->id, NULL))) return;
+    CHECK(tu_compute1(e, q->id));
+    q->preempted = 0;
+    return;
+  }
+  CHECK_OK(pkv_preempt(e, q->id));
+  s->num_used--;
+  drop(s, &s->b[q->prompt], q->priority, q->retention_ms);
+  q->preempted = 1;
 }
 
 static void op_release(pkv_engine *e, Shadow *s) {
@@ -154,7 +178,8 @@ static void op_release(pkv_engine *e, Shadow *s) {
   Seq q = s->seqs[i];
   s->seqs[i] = s->seqs[--s->num_seqs];
   CHECK_OK(pkv_release(e, q.id));
-  s->num_used--; /* its unsealed block: free */
+  if (q.preempted) return; /* it held nothing */
+  s->num_used--;           /* its unsealed block: free */
   drop(s, &s->b[q.prompt], q.priority, q.retention_ms);
 }
 
@@ -255,8 +280,10 @@ static void run_seed(uint64_t seed, int ops) {
     const uint32_t r = rnd(100);
     if (r < 35)
       op_allocate(e, &s);
-    else if (r < 65)
+    else if (r < 58)
       op_release(e, &s);
+    else if (r < 65)
+      op_preempt_or_resume(e, &s);
     else if (r < 75)
       op_set_priority(e, &s);
     else if (r < 81)
