@@ -1286,7 +1286,9 @@ typedef struct pkv_stats {
   uint64_t host_hit_tokens;       /* of prefix_hit_tokens, served by host-tier blocks: loaded
                                      back, not recomputed (cumulative) */
   uint64_t num_offloaded_blocks;  /* evicted pool blocks copied to the host tier (cumulative) */
-  uint64_t num_loaded_blocks;     /* host-tier blocks copied back by prefix hits (cumulative) */
+  uint64_t num_loaded_blocks;     /* host-tier blocks copied back into the pool (cumulative): by
+                                     prefix hits (with KV groups, one per group that loads a
+                                     position) and (since 0.8.0) by pkv_truncate's take-back */
   uint64_t num_host_evictions;    /* offloaded blocks dropped from the host tier (cumulative) */
   /* the store tier (since 0.2.0); blocks unless said otherwise, cumulative. (since 0.6.0) With
      STATE layers, checkpoints of the state are values too: counted in lookups, hits, misses,
@@ -1559,7 +1561,9 @@ PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
  * the prefix cache: the next append copies it before writing. seq must be running or preempted,
  * outside the open batch, and one of pkv_allocate's. With sliding windows, a windowed KV group
  * takes back from the prefix cache the blocks it gave back that the kept tokens' window reaches
- * again (a cut of a few tokens near a block edge). With STATE layers (since 0.6.0), a running seq
+ * again (a cut of a few tokens near a block edge): a pool copy is shared, and (since 0.8.0) one
+ * held only in the host tier is loaded (a PKV_COPY_LOAD the next batch lists, counted in
+ * num_loaded_blocks). With STATE layers (since 0.6.0), a running seq
  * cut below its computed tokens goes back to a checkpoint, as a state cannot give tokens back: it
  * is admitted again for its first num_tokens tokens, keeping its working slot, so the prefix
  * cache (its own blocks and checkpoints included) serves the longest hit with a checkpoint, the
@@ -1567,7 +1571,7 @@ PKV_API pkv_status pkv_swap_in(pkv_engine *e, uint64_t seq);
  * it are computed again (pkv_seq_info's computed count says how many are kept).
  * Errors: PKV_ERR_INVALID_ARGUMENT (num_tokens not in 1 .. the sequence's tokens),
  * PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is swapped out, in the open batch, or a
- * request of pkv_submit; or a block the window needs again is cached no longer - evicted, or
+ * request of pkv_submit; or a block the window needs again is in no tier any more - evicted, or
  * prefix caching off: preempt and resume the sequence instead), PKV_ERR_NO_SPACE (not enough free
  * blocks to take those blocks back, or (since 0.6.0) for a rollback's admission of the kept
  * tokens, in which a windowed group holds every block; nothing changed).
