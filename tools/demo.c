@@ -78,6 +78,10 @@ static int parse(demo_options *o, int argc, char **argv) {
        0},
       {"burst", CLI_U32, &o->burst, "N",
        "--retention: unique prompts in the burst (default: twice the pool's tokens)", 0},
+      {"retention-ms", CLI_U32, &o->retention_ms, "MS",
+       "--retention: the priority runs' cache_retention_ms, after which a kept block's priority "
+       "decays to normal (default 0: never)",
+       0},
   };
   const cli_command cmd = {
       "demo", "demo [options]",

@@ -72,6 +72,7 @@ typedef struct demo_options {
   demo_mixer *mixer;             /* --hybrid: the recurrent layers of both designs (set by it) */
   int retention;                 /* --retention (demo_retention.c) */
   uint32_t burst;                /* --burst: its unique prompts; 0 = twice the pool's tokens */
+  uint32_t retention_ms;         /* --retention-ms: the priority runs' cache_retention_ms */
   /* A paged run calls this after each pkv_commit (no batch open), when set: --retention's pins
    * and prefix priorities need the system prompts' blocks to exist. 0, or -1 with error set. */
   int (*on_step)(void *ctx, pkv_engine *e, char *error, size_t cap);
@@ -82,6 +83,7 @@ typedef struct demo_request {
   int32_t *prompt; /* [prompt_len]: the tenant's system prompt, then the user's part */
   uint32_t prompt_len, system_len, tenant, max_new_tokens;
   int32_t cache_priority; /* its pkv_request_params.cache_priority (--retention); 0 = plain LRU */
+  uint32_t cache_retention_ms; /* and cache_retention_ms: 0 = the priority never decays */
 } demo_request;
 
 typedef struct demo_workload {

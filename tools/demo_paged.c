@@ -138,6 +138,7 @@ static int submit_all(paged_run *p) {
     rp.cache_salt = p->w->salts[q->tenant];
     rp.cache_salt_len = (uint32_t)strlen(p->w->salts[q->tenant]);
     rp.cache_priority = q->cache_priority;
+    rp.cache_retention_ms = q->cache_retention_ms;
     pkv_status s = pkv_submit(p->e, q->prompt, q->prompt_len, &rp, &p->seqs[i]);
     if (s != PKV_OK) return fail(p, "pkv_submit", s);
     if (i > 0 && p->seqs[i] <= p->seqs[i - 1])

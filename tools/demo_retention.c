@@ -13,6 +13,9 @@
  *   pin               each system prompt pinned (pkv_cache_pin) once its blocks exist, when the
  *                     pins fit in PKV_MAX_PINNED_PERCENT of the pool
  *
+ * --retention-ms gives the two priority runs a cache_retention_ms: a kept block decays to normal
+ * that long after its last release, so a retention shorter than the burst keeps nothing.
+ *
  * All requests arrive at step 0 and are admitted in order (pkv's queue is first come, first
  * served), so the burst runs between the two rounds. Per run: the tenants' second-round hit rate
  * (cached prompt tokens, pkv_seq_info.num_cached_tokens, over prompt tokens), the first round's
@@ -41,7 +44,8 @@ typedef struct parts {
 
 const char *demo_retention_check(demo_options *o, int requests_seen, int blocks_seen,
                                  int seqs_seen) {
-  if (!o->retention) return o->burst ? "--burst goes with --retention" : NULL;
+  if (!o->retention)
+    return o->burst || o->retention_ms ? "--burst and --retention-ms go with --retention" : NULL;
   if (o->hybrid) return "--retention runs attention layers only: drop --hybrid";
   if (o->store) return "--retention runs in one process on the pool alone: drop --store";
   if (o->host_cache)
@@ -143,7 +147,7 @@ static int make_workload(const demo_options *o, uint32_t vocab, demo_workload *w
  * full blocks) kept once all of them exist; a pin is all or nothing, so a partial one goes. */
 typedef struct keeper {
   const demo_workload *w;
-  uint32_t block_size, run;
+  uint32_t block_size, run, retention_ms;
   uint8_t kept[DEMO_MAX_TENANTS];
 } keeper;
 
@@ -156,9 +160,10 @@ static int keep_one(keeper *k, pkv_engine *e, uint32_t t, const demo_request *q,
   uint32_t got = 0;
   uint64_t pin = 0;
   const char *call = k->run == RUN_PIN ? "pkv_cache_pin" : "pkv_cache_set_priority";
-  pkv_status s = k->run == RUN_PIN ? pkv_cache_pin(e, q->prompt, full, &sp, &pin, &got)
-                                   : pkv_cache_set_priority(e, q->prompt, full, &sp,
-                                                            PKV_CACHE_PRIORITY_MAX, 0, &got);
+  pkv_status s = k->run == RUN_PIN
+                     ? pkv_cache_pin(e, q->prompt, full, &sp, &pin, &got)
+                     : pkv_cache_set_priority(e, q->prompt, full, &sp, PKV_CACHE_PRIORITY_MAX,
+                                              k->retention_ms, &got);
   if (s == PKV_OK && k->run != RUN_PIN) got *= k->block_size; /* blocks given it, as tokens */
   if (s == PKV_OK && got == full) k->kept[t] = 1;
   if (s == PKV_OK && !k->kept[t] && k->run == RUN_PIN)
@@ -191,10 +196,11 @@ static int run_one(demo_options *o, demo_workload *w, const parts *pt, const mod
                    demo_result *r) {
   keeper k;
   memset(&k, 0, sizeof k);
-  k.w = w, k.block_size = o->block_size, k.run = run;
+  k.w = w, k.block_size = o->block_size, k.run = run, k.retention_ms = o->retention_ms;
   for (uint32_t i = 0; i < w->num_requests; i++) {
     const int tenants = i < pt->per_round || i >= pt->per_round + pt->burst;
     w->requests[i].cache_priority = run == RUN_REQUEST && tenants ? PKV_CACHE_PRIORITY_MAX : 0;
+    w->requests[i].cache_retention_ms = run == RUN_REQUEST && tenants ? o->retention_ms : 0;
   }
   o->on_step = run == RUN_PREFIX || run == RUN_PIN ? keep : NULL;
   o->on_step_ctx = &k;
@@ -249,9 +255,16 @@ static void print_header(const demo_options *o, const demo_workload *w, const pa
          w->num_tenants, slo, shi, pt->per_round, pt->burst, (unsigned long long)burst_tokens,
          (double)burst_tokens / (double)pool_tokens, pt->per_round);
   printf("  pool       %u blocks x %u tokens = %llu tokens, up to %u sequences and %u tokens per\n"
-         "             step, prefix caching on\n\n",
+         "             step, prefix caching on\n",
          o->num_blocks, o->block_size, (unsigned long long)pool_tokens, o->max_num_seqs,
          o->step_tokens);
+  if (o->retention_ms)
+    printf("  retention  the priority runs' kept blocks decay to normal %u ms after their last\n"
+           "             release (cache_retention_ms)\n",
+           o->retention_ms);
+  else
+    printf("  retention  the priority runs' kept blocks never decay (cache_retention_ms 0)\n");
+  printf("\n");
 }
 
 #define CELLS(label, fmt, ...)                         \
