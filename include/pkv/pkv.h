@@ -1538,9 +1538,9 @@ PKV_API pkv_status pkv_resume(pkv_engine *e, uint64_t seq, uint32_t *out_num_cac
  * appended to, forked or batched (those calls refuse it); pkv_release frees its host blocks. The
  * scheduler swaps its own requests (preemption_mode). With STATE layers (since 0.6.0) the
  * sequence's working state moves too: to a host state slot (a STATE_OUT copy) on swap-out, back to
- * a working slot (STATE_IN) on swap-in. With KV groups (since 0.8.0: windows, chunks, unequal or
- * SHARED layers) every group's blocks move, and only those it holds (a window's given-back blocks
- * take no host block): pkv_seq_info.num_host_blocks counts them.
+ * a working slot (STATE_IN) on swap-in. (since 0.8.0) With KV groups (windows, chunks, unequal
+ * or SHARED layers) every group's blocks move, and only those it holds (a window's given-back
+ * blocks take no host block): pkv_seq_info.num_host_blocks counts them.
  * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_UNSUPPORTED (an engine without a host
  * tier), PKV_ERR_STATE (seq is not running, is in the open batch, or is a request of pkv_submit),
  * PKV_ERR_NO_SPACE (not enough free host-tier blocks, or ((since 0.6.0) no free host state slot);
