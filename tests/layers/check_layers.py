@@ -15,12 +15,12 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
-    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp"]),
+    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp", "engine_retention.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*"]),
     ("sequence", ["sequence.*"]),
     ("block manager", ["block_manager.*", "block_manager_admit.cpp", "block_manager_host.cpp",
-                       "block_manager_check.cpp", "block_manager_state.cpp", "block_pool.*", "block_kinds.*",
+                       "block_manager_check.cpp", "block_manager_state.cpp", "block_manager_retain.cpp", "block_pool.*", "block_kinds.*",
                        "block_kind_full.h", "block_kind_sliding.h", "block_kind_chunked.h",
                        "block_kind_shared.h", "tiers/store_staging.cpp", "state_pool.*"]),
     ("prefix cache", ["prefix_tree.*", "node_table.h", "block_hash.*", "state_checkpoints.*"]),
