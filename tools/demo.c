@@ -63,6 +63,9 @@ static int parse(demo_options *o, int argc, char **argv) {
       {"windows", CLI_STRING, &o->windows, "W,W,...",
        "sliding windows per layer, the list repeated over --layers (0 = full attention; e.g. --layers 6 --windows 64,64,64,64,64,0 is Gemma-like); also runs the same model with full attention in the same memory; with --host-cache or --store too",
        0},
+      {"long-prompt", CLI_U32, &o->long_prompt, "TOKENS",
+       "--windows: also one request of this many prompt tokens; prints each KV group's peak of blocks during its prefill, per chunk against the whole prompt (default: none)",
+       0},
       {"hybrid", CLI_FLAG, &o->hybrid, NULL,
        "instead: recurrent layers (3 of every 4, default --layers 4), pkv keeping their states; runs pkv once per --state-checkpoints policy and compares with contiguous",
        0},
@@ -125,6 +128,12 @@ static int parse(demo_options *o, int argc, char **argv) {
     bad = demo_store_check(o->store);
   else if (o->store && o->no_prefix_caching)
     bad = "--store needs prefix caching (the store holds prefix blocks): drop --no-prefix-caching";
+  else if (o->long_prompt && !o->windows)
+    bad = "--long-prompt shows windowed KV groups' prefill peak: give --windows too";
+  else if (o->long_prompt > 65536)
+    bad = "--long-prompt must be at most 65536 tokens";
+  else if (o->long_prompt && (o->store || o->hybrid))
+    bad = "--long-prompt runs beside pkv demo --windows' runs: drop --store and --hybrid";
   else if (o->windows && demo_parse_windows(o) != 0)
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
@@ -339,6 +348,7 @@ int cmd_demo(int argc, char **argv) {
     rc = compare_tokens(&w, &p, &c);
   }
   if (rc == 0 && o.windows) rc = demo_print_full_attention(&o, &w, &m, &p);
+  if (rc == 0 && o.long_prompt) rc = demo_print_long_prompt(&o, &m);
   if (rc == 0 && o.host_cache) {
     demo_options oh = o;
     oh.preemption_mode =

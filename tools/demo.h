@@ -62,6 +62,7 @@ typedef struct demo_options {
   const pkv_store_params *store_params; /* a paged run's store (set per run by demo_store.c) */
   const char *windows; /* --windows: per-layer sliding windows, the list repeated over layers */
   uint32_t layer_windows[16]; /* parsed from it; all 0 = full attention */
+  uint32_t long_prompt;       /* --long-prompt: one request of this many tokens (0: none) */
   int full_attention;         /* a paged run that ignores layer_windows (the comparison run) */
   uint32_t paged_blocks; /* a paged run's pool: num_blocks scaled to the same bytes (set per run) */
   int hybrid;            /* --hybrid: recurrent layers (demo_hybrid.c) */
@@ -75,7 +76,9 @@ typedef struct demo_options {
   uint32_t retention_ms;         /* --retention-ms: the priority runs' cache_retention_ms */
   /* A paged run calls this after each pkv_commit (no batch open), when set: --retention's pins
    * and prefix priorities need the system prompts' blocks to exist. 0, or -1 with error set. */
-  int (*on_step)(void *ctx, pkv_engine *e, char *error, size_t cap);
+  int (*on_step)(void *ctx, pkv_engine *e, const uint64_t *seqs, char *error, size_t cap);
+  /* the same, called as soon as pkv_step planned a batch (its slots reserved, still open) */
+  int (*on_batch)(void *ctx, pkv_engine *e, const uint64_t *seqs, char *error, size_t cap);
   void *on_step_ctx;
 } demo_options;
 
@@ -180,6 +183,9 @@ int demo_parse_windows(demo_options *o);
  * the groups. 0, or -1 (message printed). */
 int demo_windowed_pool(demo_options *o, const model *m);
 /* The same model with full attention in the same memory, against the windowed run p; 0, or -1. */
+/* --long-prompt: one request of that many prompt tokens through the windowed engine; prints each
+ * KV group's peak of held blocks during its prefill (per chunk) against the whole prompt. */
+int demo_print_long_prompt(const demo_options *o, const model *m);
 int demo_print_full_attention(const demo_options *o, const demo_workload *w, const model *m,
                               const demo_result *p);
 

@@ -235,6 +235,11 @@ static int step(paged_run *p) {
   memset(&v, 0, sizeof v);
   v.struct_size = sizeof v;
   pkv_batch_info(b, &v);
+  if (p->o->on_batch &&
+      p->o->on_batch(p->o->on_step_ctx, p->e, p->seqs, p->r->error, sizeof p->r->error)) {
+    pkv_batch_abort(b);
+    return -1;
+  }
   if (forward(p, b, &v) != 0) {
     pkv_batch_abort(b);
     return -1;
@@ -245,7 +250,8 @@ static int step(paged_run *p) {
       demo_result_token(p->r, p->w, request_of(p, v.seq_ids[i]), p->sampled[i], p->o->stop_token,
                         ms);
   if ((s = pkv_commit(b, p->sampled)) != PKV_OK) return fail(p, "pkv_commit", s);
-  if (p->o->on_step && p->o->on_step(p->o->on_step_ctx, p->e, p->r->error, sizeof p->r->error))
+  if (p->o->on_step &&
+      p->o->on_step(p->o->on_step_ctx, p->e, p->seqs, p->r->error, sizeof p->r->error))
     return -1;
   pkv_stats st;
   memset(&st, 0, sizeof st);

@@ -174,7 +174,8 @@ static int keep_one(keeper *k, pkv_engine *e, uint32_t t, const demo_request *q,
   return -1;
 }
 
-static int keep(void *ctx, pkv_engine *e, char *error, size_t cap) {
+static int keep(void *ctx, pkv_engine *e, const uint64_t *seqs, char *error, size_t cap) {
+  (void)seqs;
   keeper *k = ctx;
   for (uint32_t i = 0; i < k->w->num_tenants && i < k->w->num_requests; i++) {
     const demo_request *q = &k->w->requests[i]; /* round 1 is round robin: request t is t's */

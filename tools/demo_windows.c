@@ -98,3 +98,88 @@ int demo_print_full_attention(const demo_options *o, const demo_workload *w, con
   demo_result_free(&f, w);
   return 0;
 }
+
+/* --long-prompt: each group's held blocks of the one request, their peak over the run. */
+typedef struct {
+  uint32_t groups;
+  uint32_t peak[16];
+} long_peaks;
+
+static int sample_peaks(void *ctx, pkv_engine *e, const uint64_t *seqs, char *error, size_t cap) {
+  long_peaks *lp = ctx;
+  for (uint32_t g = 0; g < lp->groups; g++) {
+    int32_t table[4096];
+    uint32_t len = 0, held = 0;
+    const pkv_status s = pkv_seq_group_block_table(e, seqs[0], g, table, 4096, &len);
+    if (s != PKV_OK) {
+      snprintf(error, cap, "pkv_seq_group_block_table: %s", pkv_engine_last_error(e));
+      return -1;
+    }
+    for (uint32_t i = 0; i < len; i++) held += table[i] >= 0;
+    if (held > lp->peak[g]) lp->peak[g] = held;
+  }
+  return 0;
+}
+
+int demo_print_long_prompt(const demo_options *o, const model *m) {
+  const uint32_t n = o->long_prompt, bs = o->block_size, whole = (n + bs - 1) / bs;
+  const uint32_t out = 4, whole_full = (n + out + bs - 1) / bs; /* a full group's, at the end */
+  pkv_engine_params p;
+  pkv_engine_params_init(&p, sizeof p);
+  p.num_layers = m->c.num_layers, p.num_q_heads = m->c.num_q_heads,
+  p.num_kv_heads = m->c.num_kv_heads;
+  p.head_dim = m->c.head_dim, p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU;
+  p.layer_windows = o->layer_windows;
+  uint32_t windows[16];
+  long_peaks lp;
+  memset(&lp, 0, sizeof lp);
+  uint32_t group_layers = 0;
+  if (pkv_kv_groups(&p, NULL, NULL, windows, 16, &lp.groups, &group_layers) != PKV_OK) return -1;
+  /* One request (a tenant of its own), its prompt random text, a few tokens out; a pool that
+   * holds the whole prompt in every group (what admission reserved before 0.8), so the peak
+   * per chunk is pkv's choice, not the pool's limit. */
+  demo_workload w;
+  memset(&w, 0, sizeof w);
+  demo_request q;
+  memset(&q, 0, sizeof q);
+  q.prompt_len = n, q.max_new_tokens = out;
+  if (!(q.prompt = malloc(n * sizeof(int32_t)))) return -1;
+  uint64_t rng = o->seed * 0x9e3779b97f4a7c15ull + 5;
+  for (uint32_t i = 0; i < n; i++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    q.prompt[i] = 1 + (int32_t)((rng >> 33) % (m->c.vocab - 1));
+    if (q.prompt[i] == o->stop_token) q.prompt[i] = 1;
+  }
+  w.requests = &q, w.num_requests = 1, w.num_tenants = 1;
+  w.prompt_tokens = n, w.max_new_tokens = q.max_new_tokens;
+  snprintf(w.salts[0], sizeof w.salts[0], "long-prompt");
+  demo_options ol = *o;
+  ol.max_model_len = n + q.max_new_tokens;
+  ol.paged_blocks = lp.groups * whole_full;
+  ol.on_batch = sample_peaks, ol.on_step = NULL, ol.on_step_ctx = &lp;
+  demo_result r;
+  memset(&r, 0, sizeof r);
+  int rc = demo_result_init(&r, "long prompt", &w) != 0 || demo_run_paged(&ol, &w, m, &r) != 0;
+  if (rc) {
+    fprintf(stderr, "pkv demo: the long prompt's run failed: %s\n", r.error);
+  } else {
+    printf(
+        "\n  a prompt of %u tokens, prefilled in chunks of %u (pkv_step), %u tokens out: each KV "
+        "group's\n  blocks at their peak, against the whole prompt reserved in every group at "
+        "admission (before 0.8):\n",
+        n, o->step_tokens, out);
+    printf("  %-34s %20s %20s\n", "", "per chunk", "whole prompt");
+    for (uint32_t g = 0; g < lp.groups; g++) {
+      char label[48];
+      if (windows[g])
+        snprintf(label, sizeof label, "group %u (window %u)", g, windows[g]);
+      else
+        snprintf(label, sizeof label, "group %u (full attention)", g);
+      DEMO_ROW(label, "%u", lp.peak[g], "%u", windows[g] ? whole : whole_full);
+    }
+    printf("  %u steps, its %u tokens generated\n", (unsigned)r.steps, r.num_generated[0]);
+  }
+  demo_result_free(&r, &w);
+  free(q.prompt);
+  return rc ? -1 : 0;
+}

@@ -168,6 +168,8 @@ expect_error "demo: too many tenants" demo --tenants 17
 expect_error "demo: plot into a missing directory" demo --requests 2 --plot "$tmp/nope/plot.svg"
 expect_error_says "demo: preemption mode" "--preemption must be swap or auto" demo --host-cache 8MiB --preemption later
 expect_error_says "demo: preemption without a host tier" "--preemption needs --host-cache" demo --preemption swap
+expect_error_says "demo: long prompt without windows" "give --windows too" demo --long-prompt 4096
+expect_error_says "demo: long prompt too long" "at most 65536" demo --windows 64,0 --long-prompt 70000
 
 # soak
 expect_error "soak: unknown flag" soak --bogus
