@@ -150,6 +150,9 @@ static void model_config_of(const demo_options *o, model_config *c) {
   memset(c, 0, sizeof *c);
   c->num_layers = o->num_layers, c->hidden = 256, c->num_q_heads = 8, c->num_kv_heads = 2;
   c->head_dim = 32, c->intermediate = 688, c->vocab = 4096, c->max_positions = o->max_model_len;
+  /* --long-prompt's request runs past max_model_len: its positions need their RoPE rows too */
+  if (o->long_prompt + DEMO_LONG_PROMPT_OUT > c->max_positions)
+    c->max_positions = o->long_prompt + DEMO_LONG_PROMPT_OUT;
   c->seed = o->seed;
   c->bias_token = o->stop_token, c->bias = 0.9f; /* so that some requests stop on their own */
 }

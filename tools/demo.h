@@ -23,6 +23,7 @@
 #include "model.h"
 
 enum { DEMO_MAX_TENANTS = 16 };
+enum { DEMO_LONG_PROMPT_OUT = 4 }; /* --long-prompt's request: tokens generated after it */
 enum {
   DEMO_ATTENTION_INTERVAL = 4, /* --hybrid: layer l is attention when l % 4 == 3 */
   DEMO_CONV_KERNEL = 4

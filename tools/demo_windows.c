@@ -123,7 +123,13 @@ static int sample_peaks(void *ctx, pkv_engine *e, const uint64_t *seqs, char *er
 
 int demo_print_long_prompt(const demo_options *o, const model *m) {
   const uint32_t n = o->long_prompt, bs = o->block_size, whole = (n + bs - 1) / bs;
-  const uint32_t out = 4, whole_full = (n + out + bs - 1) / bs; /* a full group's, at the end */
+  const uint32_t out = DEMO_LONG_PROMPT_OUT;
+  const uint32_t whole_full = (n + out + bs - 1) / bs; /* a full group's, at the end */
+  if (m->c.max_positions < n + out) { /* model_config_of sizes its RoPE table for it */
+    fprintf(stderr, "pkv demo: --long-prompt %u: the model has RoPE rows for %u positions\n", n,
+            m->c.max_positions);
+    return -1;
+  }
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = m->c.num_layers, p.num_q_heads = m->c.num_q_heads,
