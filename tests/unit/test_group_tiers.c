@@ -50,14 +50,6 @@ static pkv_engine *engine(setup c) {
   return tu_engine_p(&p);
 }
 
-static struct pkv_layer_info layer_info(pkv_engine *e, uint32_t l) {
-  struct pkv_layer_info in;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  CHECK_OK(pkv_layer_info(e, l, &in));
-  return in;
-}
-
 static uint32_t group_table(pkv_engine *e, uint64_t seq, uint32_t g, int32_t *out) {
   uint32_t len = 0;
   CHECK_OK(pkv_seq_group_block_table(e, seq, g, out, MAXB, &len));
@@ -71,7 +63,7 @@ static uint32_t kv(pkv_engine *e, uint64_t seq, uint32_t tag, uint32_t from, uin
                    uint32_t *held) {
   uint32_t bad = 0, n = 0;
   for (uint32_t l = 0; l < LAYERS; l++) {
-    const struct pkv_layer_info in = layer_info(e, l);
+    const struct pkv_layer_info in = tu_layer_info(e, l);
     int32_t table[MAXB];
     const uint32_t nb = group_table(e, seq, in.group, table);
     for (uint32_t pos = from; pos < to; pos++) {

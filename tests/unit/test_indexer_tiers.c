@@ -47,14 +47,6 @@ static pkv_engine *engine(setup c) {
   return tu_engine_p(&p);
 }
 
-static struct pkv_layer_info layer_info(pkv_engine *e, uint32_t l) {
-  struct pkv_layer_info in;
-  memset(&in, 0, sizeof in);
-  in.struct_size = sizeof in;
-  CHECK_OK(pkv_layer_info(e, l, &in));
-  return in;
-}
-
 /* ---------------------------------------------------------------- what the kernels write */
 /* Key value i of a token: c * s with c a small integer, one c of +-448, and s a power of two, so
  * that fp8 quantizes it exactly (scale max|x| / 448 = s, codes c) and bf16 holds it exactly. */
@@ -120,7 +112,7 @@ static uint32_t bad_seq(pkv_engine *e, uint64_t seq, uint32_t from, uint32_t to,
   if (!CHECK(nb * BS >= to)) return 1;
   uint32_t bad = 0;
   for (uint32_t l = 0; l < LAYERS; l++) {
-    const struct pkv_layer_info in = layer_info(e, l);
+    const struct pkv_layer_info in = tu_layer_info(e, l);
     for (uint32_t pos = from; pos < to; pos++)
       bad += bad_token(&in, 0, table[pos / BS], pos % BS, tag, l, pos);
   }
@@ -147,7 +139,7 @@ static uint32_t step(pkv_engine *e, uint64_t seq, uint32_t n, uint32_t tag, int3
   const pkv_batch_view v = tu_view(b);
   uint32_t copies = 0;
   for (uint32_t i = 0; i < v.num_copies; i++) copies += v.copy_kind[i] == kind;
-  const int indexed = layer_info(e, 0).index_head_dim != 0;
+  const int indexed = tu_layer_info(e, 0).index_head_dim != 0;
   for (uint32_t l = 0; l < LAYERS; l++) {
     for (uint32_t t = 0; t < v.num_tokens; t++) {
       const uint32_t pos = (uint32_t)v.positions[t];
@@ -239,7 +231,7 @@ static void test_swap(uint32_t index_dtype) {
   for (uint32_t i = 0; i < v.num_copies; i++) {
     if (v.copy_kind[i] != PKV_COPY_SWAP_OUT) continue;
     for (uint32_t l = 0; l < LAYERS; l++) {
-      const struct pkv_layer_info in = layer_info(e, l);
+      const struct pkv_layer_info in = tu_layer_info(e, l);
       for (uint32_t off = 0; off < BS && outs * BS + off < 10; off++)
         bad += bad_token(&in, 1, v.copy_dst[i], off, 3, l, outs * BS + off);
     }
@@ -290,7 +282,7 @@ static uint32_t offload_run(uint32_t index_dtype, pkv_kv_event *ev, uint32_t cap
     const uint32_t j = v.copy_src[i] == table[0] ? 0 : 1; /* which of the prompt's blocks */
     CHECK(v.copy_src[i] == table[j]);
     for (uint32_t l = 0; l < LAYERS && indexed; l++) {
-      const struct pkv_layer_info in = layer_info(e, l);
+      const struct pkv_layer_info in = tu_layer_info(e, l);
       for (uint32_t off = 0; off < BS; off++)
         bad += bad_token(&in, 1, v.copy_dst[i], off, 4, l, j * BS + off);
     }

@@ -157,6 +157,15 @@ static inline struct pkv_pool_info tu_pool(pkv_engine *e) {
   return in;
 }
 
+/* Where layer l of e is and what it holds (pkv_layer_info). */
+static inline struct pkv_layer_info tu_layer_info(pkv_engine *e, uint32_t l) {
+  struct pkv_layer_info in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  CHECK_OK(pkv_layer_info(e, l, &in));
+  return in;
+}
+
 /* The bytes of state slot `slot`: a device one, or (host 1) a host state slot. */
 static inline unsigned char *tu_state_slot(pkv_engine *e, int32_t slot, int host) {
   const struct pkv_pool_info in = tu_pool(e);
