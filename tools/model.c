@@ -21,8 +21,7 @@ const char *model_gemm_name(void) {
 #endif
 }
 
-/* C[M][N] = A[M][K] * B[K][N], row-major. */
-static void gemm(uint32_t M, uint32_t N, uint32_t K, const float *A, const float *B, float *C) {
+void model_host_gemm(uint32_t M, uint32_t N, uint32_t K, const float *A, const float *B, float *C) {
 #ifdef PKV_DEMO_OPENBLAS
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B,
               (int)N, 0.0f, C, (int)N);
@@ -36,6 +35,14 @@ static void gemm(uint32_t M, uint32_t N, uint32_t K, const float *A, const float
     }
   }
 #endif
+}
+
+/* C[M][N] = A[M][K] * W[K][N] on the workspace's backend; 0, or -1. */
+static int gemm(const model_workspace *ws, uint32_t M, uint32_t N, uint32_t K, const float *A,
+                const float *W, float *C) {
+  if (ws->backend) return ws->backend->gemm(ws->backend->ctx, M, N, K, A, W, C);
+  model_host_gemm(M, N, K, A, W, C);
+  return 0;
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -116,27 +123,41 @@ void model_free(model *m) {
   memset(m, 0, sizeof *m);
 }
 
+static float *ws_alloc(const model_workspace *ws, size_t floats) {
+  const model_gemm_backend *b = ws->backend;
+  return b ? b->alloc(b->ctx, floats * sizeof(float)) : malloc(floats * sizeof(float));
+}
+
 void model_workspace_free(model_workspace *ws) {
-  free(ws->x), free(ws->h), free(ws->qkv), free(ws->q), free(ws->k), free(ws->v), free(ws->att),
-      free(ws->ff), free(ws->logits);
+  float *bufs[] = {ws->x, ws->h,   ws->qkv, ws->q,      ws->k,
+                   ws->v, ws->att, ws->ff,  ws->logits, ws->margin};
+  const model_gemm_backend *b = ws->backend;
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (b)
+      b->free(b->ctx, bufs[i]);
+    else
+      free(bufs[i]);
   memset(ws, 0, sizeof *ws);
+  ws->backend = b;
 }
 
 static int workspace_reserve(const model *m, model_workspace *ws, uint32_t rows) {
   if (rows <= ws->max_rows) return 0;
   model_workspace_free(ws);
   const size_t r = rows, H = m->c.hidden;
-  ws->x = malloc(r * H * sizeof(float));
-  ws->h = malloc(r * H * sizeof(float));
-  ws->qkv = malloc(r * (m->q_dim + 2 * m->kv_dim) * sizeof(float));
-  ws->q = malloc(r * m->q_dim * sizeof(float));
-  ws->k = malloc(r * m->kv_dim * sizeof(float));
-  ws->v = malloc(r * m->kv_dim * sizeof(float));
-  ws->att = malloc(r * m->q_dim * sizeof(float));
-  ws->ff = malloc(r * 2 * m->c.intermediate * sizeof(float));
-  ws->logits = malloc(r * m->c.vocab * sizeof(float));
+  ws->x = ws_alloc(ws, r * H);
+  ws->h = ws_alloc(ws, r * H);
+  ws->qkv = ws_alloc(ws, r * (m->q_dim + 2 * m->kv_dim));
+  ws->q = ws_alloc(ws, r * m->q_dim);
+  ws->k = ws_alloc(ws, r * m->kv_dim);
+  ws->v = ws_alloc(ws, r * m->kv_dim);
+  ws->att = ws_alloc(ws, r * m->q_dim);
+  ws->ff = ws_alloc(ws, r * 2 * m->c.intermediate);
+  ws->logits = ws_alloc(ws, r * m->c.vocab);
+  ws->margin = ws_alloc(ws, r);
   ws->max_rows = rows;
-  if (ws->x && ws->h && ws->qkv && ws->q && ws->k && ws->v && ws->att && ws->ff && ws->logits)
+  if (ws->x && ws->h && ws->qkv && ws->q && ws->k && ws->v && ws->att && ws->ff && ws->logits &&
+      ws->margin)
     return 0;
   model_workspace_free(ws);
   return -1;
@@ -177,7 +198,7 @@ static int attention_block(const model *m, model_workspace *ws, uint32_t l, cons
   const model_layer *L = &m->layers[l];
   const uint32_t H = m->c.hidden, qd = m->q_dim, kvd = m->kv_dim, w = qd + 2 * kvd;
   rms_norm(ws->x, L->attn_norm, ws->h, rows, H);
-  gemm(rows, w, H, ws->h, L->wqkv, ws->qkv);
+  if (gemm(ws, rows, w, H, ws->h, L->wqkv, ws->qkv) != 0) return -1;
   for (uint32_t r = 0; r < rows; r++) { /* qkv: [rows][q | k | v] -> q, k, v */
     const float *src = ws->qkv + (size_t)r * w;
     memcpy(ws->q + (size_t)r * qd, src, qd * sizeof(float));
@@ -187,42 +208,52 @@ static int attention_block(const model *m, model_workspace *ws, uint32_t l, cons
   rope(m, ws->q, rows, m->c.num_q_heads, pos);
   rope(m, ws->k, rows, m->c.num_kv_heads, pos);
   if (attend(ctx, l, ws->q, ws->k, ws->v, ws->att) != 0) return -1;
-  gemm(rows, H, qd, ws->att, L->wo, ws->h);
+  if (gemm(ws, rows, H, qd, ws->att, L->wo, ws->h) != 0) return -1;
   for (size_t i = 0; i < (size_t)rows * H; i++) ws->x[i] += ws->h[i];
   return 0;
 }
 
 /* x += down(silu(gate(norm(x))) * up(norm(x))) */
-static void mlp_block(const model *m, model_workspace *ws, uint32_t l, uint32_t rows) {
+static int mlp_block(const model *m, model_workspace *ws, uint32_t l, uint32_t rows) {
   const model_layer *L = &m->layers[l];
   const uint32_t H = m->c.hidden, NI = m->c.intermediate;
   rms_norm(ws->x, L->mlp_norm, ws->h, rows, H);
-  gemm(rows, 2 * NI, H, ws->h, L->w_gate_up, ws->ff);
+  if (gemm(ws, rows, 2 * NI, H, ws->h, L->w_gate_up, ws->ff) != 0) return -1;
   /* in place, [rows][gate | up] -> [rows][NI]: each write lands at or before what is still unread */
   for (uint32_t r = 0; r < rows; r++)
     for (uint32_t j = 0; j < NI; j++) {
       const float g = ws->ff[(size_t)r * 2 * NI + j], u = ws->ff[(size_t)r * 2 * NI + NI + j];
       ws->ff[(size_t)r * NI + j] = g / (1.0f + expf(-g)) * u;
     }
-  gemm(rows, H, NI, ws->ff, L->w_down, ws->h);
+  if (gemm(ws, rows, H, NI, ws->ff, L->w_down, ws->h) != 0) return -1;
   for (size_t i = 0; i < (size_t)rows * H; i++) ws->x[i] += ws->h[i];
+  return 0;
 }
 
-/* Greedy tokens of the sampled rows: final norm, LM head, argmax (lowest id on ties). */
-static void sample(const model *m, model_workspace *ws, const int32_t *sample_rows, uint32_t n,
-                   int32_t *out) {
+/* Greedy tokens of the sampled rows: final norm, LM head, argmax (lowest id on ties), and each
+ * one's margin over the runner-up. */
+static int sample(const model *m, model_workspace *ws, const int32_t *sample_rows, uint32_t n,
+                  int32_t *out) {
   const uint32_t H = m->c.hidden, V = m->c.vocab;
   for (uint32_t s = 0; s < n; s++)
     rms_norm(ws->x + (size_t)sample_rows[s] * H, m->final_norm, ws->h + (size_t)s * H, 1, H);
-  gemm(n, V, H, ws->h, m->lm_head, ws->logits);
+  if (gemm(ws, n, V, H, ws->h, m->lm_head, ws->logits) != 0) return -1;
   for (uint32_t s = 0; s < n; s++) {
     float *lg = ws->logits + (size_t)s * V;
     if (m->c.bias_token >= 0 && (uint32_t)m->c.bias_token < V) lg[m->c.bias_token] += m->c.bias;
     uint32_t best = 0;
+    float second = -INFINITY;
     for (uint32_t t = 1; t < V; t++)
-      if (lg[t] > lg[best]) best = t;
+      if (lg[t] > lg[best]) {
+        second = lg[best];
+        best = t;
+      } else if (lg[t] > second) {
+        second = lg[t];
+      }
     out[s] = (int32_t)best;
+    ws->margin[s] = V > 1 ? lg[best] - second : INFINITY;
   }
+  return 0;
 }
 
 int model_forward(const model *m, model_workspace *ws, const int32_t *tokens,
@@ -235,8 +266,7 @@ int model_forward(const model *m, model_workspace *ws, const int32_t *tokens,
     memcpy(ws->x + (size_t)r * H, m->embed + (size_t)tokens[r] * H, H * sizeof(float));
   for (uint32_t l = 0; l < m->c.num_layers; l++) {
     if (attention_block(m, ws, l, positions, rows, attend, ctx) != 0) return -1;
-    mlp_block(m, ws, l, rows);
+    if (mlp_block(m, ws, l, rows) != 0) return -1;
   }
-  if (num_samples) sample(m, ws, sample_rows, num_samples, out_tokens);
-  return 0;
+  return num_samples ? sample(m, ws, sample_rows, num_samples, out_tokens) : 0;
 }
