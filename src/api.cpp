@@ -661,6 +661,10 @@ pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void
   return guard_batch(b, [&](Engine &en) { en.attention(layer, q, k, v, out); });
 }
 
+pkv_status pkv_batch_plan_graph(pkv_batch *b, uint32_t bucket) {
+  return guard_batch(b, [&](Engine &en) { en.plan_graph(bucket); });
+}
+
 pkv_status pkv_indexer_write(pkv_batch *b, uint32_t layer, const void *k, uint32_t flags) {
   return guard_batch(b, [&](Engine &en) { en.indexer_write(layer, k, flags); });
 }

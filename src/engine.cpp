@@ -122,6 +122,7 @@ Engine::Engine(const pkv_engine_params &params)
         HostTierView{static_cast<char *>(backend_->host_k_pool()),
                      static_cast<char *>(backend_->host_v_pool()), shape.host_bytes.layer,
                      shape.block_bytes(), shape.num_layers});
+    store_->set_host_fence([this] { backend_->wait_host_tier(); });
     // Checkpoints of the recurrent state go to the store and come back through host state slots.
     if (!state_layout_.empty()) enable_store_state();
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)
@@ -395,6 +396,8 @@ pkv_stats Engine::stats() const {
   st.num_evictions_normal = b.num_evictions_by_priority[1];
   st.num_evictions_high = b.num_evictions_by_priority[2];
   st.num_evictions_highest = b.num_evictions_by_priority[3];
+  st.num_host_waits = backend_->host_waits();
+  st.num_device_allocs = backend_->device_allocs();
   if (store_) {
     const StoreCounters &c = store_->counters();
     st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;

@@ -70,6 +70,9 @@ class Engine {
   void abort_batch();
   // The open batch's copies, once (pkv_batch_copy; the first pkv_attention calls it).
   void do_copies();
+  // pkv_batch_plan_graph: the open decode batch's copies, then its plan padded to `bucket`
+  // sequences (Backend::plan_graph), so its layers' attention can be captured in a CUDA graph.
+  void plan_graph(uint32_t bucket);
   // pkv_attention of the open batch: its copies and its plan first (once), then one layer.
   void attention(uint32_t layer, const void *q, const void *k, const void *v, void *out);
   // Sparse attention's calls of the open batch (engine_sparse.cpp, DESIGN.md §14).

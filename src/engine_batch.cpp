@@ -136,6 +136,37 @@ void Engine::do_copies() {
   open_->copies_done = true;
 }
 
+void Engine::plan_graph(uint32_t bucket) {
+  PKV_ASSERT(open_);
+  const Batch &b = *open_->batch;
+  if (params_.device != PKV_DEVICE_CUDA)
+    fail(PKV_ERR_UNSUPPORTED,
+         "pkv_batch_plan_graph: a CPU engine has no CUDA graphs; run the step's layers with "
+         "pkv_attention as they are");
+  if (std::any_of(specs_.begin(), specs_.end(), [](const LayerSpec &s) { return s.indexed(); }))
+    fail(PKV_ERR_UNSUPPORTED,
+         "pkv_batch_plan_graph: this engine has indexer layers (sparse attention), whose top-k "
+         "runs in waves sized by the batch; run its steps without graphs");
+  if (open_->planned)
+    fail(PKV_ERR_STATE,
+         "pkv_batch_plan_graph: this batch is planned already (a pkv_attention or pkv_indexer_* "
+         "of it ran); plan a graph step before its first layer");
+  const std::vector<uint32_t> &news = b.num_new_tokens();
+  const uint32_t n = static_cast<uint32_t>(news.size());
+  for (uint32_t i = 0; i < n; ++i)
+    PKV_REQUIRE(news[i] == 1,
+                "pkv_batch_plan_graph plans decode steps: sequence %u of the batch computes %u "
+                "tokens, not 1 (run prefills with pkv_attention as they are)",
+                i, news[i]);
+  PKV_REQUIRE(bucket >= n && bucket >= 1 && bucket <= params_.max_num_seqs,
+              "pkv_batch_plan_graph: bucket %u must hold the batch's %u sequences and be at "
+              "most max_num_seqs (%u)",
+              bucket, n, params_.max_num_seqs);
+  do_copies();
+  backend_->plan_graph(b.view(), bucket);
+  open_->planned = true;
+}
+
 void Engine::attention(uint32_t layer, const void *q, const void *k, const void *v, void *out) {
   PKV_ASSERT(open_);
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);

@@ -45,6 +45,16 @@ PoolShape Engine::pool_shape() const {
   shape.num_state_slots = states_.num_total();
   shape.state_slot_bytes = state_layout_.slot_bytes;
   shape.num_host_state_slots = states_.num_host();
+  shape.max_num_seqs = params_.max_num_seqs;
+  shape.max_num_batched_tokens = params_.max_num_batched_tokens;
+  shape.max_blocks_per_seq =
+      params_.max_model_len ? (params_.max_model_len + params_.block_size - 1) / params_.block_size
+                            : params_.num_blocks;
+  shape.num_kv_groups = std::max<uint32_t>(groups_.num_groups(), 1);
+  for (const LayerSpec &s : specs_) {
+    shape.sinks |= s.sinks;
+    if (s.indexed()) shape.index_topk = std::max(shape.index_topk, s.index_topk);
+  }
   return shape;
 }
 

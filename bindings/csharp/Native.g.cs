@@ -8,9 +8,9 @@ using System;
 using System.Runtime.InteropServices;
 
 // The assembly's version is pkv.h's PKV_VERSION_*.
-[assembly: System.Reflection.AssemblyVersion("0.8.0.0")]
-[assembly: System.Reflection.AssemblyFileVersion("0.8.0.0")]
-[assembly: System.Reflection.AssemblyInformationalVersion("0.8.0")]
+[assembly: System.Reflection.AssemblyVersion("0.9.0.0")]
+[assembly: System.Reflection.AssemblyFileVersion("0.9.0.0")]
+[assembly: System.Reflection.AssemblyInformationalVersion("0.9.0")]
 
 namespace Pkv
 {
@@ -746,7 +746,7 @@ namespace Pkv
         public ulong HostStateBytes;
     }
 
-    /// <summary>pkv_stats (432 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (448 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -805,6 +805,8 @@ namespace Pkv
         public ulong NumEvictionsNormal;
         public ulong NumEvictionsHigh;
         public ulong NumEvictionsHighest;
+        public ulong NumHostWaits;
+        public ulong NumDeviceAllocs;
     }
 
     /// <summary>pkv_pool_info (184 bytes on x86_64).</summary>
@@ -961,7 +963,7 @@ namespace Pkv
     public static class Constants
     {
         public const int VersionMajor = 0;
-        public const int VersionMinor = 8;
+        public const int VersionMinor = 9;
         public const int VersionPatch = 0;
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
@@ -1003,7 +1005,7 @@ namespace Pkv
         public const string Library = "libpkv.so.1";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 8;
+        public const int PKV_VERSION_MINOR = 9;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 
@@ -1116,7 +1118,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 240, 24, 48, 56, 168, 64, 32, 248, 432, 184, 248, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 240, 24, 48, 56, 168, 64, 32, 248, 448, 184, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1371,6 +1373,15 @@ namespace Pkv
         {
             Loaded();
             return pkv_attention_native(b, layer, q, k, v, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_batch_plan_graph")]
+        static extern Status pkv_batch_plan_graph_native(BatchHandle b, uint bucket);
+
+        public static Status pkv_batch_plan_graph(BatchHandle b, uint bucket)
+        {
+            Loaded();
+            return pkv_batch_plan_graph_native(b, bucket);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_indexer_write")]

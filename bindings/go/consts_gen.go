@@ -5,14 +5,14 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 8
+	VersionMinor = 9
 	VersionPatch = 0
 	ABIVersion   = 1
 )
 
 // BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
 // generated from (the version a go.mod requires it at).
-const BindingVersion = "0.8.0"
+const BindingVersion = "0.9.0"
 
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (
@@ -824,7 +824,7 @@ type cKVBudget struct {
 	HostStateBytes       uint64
 }
 
-// cStats mirrors C's pkv_stats (432 bytes on amd64; layout checked against C at init).
+// cStats mirrors C's pkv_stats (448 bytes on amd64; layout checked against C at init).
 type cStats struct {
 	StructSize                   uint32
 	Reserved0                    uint32
@@ -881,6 +881,8 @@ type cStats struct {
 	NumEvictionsNormal           uint64
 	NumEvictionsHigh             uint64
 	NumEvictionsHighest          uint64
+	NumHostWaits                 uint64
+	NumDeviceAllocs              uint64
 }
 
 // cPoolInfo mirrors C's pkv_pool_info (184 bytes on amd64; layout checked against C at init).

@@ -308,6 +308,8 @@ var layouts = []layout{
 		{"num_evictions_normal", unsafe.Offsetof(cStats{}.NumEvictionsNormal), unsafe.Offsetof(C.struct_pkv_stats{}.num_evictions_normal)},
 		{"num_evictions_high", unsafe.Offsetof(cStats{}.NumEvictionsHigh), unsafe.Offsetof(C.struct_pkv_stats{}.num_evictions_high)},
 		{"num_evictions_highest", unsafe.Offsetof(cStats{}.NumEvictionsHighest), unsafe.Offsetof(C.struct_pkv_stats{}.num_evictions_highest)},
+		{"num_host_waits", unsafe.Offsetof(cStats{}.NumHostWaits), unsafe.Offsetof(C.struct_pkv_stats{}.num_host_waits)},
+		{"num_device_allocs", unsafe.Offsetof(cStats{}.NumDeviceAllocs), unsafe.Offsetof(C.struct_pkv_stats{}.num_device_allocs)},
 	}},
 	{"pkv_pool_info", unsafe.Sizeof(cPoolInfo{}), unsafe.Sizeof(C.struct_pkv_pool_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cPoolInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_pool_info{}.struct_size)},

@@ -38,6 +38,7 @@ static struct {
   pkv_status (*pkv_batch_end)(pkv_batch *);
   void (*pkv_batch_abort)(pkv_batch *);
   pkv_status (*pkv_attention)(pkv_batch *, uint32_t, const void *, const void *, const void *, void *);
+  pkv_status (*pkv_batch_plan_graph)(pkv_batch *, uint32_t);
   pkv_status (*pkv_indexer_write)(pkv_batch *, uint32_t, const void *, uint32_t);
   pkv_status (*pkv_indexer_topk)(pkv_batch *, uint32_t, const void *, const float *, uint32_t, int32_t *);
   pkv_status (*pkv_sparse_mla_attention)(pkv_batch *, uint32_t, const void *, const void *, const int32_t *, void *);
@@ -190,6 +191,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_attention = dlsym(lib, "pkv_attention"))) {
     *missing = "pkv_attention";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_batch_plan_graph = dlsym(lib, "pkv_batch_plan_graph"))) {
+    *missing = "pkv_batch_plan_graph";
     return -1;
   }
   if (!(*(void **)&fn.pkv_indexer_write = dlsym(lib, "pkv_indexer_write"))) {
@@ -485,6 +490,10 @@ void (pkv_batch_abort)(pkv_batch *b) {
 
 pkv_status (pkv_attention)(pkv_batch *b, uint32_t layer, const void *q, const void *k, const void *v, void *out) {
   return fn.pkv_attention ? (fn.pkv_attention)(b, layer, q, k, v, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_batch_plan_graph)(pkv_batch *b, uint32_t bucket) {
+  return fn.pkv_batch_plan_graph ? (fn.pkv_batch_plan_graph)(b, bucket) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_indexer_write)(pkv_batch *b, uint32_t layer, const void *k, uint32_t flags) {

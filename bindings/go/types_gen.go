@@ -481,6 +481,8 @@ type Stats struct {
 	NumEvictionsNormal           uint64
 	NumEvictionsHigh             uint64
 	NumEvictionsHighest          uint64
+	NumHostWaits                 uint64
+	NumDeviceAllocs              uint64
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -538,6 +540,8 @@ func (p *Stats) fromC(c *cStats) {
 	p.NumEvictionsNormal = c.NumEvictionsNormal
 	p.NumEvictionsHigh = c.NumEvictionsHigh
 	p.NumEvictionsHighest = c.NumEvictionsHighest
+	p.NumHostWaits = c.NumHostWaits
+	p.NumDeviceAllocs = c.NumDeviceAllocs
 }
 
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels: addresses and

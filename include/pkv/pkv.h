@@ -95,7 +95,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 8
+#define PKV_VERSION_MINOR 9
 #define PKV_VERSION_PATCH 0
 /* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
@@ -834,9 +834,12 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * the softmax. Without sinks or caps the output is what it was before 0.5.0, bit for bit.
  * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
  * PKV_CUDA_MAX_GRID sequences. The call returns once its kernels are queued on the engine's
- * stream: the host synchronizes that stream before it reads out on the host. pkv itself waits on
- * the stream only at a batch's first call (after uploading the plan) and between waves of block
- * copies.
+ * stream: the host synchronizes that stream before it reads out on the host. (since 0.9.0) pkv
+ * itself neither waits on the stream nor allocates in a step within the engine's bounds
+ * (max_num_seqs, max_num_batched_tokens, max_model_len): the plan goes up from pinned staging
+ * memory and the copies stay queued in order before the kernels (pkv_stats.num_host_waits and
+ * num_device_allocs count what it did); pkv_batch_plan_graph makes a decode step capturable in a
+ * CUDA graph.
  * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA,
  * k_eq_v and SHARED layers - v NULL; v not NULL on an MLA cache or a k_eq_v layer; k or v not
  * NULL on a SHARED layer; out aliasing an input; on CUDA a pointer not 16-byte aligned, or more
@@ -846,6 +849,32 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * outside the limits above), PKV_ERR_DEVICE (CUDA: a kernel or copy could not be queued). */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
                                  const void *v, void *out);
+
+/* ------------------------------------------------------------------ CUDA graphs (since 0.9.0) */
+
+/* Plans a decode step for CUDA graphs (FlashInfer's plan/run split). b: a batch of
+ * pkv_batch_begin or pkv_step on a CUDA engine, every sequence computing one token, not planned
+ * yet (no pkv_attention of it ran); num_seqs <= bucket <= max_num_seqs. It queues on the
+ * engine's stream the batch's block copies (pkv_batch_copy), then its arrays padded to bucket
+ * sequences into device buffers whose addresses stay the same for the engine's life: no wait,
+ * no allocation. Each pkv_attention of b then launches kernels whose arguments and grids depend
+ * only on the bucket, the layer and the engine (decodes are split for max_model_len, not for the
+ * batch's lengths), never on the batch: they may be captured in a CUDA graph
+ * (cudaStreamBeginCapture on the engine's stream, which must not be the legacy NULL stream) and
+ * the graph replayed for any later batch planned with the same bucket.
+ * Between replays may change: the sequences, how many (up to bucket), their lengths (up to
+ * max_model_len) and block tables, and the contents of q, k and v. May not: the bucket, the
+ * layers called and their order, the q, k, v and out pointers, the stream, fp8 scales and sinks
+ * (refused while sequences exist anyway). q, k, v and out hold bucket rows; rows past the
+ * batch's tokens are neither read nor written. Eager batches (pkv_attention without this call)
+ * may run between replays. Set max_model_len to what is served: a short context still runs the
+ * grid sized for it (its idle CTAs return at once).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (bucket 0, below the batch's sequences or above
+ * max_num_seqs; a sequence computing more than one token), PKV_ERR_STATE (b has ended, or is
+ * planned already), PKV_ERR_UNSUPPORTED (a CPU engine; an engine with indexer layers, whose
+ * top-k runs in waves sized by the batch), PKV_ERR_DEVICE (the uploads could not be queued).
+ * Since 0.9.0. */
+PKV_API pkv_status pkv_batch_plan_graph(pkv_batch *b, uint32_t bucket);
 
 /* ------------------------------------------------------------- sparse attention (since 0.7.0) */
 /* DeepSeek V3.2 / GLM-5's sparse attention (DESIGN.md §14) on an MLA layer with an indexer
@@ -1331,6 +1360,16 @@ typedef struct pkv_stats {
   uint64_t num_evictions_normal;  /* (since 0.8.0) priority 0 (cumulative) */
   uint64_t num_evictions_high;    /* (since 0.8.0) priority 1 (cumulative) */
   uint64_t num_evictions_highest; /* (since 0.8.0) priority PKV_CACHE_PRIORITY_MAX (cumulative) */
+  /* the CUDA step path (since 0.9.0), DESIGN.md §6; 0 on a CPU engine */
+  uint64_t num_host_waits;        /* (since 0.9.0) times pkv waited for the device (cumulative):
+                                     pkv_engine_set_stream, blocks read back for the store, the
+                                     host tier touched behind queued copies, a staging slot still
+                                     in use (the device three steps behind); none in a step
+                                     without a store */
+  uint64_t num_device_allocs;     /* (since 0.9.0) device and pinned allocations after create
+                                     (cumulative): only a step past the bounds the engine was
+                                     made for (max_num_seqs, max_num_batched_tokens,
+                                     max_model_len) grows a buffer */
 } pkv_stats;
 
 /* The engine's counters now.

@@ -53,6 +53,13 @@ struct PoolShape {
   // With a host tier: num_host_state_slots slots of the same bytes in host memory (pinned on
   // CUDA) for swapped-out sequences' states (PKV_COPY_STATE_OUT / _IN).
   uint32_t num_host_state_slots = 0;
+  // A step's bounds (DESIGN.md §6): the CUDA backend sizes its step buffers and workspaces for
+  // them when the engine is created, so a step within them allocates nothing and never waits.
+  uint32_t max_num_seqs = 0, max_num_batched_tokens = 0;
+  uint32_t max_blocks_per_seq = 0;  // ceil(max_model_len / block_size), or num_blocks
+  uint32_t num_kv_groups = 1;
+  bool sinks = false;       // some layer has attention sinks: their device table is made
+  uint32_t index_topk = 0;  // a sparse-attention engine's indexer top-k (0: none)
   bool mla() const { return tensors == 1 && !paged; }
   uint32_t v_dim() const { return mla() ? kv_lora_rank : head_dim; }
   uint64_t block_bytes() const { return bytes.block; }
@@ -154,6 +161,17 @@ class Backend {
   virtual void indexer_topk(const IndexerCall &call) = 0;
   // CUDA: the stream to run on from the next call on; CPU: only nullptr.
   virtual void set_stream(void *stream) = 0;
+  // pkv_batch_plan_graph: plan() of a decode step padded to `bucket` sequences, into buffers at
+  // addresses that stay the same from step to step, with launches whose grids depend only on
+  // the bucket and the engine's bounds, so the layers' attention can be captured in a CUDA graph
+  // once and replayed after each later plan_graph of the same bucket. CPU: PKV_ERR_UNSUPPORTED.
+  virtual void plan_graph(const pkv_batch_view &step, uint32_t bucket) = 0;
+  // Returns once the copies queued to or from the host tier have run (a host wait, counted,
+  // when they have not): before the host itself reads or writes host-tier memory.
+  virtual void wait_host_tier() = 0;
+  // Host waits and allocations since create (pkv_stats.num_host_waits, num_device_allocs).
+  virtual uint64_t host_waits() const { return 0; }
+  virtual uint64_t device_allocs() const { return 0; }
 };
 
 // A step's copy list split by what it moves: the KV block copies (in their order) and the state

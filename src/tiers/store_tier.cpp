@@ -169,6 +169,7 @@ void StoreTier::fetcher_loop() {
 }
 
 void StoreTier::stage(const uint8_t *value, int32_t host) const {
+  if (host_fence_) host_fence_();
   // The payload is layer by layer, K then V (MLA: K): into the host tier's layout.
   const uint8_t *payload = value + payload_offset(shape_);
   const uint64_t bb = host_.block_bytes, n = shape_.tensors;
@@ -180,6 +181,7 @@ void StoreTier::stage(const uint8_t *value, int32_t host) const {
 }
 
 void StoreTier::read_host(int32_t host, uint8_t *value) const {
+  if (host_fence_) host_fence_();
   uint8_t *payload = value + payload_offset(shape_);
   const uint64_t bb = host_.block_bytes, n = shape_.tensors;
   for (uint32_t l = 0; l < host_.num_layers; ++l) {

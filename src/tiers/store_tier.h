@@ -133,6 +133,9 @@ class StoreTier {
   bool wait_fetched(uint32_t timeout_ms);
   // Copies a fetched value's payload into host-tier block `host`; read_host the other way (into
   // a value's payload, for write-back).
+  // The host waits for queued device copies before it reads or writes host-tier memory (the
+  // CUDA backend's copies run asynchronously): stage, read_host and stage_state call this first.
+  void set_host_fence(std::function<void()> fence) { host_fence_ = std::move(fence); }
   void stage(const uint8_t *value, int32_t host) const;
   void read_host(int32_t host, uint8_t *value) const;
 
@@ -225,6 +228,7 @@ class StoreTier {
   std::thread writer_;
 
   HostTierView host_;
+  std::function<void()> host_fence_;      // set_host_fence; empty: nothing to wait for
   std::unique_ptr<Store> fetcher_store_;  // made and used by the fetcher thread only
   std::mutex fetch_mutex_;
   std::condition_variable fetch_wake_, fetch_done_;

@@ -81,6 +81,7 @@ uint32_t StoreTier::fetch_state_from(Store &store, const StoreChain &chain, cons
 
 void StoreTier::stage_state(const uint8_t *value, int32_t slot) const {
   PKV_ASSERT(state_ && slot >= 0);
+  if (host_fence_) host_fence_();
   const uint64_t bytes = state_shape_.block_bytes;
   std::memcpy(host_state_ + uint64_t(slot) * bytes, value + payload_offset(state_shape_), bytes);
 }

@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 8
+PKV_VERSION_MINOR = 9
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
@@ -497,6 +497,8 @@ class pkv_stats(_c.Structure):
         ('num_evictions_normal', _c.c_uint64),
         ('num_evictions_high', _c.c_uint64),
         ('num_evictions_highest', _c.c_uint64),
+        ('num_host_waits', _c.c_uint64),
+        ('num_device_allocs', _c.c_uint64),
     ]
 
 
@@ -657,7 +659,7 @@ SIZES = {
     'pkv_request_params': 64,
     'pkv_kv_group_info': 32,
     'pkv_kv_budget': 248,
-    'pkv_stats': 432,
+    'pkv_stats': 448,
     'pkv_pool_info': 184,
     'pkv_layer_info': 248,
     'pkv_kv_event': 56,
@@ -695,6 +697,7 @@ FUNCTIONS = {
     'pkv_batch_end': (pkv_status, [_c.POINTER(pkv_batch)]),
     'pkv_batch_abort': (None, [_c.POINTER(pkv_batch)]),
     'pkv_attention': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
+    'pkv_batch_plan_graph': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32]),
     'pkv_indexer_write': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_uint32]),
     'pkv_indexer_topk': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.POINTER(_c.c_float), _c.c_uint32, _c.POINTER(_c.c_int32)]),
     'pkv_sparse_mla_attention': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_void_p, _c.POINTER(_c.c_int32), _c.c_void_p]),
@@ -771,6 +774,7 @@ PARAM_NAMES = {
     'pkv_batch_end': ('b',),
     'pkv_batch_abort': ('b',),
     'pkv_attention': ('b', 'layer', 'q', 'k', 'v', 'out'),
+    'pkv_batch_plan_graph': ('b', 'bucket'),
     'pkv_indexer_write': ('b', 'layer', 'k', 'flags'),
     'pkv_indexer_topk': ('b', 'layer', 'q', 'weights', 'out_kind', 'out'),
     'pkv_sparse_mla_attention': ('b', 'layer', 'q', 'k', 'indices', 'out'),

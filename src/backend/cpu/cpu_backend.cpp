@@ -156,6 +156,13 @@ class CpuBackend final : public Backend {
     if (stream) fail(PKV_ERR_INVALID_ARGUMENT, "a CPU engine has no CUDA stream: pass NULL");
   }
 
+  void plan_graph(const pkv_batch_view &, uint32_t) override {
+    fail(PKV_ERR_UNSUPPORTED,
+         "pkv_batch_plan_graph: a CPU engine has no CUDA graphs; run its steps with "
+         "pkv_attention as they are (device PKV_DEVICE_CUDA plans for graphs)");
+  }
+  void wait_host_tier() override {}  // copies run on the calling thread: done when they return
+
  private:
   // The worker threads start with the first computation: an engine used only for block
   // management (or created and destroyed in a loop) never starts any.
