@@ -14,7 +14,8 @@
 //   - static __shared__ is per worker thread storage (one block runs at a time per worker);
 //     dynamic shared memory is filled with 0xFF (NaN) at each block start, with a guard page.
 // Environment: SIMT_ORDER=forward|reverse|random (order fibers resume in), SIMT_SEED=n,
-// SIMT_THREADS=n (blocks run on n host threads; default 1).
+// SIMT_THREADS=n (blocks run on n host threads; default 1), SIMT_STREAMS=immediate|deferred (when
+// stream work runs; streams, events and graph capture: simt_stream.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,6 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -95,24 +98,32 @@ struct LaunchConfig {
 
 void run_grid(const LaunchConfig &cfg, const void *kernel_id, void (*body)(void *), void *arg);
 
+// Checks the configuration, then runs `run` (the grid) now, queues it on cfg.stream (deferred
+// mode) or records it in the stream's capture (simt_stream.cpp, simt_stream.h).
+void submit_launch(const LaunchConfig &cfg, const void *kernel_id, std::function<void()> run);
+
 template <class... P, class... A>
 void launch(const LaunchConfig &cfg, void (*kernel)(P...), A &&...args) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
-  // Arguments are converted to the parameter types once, like a real launch, then each
-  // thread gets its own copy through the call.
+  // Arguments are converted to the parameter types once, like a real launch, and kept by value
+  // until the grid runs: a queued launch runs later, a captured one at each graph replay, with
+  // the values of the launch. Each thread gets its own copy through the call.
   using Params = std::tuple<std::decay_t<P>...>;
-  Params params(std::forward<A>(args)...);
-  struct Ctx {
-    void (*kernel)(P...);
-    Params *params;
-  } ctx{kernel, &params};
-  run_grid(
-      cfg, reinterpret_cast<const void *>(kernel),
-      [](void *p) {
-        auto *c = static_cast<Ctx *>(p);
-        std::apply(c->kernel, *c->params);
-      },
-      &ctx);
+  auto params = std::make_shared<const Params>(std::forward<A>(args)...);
+  const void *id = reinterpret_cast<const void *>(kernel);
+  submit_launch(cfg, id, [cfg, id, kernel, params] {
+    struct Ctx {
+      void (*kernel)(P...);
+      const Params *params;
+    } ctx{kernel, params.get()};
+    run_grid(
+        cfg, id,
+        [](void *p) {
+          auto *c = static_cast<Ctx *>(p);
+          std::apply(c->kernel, *c->params);
+        },
+        &ctx);
+  });
 }
 
 // Tensor cores: mma.sync.aligned.m16n8k16.row.col.f32 with f16 or bf16 operands, d += a b,

@@ -21,12 +21,12 @@ constexpr size_t kDefaultSmem = 48u << 10;
 constexpr size_t kMaxSmem = 227u << 10;
 
 std::mutex g_mu;
-std::map<const void *, size_t> g_smem_limit;                 // cudaFuncSetAttribute
-std::map<const void *, std::pair<void *, size_t>> g_allocs;  // ptr -> (mapping, mapping bytes)
+std::map<const void *, size_t> g_smem_limit;  // cudaFuncSetAttribute
 struct HostAlloc {
-  std::pair<void *, size_t> mapping;
+  std::pair<void *, size_t> mapping;  // (mapping, mapping bytes)
   size_t bytes;
 };
+std::map<const void *, HostAlloc> g_allocs;       // cudaMalloc: ptr -> its allocation
 std::map<const void *, HostAlloc> g_host_allocs;  // cudaHostAlloc: ptr -> its allocation
 thread_local int tls_error = cudaSuccess;
 
@@ -71,6 +71,19 @@ thread_local Smem tls_smem;
 
 void set_last_error(int err) { tls_error = err; }
 
+MemKind memory_kind(const void *p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (const auto *allocs : {&g_allocs, &g_host_allocs}) {
+    auto it = allocs->upper_bound(p);
+    if (it == allocs->begin()) continue;
+    --it;
+    const char *base = static_cast<const char *>(it->first);
+    if (static_cast<const char *>(p) < base + (it->second.bytes ? it->second.bytes : 1))
+      return allocs == &g_allocs ? MemKind::device : MemKind::pinned;
+  }
+  return MemKind::pageable;
+}
+
 size_t max_dynamic_smem(const void *kernel_id) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_smem_limit.find(kernel_id);
@@ -101,26 +114,30 @@ using simt::g_mu;
 extern "C" {
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
+  if (cudaError_t e = cudaError_t(simt::host_call(simt::HostCall::malloc, "cudaMalloc"))) return e;
   std::pair<void *, size_t> mapping;
   void *ptr = simt::guarded_alloc(bytes, &mapping);
   if (!ptr) return cudaErrorMemoryAllocation;
   std::lock_guard<std::mutex> lock(g_mu);
-  g_allocs[ptr] = mapping;
+  g_allocs[ptr] = {mapping, bytes};
   *p = ptr;
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void *p) {
   if (!p) return cudaSuccess;
+  if (cudaError_t e = cudaError_t(simt::host_call(simt::HostCall::free, "cudaFree"))) return e;
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_allocs.find(p);
   if (it == g_allocs.end()) return cudaErrorInvalidValue;
-  simt::guarded_free(it->second);
+  simt::guarded_free(it->second.mapping);
   g_allocs.erase(it);
   return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
+  if (cudaError_t e = cudaError_t(simt::host_call(simt::HostCall::host_alloc, "cudaHostAlloc")))
+    return e;
   std::pair<void *, size_t> mapping;
   void *ptr = simt::guarded_alloc(bytes, &mapping);
   if (!ptr) return cudaErrorMemoryAllocation;
@@ -132,6 +149,8 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
 
 cudaError_t cudaFreeHost(void *p) {
   if (!p) return cudaSuccess;
+  if (cudaError_t e = cudaError_t(simt::host_call(simt::HostCall::host_free, "cudaFreeHost")))
+    return e;
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = simt::g_host_allocs.find(p);
   if (it == simt::g_host_allocs.end()) return cudaErrorInvalidValue;
@@ -152,21 +171,10 @@ cudaError_t cudaHostGetDevicePointer(void **device, void *host, unsigned int fla
   return cudaSuccess;
 }
 
+// Synchronous: after the null stream's pending work (simt_stream.cpp; the async copies are there).
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
+  if (cudaError_t e = cudaError_t(simt::sync_call("cudaMemcpy"))) return e;
   if (n) memmove(dst, src, n);
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t) {
-  return cudaMemcpy(dst, src, n, k);
-}
-
-cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
-                              size_t width, size_t height, cudaMemcpyKind, cudaStream_t) {
-  if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
-  for (size_t r = 0; r < height; ++r)
-    memcpy(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch,
-           width);
   return cudaSuccess;
 }
 
@@ -179,12 +187,9 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
 }
 
 cudaError_t cudaMemset(void *p, int value, size_t n) {
+  if (cudaError_t e = cudaError_t(simt::sync_call("cudaMemset"))) return e;
   if (n) memset(p, value, n);
   return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t) {
-  return cudaMemset(p, value, n);
 }
 
 cudaError_t cudaGetLastError(void) {
@@ -216,8 +221,6 @@ cudaError_t cudaGetDeviceCount(int *n) {
 }
 
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
   switch (attr) {

@@ -388,12 +388,17 @@ unsigned env_threads() {
 
 }  // namespace
 
-void run_grid(const LaunchConfig &cfg, const void *kernel_id, void (*body)(void *), void *arg) {
-  unsigned workers = env_threads();
+bool launch_config_ok(const LaunchConfig &cfg, const void *kernel_id) {
   const dim3 g = cfg.grid, bl = cfg.block;
   uint64_t threads = uint64_t(bl.x) * bl.y * bl.z;
-  if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535 || threads == 0 ||
-      threads > 1024 || bl.z > 64 || cfg.smem > max_dynamic_smem(kernel_id)) {
+  return !(g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535 || threads == 0 ||
+           threads > 1024 || bl.z > 64 || cfg.smem > max_dynamic_smem(kernel_id));
+}
+
+void run_grid(const LaunchConfig &cfg, const void *kernel_id, void (*body)(void *), void *arg) {
+  unsigned workers = env_threads();
+  const dim3 g = cfg.grid;
+  if (!launch_config_ok(cfg, kernel_id)) {
     set_last_error(cudaErrorInvalidConfiguration);
     return;
   }
