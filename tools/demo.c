@@ -48,6 +48,11 @@ static int parse(demo_options *o, int argc, char **argv) {
        "new tokens per step, at most; prompts are chunked (default 512)", 0},
       {"max-model-len", CLI_U32, &o->max_model_len, "TOKENS",
        "longest sequence; each contiguous slot reserves this much (default 1024)", 0},
+      {"device", CLI_STRING, &o->device, "cpu|cuda",
+       "cuda: run pkv with a CUDA engine (pkv's kernels, the model's GEMMs on cuBLAS) against the "
+       "CPU engine, and check that they generate the same tokens; needs a GPU, CUDA 13's "
+       "libcudart and libcublas, and a libpkv built with CUDA (default cpu)",
+       0},
       {"no-prefix-caching", CLI_FLAG, &o->no_prefix_caching, NULL,
        "run pkv with prefix caching off (tokens must not change)", 0},
       {"host-cache", CLI_SIZE, &o->host_cache, "SIZE",
@@ -100,7 +105,9 @@ static int parse(demo_options *o, int argc, char **argv) {
       "With --retention (default --num-blocks 96, --max-num-seqs 4), tenants' requests, a burst\n"
       "of unique prompts that cycles the pool, then the tenants' requests again, through pkv under\n"
       "plain LRU and with the system prompts kept (cache_priority, pkv_cache_set_priority,\n"
-      "pkv_cache_pin): the tenants' second-round hit rate of each, tokens identical across runs.",
+      "pkv_cache_pin): the tenants' second-round hit rate of each, tokens identical across runs.\n"
+      "With --device cuda, pkv runs the workload on a CPU engine, then on a CUDA engine with the\n"
+      "model's GEMMs on cuBLAS, and checks that the GPU generated the CPU's tokens.",
       flags, sizeof flags / sizeof flags[0]};
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc;
@@ -137,6 +144,8 @@ static int parse(demo_options *o, int argc, char **argv) {
   else if (o->windows && demo_parse_windows(o) != 0)
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
+  else if ((bad = demo_cuda_check(o)))
+    ;
   else if (!(bad = demo_hybrid_check(o, flag_seen(&cmd, "layers"),
                                      flag_seen(&cmd, "checkpoint-interval"))))
     bad = demo_retention_check(o, flag_seen(&cmd, "requests"), flag_seen(&cmd, "num-blocks"),
@@ -171,12 +180,14 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
   const uint32_t kv_layers =
       o->hybrid ? m->c.num_layers / DEMO_ATTENTION_INTERVAL : m->c.num_layers;
   cli_format_size(pool_tokens * 2 * kv_layers * m->kv_dim * sizeof(float), size, sizeof size);
-  printf("pkv demo: a tiny transformer served end to end through pkv (CPU engine)\n\n");
+  const int cuda = o->device && strcmp(o->device, "cuda") == 0;
+  printf("pkv demo: a tiny transformer served end to end through pkv (%s)\n\n",
+         cuda ? "a CUDA engine against a CPU engine" : "CPU engine");
   printf("  model      %u layers, hidden %u, %u q / %u kv heads of %u, SwiGLU %u, vocab %u, f32,\n"
-         "             %.1fM random parameters (seed %llu); GEMM: %s\n",
+         "             %.1fM random parameters (seed %llu); GEMM: %s%s\n",
          m->c.num_layers, m->c.hidden, m->c.num_q_heads, m->c.num_kv_heads, m->c.head_dim,
          m->c.intermediate, m->c.vocab, m->num_params / 1e6, (unsigned long long)o->seed,
-         model_gemm_name());
+         cuda ? "cuBLAS (cublasSgemm, f32) on the GPU; on the CPU " : "", model_gemm_name());
   printf("  workload   %u requests from %u tenants (a cache salt and a system prompt each), all\n"
          "             at once: prompts %u-%u tokens (%llu in all), max_new_tokens %u-%u (%llu),\n"
          "             greedy sampling, stop token %d\n",
@@ -186,7 +197,7 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
          o->block_size, (unsigned long long)pool_tokens, size, o->max_model_len);
   printf("             pkv: paged, up to %u sequences and %u tokens per step, prefix caching %s\n",
          o->max_num_seqs, o->step_tokens, o->no_prefix_caching ? "off" : "on");
-  if (!o->store)
+  if (!o->store && !cuda)
     printf(
         "             contiguous: %llu slots of max_model_len (every sequence reserves %u tokens)\n",
         (unsigned long long)(pool_tokens / o->max_model_len), o->max_model_len);
@@ -322,11 +333,18 @@ int cmd_demo(int argc, char **argv) {
   model_config mc;
   model_config_of(&o, &mc);
   if (o.retention) return demo_retention_runs(&o, &mc) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+  struct demo_cuda *dc = NULL;
+  char why[512];
+  if (demo_cuda_open(&o, &mc, &dc, why, sizeof why) != 0) {
+    fprintf(stderr, "pkv demo: %s\n", why);
+    return CLI_EXIT_USAGE;
+  }
   model m;
   demo_workload w;
   if (model_init(&m, &mc) != 0 || demo_workload_make(&o, mc.vocab, &w) != 0) {
     fprintf(stderr, "pkv demo: out of memory\n");
     model_free(&m);
+    demo_cuda_close(dc);
     return CLI_EXIT_FAIL;
   }
   print_header(&o, &w, &m);
@@ -336,6 +354,13 @@ int cmd_demo(int argc, char **argv) {
     return CLI_EXIT_FAIL;
   }
   fflush(stdout);
+  if (dc) {
+    rc = demo_cuda_runs(dc, &o, &w, &m);
+    demo_cuda_close(dc);
+    demo_workload_free(&w);
+    model_free(&m);
+    return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+  }
   if (o.store || o.hybrid) {
     rc = o.store ? demo_store_runs(&o, &w, &m) : demo_hybrid_runs(&o, &w, &m);
     demo_workload_free(&w);

@@ -12,6 +12,7 @@
  *   demo_hybrid.c   --hybrid: recurrent layers, runs by checkpoint policy against contiguous
  *   demo_mixer.c    --hybrid's recurrent layers, on pkv's state slots or the baseline's own
  *   demo_retention.c --retention: tenants' system prompts through a burst, LRU against retention
+ *   demo_cuda.c     --device cuda: a CUDA engine with cuBLAS GEMMs against the CPU engine
  */
 #ifndef PKV_TOOLS_DEMO_H
 #define PKV_TOOLS_DEMO_H
@@ -81,6 +82,10 @@ typedef struct demo_options {
   /* the same, called as soon as pkv_step planned a batch (its slots reserved, still open) */
   int (*on_batch)(void *ctx, pkv_engine *e, const uint64_t *seqs, char *error, size_t cap);
   void *on_step_ctx;
+  const char *device;    /* --device: "cpu" (default) or "cuda" */
+  int32_t engine_device; /* a paged run's PKV_DEVICE_* (set per run; 0 = CPU) */
+  void *cuda_stream;     /* a CUDA run's stream: its engine's (pkv_engine_set_stream), cuBLAS's */
+  const model_gemm_backend *gemm_backend; /* a paged run's GEMMs (set per run; NULL = host's) */
 } demo_options;
 
 typedef struct demo_request {
@@ -103,10 +108,11 @@ typedef struct demo_result {
   double wall_s, model_s, attn_s; /* all; in model_forward; in its attention */
   uint64_t steps, rows;           /* steps; forward rows (prompt, recomputed and decode tokens) */
   int32_t **generated;            /* [request][max_new_tokens] */
-  uint32_t *num_generated;        /* [request] */
-  uint32_t *finish;               /* [request] PKV_FINISH_* */
-  uint32_t *ttft_steps;           /* [request] steps until its first token, that step included */
-  double *ttft_ms;                /* [request] */
+  float **margin; /* [request][max_new_tokens] each greedy token's logit over the runner-up's */
+  uint32_t *num_generated; /* [request] */
+  uint32_t *finish;        /* [request] PKV_FINISH_* */
+  uint32_t *ttft_steps;    /* [request] steps until its first token, that step included */
+  double *ttft_ms;         /* [request] */
   uint32_t num_finished, max_running;
   uint64_t sum_running;       /* over steps, for the mean */
   double util_sum, util_peak; /* KV utilization per step: sum (for the mean) and peak */
@@ -222,6 +228,20 @@ const char *demo_retention_check(demo_options *o, int requests_seen, int blocks_
 /* Its workload, runs (plain LRU, requests' priority, system prompts' priority, pins) and report;
  * 0, or -1 (message printed). */
 int demo_retention_runs(demo_options *o, const model_config *mc);
+
+/* demo_cuda.c. Why the options cannot run --device (a message naming the flag), or NULL. */
+const char *demo_cuda_check(const demo_options *o);
+/* --device cuda: loads the CUDA runtime and cuBLAS, finds a GPU and checks that libpkv makes
+ * CUDA engines of the model's shape mc; *out for demo_cuda_runs (NULL without --device cuda).
+ * 0, or -1 with what is missing, named, in why[cap]. */
+struct demo_cuda;
+int demo_cuda_open(const demo_options *o, const model_config *mc, struct demo_cuda **out, char *why,
+                   size_t cap);
+/* The CPU run and the CUDA run, their table and the tokens' verdict; 0, or -1 (printed). */
+int demo_cuda_runs(struct demo_cuda *dc, const demo_options *o, const demo_workload *w,
+                   const model *m);
+/* Frees what demo_cuda_open set up. Accepts NULL. */
+void demo_cuda_close(struct demo_cuda *dc);
 
 /* demo_plot.c: the SVG of runs[0..num_runs), a panel each; 0, or -1 (message printed). */
 int demo_plot(const char *path, const demo_result *const *runs, uint32_t num_runs,

@@ -86,7 +86,7 @@ static int attend(void *ctx, uint32_t layer, const float *q, const float *k, con
   }
   pkv_status s = pkv_attention(a->b, layer, q, k, v, out);
   a->r->attn_s += cli_now_s() - t;
-  return s == PKV_OK ? 0 : -1;
+  return s == PKV_OK ? 0 : fail(a->p, "pkv_attention", s);
 }
 
 static int create(paged_run *p) {
@@ -97,7 +97,7 @@ static int create(paged_run *p) {
   ep.num_kv_heads = p->m->c.num_kv_heads;
   ep.head_dim = p->m->c.head_dim;
   ep.dtype = PKV_DTYPE_F32;
-  ep.device = PKV_DEVICE_CPU;
+  ep.device = p->o->engine_device ? p->o->engine_device : PKV_DEVICE_CPU;
   ep.max_model_len = p->o->max_model_len;
   ep.block_size = p->o->block_size;
   ep.num_blocks = p->o->paged_blocks ? p->o->paged_blocks : p->o->num_blocks;
@@ -119,6 +119,10 @@ static int create(paged_run *p) {
       ep.num_state_checkpoints = p->o->checkpoint_slots;
   }
   pkv_status s = pkv_engine_create(&ep, &p->e);
+  /* --device cuda: pkv's kernels and the demo's cuBLAS GEMMs on one stream, in order */
+  if (s == PKV_OK && p->o->cuda_stream &&
+      (s = pkv_engine_set_stream(p->e, p->o->cuda_stream)) != PKV_OK)
+    return fail(p, "pkv_engine_set_stream", s);
   if (s == PKV_OK && p->o->mixer && demo_state_region_get(p->e, p->o->mixer, &p->sr) != 0)
     return fail(p, "pkv's state slots are not laid out as the layer specs asked", PKV_OK);
   if (s == PKV_OK) return 0;
@@ -195,12 +199,20 @@ static int forward(paged_run *p, pkv_batch *b, const pkv_batch_view *v) {
   const pkv_status cs = p->o->mixer ? pkv_batch_copy(b) : PKV_OK;
   if (cs != PKV_OK) return fail(p, "pkv_batch_copy", cs);
   attend_ctx a = {b, p->r, v, p};
+  p->ws.backend = p->o->gemm_backend;
   if (model_forward(p->m, &p->ws, p->tokens, p->positions, v->num_tokens, p->sample_rows, n, attend,
                     &a, p->row_out) != 0)
-    return p->r->error[0] ? -1 : fail(p, "pkv_attention", PKV_ERR_INTERNAL); /* or the mixer's */
+    return p->r->error[0]
+               ? -1 /* pkv_attention's or the mixer's */
+               : fail(p, p->o->gemm_backend ? "a GEMM on the GPU" : "out of memory", PKV_OK);
   p->r->model_s += cli_now_s() - t;
   p->r->rows += v->num_tokens;
-  for (uint32_t s = 0; s < n; s++) p->sampled[p->sample_seq[s]] = p->row_out[s];
+  for (uint32_t s = 0; s < n; s++) {
+    const uint32_t i = p->sample_seq[s], req = request_of(p, v->seq_ids[i]);
+    p->sampled[i] = p->row_out[s];
+    if (p->r->num_generated[req] < p->w->requests[req].max_new_tokens)
+      p->r->margin[req][p->r->num_generated[req]] = p->ws.margin[s];
+  }
   return 0;
 }
 

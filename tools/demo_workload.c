@@ -107,9 +107,12 @@ int demo_result_init(demo_result *r, const char *name, const demo_workload *w) {
   r->finish = calloc(n, sizeof *r->finish);
   r->ttft_steps = calloc(n, sizeof *r->ttft_steps);
   r->ttft_ms = calloc(n, sizeof *r->ttft_ms);
-  int ok = r->generated && r->num_generated && r->finish && r->ttft_steps && r->ttft_ms;
+  r->margin = calloc(n, sizeof *r->margin);
+  int ok =
+      r->generated && r->num_generated && r->finish && r->ttft_steps && r->ttft_ms && r->margin;
   for (uint32_t i = 0; ok && i < n; i++)
-    ok = (r->generated[i] = malloc(w->requests[i].max_new_tokens * sizeof(int32_t))) != NULL;
+    ok = (r->generated[i] = malloc(w->requests[i].max_new_tokens * sizeof(int32_t))) != NULL &&
+         (r->margin[i] = malloc(w->requests[i].max_new_tokens * sizeof(float))) != NULL;
   if (ok) return 0;
   demo_result_free(r, w);
   return -1;
@@ -117,6 +120,8 @@ int demo_result_init(demo_result *r, const char *name, const demo_workload *w) {
 
 void demo_result_free(demo_result *r, const demo_workload *w) {
   for (uint32_t i = 0; r->generated && i < w->num_requests; i++) free(r->generated[i]);
+  for (uint32_t i = 0; r->margin && i < w->num_requests; i++) free(r->margin[i]);
+  free(r->margin);
   free(r->generated), free(r->num_generated), free(r->finish), free(r->ttft_steps),
       free(r->ttft_ms);
   free(r->trace_util), free(r->trace_reserved), free(r->trace_running);
