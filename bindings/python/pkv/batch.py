@@ -120,6 +120,30 @@ class Batch(SparseAttention):
         with self._engine._lock:
             self._check(lib.pkv_batch_copy(self._live()))
 
+    def plan_graph(self, bucket):
+        """Plans this decode step for a CUDA graph (pkv_batch_plan_graph, since 0.9.0; a CUDA
+        engine only): a GPU engine's decode step is captured once in a CUDA graph
+        (torch.cuda.graph / cudaStreamBeginCapture on engine.set_stream's stream, not the legacy
+        NULL stream) and replayed after each later plan_graph of the same bucket. Call it before
+        the step's first attention(): it queues the block copies and the batch's arrays, padded
+        to `bucket` sequences, into device buffers at fixed addresses, so every attention() of the
+        batch launches kernels that depend only on the bucket and the layer. Every sequence must
+        compute one token, and num_seqs <= bucket <= params.max_num_seqs. Between replays the
+        sequences, their count (up to bucket), lengths and block tables and the contents of q, k,
+        v may change; the bucket, the layers and their order, the q, k, v and out addresses
+        (bucket rows each) and the stream may not. Eager batches may run between replays.
+
+        UnsupportedError on a CPU engine (it has no CUDA graphs: run attention() as is; the batch
+        stays usable) or one with indexer layers; InvalidArgumentError for a bucket of 0, below
+        num_seqs or above max_num_seqs, or a sequence computing more than one token (a bucket
+        that is not an int from 0 to 2**32 - 1 is refused before pkv is called); StateError once
+        an attention() of the batch ran. ValueError after the batch ended."""
+        if isinstance(bucket, bool) or not isinstance(bucket, int) or not 0 <= bucket < 1 << 32:
+            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, 'plan_graph: bucket must be a '
+                             'sequence count (an int from 1 to max_num_seqs), not %r' % (bucket,))
+        with self._engine._lock:
+            self._check(lib.pkv_batch_plan_graph(self._live(), bucket))
+
     def end(self):
         """The step ran: its tokens become computed, full blocks are sealed (pkv_batch_end).
         StateError for a batch of Engine.step, which ends with commit() or abort(); on any

@@ -66,6 +66,8 @@ WRAPPED = {
     # 0.8: retention
     'pkv_cache_set_priority': 'Engine.cache_set_priority', 'pkv_cache_pin': 'Engine.cache_pin',
     'pkv_cache_unpin': 'Engine.cache_unpin',
+    # 0.9: CUDA graphs
+    'pkv_batch_plan_graph': 'Batch.plan_graph',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
