@@ -89,6 +89,7 @@ var wrapped = map[string]string{
 	"pkv_cache_set_priority":                  "Engine.CacheSetPriority",
 	"pkv_cache_pin":                           "Engine.CachePin",
 	"pkv_cache_unpin":                         "Engine.CacheUnpin",
+	"pkv_batch_plan_graph":                    "Batch.PlanGraph",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.
