@@ -150,6 +150,26 @@ namespace Pkv
             lock (engine.Gate) Check(Native.pkv_batch_copy(Handle));
         }
 
+        /// <summary>Plans this decode step for a CUDA graph (pkv_batch_plan_graph, pkv 0.9; a
+        /// CUDA engine only): a GPU engine's decode step is captured once in a CUDA graph and
+        /// replayed after each later PlanGraph of the same bucket. Call it before the step's first
+        /// Attention: it queues the block copies and the batch's arrays, padded to bucket
+        /// sequences, into device buffers at fixed addresses, so every Attention (NativeAddress
+        /// overload) of the batch launches kernels that depend only on the bucket and the layer;
+        /// capture them on the stream of Engine.SetStream (not the legacy NULL stream). Every
+        /// sequence computes one token; NumSeqs &lt;= bucket &lt;= EngineParams.MaxNumSeqs.
+        /// Between replays the sequences, their count (up to bucket), lengths and block tables and
+        /// the contents of q, k and v may change; the bucket, the layers and their order, the q,
+        /// k, v and output addresses (bucket rows each) and the stream may not. PkvException:
+        /// Unsupported on a CPU engine (it has no CUDA graphs: run Attention as is; the batch stays
+        /// usable) or one with indexer layers; InvalidArgument for a bucket of 0, below NumSeqs or
+        /// above MaxNumSeqs, or a sequence computing more than one token; State once an Attention
+        /// of the batch ran. ObjectDisposedException after the batch ended.</summary>
+        public void PlanGraph(uint bucket)
+        {
+            lock (engine.Gate) Check(Native.pkv_batch_plan_graph(Handle, bucket));
+        }
+
         /// <summary>pkv_attention for one layer of an F32 engine on the CPU. q, output: [tokens][q
         /// heads per rank][head_dim]; k, v: [tokens][kv heads per rank][head_dim]. An MLA engine
         /// (Engine.IsMla) takes the absorbed form, with W = KvLoraRank + QkRopeHeadDim (its

@@ -62,6 +62,8 @@ static partial class Tests
         // 0.8: retention
         { "pkv_cache_set_priority", "Engine.CacheSetPriority" }, { "pkv_cache_pin", "Engine.CachePin" },
         { "pkv_cache_unpin", "Engine.CacheUnpin" },
+        // 0.9: CUDA graphs
+        { "pkv_batch_plan_graph", "Batch.PlanGraph" },
     };
 
     // C call -> why the binding leaves it out

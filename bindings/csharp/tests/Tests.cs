@@ -415,6 +415,9 @@ static partial class Tests
             { "retention_refusals", RetentionRefusals }, { "retention_of_a_request", RetentionOfARequest },
             { "cache_pin", CachePinHoldsAPrefix }, { "cache_pin_cap", CachePinCap },
             { "retention_decays", RetentionDecays },
+            { "plan_graph_on_a_cpu_engine_keeps_the_batch", PlanGraphOnACpuEngineKeepsTheBatch },
+            { "plan_graph_on_a_step_batch_then_commit", PlanGraphOnAStepBatchThenCommit },
+            { "step_counters_on_a_cpu_engine", StepCountersOnACpuEngine },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
