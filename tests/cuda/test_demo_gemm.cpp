@@ -127,6 +127,7 @@ void sgemm_case(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, in
   ref_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, want, ldc);
   const cublasStatus_t s =
       cublasSgemm(h, ta, tb, m, n, k, &alpha, dA, lda, dB, ldb, &beta, dC, ldc);
+  cudaDeviceSynchronize();  // the GEMM is stream work: queued until now under SIMT_STREAMS=deferred
   char what[96];
   std::snprintf(what, sizeof what, "sgemm %c%c m %d n %d k %d beta %g", "NTC"[ta], "NTC"[tb], m, n,
                 k, beta);
@@ -170,6 +171,40 @@ void test_sgemm_refusals(cublasHandle_t h) {
         "an unknown math mode is refused");
 }
 
+// A GEMM on a capturing stream is recorded, not run; each replay reads the inputs as they are
+// then (here: A rewritten between replays), as cuBLAS's kernels in a CUDA graph do.
+void test_sgemm_capture(cublasHandle_t h) {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  float *A, *B, *C;  // 2 x 2 each, column-major
+  cudaMalloc(reinterpret_cast<void **>(&A), 16), cudaMalloc(reinterpret_cast<void **>(&B), 16);
+  cudaMalloc(reinterpret_cast<void **>(&C), 16);
+  const float b_vals[4] = {1, 0, 0, 1}, one = 1.0f, zero = 0.0f;  // B = I: C = A
+  cudaMemcpy(B, b_vals, 16, cudaMemcpyHostToDevice);
+  cublasSetStream(h, stream);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+  check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, A, 2, B, 2, &zero, C, 2) ==
+            CUBLAS_STATUS_SUCCESS,
+        "sgemm while capturing");
+  check(cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
+            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess,
+        "end capture, instantiate");
+  check(std::isnan(C[0]), "a captured GEMM does not run at capture");
+  for (float base : {10.0f, 20.0f}) {
+    const float a_vals[4] = {base, base + 1, base + 2, base + 3};
+    cudaMemcpy(A, a_vals, 16, cudaMemcpyHostToDevice);
+    check(cudaGraphLaunch(exec, stream) == cudaSuccess && cudaStreamSynchronize(stream) == 0,
+          "replay");
+    for (int i = 0; i < 4; ++i) check(C[i] == a_vals[i], "a replay reads A as it is then");
+  }
+  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
+  cublasSetStream(h, nullptr);
+  cudaStreamDestroy(stream);
+  cudaFree(A), cudaFree(B), cudaFree(C);
+}
+
 void test_sgemm() {
   cublasHandle_t h = nullptr;
   check(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate");
@@ -182,6 +217,7 @@ void test_sgemm() {
         sgemm_case(h, ta, tb, s[0], s[1], s[2], 0.5f);
       }
   test_sgemm_refusals(h);
+  test_sgemm_capture(h);
   check(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "cublasDestroy");
 }
 

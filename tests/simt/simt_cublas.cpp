@@ -13,12 +13,17 @@
 // CUBLAS_STATUS_INVALID_VALUE, and nothing is written. A NULL alpha, beta or C (A or B when they
 // are read) is CUBLAS_STATUS_INVALID_VALUE here too, where cuBLAS would fault on it.
 //
-// The GEMM runs inside the call (the emulator's immediate stream mode): the handle's stream is
-// kept and returned by cublasGetStream, and the glue's test runs in immediate mode.
+// The GEMM is stream work on the handle's stream (cublasSetStream; the null stream by default),
+// submitted as the runtime's launches are (simt_stream.cpp): it runs inside the call in the
+// immediate mode, is queued until the host waits in the deferred mode (SIMT_STREAMS=deferred), and
+// is recorded into the graph while the stream captures, as cuBLAS's kernels are. The arguments are
+// checked, and alpha and beta read, at the call, as cuBLAS reads host-mode scalars.
 #include <cublas_v2.h>
 
 #include <cmath>
 #include <new>
+
+#include "simt_stream_state.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -94,15 +99,20 @@ cublasStatus_t CUBLASWINAPI cublasSgemm_v2(cublasHandle_t handle, cublasOperatio
   const float a = *alpha, b = *beta;
   const bool products = k > 0 && a != 0.0f;
   if (products && (!A || !B)) return CUBLAS_STATUS_INVALID_VALUE;
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      float acc = 0.0f;
-      for (int l = 0; products && l < k; ++l)
-        acc += op_at(A, lda, transa, i, l) * op_at(B, ldb, transb, l, j);
-      float &c = C[i + size_t(j) * ldc];
-      c = (products ? a * acc : 0.0f) + (b != 0.0f ? b * c : 0.0f);
-    }
-  return CUBLAS_STATUS_SUCCESS;
+  auto run = [=] {
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int l = 0; products && l < k; ++l)
+          acc += op_at(A, lda, transa, i, l) * op_at(B, ldb, transb, l, j);
+        float &c = C[i + size_t(j) * ldc];
+        c = (products ? a * acc : 0.0f) + (b != 0.0f ? b * c : 0.0f);
+      }
+  };
+  // a refusal (the stream destroyed, a forbidden capture) is a launch that failed
+  return simt::submit_work("cublasSgemm", handle->stream, run, false) == cudaSuccess
+             ? CUBLAS_STATUS_SUCCESS
+             : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 }  // extern "C"
