@@ -84,26 +84,39 @@ struct TopkArgs {
   float *scores;  // [wave tokens][max_keys]
   int32_t max_keys;
   int32_t *out;
+  int32_t key_dims;  // dims of the key tile staged at once: dim, or fewer (score_key_dims)
 };
 
 // Shared memory of a score CTA: the staged q heads transposed ([dim][64]: a thread reads its 4
-// heads at once) and their weights, the key tile transposed ([dim][64]: its 4 keys at once),
+// heads at once) and their weights, the key tile transposed ([key_dims][64]: its 4 keys at once),
 // the keys' scales, the head groups' sums per key.
-size_t score_smem_floats(int32_t dim) {
-  return size_t(dim) * kStagedHeads + kStagedHeads + size_t(dim) * kTileKeys + kTileKeys +
+size_t score_smem_floats(int32_t dim, int32_t key_dims) {
+  return size_t(dim) * kStagedHeads + kStagedHeads + size_t(key_dims) * kTileKeys + kTileKeys +
          kHeadGroups * kTileKeys;
 }
 
-// Keys k0 .. k0 + kTileKeys - 1 of the token's sequence (zeros at or past n) into kt, as the
-// codes' values (or bf16's), their scales into ks.
+// The key tile's dims staged at once: all of them where the CTA fits the device's opt-in shared
+// memory (sm_80, sm_90 and sm_100 at every dim; 99 KiB parts, sm_86 / 89 / 120, up to dim 184),
+// else the most (a multiple of 8) that fits beside the whole q: dim 256 on 99 KiB takes its keys
+// in 120 + 120 + 16 dims, summed in the same order, so the scores are the same bits. 0: none fit.
+int32_t score_key_dims(int32_t dim, size_t max_smem) {
+  if (score_smem_floats(dim, dim) * sizeof(float) <= max_smem) return dim;
+  const size_t fixed = score_smem_floats(dim, 0) * sizeof(float);
+  if (fixed >= max_smem) return 0;
+  const int64_t dims = int64_t((max_smem - fixed) / (sizeof(float) * kTileKeys)) / 8 * 8;
+  return int32_t(dims < dim ? dims : dim);
+}
+
+// Dims d0 .. d1 - 1 of keys k0 .. k0 + kTileKeys - 1 of the token's sequence (zeros at or past n)
+// into kt, as the codes' values (or bf16's); with dim 0 among them, their scales into ks.
 template <class C>
-__device__ void load_key_tile(const TopkArgs &a, const int32_t *blocks, int k0, int n, float *kt,
-                              float *ks) {
+__device__ void load_key_tile(const TopkArgs &a, const int32_t *blocks, int k0, int n, int d0,
+                              int d1, float *kt, float *ks) {
   const IndexerLayer &l = a.layer;
-  const int chunks = l.dim / 8;
+  const int chunks = (d1 - d0) / 8;
   const char *pages = static_cast<const char *>(l.pages);
   for (int c = threadIdx.x; c < kTileKeys * chunks; c += kScoreThreads) {
-    const int j = c / chunks, d8 = c % chunks * 8, key = k0 + j;
+    const int j = c / chunks, d8 = d0 + c % chunks * 8, key = k0 + j;
     float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (key < n) {
       const char *page = pages + int64_t(blocks[key / l.block_size]) * l.block_stride;
@@ -115,7 +128,7 @@ __device__ void load_key_tile(const TopkArgs &a, const int32_t *blocks, int k0, 
       ks[j] = 0.f;
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) kt[(d8 + i) * kTileKeys + j] = x[i];
+    for (int i = 0; i < 8; ++i) kt[(d8 - d0 + i) * kTileKeys + j] = x[i];
   }
 }
 
@@ -136,20 +149,24 @@ __device__ void stage_queries(const TopkArgs &a, int t, int h0, int count, float
     ws[h] = h < count ? a.weights[int64_t(t) * a.heads + h0 + h] : 0.f;
 }
 
-// The thread's 4 keys' sums over its 4 heads: sum of w * relu(dot * scale), into part.
-__device__ __forceinline__ void score_block(int dim, const float *qt, const float *ws,
-                                            const float *kt, const float *ks, int kg, int hg,
-                                            float (&part)[kKeysPer]) {
-  float dot[kHeadsPer][kKeysPer] = {};
-  for (int d = 0; d < dim; ++d) {
+// The thread's 4 heads x 4 keys dot products over dims d0 .. d1 - 1 (kt holds those dims).
+__device__ __forceinline__ void dot_block(const float *qt, const float *kt, int d0, int d1, int kg,
+                                          int hg, float (&dot)[kHeadsPer][kKeysPer]) {
+  for (int d = d0; d < d1; ++d) {
     const float4 qv = *reinterpret_cast<const float4 *>(qt + d * kStagedHeads + hg * kHeadsPer);
-    const float4 kv = *reinterpret_cast<const float4 *>(kt + d * kTileKeys + kg * kKeysPer);
+    const float4 kv = *reinterpret_cast<const float4 *>(kt + (d - d0) * kTileKeys + kg * kKeysPer);
     const float qh[kHeadsPer] = {qv.x, qv.y, qv.z, qv.w}, kk[kKeysPer] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
     for (int i = 0; i < kHeadsPer; ++i)
 #pragma unroll
       for (int k = 0; k < kKeysPer; ++k) dot[i][k] += qh[i] * kk[k];
   }
+}
+
+// The thread's 4 keys' sums over its 4 heads: sum of w * relu(dot * scale), into part.
+__device__ __forceinline__ void score_block(const float (&dot)[kHeadsPer][kKeysPer],
+                                            const float *ws, const float *ks, int kg, int hg,
+                                            float (&part)[kKeysPer]) {
 #pragma unroll
   for (int i = 0; i < kHeadsPer; ++i)
 #pragma unroll
@@ -161,7 +178,8 @@ __device__ __forceinline__ void score_block(int dim, const float *qt, const floa
 
 // grid = (key split, wave token): the scores of the split's keys, kTileKeys at a time, against
 // kStagedHeads heads at a time; the head groups' sums added in order. Two CTAs an SM at dim 128
-// (66 KiB of shared memory each), so at most 128 registers.
+// (66 KiB of shared memory each), so at most 128 registers. A key tile narrower than dim
+// (a.key_dims: a 99 KiB device at dim > 184) is staged a part of its dims at a time, in order.
 template <class T, class C>
 __global__ void __launch_bounds__(kScoreThreads, 2) indexer_score_kernel(TopkArgs a) {
   extern __shared__ __align__(16) float smem[];
@@ -170,14 +188,15 @@ __global__ void __launch_bounds__(kScoreThreads, 2) indexer_score_kernel(TopkArg
   const int n = tp.pos + 1, key_begin = int(blockIdx.x) * kSplitKeys;
   if (key_begin >= n) return;  // the whole CTA
   const int dim = a.layer.dim;
+  const bool whole = a.key_dims == dim;
   float *qt = smem, *ws = qt + dim * kStagedHeads, *kt = ws + kStagedHeads;
-  float *ks = kt + dim * kTileKeys, *red = ks + kTileKeys;
+  float *ks = kt + a.key_dims * kTileKeys, *red = ks + kTileKeys;
   const int32_t *blocks = a.batch.block_indices + a.batch.block_indptr[tp.seq];
   const int kg = threadIdx.x % kKeyGroups, hg = threadIdx.x / kKeyGroups;
   int loaded = -1;  // the first head staged in qt
   for (int k0 = key_begin; k0 < imin(n, key_begin + kSplitKeys); k0 += kTileKeys) {
     __syncthreads();  // the previous tile's reads of kt, ks and red are done
-    load_key_tile<C>(a, blocks, k0, n, kt, ks);
+    if (whole) load_key_tile<C>(a, blocks, k0, n, 0, dim, kt, ks);
     float part[kKeysPer] = {0.f, 0.f, 0.f, 0.f};
     for (int h0 = 0; h0 < a.heads; h0 += kStagedHeads) {
       if (h0 != loaded) {  // every tile with more heads than one staging, the first otherwise
@@ -185,8 +204,17 @@ __global__ void __launch_bounds__(kScoreThreads, 2) indexer_score_kernel(TopkArg
         stage_queries<T>(a, t, h0, imin(kStagedHeads, a.heads - h0), qt, ws);
         loaded = h0;
       }
-      __syncthreads();
-      score_block(dim, qt, ws, kt, ks, kg, hg, part);
+      float dot[kHeadsPer][kKeysPer] = {};
+      for (int d0 = 0; d0 < dim; d0 += a.key_dims) {
+        const int d1 = imin(dim, d0 + a.key_dims);
+        if (!whole) {
+          __syncthreads();  // every thread is done with the previous part of kt
+          load_key_tile<C>(a, blocks, k0, n, d0, d1, kt, ks);
+        }
+        __syncthreads();
+        dot_block(qt, kt, d0, d1, kg, hg, dot);
+      }
+      score_block(dot, ws, ks, kg, hg, part);
     }
 #pragma unroll
     for (int k = 0; k < kKeysPer; ++k) red[hg * kTileKeys + kg * kKeysPer + k] = part[k];
@@ -221,7 +249,14 @@ bool layer_ok(const IndexerLayer &l) {
 
 template <class T, class C>
 cudaError_t launch_topk_typed(TopkArgs a, const IndexerTopkPlan &plan, cudaStream_t stream) {
-  const size_t smem = score_smem_floats(a.layer.dim) * sizeof(float);
+  int device = 0, max_smem = 0;
+  if (const cudaError_t e = cudaGetDevice(&device)) return e;
+  if (const cudaError_t e =
+          cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device))
+    return e;
+  a.key_dims = score_key_dims(a.layer.dim, size_t(max_smem));
+  if (a.key_dims < 8) return cudaErrorInvalidConfiguration;  // no device pkv builds for
+  const size_t smem = score_smem_floats(a.layer.dim, a.key_dims) * sizeof(float);
   if (const cudaError_t e =
           allow_smem(reinterpret_cast<const void *>(indexer_score_kernel<T, C>), smem))
     return e;
@@ -279,7 +314,7 @@ cudaError_t launch_indexer_topk(const IndexerLayer &layer, const BatchView &batc
   if (batch.num_tokens == 0) return cudaSuccess;
   TopkArgs a{
       layer,         batch, q, weights, heads, topk, 0, slots, static_cast<float *>(workspace),
-      plan.max_keys, out};
+      plan.max_keys, out,   0};  // key_dims: launch_topk_typed's, from the device
   return dispatch_dtype(layer.dtype, [&](auto t) {
     using T = decltype(t);
     if (layer.index_dtype == DType::fp8_e4m3) return launch_topk_typed<T, Fp8E4M3>(a, plan, stream);

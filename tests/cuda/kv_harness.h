@@ -89,7 +89,8 @@ struct StepCase {
   // MLA (mla_attention.cuh) when > 0: the latent's kv_lora_rank. Then kv_heads is 1, head_dim the
   // latent's width (kv_lora_rank + rope), group the q heads, there is no V (write_kv of K alone)
   // and out has kv_lora_rank values a head; the scale is 1.5 / sqrt(width), and row_groups (0:
-  // plan_mla's choice for 132 SMs and 99 KiB) the tensor-core kernel's rows.
+  // plan_mla's choice for 132 SMs and the device's opt-in shared memory) the tensor-core
+  // kernel's rows.
   int32_t mla_rank = 0;
   int32_t row_groups = 0;
   // Since 0.5.0 (KvLayer's new fields). chunk: chunked local attention (KvLayer::chunk; as a

@@ -252,8 +252,13 @@ int32_t launch_step(const StepCase &c, const pkv::cuda::KvLayer &layer,
                                         sm.as<int64_t>(), h.num_tokens, nullptr),
              "launch_write_kv");
   if (mla(c)) {
+    // The device's opt-in shared memory picks the rows per CTA, as the CUDA backend's plan does
+    // (the emulator's under SIMT_ARCH); splits as on 132 SMs, whatever the device.
+    int max_smem = 0;
+    check_cuda(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+               "cudaDeviceGetAttribute");
     pkv::cuda::MlaPlan plan =
-        pkv::cuda::plan_mla(batch, q_heads, c.mla_rank, c.head_dim, 132, 99 << 10);
+        pkv::cuda::plan_mla(batch, q_heads, c.mla_rank, c.head_dim, 132, size_t(max_smem));
     if (c.split_tokens || c.row_groups)
       plan = pkv::cuda::plan_mla_with(batch, q_heads, c.mla_rank,
                                       c.split_tokens ? c.split_tokens : plan.split_tokens,

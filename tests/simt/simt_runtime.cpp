@@ -12,13 +12,13 @@
 #include <mutex>
 
 #include "simt.h"
+#include "simt_arch.h"
 #include "simt_internal.h"
 
 namespace simt {
 namespace {
 
 constexpr size_t kDefaultSmem = 48u << 10;
-constexpr size_t kMaxSmem = 227u << 10;
 
 std::mutex g_mu;
 std::map<const void *, size_t> g_smem_limit;  // cudaFuncSetAttribute
@@ -221,14 +221,25 @@ cudaError_t cudaGetDeviceCount(int *n) {
 }
 
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaGetDevice(int *device) {
+  *device = 0;
+  return cudaSuccess;
+}
 
+// The device SIMT_ARCH names (simt_arch.h).
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
   switch (attr) {
     case cudaDevAttrMultiProcessorCount:
-      *value = 4;
+      *value = simt::arch().sms;
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
-      *value = int(simt::kMaxSmem);
+      *value = int(simt::arch().max_smem_optin);
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = simt::arch().major;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = simt::arch().minor;
       return cudaSuccess;
     default:
       return cudaErrorInvalidValue;
@@ -237,7 +248,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
 
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
-  if (value < 0 || size_t(value) > simt::kMaxSmem) return cudaErrorInvalidValue;
+  if (value < 0 || size_t(value) > simt::arch().max_smem_optin) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(g_mu);
   simt::g_smem_limit[func] = size_t(value);
   return cudaSuccess;
