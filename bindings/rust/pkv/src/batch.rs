@@ -181,6 +181,27 @@ impl<'e> OpenBatch<'e> {
         unsafe { call!(self.engine.library(), pkv_batch_copy(self.raw)) }
     }
 
+    /// Plans this decode step for a CUDA graph (`pkv_batch_plan_graph`, pkv 0.9; a CUDA engine
+    /// only): a GPU engine's decode step is captured once in a CUDA graph and replayed after each
+    /// later `plan_graph` of the same bucket. Call it before the step's first `attention_raw`: it
+    /// queues the block copies and the batch's arrays, padded to `bucket` sequences, into device
+    /// buffers at fixed addresses, so every `attention_raw` of the batch launches kernels that
+    /// depend only on the bucket and the layer; capture them on the stream of
+    /// `Engine::set_stream` (not the legacy NULL stream). Every sequence computes one token, and
+    /// `num_seqs <= bucket <= max_num_seqs`. Between replays the sequences, their count (up to
+    /// `bucket`), lengths and block tables and the contents of q, k and v may change; the bucket,
+    /// the layers and their order, the q, k, v and out pointers (`bucket` rows each) and the
+    /// stream may not.
+    ///
+    /// Errors: `Status::Unsupported` on a CPU engine (it has no CUDA graphs: run `attention` as
+    /// is; the batch stays usable) or one with indexer layers; `Status::InvalidArgument` for a
+    /// bucket of 0, below `num_seqs` or above `max_num_seqs`, or a sequence computing more than
+    /// one token; `Status::State` once an attention call of the batch ran.
+    pub fn plan_graph(&mut self, bucket: u32) -> Result<()> {
+        // SAFETY: the batch is open.
+        unsafe { call!(self.engine.library(), pkv_batch_plan_graph(self.raw, bucket)) }
+    }
+
     /// Runs an ending call (`pkv_batch_end`, `pkv_commit`); on success the batch is pkv's no
     /// more (nothing to abort), on failure it stays open, as pkv keeps it.
     fn end_with(&mut self, end: impl FnOnce(&Engine, *mut sys::pkv_batch) -> Result<()>) -> Result<()> {

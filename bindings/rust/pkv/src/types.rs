@@ -113,6 +113,11 @@ plain! {
         num_evictions_normal: u64,
         num_evictions_high: u64,
         num_evictions_highest: u64,
+        /// The CUDA step path (pkv 0.9; 0 on a CPU engine), cumulative: times pkv waited for
+        /// the device, and device or pinned allocations after create (none in a step within
+        /// the engine's bounds: `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`).
+        num_host_waits: u64,
+        num_device_allocs: u64,
     }
 }
 

@@ -91,6 +91,7 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_cache_set_priority => Engine::cache_set_priority;
         pkv_cache_pin => Engine::cache_pin;
         pkv_cache_unpin => Engine::cache_unpin, pkv::CachePin::unpin;
+        pkv_batch_plan_graph => OpenBatch::plan_graph;
     }
 }
 
