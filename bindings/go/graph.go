@@ -29,5 +29,7 @@ func (b *Batch) PlanGraph(bucket int) error {
 	if bucket < 0 || uint64(bucket) > math.MaxUint32 {
 		return invalid("PlanGraph: bucket %d is not a sequence count (1 to MaxNumSeqs)", bucket)
 	}
-	return b.call(func(p *C.pkv_batch) C.pkv_status { return C.pkv_batch_plan_graph(p, C.uint32_t(bucket)) })
+	return b.call(func(p *C.pkv_batch) C.pkv_status {
+		return C.pkv_batch_plan_graph(p, C.uint32_t(bucket))
+	})
 }

@@ -31,7 +31,8 @@ func decodingEngine(t *testing.T) (*pkv.Engine, *pkv.Sequence) {
 func expectNoGraphs(t *testing.T, err error) {
 	t.Helper()
 	expectStatus(t, err, pkv.ErrUnsupported)
-	if msg := err.Error(); !strings.Contains(msg, "pkv_batch_plan_graph") || !strings.Contains(msg, "CUDA graphs") {
+	msg := err.Error()
+	if !strings.Contains(msg, "pkv_batch_plan_graph") || !strings.Contains(msg, "CUDA graphs") {
 		t.Fatalf("PlanGraph on a CPU engine: %q does not carry pkv's message", msg)
 	}
 }
