@@ -215,7 +215,7 @@ bool run_case(DType t, uint32_t bs, uint64_t seed) {
   sh.num_layers = 1, sh.num_blocks = kBlocks, sh.block_size = bs, sh.kv_heads = 2;
   sh.head_dim = 128, sh.dtype_bytes = uint32_t(r.eb), sh.dtype = int32_t(t);
   sh.kv_dtype = int32_t(t), sh.q_heads = kQHeads, sh.tensors = 1, sh.paged = true;
-  sh.model_layers = kLayers;
+  sh.model_layers = kLayers, sh.sinks = true;
   sh.bytes.block = r.page, sh.bytes.layer = sh.bytes.pool = r.page * kBlocks;
   std::unique_ptr<pkv::Backend> be = pkv::make_cuda_backend(0, sh);
   size_t bad = 0;

@@ -23,6 +23,7 @@
 
 #include "attention_ref.h"
 #include "backend/backend.h"
+#include "cuda_backend_graph.h"
 #include "cuda_backend_layers.h"
 #include "cuda_backend_state.h"
 #include "cuda_backend_mla.h"
@@ -351,12 +352,13 @@ int main() {
     failures += run_layers_backend_cases(seed + 3);
     failures += run_state_backend_cases();
     failures += run_sparse_backend_cases(seed + 5);
+    failures += run_graph_backend_cases();
   } catch (const pkv::Error &e) {
     fprintf(stderr, "FAIL: the backend threw %s: %s\n", pkv::status_string(e.status()), e.what());
     return 1;
   }
   printf("cuda_backend: %d of %zu cases passed (3 of them MLA, 2 of unequal layers, 1 of state "
-         "slots, 3 of sparse attention's pages)\n",
-         int(std::size(cases)) + 9 - failures, std::size(cases) + 9);
+         "slots, 3 of sparse attention's pages, 1 decode loop of graph steps)\n",
+         int(std::size(cases)) + 10 - failures, std::size(cases) + 10);
   return failures ? 1 : 0;
 }

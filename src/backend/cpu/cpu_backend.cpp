@@ -156,10 +156,9 @@ class CpuBackend final : public Backend {
     if (stream) fail(PKV_ERR_INVALID_ARGUMENT, "a CPU engine has no CUDA stream: pass NULL");
   }
 
+  // The engine refuses graph steps on a CPU engine before anything of the step is done.
   void plan_graph(const pkv_batch_view &, uint32_t) override {
-    fail(PKV_ERR_UNSUPPORTED,
-         "pkv_batch_plan_graph: a CPU engine has no CUDA graphs; run its steps with "
-         "pkv_attention as they are (device PKV_DEVICE_CUDA plans for graphs)");
+    fail(PKV_ERR_INTERNAL, "plan_graph on the CPU backend");
   }
   void wait_host_tier() override {}  // copies run on the calling thread: done when they return
 

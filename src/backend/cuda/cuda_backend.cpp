@@ -376,7 +376,10 @@ cuda::KvLayer CudaBackend::kv_layer(const AttentionCall &call) {
   layer.v_dim = int32_t(call.v_dim), layer.chunk = int32_t(call.chunk);
   layer.softcap = call.softcap;
   if (call.sinks) {
-    PKV_ASSERT(sinks_.reserved());
+    if (!sinks_.reserved()) {  // a shape that said no sinks (PoolShape::sinks): made now
+      ++counters_.allocs;
+      check_cuda(sinks_.reserve(shape_.model_layers, shape_.q_heads), "allocating sinks");
+    }
     check_cuda(sinks_.row(call.layer, &call.sinks, 1, stream_, &layer.sinks),
                "uploading attention sinks");
   }
