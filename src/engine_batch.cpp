@@ -162,9 +162,11 @@ void Engine::plan_graph(uint32_t bucket) {
               "pkv_batch_plan_graph: bucket %u must hold the batch's %u sequences and be at "
               "most max_num_seqs (%u)",
               bucket, n, params_.max_num_seqs);
-  do_copies();
+  // The plan first: it may refuse (a bucket past the buffers made at create) before anything
+  // is queued; the copies and the arrays' upload are independent, both before any kernel.
   backend_->plan_graph(b.view(), bucket);
   open_->planned = true;
+  do_copies();
 }
 
 void Engine::attention(uint32_t layer, const void *q, const void *k, const void *v, void *out) {

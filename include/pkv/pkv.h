@@ -872,7 +872,10 @@ PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, co
  * Errors: PKV_ERR_INVALID_ARGUMENT (bucket 0, below the batch's sequences or above
  * max_num_seqs; a sequence computing more than one token), PKV_ERR_STATE (b has ended, or is
  * planned already), PKV_ERR_UNSUPPORTED (a CPU engine; an engine with indexer layers, whose
- * top-k runs in waves sized by the batch), PKV_ERR_DEVICE (the uploads could not be queued).
+ * top-k runs in waves sized by the batch; a bucket whose block tables pass the device memory
+ * made for them at create, 64 MiB a KV group; a sequence with more blocks than max_model_len
+ * allows, which only windowed layers without max_model_len make possible), PKV_ERR_DEVICE (the
+ * uploads could not be queued). A refused call queues nothing.
  * Since 0.9.0. */
 PKV_API pkv_status pkv_batch_plan_graph(pkv_batch *b, uint32_t bucket);
 

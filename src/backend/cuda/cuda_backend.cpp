@@ -278,9 +278,27 @@ void CudaBackend::plan_step(const pkv_batch_view &v, uint32_t bucket) {
   check_cuda(cudaSetDevice(device_id_), "cudaSetDevice");
   const StepLayout l = step_layout(v, bucket, shape_.max_blocks_per_seq);
   PKV_ASSERT(l.groups == 1 || (v.group_slot_mapping && v.group_block_tables));
-  PKV_ASSERT(!bucket || (v.num_tokens == v.num_seqs && v.num_seqs <= bucket &&
-                         size_t(v.block_indptr[v.num_seqs]) <= l.blk_cap));
-  char *d = static_cast<char *>(batch_buf_.get(l.bytes(), "allocating the step's arrays"));
+  PKV_ASSERT(!bucket || (v.num_tokens == v.num_seqs && v.num_seqs <= bucket));
+  for (uint32_t i = 0; bucket && i < v.num_seqs; ++i)  // windowed groups alone: no length bound
+    if (uint32_t(v.block_indptr[i + 1] - v.block_indptr[i]) > shape_.max_blocks_per_seq)
+      fail(PKV_ERR_UNSUPPORTED,
+           "pkv_batch_plan_graph: sequence %u of the batch has %d blocks, more than the %u a "
+           "graph step has room for (max_model_len / block_size, or num_blocks without it); "
+           "create the engine with max_model_len, or run this step without a graph",
+           i, v.block_indptr[i + 1] - v.block_indptr[i], shape_.max_blocks_per_seq);
+  // Within the bounds the buffer of create; an eager step past them the overflow buffer. A
+  // graph step never moves: past the bounds it is refused, before anything is queued.
+  if (bucket && l.bytes() > batch_buf_.size())
+    fail(PKV_ERR_UNSUPPORTED,
+         "pkv_batch_plan_graph: a bucket of %u sequences of up to %u blocks needs %zu bytes of "
+         "step arrays on the device, past the %zu made at create (block tables are capped at 64 "
+         "MiB a KV group); plan a smaller bucket, or create the engine with a smaller "
+         "max_model_len",
+         bucket, shape_.max_blocks_per_seq, l.bytes(), batch_buf_.size());
+  char *d =
+      static_cast<char *>(l.bytes() <= batch_buf_.size()
+                              ? batch_buf_.ptr()
+                              : batch_overflow_.get(l.bytes(), "allocating the step's arrays"));
   char *h = batch_staging_.acquire(l.bytes(), "staging the step's arrays");
   for (const StepRange &r : pack_step(v, l, h))
     check_cuda(
@@ -307,17 +325,19 @@ void CudaBackend::plan_step(const pkv_batch_view &v, uint32_t bucket) {
     mla_plan_ =
         cuda::plan_mla(groups_[0].batch, int32_t(shape_.q_heads), int32_t(shape_.kv_lora_rank),
                        int32_t(shape_.head_dim), num_sms_, size_t(max_smem_));
-    workspace(mla_plan_.workspace_bytes);
-  } else {
-    workspace(cuda::decode_workspace_bound(groups_[0].batch, int32_t(shape_.q_heads),
-                                           int32_t(shape_.kv_heads), int32_t(shape_.head_dim),
-                                           num_sms_));
+    mla_ws_ = workspace(mla_plan_.workspace_bytes);
   }
 }
 
-// The workspace, with room for `bytes` (grown, counted, only past the bounds of create).
+// Workspace of `bytes` for a step's launches: the buffer made at create for the bounds, which
+// never moves (a captured graph's launches keep reading it); past the bounds (an eager step only)
+// the overflow buffer, grown here (counted; cudaFree waits for the launches that used it).
 void *CudaBackend::workspace(size_t bytes) {
-  return bytes ? workspace_.get(bytes, "allocating the attention workspace") : workspace_.ptr();
+  if (bytes <= workspace_.size()) return workspace_.ptr();
+  if (graph_step_)
+    fail(PKV_ERR_INTERNAL, "a graph step's workspace (%zu bytes) is past the bound of create (%zu)",
+         bytes, workspace_.size());
+  return workspace_overflow_.get(bytes, "allocating the attention workspace");
 }
 
 const CudaBackend::StepGroup &CudaBackend::step_group(uint32_t group) const {
@@ -345,9 +365,9 @@ void CudaBackend::attention(const AttentionCall &call) {
     check_cuda(cuda::launch_write_kv(layer, call.k, layer.v ? call.v : nullptr, g.slots,
                                      g.batch.num_tokens, stream_),
                "write_kv");
-  const cuda::DecodePlan &plan = decode_plan(g.batch, layer, q_heads);
+  const StepPlan &plan = decode_plan(g.batch, layer, q_heads);
   check_cuda(cuda::launch_decode_attention(layer, g.batch, call.q, call.out, q_heads, call.scale,
-                                           plan, workspace_.ptr(), stream_),
+                                           plan.plan, plan.ws, stream_),
              "decode attention");
   if (g.batch.max_query_len > 1)
     check_cuda(cuda::launch_prefill_attention(layer, g.batch, call.q, call.out, q_heads, call.scale,
@@ -396,19 +416,18 @@ cuda::KvLayer CudaBackend::kv_layer(const AttentionCall &call) {
 // The step's decode split for layers of this span (window or chunk) and shape, made once per
 // step and kind. A graph step's batch is the bucket's with the engine's longest context, so
 // its plans are the same at every plan of the bucket. The workspace was sized at create for
-// every shape within the bounds; past them it grows here (counted).
-const cuda::DecodePlan &CudaBackend::decode_plan(const cuda::BatchView &batch,
-                                                 const cuda::KvLayer &layer, int32_t q_heads) {
+// every shape within the bounds (workspace()).
+const CudaBackend::StepPlan &CudaBackend::decode_plan(const cuda::BatchView &batch,
+                                                      const cuda::KvLayer &layer, int32_t q_heads) {
   const int32_t span = layer.chunk ? layer.chunk : layer.window;
   for (const StepPlan &p : decode_plans_)
     if (p.span == span && p.kv_heads == layer.kv_heads && p.plan.head_dim == layer.head_dim &&
         p.plan.q_heads == q_heads)
-      return p.plan;
+      return p;
   const cuda::DecodePlan plan =
       cuda::plan_decode(batch, q_heads, layer.kv_heads, layer.head_dim, span, num_sms_);
-  workspace(plan.workspace_bytes);
-  decode_plans_.push_back({span, layer.kv_heads, plan});
-  return decode_plans_.back().plan;
+  decode_plans_.push_back({span, layer.kv_heads, plan, workspace(plan.workspace_bytes)});
+  return decode_plans_.back();
 }
 
 bool cuda_usable(int32_t device_id, std::string *why) {

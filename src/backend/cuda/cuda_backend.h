@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
   struct StepPlan {
     int32_t span, kv_heads;  // the layers it serves (with plan.q_heads, plan.head_dim)
     cuda::DecodePlan plan;
+    void *ws;  // its workspace (workspace())
   };
 
   void reserve_step_buffers();
@@ -70,8 +71,8 @@ class CudaBackend final : public Backend {
   char *state_slot(bool host, int32_t slot) const;
   void release();
   cuda::KvLayer kv_layer(const AttentionCall &call);
-  const cuda::DecodePlan &decode_plan(const cuda::BatchView &batch, const cuda::KvLayer &layer,
-                                      int32_t q_heads);
+  const StepPlan &decode_plan(const cuda::BatchView &batch, const cuda::KvLayer &layer,
+                              int32_t q_heads);
   void *workspace(size_t bytes);
   const StepGroup &step_group(uint32_t group) const;
   // cuda_backend_mla.cpp
@@ -92,11 +93,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   CudaCounters counters_;
   // The step's arrays (step_arrays.h) and the copies' pairs: device buffers, and pinned slots
-  // they are uploaded from.
-  DeviceBuffer batch_buf_{&counters_}, pairs_buf_{&counters_};
+  // they are uploaded from. batch_buf_ is made at create and never moves (a captured graph reads
+  // it); an eager step past the bounds uses batch_overflow_, which grows.
+  DeviceBuffer batch_buf_{&counters_}, batch_overflow_{&counters_}, pairs_buf_{&counters_};
   StagingRing batch_staging_{&counters_}, pairs_staging_{&counters_};
-  // Decode splits and MLA's: sized at create for any step within the bounds (workspace_bound).
-  DeviceBuffer workspace_{&counters_};
+  // Decode splits and MLA's: sized at create for any step within the bounds (workspace_bound),
+  // never moved; an eager step past them uses workspace_overflow_ (workspace()).
+  DeviceBuffer workspace_{&counters_}, workspace_overflow_{&counters_};
   // Recorded after copies that read or write the host tier or the host state slots: the host
   // waits on it before it touches them itself (wait_host_tier).
   cudaEvent_t host_copies_ = nullptr;
@@ -105,6 +108,7 @@ class CudaBackend final : public Backend {
   bool graph_step_ = false;             // planned by plan_graph: padded, fixed addresses
   std::vector<StepPlan> decode_plans_;  // of the step
   cuda::MlaPlan mla_plan_{};            // MLA: the step's
+  void *mla_ws_ = nullptr;              // its workspace
   bool mla_planned_ = false;            // pages: mla_plan_ is the step's
   // The indexer's top-k scores (at most kIndexerWorkspace bytes: longer prefills run in waves).
   static constexpr size_t kIndexerWorkspace = size_t(256) << 20;

@@ -75,10 +75,11 @@ void CudaBackend::mla_attention(const AttentionCall &call) {
         "sparse MLA attention");
     return;
   }
-  check_cuda(cuda::launch_mla_attention(
-                 layer, rank, g.batch, call.q, call.out, int32_t(shape_.q_heads), call.scale,
-                 mla_plan(g.batch, layer.head_dim, rank), workspace_.ptr(), stream_),
-             "MLA attention");
+  const cuda::MlaPlan &plan = mla_plan(g.batch, layer.head_dim, rank);  // sets mla_ws_
+  check_cuda(
+      cuda::launch_mla_attention(layer, rank, g.batch, call.q, call.out, int32_t(shape_.q_heads),
+                                 call.scale, plan, mla_ws_, stream_),
+      "MLA attention");
 }
 
 // The kernels' view of an MLA layer's latents. Pages: the layer's offset and the page stride,
@@ -124,7 +125,7 @@ const cuda::MlaPlan &CudaBackend::mla_plan(const cuda::BatchView &batch, int32_t
   mla_plan_ =
       cuda::plan_mla(batch, int32_t(shape_.q_heads), rank, width, num_sms_, size_t(max_smem_));
   mla_planned_ = true;
-  workspace(mla_plan_.workspace_bytes);
+  mla_ws_ = workspace(mla_plan_.workspace_bytes);
   return mla_plan_;
 }
 
