@@ -235,6 +235,10 @@ const char *demo_cuda_check(const demo_options *o);
  * CUDA engines of the model's shape mc; *out for demo_cuda_runs (NULL without --device cuda).
  * 0, or -1 with what is missing, named, in why[cap]. */
 struct demo_cuda;
+/* How demo_cuda_open loads the CUDA runtime and cuBLAS: cuda_api_load (dlopen); a program that
+ * runs the demo in the CUDA emulator (emu_demo) points it at the emulator's functions. */
+struct cuda_api;
+extern int (*demo_cuda_api_load)(struct cuda_api *api, char *error, size_t cap);
 int demo_cuda_open(const demo_options *o, const model_config *mc, struct demo_cuda **out, char *why,
                    size_t cap);
 /* The CPU run and the CUDA run, their table and the tokens' verdict; 0, or -1 (printed). */

@@ -35,6 +35,8 @@ struct demo_cuda {
   model_cuda glue;
 };
 
+int (*demo_cuda_api_load)(struct cuda_api *api, char *error, size_t cap) = cuda_api_load;
+
 const char *demo_cuda_check(const demo_options *o) {
   if (!o->device || strcmp(o->device, "cpu") == 0) return NULL;
   if (strcmp(o->device, "cuda") != 0) return "--device must be cpu or cuda";
@@ -84,7 +86,7 @@ int demo_cuda_open(const demo_options *o, const model_config *mc, struct demo_cu
   int n = 0, err = 0;
   if (!dc) {
     snprintf(why, cap, "out of memory");
-  } else if (cuda_api_load(&dc->api, e, sizeof e) != 0) {
+  } else if (demo_cuda_api_load(&dc->api, e, sizeof e) != 0) {
     snprintf(why, cap,
              "--device cuda needs the CUDA 13 runtime and cuBLAS (libcudart.so.13, "
              "libcublas.so.13 on the library path, e.g. LD_LIBRARY_PATH=/usr/local/cuda/lib64): "

@@ -20,8 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "emu_cuda_api.h"
+
 extern "C" {
-#include "cuda_api.h"
 #include "model.h"
 #include "model_cuda.h"
 }
@@ -35,40 +36,6 @@ void check(bool ok, const std::string &what) {
   if (++g_failures <= 10) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
 }
 
-struct Symbol {
-  const char *name;
-  void *fn;
-};
-
-// The emulator's functions by their CUDA names, as dlsym would find them in the libraries.
-const Symbol kSymbols[] = {
-    {"cudaGetDeviceCount", reinterpret_cast<void *>(&cudaGetDeviceCount)},
-    {"cudaSetDevice", reinterpret_cast<void *>(&cudaSetDevice)},
-    {"cudaMalloc", reinterpret_cast<void *>(&cudaMalloc)},
-    {"cudaFree", reinterpret_cast<void *>(&cudaFree)},
-    {"cudaHostAlloc", reinterpret_cast<void *>(&cudaHostAlloc)},
-    {"cudaFreeHost", reinterpret_cast<void *>(&cudaFreeHost)},
-    {"cudaHostGetDevicePointer", reinterpret_cast<void *>(&cudaHostGetDevicePointer)},
-    {"cudaMemcpy", reinterpret_cast<void *>(&cudaMemcpy)},
-    {"cudaStreamCreateWithFlags", reinterpret_cast<void *>(&cudaStreamCreateWithFlags)},
-    {"cudaStreamDestroy", reinterpret_cast<void *>(&cudaStreamDestroy)},
-    {"cudaStreamSynchronize", reinterpret_cast<void *>(&cudaStreamSynchronize)},
-    {"cudaGetErrorString", reinterpret_cast<void *>(&cudaGetErrorString)},
-    {"cublasCreate_v2", reinterpret_cast<void *>(&cublasCreate_v2)},
-    {"cublasDestroy_v2", reinterpret_cast<void *>(&cublasDestroy_v2)},
-    {"cublasSetStream_v2", reinterpret_cast<void *>(&cublasSetStream_v2)},
-    {"cublasSetMathMode", reinterpret_cast<void *>(&cublasSetMathMode)},
-    {"cublasSgemm_v2", reinterpret_cast<void *>(&cublasSgemm_v2)},
-};
-
-void *resolve(void *ctx, const char *name) {
-  const char *skip = static_cast<const char *>(ctx);
-  if (skip && std::strcmp(skip, name) == 0) return nullptr;
-  for (const Symbol &s : kSymbols)
-    if (std::strcmp(s.name, name) == 0) return s.fn;
-  return nullptr;
-}
-
 uint64_t g_rng = 12345;
 float rand_unit() {  // [-1, 1)
   g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -78,11 +45,11 @@ float rand_unit() {  // [-1, 1)
 void test_resolve(cuda_api *api) {
   char error[128] = "";
   cuda_api partial;
-  check(cuda_api_resolve(&partial, resolve, const_cast<char *>("cublasSgemm_v2"), error,
+  check(cuda_api_resolve(&partial, emu_cuda_symbol, const_cast<char *>("cublasSgemm_v2"), error,
                          sizeof error) == -1 &&
             std::strstr(error, "cublasSgemm_v2") && !partial.blas_create,
         std::string("a missing symbol is named and leaves a zeroed table: ") + error);
-  check(cuda_api_resolve(api, resolve, nullptr, error, sizeof error) == 0,
+  check(emu_cuda_api_load(api, error, sizeof error) == 0,
         std::string("the emulator's table: ") + error);
 }
 
