@@ -1406,7 +1406,9 @@ struct pkv_pool_info {
                                      2 * bytes_per_pool = pkv_kv_budget.pool_bytes <= 2^63-1, so
                                      every offset fits in int64 */
   /* the host tier (since 0.2.0): the same layout with host_num_blocks blocks, in host memory
-     (pinned on CUDA); NULL bases and 0 when it is off */
+     (pinned on CUDA); NULL bases and 0 when it is off. (since 0.9.0) On CUDA the copies to and
+     from it run on the engine's stream without a wait: a host that reads or writes it itself
+     synchronizes that stream first */
   void *host_k_base;
   void *host_v_base;
   uint64_t host_num_blocks;
