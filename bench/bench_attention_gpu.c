@@ -9,10 +9,14 @@
  * tokens; bf16, f16, an e4m3 cache, a window) as % of the tensor-core peak; then MLA decode
  * (bench_mla_gpu.c: 128 q heads over a bf16 latent of 512 + 64) in GB/s of latents read and
  * TFLOP/s; then sparse MLA decode at 32k .. 128k against dense MLA at the same context
- * (bench_attention_gpu_sparse.c: DeepSeek V3.2's indexer and top-k 2048). All buffers on the device;
- * calls on our stream (pkv_engine_set_stream), timed by cudaEvents: a warm-up (it uploads the
- * batch), then the median of several, L2 flushed (untimed memset) before each. Without a usable
- * GPU it says so and exits 0. Usage: bench_attention_gpu [--quick]. Not a test; not installed.
+ * (bench_attention_gpu_sparse.c: DeepSeek V3.2's indexer and top-k 2048); then write_kv alone
+ * (bench_write_kv_gpu.cpp) and a whole decode step of a 32-layer model (bench_step_gpu.c: host
+ * time per step, launches per layer, syncs per step, its CUDA graph's replay). All buffers on the
+ * device; calls on our stream (pkv_engine_set_stream), timed by cudaEvents: a warm-up (it uploads
+ * the batch), then the median of several, L2 flushed (untimed memset) before each. Lines that
+ * start with "roofline" are for scripts/gpu-check.sh's table (roofline.py): the peak and where it
+ * came from, then one kernel's GB/s a line. Without a usable GPU it says so and exits 0.
+ * Usage: bench_attention_gpu [--quick]. Not a test; not installed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -26,6 +30,7 @@
 #include "bench_attention_gpu.h"
 #include "bench_attention_gpu_sparse.h"
 #include "bench_mla_gpu.h"
+#include "bench_step_gpu.h"
 #include "bench_util.h"
 
 enum {
@@ -45,6 +50,10 @@ static cudaStream_t stream;
 static void *flush_dev;
 
 cudaStream_t bench_gpu_stream(void) { return stream; }
+
+void bench_gpu_roofline(const char *kernel, const char *shape, double gbs) {
+  printf("roofline\t%s\t%s\t%.1f\n", kernel, shape, gbs);
+}
 
 int bench_gpu_cuda_fail(cudaError_t err, const char *what) {
   fprintf(stderr, "bench_attention_gpu: %s: %s\n", what, cudaGetErrorString(err));
@@ -263,10 +272,16 @@ int main(int argc, char **argv) {
   printf("pkv bench_attention_gpu%s: %s; 1 layer, %d q heads / %d kv heads / head_dim %d, "
          "block size %d\n",
          quick ? " --quick" : "", prop.name, Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK);
-  if (peak > 0)
+  if (peak > 0) {
     printf("peak bandwidth (2 * %d kHz * %d bits / 8): %.1f GB/s\n", clock_khz, bus_bits, peak);
-  else
+    printf(
+        "roofline-peak\t%.1f\tcudaDevAttrMemoryClockRate %d kHz x cudaDevAttrGlobalMemoryBusWidth "
+        "%d bits\n",
+        peak, clock_khz, bus_bits);
+  } else {
     printf("peak bandwidth: unknown (no memory clock / bus width attributes)\n");
+  }
+  printf("roofline-device\t%s\n", prop.name);
   printf("device-to-device copy probe (512 MiB, read + written, best of %d): %.1f GB/s\n\n",
          quick ? 3 : 5, probe0);
   printf("decode: 1 new token per sequence; GB/s = K/V bytes read (the window's keys, at the "
@@ -314,6 +329,13 @@ int main(int argc, char **argv) {
         printf("%-5s %-5s %6u %5u %8u %10.4f %10.1f %8.1f %8.0f%%\n", dtype_name(c.dtype),
                dtype_name(kv_dtype), c.window, seqs, ctx, sec * 1e3, bytes / 1048576.0, gbs,
                100.0 * gbs / ref);
+        if (ctx == 16384 && gbs > 0 && (k == 0 || seqs == 64)) { /* long contexts */
+          char kernel[48], shape[48];
+          snprintf(kernel, sizeof kernel, c.window ? "decode %s window %u" : "decode %s",
+                   dtype_name(kv_dtype), c.window);
+          snprintf(shape, sizeof shape, "%u seqs x %uk", seqs, ctx / 1024);
+          bench_gpu_roofline(kernel, shape, gbs);
+        }
         fflush(stdout);
       }
   }
@@ -365,6 +387,8 @@ int main(int argc, char **argv) {
     }
   rc |= bench_mla_decode_table(ref, ref_name, tc_peak, quick);
   rc |= bench_sparse_gpu_table(ref, ref_name, quick);
+  rc |= bench_write_kv_gpu_table(ref, ref_name, quick);
+  rc |= bench_step_gpu_table(quick);
   printf("\ndecode, contexts >= 2k, lowest GB/s (%s %.1f GB/s):\n", ref_name, ref);
   for (int k = 0; k < NUM_CONFIGS; k++)
     if (worst[k] < 1e9)

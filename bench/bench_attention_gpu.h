@@ -30,6 +30,9 @@ int bench_gpu_fill(void *dst, size_t bytes, int32_t dtype, uint64_t *state);
 double bench_gpu_time_calls(bench_run *r, uint32_t runs);
 /* Queues an untimed write over more than the L2 on the bench's stream (i: its byte). */
 void bench_gpu_flush_l2(uint32_t i);
+/* One row of scripts/gpu-check.sh's roofline table (scripts/roofline.py reads it): prints
+ * "roofline<TAB>kernel<TAB>shape<TAB>GB/s". */
+void bench_gpu_roofline(const char *kernel, const char *shape, double gbs);
 /* Aborts the batch, destroys the engine, frees the buffers (NULL ones too). */
 void bench_gpu_free_run(bench_run *r);
 

@@ -208,6 +208,12 @@ int bench_sparse_gpu_table(double ref_gbs, const char *ref_name, int quick) {
         printf(" %9.4f %7.1f %4.0f%%", sec[k] * 1e3, gbs, 100.0 * gbs / ref_gbs);
       }
       printf(" %6.2fx\n", sec[0] / sec[3]);
+      if (seqs == MAX_SEQS) { /* scripts/gpu-check.sh's roofline */
+        char shape[48];
+        snprintf(shape, sizeof shape, "%u seqs x %uk, top-k %d", seqs, ctx / 1024, TOPK);
+        bench_gpu_roofline("indexer top-k", shape, bytes[1] / sec[1] * 1e-9);
+        bench_gpu_roofline("sparse MLA", shape, bytes[2] / sec[2] * 1e-9);
+      }
       fflush(stdout);
     }
   return rc;

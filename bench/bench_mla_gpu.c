@@ -111,6 +111,11 @@ int bench_mla_decode_table(double ref_gbs, const char *ref_name, double tc_peak,
                    tflops = sec > 0 ? flops / sec * 1e-12 : 0.0;
       printf("%5u %8u %10.4f %10.1f %8.1f %8.0f%% %9.1f", seqs, ctx, sec * 1e3, bytes / 1048576.0,
              gbs, 100.0 * gbs / ref_gbs, tflops);
+      if (ctx == 32768 && gbs > 0) { /* scripts/gpu-check.sh's roofline: long contexts */
+        char shape[48];
+        snprintf(shape, sizeof shape, "%u seqs x %uk", seqs, ctx / 1024);
+        bench_gpu_roofline("MLA decode", shape, gbs);
+      }
       if (tc_peak > 0)
         printf(" %7.0f%%\n", 100.0 * tflops * 1e3 / tc_peak);
       else

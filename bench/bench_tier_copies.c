@@ -4,13 +4,16 @@
  * same bytes in the same run, and pkv's own cost per block (the pkv_swap_out / pkv_swap_in calls,
  * which only plan the copies). Llama-3-8B's KV shape: 2 MiB blocks (32 layers, 8 kv heads of 128,
  * bf16, block size 16), so a block is 64 strided runs of 32 KiB, as in the pool's layout.
+ * --device cuda (CUDA builds): the same on a CUDA engine, its copy kernel against cudaMemcpyAsync
+ * (bench_tier_copies_gpu.c).
  *
- *   build/bench/bench_tier_copies [--quick] [--threads N]
+ *   build/bench/bench_tier_copies [--quick] [--threads N] [--device cpu|cuda]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_tier_copies.h"
 #include "bench_util.h"
 
 enum { MAX_BLOCKS = 1024, REPS = 5, BS = 16 };
@@ -77,19 +80,33 @@ static double memcpy_gbs(char *dst, const char *src, uint64_t bytes) {
 }
 
 int main(int argc, char **argv) {
-  int quick = 0;
+  int quick = 0, cuda = 0;
   uint32_t threads = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       threads = (uint32_t)atoi(argv[++i]);
+    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+             (strcmp(argv[i + 1], "cpu") == 0 || strcmp(argv[i + 1], "cuda") == 0))
+      cuda = strcmp(argv[++i], "cuda") == 0;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--threads N]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--threads N] [--device cpu|cuda]\n", argv[0]);
       return 2;
     }
   }
   const uint32_t max_blocks = quick ? 64 : MAX_BLOCKS;
+  if (cuda) {
+#ifdef PKV_BENCH_CUDA
+    return bench_tier_copies_gpu(max_blocks);
+#else
+    fprintf(stderr,
+            "%s: --device cuda: this build has no CUDA backend (configure with nvcc on "
+            "PATH and -Dgpu=enabled)\n",
+            argv[0]);
+    return 2;
+#endif
+  }
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = 32, p.num_q_heads = 32, p.num_kv_heads = 8, p.head_dim = 128;
