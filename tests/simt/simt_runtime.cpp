@@ -2,7 +2,10 @@
 // with 0xFF bytes (NaN in f32, f16 and bf16) so a read of anything never written shows, and ends
 // at a guard page (without ASan; with it, ASan's own redzones do the job). Pinned host memory
 // (cudaHostAlloc) is the same, kept apart so cudaFree / cudaFreeHost of the wrong kind fail; its
-// device pointer (cudaHostGetDevicePointer) is the host pointer, as under UVA.
+// device pointer (cudaHostGetDevicePointer) is the host pointer, as under UVA. Streams, events,
+// async copies and graphs are in simt_stream.cpp, simt_event.cpp and simt_graph.cpp
+// (simt_stream.h): the allocations and synchronous copies here first ask them whether a capture
+// forbids the call, and run the pending work they imply.
 #include <sys/mman.h>
 #include <unistd.h>
 
