@@ -17,6 +17,8 @@
 //     waiting reads stale memory. An async copy from pageable host memory (not cudaHostAlloc'd)
 //     takes a snapshot of its source when queued, as CUDA's staging does; a pinned source is read
 //     when the copy runs, so rewriting a pinned staging buffer before its upload ran shows.
+//     cudaEventQuery / cudaStreamQuery report cudaErrorNotReady until a wait ran the work: a host
+//     that polls them without ever waiting spins forever here (a GPU would finish meanwhile).
 //
 // Capture records a capturing stream's work instead of running it: a kernel node keeps its
 // arguments as they were at capture, a copy or memset node its pointers (the source is read at
