@@ -231,6 +231,7 @@ bool run_case(const MlaCase &c, uint64_t seed) {
     src.push_back(r.table[B][i]), dst.push_back(int32_t(host_blocks - 1 - i)),
         kind.push_back(PKV_COPY_SWAP_OUT);
   be->copy_blocks(src.data(), dst.data(), kind.data(), uint32_t(src.size()));
+  be->wait_host_tier();  // the copies run without a wait: the host reads the tier after this
   const unsigned char *host = static_cast<const unsigned char *>(be->host_k_pool());
   for (uint32_t l = 0, at = 0; l < kLayers; ++l)
     for (size_t i = 0; i < r.table[B].size(); ++i, at += uint32_t(sh.bytes.block))

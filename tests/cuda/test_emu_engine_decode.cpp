@@ -6,7 +6,8 @@
 // waits, so pkv reading results without a wait, or rewriting a staging buffer before its upload
 // ran, shows here as a wrong output. Prints what the emulator counted between pkv_batch_begin and
 // pkv_batch_end of each step (host waits, allocations, launches) beside pkv_stats; asserts the
-// outputs, and that no call was refused during the capture.
+// outputs, that no call was refused during the capture, that no step waited or allocated, and
+// pkv_batch_plan_graph's refusals (queuing nothing).
 #include <cuda_runtime_api.h>
 #include <pkv/pkv.h>
 
@@ -131,6 +132,32 @@ void attend(Run &r, pkv_batch *b, bool graph) {
   if (graph) kvtest::check_cuda(cudaGraphLaunch(r.graph, r.stream), "cudaGraphLaunch");
 }
 
+// pkv_batch_plan_graph's refusals on batch b (the prefill: its sequences compute several
+// tokens; a decode: the buckets around its 3 sequences and max_num_seqs 4), each with its status
+// and nothing queued; then, after the layers ran eagerly, the batch is planned already.
+void expect(pkv_status got, pkv_status want, const char *what) {
+  if (got == want) return;
+  fprintf(stderr, "FAIL %s: status %d, not %d (%s)\n", what, int(got), int(want), pkv_last_error());
+  failures++;
+}
+
+void refusals_before(pkv_batch *b, bool prefill) {
+  const simt::StreamCounters c0 = simt::stream_counters();
+  if (prefill) {
+    expect(pkv_batch_plan_graph(b, kBucket), PKV_ERR_INVALID_ARGUMENT, "a prefill's graph plan");
+  } else {
+    expect(pkv_batch_plan_graph(b, 0), PKV_ERR_INVALID_ARGUMENT, "bucket 0");
+    expect(pkv_batch_plan_graph(b, kSeqs - 1), PKV_ERR_INVALID_ARGUMENT, "a bucket too small");
+    expect(pkv_batch_plan_graph(b, kBucket + 1), PKV_ERR_INVALID_ARGUMENT,
+           "a bucket past max_num_seqs");
+  }
+  const simt::StreamCounters c = simt::stream_counters();
+  if (c.async_copies != c0.async_copies || c.launches != c0.launches) {
+    fprintf(stderr, "FAIL a refused pkv_batch_plan_graph queued work\n");
+    failures++;
+  }
+}
+
 pkv_stats stats(pkv_engine *e) {
   pkv_stats s{};
   s.struct_size = sizeof s;
@@ -139,7 +166,7 @@ pkv_stats stats(pkv_engine *e) {
 }
 
 // One step: inputs up, the batch with its counters taken around it, then the wait and the check.
-void step(Run &r, const uint32_t *counts, bool graph, const char *name) {
+void step(Run &r, const uint32_t *counts, bool graph, bool refuse, const char *name) {
   uint32_t rows = 0;
   for (uint32_t s = 0; s < kSeqs; ++s) rows += counts[s];
   make_inputs(r, counts, rows);
@@ -147,7 +174,10 @@ void step(Run &r, const uint32_t *counts, bool graph, const char *name) {
   const pkv_stats p0 = stats(r.e);
   pkv_batch *b = nullptr;
   if (!ok(pkv_batch_begin(r.e, r.ids, counts, kSeqs, &b), "pkv_batch_begin")) return;
+  if (refuse) refusals_before(b, counts[0] > 1);
   attend(r, b, graph);
+  if (refuse && !graph)
+    expect(pkv_batch_plan_graph(b, kBucket), PKV_ERR_STATE, "a graph plan after pkv_attention");
   ok(pkv_batch_end(b), "pkv_batch_end");
   const simt::StreamCounters c = simt::stream_counters();
   const pkv_stats p = stats(r.e);
@@ -164,6 +194,14 @@ void step(Run &r, const uint32_t *counts, bool graph, const char *name) {
          (unsigned long long)(c.forbidden - c0.forbidden));
   if (graph && c.forbidden != c0.forbidden) {
     fprintf(stderr, "FAIL %s: %s refused during the capture\n", name, c.last_forbidden);
+    failures++;
+  }
+  // No stall in a step: within the engine's bounds pkv neither waits nor allocates.
+  if (c.host_waits != c0.host_waits || c.mallocs + c.host_allocs != c0.mallocs + c0.host_allocs ||
+      c.frees + c.host_frees != c0.frees + c0.host_frees || p.num_host_waits != p0.num_host_waits ||
+      p.num_device_allocs != p0.num_device_allocs) {
+    fprintf(stderr, "FAIL %s: pkv waited or allocated between pkv_batch_begin and pkv_batch_end\n",
+            name);
     failures++;
   }
   for (uint32_t s = 0; s < kSeqs; ++s) r.ctx[s] += counts[s];
@@ -196,7 +234,7 @@ int main() {
   printf("emulated CUDA engine, stream work %s; counted between pkv_batch_begin and "
          "pkv_batch_end:\n",
          simt::stream_mode() == simt::StreamMode::deferred ? "deferred" : "immediate");
-  step(r, kPrompt, false, "prefill");
+  step(r, kPrompt, false, true, "prefill");
   const uint32_t ones[kSeqs] = {1, 1, 1};
   char name[32];
   for (uint32_t i = 0; i < 2 * kSteps && failures == 0; ++i) {
@@ -206,7 +244,7 @@ int main() {
       ok(pkv_append(r.e, r.ids[s], &t, 1), "pkv_append");
     }
     snprintf(name, sizeof name, "%s %u", graph ? "graph" : "decode", i % kSteps);
-    step(r, ones, graph, name);
+    step(r, ones, graph, i == 0, name);
   }
   if (r.graph) kvtest::check_cuda(cudaGraphExecDestroy(r.graph), "cudaGraphExecDestroy");
   pkv_engine_destroy(r.e);
