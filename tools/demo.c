@@ -187,7 +187,8 @@ static void print_header(const demo_options *o, const demo_workload *w, const mo
          "             %.1fM random parameters (seed %llu); GEMM: %s%s\n",
          m->c.num_layers, m->c.hidden, m->c.num_q_heads, m->c.num_kv_heads, m->c.head_dim,
          m->c.intermediate, m->c.vocab, m->num_params / 1e6, (unsigned long long)o->seed,
-         cuda ? "cuBLAS (cublasSgemm, f32) on the GPU; on the CPU " : "", model_gemm_name());
+         model_gemm_name(),
+         cuda ? "\n             on the GPU: cuBLAS (cublasSgemm, f32 math, no TF32)" : "");
   printf("  workload   %u requests from %u tenants (a cache salt and a system prompt each), all\n"
          "             at once: prompts %u-%u tokens (%llu in all), max_new_tokens %u-%u (%llu),\n"
          "             greedy sampling, stop token %d\n",

@@ -20,8 +20,10 @@
 // checked, and alpha and beta read, at the call, as cuBLAS reads host-mode scalars.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <new>
+#include <vector>
 
 #include "simt_stream_state.h"
 
@@ -100,14 +102,20 @@ cublasStatus_t CUBLASWINAPI cublasSgemm_v2(cublasHandle_t handle, cublasOperatio
   const bool products = k > 0 && a != 0.0f;
   if (products && (!A || !B)) return CUBLAS_STATUS_INVALID_VALUE;
   auto run = [=] {
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < m; ++i) {
-        float acc = 0.0f;
-        for (int l = 0; products && l < k; ++l)
-          acc += op_at(A, lda, transa, i, l) * op_at(B, ldb, transb, l, j);
-        float &c = C[i + size_t(j) * ldc];
-        c = (products ? a * acc : 0.0f) + (b != 0.0f ? b * c : 0.0f);
+    // column j: acc[i] summed over l in order, each element as a dot product in k order; l
+    // outside i so that op(A)'s column is read along memory when A is not transposed
+    std::vector<float> acc(static_cast<size_t>(m));
+    for (int j = 0; j < n; ++j) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int l = 0; products && l < k; ++l) {
+        const float bl = op_at(B, ldb, transb, l, j);
+        for (int i = 0; i < m; ++i) acc[size_t(i)] += op_at(A, lda, transa, i, l) * bl;
       }
+      for (int i = 0; i < m; ++i) {
+        float &c = C[i + size_t(j) * ldc];
+        c = (products ? a * acc[size_t(i)] : 0.0f) + (b != 0.0f ? b * c : 0.0f);
+      }
+    }
   };
   // a refusal (the stream destroyed, a forbidden capture) is a launch that failed
   return simt::submit_work("cublasSgemm", handle->stream, run, false) == cudaSuccess
