@@ -290,6 +290,11 @@ cudaError_t launch_indexer_write(const IndexerLayer &layer, const void *k, const
   });
 }
 
+size_t indexer_score_smem_bytes(int32_t dim, size_t max_smem) {
+  const int32_t key_dims = score_key_dims(dim, max_smem);
+  return key_dims < 8 ? 0 : score_smem_floats(dim, key_dims) * sizeof(float);
+}
+
 IndexerTopkPlan plan_indexer_topk(const BatchView &batch, size_t max_workspace) {
   IndexerTopkPlan p{};
   p.max_keys = batch.max_context_len > 0 ? batch.max_context_len : 1;

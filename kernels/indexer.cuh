@@ -54,4 +54,10 @@ cudaError_t launch_indexer_topk(const IndexerLayer &layer, const BatchView &batc
                                 int32_t *out, const IndexerTopkPlan &plan, void *workspace,
                                 cudaStream_t stream);
 
+// Shared memory a score CTA of launch_indexer_topk takes at index_head_dim `dim` on a device
+// whose opt-in limit a block is max_smem (cudaDevAttrMaxSharedMemoryPerBlockOptin): its key tile
+// is staged whole where that fits, else a part of its dims at a time. 0 when nothing fits (the
+// launch then fails with cudaErrorInvalidConfiguration).
+size_t indexer_score_smem_bytes(int32_t dim, size_t max_smem);
+
 }  // namespace pkv::cuda

@@ -6,8 +6,12 @@
 // MLA at DeepSeek's latent (512 + 64, 128 heads: 64 rows, 94.8 KiB) and at the widest one
 // (512 + 128: 104.8 KiB for 64 rows, so a 99 KiB part plans 32), the fp32 MLA tile at the widest
 // latent, head_dim 512 decode (48.7 KiB) and prefill (tensor cores 89.5 KiB, fp32 tiles 65.4
-// KiB). The indexer's top-k at index_head_dim 256 (132.5 KiB whole) is test_indexer's, also run
-// as a 99 KiB part (emu_indexer_sm86), where the key tile is staged in parts.
+// KiB). The indexer's score tile against the same limits at every index_head_dim (132.5 KiB
+// whole at 256); its top-k at 256 runs in test_indexer, also as a 99 KiB part
+// (emu_indexer_sm86), where the key tile is staged in parts.
+#include <pkv/pkv.h>
+
+#include "indexer.cuh"
 #include "kv_harness.h"
 
 using kvtest::DType;
@@ -45,6 +49,23 @@ bool check_mla_rows() {
   return ok;
 }
 
+// The indexer's score CTA at every index_head_dim pkv takes fits each limit, whole where it can.
+bool check_indexer_tiles() {
+  const size_t limits[] = {163u << 10, 99u << 10, 227u << 10};
+  bool ok = true;
+  for (size_t limit : limits)
+    for (int32_t dim = 8; dim <= PKV_INDEXER_MAX_HEAD_DIM; dim += 8) {
+      const size_t bytes = pkv::cuda::indexer_score_smem_bytes(dim, limit);
+      const size_t whole = pkv::cuda::indexer_score_smem_bytes(dim, size_t(1) << 30);
+      if (bytes == 0 || bytes > limit || (whole <= limit && bytes != whole)) {
+        fprintf(stderr, "FAIL indexer dim %d, limit %zu KiB: %zu B (whole: %zu B)\n", dim,
+                limit >> 10, bytes, whole);
+        ok = false;
+      }
+    }
+  return ok;
+}
+
 }  // namespace
 
 int main() {
@@ -56,7 +77,7 @@ int main() {
   kvtest::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cc");
   printf("device: compute capability %d.%d, %d KiB of shared memory a block (opt-in)\n", major,
          minor, smem >> 10);
-  bool ok = check_mla_rows();
+  bool ok = check_mla_rows() && check_indexer_tiles();
   std::vector<StepCase> cases;
   // DeepSeek's latent, all 128 heads: 64 rows a CTA on every architecture.
   cases.push_back(mla(DType::bf16, 128, 512, 64, {{300, 1}, {20, 3}}, 128));
