@@ -70,8 +70,9 @@ fi
 mapfile -t targets < <(meson introspect --tests --targets "$build" | python3 -c '
 import json, os, sys
 info = json.load(sys.stdin)
-build = os.path.abspath(sys.argv[1])
-files = {t["id"]: [os.path.relpath(f, build) for f in t["filename"]] for t in info["targets"]}
+build = os.path.realpath(sys.argv[1])  # ninja names its targets relative to the build dir
+files = {t["id"]: [os.path.relpath(os.path.realpath(f), build) for f in t["filename"]]
+         for t in info["targets"]}
 for t in info["tests"]:
     if any(s.split(":")[-1] == "gpu" for s in t["suite"]):
         for d in t["depends"]:
