@@ -56,11 +56,13 @@ int cuda_api_resolve(cuda_api *api, void *(*resolve)(void *ctx, const char *name
   return 0;
 }
 
-/* dlopen of the first of names that loads; NULL with the tried names and the last dlerror. */
+/* dlopen of the first of names that loads; NULL with the tried names and the last dlerror.
+ * RTLD_NODELETE: the libraries stay mapped after dlclose, since they allocate at load what they
+ * free only at exit (each one's static libstdc++ pool): unmapped, LeakSanitizer reports it. */
 static void *open_first(const char *const *names, size_t n, char *error, size_t cap) {
   const char *why = "";
   for (size_t i = 0; i < n; i++) {
-    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (h) return h;
     const char *e = dlerror();
     why = e ? e : "";
