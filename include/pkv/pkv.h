@@ -868,14 +868,14 @@ PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, co
  * (refused while sequences exist anyway). q, k, v and out hold bucket rows; rows past the
  * batch's tokens are neither read nor written. Eager batches (pkv_attention without this call)
  * may run between replays. Set max_model_len to what is served: a short context still runs the
- * grid sized for it (its idle CTAs return at once).
+ * grid sized for it (its idle CTAs return at once). A refused call queues nothing.
  * Errors: PKV_ERR_INVALID_ARGUMENT (bucket 0, below the batch's sequences or above
  * max_num_seqs; a sequence computing more than one token), PKV_ERR_STATE (b has ended, or is
  * planned already), PKV_ERR_UNSUPPORTED (a CPU engine; an engine with indexer layers, whose
  * top-k runs in waves sized by the batch; a bucket whose block tables pass the device memory
  * made for them at create, 64 MiB a KV group; a sequence with more blocks than max_model_len
  * allows, which only windowed layers without max_model_len make possible), PKV_ERR_DEVICE (the
- * uploads could not be queued). A refused call queues nothing.
+ * uploads could not be queued).
  * Since 0.9.0. */
 PKV_API pkv_status pkv_batch_plan_graph(pkv_batch *b, uint32_t bucket);
 
