@@ -131,11 +131,11 @@ class StoreTier {
   std::vector<StoreFetched> take_fetched();
   // Waits until a fetch has finished (true) or timeout_ms passed (false).
   bool wait_fetched(uint32_t timeout_ms);
-  // Copies a fetched value's payload into host-tier block `host`; read_host the other way (into
-  // a value's payload, for write-back).
   // The host waits for queued device copies before it reads or writes host-tier memory (the
   // CUDA backend's copies run asynchronously): stage, read_host and stage_state call this first.
   void set_host_fence(std::function<void()> fence) { host_fence_ = std::move(fence); }
+  // Copies a fetched value's payload into host-tier block `host`; read_host the other way (into
+  // a value's payload, for write-back).
   void stage(const uint8_t *value, int32_t host) const;
   void read_host(int32_t host, uint8_t *value) const;
 
