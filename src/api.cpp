@@ -122,11 +122,15 @@ pkv_status guard_batch(const pkv_batch *handle, F &&f, bool quiet = false) noexc
   }
   e->last_error().clear();
   e->tick();
+  // A rank's handle (pkv_batch_rank) names the rank its compute calls run on, for this call.
+  const uint32_t field = pkv::BatchHandles::rank_field(handle);
+  e->set_call_rank(field ? field - 1 : Engine::kAnyRank);
   const pkv_status s = run(&e->last_error(), [&] {
     PKV_ASSERT(e->has_open_batch());
     f(*e);
     if (!e->has_open_batch()) batch_handles().remove(handle);
   });
+  e->set_call_rank(Engine::kAnyRank);
   e->publish_events();
   return s;
 }
@@ -661,6 +665,18 @@ pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void
   return guard_batch(b, [&](Engine &en) { en.attention(layer, q, k, v, out); });
 }
 
+pkv_status pkv_batch_rank(pkv_batch *b, uint32_t rank, pkv_batch **out) {
+  return guard_batch(b, [&](Engine &en) {
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    PKV_REQUIRE(pkv::BatchHandles::rank_field(b) == 0,
+                "b is rank %u's handle already: pkv_batch_rank takes the batch's own handle",
+                pkv::BatchHandles::rank_field(b) - 1);
+    PKV_REQUIRE(rank < en.num_ranks(), "rank %u: this engine holds %u ranks' pools", rank,
+                en.num_ranks());
+    *out = en.num_ranks() == 1 ? b : pkv::BatchHandles::with_rank(b, rank);
+  });
+}
+
 pkv_status pkv_batch_plan_graph(pkv_batch *b, uint32_t bucket) {
   return guard_batch(b, [&](Engine &en) { en.plan_graph(bucket); });
 }
@@ -686,6 +702,13 @@ pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out) {
   });
 }
 
+pkv_status pkv_rank_pool_info(pkv_engine *e, uint32_t rank, struct pkv_pool_info *out) {
+  return guard(e, [&](Engine &en) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, en.rank_pool_info(rank));
+  });
+}
+
 pkv_status pkv_layer_info(pkv_engine *e, uint32_t layer, struct pkv_layer_info *out) {
   return guard(e, [&](Engine &en) {
     pkv::require_out_struct(out, "out");
@@ -700,6 +723,10 @@ pkv_status pkv_set_attention_sinks(pkv_engine *e, uint32_t layer, const float *s
 
 pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream) {
   return guard(e, [&](Engine &en) { en.set_stream(cuda_stream); });
+}
+
+pkv_status pkv_engine_set_rank_stream(pkv_engine *e, uint32_t rank, void *cuda_stream) {
+  return guard(e, [&](Engine &en) { en.set_rank_stream(rank, cuda_stream); });
 }
 
 pkv_status pkv_store_open(const pkv_store_params *p, pkv_store **out) {

@@ -5,25 +5,38 @@
 namespace pkv {
 
 static_assert(sizeof(uintptr_t) == 8,
-              "batch handles carry a 16-bit engine slot and a 47-bit generation");
+              "batch handles carry a 16-bit engine slot, an 8-bit rank and a 39-bit generation");
 
 namespace {
 
 constexpr uintptr_t kTopBit = uintptr_t(1) << 63;
 constexpr uint64_t kGenerationMask = (uint64_t(1) << BatchHandles::kGenerationBits) - 1;
 
-uintptr_t bits(const pkv_batch *b) { return reinterpret_cast<uintptr_t>(b); }
-uint32_t slot(uintptr_t h) { return uint32_t((h & ~kTopBit) >> BatchHandles::kGenerationBits); }
+constexpr int kRankShift = BatchHandles::kGenerationBits;
+constexpr int kSlotShift = kRankShift + BatchHandles::kRankBits;
+constexpr uintptr_t kRankMask = ((uintptr_t(1) << BatchHandles::kRankBits) - 1) << kRankShift;
+
+// A handle's bits with its rank field cleared: the batch's own handle.
+uintptr_t bits(const pkv_batch *b) { return reinterpret_cast<uintptr_t>(b) & ~kRankMask; }
+uint32_t slot(uintptr_t h) { return uint32_t((h & ~kTopBit) >> kSlotShift); }
 uint64_t generation(uintptr_t h) { return h & kGenerationMask; }
 
 }  // namespace
 
 bool BatchHandles::looks_like_handle(const pkv_batch *b) { return (bits(b) & kTopBit) != 0; }
 
+uint32_t BatchHandles::rank_field(const pkv_batch *b) {
+  return uint32_t((reinterpret_cast<uintptr_t>(b) & kRankMask) >> kRankShift);
+}
+
+pkv_batch *BatchHandles::with_rank(const pkv_batch *b, uint32_t rank) {
+  return reinterpret_cast<pkv_batch *>(bits(b) | (uintptr_t(rank + 1) << kRankShift));
+}
+
 pkv_batch *BatchHandles::add(Engine *e) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (next_generation_ > kGenerationMask)
-    fail(PKV_ERR_INTERNAL, "this process has begun 2^47 batches: no batch handle is left to give");
+    fail(PKV_ERR_INTERNAL, "this process has begun 2^39 batches: no batch handle is left to give");
   auto known = slot_of_.find(e);
   uint32_t s = 0;
   if (known != slot_of_.end()) {
@@ -45,7 +58,7 @@ pkv_batch *BatchHandles::add(Engine *e) {
       throw;
     }
   }
-  const uintptr_t handle = kTopBit | (uintptr_t(s) << kGenerationBits) | next_generation_++;
+  const uintptr_t handle = kTopBit | (uintptr_t(s) << kSlotShift) | next_generation_++;
   slots_.at(s).live = handle;
   return reinterpret_cast<pkv_batch *>(handle);
 }

@@ -1,7 +1,10 @@
 // The registry of batch handles (api.cpp's, DESIGN.md §2). A handle is not an address but a
 // number that is never given twice, with the top bit set (never an address a host or a garbage
 // collector would follow):
-//   bit 63 | engine slot (16 bits) | generation (47 bits, one counter for the process)
+//   bit 63 | engine slot (16 bits) | rank (8 bits) | generation (39 bits, one counter for
+//   the process)
+// The rank field is 0 in the batch's own handle and r + 1 in rank r's (pkv_batch_rank, DESIGN.md
+// §10): a rank's handle names the same batch, and the compute calls run on that rank's pool.
 // A handle used after its batch ended is refused (PKV_ERR_STATE) even when a newer batch of the
 // same engine is open. The slot names the engine a stale handle belonged to while that engine
 // lives, so the refusal reaches pkv_engine_last_error too (issue 26: it was only in
@@ -22,11 +25,12 @@ class Engine;
 
 class BatchHandles {
  public:
-  static constexpr int kGenerationBits = 47;
+  static constexpr int kGenerationBits = 39;
+  static constexpr int kRankBits = 8;
   static constexpr uint32_t kMaxEngines = 1u << 16;  // engines with a batch, alive at once
 
   // A handle for e's new batch (e has no live one). Throws PKV_ERR_OUT_OF_MEMORY when 2^16
-  // engines that opened batches are alive, PKV_ERR_INTERNAL after 2^47 batches.
+  // engines that opened batches are alive, PKV_ERR_INTERNAL after 2^39 batches.
   pkv_batch *add(Engine *e);
   // The engine whose open batch b is, or null.
   Engine *live(const pkv_batch *b) const;
@@ -40,6 +44,10 @@ class BatchHandles {
 
   // Whether b has the form of a handle (the top bit set), for the refusal's wording.
   static bool looks_like_handle(const pkv_batch *b);
+  // The rank a handle names: 0 for the batch's own, r + 1 for rank r's; and rank r's handle of
+  // the batch b names (r < 2^kRankBits - 1).
+  static uint32_t rank_field(const pkv_batch *b);
+  static pkv_batch *with_rank(const pkv_batch *b, uint32_t rank);
 
  private:
   struct Record {

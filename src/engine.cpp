@@ -74,17 +74,32 @@ Engine::Engine(const pkv_engine_params &params)
   params_.layer_specs = layer_specs_.empty() ? nullptr : layer_specs_.data();
   params_.layer_spec_size = layer_specs_.empty() ? 0 : sizeof(pkv_layer_spec);
   layout_ = pool_layout(params_, params_.num_blocks);
+  const uint32_t ranks = pkv::num_ranks(params_);
+  if (params.rank_device_ids)
+    rank_device_ids_.assign(params.rank_device_ids, params.rank_device_ids + params.tp_size);
+  params_.rank_device_ids = params.rank_device_ids ? rank_device_ids_.data() : nullptr;
   if (std::any_of(specs_.begin(), specs_.end(), [](const LayerSpec &s) { return s.sinks; })) {
-    sinks_.assign(size_t(params_.num_layers) * (params_.num_q_heads / params_.tp_size), 0.0f);
+    sinks_.assign(size_t(ranks) * params_.num_layers * (params_.num_q_heads / params_.tp_size),
+                  0.0f);
     sinks_set_.assign(params_.num_layers, 0);
   }
   if (is_fp8(budget_.kv_dtype)) {
-    k_scales_.assign(size_t(params_.num_layers) * budget_.kv_heads_per_rank, 1.0f);
+    k_scales_.assign(size_t(ranks) * params_.num_layers * budget_.kv_heads_per_rank, 1.0f);
     if (params_.kv_layout != PKV_KV_LAYOUT_MLA) v_scales_ = k_scales_;  // MLA: no V
   }
   if (params.store) store_config_ = std::make_unique<StoreConfig>(params.store);
   if (store_config_ && store_config_->params().kind == PKV_STORE_NONE) store_config_.reset();
   params_.store = store_config_ ? &store_config_->params() : nullptr;
+  // Ranks that decide apart diverge through a store (a write dropped on one rank, a fetch that
+  // ends at another moment on each): the replicated mode is refused with one (DESIGN.md §10).
+  if (store_config_ && params_.tp_size > 1)
+    fail(PKV_ERR_UNSUPPORTED, "a store with tp_size %u: %s", params_.tp_size,
+         params_.ranks == PKV_RANKS_ONE
+             ? "engines of one rank each (ranks ONE) can come to hold different blocks through "
+               "a store (a write dropped on one rank, a fetch ending at another moment on each), "
+               "and ranks that differ hang the host's collectives or mix sequences' KV; one "
+               "engine of every rank (ranks ALL) decides for all, but does not take a store yet"
+             : "an engine of every rank (ranks ALL) does not take a store yet");
   if (store_config_) {
     PKV_REQUIRE(params_.enable_prefix_caching,
                 "a store needs prefix caching (enable_prefix_caching 1)");
@@ -100,9 +115,14 @@ Engine::Engine(const pkv_engine_params &params)
         "kv_layout MLA needs softmax_scale: the model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (times "
         "mscale^2 under yarn rope scaling), not 1/sqrt(head_dim) of the latent; "
         "pkv_engine_params_from_hf_config sets it");
-  backend_ = params_.device == PKV_DEVICE_CUDA
-                 ? make_cuda_backend(params_.device_id, pool_shape())
-                 : make_cpu_backend(pool_shape(), params_.num_threads);
+  // Every rank's pool has the same shape (this rank's share of the heads: the same for every
+  // rank) and the same blocks; each on its rank's device.
+  const PoolShape shape = pool_shape();
+  for (uint32_t r = 0; r < ranks; ++r)
+    pools_.push_back(params_.device == PKV_DEVICE_CUDA
+                         ? make_cuda_backend(rank_device_id(params_, r), shape)
+                         : make_cpu_backend(shape, params_.num_threads));
+  backend_ = pools_[0].get();
   if (store_config_) {
     const PoolShape shape = pool_shape();
     // The indexer is named by its fields; KV groups and unequal layers by store_layout.
@@ -396,8 +416,10 @@ pkv_stats Engine::stats() const {
   st.num_evictions_normal = b.num_evictions_by_priority[1];
   st.num_evictions_high = b.num_evictions_by_priority[2];
   st.num_evictions_highest = b.num_evictions_by_priority[3];
-  st.num_host_waits = backend_->host_waits();
-  st.num_device_allocs = backend_->device_allocs();
+  for (const auto &pool : pools_) {
+    st.num_host_waits += pool->host_waits();
+    st.num_device_allocs += pool->device_allocs();
+  }
   if (store_) {
     const StoreCounters &c = store_->counters();
     st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;

@@ -90,7 +90,16 @@ class Engine {
   void set_kv_scales(uint32_t layer, const float *k_scales, const float *v_scales);
   // A sinks layer's logits ([q heads per rank]), before the first sequence.
   void set_attention_sinks(uint32_t layer, const float *sinks, uint32_t num_sinks);
-  void set_stream(void *stream) { backend_->set_stream(stream); }
+  // pkv_engine_set_stream: every rank's (NULL only, with several); pkv_engine_set_rank_stream.
+  void set_stream(void *stream);
+  void set_rank_stream(uint32_t rank, void *stream);
+  // Ranks (DESIGN.md §10): the pools the engine holds, and rank r's pool_info.
+  uint32_t num_ranks() const { return static_cast<uint32_t>(pools_.size()); }
+  struct pkv_pool_info rank_pool_info(uint32_t rank) const;
+  // The rank a batch call names (api.cpp's guard sets it from the handle, under the engine's
+  // lock): kAnyRank for the batch's own handle, else the rank of a pkv_batch_rank handle.
+  static constexpr uint32_t kAnyRank = UINT32_MAX;
+  void set_call_rank(uint32_t rank) { call_rank_ = rank; }
   size_t drain_events(void *out, size_t event_size, size_t cap);
   // After every call on the engine (api.cpp's guards): its KV events go to the publisher.
   void publish_events() noexcept {
@@ -117,17 +126,21 @@ class Engine {
   // The open batch and how far the backend has taken it.
   struct OpenBatch {
     std::unique_ptr<Batch> batch;
-    bool copies_done = false;  // by pkv_attention; then an abort keeps them done
-    bool planned = false;      // Backend::plan ran for it
+    bool copies_done = false;      // by pkv_attention; then an abort keeps them done
+    std::vector<uint8_t> planned;  // [rank]: its pool's Backend::plan ran for it
   };
 
   PoolShape pool_shape() const;
   // pkv_attention's checks of one layer's arguments, and its call (engine_layers.cpp).
   void check_attention(uint32_t layer, const LayerSpec &spec, const void *q, const void *k,
                        const void *v, const void *out) const;
-  AttentionCall attention_call(uint32_t layer, const LayerSpec &spec) const;
-  // The open batch's copies and plan, once (every compute call starts with it).
-  void prepare_step();
+  AttentionCall attention_call(uint32_t layer, const LayerSpec &spec, uint32_t rank) const;
+  // The rank a compute call of the open batch runs on: the one its handle names; the batch's
+  // own handle names rank 0 on an engine of one rank, none (refused, naming `call`) on others.
+  uint32_t compute_rank(const char *call) const;
+  // The open batch's copies (every rank's pool, once) and rank's plan, once (every compute
+  // call starts with it).
+  void prepare_step(uint32_t rank);
   // A layer with an indexer the calls support, else the error naming `call`; its IndexerCall.
   LayerSpec indexed_layer(uint32_t layer, const char *call) const;
   IndexerCall indexer_call(uint32_t layer, const LayerSpec &spec) const;
@@ -160,16 +173,21 @@ class Engine {
   pkv_engine_params params_;
   KvGroups groups_;                      // the layers' windows and groups
   std::vector<uint32_t> layer_windows_;  // params_.layer_windows points here (or is null)
-  // fp8: [num_layers][kv_heads_per_rank] (the most any layer has); else empty
+  // fp8: [ranks][num_layers][kv_heads_per_rank] (the most any layer has); else empty
   std::vector<float> k_scales_, v_scales_;
   std::vector<pkv_layer_spec> layer_specs_;  // params_.layer_specs points here (or is null)
   std::vector<LayerSpec> specs_;             // layer_specs resolved; empty without them
   PoolLayout layout_;                        // the pool's (pool_layout)
   StateLayout state_layout_;                 // each STATE layer's parts within a state slot
-  std::vector<float> sinks_;                 // [num_layers][q heads per rank] when any layer has
+  std::vector<float> sinks_;                 // [ranks][num_layers][q heads per rank] when any has
   std::vector<uint8_t> sinks_set_;           // [num_layers]: 1 once pkv_set_attention_sinks ran
   float softmax_scale_;
-  std::unique_ptr<Backend> backend_;
+  // Every rank's pool (DESIGN.md §10): one, or tp_size with ranks ALL; each executes the same
+  // copies and plan. The store and the host tier's view are rank 0's (a store needs one rank).
+  std::vector<std::unique_ptr<Backend>> pools_;
+  Backend *backend_ = nullptr;            // pools_[0]
+  std::vector<int32_t> rank_device_ids_;  // params_.rank_device_ids points here (or is null)
+  uint32_t call_rank_ = kAnyRank;
   // Before events_ and blocks_, which hand it events: it is destroyed after them.
   std::unique_ptr<EventPublisherConfig>
       publisher_config_;  // the caller's pkv_event_publisher_params, owned

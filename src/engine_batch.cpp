@@ -17,6 +17,7 @@ const Batch &Engine::open_batch() const {
 
 void Engine::open(std::unique_ptr<Batch> batch) {
   auto ob = std::make_unique<OpenBatch>();
+  ob->planned.assign(pools_.size(), 0);
   ob->batch = std::move(batch);
   // Nothing can fail from here on: the batch takes its members. (The copies it lists stay queued
   // in the block manager until they are done.)
@@ -129,15 +130,30 @@ void Engine::do_copies() {
   const size_t num_block_copies = b.copies().size(), num_state_copies = b.num_state_copies();
   if (num_block_copies + num_state_copies) {
     const pkv_batch_view view = b.view();
-    backend_->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
+    for (const auto &pool : pools_)
+      pool->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
   }
   blocks_.copies_done(num_block_copies);
   states_.copies_done(num_state_copies);
   open_->copies_done = true;
 }
 
+uint32_t Engine::compute_rank(const char *call) const {
+  if (call_rank_ != kAnyRank) {
+    PKV_REQUIRE(call_rank_ < pools_.size(), "%s: a handle of rank %u; this engine holds %zu", call,
+                call_rank_, pools_.size());
+    return call_rank_;
+  }
+  if (pools_.size() == 1) return 0;
+  fail(PKV_ERR_INVALID_ARGUMENT,
+       "%s: this engine holds %zu ranks' pools (ranks ALL): call it with a rank's handle "
+       "(pkv_batch_rank), with that rank's heads on its device",
+       call, pools_.size());
+}
+
 void Engine::plan_graph(uint32_t bucket) {
   PKV_ASSERT(open_);
+  const uint32_t rank = compute_rank("pkv_batch_plan_graph");
   const Batch &b = *open_->batch;
   if (params_.device != PKV_DEVICE_CUDA)
     fail(PKV_ERR_UNSUPPORTED,
@@ -147,10 +163,11 @@ void Engine::plan_graph(uint32_t bucket) {
     fail(PKV_ERR_UNSUPPORTED,
          "pkv_batch_plan_graph: this engine has indexer layers (sparse attention), whose top-k "
          "runs in waves sized by the batch; run its steps without graphs");
-  if (open_->planned)
+  if (open_->planned[rank])
     fail(PKV_ERR_STATE,
-         "pkv_batch_plan_graph: this batch is planned already (a pkv_attention or pkv_indexer_* "
-         "of it ran); plan a graph step before its first layer");
+         "pkv_batch_plan_graph: this batch is planned already%s (a pkv_attention or "
+         "pkv_indexer_* of it ran); plan a graph step before its first layer",
+         pools_.size() > 1 ? " on this rank" : "");
   const std::vector<uint32_t> &news = b.num_new_tokens();
   const uint32_t n = static_cast<uint32_t>(news.size());
   for (uint32_t i = 0; i < n; ++i)
@@ -164,8 +181,8 @@ void Engine::plan_graph(uint32_t bucket) {
               bucket, n, params_.max_num_seqs);
   // The plan first: it may refuse (a bucket past the buffers made at create) before anything
   // is queued; the copies and the arrays' upload are independent, both before any kernel.
-  backend_->plan_graph(b.view(), bucket);
-  open_->planned = true;
+  pools_[rank]->plan_graph(b.view(), bucket);
+  open_->planned[rank] = 1;
   do_copies();
 }
 
@@ -174,10 +191,11 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
   const LayerSpec spec = layer_spec(layer);
   check_attention(layer, spec, q, k, v, out);  // each layer's own shape (engine_layers.cpp)
-  prepare_step();
-  AttentionCall call = attention_call(layer, spec);
+  const uint32_t rank = compute_rank("pkv_attention");
+  prepare_step(rank);
+  AttentionCall call = attention_call(layer, spec, rank);
   call.q = q, call.k = k, call.v = v, call.out = out;
-  backend_->attention(call);
+  pools_[rank]->attention(call);
 }
 
 }  // namespace pkv

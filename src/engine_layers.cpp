@@ -59,22 +59,29 @@ PoolShape Engine::pool_shape() const {
 }
 
 struct pkv_pool_info Engine::pool_info() const {
+  return rank_pool_info(0);
+}
+
+struct pkv_pool_info Engine::rank_pool_info(uint32_t rank) const {
+  PKV_REQUIRE(rank < pools_.size(), "rank %u: this engine holds %zu ranks' pools", rank,
+              pools_.size());
+  const Backend &pool = *pools_[rank];
   const PoolLayout &l = layout_;  // the layout pool_shape() allocated
   struct pkv_pool_info info;
   std::memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
-  info.device = backend_->device();
+  info.device = pool.device();
   info.dtype = kv_dtype_of(params_);
   info.model_dtype = params_.dtype;
   info.num_kv_groups = groups_.num_groups();
-  info.kernels = backend_->kernels();
+  info.kernels = pool.kernels();
   info.num_layers = l.num_layers;
   info.num_blocks = params_.num_blocks;
   info.block_size = params_.block_size;
   info.kv_heads = l.kv_heads;
   info.head_dim = pool_shape().head_dim;
-  info.k_base = backend_->k_pool();
-  info.v_base = backend_->v_pool();
+  info.k_base = pool.k_pool();
+  info.v_base = pool.v_pool();
   info.head_stride = l.head_stride;
   info.token_stride = l.token_stride;
   info.block_stride = l.block_stride;
@@ -82,15 +89,18 @@ struct pkv_pool_info Engine::pool_info() const {
   info.bytes_per_pool = l.bytes_per_pool;
   const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
   info.host_num_blocks = params_.host_num_blocks;
-  info.host_k_base = backend_->host_k_pool();
-  info.host_v_base = backend_->host_v_pool();
+  info.host_k_base = pool.host_k_pool();
+  info.host_v_base = pool.host_v_pool();
   info.host_layer_stride = h.layer_stride;
   info.host_bytes_per_pool = h.bytes_per_pool;
-  info.state_base = backend_->state_pool();
+  info.state_base = pool.state_pool();
   info.state_slot_bytes = states_.enabled() ? state_layout_.slot_bytes : 0;
   info.num_state_slots = states_.num_total();
-  info.host_state_base = backend_->host_state_pool();
+  info.host_state_base = pool.host_state_pool();
   info.num_host_state_slots = states_.num_host();
+  info.rank = rank;
+  info.num_ranks = num_ranks();
+  info.device_id = pool.device() == PKV_DEVICE_CUDA ? rank_device_id(params_, rank) : -1;
   return info;
 }
 
@@ -182,9 +192,9 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
   // MLA and K = V: one tensor, k's scale; there is no V to scale.
   const bool one = spec.v_is_k();
   PKV_REQUIRE(k_scales && (v_scales || one), "k_scales and v_scales must not be NULL");
-  if (one) v_scales = k_scales;  // checked as k's, not kept
-  const uint32_t heads = spec.kv_heads;
-  for (uint32_t h = 0; h < heads; ++h)
+  if (one) v_scales = k_scales;          // checked as k's, not kept
+  const uint32_t heads = spec.kv_heads;  // per rank
+  for (uint32_t h = 0; h < heads * num_ranks(); ++h)
     PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) &&
                     v_scales[h] > 0,
                 "kv head %u: scales must be finite and > 0, got k %g, v %g", h, double(k_scales[h]),
@@ -192,9 +202,13 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
   if (seqs_.ever_created())
     fail(PKV_ERR_STATE,
          "scales are set before the first sequence: KV already written keeps its scale");
-  const size_t at = size_t(layer) * budget_.kv_heads_per_rank;
-  std::copy(k_scales, k_scales + heads, &k_scales_[at]);
-  if (!v_scales_.empty()) std::copy(v_scales, v_scales + heads, &v_scales_[at]);
+  // Ranks ALL: every rank's heads, in rank order; rank r's row of the layer at r's table.
+  for (uint32_t r = 0; r < num_ranks(); ++r) {
+    const size_t at = (size_t(r) * params_.num_layers + layer) * budget_.kv_heads_per_rank;
+    std::copy(k_scales + size_t(r) * heads, k_scales + size_t(r + 1) * heads, &k_scales_[at]);
+    if (!v_scales_.empty())
+      std::copy(v_scales + size_t(r) * heads, v_scales + size_t(r + 1) * heads, &v_scales_[at]);
+  }
   if (store_) store_->set_kv_scales(k_scales_, v_scales_);
 }
 
@@ -204,7 +218,14 @@ void Engine::set_attention_sinks(uint32_t layer, const float *sinks, uint32_t nu
               "layer %u has no sinks: its pkv_layer_spec.sinks is 0 (set it to 1 at create)",
               layer);
   PKV_REQUIRE(sinks != nullptr, "sinks is NULL");
-  const uint32_t heads = params_.num_q_heads / params_.tp_size;
+  // Ranks ALL: every rank's q heads in rank order, the whole model's.
+  const uint32_t per_rank = params_.num_q_heads / params_.tp_size;
+  const uint32_t heads = per_rank * num_ranks();
+  if (num_ranks() > 1)
+    PKV_REQUIRE(num_sinks == heads,
+                "num_sinks %u: an engine of every rank (ranks ALL) takes every rank's q heads in "
+                "rank order, num_q_heads = %u",
+                num_sinks, heads);
   PKV_REQUIRE(num_sinks == heads, "num_sinks %u: this rank has %u q heads (num_q_heads / tp_size)",
               num_sinks, heads);
   for (uint32_t h = 0; h < heads; ++h)
@@ -213,8 +234,25 @@ void Engine::set_attention_sinks(uint32_t layer, const float *sinks, uint32_t nu
   if (seqs_.ever_created())
     fail(PKV_ERR_STATE,
          "sinks are set before the first sequence (pkv_allocate or pkv_submit), with the weights");
-  std::copy(sinks, sinks + heads, &sinks_[size_t(layer) * heads]);
+  for (uint32_t r = 0; r < num_ranks(); ++r)
+    std::copy(sinks + size_t(r) * per_rank, sinks + size_t(r + 1) * per_rank,
+              &sinks_[(size_t(r) * params_.num_layers + layer) * per_rank]);
   sinks_set_[layer] = 1;
+}
+
+void Engine::set_stream(void *stream) {
+  PKV_REQUIRE(pools_.size() == 1 || stream == nullptr,
+              "pkv_engine_set_stream: this engine holds %zu ranks' pools on their own devices: "
+              "set each rank's stream with pkv_engine_set_rank_stream (NULL sets every rank's "
+              "default stream)",
+              pools_.size());
+  for (const auto &pool : pools_) pool->set_stream(stream);
+}
+
+void Engine::set_rank_stream(uint32_t rank, void *stream) {
+  PKV_REQUIRE(rank < pools_.size(), "rank %u: this engine holds %zu ranks' pools", rank,
+              pools_.size());
+  pools_[rank]->set_stream(stream);
 }
 
 void Engine::check_attention(uint32_t layer, const LayerSpec &s, const void *q, const void *k,
@@ -276,7 +314,7 @@ void Engine::check_attention(uint32_t layer, const LayerSpec &s, const void *q, 
          layer);
 }
 
-AttentionCall Engine::attention_call(uint32_t layer, const LayerSpec &s) const {
+AttentionCall Engine::attention_call(uint32_t layer, const LayerSpec &s, uint32_t rank) const {
   AttentionCall c{};
   c.layer = layer;
   c.slot = groups_.layer_slot(layer);
@@ -287,8 +325,9 @@ AttentionCall Engine::attention_call(uint32_t layer, const LayerSpec &s) const {
   // A SHARED layer reads its source's codes: its source's scales.
   const size_t heads = budget_.kv_heads_per_rank;
   if (!k_scales_.empty()) {
-    c.k_scale = &k_scales_[s.source * heads];
-    c.v_scale = s.v_is_k() ? c.k_scale : &v_scales_[s.source * heads];
+    const size_t at = (size_t(rank) * params_.num_layers + s.source) * heads;
+    c.k_scale = &k_scales_[at];
+    c.v_scale = s.v_is_k() ? c.k_scale : &v_scales_[at];
   }
   c.kv_heads = s.kv_heads;
   c.head_dim = s.head_dim;
@@ -302,7 +341,8 @@ AttentionCall Engine::attention_call(uint32_t layer, const LayerSpec &s) const {
   c.v_in_k_pool = at.v_in_k_pool;
   c.dense_stride = !layout_.paged;
   c.softcap = s.softcap;
-  c.sinks = s.sinks ? &sinks_[size_t(layer) * (params_.num_q_heads / params_.tp_size)] : nullptr;
+  const size_t q_heads = params_.num_q_heads / params_.tp_size;
+  c.sinks = s.sinks ? &sinks_[(size_t(rank) * params_.num_layers + layer) * q_heads] : nullptr;
   return c;
 }
 

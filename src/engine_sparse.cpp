@@ -22,12 +22,12 @@ LayerSpec Engine::indexed_layer(uint32_t layer, const char *call) const {
   return s;
 }
 
-void Engine::prepare_step() {
+void Engine::prepare_step(uint32_t rank) {
   PKV_ASSERT(open_);
-  do_copies();  // before any write of the step, for every layer at once
-  if (!open_->planned) {
-    backend_->plan(open_->batch->view());
-    open_->planned = true;
+  do_copies();  // before any write of the step, for every layer (and rank) at once
+  if (!open_->planned[rank]) {
+    pools_[rank]->plan(open_->batch->view());
+    open_->planned[rank] = 1;
   }
 }
 
@@ -54,8 +54,9 @@ void Engine::indexer_write(uint32_t layer, const void *k, uint32_t flags) {
   IndexerCall c = indexer_call(layer, s);
   c.k = k;
   c.ue8m0 = flags & PKV_INDEXER_SCALE_UE8M0;
-  prepare_step();
-  backend_->indexer_write(c);
+  const uint32_t rank = compute_rank("pkv_indexer_write");
+  prepare_step(rank);
+  pools_[rank]->indexer_write(c);
 }
 
 void Engine::indexer_topk(uint32_t layer, const void *q, const float *weights, uint32_t out_kind,
@@ -69,8 +70,9 @@ void Engine::indexer_topk(uint32_t layer, const void *q, const float *weights, u
   c.weights = weights;
   c.out = out;
   c.slots = out_kind == PKV_TOPK_SLOTS;
-  prepare_step();
-  backend_->indexer_topk(c);
+  const uint32_t rank = compute_rank("pkv_indexer_topk");
+  prepare_step(rank);
+  pools_[rank]->indexer_topk(c);
 }
 
 void Engine::sparse_attention(uint32_t layer, const void *q, const void *k, const int32_t *indices,
@@ -79,12 +81,13 @@ void Engine::sparse_attention(uint32_t layer, const void *q, const void *k, cons
   check_attention(layer, s, q, k, nullptr, out);
   PKV_REQUIRE(indices != nullptr,
               "indices (pkv_indexer_topk's positions, [num_tokens][index_topk]) must not be NULL");
-  prepare_step();
-  AttentionCall call = attention_call(layer, s);
+  const uint32_t rank = compute_rank("pkv_sparse_mla_attention");
+  prepare_step(rank);
+  AttentionCall call = attention_call(layer, s, rank);
   call.q = q, call.k = k, call.out = out;
   call.indices = indices;
   call.topk = s.index_topk;
-  backend_->attention(call);
+  pools_[rank]->attention(call);
 }
 
 }  // namespace pkv

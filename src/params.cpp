@@ -220,6 +220,32 @@ void validate_state_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.reserved4 == 0, "reserved4 must be 0, got %u", p.reserved4);
 }
 
+// Ranks (DESIGN.md §10): one engine per rank, or one engine holding every rank's pool.
+void validate_rank_params(const pkv_engine_params &p) {
+  PKV_REQUIRE(p.ranks <= PKV_RANKS_ALL, "ranks %u is not PKV_RANKS_ONE (0) or PKV_RANKS_ALL (1)",
+              p.ranks);
+  PKV_REQUIRE(p.reserved5 == 0, "reserved5 must be 0, got %u", p.reserved5);
+  if (p.ranks == PKV_RANKS_ONE) {
+    PKV_REQUIRE(!p.rank_device_ids,
+                "rank_device_ids is set with ranks ONE: only an engine of every rank (ranks ALL) "
+                "takes a device per rank; use device_id");
+    return;
+  }
+  PKV_REQUIRE(p.tp_rank == 0,
+              "tp_rank %u with ranks ALL: the engine holds every rank's pool (0 .. tp_size - 1), "
+              "so tp_rank must be 0",
+              p.tp_rank);
+  PKV_REQUIRE(p.tp_size <= PKV_MAX_RANKS, "tp_size %u with ranks ALL: at most %d pools", p.tp_size,
+              PKV_MAX_RANKS);
+  if (!p.rank_device_ids) return;
+  PKV_REQUIRE(p.device != PKV_DEVICE_CPU,
+              "rank_device_ids is set on a CPU engine: every rank's pool is in host memory; "
+              "leave it NULL");
+  for (uint32_t r = 0; r < p.tp_size; ++r)
+    PKV_REQUIRE(p.rank_device_ids[r] >= 0, "rank_device_ids[%u] is %d: a CUDA device, >= 0", r,
+                p.rank_device_ids[r]);
+}
+
 }  // namespace
 
 void validate_engine_params(const pkv_engine_params &p) {
@@ -244,6 +270,7 @@ void validate_engine_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.num_kv_heads % p.tp_size == 0 || p.tp_size % p.num_kv_heads == 0,
               "tp_size (%u) and num_kv_heads (%u): one must divide the other", p.tp_size,
               p.num_kv_heads);
+  validate_rank_params(p);
   PKV_REQUIRE(p.block_size > 0, "block_size must be >= 1");
   PKV_REQUIRE(p.block_size <= PKV_MAX_BLOCK_SIZE, "block_size %u is too large (at most 2^20)",
               p.block_size);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "checked.h"
@@ -240,8 +241,14 @@ void host_tier(const pkv_engine_params &p, const PoolLayout &unit, const MemoryI
 
 }  // namespace
 
+uint32_t num_ranks(const pkv_engine_params &p) { return p.ranks == PKV_RANKS_ALL ? p.tp_size : 1; }
+
+int32_t rank_device_id(const pkv_engine_params &p, uint32_t rank) {
+  return p.ranks == PKV_RANKS_ALL && p.rank_device_ids ? p.rank_device_ids[rank] : p.device_id;
+}
+
 pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured,
-                             const MemoryInfo &host) {
+                             const MemoryInfo &host, uint32_t ranks_on_device) {
   const PoolLayout unit = pool_layout(p, 0);
   const KvGroups groups = kv_groups_of(p);
   pkv_kv_budget b;
@@ -271,8 +278,12 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
   b.reserve_bytes = p.reserve_bytes;
   b.memory_utilization = p.memory_utilization;
   // long double holds every uint64 exactly; only total * utilization rounds (within a byte).
-  const long double allowed = (long double)b.total_bytes * p.memory_utilization -
-                              (long double)b.used_bytes - (long double)b.reserve_bytes;
+  // Ranks sharing the device (or the host) split what it allows evenly.
+  b.num_ranks = 1;
+  b.ranks_on_device = ranks_on_device;
+  const long double allowed = ((long double)b.total_bytes * p.memory_utilization -
+                               (long double)b.used_bytes - (long double)b.reserve_bytes) /
+                              ranks_on_device;
   if (p.kv_cache_bytes) {
     b.budget_bytes = p.kv_cache_bytes;
     b.source = PKV_BUDGET_FROM_BYTE_CAP;
@@ -324,7 +335,10 @@ std::string readable_bytes(uint64_t n) {
 
 void budget_error(const pkv_engine_params &p, const pkv_kv_budget &b) {
   // Each term is below 2^63: the sum cannot overflow.
-  const uint64_t host_bytes = b.host_pool_bytes + b.host_state_bytes;
+  // Every rank's host tier is in this host's memory.
+  const uint64_t host_bytes =
+      checked_product({b.host_pool_bytes + b.host_state_bytes, std::max<uint64_t>(b.num_ranks, 1)},
+                      kMaxOffset, "the host tiers of every rank");
   if (b.host_total_bytes && host_bytes > b.host_available_bytes)
     fail(PKV_ERR_OUT_OF_MEMORY,
          "the host tier's %llu blocks%s take %s; the host has %s available (of %s): %s missing. "
@@ -390,15 +404,33 @@ pkv_kv_budget profile(const pkv_engine_params &p) {
   kv_scale_bytes(p, unit);
   pkv_kv_budget states{};
   state_budget(p, states);
-  const int32_t device = resolve_device(p.device, p.device_id);
-  MemoryInfo measured, host;
+  const int32_t device = resolve_device(p.device, rank_device_id(p, 0));
+  // Each rank's device (-1: the host), and how many ranks share it.
+  const uint32_t n = num_ranks(p);
+  std::vector<int32_t> where(n);
+  std::map<int32_t, uint32_t> sharing;
+  for (uint32_t r = 0; r < n; ++r) {
+    where[r] = device == PKV_DEVICE_CUDA ? rank_device_id(p, r) : -1;
+    ++sharing[where[r]];
+  }
+  MemoryInfo host;
+  std::map<int32_t, MemoryInfo> measured;
   if (!p.memory_total_bytes) {
-    measured = device == PKV_DEVICE_CUDA ? cuda_memory(p.device_id) : host_memory();
+    for (const auto &d : sharing)
+      measured[d.first] = d.first >= 0 ? cuda_memory(d.first) : host_memory();
     // The host tier comes from host memory whatever the device; measured with the device's.
     if (p.host_num_blocks || p.host_cache_bytes)
-      host = device == PKV_DEVICE_CUDA ? host_memory() : measured;
+      host = device == PKV_DEVICE_CUDA ? host_memory() : measured[-1];
   }
-  return compute_budget(p, device, measured, host);
+  // Every rank's pool holds the same blocks: the fewest any rank's memory allows.
+  pkv_kv_budget best{};
+  for (uint32_t r = 0; r < n; ++r) {
+    pkv_kv_budget b = compute_budget(p, device, measured[where[r]], host, sharing[where[r]]);
+    b.bounding_rank = r;
+    if (r == 0 || b.num_blocks < best.num_blocks) best = b;
+  }
+  best.num_ranks = n;
+  return best;
 }
 
 }  // namespace pkv

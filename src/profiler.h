@@ -77,8 +77,14 @@ uint64_t max_pool_blocks(const PoolLayout &unit);
 // memory; it is ignored when p.memory_total_bytes is set. host is the host memory the host tier
 // comes from (zero: not measured). Never throws for a small budget: shortfall_bytes > 0 says so
 // (see budget_error).
+// ranks_on_device: ranks whose pools share this memory (DESIGN.md §10), each budgeted 1 / it of
+// what the memory allows.
 pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const MemoryInfo &measured,
-                             const MemoryInfo &host);
+                             const MemoryInfo &host, uint32_t ranks_on_device = 1);
+
+// The pools an engine of p holds (tp_size with ranks ALL, else 1), and rank r's CUDA device.
+uint32_t num_ranks(const pkv_engine_params &p);
+int32_t rank_device_id(const pkv_engine_params &p, uint32_t rank);
 
 // Throws PKV_ERR_OUT_OF_MEMORY (or INVALID_ARGUMENT for a fixed num_blocks) naming what is
 // missing when the budget cannot hold one sequence of max_model_len, or the host memory the

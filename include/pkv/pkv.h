@@ -95,7 +95,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 9
+#define PKV_VERSION_MINOR 10
 #define PKV_VERSION_PATCH 0
 /* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
@@ -260,6 +260,13 @@ enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when
                                      more than one step's prefill (max_num_batched_tokens): copying
                                      is then cheaper than recomputing; else recompute */
 /* struct pkv_seq_info.kv_tier: where a sequence's KV is; pkv_kv_event.medium: where a block is. */
+/* pkv_engine_params.ranks (since 0.10.0), DESIGN.md §10 */
+enum { PKV_RANKS_ONE = 0, /* the engine is one tensor-parallel rank, tp_rank (the replicated
+                             mode: one engine per rank, every rank making the same calls) */
+       PKV_RANKS_ALL = 1  /* the engine decides for every rank and holds every rank's pool in
+                             this process: tp_size pools, rank r on rank_device_ids[r] */
+};
+enum { PKV_MAX_RANKS = 255 }; /* pools one engine holds at most */
 enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2, PKV_TIER_STORE = 3 };
 /* pkv_store_params.kind */
 enum { PKV_STORE_NONE = 0, PKV_STORE_FILE = 1, PKV_STORE_REDIS = 2, PKV_STORE_CALLBACK = 3 };
@@ -472,6 +479,22 @@ typedef struct pkv_engine_params {
                                      a host tier and host_offload (or a store), as many host
                                      state slots take the ones evicted (or fetched) */
   uint32_t reserved4;             /* must be 0 */
+  /* many ranks, one engine (since 0.10.0), DESIGN.md §10 */
+  uint32_t ranks;                 /* PKV_RANKS_*. ALL: one engine owns the block manager, the
+                                     scheduler, the host tier and the events, and holds a pool
+                                     per rank (rank r: tensor-parallel rank r, its share of the
+                                     heads as under tp_rank = r; tp_rank must be 0). Every rank
+                                     runs the same copies and plan; pkv_attention takes a rank's
+                                     handle (pkv_batch_rank). Each rank's pool is sized from its
+                                     own device's memory (ranks sharing a device, or the host,
+                                     split it evenly), num_blocks is the fewest any rank holds
+                                     (pkv_kv_budget.bounding_rank); kv_cache_bytes and
+                                     host_cache_bytes are per rank. With a store:
+                                     PKV_ERR_UNSUPPORTED, for now. default ONE */
+  uint32_t reserved5;             /* must be 0 */
+  const int32_t *rank_device_ids; /* ALL on CUDA: NULL (every rank on device_id) or [tp_size],
+                                     rank r's CUDA device; several ranks may share one. Must be
+                                     NULL on the CPU and with ranks ONE. Read at create only */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -759,7 +782,7 @@ typedef struct pkv_batch_view {
  * is never given twice, and once the batch ends (pkv_batch_end, pkv_commit, pkv_batch_abort,
  * pkv_engine_destroy) every call with it is refused as a batch that has ended. A process tells
  * apart the handles of at most 65536 live engines that have begun batches (pkv_step's too), and
- * gives at most 2^47 handles in all.
+ * gives at most 2^39 handles in all.
  * Errors: PKV_ERR_INVALID_ARGUMENT (seqs or out NULL; num_seqs 0; a sequence twice; a count not
  * in 1 .. its uncomputed tokens; more than 2^31-1 new tokens), PKV_ERR_NOT_FOUND (a sequence that
  * does not exist), PKV_ERR_STATE (a batch is open on e; a sequence is preempted or swapped out,
@@ -832,6 +855,8 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * the window, CHUNKED keys before the token's chunk; a sink joins each softmax denominator once
  * (split work included), and a soft-cap c turns each scaled score s into c * tanh(s / c) before
  * the softmax. Without sinks or caps the output is what it was before 0.5.0, bit for bit.
+ * (since 0.10.0) On an engine with ranks ALL, b is a rank's handle (pkv_batch_rank): the call
+ * runs on that rank's pool, device and stream, with that rank's heads.
  * CUDA: q, k, v and out are device pointers aligned to 16 bytes, and the batch has at most
  * PKV_CUDA_MAX_GRID sequences. The call returns once its kernels are queued on the engine's
  * stream: the host synchronizes that stream before it reads out on the host. (since 0.9.0) pkv
@@ -843,12 +868,30 @@ PKV_API void pkv_batch_abort(pkv_batch *b);
  * Errors: PKV_ERR_INVALID_ARGUMENT (layer not below num_layers; q, k, out or - except for MLA,
  * k_eq_v and SHARED layers - v NULL; v not NULL on an MLA cache or a k_eq_v layer; k or v not
  * NULL on a SHARED layer; out aliasing an input; on CUDA a pointer not 16-byte aligned, or more
- * than PKV_CUDA_MAX_GRID sequences; (since 0.6.0) a STATE layer: the host runs its recurrence on
+ * than PKV_CUDA_MAX_GRID sequences; (since 0.10.0) the batch's own handle on an engine of
+ * several ranks; (since 0.6.0) a STATE layer: the host runs its recurrence on
  * pkv_batch_view.state_slots), PKV_ERR_STATE (b has ended; a layer with sinks whose sinks
  * were not set), PKV_ERR_UNSUPPORTED (head_dim, or MLA's kv_lora_rank or qk_rope_head_dim,
  * outside the limits above), PKV_ERR_DEVICE (CUDA: a kernel or copy could not be queued). */
 PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, const void *k,
                                  const void *v, void *out);
+
+/* ------------------------------------------------------------------ ranks (since 0.10.0) */
+
+/* The handle of rank `rank`'s share of batch b, on an engine with pkv_engine_params.ranks ALL
+ * (DESIGN.md §10). The engine decided the batch once (its sequences, slots, block tables and
+ * copies are the same for every rank); each rank computes its shard of every layer on its own
+ * pool: pkv_attention, pkv_sparse_mla_attention, pkv_indexer_write, pkv_indexer_topk and
+ * pkv_batch_plan_graph take a rank's handle, with q, k, v and out of that rank's heads (as under
+ * tp_rank = rank) on its device. The first such call of a batch queues its copies on every
+ * rank's pool. pkv_batch_info, pkv_batch_copy, pkv_batch_end, pkv_commit and pkv_batch_abort
+ * accept a rank's handle as the batch's own: ending it ends every rank's. A rank's handle is
+ * valid while b is open; calls on it are serialized with the engine's others. On an engine of one
+ * rank, rank 0 gives b itself.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL; rank not below num_ranks; b a rank's handle
+ * already), PKV_ERR_STATE (b has ended).
+ * Since 0.10.0. */
+PKV_API pkv_status pkv_batch_rank(pkv_batch *b, uint32_t rank, pkv_batch **out);
 
 /* ------------------------------------------------------------------ CUDA graphs (since 0.9.0) */
 
@@ -1268,6 +1311,14 @@ struct pkv_kv_budget {
                                      state_bytes_per_seq, taken from the budget before the blocks */
   uint64_t host_state_bytes;      /* num_host_state_slots * state_bytes_per_seq: host memory
                                      (pinned on CUDA) beside host_pool_bytes */
+  /* ranks (since 0.10.0): with ranks ALL, every term above is the bounding rank's (one pool's
+     bytes; its device's memory), num_blocks the fewest any rank holds */
+  uint32_t num_ranks;             /* pools: tp_size with ranks ALL, else 1 */
+  uint32_t bounding_rank;         /* the rank whose pool holds the fewest blocks (the first of
+                                     equals): the one these terms describe */
+  uint32_t ranks_on_device;       /* ranks sharing the bounding rank's device (or the host):
+                                     budget_bytes is 1 / ranks_on_device of what it allows */
+  uint32_t reserved2;
 };
 
 /* Computes how many KV blocks fit, and why. p is validated as by pkv_engine_create. The budget
@@ -1437,6 +1488,11 @@ struct pkv_pool_info {
   void *host_state_base;
   uint32_t num_host_state_slots;
   uint32_t reserved2;
+  /* (since 0.10.0) */
+  uint32_t rank;                  /* the rank whose pool this is (pkv_rank_pool_info) */
+  uint32_t num_ranks;             /* pools the engine holds (pkv_engine_params.ranks ALL: tp_size) */
+  int32_t device_id;              /* CUDA: the rank's device; CPU: -1 */
+  uint32_t reserved3;
 };
 
 /* Where e's pool is, and its layout. Layers of equal bytes (every engine without layer_specs,
@@ -1447,6 +1503,13 @@ struct pkv_pool_info {
  * bytes_per_pool the whole pool; each layer's K and V are where pkv_layer_info says.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
+
+/* Rank `rank`'s pool (pkv_engine_params.ranks ALL): as pkv_pool_info, on that rank's device.
+ * pkv_pool_info is rank 0's.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small; rank not below
+ * num_ranks).
+ * Since 0.10.0. */
+PKV_API pkv_status pkv_rank_pool_info(pkv_engine *e, uint32_t rank, struct pkv_pool_info *out);
 
 /* One layer of the pool (since 0.5.0): its spec resolved, and where its K and V are, for hosts
  * that run their own kernels on models whose layers differ. Layer l's K of token t of block b
@@ -1782,6 +1845,7 @@ PKV_API pkv_status pkv_event_publisher_info(pkv_engine *e, struct pkv_event_publ
  * pkv_submit (with the weights): KV written under one scale is not rewritten. A store's blocks
  * are named for the scales (the fingerprint), so engines with other scales never share them.
  * kv_layout MLA: k_scales is the latent's one scale and v_scales may be NULL (it is not read).
+ * Ranks ALL (since 0.10.0): [tp_size][kv_heads_per_rank] each, every rank's in rank order.
  * Layer specs (since 0.5.0): [the layer's kv heads per rank] each; a k_eq_v layer's V is its K
  * (v_scales may be NULL); a SHARED layer reads its source's codes with the source's scales.
  * Errors: PKV_ERR_INVALID_ARGUMENT (the cache is not fp8; layer not below num_layers, or SHARED;
@@ -1792,7 +1856,8 @@ PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float 
                                      const float *v_scales);
 
 /* Attention sinks (pkv_layer_spec.sinks): the logits of `layer` (< num_layers), sinks[num_sinks]
- * with num_sinks = num_q_heads / tp_size (this rank's q heads, in order), each finite. Head h's
+ * with num_sinks = num_q_heads / tp_size (this rank's q heads, in order; since 0.10.0 with
+ * ranks ALL num_q_heads: every rank's, in rank order), each finite. Head h's
  * softmax over scores s_j becomes exp(s_j) / (exp(sink_h) + sum_k exp(s_k)): the sink takes
  * weight and adds nothing to the output. Set them once per layer that has sinks, before the first
  * pkv_allocate or pkv_submit (with the weights); pkv_attention on a layer with sinks not set
@@ -1812,6 +1877,14 @@ PKV_API pkv_status pkv_set_attention_sinks(pkv_engine *e, uint32_t layer, const 
  * Errors: PKV_ERR_INVALID_ARGUMENT (a stream other than NULL on a CPU engine), PKV_ERR_DEVICE
  * (CUDA: waiting for the current stream failed). */
 PKV_API pkv_status pkv_engine_set_stream(pkv_engine *e, void *cuda_stream);
+
+/* Rank `rank`'s CUDA stream (pkv_engine_params.ranks ALL), on that rank's device: as
+ * pkv_engine_set_stream, which sets every rank's (NULL) or, on an engine of several ranks, only
+ * accepts NULL.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (rank not below num_ranks; a stream other than NULL on a CPU
+ * engine), PKV_ERR_DEVICE (CUDA: waiting for the rank's current stream failed).
+ * Since 0.10.0. */
+PKV_API pkv_status pkv_engine_set_rank_stream(pkv_engine *e, uint32_t rank, void *cuda_stream);
 
 /* ---------------------------------------------------------------- canonical block hash */
 /* The hash other processes (routers, KV tiers) use to name a block, independent of pkv's
