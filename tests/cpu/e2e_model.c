@@ -1,5 +1,6 @@
 /* e2e_model.c - the tiny transformer of the end-to-end tests (e2e_model.h): weights, forward
- * pass, the recurrent layer, the naive contiguous KV cache, and the layer calls on pkv. */
+ * pass, the recurrent layer, the naive contiguous KV cache, and the layer calls on pkv (on one
+ * rank, or split over the tensor-parallel ranks of one engine with ranks ALL). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,9 +377,11 @@ void naive_generate(const model *m, const int32_t *prompt, uint32_t len, int sec
   free(s);
 }
 
-/* The mode pkv runs (the per-layer models pass each layer's own K and V), and its engine. */
+/* The mode pkv runs (the per-layer models pass each layer's own K and V), its engine and the
+ * engine's ranks. */
 const kv_mode *e2e_mode;
 pkv_engine *e2e_engine;
+uint32_t e2e_tp = 1;
 
 /* The recurrent layer on pkv: the batch's queued copies first (PKV_COPY_STATE: a fork's state, a
  * checkpoint restored into a working slot or taken from one at a block boundary), then each
@@ -411,9 +414,42 @@ static int recurrence_on_pkv(pkv_batch *b, uint32_t l, const float *q, const flo
   return 1;
 }
 
+/* One layer's attention split over e2e_tp ranks: rank r gets q heads [r * qpr, (r + 1) * qpr)
+ * and kv heads [r * kvpr, (r + 1) * kvpr) of every row (qpr = QH / tp, kvpr = KVH / tp), runs
+ * pkv_attention on its handle, and its output rows go back to those q heads of out. */
+static int attention_on_ranks(pkv_batch *b, uint32_t l, const float *q, const float *k,
+                              const float *v, float *out) {
+  const uint32_t qpr = QH / e2e_tp, kvpr = KVH / e2e_tp;
+  pkv_batch_view view;
+  memset(&view, 0, sizeof view);
+  view.struct_size = sizeof view;
+  if (!CHECK(!e2e_mode->mla && !e2e_mode->specs && qpr * e2e_tp == QH && kvpr * e2e_tp == KVH) ||
+      !CHECK_OK(pkv_batch_info(b, &view)))
+    return 0;
+  const uint32_t n = view.num_tokens;
+  float *qr = malloc(sizeof(float) * n * qpr * HD), *orr = malloc(sizeof(float) * n * qpr * HD);
+  float *kr = malloc(sizeof(float) * n * kvpr * HD), *vr = malloc(sizeof(float) * n * kvpr * HD);
+  int ok = 1;
+  for (uint32_t r = 0; ok && r < e2e_tp; r++) {
+    for (uint32_t t = 0; t < n; t++) {
+      memcpy(qr + t * qpr * HD, q + (t * QH + r * qpr) * HD, sizeof(float) * qpr * HD);
+      memcpy(kr + t * kvpr * HD, k + (t * KVH + r * kvpr) * HD, sizeof(float) * kvpr * HD);
+      memcpy(vr + t * kvpr * HD, v + (t * KVH + r * kvpr) * HD, sizeof(float) * kvpr * HD);
+    }
+    pkv_batch *rb = NULL;
+    ok = CHECK_OK(pkv_batch_rank(b, r, &rb)) && CHECK(rb != b) &&
+         CHECK_OK(pkv_attention(rb, l, qr, kr, vr, orr));
+    for (uint32_t t = 0; ok && t < n; t++)
+      memcpy(out + (t * QH + r * qpr) * HD, orr + t * qpr * HD, sizeof(float) * qpr * HD);
+  }
+  free(qr), free(kr), free(vr), free(orr);
+  return ok;
+}
+
 int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
                      float *out) {
   pkv_batch *b = ctx;
+  if (e2e_tp > 1) return attention_on_ranks(b, l, q, k, v, out);
   if (e2e_mode->mla == E2E_DSA) return dsa_on_pkv(b, l, q, k, out);
   if (layer_recurrent(e2e_mode, l)) return recurrence_on_pkv(b, l, q, k, v, out);
   if (layer_source(e2e_mode, l) != l) /* SHARED: its source's cache, nothing written */

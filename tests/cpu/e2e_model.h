@@ -114,9 +114,14 @@ void naive_generate(const model *m, const int32_t *prompt, uint32_t len, int sec
 extern double closest_edge;
 
 /* The pkv side's attention_fn (ctx: the open pkv_batch): pkv_attention on the layers of
- * e2e_mode, the recurrence on the state in the batch's working slots of e2e_engine. */
+ * e2e_mode, the recurrence on the state in the batch's working slots of e2e_engine. With e2e_tp
+ * > 1 (default 1) the engine holds that many tensor-parallel ranks (ranks ALL): each layer's
+ * attention is split over them, rank r attending with its q and kv heads on its own pool (its
+ * handle, pkv_batch_rank), the ranks' outputs put back in head order (what the all-gather after
+ * the o-projection gives); plain attention layers only (no MLA, no layer specs). */
 extern const kv_mode *e2e_mode;
 extern pkv_engine *e2e_engine;
+extern uint32_t e2e_tp;
 int attention_on_pkv(void *ctx, uint32_t l, const float *q, const float *k, const float *v,
                      float *out);
 

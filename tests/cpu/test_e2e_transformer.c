@@ -5,7 +5,7 @@
  * preemption and resume that recomputes what the cache lost, a forked pair swapped out to the
  * host tier and back) and once on a naive contiguous KV
  * cache per sequence. The tokens must be identical and the logits equal within f32 noise.
- * The story runs ten times: f32 KV; fp8 e4m3 and e5m2 KV (scales per layer and kv head from
+ * The story runs ten times at tp 1: f32 KV; fp8 e4m3 and e5m2 KV (scales per layer and kv head from
  * the amax of an f32 run, the naive cache rounding as pkv_ref_fp8_encode does: the logits
  * then agree within what a value landing on the other side of a rounding edge could move); a
  * sliding window of 8 on every layer (the naive side masks it); a hybrid model, the window on
@@ -22,8 +22,14 @@
  * pkv's working slot (the fork's copy of it queued by pkv, done by pkv_batch_copy), between two
  * full-attention layers; no prefix hit here (no batch of this story ends on a boundary where a
  * state checkpoint is taken, so a hit would lack the state: e2e_recurrent.c's stories hit), the
- * preempted sequence recomputed from token 0. It prints how often fp8 KV picks the tokens bf16 KV
- * (the naive cache rounding to bf16) picks.
+ * preempted sequence recomputed from token 0. Then f32 and fp8 e4m3 KV run the story again with
+ * tensor parallelism 2 on one engine (tp_size 2, ranks ALL: a CPU pool per rank), each layer's
+ * attention split over the ranks (rank r: q heads 2r, 2r + 1 and kv head r, on its handle from
+ * pkv_batch_rank; the outputs put back in head order, as the all-gather after the o-projection
+ * would), so both ranks' pools go through the prefix hits, the chunked prefill, the fork's copy,
+ * the preemption and the swap to the host tier and back: the tokens must be tp 1's and the
+ * naive side's, the logits within the same tolerance of both. It prints how often fp8 KV picks
+ * the tokens bf16 KV (the naive cache rounding to bf16) picks.
  * The model, the naive side and the layer calls on pkv are e2e_model.c's. */
 #include <math.h>
 #include <stdio.h>
@@ -130,12 +136,13 @@ static int step_all(const model *m, e2e_run *run, unsigned skip) {
  * its second best token. 1 is preempted mid-generation and resumed. With a window the cached
  * counts are the block manager's to choose (a windowed group may give blocks back): at most the
  * full-attention ones. */
-static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode) {
+static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode, uint32_t tp) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = LAYERS, p.num_q_heads = QH, p.num_kv_heads = KVH, p.head_dim = HD;
   p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU, p.block_size = BS, p.num_blocks = 64;
   p.num_threads = 2, p.enable_prefix_caching = 1;
+  p.tp_size = tp, p.ranks = tp > 1 ? PKV_RANKS_ALL : PKV_RANKS_ONE; /* tp > 1: a pool per rank */
   /* pkv has no host tier with windows or STATE layers yet */
   const int no_host = mode->window || mode->specs == SPECS_RECURRENT;
   p.host_num_blocks = no_host ? 0 : 32;
@@ -169,7 +176,12 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode) {
   memset(run, 0, sizeof *run);
   run->mla = mode->mla;
   if (!CHECK_OK(pkv_engine_create(&p, &run->e))) return 0;
-  e2e_engine = run->e;
+  e2e_engine = run->e, e2e_tp = tp;
+  struct pkv_pool_info pool;
+  memset(&pool, 0, sizeof pool);
+  pool.struct_size = sizeof pool;
+  if (!CHECK_OK(pkv_pool_info(run->e, &pool)) || !CHECK(pool.num_ranks == tp)) return 0;
+  /* ranks ALL takes every rank's kv heads in rank order, [tp][KVH / tp]: the model's order */
   for (uint32_t l = 0; mode->kv_dtype && l < LAYERS; l++)
     if (!CHECK_OK(pkv_set_kv_scales(run->e, l, mode->scales[l][0], mode->scales[l][1]))) return 0;
   for (uint32_t l = 0; mode->specs == SPECS_GPT_OSS && l < LAYERS; l++) {
@@ -256,11 +268,17 @@ static int run_on_pkv(const model *m, e2e_run *run, const kv_mode *mode) {
   return ok;
 }
 
-/* One mode's story on pkv against the naive side kept the same way. 0 when the story failed. */
-static int run_mode(const model *m, const kv_mode *mode, e2e_run *run, float *min_gap) {
+static double logit_tol(const kv_mode *mode) {
   const int fp8 = mode->kv_dtype == PKV_DTYPE_FP8_E4M3 || mode->kv_dtype == PKV_DTYPE_FP8_E5M2;
-  const double tol = fp8 ? FP8_LOGIT_TOL : LOGIT_ATOL;
-  if (!run_on_pkv(m, run, mode)) return 0;
+  return fp8 ? FP8_LOGIT_TOL : LOGIT_ATOL;
+}
+
+/* One mode's story on pkv (tp ranks) against the naive side kept the same way. 0 when the story
+ * failed. */
+static int run_mode(const model *m, const kv_mode *mode, uint32_t tp, e2e_run *run,
+                    float *min_gap) {
+  const double tol = logit_tol(mode);
+  if (!run_on_pkv(m, run, mode, tp)) return 0;
   for (int i = 0; i < NUM_PROMPTS; i++) {
     const e2e_seq *s = &run->seqs[i];
     int32_t tokens[GEN];
@@ -285,6 +303,29 @@ static int run_mode(const model *m, const kv_mode *mode, e2e_run *run, float *mi
     free(logits);
   }
   return 1;
+}
+
+/* A tensor-parallel run against its mode's one-rank run: every sequence's tokens the same, the
+ * logits within the mode's tolerance; prints how far apart the logits came. */
+static void same_as_tp1(const e2e_run *tp1, const e2e_run *run, const kv_mode *mode) {
+  double diff = 0;
+  for (int i = 0; i < NUM_PROMPTS; i++) {
+    const e2e_seq *a = &tp1->seqs[i], *s = &run->seqs[i];
+    if (!CHECK(s->num_tokens == a->num_tokens &&
+               memcmp(s->tokens, a->tokens, sizeof(int32_t) * a->num_tokens) == 0))
+      fprintf(stderr, "  %s: prompt %d: tokens other than tp 1's\n", mode->name, i);
+    for (int g = 0; g < GEN; g++) {
+      char label[96];
+      snprintf(label, sizeof label, "%s: prompt %d token %d logits against tp 1", mode->name, i, g);
+      double got[VOCAB], ref[VOCAB];
+      for (int j = 0; j < VOCAB; j++) {
+        got[j] = s->logits[g][j], ref[j] = a->logits[g][j];
+        diff = fmax(diff, fabs(got[j] - ref[j]));
+      }
+      CHECK(pkv_ref_compare(label, got, ref, VOCAB, logit_tol(mode), logit_tol(mode)) == 0);
+    }
+  }
+  printf("%-8s tokens as tp 1's; largest logit difference from tp 1: %.3g\n", mode->name, diff);
 }
 
 /* Against bf16 KV's tokens: pkv's generated tokens position by position (a sequence that diverged
@@ -336,7 +377,7 @@ int main(void) {
   kw_skip_unless_isa();
   model *m = malloc(sizeof *m);
   init_model(m);
-  e2e_run *run = calloc(1, sizeof *run);
+  e2e_run *run = calloc(1, sizeof *run), *tp1 = calloc(2, sizeof *tp1); /* f32's, e4m3's */
   float min_gap = INFINITY; /* the closest greedy choice: how far from a tie the test runs */
   kv_mode modes[10] = {{"f32", 0, 0, 0, 0, {{{0}}}, 0},
                        {"e4m3", PKV_DTYPE_FP8_E4M3, 0, 0, 0, {{{0}}}, 0},
@@ -352,7 +393,7 @@ int main(void) {
   unsigned generated[3] = {0}, choices[3] = {0}; /* f32, e4m3, e5m2 against bf16 KV */
   for (int k = 0; k < 10; k++) {
     float gap = INFINITY;
-    if (!run_mode(m, &modes[k], run, &gap)) break;
+    if (!run_mode(m, &modes[k], 1, run, &gap)) break;
     printf("%-8s smallest top-2 logit gap of a greedy choice: %.3g\n", modes[k].name, gap);
     min_gap = fminf(min_gap, gap);
     if (k == 0) {
@@ -361,6 +402,16 @@ int main(void) {
              sizeof modes[5].scales); /* fp8 e4m3 in a hybrid model */
     }
     if (k < 3) agreement(m, run, &modes[k], bf16_tokens, &generated[k], &choices[k]);
+    if (k < 2) memcpy(&tp1[k], run, sizeof *run);
+  }
+  /* f32 and e4m3 again, the attention split over 2 ranks of one engine (ranks ALL) */
+  for (int k = 0; k < 2; k++) {
+    kv_mode tp2 = modes[k];
+    tp2.name = k ? "e4m3-tp2" : "f32-tp2";
+    float gap = INFINITY;
+    if (!run_mode(m, &tp2, 2, run, &gap)) break;
+    same_as_tp1(&tp1[k], run, &tp2);
+    min_gap = fminf(min_gap, gap);
   }
   printf("smallest top-2 logit gap of a greedy choice: %.3g (logit tolerance %g; fp8 %g)\n",
          min_gap, LOGIT_ATOL, FP8_LOGIT_TOL);
@@ -370,7 +421,7 @@ int main(void) {
       "next-token choices given bf16's tokens f32 %u, e4m3 %u, e5m2 %u\n",
       NUM_PROMPTS * GEN, generated[0], generated[1], generated[2], choices[0], choices[1],
       choices[2]);
-  free(run);
+  free(run), free(tp1);
   free(m);
   return kw_summary();
 }
