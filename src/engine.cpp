@@ -73,7 +73,7 @@ Engine::Engine(const pkv_engine_params &params)
   }
   params_.layer_specs = layer_specs_.empty() ? nullptr : layer_specs_.data();
   params_.layer_spec_size = layer_specs_.empty() ? 0 : sizeof(pkv_layer_spec);
-  layout_ = pool_layout(params_, params_.num_blocks);
+  params_.pp_size = std::max(params_.pp_size, 1u);
   const uint32_t ranks = pkv::num_ranks(params_);
   if (params.rank_device_ids)
     rank_device_ids_.assign(params.rank_device_ids, params.rank_device_ids + params.tp_size);
@@ -92,8 +92,14 @@ Engine::Engine(const pkv_engine_params &params)
   params_.store = store_config_ ? &store_config_->params() : nullptr;
   // Ranks that decide apart diverge through a store (a write dropped on one rank, a fetch that
   // ends at another moment on each): the replicated mode is refused with one (DESIGN.md §10).
-  if (store_config_ && params_.tp_size > 1)
-    fail(PKV_ERR_UNSUPPORTED, "a store with tp_size %u: %s", params_.tp_size,
+  const uint32_t model_ranks = params_.tp_size * params_.pp_size;
+  if (store_config_ && params_.ranks == PKV_RANKS_POOL)
+    fail(PKV_ERR_INVALID_ARGUMENT,
+         "a store on an engine of ranks POOL, which decides nothing: the decider's store serves "
+         "every rank");
+  if (store_config_ && model_ranks > 1)
+    fail(PKV_ERR_UNSUPPORTED, "a store with tp_size %u x pp_size %u: %s", params_.tp_size,
+         params_.pp_size,
          params_.ranks == PKV_RANKS_ONE
              ? "engines of one rank each (ranks ONE) can come to hold different blocks through "
                "a store (a write dropped on one rank, a fetch ending at another moment on each), "
@@ -115,16 +121,23 @@ Engine::Engine(const pkv_engine_params &params)
         "kv_layout MLA needs softmax_scale: the model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) (times "
         "mscale^2 under yarn rope scaling), not 1/sqrt(head_dim) of the latent; "
         "pkv_engine_params_from_hf_config sets it");
-  // Every rank's pool has the same shape (this rank's share of the heads: the same for every
-  // rank) and the same blocks; each on its rank's device.
-  const PoolShape shape = pool_shape();
-  for (uint32_t r = 0; r < ranks; ++r)
-    pools_.push_back(params_.device == PKV_DEVICE_CUDA
-                         ? make_cuda_backend(rank_device_id(params_, r), shape)
-                         : make_cpu_backend(shape, params_.num_threads));
-  backend_ = pools_[0].get();
+  // Every rank's pool holds the same blocks, each of its share of the heads (the same for every
+  // tensor-parallel rank) and of its stage's layers, on its rank's device.
+  for (uint32_t r = 0; r < ranks; ++r) {
+    RankPool rp;
+    rp.params = rank_params(params_, r);
+    rp.groups = rp.params.pp_rank == params_.pp_rank ? groups_ : kv_groups_of(rp.params);
+    rp.layout = pool_layout(rp.params, params_.num_blocks);
+    rp.stage = stage_layers(params_.num_layers, std::max(params_.pp_size, 1u), rp.params.pp_rank);
+    const PoolShape shape = pool_shape(rp);
+    rp.backend = params_.device == PKV_DEVICE_CUDA
+                     ? make_cuda_backend(rank_device_id(params_, r), shape)
+                     : make_cpu_backend(shape, params_.num_threads);
+    pools_.push_back(std::move(rp));
+  }
+  backend_ = pools_[0].backend.get();
   if (store_config_) {
-    const PoolShape shape = pool_shape();
+    const PoolShape shape = pool_shape(pools_[0]);
     // The indexer is named by its fields; KV groups and unequal layers by store_layout.
     LayerSpec indexer;
     for (const LayerSpec &s : specs_)
@@ -416,9 +429,9 @@ pkv_stats Engine::stats() const {
   st.num_evictions_normal = b.num_evictions_by_priority[1];
   st.num_evictions_high = b.num_evictions_by_priority[2];
   st.num_evictions_highest = b.num_evictions_by_priority[3];
-  for (const auto &pool : pools_) {
-    st.num_host_waits += pool->host_waits();
-    st.num_device_allocs += pool->device_allocs();
+  for (const RankPool &pool : pools_) {
+    st.num_host_waits += pool.backend->host_waits();
+    st.num_device_allocs += pool.backend->device_allocs();
   }
   if (store_) {
     const StoreCounters &c = store_->counters();

@@ -130,11 +130,26 @@ class Engine {
     std::vector<uint8_t> planned;  // [rank]: its pool's Backend::plan ran for it
   };
 
-  PoolShape pool_shape() const;
+  // Every rank's pool (DESIGN.md §10): one, or tp_size x pp_size with ranks ALL; each executes
+  // the same copies and plan on its stage's layers. The store and the host tier's view are rank
+  // 0's (a store needs one rank, for now).
+  struct RankPool {
+    pkv_engine_params params;  // the engine's, with this rank's tp_rank and pp_rank
+    KvGroups groups;           // its stage's slots (the engine's groups_ for its own stage)
+    PoolLayout layout;         // its pool's
+    StageLayers stage;         // the layers it holds
+    std::unique_ptr<Backend> backend;
+  };
+  PoolShape pool_shape(const RankPool &rank) const;
+  // The rank that computes `layer` in a call of rank `rank` (refused when the layer is another
+  // stage's), and the first rank of the layer's stage (pkv_layer_info's pool).
+  const RankPool &stage_rank(uint32_t rank, uint32_t layer) const;
+  const RankPool &layer_rank(uint32_t layer) const;
   // pkv_attention's checks of one layer's arguments, and its call (engine_layers.cpp).
   void check_attention(uint32_t layer, const LayerSpec &spec, const void *q, const void *k,
                        const void *v, const void *out) const;
   AttentionCall attention_call(uint32_t layer, const LayerSpec &spec, uint32_t rank) const;
+  IndexerCall indexer_call(uint32_t layer, const LayerSpec &spec, uint32_t rank) const;
   // The rank a compute call of the open batch runs on: the one its handle names; the batch's
   // own handle names rank 0 on an engine of one rank, none (refused, naming `call`) on others.
   uint32_t compute_rank(const char *call) const;
@@ -143,7 +158,6 @@ class Engine {
   void prepare_step(uint32_t rank);
   // A layer with an indexer the calls support, else the error naming `call`; its IndexerCall.
   LayerSpec indexed_layer(uint32_t layer, const char *call) const;
-  IndexerCall indexer_call(uint32_t layer, const LayerSpec &spec) const;
   struct pkv_layer_info state_layer_info(uint32_t layer, const LayerSpec &spec,
                                          struct pkv_layer_info info) const;
   void require_length(uint64_t num_tokens) const;
@@ -177,15 +191,12 @@ class Engine {
   std::vector<float> k_scales_, v_scales_;
   std::vector<pkv_layer_spec> layer_specs_;  // params_.layer_specs points here (or is null)
   std::vector<LayerSpec> specs_;             // layer_specs resolved; empty without them
-  PoolLayout layout_;                        // the pool's (pool_layout)
   StateLayout state_layout_;                 // each STATE layer's parts within a state slot
   std::vector<float> sinks_;                 // [ranks][num_layers][q heads per rank] when any has
   std::vector<uint8_t> sinks_set_;           // [num_layers]: 1 once pkv_set_attention_sinks ran
   float softmax_scale_;
-  // Every rank's pool (DESIGN.md §10): one, or tp_size with ranks ALL; each executes the same
-  // copies and plan. The store and the host tier's view are rank 0's (a store needs one rank).
-  std::vector<std::unique_ptr<Backend>> pools_;
-  Backend *backend_ = nullptr;            // pools_[0]
+  std::vector<RankPool> pools_;
+  Backend *backend_ = nullptr;            // pools_[0]'s
   std::vector<int32_t> rank_device_ids_;  // params_.rank_device_ids points here (or is null)
   uint32_t call_rank_ = kAnyRank;
   // Before events_ and blocks_, which hand it events: it is destroyed after them.

@@ -130,8 +130,8 @@ void Engine::do_copies() {
   const size_t num_block_copies = b.copies().size(), num_state_copies = b.num_state_copies();
   if (num_block_copies + num_state_copies) {
     const pkv_batch_view view = b.view();
-    for (const auto &pool : pools_)
-      pool->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
+    for (const RankPool &pool : pools_)
+      pool.backend->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
   }
   blocks_.copies_done(num_block_copies);
   states_.copies_done(num_state_copies);
@@ -181,7 +181,7 @@ void Engine::plan_graph(uint32_t bucket) {
               bucket, n, params_.max_num_seqs);
   // The plan first: it may refuse (a bucket past the buffers made at create) before anything
   // is queued; the copies and the arrays' upload are independent, both before any kernel.
-  pools_[rank]->plan_graph(b.view(), bucket);
+  pools_[rank].backend->plan_graph(b.view(), bucket);
   open_->planned[rank] = 1;
   do_copies();
 }
@@ -192,10 +192,10 @@ void Engine::attention(uint32_t layer, const void *q, const void *k, const void 
   const LayerSpec spec = layer_spec(layer);
   check_attention(layer, spec, q, k, v, out);  // each layer's own shape (engine_layers.cpp)
   const uint32_t rank = compute_rank("pkv_attention");
+  AttentionCall call = attention_call(layer, spec, rank);  // refuses another stage's layer
   prepare_step(rank);
-  AttentionCall call = attention_call(layer, spec, rank);
   call.q = q, call.k = k, call.v = v, call.out = out;
-  pools_[rank]->attention(call);
+  pools_[rank].backend->attention(call);
 }
 
 }  // namespace pkv

@@ -14,9 +14,9 @@ LayerSpec Engine::layer_spec(uint32_t l) const {
   return specs_.empty() ? flat_layer_spec(params_, l) : specs_[l];
 }
 
-PoolShape Engine::pool_shape() const {
-  const PoolLayout &l = layout_;
-  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
+PoolShape Engine::pool_shape(const RankPool &rank) const {
+  const PoolLayout &l = rank.layout;
+  const PoolLayout h = pool_layout(rank.params, params_.host_num_blocks);
   // Pages: the widest layer sizes the kernels' scratch (head_dim covers V's width too).
   uint32_t head_dim = params_.head_dim;
   if (l.paged)
@@ -65,8 +65,9 @@ struct pkv_pool_info Engine::pool_info() const {
 struct pkv_pool_info Engine::rank_pool_info(uint32_t rank) const {
   PKV_REQUIRE(rank < pools_.size(), "rank %u: this engine holds %zu ranks' pools", rank,
               pools_.size());
-  const Backend &pool = *pools_[rank];
-  const PoolLayout &l = layout_;  // the layout pool_shape() allocated
+  const RankPool &rp = pools_[rank];
+  const Backend &pool = *rp.backend;
+  const PoolLayout &l = rp.layout;  // the layout pool_shape() allocated
   struct pkv_pool_info info;
   std::memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
@@ -79,7 +80,7 @@ struct pkv_pool_info Engine::rank_pool_info(uint32_t rank) const {
   info.num_blocks = params_.num_blocks;
   info.block_size = params_.block_size;
   info.kv_heads = l.kv_heads;
-  info.head_dim = pool_shape().head_dim;
+  info.head_dim = pool_shape(rp).head_dim;
   info.k_base = pool.k_pool();
   info.v_base = pool.v_pool();
   info.head_stride = l.head_stride;
@@ -87,7 +88,7 @@ struct pkv_pool_info Engine::rank_pool_info(uint32_t rank) const {
   info.block_stride = l.block_stride;
   info.layer_stride = l.layer_stride;
   info.bytes_per_pool = l.bytes_per_pool;
-  const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
+  const PoolLayout h = pool_layout(rp.params, params_.host_num_blocks);
   info.host_num_blocks = params_.host_num_blocks;
   info.host_k_base = pool.host_k_pool();
   info.host_v_base = pool.host_v_pool();
@@ -101,20 +102,48 @@ struct pkv_pool_info Engine::rank_pool_info(uint32_t rank) const {
   info.rank = rank;
   info.num_ranks = num_ranks();
   info.device_id = pool.device() == PKV_DEVICE_CUDA ? rank_device_id(params_, rank) : -1;
+  info.tp_rank = rp.params.tp_rank;
+  info.pp_rank = rp.params.pp_rank;
+  info.first_layer = rp.stage.first;
+  info.end_layer = rp.stage.end;
   return info;
+}
+
+const Engine::RankPool &Engine::stage_rank(uint32_t rank, uint32_t layer) const {
+  const RankPool &rp = pools_[rank];
+  if (layer >= rp.stage.first && layer < rp.stage.end) return rp;
+  const uint32_t pp = params_.pp_size;
+  uint32_t s = 0;
+  while (s + 1 < pp && stage_layers(params_.num_layers, pp, s).end <= layer) ++s;
+  const StageLayers at = stage_layers(params_.num_layers, pp, s);
+  fail(PKV_ERR_INVALID_ARGUMENT,
+       "layer %u is pipeline stage %u's (layers %u .. %u); %s stage %u's (layers %u .. %u)", layer,
+       s, at.first, at.end - 1,
+       pools_.size() > 1 ? "this rank's handle is of" : "this engine holds", rp.params.pp_rank,
+       rp.stage.first, rp.stage.end - 1);
+}
+
+const Engine::RankPool &Engine::layer_rank(uint32_t layer) const {
+  for (const RankPool &rp : pools_)
+    if (layer >= rp.stage.first && layer < rp.stage.end) return rp;
+  return stage_rank(0, layer);  // refused: another stage's
 }
 
 struct pkv_layer_info Engine::layer_info(uint32_t layer) const {
   PKV_REQUIRE(layer < params_.num_layers, "layer %u of %u", layer, params_.num_layers);
   const LayerSpec s = layer_spec(layer);
-  const uint32_t db = layout_.dtype_bytes;
+  // The pool of the layer's stage (rank 0 of it: every tensor-parallel rank's is alike).
+  const RankPool &rp = layer_rank(layer);
+  const Backend &pool = *rp.backend;
+  const uint32_t db = rp.layout.dtype_bytes;
   struct pkv_layer_info info;
   std::memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   info.kind = s.kind;
   info.attention = s.attention;
   info.window = s.window;
-  info.group = groups_.layer_group(layer);
+  info.group = groups_.layer_group(layer) == kNoGroup ? rp.groups.layer_group(layer)
+                                                      : groups_.layer_group(layer);
   info.source_layer = s.source;
   info.kv_heads = s.kv_heads;
   info.head_dim = s.head_dim;
@@ -129,16 +158,16 @@ struct pkv_layer_info Engine::layer_info(uint32_t layer) const {
   info.token_stride = uint64_t(s.kv_heads) * s.head_dim;
   info.v_token_stride = uint64_t(s.kv_heads) * v_row;
   info.head_stride = s.head_dim;
-  const LayerPlace at = layer_place(layout_, groups_, s, params_.block_size);
+  const LayerPlace at = layer_place(rp.layout, rp.groups, s, params_.block_size);
   info.block_stride = at.block_stride / db;
-  char *k = static_cast<char *>(backend_->k_pool());
-  char *v = at.v_in_k_pool ? k : static_cast<char *>(backend_->v_pool());
+  char *k = static_cast<char *>(pool.k_pool());
+  char *v = at.v_in_k_pool ? k : static_cast<char *>(pool.v_pool());
   info.k_base = k + at.k_offset;
   info.v_base = v + at.v_offset;
-  if (char *hk = static_cast<char *>(backend_->host_k_pool())) {
-    const PoolLayout h = pool_layout(params_, params_.host_num_blocks);
-    const LayerPlace ht = layer_place(h, groups_, s, params_.block_size);
-    char *hv = ht.v_in_k_pool ? hk : static_cast<char *>(backend_->host_v_pool());
+  if (char *hk = static_cast<char *>(pool.host_k_pool())) {
+    const PoolLayout h = pool_layout(rp.params, params_.host_num_blocks);
+    const LayerPlace ht = layer_place(h, rp.groups, s, params_.block_size);
+    char *hv = ht.v_in_k_pool ? hk : static_cast<char *>(pool.host_v_pool());
     info.host_k_base = hk + ht.k_offset;
     info.host_v_base = hv + ht.v_offset;
     if (s.indexed()) {
@@ -194,7 +223,9 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
   PKV_REQUIRE(k_scales && (v_scales || one), "k_scales and v_scales must not be NULL");
   if (one) v_scales = k_scales;          // checked as k's, not kept
   const uint32_t heads = spec.kv_heads;  // per rank
-  for (uint32_t h = 0; h < heads * num_ranks(); ++h)
+  // Ranks ALL: every tensor-parallel rank's heads, in rank order (the layer's stage's ranks).
+  const uint32_t tp = pools_.size() > 1 ? params_.tp_size : 1;
+  for (uint32_t h = 0; h < heads * tp; ++h)
     PKV_REQUIRE(std::isfinite(k_scales[h]) && k_scales[h] > 0 && std::isfinite(v_scales[h]) &&
                     v_scales[h] > 0,
                 "kv head %u: scales must be finite and > 0, got k %g, v %g", h, double(k_scales[h]),
@@ -202,12 +233,13 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
   if (seqs_.ever_created())
     fail(PKV_ERR_STATE,
          "scales are set before the first sequence: KV already written keeps its scale");
-  // Ranks ALL: every rank's heads, in rank order; rank r's row of the layer at r's table.
-  for (uint32_t r = 0; r < num_ranks(); ++r) {
-    const size_t at = (size_t(r) * params_.num_layers + layer) * budget_.kv_heads_per_rank;
-    std::copy(k_scales + size_t(r) * heads, k_scales + size_t(r + 1) * heads, &k_scales_[at]);
+  // Tensor-parallel rank t's row of the layer at the table of rank (the layer's stage, t).
+  const uint32_t first = pools_.size() > 1 ? layer_rank(layer).params.pp_rank * tp : 0;
+  for (uint32_t t = 0; t < tp; ++t) {
+    const size_t at = (size_t(first + t) * params_.num_layers + layer) * budget_.kv_heads_per_rank;
+    std::copy(k_scales + size_t(t) * heads, k_scales + size_t(t + 1) * heads, &k_scales_[at]);
     if (!v_scales_.empty())
-      std::copy(v_scales + size_t(r) * heads, v_scales + size_t(r + 1) * heads, &v_scales_[at]);
+      std::copy(v_scales + size_t(t) * heads, v_scales + size_t(t + 1) * heads, &v_scales_[at]);
   }
   if (store_) store_->set_kv_scales(k_scales_, v_scales_);
 }
@@ -220,7 +252,8 @@ void Engine::set_attention_sinks(uint32_t layer, const float *sinks, uint32_t nu
   PKV_REQUIRE(sinks != nullptr, "sinks is NULL");
   // Ranks ALL: every rank's q heads in rank order, the whole model's.
   const uint32_t per_rank = params_.num_q_heads / params_.tp_size;
-  const uint32_t heads = per_rank * num_ranks();
+  const uint32_t tp = pools_.size() > 1 ? params_.tp_size : 1;
+  const uint32_t heads = per_rank * tp;
   if (num_ranks() > 1)
     PKV_REQUIRE(num_sinks == heads,
                 "num_sinks %u: an engine of every rank (ranks ALL) takes every rank's q heads in "
@@ -234,9 +267,10 @@ void Engine::set_attention_sinks(uint32_t layer, const float *sinks, uint32_t nu
   if (seqs_.ever_created())
     fail(PKV_ERR_STATE,
          "sinks are set before the first sequence (pkv_allocate or pkv_submit), with the weights");
-  for (uint32_t r = 0; r < num_ranks(); ++r)
-    std::copy(sinks + size_t(r) * per_rank, sinks + size_t(r + 1) * per_rank,
-              &sinks_[(size_t(r) * params_.num_layers + layer) * per_rank]);
+  const uint32_t first = pools_.size() > 1 ? layer_rank(layer).params.pp_rank * tp : 0;
+  for (uint32_t t = 0; t < tp; ++t)
+    std::copy(sinks + size_t(t) * per_rank, sinks + size_t(t + 1) * per_rank,
+              &sinks_[(size_t(first + t) * params_.num_layers + layer) * per_rank]);
   sinks_set_[layer] = 1;
 }
 
@@ -246,13 +280,13 @@ void Engine::set_stream(void *stream) {
               "set each rank's stream with pkv_engine_set_rank_stream (NULL sets every rank's "
               "default stream)",
               pools_.size());
-  for (const auto &pool : pools_) pool->set_stream(stream);
+  for (const RankPool &pool : pools_) pool.backend->set_stream(stream);
 }
 
 void Engine::set_rank_stream(uint32_t rank, void *stream) {
   PKV_REQUIRE(rank < pools_.size(), "rank %u: this engine holds %zu ranks' pools", rank,
               pools_.size());
-  pools_[rank]->set_stream(stream);
+  pools_[rank].backend->set_stream(stream);
 }
 
 void Engine::check_attention(uint32_t layer, const LayerSpec &s, const void *q, const void *k,
@@ -317,8 +351,9 @@ void Engine::check_attention(uint32_t layer, const LayerSpec &s, const void *q, 
 AttentionCall Engine::attention_call(uint32_t layer, const LayerSpec &s, uint32_t rank) const {
   AttentionCall c{};
   c.layer = layer;
-  c.slot = groups_.layer_slot(layer);
-  c.group = groups_.layer_group(layer);
+  const RankPool &rp = stage_rank(rank, layer);
+  c.slot = rp.groups.layer_slot(layer);
+  c.group = rp.groups.layer_group(layer);
   c.window = s.attention == PKV_ATTENTION_SLIDING ? s.window : 0;
   c.chunk = s.attention == PKV_ATTENTION_CHUNKED ? s.window : 0;
   c.scale = s.scale;
@@ -334,12 +369,12 @@ AttentionCall Engine::attention_call(uint32_t layer, const LayerSpec &s, uint32_
   c.v_dim = s.v_dim;
   c.mla = s.kind == PKV_LAYER_MLA;
   c.write = s.cached();
-  const LayerPlace at = layer_place(layout_, groups_, s, params_.block_size);
+  const LayerPlace at = layer_place(rp.layout, rp.groups, s, params_.block_size);
   c.k_offset = at.k_offset;
   c.v_offset = at.v_offset;
   c.block_stride = at.block_stride;
   c.v_in_k_pool = at.v_in_k_pool;
-  c.dense_stride = !layout_.paged;
+  c.dense_stride = !rp.layout.paged;
   c.softcap = s.softcap;
   const size_t q_heads = params_.num_q_heads / params_.tp_size;
   c.sinks = s.sinks ? &sinks_[(size_t(rank) * params_.num_layers + layer) * q_heads] : nullptr;

@@ -26,20 +26,21 @@ void Engine::prepare_step(uint32_t rank) {
   PKV_ASSERT(open_);
   do_copies();  // before any write of the step, for every layer (and rank) at once
   if (!open_->planned[rank]) {
-    pools_[rank]->plan(open_->batch->view());
+    pools_[rank].backend->plan(open_->batch->view());
     open_->planned[rank] = 1;
   }
 }
 
-IndexerCall Engine::indexer_call(uint32_t layer, const LayerSpec &s) const {
+IndexerCall Engine::indexer_call(uint32_t layer, const LayerSpec &s, uint32_t rank) const {
+  const RankPool &rp = stage_rank(rank, layer);
   IndexerCall c;
   c.layer = layer;
-  c.group = groups_.layer_group(layer);
+  c.group = rp.groups.layer_group(layer);
   c.dim = s.index_dim;
   c.index_dtype = int32_t(s.index_dtype);
   c.heads = s.index_heads;
   c.topk = s.index_topk;
-  const LayerPlace at = layer_place(layout_, groups_, s, params_.block_size);
+  const LayerPlace at = layer_place(rp.layout, rp.groups, s, params_.block_size);
   c.key_offset = at.index_offset;
   c.scale_offset = at.index_scale_offset;
   c.block_stride = at.block_stride;
@@ -51,12 +52,12 @@ void Engine::indexer_write(uint32_t layer, const void *k, uint32_t flags) {
   PKV_REQUIRE(k != nullptr, "k (the new tokens' indexer keys) must not be NULL");
   PKV_REQUIRE((flags & ~uint32_t(PKV_INDEXER_SCALE_UE8M0)) == 0,
               "flags 0x%x: only PKV_INDEXER_SCALE_UE8M0 (1)", flags);
-  IndexerCall c = indexer_call(layer, s);
+  const uint32_t rank = compute_rank("pkv_indexer_write");
+  IndexerCall c = indexer_call(layer, s, rank);
   c.k = k;
   c.ue8m0 = flags & PKV_INDEXER_SCALE_UE8M0;
-  const uint32_t rank = compute_rank("pkv_indexer_write");
   prepare_step(rank);
-  pools_[rank]->indexer_write(c);
+  pools_[rank].backend->indexer_write(c);
 }
 
 void Engine::indexer_topk(uint32_t layer, const void *q, const float *weights, uint32_t out_kind,
@@ -65,14 +66,14 @@ void Engine::indexer_topk(uint32_t layer, const void *q, const float *weights, u
   PKV_REQUIRE(q && weights && out, "q, weights and out must not be NULL");
   PKV_REQUIRE(out_kind == PKV_TOPK_POSITIONS || out_kind == PKV_TOPK_SLOTS,
               "out_kind %u is not PKV_TOPK_POSITIONS (0) or PKV_TOPK_SLOTS (1)", out_kind);
-  IndexerCall c = indexer_call(layer, s);
+  const uint32_t rank = compute_rank("pkv_indexer_topk");
+  IndexerCall c = indexer_call(layer, s, rank);
   c.q = q;
   c.weights = weights;
   c.out = out;
   c.slots = out_kind == PKV_TOPK_SLOTS;
-  const uint32_t rank = compute_rank("pkv_indexer_topk");
   prepare_step(rank);
-  pools_[rank]->indexer_topk(c);
+  pools_[rank].backend->indexer_topk(c);
 }
 
 void Engine::sparse_attention(uint32_t layer, const void *q, const void *k, const int32_t *indices,
@@ -82,12 +83,12 @@ void Engine::sparse_attention(uint32_t layer, const void *q, const void *k, cons
   PKV_REQUIRE(indices != nullptr,
               "indices (pkv_indexer_topk's positions, [num_tokens][index_topk]) must not be NULL");
   const uint32_t rank = compute_rank("pkv_sparse_mla_attention");
+  AttentionCall call = attention_call(layer, s, rank);  // refuses another stage's layer
   prepare_step(rank);
-  AttentionCall call = attention_call(layer, s, rank);
   call.q = q, call.k = k, call.out = out;
   call.indices = indices;
   call.topk = s.index_topk;
-  pools_[rank]->attention(call);
+  pools_[rank].backend->attention(call);
 }
 
 }  // namespace pkv

@@ -18,7 +18,14 @@ bool KvGroups::any_windowed() const {
 }
 
 uint32_t KvGroups::padded_layers() const {
-  if (group_size.empty()) return group_layers * num_groups() - num_layers;
+  if (group_size.empty()) {
+    // Layers of other pipeline stages are in no group (stage_kv_groups).
+    const uint32_t in_groups =
+        groups.empty() ? num_layers
+                       : uint32_t(std::count_if(groups.begin(), groups.end(),
+                                                [](uint32_t g) { return g != kNoGroup; }));
+    return group_layers * num_groups() - in_groups;
+  }
   uint32_t n = 0;
   for (uint32_t g = 0; g < num_groups(); ++g)
     n += (paged ? uint32_t(page_token_bytes / layer_token_bytes[g]) : group_layers) - group_size[g];
@@ -28,6 +35,38 @@ uint32_t KvGroups::padded_layers() const {
 uint32_t KvGroups::attention(uint32_t group) const {
   if (!group_attention.empty()) return group_attention[group];
   return group_window[group] ? PKV_ATTENTION_SLIDING : PKV_ATTENTION_FULL;
+}
+
+StageLayers stage_layers(uint32_t num_layers, uint32_t pp_size, uint32_t stage) {
+  const uint32_t per = num_layers / pp_size, rest = num_layers % pp_size;
+  // The stages pp_size - 1 - rest .. pp_size - 2 take one more layer each.
+  StageLayers out{0, 0};
+  for (uint32_t s = 0; s <= stage; ++s) {
+    const bool more = s + 1 < pp_size && s + 1 + rest >= pp_size;
+    out.first = out.end;
+    out.end = out.first + per + (more ? 1 : 0);
+  }
+  return out;
+}
+
+KvGroups stage_kv_groups(const KvGroups &all, StageLayers stage) {
+  KvGroups g = all;
+  const uint32_t n = all.num_layers;
+  g.windows.resize(n), g.groups.resize(n), g.slots.resize(n);
+  std::vector<uint32_t> count(all.num_groups(), 0);
+  g.group_layers = 0;
+  g.num_cached = 0;
+  for (uint32_t l = 0; l < n; ++l) {
+    g.windows[l] = all.layer_window(l);
+    const uint32_t group = all.layer_group(l);
+    const bool here = l >= stage.first && l < stage.end && group != kNoGroup;
+    g.groups[l] = here ? group : kNoGroup;
+    g.slots[l] = here ? count[group]++ : kNoGroup;
+    if (here) g.group_layers = std::max(g.group_layers, count[group]), ++g.num_cached;
+  }
+  if (!g.group_size.empty()) g.group_size = count;
+  g.group_layers = std::max(g.group_layers, 1u);
+  return g;
 }
 
 KvGroups make_kv_groups(uint32_t num_layers, uint32_t sliding_window,

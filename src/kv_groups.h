@@ -66,6 +66,20 @@ struct LayerSpec;
 // above; unequal: a page that wastes nothing when one exists, else the least (kv_groups.cpp).
 KvGroups make_kv_groups(const std::vector<LayerSpec> &specs, uint32_t dtype_bytes);
 
+// Pipeline stages (DESIGN.md §10): stage s of pp_size over num_layers layers holds layers
+// [first, end): num_layers / pp_size each, the rest one more each in the stages before the last
+// (vLLM's get_pp_indices).
+struct StageLayers {
+  uint32_t first, end;
+};
+StageLayers stage_layers(uint32_t num_layers, uint32_t pp_size, uint32_t stage);
+
+// The groups of one stage's pool: the same groups (the block manager's, so a block table means
+// the same blocks on every stage), each stage layer's slot renumbered among its group's layers
+// in the stage, group_layers the most any group has there; a layer of another stage is in no
+// group (kNoGroup). Equal layers only (not paged).
+KvGroups stage_kv_groups(const KvGroups &all, StageLayers stage);
+
 // One KV group of pages: the bytes of one token of one layer and how many layers there are.
 struct PageKind {
   uint64_t token_bytes;

@@ -392,8 +392,37 @@ std::string store_layout(const pkv_engine_params &p, const std::vector<LayerSpec
 }
 
 KvGroups kv_groups_of(const pkv_engine_params &p) {
-  if (!p.layer_specs) return make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
-  return make_kv_groups(resolve_layer_specs(p), dtype_bytes(kv_dtype_of(p)));
+  if (!p.layer_specs) {
+    const KvGroups g = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
+    if (p.pp_size <= 1) return g;
+    return stage_kv_groups(g, stage_layers(p.num_layers, p.pp_size, p.pp_rank));
+  }
+  const std::vector<LayerSpec> specs = resolve_layer_specs(p);
+  const KvGroups g = make_kv_groups(specs, dtype_bytes(kv_dtype_of(p)));
+  if (p.pp_size <= 1) return g;
+  for (uint32_t l = 0; l < p.num_layers; ++l)
+    if (specs[l].kind == PKV_LAYER_STATE)
+      fail(PKV_ERR_UNSUPPORTED,
+           "pp_size %u: layer %u is a STATE layer, whose state slot holds every STATE layer's "
+           "parts; pipeline stages take attention layers only, for now",
+           p.pp_size, l);
+  for (uint32_t s = 0; s < p.pp_size; ++s) {
+    const StageLayers st = stage_layers(p.num_layers, p.pp_size, s);
+    for (uint32_t l = st.first; l < st.end; ++l)
+      if (specs[l].kind == PKV_LAYER_SHARED &&
+          (specs[l].source < st.first || specs[l].source >= st.end))
+        fail(PKV_ERR_UNSUPPORTED,
+             "pp_size %u: layer %u (stage %u: layers %u .. %u) is SHARED and reads layer %u's "
+             "cache, which another stage holds",
+             p.pp_size, l, s, st.first, st.end - 1, specs[l].source);
+  }
+  // A pipeline stage's pool holds its layers only (DESIGN.md §10).
+  if (g.paged)
+    fail(PKV_ERR_UNSUPPORTED,
+         "pp_size %u: layers of unequal bytes share a paged pool whose pages every stage would "
+         "split differently; pipeline stages take layers of equal bytes, for now",
+         p.pp_size);
+  return stage_kv_groups(g, stage_layers(p.num_layers, p.pp_size, p.pp_rank));
 }
 
 bool uniform_storage(const std::vector<LayerSpec> &specs) {

@@ -1,5 +1,6 @@
 #include "params.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "layer_specs.h"
@@ -12,6 +13,7 @@ pkv_engine_params default_engine_params() {
   p.struct_size = sizeof p;
   p.dtype = PKV_DTYPE_BF16;
   p.tp_size = 1;
+  p.pp_size = 1;
   p.block_size = 16;
   p.enable_prefix_caching = 1;
   p.device = PKV_DEVICE_AUTO;
@@ -220,28 +222,40 @@ void validate_state_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.reserved4 == 0, "reserved4 must be 0, got %u", p.reserved4);
 }
 
-// Ranks (DESIGN.md §10): one engine per rank, or one engine holding every rank's pool.
+// Ranks (DESIGN.md §10): one engine per rank, one engine holding every rank's pool, or a rank's
+// pool executing another engine's plans.
 void validate_rank_params(const pkv_engine_params &p) {
-  PKV_REQUIRE(p.ranks <= PKV_RANKS_ALL, "ranks %u is not PKV_RANKS_ONE (0) or PKV_RANKS_ALL (1)",
+  PKV_REQUIRE(p.ranks <= PKV_RANKS_POOL,
+              "ranks %u is not PKV_RANKS_ONE (0), PKV_RANKS_ALL (1) or PKV_RANKS_POOL (2)",
               p.ranks);
   PKV_REQUIRE(p.reserved5 == 0, "reserved5 must be 0, got %u", p.reserved5);
-  if (p.ranks == PKV_RANKS_ONE) {
+  const uint32_t pp = std::max(p.pp_size, 1u);
+  PKV_REQUIRE(pp <= p.num_layers, "pp_size %u: more pipeline stages than the %u layers", pp,
+              p.num_layers);
+  PKV_REQUIRE(p.pp_rank < pp, "pp_rank (%u) must be < pp_size (%u)", p.pp_rank, pp);
+  if (p.ranks != PKV_RANKS_ALL) {
     PKV_REQUIRE(!p.rank_device_ids,
-                "rank_device_ids is set with ranks ONE: only an engine of every rank (ranks ALL) "
-                "takes a device per rank; use device_id");
+                "rank_device_ids is set with ranks %s: only an engine of every rank (ranks ALL) "
+                "takes a device per rank; use device_id",
+                p.ranks == PKV_RANKS_ONE ? "ONE" : "POOL");
+    if (p.ranks == PKV_RANKS_POOL)
+      PKV_REQUIRE(p.num_blocks > 0,
+                  "ranks POOL needs num_blocks: the decider's (every rank holds the same blocks; "
+                  "the host takes the fewest any rank's pkv_profile allows)");
     return;
   }
-  PKV_REQUIRE(p.tp_rank == 0,
-              "tp_rank %u with ranks ALL: the engine holds every rank's pool (0 .. tp_size - 1), "
-              "so tp_rank must be 0",
-              p.tp_rank);
-  PKV_REQUIRE(p.tp_size <= PKV_MAX_RANKS, "tp_size %u with ranks ALL: at most %d pools", p.tp_size,
+  PKV_REQUIRE(p.tp_rank == 0 && p.pp_rank == 0,
+              "tp_rank %u and pp_rank %u with ranks ALL: the engine holds every rank's pool, so "
+              "both must be 0",
+              p.tp_rank, p.pp_rank);
+  PKV_REQUIRE(uint64_t(p.tp_size) * pp <= PKV_MAX_RANKS,
+              "tp_size %u x pp_size %u with ranks ALL: at most %d pools", p.tp_size, pp,
               PKV_MAX_RANKS);
   if (!p.rank_device_ids) return;
   PKV_REQUIRE(p.device != PKV_DEVICE_CPU,
               "rank_device_ids is set on a CPU engine: every rank's pool is in host memory; "
               "leave it NULL");
-  for (uint32_t r = 0; r < p.tp_size; ++r)
+  for (uint32_t r = 0; r < p.tp_size * pp; ++r)
     PKV_REQUIRE(p.rank_device_ids[r] >= 0, "rank_device_ids[%u] is %d: a CUDA device, >= 0", r,
                 p.rank_device_ids[r]);
 }

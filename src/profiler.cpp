@@ -130,7 +130,8 @@ std::vector<GroupBytes> group_bytes(const pkv_engine_params &p, const KvGroups &
   if (sizes.empty()) {
     sizes.assign(groups.num_groups(), 0);
     if (groups.groups.empty()) sizes[0] = groups.num_layers;
-    for (uint32_t g : groups.groups) ++sizes[g];
+    for (uint32_t g : groups.groups)
+      if (g != kNoGroup) ++sizes[g];  // a layer of another pipeline stage: none
   }
   for (uint32_t g = 0; g < groups.num_groups(); ++g) {
     out[g].layer_token_bytes =
@@ -241,7 +242,17 @@ void host_tier(const pkv_engine_params &p, const PoolLayout &unit, const MemoryI
 
 }  // namespace
 
-uint32_t num_ranks(const pkv_engine_params &p) { return p.ranks == PKV_RANKS_ALL ? p.tp_size : 1; }
+uint32_t num_ranks(const pkv_engine_params &p) {
+  return p.ranks == PKV_RANKS_ALL ? p.tp_size * std::max(p.pp_size, 1u) : 1;
+}
+
+pkv_engine_params rank_params(const pkv_engine_params &p, uint32_t rank) {
+  if (p.ranks != PKV_RANKS_ALL) return p;
+  pkv_engine_params r = p;
+  r.tp_rank = rank % p.tp_size;
+  r.pp_rank = rank / p.tp_size;
+  return r;
+}
 
 int32_t rank_device_id(const pkv_engine_params &p, uint32_t rank) {
   return p.ranks == PKV_RANKS_ALL && p.rank_device_ids ? p.rank_device_ids[rank] : p.device_id;
@@ -425,7 +436,9 @@ pkv_kv_budget profile(const pkv_engine_params &p) {
   // Every rank's pool holds the same blocks: the fewest any rank's memory allows.
   pkv_kv_budget best{};
   for (uint32_t r = 0; r < n; ++r) {
-    pkv_kv_budget b = compute_budget(p, device, measured[where[r]], host, sharing[where[r]]);
+    // A pipeline stage's pool holds its layers only: its blocks are smaller.
+    pkv_kv_budget b =
+        compute_budget(rank_params(p, r), device, measured[where[r]], host, sharing[where[r]]);
     b.bounding_rank = r;
     if (r == 0 || b.num_blocks < best.num_blocks) best = b;
   }

@@ -84,6 +84,9 @@ pkv_kv_budget compute_budget(const pkv_engine_params &p, int32_t device, const M
 
 // The pools an engine of p holds (tp_size with ranks ALL, else 1), and rank r's CUDA device.
 uint32_t num_ranks(const pkv_engine_params &p);
+// Rank r's parameters: p with its tp_rank and pp_rank (ranks ALL: rank = pp_rank * tp_size +
+// tp_rank), whose pool_layout and kv_groups_of are that rank's pool's; p itself otherwise.
+pkv_engine_params rank_params(const pkv_engine_params &p, uint32_t rank);
 int32_t rank_device_id(const pkv_engine_params &p, uint32_t rank);
 
 // Throws PKV_ERR_OUT_OF_MEMORY (or INVALID_ARGUMENT for a fixed num_blocks) naming what is

@@ -261,10 +261,13 @@ enum { PKV_PREEMPT_RECOMPUTE = 0, /* give its blocks back; recompute its KV when
                                      is then cheaper than recomputing; else recompute */
 /* struct pkv_seq_info.kv_tier: where a sequence's KV is; pkv_kv_event.medium: where a block is. */
 /* pkv_engine_params.ranks (since 0.10.0), DESIGN.md §10 */
-enum { PKV_RANKS_ONE = 0, /* the engine is one tensor-parallel rank, tp_rank (the replicated
-                             mode: one engine per rank, every rank making the same calls) */
-       PKV_RANKS_ALL = 1  /* the engine decides for every rank and holds every rank's pool in
-                             this process: tp_size pools, rank r on rank_device_ids[r] */
+enum { PKV_RANKS_ONE = 0,  /* the engine is one rank (tp_rank, pp_rank) and decides for itself:
+                              alone, or as every rank's decider whose plans it exports
+                              (pkv_batch_export_plan) */
+       PKV_RANKS_ALL = 1,  /* the engine decides for every rank and holds every rank's pool in
+                              this process: tp_size x pp_size pools */
+       PKV_RANKS_POOL = 2  /* the engine is rank (tp_rank, pp_rank)'s pool only: it executes the
+                              plans a decider exported (pkv_plan_import) and decides nothing */
 };
 enum { PKV_MAX_RANKS = 255 }; /* pools one engine holds at most */
 enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2, PKV_TIER_STORE = 3 };
@@ -479,22 +482,30 @@ typedef struct pkv_engine_params {
                                      a host tier and host_offload (or a store), as many host
                                      state slots take the ones evicted (or fetched) */
   uint32_t reserved4;             /* must be 0 */
-  /* many ranks, one engine (since 0.10.0), DESIGN.md §10 */
+  /* many ranks, one engine (since 0.10.0), DESIGN.md §10. A rank is a tensor-parallel head
+     shard (tp_rank: its share of the heads), a pipeline stage (pp_rank: its layers), or both:
+     rank = pp_rank * tp_size + tp_rank. Stage s holds layers [first, end): num_layers / pp_size
+     each, the rest one more each in the stages before the last (vLLM's split); pkv_pool_info
+     says which. */
   uint32_t ranks;                 /* PKV_RANKS_*. ALL: one engine owns the block manager, the
                                      scheduler, the host tier and the events, and holds a pool
-                                     per rank (rank r: tensor-parallel rank r, its share of the
-                                     heads as under tp_rank = r; tp_rank must be 0). Every rank
-                                     runs the same copies and plan; pkv_attention takes a rank's
+                                     per rank (tp_rank and pp_rank must be 0). Every rank runs
+                                     the same copies and plan; pkv_attention takes a rank's
                                      handle (pkv_batch_rank). Each rank's pool is sized from its
                                      own device's memory (ranks sharing a device, or the host,
                                      split it evenly), num_blocks is the fewest any rank holds
                                      (pkv_kv_budget.bounding_rank); kv_cache_bytes and
-                                     host_cache_bytes are per rank. With a store:
-                                     PKV_ERR_UNSUPPORTED, for now. default ONE */
+                                     host_cache_bytes are per rank. POOL: see pkv_plan_import;
+                                     num_blocks and host_num_blocks must be given (the decider's).
+                                     A store with tp_size x pp_size > 1: PKV_ERR_UNSUPPORTED but
+                                     with ranks ALL. default ONE */
+  uint32_t pp_size;               /* pipeline stages, 1 .. num_layers; 0 = 1. default 1 */
+  const int32_t *rank_device_ids; /* ALL on CUDA: NULL (every rank on device_id) or
+                                     [tp_size * pp_size], rank r's CUDA device; several ranks may
+                                     share one. Must be NULL on the CPU and with ranks ONE or
+                                     POOL. Read at create only */
+  uint32_t pp_rank;               /* this engine's stage (ONE, POOL), < pp_size; 0 with ALL */
   uint32_t reserved5;             /* must be 0 */
-  const int32_t *rank_device_ids; /* ALL on CUDA: NULL (every rank on device_id) or [tp_size],
-                                     rank r's CUDA device; several ranks may share one. Must be
-                                     NULL on the CPU and with ranks ONE. Read at create only */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -892,6 +903,44 @@ PKV_API pkv_status pkv_attention(pkv_batch *b, uint32_t layer, const void *q, co
  * already), PKV_ERR_STATE (b has ended).
  * Since 0.10.0. */
 PKV_API pkv_status pkv_batch_rank(pkv_batch *b, uint32_t rank, pkv_batch **out);
+
+/* A step's plan as bytes (DESIGN.md §10), for the pools of other processes: the batch's view
+ * (sequences, positions, query starts, context lengths, each KV group's slot mapping and block
+ * tables, state slots) and its ordered copy list. fp8 scales and sinks are fixed before the
+ * first sequence, so no plan carries them: each pool engine is given its own rank's
+ * (pkv_set_kv_scales, pkv_set_attention_sinks) before its first import. pkv writes no
+ * transport: the host carries the bytes
+ * (its NCCL broadcast, shared memory, a pipe) to each rank's ranks POOL engine, which executes
+ * them (pkv_plan_import). The bytes carry a version, the engine's shape (model, pool, ranks;
+ * num_blocks and host_num_blocks included), a step number counting the engine's exported plans
+ * from 0, and a checksum. Writes min(cap, size) bytes to out and *out_len = the plan's size: a
+ * host whose cap was short calls again with a larger one (the plan is the same until the batch
+ * ends). out may be NULL when cap is 0. The first export of a batch gives it its step number;
+ * the batch's copies then count as queued for the pools: an aborted batch's copies are listed
+ * again by the next.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0), PKV_ERR_STATE (b has
+ * ended; an engine of ranks POOL, whose batches are imported).
+ * Since 0.10.0. */
+PKV_API pkv_status pkv_batch_export_plan(pkv_batch *b, void *out, uint64_t cap,
+                                         uint64_t *out_len);
+
+/* Opens the batch a decider exported (pkv_batch_export_plan) on e, an engine of ranks POOL
+ * created with the decider's parameters and this process's tp_rank and pp_rank (num_blocks and
+ * host_num_blocks given: the decider's; sequences cannot be made on it, so its fp8 scales and
+ * sinks may be set until its first import). The batch runs as one of pkv_batch_begin: its copies
+ * at the first compute call (or pkv_batch_copy), then pkv_attention (and the indexer's and
+ * sparse MLA's calls) of the stage's layers, with this rank's heads; pkv_batch_end or
+ * pkv_batch_abort ends it (the decider's batch is the one that commits). Plans are imported in
+ * the order they were exported, each once: the first plan is step 0, each next one step + 1 (a
+ * plan the decider aborted is followed by the next one all the same). *out is set only on
+ * success; a refused plan changes nothing.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (plan or out NULL; bytes that are not a pkv plan, of another
+ * version, damaged (the checksum), or of another engine shape: the field that differs named),
+ * PKV_ERR_STATE (e is not of ranks POOL; a batch is open on e; a plan out of order: its step
+ * and the one expected named).
+ * Since 0.10.0. */
+PKV_API pkv_status pkv_plan_import(pkv_engine *e, const void *plan, uint64_t len,
+                                   pkv_batch **out);
 
 /* ------------------------------------------------------------------ CUDA graphs (since 0.9.0) */
 
@@ -1313,7 +1362,7 @@ struct pkv_kv_budget {
                                      (pinned on CUDA) beside host_pool_bytes */
   /* ranks (since 0.10.0): with ranks ALL, every term above is the bounding rank's (one pool's
      bytes; its device's memory), num_blocks the fewest any rank holds */
-  uint32_t num_ranks;             /* pools: tp_size with ranks ALL, else 1 */
+  uint32_t num_ranks;             /* pools: tp_size * pp_size with ranks ALL, else 1 */
   uint32_t bounding_rank;         /* the rank whose pool holds the fewest blocks (the first of
                                      equals): the one these terms describe */
   uint32_t ranks_on_device;       /* ranks sharing the bounding rank's device (or the host):
@@ -1489,9 +1538,16 @@ struct pkv_pool_info {
   uint32_t num_host_state_slots;
   uint32_t reserved2;
   /* (since 0.10.0) */
-  uint32_t rank;                  /* the rank whose pool this is (pkv_rank_pool_info) */
-  uint32_t num_ranks;             /* pools the engine holds (pkv_engine_params.ranks ALL: tp_size) */
+  uint32_t rank;                  /* the rank whose pool this is (pkv_rank_pool_info):
+                                     pp_rank * tp_size + tp_rank */
+  uint32_t num_ranks;             /* pools the engine holds (ranks ALL: tp_size * pp_size; else
+                                     1) */
   int32_t device_id;              /* CUDA: the rank's device; CPU: -1 */
+  uint32_t tp_rank;               /* its head shard */
+  uint32_t pp_rank;               /* its pipeline stage */
+  uint32_t first_layer;           /* the stage's layers: first_layer .. end_layer - 1 (every
+                                     layer without pipeline stages); the pool holds theirs only */
+  uint32_t end_layer;
   uint32_t reserved3;
 };
 

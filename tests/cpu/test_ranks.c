@@ -25,7 +25,7 @@
 enum { LAYERS = 3, Q_HEADS = 8, KV_HEADS = 4, DIM = 32, BS = 4, BLOCKS = 48, HOST_BLOCKS = 24 };
 enum { MAX_TOKENS = 512, MAX_SEQS = 8, MAX_LEN = 128 };
 
-static uint32_t tp;      /* ranks of the engine under test */
+static uint32_t tp, pp;  /* tensor-parallel ranks and pipeline stages of the engine under test */
 static int32_t kv_dtype; /* 0 or PKV_DTYPE_FP8_E4M3 */
 static pkv_engine *one;  /* tp_size 1 */
 static pkv_engine *all;  /* tp_size tp, ranks ALL */
@@ -46,6 +46,7 @@ static pkv_engine *make(uint32_t tp_size, uint32_t ranks) {
   p.dtype = PKV_DTYPE_F32, p.kv_dtype = kv_dtype, p.device = PKV_DEVICE_CPU;
   p.block_size = BS, p.num_blocks = BLOCKS, p.host_num_blocks = HOST_BLOCKS, p.host_offload = 1;
   p.max_model_len = MAX_LEN, p.num_threads = 2, p.tp_size = tp_size, p.ranks = ranks;
+  p.pp_size = ranks == PKV_RANKS_ALL ? pp : 1;
   pkv_engine *e = NULL;
   if (!CHECK_OK(pkv_engine_create(&p, &e))) {
     fprintf(stderr, "create: %s\n", pkv_last_error());
@@ -76,7 +77,19 @@ static void set_scales(void) {
   }
 }
 
-/* Rank r's kv heads: kvpr of them, the first being this whole-model head. */
+/* The pipeline stage holding layer l: vLLM's split, the extra layers in the stages before the
+ * last. */
+static uint32_t stage_of(uint32_t l) {
+  uint32_t first = 0;
+  for (uint32_t s = 0; s < pp; ++s) {
+    const uint32_t n = LAYERS / pp + (s + 1 < pp && s + 1 + LAYERS % pp >= pp ? 1 : 0);
+    if (l < first + n) return s;
+    first += n;
+  }
+  return pp;
+}
+
+/* Tensor-parallel rank r's kv heads: kvpr of them, the first being this whole-model head. */
 static uint32_t first_kv_head(uint32_t r) {
   return tp <= KV_HEADS ? r * (KV_HEADS / tp) : r / (tp / KV_HEADS);
 }
@@ -90,20 +103,24 @@ static void check_pools(const char *when) {
   const size_t elem = kv_dtype ? 1 : 4;
   const uint32_t kvpr = KV_HEADS / tp ? KV_HEADS / tp : 1;
   size_t bad = 0;
-  for (uint32_t r = 0; r < tp; ++r) {
+  for (uint32_t r = 0; r < tp * pp; ++r) {
     CHECK_OK(pkv_rank_pool_info(all, r, &b));
-    CHECK(b.rank == r && b.num_ranks == tp && b.kv_heads == kvpr && b.device_id == -1);
+    CHECK(b.rank == r && b.num_ranks == tp * pp && b.kv_heads == kvpr && b.device_id == -1);
+    CHECK(b.tp_rank == r % tp && b.pp_rank == r / tp &&
+          b.num_layers == b.end_layer - b.first_layer);
     for (int host = 0; host < 2; ++host)
       for (int t = 0; t < 2; ++t) {
         const char *src = host ? (t ? a.host_v_base : a.host_k_base) : (t ? a.v_base : a.k_base);
         const char *dst = host ? (t ? b.host_v_base : b.host_k_base) : (t ? b.v_base : b.k_base);
         const uint32_t blocks = host ? HOST_BLOCKS : BLOCKS;
-        for (uint32_t l = 0; l < LAYERS; ++l)
+        /* A stage's pool holds its layers only, from its first. */
+        for (uint32_t l = b.first_layer; l < b.end_layer; ++l)
           for (uint32_t blk = 0; blk < blocks; ++blk)
             for (uint32_t tok = 0; tok < BS; ++tok) {
+              const uint32_t at = l - b.first_layer;
               const size_t row1 = ((size_t)(l * blocks + blk) * BS + tok) * KV_HEADS * DIM;
-              const size_t rowr = ((size_t)(l * blocks + blk) * BS + tok) * kvpr * DIM;
-              const char *x = src + (row1 + (size_t)first_kv_head(r) * DIM) * elem;
+              const size_t rowr = ((size_t)(at * blocks + blk) * BS + tok) * kvpr * DIM;
+              const char *x = src + (row1 + (size_t)first_kv_head(r % tp) * DIM) * elem;
               const char *y = dst + rowr * elem;
               if (memcmp(x, y, (size_t)kvpr * DIM * elem) != 0 && bad++ < 5)
                 fprintf(stderr, "%s: rank %u %s %s layer %u block %u token %u differs\n", when, r,
@@ -213,10 +230,16 @@ static void run_batch(const uint64_t *seqs, const uint32_t *counts, uint32_t n) 
     }
     memcpy(qr, q1, sizeof(float) * view.num_tokens * Q_HEADS * DIM);
     CHECK_OK(pkv_attention(b1, l, q1, k1, v1, o1));
-    /* Each rank its heads: q heads r * qpr .., kv heads from first_kv_head(r). */
+    /* Each rank of the layer's stage its heads: q heads r * qpr .., kv heads from
+     * first_kv_head(r), for tensor-parallel rank r; another stage's rank refuses the layer. */
+    const uint32_t stage = stage_of(l);
     for (uint32_t r = 0; r < tp; ++r) {
       pkv_batch *rb = NULL;
-      CHECK_OK(pkv_batch_rank(bt, r, &rb));
+      if (pp > 1) {
+        CHECK_OK(pkv_batch_rank(bt, ((stage + 1) % pp) * tp + r, &rb));
+        CHECK_ERR(all, pkv_attention(rb, l, q1, k1, v1, o1), PKV_ERR_INVALID_ARGUMENT);
+      }
+      CHECK_OK(pkv_batch_rank(bt, stage * tp + r, &rb));
       for (uint32_t t = 0; t < view.num_tokens; ++t) {
         memcpy(&qr[(size_t)t * qpr * DIM], &q1[((size_t)t * Q_HEADS + r * qpr) * DIM],
                sizeof(float) * qpr * DIM);
@@ -361,11 +384,11 @@ static void refusals(void) {
   uint32_t n = 8;
   pkv_batch *b = NULL, *rb = NULL, *rr = NULL;
   CHECK_OK(pkv_batch_begin(all, &s, &n, 1, &b));
-  CHECK_ERR(all, pkv_batch_rank(b, tp, &rb), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(all, pkv_batch_rank(b, tp * pp, &rb), PKV_ERR_INVALID_ARGUMENT);
   CHECK_ERR(all, pkv_batch_rank(b, 0, NULL), PKV_ERR_INVALID_ARGUMENT);
-  CHECK_OK(pkv_batch_rank(b, tp - 1, &rb));
-  CHECK(tp == 1 ? rb == b : rb != b);
-  if (tp > 1) CHECK_ERR(all, pkv_batch_rank(rb, 0, &rr), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_OK(pkv_batch_rank(b, tp * pp - 1, &rb));
+  CHECK(tp * pp == 1 ? rb == b : rb != b);
+  if (tp * pp > 1) CHECK_ERR(all, pkv_batch_rank(rb, 0, &rr), PKV_ERR_INVALID_ARGUMENT);
   pkv_batch_view v;
   v.struct_size = sizeof v;
   CHECK_OK(pkv_batch_info(rb, &v)); /* a rank's handle is the batch's */
@@ -379,12 +402,12 @@ static void refusals(void) {
   CHECK_OK(pkv_release(one, s));
   struct pkv_pool_info info;
   info.struct_size = sizeof info;
-  CHECK_ERR(all, pkv_rank_pool_info(all, tp, &info), PKV_ERR_INVALID_ARGUMENT);
-  CHECK_ERR(all, pkv_engine_set_rank_stream(all, tp, NULL), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(all, pkv_rank_pool_info(all, tp * pp, &info), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(all, pkv_engine_set_rank_stream(all, tp * pp, NULL), PKV_ERR_INVALID_ARGUMENT);
   CHECK_ERR(all, pkv_engine_set_rank_stream(all, 0, (void *)16), PKV_ERR_INVALID_ARGUMENT);
   CHECK_OK(pkv_engine_set_rank_stream(all, 0, NULL));
   CHECK_OK(pkv_engine_set_stream(all, NULL));
-  if (tp > 1) CHECK_ERR(all, pkv_engine_set_stream(all, (void *)16), PKV_ERR_INVALID_ARGUMENT);
+  if (tp * pp > 1) CHECK_ERR(all, pkv_engine_set_stream(all, (void *)16), PKV_ERR_INVALID_ARGUMENT);
   float sinks[Q_HEADS] = {0};
   CHECK_ERR(all, pkv_set_attention_sinks(all, 0, sinks, Q_HEADS), PKV_ERR_INVALID_ARGUMENT);
 }
@@ -399,13 +422,16 @@ static void profile(void) {
   pkv_kv_budget one_rank, every;
   one_rank.struct_size = every.struct_size = sizeof one_rank;
   CHECK_OK(pkv_profile(&p, &one_rank));
-  p.ranks = PKV_RANKS_ALL;
+  p.ranks = PKV_RANKS_ALL, p.pp_size = pp;
   CHECK_OK(pkv_profile(&p, &every));
-  /* tp ranks share the host's 32 MiB: each pool of this rank's bytes gets 1 / tp of it. */
+  /* tp x pp ranks share the host's 32 MiB: each pool gets 1 / (tp x pp) of it. A stage's
+   * block holds its layers only: stage 0 has the most (vLLM's split), so it bounds. */
+  const uint32_t n = tp * pp, stage0 = stage_of(0) == stage_of(1) ? 2 : 1;
   CHECK(one_rank.num_ranks == 1 && one_rank.ranks_on_device == 1);
-  CHECK(every.num_ranks == tp && every.ranks_on_device == tp && every.bounding_rank == 0);
-  CHECK(every.block_bytes == one_rank.block_bytes);
-  CHECK(every.budget_bytes == (32u << 20) / tp);
+  CHECK(every.num_ranks == n && every.ranks_on_device == n && every.bounding_rank == 0);
+  CHECK(every.block_bytes ==
+        (pp == 1 ? one_rank.block_bytes : one_rank.block_bytes / LAYERS * stage0));
+  CHECK(every.budget_bytes == (32u << 20) / n);
   CHECK(every.num_blocks == every.budget_bytes / every.block_bytes);
   /* Refusals, by name. */
   p.tp_rank = 1;
@@ -430,12 +456,12 @@ static void store_refused(void) {
   pkv_store_params_init(&sp, sizeof sp);
   sp.kind = PKV_STORE_FILE;
   sp.path = "/nonexistent/pkv-test-ranks";
-  for (uint32_t ranks = 0; ranks < 2 && tp > 1; ++ranks) {
+  for (uint32_t ranks = 0; ranks < 2 && tp * pp > 1; ++ranks) {
     pkv_engine_params p;
     pkv_engine_params_init(&p, sizeof p);
     p.num_layers = LAYERS, p.num_q_heads = Q_HEADS, p.num_kv_heads = KV_HEADS, p.head_dim = DIM;
     p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU, p.block_size = BS, p.num_blocks = 16;
-    p.host_num_blocks = 8, p.tp_size = tp, p.ranks = ranks, p.store = &sp;
+    p.host_num_blocks = 8, p.tp_size = tp, p.pp_size = pp, p.ranks = ranks, p.store = &sp;
     pkv_engine *e = NULL;
     CHECK_ERR(NULL, pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
     CHECK(e == NULL && strstr(pkv_last_error(), "store") != NULL);
@@ -444,6 +470,7 @@ static void store_refused(void) {
 
 int main(int argc, char **argv) {
   const char *config = argc > 1 ? argv[1] : "tp2";
+  pp = 1;
   if (!strcmp(config, "tp2"))
     tp = 2;
   else if (!strcmp(config, "tp4"))
@@ -452,8 +479,18 @@ int main(int argc, char **argv) {
     tp = 8;
   else if (!strcmp(config, "fp8"))
     tp = 2, kv_dtype = PKV_DTYPE_FP8_E4M3;
+  else if (!strcmp(config, "pp2"))
+    tp = 1, pp = 2;
+  else if (!strcmp(config, "pp3"))
+    tp = 1, pp = 3;
+  else if (!strcmp(config, "tp2pp2"))
+    tp = 2, pp = 2;
+  else if (!strcmp(config, "fp8pp2"))
+    tp = 2, pp = 2, kv_dtype = PKV_DTYPE_FP8_E4M3;
   else {
-    fprintf(stderr, "test_ranks: unknown config %s (tp2, tp4, tp8kv, fp8)\n", config);
+    fprintf(stderr,
+            "test_ranks: unknown config %s (tp2, tp4, tp8kv, fp8, pp2, pp3, tp2pp2, fp8pp2)\n",
+            config);
     return 2;
   }
   one = make(1, PKV_RANKS_ONE);
