@@ -677,6 +677,30 @@ pkv_status pkv_batch_rank(pkv_batch *b, uint32_t rank, pkv_batch **out) {
   });
 }
 
+pkv_status pkv_batch_export_plan(pkv_batch *b, void *out, uint64_t cap, uint64_t *out_len) {
+  return guard_batch(b, [&](Engine &en) {
+    PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+    PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %llu", (unsigned long long)cap);
+    const std::vector<uint8_t> &plan = en.export_plan();
+    if (out) std::memcpy(out, plan.data(), std::min<uint64_t>(cap, plan.size()));
+    *out_len = plan.size();
+  });
+}
+
+pkv_status pkv_plan_import(pkv_engine *e, const void *plan, uint64_t len, pkv_batch **out) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(plan != nullptr, "plan is NULL");
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    en.import_plan(plan, len);
+    try {
+      *out = batch_handles().add(&en);
+    } catch (...) {
+      en.abort_batch();
+      throw;
+    }
+  });
+}
+
 pkv_status pkv_batch_plan_graph(pkv_batch *b, uint32_t bucket) {
   return guard_batch(b, [&](Engine &en) { en.plan_graph(bucket); });
 }

@@ -106,6 +106,35 @@ void Batch::plan_seq(const Sequence &s, uint32_t num_new) {
   max_context_len_ = std::max(max_context_len_, context);
 }
 
+Batch::Batch(BatchArrays &&a)
+    : from_step_(false),
+      imported_(true),
+      block_size_(a.block_size),
+      seq_ids_(std::move(a.seq_ids)),
+      query_start_(std::move(a.query_start)),
+      positions_(std::move(a.positions)),
+      slot_mapping_(std::move(a.slot_mapping)),
+      context_lens_(std::move(a.context_lens)),
+      block_indptr_(std::move(a.block_indptr)),
+      block_indices_(std::move(a.block_indices)),
+      last_block_len_(std::move(a.last_block_len)),
+      block_tables_(std::move(a.block_tables)),
+      max_blocks_per_seq_(a.max_blocks_per_seq),
+      max_query_len_(a.max_query_len),
+      max_context_len_(a.max_context_len),
+      copy_src_(std::move(a.copy_src)),
+      copy_dst_(std::move(a.copy_dst)),
+      copy_kind_(std::move(a.copy_kind)),
+      sample_rows_(std::move(a.sample_rows)),
+      num_groups_(a.num_groups),
+      group_slot_mapping_(std::move(a.group_slot_mapping)),
+      group_block_tables_(std::move(a.group_block_tables)),
+      state_slots_(std::move(a.state_slots)) {
+  num_new_.resize(seq_ids_.size());
+  for (size_t i = 0; i < seq_ids_.size(); ++i)
+    num_new_[i] = uint32_t(query_start_[i + 1] - query_start_[i]);
+}
+
 pkv_batch_view Batch::view() const {
   pkv_batch_view v;
   std::memset(&v, 0, sizeof v);

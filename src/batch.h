@@ -13,8 +13,23 @@
 
 namespace pkv {
 
+// A step's arrays as another engine planned them (pkv_plan_import, plan_wire.h): every array
+// of its pkv_batch_view.
+struct BatchArrays {
+  uint32_t block_size = 0, num_groups = 1;
+  uint32_t max_blocks_per_seq = 0, max_query_len = 0, max_context_len = 0;
+  std::vector<uint64_t> seq_ids;
+  std::vector<int32_t> query_start, positions, context_lens, block_indptr, block_indices,
+      last_block_len, block_tables, copy_src, copy_dst, copy_kind, sample_rows, state_slots,
+      group_block_tables;
+  std::vector<int64_t> slot_mapping, group_slot_mapping;
+};
+
 class Batch {
  public:
+  // An imported plan (pkv_plan_import): its arrays as they came, no sequence of this engine's.
+  explicit Batch(BatchArrays &&arrays);
+  bool imported() const { return imported_; }
   // Plans the next num_new_tokens[i] tokens of seq_ids[i] (null num_new_tokens: all their
   // uncomputed tokens), with copies to do first: the block manager's, then the state pool's
   // (disjoint memory: their relative order does not matter; each list keeps its own). With
@@ -37,6 +52,7 @@ class Batch {
   void plan_groups(const SequenceTable &seqs);  // group_* of groups 1 .. num_groups - 1 too
 
   bool from_step_;
+  bool imported_ = false;
   uint32_t block_size_;
   std::vector<uint64_t> seq_ids_;
   std::vector<uint32_t> num_new_;

@@ -136,6 +136,7 @@ Engine::Engine(const pkv_engine_params &params)
     pools_.push_back(std::move(rp));
   }
   backend_ = pools_[0].backend.get();
+  plan_shape_ = make_plan_shape();
   if (store_config_) {
     const PoolShape shape = pool_shape(pools_[0]);
     // The indexer is named by its fields; KV groups and unequal layers by store_layout.
@@ -225,6 +226,7 @@ BlockManager::Admission Engine::query(const int32_t *tokens, uint32_t n,
 
 uint64_t Engine::allocate(const int32_t *tokens, uint32_t n, const PrefixKeys &keys,
                           uint32_t *cached) {
+  require_decider("pkv_allocate");
   require_length(n);
   Sequence &s = seqs_.create();
   try {
@@ -346,6 +348,7 @@ void Engine::swap_in(uint64_t id) {
 
 uint64_t Engine::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                         const PrefixKeys &keys) {
+  require_decider("pkv_submit");
   return scheduler_.submit(prompt, n, rp, keys);
 }
 

@@ -17,6 +17,7 @@
 #include "kv_groups.h"
 #include "layer_specs.h"
 #include "params.h"
+#include "plan_wire.h"
 #include "profiler.h"
 #include "pkv/pkv.h"
 #include "scheduler.h"
@@ -70,6 +71,10 @@ class Engine {
   void abort_batch();
   // The open batch's copies, once (pkv_batch_copy; the first pkv_attention calls it).
   void do_copies();
+  // Plans across processes (engine_plans.cpp, DESIGN.md §10): the open batch's plan as bytes
+  // (numbered at its first export), and a ranks POOL engine's batch opened from them.
+  const std::vector<uint8_t> &export_plan();
+  void import_plan(const void *bytes, uint64_t len);
   // pkv_batch_plan_graph: the open decode batch's copies, then its plan padded to `bucket`
   // sequences (Backend::plan_graph), so its layers' attention can be captured in a CUDA graph.
   void plan_graph(uint32_t bucket);
@@ -128,6 +133,7 @@ class Engine {
     std::unique_ptr<Batch> batch;
     bool copies_done = false;      // by pkv_attention; then an abort keeps them done
     std::vector<uint8_t> planned;  // [rank]: its pool's Backend::plan ran for it
+    std::vector<uint8_t> plan;     // its exported plan, once exported
   };
 
   // Every rank's pool (DESIGN.md §10): one, or tp_size x pp_size with ranks ALL; each executes
@@ -161,6 +167,11 @@ class Engine {
   struct pkv_layer_info state_layer_info(uint32_t layer, const LayerSpec &spec,
                                          struct pkv_layer_info info) const;
   void require_length(uint64_t num_tokens) const;
+  // A call that decides (makes sequences or batches), refused on an engine of ranks POOL.
+  void require_decider(const char *call) const;
+  // KV was written under the scales and sinks: a sequence was made, or a plan imported.
+  bool kv_written() const { return seqs_.ever_created() || next_import_step_ > 0; }
+  PlanShape make_plan_shape() const;  // after the pools are made
   void require_outside_batch(const Sequence &s, const char *what) const;
   void require_manual(const Sequence &s, const char *what) const;
   void require_running(const Sequence &s) const;
@@ -199,6 +210,9 @@ class Engine {
   Backend *backend_ = nullptr;            // pools_[0]'s
   std::vector<int32_t> rank_device_ids_;  // params_.rank_device_ids points here (or is null)
   uint32_t call_rank_ = kAnyRank;
+  PlanShape plan_shape_;           // what a plan's shape must be here (engine_plans.cpp)
+  uint64_t next_export_step_ = 0;  // the step of the next plan exported
+  uint64_t next_import_step_ = 0;  // ranks POOL: the step the next import must be
   // Before events_ and blocks_, which hand it events: it is destroyed after them.
   std::unique_ptr<EventPublisherConfig>
       publisher_config_;  // the caller's pkv_event_publisher_params, owned

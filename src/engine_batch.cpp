@@ -21,7 +21,9 @@ void Engine::open(std::unique_ptr<Batch> batch) {
   ob->batch = std::move(batch);
   // Nothing can fail from here on: the batch takes its members. (The copies it lists stay queued
   // in the block manager until they are done.)
-  for (uint64_t id : ob->batch->seq_ids()) seqs_.get(id).in_batch = true;
+  // An imported plan's sequences are its decider's: this engine has none.
+  if (!ob->batch->imported())
+    for (uint64_t id : ob->batch->seq_ids()) seqs_.get(id).in_batch = true;
   open_ = std::move(ob);
 }
 
@@ -35,6 +37,7 @@ void Engine::require_no_batch(const char *call) const {
 }
 
 void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, uint32_t num_seqs) {
+  require_decider("pkv_batch_begin");
   require_no_batch("pkv_batch_begin");
   if (seqs)
     for (uint32_t i = 0; i < num_seqs; ++i)
@@ -44,6 +47,7 @@ void Engine::begin_batch(const uint64_t *seqs, const uint32_t *num_new_tokens, u
 }
 
 bool Engine::step() {
+  require_decider("pkv_step");
   require_no_batch("pkv_step");
   StepPlan plan = scheduler_.schedule();
   // Nothing to run but requests loading from the store: wait for their fetches (each bounded by
@@ -63,6 +67,7 @@ bool Engine::step() {
 void Engine::close(bool ran) {
   std::unique_ptr<OpenBatch> ob = std::move(open_);
   const Batch &b = *ob->batch;
+  if (b.imported()) return;  // the decider's block manager ran it
   for (size_t i = 0; i < b.seq_ids().size(); ++i) {
     Sequence &s = seqs_.get(b.seq_ids()[i]);
     s.in_batch = false;
@@ -103,6 +108,10 @@ void Engine::end_batch() {
 void Engine::commit(const int32_t *sampled) {
   PKV_ASSERT(open_);
   const Batch &b = *open_->batch;
+  if (b.imported())
+    fail(PKV_ERR_STATE,
+         "an imported plan ends with pkv_batch_end or pkv_batch_abort; its decider's batch "
+         "commits the sampled tokens; this batch stays open");
   if (!b.from_step())
     fail(
         PKV_ERR_STATE,
@@ -133,8 +142,10 @@ void Engine::do_copies() {
     for (const RankPool &pool : pools_)
       pool.backend->copy_blocks(view.copy_src, view.copy_dst, view.copy_kind, view.num_copies);
   }
-  blocks_.copies_done(num_block_copies);
-  states_.copies_done(num_state_copies);
+  if (!b.imported()) {  // an imported plan's copies are its decider's block manager's
+    blocks_.copies_done(num_block_copies);
+    states_.copies_done(num_state_copies);
+  }
   open_->copies_done = true;
 }
 

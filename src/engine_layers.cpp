@@ -230,9 +230,10 @@ void Engine::set_kv_scales(uint32_t layer, const float *k_scales, const float *v
                     v_scales[h] > 0,
                 "kv head %u: scales must be finite and > 0, got k %g, v %g", h, double(k_scales[h]),
                 double(v_scales[h]));
-  if (seqs_.ever_created())
+  if (kv_written())
     fail(PKV_ERR_STATE,
-         "scales are set before the first sequence: KV already written keeps its scale");
+         "scales are set before the first sequence (or imported plan): KV already written keeps "
+         "its scale");
   // Tensor-parallel rank t's row of the layer at the table of rank (the layer's stage, t).
   const uint32_t first = pools_.size() > 1 ? layer_rank(layer).params.pp_rank * tp : 0;
   for (uint32_t t = 0; t < tp; ++t) {
@@ -264,9 +265,10 @@ void Engine::set_attention_sinks(uint32_t layer, const float *sinks, uint32_t nu
   for (uint32_t h = 0; h < heads; ++h)
     PKV_REQUIRE(std::isfinite(sinks[h]), "sinks[%u] is %g: each sink logit must be finite", h,
                 double(sinks[h]));
-  if (seqs_.ever_created())
+  if (kv_written())
     fail(PKV_ERR_STATE,
-         "sinks are set before the first sequence (pkv_allocate or pkv_submit), with the weights");
+         "sinks are set before the first sequence (pkv_allocate or pkv_submit) or imported plan, "
+         "with the weights");
   const uint32_t first = pools_.size() > 1 ? layer_rank(layer).params.pp_rank * tp : 0;
   for (uint32_t t = 0; t < tp; ++t)
     std::copy(sinks + size_t(t) * per_rank, sinks + size_t(t + 1) * per_rank,

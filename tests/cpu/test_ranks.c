@@ -21,14 +21,20 @@
 
 #include "../common/attention_ref.h"
 #include "../unit/test_util.h"
+#include "ranks_procs.h"
 
 enum { LAYERS = 3, Q_HEADS = 8, KV_HEADS = 4, DIM = 32, BS = 4, BLOCKS = 48, HOST_BLOCKS = 24 };
 enum { MAX_TOKENS = 512, MAX_SEQS = 8, MAX_LEN = 128 };
 
-static uint32_t tp, pp;  /* tensor-parallel ranks and pipeline stages of the engine under test */
-static int32_t kv_dtype; /* 0 or PKV_DTYPE_FP8_E4M3 */
-static pkv_engine *one;  /* tp_size 1 */
-static pkv_engine *all;  /* tp_size tp, ranks ALL */
+static uint32_t tp, pp;   /* tensor-parallel ranks and pipeline stages of the engine under test */
+static int32_t kv_dtype;  /* 0 or PKV_DTYPE_FP8_E4M3 */
+static int procs;         /* the ranks in processes of their own (ranks_procs.h) */
+static pkv_engine *one;   /* tp_size 1 */
+static pkv_engine *all;   /* tp_size tp, ranks ALL; with procs rank 0's engine (ranks ONE), the
+                            decider whose plans the other ranks' children import */
+static uint8_t *plans[2]; /* with procs: the first two plans exported, for the refusals */
+static uint64_t plan_len[2];
+static uint32_t extra_blocks; /* a foreign engine's pool: BLOCKS + this */
 
 /* A value of the model: a hash of (the token at p, p, layer, tensor, head, dim) in [-1, 1]. */
 static float value(int32_t token, uint32_t pos, uint32_t layer, uint32_t tensor, uint32_t head,
@@ -39,19 +45,37 @@ static float value(int32_t token, uint32_t pos, uint32_t layer, uint32_t tensor,
   return (float)((double)(x >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
 }
 
-static pkv_engine *make(uint32_t tp_size, uint32_t ranks) {
+static void set_rank_scales(pkv_engine *e, uint32_t tp_rank);
+
+/* An engine of the model: tp_size 1, or of tp x pp ranks as `ranks` (ONE and POOL: the rank
+ * tp_rank, pp_rank). */
+static pkv_engine *make_rank(uint32_t tp_size, uint32_t ranks, uint32_t tp_rank, uint32_t pp_rank) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = LAYERS, p.num_q_heads = Q_HEADS, p.num_kv_heads = KV_HEADS, p.head_dim = DIM;
   p.dtype = PKV_DTYPE_F32, p.kv_dtype = kv_dtype, p.device = PKV_DEVICE_CPU;
-  p.block_size = BS, p.num_blocks = BLOCKS, p.host_num_blocks = HOST_BLOCKS, p.host_offload = 1;
+  p.block_size = BS, p.num_blocks = BLOCKS + extra_blocks, p.host_num_blocks = HOST_BLOCKS,
+  p.host_offload = 1;
   p.max_model_len = MAX_LEN, p.num_threads = 2, p.tp_size = tp_size, p.ranks = ranks;
-  p.pp_size = ranks == PKV_RANKS_ALL ? pp : 1;
+  p.pp_size = tp_size > 1 || ranks != PKV_RANKS_ONE ? pp : 1;
+  p.tp_rank = tp_rank, p.pp_rank = pp_rank;
+  if (tp_size == 1 && ranks == PKV_RANKS_ONE) p.pp_size = 1;
   pkv_engine *e = NULL;
   if (!CHECK_OK(pkv_engine_create(&p, &e))) {
     fprintf(stderr, "create: %s\n", pkv_last_error());
     exit(1);
   }
+  return e;
+}
+
+static pkv_engine *make(uint32_t tp_size, uint32_t ranks) {
+  return make_rank(tp_size, ranks, 0, 0);
+}
+
+/* A child's engine: rank r's pool, with its own rank's fp8 scales. */
+static pkv_engine *make_pool(uint32_t r) {
+  pkv_engine *e = make_rank(tp, PKV_RANKS_POOL, r % tp, r / tp);
+  if (kv_dtype) set_rank_scales(e, r % tp);
   return e;
 }
 
@@ -73,7 +97,21 @@ static void set_scales(void) {
         kr[r * kvpr + i] = k1[h], vr[r * kvpr + i] = v1[h];
       }
     CHECK_OK(pkv_set_kv_scales(one, l, k1, v1));
-    CHECK_OK(pkv_set_kv_scales(all, l, kr, vr));
+    if (!procs) CHECK_OK(pkv_set_kv_scales(all, l, kr, vr));
+  }
+  if (procs) set_rank_scales(all, 0);
+}
+
+/* An engine of one rank (ranks ONE or POOL): tensor-parallel rank t's heads' scales. */
+static void set_rank_scales(pkv_engine *e, uint32_t t) {
+  const uint32_t kvpr = KV_HEADS / tp ? KV_HEADS / tp : 1;
+  for (uint32_t l = 0; l < LAYERS; ++l) {
+    float k[KV_HEADS], v[KV_HEADS];
+    for (uint32_t i = 0; i < kvpr; ++i) {
+      const uint32_t h = tp <= KV_HEADS ? t * kvpr + i : t / (tp / KV_HEADS);
+      k[i] = scale_of(l, h, 0), v[i] = scale_of(l, h, 1);
+    }
+    CHECK_OK(pkv_set_kv_scales(e, l, k, v));
   }
 }
 
@@ -103,15 +141,36 @@ static void check_pools(const char *when) {
   const size_t elem = kv_dtype ? 1 : 4;
   const uint32_t kvpr = KV_HEADS / tp ? KV_HEADS / tp : 1;
   size_t bad = 0;
+  static char *copies[4];
   for (uint32_t r = 0; r < tp * pp; ++r) {
-    CHECK_OK(pkv_rank_pool_info(all, r, &b));
-    CHECK(b.rank == r && b.num_ranks == tp * pp && b.kv_heads == kvpr && b.device_id == -1);
+    const char *pools[4];
+    if (procs && r > 0) {
+      /* The child's pool comes over its pipe. */
+      struct pkv_pool_info first;
+      first.struct_size = sizeof first;
+      CHECK_OK(pkv_pool_info(all, &first));
+      for (int i = 0; i < 4; ++i)
+        if (!copies[i])
+          copies[i] =
+              malloc(i < 2 ? first.bytes_per_pool * LAYERS : first.host_bytes_per_pool * LAYERS);
+      CHECK_OK(rp_dump(r, &b, copies[0], copies[1], copies[2], copies[3]));
+      for (int i = 0; i < 4; ++i) pools[i] = copies[i];
+      CHECK(b.rank == 0 && b.num_ranks == 1); /* an engine of one rank: its own */
+    } else {
+      if (procs)
+        CHECK_OK(pkv_pool_info(all, &b));
+      else
+        CHECK_OK(pkv_rank_pool_info(all, r, &b));
+      pools[0] = b.k_base, pools[1] = b.v_base, pools[2] = b.host_k_base, pools[3] = b.host_v_base;
+      if (!procs) CHECK(b.rank == r && b.num_ranks == tp * pp);
+    }
+    CHECK(b.kv_heads == kvpr && b.device_id == -1);
     CHECK(b.tp_rank == r % tp && b.pp_rank == r / tp &&
           b.num_layers == b.end_layer - b.first_layer);
     for (int host = 0; host < 2; ++host)
       for (int t = 0; t < 2; ++t) {
         const char *src = host ? (t ? a.host_v_base : a.host_k_base) : (t ? a.v_base : a.k_base);
-        const char *dst = host ? (t ? b.host_v_base : b.host_k_base) : (t ? b.v_base : b.k_base);
+        const char *dst = pools[host * 2 + t];
         const uint32_t blocks = host ? HOST_BLOCKS : BLOCKS;
         /* A stage's pool holds its layers only, from its first. */
         for (uint32_t l = b.first_layer; l < b.end_layer; ++l)
@@ -203,11 +262,28 @@ static void run_batch(const uint64_t *seqs, const uint32_t *counts, uint32_t n) 
   }
   if (!CHECK_OK(pkv_batch_begin(all, seqs, counts, n, &bt))) exit(1);
   check_views(b1, bt);
+  if (procs) {
+    /* The decider's plan goes to every other rank's child, which imports it. */
+    uint64_t len = 0, again = 0;
+    CHECK_OK(pkv_batch_export_plan(bt, NULL, 0, &len));
+    uint8_t *plan = malloc(len), *same = malloc(len);
+    CHECK_OK(pkv_batch_export_plan(bt, plan, len, &len));
+    CHECK_OK(pkv_batch_export_plan(bt, same, len, &again));
+    CHECK(again == len && !memcmp(plan, same, len)); /* one plan per batch */
+    for (uint32_t r = 1; r < tp * pp; ++r) CHECK_OK(rp_import(r, plan, len));
+    for (int i = 0; i < 2; ++i)
+      if (!plans[i]) {
+        plans[i] = plan, plan_len[i] = len, plan = NULL;
+        break;
+      }
+    free(plan), free(same);
+  }
   pkv_batch_view view;
   view.struct_size = sizeof view;
   CHECK_OK(pkv_batch_info(b1, &view));
   /* The batch's own handle names no rank: refused, nothing run. */
-  if (tp > 1) CHECK_ERR(all, pkv_attention(bt, 0, q1, k1, v1, o1), PKV_ERR_INVALID_ARGUMENT);
+  if (tp > 1 && !procs)
+    CHECK_ERR(all, pkv_attention(bt, 0, q1, k1, v1, o1), PKV_ERR_INVALID_ARGUMENT);
   const uint32_t qpr = Q_HEADS / tp, kvpr = KV_HEADS / tp ? KV_HEADS / tp : 1;
   for (uint32_t l = 0; l < LAYERS; ++l) {
     /* The whole model's q, k, v of every new token (q kept as written, for the reference). */
@@ -235,11 +311,13 @@ static void run_batch(const uint64_t *seqs, const uint32_t *counts, uint32_t n) 
     const uint32_t stage = stage_of(l);
     for (uint32_t r = 0; r < tp; ++r) {
       pkv_batch *rb = NULL;
-      if (pp > 1) {
+      if (pp > 1 && !procs) {
         CHECK_OK(pkv_batch_rank(bt, ((stage + 1) % pp) * tp + r, &rb));
         CHECK_ERR(all, pkv_attention(rb, l, q1, k1, v1, o1), PKV_ERR_INVALID_ARGUMENT);
       }
-      CHECK_OK(pkv_batch_rank(bt, stage * tp + r, &rb));
+      if (procs && r == 0 && stage > 0) /* rank 0's engine holds stage 0's layers only */
+        CHECK_ERR(all, pkv_attention(bt, l, q1, k1, v1, o1), PKV_ERR_INVALID_ARGUMENT);
+      if (!procs) CHECK_OK(pkv_batch_rank(bt, stage * tp + r, &rb));
       for (uint32_t t = 0; t < view.num_tokens; ++t) {
         memcpy(&qr[(size_t)t * qpr * DIM], &q1[((size_t)t * Q_HEADS + r * qpr) * DIM],
                sizeof(float) * qpr * DIM);
@@ -248,7 +326,13 @@ static void run_batch(const uint64_t *seqs, const uint32_t *counts, uint32_t n) 
         memcpy(&vr[(size_t)t * kvpr * DIM], &v1[((size_t)t * KV_HEADS + first_kv_head(r)) * DIM],
                sizeof(float) * kvpr * DIM);
       }
-      CHECK_OK(pkv_attention(rb, l, qr, kr, vr, orr));
+      const uint32_t rank = stage * tp + r;
+      if (!procs)
+        CHECK_OK(pkv_attention(rb, l, qr, kr, vr, orr));
+      else if (rank == 0)
+        CHECK_OK(pkv_attention(bt, l, qr, kr, vr, orr));
+      else
+        CHECK_OK(rp_attention(rank, l, view.num_tokens, qpr * DIM, kvpr * DIM, qr, kr, vr, orr));
       for (uint32_t t = 0; t < view.num_tokens; ++t)
         memcpy(&ot[((size_t)t * Q_HEADS + r * qpr) * DIM], &orr[(size_t)t * qpr * DIM],
                sizeof(float) * qpr * DIM);
@@ -263,6 +347,8 @@ static void run_batch(const uint64_t *seqs, const uint32_t *counts, uint32_t n) 
   }
   CHECK_OK(pkv_batch_end(b1));
   CHECK_OK(pkv_batch_end(bt));
+  if (procs)
+    for (uint32_t r = 1; r < tp * pp; ++r) CHECK_OK(rp_end(r));
   CHECK_ENGINE(one);
   CHECK_ENGINE(all);
   check_pools("after a batch");
@@ -412,6 +498,66 @@ static void refusals(void) {
   CHECK_ERR(all, pkv_set_attention_sinks(all, 0, sinks, Q_HEADS), PKV_ERR_INVALID_ARGUMENT);
 }
 
+/* What an engine of ranks POOL refuses: plans out of order, damaged, cut, of another shape;
+ * deciding calls; an export of an imported batch. */
+static void plan_refusals(void) {
+  pkv_engine *pool = make_rank(tp, PKV_RANKS_POOL, 1 % tp, 1 / tp);
+  pkv_batch *b = NULL, *b2 = NULL;
+  uint64_t len = 0, id = 0, seq = 1;
+  uint32_t one_token = 1;
+  int32_t tok = 1;
+  CHECK_ERR(pool, pkv_plan_import(pool, plans[1], plan_len[1], &b), PKV_ERR_STATE); /* skipped */
+  CHECK(strstr(pkv_engine_last_error(pool), "step 1, step 0 expected") != NULL);
+  uint8_t *bad = malloc(plan_len[0]);
+  memcpy(bad, plans[0], plan_len[0]);
+  bad[plan_len[0] - 1] ^= 1;
+  CHECK_ERR(pool, pkv_plan_import(pool, bad, plan_len[0], &b), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_engine_last_error(pool), "checksum") != NULL);
+  CHECK_ERR(pool, pkv_plan_import(pool, plans[0], plan_len[0] - 8, &b), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(pool, pkv_plan_import(pool, "not a plan", 10, &b), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(pool, pkv_plan_import(pool, NULL, 0, &b), PKV_ERR_INVALID_ARGUMENT);
+  CHECK_ERR(pool, pkv_plan_import(pool, plans[0], plan_len[0], NULL), PKV_ERR_INVALID_ARGUMENT);
+  free(bad);
+  CHECK_OK(pkv_plan_import(pool, plans[0], plan_len[0], &b));
+  CHECK_ERR(pool, pkv_plan_import(pool, plans[1], plan_len[1], &b2), PKV_ERR_STATE); /* open */
+  CHECK_ERR(pool, pkv_batch_export_plan(b, NULL, 0, &len), PKV_ERR_STATE);
+  CHECK_ERR(pool, pkv_commit(b, NULL), PKV_ERR_STATE);
+  CHECK_OK(pkv_batch_copy(b));
+  CHECK_OK(pkv_batch_end(b));
+  CHECK_ERR(pool, pkv_plan_import(pool, plans[0], plan_len[0], &b), PKV_ERR_STATE); /* stale */
+  CHECK(strstr(pkv_engine_last_error(pool), "stale") != NULL);
+  CHECK_ERR(pool, pkv_allocate(pool, &tok, 1, NULL, &id, NULL), PKV_ERR_STATE);
+  CHECK_ERR(pool, pkv_submit(pool, &tok, 1, NULL, &id), PKV_ERR_STATE);
+  CHECK_ERR(pool, pkv_batch_begin(pool, &seq, &one_token, 1, &b), PKV_ERR_STATE);
+  CHECK_ERR(pool, pkv_step(pool, &b), PKV_ERR_STATE);
+  if (kv_dtype) {
+    float sc[KV_HEADS] = {1, 1, 1, 1}; /* KV was written under the scales it had */
+    CHECK_ERR(pool, pkv_set_kv_scales(pool, 0, sc, sc), PKV_ERR_STATE);
+  }
+  CHECK_OK(pkv_plan_import(pool, plans[1], plan_len[1], &b)); /* the next one, in order */
+  pkv_batch_abort(b);
+  /* An engine that decides imports nothing. */
+  CHECK_ERR(all, pkv_plan_import(all, plans[0], plan_len[0], &b), PKV_ERR_STATE);
+  pkv_engine_destroy(pool);
+  /* A plan of another engine shape is refused naming the field. */
+  extra_blocks = 4;
+  pkv_engine *foreign = make_rank(tp, PKV_RANKS_ONE, 0, 0);
+  pool = make_rank(tp, PKV_RANKS_POOL, 1 % tp, 1 / tp);
+  extra_blocks = 0;
+  CHECK_OK(pkv_allocate(foreign, &tok, 1, NULL, &id, NULL));
+  CHECK_OK(pkv_batch_begin(foreign, &id, &one_token, 1, &b));
+  uint8_t plan[4096];
+  CHECK_OK(pkv_batch_export_plan(b, plan, sizeof plan, &len));
+  CHECK(len <= sizeof plan);
+  pkv_batch_abort(b);
+  pkv_engine_destroy(pool);
+  pool = make_rank(tp, PKV_RANKS_POOL, 1 % tp, 1 / tp);
+  CHECK_ERR(pool, pkv_plan_import(pool, plan, len, &b), PKV_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pkv_engine_last_error(pool), "num_blocks is 52, this engine's 48") != NULL);
+  pkv_engine_destroy(pool);
+  pkv_engine_destroy(foreign);
+}
+
 /* The profile of an engine of every rank: each rank's pool from its share of the host. */
 static void profile(void) {
   pkv_engine_params p;
@@ -470,6 +616,7 @@ static void store_refused(void) {
 
 int main(int argc, char **argv) {
   const char *config = argc > 1 ? argv[1] : "tp2";
+  if (!strncmp(config, "procs_", 6)) procs = 1, config += 6;
   pp = 1;
   if (!strcmp(config, "tp2"))
     tp = 2;
@@ -493,14 +640,22 @@ int main(int argc, char **argv) {
             config);
     return 2;
   }
+  /* The children first: a process with no engine's threads yet forks cleanly. */
+  if (procs) rp_start(tp * pp, make_pool);
   one = make(1, PKV_RANKS_ONE);
-  all = make(tp, PKV_RANKS_ALL);
+  all = procs ? make_rank(tp, PKV_RANKS_ONE, 0, 0) : make(tp, PKV_RANKS_ALL);
   if (kv_dtype) set_scales();
   TU_RUN(scenario);
-  TU_RUN(refusals);
+  if (procs) {
+    CHECK(rp_stop());
+    TU_RUN(plan_refusals);
+  } else {
+    TU_RUN(refusals);
+  }
   TU_RUN(profile);
   TU_RUN(store_refused);
   pkv_engine_destroy(one);
   pkv_engine_destroy(all);
+  free(plans[0]), free(plans[1]);
   return tu_summary();
 }
