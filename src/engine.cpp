@@ -97,15 +97,19 @@ Engine::Engine(const pkv_engine_params &params)
     fail(PKV_ERR_INVALID_ARGUMENT,
          "a store on an engine of ranks POOL, which decides nothing: the decider's store serves "
          "every rank");
-  if (store_config_ && model_ranks > 1)
-    fail(PKV_ERR_UNSUPPORTED, "a store with tp_size %u x pp_size %u: %s", params_.tp_size,
-         params_.pp_size,
-         params_.ranks == PKV_RANKS_ONE
-             ? "engines of one rank each (ranks ONE) can come to hold different blocks through "
-               "a store (a write dropped on one rank, a fetch ending at another moment on each), "
-               "and ranks that differ hang the host's collectives or mix sequences' KV; one "
-               "engine of every rank (ranks ALL) decides for all, but does not take a store yet"
-             : "an engine of every rank (ranks ALL) does not take a store yet");
+  if (store_config_ && ranks > 1 && !state_layout_.empty())
+    fail(PKV_ERR_UNSUPPORTED,
+         "a store with STATE layers and %u ranks: the store's checkpoints of the recurrent state "
+         "would hold one rank's slice of it, for now",
+         ranks);
+  if (store_config_ && model_ranks > 1 && params_.ranks == PKV_RANKS_ONE)
+    fail(PKV_ERR_UNSUPPORTED,
+         "a store with tp_size %u x pp_size %u and ranks ONE: engines of one rank each can come "
+         "to hold different blocks through a store (a write dropped on one rank, a fetch ending "
+         "at another moment on each), and ranks that differ hang the host's collectives or mix "
+         "sequences' KV; create one engine of every rank (ranks ALL), whose values hold every "
+         "rank's slice",
+         params_.tp_size, params_.pp_size);
   if (store_config_) {
     PKV_REQUIRE(params_.enable_prefix_caching,
                 "a store needs prefix caching (enable_prefix_caching 1)");
@@ -143,20 +147,37 @@ Engine::Engine(const pkv_engine_params &params)
     LayerSpec indexer;
     for (const LayerSpec &s : specs_)
       if (s.indexed()) indexer = s;
-    const std::string layout = store_layout(params_, specs_, groups_);
+    std::string layout = store_layout(params_, specs_, groups_);
+    // Several ranks (DESIGN.md §10): a value holds every rank's slice of its block, every rank's
+    // pool layers in rank order, so a hit or a miss is one for all of them.
+    HostTierView host{{}, {}, shape.block_bytes()};
+    uint32_t value_layers = 0;
+    for (const RankPool &rp : pools_) {
+      const PoolShape ps = pool_shape(rp);
+      char *k = static_cast<char *>(rp.backend->host_k_pool());
+      char *v = static_cast<char *>(rp.backend->host_v_pool());
+      for (uint32_t l = 0; l < ps.num_layers; ++l) {
+        host.k.push_back(k + l * ps.host_bytes.layer);
+        host.v.push_back(v ? v + l * ps.host_bytes.layer : nullptr);
+      }
+      value_layers += ps.num_layers;
+    }
+    if (ranks > 1)
+      layout +=
+          "|ranks:tp=" + std::to_string(params_.tp_size) + ",pp=" + std::to_string(params_.pp_size);
     std::vector<float> scales = k_scales_;
     scales.insert(scales.end(), v_scales_.begin(), v_scales_.end());
     store_ = std::make_unique<StoreTier>(
         store_config_->params(),
-        StoreShape{shape.num_layers, shape.kv_heads, params_.head_dim, params_.block_size,
-                   params_.tp_rank, params_.tp_size, shape.kv_dtype, shape.block_bytes(), scales,
-                   shape.tensors, shape.kv_lora_rank,
+        StoreShape{value_layers, shape.kv_heads, params_.head_dim, params_.block_size,
+                   params_.tp_rank, params_.tp_size * params_.pp_size, shape.kv_dtype,
+                   shape.block_bytes(), scales, shape.tensors, shape.kv_lora_rank,
                    store_config_->params().model_id ? store_config_->params().model_id : "",
                    indexer.index_dim, indexer.index_dtype, layout},
-        HostTierView{static_cast<char *>(backend_->host_k_pool()),
-                     static_cast<char *>(backend_->host_v_pool()), shape.host_bytes.layer,
-                     shape.block_bytes(), shape.num_layers});
-    store_->set_host_fence([this] { backend_->wait_host_tier(); });
+        host);
+    store_->set_host_fence([this] {
+      for (const RankPool &rp : pools_) rp.backend->wait_host_tier();
+    });
     // Checkpoints of the recurrent state go to the store and come back through host state slots.
     if (!state_layout_.empty()) enable_store_state();
     if (store_config_->params().write_mode == PKV_STORE_WRITE_BACK)

@@ -75,7 +75,12 @@ void Engine::write_sealed(const Sequence &s) {
     StoreChain &chain = chains[b.group];
     if (chain.keys.empty()) store_->keys(s.keys, s.tokens.data(), last + 1, &chain, b.group);
     std::vector<uint8_t> value(shape.value_bytes());
-    backend_->read_block(b.block, value.data() + offset);
+    // Every rank's slice, in rank order (DESIGN.md §10): each pool's layers, K then V.
+    uint64_t at = offset;
+    for (const RankPool &rp : pools_) {
+      rp.backend->read_block(b.block, value.data() + at);
+      at += uint64_t(pool_shape(rp).tensors) * rp.layout.num_layers * rp.layout.layer_block_bytes;
+    }
     store_->encode(chain.keys[b.index + 1], chain.parents[b.index],
                    s.tokens.data() + size_t(b.index) * params_.block_size, value.data());
     const int32_t *block_tokens = s.tokens.data() + size_t(b.index) * params_.block_size;

@@ -172,22 +172,20 @@ void StoreTier::stage(const uint8_t *value, int32_t host) const {
   if (host_fence_) host_fence_();
   // The payload is layer by layer, K then V (MLA: K): into the host tier's layout.
   const uint8_t *payload = value + payload_offset(shape_);
-  const uint64_t bb = host_.block_bytes, n = shape_.tensors;
-  for (uint32_t l = 0; l < host_.num_layers; ++l) {
-    const uint64_t at = l * host_.layer_bytes + uint64_t(host) * bb;
-    std::memcpy(host_.k + at, payload + n * l * bb, bb);
-    if (n == 2) std::memcpy(host_.v + at, payload + (2 * uint64_t(l) + 1) * bb, bb);
+  const uint64_t bb = host_.block_bytes, n = shape_.tensors, at = uint64_t(host) * bb;
+  for (size_t l = 0; l < host_.k.size(); ++l) {
+    std::memcpy(host_.k[l] + at, payload + n * l * bb, bb);
+    if (n == 2) std::memcpy(host_.v[l] + at, payload + (2 * uint64_t(l) + 1) * bb, bb);
   }
 }
 
 void StoreTier::read_host(int32_t host, uint8_t *value) const {
   if (host_fence_) host_fence_();
   uint8_t *payload = value + payload_offset(shape_);
-  const uint64_t bb = host_.block_bytes, n = shape_.tensors;
-  for (uint32_t l = 0; l < host_.num_layers; ++l) {
-    const uint64_t at = l * host_.layer_bytes + uint64_t(host) * bb;
-    std::memcpy(payload + n * l * bb, host_.k + at, bb);
-    if (n == 2) std::memcpy(payload + (2 * uint64_t(l) + 1) * bb, host_.v + at, bb);
+  const uint64_t bb = host_.block_bytes, n = shape_.tensors, at = uint64_t(host) * bb;
+  for (size_t l = 0; l < host_.k.size(); ++l) {
+    std::memcpy(payload + n * l * bb, host_.k[l] + at, bb);
+    if (n == 2) std::memcpy(payload + (2 * uint64_t(l) + 1) * bb, host_.v[l] + at, bb);
   }
 }
 

@@ -46,10 +46,12 @@ struct StoreChain {
 };
 
 // Where the host tier's bytes are (host memory on every backend): fetched blocks are staged there.
+// A value's payload is layer by layer, K then V (MLA: K): layer i's K of host block 0 at k[i]
+// (V at v[i]; null for MLA), the next block block_bytes on. An engine of several ranks (DESIGN.md
+// §10) lists every rank's pool layers in rank order: one value holds every rank's slice.
 struct HostTierView {
-  char *k, *v;
-  uint64_t layer_bytes, block_bytes;
-  uint32_t num_layers;
+  std::vector<char *> k, v;
+  uint64_t block_bytes;
 };
 
 // One KV group's part of a lookup (DESIGN.md §11): blocks [first, first + n) of its chain. A

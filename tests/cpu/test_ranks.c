@@ -11,13 +11,16 @@
  * offload to the host tier with a load back; and the calls a rank's handle refuses.
  * Usage: test_ranks CONFIG (tp2, tp4, tp8kv: 8 ranks over 4 kv heads, fp8: tp 2 with e4m3 KV).
  */
+#define _XOPEN_SOURCE 700
 #include <pkv/pkv.h>
 
+#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../common/attention_ref.h"
 #include "../unit/test_util.h"
@@ -34,7 +37,8 @@ static pkv_engine *all;   /* tp_size tp, ranks ALL; with procs rank 0's engine (
                             decider whose plans the other ranks' children import */
 static uint8_t *plans[2]; /* with procs: the first two plans exported, for the refusals */
 static uint64_t plan_len[2];
-static uint32_t extra_blocks; /* a foreign engine's pool: BLOCKS + this */
+static uint32_t extra_blocks;         /* a foreign engine's pool: BLOCKS + this */
+static const pkv_store_params *store; /* the store of the engines make_rank makes, or NULL */
 
 /* A value of the model: a hash of (the token at p, p, layer, tensor, head, dim) in [-1, 1]. */
 static float value(int32_t token, uint32_t pos, uint32_t layer, uint32_t tensor, uint32_t head,
@@ -58,7 +62,7 @@ static pkv_engine *make_rank(uint32_t tp_size, uint32_t ranks, uint32_t tp_rank,
   p.host_offload = 1;
   p.max_model_len = MAX_LEN, p.num_threads = 2, p.tp_size = tp_size, p.ranks = ranks;
   p.pp_size = tp_size > 1 || ranks != PKV_RANKS_ONE ? pp : 1;
-  p.tp_rank = tp_rank, p.pp_rank = pp_rank;
+  p.tp_rank = tp_rank, p.pp_rank = pp_rank, p.store = store;
   if (tp_size == 1 && ranks == PKV_RANKS_ONE) p.pp_size = 1;
   pkv_engine *e = NULL;
   if (!CHECK_OK(pkv_engine_create(&p, &e))) {
@@ -602,16 +606,84 @@ static void store_refused(void) {
   pkv_store_params_init(&sp, sizeof sp);
   sp.kind = PKV_STORE_FILE;
   sp.path = "/nonexistent/pkv-test-ranks";
-  for (uint32_t ranks = 0; ranks < 2 && tp * pp > 1; ++ranks) {
+  const uint32_t refused[2] = {PKV_RANKS_ONE, PKV_RANKS_POOL};
+  for (uint32_t i = 0; i < 2 && tp * pp > 1; ++i) {
+    const uint32_t ranks = refused[i];
     pkv_engine_params p;
     pkv_engine_params_init(&p, sizeof p);
     p.num_layers = LAYERS, p.num_q_heads = Q_HEADS, p.num_kv_heads = KV_HEADS, p.head_dim = DIM;
     p.dtype = PKV_DTYPE_F32, p.device = PKV_DEVICE_CPU, p.block_size = BS, p.num_blocks = 16;
     p.host_num_blocks = 8, p.tp_size = tp, p.pp_size = pp, p.ranks = ranks, p.store = &sp;
     pkv_engine *e = NULL;
-    CHECK_ERR(NULL, pkv_engine_create(&p, &e), PKV_ERR_UNSUPPORTED);
+    CHECK_ERR(NULL, pkv_engine_create(&p, &e),
+              ranks == PKV_RANKS_ONE ? PKV_ERR_UNSUPPORTED : PKV_ERR_INVALID_ARGUMENT);
     CHECK(e == NULL && strstr(pkv_last_error(), "store") != NULL);
   }
+}
+
+/* The last byte of every value of a FILE store's directory: the last rank's slice of each
+ * block (a value holds every rank's slice in rank order). */
+static int damage_last_byte(const char *path, const struct stat *st, int kind, struct FTW *f) {
+  (void)f;
+  const size_t n = strlen(path);
+  if (kind != FTW_F || n < 4 || strcmp(path + n - 4, ".blk") != 0 || st->st_size < 1) return 0;
+  FILE *file = fopen(path, "r+b");
+  if (!file) return 1;
+  fseek(file, -1, SEEK_END);
+  const int c = fgetc(file);
+  fseek(file, -1, SEEK_END);
+  fputc(c ^ 0x5a, file);
+  fclose(file);
+  return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int kind, struct FTW *f) {
+  (void)st, (void)kind, (void)f;
+  return remove(path);
+}
+
+/* A store below the host tier of an engine of every rank: its values hold every rank's slice.
+ * A prompt written through by one pair of engines hits in the next pair (every shard's bytes as
+ * the one-rank engine's); with the last rank's slice of every value damaged, every rank misses
+ * together and computes the prompt again. */
+static void store_scenario(void) {
+  char d1[] = "/tmp/pkv-ranks-1-XXXXXX", dt[] = "/tmp/pkv-ranks-t-XXXXXX";
+  if (!CHECK(mkdtemp(d1) && mkdtemp(dt))) return;
+  pkv_engine *saved_one = one, *saved_all = all;
+  pkv_store_params s1, st;
+  pkv_store_params_init(&s1, sizeof s1);
+  s1.kind = PKV_STORE_FILE, s1.path = d1;
+  st = s1, st.path = dt;
+  int32_t prompt_tokens[24];
+  prompt(prompt_tokens, 24, 900);
+  for (int round = 0; round < 3; ++round) {
+    if (round == 2) { /* the last rank's slices damaged, and the one-rank engine's values */
+      CHECK(nftw(dt, damage_last_byte, 8, FTW_PHYS) == 0);
+      CHECK(nftw(d1, damage_last_byte, 8, FTW_PHYS) == 0);
+    }
+    store = &s1;
+    one = make(1, PKV_RANKS_ONE);
+    store = &st;
+    all = make(tp, PKV_RANKS_ALL);
+    store = NULL;
+    if (kv_dtype) set_scales();
+    uint32_t cached = 0;
+    const uint64_t s = allocate(prompt_tokens, 24, &cached);
+    CHECK(cached == (round == 1 ? 20u : 0u));
+    step(&s, 1);
+    pkv_stats a, b;
+    a.struct_size = b.struct_size = sizeof a;
+    CHECK_OK(pkv_engine_stats(one, &a));
+    CHECK_OK(pkv_engine_stats(all, &b));
+    CHECK(a.store_hit_tokens == b.store_hit_tokens && b.store_hit_tokens == cached);
+    if (round == 2) CHECK(b.num_store_rejected > 0);
+    BOTH(pkv_release(one, s), pkv_release(all, s));
+    pkv_engine_destroy(one); /* the writers finish their queued writes */
+    pkv_engine_destroy(all);
+  }
+  one = saved_one, all = saved_all;
+  nftw(d1, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+  nftw(dt, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 int main(int argc, char **argv) {
@@ -654,6 +726,7 @@ int main(int argc, char **argv) {
   }
   TU_RUN(profile);
   TU_RUN(store_refused);
+  if (!procs) TU_RUN(store_scenario);
   pkv_engine_destroy(one);
   pkv_engine_destroy(all);
   free(plans[0]), free(plans[1]);
