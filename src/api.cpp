@@ -411,6 +411,7 @@ pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_token
     PKV_REQUIRE(out_seq != nullptr, "out_seq is NULL");
     const pkv::PrefixKeys keys = keys_of(sp, num_tokens);
     const pkv::Retention retention = retention_of(sp);
+    en.require_timeless(retention, "seq params'");
     uint32_t cached = 0;
     *out_seq = en.allocate(tokens, num_tokens, keys, &cached);
     en.set_retention(*out_seq, retention);

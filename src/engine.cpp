@@ -370,6 +370,7 @@ void Engine::swap_in(uint64_t id) {
 uint64_t Engine::submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                         const PrefixKeys &keys) {
   require_decider("pkv_submit");
+  require_timeless(Retention{0, rp.cache_retention_ms}, "request params'");
   return scheduler_.submit(prompt, n, rp, keys);
 }
 

@@ -118,6 +118,9 @@ class Engine {
   // pkv_cache_set_priority, pkv_cache_pin, pkv_cache_unpin, and the clock they are measured by,
   // read once per call (api.cpp's guards).
   void set_retention(uint64_t id, Retention r) { seqs_.get(id).retention = r; }
+  // A retention with a deadline reads the engine's clock: refused on one rank of several
+  // (ranks ONE), whose ranks' clocks would let their evictions differ (DESIGN.md §10).
+  void require_timeless(const Retention &r, const char *what) const;
   uint32_t cache_set_priority(const int32_t *tokens, uint32_t n, const PrefixKeys &keys,
                               Retention r);
   uint64_t cache_pin(const int32_t *tokens, uint32_t n, const PrefixKeys &keys,

@@ -8,8 +8,21 @@
 
 namespace pkv {
 
+void Engine::require_timeless(const Retention &r, const char *what) const {
+  if (r.retention_ms == 0 || params_.ranks != PKV_RANKS_ONE ||
+      params_.tp_size * params_.pp_size == 1)
+    return;
+  fail(PKV_ERR_UNSUPPORTED,
+       "%s cache_retention_ms %u on an engine of one rank of %u (ranks ONE): each rank's engine "
+       "reads its own clock, so a priority could run out on one rank and not on another and "
+       "their evictions differ; give no deadline (0), or decide for every rank in one engine "
+       "(ranks ALL, or ranks POOL engines importing its plans)",
+       what, r.retention_ms, params_.tp_size * params_.pp_size);
+}
+
 uint32_t Engine::cache_set_priority(const int32_t *tokens, uint32_t n, const PrefixKeys &keys,
                                     Retention r) {
+  require_timeless(r, "pkv_cache_set_priority:");
   require_no_batch("pkv_cache_set_priority");
   require_length(n);
   return blocks_.set_priority(keys, tokens, n, r);

@@ -642,6 +642,38 @@ static int remove_entry(const char *path, const struct stat *st, int kind, struc
   return remove(path);
 }
 
+/* The replicated mode (one engine of ranks ONE per rank, each making the same calls) is kept
+ * where nothing can make its ranks differ: a store is refused (store_refused), and so is a
+ * retention deadline, which each rank's engine would measure on its own clock. */
+static void replicated(void) {
+  pkv_engine *e = make_rank(tp, PKV_RANKS_ONE, tp - 1, pp - 1);
+  int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  pkv_seq_params sp;
+  pkv_seq_params_init(&sp, sizeof sp);
+  sp.cache_priority = 2, sp.cache_retention_ms = 500;
+  uint64_t s = 0;
+  CHECK_ERR(e, pkv_allocate(e, t, 8, &sp, &s, NULL), PKV_ERR_UNSUPPORTED);
+  CHECK(strstr(pkv_engine_last_error(e), "own clock") != NULL);
+  CHECK_ERR(e, pkv_cache_set_priority(e, t, 8, NULL, 2, 500, NULL), PKV_ERR_UNSUPPORTED);
+  pkv_request_params rp;
+  pkv_request_params_init(&rp, sizeof rp);
+  rp.max_new_tokens = 4, rp.cache_retention_ms = 500;
+  CHECK_ERR(e, pkv_submit(e, t, 8, &rp, &s), PKV_ERR_UNSUPPORTED);
+  pkv_stats st;
+  st.struct_size = sizeof st;
+  CHECK_OK(pkv_engine_stats(e, &st));
+  CHECK(st.num_seqs == 0);   /* nothing was made */
+  sp.cache_retention_ms = 0; /* a priority without a deadline is the same on every rank */
+  CHECK_OK(pkv_allocate(e, t, 8, &sp, &s, NULL));
+  CHECK_OK(pkv_cache_set_priority(e, t, 8, NULL, 2, 0, NULL));
+  /* An engine of every rank reads one clock for all: a deadline is fine there. */
+  sp.cache_retention_ms = 500;
+  uint64_t s2 = 0;
+  CHECK_OK(pkv_allocate(all, t, 8, &sp, &s2, NULL));
+  CHECK_OK(pkv_release(all, s2));
+  pkv_engine_destroy(e);
+}
+
 /* A store below the host tier of an engine of every rank: its values hold every rank's slice.
  * A prompt written through by one pair of engines hits in the next pair (every shard's bytes as
  * the one-rank engine's); with the last rank's slice of every value damaged, every rank misses
@@ -727,6 +759,7 @@ int main(int argc, char **argv) {
   TU_RUN(profile);
   TU_RUN(store_refused);
   if (!procs) TU_RUN(store_scenario);
+  if (!procs && tp * pp > 1) TU_RUN(replicated);
   pkv_engine_destroy(one);
   pkv_engine_destroy(all);
   free(plans[0]), free(plans[1]);
