@@ -8,9 +8,9 @@ using System;
 using System.Runtime.InteropServices;
 
 // The assembly's version is pkv.h's PKV_VERSION_*.
-[assembly: System.Reflection.AssemblyVersion("0.9.0.0")]
-[assembly: System.Reflection.AssemblyFileVersion("0.9.0.0")]
-[assembly: System.Reflection.AssemblyInformationalVersion("0.9.0")]
+[assembly: System.Reflection.AssemblyVersion("0.10.0.0")]
+[assembly: System.Reflection.AssemblyFileVersion("0.10.0.0")]
+[assembly: System.Reflection.AssemblyInformationalVersion("0.10.0")]
 
 namespace Pkv
 {
@@ -112,6 +112,14 @@ namespace Pkv
         Recompute = 0,
         Swap = 1,
         Auto = 2,
+    }
+
+    /// <summary>Which ranks an engine decides for and holds pools of (EngineParams.Ranks, since 0.10, PKV_RANKS_*): One, itself; All, every rank's pool in this process; Pool, one rank's pool running the plans a decider exported.</summary>
+    public enum Ranks : uint
+    {
+        One = 0,
+        All = 1,
+        Pool = 2,
     }
 
     /// <summary>A store tier's kind (PKV_STORE_*).</summary>
@@ -342,7 +350,7 @@ namespace Pkv
         public uint Reserved0;
     }
 
-    /// <summary>pkv_engine_params (240 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (264 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct EngineParamsNative
     {
@@ -395,6 +403,11 @@ namespace Pkv
         public uint StateCheckpointInterval;
         public uint NumStateCheckpoints;
         public uint Reserved4;
+        public Ranks Ranks;
+        public uint PpSize;
+        public IntPtr RankDeviceIds;
+        public uint PpRank;
+        public uint Reserved5;
     }
 
     /// <summary>pkv_engine_params in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -439,8 +452,12 @@ namespace Pkv
         public StateCheckpointPolicy StateCheckpointPolicy;
         public uint StateCheckpointInterval;
         public uint NumStateCheckpoints;
+        public Ranks Ranks;
+        public uint PpSize;
+        public uint PpRank;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
         LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place
+        int[] rankDeviceIds;  // RankDeviceIds (Params.cs): never changed in place
 
         /// <summary>The C struct of these fields (pointers zero).</summary>
         internal unsafe EngineParamsNative ToNative()
@@ -484,6 +501,9 @@ namespace Pkv
             n.StateCheckpointPolicy = StateCheckpointPolicy;
             n.StateCheckpointInterval = StateCheckpointInterval;
             n.NumStateCheckpoints = NumStateCheckpoints;
+            n.Ranks = Ranks;
+            n.PpSize = PpSize;
+            n.PpRank = PpRank;
             return n;
         }
 
@@ -529,6 +549,9 @@ namespace Pkv
             p.StateCheckpointPolicy = n.StateCheckpointPolicy;
             p.StateCheckpointInterval = n.StateCheckpointInterval;
             p.NumStateCheckpoints = n.NumStateCheckpoints;
+            p.Ranks = n.Ranks;
+            p.PpSize = n.PpSize;
+            p.PpRank = n.PpRank;
             return p;
         }
     }
@@ -701,7 +724,7 @@ namespace Pkv
         public ulong PaddingBytesPerBlock;
     }
 
-    /// <summary>pkv_kv_budget (248 bytes on x86_64).</summary>
+    /// <summary>pkv_kv_budget (264 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct KvBudget
     {
@@ -744,6 +767,10 @@ namespace Pkv
         public ulong StateBytesPerSeq;
         public ulong StatePoolBytes;
         public ulong HostStateBytes;
+        public uint NumRanks;
+        public uint BoundingRank;
+        public uint RanksOnDevice;
+        public uint Reserved2;
     }
 
     /// <summary>pkv_stats (448 bytes on x86_64).</summary>
@@ -809,7 +836,7 @@ namespace Pkv
         public ulong NumDeviceAllocs;
     }
 
-    /// <summary>pkv_pool_info (184 bytes on x86_64).</summary>
+    /// <summary>pkv_pool_info (216 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct PoolInfo
     {
@@ -843,6 +870,14 @@ namespace Pkv
         internal IntPtr HostStateBase;
         public uint NumHostStateSlots;
         public uint Reserved2;
+        public uint Rank;
+        public uint NumRanks;
+        public int DeviceId;
+        public uint TpRank;
+        public uint PpRank;
+        public uint FirstLayer;
+        public uint EndLayer;
+        public uint Reserved3;
     }
 
     /// <summary>pkv_layer_info (248 bytes on x86_64).</summary>
@@ -963,7 +998,7 @@ namespace Pkv
     public static class Constants
     {
         public const int VersionMajor = 0;
-        public const int VersionMinor = 9;
+        public const int VersionMinor = 10;
         public const int VersionPatch = 0;
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
@@ -995,6 +1030,7 @@ namespace Pkv
         public const int MaxCacheRetentions = 4;
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
+        public const int MaxRanks = 255;
         public const int StoreProblemBytes = 64;
     }
 
@@ -1005,7 +1041,7 @@ namespace Pkv
         public const string Library = "libpkv.so.1";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 9;
+        public const int PKV_VERSION_MINOR = 10;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 
@@ -1090,6 +1126,10 @@ namespace Pkv
         public const int PKV_PREEMPT_RECOMPUTE = 0;
         public const int PKV_PREEMPT_SWAP = 1;
         public const int PKV_PREEMPT_AUTO = 2;
+        public const int PKV_RANKS_ONE = 0;
+        public const int PKV_RANKS_ALL = 1;
+        public const int PKV_RANKS_POOL = 2;
+        public const int PKV_MAX_RANKS = 255;
         public const int PKV_TIER_NONE = 0;
         public const int PKV_TIER_DEVICE = 1;
         public const int PKV_TIER_HOST = 2;
@@ -1118,7 +1158,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 240, 24, 48, 56, 168, 64, 32, 248, 448, 184, 248, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 264, 24, 48, 56, 168, 64, 32, 264, 448, 216, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1375,6 +1415,33 @@ namespace Pkv
             return pkv_attention_native(b, layer, q, k, v, @out);
         }
 
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_batch_rank")]
+        static extern Status pkv_batch_rank_native(BatchHandle b, uint rank, out BatchHandle @out);
+
+        public static Status pkv_batch_rank(BatchHandle b, uint rank, out BatchHandle @out)
+        {
+            Loaded();
+            return pkv_batch_rank_native(b, rank, out @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_batch_export_plan")]
+        static extern Status pkv_batch_export_plan_native(BatchHandle b, void* @out, ulong cap, ulong* out_len);
+
+        public static Status pkv_batch_export_plan(BatchHandle b, void* @out, ulong cap, ulong* out_len)
+        {
+            Loaded();
+            return pkv_batch_export_plan_native(b, @out, cap, out_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_plan_import")]
+        static extern Status pkv_plan_import_native(EngineHandle e, void* plan, ulong len, out BatchHandle @out);
+
+        public static Status pkv_plan_import(EngineHandle e, void* plan, ulong len, out BatchHandle @out)
+        {
+            Loaded();
+            return pkv_plan_import_native(e, plan, len, out @out);
+        }
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_batch_plan_graph")]
         static extern Status pkv_batch_plan_graph_native(BatchHandle b, uint bucket);
 
@@ -1537,6 +1604,15 @@ namespace Pkv
             return pkv_pool_info_native(e, @out);
         }
 
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_rank_pool_info")]
+        static extern Status pkv_rank_pool_info_native(EngineHandle e, uint rank, PoolInfo* @out);
+
+        public static Status pkv_rank_pool_info(EngineHandle e, uint rank, PoolInfo* @out)
+        {
+            Loaded();
+            return pkv_rank_pool_info_native(e, rank, @out);
+        }
+
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_layer_info")]
         static extern Status pkv_layer_info_native(EngineHandle e, uint layer, LayerInfo* @out);
 
@@ -1688,6 +1764,15 @@ namespace Pkv
         {
             Loaded();
             return pkv_engine_set_stream_native(e, cuda_stream);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_engine_set_rank_stream")]
+        static extern Status pkv_engine_set_rank_stream_native(EngineHandle e, uint rank, void* cuda_stream);
+
+        public static Status pkv_engine_set_rank_stream(EngineHandle e, uint rank, void* cuda_stream)
+        {
+            Loaded();
+            return pkv_engine_set_rank_stream_native(e, rank, cuda_stream);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_block_hash_root")]

@@ -50,6 +50,10 @@ CS_ENUMS = {
     'PKV_TOPK_POSITIONS': ('TopKKind', 'PKV_TOPK_',
                            'What Batch.IndexerTopK\'s indices are (since 0.7, PKV_TOPK_*): Positions in '
                            'the token\'s sequence, or Slots of the layer\'s KV group.', False),
+    'PKV_RANKS_ONE': ('Ranks', 'PKV_RANKS_',
+                      'Which ranks an engine decides for and holds pools of (EngineParams.Ranks, since '
+                      '0.10, PKV_RANKS_*): One, itself; All, every rank\'s pool in this process; '
+                      'Pool, one rank\'s pool running the plans a decider exported.', False),
 }
 # The C type of each C# enum's fields (an enum of a uint32_t field is ': uint').
 CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_t', 'BudgetSource': 'uint32_t',
@@ -57,7 +61,8 @@ CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_
                    'KvEventType': 'uint32_t', 'StoreKind': 'uint32_t', 'StoreWriteMode': 'uint32_t',
                    'StoreListFlags': 'uint32_t', 'StoreValueState': 'uint32_t', 'Tier': 'uint32_t',
                    'EventFormat': 'uint32_t', 'LayerKind': 'uint32_t', 'AttentionKind': 'uint32_t',
-                   'StateCheckpointPolicy': 'uint32_t', 'IndexerFlags': 'uint32_t', 'TopKKind': 'uint32_t'}
+                   'StateCheckpointPolicy': 'uint32_t', 'IndexerFlags': 'uint32_t', 'TopKKind': 'uint32_t',
+                   'Ranks': 'uint32_t'}
 # The fields of those types, by C name or struct.field.
 CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_layout': 'KvLayout', 'pkv_kv_budget.source': 'BudgetSource',
@@ -68,7 +73,8 @@ CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'pkv_store_params.write_mode': 'StoreWriteMode', 'pkv_store_entry.state': 'StoreValueState',
                    'pkv_seq_info.kv_tier': 'Tier', 'pkv_kv_event.medium': 'Tier',
                    'pkv_event_publisher_params.format': 'EventFormat', 'pkv_layer_spec.kind': 'LayerKind',
-                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind', 'index_dtype': 'DType'}
+                   'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind', 'index_dtype': 'DType',
+                   'pkv_engine_params.ranks': 'Ranks'}
 CS_WORDS = {'dtype': 'DType'}
 # Structs only the binding's own types use (they hold C pointers, strings or fixed buffers):
 # internal. Every other struct is public, its pointer fields internal (IntPtr is never public).
@@ -80,7 +86,8 @@ CS_INTERNAL_STRUCTS = {'pkv_store_key', 'pkv_store_callbacks', 'pkv_store_params
 # adds by hand (EngineParams.LayerWindows, an array it owns), with ToNative/FromNative. Each
 # maps to the fields of those additions (all of a struct's fields are declared in one part).
 CS_MANAGED_STRUCTS = {'pkv_engine_params': ['uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place',
-                                            'LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place'],
+                                            'LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place',
+                                            'int[] rankDeviceIds;  // RankDeviceIds (Params.cs): never changed in place'],
                       'pkv_seq_info': [],
                       'pkv_layer_spec': ['StatePart[] stateParts;  // StateParts (State.cs): never changed in place']}
 # Fields of a managed twin that the binding sets itself (the size of an array it passes): left out.

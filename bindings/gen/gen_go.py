@@ -12,7 +12,7 @@ from gen_header import BANNER, pascal
 # types (typed enums, bool on/off fields, no struct_size or reserved fields) converted to and
 # from the raw ones by generated toC / fromC methods.
 INITIALISMS = {'ABI', 'CPU', 'CUDA', 'F32', 'F16', 'BF16', 'FP8', 'E4M3', 'E5M2', 'OK', 'HF', 'ID',
-               'KV', 'COW', 'TP', 'HWM', 'TTL', 'IO', 'LRU', 'URL', 'MLA', 'QK', 'UE8M0'}
+               'KV', 'COW', 'TP', 'PP', 'HWM', 'TTL', 'IO', 'LRU', 'URL', 'MLA', 'QK', 'UE8M0'}
 GO_WORDS = {'dtype': 'DType', 'ids': 'IDs'}
 GO_SCALARS = {'char': 'byte', 'uint8_t': 'uint8', 'int32_t': 'int32', 'uint32_t': 'uint32', 'int64_t': 'int64', 'uint64_t': 'uint64',
               'double': 'float64', 'float': 'float32'}
@@ -56,6 +56,8 @@ GO_ENUMS = {
                                 'bits of Batch.IndexerWrite\'s flags (pkv_indexer_write)'),
     'PKV_TOPK_POSITIONS': ('TopKKind', 'uint32', 'PKV_TOPK_', 'TopK',
                            'what Batch.IndexerTopK\'s indices are (pkv_indexer_topk\'s out_kind)'),
+    'PKV_RANKS_ONE': ('Ranks', 'uint32', 'PKV_RANKS_', 'Ranks',
+                      'which ranks an engine decides for and holds pools of (EngineParams.Ranks)'),
 }
 # Struct fields of a named type: the field's C name (any struct) or struct.field -> the Go type.
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
@@ -64,7 +66,8 @@ GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'kv_layout': 'KVLayout', 'debug_flags': 'DebugFlags', 'kind': 'StoreKind',
                    'state': 'StoreValueState', 'pkv_layer_spec.kind': 'LayerKind',
                    'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind',
-                   'state_checkpoint_policy': 'StateCheckpointPolicy', 'index_dtype': 'DType'}
+                   'state_checkpoint_policy': 'StateCheckpointPolicy', 'index_dtype': 'DType',
+                   'pkv_engine_params.ranks': 'Ranks'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
                   'in_batch', 'is_request', 'k_eq_v', 'sinks'}
@@ -76,13 +79,16 @@ GO_API_STRUCTS = {
         'store': None,
         'layer_windows': ('LayerWindows', '[]uint32'),
         'layer_specs': ('LayerSpecs', '[]LayerSpec'), 'layer_spec_size': None,
-        'event_publisher': ('EventPublisher', '*EventPublisherParams')}, ['initialized bool'],
+        'event_publisher': ('EventPublisher', '*EventPublisherParams'),
+        'rank_device_ids': ('RankDeviceIDs', '[]int32')}, ['initialized bool'],
         'EngineParams are an engine\'s parameters (pkv_engine_params; pkv.h documents each field).\n'
         'Start from DefaultParams (or ParamsFromHFConfig): a struct literal lacks pkv\'s defaults and\n'
         'is refused. LayerWindows: each layer\'s sliding window (0 = full attention), NumLayers of\n'
         'them, nil for SlidingWindow in every layer. LayerSpecs: the cache per layer, NumLayers of\n'
         'them (nil: every layer as the flat fields say). EventPublisher: publish the engine\'s KV events\n'
-        'over ZeroMQ (nil: none). The store tier is NewEngineWithStore\'s.'),
+        'over ZeroMQ (nil: none). RankDeviceIDs: with Ranks RanksAll on CUDA, each rank\'s device,\n'
+        'TPSize * PPSize of them (nil: every rank on DeviceID). The store tier is\n'
+        'NewEngineWithStore\'s.'),
     'pkv_request_params': ('inout', {'cache_salt': None, 'cache_salt_len': None,
                                      'extra_keys': ('ExtraKeys', '[]ExtraKey'), 'num_extra_keys': None,
                                      'extra_key_size': None}, ['initialized bool'],

@@ -5,14 +5,14 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 9
+	VersionMinor = 10
 	VersionPatch = 0
 	ABIVersion   = 1
 )
 
 // BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
 // generated from (the version a go.mod requires it at).
-const BindingVersion = "0.9.0"
+const BindingVersion = "0.10.0"
 
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (
@@ -171,6 +171,19 @@ const (
 	PreemptRecompute PreemptionMode = 0
 	PreemptSwap      PreemptionMode = 1
 	PreemptAuto      PreemptionMode = 2
+)
+
+// Ranks is which ranks an engine decides for and holds pools of (EngineParams.Ranks): pkv.h's PKV_RANKS_*.
+type Ranks uint32
+
+const (
+	RanksOne  Ranks = 0
+	RanksAll  Ranks = 1
+	RanksPool Ranks = 2
+)
+
+const (
+	MaxRanks = 255
 )
 
 // Tier is where a sequence's KV is (SeqInfo.KVTier) or a block is (KVEvent.Medium): pkv.h's PKV_TIER_*.
@@ -429,6 +442,19 @@ func (v PreemptionMode) String() string {
 	return unknown("PreemptionMode", int64(v))
 }
 
+// String is the C name without PKV_, e.g. "RANKS_ONE".
+func (v Ranks) String() string {
+	switch v {
+	case RanksOne:
+		return "RANKS_ONE"
+	case RanksAll:
+		return "RANKS_ALL"
+	case RanksPool:
+		return "RANKS_POOL"
+	}
+	return unknown("Ranks", int64(v))
+}
+
 // String is the C name without PKV_, e.g. "STATE_CHECKPOINT_PROMPT_END".
 func (v StateCheckpointPolicy) String() string {
 	switch v {
@@ -631,7 +657,7 @@ type cEventPublisherParams struct {
 	Reserved0           uint32
 }
 
-// cEngineParams mirrors C's pkv_engine_params (240 bytes on amd64; layout checked against C at init).
+// cEngineParams mirrors C's pkv_engine_params (264 bytes on amd64; layout checked against C at init).
 type cEngineParams struct {
 	StructSize              uint32
 	NumLayers               uint32
@@ -682,6 +708,11 @@ type cEngineParams struct {
 	StateCheckpointInterval uint32
 	NumStateCheckpoints     uint32
 	Reserved4               uint32
+	Ranks                   uint32
+	PPSize                  uint32
+	RankDeviceIDs           uintptr
+	PPRank                  uint32
+	Reserved5               uint32
 }
 
 // cExtraKey mirrors C's pkv_extra_key (24 bytes on amd64; layout checked against C at init).
@@ -781,7 +812,7 @@ type cKVGroupInfo struct {
 	PaddingBytesPerBlock uint64
 }
 
-// cKVBudget mirrors C's pkv_kv_budget (248 bytes on amd64; layout checked against C at init).
+// cKVBudget mirrors C's pkv_kv_budget (264 bytes on amd64; layout checked against C at init).
 type cKVBudget struct {
 	StructSize           uint32
 	Device               int32
@@ -822,6 +853,10 @@ type cKVBudget struct {
 	StateBytesPerSeq     uint64
 	StatePoolBytes       uint64
 	HostStateBytes       uint64
+	NumRanks             uint32
+	BoundingRank         uint32
+	RanksOnDevice        uint32
+	Reserved2            uint32
 }
 
 // cStats mirrors C's pkv_stats (448 bytes on amd64; layout checked against C at init).
@@ -885,7 +920,7 @@ type cStats struct {
 	NumDeviceAllocs              uint64
 }
 
-// cPoolInfo mirrors C's pkv_pool_info (184 bytes on amd64; layout checked against C at init).
+// cPoolInfo mirrors C's pkv_pool_info (216 bytes on amd64; layout checked against C at init).
 type cPoolInfo struct {
 	StructSize        uint32
 	Device            int32
@@ -917,6 +952,14 @@ type cPoolInfo struct {
 	HostStateBase     uintptr
 	NumHostStateSlots uint32
 	Reserved2         uint32
+	Rank              uint32
+	NumRanks          uint32
+	DeviceID          int32
+	TPRank            uint32
+	PPRank            uint32
+	FirstLayer        uint32
+	EndLayer          uint32
+	Reserved3         uint32
 }
 
 // cLayerInfo mirrors C's pkv_layer_info (248 bytes on amd64; layout checked against C at init).

@@ -38,6 +38,9 @@ static struct {
   pkv_status (*pkv_batch_end)(pkv_batch *);
   void (*pkv_batch_abort)(pkv_batch *);
   pkv_status (*pkv_attention)(pkv_batch *, uint32_t, const void *, const void *, const void *, void *);
+  pkv_status (*pkv_batch_rank)(pkv_batch *, uint32_t, pkv_batch **);
+  pkv_status (*pkv_batch_export_plan)(pkv_batch *, void *, uint64_t, uint64_t *);
+  pkv_status (*pkv_plan_import)(pkv_engine *, const void *, uint64_t, pkv_batch **);
   pkv_status (*pkv_batch_plan_graph)(pkv_batch *, uint32_t);
   pkv_status (*pkv_indexer_write)(pkv_batch *, uint32_t, const void *, uint32_t);
   pkv_status (*pkv_indexer_topk)(pkv_batch *, uint32_t, const void *, const float *, uint32_t, int32_t *);
@@ -56,6 +59,7 @@ static struct {
   pkv_status (*pkv_profile)(const pkv_engine_params *, pkv_kv_budget *);
   pkv_status (*pkv_engine_stats)(pkv_engine *, pkv_stats *);
   pkv_status (*pkv_pool_info)(pkv_engine *, struct pkv_pool_info *);
+  pkv_status (*pkv_rank_pool_info)(pkv_engine *, uint32_t, struct pkv_pool_info *);
   pkv_status (*pkv_layer_info)(pkv_engine *, uint32_t, struct pkv_layer_info *);
   pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
   pkv_status (*pkv_cache_set_priority)(pkv_engine *, const int32_t *, uint32_t, const pkv_seq_params *, int32_t, uint32_t, uint32_t *);
@@ -73,6 +77,7 @@ static struct {
   pkv_status (*pkv_set_kv_scales)(pkv_engine *, uint32_t, const float *, const float *);
   pkv_status (*pkv_set_attention_sinks)(pkv_engine *, uint32_t, const float *, uint32_t);
   pkv_status (*pkv_engine_set_stream)(pkv_engine *, void *);
+  pkv_status (*pkv_engine_set_rank_stream)(pkv_engine *, uint32_t, void *);
   pkv_status (*pkv_block_hash_root)(uint64_t, const void *, uint32_t, uint64_t *);
   pkv_status (*pkv_block_hash)(uint64_t, uint64_t, const int32_t *, uint32_t, uint64_t *);
   pkv_status (*pkv_block_hash_root_lora)(uint64_t, const void *, uint32_t, uint64_t, uint64_t *);
@@ -193,6 +198,18 @@ int pkvgo_resolve(void *lib, const char **missing) {
     *missing = "pkv_attention";
     return -1;
   }
+  if (!(*(void **)&fn.pkv_batch_rank = dlsym(lib, "pkv_batch_rank"))) {
+    *missing = "pkv_batch_rank";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_batch_export_plan = dlsym(lib, "pkv_batch_export_plan"))) {
+    *missing = "pkv_batch_export_plan";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_plan_import = dlsym(lib, "pkv_plan_import"))) {
+    *missing = "pkv_plan_import";
+    return -1;
+  }
   if (!(*(void **)&fn.pkv_batch_plan_graph = dlsym(lib, "pkv_batch_plan_graph"))) {
     *missing = "pkv_batch_plan_graph";
     return -1;
@@ -265,6 +282,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
     *missing = "pkv_pool_info";
     return -1;
   }
+  if (!(*(void **)&fn.pkv_rank_pool_info = dlsym(lib, "pkv_rank_pool_info"))) {
+    *missing = "pkv_rank_pool_info";
+    return -1;
+  }
   if (!(*(void **)&fn.pkv_layer_info = dlsym(lib, "pkv_layer_info"))) {
     *missing = "pkv_layer_info";
     return -1;
@@ -331,6 +352,10 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_engine_set_stream = dlsym(lib, "pkv_engine_set_stream"))) {
     *missing = "pkv_engine_set_stream";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_engine_set_rank_stream = dlsym(lib, "pkv_engine_set_rank_stream"))) {
+    *missing = "pkv_engine_set_rank_stream";
     return -1;
   }
   if (!(*(void **)&fn.pkv_block_hash_root = dlsym(lib, "pkv_block_hash_root"))) {
@@ -492,6 +517,18 @@ pkv_status (pkv_attention)(pkv_batch *b, uint32_t layer, const void *q, const vo
   return fn.pkv_attention ? (fn.pkv_attention)(b, layer, q, k, v, out) : PKV_ERR_UNSUPPORTED;
 }
 
+pkv_status (pkv_batch_rank)(pkv_batch *b, uint32_t rank, pkv_batch **out) {
+  return fn.pkv_batch_rank ? (fn.pkv_batch_rank)(b, rank, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_batch_export_plan)(pkv_batch *b, void *out, uint64_t cap, uint64_t *out_len) {
+  return fn.pkv_batch_export_plan ? (fn.pkv_batch_export_plan)(b, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_plan_import)(pkv_engine *e, const void *plan, uint64_t len, pkv_batch **out) {
+  return fn.pkv_plan_import ? (fn.pkv_plan_import)(e, plan, len, out) : PKV_ERR_UNSUPPORTED;
+}
+
 pkv_status (pkv_batch_plan_graph)(pkv_batch *b, uint32_t bucket) {
   return fn.pkv_batch_plan_graph ? (fn.pkv_batch_plan_graph)(b, bucket) : PKV_ERR_UNSUPPORTED;
 }
@@ -564,6 +601,10 @@ pkv_status (pkv_pool_info)(pkv_engine *e, struct pkv_pool_info *out) {
   return fn.pkv_pool_info ? (fn.pkv_pool_info)(e, out) : PKV_ERR_UNSUPPORTED;
 }
 
+pkv_status (pkv_rank_pool_info)(pkv_engine *e, uint32_t rank, struct pkv_pool_info *out) {
+  return fn.pkv_rank_pool_info ? (fn.pkv_rank_pool_info)(e, rank, out) : PKV_ERR_UNSUPPORTED;
+}
+
 pkv_status (pkv_layer_info)(pkv_engine *e, uint32_t layer, struct pkv_layer_info *out) {
   return fn.pkv_layer_info ? (fn.pkv_layer_info)(e, layer, out) : PKV_ERR_UNSUPPORTED;
 }
@@ -630,6 +671,10 @@ pkv_status (pkv_set_attention_sinks)(pkv_engine *e, uint32_t layer, const float 
 
 pkv_status (pkv_engine_set_stream)(pkv_engine *e, void *cuda_stream) {
   return fn.pkv_engine_set_stream ? (fn.pkv_engine_set_stream)(e, cuda_stream) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_engine_set_rank_stream)(pkv_engine *e, uint32_t rank, void *cuda_stream) {
+  return fn.pkv_engine_set_rank_stream ? (fn.pkv_engine_set_rank_stream)(e, rank, cuda_stream) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_block_hash_root)(uint64_t seed, const void *salt, uint32_t salt_len, uint64_t *out_hash) {

@@ -71,7 +71,8 @@ func (p *LayerSpec) fromC(c *cLayerSpec) {
 // refused. LayerWindows: each layer's sliding window (0 = full attention), NumLayers of them,
 // nil for SlidingWindow in every layer. LayerSpecs: the cache per layer, NumLayers of them (nil:
 // every layer as the flat fields say). EventPublisher: publish the engine's KV events over
-// ZeroMQ (nil: none). The store tier is NewEngineWithStore's.
+// ZeroMQ (nil: none). RankDeviceIDs: with Ranks RanksAll on CUDA, each rank's device, TPSize *
+// PPSize of them (nil: every rank on DeviceID). The store tier is NewEngineWithStore's.
 type EngineParams struct {
 	NumLayers               uint32
 	NumQHeads               uint32
@@ -114,6 +115,10 @@ type EngineParams struct {
 	StateCheckpointPolicy   StateCheckpointPolicy
 	StateCheckpointInterval uint32
 	NumStateCheckpoints     uint32
+	Ranks                   Ranks
+	PPSize                  uint32
+	RankDeviceIDs           []int32
+	PPRank                  uint32
 
 	initialized bool
 }
@@ -158,6 +163,9 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.StateCheckpointPolicy = uint32(p.StateCheckpointPolicy)
 	c.StateCheckpointInterval = p.StateCheckpointInterval
 	c.NumStateCheckpoints = p.NumStateCheckpoints
+	c.Ranks = uint32(p.Ranks)
+	c.PPSize = p.PPSize
+	c.PPRank = p.PPRank
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -200,6 +208,9 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.StateCheckpointPolicy = StateCheckpointPolicy(c.StateCheckpointPolicy)
 	p.StateCheckpointInterval = c.StateCheckpointInterval
 	p.NumStateCheckpoints = c.NumStateCheckpoints
+	p.Ranks = Ranks(c.Ranks)
+	p.PPSize = c.PPSize
+	p.PPRank = c.PPRank
 }
 
 // SeqInfo is a sequence's state (pkv_seq_info).
@@ -384,6 +395,9 @@ type KVBudget struct {
 	StateBytesPerSeq     uint64
 	StatePoolBytes       uint64
 	HostStateBytes       uint64
+	NumRanks             uint32
+	BoundingRank         uint32
+	RanksOnDevice        uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -424,6 +438,9 @@ func (p *KVBudget) fromC(c *cKVBudget) {
 	p.StateBytesPerSeq = c.StateBytesPerSeq
 	p.StatePoolBytes = c.StatePoolBytes
 	p.HostStateBytes = c.HostStateBytes
+	p.NumRanks = c.NumRanks
+	p.BoundingRank = c.BoundingRank
+	p.RanksOnDevice = c.RanksOnDevice
 }
 
 // Stats are an engine's counters (pkv_stats).
@@ -574,6 +591,13 @@ type PoolInfo struct {
 	NumStateSlots     uint32
 	HostStateBase     uintptr
 	NumHostStateSlots uint32
+	Rank              uint32
+	NumRanks          uint32
+	DeviceID          int32
+	TPRank            uint32
+	PPRank            uint32
+	FirstLayer        uint32
+	EndLayer          uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -605,6 +629,13 @@ func (p *PoolInfo) fromC(c *cPoolInfo) {
 	p.NumStateSlots = c.NumStateSlots
 	p.HostStateBase = c.HostStateBase
 	p.NumHostStateSlots = c.NumHostStateSlots
+	p.Rank = c.Rank
+	p.NumRanks = c.NumRanks
+	p.DeviceID = c.DeviceID
+	p.TPRank = c.TPRank
+	p.PPRank = c.PPRank
+	p.FirstLayer = c.FirstLayer
+	p.EndLayer = c.EndLayer
 }
 
 // LayerInfo is one layer of an engine's pool (pkv_layer_info): its spec resolved, and where its

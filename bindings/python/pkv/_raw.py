@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 9
+PKV_VERSION_MINOR = 10
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
@@ -91,6 +91,10 @@ PKV_COPY_STATE_IN = 8
 PKV_PREEMPT_RECOMPUTE = 0
 PKV_PREEMPT_SWAP = 1
 PKV_PREEMPT_AUTO = 2
+PKV_RANKS_ONE = 0
+PKV_RANKS_ALL = 1
+PKV_RANKS_POOL = 2
+PKV_MAX_RANKS = 255
 PKV_TIER_NONE = 0
 PKV_TIER_DEVICE = 1
 PKV_TIER_HOST = 2
@@ -290,6 +294,11 @@ class pkv_engine_params(_c.Structure):
         ('state_checkpoint_interval', _c.c_uint32),
         ('num_state_checkpoints', _c.c_uint32),
         ('reserved4', _c.c_uint32),
+        ('ranks', _c.c_uint32),
+        ('pp_size', _c.c_uint32),
+        ('rank_device_ids', _c.POINTER(_c.c_int32)),
+        ('pp_rank', _c.c_uint32),
+        ('reserved5', _c.c_uint32),
     ]
 
 
@@ -437,6 +446,10 @@ class pkv_kv_budget(_c.Structure):
         ('state_bytes_per_seq', _c.c_uint64),
         ('state_pool_bytes', _c.c_uint64),
         ('host_state_bytes', _c.c_uint64),
+        ('num_ranks', _c.c_uint32),
+        ('bounding_rank', _c.c_uint32),
+        ('ranks_on_device', _c.c_uint32),
+        ('reserved2', _c.c_uint32),
     ]
 
 
@@ -534,6 +547,14 @@ class pkv_pool_info(_c.Structure):
         ('host_state_base', _c.c_void_p),
         ('num_host_state_slots', _c.c_uint32),
         ('reserved2', _c.c_uint32),
+        ('rank', _c.c_uint32),
+        ('num_ranks', _c.c_uint32),
+        ('device_id', _c.c_int32),
+        ('tp_rank', _c.c_uint32),
+        ('pp_rank', _c.c_uint32),
+        ('first_layer', _c.c_uint32),
+        ('end_layer', _c.c_uint32),
+        ('reserved3', _c.c_uint32),
     ]
 
 
@@ -651,16 +672,16 @@ SIZES = {
     'pkv_store_callbacks': 40,
     'pkv_store_params': 112,
     'pkv_event_publisher_params': 56,
-    'pkv_engine_params': 240,
+    'pkv_engine_params': 264,
     'pkv_extra_key': 24,
     'pkv_seq_params': 48,
     'pkv_seq_info': 56,
     'pkv_batch_view': 168,
     'pkv_request_params': 64,
     'pkv_kv_group_info': 32,
-    'pkv_kv_budget': 248,
+    'pkv_kv_budget': 264,
     'pkv_stats': 448,
-    'pkv_pool_info': 184,
+    'pkv_pool_info': 216,
     'pkv_layer_info': 248,
     'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,
@@ -697,6 +718,9 @@ FUNCTIONS = {
     'pkv_batch_end': (pkv_status, [_c.POINTER(pkv_batch)]),
     'pkv_batch_abort': (None, [_c.POINTER(pkv_batch)]),
     'pkv_attention': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
+    'pkv_batch_rank': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.POINTER(_c.POINTER(pkv_batch))]),
+    'pkv_batch_export_plan': (pkv_status, [_c.POINTER(pkv_batch), _c.c_void_p, _c.c_uint64, _c.POINTER(_c.c_uint64)]),
+    'pkv_plan_import': (pkv_status, [_c.POINTER(pkv_engine), _c.c_void_p, _c.c_uint64, _c.POINTER(_c.POINTER(pkv_batch))]),
     'pkv_batch_plan_graph': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32]),
     'pkv_indexer_write': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.c_uint32]),
     'pkv_indexer_topk': (pkv_status, [_c.POINTER(pkv_batch), _c.c_uint32, _c.c_void_p, _c.POINTER(_c.c_float), _c.c_uint32, _c.POINTER(_c.c_int32)]),
@@ -715,6 +739,7 @@ FUNCTIONS = {
     'pkv_profile': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(pkv_kv_budget)]),
     'pkv_engine_stats': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_stats)]),
     'pkv_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_pool_info)]),
+    'pkv_rank_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_pool_info)]),
     'pkv_layer_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_layer_info)]),
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
     'pkv_cache_set_priority': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_seq_params), _c.c_int32, _c.c_uint32, _c.POINTER(_c.c_uint32)]),
@@ -732,6 +757,7 @@ FUNCTIONS = {
     'pkv_set_kv_scales': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(_c.c_float), _c.POINTER(_c.c_float)]),
     'pkv_set_attention_sinks': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(_c.c_float), _c.c_uint32]),
     'pkv_engine_set_stream': (pkv_status, [_c.POINTER(pkv_engine), _c.c_void_p]),
+    'pkv_engine_set_rank_stream': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.c_void_p]),
     'pkv_block_hash_root': (pkv_status, [_c.c_uint64, _c.c_void_p, _c.c_uint32, _c.POINTER(_c.c_uint64)]),
     'pkv_block_hash': (pkv_status, [_c.c_uint64, _c.c_uint64, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(_c.c_uint64)]),
     'pkv_block_hash_root_lora': (pkv_status, [_c.c_uint64, _c.c_void_p, _c.c_uint32, _c.c_uint64, _c.POINTER(_c.c_uint64)]),
@@ -774,6 +800,9 @@ PARAM_NAMES = {
     'pkv_batch_end': ('b',),
     'pkv_batch_abort': ('b',),
     'pkv_attention': ('b', 'layer', 'q', 'k', 'v', 'out'),
+    'pkv_batch_rank': ('b', 'rank', 'out'),
+    'pkv_batch_export_plan': ('b', 'out', 'cap', 'out_len'),
+    'pkv_plan_import': ('e', 'plan', 'len', 'out'),
     'pkv_batch_plan_graph': ('b', 'bucket'),
     'pkv_indexer_write': ('b', 'layer', 'k', 'flags'),
     'pkv_indexer_topk': ('b', 'layer', 'q', 'weights', 'out_kind', 'out'),
@@ -792,6 +821,7 @@ PARAM_NAMES = {
     'pkv_profile': ('p', 'out'),
     'pkv_engine_stats': ('e', 'out'),
     'pkv_pool_info': ('e', 'out'),
+    'pkv_rank_pool_info': ('e', 'rank', 'out'),
     'pkv_layer_info': ('e', 'layer', 'out'),
     'pkv_reset_prefix_cache': ('e',),
     'pkv_cache_set_priority': ('e', 'tokens', 'num_tokens', 'sp', 'priority', 'retention_ms', 'out_num_blocks'),
@@ -809,6 +839,7 @@ PARAM_NAMES = {
     'pkv_set_kv_scales': ('e', 'layer', 'k_scales', 'v_scales'),
     'pkv_set_attention_sinks': ('e', 'layer', 'sinks', 'num_sinks'),
     'pkv_engine_set_stream': ('e', 'cuda_stream'),
+    'pkv_engine_set_rank_stream': ('e', 'rank', 'cuda_stream'),
     'pkv_block_hash_root': ('seed', 'salt', 'salt_len', 'out_hash'),
     'pkv_block_hash': ('seed', 'parent_hash', 'tokens', 'num_tokens', 'out_hash'),
     'pkv_block_hash_root_lora': ('seed', 'salt', 'salt_len', 'lora_id', 'out_hash'),
