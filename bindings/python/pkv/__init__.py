@@ -16,7 +16,7 @@ pkv.lib (the loaded ctypes.CDLL, prototypes bound).
 from . import _raw
 from .enums import CONSTANTS, ENUMS, owner
 from ._lib import lib, path as library_path, text as _text
-from .batch import Batch, BatchView
+from .batch import Batch, BatchView, RankBatch
 from .engine import Engine
 from .enums import *  # noqa: F401,F403  Device, Dtype, KvLayout, EventType, Tier, ... (IntEnum)
 from .enums import __all__ as _enum_names
@@ -60,8 +60,9 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'CachePin', 'Batch', 'BatchView', 'Params', 'LayerSpec', 'ExtraKey', 'profile',
-           'kv_groups', 'kv_group_info', 'kv_group_infos', 'hf_config_layer_windows',
+__all__ = ['Engine', 'Sequence', 'CachePin', 'Batch', 'BatchView', 'RankBatch', 'Params',
+           'LayerSpec', 'ExtraKey', 'profile', 'kv_groups', 'kv_group_info', 'kv_group_infos',
+           'hf_config_layer_windows',
            'hf_config_digest', 'StoreParams', 'StoreAdmin', 'EventPublisherParams', 'DictStore',
            'block_hash', 'block_hash_root', 'block_hashes', 'block_hash_root_lora',
            'block_hash_extra', 'version', 'abi_version',

@@ -144,6 +144,35 @@ class Batch(SparseAttention):
         with self._engine._lock:
             self._check(lib.pkv_batch_plan_graph(self._live(), bucket))
 
+    def rank(self, rank):
+        """Rank `rank`'s handle of this batch (pkv_batch_rank, since 0.10.0), as a RankBatch, on
+        an engine of params.ranks Ranks.ALL: rank = pp_rank * tp_size + tp_rank. Its attention()
+        (and the indexer's and sparse MLA's calls, plan_graph) runs on that rank's pool with that
+        rank's heads: q and out [num_tokens][num_q_heads / tp_size][head_dim], k and v its kv
+        heads; on such an engine attention() of the batch itself is InvalidArgumentError. Its
+        view is the batch's; ending it (end, commit, abort) ends the batch. It is valid while the
+        batch is open. On an engine of one rank, rank 0 is the batch itself.
+        InvalidArgumentError for a rank not below the engine's number of ranks."""
+        out = ctypes.POINTER(_raw.pkv_batch)()
+        with self._engine._lock:
+            self._check(lib.pkv_batch_rank(self._live(), ctypes.c_uint32(rank), ctypes.byref(out)))
+            return RankBatch(self, out, rank)
+
+    def export_plan(self):
+        """This step's plan as bytes (pkv_batch_export_plan, since 0.10.0), for the ranks
+        Ranks.POOL engines of other processes (Engine.import_plan): the batch's view and its
+        copies, with a version, the engine's shape, a step number (the engine's exported plans
+        counted from 0) and a checksum. The host carries the bytes (a pipe, shared memory, an
+        NCCL broadcast); every export of one batch gives the same plan. StateError on an engine
+        of ranks POOL (its batches are imported); ValueError after the batch ended."""
+        n = ctypes.c_uint64()
+        with self._engine._lock:
+            handle = self._live()
+            self._check(lib.pkv_batch_export_plan(handle, None, 0, ctypes.byref(n)))
+            buf = (ctypes.c_uint8 * n.value)()
+            self._check(lib.pkv_batch_export_plan(handle, buf, n.value, ctypes.byref(n)))
+        return bytes(buf)
+
     def end(self):
         """The step ran: its tokens become computed, full blocks are sealed (pkv_batch_end).
         StateError for a batch of Engine.step, which ends with commit() or abort(); on any
@@ -206,6 +235,52 @@ class Batch(SparseAttention):
                 self.abort()
             except Exception:  # at interpreter shutdown the modules may be gone
                 pass
+
+
+class RankBatch(Batch):
+    """One rank's handle of a batch (Batch.rank, pkv_batch_rank, since 0.10.0) on an engine of
+    params.ranks Ranks.ALL: attention() runs on rank .rank_index's pool with its heads. The plan
+    (view, counts, arrays) is the batch's; end(), commit() and abort() end the batch (every
+    rank's); once the batch ended every call raises ValueError. Dropping it changes nothing."""
+
+    def __init__(self, batch, handle, rank):
+        super().__init__(batch._engine, handle, batch._scheduled)
+        self._batch, self.rank_index = batch, rank
+
+    @property
+    def batch(self):
+        """The batch this is a rank's handle of."""
+        return self._batch
+
+    @property
+    def closed(self):
+        return self._batch.closed
+
+    def _live(self):
+        self._batch._live()  # ValueError once the batch ended: its rank handles went with it
+        return self._handle
+
+    @property
+    def view(self):
+        return self._batch.view
+
+    def end(self):
+        """Ends the batch, every rank's (Batch.end)."""
+        self._batch.end()
+
+    def commit(self, sampled_tokens=None):
+        """Commits the batch, every rank's (Batch.commit)."""
+        self._batch.commit(sampled_tokens)
+
+    def abort(self):
+        """Aborts the batch, every rank's (Batch.abort). Idempotent."""
+        self._batch.abort()
+
+    def __exit__(self, exc_type, exc, tb):
+        return self._batch.__exit__(exc_type, exc, tb)
+
+    def __del__(self):
+        pass  # the batch's to end: a rank's handle dropped ends nothing
 
 
 class BatchView:

@@ -350,6 +350,41 @@ class Engine(Owner, RetentionCalls):
         """The CUDA stream (an int address, or None for the default one) pkv_attention runs on."""
         self._call(lib.pkv_engine_set_stream, cuda_stream)
 
+    # ------------------------------------------------------------------ ranks (since 0.10.0)
+    def rank_pool_info(self, rank):
+        """Rank `rank`'s pool (pkv_rank_pool_info) on an engine of params.ranks Ranks.ALL, as a
+        PoolInfo (pool_info() is rank 0's): rank, num_ranks, device_id (-1 on the CPU), tp_rank,
+        pp_rank, and the layers of its stage, first_layer .. end_layer - 1, whose K and V its
+        pool holds. InvalidArgumentError for a rank not below num_ranks."""
+        return self._get(_raw.pkv_pool_info, lib.pkv_rank_pool_info, ctypes.c_uint32(rank))
+
+    def set_rank_stream(self, rank, cuda_stream):
+        """Rank `rank`'s CUDA stream (pkv_engine_set_rank_stream; an int address, or None for
+        the default one), on that rank's device; set_stream on an engine of several ranks takes
+        None only. InvalidArgumentError for a rank not below num_ranks, or a stream other than
+        None on a CPU engine."""
+        self._call(lib.pkv_engine_set_rank_stream, ctypes.c_uint32(rank), cuda_stream)
+
+    def import_plan(self, plan):
+        """Opens the batch a decider exported (Batch.export_plan; pkv_plan_import) on this
+        engine of params.ranks Ranks.POOL, made with the decider's parameters (num_blocks and
+        host_num_blocks included) and this process's tp_rank and pp_rank. Returns a Batch: its
+        attention() runs this rank's heads of its stage's layers; end() or abort() it (the
+        decider's batch is the one that commits). Plans come in the order they were exported,
+        each once. `plan` is bytes (or any buffer). StateError for a plan out of order (a stale
+        one, or one skipped ahead), while a batch is open, or on an engine that is not of ranks
+        POOL; InvalidArgumentError for bytes that are no plan of this engine's shape (damaged,
+        cut, another version, another shape: the field named). A refused plan changes nothing."""
+        from .batch import Batch
+        data = bytes(plan)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data) if data else None
+        handle = ctypes.POINTER(_raw.pkv_batch)()
+        with self._lock:
+            self._call(lib.pkv_plan_import, buf, ctypes.c_uint64(len(data)), ctypes.byref(handle))
+            batch = Batch(self, handle)
+            self._batch = weakref.ref(batch)
+            return batch
+
     def _get(self, struct_type, fn, *args):
         out = struct_type(struct_size=ctypes.sizeof(struct_type))
         self._call(fn, *args, ctypes.byref(out))

@@ -47,6 +47,12 @@ _TABLE = (
      '0.6.0) a state slot into another; STATE_OUT (since 0.6.0), a state slot to a host state '
      'slot (swap-out, a checkpoint offloaded); STATE_IN, a host state slot to a working slot '
      '(swap-in, an offloaded checkpoint restored).'),
+    ('Ranks', enum.IntEnum, 'RANKS_', ('RANKS_',),
+     'Which ranks an engine decides for and holds pools of (since 0.10.0; params.ranks, '
+     'PKV_RANKS_*): ONE, itself (alone, or as the decider whose plans batch.export_plan gives '
+     'the other ranks); ALL, every tensor-parallel rank and pipeline stage, a pool per rank in '
+     'this process (batch.rank(r) is rank r\'s handle); POOL, one rank\'s pool, running the plans '
+     'a decider exported (engine.import_plan).'),
     ('PreemptionMode', enum.IntEnum, 'PREEMPT_', ('PREEMPT_',),
      'What the scheduler does to a request it preempts (params.preemption_mode, PKV_PREEMPT_*).'),
     ('Tier', enum.IntEnum, 'TIER_', ('TIER_',),

@@ -72,14 +72,21 @@ class Params:
 
     layer_specs (since 0.5.0) is a list of pkv.LayerSpec, one per layer, or None (every layer as
     the flat fields say): kept as a C array the same way, with layer_spec_size set to match (it
-    is not set by hand). With it, sliding_window must be 0 and layer_windows None."""
+    is not set by hand). With it, sliding_window must be 0 and layer_windows None.
 
-    __slots__ = ('_c', '_windows', '_specs')
+    ranks (since 0.10.0) reads back as a Ranks: ONE (the default), ALL (one engine holding every
+    rank's pool: tp_size x pp_size of them; Batch.rank(r) is rank r's handle) or POOL (rank
+    (tp_rank, pp_rank)'s pool only, running the plans a decider exported: Engine.import_plan).
+    rank_device_ids is a list of ints (each rank's CUDA device, tp_size x pp_size of them, with
+    ranks ALL on CUDA) or None (every rank on device_id), kept as a C array as layer_windows."""
+
+    __slots__ = ('_c', '_windows', '_specs', '_devices')
 
     def __init__(self, **fields):
         object.__setattr__(self, '_c', _raw.pkv_engine_params())
         object.__setattr__(self, '_windows', None)
         object.__setattr__(self, '_specs', None)
+        object.__setattr__(self, '_devices', None)
         check(lib.pkv_engine_params_init(ctypes.byref(self._c), ctypes.sizeof(self._c)))
         for name, value in fields.items():
             setattr(self, name, value)
@@ -126,12 +133,15 @@ class Params:
 
     @classmethod
     def _from_struct(cls, struct):
-        """Params over a struct pkv filled (pkv_engine_params_get): its layer_windows and
-        layer_specs, which point into the engine, are copied here."""
+        """Params over a struct pkv filled (pkv_engine_params_get): its layer_windows,
+        layer_specs and rank_device_ids, which point into the engine, are copied here."""
         p = cls.__new__(cls)
         object.__setattr__(p, '_c', struct)
         object.__setattr__(p, '_windows', None)
         object.__setattr__(p, '_specs', None)
+        object.__setattr__(p, '_devices', None)
+        if struct.rank_device_ids:
+            p.rank_device_ids = list(struct.rank_device_ids[:_num_ranks(struct)])
         if struct.layer_windows:
             p.layer_windows = list(struct.layer_windows[:struct.num_layers])
         if struct.layer_specs:
@@ -142,12 +152,16 @@ class Params:
 
     def _checked(self):
         """The C struct, for a call that reads it: layer_windows and layer_specs must have
-        num_layers entries."""
+        num_layers entries, rank_device_ids tp_size x pp_size."""
         for name, given in (('layer_windows', self._windows), ('layer_specs', self._specs)):
             if given is not None and len(given) != self._c.num_layers:
                 raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT,
                                  '%s has %d entries, num_layers is %d: give one per layer'
                                  % (name, len(given), self._c.num_layers))
+        if self._devices is not None and len(self._devices) != _num_ranks(self._c):
+            raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT,
+                             'rank_device_ids has %d entries, tp_size x pp_size is %d: give one '
+                             'per rank' % (len(self._devices), _num_ranks(self._c)))
         return self._c
 
     def __getattr__(self, name):
@@ -158,6 +172,9 @@ class Params:
             specs = object.__getattribute__(self, '_specs')
             return None if specs is None else specs_from(ctypes.addressof(specs), len(specs),
                                                          ctypes.sizeof(_raw.pkv_layer_spec))
+        if name == 'rank_device_ids':
+            devices = object.__getattribute__(self, '_devices')
+            return None if devices is None else list(devices)
         try:
             return _typed(name, getattr(object.__getattribute__(self, '_c'), name))
         except AttributeError:
@@ -177,23 +194,31 @@ class Params:
             self._c.layer_specs = ctypes.cast(specs, ctypes.POINTER(_raw.pkv_layer_spec)) if specs else None
             self._c.layer_spec_size = ctypes.sizeof(_raw.pkv_layer_spec) if specs else 0
             return
+        if name == 'rank_device_ids':
+            devices = None if value is None else (ctypes.c_int32 * len(value))(*value)
+            object.__setattr__(self, '_devices', devices)
+            self._c.rank_device_ids = (ctypes.cast(devices, ctypes.POINTER(ctypes.c_int32))
+                                       if devices else None)
+            return
         if name == 'layer_spec_size':
             raise AttributeError('layer_spec_size follows layer_specs: set layer_specs')
         setattr(self._c, name, value)
 
     def copy(self):
-        """An independent copy (its own layer_windows and layer_specs arrays)."""
+        """An independent copy (its own layer_windows, layer_specs, rank_device_ids arrays)."""
         c = _raw.pkv_engine_params.from_buffer_copy(self._c)
-        c.layer_windows, c.layer_specs = None, None  # this copy's own arrays, below
+        c.layer_windows, c.layer_specs, c.rank_device_ids = None, None, None  # its own, below
         p = Params._from_struct(c)
         p.layer_windows = self.layer_windows
         p.layer_specs = self.layer_specs
+        p.rank_device_ids = self.rank_device_ids
         return p
 
     def as_dict(self):
         d = {name: _typed(name, getattr(self._c, name)) for name, _ in self._c._fields_}
         d['layer_windows'] = self.layer_windows
         d['layer_specs'] = self.layer_specs
+        d['rank_device_ids'] = self.rank_device_ids
         return d
 
     def __repr__(self):
@@ -210,6 +235,11 @@ class Params:
     def kv_group_info(self, group):
         """pkv.kv_group_info(self, group): one KV group and its bytes."""
         return kv_group_info(self, group)
+
+
+def _num_ranks(c):
+    """tp_size x pp_size of a pkv_engine_params (pp_size 0 is 1): rank_device_ids' length."""
+    return c.tp_size * max(c.pp_size, 1)
 
 
 def kv_groups(params):

@@ -12,8 +12,8 @@ import typing
 
 from . import _raw
 from .enums import (AttentionKind, BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType,
-                    FinishReason, KvLayout, LayerKind, PreemptionMode, StateCheckpointPolicy,
-                    StoreKind, StoreValueState, StoreWriteMode, Tier, typed)
+                    FinishReason, KvLayout, LayerKind, PreemptionMode, Ranks,
+                    StateCheckpointPolicy, StoreKind, StoreValueState, StoreWriteMode, Tier, typed)
 
 # The enum of each C field that holds one, by field name (the names are unique across pkv.h's
 # structs where they hold an enum, but for STRUCT_ENUMS').
@@ -22,7 +22,8 @@ FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype
                'kv_tier': Tier, 'medium': Tier, 'type': EventType, 'state': StoreValueState,
                'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
                'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind,
-               'state_checkpoint_policy': StateCheckpointPolicy, 'index_dtype': Dtype}
+               'state_checkpoint_policy': StateCheckpointPolicy, 'index_dtype': Dtype,
+               'ranks': Ranks}
 # 'struct.field' of an enum field whose name means another enum elsewhere (the stores' kind)
 STRUCT_ENUMS = {'pkv_layer_info.kind': LayerKind, 'pkv_layer_spec.kind': LayerKind}
 # uint32_t 0 or 1: pkv_seq_info's, and a layer's (pkv_layer_spec, pkv_layer_info)
@@ -122,7 +123,7 @@ Stats = _record_class('Stats', _raw.pkv_stats, "An engine's counters (Engine.sta
 KvBudget = _record_class('KvBudget', _raw.pkv_kv_budget,
                          'How many KV blocks fit and why (pkv.profile, Engine.budget)')
 PoolInfo = _record_class('PoolInfo', _raw.pkv_pool_info,
-                         "Where an engine's pool is (Engine.pool_info)")
+                         "Where an engine's pool is (Engine.pool_info, Engine.rank_pool_info)")
 SeqInfo = _record_class('SeqInfo', _raw.pkv_seq_info, "A sequence's state (Sequence.info)")
 KvEvent = _record_class('KvEvent', _raw.pkv_kv_event,
                         'A KV event (Engine.drain_kv_events): type, the block and where it was')

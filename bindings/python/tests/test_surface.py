@@ -68,6 +68,10 @@ WRAPPED = {
     'pkv_cache_unpin': 'Engine.cache_unpin',
     # 0.9: CUDA graphs
     'pkv_batch_plan_graph': 'Batch.plan_graph',
+    # 0.10: ranks
+    'pkv_batch_rank': 'Batch.rank', 'pkv_rank_pool_info': 'Engine.rank_pool_info',
+    'pkv_engine_set_rank_stream': 'Engine.set_rank_stream',
+    'pkv_batch_export_plan': 'Batch.export_plan', 'pkv_plan_import': 'Engine.import_plan',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
