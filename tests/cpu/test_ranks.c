@@ -51,9 +51,10 @@ static float value(int32_t token, uint32_t pos, uint32_t layer, uint32_t tensor,
 
 static void set_rank_scales(pkv_engine *e, uint32_t tp_rank);
 
-/* An engine of the model: tp_size 1, or of tp x pp ranks as `ranks` (ONE and POOL: the rank
+/* An engine of the model over tp_size x pp_stages ranks as `ranks` (ONE and POOL: the rank
  * tp_rank, pp_rank). */
-static pkv_engine *make_rank(uint32_t tp_size, uint32_t ranks, uint32_t tp_rank, uint32_t pp_rank) {
+static pkv_engine *make_engine(uint32_t tp_size, uint32_t pp_stages, uint32_t ranks,
+                               uint32_t tp_rank, uint32_t pp_rank) {
   pkv_engine_params p;
   pkv_engine_params_init(&p, sizeof p);
   p.num_layers = LAYERS, p.num_q_heads = Q_HEADS, p.num_kv_heads = KV_HEADS, p.head_dim = DIM;
@@ -61,9 +62,7 @@ static pkv_engine *make_rank(uint32_t tp_size, uint32_t ranks, uint32_t tp_rank,
   p.block_size = BS, p.num_blocks = BLOCKS + extra_blocks, p.host_num_blocks = HOST_BLOCKS,
   p.host_offload = 1;
   p.max_model_len = MAX_LEN, p.num_threads = 2, p.tp_size = tp_size, p.ranks = ranks;
-  p.pp_size = tp_size > 1 || ranks != PKV_RANKS_ONE ? pp : 1;
-  p.tp_rank = tp_rank, p.pp_rank = pp_rank, p.store = store;
-  if (tp_size == 1 && ranks == PKV_RANKS_ONE) p.pp_size = 1;
+  p.pp_size = pp_stages, p.tp_rank = tp_rank, p.pp_rank = pp_rank, p.store = store;
   pkv_engine *e = NULL;
   if (!CHECK_OK(pkv_engine_create(&p, &e))) {
     fprintf(stderr, "create: %s\n", pkv_last_error());
@@ -72,8 +71,15 @@ static pkv_engine *make_rank(uint32_t tp_size, uint32_t ranks, uint32_t tp_rank,
   return e;
 }
 
+/* An engine of the model's ranks (tp x pp). */
+static pkv_engine *make_rank(uint32_t tp_size, uint32_t ranks, uint32_t tp_rank, uint32_t pp_rank) {
+  return make_engine(tp_size, pp, ranks, tp_rank, pp_rank);
+}
+
+/* The one-rank reference (tp_size 1, no stages), or the engine of every rank. */
 static pkv_engine *make(uint32_t tp_size, uint32_t ranks) {
-  return make_rank(tp_size, ranks, 0, 0);
+  return ranks == PKV_RANKS_ONE ? make_engine(1, 1, ranks, 0, 0)
+                                : make_engine(tp_size, pp, ranks, 0, 0);
 }
 
 /* A child's engine: rank r's pool, with its own rank's fp8 scales. */
