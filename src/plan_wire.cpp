@@ -1,5 +1,6 @@
 #include "plan_wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 #define XXH_INLINE_ALL
@@ -138,7 +139,6 @@ std::vector<uint8_t> encode_plan(const pkv_batch_view &v, uint64_t step, const P
   w.put(v.block_indptr, uint64_t(n) + 1);
   w.put(v.block_indices, indices);
   w.put(v.last_block_len, n);
-  w.put(v.block_tables, uint64_t(n) * mb);
   w.put(v.copy_src, v.num_copies);
   w.put(v.copy_dst, v.num_copies);
   w.put(v.copy_kind, v.num_copies);
@@ -150,7 +150,7 @@ std::vector<uint8_t> encode_plan(const pkv_batch_view &v, uint64_t step, const P
   }
   const uint64_t total = out.size();
   std::memcpy(out.data() + 16, &total, 8);
-  const uint64_t sum = XXH64(out.data() + kChecked, total - kChecked, 0);
+  const uint64_t sum = XXH3_64bits(out.data() + kChecked, total - kChecked);
   std::memcpy(out.data() + 24, &sum, 8);
   return out;
 }
@@ -170,7 +170,7 @@ ImportedPlan decode_plan(const void *bytes, uint64_t len, const PlanShape &shape
   if (len < kHeaderBytes || load<uint64_t>(p, 16) != len)
     fail(PKV_ERR_INVALID_ARGUMENT, "plan: %llu bytes given, its header says %llu: cut or padded",
          (unsigned long long)len, (unsigned long long)(len < 24 ? 0 : load<uint64_t>(p, 16)));
-  if (XXH64(p + kChecked, len - kChecked, 0) != load<uint64_t>(p, 24))
+  if (XXH3_64bits(p + kChecked, len - kChecked) != load<uint64_t>(p, 24))
     fail(PKV_ERR_INVALID_ARGUMENT, "plan: its checksum does not match: the bytes were damaged");
   for (uint32_t f = 0; f < kPlanShapeFields; ++f) {
     const uint64_t theirs = load<uint64_t>(p, kShapeAt + 8 * f);
@@ -202,7 +202,6 @@ ImportedPlan decode_plan(const void *bytes, uint64_t len, const PlanShape &shape
   a.block_indptr = r.take<int32_t>(uint64_t(n) + 1, "block_indptr");
   a.block_indices = r.take<int32_t>(c[kIndices], "block_indices");
   a.last_block_len = r.take<int32_t>(n, "last_block_len");
-  a.block_tables = r.take<int32_t>(uint64_t(n) * mb, "block_tables");
   a.copy_src = r.take<int32_t>(c[kCopies], "copy_src");
   a.copy_dst = r.take<int32_t>(c[kCopies], "copy_dst");
   a.copy_kind = r.take<int32_t>(c[kCopies], "copy_kind");
@@ -234,7 +233,12 @@ ImportedPlan decode_plan(const void *bytes, uint64_t len, const PlanShape &shape
   require_range(a.slot_mapping, -1, blocks * bs, "slot_mapping");
   require_range(a.group_slot_mapping, -1, blocks * bs, "group_slot_mapping");
   require_range(a.block_indices, -1, blocks, "block_indices");
-  require_range(a.block_tables, -1, blocks, "block_tables");
+  // The padded tables are the indices' rows (Batch's own rule): rebuilt, not carried.
+  a.block_tables.assign(size_t(n) * mb, -1);
+  for (uint32_t i = 0; i < n; ++i)
+    std::copy(a.block_indices.begin() + a.block_indptr[i],
+              a.block_indices.begin() + a.block_indptr[i + 1],
+              a.block_tables.begin() + size_t(i) * mb);
   require_range(a.group_block_tables, -1, blocks, "group_block_tables");
   const int64_t states = int64_t(shape.field[kShapeNumStateSlots]);
   const int64_t host_states = int64_t(shape.field[kShapeNumHostStateSlots]);

@@ -5,10 +5,11 @@
 //
 //   header (kPlanHeaderBytes, little-endian fields at fixed offsets: plan_wire.cpp)
 //   seq_ids[n] u64, query_start[n+1], positions[t], slot_mapping[t] i64, context_lens[n],
-//   block_indptr[n+1], block_indices[block_indptr[n]], last_block_len[n], block_tables[n*mb],
-//   copy_src[c], copy_dst[c], copy_kind[c], sample_rows[n], state_slots[n] (with STATE layers),
+//   block_indptr[n+1], block_indices[block_indptr[n]], last_block_len[n], copy_src[c],
+//   copy_dst[c], copy_kind[c], sample_rows[n], state_slots[n] (with STATE layers),
 //   group_slot_mapping[g*t] i64 and group_block_tables[g*n*mb] (with g > 1 KV groups);
-//   i32 where not said.
+//   i32 where not said, each array padded to 8 bytes; the checksum is XXH3-64 of the bytes from
+//   the step on. block_tables ([n][mb], -1 padded) is block_indices' rows: rebuilt on import.
 #pragma once
 
 #include <cstdint>
