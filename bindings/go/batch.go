@@ -29,7 +29,9 @@ type Batch struct {
 	b        *C.pkv_batch
 	gen      uint64
 	view     cBatchView
-	fromStep bool // made by Engine.Step: ends with Commit, not End
+	fromStep bool   // made by Engine.Step: ends with Commit, not End
+	of       *Batch // a rank's handle (Batch.Rank, pkv 0.10): the batch it is of; else nil
+	rank     int    // a rank's handle: its rank
 }
 
 // opened records b as the engine's open batch (caller holds the engine's mutex).
@@ -101,8 +103,12 @@ func (eng *Engine) BeginBatchIDs(ids []uint64, numNewTokens []uint32) (*Batch, e
 	return b, nil
 }
 
-// live is true while the batch is open (caller holds the engine's mutex).
+// live is true while the batch is open (caller holds the engine's mutex); a rank's handle is
+// live while its batch is.
 func (b *Batch) live() bool {
+	if b.of != nil {
+		return b.of.live()
+	}
 	return b.engine.e != nil && b.engine.batch == b.b && b.engine.batchGen == b.gen
 }
 
@@ -363,6 +369,9 @@ func attention[T float32 | uint16](b *Batch, call string, layer int, q, k, v, ou
 // Frees the batch on success; on failure the batch stays open, to end again or Abort. A batch of
 // Engine.Step is refused (ErrState): it ends with Commit, or Abort.
 func (b *Batch) End() error {
+	if b.of != nil {
+		return b.of.End() // a rank's handle ends its batch, every rank's
+	}
 	eng := b.engine
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
@@ -387,6 +396,10 @@ func (b *Batch) End() error {
 // whichever call made it and whatever failed before. A no-op on a batch already ended or
 // aborted, or whose engine is closed.
 func (b *Batch) Abort() {
+	if b.of != nil {
+		b.of.Abort()
+		return
+	}
 	eng := b.engine
 	eng.mu.Lock()
 	defer eng.mu.Unlock()

@@ -121,6 +121,9 @@ func (eng *Engine) Params() EngineParams {
 		pub := *p.EventPublisher
 		p.EventPublisher = &pub
 	}
+	if p.RankDeviceIDs != nil {
+		p.RankDeviceIDs = append([]int32(nil), p.RankDeviceIDs...)
+	}
 	return p
 }
 

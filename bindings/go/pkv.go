@@ -297,6 +297,10 @@ func newCParams(p *EngineParams) (*cParams, error) {
 		return nil, invalid("LayerSpecs has %d specs, NumLayers is %d: give one per layer, or nil",
 			len(p.LayerSpecs), p.NumLayers)
 	}
+	if n := numRanks(p.TPSize, p.PPSize); p.RankDeviceIDs != nil && len(p.RankDeviceIDs) != n {
+		return nil, invalid("RankDeviceIDs has %d devices, TPSize x PPSize is %d: give one per rank, "+
+			"or nil", len(p.RankDeviceIDs), n)
+	}
 	c := &cParams{}
 	raw := (*cEngineParams)(c.mem.alloc(unsafe.Sizeof(cEngineParams{})))
 	raw.StructSize = uint32(unsafe.Sizeof(cEngineParams{}))
@@ -314,6 +318,11 @@ func newCParams(p *EngineParams) (*cParams, error) {
 		}
 		raw.LayerSpecs = uintptr(unsafe.Pointer(&specs[0]))
 		raw.LayerSpecSize = uint32(unsafe.Sizeof(cLayerSpec{}))
+	}
+	if len(p.RankDeviceIDs) > 0 {
+		d := c.mem.alloc(uintptr(len(p.RankDeviceIDs)) * 4)
+		copy(unsafe.Slice((*int32)(d), len(p.RankDeviceIDs)), p.RankDeviceIDs)
+		raw.RankDeviceIDs = uintptr(d)
 	}
 	if p.EventPublisher != nil {
 		pub, err := p.EventPublisher.toC(&c.mem)
@@ -341,6 +350,10 @@ func engineParamsOf(raw *cEngineParams) EngineParams {
 	}
 	if raw.EventPublisher != 0 {
 		p.EventPublisher = eventPublisherParamsOf((*cEventPublisherParams)(addr(raw.EventPublisher)))
+	}
+	if raw.RankDeviceIDs != 0 {
+		n := numRanks(raw.TPSize, raw.PPSize)
+		p.RankDeviceIDs = append([]int32(nil), unsafe.Slice((*int32)(addr(raw.RankDeviceIDs)), n)...)
 	}
 	return p
 }

@@ -92,6 +92,9 @@ func (eng *Engine) Step() (*Batch, error) {
 // sequence i (read where SampleRows[i] != -1; nil when none samples). On failure the batch
 // stays open, to commit again or Abort.
 func (b *Batch) Commit(sampled []int32) error {
+	if b.of != nil {
+		return b.of.Commit(sampled) // a rank's handle commits its batch, every rank's
+	}
 	eng := b.engine
 	eng.mu.Lock()
 	defer eng.mu.Unlock()

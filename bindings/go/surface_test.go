@@ -90,6 +90,11 @@ var wrapped = map[string]string{
 	"pkv_cache_pin":                           "Engine.CachePin",
 	"pkv_cache_unpin":                         "Engine.CacheUnpin",
 	"pkv_batch_plan_graph":                    "Batch.PlanGraph",
+	"pkv_batch_rank":                          "Batch.Rank",
+	"pkv_rank_pool_info":                      "Engine.RankPoolInfo",
+	"pkv_engine_set_rank_stream":              "Engine.SetRankStream",
+	"pkv_batch_export_plan":                   "Batch.ExportPlan",
+	"pkv_plan_import":                         "Engine.ImportPlan",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.
