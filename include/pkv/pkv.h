@@ -425,7 +425,11 @@ typedef struct pkv_engine_params {
    * mode but READ_ONLY) and fetched with the blocks it ends, into a host state slot. (since 0.8.0)
    * With KV groups each group's blocks are values of their own (a key chain per group), a windowed
    * group's only those of its window before the hit; the fingerprint names the layout, so another
-   * grouping of equal block bytes never hits. */
+   * grouping of equal block bytes never hits. (since 0.10.0) With several ranks (ranks ALL) a
+   * value holds every rank's slice of its block, every rank's pool layers in rank order: a hit
+   * or a miss is one for every rank. An engine of one rank of several (ranks ONE with tp_size x
+   * pp_size > 1) is refused with a store (PKV_ERR_UNSUPPORTED), as is a store with STATE layers
+   * and several ranks; ranks POOL takes none (PKV_ERR_INVALID_ARGUMENT). */
   const struct pkv_store_params *store; /* NULL = no store (the default); read at create only */
   /* attention variants (since 0.2.0), DESIGN.md §12 */
   int32_t kv_dtype;               /* the KV cache's dtype: 0 (or dtype itself) = dtype; or
@@ -496,9 +500,11 @@ typedef struct pkv_engine_params {
                                      split it evenly), num_blocks is the fewest any rank holds
                                      (pkv_kv_budget.bounding_rank); kv_cache_bytes and
                                      host_cache_bytes are per rank. POOL: see pkv_plan_import;
-                                     num_blocks and host_num_blocks must be given (the decider's).
-                                     A store with tp_size x pp_size > 1: PKV_ERR_UNSUPPORTED but
-                                     with ranks ALL. default ONE */
+                                     num_blocks must be given (the decider's, and its
+                                     host_num_blocks). ONE with tp_size x pp_size > 1 (one rank
+                                     of several, each engine deciding for itself): a store, or a
+                                     cache_retention_ms deadline, is PKV_ERR_UNSUPPORTED: they
+                                     could make the ranks' decisions differ. default ONE */
   uint32_t pp_size;               /* pipeline stages, 1 .. num_layers; 0 = 1. default 1 */
   const int32_t *rank_device_ids; /* ALL on CUDA: NULL (every rank on device_id) or
                                      [tp_size * pp_size], rank r's CUDA device; several ranks may
@@ -526,7 +532,9 @@ typedef struct pkv_kv_budget pkv_kv_budget;
  * Errors: PKV_ERR_INVALID_ARGUMENT (p or out NULL; a field out of the range its comment gives, or
  * fields that do not fit together, named; on CUDA more than PKV_CUDA_MAX_GRID layers or kv heads
  * per rank), PKV_ERR_UNSUPPORTED (windows with kv_layout MLA; an event
- * publisher in a build without libzmq; /proc/meminfo unreadable), PKV_ERR_NO_DEVICE (device CUDA
+ * publisher in a build without libzmq; /proc/meminfo unreadable; (since 0.10.0) pp_size > 1 with
+ * layers of unequal bytes, STATE layers or a SHARED layer reading another stage's cache; a store
+ * on one rank of several, or with STATE layers and several ranks), PKV_ERR_NO_DEVICE (device CUDA
  * asked for and no usable GPU, or a build without CUDA), PKV_ERR_DEVICE (the CUDA runtime
  * failed), PKV_ERR_OUT_OF_MEMORY (the pool or the host tier could not be allocated, or the budget
  * holds no sequence of max_model_len), PKV_ERR_STORE (the store cannot be opened or reached),
@@ -622,7 +630,9 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
  * pkv_step's chunks end on them.
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_seq NULL; num_tokens 0, above max_model_len or
  * above 2^31-1; a bad sp: struct_size, cache_salt, extra_keys (since 0.5.0)), PKV_ERR_NO_SPACE
- * (not enough free blocks, or (since 0.6.0) no free working state slot; nothing changed). */
+ * (not enough free blocks, or (since 0.6.0) no free working state slot; nothing changed),
+ * (since 0.10.0) PKV_ERR_STATE (an engine of ranks POOL), PKV_ERR_UNSUPPORTED (sp's
+ * cache_retention_ms not 0 on an engine of one rank of several: pkv_engine_params.ranks). */
 PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                 const pkv_seq_params *sp, uint64_t *out_seq,
                                 uint32_t *out_num_cached_tokens);
@@ -797,7 +807,7 @@ typedef struct pkv_batch_view {
  * Errors: PKV_ERR_INVALID_ARGUMENT (seqs or out NULL; num_seqs 0; a sequence twice; a count not
  * in 1 .. its uncomputed tokens; more than 2^31-1 new tokens), PKV_ERR_NOT_FOUND (a sequence that
  * does not exist), PKV_ERR_STATE (a batch is open on e; a sequence is preempted or swapped out,
- * or is a request of pkv_submit), PKV_ERR_OUT_OF_MEMORY (65536 other live engines have begun
+ * or is a request of pkv_submit; (since 0.10.0) an engine of ranks POOL), PKV_ERR_OUT_OF_MEMORY (65536 other live engines have begun
  * batches: destroy one). */
 PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
                                    const uint32_t *num_new_tokens, uint32_t num_seqs,
@@ -1082,7 +1092,8 @@ PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size)
  * max_new_tokens 0, reserved0, cache_salt, extra_keys (since 0.5.0); a request that can never
  * run - prompt + max_new_tokens above max_model_len or 2^31-1, or more blocks at its peak than
  * the pool has: per chunk, each group's own peak over the prefill and the decode, summed; the
- * message says how many). */
+ * message says how many), (since 0.10.0) PKV_ERR_STATE (an engine of ranks POOL),
+ * PKV_ERR_UNSUPPORTED (rp's cache_retention_ms not 0 on an engine of one rank of several). */
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
@@ -1091,7 +1102,8 @@ PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num
  * (pkv_stats.num_waiting_requests tells them apart).
  * The batch is an ordinary one (pkv_batch_info, pkv_attention, pkv_batch_abort) that ends with
  * pkv_commit or pkv_batch_abort (pkv_batch_end refuses it).
- * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL), PKV_ERR_STATE (a batch is open on e). */
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL), PKV_ERR_STATE (a batch is open on e; (since
+ * 0.10.0) an engine of ranks POOL). */
 PKV_API pkv_status pkv_step(pkv_engine *e, pkv_batch **out);
 
 /* Ends a batch of pkv_step: its tokens become computed (as pkv_batch_end), and every sequence
@@ -1646,7 +1658,8 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  * *out_num_blocks (nullable) is the count of blocks given it. Events and the store are unchanged.
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens NULL; num_tokens 0, above max_model_len or above
  * 2^31-1; priority outside PKV_CACHE_PRIORITY_MIN .. PKV_CACHE_PRIORITY_MAX; a bad sp; nothing
- * changed), PKV_ERR_STATE (a batch is open on e).
+ * changed), PKV_ERR_STATE (a batch is open on e), (since 0.10.0) PKV_ERR_UNSUPPORTED
+ * (retention_ms not 0 on an engine of one rank of several: pkv_engine_params.ranks).
  * Since 0.8.0. */
 PKV_API pkv_status pkv_cache_set_priority(pkv_engine *e, const int32_t *tokens,
                                           uint32_t num_tokens, const pkv_seq_params *sp,
