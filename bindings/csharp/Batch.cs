@@ -44,6 +44,7 @@ namespace Pkv
     {
         readonly Engine engine;
         readonly BatchHandle handle;
+        readonly Batch of;  // a rank's handle (Rank, since 0.10): the batch it is of; else null
         BatchView view;
 
         /// <summary>True for a batch of Engine.Step: it ends with Commit (End refuses it,
@@ -58,13 +59,31 @@ namespace Pkv
             var v = new BatchView { StructSize = (uint)sizeof(BatchView) };
             Check(Native.pkv_batch_info(h, &v));
             view = v;
+            RankIndex = -1;
         }
+
+        // A rank's handle: pkv's, freed with its batch (never aborted by itself), the batch's view.
+        Batch(Batch batch, BatchHandle h, uint rank)
+        {
+            engine = batch.engine;
+            handle = h;
+            handle.Detach();  // releasing it must not abort the batch (pkv frees it with the batch)
+            of = batch;
+            IsScheduled = batch.IsScheduled;
+            view = batch.view;
+            RankIndex = (int)rank;
+        }
+
+        /// <summary>The rank of a rank's handle (Rank); -1 for a batch itself.</summary>
+        public int RankIndex { get; private set; }
+
+        bool Closed { get { return of != null ? of.handle.IsClosed : handle.IsClosed; } }
 
         BatchHandle Handle
         {
             get
             {
-                if (handle.IsClosed) throw new ObjectDisposedException("Pkv.Batch");
+                if (Closed) throw new ObjectDisposedException("Pkv.Batch");
                 return handle;
             }
         }
@@ -74,14 +93,14 @@ namespace Pkv
             if (s != Status.Ok) throw new PkvException(s, Native.Text(Native.pkv_last_error()));
         }
 
-        public bool IsOpen { get { return !handle.IsClosed; } }
+        public bool IsOpen { get { return !Closed; } }
 
         /// <summary>The raw plan (pointers valid while the batch is open); the arrays below copy.</summary>
         internal BatchView View { get { lock (engine.Gate) { Touch(); return view; } } }
         public uint NumSeqs { get { return view.NumSeqs; } }
         public uint NumTokens { get { return view.NumTokens; } }
 
-        void Touch() { if (handle.IsClosed) throw new ObjectDisposedException("Pkv.Batch"); }
+        void Touch() { if (Closed) throw new ObjectDisposedException("Pkv.Batch"); }
 
         int[] Ints(IntPtr p, long n)
         {
@@ -168,6 +187,45 @@ namespace Pkv
         public void PlanGraph(uint bucket)
         {
             lock (engine.Gate) Check(Native.pkv_batch_plan_graph(Handle, bucket));
+        }
+
+        /// <summary>Rank rank's handle of this batch (pkv_batch_rank, since 0.10) on an engine of
+        /// EngineParams.Ranks All (rank = PpRank * TpSize + TpRank). Its Attention (and the
+        /// indexer's and sparse MLA's calls, PlanGraph) runs on that rank's pool with that rank's
+        /// heads: q and output [tokens][NumQHeads / TpSize][HeadDim], k and v its kv heads; on
+        /// such an engine Attention of the batch itself is PkvException InvalidArgument. Its view
+        /// is the batch's; End, Commit, Abort and Dispose on it end the batch, every rank's. It is
+        /// valid while the batch is open (then ObjectDisposedException). On an engine of one rank,
+        /// rank 0 is the batch itself. PkvException InvalidArgument for a rank not below the
+        /// engine's ranks, or on a rank's handle.</summary>
+        public Batch Rank(uint rank)
+        {
+            lock (engine.Gate)
+            {
+                BatchHandle h;
+                Check(Native.pkv_batch_rank(Handle, rank, out h));
+                return new Batch(this, h, rank);
+            }
+        }
+
+        /// <summary>This step's plan as bytes (pkv_batch_export_plan, since 0.10), for the Ranks
+        /// Pool engines of other processes (Engine.ImportPlan): the batch's view and its block
+        /// copies, with a version, the engine's shape, a step number (the engine's exported plans
+        /// counted from 0) and a checksum. The host carries the bytes (a pipe, shared memory, an
+        /// NCCL broadcast); every export of one batch returns the same plan. PkvException State on
+        /// an engine of Ranks Pool (its batches are imported); ObjectDisposedException after the
+        /// batch ended.</summary>
+        public byte[] ExportPlan()
+        {
+            lock (engine.Gate)
+            {
+                ulong n;
+                Check(Native.pkv_batch_export_plan(Handle, null, 0, &n));
+                var plan = new byte[n];
+                fixed (byte* p = plan)
+                    if (n > 0) Check(Native.pkv_batch_export_plan(Handle, p, n, &n));
+                return plan;
+            }
         }
 
         /// <summary>pkv_attention for one layer of an F32 engine on the CPU. q, output: [tokens][q
@@ -273,6 +331,7 @@ namespace Pkv
         /// be committed or aborted.</summary>
         public void End()
         {
+            if (of != null) { of.End(); return; }  // a rank's handle ends its batch
             lock (engine.Gate)
             {
                 Status s = Native.pkv_batch_end(Handle);
@@ -289,6 +348,7 @@ namespace Pkv
         /// samples). On failure the batch stays open (Commit again, or Abort).</summary>
         public void Commit(int[] sampledTokens)
         {
+            if (of != null) { of.Commit(sampledTokens); return; }
             lock (engine.Gate)
             {
                 Touch();
@@ -311,6 +371,7 @@ namespace Pkv
         /// <summary>The step did not run: nothing becomes computed. Idempotent.</summary>
         public void Abort()
         {
+            if (of != null) { of.Abort(); return; }
             lock (engine.Gate) Close();
         }
 

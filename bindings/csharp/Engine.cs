@@ -50,6 +50,7 @@ namespace Pkv
         {
             uint[] windows = Library.Windows(p, layerWindows);
             LayerSpecNative[] specs = Library.NativeSpecs(p);
+            int[] devices = p.RankDevicesChecked();
             StoreBridge bridge = store == null ? null : store.Build();
             var publisher = new StoreBridge();  // the publisher's memory, until create has copied it
             Status created;
@@ -60,8 +61,10 @@ namespace Pkv
                 if (eventPublisher != null) n.EventPublisher = (IntPtr)eventPublisher.Build(publisher);
                 fixed (uint* w = windows)  // pinned for the call: pkv copies them at create
                 fixed (LayerSpecNative* s = specs)
+                fixed (int* d = devices)
                 {
                     n.LayerWindows = (IntPtr)w;
+                    n.RankDeviceIds = (IntPtr)d;
                     Library.SetSpecs(ref n, s);
                     created = Native.pkv_engine_create(&n, out handle);
                 }
@@ -84,6 +87,7 @@ namespace Pkv
             effective.LayerWindows = Library.CopyLayerWindows(eff);  // they point into the engine
             // the specs as the engine holds them, else as given (pkv reads them at create only)
             effective.LayerSpecs = Library.CopyLayerSpecs(eff) ?? p.SpecsNoCopy;
+            effective.RankDeviceIds = EngineParams.CopyRankDeviceIds(eff);
             Params = effective;
             uint qHeads = eff.NumQHeads / eff.TpSize;
             QPerToken = qHeads * eff.HeadDim;
@@ -331,6 +335,51 @@ namespace Pkv
         public void SetStream(NativeAddress cudaStream)
         {
             lock (gate) Call(Native.pkv_engine_set_stream(Handle, (void*)cudaStream.Pointer));
+        }
+
+        /// <summary>Rank rank's pool (pkv_rank_pool_info, since 0.10) on an engine of Ranks All, as
+        /// PoolInfo (which is rank 0's): Rank, NumRanks, DeviceId (-1 on the CPU), TpRank, PpRank,
+        /// and its stage's layers FirstLayer .. EndLayer - 1, whose K and V the pool holds.
+        /// PkvException InvalidArgument for a rank not below NumRanks.</summary>
+        public PoolInfo RankPoolInfo(uint rank)
+        {
+            var p = new PoolInfo { StructSize = (uint)sizeof(PoolInfo) };
+            lock (gate) Call(Native.pkv_rank_pool_info(Handle, rank, &p));
+            return p;
+        }
+
+        /// <summary>Rank rank's CUDA stream (pkv_engine_set_rank_stream, since 0.10), on that
+        /// rank's device; NativeAddress.Zero: the default stream. SetStream on an engine of several
+        /// ranks takes Zero only. PkvException InvalidArgument for a rank not below NumRanks, or a
+        /// stream other than Zero on a CPU engine.</summary>
+        public void SetRankStream(uint rank, NativeAddress cudaStream)
+        {
+            void* stream = (void*)cudaStream.Pointer;
+            lock (gate) Call(Native.pkv_engine_set_rank_stream(Handle, rank, stream));
+        }
+
+        /// <summary>Opens the batch a decider exported (Batch.ExportPlan; pkv_plan_import, since
+        /// 0.10) on this engine of Ranks Pool, made with the decider's parameters (NumBlocks and
+        /// HostNumBlocks included) and this process's TpRank and PpRank. The batch runs this
+        /// rank's heads of its stage's layers (Attention); End or Abort it (the decider's batch is
+        /// the one that commits). Plans come in the order they were exported, each once; a refused
+        /// plan changes nothing. PkvException State for a plan out of order (a stale one, or one
+        /// ahead of the next), while a batch is open, or on an engine not of Ranks Pool;
+        /// InvalidArgument for bytes that are no plan of this engine's shape (damaged, cut,
+        /// another version, another shape: the field named).</summary>
+        public Batch ImportPlan(byte[] plan)
+        {
+            if (plan == null) throw new ArgumentNullException("plan");
+            lock (gate)
+            {
+                BatchHandle b;
+                fixed (byte* p = plan)
+                    Call(Native.pkv_plan_import(Handle, p, (ulong)plan.Length, out b));
+                b.HoldEngine(handle);
+                var batch = new Batch(this, b, false);
+                OpenBatch = batch;
+                return batch;
+            }
         }
 
         internal int[] IntArray(ulong id, bool blockTable)

@@ -19,6 +19,37 @@ namespace Pkv
 
         internal uint[] WindowsNoCopy { get { return layerWindows; } }
 
+        /// <summary>With Ranks All on CUDA (since 0.10): each rank's CUDA device, TpSize x PpSize
+        /// of them (rank = PpRank * TpSize + TpRank; several ranks may share one); null (the
+        /// default): every rank on DeviceId. The params own a copy (set and get copy); pkv reads
+        /// it at create only, and refuses it on the CPU and with Ranks One or Pool.</summary>
+        public int[] RankDeviceIds
+        {
+            get { return rankDeviceIds == null ? null : (int[])rankDeviceIds.Clone(); }
+            set { rankDeviceIds = value == null ? null : (int[])value.Clone(); }
+        }
+
+        /// <summary>RankDeviceIds as the params hold them, refused (before pkv reads anything)
+        /// when they are not one per rank.</summary>
+        internal int[] RankDevicesChecked()
+        {
+            uint ranks = TpSize * Math.Max(PpSize, 1u);
+            if (rankDeviceIds != null && rankDeviceIds.Length != ranks)
+                throw new PkvException(Status.InvalidArgument, string.Format(
+                    "EngineParams.RankDeviceIds has {0} entries, TpSize x PpSize is {1}: give one " +
+                    "device per rank, or null", rankDeviceIds.Length, ranks));
+            return rankDeviceIds;
+        }
+
+        /// <summary>The devices n points at (TpSize x PpSize of them), or null.</summary>
+        internal static unsafe int[] CopyRankDeviceIds(EngineParamsNative n)
+        {
+            if (n.RankDeviceIds == IntPtr.Zero) return null;
+            var d = new int[n.TpSize * Math.Max(n.PpSize, 1u)];
+            for (int r = 0; r < d.Length; r++) d[r] = ((int*)n.RankDeviceIds)[r];
+            return d;
+        }
+
         /// <summary>pkv's defaults (pkv_engine_params_init).</summary>
         public static unsafe EngineParams Defaults()
         {

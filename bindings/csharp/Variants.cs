@@ -113,13 +113,16 @@ namespace Pkv
         {
             uint[] windows = Windows(p, layerWindows);
             LayerSpecNative[] specs = NativeSpecs(p);
+            int[] devices = p.RankDevicesChecked();
             var b = new KvBudget { StructSize = (uint)sizeof(KvBudget) };
             EngineParamsNative raw = p.ToNative();
             Status status;
             fixed (uint* w = windows)
             fixed (LayerSpecNative* s = specs)
+            fixed (int* d = devices)
             {
                 raw.LayerWindows = (IntPtr)w;
+                raw.RankDeviceIds = (IntPtr)d;
                 SetSpecs(ref raw, s);
                 status = Native.pkv_profile(&raw, &b);
             }

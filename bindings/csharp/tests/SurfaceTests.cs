@@ -64,6 +64,10 @@ static partial class Tests
         { "pkv_cache_unpin", "Engine.CacheUnpin" },
         // 0.9: CUDA graphs
         { "pkv_batch_plan_graph", "Batch.PlanGraph" },
+        // 0.10: ranks
+        { "pkv_batch_rank", "Batch.Rank" }, { "pkv_rank_pool_info", "Engine.RankPoolInfo" },
+        { "pkv_engine_set_rank_stream", "Engine.SetRankStream" },
+        { "pkv_batch_export_plan", "Batch.ExportPlan" }, { "pkv_plan_import", "Engine.ImportPlan" },
     };
 
     // C call -> why the binding leaves it out

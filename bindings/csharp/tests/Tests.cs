@@ -418,6 +418,9 @@ static partial class Tests
             { "plan_graph_on_a_cpu_engine_keeps_the_batch", PlanGraphOnACpuEngineKeepsTheBatch },
             { "plan_graph_on_a_step_batch_then_commit", PlanGraphOnAStepBatchThenCommit },
             { "step_counters_on_a_cpu_engine", StepCountersOnACpuEngine },
+            { "ranks_all_runs_each_ranks_heads", RanksAllRunsEachRanksHeads },
+            { "rank_streams", RankStreams }, { "rank_device_ids", RankDeviceIds },
+            { "plan_exported_runs_on_a_pool_engine_once", PlanExportedRunsOnAPoolEngineOnce },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
