@@ -132,7 +132,8 @@ func (eng *Engine) RankPoolInfo(rank int) (PoolInfo, error) {
 	}
 	raw := cPoolInfo{StructSize: uint32(unsafe.Sizeof(cPoolInfo{}))}
 	err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_rank_pool_info(e, C.uint32_t(rank), (*C.struct_pkv_pool_info)(unsafe.Pointer(&raw)))
+		out := (*C.struct_pkv_pool_info)(unsafe.Pointer(&raw))
+		return C.pkv_rank_pool_info(e, C.uint32_t(rank), out)
 	})
 	p.fromC(&raw)
 	return p, err
@@ -148,6 +149,7 @@ func (eng *Engine) SetRankStream(rank int, cudaStream uintptr) error {
 		return invalid("SetRankStream: rank %d is not a rank (0 to NumRanks - 1)", rank)
 	}
 	return eng.call(func(e *C.pkv_engine) C.pkv_status {
-		return C.pkv_engine_set_rank_stream(e, C.uint32_t(rank), *(*unsafe.Pointer)(unsafe.Pointer(&cudaStream)))
+		stream := *(*unsafe.Pointer)(unsafe.Pointer(&cudaStream))
+		return C.pkv_engine_set_rank_stream(e, C.uint32_t(rank), stream)
 	})
 }

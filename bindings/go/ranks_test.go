@@ -20,7 +20,8 @@ func rankParams(t *testing.T, ranks pkv.Ranks, tpRank uint32) pkv.EngineParams {
 	t.Helper()
 	p := must(pkv.DefaultParams())
 	p.NumLayers, p.NumQHeads, p.NumKVHeads, p.HeadDim = 2, 4, 2, rankDim
-	p.DType, p.BlockSize, p.NumBlocks, p.Device, p.NumThreads = pkv.DTypeF32, 4, 32, pkv.DeviceCPU, 1
+	p.DType, p.BlockSize, p.NumBlocks = pkv.DTypeF32, 4, 32
+	p.Device, p.NumThreads = pkv.DeviceCPU, 1
 	p.TPSize, p.TPRank, p.Ranks = 2, tpRank, ranks
 	return p
 }
@@ -59,8 +60,8 @@ func TestRanksAllRunsEachRanksHeads(t *testing.T) {
 	}
 	for r := 0; r < 2; r++ {
 		info := must(e.RankPoolInfo(r))
-		if info.Rank != uint32(r) || info.NumRanks != 2 || info.TPRank != uint32(r) || info.PPRank != 0 ||
-			info.FirstLayer != 0 || info.EndLayer != 2 || info.DeviceID != -1 {
+		if info.Rank != uint32(r) || info.NumRanks != 2 || info.TPRank != uint32(r) ||
+			info.PPRank != 0 || info.FirstLayer != 0 || info.EndLayer != 2 || info.DeviceID != -1 {
 			t.Fatalf("RankPoolInfo(%d) = %+v", r, info)
 		}
 	}
@@ -81,8 +82,8 @@ func TestRanksAllRunsEachRanksHeads(t *testing.T) {
 	}
 	handles := []*pkv.Batch{must(b.Rank(0)), must(b.Rank(1))}
 	if handles[1].RankIndex() != 1 || b.RankIndex() != -1 || handles[1].NumTokens() != 5 {
-		t.Fatalf("rank handle: index %d, batch %d, %d tokens", handles[1].RankIndex(), b.RankIndex(),
-			handles[1].NumTokens())
+		t.Fatalf("rank handle: index %d, batch %d, %d tokens", handles[1].RankIndex(),
+			b.RankIndex(), handles[1].NumTokens())
 	}
 	for layer := 0; layer < 2; layer++ {
 		for r, h := range handles {
