@@ -107,6 +107,7 @@ pub const PKV_PREEMPT_AUTO: _bindgen_ty_15 = 2;
 pub type _bindgen_ty_15 = ::std::os::raw::c_uint;
 pub const PKV_RANKS_ONE: _bindgen_ty_16 = 0;
 pub const PKV_RANKS_ALL: _bindgen_ty_16 = 1;
+pub const PKV_RANKS_POOL: _bindgen_ty_16 = 2;
 pub type _bindgen_ty_16 = ::std::os::raw::c_uint;
 pub const PKV_MAX_RANKS: _bindgen_ty_17 = 255;
 pub type _bindgen_ty_17 = ::std::os::raw::c_uint;
@@ -207,8 +208,10 @@ pub struct pkv_engine_params {
     pub num_state_checkpoints: u32,
     pub reserved4: u32,
     pub ranks: u32,
-    pub reserved5: u32,
+    pub pp_size: u32,
     pub rank_device_ids: *const i32,
+    pub pp_rank: u32,
+    pub reserved5: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -466,6 +469,10 @@ pub struct pkv_pool_info {
     pub rank: u32,
     pub num_ranks: u32,
     pub device_id: i32,
+    pub tp_rank: u32,
+    pub pp_rank: u32,
+    pub first_layer: u32,
+    pub end_layer: u32,
     pub reserved3: u32,
 }
 #[repr(C)]
@@ -793,6 +800,24 @@ pub struct PkvLib {
     >,
     pub pkv_batch_rank: Result<
         unsafe extern "C" fn(b: *mut pkv_batch, rank: u32, out: *mut *mut pkv_batch) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_batch_export_plan: Result<
+        unsafe extern "C" fn(
+            b: *mut pkv_batch,
+            out: *mut ::std::os::raw::c_void,
+            cap: u64,
+            out_len: *mut u64,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_plan_import: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            plan: *const ::std::os::raw::c_void,
+            len: u64,
+            out: *mut *mut pkv_batch,
+        ) -> pkv_status,
         ::libloading::Error,
     >,
     pub pkv_batch_plan_graph:
@@ -1155,6 +1180,8 @@ impl PkvLib {
         let pkv_batch_abort = __library.get(b"pkv_batch_abort\0").map(|sym| *sym);
         let pkv_attention = __library.get(b"pkv_attention\0").map(|sym| *sym);
         let pkv_batch_rank = __library.get(b"pkv_batch_rank\0").map(|sym| *sym);
+        let pkv_batch_export_plan = __library.get(b"pkv_batch_export_plan\0").map(|sym| *sym);
+        let pkv_plan_import = __library.get(b"pkv_plan_import\0").map(|sym| *sym);
         let pkv_batch_plan_graph = __library.get(b"pkv_batch_plan_graph\0").map(|sym| *sym);
         let pkv_indexer_write = __library.get(b"pkv_indexer_write\0").map(|sym| *sym);
         let pkv_indexer_topk = __library.get(b"pkv_indexer_topk\0").map(|sym| *sym);
@@ -1237,6 +1264,8 @@ impl PkvLib {
             pkv_batch_abort,
             pkv_attention,
             pkv_batch_rank,
+            pkv_batch_export_plan,
+            pkv_plan_import,
             pkv_batch_plan_graph,
             pkv_indexer_write,
             pkv_indexer_topk,
@@ -1463,6 +1492,24 @@ impl PkvLib {
         out: *mut *mut pkv_batch,
     ) -> pkv_status {
         (self.pkv_batch_rank.as_ref().expect("Expected function, got error."))(b, rank, out)
+    }
+    pub unsafe fn pkv_batch_export_plan(
+        &self,
+        b: *mut pkv_batch,
+        out: *mut ::std::os::raw::c_void,
+        cap: u64,
+        out_len: *mut u64,
+    ) -> pkv_status {
+        (self.pkv_batch_export_plan.as_ref().expect("Expected function, got error."))(b, out, cap, out_len)
+    }
+    pub unsafe fn pkv_plan_import(
+        &self,
+        e: *mut pkv_engine,
+        plan: *const ::std::os::raw::c_void,
+        len: u64,
+        out: *mut *mut pkv_batch,
+    ) -> pkv_status {
+        (self.pkv_plan_import.as_ref().expect("Expected function, got error."))(e, plan, len, out)
     }
     pub unsafe fn pkv_batch_plan_graph(&self, b: *mut pkv_batch, bucket: u32) -> pkv_status {
         (self.pkv_batch_plan_graph.as_ref().expect("Expected function, got error."))(b, bucket)
