@@ -7,6 +7,7 @@
 //! failure, gives it back inside a `BatchError`, to retry, commit or abort; dropping it aborts
 //! it. No sequence of calls leaves pkv with an open batch this crate no longer holds.
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::os::raw::c_void;
 use std::ptr;
@@ -26,6 +27,7 @@ pub struct OpenBatch<'e> {
     engine: &'e Engine,
     raw: *mut sys::pkv_batch,       // NULL once ended
     view: Box<sys::pkv_batch_view>, // boxed: a BatchError carrying the batch stays small
+    owned: bool,                    // false for a rank's handle (RankBatch): its batch aborts
 }
 
 // SAFETY: pkv serializes calls on an engine's batches and allows them from any thread.
@@ -34,10 +36,16 @@ unsafe impl Send for OpenBatch<'_> {}
 impl<'e> OpenBatch<'e> {
     /// Takes over an open batch of `engine` (freed by its end or commit, else aborted on drop).
     fn from_raw(engine: &'e Engine, raw: *mut sys::pkv_batch) -> Result<OpenBatch<'e>> {
+        OpenBatch::from_raw_owned(engine, raw, true)
+    }
+
+    /// As `from_raw`; a batch not `owned` (a rank's handle) is never aborted by its drop.
+    fn from_raw_owned(engine: &'e Engine, raw: *mut sys::pkv_batch, owned: bool) -> Result<Self> {
         if raw.is_null() {
             return Err(Error::new(Status::Internal, "pkv gave a NULL batch"));
         }
-        let mut batch = OpenBatch { engine, raw, view: Box::new(sized!(sys::pkv_batch_view)) };
+        let view = Box::new(sized!(sys::pkv_batch_view));
+        let mut batch = OpenBatch { engine, raw, view, owned };
         // SAFETY: the batch is open; view is a full struct. On error, drop aborts the batch.
         unsafe { call!(engine.library(), pkv_batch_info(raw, &mut *batch.view))? };
         Ok(batch)
@@ -202,6 +210,46 @@ impl<'e> OpenBatch<'e> {
         unsafe { call!(self.engine.library(), pkv_batch_plan_graph(self.raw, bucket)) }
     }
 
+    /// Rank `rank`'s handle of this batch (`pkv_batch_rank`, pkv 0.10) on an engine of
+    /// `Ranks::All` (rank `pp_rank * tp_size + tp_rank`). Its `attention` (and the indexer's and
+    /// sparse MLA's calls, `plan_graph`) runs on that rank's pool with that rank's heads: q and
+    /// out `num_tokens * (num_q_heads / tp_size) * head_dim`, k and v its kv heads'; on such an
+    /// engine `attention` of the batch itself is `Status::InvalidArgument`. Its view is the
+    /// batch's. It borrows the batch, which cannot end while a rank's handle lives; dropping the
+    /// handle changes nothing. On an engine of one rank, rank 0 is the batch itself.
+    ///
+    /// Errors: `Status::InvalidArgument` for a rank not below the engine's ranks, or on a rank's
+    /// handle.
+    pub fn rank(&self, rank: u32) -> Result<RankBatch<'_, 'e>> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: the batch is open; raw receives the rank's handle, valid while it is.
+        unsafe { call!(self.engine.library(), pkv_batch_rank(self.raw, rank, &mut raw))? };
+        let batch = OpenBatch::from_raw_owned(self.engine, raw, false)?;
+        Ok(RankBatch { batch, rank, _of: PhantomData })
+    }
+
+    /// This step's plan as bytes (`pkv_batch_export_plan`, pkv 0.10), for the `Ranks::Pool`
+    /// engines of other processes (`Engine::import_plan`): the batch's view and its block
+    /// copies, with a version, the engine's shape, a step number (the engine's exported plans
+    /// counted from 0) and a checksum. The host carries the bytes (a pipe, shared memory, an
+    /// NCCL broadcast); every export of one batch gives the same plan.
+    ///
+    /// Errors: `Status::State` on an engine of `Ranks::Pool` (its batches are imported).
+    pub fn export_plan(&self) -> Result<Vec<u8>> {
+        let lib = self.engine.library();
+        let mut len = 0u64;
+        // SAFETY: the batch is open; out NULL with cap 0 asks the size.
+        unsafe { call!(lib, pkv_batch_export_plan(self.raw, ptr::null_mut(), 0, &mut len))? };
+        let mut plan = vec![0u8; len as usize];
+        if len > 0 {
+            let out = plan.as_mut_ptr().cast();
+            // SAFETY: out has len writable bytes.
+            unsafe { call!(lib, pkv_batch_export_plan(self.raw, out, len, &mut len))? };
+        }
+        plan.truncate(len as usize);
+        Ok(plan)
+    }
+
     /// Runs an ending call (`pkv_batch_end`, `pkv_commit`); on success the batch is pkv's no
     /// more (nothing to abort), on failure it stays open, as pkv keeps it.
     fn end_with(&mut self, end: impl FnOnce(&Engine, *mut sys::pkv_batch) -> Result<()>) -> Result<()> {
@@ -213,7 +261,7 @@ impl<'e> OpenBatch<'e> {
 
 impl Drop for OpenBatch<'_> {
     fn drop(&mut self) {
-        if self.raw.is_null() {
+        if self.raw.is_null() || !self.owned {
             return;
         }
         if let Ok(abort) = &self.engine.library().raw().pkv_batch_abort {
@@ -323,6 +371,43 @@ macro_rules! deref_open {
     )*};
 }
 deref_open!(Batch, StepBatch);
+
+/// One rank's handle of a batch (`OpenBatch::rank`, pkv 0.10) on an engine of `Ranks::All`:
+/// derefs to an `OpenBatch` whose `attention` runs on rank `rank_index()`'s pool with its heads. It
+/// borrows its batch, so the batch cannot end (nor be ended through it) while it lives:
+///
+/// ```compile_fail,E0505
+/// let engine = pkv::Engine::new(&pkv::Params::new().unwrap()).unwrap();
+/// let batch = engine.batch(&[], None).unwrap();
+/// let rank = batch.rank(0).unwrap();
+/// batch.end().unwrap(); // error[E0505]: cannot move out of `batch` because it is borrowed
+/// drop(rank);
+/// ```
+pub struct RankBatch<'b, 'e> {
+    batch: OpenBatch<'e>,
+    rank: u32,
+    _of: PhantomData<&'b OpenBatch<'e>>,
+}
+
+impl<'b, 'e> RankBatch<'b, 'e> {
+    /// The rank whose handle this is.
+    pub fn rank_index(&self) -> u32 {
+        self.rank
+    }
+}
+
+impl<'b, 'e> Deref for RankBatch<'b, 'e> {
+    type Target = OpenBatch<'e>;
+    fn deref(&self) -> &OpenBatch<'e> {
+        &self.batch
+    }
+}
+
+impl<'b, 'e> DerefMut for RankBatch<'b, 'e> {
+    fn deref_mut(&mut self) -> &mut OpenBatch<'e> {
+        &mut self.batch
+    }
+}
 
 /// A batch's end or commit that failed: pkv's error, and the batch, still open, given back.
 /// `into_batch()` takes it to commit again or abort; dropping the `BatchError` (or turning it

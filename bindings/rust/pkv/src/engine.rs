@@ -335,6 +335,51 @@ impl Engine {
         call!(self.lib, pkv_engine_set_stream(self.as_raw(), stream))
     }
 
+    /// Rank `rank`'s pool (`pkv_rank_pool_info`, pkv 0.10) on an engine of `Ranks::All`, as
+    /// `pool_info` (rank 0's): `rank`, `num_ranks`, `device_id` (-1 on the CPU), `tp_rank`,
+    /// `pp_rank`, and its stage's layers `first_layer .. end_layer`, whose K and V it holds.
+    ///
+    /// Errors: `Status::InvalidArgument` for a rank not below `num_ranks`.
+    pub fn rank_pool_info(&self, rank: u32) -> Result<PoolInfo> {
+        let mut raw = sized!(sys::pkv_pool_info);
+        // SAFETY: live handle; raw is a full struct. kernels is a static string of the library.
+        unsafe {
+            call!(self.lib, pkv_rank_pool_info(self.as_raw(), rank, &mut raw))?;
+            Ok(PoolInfo::from_raw(&raw))
+        }
+    }
+
+    /// Sets rank `rank`'s CUDA stream (`pkv_engine_set_rank_stream`, pkv 0.10), on that rank's
+    /// device; `set_stream` on an engine of several ranks takes NULL only.
+    ///
+    /// Errors: `Status::InvalidArgument` for a rank not below `num_ranks`, or a stream other
+    /// than NULL on a CPU engine.
+    ///
+    /// # Safety
+    /// `stream` must be a `cudaStream_t` of the rank's device valid while the engine uses it
+    /// (NULL on a CPU engine).
+    pub unsafe fn set_rank_stream(&self, rank: u32, stream: *mut c_void) -> Result<()> {
+        call!(self.lib, pkv_engine_set_rank_stream(self.as_raw(), rank, stream))
+    }
+
+    /// Opens the batch a decider exported (`OpenBatch::export_plan`; `pkv_plan_import`, pkv
+    /// 0.10) on this engine of `Ranks::Pool`, made with the decider's parameters (`num_blocks`
+    /// and `host_num_blocks` included) and this process's `tp_rank` and `pp_rank`. The batch
+    /// runs this rank's heads of its stage's layers; `end` or drop it (the decider's batch is
+    /// the one that commits). Plans come in the order they were exported, each once; a refused
+    /// plan changes nothing.
+    ///
+    /// Errors: `Status::State` for a plan out of order (a stale one, or one ahead of the next),
+    /// while a batch is open, or on an engine not of `Ranks::Pool`; `Status::InvalidArgument`
+    /// for bytes that are no plan of this engine's shape (damaged, cut, another version,
+    /// another shape: the field named).
+    pub fn import_plan(&self, plan: &[u8]) -> Result<Batch<'_>> {
+        let (mut raw, bytes, len) = (ptr::null_mut(), plan.as_ptr().cast(), plan.len() as u64);
+        // SAFETY: bytes has len readable bytes; raw receives the batch.
+        unsafe { call!(self.lib, pkv_plan_import(self.as_raw(), bytes, len, &mut raw))? };
+        Batch::from_raw(self, raw)
+    }
+
     /// Checks every block-manager invariant (`pkv_engine_check`): for tests.
     pub fn check(&self) -> Result<()> {
         // SAFETY: live handle.

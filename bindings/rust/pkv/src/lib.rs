@@ -41,7 +41,7 @@ mod store_admin;
 mod types;
 mod view;
 
-pub use batch::{Batch, BatchError, OpenBatch, StepBatch};
+pub use batch::{Batch, BatchError, OpenBatch, RankBatch, StepBatch};
 pub use config::{hf_config_digest, hf_config_layer_windows};
 pub use element::{Bf16, Element, F16};
 pub use engine::{Engine, Tier};
@@ -49,7 +49,7 @@ pub use error::{Error, Result, Status};
 pub use keys::{block_hash_extra, block_hash_root_lora, ExtraKey, SeqKeys};
 pub use layers::{AttentionKind, KvGroupInfo, LayerInfo, LayerKind, LayerSpec};
 pub use library::{library, Library, LIBRARY_ENV};
-pub use params::{Device, Dtype, KvLayout, Params};
+pub use params::{Device, Dtype, KvLayout, Params, Ranks};
 pub use pkv_sys as sys;
 pub use profile::{profile, KvGroups};
 pub use publisher::{EventFormat, EventPublisherInfo, EventPublisherParams};

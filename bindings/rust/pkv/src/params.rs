@@ -78,6 +78,34 @@ impl Dtype {
     }
 }
 
+/// Which ranks an engine decides for and holds pools of (`Params::ranks`, pkv 0.10,
+/// `PKV_RANKS_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ranks {
+    /// The engine is one rank (`tp_rank`, `pp_rank`) and decides for itself: alone, or as every
+    /// rank's decider whose plans it exports (`OpenBatch::export_plan`). The default.
+    One,
+    /// The engine decides for every rank and holds every rank's pool in this process,
+    /// `tp_size * pp_size` of them: `OpenBatch::rank` gives a rank's handle for attention.
+    All,
+    /// The engine is rank (`tp_rank`, `pp_rank`)'s pool only: it runs the plans a decider
+    /// exported (`Engine::import_plan`) and decides nothing.
+    Pool,
+}
+
+impl Ranks {
+    pub fn code(self) -> u32 {
+        (match self {
+            Ranks::One => sys::PKV_RANKS_ONE,
+            Ranks::All => sys::PKV_RANKS_ALL,
+            Ranks::Pool => sys::PKV_RANKS_POOL,
+        }) as u32
+    }
+    pub fn from_code(code: u32) -> Option<Ranks> {
+        [Ranks::One, Ranks::All, Ranks::Pool].into_iter().find(|r| r.code() == code)
+    }
+}
+
 /// What the cache holds per token per layer (`Params::kv_layout`, `PKV_KV_LAYOUT_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvLayout {
@@ -122,6 +150,7 @@ pub struct Params {
     pub(crate) windows: Option<Arc<[u32]>>,
     pub(crate) specs: RawSpecs,
     publisher: Option<Arc<PublisherStruct>>,
+    devices: Option<Arc<[i32]>>, // rank_device_ids (pkv 0.10)
     lib: &'static Library,
 }
 
@@ -146,7 +175,7 @@ impl Params {
         let mut raw = sized!(sys::pkv_engine_params);
         // SAFETY: raw is a pkv_engine_params of the size passed.
         unsafe { call!(lib, pkv_engine_params_init(&mut raw, raw.struct_size))? };
-        Ok(Params { raw, windows: None, specs: None, publisher: None, lib })
+        Ok(Params { raw, windows: None, specs: None, publisher: None, devices: None, lib })
     }
 
     /// The defaults with the model shape read from a Hugging Face `config.json` text.
@@ -185,7 +214,7 @@ impl Params {
     /// # Safety
     /// `raw.layer_windows` is NULL or points at `raw.num_layers` readable values;
     /// `raw.layer_specs` is NULL or points at `raw.num_layers` specs of `raw.layer_spec_size`
-    /// bytes each.
+    /// bytes each; `raw.rank_device_ids` is NULL or points at `tp_size * pp_size` values.
     pub(crate) unsafe fn from_raw(mut raw: sys::pkv_engine_params, lib: &'static Library) -> Params {
         let windows = if raw.layer_windows.is_null() {
             None
@@ -206,11 +235,17 @@ impl Params {
             };
             Some((0..raw.num_layers as usize).map(read).collect::<Vec<_>>().into())
         };
+        let devices = if raw.rank_device_ids.is_null() {
+            None
+        } else {
+            Some(std::slice::from_raw_parts(raw.rank_device_ids, num_ranks(&raw)).into())
+        };
         raw.layer_windows = ptr::null();
         raw.layer_specs = ptr::null();
         raw.layer_spec_size = 0;
+        raw.rank_device_ids = ptr::null();
         raw.event_publisher = ptr::null(); // the engine's copy: used at create only
-        Params { raw, windows, specs, publisher: None, lib }
+        Params { raw, windows, specs, publisher: None, devices, lib }
     }
 
     /// The struct pkv reads: `raw()` with `layer_windows` and `layer_specs` pointing at this
@@ -239,6 +274,20 @@ impl Params {
                         "layer_specs has {} specs, num_layers is {}: give one per layer",
                         s.len(),
                         raw.num_layers
+                    ),
+                ))
+            }
+        };
+        raw.rank_device_ids = match &self.devices {
+            None => ptr::null(),
+            Some(d) if d.len() == num_ranks(&raw) => d.as_ptr(),
+            Some(d) => {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!(
+                        "rank_device_ids has {} devices, tp_size x pp_size is {}: one per rank",
+                        d.len(),
+                        num_ranks(&raw)
                     ),
                 ))
             }
@@ -339,6 +388,41 @@ impl Params {
         self.raw.tp_rank = rank;
         self
     }
+    /// Pipeline parallelism (pkv 0.10): `size` stages (1 .. num_layers), this engine being
+    /// stage `rank` (`Ranks::One` and `Ranks::Pool`; 0 with `Ranks::All`). A stage's pool holds
+    /// its layers only (`PoolInfo::first_layer .. end_layer`).
+    pub fn pipeline_parallel(mut self, size: u32, rank: u32) -> Params {
+        self.raw.pp_size = size;
+        self.raw.pp_rank = rank;
+        self
+    }
+    /// Which ranks the engine decides for and holds pools of (pkv 0.10): `Ranks::One` (the
+    /// default), `Ranks::All` or `Ranks::Pool` (which needs `num_blocks`, the decider's).
+    pub fn ranks(mut self, ranks: Ranks) -> Params {
+        self.raw.ranks = ranks.code();
+        self
+    }
+    /// `Ranks::All` on CUDA (pkv 0.10): each rank's CUDA device, `tp_size * pp_size` of them
+    /// (rank `pp_rank * tp_size + tp_rank`; ranks may share one), in place of `device_id`.
+    /// Kept by the Params, read at create only; refused on the CPU and with `Ranks::One` or
+    /// `Ranks::Pool`.
+    pub fn rank_device_ids(mut self, devices: &[i32]) -> Params {
+        self.devices = Some(devices.into());
+        self
+    }
+    /// Drops the per-rank devices (every rank on `device_id`).
+    pub fn without_rank_device_ids(mut self) -> Params {
+        self.devices = None;
+        self
+    }
+    /// The engine's ranks (`None` for a code this binding does not know).
+    pub fn get_ranks(&self) -> Option<Ranks> {
+        Ranks::from_code(self.raw.ranks)
+    }
+    /// Each rank's CUDA device, when set.
+    pub fn get_rank_device_ids(&self) -> Option<&[i32]> {
+        self.devices.as_deref()
+    }
 
     pub fn dtype(mut self, dtype: Dtype) -> Params {
         self.raw.dtype = dtype.code();
@@ -410,4 +494,10 @@ impl Params {
         /// MLA: the latent's rotary part; 0 for `KvLayout::Heads`.
         qk_rope_head_dim: u32 => qk_rope_head_dim;
     }
+}
+
+/// `tp_size * pp_size` (a `pp_size` of 0 is 1): the ranks of `Ranks::All`, `rank_device_ids`'
+/// length.
+fn num_ranks(raw: &sys::pkv_engine_params) -> usize {
+    raw.tp_size as usize * raw.pp_size.max(1) as usize
 }

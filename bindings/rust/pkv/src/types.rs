@@ -259,6 +259,17 @@ pub struct PoolInfo {
     /// (`CopyKind::StateOut` / `StateIn`); null and 0 otherwise.
     pub host_state_base: *mut c_void,
     pub num_host_state_slots: u32,
+    /// Ranks (pkv 0.10): the rank whose pool this is (`Engine::rank_pool_info`), `pp_rank *
+    /// tp_size + tp_rank`, of the engine's `num_ranks` pools (`tp_size * pp_size` with
+    /// `Ranks::All`, else 1); its CUDA device (-1 on the CPU), head shard and pipeline stage,
+    /// and the stage's layers `first_layer .. end_layer`, whose K and V the pool holds.
+    pub rank: u32,
+    pub num_ranks: u32,
+    pub device_id: i32,
+    pub tp_rank: u32,
+    pub pp_rank: u32,
+    pub first_layer: u32,
+    pub end_layer: u32,
 }
 
 impl PoolInfo {
@@ -293,6 +304,13 @@ impl PoolInfo {
             num_state_slots: r.num_state_slots,
             host_state_base: r.host_state_base,
             num_host_state_slots: r.num_host_state_slots,
+            rank: r.rank,
+            num_ranks: r.num_ranks,
+            device_id: r.device_id,
+            tp_rank: r.tp_rank,
+            pp_rank: r.pp_rank,
+            first_layer: r.first_layer,
+            end_layer: r.end_layer,
         }
     }
 }
@@ -352,6 +370,12 @@ pub struct KvBudget {
     pub num_host_state_slots: u32,
     /// `num_host_state_slots * state_bytes_per_seq`: host memory beside `host_pool_bytes`.
     pub host_state_bytes: u64,
+    /// Ranks (pkv 0.10): the pools (`tp_size * pp_size` with `Ranks::All`, else 1); with
+    /// several, every term above is `bounding_rank`'s, the rank whose pool holds the fewest
+    /// blocks, whose device (or the host) `ranks_on_device` ranks share.
+    pub num_ranks: u32,
+    pub bounding_rank: u32,
+    pub ranks_on_device: u32,
 }
 
 impl KvBudget {
@@ -393,6 +417,9 @@ impl KvBudget {
             state_pool_bytes: r.state_pool_bytes,
             num_host_state_slots: r.num_host_state_slots,
             host_state_bytes: r.host_state_bytes,
+            num_ranks: r.num_ranks,
+            bounding_rank: r.bounding_rank,
+            ranks_on_device: r.ranks_on_device,
         }
     }
 }

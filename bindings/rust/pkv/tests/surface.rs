@@ -92,6 +92,11 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_cache_pin => Engine::cache_pin;
         pkv_cache_unpin => Engine::cache_unpin, pkv::CachePin::unpin;
         pkv_batch_plan_graph => OpenBatch::plan_graph;
+        pkv_batch_rank => OpenBatch::rank;
+        pkv_rank_pool_info => Engine::rank_pool_info;
+        pkv_engine_set_rank_stream => Engine::set_rank_stream;
+        pkv_batch_export_plan => OpenBatch::export_plan;
+        pkv_plan_import => Engine::import_plan;
     }
 }
 
