@@ -76,7 +76,7 @@ Engine::Engine(const pkv_engine_params &params)
   params_.pp_size = std::max(params_.pp_size, 1u);
   const uint32_t ranks = pkv::num_ranks(params_);
   if (params.rank_device_ids)
-    rank_device_ids_.assign(params.rank_device_ids, params.rank_device_ids + params.tp_size);
+    rank_device_ids_.assign(params.rank_device_ids, params.rank_device_ids + ranks);
   params_.rank_device_ids = params.rank_device_ids ? rank_device_ids_.data() : nullptr;
   if (std::any_of(specs_.begin(), specs_.end(), [](const LayerSpec &s) { return s.sinks; })) {
     sinks_.assign(size_t(ranks) * params_.num_layers * (params_.num_q_heads / params_.tp_size),

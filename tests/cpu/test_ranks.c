@@ -643,6 +643,12 @@ static int damage_last_byte(const char *path, const struct stat *st, int kind, s
   return 0;
 }
 
+static int remove_blocks(const char *path, const struct stat *st, int kind, struct FTW *f) {
+  (void)st, (void)f;
+  const size_t n = strlen(path);
+  return kind == FTW_F && n > 4 && strcmp(path + n - 4, ".blk") == 0 ? remove(path) : 0;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int kind, struct FTW *f) {
   (void)st, (void)kind, (void)f;
   return remove(path);
@@ -694,10 +700,14 @@ static void store_scenario(void) {
   st = s1, st.path = dt;
   int32_t prompt_tokens[24];
   prompt(prompt_tokens, 24, 900);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 4; ++round) {
     if (round == 2) { /* the last rank's slices damaged, and the one-rank engine's values */
       CHECK(nftw(dt, damage_last_byte, 8, FTW_PHYS) == 0);
       CHECK(nftw(d1, damage_last_byte, 8, FTW_PHYS) == 0);
+    }
+    if (round == 3) { /* round 2's values, written again, deleted */
+      CHECK(nftw(dt, remove_blocks, 8, FTW_PHYS) == 0);
+      CHECK(nftw(d1, remove_blocks, 8, FTW_PHYS) == 0);
     }
     store = &s1;
     one = make(1, PKV_RANKS_ONE);
@@ -715,6 +725,7 @@ static void store_scenario(void) {
     CHECK_OK(pkv_engine_stats(all, &b));
     CHECK(a.store_hit_tokens == b.store_hit_tokens && b.store_hit_tokens == cached);
     if (round == 2) CHECK(b.num_store_rejected > 0);
+    if (round == 3) CHECK(b.num_store_misses > 0 && b.num_store_rejected == 0);
     BOTH(pkv_release(one, s), pkv_release(all, s));
     pkv_engine_destroy(one); /* the writers finish their queued writes */
     pkv_engine_destroy(all);
