@@ -631,8 +631,8 @@ PKV_API pkv_status pkv_seq_params_init(pkv_seq_params *p, uint32_t size);
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens or out_seq NULL; num_tokens 0, above max_model_len or
  * above 2^31-1; a bad sp: struct_size, cache_salt, extra_keys (since 0.5.0)), PKV_ERR_NO_SPACE
  * (not enough free blocks, or (since 0.6.0) no free working state slot; nothing changed),
- * (since 0.10.0) PKV_ERR_STATE (an engine of ranks POOL), PKV_ERR_UNSUPPORTED (sp's
- * cache_retention_ms not 0 on an engine of one rank of several: pkv_engine_params.ranks). */
+ * PKV_ERR_STATE ((since 0.10.0) an engine of ranks POOL), PKV_ERR_UNSUPPORTED ((since 0.10.0)
+ * sp's cache_retention_ms not 0 on an engine of one rank of several: pkv_engine_params.ranks). */
 PKV_API pkv_status pkv_allocate(pkv_engine *e, const int32_t *tokens, uint32_t num_tokens,
                                 const pkv_seq_params *sp, uint64_t *out_seq,
                                 uint32_t *out_num_cached_tokens);
@@ -1092,8 +1092,9 @@ PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size)
  * max_new_tokens 0, reserved0, cache_salt, extra_keys (since 0.5.0); a request that can never
  * run - prompt + max_new_tokens above max_model_len or 2^31-1, or more blocks at its peak than
  * the pool has: per chunk, each group's own peak over the prefill and the decode, summed; the
- * message says how many), (since 0.10.0) PKV_ERR_STATE (an engine of ranks POOL),
- * PKV_ERR_UNSUPPORTED (rp's cache_retention_ms not 0 on an engine of one rank of several). */
+ * message says how many), PKV_ERR_STATE ((since 0.10.0) an engine of ranks POOL),
+ * PKV_ERR_UNSUPPORTED ((since 0.10.0) rp's cache_retention_ms not 0 on an engine of one rank of
+ * several). */
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
@@ -1658,8 +1659,8 @@ PKV_API pkv_status pkv_reset_prefix_cache(pkv_engine *e);
  * *out_num_blocks (nullable) is the count of blocks given it. Events and the store are unchanged.
  * Errors: PKV_ERR_INVALID_ARGUMENT (tokens NULL; num_tokens 0, above max_model_len or above
  * 2^31-1; priority outside PKV_CACHE_PRIORITY_MIN .. PKV_CACHE_PRIORITY_MAX; a bad sp; nothing
- * changed), PKV_ERR_STATE (a batch is open on e), (since 0.10.0) PKV_ERR_UNSUPPORTED
- * (retention_ms not 0 on an engine of one rank of several: pkv_engine_params.ranks).
+ * changed), PKV_ERR_STATE (a batch is open on e), PKV_ERR_UNSUPPORTED ((since 0.10.0)
+ * retention_ms not 0 on an engine of one rank of several: pkv_engine_params.ranks).
  * Since 0.8.0. */
 PKV_API pkv_status pkv_cache_set_priority(pkv_engine *e, const int32_t *tokens,
                                           uint32_t num_tokens, const pkv_seq_params *sp,
@@ -1925,7 +1926,7 @@ PKV_API pkv_status pkv_set_kv_scales(pkv_engine *e, uint32_t layer, const float 
                                      const float *v_scales);
 
 /* Attention sinks (pkv_layer_spec.sinks): the logits of `layer` (< num_layers), sinks[num_sinks]
- * with num_sinks = num_q_heads / tp_size (this rank's q heads, in order; since 0.10.0 with
+ * with num_sinks = num_q_heads / tp_size (this rank's q heads, in order; (since 0.10.0) with
  * ranks ALL num_q_heads: every rank's, in rank order), each finite. Head h's
  * softmax over scores s_j becomes exp(s_j) / (exp(sink_h) + sum_k exp(s_k)): the sink takes
  * weight and adds nothing to the output. Set them once per layer that has sinks, before the first
