@@ -337,7 +337,7 @@ int run_graph_backend_cases() {
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   be->set_stream(stream);
   const uint64_t waits0 = be->host_waits(), allocs0 = be->device_allocs();
-  const LoopCase cases[] = {{kBucket, {40, 17, 70}, 18, 5, 29, 9}, {1, {245}, 16, -1, 0, -1}};
+  const LoopCase cases[] = {{kBucket, {40, 17, 70}, 12, 5, 29, 9}, {1, {250}, 9, -1, 0, -1}};
   size_t bad = 0;
   for (const LoopCase &lc : cases) {
     LoopCounts n;
