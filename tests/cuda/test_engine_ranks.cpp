@@ -155,6 +155,31 @@ void upload_rank(const Model &m, RankBufs &b, uint32_t t, uint32_t l, uint32_t r
   upload_slice(m.v[l], kKvRow, kRankKv, t, rows, *b.v);
 }
 
+// Three sequences of the prompts kPrompt on e.
+void allocate(pkv_engine *e, uint64_t *ids) {
+  int32_t tokens[64];
+  for (int32_t i = 0; i < 64; ++i) tokens[i] = 1000 + i;
+  for (uint32_t s = 0; s < kSeqs; ++s)
+    ok(pkv_allocate(e, tokens + 7 * s, kPrompt[s], nullptr, &ids[s], nullptr), "pkv_allocate");
+}
+
+// Step `step`'s new tokens: the prompts (step 0), then one appended to each sequence; the whole
+// model's inputs made for them. Returns the counts, *rows their sum.
+const uint32_t *next_step(pkv_engine *e, const uint64_t *ids, uint32_t step, Model &m,
+                          uint32_t *rows) {
+  static const uint32_t ones[kSeqs] = {1, 1, 1};
+  const uint32_t *counts = step == 0 ? kPrompt : ones;
+  *rows = 0;
+  for (uint32_t s = 0; s < kSeqs; ++s) *rows += counts[s];
+  if (step > 0)
+    for (uint32_t s = 0; s < kSeqs; ++s) {
+      const int32_t t = int32_t(2000 + step);
+      ok(pkv_append(e, ids[s], &t, 1), "pkv_append");
+    }
+  m.make(counts, *rows);
+  return counts;
+}
+
 // The engine of every rank: each rank attends on its pool through its handle of the batch,
 // eagerly or from the graph it captured on its stream.
 void run_all(int num_devices) {
@@ -177,22 +202,11 @@ void run_all(int num_devices) {
   }
   Model m;
   uint64_t ids[kSeqs];
-  int32_t tokens[64];
-  for (int32_t i = 0; i < 64; ++i) tokens[i] = 1000 + i;
-  for (uint32_t s = 0; s < kSeqs; ++s)
-    ok(pkv_allocate(e, tokens + 7 * s, kPrompt[s], nullptr, &ids[s], nullptr), "pkv_allocate");
-  const uint32_t ones[kSeqs] = {1, 1, 1};
+  allocate(e, ids);
   for (uint32_t step = 0; step <= 2 * kSteps && failures == 0; ++step) {
-    const uint32_t *counts = step == 0 ? kPrompt : ones;
     const bool graph = step > kSteps;
     uint32_t rows = 0;
-    for (uint32_t s = 0; s < kSeqs; ++s) rows += counts[s];
-    if (step > 0)
-      for (uint32_t s = 0; s < kSeqs; ++s) {
-        const int32_t t = int32_t(2000 + step);
-        ok(pkv_append(e, ids[s], &t, 1), "pkv_append");
-      }
-    m.make(counts, rows);
+    const uint32_t *counts = next_step(e, ids, step, m, &rows);
     pkv_batch *b = nullptr;
     if (!ok(pkv_batch_begin(e, ids, counts, kSeqs, &b), "pkv_batch_begin")) return;
     for (uint32_t r = 0; r < kRanks; ++r) {
@@ -244,23 +258,11 @@ void run_plans(int num_devices) {
   ok(pkv_engine_set_stream(pool, p.stream), "pkv_engine_set_stream");
   Model m;
   uint64_t ids[kSeqs];
-  int32_t tokens[64];
-  for (int32_t i = 0; i < 64; ++i) tokens[i] = 1000 + i;
-  for (uint32_t s = 0; s < kSeqs; ++s)
-    ok(pkv_allocate(decider, tokens + 7 * s, kPrompt[s], nullptr, &ids[s], nullptr),
-       "pkv_allocate");
-  const uint32_t ones[kSeqs] = {1, 1, 1};
+  allocate(decider, ids);
   std::vector<uint8_t> plan;
   for (uint32_t step = 0; step <= kSteps && failures == 0; ++step) {
-    const uint32_t *counts = step == 0 ? kPrompt : ones;
     uint32_t rows = 0;
-    for (uint32_t s = 0; s < kSeqs; ++s) rows += counts[s];
-    if (step > 0)
-      for (uint32_t s = 0; s < kSeqs; ++s) {
-        const int32_t t = int32_t(3000 + step);
-        ok(pkv_append(decider, ids[s], &t, 1), "pkv_append");
-      }
-    m.make(counts, rows);
+    const uint32_t *counts = next_step(decider, ids, step, m, &rows);
     pkv_batch *b = nullptr, *pb = nullptr;
     if (!ok(pkv_batch_begin(decider, ids, counts, kSeqs, &b), "pkv_batch_begin")) return;
     uint64_t len = 0;
