@@ -6,10 +6,18 @@
  * Prints the plan's bytes and the median microseconds of each, and export and import as ratios
  * of the planning time of the same run. CPU pools; no attention runs (the KV side is not what
  * is measured).
+ * Then a store's cost across ranks: a value holds every rank's slice of its block (one key, one
+ * lookup and one write per block however many ranks), so an engine of tp ranks (ranks ALL) reads
+ * and writes the same bytes per block as one engine of the whole model. A prompt written through
+ * to a FILE store (the time to drain the writer) and hit from it by a fresh engine (pkv_allocate,
+ * which waits for the store), per block, tp 1 against tp 2 and 4 of the same model.
  * Run: build/bench/bench_plans [--quick]
  */
+#define _XOPEN_SOURCE 700
 #include <pkv/pkv.h>
 
+#include <ftw.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +112,69 @@ static void run(uint32_t seqs, uint32_t context, uint32_t steps) {
   pkv_engine_destroy(decider);
 }
 
+static pkv_engine *store_engine(uint32_t tp, const char *dir, uint32_t blocks) {
+  pkv_store_params sp;
+  pkv_store_params_init(&sp, sizeof sp);
+  sp.kind = PKV_STORE_FILE, sp.path = dir, sp.write_queue_blocks = blocks + 1;
+  pkv_engine_params p;
+  pkv_engine_params_init(&p, sizeof p);
+  p.num_layers = 8, p.num_q_heads = 8, p.num_kv_heads = 8, p.head_dim = 128;
+  p.dtype = PKV_DTYPE_BF16, p.device = PKV_DEVICE_CPU, p.num_threads = 1, p.block_size = BS;
+  p.tp_size = tp, p.ranks = tp > 1 ? PKV_RANKS_ALL : PKV_RANKS_ONE;
+  p.num_blocks = blocks + 8, p.host_num_blocks = blocks + 8, p.store = &sp;
+  pkv_engine *e = NULL;
+  check(pkv_engine_create(&p, &e), NULL, "pkv_engine_create (store)");
+  return e;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int kind, struct FTW *f) {
+  (void)st, (void)kind, (void)f;
+  return remove(path);
+}
+
+/* us per block to write a prompt's blocks through (until the writer drained) and to hit them. */
+static void store_cost(uint32_t tp, uint32_t blocks, uint32_t reps) {
+  double write_us[16], hit_us[16];
+  uint64_t value_bytes = 0;
+  int32_t *prompt = malloc(sizeof *prompt * (blocks * BS + 1));
+  uint64_t rng = 11;
+  for (uint32_t r = 0; r < reps; ++r) {
+    char dir[] = "/tmp/pkv-bench-plans-XXXXXX";
+    if (!mkdtemp(dir)) exit(1);
+    for (uint32_t t = 0; t <= blocks * BS; ++t) prompt[t] = bench_token(&rng);
+    const uint32_t n = blocks * BS + 1; /* every block whole, and one token to compute */
+    pkv_engine *e = store_engine(tp, dir, blocks);
+    uint64_t id = 0;
+    pkv_batch *b = NULL;
+    check(pkv_allocate(e, prompt, n, NULL, &id, NULL), e, "pkv_allocate");
+    check(pkv_batch_begin(e, &id, NULL, 1, &b), e, "pkv_batch_begin");
+    const double t0 = bench_now_ns();
+    check(pkv_batch_end(b), e, "pkv_batch_end"); /* seals the blocks: written through */
+    pkv_engine_destroy(e);                       /* the writer drains first */
+    const double t1 = bench_now_ns();
+    e = store_engine(tp, dir, blocks);
+    uint32_t cached = 0;
+    const double t2 = bench_now_ns();
+    check(pkv_allocate(e, prompt, n, NULL, &id, &cached), e, "pkv_allocate (hit)");
+    const double t3 = bench_now_ns();
+    if (cached != blocks * BS) {
+      fprintf(stderr, "bench_plans: the store served %u tokens of %u\n", cached, blocks * BS);
+      exit(1);
+    }
+    pkv_kv_budget kb;
+    kb.struct_size = sizeof kb;
+    check(pkv_engine_budget(e, &kb), e, "pkv_engine_budget");
+    value_bytes = kb.block_bytes * tp;
+    pkv_engine_destroy(e);
+    nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    write_us[r] = (t1 - t0) / 1e3 / blocks, hit_us[r] = (t3 - t2) / 1e3 / blocks;
+  }
+  printf("%8u %14llu %14.1f %14.1f\n", tp, (unsigned long long)value_bytes,
+         bench_median(write_us, reps), bench_median(hit_us, reps));
+  fflush(stdout);
+  free(prompt);
+}
+
 int main(int argc, char **argv) {
   const int quick = argc > 1 && !strcmp(argv[1], "--quick");
   const uint32_t steps = quick ? 5 : 31;
@@ -116,5 +187,11 @@ int main(int argc, char **argv) {
   static const uint32_t shapes[][2] = {{1, 4096}, {32, 4096}, {256, 4096}, {64, 32768}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
     if (!quick || shapes[i][0] * shapes[i][1] <= 32 * 4096) run(shapes[i][0], shapes[i][1], steps);
+  /* 8 layers, 8 kv heads of 128, bf16: 512 KiB of K and V a block for the whole model. */
+  printf("\nstore across ranks: a 64-block prompt written through to a FILE store and hit by a "
+         "fresh engine, median of %u, microseconds per block\n",
+         quick ? 1u : 5u);
+  printf("%8s %14s %14s %14s\n", "tp", "value payload", "write us", "hit us");
+  for (uint32_t tp = 1; tp <= 4; tp *= 2) store_cost(tp, quick ? 8 : 64, quick ? 1 : 5);
   return 0;
 }
