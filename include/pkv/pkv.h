@@ -1271,7 +1271,9 @@ PKV_API pkv_status pkv_hf_config_digest(const char *json, size_t json_len, char 
  * has its own block table per sequence; a block of the pool holds K and V of group_layers layers.
  * layer_group[l] and layer_slot[l] ([num_layers] each; either may be NULL): layer l's group and
  * its place in that group's blocks (its index in the pool's layer dimension, pkv_pool_info); a
- * STATE layer is in no group: UINT32_MAX for both (since 0.6.0).
+ * STATE layer is in no group: UINT32_MAX for both (since 0.6.0). (since 0.10.0) With pp_size > 1
+ * the slots are stage pp_rank's pool's, and a layer of another stage is in no group either;
+ * group_layers is the most layers one of its blocks holds.
  * group_window[g] ([cap]; NULL when cap is 0): group g's window (0 = full). *out_num_groups =
  * how many groups; *out_group_layers (nullable) = group_layers. p is validated as by
  * pkv_engine_create.
