@@ -734,6 +734,31 @@ pkv_status pkv_rank_pool_info(pkv_engine *e, uint32_t rank, struct pkv_pool_info
   });
 }
 
+pkv_status pkv_block_segments(pkv_engine *e, uint32_t rank, uint32_t tier, const int32_t *blocks,
+                              uint32_t num_blocks, pkv_segment *out, uint32_t cap,
+                              uint32_t *out_len) {
+  return guard(e, [&](Engine &en) {
+    copy_out(en.block_segments(rank, tier, blocks, num_blocks), out, cap, out_len, "the segments");
+  });
+}
+
+pkv_status pkv_seq_segments(pkv_engine *e, uint32_t rank, uint64_t seq, uint32_t first_block,
+                            uint32_t num_blocks, pkv_segment *out, uint32_t cap,
+                            uint32_t *out_len) {
+  return guard(e, [&](Engine &en) {
+    copy_out(en.seq_segments(rank, seq, first_block, num_blocks), out, cap, out_len,
+             "the segments");
+  });
+}
+
+pkv_status pkv_layout_fingerprint(pkv_engine *e, uint32_t rank, uint8_t *out) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    const std::array<uint8_t, 32> fp = en.layout_fingerprint(rank);
+    std::memcpy(out, fp.data(), fp.size());
+  });
+}
+
 pkv_status pkv_layer_info(pkv_engine *e, uint32_t layer, struct pkv_layer_info *out) {
   return guard(e, [&](Engine &en) {
     pkv::require_out_struct(out, "out");

@@ -5,6 +5,7 @@
 // engine as it was.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -101,6 +102,13 @@ class Engine {
   // Ranks (DESIGN.md §10): the pools the engine holds, and rank r's pool_info.
   uint32_t num_ranks() const { return static_cast<uint32_t>(pools_.size()); }
   struct pkv_pool_info rank_pool_info(uint32_t rank) const;
+  // Block descriptors for transports (engine_segments.cpp, DESIGN.md §10): the segments of
+  // blocks of a tier, of a running sequence's blocks, and the layout's fingerprint.
+  std::vector<pkv_segment> block_segments(uint32_t rank, uint32_t tier, const int32_t *blocks,
+                                          uint32_t n) const;
+  std::vector<pkv_segment> seq_segments(uint32_t rank, uint64_t seq, uint32_t first,
+                                        uint32_t n) const;
+  std::array<uint8_t, 32> layout_fingerprint(uint32_t rank) const;
   // The rank a batch call names (api.cpp's guard sets it from the handle, under the engine's
   // lock): kAnyRank for the batch's own handle, else the rank of a pkv_batch_rank handle.
   static constexpr uint32_t kAnyRank = UINT32_MAX;

@@ -95,7 +95,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 10
+#define PKV_VERSION_MINOR 11
 #define PKV_VERSION_PATCH 0
 /* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
@@ -1574,6 +1574,58 @@ struct pkv_pool_info {
  * bytes_per_pool the whole pool; each layer's K and V are where pkv_layer_info says.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
+
+/* ---------------------------------------------------------------- block descriptors (since 0.11.0) */
+/* One contiguous piece of KV: base (device memory on a CUDA pool, host memory for the host tier
+ * and a CPU pool) and its bytes. A transport registers the pools once (pkv_pool_info's bases
+ * and bytes_per_pool, host_* for the host tier) and moves blocks by their segments. */
+typedef struct pkv_segment {
+  void *base;
+  uint64_t bytes;
+} pkv_segment;
+
+/* The segments holding the KV of blocks[num_blocks], ids of `tier` (PKV_TIER_DEVICE: the pool;
+ * PKV_TIER_HOST: the host tier), on rank `rank` (0 on an engine of one rank): for each block in
+ * order, each of its pool's layers (pkv_pool_info.num_layers: a KV group's layer slots; 1 for a
+ * paged pool, whose block is one page), K then V (MLA: the latent alone): num_layers x 2 (or 1)
+ * segments a block, the same count for every block of an engine. Writes them to out[cap] and
+ * *out_len = their count (out NULL and cap 0: the count alone). Two engines of equal layout fingerprints (pkv_layout_fingerprint) give
+ * segments of equal bytes in the same order, so a block is moved by copying segment i to
+ * segment i. pkv's own copies to and from the host tier may be queued on the engine's stream:
+ * wait for it before moving host-tier bytes.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (blocks NULL with num_blocks > 0; out_len NULL; out NULL with
+ * cap > 0; cap below the count, with *out_len still written; tier not DEVICE or HOST, or HOST on
+ * an engine without a host tier; a block id outside the tier; rank not below the engine's
+ * ranks).
+ * Since 0.11.0. */
+PKV_API pkv_status pkv_block_segments(pkv_engine *e, uint32_t rank, uint32_t tier,
+                                      const int32_t *blocks, uint32_t num_blocks,
+                                      pkv_segment *out, uint32_t cap, uint32_t *out_len);
+
+/* The segments of running sequence seq's blocks first_block .. first_block + num_blocks - 1
+ * (block i holds its tokens i * block_size ..), on rank `rank`: for each block index in order,
+ * each KV group in order, that group's block's segments as pkv_block_segments gives them. A
+ * block a windowed group gave back (-1 in its table) gives as many segments of base NULL and
+ * bytes 0, so two engines of one layout list each token range at the same positions. The range
+ * must lie within the sequence's blocks (pkv_seq_info.num_blocks).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; cap below the count,
+ * with *out_len still written; a range past the sequence's blocks; rank not below the engine's
+ * ranks), PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq holds no blocks of the pool:
+ * waiting, preempted or swapped out).
+ * Since 0.11.0. */
+PKV_API pkv_status pkv_seq_segments(pkv_engine *e, uint32_t rank, uint64_t seq,
+                                    uint32_t first_block, uint32_t num_blocks, pkv_segment *out,
+                                    uint32_t cap, uint32_t *out_len);
+
+/* Rank `rank`'s layout fingerprint: 32 bytes of SHA-256 over everything that decides what a
+ * block's segments hold and where - the model's shape and dtypes, fp8 scales, the block size,
+ * every layer's spec, window, KV group and slot, the pool's layers and bytes per block, the
+ * ranks (tp and pp size, this rank's tp_rank and pp_rank) - and not over how many blocks either
+ * tier has. Engines of equal fingerprints can move blocks segment by segment; a transport
+ * compares them at its handshake and refuses a mismatch.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL; rank not below the engine's ranks).
+ * Since 0.11.0. */
+PKV_API pkv_status pkv_layout_fingerprint(pkv_engine *e, uint32_t rank, uint8_t *out);
 
 /* Rank `rank`'s pool (pkv_engine_params.ranks ALL): as pkv_pool_info, on that rank's device.
  * pkv_pool_info is rank 0's.

@@ -15,7 +15,7 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
-    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp", "engine_retention.cpp", "engine_plans.cpp"]),
+    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp", "engine_retention.cpp", "engine_plans.cpp", "engine_segments.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*", "plan_wire.*"]),
     ("sequence", ["sequence.*"]),
