@@ -8,9 +8,9 @@ using System;
 using System.Runtime.InteropServices;
 
 // The assembly's version is pkv.h's PKV_VERSION_*.
-[assembly: System.Reflection.AssemblyVersion("0.10.0.0")]
-[assembly: System.Reflection.AssemblyFileVersion("0.10.0.0")]
-[assembly: System.Reflection.AssemblyInformationalVersion("0.10.0")]
+[assembly: System.Reflection.AssemblyVersion("0.11.0.0")]
+[assembly: System.Reflection.AssemblyFileVersion("0.11.0.0")]
+[assembly: System.Reflection.AssemblyInformationalVersion("0.11.0")]
 
 namespace Pkv
 {
@@ -880,6 +880,14 @@ namespace Pkv
         public uint Reserved3;
     }
 
+    /// <summary>pkv_segment (16 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct Segment
+    {
+        internal IntPtr Base;
+        public ulong Bytes;
+    }
+
     /// <summary>pkv_layer_info (248 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public unsafe partial struct LayerInfo
@@ -998,7 +1006,7 @@ namespace Pkv
     public static class Constants
     {
         public const int VersionMajor = 0;
-        public const int VersionMinor = 10;
+        public const int VersionMinor = 11;
         public const int VersionPatch = 0;
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
@@ -1041,7 +1049,7 @@ namespace Pkv
         public const string Library = "libpkv.so.1";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 10;
+        public const int PKV_VERSION_MINOR = 11;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 
@@ -1157,8 +1165,8 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 264, 24, 48, 56, 168, 64, 32, 264, 448, 216, 248, 56, 64, 24, 184, 160 };
+        public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(Segment), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 264, 24, 48, 56, 168, 64, 32, 264, 448, 216, 16, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1602,6 +1610,33 @@ namespace Pkv
         {
             Loaded();
             return pkv_pool_info_native(e, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_block_segments")]
+        static extern Status pkv_block_segments_native(EngineHandle e, uint rank, uint tier, int* blocks, uint num_blocks, Segment* @out, uint cap, uint* out_len);
+
+        public static Status pkv_block_segments(EngineHandle e, uint rank, uint tier, int* blocks, uint num_blocks, Segment* @out, uint cap, uint* out_len)
+        {
+            Loaded();
+            return pkv_block_segments_native(e, rank, tier, blocks, num_blocks, @out, cap, out_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_seq_segments")]
+        static extern Status pkv_seq_segments_native(EngineHandle e, uint rank, ulong seq, uint first_block, uint num_blocks, Segment* @out, uint cap, uint* out_len);
+
+        public static Status pkv_seq_segments(EngineHandle e, uint rank, ulong seq, uint first_block, uint num_blocks, Segment* @out, uint cap, uint* out_len)
+        {
+            Loaded();
+            return pkv_seq_segments_native(e, rank, seq, first_block, num_blocks, @out, cap, out_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_layout_fingerprint")]
+        static extern Status pkv_layout_fingerprint_native(EngineHandle e, uint rank, byte* @out);
+
+        public static Status pkv_layout_fingerprint(EngineHandle e, uint rank, byte* @out)
+        {
+            Loaded();
+            return pkv_layout_fingerprint_native(e, rank, @out);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_rank_pool_info")]

@@ -5,14 +5,14 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 10
+	VersionMinor = 11
 	VersionPatch = 0
 	ABIVersion   = 1
 )
 
 // BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
 // generated from (the version a go.mod requires it at).
-const BindingVersion = "0.10.0"
+const BindingVersion = "0.11.0"
 
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (
@@ -960,6 +960,12 @@ type cPoolInfo struct {
 	FirstLayer        uint32
 	EndLayer          uint32
 	Reserved3         uint32
+}
+
+// cSegment mirrors C's pkv_segment (16 bytes on amd64; layout checked against C at init).
+type cSegment struct {
+	Base  uintptr
+	Bytes uint64
 }
 
 // cLayerInfo mirrors C's pkv_layer_info (248 bytes on amd64; layout checked against C at init).

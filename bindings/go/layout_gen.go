@@ -360,6 +360,10 @@ var layouts = []layout{
 		{"end_layer", unsafe.Offsetof(cPoolInfo{}.EndLayer), unsafe.Offsetof(C.struct_pkv_pool_info{}.end_layer)},
 		{"reserved3", unsafe.Offsetof(cPoolInfo{}.Reserved3), unsafe.Offsetof(C.struct_pkv_pool_info{}.reserved3)},
 	}},
+	{"pkv_segment", unsafe.Sizeof(cSegment{}), unsafe.Sizeof(C.struct_pkv_segment{}), []fieldOffset{
+		{"base", unsafe.Offsetof(cSegment{}.Base), unsafe.Offsetof(C.struct_pkv_segment{}.base)},
+		{"bytes", unsafe.Offsetof(cSegment{}.Bytes), unsafe.Offsetof(C.struct_pkv_segment{}.bytes)},
+	}},
 	{"pkv_layer_info", unsafe.Sizeof(cLayerInfo{}), unsafe.Sizeof(C.struct_pkv_layer_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cLayerInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_layer_info{}.struct_size)},
 		{"kind", unsafe.Offsetof(cLayerInfo{}.Kind), unsafe.Offsetof(C.struct_pkv_layer_info{}.kind)},

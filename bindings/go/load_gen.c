@@ -59,6 +59,9 @@ static struct {
   pkv_status (*pkv_profile)(const pkv_engine_params *, pkv_kv_budget *);
   pkv_status (*pkv_engine_stats)(pkv_engine *, pkv_stats *);
   pkv_status (*pkv_pool_info)(pkv_engine *, struct pkv_pool_info *);
+  pkv_status (*pkv_block_segments)(pkv_engine *, uint32_t, uint32_t, const int32_t *, uint32_t, pkv_segment *, uint32_t, uint32_t *);
+  pkv_status (*pkv_seq_segments)(pkv_engine *, uint32_t, uint64_t, uint32_t, uint32_t, pkv_segment *, uint32_t, uint32_t *);
+  pkv_status (*pkv_layout_fingerprint)(pkv_engine *, uint32_t, uint8_t *);
   pkv_status (*pkv_rank_pool_info)(pkv_engine *, uint32_t, struct pkv_pool_info *);
   pkv_status (*pkv_layer_info)(pkv_engine *, uint32_t, struct pkv_layer_info *);
   pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
@@ -280,6 +283,18 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_pool_info = dlsym(lib, "pkv_pool_info"))) {
     *missing = "pkv_pool_info";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_block_segments = dlsym(lib, "pkv_block_segments"))) {
+    *missing = "pkv_block_segments";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_seq_segments = dlsym(lib, "pkv_seq_segments"))) {
+    *missing = "pkv_seq_segments";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_layout_fingerprint = dlsym(lib, "pkv_layout_fingerprint"))) {
+    *missing = "pkv_layout_fingerprint";
     return -1;
   }
   if (!(*(void **)&fn.pkv_rank_pool_info = dlsym(lib, "pkv_rank_pool_info"))) {
@@ -599,6 +614,18 @@ pkv_status (pkv_engine_stats)(pkv_engine *e, pkv_stats *out) {
 
 pkv_status (pkv_pool_info)(pkv_engine *e, struct pkv_pool_info *out) {
   return fn.pkv_pool_info ? (fn.pkv_pool_info)(e, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_block_segments)(pkv_engine *e, uint32_t rank, uint32_t tier, const int32_t *blocks, uint32_t num_blocks, pkv_segment *out, uint32_t cap, uint32_t *out_len) {
+  return fn.pkv_block_segments ? (fn.pkv_block_segments)(e, rank, tier, blocks, num_blocks, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_seq_segments)(pkv_engine *e, uint32_t rank, uint64_t seq, uint32_t first_block, uint32_t num_blocks, pkv_segment *out, uint32_t cap, uint32_t *out_len) {
+  return fn.pkv_seq_segments ? (fn.pkv_seq_segments)(e, rank, seq, first_block, num_blocks, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_layout_fingerprint)(pkv_engine *e, uint32_t rank, uint8_t *out) {
+  return fn.pkv_layout_fingerprint ? (fn.pkv_layout_fingerprint)(e, rank, out) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_rank_pool_info)(pkv_engine *e, uint32_t rank, struct pkv_pool_info *out) {

@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 10
+PKV_VERSION_MINOR = 11
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
@@ -558,6 +558,13 @@ class pkv_pool_info(_c.Structure):
     ]
 
 
+class pkv_segment(_c.Structure):
+    _fields_ = [
+        ('base', _c.c_void_p),
+        ('bytes', _c.c_uint64),
+    ]
+
+
 class pkv_layer_info(_c.Structure):
     _fields_ = [
         ('struct_size', _c.c_uint32),
@@ -682,6 +689,7 @@ SIZES = {
     'pkv_kv_budget': 264,
     'pkv_stats': 448,
     'pkv_pool_info': 216,
+    'pkv_segment': 16,
     'pkv_layer_info': 248,
     'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,
@@ -739,6 +747,9 @@ FUNCTIONS = {
     'pkv_profile': (pkv_status, [_c.POINTER(pkv_engine_params), _c.POINTER(pkv_kv_budget)]),
     'pkv_engine_stats': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_stats)]),
     'pkv_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_pool_info)]),
+    'pkv_block_segments': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.c_uint32, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_segment), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_seq_segments': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.c_uint64, _c.c_uint32, _c.c_uint32, _c.POINTER(pkv_segment), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_layout_fingerprint': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(_c.c_uint8)]),
     'pkv_rank_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_pool_info)]),
     'pkv_layer_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_layer_info)]),
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
@@ -821,6 +832,9 @@ PARAM_NAMES = {
     'pkv_profile': ('p', 'out'),
     'pkv_engine_stats': ('e', 'out'),
     'pkv_pool_info': ('e', 'out'),
+    'pkv_block_segments': ('e', 'rank', 'tier', 'blocks', 'num_blocks', 'out', 'cap', 'out_len'),
+    'pkv_seq_segments': ('e', 'rank', 'seq', 'first_block', 'num_blocks', 'out', 'cap', 'out_len'),
+    'pkv_layout_fingerprint': ('e', 'rank', 'out'),
     'pkv_rank_pool_info': ('e', 'rank', 'out'),
     'pkv_layer_info': ('e', 'layer', 'out'),
     'pkv_reset_prefix_cache': ('e',),
