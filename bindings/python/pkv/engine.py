@@ -8,7 +8,7 @@ from ._buffers import byte_string, int32_array
 from ._lib import lib, text
 from ._owner import Owner
 from .errors import make_error
-from .enums import LayerKind
+from .enums import LayerKind, Tier
 from .events import EventPublisherParams
 from .extra_keys import key_array
 from .layers import kv_group_info
@@ -384,6 +384,57 @@ class Engine(Owner, RetentionCalls):
             batch = Batch(self, handle)
             self._batch = weakref.ref(batch)
             return batch
+
+    # ------------------------------------------------------------------ block descriptors (0.11)
+    def block_segments(self, blocks, tier=Tier.DEVICE, rank=0):
+        """The segments holding the KV of block ids `blocks` of `tier` (Tier.DEVICE: the pool;
+        Tier.HOST: the host tier) on rank `rank` (pkv_block_segments), as a list of Segment
+        (base: an int address, bytes): for each block in order, each of its pool's layers
+        (pool_info().num_layers), K then V (MLA: the latent alone); the same count for every
+        block. Two engines of equal layout_fingerprint() give segments of equal bytes in the same
+        order: copying segment i to segment i moves the blocks. InvalidArgumentError for a tier
+        other than DEVICE or HOST, HOST on an engine without a host tier, a block id outside the
+        tier, or a rank not below the engine's ranks."""
+        ids, n = int32_array(blocks, 'blocks')
+        def get(handle, out, cap, count):
+            return lib.pkv_block_segments(handle, ctypes.c_uint32(rank), ctypes.c_uint32(tier),
+                                          ids, n, out, cap, count)
+        return self._segments(get)
+
+    def seq_segments(self, seq, first_block, num_blocks, rank=0):
+        """The segments of running sequence `seq`'s (a Sequence or its id) blocks first_block ..
+        first_block + num_blocks - 1 on rank `rank` (pkv_seq_segments): for each block index in
+        order, each KV group in order, that group's block's segments as block_segments() gives
+        them; a block a windowed group gave back gives as many Segment(None, 0), so two engines of
+        one layout list each token range at the same positions. InvalidArgumentError for a range
+        past seq's blocks (seq.info().num_blocks) or a rank not below the engine's ranks;
+        NotFoundError for no such sequence; StateError when seq holds no blocks of the pool
+        (waiting, preempted or swapped out)."""
+        seq_id = seq.id if isinstance(seq, Sequence) else int(seq)
+        def get(handle, out, cap, count):
+            return lib.pkv_seq_segments(handle, ctypes.c_uint32(rank), ctypes.c_uint64(seq_id),
+                                        ctypes.c_uint32(first_block), ctypes.c_uint32(num_blocks),
+                                        out, cap, count)
+        return self._segments(get)
+
+    def layout_fingerprint(self, rank=0):
+        """Rank `rank`'s layout fingerprint (pkv_layout_fingerprint): 32 bytes of SHA-256 over
+        what decides what a block's segments hold and where (the model's shape and dtypes, fp8
+        scales, block size, layers, groups, ranks), not over how many blocks either tier has.
+        Engines of equal fingerprints can move blocks segment by segment.
+        InvalidArgumentError for a rank not below the engine's ranks."""
+        out = (ctypes.c_uint8 * 32)()
+        self._call(lib.pkv_layout_fingerprint, ctypes.c_uint32(rank), out)
+        return bytes(out)
+
+    def _segments(self, fn):
+        """A variable-size pkv_segment output: asks the count, then fills, under one lock."""
+        n = ctypes.c_uint32()
+        with self._lock:
+            self._call(fn, None, 0, ctypes.byref(n))
+            out = (_raw.pkv_segment * n.value)()
+            self._call(fn, out, n.value, ctypes.byref(n))
+        return [record(s) for s in out[:n.value]]
 
     def _get(self, struct_type, fn, *args):
         out = struct_type(struct_size=ctypes.sizeof(struct_type))

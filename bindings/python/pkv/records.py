@@ -139,9 +139,12 @@ KvGroupInfo = _record_class('KvGroupInfo', _raw.pkv_kv_group_info,
 LayerInfo = _record_class('LayerInfo', _raw.pkv_layer_info,
                           "One layer of an engine's pool: its spec resolved, where its K and V "
                           'are (Engine.layer_info)')
+Segment = _record_class('Segment', _raw.pkv_segment,
+                        'One contiguous piece of KV: base (an int address, None for a given-back '
+                        'block) and its bytes (Engine.block_segments, Engine.seq_segments)')
 
 RECORDS = (Stats, KvBudget, PoolInfo, SeqInfo, KvEvent, EventPublisherInfo, StoreInfo,
-           StoreEntry, StoreVerifyResult, KvGroupInfo, LayerInfo)
+           StoreEntry, StoreVerifyResult, KvGroupInfo, LayerInfo, Segment)
 _BY_STRUCT = {cls._struct: cls for cls in RECORDS}
 
 

@@ -72,6 +72,9 @@ WRAPPED = {
     'pkv_batch_rank': 'Batch.rank', 'pkv_rank_pool_info': 'Engine.rank_pool_info',
     'pkv_engine_set_rank_stream': 'Engine.set_rank_stream',
     'pkv_batch_export_plan': 'Batch.export_plan', 'pkv_plan_import': 'Engine.import_plan',
+    # 0.11: block descriptors
+    'pkv_block_segments': 'Engine.block_segments', 'pkv_seq_segments': 'Engine.seq_segments',
+    'pkv_layout_fingerprint': 'Engine.layout_fingerprint',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
