@@ -95,6 +95,9 @@ var wrapped = map[string]string{
 	"pkv_engine_set_rank_stream":              "Engine.SetRankStream",
 	"pkv_batch_export_plan":                   "Batch.ExportPlan",
 	"pkv_plan_import":                         "Engine.ImportPlan",
+	"pkv_block_segments":                      "Engine.BlockSegments",
+	"pkv_seq_segments":                        "Engine.SeqSegments",
+	"pkv_layout_fingerprint":                  "Engine.LayoutFingerprint",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.
