@@ -392,6 +392,22 @@ std::string store_layout(const pkv_engine_params &p, const std::vector<LayerSpec
 }
 
 KvGroups kv_groups_of(const pkv_engine_params &p) {
+  if (p.block_layout == PKV_BLOCK_LAYOUT_PAGE) {
+    // Pages of every group's layers, whatever their bytes: the groups of the layers' specs (the
+    // flat fields' when there are none), as layers of unequal bytes are kept.
+    PKV_REQUIRE(p.pp_size <= 1,
+                "block_layout PAGE with pp_size %u: pipeline stages take the LAYERS layout",
+                p.pp_size);
+    PKV_REQUIRE(p.num_layers <= (1u << 20),
+                "block_layout PAGE with %u layers: at most 2^20 (each layer's place is kept)",
+                p.num_layers);
+    std::vector<LayerSpec> specs = resolve_layer_specs(p);
+    if (specs.empty())
+      for (uint32_t l = 0; l < p.num_layers; ++l) specs.push_back(flat_layer_spec(p, l));
+    KvGroups g = make_kv_groups(specs, dtype_bytes(kv_dtype_of(p)));
+    g.paged = true;
+    return g;
+  }
   if (!p.layer_specs) {
     const KvGroups g = make_kv_groups(p.num_layers, p.sliding_window, p.layer_windows);
     if (p.pp_size <= 1) return g;

@@ -42,7 +42,8 @@ LayerSpec unit_layer(const pkv_engine_params &p) {
 PoolLayout paged_layout(const pkv_engine_params &p, const KvGroups &groups, uint64_t num_blocks) {
   PoolLayout l;
   l.paged = true;
-  l.kv_heads = 0;
+  // The flat fields' heads, or the most any spec has (block_layout PAGE keeps flat layers too).
+  l.kv_heads = p.layer_specs ? 0 : kv_heads_per_rank(p);
   for (const LayerSpec &s : resolve_layer_specs(p)) l.kv_heads = std::max(l.kv_heads, s.kv_heads);
   l.tensors = 1;
   l.dtype_bytes = dtype_bytes(kv_dtype_of(p));
@@ -161,8 +162,9 @@ uint64_t kv_scale_bytes(const pkv_engine_params &p, const PoolLayout &unit) {
       if (s.cached()) n += (s.v_is_k() ? 1 : 2) * uint64_t(s.kv_heads) * sizeof(float);
     return n;
   }
+  (void)unit;  // the flat fields' tensors and heads: a PAGE pool's unit is one tensor of pages
   return checked_product(
-      {unit.tensors, p.num_layers, unit.kv_heads, sizeof(float)}, kMaxOffset,
+      {kv_tensors(p), p.num_layers, kv_heads_per_rank(p), sizeof(float)}, kMaxOffset,
       "kv_scale_bytes = 2 (K,V; 1 for the MLA latent) x num_layers x kv_heads_per_rank x 4");
 }
 

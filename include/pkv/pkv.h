@@ -270,6 +270,11 @@ enum { PKV_RANKS_ONE = 0,  /* the engine is one rank (tp_rank, pp_rank) and deci
                               plans a decider exported (pkv_plan_import) and decides nothing */
 };
 enum { PKV_MAX_RANKS = 255 }; /* pools one engine holds at most */
+/* pkv_engine_params.block_layout (since 0.11.0) */
+enum { PKV_BLOCK_LAYOUT_LAYERS = 0, /* K and V each [layers][blocks][...]: a block is 2 x layers
+                                       segments, a layer's blocks contiguous */
+       PKV_BLOCK_LAYOUT_PAGE = 1    /* [blocks][layers][K, V]: a block is one segment */
+};
 enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2, PKV_TIER_STORE = 3 };
 /* pkv_store_params.kind */
 enum { PKV_STORE_NONE = 0, PKV_STORE_FILE = 1, PKV_STORE_REDIS = 2, PKV_STORE_CALLBACK = 3 };
@@ -512,6 +517,15 @@ typedef struct pkv_engine_params {
                                      POOL. Read at create only */
   uint32_t pp_rank;               /* this engine's stage (ONE, POOL), < pp_size; 0 with ALL */
   uint32_t reserved5;             /* must be 0 */
+  /* the block layout (since 0.11.0), DESIGN.md §6 */
+  uint32_t block_layout;          /* PKV_BLOCK_LAYOUT_*. PAGE: each block is one page of all its KV
+                                     group's layers (a layer's K, then its V, layer after layer),
+                                     so a transport moves a block as one segment
+                                     (pkv_block_segments) rather than 2 x layers; pkv_pool_info
+                                     describes pages (num_layers 1) and pkv_layer_info each
+                                     layer's place, as for layers of unequal bytes. Not with
+                                     pipeline stages. default LAYERS */
+  uint32_t reserved6;             /* must be 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p

@@ -186,6 +186,64 @@ static void fingerprints(void) {
   pkv_engine_destroy(e);
 }
 
+static void page(pkv_engine_params *p) { p->block_layout = PKV_BLOCK_LAYOUT_PAGE; }
+
+/* Each page of pb holds its block's LAYERS segments of la, in order. */
+static int pages_equal(const pkv_segment *la, const pkv_segment *pb, uint32_t n) {
+  size_t differ = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    differ += pb[i].bytes != (uint64_t)LAYERS * 2 * la[0].bytes;
+    uint64_t at = 0;
+    for (uint32_t j = 0; j < LAYERS * 2; j++) {
+      const pkv_segment *s = &la[i * LAYERS * 2 + j];
+      differ += memcmp((const char *)pb[i].base + at, s->base, s->bytes) != 0;
+      at += s->bytes;
+    }
+  }
+  return differ == 0;
+}
+
+/* The PAGE layout: a block is one segment holding what the LAYERS layout keeps in 2 x layers
+ * (layer by layer, K then V), and attention over it gives the same outputs. */
+static void pages(void) {
+  pkv_engine *a = make(16, 8, NULL), *b = make(16, 8, page);
+  uint8_t fa[32], fb[32];
+  fingerprint(a, fa), fingerprint(b, fb);
+  CHECK(memcmp(fa, fb, 32) != 0);
+  struct pkv_pool_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_OK(pkv_pool_info(b, &info));
+  CHECK(info.num_layers == 1 && info.v_base == NULL);
+  int32_t t[12];
+  tu_fill(t, 12, 700);
+  const uint64_t sa = tu_alloc(a, t, 12, NULL), sb = tu_alloc(b, t, 12, NULL);
+  compute(a, sa, 3);
+  compute(b, sb, 3);
+  pkv_segment la[16], pb[4];
+  uint32_t na = 0, nb = 0;
+  CHECK_OK(pkv_seq_segments(a, 0, sa, 0, 3, la, 16, &na));
+  CHECK_OK(pkv_seq_segments(b, 0, sb, 0, 3, pb, 4, &nb));
+  CHECK(na == 3 * LAYERS * 2 && nb == 3);
+  CHECK(pages_equal(la, pb, 3));
+  /* Both swapped out to the host tier and back, a token more computed: the pages moved whole
+   * hold what the layers moved layer by layer. */
+  const int32_t more = 7;
+  CHECK_OK(pkv_swap_out(a, sa));
+  CHECK_OK(pkv_swap_out(b, sb));
+  CHECK_OK(pkv_swap_in(a, sa));
+  CHECK_OK(pkv_swap_in(b, sb));
+  CHECK_OK(pkv_append(a, sa, &more, 1));
+  CHECK_OK(pkv_append(b, sb, &more, 1));
+  compute(a, sa, 3);
+  compute(b, sb, 3);
+  CHECK_OK(pkv_seq_segments(a, 0, sa, 0, 4, la, 16, &na));
+  CHECK_OK(pkv_seq_segments(b, 0, sb, 0, 4, pb, 4, &nb));
+  CHECK(na == 4 * LAYERS * 2 && nb == 4 && pages_equal(la, pb, 4));
+  pkv_engine_destroy(a);
+  pkv_engine_destroy(b);
+}
+
 static void refusals(void) {
   pkv_engine *e = make(16, 0, NULL);
   int32_t t[8];
@@ -232,6 +290,7 @@ int main(void) {
   TU_RUN(transfer);
   TU_RUN(groups);
   TU_RUN(fingerprints);
+  TU_RUN(pages);
   TU_RUN(refusals);
   return tu_summary();
 }
