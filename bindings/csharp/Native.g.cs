@@ -350,7 +350,7 @@ namespace Pkv
         public uint Reserved0;
     }
 
-    /// <summary>pkv_engine_params (264 bytes on x86_64).</summary>
+    /// <summary>pkv_engine_params (272 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct EngineParamsNative
     {
@@ -408,6 +408,8 @@ namespace Pkv
         public IntPtr RankDeviceIds;
         public uint PpRank;
         public uint Reserved5;
+        public uint BlockLayout;
+        public uint Reserved6;
     }
 
     /// <summary>pkv_engine_params in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -455,6 +457,7 @@ namespace Pkv
         public Ranks Ranks;
         public uint PpSize;
         public uint PpRank;
+        public uint BlockLayout;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
         LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place
         int[] rankDeviceIds;  // RankDeviceIds (Params.cs): never changed in place
@@ -504,6 +507,7 @@ namespace Pkv
             n.Ranks = Ranks;
             n.PpSize = PpSize;
             n.PpRank = PpRank;
+            n.BlockLayout = BlockLayout;
             return n;
         }
 
@@ -552,6 +556,7 @@ namespace Pkv
             p.Ranks = n.Ranks;
             p.PpSize = n.PpSize;
             p.PpRank = n.PpRank;
+            p.BlockLayout = n.BlockLayout;
             return p;
         }
     }
@@ -1039,6 +1044,8 @@ namespace Pkv
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
         public const int MaxRanks = 255;
+        public const int BlockLayoutLayers = 0;
+        public const int BlockLayoutPage = 1;
         public const int StoreProblemBytes = 64;
     }
 
@@ -1138,6 +1145,8 @@ namespace Pkv
         public const int PKV_RANKS_ALL = 1;
         public const int PKV_RANKS_POOL = 2;
         public const int PKV_MAX_RANKS = 255;
+        public const int PKV_BLOCK_LAYOUT_LAYERS = 0;
+        public const int PKV_BLOCK_LAYOUT_PAGE = 1;
         public const int PKV_TIER_NONE = 0;
         public const int PKV_TIER_DEVICE = 1;
         public const int PKV_TIER_HOST = 2;
@@ -1166,7 +1175,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(Segment), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 264, 24, 48, 56, 168, 64, 32, 264, 448, 216, 16, 248, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 272, 24, 48, 56, 168, 64, 32, 264, 448, 216, 16, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)

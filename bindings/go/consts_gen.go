@@ -186,6 +186,11 @@ const (
 	MaxRanks = 255
 )
 
+const (
+	BlockLayoutLayers = 0
+	BlockLayoutPage   = 1
+)
+
 // Tier is where a sequence's KV is (SeqInfo.KVTier) or a block is (KVEvent.Medium): pkv.h's PKV_TIER_*.
 type Tier uint32
 
@@ -657,7 +662,7 @@ type cEventPublisherParams struct {
 	Reserved0           uint32
 }
 
-// cEngineParams mirrors C's pkv_engine_params (264 bytes on amd64; layout checked against C at init).
+// cEngineParams mirrors C's pkv_engine_params (272 bytes on amd64; layout checked against C at init).
 type cEngineParams struct {
 	StructSize              uint32
 	NumLayers               uint32
@@ -713,6 +718,8 @@ type cEngineParams struct {
 	RankDeviceIDs           uintptr
 	PPRank                  uint32
 	Reserved5               uint32
+	BlockLayout             uint32
+	Reserved6               uint32
 }
 
 // cExtraKey mirrors C's pkv_extra_key (24 bytes on amd64; layout checked against C at init).

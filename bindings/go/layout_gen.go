@@ -130,6 +130,8 @@ var layouts = []layout{
 		{"rank_device_ids", unsafe.Offsetof(cEngineParams{}.RankDeviceIDs), unsafe.Offsetof(C.struct_pkv_engine_params{}.rank_device_ids)},
 		{"pp_rank", unsafe.Offsetof(cEngineParams{}.PPRank), unsafe.Offsetof(C.struct_pkv_engine_params{}.pp_rank)},
 		{"reserved5", unsafe.Offsetof(cEngineParams{}.Reserved5), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved5)},
+		{"block_layout", unsafe.Offsetof(cEngineParams{}.BlockLayout), unsafe.Offsetof(C.struct_pkv_engine_params{}.block_layout)},
+		{"reserved6", unsafe.Offsetof(cEngineParams{}.Reserved6), unsafe.Offsetof(C.struct_pkv_engine_params{}.reserved6)},
 	}},
 	{"pkv_extra_key", unsafe.Sizeof(cExtraKey{}), unsafe.Sizeof(C.struct_pkv_extra_key{}), []fieldOffset{
 		{"start_token", unsafe.Offsetof(cExtraKey{}.StartToken), unsafe.Offsetof(C.struct_pkv_extra_key{}.start_token)},

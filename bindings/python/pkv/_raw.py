@@ -95,6 +95,8 @@ PKV_RANKS_ONE = 0
 PKV_RANKS_ALL = 1
 PKV_RANKS_POOL = 2
 PKV_MAX_RANKS = 255
+PKV_BLOCK_LAYOUT_LAYERS = 0
+PKV_BLOCK_LAYOUT_PAGE = 1
 PKV_TIER_NONE = 0
 PKV_TIER_DEVICE = 1
 PKV_TIER_HOST = 2
@@ -299,6 +301,8 @@ class pkv_engine_params(_c.Structure):
         ('rank_device_ids', _c.POINTER(_c.c_int32)),
         ('pp_rank', _c.c_uint32),
         ('reserved5', _c.c_uint32),
+        ('block_layout', _c.c_uint32),
+        ('reserved6', _c.c_uint32),
     ]
 
 
@@ -679,7 +683,7 @@ SIZES = {
     'pkv_store_callbacks': 40,
     'pkv_store_params': 112,
     'pkv_event_publisher_params': 56,
-    'pkv_engine_params': 264,
+    'pkv_engine_params': 272,
     'pkv_extra_key': 24,
     'pkv_seq_params': 48,
     'pkv_seq_info': 56,

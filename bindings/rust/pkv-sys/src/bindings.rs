@@ -111,28 +111,31 @@ pub const PKV_RANKS_POOL: _bindgen_ty_16 = 2;
 pub type _bindgen_ty_16 = ::std::os::raw::c_uint;
 pub const PKV_MAX_RANKS: _bindgen_ty_17 = 255;
 pub type _bindgen_ty_17 = ::std::os::raw::c_uint;
-pub const PKV_TIER_NONE: _bindgen_ty_18 = 0;
-pub const PKV_TIER_DEVICE: _bindgen_ty_18 = 1;
-pub const PKV_TIER_HOST: _bindgen_ty_18 = 2;
-pub const PKV_TIER_STORE: _bindgen_ty_18 = 3;
+pub const PKV_BLOCK_LAYOUT_LAYERS: _bindgen_ty_18 = 0;
+pub const PKV_BLOCK_LAYOUT_PAGE: _bindgen_ty_18 = 1;
 pub type _bindgen_ty_18 = ::std::os::raw::c_uint;
-pub const PKV_STORE_NONE: _bindgen_ty_19 = 0;
-pub const PKV_STORE_FILE: _bindgen_ty_19 = 1;
-pub const PKV_STORE_REDIS: _bindgen_ty_19 = 2;
-pub const PKV_STORE_CALLBACK: _bindgen_ty_19 = 3;
+pub const PKV_TIER_NONE: _bindgen_ty_19 = 0;
+pub const PKV_TIER_DEVICE: _bindgen_ty_19 = 1;
+pub const PKV_TIER_HOST: _bindgen_ty_19 = 2;
+pub const PKV_TIER_STORE: _bindgen_ty_19 = 3;
 pub type _bindgen_ty_19 = ::std::os::raw::c_uint;
-pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_20 = 0;
-pub const PKV_STORE_WRITE_BACK: _bindgen_ty_20 = 1;
-pub const PKV_STORE_READ_ONLY: _bindgen_ty_20 = 2;
+pub const PKV_STORE_NONE: _bindgen_ty_20 = 0;
+pub const PKV_STORE_FILE: _bindgen_ty_20 = 1;
+pub const PKV_STORE_REDIS: _bindgen_ty_20 = 2;
+pub const PKV_STORE_CALLBACK: _bindgen_ty_20 = 3;
 pub type _bindgen_ty_20 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_21 = 1;
-pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_21 = 2;
-pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_21 = 3;
-pub const PKV_EVENT_OVERFLOW: _bindgen_ty_21 = 4;
+pub const PKV_STORE_WRITE_THROUGH: _bindgen_ty_21 = 0;
+pub const PKV_STORE_WRITE_BACK: _bindgen_ty_21 = 1;
+pub const PKV_STORE_READ_ONLY: _bindgen_ty_21 = 2;
 pub type _bindgen_ty_21 = ::std::os::raw::c_uint;
-pub const PKV_EVENT_FORMAT_MAP: _bindgen_ty_22 = 0;
-pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_22 = 1;
+pub const PKV_EVENT_BLOCK_STORED: _bindgen_ty_22 = 1;
+pub const PKV_EVENT_BLOCK_REMOVED: _bindgen_ty_22 = 2;
+pub const PKV_EVENT_ALL_CLEARED: _bindgen_ty_22 = 3;
+pub const PKV_EVENT_OVERFLOW: _bindgen_ty_22 = 4;
 pub type _bindgen_ty_22 = ::std::os::raw::c_uint;
+pub const PKV_EVENT_FORMAT_MAP: _bindgen_ty_23 = 0;
+pub const PKV_EVENT_FORMAT_ARRAY: _bindgen_ty_23 = 1;
+pub type _bindgen_ty_23 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_layer_spec {
@@ -212,6 +215,8 @@ pub struct pkv_engine_params {
     pub rank_device_ids: *const i32,
     pub pp_rank: u32,
     pub reserved5: u32,
+    pub block_layout: u32,
+    pub reserved6: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -293,11 +298,11 @@ pub struct pkv_batch_view {
     pub group_block_tables: *const i32,
     pub state_slots: *const i32,
 }
-pub const PKV_INDEXER_SCALE_UE8M0: _bindgen_ty_23 = 1;
-pub type _bindgen_ty_23 = ::std::os::raw::c_uint;
-pub const PKV_TOPK_POSITIONS: _bindgen_ty_24 = 0;
-pub const PKV_TOPK_SLOTS: _bindgen_ty_24 = 1;
+pub const PKV_INDEXER_SCALE_UE8M0: _bindgen_ty_24 = 1;
 pub type _bindgen_ty_24 = ::std::os::raw::c_uint;
+pub const PKV_TOPK_POSITIONS: _bindgen_ty_25 = 0;
+pub const PKV_TOPK_SLOTS: _bindgen_ty_25 = 1;
+pub type _bindgen_ty_25 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_request_params {
@@ -645,14 +650,14 @@ pub struct pkv_store_info {
     pub num_blocks: u64,
     pub total_bytes: u64,
 }
-pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_25 = 1;
-pub type _bindgen_ty_25 = ::std::os::raw::c_uint;
-pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_26 = 0;
-pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_26 = 1;
-pub const PKV_STORE_VALUE_BAD: _bindgen_ty_26 = 2;
+pub const PKV_STORE_LIST_KEYS_ONLY: _bindgen_ty_26 = 1;
 pub type _bindgen_ty_26 = ::std::os::raw::c_uint;
-pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_27 = 64;
+pub const PKV_STORE_VALUE_UNREAD: _bindgen_ty_27 = 0;
+pub const PKV_STORE_VALUE_GOOD: _bindgen_ty_27 = 1;
+pub const PKV_STORE_VALUE_BAD: _bindgen_ty_27 = 2;
 pub type _bindgen_ty_27 = ::std::os::raw::c_uint;
+pub const PKV_STORE_PROBLEM_BYTES: _bindgen_ty_28 = 64;
+pub type _bindgen_ty_28 = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pkv_store_entry {
