@@ -382,6 +382,70 @@ namespace Pkv
             }
         }
 
+        /// <summary>The segments holding the KV of block ids <paramref name="blocks"/> of
+        /// <paramref name="tier"/> (Tier.Device: the pool; Tier.Host: the host tier) on rank
+        /// <paramref name="rank"/> (pkv_block_segments, since 0.11; 0 on an engine of one rank):
+        /// for each block in order, each of its pool's layers (PoolInfo.NumLayers), K then V (MLA:
+        /// the latent alone); the same count for every block. Two engines of equal
+        /// LayoutFingerprint give segments of equal bytes in the same order: copying segment i to
+        /// segment i moves the blocks. PkvException InvalidArgument for a tier other than Device
+        /// or Host, Host on an engine without a host tier, a block id outside the tier, or a rank
+        /// not below the engine's ranks.</summary>
+        public Segment[] BlockSegments(uint rank, Tier tier, int[] blocks)
+        {
+            if (blocks == null) throw new ArgumentNullException("blocks");
+            lock (gate)
+            {
+                uint n, t = (uint)tier, count = (uint)blocks.Length;
+                fixed (int* b = blocks)
+                {
+                    Call(Native.pkv_block_segments(Handle, rank, t, b, count, null, 0, &n));
+                    var a = new Segment[n];
+                    fixed (Segment* p = a)
+                        Call(Native.pkv_block_segments(Handle, rank, t, b, count, p, n, &n));
+                    return a;
+                }
+            }
+        }
+
+        /// <summary>The segments of running sequence <paramref name="seq"/>'s blocks
+        /// <paramref name="first"/> .. first + numBlocks - 1 on rank
+        /// <paramref name="rank"/> (pkv_seq_segments, since 0.11): for each block index in order,
+        /// each KV group in order, that group's block's segments as BlockSegments gives them. A
+        /// block a windowed group gave back gives as many segments of Address Zero and Bytes 0, so
+        /// two engines of one layout list each token range at the same positions. PkvException
+        /// InvalidArgument for a range past the sequence's blocks (SeqInfo.NumBlocks) or a rank
+        /// not below the engine's ranks; NotFound for a released sequence; State when it holds no
+        /// blocks of the pool (waiting, preempted or swapped out).</summary>
+        public Segment[] SeqSegments(uint rank, Sequence seq, uint first, uint numBlocks)
+        {
+            if (seq == null) throw new ArgumentNullException("seq");
+            lock (gate)
+            {
+                uint n;
+                ulong id = seq.Id;
+                Call(Native.pkv_seq_segments(Handle, rank, id, first, numBlocks, null, 0, &n));
+                var a = new Segment[n];
+                fixed (Segment* p = a)
+                    Call(Native.pkv_seq_segments(Handle, rank, id, first, numBlocks, p, n, &n));
+                return a;
+            }
+        }
+
+        /// <summary>Rank <paramref name="rank"/>'s layout fingerprint (pkv_layout_fingerprint,
+        /// since 0.11): 32 bytes of SHA-256 over what decides what a block's segments hold and
+        /// where (the model's shape and dtypes, fp8 scales, the block size, the layers and groups,
+        /// the ranks), not over how many blocks either tier has. Engines of equal fingerprints
+        /// can move blocks segment by segment. PkvException InvalidArgument for a rank not below
+        /// the engine's ranks.</summary>
+        public byte[] LayoutFingerprint(uint rank)
+        {
+            var fp = new byte[32];
+            fixed (byte* p = fp)
+                lock (gate) Call(Native.pkv_layout_fingerprint(Handle, rank, p));
+            return fp;
+        }
+
         internal int[] IntArray(ulong id, bool blockTable)
         {
             lock (gate)

@@ -139,6 +139,16 @@ namespace Pkv
         public string AttentionKernels { get { return Native.Text(Kernels); } }
     }
 
+    /// <summary>One contiguous piece of KV (pkv_segment, since 0.11; Engine.BlockSegments,
+    /// Engine.SeqSegments): Bytes bytes at Address (device memory on a CUDA pool, host memory for
+    /// the host tier and a CPU pool); Address Zero and Bytes 0 for a block a window gave
+    /// back.</summary>
+    public partial struct Segment
+    {
+        public NativeAddress Address { get { return NativeAddress.Of(Base); } }
+        public override string ToString() { return Address + " (" + Bytes + " bytes)"; }
+    }
+
     /// <summary>Library-wide calls: versions, the KV profiler, the canonical block hash.</summary>
     public static unsafe partial class Library
     {

@@ -68,6 +68,10 @@ static partial class Tests
         { "pkv_batch_rank", "Batch.Rank" }, { "pkv_rank_pool_info", "Engine.RankPoolInfo" },
         { "pkv_engine_set_rank_stream", "Engine.SetRankStream" },
         { "pkv_batch_export_plan", "Batch.ExportPlan" }, { "pkv_plan_import", "Engine.ImportPlan" },
+        // 0.11: block descriptors
+        { "pkv_block_segments", "Engine.BlockSegments" },
+        { "pkv_seq_segments", "Engine.SeqSegments" },
+        { "pkv_layout_fingerprint", "Engine.LayoutFingerprint" },
     };
 
     // C call -> why the binding leaves it out

@@ -421,6 +421,10 @@ static partial class Tests
             { "ranks_all_runs_each_ranks_heads", RanksAllRunsEachRanksHeads },
             { "rank_streams", RankStreams }, { "rank_device_ids", RankDeviceIds },
             { "plan_exported_runs_on_a_pool_engine_once", PlanExportedRunsOnAPoolEngineOnce },
+            { "layout_fingerprints", LayoutFingerprints },
+            { "seq_segments_move_a_prompt", SeqSegmentsMoveAPrompt },
+            { "block_segments_where_pool_info_says", BlockSegmentsWherePoolInfoSays },
+            { "segments_refusals", SegmentsRefusals },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
