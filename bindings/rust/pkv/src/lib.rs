@@ -32,6 +32,7 @@ mod profile;
 mod publisher;
 mod retention;
 mod scheduler;
+mod segments;
 mod seq;
 mod shape;
 mod sparse;
@@ -58,6 +59,7 @@ pub use retention::{
     MAX_PINNED_PERCENT,
 };
 pub use scheduler::Request;
+pub use segments::Segment;
 pub use seq::{Allocation, AllocationQuery, Seq};
 pub use sparse::{IndexerInfo, IndexerSpec, TopkKind, INDEXER_MAX_HEAD_DIM, INDEXER_SCALE_UE8M0};
 pub use state::{StateCheckpointPolicy, StatePart, StatePartInfo, MAX_STATE_DIMS, MAX_STATE_PARTS};

@@ -97,6 +97,9 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_engine_set_rank_stream => Engine::set_rank_stream;
         pkv_batch_export_plan => OpenBatch::export_plan;
         pkv_plan_import => Engine::import_plan;
+        pkv_block_segments => Engine::block_segments;
+        pkv_seq_segments => Engine::seq_segments;
+        pkv_layout_fingerprint => Engine::layout_fingerprint;
     }
 }
 
