@@ -122,6 +122,13 @@ namespace Pkv
         Pool = 2,
     }
 
+    /// <summary>How a block is laid out in the pool (EngineParams.BlockLayout, since 0.11, PKV_BLOCK_LAYOUT_*): Layers, a layer's blocks together; Page, a block one page of all its group's layers, one segment (Engine.BlockSegments).</summary>
+    public enum BlockLayout : uint
+    {
+        Layers = 0,
+        Page = 1,
+    }
+
     /// <summary>A store tier's kind (PKV_STORE_*).</summary>
     public enum StoreKind : uint
     {
@@ -408,7 +415,7 @@ namespace Pkv
         public IntPtr RankDeviceIds;
         public uint PpRank;
         public uint Reserved5;
-        public uint BlockLayout;
+        public BlockLayout BlockLayout;
         public uint Reserved6;
     }
 
@@ -457,7 +464,7 @@ namespace Pkv
         public Ranks Ranks;
         public uint PpSize;
         public uint PpRank;
-        public uint BlockLayout;
+        public BlockLayout BlockLayout;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
         LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place
         int[] rankDeviceIds;  // RankDeviceIds (Params.cs): never changed in place
@@ -1044,8 +1051,6 @@ namespace Pkv
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
         public const int MaxRanks = 255;
-        public const int BlockLayoutLayers = 0;
-        public const int BlockLayoutPage = 1;
         public const int StoreProblemBytes = 64;
     }
 

@@ -54,6 +54,11 @@ CS_ENUMS = {
                       'Which ranks an engine decides for and holds pools of (EngineParams.Ranks, since '
                       '0.10, PKV_RANKS_*): One, itself; All, every rank\'s pool in this process; '
                       'Pool, one rank\'s pool running the plans a decider exported.', False),
+    'PKV_BLOCK_LAYOUT_LAYERS': ('BlockLayout', 'PKV_BLOCK_LAYOUT_',
+                                'How a block is laid out in the pool (EngineParams.BlockLayout, '
+                                'since 0.11, PKV_BLOCK_LAYOUT_*): Layers, a layer\'s blocks '
+                                'together; Page, a block one page of all its group\'s layers, one '
+                                'segment (Engine.BlockSegments).', False),
 }
 # The C type of each C# enum's fields (an enum of a uint32_t field is ': uint').
 CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_t', 'BudgetSource': 'uint32_t',
@@ -62,7 +67,7 @@ CS_ENUM_C_TYPES = {'DType': 'int32_t', 'Device': 'int32_t', 'KvLayout': 'uint32_
                    'StoreListFlags': 'uint32_t', 'StoreValueState': 'uint32_t', 'Tier': 'uint32_t',
                    'EventFormat': 'uint32_t', 'LayerKind': 'uint32_t', 'AttentionKind': 'uint32_t',
                    'StateCheckpointPolicy': 'uint32_t', 'IndexerFlags': 'uint32_t', 'TopKKind': 'uint32_t',
-                   'Ranks': 'uint32_t'}
+                   'Ranks': 'uint32_t', 'BlockLayout': 'uint32_t'}
 # The fields of those types, by C name or struct.field.
 CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
                    'kv_layout': 'KvLayout', 'pkv_kv_budget.source': 'BudgetSource',
@@ -74,7 +79,8 @@ CS_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'pkv_seq_info.kv_tier': 'Tier', 'pkv_kv_event.medium': 'Tier',
                    'pkv_event_publisher_params.format': 'EventFormat', 'pkv_layer_spec.kind': 'LayerKind',
                    'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind', 'index_dtype': 'DType',
-                   'pkv_engine_params.ranks': 'Ranks'}
+                   'pkv_engine_params.ranks': 'Ranks',
+                   'pkv_engine_params.block_layout': 'BlockLayout'}
 CS_WORDS = {'dtype': 'DType'}
 # Structs only the binding's own types use (they hold C pointers, strings or fixed buffers):
 # internal. Every other struct is public, its pointer fields internal (IntPtr is never public).

@@ -58,6 +58,9 @@ GO_ENUMS = {
                            'what Batch.IndexerTopK\'s indices are (pkv_indexer_topk\'s out_kind)'),
     'PKV_RANKS_ONE': ('Ranks', 'uint32', 'PKV_RANKS_', 'Ranks',
                       'which ranks an engine decides for and holds pools of (EngineParams.Ranks)'),
+    'PKV_BLOCK_LAYOUT_LAYERS': ('BlockLayout', 'uint32', 'PKV_BLOCK_LAYOUT_', 'BlockLayout',
+                                'how a block is laid out in the pool (EngineParams.BlockLayout): a '
+                                'layer\'s blocks together, or a page of all its group\'s layers'),
 }
 # Struct fields of a named type: the field's C name (any struct) or struct.field -> the Go type.
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
@@ -67,7 +70,8 @@ GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'state': 'StoreValueState', 'pkv_layer_spec.kind': 'LayerKind',
                    'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind',
                    'state_checkpoint_policy': 'StateCheckpointPolicy', 'index_dtype': 'DType',
-                   'pkv_engine_params.ranks': 'Ranks'}
+                   'pkv_engine_params.ranks': 'Ranks',
+                   'pkv_engine_params.block_layout': 'BlockLayout'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
                   'in_batch', 'is_request', 'k_eq_v', 'sinks'}

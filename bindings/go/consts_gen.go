@@ -186,9 +186,12 @@ const (
 	MaxRanks = 255
 )
 
+// BlockLayout is how a block is laid out in the pool (EngineParams.BlockLayout): a layer's blocks together, or a page of all its group's layers: pkv.h's PKV_BLOCK_LAYOUT_*.
+type BlockLayout uint32
+
 const (
-	BlockLayoutLayers = 0
-	BlockLayoutPage   = 1
+	BlockLayoutLayers BlockLayout = 0
+	BlockLayoutPage   BlockLayout = 1
 )
 
 // Tier is where a sequence's KV is (SeqInfo.KVTier) or a block is (KVEvent.Medium): pkv.h's PKV_TIER_*.
@@ -281,6 +284,17 @@ func (v AttentionKind) String() string {
 		return "ATTENTION_CHUNKED"
 	}
 	return unknown("AttentionKind", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "BLOCK_LAYOUT_LAYERS".
+func (v BlockLayout) String() string {
+	switch v {
+	case BlockLayoutLayers:
+		return "BLOCK_LAYOUT_LAYERS"
+	case BlockLayoutPage:
+		return "BLOCK_LAYOUT_PAGE"
+	}
+	return unknown("BlockLayout", int64(v))
 }
 
 // String is the C name without PKV_, e.g. "BUDGET_FROM_UTILIZATION".

@@ -168,3 +168,35 @@ func TestSegmentsRefusals(t *testing.T) {
 	_, err = e.SeqSegments(0, seq, 0, 1)
 	expectStatus(t, err, pkv.ErrState)
 }
+
+// TestPageLayoutOneSegmentABlock: with BlockLayoutPage a block is one segment, the page holding
+// what the default layout keeps in 2 x layers segments (layer after layer, K then V).
+func TestPageLayoutOneSegmentABlock(t *testing.T) {
+	pp := segParams(16, pkv.DTypeF32)
+	pp.BlockLayout = pkv.BlockLayoutPage
+	a, b := newEngine(t, segParams(16, pkv.DTypeF32)), newEngine(t, pp)
+	if b.Params().BlockLayout != pkv.BlockLayoutPage {
+		t.Fatalf("block layout %v, want BlockLayoutPage", b.Params().BlockLayout)
+	}
+	if must(a.LayoutFingerprint(0)) == must(b.LayoutFingerprint(0)) {
+		t.Fatal("the page layout's fingerprint equals the layers layout's")
+	}
+	prompt := []int32{100, 101, 102, 103, 104, 105, 106, 107}
+	sa, sb := must(a.Allocate(prompt, nil)), must(b.Allocate(prompt, nil))
+	segCompute(t, a, sa)
+	segCompute(t, b, sb)
+	layers, pages := must(a.SeqSegments(0, sa, 0, 2)), must(b.SeqSegments(0, sb, 0, 2))
+	if len(pages) != 2 {
+		t.Fatalf("%d segments for 2 blocks of pages, want 2", len(pages))
+	}
+	const per = segLayers * 2
+	for i, page := range pages {
+		var want []byte
+		for _, s := range layers[i*per : (i+1)*per] {
+			want = append(want, segBytes(s)...)
+		}
+		if !bytes.Equal(segBytes(page), want) {
+			t.Fatalf("page %d differs from its blocks' layers", i)
+		}
+	}
+}

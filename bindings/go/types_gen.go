@@ -119,7 +119,7 @@ type EngineParams struct {
 	PPSize                  uint32
 	RankDeviceIDs           []int32
 	PPRank                  uint32
-	BlockLayout             uint32
+	BlockLayout             BlockLayout
 
 	initialized bool
 }
@@ -167,7 +167,7 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.Ranks = uint32(p.Ranks)
 	c.PPSize = p.PPSize
 	c.PPRank = p.PPRank
-	c.BlockLayout = p.BlockLayout
+	c.BlockLayout = uint32(p.BlockLayout)
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -213,7 +213,7 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.Ranks = Ranks(c.Ranks)
 	p.PPSize = c.PPSize
 	p.PPRank = c.PPRank
-	p.BlockLayout = c.BlockLayout
+	p.BlockLayout = BlockLayout(c.BlockLayout)
 }
 
 // SeqInfo is a sequence's state (pkv_seq_info).

@@ -107,6 +107,33 @@ static partial class Tests
         }
     }
 
+    // With BlockLayout.Page a block is one segment: the page holds what the default layout keeps
+    // in 2 x layers segments, layer after layer, K then V.
+    static void PageLayoutOneSegmentABlock()
+    {
+        EngineParams pp = SegParams(16, DType.F32);
+        pp.BlockLayout = BlockLayout.Page;
+        using (var a = new Engine(SegParams(16, DType.F32)))
+        using (var b = new Engine(pp))
+        {
+            Equal(BlockLayout.Page, b.Params.BlockLayout, "the block layout");
+            Assert(!a.LayoutFingerprint(0).SequenceEqual(b.LayoutFingerprint(0)),
+                   "the page layout shares the layers layout's fingerprint");
+            int[] prompt = Enumerable.Range(100, 8).ToArray();
+            Sequence sa = a.Allocate(prompt), sb = b.Allocate(prompt);
+            SegCompute(a, sa);
+            SegCompute(b, sb);
+            Segment[] layers = a.SeqSegments(0, sa, 0, 2), pages = b.SeqSegments(0, sb, 0, 2);
+            Equal(2, pages.Length, "pages of 2 blocks");
+            const int per = SegLayers * 2;
+            for (int i = 0; i < pages.Length; i++)
+            {
+                byte[] want = layers.Skip(i * per).Take(per).SelectMany(s => SegRead(s)).ToArray();
+                Assert(SegRead(pages[i]).SequenceEqual(want), "page " + i + " holds its layers");
+            }
+        }
+    }
+
     static void BlockSegmentsWherePoolInfoSays()
     {
         using (var e = new Engine(SegParams(16, DType.F32)))

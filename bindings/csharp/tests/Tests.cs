@@ -425,6 +425,7 @@ static partial class Tests
             { "seq_segments_move_a_prompt", SeqSegmentsMoveAPrompt },
             { "block_segments_where_pool_info_says", BlockSegmentsWherePoolInfoSays },
             { "segments_refusals", SegmentsRefusals },
+            { "page_layout_one_segment_a_block", PageLayoutOneSegmentABlock },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)

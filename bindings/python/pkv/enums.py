@@ -47,6 +47,11 @@ _TABLE = (
      '0.6.0) a state slot into another; STATE_OUT (since 0.6.0), a state slot to a host state '
      'slot (swap-out, a checkpoint offloaded); STATE_IN, a host state slot to a working slot '
      '(swap-in, an offloaded checkpoint restored).'),
+    ('BlockLayout', enum.IntEnum, 'BLOCK_LAYOUT_', ('BLOCK_LAYOUT_',),
+     'How a block is laid out in the pool (since 0.11.0; params.block_layout, '
+     'PKV_BLOCK_LAYOUT_*): LAYERS (the default), a layer\'s blocks together, a block 2 x layers '
+     'segments; PAGE, a block one page of all its KV group\'s layers, one segment '
+     '(engine.block_segments).'),
     ('Ranks', enum.IntEnum, 'RANKS_', ('RANKS_',),
      'Which ranks an engine decides for and holds pools of (since 0.10.0; params.ranks, '
      'PKV_RANKS_*): ONE, itself (alone, or as the decider whose plans batch.export_plan gives '

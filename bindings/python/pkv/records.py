@@ -12,7 +12,7 @@ import typing
 
 from . import _raw
 from .enums import (AttentionKind, BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType,
-                    FinishReason, KvLayout, LayerKind, PreemptionMode, Ranks,
+                    FinishReason, KvLayout, LayerKind, PreemptionMode, Ranks, BlockLayout,
                     StateCheckpointPolicy, StoreKind, StoreValueState, StoreWriteMode, Tier, typed)
 
 # The enum of each C field that holds one, by field name (the names are unique across pkv.h's
@@ -23,7 +23,7 @@ FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype
                'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
                'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind,
                'state_checkpoint_policy': StateCheckpointPolicy, 'index_dtype': Dtype,
-               'ranks': Ranks}
+               'ranks': Ranks, 'block_layout': BlockLayout}
 # 'struct.field' of an enum field whose name means another enum elsewhere (the stores' kind)
 STRUCT_ENUMS = {'pkv_layer_info.kind': LayerKind, 'pkv_layer_spec.kind': LayerKind}
 # uint32_t 0 or 1: pkv_seq_info's, and a layer's (pkv_layer_spec, pkv_layer_info)

@@ -17,6 +17,12 @@ def params(num_blocks, dtype=pkv.DTYPE_F32):
                       device=pkv.DEVICE_CPU, num_threads=1)
 
 
+def page_params(num_blocks):
+    p = params(num_blocks)
+    p.block_layout = pkv.BlockLayout.PAGE
+    return p
+
+
 def compute(engine, seq):
     """One batch of seq's tokens, K and V of token t, layer l, value i being known numbers."""
     with engine.batch([seq]) as batch:
@@ -87,6 +93,22 @@ class Segments(unittest.TestCase):
             self.assertEqual(segments[2].base, info.k_base + info.layer_stride * 4 + block)
             self.assertEqual(segments[4].base, info.k_base + 3 * block)
             self.assertEqual(engine.block_segments([]), [])
+
+    def test_page_layout_is_one_segment_a_block(self):
+        prompt = list(range(100, 108))
+        with pkv.Engine(params(16)) as a, pkv.Engine(page_params(16)) as b:
+            self.assertEqual(b.params.block_layout, pkv.BlockLayout.PAGE)
+            self.assertNotEqual(a.layout_fingerprint(), b.layout_fingerprint())
+            sa, sb = a.allocate(prompt), b.allocate(prompt)
+            compute(a, sa)
+            compute(b, sb)
+            layers = a.seq_segments(sa, 0, 2)
+            pages = b.seq_segments(sb, 0, 2)
+            self.assertEqual(len(pages), 2)  # a block, one segment
+            per = LAYERS * 2
+            for i, page in enumerate(pages):  # the page: layer after layer, K then V
+                self.assertEqual(read(page),
+                                 b''.join(read(s) for s in layers[i * per:(i + 1) * per]))
 
     def test_refusals(self):
         with pkv.Engine(params(16)) as engine:

@@ -50,7 +50,7 @@ pub use error::{Error, Result, Status};
 pub use keys::{block_hash_extra, block_hash_root_lora, ExtraKey, SeqKeys};
 pub use layers::{AttentionKind, KvGroupInfo, LayerInfo, LayerKind, LayerSpec};
 pub use library::{library, Library, LIBRARY_ENV};
-pub use params::{Device, Dtype, KvLayout, Params, Ranks};
+pub use params::{BlockLayout, Device, Dtype, KvLayout, Params, Ranks};
 pub use pkv_sys as sys;
 pub use profile::{profile, KvGroups};
 pub use publisher::{EventFormat, EventPublisherInfo, EventPublisherParams};

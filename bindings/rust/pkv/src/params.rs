@@ -106,6 +106,29 @@ impl Ranks {
     }
 }
 
+/// How a block is laid out in the pool (`Params::block_layout`, pkv 0.11,
+/// `PKV_BLOCK_LAYOUT_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockLayout {
+    /// A layer's blocks together: a block is 2 x layers segments (`Engine::block_segments`).
+    /// The default.
+    Layers,
+    /// Each block one page of all its KV group's layers (a layer's K, then its V): one segment.
+    Page,
+}
+
+impl BlockLayout {
+    pub fn code(self) -> u32 {
+        (match self {
+            BlockLayout::Layers => sys::PKV_BLOCK_LAYOUT_LAYERS,
+            BlockLayout::Page => sys::PKV_BLOCK_LAYOUT_PAGE,
+        }) as u32
+    }
+    pub fn from_code(code: u32) -> Option<BlockLayout> {
+        [BlockLayout::Layers, BlockLayout::Page].into_iter().find(|l| l.code() == code)
+    }
+}
+
 /// What the cache holds per token per layer (`Params::kv_layout`, `PKV_KV_LAYOUT_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvLayout {
@@ -418,6 +441,16 @@ impl Params {
     /// The engine's ranks (`None` for a code this binding does not know).
     pub fn get_ranks(&self) -> Option<Ranks> {
         Ranks::from_code(self.raw.ranks)
+    }
+    /// How a block is laid out in the pool (pkv 0.11): `BlockLayout::Layers` (the default) or
+    /// `BlockLayout::Page` (one segment a block, for transports; not with pipeline stages).
+    pub fn block_layout(mut self, layout: BlockLayout) -> Params {
+        self.raw.block_layout = layout.code();
+        self
+    }
+    /// The pool's block layout (`None` for a code this binding does not know).
+    pub fn get_block_layout(&self) -> Option<BlockLayout> {
+        BlockLayout::from_code(self.raw.block_layout)
     }
     /// Each rank's CUDA device, when set.
     pub fn get_rank_device_ids(&self) -> Option<&[i32]> {

@@ -4,7 +4,7 @@
 //! segment i.
 use std::slice;
 
-use pkv::{Device, Dtype, Engine, Params, Segment, Seq, Status, Tier};
+use pkv::{BlockLayout, Device, Dtype, Engine, Params, Segment, Seq, Status, Tier};
 
 const LAYERS: u32 = 2;
 const Q_HEADS: usize = 4;
@@ -129,4 +129,28 @@ fn segments_refusals() {
     assert_eq!(e.seq_segments(0, Seq(seq.0 + 100), 0, 1).unwrap_err().status(), Status::NotFound);
     e.preempt(seq).unwrap();
     assert_eq!(e.seq_segments(0, seq, 0, 1).unwrap_err().status(), Status::State);
+}
+
+/// With `BlockLayout::Page` a block is one segment: the page holds what the default layout keeps
+/// in 2 x layers segments, layer after layer, K then V.
+#[test]
+fn page_layout_one_segment_a_block() {
+    let a = Engine::new(&params(16, Dtype::F32)).unwrap();
+    let b = Engine::new(&params(16, Dtype::F32).block_layout(BlockLayout::Page)).unwrap();
+    assert_eq!(b.params().get_block_layout(), Some(BlockLayout::Page));
+    assert_ne!(a.layout_fingerprint(0).unwrap(), b.layout_fingerprint(0).unwrap());
+    let prompt: Vec<i32> = (100..108).collect();
+    let sa = a.allocate(&prompt, None).unwrap().seq;
+    let sb = b.allocate(&prompt, None).unwrap().seq;
+    compute(&a, sa);
+    compute(&b, sb);
+    let layers = a.seq_segments(0, sa, 0, 2).unwrap();
+    let pages = b.seq_segments(0, sb, 0, 2).unwrap();
+    assert_eq!(pages.len(), 2, "a block, one segment");
+    let per = LAYERS as usize * 2;
+    for (i, page) in pages.iter().enumerate() {
+        let want: Vec<u8> =
+            layers[i * per..(i + 1) * per].iter().flat_map(|s| bytes_of(s).to_vec()).collect();
+        assert_eq!(bytes_of(page), &want[..], "page {}", i);
+    }
 }
