@@ -821,8 +821,8 @@ typedef struct pkv_batch_view {
  * Errors: PKV_ERR_INVALID_ARGUMENT (seqs or out NULL; num_seqs 0; a sequence twice; a count not
  * in 1 .. its uncomputed tokens; more than 2^31-1 new tokens), PKV_ERR_NOT_FOUND (a sequence that
  * does not exist), PKV_ERR_STATE (a batch is open on e; a sequence is preempted or swapped out,
- * or is a request of pkv_submit; (since 0.10.0) an engine of ranks POOL), PKV_ERR_OUT_OF_MEMORY (65536 other live engines have begun
- * batches: destroy one). */
+ * or is a request of pkv_submit; (since 0.10.0) an engine of ranks POOL),
+ * PKV_ERR_OUT_OF_MEMORY (65536 other live engines have begun batches: destroy one). */
 PKV_API pkv_status pkv_batch_begin(pkv_engine *e, const uint64_t *seqs,
                                    const uint32_t *num_new_tokens, uint32_t num_seqs,
                                    pkv_batch **out);
@@ -1589,7 +1589,7 @@ struct pkv_pool_info {
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small). */
 PKV_API pkv_status pkv_pool_info(pkv_engine *e, struct pkv_pool_info *out);
 
-/* ---------------------------------------------------------------- block descriptors (since 0.11.0) */
+/* ------------------------------------------------------ block descriptors (since 0.11.0) */
 /* One contiguous piece of KV: base (device memory on a CUDA pool, host memory for the host tier
  * and a CPU pool) and its bytes. A transport registers the pools once (pkv_pool_info's bases
  * and bytes_per_pool, host_* for the host tier) and moves blocks by their segments. */
@@ -1602,9 +1602,10 @@ typedef struct pkv_segment {
  * PKV_TIER_HOST: the host tier), on rank `rank` (0 on an engine of one rank): for each block in
  * order, each of its pool's layers (pkv_pool_info.num_layers: a KV group's layer slots; 1 for a
  * paged pool, whose block is one page), K then V (MLA: the latent alone): num_layers x 2 (or 1)
- * segments a block, the same count for every block of an engine. Writes them to out[cap] and
- * *out_len = their count (out NULL and cap 0: the count alone). Two engines of equal layout fingerprints (pkv_layout_fingerprint) give
- * segments of equal bytes in the same order, so a block is moved by copying segment i to
+ * segments a block, the same count for every block of an engine (block_layout PAGE: one).
+ * Writes them to out[cap] and *out_len = their count (out NULL and cap 0: the count alone). Two
+ * engines of equal layout fingerprints (pkv_layout_fingerprint) give segments of equal bytes in
+ * the same order, so a block is moved by copying segment i to
  * segment i. pkv's own copies to and from the host tier may be queued on the engine's stream:
  * wait for it before moving host-tier bytes.
  * Errors: PKV_ERR_INVALID_ARGUMENT (blocks NULL with num_blocks > 0; out_len NULL; out NULL with
