@@ -696,7 +696,7 @@ pkv_status pkv_plan_import(pkv_engine *e, const void *plan, uint64_t len, pkv_ba
     try {
       *out = batch_handles().add(&en);
     } catch (...) {
-      en.abort_batch();
+      en.unimport_plan();  // refused after all: the same plan may come again
       throw;
     }
   });

@@ -76,6 +76,7 @@ class Engine {
   // (numbered at its first export), and a ranks POOL engine's batch opened from them.
   const std::vector<uint8_t> &export_plan();
   void import_plan(const void *bytes, uint64_t len);
+  void unimport_plan();  // the batch import_plan opened, closed unrun and its step not taken
   // pkv_batch_plan_graph: the open decode batch's copies, then its plan padded to `bucket`
   // sequences (Backend::plan_graph), so its layers' attention can be captured in a CUDA graph.
   void plan_graph(uint32_t bucket);

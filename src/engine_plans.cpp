@@ -106,4 +106,10 @@ void Engine::import_plan(const void *bytes, uint64_t len) {
   ++next_import_step_;
 }
 
+void Engine::unimport_plan() {
+  PKV_ASSERT(open_ && open_->batch->imported() && next_import_step_ > 0);
+  abort_batch();
+  --next_import_step_;
+}
+
 }  // namespace pkv
