@@ -355,9 +355,11 @@ static void fuzz_params(fz_input *in, pkv_engine_params *p) {
       if (fz_pick(in, 2) == 0) fuzz_dsa(in, p); /* sparse attention's indexer (0.7) */
       break;
   }
-  /* A raw field may have taken away what a store needs (prefix caching, a host tier): pkv_profile
-   * does not look at the store, pkv_engine_create refuses it, so the store goes too. */
-  if (p->enable_prefix_caching != 1 || p->host_num_blocks == 0) p->store = NULL;
+  /* A raw field may have taken away what a store needs (prefix caching, a host tier, one rank:
+   * an engine of one rank of several takes none, 0.10): pkv_profile does not look at the store,
+   * pkv_engine_create refuses it, so the store goes too. */
+  if (p->enable_prefix_caching != 1 || p->host_num_blocks == 0 || p->tp_size > 1 || p->pp_size > 1)
+    p->store = NULL;
 }
 
 /* With STATE layers and a host tier the host state slots pkv_profile promised are there, one
