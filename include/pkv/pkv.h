@@ -524,7 +524,8 @@ typedef struct pkv_engine_params {
                                      (pkv_block_segments) rather than 2 x layers; pkv_pool_info
                                      describes pages (num_layers 1) and pkv_layer_info each
                                      layer's place, as for layers of unequal bytes. Not with
-                                     pipeline stages. default LAYERS */
+                                     pipeline stages; at most 2^20 layers
+                                     (PKV_ERR_INVALID_ARGUMENT). default LAYERS */
   uint32_t reserved6;             /* must be 0 */
 } pkv_engine_params;
 

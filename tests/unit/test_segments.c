@@ -280,6 +280,20 @@ static void refusals(void) {
   CHECK_OK(pkv_preempt(e, s));
   CHECK_ERR(e, pkv_seq_segments(e, 0, s, 0, 1, seg, 8, &n), PKV_ERR_STATE);
   CHECK_ERR(e, pkv_layout_fingerprint(e, 0, NULL), PKV_ERR_INVALID_ARGUMENT);
+  /* PAGE keeps each layer's place: at most 2^20 layers (LAYERS takes more); not with stages. */
+  pkv_engine_params p;
+  tu_params(&p, BS, 16);
+  p.block_layout = PKV_BLOCK_LAYOUT_PAGE, p.num_layers = (1u << 20) + 1;
+  pkv_kv_budget kb;
+  memset(&kb, 0, sizeof kb);
+  kb.struct_size = sizeof kb;
+  CHECK_ERR(NULL, pkv_profile(&p, &kb), PKV_ERR_INVALID_ARGUMENT);
+  p.block_layout = PKV_BLOCK_LAYOUT_LAYERS;
+  CHECK_OK(pkv_profile(&p, &kb));
+  p.block_layout = PKV_BLOCK_LAYOUT_PAGE, p.num_layers = LAYERS, p.pp_size = 2;
+  CHECK_ERR(NULL, pkv_profile(&p, &kb), PKV_ERR_INVALID_ARGUMENT);
+  p.block_layout = 2, p.pp_size = 1;
+  CHECK_ERR(NULL, pkv_profile(&p, &kb), PKV_ERR_INVALID_ARGUMENT);
   uint8_t fp[32];
   CHECK_ERR(e, pkv_layout_fingerprint(e, 1, fp), PKV_ERR_INVALID_ARGUMENT);
   pkv_engine_destroy(e);
