@@ -759,6 +759,33 @@ pkv_status pkv_layout_fingerprint(pkv_engine *e, uint32_t rank, uint8_t *out) {
   });
 }
 
+pkv_status pkv_hold(pkv_engine *e, uint64_t seq, uint32_t timeout_ms) {
+  return guard(e, [&](Engine &en) { en.hold(seq, timeout_ms); });
+}
+
+pkv_status pkv_hold_end(pkv_engine *e, uint64_t seq, uint32_t outcome) {
+  return guard(e, [&](Engine &en) { en.hold_end(seq, outcome); });
+}
+
+pkv_status pkv_drain_receiving(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+    PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
+    *out_len = static_cast<uint32_t>(en.drain_receiving(out, cap));
+  });
+}
+
+pkv_status pkv_receive_end(pkv_engine *e, uint64_t seq, uint32_t outcome) {
+  return guard(e, [&](Engine &en) { en.receive_end(seq, outcome); });
+}
+
+pkv_status pkv_seq_state_segment(pkv_engine *e, uint32_t rank, uint64_t seq, pkv_segment *out) {
+  return guard(e, [&](Engine &en) {
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    *out = en.state_segment(rank, seq);
+  });
+}
+
 pkv_status pkv_layer_info(pkv_engine *e, uint32_t layer, struct pkv_layer_info *out) {
   return guard(e, [&](Engine &en) {
     pkv::require_out_struct(out, "out");

@@ -180,6 +180,9 @@ class BlockManager {
   // the hit its KV alone allowed (blocks).
   int32_t last_admission_checkpoint() const { return last_checkpoint_; }
   uint32_t last_admission_kv_hits() const { return last_kv_hits_; }
+  // The last admission does not restore its checkpoint after all (a receiving request's state
+  // arrives from elsewhere): it is not counted as a restore.
+  void forgo_restore();
 
   // ---------------------------------------------------------------- recurrent state
   // An engine with STATE layers: checkpoint slots first .. first + count - 1 of the state region,

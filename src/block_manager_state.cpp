@@ -151,4 +151,11 @@ void BlockManager::check_checkpoints() const {
          host_held, checkpoints_.num_held(), host_checkpoints_.num_held());
 }
 
+void BlockManager::forgo_restore() {
+  if (last_checkpoint_ == kNoCheckpoint) return;
+  stats_.num_state_restores--;
+  stats_.num_state_restores_from_host -= is_host_checkpoint(last_checkpoint_);
+  last_checkpoint_ = kNoCheckpoint;
+}
+
 }  // namespace pkv

@@ -51,7 +51,11 @@ Engine::Engine(const pkv_engine_params &params)
               params_.hash_seed, (params_.debug_flags & PKV_DEBUG_CONSTANT_HASH) != 0,
               params_.host_num_blocks, params_.host_offload != 0, group_kinds(groups_)),
       states_(state_pool_of(budget_)),
-      scheduler_(limits_of(params_), seqs_, blocks_, states_) {
+      transfers_(params_.max_held_blocks, params_.num_blocks),
+      scheduler_(limits_of(params_), seqs_, blocks_, states_, transfers_) {
+  PKV_REQUIRE(params_.max_held_blocks <= params_.num_blocks,
+              "max_held_blocks %u: at most the pool's %u blocks", params_.max_held_blocks,
+              params_.num_blocks);
   blocks_.set_events(&events_);
   if (params.layer_windows)
     layer_windows_.assign(params.layer_windows, params.layer_windows + params.num_layers);
@@ -307,6 +311,16 @@ uint64_t Engine::fork(uint64_t parent_id) {
 void Engine::release(uint64_t id) {
   Sequence &s = seqs_.get(id);
   require_outside_batch(s, "release");
+  if (s.state == SeqState::kHeld)
+    fail(PKV_ERR_STATE,
+         "sequence %llu is held for a transfer (a transport may be reading its blocks): end the "
+         "hold first (pkv_hold_end), then release it",
+         (unsigned long long)id);
+  if (s.state == SeqState::kReceiving)
+    fail(PKV_ERR_STATE,
+         "sequence %llu is receiving its remote KV (a transport may be writing its blocks): end "
+         "it first (pkv_receive_end), then release it",
+         (unsigned long long)id);
   if (s.request.is_request) scheduler_.forget(s);
   free_kv(s, blocks_, states_);
   seqs_.erase(id);
@@ -371,6 +385,7 @@ uint64_t Engine::submit(const int32_t *prompt, uint32_t n, const pkv_request_par
                         const PrefixKeys &keys) {
   require_decider("pkv_submit");
   require_timeless(Retention{0, rp.cache_retention_ms}, "request params'");
+  if (rp.hold_on_finish) require_timeless_hold(rp.hold_timeout_ms, "request params':");
   return scheduler_.submit(prompt, n, rp, keys);
 }
 
@@ -390,11 +405,19 @@ struct pkv_seq_info Engine::seq_info(uint64_t id) const {
   info.num_prompt_tokens = s.request.prompt_len;
   info.num_generated_tokens = s.request.num_generated;
   info.finish_reason = s.request.finish_reason;
-  info.kv_tier = s.running()                     ? PKV_TIER_DEVICE
+  info.kv_tier = s.holds_kv()                    ? PKV_TIER_DEVICE
                  : s.state == SeqState::kSwapped ? PKV_TIER_HOST
                                                  : PKV_TIER_NONE;
   info.num_host_blocks = static_cast<uint32_t>(
       std::count_if(s.host_blocks.begin(), s.host_blocks.end(), [](int32_t h) { return h >= 0; }));
+  info.transfer = s.state == SeqState::kHeld        ? PKV_TRANSFER_HOLDING
+                  : s.state == SeqState::kReceiving ? PKV_TRANSFER_RECEIVING
+                                                    : PKV_TRANSFER_NONE;
+  if (s.state == SeqState::kReceiving) {
+    info.remote_first_block = s.transfer.first_block;
+    info.remote_num_blocks = s.transfer.num_blocks;
+    info.num_remote_tokens = s.request.remote_tokens;
+  }
   return info;
 }
 
@@ -458,6 +481,15 @@ pkv_stats Engine::stats() const {
     st.num_host_waits += pool.backend->host_waits();
     st.num_device_allocs += pool.backend->device_allocs();
   }
+  const TransferCounters &t = transfers_.counters();
+  st.num_held_seqs = transfers_.num_held();
+  st.num_held_blocks = transfers_.held_blocks();
+  st.num_holds_done = t.holds_done, st.num_holds_failed = t.holds_failed;
+  st.num_holds_timed_out = t.holds_timed_out, st.num_holds_refused = t.holds_refused;
+  st.num_receiving_requests = transfers_.num_receiving();
+  st.num_receiving_blocks = transfers_.receiving_blocks();
+  st.num_receives_done = t.receives_done, st.num_receives_failed = t.receives_failed;
+  st.received_tokens = t.received_tokens;
   if (store_) {
     const StoreCounters &c = store_->counters();
     st.num_store_lookups = c.lookups, st.num_store_hits = c.hits, st.num_store_misses = c.misses;
@@ -471,14 +503,16 @@ pkv_stats Engine::stats() const {
 void Engine::check() const {
   blocks_.check(seqs_.owners());
   scheduler_.check();
+  transfers_.check(seqs_);
   if (states_.enabled()) states_.check(seqs_.state_slots(), seqs_.state_slots(true));
   size_t in_batch = 0;
   for (const auto &kv : seqs_) {
     const Sequence &s = kv.second;
     in_batch += s.in_batch;
     const bool swapped = s.state == SeqState::kSwapped;
-    // A running sequence's state is in a working slot, a swapped-out one's in a host slot.
-    if ((s.state_slot >= 0) != (states_.enabled() && s.running()) ||
+    // A running (held, receiving) sequence's state is in a working slot, a swapped-out one's in
+    // a host slot.
+    if ((s.state_slot >= 0) != (states_.enabled() && s.holds_kv()) ||
         (s.host_state_slot >= 0) != (states_.enabled() && swapped))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds state slot %d, host state slot %d",
            (unsigned long long)s.id, state_name(s.state), s.state_slot, s.host_state_slot);
@@ -489,7 +523,8 @@ void Engine::check() const {
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) holds %zu host blocks for %u tokens",
            (unsigned long long)s.id, state_name(s.state), s.host_blocks.size(), s.num_slotted());
     // Only a request holds unslotted tokens (a sampled token; a prompt admitted per chunk).
-    if (s.num_unslotted && !(s.request.is_request && (s.running() || swapped)))
+    if (s.num_unslotted &&
+        !(s.request.is_request && (s.running() || swapped || s.state == SeqState::kHeld)))
       fail(PKV_ERR_INTERNAL, "sequence %llu (%s) has %u tokens without a slot",
            (unsigned long long)s.id, state_name(s.state), s.num_unslotted);
   }

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +27,7 @@
 #include "state_layout.h"
 #include "state_pool.h"
 #include "tiers/store_tier.h"
+#include "transfers.h"
 
 namespace pkv {
 
@@ -110,6 +112,13 @@ class Engine {
   std::vector<pkv_segment> seq_segments(uint32_t rank, uint64_t seq, uint32_t first,
                                         uint32_t n) const;
   std::array<uint8_t, 32> layout_fingerprint(uint32_t rank) const;
+  // KV transfers between engines (engine_transfers.cpp, DESIGN.md §10): holds of a producer,
+  // remote fills of a consumer, and where a sequence's recurrent state is.
+  void hold(uint64_t id, uint32_t timeout_ms);
+  void hold_end(uint64_t id, uint32_t outcome);
+  size_t drain_receiving(uint64_t *out, size_t cap) { return transfers_.drain_receiving(out, cap); }
+  void receive_end(uint64_t id, uint32_t outcome);
+  pkv_segment state_segment(uint32_t rank, uint64_t id) const;
   // The rank a batch call names (api.cpp's guard sets it from the handle, under the engine's
   // lock): kAnyRank for the batch's own handle, else the rank of a pkv_batch_rank handle.
   static constexpr uint32_t kAnyRank = UINT32_MAX;
@@ -179,6 +188,16 @@ class Engine {
   struct pkv_layer_info state_layer_info(uint32_t layer, const LayerSpec &spec,
                                          struct pkv_layer_info info) const;
   void require_length(uint64_t num_tokens) const;
+  // A hold's timeout (not UINT32_MAX) reads the clock: refused on one rank of several.
+  void require_timeless_hold(uint32_t timeout_ms, const char *what) const;
+  // Ends the holds whose deadline passed (tick); then the copies queued before a request began
+  // receiving, done at once (step), so a transport may write its blocks.
+  void expire_holds() noexcept;
+  void flush_copies();
+  // Runs compute, which makes tokens of s computed (a step's, or a remote fill's) and returns
+  // the boundary of a checkpoint it took (else 0); then the store's write-through of the blocks
+  // it sealed into new prefix nodes, and that checkpoint.
+  void compute_through(Sequence &s, const std::function<uint32_t()> &compute);
   // A call that decides (makes sequences or batches), refused on an engine of ranks POOL.
   void require_decider(const char *call) const;
   // KV was written under the scales and sinks: a sequence was made, or a plan imported.
@@ -232,7 +251,8 @@ class Engine {
   KvEvents events_;
   BlockManager blocks_;
   SequenceTable seqs_;
-  StatePool states_;  // before scheduler_, which holds it
+  StatePool states_;     // before scheduler_, which holds it
+  Transfers transfers_;  // likewise
   Scheduler scheduler_;
   std::unique_ptr<OpenBatch> open_;
   std::unique_ptr<StoreConfig> store_config_;  // the caller's pkv_store_params, owned

@@ -56,6 +56,9 @@ bool Engine::step() {
     store_->wait_fetched(store_->lookup_timeout_ms());
     plan = scheduler_.schedule();
   }
+  // A request began receiving: the copies queued before it (a block it took may be one an
+  // offload or a swap-out still reads) are done now, so a transport may write its blocks.
+  if (scheduler_.take_began_receiving()) flush_copies();
   if (plan.seq_ids.empty()) return false;
   open(std::make_unique<Batch>(seqs_, plan.seq_ids.data(), plan.num_new_tokens.data(),
                                static_cast<uint32_t>(plan.seq_ids.size()), params_.block_size,
@@ -72,18 +75,8 @@ void Engine::close(bool ran) {
     Sequence &s = seqs_.get(b.seq_ids()[i]);
     s.in_batch = false;
     if (!ran) continue;
-    // Write-through: the blocks this step's tokens sealed into new prefix nodes (their KV was
-    // just computed); blocks sealed elsewhere (a swap-in resealing, its copy still queued) not.
-    const bool through = store_ && store_->writes_through();
-    blocks_.collect_sealed(through);
-    states_.make_room(1);
-    const uint32_t captured = computed(s, blocks_, states_, b.num_new_tokens()[i]);
-    blocks_.collect_sealed(false);
-    if (through) write_sealed(s);
-    // A checkpoint of the state goes to the store when taken, in either write mode: the working
-    // slot holds it only until the next step.
-    if (captured && store_ && store_->has_state() && store_->writes())
-      write_checkpoint(s, captured);
+    const uint32_t n = b.num_new_tokens()[i];
+    compute_through(s, [&] { return computed(s, blocks_, states_, n); });
   }
   // A step that ran did its copies (pkv's attention, or the host's kernels); one that did not
   // leaves them queued for the next batch, unless pkv already did them.
@@ -93,6 +86,20 @@ void Engine::close(bool ran) {
   }
   // The store's writer finishes blocks on its own thread: the wire hears of them step by step.
   if (publisher_) note_store_events();
+}
+
+void Engine::compute_through(Sequence &s, const std::function<uint32_t()> &compute) {
+  // Write-through: the blocks these tokens sealed into new prefix nodes (their KV was just
+  // computed); blocks sealed elsewhere (a swap-in resealing, its copy still queued) not.
+  const bool through = store_ && store_->writes_through();
+  blocks_.collect_sealed(through);
+  states_.make_room(1);
+  const uint32_t captured = compute();
+  blocks_.collect_sealed(false);
+  if (through) write_sealed(s);
+  // A checkpoint of the state goes to the store when taken, in either write mode: the working
+  // slot holds it only until the next step.
+  if (captured && store_ && store_->has_state() && store_->writes()) write_checkpoint(s, captured);
 }
 
 void Engine::end_batch() {

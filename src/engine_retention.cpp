@@ -54,6 +54,8 @@ void Engine::tick() noexcept {
                       .count());
   }
   blocks_.set_now(ms);
+  transfers_.set_now(ms);
+  expire_holds();
 }
 
 }  // namespace pkv

@@ -45,7 +45,7 @@ std::vector<pkv_segment> Engine::seq_segments(uint32_t rank, uint64_t id, uint32
   PKV_REQUIRE(rank < pools_.size(), "rank %u: this engine holds %zu ranks' pools", rank,
               pools_.size());
   const Sequence &s = seq(id);
-  if (!s.running() || s.tables.empty())
+  if (!s.holds_kv() || s.tables.empty())
     fail(PKV_ERR_STATE, "sequence %llu is %s: it holds no blocks of the pool",
          (unsigned long long)id, state_name(s.state));
   const uint32_t held = static_cast<uint32_t>(s.tables[0].ids.size());
@@ -56,9 +56,16 @@ std::vector<pkv_segment> Engine::seq_segments(uint32_t rank, uint64_t id, uint32
   const size_t per_block = size_t(shape.num_layers) * shape.tensors;
   std::vector<pkv_segment> out;
   out.reserve(size_t(n) * s.tables.size() * per_block);
+  // A receiving sequence's windowed group gives back, once its remote tokens are in, the blocks
+  // their window no longer reaches: nothing is written there.
+  std::vector<uint32_t> first_needed(s.tables.size(), 0);
+  if (s.state == SeqState::kReceiving)
+    for (uint32_t g = 0; g < first_needed.size(); ++g)
+      first_needed[g] = blocks_.first_held(g, s.request.remote_tokens);
   for (uint32_t i = first; i < first + n; ++i)
-    for (const BlockTable &t : s.tables) {
-      const int32_t b = i < t.ids.size() ? t.ids[i] : -1;
+    for (uint32_t g = 0; g < s.tables.size(); ++g) {
+      const BlockTable &t = s.tables[g];
+      const int32_t b = i < t.ids.size() && i >= first_needed[g] ? t.ids[i] : -1;
       if (b < 0) {  // given back by a window: held places, no bytes
         out.insert(out.end(), per_block, pkv_segment{nullptr, 0});
         continue;

@@ -232,7 +232,6 @@ void validate_rank_params(const pkv_engine_params &p) {
   PKV_REQUIRE(p.block_layout <= PKV_BLOCK_LAYOUT_PAGE,
               "block_layout %u is not PKV_BLOCK_LAYOUT_LAYERS (0) or PKV_BLOCK_LAYOUT_PAGE (1)",
               p.block_layout);
-  PKV_REQUIRE(p.reserved6 == 0, "reserved6 must be 0, got %u", p.reserved6);
   const uint32_t pp = std::max(p.pp_size, 1u);
   PKV_REQUIRE(pp <= p.num_layers, "pp_size %u: more pipeline stages than the %u layers", pp,
               p.num_layers);

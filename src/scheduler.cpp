@@ -91,18 +91,29 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
       rp.max_new_tokens, limits_.max_model_len);
   // Every KV group's blocks at the request's peak, over prefill (per chunk: chunks of up to
   // max_num_batched_tokens) and decode.
-  const uint64_t need = blocks_.peak_blocks(n, total, max_chunk());
+  PKV_REQUIRE(rp.hold_on_finish <= 1, "hold_on_finish must be 0 or 1, got %u", rp.hold_on_finish);
+  PKV_REQUIRE(rp.reserved1 == 0, "reserved1 must be 0");
+  PKV_REQUIRE(rp.num_remote_tokens < n,
+              "num_remote_tokens %u must be below the prompt's %u tokens: its last token is "
+              "computed here, for the first sample",
+              rp.num_remote_tokens, n);
+  // A receiving request is admitted with its whole prompt, where a transfer writes.
+  const bool whole = max_chunk() == 0 || rp.num_remote_tokens > 0;
+  const uint64_t need = blocks_.peak_blocks(n, total, whole ? 0 : max_chunk());
   PKV_REQUIRE(need <= limits_.num_blocks,
               "prompt (%u) + max_new_tokens (%u) need %llu blocks at their peak (%s), the pool has "
               "%u: this request can never run",
               n, rp.max_new_tokens, (unsigned long long)need,
-              max_chunk() ? "admitted per chunk" : "its prompt admitted whole", limits_.num_blocks);
+              whole ? "its prompt admitted whole" : "admitted per chunk", limits_.num_blocks);
   Sequence &s = seqs_.create();
   try {
     s.keys = keys;
     s.retention = retention;
     s.tokens.assign(prompt, prompt + n);
     s.request = Request{true, n, rp.max_new_tokens, 0, rp.stop_token, rp.priority, PKV_FINISH_NONE};
+    s.request.hold_on_finish = rp.hold_on_finish;
+    s.request.hold_timeout_ms = rp.hold_timeout_ms;
+    s.request.remote_tokens = rp.num_remote_tokens;
     enqueue(s.id);
   } catch (...) {
     seqs_.discard(s.id);
@@ -120,10 +131,49 @@ void Scheduler::enqueue(uint64_t id) {
 }
 
 void Scheduler::finish_request(Sequence &s, uint32_t reason) {
-  finish(s, blocks_, states_, reason);
-  running_.erase(std::find(running_.begin(), running_.end(), s.id));
+  // finished_ first: it may grow (no memory), before anything changed.
   finished_.push_back(s.id);
+  // A hold keeps its blocks for a transfer out, while the bound allows.
+  bool held = false;
+  if (s.request.hold_on_finish) {
+    held = transfers_.fits(s);
+    if (held) {
+      try {
+        transfers_.hold(s, transfers_.deadline(s.request.hold_timeout_ms));
+      } catch (...) {
+        finished_.pop_back();
+        throw;
+      }
+    } else {
+      transfers_.count_refused();
+    }
+  }
+  if (!held) finish(s, blocks_, states_, reason);
+  s.request.finish_reason = reason;
+  running_.erase(std::find(running_.begin(), running_.end(), s.id));
   num_finished_++;
+}
+
+uint32_t Scheduler::end_receiving(Sequence &s, uint32_t outcome) {
+  // Room in the queue it joins first: nothing below can fail.
+  if (outcome == PKV_TRANSFER_DONE) running_.reserve(running_.size() + 1);
+  if (outcome == PKV_TRANSFER_FAILED) waiting_.push_front(s.id);
+  if (outcome == PKV_TRANSFER_FAILED_FINISH) finished_.push_back(s.id);
+  receiving_.erase(std::find(receiving_.begin(), receiving_.end(), s.id));
+  transfers_.end_receiving(s, outcome == PKV_TRANSFER_DONE);
+  switch (outcome) {
+    case PKV_TRANSFER_DONE:
+      running_.push_back(s.id);
+      return received(s, blocks_, states_);
+    case PKV_TRANSFER_FAILED:
+      stop_receiving(s, blocks_, states_, SeqState::kPreempted);
+      return 0;
+    default:
+      stop_receiving(s, blocks_, states_, SeqState::kFinished);
+      s.request.finish_reason = PKV_FINISH_TRANSFER_FAILED;
+      num_finished_++;
+      return 0;
+  }
 }
 
 uint32_t Scheduler::max_chunk() const {
@@ -268,7 +318,21 @@ StepPlan Scheduler::schedule() {
     // Per chunk: its hit and a first chunk within the budget, else its whole prompt. No blocks
     // (or no state slot): it waits, and nothing changed.
     const uint32_t first = max_chunk() ? budget : UINT32_MAX;
-    if (!fits([&] { admit(s, blocks_, states_, first); })) break;
+    if (s.request.remote_tokens > 0) {
+      // A remote fill: its whole prompt, receiving while others run (none when the hit covers
+      // its remote tokens: then it runs as any other).
+      receiving_.reserve(receiving_.size() + 1);
+      if (!fits([&] { admit_receiving(s, blocks_, states_); })) break;
+      if (s.state == SeqState::kReceiving) {
+        waiting_.erase(waiting_.begin() + long(i));
+        receiving_.push_back(s.id);
+        transfers_.began_receiving(s);
+        began_receiving_ = true;
+        continue;
+      }
+    } else if (!fits([&] { admit(s, blocks_, states_, first); })) {
+      break;
+    }
     waiting_.erase(waiting_.begin() + long(i));
     running_.push_back(s.id);
     add(s);
@@ -302,6 +366,7 @@ size_t Scheduler::drain_finished(uint64_t *out, size_t cap) {
 }
 
 void Scheduler::forget(const Sequence &s) {
+  PKV_ASSERT(s.state != SeqState::kHeld && s.state != SeqState::kReceiving);
   if (s.state == SeqState::kFinished) num_finished_--;
   if (s.state == SeqState::kLoading) num_loading_--;  // its fetch's result will be dropped
   auto drop = [id = s.id](auto &c) {
@@ -322,6 +387,8 @@ void Scheduler::check() const {
            state_name(s.state), queue);
   };
   size_t loading = 0;
+  for (uint64_t id : receiving_)
+    expect(id, seqs_.get(id).state == SeqState::kReceiving, "receiving");
   for (uint64_t id : waiting_) {
     const SeqState st = seqs_.get(id).state;
     expect(id, st == SeqState::kWaiting || st == SeqState::kPreempted || st == SeqState::kLoading,
@@ -333,13 +400,16 @@ void Scheduler::check() const {
          num_loading_);
   for (uint64_t id : swapped_) expect(id, seqs_.get(id).state == SeqState::kSwapped, "swapped");
   for (uint64_t id : running_) expect(id, seqs_.get(id).running(), "running");
-  for (uint64_t id : finished_) expect(id, seqs_.get(id).state == SeqState::kFinished, "finished");
+  // A held request finished (it is listed and drained as one) and keeps its blocks.
+  auto done = [](SeqState st) { return st == SeqState::kFinished || st == SeqState::kHeld; };
+  for (uint64_t id : finished_) expect(id, done(seqs_.get(id).state), "finished");
   size_t requests = 0, finished = 0;
   for (const auto &kv : seqs_) {
     requests += kv.second.request.is_request;
-    finished += kv.second.request.is_request && kv.second.state == SeqState::kFinished;
+    finished += kv.second.request.is_request && done(kv.second.state);
   }
-  if (requests != waiting_.size() + swapped_.size() + running_.size() + finished ||
+  if (requests !=
+          waiting_.size() + swapped_.size() + running_.size() + receiving_.size() + finished ||
       finished != num_finished_)
     fail(PKV_ERR_INTERNAL, "%zu requests: %zu waiting, %zu running, %zu finished (counted %zu)",
          requests, waiting_.size(), running_.size(), finished, num_finished_);

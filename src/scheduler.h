@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "block_manager.h"
 #include "pkv/pkv.h"
 #include "sequence.h"
 #include "tiers/store_tier.h"
+#include "transfers.h"
 
 namespace pkv {
 
@@ -54,8 +56,8 @@ bool stage_fetched_state(BlockManager &blocks, const StatePool &states, StoreTie
 class Scheduler {
  public:
   Scheduler(const SchedulerLimits &limits, SequenceTable &seqs, BlockManager &blocks,
-            StatePool &states)
-      : limits_(limits), seqs_(seqs), blocks_(blocks), states_(states) {}
+            StatePool &states, Transfers &transfers)
+      : limits_(limits), seqs_(seqs), blocks_(blocks), states_(states), transfers_(transfers) {}
 
   uint64_t submit(const int32_t *prompt, uint32_t n, const pkv_request_params &rp,
                   const PrefixKeys &keys);
@@ -78,6 +80,13 @@ class Scheduler {
   size_t drain_finished(uint64_t *out, size_t cap);
   // pkv_release of a request: it leaves every queue.
   void forget(const Sequence &s);
+  // Remote fills (DESIGN.md §10). Whether a schedule() since the last call made a request
+  // receive (its blocks are written by a transport once the copies queued before are done).
+  bool take_began_receiving() { return std::exchange(began_receiving_, false); }
+  // A receiving request's fill ended: done (it runs on, newest), failed (back to the front of
+  // the queue, computing its prompt itself) or failed and finished. Returns the boundary of a
+  // checkpoint its received tokens took (as computed()), else 0.
+  uint32_t end_receiving(Sequence &s, uint32_t outcome);
 
   size_t num_waiting() const { return waiting_.size() + swapped_.size(); }
   uint64_t num_swap_preemptions() const { return num_swap_preemptions_; }
@@ -108,12 +117,15 @@ class Scheduler {
   SchedulerLimits limits_;
   SequenceTable &seqs_;
   BlockManager &blocks_;
-  StatePool &states_;              // a request runs only with a working state slot (STATE layers)
-  std::deque<uint64_t> waiting_;   // waiting and preempted requests, in admission order
-  std::deque<uint64_t> swapped_;   // swapped out by a preemption; they come back first
-  std::vector<uint64_t> running_;  // admission order: the newest is preempted first
-  std::deque<uint64_t> finished_;  // not yet drained
-  size_t num_finished_ = 0;        // finished and not released
+  StatePool &states_;     // a request runs only with a working state slot (STATE layers)
+  Transfers &transfers_;  // holds on finishing, and remote fills
+  bool began_receiving_ = false;
+  std::vector<uint64_t> receiving_;  // requests receiving their remote KV, in admission order
+  std::deque<uint64_t> waiting_;     // waiting and preempted requests, in admission order
+  std::deque<uint64_t> swapped_;     // swapped out by a preemption; they come back first
+  std::vector<uint64_t> running_;    // admission order: the newest is preempted first
+  std::deque<uint64_t> finished_;    // not yet drained
+  size_t num_finished_ = 0;          // finished and not released
   uint64_t num_scheduled_tokens_ = 0;
   uint64_t num_steps_ = 0;
   uint64_t num_swap_preemptions_ = 0;

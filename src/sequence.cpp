@@ -20,6 +20,10 @@ const char *state_name(SeqState state) {
       return "swapped";
     case SeqState::kLoading:
       return "loading";
+    case SeqState::kHeld:
+      return "held for a transfer";
+    case SeqState::kReceiving:
+      return "receiving its remote KV";
   }
   return "unknown";
 }
@@ -108,7 +112,7 @@ void give_back_state(Sequence &s, StatePool &states) {
 }
 
 void give_back(Sequence &s, BlockManager &blocks, StatePool &states, SeqState to) {
-  PKV_ASSERT(s.running());
+  PKV_ASSERT(s.holds_kv());
   const BlockManager::Releasing as(blocks, s.retention);
   blocks.free(s.tables);
   give_back_state(s, states);
@@ -128,6 +132,78 @@ void preempt(Sequence &s, BlockManager &blocks, StatePool &states) {
 void finish(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t reason) {
   give_back(s, blocks, states, SeqState::kFinished);
   s.request.finish_reason = reason;
+}
+
+uint32_t block_refs(const Sequence &s) {
+  uint32_t n = 0;
+  for (const BlockTable &t : s.tables)
+    n += uint32_t(std::count_if(t.ids.begin(), t.ids.end(), [](int32_t b) { return b >= 0; }));
+  return n;
+}
+
+void hold(Sequence &s, uint64_t deadline_ms) {
+  PKV_ASSERT(s.running() && s.num_uncomputed() == 0 && !s.in_batch);
+  s.transfer = Transfer{};
+  s.transfer.held_blocks = block_refs(s);
+  s.transfer.deadline_ms = deadline_ms;
+  s.state = SeqState::kHeld;
+}
+
+void end_hold(Sequence &s, BlockManager &blocks, StatePool &states) {
+  PKV_ASSERT(s.state == SeqState::kHeld);
+  s.transfer = Transfer{};
+  give_back(s, blocks, states, SeqState::kFinished);
+}
+
+void admit_receiving(Sequence &s, BlockManager &blocks, StatePool &states) {
+  PKV_ASSERT(s.state == SeqState::kWaiting || s.state == SeqState::kPreempted);
+  PKV_ASSERT(s.num_unslotted == 0 && s.state_slot < 0 && s.request.remote_tokens > 0);
+  if (states.enabled()) {
+    states.require_free("admitting a sequence");
+    states.make_room(1);
+  }
+  const uint32_t hit = blocks.admit(s.tables, s.keys, s.tokens.data(), s.num_tokens());
+  const uint32_t remote = s.request.remote_tokens, bs = blocks.block_size();
+  const bool receives = hit < remote;
+  if (states.enabled()) {  // nothing below can fail: checked and made room above
+    s.state_slot = states.take();
+    if (receives) {  // the remote state after its remote tokens replaces any checkpoint's
+      blocks.forgo_restore();
+      s.checkpoint_end = s.num_tokens() / bs;
+      s.checkpoint_branch = 0;
+    } else {
+      start_state(s, blocks, states, s.num_tokens(), hit);
+    }
+  }
+  s.num_cached = hit;
+  s.num_computed = hit;
+  s.num_unslotted = 0;
+  s.transfer = Transfer{};
+  if (!receives) {
+    s.request.remote_tokens = 0;
+    s.state = SeqState::kRunning;
+    return;
+  }
+  s.transfer.first_block = hit / bs;
+  s.transfer.num_blocks = (remote + bs - 1) / bs - hit / bs;
+  s.state = SeqState::kReceiving;
+}
+
+uint32_t received(Sequence &s, BlockManager &blocks, StatePool &states) {
+  PKV_ASSERT(s.state == SeqState::kReceiving && s.request.remote_tokens > s.num_computed);
+  const uint32_t n = s.request.remote_tokens - s.num_computed;
+  s.state = SeqState::kRunning;
+  s.transfer = Transfer{};
+  s.request.remote_tokens = 0;
+  return computed(s, blocks, states, n);
+}
+
+void stop_receiving(Sequence &s, BlockManager &blocks, StatePool &states, SeqState to) {
+  PKV_ASSERT(s.state == SeqState::kReceiving);
+  s.transfer = Transfer{};
+  s.request.remote_tokens = 0;
+  give_back(s, blocks, states, to);
+  s.num_cached = 0;
 }
 
 void swap_out(Sequence &s, BlockManager &blocks, StatePool &states) {
@@ -272,7 +348,7 @@ std::vector<TableOwner> SequenceTable::owners() const {
   out.reserve(seqs_.size());
   for (const auto &[id, s] : seqs_)
     out.push_back(TableOwner{id, &s.tables, &s.keys, s.tokens.data(),
-                             s.running() ? s.num_slotted() : 0, s.running() ? s.num_computed : 0,
+                             s.holds_kv() ? s.num_slotted() : 0, s.holds_kv() ? s.num_computed : 0,
                              &s.host_blocks});
   return out;
 }

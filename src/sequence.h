@@ -23,6 +23,10 @@ enum class SeqState : uint8_t {
   kFinished,   // a request that reached its stop token or length: tokens kept, no blocks
   kSwapped,    // its KV moved to the host tier: tokens, computed count and host blocks kept
   kLoading,    // a waiting request whose prefix blocks are being fetched from the store
+  // KV transfers (transfers.h, DESIGN.md §10): they keep their blocks (and working state slot)
+  // and are in no batch.
+  kHeld,       // stopped for a transfer out: every block untouched until the hold ends
+  kReceiving,  // a request admitted whole whose first remote_tokens' KV is being written in
 };
 
 // What the scheduler keeps of a request (pkv_submit).
@@ -35,6 +39,20 @@ struct Request {
   int32_t priority = 0;
   uint32_t finish_reason = PKV_FINISH_NONE;
   bool store_looked_up = false;  // its prompt was asked of the store (once per admission)
+  // Transfers (pkv_request_params): a hold when it finishes, and its timeout (UINT32_MAX: none);
+  // the prompt tokens whose KV arrives from elsewhere (0 once a hit covered them, or a failed
+  // fill falls back to computing them).
+  bool hold_on_finish = false;
+  uint32_t hold_timeout_ms = 0;
+  uint32_t remote_tokens = 0;
+};
+
+// A sequence's transfer, while it is held or receiving.
+struct Transfer {
+  uint64_t deadline_ms = UINT64_MAX;  // held: when its hold times out (UINT64_MAX: never)
+  uint32_t held_blocks = 0;           // held: its block references (counted against the bound)
+  uint32_t first_block = 0;           // receiving: the blocks the remote KV is written into
+  uint32_t num_blocks = 0;
 };
 
 struct Sequence {
@@ -66,11 +84,16 @@ struct Sequence {
   // prompt ended without a checkpoint (0: none).
   uint32_t checkpoint_end = 0, checkpoint_branch = 0;
   Request request;
+  Transfer transfer;
 
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }
   uint32_t num_slotted() const { return num_tokens() - num_unslotted; }
   uint32_t num_uncomputed() const { return num_slotted() - num_computed; }
   bool running() const { return state == SeqState::kRunning; }
+  // Holds pool blocks and its working state slot: running, held or receiving.
+  bool holds_kv() const {
+    return state == SeqState::kRunning || state == SeqState::kHeld || state == SeqState::kReceiving;
+  }
 };
 
 const char *state_name(SeqState state);
@@ -115,6 +138,22 @@ void roll_back(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t n)
 void free_kv(Sequence &s, BlockManager &blocks, StatePool &states);
 // Running -> finished (a request): the blocks go back, the tokens stay. Cannot fail.
 void finish(Sequence &s, BlockManager &blocks, StatePool &states, uint32_t reason);
+// Transfers (DESIGN.md §10). The block references s holds, in every group.
+uint32_t block_refs(const Sequence &s);
+// Running -> held until deadline_ms: it keeps everything, its block_refs counted in s.transfer.
+// Held -> finished: everything goes back. Neither can fail.
+void hold(Sequence &s, uint64_t deadline_ms);
+void end_hold(Sequence &s, BlockManager &blocks, StatePool &states);
+// Waiting -> receiving, as admit() with its whole prompt: when the hit covers fewer than
+// s.request.remote_tokens tokens it receives the blocks from the hit's end to those tokens'
+// last one (its working state slot starts from no checkpoint: the remote state replaces it),
+// else it is running, remote_tokens 0. Throws PKV_ERR_NO_SPACE with nothing changed.
+void admit_receiving(Sequence &s, BlockManager &blocks, StatePool &states);
+// Receiving -> running: the remote tokens are computed (as computed(); returns its boundary).
+uint32_t received(Sequence &s, BlockManager &blocks, StatePool &states);
+// Receiving -> `to` (preempted: it computes them itself; finished): everything goes back, nothing
+// it received sealed. Cannot fail.
+void stop_receiving(Sequence &s, BlockManager &blocks, StatePool &states, SeqState to);
 // Running: a step computed the next n tokens; full blocks are sealed into the prefix cache, and a
 // boundary reached that the sequence wants a checkpoint at takes one (a copy of its working state,
 // queued). Returns that boundary (blocks) when a new checkpoint was taken there, else 0.

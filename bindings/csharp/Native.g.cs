@@ -8,9 +8,9 @@ using System;
 using System.Runtime.InteropServices;
 
 // The assembly's version is pkv.h's PKV_VERSION_*.
-[assembly: System.Reflection.AssemblyVersion("0.11.0.0")]
-[assembly: System.Reflection.AssemblyFileVersion("0.11.0.0")]
-[assembly: System.Reflection.AssemblyInformationalVersion("0.11.0")]
+[assembly: System.Reflection.AssemblyVersion("0.12.0.0")]
+[assembly: System.Reflection.AssemblyFileVersion("0.12.0.0")]
+[assembly: System.Reflection.AssemblyInformationalVersion("0.12.0")]
 
 namespace Pkv
 {
@@ -104,6 +104,7 @@ namespace Pkv
         None = 0,
         StopToken = 1,
         Length = 2,
+        TransferFailed = 3,
     }
 
     /// <summary>What the scheduler does to a request it preempts (PKV_PREEMPT_*).</summary>
@@ -416,7 +417,7 @@ namespace Pkv
         public uint PpRank;
         public uint Reserved5;
         public BlockLayout BlockLayout;
-        public uint Reserved6;
+        public uint MaxHeldBlocks;
     }
 
     /// <summary>pkv_engine_params in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -465,6 +466,7 @@ namespace Pkv
         public uint PpSize;
         public uint PpRank;
         public BlockLayout BlockLayout;
+        public uint MaxHeldBlocks;
         uint[] layerWindows;  // LayerWindows (Params.cs): never changed in place
         LayerSpec[] layerSpecs;  // LayerSpecs (Layers.cs): never changed in place
         int[] rankDeviceIds;  // RankDeviceIds (Params.cs): never changed in place
@@ -515,6 +517,7 @@ namespace Pkv
             n.PpSize = PpSize;
             n.PpRank = PpRank;
             n.BlockLayout = BlockLayout;
+            n.MaxHeldBlocks = MaxHeldBlocks;
             return n;
         }
 
@@ -564,6 +567,7 @@ namespace Pkv
             p.PpSize = n.PpSize;
             p.PpRank = n.PpRank;
             p.BlockLayout = n.BlockLayout;
+            p.MaxHeldBlocks = n.MaxHeldBlocks;
             return p;
         }
     }
@@ -594,7 +598,7 @@ namespace Pkv
         public uint CacheRetentionMs;
     }
 
-    /// <summary>pkv_seq_info (56 bytes on x86_64).</summary>
+    /// <summary>pkv_seq_info (72 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal partial struct SeqInfoNative
     {
@@ -612,6 +616,10 @@ namespace Pkv
         public FinishReason FinishReason;
         public Tier KvTier;
         public uint NumHostBlocks;
+        public uint Transfer;
+        public uint RemoteFirstBlock;
+        public uint RemoteNumBlocks;
+        public uint NumRemoteTokens;
     }
 
     /// <summary>pkv_seq_info in C# values (0/1 as bool; no pointers, struct_size or reserved fields);
@@ -631,6 +639,10 @@ namespace Pkv
         public FinishReason FinishReason;
         public Tier KvTier;
         public uint NumHostBlocks;
+        public uint Transfer;
+        public uint RemoteFirstBlock;
+        public uint RemoteNumBlocks;
+        public uint NumRemoteTokens;
 
         /// <summary>The C struct of these fields (pointers zero).</summary>
         internal unsafe SeqInfoNative ToNative()
@@ -649,6 +661,10 @@ namespace Pkv
             n.FinishReason = FinishReason;
             n.KvTier = KvTier;
             n.NumHostBlocks = NumHostBlocks;
+            n.Transfer = Transfer;
+            n.RemoteFirstBlock = RemoteFirstBlock;
+            n.RemoteNumBlocks = RemoteNumBlocks;
+            n.NumRemoteTokens = NumRemoteTokens;
             return n;
         }
 
@@ -669,6 +685,10 @@ namespace Pkv
             p.FinishReason = n.FinishReason;
             p.KvTier = n.KvTier;
             p.NumHostBlocks = n.NumHostBlocks;
+            p.Transfer = n.Transfer;
+            p.RemoteFirstBlock = n.RemoteFirstBlock;
+            p.RemoteNumBlocks = n.RemoteNumBlocks;
+            p.NumRemoteTokens = n.NumRemoteTokens;
             return p;
         }
     }
@@ -705,7 +725,7 @@ namespace Pkv
         public IntPtr StateSlots;
     }
 
-    /// <summary>pkv_request_params (64 bytes on x86_64).</summary>
+    /// <summary>pkv_request_params (80 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct RequestParams
     {
@@ -722,6 +742,10 @@ namespace Pkv
         public ulong LoraId;
         public int CachePriority;
         public uint CacheRetentionMs;
+        public uint HoldOnFinish;
+        public uint HoldTimeoutMs;
+        public uint NumRemoteTokens;
+        public uint Reserved1;
     }
 
     /// <summary>pkv_kv_group_info (32 bytes on x86_64).</summary>
@@ -785,7 +809,7 @@ namespace Pkv
         public uint Reserved2;
     }
 
-    /// <summary>pkv_stats (448 bytes on x86_64).</summary>
+    /// <summary>pkv_stats (536 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Stats
     {
@@ -846,6 +870,17 @@ namespace Pkv
         public ulong NumEvictionsHighest;
         public ulong NumHostWaits;
         public ulong NumDeviceAllocs;
+        public ulong NumHeldSeqs;
+        public ulong NumHeldBlocks;
+        public ulong NumHoldsDone;
+        public ulong NumHoldsFailed;
+        public ulong NumHoldsTimedOut;
+        public ulong NumHoldsRefused;
+        public ulong NumReceivingRequests;
+        public ulong NumReceivingBlocks;
+        public ulong NumReceivesDone;
+        public ulong NumReceivesFailed;
+        public ulong ReceivedTokens;
     }
 
     /// <summary>pkv_pool_info (216 bytes on x86_64).</summary>
@@ -1018,7 +1053,7 @@ namespace Pkv
     public static class Constants
     {
         public const int VersionMajor = 0;
-        public const int VersionMinor = 11;
+        public const int VersionMinor = 12;
         public const int VersionPatch = 0;
         public const int AbiVersion = 1;
         public const int MaxHeadDim = 1024;
@@ -1051,6 +1086,13 @@ namespace Pkv
         public const int MaxStateParts = 2;
         public const int MaxStateDims = 4;
         public const int MaxRanks = 255;
+        public const int TransferNone = 0;
+        public const int TransferHolding = 1;
+        public const int TransferReceiving = 2;
+        public const int TransferDone = 0;
+        public const int TransferFailed = 1;
+        public const int TransferFailedFinish = 2;
+        public const int TransferTimeoutDefaultMs = 480000;
         public const int StoreProblemBytes = 64;
     }
 
@@ -1061,7 +1103,7 @@ namespace Pkv
         public const string Library = "libpkv.so.1";
 
         public const int PKV_VERSION_MAJOR = 0;
-        public const int PKV_VERSION_MINOR = 11;
+        public const int PKV_VERSION_MINOR = 12;
         public const int PKV_VERSION_PATCH = 0;
         public const int PKV_ABI_VERSION = 1;
 
@@ -1135,6 +1177,7 @@ namespace Pkv
         public const int PKV_FINISH_NONE = 0;
         public const int PKV_FINISH_STOP_TOKEN = 1;
         public const int PKV_FINISH_LENGTH = 2;
+        public const int PKV_FINISH_TRANSFER_FAILED = 3;
         public const int PKV_COPY_COW = 1;
         public const int PKV_COPY_SWAP_OUT = 2;
         public const int PKV_COPY_SWAP_IN = 3;
@@ -1152,6 +1195,13 @@ namespace Pkv
         public const int PKV_MAX_RANKS = 255;
         public const int PKV_BLOCK_LAYOUT_LAYERS = 0;
         public const int PKV_BLOCK_LAYOUT_PAGE = 1;
+        public const int PKV_TRANSFER_NONE = 0;
+        public const int PKV_TRANSFER_HOLDING = 1;
+        public const int PKV_TRANSFER_RECEIVING = 2;
+        public const int PKV_TRANSFER_DONE = 0;
+        public const int PKV_TRANSFER_FAILED = 1;
+        public const int PKV_TRANSFER_FAILED_FINISH = 2;
+        public const int PKV_TRANSFER_TIMEOUT_DEFAULT_MS = 480000;
         public const int PKV_TIER_NONE = 0;
         public const int PKV_TIER_DEVICE = 1;
         public const int PKV_TIER_HOST = 2;
@@ -1180,7 +1230,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(Segment), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 272, 24, 48, 56, 168, 64, 32, 264, 448, 216, 16, 248, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 272, 24, 48, 72, 168, 80, 32, 264, 536, 216, 16, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1651,6 +1701,51 @@ namespace Pkv
         {
             Loaded();
             return pkv_layout_fingerprint_native(e, rank, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hold")]
+        static extern Status pkv_hold_native(EngineHandle e, ulong seq, uint timeout_ms);
+
+        public static Status pkv_hold(EngineHandle e, ulong seq, uint timeout_ms)
+        {
+            Loaded();
+            return pkv_hold_native(e, seq, timeout_ms);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_hold_end")]
+        static extern Status pkv_hold_end_native(EngineHandle e, ulong seq, uint outcome);
+
+        public static Status pkv_hold_end(EngineHandle e, ulong seq, uint outcome)
+        {
+            Loaded();
+            return pkv_hold_end_native(e, seq, outcome);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_drain_receiving")]
+        static extern Status pkv_drain_receiving_native(EngineHandle e, ulong* @out, uint cap, uint* out_len);
+
+        public static Status pkv_drain_receiving(EngineHandle e, ulong* @out, uint cap, uint* out_len)
+        {
+            Loaded();
+            return pkv_drain_receiving_native(e, @out, cap, out_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_receive_end")]
+        static extern Status pkv_receive_end_native(EngineHandle e, ulong seq, uint outcome);
+
+        public static Status pkv_receive_end(EngineHandle e, ulong seq, uint outcome)
+        {
+            Loaded();
+            return pkv_receive_end_native(e, seq, outcome);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_seq_state_segment")]
+        static extern Status pkv_seq_state_segment_native(EngineHandle e, uint rank, ulong seq, Segment* @out);
+
+        public static Status pkv_seq_state_segment(EngineHandle e, uint rank, ulong seq, Segment* @out)
+        {
+            Loaded();
+            return pkv_seq_state_segment_native(e, rank, seq, @out);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_rank_pool_info")]

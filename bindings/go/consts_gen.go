@@ -5,14 +5,14 @@ package pkv
 // Versions and ABI major of the header the binding was generated from.
 const (
 	VersionMajor = 0
-	VersionMinor = 11
+	VersionMinor = 12
 	VersionPatch = 0
 	ABIVersion   = 1
 )
 
 // BindingVersion is this package's version, MAJOR.MINOR.PATCH: that of the pkv.h it was
 // generated from (the version a go.mod requires it at).
-const BindingVersion = "0.11.0"
+const BindingVersion = "0.12.0"
 
 // Statuses (pkv_status), from PKV_STATUS_MAP.
 const (
@@ -145,9 +145,10 @@ const (
 type FinishReason uint32
 
 const (
-	FinishNone      FinishReason = 0
-	FinishStopToken FinishReason = 1
-	FinishLength    FinishReason = 2
+	FinishNone           FinishReason = 0
+	FinishStopToken      FinishReason = 1
+	FinishLength         FinishReason = 2
+	FinishTransferFailed FinishReason = 3
 )
 
 // CopyKind is what a block copy of a batch moves: pkv.h's PKV_COPY_*.
@@ -192,6 +193,22 @@ type BlockLayout uint32
 const (
 	BlockLayoutLayers BlockLayout = 0
 	BlockLayoutPage   BlockLayout = 1
+)
+
+const (
+	TransferNone      = 0
+	TransferHolding   = 1
+	TransferReceiving = 2
+)
+
+const (
+	TransferDone         = 0
+	TransferFailed       = 1
+	TransferFailedFinish = 2
+)
+
+const (
+	TransferTimeoutDefaultMs = 480000
 )
 
 // Tier is where a sequence's KV is (SeqInfo.KVTier) or a block is (KVEvent.Medium): pkv.h's PKV_TIER_*.
@@ -409,6 +426,8 @@ func (v FinishReason) String() string {
 		return "FINISH_STOP_TOKEN"
 	case FinishLength:
 		return "FINISH_LENGTH"
+	case FinishTransferFailed:
+		return "FINISH_TRANSFER_FAILED"
 	}
 	return unknown("FinishReason", int64(v))
 }
@@ -733,7 +752,7 @@ type cEngineParams struct {
 	PPRank                  uint32
 	Reserved5               uint32
 	BlockLayout             uint32
-	Reserved6               uint32
+	MaxHeldBlocks           uint32
 }
 
 // cExtraKey mirrors C's pkv_extra_key (24 bytes on amd64; layout checked against C at init).
@@ -758,7 +777,7 @@ type cSeqParams struct {
 	CacheRetentionMs uint32
 }
 
-// cSeqInfo mirrors C's pkv_seq_info (56 bytes on amd64; layout checked against C at init).
+// cSeqInfo mirrors C's pkv_seq_info (72 bytes on amd64; layout checked against C at init).
 type cSeqInfo struct {
 	StructSize         uint32
 	NumTokens          uint32
@@ -774,6 +793,10 @@ type cSeqInfo struct {
 	FinishReason       uint32
 	KVTier             uint32
 	NumHostBlocks      uint32
+	Transfer           uint32
+	RemoteFirstBlock   uint32
+	RemoteNumBlocks    uint32
+	NumRemoteTokens    uint32
 }
 
 // cBatchView mirrors C's pkv_batch_view (168 bytes on amd64; layout checked against C at init).
@@ -806,7 +829,7 @@ type cBatchView struct {
 	StateSlots       uintptr
 }
 
-// cRequestParams mirrors C's pkv_request_params (64 bytes on amd64; layout checked against C at init).
+// cRequestParams mirrors C's pkv_request_params (80 bytes on amd64; layout checked against C at init).
 type cRequestParams struct {
 	StructSize       uint32
 	MaxNewTokens     uint32
@@ -821,6 +844,10 @@ type cRequestParams struct {
 	LoraID           uint64
 	CachePriority    int32
 	CacheRetentionMs uint32
+	HoldOnFinish     uint32
+	HoldTimeoutMs    uint32
+	NumRemoteTokens  uint32
+	Reserved1        uint32
 }
 
 // cKVGroupInfo mirrors C's pkv_kv_group_info (32 bytes on amd64; layout checked against C at init).
@@ -880,7 +907,7 @@ type cKVBudget struct {
 	Reserved2            uint32
 }
 
-// cStats mirrors C's pkv_stats (448 bytes on amd64; layout checked against C at init).
+// cStats mirrors C's pkv_stats (536 bytes on amd64; layout checked against C at init).
 type cStats struct {
 	StructSize                   uint32
 	Reserved0                    uint32
@@ -939,6 +966,17 @@ type cStats struct {
 	NumEvictionsHighest          uint64
 	NumHostWaits                 uint64
 	NumDeviceAllocs              uint64
+	NumHeldSeqs                  uint64
+	NumHeldBlocks                uint64
+	NumHoldsDone                 uint64
+	NumHoldsFailed               uint64
+	NumHoldsTimedOut             uint64
+	NumHoldsRefused              uint64
+	NumReceivingRequests         uint64
+	NumReceivingBlocks           uint64
+	NumReceivesDone              uint64
+	NumReceivesFailed            uint64
+	ReceivedTokens               uint64
 }
 
 // cPoolInfo mirrors C's pkv_pool_info (216 bytes on amd64; layout checked against C at init).

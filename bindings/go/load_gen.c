@@ -62,6 +62,11 @@ static struct {
   pkv_status (*pkv_block_segments)(pkv_engine *, uint32_t, uint32_t, const int32_t *, uint32_t, pkv_segment *, uint32_t, uint32_t *);
   pkv_status (*pkv_seq_segments)(pkv_engine *, uint32_t, uint64_t, uint32_t, uint32_t, pkv_segment *, uint32_t, uint32_t *);
   pkv_status (*pkv_layout_fingerprint)(pkv_engine *, uint32_t, uint8_t *);
+  pkv_status (*pkv_hold)(pkv_engine *, uint64_t, uint32_t);
+  pkv_status (*pkv_hold_end)(pkv_engine *, uint64_t, uint32_t);
+  pkv_status (*pkv_drain_receiving)(pkv_engine *, uint64_t *, uint32_t, uint32_t *);
+  pkv_status (*pkv_receive_end)(pkv_engine *, uint64_t, uint32_t);
+  pkv_status (*pkv_seq_state_segment)(pkv_engine *, uint32_t, uint64_t, pkv_segment *);
   pkv_status (*pkv_rank_pool_info)(pkv_engine *, uint32_t, struct pkv_pool_info *);
   pkv_status (*pkv_layer_info)(pkv_engine *, uint32_t, struct pkv_layer_info *);
   pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
@@ -295,6 +300,26 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_layout_fingerprint = dlsym(lib, "pkv_layout_fingerprint"))) {
     *missing = "pkv_layout_fingerprint";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_hold = dlsym(lib, "pkv_hold"))) {
+    *missing = "pkv_hold";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_hold_end = dlsym(lib, "pkv_hold_end"))) {
+    *missing = "pkv_hold_end";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_drain_receiving = dlsym(lib, "pkv_drain_receiving"))) {
+    *missing = "pkv_drain_receiving";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_receive_end = dlsym(lib, "pkv_receive_end"))) {
+    *missing = "pkv_receive_end";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_seq_state_segment = dlsym(lib, "pkv_seq_state_segment"))) {
+    *missing = "pkv_seq_state_segment";
     return -1;
   }
   if (!(*(void **)&fn.pkv_rank_pool_info = dlsym(lib, "pkv_rank_pool_info"))) {
@@ -626,6 +651,26 @@ pkv_status (pkv_seq_segments)(pkv_engine *e, uint32_t rank, uint64_t seq, uint32
 
 pkv_status (pkv_layout_fingerprint)(pkv_engine *e, uint32_t rank, uint8_t *out) {
   return fn.pkv_layout_fingerprint ? (fn.pkv_layout_fingerprint)(e, rank, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_hold)(pkv_engine *e, uint64_t seq, uint32_t timeout_ms) {
+  return fn.pkv_hold ? (fn.pkv_hold)(e, seq, timeout_ms) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_hold_end)(pkv_engine *e, uint64_t seq, uint32_t outcome) {
+  return fn.pkv_hold_end ? (fn.pkv_hold_end)(e, seq, outcome) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_drain_receiving)(pkv_engine *e, uint64_t *out, uint32_t cap, uint32_t *out_len) {
+  return fn.pkv_drain_receiving ? (fn.pkv_drain_receiving)(e, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_receive_end)(pkv_engine *e, uint64_t seq, uint32_t outcome) {
+  return fn.pkv_receive_end ? (fn.pkv_receive_end)(e, seq, outcome) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_seq_state_segment)(pkv_engine *e, uint32_t rank, uint64_t seq, pkv_segment *out) {
+  return fn.pkv_seq_state_segment ? (fn.pkv_seq_state_segment)(e, rank, seq, out) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_rank_pool_info)(pkv_engine *e, uint32_t rank, struct pkv_pool_info *out) {

@@ -120,6 +120,7 @@ type EngineParams struct {
 	RankDeviceIDs           []int32
 	PPRank                  uint32
 	BlockLayout             BlockLayout
+	MaxHeldBlocks           uint32
 
 	initialized bool
 }
@@ -168,6 +169,7 @@ func (p *EngineParams) toC(c *cEngineParams) {
 	c.PPSize = p.PPSize
 	c.PPRank = p.PPRank
 	c.BlockLayout = uint32(p.BlockLayout)
+	c.MaxHeldBlocks = p.MaxHeldBlocks
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -214,6 +216,7 @@ func (p *EngineParams) fromC(c *cEngineParams) {
 	p.PPSize = c.PPSize
 	p.PPRank = c.PPRank
 	p.BlockLayout = BlockLayout(c.BlockLayout)
+	p.MaxHeldBlocks = c.MaxHeldBlocks
 }
 
 // SeqInfo is a sequence's state (pkv_seq_info).
@@ -231,6 +234,10 @@ type SeqInfo struct {
 	FinishReason       FinishReason
 	KVTier             Tier
 	NumHostBlocks      uint32
+	Transfer           uint32
+	RemoteFirstBlock   uint32
+	RemoteNumBlocks    uint32
+	NumRemoteTokens    uint32
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -248,6 +255,10 @@ func (p *SeqInfo) fromC(c *cSeqInfo) {
 	p.FinishReason = FinishReason(c.FinishReason)
 	p.KVTier = Tier(c.KVTier)
 	p.NumHostBlocks = c.NumHostBlocks
+	p.Transfer = c.Transfer
+	p.RemoteFirstBlock = c.RemoteFirstBlock
+	p.RemoteNumBlocks = c.RemoteNumBlocks
+	p.NumRemoteTokens = c.NumRemoteTokens
 }
 
 // BatchView is a batch's raw plan (pkv_batch_view): counts, and C addresses valid while the
@@ -318,6 +329,9 @@ type RequestParams struct {
 	LoraID           uint64
 	CachePriority    int32
 	CacheRetentionMs uint32
+	HoldOnFinish     uint32
+	HoldTimeoutMs    uint32
+	NumRemoteTokens  uint32
 
 	initialized bool
 }
@@ -330,6 +344,9 @@ func (p *RequestParams) toC(c *cRequestParams) {
 	c.LoraID = p.LoraID
 	c.CachePriority = p.CachePriority
 	c.CacheRetentionMs = p.CacheRetentionMs
+	c.HoldOnFinish = p.HoldOnFinish
+	c.HoldTimeoutMs = p.HoldTimeoutMs
+	c.NumRemoteTokens = p.NumRemoteTokens
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -340,6 +357,9 @@ func (p *RequestParams) fromC(c *cRequestParams) {
 	p.LoraID = c.LoraID
 	p.CachePriority = c.CachePriority
 	p.CacheRetentionMs = c.CacheRetentionMs
+	p.HoldOnFinish = c.HoldOnFinish
+	p.HoldTimeoutMs = c.HoldTimeoutMs
+	p.NumRemoteTokens = c.NumRemoteTokens
 }
 
 // KVGroupInfo is one KV group and its bytes (pkv_kv_group_info).
@@ -503,6 +523,17 @@ type Stats struct {
 	NumEvictionsHighest          uint64
 	NumHostWaits                 uint64
 	NumDeviceAllocs              uint64
+	NumHeldSeqs                  uint64
+	NumHeldBlocks                uint64
+	NumHoldsDone                 uint64
+	NumHoldsFailed               uint64
+	NumHoldsTimedOut             uint64
+	NumHoldsRefused              uint64
+	NumReceivingRequests         uint64
+	NumReceivingBlocks           uint64
+	NumReceivesDone              uint64
+	NumReceivesFailed            uint64
+	ReceivedTokens               uint64
 }
 
 // fromC copies c into p, but for the fields the binding sets by hand.
@@ -562,6 +593,17 @@ func (p *Stats) fromC(c *cStats) {
 	p.NumEvictionsHighest = c.NumEvictionsHighest
 	p.NumHostWaits = c.NumHostWaits
 	p.NumDeviceAllocs = c.NumDeviceAllocs
+	p.NumHeldSeqs = c.NumHeldSeqs
+	p.NumHeldBlocks = c.NumHeldBlocks
+	p.NumHoldsDone = c.NumHoldsDone
+	p.NumHoldsFailed = c.NumHoldsFailed
+	p.NumHoldsTimedOut = c.NumHoldsTimedOut
+	p.NumHoldsRefused = c.NumHoldsRefused
+	p.NumReceivingRequests = c.NumReceivingRequests
+	p.NumReceivingBlocks = c.NumReceivingBlocks
+	p.NumReceivesDone = c.NumReceivesDone
+	p.NumReceivesFailed = c.NumReceivesFailed
+	p.ReceivedTokens = c.ReceivedTokens
 }
 
 // PoolInfo says where the pool is (pkv_pool_info), for a host's own kernels: addresses and

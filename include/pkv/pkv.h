@@ -95,7 +95,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 #define PKV_VERSION_MAJOR 0
-#define PKV_VERSION_MINOR 11
+#define PKV_VERSION_MINOR 12
 #define PKV_VERSION_PATCH 0
 /* The ABI major: the SONAME is libpkv.so.<PKV_ABI_VERSION>. It changes only when a binary built
  * against an older header could break. Bindings compare pkv_abi_version() with this. */
@@ -231,7 +231,9 @@ enum { PKV_DEBUG_CONSTANT_HASH = 1, /* every prefix-lookup hash is 0: exactness 
                                         PKV_TEST_CLOCK_MS (unset or bad: 0), read once per call,
                                         instead of the steady clock: tests advance it */
 /* Why a request finished. */
-enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2 };
+enum { PKV_FINISH_NONE = 0, PKV_FINISH_STOP_TOKEN = 1, PKV_FINISH_LENGTH = 2,
+       PKV_FINISH_TRANSFER_FAILED = 3 }; /* (since 0.12.0) its remote KV did not arrive and the
+                                            host chose to end it (pkv_receive_end) */
 /* pkv_batch_view.copy_kind: what a listed block copy moves (ids are in the tiers it names). */
 enum { PKV_COPY_COW = 1,          /* device block -> device block: copy-on-write */
        PKV_COPY_SWAP_OUT = 2,     /* device block -> host-tier block: pkv_swap_out */
@@ -275,6 +277,18 @@ enum { PKV_BLOCK_LAYOUT_LAYERS = 0, /* K and V each [layers][blocks][...]: a blo
                                        segments, a layer's blocks contiguous */
        PKV_BLOCK_LAYOUT_PAGE = 1    /* [blocks][layers][K, V]: a block is one segment */
 };
+/* KV transfers between engines (since 0.12.0), DESIGN.md §10: pkv_seq_info.transfer */
+enum { PKV_TRANSFER_NONE = 0,      /* neither below */
+       PKV_TRANSFER_HOLDING = 1,   /* its blocks are held for a transfer out (pkv_hold) */
+       PKV_TRANSFER_RECEIVING = 2  /* a request waiting for its first num_remote_tokens' KV */
+};
+/* How a transfer ended (pkv_hold_end, pkv_receive_end) */
+enum { PKV_TRANSFER_DONE = 0,          /* every byte arrived */
+       PKV_TRANSFER_FAILED = 1,        /* it did not: a receiving request computes them itself */
+       PKV_TRANSFER_FAILED_FINISH = 2  /* it did not: the receiving request finishes
+                                          (PKV_FINISH_TRANSFER_FAILED) */
+};
+enum { PKV_TRANSFER_TIMEOUT_DEFAULT_MS = 480000 }; /* a hold's timeout_ms 0 (vLLM's 480 s) */
 enum { PKV_TIER_NONE = 0, PKV_TIER_DEVICE = 1, PKV_TIER_HOST = 2, PKV_TIER_STORE = 3 };
 /* pkv_store_params.kind */
 enum { PKV_STORE_NONE = 0, PKV_STORE_FILE = 1, PKV_STORE_REDIS = 2, PKV_STORE_CALLBACK = 3 };
@@ -526,7 +540,9 @@ typedef struct pkv_engine_params {
                                      layer's place, as for layers of unequal bytes. Not with
                                      pipeline stages; at most 2^20 layers
                                      (PKV_ERR_INVALID_ARGUMENT). default LAYERS */
-  uint32_t reserved6;             /* must be 0 */
+  uint32_t max_held_blocks;       /* (since 0.12.0) the most block references held for transfers
+                                     at once (pkv_hold, hold_on_finish), <= num_blocks; 0 = half
+                                     the pool's blocks (a 0.11 caller's reserved6). default 0 */
 } pkv_engine_params;
 
 /* Fills p with the defaults above (params.cpp holds every *_init default). size must be sizeof *p
@@ -687,7 +703,8 @@ PKV_API pkv_status pkv_fork(pkv_engine *e, uint64_t parent, uint64_t *out_child)
 /* Ends a sequence: drops its block references; a block whose count reaches 0 becomes cached when
  * it holds sealed KV (reusable by later prompts), else free. The id is never valid again.
  * Errors: PKV_ERR_NOT_FOUND (no sequence seq: never given, or released), PKV_ERR_STATE (seq is in
- * the open batch). */
+ * the open batch; (since 0.12.0) it is held for a transfer or receiving one: pkv_hold_end,
+ * pkv_receive_end). */
 PKV_API pkv_status pkv_release(pkv_engine *e, uint64_t seq);
 
 /* Like POSIX's struct stat and stat(), the struct and the call share a name: write
@@ -713,6 +730,13 @@ struct pkv_seq_info {
                                      swapped out, NONE when it holds no KV (waiting, preempted,
                                      finished) */
   uint32_t num_host_blocks;       /* host-tier blocks it holds while swapped out */
+  /* (since 0.12.0) */
+  uint32_t transfer;              /* PKV_TRANSFER_NONE, HOLDING or RECEIVING */
+  uint32_t remote_first_block;    /* RECEIVING: its blocks remote_first_block ..
+                                     + remote_num_blocks - 1 wait for the remote KV (the local
+                                     prefix hit before them); else 0 */
+  uint32_t remote_num_blocks;
+  uint32_t num_remote_tokens;     /* RECEIVING: the tokens whose KV arrives; else 0 */
 };
 
 /* What seq is now.
@@ -1088,6 +1112,18 @@ typedef struct pkv_request_params {
   int32_t cache_priority;         /* (since 0.8.0) as pkv_seq_params.cache_priority (priority
                                      above orders the queue; this orders eviction). default 0 */
   uint32_t cache_retention_ms;    /* (since 0.8.0) as pkv_seq_params.cache_retention_ms. default 0 */
+  /* (since 0.12.0) a 0.11 caller's struct_size ends here: no transfers. Disaggregated prefill
+     and decode, DESIGN.md §10 */
+  uint32_t hold_on_finish;        /* 1: when it finishes, its blocks (and STATE working slot)
+                                     stay held for a transfer out, as pkv_hold's (when the hold
+                                     fits max_held_blocks; else it finishes without one:
+                                     pkv_stats.num_holds_refused). default 0 */
+  uint32_t hold_timeout_ms;       /* that hold's timeout: 0 = PKV_TRANSFER_TIMEOUT_DEFAULT_MS,
+                                     UINT32_MAX = none. default 0 */
+  uint32_t num_remote_tokens;     /* its first this many prompt tokens' KV comes from another
+                                     engine (below the prompt's length: the last prompt token is
+                                     computed here, for the first sample). 0 = none. default 0 */
+  uint32_t reserved1;             /* must be 0 */
 } pkv_request_params;
 
 /* Fills p with the defaults above; as pkv_engine_params_init.
@@ -1102,14 +1138,17 @@ PKV_API pkv_status pkv_request_params_init(pkv_request_params *p, uint32_t size)
  * first chunk (at most max_num_batched_tokens tokens) fit in every group, each later chunk
  * reserving its slots when pkv_step schedules it (a chunk that does not fit preempts as a decode
  * token does), so a windowed group holds at most its window plus one chunk during the prefill
- * (DESIGN.md §7).
+ * (DESIGN.md §7). A request with num_remote_tokens (since 0.12.0) is admitted with its whole
+ * prompt, and receives (pkv_drain_receiving) before it runs.
  * Errors: PKV_ERR_INVALID_ARGUMENT (prompt or out_seq NULL; num_tokens 0; a bad rp: struct_size,
- * max_new_tokens 0, reserved0, cache_salt, extra_keys (since 0.5.0); a request that can never
- * run - prompt + max_new_tokens above max_model_len or 2^31-1, or more blocks at its peak than
- * the pool has: per chunk, each group's own peak over the prefill and the decode, summed; the
- * message says how many), PKV_ERR_STATE ((since 0.10.0) an engine of ranks POOL),
- * PKV_ERR_UNSUPPORTED ((since 0.10.0) rp's cache_retention_ms not 0 on an engine of one rank of
- * several). */
+ * max_new_tokens 0, reserved0, cache_salt, extra_keys (since 0.5.0), (since 0.12.0)
+ * hold_on_finish not 0 or 1, num_remote_tokens not below num_tokens, reserved1; a request that
+ * can never run - prompt + max_new_tokens above max_model_len or 2^31-1, or more blocks at its
+ * peak than the pool has: per chunk, each group's own peak over the prefill and the decode,
+ * summed (its whole prompt at once when it receives); the message says how many), PKV_ERR_STATE
+ * ((since 0.10.0) an engine of ranks POOL), PKV_ERR_UNSUPPORTED ((since 0.10.0) rp's
+ * cache_retention_ms not 0, or (since 0.12.0) a hold with a timeout (hold_timeout_ms not
+ * UINT32_MAX), on an engine of one rank of several). */
 PKV_API pkv_status pkv_submit(pkv_engine *e, const int32_t *prompt, uint32_t num_tokens,
                               const pkv_request_params *rp, uint64_t *out_seq);
 
@@ -1503,6 +1542,19 @@ typedef struct pkv_stats {
                                      (cumulative): only a step past the bounds the engine was
                                      made for (max_num_seqs, max_num_batched_tokens,
                                      max_model_len) grows a buffer */
+  /* KV transfers (since 0.12.0), DESIGN.md §10 */
+  uint64_t num_held_seqs;         /* sequences holding their blocks for a transfer out, now */
+  uint64_t num_held_blocks;       /* their block references, now (<= max_held_blocks) */
+  uint64_t num_holds_done;        /* holds ended by pkv_hold_end DONE (cumulative) */
+  uint64_t num_holds_failed;      /* ... by pkv_hold_end FAILED (cumulative) */
+  uint64_t num_holds_timed_out;   /* ... by their timeout (cumulative) */
+  uint64_t num_holds_refused;     /* hold_on_finish requests that finished without a hold:
+                                     max_held_blocks was reached (cumulative) */
+  uint64_t num_receiving_requests; /* requests waiting for their remote KV, now */
+  uint64_t num_receiving_blocks;  /* the blocks they wait for, now */
+  uint64_t num_receives_done;     /* remote fills ended DONE (cumulative) */
+  uint64_t num_receives_failed;   /* ... ended FAILED or FAILED_FINISH (cumulative) */
+  uint64_t received_tokens;       /* tokens whose KV arrived by remote fills (cumulative) */
 } pkv_stats;
 
 /* The engine's counters now.
@@ -1618,7 +1670,8 @@ PKV_API pkv_status pkv_block_segments(pkv_engine *e, uint32_t rank, uint32_t tie
                                       const int32_t *blocks, uint32_t num_blocks,
                                       pkv_segment *out, uint32_t cap, uint32_t *out_len);
 
-/* The segments of running sequence seq's blocks first_block .. first_block + num_blocks - 1
+/* The segments of sequence seq's blocks first_block .. first_block + num_blocks - 1 (a running
+ * sequence's; (since 0.12.0) a held or receiving one's too)
  * (block i holds its tokens i * block_size ..), on rank `rank`: for each block index in order,
  * each KV group in order, that group's block's segments as pkv_block_segments gives them. A
  * block a windowed group gave back (-1 in its table) gives as many segments of base NULL and
@@ -1627,7 +1680,7 @@ PKV_API pkv_status pkv_block_segments(pkv_engine *e, uint32_t rank, uint32_t tie
  * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0; cap below the count,
  * with *out_len still written; a range past the sequence's blocks; rank not below the engine's
  * ranks), PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq holds no blocks of the pool:
- * waiting, preempted or swapped out).
+ * waiting, preempted, swapped out or finished).
  * Since 0.11.0. */
 PKV_API pkv_status pkv_seq_segments(pkv_engine *e, uint32_t rank, uint64_t seq,
                                     uint32_t first_block, uint32_t num_blocks, pkv_segment *out,
@@ -1642,6 +1695,73 @@ PKV_API pkv_status pkv_seq_segments(pkv_engine *e, uint32_t rank, uint64_t seq,
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL; rank not below the engine's ranks).
  * Since 0.11.0. */
 PKV_API pkv_status pkv_layout_fingerprint(pkv_engine *e, uint32_t rank, uint8_t *out);
+
+/* -------------------------------------------- KV transfers between engines (since 0.12.0) */
+/* Disaggregated prefill and decode (DESIGN.md §10): a producer engine holds a finished
+ * sequence's blocks while a transport reads them (pkv_seq_segments), and a consumer engine admits
+ * a request whose first tokens' KV arrives from it into blocks it reserved, then runs it. pkv
+ * moves no bytes itself: the host's transport does, between engines of equal
+ * pkv_layout_fingerprint. */
+
+/* Holds pkv_allocate sequence seq for a transfer out: it stops running and keeps its blocks (and
+ * its STATE working slot) untouched until pkv_hold_end, its timeout (timeout_ms after this call;
+ * 0 = PKV_TRANSFER_TIMEOUT_DEFAULT_MS, UINT32_MAX = none; read from the engine's clock once per
+ * call) or pkv_engine_destroy. Then it is finished: it holds nothing, and pkv_release ends it.
+ * Meanwhile pkv_seq_segments and pkv_seq_state_segment give its bytes, its sealed blocks stay in
+ * the prefix cache (other sequences may share them), and pkv_release refuses it. A request of
+ * pkv_submit holds when it finishes instead (pkv_request_params.hold_on_finish).
+ * Errors: PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq is not running, is in the open
+ * batch, has uncomputed tokens, or is a request), PKV_ERR_NO_SPACE (its blocks would pass
+ * max_held_blocks; nothing changed), PKV_ERR_UNSUPPORTED (a timeout other than UINT32_MAX on an
+ * engine of one rank of several: its ranks' clocks could disagree).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_hold(pkv_engine *e, uint64_t seq, uint32_t timeout_ms);
+
+/* Ends seq's hold (the transport is done with its bytes): outcome PKV_TRANSFER_DONE or
+ * PKV_TRANSFER_FAILED (counted apart: pkv_stats.num_holds_done, num_holds_failed). Its blocks go
+ * back (sealed ones stay cached, its retention applies) and it is finished.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (outcome not DONE or FAILED), PKV_ERR_NOT_FOUND (no sequence
+ * seq), PKV_ERR_STATE (seq holds nothing for a transfer: never held, or the hold ended or timed
+ * out).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_hold_end(pkv_engine *e, uint64_t seq, uint32_t outcome);
+
+/* Moves the ids of requests that began receiving since the last call into out[cap]; *out_len =
+ * how many (call again while it equals cap). A request of num_remote_tokens N is admitted by
+ * pkv_step as any other, its whole prompt reserved; when its local prefix hit covers fewer than
+ * N tokens it waits, RECEIVING, instead of running: pkv_seq_info gives the blocks whose KV must
+ * arrive (remote_first_block, remote_num_blocks), pkv_seq_segments their segments and, with
+ * STATE layers, pkv_seq_state_segment where the recurrent state after N tokens goes. The copies
+ * queued before it (on CUDA: on the engine's stream) were done by that pkv_step: once the stream
+ * reached them, the transport may write. A hit that covers N admits it as an ordinary request:
+ * it is never listed. The scheduler runs other requests meanwhile; a receiving request is never
+ * preempted, and pkv_release refuses it until pkv_receive_end.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out_len NULL; out NULL with cap > 0).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_drain_receiving(pkv_engine *e, uint64_t *out, uint32_t cap,
+                                       uint32_t *out_len);
+
+/* Ends receiving request seq's remote fill. PKV_TRANSFER_DONE: its first num_remote_tokens tokens
+ * are computed, their full blocks sealed into the prefix cache as a step's would be (KV events,
+ * the store's write-through, STATE checkpoints alike), and it runs on from there at the next
+ * pkv_step. PKV_TRANSFER_FAILED: nothing the transfer wrote is used - its blocks past the hit go
+ * back unsealed and it waits to be admitted again, computing its prompt itself.
+ * PKV_TRANSFER_FAILED_FINISH: it gives everything back and finishes
+ * (PKV_FINISH_TRANSFER_FAILED; pkv_drain_finished lists it).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (outcome not a PKV_TRANSFER_*), PKV_ERR_NOT_FOUND (no
+ * sequence seq), PKV_ERR_STATE (seq is not receiving).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_receive_end(pkv_engine *e, uint64_t seq, uint32_t outcome);
+
+/* Where sequence seq's recurrent state is on rank `rank`: its STATE working slot
+ * (pkv_pool_info.state_slot_bytes at state_base + slot * state_slot_bytes), while it is running,
+ * held or receiving. An engine without STATE layers gives {NULL, 0}: it has no state to move.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL; rank not below the engine's ranks),
+ * PKV_ERR_NOT_FOUND (no sequence seq), PKV_ERR_STATE (seq holds no working slot: waiting,
+ * preempted, swapped out or finished).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_seq_state_segment(pkv_engine *e, uint32_t rank, uint64_t seq,
+                                         pkv_segment *out);
 
 /* Rank `rank`'s pool (pkv_engine_params.ranks ALL): as pkv_pool_info, on that rank's device.
  * pkv_pool_info is rank 0's.

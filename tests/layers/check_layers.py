@@ -15,10 +15,10 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
-    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp", "engine_retention.cpp", "engine_plans.cpp", "engine_segments.cpp"]),
+    ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp", "engine_retention.cpp", "engine_plans.cpp", "engine_segments.cpp", "engine_transfers.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*", "plan_wire.*"]),
-    ("sequence", ["sequence.*"]),
+    ("sequence", ["sequence.*", "transfers.*"]),
     ("block manager", ["block_manager.*", "block_manager_admit.cpp", "block_manager_host.cpp",
                        "block_manager_check.cpp", "block_manager_state.cpp", "block_manager_retain.cpp", "block_pool.*", "block_kinds.*",
                        "block_kind_full.h", "block_kind_sliding.h", "block_kind_chunked.h",

@@ -6,7 +6,7 @@ import ctypes as _c
 pkv_status = _c.c_int32
 
 PKV_VERSION_MAJOR = 0
-PKV_VERSION_MINOR = 11
+PKV_VERSION_MINOR = 12
 PKV_VERSION_PATCH = 0
 PKV_ABI_VERSION = 1
 
@@ -80,6 +80,7 @@ PKV_DEBUG_TEST_CLOCK = 2
 PKV_FINISH_NONE = 0
 PKV_FINISH_STOP_TOKEN = 1
 PKV_FINISH_LENGTH = 2
+PKV_FINISH_TRANSFER_FAILED = 3
 PKV_COPY_COW = 1
 PKV_COPY_SWAP_OUT = 2
 PKV_COPY_SWAP_IN = 3
@@ -97,6 +98,13 @@ PKV_RANKS_POOL = 2
 PKV_MAX_RANKS = 255
 PKV_BLOCK_LAYOUT_LAYERS = 0
 PKV_BLOCK_LAYOUT_PAGE = 1
+PKV_TRANSFER_NONE = 0
+PKV_TRANSFER_HOLDING = 1
+PKV_TRANSFER_RECEIVING = 2
+PKV_TRANSFER_DONE = 0
+PKV_TRANSFER_FAILED = 1
+PKV_TRANSFER_FAILED_FINISH = 2
+PKV_TRANSFER_TIMEOUT_DEFAULT_MS = 480000
 PKV_TIER_NONE = 0
 PKV_TIER_DEVICE = 1
 PKV_TIER_HOST = 2
@@ -302,7 +310,7 @@ class pkv_engine_params(_c.Structure):
         ('pp_rank', _c.c_uint32),
         ('reserved5', _c.c_uint32),
         ('block_layout', _c.c_uint32),
-        ('reserved6', _c.c_uint32),
+        ('max_held_blocks', _c.c_uint32),
     ]
 
 
@@ -346,6 +354,10 @@ class pkv_seq_info(_c.Structure):
         ('finish_reason', _c.c_uint32),
         ('kv_tier', _c.c_uint32),
         ('num_host_blocks', _c.c_uint32),
+        ('transfer', _c.c_uint32),
+        ('remote_first_block', _c.c_uint32),
+        ('remote_num_blocks', _c.c_uint32),
+        ('num_remote_tokens', _c.c_uint32),
     ]
 
 
@@ -395,6 +407,10 @@ class pkv_request_params(_c.Structure):
         ('lora_id', _c.c_uint64),
         ('cache_priority', _c.c_int32),
         ('cache_retention_ms', _c.c_uint32),
+        ('hold_on_finish', _c.c_uint32),
+        ('hold_timeout_ms', _c.c_uint32),
+        ('num_remote_tokens', _c.c_uint32),
+        ('reserved1', _c.c_uint32),
     ]
 
 
@@ -516,6 +532,17 @@ class pkv_stats(_c.Structure):
         ('num_evictions_highest', _c.c_uint64),
         ('num_host_waits', _c.c_uint64),
         ('num_device_allocs', _c.c_uint64),
+        ('num_held_seqs', _c.c_uint64),
+        ('num_held_blocks', _c.c_uint64),
+        ('num_holds_done', _c.c_uint64),
+        ('num_holds_failed', _c.c_uint64),
+        ('num_holds_timed_out', _c.c_uint64),
+        ('num_holds_refused', _c.c_uint64),
+        ('num_receiving_requests', _c.c_uint64),
+        ('num_receiving_blocks', _c.c_uint64),
+        ('num_receives_done', _c.c_uint64),
+        ('num_receives_failed', _c.c_uint64),
+        ('received_tokens', _c.c_uint64),
     ]
 
 
@@ -686,12 +713,12 @@ SIZES = {
     'pkv_engine_params': 272,
     'pkv_extra_key': 24,
     'pkv_seq_params': 48,
-    'pkv_seq_info': 56,
+    'pkv_seq_info': 72,
     'pkv_batch_view': 168,
-    'pkv_request_params': 64,
+    'pkv_request_params': 80,
     'pkv_kv_group_info': 32,
     'pkv_kv_budget': 264,
-    'pkv_stats': 448,
+    'pkv_stats': 536,
     'pkv_pool_info': 216,
     'pkv_segment': 16,
     'pkv_layer_info': 248,
@@ -754,6 +781,11 @@ FUNCTIONS = {
     'pkv_block_segments': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.c_uint32, _c.POINTER(_c.c_int32), _c.c_uint32, _c.POINTER(pkv_segment), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_seq_segments': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.c_uint64, _c.c_uint32, _c.c_uint32, _c.POINTER(pkv_segment), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_layout_fingerprint': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(_c.c_uint8)]),
+    'pkv_hold': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.c_uint32]),
+    'pkv_hold_end': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.c_uint32]),
+    'pkv_drain_receiving': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_uint64), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_receive_end': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.c_uint32]),
+    'pkv_seq_state_segment': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.c_uint64, _c.POINTER(pkv_segment)]),
     'pkv_rank_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_pool_info)]),
     'pkv_layer_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_layer_info)]),
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
@@ -839,6 +871,11 @@ PARAM_NAMES = {
     'pkv_block_segments': ('e', 'rank', 'tier', 'blocks', 'num_blocks', 'out', 'cap', 'out_len'),
     'pkv_seq_segments': ('e', 'rank', 'seq', 'first_block', 'num_blocks', 'out', 'cap', 'out_len'),
     'pkv_layout_fingerprint': ('e', 'rank', 'out'),
+    'pkv_hold': ('e', 'seq', 'timeout_ms'),
+    'pkv_hold_end': ('e', 'seq', 'outcome'),
+    'pkv_drain_receiving': ('e', 'out', 'cap', 'out_len'),
+    'pkv_receive_end': ('e', 'seq', 'outcome'),
+    'pkv_seq_state_segment': ('e', 'rank', 'seq', 'out'),
     'pkv_rank_pool_info': ('e', 'rank', 'out'),
     'pkv_layer_info': ('e', 'layer', 'out'),
     'pkv_reset_prefix_cache': ('e',),
