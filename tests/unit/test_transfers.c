@@ -7,7 +7,8 @@
  *     computed: a later prompt hits them, and the step that runs on from them computes what a
  *     single engine computes), failed (nothing it wrote is used: it computes its prompt
  *     itself) and failed-and-finished;
- *   - the same with a sliding-window group and an MLA cache;
+ *   - the same with a sliding-window group, an MLA cache and STATE layers (the recurrent state
+ *     arrives with the blocks; its checkpoint is taken as a step's);
  *   - every refusal, with nothing changed.
  * The "transport" is memcpy between two engines' segments of equal fingerprints.
  */
@@ -437,6 +438,98 @@ static void fill_groups(void) {
   fill_case(tweak_mla, 16, 1, 14, 13, 5);
 }
 
+/* STATE layers (a hybrid model): layers 0 and 2 attention, 1 and 3 recurrent (one f32 part of
+ * [2][4][4] each). The producer holds its sequence after 12 tokens (3 blocks) with its working
+ * state; the consumer's request is that prompt plus the first sampled token, its 12 tokens
+ * remote: blocks and state arrive, the state's checkpoint at boundary 3 is taken as a step's
+ * would be, and a later prompt hits all 12 tokens from it. */
+static pkv_layer_spec state_specs_[4];
+
+static void tweak_state(pkv_engine_params *p) {
+  p->num_layers = 4;
+  p->max_num_seqs = 3;
+  p->num_state_checkpoints = 2;
+  memset(state_specs_, 0, sizeof state_specs_);
+  for (int l = 1; l < 4; l += 2) {
+    state_specs_[l].kind = PKV_LAYER_STATE;
+    state_specs_[l].state_dtype[0] = PKV_DTYPE_F32;
+    state_specs_[l].state_shape[0] = 2, state_specs_[l].state_shape[1] = 4;
+    state_specs_[l].state_shape[2] = 4;
+  }
+  p->layer_specs = state_specs_;
+  p->layer_spec_size = sizeof(pkv_layer_spec);
+}
+
+/* Attention on layers 0 and 2 of an open batch (the host runs the recurrent layers itself). */
+static void run_attention_layers(pkv_batch *b) {
+  pkv_batch_view v = tu_view(b);
+  static float q[64 * QROW], k[64 * ROW], val[64 * ROW], out[64 * QROW];
+  for (uint32_t l = 0; l < 4; l += 2) {
+    for (uint32_t t = 0; t < v.num_tokens; t++)
+      qkv((uint32_t)v.positions[t], l, ROW, q + t * QROW, k + t * ROW, val + t * ROW);
+    CHECK_OK(pkv_attention(b, l, q, k, val, out));
+  }
+}
+
+static void fill_state(void) {
+  pkv_engine *p = make(64, tweak_state), *c = make(64, tweak_state);
+  const struct pkv_pool_info pi = tu_pool(p), ci = tu_pool(c);
+  int32_t t[13];
+  tu_fill(t, 13, 300);
+  /* The producer: 12 tokens, its working state written by "its recurrence" (a pattern). */
+  uint64_t ps = tu_alloc(p, t, 12, NULL);
+  pkv_batch *b = NULL;
+  if (!CHECK_OK(pkv_batch_begin(p, &ps, NULL, 1, &b))) return;
+  const int32_t pslot = tu_view(b).state_slots[0];
+  unsigned char *pstate = (unsigned char *)pi.state_base + (uint64_t)pslot * pi.state_slot_bytes;
+  for (uint64_t i = 0; i < pi.state_slot_bytes; i++) pstate[i] = (unsigned char)(i * 7 + 3);
+  run_attention_layers(b);
+  CHECK_OK(pkv_batch_end(b));
+  CHECK_OK(pkv_hold(p, ps, UINT32_MAX));
+  pkv_segment seg;
+  CHECK_OK(pkv_seq_state_segment(p, 0, ps, &seg));
+  CHECK(seg.base == pstate && seg.bytes == pi.state_slot_bytes);
+  /* The consumer: 12 remote tokens of 13. */
+  uint64_t cs = submit(c, t, 13, 12, 0, 1);
+  CHECK_OK(pkv_step(c, &b));
+  CHECK(b == NULL);
+  struct pkv_seq_info i = info_of(c, cs);
+  CHECK_EQ_INT(i.transfer, PKV_TRANSFER_RECEIVING);
+  CHECK_EQ_INT(i.remote_num_blocks, 3);
+  CHECK(transfer(p, ps, c, cs, 0, 3) > 0);
+  const uint64_t before = tu_stats(c).num_state_checkpoints_taken;
+  CHECK_OK(pkv_receive_end(c, cs, PKV_TRANSFER_DONE));
+  CHECK_EQ_INT(tu_stats(c).num_state_checkpoints_taken, before + 1);
+  CHECK_ENGINE(c);
+  /* Its step: the checkpoint's copy first, from the received state. */
+  CHECK_OK(pkv_step(c, &b));
+  if (!CHECK(b != NULL)) return;
+  pkv_batch_view v = tu_view(b);
+  CHECK_EQ_INT(v.num_tokens, 1);
+  const unsigned char *cstate =
+      (unsigned char *)ci.state_base + (uint64_t)v.state_slots[0] * ci.state_slot_bytes;
+  CHECK(memcmp(cstate, pstate, ci.state_slot_bytes) == 0);
+  int32_t checkpoint = -1;
+  for (uint32_t k = 0; k < v.num_copies; k++)
+    if (v.copy_kind[k] == PKV_COPY_STATE && v.copy_src[k] == v.state_slots[0])
+      checkpoint = v.copy_dst[k];
+  CHECK(checkpoint >= 0);
+  run_attention_layers(b); /* does the copies first */
+  if (checkpoint >= 0)
+    CHECK(memcmp((unsigned char *)ci.state_base + (uint64_t)checkpoint * ci.state_slot_bytes,
+                 pstate, ci.state_slot_bytes) == 0);
+  int32_t sampled = 5;
+  CHECK_OK(pkv_commit(b, &sampled));
+  /* A later prompt of the same tokens starts from the received checkpoint: 12 tokens hit. */
+  uint32_t cached = 0;
+  CHECK_OK(pkv_allocate_query(c, t, 13, NULL, NULL, &cached));
+  CHECK_EQ_INT(cached, 12);
+  CHECK_ENGINE(c);
+  CHECK_OK(pkv_hold_end(p, ps, PKV_TRANSFER_DONE));
+  pkv_engine_destroy(p);
+  pkv_engine_destroy(c);
+}
+
 static void fill_failed(void) {
   pkv_engine *p = make(64, NULL), *c = make(64, NULL);
   int32_t t[16];
@@ -567,6 +660,7 @@ int main(void) {
   TU_RUN(hold_request);
   TU_RUN(fill_done);
   TU_RUN(fill_groups);
+  TU_RUN(fill_state);
   TU_RUN(fill_failed);
   TU_RUN(fill_hit_and_others);
   TU_RUN(fill_refusals);
