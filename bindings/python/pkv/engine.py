@@ -165,9 +165,19 @@ class Engine(Owner, RetentionCalls):
 
     # ------------------------------------------------------------------ scheduler
     def submit(self, prompt, max_new_tokens=16, stop_token=-1, priority=0, salt=None,
-               extra_keys=None, lora_id=0, cache_priority=0, cache_retention_ms=0):
+               extra_keys=None, lora_id=0, cache_priority=0, cache_retention_ms=0,
+               hold_on_finish=False, hold_timeout_ms=0, num_remote_tokens=0):
         """Queues a request (pkv_submit); returns its Sequence. salt, extra_keys, lora_id, the
-        cache_*: as allocate()'s (priority orders the queue; cache_priority, eviction)."""
+        cache_*: as allocate()'s (priority orders the queue; cache_priority, eviction).
+
+        KV transfers (since 0.12.0): hold_on_finish=True makes it hold its blocks for a transfer
+        out when it finishes, as hold() does (hold_timeout_ms that hold's timeout: 0 =
+        TRANSFER_TIMEOUT_DEFAULT_MS, None = none), unless the hold would pass
+        params.max_held_blocks (it then finishes without one: stats().num_holds_refused).
+        num_remote_tokens=N: its first N prompt tokens' KV comes from another engine (N below
+        the prompt's length): step() admits it RECEIVING, drain_receiving() lists it, and
+        receive_end() ends the fill. InvalidArgumentError for N >= the prompt's length;
+        UnsupportedError for hold_on_finish with a timeout on an engine of one rank of several."""
         arr, n = int32_array(prompt, 'prompt')
         rp = _raw.pkv_request_params()
         check(lib.pkv_request_params_init(ctypes.byref(rp), ctypes.sizeof(rp)))
@@ -181,6 +191,9 @@ class Engine(Owner, RetentionCalls):
         rp.lora_id = _lora(lora_id)
         retention = check_priority(cache_priority, cache_retention_ms)
         rp.cache_priority, rp.cache_retention_ms = retention
+        rp.hold_on_finish = 1 if hold_on_finish else 0
+        rp.hold_timeout_ms = _timeout(hold_timeout_ms, 'hold_timeout_ms')
+        rp.num_remote_tokens = _uint32(num_remote_tokens, 'num_remote_tokens')
         seq = ctypes.c_uint64()
         self._call(lib.pkv_submit, arr, n, ctypes.byref(rp), ctypes.byref(seq))
         del keep
@@ -410,7 +423,7 @@ class Engine(Owner, RetentionCalls):
         past seq's blocks (seq.info().num_blocks) or a rank not below the engine's ranks;
         NotFoundError for no such sequence; StateError when seq holds no blocks of the pool
         (waiting, preempted or swapped out)."""
-        seq_id = seq.id if isinstance(seq, Sequence) else int(seq)
+        seq_id = _seq_id(seq)
         def get(handle, out, cap, count):
             return lib.pkv_seq_segments(handle, ctypes.c_uint32(rank), ctypes.c_uint64(seq_id),
                                         ctypes.c_uint32(first_block), ctypes.c_uint32(num_blocks),
@@ -426,6 +439,66 @@ class Engine(Owner, RetentionCalls):
         out = (ctypes.c_uint8 * 32)()
         self._call(lib.pkv_layout_fingerprint, ctypes.c_uint32(rank), out)
         return bytes(out)
+
+    # ------------------------------------------------------------------ KV transfers (0.12)
+    def hold(self, seq, timeout_ms=0):
+        """Holds running sequence `seq` (a Sequence or its id; an allocate() one with every token
+        computed) for a transfer out (pkv_hold): it stops running and keeps its blocks (and STATE
+        working slot) untouched for a transport to read (seq_segments, seq_state_segment) until
+        hold_end(), its timeout or close(); then it is finished, holding nothing, and released
+        as any. Its sealed blocks stay in the prefix cache meanwhile, and release() refuses it
+        (StateError). timeout_ms: 0 = TRANSFER_TIMEOUT_DEFAULT_MS (480 s), None = none.
+        NotFoundError for no such sequence; StateError when it is not running, is in the open
+        batch, has uncomputed tokens or is a request (submit(hold_on_finish=True) holds one);
+        NoSpaceError when its blocks would pass params.max_held_blocks (nothing changed);
+        UnsupportedError for a timeout (other than None) on an engine of one rank of several."""
+        self._call(lib.pkv_hold, ctypes.c_uint64(_seq_id(seq)),
+                   ctypes.c_uint32(_timeout(timeout_ms, 'timeout_ms')))
+
+    def hold_end(self, seq, outcome):
+        """Ends `seq`'s hold (pkv_hold_end): the transport is done with its bytes. outcome
+        TransferOutcome.DONE or FAILED (counted apart: stats().num_holds_done,
+        num_holds_failed). Its blocks go back (sealed ones stay cached) and it is finished.
+        InvalidArgumentError for another outcome; NotFoundError for no such sequence;
+        StateError when it holds nothing (never held, or its hold ended or timed out)."""
+        self._call(lib.pkv_hold_end, ctypes.c_uint64(_seq_id(seq)), _outcome(outcome))
+
+    def drain_receiving(self):
+        """The requests that began receiving since the last call (pkv_drain_receiving), as
+        Sequences, each listed once: requests of submit(num_remote_tokens=N) that step() admitted
+        but whose local prefix hit covers fewer than N tokens. Each waits, never run nor
+        preempted: its info() gives the blocks whose KV must arrive (remote_first_block,
+        remote_num_blocks), seq_segments() their segments, seq_state_segment() where its
+        recurrent state goes; the transport writes them, then receive_end()."""
+        out, got = [], ctypes.c_uint32()
+        buf = (ctypes.c_uint64 * 256)()
+        while True:
+            self._call(lib.pkv_drain_receiving, buf, len(buf), ctypes.byref(got))
+            out += [Sequence(self, i, 0) for i in buf[:got.value]]
+            if got.value < len(buf):
+                return out
+
+    def receive_end(self, seq, outcome):
+        """Ends receiving request `seq`'s remote fill (pkv_receive_end). TransferOutcome.DONE:
+        its first num_remote_tokens tokens are computed, their full blocks sealed into the prefix
+        cache as a step's would be, and it runs on at the next step(). FAILED: nothing the
+        transfer wrote is used; it waits to be admitted again (preempted) and computes its prompt
+        itself. FAILED_FINISH: it finishes (FinishReason.TRANSFER_FAILED; drain_finished() lists
+        it). InvalidArgumentError for another outcome; NotFoundError for no such sequence;
+        StateError when it is not receiving."""
+        self._call(lib.pkv_receive_end, ctypes.c_uint64(_seq_id(seq)), _outcome(outcome))
+
+    def seq_state_segment(self, seq, rank=0):
+        """Where sequence `seq`'s recurrent state is on rank `rank` (pkv_seq_state_segment): its
+        STATE working slot, a Segment of pool_info().state_slot_bytes, while it is running, held
+        or receiving; Segment(None, 0) on an engine without STATE layers (no state to move).
+        InvalidArgumentError for a rank not below the engine's ranks; NotFoundError for no such
+        sequence; StateError when it holds no working slot (waiting, preempted, swapped out or
+        finished)."""
+        out = _raw.pkv_segment()
+        self._call(lib.pkv_seq_state_segment, ctypes.c_uint32(rank),
+                   ctypes.c_uint64(_seq_id(seq)), ctypes.byref(out))
+        return record(out)
 
     def _segments(self, fn):
         """A variable-size pkv_segment output: asks the count, then fills, under one lock."""
@@ -455,8 +528,33 @@ class Engine(Owner, RetentionCalls):
 
 
 def _ids(seqs):
-    ids = [s.id if isinstance(s, Sequence) else int(s) for s in seqs]
+    ids = [_seq_id(s) for s in seqs]
     return (ctypes.c_uint64 * len(ids))(*ids), len(ids)
+
+
+def _seq_id(seq):
+    """A Sequence's id, or an id given as an int."""
+    return seq.id if isinstance(seq, Sequence) else int(seq)
+
+
+def _uint32(value, name):
+    """value checked: a uint32 (ctypes would wrap a negative one silently)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise make_error(_raw.PKV_ERR_INVALID_ARGUMENT, '%s is %r: give an integer 0 .. 2^32-1'
+                         % (name, value))
+    return value
+
+
+def _timeout(timeout_ms, name):
+    """A hold's timeout in ms as pkv takes it: None (no timeout) is UINT32_MAX; 0 is
+    TRANSFER_TIMEOUT_DEFAULT_MS."""
+    return 0xFFFFFFFF if timeout_ms is None else _uint32(timeout_ms, name)
+
+
+def _outcome(outcome):
+    """A transfer's outcome (a TransferOutcome, or its int) as a uint32: pkv refuses a value it
+    does not know, this a negative one or one that is no integer (InvalidArgumentError both)."""
+    return ctypes.c_uint32(_uint32(outcome, 'outcome'))
 
 
 def _seq_params(salt, extra_keys=None, lora_id=0, cache_priority=0, cache_retention_ms=0):

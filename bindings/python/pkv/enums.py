@@ -52,6 +52,18 @@ _TABLE = (
      'PKV_BLOCK_LAYOUT_*): LAYERS (the default), a layer\'s blocks together, a block 2 x layers '
      'segments; PAGE, a block one page of all its KV group\'s layers, one segment '
      '(engine.block_segments).'),
+    ('TransferState', enum.IntEnum, 'TRANSFER_',
+     ('TRANSFER_NONE', 'TRANSFER_HOLDING', 'TRANSFER_RECEIVING'),
+     'Where a sequence is in a KV transfer between engines (since 0.12.0; seq.info().transfer, '
+     'PKV_TRANSFER_NONE/HOLDING/RECEIVING): NONE, in none; HOLDING, a producer\'s sequence '
+     'holding its blocks for a transfer out (engine.hold, submit(hold_on_finish=True)) until '
+     'engine.hold_end; RECEIVING, a consumer\'s request (submit(num_remote_tokens=N)) waiting for '
+     'its first N tokens\' KV (engine.drain_receiving) until engine.receive_end.'),
+    ('TransferOutcome', enum.IntEnum, 'TRANSFER_', ('TRANSFER_DONE', 'TRANSFER_FAILED'),
+     'How a KV transfer ended (since 0.12.0; engine.hold_end, engine.receive_end, '
+     'PKV_TRANSFER_DONE/FAILED/FAILED_FINISH): DONE, every byte arrived; FAILED, it did not (a '
+     'receiving request computes its prompt itself); FAILED_FINISH (receive_end only), it did '
+     'not and the request finishes (FinishReason.TRANSFER_FAILED).'),
     ('Ranks', enum.IntEnum, 'RANKS_', ('RANKS_',),
      'Which ranks an engine decides for and holds pools of (since 0.10.0; params.ranks, '
      'PKV_RANKS_*): ONE, itself (alone, or as the decider whose plans batch.export_plan gives '
@@ -88,7 +100,7 @@ _TABLE = (
 # Constants that are no enum: versions, statuses (pkv.errors), limits and defaults.
 PLAIN = ('VERSION_', 'ABI_VERSION', 'OK', 'ERR_', 'MAX_', 'ATTENTION_', 'CUDA_MAX_GRID', 'DEFAULT_',
          'STORE_PROBLEM_BYTES', 'HF_CONFIG_DIGEST_BYTES', 'INDEXER_MAX_HEAD_DIM',
-         'CACHE_PRIORITY_')
+         'CACHE_PRIORITY_', 'TRANSFER_TIMEOUT_DEFAULT_MS')
 
 CONSTANTS = {name[len('PKV_'):]: value for name, value in vars(_raw).items()
              if name.startswith('PKV_') and isinstance(value, int)}

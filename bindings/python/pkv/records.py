@@ -13,7 +13,8 @@ import typing
 from . import _raw
 from .enums import (AttentionKind, BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType,
                     FinishReason, KvLayout, LayerKind, PreemptionMode, Ranks, BlockLayout,
-                    StateCheckpointPolicy, StoreKind, StoreValueState, StoreWriteMode, Tier, typed)
+                    StateCheckpointPolicy, StoreKind, StoreValueState, StoreWriteMode, Tier,
+                    TransferState, typed)
 
 # The enum of each C field that holds one, by field name (the names are unique across pkv.h's
 # structs where they hold an enum, but for STRUCT_ENUMS').
@@ -23,7 +24,7 @@ FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype
                'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
                'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind,
                'state_checkpoint_policy': StateCheckpointPolicy, 'index_dtype': Dtype,
-               'ranks': Ranks, 'block_layout': BlockLayout}
+               'ranks': Ranks, 'block_layout': BlockLayout, 'transfer': TransferState}
 # 'struct.field' of an enum field whose name means another enum elsewhere (the stores' kind)
 STRUCT_ENUMS = {'pkv_layer_info.kind': LayerKind, 'pkv_layer_spec.kind': LayerKind}
 # uint32_t 0 or 1: pkv_seq_info's, and a layer's (pkv_layer_spec, pkv_layer_info)
@@ -141,7 +142,8 @@ LayerInfo = _record_class('LayerInfo', _raw.pkv_layer_info,
                           'are (Engine.layer_info)')
 Segment = _record_class('Segment', _raw.pkv_segment,
                         'One contiguous piece of KV: base (an int address, None for a given-back '
-                        'block) and its bytes (Engine.block_segments, Engine.seq_segments)')
+                        'block) and its bytes (Engine.block_segments, Engine.seq_segments, '
+                        'Engine.seq_state_segment)')
 
 RECORDS = (Stats, KvBudget, PoolInfo, SeqInfo, KvEvent, EventPublisherInfo, StoreInfo,
            StoreEntry, StoreVerifyResult, KvGroupInfo, LayerInfo, Segment)

@@ -59,7 +59,9 @@ class Sequence:
 
     def info(self):
         """The sequence's state (pkv_seq_info), as a SeqInfo: is_preempted, in_batch and
-        is_request as bool, finish_reason a FinishReason, kv_tier a Tier."""
+        is_request as bool, finish_reason a FinishReason, kv_tier a Tier, transfer (since
+        0.12.0) a TransferState: with remote_first_block, remote_num_blocks and
+        num_remote_tokens, the blocks a RECEIVING request waits for (Engine.drain_receiving)."""
         return self.engine._get(_raw.pkv_seq_info, lib.pkv_seq_info, ctypes.c_uint64(self.id))
 
     def block_table(self):

@@ -75,6 +75,10 @@ WRAPPED = {
     # 0.11: block descriptors
     'pkv_block_segments': 'Engine.block_segments', 'pkv_seq_segments': 'Engine.seq_segments',
     'pkv_layout_fingerprint': 'Engine.layout_fingerprint',
+    # 0.12: KV transfers between engines
+    'pkv_hold': 'Engine.hold', 'pkv_hold_end': 'Engine.hold_end',
+    'pkv_drain_receiving': 'Engine.drain_receiving', 'pkv_receive_end': 'Engine.receive_end',
+    'pkv_seq_state_segment': 'Engine.seq_state_segment',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
