@@ -39,6 +39,7 @@ mod sparse;
 mod state;
 mod store;
 mod store_admin;
+mod transfers;
 mod types;
 mod view;
 
@@ -65,6 +66,8 @@ pub use sparse::{IndexerInfo, IndexerSpec, TopkKind, INDEXER_MAX_HEAD_DIM, INDEX
 pub use state::{StateCheckpointPolicy, StatePart, StatePartInfo, MAX_STATE_DIMS, MAX_STATE_PARTS};
 pub use store::{MapStore, Store, StoreKey, StoreParams, StoreResult, WriteMode};
 pub use store_admin::{StoreAdmin, StoreEntry, StoreInfo, StoreKind, StoreList, ValueState, VerifyResult};
+pub use transfers::{TransferOutcome, TransferState};
+pub use transfers::{TRANSFER_TIMEOUT_DEFAULT_MS, TRANSFER_TIMEOUT_NONE};
 pub use types::{BudgetSource, FinishReason, KvBudget, KvEvent, KvEventKind, PoolInfo, SeqInfo, Stats};
 pub use view::{BatchView, CopyKind};
 

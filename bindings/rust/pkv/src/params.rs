@@ -526,6 +526,10 @@ impl Params {
         kv_lora_rank: u32 => kv_lora_rank;
         /// MLA: the latent's rotary part; 0 for `KvLayout::Heads`.
         qk_rope_head_dim: u32 => qk_rope_head_dim;
+        /// KV transfers (pkv 0.12): the most block references held for transfers out at once
+        /// (`Engine::hold`, `Request::hold_on_finish`), at most `num_blocks`; 0 = half the
+        /// pool's blocks.
+        max_held_blocks: u32 => max_held_blocks;
     }
 }
 

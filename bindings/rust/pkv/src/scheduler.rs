@@ -15,7 +15,7 @@ use crate::types::KvEvent;
 
 /// A request's options for `Engine::submit` (`pkv_request_params`); `Default` = pkv's defaults
 /// as documented in pkv.h (16 new tokens, no stop token, priority 0, no salt, no extra keys,
-/// no adapter, normal retention).
+/// no adapter, normal retention, no transfer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request<'a> {
     pub max_new_tokens: u32,
@@ -31,6 +31,17 @@ pub struct Request<'a> {
     /// The eviction priority and retention its blocks keep when released (pkv 0.8;
     /// `Engine::allocate_retained` says how). `priority` above orders the queue instead.
     pub cache_retention: Retention,
+    /// KV transfers (pkv 0.12; `Engine::hold` says how): when it finishes, its blocks (and its
+    /// state working slot) stay held for a transfer out, until `Engine::hold_end` or
+    /// `hold_timeout_ms`. When the hold would pass `max_held_blocks` it finishes without one
+    /// (`Stats::num_holds_refused`).
+    pub hold_on_finish: bool,
+    /// That hold's timeout: 0 = `TRANSFER_TIMEOUT_DEFAULT_MS`, `TRANSFER_TIMEOUT_NONE` = never.
+    pub hold_timeout_ms: u32,
+    /// Its first this many prompt tokens' KV comes from another engine
+    /// (`Engine::drain_receiving` says how): below the prompt's length, the last prompt token
+    /// being computed here for the first sample; 0 = none.
+    pub num_remote_tokens: u32,
 }
 
 impl Default for Request<'_> {
@@ -43,12 +54,20 @@ impl Default for Request<'_> {
             extra_keys: &[],
             lora_id: 0,
             cache_retention: Retention::default(),
+            hold_on_finish: false,
+            hold_timeout_ms: 0,
+            num_remote_tokens: 0,
         }
     }
 }
 
 impl Engine {
     /// Queues a request (`pkv_submit`); its id reads like any sequence's, until `release`.
+    ///
+    /// Errors: `Status::InvalidArgument` for options pkv refuses, among them
+    /// `Request::num_remote_tokens` not below the prompt's length; `Status::Unsupported` for
+    /// `hold_on_finish` with a timeout other than `TRANSFER_TIMEOUT_NONE` on an engine of one
+    /// rank of several.
     pub fn submit(&self, prompt: &[i32], request: &Request<'_>) -> Result<Seq> {
         let n = count(prompt.len(), "prompt")?;
         let mut rp = sized!(sys::pkv_request_params);
@@ -68,6 +87,9 @@ impl Engine {
             rp.lora_id = request.lora_id;
             rp.cache_priority = request.cache_retention.priority;
             rp.cache_retention_ms = request.cache_retention.retention_ms;
+            rp.hold_on_finish = u32::from(request.hold_on_finish);
+            rp.hold_timeout_ms = request.hold_timeout_ms;
+            rp.num_remote_tokens = request.num_remote_tokens;
             call!(self.library(), pkv_submit(self.as_raw(), prompt.as_ptr(), n, &rp, &mut seq))?;
         }
         Ok(Seq(seq))

@@ -23,7 +23,7 @@ pub struct Segment {
 }
 
 impl Segment {
-    fn from_raw(r: &sys::pkv_segment) -> Segment {
+    pub(crate) fn from_raw(r: &sys::pkv_segment) -> Segment {
         Segment { base: r.base, bytes: r.bytes }
     }
 }

@@ -79,7 +79,9 @@ impl Engine {
         Ok(Seq(child))
     }
 
-    /// Ends a sequence (`pkv_release`); its full computed blocks stay cached.
+    /// Ends a sequence (`pkv_release`); its full computed blocks stay cached. `Status::State`
+    /// while it is in the open batch, or (pkv 0.12) held for a transfer or receiving one
+    /// (`Engine::hold_end`, `Engine::receive_end`).
     pub fn release(&self, seq: Seq) -> Result<()> {
         // SAFETY: live handle.
         unsafe { call!(self.library(), pkv_release(self.as_raw(), seq.0)) }

@@ -10,6 +10,7 @@ use pkv_sys as sys;
 use crate::engine::Tier;
 use crate::library::{codes, text};
 use crate::params::{Device, Dtype, KvLayout};
+use crate::transfers::TransferState;
 
 /// A plain struct whose fields are the same-named fields of a pkv struct, copied as they are.
 macro_rules! plain {
@@ -34,6 +35,9 @@ codes! {
         StopToken = sys::PKV_FINISH_STOP_TOKEN,
         /// It sampled `max_new_tokens`.
         Length = sys::PKV_FINISH_LENGTH,
+        /// Its remote KV did not arrive and the host ended it (pkv 0.12; `Engine::receive_end`
+        /// with `TransferOutcome::FailedFinish`).
+        TransferFailed = sys::PKV_FINISH_TRANSFER_FAILED,
     }
 }
 
@@ -118,6 +122,25 @@ plain! {
         /// the engine's bounds: `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`).
         num_host_waits: u64,
         num_device_allocs: u64,
+        /// KV transfers (pkv 0.12): sequences holding their blocks for a transfer out now, and
+        /// their block references (at most `max_held_blocks`).
+        num_held_seqs: u64,
+        num_held_blocks: u64,
+        /// Cumulative: holds ended by `Engine::hold_end` `Done`, by `Failed`, by their timeout.
+        num_holds_done: u64,
+        num_holds_failed: u64,
+        num_holds_timed_out: u64,
+        /// Cumulative: `Request::hold_on_finish` requests that finished without a hold
+        /// (`max_held_blocks` was reached).
+        num_holds_refused: u64,
+        /// Requests waiting for their remote KV now, and the blocks they wait for.
+        num_receiving_requests: u64,
+        num_receiving_blocks: u64,
+        /// Cumulative: remote fills ended `Done`, and `Failed` or `FailedFinish`.
+        num_receives_done: u64,
+        num_receives_failed: u64,
+        /// Cumulative: tokens whose KV arrived by remote fills.
+        received_tokens: u64,
     }
 }
 
@@ -147,6 +170,14 @@ pub struct SeqInfo {
     pub kv_tier: Option<Tier>,
     /// Host-tier blocks it holds while swapped out.
     pub num_host_blocks: u32,
+    /// KV transfers (pkv 0.12): held for a transfer out, receiving one, or neither.
+    pub transfer: Option<TransferState>,
+    /// Receiving: its blocks `remote_first_block .. remote_first_block + remote_num_blocks` wait
+    /// for the remote KV (the local prefix hit before them); else 0.
+    pub remote_first_block: u32,
+    pub remote_num_blocks: u32,
+    /// Receiving: the tokens whose KV arrives; else 0.
+    pub num_remote_tokens: u32,
 }
 
 impl SeqInfo {
@@ -165,6 +196,10 @@ impl SeqInfo {
             finish_reason: FinishReason::from_code(r.finish_reason),
             kv_tier: Tier::from_code(r.kv_tier),
             num_host_blocks: r.num_host_blocks,
+            transfer: TransferState::from_code(r.transfer),
+            remote_first_block: r.remote_first_block,
+            remote_num_blocks: r.remote_num_blocks,
+            num_remote_tokens: r.num_remote_tokens,
         }
     }
 }

@@ -100,6 +100,11 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_block_segments => Engine::block_segments;
         pkv_seq_segments => Engine::seq_segments;
         pkv_layout_fingerprint => Engine::layout_fingerprint;
+        pkv_hold => Engine::hold;
+        pkv_hold_end => Engine::hold_end;
+        pkv_drain_receiving => Engine::drain_receiving;
+        pkv_receive_end => Engine::receive_end;
+        pkv_seq_state_segment => Engine::seq_state_segment;
     }
 }
 
