@@ -217,7 +217,12 @@ namespace Pkv
 
         /// <summary>Queues a request for the scheduler (pkv_submit); rp null = defaults (its
         /// LoraId: the adapter, as Allocate's loraId; CachePriority and CacheRetentionMs, since
-        /// 0.8.0: as Allocate's retention). salt and extraKeys: as Allocate's.</summary>
+        /// 0.8.0: as Allocate's retention). salt and extraKeys: as Allocate's. Transfers (since
+        /// 0.12, Transfers.cs): HoldOnFinish 1 holds its blocks when it finishes, as Hold's
+        /// (HoldTimeoutMs: 0 the default, Engine.NoTimeout none), when they fit
+        /// EngineParams.MaxHeldBlocks (else Stats.NumHoldsRefused); NumRemoteTokens N (below the
+        /// prompt's length) receives its first N tokens' KV from another engine
+        /// (DrainReceiving).</summary>
         public Sequence Submit(int[] prompt, RequestParams? rp = null, byte[] salt = null, ExtraKey[] extraKeys = null)
         {
             RequestParams r = rp ?? RequestParams.Defaults();

@@ -32,7 +32,9 @@ namespace Pkv
             return new Sequence(Engine, child, NumCachedTokens);
         }
 
-        /// <summary>Ends the sequence (pkv_release): its blocks go back, sealed ones stay cached.</summary>
+        /// <summary>Ends the sequence (pkv_release): its blocks go back, sealed ones stay cached.
+        /// PkvException State while it is in the open batch, held or receiving (since 0.12:
+        /// Engine.HoldEnd, Engine.ReceiveEnd first).</summary>
         public void Release()
         {
             lock (Engine.Gate)

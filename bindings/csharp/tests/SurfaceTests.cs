@@ -72,6 +72,11 @@ static partial class Tests
         { "pkv_block_segments", "Engine.BlockSegments" },
         { "pkv_seq_segments", "Engine.SeqSegments" },
         { "pkv_layout_fingerprint", "Engine.LayoutFingerprint" },
+        // 0.12: KV transfers between engines
+        { "pkv_hold", "Engine.Hold" }, { "pkv_hold_end", "Engine.HoldEnd" },
+        { "pkv_drain_receiving", "Engine.DrainReceiving" },
+        { "pkv_receive_end", "Engine.ReceiveEnd" },
+        { "pkv_seq_state_segment", "Engine.SeqStateSegment" },
     };
 
     // C call -> why the binding leaves it out

@@ -426,6 +426,12 @@ static partial class Tests
             { "block_segments_where_pool_info_says", BlockSegmentsWherePoolInfoSays },
             { "segments_refusals", SegmentsRefusals },
             { "page_layout_one_segment_a_block", PageLayoutOneSegmentABlock },
+            { "hold_a_sequence", HoldASequence }, { "hold_times_out", HoldTimesOut },
+            { "hold_on_finish_of_a_request", HoldOnFinishOfARequest },
+            { "remote_fill_between_two_engines", RemoteFillBetweenTwoEngines },
+            { "failed_fill_computes_itself", FailedFillComputesItself },
+            { "state_moves_with_its_sequence", StateMovesWithItsSequence },
+            { "transfer_refusals", TransferRefusals },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
