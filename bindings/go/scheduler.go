@@ -113,25 +113,13 @@ func (b *Batch) SampleRows() ([]int32, error) {
 	return copyInts[int32](b, b.view.SampleRows, b.NumSeqs())
 }
 
-// DrainFinished returns the requests finished since the last call (release them when read).
+// DrainFinished returns the requests finished since the last call (release them when read; one
+// held for a transfer, RequestParams.HoldOnFinish, after Engine.HoldEnd).
 func (eng *Engine) DrainFinished() ([]*Sequence, error) {
-	var out []*Sequence
-	buf := make([]uint64, 256)
-	for {
-		var got C.uint32_t
-		err := eng.call(func(e *C.pkv_engine) C.pkv_status {
-			return C.pkv_drain_finished(e, (*C.uint64_t)(unsafe.Pointer(&buf[0])), C.uint32_t(len(buf)), &got)
-		})
-		if err != nil {
-			return out, err
-		}
-		for _, id := range buf[:got] {
-			out = append(out, &Sequence{Engine: eng, ID: id})
-		}
-		if int(got) < len(buf) {
-			return out, nil
-		}
-	}
+	return eng.drain(func(e *C.pkv_engine, out *C.uint64_t, c C.uint32_t,
+		n *C.uint32_t) C.pkv_status {
+		return C.pkv_drain_finished(e, out, c, n)
+	})
 }
 
 // DrainKVEvents returns up to max queued KV events (EnableKVEvents), oldest first; an event's

@@ -98,6 +98,11 @@ var wrapped = map[string]string{
 	"pkv_block_segments":                      "Engine.BlockSegments",
 	"pkv_seq_segments":                        "Engine.SeqSegments",
 	"pkv_layout_fingerprint":                  "Engine.LayoutFingerprint",
+	"pkv_hold":                                "Engine.Hold",
+	"pkv_hold_end":                            "Engine.HoldEnd",
+	"pkv_drain_receiving":                     "Engine.DrainReceiving",
+	"pkv_receive_end":                         "Engine.ReceiveEnd",
+	"pkv_seq_state_segment":                   "Engine.SeqStateSegment",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.
