@@ -251,10 +251,17 @@ void BlockManager::seal(SeqTables &tables, const PrefixKeys &keys, const int32_t
   for (uint32_t g = 0; g < tables.size(); ++g) {
     BlockTable &t = tables[g];
     seal_group(g, t, keys, tokens, num_computed);
+  }
+  give_back_behind(tables, num_computed);
+}
+
+void BlockManager::give_back_behind(SeqTables &tables, uint64_t next) {
+  for (uint32_t g = 0; g < tables.size(); ++g) {
     if (!kinds_[g].rules().gives_back) continue;
+    BlockTable &t = tables[g];
     // Blocks before the window or chunk go back (sealed ones stay cached for other prompts), the
     // latest first as in free(); those before them went back earlier.
-    const uint32_t first = std::min<uint32_t>(first_held(g, num_computed), t.ids.size());
+    const uint32_t first = std::min<uint32_t>(first_held(g, next), t.ids.size());
     for (uint32_t j = first; j-- > 0 && t.ids[j] >= 0;) {
       drop_ref(t.ids[j]);
       t.ids[j] = -1;
@@ -278,7 +285,9 @@ void BlockManager::seal_group(uint32_t group, BlockTable &table, const PrefixKey
   // The last sealed block is held in every group (first_held): the parent of the next one. A
   // table sealed from 0 again (a swap-in) may start with given-back blocks (-1): their nodes are
   // found, or made anew without KV (kept by the held child sealed after them), so the held ones
-  // hang under their prefix as an admission's walk expects.
+  // hang under their prefix as an admission's walk expects. A receiving sequence gave back its
+  // hit's last block too (give_back_behind): it seals from 0 the same way.
+  if (j > 0 && table.ids[j - 1] < 0) j = 0;
   uint32_t parent = j == 0 ? kNoNode : pool_.node(table.ids[j - 1]);  // kNoNode at 0: the root
   uint64_t parent_hash = j == 0 ? root_hash(seed_, keys.salt.data(), keys.salt.size(), keys.lora_id)
                                 : tree_.hash(parent);

@@ -67,6 +67,9 @@ struct TableOwner {
   const int32_t *tokens;
   uint32_t num_slotted;   // tokens the tables must cover (0 when they hold no blocks)
   uint32_t num_computed;  // of which computed
+  // Where its windows are measured (first_held): its computed tokens, or a receiving
+  // sequence's remote ones (it holds no block their windows do not reach)
+  uint32_t window_next;
   const std::vector<int32_t> *host_table;  // host-tier blocks (swapped out), else empty
 };
 
@@ -247,6 +250,10 @@ class BlockManager {
   // groups give back the blocks before first_held (their kinds' rule).
   void seal(SeqTables &tables, const PrefixKeys &keys, const int32_t *tokens,
             uint32_t num_computed);
+  // Windowed groups give back the blocks before first_held(g, next): seal()'s rule, and a
+  // receiving sequence's at admission (the blocks its remote tokens' window no longer reaches
+  // are never written; seal() then makes their nodes without KV). Cannot fail.
+  void give_back_behind(SeqTables &tables, uint64_t next);
   // While collect is on, seal() records the blocks that made new prefix nodes; take_sealed()
   // hands them over (and forgets them).
   void collect_sealed(bool collect) { collect_sealed_ = collect; }

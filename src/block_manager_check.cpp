@@ -35,7 +35,7 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
         fail(PKV_ERR_INTERNAL, "seq %llu group %u: %u sealed blocks, %u full computed ones", id, g,
              t.num_sealed, o.num_computed / block_size_);
       // A windowed group holds exactly the blocks from first_held on (DESIGN.md §12).
-      const uint32_t first = first_held(g, o.num_computed);
+      const uint32_t first = first_held(g, o.window_next);
       for (uint32_t j = 0; j < t.ids.size(); ++j) {
         const int32_t b = t.ids[j];
         if ((b < 0) != (j < first))
@@ -64,7 +64,8 @@ void BlockManager::check(const std::vector<TableOwner> &owners) const {
       }
       // No write into a shared or sealed block: every slot still to compute is in a private block
       // (a shared group's layers write nothing: it holds no block).
-      for (uint32_t pos = o.num_computed; holds_blocks(g) && pos < o.num_slotted; ++pos) {
+      const uint32_t from = std::max<uint64_t>(o.num_computed, uint64_t(first) * block_size_);
+      for (uint32_t pos = from; holds_blocks(g) && pos < o.num_slotted; ++pos) {
         const int32_t b = t.ids[pos / block_size_];
         if (b < 0 || pool_.ref(b) != 1 || pool_.node(b) != kNoNode)
           fail(PKV_ERR_INTERNAL,

@@ -56,16 +56,9 @@ std::vector<pkv_segment> Engine::seq_segments(uint32_t rank, uint64_t id, uint32
   const size_t per_block = size_t(shape.num_layers) * shape.tensors;
   std::vector<pkv_segment> out;
   out.reserve(size_t(n) * s.tables.size() * per_block);
-  // A receiving sequence's windowed group gives back, once its remote tokens are in, the blocks
-  // their window no longer reaches: nothing is written there.
-  std::vector<uint32_t> first_needed(s.tables.size(), 0);
-  if (s.state == SeqState::kReceiving)
-    for (uint32_t g = 0; g < first_needed.size(); ++g)
-      first_needed[g] = blocks_.first_held(g, s.request.remote_tokens);
   for (uint32_t i = first; i < first + n; ++i)
-    for (uint32_t g = 0; g < s.tables.size(); ++g) {
-      const BlockTable &t = s.tables[g];
-      const int32_t b = i < t.ids.size() && i >= first_needed[g] ? t.ids[i] : -1;
+    for (const BlockTable &t : s.tables) {
+      const int32_t b = i < t.ids.size() ? t.ids[i] : -1;
       if (b < 0) {  // given back by a window: held places, no bytes
         out.insert(out.end(), per_block, pkv_segment{nullptr, 0});
         continue;

@@ -184,6 +184,10 @@ void admit_receiving(Sequence &s, BlockManager &blocks, StatePool &states) {
     s.state = SeqState::kRunning;
     return;
   }
+  {  // windowed groups hold only what the remote tokens' windows reach: the rest is not sent
+    const BlockManager::Releasing as(blocks, s.retention);
+    blocks.give_back_behind(s.tables, remote);
+  }
   s.transfer.first_block = hit / bs;
   s.transfer.num_blocks = (remote + bs - 1) / bs - hit / bs;
   s.state = SeqState::kReceiving;
@@ -349,6 +353,9 @@ std::vector<TableOwner> SequenceTable::owners() const {
   for (const auto &[id, s] : seqs_)
     out.push_back(TableOwner{id, &s.tables, &s.keys, s.tokens.data(),
                              s.holds_kv() ? s.num_slotted() : 0, s.holds_kv() ? s.num_computed : 0,
+                             s.state == SeqState::kReceiving ? s.request.remote_tokens
+                             : s.holds_kv()                  ? s.num_computed
+                                                             : 0,
                              &s.host_blocks});
   return out;
 }

@@ -45,8 +45,8 @@ bool invariants(const BlockManager &bm, const std::vector<const Seq *> &seqs) {
   std::vector<TableOwner> owners;
   uint64_t id = 1;
   for (const Seq *s : seqs)
-    owners.push_back(
-        {id++, &s->tables, &s->keys, s->tokens.data(), s->slotted, s->computed, &s->host});
+    owners.push_back({id++, &s->tables, &s->keys, s->tokens.data(), s->slotted, s->computed,
+                      s->computed, &s->host});
   try {
     bm.check(owners);
     return true;
