@@ -61,6 +61,10 @@ GO_ENUMS = {
     'PKV_BLOCK_LAYOUT_LAYERS': ('BlockLayout', 'uint32', 'PKV_BLOCK_LAYOUT_', 'BlockLayout',
                                 'how a block is laid out in the pool (EngineParams.BlockLayout): a '
                                 'layer\'s blocks together, or a page of all its group\'s layers'),
+    'PKV_TRANSFER_NONE': ('TransferState', 'uint32', 'PKV_TRANSFER_', 'Transfer',
+                          'where a sequence is in a KV transfer between engines (SeqInfo.Transfer)'),
+    'PKV_TRANSFER_DONE': ('TransferOutcome', 'uint32', 'PKV_TRANSFER_', 'Transfer',
+                          'how a transfer ended (Engine.HoldEnd, Engine.ReceiveEnd)'),
 }
 # Struct fields of a named type: the field's C name (any struct) or struct.field -> the Go type.
 GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType', 'device': 'Device',
@@ -71,10 +75,11 @@ GO_TYPED_FIELDS = {'dtype': 'DType', 'kv_dtype': 'DType', 'model_dtype': 'DType'
                    'pkv_layer_info.kind': 'LayerKind', 'attention': 'AttentionKind',
                    'state_checkpoint_policy': 'StateCheckpointPolicy', 'index_dtype': 'DType',
                    'pkv_engine_params.ranks': 'Ranks',
-                   'pkv_engine_params.block_layout': 'BlockLayout'}
+                   'pkv_engine_params.block_layout': 'BlockLayout',
+                   'pkv_seq_info.transfer': 'TransferState'}
 # On/off fields (0 or 1 in C): bool in Go.
 GO_BOOL_FIELDS = {'enable_prefix_caching', 'enable_kv_events', 'host_offload', 'is_preempted',
-                  'in_batch', 'is_request', 'k_eq_v', 'sinks'}
+                  'in_batch', 'is_request', 'k_eq_v', 'sinks', 'hold_on_finish'}
 # The structs of the Go API: C name -> (direction: 'in' has toC, 'out' fromC, 'inout' both;
 # fields the generator leaves to the binding's code: C field -> (Go field, Go type) or None to
 # leave out; unexported fields to add; doc).

@@ -195,16 +195,22 @@ const (
 	BlockLayoutPage   BlockLayout = 1
 )
 
-const (
-	TransferNone      = 0
-	TransferHolding   = 1
-	TransferReceiving = 2
-)
+// TransferState is where a sequence is in a KV transfer between engines (SeqInfo.Transfer): pkv.h's PKV_TRANSFER_*.
+type TransferState uint32
 
 const (
-	TransferDone         = 0
-	TransferFailed       = 1
-	TransferFailedFinish = 2
+	TransferNone      TransferState = 0
+	TransferHolding   TransferState = 1
+	TransferReceiving TransferState = 2
+)
+
+// TransferOutcome is how a transfer ended (Engine.HoldEnd, Engine.ReceiveEnd): pkv.h's PKV_TRANSFER_*.
+type TransferOutcome uint32
+
+const (
+	TransferDone         TransferOutcome = 0
+	TransferFailed       TransferOutcome = 1
+	TransferFailedFinish TransferOutcome = 2
 )
 
 const (
@@ -571,6 +577,32 @@ func (v TopKKind) String() string {
 		return "TOPK_SLOTS"
 	}
 	return unknown("TopKKind", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "TRANSFER_DONE".
+func (v TransferOutcome) String() string {
+	switch v {
+	case TransferDone:
+		return "TRANSFER_DONE"
+	case TransferFailed:
+		return "TRANSFER_FAILED"
+	case TransferFailedFinish:
+		return "TRANSFER_FAILED_FINISH"
+	}
+	return unknown("TransferOutcome", int64(v))
+}
+
+// String is the C name without PKV_, e.g. "TRANSFER_NONE".
+func (v TransferState) String() string {
+	switch v {
+	case TransferNone:
+		return "TRANSFER_NONE"
+	case TransferHolding:
+		return "TRANSFER_HOLDING"
+	case TransferReceiving:
+		return "TRANSFER_RECEIVING"
+	}
+	return unknown("TransferState", int64(v))
 }
 
 // statusNames are the C names without PKV_.

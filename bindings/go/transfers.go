@@ -24,23 +24,6 @@ import (
 // that never ends it (pkv.h's UINT32_MAX); 0 is TransferTimeoutDefaultMs.
 const TransferNoTimeout uint32 = math.MaxUint32
 
-// TransferOutcome is how a transfer ended (Engine.HoldEnd, Engine.ReceiveEnd): TransferDone,
-// TransferFailed or, for a fill, TransferFailedFinish (pkv.h's PKV_TRANSFER_DONE ..).
-type TransferOutcome uint32
-
-// String is the C name without PKV_, e.g. "TRANSFER_DONE".
-func (v TransferOutcome) String() string {
-	switch v {
-	case TransferDone:
-		return "TRANSFER_DONE"
-	case TransferFailed:
-		return "TRANSFER_FAILED"
-	case TransferFailedFinish:
-		return "TRANSFER_FAILED_FINISH"
-	}
-	return unknown("TransferOutcome", int64(v))
-}
-
 // Hold holds pkv_allocate sequence seq for a transfer out (pkv_hold): it stops running and keeps
 // its blocks (and state working slot) untouched until HoldEnd, its timeout (timeoutMs after this
 // call on the engine's clock; 0 = TransferTimeoutDefaultMs, TransferNoTimeout = none) or the

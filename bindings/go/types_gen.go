@@ -234,7 +234,7 @@ type SeqInfo struct {
 	FinishReason       FinishReason
 	KVTier             Tier
 	NumHostBlocks      uint32
-	Transfer           uint32
+	Transfer           TransferState
 	RemoteFirstBlock   uint32
 	RemoteNumBlocks    uint32
 	NumRemoteTokens    uint32
@@ -255,7 +255,7 @@ func (p *SeqInfo) fromC(c *cSeqInfo) {
 	p.FinishReason = FinishReason(c.FinishReason)
 	p.KVTier = Tier(c.KVTier)
 	p.NumHostBlocks = c.NumHostBlocks
-	p.Transfer = c.Transfer
+	p.Transfer = TransferState(c.Transfer)
 	p.RemoteFirstBlock = c.RemoteFirstBlock
 	p.RemoteNumBlocks = c.RemoteNumBlocks
 	p.NumRemoteTokens = c.NumRemoteTokens
@@ -329,7 +329,7 @@ type RequestParams struct {
 	LoraID           uint64
 	CachePriority    int32
 	CacheRetentionMs uint32
-	HoldOnFinish     uint32
+	HoldOnFinish     bool
 	HoldTimeoutMs    uint32
 	NumRemoteTokens  uint32
 
@@ -344,7 +344,7 @@ func (p *RequestParams) toC(c *cRequestParams) {
 	c.LoraID = p.LoraID
 	c.CachePriority = p.CachePriority
 	c.CacheRetentionMs = p.CacheRetentionMs
-	c.HoldOnFinish = p.HoldOnFinish
+	c.HoldOnFinish = boolU32(p.HoldOnFinish)
 	c.HoldTimeoutMs = p.HoldTimeoutMs
 	c.NumRemoteTokens = p.NumRemoteTokens
 }
@@ -357,7 +357,7 @@ func (p *RequestParams) fromC(c *cRequestParams) {
 	p.LoraID = c.LoraID
 	p.CachePriority = c.CachePriority
 	p.CacheRetentionMs = c.CacheRetentionMs
-	p.HoldOnFinish = c.HoldOnFinish
+	p.HoldOnFinish = c.HoldOnFinish != 0
 	p.HoldTimeoutMs = c.HoldTimeoutMs
 	p.NumRemoteTokens = c.NumRemoteTokens
 }
