@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pkv needs that are missing. Extra package names may be given.
 set -euo pipefail
-pkgs=(meson ninja-build pkg-config g++ libxxhash-dev nlohmann-json3-dev libssl-dev libhiredis-dev libzmq3-dev libmsgpack-dev python3 "$@")
+pkgs=(meson ninja-build pkg-config g++ libxxhash-dev nlohmann-json3-dev libssl-dev libhiredis-dev libzmq3-dev libmsgpack-dev libucx-dev python3 "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

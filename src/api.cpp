@@ -9,6 +9,7 @@
 #include <new>
 #include <string>
 
+#include "agent/agent.h"
 #include "batch_handles.h"
 #include "block_hash.h"
 #include "engine.h"
@@ -78,6 +79,16 @@ template <class F> pkv_status guard(pkv_engine *handle, F &&f) noexcept {
   const pkv_status s = run(&e->last_error(), [&] { f(*e); });
   e->publish_events();
   return s;
+}
+
+pkv::Agent *A(pkv_agent *a) { return reinterpret_cast<pkv::Agent *>(a); }
+
+// A call on an agent: serialized by its mutex (it takes its engine's lock itself).
+template <class F> pkv_status guard_agent(pkv_agent *handle, F &&f) noexcept {
+  if (!handle) return run(nullptr, [] { pkv::fail(PKV_ERR_INVALID_ARGUMENT, "agent is NULL"); });
+  pkv::Agent *a = A(handle);
+  std::lock_guard<std::mutex> lock(a->mutex());
+  return run(nullptr, [&] { f(*a); });
 }
 
 // The refusal of a handle that names no open batch. Its engine, while it lives, gets the
@@ -783,6 +794,67 @@ pkv_status pkv_seq_state_segment(pkv_engine *e, uint32_t rank, uint64_t seq, pkv
   return guard(e, [&](Engine &en) {
     PKV_REQUIRE(out != nullptr, "out is NULL");
     *out = en.state_segment(rank, seq);
+  });
+}
+
+// ---------------------------------------------------------------- the transfer agent
+
+pkv_status pkv_agent_params_init(pkv_agent_params *p, uint32_t size) {
+  return guard([&] { pkv::init_struct(p, size, pkv::default_agent_params(), "pkv_agent_params"); });
+}
+
+pkv_status pkv_agent_create(pkv_engine *e, const pkv_agent_params *p, pkv_agent **out) {
+  return guard([&] {
+    PKV_REQUIRE(e != nullptr, "engine is NULL");
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    const pkv_agent_params defaults = pkv::default_agent_params();
+    const pkv_agent_params params = p ? pkv::read_struct(p, defaults, "agent params") : defaults;
+    *out = reinterpret_cast<pkv_agent *>(pkv::Agent::create(*E(e), params).release());
+  });
+}
+
+void pkv_agent_destroy(pkv_agent *a) {
+  if (!a) return;
+  try {
+    delete A(a);
+  } catch (...) {  // the destructor ends what it can; nothing escapes into C
+  }
+}
+
+pkv_status pkv_agent_address(pkv_agent *a, char *out, uint32_t cap) {
+  return guard_agent(a, [&](pkv::Agent &ag) {
+    PKV_REQUIRE(out != nullptr, "out is NULL");
+    const std::string address = ag.address();
+    PKV_REQUIRE(address.size() < cap, "cap %u: the address \"%s\" needs %zu bytes", cap,
+                address.c_str(), address.size() + 1);
+    std::memcpy(out, address.c_str(), address.size() + 1);
+  });
+}
+
+pkv_status pkv_agent_connect(pkv_agent *a, const char *address, uint32_t *out_peer) {
+  return guard_agent(a, [&](pkv::Agent &ag) {
+    PKV_REQUIRE(out_peer != nullptr, "out_peer is NULL");
+    *out_peer = ag.connect(address);
+  });
+}
+
+pkv_status pkv_agent_pull(pkv_agent *a, uint32_t peer, uint64_t remote_seq, uint64_t local_seq) {
+  return guard_agent(a, [&](pkv::Agent &ag) { ag.pull(peer, remote_seq, local_seq); });
+}
+
+pkv_status pkv_agent_progress(pkv_agent *a, uint32_t wait_ms, pkv_agent_completion *out,
+                              uint32_t cap, uint32_t *out_len) {
+  return guard_agent(a, [&](pkv::Agent &ag) {
+    PKV_REQUIRE(out_len != nullptr, "out_len is NULL");
+    PKV_REQUIRE(out != nullptr || cap == 0, "out is NULL with cap %u", cap);
+    *out_len = static_cast<uint32_t>(ag.progress(wait_ms, out, cap));
+  });
+}
+
+pkv_status pkv_agent_stats_get(pkv_agent *a, pkv_agent_stats *out) {
+  return guard_agent(a, [&](pkv::Agent &ag) {
+    pkv::require_out_struct(out, "out");
+    pkv::write_struct(out, ag.stats());
   });
 }
 

@@ -935,6 +935,44 @@ namespace Pkv
         public ulong Bytes;
     }
 
+    /// <summary>pkv_agent_params (32 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct AgentParams
+    {
+        public uint StructSize;
+        public uint Rank;
+        internal IntPtr ListenAddress;
+        public uint TimeoutMs;
+        public uint OnFailure;
+        public ulong MaxInflightBytes;
+    }
+
+    /// <summary>pkv_agent_completion (24 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct AgentCompletion
+    {
+        public ulong Seq;
+        public uint Outcome;
+        public uint Served;
+        public ulong Bytes;
+    }
+
+    /// <summary>pkv_agent_stats (72 bytes on x86_64).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public partial struct AgentStats
+    {
+        public uint StructSize;
+        public uint NumPeers;
+        public ulong PullsInFlight;
+        public ulong PullsDone;
+        public ulong PullsFailed;
+        public ulong ServedDone;
+        public ulong ServedFailed;
+        public ulong BytesPulled;
+        public ulong BytesServed;
+        public ulong FingerprintMismatches;
+    }
+
     /// <summary>pkv_layer_info (248 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public unsafe partial struct LayerInfo
@@ -1229,8 +1267,8 @@ namespace Pkv
         public const int PKV_STORE_PROBLEM_BYTES = 64;
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
-        public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(Segment), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 272, 24, 48, 72, 168, 80, 32, 264, 536, 216, 16, 248, 56, 64, 24, 184, 160 };
+        public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(Segment), typeof(AgentParams), typeof(AgentCompletion), typeof(AgentStats), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 272, 24, 48, 72, 168, 80, 32, 264, 536, 216, 16, 32, 24, 72, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1746,6 +1784,78 @@ namespace Pkv
         {
             Loaded();
             return pkv_seq_state_segment_native(e, rank, seq, @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_params_init")]
+        static extern Status pkv_agent_params_init_native(AgentParams* p, uint size);
+
+        public static Status pkv_agent_params_init(AgentParams* p, uint size)
+        {
+            Loaded();
+            return pkv_agent_params_init_native(p, size);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_create")]
+        static extern Status pkv_agent_create_native(EngineHandle e, AgentParams* p, out AgentHandle @out);
+
+        public static Status pkv_agent_create(EngineHandle e, AgentParams* p, out AgentHandle @out)
+        {
+            Loaded();
+            return pkv_agent_create_native(e, p, out @out);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_destroy")]
+        static extern void pkv_agent_destroy_native(AgentHandle a);
+
+        public static void pkv_agent_destroy(AgentHandle a)
+        {
+            Loaded();
+            pkv_agent_destroy_native(a);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_address")]
+        static extern Status pkv_agent_address_native(AgentHandle a, byte* @out, uint cap);
+
+        public static Status pkv_agent_address(AgentHandle a, byte* @out, uint cap)
+        {
+            Loaded();
+            return pkv_agent_address_native(a, @out, cap);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_connect")]
+        static extern Status pkv_agent_connect_native(AgentHandle a, byte* address, uint* out_peer);
+
+        public static Status pkv_agent_connect(AgentHandle a, byte* address, uint* out_peer)
+        {
+            Loaded();
+            return pkv_agent_connect_native(a, address, out_peer);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_pull")]
+        static extern Status pkv_agent_pull_native(AgentHandle a, uint peer, ulong remote_seq, ulong local_seq);
+
+        public static Status pkv_agent_pull(AgentHandle a, uint peer, ulong remote_seq, ulong local_seq)
+        {
+            Loaded();
+            return pkv_agent_pull_native(a, peer, remote_seq, local_seq);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_progress")]
+        static extern Status pkv_agent_progress_native(AgentHandle a, uint wait_ms, AgentCompletion* @out, uint cap, uint* out_len);
+
+        public static Status pkv_agent_progress(AgentHandle a, uint wait_ms, AgentCompletion* @out, uint cap, uint* out_len)
+        {
+            Loaded();
+            return pkv_agent_progress_native(a, wait_ms, @out, cap, out_len);
+        }
+
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_stats_get")]
+        static extern Status pkv_agent_stats_get_native(AgentHandle a, AgentStats* @out);
+
+        public static Status pkv_agent_stats_get(AgentHandle a, AgentStats* @out)
+        {
+            Loaded();
+            return pkv_agent_stats_get_native(a, @out);
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_rank_pool_info")]

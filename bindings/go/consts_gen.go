@@ -1059,6 +1059,38 @@ type cSegment struct {
 	Bytes uint64
 }
 
+// cAgentParams mirrors C's pkv_agent_params (32 bytes on amd64; layout checked against C at init).
+type cAgentParams struct {
+	StructSize       uint32
+	Rank             uint32
+	ListenAddress    uintptr
+	TimeoutMs        uint32
+	OnFailure        uint32
+	MaxInflightBytes uint64
+}
+
+// cAgentCompletion mirrors C's pkv_agent_completion (24 bytes on amd64; layout checked against C at init).
+type cAgentCompletion struct {
+	Seq     uint64
+	Outcome uint32
+	Served  uint32
+	Bytes   uint64
+}
+
+// cAgentStats mirrors C's pkv_agent_stats (72 bytes on amd64; layout checked against C at init).
+type cAgentStats struct {
+	StructSize            uint32
+	NumPeers              uint32
+	PullsInFlight         uint64
+	PullsDone             uint64
+	PullsFailed           uint64
+	ServedDone            uint64
+	ServedFailed          uint64
+	BytesPulled           uint64
+	BytesServed           uint64
+	FingerprintMismatches uint64
+}
+
 // cLayerInfo mirrors C's pkv_layer_info (248 bytes on amd64; layout checked against C at init).
 type cLayerInfo struct {
 	StructSize         uint32

@@ -67,6 +67,14 @@ static struct {
   pkv_status (*pkv_drain_receiving)(pkv_engine *, uint64_t *, uint32_t, uint32_t *);
   pkv_status (*pkv_receive_end)(pkv_engine *, uint64_t, uint32_t);
   pkv_status (*pkv_seq_state_segment)(pkv_engine *, uint32_t, uint64_t, pkv_segment *);
+  pkv_status (*pkv_agent_params_init)(pkv_agent_params *, uint32_t);
+  pkv_status (*pkv_agent_create)(pkv_engine *, const pkv_agent_params *, pkv_agent **);
+  void (*pkv_agent_destroy)(pkv_agent *);
+  pkv_status (*pkv_agent_address)(pkv_agent *, char *, uint32_t);
+  pkv_status (*pkv_agent_connect)(pkv_agent *, const char *, uint32_t *);
+  pkv_status (*pkv_agent_pull)(pkv_agent *, uint32_t, uint64_t, uint64_t);
+  pkv_status (*pkv_agent_progress)(pkv_agent *, uint32_t, pkv_agent_completion *, uint32_t, uint32_t *);
+  pkv_status (*pkv_agent_stats_get)(pkv_agent *, pkv_agent_stats *);
   pkv_status (*pkv_rank_pool_info)(pkv_engine *, uint32_t, struct pkv_pool_info *);
   pkv_status (*pkv_layer_info)(pkv_engine *, uint32_t, struct pkv_layer_info *);
   pkv_status (*pkv_reset_prefix_cache)(pkv_engine *);
@@ -320,6 +328,38 @@ int pkvgo_resolve(void *lib, const char **missing) {
   }
   if (!(*(void **)&fn.pkv_seq_state_segment = dlsym(lib, "pkv_seq_state_segment"))) {
     *missing = "pkv_seq_state_segment";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_params_init = dlsym(lib, "pkv_agent_params_init"))) {
+    *missing = "pkv_agent_params_init";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_create = dlsym(lib, "pkv_agent_create"))) {
+    *missing = "pkv_agent_create";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_destroy = dlsym(lib, "pkv_agent_destroy"))) {
+    *missing = "pkv_agent_destroy";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_address = dlsym(lib, "pkv_agent_address"))) {
+    *missing = "pkv_agent_address";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_connect = dlsym(lib, "pkv_agent_connect"))) {
+    *missing = "pkv_agent_connect";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_pull = dlsym(lib, "pkv_agent_pull"))) {
+    *missing = "pkv_agent_pull";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_progress = dlsym(lib, "pkv_agent_progress"))) {
+    *missing = "pkv_agent_progress";
+    return -1;
+  }
+  if (!(*(void **)&fn.pkv_agent_stats_get = dlsym(lib, "pkv_agent_stats_get"))) {
+    *missing = "pkv_agent_stats_get";
     return -1;
   }
   if (!(*(void **)&fn.pkv_rank_pool_info = dlsym(lib, "pkv_rank_pool_info"))) {
@@ -671,6 +711,38 @@ pkv_status (pkv_receive_end)(pkv_engine *e, uint64_t seq, uint32_t outcome) {
 
 pkv_status (pkv_seq_state_segment)(pkv_engine *e, uint32_t rank, uint64_t seq, pkv_segment *out) {
   return fn.pkv_seq_state_segment ? (fn.pkv_seq_state_segment)(e, rank, seq, out) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_agent_params_init)(pkv_agent_params *p, uint32_t size) {
+  return fn.pkv_agent_params_init ? (fn.pkv_agent_params_init)(p, size) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_agent_create)(pkv_engine *e, const pkv_agent_params *p, pkv_agent **out) {
+  return fn.pkv_agent_create ? (fn.pkv_agent_create)(e, p, out) : PKV_ERR_UNSUPPORTED;
+}
+
+void (pkv_agent_destroy)(pkv_agent *a) {
+  if (fn.pkv_agent_destroy) (fn.pkv_agent_destroy)(a);
+}
+
+pkv_status (pkv_agent_address)(pkv_agent *a, char *out, uint32_t cap) {
+  return fn.pkv_agent_address ? (fn.pkv_agent_address)(a, out, cap) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_agent_connect)(pkv_agent *a, const char *address, uint32_t *out_peer) {
+  return fn.pkv_agent_connect ? (fn.pkv_agent_connect)(a, address, out_peer) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_agent_pull)(pkv_agent *a, uint32_t peer, uint64_t remote_seq, uint64_t local_seq) {
+  return fn.pkv_agent_pull ? (fn.pkv_agent_pull)(a, peer, remote_seq, local_seq) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_agent_progress)(pkv_agent *a, uint32_t wait_ms, pkv_agent_completion *out, uint32_t cap, uint32_t *out_len) {
+  return fn.pkv_agent_progress ? (fn.pkv_agent_progress)(a, wait_ms, out, cap, out_len) : PKV_ERR_UNSUPPORTED;
+}
+
+pkv_status (pkv_agent_stats_get)(pkv_agent *a, pkv_agent_stats *out) {
+  return fn.pkv_agent_stats_get ? (fn.pkv_agent_stats_get)(a, out) : PKV_ERR_UNSUPPORTED;
 }
 
 pkv_status (pkv_rank_pool_info)(pkv_engine *e, uint32_t rank, struct pkv_pool_info *out) {

@@ -1763,6 +1763,117 @@ PKV_API pkv_status pkv_receive_end(pkv_engine *e, uint64_t seq, uint32_t outcome
 PKV_API pkv_status pkv_seq_state_segment(pkv_engine *e, uint32_t rank, uint64_t seq,
                                          pkv_segment *out);
 
+/* ------------------------------------------------ the UCX transfer agent (since 0.12.0) */
+/* An agent moves KV between engines in different processes over UCX (libucx: a meson feature,
+ * `-Ducx=enabled`; a build without it refuses pkv_agent_create with PKV_ERR_UNSUPPORTED). Each
+ * engine (rank) that takes part has one agent; agents connect by address ("host:port", TCP for
+ * the connection; UCX picks shared memory or the network for the bytes) and check each other's
+ * pkv_layout_fingerprint at the handshake. A consumer's agent pulls a producer's held sequence
+ * (pkv_hold, hold_on_finish) into one of its receiving requests (num_remote_tokens) with
+ * one-sided reads, then ends both: pkv_receive_end DONE here and pkv_hold_end DONE there. A pull
+ * that cannot finish - the peer gone or unreachable, its sequence not held (any more), its
+ * blocks not the ones needed, the timeout - ends the receiving request with params.on_failure
+ * and the hold FAILED, once no read is in flight: nothing half-written is used, nothing is held
+ * forever. Pools in host memory (CPU engines) are read in place; CUDA engines are refused for
+ * now (Debian's UCX has no CUDA support; their pools would go through host memory). Calls on an
+ * agent are serialized by it; the engine must outlive its agent. Nothing moves but in
+ * pkv_agent_connect and pkv_agent_progress: both sides call progress in their loops. */
+typedef struct pkv_agent pkv_agent;
+
+typedef struct pkv_agent_params {
+  uint32_t struct_size;
+  uint32_t rank;                  /* the engine's rank whose pool it moves. default 0 */
+  const char *listen_address;     /* "ipv4:port" it accepts peers on (port 0: a free one,
+                                     pkv_agent_address says which); NULL: none, it only
+                                     connects. default "127.0.0.1:0" */
+  uint32_t timeout_ms;            /* a handshake or a pull taking longer fails. default 30000 */
+  uint32_t on_failure;            /* a failed pull's receiving request: PKV_TRANSFER_FAILED (it
+                                     computes its prompt) or PKV_TRANSFER_FAILED_FINISH.
+                                     default FAILED */
+  uint64_t max_inflight_bytes;    /* reads in flight at once, over all pulls (at least one
+                                     segment's). default 64 MiB */
+} pkv_agent_params;
+
+/* Fills p with the defaults above; as pkv_engine_params_init.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (p NULL, or size below the struct's 0.12 size).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_agent_params_init(pkv_agent_params *p, uint32_t size);
+
+/* An agent for rank p->rank of e (p NULL: the defaults), listening when p->listen_address is
+ * given. It registers the rank's pool (and host tier and state slots) with UCX once.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (e or out NULL; a bad p: struct_size, rank, an address that
+ * is not ipv4:port, on_failure, max_inflight_bytes 0), PKV_ERR_UNSUPPORTED (a build without UCX;
+ * a CUDA engine), PKV_ERR_DEVICE (UCX failed: the address cannot be listened on, memory cannot
+ * be registered; the message has UCX's).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_agent_create(pkv_engine *e, const pkv_agent_params *p, pkv_agent **out);
+
+/* Ends the agent: every pull in flight fails first (as above, after its reads are cancelled),
+ * then its peers are disconnected. NULL is ignored.
+ * Since 0.12.0. */
+PKV_API void pkv_agent_destroy(pkv_agent *a);
+
+/* The address it listens on, "ipv4:port" (a NUL-terminated string in out[cap]).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (a or out NULL; cap too small), PKV_ERR_STATE (it does not
+ * listen).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_agent_address(pkv_agent *a, char *out, uint32_t cap);
+
+/* Connects to the agent listening at address and waits for the handshake (up to timeout_ms):
+ * *out_peer names the peer in pkv_agent_pull. A peer whose layout fingerprint differs is
+ * refused on both sides.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (a, address or out_peer NULL; an address not ipv4:port; the
+ * fingerprints differ: the message says where), PKV_ERR_DEVICE (no connection: nobody listens
+ * there, the handshake timed out, UCX failed).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_agent_connect(pkv_agent *a, const char *address, uint32_t *out_peer);
+
+/* Starts pulling peer's held sequence remote_seq into local_seq, a receiving request of this
+ * agent's engine (its blocks remote_first_block .. + remote_num_blocks - 1, and with STATE
+ * layers its state). It ends in pkv_agent_progress, which reports it.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (a NULL; no peer `peer`), PKV_ERR_NOT_FOUND (no sequence
+ * local_seq), PKV_ERR_STATE (local_seq is not receiving, or a pull into it is in flight; the
+ * peer is gone).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_agent_pull(pkv_agent *a, uint32_t peer, uint64_t remote_seq,
+                                  uint64_t local_seq);
+
+/* One pull's end (pkv_agent_progress). */
+typedef struct pkv_agent_completion {
+  uint64_t seq;      /* this engine's sequence: the receiving request (served 0), or the held
+                        sequence a peer pulled (served 1) */
+  uint32_t outcome;  /* PKV_TRANSFER_DONE, or how it failed (on_failure here; FAILED served) */
+  uint32_t served;
+  uint64_t bytes;    /* bytes read */
+} pkv_agent_completion;
+
+/* Moves things along: accepts peers, answers their pulls, issues and completes reads, ends
+ * pulls (pkv_receive_end / pkv_hold_end on the engine, under its lock), and fails those past
+ * their timeout. Waits up to wait_ms for something to happen (0: returns at once). The pulls
+ * that ended go to out[cap] (*out_len of them; more wait for the next call).
+ * Errors: PKV_ERR_INVALID_ARGUMENT (a or out_len NULL; out NULL with cap > 0).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_agent_progress(pkv_agent *a, uint32_t wait_ms, pkv_agent_completion *out,
+                                      uint32_t cap, uint32_t *out_len);
+
+typedef struct pkv_agent_stats {
+  uint32_t struct_size;
+  uint32_t num_peers;             /* connected now */
+  uint64_t pulls_in_flight;       /* this agent's, now */
+  uint64_t pulls_done;            /* cumulative, as are the rest */
+  uint64_t pulls_failed;
+  uint64_t served_done;           /* peers' pulls of this engine's holds */
+  uint64_t served_failed;
+  uint64_t bytes_pulled;          /* read by this agent's pulls (as each read completes) */
+  uint64_t bytes_served;          /* read by peers from this engine (as their pulls end) */
+  uint64_t fingerprint_mismatches; /* handshakes refused */
+} pkv_agent_stats;
+
+/* The agent's counters now.
+ * Errors: PKV_ERR_INVALID_ARGUMENT (a or out NULL, or out's struct_size too small).
+ * Since 0.12.0. */
+PKV_API pkv_status pkv_agent_stats_get(pkv_agent *a, pkv_agent_stats *out);
+
 /* Rank `rank`'s pool (pkv_engine_params.ranks ALL): as pkv_pool_info, on that rank's device.
  * pkv_pool_info is rank 0's.
  * Errors: PKV_ERR_INVALID_ARGUMENT (out NULL, or out's struct_size too small; rank not below

@@ -15,6 +15,7 @@ import sys
 
 LAYERS = [
     ("api", ["api.cpp", "batch_handles.*"]),
+    ("agent", ["agent/*"]),
     ("engine", ["engine.*", "engine_batch.cpp", "engine_layers.cpp", "engine_sparse.cpp", "engine_store.cpp", "engine_retention.cpp", "engine_plans.cpp", "engine_segments.cpp", "engine_transfers.cpp"]),
     ("scheduler", ["scheduler.*"]),
     ("batch", ["batch.*", "plan_wire.*"]),

@@ -148,6 +148,10 @@ STATUSES = (
 )
 
 
+class pkv_agent(_c.Structure):
+    """Opaque handle."""
+
+
 class pkv_batch(_c.Structure):
     """Opaque handle."""
 
@@ -596,6 +600,41 @@ class pkv_segment(_c.Structure):
     ]
 
 
+class pkv_agent_params(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('rank', _c.c_uint32),
+        ('listen_address', _c.c_char_p),
+        ('timeout_ms', _c.c_uint32),
+        ('on_failure', _c.c_uint32),
+        ('max_inflight_bytes', _c.c_uint64),
+    ]
+
+
+class pkv_agent_completion(_c.Structure):
+    _fields_ = [
+        ('seq', _c.c_uint64),
+        ('outcome', _c.c_uint32),
+        ('served', _c.c_uint32),
+        ('bytes', _c.c_uint64),
+    ]
+
+
+class pkv_agent_stats(_c.Structure):
+    _fields_ = [
+        ('struct_size', _c.c_uint32),
+        ('num_peers', _c.c_uint32),
+        ('pulls_in_flight', _c.c_uint64),
+        ('pulls_done', _c.c_uint64),
+        ('pulls_failed', _c.c_uint64),
+        ('served_done', _c.c_uint64),
+        ('served_failed', _c.c_uint64),
+        ('bytes_pulled', _c.c_uint64),
+        ('bytes_served', _c.c_uint64),
+        ('fingerprint_mismatches', _c.c_uint64),
+    ]
+
+
 class pkv_layer_info(_c.Structure):
     _fields_ = [
         ('struct_size', _c.c_uint32),
@@ -721,6 +760,9 @@ SIZES = {
     'pkv_stats': 536,
     'pkv_pool_info': 216,
     'pkv_segment': 16,
+    'pkv_agent_params': 32,
+    'pkv_agent_completion': 24,
+    'pkv_agent_stats': 72,
     'pkv_layer_info': 248,
     'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,
@@ -786,6 +828,14 @@ FUNCTIONS = {
     'pkv_drain_receiving': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(_c.c_uint64), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
     'pkv_receive_end': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint64, _c.c_uint32]),
     'pkv_seq_state_segment': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.c_uint64, _c.POINTER(pkv_segment)]),
+    'pkv_agent_params_init': (pkv_status, [_c.POINTER(pkv_agent_params), _c.c_uint32]),
+    'pkv_agent_create': (pkv_status, [_c.POINTER(pkv_engine), _c.POINTER(pkv_agent_params), _c.POINTER(_c.POINTER(pkv_agent))]),
+    'pkv_agent_destroy': (None, [_c.POINTER(pkv_agent)]),
+    'pkv_agent_address': (pkv_status, [_c.POINTER(pkv_agent), _c.c_char_p, _c.c_uint32]),
+    'pkv_agent_connect': (pkv_status, [_c.POINTER(pkv_agent), _c.c_char_p, _c.POINTER(_c.c_uint32)]),
+    'pkv_agent_pull': (pkv_status, [_c.POINTER(pkv_agent), _c.c_uint32, _c.c_uint64, _c.c_uint64]),
+    'pkv_agent_progress': (pkv_status, [_c.POINTER(pkv_agent), _c.c_uint32, _c.POINTER(pkv_agent_completion), _c.c_uint32, _c.POINTER(_c.c_uint32)]),
+    'pkv_agent_stats_get': (pkv_status, [_c.POINTER(pkv_agent), _c.POINTER(pkv_agent_stats)]),
     'pkv_rank_pool_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_pool_info)]),
     'pkv_layer_info': (pkv_status, [_c.POINTER(pkv_engine), _c.c_uint32, _c.POINTER(pkv_layer_info)]),
     'pkv_reset_prefix_cache': (pkv_status, [_c.POINTER(pkv_engine)]),
@@ -876,6 +926,14 @@ PARAM_NAMES = {
     'pkv_drain_receiving': ('e', 'out', 'cap', 'out_len'),
     'pkv_receive_end': ('e', 'seq', 'outcome'),
     'pkv_seq_state_segment': ('e', 'rank', 'seq', 'out'),
+    'pkv_agent_params_init': ('p', 'size'),
+    'pkv_agent_create': ('e', 'p', 'out'),
+    'pkv_agent_destroy': ('a',),
+    'pkv_agent_address': ('a', 'out', 'cap'),
+    'pkv_agent_connect': ('a', 'address', 'out_peer'),
+    'pkv_agent_pull': ('a', 'peer', 'remote_seq', 'local_seq'),
+    'pkv_agent_progress': ('a', 'wait_ms', 'out', 'cap', 'out_len'),
+    'pkv_agent_stats_get': ('a', 'out'),
     'pkv_rank_pool_info': ('e', 'rank', 'out'),
     'pkv_layer_info': ('e', 'layer', 'out'),
     'pkv_reset_prefix_cache': ('e',),

@@ -518,6 +518,43 @@ pub struct pkv_segment {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct pkv_agent {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_agent_params {
+    pub struct_size: u32,
+    pub rank: u32,
+    pub listen_address: *const ::std::os::raw::c_char,
+    pub timeout_ms: u32,
+    pub on_failure: u32,
+    pub max_inflight_bytes: u64,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_agent_completion {
+    pub seq: u64,
+    pub outcome: u32,
+    pub served: u32,
+    pub bytes: u64,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pkv_agent_stats {
+    pub struct_size: u32,
+    pub num_peers: u32,
+    pub pulls_in_flight: u64,
+    pub pulls_done: u64,
+    pub pulls_failed: u64,
+    pub served_done: u64,
+    pub served_failed: u64,
+    pub bytes_pulled: u64,
+    pub bytes_served: u64,
+    pub fingerprint_mismatches: u64,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct pkv_layer_info {
     pub struct_size: u32,
     pub kind: u32,
@@ -1041,6 +1078,47 @@ pub struct PkvLib {
         unsafe extern "C" fn(e: *mut pkv_engine, rank: u32, seq: u64, out: *mut pkv_segment) -> pkv_status,
         ::libloading::Error,
     >,
+    pub pkv_agent_params_init:
+        Result<unsafe extern "C" fn(p: *mut pkv_agent_params, size: u32) -> pkv_status, ::libloading::Error>,
+    pub pkv_agent_create: Result<
+        unsafe extern "C" fn(
+            e: *mut pkv_engine,
+            p: *const pkv_agent_params,
+            out: *mut *mut pkv_agent,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_agent_destroy: Result<unsafe extern "C" fn(a: *mut pkv_agent), ::libloading::Error>,
+    pub pkv_agent_address: Result<
+        unsafe extern "C" fn(a: *mut pkv_agent, out: *mut ::std::os::raw::c_char, cap: u32) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_agent_connect: Result<
+        unsafe extern "C" fn(
+            a: *mut pkv_agent,
+            address: *const ::std::os::raw::c_char,
+            out_peer: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_agent_pull: Result<
+        unsafe extern "C" fn(a: *mut pkv_agent, peer: u32, remote_seq: u64, local_seq: u64) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_agent_progress: Result<
+        unsafe extern "C" fn(
+            a: *mut pkv_agent,
+            wait_ms: u32,
+            out: *mut pkv_agent_completion,
+            cap: u32,
+            out_len: *mut u32,
+        ) -> pkv_status,
+        ::libloading::Error,
+    >,
+    pub pkv_agent_stats_get: Result<
+        unsafe extern "C" fn(a: *mut pkv_agent, out: *mut pkv_agent_stats) -> pkv_status,
+        ::libloading::Error,
+    >,
     pub pkv_rank_pool_info: Result<
         unsafe extern "C" fn(e: *mut pkv_engine, rank: u32, out: *mut pkv_pool_info) -> pkv_status,
         ::libloading::Error,
@@ -1301,6 +1379,14 @@ impl PkvLib {
         let pkv_drain_receiving = __library.get(b"pkv_drain_receiving\0").map(|sym| *sym);
         let pkv_receive_end = __library.get(b"pkv_receive_end\0").map(|sym| *sym);
         let pkv_seq_state_segment = __library.get(b"pkv_seq_state_segment\0").map(|sym| *sym);
+        let pkv_agent_params_init = __library.get(b"pkv_agent_params_init\0").map(|sym| *sym);
+        let pkv_agent_create = __library.get(b"pkv_agent_create\0").map(|sym| *sym);
+        let pkv_agent_destroy = __library.get(b"pkv_agent_destroy\0").map(|sym| *sym);
+        let pkv_agent_address = __library.get(b"pkv_agent_address\0").map(|sym| *sym);
+        let pkv_agent_connect = __library.get(b"pkv_agent_connect\0").map(|sym| *sym);
+        let pkv_agent_pull = __library.get(b"pkv_agent_pull\0").map(|sym| *sym);
+        let pkv_agent_progress = __library.get(b"pkv_agent_progress\0").map(|sym| *sym);
+        let pkv_agent_stats_get = __library.get(b"pkv_agent_stats_get\0").map(|sym| *sym);
         let pkv_rank_pool_info = __library.get(b"pkv_rank_pool_info\0").map(|sym| *sym);
         let pkv_layer_info = __library.get(b"pkv_layer_info\0").map(|sym| *sym);
         let pkv_reset_prefix_cache = __library.get(b"pkv_reset_prefix_cache\0").map(|sym| *sym);
@@ -1391,6 +1477,14 @@ impl PkvLib {
             pkv_drain_receiving,
             pkv_receive_end,
             pkv_seq_state_segment,
+            pkv_agent_params_init,
+            pkv_agent_create,
+            pkv_agent_destroy,
+            pkv_agent_address,
+            pkv_agent_connect,
+            pkv_agent_pull,
+            pkv_agent_progress,
+            pkv_agent_stats_get,
             pkv_rank_pool_info,
             pkv_layer_info,
             pkv_reset_prefix_cache,
@@ -1838,6 +1932,60 @@ impl PkvLib {
         out: *mut pkv_segment,
     ) -> pkv_status {
         (self.pkv_seq_state_segment.as_ref().expect("Expected function, got error."))(e, rank, seq, out)
+    }
+    pub unsafe fn pkv_agent_params_init(&self, p: *mut pkv_agent_params, size: u32) -> pkv_status {
+        (self.pkv_agent_params_init.as_ref().expect("Expected function, got error."))(p, size)
+    }
+    pub unsafe fn pkv_agent_create(
+        &self,
+        e: *mut pkv_engine,
+        p: *const pkv_agent_params,
+        out: *mut *mut pkv_agent,
+    ) -> pkv_status {
+        (self.pkv_agent_create.as_ref().expect("Expected function, got error."))(e, p, out)
+    }
+    pub unsafe fn pkv_agent_destroy(&self, a: *mut pkv_agent) -> () {
+        (self.pkv_agent_destroy.as_ref().expect("Expected function, got error."))(a)
+    }
+    pub unsafe fn pkv_agent_address(
+        &self,
+        a: *mut pkv_agent,
+        out: *mut ::std::os::raw::c_char,
+        cap: u32,
+    ) -> pkv_status {
+        (self.pkv_agent_address.as_ref().expect("Expected function, got error."))(a, out, cap)
+    }
+    pub unsafe fn pkv_agent_connect(
+        &self,
+        a: *mut pkv_agent,
+        address: *const ::std::os::raw::c_char,
+        out_peer: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_agent_connect.as_ref().expect("Expected function, got error."))(a, address, out_peer)
+    }
+    pub unsafe fn pkv_agent_pull(
+        &self,
+        a: *mut pkv_agent,
+        peer: u32,
+        remote_seq: u64,
+        local_seq: u64,
+    ) -> pkv_status {
+        (self.pkv_agent_pull.as_ref().expect("Expected function, got error."))(a, peer, remote_seq, local_seq)
+    }
+    pub unsafe fn pkv_agent_progress(
+        &self,
+        a: *mut pkv_agent,
+        wait_ms: u32,
+        out: *mut pkv_agent_completion,
+        cap: u32,
+        out_len: *mut u32,
+    ) -> pkv_status {
+        (self.pkv_agent_progress.as_ref().expect("Expected function, got error."))(
+            a, wait_ms, out, cap, out_len,
+        )
+    }
+    pub unsafe fn pkv_agent_stats_get(&self, a: *mut pkv_agent, out: *mut pkv_agent_stats) -> pkv_status {
+        (self.pkv_agent_stats_get.as_ref().expect("Expected function, got error."))(a, out)
     }
     pub unsafe fn pkv_rank_pool_info(
         &self,
