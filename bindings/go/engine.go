@@ -24,6 +24,9 @@ type Engine struct {
 	layers   []attentionShape // each layer's, when the engine has LayerSpecs (else shape)
 	kvHeads  int              // per rank: SetKVScales' length
 	store    *storeMem        // the store's C parameters and Store handle (NewEngineWithStore)
+
+	// its open agents' handles (NewAgent), closed before it
+	agents map[*agentHandle]struct{}
 }
 
 // NewEngine creates an engine (pkv_engine_create) of p, which starts from DefaultParams.
@@ -75,11 +78,16 @@ func newEngine(p EngineParams, store *storeMem) (*Engine, error) {
 	return eng, nil
 }
 
-// Close destroys the engine, its sequences and any open batch. Idempotent.
+// Close destroys the engine, its sequences and any open batch; its open agents are closed first
+// (Agent.Close). Idempotent.
 func (eng *Engine) Close() error {
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
 	if eng.e != nil {
+		for h := range eng.agents { // pkv: the engine must outlive its agents
+			h.close()
+		}
+		eng.agents = nil
 		C.pkv_engine_destroy(eng.e) // waits for the store's queued writes
 		eng.e, eng.batch = nil, nil
 		runtime.SetFinalizer(eng, nil)

@@ -103,6 +103,14 @@ var wrapped = map[string]string{
 	"pkv_drain_receiving":                     "Engine.DrainReceiving",
 	"pkv_receive_end":                         "Engine.ReceiveEnd",
 	"pkv_seq_state_segment":                   "Engine.SeqStateSegment",
+	"pkv_agent_params_init":                   "DefaultAgentParams",
+	"pkv_agent_create":                        "Engine.NewAgent",
+	"pkv_agent_destroy":                       "Agent.Close",
+	"pkv_agent_address":                       "Agent.Address",
+	"pkv_agent_connect":                       "Agent.Connect",
+	"pkv_agent_pull":                          "Agent.Pull",
+	"pkv_agent_progress":                      "Agent.Progress",
+	"pkv_agent_stats_get":                     "Agent.Stats",
 }
 
 // internal: C functions the binding calls on the user's behalf, with where their effect shows.
