@@ -20,6 +20,7 @@
 //! ```
 mod library;
 
+mod agent;
 mod batch;
 mod config;
 mod element;
@@ -43,6 +44,7 @@ mod transfers;
 mod types;
 mod view;
 
+pub use agent::{Agent, AgentCompletion, AgentParams, AgentStats, Peer};
 pub use batch::{Batch, BatchError, OpenBatch, RankBatch, StepBatch};
 pub use config::{hf_config_digest, hf_config_layer_windows};
 pub use element::{Bf16, Element, F16};

@@ -17,7 +17,8 @@ macro_rules! wrapped {
 
 fn wrapped() -> Vec<(&'static str, String)> {
     use pkv::{
-        Batch, Engine, EventPublisherParams, Library, OpenBatch, Params, StepBatch, StoreAdmin, StoreParams,
+        Agent, AgentParams, Batch, Engine, EventPublisherParams, Library, OpenBatch, Params, StepBatch,
+        StoreAdmin, StoreParams,
     };
     wrapped! {
         pkv_version => Library::version;
@@ -105,6 +106,14 @@ fn wrapped() -> Vec<(&'static str, String)> {
         pkv_drain_receiving => Engine::drain_receiving;
         pkv_receive_end => Engine::receive_end;
         pkv_seq_state_segment => Engine::seq_state_segment;
+        pkv_agent_params_init => AgentParams::new, AgentParams::with_library;
+        pkv_agent_create => Agent::new, Engine::agent;
+        pkv_agent_destroy => Agent::close;
+        pkv_agent_address => Agent::address;
+        pkv_agent_connect => Agent::connect;
+        pkv_agent_pull => Agent::pull;
+        pkv_agent_progress => Agent::progress;
+        pkv_agent_stats_get => Agent::stats;
     }
 }
 
