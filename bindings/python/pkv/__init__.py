@@ -16,6 +16,7 @@ pkv.lib (the loaded ctypes.CDLL, prototypes bound).
 from . import _raw
 from .enums import CONSTANTS, ENUMS, owner
 from ._lib import lib, path as library_path, text as _text
+from .agent import Agent
 from .batch import Batch, BatchView, RankBatch
 from .engine import Engine
 from .enums import *  # noqa: F401,F403  Device, Dtype, KvLayout, EventType, Tier, ... (IntEnum)
@@ -60,7 +61,7 @@ def status_string(status):
     return _text(lib.pkv_status_string(status))
 
 
-__all__ = ['Engine', 'Sequence', 'CachePin', 'Batch', 'BatchView', 'RankBatch', 'Params',
+__all__ = ['Engine', 'Agent', 'Sequence', 'CachePin', 'Batch', 'BatchView', 'RankBatch', 'Params',
            'LayerSpec', 'ExtraKey', 'profile', 'kv_groups', 'kv_group_info', 'kv_group_infos',
            'hf_config_layer_windows',
            'hf_config_digest', 'StoreParams', 'StoreAdmin', 'EventPublisherParams', 'DictStore',

@@ -57,6 +57,8 @@ class Engine(Owner, RetentionCalls):
         handle = ctypes.POINTER(_raw.pkv_engine)()
         # layer_windows, layer_specs: p keeps the arrays until create has copied them
         check(lib.pkv_engine_create(ctypes.byref(p._checked()), ctypes.byref(handle)))
+        # its agents' handles (pkv.Agent, since 0.12.0): close() destroys those still open first
+        self._agents = set()
         self._handle = handle
         self._lock = threading.RLock()
         # the open Batch, if any (pkv allows one per engine), weakly: a Batch dropped while open
@@ -79,10 +81,14 @@ class Engine(Owner, RetentionCalls):
 
     # ------------------------------------------------------------------ lifetime
     def close(self):
-        """Destroys the engine, its sequences and any open batch. Idempotent."""
+        """Destroys the engine, its sequences and any open batch, after its open transfer agents
+        (pkv.Agent: each closed, its pulls in flight failed). Idempotent."""
         with self._lock:
             if self._handle is None:
                 return
+            for agent in list(self._agents):  # an agent must not outlive its engine
+                agent.destroy()
+            self._agents.clear()
             batch = self._batch() if self._batch is not None else None
             if batch is not None:
                 batch._handle = None  # freed by pkv_engine_destroy

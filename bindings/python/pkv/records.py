@@ -14,7 +14,8 @@ from . import _raw
 from .enums import (AttentionKind, BudgetSource, DebugFlags, Device, Dtype, EventFormat, EventType,
                     FinishReason, KvLayout, LayerKind, PreemptionMode, Ranks, BlockLayout,
                     StateCheckpointPolicy, StoreKind, StoreValueState, StoreWriteMode, Tier,
-                    TransferState, typed)
+                    TransferOutcome, TransferState, typed)
+from .sequence import Sequence
 
 # The enum of each C field that holds one, by field name (the names are unique across pkv.h's
 # structs where they hold an enum, but for STRUCT_ENUMS').
@@ -24,11 +25,13 @@ FIELD_ENUMS = {'device': Device, 'dtype': Dtype, 'kv_dtype': Dtype, 'model_dtype
                'kind': StoreKind, 'write_mode': StoreWriteMode, 'preemption_mode': PreemptionMode,
                'debug_flags': DebugFlags, 'format': EventFormat, 'attention': AttentionKind,
                'state_checkpoint_policy': StateCheckpointPolicy, 'index_dtype': Dtype,
-               'ranks': Ranks, 'block_layout': BlockLayout, 'transfer': TransferState}
+               'ranks': Ranks, 'block_layout': BlockLayout, 'transfer': TransferState,
+               'outcome': TransferOutcome}
 # 'struct.field' of an enum field whose name means another enum elsewhere (the stores' kind)
 STRUCT_ENUMS = {'pkv_layer_info.kind': LayerKind, 'pkv_layer_spec.kind': LayerKind}
-# uint32_t 0 or 1: pkv_seq_info's, and a layer's (pkv_layer_spec, pkv_layer_info)
-_BOOLS = {'is_preempted', 'in_batch', 'is_request', 'k_eq_v', 'sinks'}
+# uint32_t 0 or 1: pkv_seq_info's, a layer's (pkv_layer_spec, pkv_layer_info), and
+# pkv_agent_completion's served
+_BOOLS = {'is_preempted', 'in_batch', 'is_request', 'k_eq_v', 'sinks', 'served'}
 
 
 def state_shapes(flat):
@@ -103,8 +106,10 @@ def value(name, ctype, raw, struct_name=''):
     return raw
 
 
-def _record_class(name, struct, doc):
-    fields = [(f, _annotation(struct.__name__, f, t)) for f, t in struct._fields_
+def _record_class(name, struct, doc, types=None):
+    """types: a field's type where the caller makes its value (not record()'s)."""
+    types = types or {}
+    fields = [(f, types.get(f) or _annotation(struct.__name__, f, t)) for f, t in struct._fields_
               if f != 'struct_size' and not f.startswith('reserved')]
     cls = dataclasses.make_dataclass(name, fields, frozen=True, namespace={'__module__': 'pkv'})
     cls.__doc__ = '%s (%s).' % (doc, struct.__name__)
@@ -145,8 +150,17 @@ Segment = _record_class('Segment', _raw.pkv_segment,
                         'block) and its bytes (Engine.block_segments, Engine.seq_segments, '
                         'Engine.seq_state_segment)')
 
+AgentCompletion = _record_class('AgentCompletion', _raw.pkv_agent_completion,
+                                'One pull\'s end (Agent.progress): seq, the Sequence of the '
+                                'agent\'s engine (the receiving request, or the held sequence a '
+                                'peer pulled: served True), outcome a TransferOutcome, the bytes '
+                                'read', types={'seq': Sequence})
+AgentStats = _record_class('AgentStats', _raw.pkv_agent_stats,
+                           "A transfer agent's counters (Agent.stats)")
+
 RECORDS = (Stats, KvBudget, PoolInfo, SeqInfo, KvEvent, EventPublisherInfo, StoreInfo,
-           StoreEntry, StoreVerifyResult, KvGroupInfo, LayerInfo, Segment)
+           StoreEntry, StoreVerifyResult, KvGroupInfo, LayerInfo, Segment, AgentCompletion,
+           AgentStats)
 _BY_STRUCT = {cls._struct: cls for cls in RECORDS}
 
 

@@ -79,6 +79,12 @@ WRAPPED = {
     'pkv_hold': 'Engine.hold', 'pkv_hold_end': 'Engine.hold_end',
     'pkv_drain_receiving': 'Engine.drain_receiving', 'pkv_receive_end': 'Engine.receive_end',
     'pkv_seq_state_segment': 'Engine.seq_state_segment',
+    # 0.12: the UCX transfer agent
+    'pkv_agent_params_init': 'Agent.__init__', 'pkv_agent_create': 'Agent.__init__',
+    'pkv_agent_destroy': 'agent._Handle.destroy',  # Agent.close, Engine.close
+    'pkv_agent_address': 'Agent.address', 'pkv_agent_connect': 'Agent.connect',
+    'pkv_agent_pull': 'Agent.pull', 'pkv_agent_progress': 'Agent.progress',
+    'pkv_agent_stats_get': 'Agent.stats',
 }
 
 # C call: why the binding does not wrap it (each is still callable raw, as pkv.lib.<name>).
@@ -97,6 +103,7 @@ STRUCTS = {
     'pkv_batch_view': 'BatchView', 'pkv_request_params': 'Engine.submit keywords',
     'pkv_layer_spec': 'LayerSpec (Params.layer_specs)',
     'pkv_extra_key': 'ExtraKey (Engine.allocate(extra_keys=...), block_hash_extra)',
+    'pkv_agent_params': 'Agent keywords',
 }
 
 
