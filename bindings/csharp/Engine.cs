@@ -98,12 +98,15 @@ namespace Pkv
 
         public bool IsDisposed { get { return handle.IsClosed; } }
 
+        /// <summary>Destroys the engine (pkv_engine_destroy): its open batch is aborted and its
+        /// agents (Agent.cs) are disposed first. Idempotent.</summary>
         public void Dispose()
         {
             lock (gate)
             {
                 Batch open = OpenBatch;
                 if (open != null) open.Abort();
+                DisposeAgents();  // its agents first (each holds the handle: else it would wait)
                 handle.Dispose();
             }
         }

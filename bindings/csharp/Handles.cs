@@ -70,6 +70,35 @@ namespace Pkv
         }
     }
 
+    /// <summary>A pkv_agent*; released with pkv_agent_destroy. It holds a reference on its
+    /// engine's handle (HoldEngine), so the engine is never destroyed under it (not even by
+    /// finalizers running in any order).</summary>
+    internal sealed class AgentHandle : SafeHandle
+    {
+        EngineHandle engine;
+        public AgentHandle() : base(IntPtr.Zero, true) { }
+        AgentHandle(IntPtr a) : base(IntPtr.Zero, false) { SetHandle(a); }  // borrowed: no owner
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+
+        internal void HoldEngine(EngineHandle e)
+        {
+            bool added = false;
+            e.DangerousAddRef(ref added);
+            engine = e;
+        }
+
+        protected override bool ReleaseHandle()
+        {
+            // The generated pkv_agent_destroy takes an AgentHandle (gen_header.py's FREES does not
+            // list it), and a SafeHandle being released cannot be marshalled: it gets a borrowed
+            // handle of the same pointer, which releases nothing itself.
+            using (var borrowed = new AgentHandle(handle)) Native.pkv_agent_destroy(borrowed);
+            if (engine != null) engine.DangerousRelease();
+            engine = null;
+            return true;
+        }
+    }
+
     internal static unsafe partial class Native
     {
         static readonly string loadError;     // why libpkv cannot be used, or null

@@ -77,6 +77,11 @@ static partial class Tests
         { "pkv_drain_receiving", "Engine.DrainReceiving" },
         { "pkv_receive_end", "Engine.ReceiveEnd" },
         { "pkv_seq_state_segment", "Engine.SeqStateSegment" },
+        // 0.12: the UCX transfer agent
+        { "pkv_agent_params_init", "AgentConfig..ctor" }, { "pkv_agent_create", "Agent..ctor" },
+        { "pkv_agent_destroy", "Agent.Dispose" }, { "pkv_agent_address", "Agent.Address" },
+        { "pkv_agent_connect", "Agent.Connect" }, { "pkv_agent_pull", "Agent.Pull" },
+        { "pkv_agent_progress", "Agent.Progress" }, { "pkv_agent_stats_get", "Agent.Stats" },
     };
 
     // C call -> why the binding leaves it out

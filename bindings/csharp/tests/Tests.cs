@@ -432,6 +432,9 @@ static partial class Tests
             { "failed_fill_computes_itself", FailedFillComputesItself },
             { "state_moves_with_its_sequence", StateMovesWithItsSequence },
             { "transfer_refusals", TransferRefusals },
+            { "agent_pull_between_two_engines", AgentPullBetweenTwoEngines },
+            { "agent_fingerprint_mismatch", AgentFingerprintMismatch },
+            { "agent_pull_not_held", AgentPullNotHeld }, { "agent_refusals", AgentRefusals },
             { "demo_output", DemoOutput },
         };
         foreach (var t in tests)
