@@ -84,6 +84,11 @@ static int parse(demo_options *o, int argc, char **argv) {
        "instead: tenants' requests (--requests a round, default 8), a burst of unique prompts, the "
        "tenants again; pkv under plain LRU, then keeping the system prompts (priority, pins)",
        0},
+      {"disaggregated", CLI_FLAG, &o->disaggregated, NULL,
+       "instead: after the one-engine run, a prefill process and a decode process on 127.0.0.1, "
+       "the prompts' KV pulled by pkv's UCX agent; tokens must be the same; reports time to "
+       "first token, the KV moved and its rate against ucx_perftest's reads of the same bytes",
+       0},
       {"burst", CLI_U32, &o->burst, "N",
        "--retention: unique prompts in the burst (default: twice the pool's tokens)", 0},
       {"retention-ms", CLI_U32, &o->retention_ms, "MS",
@@ -107,7 +112,10 @@ static int parse(demo_options *o, int argc, char **argv) {
       "plain LRU and with the system prompts kept (cache_priority, pkv_cache_set_priority,\n"
       "pkv_cache_pin): the tenants' second-round hit rate of each, tokens identical across runs.\n"
       "With --device cuda, pkv runs the workload on a CPU engine, then on a CUDA engine with the\n"
-      "model's GEMMs on cuBLAS, and checks that the GPU generated the CPU's tokens.",
+      "model's GEMMs on cuBLAS, and checks that the GPU generated the CPU's tokens.\n"
+      "With --disaggregated, the workload through one engine, then through a prefill process and\n"
+      "a decode process on 127.0.0.1: the prefill engine holds each prompt's blocks, the decode\n"
+      "engine receives them by pkv's UCX agent and decodes; the tokens must be the same.",
       flags, sizeof flags / sizeof flags[0]};
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_PARSED) return rc;
@@ -144,7 +152,7 @@ static int parse(demo_options *o, int argc, char **argv) {
   else if (o->windows && demo_parse_windows(o) != 0)
     bad =
         "--windows must be a list of 1 .. 16 window sizes (tokens, 0 = full attention), e.g. 64,64,0";
-  else if ((bad = demo_cuda_check(o)))
+  else if ((bad = demo_cuda_check(o)) || (bad = demo_disagg_check(o)))
     ;
   else if (!(bad = demo_hybrid_check(o, flag_seen(&cmd, "layers"),
                                      flag_seen(&cmd, "checkpoint-interval"))))
@@ -362,8 +370,10 @@ int cmd_demo(int argc, char **argv) {
     model_free(&m);
     return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
   }
-  if (o.store || o.hybrid) {
-    rc = o.store ? demo_store_runs(&o, &w, &m) : demo_hybrid_runs(&o, &w, &m);
+  if (o.store || o.hybrid || o.disaggregated) {
+    rc = o.store    ? demo_store_runs(&o, &w, &m)
+         : o.hybrid ? demo_hybrid_runs(&o, &w, &m)
+                    : demo_disagg_runs(&o, &w, &m);
     demo_workload_free(&w);
     model_free(&m);
     return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;

@@ -13,6 +13,7 @@
  *   demo_mixer.c    --hybrid's recurrent layers, on pkv's state slots or the baseline's own
  *   demo_retention.c --retention: tenants' system prompts through a burst, LRU against retention
  *   demo_cuda.c     --device cuda: a CUDA engine with cuBLAS GEMMs against the CPU engine
+ *   demo_disagg.c   --disaggregated: prefill and decode processes, KV moved by pkv's UCX agent
  */
 #ifndef PKV_TOOLS_DEMO_H
 #define PKV_TOOLS_DEMO_H
@@ -74,6 +75,7 @@ typedef struct demo_options {
   uint32_t checkpoint_policy;    /* PKV_STATE_CHECKPOINT_* of a paged run (set per run) */
   demo_mixer *mixer;             /* --hybrid: the recurrent layers of both designs (set by it) */
   int retention;                 /* --retention (demo_retention.c) */
+  int disaggregated;             /* --disaggregated (demo_disagg.c) */
   uint32_t burst;                /* --burst: its unique prompts; 0 = twice the pool's tokens */
   uint32_t retention_ms;         /* --retention-ms: the priority runs' cache_retention_ms */
   /* A paged run calls this after each pkv_commit (no batch open), when set: --retention's pins
@@ -171,6 +173,8 @@ void demo_result_ttft(const demo_result *r, uint32_t n, int ms, double out[3]);
 uint32_t demo_result_differ(const demo_workload *w, const demo_result *a, const demo_result *b,
                             uint32_t *first, uint32_t *at);
 
+/* demo_paged.c: a paged run's engine params, from the flags and the model's shape. */
+void demo_engine_params(const demo_options *o, const model *m, pkv_engine_params *ep);
 /* demo_paged.c, demo_contig.c: 0, or -1 with r->error set. */
 int demo_run_paged(const demo_options *o, const demo_workload *w, const model *m, demo_result *r);
 /* pkv's message msg with the engine fields the demo sets from flags named as those flags, into
@@ -246,6 +250,12 @@ int demo_cuda_runs(struct demo_cuda *dc, const demo_options *o, const demo_workl
                    const model *m);
 /* Frees what demo_cuda_open set up. Accepts NULL. */
 void demo_cuda_close(struct demo_cuda *dc);
+
+/* demo_disagg.c. Why the options cannot run --disaggregated (naming the flag), or NULL. */
+const char *demo_disagg_check(const demo_options *o);
+/* The single-engine run, then a prefill process and this (decode) process moving KV by pkv's
+ * UCX agent, against ucx_perftest of the same bytes; the report. 0, or -1 (printed). */
+int demo_disagg_runs(const demo_options *o, const demo_workload *w, const model *m);
 
 /* demo_plot.c: the SVG of runs[0..num_runs), a panel each; 0, or -1 (message printed). */
 int demo_plot(const char *path, const demo_result *const *runs, uint32_t num_runs,

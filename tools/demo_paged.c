@@ -89,25 +89,29 @@ static int attend(void *ctx, uint32_t layer, const float *q, const float *k, con
   return s == PKV_OK ? 0 : fail(a->p, "pkv_attention", s);
 }
 
+void demo_engine_params(const demo_options *o, const model *m, pkv_engine_params *ep) {
+  pkv_engine_params_init(ep, sizeof *ep);
+  ep->num_layers = m->c.num_layers;
+  ep->num_q_heads = m->c.num_q_heads;
+  ep->num_kv_heads = m->c.num_kv_heads;
+  ep->head_dim = m->c.head_dim;
+  ep->dtype = PKV_DTYPE_F32;
+  ep->device = o->engine_device ? o->engine_device : PKV_DEVICE_CPU;
+  ep->max_model_len = o->max_model_len;
+  ep->block_size = o->block_size;
+  ep->num_blocks = o->paged_blocks ? o->paged_blocks : o->num_blocks;
+  if (o->windows && !o->full_attention) ep->layer_windows = o->layer_windows;
+  ep->enable_prefix_caching = o->no_prefix_caching ? 0 : 1;
+  ep->max_num_seqs = o->max_num_seqs;
+  ep->max_num_batched_tokens = o->step_tokens;
+  ep->preemption_mode = o->preemption_mode;
+  ep->host_cache_bytes = o->preemption_mode != PKV_PREEMPT_RECOMPUTE ? o->host_cache : 0;
+  ep->store = o->store_params;
+}
+
 static int create(paged_run *p) {
   pkv_engine_params ep;
-  pkv_engine_params_init(&ep, sizeof ep);
-  ep.num_layers = p->m->c.num_layers;
-  ep.num_q_heads = p->m->c.num_q_heads;
-  ep.num_kv_heads = p->m->c.num_kv_heads;
-  ep.head_dim = p->m->c.head_dim;
-  ep.dtype = PKV_DTYPE_F32;
-  ep.device = p->o->engine_device ? p->o->engine_device : PKV_DEVICE_CPU;
-  ep.max_model_len = p->o->max_model_len;
-  ep.block_size = p->o->block_size;
-  ep.num_blocks = p->o->paged_blocks ? p->o->paged_blocks : p->o->num_blocks;
-  if (p->o->windows && !p->o->full_attention) ep.layer_windows = p->o->layer_windows;
-  ep.enable_prefix_caching = p->o->no_prefix_caching ? 0 : 1;
-  ep.max_num_seqs = p->o->max_num_seqs;
-  ep.max_num_batched_tokens = p->o->step_tokens;
-  ep.preemption_mode = p->o->preemption_mode;
-  ep.host_cache_bytes = p->o->preemption_mode != PKV_PREEMPT_RECOMPUTE ? p->o->host_cache : 0;
-  ep.store = p->o->store_params;
+  demo_engine_params(p->o, p->m, &ep);
   pkv_layer_spec specs[16];
   if (p->o->mixer) {
     demo_mixer_specs(p->o->mixer, specs);

@@ -77,7 +77,6 @@ namespace Pkv
     {
         EngineHandle engine;
         public AgentHandle() : base(IntPtr.Zero, true) { }
-        AgentHandle(IntPtr a) : base(IntPtr.Zero, false) { SetHandle(a); }  // borrowed: no owner
         public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
 
         internal void HoldEngine(EngineHandle e)
@@ -89,10 +88,7 @@ namespace Pkv
 
         protected override bool ReleaseHandle()
         {
-            // The generated pkv_agent_destroy takes an AgentHandle (gen_header.py's FREES does not
-            // list it), and a SafeHandle being released cannot be marshalled: it gets a borrowed
-            // handle of the same pointer, which releases nothing itself.
-            using (var borrowed = new AgentHandle(handle)) Native.pkv_agent_destroy(borrowed);
+            Native.pkv_agent_destroy(handle);
             if (engine != null) engine.DangerousRelease();
             engine = null;
             return true;

@@ -935,7 +935,7 @@ namespace Pkv
         public ulong Bytes;
     }
 
-    /// <summary>pkv_agent_params (32 bytes on x86_64).</summary>
+    /// <summary>pkv_agent_params (40 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct AgentParams
     {
@@ -945,6 +945,8 @@ namespace Pkv
         public uint TimeoutMs;
         public uint OnFailure;
         public ulong MaxInflightBytes;
+        public uint ProgressThread;
+        public uint Reserved0;
     }
 
     /// <summary>pkv_agent_completion (24 bytes on x86_64).</summary>
@@ -957,7 +959,7 @@ namespace Pkv
         public ulong Bytes;
     }
 
-    /// <summary>pkv_agent_stats (72 bytes on x86_64).</summary>
+    /// <summary>pkv_agent_stats (80 bytes on x86_64).</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct AgentStats
     {
@@ -971,6 +973,7 @@ namespace Pkv
         public ulong BytesPulled;
         public ulong BytesServed;
         public ulong FingerprintMismatches;
+        public ulong ReadNs;
     }
 
     /// <summary>pkv_layer_info (248 bytes on x86_64).</summary>
@@ -1268,7 +1271,7 @@ namespace Pkv
 
         /// <summary>The structs and their sizeof on x86_64 Linux (checked by the tests).</summary>
         public static readonly Type[] StructTypes = { typeof(LayerSpecNative), typeof(StoreKey), typeof(StoreCallbacks), typeof(StoreParams), typeof(EventPublisherParams), typeof(EngineParamsNative), typeof(ExtraKeyNative), typeof(SeqParams), typeof(SeqInfoNative), typeof(BatchView), typeof(RequestParams), typeof(KvGroupInfo), typeof(KvBudget), typeof(Stats), typeof(PoolInfo), typeof(Segment), typeof(AgentParams), typeof(AgentCompletion), typeof(AgentStats), typeof(LayerInfo), typeof(KvEvent), typeof(EventPublisherInfo), typeof(StoreInfo), typeof(StoreEntry), typeof(StoreVerifyResult) };
-        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 272, 24, 48, 72, 168, 80, 32, 264, 536, 216, 16, 32, 24, 72, 248, 56, 64, 24, 184, 160 };
+        public static readonly int[] StructSizes = { 104, 32, 40, 112, 56, 272, 24, 48, 72, 168, 80, 32, 264, 536, 216, 16, 40, 24, 80, 248, 56, 64, 24, 184, 160 };
 
         /// <summary>The C name of a status without PKV_ ("ERR_NO_SPACE"), or "UNKNOWN".</summary>
         public static string StatusName(Status s)
@@ -1805,9 +1808,9 @@ namespace Pkv
         }
 
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, EntryPoint = "pkv_agent_destroy")]
-        static extern void pkv_agent_destroy_native(AgentHandle a);
+        static extern void pkv_agent_destroy_native(IntPtr a);
 
-        public static void pkv_agent_destroy(AgentHandle a)
+        public static void pkv_agent_destroy(IntPtr a)
         {
             Loaded();
             pkv_agent_destroy_native(a);

@@ -1059,7 +1059,7 @@ type cSegment struct {
 	Bytes uint64
 }
 
-// cAgentParams mirrors C's pkv_agent_params (32 bytes on amd64; layout checked against C at init).
+// cAgentParams mirrors C's pkv_agent_params (40 bytes on amd64; layout checked against C at init).
 type cAgentParams struct {
 	StructSize       uint32
 	Rank             uint32
@@ -1067,6 +1067,8 @@ type cAgentParams struct {
 	TimeoutMs        uint32
 	OnFailure        uint32
 	MaxInflightBytes uint64
+	ProgressThread   uint32
+	Reserved0        uint32
 }
 
 // cAgentCompletion mirrors C's pkv_agent_completion (24 bytes on amd64; layout checked against C at init).
@@ -1077,7 +1079,7 @@ type cAgentCompletion struct {
 	Bytes   uint64
 }
 
-// cAgentStats mirrors C's pkv_agent_stats (72 bytes on amd64; layout checked against C at init).
+// cAgentStats mirrors C's pkv_agent_stats (80 bytes on amd64; layout checked against C at init).
 type cAgentStats struct {
 	StructSize            uint32
 	NumPeers              uint32
@@ -1089,6 +1091,7 @@ type cAgentStats struct {
 	BytesPulled           uint64
 	BytesServed           uint64
 	FingerprintMismatches uint64
+	ReadNs                uint64
 }
 
 // cLayerInfo mirrors C's pkv_layer_info (248 bytes on amd64; layout checked against C at init).

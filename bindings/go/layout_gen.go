@@ -392,6 +392,8 @@ var layouts = []layout{
 		{"timeout_ms", unsafe.Offsetof(cAgentParams{}.TimeoutMs), unsafe.Offsetof(C.struct_pkv_agent_params{}.timeout_ms)},
 		{"on_failure", unsafe.Offsetof(cAgentParams{}.OnFailure), unsafe.Offsetof(C.struct_pkv_agent_params{}.on_failure)},
 		{"max_inflight_bytes", unsafe.Offsetof(cAgentParams{}.MaxInflightBytes), unsafe.Offsetof(C.struct_pkv_agent_params{}.max_inflight_bytes)},
+		{"progress_thread", unsafe.Offsetof(cAgentParams{}.ProgressThread), unsafe.Offsetof(C.struct_pkv_agent_params{}.progress_thread)},
+		{"reserved0", unsafe.Offsetof(cAgentParams{}.Reserved0), unsafe.Offsetof(C.struct_pkv_agent_params{}.reserved0)},
 	}},
 	{"pkv_agent_completion", unsafe.Sizeof(cAgentCompletion{}), unsafe.Sizeof(C.struct_pkv_agent_completion{}), []fieldOffset{
 		{"seq", unsafe.Offsetof(cAgentCompletion{}.Seq), unsafe.Offsetof(C.struct_pkv_agent_completion{}.seq)},
@@ -410,6 +412,7 @@ var layouts = []layout{
 		{"bytes_pulled", unsafe.Offsetof(cAgentStats{}.BytesPulled), unsafe.Offsetof(C.struct_pkv_agent_stats{}.bytes_pulled)},
 		{"bytes_served", unsafe.Offsetof(cAgentStats{}.BytesServed), unsafe.Offsetof(C.struct_pkv_agent_stats{}.bytes_served)},
 		{"fingerprint_mismatches", unsafe.Offsetof(cAgentStats{}.FingerprintMismatches), unsafe.Offsetof(C.struct_pkv_agent_stats{}.fingerprint_mismatches)},
+		{"read_ns", unsafe.Offsetof(cAgentStats{}.ReadNs), unsafe.Offsetof(C.struct_pkv_agent_stats{}.read_ns)},
 	}},
 	{"pkv_layer_info", unsafe.Sizeof(cLayerInfo{}), unsafe.Sizeof(C.struct_pkv_layer_info{}), []fieldOffset{
 		{"struct_size", unsafe.Offsetof(cLayerInfo{}.StructSize), unsafe.Offsetof(C.struct_pkv_layer_info{}.struct_size)},

@@ -1776,8 +1776,9 @@ PKV_API pkv_status pkv_seq_state_segment(pkv_engine *e, uint32_t rank, uint64_t 
  * and the hold FAILED, once no read is in flight: nothing half-written is used, nothing is held
  * forever. Pools in host memory (CPU engines) are read in place; CUDA engines are refused for
  * now (Debian's UCX has no CUDA support; their pools would go through host memory). Calls on an
- * agent are serialized by it; the engine must outlive its agent. Nothing moves but in
- * pkv_agent_connect and pkv_agent_progress: both sides call progress in their loops. */
+ * agent are serialized by it; the engine must outlive its agent. The agent's thread (or, without
+ * it, pkv_agent_connect and pkv_agent_progress) moves things along; pkv_agent_progress reports
+ * the pulls that ended. */
 typedef struct pkv_agent pkv_agent;
 
 typedef struct pkv_agent_params {
@@ -1792,6 +1793,11 @@ typedef struct pkv_agent_params {
                                      default FAILED */
   uint64_t max_inflight_bytes;    /* reads in flight at once, over all pulls (at least one
                                      segment's). default 64 MiB */
+  uint32_t progress_thread;       /* 1: a thread of the agent's own moves things along (answers
+                                     peers, completes reads) between the host's calls, so a
+                                     producer busy computing answers at once; 0: only
+                                     pkv_agent_connect and pkv_agent_progress do. default 1 */
+  uint32_t reserved0;             /* must be 0 */
 } pkv_agent_params;
 
 /* Fills p with the defaults above; as pkv_engine_params_init.
@@ -1802,14 +1808,16 @@ PKV_API pkv_status pkv_agent_params_init(pkv_agent_params *p, uint32_t size);
 /* An agent for rank p->rank of e (p NULL: the defaults), listening when p->listen_address is
  * given. It registers the rank's pool (and host tier and state slots) with UCX once.
  * Errors: PKV_ERR_INVALID_ARGUMENT (e or out NULL; a bad p: struct_size, rank, an address that
- * is not ipv4:port, on_failure, max_inflight_bytes 0), PKV_ERR_UNSUPPORTED (a build without UCX;
+ * is not ipv4:port, on_failure, max_inflight_bytes 0, progress_thread not 0 or 1, reserved0),
+ * PKV_ERR_UNSUPPORTED (a build without UCX;
  * a CUDA engine), PKV_ERR_DEVICE (UCX failed: the address cannot be listened on, memory cannot
  * be registered; the message has UCX's).
  * Since 0.12.0. */
 PKV_API pkv_status pkv_agent_create(pkv_engine *e, const pkv_agent_params *p, pkv_agent **out);
 
-/* Ends the agent: every pull in flight fails first (as above, after its reads are cancelled),
- * then its peers are disconnected. NULL is ignored.
+/* Ends the agent and frees it: every pull in flight fails first (as above, after its reads are
+ * cancelled), then its peers are disconnected (after what was sent to them went out, a second
+ * at most). Frees a; NULL is ignored.
  * Since 0.12.0. */
 PKV_API void pkv_agent_destroy(pkv_agent *a);
 
@@ -1867,6 +1875,9 @@ typedef struct pkv_agent_stats {
   uint64_t bytes_pulled;          /* read by this agent's pulls (as each read completes) */
   uint64_t bytes_served;          /* read by peers from this engine (as their pulls end) */
   uint64_t fingerprint_mismatches; /* handshakes refused */
+  uint64_t read_ns;               /* wall time with a read of this agent's in flight, as the
+                                     agent saw it (cumulative): bytes_pulled / read_ns is the
+                                     pulls' read rate */
 } pkv_agent_stats;
 
 /* The agent's counters now.

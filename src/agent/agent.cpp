@@ -22,6 +22,7 @@ pkv_agent_params default_agent_params() {
   p.timeout_ms = 30000;
   p.on_failure = PKV_TRANSFER_FAILED;
   p.max_inflight_bytes = uint64_t(64) << 20;
+  p.progress_thread = 1;
   return p;
 }
 
@@ -51,6 +52,9 @@ std::unique_ptr<Agent> Agent::create(Engine &e, const pkv_agent_params &p) {
               p.on_failure);
   PKV_REQUIRE(p.max_inflight_bytes > 0, "agent params' max_inflight_bytes is 0");
   PKV_REQUIRE(p.timeout_ms > 0, "agent params' timeout_ms is 0");
+  PKV_REQUIRE(p.progress_thread <= 1, "agent params' progress_thread %u is not 0 or 1",
+              p.progress_thread);
+  PKV_REQUIRE(p.reserved0 == 0, "agent params' reserved0 must be 0");
   if (p.listen_address) parse_agent_address(p.listen_address, "agent params' listen_address");
   if (e.params().device == PKV_DEVICE_CUDA)
     fail(PKV_ERR_UNSUPPORTED,

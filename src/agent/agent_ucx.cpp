@@ -14,6 +14,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -116,9 +117,13 @@ class UcxAgent final : public Agent {
   Peer *peer_of(ucp_ep_h ep, uint32_t *id);
   void send(Peer &peer, AgentMsg type, uint64_t id, std::vector<uint8_t> data);
   void send_hello(Peer &peer);
-  void kill(uint32_t id, const std::string &why);
-  // One round: UCX progress, then what it queued, reads to issue, timeouts, ends.
-  void step();
+  // The peer is lost to this agent: dead, its pulls failing. force: its connection closes at
+  // once (reads in flight end in errors); else after what was sent to it went out.
+  void kill(uint32_t id, const std::string &why, bool force = true);
+  // One round: UCX progress, then what it queued, reads to issue, timeouts, ends. Returns
+  // whether anything happened.
+  bool step();
+  void run();  // the progress thread's loop
   void handle(Message &m);
   void on_hello(uint32_t id, Peer &peer, const AgentHello &h);
   void on_pull_request(uint32_t id, Peer &peer, uint64_t pull, const AgentPullRequest &r);
@@ -148,8 +153,12 @@ class UcxAgent final : public Agent {
   std::vector<ucp_conn_request_h> conn_requests_;
   std::vector<std::pair<ucp_ep_h, ucs_status_t>> errors_;
   std::deque<pkv_agent_completion> done_;
-  uint64_t next_pull_ = 1, inflight_ = 0;
+  std::vector<ucs_status_ptr_t> closing_;  // graceful closes under way
+  uint64_t next_pull_ = 1, inflight_ = 0;  // inflight_: bytes of reads in flight
+  Clock::time_point reading_since_;        // when inflight_ last became non-zero
   pkv_agent_stats stats_{};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 // ---------------------------------------------------------------- UCX's callbacks
@@ -231,7 +240,7 @@ UcxAgent::UcxAgent(Engine &e, const pkv_agent_params &p) : engine_(e), params_(p
     ucp_worker_params_t wp;
     std::memset(&wp, 0, sizeof wp);
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the agent's lock serializes every use
     st = ucp_worker_create(context_, &wp, &worker_);
     if (st != UCS_OK) ucx_fail(st, "pkv_agent_create: ucp_worker_create");
     for (uint16_t id = uint16_t(AgentMsg::kHello); id <= uint16_t(AgentMsg::kPullAck); ++id) {
@@ -276,6 +285,7 @@ UcxAgent::UcxAgent(Engine &e, const pkv_agent_params &p) : engine_(e), params_(p
       address_ = std::string(ip) + ":" + std::to_string(ntohs(bound->sin_port));
       params_.listen_address = nullptr;  // the caller's string is not kept
     }
+    if (p.progress_thread) thread_ = std::thread([this] { run(); });
   } catch (...) {
     close_all();
     throw;
@@ -317,7 +327,23 @@ void UcxAgent::register_pool() {
   }
 }
 
+// Waits (progressing) until request r ends or `until`, cancels it if it has not, then frees it:
+// a request that still does not end is left to UCX (freed, its callback never called).
+void finish_request(ucp_worker_h worker, ucs_status_ptr_t r, Clock::time_point until) {
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until)
+    ucp_worker_progress(worker);
+  if (ucp_request_check_status(r) == UCS_INPROGRESS) {
+    ucp_request_cancel(worker, r);
+    for (int i = 0; i < 1000 && ucp_request_check_status(r) == UCS_INPROGRESS; ++i)
+      ucp_worker_progress(worker);
+  }
+  ucp_request_free(r);
+}
+
 void UcxAgent::close_all() {
+  // Live peers are closed after what was sent to them went out (an acknowledgement that ends a
+  // pull on the other side), for at most a second; the lost or refused ones at once.
+  const Clock::time_point stop = Clock::now() + std::chrono::seconds(1);
   for (Peer &p : peers_) {
     for (auto &r : p.regions)
       if (r.second) ucp_rkey_destroy(r.second);
@@ -326,15 +352,14 @@ void UcxAgent::close_all() {
       ucp_request_param_t rp;
       std::memset(&rp, 0, sizeof rp);
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      rp.flags = p.dead ? UCP_EP_CLOSE_FLAG_FORCE : 0;
       ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &rp);
-      if (r && !UCS_PTR_IS_ERR(r)) {
-        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-        ucp_request_free(r);
-      }
+      if (r && !UCS_PTR_IS_ERR(r)) finish_request(worker_, r, stop);
       p.ep = nullptr;
     }
   }
+  for (ucs_status_ptr_t r : closing_) finish_request(worker_, r, stop);
+  closing_.clear();
   for (ucp_conn_request_h req : conn_requests_) ucp_listener_reject(listener_, req);
   conn_requests_.clear();
   if (listener_) ucp_listener_destroy(listener_), listener_ = nullptr;
@@ -349,11 +374,17 @@ void UcxAgent::close_all() {
 }
 
 UcxAgent::~UcxAgent() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    thread_.join();
+  }
   // Every pull in flight fails: its reads first cancelled (the peers closed), then it ends.
   for (auto &[id, p] : pulls_)
     if (p.state != Pull::kFailing) fail(p, "the agent was destroyed");
-  for (uint32_t i = 0; i < peers_.size(); ++i)
-    if (!peers_[i].dead) kill(i, "the agent was destroyed");
+  // Peers with reads of ours in flight are closed at once (their reads end in errors); the
+  // others after what was sent to them (close_all).
+  for (auto &[id, p] : pulls_)
+    if (p.outstanding > 0 && !peers_[p.peer].dead) kill(p.peer, "the agent was destroyed");
   const Clock::time_point stop = Clock::now() + std::chrono::seconds(5);
   while (inflight_ > 0 && Clock::now() < stop) ucp_worker_progress(worker_);
   try {
@@ -413,22 +444,25 @@ void UcxAgent::send_hello(Peer &peer) {
   peer.hello_sent = true;
 }
 
-void UcxAgent::kill(uint32_t id, const std::string &why) {
+void UcxAgent::kill(uint32_t id, const std::string &why, bool force) {
   Peer &p = peers_[id];
   if (!p.dead) {
     p.dead = true;
     p.why = why;
     if (p.ready) stats_.num_peers--;
   }
-  if (p.ep) {  // its reads in flight complete with an error
+  if (p.ep) {
     ucp_request_param_t rp;
     std::memset(&rp, 0, sizeof rp);
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    rp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &rp);
     if (r && !UCS_PTR_IS_ERR(r)) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(r);
+      if (force) {  // its reads in flight complete with an error, now
+        finish_request(worker_, r, Clock::now() + std::chrono::seconds(1));
+      } else {  // what was sent to it goes out first (a refusal's hello); step() frees it
+        closing_.push_back(r);
+      }
     }
     p.ep = nullptr;
   }
@@ -448,9 +482,18 @@ template <class F> auto UcxAgent::with_engine(F &&f) -> decltype(f()) {
   return f();
 }
 
-void UcxAgent::step() {
-  while (ucp_worker_progress(worker_)) {
-  }
+bool UcxAgent::step() {
+  unsigned events = 0;
+  for (unsigned n; (n = ucp_worker_progress(worker_)) != 0;) events += n;
+  const size_t done_before = done_.size();
+  events += unsigned(inbox_.size() + conn_requests_.size() + errors_.size());
+  for (auto it = closing_.begin(); it != closing_.end();)
+    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+      ucp_request_free(*it);
+      it = closing_.erase(it);
+    } else {
+      ++it;
+    }
   for (ucp_conn_request_h req : conn_requests_) {
     ucp_ep_params_t ep;
     std::memset(&ep, 0, sizeof ep);
@@ -464,16 +507,17 @@ void UcxAgent::step() {
     if (ucp_ep_create(worker_, &ep, &h) == UCS_OK) add_peer(h);
   }
   conn_requests_.clear();
-  for (auto [ep, st] : errors_) {
-    uint32_t id = 0;
-    if (peer_of(ep, &id)) kill(id, std::string("connection lost: ") + ucs_status_string(st));
-  }
-  errors_.clear();
+  // What arrived before a connection's loss first: a refusal's hello, an acknowledgement.
   while (!inbox_.empty()) {
     Message m = std::move(inbox_.front());
     inbox_.pop_front();
     handle(m);
   }
+  for (auto [ep, st] : errors_) {
+    uint32_t id = 0;
+    if (peer_of(ep, &id)) kill(id, std::string("connection lost: ") + ucs_status_string(st));
+  }
+  errors_.clear();
   // Peers that died: the holds they were reading end.
   for (auto it = served_.begin(); it != served_.end();) {
     const auto key = (it++)->first;
@@ -490,6 +534,28 @@ void UcxAgent::step() {
   for (auto it = pulls_.begin(); it != pulls_.end();) {
     Pull &p = (it++)->second;
     if (p.state == Pull::kFailing && p.outstanding == 0) finish(p, params_.on_failure);
+  }
+  return events > 0 || done_.size() != done_before;
+}
+
+void UcxAgent::run() {
+  // Polls with a backoff: 20 us after activity, doubling to 1 ms while nothing happens.
+  std::chrono::microseconds idle(20);
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      try {
+        busy = step();
+      } catch (...) {  // no memory: the next round tries again
+      }
+    }
+    if (busy) {
+      idle = std::chrono::microseconds(20);
+      continue;
+    }
+    std::this_thread::sleep_for(idle);
+    idle = std::min(idle * 2, std::chrono::microseconds(1000));
   }
 }
 
@@ -531,8 +597,10 @@ void UcxAgent::on_hello(uint32_t id, Peer &peer, const AgentHello &h) {
   if (!peer.hello_sent) send_hello(peer);  // the accepting side answers
   if (h.fingerprint != fingerprint_) {
     stats_.fingerprint_mismatches++;
-    kill(id, "the layout fingerprints differ (the engines' models, dtypes, block sizes, layer "
-             "specs or ranks are not the same): refused");
+    kill(id,
+         "the layout fingerprints differ (the engines' models, dtypes, block sizes, layer specs "
+         "or ranks are not the same): refused",
+         false);
     return;
   }
   for (const AgentRegion &r : h.regions) {
@@ -629,6 +697,7 @@ void UcxAgent::issue_reads() {
       }
       p.next++;
       p.outstanding++;
+      if (inflight_ == 0) reading_since_ = Clock::now();
       inflight_ += r.bytes;
     }
     if (p.state == Pull::kReading && p.next == p.reads.size() && p.outstanding == 0) {
@@ -643,6 +712,10 @@ void UcxAgent::issue_reads() {
 
 void UcxAgent::read_done(uint64_t pull, uint64_t bytes, ucs_status_t st) {
   inflight_ -= bytes;
+  if (inflight_ == 0)
+    stats_.read_ns +=
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - reading_since_)
+                     .count());
   auto it = pulls_.find(pull);
   if (it == pulls_.end()) return;
   Pull &p = it->second;

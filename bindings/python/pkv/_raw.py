@@ -608,6 +608,8 @@ class pkv_agent_params(_c.Structure):
         ('timeout_ms', _c.c_uint32),
         ('on_failure', _c.c_uint32),
         ('max_inflight_bytes', _c.c_uint64),
+        ('progress_thread', _c.c_uint32),
+        ('reserved0', _c.c_uint32),
     ]
 
 
@@ -632,6 +634,7 @@ class pkv_agent_stats(_c.Structure):
         ('bytes_pulled', _c.c_uint64),
         ('bytes_served', _c.c_uint64),
         ('fingerprint_mismatches', _c.c_uint64),
+        ('read_ns', _c.c_uint64),
     ]
 
 
@@ -760,9 +763,9 @@ SIZES = {
     'pkv_stats': 536,
     'pkv_pool_info': 216,
     'pkv_segment': 16,
-    'pkv_agent_params': 32,
+    'pkv_agent_params': 40,
     'pkv_agent_completion': 24,
-    'pkv_agent_stats': 72,
+    'pkv_agent_stats': 80,
     'pkv_layer_info': 248,
     'pkv_kv_event': 56,
     'pkv_event_publisher_info': 64,

@@ -530,6 +530,8 @@ pub struct pkv_agent_params {
     pub timeout_ms: u32,
     pub on_failure: u32,
     pub max_inflight_bytes: u64,
+    pub progress_thread: u32,
+    pub reserved0: u32,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -552,6 +554,7 @@ pub struct pkv_agent_stats {
     pub bytes_pulled: u64,
     pub bytes_served: u64,
     pub fingerprint_mismatches: u64,
+    pub read_ns: u64,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
