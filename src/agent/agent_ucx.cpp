@@ -671,6 +671,20 @@ void UcxAgent::on_pull_reply(Pull &p, const AgentPullReply &r) {
     p.reads.push_back(Read{to.base, reinterpret_cast<uintptr_t>(from.base), to.bytes, rkey});
     p.total += to.bytes;
   }
+  // Reads that are contiguous on both sides become one (consecutive blocks of a layer often are
+  // in both pools): fewer, larger reads.
+  std::sort(p.reads.begin(), p.reads.end(),
+            [](const Read &a, const Read &b) { return a.to < b.to; });
+  std::vector<Read> merged;
+  for (const Read &r : p.reads) {
+    Read *last = merged.empty() ? nullptr : &merged.back();
+    if (last && last->rkey == r.rkey && static_cast<char *>(last->to) + last->bytes == r.to &&
+        last->from + last->bytes == r.from)
+      last->bytes += r.bytes;
+    else
+      merged.push_back(r);
+  }
+  p.reads.swap(merged);
   p.state = Pull::kReading;
 }
 
