@@ -11,11 +11,11 @@ cd "$(dirname "$0")/.."
 # The toolchains the test suites drive: the bindings (Go, C#, Rust, Python + libclang; the
 # install suite's venv and pip), the ABI gate (abigail-tools), the demo's BLAS and the CPU
 # attention bench's GEMM yardstick (oneDNN; the bench is built, not run), the format check
-# (clang-format).
+# (clang-format), ucx_perftest (ucx-utils: the disaggregated demo's yardstick).
 test_packages=(golang-go mono-mcs mono-runtime python3-clang-14 python3-venv python3-pip bindgen
                librust-libloading-dev libclang-dev abigail-tools libopenblas-dev libdnnl-dev
                clang-14 libclang-rt-14-dev valgrind make redis-server python3-zmq python3-msgpack
-               clang-format)
+               clang-format ucx-utils)
 command -v cargo >/dev/null 2>&1 || test_packages+=(cargo)
 bash scripts/deps.sh "${test_packages[@]}"
 builddir=${BUILD_DIR:-build}
