@@ -352,3 +352,23 @@ double cli_now_s(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+int cli_write_all(int fd, const void *buf, size_t n) {
+  for (const char *p = buf; n > 0;) {
+    const ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k, n -= (size_t)k;
+  }
+  return 0;
+}
+
+int cli_read_all(int fd, void *buf, size_t n) {
+  for (char *p = buf; n > 0;) {
+    const ssize_t k = read(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k, n -= (size_t)k;
+  }
+  return 0;
+}

@@ -89,4 +89,9 @@ void cli_json_string(FILE *f, const char *s);
 /* Seconds on CLOCK_MONOTONIC. */
 double cli_now_s(void);
 
+/* All n bytes to / from fd (a pipe between the demo's processes), through EINTR and short
+ * transfers: 0, or -1 (an error, or the other end closed). */
+int cli_write_all(int fd, const void *buf, size_t n);
+int cli_read_all(int fd, void *buf, size_t n);
+
 #endif /* PKV_TOOLS_CLI_H */

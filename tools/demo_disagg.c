@@ -81,26 +81,6 @@ static int say(side *s, const char *what, pkv_status st) {
   return -1;
 }
 
-static int write_all(int fd, const void *buf, size_t n) {
-  for (const char *p = buf; n > 0;) {
-    const ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n) {
-  for (char *p = buf; n > 0;) {
-    const ssize_t k = read(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
 static int readable(int fd) {
   fd_set r;
   FD_ZERO(&r);
@@ -216,7 +196,7 @@ static int send_prefilled(side *s, int up, uint32_t *held_now, uint32_t *sent) {
       if (a.held && a.last) pkv_hold_end(s->e, ids[k], PKV_TRANSFER_FAILED);
       if (!a.held || a.last) pkv_release(s->e, ids[k]);
       *held_now += a.held && !a.last;
-      if (write_all(up, &a, sizeof a) != 0) return say(s, "the decode process is gone", PKV_OK);
+      if (cli_write_all(up, &a, sizeof a) != 0) return say(s, "the decode process is gone", PKV_OK);
       ++*sent;
     }
   } while (n == 64);
@@ -227,7 +207,7 @@ static int prefill_main(side *s, int up, int down, prefill_report *rep) {
   if (side_open(s, 1) != 0) return -1;
   char address[64] = {0};
   pkv_status st = pkv_agent_address(s->a, address, sizeof address);
-  if (st != PKV_OK || write_all(up, address, sizeof address) != 0)
+  if (st != PKV_OK || cli_write_all(up, address, sizeof address) != 0)
     return say(s, "pkv_agent_address", st);
   const double t0 = cli_now_s();
   for (uint32_t i = 0; i < s->w->num_requests; i++) {
@@ -398,7 +378,7 @@ static int decode_main(decode_run *d, int from) {
   side *s = &d->s;
   if (side_open(s, 0) != 0) return -1;
   char address[64];
-  if (read_all(from, address, sizeof address) != 0)
+  if (cli_read_all(from, address, sizeof address) != 0)
     return say(s, "the prefill process ended before it listened", PKV_OK);
   address[sizeof address - 1] = '\0';
   pkv_status st = pkv_agent_connect(s->a, address, &d->peer);
@@ -410,7 +390,7 @@ static int decode_main(decode_run *d, int from) {
   while (rc == 0 && d->r->num_finished < s->w->num_requests) {
     while (arrived < s->w->num_requests && readable(from)) {
       arrival a;
-      if (read_all(from, &a, sizeof a) != 0 || a.req >= s->w->num_requests) {
+      if (cli_read_all(from, &a, sizeof a) != 0 || a.req >= s->w->num_requests) {
         rc = say(s, "the prefill process ended early", PKV_OK);
         break;
       }
@@ -534,8 +514,8 @@ int demo_disagg_runs(const demo_options *o, const demo_workload *w, const model 
     const int rc = prefill_main(&s, up[1], down[0], &rep);
     side_close(&s);
     arrival end = {UINT32_MAX, 0, 0, 0, 0};
-    write_all(up[1], &end, sizeof end);
-    write_all(up[1], &rep, sizeof rep);
+    cli_write_all(up[1], &end, sizeof end);
+    cli_write_all(up[1], &rep, sizeof rep);
     _exit(rc == 0 ? 0 : 1);
   }
   close(up[1]), close(down[0]);
@@ -556,9 +536,9 @@ int demo_disagg_runs(const demo_options *o, const demo_workload *w, const model 
   close(down[1]); /* the prefill process ends its serving */
   prefill_report rep;
   memset(&rep, 0, sizeof rep);
-  for (arrival a; read_all(up[0], &a, sizeof a) == 0;)
+  for (arrival a; cli_read_all(up[0], &a, sizeof a) == 0;)
     if (a.req == UINT32_MAX) {
-      read_all(up[0], &rep, sizeof rep);
+      cli_read_all(up[0], &rep, sizeof rep);
       break;
     }
   close(up[0]);

@@ -70,42 +70,22 @@ const char *demo_store_check(const char *spec) {
   return target_of(spec, &t);
 }
 
-static int write_all(int fd, const void *buf, size_t n) {
-  for (const char *p = buf; n > 0;) {
-    const ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n) {
-  for (char *p = buf; n > 0;) {
-    const ssize_t k = read(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
 /* A result through a pipe: the struct (its pointers mean nothing on the other side), then the
  * per-request arrays, then each request's generated tokens, then the per-step trace (the plot's). */
 static int send_result(int fd, const demo_result *r, const demo_workload *w) {
   const uint32_t n = w->num_requests;
-  int rc = write_all(fd, r, sizeof *r);
-  if (rc == 0) rc = write_all(fd, r->num_generated, n * sizeof *r->num_generated);
-  if (rc == 0) rc = write_all(fd, r->finish, n * sizeof *r->finish);
-  if (rc == 0) rc = write_all(fd, r->ttft_steps, n * sizeof *r->ttft_steps);
-  if (rc == 0) rc = write_all(fd, r->ttft_ms, n * sizeof *r->ttft_ms);
+  int rc = cli_write_all(fd, r, sizeof *r);
+  if (rc == 0) rc = cli_write_all(fd, r->num_generated, n * sizeof *r->num_generated);
+  if (rc == 0) rc = cli_write_all(fd, r->finish, n * sizeof *r->finish);
+  if (rc == 0) rc = cli_write_all(fd, r->ttft_steps, n * sizeof *r->ttft_steps);
+  if (rc == 0) rc = cli_write_all(fd, r->ttft_ms, n * sizeof *r->ttft_ms);
   for (uint32_t i = 0; rc == 0 && i < n; i++)
-    rc = write_all(fd, r->generated[i], r->num_generated[i] * sizeof(int32_t));
-  if (rc == 0 && r->steps) rc = write_all(fd, r->trace_util, r->steps * sizeof *r->trace_util);
+    rc = cli_write_all(fd, r->generated[i], r->num_generated[i] * sizeof(int32_t));
+  if (rc == 0 && r->steps) rc = cli_write_all(fd, r->trace_util, r->steps * sizeof *r->trace_util);
   if (rc == 0 && r->steps)
-    rc = write_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
+    rc = cli_write_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
   if (rc == 0 && r->steps)
-    rc = write_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
+    rc = cli_write_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
   return rc;
 }
 
@@ -117,9 +97,9 @@ static int receive_trace(int fd, demo_result *r) {
   r->trace_running = malloc(r->steps * sizeof *r->trace_running);
   if (!r->trace_util || !r->trace_reserved || !r->trace_running) return -1;
   r->trace_cap = r->steps;
-  int rc = read_all(fd, r->trace_util, r->steps * sizeof *r->trace_util);
-  if (rc == 0) rc = read_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
-  if (rc == 0) rc = read_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
+  int rc = cli_read_all(fd, r->trace_util, r->steps * sizeof *r->trace_util);
+  if (rc == 0) rc = cli_read_all(fd, r->trace_reserved, r->steps * sizeof *r->trace_reserved);
+  if (rc == 0) rc = cli_read_all(fd, r->trace_running, r->steps * sizeof *r->trace_running);
   return rc;
 }
 
@@ -127,20 +107,20 @@ static int receive_trace(int fd, demo_result *r) {
 static int receive_result(int fd, demo_result *r, const demo_workload *w) {
   const uint32_t n = w->num_requests;
   demo_result in;
-  if (read_all(fd, &in, sizeof in) != 0) return -1;
+  if (cli_read_all(fd, &in, sizeof in) != 0) return -1;
   in.name = r->name, in.generated = r->generated, in.num_generated = r->num_generated;
   in.finish = r->finish, in.ttft_steps = r->ttft_steps, in.ttft_ms = r->ttft_ms;
   in.trace_util = NULL, in.trace_reserved = NULL, in.trace_running = NULL, in.trace_cap = 0;
   in.error[sizeof in.error - 1] = '\0';
   *r = in;
-  int rc = read_all(fd, r->num_generated, n * sizeof *r->num_generated);
-  if (rc == 0) rc = read_all(fd, r->finish, n * sizeof *r->finish);
-  if (rc == 0) rc = read_all(fd, r->ttft_steps, n * sizeof *r->ttft_steps);
-  if (rc == 0) rc = read_all(fd, r->ttft_ms, n * sizeof *r->ttft_ms);
+  int rc = cli_read_all(fd, r->num_generated, n * sizeof *r->num_generated);
+  if (rc == 0) rc = cli_read_all(fd, r->finish, n * sizeof *r->finish);
+  if (rc == 0) rc = cli_read_all(fd, r->ttft_steps, n * sizeof *r->ttft_steps);
+  if (rc == 0) rc = cli_read_all(fd, r->ttft_ms, n * sizeof *r->ttft_ms);
   for (uint32_t i = 0; rc == 0 && i < n; i++)
     rc = r->num_generated[i] > w->requests[i].max_new_tokens
              ? -1
-             : read_all(fd, r->generated[i], r->num_generated[i] * sizeof(int32_t));
+             : cli_read_all(fd, r->generated[i], r->num_generated[i] * sizeof(int32_t));
   return rc == 0 ? receive_trace(fd, r) : rc;
 }
 

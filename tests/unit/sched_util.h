@@ -190,4 +190,46 @@ static inline uint32_t su_tokens(pkv_engine *e, uint64_t seq, int32_t *out, uint
   return len;
 }
 
+/* pkv_attention with the model's V on every layer of batch b (view v); every output row
+ * checked: out * count is the sum of V over the keys the layer reads (layer 0 its window, when
+ * window is not 0). req_of(ctx, seq) is the request a batch's sequence runs. Returns the first
+ * bad row's sequence (0: every row good). */
+static inline uint64_t su_attend(pkv_batch *b, const pkv_batch_view *v, uint32_t window,
+                                 const su_req *(*req_of)(void *ctx, uint64_t seq), void *ctx) {
+  size_t nq = (size_t)v->num_tokens * SU_QH * SU_HD, nkv = (size_t)v->num_tokens * SU_KV;
+  float *q = calloc(nq, sizeof *q), *k = calloc(nkv, sizeof *k), *val = calloc(nkv, sizeof *val);
+  float *out = calloc(nq, sizeof *out);
+  uint64_t bad = 0;
+  for (uint32_t layer = 0; layer < SU_LAYERS && q && k && val && out; layer++) {
+    for (uint32_t i = 0; i < v->num_seqs; i++) {
+      const su_req *r = req_of(ctx, v->seq_ids[i]);
+      for (int32_t row = v->query_start[i]; row < v->query_start[i + 1]; row++) {
+        const int32_t *s = r->vsum + (size_t)v->positions[row] * SU_KV;
+        for (uint32_t j = 0; j < SU_KV; j++)
+          val[(size_t)row * SU_KV + j] =
+              (float)(s[j] - (v->positions[row] ? s[(int)j - SU_KV] : 0) + (int32_t)layer);
+      }
+    }
+    if (!CHECK_OK(pkv_attention(b, layer, q, k, val, out))) break;
+    for (uint32_t row = 0; row < v->num_tokens && !bad; row++) {
+      uint32_t i = 0;
+      while ((uint32_t)v->query_start[i + 1] <= row) i++;
+      const su_req *r = req_of(ctx, v->seq_ids[i]);
+      const int32_t pos = v->positions[row];
+      const int32_t from =
+          layer == 0 && window && pos >= (int32_t)window ? pos - (int32_t)window + 1 : 0;
+      for (uint32_t h = 0; h < SU_QH * SU_HD && !bad; h++) {
+        const size_t j = (h / SU_HD) / (SU_QH / SU_KVH) * SU_HD + h % SU_HD;
+        double want =
+            r->vsum[(size_t)pos * SU_KV + j] - (from ? r->vsum[(size_t)(from - 1) * SU_KV + j] : 0);
+        want += (double)layer * (pos - from + 1);
+        const double err = out[(size_t)row * SU_QH * SU_HD + h] * (pos - from + 1) - want;
+        if (!CHECK(err < 0.25 && err > -0.25)) bad = v->seq_ids[i];
+      }
+    }
+  }
+  free(q), free(k), free(val), free(out);
+  return bad;
+}
+
 #endif /* PKV_SCHED_UTIL_H */

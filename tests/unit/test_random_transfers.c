@@ -68,48 +68,14 @@ static job *job_of_c(world *w, uint64_t seq) {
   return &w->jobs[0];
 }
 
-/* The model's attention on every layer of e's open batch; every row checked (layer 0: its
- * window when there is one). */
-static void attend(world *w, pkv_engine *e, pkv_batch *b, const pkv_batch_view *v) {
-  size_t nq = (size_t)v->num_tokens * SU_QH * SU_HD, nkv = (size_t)v->num_tokens * SU_KV;
-  float *q = calloc(nq, sizeof *q), *k = calloc(nkv, sizeof *k), *val = calloc(nkv, sizeof *val);
-  float *out = calloc(nq, sizeof *out);
-  for (uint32_t layer = 0; layer < SU_LAYERS && q && k && val && out; layer++) {
-    for (uint32_t i = 0; i < v->num_seqs; i++) {
-      const su_req *r = find(w, e, v->seq_ids[i]);
-      for (int32_t row = v->query_start[i]; row < v->query_start[i + 1]; row++) {
-        const int32_t *s = r->vsum + (size_t)v->positions[row] * SU_KV;
-        for (uint32_t j = 0; j < SU_KV; j++)
-          val[(size_t)row * SU_KV + j] =
-              (float)(s[j] - (v->positions[row] ? s[(int)j - SU_KV] : 0) + (int32_t)layer);
-      }
-    }
-    if (!CHECK_OK(pkv_attention(b, layer, q, k, val, out))) break;
-    int bad = 0;
-    for (uint32_t row = 0; row < v->num_tokens && !bad; row++) {
-      uint32_t i = 0;
-      while ((uint32_t)v->query_start[i + 1] <= row) i++;
-      const su_req *r = find(w, e, v->seq_ids[i]);
-      const int32_t pos = v->positions[row];
-      const int32_t from =
-          layer == 0 && w->window && pos >= (int32_t)w->window ? pos - (int32_t)w->window + 1 : 0;
-      for (uint32_t h = 0; h < SU_QH * SU_HD && !bad; h++) {
-        const size_t j = (h / SU_HD) / (SU_QH / SU_KVH) * SU_HD + h % SU_HD;
-        double want =
-            r->vsum[(size_t)pos * SU_KV + j] - (from ? r->vsum[(size_t)(from - 1) * SU_KV + j] : 0);
-        want += (double)layer * (pos - from + 1);
-        const double err = out[(size_t)row * SU_QH * SU_HD + h] * (pos - from + 1) - want;
-        bad = !CHECK(err < 0.25 && err > -0.25);
-        if (bad) {
-          const struct pkv_seq_info si = tu_info(e, r->seq);
-          printf("    %s seq %llu layer %u pos %d (context %d, prompt %u, cached %u)\n",
-                 e == w->P ? "P" : "C", (unsigned long long)r->seq, layer, pos, v->context_lens[i],
-                 r->prompt_len, si.num_cached_tokens);
-        }
-      }
-    }
-  }
-  free(q), free(k), free(val), free(out);
+typedef struct engine_of {
+  world *w;
+  pkv_engine *e;
+} engine_of;
+
+static const su_req *req_of(void *ctx, uint64_t seq) {
+  const engine_of *x = ctx;
+  return find(x->w, x->e, seq);
 }
 
 /* One step of e with the model; 0 when it had nothing to run. */
@@ -117,7 +83,13 @@ static int step(world *w, pkv_engine *e) {
   pkv_batch *b = NULL;
   if (!CHECK_OK(pkv_step(e, &b)) || !b) return 0;
   pkv_batch_view v = tu_view(b);
-  attend(w, e, b, &v);
+  engine_of x = {w, e};
+  const uint64_t bad = su_attend(b, &v, w->window, req_of, &x);
+  if (bad) {
+    const struct pkv_seq_info si = tu_info(e, bad);
+    printf("    %s seq %llu: a wrong output (prompt %u, cached %u)\n", e == w->P ? "P" : "C",
+           (unsigned long long)bad, find(w, e, bad)->prompt_len, si.num_cached_tokens);
+  }
   static int32_t sampled[64];
   su_sample(e, &v, sampled);
   CHECK_OK(pkv_commit(b, sampled));

@@ -124,42 +124,9 @@ static void check_plan(world *w, const pkv_batch_view *v, const int *in_batch) {
   CHECK(w->num_running <= w->p.max_num_seqs);
 }
 
-/* pkv_attention with the model's V on every layer; every output row checked: out * count is the
- * sum of V over the keys the layer reads (layer 0 its window, when there is one). */
-static void attend(world *w, pkv_batch *b, const pkv_batch_view *v) {
-  size_t nq = (size_t)v->num_tokens * SU_QH * SU_HD, nkv = (size_t)v->num_tokens * SU_KV;
-  float *q = calloc(nq, sizeof *q), *k = calloc(nkv, sizeof *k), *val = calloc(nkv, sizeof *val);
-  float *out = calloc(nq, sizeof *out);
-  for (uint32_t layer = 0; layer < SU_LAYERS && q && k && val && out; layer++) {
-    for (uint32_t i = 0; i < v->num_seqs; i++) {
-      const su_req *r = &w->reqs[find(w, v->seq_ids[i])];
-      for (int32_t row = v->query_start[i]; row < v->query_start[i + 1]; row++) {
-        const int32_t *s = r->vsum + (size_t)v->positions[row] * SU_KV;
-        for (uint32_t j = 0; j < SU_KV; j++)
-          val[(size_t)row * SU_KV + j] =
-              (float)(s[j] - (v->positions[row] ? s[(int)j - SU_KV] : 0) + (int32_t)layer);
-      }
-    }
-    if (!CHECK_OK(pkv_attention(b, layer, q, k, val, out))) break;
-    int bad = 0;
-    for (uint32_t row = 0; row < v->num_tokens && !bad; row++) {
-      uint32_t i = 0;
-      while ((uint32_t)v->query_start[i + 1] <= row) i++;
-      const su_req *r = &w->reqs[find(w, v->seq_ids[i])];
-      int32_t pos = v->positions[row];
-      const int32_t from =
-          layer == 0 && w->window && pos >= (int32_t)w->window ? pos - (int32_t)w->window + 1 : 0;
-      for (uint32_t h = 0; h < SU_QH * SU_HD && !bad; h++) {
-        const size_t j = (h / SU_HD) / (SU_QH / SU_KVH) * SU_HD + h % SU_HD;
-        double want =
-            r->vsum[(size_t)pos * SU_KV + j] - (from ? r->vsum[(size_t)(from - 1) * SU_KV + j] : 0);
-        want += (double)layer * (pos - from + 1);
-        double err = out[(size_t)row * SU_QH * SU_HD + h] * (pos - from + 1) - want;
-        bad = !CHECK(err < 0.25 && err > -0.25);
-      }
-    }
-  }
-  free(q), free(k), free(val), free(out);
+static const su_req *req_of(void *ctx, uint64_t seq) {
+  world *w = ctx;
+  return &w->reqs[find(w, seq)];
 }
 
 /* After the commit: requests that sampled their last token finished, with exactly the model's
@@ -242,7 +209,7 @@ static int step(world *w) {
   check_plan(w, &v, in_batch);
   for (uint32_t i = 0; i < w->num_running; i++) w->reqs[w->running[i]].state = SU_RUNNING;
   for (uint32_t i = 0; i < w->num_waiting; i++) w->reqs[w->waiting[i]].state = SU_WAITING;
-  attend(w, b, &v);
+  su_attend(b, &v, w->window, req_of, w);
   static int32_t sampled[MAX_REQS];
   for (uint32_t i = 0; i < v.num_seqs; i++) {
     struct pkv_seq_info info = tu_info(w->e, v.seq_ids[i]);
