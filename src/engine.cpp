@@ -236,9 +236,13 @@ void Engine::require_manual(const Sequence &s, const char *what) const {
 }
 
 void Engine::require_running(const Sequence &s) const {
-  if (!s.running())
-    fail(PKV_ERR_STATE, "sequence %llu is %s: resume it first", (unsigned long long)s.id,
-         state_name(s.state));
+  if (s.running()) return;
+  const char *what = s.state == SeqState::kSwapped    ? "swap it in first"
+                     : s.state == SeqState::kHeld     ? "end its hold first (pkv_hold_end)"
+                     : s.state == SeqState::kFinished ? "it holds nothing any more: release it"
+                                                      : "resume it first";
+  fail(PKV_ERR_STATE, "sequence %llu is %s: %s", (unsigned long long)s.id, state_name(s.state),
+       what);
 }
 
 // ---------------------------------------------------------------- sequences

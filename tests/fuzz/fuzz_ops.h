@@ -371,6 +371,11 @@ static void op_submit(fz_world *w, fz_input *in) {
       break;
   }
   uint32_t n = fz_tokens(in, FZ_MAX_TOKENS);
+  /* (0.12) a hold when it finishes (no timeout, or the default: never reached in a run, so a
+   * failed call never sees the clock end one), its first tokens remote (past the prompt too) */
+  if (fz_pick(in, 6) == 0) rp.hold_on_finish = fz_pick(in, 3);
+  if (rp.hold_on_finish) rp.hold_timeout_ms = fz_pick(in, 2) ? UINT32_MAX : 0;
+  if (fz_pick(in, 5) == 0) rp.num_remote_tokens = fz_pick(in, n + 2);
   int null_rp = fz_pick(in, 8) == 0;
   uint64_t id = 0, before = fz_state(w);
   pkv_status s = pkv_submit(w->e, fz_tokens_buf, n, null_rp ? NULL : &rp, &id);

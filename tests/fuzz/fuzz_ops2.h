@@ -133,6 +133,38 @@ static void op_truncate(fz_world *w, fz_input *in) {
   fz_after(w, before, s, "pkv_truncate");
 }
 
+/* KV transfers (0.12): a hold (no timeout, or the default one), a hold's or a remote fill's end
+ * with any outcome (unknown ones too), the receiving list, a state segment on a rank or past
+ * them; a refusal changes nothing. */
+static void op_transfer(fz_world *w, fz_input *in) {
+  uint64_t seq = fz_seq(w, in), before = fz_state(w), ids[4];
+  uint32_t n = 0;
+  pkv_segment seg;
+  pkv_status s;
+  const char *what;
+  switch (fz_pick(in, 5)) {
+    case 0:
+      s = pkv_hold(w->e, seq, fz_pick(in, 2) ? UINT32_MAX : 0), what = "pkv_hold";
+      break;
+    case 1:
+      s = pkv_hold_end(w->e, seq, fz_pick(in, 4)), what = "pkv_hold_end";
+      break;
+    case 2:
+      s = pkv_receive_end(w->e, seq, fz_pick(in, 4)), what = "pkv_receive_end";
+      break;
+    case 3:
+      s = pkv_drain_receiving(w->e, fz_pick(in, 8) ? ids : NULL, fz_pick(in, 5), &n);
+      what = "pkv_drain_receiving";
+      FZ_CHECK(s != PKV_OK || n <= 4, "pkv_drain_receiving: %u ids", n);
+      break;
+    default:
+      s = pkv_seq_state_segment(w->e, fz_pick(in, 3) ? 0 : 1, seq, &seg);
+      what = "pkv_seq_state_segment";
+      break;
+  }
+  fz_after(w, before, s, what);
+}
+
 typedef void (*fz_op_fn)(fz_world *, fz_input *);
 
 static const fz_op_fn fz_ops[] = {
@@ -140,7 +172,7 @@ static const fz_op_fn fz_ops[] = {
     op_release,   op_preempt_resume, op_batch_begin, op_batch_begin, op_attention, op_batch_end,
     op_batch_end, op_abort,          op_step,        op_step,        op_submit,    op_table,
     op_info,      op_drain,          op_reset,       op_misc,        op_hash,      op_swap,
-    op_swap,      op_batch_copy,     op_truncate,
+    op_swap,      op_batch_copy,     op_truncate,    op_transfer,    op_transfer,
 };
 
 static inline void fz_op(fz_world *w, fz_input *in) {

@@ -161,7 +161,9 @@ static inline void fz_consistent(fz_world *w) {
                "%u host blocks for %u tokens in %u KV groups", info.num_host_blocks,
                info.num_tokens, w->num_kv_groups);
     }
-    if (!info.is_request && !info.is_preempted && info.kv_tier != PKV_TIER_HOST)
+    /* a pkv_allocate sequence in the pool (running or held) holds every token's block; one
+     * whose hold ended (0.12) holds none, as a preempted one */
+    if (!info.is_request && info.kv_tier == PKV_TIER_DEVICE)
       FZ_CHECK(info.num_blocks == (info.num_tokens + bs - 1) / bs, "%u blocks for %u tokens",
                info.num_blocks, info.num_tokens);
   }
@@ -253,6 +255,16 @@ static inline void fz_world_end(fz_world *w, int destroy_busy) {
     w->batch = NULL;
     while (w->nseqs > 0) {
       uint64_t id = w->seqs[0];
+      /* a hold or a remote fill ends first: pkv_release refuses them */
+      struct pkv_seq_info info;
+      memset(&info, 0, sizeof info);
+      info.struct_size = sizeof info;
+      FZ_CHECK(pkv_seq_info(w->e, id, &info) == PKV_OK, "info of live %llu",
+               (unsigned long long)id);
+      if (info.transfer == PKV_TRANSFER_HOLDING)
+        FZ_CHECK(pkv_hold_end(w->e, id, PKV_TRANSFER_DONE) == PKV_OK, "hold_end");
+      if (info.transfer == PKV_TRANSFER_RECEIVING)
+        FZ_CHECK(pkv_receive_end(w->e, id, PKV_TRANSFER_FAILED_FINISH) == PKV_OK, "receive_end");
       FZ_CHECK(pkv_release(w->e, id) == PKV_OK, "release %llu", (unsigned long long)id);
       fz_forget_seq(w, id);
     }
