@@ -1744,8 +1744,9 @@ PKV_API pkv_status pkv_drain_receiving(pkv_engine *e, uint64_t *out, uint32_t ca
 /* Ends receiving request seq's remote fill. PKV_TRANSFER_DONE: its first num_remote_tokens tokens
  * are computed, their full blocks sealed into the prefix cache as a step's would be (KV events,
  * the store's write-through, STATE checkpoints alike), and it runs on from there at the next
- * pkv_step. PKV_TRANSFER_FAILED: nothing the transfer wrote is used - its blocks past the hit go
- * back unsealed and it waits to be admitted again, computing its prompt itself.
+ * pkv_step. PKV_TRANSFER_FAILED: nothing the transfer wrote is used - its blocks go back (those
+ * past its prefix hit unsealed, the hit's still cached) and it waits to be admitted again,
+ * computing its prompt itself.
  * PKV_TRANSFER_FAILED_FINISH: it gives everything back and finishes
  * (PKV_FINISH_TRANSFER_FAILED; pkv_drain_finished lists it).
  * Errors: PKV_ERR_INVALID_ARGUMENT (outcome not a PKV_TRANSFER_*), PKV_ERR_NOT_FOUND (no
