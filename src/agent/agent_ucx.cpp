@@ -429,10 +429,10 @@ void UcxAgent::send(Peer &peer, AgentMsg type, uint64_t id, std::vector<uint8_t>
   rp.user_data = ctx;
   ucs_status_ptr_t r = ucp_am_send_nbx(peer.ep, uint16_t(type), &ctx->header, sizeof ctx->header,
                                        ctx->data.data(), ctx->data.size(), &rp);
-  if (UCS_PTR_IS_ERR(r)) {
+  if (UCS_PTR_IS_ERR(r)) {  // the peer is lost: its pulls fail (no more sends to it)
     delete ctx;
-    peer.dead = true;
-    peer.why = std::string("sending failed: ") + ucs_status_string(UCS_PTR_STATUS(r));
+    kill(static_cast<uint32_t>(&peer - peers_.data()),
+         std::string("sending failed: ") + ucs_status_string(UCS_PTR_STATUS(r)));
   }
 }
 
