@@ -89,15 +89,15 @@ uint64_t Scheduler::submit(const int32_t *prompt, uint32_t n, const pkv_request_
       total <= INT32_MAX && (limits_.max_model_len == 0 || total <= limits_.max_model_len),
       "prompt (%u) + max_new_tokens (%u) exceed max_model_len %u: this request can never run", n,
       rp.max_new_tokens, limits_.max_model_len);
-  // Every KV group's blocks at the request's peak, over prefill (per chunk: chunks of up to
-  // max_num_batched_tokens) and decode.
   PKV_REQUIRE(rp.hold_on_finish <= 1, "hold_on_finish must be 0 or 1, got %u", rp.hold_on_finish);
   PKV_REQUIRE(rp.reserved1 == 0, "reserved1 must be 0");
   PKV_REQUIRE(rp.num_remote_tokens < n,
               "num_remote_tokens %u must be below the prompt's %u tokens: its last token is "
               "computed here, for the first sample",
               rp.num_remote_tokens, n);
-  // A receiving request is admitted with its whole prompt, where a transfer writes.
+  // Every KV group's blocks at the request's peak, over prefill (per chunk: chunks of up to
+  // max_num_batched_tokens; a receiving request is admitted with its whole prompt, where a
+  // transfer writes) and decode.
   const bool whole = max_chunk() == 0 || rp.num_remote_tokens > 0;
   const uint64_t need = blocks_.peak_blocks(n, total, whole ? 0 : max_chunk());
   PKV_REQUIRE(need <= limits_.num_blocks,
