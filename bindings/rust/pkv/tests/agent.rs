@@ -5,35 +5,19 @@
 //! producer's bytes arrive, the consumer's step gets the producer's output, the producer's hold
 //! ends), a fingerprint mismatch, a pull of a sequence not held (the request computes its prompt
 //! itself, or finishes), and the refusals. Every test skips when libpkv was built without UCX.
+mod common;
+use common::transfer_model::{self as model, *};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
 use pkv::TRANSFER_TIMEOUT_NONE;
-use pkv::{Agent, AgentCompletion, AgentParams, AgentStats, Device, Dtype, Engine, FinishReason};
-use pkv::{OpenBatch, Params, Peer, Request, Seq, Status, TransferOutcome, TransferState};
-
-const LAYERS: u32 = 2;
-const Q_HEADS: usize = 4;
-const KV_HEADS: usize = 2;
-const DIM: usize = 8;
-const BLOCK_SIZE: usize = 4;
-const ROW: usize = KV_HEADS * DIM;
-const QROW: usize = Q_HEADS * DIM;
+use pkv::{Agent, AgentCompletion, AgentParams, AgentStats, Dtype, Engine, FinishReason};
+use pkv::{Peer, Request, Seq, Status, TransferOutcome, TransferState};
 
 fn engine(dtype: Dtype, num_blocks: u32) -> Engine {
-    let params = Params::new()
-        .expect("libpkv")
-        .num_layers(LAYERS)
-        .num_q_heads(Q_HEADS as u32)
-        .num_kv_heads(KV_HEADS as u32)
-        .head_dim(DIM as u32)
-        .dtype(dtype)
-        .block_size(BLOCK_SIZE as u32)
-        .num_blocks(num_blocks)
-        .device(Device::Cpu)
-        .num_threads(1);
-    Engine::new(&params).unwrap()
+    Engine::new(&model::params(dtype, num_blocks)).unwrap()
 }
 
 /// Whether the library has the agent: false (the test skips, saying so) for a build without
@@ -54,59 +38,6 @@ fn ucx() -> bool {
 /// A consumer's agent: it listens nowhere, and gives up a handshake or a pull after 10 s.
 fn consumer_params() -> AgentParams {
     AgentParams::new().unwrap().listen_address(None).unwrap().timeout_ms(10_000)
-}
-
-fn tokens(start: i32, n: usize) -> Vec<i32> {
-    (0..n as i32).map(|i| start + i).collect()
-}
-
-/// Runs every layer of an open batch with q, K and V a function of the position and the layer
-/// only, so two engines computing one prompt write the same bytes and get the same outputs.
-/// Returns the last row's output of each layer (`[LAYERS][QROW]`).
-fn run_layers(batch: &mut OpenBatch<'_>) -> Vec<f32> {
-    let positions = batch.view().positions.to_vec();
-    let n = positions.len();
-    let mut last = Vec::new();
-    for layer in 0..LAYERS {
-        let (mut q, mut k) = (Vec::with_capacity(n * QROW), Vec::with_capacity(n * ROW));
-        for &p in &positions {
-            let (p, l) = (p as usize, layer as usize);
-            q.extend((0..QROW).map(|i| 0.01 * ((i + p + l) % 13) as f32));
-            k.extend((0..ROW).map(|i| ((p * 7 + l * 3 + i) % 17) as f32 * 0.125 - 1.0));
-        }
-        let v: Vec<f32> = k.iter().map(|x| -0.5 * x).collect();
-        let mut out = vec![0f32; n * QROW];
-        batch.attention(layer, &q, &k, &v, &mut out).unwrap();
-        last.extend_from_slice(&out[(n - 1) * QROW..]);
-    }
-    last
-}
-
-/// An `allocate`d sequence of `prompt`, computed in one batch, and its last row's outputs.
-fn computed(e: &Engine, prompt: &[i32]) -> (Seq, Vec<f32>) {
-    let seq = e.allocate(prompt, None).unwrap().seq;
-    let mut batch = e.batch(&[seq], None).unwrap();
-    let out = run_layers(&mut batch);
-    batch.end().unwrap();
-    (seq, out)
-}
-
-/// Steps `e` once: the step must run `seq` alone. Returns its last row's outputs and the tokens
-/// the step computed.
-fn step_one(e: &Engine, seq: Seq) -> (Vec<f32>, usize) {
-    let mut batch = e.step().unwrap().expect("a step to run");
-    assert_eq!(batch.view().seq_ids, &[seq.0]);
-    let (out, n) = (run_layers(&mut batch), batch.num_tokens());
-    batch.commit(&[7]).unwrap();
-    e.check().unwrap();
-    (out, n)
-}
-
-fn assert_close(got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "output {}: {} against {}", i, g, w);
-    }
 }
 
 /// A request of `prompt` whose first `remote` tokens' KV comes from elsewhere, admitted by a

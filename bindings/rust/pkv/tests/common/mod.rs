@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 use pkv::{Device, Dtype, Engine, Params};
 
+pub mod transfer_model;
+
 /// The demo's shape on the CPU: 2 layers, 4 q heads, 2 kv heads, head_dim 16, f32.
 pub fn params(block_size: u32, num_blocks: u32) -> Params {
     Params::new()
