@@ -37,6 +37,15 @@ using Clock = std::chrono::steady_clock;
   fail(PKV_ERR_DEVICE, "%s: UCX: %s", what, ucs_status_string(st));
 }
 
+sockaddr_in sockaddr_of(const AgentAddress &a) {
+  sockaddr_in sin;
+  std::memset(&sin, 0, sizeof sin);
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = a.ip;
+  sin.sin_port = htons(a.port);
+  return sin;
+}
+
 struct Peer {
   ucp_ep_h ep = nullptr;
   bool ready = false;  // the handshake is done and the fingerprints agree
@@ -256,12 +265,7 @@ UcxAgent::UcxAgent(Engine &e, const pkv_agent_params &p) : engine_(e), params_(p
     }
     register_pool();
     if (p.listen_address) {
-      const AgentAddress a = parse_agent_address(p.listen_address, "listen_address");
-      sockaddr_in sin;
-      std::memset(&sin, 0, sizeof sin);
-      sin.sin_family = AF_INET;
-      sin.sin_addr.s_addr = a.ip;
-      sin.sin_port = htons(a.port);
+      const sockaddr_in sin = sockaddr_of(parse_agent_address(p.listen_address, "listen_address"));
       ucp_listener_params_t lp;
       std::memset(&lp, 0, sizeof lp);
       lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -819,12 +823,7 @@ std::string UcxAgent::address() const {
 }
 
 uint32_t UcxAgent::connect(const char *text) {
-  const AgentAddress a = parse_agent_address(text, "address");
-  sockaddr_in sin;
-  std::memset(&sin, 0, sizeof sin);
-  sin.sin_family = AF_INET;
-  sin.sin_addr.s_addr = a.ip;
-  sin.sin_port = htons(a.port);
+  const sockaddr_in sin = sockaddr_of(parse_agent_address(text, "address"));
   ucp_ep_params_t ep;
   std::memset(&ep, 0, sizeof ep);
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
